@@ -1,0 +1,21 @@
+//! Stockade's domain: sandbox ids, statuses, validated sandbox settings and
+//! the records the store keeps. Pure data and validation; no I/O.
+#![forbid(unsafe_code)]
+
+pub mod account;
+pub mod error;
+pub mod ids;
+pub mod sandbox;
+pub mod size;
+pub mod spec;
+pub mod status;
+
+pub use account::{Account, ApiToken, Scope};
+pub use error::{FieldError, ValidationErrors};
+pub use ids::{AccountId, InstanceId, SandboxId, TeamId};
+pub use sandbox::{Sandbox, SandboxMetadata};
+pub use size::human_bytes;
+pub use spec::{
+    Defaults, Label, Labels, NetworkPolicy, SandboxName, SandboxSpec, StartCommand, VolumeName,
+};
+pub use status::SandboxStatus;

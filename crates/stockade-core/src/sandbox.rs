@@ -1,0 +1,106 @@
+//! The sandbox record the store keeps, and its snake_case metadata (DB-2).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{AccountId, SandboxId, TeamId};
+use crate::spec::{SandboxSpec, VolumeName};
+use crate::status::SandboxStatus;
+
+/// One sandbox as the database knows it: the single source of truth (DB-1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sandbox {
+    pub id: SandboxId,
+    pub account_id: AccountId,
+    pub team_id: Option<TeamId>,
+    pub spec: SandboxSpec,
+    pub status: SandboxStatus,
+    /// Why the sandbox is in its status, when that is not obvious (errors, reconciliation).
+    pub status_reason: Option<String>,
+    /// The Docker host ("server location") it runs on.
+    pub server: String,
+    pub container_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub stopped_at: Option<DateTime<Utc>>,
+    pub terminated_at: Option<DateTime<Utc>>,
+    /// Set when the record is soft-deleted.
+    pub deleted_at: Option<DateTime<Utc>>,
+    /// Row version, bumped by every update (DB-7).
+    pub version: i64,
+    /// Where a workspace sync goes (S3-1), never with secrets.
+    pub s3_config: Option<serde_json::Value>,
+    /// The last completed workspace sync (S3-2).
+    pub s3_sync: Option<serde_json::Value>,
+}
+
+impl Sandbox {
+    /// A new record in `PROVISIONING`, not yet saved.
+    pub fn new(
+        id: SandboxId,
+        account_id: AccountId,
+        team_id: Option<TeamId>,
+        spec: SandboxSpec,
+        server: String,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id,
+            account_id,
+            team_id,
+            spec,
+            status: SandboxStatus::Provisioning,
+            status_reason: None,
+            server,
+            container_id: None,
+            created_at: now,
+            started_at: None,
+            stopped_at: None,
+            terminated_at: None,
+            deleted_at: None,
+            version: 0,
+            s3_config: None,
+            s3_sync: None,
+        }
+    }
+
+    pub fn volume_name(&self) -> VolumeName {
+        VolumeName::for_sandbox(&self.id)
+    }
+
+    /// The persisted metadata document (DB-2).
+    pub fn metadata(&self) -> SandboxMetadata {
+        SandboxMetadata {
+            sandbox_id: self.id.clone(),
+            status: self.status,
+            status_reason: self.status_reason.clone(),
+            created_at: self.created_at,
+            container_id: self.container_id.clone(),
+            volume_name: self.volume_name().as_str().to_owned(),
+            server: self.server.clone(),
+            config: self.spec.clone(),
+            s3_config: self.s3_config.clone(),
+            s3_sync: self.s3_sync.clone(),
+        }
+    }
+}
+
+/// The `metadata` column: snake_case JSON with the sandbox id, status,
+/// creation time and full config, plus S3 facts where used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxMetadata {
+    pub sandbox_id: SandboxId,
+    pub status: SandboxStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    pub volume_name: String,
+    pub server: String,
+    pub config: SandboxSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_config: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_sync: Option<serde_json::Value>,
+}

@@ -1,0 +1,767 @@
+//! Validated sandbox settings: what a create request asks for, after every
+//! field was checked and defaults were applied.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{FieldError, ValidationErrors};
+use crate::ids::SandboxId;
+
+/// A sandbox's human name: 1–63 characters, `[A-Za-z0-9]` first, then
+/// `[A-Za-z0-9_.-]`. Unique per account among active sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SandboxName(String);
+
+impl SandboxName {
+    pub const MAX_LEN: usize = 63;
+
+    pub fn parse(s: &str) -> Result<Self, FieldError> {
+        let err = |m: &str| Err(FieldError::new("name", m.to_owned()));
+        if s.is_empty() {
+            return err("must not be empty");
+        }
+        if s.len() > Self::MAX_LEN {
+            return err(&format!(
+                "must be at most {} characters (got {})",
+                Self::MAX_LEN,
+                s.len()
+            ));
+        }
+        let first = s.as_bytes()[0];
+        if !first.is_ascii_alphanumeric() {
+            return err("must start with a letter or digit");
+        }
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return err("may contain only letters, digits, '_', '.' and '-'");
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The default name of a sandbox: its id.
+    pub fn from_id(id: &SandboxId) -> Self {
+        Self(id.as_str().to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SandboxName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for SandboxName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::parse(&s).map_err(|e| e.message)
+    }
+}
+
+impl From<SandboxName> for String {
+    fn from(n: SandboxName) -> String {
+        n.0
+    }
+}
+
+/// One label: 1–63 characters from `[A-Za-z0-9_.:/=-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Label(String);
+
+impl Label {
+    pub const MAX_LEN: usize = 63;
+
+    pub fn parse_field(s: &str, field: &str) -> Result<Self, FieldError> {
+        if s.is_empty() || s.len() > Self::MAX_LEN {
+            return Err(FieldError::new(
+                field,
+                format!("label must be 1 to {} characters", Self::MAX_LEN),
+            ));
+        }
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'=' | b'-'))
+        {
+            return Err(FieldError::new(
+                field,
+                format!("label '{s}' may contain only letters, digits and _ . : / = -"),
+            ));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Label {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Self::parse_field(&s, "labels").map_err(|e| e.message)
+    }
+}
+
+impl From<Label> for String {
+    fn from(l: Label) -> String {
+        l.0
+    }
+}
+
+/// A sandbox's labels: at most 64, no duplicates, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Labels(Vec<Label>);
+
+impl Labels {
+    pub const MAX: usize = 64;
+
+    pub fn parse_field(items: &[String], field: &str) -> Result<Self, FieldError> {
+        if items.len() > Self::MAX {
+            return Err(FieldError::new(
+                field,
+                format!("at most {} labels are allowed (got {})", Self::MAX, items.len()),
+            ));
+        }
+        let mut out: Vec<Label> = Vec::with_capacity(items.len());
+        for (i, s) in items.iter().enumerate() {
+            let label = Label::parse_field(s, &format!("{field}[{i}]"))?;
+            if !out.contains(&label) {
+                out.push(label);
+            }
+        }
+        Ok(Self(out))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Label> {
+        self.0.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn to_strings(&self) -> Vec<String> {
+        self.0.iter().map(|l| l.0.clone()).collect()
+    }
+
+    /// Whether every label of `required` is among these.
+    pub fn contains_all(&self, required: &[Label]) -> bool {
+        required.iter().all(|r| self.0.contains(r))
+    }
+}
+
+/// The Docker volume of a sandbox: `agent-sandbox-{id}` (VOL-1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct VolumeName(String);
+
+impl VolumeName {
+    pub const PREFIX: &'static str = "agent-sandbox-";
+    pub const MOUNT_PATH: &'static str = "/workspace";
+
+    pub fn for_sandbox(id: &SandboxId) -> Self {
+        Self(format!("{}{}", Self::PREFIX, id))
+    }
+
+    /// Parses a Stockade volume name; other names are not ours.
+    pub fn parse(s: &str) -> Result<Self, FieldError> {
+        let id = s.strip_prefix(Self::PREFIX).ok_or_else(|| {
+            FieldError::new("name", format!("'{s}' is not a Stockade volume name"))
+        })?;
+        SandboxId::parse_field(id, "name")?;
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The sandbox this volume belongs to.
+    pub fn sandbox_id(&self) -> SandboxId {
+        SandboxId::parse(&self.0[Self::PREFIX.len()..]).expect("volume names hold a valid id")
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for VolumeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The main process of a sandbox: a shell command line run with `/bin/sh -c`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StartCommand(String);
+
+impl StartCommand {
+    pub const MAX_LEN: usize = 16 * 1024;
+
+    pub fn parse(s: &str) -> Result<Self, FieldError> {
+        if s.trim().is_empty() {
+            return Err(FieldError::new("startCommand", "must not be empty"));
+        }
+        if s.len() > Self::MAX_LEN {
+            return Err(FieldError::new(
+                "startCommand",
+                format!("must be at most {} bytes", Self::MAX_LEN),
+            ));
+        }
+        if s.contains('\0') {
+            return Err(FieldError::new("startCommand", "must not contain NUL bytes"));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The argv Docker runs.
+    pub fn argv(&self) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), self.0.clone()]
+    }
+
+    /// The default main process: sleeps forever, exits at once on SIGTERM.
+    pub fn keep_alive_argv() -> Vec<String> {
+        vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done".into(),
+        ]
+    }
+}
+
+/// Egress policy of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkPolicy {
+    AllowAll,
+    DenyAll,
+}
+
+impl NetworkPolicy {
+    pub fn from_access(access: bool) -> Self {
+        if access {
+            Self::AllowAll
+        } else {
+            Self::DenyAll
+        }
+    }
+
+    pub fn allows_egress(self) -> bool {
+        self == Self::AllowAll
+    }
+}
+
+/// Server-side defaults and upper bounds for sandbox settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    pub image: String,
+    pub cpu_cores: f64,
+    pub memory_gb: f64,
+    pub disk_size_gb: u32,
+    pub timeout_minutes: f64,
+    pub max_cpu_cores: f64,
+    pub max_memory_gb: f64,
+    pub max_disk_size_gb: u32,
+    pub gpus_available: u32,
+    /// Runtime presets: name → image.
+    pub runtimes: BTreeMap<String, String>,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        let runtimes = [
+            ("node20", "node:20-bookworm"),
+            ("node22", "node:22-bookworm"),
+            ("python3.12", "python:3.12-bookworm"),
+            ("python3.13", "python:3.13-bookworm"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        Self {
+            image: "node:20-bookworm".into(),
+            cpu_cores: 1.0,
+            memory_gb: 2.0,
+            disk_size_gb: 10,
+            timeout_minutes: 0.0,
+            max_cpu_cores: 64.0,
+            max_memory_gb: 256.0,
+            max_disk_size_gb: 2048,
+            gpus_available: 0,
+            runtimes,
+        }
+    }
+}
+
+/// Raw create input, every field optional; [`SandboxSpec::from_input`] checks it.
+#[derive(Debug, Clone, Default)]
+pub struct SpecInput {
+    pub name: Option<String>,
+    pub docker_image: Option<String>,
+    pub runtime: Option<String>,
+    pub start_command: Option<String>,
+    pub cpu_cores: Option<f64>,
+    pub memory_gb: Option<f64>,
+    pub disk_size_gb: Option<f64>,
+    pub gpu_count: Option<f64>,
+    pub network_access: Option<bool>,
+    pub timeout_minutes: Option<f64>,
+    pub environment_vars: Option<BTreeMap<String, String>>,
+    pub labels: Option<Vec<String>>,
+    pub tags: Option<BTreeMap<String, String>>,
+    pub ports: Option<Vec<i64>>,
+    pub persistent: Option<bool>,
+}
+
+/// Everything a sandbox was created with, validated. Stored as the `config`
+/// of the record's metadata (snake_case).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub name: SandboxName,
+    pub docker_image: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_command: Option<StartCommand>,
+    pub cpu_cores: f64,
+    pub memory_gb: f64,
+    pub disk_size_gb: u32,
+    pub gpu_count: u32,
+    pub network: NetworkPolicy,
+    pub timeout_minutes: f64,
+    #[serde(default)]
+    pub environment_vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: Labels,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    pub persistent: bool,
+}
+
+pub const MAX_TAGS: usize = 5;
+pub const MAX_PORTS: usize = 4;
+pub const MAX_ENV_VARS: usize = 256;
+/// One week.
+pub const MAX_TIMEOUT_MINUTES: f64 = 7.0 * 24.0 * 60.0;
+
+/// Checks an image reference: non-empty, at most 255 characters, no spaces,
+/// only the characters Docker references use.
+pub fn parse_image(s: &str, field: &str) -> Result<String, FieldError> {
+    if s.is_empty() || s.len() > 255 {
+        return Err(FieldError::new(field, "image reference must be 1 to 255 characters"));
+    }
+    let ok = s.bytes().all(|b| {
+        b.is_ascii_lowercase()
+            || b.is_ascii_uppercase()
+            || b.is_ascii_digit()
+            || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'@')
+    });
+    let first = s.as_bytes()[0];
+    if !ok || !first.is_ascii_alphanumeric() || s.ends_with(':') || s.ends_with('/') {
+        return Err(FieldError::new(
+            field,
+            format!("'{s}' is not a valid image reference (e.g. node:20-bookworm)"),
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+fn parse_env_key(key: &str) -> bool {
+    let mut bytes = key.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && key.len() <= 255
+}
+
+/// Checks environment variables (names like `API_KEY`, values without NUL).
+pub fn parse_env(
+    env: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<BTreeMap<String, String>, FieldError> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(FieldError::new(
+            field,
+            format!("at most {MAX_ENV_VARS} variables are allowed"),
+        ));
+    }
+    for (k, v) in env {
+        if !parse_env_key(k) {
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                "variable names must match [A-Za-z_][A-Za-z0-9_]*",
+            ));
+        }
+        if v.contains('\0') || v.len() > 128 * 1024 {
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                "value must be at most 128 KiB and contain no NUL bytes",
+            ));
+        }
+    }
+    Ok(env.clone())
+}
+
+/// Checks tags: at most 5, keys 1–63 characters, values at most 255.
+pub fn parse_tags(
+    tags: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<BTreeMap<String, String>, FieldError> {
+    if tags.len() > MAX_TAGS {
+        return Err(FieldError::new(
+            field,
+            format!("at most {MAX_TAGS} tags are allowed (got {})", tags.len()),
+        ));
+    }
+    for (k, v) in tags {
+        if k.is_empty() || k.len() > 63 || k.chars().any(|c| c.is_control()) {
+            return Err(FieldError::new(
+                field,
+                format!("tag key '{k}' must be 1 to 63 printable characters"),
+            ));
+        }
+        if v.len() > 255 || v.chars().any(|c| c.is_control()) {
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                "tag value must be at most 255 printable characters",
+            ));
+        }
+    }
+    Ok(tags.clone())
+}
+
+/// Checks a port number (1–65535).
+pub fn parse_port(p: i64, field: &str) -> Result<u16, FieldError> {
+    u16::try_from(p)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| FieldError::new(field, format!("port {p} is out of range 1-65535")))
+}
+
+/// Checks a session timeout in minutes (0 = never, fractions allowed).
+pub fn parse_timeout_minutes(t: f64, field: &str) -> Result<f64, FieldError> {
+    if !t.is_finite() || !(0.0..=MAX_TIMEOUT_MINUTES).contains(&t) {
+        return Err(FieldError::new(
+            field,
+            format!("must be between 0 (never) and {MAX_TIMEOUT_MINUTES} minutes"),
+        ));
+    }
+    Ok(t)
+}
+
+/// Checks a CPU count against the server's bounds.
+pub fn parse_cpu(v: f64, defaults: &Defaults, field: &str) -> Result<f64, FieldError> {
+    if !v.is_finite() || v < 0.01 || v > defaults.max_cpu_cores {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be between 0.01 and {} cores (got {v})",
+                defaults.max_cpu_cores
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// Checks a memory size in GB against the server's bounds (at least 64 MB).
+pub fn parse_memory(v: f64, defaults: &Defaults, field: &str) -> Result<f64, FieldError> {
+    if !v.is_finite() || v < 0.0625 || v > defaults.max_memory_gb {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be between 0.0625 and {} GB (got {v})",
+                defaults.max_memory_gb
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+fn whole(v: f64, field: &str, min: u32, max: u32, what: &str) -> Result<u32, FieldError> {
+    if !v.is_finite() || v.fract() != 0.0 || v < min as f64 || v > max as f64 {
+        return Err(FieldError::new(
+            field,
+            format!("must be a whole number of {what} between {min} and {max} (got {v})"),
+        ));
+    }
+    Ok(v as u32)
+}
+
+impl SandboxSpec {
+    /// Validates `input`, applying `defaults` to what it leaves out. Every bad
+    /// field is reported, each by its API name.
+    pub fn from_input(
+        input: SpecInput,
+        id: &SandboxId,
+        defaults: &Defaults,
+    ) -> Result<Self, ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        let name = match &input.name {
+            Some(n) => errs.check(SandboxName::parse(n)),
+            None => Some(SandboxName::from_id(id)),
+        };
+        let runtime = match &input.runtime {
+            Some(r) => match defaults.runtimes.get(r) {
+                Some(_) => Some(r.clone()),
+                None => {
+                    let known: Vec<&str> = defaults.runtimes.keys().map(|k| k.as_str()).collect();
+                    errs.push(
+                        "runtime",
+                        format!("unknown runtime '{r}': known runtimes are {}", known.join(", ")),
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let image = match (&input.docker_image, &runtime) {
+            (Some(i), _) => errs.check(parse_image(i, "dockerImage")),
+            (None, Some(r)) => defaults.runtimes.get(r).cloned(),
+            (None, None) => Some(defaults.image.clone()),
+        };
+        let start_command = match &input.start_command {
+            Some(c) => errs.check(StartCommand::parse(c)).map(Some),
+            None => Some(None),
+        };
+        let cpu = errs.check(parse_cpu(
+            input.cpu_cores.unwrap_or(defaults.cpu_cores),
+            defaults,
+            "cpuCores",
+        ));
+        let mem = errs.check(parse_memory(
+            input.memory_gb.unwrap_or(defaults.memory_gb),
+            defaults,
+            "memoryGB",
+        ));
+        let disk = errs.check(whole(
+            input.disk_size_gb.unwrap_or(defaults.disk_size_gb as f64),
+            "diskSizeGB",
+            1,
+            defaults.max_disk_size_gb,
+            "GB",
+        ));
+        let gpu = match input.gpu_count {
+            Some(g) if g > defaults.gpus_available as f64 && g.fract() == 0.0 && g >= 0.0 => {
+                errs.push(
+                    "gpuCount",
+                    format!(
+                        "{g} GPUs requested but this server has {} available",
+                        defaults.gpus_available
+                    ),
+                );
+                None
+            }
+            Some(g) => errs.check(whole(g, "gpuCount", 0, defaults.gpus_available, "GPUs")),
+            None => Some(0),
+        };
+        let timeout = errs.check(parse_timeout_minutes(
+            input.timeout_minutes.unwrap_or(defaults.timeout_minutes),
+            "timeoutMinutes",
+        ));
+        let env = errs.check(parse_env(
+            &input.environment_vars.unwrap_or_default(),
+            "environmentVars",
+        ));
+        let labels = errs.check(Labels::parse_field(
+            &input.labels.unwrap_or_default(),
+            "labels",
+        ));
+        let tags = errs.check(parse_tags(&input.tags.unwrap_or_default(), "tags"));
+        let ports = {
+            let raw = input.ports.unwrap_or_default();
+            if raw.len() > MAX_PORTS {
+                errs.push(
+                    "ports",
+                    format!("at most {MAX_PORTS} ports can be declared (got {})", raw.len()),
+                );
+                None
+            } else {
+                let mut out = Vec::new();
+                for (i, p) in raw.iter().enumerate() {
+                    if let Some(p) = errs.check(parse_port(*p, &format!("ports[{i}]"))) {
+                        if !out.contains(&p) {
+                            out.push(p);
+                        }
+                    }
+                }
+                Some(out)
+            }
+        };
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        Ok(Self {
+            name: name.expect("checked"),
+            docker_image: image.expect("checked"),
+            runtime,
+            start_command: start_command.expect("checked"),
+            cpu_cores: cpu.expect("checked"),
+            memory_gb: mem.expect("checked"),
+            disk_size_gb: disk.expect("checked"),
+            gpu_count: gpu.expect("checked"),
+            network: NetworkPolicy::from_access(input.network_access.unwrap_or(true)),
+            timeout_minutes: timeout.expect("checked"),
+            environment_vars: env.expect("checked"),
+            labels: labels.expect("checked"),
+            tags: tags.expect("checked"),
+            ports: ports.expect("checked"),
+            persistent: input.persistent.unwrap_or(true),
+        })
+    }
+
+    /// Memory limit in bytes.
+    pub fn memory_bytes(&self) -> i64 {
+        (self.memory_gb * 1024.0 * 1024.0 * 1024.0) as i64
+    }
+
+    /// CPU limit in Docker's NanoCpus.
+    pub fn nano_cpus(&self) -> i64 {
+        (self.cpu_cores * 1e9) as i64
+    }
+
+    /// The argv of the main process.
+    pub fn command_argv(&self) -> Vec<String> {
+        match &self.start_command {
+            Some(c) => c.argv(),
+            None => StartCommand::keep_alive_argv(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> SandboxId {
+        SandboxId::parse("abcdefghijkl").unwrap()
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let spec = SandboxSpec::from_input(
+            SpecInput {
+                name: Some("demo".into()),
+                ..Default::default()
+            },
+            &id(),
+            &Defaults::default(),
+        )
+        .unwrap();
+        assert_eq!(spec.docker_image, "node:20-bookworm");
+        assert_eq!(spec.cpu_cores, 1.0);
+        assert_eq!(spec.memory_gb, 2.0);
+        assert_eq!(spec.disk_size_gb, 10);
+        assert_eq!(spec.gpu_count, 0);
+        assert!(spec.persistent);
+        assert_eq!(spec.network, NetworkPolicy::AllowAll);
+    }
+
+    #[test]
+    fn name_defaults_to_id() {
+        let spec = SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
+        assert_eq!(spec.name.as_str(), "abcdefghijkl");
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let input = SpecInput {
+            name: Some("".into()),
+            cpu_cores: Some(-1.0),
+            memory_gb: Some(100000.0),
+            disk_size_gb: Some(0.5),
+            gpu_count: Some(1.0),
+            timeout_minutes: Some(-3.0),
+            labels: Some(vec!["bad label".into()]),
+            tags: Some((0..6).map(|i| (format!("k{i}"), "v".into())).collect()),
+            ports: Some(vec![1, 2, 3, 4, 5]),
+            docker_image: Some("Bad Image".into()),
+            environment_vars: Some([("1BAD".to_string(), "x".to_string())].into()),
+            start_command: Some("  ".into()),
+            runtime: Some("cobol".into()),
+            ..Default::default()
+        };
+        let errs = SandboxSpec::from_input(input, &id(), &Defaults::default()).unwrap_err();
+        let fields: Vec<&str> = errs.0.iter().map(|e| e.field.as_str()).collect();
+        for f in [
+            "name",
+            "cpuCores",
+            "memoryGB",
+            "diskSizeGB",
+            "gpuCount",
+            "timeoutMinutes",
+            "labels[0]",
+            "tags",
+            "ports",
+            "dockerImage",
+            "environmentVars.1BAD",
+            "startCommand",
+            "runtime",
+        ] {
+            assert!(fields.contains(&f), "{f} missing from {fields:?}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(SandboxName::parse("demo-1.x_y").is_ok());
+        assert!(SandboxName::parse("-x").is_err());
+        assert!(SandboxName::parse(&"a".repeat(64)).is_err());
+        assert!(SandboxName::parse("a b").is_err());
+    }
+
+    #[test]
+    fn images() {
+        for ok in ["node:20-bookworm", "ghcr.io/a/b:1.2", "busybox", "x@sha256:abc"] {
+            assert!(parse_image(ok, "dockerImage").is_ok(), "{ok}");
+        }
+        for bad in ["", "a b", "-x", "x:", "x;rm -rf"] {
+            assert!(parse_image(bad, "dockerImage").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn runtime_preset_maps_to_image() {
+        let spec = SandboxSpec::from_input(
+            SpecInput {
+                runtime: Some("python3.13".into()),
+                ..Default::default()
+            },
+            &id(),
+            &Defaults::default(),
+        )
+        .unwrap();
+        assert_eq!(spec.docker_image, "python:3.13-bookworm");
+    }
+
+    #[test]
+    fn volume_names() {
+        let v = VolumeName::for_sandbox(&id());
+        assert_eq!(v.as_str(), "agent-sandbox-abcdefghijkl");
+        assert_eq!(VolumeName::parse(v.as_str()).unwrap().sandbox_id(), id());
+        assert!(VolumeName::parse("other").is_err());
+    }
+
+    #[test]
+    fn spec_round_trips_as_snake_case() {
+        let spec = SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
+        let json = serde_json::to_value(&spec).unwrap();
+        assert!(json.get("docker_image").is_some());
+        assert!(json.get("cpu_cores").is_some());
+        let back: SandboxSpec = serde_json::from_value(json).unwrap();
+        assert_eq!(back, spec);
+    }
+}

@@ -1,0 +1,174 @@
+//! Runs sandboxes: the [`Runtime`] trait, its Docker implementation
+//! ([`DockerRuntime`], the only code that talks to Docker) and an in-memory
+//! [`FakeRuntime`] for fast logic tests.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+
+mod docker;
+mod fake;
+
+pub use docker::{DockerConfig, DockerRuntime};
+pub use fake::FakeRuntime;
+
+/// Container label keys Stockade puts on everything it creates.
+pub mod labels {
+    pub const MANAGED: &str = "io.stockade.managed";
+    pub const SANDBOX_ID: &str = "io.stockade.sandbox-id";
+    pub const ACCOUNT_ID: &str = "io.stockade.account-id";
+    pub const INSTANCE_ID: &str = "io.stockade.instance-id";
+}
+
+/// What can go wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The daemon does not answer; the message says how to fix that.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The image is not present and could not be pulled.
+    #[error("image '{image}' is not available locally and could not be pulled: {reason}")]
+    ImageUnavailable { image: String, reason: String },
+    /// No container (or volume) for this sandbox.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The resource is in use (e.g. a volume of a running container).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Anything else the daemon reported.
+    #[error("docker error: {0}")]
+    Other(String),
+}
+
+pub type RuntimeResult<T> = Result<T, RuntimeError>;
+
+/// Facts about the container engine, for `/health`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeInfo {
+    pub version: String,
+    pub api_version: String,
+    pub os: String,
+    pub arch: String,
+    /// OCI runtimes the engine offers (e.g. `runc`, `runsc`).
+    pub runtimes: Vec<String>,
+}
+
+/// Everything needed to create one sandbox container (SEC-3 hardening is the
+/// runtime's job, not the caller's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSpec {
+    pub sandbox_id: SandboxId,
+    pub account_id: AccountId,
+    pub instance_id: InstanceId,
+    pub image: String,
+    /// argv of the main process.
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cpu_cores: f64,
+    pub memory_bytes: i64,
+    pub network_access: bool,
+    pub hostname: String,
+}
+
+/// A container's state as the engine reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerState {
+    pub container_id: String,
+    pub running: bool,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i64>,
+    pub oom_killed: bool,
+}
+
+/// A container carrying Stockade's labels, found by [`Runtime::list_managed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedContainer {
+    pub container_id: String,
+    pub sandbox_id: Option<SandboxId>,
+    pub instance_id: Option<String>,
+    pub running: bool,
+}
+
+/// A Stockade volume (`agent-sandbox-*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeInfo {
+    pub name: VolumeName,
+    pub created_at: Option<DateTime<Utc>>,
+    /// Disk usage in bytes, when the engine reports it.
+    pub size_bytes: Option<u64>,
+    pub instance_id: Option<String>,
+}
+
+/// A command to run inside a running sandbox.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ExecSpec {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    /// Written to the process's stdin, which is then closed.
+    pub stdin: Option<Vec<u8>>,
+    /// Kill the process after this long.
+    pub timeout: Option<Duration>,
+    /// Keep at most this many bytes of stdout and of stderr each.
+    pub max_output_bytes: usize,
+}
+
+/// The buffered result of [`Runtime::exec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// `None` when the process was killed by the timeout.
+    pub exit_code: Option<i64>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timed_out: bool,
+    /// Output beyond `max_output_bytes` was dropped.
+    pub truncated: bool,
+}
+
+/// Creates, runs and removes sandbox containers and their volumes.
+#[async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// Engine version facts; `Unavailable` when it does not answer.
+    async fn info(&self) -> RuntimeResult<RuntimeInfo>;
+
+    /// A short name of the engine host ("server location").
+    fn server_name(&self) -> String;
+
+    /// Makes sure `image` is present, pulling it when missing.
+    async fn ensure_image(&self, image: &str) -> RuntimeResult<()>;
+
+    /// Creates the volume `agent-sandbox-{id}` (if absent) and the container
+    /// with the volume mounted at `/workspace`, and starts it. On any failure
+    /// nothing it made is left behind. Returns the container id.
+    async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String>;
+
+    /// Starts the sandbox's container; already running is fine.
+    async fn start(&self, id: &SandboxId) -> RuntimeResult<()>;
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL (LC-4). Already stopped is fine.
+    async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()>;
+
+    /// Removes the container (gone already is fine) and, unless
+    /// `preserve_volume`, its volume.
+    async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()>;
+
+    /// The container's state; `None` when there is no container.
+    async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>>;
+
+    /// Runs a command in the running sandbox and collects its output.
+    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecOutput>;
+
+    /// Every container labelled as Stockade's.
+    async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>>;
+
+    /// Stockade's volumes, with sizes where the engine reports them.
+    async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>>;
+
+    /// Removes a volume; `Conflict` when a container uses it.
+    async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()>;
+}

@@ -1,0 +1,138 @@
+//! Persistence of accounts, tokens and sandbox records: the [`Store`] trait,
+//! with SQLite ([`SqliteStore`]) and PostgreSQL ([`PgStore`]) implementations.
+//! The database is the single source of truth (DB-1); callers never see sqlx.
+#![forbid(unsafe_code)]
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use stockade_core::{
+    Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, TeamId,
+};
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// What can go wrong in the store. Callers match on these, never on sqlx.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    /// The record exists but belongs to another account (SEC-1 → 403).
+    #[error("forbidden")]
+    Forbidden,
+    /// A unique constraint or a row-version check failed.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("database error: {0}")]
+    Other(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Filters of the sandbox list (API-1). Empty filters match everything.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxFilter {
+    /// Any of these statuses; empty = any.
+    pub statuses: Vec<SandboxStatus>,
+    /// `Some(true)`: not terminated; `Some(false)`: terminated only;
+    /// `None`: see [`SandboxFilter::include_terminated`].
+    pub is_active: Option<bool>,
+    /// The sandbox must carry ALL of these labels.
+    pub labels: Vec<Label>,
+    pub team_id: Option<TeamId>,
+    /// Exact name.
+    pub name: Option<String>,
+    /// 1-based.
+    pub page: u32,
+    pub per_page: u32,
+}
+
+impl SandboxFilter {
+    /// TERMINATED sandboxes are listed only when asked for (`is_active=false`
+    /// or `status=TERMINATED`).
+    pub fn include_terminated(&self) -> bool {
+        self.is_active == Some(false) || self.statuses.contains(&SandboxStatus::Terminated)
+    }
+}
+
+/// One page of sandboxes, newest first, and the total matching the filter.
+#[derive(Debug, Clone)]
+pub struct SandboxPage {
+    pub sandboxes: Vec<Sandbox>,
+    pub total: u64,
+}
+
+/// The persistence interface. Every method that reads a caller's sandbox
+/// takes the caller's [`Scope`].
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// This installation's id, created on first use and stable afterwards.
+    async fn instance_id(&self) -> StoreResult<InstanceId>;
+
+    /// Checks the database answers (for `/health`).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// `"sqlite"` or `"postgres"`.
+    fn backend(&self) -> &'static str;
+
+    // --- accounts and tokens ---
+
+    async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account>;
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+    async fn count_accounts(&self) -> StoreResult<u64>;
+    /// Stores a token hash for an account (SEC-2: never the plaintext).
+    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()>;
+    /// The account a token hash belongs to, with the caller's teams.
+    async fn account_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>>;
+
+    // --- sandboxes ---
+
+    /// Inserts a new record. A second active sandbox with the same name in
+    /// the same account is a [`StoreError::Conflict`] (DB-7).
+    async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()>;
+
+    /// The sandbox with `id`, soft-deleted ones included: `NotFound` when no
+    /// record exists, `Forbidden` when it is outside `scope`.
+    async fn get_sandbox(&self, scope: &Scope, id: &SandboxId) -> StoreResult<Sandbox>;
+
+    /// The active (not soft-deleted) sandbox of `scope`'s account with `name`.
+    async fn get_sandbox_by_name(&self, scope: &Scope, name: &str) -> StoreResult<Sandbox>;
+
+    /// One page of `scope`'s sandboxes, newest first.
+    async fn list_sandboxes(&self, scope: &Scope, filter: &SandboxFilter) -> StoreResult<SandboxPage>;
+
+    /// Writes every field of `sandbox` if its stored version is still
+    /// `sandbox.version`, and returns the record with the new version.
+    /// Another writer in between → `Conflict` (DB-7).
+    async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox>;
+
+    /// Marks the record TERMINATED and soft-deleted at `at`.
+    async fn soft_delete_sandbox(&self, id: &SandboxId, at: DateTime<Utc>) -> StoreResult<()>;
+
+    /// Removes a record for good: only for a create that never finished.
+    async fn purge_sandbox(&self, id: &SandboxId) -> StoreResult<()>;
+
+    /// Every record not soft-deleted, across accounts: for reconciliation.
+    async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>>;
+
+    /// Whether any record (soft-deleted or not) exists with this id:
+    /// tells orphaned resources from owned ones.
+    async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;
+}
+
+/// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,
+/// `postgres://…`) and applies its migrations.
+pub async fn connect(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(std::sync::Arc::new(SqliteStore::connect(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(std::sync::Arc::new(PgStore::connect(url).await?))
+    } else {
+        Err(StoreError::Other(format!(
+            "unsupported database URL '{url}': use sqlite://PATH or postgres://USER@HOST/DB"
+        )))
+    }
+}
