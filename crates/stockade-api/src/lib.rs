@@ -1,1 +1,360 @@
-//! Request and response types of the HTTP API.
+//! Request and response types of Stockade's HTTP API (JSON, camelCase), shared
+//! by the server and the SDK, with their OpenAPI schemas.
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use stockade_core::spec::SpecInput;
+use stockade_core::{human_bytes, size::volume_warning, Sandbox, SandboxStatus};
+use utoipa::ToSchema;
+
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// A stable machine-readable `code`, a message for people, and details
+/// (e.g. the invalid fields).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// e.g. `not_found`, `forbidden`, `validation_failed`, `conflict`,
+    /// `image_unavailable`, `docker_unavailable`, `database_error`.
+    pub code: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    pub details: Option<serde_json::Value>,
+}
+
+/// `POST /api/v1/sandbox`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    /// Unique among the account's active sandboxes; defaults to the id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Defaults to the server's default image (`node:20-bookworm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker_image: Option<String>,
+    /// A preset name the server maps to an image (e.g. `node22`, `python3.13`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Shell command line of the main process; defaults to a keep-alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<f64>,
+    #[serde(default, rename = "memoryGB", skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    #[serde(default, rename = "diskSizeGB", skip_serializing_if = "Option::is_none")]
+    pub disk_size_gb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_count: Option<f64>,
+    /// `false` cuts all egress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_access: Option<bool>,
+    /// Session timeout in minutes; fractions allowed; 0 = never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_minutes: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_vars: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// At most 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
+    /// At most 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<i64>>,
+    /// Filesystem survives session timeouts (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent: Option<bool>,
+    /// A team of the caller to share the sandbox with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+}
+
+impl CreateSandboxRequest {
+    /// The fields the domain validates.
+    pub fn spec_input(&self) -> SpecInput {
+        SpecInput {
+            name: self.name.clone(),
+            docker_image: self.docker_image.clone(),
+            runtime: self.runtime.clone(),
+            start_command: self.start_command.clone(),
+            cpu_cores: self.cpu_cores,
+            memory_gb: self.memory_gb,
+            disk_size_gb: self.disk_size_gb,
+            gpu_count: self.gpu_count,
+            network_access: self.network_access,
+            timeout_minutes: self.timeout_minutes,
+            environment_vars: self.environment_vars.clone(),
+            labels: self.labels.clone(),
+            tags: self.tags.clone(),
+            ports: self.ports.clone(),
+            persistent: self.persistent,
+        }
+    }
+}
+
+/// A sandbox's volume.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSummary {
+    pub name: String,
+    pub mount_path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// Human-readable, e.g. `1.2 GB`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Set above 10 GB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl VolumeSummary {
+    pub fn new(name: String, size_bytes: Option<u64>) -> Self {
+        Self {
+            name,
+            mount_path: stockade_core::VolumeName::MOUNT_PATH.to_owned(),
+            size_bytes,
+            size: size_bytes.map(human_bytes),
+            warning: size_bytes.and_then(volume_warning),
+        }
+    }
+}
+
+/// A sandbox as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxResponse {
+    pub id: String,
+    pub name: String,
+    pub account_id: String,
+    #[serde(default)]
+    pub team_id: Option<String>,
+    pub docker_image: String,
+    #[serde(default)]
+    pub runtime: Option<String>,
+    #[serde(default)]
+    pub start_command: Option<String>,
+    pub cpu_cores: f64,
+    #[serde(rename = "memoryGB")]
+    pub memory_gb: f64,
+    #[serde(rename = "diskSizeGB")]
+    pub disk_size_gb: u32,
+    pub gpu_count: u32,
+    pub network_access: bool,
+    /// `allow-all` or `deny-all`.
+    pub network_policy: String,
+    /// PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED.
+    #[schema(value_type = String)]
+    pub status: SandboxStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    pub timeout_minutes: f64,
+    pub environment_vars: BTreeMap<String, String>,
+    pub labels: Vec<String>,
+    pub tags: BTreeMap<String, String>,
+    pub ports: Vec<u16>,
+    pub persistent: bool,
+    /// The Docker host ("server location").
+    pub server: String,
+    pub created_at: DateTime<Utc>,
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub stopped_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub terminated_at: Option<DateTime<Utc>>,
+    pub volume: VolumeSummary,
+    /// Seconds since the current session started (running sandboxes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uptime_seconds: Option<i64>,
+    /// Where the logs of this sandbox stream from.
+    pub logs_url: String,
+    /// Persisted runtime facts, snake_case (DB-2).
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+}
+
+impl SandboxResponse {
+    /// The API view of a record. Volume size and usage are filled in by the
+    /// server where it measured them.
+    pub fn from_record(sb: &Sandbox, now: DateTime<Utc>) -> Self {
+        let spec = &sb.spec;
+        let uptime = (sb.status == SandboxStatus::Running)
+            .then_some(sb.started_at)
+            .flatten()
+            .map(|t| (now - t).num_seconds().max(0));
+        Self {
+            id: sb.id.to_string(),
+            name: spec.name.to_string(),
+            account_id: sb.account_id.to_string(),
+            team_id: sb.team_id.as_ref().map(|t| t.to_string()),
+            docker_image: spec.docker_image.clone(),
+            runtime: spec.runtime.clone(),
+            start_command: spec.start_command.as_ref().map(|c| c.as_str().to_owned()),
+            cpu_cores: spec.cpu_cores,
+            memory_gb: spec.memory_gb,
+            disk_size_gb: spec.disk_size_gb,
+            gpu_count: spec.gpu_count,
+            network_access: spec.network.allows_egress(),
+            network_policy: match spec.network {
+                stockade_core::NetworkPolicy::AllowAll => "allow-all".into(),
+                stockade_core::NetworkPolicy::DenyAll => "deny-all".into(),
+            },
+            status: sb.status,
+            status_reason: sb.status_reason.clone(),
+            timeout_minutes: spec.timeout_minutes,
+            environment_vars: spec.environment_vars.clone(),
+            labels: spec.labels.to_strings(),
+            tags: spec.tags.clone(),
+            ports: spec.ports.clone(),
+            persistent: spec.persistent,
+            server: sb.server.clone(),
+            created_at: sb.created_at,
+            started_at: sb.started_at,
+            stopped_at: sb.stopped_at,
+            terminated_at: sb.terminated_at,
+            volume: VolumeSummary::new(sb.volume_name().to_string(), None),
+            uptime_seconds: uptime,
+            logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
+            metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
+/// `GET /api/v1/sandbox`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ListSandboxesResponse {
+    pub sandboxes: Vec<SandboxResponse>,
+    pub total: u64,
+    pub page: u32,
+    pub per_page: u32,
+    pub has_next: bool,
+}
+
+/// `DELETE /api/v1/sandbox/bulk`: by ids, or every sandbox carrying ALL labels.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BulkDeleteRequest {
+    #[serde(default)]
+    pub ids: Vec<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default)]
+    pub preserve_volume: bool,
+}
+
+/// The outcome for one sandbox of a bulk delete.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkDeleteResult {
+    pub id: String,
+    pub deleted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BulkDeleteResponse {
+    pub results: Vec<BulkDeleteResult>,
+}
+
+/// `GET /api/v1/health`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthResponse {
+    /// `healthy` or `unhealthy`.
+    pub status: String,
+    pub version: String,
+    pub docker: DockerHealth,
+    pub database: DatabaseHealth,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DockerHealth {
+    /// `healthy` or `unhealthy`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What to check when Docker does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub troubleshooting: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseHealth {
+    pub status: String,
+    /// `sqlite` or `postgres`.
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /api/v1/accounts` (admin only).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateAccountRequest {
+    pub name: String,
+    #[serde(default)]
+    pub is_admin: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountResponse {
+    pub id: String,
+    pub name: String,
+    pub is_admin: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&stockade_core::Account> for AccountResponse {
+    fn from(a: &stockade_core::Account) -> Self {
+        Self {
+            id: a.id.to_string(),
+            name: a.name.clone(),
+            is_admin: a.is_admin,
+            created_at: a.created_at,
+        }
+    }
+}
+
+/// The new account and its API token, shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreateAccountResponse {
+    pub account: AccountResponse,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ListAccountsResponse {
+    pub accounts: Vec<AccountResponse>,
+}
+
+/// `GET /api/v1/me`: who the token belongs to.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WhoAmIResponse {
+    pub account: AccountResponse,
+    pub team_ids: Vec<String>,
+}

@@ -13,8 +13,8 @@ use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 mod docker;
 mod fake;
 
-pub use docker::{DockerConfig, DockerRuntime};
-pub use fake::FakeRuntime;
+pub use docker::{container_name, DockerConfig, DockerRuntime};
+pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 
 /// Container label keys Stockade puts on everything it creates.
 pub mod labels {
@@ -114,9 +114,13 @@ pub struct ExecSpec {
     pub stdin: Option<Vec<u8>>,
     /// Kill the process after this long.
     pub timeout: Option<Duration>,
-    /// Keep at most this many bytes of stdout and of stderr each.
+    /// Keep at most this many bytes of stdout and of stderr each; `0` means
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`].
     pub max_output_bytes: usize,
 }
+
+/// The output cap of an [`ExecSpec`] that sets none (`max_output_bytes: 0`).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
 
 /// The buffered result of [`Runtime::exec`].
 #[derive(Debug, Clone, PartialEq, Eq)]

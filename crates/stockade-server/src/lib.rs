@@ -1,1 +1,157 @@
-//! HTTP server.
+//! Stockade's HTTP server as a library: the axum router over a [`Store`] and
+//! a [`Runtime`], authentication, reconciliation and the first-start bootstrap.
+//! The binary chooses the concrete store and runtime; tests pass their own.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use stockade_core::{ApiToken, InstanceId};
+use stockade_runtime::Runtime;
+use stockade_store::Store;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod lifecycle;
+pub mod reconcile;
+pub mod routes;
+
+pub use config::ServerConfig;
+pub use error::{ApiError, ApiResult};
+
+/// What every handler gets: the store, the runtime and the configuration.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub runtime: Arc<dyn Runtime>,
+    pub config: Arc<ServerConfig>,
+    pub instance_id: InstanceId,
+}
+
+impl AppState {
+    pub async fn new(
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        config: ServerConfig,
+    ) -> Result<Self, stockade_store::StoreError> {
+        let instance_id = store.instance_id().await?;
+        Ok(Self {
+            store,
+            runtime,
+            config: Arc::new(config),
+            instance_id,
+        })
+    }
+}
+
+/// The whole HTTP surface.
+pub fn router(state: AppState) -> Router {
+    use routes::{accounts, docs, health, sandboxes};
+    let api = Router::new()
+        .route("/health", get(health::health))
+        .route("/openapi.json", get(docs::openapi_json))
+        .route("/docs", get(docs::docs_page))
+        .route("/me", get(accounts::me))
+        .route("/accounts", post(accounts::create).get(accounts::list))
+        .route("/sandbox", post(sandboxes::create).get(sandboxes::list))
+        .route("/sandbox/bulk", axum::routing::delete(sandboxes::bulk_delete))
+        .route(
+            "/sandbox/{id}",
+            get(sandboxes::get).delete(sandboxes::destroy),
+        )
+        .route("/sandbox/{id}/start", post(sandboxes::start))
+        .route("/sandbox/{id}/stop", post(sandboxes::stop));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/", get(routes::home))
+        .fallback(routes::not_found)
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// What [`bootstrap`] did on this start.
+#[derive(Debug)]
+pub enum Bootstrap {
+    /// The first start: an admin account was made; its token is shown once.
+    CreatedAdmin { token: String, generated: bool },
+    /// `STOCKADE_ADMIN_TOKEN` was registered for the existing admin.
+    RegisteredAdminToken,
+    Nothing,
+}
+
+/// On the very first start, creates the admin account and its token
+/// (`admin_token`, or a generated one). With accounts present, an
+/// `admin_token` that is not yet known is added to the first admin.
+pub async fn bootstrap(
+    store: &dyn Store,
+    admin_token: Option<&str>,
+) -> Result<Bootstrap, stockade_store::StoreError> {
+    let hash_of = |t: &str| stockade_core::account::hash_token(t);
+    if store.count_accounts().await? == 0 {
+        let token = match admin_token {
+            Some(t) => ApiToken::from_plaintext(t),
+            None => ApiToken::generate(),
+        };
+        let account = match store.create_account("admin", true).await {
+            Ok(a) => a,
+            // Another instance made it first.
+            Err(stockade_store::StoreError::Conflict(_)) => return Ok(Bootstrap::Nothing),
+            Err(e) => return Err(e),
+        };
+        store.add_token(&account.id, &token.hash()).await?;
+        return Ok(Bootstrap::CreatedAdmin {
+            token: token.plaintext().to_owned(),
+            generated: admin_token.is_none(),
+        });
+    }
+    if let Some(t) = admin_token {
+        if store.account_by_token_hash(&hash_of(t)).await?.is_none() {
+            let admin = store
+                .list_accounts()
+                .await?
+                .into_iter()
+                .find(|a| a.is_admin);
+            if let Some(admin) = admin {
+                store.add_token(&admin.id, &hash_of(t)).await?;
+                return Ok(Bootstrap::RegisteredAdminToken);
+            }
+        }
+    }
+    Ok(Bootstrap::Nothing)
+}
+
+/// A running server: its address and a handle to stop it.
+pub struct RunningServer {
+    pub addr: std::net::SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds `config.listen`, reconciles once, and serves until `shutdown` is
+/// cancelled. Background reconciliation runs alongside.
+pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
+    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    let addr = listener.local_addr()?;
+    match reconcile::reconcile_once(&state).await {
+        Ok(r) => tracing::info!(?r, "startup reconciliation done"),
+        Err(e) => tracing::warn!(error = %e, "startup reconciliation skipped: Docker unavailable"),
+    }
+    let shutdown = CancellationToken::new();
+    tokio::spawn(reconcile::run_periodically(state.clone(), shutdown.clone()));
+    let app = router(state);
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { token.cancelled().await })
+            .await
+    });
+    Ok(RunningServer {
+        addr,
+        shutdown,
+        task,
+    })
+}

@@ -9,6 +9,7 @@ use stockade_core::{
     Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, TeamId,
 };
 
+mod common;
 mod postgres;
 mod sqlite;
 
@@ -86,7 +87,10 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a token hash for an account (SEC-2: never the plaintext).
     async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()>;
     /// The account a token hash belongs to, with the caller's teams.
-    async fn account_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>>;
+    async fn account_by_token_hash(
+        &self,
+        token_hash: &str,
+    ) -> StoreResult<Option<(Account, Vec<TeamId>)>>;
 
     // --- sandboxes ---
 
@@ -102,7 +106,11 @@ pub trait Store: Send + Sync + 'static {
     async fn get_sandbox_by_name(&self, scope: &Scope, name: &str) -> StoreResult<Sandbox>;
 
     /// One page of `scope`'s sandboxes, newest first.
-    async fn list_sandboxes(&self, scope: &Scope, filter: &SandboxFilter) -> StoreResult<SandboxPage>;
+    async fn list_sandboxes(
+        &self,
+        scope: &Scope,
+        filter: &SandboxFilter,
+    ) -> StoreResult<SandboxPage>;
 
     /// Writes every field of `sandbox` if its stored version is still
     /// `sandbox.version`, and returns the record with the new version.

@@ -1,0 +1,728 @@
+//! An in-memory [`Runtime`] with Docker's semantics (names, volumes, 404/409
+//! cases) and failure injection, for fast logic tests without an engine.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use stockade_core::{SandboxId, VolumeName};
+
+use crate::{
+    ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer, Runtime, RuntimeError,
+    RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
+};
+
+/// Computes the result of an exec in a [`FakeRuntime`].
+pub type ExecHandler = Arc<dyn Fn(&SandboxId, &ExecSpec) -> ExecOutput + Send + Sync>;
+
+/// One fake container, as tests can inspect it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeContainer {
+    pub container_id: String,
+    pub spec: ContainerSpec,
+    pub running: bool,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i64>,
+    /// Grace periods of the stops it received, in order.
+    pub stops: Vec<Duration>,
+}
+
+#[derive(Debug, Clone)]
+struct FakeVolume {
+    created_at: DateTime<Utc>,
+    size_bytes: Option<u64>,
+    instance_id: Option<String>,
+}
+
+#[derive(Default)]
+struct State {
+    containers: BTreeMap<SandboxId, FakeContainer>,
+    /// Volumes by the sandbox id in their name (`VolumeName` has no order).
+    volumes: BTreeMap<SandboxId, FakeVolume>,
+    missing_images: BTreeSet<String>,
+    unavailable: bool,
+    fail_create: Option<String>,
+    fail_start: Option<String>,
+    fail_stop: Option<String>,
+    fail_remove: Option<String>,
+    fail_exec: Option<String>,
+    create_delay: Option<Duration>,
+    exec_results: VecDeque<ExecOutput>,
+    exec_handler: Option<ExecHandler>,
+    exec_calls: Vec<(SandboxId, ExecSpec)>,
+    next_container: u64,
+}
+
+/// An in-memory [`Runtime`]. Cheap to clone; clones share state.
+///
+/// Semantics follow [`crate::DockerRuntime`]: `create` makes the volume (if
+/// absent) and a running container and leaves nothing behind on failure;
+/// `start`/`stop` are idempotent; a volume used by a container cannot be
+/// removed (`Conflict`). Failures are injected with `fail_next_*`,
+/// [`set_unavailable`](Self::set_unavailable) and
+/// [`set_image_missing`](Self::set_image_missing).
+///
+/// `exec` returns, in order of precedence: the next result queued with
+/// [`push_exec_result`](Self::push_exec_result), the handler set with
+/// [`set_exec_handler`](Self::set_exec_handler), or a tiny built-in shell:
+/// `echo ARGS`, `cat` (echoes stdin), `true`, `false`, `sh -c 'exit N'`;
+/// anything else succeeds with no output.
+#[derive(Clone)]
+pub struct FakeRuntime {
+    state: Arc<Mutex<State>>,
+    server_name: String,
+}
+
+impl Default for FakeRuntime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for FakeRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeRuntime")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeRuntime {
+    pub fn new() -> Self {
+        Self::with_server_name("local")
+    }
+
+    pub fn with_server_name(name: impl Into<String>) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State::default())),
+            server_name: name.into(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every call fails with `Unavailable` while `true` (the daemon is "down").
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.state().unavailable = unavailable;
+    }
+
+    /// The next `create` fails with `Other(msg)`, after making (and removing
+    /// again) its volume, as a failed Docker create would.
+    pub fn fail_next_create(&self, msg: impl Into<String>) {
+        self.state().fail_create = Some(msg.into());
+    }
+
+    /// The next `start` fails with `Other(msg)`.
+    pub fn fail_next_start(&self, msg: impl Into<String>) {
+        self.state().fail_start = Some(msg.into());
+    }
+
+    /// The next `stop` fails with `Other(msg)`.
+    pub fn fail_next_stop(&self, msg: impl Into<String>) {
+        self.state().fail_stop = Some(msg.into());
+    }
+
+    /// The next `remove` fails with `Other(msg)` and removes nothing.
+    pub fn fail_next_remove(&self, msg: impl Into<String>) {
+        self.state().fail_remove = Some(msg.into());
+    }
+
+    /// The next `exec` fails with `Other(msg)`.
+    pub fn fail_next_exec(&self, msg: impl Into<String>) {
+        self.state().fail_exec = Some(msg.into());
+    }
+
+    /// `ensure_image` (and so `create`) of `image` fails with `ImageUnavailable`.
+    pub fn set_image_missing(&self, image: impl Into<String>) {
+        self.state().missing_images.insert(image.into());
+    }
+
+    /// `create` waits this long before making anything, so tests can cancel it.
+    pub fn set_create_delay(&self, delay: Duration) {
+        self.state().create_delay = Some(delay);
+    }
+
+    /// Queues the result of the next `exec`.
+    pub fn push_exec_result(&self, output: ExecOutput) {
+        self.state().exec_results.push_back(output);
+    }
+
+    /// Computes exec results with `handler` (when none is queued).
+    pub fn set_exec_handler(
+        &self,
+        handler: impl Fn(&SandboxId, &ExecSpec) -> ExecOutput + Send + Sync + 'static,
+    ) {
+        self.state().exec_handler = Some(Arc::new(handler));
+    }
+
+    /// The execs run so far, in order.
+    pub fn exec_calls(&self) -> Vec<(SandboxId, ExecSpec)> {
+        self.state().exec_calls.clone()
+    }
+
+    /// The container of a sandbox, if any.
+    pub fn container(&self, id: &SandboxId) -> Option<FakeContainer> {
+        self.state().containers.get(id).cloned()
+    }
+
+    /// Every container, by sandbox id.
+    pub fn containers(&self) -> Vec<FakeContainer> {
+        self.state().containers.values().cloned().collect()
+    }
+
+    pub fn has_volume(&self, name: &VolumeName) -> bool {
+        self.state().volumes.contains_key(&name.sandbox_id())
+    }
+
+    pub fn volume_names(&self) -> Vec<VolumeName> {
+        self.state()
+            .volumes
+            .keys()
+            .map(VolumeName::for_sandbox)
+            .collect()
+    }
+
+    /// Adds a volume without a container (e.g. an orphan of another server).
+    pub fn add_volume(&self, name: VolumeName, instance_id: Option<String>) {
+        self.state().volumes.insert(
+            name.sandbox_id(),
+            FakeVolume {
+                created_at: Utc::now(),
+                size_bytes: Some(0),
+                instance_id,
+            },
+        );
+    }
+
+    /// Sets the size `list_volumes` reports for a volume.
+    pub fn set_volume_size(&self, name: &VolumeName, bytes: u64) {
+        if let Some(v) = self.state().volumes.get_mut(&name.sandbox_id()) {
+            v.size_bytes = Some(bytes);
+        }
+    }
+
+    /// The main process exits on its own (crash, OOM, `exit 3`).
+    pub fn exit_container(&self, id: &SandboxId, exit_code: i64) {
+        if let Some(c) = self.state().containers.get_mut(id) {
+            c.running = false;
+            c.finished_at = Some(Utc::now());
+            c.exit_code = Some(exit_code);
+        }
+    }
+
+    /// The container disappears behind Stockade's back (`docker rm -f`).
+    pub fn remove_container_externally(&self, id: &SandboxId) {
+        self.state().containers.remove(id);
+    }
+
+    fn check_available(&self) -> RuntimeResult<()> {
+        if self.state().unavailable {
+            Err(RuntimeError::Unavailable(
+                "Docker daemon not reachable (fake runtime set unavailable): is the daemon running? \
+                 Start it with `sudo systemctl start docker`."
+                    .into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn not_found(id: &SandboxId) -> RuntimeError {
+    RuntimeError::NotFound(format!("no container for sandbox {id}"))
+}
+
+/// The built-in answers of the fake's exec.
+fn builtin_exec(spec: &ExecSpec) -> ExecOutput {
+    let ok = |stdout: Vec<u8>| ExecOutput {
+        exit_code: Some(0),
+        stdout,
+        stderr: Vec::new(),
+        timed_out: false,
+        truncated: false,
+    };
+    let argv: Vec<&str> = spec.argv.iter().map(String::as_str).collect();
+    match argv.as_slice() {
+        ["echo", rest @ ..] => ok(format!("{}\n", rest.join(" ")).into_bytes()),
+        ["cat"] => ok(spec.stdin.clone().unwrap_or_default()),
+        ["true"] => ok(Vec::new()),
+        ["false"] => ExecOutput {
+            exit_code: Some(1),
+            ..ok(Vec::new())
+        },
+        ["sh" | "/bin/sh" | "bash" | "/bin/bash", "-c", script] => {
+            let script = script.trim();
+            if let Some(code) = script
+                .strip_prefix("exit ")
+                .and_then(|c| c.trim().parse::<i64>().ok())
+            {
+                ExecOutput {
+                    exit_code: Some(code),
+                    ..ok(Vec::new())
+                }
+            } else if let Some(text) = script.strip_prefix("echo ") {
+                ok(format!("{}\n", text.trim_matches(|c| c == '\'' || c == '"')).into_bytes())
+            } else {
+                ok(Vec::new())
+            }
+        }
+        _ => ok(Vec::new()),
+    }
+}
+
+fn cap(mut out: ExecOutput, limit: usize) -> ExecOutput {
+    let limit = if limit == 0 {
+        DEFAULT_MAX_OUTPUT_BYTES
+    } else {
+        limit
+    };
+    for buf in [&mut out.stdout, &mut out.stderr] {
+        if buf.len() > limit {
+            buf.truncate(limit);
+            out.truncated = true;
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    async fn info(&self) -> RuntimeResult<RuntimeInfo> {
+        self.check_available()?;
+        Ok(RuntimeInfo {
+            version: "fake".into(),
+            api_version: "1.41".into(),
+            os: "linux".into(),
+            arch: std::env::consts::ARCH.into(),
+            runtimes: vec!["runc".into()],
+        })
+    }
+
+    fn server_name(&self) -> String {
+        self.server_name.clone()
+    }
+
+    async fn ensure_image(&self, image: &str) -> RuntimeResult<()> {
+        self.check_available()?;
+        if self.state().missing_images.contains(image) {
+            return Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: "pull access denied or no such image in the registry (fake)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
+        self.ensure_image(&spec.image).await?;
+        let delay = self.state().create_delay;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        self.check_available()?;
+        let mut st = self.state();
+        if st.containers.contains_key(&spec.sandbox_id) {
+            return Err(RuntimeError::Conflict(format!(
+                "container stockade-{} already exists",
+                spec.sandbox_id
+            )));
+        }
+        // The volume would be made, then removed again: net effect nothing.
+        if let Some(msg) = st.fail_create.take() {
+            return Err(RuntimeError::Other(msg));
+        }
+        st.volumes
+            .entry(spec.sandbox_id.clone())
+            .or_insert_with(|| FakeVolume {
+                created_at: Utc::now(),
+                size_bytes: Some(0),
+                instance_id: Some(spec.instance_id.as_str().to_owned()),
+            });
+        st.next_container += 1;
+        let container_id = format!("fake{:060x}", st.next_container);
+        st.containers.insert(
+            spec.sandbox_id.clone(),
+            FakeContainer {
+                container_id: container_id.clone(),
+                spec: spec.clone(),
+                running: true,
+                started_at: Some(Utc::now()),
+                finished_at: None,
+                exit_code: None,
+                stops: Vec::new(),
+            },
+        );
+        Ok(container_id)
+    }
+
+    async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        if let Some(msg) = st.fail_start.take() {
+            return Err(RuntimeError::Other(msg));
+        }
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        if !c.running {
+            c.running = true;
+            c.started_at = Some(Utc::now());
+            c.exit_code = None;
+        }
+        Ok(())
+    }
+
+    async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        if let Some(msg) = st.fail_stop.take() {
+            return Err(RuntimeError::Other(msg));
+        }
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        c.stops.push(grace);
+        if c.running {
+            c.running = false;
+            c.finished_at = Some(Utc::now());
+            c.exit_code = Some(0);
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        if let Some(msg) = st.fail_remove.take() {
+            return Err(RuntimeError::Other(msg));
+        }
+        st.containers.remove(id);
+        if !preserve_volume {
+            st.volumes.remove(id);
+        }
+        Ok(())
+    }
+
+    async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>> {
+        self.check_available()?;
+        Ok(self.state().containers.get(id).map(|c| ContainerState {
+            container_id: c.container_id.clone(),
+            running: c.running,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            oom_killed: false,
+        }))
+    }
+
+    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecOutput> {
+        self.check_available()?;
+        if spec.argv.is_empty() {
+            return Err(RuntimeError::Other(
+                "exec needs a command (argv is empty)".into(),
+            ));
+        }
+        let (queued, handler) = {
+            let mut st = self.state();
+            if let Some(msg) = st.fail_exec.take() {
+                return Err(RuntimeError::Other(msg));
+            }
+            let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
+            if !c.running {
+                return Err(RuntimeError::Conflict("sandbox is not running".into()));
+            }
+            st.exec_calls.push((id.clone(), spec.clone()));
+            (st.exec_results.pop_front(), st.exec_handler.clone())
+        };
+        let out = match (queued, handler) {
+            (Some(out), _) => out,
+            (None, Some(handler)) => handler(id, &spec),
+            (None, None) => builtin_exec(&spec),
+        };
+        Ok(cap(out, spec.max_output_bytes))
+    }
+
+    async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .containers
+            .iter()
+            .map(|(id, c)| ManagedContainer {
+                container_id: c.container_id.clone(),
+                sandbox_id: Some(id.clone()),
+                instance_id: Some(c.spec.instance_id.as_str().to_owned()),
+                running: c.running,
+            })
+            .collect())
+    }
+
+    async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .volumes
+            .iter()
+            .map(|(id, v)| VolumeInfo {
+                name: VolumeName::for_sandbox(id),
+                created_at: Some(v.created_at),
+                size_bytes: v.size_bytes,
+                instance_id: v.instance_id.clone(),
+            })
+            .collect())
+    }
+
+    async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        let id = name.sandbox_id();
+        if !st.volumes.contains_key(&id) {
+            return Err(RuntimeError::NotFound(format!("volume {name} not found")));
+        }
+        // Docker refuses while any container (running or not) mounts it.
+        if st.containers.contains_key(&id) {
+            return Err(RuntimeError::Conflict(
+                "Volume is in use by running sandbox".into(),
+            ));
+        }
+        st.volumes.remove(&id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use stockade_core::{AccountId, InstanceId};
+
+    use super::*;
+
+    fn spec() -> ContainerSpec {
+        ContainerSpec {
+            sandbox_id: SandboxId::generate(),
+            account_id: AccountId::generate(),
+            instance_id: InstanceId::generate(),
+            image: "busybox:latest".into(),
+            command: vec!["sleep".into(), "infinity".into()],
+            env: BTreeMap::new(),
+            cpu_cores: 1.0,
+            memory_bytes: 512 << 20,
+            network_access: true,
+            hostname: "sbx".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn lifecycle() {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        let id = &s.sandbox_id;
+        let cid = rt.create(&s).await.unwrap();
+        let st = rt.inspect(id).await.unwrap().unwrap();
+        assert_eq!(st.container_id, cid);
+        assert!(st.running);
+        assert!(rt.has_volume(&VolumeName::for_sandbox(id)));
+
+        rt.start(id).await.unwrap(); // already running: fine
+        rt.stop(id, Duration::from_secs(30)).await.unwrap();
+        rt.stop(id, Duration::from_secs(30)).await.unwrap(); // already stopped: fine
+        let st = rt.inspect(id).await.unwrap().unwrap();
+        assert!(!st.running);
+        assert_eq!(st.exit_code, Some(0));
+        assert_eq!(rt.container(id).unwrap().stops.len(), 2);
+        rt.start(id).await.unwrap();
+        assert!(rt.inspect(id).await.unwrap().unwrap().running);
+
+        assert!(matches!(
+            rt.create(&s).await,
+            Err(RuntimeError::Conflict(_))
+        ));
+
+        rt.remove(id, true).await.unwrap();
+        assert!(rt.inspect(id).await.unwrap().is_none());
+        assert!(rt.has_volume(&VolumeName::for_sandbox(id)));
+        rt.remove(id, false).await.unwrap(); // container gone already: fine
+        assert!(!rt.has_volume(&VolumeName::for_sandbox(id)));
+    }
+
+    #[tokio::test]
+    async fn missing_containers_are_not_found() {
+        let rt = FakeRuntime::new();
+        let id = SandboxId::generate();
+        assert!(matches!(
+            rt.start(&id).await,
+            Err(RuntimeError::NotFound(_))
+        ));
+        assert!(matches!(
+            rt.stop(&id, Duration::ZERO).await,
+            Err(RuntimeError::NotFound(_))
+        ));
+        let echo = ExecSpec {
+            argv: vec!["echo".into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            rt.exec(&id, echo).await,
+            Err(RuntimeError::NotFound(_))
+        ));
+        assert!(rt.inspect(&id).await.unwrap().is_none());
+        rt.remove(&id, false).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn injected_failures_fire_once_and_leave_nothing() {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        rt.fail_next_create("boom");
+        match rt.create(&s).await {
+            Err(RuntimeError::Other(m)) => assert_eq!(m, "boom"),
+            other => panic!("{other:?}"),
+        }
+        assert!(rt.containers().is_empty());
+        assert!(rt.volume_names().is_empty());
+        rt.create(&s).await.unwrap();
+
+        rt.fail_next_remove("nope");
+        assert!(rt.remove(&s.sandbox_id, false).await.is_err());
+        assert!(rt.container(&s.sandbox_id).is_some());
+        rt.remove(&s.sandbox_id, false).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn unavailable_fails_everything_until_back() {
+        let rt = FakeRuntime::new();
+        rt.set_unavailable(true);
+        assert!(matches!(rt.info().await, Err(RuntimeError::Unavailable(_))));
+        assert!(matches!(
+            rt.create(&spec()).await,
+            Err(RuntimeError::Unavailable(_))
+        ));
+        assert!(matches!(
+            rt.list_volumes().await,
+            Err(RuntimeError::Unavailable(_))
+        ));
+        rt.set_unavailable(false);
+        assert!(rt.info().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn missing_image_creates_nothing() {
+        let rt = FakeRuntime::new();
+        let mut s = spec();
+        s.image = "nope:1".into();
+        rt.set_image_missing("nope:1");
+        assert!(matches!(
+            rt.create(&s).await,
+            Err(RuntimeError::ImageUnavailable { .. })
+        ));
+        assert!(rt.containers().is_empty() && rt.volume_names().is_empty());
+    }
+
+    #[tokio::test]
+    async fn exec_builtins_queue_and_handler() {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        let id = &s.sandbox_id;
+        rt.create(&s).await.unwrap();
+        let run = |argv: &[&str]| ExecSpec {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        };
+        let out = rt.exec(id, run(&["echo", "hi", "there"])).await.unwrap();
+        assert_eq!(out.stdout, b"hi there\n");
+        assert_eq!(out.exit_code, Some(0));
+        let out = rt.exec(id, run(&["sh", "-c", "exit 7"])).await.unwrap();
+        assert_eq!(out.exit_code, Some(7));
+        let mut cat = run(&["cat"]);
+        cat.stdin = Some(b"abcdef".to_vec());
+        cat.max_output_bytes = 3;
+        let out = rt.exec(id, cat).await.unwrap();
+        assert_eq!(out.stdout, b"abc");
+        assert!(out.truncated);
+
+        rt.push_exec_result(ExecOutput {
+            exit_code: None,
+            stdout: vec![],
+            stderr: vec![],
+            timed_out: true,
+            truncated: false,
+        });
+        assert!(rt.exec(id, run(&["sleep", "9"])).await.unwrap().timed_out);
+
+        rt.set_exec_handler(|_, spec| ExecOutput {
+            exit_code: Some(spec.argv.len() as i64),
+            stdout: vec![],
+            stderr: b"handled".to_vec(),
+            timed_out: false,
+            truncated: false,
+        });
+        let out = rt.exec(id, run(&["a", "b"])).await.unwrap();
+        assert_eq!(
+            (out.exit_code, out.stderr.as_slice()),
+            (Some(2), &b"handled"[..])
+        );
+        assert_eq!(rt.exec_calls().len(), 5);
+
+        rt.stop(id, Duration::ZERO).await.unwrap();
+        assert!(matches!(
+            rt.exec(id, run(&["true"])).await,
+            Err(RuntimeError::Conflict(m)) if m == "sandbox is not running"
+        ));
+    }
+
+    #[tokio::test]
+    async fn volumes_in_use_conflict() {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        rt.create(&s).await.unwrap();
+        let vol = VolumeName::for_sandbox(&s.sandbox_id);
+        rt.set_volume_size(&vol, 1234);
+        let listed = rt.list_volumes().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].size_bytes, Some(1234));
+        assert_eq!(
+            listed[0].instance_id.as_deref(),
+            Some(s.instance_id.as_str())
+        );
+        assert!(matches!(
+            rt.remove_volume(&vol).await,
+            Err(RuntimeError::Conflict(m)) if m == "Volume is in use by running sandbox"
+        ));
+        rt.remove(&s.sandbox_id, true).await.unwrap();
+        rt.remove_volume(&vol).await.unwrap();
+        assert!(matches!(
+            rt.remove_volume(&vol).await,
+            Err(RuntimeError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn cancelled_create_leaves_nothing() {
+        let rt = FakeRuntime::new();
+        rt.set_create_delay(Duration::from_secs(5));
+        let s = spec();
+        let res = tokio::time::timeout(Duration::from_millis(20), rt.create(&s)).await;
+        assert!(res.is_err());
+        assert!(rt.containers().is_empty() && rt.volume_names().is_empty());
+    }
+
+    #[tokio::test]
+    async fn external_changes_are_visible() {
+        let rt = FakeRuntime::with_server_name("edge-1");
+        assert_eq!(rt.server_name(), "edge-1");
+        let s = spec();
+        rt.create(&s).await.unwrap();
+        rt.exit_container(&s.sandbox_id, 137);
+        let st = rt.inspect(&s.sandbox_id).await.unwrap().unwrap();
+        assert!(!st.running);
+        assert_eq!(st.exit_code, Some(137));
+        assert_eq!(rt.list_managed().await.unwrap().len(), 1);
+        rt.remove_container_externally(&s.sandbox_id);
+        assert!(rt.list_managed().await.unwrap().is_empty());
+        assert!(rt.has_volume(&VolumeName::for_sandbox(&s.sandbox_id)));
+    }
+}

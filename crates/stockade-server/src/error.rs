@@ -1,0 +1,133 @@
+//! `ApiError`: every failure a handler can return, and the one place that
+//! maps them to HTTP status codes and the `{"error":{code,message,details}}` body.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use stockade_api::{ErrorBody, ErrorDetail};
+use stockade_core::{FieldError, ValidationErrors};
+use stockade_runtime::RuntimeError;
+use stockade_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Validation(ValidationErrors),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    ImageUnavailable(String),
+    #[error("{0}")]
+    DockerUnavailable(String),
+    #[error("{0}")]
+    Docker(String),
+    #[error("{0}")]
+    Database(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Validation(ValidationErrors::single(field, message))
+    }
+
+    pub fn sandbox_not_found() -> Self {
+        Self::NotFound("Sandbox not found".into())
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Validation(_) => (StatusCode::BAD_REQUEST, "validation_failed"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
+            Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
+            Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
+            Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        }
+    }
+
+    /// The JSON error detail (also used per item in bulk results).
+    pub fn detail(&self) -> ErrorDetail {
+        let (_, code) = self.parts();
+        let (message, details) = match self {
+            Self::Validation(errs) => (
+                format!("Invalid request: {errs}"),
+                Some(serde_json::json!({ "fields": errs.0 })),
+            ),
+            other => (other.to_string(), None),
+        };
+        ErrorDetail {
+            code: code.into(),
+            message,
+            details,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, status = status.as_u16(), "request failed");
+        } else {
+            tracing::debug!(error = %self, status = status.as_u16(), "request rejected");
+        }
+        (status, Json(ErrorBody { error: self.detail() })).into_response()
+    }
+}
+
+impl From<ValidationErrors> for ApiError {
+    fn from(e: ValidationErrors) -> Self {
+        Self::Validation(e)
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        Self::Validation(e.into())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => Self::sandbox_not_found(),
+            StoreError::Forbidden => {
+                Self::Forbidden("Forbidden: this sandbox belongs to another account".into())
+            }
+            StoreError::Conflict(m) => Self::Conflict(m),
+            StoreError::Other(m) => Self::Database(format!("Database error: {m}")),
+        }
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::Unavailable(m) => Self::DockerUnavailable(m),
+            e @ RuntimeError::ImageUnavailable { .. } => Self::ImageUnavailable(e.to_string()),
+            RuntimeError::NotFound(m) => Self::Conflict(format!(
+                "The sandbox's container is missing on its Docker host ({m})"
+            )),
+            RuntimeError::Conflict(m) => Self::Conflict(m),
+            RuntimeError::Other(m) => Self::Docker(format!("Docker error: {m}")),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,141 @@
+//! Extractors: the authenticated caller (so no handler can forget auth) and a
+//! JSON body whose errors are 400s naming the offending field.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::body::Bytes;
+use serde::de::DeserializeOwned;
+use stockade_core::{account::hash_token, Account, Scope};
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The account behind the request's `Authorization: Bearer` token.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub account: Account,
+    pub scope: Scope,
+}
+
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| {
+            ApiError::Unauthorized(
+                "Missing API token: send the header `Authorization: Bearer <token>`".into(),
+            )
+        })?;
+    let value = header
+        .to_str()
+        .map_err(|_| ApiError::Unauthorized("Malformed Authorization header".into()))?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError::Unauthorized(
+                "Malformed Authorization header: expected `Bearer <token>`".into(),
+            )
+        })?;
+    Ok(token)
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(caller) = parts.extensions.get::<Caller>() {
+            return Ok(caller.clone());
+        }
+        let token = bearer(parts)?;
+        let (account, team_ids) = state
+            .store
+            .account_by_token_hash(&hash_token(token))
+            .await?
+            .ok_or_else(|| ApiError::Unauthorized("Invalid API token".into()))?;
+        let caller = Caller {
+            scope: Scope {
+                account_id: account.id.clone(),
+                team_ids,
+            },
+            account,
+        };
+        parts.extensions.insert(caller.clone());
+        Ok(caller)
+    }
+}
+
+/// A caller whose account is an administrator.
+#[derive(Debug, Clone)]
+pub struct AdminCaller(pub Caller);
+
+impl FromRequestParts<AppState> for AdminCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        if !caller.account.is_admin {
+            return Err(ApiError::Forbidden(
+                "Forbidden: this needs an administrator's token".into(),
+            ));
+        }
+        Ok(Self(caller))
+    }
+}
+
+/// A JSON body. Malformed JSON, wrong types and unknown fields are 400s that
+/// name the field (`details.fields[].field`).
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            ApiError::field("body", format!("could not read the request body: {e}"))
+        })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// Parses JSON, reporting the path of the first bad field.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::field("body", "a JSON body is required"));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let message = inner.to_string();
+        // serde reports an unknown field at its parent's path; name the field itself.
+        let field = match message.strip_prefix("unknown field `") {
+            Some(rest) => {
+                let name = rest.split('`').next().unwrap_or_default();
+                if path == "." || path.is_empty() {
+                    name.to_owned()
+                } else if path == name || path.ends_with(&format!(".{name}")) {
+                    path
+                } else {
+                    format!("{path}.{name}")
+                }
+            }
+            None if path == "." || path.is_empty() => "body".to_owned(),
+            None => path,
+        };
+        let message = match message.find(" at line ") {
+            Some(i) => message[..i].to_owned(),
+            None => message,
+        };
+        ApiError::field(field, message)
+    })
+}
+
+/// Query parameters as (key, value) pairs, repeated keys kept.
+pub fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}

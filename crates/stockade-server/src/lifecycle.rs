@@ -1,0 +1,253 @@
+//! Sandbox lifecycle operations (LC-1..LC-6) over the store and the runtime,
+//! with the database as the single source of truth (DB-3..DB-5).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use stockade_api::CreateSandboxRequest;
+use stockade_core::{Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId};
+use stockade_runtime::{ContainerSpec, RuntimeError};
+use stockade_store::StoreError;
+use tracing::{error, info, warn};
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::Caller;
+use crate::AppState;
+
+/// Loads a sandbox the caller may see: unknown → 404, another account's → 403.
+pub async fn load(state: &AppState, scope: &Scope, id: &str) -> ApiResult<Sandbox> {
+    let id = SandboxId::parse_field(id, "sandbox_id")?;
+    Ok(state.store.get_sandbox(scope, &id).await?)
+}
+
+/// Validates a create request into a record in PROVISIONING (not yet saved).
+pub fn prepare(state: &AppState, caller: &Caller, req: &CreateSandboxRequest) -> ApiResult<Sandbox> {
+    let id = SandboxId::generate();
+    let spec = SandboxSpec::from_input(req.spec_input(), &id, &state.config.defaults)?;
+    let team_id = match &req.team_id {
+        None => None,
+        Some(t) => {
+            let team = TeamId::parse_field(t, "teamId")?;
+            if !caller.scope.team_ids.contains(&team) {
+                return Err(ApiError::field(
+                    "teamId",
+                    format!("you are not a member of team '{team}'"),
+                ));
+            }
+            Some(team)
+        }
+    };
+    Ok(Sandbox::new(
+        id,
+        caller.account.id.clone(),
+        team_id,
+        spec,
+        state.runtime.server_name(),
+        Utc::now(),
+    ))
+}
+
+fn container_spec(state: &AppState, sb: &Sandbox) -> ContainerSpec {
+    ContainerSpec {
+        sandbox_id: sb.id.clone(),
+        account_id: sb.account_id.clone(),
+        instance_id: state.instance_id.clone(),
+        image: sb.spec.docker_image.clone(),
+        command: sb.spec.command_argv(),
+        env: sb.spec.environment_vars.clone(),
+        cpu_cores: sb.spec.cpu_cores,
+        memory_bytes: sb.spec.memory_bytes(),
+        network_access: sb.spec.network.allows_egress(),
+        hostname: sb.spec.name.to_string().to_lowercase(),
+    }
+}
+
+/// Creates a sandbox and returns it RUNNING (LC-1, LC-2).
+///
+/// The record is inserted first (PROVISIONING) so that the unique name is
+/// claimed before any container exists (DB-7). If the runtime fails the
+/// record is removed (DB-3); if the final status write fails the container
+/// and volume are removed and the error returned.
+///
+/// The work runs in its own task: a client that goes away does not leave a
+/// half-made sandbox behind.
+pub async fn create(state: &AppState, sandbox: Sandbox) -> ApiResult<Sandbox> {
+    let state = state.clone();
+    tokio::spawn(async move { create_inner(&state, sandbox).await })
+        .await
+        .map_err(|e| ApiError::Internal(format!("create task failed: {e}")))?
+}
+
+async fn create_inner(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
+    state.store.insert_sandbox(&sb).await.map_err(|e| match e {
+        StoreError::Conflict(_) => ApiError::Conflict(format!(
+            "A sandbox named '{}' already exists in this account",
+            sb.spec.name
+        )),
+        other => other.into(),
+    })?;
+    let container_id = match state.runtime.create(&container_spec(state, &sb)).await {
+        Ok(cid) => cid,
+        Err(e) => {
+            warn!(sandbox.id = %sb.id, error = %e, "runtime create failed; removing the record");
+            if let Err(pe) = state.store.purge_sandbox(&sb.id).await {
+                error!(sandbox.id = %sb.id, error = %pe, "could not remove the record of a failed create");
+            }
+            return Err(e.into());
+        }
+    };
+    let now = Utc::now();
+    sb.container_id = Some(container_id);
+    sb.status = SandboxStatus::Running;
+    sb.started_at = Some(now);
+    match state.store.update_sandbox(&sb).await {
+        Ok(saved) => {
+            info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
+            Ok(saved)
+        }
+        Err(e) => {
+            error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
+            if let Err(re) = state.runtime.remove(&sb.id, false).await {
+                error!(sandbox.id = %sb.id, error = %re, "could not remove the container of a failed create");
+            }
+            if let Err(pe) = state.store.purge_sandbox(&sb.id).await {
+                error!(sandbox.id = %sb.id, error = %pe, "could not remove the record of a failed create");
+            }
+            Err(ApiError::Database(format!(
+                "The sandbox could not be saved, so it was removed again: {e}"
+            )))
+        }
+    }
+}
+
+/// Writes a status change; a failed write is logged and the operation goes on (DB-4).
+async fn record_status(state: &AppState, sb: Sandbox) -> Sandbox {
+    match state.store.update_sandbox(&sb).await {
+        Ok(saved) => saved,
+        Err(StoreError::Conflict(_)) => {
+            // Someone else wrote in between: retry once on the fresh record.
+            match state
+                .store
+                .get_sandbox(&Scope::account(sb.account_id.clone()), &sb.id)
+                .await
+            {
+                Ok(mut fresh) => {
+                    fresh.status = sb.status;
+                    fresh.status_reason = sb.status_reason.clone();
+                    fresh.started_at = sb.started_at;
+                    fresh.stopped_at = sb.stopped_at;
+                    match state.store.update_sandbox(&fresh).await {
+                        Ok(saved) => saved,
+                        Err(e) => {
+                            error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed");
+                            sb
+                        }
+                    }
+                }
+                Err(e) => {
+                    error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed");
+                    sb
+                }
+            }
+        }
+        Err(e) => {
+            error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed; continuing");
+            sb
+        }
+    }
+}
+
+fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
+    if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
+        return Err(ApiError::Conflict(format!(
+            "Sandbox {} is terminated; create a new one",
+            sb.id
+        )));
+    }
+    Ok(())
+}
+
+/// Starts a sandbox; one that is already running is returned as it is (LC-3).
+pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
+    ensure_not_terminated(&sb)?;
+    if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
+        return Err(ApiError::Conflict(format!(
+            "Sandbox {} is still being created",
+            sb.id
+        )));
+    }
+    let state_now = state.runtime.inspect(&sb.id).await?;
+    let Some(container) = state_now else {
+        sb.status = SandboxStatus::Error;
+        sb.status_reason = Some(format!(
+            "container not found on server '{}'",
+            sb.server
+        ));
+        record_status(state, sb.clone()).await;
+        return Err(ApiError::Conflict(format!(
+            "The container of sandbox {} no longer exists on its Docker host; its /workspace volume may still be listed under volumes",
+            sb.id
+        )));
+    };
+    if container.running && sb.status == SandboxStatus::Running {
+        return Ok(sb);
+    }
+    if !container.running {
+        state.runtime.start(&sb.id).await?;
+    }
+    sb.status = SandboxStatus::Running;
+    sb.status_reason = None;
+    sb.started_at = Some(Utc::now());
+    sb.stopped_at = None;
+    Ok(record_status(state, sb).await)
+}
+
+/// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4).
+pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResult<Sandbox> {
+    ensure_not_terminated(&sb)?;
+    if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
+        return Err(ApiError::Conflict(format!(
+            "Sandbox {} is still being created",
+            sb.id
+        )));
+    }
+    match state.runtime.stop(&sb.id, grace).await {
+        Ok(()) => {}
+        Err(RuntimeError::NotFound(_)) => {
+            sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if sb.status == SandboxStatus::Stopped && sb.status_reason.is_none() {
+        return Ok(sb);
+    }
+    sb.status = SandboxStatus::Stopped;
+    sb.stopped_at = Some(Utc::now());
+    Ok(record_status(state, sb).await)
+}
+
+/// Destroys a sandbox (LC-5, DB-5): runtime terminate → TERMINATED → soft
+/// delete. If the runtime fails the record stays as it was.
+pub async fn destroy(state: &AppState, sb: Sandbox, preserve_volume: bool) -> ApiResult<Sandbox> {
+    if sb.status == SandboxStatus::Provisioning {
+        return Err(ApiError::Conflict(format!(
+            "Sandbox {} is still being created; delete it once create returns",
+            sb.id
+        )));
+    }
+    state.runtime.remove(&sb.id, preserve_volume).await?;
+    if sb.deleted_at.is_some() {
+        return Ok(sb);
+    }
+    let now = Utc::now();
+    let mut done = sb.clone();
+    done.status = SandboxStatus::Terminated;
+    done.terminated_at = Some(now);
+    done.deleted_at = Some(now);
+    if let Err(e) = state.store.soft_delete_sandbox(&sb.id, now).await {
+        error!(sandbox.id = %sb.id, error = %e, "the container was removed but the record could not be marked TERMINATED");
+        return Err(e.into());
+    }
+    info!(sandbox.id = %sb.id, preserve_volume, "sandbox destroyed");
+    Ok(done)
+}

@@ -1,0 +1,102 @@
+//! `GET /api/v1/health`: Docker and database status, without auth (API-10).
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use stockade_api::{DatabaseHealth, DockerHealth, HealthResponse};
+
+use crate::AppState;
+
+/// Health of the server, its Docker engine and its database.
+#[utoipa::path(get, path = "/api/v1/health", tag = "system",
+    responses(
+        (status = 200, description = "Healthy", body = HealthResponse),
+        (status = 503, description = "Docker or the database does not answer; see `docker.troubleshooting`", body = HealthResponse),
+    ))]
+pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
+    let timeout = Duration::from_secs(5);
+    let (docker, db) = tokio::join!(
+        tokio::time::timeout(timeout, state.runtime.info()),
+        tokio::time::timeout(timeout, state.store.ping()),
+    );
+    let docker = match docker {
+        Ok(Ok(info)) => DockerHealth {
+            status: "healthy".into(),
+            version: Some(info.version),
+            api_version: Some(info.api_version),
+            os: Some(info.os),
+            arch: Some(info.arch),
+            runtimes: info.runtimes,
+            error: None,
+            troubleshooting: Vec::new(),
+        },
+        Ok(Err(e)) => unhealthy_docker(&state, e.to_string()),
+        Err(_) => unhealthy_docker(
+            &state,
+            format!("Docker did not answer within {} s", timeout.as_secs()),
+        ),
+    };
+    let database = match db {
+        Ok(Ok(())) => DatabaseHealth {
+            status: "healthy".into(),
+            backend: state.store.backend().into(),
+            error: None,
+        },
+        Ok(Err(e)) => DatabaseHealth {
+            status: "unhealthy".into(),
+            backend: state.store.backend().into(),
+            error: Some(e.to_string()),
+        },
+        Err(_) => DatabaseHealth {
+            status: "unhealthy".into(),
+            backend: state.store.backend().into(),
+            error: Some(format!(
+                "the database did not answer within {} s",
+                timeout.as_secs()
+            )),
+        },
+    };
+    let healthy = docker.status == "healthy" && database.status == "healthy";
+    let code = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        Json(HealthResponse {
+            status: if healthy { "healthy" } else { "unhealthy" }.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            docker,
+            database,
+        }),
+    )
+}
+
+fn unhealthy_docker(state: &AppState, error: String) -> DockerHealth {
+    let host = &state.config.docker_host;
+    let mut troubleshooting = vec![
+        format!("Stockade connects to Docker at {host}; set DOCKER_HOST or --docker-host if your daemon listens elsewhere."),
+        "Is the daemon running? Start it with `sudo systemctl start docker` (or run `dockerd` in the background) and check `docker info`.".to_owned(),
+    ];
+    if let Some(path) = host.strip_prefix("unix://") {
+        troubleshooting.push(format!(
+            "Check that the socket {path} exists and that the user running Stockade may use it (e.g. is in the `docker` group: `sudo usermod -aG docker $USER`)."
+        ));
+    }
+    troubleshooting.push(
+        "Stockade keeps running and reports healthy again as soon as Docker answers.".to_owned(),
+    );
+    DockerHealth {
+        status: "unhealthy".into(),
+        version: None,
+        api_version: None,
+        os: None,
+        arch: None,
+        runtimes: Vec::new(),
+        error: Some(error),
+        troubleshooting,
+    }
+}

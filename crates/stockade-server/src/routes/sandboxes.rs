@@ -1,0 +1,320 @@
+//! `/api/v1/sandbox…`: create, list, get, start, stop, destroy, bulk delete.
+
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::Utc;
+use stockade_api::{
+    BulkDeleteRequest, BulkDeleteResponse, BulkDeleteResult, CreateSandboxRequest, ErrorBody,
+    ListSandboxesResponse, SandboxResponse,
+};
+use stockade_core::{Label, SandboxId, SandboxStatus, TeamId, ValidationErrors};
+use stockade_store::SandboxFilter;
+use tracing::instrument;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{query_pairs, ApiJson, Caller};
+use crate::{lifecycle, AppState};
+
+fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
+    Json(SandboxResponse::from_record(sb, Utc::now()))
+}
+
+/// Create a sandbox; returns it RUNNING.
+#[utoipa::path(post, path = "/api/v1/sandbox", tag = "sandboxes",
+    request_body = CreateSandboxRequest,
+    responses(
+        (status = 201, description = "Created and running", body = SandboxResponse),
+        (status = 400, description = "A field is invalid", body = ErrorBody),
+        (status = 409, description = "Name already used", body = ErrorBody),
+        (status = 422, description = "Image missing and not pullable", body = ErrorBody),
+        (status = 503, description = "Docker unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(Display))]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreateSandboxRequest>,
+) -> ApiResult<(StatusCode, Json<SandboxResponse>)> {
+    let sb = lifecycle::prepare(&state, &caller, &req)?;
+    tracing::Span::current().record("sandbox.id", sb.id.as_str());
+    let sb = lifecycle::create(&state, sb).await?;
+    Ok((StatusCode::CREATED, respond(&sb)))
+}
+
+fn parse_bool(v: &str, field: &str) -> Result<bool, ApiError> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(ApiError::field(field, format!("expected true or false, got '{v}'"))),
+    }
+}
+
+fn parse_u32(v: &str, field: &str, min: u32, max: u32) -> Result<u32, ApiError> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| ApiError::field(field, format!("must be a whole number from {min} to {max}, got '{v}'")))
+}
+
+/// Parses the list query (API-1). `status` and `labels` may repeat or be
+/// comma-separated.
+pub fn parse_list_query(raw: Option<&str>) -> ApiResult<SandboxFilter> {
+    let mut f = SandboxFilter {
+        page: 1,
+        per_page: 50,
+        ..Default::default()
+    };
+    let mut errs = ValidationErrors::default();
+    for (k, v) in query_pairs(raw) {
+        match k.as_str() {
+            "status" => {
+                for s in v.split(',').filter(|s| !s.is_empty()) {
+                    if let Some(st) = errs.check(SandboxStatus::parse(s)) {
+                        f.statuses.push(st);
+                    }
+                }
+            }
+            "labels" | "label" => {
+                for l in v.split(',').filter(|s| !s.is_empty()) {
+                    if let Some(l) = errs.check(Label::parse_field(l, "labels")) {
+                        f.labels.push(l);
+                    }
+                }
+            }
+            "is_active" => match parse_bool(&v, "is_active") {
+                Ok(b) => f.is_active = Some(b),
+                Err(ApiError::Validation(e)) => errs.0.extend(e.0),
+                Err(_) => {}
+            },
+            "team_id" => {
+                if let Some(t) = errs.check(TeamId::parse_field(&v, "team_id")) {
+                    f.team_id = Some(t);
+                }
+            }
+            "name" => {
+                if v.is_empty() || v.len() > 63 {
+                    errs.push("name", "must be 1 to 63 characters");
+                } else {
+                    f.name = Some(v);
+                }
+            }
+            "page" => match parse_u32(&v, "page", 1, 1_000_000) {
+                Ok(n) => f.page = n,
+                Err(ApiError::Validation(e)) => errs.0.extend(e.0),
+                Err(_) => {}
+            },
+            "per_page" => match parse_u32(&v, "per_page", 1, 1000) {
+                Ok(n) => f.per_page = n,
+                Err(ApiError::Validation(e)) => errs.0.extend(e.0),
+                Err(_) => {}
+            },
+            other => errs.push(other, "unknown query parameter"),
+        }
+    }
+    errs.into_result()?;
+    Ok(f)
+}
+
+/// List the caller's sandboxes, newest first.
+#[utoipa::path(get, path = "/api/v1/sandbox", tag = "sandboxes",
+    params(
+        ("status" = Option<String>, Query, description = "PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED, any case; repeatable"),
+        ("is_active" = Option<bool>, Query, description = "true: exclude terminated; false: only terminated"),
+        ("labels" = Option<String>, Query, description = "must carry ALL of these; repeatable or comma-separated"),
+        ("team_id" = Option<String>, Query, description = "only this team's sandboxes"),
+        ("name" = Option<String>, Query, description = "exact name"),
+        ("page" = Option<u32>, Query, description = "1-based, default 1"),
+        ("per_page" = Option<u32>, Query, description = "1-1000, default 50"),
+    ),
+    responses((status = 200, body = ListSandboxesResponse), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<ListSandboxesResponse>> {
+    let filter = parse_list_query(raw.as_deref())?;
+    let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+    let now = Utc::now();
+    let shown = (filter.page as u64 - 1) * filter.per_page as u64 + page.sandboxes.len() as u64;
+    Ok(Json(ListSandboxesResponse {
+        sandboxes: page
+            .sandboxes
+            .iter()
+            .map(|s| SandboxResponse::from_record(s, now))
+            .collect(),
+        total: page.total,
+        page: filter.page,
+        per_page: filter.per_page,
+        has_next: shown < page.total,
+    }))
+}
+
+/// Details of one sandbox.
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SandboxResponse>> {
+    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    Ok(respond(&sb))
+}
+
+/// Start a sandbox (idempotent).
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/start", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn start(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SandboxResponse>> {
+    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::start(&state, sb).await?;
+    Ok(respond(&sb))
+}
+
+/// Stop a sandbox: SIGTERM, then SIGKILL after `timeout` seconds (default 30).
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/stop", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("timeout" = Option<u64>, Query, description = "seconds between SIGTERM and SIGKILL (default 30)")),
+    responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn stop(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<SandboxResponse>> {
+    let mut grace = state.config.stop_grace;
+    for (k, v) in query_pairs(raw.as_deref()) {
+        match k.as_str() {
+            "timeout" => {
+                let max = state.config.max_stop_grace.as_secs();
+                let secs = v.parse::<u64>().ok().filter(|s| *s <= max).ok_or_else(|| {
+                    ApiError::field("timeout", format!("must be whole seconds from 0 to {max}"))
+                })?;
+                grace = Duration::from_secs(secs);
+            }
+            other => return Err(ApiError::field(other, "unknown query parameter")),
+        }
+    }
+    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::stop(&state, sb, grace).await?;
+    Ok(respond(&sb))
+}
+
+fn parse_preserve(raw: Option<&str>) -> ApiResult<bool> {
+    let mut preserve = false;
+    for (k, v) in query_pairs(raw) {
+        match k.as_str() {
+            "preserveVolume" | "preserve_volume" => preserve = parse_bool(&v, "preserveVolume")?,
+            other => return Err(ApiError::field(other, "unknown query parameter")),
+        }
+    }
+    Ok(preserve)
+}
+
+/// Destroy a sandbox. `preserveVolume=true` keeps its `/workspace` volume.
+#[utoipa::path(delete, path = "/api/v1/sandbox/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("preserveVolume" = Option<bool>, Query, description = "keep the volume (default false)")),
+    responses((status = 200, description = "Terminated", body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn destroy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<SandboxResponse>> {
+    let preserve = parse_preserve(raw.as_deref())?;
+    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::destroy(&state, sb, preserve).await?;
+    Ok(respond(&sb))
+}
+
+/// Destroy several sandboxes, by ids or by labels (ALL must match).
+#[utoipa::path(delete, path = "/api/v1/sandbox/bulk", tag = "sandboxes",
+    request_body = BulkDeleteRequest,
+    responses((status = 200, description = "Per-sandbox results", body = BulkDeleteResponse), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+pub async fn bulk_delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<BulkDeleteRequest>,
+) -> ApiResult<Json<BulkDeleteResponse>> {
+    const MAX: usize = 1000;
+    if req.ids.is_empty() && req.labels.is_empty() {
+        return Err(ApiError::field("ids", "give sandbox ids or labels to delete"));
+    }
+    if req.ids.len() > MAX {
+        return Err(ApiError::field("ids", format!("at most {MAX} ids per request")));
+    }
+    let mut targets: Vec<Result<stockade_core::Sandbox, (String, ApiError)>> = Vec::new();
+    for id in &req.ids {
+        match SandboxId::parse_field(id, "ids") {
+            Err(e) => targets.push(Err((id.clone(), e.into()))),
+            Ok(sid) => match state.store.get_sandbox(&caller.scope, &sid).await {
+                Ok(sb) => targets.push(Ok(sb)),
+                Err(e) => targets.push(Err((id.clone(), e.into()))),
+            },
+        }
+    }
+    if !req.labels.is_empty() {
+        let labels = stockade_core::Labels::parse_field(&req.labels, "labels")?;
+        let filter = SandboxFilter {
+            labels: labels.iter().cloned().collect(),
+            is_active: Some(true),
+            page: 1,
+            per_page: MAX as u32,
+            ..Default::default()
+        };
+        let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+        for sb in page.sandboxes {
+            if !targets.iter().any(|t| matches!(t, Ok(s) if s.id == sb.id)) {
+                targets.push(Ok(sb));
+            }
+        }
+    }
+    let mut results = Vec::with_capacity(targets.len());
+    for t in targets {
+        results.push(match t {
+            Err((id, e)) => BulkDeleteResult {
+                id,
+                deleted: false,
+                error: Some(e.detail()),
+            },
+            Ok(sb) => {
+                let id = sb.id.to_string();
+                match lifecycle::destroy(&state, sb, req.preserve_volume).await {
+                    Ok(_) => BulkDeleteResult {
+                        id,
+                        deleted: true,
+                        error: None,
+                    },
+                    Err(e) => BulkDeleteResult {
+                        id,
+                        deleted: false,
+                        error: Some(e.detail()),
+                    },
+                }
+            }
+        });
+    }
+    Ok(Json(BulkDeleteResponse { results }))
+}

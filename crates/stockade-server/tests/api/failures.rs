@@ -1,0 +1,112 @@
+//! DB-3: a database failure after the container exists removes the
+//! container and the volume and returns the error.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::json;
+use stockade_core::{Account, AccountId, InstanceId, Sandbox, SandboxId, Scope, TeamId};
+use stockade_store::{SandboxFilter, SandboxPage, SqliteStore, Store, StoreError, StoreResult};
+
+use crate::helpers::*;
+
+/// A real SQLite store whose `update_sandbox` can be made to fail.
+struct FailingStore {
+    inner: SqliteStore,
+    fail_updates: AtomicBool,
+}
+
+#[async_trait]
+impl Store for FailingStore {
+    async fn instance_id(&self) -> StoreResult<InstanceId> {
+        self.inner.instance_id().await
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.inner.ping().await
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account> {
+        self.inner.create_account(name, is_admin).await
+    }
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
+        self.inner.list_accounts().await
+    }
+    async fn count_accounts(&self) -> StoreResult<u64> {
+        self.inner.count_accounts().await
+    }
+    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()> {
+        self.inner.add_token(account, token_hash).await
+    }
+    async fn account_by_token_hash(&self, h: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
+        self.inner.account_by_token_hash(h).await
+    }
+    async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
+        self.inner.insert_sandbox(sandbox).await
+    }
+    async fn get_sandbox(&self, scope: &Scope, id: &SandboxId) -> StoreResult<Sandbox> {
+        self.inner.get_sandbox(scope, id).await
+    }
+    async fn get_sandbox_by_name(&self, scope: &Scope, name: &str) -> StoreResult<Sandbox> {
+        self.inner.get_sandbox_by_name(scope, name).await
+    }
+    async fn list_sandboxes(&self, scope: &Scope, f: &SandboxFilter) -> StoreResult<SandboxPage> {
+        self.inner.list_sandboxes(scope, f).await
+    }
+    async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox> {
+        if self.fail_updates.load(Ordering::SeqCst) {
+            return Err(StoreError::Other("disk I/O error (injected by the test)".into()));
+        }
+        self.inner.update_sandbox(sandbox).await
+    }
+    async fn soft_delete_sandbox(&self, id: &SandboxId, at: DateTime<Utc>) -> StoreResult<()> {
+        self.inner.soft_delete_sandbox(id, at).await
+    }
+    async fn purge_sandbox(&self, id: &SandboxId) -> StoreResult<()> {
+        self.inner.purge_sandbox(id).await
+    }
+    async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>> {
+        self.inner.list_active_sandboxes().await
+    }
+    async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool> {
+        self.inner.sandbox_record_exists(id).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_save_after_the_container_exists_removes_container_and_volume() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let url = format!("sqlite://{}", dir.path().join("stockade.db").display());
+    let store = Arc::new(FailingStore {
+        inner: SqliteStore::connect(&url).await.unwrap(),
+        fail_updates: AtomicBool::new(true),
+    });
+    let app = spawn_app_with(AppOptions {
+        store: Some(store.clone()),
+        dir: Some(dir),
+        ..Default::default()
+    })
+    .await;
+    let t = &app.admin_token;
+    let r = app.post("/api/v1/sandbox", t, json!({ "name": "doomed" })).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", r.body);
+    assert_eq!(r.code(), "database_error");
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("injected"));
+    assert!(app.containers().is_empty(), "container left behind");
+    assert!(app.volumes().is_empty(), "volume left behind");
+    assert_eq!(app.get("/api/v1/sandbox?is_active=false", t).await.body["total"], 0);
+    assert_eq!(app.get("/api/v1/sandbox", t).await.body["total"], 0);
+
+    // DB-4: a failed status write on stop is logged and the stop goes on.
+    store.fail_updates.store(false, Ordering::SeqCst);
+    let sb = app.create(t, json!({ "name": "survivor" })).await;
+    let id = sb["id"].as_str().unwrap();
+    store.fail_updates.store(true, Ordering::SeqCst);
+    let r = app.post(&format!("/api/v1/sandbox/{id}/stop?timeout=1"), t, json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["status"], "STOPPED");
+}

@@ -1,0 +1,261 @@
+//! `spawn_app()`: a real server on port 0 with a fresh SQLite database and the
+//! real Docker engine; everything it creates is removed when the app drops.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
+use stockade_server::{AppState, Bootstrap, RunningServer, ServerConfig};
+use stockade_store::{SqliteStore, Store};
+
+pub fn test_image() -> String {
+    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub admin_token: String,
+    pub http: reqwest::Client,
+    pub state: AppState,
+    pub server: Option<RunningServer>,
+    pub dir: Arc<tempfile::TempDir>,
+    /// Remove this instance's containers and volumes on drop.
+    pub cleanup_on_drop: bool,
+}
+
+pub struct AppOptions {
+    pub docker_host: Option<String>,
+    pub store: Option<Arc<dyn Store>>,
+    pub dir: Option<Arc<tempfile::TempDir>>,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        Self {
+            docker_host: None,
+            store: None,
+            dir: None,
+        }
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(AppOptions::default()).await
+}
+
+pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
+    let dir = opts
+        .dir
+        .unwrap_or_else(|| Arc::new(tempfile::tempdir().expect("tempdir")));
+    let db_path: PathBuf = dir.path().join("stockade.db");
+    let db_url = format!("sqlite://{}", db_path.display());
+    let store: Arc<dyn Store> = match opts.store {
+        Some(s) => s,
+        None => Arc::new(SqliteStore::connect(&db_url).await.expect("open sqlite")),
+    };
+    let docker_host = opts
+        .docker_host
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let runtime = DockerRuntime::new(DockerConfig {
+        host: Some(docker_host.clone()),
+        ..DockerConfig::default()
+    })
+    .expect("docker client");
+    let runtime: Arc<dyn Runtime> = Arc::new(runtime);
+    let mut config = ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        docker_host,
+        ..ServerConfig::default()
+    };
+    config.defaults.image = test_image();
+    let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
+    match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
+        .await
+        .expect("bootstrap")
+    {
+        Bootstrap::CreatedAdmin { .. } | Bootstrap::RegisteredAdminToken => {}
+        Bootstrap::Nothing => {}
+    }
+    let state = AppState::new(store, runtime, config).await.expect("state");
+    let server = stockade_server::spawn(state.clone()).await.expect("spawn");
+    TestApp {
+        base: format!("http://{}", server.addr),
+        admin_token,
+        http: reqwest::Client::new(),
+        state,
+        server: Some(server),
+
+        dir,
+        cleanup_on_drop: true,
+    }
+}
+
+pub struct Resp {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Resp {
+    /// The field names of a validation error.
+    pub fn error_fields(&self) -> Vec<String> {
+        self.body["error"]["details"]["fields"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|f| f["field"].as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or_default()
+    }
+}
+
+impl TestApp {
+    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> Resp {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp { status, body }
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Resp {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Resp {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Resp {
+        self.call(Method::DELETE, path, Some(token), None).await
+    }
+
+    /// Creates an account and returns its token.
+    pub async fn new_account(&self, name: &str) -> String {
+        let r = self
+            .post("/api/v1/accounts", &self.admin_token, json!({ "name": name }))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        r.body["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Creates a sandbox and asserts it is RUNNING.
+    pub async fn create(&self, token: &str, body: Value) -> Value {
+        let r = self.post("/api/v1/sandbox", token, body).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+        assert_eq!(r.body["status"], "RUNNING");
+        r.body
+    }
+
+    pub fn instance_id(&self) -> String {
+        self.state.instance_id.to_string()
+    }
+
+    /// Containers of this app's instance, as Docker lists them.
+    pub fn containers(&self) -> Vec<String> {
+        docker_lines(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=io.stockade.instance-id={}", self.instance_id()),
+        ])
+    }
+
+    /// Volumes of this app's instance.
+    pub fn volumes(&self) -> Vec<String> {
+        docker_lines(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=io.stockade.instance-id={}", self.instance_id()),
+        ])
+    }
+
+    /// Stops the HTTP server (the records and containers stay).
+    pub async fn shutdown(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown.cancel();
+            let _ = s.task.await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(s) = &self.server {
+            s.shutdown.cancel();
+        }
+        if self.cleanup_on_drop {
+            cleanup_instance(&self.instance_id());
+        }
+    }
+}
+
+/// Removes every container and volume labelled with this instance id.
+pub fn cleanup_instance(instance: &str) {
+    let filter = format!("label=io.stockade.instance-id={instance}");
+    let ids = docker_lines(&["ps", "-aq", "--filter", &filter]);
+    if !ids.is_empty() {
+        let mut args = vec!["rm", "-f", "-v"];
+        args.extend(ids.iter().map(String::as_str));
+        let _ = Command::new("docker").args(&args).output();
+    }
+    let vols = docker_lines(&["volume", "ls", "-q", "--filter", &filter]);
+    if !vols.is_empty() {
+        let mut args = vec!["volume", "rm", "-f"];
+        args.extend(vols.iter().map(String::as_str));
+        let _ = Command::new("docker").args(&args).output();
+    }
+}
+
+pub fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker").args(args).output().expect("docker CLI")
+}
+
+pub fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = docker(args);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs a shell command inside a sandbox's container; returns stdout.
+pub fn sh_in(sandbox_id: &str, script: &str) -> String {
+    let out = docker(&["exec", &format!("stockade-{sandbox_id}"), "/bin/sh", "-c", script]);
+    assert!(
+        out.status.success(),
+        "exec failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+pub fn volume_exists(sandbox_id: &str) -> bool {
+    docker(&["volume", "inspect", &format!("agent-sandbox-{sandbox_id}")])
+        .status
+        .success()
+}
+
+pub fn container_exists(sandbox_id: &str) -> bool {
+    docker(&["inspect", &format!("stockade-{sandbox_id}")])
+        .status
+        .success()
+}

@@ -1,0 +1,90 @@
+//! API-1: list filters, ordering and pagination.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::helpers::*;
+
+fn names(r: &Resp) -> Vec<String> {
+    r.body["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_filters_order_and_pages() {
+    let app = spawn_app().await;
+    let t = &app.admin_token;
+    let one = app.create(t, json!({ "name": "one", "labels": ["web", "prod"] })).await;
+    app.create(t, json!({ "name": "two", "labels": ["web"] })).await;
+    let three = app.create(t, json!({ "name": "three", "labels": ["prod"] })).await;
+    let r = app.post(&format!("/api/v1/sandbox/{}/stop?timeout=1", three["id"].as_str().unwrap()), t, json!({})).await;
+    assert_eq!(r.body["status"], "STOPPED");
+    app.delete(&format!("/api/v1/sandbox/{}", one["id"].as_str().unwrap()), t).await;
+
+    // Newest first; terminated excluded by default.
+    let r = app.get("/api/v1/sandbox", t).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(names(&r), vec!["three", "two"]);
+    assert_eq!(r.body["total"], 2);
+    assert_eq!(r.body["page"], 1);
+    assert_eq!(r.body["per_page"], 50);
+    assert_eq!(r.body["has_next"], false);
+
+    // Status in any case, repeatable.
+    assert_eq!(names(&app.get("/api/v1/sandbox?status=running", t).await), vec!["two"]);
+    assert_eq!(names(&app.get("/api/v1/sandbox?status=Stopped", t).await), vec!["three"]);
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?status=running&status=STOPPED", t).await),
+        vec!["three", "two"]
+    );
+    assert_eq!(names(&app.get("/api/v1/sandbox?status=terminated", t).await), vec!["one"]);
+    assert_eq!(names(&app.get("/api/v1/sandbox?is_active=false", t).await), vec!["one"]);
+    assert_eq!(names(&app.get("/api/v1/sandbox?is_active=true", t).await), vec!["three", "two"]);
+
+    // Labels: ALL must match.
+    assert_eq!(names(&app.get("/api/v1/sandbox?labels=web", t).await), vec!["two"]);
+    assert_eq!(names(&app.get("/api/v1/sandbox?labels=prod", t).await), vec!["three"]);
+    assert!(names(&app.get("/api/v1/sandbox?labels=web&labels=prod", t).await).is_empty());
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?labels=web,prod&is_active=false", t).await),
+        vec!["one"]
+    );
+    assert_eq!(names(&app.get("/api/v1/sandbox?name=two", t).await), vec!["two"]);
+
+    // Pagination.
+    let p1 = app.get("/api/v1/sandbox?per_page=1&page=1", t).await;
+    assert_eq!(names(&p1), vec!["three"]);
+    assert_eq!(p1.body["has_next"], true);
+    assert_eq!(p1.body["total"], 2);
+    let p2 = app.get("/api/v1/sandbox?per_page=1&page=2", t).await;
+    assert_eq!(names(&p2), vec!["two"]);
+    assert_eq!(p2.body["has_next"], false);
+    let p3 = app.get("/api/v1/sandbox?per_page=1&page=3", t).await;
+    assert!(names(&p3).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_names_conflict_even_when_racing() {
+    let app = spawn_app().await;
+    let t = app.admin_token.clone();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let http = app.http.clone();
+        let url = format!("{}/api/v1/sandbox", app.base);
+        let t = t.clone();
+        tasks.push(tokio::spawn(async move {
+            http.post(url).bearer_auth(t).json(&json!({ "name": "same" })).send().await.unwrap().status()
+        }));
+    }
+    let mut codes = Vec::new();
+    for task in tasks {
+        codes.push(task.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == StatusCode::CREATED).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == StatusCode::CONFLICT).count(), 3, "{codes:?}");
+    assert_eq!(app.containers().len(), 1);
+}

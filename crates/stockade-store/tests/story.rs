@@ -1,0 +1,952 @@
+//! The store "story": one walk through everything the `Store` trait promises,
+//! run on SQLite (a temporary file, and in memory) and, when
+//! `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::json;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{Connection, Executor, PgConnection, PgPool, SqlitePool};
+use stockade_core::spec::SpecInput;
+use stockade_core::{
+    AccountId, ApiToken, Defaults, InstanceId, Label, Labels, Sandbox, SandboxId, SandboxSpec,
+    SandboxStatus, Scope, TeamId,
+};
+use stockade_store::{PgStore, SandboxFilter, SandboxPage, SqliteStore, Store, StoreError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_story() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory that does not exist yet: connect creates it.
+    let path = dir.path().join("data").join("stockade.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = SqliteStore::connect(&url).await.unwrap();
+    assert!(path.exists(), "the database file was not created");
+    let raw = SqlitePool::connect_with(
+        SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .busy_timeout(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+
+    let instance = story(Arc::new(store), Raw::Sqlite(raw)).await;
+
+    // Reopening applies no migration twice and keeps the data.
+    let again = stockade_store::connect(&url).await.unwrap();
+    assert_eq!(again.backend(), "sqlite");
+    assert_eq!(again.instance_id().await.unwrap(), instance);
+    assert_eq!(again.count_accounts().await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_memory_story() {
+    let store = stockade_store::connect("sqlite::memory:").await.unwrap();
+    story(store, Raw::None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_story() {
+    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
+        eprintln!(
+            "postgres_story skipped: set STOCKADE_TEST_DATABASE_URL \
+             (scripts/lib/postgres.sh: ensure_postgres sets it up)"
+        );
+        return;
+    };
+    // A database of its own, so that parallel and repeated runs never meet.
+    let database = format!("stockade_test_{}", SandboxId::generate());
+    let mut admin = PgConnection::connect(&url)
+        .await
+        .expect("cannot connect to STOCKADE_TEST_DATABASE_URL");
+    admin
+        .execute(format!("CREATE DATABASE {database}").as_str())
+        .await
+        .expect("CREATE DATABASE (does the role have CREATEDB?)");
+    let test_url = with_database(&url, &database);
+
+    let outcome = tokio::spawn(async move {
+        // Several server instances start at once on one database (SCALE-2):
+        // the migrations run once, the others wait and find them applied.
+        let (a, b, c) = tokio::join!(
+            PgStore::connect(&test_url),
+            PgStore::connect(&test_url),
+            PgStore::connect(&test_url)
+        );
+        let store = a.unwrap();
+        b.unwrap();
+        c.unwrap();
+        let raw = PgPool::connect(&test_url).await.unwrap();
+        story(Arc::new(store), Raw::Postgres(raw)).await;
+        let again = stockade_store::connect(&test_url).await.unwrap();
+        assert_eq!(again.backend(), "postgres");
+        assert_eq!(again.count_accounts().await.unwrap(), 3);
+    })
+    .await;
+
+    admin
+        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
+        .await
+        .expect("DROP DATABASE");
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// `url` with its database replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let path = base[authority..]
+        .find('/')
+        .map_or(base.len(), |i| authority + i);
+    let mut out = format!("{}/{}", &base[..path], database);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// Direct access to the database, for what the trait does not offer (teams)
+/// and to look at the stored rows. `None` for in-memory SQLite.
+enum Raw {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+    None,
+}
+
+impl Raw {
+    fn available(&self) -> bool {
+        !matches!(self, Raw::None)
+    }
+
+    async fn add_team(&self, team: &TeamId, members: &[&AccountId]) {
+        match self {
+            Raw::Sqlite(pool) => {
+                sqlx::query("INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)")
+                    .bind(team.as_str())
+                    .bind("platform")
+                    .bind("2025-01-01T00:00:00.000000Z")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                for m in members {
+                    sqlx::query("INSERT INTO team_members (team_id, account_id) VALUES (?, ?)")
+                        .bind(team.as_str())
+                        .bind(m.as_str())
+                        .execute(pool)
+                        .await
+                        .unwrap();
+                }
+            }
+            Raw::Postgres(pool) => {
+                sqlx::query("INSERT INTO teams (id, name, created_at) VALUES ($1, $2, now())")
+                    .bind(team.as_str())
+                    .bind("platform")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                for m in members {
+                    sqlx::query("INSERT INTO team_members (team_id, account_id) VALUES ($1, $2)")
+                        .bind(team.as_str())
+                        .bind(m.as_str())
+                        .execute(pool)
+                        .await
+                        .unwrap();
+                }
+            }
+            Raw::None => unreachable!("no raw access"),
+        }
+    }
+
+    /// The stored metadata document of a sandbox.
+    async fn metadata(&self, id: &SandboxId) -> serde_json::Value {
+        let text: String = match self {
+            Raw::Sqlite(pool) => sqlx::query_scalar("SELECT metadata FROM sandboxes WHERE id = ?")
+                .bind(id.as_str())
+                .fetch_one(pool)
+                .await
+                .unwrap(),
+            Raw::Postgres(pool) => {
+                sqlx::query_scalar("SELECT metadata::text FROM sandboxes WHERE id = $1")
+                    .bind(id.as_str())
+                    .fetch_one(pool)
+                    .await
+                    .unwrap()
+            }
+            Raw::None => unreachable!("no raw access"),
+        };
+        serde_json::from_str(&text).unwrap()
+    }
+
+    async fn label_rows(&self, id: &SandboxId) -> i64 {
+        match self {
+            Raw::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM sandbox_labels WHERE sandbox_id = ?")
+                    .bind(id.as_str())
+                    .fetch_one(pool)
+                    .await
+                    .unwrap()
+            }
+            Raw::Postgres(pool) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM sandbox_labels WHERE sandbox_id = $1")
+                    .bind(id.as_str())
+                    .fetch_one(pool)
+                    .await
+                    .unwrap()
+            }
+            Raw::None => unreachable!("no raw access"),
+        }
+    }
+
+    /// Overwrites a record's metadata with a valid JSON document that is not
+    /// a sandbox's metadata.
+    async fn corrupt_metadata(&self, id: &SandboxId) {
+        match self {
+            Raw::Sqlite(pool) => {
+                sqlx::query("UPDATE sandboxes SET metadata = '{\"oops\": true}' WHERE id = ?")
+                    .bind(id.as_str())
+                    .execute(pool)
+                    .await
+                    .unwrap();
+            }
+            Raw::Postgres(pool) => {
+                sqlx::query(
+                    "UPDATE sandboxes SET metadata = '{\"oops\": true}'::jsonb WHERE id = $1",
+                )
+                .bind(id.as_str())
+                .execute(pool)
+                .await
+                .unwrap();
+            }
+            Raw::None => unreachable!("no raw access"),
+        }
+    }
+}
+
+fn labels(items: &[&str]) -> Labels {
+    let items: Vec<String> = items.iter().map(|s| s.to_string()).collect();
+    Labels::parse_field(&items, "labels").unwrap()
+}
+
+fn label_vec(items: &[&str]) -> Vec<Label> {
+    items
+        .iter()
+        .map(|s| Label::parse_field(s, "labels").unwrap())
+        .collect()
+}
+
+fn spec(id: &SandboxId, name: &str, with_labels: &[&str]) -> SandboxSpec {
+    SandboxSpec::from_input(
+        SpecInput {
+            name: Some(name.into()),
+            labels: Some(with_labels.iter().map(|s| s.to_string()).collect()),
+            environment_vars: Some([("GREETING".to_string(), "hello".to_string())].into()),
+            tags: Some([("team".to_string(), "infra".to_string())].into()),
+            ports: Some(vec![3000, 8080]),
+            cpu_cores: Some(1.5),
+            ..Default::default()
+        },
+        id,
+        &Defaults::default(),
+    )
+    .unwrap()
+}
+
+/// A new record; `at` has microsecond precision, as both databases keep it.
+fn sandbox(
+    account: &AccountId,
+    team: Option<&TeamId>,
+    name: &str,
+    with_labels: &[&str],
+    status: SandboxStatus,
+    at: DateTime<Utc>,
+) -> Sandbox {
+    let id = SandboxId::generate();
+    let mut s = Sandbox::new(
+        id.clone(),
+        account.clone(),
+        team.cloned(),
+        spec(&id, name, with_labels),
+        "local".into(),
+        at,
+    );
+    s.status = status;
+    match status {
+        SandboxStatus::Running => s.started_at = Some(at),
+        SandboxStatus::Stopped => {
+            s.started_at = Some(at);
+            s.stopped_at = Some(at + chrono::Duration::seconds(1));
+        }
+        SandboxStatus::Terminated => s.terminated_at = Some(at + chrono::Duration::seconds(1)),
+        SandboxStatus::Error => s.status_reason = Some("image pull failed".into()),
+        _ => {}
+    }
+    s.container_id = Some(format!("container-{id}"));
+    s
+}
+
+fn names(page: &SandboxPage) -> Vec<&str> {
+    page.sandboxes
+        .iter()
+        .map(|s| s.spec.name.as_str())
+        .collect()
+}
+
+fn filter() -> SandboxFilter {
+    SandboxFilter {
+        page: 1,
+        per_page: 50,
+        ..Default::default()
+    }
+}
+
+async fn list(store: &dyn Store, scope: &Scope, f: SandboxFilter) -> SandboxPage {
+    store.list_sandboxes(scope, &f).await.unwrap()
+}
+
+/// Runs the whole story on `store`; returns the instance id.
+async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
+    let s: &dyn Store = &*store;
+    let teams = raw.available();
+
+    // --- the instance -------------------------------------------------------
+    s.ping().await.unwrap();
+    let ids = futures_join_all((0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.instance_id().await.unwrap() })
+    }))
+    .await;
+    let instance = ids[0].clone();
+    assert!(
+        ids.iter().all(|i| *i == instance),
+        "instance ids differ: {ids:?}"
+    );
+    assert_eq!(s.instance_id().await.unwrap(), instance);
+
+    // --- accounts and tokens ------------------------------------------------
+    assert_eq!(s.count_accounts().await.unwrap(), 0);
+    assert!(s.list_accounts().await.unwrap().is_empty());
+    let alice = s.create_account("alice", true).await.unwrap();
+    let bob = s.create_account("bob", false).await.unwrap();
+    let carol = s.create_account("carol", false).await.unwrap();
+    assert!(alice.is_admin && !bob.is_admin);
+    match s.create_account("alice", false).await {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("alice"), "{m}"),
+        other => panic!("duplicate account name: {other:?}"),
+    }
+    assert_eq!(s.count_accounts().await.unwrap(), 3);
+    assert_eq!(
+        s.list_accounts().await.unwrap(),
+        vec![alice.clone(), bob.clone(), carol.clone()]
+    );
+
+    let alice_token = ApiToken::generate();
+    let bob_token = ApiToken::generate();
+    s.add_token(&alice.id, &alice_token.hash()).await.unwrap();
+    s.add_token(&bob.id, &bob_token.hash()).await.unwrap();
+    assert!(matches!(
+        s.add_token(&bob.id, &alice_token.hash()).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.add_token(&AccountId::generate(), &ApiToken::generate().hash())
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(s
+        .account_by_token_hash(&ApiToken::generate().hash())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(s
+        .account_by_token_hash(alice_token.plaintext())
+        .await
+        .unwrap()
+        .is_none());
+
+    let team = TeamId::generate();
+    if teams {
+        raw.add_team(&team, &[&alice.id, &bob.id]).await;
+    }
+    let expected_teams = if teams { vec![team.clone()] } else { vec![] };
+    let (found, alice_teams) = s
+        .account_by_token_hash(&alice_token.hash())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found, alice);
+    assert_eq!(alice_teams, expected_teams);
+    let (found, bob_teams) = s
+        .account_by_token_hash(&bob_token.hash())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found, bob);
+
+    let alice_scope = Scope {
+        account_id: alice.id.clone(),
+        team_ids: alice_teams,
+    };
+    let bob_scope = Scope {
+        account_id: bob.id.clone(),
+        team_ids: bob_teams,
+    };
+    let carol_scope = Scope::account(carol.id.clone());
+
+    // --- sandboxes ----------------------------------------------------------
+    let t0 = Utc::now().trunc_subsecs(6) - chrono::Duration::hours(1);
+    let at = |secs: i64| t0 + chrono::Duration::seconds(secs);
+    let team_ref = teams.then_some(&team);
+    use SandboxStatus::*;
+    let web = sandbox(
+        &alice.id,
+        None,
+        "web",
+        &["env=prod", "tier=web"],
+        Running,
+        at(1),
+    );
+    let db = sandbox(
+        &alice.id,
+        None,
+        "db",
+        &["env=prod", "tier=db"],
+        Stopped,
+        at(2),
+    );
+    let job = sandbox(&alice.id, None, "job", &["env=dev"], Error, at(3));
+    let old = sandbox(&alice.id, None, "old", &[], Terminated, at(4));
+    let mut shared = sandbox(&alice.id, team_ref, "shared", &["env=prod"], Running, at(5));
+    shared.s3_config = Some(
+        json!({"bucket": "workspaces", "prefix": "alice/", "endpoint": "http://127.0.0.1:9000"}),
+    );
+    shared.s3_sync = Some(
+        json!({"key": "alice/shared.tar.gz", "bytes": 123456789, "completed_at": "2025-01-02T03:04:05Z"}),
+    );
+    let bob_web = sandbox(&bob.id, None, "web", &["env=prod"], Running, at(6));
+    let bob_private = sandbox(&bob.id, None, "private", &[], Pending, at(7));
+    // Two records with one creation time: the id decides the order.
+    let tie_a = sandbox(&carol.id, None, "tie-a", &[], Running, at(8));
+    let mut tie_b = sandbox(&carol.id, None, "tie-b", &[], Running, at(8));
+    tie_b.started_at = None;
+    for sb in [
+        &web,
+        &db,
+        &job,
+        &old,
+        &shared,
+        &bob_web,
+        &bob_private,
+        &tie_a,
+        &tie_b,
+    ] {
+        s.insert_sandbox(sb).await.unwrap();
+    }
+
+    // Records come back exactly as written, metadata included.
+    for sb in [&web, &db, &job, &old, &shared] {
+        assert_eq!(&s.get_sandbox(&alice_scope, &sb.id).await.unwrap(), sb);
+    }
+    assert_eq!(
+        s.get_sandbox(&bob_scope, &bob_web.id).await.unwrap(),
+        bob_web
+    );
+    if teams {
+        let doc = raw.metadata(&shared.id).await;
+        assert_eq!(doc["sandbox_id"], shared.id.as_str());
+        assert_eq!(doc["status"], "RUNNING");
+        assert!(doc["created_at"].is_string());
+        assert_eq!(doc["config"]["docker_image"], "node:20-bookworm");
+        assert_eq!(doc["config"]["cpu_cores"], 1.5);
+        assert_eq!(doc["config"]["environment_vars"]["GREETING"], "hello");
+        assert_eq!(doc["s3_config"]["bucket"], "workspaces");
+        assert_eq!(doc["s3_sync"]["bytes"], 123456789);
+        assert_eq!(raw.label_rows(&web.id).await, 2);
+    }
+
+    // SEC-1: another account's sandbox is forbidden, an unknown id not found.
+    assert!(matches!(
+        s.get_sandbox(&bob_scope, &web.id).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        s.get_sandbox(&carol_scope, &shared.id).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        s.get_sandbox(&alice_scope, &SandboxId::generate()).await,
+        Err(StoreError::NotFound)
+    ));
+    // A team member sees the team's sandbox.
+    if teams {
+        assert_eq!(s.get_sandbox(&bob_scope, &shared.id).await.unwrap(), shared);
+    } else {
+        assert!(matches!(
+            s.get_sandbox(&bob_scope, &shared.id).await,
+            Err(StoreError::Forbidden)
+        ));
+    }
+
+    // By name: the caller's own active sandboxes only.
+    assert_eq!(
+        s.get_sandbox_by_name(&alice_scope, "web").await.unwrap(),
+        web
+    );
+    assert_eq!(
+        s.get_sandbox_by_name(&bob_scope, "web").await.unwrap(),
+        bob_web
+    );
+    assert!(matches!(
+        s.get_sandbox_by_name(&bob_scope, "shared").await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        s.get_sandbox_by_name(&alice_scope, "nope").await,
+        Err(StoreError::NotFound)
+    ));
+
+    // DB-7: one active name per account.
+    let dup = sandbox(&alice.id, None, "web", &[], Running, at(9));
+    match s.insert_sandbox(&dup).await {
+        Err(StoreError::Conflict(m)) => {
+            assert_eq!(m, "a sandbox named 'web' already exists")
+        }
+        other => panic!("duplicate name: {other:?}"),
+    }
+    assert!(!s.sandbox_record_exists(&dup.id).await.unwrap());
+    let mut same_id = sandbox(&carol.id, None, "other", &[], Running, at(9));
+    same_id.id = web.id.clone();
+    assert!(matches!(
+        s.insert_sandbox(&same_id).await,
+        Err(StoreError::Conflict(_))
+    ));
+
+    // --- listing ------------------------------------------------------------
+    let page = list(s, &alice_scope, filter()).await;
+    assert_eq!(names(&page), ["shared", "job", "db", "web"]);
+    assert_eq!(page.total, 4);
+    assert_eq!(page.sandboxes[0], shared);
+    let f = |statuses: Vec<SandboxStatus>| SandboxFilter {
+        statuses,
+        ..filter()
+    };
+    assert_eq!(
+        names(&list(s, &alice_scope, f(vec![Running])).await),
+        ["shared", "web"]
+    );
+    assert_eq!(
+        names(&list(s, &alice_scope, f(vec![Running, Stopped])).await),
+        ["shared", "db", "web"]
+    );
+    assert_eq!(
+        names(&list(s, &alice_scope, f(vec![Terminated])).await),
+        ["old"]
+    );
+    assert_eq!(
+        names(&list(s, &alice_scope, f(vec![Running, Terminated])).await),
+        ["shared", "old", "web"]
+    );
+    assert!(list(s, &alice_scope, f(vec![Pending]))
+        .await
+        .sandboxes
+        .is_empty());
+
+    let by_labels = |l: &[&str]| SandboxFilter {
+        labels: label_vec(l),
+        ..filter()
+    };
+    assert_eq!(
+        names(&list(s, &alice_scope, by_labels(&["env=prod"])).await),
+        ["shared", "db", "web"]
+    );
+    assert_eq!(
+        names(&list(s, &alice_scope, by_labels(&["tier=web", "env=prod"])).await),
+        ["web"]
+    );
+    assert_eq!(
+        names(
+            &list(
+                s,
+                &alice_scope,
+                by_labels(&["env=prod", "tier=web", "env=prod"])
+            )
+            .await
+        ),
+        ["web"]
+    );
+    let none = list(s, &alice_scope, by_labels(&["env=prod", "missing"])).await;
+    assert!(none.sandboxes.is_empty());
+    assert_eq!(none.total, 0);
+
+    let by_name = |n: &str| SandboxFilter {
+        name: Some(n.into()),
+        ..filter()
+    };
+    assert_eq!(names(&list(s, &alice_scope, by_name("db")).await), ["db"]);
+    assert!(list(s, &alice_scope, by_name("nope"))
+        .await
+        .sandboxes
+        .is_empty());
+
+    let active = |a: bool| SandboxFilter {
+        is_active: Some(a),
+        ..filter()
+    };
+    assert_eq!(
+        names(&list(s, &alice_scope, active(true)).await),
+        ["shared", "job", "db", "web"]
+    );
+    assert_eq!(names(&list(s, &alice_scope, active(false)).await), ["old"]);
+
+    if teams {
+        let by_team = SandboxFilter {
+            team_id: Some(team.clone()),
+            ..filter()
+        };
+        assert_eq!(
+            names(&list(s, &alice_scope, by_team.clone()).await),
+            ["shared"]
+        );
+        assert_eq!(names(&list(s, &bob_scope, by_team).await), ["shared"]);
+        // Bob sees his own sandboxes and his team's, newest first.
+        assert_eq!(
+            names(&list(s, &bob_scope, filter()).await),
+            ["private", "web", "shared"]
+        );
+        assert_eq!(
+            names(&list(s, &bob_scope, by_labels(&["env=prod"])).await),
+            ["web", "shared"]
+        );
+    } else {
+        assert_eq!(
+            names(&list(s, &bob_scope, filter()).await),
+            ["private", "web"]
+        );
+    }
+    assert!(list(s, &Scope::account(AccountId::generate()), filter())
+        .await
+        .sandboxes
+        .is_empty());
+
+    // Pages: newest first, `total` counts every match, so that
+    // has_next = page × per_page < total.
+    let paged = |page: u32| SandboxFilter {
+        page,
+        per_page: 3,
+        ..filter()
+    };
+    let p1 = list(s, &alice_scope, paged(1)).await;
+    assert_eq!((names(&p1), p1.total), (vec!["shared", "job", "db"], 4));
+    assert!(3 < p1.total);
+    let p2 = list(s, &alice_scope, paged(2)).await;
+    assert_eq!((names(&p2), p2.total), (vec!["web"], 4));
+    assert!(2 * 3 >= p2.total);
+    let p3 = list(s, &alice_scope, paged(3)).await;
+    assert!(p3.sandboxes.is_empty());
+    assert_eq!(p3.total, 4);
+    assert_eq!(names(&list(s, &alice_scope, paged(0)).await), names(&p1));
+    // Equal creation times: the larger id first, stable across pages.
+    let ties = list(s, &carol_scope, filter()).await;
+    let mut tie_ids = vec![tie_a.id.clone(), tie_b.id.clone()];
+    tie_ids.sort();
+    tie_ids.reverse();
+    assert_eq!(
+        ties.sandboxes
+            .iter()
+            .map(|s| s.id.clone())
+            .collect::<Vec<_>>(),
+        tie_ids
+    );
+    let one = |page| SandboxFilter {
+        page,
+        per_page: 1,
+        ..filter()
+    };
+    assert_eq!(
+        list(s, &carol_scope, one(1)).await.sandboxes[0].id,
+        tie_ids[0]
+    );
+    assert_eq!(
+        list(s, &carol_scope, one(2)).await.sandboxes[0].id,
+        tie_ids[1]
+    );
+
+    // --- updates with row versions (DB-7) -----------------------------------
+    let mut changed = s.get_sandbox(&alice_scope, &web.id).await.unwrap();
+    assert_eq!(changed.version, 0);
+    changed.status = Stopped;
+    changed.stopped_at = Some(at(20));
+    changed.status_reason = Some("stopped by the user".into());
+    changed.container_id = None;
+    changed.spec.labels = labels(&["env=prod", "tier=web", "extra"]);
+    changed.s3_sync = Some(json!({"key": "alice/web.tar.gz", "bytes": 42}));
+    let saved = s.update_sandbox(&changed).await.unwrap();
+    assert_eq!(saved.version, 1);
+    assert_eq!(s.get_sandbox(&alice_scope, &web.id).await.unwrap(), saved);
+    // The version the writer read is stale now.
+    match s.update_sandbox(&changed).await {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("concurrently"), "{m}"),
+        other => panic!("stale update: {other:?}"),
+    }
+    assert_eq!(s.get_sandbox(&alice_scope, &web.id).await.unwrap(), saved);
+    assert_eq!(
+        names(&list(s, &alice_scope, by_labels(&["extra"])).await),
+        ["web"]
+    );
+    assert_eq!(
+        names(&list(s, &alice_scope, f(vec![Stopped])).await),
+        ["db", "web"]
+    );
+    // Labels removed by an update are gone from the filter too.
+    let mut fewer = saved.clone();
+    fewer.spec.labels = labels(&["extra"]);
+    let fewer = s.update_sandbox(&fewer).await.unwrap();
+    assert_eq!(fewer.version, 2);
+    assert!(list(s, &alice_scope, by_labels(&["tier=web"]))
+        .await
+        .sandboxes
+        .is_empty());
+    // An unknown record, and a rename onto an active name.
+    let mut ghost = sandbox(&alice.id, None, "ghost", &[], Running, at(21));
+    ghost.version = 3;
+    assert!(matches!(
+        s.update_sandbox(&ghost).await,
+        Err(StoreError::NotFound)
+    ));
+    let mut rename = s.get_sandbox(&alice_scope, &job.id).await.unwrap();
+    rename.spec.name = stockade_core::SandboxName::parse("db").unwrap();
+    match s.update_sandbox(&rename).await {
+        Err(StoreError::Conflict(m)) => assert_eq!(m, "a sandbox named 'db' already exists"),
+        other => panic!("rename onto a taken name: {other:?}"),
+    }
+    assert_eq!(s.get_sandbox(&alice_scope, &job.id).await.unwrap(), job);
+
+    // Ten writers append one label each to one record, retrying on conflict:
+    // no write is lost, and every success bumps the version exactly once.
+    let before = s.get_sandbox(&alice_scope, &db.id).await.unwrap();
+    let writers = (0..10).map(|i| {
+        let store = store.clone();
+        let scope = alice_scope.clone();
+        let id = db.id.clone();
+        tokio::spawn(async move {
+            for _attempt in 0..1000 {
+                let mut sb = store.get_sandbox(&scope, &id).await.unwrap();
+                let mut l = sb.spec.labels.to_strings();
+                l.push(format!("writer-{i}"));
+                sb.spec.labels = Labels::parse_field(&l, "labels").unwrap();
+                sb.status_reason = Some(format!("writer {i}"));
+                match store.update_sandbox(&sb).await {
+                    Ok(_) => return,
+                    Err(StoreError::Conflict(_)) => tokio::task::yield_now().await,
+                    Err(e) => panic!("writer {i}: {e}"),
+                }
+            }
+            panic!("writer {i} never got its update in");
+        })
+    });
+    futures_join_all(writers).await;
+    let after = s.get_sandbox(&alice_scope, &db.id).await.unwrap();
+    assert_eq!(after.version, before.version + 10);
+    let got: BTreeSet<String> = after.spec.labels.to_strings().into_iter().collect();
+    for i in 0..10 {
+        assert!(
+            got.contains(&format!("writer-{i}")),
+            "writer-{i} lost: {got:?}"
+        );
+    }
+    assert!(got.contains("env=prod") && got.contains("tier=db"));
+    let all_writers: Vec<String> = (0..10).map(|i| format!("writer-{i}")).collect();
+    let all_writers: Vec<&str> = all_writers.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        names(&list(s, &alice_scope, by_labels(&all_writers)).await),
+        ["db"]
+    );
+
+    // Two creates with one name at once: exactly one wins (DB-7).
+    for round in 0..5 {
+        let name = format!("race-{round}");
+        let a = sandbox(&alice.id, None, &name, &["race"], Running, at(30 + round));
+        let b = sandbox(&alice.id, None, &name, &["race"], Running, at(30 + round));
+        let (ra, rb) = {
+            let (sa, sb) = (store.clone(), store.clone());
+            let (a2, b2) = (a.clone(), b.clone());
+            let ta = tokio::spawn(async move { sa.insert_sandbox(&a2).await });
+            let tb = tokio::spawn(async move { sb.insert_sandbox(&b2).await });
+            (ta.await.unwrap(), tb.await.unwrap())
+        };
+        let winner = match (ra, rb) {
+            (Ok(()), Err(StoreError::Conflict(m))) | (Err(StoreError::Conflict(m)), Ok(())) => {
+                assert!(m.contains(&name), "{m}");
+                if s.sandbox_record_exists(&a.id).await.unwrap() {
+                    a
+                } else {
+                    b
+                }
+            }
+            other => panic!("round {round}: {other:?}"),
+        };
+        assert_eq!(
+            s.get_sandbox_by_name(&alice_scope, &name).await.unwrap(),
+            winner
+        );
+    }
+    let races = list(s, &alice_scope, by_labels(&["race"])).await;
+    assert_eq!(races.total, 5);
+
+    // --- soft delete --------------------------------------------------------
+    let deleted_at = at(40);
+    s.soft_delete_sandbox(&db.id, deleted_at).await.unwrap();
+    let gone = s.get_sandbox(&alice_scope, &db.id).await.unwrap();
+    assert_eq!(gone.status, Terminated);
+    assert_eq!(gone.deleted_at, Some(deleted_at));
+    assert_eq!(gone.terminated_at, Some(deleted_at));
+    assert_eq!(gone.version, after.version + 1);
+    assert_eq!(gone.spec, after.spec);
+    if teams {
+        assert_eq!(raw.metadata(&db.id).await["status"], "TERMINATED");
+    }
+    // Still forbidden to others, no longer found by name, not listed as active.
+    assert!(matches!(
+        s.get_sandbox(&bob_scope, &db.id).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        s.get_sandbox_by_name(&alice_scope, "db").await,
+        Err(StoreError::NotFound)
+    ));
+    let names_now = names(&list(s, &alice_scope, filter()).await)
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    assert!(!names_now.contains(&"db".to_string()), "{names_now:?}");
+    assert!(list(s, &alice_scope, by_name("db"))
+        .await
+        .sandboxes
+        .is_empty());
+    assert_eq!(
+        names(&list(s, &alice_scope, active(false)).await),
+        ["old", "db"]
+    );
+    assert_eq!(
+        names(&list(s, &alice_scope, f(vec![Terminated])).await),
+        ["old", "db"]
+    );
+    // A second delete keeps the first time; a sandbox terminated earlier keeps
+    // its termination time.
+    s.soft_delete_sandbox(&db.id, at(50)).await.unwrap();
+    assert_eq!(
+        s.get_sandbox(&alice_scope, &db.id)
+            .await
+            .unwrap()
+            .deleted_at,
+        Some(deleted_at)
+    );
+    s.soft_delete_sandbox(&old.id, at(41)).await.unwrap();
+    let old_gone = s.get_sandbox(&alice_scope, &old.id).await.unwrap();
+    assert_eq!(old_gone.terminated_at, old.terminated_at);
+    assert_eq!(old_gone.deleted_at, Some(at(41)));
+    assert!(matches!(
+        s.soft_delete_sandbox(&SandboxId::generate(), at(42)).await,
+        Err(StoreError::NotFound)
+    ));
+    // The name is free again.
+    let db2 = sandbox(&alice.id, None, "db", &["env=prod"], Running, at(43));
+    s.insert_sandbox(&db2).await.unwrap();
+    assert_eq!(
+        s.get_sandbox_by_name(&alice_scope, "db").await.unwrap(),
+        db2
+    );
+    assert_eq!(names(&list(s, &alice_scope, by_name("db")).await), ["db"]);
+
+    // --- reconciliation views -----------------------------------------------
+    let active_ids: BTreeSet<SandboxId> = s
+        .list_active_sandboxes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|sb| sb.id)
+        .collect();
+    for sb in [
+        &web,
+        &job,
+        &shared,
+        &bob_web,
+        &bob_private,
+        &tie_a,
+        &tie_b,
+        &db2,
+    ] {
+        assert!(active_ids.contains(&sb.id), "{} not active", sb.spec.name);
+    }
+    assert!(!active_ids.contains(&db.id) && !active_ids.contains(&old.id));
+    assert_eq!(active_ids.len(), 8 + 5);
+    assert!(s.sandbox_record_exists(&db.id).await.unwrap());
+    assert!(!s
+        .sandbox_record_exists(&SandboxId::generate())
+        .await
+        .unwrap());
+
+    // --- purge --------------------------------------------------------------
+    s.purge_sandbox(&job.id).await.unwrap();
+    assert!(matches!(
+        s.get_sandbox(&alice_scope, &job.id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(!s.sandbox_record_exists(&job.id).await.unwrap());
+    assert!(list(s, &alice_scope, by_labels(&["env=dev"]))
+        .await
+        .sandboxes
+        .is_empty());
+    if teams {
+        assert_eq!(raw.label_rows(&job.id).await, 0);
+    }
+    assert!(matches!(
+        s.purge_sandbox(&job.id).await,
+        Err(StoreError::NotFound)
+    ));
+
+    // --- bad data is an error, never a panic -----------------------------------
+    if teams {
+        raw.corrupt_metadata(&bob_private.id).await;
+        assert!(matches!(
+            s.get_sandbox(&bob_scope, &bob_private.id).await,
+            Err(StoreError::Other(_))
+        ));
+        assert!(matches!(
+            s.list_sandboxes(&bob_scope, &filter()).await,
+            Err(StoreError::Other(_))
+        ));
+        // Other records are unaffected.
+        assert_eq!(
+            s.get_sandbox(&bob_scope, &bob_web.id).await.unwrap(),
+            bob_web
+        );
+        s.purge_sandbox(&bob_private.id).await.unwrap();
+    }
+
+    instance
+}
+
+/// Awaits spawned tasks in order, propagating their panics.
+async fn futures_join_all<T>(
+    handles: impl IntoIterator<Item = tokio::task::JoinHandle<T>>,
+) -> Vec<T> {
+    let handles: Vec<_> = handles.into_iter().collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        match h.await {
+            Ok(v) => out.push(v),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+    out
+}

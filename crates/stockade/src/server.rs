@@ -1,0 +1,196 @@
+//! `stockade server`: configuration from flags and environment, then serve.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
+use stockade_server::{AppState, Bootstrap, ServerConfig};
+
+#[derive(Args)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "STOCKADE_LISTEN", default_value = "127.0.0.1:7433")]
+    listen: SocketAddr,
+    /// Database URL: sqlite://PATH or postgres://USER:PASS@HOST/DB
+    /// (default: SQLite in the data directory).
+    #[arg(long, env = "STOCKADE_DATABASE_URL")]
+    database: Option<String>,
+    /// Where Stockade keeps its SQLite database and local data
+    /// (default: $XDG_DATA_HOME/stockade or ~/.local/share/stockade).
+    #[arg(long, env = "STOCKADE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Docker daemon: unix:///path or tcp://host:port (default: DOCKER_HOST or
+    /// unix:///var/run/docker.sock).
+    #[arg(long, env = "STOCKADE_DOCKER_HOST")]
+    docker_host: Option<String>,
+    /// Image of sandboxes that name none.
+    #[arg(long, env = "STOCKADE_DEFAULT_IMAGE", default_value = "node:20-bookworm")]
+    default_image: String,
+    /// Token of the admin account made on the first start (default: generated
+    /// and printed once).
+    #[arg(long, env = "STOCKADE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Name of this Docker host in sandbox records ("server location").
+    #[arg(long, env = "STOCKADE_SERVER_NAME", default_value = "local")]
+    server_name: String,
+    /// OCI runtime for sandbox containers, e.g. `runsc` (gVisor).
+    #[arg(long, env = "STOCKADE_OCI_RUNTIME")]
+    oci_runtime: Option<String>,
+    /// Most processes one sandbox may run.
+    #[arg(long, env = "STOCKADE_PIDS_LIMIT", default_value_t = 512)]
+    pids_limit: i64,
+}
+
+fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("stockade");
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(h) => PathBuf::from(h).join(".local/share/stockade"),
+        None => PathBuf::from("stockade-data"),
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("STOCKADE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,sqlx=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    init_tracing();
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("could not create the data directory {}", data_dir.display()))?;
+    let database = args.database.clone().unwrap_or_else(|| {
+        format!("sqlite://{}", data_dir.join("stockade.db").display())
+    });
+    let store = stockade_store::connect(&database)
+        .await
+        .with_context(|| format!("could not open the database {}", redact_url(&database)))?;
+
+    let docker_host = args
+        .docker_host
+        .clone()
+        .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    let runtime = DockerRuntime::new(DockerConfig {
+        host: Some(docker_host.clone()),
+        server_name: args.server_name.clone(),
+        pids_limit: args.pids_limit,
+        oci_runtime: args.oci_runtime.clone(),
+        ..DockerConfig::default()
+    })
+    .context("could not set up the Docker client")?;
+    let runtime: Arc<dyn Runtime> = Arc::new(runtime);
+
+    let mut config = ServerConfig {
+        listen: args.listen,
+        docker_host: docker_host.clone(),
+        ..ServerConfig::default()
+    };
+    stockade_core::spec::parse_image(&args.default_image, "--default-image")
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
+    config.defaults.image = args.default_image.clone();
+
+    let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
+        .await
+        .context("could not create the admin account")?;
+    let state = AppState::new(store, runtime.clone(), config)
+        .await
+        .context("could not read the instance id")?;
+    let server = stockade_server::spawn(state)
+        .await
+        .with_context(|| format!("could not listen on {}", args.listen))?;
+
+    let base = format!("http://{}", server.addr);
+    println!("Stockade {} listening on {base}", env!("CARGO_PKG_VERSION"));
+    println!("  dashboard: {base}/");
+    println!("  API docs:  {base}/api/v1/docs");
+    println!("  database:  {}", redact_url(&database));
+    match runtime.info().await {
+        Ok(i) => println!(
+            "  docker:    {docker_host} (Docker {}, API {})",
+            i.version, i.api_version
+        ),
+        Err(e) => println!("  docker:    {docker_host} is NOT reachable: {e}"),
+    }
+    match boot {
+        Bootstrap::CreatedAdmin { token, generated: true } => {
+            println!();
+            println!("Admin API token (shown once, it is stored hashed — keep it now):");
+            println!("  {token}");
+            println!("Use it as: export STOCKADE_TOKEN={token}");
+        }
+        Bootstrap::CreatedAdmin { generated: false, .. } => {
+            println!("Admin account created with the token from STOCKADE_ADMIN_TOKEN.");
+        }
+        Bootstrap::RegisteredAdminToken => {
+            println!("STOCKADE_ADMIN_TOKEN registered for the admin account.");
+        }
+        Bootstrap::Nothing => {}
+    }
+
+    let shutdown = server.shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        shutdown.cancel();
+    });
+    server.task.await.context("server task failed")??;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Hides a password in a database URL.
+fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((creds, host)) = rest.split_once('@') {
+            if let Some((user, _)) = creds.split_once(':') {
+                return format!("{scheme}://{user}:***@{host}");
+            }
+        }
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            super::redact_url("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(super::redact_url("sqlite:///x.db"), "sqlite:///x.db");
+    }
+}
