@@ -10,7 +10,6 @@ use stockade_core::spec::SpecInput;
 use stockade_core::{human_bytes, size::volume_warning, Sandbox, SandboxStatus};
 use utoipa::ToSchema;
 
-
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -50,7 +49,11 @@ pub struct CreateSandboxRequest {
     pub cpu_cores: Option<f64>,
     #[serde(default, rename = "memoryGB", skip_serializing_if = "Option::is_none")]
     pub memory_gb: Option<f64>,
-    #[serde(default, rename = "diskSizeGB", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "diskSizeGB",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub disk_size_gb: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_count: Option<f64>,

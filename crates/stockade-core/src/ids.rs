@@ -16,8 +16,7 @@ fn random_id(len: usize) -> String {
 
 fn is_id(s: &str, len: usize) -> bool {
     s.len() == len
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 

@@ -86,10 +86,9 @@ impl Label {
                 format!("label must be 1 to {} characters", Self::MAX_LEN),
             ));
         }
-        if !s
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'=' | b'-'))
-        {
+        if !s.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'=' | b'-')
+        }) {
             return Err(FieldError::new(
                 field,
                 format!("label '{s}' may contain only letters, digits and _ . : / = -"),
@@ -127,7 +126,11 @@ impl Labels {
         if items.len() > Self::MAX {
             return Err(FieldError::new(
                 field,
-                format!("at most {} labels are allowed (got {})", Self::MAX, items.len()),
+                format!(
+                    "at most {} labels are allowed (got {})",
+                    Self::MAX,
+                    items.len()
+                ),
             ));
         }
         let mut out: Vec<Label> = Vec::with_capacity(items.len());
@@ -218,7 +221,10 @@ impl StartCommand {
             ));
         }
         if s.contains('\0') {
-            return Err(FieldError::new("startCommand", "must not contain NUL bytes"));
+            return Err(FieldError::new(
+                "startCommand",
+                "must not contain NUL bytes",
+            ));
         }
         Ok(Self(s.to_owned()))
     }
@@ -363,7 +369,10 @@ pub const MAX_TIMEOUT_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 /// only the characters Docker references use.
 pub fn parse_image(s: &str, field: &str) -> Result<String, FieldError> {
     if s.is_empty() || s.len() > 255 {
-        return Err(FieldError::new(field, "image reference must be 1 to 255 characters"));
+        return Err(FieldError::new(
+            field,
+            "image reference must be 1 to 255 characters",
+        ));
     }
     let ok = s.bytes().all(|b| {
         b.is_ascii_lowercase()
@@ -521,7 +530,10 @@ impl SandboxSpec {
                     let known: Vec<&str> = defaults.runtimes.keys().map(|k| k.as_str()).collect();
                     errs.push(
                         "runtime",
-                        format!("unknown runtime '{r}': known runtimes are {}", known.join(", ")),
+                        format!(
+                            "unknown runtime '{r}': known runtimes are {}",
+                            known.join(", ")
+                        ),
                     );
                     None
                 }
@@ -586,7 +598,10 @@ impl SandboxSpec {
             if raw.len() > MAX_PORTS {
                 errs.push(
                     "ports",
-                    format!("at most {MAX_PORTS} ports can be declared (got {})", raw.len()),
+                    format!(
+                        "at most {MAX_PORTS} ports can be declared (got {})",
+                        raw.len()
+                    ),
                 );
                 None
             } else {
@@ -672,7 +687,8 @@ mod tests {
 
     #[test]
     fn name_defaults_to_id() {
-        let spec = SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
+        let spec =
+            SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
         assert_eq!(spec.name.as_str(), "abcdefghijkl");
     }
 
@@ -725,7 +741,12 @@ mod tests {
 
     #[test]
     fn images() {
-        for ok in ["node:20-bookworm", "ghcr.io/a/b:1.2", "busybox", "x@sha256:abc"] {
+        for ok in [
+            "node:20-bookworm",
+            "ghcr.io/a/b:1.2",
+            "busybox",
+            "x@sha256:abc",
+        ] {
             assert!(parse_image(ok, "dockerImage").is_ok(), "{ok}");
         }
         for bad in ["", "a b", "-x", "x:", "x;rm -rf"] {
@@ -757,7 +778,8 @@ mod tests {
 
     #[test]
     fn spec_round_trips_as_snake_case() {
-        let spec = SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
+        let spec =
+            SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
         let json = serde_json::to_value(&spec).unwrap();
         assert!(json.get("docker_image").is_some());
         assert!(json.get("cpu_cores").is_some());

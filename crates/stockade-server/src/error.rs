@@ -87,7 +87,13 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(error = %self, status = status.as_u16(), "request rejected");
         }
-        (status, Json(ErrorBody { error: self.detail() })).into_response()
+        (
+            status,
+            Json(ErrorBody {
+                error: self.detail(),
+            }),
+        )
+            .into_response()
     }
 }
 

@@ -1,9 +1,9 @@
 //! Extractors: the authenticated caller (so no handler can forget auth) and a
 //! JSON body whose errors are 400s naming the offending field.
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::body::Bytes;
 use serde::de::DeserializeOwned;
 use stockade_core::{account::hash_token, Account, Scope};
 

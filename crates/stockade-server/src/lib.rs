@@ -58,7 +58,10 @@ pub fn router(state: AppState) -> Router {
         .route("/me", get(accounts::me))
         .route("/accounts", post(accounts::create).get(accounts::list))
         .route("/sandbox", post(sandboxes::create).get(sandboxes::list))
-        .route("/sandbox/bulk", axum::routing::delete(sandboxes::bulk_delete))
+        .route(
+            "/sandbox/bulk",
+            axum::routing::delete(sandboxes::bulk_delete),
+        )
         .route(
             "/sandbox/{id}",
             get(sandboxes::get).delete(sandboxes::destroy),
@@ -77,7 +80,10 @@ pub fn router(state: AppState) -> Router {
 #[derive(Debug)]
 pub enum Bootstrap {
     /// The first start: an admin account was made; its token is shown once.
-    CreatedAdmin { token: String, generated: bool },
+    CreatedAdmin {
+        token: String,
+        generated: bool,
+    },
     /// `STOCKADE_ADMIN_TOKEN` was registered for the existing admin.
     RegisteredAdminToken,
     Nothing,

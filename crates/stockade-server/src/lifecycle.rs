@@ -21,7 +21,11 @@ pub async fn load(state: &AppState, scope: &Scope, id: &str) -> ApiResult<Sandbo
 }
 
 /// Validates a create request into a record in PROVISIONING (not yet saved).
-pub fn prepare(state: &AppState, caller: &Caller, req: &CreateSandboxRequest) -> ApiResult<Sandbox> {
+pub fn prepare(
+    state: &AppState,
+    caller: &Caller,
+    req: &CreateSandboxRequest,
+) -> ApiResult<Sandbox> {
     let id = SandboxId::generate();
     let spec = SandboxSpec::from_input(req.spec_input(), &id, &state.config.defaults)?;
     let team_id = match &req.team_id {
@@ -179,10 +183,7 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
     let state_now = state.runtime.inspect(&sb.id).await?;
     let Some(container) = state_now else {
         sb.status = SandboxStatus::Error;
-        sb.status_reason = Some(format!(
-            "container not found on server '{}'",
-            sb.server
-        ));
+        sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
         record_status(state, sb.clone()).await;
         return Err(ApiError::Conflict(format!(
             "The container of sandbox {} no longer exists on its Docker host; its /workspace volume may still be listed under volumes",

@@ -61,10 +61,7 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
         match container {
             None => {
                 sb.status = SandboxStatus::Error;
-                sb.status_reason = Some(format!(
-                    "container not found on server '{}'",
-                    sb.server
-                ));
+                sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
             }
             Some(c) if c.running && sb.status != SandboxStatus::Running => {
                 sb.status = SandboxStatus::Running;

@@ -40,7 +40,11 @@ impl Client {
         })
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> anyhow::Result<reqwest::RequestBuilder> {
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> anyhow::Result<reqwest::RequestBuilder> {
         let req = self.http.request(method, format!("{}{path}", self.base));
         Ok(match &self.token {
             Some(t) => req.bearer_auth(t),
@@ -57,7 +61,10 @@ impl Client {
 
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
         let resp = req.send().await.with_context(|| {
-            format!("could not reach the Stockade server at {} (is it running? set STOCKADE_URL)", self.base)
+            format!(
+                "could not reach the Stockade server at {} (is it running? set STOCKADE_URL)",
+                self.base
+            )
         })?;
         let status = resp.status();
         let bytes = resp.bytes().await.context("could not read the response")?;
@@ -80,12 +87,18 @@ pub async fn account(c: &Client, cmd: AccountCommand, json: bool) -> anyhow::Res
                 is_admin: admin,
             };
             let resp: CreateAccountResponse = c
-                .send(c.request(reqwest::Method::POST, "/api/v1/accounts")?.json(&body))
+                .send(
+                    c.request(reqwest::Method::POST, "/api/v1/accounts")?
+                        .json(&body),
+                )
                 .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&resp)?);
             } else {
-                println!("Created account {} ({})", resp.account.name, resp.account.id);
+                println!(
+                    "Created account {} ({})",
+                    resp.account.name, resp.account.id
+                );
                 println!("API token (shown once): {}", resp.token);
             }
         }

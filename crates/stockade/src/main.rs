@@ -13,7 +13,12 @@ use clap::{Parser, Subcommand};
     after_help = "Examples:\n  stockade server                       # SQLite in ~/.local/share/stockade, http://127.0.0.1:7433\n  stockade server --database postgres://stockade@localhost/stockade\n  STOCKADE_TOKEN=stk_… stockade account create alice\n  stockade health")]
 struct Cli {
     /// The Stockade server to talk to.
-    #[arg(long, global = true, env = "STOCKADE_URL", default_value = "http://127.0.0.1:7433")]
+    #[arg(
+        long,
+        global = true,
+        env = "STOCKADE_URL",
+        default_value = "http://127.0.0.1:7433"
+    )]
     url: String,
     /// API token (`Authorization: Bearer`).
     #[arg(long, global = true, env = "STOCKADE_TOKEN", hide_env_values = true)]
@@ -38,7 +43,10 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: could not start the async runtime: {e}");

@@ -28,7 +28,11 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_DOCKER_HOST")]
     docker_host: Option<String>,
     /// Image of sandboxes that name none.
-    #[arg(long, env = "STOCKADE_DEFAULT_IMAGE", default_value = "node:20-bookworm")]
+    #[arg(
+        long,
+        env = "STOCKADE_DEFAULT_IMAGE",
+        default_value = "node:20-bookworm"
+    )]
     default_image: String,
     /// Token of the admin account made on the first start (default: generated
     /// and printed once).
@@ -70,9 +74,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("could not create the data directory {}", data_dir.display()))?;
-    let database = args.database.clone().unwrap_or_else(|| {
-        format!("sqlite://{}", data_dir.join("stockade.db").display())
-    });
+    let database = args
+        .database
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("stockade.db").display()));
     let store = stockade_store::connect(&database)
         .await
         .with_context(|| format!("could not open the database {}", redact_url(&database)))?;
@@ -124,13 +129,18 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         Err(e) => println!("  docker:    {docker_host} is NOT reachable: {e}"),
     }
     match boot {
-        Bootstrap::CreatedAdmin { token, generated: true } => {
+        Bootstrap::CreatedAdmin {
+            token,
+            generated: true,
+        } => {
             println!();
             println!("Admin API token (shown once, it is stored hashed — keep it now):");
             println!("  {token}");
             println!("Use it as: export STOCKADE_TOKEN={token}");
         }
-        Bootstrap::CreatedAdmin { generated: false, .. } => {
+        Bootstrap::CreatedAdmin {
+            generated: false, ..
+        } => {
             println!("Admin account created with the token from STOCKADE_ADMIN_TOKEN.");
         }
         Bootstrap::RegisteredAdminToken => {
@@ -153,13 +163,14 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -62,7 +62,8 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
                 if line.trim().starts_with("stk_") {
                     server.token = Some(line.trim().to_owned());
                 }
-                let done = line.contains("Use it as") || (admin_token.is_some() && line.contains("docker:"));
+                let done = line.contains("Use it as")
+                    || (admin_token.is_some() && line.contains("docker:"));
                 server.lines.push(line);
                 if done {
                     break;
@@ -84,7 +85,11 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
             Err(_) => break,
         }
     }
-    assert!(!server.url.is_empty(), "server did not start: {:?}", server.lines);
+    assert!(
+        !server.url.is_empty(),
+        "server did not start: {:?}",
+        server.lines
+    );
     server
 }
 
@@ -101,13 +106,23 @@ fn cli(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
 fn first_start_prints_the_admin_token_once_and_the_cli_creates_accounts() {
     let dir = tempfile::tempdir().unwrap();
     let server = start_server(dir.path(), None);
-    let token = server.token.clone().expect("admin token printed on first start");
+    let token = server
+        .token
+        .clone()
+        .expect("admin token printed on first start");
     assert!(token.starts_with("stk_"));
-    assert!(dir.path().join("stockade.db").exists(), "SQLite lives in the data directory");
+    assert!(
+        dir.path().join("stockade.db").exists(),
+        "SQLite lives in the data directory"
+    );
     assert!(server.lines.iter().any(|l| l.contains("dashboard:")));
 
     let out = cli(&server, &token, &["account", "create", "bob", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["account"]["name"], "bob");
     let bob = v["token"].as_str().unwrap().to_owned();
@@ -132,11 +147,26 @@ fn first_start_prints_the_admin_token_once_and_the_cli_creates_accounts() {
     // A restart on the same data directory prints no new token, and the
     // first one still works.
     let again = start_server(dir.path(), Some("stk_operator_chosen_token_123"));
-    assert!(again.lines.iter().all(|l| !l.contains("shown once")), "{:?}", again.lines);
+    assert!(
+        again.lines.iter().all(|l| !l.contains("shown once")),
+        "{:?}",
+        again.lines
+    );
     let out = cli(&again, &token, &["account", "ls", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = cli(&again, "stk_operator_chosen_token_123", &["account", "ls", "--json"]);
-    assert!(out.status.success(), "STOCKADE_ADMIN_TOKEN is registered for the admin");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(
+        &again,
+        "stk_operator_chosen_token_123",
+        &["account", "ls", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "STOCKADE_ADMIN_TOKEN is registered for the admin"
+    );
 }
 
 #[test]

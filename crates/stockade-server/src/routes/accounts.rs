@@ -87,6 +87,11 @@ pub async fn list(
 pub async fn me(caller: Caller) -> Json<WhoAmIResponse> {
     Json(WhoAmIResponse {
         account: AccountResponse::from(&caller.account),
-        team_ids: caller.scope.team_ids.iter().map(|t| t.to_string()).collect(),
+        team_ids: caller
+            .scope
+            .team_ids
+            .iter()
+            .map(|t| t.to_string())
+            .collect(),
     })
 }

@@ -49,7 +49,10 @@ fn parse_bool(v: &str, field: &str) -> Result<bool, ApiError> {
     match v.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" => Ok(true),
         "false" | "0" | "no" => Ok(false),
-        _ => Err(ApiError::field(field, format!("expected true or false, got '{v}'"))),
+        _ => Err(ApiError::field(
+            field,
+            format!("expected true or false, got '{v}'"),
+        )),
     }
 }
 
@@ -57,7 +60,12 @@ fn parse_u32(v: &str, field: &str, min: u32, max: u32) -> Result<u32, ApiError> 
     v.parse::<u32>()
         .ok()
         .filter(|n| (min..=max).contains(n))
-        .ok_or_else(|| ApiError::field(field, format!("must be a whole number from {min} to {max}, got '{v}'")))
+        .ok_or_else(|| {
+            ApiError::field(
+                field,
+                format!("must be a whole number from {min} to {max}, got '{v}'"),
+            )
+        })
 }
 
 /// Parses the list query (API-1). `status` and `labels` may repeat or be
@@ -260,10 +268,16 @@ pub async fn bulk_delete(
 ) -> ApiResult<Json<BulkDeleteResponse>> {
     const MAX: usize = 1000;
     if req.ids.is_empty() && req.labels.is_empty() {
-        return Err(ApiError::field("ids", "give sandbox ids or labels to delete"));
+        return Err(ApiError::field(
+            "ids",
+            "give sandbox ids or labels to delete",
+        ));
     }
     if req.ids.len() > MAX {
-        return Err(ApiError::field("ids", format!("at most {MAX} ids per request")));
+        return Err(ApiError::field(
+            "ids",
+            format!("at most {MAX} ids per request"),
+        ));
     }
     let mut targets: Vec<Result<stockade_core::Sandbox, (String, ApiError)>> = Vec::new();
     for id in &req.ids {

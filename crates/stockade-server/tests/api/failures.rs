@@ -59,7 +59,9 @@ impl Store for FailingStore {
     }
     async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox> {
         if self.fail_updates.load(Ordering::SeqCst) {
-            return Err(StoreError::Other("disk I/O error (injected by the test)".into()));
+            return Err(StoreError::Other(
+                "disk I/O error (injected by the test)".into(),
+            ));
         }
         self.inner.update_sandbox(sandbox).await
     }
@@ -92,13 +94,21 @@ async fn a_failed_save_after_the_container_exists_removes_container_and_volume()
     })
     .await;
     let t = &app.admin_token;
-    let r = app.post("/api/v1/sandbox", t, json!({ "name": "doomed" })).await;
+    let r = app
+        .post("/api/v1/sandbox", t, json!({ "name": "doomed" }))
+        .await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", r.body);
     assert_eq!(r.code(), "database_error");
-    assert!(r.body["error"]["message"].as_str().unwrap().contains("injected"));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("injected"));
     assert!(app.containers().is_empty(), "container left behind");
     assert!(app.volumes().is_empty(), "volume left behind");
-    assert_eq!(app.get("/api/v1/sandbox?is_active=false", t).await.body["total"], 0);
+    assert_eq!(
+        app.get("/api/v1/sandbox?is_active=false", t).await.body["total"],
+        0
+    );
     assert_eq!(app.get("/api/v1/sandbox", t).await.body["total"], 0);
 
     // DB-4: a failed status write on stop is logged and the stop goes on.
@@ -106,7 +116,13 @@ async fn a_failed_save_after_the_container_exists_removes_container_and_volume()
     let sb = app.create(t, json!({ "name": "survivor" })).await;
     let id = sb["id"].as_str().unwrap();
     store.fail_updates.store(true, Ordering::SeqCst);
-    let r = app.post(&format!("/api/v1/sandbox/{id}/stop?timeout=1"), t, json!({})).await;
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/stop?timeout=1"),
+            t,
+            json!({}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
 }

@@ -14,7 +14,10 @@ async fn healthy_with_docker_and_database() {
     assert_eq!(r.body["status"], "healthy");
     assert_eq!(r.body["docker"]["status"], "healthy");
     assert!(r.body["docker"]["version"].as_str().unwrap().len() > 1);
-    assert!(r.body["docker"]["apiVersion"].as_str().unwrap().starts_with("1."));
+    assert!(r.body["docker"]["apiVersion"]
+        .as_str()
+        .unwrap()
+        .starts_with("1."));
     assert_eq!(r.body["database"]["status"], "healthy");
     assert_eq!(r.body["database"]["backend"], "sqlite");
 }
@@ -25,9 +28,13 @@ async fn proxy_docker(path: std::path::PathBuf) -> tokio::task::JoinHandle<()> {
     let listener = tokio::net::UnixListener::bind(&path).expect("bind proxy socket");
     tokio::spawn(async move {
         loop {
-            let Ok((mut inbound, _)) = listener.accept().await else { return };
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
             tokio::spawn(async move {
-                if let Ok(mut outbound) = tokio::net::UnixStream::connect("/var/run/docker.sock").await {
+                if let Ok(mut outbound) =
+                    tokio::net::UnixStream::connect("/var/run/docker.sock").await
+                {
                     let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                 }
             });
@@ -58,10 +65,21 @@ async fn unhealthy_without_docker_then_recovers() {
     assert!(guidance.contains("DOCKER_HOST"), "{guidance}");
 
     // The server keeps serving; a create says Docker is unavailable.
-    let r = app.post("/api/v1/sandbox", &app.admin_token, serde_json::json!({"name": "x"})).await;
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &app.admin_token,
+            serde_json::json!({"name": "x"}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
     assert_eq!(r.code(), "docker_unavailable");
-    assert_eq!(app.get("/api/v1/sandbox?is_active=false", &app.admin_token).await.body["total"], 0);
+    assert_eq!(
+        app.get("/api/v1/sandbox?is_active=false", &app.admin_token)
+            .await
+            .body["total"],
+        0
+    );
 
     // Docker comes back: healthy again, without a restart.
     let proxy = proxy_docker(sock).await;
@@ -82,15 +100,34 @@ async fn unhealthy_without_docker_then_recovers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn openapi_document_and_browsable_docs() {
     let app = spawn_app().await;
-    let r = app.call(Method::GET, "/api/v1/openapi.json", None, None).await;
+    let r = app
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body["openapi"].as_str().unwrap().starts_with("3."));
     let paths = r.body["paths"].as_object().unwrap();
-    for p in ["/api/v1/sandbox", "/api/v1/sandbox/{id}", "/api/v1/sandbox/{id}/stop", "/api/v1/health", "/api/v1/accounts"] {
-        assert!(paths.contains_key(p), "{p} missing from the OpenAPI document");
+    for p in [
+        "/api/v1/sandbox",
+        "/api/v1/sandbox/{id}",
+        "/api/v1/sandbox/{id}/stop",
+        "/api/v1/health",
+        "/api/v1/accounts",
+    ] {
+        assert!(
+            paths.contains_key(p),
+            "{p} missing from the OpenAPI document"
+        );
     }
-    assert!(r.body["components"]["schemas"]["CreateSandboxRequest"]["properties"]["memoryGB"].is_object());
-    let html = app.http.get(format!("{}/api/v1/docs", app.base)).send().await.unwrap();
+    assert!(
+        r.body["components"]["schemas"]["CreateSandboxRequest"]["properties"]["memoryGB"]
+            .is_object()
+    );
+    let html = app
+        .http
+        .get(format!("{}/api/v1/docs", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(html.status(), StatusCode::OK);
     assert!(html.text().await.unwrap().contains("/api/v1/openapi.json"));
     let r = app.call(Method::GET, "/api/v1/nope", None, None).await;

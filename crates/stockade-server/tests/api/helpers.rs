@@ -26,20 +26,11 @@ pub struct TestApp {
     pub cleanup_on_drop: bool,
 }
 
+#[derive(Default)]
 pub struct AppOptions {
     pub docker_host: Option<String>,
     pub store: Option<Arc<dyn Store>>,
     pub dir: Option<Arc<tempfile::TempDir>>,
-}
-
-impl Default for AppOptions {
-    fn default() -> Self {
-        Self {
-            docker_host: None,
-            store: None,
-            dir: None,
-        }
-    }
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -117,7 +108,13 @@ impl Resp {
 }
 
 impl TestApp {
-    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<Value>) -> Resp {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Resp {
         let mut req = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -147,7 +144,11 @@ impl TestApp {
     /// Creates an account and returns its token.
     pub async fn new_account(&self, name: &str) -> String {
         let r = self
-            .post("/api/v1/accounts", &self.admin_token, json!({ "name": name }))
+            .post(
+                "/api/v1/accounts",
+                &self.admin_token,
+                json!({ "name": name }),
+            )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
         r.body["token"].as_str().unwrap().to_owned()
@@ -224,7 +225,10 @@ pub fn cleanup_instance(instance: &str) {
 }
 
 pub fn docker(args: &[&str]) -> std::process::Output {
-    Command::new("docker").args(args).output().expect("docker CLI")
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI")
 }
 
 pub fn docker_lines(args: &[&str]) -> Vec<String> {
@@ -239,7 +243,13 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
 
 /// Runs a shell command inside a sandbox's container; returns stdout.
 pub fn sh_in(sandbox_id: &str, script: &str) -> String {
-    let out = docker(&["exec", &format!("stockade-{sandbox_id}"), "/bin/sh", "-c", script]);
+    let out = docker(&[
+        "exec",
+        &format!("stockade-{sandbox_id}"),
+        "/bin/sh",
+        "-c",
+        script,
+    ]);
     assert!(
         out.status.success(),
         "exec failed: {}",

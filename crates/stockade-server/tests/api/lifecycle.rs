@@ -10,7 +10,9 @@ use crate::helpers::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn create_with_only_a_name_runs_with_defaults() {
     let app = spawn_app().await;
-    let sb = app.create(&app.admin_token, json!({ "name": "demo" })).await;
+    let sb = app
+        .create(&app.admin_token, json!({ "name": "demo" }))
+        .await;
     let id = sb["id"].as_str().unwrap();
     assert_eq!(id.len(), 12);
     assert_eq!(sb["name"], "demo");
@@ -33,24 +35,37 @@ async fn create_with_only_a_name_runs_with_defaults() {
     // The kernel enforces the default 2 GB limit; the volume is mounted rw.
     let mem = sh_in(id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max");
     assert_eq!(mem, (2u64 << 30).to_string());
-    assert_eq!(sh_in(id, "echo hi > /workspace/f && cat /workspace/f"), "hi");
+    assert_eq!(
+        sh_in(id, "echo hi > /workspace/f && cat /workspace/f"),
+        "hi"
+    );
     assert!(volume_exists(id));
 
     // Hardened by default (SEC-3).
     let inspect = String::from_utf8(
-        docker(&["inspect", "--format", "{{json .HostConfig}}", &format!("stockade-{id}")]).stdout,
+        docker(&[
+            "inspect",
+            "--format",
+            "{{json .HostConfig}}",
+            &format!("stockade-{id}"),
+        ])
+        .stdout,
     )
     .unwrap();
     let host: serde_json::Value = serde_json::from_str(&inspect).unwrap();
     assert_eq!(host["CapDrop"], json!(["ALL"]));
     assert_eq!(host["Privileged"], false);
-    assert!(host["SecurityOpt"].to_string().contains("no-new-privileges"));
+    assert!(host["SecurityOpt"]
+        .to_string()
+        .contains("no-new-privileges"));
     assert_eq!(host["Memory"], host["MemorySwap"]);
     assert!(host["PidsLimit"].as_i64().unwrap() > 0);
     assert_eq!(host["Init"], true);
 
     // GET shows the same sandbox.
-    let got = app.get(&format!("/api/v1/sandbox/{id}"), &app.admin_token).await;
+    let got = app
+        .get(&format!("/api/v1/sandbox/{id}"), &app.admin_token)
+        .await;
     assert_eq!(got.status, StatusCode::OK);
     assert_eq!(got.body["status"], "RUNNING");
     assert!(got.body["uptimeSeconds"].as_i64().is_some());
@@ -98,23 +113,35 @@ async fn stop_and_start_keep_the_workspace() {
     let before = sh_in(id, "md5sum /workspace/blob");
 
     // Start of a running sandbox: no error, still RUNNING (LC-3).
-    let r = app.post(&format!("/api/v1/sandbox/{id}/start"), t, json!({})).await;
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
 
     // The default keep-alive exits promptly on SIGTERM.
     let started = Instant::now();
-    let r = app.post(&format!("/api/v1/sandbox/{id}/stop"), t, json!({})).await;
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/stop"), t, json!({}))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
     assert!(r.body["stoppedAt"].is_string());
-    assert!(started.elapsed() < Duration::from_secs(10), "stop took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stop took {:?}",
+        started.elapsed()
+    );
 
     // Stop again is fine.
-    let r = app.post(&format!("/api/v1/sandbox/{id}/stop"), t, json!({})).await;
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/stop"), t, json!({}))
+        .await;
     assert_eq!(r.body["status"], "STOPPED");
 
-    let r = app.post(&format!("/api/v1/sandbox/{id}/start"), t, json!({})).await;
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(id, "md5sum /workspace/blob"), before);
@@ -130,14 +157,29 @@ async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period() {
         .await;
     let id = sb["id"].as_str().unwrap();
     let started = Instant::now();
-    let r = app.post(&format!("/api/v1/sandbox/{id}/stop?timeout=3"), t, json!({})).await;
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/stop?timeout=3"),
+            t,
+            json!({}),
+        )
+        .await;
     let took = started.elapsed();
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
-    assert!(took >= Duration::from_secs(3), "SIGKILL came before the grace period: {took:?}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "SIGKILL came before the grace period: {took:?}"
+    );
     assert!(took < Duration::from_secs(20), "stop took {took:?}");
     let state = String::from_utf8(
-        docker(&["inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", &format!("stockade-{id}")]).stdout,
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.State.Running}} {{.State.ExitCode}}",
+            &format!("stockade-{id}"),
+        ])
+        .stdout,
     )
     .unwrap();
     assert_eq!(state.trim(), "false 137", "killed by SIGKILL");
@@ -154,9 +196,17 @@ async fn a_process_that_handles_sigterm_gets_to_finish() {
         )
         .await;
     let id = sb["id"].as_str().unwrap().to_owned();
-    let r = app.post(&format!("/api/v1/sandbox/{id}/stop?timeout=20"), t, json!({})).await;
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/stop?timeout=20"),
+            t,
+            json!({}),
+        )
+        .await;
     assert_eq!(r.body["status"], "STOPPED");
-    let r = app.post(&format!("/api/v1/sandbox/{id}/start"), t, json!({})).await;
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
+        .await;
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(&id, "cat /workspace/bye"), "bye");
 }
@@ -170,16 +220,29 @@ async fn destroy_with_and_without_the_volume() {
     let keep_id = keep["id"].as_str().unwrap();
     let drop_id = drop_["id"].as_str().unwrap();
 
-    let r = app.delete(&format!("/api/v1/sandbox/{keep_id}?preserveVolume=true"), t).await;
+    let r = app
+        .delete(&format!("/api/v1/sandbox/{keep_id}?preserveVolume=true"), t)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(!container_exists(keep_id));
-    assert!(volume_exists(keep_id), "preserveVolume=true keeps the volume");
+    assert!(
+        volume_exists(keep_id),
+        "preserveVolume=true keeps the volume"
+    );
 
-    let r = app.delete(&format!("/api/v1/sandbox/{drop_id}?preserveVolume=false"), t).await;
+    let r = app
+        .delete(
+            &format!("/api/v1/sandbox/{drop_id}?preserveVolume=false"),
+            t,
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert!(!container_exists(drop_id));
-    assert!(!volume_exists(drop_id), "preserveVolume=false removes the volume");
+    assert!(
+        !volume_exists(drop_id),
+        "preserveVolume=false removes the volume"
+    );
 
     // The record stays, soft-deleted, TERMINATED (LC-5).
     let r = app.get(&format!("/api/v1/sandbox/{keep_id}"), t).await;
@@ -187,7 +250,9 @@ async fn destroy_with_and_without_the_volume() {
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(r.body["terminatedAt"].is_string());
     // Starting a terminated sandbox is a conflict, not a crash.
-    let r = app.post(&format!("/api/v1/sandbox/{keep_id}/start"), t, json!({})).await;
+    let r = app
+        .post(&format!("/api/v1/sandbox/{keep_id}/start"), t, json!({}))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 
     // The name is free again.
@@ -198,8 +263,12 @@ async fn destroy_with_and_without_the_volume() {
 async fn bulk_delete_by_ids_and_labels() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let a = app.create(t, json!({ "name": "a", "labels": ["batch", "x"] })).await;
-    let b = app.create(t, json!({ "name": "b", "labels": ["batch"] })).await;
+    let a = app
+        .create(t, json!({ "name": "a", "labels": ["batch", "x"] }))
+        .await;
+    let b = app
+        .create(t, json!({ "name": "b", "labels": ["batch"] }))
+        .await;
     let c = app.create(t, json!({ "name": "c" })).await;
     let r = app
         .call(
@@ -218,7 +287,10 @@ async fn bulk_delete_by_ids_and_labels() {
     assert_eq!(by_id(&c["id"])["deleted"], true);
     assert_eq!(by_id(&json!("doesnotexist"))["deleted"], false);
     assert_eq!(by_id(&json!("doesnotexist"))["error"]["code"], "not_found");
-    assert_eq!(by_id(&json!("not-an-id!"))["error"]["code"], "validation_failed");
+    assert_eq!(
+        by_id(&json!("not-an-id!"))["error"]["code"],
+        "validation_failed"
+    );
     assert!(app.containers().is_empty());
 }
 
@@ -226,9 +298,18 @@ async fn bulk_delete_by_ids_and_labels() {
 async fn a_missing_image_fails_clearly_and_leaves_nothing() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let image = format!("stockade-test/missing-{}:nope", stockade_core::SandboxId::generate());
+    let image = format!(
+        "stockade-test/missing-{}:nope",
+        stockade_core::SandboxId::generate()
+    );
     let started = Instant::now();
-    let r = app.post("/api/v1/sandbox", t, json!({ "name": "ghost", "dockerImage": image })).await;
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            t,
+            json!({ "name": "ghost", "dockerImage": image }),
+        )
+        .await;
     assert!(r.status.is_client_error() || r.status.is_server_error());
     assert_eq!(r.code(), "image_unavailable", "{:?}", r.body);
     let msg = r.body["error"]["message"].as_str().unwrap();

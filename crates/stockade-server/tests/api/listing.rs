@@ -18,12 +18,30 @@ fn names(r: &Resp) -> Vec<String> {
 async fn list_filters_order_and_pages() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let one = app.create(t, json!({ "name": "one", "labels": ["web", "prod"] })).await;
-    app.create(t, json!({ "name": "two", "labels": ["web"] })).await;
-    let three = app.create(t, json!({ "name": "three", "labels": ["prod"] })).await;
-    let r = app.post(&format!("/api/v1/sandbox/{}/stop?timeout=1", three["id"].as_str().unwrap()), t, json!({})).await;
+    let one = app
+        .create(t, json!({ "name": "one", "labels": ["web", "prod"] }))
+        .await;
+    app.create(t, json!({ "name": "two", "labels": ["web"] }))
+        .await;
+    let three = app
+        .create(t, json!({ "name": "three", "labels": ["prod"] }))
+        .await;
+    let r = app
+        .post(
+            &format!(
+                "/api/v1/sandbox/{}/stop?timeout=1",
+                three["id"].as_str().unwrap()
+            ),
+            t,
+            json!({}),
+        )
+        .await;
     assert_eq!(r.body["status"], "STOPPED");
-    app.delete(&format!("/api/v1/sandbox/{}", one["id"].as_str().unwrap()), t).await;
+    app.delete(
+        &format!("/api/v1/sandbox/{}", one["id"].as_str().unwrap()),
+        t,
+    )
+    .await;
 
     // Newest first; terminated excluded by default.
     let r = app.get("/api/v1/sandbox", t).await;
@@ -35,25 +53,55 @@ async fn list_filters_order_and_pages() {
     assert_eq!(r.body["has_next"], false);
 
     // Status in any case, repeatable.
-    assert_eq!(names(&app.get("/api/v1/sandbox?status=running", t).await), vec!["two"]);
-    assert_eq!(names(&app.get("/api/v1/sandbox?status=Stopped", t).await), vec!["three"]);
     assert_eq!(
-        names(&app.get("/api/v1/sandbox?status=running&status=STOPPED", t).await),
+        names(&app.get("/api/v1/sandbox?status=running", t).await),
+        vec!["two"]
+    );
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?status=Stopped", t).await),
+        vec!["three"]
+    );
+    assert_eq!(
+        names(
+            &app.get("/api/v1/sandbox?status=running&status=STOPPED", t)
+                .await
+        ),
         vec!["three", "two"]
     );
-    assert_eq!(names(&app.get("/api/v1/sandbox?status=terminated", t).await), vec!["one"]);
-    assert_eq!(names(&app.get("/api/v1/sandbox?is_active=false", t).await), vec!["one"]);
-    assert_eq!(names(&app.get("/api/v1/sandbox?is_active=true", t).await), vec!["three", "two"]);
-
-    // Labels: ALL must match.
-    assert_eq!(names(&app.get("/api/v1/sandbox?labels=web", t).await), vec!["two"]);
-    assert_eq!(names(&app.get("/api/v1/sandbox?labels=prod", t).await), vec!["three"]);
-    assert!(names(&app.get("/api/v1/sandbox?labels=web&labels=prod", t).await).is_empty());
     assert_eq!(
-        names(&app.get("/api/v1/sandbox?labels=web,prod&is_active=false", t).await),
+        names(&app.get("/api/v1/sandbox?status=terminated", t).await),
         vec!["one"]
     );
-    assert_eq!(names(&app.get("/api/v1/sandbox?name=two", t).await), vec!["two"]);
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?is_active=false", t).await),
+        vec!["one"]
+    );
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?is_active=true", t).await),
+        vec!["three", "two"]
+    );
+
+    // Labels: ALL must match.
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?labels=web", t).await),
+        vec!["two"]
+    );
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?labels=prod", t).await),
+        vec!["three"]
+    );
+    assert!(names(&app.get("/api/v1/sandbox?labels=web&labels=prod", t).await).is_empty());
+    assert_eq!(
+        names(
+            &app.get("/api/v1/sandbox?labels=web,prod&is_active=false", t)
+                .await
+        ),
+        vec!["one"]
+    );
+    assert_eq!(
+        names(&app.get("/api/v1/sandbox?name=two", t).await),
+        vec!["two"]
+    );
 
     // Pagination.
     let p1 = app.get("/api/v1/sandbox?per_page=1&page=1", t).await;
@@ -77,14 +125,28 @@ async fn duplicate_names_conflict_even_when_racing() {
         let url = format!("{}/api/v1/sandbox", app.base);
         let t = t.clone();
         tasks.push(tokio::spawn(async move {
-            http.post(url).bearer_auth(t).json(&json!({ "name": "same" })).send().await.unwrap().status()
+            http.post(url)
+                .bearer_auth(t)
+                .json(&json!({ "name": "same" }))
+                .send()
+                .await
+                .unwrap()
+                .status()
         }));
     }
     let mut codes = Vec::new();
     for task in tasks {
         codes.push(task.await.unwrap());
     }
-    assert_eq!(codes.iter().filter(|c| **c == StatusCode::CREATED).count(), 1, "{codes:?}");
-    assert_eq!(codes.iter().filter(|c| **c == StatusCode::CONFLICT).count(), 3, "{codes:?}");
+    assert_eq!(
+        codes.iter().filter(|c| **c == StatusCode::CREATED).count(),
+        1,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.iter().filter(|c| **c == StatusCode::CONFLICT).count(),
+        3,
+        "{codes:?}"
+    );
     assert_eq!(app.containers().len(), 1);
 }

@@ -23,32 +23,62 @@ async fn workspace_and_records_survive_a_restart_and_are_reconciled() {
     drop(first);
 
     // Behind the server's back: one container disappears, one stops.
-    docker(&["rm", "-f", &format!("stockade-{}", vanished["id"].as_str().unwrap())]);
-    docker(&["stop", "-t", "1", &format!("stockade-{}", exited["id"].as_str().unwrap())]);
+    docker(&[
+        "rm",
+        "-f",
+        &format!("stockade-{}", vanished["id"].as_str().unwrap()),
+    ]);
+    docker(&[
+        "stop",
+        "-t",
+        "1",
+        &format!("stockade-{}", exited["id"].as_str().unwrap()),
+    ]);
 
     let second = spawn_app_with(AppOptions {
         dir: Some(dir),
         ..Default::default()
     })
     .await;
-    assert_eq!(second.instance_id(), instance, "same database, same instance");
+    assert_eq!(
+        second.instance_id(),
+        instance,
+        "same database, same instance"
+    );
     // The admin token of the first start still works (stored hashed).
     let r = second.get(&format!("/api/v1/sandbox/{kept_id}"), &t).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(&kept_id, "md5sum /workspace/data"), sum);
 
-    let r = second.get(&format!("/api/v1/sandbox/{}", vanished["id"].as_str().unwrap()), &t).await;
+    let r = second
+        .get(
+            &format!("/api/v1/sandbox/{}", vanished["id"].as_str().unwrap()),
+            &t,
+        )
+        .await;
     assert_eq!(r.body["status"], "ERROR");
-    assert!(r.body["statusReason"].as_str().unwrap().contains("not found"));
-    let r = second.get(&format!("/api/v1/sandbox/{}", exited["id"].as_str().unwrap()), &t).await;
+    assert!(r.body["statusReason"]
+        .as_str()
+        .unwrap()
+        .contains("not found"));
+    let r = second
+        .get(
+            &format!("/api/v1/sandbox/{}", exited["id"].as_str().unwrap()),
+            &t,
+        )
+        .await;
     assert_eq!(r.body["status"], "STOPPED");
     assert!(r.body["statusReason"].as_str().unwrap().contains("exited"));
 
     // Stop, restart the server again, start: the bytes are still there.
-    let r = second.post(&format!("/api/v1/sandbox/{kept_id}/stop"), &t, json!({})).await;
+    let r = second
+        .post(&format!("/api/v1/sandbox/{kept_id}/stop"), &t, json!({}))
+        .await;
     assert_eq!(r.body["status"], "STOPPED");
-    let r = second.post(&format!("/api/v1/sandbox/{kept_id}/start"), &t, json!({})).await;
+    let r = second
+        .post(&format!("/api/v1/sandbox/{kept_id}/start"), &t, json!({}))
+        .await;
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(&kept_id, "md5sum /workspace/data"), sum);
     drop(second);

@@ -11,14 +11,18 @@ async fn another_accounts_sandbox_is_forbidden_for_every_verb() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app.create(&alice, json!({ "name": "private", "labels": ["mine"] })).await;
+    let sb = app
+        .create(&alice, json!({ "name": "private", "labels": ["mine"] }))
+        .await;
     let id = sb["id"].as_str().unwrap();
 
     // Bob sees nothing.
     let list = app.get("/api/v1/sandbox", &bob).await;
     assert_eq!(list.status, StatusCode::OK);
     assert_eq!(list.body["total"], 0);
-    let list = app.get("/api/v1/sandbox?labels=mine&is_active=false", &bob).await;
+    let list = app
+        .get("/api/v1/sandbox?labels=mine&is_active=false", &bob)
+        .await;
     assert_eq!(list.body["total"], 0);
 
     for (method, path) in [
@@ -27,18 +31,35 @@ async fn another_accounts_sandbox_is_forbidden_for_every_verb() {
         (Method::POST, format!("/api/v1/sandbox/{id}/stop?timeout=1")),
         (Method::DELETE, format!("/api/v1/sandbox/{id}")),
     ] {
-        let r = app.call(method.clone(), &path, Some(&bob), Some(json!({}))).await;
-        assert_eq!(r.status, StatusCode::FORBIDDEN, "{method} {path}: {:?}", r.body);
+        let r = app
+            .call(method.clone(), &path, Some(&bob), Some(json!({})))
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::FORBIDDEN,
+            "{method} {path}: {:?}",
+            r.body
+        );
         assert_eq!(r.code(), "forbidden");
     }
     let r = app
-        .call(Method::DELETE, "/api/v1/sandbox/bulk", Some(&bob), Some(json!({ "ids": [id] })))
+        .call(
+            Method::DELETE,
+            "/api/v1/sandbox/bulk",
+            Some(&bob),
+            Some(json!({ "ids": [id] })),
+        )
         .await;
     assert_eq!(r.body["results"][0]["deleted"], false);
     assert_eq!(r.body["results"][0]["error"]["code"], "forbidden");
     // Bulk delete by label only reaches Bob's own sandboxes.
     let r = app
-        .call(Method::DELETE, "/api/v1/sandbox/bulk", Some(&bob), Some(json!({ "labels": ["mine"] })))
+        .call(
+            Method::DELETE,
+            "/api/v1/sandbox/bulk",
+            Some(&bob),
+            Some(json!({ "labels": ["mine"] })),
+        )
         .await;
     assert_eq!(r.body["results"], json!([]));
 
@@ -81,14 +102,29 @@ async fn authentication_and_admin_only_account_management() {
     assert_eq!(me.body["account"]["isAdmin"], false);
 
     // Only admins manage accounts.
-    let r = app.post("/api/v1/accounts", &carol, json!({ "name": "mallory" })).await;
+    let r = app
+        .post("/api/v1/accounts", &carol, json!({ "name": "mallory" }))
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = app.post("/api/v1/accounts", &app.admin_token, json!({ "name": "carol" })).await;
+    let r = app
+        .post(
+            "/api/v1/accounts",
+            &app.admin_token,
+            json!({ "name": "carol" }),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
-    let r = app.post("/api/v1/accounts", &app.admin_token, json!({ "name": "" })).await;
+    let r = app
+        .post("/api/v1/accounts", &app.admin_token, json!({ "name": "" }))
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["name"]);
     let r = app.get("/api/v1/accounts", &app.admin_token).await;
-    let names: Vec<&str> = r.body["accounts"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = r.body["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
     assert!(names.contains(&"admin") && names.contains(&"carol"));
 }

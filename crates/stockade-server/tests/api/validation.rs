@@ -25,11 +25,17 @@ async fn bad_create_bodies_name_the_field_and_create_nothing() {
         (json!({ "timeoutMinutes": -5 }), "timeoutMinutes"),
         (json!({ "labels": ["ok", "not ok"] }), "labels[1]"),
         (json!({ "labels": "dev" }), "labels"),
-        (json!({ "tags": {"a":"1","b":"2","c":"3","d":"4","e":"5","f":"6"} }), "tags"),
+        (
+            json!({ "tags": {"a":"1","b":"2","c":"3","d":"4","e":"5","f":"6"} }),
+            "tags",
+        ),
         (json!({ "ports": [1, 2, 3, 4, 5] }), "ports"),
         (json!({ "ports": [70000] }), "ports[0]"),
         (json!({ "dockerImage": "not an image" }), "dockerImage"),
-        (json!({ "environmentVars": {"1X": "y"} }), "environmentVars.1X"),
+        (
+            json!({ "environmentVars": {"1X": "y"} }),
+            "environmentVars.1X",
+        ),
         (json!({ "startCommand": "" }), "startCommand"),
         (json!({ "runtime": "cobol" }), "runtime"),
         (json!({ "teamId": "nope" }), "teamId"),
@@ -58,11 +64,19 @@ async fn bad_create_bodies_name_the_field_and_create_nothing() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    let empty = app.call(Method::POST, "/api/v1/sandbox", Some(t), None).await;
+    let empty = app
+        .call(Method::POST, "/api/v1/sandbox", Some(t), None)
+        .await;
     assert_eq!(empty.status, StatusCode::BAD_REQUEST);
 
-    assert!(app.containers().is_empty(), "no container for invalid input");
-    assert_eq!(app.get("/api/v1/sandbox?is_active=false", t).await.body["total"], 0);
+    assert!(
+        app.containers().is_empty(),
+        "no container for invalid input"
+    );
+    assert_eq!(
+        app.get("/api/v1/sandbox?is_active=false", t).await.body["total"],
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -82,7 +96,11 @@ async fn bad_queries_name_the_parameter() {
     ] {
         let r = app.get(&format!("/api/v1/sandbox?{q}"), t).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{q}: {:?}", r.body);
-        assert!(r.error_fields().iter().any(|f| f == field), "{q}: {:?}", r.body);
+        assert!(
+            r.error_fields().iter().any(|f| f == field),
+            "{q}: {:?}",
+            r.body
+        );
     }
     let r = app.get("/api/v1/sandbox?per_page=1000", t).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -91,7 +109,9 @@ async fn bad_queries_name_the_parameter() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["timeout"]);
-    let r = app.delete("/api/v1/sandbox/abcdefghijkl?preserveVolume=perhaps", t).await;
+    let r = app
+        .delete("/api/v1/sandbox/abcdefghijkl?preserveVolume=perhaps", t)
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["preserveVolume"]);
 }
