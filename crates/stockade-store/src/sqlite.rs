@@ -37,7 +37,8 @@ impl SqliteStore {
             .foreign_keys(true);
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let pool_options = if in_memory {
-            // Every connection would be its own database: keep exactly one, forever.
+            // An in-memory database lives as long as a connection to it, and
+            // shared-cache connections lock each other out: keep one, forever.
             SqlitePoolOptions::new()
                 .max_connections(1)
                 .min_connections(1)
