@@ -9,8 +9,11 @@ use clap::{Parser, Subcommand};
 
 /// Isolated Docker sandboxes behind one API.
 #[derive(Parser)]
-#[command(name = "stockade", version,
-    after_help = "Examples:\n  stockade server                       # SQLite in ~/.local/share/stockade, http://127.0.0.1:7433\n  stockade server --database postgres://stockade@localhost/stockade\n  STOCKADE_TOKEN=stk_… stockade account create alice\n  stockade health")]
+#[command(
+    name = "stockade",
+    version,
+    after_help = "Examples:\n  stockade server                       # SQLite in ~/.local/share/stockade, http://127.0.0.1:7433\n  stockade server --database postgres://stockade@localhost/stockade\n  STOCKADE_TOKEN=stk_… stockade account create alice\n  stockade health"
+)]
 struct Cli {
     /// The Stockade server to talk to.
     #[arg(
