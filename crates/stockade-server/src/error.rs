@@ -22,6 +22,17 @@ pub enum ApiError {
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
+    PayloadTooLarge(String),
+    /// Rate limited; retry after this many seconds.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// The sandbox cannot serve this right now (e.g. stopped).
+    #[error("{0}")]
+    SandboxUnavailable(String),
+    #[error("{0}")]
     ImageUnavailable(String),
     #[error("{0}")]
     DockerUnavailable(String),
@@ -49,6 +60,9 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Self::SandboxUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
             Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
             Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),

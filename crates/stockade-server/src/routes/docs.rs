@@ -47,9 +47,17 @@ impl Modify for BearerAuth {
 )]
 pub struct ApiDoc;
 
+/// The whole OpenAPI document: the core API plus each feature module's own
+/// `#[derive(OpenApi)]` part, merged.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let doc = ApiDoc::openapi();
+    // Feature modules add their documents here, e.g. `doc.merge(logs::LogsApi::openapi());`
+    doc
+}
+
 /// `GET /api/v1/openapi.json`.
 pub async fn openapi_json() -> impl IntoResponse {
-    Json(ApiDoc::openapi())
+    Json(openapi())
 }
 
 /// `GET /api/v1/docs`: a browsable rendering of the OpenAPI document.
