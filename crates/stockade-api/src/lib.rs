@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use stockade_core::spec::SpecInput;
-use stockade_core::{human_bytes, size::volume_warning, Sandbox, SandboxStatus};
+use stockade_core::{human_bytes, size::volume_warning, Sandbox};
 use utoipa::ToSchema;
+
+pub use stockade_core::SandboxStatus;
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -1,0 +1,108 @@
+//! `Client`: where the server is and how to authenticate; JSON over HTTP.
+
+use reqwest::{Method, RequestBuilder};
+use serde::de::DeserializeOwned;
+use stockade_api::ErrorBody;
+
+use crate::error::Error;
+
+/// A connection to one Stockade server. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client for `url` (e.g. `http://127.0.0.1:7433`) with an API token.
+    pub fn new(url: impl Into<String>, token: impl Into<String>) -> Result<Self, Error> {
+        let base = url.into().trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "the server URL must start with http:// or https:// (got '{base}')"
+            )));
+        }
+        let token = token.into();
+        if token.trim().is_empty() {
+            return Err(Error::Config("the API token is empty".into()));
+        }
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| Error::Config(format!("could not build the HTTP client: {e}")))?;
+        Ok(Self { base, token, http })
+    }
+
+    /// A client from `STOCKADE_URL` (default `http://127.0.0.1:7433`) and
+    /// `STOCKADE_TOKEN`.
+    pub fn from_env() -> Result<Self, Error> {
+        let url = std::env::var("STOCKADE_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "http://127.0.0.1:7433".into());
+        let token = std::env::var("STOCKADE_TOKEN")
+            .map_err(|_| Error::Config("set STOCKADE_TOKEN to an API token".into()))?;
+        Self::new(url, token)
+    }
+
+    /// The server's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+    }
+
+    /// Sends a request and decodes a JSON answer, or the API error.
+    pub(crate) async fn send<T: DeserializeOwned>(&self, req: RequestBuilder) -> Result<T, Error> {
+        let resp = req.send().await.map_err(|e| self.transport(e))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        if !status.is_success() {
+            return Err(api_error(status.as_u16(), &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Error::Decode(e.to_string()))
+    }
+
+    pub(crate) fn transport(&self, e: reqwest::Error) -> Error {
+        let mut reason = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            reason = format!("{reason}: {s}");
+            src = s.source();
+        }
+        Error::Transport {
+            url: self.base.clone(),
+            reason,
+        }
+    }
+}
+
+pub(crate) fn api_error(status: u16, bytes: &[u8]) -> Error {
+    match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(body) => Error::Api {
+            status,
+            code: body.error.code,
+            message: body.error.message,
+            details: body.error.details,
+        },
+        Err(_) => Error::Api {
+            status,
+            code: "http_error".into(),
+            message: String::from_utf8_lossy(bytes).chars().take(500).collect(),
+            details: None,
+        },
+    }
+}

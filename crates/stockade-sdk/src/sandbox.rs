@@ -1,0 +1,573 @@
+//! `Sandbox`: create, find, resume, stop and delete sandboxes; scoped use
+//! that stops a sandbox when its scope ends (SDK-1, SDK-2).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use reqwest::Method;
+use stockade_api::{CreateSandboxRequest, ListSandboxesResponse, SandboxResponse};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Client;
+use crate::error::Error;
+
+/// Most ports a sandbox may declare at creation.
+pub const MAX_PORTS: usize = 4;
+/// Most tags a sandbox may carry.
+pub const MAX_TAGS: usize = 5;
+/// Memory per vCPU when sizing with [`CreateParams::vcpus`].
+pub const MB_PER_VCPU: f64 = 2048.0;
+
+/// Egress policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkPolicy {
+    AllowAll,
+    DenyAll,
+}
+
+/// Everything a sandbox can be created with. Build it with the chained
+/// setters; unset fields take the server's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct CreateParams {
+    pub name: Option<String>,
+    pub image: Option<String>,
+    pub runtime: Option<String>,
+    pub start_command: Option<String>,
+    pub ports: Vec<u16>,
+    pub timeout: Option<Duration>,
+    pub vcpus: Option<f64>,
+    pub cpu_cores: Option<f64>,
+    pub memory_gb: Option<f64>,
+    pub disk_size_gb: Option<u32>,
+    pub network_policy: Option<NetworkPolicy>,
+    pub env: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+    pub labels: Vec<String>,
+    pub persistent: Option<bool>,
+    pub team_id: Option<String>,
+    /// Makes a retried create return the first result (`Idempotency-Key`).
+    pub idempotency_key: Option<String>,
+    /// Cancels the create; the server then removes whatever it made.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl CreateParams {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+    /// A runtime preset the server maps to an image (`node22`, `python3.13`, …).
+    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
+        self.runtime = Some(runtime.into());
+        self
+    }
+    pub fn start_command(mut self, cmd: impl Into<String>) -> Self {
+        self.start_command = Some(cmd.into());
+        self
+    }
+    pub fn port(mut self, port: u16) -> Self {
+        self.ports.push(port);
+        self
+    }
+    /// Session timeout: the sandbox is stopped (or terminated, if not
+    /// persistent) when it expires.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// `vcpus` cores and 2048 MB of memory per vCPU.
+    pub fn vcpus(mut self, vcpus: f64) -> Self {
+        self.vcpus = Some(vcpus);
+        self
+    }
+    pub fn cpu_cores(mut self, cores: f64) -> Self {
+        self.cpu_cores = Some(cores);
+        self
+    }
+    pub fn memory_gb(mut self, gb: f64) -> Self {
+        self.memory_gb = Some(gb);
+        self
+    }
+    pub fn disk_size_gb(mut self, gb: u32) -> Self {
+        self.disk_size_gb = Some(gb);
+        self
+    }
+    pub fn network_policy(mut self, policy: NetworkPolicy) -> Self {
+        self.network_policy = Some(policy);
+        self
+    }
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.tags.insert(key.into(), value.into());
+        self
+    }
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.labels.push(label.into());
+        self
+    }
+    pub fn persistent(mut self, persistent: bool) -> Self {
+        self.persistent = Some(persistent);
+        self
+    }
+    pub fn team(mut self, team_id: impl Into<String>) -> Self {
+        self.team_id = Some(team_id.into());
+        self
+    }
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+    pub fn cancel_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Client-side checks of the seed's limits (the server checks again).
+    fn validate(&self) -> Result<(), Error> {
+        if self.ports.len() > MAX_PORTS {
+            return Err(Error::invalid(
+                "ports",
+                format!("at most {MAX_PORTS} ports (got {})", self.ports.len()),
+            ));
+        }
+        if self.ports.contains(&0) {
+            return Err(Error::invalid("ports", "port 0 is not a port"));
+        }
+        if self.tags.len() > MAX_TAGS {
+            return Err(Error::invalid(
+                "tags",
+                format!("at most {MAX_TAGS} tags (got {})", self.tags.len()),
+            ));
+        }
+        if let Some(v) = self.vcpus {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::invalid(
+                    "resources.vcpus",
+                    "must be a positive number",
+                ));
+            }
+            if self.cpu_cores.is_some() || self.memory_gb.is_some() {
+                return Err(Error::invalid(
+                    "resources.vcpus",
+                    "give either vcpus or cpu_cores/memory_gb, not both",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn to_request(&self) -> CreateSandboxRequest {
+        let (cpu, mem) = match self.vcpus {
+            Some(v) => (Some(v), Some(v * MB_PER_VCPU / 1024.0)),
+            None => (self.cpu_cores, self.memory_gb),
+        };
+        CreateSandboxRequest {
+            name: self.name.clone(),
+            docker_image: self.image.clone(),
+            runtime: self.runtime.clone(),
+            start_command: self.start_command.clone(),
+            cpu_cores: cpu,
+            memory_gb: mem,
+            disk_size_gb: self.disk_size_gb.map(f64::from),
+            gpu_count: None,
+            network_access: self.network_policy.map(|p| p == NetworkPolicy::AllowAll),
+            timeout_minutes: self.timeout.map(|t| t.as_secs_f64() / 60.0),
+            environment_vars: (!self.env.is_empty()).then(|| self.env.clone()),
+            labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
+            tags: (!self.tags.is_empty()).then(|| self.tags.clone()),
+            ports: (!self.ports.is_empty())
+                .then(|| self.ports.iter().map(|p| i64::from(*p)).collect()),
+            persistent: self.persistent,
+            team_id: self.team_id.clone(),
+        }
+    }
+}
+
+/// Filters for [`Sandbox::list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListParams {
+    pub statuses: Vec<String>,
+    pub labels: Vec<String>,
+    pub name: Option<String>,
+    pub team_id: Option<String>,
+    /// `Some(false)` lists terminated sandboxes.
+    pub is_active: Option<bool>,
+    pub page: Option<u32>,
+    pub per_page: Option<u32>,
+}
+
+/// One page of [`Sandbox::list`].
+#[derive(Debug, Clone)]
+pub struct SandboxPage {
+    pub sandboxes: Vec<Sandbox>,
+    pub total: u64,
+    pub page: u32,
+    pub per_page: u32,
+    pub has_next: bool,
+}
+
+/// Options of [`Sandbox::delete_with`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeleteOptions {
+    /// Keep the `/workspace` volume.
+    pub preserve_volume: bool,
+}
+
+/// A sandbox on a Stockade server.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    client: Client,
+    info: SandboxResponse,
+}
+
+fn looks_like_id(s: &str) -> bool {
+    s.len() == 12
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+impl Sandbox {
+    /// Creates a sandbox and returns it RUNNING. Dropping the returned future
+    /// or cancelling [`CreateParams::cancel`] abandons the create; the server
+    /// then removes what it made.
+    pub async fn create(client: &Client, params: CreateParams) -> Result<Sandbox, Error> {
+        params.validate()?;
+        let mut req = client
+            .request(Method::POST, "/api/v1/sandbox")
+            .json(&params.to_request());
+        if let Some(key) = &params.idempotency_key {
+            req = req.header("Idempotency-Key", key);
+        }
+        let fut = client.send::<SandboxResponse>(req);
+        let info = match &params.cancel {
+            Some(token) => tokio::select! {
+                r = fut => r?,
+                _ = token.cancelled() => return Err(Error::Cancelled),
+            },
+            None => fut.await?,
+        };
+        Ok(Sandbox {
+            client: client.clone(),
+            info,
+        })
+    }
+
+    /// A sandbox by id or name. A stopped sandbox is started again, so the
+    /// result is running ("session resumed").
+    pub async fn get(client: &Client, name_or_id: &str) -> Result<Sandbox, Error> {
+        let mut sb = Self::find(client, name_or_id).await?;
+        if sb.info.status == stockade_api::SandboxStatus::Stopped {
+            sb.start().await?;
+        }
+        Ok(sb)
+    }
+
+    /// A sandbox by id or name, as it is (not resumed).
+    pub async fn find(client: &Client, name_or_id: &str) -> Result<Sandbox, Error> {
+        if looks_like_id(name_or_id) {
+            match Self::by_id(client, name_or_id).await {
+                Ok(sb) => return Ok(sb),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let page = Self::list(
+            client,
+            ListParams {
+                name: Some(name_or_id.to_owned()),
+                per_page: Some(1),
+                ..Default::default()
+            },
+        )
+        .await?;
+        page.sandboxes.into_iter().next().ok_or_else(|| Error::Api {
+            status: 404,
+            code: "not_found".into(),
+            message: format!("Sandbox not found: no sandbox with id or name '{name_or_id}'"),
+            details: None,
+        })
+    }
+
+    async fn by_id(client: &Client, id: &str) -> Result<Sandbox, Error> {
+        let info = client
+            .send::<SandboxResponse>(client.request(Method::GET, &format!("/api/v1/sandbox/{id}")))
+            .await?;
+        Ok(Sandbox {
+            client: client.clone(),
+            info,
+        })
+    }
+
+    /// Returns the sandbox named `params.name`, resumed, or creates it and
+    /// runs `on_create` on it. Among concurrent callers exactly one creates
+    /// (the server's unique name decides) and runs `on_create`; the others
+    /// get the same sandbox.
+    pub async fn get_or_create<F, Fut>(
+        client: &Client,
+        params: CreateParams,
+        on_create: F,
+    ) -> Result<Sandbox, Error>
+    where
+        F: FnOnce(Sandbox) -> Fut,
+        Fut: Future<Output = Result<(), Error>>,
+    {
+        let name = params
+            .name
+            .clone()
+            .ok_or_else(|| Error::invalid("name", "get_or_create needs a name"))?;
+        match Self::get(client, &name).await {
+            Ok(sb) => return Ok(sb),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        match Self::create(client, params).await {
+            Ok(sb) => {
+                on_create(sb.clone()).await?;
+                Ok(sb)
+            }
+            Err(e) if e.is_conflict() => {
+                // Someone else is creating it: wait until it is usable.
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+                loop {
+                    match Self::find(client, &name).await {
+                        Ok(mut sb) => match sb.info.status {
+                            stockade_api::SandboxStatus::Running => return Ok(sb),
+                            stockade_api::SandboxStatus::Stopped => {
+                                sb.start().await?;
+                                return Ok(sb);
+                            }
+                            stockade_api::SandboxStatus::Provisioning
+                            | stockade_api::SandboxStatus::Pending => {}
+                            _ => return Ok(sb),
+                        },
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e),
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(Error::Decode(format!(
+                            "sandbox '{name}' did not become ready within 300 s"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One page of the caller's sandboxes, newest first.
+    pub async fn list(client: &Client, params: ListParams) -> Result<SandboxPage, Error> {
+        let mut query: Vec<(&str, String)> = Vec::new();
+        for s in &params.statuses {
+            query.push(("status", s.clone()));
+        }
+        for l in &params.labels {
+            query.push(("labels", l.clone()));
+        }
+        if let Some(n) = &params.name {
+            query.push(("name", n.clone()));
+        }
+        if let Some(t) = &params.team_id {
+            query.push(("team_id", t.clone()));
+        }
+        if let Some(a) = params.is_active {
+            query.push(("is_active", a.to_string()));
+        }
+        if let Some(p) = params.page {
+            query.push(("page", p.to_string()));
+        }
+        if let Some(p) = params.per_page {
+            query.push(("per_page", p.to_string()));
+        }
+        let resp = client
+            .send::<ListSandboxesResponse>(
+                client.request(Method::GET, "/api/v1/sandbox").query(&query),
+            )
+            .await?;
+        Ok(SandboxPage {
+            sandboxes: resp
+                .sandboxes
+                .into_iter()
+                .map(|info| Sandbox {
+                    client: client.clone(),
+                    info,
+                })
+                .collect(),
+            total: resp.total,
+            page: resp.page,
+            per_page: resp.per_page,
+            has_next: resp.has_next,
+        })
+    }
+
+    /// Creates a sandbox, runs `f` with it, and stops the sandbox when `f`
+    /// ends — by returning, with an error, or by panicking (the panic then
+    /// continues). The Rust counterpart of `await using`.
+    pub async fn scoped<F, Fut, T, E>(client: &Client, params: CreateParams, f: F) -> Result<T, E>
+    where
+        F: FnOnce(Sandbox) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        let sb = Self::create(client, params).await?;
+        let outcome = AssertUnwindSafe(f(sb.clone())).catch_unwind().await;
+        let stopped = sb.stop().await;
+        match outcome {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(result) => {
+                let value = result?;
+                stopped?;
+                Ok(value)
+            }
+        }
+    }
+
+    /// A guard that stops this sandbox when dropped (in the background, on
+    /// the current Tokio runtime). Prefer [`SandboxGuard::close`] where you
+    /// can await.
+    pub fn into_guard(self) -> SandboxGuard {
+        SandboxGuard {
+            sandbox: Some(self),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.info.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// `RUNNING`, `STOPPED`, …
+    pub fn status(&self) -> String {
+        self.info.status.to_string()
+    }
+
+    /// Everything the server said about this sandbox when last fetched.
+    pub fn info(&self) -> &SandboxResponse {
+        &self.info
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Fetches the current state.
+    pub async fn refresh(&mut self) -> Result<(), Error> {
+        self.info = Self::by_id(&self.client, &self.info.id).await?.info;
+        Ok(())
+    }
+
+    /// Starts the sandbox; a running one stays as it is.
+    pub async fn start(&mut self) -> Result<(), Error> {
+        self.info = self
+            .client
+            .send(self.client.request(
+                Method::POST,
+                &format!("/api/v1/sandbox/{}/start", self.info.id),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    /// Stops the sandbox (SIGTERM, then SIGKILL after 30 s).
+    pub async fn stop(&self) -> Result<Sandbox, Error> {
+        self.stop_with(None).await
+    }
+
+    /// Stops the sandbox with a custom grace period before SIGKILL.
+    pub async fn stop_with(&self, grace: Option<Duration>) -> Result<Sandbox, Error> {
+        let mut req = self.client.request(
+            Method::POST,
+            &format!("/api/v1/sandbox/{}/stop", self.info.id),
+        );
+        if let Some(g) = grace {
+            req = req.query(&[("timeout", g.as_secs().to_string())]);
+        }
+        let info = self.client.send(req).await?;
+        Ok(Sandbox {
+            client: self.client.clone(),
+            info,
+        })
+    }
+
+    /// Destroys the sandbox and its volume.
+    pub async fn delete(&self) -> Result<(), Error> {
+        self.delete_with(DeleteOptions::default()).await
+    }
+
+    /// Destroys the sandbox; `preserve_volume` keeps `/workspace`.
+    pub async fn delete_with(&self, opts: DeleteOptions) -> Result<(), Error> {
+        let req = self
+            .client
+            .request(Method::DELETE, &format!("/api/v1/sandbox/{}", self.info.id))
+            .query(&[("preserveVolume", opts.preserve_volume.to_string())]);
+        self.client.send::<SandboxResponse>(req).await?;
+        Ok(())
+    }
+}
+
+/// Stops its sandbox when dropped; see [`Sandbox::into_guard`].
+pub struct SandboxGuard {
+    sandbox: Option<Sandbox>,
+}
+
+impl SandboxGuard {
+    pub fn sandbox(&self) -> &Sandbox {
+        self.sandbox.as_ref().expect("present until closed")
+    }
+
+    /// Stops the sandbox now and waits for it.
+    pub async fn close(mut self) -> Result<(), Error> {
+        match self.sandbox.take() {
+            Some(sb) => sb.stop().await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps the sandbox running: the guard no longer stops it.
+    pub fn into_inner(mut self) -> Sandbox {
+        self.sandbox.take().expect("present until closed")
+    }
+}
+
+impl std::ops::Deref for SandboxGuard {
+    type Target = Sandbox;
+    fn deref(&self) -> &Sandbox {
+        self.sandbox()
+    }
+}
+
+impl Drop for SandboxGuard {
+    fn drop(&mut self) {
+        if let Some(sb) = self.sandbox.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(async move {
+                        if let Err(e) = sb.stop().await {
+                            tracing::warn!(sandbox.id = %sb.id(), error = %e, "could not stop the sandbox of a dropped guard");
+                        }
+                    });
+                }
+                Err(_) => tracing::warn!(
+                    sandbox.id = %sb.id(),
+                    "a SandboxGuard was dropped outside a Tokio runtime; the sandbox keeps running"
+                ),
+            }
+        }
+    }
+}

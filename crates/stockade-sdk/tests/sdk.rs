@@ -1,0 +1,279 @@
+//! The SDK against a real server and the real Docker engine.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
+use stockade_sdk::{Client, CreateParams, Error, ListParams, Sandbox};
+use stockade_server::{AppState, RunningServer, ServerConfig};
+use stockade_store::{SqliteStore, Store};
+
+struct TestServer {
+    client: Client,
+    instance: String,
+    server: RunningServer,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.server.shutdown.cancel();
+        let filter = format!("label=io.stockade.instance-id={}", self.instance);
+        for args in [
+            vec!["ps", "-aq", "--filter", &filter],
+            vec!["volume", "ls", "-q", "--filter", &filter],
+        ] {
+            let out = std::process::Command::new("docker")
+                .args(&args)
+                .output()
+                .unwrap();
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let mut rm: Vec<&str> = if args[0] == "ps" {
+                vec!["rm", "-f", "-v"]
+            } else {
+                vec!["volume", "rm", "-f"]
+            };
+            rm.extend(ids.iter().map(String::as_str));
+            let _ = std::process::Command::new("docker").args(&rm).output();
+        }
+    }
+}
+
+impl TestServer {
+    fn containers(&self) -> usize {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=io.stockade.instance-id={}", self.instance),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+
+    fn running_containers(&self) -> usize {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=io.stockade.instance-id={}", self.instance),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    }
+}
+
+async fn server() -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("s.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+    let runtime: Arc<dyn Runtime> = Arc::new(DockerRuntime::new(DockerConfig::default()).unwrap());
+    let mut config = ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServerConfig::default()
+    };
+    config.defaults.image =
+        std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
+    let token = format!("stk_sdk_{}", stockade_core::SandboxId::generate());
+    stockade_server::bootstrap(store.as_ref(), Some(&token))
+        .await
+        .unwrap();
+    let state = AppState::new(store, runtime, config).await.unwrap();
+    let instance = state.instance_id.to_string();
+    let server = stockade_server::spawn(state).await.unwrap();
+    let client = Client::new(format!("http://{}", server.addr), token).unwrap();
+    TestServer {
+        client,
+        instance,
+        server,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_find_list_stop_resume_delete() {
+    let s = server().await;
+    let c = &s.client;
+    let sb = Sandbox::create(
+        c,
+        CreateParams::new()
+            .name("sdk-demo")
+            .vcpus(1.0)
+            .env("A", "1")
+            .tag("team", "core")
+            .label("sdk")
+            .port(8080)
+            .timeout(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sb.status(), "RUNNING");
+    assert_eq!(sb.info().cpu_cores, 1.0);
+    assert_eq!(sb.info().memory_gb, 2.0, "2048 MB per vCPU");
+    assert_eq!(sb.info().timeout_minutes, 10.0);
+    assert_eq!(sb.info().ports, vec![8080]);
+    assert_eq!(sb.info().tags.get("team").map(String::as_str), Some("core"));
+
+    // By id and by name.
+    assert_eq!(Sandbox::find(c, sb.id()).await.unwrap().name(), "sdk-demo");
+    assert_eq!(Sandbox::find(c, "sdk-demo").await.unwrap().id(), sb.id());
+    let err = Sandbox::find(c, "nope").await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+
+    let page = Sandbox::list(
+        c,
+        ListParams {
+            labels: vec!["sdk".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.total, 1);
+    assert_eq!(page.sandboxes[0].id(), sb.id());
+
+    // get resumes a stopped sandbox.
+    let stopped = sb.stop_with(Some(Duration::from_secs(1))).await.unwrap();
+    assert_eq!(stopped.status(), "STOPPED");
+    let resumed = Sandbox::get(c, "sdk-demo").await.unwrap();
+    assert_eq!(resumed.status(), "RUNNING");
+
+    resumed.delete().await.unwrap();
+    let mut gone = Sandbox::find(c, sb.id()).await.unwrap();
+    gone.refresh().await.unwrap();
+    assert_eq!(gone.status(), "TERMINATED");
+    assert_eq!(s.containers(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_are_checked_before_any_request() {
+    let s = server().await;
+    let mut p = CreateParams::new();
+    for port in 1..=5 {
+        p = p.port(port);
+    }
+    let err = Sandbox::create(&s.client, p).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidParams { field, .. } if field == "ports"),
+        "{err}"
+    );
+    let mut p = CreateParams::new();
+    for i in 0..6 {
+        p = p.tag(format!("k{i}"), "v");
+    }
+    let err = Sandbox::create(&s.client, p).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidParams { field, .. } if field == "tags"),
+        "{err}"
+    );
+    // The server checks too, and its message comes through.
+    let err = Sandbox::create(&s.client, CreateParams::new().name("bad name"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(400));
+    assert_eq!(err.code(), Some("validation_failed"));
+    assert_eq!(s.containers(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_or_create_runs_on_create_once_under_20_concurrent_callers() {
+    let s = server().await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let c = s.client.clone();
+        let ran = ran.clone();
+        tasks.push(tokio::spawn(async move {
+            Sandbox::get_or_create(&c, CreateParams::new().name("shared"), |_sb| async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        let sb = t.await.unwrap().unwrap();
+        assert_eq!(sb.status(), "RUNNING");
+        ids.push(sb.id().to_owned());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every caller got the same sandbox");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "on_create ran exactly once");
+    assert_eq!(s.containers(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scoped_use_stops_the_sandbox_on_return_error_and_panic() {
+    let s = server().await;
+    let c = s.client.clone();
+
+    let id = Sandbox::scoped(&c, CreateParams::new().name("ok"), |sb| async move {
+        assert_eq!(sb.status(), "RUNNING");
+        Ok::<_, Error>(sb.id().to_owned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(Sandbox::find(&c, &id).await.unwrap().status(), "STOPPED");
+
+    let err = Sandbox::scoped(&c, CreateParams::new().name("err"), |_sb| async move {
+        Err::<(), _>(Error::Config("the work failed".into()))
+    })
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("the work failed"));
+    assert_eq!(Sandbox::find(&c, "err").await.unwrap().status(), "STOPPED");
+
+    let c2 = c.clone();
+    let panicked = tokio::spawn(async move {
+        Sandbox::scoped(&c2, CreateParams::new().name("boom"), |_sb| async move {
+            if true {
+                panic!("work panicked");
+            }
+            Ok::<(), Error>(())
+        })
+        .await
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(Sandbox::find(&c, "boom").await.unwrap().status(), "STOPPED");
+    assert_eq!(s.running_containers(), 0);
+
+    // The guard: close() stops now; drop stops in the background.
+    let guard = Sandbox::create(&c, CreateParams::new().name("guarded"))
+        .await
+        .unwrap()
+        .into_guard();
+    assert_eq!(guard.status(), "RUNNING");
+    guard.close().await.unwrap();
+    assert_eq!(
+        Sandbox::find(&c, "guarded").await.unwrap().status(),
+        "STOPPED"
+    );
+    {
+        let _guard = Sandbox::create(&c, CreateParams::new().name("dropped"))
+            .await
+            .unwrap()
+            .into_guard();
+    }
+    let mut stopped = false;
+    for _ in 0..100 {
+        if Sandbox::find(&c, "dropped").await.unwrap().status() == "STOPPED" {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stopped, "a dropped guard stops its sandbox");
+}
