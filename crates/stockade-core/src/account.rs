@@ -80,7 +80,12 @@ impl std::fmt::Debug for ApiToken {
 
 /// The at-rest form of a token: hex SHA-256.
 pub fn hash_token(plaintext: &str) -> String {
-    hex::encode(Sha256::digest(plaintext.as_bytes()))
+    sha256_hex(plaintext.as_bytes())
+}
+
+/// Hex SHA-256 of some bytes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

@@ -277,3 +277,139 @@ async fn scoped_use_stops_the_sandbox_on_return_error_and_panic() {
     }
     assert!(stopped, "a dropped guard stops its sandbox");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_key_returns_the_first_result() {
+    let s = server().await;
+    let c = &s.client;
+    let params = CreateParams::new().name("once").idempotency_key("req-123");
+    let first = Sandbox::create(c, params.clone()).await.unwrap();
+    let again = Sandbox::create(c, params).await.unwrap();
+    assert_eq!(first.id(), again.id());
+    assert_eq!(s.containers(), 1);
+    let err = Sandbox::create(
+        c,
+        CreateParams::new().name("other").idempotency_key("req-123"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.status(), Some(422), "{err}");
+    assert_eq!(err.code(), Some("idempotency_key_reused"));
+    // Concurrent retries with one key: one sandbox.
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            Sandbox::create(
+                &c,
+                CreateParams::new()
+                    .name("racer")
+                    .idempotency_key("req-race"),
+            )
+            .await
+            .map(|sb| sb.id().to_owned())
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap().unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(s.containers(), 2);
+}
+
+/// Waits until the server has nothing left of abandoned creates.
+async fn settle(s: &TestServer, expect_containers: usize) {
+    for _ in 0..300 {
+        let page = Sandbox::list(
+            &s.client,
+            ListParams {
+                per_page: Some(1000),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let provisioning = page
+            .sandboxes
+            .iter()
+            .any(|sb| sb.status() == "PROVISIONING");
+        if !provisioning
+            && s.containers() == expect_containers
+            && page.total as usize == expect_containers
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "abandoned creates were not rolled back: {} containers",
+        s.containers()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_create_leaves_nothing_behind() {
+    let s = server().await;
+    let c = &s.client;
+    let mut kept = 0;
+    for (i, delay_ms) in [0u64, 5, 20, 50, 100, 150, 200, 300, 450, 700, 1000, 2000]
+        .into_iter()
+        .enumerate()
+    {
+        // Cancellation token.
+        let token = stockade_sdk::CancellationToken::new();
+        let params = CreateParams::new()
+            .name(format!("cancel-{i}"))
+            .cancel_token(token.clone());
+        let t2 = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            t2.cancel();
+        });
+        match Sandbox::create(c, params).await {
+            Ok(_) => kept += 1, // finished before the cancel: a real sandbox
+            Err(Error::Cancelled) => {}
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+        // Dropping the future.
+        match tokio::time::timeout(
+            Duration::from_millis(delay_ms),
+            Sandbox::create(c, CreateParams::new().name(format!("drop-{i}"))),
+        )
+        .await
+        {
+            Ok(Ok(_)) => kept += 1,
+            Ok(Err(e)) => panic!("unexpected error: {e}"),
+            Err(_) => {}
+        }
+    }
+    eprintln!("{kept} of 24 creates finished before their cancellation");
+    settle(&s, kept).await;
+    let page = Sandbox::list(
+        &s.client,
+        ListParams {
+            is_active: Some(false),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(page.total, 0, "no terminated leftovers either");
+    let volumes = std::process::Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=io.stockade.instance-id={}", s.instance),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&volumes.stdout).lines().count(),
+        kept,
+        "one volume per kept sandbox"
+    );
+}

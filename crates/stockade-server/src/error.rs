@@ -32,6 +32,9 @@ pub enum ApiError {
     /// The sandbox cannot serve this right now (e.g. stopped).
     #[error("{0}")]
     SandboxUnavailable(String),
+    /// An `Idempotency-Key` reused with a different request.
+    #[error("{0}")]
+    IdempotencyMismatch(String),
     #[error("{0}")]
     ImageUnavailable(String),
     #[error("{0}")]
@@ -63,6 +66,9 @@ impl ApiError {
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::SandboxUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
+            Self::IdempotencyMismatch(_) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+            }
             Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
             Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),

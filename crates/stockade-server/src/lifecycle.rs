@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use stockade_api::CreateSandboxRequest;
-use stockade_core::{Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId};
+use stockade_core::{AccountId, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId};
 use stockade_runtime::{ContainerSpec, RuntimeError};
 use stockade_store::StoreError;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::error::{ApiError, ApiResult};
@@ -66,6 +67,13 @@ fn container_spec(state: &AppState, sb: &Sandbox) -> ContainerSpec {
     }
 }
 
+/// An `Idempotency-Key` a create was recorded under (API-2).
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    pub account: AccountId,
+    pub key: String,
+}
+
 /// Creates a sandbox and returns it RUNNING (LC-1, LC-2).
 ///
 /// The record is inserted first (PROVISIONING) so that the unique name is
@@ -73,16 +81,59 @@ fn container_spec(state: &AppState, sb: &Sandbox) -> ContainerSpec {
 /// record is removed (DB-3); if the final status write fails the container
 /// and volume are removed and the error returned.
 ///
-/// The work runs in its own task: a client that goes away does not leave a
-/// half-made sandbox behind.
-pub async fn create(state: &AppState, sandbox: Sandbox) -> ApiResult<Sandbox> {
+/// The work runs in its own task. If the caller goes away before it ends
+/// (the client disconnected, so this future was dropped), the task rolls the
+/// create back when it finishes: no container, volume or record stays (LC-12).
+pub async fn create(
+    state: &AppState,
+    sandbox: Sandbox,
+    idempotency: Option<IdempotencyKey>,
+) -> ApiResult<Sandbox> {
+    let abandoned = CancellationToken::new();
+    let guard = abandoned.clone().drop_guard();
     let state = state.clone();
-    tokio::spawn(async move { create_inner(&state, sandbox).await })
-        .await
-        .map_err(|e| ApiError::Internal(format!("create task failed: {e}")))?
+    let result = tokio::spawn(async move {
+        let id = sandbox.id.clone();
+        let result = create_inner(&state, sandbox, &abandoned).await;
+        if result.is_err() {
+            forget_key(&state, idempotency.as_ref()).await;
+        } else if abandoned.is_cancelled() {
+            warn!(sandbox.id = %id, "the client went away during create; rolling it back");
+            rollback(&state, &id).await;
+            forget_key(&state, idempotency.as_ref()).await;
+            return Err(ApiError::Conflict("the create was cancelled".into()));
+        }
+        result
+    })
+    .await;
+    guard.disarm();
+    result.map_err(|e| ApiError::Internal(format!("create task failed: {e}")))?
 }
 
-async fn create_inner(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
+async fn forget_key(state: &AppState, key: Option<&IdempotencyKey>) {
+    if let Some(k) = key {
+        if let Err(e) = state.store.delete_idempotency_key(&k.account, &k.key).await {
+            error!(account.id = %k.account, error = %e, "could not forget the idempotency key of a failed create");
+        }
+    }
+}
+
+/// Removes the container, volume and record of a create that must not stay.
+async fn rollback(state: &AppState, id: &SandboxId) {
+    if let Err(e) = state.runtime.remove(id, false).await {
+        error!(sandbox.id = %id, error = %e, "rollback: could not remove the container");
+    }
+    match state.store.purge_sandbox(id).await {
+        Ok(()) | Err(StoreError::NotFound) => {}
+        Err(e) => error!(sandbox.id = %id, error = %e, "rollback: could not remove the record"),
+    }
+}
+
+async fn create_inner(
+    state: &AppState,
+    mut sb: Sandbox,
+    abandoned: &CancellationToken,
+) -> ApiResult<Sandbox> {
     state.store.insert_sandbox(&sb).await.map_err(|e| match e {
         StoreError::Conflict(_) => ApiError::Conflict(format!(
             "A sandbox named '{}' already exists in this account",
@@ -90,6 +141,10 @@ async fn create_inner(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
         )),
         other => other.into(),
     })?;
+    if abandoned.is_cancelled() {
+        rollback(state, &sb.id).await;
+        return Err(ApiError::Conflict("the create was cancelled".into()));
+    }
     let container_id = match state.runtime.create(&container_spec(state, &sb)).await {
         Ok(cid) => cid,
         Err(e) => {
@@ -111,12 +166,7 @@ async fn create_inner(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
         }
         Err(e) => {
             error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
-            if let Err(re) = state.runtime.remove(&sb.id, false).await {
-                error!(sandbox.id = %sb.id, error = %re, "could not remove the container of a failed create");
-            }
-            if let Err(pe) = state.store.purge_sandbox(&sb.id).await {
-                error!(sandbox.id = %sb.id, error = %pe, "could not remove the record of a failed create");
-            }
+            rollback(state, &sb.id).await;
             Err(ApiError::Database(format!(
                 "The sandbox could not be saved, so it was removed again: {e}"
             )))

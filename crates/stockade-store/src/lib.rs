@@ -129,6 +129,28 @@ pub trait Store: Send + Sync + 'static {
     /// Whether any record (soft-deleted or not) exists with this id:
     /// tells orphaned resources from owned ones.
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;
+
+    // --- idempotency keys (API-2) ---
+
+    /// Records that `key` of `account` created `sandbox` from a request with
+    /// `request_hash`. A key already recorded → `Conflict`.
+    async fn insert_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+        request_hash: &str,
+        sandbox: &SandboxId,
+    ) -> StoreResult<()>;
+
+    /// The request hash and sandbox a key was first used for.
+    async fn get_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+    ) -> StoreResult<Option<(String, SandboxId)>>;
+
+    /// Forgets a key (its create failed, so a retry may create anew).
+    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()>;
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

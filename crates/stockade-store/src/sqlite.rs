@@ -526,4 +526,68 @@ impl Store for SqliteStore {
             .map_err(map_err(format_args!("look up sandbox {id}")))?;
         Ok(found.is_some())
     }
+
+    #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
+    async fn insert_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+        request_hash: &str,
+        sandbox: &SandboxId,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO idempotency_keys (account_id, key, request_hash, sandbox_id, created_at) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(account.as_str())
+        .bind(key)
+        .bind(request_hash)
+        .bind(sandbox.as_str())
+        .bind(ts(Utc::now()))
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StoreError::Conflict("idempotency key already used".into())
+            } else {
+                map_err("record idempotency key")(e)
+            }
+        })?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
+    async fn get_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+    ) -> StoreResult<Option<(String, SandboxId)>> {
+        let row: Option<(String, String)> = sqlx::query_as(
+            "SELECT request_hash, sandbox_id FROM idempotency_keys WHERE account_id = ? AND key = ?",
+        )
+        .bind(account.as_str())
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err("read idempotency key"))?;
+        match row {
+            None => Ok(None),
+            Some((hash, id)) => {
+                let id = SandboxId::parse(&id)
+                    .map_err(|e| other("corrupt sandbox id in idempotency_keys", e.message))?;
+                Ok(Some((hash, id)))
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
+    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
+        sqlx::query("DELETE FROM idempotency_keys WHERE account_id = ? AND key = ?")
+            .bind(account.as_str())
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err("delete idempotency key"))?;
+        Ok(())
+    }
 }

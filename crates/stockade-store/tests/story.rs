@@ -933,6 +933,34 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         s.purge_sandbox(&bob_private.id).await.unwrap();
     }
 
+    // --- idempotency keys (API-2) ---------------------------------------------
+    let key_sb = SandboxId::generate();
+    assert_eq!(s.get_idempotency_key(&alice.id, "k-1").await.unwrap(), None);
+    s.insert_idempotency_key(&alice.id, "k-1", "hash-a", &key_sb)
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.insert_idempotency_key(&alice.id, "k-1", "hash-b", &SandboxId::generate())
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        s.get_idempotency_key(&alice.id, "k-1").await.unwrap(),
+        Some(("hash-a".to_owned(), key_sb.clone()))
+    );
+    // Keys are per account.
+    assert_eq!(s.get_idempotency_key(&bob.id, "k-1").await.unwrap(), None);
+    s.insert_idempotency_key(&bob.id, "k-1", "hash-c", &SandboxId::generate())
+        .await
+        .unwrap();
+    s.delete_idempotency_key(&alice.id, "k-1").await.unwrap();
+    assert_eq!(s.get_idempotency_key(&alice.id, "k-1").await.unwrap(), None);
+    assert!(s
+        .get_idempotency_key(&bob.id, "k-1")
+        .await
+        .unwrap()
+        .is_some());
+
     instance
 }
 

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use stockade_api::{
@@ -22,14 +23,17 @@ fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
     Json(SandboxResponse::from_record(sb, Utc::now()))
 }
 
-/// Create a sandbox; returns it RUNNING.
+/// Create a sandbox; returns it RUNNING. With an `Idempotency-Key` header a
+/// retried create returns the first result; the same key with different
+/// parameters is a 422.
 #[utoipa::path(post, path = "/api/v1/sandbox", tag = "sandboxes",
     request_body = CreateSandboxRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "makes retries of this create return the first result")),
     responses(
         (status = 201, description = "Created and running", body = SandboxResponse),
         (status = 400, description = "A field is invalid", body = ErrorBody),
         (status = 409, description = "Name already used", body = ErrorBody),
-        (status = 422, description = "Image missing and not pullable", body = ErrorBody),
+        (status = 422, description = "Image missing and not pullable, or Idempotency-Key reused with other parameters", body = ErrorBody),
         (status = 503, description = "Docker unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
@@ -37,12 +41,105 @@ fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSandboxRequest>,
-) -> ApiResult<(StatusCode, Json<SandboxResponse>)> {
+) -> ApiResult<Response> {
+    let key = idempotency_key(&headers)?;
     let sb = lifecycle::prepare(&state, &caller, &req)?;
+    let Some(key) = key else {
+        tracing::Span::current().record("sandbox.id", sb.id.as_str());
+        let sb = lifecycle::create(&state, sb, None).await?;
+        return Ok((StatusCode::CREATED, respond(&sb)).into_response());
+    };
+    let hash = stockade_core::account::sha256_hex(
+        &serde_json::to_vec(&req).map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
+    let account = caller.account.id.clone();
+    loop {
+        if let Some((first_hash, id)) = state.store.get_idempotency_key(&account, &key).await? {
+            if first_hash != hash {
+                return Err(ApiError::IdempotencyMismatch(format!(
+                    "Idempotency-Key '{key}' was already used with different parameters"
+                )));
+            }
+            let sb = replay(&state, &caller, &id, &key).await?;
+            let mut resp = (StatusCode::CREATED, respond(&sb)).into_response();
+            resp.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            return Ok(resp);
+        }
+        match state
+            .store
+            .insert_idempotency_key(&account, &key, &hash, &sb.id)
+            .await
+        {
+            Ok(()) => break,
+            // A concurrent request with the same key won: replay its result.
+            Err(stockade_store::StoreError::Conflict(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
-    let sb = lifecycle::create(&state, sb).await?;
-    Ok((StatusCode::CREATED, respond(&sb)))
+    let idem = lifecycle::IdempotencyKey { account, key };
+    let sb = lifecycle::create(&state, sb, Some(idem)).await?;
+    Ok((StatusCode::CREATED, respond(&sb)).into_response())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = v
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::field(
+                "Idempotency-Key",
+                "must be 1 to 255 visible ASCII characters",
+            )
+        })?;
+    Ok(Some(key.to_owned()))
+}
+
+/// The result of the first create with a key, once it has settled.
+async fn replay(
+    state: &AppState,
+    caller: &Caller,
+    id: &SandboxId,
+    key: &str,
+) -> ApiResult<stockade_core::Sandbox> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        match state.store.get_sandbox(&caller.scope, id).await {
+            Ok(sb)
+                if !matches!(
+                    sb.status,
+                    SandboxStatus::Provisioning | SandboxStatus::Pending
+                ) =>
+            {
+                return Ok(sb)
+            }
+            Ok(_) | Err(stockade_store::StoreError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if state
+            .store
+            .get_idempotency_key(&caller.account.id, key)
+            .await?
+            .is_none()
+        {
+            return Err(ApiError::Conflict(format!(
+                "The first create with Idempotency-Key '{key}' failed; retry to create anew"
+            )));
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(ApiError::Conflict(format!(
+                "The first create with Idempotency-Key '{key}' is still in progress"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn parse_bool(v: &str, field: &str) -> Result<bool, ApiError> {

@@ -77,6 +77,27 @@ impl Store for FailingStore {
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool> {
         self.inner.sandbox_record_exists(id).await
     }
+    async fn insert_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+        hash: &str,
+        sandbox: &SandboxId,
+    ) -> StoreResult<()> {
+        self.inner
+            .insert_idempotency_key(account, key, hash, sandbox)
+            .await
+    }
+    async fn get_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+    ) -> StoreResult<Option<(String, SandboxId)>> {
+        self.inner.get_idempotency_key(account, key).await
+    }
+    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
+        self.inner.delete_idempotency_key(account, key).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
