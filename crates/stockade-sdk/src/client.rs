@@ -10,7 +10,7 @@ use crate::error::Error;
 #[derive(Clone)]
 pub struct Client {
     base: String,
-    token: String,
+    token: Option<String>,
     http: reqwest::Client,
 }
 
@@ -26,20 +26,31 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client for `url` (e.g. `http://127.0.0.1:7433`) with an API token.
     pub fn new(url: impl Into<String>, token: impl Into<String>) -> Result<Self, Error> {
+        let token = token.into();
+        if token.trim().is_empty() {
+            return Err(Error::Config("the API token is empty".into()));
+        }
+        let mut client = Self::anonymous(url)?;
+        client.token = Some(token);
+        Ok(client)
+    }
+
+    /// A client without a token: only for calls that need none (`health`).
+    pub fn anonymous(url: impl Into<String>) -> Result<Self, Error> {
         let base = url.into().trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(Error::Config(format!(
                 "the server URL must start with http:// or https:// (got '{base}')"
             )));
         }
-        let token = token.into();
-        if token.trim().is_empty() {
-            return Err(Error::Config("the API token is empty".into()));
-        }
         let http = reqwest::Client::builder()
             .build()
             .map_err(|e| Error::Config(format!("could not build the HTTP client: {e}")))?;
-        Ok(Self { base, token, http })
+        Ok(Self {
+            base,
+            token: None,
+            http,
+        })
     }
 
     /// A client from `STOCKADE_URL` (default `http://127.0.0.1:7433`) and
@@ -60,9 +71,11 @@ impl Client {
     }
 
     pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
     }
 
     /// Sends a request and decodes a JSON answer, or the API error.

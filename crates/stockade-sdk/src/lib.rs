@@ -13,6 +13,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod admin;
 mod client;
 mod error;
 mod sandbox;

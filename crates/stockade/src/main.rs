@@ -1,18 +1,29 @@
-//! `stockade`: runs the server (`stockade server`) and talks to one from the
-//! terminal (`stockade account create`, `stockade health`).
+//! `stockade`: runs the server (`stockade server`) and drives one from the
+//! terminal through the SDK (`stockade create`, `ls`, `stop`, …).
 #![forbid(unsafe_code)]
 
-mod client;
+mod cli;
+mod output;
 mod server;
 
-use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Isolated Docker sandboxes behind one API.
 #[derive(Parser)]
 #[command(
     name = "stockade",
     version,
-    after_help = "Examples:\n  stockade server                       # SQLite in ~/.local/share/stockade, http://127.0.0.1:7433\n  stockade server --database postgres://stockade@localhost/stockade\n  STOCKADE_TOKEN=stk_… stockade account create alice\n  stockade health"
+    after_help = "Examples:
+  stockade server                                # SQLite in ~/.local/share/stockade, http://127.0.0.1:7433
+  export STOCKADE_TOKEN=stk_…                    # the token the server printed on its first start
+  stockade create --name demo --cpu 2 --memory 4
+  stockade ls --status running
+  stockade stop demo && stockade start demo
+  stockade rm demo
+  stockade account create alice
+  stockade completions bash > /etc/bash_completion.d/stockade"
 )]
 struct Cli {
     /// The Stockade server to talk to.
@@ -37,14 +48,54 @@ struct Cli {
 enum Command {
     /// Run the Stockade server.
     Server(server::ServerArgs),
+    /// Create a sandbox and wait until it runs.
+    Create(cli::CreateArgs),
+    /// List your sandboxes, newest first.
+    #[command(alias = "list")]
+    Ls(cli::ListArgs),
+    /// Show one sandbox (by id or name).
+    Get {
+        /// Sandbox id or name.
+        sandbox: String,
+    },
+    /// Start sandboxes (a running one stays as it is).
+    Start {
+        /// Sandbox ids or names.
+        #[arg(required = true)]
+        sandboxes: Vec<String>,
+    },
+    /// Stop sandboxes: SIGTERM, then SIGKILL after the grace period.
+    Stop {
+        /// Sandbox ids or names.
+        #[arg(required = true)]
+        sandboxes: Vec<String>,
+        /// Seconds between SIGTERM and SIGKILL (default 30).
+        #[arg(long, short = 't')]
+        timeout: Option<u64>,
+    },
+    /// Destroy sandboxes (their volumes too, unless --keep-volume).
+    #[command(alias = "delete")]
+    Rm {
+        /// Sandbox ids or names.
+        #[arg(required = true)]
+        sandboxes: Vec<String>,
+        /// Keep the /workspace volume.
+        #[arg(long)]
+        keep_volume: bool,
+    },
     /// Manage accounts (administrators only).
     #[command(subcommand)]
-    Account(client::AccountCommand),
-    /// Show the server's health (Docker and database).
+    Account(cli::AccountCommand),
+    /// Show a server's health (Docker and database).
     Health,
+    /// Print shell completions.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -53,27 +104,45 @@ fn main() -> std::process::ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: could not start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
+    };
+    let json = cli.json;
+    let ctx = cli::Ctx {
+        url: cli.url,
+        token: cli.token,
+        json,
     };
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Server(args) => server::run(args).await,
-            Command::Account(cmd) => {
-                let c = client::Client::new(&cli.url, cli.token.as_deref())?;
-                client::account(&c, cmd, cli.json).await
-            }
-            Command::Health => {
-                let c = client::Client::new(&cli.url, cli.token.as_deref())?;
-                client::health(&c, cli.json).await
+            Command::Create(args) => cli::create(&ctx, args).await,
+            Command::Ls(args) => cli::list(&ctx, args).await,
+            Command::Get { sandbox } => cli::get(&ctx, &sandbox).await,
+            Command::Start { sandboxes } => cli::start(&ctx, &sandboxes).await,
+            Command::Stop { sandboxes, timeout } => cli::stop(&ctx, &sandboxes, timeout).await,
+            Command::Rm {
+                sandboxes,
+                keep_volume,
+            } => cli::remove(&ctx, &sandboxes, keep_volume).await,
+            Command::Account(cmd) => cli::account(&ctx, cmd).await,
+            Command::Health => cli::health(&ctx).await,
+            Command::Completions { shell } => {
+                clap_complete::generate(
+                    shell,
+                    &mut Cli::command(),
+                    "stockade",
+                    &mut std::io::stdout(),
+                );
+                Ok(ExitCode::SUCCESS)
             }
         }
     });
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            eprintln!("error: {}", output::describe(&e));
+            ExitCode::FAILURE
         }
     }
 }

@@ -15,6 +15,25 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Remove whatever the test created, even when it failed half-way.
+        if let Some(token) = &self.token {
+            let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+                .args(["ls", "--json", "--per-page", "1000"])
+                .env("STOCKADE_URL", &self.url)
+                .env("STOCKADE_TOKEN", token)
+                .output();
+            if let Ok(out) = out {
+                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                    for sb in v["sandboxes"].as_array().cloned().unwrap_or_default() {
+                        let _ = Command::new(env!("CARGO_BIN_EXE_stockade"))
+                            .args(["rm", sb["id"].as_str().unwrap_or_default()])
+                            .env("STOCKADE_URL", &self.url)
+                            .env("STOCKADE_TOKEN", token)
+                            .output();
+                    }
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -28,11 +47,17 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
         .env_remove("STOCKADE_DATABASE_URL")
         .env_remove("STOCKADE_ADMIN_TOKEN")
         .env("STOCKADE_LOG", "warn")
+        .env(
+            "STOCKADE_DEFAULT_IMAGE",
+            std::env::var("STOCKADE_TEST_IMAGE")
+                .unwrap_or_else(|_| "stockade-test-base:latest".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     if let Some(t) = admin_token {
         cmd.env("STOCKADE_ADMIN_TOKEN", t);
     }
+    let admin_token = admin_token.map(str::to_owned);
     let mut child = cmd.spawn().expect("spawn stockade server");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -186,4 +211,115 @@ fn bad_flags_and_unreachable_servers_give_helpful_errors() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("STOCKADE_TOKEN"));
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stockade failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn sandbox_verbs_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_sandbox_verbs_token";
+    let server = start_server(dir.path(), Some(token));
+
+    let created = json_of(&cli(
+        &server,
+        token,
+        &[
+            "create",
+            "--json",
+            "--name",
+            "cli-demo",
+            "--cpu",
+            "1",
+            "--memory",
+            "0.5",
+            "--env",
+            "A=1",
+            "--label",
+            "cli",
+            "--tag",
+            "k=v",
+            "--port",
+            "8080",
+            "--timeout",
+            "90s",
+        ],
+    ));
+    assert_eq!(created["status"], "RUNNING");
+    assert_eq!(created["memoryGB"], 0.5);
+    assert_eq!(created["timeoutMinutes"], 1.5);
+    assert_eq!(created["environmentVars"]["A"], "1");
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let listed = json_of(&cli(&server, token, &["ls", "--json", "--label", "cli"]));
+    assert_eq!(listed["total"], 1);
+    assert_eq!(listed["sandboxes"][0]["id"], id.as_str());
+
+    // A table for people.
+    let out = cli(&server, token, &["ls"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(
+        table.contains("cli-demo") && table.contains("RUNNING"),
+        "{table}"
+    );
+
+    let got = json_of(&cli(&server, token, &["get", "cli-demo", "--json"]));
+    assert_eq!(got["id"], id.as_str());
+    let out = cli(&server, token, &["get", "cli-demo"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("agent-sandbox-"));
+
+    let stopped = json_of(&cli(
+        &server,
+        token,
+        &["stop", "cli-demo", "-t", "1", "--json"],
+    ));
+    assert_eq!(stopped[0]["status"], "STOPPED");
+    let started = json_of(&cli(&server, token, &["start", &id, "--json"]));
+    assert_eq!(started[0]["status"], "RUNNING");
+
+    // Errors are sentences naming the problem, with a non-zero exit code.
+    let out = cli(&server, token, &["create", "--name", "bad name"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("name:"), "{err}");
+    let out = cli(&server, token, &["get", "no-such-sandbox"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    let out = cli(&server, token, &["create", "--tag", "novalue"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KEY=VALUE"));
+
+    let removed = json_of(&cli(&server, token, &["rm", "cli-demo", "--json"]));
+    assert_eq!(removed[0]["status"], "TERMINATED");
+    let listed = json_of(&cli(&server, token, &["ls", "--json"]));
+    assert_eq!(listed["total"], 0);
+    let out = cli(&server, token, &["ls"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("No sandboxes yet"));
+}
+
+#[test]
+fn completions_and_help_with_examples() {
+    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stockade"));
+    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("stockade create"),
+        "{help}"
+    );
 }
