@@ -70,7 +70,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sandbox/{id}/stop", post(sandboxes::stop));
     Router::new()
         .nest("/api/v1", api)
-        .route("/", get(routes::home))
+        .route("/", get(routes::dashboard::index))
+        .route("/dashboard/{file}", get(routes::dashboard::asset))
         .fallback(routes::not_found)
         .layer(TraceLayer::new_for_http())
         .with_state(state)
