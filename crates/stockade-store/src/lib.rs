@@ -129,6 +129,13 @@ pub trait Store: Send + Sync + 'static {
     /// Whether any record (soft-deleted or not) exists with this id:
     /// tells orphaned resources from owned ones.
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;
+
+    // --- settings (ports and proxy: the proxy token key) ---
+
+    /// The value stored under `key`; when there is none, stores `value`
+    /// first. Concurrent first calls (also from several server instances)
+    /// all get the one value that was stored.
+    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

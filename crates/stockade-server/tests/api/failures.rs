@@ -77,6 +77,9 @@ impl Store for FailingStore {
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool> {
         self.inner.sandbox_record_exists(id).await
     }
+    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
+        self.inner.setting_get_or_insert(key, value).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
