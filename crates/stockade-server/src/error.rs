@@ -34,6 +34,9 @@ pub enum ApiError {
     SandboxUnavailable(String),
     #[error("{0}")]
     ImageUnavailable(String),
+    /// A sandbox port the proxy forwards to does not answer (502).
+    #[error("{0}")]
+    UpstreamUnavailable(String),
     #[error("{0}")]
     DockerUnavailable(String),
     #[error("{0}")]
@@ -64,6 +67,7 @@ impl ApiError {
             Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::SandboxUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
             Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
+            Self::UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "upstream_unavailable"),
             Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
             Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),

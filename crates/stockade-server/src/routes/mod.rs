@@ -8,6 +8,7 @@ use crate::error::ApiError;
 pub mod accounts;
 pub mod docs;
 pub mod health;
+pub mod ports;
 pub mod sandboxes;
 
 /// `GET /`: the landing page.
