@@ -283,7 +283,10 @@ pub async fn auth_token(
     };
     let sb = lifecycle::load(&state, &caller.scope, &id).await?;
     ensure_not_terminated(&sb)?;
-    let expires_at = DateTime::from_timestamp(Utc::now().timestamp() + ttl, 0)
+    // Whole seconds, rounded up: the token lives at least `ttl` seconds.
+    let now = Utc::now();
+    let now_secs = now.timestamp() + i64::from(now.timestamp_subsec_nanos() > 0);
+    let expires_at = DateTime::from_timestamp(now_secs + ttl, 0)
         .ok_or_else(|| ApiError::Internal("token expiry out of range".into()))?;
     let token = state.proxy_keys.mint(&Claims {
         sandbox_id: sb.id.clone(),
