@@ -549,7 +549,9 @@ async fn authorise(
 
 /// Sends one request to a sandbox port and streams the answer back; for an
 /// accepted upgrade, copies bytes both ways until either side closes.
-#[instrument(skip_all, fields(sandbox.id = %target.sandbox_id, port = target.port), err(Display))]
+/// Rejections are logged by `ApiError` (5xx as errors); the span records them
+/// only at debug level, since the proxy faces browsers and anonymous traffic.
+#[instrument(skip_all, fields(sandbox.id = %target.sandbox_id, port = target.port), err(level = "debug", Display))]
 async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResult<Response> {
     let (addr, set_cookie) = authorise(state, req.headers(), req.uri().query(), &target).await?;
     let id = &target.sandbox_id;
