@@ -11,6 +11,10 @@ use stockade_core::{human_bytes, size::volume_warning, Sandbox};
 use utoipa::ToSchema;
 
 pub use stockade_core::SandboxStatus;
+pub mod ports;
+pub use ports::{
+    AuthTokenRequest, AuthTokenResponse, ExposePortRequest, ExposedPort, PortsResponse,
+};
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

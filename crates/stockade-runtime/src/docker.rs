@@ -200,7 +200,7 @@ impl DockerRuntime {
 
     /// The connected client; connects and negotiates the API version on
     /// first use (and after the daemon stopped answering).
-    async fn client(&self) -> RuntimeResult<Docker> {
+    pub(crate) async fn client(&self) -> RuntimeResult<Docker> {
         if let Some(docker) = self.cached_client() {
             return Ok(docker);
         }
@@ -273,7 +273,7 @@ impl DockerRuntime {
     /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
     /// Unavailable with guidance, anything else → Other. `what` names the
     /// operation for the message.
-    fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
+    pub(crate) fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
         match &e {
             BollardError::DockerResponseServerError {
                 status_code: 404,
@@ -893,6 +893,10 @@ impl Runtime for DockerRuntime {
                 _ => self.map_err(e, "remove volume"),
             })
     }
+
+    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
+        self.container_address_inner(id).await
+    }
 }
 
 /// The labels on a sandbox's container and volume.
@@ -1096,7 +1100,7 @@ impl Capped {
     }
 }
 
-fn status_code(e: &BollardError) -> Option<u16> {
+pub(crate) fn status_code(e: &BollardError) -> Option<u16> {
     match e {
         BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,

@@ -491,6 +491,19 @@ impl Runtime for FakeRuntime {
         st.volumes.remove(&id);
         Ok(())
     }
+
+    /// A fake container has no network of its own: a running one with
+    /// network access is "at" the host's loopback, so a test can serve its
+    /// ports from a local listener.
+    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
+        self.check_available()?;
+        let st = self.state();
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))?;
+        Ok((c.running && c.spec.network_access).then_some(std::net::Ipv4Addr::LOCALHOST.into()))
+    }
 }
 
 #[cfg(test)]
@@ -724,5 +737,30 @@ mod tests {
         rt.remove_container_externally(&s.sandbox_id);
         assert!(rt.list_managed().await.unwrap().is_empty());
         assert!(rt.has_volume(&VolumeName::for_sandbox(&s.sandbox_id)));
+    }
+
+    #[tokio::test]
+    async fn container_address_follows_state_and_network() {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        let id = s.sandbox_id.clone();
+        assert!(matches!(
+            rt.container_address(&id).await,
+            Err(RuntimeError::NotFound(_))
+        ));
+        rt.create(&s).await.unwrap();
+        assert_eq!(
+            rt.container_address(&id).await.unwrap(),
+            Some(std::net::Ipv4Addr::LOCALHOST.into())
+        );
+        rt.stop(&id, Duration::ZERO).await.unwrap();
+        assert_eq!(rt.container_address(&id).await.unwrap(), None);
+        let mut offline = spec();
+        offline.network_access = false;
+        rt.create(&offline).await.unwrap();
+        assert_eq!(
+            rt.container_address(&offline.sandbox_id).await.unwrap(),
+            None
+        );
     }
 }

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 
 mod docker;
+mod docker_ports;
 mod fake;
 
 pub use docker::{container_name, DockerConfig, DockerRuntime};
@@ -175,4 +176,12 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Removes a volume; `Conflict` when a container uses it.
     async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()>;
+
+    // --- ports and proxy (API-6) ---
+
+    /// The IP address the sandbox's container has on its Docker network,
+    /// which the reverse proxy connects to (no port is published on the
+    /// host). `None` when the container is not running or has no network
+    /// (`networkAccess: false`); `NotFound` when there is no container.
+    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
 }

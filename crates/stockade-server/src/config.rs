@@ -21,6 +21,12 @@ pub struct ServerConfig {
     pub reconcile_interval: Duration,
     /// A PROVISIONING record older than this belongs to a create that died.
     pub provisioning_grace: Duration,
+    /// Host-form proxy domain (API-6): `{port}-{id}.{proxy_domain}` reaches a
+    /// sandbox's exposed port; `None` = path form (`/proxy/{id}/{port}/`) only.
+    /// Lower case, optionally with `:port`; see [`crate::proxy::parse_proxy_domain`].
+    pub proxy_domain: Option<String>,
+    /// Lifetime of a sandbox auth token that asks for none (API-7).
+    pub sandbox_token_ttl: Duration,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +39,8 @@ impl Default for ServerConfig {
             docker_host: "unix:///var/run/docker.sock".into(),
             reconcile_interval: Duration::from_secs(30),
             provisioning_grace: Duration::from_secs(600),
+            proxy_domain: None,
+            sandbox_token_ttl: Duration::from_secs(3600),
         }
     }
 }

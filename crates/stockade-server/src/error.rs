@@ -37,6 +37,9 @@ pub enum ApiError {
     IdempotencyMismatch(String),
     #[error("{0}")]
     ImageUnavailable(String),
+    /// A sandbox port the proxy forwards to does not answer (502).
+    #[error("{0}")]
+    UpstreamUnavailable(String),
     #[error("{0}")]
     DockerUnavailable(String),
     #[error("{0}")]
@@ -70,6 +73,7 @@ impl ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
             }
             Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
+            Self::UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "upstream_unavailable"),
             Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
             Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),

@@ -122,8 +122,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
                     format!("{path}.{name}")
                 }
             }
-            None if path == "." || path.is_empty() => "body".to_owned(),
-            None => path,
+            // A missing field is reported at its parent's path too.
+            None => match message.strip_prefix("missing field `") {
+                Some(rest) => {
+                    let name = rest.split('`').next().unwrap_or_default();
+                    if path == "." || path.is_empty() {
+                        name.to_owned()
+                    } else {
+                        format!("{path}.{name}")
+                    }
+                }
+                None if path == "." || path.is_empty() => "body".to_owned(),
+                None => path,
+            },
         };
         let message = match message.find(" at line ") {
             Some(i) => message[..i].to_owned(),

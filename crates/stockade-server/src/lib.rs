@@ -17,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lifecycle;
+pub mod proxy;
 pub mod reconcile;
 pub mod routes;
 
@@ -30,6 +31,8 @@ pub struct AppState {
     pub runtime: Arc<dyn Runtime>,
     pub config: Arc<ServerConfig>,
     pub instance_id: InstanceId,
+    /// Signs and checks sandbox tokens for the proxy (API-7).
+    pub proxy_keys: proxy::token::TokenKey,
 }
 
 impl AppState {
@@ -39,11 +42,13 @@ impl AppState {
         config: ServerConfig,
     ) -> Result<Self, stockade_store::StoreError> {
         let instance_id = store.instance_id().await?;
+        let proxy_keys = proxy::token::TokenKey::load(store.as_ref()).await?;
         Ok(Self {
             store,
             runtime,
             config: Arc::new(config),
             instance_id,
+            proxy_keys,
         })
     }
 }
@@ -67,12 +72,18 @@ pub fn router(state: AppState) -> Router {
             get(sandboxes::get).delete(sandboxes::destroy),
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
-        .route("/sandbox/{id}/stop", post(sandboxes::stop));
+        .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .merge(routes::ports::routes());
     Router::new()
         .nest("/api/v1", api)
+        .merge(proxy::routes())
         .route("/", get(routes::dashboard::index))
         .route("/dashboard/{file}", get(routes::dashboard::asset))
         .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            proxy::by_host,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

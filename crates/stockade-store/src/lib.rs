@@ -151,6 +151,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Forgets a key (its create failed, so a retry may create anew).
     async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()>;
+    // --- settings (ports and proxy: the proxy token key) ---
+
+    /// The value stored under `key`; when there is none, stores `value`
+    /// first. Concurrent first calls (also from several server instances)
+    /// all get the one value that was stored.
+    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

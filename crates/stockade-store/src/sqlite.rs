@@ -590,4 +590,20 @@ impl Store for SqliteStore {
             .map_err(map_err("delete idempotency key"))?;
         Ok(())
     }
+
+    #[tracing::instrument(skip_all, fields(setting.key = %key), err(level = "debug"))]
+    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
+        // One INSERT wins; everyone reads the value it left.
+        sqlx::query("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING")
+            .bind(key)
+            .bind(value)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err("write setting"))?;
+        sqlx::query_scalar("SELECT value FROM settings WHERE key = ?")
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err("read setting"))
+    }
 }

@@ -47,9 +47,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the Stockade server.
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Create a sandbox and wait until it runs.
-    Create(cli::CreateArgs),
+    Create(Box<cli::CreateArgs>),
     /// List your sandboxes, newest first.
     #[command(alias = "list")]
     Ls(cli::ListArgs),
@@ -115,8 +115,8 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Server(args) => server::run(args).await,
-            Command::Create(args) => cli::create(&ctx, args).await,
+            Command::Server(args) => server::run(*args).await,
+            Command::Create(args) => cli::create(&ctx, *args).await,
             Command::Ls(args) => cli::list(&ctx, args).await,
             Command::Get { sandbox } => cli::get(&ctx, &sandbox).await,
             Command::Start { sandboxes } => cli::start(&ctx, &sandboxes).await,

@@ -47,6 +47,14 @@ pub struct ServerArgs {
     /// Most processes one sandbox may run.
     #[arg(long, env = "STOCKADE_PIDS_LIMIT", default_value_t = 512)]
     pids_limit: i64,
+    /// Domain for host-form sandbox ports: `{port}-{id}.DOMAIN` (a wildcard
+    /// DNS name pointing at this server), e.g. `sandboxes.example.com`.
+    #[arg(long, env = "STOCKADE_PROXY_DOMAIN")]
+    proxy_domain: Option<String>,
+    /// Lifetime in seconds of sandbox auth tokens that ask for none (1 to 86400).
+    #[arg(long, env = "STOCKADE_SANDBOX_TOKEN_TTL", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    sandbox_token_ttl: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -105,13 +113,25 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.defaults.image = args.default_image.clone();
+    config.proxy_domain = match args
+        .proxy_domain
+        .as_deref()
+        .filter(|d| !d.trim().is_empty())
+    {
+        Some(d) => Some(
+            stockade_server::proxy::parse_proxy_domain(d)
+                .map_err(|e| anyhow::anyhow!("--proxy-domain: {e}"))?,
+        ),
+        None => None,
+    };
+    config.sandbox_token_ttl = std::time::Duration::from_secs(args.sandbox_token_ttl);
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
         .context("could not create the admin account")?;
     let state = AppState::new(store, runtime.clone(), config)
         .await
-        .context("could not read the instance id")?;
+        .context("could not read the server settings (instance id, proxy token key)")?;
     let server = stockade_server::spawn(state)
         .await
         .with_context(|| format!("could not listen on {}", args.listen))?;

@@ -8,6 +8,7 @@ pub mod accounts;
 pub mod dashboard;
 pub mod docs;
 pub mod health;
+pub mod ports;
 pub mod sandboxes;
 
 /// Unknown routes: a JSON 404.

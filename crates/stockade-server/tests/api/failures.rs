@@ -98,6 +98,9 @@ impl Store for FailingStore {
     async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
         self.inner.delete_idempotency_key(account, key).await
     }
+    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
+        self.inner.setting_get_or_insert(key, value).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -15,6 +15,9 @@ pub fn test_image() -> String {
     std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
 }
 
+/// The host-form proxy domain of test apps: `{port}-{id}.sandboxes.test`.
+pub const PROXY_DOMAIN: &str = "sandboxes.test";
+
 pub struct TestApp {
     pub base: String,
     pub admin_token: String,
@@ -62,6 +65,7 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
         ..ServerConfig::default()
     };
     config.defaults.image = test_image();
+    config.proxy_domain = Some(PROXY_DOMAIN.into());
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await

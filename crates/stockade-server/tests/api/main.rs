@@ -6,6 +6,7 @@ mod health;
 mod helpers;
 mod lifecycle;
 mod listing;
+mod ports;
 mod restart;
 mod tenancy;
 mod validation;

@@ -1,0 +1,120 @@
+//! Where the reverse proxy reaches a sandbox (API-6): the container's own
+//! address on its Docker network, read from `docker inspect`. Nothing is
+//! published on the host, so exposing a port needs no container change.
+
+use std::net::IpAddr;
+
+use bollard::container::InspectContainerOptions;
+use bollard::models::ContainerInspectResponse;
+use stockade_core::SandboxId;
+
+use crate::docker::{container_name, status_code};
+use crate::{DockerRuntime, RuntimeError, RuntimeResult};
+
+impl DockerRuntime {
+    pub(crate) async fn container_address_inner(
+        &self,
+        id: &SandboxId,
+    ) -> RuntimeResult<Option<IpAddr>> {
+        let docker = self.client().await?;
+        let inspected = docker
+            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "inspect container"),
+            })?;
+        Ok(address_of(&inspected))
+    }
+}
+
+/// The first IP address of a running container on any of its networks
+/// (IPv4 preferred); `None` when it is stopped or only has loopback
+/// (network mode `none`).
+fn address_of(c: &ContainerInspectResponse) -> Option<IpAddr> {
+    let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+    if !running {
+        return None;
+    }
+    let settings = c.network_settings.as_ref()?;
+    let mut candidates: Vec<IpAddr> = Vec::new();
+    if let Some(networks) = &settings.networks {
+        // A stable order: by network name.
+        let mut names: Vec<&String> = networks.keys().collect();
+        names.sort();
+        for name in names {
+            let ep = &networks[name];
+            for ip in [&ep.ip_address, &ep.global_ipv6_address]
+                .into_iter()
+                .flatten()
+            {
+                if let Ok(ip) = ip.parse::<IpAddr>() {
+                    candidates.push(ip);
+                }
+            }
+        }
+    }
+    #[allow(deprecated)]
+    if let Some(ip) = settings.ip_address.as_deref().and_then(|s| s.parse().ok()) {
+        candidates.push(ip);
+    }
+    candidates.sort_by_key(|ip| !ip.is_ipv4());
+    candidates
+        .into_iter()
+        .find(|ip| !ip.is_unspecified() && !ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use bollard::models::{ContainerState, EndpointSettings, NetworkSettings};
+
+    use super::*;
+
+    fn container(running: bool, networks: &[(&str, &str, &str)]) -> ContainerInspectResponse {
+        ContainerInspectResponse {
+            state: Some(ContainerState {
+                running: Some(running),
+                ..Default::default()
+            }),
+            network_settings: Some(NetworkSettings {
+                networks: Some(
+                    networks
+                        .iter()
+                        .map(|(name, v4, v6)| {
+                            (
+                                name.to_string(),
+                                EndpointSettings {
+                                    ip_address: Some(v4.to_string()),
+                                    global_ipv6_address: Some(v6.to_string()),
+                                    ..Default::default()
+                                },
+                            )
+                        })
+                        .collect::<HashMap<_, _>>(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn addresses() {
+        let c = container(true, &[("bridge", "172.17.0.2", "")]);
+        assert_eq!(address_of(&c), Some("172.17.0.2".parse().unwrap()));
+        // Stopped, or only `none` (empty addresses): nothing to reach.
+        assert_eq!(
+            address_of(&container(false, &[("bridge", "172.17.0.2", "")])),
+            None
+        );
+        assert_eq!(address_of(&container(true, &[("none", "", "")])), None);
+        assert_eq!(address_of(&container(true, &[])), None);
+        // IPv4 first; IPv6-only works too.
+        let c = container(true, &[("a", "", "fd00::2"), ("b", "10.0.0.5", "")]);
+        assert_eq!(address_of(&c), Some("10.0.0.5".parse().unwrap()));
+        let c = container(true, &[("a", "", "fd00::2")]);
+        assert_eq!(address_of(&c), Some("fd00::2".parse().unwrap()));
+    }
+}

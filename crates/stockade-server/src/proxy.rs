@@ -1,0 +1,929 @@
+//! The authenticated reverse proxy to sandbox ports (API-6, API-7): path form
+//! `/proxy/{id}/{port}/…` and host form `{port}-{id}.{proxy domain}`, HTTP
+//! and upgraded connections (WebSocket), straight to the container's address
+//! on its Docker network — nothing is published on the host, so exposing or
+//! unexposing a port takes effect with the next request.
+//!
+//! Every request needs a sandbox token ([`token`]) for this very sandbox:
+//! the `X-Stockade-Token` header, the `stockade_token` query parameter
+//! (answered with a cookie, for browsers) or that cookie. The token never
+//! reaches the sandbox: header, parameter and cookie are removed.
+
+pub mod token;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{StatusCode, Uri, Version};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use chrono::Utc;
+use hyper_util::rt::TokioIo;
+use stockade_api::{ErrorBody, ExposedPort};
+use stockade_core::{SandboxId, SandboxStatus, Scope};
+use stockade_store::StoreError;
+use tracing::{debug, instrument};
+
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, ServerConfig};
+
+/// The header that carries a sandbox token.
+pub const TOKEN_HEADER: &str = "x-stockade-token";
+/// The query parameter that carries a sandbox token (once; then the cookie).
+pub const TOKEN_PARAM: &str = "stockade_token";
+/// The cookie the proxy sets from [`TOKEN_PARAM`].
+pub const TOKEN_COOKIE: &str = "stockade_token";
+/// How long connecting to a sandbox port may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The path-form routes (the host form is [`by_host`], a middleware).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/proxy/{id}/{port}", any(by_path))
+        .route("/proxy/{id}/{port}/", any(by_path))
+        .route("/proxy/{id}/{port}/{*path}", any(by_path))
+}
+
+/// What a proxied request goes to.
+struct Target {
+    sandbox_id: SandboxId,
+    port: u16,
+    /// The path the sandbox's server sees, still percent-encoded as sent.
+    upstream_path: String,
+    /// Path form: `/proxy/{id}/{port}`; `None` for the host form.
+    prefix: Option<String>,
+}
+
+impl Target {
+    fn cookie_path(&self) -> String {
+        match &self.prefix {
+            Some(_) => format!("/proxy/{}/", self.sandbox_id),
+            None => "/".to_owned(),
+        }
+    }
+}
+
+/// Parses the sandbox id and port of a proxy address (400 naming the part).
+fn parse_target(id: &str, port: &str) -> ApiResult<(SandboxId, u16)> {
+    let sandbox_id = SandboxId::parse_field(id, "sandbox_id")?;
+    let port = parse_port_segment(port)?;
+    Ok((sandbox_id, port))
+}
+
+/// A port written in a path or host name: 1–65535, digits only.
+pub fn parse_port_segment(port: &str) -> ApiResult<u16> {
+    port.parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0 && port.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            let shown: String = port.chars().take(20).collect();
+            ApiError::field(
+                "port",
+                format!("'{shown}' is not a port number from 1 to 65535"),
+            )
+        })
+}
+
+/// Proxy to a sandbox port, path form. Any method; the rest of the path
+/// and the query go to the sandbox's server (without `stockade_token`).
+#[utoipa::path(get, path = "/proxy/{id}/{port}/{path}", tag = "ports",
+    params(
+        ("id" = String, Path, description = "sandbox id"),
+        ("port" = u16, Path, description = "an exposed port"),
+        ("path" = String, Path, description = "forwarded to the sandbox's server"),
+        ("stockade_token" = Option<String>, Query, description = "sandbox token; answered with a cookie scoped to /proxy/{id}/"),
+        ("X-Stockade-Token" = Option<String>, Header, description = "sandbox token"),
+    ),
+    responses(
+        (status = 200, description = "Whatever the sandbox's server answers (any status; WebSocket upgrades too)"),
+        (status = 401, description = "No token, or an invalid or expired one", body = ErrorBody),
+        (status = 403, description = "A token of another sandbox", body = ErrorBody),
+        (status = 404, description = "Unknown sandbox, or the port is not exposed", body = ErrorBody),
+        (status = 409, description = "The sandbox has no network (networkAccess: false)", body = ErrorBody),
+        (status = 502, description = "Nothing answers on that port in the sandbox", body = ErrorBody),
+        (status = 503, description = "The sandbox is not running", body = ErrorBody),
+    ))]
+pub async fn by_path(State(state): State<AppState>, req: Request) -> Response {
+    let path = req.uri().path().to_owned();
+    let Some((id, port, rest)) = split_proxy_path(&path) else {
+        return ApiError::NotFound(format!("No route for {path}")).into_response();
+    };
+    let (sandbox_id, port) = match parse_target(id, port) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let prefix = format!("/proxy/{sandbox_id}/{port}");
+    let target = Target {
+        sandbox_id,
+        port,
+        upstream_path: if rest.is_empty() {
+            "/".into()
+        } else {
+            rest.into()
+        },
+        prefix: Some(prefix),
+    };
+    forward(&state, req, target)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `/proxy/{id}/{port}{rest}` → `(id, port, rest)`; `rest` is empty or starts with `/`.
+fn split_proxy_path(path: &str) -> Option<(&str, &str, &str)> {
+    let after = path.strip_prefix("/proxy/")?;
+    let (id, after) = after.split_once('/')?;
+    Some(match after.find('/') {
+        Some(i) => (id, &after[..i], &after[i..]),
+        None => (id, after, ""),
+    })
+}
+
+/// Middleware for the host form: a request whose host is
+/// `{port}-{id}.{proxy domain}` goes to that sandbox port, whatever its
+/// path; every other request goes on to the normal routes.
+pub async fn by_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(domain) = state.config.proxy_domain.as_deref() else {
+        return next.run(req).await;
+    };
+    let label = match request_host(req.headers(), req.uri()) {
+        Some(host) => match sandbox_label(&host, domain) {
+            Some(label) => label,
+            None => return next.run(req).await,
+        },
+        None => return next.run(req).await,
+    };
+    let Some((port, id)) = label.split_once('-') else {
+        return ApiError::NotFound(format!(
+            "No sandbox port at '{label}.{domain}': sandbox ports are at {{port}}-{{sandbox id}}.{domain}"
+        ))
+        .into_response();
+    };
+    let (sandbox_id, port) = match parse_target(id, port) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    let target = Target {
+        sandbox_id,
+        port,
+        upstream_path: req.uri().path().to_owned(),
+        prefix: None,
+    };
+    forward(&state, req, target)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The host a request was sent to: its `Host` header, or the authority of
+/// its URI (HTTP/2).
+fn request_host(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+}
+
+/// `host` without a `:port` (IPv6 literals keep their brackets).
+fn hostname(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+/// The port of `host` (`example.com:8443` → `8443`), if it names one.
+fn host_port(host: &str) -> Option<&str> {
+    let rest = if host.starts_with('[') {
+        host.split_once(']')?.1
+    } else {
+        host
+    };
+    rest.rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// For a host under the proxy domain, the label left of it
+/// (`8080-abc.sandboxes.test` → `8080-abc`); `None` for any other host.
+fn sandbox_label(host: &str, domain: &str) -> Option<String> {
+    let host = hostname(host).trim_end_matches('.').to_ascii_lowercase();
+    let domain = hostname(domain);
+    let label = host.strip_suffix(domain)?.strip_suffix('.')?;
+    if label.is_empty() || label.contains('.') {
+        return None;
+    }
+    Some(label.to_owned())
+}
+
+/// Checks a configured proxy domain: a host name (lower-cased, no scheme
+/// or path), optionally with `:port`.
+pub fn parse_proxy_domain(s: &str) -> Result<String, String> {
+    let d = s.trim().trim_end_matches('.').to_ascii_lowercase();
+    let (name, port) = match d.rsplit_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (d.as_str(), None),
+    };
+    let labels_ok = !name.is_empty()
+        && name.len() <= 200
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    let port_ok = port.is_none_or(|p| parse_port_segment(p).is_ok());
+    if !labels_ok || !port_ok {
+        return Err(format!(
+            "'{s}' is not a domain for sandbox ports: expected a host name such as \
+             sandboxes.example.com (optionally with :port), no scheme or path"
+        ));
+    }
+    Ok(d)
+}
+
+/// How clients reach this server: scheme and host, for the URLs it hands out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicBase {
+    pub scheme: &'static str,
+    pub host: String,
+}
+
+/// The scheme a client used: `https` when a front proxy says so.
+fn request_scheme(headers: &HeaderMap) -> &'static str {
+    let forwarded = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    match forwarded.as_deref() {
+        Some("https") => "https",
+        _ => "http",
+    }
+}
+
+impl PublicBase {
+    /// From the request's `Host` (and `X-Forwarded-Proto`); the listen
+    /// address when the host is missing or odd.
+    pub fn from_request(headers: &HeaderMap, config: &ServerConfig) -> Self {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| {
+                !h.is_empty()
+                    && h.len() <= 255
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+            })
+            .map(str::to_owned)
+            .unwrap_or_else(|| config.listen.to_string());
+        Self {
+            scheme: request_scheme(headers),
+            host,
+        }
+    }
+
+    /// Where the proxy serves `port` of sandbox `id`.
+    pub fn exposed_port(&self, config: &ServerConfig, id: &SandboxId, port: u16) -> ExposedPort {
+        let host_url = config.proxy_domain.as_deref().map(|domain| {
+            // A domain without a port is served on the port this request came to.
+            let suffix = match (host_port(domain), host_port(&self.host)) {
+                (None, Some(p)) => format!(":{p}"),
+                _ => String::new(),
+            };
+            format!("{}://{port}-{id}.{domain}{suffix}/", self.scheme)
+        });
+        ExposedPort {
+            sandbox_id: id.to_string(),
+            port,
+            url: format!("{}://{}/proxy/{id}/{port}/", self.scheme, self.host),
+            host_url,
+        }
+    }
+}
+
+/// Where a request's token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenSource {
+    Header,
+    Query,
+    Cookie,
+}
+
+/// The request's sandbox token: header, else query parameter, else cookie.
+fn find_token(headers: &HeaderMap, query: Option<&str>) -> Option<(String, TokenSource)> {
+    if let Some(v) = headers.get(TOKEN_HEADER) {
+        return Some((
+            v.to_str().unwrap_or_default().trim().to_owned(),
+            TokenSource::Header,
+        ));
+    }
+    if let Some(t) = query_token(query) {
+        return Some((t, TokenSource::Query));
+    }
+    cookie_token(headers).map(|t| (t, TokenSource::Cookie))
+}
+
+fn query_token(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == TOKEN_PARAM)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// The query without `stockade_token`; the other parameters exactly as sent.
+fn strip_query_token(query: &str) -> String {
+    query
+        .split('&')
+        .filter(|seg| {
+            let key = seg.split('=').next().unwrap_or_default();
+            !form_urlencoded::parse(key.as_bytes()).any(|(k, _)| k == TOKEN_PARAM)
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn cookie_pairs(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::COOKIE)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+}
+
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    cookie_pairs(headers)
+        .filter_map(|c| c.split_once('='))
+        .find(|(name, _)| name.trim() == TOKEN_COOKIE)
+        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+}
+
+/// Removes the token cookie and keeps every other cookie.
+fn strip_cookie_token(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::COOKIE) {
+        return;
+    }
+    let kept: Vec<String> = cookie_pairs(headers)
+        .filter(|c| c.split('=').next().map(str::trim) != Some(TOKEN_COOKIE))
+        .map(str::to_owned)
+        .collect();
+    headers.remove(header::COOKIE);
+    if !kept.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&kept.join("; ")) {
+            headers.insert(header::COOKIE, v);
+        }
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): for one connection, never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// The protocol a request asks to switch to (`Connection: upgrade` + `Upgrade`).
+fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
+    let asks = headers
+        .get_all(header::CONNECTION)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| headers.get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Keeps a sandbox's cookies to itself: no `Domain` (so host-form cookies
+/// stay on their own host), a `Path` outside the path-form prefix is moved
+/// under it, and the sandbox cannot set the proxy's token cookie.
+fn rewrite_set_cookie(value: &str, prefix: Option<&str>) -> Option<String> {
+    let mut parts = value.split(';');
+    let pair = parts.next()?.trim();
+    if pair.split('=').next().map(str::trim) == Some(TOKEN_COOKIE) {
+        return None;
+    }
+    let mut out = vec![pair.to_owned()];
+    for attr in parts {
+        let attr = attr.trim();
+        let (name, val) = attr.split_once('=').unwrap_or((attr, ""));
+        if name.trim().eq_ignore_ascii_case("domain") {
+            continue;
+        }
+        if name.trim().eq_ignore_ascii_case("path") {
+            if let Some(prefix) = prefix {
+                let val = val.trim();
+                if val != prefix && !val.starts_with(&format!("{prefix}/")) {
+                    let under = if val.starts_with('/') { val } else { "/" };
+                    out.push(format!("Path={prefix}{under}"));
+                    continue;
+                }
+            }
+        }
+        out.push(attr.to_owned());
+    }
+    Some(out.join("; "))
+}
+
+/// A redirect to `/x` from a sandbox means `/proxy/{id}/{port}/x` here.
+fn rewrite_location(headers: &mut HeaderMap, prefix: &str) {
+    let Some(loc) = headers.get(header::LOCATION).and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    if loc.starts_with('/')
+        && !loc.starts_with("//")
+        && loc != prefix
+        && !loc.starts_with(&format!("{prefix}/"))
+        && !loc.starts_with(&format!("{prefix}?"))
+    {
+        if let Ok(v) = HeaderValue::from_str(&format!("{prefix}{loc}")) {
+            headers.insert(header::LOCATION, v);
+        }
+    }
+}
+
+fn token_cookie(token: &str, path: &str, max_age: i64, secure: bool) -> Option<HeaderValue> {
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{TOKEN_COOKIE}={token}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}"
+    ))
+    .ok()
+}
+
+/// Authorises a proxied request and returns the address to send it to.
+async fn authorise(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    target: &Target,
+) -> ApiResult<(SocketAddr, Option<(String, i64)>)> {
+    let id = &target.sandbox_id;
+    let port = target.port;
+    let Some((raw, source)) = find_token(headers, query) else {
+        return Err(ApiError::Unauthorized(format!(
+            "Sandbox ports need a sandbox token: get one with POST /api/v1/sandbox/{id}/auth-token \
+             and send it as the {TOKEN_HEADER} header or the {TOKEN_PARAM} query parameter"
+        )));
+    };
+    let now = Utc::now();
+    let claims = state.proxy_keys.verify(&raw, now).map_err(|e| match e {
+        token::TokenError::Expired(at) => ApiError::Unauthorized(format!(
+            "The sandbox token expired at {}: get a new one with POST /api/v1/sandbox/{id}/auth-token",
+            at.to_rfc3339()
+        )),
+        _ => ApiError::Unauthorized("Invalid sandbox token".into()),
+    })?;
+    if claims.sandbox_id != *id {
+        return Err(ApiError::Forbidden(format!(
+            "Forbidden: this token is for sandbox {}, not {id}",
+            claims.sandbox_id
+        )));
+    }
+    let sb = state
+        .store
+        .get_sandbox(&Scope::account(claims.account_id.clone()), id)
+        .await
+        .map_err(|e| match e {
+            StoreError::Forbidden => {
+                ApiError::Forbidden("Forbidden: this token is not valid for this sandbox".into())
+            }
+            other => other.into(),
+        })?;
+    if sb.deleted_at.is_some() || sb.status == SandboxStatus::Terminated {
+        return Err(ApiError::sandbox_not_found());
+    }
+    if !sb.spec.ports.contains(&port) {
+        return Err(ApiError::NotFound(format!(
+            "Port {port} is not exposed on sandbox {id}: expose it with POST /api/v1/sandbox/{id}/ports"
+        )));
+    }
+    if !sb.spec.network.allows_egress() {
+        return Err(ApiError::Conflict(format!(
+            "Sandbox {id} was created with networkAccess: false, so it has no network the proxy \
+             could reach its ports on; create it with network access to use ports"
+        )));
+    }
+    if sb.status != SandboxStatus::Running {
+        return Err(ApiError::SandboxUnavailable(format!(
+            "Sandbox {id} is {}: start it (POST /api/v1/sandbox/{id}/start) to reach its ports",
+            sb.status
+        )));
+    }
+    let ip: IpAddr = state.runtime.container_address(id).await?.ok_or_else(|| {
+        ApiError::SandboxUnavailable(format!(
+            "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
+        ))
+    })?;
+    let cookie = (source == TokenSource::Query)
+        .then(|| (raw, (claims.expires_at - now).num_seconds().max(1)));
+    Ok((SocketAddr::new(ip, port), cookie))
+}
+
+/// Sends one request to a sandbox port and streams the answer back; for an
+/// accepted upgrade, copies bytes both ways until either side closes.
+/// Rejections are logged by `ApiError` (5xx as errors); the span records them
+/// only at debug level, since the proxy faces browsers and anonymous traffic.
+#[instrument(skip_all, fields(sandbox.id = %target.sandbox_id, port = target.port), err(level = "debug", Display))]
+async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResult<Response> {
+    let (addr, set_cookie) = authorise(state, req.headers(), req.uri().query(), &target).await?;
+    let id = &target.sandbox_id;
+    let port = target.port;
+
+    let upgrade = requested_upgrade(req.headers());
+    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+    let client_addr = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let (mut parts, body) = req.into_parts();
+    let original_host = request_host(&parts.headers, &parts.uri);
+    let scheme = request_scheme(&parts.headers);
+
+    // The request line: the sandbox sees its own paths, minus the token.
+    let query = parts.uri.query().map(strip_query_token);
+    let path_and_query = match query.as_deref() {
+        Some(q) if !q.is_empty() => format!("{}?{q}", target.upstream_path),
+        _ => target.upstream_path.clone(),
+    };
+    parts.uri = Uri::try_from(path_and_query)
+        .map_err(|e| ApiError::field("path", format!("cannot forward this path: {e}")))?;
+    parts.version = Version::HTTP_11;
+
+    // Headers: no hop-by-hop, no token; where the request came from.
+    let h = &mut parts.headers;
+    remove_hop_by_hop(h);
+    h.remove(TOKEN_HEADER);
+    strip_cookie_token(h);
+    if let Some(proto) = &upgrade {
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, proto.clone());
+    }
+    let host = original_host.unwrap_or_else(|| addr.to_string());
+    if let Ok(v) = HeaderValue::from_str(&host) {
+        h.insert(header::HOST, v.clone());
+        h.insert("x-forwarded-host", v);
+    }
+    h.insert("x-forwarded-proto", HeaderValue::from_static(scheme));
+    if let Some(prefix) = &target.prefix {
+        if let Ok(v) = HeaderValue::from_str(prefix) {
+            h.insert("x-forwarded-prefix", v);
+        }
+    }
+    if let Some(ip) = client_addr {
+        let chain = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+            Some(prev) => format!("{prev}, {ip}"),
+            None => ip.to_string(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&chain) {
+            h.insert("x-forwarded-for", v);
+        }
+    }
+
+    let stream =
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
+            Err(_) => {
+                return Err(ApiError::UpstreamUnavailable(format!(
+                    "Port {port} of sandbox {id} did not accept a connection within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )))
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(ApiError::UpstreamUnavailable(format!(
+                "Nothing is listening on port {port} in sandbox {id} (connection refused): start a \
+                 server there that listens on 0.0.0.0:{port} (not only 127.0.0.1)"
+            )))
+            }
+            Ok(Err(e)) => {
+                return Err(ApiError::UpstreamUnavailable(format!(
+                    "Could not connect to port {port} of sandbox {id}: {e}"
+                )))
+            }
+            Ok(Ok(s)) => s,
+        };
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ApiError::UpstreamUnavailable(format!("Port {port} of sandbox {id}: {e}")))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            debug!(error = %e, "proxy connection to a sandbox ended with an error");
+        }
+    });
+    let mut resp = sender
+        .send_request(axum::http::Request::from_parts(parts, body))
+        .await
+        .map_err(|e| {
+            ApiError::UpstreamUnavailable(format!(
+                "Port {port} of sandbox {id} did not answer with HTTP: {e}"
+            ))
+        })?;
+
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client_upgrade) = client_upgrade else {
+            return Err(ApiError::UpstreamUnavailable(format!(
+                "Port {port} of sandbox {id} switched protocols without being asked to"
+            )));
+        };
+        let upstream_upgrade = hyper::upgrade::on(&mut resp);
+        let span = tracing::Span::current();
+        tokio::spawn(async move {
+            let _enter = span.enter();
+            match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                Ok((client, upstream)) => {
+                    let mut client = TokioIo::new(client);
+                    let mut upstream = TokioIo::new(upstream);
+                    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                        Ok((up, down)) => debug!(up, down, "proxied upgraded connection closed"),
+                        Err(e) => debug!(error = %e, "proxied upgraded connection failed"),
+                    }
+                }
+                Err(e) => debug!(error = %e, "upgrade through the proxy failed"),
+            }
+        });
+        return Ok(resp.map(Body::new));
+    }
+
+    let headers = resp.headers_mut();
+    remove_hop_by_hop(headers);
+    let cookies: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| rewrite_set_cookie(v, target.prefix.as_deref()))
+        .filter_map(|v| HeaderValue::from_str(&v).ok())
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for c in cookies {
+        headers.append(header::SET_COOKIE, c);
+    }
+    if let Some(prefix) = &target.prefix {
+        rewrite_location(headers, prefix);
+    }
+    if let Some((token, max_age)) = set_cookie {
+        if let Some(c) = token_cookie(&token, &target.cookie_path(), max_age, scheme == "https") {
+            headers.append(header::SET_COOKIE, c);
+        }
+    }
+    Ok(resp.map(Body::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_paths_split() {
+        assert_eq!(
+            split_proxy_path("/proxy/abc/8080/a/b%2F?x"),
+            Some(("abc", "8080", "/a/b%2F?x"))
+        );
+        assert_eq!(
+            split_proxy_path("/proxy/abc/8080/"),
+            Some(("abc", "8080", "/"))
+        );
+        assert_eq!(
+            split_proxy_path("/proxy/abc/8080"),
+            Some(("abc", "8080", ""))
+        );
+        assert_eq!(split_proxy_path("/other"), None);
+    }
+
+    #[test]
+    fn ports_in_paths() {
+        assert_eq!(parse_port_segment("8080").unwrap(), 8080);
+        for bad in ["0", "65536", "+80", "-1", "80a", "", "99999999999999999999"] {
+            assert!(parse_port_segment(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hosts_under_the_domain() {
+        let d = "sandboxes.test";
+        assert_eq!(
+            sandbox_label("8080-abcdefghijkl.sandboxes.test", d).as_deref(),
+            Some("8080-abcdefghijkl")
+        );
+        assert_eq!(
+            sandbox_label("8080-ABCDEFGHIJKL.Sandboxes.Test.:7433", d).as_deref(),
+            Some("8080-abcdefghijkl")
+        );
+        assert_eq!(
+            sandbox_label("8080-abc.sandboxes.test:7433", "sandboxes.test:7433").as_deref(),
+            Some("8080-abc")
+        );
+        assert_eq!(sandbox_label("sandboxes.test", d), None);
+        assert_eq!(sandbox_label("a.b.sandboxes.test", d), None);
+        assert_eq!(sandbox_label("evilsandboxes.test", d), None);
+        assert_eq!(sandbox_label("127.0.0.1:7433", d), None);
+        assert_eq!(sandbox_label("[::1]:7433", d), None);
+    }
+
+    #[test]
+    fn host_parts() {
+        assert_eq!(hostname("a.b:80"), "a.b");
+        assert_eq!(hostname("[::1]:80"), "[::1]");
+        assert_eq!(hostname("a.b"), "a.b");
+        assert_eq!(host_port("a.b:80"), Some("80"));
+        assert_eq!(host_port("[::1]:80"), Some("80"));
+        assert_eq!(host_port("[::1]"), None);
+        assert_eq!(host_port("a.b"), None);
+    }
+
+    #[test]
+    fn proxy_domains() {
+        assert_eq!(
+            parse_proxy_domain("Sandboxes.Example.com.").unwrap(),
+            "sandboxes.example.com"
+        );
+        assert_eq!(
+            parse_proxy_domain("localhost:7433").unwrap(),
+            "localhost:7433"
+        );
+        for bad in [
+            "",
+            "http://x.com",
+            "x.com/path",
+            "x..com",
+            "-x.com",
+            "x.com:0",
+            "x_y.com",
+            "*.x.com",
+        ] {
+            assert!(parse_proxy_domain(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls_handed_out() {
+        let mut config = ServerConfig::default();
+        let id = SandboxId::parse("abcdefghijkl").unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7433"));
+        let base = PublicBase::from_request(&headers, &config);
+        let p = base.exposed_port(&config, &id, 8080);
+        assert_eq!(p.url, "http://127.0.0.1:7433/proxy/abcdefghijkl/8080/");
+        assert_eq!(p.host_url, None);
+
+        config.proxy_domain = Some("sandboxes.localhost".into());
+        let p = base.exposed_port(&config, &id, 8080);
+        assert_eq!(
+            p.host_url.as_deref(),
+            Some("http://8080-abcdefghijkl.sandboxes.localhost:7433/")
+        );
+
+        // Behind a TLS front proxy on the default port.
+        headers.insert(
+            header::HOST,
+            HeaderValue::from_static("stockade.example.com"),
+        );
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        config.proxy_domain = Some("sb.example.com".into());
+        let base = PublicBase::from_request(&headers, &config);
+        let p = base.exposed_port(&config, &id, 3000);
+        assert_eq!(
+            p.url,
+            "https://stockade.example.com/proxy/abcdefghijkl/3000/"
+        );
+        assert_eq!(
+            p.host_url.as_deref(),
+            Some("https://3000-abcdefghijkl.sb.example.com/")
+        );
+
+        // A strange Host header is not echoed into URLs.
+        headers.insert(header::HOST, HeaderValue::from_static("evil.com/<script>"));
+        let base = PublicBase::from_request(&headers, &config);
+        assert_eq!(base.host, config.listen.to_string());
+    }
+
+    #[test]
+    fn tokens_are_found_and_stripped() {
+        let mut h = HeaderMap::new();
+        assert_eq!(find_token(&h, Some("a=1")), None);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; stockade_token=ck; b=2"),
+        );
+        assert_eq!(
+            find_token(&h, None),
+            Some(("ck".into(), TokenSource::Cookie))
+        );
+        assert_eq!(
+            find_token(&h, Some("stockade_token=q&x=1")),
+            Some(("q".into(), TokenSource::Query))
+        );
+        h.insert(TOKEN_HEADER, HeaderValue::from_static(" hd "));
+        assert_eq!(
+            find_token(&h, Some("stockade_token=q")),
+            Some(("hd".into(), TokenSource::Header))
+        );
+        strip_cookie_token(&mut h);
+        assert_eq!(h.get(header::COOKIE).unwrap(), "a=1; b=2");
+        let mut only = HeaderMap::new();
+        only.insert(header::COOKIE, HeaderValue::from_static("stockade_token=x"));
+        strip_cookie_token(&mut only);
+        assert!(only.get(header::COOKIE).is_none());
+
+        assert_eq!(strip_query_token("a=1&stockade_token=x&b=%20"), "a=1&b=%20");
+        assert_eq!(strip_query_token("stockade%5Ftoken=x&b"), "b");
+        assert_eq!(strip_query_token("stockade_token=x"), "");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-kept"));
+
+        let mut up = HeaderMap::new();
+        up.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        up.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(requested_upgrade(&up).unwrap(), "websocket");
+        up.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        assert_eq!(requested_upgrade(&up), None);
+    }
+
+    #[test]
+    fn sandbox_cookies_stay_with_the_sandbox() {
+        let p = Some("/proxy/abcdefghijkl/8080");
+        assert_eq!(
+            rewrite_set_cookie("s=1; Path=/; Domain=sandboxes.test; HttpOnly", p).unwrap(),
+            "s=1; Path=/proxy/abcdefghijkl/8080/; HttpOnly"
+        );
+        assert_eq!(
+            rewrite_set_cookie("s=1; path=/app", p).unwrap(),
+            "s=1; Path=/proxy/abcdefghijkl/8080/app"
+        );
+        assert_eq!(
+            rewrite_set_cookie("s=1; Path=/proxy/abcdefghijkl/8080/x", p).unwrap(),
+            "s=1; Path=/proxy/abcdefghijkl/8080/x"
+        );
+        assert_eq!(
+            rewrite_set_cookie("s=1; Path=/; domain=.sandboxes.test", None).unwrap(),
+            "s=1; Path=/"
+        );
+        assert_eq!(
+            rewrite_set_cookie("stockade_token=forged; Path=/", None),
+            None
+        );
+    }
+
+    #[test]
+    fn redirects_stay_under_the_prefix() {
+        let prefix = "/proxy/abcdefghijkl/8080";
+        for (loc, want) in [
+            ("/dir/", "/proxy/abcdefghijkl/8080/dir/"),
+            ("/proxy/abcdefghijkl/8080/x", "/proxy/abcdefghijkl/8080/x"),
+            ("//other.host/x", "//other.host/x"),
+            ("http://elsewhere/", "http://elsewhere/"),
+            ("relative", "relative"),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::LOCATION, HeaderValue::from_str(loc).unwrap());
+            rewrite_location(&mut h, prefix);
+            assert_eq!(h.get(header::LOCATION).unwrap(), want, "{loc}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Sandbox auth tokens (API-7): stateless and unforgeable. A token names a
+//! sandbox, its owner account and an expiry, signed with HMAC-SHA256 under a
+//! key kept in the database (so every server instance on one database
+//! accepts the tokens of the others, and a restart keeps them valid).
+//!
+//! Format: `stkp_{sandbox id}.{owner account id}.{expiry, Unix seconds}.{signature}`
+//! with the signature in unpadded base64url.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+use stockade_core::{AccountId, SandboxId};
+use stockade_store::{Store, StoreError};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The settings key the signing key is stored under.
+const SETTING_KEY: &str = "proxy_token_key";
+const PREFIX: &str = "stkp_";
+/// Longer inputs are rejected before any parsing.
+const MAX_TOKEN_LEN: usize = 200;
+
+/// What a valid token grants: the proxy to one sandbox until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claims {
+    pub sandbox_id: SandboxId,
+    /// The sandbox's owner, so the proxy can load the record without a caller.
+    pub account_id: AccountId,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("not a sandbox token")]
+    Malformed,
+    #[error("the token's signature does not match")]
+    BadSignature,
+    #[error("the token expired at {0}")]
+    Expired(DateTime<Utc>),
+}
+
+/// The signing key. Its `Debug` never shows the key.
+#[derive(Clone)]
+pub struct TokenKey(std::sync::Arc<[u8; 32]>);
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenKey(<redacted>)")
+    }
+}
+
+impl TokenKey {
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(std::sync::Arc::new(bytes))
+    }
+
+    /// The database's key, created (random) on first use.
+    pub async fn load(store: &dyn Store) -> Result<Self, StoreError> {
+        let mut fresh = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut fresh);
+        let stored = store
+            .setting_get_or_insert(SETTING_KEY, &hex::encode(fresh))
+            .await?;
+        let bytes = hex::decode(stored.trim())
+            .ok()
+            .and_then(|v| <[u8; 32]>::try_from(v).ok())
+            .ok_or_else(|| {
+                StoreError::Other(format!(
+                    "the setting '{SETTING_KEY}' is not 32 hex-encoded bytes"
+                ))
+            })?;
+        Ok(Self::from_bytes(bytes))
+    }
+
+    fn mac(&self, sandbox: &str, account: &str, expiry: i64) -> HmacSha256 {
+        let mut mac =
+            HmacSha256::new_from_slice(self.0.as_slice()).expect("HMAC takes any key size");
+        mac.update(format!("stockade-proxy-token/v1\n{sandbox}\n{account}\n{expiry}").as_bytes());
+        mac
+    }
+
+    /// A token for `claims` (the expiry is kept to the second).
+    pub fn mint(&self, claims: &Claims) -> String {
+        let expiry = claims.expires_at.timestamp();
+        let sig = self
+            .mac(
+                claims.sandbox_id.as_str(),
+                claims.account_id.as_str(),
+                expiry,
+            )
+            .finalize()
+            .into_bytes();
+        format!(
+            "{PREFIX}{}.{}.{expiry}.{}",
+            claims.sandbox_id,
+            claims.account_id,
+            URL_SAFE_NO_PAD.encode(sig)
+        )
+    }
+
+    /// Checks the signature, then the expiry, and returns what the token grants.
+    pub fn verify(&self, token: &str, now: DateTime<Utc>) -> Result<Claims, TokenError> {
+        if token.len() > MAX_TOKEN_LEN {
+            return Err(TokenError::Malformed);
+        }
+        let body = token.strip_prefix(PREFIX).ok_or(TokenError::Malformed)?;
+        let mut parts = body.split('.');
+        let (Some(sandbox), Some(account), Some(expiry), Some(sig), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(TokenError::Malformed);
+        };
+        let sandbox_id = SandboxId::parse(sandbox).map_err(|_| TokenError::Malformed)?;
+        let account_id = AccountId::parse(account).map_err(|_| TokenError::Malformed)?;
+        if expiry.is_empty() || expiry.len() > 12 || !expiry.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(TokenError::Malformed);
+        }
+        let expiry: i64 = expiry.parse().map_err(|_| TokenError::Malformed)?;
+        let sig = URL_SAFE_NO_PAD
+            .decode(sig)
+            .map_err(|_| TokenError::Malformed)?;
+        // Constant-time comparison.
+        self.mac(sandbox_id.as_str(), account_id.as_str(), expiry)
+            .verify_slice(&sig)
+            .map_err(|_| TokenError::BadSignature)?;
+        let expires_at = DateTime::from_timestamp(expiry, 0).ok_or(TokenError::Malformed)?;
+        if now >= expires_at {
+            return Err(TokenError::Expired(expires_at));
+        }
+        Ok(Claims {
+            sandbox_id,
+            account_id,
+            expires_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    fn claims(now: DateTime<Utc>) -> Claims {
+        Claims {
+            sandbox_id: SandboxId::generate(),
+            account_id: AccountId::generate(),
+            expires_at: DateTime::from_timestamp((now + Duration::hours(1)).timestamp(), 0)
+                .unwrap(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let key = TokenKey::from_bytes([7; 32]);
+        let now = Utc::now();
+        let c = claims(now);
+        let t = key.mint(&c);
+        assert!(t.starts_with("stkp_"), "{t}");
+        assert!(t.len() <= MAX_TOKEN_LEN, "{}", t.len());
+        assert_eq!(key.verify(&t, now), Ok(c.clone()));
+        // Expired at exactly the expiry second.
+        assert_eq!(
+            key.verify(&t, c.expires_at),
+            Err(TokenError::Expired(c.expires_at))
+        );
+    }
+
+    #[test]
+    fn forgeries_and_other_keys_are_rejected() {
+        let key = TokenKey::from_bytes([7; 32]);
+        let now = Utc::now();
+        let c = claims(now);
+        let t = key.mint(&c);
+        assert_eq!(
+            TokenKey::from_bytes([8; 32]).verify(&t, now),
+            Err(TokenError::BadSignature)
+        );
+        // Another sandbox id or a later expiry under the same signature.
+        let other = SandboxId::generate();
+        let swapped = t.replacen(c.sandbox_id.as_str(), other.as_str(), 1);
+        assert_eq!(key.verify(&swapped, now), Err(TokenError::BadSignature));
+        let exp = c.expires_at.timestamp().to_string();
+        let later = t.replacen(&exp, &(c.expires_at.timestamp() + 1).to_string(), 1);
+        assert_eq!(key.verify(&later, now), Err(TokenError::BadSignature));
+        // A flipped signature character.
+        let mut bytes = t.clone().into_bytes();
+        let last = bytes.len() - 2;
+        bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+        let flipped = String::from_utf8(bytes).unwrap();
+        assert_eq!(key.verify(&flipped, now), Err(TokenError::BadSignature));
+    }
+
+    #[test]
+    fn garbage_is_malformed_never_a_panic() {
+        let key = TokenKey::from_bytes([7; 32]);
+        let now = Utc::now();
+        let long = "x".repeat(10_000);
+        for bad in [
+            "",
+            "stkp_",
+            "stk_abc",
+            "stkp_a.b.c.d",
+            "stkp_abcdefghijkl.abcdefghijklmnop.12.!!",
+            "stkp_abcdefghijkl.abcdefghijklmnop.-5.AAAA",
+            "stkp_abcdefghijkl.abcdefghijklmnop.99999999999999999999.AAAA",
+            "stkp_abcdefghijkl.abcdefghijklmnop.12.AAAA.extra",
+            "stkp_ÄÖÜ.ü.1.A",
+            long.as_str(),
+        ] {
+            assert_eq!(key.verify(bad, now), Err(TokenError::Malformed), "{bad}");
+        }
+    }
+}
