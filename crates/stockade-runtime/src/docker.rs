@@ -57,9 +57,9 @@ const CAP_ADD: [&str; 8] = [
 ];
 /// Environment variable that marks the processes of one exec, so a timed-out
 /// exec (and its children) can be found and killed: Docker has no exec-kill API.
-const EXEC_MARKER_ENV: &str = "STOCKADE_EXEC_ID";
+pub(crate) const EXEC_MARKER_ENV: &str = "STOCKADE_EXEC_ID";
 /// Kills every process whose environment holds `STOCKADE_EXEC_ID=$1`.
-const KILL_MARKED_SCRIPT: &str = r#"for p in /proc/[0-9]*; do
+pub(crate) const KILL_MARKED_SCRIPT: &str = r#"for p in /proc/[0-9]*; do
   if tr '\000' '\n' < "$p/environ" 2>/dev/null | grep -qx "STOCKADE_EXEC_ID=$1"; then
     kill -9 "${p#/proc/}" 2>/dev/null
   fi
@@ -200,7 +200,7 @@ impl DockerRuntime {
 
     /// The connected client; connects and negotiates the API version on
     /// first use (and after the daemon stopped answering).
-    async fn client(&self) -> RuntimeResult<Docker> {
+    pub(crate) async fn client(&self) -> RuntimeResult<Docker> {
         if let Some(docker) = self.cached_client() {
             return Ok(docker);
         }
@@ -273,7 +273,7 @@ impl DockerRuntime {
     /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
     /// Unavailable with guidance, anything else → Other. `what` names the
     /// operation for the message.
-    fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
+    pub(crate) fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
         match &e {
             BollardError::DockerResponseServerError {
                 status_code: 404,
@@ -607,38 +607,7 @@ impl DockerRuntime {
 
     /// Kills the processes of a timed-out exec (those carrying its marker).
     async fn kill_marked(&self, docker: &Docker, container: &str, marker: &str) {
-        let kill = async {
-            let created = docker
-                .create_exec(
-                    container,
-                    CreateExecOptions::<String> {
-                        attach_stdout: Some(true),
-                        attach_stderr: Some(true),
-                        cmd: Some(vec![
-                            "/bin/sh".into(),
-                            "-c".into(),
-                            KILL_MARKED_SCRIPT.into(),
-                            "stockade-kill".into(),
-                            marker.to_owned(),
-                        ]),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            if let StartExecResults::Attached { mut output, .. } =
-                docker.start_exec(&created.id, None).await?
-            {
-                while output.next().await.is_some() {}
-            }
-            Ok::<(), BollardError>(())
-        };
-        match tokio::time::timeout(Duration::from_secs(15), kill).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(container, error = %error_chain(&e), "could not kill a timed-out exec")
-            }
-            Err(_) => tracing::warn!(container, "killing a timed-out exec did not finish"),
-        }
+        crate::docker_exec::kill_marked(docker, container, marker).await;
     }
 }
 
@@ -893,6 +862,30 @@ impl Runtime for DockerRuntime {
                 _ => self.map_err(e, "remove volume"),
             })
     }
+    // --- Logs and streaming exec (issue 3: API-5, API-8): docker_logs.rs, docker_exec.rs ---
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn logs(
+        &self,
+        id: &SandboxId,
+        options: crate::LogsOptions,
+    ) -> RuntimeResult<crate::LogLines> {
+        self.logs_lines(id, options).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec_start(
+        &self,
+        id: &SandboxId,
+        spec: ExecSpec,
+    ) -> RuntimeResult<crate::ExecProcess> {
+        self.exec_start_stream(id, spec).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()> {
+        self.exec_kill_marked(id, exec_id).await
+    }
 }
 
 /// The labels on a sandbox's container and volume.
@@ -1096,7 +1089,7 @@ impl Capped {
     }
 }
 
-fn status_code(e: &BollardError) -> Option<u16> {
+pub(crate) fn status_code(e: &BollardError) -> Option<u16> {
     match e {
         BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
@@ -1138,7 +1131,7 @@ fn is_version_too_old(e: &BollardError) -> bool {
 }
 
 /// An error and its causes, `outer: inner: innermost`, without repeats.
-fn error_chain(e: &(dyn StdError + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = source {
