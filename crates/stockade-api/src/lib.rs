@@ -10,6 +10,14 @@ use stockade_core::spec::SpecInput;
 use stockade_core::{human_bytes, size::volume_warning, Sandbox, SandboxStatus};
 use utoipa::ToSchema;
 
+pub mod exec;
+pub mod logs;
+
+pub use exec::{
+    ExecExitEvent, ExecRequest, ExecResponse, ListProcessesResponse, ProcessResponse, ProcessStatus,
+};
+pub use logs::{LogLineResponse, LogsEndEvent, LogsResponse};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

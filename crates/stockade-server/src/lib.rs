@@ -17,8 +17,12 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lifecycle;
+pub mod log_cursor;
+pub mod output;
+pub mod processes;
 pub mod reconcile;
 pub mod routes;
+pub mod sse;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -30,6 +34,8 @@ pub struct AppState {
     pub runtime: Arc<dyn Runtime>,
     pub config: Arc<ServerConfig>,
     pub instance_id: InstanceId,
+    /// Background processes started by exec (API-8).
+    pub processes: Arc<processes::ProcessRegistry>,
 }
 
 impl AppState {
@@ -42,6 +48,9 @@ impl AppState {
         Ok(Self {
             store,
             runtime,
+            processes: Arc::new(processes::ProcessRegistry::new(
+                config.max_processes_per_sandbox,
+            )),
             config: Arc::new(config),
             instance_id,
         })
@@ -67,7 +76,9 @@ pub fn router(state: AppState) -> Router {
             get(sandboxes::get).delete(sandboxes::destroy),
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
-        .route("/sandbox/{id}/stop", post(sandboxes::stop));
+        .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .merge(routes::logs::routes())
+        .merge(routes::exec::routes());
     Router::new()
         .nest("/api/v1", api)
         .route("/", get(routes::home))
