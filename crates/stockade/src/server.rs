@@ -47,6 +47,15 @@ pub struct ServerArgs {
     /// Most processes one sandbox may run.
     #[arg(long, env = "STOCKADE_PIDS_LIMIT", default_value_t = 512)]
     pids_limit: i64,
+    /// Output kept per stream (stdout, stderr) of a buffered exec or a
+    /// background process; beyond it the output is cut and flagged.
+    #[arg(long, env = "STOCKADE_MAX_EXEC_OUTPUT_BYTES", default_value_t = 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
+    max_exec_output_bytes: u64,
+    /// The longest `timeoutSeconds` an exec accepts.
+    #[arg(long, env = "STOCKADE_MAX_EXEC_TIMEOUT", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_exec_timeout: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -105,6 +114,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.defaults.image = args.default_image.clone();
+    config.max_exec_output_bytes = usize::try_from(args.max_exec_output_bytes)
+        .context("--max-exec-output-bytes is too large for this machine")?;
+    config.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
+    config.default_exec_timeout = config.default_exec_timeout.min(config.max_exec_timeout);
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
