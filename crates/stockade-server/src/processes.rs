@@ -155,19 +155,10 @@ impl ProcessRegistry {
     /// Makes room for one more process of `sandbox`: forgets its oldest
     /// finished one when it is at the limit; `RegistryFull` when all run.
     pub fn ensure_room(&self, sandbox: &SandboxId) -> Result<(), RegistryFull> {
-        let mut map = self.inner();
-        let Some(procs) = map.get_mut(sandbox) else {
-            return Ok(());
-        };
-        while procs.len() >= self.max_per_sandbox {
-            match procs.iter().position(|p| !p.is_running()) {
-                Some(i) => {
-                    procs.remove(i);
-                }
-                None => return Err(RegistryFull(self.max_per_sandbox)),
-            }
+        match self.inner().get_mut(sandbox) {
+            Some(procs) => make_room(procs, self.max_per_sandbox),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Registers a started process and collects its output and exit in the
@@ -180,7 +171,9 @@ impl ProcessRegistry {
         process: ExecProcess,
         max_output_bytes: usize,
     ) -> Result<Arc<Process>, (RegistryFull, ExecProcess)> {
-        if let Err(full) = self.ensure_room(sandbox) {
+        let mut map = self.inner();
+        let procs = map.entry(sandbox.clone()).or_default();
+        if let Err(full) = make_room(procs, self.max_per_sandbox) {
             return Err((full, process));
         }
         let (done, _) = watch::channel(false);
@@ -204,10 +197,8 @@ impl ProcessRegistry {
             }),
             done,
         });
-        self.inner()
-            .entry(sandbox.clone())
-            .or_default()
-            .push(proc.clone());
+        procs.push(proc.clone());
+        drop(map);
         tokio::spawn(collect(proc.clone(), process));
         Ok(proc)
     }
@@ -222,6 +213,18 @@ impl ProcessRegistry {
             .get(sandbox)
             .and_then(|procs| procs.iter().find(|p| p.id == id).cloned())
     }
+}
+
+fn make_room(procs: &mut Vec<Arc<Process>>, max: usize) -> Result<(), RegistryFull> {
+    while procs.len() >= max {
+        match procs.iter().position(|p| !p.is_running()) {
+            Some(i) => {
+                procs.remove(i);
+            }
+            None => return Err(RegistryFull(max)),
+        }
+    }
+    Ok(())
 }
 
 /// Reads a process's events until it ends and records them.

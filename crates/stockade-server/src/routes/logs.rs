@@ -170,7 +170,7 @@ pub async fn logs(
         .boxed();
         return Ok(sse::response(events, state.config.sse_keep_alive));
     }
-    let (lines, has_more, truncated) = collect(lines, resume, q.tail).await?;
+    let (lines, has_more, truncated) = collect(lines, resume, q.tail, MAX_JSON_BYTES).await?;
     Ok(Json(LogsResponse {
         sandbox_id: sb.id.to_string(),
         last_event_id: lines.last().map(|(id, _)| id.to_string()),
@@ -196,6 +196,7 @@ async fn collect(
     mut lines: LogLines,
     resume: Option<ResumeFilter>,
     tail: usize,
+    max_bytes: usize,
 ) -> ApiResult<(Vec<IdLine>, bool, bool)> {
     let mut ids = IdAssigner::default();
     let mut kept: VecDeque<IdLine> = VecDeque::new();
@@ -206,10 +207,11 @@ async fn collect(
             let line = line?;
             bytes += line.text.len();
             kept.push_back((ids.assign(line.timestamp), line));
-            while kept.len() > tail || (bytes > MAX_JSON_BYTES && kept.len() > 1) {
+            while kept.len() > tail || (bytes > max_bytes && kept.len() > 1) {
+                // Beyond `tail` is not asked for; beyond the size, cut.
+                truncated |= kept.len() <= tail;
                 if let Some((_, old)) = kept.pop_front() {
                     bytes -= old.text.len();
-                    truncated |= kept.len() >= tail;
                 }
             }
         }
@@ -218,7 +220,7 @@ async fn collect(
     let mut out = Vec::new();
     let mut take = |batch: Vec<IdLine>, out: &mut Vec<IdLine>| -> bool {
         for l in batch {
-            if out.len() >= tail || bytes + l.1.text.len() > MAX_JSON_BYTES {
+            if out.len() >= tail || bytes + l.1.text.len() > max_bytes {
                 return true;
             }
             bytes += l.1.text.len();
@@ -332,6 +334,55 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
+
+    fn lines(texts: &[&str]) -> LogLines {
+        let base = chrono::DateTime::from_timestamp_nanos(1_000_000_000);
+        let lines: Vec<_> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                Ok(stockade_runtime::LogLine {
+                    stream: stockade_runtime::LogStream::Stdout,
+                    timestamp: base + chrono::Duration::milliseconds(i as i64),
+                    text: (*t).to_owned(),
+                })
+            })
+            .collect();
+        stream::iter(lines).boxed()
+    }
+
+    fn texts(lines: &[IdLine]) -> Vec<&str> {
+        lines.iter().map(|(_, l)| l.text.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn json_answers_keep_the_last_lines_within_their_size() {
+        let (out, more, cut) = collect(lines(&["a", "b", "c"]), None, 2, 100)
+            .await
+            .unwrap();
+        assert_eq!((texts(&out), more, cut), (vec!["b", "c"], false, false));
+        // Over the size: the oldest go, and it says so.
+        let (out, more, cut) = collect(lines(&["aaaa", "bbbb", "cccc"]), None, 3, 9)
+            .await
+            .unwrap();
+        assert_eq!(
+            (texts(&out), more, cut),
+            (vec!["bbbb", "cccc"], false, true)
+        );
+
+        // After a cursor: the first lines after it, and whether more follow.
+        let all = lines(&["a", "b", "c", "d"]);
+        let mut ids = IdAssigner::default();
+        let first = ids.assign(chrono::DateTime::from_timestamp_nanos(1_000_000_000));
+        let (out, more, _) = collect(all, Some(ResumeFilter::new(first)), 2, 100)
+            .await
+            .unwrap();
+        assert_eq!((texts(&out), more), (vec!["b", "c"], true));
+        let (out, more, _) = collect(lines(&["a", "b"]), Some(ResumeFilter::new(first)), 2, 100)
+            .await
+            .unwrap();
+        assert_eq!((texts(&out), more), (vec!["b"], false));
+    }
 
     #[test]
     fn queries_parse_and_name_bad_fields() {

@@ -116,6 +116,8 @@ async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
     assert_eq!(lines.len(), 3);
     assert_eq!(r.body["sandboxId"], id);
     assert_eq!(r.body["lastEventId"], lines[2]["id"]);
+    assert_eq!(r.body["truncated"], false);
+    assert_eq!(r.body["hasMore"], false);
     let json_ticks: Vec<u64> = lines
         .iter()
         .filter_map(|l| tick(l["text"].as_str().unwrap()))
@@ -266,6 +268,58 @@ async fn a_stopped_sandboxs_stream_ends_and_its_logs_stay_readable() {
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0].data, "bye");
     assert_eq!(events[1].event, "end");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_stream_gets_keep_alive_comments() {
+    let app = spawn_app().await;
+    let t = &app.admin_token;
+    let sb = app.create(t, json!({})).await;
+    let id = sb["id"].as_str().unwrap();
+    // A second server on the same database, with a short keep-alive.
+    let mut config = (*app.state.config).clone();
+    config.sse_keep_alive = Duration::from_millis(200);
+    let state =
+        stockade_server::AppState::new(app.state.store.clone(), app.state.runtime.clone(), config)
+            .await
+            .unwrap();
+    let server = stockade_server::spawn(state).await.unwrap();
+    let url = format!("http://{}/api/v1/sandbox/{id}/logs?tail=0", server.addr);
+    let mut s = SseStream::open(app.http.get(url).bearer_auth(t)).await;
+    assert_eq!(s.status, StatusCode::OK);
+    let events = s.until_comments(3, WAIT).await;
+    assert!(events.is_empty(), "{events:?}");
+    server.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_openapi_document_describes_logs_and_exec() {
+    let app = spawn_app().await;
+    let r = app.get("/api/v1/openapi.json", &app.admin_token).await;
+    let paths = &r.body["paths"];
+    for path in [
+        "/api/v1/sandbox/{id}/logs",
+        "/api/v1/sandbox/{id}/exec",
+        "/api/v1/sandbox/{id}/processes",
+        "/api/v1/sandbox/{id}/processes/{pid}",
+        "/api/v1/sandbox/{id}/processes/{pid}/wait",
+    ] {
+        assert!(paths.get(path).is_some(), "{path} is documented");
+    }
+    let logs = &paths["/api/v1/sandbox/{id}/logs"]["get"]["responses"]["200"]["content"];
+    assert!(logs.get("text/event-stream").is_some(), "{logs}");
+    assert!(logs.get("application/json").is_some(), "{logs}");
+    for schema in [
+        "ExecRequest",
+        "ExecResponse",
+        "ProcessResponse",
+        "LogsResponse",
+    ] {
+        assert!(
+            r.body["components"]["schemas"].get(schema).is_some(),
+            "{schema}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

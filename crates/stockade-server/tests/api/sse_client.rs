@@ -60,6 +60,28 @@ impl SseStream {
         }
     }
 
+    /// Reads until `n` comments (keep-alives) came; returns the events seen
+    /// meanwhile. Panics after `wait`.
+    pub async fn until_comments(&mut self, n: usize, wait: Duration) -> Vec<SseEvent> {
+        tokio::time::timeout(wait, async {
+            let mut events = Vec::new();
+            loop {
+                while let Some(e) = self.parse_one() {
+                    events.push(e);
+                }
+                if self.comments >= n {
+                    return events;
+                }
+                match self.body.next().await {
+                    Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                    other => panic!("the stream ended or failed: {other:?}"),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("fewer than {n} comments within {wait:?}"))
+    }
+
     /// Every remaining event until the stream ends (panics after `wait`).
     pub async fn rest(&mut self, wait: Duration) -> Vec<SseEvent> {
         tokio::time::timeout(wait, async {
