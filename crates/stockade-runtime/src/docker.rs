@@ -862,6 +862,7 @@ impl Runtime for DockerRuntime {
                 _ => self.map_err(e, "remove volume"),
             })
     }
+
     // --- Logs and streaming exec (issue 3: API-5, API-8): docker_logs.rs, docker_exec.rs ---
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %id))]

@@ -144,11 +144,18 @@ impl DockerRuntime {
                         error: None,
                     }
                 }
-                Pumped::Ended(error) => ExecExit {
-                    exit_code: exit_code(&docker, &created.id).await,
-                    timed_out: false,
-                    error,
-                },
+                Pumped::Ended(error) => {
+                    if error.is_some() {
+                        // Its output can no longer be read: do not leave it
+                        // running unobserved.
+                        kill_marked(&docker, &container, &kill_marker).await;
+                    }
+                    ExecExit {
+                        exit_code: exit_code(&docker, &created.id).await,
+                        timed_out: false,
+                        error,
+                    }
+                }
             };
             let _ = tx.send(ExecEvent::Exit(exit)).await;
         });
