@@ -15,6 +15,13 @@ pub mod ports;
 pub use ports::{
     AuthTokenRequest, AuthTokenResponse, ExposePortRequest, ExposedPort, PortsResponse,
 };
+pub mod exec;
+pub mod logs;
+
+pub use exec::{
+    ExecExitEvent, ExecRequest, ExecResponse, ListProcessesResponse, ProcessResponse, ProcessStatus,
+};
+pub use logs::{LogLineResponse, LogsEndEvent, LogsResponse};
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -57,9 +57,9 @@ const CAP_ADD: [&str; 8] = [
 ];
 /// Environment variable that marks the processes of one exec, so a timed-out
 /// exec (and its children) can be found and killed: Docker has no exec-kill API.
-const EXEC_MARKER_ENV: &str = "STOCKADE_EXEC_ID";
+pub(crate) const EXEC_MARKER_ENV: &str = "STOCKADE_EXEC_ID";
 /// Kills every process whose environment holds `STOCKADE_EXEC_ID=$1`.
-const KILL_MARKED_SCRIPT: &str = r#"for p in /proc/[0-9]*; do
+pub(crate) const KILL_MARKED_SCRIPT: &str = r#"for p in /proc/[0-9]*; do
   if tr '\000' '\n' < "$p/environ" 2>/dev/null | grep -qx "STOCKADE_EXEC_ID=$1"; then
     kill -9 "${p#/proc/}" 2>/dev/null
   fi
@@ -607,38 +607,7 @@ impl DockerRuntime {
 
     /// Kills the processes of a timed-out exec (those carrying its marker).
     async fn kill_marked(&self, docker: &Docker, container: &str, marker: &str) {
-        let kill = async {
-            let created = docker
-                .create_exec(
-                    container,
-                    CreateExecOptions::<String> {
-                        attach_stdout: Some(true),
-                        attach_stderr: Some(true),
-                        cmd: Some(vec![
-                            "/bin/sh".into(),
-                            "-c".into(),
-                            KILL_MARKED_SCRIPT.into(),
-                            "stockade-kill".into(),
-                            marker.to_owned(),
-                        ]),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            if let StartExecResults::Attached { mut output, .. } =
-                docker.start_exec(&created.id, None).await?
-            {
-                while output.next().await.is_some() {}
-            }
-            Ok::<(), BollardError>(())
-        };
-        match tokio::time::timeout(Duration::from_secs(15), kill).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(container, error = %error_chain(&e), "could not kill a timed-out exec")
-            }
-            Err(_) => tracing::warn!(container, "killing a timed-out exec did not finish"),
-        }
+        crate::docker_exec::kill_marked(docker, container, marker).await;
     }
 }
 
@@ -897,6 +866,31 @@ impl Runtime for DockerRuntime {
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
         self.container_address_inner(id).await
     }
+
+    // --- Logs and streaming exec (issue 3: API-5, API-8): docker_logs.rs, docker_exec.rs ---
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn logs(
+        &self,
+        id: &SandboxId,
+        options: crate::LogsOptions,
+    ) -> RuntimeResult<crate::LogLines> {
+        self.logs_lines(id, options).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec_start(
+        &self,
+        id: &SandboxId,
+        spec: ExecSpec,
+    ) -> RuntimeResult<crate::ExecProcess> {
+        self.exec_start_stream(id, spec).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()> {
+        self.exec_kill_marked(id, exec_id).await
+    }
 }
 
 /// The labels on a sandbox's container and volume.
@@ -1142,7 +1136,7 @@ fn is_version_too_old(e: &BollardError) -> bool {
 }
 
 /// An error and its causes, `outer: inner: innermost`, without repeats.
-fn error_chain(e: &(dyn StdError + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = source {

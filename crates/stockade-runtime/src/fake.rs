@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 use stockade_core::{SandboxId, VolumeName};
 
 use crate::{
-    ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer, Runtime, RuntimeError,
-    RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
+    ContainerSpec, ContainerState, ExecEvent, ExecExit, ExecOutput, ExecProcess, ExecSpec, LogLine,
+    LogLines, LogStream, LogsOptions, ManagedContainer, Runtime, RuntimeError, RuntimeInfo,
+    RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 /// Computes the result of an exec in a [`FakeRuntime`].
@@ -54,6 +55,8 @@ struct State {
     exec_handler: Option<ExecHandler>,
     exec_calls: Vec<(SandboxId, ExecSpec)>,
     next_container: u64,
+    /// Main-process output of each container, oldest first.
+    logs: BTreeMap<SandboxId, Vec<LogLine>>,
 }
 
 /// An in-memory [`Runtime`]. Cheap to clone; clones share state.
@@ -69,7 +72,12 @@ struct State {
 /// [`push_exec_result`](Self::push_exec_result), the handler set with
 /// [`set_exec_handler`](Self::set_exec_handler), or a tiny built-in shell:
 /// `echo ARGS`, `cat` (echoes stdin), `true`, `false`, `sh -c 'exit N'`;
-/// anything else succeeds with no output.
+/// anything else succeeds with no output. `exec_start` streams the same
+/// result at once (a fake process never runs for long).
+///
+/// `logs` yields the lines added with [`push_log`](Self::push_log); with
+/// `follow` it yields those stored so far and ends (the fake does not wait
+/// for new lines).
 #[derive(Clone)]
 pub struct FakeRuntime {
     state: Arc<Mutex<State>>,
@@ -215,6 +223,19 @@ impl FakeRuntime {
             c.finished_at = Some(Utc::now());
             c.exit_code = Some(exit_code);
         }
+    }
+
+    /// The main process of a sandbox's container writes a line (for `logs`).
+    pub fn push_log(&self, id: &SandboxId, stream: LogStream, text: impl Into<String>) {
+        self.state()
+            .logs
+            .entry(id.clone())
+            .or_default()
+            .push(LogLine {
+                stream,
+                timestamp: Utc::now(),
+                text: text.into(),
+            });
     }
 
     /// The container disappears behind Stockade's back (`docker rm -f`).
@@ -443,6 +464,73 @@ impl Runtime for FakeRuntime {
             (None, None) => builtin_exec(&spec),
         };
         Ok(cap(out, spec.max_output_bytes))
+    }
+
+    // --- Logs and streaming exec (issue 3: API-5, API-8) ---
+
+    async fn logs(&self, id: &SandboxId, options: LogsOptions) -> RuntimeResult<LogLines> {
+        self.check_available()?;
+        let st = self.state();
+        if !st.containers.contains_key(id) {
+            return Err(not_found(id));
+        }
+        let since = options.since.map(|t| t.timestamp());
+        let mut lines: Vec<LogLine> = st
+            .logs
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter(|l| since.is_none_or(|s| l.timestamp.timestamp() >= s))
+            .cloned()
+            .collect();
+        if let Some(tail) = options.tail {
+            let skip = lines.len().saturating_sub(tail);
+            lines.drain(..skip);
+        }
+        Ok(Box::pin(futures_util::stream::iter(
+            lines.into_iter().map(Ok),
+        )))
+    }
+
+    async fn exec_start(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecProcess> {
+        let out = self
+            .exec(
+                id,
+                ExecSpec {
+                    max_output_bytes: usize::MAX,
+                    ..spec
+                },
+            )
+            .await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(3);
+        let mut events = Vec::new();
+        if !out.stdout.is_empty() {
+            events.push(ExecEvent::Stdout(out.stdout.into()));
+        }
+        if !out.stderr.is_empty() {
+            events.push(ExecEvent::Stderr(out.stderr.into()));
+        }
+        events.push(ExecEvent::Exit(ExecExit {
+            exit_code: out.exit_code,
+            timed_out: out.timed_out,
+            error: None,
+        }));
+        for event in events {
+            // Capacity 3 holds them all.
+            let _ = tx.try_send(event);
+        }
+        let n = self.state().exec_calls.len();
+        Ok(ExecProcess::new(format!("fakeexec{n}"), rx))
+    }
+
+    async fn exec_kill(&self, id: &SandboxId, _exec_id: &str) -> RuntimeResult<()> {
+        self.check_available()?;
+        // A fake process has always exited already.
+        if self.state().containers.contains_key(id) {
+            Ok(())
+        } else {
+            Err(not_found(id))
+        }
     }
 
     async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>> {
@@ -684,6 +772,73 @@ mod tests {
         assert!(matches!(
             rt.exec(id, run(&["true"])).await,
             Err(RuntimeError::Conflict(m)) if m == "sandbox is not running"
+        ));
+    }
+
+    #[tokio::test]
+    async fn logs_and_streamed_execs() {
+        use futures_util::StreamExt;
+        let rt = FakeRuntime::new();
+        let s = spec();
+        let id = &s.sandbox_id;
+        rt.create(&s).await.unwrap();
+        for i in 0..5 {
+            rt.push_log(id, LogStream::Stdout, format!("line {i}"));
+        }
+        rt.push_log(id, LogStream::Stderr, "oops");
+        let opts = LogsOptions {
+            tail: Some(2),
+            ..Default::default()
+        };
+        let lines: Vec<_> = rt.logs(id, opts).await.unwrap().collect().await;
+        let lines: Vec<_> = lines.into_iter().map(Result::unwrap).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(
+            (lines[0].stream, lines[0].text.as_str()),
+            (LogStream::Stdout, "line 4")
+        );
+        assert_eq!(
+            (lines[1].stream, lines[1].text.as_str()),
+            (LogStream::Stderr, "oops")
+        );
+
+        let mut p = rt
+            .exec_start(
+                id,
+                ExecSpec {
+                    argv: vec!["echo".into(), "hi".into()],
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(p.next().await, Some(ExecEvent::Stdout("hi\n".into())));
+        assert_eq!(
+            p.next().await,
+            Some(ExecEvent::Exit(ExecExit {
+                exit_code: Some(0),
+                ..Default::default()
+            }))
+        );
+        assert_eq!(p.next().await, None);
+        rt.exec_kill(id, p.exec_id()).await.unwrap();
+
+        rt.stop(id, Duration::ZERO).await.unwrap();
+        assert!(matches!(
+            rt.exec_start(
+                id,
+                ExecSpec {
+                    argv: vec!["true".into()],
+                    ..Default::default()
+                }
+            )
+            .await,
+            Err(RuntimeError::Conflict(_))
+        ));
+        let other = SandboxId::generate();
+        assert!(matches!(
+            rt.logs(&other, LogsOptions::default()).await,
+            Err(RuntimeError::NotFound(_))
         ));
     }
 

@@ -11,11 +11,17 @@ use chrono::{DateTime, Utc};
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 
 mod docker;
+mod docker_exec;
+mod docker_logs;
 mod docker_ports;
+mod exec_stream;
 mod fake;
+mod logs;
 
 pub use docker::{container_name, DockerConfig, DockerRuntime};
+pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
+pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
 
 /// Container label keys Stockade puts on everything it creates.
 pub mod labels {
@@ -184,4 +190,22 @@ pub trait Runtime: Send + Sync + 'static {
     /// host). `None` when the container is not running or has no network
     /// (`networkAccess: false`); `NotFound` when there is no container.
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
+    // --- Logs and streaming exec (issue 3: API-5, API-8) ---
+
+    /// The main process's output as lines with the engine's timestamps,
+    /// stdout and stderr apart. A line is yielded once its newline came (a
+    /// final line without one when the stream ends), however the engine
+    /// split it. `NotFound` when the sandbox has no container. With
+    /// `follow` the stream stays open until the container stops.
+    async fn logs(&self, id: &SandboxId, options: LogsOptions) -> RuntimeResult<LogLines>;
+
+    /// Starts a command in the running sandbox and streams its output
+    /// (`spec.max_output_bytes` does not apply: nothing is buffered). The
+    /// timeout of `spec`, if any, kills it. `Conflict` when the sandbox is not
+    /// running.
+    async fn exec_start(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecProcess>;
+
+    /// Kills a process started by [`exec_start`](Self::exec_start) and its
+    /// children (SIGKILL); one that has exited already is fine.
+    async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()>;
 }

@@ -27,6 +27,17 @@ pub struct ServerConfig {
     pub proxy_domain: Option<String>,
     /// Lifetime of a sandbox auth token that asks for none (API-7).
     pub sandbox_token_ttl: Duration,
+    /// Logs and exec (API-5, API-8): output kept per stream of a buffered
+    /// exec or a background process.
+    pub max_exec_output_bytes: usize,
+    /// Timeout of an exec that names none (background processes have none).
+    pub default_exec_timeout: Duration,
+    /// The longest `timeoutSeconds` an exec accepts.
+    pub max_exec_timeout: Duration,
+    /// Background processes one sandbox may have listed at once.
+    pub max_processes_per_sandbox: usize,
+    /// How often an idle SSE stream gets a keep-alive comment.
+    pub sse_keep_alive: Duration,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +52,11 @@ impl Default for ServerConfig {
             provisioning_grace: Duration::from_secs(600),
             proxy_domain: None,
             sandbox_token_ttl: Duration::from_secs(3600),
+            max_exec_output_bytes: 1024 * 1024,
+            default_exec_timeout: Duration::from_secs(300),
+            max_exec_timeout: Duration::from_secs(24 * 3600),
+            max_processes_per_sandbox: 64,
+            sse_keep_alive: Duration::from_secs(15),
         }
     }
 }

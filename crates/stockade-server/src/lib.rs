@@ -17,9 +17,13 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lifecycle;
+pub mod log_cursor;
+pub mod output;
+pub mod processes;
 pub mod proxy;
 pub mod reconcile;
 pub mod routes;
+pub mod sse;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -33,6 +37,8 @@ pub struct AppState {
     pub instance_id: InstanceId,
     /// Signs and checks sandbox tokens for the proxy (API-7).
     pub proxy_keys: proxy::token::TokenKey,
+    /// Background processes started by exec (API-8).
+    pub processes: Arc<processes::ProcessRegistry>,
 }
 
 impl AppState {
@@ -46,6 +52,9 @@ impl AppState {
         Ok(Self {
             store,
             runtime,
+            processes: Arc::new(processes::ProcessRegistry::new(
+                config.max_processes_per_sandbox,
+            )),
             config: Arc::new(config),
             instance_id,
             proxy_keys,
@@ -73,7 +82,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
-        .merge(routes::ports::routes());
+        .merge(routes::ports::routes())
+        .merge(routes::logs::routes())
+        .merge(routes::exec::routes());
     Router::new()
         .nest("/api/v1", api)
         .merge(proxy::routes())

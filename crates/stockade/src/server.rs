@@ -55,6 +55,15 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_SANDBOX_TOKEN_TTL", default_value_t = 3600,
           value_parser = clap::value_parser!(u64).range(1..=86400))]
     sandbox_token_ttl: u64,
+    /// Output kept per stream (stdout, stderr) of a buffered exec or a
+    /// background process; beyond it the output is cut and flagged.
+    #[arg(long, env = "STOCKADE_MAX_EXEC_OUTPUT_BYTES", default_value_t = 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
+    max_exec_output_bytes: u64,
+    /// The longest `timeoutSeconds` an exec accepts.
+    #[arg(long, env = "STOCKADE_MAX_EXEC_TIMEOUT", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_exec_timeout: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -125,6 +134,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     config.sandbox_token_ttl = std::time::Duration::from_secs(args.sandbox_token_ttl);
+    config.max_exec_output_bytes = usize::try_from(args.max_exec_output_bytes)
+        .context("--max-exec-output-bytes is too large for this machine")?;
+    config.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
+    config.default_exec_timeout = config.default_exec_timeout.min(config.max_exec_timeout);
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{accounts, health, sandboxes};
+use super::{accounts, exec, health, logs, sandboxes};
 
 struct BearerAuth;
 
@@ -53,6 +53,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     // Feature modules add their documents here, e.g. `doc.merge(logs::LogsApi::openapi());`
     doc.merge(super::ports::PortsApi::openapi());
+    doc.merge(logs::LogsApi::openapi());
+    doc.merge(exec::ExecApi::openapi());
     doc
 }
 

@@ -7,7 +7,9 @@ use crate::error::ApiError;
 pub mod accounts;
 pub mod dashboard;
 pub mod docs;
+pub mod exec;
 pub mod health;
+pub mod logs;
 pub mod ports;
 pub mod sandboxes;
 

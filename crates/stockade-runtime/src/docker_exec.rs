@@ -1,0 +1,231 @@
+//! Streaming exec in Docker (API-8): start a process, forward its output as
+//! it comes, report its exit; kill it (and its children) on timeout, on
+//! request, or when nobody listens any more.
+
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::Docker;
+use futures_util::StreamExt;
+use stockade_core::{InstanceId, SandboxId};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use crate::docker::{container_name, error_chain, status_code, EXEC_MARKER_ENV};
+use crate::{
+    DockerRuntime, ExecEvent, ExecExit, ExecProcess, ExecSpec, RuntimeError, RuntimeResult,
+};
+
+/// Output events buffered between the engine and a slow reader; beyond this
+/// the process's output is not read (it blocks on a full pipe), so memory
+/// stays bounded.
+const EVENT_BUFFER: usize = 32;
+
+/// How a pump of an exec's output ended.
+enum Pumped {
+    /// The output stream ended (the process exited).
+    Ended(Option<String>),
+    TimedOut,
+    /// The receiver was dropped.
+    Abandoned,
+}
+
+impl DockerRuntime {
+    /// [`crate::Runtime::exec_start`] for Docker.
+    pub(crate) async fn exec_start_stream(
+        &self,
+        id: &SandboxId,
+        spec: ExecSpec,
+    ) -> RuntimeResult<ExecProcess> {
+        if spec.argv.is_empty() {
+            return Err(RuntimeError::Other(
+                "exec needs a command (argv is empty)".into(),
+            ));
+        }
+        let docker = self.client().await?;
+        let name = container_name(id);
+        let marker = InstanceId::generate().as_str().to_owned();
+        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push(format!("{EXEC_MARKER_ENV}={marker}"));
+        let created = docker
+            .create_exec(
+                &name,
+                CreateExecOptions::<String> {
+                    attach_stdin: Some(spec.stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    tty: Some(false),
+                    env: Some(env),
+                    cmd: Some(spec.argv.clone()),
+                    working_dir: spec.cwd.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "create exec"),
+            })?;
+        let started = docker
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
+                _ => self.map_err(e, "start exec"),
+            })?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(RuntimeError::Other("exec did not attach".into()));
+        };
+
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let stdin = spec.stdin;
+        let timeout = spec.timeout;
+        let container = name.clone();
+        let kill_marker = marker.clone();
+        tokio::spawn(async move {
+            let mut output = output;
+            let mut input = input;
+            let write = async {
+                if let Some(data) = stdin {
+                    // The process may exit without reading: a broken pipe is fine.
+                    let _ = input.write_all(&data).await;
+                    let _ = input.shutdown().await;
+                }
+            };
+            let pump = async {
+                while let Some(item) = output.next().await {
+                    let event = match item {
+                        Ok(LogOutput::StdOut { message }) => ExecEvent::Stdout(message),
+                        // Raw text on a non-tty exec is the engine's own
+                        // message (e.g. a failed chdir to the cwd).
+                        Ok(LogOutput::Console { message }) => ExecEvent::Stderr(message),
+                        Ok(LogOutput::StdErr { message }) => ExecEvent::Stderr(message),
+                        Ok(LogOutput::StdIn { .. }) => continue,
+                        Err(e) => return Pumped::Ended(Some(error_chain(&e))),
+                    };
+                    if tx.send(event).await.is_err() {
+                        return Pumped::Abandoned;
+                    }
+                }
+                Pumped::Ended(None)
+            };
+            let deadline = async {
+                match timeout {
+                    Some(t) => tokio::time::sleep(t).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let pumped = tokio::select! {
+                (_, p) = async { tokio::join!(write, pump) } => p,
+                () = deadline => Pumped::TimedOut,
+                () = tx.closed() => Pumped::Abandoned,
+            };
+            drop(output);
+            drop(input);
+            let exit = match pumped {
+                Pumped::Abandoned => {
+                    kill_marked(&docker, &container, &kill_marker).await;
+                    return;
+                }
+                Pumped::TimedOut => {
+                    kill_marked(&docker, &container, &kill_marker).await;
+                    ExecExit {
+                        exit_code: None,
+                        timed_out: true,
+                        error: None,
+                    }
+                }
+                Pumped::Ended(error) => {
+                    if error.is_some() {
+                        // Its output can no longer be read: do not leave it
+                        // running unobserved.
+                        kill_marked(&docker, &container, &kill_marker).await;
+                    }
+                    ExecExit {
+                        exit_code: exit_code(&docker, &created.id).await,
+                        timed_out: false,
+                        error,
+                    }
+                }
+            };
+            let _ = tx.send(ExecEvent::Exit(exit)).await;
+        });
+        Ok(ExecProcess::new(marker, rx))
+    }
+
+    /// [`crate::Runtime::exec_kill`] for Docker.
+    pub(crate) async fn exec_kill_marked(
+        &self,
+        id: &SandboxId,
+        exec_id: &str,
+    ) -> RuntimeResult<()> {
+        if exec_id.is_empty() || !exec_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(RuntimeError::Other(format!("invalid exec id '{exec_id}'")));
+        }
+        let docker = self.client().await?;
+        kill_marked(&docker, &container_name(id), exec_id).await;
+        Ok(())
+    }
+}
+
+/// Kills every process of `container` whose environment holds
+/// `STOCKADE_EXEC_ID=marker` (Docker has no exec-kill API). Failures are
+/// logged: a stopped container has nothing left to kill.
+pub(crate) async fn kill_marked(docker: &Docker, container: &str, marker: &str) {
+    let kill = async {
+        let created = docker
+            .create_exec(
+                container,
+                CreateExecOptions::<String> {
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    cmd: Some(vec![
+                        "/bin/sh".into(),
+                        "-c".into(),
+                        crate::docker::KILL_MARKED_SCRIPT.into(),
+                        "stockade-kill".into(),
+                        marker.to_owned(),
+                    ]),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&created.id, None).await?
+        {
+            while output.next().await.is_some() {}
+        }
+        Ok::<(), bollard::errors::Error>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(15), kill).await {
+        Ok(Ok(())) => {}
+        // A stopped container has nothing left to kill.
+        Ok(Err(e)) if status_code(&e) == Some(409) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(container, error = %error_chain(&e), "could not kill an exec")
+        }
+        Err(_) => tracing::warn!(container, "killing an exec did not finish"),
+    }
+}
+
+/// The exit code of a finished exec; the output can end a moment before
+/// the engine records it.
+async fn exit_code(docker: &Docker, exec_id: &str) -> Option<i64> {
+    for _ in 0..100 {
+        match docker.inspect_exec(exec_id).await {
+            Ok(i) if i.running != Some(true) => return i.exit_code,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => return None,
+        }
+    }
+    None
+}

@@ -1,0 +1,193 @@
+//! Server-Sent Events: encoding one event exactly (an empty line still has a
+//! `data:` field) and a response that sends a keep-alive comment when the
+//! stream is idle.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{BoxStream, Stream, StreamExt};
+use tokio::time::{Instant, Sleep};
+
+/// The keep-alive comment.
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// One event: `event: <kind>`, an optional `id:`, and `data:` lines (a line
+/// break in the data, `\n`, `\r\n` or `\r`, starts a new `data:` line, as
+/// the SSE format requires).
+pub fn event(kind: &str, id: Option<&str>, data: &str) -> Bytes {
+    let mut out = String::with_capacity(data.len() + kind.len() + 32);
+    out.push_str("event: ");
+    out.push_str(&single_line(kind));
+    out.push('\n');
+    if let Some(id) = id {
+        out.push_str("id: ");
+        out.push_str(&single_line(id));
+        out.push('\n');
+    }
+    let mut rest = data;
+    loop {
+        out.push_str("data: ");
+        match rest.find(['\r', '\n']) {
+            Some(i) => {
+                out.push_str(&rest[..i]);
+                out.push('\n');
+                let skip = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+                rest = &rest[i + skip..];
+            }
+            None => {
+                out.push_str(rest);
+                out.push('\n');
+                break;
+            }
+        }
+    }
+    out.push('\n');
+    Bytes::from(out)
+}
+
+/// An event whose data is `value` as JSON (one line).
+pub fn json_event(kind: &str, value: &impl serde::Serialize) -> Bytes {
+    let data = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
+    event(kind, None, &data)
+}
+
+fn single_line(s: &str) -> String {
+    s.chars()
+        .filter(|c| !matches!(c, '\r' | '\n' | '\0'))
+        .collect()
+}
+
+/// The client asked for an event stream (`Accept: text/event-stream`).
+pub fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
+/// A `text/event-stream` response over already encoded events; a comment
+/// goes out whenever nothing was sent for `keep_alive`.
+pub fn response(events: BoxStream<'static, Bytes>, keep_alive: Duration) -> Response {
+    let body = Body::from_stream(KeepAlive::new(events, keep_alive).map(Ok::<_, Infallible>));
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Reverse proxies (nginx) must not buffer the stream.
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+/// Interleaves keep-alive comments into an idle stream.
+struct KeepAlive {
+    inner: BoxStream<'static, Bytes>,
+    interval: Duration,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl KeepAlive {
+    fn new(inner: BoxStream<'static, Bytes>, interval: Duration) -> Self {
+        let interval = interval.max(Duration::from_millis(10));
+        Self {
+            inner,
+            interval,
+            sleep: Box::pin(tokio::time::sleep(interval)),
+        }
+    }
+}
+
+impl Stream for KeepAlive {
+    type Item = Bytes;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let this = &mut *self;
+        match this.inner.poll_next_unpin(cx) {
+            Poll::Ready(Some(bytes)) => {
+                this.sleep.as_mut().reset(Instant::now() + this.interval);
+                Poll::Ready(Some(bytes))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match this.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.sleep.as_mut().reset(Instant::now() + this.interval);
+                    Poll::Ready(Some(Bytes::from_static(KEEP_ALIVE)))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_encoded_exactly() {
+        assert_eq!(
+            event("stdout", Some("12-0"), "hello"),
+            "event: stdout\nid: 12-0\ndata: hello\n\n"
+        );
+        assert_eq!(event("stdout", None, ""), "event: stdout\ndata: \n\n");
+        assert_eq!(
+            event("stderr", None, "a\r\nb\rc\nd"),
+            "event: stderr\ndata: a\ndata: b\ndata: c\ndata: d\n\n"
+        );
+        assert_eq!(
+            event("x\ny", Some("1\r2"), "z"),
+            "event: xy\nid: 12\ndata: z\n\n"
+        );
+        assert_eq!(
+            json_event("exit", &serde_json::json!({"exitCode": 0, "s": "a\nb"})),
+            "event: exit\ndata: {\"exitCode\":0,\"s\":\"a\\nb\"}\n\n"
+        );
+    }
+
+    #[test]
+    fn accept_headers() {
+        let mut h = HeaderMap::new();
+        assert!(!wants_event_stream(&h));
+        h.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, Text/Event-Stream;q=0.9"),
+        );
+        assert!(wants_event_stream(&h));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert!(!wants_event_stream(&h));
+    }
+
+    #[tokio::test]
+    async fn idle_streams_get_keep_alives_and_end_with_their_source() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let inner =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
+            )
+            .boxed();
+        let mut s = KeepAlive::new(inner, Duration::from_millis(50));
+        tx.send(Bytes::from_static(b"one")).await.unwrap();
+        assert_eq!(s.next().await.unwrap(), "one");
+        // Nothing for the interval: a comment.
+        assert_eq!(s.next().await.unwrap(), KEEP_ALIVE);
+        tx.send(Bytes::from_static(b"two")).await.unwrap();
+        assert_eq!(s.next().await.unwrap(), "two");
+        drop(tx);
+        assert!(s.next().await.is_none());
+    }
+}
