@@ -95,7 +95,7 @@ impl Default for DockerConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Endpoint {
+pub(crate) enum Endpoint {
     Unix(String),
     Tcp(String),
 }
@@ -108,7 +108,7 @@ pub struct DockerRuntime {
     host: String,
     /// Where `host` came from: configuration, `DOCKER_HOST` or the default.
     host_source: &'static str,
-    endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     /// The connected client, version negotiated; `None` until the daemon
     /// first answers, and again after it stops answering.
     client: RwLock<Option<Docker>>,
@@ -200,7 +200,7 @@ impl DockerRuntime {
 
     /// The connected client; connects and negotiates the API version on
     /// first use (and after the daemon stopped answering).
-    async fn client(&self) -> RuntimeResult<Docker> {
+    pub(crate) async fn client(&self) -> RuntimeResult<Docker> {
         if let Some(docker) = self.cached_client() {
             return Ok(docker);
         }
@@ -273,7 +273,7 @@ impl DockerRuntime {
     /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
     /// Unavailable with guidance, anything else → Other. `what` names the
     /// operation for the message.
-    fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
+    pub(crate) fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
         match &e {
             BollardError::DockerResponseServerError {
                 status_code: 404,
@@ -893,6 +893,40 @@ impl Runtime for DockerRuntime {
                 _ => self.map_err(e, "remove volume"),
             })
     }
+
+    async fn stat_path(
+        &self,
+        id: &SandboxId,
+        path: &stockade_core::SandboxPath,
+    ) -> crate::FsResult<crate::PathStat> {
+        self.stat_path_impl(id, path).await
+    }
+
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        path: &stockade_core::SandboxPath,
+    ) -> crate::FsResult<crate::ArchiveStream> {
+        self.read_archive_impl(id, path).await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &stockade_core::SandboxPath,
+        archive: crate::ArchiveUpload,
+    ) -> crate::FsResult<()> {
+        self.write_archive_impl(id, dir, archive).await
+    }
+
+    async fn delete_path(
+        &self,
+        id: &SandboxId,
+        path: &stockade_core::SandboxPath,
+        recursive: bool,
+    ) -> crate::FsResult<()> {
+        self.delete_path_impl(id, path, recursive).await
+    }
 }
 
 /// The labels on a sandbox's container and volume.
@@ -1096,7 +1130,7 @@ impl Capped {
     }
 }
 
-fn status_code(e: &BollardError) -> Option<u16> {
+pub(crate) fn status_code(e: &BollardError) -> Option<u16> {
     match e {
         BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
@@ -1138,7 +1172,7 @@ fn is_version_too_old(e: &BollardError) -> bool {
 }
 
 /// An error and its causes, `outer: inner: innermost`, without repeats.
-fn error_chain(e: &(dyn StdError + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = source {

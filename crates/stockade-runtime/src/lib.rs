@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
 
 mod docker;
+mod docker_files;
 mod fake;
+mod files;
 
 pub use docker::{container_name, DockerConfig, DockerRuntime};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
+pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
 
 /// Container label keys Stockade puts on everything it creates.
 pub mod labels {
@@ -175,4 +178,34 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Removes a volume; `Conflict` when a container uses it.
     async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()>;
+
+    // ---- Files (API-9). The engine resolves every path, symlinks
+    // included, inside the sandbox's own root. ----
+
+    /// `lstat` of a path (a symlink is reported as one, with the path it
+    /// resolves to). Works on stopped sandboxes too.
+    async fn stat_path(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<PathStat>;
+
+    /// A tar archive of `path`, its entries named from the path's last
+    /// component down (a symlink at `path` is archived as the link). Works on
+    /// stopped sandboxes. A missing path is `NotFound` before any byte.
+    async fn read_archive(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<ArchiveStream>;
+
+    /// Unpacks a tar archive into the existing directory `dir` (files are
+    /// replaced, a symlink in the archive's place is replaced, not followed).
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ArchiveUpload,
+    ) -> FsResult<()>;
+
+    /// Removes `path` (a directory only when empty, unless `recursive`; a
+    /// symlink itself, not its target). Needs a running sandbox: `NotRunning`.
+    async fn delete_path(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        recursive: bool,
+    ) -> FsResult<()>;
 }
