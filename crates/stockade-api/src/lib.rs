@@ -10,6 +10,9 @@ use stockade_core::spec::SpecInput;
 use stockade_core::{human_bytes, size::volume_warning, Sandbox, SandboxStatus};
 use utoipa::ToSchema;
 
+pub mod files;
+pub use files::{ArchiveUploadResponse, DirectoryListing, FileEntry, FileType};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

@@ -21,6 +21,8 @@ pub struct ServerConfig {
     pub reconcile_interval: Duration,
     /// A PROVISIONING record older than this belongs to a create that died.
     pub provisioning_grace: Duration,
+    /// Largest file write or archive upload (API-9); more is a 413.
+    pub max_file_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +35,7 @@ impl Default for ServerConfig {
             docker_host: "unix:///var/run/docker.sock".into(),
             reconcile_interval: Duration::from_secs(30),
             provisioning_grace: Duration::from_secs(600),
+            max_file_bytes: 100 * 1024 * 1024,
         }
     }
 }

@@ -16,6 +16,7 @@ use tower_http::trace::TraceLayer;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod files;
 pub mod lifecycle;
 pub mod reconcile;
 pub mod routes;
@@ -67,7 +68,8 @@ pub fn router(state: AppState) -> Router {
             get(sandboxes::get).delete(sandboxes::destroy),
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
-        .route("/sandbox/{id}/stop", post(sandboxes::stop));
+        .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .merge(routes::files::routes());
     Router::new()
         .nest("/api/v1", api)
         .route("/", get(routes::home))

@@ -7,6 +7,7 @@ use crate::error::ApiError;
 
 pub mod accounts;
 pub mod docs;
+pub mod files;
 pub mod health;
 pub mod sandboxes;
 

@@ -2,6 +2,7 @@
 //! real SQLite. One binary, a module per feature.
 
 mod failures;
+mod files;
 mod health;
 mod helpers;
 mod lifecycle;
