@@ -62,6 +62,12 @@ pub struct ArchiveUploadResponse {
     pub bytes: u64,
 }
 
+/// Raw bytes (a file's content, a tar archive), as the OpenAPI document
+/// describes request and response bodies that are not JSON.
+#[derive(Debug, Clone, ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct Binary(pub Vec<u8>);
+
 /// Formats permission bits as `0644` / `4755`.
 pub fn format_mode(mode: u32) -> String {
     format!("{:04o}", mode & 0o7777)

@@ -37,7 +37,7 @@ pub fn routes() -> Router<AppState> {
 #[derive(OpenApi)]
 #[openapi(
     paths(read, stat, write, delete, download, upload),
-    components(schemas(FileEntry, stockade_api::FileType, DirectoryListing, ArchiveUploadResponse)),
+    components(schemas(FileEntry, stockade_api::FileType, DirectoryListing, ArchiveUploadResponse, stockade_api::files::Binary)),
     tags((name = "files", description = "Files inside a sandbox (API-9)"))
 )]
 pub struct FilesApi;
@@ -195,12 +195,12 @@ async fn existing_dir(
 /// A file comes back as its bytes (`application/octet-stream`, with
 /// `Content-Length`); a directory as a JSON listing of its entries. A
 /// symlink is followed, inside the sandbox. Works on a stopped sandbox.
-#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files", tag = "files",
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files", tag = "files", operation_id = "readFile",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
     responses(
         (status = 200, description = "The file's bytes, or the directory's listing",
-            content((Vec<u8> = "application/octet-stream"), (DirectoryListing = "application/json"))),
+            content((stockade_api::files::Binary = "application/octet-stream"), (DirectoryListing = "application/json"))),
         (status = 400, description = "Invalid path", body = ErrorBody),
         (status = 403, description = "Another account's sandbox", body = ErrorBody),
         (status = 404, description = "No such sandbox, file or directory", body = ErrorBody),
@@ -253,7 +253,7 @@ pub async fn read(
 }
 
 /// Metadata of one path (`lstat`: a symlink is reported as a symlink).
-#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/stat", tag = "files",
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/stat", tag = "files", operation_id = "statFile",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
     responses(
@@ -294,11 +294,11 @@ pub async fn stat(
 /// (keeping its mode unless `mode` is given); a symlink at the path is
 /// replaced, not written through. Bodies above the server's
 /// `max_file_bytes` are refused with 413 while they stream.
-#[utoipa::path(put, path = "/api/v1/sandbox/{id}/files", tag = "files",
+#[utoipa::path(put, path = "/api/v1/sandbox/{id}/files", tag = "files", operation_id = "writeFile",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = String, Query, description = "absolute, or relative to /workspace"),
            ("mode" = Option<String>, Query, description = "octal permission bits, e.g. 0755 (default 0644, or the replaced file's)")),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the file's bytes"),
+    request_body(content = stockade_api::files::Binary, content_type = "application/octet-stream", description = "the file's bytes"),
     responses(
         (status = 201, description = "Created", body = FileEntry),
         (status = 200, description = "Replaced", body = FileEntry),
@@ -375,7 +375,7 @@ pub async fn write(
 
 /// Delete a file, symlink or directory (`recursive=true` for a directory
 /// with contents). Runs `rm` inside the sandbox, so it must be running.
-#[utoipa::path(delete, path = "/api/v1/sandbox/{id}/files", tag = "files",
+#[utoipa::path(delete, path = "/api/v1/sandbox/{id}/files", tag = "files", operation_id = "deleteFile",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = String, Query, description = "absolute, or relative to /workspace"),
            ("recursive" = Option<bool>, Query, description = "delete a directory with its contents (default false)")),
@@ -415,12 +415,12 @@ pub async fn delete(
 
 /// Download a tar archive of a file or directory (a symlink at `path` is
 /// followed). Works on a stopped sandbox.
-#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/archive", tag = "files",
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/archive", tag = "files", operation_id = "downloadArchive",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
     responses(
         (status = 200, description = "A tar archive; its entries start with the path's last component",
-            content_type = "application/x-tar", body = Vec<u8>),
+            content_type = "application/x-tar", body = stockade_api::files::Binary),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
@@ -476,10 +476,10 @@ pub async fn download(
 /// devices and FIFOs are refused. Limited to `max_file_bytes`, both as sent
 /// and unpacked (413). An archive refused halfway may have been partly
 /// unpacked.
-#[utoipa::path(method(put, post), path = "/api/v1/sandbox/{id}/files/archive", tag = "files",
+#[utoipa::path(method(put, post), path = "/api/v1/sandbox/{id}/files/archive", tag = "files", operation_id = "uploadArchive",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = Option<String>, Query, description = "directory to unpack into: absolute, or relative to /workspace (default /workspace)")),
-    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "a tar or gzip-compressed tar archive"),
+    request_body(content = stockade_api::files::Binary, content_type = "application/x-tar", description = "a tar or gzip-compressed tar archive"),
     responses(
         (status = 200, body = ArchiveUploadResponse),
         (status = 400, description = "Not a tar archive, or an entry that leaves the directory", body = ErrorBody),

@@ -956,3 +956,31 @@ async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
     assert_eq!(sh_in(id, "ls /workspace"), "secret");
     assert_eq!(sh_in(id, "cat /workspace/secret"), "s");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn file_routes_are_documented() {
+    let app = spawn_app().await;
+    let r = app
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    let paths = &r.body["paths"];
+    let files = &paths["/api/v1/sandbox/{id}/files"];
+    for verb in ["get", "put", "delete"] {
+        assert!(files[verb].is_object(), "files {verb}");
+    }
+    assert!(files["get"]["responses"]["200"]["content"]["application/octet-stream"].is_object());
+    assert!(files["get"]["responses"]["200"]["content"]["application/json"].is_object());
+    assert!(paths["/api/v1/sandbox/{id}/files/stat"]["get"].is_object());
+    let archive = &paths["/api/v1/sandbox/{id}/files/archive"];
+    for verb in ["get", "put", "post"] {
+        assert!(archive[verb].is_object(), "archive {verb}");
+    }
+    assert!(r.body["components"]["schemas"]["FileEntry"].is_object());
+    assert!(r.body["components"]["schemas"]["DirectoryListing"].is_object());
+    assert_eq!(
+        r.body["components"]["schemas"]["Binary"]["format"],
+        "binary"
+    );
+    // The core API is still there.
+    assert!(paths["/api/v1/sandbox"]["post"].is_object());
+}
