@@ -742,6 +742,12 @@ fn entry_path(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
     Ok(Some(parts.join(&b'/')))
 }
 
+/// The most bytes an upload's unpacked tar stream may have: its content
+/// limit plus room for headers.
+fn unpacked_stream_bound(limit: u64) -> u64 {
+    limit.saturating_add(limit / 4).saturating_add(1 << 20)
+}
+
 /// Re-packs an uploaded tar (or tar.gz, told by its magic bytes) into
 /// `sink`: entries below the missing directories `missing`, checked one by
 /// one, the unpacked size limited to `limit`. Runs on a blocking thread.
@@ -775,9 +781,12 @@ fn repack<R: Read>(
     } else {
         Box::new(raw)
     };
+    // File content is held to `limit` exactly, entry by entry, before an
+    // entry is passed on; this looser bound on the whole unpacked stream only
+    // stops archives of endless headers (a gzip of nothing but metadata).
     let reader = LimitedReader {
         inner: unpacked,
-        left: limit,
+        left: unpacked_stream_bound(limit),
         over: over.clone(),
     };
 

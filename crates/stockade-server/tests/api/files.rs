@@ -898,6 +898,31 @@ async fn uploads_over_the_limit_are_413() {
 
     // Nothing of the refused uploads is left.
     assert_eq!(sh_in(&id, "ls /workspace"), "exact.bin");
+
+    // A tar.gz whose content is exactly the limit unpacks (its tar is a bit
+    // larger than the limit, its gzip much smaller).
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(LIMIT);
+    h.set_mode(0o644);
+    b.append_data(&mut h, "zeros.bin", std::io::repeat(0).take(LIMIT))
+        .unwrap();
+    let r = call(
+        &app,
+        t,
+        Method::PUT,
+        &id,
+        "/archive",
+        &[("path", "fits")],
+        Some(gzip(&b.into_inner().unwrap())),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
+    assert_eq!(r.json()["bytes"], LIMIT);
+    assert_eq!(
+        sh_in(&id, "wc -c < /workspace/fits/zeros.bin"),
+        LIMIT.to_string()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
