@@ -189,6 +189,19 @@ async fn binary_files_round_trip_byte_for_byte() {
     assert_eq!(r.json()["mode"], "0755");
     assert_eq!(sh_in(&id, "/workspace/run.sh"), "ran");
 
+    // Names with spaces, `+`, `%` and non-ASCII characters, and long ones.
+    let long = format!("n{}", "x".repeat(200));
+    for name in ["dir with space/ünïcødé ✓.txt", "a+b%20c.txt", long.as_str()] {
+        let r = put_file(&app, &id, name, name.as_bytes()).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{name}: {:?}", r.json());
+        assert_eq!(r.json()["path"], format!("/workspace/{name}"));
+        assert_eq!(get_file(&app, &id, name).await.bytes, name.as_bytes());
+    }
+    assert_eq!(
+        sh_in(&id, "cat '/workspace/dir with space/ünïcødé ✓.txt'"),
+        "dir with space/ünïcødé ✓.txt"
+    );
+
     // A body without Content-Length (chunked) is written as well.
     let data = noise(2 * 1024 * 1024 + 3, 9);
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
@@ -766,6 +779,12 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
     assert_eq!(sh_in(&id, &format!("cat /tmp/{marker}")), "inside");
     assert!(!std::path::Path::new(&format!("/tmp/{marker}")).exists());
+
+    // A write below a symlink to a directory lands in the container's directory.
+    let r = put_file(&app, &id, &format!("etc-link/{marker}"), b"in etc").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    assert_eq!(sh_in(&id, &format!("cat /etc/{marker}")), "in etc");
+    assert!(!std::path::Path::new(&format!("/etc/{marker}")).exists());
 
     // The same through an uploaded archive, also with the symlink inside it.
     let mut b = tar::Builder::new(Vec::new());
