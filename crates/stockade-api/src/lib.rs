@@ -22,6 +22,8 @@ pub use exec::{
     ExecExitEvent, ExecRequest, ExecResponse, ListProcessesResponse, ProcessResponse, ProcessStatus,
 };
 pub use logs::{LogLineResponse, LogsEndEvent, LogsResponse};
+pub mod files;
+pub use files::{ArchiveUploadResponse, DirectoryListing, FileEntry, FileType};
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -4,6 +4,7 @@
 
 pub mod account;
 pub mod error;
+pub mod fspath;
 pub mod ids;
 pub mod sandbox;
 pub mod size;
@@ -12,6 +13,7 @@ pub mod status;
 
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};
+pub use fspath::SandboxPath;
 pub use ids::{AccountId, InstanceId, SandboxId, TeamId};
 pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;

@@ -95,7 +95,7 @@ impl Default for DockerConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Endpoint {
+pub(crate) enum Endpoint {
     Unix(String),
     Tcp(String),
 }
@@ -108,7 +108,7 @@ pub struct DockerRuntime {
     host: String,
     /// Where `host` came from: configuration, `DOCKER_HOST` or the default.
     host_source: &'static str,
-    endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     /// The connected client, version negotiated; `None` until the daemon
     /// first answers, and again after it stops answering.
     client: RwLock<Option<Docker>>,
@@ -890,6 +890,40 @@ impl Runtime for DockerRuntime {
     #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
     async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()> {
         self.exec_kill_marked(id, exec_id).await
+    }
+
+    async fn stat_path(
+        &self,
+        id: &SandboxId,
+        path: &stockade_core::SandboxPath,
+    ) -> crate::FsResult<crate::PathStat> {
+        self.stat_path_impl(id, path).await
+    }
+
+    async fn read_archive(
+        &self,
+        id: &SandboxId,
+        path: &stockade_core::SandboxPath,
+    ) -> crate::FsResult<crate::ArchiveStream> {
+        self.read_archive_impl(id, path).await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &stockade_core::SandboxPath,
+        archive: crate::ArchiveUpload,
+    ) -> crate::FsResult<()> {
+        self.write_archive_impl(id, dir, archive).await
+    }
+
+    async fn delete_path(
+        &self,
+        id: &SandboxId,
+        path: &stockade_core::SandboxPath,
+        recursive: bool,
+    ) -> crate::FsResult<()> {
+        self.delete_path_impl(id, path, recursive).await
     }
 }
 

@@ -592,6 +592,47 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))?;
         Ok((c.running && c.spec.network_access).then_some(std::net::Ipv4Addr::LOCALHOST.into()))
     }
+    // Files (API-9): the fake keeps no filesystem; file tests use Docker.
+
+    async fn stat_path(
+        &self,
+        _id: &SandboxId,
+        _path: &stockade_core::SandboxPath,
+    ) -> crate::FsResult<crate::PathStat> {
+        Err(files_unsupported())
+    }
+
+    async fn read_archive(
+        &self,
+        _id: &SandboxId,
+        _path: &stockade_core::SandboxPath,
+    ) -> crate::FsResult<crate::ArchiveStream> {
+        Err(files_unsupported())
+    }
+
+    async fn write_archive(
+        &self,
+        _id: &SandboxId,
+        _dir: &stockade_core::SandboxPath,
+        _archive: crate::ArchiveUpload,
+    ) -> crate::FsResult<()> {
+        Err(files_unsupported())
+    }
+
+    async fn delete_path(
+        &self,
+        _id: &SandboxId,
+        _path: &stockade_core::SandboxPath,
+        _recursive: bool,
+    ) -> crate::FsResult<()> {
+        Err(files_unsupported())
+    }
+}
+
+fn files_unsupported() -> crate::FsError {
+    crate::FsError::Runtime(RuntimeError::Other(
+        "files are not supported by the fake runtime".into(),
+    ))
 }
 
 #[cfg(test)]

@@ -8,19 +8,22 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
 
 mod docker;
 mod docker_exec;
+mod docker_files;
 mod docker_logs;
 mod docker_ports;
 mod exec_stream;
 mod fake;
+mod files;
 mod logs;
 
 pub use docker::{container_name, DockerConfig, DockerRuntime};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
+pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
 
 /// Container label keys Stockade puts on everything it creates.
@@ -208,4 +211,33 @@ pub trait Runtime: Send + Sync + 'static {
     /// Kills a process started by [`exec_start`](Self::exec_start) and its
     /// children (SIGKILL); one that has exited already is fine.
     async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()>;
+    // ---- Files (API-9). The engine resolves every path, symlinks
+    // included, inside the sandbox's own root. ----
+
+    /// `lstat` of a path (a symlink is reported as one, with the path it
+    /// resolves to). Works on stopped sandboxes too.
+    async fn stat_path(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<PathStat>;
+
+    /// A tar archive of `path`, its entries named from the path's last
+    /// component down (a symlink at `path` is archived as the link). Works on
+    /// stopped sandboxes. A missing path is `NotFound` before any byte.
+    async fn read_archive(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<ArchiveStream>;
+
+    /// Unpacks a tar archive into the existing directory `dir` (files are
+    /// replaced, a symlink in the archive's place is replaced, not followed).
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ArchiveUpload,
+    ) -> FsResult<()>;
+
+    /// Removes `path` (a directory only when empty, unless `recursive`; a
+    /// symlink itself, not its target). Needs a running sandbox: `NotRunning`.
+    async fn delete_path(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        recursive: bool,
+    ) -> FsResult<()>;
 }

@@ -38,6 +38,8 @@ pub struct ServerConfig {
     pub max_processes_per_sandbox: usize,
     /// How often an idle SSE stream gets a keep-alive comment.
     pub sse_keep_alive: Duration,
+    /// Largest file write or archive upload (API-9); more is a 413.
+    pub max_file_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -57,6 +59,7 @@ impl Default for ServerConfig {
             max_exec_timeout: Duration::from_secs(24 * 3600),
             max_processes_per_sandbox: 64,
             sse_keep_alive: Duration::from_secs(15),
+            max_file_bytes: 100 * 1024 * 1024,
         }
     }
 }

@@ -16,6 +16,7 @@ use tower_http::trace::TraceLayer;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod files;
 pub mod lifecycle;
 pub mod log_cursor;
 pub mod output;
@@ -84,7 +85,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
         .merge(routes::ports::routes())
         .merge(routes::logs::routes())
-        .merge(routes::exec::routes());
+        .merge(routes::exec::routes())
+        .merge(routes::files::routes());
     Router::new()
         .nest("/api/v1", api)
         .merge(proxy::routes())

@@ -64,6 +64,9 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_MAX_EXEC_TIMEOUT", default_value_t = 86_400,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_exec_timeout: u64,
+    /// Largest file write or archive upload, in bytes (larger is a 413).
+    #[arg(long, env = "STOCKADE_MAX_FILE_BYTES", default_value_t = 100 * 1024 * 1024)]
+    max_file_bytes: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -117,6 +120,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let mut config = ServerConfig {
         listen: args.listen,
         docker_host: docker_host.clone(),
+        max_file_bytes: args.max_file_bytes,
         ..ServerConfig::default()
     };
     stockade_core::spec::parse_image(&args.default_image, "--default-image")

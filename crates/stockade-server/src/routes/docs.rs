@@ -55,6 +55,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(super::ports::PortsApi::openapi());
     doc.merge(logs::LogsApi::openapi());
     doc.merge(exec::ExecApi::openapi());
+    doc.merge(super::files::FilesApi::openapi());
     doc
 }
 

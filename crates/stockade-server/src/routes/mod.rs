@@ -8,6 +8,7 @@ pub mod accounts;
 pub mod dashboard;
 pub mod docs;
 pub mod exec;
+pub mod files;
 pub mod health;
 pub mod logs;
 pub mod ports;

@@ -34,7 +34,12 @@ pub struct AppOptions {
     pub docker_host: Option<String>,
     pub store: Option<Arc<dyn Store>>,
     pub dir: Option<Arc<tempfile::TempDir>>,
+    /// Changes to the server configuration (e.g. small limits).
+    pub configure: Option<Configure>,
 }
+
+/// A change to the server configuration of a test app.
+pub type Configure = Box<dyn FnOnce(&mut ServerConfig) + Send>;
 
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(AppOptions::default()).await
@@ -66,6 +71,9 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     };
     config.defaults.image = test_image();
     config.proxy_domain = Some(PROXY_DOMAIN.into());
+    if let Some(configure) = opts.configure {
+        configure(&mut config);
+    }
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await

@@ -3,6 +3,7 @@
 
 mod exec;
 mod failures;
+mod files;
 mod health;
 mod helpers;
 mod lifecycle;

@@ -1,0 +1,512 @@
+//! `/api/v1/sandbox/{id}/files…` (API-9): read, write, list, stat and
+//! delete files, and download/upload tar archives, anywhere in the sandbox
+//! (relative paths are below `/workspace`). Docker resolves every path inside
+//! the container, so neither `..` nor symlinks reach the host.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures_util::TryStreamExt;
+use stockade_api::{ArchiveUploadResponse, DirectoryListing, ErrorBody, FileEntry};
+use stockade_core::{Sandbox, SandboxId, SandboxPath, SandboxStatus, ValidationErrors, VolumeName};
+use stockade_runtime::{FileKind, FsError};
+use tracing::instrument;
+use utoipa::OpenApi;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{query_pairs, Caller};
+use crate::files::{self, BodyStream, Opened, Want};
+use crate::{lifecycle, AppState};
+
+/// The file routes, relative to `/api/v1`.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/sandbox/{id}/files", get(read).put(write).delete(delete))
+        .route("/sandbox/{id}/files/stat", get(stat))
+        .route(
+            "/sandbox/{id}/files/archive",
+            get(download).put(upload).post(upload),
+        )
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(read, stat, write, delete, download, upload),
+    components(schemas(FileEntry, stockade_api::FileType, DirectoryListing, ArchiveUploadResponse, stockade_api::files::Binary)),
+    tags((name = "files", description = "Files inside a sandbox (API-9)"))
+)]
+pub struct FilesApi;
+
+/// The query of a file request.
+#[derive(Debug, Default)]
+struct FileQuery {
+    path: Option<SandboxPath>,
+    recursive: bool,
+    mode: Option<u32>,
+}
+
+/// Parses `?path=&recursive=&mode=`, accepting only the `allowed` keys.
+fn parse_query(raw: Option<&str>, allowed: &[&str]) -> ApiResult<FileQuery> {
+    let mut q = FileQuery::default();
+    let mut errs = ValidationErrors::default();
+    for (k, v) in query_pairs(raw) {
+        if !allowed.contains(&k.as_str()) {
+            errs.push(k, "unknown query parameter");
+            continue;
+        }
+        match k.as_str() {
+            "path" => {
+                if let Some(p) = errs.check(SandboxPath::parse_field(&v, "path")) {
+                    q.path = Some(p);
+                }
+            }
+            "recursive" => match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => q.recursive = true,
+                "false" | "0" | "no" => q.recursive = false,
+                _ => errs.push("recursive", format!("expected true or false, got '{v}'")),
+            },
+            "mode" => {
+                let digits = v.strip_prefix("0o").unwrap_or(&v);
+                match u32::from_str_radix(digits, 8) {
+                    Ok(m) if !digits.is_empty() && m <= 0o7777 => q.mode = Some(m),
+                    _ => errs.push(
+                        "mode",
+                        format!(
+                            "expected octal permission bits from 0 to 7777 (e.g. 0644), got '{v}'"
+                        ),
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
+    errs.into_result()?;
+    Ok(q)
+}
+
+fn required_path(q: &FileQuery) -> ApiResult<SandboxPath> {
+    q.path
+        .clone()
+        .ok_or_else(|| ApiError::field("path", "is required"))
+}
+
+/// Loads a sandbox whose filesystem exists (not terminated, not being created).
+async fn load_with_files(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Sandbox> {
+    let sb = lifecycle::load(state, &caller.scope, id).await?;
+    match sb.status {
+        SandboxStatus::Terminated => Err(ApiError::Conflict(format!(
+            "Sandbox {} is terminated: its files are gone",
+            sb.id
+        ))),
+        _ if sb.deleted_at.is_some() => Err(ApiError::Conflict(format!(
+            "Sandbox {} is terminated: its files are gone",
+            sb.id
+        ))),
+        SandboxStatus::Pending | SandboxStatus::Provisioning => Err(ApiError::Conflict(format!(
+            "Sandbox {} is still being created",
+            sb.id
+        ))),
+        _ => Ok(sb),
+    }
+}
+
+fn body_stream(body: Body) -> BodyStream {
+    Box::pin(body.into_data_stream().map_err(std::io::Error::other))
+}
+
+/// The `Content-Length` of a request, if it sent one.
+fn content_length(headers: &HeaderMap) -> ApiResult<Option<u64>> {
+    match headers.get(header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::field("Content-Length", "must be a whole number of bytes")),
+    }
+}
+
+/// Refuses a body whose announced length is over the limit, before reading it
+/// (what is sent anyway is drained in the background, so the client sees the 413).
+fn check_announced(body: Body, length: Option<u64>, limit: u64) -> ApiResult<BodyStream> {
+    let mut stream = body_stream(body);
+    if length.is_some_and(|n| n > limit) {
+        tokio::spawn(async move { files::drain(&mut stream).await });
+        return Err(files::too_large(limit));
+    }
+    Ok(stream)
+}
+
+/// Finds the directory an upload to `dir` goes into: `dir` itself or its
+/// deepest existing ancestor, with the components still to be made.
+async fn existing_dir(
+    state: &AppState,
+    id: &SandboxId,
+    dir: &SandboxPath,
+) -> ApiResult<(SandboxPath, Vec<String>)> {
+    let mut missing: Vec<String> = Vec::new();
+    let mut current = dir.clone();
+    loop {
+        match state.runtime.stat_path(id, &current).await {
+            Ok(st) => match st.kind {
+                FileKind::Dir => break,
+                FileKind::Symlink => {
+                    let target = files::resolve_symlink(state, id, &current).await?;
+                    match state.runtime.stat_path(id, &target).await {
+                        Ok(t) if t.kind == FileKind::Dir => break,
+                        Ok(_) => {
+                            return Err(ApiError::Conflict(format!(
+                                "Not a directory: {current} (a symlink to {target})"
+                            )))
+                        }
+                        Err(FsError::NotFound(_)) => {
+                            return Err(ApiError::Conflict(format!(
+                                "{current} is a symlink to {target}, which does not exist"
+                            )))
+                        }
+                        Err(e) => return Err(files::fs_error(e, id)),
+                    }
+                }
+                _ => return Err(ApiError::Conflict(format!("Not a directory: {current}"))),
+            },
+            // Missing (or below a file, which the walk up finds): make it.
+            Err(FsError::NotFound(_) | FsError::NotADirectory(_)) => {
+                let (Some(name), Some(parent)) = (current.file_name(), current.parent()) else {
+                    return Err(ApiError::Docker("the sandbox has no root directory".into()));
+                };
+                missing.push(name.to_owned());
+                current = parent;
+            }
+            Err(e) => return Err(files::fs_error(e, id)),
+        }
+    }
+    missing.reverse();
+    Ok((current, missing))
+}
+
+/// Read a file, or list a directory.
+///
+/// A file comes back as its bytes (`application/octet-stream`, with
+/// `Content-Length`); a directory as a JSON listing of its entries. A
+/// symlink is followed, inside the sandbox. Works on a stopped sandbox.
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files", tag = "files", operation_id = "readFile",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
+    responses(
+        (status = 200, description = "The file's bytes, or the directory's listing",
+            content((stockade_api::files::Binary = "application/octet-stream"), (DirectoryListing = "application/json"))),
+        (status = 400, description = "Invalid path", body = ErrorBody),
+        (status = 403, description = "Another account's sandbox", body = ErrorBody),
+        (status = 404, description = "No such sandbox, file or directory", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    let q = parse_query(raw.as_deref(), &["path"])?;
+    let path = q.path.unwrap_or_else(SandboxPath::workspace);
+    let sb = load_with_files(&state, &caller, &id).await?;
+    match files::open_following(&state, &sb.id, &path, Want::Content).await? {
+        Opened::File {
+            size,
+            modified_at,
+            body,
+            ..
+        } => {
+            let mut response = Response::new(Body::from_stream(body));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+            if let Some(t) = modified_at {
+                if let Ok(v) =
+                    HeaderValue::from_str(&t.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+                {
+                    headers.insert(header::LAST_MODIFIED, v);
+                }
+            }
+            Ok(response)
+        }
+        Opened::Dir { entries, truncated } => Ok(Json(DirectoryListing {
+            path: path.to_string(),
+            entries,
+            truncated,
+        })
+        .into_response()),
+        Opened::Symlink { .. } | Opened::Other => Err(ApiError::field(
+            "path",
+            format!("{path} is neither a regular file nor a directory"),
+        )),
+    }
+}
+
+/// Metadata of one path (`lstat`: a symlink is reported as a symlink).
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/stat", tag = "files", operation_id = "statFile",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
+    responses(
+        (status = 200, body = FileEntry),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn stat(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<FileEntry>> {
+    let q = parse_query(raw.as_deref(), &["path"])?;
+    let path = q.path.unwrap_or_else(SandboxPath::workspace);
+    let sb = load_with_files(&state, &caller, &id).await?;
+    let st = state
+        .runtime
+        .stat_path(&sb.id, &path)
+        .await
+        .map_err(|e| files::fs_error(e, &sb.id))?;
+    let link_target = if st.kind == FileKind::Symlink {
+        // The target as stored, as `readlink` shows it.
+        match files::open(&state, &sb.id, &path, Want::Header).await? {
+            Opened::Symlink { target } => Some(target),
+            _ => st.resolved_target.clone(),
+        }
+    } else {
+        None
+    };
+    Ok(Json(files::entry_from_stat(&path, &st, link_target)))
+}
+
+/// Write a file from the raw request body.
+///
+/// Missing parent directories are created. An existing file is replaced
+/// (keeping its mode unless `mode` is given); a symlink at the path is
+/// replaced, not written through. Bodies above the server's
+/// `max_file_bytes` are refused with 413 while they stream.
+#[utoipa::path(put, path = "/api/v1/sandbox/{id}/files", tag = "files", operation_id = "writeFile",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = String, Query, description = "absolute, or relative to /workspace"),
+           ("mode" = Option<String>, Query, description = "octal permission bits, e.g. 0755 (default 0644, or the replaced file's)")),
+    request_body(content = stockade_api::files::Binary, content_type = "application/octet-stream", description = "the file's bytes"),
+    responses(
+        (status = 201, description = "Created", body = FileEntry),
+        (status = 200, description = "Replaced", body = FileEntry),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "A parent is not a directory, or the path is one", body = ErrorBody),
+        (status = 413, description = "Larger than max_file_bytes", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn write(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<FileEntry>)> {
+    let q = parse_query(raw.as_deref(), &["path", "mode"])?;
+    let path = required_path(&q)?;
+    let (Some(name), Some(parent)) = (path.file_name(), path.parent()) else {
+        return Err(ApiError::field("path", "must name a file, not /"));
+    };
+    let sb = load_with_files(&state, &caller, &id).await?;
+    let limit = state.config.max_file_bytes;
+    let length = content_length(&headers)?;
+    let body = check_announced(body, length, limit)?;
+
+    let existing = match state.runtime.stat_path(&sb.id, &path).await {
+        Ok(st) if st.kind == FileKind::Dir => {
+            return Err(ApiError::Conflict(format!(
+                "{path} is a directory; write a file below it"
+            )))
+        }
+        Ok(st) => Some(st),
+        Err(FsError::NotFound(_) | FsError::NotADirectory(_)) => None,
+        Err(e) => return Err(files::fs_error(e, &sb.id)),
+    };
+    let mode = q.mode.unwrap_or_else(|| match &existing {
+        Some(st) if st.kind == FileKind::File => st.mode,
+        _ => 0o644,
+    });
+    let (dir, missing) = existing_dir(&state, &sb.id, &parent).await?;
+
+    // A known length streams straight through; an unknown one is spooled
+    // (up to the limit) so the archive header can say the size.
+    let (body, size) = match length {
+        Some(n) => (body, n),
+        None => {
+            let (file, n) = files::spool(body, limit).await?;
+            let stream: BodyStream = Box::pin(tokio_util::io::ReaderStream::new(file));
+            (stream, n)
+        }
+    };
+    let failure: files::Failure = Arc::default();
+    let archive = files::file_archive(&missing, name, size, mode, body, failure.clone())?;
+    let written = state.runtime.write_archive(&sb.id, &dir, archive).await;
+    if let Some(e) = files::take_failure(&failure) {
+        return Err(e);
+    }
+    written.map_err(|e| files::fs_error(e, &sb.id))?;
+
+    let st = state
+        .runtime
+        .stat_path(&sb.id, &path)
+        .await
+        .map_err(|e| files::fs_error(e, &sb.id))?;
+    let status = if existing.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(files::entry_from_stat(&path, &st, None))))
+}
+
+/// Delete a file, symlink or directory (`recursive=true` for a directory
+/// with contents). Runs `rm` inside the sandbox, so it must be running.
+#[utoipa::path(delete, path = "/api/v1/sandbox/{id}/files", tag = "files", operation_id = "deleteFile",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = String, Query, description = "absolute, or relative to /workspace"),
+           ("recursive" = Option<bool>, Query, description = "delete a directory with its contents (default false)")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Directory not empty", body = ErrorBody),
+        (status = 503, description = "The sandbox is not running", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<StatusCode> {
+    let q = parse_query(raw.as_deref(), &["path", "recursive"])?;
+    let path = required_path(&q)?;
+    if path.is_root() || path.as_str() == VolumeName::MOUNT_PATH {
+        return Err(ApiError::field(
+            "path",
+            format!("refusing to delete {path} itself; delete what is inside it"),
+        ));
+    }
+    let sb = load_with_files(&state, &caller, &id).await?;
+    if sb.status != SandboxStatus::Running {
+        return Err(files::fs_error(FsError::NotRunning, &sb.id));
+    }
+    state
+        .runtime
+        .delete_path(&sb.id, &path, q.recursive)
+        .await
+        .map_err(|e| files::fs_error(e, &sb.id))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Download a tar archive of a file or directory (a symlink at `path` is
+/// followed). Works on a stopped sandbox.
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/archive", tag = "files", operation_id = "downloadArchive",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
+    responses(
+        (status = 200, description = "A tar archive; its entries start with the path's last component",
+            content_type = "application/x-tar", body = stockade_api::files::Binary),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn download(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    let q = parse_query(raw.as_deref(), &["path"])?;
+    let mut path = q.path.unwrap_or_else(SandboxPath::workspace);
+    let sb = load_with_files(&state, &caller, &id).await?;
+    let st = state
+        .runtime
+        .stat_path(&sb.id, &path)
+        .await
+        .map_err(|e| files::fs_error(e, &sb.id))?;
+    if st.kind == FileKind::Symlink {
+        path = files::resolve_symlink(&state, &sb.id, &path).await?;
+    }
+    let archive = state
+        .runtime
+        .read_archive(&sb.id, &path)
+        .await
+        .map_err(|e| files::fs_error(e, &sb.id))?;
+    let name: String = path
+        .file_name()
+        .unwrap_or("root")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut response = Response::new(Body::from_stream(archive));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-tar"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.tar\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(response)
+}
+
+/// Upload a tar (or tar.gz) archive and unpack it into a directory, made
+/// with its parents when missing. Entries must stay below it (no `..`);
+/// devices and FIFOs are refused. Limited to `max_file_bytes`, both as sent
+/// and unpacked (413). An archive refused halfway may have been partly
+/// unpacked.
+#[utoipa::path(method(put, post), path = "/api/v1/sandbox/{id}/files/archive", tag = "files", operation_id = "uploadArchive",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = Option<String>, Query, description = "directory to unpack into: absolute, or relative to /workspace (default /workspace)")),
+    request_body(content = stockade_api::files::Binary, content_type = "application/x-tar", description = "a tar or gzip-compressed tar archive"),
+    responses(
+        (status = 200, body = ArchiveUploadResponse),
+        (status = 400, description = "Not a tar archive, or an entry that leaves the directory", body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The path is not a directory", body = ErrorBody),
+        (status = 413, description = "Larger than max_file_bytes", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<ArchiveUploadResponse>> {
+    let q = parse_query(raw.as_deref(), &["path"])?;
+    let path = q.path.unwrap_or_else(SandboxPath::workspace);
+    let sb = load_with_files(&state, &caller, &id).await?;
+    let length = content_length(&headers)?;
+    let body = check_announced(body, length, state.config.max_file_bytes)?;
+    let (dir, missing) = existing_dir(&state, &sb.id, &path).await?;
+    let done = files::upload_archive(&state, &sb.id, &dir, missing, body).await?;
+    Ok(Json(ArchiveUploadResponse {
+        path: path.to_string(),
+        entries: done.entries,
+        bytes: done.bytes,
+    }))
+}
