@@ -9,6 +9,7 @@ pub mod sandbox;
 pub mod size;
 pub mod spec;
 pub mod status;
+pub mod team;
 
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};
@@ -19,3 +20,4 @@ pub use spec::{
     Defaults, Label, Labels, NetworkPolicy, SandboxName, SandboxSpec, StartCommand, VolumeName,
 };
 pub use status::SandboxStatus;
+pub use team::Team;
