@@ -10,6 +10,11 @@ use stockade_core::spec::SpecInput;
 use stockade_core::{human_bytes, size::volume_warning, Sandbox, SandboxStatus};
 use utoipa::ToSchema;
 
+pub mod teams;
+pub use teams::{
+    AddTeamMemberRequest, CreateTeamRequest, ListTeamsResponse, TeamMember, TeamResponse,
+};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

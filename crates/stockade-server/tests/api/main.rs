@@ -7,5 +7,6 @@ mod helpers;
 mod lifecycle;
 mod listing;
 mod restart;
+mod teams;
 mod tenancy;
 mod validation;
