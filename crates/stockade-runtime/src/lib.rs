@@ -12,9 +12,11 @@ use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 
 mod docker;
 mod fake;
+mod stats;
 
 pub use docker::{container_name, DockerConfig, DockerRuntime};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
+pub use stats::{cpu_percent, ContainerStats};
 
 /// Container label keys Stockade puts on everything it creates.
 pub mod labels {
@@ -175,4 +177,11 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Removes a volume; `Conflict` when a container uses it.
     async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()>;
+
+    // --- live status (issue 3, API-3: usage in sandbox details) ---
+
+    /// One sample of the sandbox's resource usage; `None` when it has no
+    /// running container. May take a second or two (the engine samples twice
+    /// to measure CPU).
+    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>>;
 }
