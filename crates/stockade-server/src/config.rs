@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use stockade_core::Defaults;
 
+use crate::ratelimit::RateLimitConfig;
+use crate::usage::UsageConfig;
+
 /// Everything the server needs besides its store and runtime.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -21,6 +24,12 @@ pub struct ServerConfig {
     pub reconcile_interval: Duration,
     /// A PROVISIONING record older than this belongs to a create that died.
     pub provisioning_grace: Duration,
+    /// Rate limits of `/api/v1` (API-12); `None` turns them off.
+    pub rate_limit: Option<RateLimitConfig>,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <this>`.
+    pub metrics_token: Option<String>,
+    /// How the live figures of sandbox details are measured (API-3).
+    pub usage: UsageConfig,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +42,9 @@ impl Default for ServerConfig {
             docker_host: "unix:///var/run/docker.sock".into(),
             reconcile_interval: Duration::from_secs(30),
             provisioning_grace: Duration::from_secs(600),
+            rate_limit: Some(RateLimitConfig::default()),
+            metrics_token: None,
+            usage: UsageConfig::default(),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
 use stockade_core::{ApiToken, InstanceId};
@@ -17,8 +18,11 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod lifecycle;
+pub mod metrics;
+pub mod ratelimit;
 pub mod reconcile;
 pub mod routes;
+pub mod usage;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -30,6 +34,10 @@ pub struct AppState {
     pub runtime: Arc<dyn Runtime>,
     pub config: Arc<ServerConfig>,
     pub instance_id: InstanceId,
+    /// Prometheus metrics of this server (API-13).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Live usage and volume sizes for sandbox details (API-3).
+    pub usage: Arc<usage::Usage>,
 }
 
 impl AppState {
@@ -39,11 +47,19 @@ impl AppState {
         config: ServerConfig,
     ) -> Result<Self, stockade_store::StoreError> {
         let instance_id = store.instance_id().await?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let usage = Arc::new(usage::Usage::new(
+            runtime.clone(),
+            metrics.clone(),
+            config.usage.clone(),
+        ));
         Ok(Self {
             store,
             runtime,
             config: Arc::new(config),
             instance_id,
+            metrics,
+            usage,
         })
     }
 }
@@ -69,10 +85,19 @@ pub fn router(state: AppState) -> Router {
         .route("/sandbox/{id}/start", post(sandboxes::start))
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
         .merge(routes::teams::routes());
+    let limiter = Arc::new(ratelimit::RateLimiter::new(
+        state.config.rate_limit.clone(),
+        state.metrics.clone(),
+    ));
     Router::new()
         .nest("/api/v1", api)
+        .route("/metrics", get(metrics::scrape))
         .route("/", get(routes::home))
         .fallback(routes::not_found)
+        // Cross-cutting layers come last so that they wrap every route above:
+        // rate limits (API-12) inside the metrics (API-13), so 429s are counted.
+        .layer(from_fn_with_state(limiter, ratelimit::limit))
+        .layer(from_fn_with_state(state.clone(), metrics::track))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -152,9 +177,13 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { token.cancelled().await })
-            .await
+        // The peer address feeds the per-client rate limit.
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { token.cancelled().await })
+        .await
     });
     Ok(RunningServer {
         addr,

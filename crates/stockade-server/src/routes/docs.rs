@@ -32,6 +32,7 @@ impl Modify for BearerAuth {
     components(schemas(
         stockade_api::ErrorBody, stockade_api::ErrorDetail,
         stockade_api::CreateSandboxRequest, stockade_api::SandboxResponse, stockade_api::VolumeSummary,
+        stockade_api::ResourceUsage,
         stockade_api::ListSandboxesResponse, stockade_api::BulkDeleteRequest,
         stockade_api::BulkDeleteResponse, stockade_api::BulkDeleteResult,
         stockade_api::HealthResponse, stockade_api::DockerHealth, stockade_api::DatabaseHealth,
@@ -53,6 +54,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     // Feature modules add their documents here, e.g. `doc.merge(logs::LogsApi::openapi());`
     doc.merge(super::teams::TeamsApi::openapi());
+    doc.merge(crate::metrics::MetricsApi::openapi());
     doc
 }
 

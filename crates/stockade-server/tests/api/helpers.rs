@@ -31,7 +31,12 @@ pub struct AppOptions {
     pub docker_host: Option<String>,
     pub store: Option<Arc<dyn Store>>,
     pub dir: Option<Arc<tempfile::TempDir>>,
+    /// Changes the test server's configuration before it starts.
+    pub configure: Option<Configure>,
 }
+
+/// A change to a test server's configuration.
+pub type Configure = Box<dyn FnOnce(&mut ServerConfig) + Send>;
 
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(AppOptions::default()).await
@@ -62,6 +67,9 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
         ..ServerConfig::default()
     };
     config.defaults.image = test_image();
+    if let Some(configure) = opts.configure {
+        configure(&mut config);
+    }
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await
