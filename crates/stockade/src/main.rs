@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the Stockade server.
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Manage accounts (administrators only).
     #[command(subcommand)]
     Account(client::AccountCommand),
@@ -58,7 +58,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Server(args) => server::run(args).await,
+            Command::Server(args) => server::run(*args).await,
             Command::Account(cmd) => {
                 let c = client::Client::new(&cli.url, cli.token.as_deref())?;
                 client::account(&c, cmd, cli.json).await
