@@ -215,3 +215,26 @@ async fn a_metrics_token_protects_the_scrape() {
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.text().await.unwrap().contains("stockade_build_info"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_openapi_document_has_metrics_teams_and_usage() {
+    let app = spawn_app().await;
+    let doc = app.get("/api/v1/openapi.json", &app.admin_token).await.body;
+    for path in [
+        "/metrics",
+        "/api/v1/teams",
+        "/api/v1/teams/{team_id}",
+        "/api/v1/teams/{team_id}/members",
+        "/api/v1/teams/{team_id}/members/{account_id}",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} is not documented");
+    }
+    for schema in ["ResourceUsage", "TeamResponse", "CreateTeamRequest"] {
+        assert!(
+            doc["components"]["schemas"].get(schema).is_some(),
+            "{schema} is not documented"
+        );
+    }
+    let usage = &doc["components"]["schemas"]["SandboxResponse"]["properties"]["usage"];
+    assert!(!usage.is_null(), "SandboxResponse.usage is not documented");
+}
