@@ -142,6 +142,8 @@ fn init_tracing() {
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     init_tracing();
+    // Bad settings fail before anything is created.
+    let rate_limit = rate_limit_config(&args)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("could not create the data directory {}", data_dir.display()))?;
@@ -171,7 +173,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let mut config = ServerConfig {
         listen: args.listen,
         docker_host: docker_host.clone(),
-        rate_limit: rate_limit_config(&args)?,
+        rate_limit,
         metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
         ..ServerConfig::default()
     };
