@@ -24,6 +24,12 @@ pub use exec::{
 pub use logs::{LogLineResponse, LogsEndEvent, LogsResponse};
 pub mod files;
 pub use files::{ArchiveUploadResponse, DirectoryListing, FileEntry, FileType};
+pub mod teams;
+pub mod usage;
+pub use teams::{
+    AddTeamMemberRequest, CreateTeamRequest, ListTeamsResponse, TeamMember, TeamResponse,
+};
+pub use usage::ResourceUsage;
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -196,6 +202,10 @@ pub struct SandboxResponse {
     pub uptime_seconds: Option<i64>,
     /// Where the logs of this sandbox stream from.
     pub logs_url: String,
+    /// Live CPU, memory, network and process figures (details of a running
+    /// sandbox only; absent when they could not be measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ResourceUsage>,
     /// Persisted runtime facts, snake_case (DB-2).
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
@@ -243,6 +253,7 @@ impl SandboxResponse {
             volume: VolumeSummary::new(sb.volume_name().to_string(), None),
             uptime_seconds: uptime,
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
+            usage: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }
     }

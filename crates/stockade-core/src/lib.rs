@@ -10,6 +10,7 @@ pub mod sandbox;
 pub mod size;
 pub mod spec;
 pub mod status;
+pub mod team;
 
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};
@@ -21,3 +22,4 @@ pub use spec::{
     Defaults, Label, Labels, NetworkPolicy, SandboxName, SandboxSpec, StartCommand, VolumeName,
 };
 pub use status::SandboxStatus;
+pub use team::Team;

@@ -23,6 +23,11 @@ use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 use tokio::io::AsyncWriteExt;
 
+// Live usage (API-3) lives in its own file, as a child module so that it
+// shares this module's private client helpers.
+#[path = "docker_stats.rs"]
+mod stats;
+
 use crate::{
     labels, ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer, Runtime,
     RuntimeError, RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
@@ -924,6 +929,10 @@ impl Runtime for DockerRuntime {
         recursive: bool,
     ) -> crate::FsResult<()> {
         self.delete_path_impl(id, path, recursive).await
+    }
+
+    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<crate::ContainerStats>> {
+        self.stats_sample(id).await
     }
 }
 

@@ -627,6 +627,25 @@ impl Runtime for FakeRuntime {
     ) -> crate::FsResult<()> {
         Err(files_unsupported())
     }
+
+    /// A running container reports its memory limit, one process, 1 MiB in
+    /// use and no CPU or network traffic; a stopped or missing one `None`.
+    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<crate::ContainerStats>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .containers
+            .get(id)
+            .filter(|c| c.running)
+            .map(|c| crate::ContainerStats {
+                cpu_percent: Some(0.0),
+                memory_bytes: 1024 * 1024,
+                memory_limit_bytes: u64::try_from(c.spec.memory_bytes).unwrap_or_default(),
+                network_rx_bytes: 0,
+                network_tx_bytes: 0,
+                pids: 1,
+            }))
+    }
 }
 
 fn files_unsupported() -> crate::FsError {
@@ -917,6 +936,25 @@ mod tests {
         let res = tokio::time::timeout(Duration::from_millis(20), rt.create(&s)).await;
         assert!(res.is_err());
         assert!(rt.containers().is_empty() && rt.volume_names().is_empty());
+    }
+
+    #[tokio::test]
+    async fn stats_of_running_containers_only() {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        let id = s.sandbox_id.clone();
+        assert_eq!(rt.stats(&id).await.unwrap(), None);
+        rt.create(&s).await.unwrap();
+        let stats = rt.stats(&id).await.unwrap().unwrap();
+        assert_eq!(stats.memory_limit_bytes, 512 << 20);
+        assert_eq!(stats.pids, 1);
+        rt.stop(&id, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(rt.stats(&id).await.unwrap(), None);
+        rt.set_unavailable(true);
+        assert!(matches!(
+            rt.stats(&id).await,
+            Err(RuntimeError::Unavailable(_))
+        ));
     }
 
     #[tokio::test]

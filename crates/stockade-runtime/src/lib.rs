@@ -19,12 +19,14 @@ mod exec_stream;
 mod fake;
 mod files;
 mod logs;
+mod stats;
 
 pub use docker::{container_name, DockerConfig, DockerRuntime};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
+pub use stats::{cpu_percent, ContainerStats};
 
 /// Container label keys Stockade puts on everything it creates.
 pub mod labels {
@@ -240,4 +242,10 @@ pub trait Runtime: Send + Sync + 'static {
         path: &SandboxPath,
         recursive: bool,
     ) -> FsResult<()>;
+    // --- live status (issue 3, API-3: usage in sandbox details) ---
+
+    /// One sample of the sandbox's resource usage; `None` when it has no
+    /// running container. May take a second or two (the engine samples twice
+    /// to measure CPU).
+    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>>;
 }

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use stockade_core::Defaults;
 
+use crate::ratelimit::RateLimitConfig;
+use crate::usage::UsageConfig;
+
 /// Everything the server needs besides its store and runtime.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -40,6 +43,12 @@ pub struct ServerConfig {
     pub sse_keep_alive: Duration,
     /// Largest file write or archive upload (API-9); more is a 413.
     pub max_file_bytes: u64,
+    /// Rate limits of `/api/v1` (API-12); `None` turns them off.
+    pub rate_limit: Option<RateLimitConfig>,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <this>`.
+    pub metrics_token: Option<String>,
+    /// How the live figures of sandbox details are measured (API-3).
+    pub usage: UsageConfig,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +69,9 @@ impl Default for ServerConfig {
             max_processes_per_sandbox: 64,
             sse_keep_alive: Duration::from_secs(15),
             max_file_bytes: 100 * 1024 * 1024,
+            rate_limit: Some(RateLimitConfig::default()),
+            metrics_token: None,
+            usage: UsageConfig::default(),
         }
     }
 }

@@ -111,13 +111,25 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(error = %self, status = status.as_u16(), "request rejected");
         }
-        (
+        let retry_after = match &self {
+            Self::TooManyRequests {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        };
+        let mut response = (
             status,
             Json(ErrorBody {
                 error: self.detail(),
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
 use stockade_core::{ApiToken, InstanceId};
@@ -19,12 +20,15 @@ pub mod extract;
 pub mod files;
 pub mod lifecycle;
 pub mod log_cursor;
+pub mod metrics;
 pub mod output;
 pub mod processes;
 pub mod proxy;
+pub mod ratelimit;
 pub mod reconcile;
 pub mod routes;
 pub mod sse;
+pub mod usage;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -40,6 +44,10 @@ pub struct AppState {
     pub proxy_keys: proxy::token::TokenKey,
     /// Background processes started by exec (API-8).
     pub processes: Arc<processes::ProcessRegistry>,
+    /// Prometheus metrics of this server (API-13).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Live usage and volume sizes for sandbox details (API-3).
+    pub usage: Arc<usage::Usage>,
 }
 
 impl AppState {
@@ -50,6 +58,12 @@ impl AppState {
     ) -> Result<Self, stockade_store::StoreError> {
         let instance_id = store.instance_id().await?;
         let proxy_keys = proxy::token::TokenKey::load(store.as_ref()).await?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let usage = Arc::new(usage::Usage::new(
+            runtime.clone(),
+            metrics.clone(),
+            config.usage.clone(),
+        ));
         Ok(Self {
             store,
             runtime,
@@ -59,6 +73,8 @@ impl AppState {
             config: Arc::new(config),
             instance_id,
             proxy_keys,
+            metrics,
+            usage,
         })
     }
 }
@@ -86,17 +102,25 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::ports::routes())
         .merge(routes::logs::routes())
         .merge(routes::exec::routes())
-        .merge(routes::files::routes());
+        .merge(routes::files::routes())
+        .merge(routes::teams::routes());
+    let limiter = Arc::new(ratelimit::RateLimiter::new(
+        state.config.rate_limit.clone(),
+        state.metrics.clone(),
+    ));
     Router::new()
         .nest("/api/v1", api)
         .merge(proxy::routes())
+        .route("/metrics", get(metrics::scrape))
         .route("/", get(routes::dashboard::index))
         .route("/dashboard/{file}", get(routes::dashboard::asset))
         .fallback(routes::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            proxy::by_host,
-        ))
+        // Cross-cutting layers come last so that they wrap every route above:
+        // rate limits (API-12) inside the metrics (API-13), so 429s are counted.
+        .layer(from_fn_with_state(limiter, ratelimit::limit))
+        .layer(from_fn_with_state(state.clone(), metrics::track))
+        // Host-form proxy requests are routed before anything else.
+        .layer(from_fn_with_state(state.clone(), proxy::by_host))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -176,9 +200,13 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { token.cancelled().await })
-            .await
+        // The peer address feeds the per-client rate limit.
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { token.cancelled().await })
+        .await
     });
     Ok(RunningServer {
         addr,

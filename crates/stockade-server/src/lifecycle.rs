@@ -134,6 +134,7 @@ async fn create_inner(
     mut sb: Sandbox,
     abandoned: &CancellationToken,
 ) -> ApiResult<Sandbox> {
+    let _timer = state.metrics.time_operation("create");
     state.store.insert_sandbox(&sb).await.map_err(|e| match e {
         StoreError::Conflict(_) => ApiError::Conflict(format!(
             "A sandbox named '{}' already exists in this account",
@@ -148,6 +149,7 @@ async fn create_inner(
     let container_id = match state.runtime.create(&container_spec(state, &sb)).await {
         Ok(cid) => cid,
         Err(e) => {
+            state.metrics.docker_error("create", &e);
             warn!(sandbox.id = %sb.id, error = %e, "runtime create failed; removing the record");
             if let Err(pe) = state.store.purge_sandbox(&sb.id).await {
                 error!(sandbox.id = %sb.id, error = %pe, "could not remove the record of a failed create");
@@ -223,6 +225,7 @@ fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
 
 /// Starts a sandbox; one that is already running is returned as it is (LC-3).
 pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
+    let _timer = state.metrics.time_operation("start");
     ensure_not_terminated(&sb)?;
     if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
         return Err(ApiError::Conflict(format!(
@@ -230,7 +233,11 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
             sb.id
         )));
     }
-    let state_now = state.runtime.inspect(&sb.id).await?;
+    let state_now = state
+        .runtime
+        .inspect(&sb.id)
+        .await
+        .inspect_err(|e| state.metrics.docker_error("inspect", e))?;
     let Some(container) = state_now else {
         sb.status = SandboxStatus::Error;
         sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
@@ -244,7 +251,11 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
         return Ok(sb);
     }
     if !container.running {
-        state.runtime.start(&sb.id).await?;
+        state
+            .runtime
+            .start(&sb.id)
+            .await
+            .inspect_err(|e| state.metrics.docker_error("start", e))?;
     }
     sb.status = SandboxStatus::Running;
     sb.status_reason = None;
@@ -255,6 +266,7 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
 
 /// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4).
 pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResult<Sandbox> {
+    let _timer = state.metrics.time_operation("stop");
     ensure_not_terminated(&sb)?;
     if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
         return Err(ApiError::Conflict(format!(
@@ -267,7 +279,10 @@ pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResu
         Err(RuntimeError::NotFound(_)) => {
             sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            state.metrics.docker_error("stop", &e);
+            return Err(e.into());
+        }
     }
     if sb.status == SandboxStatus::Stopped && sb.status_reason.is_none() {
         return Ok(sb);
@@ -280,13 +295,18 @@ pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResu
 /// Destroys a sandbox (LC-5, DB-5): runtime terminate → TERMINATED → soft
 /// delete. If the runtime fails the record stays as it was.
 pub async fn destroy(state: &AppState, sb: Sandbox, preserve_volume: bool) -> ApiResult<Sandbox> {
+    let _timer = state.metrics.time_operation("destroy");
     if sb.status == SandboxStatus::Provisioning {
         return Err(ApiError::Conflict(format!(
             "Sandbox {} is still being created; delete it once create returns",
             sb.id
         )));
     }
-    state.runtime.remove(&sb.id, preserve_volume).await?;
+    state
+        .runtime
+        .remove(&sb.id, preserve_volume)
+        .await
+        .inspect_err(|e| state.metrics.docker_error("remove", e))?;
     if sb.deleted_at.is_some() {
         return Ok(sb);
     }

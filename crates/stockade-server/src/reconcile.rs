@@ -27,7 +27,11 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
             return Ok(report);
         }
     };
-    let containers = state.runtime.list_managed().await?;
+    let containers = state
+        .runtime
+        .list_managed()
+        .await
+        .inspect_err(|e| state.metrics.docker_error("list", e))?;
     let active_ids: Vec<stockade_core::SandboxId> = records.iter().map(|r| r.id.clone()).collect();
     let now = Utc::now();
     for mut sb in records {

@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{
-    Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, TeamId,
+    Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
 };
 
 mod common;
@@ -157,6 +157,35 @@ pub trait Store: Send + Sync + 'static {
     /// first. Concurrent first calls (also from several server instances)
     /// all get the one value that was stored.
     async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
+    // --- teams (admin-managed; membership widens a caller's Scope) ---
+
+    /// Creates a team. A team with the same name is a [`StoreError::Conflict`].
+    async fn create_team(&self, name: &str) -> StoreResult<Team>;
+
+    /// Every team, oldest first.
+    async fn list_teams(&self) -> StoreResult<Vec<Team>>;
+
+    /// One team; `NotFound` when there is none with this id.
+    async fn get_team(&self, id: &TeamId) -> StoreResult<Team>;
+
+    /// The teams `account` belongs to, oldest first.
+    async fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>>;
+
+    /// Adds `account` to `team`; already a member is fine. `NotFound` when the
+    /// team or the account does not exist.
+    async fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
+
+    /// Removes `account` from `team`; `NotFound` when it was not a member.
+    async fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
+
+    /// The members of `team`, oldest account first (empty for an unknown team).
+    async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>>;
+
+    // --- metrics ---
+
+    /// How many records that are not deleted have each status (API-13).
+    /// Statuses without records are left out.
+    async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

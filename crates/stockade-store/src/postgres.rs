@@ -7,13 +7,17 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
-use stockade_core::{Account, AccountId, InstanceId, Sandbox, SandboxId, Scope, TeamId};
+use stockade_core::{
+    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
+};
 
 use crate::common::{
     is_foreign_key_violation, is_unique_violation, known_total, map_err, metadata_json, other,
     push_list_filter, push_list_page, sandbox_columns, sandbox_conflict, SandboxRow,
 };
 use crate::{SandboxFilter, SandboxPage, Store, StoreError, StoreResult};
+
+mod teams;
 
 /// The Stockade store in a PostgreSQL database.
 #[derive(Debug, Clone)]
@@ -577,5 +581,45 @@ impl Store for PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(map_err("read setting"))
+    }
+
+    #[tracing::instrument(skip_all, fields(team.name = %name), err(level = "debug"))]
+    async fn create_team(&self, name: &str) -> StoreResult<Team> {
+        teams::create(&self.pool, name).await
+    }
+
+    #[tracing::instrument(skip_all, err(level = "debug"))]
+    async fn list_teams(&self) -> StoreResult<Vec<Team>> {
+        teams::list(&self.pool).await
+    }
+
+    #[tracing::instrument(skip_all, fields(team.id = %id), err(level = "debug"))]
+    async fn get_team(&self, id: &TeamId) -> StoreResult<Team> {
+        teams::get_one(&self.pool, id).await
+    }
+
+    #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
+    async fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>> {
+        teams::of_account(&self.pool, account).await
+    }
+
+    #[tracing::instrument(skip_all, fields(team.id = %team, account.id = %account), err(level = "debug"))]
+    async fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()> {
+        teams::add_member(&self.pool, team, account).await
+    }
+
+    #[tracing::instrument(skip_all, fields(team.id = %team, account.id = %account), err(level = "debug"))]
+    async fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()> {
+        teams::remove_member(&self.pool, team, account).await
+    }
+
+    #[tracing::instrument(skip_all, fields(team.id = %team), err(level = "debug"))]
+    async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>> {
+        teams::members(&self.pool, team).await
+    }
+
+    #[tracing::instrument(skip_all, err(level = "debug"))]
+    async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
+        teams::count_by_status(&self.pool).await
     }
 }

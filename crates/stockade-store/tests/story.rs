@@ -115,8 +115,7 @@ fn with_database(url: &str, database: &str) -> String {
     out
 }
 
-/// Direct access to the database, for what the trait does not offer (teams)
-/// and to look at the stored rows. `None` for in-memory SQLite.
+/// Direct access to the database, to look at (and damage) the stored rows. `None` for in-memory SQLite.
 enum Raw {
     Sqlite(SqlitePool),
     Postgres(PgPool),
@@ -126,45 +125,6 @@ enum Raw {
 impl Raw {
     fn available(&self) -> bool {
         !matches!(self, Raw::None)
-    }
-
-    async fn add_team(&self, team: &TeamId, members: &[&AccountId]) {
-        match self {
-            Raw::Sqlite(pool) => {
-                sqlx::query("INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)")
-                    .bind(team.as_str())
-                    .bind("platform")
-                    .bind("2025-01-01T00:00:00.000000Z")
-                    .execute(pool)
-                    .await
-                    .unwrap();
-                for m in members {
-                    sqlx::query("INSERT INTO team_members (team_id, account_id) VALUES (?, ?)")
-                        .bind(team.as_str())
-                        .bind(m.as_str())
-                        .execute(pool)
-                        .await
-                        .unwrap();
-                }
-            }
-            Raw::Postgres(pool) => {
-                sqlx::query("INSERT INTO teams (id, name, created_at) VALUES ($1, $2, now())")
-                    .bind(team.as_str())
-                    .bind("platform")
-                    .execute(pool)
-                    .await
-                    .unwrap();
-                for m in members {
-                    sqlx::query("INSERT INTO team_members (team_id, account_id) VALUES ($1, $2)")
-                        .bind(team.as_str())
-                        .bind(m.as_str())
-                        .execute(pool)
-                        .await
-                        .unwrap();
-                }
-            }
-            Raw::None => unreachable!("no raw access"),
-        }
     }
 
     /// The stored metadata document of a sandbox.
@@ -316,7 +276,6 @@ async fn list(store: &dyn Store, scope: &Scope, f: SandboxFilter) -> SandboxPage
 /// Runs the whole story on `store`; returns the instance id.
 async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     let s: &dyn Store = &*store;
-    let teams = raw.available();
 
     // --- the instance -------------------------------------------------------
     s.ping().await.unwrap();
@@ -373,11 +332,81 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .unwrap()
         .is_none());
 
-    let team = TeamId::generate();
-    if teams {
-        raw.add_team(&team, &[&alice.id, &bob.id]).await;
+    // --- teams ---------------------------------------------------------------
+    assert!(s.list_teams().await.unwrap().is_empty());
+    let platform = s.create_team("platform").await.unwrap();
+    let team = platform.id.clone();
+    let data = s.create_team("data").await.unwrap();
+    assert_eq!(platform.name, "platform");
+    match s.create_team("platform").await {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("platform"), "{m}"),
+        other => panic!("duplicate team name: {other:?}"),
     }
-    let expected_teams = if teams { vec![team.clone()] } else { vec![] };
+    assert_eq!(
+        s.list_teams().await.unwrap(),
+        vec![platform.clone(), data.clone()]
+    );
+    assert_eq!(s.get_team(&team).await.unwrap(), platform);
+    assert!(matches!(
+        s.get_team(&TeamId::generate()).await,
+        Err(StoreError::NotFound)
+    ));
+    s.add_team_member(&team, &alice.id).await.unwrap();
+    s.add_team_member(&team, &bob.id).await.unwrap();
+    // Adding a member twice is fine.
+    s.add_team_member(&team, &bob.id).await.unwrap();
+    s.add_team_member(&data.id, &carol.id).await.unwrap();
+    s.add_team_member(&data.id, &alice.id).await.unwrap();
+    assert!(matches!(
+        s.add_team_member(&TeamId::generate(), &alice.id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        s.add_team_member(&team, &AccountId::generate()).await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        s.list_team_members(&team).await.unwrap(),
+        vec![alice.clone(), bob.clone()]
+    );
+    assert_eq!(
+        s.list_team_members(&data.id).await.unwrap(),
+        vec![alice.clone(), carol.clone()]
+    );
+    assert!(s
+        .list_team_members(&TeamId::generate())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        s.teams_of_account(&alice.id).await.unwrap(),
+        vec![platform.clone(), data.clone()]
+    );
+    // Leaving a team: gone from the members and from the account's teams;
+    // leaving twice is NotFound.
+    s.remove_team_member(&data.id, &alice.id).await.unwrap();
+    assert!(matches!(
+        s.remove_team_member(&data.id, &alice.id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        s.list_team_members(&data.id).await.unwrap(),
+        vec![carol.clone()]
+    );
+    assert_eq!(
+        s.teams_of_account(&alice.id).await.unwrap(),
+        vec![platform.clone()]
+    );
+    assert_eq!(
+        s.teams_of_account(&carol.id).await.unwrap(),
+        vec![data.clone()]
+    );
+    assert!(s
+        .teams_of_account(&AccountId::generate())
+        .await
+        .unwrap()
+        .is_empty());
+    let expected_teams = vec![team.clone()];
     let (found, alice_teams) = s
         .account_by_token_hash(&alice_token.hash())
         .await
@@ -405,7 +434,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     // --- sandboxes ----------------------------------------------------------
     let t0 = Utc::now().trunc_subsecs(6) - chrono::Duration::hours(1);
     let at = |secs: i64| t0 + chrono::Duration::seconds(secs);
-    let team_ref = teams.then_some(&team);
+    let team_ref = Some(&team);
     use SandboxStatus::*;
     let web = sandbox(
         &alice.id,
@@ -451,6 +480,19 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     ] {
         s.insert_sandbox(sb).await.unwrap();
     }
+    // Metrics count the records by status.
+    assert_eq!(
+        counts(s).await,
+        [
+            (Running, 5),
+            (Stopped, 1),
+            (Error, 1),
+            (Terminated, 1),
+            (Pending, 1)
+        ]
+        .into_iter()
+        .collect()
+    );
 
     // Records come back exactly as written, metadata included.
     for sb in [&web, &db, &job, &old, &shared] {
@@ -460,7 +502,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         s.get_sandbox(&bob_scope, &bob_web.id).await.unwrap(),
         bob_web
     );
-    if teams {
+    if raw.available() {
         let doc = raw.metadata(&shared.id).await;
         assert_eq!(doc["sandbox_id"], shared.id.as_str());
         assert_eq!(doc["status"], "RUNNING");
@@ -487,14 +529,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         Err(StoreError::NotFound)
     ));
     // A team member sees the team's sandbox.
-    if teams {
-        assert_eq!(s.get_sandbox(&bob_scope, &shared.id).await.unwrap(), shared);
-    } else {
-        assert!(matches!(
-            s.get_sandbox(&bob_scope, &shared.id).await,
-            Err(StoreError::Forbidden)
-        ));
-    }
+    assert_eq!(s.get_sandbox(&bob_scope, &shared.id).await.unwrap(), shared);
 
     // By name: the caller's own active sandboxes only.
     assert_eq!(
@@ -607,31 +642,24 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     );
     assert_eq!(names(&list(s, &alice_scope, active(false)).await), ["old"]);
 
-    if teams {
-        let by_team = SandboxFilter {
-            team_id: Some(team.clone()),
-            ..filter()
-        };
-        assert_eq!(
-            names(&list(s, &alice_scope, by_team.clone()).await),
-            ["shared"]
-        );
-        assert_eq!(names(&list(s, &bob_scope, by_team).await), ["shared"]);
-        // Bob sees his own sandboxes and his team's, newest first.
-        assert_eq!(
-            names(&list(s, &bob_scope, filter()).await),
-            ["private", "web", "shared"]
-        );
-        assert_eq!(
-            names(&list(s, &bob_scope, by_labels(&["env=prod"])).await),
-            ["web", "shared"]
-        );
-    } else {
-        assert_eq!(
-            names(&list(s, &bob_scope, filter()).await),
-            ["private", "web"]
-        );
-    }
+    let by_team = SandboxFilter {
+        team_id: Some(team.clone()),
+        ..filter()
+    };
+    assert_eq!(
+        names(&list(s, &alice_scope, by_team.clone()).await),
+        ["shared"]
+    );
+    assert_eq!(names(&list(s, &bob_scope, by_team).await), ["shared"]);
+    // Bob sees his own sandboxes and his team's, newest first.
+    assert_eq!(
+        names(&list(s, &bob_scope, filter()).await),
+        ["private", "web", "shared"]
+    );
+    assert_eq!(
+        names(&list(s, &bob_scope, by_labels(&["env=prod"])).await),
+        ["web", "shared"]
+    );
     assert!(list(s, &Scope::account(AccountId::generate()), filter())
         .await
         .sandboxes
@@ -811,7 +839,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     assert_eq!(gone.terminated_at, Some(deleted_at));
     assert_eq!(gone.version, after.version + 1);
     assert_eq!(gone.spec, after.spec);
-    if teams {
+    if raw.available() {
         assert_eq!(raw.metadata(&db.id).await["status"], "TERMINATED");
     }
     // Still forbidden to others, no longer found by name, not listed as active.
@@ -888,6 +916,13 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         assert!(active_ids.contains(&sb.id), "{} not active", sb.spec.name);
     }
     assert!(!active_ids.contains(&db.id) && !active_ids.contains(&old.id));
+    // Deleted records are not counted; the count agrees with the records.
+    let mut tally = std::collections::HashMap::new();
+    for sb in s.list_active_sandboxes().await.unwrap() {
+        *tally.entry(sb.status).or_insert(0u64) += 1;
+    }
+    assert_eq!(counts(s).await, tally);
+    assert!(!tally.contains_key(&Terminated));
     assert_eq!(active_ids.len(), 8 + 5);
     assert!(s.sandbox_record_exists(&db.id).await.unwrap());
     assert!(!s
@@ -906,7 +941,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .await
         .sandboxes
         .is_empty());
-    if teams {
+    if raw.available() {
         assert_eq!(raw.label_rows(&job.id).await, 0);
     }
     assert!(matches!(
@@ -915,7 +950,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     ));
 
     // --- bad data is an error, never a panic -----------------------------------
-    if teams {
+    if raw.available() {
         raw.corrupt_metadata(&bob_private.id).await;
         assert!(matches!(
             s.get_sandbox(&bob_scope, &bob_private.id).await,
@@ -962,6 +997,15 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .is_some());
 
     instance
+}
+
+/// `count_sandboxes_by_status` as a map.
+async fn counts(s: &dyn Store) -> std::collections::HashMap<SandboxStatus, u64> {
+    s.count_sandboxes_by_status()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
 }
 
 /// Awaits spawned tasks in order, propagating their panics.

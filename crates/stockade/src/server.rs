@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
+use stockade_server::ratelimit::{IpNet, Limit, RateLimitConfig};
 use stockade_server::{AppState, Bootstrap, ServerConfig};
 
 #[derive(Args)]
@@ -67,6 +68,76 @@ pub struct ServerArgs {
     /// Largest file write or archive upload, in bytes (larger is a 413).
     #[arg(long, env = "STOCKADE_MAX_FILE_BYTES", default_value_t = 100 * 1024 * 1024)]
     max_file_bytes: u64,
+    /// Rate limit of /api/v1 per client IP and, separately, per API token:
+    /// REQUESTS/WINDOW (e.g. 1000/60s, 20/1m, 5000/1h), or `off`.
+    #[arg(long, env = "STOCKADE_RATE_LIMIT", default_value = "1000/60s")]
+    rate_limit: String,
+    /// The per-client-IP limit, when it should differ from --rate-limit (or `off`).
+    #[arg(long, env = "STOCKADE_RATE_LIMIT_PER_IP")]
+    rate_limit_per_ip: Option<String>,
+    /// The per-token limit, when it should differ from --rate-limit (or `off`).
+    #[arg(long, env = "STOCKADE_RATE_LIMIT_PER_TOKEN")]
+    rate_limit_per_token: Option<String>,
+    /// Reverse proxies whose X-Forwarded-For names the client: comma-separated
+    /// addresses or CIDRs (e.g. 127.0.0.1,10.0.0.0/8). Default: none.
+    #[arg(long, env = "STOCKADE_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Vec<String>,
+    /// When set, GET /metrics needs `Authorization: Bearer <this token>`.
+    #[arg(long, env = "STOCKADE_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+    /// Seconds volume sizes (from `docker system df`) are cached.
+    #[arg(long, env = "STOCKADE_VOLUME_SIZE_TTL_SECS", default_value_t = 30)]
+    volume_size_ttl_secs: u64,
+}
+
+/// `off` or a limit such as `1000/60s`.
+fn parse_limit(value: &str, flag: &str) -> anyhow::Result<Option<Limit>> {
+    if value.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    Limit::parse(value)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
+/// The rate limits the flags ask for; `None` when both buckets are off.
+fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig>> {
+    let base = parse_limit(&args.rate_limit, "--rate-limit")?;
+    let per_ip = match &args.rate_limit_per_ip {
+        Some(v) => parse_limit(v, "--rate-limit-per-ip")?,
+        None => base,
+    };
+    let per_token = match &args.rate_limit_per_token {
+        Some(v) => parse_limit(v, "--rate-limit-per-token")?,
+        None => base,
+    };
+    let trusted_proxies = args
+        .trusted_proxies
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| IpNet::parse(p).map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if per_ip.is_none() && per_token.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RateLimitConfig {
+        per_ip,
+        per_token,
+        trusted_proxies,
+        ..RateLimitConfig::default()
+    }))
+}
+
+fn describe_limits(config: &Option<RateLimitConfig>) -> String {
+    let show = |l: Option<Limit>| l.map_or_else(|| "off".to_owned(), |l| l.to_string());
+    match config {
+        None => "off".into(),
+        Some(c) => format!(
+            "{} per client IP, {} per token",
+            show(c.per_ip),
+            show(c.per_token)
+        ),
+    }
 }
 
 fn default_data_dir() -> PathBuf {
@@ -91,6 +162,8 @@ fn init_tracing() {
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     init_tracing();
+    // Bad settings fail before anything is created.
+    let rate_limit = rate_limit_config(&args)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("could not create the data directory {}", data_dir.display()))?;
@@ -121,8 +194,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         listen: args.listen,
         docker_host: docker_host.clone(),
         max_file_bytes: args.max_file_bytes,
+        rate_limit,
+        metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
         ..ServerConfig::default()
     };
+    config.usage.volume_size_ttl = std::time::Duration::from_secs(args.volume_size_ttl_secs);
+    let limits = describe_limits(&config.rate_limit);
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.defaults.image = args.default_image.clone();
@@ -158,6 +235,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     println!("  dashboard: {base}/");
     println!("  API docs:  {base}/api/v1/docs");
     println!("  database:  {}", redact_url(&database));
+    println!("  limits:    {limits}");
     match runtime.info().await {
         Ok(i) => println!(
             "  docker:    {docker_host} (Docker {}, API {})",
@@ -233,6 +311,65 @@ fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::ServerArgs,
+    }
+
+    fn limits(flags: &[&str]) -> anyhow::Result<String> {
+        let mut argv = vec!["stockade"];
+        argv.extend_from_slice(flags);
+        let cli = Cli::try_parse_from(argv)?;
+        Ok(super::describe_limits(&super::rate_limit_config(
+            &cli.args,
+        )?))
+    }
+
+    #[test]
+    fn rate_limit_flags() {
+        // The flags' environment variables would change the answers.
+        for var in [
+            "STOCKADE_RATE_LIMIT",
+            "STOCKADE_RATE_LIMIT_PER_IP",
+            "STOCKADE_RATE_LIMIT_PER_TOKEN",
+            "STOCKADE_TRUSTED_PROXIES",
+        ] {
+            if std::env::var_os(var).is_some() {
+                eprintln!("rate_limit_flags skipped: {var} is set");
+                return;
+            }
+        }
+        assert_eq!(
+            limits(&[]).unwrap(),
+            "1000/60s per client IP, 1000/60s per token"
+        );
+        assert_eq!(
+            limits(&["--rate-limit", "20/1m", "--rate-limit-per-token", "off"]).unwrap(),
+            "20/60s per client IP, off per token"
+        );
+        assert_eq!(limits(&["--rate-limit", "OFF"]).unwrap(), "off");
+        assert_eq!(
+            limits(&["--rate-limit", "off", "--rate-limit-per-ip", "5/1s"]).unwrap(),
+            "5/1s per client IP, off per token"
+        );
+        let err = limits(&["--rate-limit", "lots"]).unwrap_err().to_string();
+        assert!(
+            err.contains("--rate-limit") && err.contains("1000/60s"),
+            "{err}"
+        );
+        let err = limits(&["--trusted-proxies", "10.0.0.0/8,nope"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--trusted-proxies") && err.contains("nope"),
+            "{err}"
+        );
+        assert!(limits(&["--trusted-proxies", "10.0.0.0/8,::1"]).is_ok());
+    }
+
     #[test]
     fn redacts_passwords() {
         assert_eq!(

@@ -32,6 +32,7 @@ impl Modify for BearerAuth {
     components(schemas(
         stockade_api::ErrorBody, stockade_api::ErrorDetail,
         stockade_api::CreateSandboxRequest, stockade_api::SandboxResponse, stockade_api::VolumeSummary,
+        stockade_api::ResourceUsage,
         stockade_api::ListSandboxesResponse, stockade_api::BulkDeleteRequest,
         stockade_api::BulkDeleteResponse, stockade_api::BulkDeleteResult,
         stockade_api::HealthResponse, stockade_api::DockerHealth, stockade_api::DatabaseHealth,
@@ -56,6 +57,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(logs::LogsApi::openapi());
     doc.merge(exec::ExecApi::openapi());
     doc.merge(super::files::FilesApi::openapi());
+    doc.merge(super::teams::TeamsApi::openapi());
+    doc.merge(crate::metrics::MetricsApi::openapi());
     doc
 }
 

@@ -13,6 +13,7 @@ pub mod health;
 pub mod logs;
 pub mod ports;
 pub mod sandboxes;
+pub mod teams;
 
 /// Unknown routes: a JSON 404.
 pub async fn not_found(uri: Uri) -> ApiError {

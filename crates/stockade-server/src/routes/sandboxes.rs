@@ -260,7 +260,8 @@ pub async fn list(
     }))
 }
 
-/// Details of one sandbox.
+/// Details of one sandbox, with live usage (CPU, memory, network, pids) of a
+/// running one and the size of its volume (API-3).
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
@@ -272,7 +273,9 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    Ok(respond(&sb))
+    let mut details = SandboxResponse::from_record(&sb, Utc::now());
+    state.usage.fill(&sb, &mut details).await;
+    Ok(Json(details))
 }
 
 /// Start a sandbox (idempotent).

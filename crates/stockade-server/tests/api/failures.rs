@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::json;
-use stockade_core::{Account, AccountId, InstanceId, Sandbox, SandboxId, Scope, TeamId};
+use stockade_core::{
+    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
+};
 use stockade_store::{SandboxFilter, SandboxPage, SqliteStore, Store, StoreError, StoreResult};
 
 use crate::helpers::*;
@@ -100,6 +102,30 @@ impl Store for FailingStore {
     }
     async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
         self.inner.setting_get_or_insert(key, value).await
+    }
+    async fn create_team(&self, name: &str) -> StoreResult<Team> {
+        self.inner.create_team(name).await
+    }
+    async fn list_teams(&self) -> StoreResult<Vec<Team>> {
+        self.inner.list_teams().await
+    }
+    async fn get_team(&self, id: &TeamId) -> StoreResult<Team> {
+        self.inner.get_team(id).await
+    }
+    async fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>> {
+        self.inner.teams_of_account(account).await
+    }
+    async fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()> {
+        self.inner.add_team_member(team, account).await
+    }
+    async fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()> {
+        self.inner.remove_team_member(team, account).await
+    }
+    async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>> {
+        self.inner.list_team_members(team).await
+    }
+    async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
+        self.inner.count_sandboxes_by_status().await
     }
 }
 

@@ -1,0 +1,77 @@
+//! `Runtime::stats` against the real engine (API-3): a busy sandbox shows CPU
+//! use, its memory limit is the configured one, a stopped one has no stats.
+//! Needs the local image `stockade-test-base:latest`.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime, Runtime};
+
+const IMAGE: &str = "stockade-test-base:latest";
+
+/// Removes the sandbox's container and volume when dropped, also on failure.
+struct Cleanup(SandboxId);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", "-v", &container_name(&self.0)])
+            .output();
+        let _ = Command::new("docker")
+            .args([
+                "volume",
+                "rm",
+                "-f",
+                VolumeName::for_sandbox(&self.0).as_str(),
+            ])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_of_a_busy_sandbox() {
+    let rt = DockerRuntime::new(DockerConfig::default()).expect("runtime");
+    let id = SandboxId::generate();
+    let _cleanup = Cleanup(id.clone());
+    let memory: i64 = 256 * 1024 * 1024;
+    let spec = ContainerSpec {
+        hostname: format!("sbx-{id}"),
+        sandbox_id: id.clone(),
+        account_id: AccountId::generate(),
+        instance_id: InstanceId::generate(),
+        image: IMAGE.into(),
+        // One core busy, and a few more processes.
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "sleep 600 & sleep 600 & while :; do :; done".into(),
+        ],
+        env: BTreeMap::new(),
+        cpu_cores: 1.0,
+        memory_bytes: memory,
+        network_access: true,
+    };
+    rt.create(&spec).await.expect("create");
+
+    let started = Instant::now();
+    let stats = rt.stats(&id).await.expect("stats").expect("running");
+    let took = started.elapsed();
+    eprintln!("one stats sample took {took:?}: {stats:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(stats.memory_limit_bytes, memory as u64);
+    assert!(stats.memory_bytes > 0 && stats.memory_bytes < memory as u64);
+    assert!(stats.pids >= 3, "{stats:?}");
+    let cpu = stats.cpu_percent.expect("a CPU figure");
+    // A busy loop limited to one core: well above idle, at most about one core.
+    assert!((20.0..=110.0).contains(&cpu), "{cpu}");
+
+    rt.stop(&id, Duration::from_secs(1)).await.expect("stop");
+    assert_eq!(
+        rt.stats(&id).await.expect("stats of a stopped sandbox"),
+        None
+    );
+    rt.remove(&id, false).await.expect("remove");
+    assert_eq!(rt.stats(&id).await.expect("stats of no container"), None);
+}

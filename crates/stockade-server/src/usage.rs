@@ -1,0 +1,453 @@
+//! Live figures in sandbox details (API-3): resource usage of the running
+//! container and the size of its volume. Neither may make the details fail
+//! or hang: what cannot be measured in time is left out (and logged).
+//!
+//! - **Usage.** One Docker stats sample takes a second or two (the engine
+//!   samples twice to measure CPU). The first request for a sandbox starts a
+//!   *watcher* that samples it back to back and waits (up to `stats_wait`)
+//!   for the first sample; later requests answer at once with the latest
+//!   one. A watcher stops when nobody asked for `stats_idle`, or when the
+//!   sandbox stops. At most `max_watched` watchers run; beyond that a request
+//!   samples directly.
+//! - **Volume size.** Docker knows volume sizes only from `GET /system/df`,
+//!   which walks every volume (and container layer) of the host. One df
+//!   serves every sandbox: the sizes are cached for `volume_size_ttl`; a
+//!   request after that gets the cached figure and triggers one refresh in
+//!   the background. Only a volume not measured yet waits (up to
+//!   `volume_size_wait`) for a refresh.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use stockade_api::{ResourceUsage, SandboxResponse, VolumeSummary};
+use stockade_core::{human_bytes, Sandbox, SandboxId, SandboxStatus, VolumeName};
+use stockade_runtime::{ContainerStats, Runtime};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+
+/// How live figures are measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageConfig {
+    /// How long a details request waits for the first stats sample.
+    pub stats_wait: Duration,
+    /// A watcher nobody asked for this long stops.
+    pub stats_idle: Duration,
+    /// Most sandboxes watched at once.
+    pub max_watched: usize,
+    /// How long measured volume sizes are served before a refresh.
+    pub volume_size_ttl: Duration,
+    /// How long a request waits for the size of a volume not measured yet.
+    pub volume_size_wait: Duration,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        Self {
+            stats_wait: Duration::from_secs(3),
+            stats_idle: Duration::from_secs(60),
+            max_watched: 512,
+            volume_size_ttl: Duration::from_secs(30),
+            volume_size_wait: Duration::from_secs(3),
+        }
+    }
+}
+
+/// The longest one stats sample may take before it counts as failed.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(15);
+/// Samples are at least this far apart.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// A watcher gives up after this many failed samples in a row.
+const MAX_FAILURES: u32 = 3;
+/// The longest a df may take before its result is thrown away.
+const DF_TIMEOUT: Duration = Duration::from_secs(120);
+/// A volume not in the cached sizes triggers no new df within this long.
+const MIN_DF_INTERVAL: Duration = Duration::from_secs(2);
+
+/// One stats sample and when it was taken.
+#[derive(Debug, Clone)]
+struct Sample {
+    stats: ContainerStats,
+    at: DateTime<Utc>,
+}
+
+/// Samples one sandbox while someone asks.
+struct Watcher {
+    samples: watch::Sender<Option<Sample>>,
+    wanted: Mutex<Instant>,
+    closed: AtomicBool,
+}
+
+impl Watcher {
+    fn new() -> Self {
+        Self {
+            samples: watch::Sender::new(None),
+            wanted: Mutex::new(Instant::now()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn touch(&self) {
+        *lock(&self.wanted) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        lock(&self.wanted).elapsed()
+    }
+}
+
+#[derive(Default)]
+struct VolumeSizes {
+    sizes: Arc<HashMap<String, u64>>,
+    measured_at: Option<Instant>,
+    refreshing: bool,
+}
+
+/// Live figures of sandboxes; one per server.
+pub struct Usage {
+    runtime: Arc<dyn Runtime>,
+    metrics: Arc<Metrics>,
+    config: UsageConfig,
+    watchers: Mutex<HashMap<SandboxId, Arc<Watcher>>>,
+    volumes: Mutex<VolumeSizes>,
+    /// Bumped after every df.
+    volumes_measured: watch::Sender<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Usage {
+    pub fn new(runtime: Arc<dyn Runtime>, metrics: Arc<Metrics>, config: UsageConfig) -> Self {
+        Self {
+            runtime,
+            metrics,
+            config,
+            watchers: Mutex::new(HashMap::new()),
+            volumes: Mutex::new(VolumeSizes::default()),
+            volumes_measured: watch::Sender::new(0),
+        }
+    }
+
+    /// Fills the live figures of `resp`, the details of `sb`: usage when it
+    /// is running, the volume size unless it is terminated.
+    pub async fn fill(self: &Arc<Self>, sb: &Sandbox, resp: &mut SandboxResponse) {
+        let running = sb.status == SandboxStatus::Running;
+        let gone = sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some();
+        let volume = VolumeName::for_sandbox(&sb.id);
+        let (sample, size) = tokio::join!(
+            async {
+                match running {
+                    true => self.sample(&sb.id).await,
+                    false => None,
+                }
+            },
+            async {
+                match gone {
+                    true => None,
+                    false => self.volume_size(&volume).await,
+                }
+            },
+        );
+        if let Some(bytes) = size {
+            resp.volume = VolumeSummary::new(resp.volume.name.clone(), Some(bytes));
+        }
+        resp.usage = sample.map(|s| ResourceUsage {
+            cpu_percent: s.stats.cpu_percent,
+            memory_bytes: s.stats.memory_bytes,
+            memory_limit_bytes: s.stats.memory_limit_bytes,
+            memory: format!(
+                "{} / {}",
+                human_bytes(s.stats.memory_bytes),
+                human_bytes(s.stats.memory_limit_bytes)
+            ),
+            network_rx_bytes: s.stats.network_rx_bytes,
+            network_tx_bytes: s.stats.network_tx_bytes,
+            pids: s.stats.pids,
+            sampled_at: s.at,
+        });
+    }
+
+    /// The latest usage sample of a running sandbox, waiting up to
+    /// `stats_wait` for the first one.
+    async fn sample(self: &Arc<Self>, id: &SandboxId) -> Option<Sample> {
+        let found = {
+            let mut watchers = lock(&self.watchers);
+            match watchers.get(id) {
+                Some(w) => Some((w.clone(), false)),
+                None if watchers.len() >= self.config.max_watched => None,
+                None => {
+                    let w = Arc::new(Watcher::new());
+                    watchers.insert(id.clone(), w.clone());
+                    Some((w, true))
+                }
+            }
+        };
+        let Some((watcher, started)) = found else {
+            return self.sample_once(id).await;
+        };
+        watcher.touch();
+        if started {
+            tokio::spawn(self.clone().watch(id.clone(), watcher.clone()));
+        }
+        let mut rx = watcher.samples.subscribe();
+        if let Some(sample) = rx.borrow_and_update().clone() {
+            return Some(sample);
+        }
+        if watcher.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        match tokio::time::timeout(self.config.stats_wait, rx.changed()).await {
+            Ok(Ok(())) => rx.borrow().clone(),
+            _ => {
+                tracing::debug!(sandbox.id = %id, "no usage sample in time; details go without");
+                None
+            }
+        }
+    }
+
+    /// One sample without a watcher (when too many sandboxes are watched).
+    async fn sample_once(&self, id: &SandboxId) -> Option<Sample> {
+        match tokio::time::timeout(self.config.stats_wait, self.runtime.stats(id)).await {
+            Ok(Ok(stats)) => stats.map(|stats| Sample {
+                stats,
+                at: Utc::now(),
+            }),
+            Ok(Err(e)) => {
+                self.metrics.docker_error("stats", &e);
+                tracing::warn!(sandbox.id = %id, error = %e, "could not sample usage");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Samples `id` back to back until nobody wants it or it stops running.
+    async fn watch(self: Arc<Self>, id: SandboxId, w: Arc<Watcher>) {
+        let mut failures = 0;
+        while w.idle_for() < self.config.stats_idle && failures < MAX_FAILURES {
+            let began = Instant::now();
+            match tokio::time::timeout(SAMPLE_TIMEOUT, self.runtime.stats(&id)).await {
+                Ok(Ok(Some(stats))) => {
+                    failures = 0;
+                    w.samples.send_replace(Some(Sample {
+                        stats,
+                        at: Utc::now(),
+                    }));
+                }
+                // Not running (any more).
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => {
+                    failures += 1;
+                    self.metrics.docker_error("stats", &e);
+                    tracing::warn!(sandbox.id = %id, error = %e, "could not sample usage");
+                }
+                Err(_) => {
+                    failures += 1;
+                    tracing::warn!(sandbox.id = %id, "usage sample timed out");
+                }
+            }
+            tokio::time::sleep(SAMPLE_INTERVAL.saturating_sub(began.elapsed())).await;
+        }
+        {
+            let mut watchers = lock(&self.watchers);
+            if watchers.get(&id).is_some_and(|cur| Arc::ptr_eq(cur, &w)) {
+                watchers.remove(&id);
+            }
+        }
+        // Let anyone still waiting go.
+        w.closed.store(true, Ordering::SeqCst);
+        w.samples.send_replace(None);
+    }
+
+    /// The size of a volume: cached, refreshed in the background when old;
+    /// a volume not measured yet waits for a refresh (bounded).
+    async fn volume_size(self: &Arc<Self>, name: &VolumeName) -> Option<u64> {
+        let (known, fresh, recent) = {
+            let v = lock(&self.volumes);
+            let age = v.measured_at.map(|t| t.elapsed());
+            (
+                v.sizes.get(name.as_str()).copied(),
+                age.is_some_and(|a| a < self.config.volume_size_ttl),
+                age.is_some_and(|a| a < MIN_DF_INTERVAL) && !v.refreshing,
+            )
+        };
+        if let Some(bytes) = known {
+            if !fresh {
+                self.refresh_volume_sizes();
+            }
+            return Some(bytes);
+        }
+        if recent {
+            // Measured a moment ago and not there: it has no size yet.
+            return None;
+        }
+        let mut measured = self.refresh_volume_sizes();
+        match tokio::time::timeout(self.config.volume_size_wait, measured.changed()).await {
+            Ok(Ok(())) => lock(&self.volumes).sizes.get(name.as_str()).copied(),
+            _ => None,
+        }
+    }
+
+    /// Starts one df unless one is running; the receiver sees it finish.
+    fn refresh_volume_sizes(self: &Arc<Self>) -> watch::Receiver<u64> {
+        let rx = self.volumes_measured.subscribe();
+        {
+            let mut v = lock(&self.volumes);
+            if v.refreshing {
+                return rx;
+            }
+            v.refreshing = true;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let began = Instant::now();
+            let result = tokio::time::timeout(DF_TIMEOUT, this.runtime.list_volumes()).await;
+            let sizes = match result {
+                Ok(Ok(volumes)) => Some(
+                    volumes
+                        .into_iter()
+                        .filter_map(|v| Some((v.name.as_str().to_owned(), v.size_bytes?)))
+                        .collect::<HashMap<_, _>>(),
+                ),
+                Ok(Err(e)) => {
+                    this.metrics.docker_error("volume_sizes", &e);
+                    tracing::warn!(error = %e, "could not measure volume sizes");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!("measuring volume sizes timed out");
+                    None
+                }
+            };
+            tracing::debug!(
+                took_ms = began.elapsed().as_millis() as u64,
+                "volume sizes measured"
+            );
+            {
+                let mut v = lock(&this.volumes);
+                if let Some(sizes) = sizes {
+                    v.sizes = Arc::new(sizes);
+                }
+                v.measured_at = Some(Instant::now());
+                v.refreshing = false;
+            }
+            this.volumes_measured.send_modify(|n| *n += 1);
+        });
+        rx
+    }
+
+    /// How many sandboxes are being watched (for tests).
+    pub fn watched(&self) -> usize {
+        lock(&self.watchers).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockade_core::{AccountId, Defaults, InstanceId, SandboxSpec};
+    use stockade_runtime::{ContainerSpec, FakeRuntime};
+
+    async fn running(rt: &FakeRuntime) -> Sandbox {
+        let id = SandboxId::generate();
+        let spec = SandboxSpec::from_input(Default::default(), &id, &Defaults::default()).unwrap();
+        let mut sb = Sandbox::new(
+            id.clone(),
+            AccountId::generate(),
+            None,
+            spec,
+            "local".into(),
+            Utc::now(),
+        );
+        sb.status = SandboxStatus::Running;
+        rt.create(&ContainerSpec {
+            sandbox_id: id,
+            account_id: sb.account_id.clone(),
+            instance_id: InstanceId::generate(),
+            image: "busybox".into(),
+            command: vec!["sleep".into()],
+            env: Default::default(),
+            cpu_cores: 1.0,
+            memory_bytes: 1 << 30,
+            network_access: true,
+            hostname: "x".into(),
+        })
+        .await
+        .unwrap();
+        sb
+    }
+
+    fn usage(rt: &FakeRuntime, config: UsageConfig) -> Arc<Usage> {
+        Arc::new(Usage::new(
+            Arc::new(rt.clone()),
+            Arc::new(Metrics::new()),
+            config,
+        ))
+    }
+
+    #[tokio::test]
+    async fn details_get_usage_and_volume_size() {
+        let rt = FakeRuntime::new();
+        let u = usage(&rt, UsageConfig::default());
+        let sb = running(&rt).await;
+        rt.set_volume_size(&VolumeName::for_sandbox(&sb.id), 12_000_000_000);
+        let mut resp = SandboxResponse::from_record(&sb, Utc::now());
+        u.fill(&sb, &mut resp).await;
+        let usage = resp.usage.expect("usage");
+        assert_eq!(usage.memory_limit_bytes, 1 << 30);
+        assert_eq!(usage.pids, 1);
+        assert_eq!(resp.volume.size_bytes, Some(12_000_000_000));
+        assert_eq!(resp.volume.size.as_deref(), Some("12.0 GB"));
+        assert!(resp.volume.warning.is_some());
+        assert_eq!(u.watched(), 1);
+    }
+
+    #[tokio::test]
+    async fn failures_leave_the_figures_out() {
+        let rt = FakeRuntime::new();
+        let u = usage(
+            &rt,
+            UsageConfig {
+                stats_wait: Duration::from_millis(300),
+                volume_size_wait: Duration::from_millis(300),
+                ..Default::default()
+            },
+        );
+        let sb = running(&rt).await;
+        rt.set_unavailable(true);
+        let mut resp = SandboxResponse::from_record(&sb, Utc::now());
+        let began = Instant::now();
+        u.fill(&sb, &mut resp).await;
+        assert!(began.elapsed() < Duration::from_secs(2));
+        assert!(resp.usage.is_none());
+        assert!(resp.volume.size_bytes.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_sandbox_has_no_usage_and_watchers_end() {
+        let rt = FakeRuntime::new();
+        let u = usage(&rt, UsageConfig::default());
+        let mut sb = running(&rt).await;
+        let mut resp = SandboxResponse::from_record(&sb, Utc::now());
+        u.fill(&sb, &mut resp).await;
+        assert!(resp.usage.is_some());
+        rt.stop(&sb.id, Duration::from_secs(1)).await.unwrap();
+        sb.status = SandboxStatus::Stopped;
+        let mut resp = SandboxResponse::from_record(&sb, Utc::now());
+        u.fill(&sb, &mut resp).await;
+        assert!(resp.usage.is_none());
+        // The watcher notices within a sample interval or two.
+        for _ in 0..50 {
+            if u.watched() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(u.watched(), 0);
+    }
+}
