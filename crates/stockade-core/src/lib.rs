@@ -9,6 +9,7 @@ pub mod sandbox;
 pub mod size;
 pub mod spec;
 pub mod status;
+pub mod update;
 
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};
