@@ -12,6 +12,11 @@ use utoipa::ToSchema;
 
 pub use stockade_core::SandboxStatus;
 
+pub mod volumes;
+pub use volumes::{
+    CleanupResponse, ListVolumesResponse, RemovedVolume, VolumeFailure, VolumeResponse,
+};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

@@ -67,7 +67,8 @@ pub fn router(state: AppState) -> Router {
             get(sandboxes::get).delete(sandboxes::destroy),
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
-        .route("/sandbox/{id}/stop", post(sandboxes::stop));
+        .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .merge(routes::volumes::routes());
     Router::new()
         .nest("/api/v1", api)
         .route("/", get(routes::home))

@@ -272,7 +272,9 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    Ok(respond(&sb))
+    let mut resp = SandboxResponse::from_record(&sb, Utc::now());
+    super::volumes::fill_volume_size(&state, &mut resp).await; // VOL-4
+    Ok(Json(resp))
 }
 
 /// Start a sandbox (idempotent).

@@ -98,6 +98,17 @@ impl Store for FailingStore {
     async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
         self.inner.delete_idempotency_key(account, key).await
     }
+    async fn claim_expired_sessions(
+        &self,
+        server: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        self.inner
+            .claim_expired_sessions(server, now, lease_until, limit)
+            .await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

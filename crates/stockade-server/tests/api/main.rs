@@ -9,3 +9,4 @@ mod listing;
 mod restart;
 mod tenancy;
 mod validation;
+mod volumes;
