@@ -186,6 +186,10 @@ pub struct SandboxResponse {
     /// Seconds since the current session started (running sandboxes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uptime_seconds: Option<i64>,
+    /// When the current session times out (LC-7): a persistent sandbox is
+    /// then stopped, another one terminated. Absent: no timeout, or not running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_expires_at: Option<DateTime<Utc>>,
     /// Where the logs of this sandbox stream from.
     pub logs_url: String,
     /// Persisted runtime facts, snake_case (DB-2).
@@ -234,6 +238,7 @@ impl SandboxResponse {
             terminated_at: sb.terminated_at,
             volume: VolumeSummary::new(sb.volume_name().to_string(), None),
             uptime_seconds: uptime,
+            session_expires_at: sb.session_expires_at,
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }

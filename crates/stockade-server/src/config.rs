@@ -21,6 +21,11 @@ pub struct ServerConfig {
     pub reconcile_interval: Duration,
     /// A PROVISIONING record older than this belongs to a create that died.
     pub provisioning_grace: Duration,
+    /// How often ended sessions are looked for (LC-7).
+    pub session_check_interval: Duration,
+    /// How long an instance that claimed an ended session has to stop or
+    /// terminate the sandbox before another instance may try (SCALE-2).
+    pub session_claim_lease: Duration,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +38,8 @@ impl Default for ServerConfig {
             docker_host: "unix:///var/run/docker.sock".into(),
             reconcile_interval: Duration::from_secs(30),
             provisioning_grace: Duration::from_secs(600),
+            session_check_interval: Duration::from_secs(1),
+            session_claim_lease: Duration::from_secs(120),
         }
     }
 }

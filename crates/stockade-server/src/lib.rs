@@ -19,6 +19,7 @@ pub mod extract;
 pub mod lifecycle;
 pub mod reconcile;
 pub mod routes;
+pub mod sessions;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -149,6 +150,7 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(reconcile::run_periodically(state.clone(), shutdown.clone()));
+    tokio::spawn(sessions::run_periodically(state.clone(), shutdown.clone()));
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -47,6 +47,11 @@ pub struct ServerArgs {
     /// Most processes one sandbox may run.
     #[arg(long, env = "STOCKADE_PIDS_LIMIT", default_value_t = 512)]
     pids_limit: i64,
+    /// Session timeout of sandboxes that set none, in minutes (fractions
+    /// allowed; 0 = never). When it ends a persistent sandbox is stopped,
+    /// another one terminated.
+    #[arg(long, env = "STOCKADE_DEFAULT_TIMEOUT_MINUTES", default_value_t = 0.0)]
+    default_timeout_minutes: f64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -105,6 +110,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.defaults.image = args.default_image.clone();
+    config.defaults.timeout_minutes = stockade_core::spec::parse_timeout_minutes(
+        args.default_timeout_minutes,
+        "--default-timeout-minutes",
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await

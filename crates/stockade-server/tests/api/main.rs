@@ -7,6 +7,7 @@ mod helpers;
 mod lifecycle;
 mod listing;
 mod restart;
+mod sessions;
 mod tenancy;
 mod validation;
 mod volumes;
