@@ -12,7 +12,9 @@ use utoipa::ToSchema;
 
 pub use stockade_core::SandboxStatus;
 
+pub mod update;
 pub mod volumes;
+pub use update::{AppliedChanges, UpdateSandboxRequest, UpdateSandboxResponse};
 pub use volumes::{
     CleanupResponse, ListVolumesResponse, RemovedVolume, VolumeFailure, VolumeResponse,
 };

@@ -69,7 +69,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
-        .merge(routes::volumes::routes());
+        .merge(routes::volumes::routes().merge(routes::update::routes()));
     Router::new()
         .nest("/api/v1", api)
         .route("/", get(routes::home))

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{accounts, health, sandboxes, volumes};
+use super::{accounts, health, sandboxes, update, volumes};
 
 struct BearerAuth;
 
@@ -53,6 +53,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     // Feature modules add their documents here, e.g. `doc.merge(logs::LogsApi::openapi());`
     doc.merge(volumes::VolumesApi::openapi());
+    doc.merge(update::UpdateApi::openapi());
     doc
 }
 

@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod docs;
 pub mod health;
 pub mod sandboxes;
+pub mod update;
 pub mod volumes;
 
 /// `GET /`: the landing page.

@@ -9,5 +9,6 @@ mod listing;
 mod restart;
 mod sessions;
 mod tenancy;
+mod update;
 mod validation;
 mod volumes;
