@@ -101,7 +101,9 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
 
+    let t0 = std::time::Instant::now();
     let list = app.get("/api/v1/volumes", &t).await;
+    eprintln!("GET /volumes took {:?}", t0.elapsed());
     assert_eq!(list.status, StatusCode::OK, "{:?}", list.body);
     assert_eq!(
         names(&list.body),
