@@ -37,14 +37,13 @@ enum Outcome {
     Closed,
 }
 
-/// Claims the sessions that ended by now on this server and ends each,
-/// concurrently (a stop may wait out its grace period).
-pub async fn expire_once(state: &AppState) -> SessionReport {
-    let mut report = SessionReport::default();
+/// Claims the sessions that ended by now on this server (each one for
+/// `config.session_claim_lease`).
+async fn claim_due(state: &AppState) -> Vec<Sandbox> {
     let now = Utc::now();
     let lease = chrono::Duration::from_std(state.config.session_claim_lease)
         .unwrap_or_else(|_| chrono::Duration::seconds(120));
-    let claimed = match state
+    match state
         .store
         .claim_expired_sessions(&state.runtime.server_name(), now, now + lease, BATCH)
         .await
@@ -52,24 +51,35 @@ pub async fn expire_once(state: &AppState) -> SessionReport {
         Ok(c) => c,
         Err(e) => {
             warn!(error = %e, "session timeouts: could not read due sessions");
-            return report;
+            Vec::new()
         }
-    };
-    for (id, outcome) in join_all(claimed.into_iter().map(|sb| async move {
-        let id = sb.id.clone();
-        (id, expire(state, sb).await)
-    }))
-    .await
-    {
+    }
+}
+
+/// Ends one claimed session and logs what happened.
+async fn expire_logged(state: &AppState, sb: Sandbox) -> Option<Outcome> {
+    let id = sb.id.clone();
+    match expire(state, sb).await {
+        Ok(outcome) => Some(outcome),
+        Err(e) => {
+            // The claim's lease runs out and a later tick tries again.
+            error!(sandbox.id = %id, error = %e, "session timeout: could not end the session; will retry");
+            None
+        }
+    }
+}
+
+/// Claims the sessions that ended by now on this server and ends each,
+/// concurrently, waiting for all (a stop may wait out its grace period).
+pub async fn expire_once(state: &AppState) -> SessionReport {
+    let mut report = SessionReport::default();
+    let claimed = claim_due(state).await;
+    for outcome in join_all(claimed.into_iter().map(|sb| expire_logged(state, sb))).await {
         match outcome {
-            Ok(Outcome::Stopped) => report.stopped += 1,
-            Ok(Outcome::Terminated) => report.terminated += 1,
-            Ok(Outcome::Closed) => report.closed += 1,
-            Err(e) => {
-                // The claim's lease runs out and a later tick tries again.
-                report.failed += 1;
-                error!(sandbox.id = %id, error = %e, "session timeout: could not end the session; will retry");
-            }
+            Some(Outcome::Stopped) => report.stopped += 1,
+            Some(Outcome::Terminated) => report.terminated += 1,
+            Some(Outcome::Closed) => report.closed += 1,
+            None => report.failed += 1,
         }
     }
     report
@@ -102,8 +112,9 @@ async fn expire(state: &AppState, mut sb: Sandbox) -> ApiResult<Outcome> {
     Ok(Outcome::Terminated)
 }
 
-/// Runs [`expire_once`] every `config.session_check_interval` (the first
-/// time at once) until `shutdown`.
+/// Every `config.session_check_interval` (the first time at once) until
+/// `shutdown`, claims the ended sessions and ends each in a task of its own,
+/// so that a stop waiting out its grace period never delays the next tick.
 pub async fn run_periodically(state: AppState, shutdown: CancellationToken) {
     let period = state
         .config
@@ -115,9 +126,9 @@ pub async fn run_periodically(state: AppState, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                let r = expire_once(&state).await;
-                if r != SessionReport::default() {
-                    info!(?r, "session timeouts");
+                for sb in claim_due(&state).await {
+                    let state = state.clone();
+                    tokio::spawn(async move { expire_logged(&state, sb).await });
                 }
             }
         }

@@ -204,3 +204,35 @@ async fn a_deadline_that_passed_while_the_server_was_down_is_acted_on_at_start()
     drop(second);
     cleanup_instance(&instance);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_stop_does_not_delay_other_timeouts() {
+    let app = spawn_app().await;
+    let t = &app.admin_token;
+    // Ignores SIGTERM: its timeout stop waits out the 30 s grace period.
+    let stubborn = app
+        .create(
+            t,
+            json!({
+                "name": "stubborn",
+                "timeoutMinutes": 0.05,
+                "startCommand": "trap '' TERM; while true; do sleep 1; done"
+            }),
+        )
+        .await;
+    let prompt = app
+        .create(t, json!({ "name": "prompt", "timeoutMinutes": 0.1 }))
+        .await;
+    let deadline = time(&prompt["sessionExpiresAt"]);
+    let wait = (deadline - Utc::now()).to_std().unwrap_or_default() + SLACK;
+    let p = wait_for(&app, t, prompt["id"].as_str().unwrap(), "STOPPED", wait).await;
+    assert_eq!(p["statusReason"], "session timed out");
+    // The stubborn one is still being stopped (its grace has not run out).
+    let s = app
+        .get(
+            &format!("/api/v1/sandbox/{}", stubborn["id"].as_str().unwrap()),
+            t,
+        )
+        .await;
+    assert_eq!(s.body["status"], "RUNNING", "{:?}", s.body);
+}
