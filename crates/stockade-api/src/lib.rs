@@ -31,6 +31,13 @@ pub use teams::{
 };
 pub use usage::ResourceUsage;
 
+pub mod update;
+pub mod volumes;
+pub use update::{AppliedChanges, UpdateSandboxRequest, UpdateSandboxResponse};
+pub use volumes::{
+    CleanupResponse, ListVolumesResponse, RemovedVolume, VolumeFailure, VolumeResponse,
+};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -200,6 +207,10 @@ pub struct SandboxResponse {
     /// Seconds since the current session started (running sandboxes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uptime_seconds: Option<i64>,
+    /// When the current session times out (LC-7): a persistent sandbox is
+    /// then stopped, another one terminated. Absent: no timeout, or not running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_expires_at: Option<DateTime<Utc>>,
     /// Where the logs of this sandbox stream from.
     pub logs_url: String,
     /// Live CPU, memory, network and process figures (details of a running
@@ -252,6 +263,7 @@ impl SandboxResponse {
             terminated_at: sb.terminated_at,
             volume: VolumeSummary::new(sb.volume_name().to_string(), None),
             uptime_seconds: uptime,
+            session_expires_at: sb.session_expires_at,
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
             usage: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),

@@ -11,6 +11,7 @@ pub mod size;
 pub mod spec;
 pub mod status;
 pub mod team;
+pub mod update;
 
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};

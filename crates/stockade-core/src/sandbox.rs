@@ -32,6 +32,8 @@ pub struct Sandbox {
     pub s3_config: Option<serde_json::Value>,
     /// The last completed workspace sync (S3-2).
     pub s3_sync: Option<serde_json::Value>,
+    /// When the current session ends (LC-7); `None`: no session open, or no timeout.
+    pub session_expires_at: Option<DateTime<Utc>>,
 }
 
 impl Sandbox {
@@ -61,7 +63,14 @@ impl Sandbox {
             version: 0,
             s3_config: None,
             s3_sync: None,
+            session_expires_at: None,
         }
+    }
+
+    /// The end of a session that started at `start` under the current
+    /// timeout (LC-7); `None` when the timeout is 0 (never).
+    pub fn session_deadline(&self, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        session_deadline(self.spec.timeout_minutes, start)
     }
 
     pub fn volume_name(&self) -> VolumeName {
@@ -85,6 +94,16 @@ impl Sandbox {
     }
 }
 
+/// The end of a session of `timeout_minutes` (fractions allowed, 0 = never)
+/// that started at `start`, to the millisecond.
+pub fn session_deadline(timeout_minutes: f64, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    if !timeout_minutes.is_finite() || timeout_minutes <= 0.0 {
+        return None;
+    }
+    let millis = (timeout_minutes * 60_000.0).round() as i64;
+    Some(start + chrono::Duration::milliseconds(millis))
+}
+
 /// The `metadata` column: snake_case JSON with the sandbox id, status,
 /// creation time and full config, plus S3 facts where used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,4 +122,29 @@ pub struct SandboxMetadata {
     pub s3_config: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_sync: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_deadlines() {
+        let start = DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(session_deadline(0.0, start), None);
+        assert_eq!(
+            session_deadline(0.5, start),
+            Some(start + chrono::Duration::seconds(30))
+        );
+        assert_eq!(
+            session_deadline(0.05, start),
+            Some(start + chrono::Duration::seconds(3))
+        );
+        assert_eq!(
+            session_deadline(90.0, start),
+            Some(start + chrono::Duration::minutes(90))
+        );
+    }
 }

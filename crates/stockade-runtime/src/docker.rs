@@ -16,7 +16,7 @@ use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::image::CreateImageOptions;
 use bollard::models::{HostConfig, Mount, MountTypeEnum, RestartPolicy, RestartPolicyNameEnum};
-use bollard::volume::{CreateVolumeOptions, ListVolumesOptions, RemoveVolumeOptions};
+use bollard::volume::{CreateVolumeOptions, RemoveVolumeOptions};
 use bollard::{ClientVersion, Docker, API_DEFAULT_VERSION};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
@@ -45,8 +45,6 @@ const API_BASELINE: ClientVersion = ClientVersion {
 const CLIENT_TIMEOUT_SECS: u64 = 120;
 /// How long `/health` (and the first connection) waits for the daemon.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long `docker system df` may take before volume sizes are left out.
-const DF_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 /// Capabilities a sandbox keeps (everything else is dropped, SEC-3): enough
 /// for package managers and servers on low ports, nothing that reaches the host.
@@ -377,7 +375,9 @@ impl DockerRuntime {
         };
         Config {
             image: Some(spec.image.clone()),
-            cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
+            // The main process runs through a wrapper that applies environment
+            // updates made after create (LC-8), see docker_update.rs.
+            cmd: (!spec.command.is_empty()).then(|| crate::docker_update::wrap_main(&spec.command)),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
             hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
@@ -807,53 +807,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>> {
-        let docker = self.client().await?;
-        let mut filters = HashMap::new();
-        filters.insert("name".to_owned(), vec![VolumeName::PREFIX.to_owned()]);
-        let listed = docker
-            .list_volumes(Some(ListVolumesOptions { filters }))
-            .await
-            .map_err(|e| self.map_err(e, "list volumes"))?;
-        let volumes: Vec<_> = listed
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|v| VolumeName::parse(&v.name).ok().map(|name| (name, v)))
-            .collect();
-        if volumes.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Sizes come from `docker system df`, which walks every volume: slow
-        // on big hosts, and refused while another df runs. Best effort.
-        let sizes: HashMap<String, u64> = match tokio::time::timeout(DF_TIMEOUT, docker.df()).await
-        {
-            Ok(Ok(df)) => df
-                .volumes
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|v| {
-                    let size = v.usage_data?.size;
-                    u64::try_from(size).ok().map(|s| (v.name, s))
-                })
-                .collect(),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %error_chain(&e), "docker df failed: volume sizes unknown");
-                HashMap::new()
-            }
-            Err(_) => {
-                tracing::debug!("docker df timed out: volume sizes unknown");
-                HashMap::new()
-            }
-        };
-        Ok(volumes
-            .into_iter()
-            .map(|(name, v)| VolumeInfo {
-                size_bytes: sizes.get(name.as_str()).copied(),
-                created_at: parse_time(v.created_at.as_deref()),
-                instance_id: v.labels.get(labels::INSTANCE_ID).cloned(),
-                name,
-            })
-            .collect())
+        self.list_volumes_detailed().await
     }
 
     async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()> {
@@ -933,6 +887,37 @@ impl Runtime for DockerRuntime {
 
     async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<crate::ContainerStats>> {
         self.stats_sample(id).await
+    }
+
+    // --- Volumes, resources and environment (slice "volumes-timeouts"):
+    // docker_volumes.rs, docker_update.rs ---
+
+    async fn volume_size(
+        &self,
+        name: &VolumeName,
+        max_age: Duration,
+    ) -> RuntimeResult<Option<u64>> {
+        self.volume_size_of(name, max_age).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id, cpu_cores, memory_bytes))]
+    async fn update_resources(
+        &self,
+        id: &SandboxId,
+        cpu_cores: f64,
+        memory_bytes: i64,
+    ) -> RuntimeResult<()> {
+        self.update_container_resources(id, cpu_cores, memory_bytes)
+            .await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn set_main_process_env(
+        &self,
+        id: &SandboxId,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.write_main_env(id, env).await
     }
 }
 

@@ -36,6 +36,7 @@ struct FakeVolume {
     created_at: DateTime<Utc>,
     size_bytes: Option<u64>,
     instance_id: Option<String>,
+    account_id: Option<String>,
 }
 
 #[derive(Default)]
@@ -205,6 +206,7 @@ impl FakeRuntime {
                 created_at: Utc::now(),
                 size_bytes: Some(0),
                 instance_id,
+                account_id: None,
             },
         );
     }
@@ -365,6 +367,7 @@ impl Runtime for FakeRuntime {
                 created_at: Utc::now(),
                 size_bytes: Some(0),
                 instance_id: Some(spec.instance_id.as_str().to_owned()),
+                account_id: Some(spec.account_id.as_str().to_owned()),
             });
         st.next_container += 1;
         let container_id = format!("fake{:060x}", st.next_container);
@@ -550,8 +553,8 @@ impl Runtime for FakeRuntime {
 
     async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>> {
         self.check_available()?;
-        Ok(self
-            .state()
+        let st = self.state();
+        Ok(st
             .volumes
             .iter()
             .map(|(id, v)| VolumeInfo {
@@ -559,6 +562,8 @@ impl Runtime for FakeRuntime {
                 created_at: Some(v.created_at),
                 size_bytes: v.size_bytes,
                 instance_id: v.instance_id.clone(),
+                account_id: v.account_id.clone(),
+                in_use: st.containers.get(id).is_some_and(|c| c.running),
             })
             .collect())
     }
@@ -645,6 +650,50 @@ impl Runtime for FakeRuntime {
                 network_tx_bytes: 0,
                 pids: 1,
             }))
+    }
+
+    // --- volumes, resources and environment (slice "volumes-timeouts") ---
+
+    async fn volume_size(
+        &self,
+        name: &VolumeName,
+        _max_age: Duration,
+    ) -> RuntimeResult<Option<u64>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .volumes
+            .get(&name.sandbox_id())
+            .and_then(|v| v.size_bytes))
+    }
+
+    /// Records the limits in the container's spec (as Docker keeps them).
+    async fn update_resources(
+        &self,
+        id: &SandboxId,
+        cpu_cores: f64,
+        memory_bytes: i64,
+    ) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        c.spec.cpu_cores = cpu_cores;
+        c.spec.memory_bytes = memory_bytes;
+        Ok(())
+    }
+
+    /// Records `env` as the container's environment (what the main process
+    /// would see from its next start).
+    async fn set_main_process_env(
+        &self,
+        id: &SandboxId,
+        env: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        c.spec.env = env.clone();
+        Ok(())
     }
 }
 

@@ -15,6 +15,8 @@ mod docker_exec;
 mod docker_files;
 mod docker_logs;
 mod docker_ports;
+mod docker_update;
+mod docker_volumes;
 mod exec_stream;
 mod fake;
 mod files;
@@ -114,6 +116,10 @@ pub struct VolumeInfo {
     /// Disk usage in bytes, when the engine reports it.
     pub size_bytes: Option<u64>,
     pub instance_id: Option<String>,
+    /// The owner named by the volume's `io.stockade.account-id` label.
+    pub account_id: Option<String>,
+    /// A running container mounts it.
+    pub in_use: bool,
 }
 
 /// A command to run inside a running sandbox.
@@ -248,4 +254,29 @@ pub trait Runtime: Send + Sync + 'static {
     /// running container. May take a second or two (the engine samples twice
     /// to measure CPU).
     async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>>;
+    // --- volumes, resources and environment (slice "volumes-timeouts": VOL-4, LC-8) ---
+
+    /// The disk usage of one volume in bytes, from a measurement that started
+    /// at most `max_age` ago (measuring walks every volume: slow on big
+    /// hosts). `None` when the engine does not report it.
+    async fn volume_size(&self, name: &VolumeName, max_age: Duration)
+        -> RuntimeResult<Option<u64>>;
+
+    /// Sets the CPU and memory limits (memory + swap = `memory_bytes`) of the
+    /// sandbox's container: at once when it runs, and for every later start.
+    async fn update_resources(
+        &self,
+        id: &SandboxId,
+        cpu_cores: f64,
+        memory_bytes: i64,
+    ) -> RuntimeResult<()>;
+
+    /// Makes `env` the environment of the sandbox's main process from its
+    /// next start on (a running process keeps the one it started with).
+    /// Variables given at create but missing from `env` are removed.
+    async fn set_main_process_env(
+        &self,
+        id: &SandboxId,
+        env: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()>;
 }

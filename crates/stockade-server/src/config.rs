@@ -49,6 +49,11 @@ pub struct ServerConfig {
     pub metrics_token: Option<String>,
     /// How the live figures of sandbox details are measured (API-3).
     pub usage: UsageConfig,
+    /// How often ended sessions are looked for (LC-7).
+    pub session_check_interval: Duration,
+    /// How long an instance that claimed an ended session has to stop or
+    /// terminate the sandbox before another instance may try (SCALE-2).
+    pub session_claim_lease: Duration,
 }
 
 impl Default for ServerConfig {
@@ -72,6 +77,8 @@ impl Default for ServerConfig {
             rate_limit: Some(RateLimitConfig::default()),
             metrics_token: None,
             usage: UsageConfig::default(),
+            session_check_interval: Duration::from_secs(1),
+            session_claim_lease: Duration::from_secs(120),
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod proxy;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod routes;
+pub mod sessions;
 pub mod sse;
 pub mod usage;
 
@@ -103,7 +104,9 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::logs::routes())
         .merge(routes::exec::routes())
         .merge(routes::files::routes())
-        .merge(routes::teams::routes());
+        .merge(routes::teams::routes())
+        .merge(routes::volumes::routes())
+        .merge(routes::update::routes());
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         state.config.rate_limit.clone(),
         state.metrics.clone(),
@@ -197,6 +200,7 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(reconcile::run_periodically(state.clone(), shutdown.clone()));
+    tokio::spawn(sessions::run_periodically(state.clone(), shutdown.clone()));
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -161,6 +161,7 @@ async fn create_inner(
     sb.container_id = Some(container_id);
     sb.status = SandboxStatus::Running;
     sb.started_at = Some(now);
+    sb.session_expires_at = sb.session_deadline(now); // LC-7: the first session
     match state.store.update_sandbox(&sb).await {
         Ok(saved) => {
             info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
@@ -192,6 +193,11 @@ async fn record_status(state: &AppState, sb: Sandbox) -> Sandbox {
                     fresh.status_reason = sb.status_reason.clone();
                     fresh.started_at = sb.started_at;
                     fresh.stopped_at = sb.stopped_at;
+                    // A session opened here runs under the freshest timeout.
+                    fresh.session_expires_at = match (sb.status, sb.started_at) {
+                        (SandboxStatus::Running, Some(t)) => fresh.session_deadline(t),
+                        _ => sb.session_expires_at,
+                    };
                     match state.store.update_sandbox(&fresh).await {
                         Ok(saved) => saved,
                         Err(e) => {
@@ -251,16 +257,24 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
         return Ok(sb);
     }
     if !container.running {
+        // LC-8: the environment as updated since create, for the main process.
+        state
+            .runtime
+            .set_main_process_env(&sb.id, &sb.spec.environment_vars)
+            .await
+            .inspect_err(|e| state.metrics.docker_error("start", e))?;
         state
             .runtime
             .start(&sb.id)
             .await
             .inspect_err(|e| state.metrics.docker_error("start", e))?;
     }
+    let now = Utc::now();
     sb.status = SandboxStatus::Running;
     sb.status_reason = None;
-    sb.started_at = Some(Utc::now());
+    sb.started_at = Some(now);
     sb.stopped_at = None;
+    sb.session_expires_at = sb.session_deadline(now); // LC-7: a new session
     Ok(record_status(state, sb).await)
 }
 
@@ -289,6 +303,7 @@ pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResu
     }
     sb.status = SandboxStatus::Stopped;
     sb.stopped_at = Some(Utc::now());
+    sb.session_expires_at = None; // the session ends with the stop
     Ok(record_status(state, sb).await)
 }
 

@@ -72,6 +72,7 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
                 sb.status_reason = None;
                 sb.started_at = Some(now);
                 sb.stopped_at = None;
+                sb.session_expires_at = sb.session_deadline(now); // LC-7
             }
             Some(c) if !c.running && sb.status == SandboxStatus::Running => {
                 let detail = state.runtime.inspect(&sb.id).await.ok().flatten();

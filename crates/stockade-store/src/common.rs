@@ -18,7 +18,7 @@ pub(crate) fn sandbox_columns(metadata: &str) -> String {
     format!(
         "s.id, s.account_id, s.team_id, s.status, s.status_reason, s.server, s.container_id, \
          s.created_at, s.started_at, s.stopped_at, s.terminated_at, s.deleted_at, s.version, \
-         {metadata} AS metadata"
+         {metadata} AS metadata, s.session_expires_at"
     )
 }
 
@@ -38,6 +38,7 @@ pub(crate) struct SandboxRow {
     pub deleted_at: Option<DateTime<Utc>>,
     pub version: i64,
     pub metadata: String,
+    pub session_expires_at: Option<DateTime<Utc>>,
 }
 
 impl SandboxRow {
@@ -75,6 +76,7 @@ impl SandboxRow {
             version: self.version,
             s3_config: metadata.s3_config,
             s3_sync: metadata.s3_sync,
+            session_expires_at: self.session_expires_at,
         })
     }
 }

@@ -186,6 +186,23 @@ pub trait Store: Send + Sync + 'static {
     /// How many records that are not deleted have each status (API-13).
     /// Statuses without records are left out.
     async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
+
+    // --- session timeouts (LC-7, slice "volumes-timeouts") ---
+
+    /// Claims the sessions of sandboxes on `server` that ended at or before
+    /// `now`, at most `limit`, oldest deadline first. Each claimed record's
+    /// `session_expires_at` moves to `lease_until` and its version is bumped
+    /// (an optimistic update), so exactly one of several server instances on
+    /// one database acts on it (SCALE-2); if that instance dies before it
+    /// closed the session, another claims it again once the lease passed.
+    /// Returns the claimed records as they are now stored.
+    async fn claim_expired_sessions(
+        &self,
+        server: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>>;
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

@@ -91,6 +91,7 @@ fn sandbox_from_row(row: &PgRow) -> StoreResult<Sandbox> {
         deleted_at: get(row, "deleted_at")?,
         version: get(row, "version")?,
         metadata: get(row, "metadata")?,
+        session_expires_at: get(row, "session_expires_at")?,
     }
     .into_sandbox()
 }
@@ -280,8 +281,8 @@ impl Store for PgStore {
         sqlx::query(
             "INSERT INTO sandboxes (id, account_id, team_id, name, status, status_reason, server, \
              container_id, created_at, started_at, stopped_at, terminated_at, deleted_at, version, \
-             metadata) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb)",
+             metadata, session_expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::jsonb, $16)",
         )
         .bind(sandbox.id.as_str())
         .bind(sandbox.account_id.as_str())
@@ -298,6 +299,7 @@ impl Store for PgStore {
         .bind(sandbox.deleted_at)
         .bind(sandbox.version)
         .bind(&metadata)
+        .bind(sandbox.session_expires_at)
         .execute(&mut *tx)
         .await
         .map_err(|e| sandbox_conflict(&e, sandbox).unwrap_or_else(|| other(&context, e)))?;
@@ -383,7 +385,8 @@ impl Store for PgStore {
             "UPDATE sandboxes SET account_id = $1, team_id = $2, name = $3, status = $4, \
              status_reason = $5, server = $6, container_id = $7, created_at = $8, \
              started_at = $9, stopped_at = $10, terminated_at = $11, deleted_at = $12, \
-             metadata = $13::jsonb, version = version + 1 WHERE id = $14 AND version = $15",
+             metadata = $13::jsonb, session_expires_at = $14, version = version + 1 \
+             WHERE id = $15 AND version = $16",
         )
         .bind(sandbox.account_id.as_str())
         .bind(sandbox.team_id.as_ref().map(|t| t.as_str()))
@@ -398,6 +401,7 @@ impl Store for PgStore {
         .bind(sandbox.terminated_at)
         .bind(sandbox.deleted_at)
         .bind(&metadata)
+        .bind(sandbox.session_expires_at)
         .bind(sandbox.id.as_str())
         .bind(sandbox.version)
         .execute(&mut *tx)
@@ -448,7 +452,7 @@ impl Store for PgStore {
             "UPDATE sandboxes SET status = 'TERMINATED', \
              terminated_at = COALESCE(terminated_at, $1), deleted_at = COALESCE(deleted_at, $1), \
              metadata = jsonb_set(metadata, '{status}', '\"TERMINATED\"'), \
-             version = version + 1 WHERE id = $2",
+             session_expires_at = NULL, version = version + 1 WHERE id = $2",
         )
         .bind(at)
         .bind(id.as_str())
@@ -621,5 +625,47 @@ impl Store for PgStore {
     #[tracing::instrument(skip_all, err(level = "debug"))]
     async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
         teams::count_by_status(&self.pool).await
+    }
+
+    #[tracing::instrument(skip_all, fields(server), err(level = "debug"))]
+    async fn claim_expired_sessions(
+        &self,
+        server: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        let context = "claim expired sessions";
+        let due: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT id, version FROM sandboxes WHERE session_expires_at IS NOT NULL \
+             AND session_expires_at <= $1 AND deleted_at IS NULL AND server = $2 \
+             ORDER BY session_expires_at LIMIT $3",
+        )
+        .bind(now)
+        .bind(server)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err(context))?;
+        let mut claimed = Vec::with_capacity(due.len());
+        for (id, version) in due {
+            // Only the writer that still sees this version wins the claim:
+            // the row lock makes a concurrent claimer re-check and miss.
+            let row = sqlx::query(&format!(
+                "UPDATE sandboxes s SET session_expires_at = $1, version = s.version + 1 \
+                 WHERE s.id = $2 AND s.version = $3 AND s.deleted_at IS NULL RETURNING {}",
+                sandbox_columns("s.metadata::text")
+            ))
+            .bind(lease_until)
+            .bind(&id)
+            .bind(version)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err(context))?;
+            if let Some(row) = row {
+                claimed.push(sandbox_from_row(&row)?);
+            }
+        }
+        Ok(claimed)
     }
 }

@@ -127,6 +127,7 @@ fn sandbox_from_row(row: &SqliteRow) -> StoreResult<Sandbox> {
         deleted_at: get_opt_ts(row, "deleted_at")?,
         version: get(row, "version")?,
         metadata: get(row, "metadata")?,
+        session_expires_at: get_opt_ts(row, "session_expires_at")?,
     }
     .into_sandbox()
 }
@@ -309,7 +310,7 @@ impl Store for SqliteStore {
         sqlx::query(
             "INSERT INTO sandboxes (id, account_id, team_id, name, status, status_reason, server, \
              container_id, created_at, started_at, stopped_at, terminated_at, deleted_at, version, \
-             metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             metadata, session_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(sandbox.id.as_str())
         .bind(sandbox.account_id.as_str())
@@ -326,6 +327,7 @@ impl Store for SqliteStore {
         .bind(opt_ts(sandbox.deleted_at))
         .bind(sandbox.version)
         .bind(&metadata)
+        .bind(opt_ts(sandbox.session_expires_at))
         .execute(&mut *tx)
         .await
         .map_err(|e| sandbox_conflict(&e, sandbox).unwrap_or_else(|| other(&context, e)))?;
@@ -411,7 +413,7 @@ impl Store for SqliteStore {
             "UPDATE sandboxes SET account_id = ?, team_id = ?, name = ?, status = ?, \
              status_reason = ?, server = ?, container_id = ?, created_at = ?, started_at = ?, \
              stopped_at = ?, terminated_at = ?, deleted_at = ?, metadata = ?, \
-             version = version + 1 WHERE id = ? AND version = ?",
+             session_expires_at = ?, version = version + 1 WHERE id = ? AND version = ?",
         )
         .bind(sandbox.account_id.as_str())
         .bind(sandbox.team_id.as_ref().map(|t| t.as_str()))
@@ -426,6 +428,7 @@ impl Store for SqliteStore {
         .bind(opt_ts(sandbox.terminated_at))
         .bind(opt_ts(sandbox.deleted_at))
         .bind(&metadata)
+        .bind(opt_ts(sandbox.session_expires_at))
         .bind(sandbox.id.as_str())
         .bind(sandbox.version)
         .execute(&mut *tx)
@@ -476,8 +479,8 @@ impl Store for SqliteStore {
         let updated = sqlx::query(
             "UPDATE sandboxes SET status = 'TERMINATED', \
              terminated_at = COALESCE(terminated_at, ?), deleted_at = COALESCE(deleted_at, ?), \
-             metadata = json_set(metadata, '$.status', 'TERMINATED'), version = version + 1 \
-             WHERE id = ?",
+             metadata = json_set(metadata, '$.status', 'TERMINATED'), \
+             session_expires_at = NULL, version = version + 1 WHERE id = ?",
         )
         .bind(&at)
         .bind(&at)
@@ -649,5 +652,55 @@ impl Store for SqliteStore {
     #[tracing::instrument(skip_all, err(level = "debug"))]
     async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
         teams::count_by_status(&self.pool).await
+    }
+
+    #[tracing::instrument(skip_all, fields(server), err(level = "debug"))]
+    async fn claim_expired_sessions(
+        &self,
+        server: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        let context = "claim expired sessions";
+        let due: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT id, version FROM sandboxes WHERE session_expires_at IS NOT NULL \
+             AND session_expires_at <= ? AND deleted_at IS NULL AND server = ? \
+             ORDER BY session_expires_at LIMIT ?",
+        )
+        .bind(ts(now))
+        .bind(server)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err(context))?;
+        let mut claimed = Vec::with_capacity(due.len());
+        for (id, version) in due {
+            // Only the writer that still sees this version wins the claim.
+            let won = sqlx::query(
+                "UPDATE sandboxes SET session_expires_at = ?, version = version + 1 \
+                 WHERE id = ? AND version = ? AND deleted_at IS NULL",
+            )
+            .bind(ts(lease_until))
+            .bind(&id)
+            .bind(version)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err(context))?
+            .rows_affected()
+                == 1;
+            if !won {
+                continue;
+            }
+            let row = sqlx::query(&format!("{} WHERE s.id = ?", select_sandboxes()))
+                .bind(&id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err(context))?;
+            if let Some(row) = row {
+                claimed.push(sandbox_from_row(&row)?);
+            }
+        }
+        Ok(claimed)
     }
 }

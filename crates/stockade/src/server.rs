@@ -88,6 +88,11 @@ pub struct ServerArgs {
     /// Seconds volume sizes (from `docker system df`) are cached.
     #[arg(long, env = "STOCKADE_VOLUME_SIZE_TTL_SECS", default_value_t = 30)]
     volume_size_ttl_secs: u64,
+    /// Session timeout of sandboxes that set none, in minutes (fractions
+    /// allowed; 0 = never). When it ends a persistent sandbox is stopped,
+    /// another one terminated.
+    #[arg(long, env = "STOCKADE_DEFAULT_TIMEOUT_MINUTES", default_value_t = 0.0)]
+    default_timeout_minutes: f64,
 }
 
 /// `off` or a limit such as `1000/60s`.
@@ -219,6 +224,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .context("--max-exec-output-bytes is too large for this machine")?;
     config.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
     config.default_exec_timeout = config.default_exec_timeout.min(config.max_exec_timeout);
+    config.defaults.timeout_minutes = stockade_core::spec::parse_timeout_minutes(
+        args.default_timeout_minutes,
+        "--default-timeout-minutes",
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await

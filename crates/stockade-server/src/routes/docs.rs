@@ -7,6 +7,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{accounts, exec, health, logs, sandboxes};
+use super::{update, volumes};
 
 struct BearerAuth;
 
@@ -59,6 +60,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(super::files::FilesApi::openapi());
     doc.merge(super::teams::TeamsApi::openapi());
     doc.merge(crate::metrics::MetricsApi::openapi());
+    doc.merge(volumes::VolumesApi::openapi());
+    doc.merge(update::UpdateApi::openapi());
     doc
 }
 

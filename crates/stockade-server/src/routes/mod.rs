@@ -14,6 +14,8 @@ pub mod logs;
 pub mod ports;
 pub mod sandboxes;
 pub mod teams;
+pub mod update;
+pub mod volumes;
 
 /// Unknown routes: a JSON 404.
 pub async fn not_found(uri: Uri) -> ApiError {

@@ -275,6 +275,9 @@ pub async fn get(
     let sb = lifecycle::load(&state, &caller.scope, &id).await?;
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
     state.usage.fill(&sb, &mut details).await;
+    if details.volume.size_bytes.is_none() {
+        super::volumes::fill_volume_size(&state, &mut details).await; // VOL-4
+    }
     Ok(Json(details))
 }
 

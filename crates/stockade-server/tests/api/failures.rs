@@ -127,6 +127,17 @@ impl Store for FailingStore {
     async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
         self.inner.count_sandboxes_by_status().await
     }
+    async fn claim_expired_sessions(
+        &self,
+        server: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        self.inner
+            .claim_expired_sessions(server, now, lease_until, limit)
+            .await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,389 @@
+//! `/api/v1/volumes…` (VOL-2..VOL-5): this instance's sandbox volumes with
+//! sizes, owners, `inUse` and `orphaned`; deleting one; the confirmed cleanup
+//! of every orphan. Only volumes labelled with this instance's id are shown
+//! or touched, never another program's. A non-admin caller sees the volumes
+//! of the sandboxes it may see, and orphans labelled with its account.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use stockade_api::{
+    CleanupResponse, ErrorBody, ListVolumesResponse, RemovedVolume, SandboxResponse, VolumeFailure,
+    VolumeResponse,
+};
+use stockade_core::size::volume_warning;
+use stockade_core::{human_bytes, Sandbox, SandboxId, SandboxStatus, VolumeName};
+use stockade_runtime::{RuntimeError, VolumeInfo};
+use tracing::{info, instrument, warn};
+use utoipa::OpenApi;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{query_pairs, Caller};
+use crate::AppState;
+
+/// The routes of this module (relative to `/api/v1`).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/volumes", get(list))
+        .route("/volumes/orphaned", get(list_orphaned).delete(cleanup))
+        .route("/volumes/{name}", get(get_one).delete(delete_one))
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(list, list_orphaned, get_one, delete_one, cleanup),
+    components(schemas(
+        VolumeResponse, ListVolumesResponse, RemovedVolume, VolumeFailure, CleanupResponse
+    )),
+    tags((name = "volumes", description = "Sandbox volumes, orphans and cleanup"))
+)]
+pub struct VolumesApi;
+
+/// How stale the volume size in a sandbox's details may be.
+const DETAILS_SIZE_MAX_AGE: Duration = Duration::from_secs(10);
+/// How long a sandbox's details wait for a size before leaving it out.
+const DETAILS_SIZE_WAIT: Duration = Duration::from_secs(2);
+
+/// One of this instance's volumes with what Stockade knows about its owner.
+struct Volume {
+    info: VolumeInfo,
+    sandbox_id: SandboxId,
+    /// The live (not soft-deleted) record that owns it.
+    live: Option<Sandbox>,
+    /// A soft-deleted record exists (the sandbox was destroyed).
+    terminated_record: bool,
+}
+
+impl Volume {
+    fn orphaned(&self) -> bool {
+        self.live.is_none()
+    }
+
+    fn account_id(&self) -> Option<String> {
+        match &self.live {
+            Some(sb) => Some(sb.account_id.to_string()),
+            None => self.info.account_id.clone(),
+        }
+    }
+
+    fn visible_to(&self, caller: &Caller) -> bool {
+        if caller.account.is_admin {
+            return true;
+        }
+        match &self.live {
+            Some(sb) => caller.scope.allows(&sb.account_id, sb.team_id.as_ref()),
+            None => self.info.account_id.as_deref() == Some(caller.account.id.as_str()),
+        }
+    }
+
+    fn response(&self) -> VolumeResponse {
+        let size = self.info.size_bytes;
+        VolumeResponse {
+            name: self.info.name.to_string(),
+            sandbox_id: self.sandbox_id.to_string(),
+            account_id: self.account_id(),
+            size_bytes: size,
+            size: size.map(human_bytes),
+            created_at: self.info.created_at,
+            in_use: self.info.in_use,
+            orphaned: self.orphaned(),
+            sandbox_status: match &self.live {
+                Some(sb) => Some(sb.status.to_string()),
+                None if self.terminated_record => Some(SandboxStatus::Terminated.to_string()),
+                None => None,
+            },
+            warning: size.and_then(volume_warning),
+        }
+    }
+
+    fn removed(&self) -> RemovedVolume {
+        RemovedVolume {
+            name: self.info.name.to_string(),
+            sandbox_id: self.sandbox_id.to_string(),
+            size_bytes: self.info.size_bytes,
+            size: self.info.size_bytes.map(human_bytes),
+        }
+    }
+}
+
+/// This instance's volumes, each with its owning record.
+///
+/// Docker is asked first and the database second: a create inserts its
+/// record before it makes the volume, so every volume listed here has its
+/// record in the read that follows, and a volume being created right now is
+/// never taken for an orphan.
+async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
+    let infos: Vec<VolumeInfo> = state
+        .runtime
+        .list_volumes()
+        .await?
+        .into_iter()
+        .filter(|v| v.instance_id.as_deref() == Some(state.instance_id.as_str()))
+        .collect();
+    let live: HashMap<SandboxId, Sandbox> = state
+        .store
+        .list_active_sandboxes()
+        .await?
+        .into_iter()
+        .map(|sb| (sb.id.clone(), sb))
+        .collect();
+    let mut out = Vec::with_capacity(infos.len());
+    for info in infos {
+        let sandbox_id = info.name.sandbox_id();
+        let live = live.get(&sandbox_id).cloned();
+        let terminated_record = match live {
+            Some(_) => false,
+            None => state.store.sandbox_record_exists(&sandbox_id).await?,
+        };
+        out.push(Volume {
+            info,
+            sandbox_id,
+            live,
+            terminated_record,
+        });
+    }
+    out.sort_by(|a, b| {
+        b.info
+            .created_at
+            .cmp(&a.info.created_at)
+            .then_with(|| a.info.name.as_str().cmp(b.info.name.as_str()))
+    });
+    Ok(out)
+}
+
+fn no_query(raw: Option<&str>) -> ApiResult<()> {
+    match query_pairs(raw).into_iter().next() {
+        Some((k, _)) => Err(ApiError::field(k, "unknown query parameter")),
+        None => Ok(()),
+    }
+}
+
+fn listing(volumes: Vec<VolumeResponse>) -> ListVolumesResponse {
+    let total_bytes = volumes.iter().filter_map(|v| v.size_bytes).sum();
+    ListVolumesResponse {
+        total: volumes.len() as u64,
+        total_bytes,
+        total_size: human_bytes(total_bytes),
+        volumes,
+    }
+}
+
+/// List the volumes of the caller's sandboxes (an admin: all of this
+/// instance's volumes), newest first, with sizes as Docker measures them.
+#[utoipa::path(get, path = "/api/v1/volumes", tag = "volumes",
+    responses(
+        (status = 200, body = ListVolumesResponse),
+        (status = 400, description = "Unknown query parameter", body = ErrorBody),
+        (status = 503, description = "Docker unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<ListVolumesResponse>> {
+    no_query(raw.as_deref())?;
+    let volumes = instance_volumes(&state).await?;
+    Ok(Json(listing(
+        volumes
+            .iter()
+            .filter(|v| v.visible_to(&caller))
+            .map(Volume::response)
+            .collect(),
+    )))
+}
+
+/// List orphaned volumes: no live sandbox record owns them (e.g. the
+/// preserved volume of a destroyed sandbox).
+#[utoipa::path(get, path = "/api/v1/volumes/orphaned", tag = "volumes",
+    responses((status = 200, body = ListVolumesResponse), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+pub async fn list_orphaned(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<ListVolumesResponse>> {
+    no_query(raw.as_deref())?;
+    let volumes = instance_volumes(&state).await?;
+    Ok(Json(listing(
+        volumes
+            .iter()
+            .filter(|v| v.orphaned() && v.visible_to(&caller))
+            .map(Volume::response)
+            .collect(),
+    )))
+}
+
+/// The volume `name` if it is this instance's and the caller may see it.
+async fn find(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Volume> {
+    let name = VolumeName::parse(name)?;
+    let volume = instance_volumes(state)
+        .await?
+        .into_iter()
+        .find(|v| v.info.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("Volume {name} not found")))?;
+    if !volume.visible_to(caller) {
+        return Err(ApiError::Forbidden(
+            "Forbidden: this volume belongs to another account".into(),
+        ));
+    }
+    Ok(volume)
+}
+
+/// One volume.
+#[utoipa::path(get, path = "/api/v1/volumes/{name}", tag = "volumes",
+    params(("name" = String, Path, description = "agent-sandbox-{sandbox id}")),
+    responses(
+        (status = 200, body = VolumeResponse),
+        (status = 400, description = "Not a Stockade volume name", body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(Display))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<VolumeResponse>> {
+    Ok(Json(find(&state, &caller, &name).await?.response()))
+}
+
+/// Delete a volume no live sandbox owns. The volume of a running sandbox is
+/// a 409 `Volume is in use by running sandbox`; so is the volume of any other
+/// live sandbox (stopped, error): deleting it would break that sandbox, so
+/// destroy the sandbox instead (`DELETE /api/v1/sandbox/{id}` removes its
+/// volume). There is no force option.
+#[utoipa::path(delete, path = "/api/v1/volumes/{name}", tag = "volumes",
+    params(("name" = String, Path, description = "agent-sandbox-{sandbox id}")),
+    responses(
+        (status = 200, description = "Removed; the space it used", body = RemovedVolume),
+        (status = 400, description = "Not a Stockade volume name", body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "A running sandbox uses it, or a live sandbox owns it", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(Display))]
+pub async fn delete_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<RemovedVolume>> {
+    no_query(raw.as_deref())?;
+    let volume = find(&state, &caller, &name).await?;
+    if let Some(sb) = &volume.live {
+        if volume.info.in_use || sb.status == SandboxStatus::Running {
+            return Err(ApiError::Conflict(
+                "Volume is in use by running sandbox".into(),
+            ));
+        }
+        return Err(ApiError::Conflict(format!(
+            "Volume belongs to sandbox {} ({}); removing it would break that sandbox. \
+             Destroy the sandbox instead (DELETE /api/v1/sandbox/{}), which removes its volume",
+            sb.id, sb.status, sb.id
+        )));
+    }
+    remove(&state, &volume).await?;
+    info!(volume = %volume.info.name, size_bytes = ?volume.info.size_bytes, "volume removed");
+    Ok(Json(volume.removed()))
+}
+
+async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
+    state
+        .runtime
+        .remove_volume(&volume.info.name)
+        .await
+        .map_err(|e| match e {
+            RuntimeError::NotFound(_) => {
+                ApiError::NotFound(format!("Volume {} not found", volume.info.name))
+            }
+            e => e.into(),
+        })
+}
+
+/// Remove every orphaned volume the caller may see. Needs `confirm=true`.
+/// Each volume's size is measured before it is removed; the response lists
+/// each removed volume and the total space freed.
+#[utoipa::path(delete, path = "/api/v1/volumes/orphaned", tag = "volumes",
+    params(("confirm" = bool, Query, description = "must be true: removes every orphaned volume")),
+    responses(
+        (status = 200, body = CleanupResponse),
+        (status = 400, description = "confirm=true missing", body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+pub async fn cleanup(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<CleanupResponse>> {
+    let mut confirmed = false;
+    for (k, v) in query_pairs(raw.as_deref()) {
+        match k.as_str() {
+            "confirm" => {
+                confirmed = matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes")
+            }
+            other => return Err(ApiError::field(other, "unknown query parameter")),
+        }
+    }
+    if !confirmed {
+        return Err(ApiError::field(
+            "confirm",
+            "set confirm=true to remove every orphaned volume (GET /api/v1/volumes/orphaned lists them)",
+        ));
+    }
+    let orphans: Vec<Volume> = instance_volumes(&state)
+        .await?
+        .into_iter()
+        .filter(|v| v.orphaned() && v.visible_to(&caller))
+        .collect();
+    let mut removed = Vec::new();
+    let mut failed = Vec::new();
+    for v in &orphans {
+        match remove(&state, v).await {
+            Ok(()) => removed.push(v.removed()),
+            Err(e) => {
+                warn!(volume = %v.info.name, error = %e, "orphan cleanup: could not remove");
+                failed.push(VolumeFailure {
+                    name: v.info.name.to_string(),
+                    error: e.detail(),
+                });
+            }
+        }
+    }
+    let freed_bytes = removed.iter().filter_map(|r| r.size_bytes).sum();
+    info!(
+        removed = removed.len(),
+        failed = failed.len(),
+        freed_bytes,
+        "orphaned volumes removed"
+    );
+    Ok(Json(CleanupResponse {
+        removed,
+        failed,
+        freed_bytes,
+        freed: human_bytes(freed_bytes),
+    }))
+}
+
+/// Fills in the size of a sandbox's volume in its details (VOL-4) from a
+/// recent measurement; left out when Docker does not answer in time.
+pub async fn fill_volume_size(state: &AppState, resp: &mut SandboxResponse) {
+    let Ok(name) = VolumeName::parse(&resp.volume.name) else {
+        return;
+    };
+    let size = tokio::time::timeout(
+        DETAILS_SIZE_WAIT,
+        state.runtime.volume_size(&name, DETAILS_SIZE_MAX_AGE),
+    )
+    .await;
+    if let Ok(Ok(Some(bytes))) = size {
+        resp.volume = stockade_api::VolumeSummary::new(resp.volume.name.clone(), Some(bytes));
+    }
+}

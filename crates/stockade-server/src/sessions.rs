@@ -1,0 +1,136 @@
+//! Session timeouts (LC-7): a background task ends sessions whose deadline
+//! passed — a persistent sandbox is stopped, any other one terminated (its
+//! volume removed). Deadlines live in the database, so one that passed while
+//! the server was down is acted on at the first tick after start; each due
+//! session is claimed once across server instances (SCALE-2).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use futures_util::future::join_all;
+use stockade_core::{Sandbox, SandboxStatus};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::error::ApiResult;
+use crate::{lifecycle, AppState};
+
+/// The status reason of a sandbox whose session ended.
+pub const TIMED_OUT: &str = "session timed out";
+
+/// Most sessions one tick acts on (the rest wait for the next tick).
+const BATCH: u32 = 100;
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SessionReport {
+    pub stopped: usize,
+    pub terminated: usize,
+    /// Sessions of sandboxes that were not running any more: just closed.
+    pub closed: usize,
+    pub failed: usize,
+}
+
+enum Outcome {
+    Stopped,
+    Terminated,
+    Closed,
+}
+
+/// Claims the sessions that ended by now on this server (each one for
+/// `config.session_claim_lease`).
+async fn claim_due(state: &AppState) -> Vec<Sandbox> {
+    let now = Utc::now();
+    let lease = chrono::Duration::from_std(state.config.session_claim_lease)
+        .unwrap_or_else(|_| chrono::Duration::seconds(120));
+    match state
+        .store
+        .claim_expired_sessions(&state.runtime.server_name(), now, now + lease, BATCH)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "session timeouts: could not read due sessions");
+            Vec::new()
+        }
+    }
+}
+
+/// Ends one claimed session and logs what happened.
+async fn expire_logged(state: &AppState, sb: Sandbox) -> Option<Outcome> {
+    let id = sb.id.clone();
+    match expire(state, sb).await {
+        Ok(outcome) => Some(outcome),
+        Err(e) => {
+            // The claim's lease runs out and a later tick tries again.
+            error!(sandbox.id = %id, error = %e, "session timeout: could not end the session; will retry");
+            None
+        }
+    }
+}
+
+/// Claims the sessions that ended by now on this server and ends each,
+/// concurrently, waiting for all (a stop may wait out its grace period).
+pub async fn expire_once(state: &AppState) -> SessionReport {
+    let mut report = SessionReport::default();
+    let claimed = claim_due(state).await;
+    for outcome in join_all(claimed.into_iter().map(|sb| expire_logged(state, sb))).await {
+        match outcome {
+            Some(Outcome::Stopped) => report.stopped += 1,
+            Some(Outcome::Terminated) => report.terminated += 1,
+            Some(Outcome::Closed) => report.closed += 1,
+            None => report.failed += 1,
+        }
+    }
+    report
+}
+
+/// Ends one claimed session.
+async fn expire(state: &AppState, mut sb: Sandbox) -> ApiResult<Outcome> {
+    if sb.spec.persistent {
+        if sb.status != SandboxStatus::Running {
+            // Stopped (or broken) already: only the session is left to close.
+            sb.session_expires_at = None;
+            state.store.update_sandbox(&sb).await?;
+            return Ok(Outcome::Closed);
+        }
+        sb.status_reason = Some(TIMED_OUT.into());
+        let stopped = lifecycle::stop(state, sb, state.config.stop_grace).await?;
+        info!(sandbox.id = %stopped.id, "session timed out: sandbox stopped");
+        return Ok(Outcome::Stopped);
+    }
+    sb.status_reason = Some(TIMED_OUT.into());
+    let sb = match state.store.update_sandbox(&sb).await {
+        Ok(saved) => saved,
+        Err(e) => {
+            debug!(sandbox.id = %sb.id, error = %e, "session timeout: reason not recorded");
+            sb
+        }
+    };
+    let done = lifecycle::destroy(state, sb, false).await?;
+    info!(sandbox.id = %done.id, "session timed out: sandbox terminated");
+    Ok(Outcome::Terminated)
+}
+
+/// Every `config.session_check_interval` (the first time at once) until
+/// `shutdown`, claims the ended sessions and ends each in a task of its own,
+/// so that a stop waiting out its grace period never delays the next tick.
+pub async fn run_periodically(state: AppState, shutdown: CancellationToken) {
+    let period = state
+        .config
+        .session_check_interval
+        .max(Duration::from_millis(50));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                for sb in claim_due(&state).await {
+                    let state = state.clone();
+                    tokio::spawn(async move { expire_logged(&state, sb).await });
+                }
+            }
+        }
+    }
+}
