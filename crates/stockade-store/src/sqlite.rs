@@ -10,13 +10,17 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
-use stockade_core::{Account, AccountId, InstanceId, Sandbox, SandboxId, Scope, TeamId};
+use stockade_core::{
+    Account, AccountId, InstanceId, Sandbox, SandboxId, Scope, Snapshot, SnapshotId, TeamId,
+};
 
 use crate::common::{
     is_foreign_key_violation, is_unique_violation, known_total, map_err, metadata_json, other,
     push_list_filter, push_list_page, sandbox_columns, sandbox_conflict, SandboxRow,
 };
 use crate::{SandboxFilter, SandboxPage, Store, StoreError, StoreResult};
+
+mod snapshots;
 
 /// The Stockade store in a SQLite database.
 #[derive(Debug, Clone)]
@@ -589,5 +593,38 @@ impl Store for SqliteStore {
             .await
             .map_err(map_err("delete idempotency key"))?;
         Ok(())
+    }
+
+    // --- snapshots (issue 4): see sqlite/snapshots.rs ---
+
+    async fn insert_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        self.insert_snapshot_impl(snapshot).await
+    }
+
+    async fn get_snapshot(&self, scope: &Scope, id: &SnapshotId) -> StoreResult<Snapshot> {
+        self.get_snapshot_impl(scope, id).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        scope: &Scope,
+        source: Option<&SandboxId>,
+    ) -> StoreResult<Vec<Snapshot>> {
+        self.list_snapshots_impl(scope, source).await
+    }
+
+    async fn update_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        self.update_snapshot_impl(snapshot).await
+    }
+
+    async fn purge_snapshot(&self, id: &SnapshotId) -> StoreResult<()> {
+        self.purge_snapshot_impl(id).await
+    }
+
+    async fn pending_snapshots(
+        &self,
+        creating_before: DateTime<Utc>,
+    ) -> StoreResult<Vec<Snapshot>> {
+        self.pending_snapshots_impl(creating_before).await
     }
 }
