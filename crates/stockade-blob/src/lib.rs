@@ -108,7 +108,9 @@ impl std::fmt::Debug for S3Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlobConfig {
     /// A directory on the server's disk (the default: `<data dir>/blobs`).
-    Local { dir: PathBuf },
+    Local {
+        dir: PathBuf,
+    },
     S3(S3Config),
 }
 
@@ -316,11 +318,7 @@ impl BlobStore for ObjectBlobStore {
 
     async fn get_stream(&self, key: &str) -> BlobResult<(u64, ByteStream)> {
         let path = Self::path(key)?;
-        let got = self
-            .store
-            .get(&path)
-            .await
-            .map_err(|e| self.err(key, e))?;
+        let got = self.store.get(&path).await.map_err(|e| self.err(key, e))?;
         let size = got.meta.size;
         let label = self.label.clone();
         let stream = got
@@ -409,7 +407,10 @@ mod tests {
         assert!(!printed.contains("very-secret"), "{printed}");
         let store = ObjectBlobStore::open(&BlobConfig::S3(c)).unwrap();
         let loc = store.location().to_string();
-        assert!(!loc.contains("very-secret") && !loc.contains("AKIA"), "{loc}");
+        assert!(
+            !loc.contains("very-secret") && !loc.contains("AKIA"),
+            "{loc}"
+        );
         assert!(loc.contains("\"bucket\":\"b\""), "{loc}");
     }
 

@@ -58,11 +58,7 @@ async fn start_moto(bucket: &str) -> Option<Moto> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(r) = http
-            .put(format!("{}/{bucket}", moto.endpoint))
-            .send()
-            .await
-        {
+        if let Ok(r) = http.put(format!("{}/{bucket}", moto.endpoint)).send().await {
             assert!(r.status().is_success(), "create bucket: {}", r.status());
             return Some(moto);
         }
@@ -117,7 +113,10 @@ async fn round_trips(store: &dyn BlobStore) {
     let small = data(1000, 1);
     let big = data(2 * stockade_blob::PART_SIZE + 12345, 2);
     assert_eq!(
-        store.put_stream("t/small.bin", chunks(&small, 100)).await.unwrap(),
+        store
+            .put_stream("t/small.bin", chunks(&small, 100))
+            .await
+            .unwrap(),
         1000
     );
     assert_eq!(
@@ -198,7 +197,8 @@ async fn unreachable_s3_fails_clearly() {
         .local_addr()
         .unwrap()
         .port();
-    let store = ObjectBlobStore::open(&s3_config(&format!("http://127.0.0.1:{port}"), "b")).unwrap();
+    let store =
+        ObjectBlobStore::open(&s3_config(&format!("http://127.0.0.1:{port}"), "b")).unwrap();
     let err = store
         .put_stream("x/y.tar", chunks(b"data", 2))
         .await

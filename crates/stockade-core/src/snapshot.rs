@@ -200,7 +200,10 @@ mod tests {
         for st in SnapshotStatus::ALL {
             assert_eq!(SnapshotStatus::parse(st.as_str()).unwrap(), st);
         }
-        assert_eq!(SnapshotStatus::parse("ready").unwrap(), SnapshotStatus::Ready);
+        assert_eq!(
+            SnapshotStatus::parse("ready").unwrap(),
+            SnapshotStatus::Ready
+        );
         assert!(SnapshotStatus::parse("nope").is_err());
         assert_eq!(SnapshotKind::parse("fork").unwrap(), SnapshotKind::Fork);
         assert!(SnapshotKind::parse("x").is_err());

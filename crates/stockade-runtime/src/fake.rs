@@ -9,9 +9,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{SandboxId, VolumeName};
 
+mod snapshots;
+
 use crate::{
-    ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer, Runtime, RuntimeError,
-    RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
+    ByteStream, ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer, Runtime,
+    RuntimeError, RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 /// Computes the result of an exec in a [`FakeRuntime`].
@@ -54,6 +56,10 @@ struct State {
     exec_handler: Option<ExecHandler>,
     exec_calls: Vec<(SandboxId, ExecSpec)>,
     next_container: u64,
+    /// Snapshot images (fake/snapshots.rs), by reference, with their labels.
+    images: BTreeMap<String, BTreeMap<String, String>>,
+    /// The last archive unpacked into each sandbox's `/workspace`.
+    workspaces: BTreeMap<SandboxId, Vec<u8>>,
 }
 
 /// An in-memory [`Runtime`]. Cheap to clone; clones share state.
@@ -490,6 +496,33 @@ impl Runtime for FakeRuntime {
         }
         st.volumes.remove(&id);
         Ok(())
+    }
+
+    // --- snapshots, fork and workspace sources (issue 4): fake/snapshots.rs ---
+
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.commit_snapshot_impl(id, image_ref, labels)
+    }
+
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()> {
+        self.remove_image_impl(image_ref)
+    }
+
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
+        self.export_workspace_impl(id)
+    }
+
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String> {
+        self.create_with_workspace_impl(spec, archive).await
     }
 }
 

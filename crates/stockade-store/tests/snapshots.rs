@@ -58,13 +58,7 @@ fn snap(
     age_secs: i64,
 ) -> Snapshot {
     let at = (Utc::now() - Duration::seconds(age_secs)).trunc_subsecs(6);
-    Snapshot::new(
-        account.clone(),
-        source.clone(),
-        Some(name.into()),
-        kind,
-        at,
-    )
+    Snapshot::new(account.clone(), source.clone(), Some(name.into()), kind, at)
 }
 
 async fn snapshot_story(store: Arc<dyn Store>) {
@@ -129,12 +123,10 @@ async fn snapshot_story(store: Arc<dyn Store>) {
     assert_eq!(store.get_snapshot(&alice, &a1.id).await.unwrap(), a1);
 
     // Pending: DELETING ones and CREATING ones older than the cut-off.
-    let pending = ids(
-        store
-            .pending_snapshots(Utc::now() - Duration::seconds(8))
-            .await
-            .unwrap(),
-    );
+    let pending = ids(store
+        .pending_snapshots(Utc::now() - Duration::seconds(8))
+        .await
+        .unwrap());
     assert!(pending.contains(&a1.id), "{pending:?}");
     assert!(pending.contains(&fork.id), "{pending:?}"); // CREATING, 10 s old
     assert!(!pending.contains(&b1.id), "{pending:?}"); // CREATING, 5 s old
