@@ -192,6 +192,7 @@ impl CreateParams {
                 .then(|| self.ports.iter().map(|p| i64::from(*p)).collect()),
             persistent: self.persistent,
             team_id: self.team_id.clone(),
+            source: None,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
+use stockade_blob::{BlobStore, ObjectBlobStore};
 use stockade_core::{ApiToken, InstanceId};
 use stockade_runtime::Runtime;
 use stockade_store::Store;
@@ -19,6 +20,9 @@ pub mod extract;
 pub mod lifecycle;
 pub mod reconcile;
 pub mod routes;
+pub mod snapshots;
+pub mod sources;
+pub mod workspace_sync;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -30,6 +34,8 @@ pub struct AppState {
     pub runtime: Arc<dyn Runtime>,
     pub config: Arc<ServerConfig>,
     pub instance_id: InstanceId,
+    /// Object store of snapshots, syncs and uploads (S3-1).
+    pub blobs: Arc<dyn BlobStore>,
 }
 
 impl AppState {
@@ -39,11 +45,14 @@ impl AppState {
         config: ServerConfig,
     ) -> Result<Self, stockade_store::StoreError> {
         let instance_id = store.instance_id().await?;
+        let blobs = ObjectBlobStore::open(&config.blob_store)
+            .map_err(|e| stockade_store::StoreError::Other(e.to_string()))?;
         Ok(Self {
             store,
             runtime,
             config: Arc::new(config),
             instance_id,
+            blobs: Arc::new(blobs),
         })
     }
 }
@@ -67,7 +76,8 @@ pub fn router(state: AppState) -> Router {
             get(sandboxes::get).delete(sandboxes::destroy),
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
-        .route("/sandbox/{id}/stop", post(sandboxes::stop));
+        .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .merge(routes::snapshots::routes());
     Router::new()
         .nest("/api/v1", api)
         .route("/", get(routes::home))
@@ -148,6 +158,10 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(reconcile::run_periodically(state.clone(), shutdown.clone()));
+    tokio::spawn(snapshots::collect_periodically(
+        state.clone(),
+        shutdown.clone(),
+    ));
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -50,8 +50,9 @@ pub struct ApiDoc;
 /// The whole OpenAPI document: the core API plus each feature module's own
 /// `#[derive(OpenApi)]` part, merged.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    let doc = ApiDoc::openapi();
+    let mut doc = ApiDoc::openapi();
     // Feature modules add their documents here, e.g. `doc.merge(logs::LogsApi::openapi());`
+    doc.merge(super::snapshots::SnapshotsApi::openapi());
     doc
 }
 

@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod docs;
 pub mod health;
 pub mod sandboxes;
+pub mod snapshots;
 
 /// `GET /`: the landing page.
 pub async fn home() -> Html<&'static str> {

@@ -31,6 +31,8 @@ pub struct AppOptions {
     pub docker_host: Option<String>,
     pub store: Option<Arc<dyn Store>>,
     pub dir: Option<Arc<tempfile::TempDir>>,
+    /// The object store; default: `blobs/` in the app's temporary directory.
+    pub blob_store: Option<stockade_blob::BlobConfig>,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -62,6 +64,11 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
         ..ServerConfig::default()
     };
     config.defaults.image = test_image();
+    config.blob_store = opts
+        .blob_store
+        .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
+            dir: dir.path().join("blobs"),
+        });
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await
