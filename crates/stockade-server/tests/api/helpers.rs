@@ -229,6 +229,13 @@ pub fn cleanup_instance(instance: &str) {
         args.extend(vols.iter().map(String::as_str));
         let _ = Command::new("docker").args(&args).output();
     }
+    // Snapshot images carry the instance label too.
+    let images = docker_lines(&["images", "-q", "--filter", &filter]);
+    if !images.is_empty() {
+        let mut args = vec!["rmi", "-f"];
+        args.extend(images.iter().map(String::as_str));
+        let _ = Command::new("docker").args(&args).output();
+    }
 }
 
 pub fn docker(args: &[&str]) -> std::process::Output {

@@ -7,5 +7,7 @@ mod helpers;
 mod lifecycle;
 mod listing;
 mod restart;
+mod snapshots;
+mod sources;
 mod tenancy;
 mod validation;
