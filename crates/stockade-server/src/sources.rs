@@ -26,7 +26,6 @@ use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::Url;
 use stockade_api::{CreateSandboxRequest, SandboxSource};
@@ -59,7 +58,7 @@ pub enum AfterCreate {
     ConsumeUpload(String),
     /// A fork's internal snapshot: released whatever the outcome. Dropping
     /// it unreleased (a cancelled create) releases it in the background.
-    ReleaseSnapshot(ForkSnapshot),
+    ReleaseSnapshot(Box<ForkSnapshot>),
 }
 
 /// A fork's internal snapshot, released when dropped if nobody did.
@@ -214,7 +213,7 @@ pub async fn resolve(
                 inherit(req, &from.spec, image),
                 Some(PreparedSource {
                     archive,
-                    after: AfterCreate::ReleaseSnapshot(guard),
+                    after: AfterCreate::ReleaseSnapshot(Box::new(guard)),
                 }),
             ))
         }
@@ -759,7 +758,7 @@ async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ApiResult<ByteS
         .map_err(|e| ApiError::Internal(format!("cannot read a temporary file: {e}")))?;
     let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(move |chunk| {
         let _keep = &guard;
-        chunk.map(Bytes::from)
+        chunk
     });
     Ok(Box::pin(stream))
 }
@@ -839,7 +838,7 @@ mod tests {
             h.set_mode(0o644);
             h.set_cksum();
             let mut raw = h.as_bytes().to_vec();
-            raw.extend_from_slice(&[b'x']);
+            raw.extend_from_slice(b"x");
             raw.resize(1024, 0);
             raw.extend_from_slice(&[0u8; 1024]);
             let err = check_archive(raw.as_slice(), u64::MAX).unwrap_err();

@@ -9,5 +9,6 @@ mod listing;
 mod restart;
 mod snapshots;
 mod sources;
+mod sync;
 mod tenancy;
 mod validation;
