@@ -814,9 +814,11 @@ mod tests {
         let t = tar_of(&[("a", &[7u8; 2000])]);
         let mut truncated = t.clone();
         truncated.truncate(1000);
-        assert!(check_archive(truncated.as_slice(), u64::MAX)
-            .unwrap_err()
-            .contains("corrupt"));
+        let err = check_archive(truncated.as_slice(), u64::MAX).unwrap_err();
+        assert!(
+            err.contains("corrupt") || err.contains("not a valid tar"),
+            "{err}"
+        );
         let mut gz_truncated = gz(&t);
         gz_truncated.truncate(gz_truncated.len() / 2);
         assert!(check_archive(gz_truncated.as_slice(), u64::MAX).is_err());
