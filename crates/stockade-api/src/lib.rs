@@ -38,6 +38,12 @@ pub use volumes::{
     CleanupResponse, ListVolumesResponse, RemovedVolume, VolumeFailure, VolumeResponse,
 };
 
+pub mod snapshots;
+pub use snapshots::{
+    CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxSource,
+    SnapshotResponse, UploadResponse,
+};
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -107,6 +113,10 @@ pub struct CreateSandboxRequest {
     /// A team of the caller to share the sandbox with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team_id: Option<String>,
+    /// What `/workspace` starts from: a git repository, a tarball URL, an
+    /// upload, a snapshot or another sandbox (LC-9, LC-10, LC-11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SandboxSource>,
 }
 
 impl CreateSandboxRequest {

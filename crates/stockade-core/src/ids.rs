@@ -112,6 +112,15 @@ id_type!(
     /// creates carries this id as a label so it can find its own.
     InstanceId, 16, "instance id"
 );
+id_type!(
+    /// A snapshot's id: 12 characters from `[a-z0-9]`; also its image tag
+    /// (`stockade-snapshot:{id}`).
+    SnapshotId, 12, "snapshot id"
+);
+id_type!(
+    /// An uploaded archive's id (`POST /uploads`), used once as a create source.
+    UploadId, 24, "upload id"
+);
 
 #[cfg(test)]
 mod tests {

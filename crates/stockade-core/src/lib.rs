@@ -8,6 +8,7 @@ pub mod fspath;
 pub mod ids;
 pub mod sandbox;
 pub mod size;
+pub mod snapshot;
 pub mod spec;
 pub mod status;
 pub mod team;
@@ -16,9 +17,10 @@ pub mod update;
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};
 pub use fspath::SandboxPath;
-pub use ids::{AccountId, InstanceId, SandboxId, TeamId};
+pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, UploadId};
 pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;
+pub use snapshot::{Snapshot, SnapshotKind, SnapshotStatus};
 pub use spec::{
     Defaults, Label, Labels, NetworkPolicy, SandboxName, SandboxSpec, StartCommand, VolumeName,
 };

@@ -25,12 +25,13 @@ use tokio::io::AsyncWriteExt;
 
 // Live usage (API-3) lives in its own file, as a child module so that it
 // shares this module's private client helpers.
+mod snapshots;
 #[path = "docker_stats.rs"]
 mod stats;
 
 use crate::{
-    labels, ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer, Runtime,
-    RuntimeError, RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
+    labels, ByteStream, ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer,
+    Runtime, RuntimeError, RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 /// The API version Stockade speaks first: Docker 20.10. Engines that no
@@ -399,6 +400,7 @@ impl DockerRuntime {
         docker: &Docker,
         spec: &ContainerSpec,
         undo: &mut CreateUndo,
+        workspace: Option<ByteStream>,
     ) -> RuntimeResult<String> {
         let name = container_name(&spec.sandbox_id);
         let volume = VolumeName::for_sandbox(&spec.sandbox_id);
@@ -453,6 +455,10 @@ impl DockerRuntime {
         undo.container = ContainerUndo::Created(created.id.clone());
         for warning in &created.warnings {
             tracing::warn!(sandbox.id = %spec.sandbox_id, %warning, "docker create warning");
+        }
+
+        if let Some(archive) = workspace {
+            self.unpack_workspace(docker, &created.id, archive).await?;
         }
 
         docker
@@ -669,7 +675,7 @@ impl Runtime for DockerRuntime {
         self.ensure_image(&spec.image).await?;
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
-        match self.create_inner(&docker, spec, &mut undo).await {
+        match self.create_inner(&docker, spec, &mut undo, None).await {
             Ok(id) => {
                 undo.disarm();
                 Ok(id)
@@ -918,6 +924,33 @@ impl Runtime for DockerRuntime {
         env: &std::collections::BTreeMap<String, String>,
     ) -> RuntimeResult<()> {
         self.write_main_env(id, env).await
+    }
+
+    // --- snapshots, fork and workspace sources (issue 4): docker/snapshots.rs ---
+
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.commit_snapshot_impl(id, image_ref, labels).await
+    }
+
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()> {
+        self.remove_image_impl(image_ref).await
+    }
+
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
+        self.export_workspace_impl(id).await
+    }
+
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String> {
+        self.create_with_workspace_impl(spec, archive).await
     }
 }
 

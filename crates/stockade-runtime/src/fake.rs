@@ -9,10 +9,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{SandboxId, VolumeName};
 
+mod snapshots;
+
 use crate::{
-    ContainerSpec, ContainerState, ExecEvent, ExecExit, ExecOutput, ExecProcess, ExecSpec, LogLine,
-    LogLines, LogStream, LogsOptions, ManagedContainer, Runtime, RuntimeError, RuntimeInfo,
-    RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
+    ByteStream, ContainerSpec, ContainerState, ExecEvent, ExecExit, ExecOutput, ExecProcess,
+    ExecSpec, LogLine, LogLines, LogStream, LogsOptions, ManagedContainer, Runtime, RuntimeError,
+    RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 /// Computes the result of an exec in a [`FakeRuntime`].
@@ -58,6 +60,10 @@ struct State {
     next_container: u64,
     /// Main-process output of each container, oldest first.
     logs: BTreeMap<SandboxId, Vec<LogLine>>,
+    /// Snapshot images (fake/snapshots.rs), by reference, with their labels.
+    images: BTreeMap<String, BTreeMap<String, String>>,
+    /// The last archive unpacked into each sandbox's `/workspace`.
+    workspaces: BTreeMap<SandboxId, Vec<u8>>,
 }
 
 /// An in-memory [`Runtime`]. Cheap to clone; clones share state.
@@ -694,6 +700,33 @@ impl Runtime for FakeRuntime {
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         c.spec.env = env.clone();
         Ok(())
+    }
+
+    // --- snapshots, fork and workspace sources (issue 4): fake/snapshots.rs ---
+
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.commit_snapshot_impl(id, image_ref, labels)
+    }
+
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()> {
+        self.remove_image_impl(image_ref)
+    }
+
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
+        self.export_workspace_impl(id)
+    }
+
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String> {
+        self.create_with_workspace_impl(spec, archive).await
     }
 }
 

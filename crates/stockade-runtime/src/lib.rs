@@ -60,6 +60,13 @@ pub enum RuntimeError {
 
 pub type RuntimeResult<T> = Result<T, RuntimeError>;
 
+/// A stream of bytes: a tar archive on its way in or out of a container.
+pub type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send>>;
+
+/// Label on snapshot images: the snapshot's id.
+pub const SNAPSHOT_LABEL: &str = "io.stockade.snapshot-id";
+
 /// Facts about the container engine, for `/health`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeInfo {
@@ -279,4 +286,33 @@ pub trait Runtime: Send + Sync + 'static {
         id: &SandboxId,
         env: &BTreeMap<String, String>,
     ) -> RuntimeResult<()>;
+    // --- snapshots, fork and workspace sources (issue 4: LC-9, LC-10, LC-11, S3-2) ---
+
+    /// Commits the sandbox's container — its root-filesystem changes, not
+    /// the `/workspace` volume — as the image `image_ref` (`repo:tag`),
+    /// carrying `labels`. The container is paused while Docker commits.
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()>;
+
+    /// Removes an image; an absent one is fine; `Conflict` while a container
+    /// (running or not) is made from it.
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()>;
+
+    /// The sandbox's `/workspace` as an uncompressed tar stream, entries
+    /// relative to it (`./…`), owners and modes kept. Works on a stopped
+    /// container too; `NotFound` without a container.
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream>;
+
+    /// [`Runtime::create`], with `archive` (a tar: plain, gzip, bzip2 or xz)
+    /// unpacked into `/workspace` after the container is made and before its
+    /// main process starts. If anything fails, nothing it made is left.
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String>;
 }

@@ -192,6 +192,7 @@ impl CreateParams {
                 .then(|| self.ports.iter().map(|p| i64::from(*p)).collect()),
             persistent: self.persistent,
             team_id: self.team_id.clone(),
+            source: None,
         }
     }
 }
@@ -328,8 +329,8 @@ impl Sandbox {
             .name
             .clone()
             .ok_or_else(|| Error::invalid("name", "get_or_create needs a name"))?;
-        match Self::get(client, &name).await {
-            Ok(sb) => return Ok(sb),
+        match Self::find(client, &name).await {
+            Ok(sb) => return Self::ready(client, &name, sb).await,
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
@@ -340,31 +341,40 @@ impl Sandbox {
             }
             Err(e) if e.is_conflict() => {
                 // Someone else is creating it: wait until it is usable.
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-                loop {
-                    match Self::find(client, &name).await {
-                        Ok(mut sb) => match sb.info.status {
-                            stockade_api::SandboxStatus::Running => return Ok(sb),
-                            stockade_api::SandboxStatus::Stopped => {
-                                sb.start().await?;
-                                return Ok(sb);
-                            }
-                            stockade_api::SandboxStatus::Provisioning
-                            | stockade_api::SandboxStatus::Pending => {}
-                            _ => return Ok(sb),
-                        },
-                        Err(e) if e.is_not_found() => {}
-                        Err(e) => return Err(e),
-                    }
-                    if tokio::time::Instant::now() > deadline {
-                        return Err(Error::Decode(format!(
-                            "sandbox '{name}' did not become ready within 300 s"
-                        )));
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                let sb = Self::find(client, &name).await?;
+                Self::ready(client, &name, sb).await
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until a sandbox another caller is creating is usable, and
+    /// resumes a stopped one.
+    async fn ready(client: &Client, name: &str, mut sb: Sandbox) -> Result<Sandbox, Error> {
+        use stockade_api::SandboxStatus as S;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        loop {
+            match sb.info.status {
+                S::Running => return Ok(sb),
+                S::Stopped => {
+                    sb.start().await?;
+                    return Ok(sb);
+                }
+                S::Provisioning | S::Pending => {}
+                _ => return Ok(sb),
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Decode(format!(
+                    "sandbox '{name}' did not become ready within 300 s"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            sb = match Self::find(client, name).await {
+                Ok(sb) => sb,
+                // The creator's create failed and was rolled back.
+                Err(e) if e.is_not_found() => return Err(e),
+                Err(e) => return Err(e),
+            };
         }
     }
 

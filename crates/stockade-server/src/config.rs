@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use stockade_blob::BlobConfig;
 use stockade_core::Defaults;
 
 use crate::ratelimit::RateLimitConfig;
@@ -54,6 +55,38 @@ pub struct ServerConfig {
     /// How long an instance that claimed an ended session has to stop or
     /// terminate the sandbox before another instance may try (SCALE-2).
     pub session_claim_lease: Duration,
+    /// Where snapshots' workspaces, syncs and uploads are kept (S3-1).
+    pub blob_store: BlobConfig,
+    /// Limits of git / tarball / upload sources (LC-11).
+    pub sources: SourceLimits,
+}
+
+/// How much the server fetches on a user's behalf for a create source.
+#[derive(Debug, Clone)]
+pub struct SourceLimits {
+    /// Largest archive (download or upload) and largest cloned repository.
+    pub max_archive_bytes: u64,
+    /// Largest total of the files an archive unpacks to.
+    pub max_unpacked_bytes: u64,
+    /// A clone or download that takes longer fails.
+    pub fetch_timeout: Duration,
+    /// How long an upload waits to be used.
+    pub upload_ttl: Duration,
+    /// Refuse source URLs whose host resolves to a loopback, private or
+    /// link-local address (SSRF guard). Off by default.
+    pub deny_private_networks: bool,
+}
+
+impl Default for SourceLimits {
+    fn default() -> Self {
+        Self {
+            max_archive_bytes: 1 << 30,
+            max_unpacked_bytes: 10 << 30,
+            fetch_timeout: Duration::from_secs(300),
+            upload_ttl: Duration::from_secs(24 * 3600),
+            deny_private_networks: false,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -79,6 +112,11 @@ impl Default for ServerConfig {
             usage: UsageConfig::default(),
             session_check_interval: Duration::from_secs(1),
             session_claim_lease: Duration::from_secs(120),
+            // The binary uses `<data dir>/blobs`; a library user sets its own.
+            blob_store: BlobConfig::Local {
+                dir: std::env::temp_dir().join("stockade-blobs"),
+            },
+            sources: SourceLimits::default(),
         }
     }
 }

@@ -40,6 +40,12 @@ pub enum ApiError {
     /// A sandbox port the proxy forwards to does not answer (502).
     #[error("{0}")]
     UpstreamUnavailable(String),
+    /// A create source (git, tarball, upload) could not be fetched or unpacked.
+    #[error("{0}")]
+    SourceFailed(String),
+    /// The object store (local directory or S3) failed.
+    #[error("{0}")]
+    ObjectStore(String),
     #[error("{0}")]
     DockerUnavailable(String),
     #[error("{0}")]
@@ -74,6 +80,8 @@ impl ApiError {
             }
             Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
             Self::UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "upstream_unavailable"),
+            Self::SourceFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "source_failed"),
+            Self::ObjectStore(_) => (StatusCode::BAD_GATEWAY, "object_store_error"),
             Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
             Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),
@@ -168,6 +176,18 @@ impl From<RuntimeError> for ApiError {
             )),
             RuntimeError::Conflict(m) => Self::Conflict(m),
             RuntimeError::Other(m) => Self::Docker(format!("Docker error: {m}")),
+        }
+    }
+}
+
+impl From<stockade_blob::BlobError> for ApiError {
+    fn from(e: stockade_blob::BlobError) -> Self {
+        match e {
+            stockade_blob::BlobError::NotFound(key) => {
+                Self::ObjectStore(format!("object store: '{key}' is missing"))
+            }
+            stockade_blob::BlobError::Source(m) => Self::Docker(format!("Docker error: {m}")),
+            other => Self::ObjectStore(format!("Object store error: {other}")),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
+use stockade_blob::{BlobStore, ObjectBlobStore};
 use stockade_core::{ApiToken, InstanceId};
 use stockade_runtime::Runtime;
 use stockade_store::Store;
@@ -28,8 +29,11 @@ pub mod ratelimit;
 pub mod reconcile;
 pub mod routes;
 pub mod sessions;
+pub mod snapshots;
+pub mod sources;
 pub mod sse;
 pub mod usage;
+pub mod workspace_sync;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -49,6 +53,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Live usage and volume sizes for sandbox details (API-3).
     pub usage: Arc<usage::Usage>,
+    /// Object store of snapshots, syncs and uploads (S3-1).
+    pub blobs: Arc<dyn BlobStore>,
 }
 
 impl AppState {
@@ -65,6 +71,8 @@ impl AppState {
             metrics.clone(),
             config.usage.clone(),
         ));
+        let blobs = ObjectBlobStore::open(&config.blob_store)
+            .map_err(|e| stockade_store::StoreError::Other(e.to_string()))?;
         Ok(Self {
             store,
             runtime,
@@ -76,6 +84,7 @@ impl AppState {
             proxy_keys,
             metrics,
             usage,
+            blobs: Arc::new(blobs),
         })
     }
 }
@@ -106,7 +115,8 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::files::routes())
         .merge(routes::teams::routes())
         .merge(routes::volumes::routes())
-        .merge(routes::update::routes());
+        .merge(routes::update::routes())
+        .merge(routes::snapshots::routes());
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         state.config.rate_limit.clone(),
         state.metrics.clone(),
@@ -201,6 +211,10 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let shutdown = CancellationToken::new();
     tokio::spawn(reconcile::run_periodically(state.clone(), shutdown.clone()));
     tokio::spawn(sessions::run_periodically(state.clone(), shutdown.clone()));
+    tokio::spawn(snapshots::collect_periodically(
+        state.clone(),
+        shutdown.clone(),
+    ));
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {

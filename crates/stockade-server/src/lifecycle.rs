@@ -27,7 +27,16 @@ pub fn prepare(
     caller: &Caller,
     req: &CreateSandboxRequest,
 ) -> ApiResult<Sandbox> {
-    let id = SandboxId::generate();
+    prepare_with_id(state, caller, req, SandboxId::generate())
+}
+
+/// [`prepare`] for a sandbox whose id was chosen already.
+pub fn prepare_with_id(
+    state: &AppState,
+    caller: &Caller,
+    req: &CreateSandboxRequest,
+    id: SandboxId,
+) -> ApiResult<Sandbox> {
     let spec = SandboxSpec::from_input(req.spec_input(), &id, &state.config.defaults)?;
     let team_id = match &req.team_id {
         None => None,
@@ -89,19 +98,38 @@ pub async fn create(
     sandbox: Sandbox,
     idempotency: Option<IdempotencyKey>,
 ) -> ApiResult<Sandbox> {
+    create_from(state, sandbox, idempotency, None).await
+}
+
+/// [`create`] with a source (LC-9, LC-10, LC-11): its archive is unpacked
+/// into `/workspace` before the container starts, and a failure there rolls
+/// the create back like any runtime failure.
+pub async fn create_from(
+    state: &AppState,
+    sandbox: Sandbox,
+    idempotency: Option<IdempotencyKey>,
+    source: Option<crate::sources::PreparedSource>,
+) -> ApiResult<Sandbox> {
     let abandoned = CancellationToken::new();
     let guard = abandoned.clone().drop_guard();
     let state = state.clone();
     let result = tokio::spawn(async move {
         let id = sandbox.id.clone();
-        let result = create_inner(&state, sandbox, &abandoned).await;
+        let (archive, after) = match source {
+            Some(s) => (Some(s.archive), Some(s.after)),
+            None => (None, None),
+        };
+        let mut result = create_inner(&state, sandbox, &abandoned, archive).await;
         if result.is_err() {
             forget_key(&state, idempotency.as_ref()).await;
         } else if abandoned.is_cancelled() {
             warn!(sandbox.id = %id, "the client went away during create; rolling it back");
             rollback(&state, &id).await;
             forget_key(&state, idempotency.as_ref()).await;
-            return Err(ApiError::Conflict("the create was cancelled".into()));
+            result = Err(ApiError::Conflict("the create was cancelled".into()));
+        }
+        if let Some(after) = after {
+            crate::sources::finish(&state, after, result.is_ok()).await;
         }
         result
     })
@@ -133,6 +161,7 @@ async fn create_inner(
     state: &AppState,
     mut sb: Sandbox,
     abandoned: &CancellationToken,
+    archive: Option<stockade_runtime::ByteStream>,
 ) -> ApiResult<Sandbox> {
     let _timer = state.metrics.time_operation("create");
     state.store.insert_sandbox(&sb).await.map_err(|e| match e {
@@ -146,7 +175,16 @@ async fn create_inner(
         rollback(state, &sb.id).await;
         return Err(ApiError::Conflict("the create was cancelled".into()));
     }
-    let container_id = match state.runtime.create(&container_spec(state, &sb)).await {
+    let created = match archive {
+        Some(archive) => {
+            state
+                .runtime
+                .create_with_workspace(&container_spec(state, &sb), archive)
+                .await
+        }
+        None => state.runtime.create(&container_spec(state, &sb)).await,
+    };
+    let container_id = match created {
         Ok(cid) => cid,
         Err(e) => {
             state.metrics.docker_error("create", &e);

@@ -6,11 +6,13 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{
-    Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
+    Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, Snapshot,
+    SnapshotId, Team, TeamId,
 };
 
 mod common;
 mod postgres;
+mod snapshots;
 mod sqlite;
 
 pub use postgres::PgStore;
@@ -32,6 +34,9 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The most snapshots one list returns.
+pub const MAX_SNAPSHOTS_LISTED: u32 = 1000;
 
 /// Filters of the sandbox list (API-1). Empty filters match everything.
 #[derive(Debug, Clone, Default)]
@@ -203,6 +208,36 @@ pub trait Store: Send + Sync + 'static {
         lease_until: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<Sandbox>>;
+
+    // --- snapshots (issue 4: snapshots and fork, LC-9, LC-10) ---
+
+    /// Inserts a new snapshot record.
+    async fn insert_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()>;
+
+    /// The snapshot with `id`, deleted ones included: `NotFound` when no
+    /// record exists, `Forbidden` when another account owns it (snapshots
+    /// belong to an account, not to its teams).
+    async fn get_snapshot(&self, scope: &Scope, id: &SnapshotId) -> StoreResult<Snapshot>;
+
+    /// The account's user snapshots that are not deleted, newest first (at
+    /// most [`MAX_SNAPSHOTS_LISTED`]); only those of `source` when given.
+    async fn list_snapshots(
+        &self,
+        scope: &Scope,
+        source: Option<&SandboxId>,
+    ) -> StoreResult<Vec<Snapshot>>;
+
+    /// Writes the mutable fields (name, status, blob key and size, deleted_at).
+    async fn update_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()>;
+
+    /// Removes a snapshot record for good (a capture that failed).
+    async fn purge_snapshot(&self, id: &SnapshotId) -> StoreResult<()>;
+
+    /// Snapshots with an image or archive left to remove, across accounts:
+    /// every DELETING one, and CREATING ones started before `creating_before`
+    /// (their capture died with its server).
+    async fn pending_snapshots(&self, creating_before: DateTime<Utc>)
+        -> StoreResult<Vec<Snapshot>>;
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

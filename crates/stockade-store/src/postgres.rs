@@ -8,7 +8,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder, Row};
 use stockade_core::{
-    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
+    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotId,
+    Team, TeamId,
 };
 
 use crate::common::{
@@ -17,6 +18,7 @@ use crate::common::{
 };
 use crate::{SandboxFilter, SandboxPage, Store, StoreError, StoreResult};
 
+mod snapshots;
 mod teams;
 
 /// The Stockade store in a PostgreSQL database.
@@ -667,5 +669,38 @@ impl Store for PgStore {
             }
         }
         Ok(claimed)
+    }
+
+    // --- snapshots (issue 4): see postgres/snapshots.rs ---
+
+    async fn insert_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        self.insert_snapshot_impl(snapshot).await
+    }
+
+    async fn get_snapshot(&self, scope: &Scope, id: &SnapshotId) -> StoreResult<Snapshot> {
+        self.get_snapshot_impl(scope, id).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        scope: &Scope,
+        source: Option<&SandboxId>,
+    ) -> StoreResult<Vec<Snapshot>> {
+        self.list_snapshots_impl(scope, source).await
+    }
+
+    async fn update_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        self.update_snapshot_impl(snapshot).await
+    }
+
+    async fn purge_snapshot(&self, id: &SnapshotId) -> StoreResult<()> {
+        self.purge_snapshot_impl(id).await
+    }
+
+    async fn pending_snapshots(
+        &self,
+        creating_before: DateTime<Utc>,
+    ) -> StoreResult<Vec<Snapshot>> {
+        self.pending_snapshots_impl(creating_before).await
     }
 }

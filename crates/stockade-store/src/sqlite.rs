@@ -11,7 +11,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use stockade_core::{
-    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
+    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotId,
+    Team, TeamId,
 };
 
 use crate::common::{
@@ -20,6 +21,7 @@ use crate::common::{
 };
 use crate::{SandboxFilter, SandboxPage, Store, StoreError, StoreResult};
 
+mod snapshots;
 mod teams;
 
 /// The Stockade store in a SQLite database.
@@ -702,5 +704,38 @@ impl Store for SqliteStore {
             }
         }
         Ok(claimed)
+    }
+
+    // --- snapshots (issue 4): see sqlite/snapshots.rs ---
+
+    async fn insert_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        self.insert_snapshot_impl(snapshot).await
+    }
+
+    async fn get_snapshot(&self, scope: &Scope, id: &SnapshotId) -> StoreResult<Snapshot> {
+        self.get_snapshot_impl(scope, id).await
+    }
+
+    async fn list_snapshots(
+        &self,
+        scope: &Scope,
+        source: Option<&SandboxId>,
+    ) -> StoreResult<Vec<Snapshot>> {
+        self.list_snapshots_impl(scope, source).await
+    }
+
+    async fn update_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        self.update_snapshot_impl(snapshot).await
+    }
+
+    async fn purge_snapshot(&self, id: &SnapshotId) -> StoreResult<()> {
+        self.purge_snapshot_impl(id).await
+    }
+
+    async fn pending_snapshots(
+        &self,
+        creating_before: DateTime<Utc>,
+    ) -> StoreResult<Vec<Snapshot>> {
+        self.pending_snapshots_impl(creating_before).await
     }
 }

@@ -93,6 +93,8 @@ pub struct ServerArgs {
     /// another one terminated.
     #[arg(long, env = "STOCKADE_DEFAULT_TIMEOUT_MINUTES", default_value_t = 0.0)]
     default_timeout_minutes: f64,
+    #[command(flatten)]
+    objects: ObjectStoreArgs,
 }
 
 /// `off` or a limit such as `1000/60s`.
@@ -142,6 +144,56 @@ fn describe_limits(config: &Option<RateLimitConfig>) -> String {
             show(c.per_ip),
             show(c.per_token)
         ),
+    }
+}
+
+/// Where snapshots, workspace syncs and uploads are kept (S3-1): a local
+/// directory unless an S3 bucket is configured.
+#[derive(Args)]
+struct ObjectStoreArgs {
+    /// Directory of the local object store (default: <data dir>/blobs).
+    #[arg(long, env = "STOCKADE_BLOB_DIR")]
+    blob_dir: Option<PathBuf>,
+    /// S3 bucket: setting it uses an S3-compatible object store instead of
+    /// the local directory.
+    #[arg(long, env = "STOCKADE_S3_BUCKET")]
+    s3_bucket: Option<String>,
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 for MinIO (default: AWS).
+    /// Path-style requests; http:// is allowed.
+    #[arg(long, env = "STOCKADE_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    #[arg(long, env = "STOCKADE_S3_REGION", default_value = "us-east-1")]
+    s3_region: String,
+    #[arg(long, env = "STOCKADE_S3_ACCESS_KEY_ID")]
+    s3_access_key_id: Option<String>,
+    #[arg(long, env = "STOCKADE_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
+    s3_secret_access_key: Option<String>,
+    /// Refuse git/tarball source URLs whose host resolves to a loopback,
+    /// private or link-local address.
+    #[arg(long, env = "STOCKADE_SOURCE_DENY_PRIVATE")]
+    source_deny_private: bool,
+    /// Largest archive or repository a create source may bring, in MB.
+    #[arg(long, env = "STOCKADE_SOURCE_MAX_MB", default_value_t = 1024)]
+    source_max_mb: u64,
+}
+
+impl ObjectStoreArgs {
+    fn blob_config(&self, data_dir: &std::path::Path) -> stockade_blob::BlobConfig {
+        match self.s3_bucket.as_deref().filter(|b| !b.trim().is_empty()) {
+            Some(bucket) => stockade_blob::BlobConfig::S3(stockade_blob::S3Config {
+                endpoint: self.s3_endpoint.clone().filter(|e| !e.is_empty()),
+                bucket: bucket.to_owned(),
+                region: self.s3_region.clone(),
+                access_key_id: self.s3_access_key_id.clone(),
+                secret_access_key: self.s3_secret_access_key.clone(),
+            }),
+            None => stockade_blob::BlobConfig::Local {
+                dir: self
+                    .blob_dir
+                    .clone()
+                    .unwrap_or_else(|| data_dir.join("blobs")),
+            },
+        }
     }
 }
 
@@ -229,13 +281,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         "--default-timeout-minutes",
     )
     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
+    config.blob_store = args.objects.blob_config(&data_dir);
+    config.sources.deny_private_networks = args.objects.source_deny_private;
+    config.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
         .context("could not create the admin account")?;
+    let objects = object_store_line(&config.blob_store);
     let state = AppState::new(store, runtime.clone(), config)
         .await
-        .context("could not read the server settings (instance id, proxy token key)")?;
+        .context(
+            "could not read the server settings (instance id, proxy token key) or the object store",
+        )?;
     let server = stockade_server::spawn(state)
         .await
         .with_context(|| format!("could not listen on {}", args.listen))?;
@@ -246,6 +304,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     println!("  API docs:  {base}/api/v1/docs");
     println!("  database:  {}", redact_url(&database));
     println!("  limits:    {limits}");
+    println!("  objects:   {objects}");
     match runtime.info().await {
         Ok(i) => println!(
             "  docker:    {docker_host} (Docker {}, API {})",
@@ -304,6 +363,19 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+/// Where the object store is, for the start banner (no secrets).
+fn object_store_line(config: &stockade_blob::BlobConfig) -> String {
+    match config {
+        stockade_blob::BlobConfig::Local { dir } => format!("local directory {}", dir.display()),
+        stockade_blob::BlobConfig::S3(s3) => format!(
+            "s3://{} at {} ({})",
+            s3.bucket,
+            s3.endpoint.as_deref().unwrap_or("AWS"),
+            s3.region
+        ),
     }
 }
 

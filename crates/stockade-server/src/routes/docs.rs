@@ -62,6 +62,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(crate::metrics::MetricsApi::openapi());
     doc.merge(volumes::VolumesApi::openapi());
     doc.merge(update::UpdateApi::openapi());
+    doc.merge(super::snapshots::SnapshotsApi::openapi());
     doc
 }
 

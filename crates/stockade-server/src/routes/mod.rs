@@ -13,6 +13,7 @@ pub mod health;
 pub mod logs;
 pub mod ports;
 pub mod sandboxes;
+pub mod snapshots;
 pub mod teams;
 pub mod update;
 pub mod volumes;

@@ -45,10 +45,13 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateSandboxRequest>,
 ) -> ApiResult<Response> {
     let key = idempotency_key(&headers)?;
+    // Every field is checked before a source is fetched (a clone can be long).
     let sb = lifecycle::prepare(&state, &caller, &req)?;
     let Some(key) = key else {
         tracing::Span::current().record("sandbox.id", sb.id.as_str());
-        let sb = lifecycle::create(&state, sb, None).await?;
+        let (spec_req, source) = crate::sources::resolve(&state, &caller, &req).await?;
+        let sb = lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id)?;
+        let sb = lifecycle::create_from(&state, sb, None, source).await?;
         return Ok((StatusCode::CREATED, respond(&sb)).into_response());
     };
     let hash = stockade_core::account::sha256_hex(
@@ -81,7 +84,28 @@ pub async fn create(
     }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     let idem = lifecycle::IdempotencyKey { account, key };
-    let sb = lifecycle::create(&state, sb, Some(idem)).await?;
+    let resolved = match crate::sources::resolve(&state, &caller, &req).await {
+        Ok((spec_req, source)) => {
+            lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id.clone())
+                .map(|sb| (sb, source))
+        }
+        Err(e) => Err(e),
+    };
+    let (sb, source) = match resolved {
+        Ok(r) => r,
+        Err(e) => {
+            // The create never started: a retry with this key may try again.
+            if let Err(de) = state
+                .store
+                .delete_idempotency_key(&idem.account, &idem.key)
+                .await
+            {
+                tracing::error!(error = %de, "could not forget the idempotency key of a failed create");
+            }
+            return Err(e);
+        }
+    };
+    let sb = lifecycle::create_from(&state, sb, Some(idem), source).await?;
     Ok((StatusCode::CREATED, respond(&sb)).into_response())
 }
 
@@ -328,22 +352,29 @@ pub async fn stop(
     Ok(respond(&sb))
 }
 
-fn parse_preserve(raw: Option<&str>) -> ApiResult<bool> {
-    let mut preserve = false;
+/// `preserveVolume` and `sync` of a delete.
+fn parse_preserve(raw: Option<&str>) -> ApiResult<(bool, bool)> {
+    let (mut preserve, mut sync) = (false, false);
     for (k, v) in query_pairs(raw) {
         match k.as_str() {
             "preserveVolume" | "preserve_volume" => preserve = parse_bool(&v, "preserveVolume")?,
+            "sync" => sync = parse_bool(&v, "sync")?,
             other => return Err(ApiError::field(other, "unknown query parameter")),
         }
     }
-    Ok(preserve)
+    Ok((preserve, sync))
 }
 
-/// Destroy a sandbox. `preserveVolume=true` keeps its `/workspace` volume.
+/// Destroy a sandbox. `preserveVolume=true` keeps its `/workspace` volume;
+/// `sync=true` first uploads `/workspace` to the object store and records it
+/// in `metadata.s3_sync` (if that fails, nothing is deleted).
 #[utoipa::path(delete, path = "/api/v1/sandbox/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id"),
-           ("preserveVolume" = Option<bool>, Query, description = "keep the volume (default false)")),
-    responses((status = 200, description = "Terminated", body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+           ("preserveVolume" = Option<bool>, Query, description = "keep the volume (default false)"),
+           ("sync" = Option<bool>, Query, description = "upload /workspace to the object store first (default false)")),
+    responses((status = 200, description = "Terminated", body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, description = "sync=true but there is no /workspace to sync", body = ErrorBody),
+              (status = 502, description = "sync=true and the object store failed; nothing was deleted", body = ErrorBody)),
     security(("bearer" = [])))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
 pub async fn destroy(
@@ -352,9 +383,16 @@ pub async fn destroy(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let preserve = parse_preserve(raw.as_deref())?;
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let (preserve, sync) = parse_preserve(raw.as_deref())?;
+    let mut sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    if sync {
+        // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
+        sb = crate::workspace_sync::sync(&state, sb).await?;
+    }
     let sb = lifecycle::destroy(&state, sb, preserve).await?;
+    // Images of deleted snapshots this sandbox was made from may go now.
+    let gc = state.clone();
+    tokio::spawn(async move { crate::snapshots::collect_garbage(&gc).await });
     Ok(respond(&sb))
 }
 

@@ -138,6 +138,36 @@ impl Store for FailingStore {
             .claim_expired_sessions(server, now, lease_until, limit)
             .await
     }
+    // --- snapshots (issue 4) ---
+    async fn insert_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()> {
+        self.inner.insert_snapshot(s).await
+    }
+    async fn get_snapshot(
+        &self,
+        scope: &Scope,
+        id: &stockade_core::SnapshotId,
+    ) -> StoreResult<stockade_core::Snapshot> {
+        self.inner.get_snapshot(scope, id).await
+    }
+    async fn list_snapshots(
+        &self,
+        scope: &Scope,
+        source: Option<&SandboxId>,
+    ) -> StoreResult<Vec<stockade_core::Snapshot>> {
+        self.inner.list_snapshots(scope, source).await
+    }
+    async fn update_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()> {
+        self.inner.update_snapshot(s).await
+    }
+    async fn purge_snapshot(&self, id: &stockade_core::SnapshotId) -> StoreResult<()> {
+        self.inner.purge_snapshot(id).await
+    }
+    async fn pending_snapshots(
+        &self,
+        before: DateTime<Utc>,
+    ) -> StoreResult<Vec<stockade_core::Snapshot>> {
+        self.inner.pending_snapshots(before).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -36,6 +36,8 @@ pub struct AppOptions {
     pub dir: Option<Arc<tempfile::TempDir>>,
     /// Changes to the server configuration (e.g. small limits).
     pub configure: Option<Configure>,
+    /// The object store; default: `blobs/` in the app's temporary directory.
+    pub blob_store: Option<stockade_blob::BlobConfig>,
 }
 
 /// A change to the server configuration of a test app.
@@ -74,6 +76,11 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     if let Some(configure) = opts.configure {
         configure(&mut config);
     }
+    config.blob_store = opts
+        .blob_store
+        .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
+            dir: dir.path().join("blobs"),
+        });
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await
@@ -232,6 +239,13 @@ pub fn cleanup_instance(instance: &str) {
     if !vols.is_empty() {
         let mut args = vec!["volume", "rm", "-f"];
         args.extend(vols.iter().map(String::as_str));
+        let _ = Command::new("docker").args(&args).output();
+    }
+    // Snapshot images carry the instance label too.
+    let images = docker_lines(&["images", "-q", "--filter", &filter]);
+    if !images.is_empty() {
+        let mut args = vec!["rmi", "-f"];
+        args.extend(images.iter().map(String::as_str));
         let _ = Command::new("docker").args(&args).output();
     }
 }

@@ -1,0 +1,258 @@
+//! Snapshots and workspace archives on the real engine (LC-9, LC-10, LC-11):
+//! commit keeps root-filesystem changes, `/workspace` streams out as a tar,
+//! and an archive is unpacked before the main process starts. Every test
+//! removes what it made, also when it fails.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use bytes::Bytes;
+use futures_util::{stream, StreamExt};
+use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::{
+    container_name, ByteStream, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, Runtime,
+    RuntimeError,
+};
+
+const IMAGE: &str = "stockade-test-base:latest";
+
+fn docker_cli(args: &[&str]) -> std::process::Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI")
+}
+
+/// Containers, volumes and images made by a test, removed on drop.
+#[derive(Default)]
+struct Cleanup {
+    sandboxes: Vec<SandboxId>,
+    images: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for id in &self.sandboxes {
+            let _ = docker_cli(&["rm", "-f", "-v", &container_name(id)]);
+            let _ = docker_cli(&["volume", "rm", "-f", VolumeName::for_sandbox(id).as_str()]);
+        }
+        for image in &self.images {
+            let _ = docker_cli(&["rmi", "-f", image]);
+        }
+    }
+}
+
+fn spec(image: &str, command: &str) -> ContainerSpec {
+    let sandbox_id = SandboxId::generate();
+    ContainerSpec {
+        hostname: "sbx".into(),
+        sandbox_id,
+        account_id: AccountId::generate(),
+        instance_id: InstanceId::generate(),
+        image: image.into(),
+        command: vec!["/bin/sh".into(), "-c".into(), command.into()],
+        env: BTreeMap::new(),
+        cpu_cores: 1.0,
+        memory_bytes: 256 << 20,
+        network_access: false,
+    }
+}
+
+const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
+
+async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> String {
+    let out = rt
+        .exec(
+            id,
+            ExecSpec {
+                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, data) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o640);
+        h.set_cksum();
+        b.append_data(&mut h, path, *data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+fn once(bytes: Vec<u8>) -> ByteStream {
+    Box::pin(stream::once(async move { Ok(Bytes::from(bytes)) }))
+}
+
+async fn collect(mut s: ByteStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(c) = s.next().await {
+        out.extend_from_slice(&c.unwrap());
+    }
+    out
+}
+
+fn runtime() -> DockerRuntime {
+    DockerRuntime::new(DockerConfig::default()).unwrap()
+}
+
+#[tokio::test]
+async fn archive_is_in_place_before_the_main_process_starts() {
+    let rt = runtime();
+    let mut cleanup = Cleanup::default();
+    // The main process copies what it finds at its very start.
+    let s = spec(
+        IMAGE,
+        &format!("cp /workspace/app/hello /tmp/seen-at-start; {KEEP_ALIVE}"),
+    );
+    cleanup.sandboxes.push(s.sandbox_id.clone());
+    let archive = tar_of(&[
+        ("app/hello", b"hi from the archive\n"),
+        ("top.bin", &[0, 1, 2, 255]),
+    ]);
+    rt.create_with_workspace(&s, once(archive)).await.unwrap();
+    let id = &s.sandbox_id;
+    assert_eq!(
+        sh(&rt, id, "cat /tmp/seen-at-start").await,
+        "hi from the archive\n"
+    );
+    assert_eq!(
+        sh(&rt, id, "od -An -tu1 /workspace/top.bin")
+            .await
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["0", "1", "2", "255"]
+    );
+    assert_eq!(
+        sh(&rt, id, "stat -c %a /workspace/app/hello").await.trim(),
+        "640"
+    );
+}
+
+#[tokio::test]
+async fn commit_and_export_capture_the_filesystem() {
+    let rt = runtime();
+    let mut cleanup = Cleanup::default();
+    let src = spec(IMAGE, KEEP_ALIVE);
+    cleanup.sandboxes.push(src.sandbox_id.clone());
+    rt.create(&src).await.unwrap();
+    let id = &src.sandbox_id;
+    sh(&rt, id, "echo root-change > /etc/stockade-marker; mkdir -p /workspace/d; printf 'x%.0s' $(seq 1 5000) > /workspace/d/big; echo w > /workspace/w").await;
+
+    let image = format!("stockade-snapshot:{}", SandboxId::generate());
+    cleanup.images.push(image.clone());
+    let labels = BTreeMap::from([("io.stockade.snapshot-id".to_string(), "abc".to_string())]);
+    rt.commit_snapshot(id, &image, &labels).await.unwrap();
+    let inspected = docker_cli(&[
+        "image",
+        "inspect",
+        "-f",
+        "{{index .Config.Labels \"io.stockade.snapshot-id\"}}",
+        &image,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&inspected.stdout).trim(), "abc");
+    // The container keeps running after the (pausing) commit.
+    assert!(rt.inspect(id).await.unwrap().unwrap().running);
+
+    let tar_bytes = collect(rt.export_workspace(id).await.unwrap()).await;
+    let mut names: Vec<String> = tar::Archive::new(tar_bytes.as_slice())
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["./", "./d/", "./d/big", "./w"]);
+
+    // A new sandbox from the image and the archive has both.
+    let copy = spec(&image, KEEP_ALIVE);
+    cleanup.sandboxes.push(copy.sandbox_id.clone());
+    rt.create_with_workspace(&copy, once(tar_bytes))
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(
+            &rt,
+            &copy.sandbox_id,
+            "cat /etc/stockade-marker /workspace/w; wc -c < /workspace/d/big"
+        )
+        .await,
+        "root-change\nw\n5000\n"
+    );
+
+    // The image is in use: refused; once the copy is gone: removed.
+    assert!(matches!(
+        rt.remove_image(&image).await,
+        Err(RuntimeError::Conflict(_))
+    ));
+    rt.remove(&copy.sandbox_id, false).await.unwrap();
+    rt.remove_image(&image).await.unwrap();
+    rt.remove_image(&image).await.unwrap(); // gone already: fine
+    assert!(!docker_cli(&["image", "inspect", &image]).status.success());
+}
+
+#[tokio::test]
+async fn bad_archives_leave_nothing() {
+    let rt = runtime();
+    let mut cleanup = Cleanup::default();
+
+    // Not a tar at all.
+    let s = spec(IMAGE, KEEP_ALIVE);
+    cleanup.sandboxes.push(s.sandbox_id.clone());
+    let err = rt
+        .create_with_workspace(
+            &s,
+            once(b"this is not a tar archive, not even close".repeat(40)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::Other(_)), "{err}");
+    assert!(!docker_cli(&["inspect", &container_name(&s.sandbox_id)])
+        .status
+        .success());
+    assert!(!docker_cli(&[
+        "volume",
+        "inspect",
+        VolumeName::for_sandbox(&s.sandbox_id).as_str()
+    ])
+    .status
+    .success());
+
+    // A source that breaks midway, on a tar boundary.
+    let s = spec(IMAGE, KEEP_ALIVE);
+    cleanup.sandboxes.push(s.sandbox_id.clone());
+    let mut whole = tar_of(&[("a", b"aaaa")]);
+    whole.truncate(1024);
+    let broken: ByteStream = Box::pin(stream::iter(vec![
+        Ok(Bytes::from(whole)),
+        Err(std::io::Error::other("download interrupted")),
+    ]));
+    let err = rt.create_with_workspace(&s, broken).await.unwrap_err();
+    assert!(err.to_string().contains("download interrupted"), "{err}");
+    assert!(!docker_cli(&["inspect", &container_name(&s.sandbox_id)])
+        .status
+        .success());
+
+    // Export and commit of a sandbox without a container.
+    let ghost = SandboxId::generate();
+    assert!(matches!(
+        rt.export_workspace(&ghost).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(matches!(
+        rt.commit_snapshot(&ghost, "stockade-snapshot:nope", &BTreeMap::new())
+            .await,
+        Err(RuntimeError::NotFound(_))
+    ));
+}

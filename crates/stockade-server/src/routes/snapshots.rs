@@ -1,0 +1,269 @@
+//! `/api/v1/…snapshots`, `/sandbox/{id}/fork` and `/uploads`: snapshots
+//! (LC-10), forks (LC-9) and uploaded archives for create sources (LC-11).
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use futures_util::StreamExt;
+use stockade_api::{
+    CreateSandboxRequest, CreateSnapshotRequest, ErrorBody, ForkSandboxRequest,
+    ListSnapshotsResponse, SandboxResponse, SandboxSource, SnapshotResponse, UploadResponse,
+};
+use stockade_core::{Snapshot, SnapshotKind, UploadId};
+use tokio::io::AsyncWriteExt;
+use tracing::instrument;
+use utoipa::OpenApi;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiJson, Caller};
+use crate::{lifecycle, snapshots, sources, AppState};
+
+/// The routes of this module, relative to `/api/v1`.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/sandbox/{id}/snapshots",
+            post(create_snapshot).get(list_sandbox_snapshots),
+        )
+        .route("/sandbox/{id}/fork", post(fork))
+        .route("/snapshots", get(list_snapshots))
+        .route("/snapshots/{id}", get(get_snapshot).delete(delete_snapshot))
+        .route("/uploads", post(upload))
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(create_snapshot, list_sandbox_snapshots, list_snapshots, get_snapshot, delete_snapshot, fork, upload),
+    components(schemas(
+        CreateSnapshotRequest, SnapshotResponse, ListSnapshotsResponse, ForkSandboxRequest,
+        UploadResponse, SandboxSource,
+    )),
+    tags((name = "snapshots", description = "Snapshots, forks and uploaded sources"))
+)]
+pub struct SnapshotsApi;
+
+/// Snapshot a sandbox: its root-filesystem changes (as an image) and its
+/// `/workspace` (as a tar in the object store). The container is paused for
+/// the moment Docker commits it; a stopped sandbox can be snapshotted too.
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/snapshots", tag = "snapshots",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = CreateSnapshotRequest,
+    responses(
+        (status = 201, description = "Captured, READY", body = SnapshotResponse),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Terminated, still being created, or its container is gone", body = ErrorBody),
+        (status = 502, description = "Docker or the object store failed; nothing was kept", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, snapshot.id), err(Display))]
+pub async fn create_snapshot(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult<(StatusCode, Json<SnapshotResponse>)> {
+    // The body is optional: none (or `{}`) names the snapshot by its id.
+    let req: CreateSnapshotRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateSnapshotRequest::default()
+    } else {
+        crate::extract::parse_json(&body)?
+    };
+    let name = req
+        .name
+        .as_deref()
+        .map(|n| Snapshot::parse_name(n, "name"))
+        .transpose()?;
+    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let snapshot = snapshots::capture(&state, &caller.scope, &sb, name, SnapshotKind::User).await?;
+    tracing::Span::current().record("snapshot.id", snapshot.id.as_str());
+    Ok((StatusCode::CREATED, Json(SnapshotResponse::from(&snapshot))))
+}
+
+/// The caller's snapshots of one sandbox, newest first.
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/snapshots", tag = "snapshots",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = ListSnapshotsResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+pub async fn list_sandbox_snapshots(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ListSnapshotsResponse>> {
+    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let list = state
+        .store
+        .list_snapshots(&caller.scope, Some(&sb.id))
+        .await?;
+    Ok(Json(ListSnapshotsResponse {
+        snapshots: list.iter().map(SnapshotResponse::from).collect(),
+    }))
+}
+
+/// The caller's snapshots, newest first (at most 1000).
+#[utoipa::path(get, path = "/api/v1/snapshots", tag = "snapshots",
+    responses((status = 200, body = ListSnapshotsResponse)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+pub async fn list_snapshots(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<ListSnapshotsResponse>> {
+    let list = state.store.list_snapshots(&caller.scope, None).await?;
+    Ok(Json(ListSnapshotsResponse {
+        snapshots: list.iter().map(SnapshotResponse::from).collect(),
+    }))
+}
+
+/// One snapshot (404 unknown or deleted, 403 another account's).
+#[utoipa::path(get, path = "/api/v1/snapshots/{id}", tag = "snapshots",
+    params(("id" = String, Path, description = "snapshot id")),
+    responses((status = 200, body = SnapshotResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(Display))]
+pub async fn get_snapshot(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SnapshotResponse>> {
+    let snapshot = snapshots::load(&state, &caller.scope, &id, "snapshot_id").await?;
+    Ok(Json(SnapshotResponse::from(&snapshot)))
+}
+
+/// Delete a snapshot: its archive at once, its image as soon as no sandbox
+/// made from it is left (status DELETING until then, then DELETED).
+#[utoipa::path(delete, path = "/api/v1/snapshots/{id}", tag = "snapshots",
+    params(("id" = String, Path, description = "snapshot id")),
+    responses((status = 200, description = "Deleted", body = SnapshotResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, description = "Still being captured", body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(Display))]
+pub async fn delete_snapshot(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SnapshotResponse>> {
+    let snapshot = snapshots::load(&state, &caller.scope, &id, "snapshot_id").await?;
+    let snapshot = snapshots::delete(&state, snapshot).await?;
+    Ok(Json(SnapshotResponse::from(&snapshot)))
+}
+
+/// Fork a sandbox: a new sandbox with the source's root-filesystem changes,
+/// its `/workspace` and its settings (resources, env, labels, tags, ports,
+/// start command, timeout). The source keeps running, unchanged; later
+/// writes in either do not show in the other. Same as creating with
+/// `source: {"type":"sandbox","sandboxId":…}`.
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/fork", tag = "snapshots",
+    params(("id" = String, Path, description = "the sandbox to fork")),
+    request_body = ForkSandboxRequest,
+    responses(
+        (status = 201, description = "The fork, RUNNING", body = SandboxResponse),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Name taken, or the source is terminated or has no container", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, fork.id), err(Display))]
+pub async fn fork(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<ForkSandboxRequest>,
+) -> ApiResult<(StatusCode, Json<SandboxResponse>)> {
+    let from = lifecycle::load(&state, &caller.scope, &id).await?;
+    snapshots::ensure_capturable(&from)?;
+    let create = CreateSandboxRequest {
+        name: req.name,
+        source: Some(SandboxSource::Sandbox {
+            sandbox_id: from.id.to_string(),
+        }),
+        ..Default::default()
+    };
+    let sb = lifecycle::prepare(&state, &caller, &create)?;
+    tracing::Span::current().record("fork.id", sb.id.as_str());
+    let (spec_req, source) = sources::resolve(&state, &caller, &create).await?;
+    let sb = lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id)?;
+    let sb = lifecycle::create_from(&state, sb, None, source).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(SandboxResponse::from_record(&sb, Utc::now())),
+    ))
+}
+
+/// Upload a tar or tar.gz archive (the raw request body) for one later
+/// create with `source: {"type":"upload","uploadId":…}`. The archive is
+/// checked now; it is kept until used or until it expires (24 h by
+/// default), and only this account can use it.
+#[utoipa::path(post, path = "/api/v1/uploads", tag = "snapshots",
+    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "a tar or tar.gz archive"),
+    responses(
+        (status = 201, body = UploadResponse),
+        (status = 400, description = "Not a usable tar or tar.gz archive", body = ErrorBody),
+        (status = 413, description = "Larger than the server's limit", body = ErrorBody),
+        (status = 502, description = "The object store failed", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, upload.id), err(Display))]
+pub async fn upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
+    let limits = &state.config.sources;
+    let max = limits.max_archive_bytes;
+    let too_large = || {
+        ApiError::PayloadTooLarge(format!(
+            "The archive is larger than this server's limit of {max} bytes"
+        ))
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(too_large());
+    }
+    let tmp = tempfile::tempdir()
+        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+    let path = tmp.path().join("upload");
+    let io_err =
+        |e: std::io::Error| ApiError::Internal(format!("cannot write a temporary file: {e}"));
+    let mut file = tokio::fs::File::create(&path).await.map_err(io_err)?;
+    let mut stream = body.into_data_stream();
+    let mut total: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::field("body", format!("could not read the request body: {e}"))
+        })?;
+        total += chunk.len() as u64;
+        if total > max {
+            return Err(too_large());
+        }
+        file.write_all(&chunk).await.map_err(io_err)?;
+    }
+    file.flush().await.map_err(io_err)?;
+    drop(file);
+    let summary = sources::check_archive_file(&path, limits.max_unpacked_bytes)
+        .await
+        .map_err(|m| ApiError::field("body", format!("not a usable tar or tar.gz archive: {m}")))?;
+
+    let id = UploadId::generate();
+    tracing::Span::current().record("upload.id", id.as_str());
+    let key = sources::upload_key(&caller.account.id, &id);
+    let file = tokio::fs::File::open(&path).await.map_err(io_err)?;
+    let data = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+    let bytes = state.blobs.put_stream(&key, Box::pin(data)).await?;
+    tracing::info!(upload.id = %id, bytes, entries = summary.entries, "archive uploaded");
+    let ttl = chrono::Duration::from_std(limits.upload_ttl).unwrap_or(chrono::Duration::days(1));
+    Ok((
+        StatusCode::CREATED,
+        Json(UploadResponse {
+            upload_id: id.to_string(),
+            bytes,
+            expires_at: Utc::now() + ttl,
+        }),
+    ))
+}

@@ -1,0 +1,912 @@
+//! Create sources (LC-9, LC-10, LC-11): what a new sandbox's `/workspace`
+//! (and for snapshots and forks its root filesystem) starts from.
+//!
+//! Every source becomes a tar stream that the runtime unpacks into the new
+//! container before its main process starts:
+//! - `git`: cloned on the server with the host's `git` (the image needs
+//!   none), `--depth 1` unless the ref is a commit, then tarred.
+//! - `tarball`: downloaded by the server (http/https), size-capped.
+//! - `upload`: an archive sent earlier to `POST /uploads`, kept in the
+//!   object store for [`crate::config::SourceLimits::upload_ttl`], used once.
+//! - `snapshot`: the snapshot's image plus its `/workspace` archive.
+//! - `sandbox` (fork): a fresh internal snapshot's image plus the source's
+//!   `/workspace`, streamed straight from its container.
+//!
+//! Downloaded and uploaded archives are checked before use (tar or tar.gz;
+//! no absolute or `..` paths, no device files; unpacked size capped), so a
+//! corrupt archive fails the create with a 422 and leaves nothing behind.
+//!
+//! The server fetches URLs on the user's behalf: with
+//! `deny_private_networks` it refuses hosts that resolve to loopback,
+//! private or link-local addresses (DNS names are checked once, when the
+//! create starts).
+
+use std::io::Read;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use reqwest::Url;
+use stockade_api::{CreateSandboxRequest, SandboxSource};
+use stockade_core::{AccountId, SandboxId, SandboxSpec, Snapshot, SnapshotKind, UploadId};
+use stockade_runtime::{ByteStream, RuntimeError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::{info, warn};
+
+use crate::config::SourceLimits;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::Caller;
+use crate::{lifecycle, snapshots, AppState};
+
+/// The most entries an archive may hold.
+const MAX_ENTRIES: u64 = 1_000_000;
+/// How much of a failing git's stderr is kept for the error message.
+const MAX_GIT_STDERR: u64 = 16 * 1024;
+
+/// A source made ready: the archive to unpack and what to do once the
+/// create has finished.
+pub struct PreparedSource {
+    pub archive: ByteStream,
+    pub after: AfterCreate,
+}
+
+/// Follow-up of a create with a source.
+pub enum AfterCreate {
+    Nothing,
+    /// An upload is used once: removed when the create succeeded.
+    ConsumeUpload(String),
+    /// A fork's internal snapshot: released whatever the outcome. Dropping
+    /// it unreleased (a cancelled create) releases it in the background.
+    ReleaseSnapshot(Box<ForkSnapshot>),
+}
+
+/// A fork's internal snapshot, released when dropped if nobody did.
+pub struct ForkSnapshot {
+    state: AppState,
+    snapshot: Option<Snapshot>,
+}
+
+impl ForkSnapshot {
+    async fn release(mut self) {
+        if let Some(s) = self.snapshot.take() {
+            snapshots::release_fork_snapshot(&self.state, s).await;
+        }
+    }
+}
+
+impl Drop for ForkSnapshot {
+    fn drop(&mut self) {
+        if let Some(s) = self.snapshot.take() {
+            let state = self.state.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { snapshots::release_fork_snapshot(&state, s).await });
+            }
+        }
+    }
+}
+
+/// Runs the follow-up of a finished create.
+pub async fn finish(state: &AppState, after: AfterCreate, created: bool) {
+    match after {
+        AfterCreate::Nothing => {}
+        AfterCreate::ConsumeUpload(key) => {
+            if created {
+                if let Err(e) = state.blobs.delete(&key).await {
+                    warn!(key, error = %e, "could not remove a used upload; it expires on its own");
+                }
+            }
+        }
+        AfterCreate::ReleaseSnapshot(s) => s.release().await,
+    }
+}
+
+/// Resolves `req.source`: the request the sandbox's settings are built from
+/// (for snapshots and forks: their image; for a fork: the source's settings
+/// where the request gives none) and the prepared archive.
+pub async fn resolve(
+    state: &AppState,
+    caller: &Caller,
+    req: &CreateSandboxRequest,
+) -> ApiResult<(CreateSandboxRequest, Option<PreparedSource>)> {
+    let Some(source) = &req.source else {
+        return Ok((req.clone(), None));
+    };
+    let limits = &state.config.sources;
+    match source {
+        SandboxSource::Git { url, git_ref } => {
+            let url = parse_url(url, &["https", "http", "git"], limits).await?;
+            let git_ref = git_ref
+                .as_deref()
+                .map(|r| parse_git_ref(r, "source.ref"))
+                .transpose()?;
+            let archive = clone_as_tar(limits, &url, git_ref.as_deref()).await?;
+            Ok((
+                req.clone(),
+                Some(PreparedSource {
+                    archive,
+                    after: AfterCreate::Nothing,
+                }),
+            ))
+        }
+        SandboxSource::Tarball { url } => {
+            let url = parse_url(url, &["https", "http"], limits).await?;
+            let archive = download_archive(limits, &url).await?;
+            Ok((
+                req.clone(),
+                Some(PreparedSource {
+                    archive,
+                    after: AfterCreate::Nothing,
+                }),
+            ))
+        }
+        SandboxSource::Upload { upload_id } => {
+            let id = UploadId::parse_field(upload_id, "source.uploadId")?;
+            let key = upload_key(&caller.account.id, &id);
+            let meta = state.blobs.head(&key).await?.ok_or_else(|| {
+                ApiError::NotFound(format!("Upload {id} not found (or already used)"))
+            })?;
+            if expired(meta.last_modified, limits.upload_ttl) {
+                let _ = state.blobs.delete(&key).await;
+                return Err(ApiError::NotFound(format!(
+                    "Upload {id} has expired; upload the archive again"
+                )));
+            }
+            let (_, archive) = state.blobs.get_stream(&key).await?;
+            Ok((
+                req.clone(),
+                Some(PreparedSource {
+                    archive,
+                    after: AfterCreate::ConsumeUpload(key),
+                }),
+            ))
+        }
+        SandboxSource::Snapshot { snapshot_id } => {
+            refuse_image_fields(req, "snapshot")?;
+            let snapshot =
+                snapshots::load(state, &caller.scope, snapshot_id, "source.snapshotId").await?;
+            if !snapshot.is_usable() {
+                return Err(ApiError::Conflict(format!(
+                    "Snapshot {} is {}; only a READY snapshot can be restored",
+                    snapshot.id, snapshot.status
+                )));
+            }
+            let key = snapshot.blob_key.clone().ok_or_else(|| {
+                ApiError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
+            })?;
+            let (_, archive) = state.blobs.get_stream(&key).await?;
+            let mut req = req.clone();
+            req.docker_image = Some(snapshot.image_ref.clone());
+            Ok((
+                req,
+                Some(PreparedSource {
+                    archive,
+                    after: AfterCreate::Nothing,
+                }),
+            ))
+        }
+        SandboxSource::Sandbox { sandbox_id } => {
+            refuse_image_fields(req, "sandbox")?;
+            let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
+            let from = lifecycle::load(state, &caller.scope, id.as_str()).await?;
+            let snapshot =
+                snapshots::capture(state, &caller.scope, &from, None, SnapshotKind::Fork).await?;
+            let image = snapshot.image_ref.clone();
+            let guard = ForkSnapshot {
+                state: state.clone(),
+                snapshot: Some(snapshot),
+            };
+            let archive = match state.runtime.export_workspace(&from.id).await {
+                Ok(a) => a,
+                Err(e) => {
+                    guard.release().await;
+                    return Err(match e {
+                        RuntimeError::NotFound(_) => ApiError::Conflict(format!(
+                            "The container of sandbox {} no longer exists: nothing to fork",
+                            from.id
+                        )),
+                        other => other.into(),
+                    });
+                }
+            };
+            Ok((
+                inherit(req, &from.spec, image),
+                Some(PreparedSource {
+                    archive,
+                    after: AfterCreate::ReleaseSnapshot(Box::new(guard)),
+                }),
+            ))
+        }
+    }
+}
+
+/// A snapshot or fork brings its own image.
+fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ApiResult<()> {
+    let message =
+        format!("cannot be combined with a source of type '{kind}', which brings its own image");
+    if req.docker_image.is_some() {
+        return Err(ApiError::field("dockerImage", message));
+    }
+    if req.runtime.is_some() {
+        return Err(ApiError::field("runtime", message));
+    }
+    Ok(())
+}
+
+/// The request of a fork: the source's settings wherever `req` gives none,
+/// with the fork snapshot's image. The name is never inherited (it must be
+/// unique); it defaults to the new id.
+pub fn inherit(
+    req: &CreateSandboxRequest,
+    from: &SandboxSpec,
+    image: String,
+) -> CreateSandboxRequest {
+    let mut r = req.clone();
+    r.docker_image = Some(image);
+    r.runtime = None;
+    if r.start_command.is_none() {
+        r.start_command = from.start_command.as_ref().map(|c| c.as_str().to_owned());
+    }
+    r.cpu_cores = r.cpu_cores.or(Some(from.cpu_cores));
+    r.memory_gb = r.memory_gb.or(Some(from.memory_gb));
+    r.disk_size_gb = r.disk_size_gb.or(Some(f64::from(from.disk_size_gb)));
+    r.gpu_count = r.gpu_count.or(Some(f64::from(from.gpu_count)));
+    r.network_access = r.network_access.or(Some(from.network.allows_egress()));
+    r.timeout_minutes = r.timeout_minutes.or(Some(from.timeout_minutes));
+    if r.environment_vars.is_none() {
+        r.environment_vars = Some(from.environment_vars.clone());
+    }
+    if r.labels.is_none() {
+        r.labels = Some(from.labels.to_strings());
+    }
+    if r.tags.is_none() {
+        r.tags = Some(from.tags.clone());
+    }
+    if r.ports.is_none() {
+        r.ports = Some(from.ports.iter().map(|p| i64::from(*p)).collect());
+    }
+    r.persistent = r.persistent.or(Some(from.persistent));
+    r
+}
+
+/// `uploads/{account}/{id}.tar`: an upload is only ever found by its owner.
+pub fn upload_key(account: &AccountId, id: &UploadId) -> String {
+    format!("uploads/{account}/{id}.tar")
+}
+
+fn expired(stored_at: chrono::DateTime<chrono::Utc>, ttl: Duration) -> bool {
+    chrono::Duration::from_std(ttl).is_ok_and(|ttl| stored_at + ttl < chrono::Utc::now())
+}
+
+/// Removes uploads older than their time to live; returns how many.
+pub async fn expire_uploads(state: &AppState) -> usize {
+    let listed = match state.blobs.list("uploads").await {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(error = %e, "could not list uploads to expire");
+            return 0;
+        }
+    };
+    let mut removed = 0;
+    for meta in listed {
+        if expired(meta.last_modified, state.config.sources.upload_ttl) {
+            match state.blobs.delete(&meta.key).await {
+                Ok(()) => removed += 1,
+                Err(e) => warn!(key = meta.key, error = %e, "could not remove an expired upload"),
+            }
+        }
+    }
+    removed
+}
+
+// --- URLs ---
+
+/// A URL for the server to fetch: one of `schemes`, with a host; with
+/// `deny_private_networks`, not resolving to a private address. Errors name
+/// `source.url`.
+pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> ApiResult<Url> {
+    let bad = |m: String| ApiError::field("source.url", m);
+    if raw.is_empty() || raw.len() > 2048 {
+        return Err(bad("must be 1 to 2048 characters".into()));
+    }
+    if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("must not contain spaces or control characters".into()));
+    }
+    let url = Url::parse(raw).map_err(|e| bad(format!("is not a valid URL: {e}")))?;
+    if !schemes.contains(&url.scheme()) {
+        return Err(bad(format!(
+            "scheme '{}' is not allowed: use {}",
+            url.scheme(),
+            schemes.join(", ")
+        )));
+    }
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("needs a host".into()))?
+        .to_owned();
+    if limits.deny_private_networks {
+        let port = url.port_or_known_default().unwrap_or(9418);
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => tokio::net::lookup_host((host.as_str(), port))
+                .await
+                .map_err(|e| ApiError::SourceFailed(format!("cannot resolve host '{host}': {e}")))?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        if let Some(ip) = addrs.iter().find(|ip| is_private(ip)) {
+            return Err(bad(format!(
+                "host '{host}' resolves to the private address {ip}; this server does not fetch from private networks"
+            )));
+        }
+    }
+    Ok(url)
+}
+
+fn is_private(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64 // CGNAT
+        }
+        IpAddr::V6(v6) => {
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (v6.segments()[0] & 0xfe00) == 0xfc00 // unique local
+                || (v6.segments()[0] & 0xffc0) == 0xfe80 // link local
+                || v6.to_ipv4_mapped().is_some_and(|v4| is_private(&IpAddr::V4(v4)))
+        }
+    }
+}
+
+/// The URL as it may be shown: without a password or token.
+pub fn redacted(url: &Url) -> String {
+    let mut u = url.clone();
+    if u.password().is_some() {
+        let _ = u.set_password(Some("***"));
+    } else if !u.username().is_empty() {
+        let _ = u.set_username("***");
+    }
+    u.to_string()
+}
+
+/// A branch, tag or commit: `[A-Za-z0-9._/-]`, not starting with `-`.
+pub fn parse_git_ref(r: &str, field: &str) -> ApiResult<String> {
+    let ok = !r.is_empty()
+        && r.len() <= 255
+        && !r.starts_with('-')
+        && !r.starts_with('/')
+        && !r.ends_with('/')
+        && !r.ends_with(".lock")
+        && !r.contains("..")
+        && !r.contains("//")
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-'));
+    if ok {
+        Ok(r.to_owned())
+    } else {
+        Err(ApiError::field(
+            field,
+            "must be a branch, tag or commit: 1 to 255 characters from [A-Za-z0-9._/-], not starting with '-'",
+        ))
+    }
+}
+
+fn is_commit(r: &str) -> bool {
+    (7..=64).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+// --- git ---
+
+/// Clones `url` at `git_ref` into a temporary directory and returns it as a
+/// tar stream (the directory goes when the stream is dropped).
+async fn clone_as_tar(
+    limits: &SourceLimits,
+    url: &Url,
+    git_ref: Option<&str>,
+) -> ApiResult<ByteStream> {
+    let tmp = tempfile::tempdir()
+        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+    let repo = tmp.path().join("repo");
+    let shown = redacted(url);
+    let work = async {
+        let repo_arg = repo.display().to_string();
+        match git_ref {
+            Some(r) if is_commit(r) => {
+                run_git(
+                    tmp.path(),
+                    &[
+                        "clone",
+                        "--quiet",
+                        "--no-checkout",
+                        "--",
+                        url.as_str(),
+                        &repo_arg,
+                    ],
+                    &shown,
+                )
+                .await?;
+                run_git(
+                    tmp.path(),
+                    &["-C", &repo_arg, "checkout", "--quiet", r, "--"],
+                    &shown,
+                )
+                .await
+            }
+            Some(r) => {
+                run_git(
+                    tmp.path(),
+                    &[
+                        "clone",
+                        "--quiet",
+                        "--depth",
+                        "1",
+                        "--single-branch",
+                        "--branch",
+                        r,
+                        "--",
+                        url.as_str(),
+                        &repo_arg,
+                    ],
+                    &shown,
+                )
+                .await
+            }
+            None => {
+                run_git(
+                    tmp.path(),
+                    &[
+                        "clone",
+                        "--quiet",
+                        "--depth",
+                        "1",
+                        "--",
+                        url.as_str(),
+                        &repo_arg,
+                    ],
+                    &shown,
+                )
+                .await
+            }
+        }
+    };
+    match tokio::time::timeout(limits.fetch_timeout, work).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(ApiError::SourceFailed(format!(
+                "git clone of {shown} did not finish within {} s",
+                limits.fetch_timeout.as_secs()
+            )))
+        }
+    }
+    let max = limits.max_archive_bytes;
+    let tar_path = tmp.path().join("workspace.tar");
+    let (repo2, tar2) = (repo.clone(), tar_path.clone());
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let size = dir_size(&repo2).map_err(|e| format!("reading the clone: {e}"))?;
+        if size > max {
+            return Err(format!(
+                "the repository is {} bytes, more than the limit of {max}",
+                size
+            ));
+        }
+        let file = std::fs::File::create(&tar2).map_err(|e| e.to_string())?;
+        let mut b = tar::Builder::new(std::io::BufWriter::new(file));
+        b.follow_symlinks(false);
+        b.append_dir_all(".", &repo2).map_err(|e| e.to_string())?;
+        b.into_inner()
+            .and_then(|mut w| std::io::Write::flush(&mut w))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("packing the clone failed: {e}")))?
+    .map_err(|m| ApiError::SourceFailed(format!("git source {shown}: {m}")))?;
+    info!(url = %shown, git_ref, "repository cloned for a new sandbox");
+    file_stream(tar_path, tmp).await
+}
+
+/// Runs git without prompts, user or system configuration, and with only
+/// the network transports allowed (no `file://`, no `ext::`).
+async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.args([
+        "-c",
+        "protocol.allow=never",
+        "-c",
+        "protocol.https.allow=always",
+        "-c",
+        "protocol.http.allow=always",
+        "-c",
+        "protocol.git.allow=always",
+        "-c",
+        "advice.detachedHead=false",
+        "-c",
+        "core.hooksPath=/dev/null",
+    ])
+    .args(args)
+    .env_clear()
+    .env(
+        "PATH",
+        std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+    )
+    .env("HOME", home)
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    .env("GIT_ALLOW_PROTOCOL", "http:https:git")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ApiError::Internal(
+                "git is not installed on the Stockade server: install it (e.g. `apt-get install git`) to use git sources".into(),
+            )
+        } else {
+            ApiError::Internal(format!("cannot run git: {e}"))
+        }
+    })?;
+    let mut stderr = Vec::new();
+    if let Some(err) = child.stderr.take() {
+        let _ = err.take(MAX_GIT_STDERR).read_to_end(&mut stderr).await;
+    }
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| ApiError::Internal(format!("waiting for git failed: {e}")))?;
+    if status.success() {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&stderr);
+    let reason: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    Err(ApiError::SourceFailed(format!(
+        "git clone of {shown} failed: {}",
+        if reason.is_empty() {
+            format!("git exited with {status}")
+        } else {
+            reason.join("; ")
+        }
+    )))
+}
+
+fn dir_size(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
+// --- archives ---
+
+/// Downloads a tarball into a temporary file (at most
+/// `max_archive_bytes`), checks it, and returns it as a stream.
+async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStream> {
+    let shown = redacted(url);
+    let tmp = tempfile::tempdir()
+        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+    let path = tmp.path().join("download");
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(limits.fetch_timeout)
+        .redirect(reqwest::redirect::Policy::limited(5))
+        .build()
+        .map_err(|e| ApiError::Internal(format!("HTTP client: {e}")))?;
+    let failed = |m: String| ApiError::SourceFailed(format!("download of {shown} failed: {m}"));
+    let resp = client
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|e| failed(error_chain(&e)))?;
+    if !resp.status().is_success() {
+        return Err(failed(format!("the server answered {}", resp.status())));
+    }
+    let max = limits.max_archive_bytes;
+    if resp.content_length().is_some_and(|n| n > max) {
+        return Err(failed(format!(
+            "the archive is larger than the limit of {max} bytes"
+        )));
+    }
+    let mut file = tokio::fs::File::create(&path)
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+    let mut body = resp.bytes_stream();
+    let mut total: u64 = 0;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| failed(error_chain(&e)))?;
+        total += chunk.len() as u64;
+        if total > max {
+            return Err(failed(format!(
+                "the archive is larger than the limit of {max} bytes"
+            )));
+        }
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+    drop(file);
+    check_archive_file(&path, limits.max_unpacked_bytes)
+        .await
+        .map_err(|m| ApiError::SourceFailed(format!("the archive at {shown} is unusable: {m}")))?;
+    info!(url = %shown, bytes = total, "tarball downloaded for a new sandbox");
+    file_stream(path, tmp).await
+}
+
+/// Checks a tar or tar.gz file in a blocking task; the message says why it
+/// is unusable.
+pub async fn check_archive_file(path: &Path, max_unpacked: u64) -> Result<ArchiveSummary, String> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+        check_archive(std::io::BufReader::new(file), max_unpacked)
+    })
+    .await
+    .map_err(|e| format!("checking the archive failed: {e}"))?
+}
+
+/// What [`check_archive`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveSummary {
+    pub entries: u64,
+    pub unpacked_bytes: u64,
+    pub gzip: bool,
+}
+
+/// Reads a whole tar (optionally gzip-compressed) archive: every header and
+/// every byte, so truncation and corruption show. Refuses other formats,
+/// absolute or `..` paths, device files and FIFOs, and archives that unpack
+/// to more than `max_unpacked` bytes.
+pub fn check_archive<R: std::io::BufRead>(
+    mut input: R,
+    max_unpacked: u64,
+) -> Result<ArchiveSummary, String> {
+    let head = input.fill_buf().map_err(|e| e.to_string())?.to_vec();
+    if head.is_empty() {
+        return Err("the archive is empty".into());
+    }
+    let gzip = head.starts_with(&[0x1f, 0x8b]);
+    if head.starts_with(b"PK\x03\x04") {
+        return Err("zip archives are not supported: use tar or tar.gz".into());
+    }
+    if head.starts_with(b"BZh") || head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        return Err("bzip2 and xz archives are not supported: use tar or tar.gz".into());
+    }
+    let reader: Box<dyn Read> = if gzip {
+        Box::new(flate2::bufread::MultiGzDecoder::new(input))
+    } else {
+        Box::new(input)
+    };
+    let mut archive = tar::Archive::new(reader);
+    let mut summary = ArchiveSummary {
+        entries: 0,
+        unpacked_bytes: 0,
+        gzip,
+    };
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("not a tar archive: {e}"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
+        summary.entries += 1;
+        if summary.entries > MAX_ENTRIES {
+            return Err(format!("more than {MAX_ENTRIES} entries"));
+        }
+        let kind = entry.header().entry_type();
+        if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
+            return Err("device files and FIFOs are not allowed".into());
+        }
+        let path: PathBuf = entry
+            .path()
+            .map_err(|e| format!("an entry has an unreadable name: {e}"))?
+            .into_owned();
+        if path.components().any(|c| {
+            matches!(
+                c,
+                Component::RootDir | Component::Prefix(_) | Component::ParentDir
+            )
+        }) {
+            return Err(format!(
+                "entry '{}' would unpack outside /workspace (absolute or '..' path)",
+                path.display()
+            ));
+        }
+        summary.unpacked_bytes += entry.size();
+        if summary.unpacked_bytes > max_unpacked {
+            return Err(format!("it unpacks to more than {max_unpacked} bytes"));
+        }
+        // Read the data: a truncated or corrupt body fails here.
+        std::io::copy(&mut entry, &mut std::io::sink())
+            .map_err(|e| format!("entry '{}' is corrupt: {e}", path.display()))?;
+    }
+    if summary.entries == 0 {
+        return Err("not a tar archive (no entries found)".into());
+    }
+    Ok(summary)
+}
+
+/// A file as a byte stream that keeps `guard` (its temporary directory)
+/// alive until the stream is dropped.
+async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ApiResult<ByteStream> {
+    let file = tokio::fs::File::open(&path)
+        .await
+        .map_err(|e| ApiError::Internal(format!("cannot read a temporary file: {e}")))?;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(move |chunk| {
+        let _keep = &guard;
+        chunk
+    });
+    Ok(Box::pin(stream))
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, data) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, path, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn gz(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn good_archives_pass() {
+        let t = tar_of(&[("a/b.txt", b"hello"), ("c", b"")]);
+        let s = check_archive(t.as_slice(), 1000).unwrap();
+        assert_eq!((s.entries, s.unpacked_bytes, s.gzip), (2, 5, false));
+        let s = check_archive(gz(&t).as_slice(), 1000).unwrap();
+        assert!(s.gzip);
+    }
+
+    #[test]
+    fn bad_archives_are_refused_with_a_reason() {
+        let t = tar_of(&[("a", &[7u8; 2000])]);
+        let mut truncated = t.clone();
+        truncated.truncate(1000);
+        let err = check_archive(truncated.as_slice(), u64::MAX).unwrap_err();
+        assert!(
+            err.contains("corrupt") || err.contains("not a valid tar"),
+            "{err}"
+        );
+        let mut gz_truncated = gz(&t);
+        gz_truncated.truncate(gz_truncated.len() / 2);
+        assert!(check_archive(gz_truncated.as_slice(), u64::MAX).is_err());
+        assert!(check_archive(&b"garbage that is not a tar archive"[..], u64::MAX).is_err());
+        assert!(check_archive(&[][..], u64::MAX)
+            .unwrap_err()
+            .contains("empty"));
+        assert!(check_archive(&b"PK\x03\x04rest"[..], u64::MAX)
+            .unwrap_err()
+            .contains("zip"));
+        assert!(check_archive(t.as_slice(), 100)
+            .unwrap_err()
+            .contains("unpacks to more"));
+        // `..` and absolute paths (written raw: the tar crate refuses to make them).
+        for evil in ["../escape", "/etc/passwd"] {
+            let mut h = tar::Header::new_gnu();
+            h.as_gnu_mut().unwrap().name[..evil.len()].copy_from_slice(evil.as_bytes());
+            h.set_size(1);
+            h.set_mode(0o644);
+            h.set_cksum();
+            let mut raw = h.as_bytes().to_vec();
+            raw.extend_from_slice(b"x");
+            raw.resize(1024, 0);
+            raw.extend_from_slice(&[0u8; 1024]);
+            let err = check_archive(raw.as_slice(), u64::MAX).unwrap_err();
+            assert!(err.contains("outside /workspace"), "{evil}: {err}");
+        }
+    }
+
+    #[test]
+    fn git_refs_and_urls() {
+        for good in ["main", "v1.2.3", "feature/x-y", "0123abcd"] {
+            assert!(parse_git_ref(good, "source.ref").is_ok(), "{good}");
+        }
+        for bad in ["", "-upload-pack=x", "a..b", "a b", "x.lock", "/abs", "a;b"] {
+            assert!(parse_git_ref(bad, "source.ref").is_err(), "{bad}");
+        }
+        assert!(is_commit("0123abcd") && !is_commit("main") && !is_commit("abc"));
+        let u = Url::parse("https://user:secret@example.com/r.git").unwrap();
+        assert!(!redacted(&u).contains("secret"));
+        let u = Url::parse("https://tok3n@example.com/r.git").unwrap();
+        assert!(!redacted(&u).contains("tok3n"));
+    }
+
+    #[tokio::test]
+    async fn url_rules() {
+        let open = SourceLimits::default();
+        for bad in [
+            "file:///etc/passwd",
+            "/srv/repo",
+            "ssh://h/r",
+            "ext::sh -c x",
+            "https://",
+            "http://a b/",
+        ] {
+            let e = parse_url(bad, &["https", "http", "git"], &open)
+                .await
+                .unwrap_err();
+            match e {
+                ApiError::Validation(v) => assert_eq!(v.0[0].field, "source.url", "{bad}"),
+                other => panic!("{bad}: {other}"),
+            }
+        }
+        assert!(
+            parse_url("git://127.0.0.1:9418/r", &["https", "http", "git"], &open)
+                .await
+                .is_ok()
+        );
+        assert!(parse_url("git://127.0.0.1/r", &["https", "http"], &open)
+            .await
+            .is_err());
+        let closed = SourceLimits {
+            deny_private_networks: true,
+            ..SourceLimits::default()
+        };
+        for private in [
+            "http://127.0.0.1/x.tar",
+            "http://10.1.2.3/x",
+            "http://[::1]/x",
+            "http://169.254.169.254/latest",
+        ] {
+            assert!(
+                parse_url(private, &["http"], &closed).await.is_err(),
+                "{private}"
+            );
+        }
+        assert!(parse_url("http://93.184.216.34/x.tar", &["http"], &closed)
+            .await
+            .is_ok());
+    }
+}
