@@ -213,6 +213,30 @@ test('delete asks for confirmation and removes the sandbox from the list', async
   await page.context().close();
 });
 
+test('details show live usage and working proxy links to exposed ports', async () => {
+  const sb = await api('POST', '/api/v1/sandbox', {
+    name: 'ui-web', ports: [8080], startCommand: 'busybox httpd -f -p 8080 -h /workspace',
+  });
+  const put = await fetch(`${base}/api/v1/sandbox/${sb.id}/files?path=index.html`, {
+    method: 'PUT', headers: { Authorization: `Bearer ${token}` }, body: '<h1>hello through the proxy</h1>',
+  });
+  assert.ok(put.ok, `writing index.html: ${put.status}`);
+  const page = await signedInPage();
+  await page.click(`li[data-id="${sb.id}"] button`);
+  await page.click('#tab-details');
+  await page.waitForSelector('#ports a', { timeout: 30000 });
+  const href = await page.getAttribute('#ports a', 'href');
+  assert.match(href, new RegExp(`/proxy/${sb.id}/8080/`));
+  // Live usage: the memory fact shows used of limit once stats arrive.
+  await page.waitForFunction(() => /of/.test(document.querySelector('#facts').textContent), null, { timeout: 30000 });
+  await shot(page, '12-details-ports');
+  const [tab] = await Promise.all([page.context().waitForEvent('page'), page.click('#ports a')]);
+  await tab.waitForLoadState();
+  assert.match(await tab.textContent('h1'), /hello through the proxy/);
+  await shot(tab, '13-proxied-page');
+  await page.context().close();
+});
+
 test('keyboard use, small screens, and sign-out', async () => {
   const page = await signedInPage(380);
   await shot(page, '11-narrow');

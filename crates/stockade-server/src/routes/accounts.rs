@@ -37,7 +37,7 @@ fn check_account_name(name: &str) -> ApiResult<()> {
     responses((status = 201, body = CreateAccountResponse), (status = 400, body = ErrorBody),
               (status = 403, description = "Not an administrator", body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
     admin: AdminCaller,

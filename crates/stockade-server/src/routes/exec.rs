@@ -242,7 +242,7 @@ async fn read_body(body: Body) -> ApiResult<Bytes> {
         (status = 413, description = "The request body is too large", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn exec(
     State(state): State<AppState>,
     caller: Caller,
@@ -461,7 +461,7 @@ async fn load_process(
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list_processes(
     State(state): State<AppState>,
     caller: Caller,
@@ -486,7 +486,7 @@ pub async fn list_processes(
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn get_process(
     State(state): State<AppState>,
     caller: Caller,
@@ -506,7 +506,7 @@ pub async fn get_process(
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn wait_process(
     State(state): State<AppState>,
     caller: Caller,
@@ -546,7 +546,7 @@ pub async fn wait_process(
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn kill_process(
     State(state): State<AppState>,
     caller: Caller,

@@ -206,7 +206,7 @@ async fn existing_dir(
         (status = 404, description = "No such sandbox, file or directory", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -261,7 +261,7 @@ pub async fn read(
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn stat(
     State(state): State<AppState>,
     caller: Caller,
@@ -307,7 +307,7 @@ pub async fn stat(
         (status = 413, description = "Larger than max_file_bytes", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn write(
     State(state): State<AppState>,
     caller: Caller,
@@ -386,7 +386,7 @@ pub async fn write(
         (status = 503, description = "The sandbox is not running", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
@@ -424,7 +424,7 @@ pub async fn delete(
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn download(
     State(state): State<AppState>,
     caller: Caller,
@@ -488,7 +488,7 @@ pub async fn download(
         (status = 413, description = "Larger than max_file_bytes", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn upload(
     State(state): State<AppState>,
     caller: Caller,

@@ -101,7 +101,7 @@ async fn update_ports(
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = PortsResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -128,7 +128,7 @@ pub async fn list(
         (status = 409, description = "Terminated, or created without network access", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn expose(
     State(state): State<AppState>,
     caller: Caller,
@@ -180,7 +180,7 @@ pub async fn expose(
         (status = 404, description = "Unknown sandbox, or the port is not exposed", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, port = %port), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, port = %port), err(level = "debug", Display))]
 pub async fn unexpose(
     State(state): State<AppState>,
     caller: Caller,
@@ -211,7 +211,7 @@ pub async fn unexpose(
 #[utoipa::path(get, path = "/api/v1/sandbox/ports", tag = "ports",
     responses((status = 200, body = PortsResponse), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_all(
     State(state): State<AppState>,
     caller: Caller,
@@ -256,7 +256,7 @@ pub async fn list_all(
         (status = 409, description = "Terminated", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn auth_token(
     State(state): State<AppState>,
     caller: Caller,

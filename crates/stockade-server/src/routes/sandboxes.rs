@@ -37,7 +37,7 @@ fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
         (status = 503, description = "Docker unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -261,7 +261,7 @@ pub fn parse_list_query(raw: Option<&str>) -> ApiResult<SandboxFilter> {
     ),
     responses((status = 200, body = ListSandboxesResponse), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -290,7 +290,7 @@ pub async fn list(
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -310,7 +310,7 @@ pub async fn get(
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn start(
     State(state): State<AppState>,
     caller: Caller,
@@ -327,7 +327,7 @@ pub async fn start(
            ("timeout" = Option<u64>, Query, description = "seconds between SIGTERM and SIGKILL (default 30)")),
     responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn stop(
     State(state): State<AppState>,
     caller: Caller,
@@ -376,7 +376,7 @@ fn parse_preserve(raw: Option<&str>) -> ApiResult<(bool, bool)> {
               (status = 409, description = "sync=true but there is no /workspace to sync", body = ErrorBody),
               (status = 502, description = "sync=true and the object store failed; nothing was deleted", body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn destroy(
     State(state): State<AppState>,
     caller: Caller,
@@ -401,7 +401,7 @@ pub async fn destroy(
     request_body = BulkDeleteRequest,
     responses((status = 200, description = "Per-sandbox results", body = BulkDeleteResponse), (status = 400, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn bulk_delete(
     State(state): State<AppState>,
     caller: Caller,

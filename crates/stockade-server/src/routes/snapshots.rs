@@ -58,7 +58,7 @@ pub struct SnapshotsApi;
         (status = 502, description = "Docker or the object store failed; nothing was kept", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, snapshot.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, snapshot.id), err(level = "debug", Display))]
 pub async fn create_snapshot(
     State(state): State<AppState>,
     caller: Caller,
@@ -87,7 +87,7 @@ pub async fn create_snapshot(
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = ListSnapshotsResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list_sandbox_snapshots(
     State(state): State<AppState>,
     caller: Caller,
@@ -107,7 +107,7 @@ pub async fn list_sandbox_snapshots(
 #[utoipa::path(get, path = "/api/v1/snapshots", tag = "snapshots",
     responses((status = 200, body = ListSnapshotsResponse)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_snapshots(
     State(state): State<AppState>,
     caller: Caller,
@@ -123,7 +123,7 @@ pub async fn list_snapshots(
     params(("id" = String, Path, description = "snapshot id")),
     responses((status = 200, body = SnapshotResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(level = "debug", Display))]
 pub async fn get_snapshot(
     State(state): State<AppState>,
     caller: Caller,
@@ -140,7 +140,7 @@ pub async fn get_snapshot(
     responses((status = 200, description = "Deleted", body = SnapshotResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, description = "Still being captured", body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(level = "debug", Display))]
 pub async fn delete_snapshot(
     State(state): State<AppState>,
     caller: Caller,
@@ -165,7 +165,7 @@ pub async fn delete_snapshot(
         (status = 409, description = "Name taken, or the source is terminated or has no container", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, fork.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, fork.id), err(level = "debug", Display))]
 pub async fn fork(
     State(state): State<AppState>,
     caller: Caller,
@@ -205,7 +205,7 @@ pub async fn fork(
         (status = 502, description = "The object store failed", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, upload.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, upload.id), err(level = "debug", Display))]
 pub async fn upload(
     State(state): State<AppState>,
     caller: Caller,

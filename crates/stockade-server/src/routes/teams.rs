@@ -70,7 +70,7 @@ async fn respond(state: &AppState, team: &Team) -> ApiResult<Json<TeamResponse>>
         (status = 409, description = "A team with this name exists", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
     admin: AdminCaller,
@@ -91,7 +91,7 @@ pub async fn create(
 #[utoipa::path(get, path = "/api/v1/teams", tag = "teams",
     responses((status = 200, body = ListTeamsResponse), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -114,7 +114,7 @@ pub async fn list(
     responses((status = 200, body = TeamResponse), (status = 403, description = "Not a member", body = ErrorBody),
               (status = 404, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, team.id = %team_id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -137,7 +137,7 @@ pub async fn get_one(
               (status = 400, body = ErrorBody), (status = 403, description = "Not an administrator", body = ErrorBody),
               (status = 404, description = "Unknown team or account", body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(Display))]
+#[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn add_member(
     State(state): State<AppState>,
     admin: AdminCaller,
@@ -166,7 +166,7 @@ pub async fn add_member(
               (status = 400, body = ErrorBody), (status = 403, description = "Not an administrator", body = ErrorBody),
               (status = 404, description = "Unknown team, or the account is not a member", body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(Display))]
+#[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn remove_member(
     State(state): State<AppState>,
     admin: AdminCaller,

@@ -79,7 +79,7 @@ fn ensure_updatable(sb: &Sandbox) -> ApiResult<()> {
         (status = 503, description = "Docker unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn update(
     State(state): State<AppState>,
     caller: Caller,

@@ -180,7 +180,7 @@ fn listing(volumes: Vec<VolumeResponse>) -> ListVolumesResponse {
         (status = 503, description = "Docker unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -202,7 +202,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/volumes/orphaned", tag = "volumes",
     responses((status = 200, body = ListVolumesResponse), (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_orphaned(
     State(state): State<AppState>,
     caller: Caller,
@@ -244,7 +244,7 @@ async fn find(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Volume
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(level = "debug", Display))]
 pub async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -267,7 +267,7 @@ pub async fn get_one(
         (status = 409, description = "A running sandbox uses it, or a live sandbox owns it", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(level = "debug", Display))]
 pub async fn delete_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -317,7 +317,7 @@ async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
         (status = 503, body = ErrorBody),
     ),
     security(("bearer" = [])))]
-#[instrument(skip_all, fields(account.id = %caller.account.id), err(Display))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn cleanup(
     State(state): State<AppState>,
     caller: Caller,
