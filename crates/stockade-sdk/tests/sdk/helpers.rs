@@ -22,6 +22,8 @@ impl Drop for TestServer {
         for args in [
             vec!["ps", "-aq", "--filter", &filter],
             vec!["volume", "ls", "-q", "--filter", &filter],
+            // Snapshot images carry the instance label too.
+            vec!["images", "-q", "--filter", &filter],
         ] {
             let out = std::process::Command::new("docker")
                 .args(&args)
@@ -34,10 +36,10 @@ impl Drop for TestServer {
             if ids.is_empty() {
                 continue;
             }
-            let mut rm: Vec<&str> = if args[0] == "ps" {
-                vec!["rm", "-f", "-v"]
-            } else {
-                vec!["volume", "rm", "-f"]
+            let mut rm: Vec<&str> = match args[0] {
+                "ps" => vec!["rm", "-f", "-v"],
+                "volume" => vec!["volume", "rm", "-f"],
+                _ => vec!["rmi", "-f"],
             };
             rm.extend(ids.iter().map(String::as_str));
             let _ = std::process::Command::new("docker").args(&rm).output();
