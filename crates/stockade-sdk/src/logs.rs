@@ -178,9 +178,16 @@ impl Follower {
                         let reason = serde_json::from_str::<LogsEndEvent>(&event.data)
                             .map(|e| e.reason)
                             .unwrap_or(event.data);
-                        if reason.contains("reconnect") {
-                            // The server's stream ended while the sandbox runs on.
+                        if reason.contains("reconnect") && self.failures < MAX_RECONNECTS {
+                            // The server's stream ended while the sandbox runs
+                            // on: go on after the last line (backing off if
+                            // that keeps happening without a line between).
                             self.reader = None;
+                            self.failures += 1;
+                            tokio::time::sleep(Duration::from_millis(
+                                100 * u64::from(self.failures),
+                            ))
+                            .await;
                             continue;
                         }
                         self.end(reason);
