@@ -390,6 +390,9 @@ pub struct SandboxPage {
 pub struct DeleteOptions {
     /// Keep the `/workspace` volume.
     pub preserve_volume: bool,
+    /// Upload `/workspace` to the server's object store first (S3-2); if
+    /// that fails nothing is deleted.
+    pub sync: bool,
 }
 
 /// A sandbox on a Stockade server.
@@ -720,12 +723,23 @@ impl Sandbox {
         self.delete_with(DeleteOptions::default()).await
     }
 
-    /// Destroys the sandbox; `preserve_volume` keeps `/workspace`.
+    /// Destroys the sandbox; `preserve_volume` keeps `/workspace`, `sync`
+    /// uploads it to the object store first.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::DeleteOptions;
+    /// sb.delete_with(DeleteOptions { sync: true, ..Default::default() }).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_with(&self, opts: DeleteOptions) -> Result<(), Error> {
         let req = self
             .client
             .request(Method::DELETE, &format!("/api/v1/sandbox/{}", self.info.id))
-            .query(&[("preserveVolume", opts.preserve_volume.to_string())]);
+            .query(&[
+                ("preserveVolume", opts.preserve_volume.to_string()),
+                ("sync", opts.sync.to_string()),
+            ]);
         self.client.send::<SandboxResponse>(req).await?;
         Ok(())
     }

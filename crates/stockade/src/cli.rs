@@ -345,10 +345,17 @@ pub async fn remove(
     ctx: &Ctx,
     sandboxes: &[String],
     keep_volume: bool,
+    sync: bool,
 ) -> anyhow::Result<ExitCode> {
-    each(ctx, sandboxes, "Removing", |sb| async move {
+    let verb = if sync {
+        "Uploading /workspace and removing"
+    } else {
+        "Removing"
+    };
+    each(ctx, sandboxes, verb, |sb| async move {
         sb.delete_with(DeleteOptions {
             preserve_volume: keep_volume,
+            sync,
         })
         .await?;
         Ok(serde_json::json!({ "id": sb.id(), "name": sb.name(), "status": "TERMINATED" }))

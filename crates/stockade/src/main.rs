@@ -123,6 +123,10 @@ enum Command {
         /// Keep the /workspace volume.
         #[arg(long)]
         keep_volume: bool,
+        /// Upload /workspace to the server's object store first (nothing is
+        /// deleted if that fails).
+        #[arg(long)]
+        sync: bool,
     },
     /// Run a command in a sandbox; its output streams, its exit code is ours.
     Exec(Box<exec::ExecArgs>),
@@ -202,7 +206,8 @@ fn main() -> ExitCode {
             Command::Rm {
                 sandboxes,
                 keep_volume,
-            } => cli::remove(&ctx, &sandboxes, keep_volume).await,
+                sync,
+            } => cli::remove(&ctx, &sandboxes, keep_volume, sync).await,
             Command::Exec(args) => exec::exec(&ctx, *args).await,
             Command::Logs(args) => exec::logs(&ctx, args).await,
             Command::Cp(args) => copy::cp(&ctx, args).await,

@@ -596,7 +596,9 @@ fn cp_round_trips_a_directory_byte_for_byte() {
     let src_arg = src.display().to_string();
 
     // Up: onto a missing path, the directory becomes that path.
+    let started = Instant::now();
     let out = cli(&server, token, &["cp", &src_arg, "cp:/workspace/copy"]);
+    eprintln!("cp up of a 3 MB tree: {:?}", started.elapsed());
     assert!(out.status.success(), "{}", stderr_of(&out));
     let out = cli(
         &server,
@@ -632,11 +634,13 @@ fn cp_round_trips_a_directory_byte_for_byte() {
 
     // Down again, onto a missing local path: byte for byte, modes and links kept.
     let back = work.path().join("back");
+    let started = Instant::now();
     let out = cli(
         &server,
         token,
         &["cp", "cp:copy", &back.display().to_string()],
     );
+    eprintln!("cp down of a 3 MB tree: {:?}", started.elapsed());
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert_eq!(tree(&back), tree(&src));
 
@@ -1045,6 +1049,26 @@ fn fork_snapshots_ports_tokens_update_and_volumes() {
         &["volumes", "ls", "--orphaned", "--json"],
     ));
     assert_eq!(orphans["total"], 0);
+
+    // rm --sync uploads /workspace before the sandbox goes.
+    let removed = json_of(&cli(
+        &server,
+        token,
+        &["rm", "--sync", "restored", "--json"],
+    ));
+    assert_eq!(removed[0]["status"], "TERMINATED");
+    let gone = json_of(&cli(
+        &server,
+        token,
+        &["ls", "--terminated", "--name", "restored", "--json"],
+    ));
+    assert!(
+        gone["sandboxes"][0]["metadata"]["s3_sync"]["bytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{gone}"
+    );
 }
 
 #[test]

@@ -321,3 +321,27 @@ async fn a_cancelled_create_leaves_nothing_behind() {
         "one volume per kept sandbox"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_with_sync_uploads_the_workspace_first() {
+    let s = server().await;
+    let sb = Sandbox::create(&s.client, CreateParams::new().name("synced"))
+        .await
+        .unwrap();
+    sb.write_file("keep.bin", vec![1u8; 50_000]).await.unwrap();
+    sb.delete_with(stockade_sdk::DeleteOptions {
+        sync: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut gone = Sandbox::find(&s.client, sb.id()).await.unwrap();
+    gone.refresh().await.unwrap();
+    assert_eq!(gone.status(), "TERMINATED");
+    let sync = &gone.info().metadata["s3_sync"];
+    assert!(
+        sync["bytes"].as_u64().unwrap_or(0) > 50_000,
+        "the workspace archive was recorded: {sync}"
+    );
+    assert_eq!(s.containers(), 0);
+}

@@ -21,6 +21,7 @@ async fn volumes_are_listed_and_orphans_removed_on_confirmation() {
         .unwrap();
     kept.delete_with(DeleteOptions {
         preserve_volume: true,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -63,6 +64,7 @@ async fn volumes_are_listed_and_orphans_removed_on_confirmation() {
     live.stop_with(Some(Duration::from_secs(1))).await.unwrap();
     live.delete_with(DeleteOptions {
         preserve_volume: true,
+        ..Default::default()
     })
     .await
     .unwrap();
