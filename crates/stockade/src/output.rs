@@ -196,6 +196,13 @@ pub fn describe(e: &anyhow::Error) -> String {
             }
             out
         }
+        Error::Api {
+            status: 409,
+            message,
+            ..
+        } if message.contains("not running") => format!(
+            "{message}\nhint: start it with `stockade start SANDBOX` (or `Sandbox::get`, which resumes it)"
+        ),
         Error::Api { message, .. } => message.clone(),
         Error::Transport { url, reason } => format!(
             "could not reach the Stockade server at {url} ({reason})\nhint: is it running? start it with `stockade server`, or set STOCKADE_URL"
