@@ -46,7 +46,7 @@ async fn exposed_ports_are_served_through_the_proxy_with_a_token() {
 
     let http = reqwest::Client::new();
     let mut body = String::new();
-    for _ in 0..50 {
+    for _ in 0..200 {
         let resp = http
             .get(&url)
             .header("X-Stockade-Token", &token.token)
