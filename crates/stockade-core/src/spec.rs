@@ -357,6 +357,11 @@ pub struct SandboxSpec {
     #[serde(default)]
     pub ports: Vec<u16>,
     pub persistent: bool,
+    /// Variables the sandbox was created or updated with and that a later
+    /// update removed: the container still carries them in its environment,
+    /// so every exec unsets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_env: Vec<String>,
 }
 
 pub const MAX_TAGS: usize = 5;
@@ -635,6 +640,7 @@ impl SandboxSpec {
             tags: tags.expect("checked"),
             ports: ports.expect("checked"),
             persistent: input.persistent.unwrap_or(true),
+            removed_env: Vec::new(),
         })
     }
 

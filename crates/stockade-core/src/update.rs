@@ -104,6 +104,18 @@ impl SpecPatch {
         }
         if let Some(e) = &self.environment_vars {
             if let Some(e) = errs.check(parse_env(e, "environmentVars")) {
+                // Variables dropped now (or earlier, and not given again)
+                // stay in the container's environment: execs unset them.
+                let mut removed: Vec<String> = out
+                    .environment_vars
+                    .keys()
+                    .chain(out.removed_env.iter())
+                    .filter(|k| !e.contains_key(*k))
+                    .cloned()
+                    .collect();
+                removed.sort();
+                removed.dedup();
+                out.removed_env = removed;
                 out.environment_vars = e;
             }
         }
@@ -159,6 +171,11 @@ mod tests {
         assert_eq!(out.labels.to_strings(), vec!["b", "c"]);
         assert_eq!(out.tags.get("k").map(String::as_str), Some("v"));
         assert_eq!(out.environment_vars.len(), 1, "replaced, not merged");
+        assert_eq!(
+            out.removed_env,
+            vec!["A".to_string()],
+            "A is unset for execs"
+        );
         assert_eq!(out.environment_vars.get("B").map(String::as_str), Some("2"));
         assert_eq!(out.cpu_cores, 2.0);
         assert_eq!(out.memory_gb, 0.5);

@@ -89,6 +89,25 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| Error::Decode(e.to_string()))
     }
 
+    /// Sends a request and returns the response when its status is a
+    /// success (for bodies that are not JSON: bytes, archives, streams).
+    pub(crate) async fn send_raw(&self, req: RequestBuilder) -> Result<reqwest::Response, Error> {
+        let resp = req.send().await.map_err(|e| self.transport(e))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        Err(api_error(status.as_u16(), &bytes))
+    }
+
+    /// Sends a request whose success has no body worth reading (204).
+    pub(crate) async fn send_empty(&self, req: RequestBuilder) -> Result<(), Error> {
+        let resp = self.send_raw(req).await?;
+        resp.bytes().await.map_err(|e| self.transport(e))?;
+        Ok(())
+    }
+
     pub(crate) fn transport(&self, e: reqwest::Error) -> Error {
         let mut reason = e.to_string();
         let mut src = std::error::Error::source(&e);

@@ -8,21 +8,46 @@
 //! let client = Client::from_env()?;
 //! let sandbox = Sandbox::create(&client, CreateParams::new().name("demo").vcpus(2.0)).await?;
 //! println!("{} is {}", sandbox.id(), sandbox.status());
+//! let out = sandbox.run_command("echo hello from $(hostname)").await?;
+//! println!("{}", out.stdout);
+//! sandbox.write_file("notes.txt", "kept in /workspace").await?;
 //! sandbox.stop().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Everything else hangs off [`Sandbox`] (commands, background processes,
+//! files, logs, ports, snapshots, forks, updates) and [`Client`] (volumes,
+//! uploads, accounts, health). Dropping any future is safe: a dropped
+//! create is rolled back by the server, a dropped command stream kills its
+//! command.
 #![forbid(unsafe_code)]
 
 mod admin;
 mod client;
 mod error;
+mod exec;
+mod files;
+mod logs;
+mod ports;
 mod sandbox;
+mod snapshots;
+mod sse;
+mod volumes;
 
+/// Bytes of file contents and archives.
+pub use bytes;
 pub use client::Client;
 pub use error::Error;
+pub use exec::{Command, CommandEvent, CommandExit, CommandOutput, CommandStream, Process};
+pub use files::ByteStream;
+/// Streams of command events, log lines and bytes are `futures` streams.
+pub use futures_util::stream::{self, Stream, StreamExt};
+pub use logs::{FollowLogs, LogStream};
 pub use sandbox::{
     CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, SandboxGuard, SandboxPage,
+    Source, UpdateParams,
 };
+pub use snapshots::Snapshot;
 pub use stockade_api as api;
 pub use tokio_util::sync::CancellationToken;
 

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use reqwest::Method;
-use stockade_api::{CreateSandboxRequest, ListSandboxesResponse, SandboxResponse};
+use stockade_api::{
+    CreateSandboxRequest, ListSandboxesResponse, SandboxResponse, SandboxSource,
+    UpdateSandboxRequest, UpdateSandboxResponse,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
@@ -26,6 +29,48 @@ pub const MB_PER_VCPU: f64 = 2048.0;
 pub enum NetworkPolicy {
     AllowAll,
     DenyAll,
+}
+
+/// What a new sandbox's `/workspace` starts from (LC-10, LC-11). The server
+/// fetches it and unpacks it before the sandbox starts; a failure leaves
+/// nothing behind.
+///
+/// ```no_run
+/// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+/// use stockade_sdk::{CreateParams, Sandbox, Source};
+/// let params = CreateParams::new().source(Source::Git {
+///     url: "https://github.com/octocat/Hello-World.git".into(),
+///     git_ref: Some("master".into()),
+/// });
+/// let sb = Sandbox::create(&client, params).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A git repository cloned by the server (`https://`, `http://`,
+    /// `git://`); `git_ref` is a branch, tag or commit (default: the
+    /// remote's default branch).
+    Git {
+        url: String,
+        git_ref: Option<String>,
+    },
+    /// A tar archive (plain or compressed) downloaded by the server.
+    Tarball { url: String },
+    /// A snapshot of yours: its root filesystem and `/workspace`.
+    Snapshot { id: String },
+    /// An archive uploaded with [`Client::upload`]; usable once.
+    Upload { id: String },
+}
+
+impl Source {
+    fn to_api(&self) -> SandboxSource {
+        match self.clone() {
+            Source::Git { url, git_ref } => SandboxSource::Git { url, git_ref },
+            Source::Tarball { url } => SandboxSource::Tarball { url },
+            Source::Snapshot { id } => SandboxSource::Snapshot { snapshot_id: id },
+            Source::Upload { id } => SandboxSource::Upload { upload_id: id },
+        }
+    }
 }
 
 /// Everything a sandbox can be created with. Build it with the chained
@@ -48,6 +93,8 @@ pub struct CreateParams {
     pub labels: Vec<String>,
     pub persistent: Option<bool>,
     pub team_id: Option<String>,
+    /// What `/workspace` starts from.
+    pub source: Option<Source>,
     /// Makes a retried create return the first result (`Idempotency-Key`).
     pub idempotency_key: Option<String>,
     /// Cancels the create; the server then removes whatever it made.
@@ -126,6 +173,22 @@ impl CreateParams {
         self.team_id = Some(team_id.into());
         self
     }
+    /// What `/workspace` starts from: a git repository, a tarball, a
+    /// snapshot or an upload.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::{CreateParams, Sandbox, Source};
+    /// let from_tarball = CreateParams::new().source(Source::Tarball {
+    ///     url: "https://example.com/site.tar.gz".into(),
+    /// });
+    /// let sb = Sandbox::create(&client, from_tarball).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn source(mut self, source: Source) -> Self {
+        self.source = Some(source);
+        self
+    }
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
         self
@@ -192,8 +255,110 @@ impl CreateParams {
                 .then(|| self.ports.iter().map(|p| i64::from(*p)).collect()),
             persistent: self.persistent,
             team_id: self.team_id.clone(),
-            source: None,
+            source: self.source.as_ref().map(Source::to_api),
         }
+    }
+}
+
+/// The settings [`Sandbox::update`] changes. Fields left unset stay as they
+/// are; `labels`, `tags` and `env` given replace the current ones whole.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateParams {
+    pub name: Option<String>,
+    /// Session timeout (`Duration::ZERO` = never).
+    pub timeout: Option<Duration>,
+    pub labels: Option<Vec<String>>,
+    pub tags: Option<BTreeMap<String, String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cpu_cores: Option<f64>,
+    pub memory_gb: Option<f64>,
+}
+
+impl UpdateParams {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Adds a label to the new list of labels.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.labels.get_or_insert_with(Vec::new).push(label.into());
+        self
+    }
+    /// The new labels (an empty list removes them all).
+    pub fn labels<I, S>(mut self, labels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.labels = Some(labels.into_iter().map(Into::into).collect());
+        self
+    }
+    /// Adds a tag to the new set of tags (at most 5).
+    pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.tags
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+        self
+    }
+    /// The new tags (empty removes them all).
+    pub fn tags(mut self, tags: BTreeMap<String, String>) -> Self {
+        self.tags = Some(tags);
+        self
+    }
+    /// Adds a variable to the new environment.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.into(), value.into());
+        self
+    }
+    /// The new environment (empty removes every variable).
+    pub fn env_vars(mut self, env: BTreeMap<String, String>) -> Self {
+        self.env = Some(env);
+        self
+    }
+    pub fn cpu_cores(mut self, cores: f64) -> Self {
+        self.cpu_cores = Some(cores);
+        self
+    }
+    pub fn memory_gb(mut self, gb: f64) -> Self {
+        self.memory_gb = Some(gb);
+        self
+    }
+    /// `vcpus` cores and 2048 MB of memory per vCPU.
+    pub fn vcpus(mut self, vcpus: f64) -> Self {
+        self.cpu_cores = Some(vcpus);
+        self.memory_gb = Some(vcpus * MB_PER_VCPU / 1024.0);
+        self
+    }
+
+    fn to_request(&self) -> Result<UpdateSandboxRequest, Error> {
+        if self.tags.as_ref().is_some_and(|t| t.len() > MAX_TAGS) {
+            return Err(Error::invalid("tags", format!("at most {MAX_TAGS} tags")));
+        }
+        let req = UpdateSandboxRequest {
+            name: self.name.clone(),
+            timeout_minutes: self.timeout.map(|t| t.as_secs_f64() / 60.0),
+            labels: self.labels.clone(),
+            tags: self.tags.clone(),
+            environment_vars: self.env.clone(),
+            cpu_cores: self.cpu_cores,
+            memory_gb: self.memory_gb,
+        };
+        if req.patch().is_empty() {
+            return Err(Error::invalid(
+                "update",
+                "nothing to update: set at least one field",
+            ));
+        }
+        Ok(req)
     }
 }
 
@@ -225,6 +390,9 @@ pub struct SandboxPage {
 pub struct DeleteOptions {
     /// Keep the `/workspace` volume.
     pub preserve_volume: bool,
+    /// Upload `/workspace` to the server's object store first (S3-2); if
+    /// that fails nothing is deleted.
+    pub sync: bool,
 }
 
 /// A sandbox on a Stockade server.
@@ -300,6 +468,13 @@ impl Sandbox {
             message: format!("Sandbox not found: no sandbox with id or name '{name_or_id}'"),
             details: None,
         })
+    }
+
+    pub(crate) fn from_info(client: &Client, info: SandboxResponse) -> Sandbox {
+        Sandbox {
+            client: client.clone(),
+            info,
+        }
     }
 
     async fn by_id(client: &Client, id: &str) -> Result<Sandbox, Error> {
@@ -515,17 +690,56 @@ impl Sandbox {
         })
     }
 
+    /// Changes the sandbox's settings (PATCH). The answer says which changes
+    /// hold now (`applied.now`) and which from the next start
+    /// (`applied.next_start`); this handle is refreshed.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use std::time::Duration;
+    /// use stockade_sdk::UpdateParams;
+    /// let done = sb
+    ///     .update(UpdateParams::new().timeout(Duration::from_secs(3600)).cpu_cores(2.0).env("MODE", "ci"))
+    ///     .await?;
+    /// println!("now: {:?}, next start: {:?}", done.applied.now, done.applied.next_start);
+    /// # Ok(()) }
+    /// ```
+    pub async fn update(&mut self, params: UpdateParams) -> Result<UpdateSandboxResponse, Error> {
+        let body = params.to_request()?;
+        let resp: UpdateSandboxResponse = self
+            .client
+            .send(
+                self.client
+                    .request(Method::PATCH, &format!("/api/v1/sandbox/{}", self.info.id))
+                    .json(&body),
+            )
+            .await?;
+        self.info = resp.sandbox.clone();
+        Ok(resp)
+    }
+
     /// Destroys the sandbox and its volume.
     pub async fn delete(&self) -> Result<(), Error> {
         self.delete_with(DeleteOptions::default()).await
     }
 
-    /// Destroys the sandbox; `preserve_volume` keeps `/workspace`.
+    /// Destroys the sandbox; `preserve_volume` keeps `/workspace`, `sync`
+    /// uploads it to the object store first.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::DeleteOptions;
+    /// sb.delete_with(DeleteOptions { sync: true, ..Default::default() }).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn delete_with(&self, opts: DeleteOptions) -> Result<(), Error> {
         let req = self
             .client
             .request(Method::DELETE, &format!("/api/v1/sandbox/{}", self.info.id))
-            .query(&[("preserveVolume", opts.preserve_volume.to_string())]);
+            .query(&[
+                ("preserveVolume", opts.preserve_volume.to_string()),
+                ("sync", opts.sync.to_string()),
+            ]);
         self.client.send::<SandboxResponse>(req).await?;
         Ok(())
     }

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, Subcommand};
-use stockade_sdk::{Client, CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox};
+use stockade_sdk::{
+    Client, CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, Source,
+};
 
 use crate::output;
 
@@ -17,7 +19,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    fn client(&self) -> anyhow::Result<Client> {
+    pub fn client(&self) -> anyhow::Result<Client> {
         let token = self
             .token
             .as_deref()
@@ -80,9 +82,24 @@ pub struct CreateArgs {
     /// Makes a retried create return the first result.
     #[arg(long)]
     idempotency_key: Option<String>,
+    /// Start /workspace (and the root filesystem) from one of your snapshots.
+    #[arg(long, value_name = "SNAPSHOT_ID", group = "source")]
+    from_snapshot: Option<String>,
+    /// Clone a git repository into /workspace (https://, http:// or git://).
+    #[arg(long, value_name = "URL", group = "source")]
+    git: Option<String>,
+    /// Branch, tag or commit of --git (default: the remote's default branch).
+    #[arg(long = "ref", value_name = "REF", requires = "git")]
+    git_ref: Option<String>,
+    /// Download a tar archive (plain or compressed) into /workspace.
+    #[arg(long, value_name = "URL", group = "source")]
+    tarball: Option<String>,
+    /// Upload a local directory, or a .tar / .tar.gz archive, into /workspace.
+    #[arg(long, value_name = "PATH", group = "source")]
+    upload: Option<std::path::PathBuf>,
 }
 
-fn key_value(s: &str, flag: &str) -> anyhow::Result<(String, String)> {
+pub fn key_value(s: &str, flag: &str) -> anyhow::Result<(String, String)> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .ok_or_else(|| anyhow!("{flag} expects KEY=VALUE, got '{s}'"))
@@ -90,22 +107,27 @@ fn key_value(s: &str, flag: &str) -> anyhow::Result<(String, String)> {
 
 /// Parses `90s`, `30m`, `2h` or a number of minutes.
 pub fn parse_timeout(s: &str) -> anyhow::Result<Duration> {
+    parse_duration(s, "--timeout", "m")
+}
+
+/// Parses `90s`, `30m`, `2h`, or a bare number in `default_unit`.
+pub fn parse_duration(s: &str, flag: &str, default_unit: &str) -> anyhow::Result<Duration> {
     let s = s.trim();
     let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => (&s[..i], &s[i..]),
-        None => (s, "m"),
+        None => (s, default_unit),
     };
     let n: f64 = num
         .parse()
-        .map_err(|_| anyhow!("--timeout: '{s}' is not a duration like 90s, 30m or 2h"))?;
+        .map_err(|_| anyhow!("{flag}: '{s}' is not a duration like 90s, 30m or 2h"))?;
     let secs = match unit {
         "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(anyhow!("--timeout: unknown unit '{unit}' (use s, m or h)")),
+        _ => return Err(anyhow!("{flag}: unknown unit '{unit}' (use s, m or h)")),
     };
     if !(secs.is_finite() && secs >= 0.0) {
-        return Err(anyhow!("--timeout must not be negative"));
+        return Err(anyhow!("{flag} must not be negative"));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -141,6 +163,19 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
     for t in &a.tag {
         let (k, v) = key_value(t, "--tag")?;
         p.tags.insert(k, v);
+    }
+    if let Some(id) = a.from_snapshot {
+        p.source = Some(Source::Snapshot { id });
+    } else if let Some(url) = a.git {
+        p.source = Some(Source::Git {
+            url,
+            git_ref: a.git_ref,
+        });
+    } else if let Some(url) = a.tarball {
+        p.source = Some(Source::Tarball { url });
+    } else if let Some(path) = a.upload {
+        let up = crate::copy::upload_source(&client, &path, ctx.json).await?;
+        p.source = Some(Source::Upload { id: up.upload_id });
     }
     let pb = output::spinner("Creating sandbox (pulling the image if needed)", ctx.json);
     let result = Sandbox::create(&client, p).await;
@@ -310,10 +345,17 @@ pub async fn remove(
     ctx: &Ctx,
     sandboxes: &[String],
     keep_volume: bool,
+    sync: bool,
 ) -> anyhow::Result<ExitCode> {
-    each(ctx, sandboxes, "Removing", |sb| async move {
+    let verb = if sync {
+        "Uploading /workspace and removing"
+    } else {
+        "Removing"
+    };
+    each(ctx, sandboxes, verb, |sb| async move {
         sb.delete_with(DeleteOptions {
             preserve_volume: keep_volume,
+            sync,
         })
         .await?;
         Ok(serde_json::json!({ "id": sb.id(), "name": sb.name(), "status": "TERMINATED" }))
@@ -324,6 +366,9 @@ pub async fn remove(
 #[derive(Subcommand)]
 pub enum AccountCommand {
     /// Create an account and print its API token (shown once).
+    #[command(after_help = "Examples:
+  stockade account create alice
+  stockade account create ops --admin --json | jq -r .token")]
     Create {
         /// Account name (letters, digits, _ . - @).
         name: String,
@@ -332,8 +377,12 @@ pub enum AccountCommand {
         admin: bool,
     },
     /// List accounts.
+    #[command(after_help = "Example:
+  stockade account ls --json")]
     Ls,
     /// Show the account of the current token.
+    #[command(after_help = "Example:
+  STOCKADE_TOKEN=stk_… stockade account whoami")]
     Whoami,
 }
 

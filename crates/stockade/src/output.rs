@@ -30,6 +30,34 @@ pub fn spinner(message: &str, quiet: bool) -> ProgressBar {
     pb
 }
 
+/// A progress bar of bytes on stderr (a byte counter when `total` is 0,
+/// i.e. unknown); hidden for JSON output, for known totals under 1 MiB, and
+/// when stderr is not a terminal.
+pub fn bytes_bar(total: u64, message: &str, quiet: bool) -> ProgressBar {
+    if quiet || (total > 0 && total < 1024 * 1024) {
+        return ProgressBar::hidden();
+    }
+    let (pb, template) = if total == 0 {
+        (
+            ProgressBar::new_spinner(),
+            "{spinner} {msg} {bytes} ({binary_bytes_per_sec})",
+        )
+    } else {
+        (
+            ProgressBar::new(total),
+            "{msg} [{bar:30}] {bytes}/{total_bytes} ({binary_bytes_per_sec}, {eta})",
+        )
+    };
+    pb.set_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(message.to_owned());
+    pb.enable_steady_tick(Duration::from_millis(100));
+    pb
+}
+
 /// Prints rows under a header, columns padded to fit.
 pub fn table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -168,6 +196,13 @@ pub fn describe(e: &anyhow::Error) -> String {
             }
             out
         }
+        Error::Api {
+            status: 409,
+            message,
+            ..
+        } if message.contains("not running") => format!(
+            "{message}\nhint: start it with `stockade start SANDBOX` (or `Sandbox::get`, which resumes it)"
+        ),
         Error::Api { message, .. } => message.clone(),
         Error::Transport { url, reason } => format!(
             "could not reach the Stockade server at {url} ({reason})\nhint: is it running? start it with `stockade server`, or set STOCKADE_URL"

@@ -11,6 +11,8 @@ struct Server {
     url: String,
     token: Option<String>,
     lines: Vec<String>,
+    /// This server's instance id, once a test learned it from a container.
+    instance: std::cell::RefCell<Option<String>>,
 }
 
 impl Drop for Server {
@@ -36,6 +38,58 @@ impl Drop for Server {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(instance) = self.instance.borrow().as_deref() {
+            remove_by_label(&format!("label=io.stockade.instance-id={instance}"));
+        }
+    }
+}
+
+fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = Command::new("docker").args(args).output().expect("docker");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Removes containers, volumes and (snapshot) images matching a filter.
+fn remove_by_label(filter: &str) {
+    for (list, remove) in [
+        (
+            vec!["ps", "-aq", "--filter", filter],
+            vec!["rm", "-f", "-v"],
+        ),
+        (
+            vec!["volume", "ls", "-q", "--filter", filter],
+            vec!["volume", "rm", "-f"],
+        ),
+        (vec!["images", "-q", "--filter", filter], vec!["rmi", "-f"]),
+    ] {
+        let ids = docker_lines(&list);
+        if !ids.is_empty() {
+            let mut args = remove.clone();
+            args.extend(ids.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output();
+        }
+    }
+}
+
+impl Server {
+    /// Learns the instance id from a sandbox's container, so that drop can
+    /// remove whatever this server left in Docker.
+    fn remember_instance(&self, sandbox_id: &str) {
+        let found = docker_lines(&[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=io.stockade.sandbox-id={sandbox_id}"),
+            "--format",
+            "{{.Label \"io.stockade.instance-id\"}}",
+        ]);
+        if let Some(id) = found.into_iter().next() {
+            *self.instance.borrow_mut() = Some(id);
+        }
     }
 }
 
@@ -73,6 +127,7 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
         url: String::new(),
         token: None,
         lines: Vec::new(),
+        instance: std::cell::RefCell::new(None),
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
@@ -322,4 +377,737 @@ fn completions_and_help_with_examples() {
         help.contains("Examples:") && help.contains("stockade create"),
         "{help}"
     );
+}
+
+/// Runs the CLI with `input` as its stdin (a pipe, not a terminal).
+fn cli_stdin(server: &Server, token: &str, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(args)
+        .env("STOCKADE_URL", &server.url)
+        .env("STOCKADE_TOKEN", token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run stockade");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input)
+        .expect("write stdin");
+    child.wait_with_output().expect("wait for stockade")
+}
+
+/// Creates a sandbox with the CLI and returns its JSON.
+fn create(server: &Server, token: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["create", "--json"];
+    all.extend_from_slice(args);
+    let v = json_of(&cli(server, token, &all));
+    assert_eq!(v["status"], "RUNNING");
+    server.remember_instance(v["id"].as_str().unwrap());
+    v
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn exec_passes_exit_codes_stdin_and_output_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_exec_token_000001";
+    let server = start_server(dir.path(), Some(token));
+    create(&server, token, &["--name", "ex", "--env", "WHO=sandbox"]);
+
+    let out = cli(
+        &server,
+        token,
+        &[
+            "exec",
+            "ex",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "out\n");
+    assert_eq!(stderr_of(&out), "err\n");
+
+    // stdin is forwarded when it is not a terminal.
+    let out = cli_stdin(
+        &server,
+        token,
+        &["exec", "ex", "--", "wc", "-c"],
+        b"twelve bytes",
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "12");
+    let out = cli_stdin(
+        &server,
+        token,
+        &["exec", "ex", "--shell", "tr a-z A-Z"],
+        b"shout\n",
+    );
+    assert_eq!(stdout_of(&out), "SHOUT\n");
+    let out = cli_stdin(
+        &server,
+        token,
+        &["exec", "-n", "ex", "--", "cat"],
+        b"ignored",
+    );
+    assert_eq!(stdout_of(&out), "", "-n keeps stdin to itself");
+    let out = cli_stdin(&server, token, &["exec", "ex", "--", "cat"], &[0xff, 0xfe]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("UTF-8"), "{}", stderr_of(&out));
+
+    let out = cli(
+        &server,
+        token,
+        &[
+            "exec",
+            "ex",
+            "--cwd",
+            "/tmp",
+            "-e",
+            "EXTRA=x",
+            "--shell",
+            "echo $WHO $EXTRA; pwd",
+        ],
+    );
+    assert_eq!(stdout_of(&out), "sandbox x\n/tmp\n");
+
+    let started = Instant::now();
+    let out = cli(
+        &server,
+        token,
+        &["exec", "ex", "--timeout", "1", "--", "sleep", "20"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "a timeout is 124, as with timeout(1)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(stderr_of(&out).contains("timeout"), "{}", stderr_of(&out));
+
+    let out = cli(
+        &server,
+        token,
+        &["exec", "ex", "--json", "--shell", "echo hi; exit 2"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exitCode"], 2);
+    assert_eq!(v["stdout"], "hi\n");
+
+    // Output streams live: the first line is there long before the end.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args([
+            "exec",
+            "-n",
+            "ex",
+            "--shell",
+            "echo first; sleep 3; echo second",
+        ])
+        .env("STOCKADE_URL", &server.url)
+        .env("STOCKADE_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    let first_at = Instant::now();
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    assert!(
+        first_at.elapsed() > Duration::from_secs(2),
+        "the first line came {:?} before the second, not at the end",
+        first_at.elapsed()
+    );
+    assert!(child.wait().unwrap().success());
+
+    let out = cli(&server, token, &["exec", "ex"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("give a command"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = cli(&server, token, &["exec", "nope", "--", "true"]);
+    assert!(stderr_of(&out).contains("not found"), "{}", stderr_of(&out));
+}
+
+/// Every entry under `root`: relative path → (kind, bytes or link target, mode).
+fn tree(root: &std::path::Path) -> std::collections::BTreeMap<String, (char, Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode() & 0o7777;
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                out.insert(rel, ('l', target.display().to_string().into_bytes(), 0));
+            } else if meta.is_dir() {
+                out.insert(rel, ('d', Vec::new(), mode));
+                stack.push(path);
+            } else {
+                out.insert(rel, ('f', std::fs::read(&path).unwrap(), mode));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn cp_round_trips_a_directory_byte_for_byte() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_cp_token_0000001";
+    let server = start_server(dir.path(), Some(token));
+    create(&server, token, &["--name", "cp"]);
+
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("project");
+    std::fs::create_dir_all(src.join("src/deep/er")).unwrap();
+    std::fs::create_dir_all(src.join("empty")).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    std::fs::write(src.join("src/deep/er/notes.txt"), "ünïcödé\n").unwrap();
+    std::fs::write(src.join("empty.txt"), "").unwrap();
+    std::fs::write(src.join("run.sh"), "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(src.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(src.join("src/deep"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink("src/deep/er/notes.txt", src.join("link")).unwrap();
+    let src_arg = src.display().to_string();
+
+    // Up: onto a missing path, the directory becomes that path.
+    let started = Instant::now();
+    let out = cli(&server, token, &["cp", &src_arg, "cp:/workspace/copy"]);
+    eprintln!("cp up of a 3 MB tree: {:?}", started.elapsed());
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = cli(
+        &server,
+        token,
+        &["exec", "cp", "--", "sh", "/workspace/copy/run.sh"],
+    );
+    assert_eq!(stdout_of(&out), "ran\n");
+    let out = cli(
+        &server,
+        token,
+        &[
+            "exec",
+            "cp",
+            "--shell",
+            "md5sum copy/big.bin | cut -d' ' -f1; readlink copy/link",
+        ],
+    );
+    let want_md5 = {
+        let out = Command::new("md5sum")
+            .arg(src.join("big.bin"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        stdout_of(&out),
+        format!("{want_md5}\nsrc/deep/er/notes.txt\n")
+    );
+
+    // Down again, onto a missing local path: byte for byte, modes and links kept.
+    let back = work.path().join("back");
+    let started = Instant::now();
+    let out = cli(
+        &server,
+        token,
+        &["cp", "cp:copy", &back.display().to_string()],
+    );
+    eprintln!("cp down of a 3 MB tree: {:?}", started.elapsed());
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(tree(&back), tree(&src));
+
+    // Onto an existing directory, it lands inside under its own name.
+    let into = work.path().join("into");
+    std::fs::create_dir(&into).unwrap();
+    let out = cli(
+        &server,
+        token,
+        &[
+            "cp",
+            "--json",
+            "cp:/workspace/copy",
+            &into.display().to_string(),
+        ],
+    );
+    let v = json_of(&out);
+    assert_eq!(
+        v["bytes"],
+        3_000_000 + "ünïcödé\n".len() + "#!/bin/sh\necho ran\n".len()
+    );
+    assert_eq!(tree(&into.join("copy")), tree(&src));
+
+    // `DIR/.` copies the contents; a single file goes to a path.
+    let out = cli(&server, token, &["cp", &format!("{src_arg}/."), "cp:flat"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = cli(&server, token, &["exec", "cp", "--", "ls", "flat"]);
+    assert_eq!(
+        stdout_of(&out),
+        "big.bin\nempty\nempty.txt\nlink\nrun.sh\nsrc\n"
+    );
+    let out = cli(
+        &server,
+        token,
+        &["cp", &format!("{src_arg}/run.sh"), "cp:/tmp/renamed.sh"],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let file = work.path().join("file.sh");
+    let out = cli(
+        &server,
+        token,
+        &["cp", "cp:/tmp/renamed.sh", &file.display().to_string()],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(std::fs::read(&file).unwrap(), b"#!/bin/sh\necho ran\n");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    let out = cli(&server, token, &["cp", "cp:/tmp/renamed.sh", "-"]);
+    assert!(
+        out.stdout.len() >= 1024 && out.stdout[..11] == *b"renamed.sh\0",
+        "a tar on stdout"
+    );
+
+    let out = cli(
+        &server,
+        token,
+        &["cp", "cp:/no/such", &back.display().to_string()],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("not found") || stderr_of(&out).contains("No such"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // The same tree as a create source.
+    let v = create(
+        &server,
+        token,
+        &["--name", "uploaded", "--upload", &src_arg],
+    );
+    let id = v["id"].as_str().unwrap();
+    let out = cli(
+        &server,
+        token,
+        &["exec", id, "--shell", "md5sum big.bin | cut -d' ' -f1"],
+    );
+    assert_eq!(stdout_of(&out).trim(), want_md5);
+}
+
+#[test]
+fn logs_tail_and_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_logs_token_00001";
+    let server = start_server(dir.path(), Some(token));
+    create(
+        &server,
+        token,
+        &[
+            "--name",
+            "lg",
+            "--start-command",
+            "echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three; sleep 1000",
+        ],
+    );
+    let mut all = serde_json::Value::Null;
+    for _ in 0..50 {
+        all = json_of(&cli(&server, token, &["logs", "lg", "--json"]));
+        if all["lines"].as_array().unwrap().len() == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(all["lines"][0]["text"], "one");
+
+    let out = cli(&server, token, &["logs", "lg", "--tail", "2"]);
+    assert_eq!(stdout_of(&out), "three\n", "stdout lines on stdout");
+    assert_eq!(stderr_of(&out), "two\n", "stderr lines on stderr");
+    let v = json_of(&cli(
+        &server,
+        token,
+        &["logs", "lg", "--tail", "1", "--json"],
+    ));
+    assert_eq!(v["lines"].as_array().unwrap().len(), 1);
+    assert_eq!(v["lines"][0]["text"], "three");
+    let out = cli(&server, token, &["logs", "lg", "-t", "-n", "1"]);
+    assert!(
+        stdout_of(&out).ends_with("Z three\n") || stdout_of(&out).contains("+00:00 three"),
+        "{}",
+        stdout_of(&out)
+    );
+    let out = cli(&server, token, &["logs", "lg", "--tail", "lots"]);
+    assert!(stderr_of(&out).contains("--tail"), "{}", stderr_of(&out));
+
+    // -f prints what is there, then follows until the sandbox stops.
+    let child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(["logs", "-f", "--json", "lg"])
+        .env("STOCKADE_URL", &server.url)
+        .env("STOCKADE_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = cli(&server, token, &["stop", "-t", "1", "lg"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let texts: Vec<String> = stdout_of(&out)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+}
+
+#[test]
+fn fork_snapshots_ports_tokens_update_and_volumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_manage_token_001";
+    let server = start_server(dir.path(), Some(token));
+    let sb = create(
+        &server,
+        token,
+        &[
+            "--name", "orig", "--label", "keep", "--env", "A=1", "--env", "B=2",
+        ],
+    );
+    let id = sb["id"].as_str().unwrap().to_owned();
+    let out = cli(
+        &server,
+        token,
+        &["exec", "orig", "--shell", "echo state > /workspace/s.txt"],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+
+    // fork
+    let forked = json_of(&cli(
+        &server,
+        token,
+        &["fork", "orig", "--name", "copy", "--json"],
+    ));
+    assert_eq!(forked["status"], "RUNNING");
+    assert_eq!(forked["name"], "copy");
+    let out = cli(
+        &server,
+        token,
+        &["exec", "copy", "--", "cat", "/workspace/s.txt"],
+    );
+    assert_eq!(stdout_of(&out), "state\n");
+    let out = cli(&server, token, &["fork", "orig", "--name", "copy"]);
+    assert!(!out.status.success(), "the name is taken");
+
+    // snapshot create / ls / create --from-snapshot / rm
+    let snap = json_of(&cli(
+        &server,
+        token,
+        &["snapshot", "create", "orig", "--name", "s1", "--json"],
+    ));
+    assert_eq!(snap["status"], "READY");
+    let snap_id = snap["id"].as_str().unwrap().to_owned();
+    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "--json"]));
+    assert_eq!(listed["snapshots"][0]["id"], snap_id.as_str());
+    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "copy", "--json"]));
+    assert_eq!(
+        listed["snapshots"].as_array().unwrap().len(),
+        0,
+        "per sandbox"
+    );
+    let out = cli(&server, token, &["snapshot", "ls"]);
+    assert!(
+        stdout_of(&out).starts_with("ID") && stdout_of(&out).contains("s1"),
+        "{}",
+        stdout_of(&out)
+    );
+    let restored = create(
+        &server,
+        token,
+        &["--name", "restored", "--from-snapshot", &snap_id],
+    );
+    let out = cli(
+        &server,
+        token,
+        &[
+            "exec",
+            restored["id"].as_str().unwrap(),
+            "--",
+            "cat",
+            "s.txt",
+        ],
+    );
+    assert_eq!(stdout_of(&out), "state\n");
+    let removed = json_of(&cli(
+        &server,
+        token,
+        &["snapshot", "rm", &snap_id, "--json"],
+    ));
+    assert!(
+        removed[0]["status"].as_str().unwrap().starts_with("DELET"),
+        "{removed}"
+    );
+    let out = cli(&server, token, &["snapshot", "rm", &snap_id]);
+    assert!(!out.status.success());
+    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "--json"]));
+    assert_eq!(listed["snapshots"].as_array().unwrap().len(), 0);
+
+    // ports and tokens
+    let exposed = json_of(&cli(
+        &server,
+        token,
+        &["ports", "orig", "expose", "8080", "--json"],
+    ));
+    let url = exposed["url"].as_str().unwrap().to_owned();
+    assert!(url.ends_with(&format!("/proxy/{id}/8080/")), "{url}");
+    let listed = json_of(&cli(&server, token, &["ports", "orig", "--json"]));
+    assert_eq!(listed["ports"][0]["port"], 8080);
+    let out = cli(&server, token, &["ports", "orig"]);
+    assert!(
+        stdout_of(&out).contains(&url),
+        "the table shows the proxy URL: {}",
+        stdout_of(&out)
+    );
+    let t = json_of(&cli(
+        &server,
+        token,
+        &["token", "orig", "--ttl", "2m", "--json"],
+    ));
+    let left = chrono::DateTime::parse_from_rfc3339(t["expiresAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+        - chrono::Utc::now();
+    assert!((100..=121).contains(&left.num_seconds()), "{left}");
+    let out = cli(&server, token, &["token", "orig"]);
+    let plain = stdout_of(&out).trim().to_owned();
+    assert!(
+        !plain.is_empty() && !plain.contains(' '),
+        "just the token: {plain}"
+    );
+    let status = |token: Option<&str>| {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let mut req = reqwest::Client::new().get(&url);
+            if let Some(t) = token {
+                req = req.header("X-Stockade-Token", t);
+            }
+            req.send().await.unwrap().status().as_u16()
+        })
+    };
+    assert_eq!(
+        status(Some(&plain)),
+        502,
+        "the token opens the proxy (nothing listens yet)"
+    );
+    assert_eq!(status(None), 401);
+    let left = json_of(&cli(
+        &server,
+        token,
+        &["ports", "orig", "unexpose", "8080", "--json"],
+    ));
+    assert_eq!(left["ports"].as_array().unwrap().len(), 0);
+    let out = cli(&server, token, &["ports", "orig"]);
+    assert!(stdout_of(&out).contains("No ports exposed"));
+
+    // update: merges env, labels and tags; says what applies when
+    let done = json_of(&cli(
+        &server,
+        token,
+        &[
+            "update",
+            "orig",
+            "--timeout",
+            "1h",
+            "--cpu",
+            "0.5",
+            "--memory",
+            "0.5",
+            "--label",
+            "new",
+            "--tag",
+            "k=v",
+            "--env",
+            "A=9",
+            "--rm-env",
+            "B",
+            "--json",
+        ],
+    ));
+    assert_eq!(done["sandbox"]["timeoutMinutes"], 60.0);
+    assert_eq!(
+        done["sandbox"]["labels"],
+        serde_json::json!(["keep", "new"])
+    );
+    assert_eq!(done["sandbox"]["tags"]["k"], "v");
+    assert_eq!(
+        done["sandbox"]["environmentVars"],
+        serde_json::json!({"A": "9"})
+    );
+    assert!(done["applied"]["now"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "cpuCores"));
+    assert!(done["applied"]["nextStart"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "environmentVars"));
+    // Commands see a changed variable at once.
+    let out = cli(&server, token, &["exec", "orig", "--shell", "echo $A"]);
+    assert_eq!(stdout_of(&out), "9\n");
+    let out = cli(&server, token, &["update", "orig", "--rm-label", "new"]);
+    assert!(
+        stdout_of(&out).contains("now:") && stdout_of(&out).contains("labels"),
+        "{}",
+        stdout_of(&out)
+    );
+    let out = cli(&server, token, &["update", "orig"]);
+    assert!(
+        stderr_of(&out).contains("nothing to update"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // volumes: ls, rm refused for a live one, prune with --yes only
+    let out = cli(&server, token, &["rm", "--keep-volume", "copy"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let vols = json_of(&cli(&server, token, &["volumes", "ls", "--json"]));
+    let orphan = format!("agent-sandbox-{}", forked["id"].as_str().unwrap());
+    let names: Vec<&str> = vols["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&orphan.as_str()) && names.contains(&format!("agent-sandbox-{id}").as_str()),
+        "{names:?}"
+    );
+    let out = cli(&server, token, &["volumes"]);
+    assert!(stdout_of(&out).starts_with("NAME"), "{}", stdout_of(&out));
+    let out = cli(
+        &server,
+        token,
+        &["volumes", "rm", &format!("agent-sandbox-{id}")],
+    );
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("in use"), "{}", stderr_of(&out));
+    let out = cli(&server, token, &["volumes", "prune"]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("--yes"), "{}", stderr_of(&out));
+    let orphans = json_of(&cli(
+        &server,
+        token,
+        &["volumes", "ls", "--orphaned", "--json"],
+    ));
+    assert_eq!(
+        orphans["volumes"][0]["name"],
+        orphan.as_str(),
+        "nothing removed without --yes"
+    );
+    let pruned = json_of(&cli(
+        &server,
+        token,
+        &["volumes", "prune", "--yes", "--json"],
+    ));
+    assert_eq!(pruned["removed"][0]["name"], orphan.as_str());
+    let orphans = json_of(&cli(
+        &server,
+        token,
+        &["volumes", "ls", "--orphaned", "--json"],
+    ));
+    assert_eq!(orphans["total"], 0);
+
+    // rm --sync uploads /workspace before the sandbox goes.
+    let removed = json_of(&cli(
+        &server,
+        token,
+        &["rm", "--sync", "restored", "--json"],
+    ));
+    assert_eq!(removed[0]["status"], "TERMINATED");
+    let gone = json_of(&cli(
+        &server,
+        token,
+        &["ls", "--terminated", "--name", "restored", "--json"],
+    ));
+    assert!(
+        gone["sandboxes"][0]["metadata"]["s3_sync"]["bytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{gone}"
+    );
+}
+
+#[test]
+fn every_command_has_help_with_examples() {
+    for cmd in [
+        "create",
+        "ls",
+        "get",
+        "start",
+        "stop",
+        "rm",
+        "exec",
+        "logs",
+        "cp",
+        "fork",
+        "snapshot create",
+        "snapshot ls",
+        "snapshot rm",
+        "ports",
+        "token",
+        "volumes",
+        "volumes prune",
+        "update",
+        "account create",
+        "health",
+        "server",
+        "completions",
+    ] {
+        let mut args: Vec<&str> = cmd.split(' ').collect();
+        args.push("--help");
+        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let help = stdout_of(&out);
+        assert!(out.status.success(), "{cmd}: {}", stderr_of(&out));
+        assert!(
+            help.contains("Example"),
+            "{cmd} --help has no examples:\n{help}"
+        );
+    }
 }

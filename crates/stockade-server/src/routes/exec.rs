@@ -151,6 +151,12 @@ fn plan(req: ExecRequest, sb: &Sandbox, config: &ServerConfig) -> ApiResult<Exec
         Some(c) => Some(format!("{}/{c}", VolumeName::MOUNT_PATH)),
     };
     let mut env = sb.spec.environment_vars.clone();
+    // Variables removed by an update are still in the container's own
+    // environment: unset them (unless this exec sets them again).
+    let mut unset: Vec<String> = sb.spec.removed_env.clone();
+    if let Some(extra) = &req.env {
+        unset.retain(|k| !extra.contains_key(k));
+    }
     if let Some(extra) = req.env {
         if let Some(extra) = errs.check(stockade_core::spec::parse_env(&extra, "env")) {
             if extra.contains_key(RESERVED_ENV) {
@@ -177,6 +183,19 @@ fn plan(req: ExecRequest, sb: &Sandbox, config: &ServerConfig) -> ApiResult<Exec
         None => Some(config.default_exec_timeout),
     };
     errs.into_result()?;
+    let argv = if unset.is_empty() {
+        argv
+    } else {
+        // Names are validated environment names ([A-Za-z_][A-Za-z0-9_]*).
+        let mut wrapped = vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            format!("unset {}; exec \"$@\"", unset.join(" ")),
+            "stockade-exec".to_owned(),
+        ];
+        wrapped.extend(argv);
+        wrapped
+    };
     Ok(ExecPlan {
         argv,
         env,

@@ -210,6 +210,25 @@ async fn the_environment_reaches_the_main_process_at_its_next_start() {
         r.body["sandbox"]["environmentVars"],
         json!({ "GREETING": "bonjour 'à tous'", "ADDED": "$HOME" })
     );
+    // Execs see the new environment at once; a removed variable is gone
+    // (unless the exec sets it again).
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/exec"),
+            t,
+            json!({ "shell": "echo \"${GREETING-unset}|${DROPPED-unset}|${ADDED-unset}\"" }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["stdout"], "bonjour 'à tous'|unset|$HOME\n");
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/exec"),
+            t,
+            json!({ "cmd": ["sh", "-c", "echo ${DROPPED-unset}"], "env": { "DROPPED": "again" } }),
+        )
+        .await;
+    assert_eq!(r.body["stdout"], "again\n", "{:?}", r.body);
     // The running main process keeps its environment…
     assert_eq!(sh_in(id, "cat /workspace/env.log"), first);
     // …and sees the new one after a restart.

@@ -1,105 +1,13 @@
-//! The SDK against a real server and the real Docker engine.
+//! Create, find, list, stop, resume, delete; get_or_create under races;
+//! scoped use; idempotency keys; cancelled creates (SDK-1, SDK-2, LC-12).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
-use stockade_sdk::{Client, CreateParams, Error, ListParams, Sandbox};
-use stockade_server::{AppState, RunningServer, ServerConfig};
-use stockade_store::{SqliteStore, Store};
+use stockade_sdk::{CreateParams, Error, ListParams, Sandbox};
 
-struct TestServer {
-    client: Client,
-    instance: String,
-    server: RunningServer,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.server.shutdown.cancel();
-        let filter = format!("label=io.stockade.instance-id={}", self.instance);
-        for args in [
-            vec!["ps", "-aq", "--filter", &filter],
-            vec!["volume", "ls", "-q", "--filter", &filter],
-        ] {
-            let out = std::process::Command::new("docker")
-                .args(&args)
-                .output()
-                .unwrap();
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .map(str::to_owned)
-                .collect();
-            if ids.is_empty() {
-                continue;
-            }
-            let mut rm: Vec<&str> = if args[0] == "ps" {
-                vec!["rm", "-f", "-v"]
-            } else {
-                vec!["volume", "rm", "-f"]
-            };
-            rm.extend(ids.iter().map(String::as_str));
-            let _ = std::process::Command::new("docker").args(&rm).output();
-        }
-    }
-}
-
-impl TestServer {
-    fn containers(&self) -> usize {
-        let out = std::process::Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=io.stockade.instance-id={}", self.instance),
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    }
-
-    fn running_containers(&self) -> usize {
-        let out = std::process::Command::new("docker")
-            .args([
-                "ps",
-                "-q",
-                "--filter",
-                &format!("label=io.stockade.instance-id={}", self.instance),
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    }
-}
-
-async fn server() -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("s.db").display());
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    let runtime: Arc<dyn Runtime> = Arc::new(DockerRuntime::new(DockerConfig::default()).unwrap());
-    let mut config = ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..ServerConfig::default()
-    };
-    config.defaults.image =
-        std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
-    let token = format!("stk_sdk_{}", stockade_core::SandboxId::generate());
-    stockade_server::bootstrap(store.as_ref(), Some(&token))
-        .await
-        .unwrap();
-    let state = AppState::new(store, runtime, config).await.unwrap();
-    let instance = state.instance_id.to_string();
-    let server = stockade_server::spawn(state).await.unwrap();
-    let client = Client::new(format!("http://{}", server.addr), token).unwrap();
-    TestServer {
-        client,
-        instance,
-        server,
-        _dir: dir,
-    }
-}
+use crate::helpers::{server, TestServer};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_find_list_stop_resume_delete() {
@@ -412,4 +320,28 @@ async fn a_cancelled_create_leaves_nothing_behind() {
         kept,
         "one volume per kept sandbox"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_with_sync_uploads_the_workspace_first() {
+    let s = server().await;
+    let sb = Sandbox::create(&s.client, CreateParams::new().name("synced"))
+        .await
+        .unwrap();
+    sb.write_file("keep.bin", vec![1u8; 50_000]).await.unwrap();
+    sb.delete_with(stockade_sdk::DeleteOptions {
+        sync: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut gone = Sandbox::find(&s.client, sb.id()).await.unwrap();
+    gone.refresh().await.unwrap();
+    assert_eq!(gone.status(), "TERMINATED");
+    let sync = &gone.info().metadata["s3_sync"];
+    assert!(
+        sync["bytes"].as_u64().unwrap_or(0) > 50_000,
+        "the workspace archive was recorded: {sync}"
+    );
+    assert_eq!(s.containers(), 0);
 }

@@ -1,0 +1,289 @@
+//! Logs of a sandbox's main process (API-5): recent lines, or a live stream
+//! that resumes after the last line it saw when its connection drops.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use chrono::DateTime;
+use futures_util::stream::{self, BoxStream, Stream, StreamExt};
+use reqwest::Method;
+use stockade_api::{LogLineResponse, LogsEndEvent, LogsResponse};
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::sandbox::Sandbox;
+use crate::sse::SseReader;
+
+/// How many times in a row a follow reconnects before giving up.
+const MAX_RECONNECTS: u32 = 5;
+
+/// Where a log stream starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowLogs {
+    /// Lines of history first (default 100, at most 10000).
+    pub tail: Option<usize>,
+    /// Start after this line id instead (a [`LogLineResponse::id`]).
+    pub after: Option<String>,
+}
+
+impl FollowLogs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn tail(mut self, lines: usize) -> Self {
+        self.tail = Some(lines);
+        self
+    }
+    pub fn after(mut self, last_event_id: impl Into<String>) -> Self {
+        self.after = Some(last_event_id.into());
+        self
+    }
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    last_event_id: Option<String>,
+    end_reason: Option<String>,
+}
+
+/// Live log lines: a [`Stream`] of [`LogLineResponse`]s that ends when the
+/// sandbox stops. A dropped connection is resumed after the last line seen,
+/// without duplicates.
+pub struct LogStream {
+    inner: BoxStream<'static, Result<LogLineResponse, Error>>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+impl std::fmt::Debug for LogStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStream")
+            .field("last_event_id", &self.last_event_id())
+            .finish()
+    }
+}
+
+impl Stream for LogStream {
+    type Item = Result<LogLineResponse, Error>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.poll_next_unpin(cx)
+    }
+}
+
+impl LogStream {
+    /// The id of the last line delivered: pass it to [`FollowLogs::after`]
+    /// to continue later.
+    pub fn last_event_id(&self) -> Option<String> {
+        self.progress
+            .lock()
+            .ok()
+            .and_then(|p| p.last_event_id.clone())
+    }
+
+    /// Why the stream ended (e.g. `sandbox stopped`), once it has.
+    pub fn end_reason(&self) -> Option<String> {
+        self.progress.lock().ok().and_then(|p| p.end_reason.clone())
+    }
+}
+
+/// A line's time, from its id (`<Docker timestamp in ns>-<n>`).
+fn timestamp_of(id: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let ns: i64 = id.split('-').next()?.parse().ok()?;
+    Some(DateTime::from_timestamp_nanos(ns))
+}
+
+struct Follower {
+    client: Client,
+    sandbox_id: String,
+    tail: Option<usize>,
+    reader: Option<SseReader>,
+    progress: Arc<Mutex<Progress>>,
+    failures: u32,
+    done: bool,
+}
+
+impl Follower {
+    fn last_id(&self) -> Option<String> {
+        self.progress
+            .lock()
+            .ok()
+            .and_then(|p| p.last_event_id.clone())
+    }
+
+    async fn connect(&mut self) -> Result<(), Error> {
+        let mut req = self
+            .client
+            .request(
+                Method::GET,
+                &format!("/api/v1/sandbox/{}/logs", self.sandbox_id),
+            )
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .query(&[("follow", "true")]);
+        match self.last_id() {
+            Some(id) => req = req.header("Last-Event-ID", id),
+            None => {
+                if let Some(t) = self.tail {
+                    req = req.query(&[("tail", t.to_string())]);
+                }
+            }
+        }
+        let resp = self.client.send_raw(req).await?;
+        self.reader = Some(SseReader::new(resp));
+        Ok(())
+    }
+
+    fn end(&mut self, reason: String) {
+        if let Ok(mut p) = self.progress.lock() {
+            p.end_reason = Some(reason);
+        }
+        self.done = true;
+    }
+
+    async fn next(&mut self) -> Option<Result<LogLineResponse, Error>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.reader.is_none() {
+                if let Err(e) = self.connect().await {
+                    // A request the server refused will not get better.
+                    if matches!(e, Error::Api { .. }) || self.failures >= MAX_RECONNECTS {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                    self.failures += 1;
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(self.failures))).await;
+                    continue;
+                }
+            }
+            let reader = self.reader.as_mut()?;
+            match reader.next().await {
+                Some(Ok(event)) => match event.event.as_str() {
+                    "stdout" | "stderr" => {
+                        self.failures = 0;
+                        let id = event.id.unwrap_or_default();
+                        if let Ok(mut p) = self.progress.lock() {
+                            p.last_event_id = Some(id.clone());
+                        }
+                        let timestamp = timestamp_of(&id).unwrap_or_default();
+                        return Some(Ok(LogLineResponse {
+                            id,
+                            stream: event.event,
+                            text: event.data,
+                            timestamp,
+                        }));
+                    }
+                    "end" => {
+                        let reason = serde_json::from_str::<LogsEndEvent>(&event.data)
+                            .map(|e| e.reason)
+                            .unwrap_or(event.data);
+                        if reason.contains("reconnect") && self.failures < MAX_RECONNECTS {
+                            // The server's stream ended while the sandbox runs
+                            // on: go on after the last line (backing off if
+                            // that keeps happening without a line between).
+                            self.reader = None;
+                            self.failures += 1;
+                            tokio::time::sleep(Duration::from_millis(
+                                100 * u64::from(self.failures),
+                            ))
+                            .await;
+                            continue;
+                        }
+                        self.end(reason);
+                        return None;
+                    }
+                    "error" => {
+                        self.done = true;
+                        return Some(Err(Error::Decode(format!(
+                            "the log stream failed: {}",
+                            event.data
+                        ))));
+                    }
+                    _ => {}
+                },
+                Some(Err(_)) | None => {
+                    // The connection dropped: resume after the last line.
+                    self.reader = None;
+                    self.failures += 1;
+                    if self.failures > MAX_RECONNECTS {
+                        self.done = true;
+                        return Some(Err(Error::Transport {
+                            url: self.client.base_url().to_owned(),
+                            reason: "the log stream kept dropping".into(),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Sandbox {
+    /// The main process's last `tail` lines (0–10000), oldest first.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// for line in sb.logs(50).await?.lines {
+    ///     println!("[{}] {}", line.stream, line.text);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn logs(&self, tail: usize) -> Result<LogsResponse, Error> {
+        let req = self
+            .client()
+            .request(Method::GET, &format!("/api/v1/sandbox/{}/logs", self.id()))
+            .query(&[("tail", tail.to_string())]);
+        self.client().send(req).await
+    }
+
+    /// Follows the main process's output: the history asked for, then new
+    /// lines as they come, until the sandbox stops. Dropping the stream
+    /// closes the connection.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::{FollowLogs, StreamExt};
+    /// let mut logs = sb.follow_logs(FollowLogs::new().tail(10)).await?;
+    /// while let Some(line) = logs.next().await {
+    ///     println!("{}", line?.text);
+    /// }
+    /// println!("ended: {:?}; resume after {:?}", logs.end_reason(), logs.last_event_id());
+    /// # Ok(()) }
+    /// ```
+    pub async fn follow_logs(&self, from: FollowLogs) -> Result<LogStream, Error> {
+        let progress = Arc::new(Mutex::new(Progress {
+            last_event_id: from.after.clone(),
+            end_reason: None,
+        }));
+        let mut follower = Follower {
+            client: self.client().clone(),
+            sandbox_id: self.id().to_owned(),
+            tail: from.tail,
+            reader: None,
+            progress: progress.clone(),
+            failures: 0,
+            done: false,
+        };
+        // The first connection's errors (404, 409 …) belong to this call.
+        follower.connect().await?;
+        let inner = stream::unfold(follower, |mut f| async move {
+            f.next().await.map(|item| (item, f))
+        })
+        .boxed();
+        Ok(LogStream { inner, progress })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_ids_carry_their_time() {
+        let t = timestamp_of("1700000000123456789-2").unwrap();
+        assert_eq!(t.timestamp(), 1_700_000_000);
+        assert_eq!(t.timestamp_subsec_nanos(), 123_456_789);
+        assert!(timestamp_of("x-1").is_none());
+    }
+}

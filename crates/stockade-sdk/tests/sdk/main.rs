@@ -1,0 +1,13 @@
+//! The SDK against a real server and the real Docker engine: one test
+//! binary, a module per feature.
+
+mod helpers;
+
+mod exec;
+mod files;
+mod lifecycle;
+mod logs;
+mod ports;
+mod snapshots;
+mod update;
+mod volumes;

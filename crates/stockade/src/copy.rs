@@ -1,0 +1,446 @@
+//! `stockade cp` (files and directories to and from a sandbox, as tar
+//! archives, like `docker cp`) and the upload behind `create --upload`.
+
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use indicatif::ProgressBar;
+use stockade_sdk::api::{FileType, UploadResponse};
+use stockade_sdk::bytes::Bytes;
+use stockade_sdk::{Client, Sandbox, Stream, StreamExt};
+
+use crate::cli::Ctx;
+use crate::output;
+
+#[derive(Args)]
+#[command(after_help = "Examples:
+  stockade cp ./src demo:/workspace/src      # a directory up (made if missing)
+  stockade cp ./app.py demo:app.py           # relative paths are under /workspace
+  stockade cp demo:/workspace/dist ./dist    # and back down
+  stockade cp ./site/. demo:/srv/www         # `DIR/.` copies what is inside DIR
+  stockade cp demo:/etc/os-release -         # `-`: the tar archive on stdout
+
+Like `docker cp`: a directory copied onto an existing directory lands inside
+it; onto a missing path it becomes that path. Modes and symlinks are kept.")]
+pub struct CpArgs {
+    /// LOCAL_PATH or SANDBOX:PATH.
+    src: String,
+    /// SANDBOX:PATH or LOCAL_PATH (`-` for stdout).
+    dest: String,
+}
+
+/// A `SANDBOX:PATH` argument; anything else is local.
+fn remote(arg: &str) -> Option<(&str, &str)> {
+    let (sb, path) = arg.split_once(':')?;
+    (!sb.is_empty() && !sb.contains('/') && !sb.starts_with('.')).then_some((sb, path))
+}
+
+/// `DIR/.`: copy what is inside, not the directory itself.
+fn contents_only(path: &str) -> bool {
+    path.ends_with("/.") || path == "."
+}
+
+pub async fn cp(ctx: &Ctx, a: CpArgs) -> anyhow::Result<ExitCode> {
+    match (remote(&a.src), remote(&a.dest)) {
+        (Some(_), Some(_)) => {
+            bail!("copy between two sandboxes is not supported; copy to a local directory first")
+        }
+        (None, None) => {
+            bail!("one side must be a sandbox path: SANDBOX:PATH (e.g. demo:/workspace)")
+        }
+        (None, Some((name, path))) => {
+            let client = ctx.client()?;
+            let sb = Sandbox::find(&client, name).await?;
+            let done = upload(&sb, Path::new(&a.src), path, ctx.json).await?;
+            if ctx.json {
+                output::json(&done)?;
+            } else {
+                eprintln!(
+                    "Copied {} ({} entries, {}) to {}:{}",
+                    a.src,
+                    done.entries,
+                    human(done.bytes),
+                    sb.name(),
+                    done.path
+                );
+            }
+        }
+        (Some((name, path)), None) => {
+            let client = ctx.client()?;
+            let sb = Sandbox::find(&client, name).await?;
+            let (files, bytes) = download(&sb, path, &a.dest, ctx.json).await?;
+            if ctx.json {
+                output::json(
+                    &serde_json::json!({ "path": a.dest, "entries": files, "bytes": bytes }),
+                )?;
+            } else if a.dest != "-" {
+                eprintln!(
+                    "Copied {}:{} ({files} entries, {}) to {}",
+                    sb.name(),
+                    path,
+                    human(bytes),
+                    a.dest
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human(bytes: u64) -> String {
+    indicatif::HumanBytes(bytes).to_string()
+}
+
+/// Adds `path` (a file, a symlink or a whole directory) to the archive as `name`.
+fn add_tree(b: &mut tar::Builder<std::fs::File>, name: &Path, path: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::symlink_metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if meta.is_dir() {
+        b.append_dir_all(name, path)
+    } else {
+        b.append_path_with_name(path, name)
+    }
+    .with_context(|| format!("cannot archive {}", path.display()))
+}
+
+/// Packs `src` into a temporary tar file: as `name`, or (for `DIR/.`)
+/// its entries at the top. Returns the file and its length.
+fn pack(src: &Path, name: Option<&Path>) -> anyhow::Result<(tempfile::NamedTempFile, u64)> {
+    let tmp = tempfile::NamedTempFile::new().context("cannot create a temporary file")?;
+    let mut b = tar::Builder::new(tmp.reopen().context("cannot open a temporary file")?);
+    b.follow_symlinks(false);
+    match name {
+        Some(name) => add_tree(&mut b, name, src)?,
+        None => {
+            let mut children: Vec<_> = std::fs::read_dir(src)
+                .with_context(|| format!("cannot read {}", src.display()))?
+                .collect::<Result<_, _>>()?;
+            children.sort_by_key(|e| e.file_name());
+            for child in children {
+                add_tree(&mut b, Path::new(&child.file_name()), &child.path())?;
+            }
+        }
+    }
+    b.into_inner()?.sync_all()?;
+    let len = tmp.as_file().metadata()?.len();
+    Ok((tmp, len))
+}
+
+/// A file's chunks, counted on a progress bar as they go.
+async fn file_stream(
+    path: &Path,
+    pb: ProgressBar,
+) -> anyhow::Result<impl Stream<Item = std::io::Result<Bytes>> + Send + 'static> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
+    Ok(stream.map(move |chunk| {
+        if let Ok(c) = &chunk {
+            pb.inc(c.len() as u64);
+            if pb.position() >= pb.length().unwrap_or(u64::MAX) {
+                pb.finish_and_clear();
+            }
+        }
+        chunk
+    }))
+}
+
+fn base_name(path: &Path) -> anyhow::Result<PathBuf> {
+    path.file_name()
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow!("{} has no file name to copy as", path.display()))
+}
+
+async fn upload(
+    sb: &Sandbox,
+    src: &Path,
+    dest: &str,
+    quiet: bool,
+) -> anyhow::Result<stockade_sdk::api::ArchiveUploadResponse> {
+    let meta = std::fs::metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
+    let dest = if dest.is_empty() { "/workspace" } else { dest };
+    let dest_kind = match sb.stat(dest).await {
+        Ok(e) => Some(e.file_type),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    let dest_path = Path::new(dest);
+    let trailing_slash = dest.ends_with('/');
+    // (directory to unpack into, name of the top entry or None for contents)
+    let (dir, name): (String, Option<PathBuf>) = if meta.is_dir() {
+        match dest_kind {
+            Some(FileType::Dir) if contents_only(&src.to_string_lossy()) => (dest.to_owned(), None),
+            Some(FileType::Dir) => (dest.to_owned(), Some(base_name(&src.canonicalize()?)?)),
+            Some(_) => bail!("cannot copy a directory onto {dest}, which is not a directory"),
+            None => (dest.to_owned(), None),
+        }
+    } else {
+        match dest_kind {
+            Some(FileType::Dir) => (dest.to_owned(), Some(base_name(src)?)),
+            None if trailing_slash => (dest.to_owned(), Some(base_name(src)?)),
+            _ => {
+                let parent = dest_path
+                    .parent()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "/workspace".into());
+                (parent, Some(base_name(dest_path)?))
+            }
+        }
+    };
+    let (tmp, len) = tokio::task::spawn_blocking({
+        let src = src.to_owned();
+        move || pack(&src, name.as_deref())
+    })
+    .await??;
+    let pb = output::bytes_bar(len, "Uploading", quiet);
+    let body = file_stream(tmp.path(), pb.clone()).await?;
+    let done = sb.upload_archive_stream(&dir, body, Some(len)).await;
+    pb.finish_and_clear();
+    Ok(done?)
+}
+
+/// Uploads a directory (packed as tar) or an archive file for a create's
+/// `--upload` source.
+pub async fn upload_source(
+    client: &Client,
+    path: &Path,
+    quiet: bool,
+) -> anyhow::Result<UploadResponse> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (file, len, _tmp) = if meta.is_dir() {
+        let (tmp, len) = tokio::task::spawn_blocking({
+            let path = path.to_owned();
+            move || pack(&path, None)
+        })
+        .await??;
+        (tmp.path().to_owned(), len, Some(tmp))
+    } else {
+        (path.to_owned(), meta.len(), None)
+    };
+    let pb = output::bytes_bar(len, "Uploading the source", quiet);
+    let body = file_stream(&file, pb.clone()).await?;
+    let done = client.upload_stream(body, Some(len)).await;
+    pb.finish_and_clear();
+    Ok(done?)
+}
+
+/// The path an archive entry goes to: its first component `top` replaced
+/// by `rename` (or dropped when `rename` is None); None for the top itself
+/// when it is dropped. Refuses anything that could leave the destination.
+fn target_of(entry: &Path, top: &Path, rename: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+    let mut parts = entry.components();
+    match parts.next() {
+        Some(Component::Normal(first)) if Path::new(first) == top => {}
+        _ => bail!("the archive holds an unexpected entry {}", entry.display()),
+    }
+    let mut out = rename.map(Path::to_path_buf).unwrap_or_default();
+    for part in parts {
+        match part {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            _ => bail!("the archive holds an unsafe entry {}", entry.display()),
+        }
+    }
+    Ok((!out.as_os_str().is_empty()).then_some(out))
+}
+
+/// No directory between `base` and `target` may be a symlink (an archive
+/// must not write through one it made).
+fn check_no_symlink_parents(base: &Path, rel: &Path) -> anyhow::Result<()> {
+    let mut cur = base.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        cur.push(part);
+        if std::fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
+            bail!("refusing to write below the symlink {}", cur.display());
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks the tar at `archive` into `base`, its top entry renamed.
+fn unpack(archive: &Path, base: &Path, rename: Option<&Path>) -> anyhow::Result<(u64, u64)> {
+    let top = top_name(archive)?;
+    let mut a = tar::Archive::new(std::fs::File::open(archive)?);
+    a.set_preserve_permissions(true);
+    a.set_preserve_mtime(true);
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for entry in a.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        let Some(rel) = target_of(&path, &top, rename)? else {
+            continue;
+        };
+        check_no_symlink_parents(base, &rel)?;
+        let target = base.join(&rel);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let kind = entry.header().entry_type();
+        if kind.is_hard_link() {
+            let link = entry
+                .link_name()?
+                .ok_or_else(|| anyhow!("a hard link without a target in the archive"))?
+                .into_owned();
+            let Some(link_rel) = target_of(&link, &top, rename)? else {
+                bail!("a hard link to the top directory in the archive");
+            };
+            let _ = std::fs::remove_file(&target);
+            std::fs::hard_link(base.join(link_rel), &target)
+                .with_context(|| format!("cannot link {}", target.display()))?;
+        } else {
+            if kind.is_file() || kind.is_symlink() {
+                // Replace what is there, like cp does (never through a link).
+                if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
+                    std::fs::remove_file(&target)?;
+                }
+            }
+            if kind.is_file() {
+                bytes += entry.header().size()?;
+            }
+            entry
+                .unpack(&target)
+                .with_context(|| format!("cannot write {}", target.display()))?;
+        }
+        files += 1;
+    }
+    Ok((files, bytes))
+}
+
+async fn download(sb: &Sandbox, src: &str, dest: &str, quiet: bool) -> anyhow::Result<(u64, u64)> {
+    let src_path = if src.is_empty() { "/workspace" } else { src };
+    let mut stream = sb.download_archive_stream(src_path).await?;
+    let tmp = tempfile::NamedTempFile::new().context("cannot create a temporary file")?;
+    let mut file = tmp.reopen()?;
+    let pb = output::bytes_bar(0, "Downloading", quiet || dest == "-");
+    let mut total = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        total += chunk.len() as u64;
+        pb.inc(chunk.len() as u64);
+        file.write_all(&chunk)?;
+    }
+    file.sync_all()?;
+    pb.finish_and_clear();
+    if dest == "-" {
+        let mut out = std::io::stdout();
+        std::io::copy(&mut std::fs::File::open(tmp.path())?, &mut out)?;
+        out.flush()?;
+        return Ok((0, total));
+    }
+    let dest_path = PathBuf::from(dest);
+    let (base, rename): (PathBuf, Option<PathBuf>) = match std::fs::metadata(&dest_path) {
+        Ok(m) if m.is_dir() && contents_only(src_path) => (dest_path, None),
+        Ok(m) if m.is_dir() => {
+            // Lands inside it under its own name (the archive's top entry).
+            let top = tokio::task::spawn_blocking({
+                let p = tmp.path().to_owned();
+                move || top_name(&p)
+            })
+            .await??;
+            (dest_path, Some(top))
+        }
+        _ => {
+            if dest.ends_with('/') {
+                bail!("{dest} does not exist; make the directory first or drop the trailing /");
+            }
+            let parent = dest_path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            if !parent.is_dir() {
+                bail!("{} does not exist; make it first", parent.display());
+            }
+            (parent, Some(base_name(&dest_path)?))
+        }
+    };
+    let archive = tmp.path().to_owned();
+    let done =
+        tokio::task::spawn_blocking(move || unpack(&archive, &base, rename.as_deref())).await??;
+    Ok(done)
+}
+
+fn top_name(archive: &Path) -> anyhow::Result<PathBuf> {
+    let mut a = tar::Archive::new(std::fs::File::open(archive)?);
+    let first = a
+        .entries()?
+        .next()
+        .ok_or_else(|| anyhow!("the sandbox sent an empty archive"))??;
+    let path = first.path()?.into_owned();
+    match path.components().next() {
+        Some(Component::Normal(c)) => Ok(PathBuf::from(c)),
+        _ => bail!("the archive holds an unexpected entry {}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_paths_are_told_apart_from_local_ones() {
+        assert_eq!(remote("demo:/workspace"), Some(("demo", "/workspace")));
+        assert_eq!(remote("demo:"), Some(("demo", "")));
+        assert_eq!(remote("./a:b"), None);
+        assert_eq!(remote("/tmp/a:b"), None);
+        assert_eq!(remote("file.txt"), None);
+        assert!(contents_only("dir/."));
+        assert!(!contents_only("dir"));
+    }
+
+    #[test]
+    fn entries_are_renamed_and_never_leave_the_destination() {
+        let top = Path::new("src");
+        assert_eq!(
+            target_of(Path::new("src/a/b"), top, Some(Path::new("dst"))).unwrap(),
+            Some(PathBuf::from("dst/a/b"))
+        );
+        assert_eq!(target_of(Path::new("src/"), top, None).unwrap(), None);
+        assert_eq!(
+            target_of(Path::new("src/a"), top, None).unwrap(),
+            Some(PathBuf::from("a"))
+        );
+        assert!(target_of(Path::new("src/../x"), top, None).is_err());
+        assert!(target_of(Path::new("other/x"), top, None).is_err());
+        assert!(target_of(Path::new("/etc/passwd"), top, None).is_err());
+    }
+
+    #[test]
+    fn a_directory_round_trips_through_pack_and_unpack() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("tree");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/x.bin"), [0u8, 255, 7]).unwrap();
+        std::fs::write(src.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(src.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::os::unix::fs::symlink("sub/x.bin", src.join("link")).unwrap();
+        let (tmp, _) = pack(&src, Some(Path::new("tree"))).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let (files, bytes) = unpack(tmp.path(), &out, Some(Path::new("copy"))).unwrap();
+        assert_eq!((files, bytes), (5, 3 + 10));
+        assert_eq!(
+            std::fs::read(out.join("copy/sub/x.bin")).unwrap(),
+            [0, 255, 7]
+        );
+        let mode = std::fs::metadata(out.join("copy/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            std::fs::read_link(out.join("copy/link")).unwrap(),
+            Path::new("sub/x.bin")
+        );
+    }
+}
