@@ -342,6 +342,25 @@ impl DockerRuntime {
         }
     }
 
+    /// What [`Runtime::create`] sends to the engine for `spec`: the volume's
+    /// create options and the container's configuration (SEC-3 hardening,
+    /// limits, labels, the wrapped main process). Public for the benchmark's
+    /// raw-Docker baseline (`stockade-bench`), which must create exactly the
+    /// same containers to be a fair comparison.
+    pub fn create_request(
+        &self,
+        spec: &ContainerSpec,
+    ) -> (CreateVolumeOptions<String>, Config<String>) {
+        let volume = VolumeName::for_sandbox(&spec.sandbox_id);
+        let options = CreateVolumeOptions {
+            name: volume.as_str().to_owned(),
+            driver: "local".to_owned(),
+            driver_opts: HashMap::new(),
+            labels: stockade_labels(spec),
+        };
+        (options, self.container_config(spec, &volume))
+    }
+
     fn container_config(&self, spec: &ContainerSpec, volume: &VolumeName) -> Config<String> {
         let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
         let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
@@ -405,7 +424,13 @@ impl DockerRuntime {
         let name = container_name(&spec.sandbox_id);
         let volume = VolumeName::for_sandbox(&spec.sandbox_id);
 
-        match docker.inspect_volume(volume.as_str()).await {
+        // Two independent questions at once: one round trip fewer per create.
+        let (image, existing) = tokio::join!(
+            self.ensure_image(&spec.image),
+            docker.inspect_volume(volume.as_str())
+        );
+        image?;
+        match existing {
             // A preserved volume of this sandbox: reuse it (and keep it on failure).
             Ok(_) => {}
             Err(e) if status_code(&e) == Some(404) => {
@@ -596,7 +621,7 @@ impl DockerRuntime {
 
         // The stream can end a moment before the engine records the exit code.
         let mut exit_code = None;
-        for _ in 0..100 {
+        for attempt in 0..crate::docker_exec::EXIT_POLLS {
             let inspected = docker
                 .inspect_exec(&created.id)
                 .await
@@ -605,7 +630,7 @@ impl DockerRuntime {
                 exit_code = inspected.exit_code;
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(crate::docker_exec::exit_poll_delay(attempt)).await;
         }
         Ok(ExecOutput {
             exit_code,
@@ -672,7 +697,6 @@ impl Runtime for DockerRuntime {
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
-        self.ensure_image(&spec.image).await?;
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
         match self.create_inner(&docker, spec, &mut undo, None).await {

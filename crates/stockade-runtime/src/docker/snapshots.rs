@@ -118,8 +118,6 @@ impl DockerRuntime {
         spec: &ContainerSpec,
         archive: ByteStream,
     ) -> RuntimeResult<String> {
-        use crate::Runtime;
-        self.ensure_image(&spec.image).await?;
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
         match self
