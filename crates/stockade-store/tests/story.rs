@@ -929,6 +929,13 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .sandbox_record_exists(&SandboxId::generate())
         .await
         .unwrap());
+    // Owners across accounts (SCALE-3: pool members carry no owner label).
+    let owner = s.sandbox_owner(&db.id).await.unwrap().unwrap();
+    assert_eq!((owner.account_id, owner.deleted), (alice.id.clone(), true));
+    let owner = s.sandbox_owner(&shared.id).await.unwrap().unwrap();
+    assert_eq!(owner.team_id, shared.team_id);
+    assert!(!owner.deleted);
+    assert_eq!(s.sandbox_owner(&SandboxId::generate()).await.unwrap(), None);
 
     // --- purge --------------------------------------------------------------
     s.purge_sandbox(&job.id).await.unwrap();

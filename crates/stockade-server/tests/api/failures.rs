@@ -79,6 +79,12 @@ impl Store for FailingStore {
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool> {
         self.inner.sandbox_record_exists(id).await
     }
+    async fn sandbox_owner(
+        &self,
+        id: &SandboxId,
+    ) -> StoreResult<Option<stockade_store::RecordOwner>> {
+        self.inner.sandbox_owner(id).await
+    }
     async fn insert_idempotency_key(
         &self,
         account: &AccountId,
