@@ -358,10 +358,18 @@ impl DockerRuntime {
             driver_opts: HashMap::new(),
             labels: stockade_labels(spec),
         };
-        (options, self.container_config(spec, &volume))
+        (
+            options,
+            self.container_config(spec, &volume, stockade_labels(spec)),
+        )
     }
 
-    fn container_config(&self, spec: &ContainerSpec, volume: &VolumeName) -> Config<String> {
+    fn container_config(
+        &self,
+        spec: &ContainerSpec,
+        volume: &VolumeName,
+        labels: HashMap<String, String>,
+    ) -> Config<String> {
         let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
         let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
             .then(|| (spec.cpu_cores * 1e9).round() as i64);
@@ -401,7 +409,7 @@ impl DockerRuntime {
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
             hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
-            labels: Some(stockade_labels(spec)),
+            labels: Some(labels),
             tty: Some(false),
             open_stdin: Some(false),
             attach_stdin: Some(false),
@@ -420,6 +428,7 @@ impl DockerRuntime {
         spec: &ContainerSpec,
         undo: &mut CreateUndo,
         workspace: Option<ByteStream>,
+        labels: HashMap<String, String>,
     ) -> RuntimeResult<String> {
         let name = container_name(&spec.sandbox_id);
         let volume = VolumeName::for_sandbox(&spec.sandbox_id);
@@ -440,7 +449,7 @@ impl DockerRuntime {
                         name: volume.as_str().to_owned(),
                         driver: "local".to_owned(),
                         driver_opts: HashMap::new(),
-                        labels: stockade_labels(spec),
+                        labels: labels.clone(),
                     })
                     .await
                     .map_err(|e| self.map_err(e, "create volume"))?;
@@ -455,7 +464,7 @@ impl DockerRuntime {
                     name: name.clone(),
                     platform: None,
                 }),
-                self.container_config(spec, &volume),
+                self.container_config(spec, &volume, labels),
             )
             .await;
         let created = match created {
@@ -699,7 +708,31 @@ impl Runtime for DockerRuntime {
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
-        match self.create_inner(&docker, spec, &mut undo, None).await {
+        match self
+            .create_inner(&docker, spec, &mut undo, None, stockade_labels(spec))
+            .await
+        {
+            Ok(id) => {
+                undo.disarm();
+                Ok(id)
+            }
+            Err(e) => {
+                undo.run_now().await;
+                Err(e)
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %member.sandbox_id, image = %member.image))]
+    async fn create_pool_member(&self, member: &crate::PoolMemberSpec) -> RuntimeResult<String> {
+        let spec = member.container_spec();
+        let docker = self.client().await?;
+        let mut undo = CreateUndo::new(docker.clone(), &spec);
+        let labels = member.labels().into_iter().collect();
+        match self
+            .create_inner(&docker, &spec, &mut undo, None, labels)
+            .await
+        {
             Ok(id) => {
                 undo.disarm();
                 Ok(id)
@@ -831,6 +864,7 @@ impl Runtime for DockerRuntime {
                         .and_then(|s| SandboxId::parse(s).ok()),
                     instance_id: labels.get(labels::INSTANCE_ID).cloned(),
                     running: c.state.as_deref() == Some("running"),
+                    pool_class: crate::pool_class_of(|k| labels.get(k)),
                 })
             })
             .collect())

@@ -121,7 +121,13 @@ impl DockerRuntime {
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
         match self
-            .create_inner(&docker, spec, &mut undo, Some(archive))
+            .create_inner(
+                &docker,
+                spec,
+                &mut undo,
+                Some(archive),
+                super::stockade_labels(spec),
+            )
             .await
         {
             Ok(id) => {
