@@ -105,8 +105,11 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
         if active_ids.contains(id) {
             continue;
         }
-        match state.store.sandbox_record_exists(id).await {
-            Ok(true) => {
+        match state.store.sandbox_owner(id).await {
+            // Inserted after the records were read: a create, or a claim of
+            // a warm-pool member (SCALE-3), in flight. Nothing to correct.
+            Ok(Some(owner)) if !owner.deleted => {}
+            Ok(Some(_)) => {
                 // The record is terminated but its container survived (e.g. a
                 // crash mid-delete): finish the delete, keeping the volume.
                 info!(sandbox.id = %id, "reconcile: removing the container of a terminated sandbox");
@@ -114,7 +117,9 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
                     warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container");
                 }
             }
-            Ok(false) => {
+            // A warm-pool member: the pool looks after it (pool.rs).
+            Ok(None) if c.pool_class.is_some() => {}
+            Ok(None) => {
                 report.unknown_containers += 1;
                 warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record");
             }
