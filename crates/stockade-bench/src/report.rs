@@ -144,6 +144,9 @@ pub struct Environment {
     pub quick: bool,
     pub build: String,
     pub postgres: bool,
+    /// Instance ids of the servers and of the raw baseline: the label
+    /// `io.stockade.instance-id` on everything the run made (and removed).
+    pub instances: Vec<String>,
 }
 
 /// The whole result document.

@@ -106,6 +106,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
         }
         .to_owned(),
         postgres: postgres.is_some(),
+        instances: Vec::new(),
     };
 
     let rss_before = rss_mib();
@@ -157,6 +158,8 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     let (containers, volumes) = bench.raw.remove_everything(&bench.instances).await;
     tracing::info!(containers, volumes, "removed what the benchmark made");
     outcome?;
+    let mut environment = environment;
+    environment.instances = bench.instances.clone();
     Ok(Report {
         started_at,
         duration_secs: 0.0,
@@ -207,6 +210,9 @@ impl Bench {
         }
         if self.plan.runs("logs") {
             self.logs().await?;
+        }
+        if self.plan.runs("warm") && self.plan.warm > 0 {
+            self.warm().await?;
         }
         Ok(())
     }
@@ -550,13 +556,29 @@ impl Bench {
             Some(&rs),
             Target::RatioAtMost(1.10),
         ));
+        self.rows.push(
+            Row::new(
+                "destroy",
+                "Destroy (container and volume)",
+                "ms",
+                Better::Lower,
+                &sd,
+                Some(&rd),
+                Target::None,
+            )
+            .note(
+                "on a stopped sandbox; Stockade also looks up and soft-deletes the record (DB-5)",
+            ),
+        );
+        let sum =
+            |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x + y).collect() };
         self.rows.push(Row::new(
-            "destroy",
-            "Destroy (container and volume)",
+            "stop_destroy",
+            "Stop and destroy",
             "ms",
             Better::Lower,
-            &sd,
-            Some(&rd),
+            &sum(&ss, &sd),
+            Some(&sum(&rs, &rd)),
             Target::RatioAtMost(1.10),
         ));
         Ok(())
@@ -619,6 +641,95 @@ impl Bench {
             )
             .note("Stockade: SSE (one event per line, with ids) from the start of the log; raw: `docker logs` through the Engine API (no timestamps)."),
         );
+        Ok(())
+    }
+}
+
+impl Bench {
+    /// SCALE-3: create → RUNNING when a warm-pool member is ready, on a
+    /// second server with a pool of the default class. Before each create
+    /// the pool is full again, so every sample is a claim (a create that
+    /// finds the pool empty is a cold one, measured above).
+    async fn warm(&mut self) -> anyhow::Result<()> {
+        use stockade_server::pool::{PoolClassConfig, PoolConfig};
+        let size = self.plan.pool_size;
+        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::connect(&format!(
+                "sqlite://{}",
+                dir.path().join("warm.db").display()
+            ))
+            .await
+            .context("could not open the SQLite database")?,
+        );
+        let app = App::start(ServerOptions {
+            store,
+            docker_host: self.docker_host.clone(),
+            image: self.cli_image.clone(),
+            configure: Some(Box::new(move |c| {
+                c.pool = PoolConfig {
+                    classes: vec![PoolClassConfig::default_class(size)],
+                    check_interval: Duration::from_millis(200),
+                    drain_on_shutdown: true,
+                    max_concurrent_fills: 2,
+                };
+            })),
+        })
+        .await?;
+        self.instances.push(app.instance_id());
+        let api = Api::new(&app.base, &app.token)?;
+        let result = async {
+            let (mut s, mut r, mut made) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..self.plan.warm {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while app.state.pool.ready_total() < size {
+                    if Instant::now() > deadline {
+                        bail!("the warm pool did not fill to {size} within 2 minutes");
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let members = app.state.pool.members();
+                let t = Instant::now();
+                let id = api.create(json!({})).await?;
+                s.push(ms(t.elapsed()));
+                if !members.iter().any(|m| m.as_str() == id) {
+                    bail!("sandbox {id} was not served from the warm pool");
+                }
+                made.push(id);
+                let t = Instant::now();
+                self.raw_made.push(self.raw.create().await?);
+                r.push(ms(t.elapsed()));
+            }
+            for id in &made {
+                api.delete(id).await?;
+            }
+            Ok::<_, anyhow::Error>((s, r))
+        }
+        .await;
+        app.stop().await;
+        let (s, r) = result?;
+        let cold = self
+            .rows
+            .iter()
+            .find(|row| row.id == "create")
+            .and_then(|row| row.stockade.as_ref())
+            .map(|c| c.p50);
+        let mut row = Row::new(
+            "create_warm",
+            &format!("Create → RUNNING from the warm pool ({size} members)"),
+            "ms",
+            Better::Lower,
+            &s,
+            Some(&r),
+            Target::P50AtMost(30.0),
+        );
+        if let Some(cold) = cold {
+            row = row.note(format!(
+                "cold create p50 {cold:.1} ms (above); raw is a plain Docker create, which has no pool"
+            ));
+        }
+        self.rows.push(row);
+        // The raw sandboxes made here are removed with the rest at the end.
         Ok(())
     }
 }
