@@ -26,6 +26,7 @@
 //!   any other sandbox's (its owner comes from the record).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -223,6 +224,9 @@ pub struct Pool {
     config: PoolConfig,
     state: Mutex<HashMap<String, ClassState>>,
     wake: Notify,
+    /// Fitting creates served by a member, and those that found none.
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl std::fmt::Debug for Pool {
@@ -255,6 +259,8 @@ impl Pool {
             classes,
             config: config.clone(),
             wake: Notify::new(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         })
     }
 
@@ -328,6 +334,36 @@ impl Pool {
     fn wake(&self) {
         self.wake.notify_one();
     }
+
+    /// The pool's Prometheus metrics (API-13): ready members per class and
+    /// fitting creates by whether a member was ready. Empty without a pool.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        if !self.enabled() {
+            return String::new();
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP stockade_pool_ready Warm-pool sandboxes ready to be claimed, by class.\n\
+             # TYPE stockade_pool_ready gauge"
+        );
+        for (key, ready) in self.ready() {
+            let class = key.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(out, "stockade_pool_ready{{class=\"{class}\"}} {ready}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP stockade_pool_claims_total Creates that fit a warm-pool class: served by a \
+             ready member (hit) or made cold because none was ready (miss).\n\
+             # TYPE stockade_pool_claims_total counter\n\
+             stockade_pool_claims_total{{result=\"hit\"}} {}\n\
+             stockade_pool_claims_total{{result=\"miss\"}} {}",
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed)
+        );
+        out
+    }
 }
 
 /// The record of `sb` as served by the member `id`, RUNNING from `now`.
@@ -357,6 +393,7 @@ pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>>
     for _ in 0..3 {
         let Some(id) = pool.take(&class.key) else {
             debug!(class = %class.key, "warm pool empty: creating cold");
+            pool.misses.fetch_add(1, Ordering::Relaxed);
             pool.wake();
             return None;
         };
@@ -401,6 +438,7 @@ pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>>
                 return None;
             }
         }
+        pool.hits.fetch_add(1, Ordering::Relaxed);
         info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, "sandbox created from the warm pool");
         return Some(Ok(claimed));
     }

@@ -148,6 +148,28 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     let refilled = full_pool(&app, 2).await;
     assert!(!refilled.contains(&id));
     assert_eq!(refilled.len(), 2);
+    let metrics = app
+        .http
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let class = &app.state.pool.classes()[0].key;
+    assert!(
+        metrics.contains(&format!("stockade_pool_ready{{class=\"{class}\"}} 2\n")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("stockade_pool_claims_total{result=\"hit\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("stockade_pool_claims_total{result=\"miss\"} 0\n"),
+        "{metrics}"
+    );
 
     // A claimed sandbox is destroyed like any other: container and volume go.
     let r = app.delete(&format!("/api/v1/sandbox/{id}"), &t).await;
