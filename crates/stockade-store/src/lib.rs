@@ -141,6 +141,15 @@ pub trait Store: Send + Sync + 'static {
     /// Every record not soft-deleted, across accounts: for reconciliation.
     async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>>;
 
+    /// At most `limit` records not soft-deleted whose ids come after
+    /// `after`, in id order, across accounts: reconciliation reads them a
+    /// page at a time, so its memory does not grow with the records.
+    async fn list_active_sandboxes_page(
+        &self,
+        after: Option<&SandboxId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>>;
+
     /// Whether any record (soft-deleted or not) exists with this id:
     /// tells orphaned resources from owned ones.
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;

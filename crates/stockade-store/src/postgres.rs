@@ -483,6 +483,26 @@ impl Store for PgStore {
         Ok(())
     }
 
+    #[tracing::instrument(skip_all, fields(limit), err(level = "debug"))]
+    async fn list_active_sandboxes_page(
+        &self,
+        after: Option<&SandboxId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        sqlx::query(&format!(
+            "{} WHERE s.deleted_at IS NULL AND s.id > $1 ORDER BY s.id LIMIT $2",
+            select_sandboxes()
+        ))
+        .bind(after.map_or("", |id| id.as_str()))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err("list a page of active sandboxes"))?
+        .iter()
+        .map(sandbox_from_row)
+        .collect()
+    }
+
     #[tracing::instrument(skip_all, err(level = "debug"))]
     async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>> {
         sqlx::query(&format!(
