@@ -78,7 +78,8 @@ pub struct Cli {
     /// Reads of the whole log, each way (default 3; quick 1).
     #[arg(long)]
     pub log_reads: Option<usize>,
-    /// Creates from the warm pool (default 50; quick 5).
+    /// Creates from the warm pool, and as many more with environment
+    /// variables (default 50; quick 5).
     #[arg(long)]
     pub warm: Option<usize>,
     /// Size of the warm pool of the warm-create scenario (default 4; quick 2).

@@ -57,6 +57,7 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "stop_destroy",
         "logs",
         "create_warm",
+        "create_warm_env",
     ];
     if std::env::var("STOCKADE_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
         expected.extend(["list_postgres", "list_postgres_labels"]);

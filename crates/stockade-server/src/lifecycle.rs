@@ -155,7 +155,7 @@ async fn forget_key(state: &AppState, key: Option<&IdempotencyKey>) {
 /// When the container cannot be removed the record stays, soft-deleted, so
 /// that reconciliation removes the container later (and a warm-pool member
 /// that was claimed never looks unclaimed again).
-pub(crate) async fn rollback(state: &AppState, id: &SandboxId) {
+async fn rollback(state: &AppState, id: &SandboxId) {
     if let Err(e) = state.runtime.remove(id, false).await {
         error!(sandbox.id = %id, error = %e, "rollback: could not remove the container; keeping its record as TERMINATED for reconciliation");
         match state.store.soft_delete_sandbox(id, Utc::now()).await {

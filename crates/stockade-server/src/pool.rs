@@ -8,17 +8,18 @@
 //! `io.stockade.pool-class={key}`). It has no record, so no account can see
 //! it. A create that fits a class *claims* a member: the record is inserted
 //! under the member's id for the caller (the database is the owner from
-//! then on: Docker cannot relabel a container), then the environment is
-//! written for the main process's next start. The insert is the claim: the
-//! sandbox id is the primary key, so two claimers (also two server
-//! instances) can never both win one member.
+//! then on: Docker cannot relabel a container). The insert is the claim:
+//! the sandbox id is the primary key, so two claimers (also two server
+//! instances) can never both win one member. Nothing is written into the
+//! container: exec takes the environment from the record, and every start
+//! writes it for the main process (`/.stockade/main.env`, as after a PATCH).
 //!
 //! Invariants:
 //! - A pool-labelled container whose id has no record has never been given
-//!   to an account: nothing of an account's is written into a member before
-//!   its record exists, and a claimed member is only ever removed whole,
-//!   never returned to the pool (a rollback that cannot remove it keeps the
-//!   record, soft-deleted, for reconciliation to finish).
+//!   to an account: a member is only handed out once its record exists, and
+//!   a claimed member is only ever removed whole, never returned to the pool
+//!   (a rollback that cannot remove it keeps the record, soft-deleted, for
+//!   reconciliation to finish).
 //! - Every member has a volume of its own, made with it: no data passes
 //!   between accounts.
 //! - Reconciliation and the volume endpoints treat a pool-labelled container
@@ -426,18 +427,9 @@ pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>>
                 return Some(Err(e.into()));
             }
         }
-        // From here on the member is the caller's: it never goes back.
-        if !claimed.spec.environment_vars.is_empty() {
-            if let Err(e) = state
-                .runtime
-                .set_main_process_env(&id, &claimed.spec.environment_vars)
-                .await
-            {
-                warn!(sandbox.id = %id, error = %e, "could not give a warm pool member its environment: creating cold instead");
-                crate::lifecycle::rollback(state, &id).await;
-                return None;
-            }
-        }
+        // From here on the member is the caller's: it never goes back. Its
+        // environment needs no write: exec takes it from the record, and
+        // every start writes it for the main process (as after a PATCH).
         pool.hits.fetch_add(1, Ordering::Relaxed);
         info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, "sandbox created from the warm pool");
         return Some(Ok(claimed));
