@@ -62,7 +62,7 @@ impl Default for PoolConfig {
     fn default() -> Self {
         Self {
             classes: Vec::new(),
-            check_interval: Duration::from_secs(10),
+            check_interval: Duration::from_secs(30),
             drain_on_shutdown: false,
             max_concurrent_fills: 2,
         }
