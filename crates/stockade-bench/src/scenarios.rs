@@ -639,7 +639,7 @@ impl Bench {
                 Some(&r),
                 Target::RatioAtLeast(0.80),
             )
-            .note("Stockade: SSE (one event per line, with ids) from the start of the log; raw: `docker logs` through the Engine API (no timestamps)."),
+            .note("Stockade: SSE (one event per line, with ids) from the start of the log; raw: the Engine API's logs request read straight off the socket, like `docker logs`."),
         );
         Ok(())
     }
