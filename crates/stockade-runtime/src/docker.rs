@@ -342,7 +342,34 @@ impl DockerRuntime {
         }
     }
 
-    fn container_config(&self, spec: &ContainerSpec, volume: &VolumeName) -> Config<String> {
+    /// What [`Runtime::create`] sends to the engine for `spec`: the volume's
+    /// create options and the container's configuration (SEC-3 hardening,
+    /// limits, labels, the wrapped main process). Public for the benchmark's
+    /// raw-Docker baseline (`stockade-bench`), which must create exactly the
+    /// same containers to be a fair comparison.
+    pub fn create_request(
+        &self,
+        spec: &ContainerSpec,
+    ) -> (CreateVolumeOptions<String>, Config<String>) {
+        let volume = VolumeName::for_sandbox(&spec.sandbox_id);
+        let options = CreateVolumeOptions {
+            name: volume.as_str().to_owned(),
+            driver: "local".to_owned(),
+            driver_opts: HashMap::new(),
+            labels: stockade_labels(spec),
+        };
+        (
+            options,
+            self.container_config(spec, &volume, stockade_labels(spec)),
+        )
+    }
+
+    fn container_config(
+        &self,
+        spec: &ContainerSpec,
+        volume: &VolumeName,
+        labels: HashMap<String, String>,
+    ) -> Config<String> {
         let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
         let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
             .then(|| (spec.cpu_cores * 1e9).round() as i64);
@@ -382,7 +409,7 @@ impl DockerRuntime {
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
             hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
-            labels: Some(stockade_labels(spec)),
+            labels: Some(labels),
             tty: Some(false),
             open_stdin: Some(false),
             attach_stdin: Some(false),
@@ -401,11 +428,18 @@ impl DockerRuntime {
         spec: &ContainerSpec,
         undo: &mut CreateUndo,
         workspace: Option<ByteStream>,
+        labels: HashMap<String, String>,
     ) -> RuntimeResult<String> {
         let name = container_name(&spec.sandbox_id);
         let volume = VolumeName::for_sandbox(&spec.sandbox_id);
 
-        match docker.inspect_volume(volume.as_str()).await {
+        // Two independent questions at once: one round trip fewer per create.
+        let (image, existing) = tokio::join!(
+            self.ensure_image(&spec.image),
+            docker.inspect_volume(volume.as_str())
+        );
+        image?;
+        match existing {
             // A preserved volume of this sandbox: reuse it (and keep it on failure).
             Ok(_) => {}
             Err(e) if status_code(&e) == Some(404) => {
@@ -415,7 +449,7 @@ impl DockerRuntime {
                         name: volume.as_str().to_owned(),
                         driver: "local".to_owned(),
                         driver_opts: HashMap::new(),
-                        labels: stockade_labels(spec),
+                        labels: labels.clone(),
                     })
                     .await
                     .map_err(|e| self.map_err(e, "create volume"))?;
@@ -430,7 +464,7 @@ impl DockerRuntime {
                     name: name.clone(),
                     platform: None,
                 }),
-                self.container_config(spec, &volume),
+                self.container_config(spec, &volume, labels),
             )
             .await;
         let created = match created {
@@ -596,7 +630,7 @@ impl DockerRuntime {
 
         // The stream can end a moment before the engine records the exit code.
         let mut exit_code = None;
-        for _ in 0..100 {
+        for attempt in 0..crate::docker_exec::EXIT_POLLS {
             let inspected = docker
                 .inspect_exec(&created.id)
                 .await
@@ -605,7 +639,7 @@ impl DockerRuntime {
                 exit_code = inspected.exit_code;
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(crate::docker_exec::exit_poll_delay(attempt)).await;
         }
         Ok(ExecOutput {
             exit_code,
@@ -672,10 +706,33 @@ impl Runtime for DockerRuntime {
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
-        self.ensure_image(&spec.image).await?;
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
-        match self.create_inner(&docker, spec, &mut undo, None).await {
+        match self
+            .create_inner(&docker, spec, &mut undo, None, stockade_labels(spec))
+            .await
+        {
+            Ok(id) => {
+                undo.disarm();
+                Ok(id)
+            }
+            Err(e) => {
+                undo.run_now().await;
+                Err(e)
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %member.sandbox_id, image = %member.image))]
+    async fn create_pool_member(&self, member: &crate::PoolMemberSpec) -> RuntimeResult<String> {
+        let spec = member.container_spec();
+        let docker = self.client().await?;
+        let mut undo = CreateUndo::new(docker.clone(), &spec);
+        let labels = member.labels().into_iter().collect();
+        match self
+            .create_inner(&docker, &spec, &mut undo, None, labels)
+            .await
+        {
             Ok(id) => {
                 undo.disarm();
                 Ok(id)
@@ -807,6 +864,7 @@ impl Runtime for DockerRuntime {
                         .and_then(|s| SandboxId::parse(s).ok()),
                     instance_id: labels.get(labels::INSTANCE_ID).cloned(),
                     running: c.state.as_deref() == Some("running"),
+                    pool_class: crate::pool_class_of(|k| labels.get(k)),
                 })
             })
             .collect())

@@ -165,6 +165,7 @@ impl DockerRuntime {
                 instance_id: v.labels.get(labels::INSTANCE_ID).cloned(),
                 account_id: v.labels.get(labels::ACCOUNT_ID).cloned(),
                 in_use: in_use.contains(name.as_str()),
+                pool_member: crate::pool_class_of(|k| v.labels.get(k)).is_some(),
                 name,
             })
             .collect())

@@ -31,6 +31,8 @@ pub struct FakeContainer {
     pub exit_code: Option<i64>,
     /// Grace periods of the stops it received, in order.
     pub stops: Vec<Duration>,
+    /// The pool class of a warm-pool member (SCALE-3).
+    pub pool_class: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +41,7 @@ struct FakeVolume {
     size_bytes: Option<u64>,
     instance_id: Option<String>,
     account_id: Option<String>,
+    pool_member: bool,
 }
 
 #[derive(Default)]
@@ -204,6 +207,58 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// `create`, for a warm-pool member when `pool_class` is set.
+    async fn create_labelled(
+        &self,
+        spec: &ContainerSpec,
+        pool_class: Option<String>,
+    ) -> RuntimeResult<String> {
+        self.ensure_image(&spec.image).await?;
+        let delay = self.state().create_delay;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        self.check_available()?;
+        let mut st = self.state();
+        if st.containers.contains_key(&spec.sandbox_id) {
+            return Err(RuntimeError::Conflict(format!(
+                "container stockade-{} already exists",
+                spec.sandbox_id
+            )));
+        }
+        // The volume would be made, then removed again: net effect nothing.
+        if let Some(msg) = st.fail_create.take() {
+            return Err(RuntimeError::Other(msg));
+        }
+        st.volumes
+            .entry(spec.sandbox_id.clone())
+            .or_insert_with(|| FakeVolume {
+                created_at: Utc::now(),
+                size_bytes: Some(0),
+                instance_id: Some(spec.instance_id.as_str().to_owned()),
+                account_id: pool_class
+                    .is_none()
+                    .then(|| spec.account_id.as_str().to_owned()),
+                pool_member: pool_class.is_some(),
+            });
+        st.next_container += 1;
+        let container_id = format!("fake{:060x}", st.next_container);
+        st.containers.insert(
+            spec.sandbox_id.clone(),
+            FakeContainer {
+                container_id: container_id.clone(),
+                spec: spec.clone(),
+                running: true,
+                started_at: Some(Utc::now()),
+                finished_at: None,
+                exit_code: None,
+                stops: Vec::new(),
+                pool_class,
+            },
+        );
+        Ok(container_id)
+    }
+
     /// Adds a volume without a container (e.g. an orphan of another server).
     pub fn add_volume(&self, name: VolumeName, instance_id: Option<String>) {
         self.state().volumes.insert(
@@ -213,6 +268,7 @@ impl FakeRuntime {
                 size_bytes: Some(0),
                 instance_id,
                 account_id: None,
+                pool_member: false,
             },
         );
     }
@@ -350,46 +406,12 @@ impl Runtime for FakeRuntime {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
-        self.ensure_image(&spec.image).await?;
-        let delay = self.state().create_delay;
-        if let Some(delay) = delay {
-            tokio::time::sleep(delay).await;
-        }
-        self.check_available()?;
-        let mut st = self.state();
-        if st.containers.contains_key(&spec.sandbox_id) {
-            return Err(RuntimeError::Conflict(format!(
-                "container stockade-{} already exists",
-                spec.sandbox_id
-            )));
-        }
-        // The volume would be made, then removed again: net effect nothing.
-        if let Some(msg) = st.fail_create.take() {
-            return Err(RuntimeError::Other(msg));
-        }
-        st.volumes
-            .entry(spec.sandbox_id.clone())
-            .or_insert_with(|| FakeVolume {
-                created_at: Utc::now(),
-                size_bytes: Some(0),
-                instance_id: Some(spec.instance_id.as_str().to_owned()),
-                account_id: Some(spec.account_id.as_str().to_owned()),
-            });
-        st.next_container += 1;
-        let container_id = format!("fake{:060x}", st.next_container);
-        st.containers.insert(
-            spec.sandbox_id.clone(),
-            FakeContainer {
-                container_id: container_id.clone(),
-                spec: spec.clone(),
-                running: true,
-                started_at: Some(Utc::now()),
-                finished_at: None,
-                exit_code: None,
-                stops: Vec::new(),
-            },
-        );
-        Ok(container_id)
+        self.create_labelled(spec, None).await
+    }
+
+    async fn create_pool_member(&self, member: &crate::PoolMemberSpec) -> RuntimeResult<String> {
+        self.create_labelled(&member.container_spec(), Some(member.class.clone()))
+            .await
     }
 
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
@@ -553,6 +575,7 @@ impl Runtime for FakeRuntime {
                 sandbox_id: Some(id.clone()),
                 instance_id: Some(c.spec.instance_id.as_str().to_owned()),
                 running: c.running,
+                pool_class: c.pool_class.clone(),
             })
             .collect())
     }
@@ -570,6 +593,7 @@ impl Runtime for FakeRuntime {
                 instance_id: v.instance_id.clone(),
                 account_id: v.account_id.clone(),
                 in_use: st.containers.get(id).is_some_and(|c| c.running),
+                pool_member: v.pool_member,
             })
             .collect())
     }

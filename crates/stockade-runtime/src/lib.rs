@@ -36,6 +36,13 @@ pub mod labels {
     pub const SANDBOX_ID: &str = "io.stockade.sandbox-id";
     pub const ACCOUNT_ID: &str = "io.stockade.account-id";
     pub const INSTANCE_ID: &str = "io.stockade.instance-id";
+    /// On a warm-pool member (SCALE-3) and its volume: the member's own
+    /// sandbox id. A container is a pool member only while this equals its
+    /// [`SANDBOX_ID`] label: a snapshot image of a claimed member carries the
+    /// label on, but the sandboxes made from it have ids of their own.
+    pub const POOL_MEMBER: &str = "io.stockade.pool-member";
+    /// On a warm-pool member: the key of its pool class (image, resources).
+    pub const POOL_CLASS: &str = "io.stockade.pool-class";
 }
 
 /// What can go wrong in the runtime.
@@ -95,6 +102,67 @@ pub struct ContainerSpec {
     pub hostname: String,
 }
 
+/// A warm-pool member to create (SCALE-3): a sandbox container with the
+/// default main process, made before any account asks for it. It carries
+/// no account label (the database records the owner once it is claimed),
+/// its hostname is its sandbox id and its environment is empty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolMemberSpec {
+    pub sandbox_id: SandboxId,
+    pub instance_id: InstanceId,
+    /// The key of the member's pool class, kept as a label.
+    pub class: String,
+    pub image: String,
+    pub cpu_cores: f64,
+    pub memory_bytes: i64,
+    pub network_access: bool,
+}
+
+impl PoolMemberSpec {
+    /// The container as a create of this sandbox id with these settings
+    /// would make it, but for the labels (see [`labels::POOL_MEMBER`]).
+    pub fn container_spec(&self) -> ContainerSpec {
+        ContainerSpec {
+            sandbox_id: self.sandbox_id.clone(),
+            // Not labelled on a pool member; a placeholder for the type.
+            account_id: AccountId::parse(POOL_ACCOUNT_PLACEHOLDER)
+                .unwrap_or_else(|_| AccountId::generate()),
+            instance_id: self.instance_id.clone(),
+            image: self.image.clone(),
+            command: stockade_core::StartCommand::keep_alive_argv(),
+            env: BTreeMap::new(),
+            cpu_cores: self.cpu_cores,
+            memory_bytes: self.memory_bytes,
+            network_access: self.network_access,
+            hostname: self.sandbox_id.to_string(),
+        }
+    }
+
+    /// The labels of the member's container and volume: Stockade's, without
+    /// an account, plus [`labels::POOL_MEMBER`] and [`labels::POOL_CLASS`].
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::MANAGED.to_owned(), "true".to_owned()),
+            (labels::SANDBOX_ID.to_owned(), self.sandbox_id.to_string()),
+            (labels::INSTANCE_ID.to_owned(), self.instance_id.to_string()),
+            (labels::POOL_MEMBER.to_owned(), self.sandbox_id.to_string()),
+            (labels::POOL_CLASS.to_owned(), self.class.clone()),
+        ])
+    }
+}
+
+/// The account id in a pool member's [`ContainerSpec`]: never labelled,
+/// never stored.
+const POOL_ACCOUNT_PLACEHOLDER: &str = "poolmember000000";
+
+/// The pool class of a container or volume with `labels`, when it is a
+/// warm-pool member (see [`labels::POOL_MEMBER`]).
+pub fn pool_class_of<'a>(labels: impl Fn(&str) -> Option<&'a String>) -> Option<String> {
+    let member = labels(labels::POOL_MEMBER)?;
+    (Some(member) == labels(labels::SANDBOX_ID))
+        .then(|| labels(labels::POOL_CLASS).cloned().unwrap_or_default())
+}
+
 /// A container's state as the engine reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerState {
@@ -113,6 +181,8 @@ pub struct ManagedContainer {
     pub sandbox_id: Option<SandboxId>,
     pub instance_id: Option<String>,
     pub running: bool,
+    /// A warm-pool member's class (SCALE-3); `None` for any other container.
+    pub pool_class: Option<String>,
 }
 
 /// A Stockade volume (`agent-sandbox-*`).
@@ -127,6 +197,8 @@ pub struct VolumeInfo {
     pub account_id: Option<String>,
     /// A running container mounts it.
     pub in_use: bool,
+    /// The volume of a warm-pool member (it has no account label).
+    pub pool_member: bool,
 }
 
 /// A command to run inside a running sandbox.
@@ -175,6 +247,12 @@ pub trait Runtime: Send + Sync + 'static {
     /// with the volume mounted at `/workspace`, and starts it. On any failure
     /// nothing it made is left behind. Returns the container id.
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String>;
+
+    /// Creates and starts a warm-pool member (SCALE-3): the volume and the
+    /// container a create of the same settings would make, labelled as in
+    /// [`PoolMemberSpec::labels`]. On any failure nothing it made is left
+    /// behind. Returns the container id.
+    async fn create_pool_member(&self, spec: &PoolMemberSpec) -> RuntimeResult<String>;
 
     /// Starts the sandbox's container; already running is fine.
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()>;

@@ -59,6 +59,8 @@ pub struct ServerConfig {
     pub blob_store: BlobConfig,
     /// Limits of git / tarball / upload sources (LC-11).
     pub sources: SourceLimits,
+    /// The warm pool (SCALE-3); no classes by default.
+    pub pool: crate::pool::PoolConfig,
 }
 
 /// How much the server fetches on a user's behalf for a create source.
@@ -117,6 +119,7 @@ impl Default for ServerConfig {
                 dir: std::env::temp_dir().join("stockade-blobs"),
             },
             sources: SourceLimits::default(),
+            pool: crate::pool::PoolConfig::default(),
         }
     }
 }

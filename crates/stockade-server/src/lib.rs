@@ -23,6 +23,7 @@ pub mod lifecycle;
 pub mod log_cursor;
 pub mod metrics;
 pub mod output;
+pub mod pool;
 pub mod processes;
 pub mod proxy;
 pub mod ratelimit;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub usage: Arc<usage::Usage>,
     /// Object store of snapshots, syncs and uploads (S3-1).
     pub blobs: Arc<dyn BlobStore>,
+    /// The warm pool of pre-created sandboxes (SCALE-3).
+    pub pool: Arc<pool::Pool>,
 }
 
 impl AppState {
@@ -73,6 +76,8 @@ impl AppState {
         ));
         let blobs = ObjectBlobStore::open(&config.blob_store)
             .map_err(|e| stockade_store::StoreError::Other(e.to_string()))?;
+        let pool = pool::Pool::new(&config.pool, &config.defaults)
+            .map_err(stockade_store::StoreError::Other)?;
         Ok(Self {
             store,
             runtime,
@@ -85,6 +90,7 @@ impl AppState {
             metrics,
             usage,
             blobs: Arc::new(blobs),
+            pool: Arc::new(pool),
         })
     }
 }
@@ -215,16 +221,20 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
         state.clone(),
         shutdown.clone(),
     ));
+    let pool = tokio::spawn(pool::run(state.clone(), shutdown.clone()));
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
         // The peer address feeds the per-client rate limit.
-        axum::serve(
+        let served = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
         .with_graceful_shutdown(async move { token.cancelled().await })
-        .await
+        .await;
+        // The warm pool finishes its fills (and drains, if configured).
+        let _ = pool.await;
+        served
     });
     Ok(RunningServer {
         addr,

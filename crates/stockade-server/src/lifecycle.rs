@@ -119,10 +119,15 @@ pub async fn create_from(
             Some(s) => (Some(s.archive), Some(s.after)),
             None => (None, None),
         };
-        let mut result = create_inner(&state, sandbox, &abandoned, archive).await;
+        // SCALE-3: a create without a source may come from the warm pool
+        // (not with an idempotency key: it names the sandbox id up front).
+        let poolable = archive.is_none() && idempotency.is_none();
+        let mut result = create_inner(&state, sandbox, &abandoned, archive, poolable).await;
         if result.is_err() {
             forget_key(&state, idempotency.as_ref()).await;
         } else if abandoned.is_cancelled() {
+            // A sandbox from the pool has the member's id.
+            let id = result.as_ref().map_or(id, |sb| sb.id.clone());
             warn!(sandbox.id = %id, "the client went away during create; rolling it back");
             rollback(&state, &id).await;
             forget_key(&state, idempotency.as_ref()).await;
@@ -147,9 +152,19 @@ async fn forget_key(state: &AppState, key: Option<&IdempotencyKey>) {
 }
 
 /// Removes the container, volume and record of a create that must not stay.
+/// When the container cannot be removed the record stays, soft-deleted, so
+/// that reconciliation removes the container later (and a warm-pool member
+/// that was claimed never looks unclaimed again).
 async fn rollback(state: &AppState, id: &SandboxId) {
     if let Err(e) = state.runtime.remove(id, false).await {
-        error!(sandbox.id = %id, error = %e, "rollback: could not remove the container");
+        error!(sandbox.id = %id, error = %e, "rollback: could not remove the container; keeping its record as TERMINATED for reconciliation");
+        match state.store.soft_delete_sandbox(id, Utc::now()).await {
+            Ok(()) | Err(StoreError::NotFound) => {}
+            Err(e) => {
+                error!(sandbox.id = %id, error = %e, "rollback: could not mark the record TERMINATED")
+            }
+        }
+        return;
     }
     match state.store.purge_sandbox(id).await {
         Ok(()) | Err(StoreError::NotFound) => {}
@@ -162,8 +177,14 @@ async fn create_inner(
     mut sb: Sandbox,
     abandoned: &CancellationToken,
     archive: Option<stockade_runtime::ByteStream>,
+    poolable: bool,
 ) -> ApiResult<Sandbox> {
     let _timer = state.metrics.time_operation("create");
+    if poolable {
+        if let Some(served) = crate::pool::claim(state, &sb).await {
+            return served;
+        }
+    }
     state.store.insert_sandbox(&sb).await.map_err(|e| match e {
         StoreError::Conflict(_) => ApiError::Conflict(format!(
             "A sandbox named '{}' already exists in this account",

@@ -366,7 +366,8 @@ pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Respon
             None
         }
     };
-    let body = state.metrics.render(counts.as_deref());
+    let mut body = state.metrics.render(counts.as_deref());
+    body.push_str(&state.pool.render_metrics()); // SCALE-3
     (
         StatusCode::OK,
         [(

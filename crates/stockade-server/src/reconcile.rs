@@ -1,9 +1,11 @@
 //! Reconciliation (DB-6): compares the records with what Docker runs, at
 //! start and periodically, and corrects the records.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::Utc;
-use stockade_core::SandboxStatus;
-use stockade_runtime::RuntimeError;
+use stockade_core::{Sandbox, SandboxId, SandboxStatus};
+use stockade_runtime::{ManagedContainer, RuntimeError};
 use tracing::{debug, info, warn};
 
 use crate::AppState;
@@ -17,84 +19,49 @@ pub struct ReconcileReport {
     pub unknown_containers: usize,
 }
 
+/// Records read at a time: the pass's memory does not grow with them.
+const PAGE: u32 = 500;
+
 /// One pass over every active record and every labelled container.
+///
+/// The containers are listed first, then the records page by page. A
+/// record whose container is not in that (older) list is looked up once
+/// more before it is marked lost: it may have been created since.
 pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, RuntimeError> {
     let mut report = ReconcileReport::default();
-    let records = match state.store.list_active_sandboxes().await {
-        Ok(r) => r,
-        Err(e) => {
-            warn!(error = %e, "reconcile: could not list records");
-            return Ok(report);
-        }
-    };
     let containers = state
         .runtime
         .list_managed()
         .await
         .inspect_err(|e| state.metrics.docker_error("list", e))?;
-    let active_ids: Vec<stockade_core::SandboxId> = records.iter().map(|r| r.id.clone()).collect();
+    let by_id: HashMap<&SandboxId, &ManagedContainer> = containers
+        .iter()
+        .filter_map(|c| c.sandbox_id.as_ref().map(|id| (id, c)))
+        .collect();
+    let mut active_ids: HashSet<SandboxId> = HashSet::new();
+    let mut after: Option<SandboxId> = None;
     let now = Utc::now();
-    for mut sb in records {
-        report.checked += 1;
-        if sb.server != state.runtime.server_name() {
-            continue;
+    loop {
+        let page = match state
+            .store
+            .list_active_sandboxes_page(after.as_ref(), PAGE)
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                // Without every record, no container may be taken for an orphan.
+                warn!(error = %e, "reconcile: could not list records");
+                return Ok(report);
+            }
+        };
+        let more = page.len() == PAGE as usize;
+        after = page.last().map(|sb| sb.id.clone());
+        for sb in page {
+            active_ids.insert(sb.id.clone());
+            check_record(state, sb, &by_id, now, &mut report).await;
         }
-        let container = containers
-            .iter()
-            .find(|c| c.sandbox_id.as_ref() == Some(&sb.id));
-        let before = (sb.status, sb.status_reason.clone());
-        match sb.status {
-            SandboxStatus::Provisioning | SandboxStatus::Pending => {
-                let age = now - sb.created_at;
-                if age.to_std().unwrap_or_default() > state.config.provisioning_grace {
-                    warn!(sandbox.id = %sb.id, "reconcile: removing a create that never finished");
-                    if let Err(e) = state.runtime.remove(&sb.id, false).await {
-                        warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned container");
-                        continue;
-                    }
-                    if let Err(e) = state.store.purge_sandbox(&sb.id).await {
-                        warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned record");
-                    }
-                    report.abandoned_creates += 1;
-                }
-                continue;
-            }
-            SandboxStatus::Terminated => continue,
-            _ => {}
-        }
-        match container {
-            None => {
-                sb.status = SandboxStatus::Error;
-                sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
-            }
-            Some(c) if c.running && sb.status != SandboxStatus::Running => {
-                sb.status = SandboxStatus::Running;
-                sb.status_reason = None;
-                sb.started_at = Some(now);
-                sb.stopped_at = None;
-                sb.session_expires_at = sb.session_deadline(now); // LC-7
-            }
-            Some(c) if !c.running && sb.status == SandboxStatus::Running => {
-                let detail = state.runtime.inspect(&sb.id).await.ok().flatten();
-                sb.status = SandboxStatus::Stopped;
-                sb.stopped_at = detail.as_ref().and_then(|d| d.finished_at).or(Some(now));
-                sb.status_reason = Some(match detail {
-                    Some(d) if d.oom_killed => "the main process was killed: out of memory".into(),
-                    Some(d) => format!(
-                        "the main process exited (code {})",
-                        d.exit_code.map_or("unknown".into(), |c| c.to_string())
-                    ),
-                    None => "the container stopped".into(),
-                });
-            }
-            Some(_) => {}
-        }
-        if (sb.status, sb.status_reason.clone()) != before {
-            info!(sandbox.id = %sb.id, from = %before.0, to = %sb.status, reason = ?sb.status_reason, "reconcile: corrected status");
-            match state.store.update_sandbox(&sb).await {
-                Ok(_) => report.corrected += 1,
-                Err(e) => warn!(sandbox.id = %sb.id, error = %e, "reconcile: status write failed"),
-            }
+        if !more {
+            break;
         }
     }
     for c in &containers {
@@ -105,8 +72,11 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
         if active_ids.contains(id) {
             continue;
         }
-        match state.store.sandbox_record_exists(id).await {
-            Ok(true) => {
+        match state.store.sandbox_owner(id).await {
+            // Inserted after the records were read: a create, or a claim of
+            // a warm-pool member (SCALE-3), in flight. Nothing to correct.
+            Ok(Some(owner)) if !owner.deleted => {}
+            Ok(Some(_)) => {
                 // The record is terminated but its container survived (e.g. a
                 // crash mid-delete): finish the delete, keeping the volume.
                 info!(sandbox.id = %id, "reconcile: removing the container of a terminated sandbox");
@@ -114,7 +84,9 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
                     warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container");
                 }
             }
-            Ok(false) => {
+            // A warm-pool member: the pool looks after it (pool.rs).
+            Ok(None) if c.pool_class.is_some() => {}
+            Ok(None) => {
                 report.unknown_containers += 1;
                 warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record");
             }
@@ -122,6 +94,87 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
         }
     }
     Ok(report)
+}
+
+/// Corrects one record against its container (DB-6).
+async fn check_record(
+    state: &AppState,
+    mut sb: Sandbox,
+    containers: &HashMap<&SandboxId, &ManagedContainer>,
+    now: chrono::DateTime<Utc>,
+    report: &mut ReconcileReport,
+) {
+    report.checked += 1;
+    if sb.server != state.runtime.server_name() {
+        return;
+    }
+    let before = (sb.status, sb.status_reason.clone());
+    match sb.status {
+        SandboxStatus::Provisioning | SandboxStatus::Pending => {
+            let age = now - sb.created_at;
+            if age.to_std().unwrap_or_default() > state.config.provisioning_grace {
+                warn!(sandbox.id = %sb.id, "reconcile: removing a create that never finished");
+                if let Err(e) = state.runtime.remove(&sb.id, false).await {
+                    warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned container");
+                    return;
+                }
+                if let Err(e) = state.store.purge_sandbox(&sb.id).await {
+                    warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned record");
+                }
+                report.abandoned_creates += 1;
+            }
+            return;
+        }
+        SandboxStatus::Terminated => return,
+        _ => {}
+    }
+    let running = match containers.get(&sb.id) {
+        Some(c) => Some(c.running),
+        // Not listed and known to be lost: nothing to correct.
+        None if sb.status == SandboxStatus::Error => return,
+        // Not listed: gone, or made after the list (ask again).
+        None => match state.runtime.inspect(&sb.id).await {
+            Ok(c) => c.map(|c| c.running),
+            Err(e) => {
+                debug!(sandbox.id = %sb.id, error = %e, "reconcile: could not inspect; skipping");
+                return;
+            }
+        },
+    };
+    match running {
+        None => {
+            sb.status = SandboxStatus::Error;
+            sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
+        }
+        Some(true) if sb.status != SandboxStatus::Running => {
+            sb.status = SandboxStatus::Running;
+            sb.status_reason = None;
+            sb.started_at = Some(now);
+            sb.stopped_at = None;
+            sb.session_expires_at = sb.session_deadline(now); // LC-7
+        }
+        Some(false) if sb.status == SandboxStatus::Running => {
+            let detail = state.runtime.inspect(&sb.id).await.ok().flatten();
+            sb.status = SandboxStatus::Stopped;
+            sb.stopped_at = detail.as_ref().and_then(|d| d.finished_at).or(Some(now));
+            sb.status_reason = Some(match detail {
+                Some(d) if d.oom_killed => "the main process was killed: out of memory".into(),
+                Some(d) => format!(
+                    "the main process exited (code {})",
+                    d.exit_code.map_or("unknown".into(), |c| c.to_string())
+                ),
+                None => "the container stopped".into(),
+            });
+        }
+        Some(_) => {}
+    }
+    if (sb.status, sb.status_reason.clone()) != before {
+        info!(sandbox.id = %sb.id, from = %before.0, to = %sb.status, reason = ?sb.status_reason, "reconcile: corrected status");
+        match state.store.update_sandbox(&sb).await {
+            Ok(_) => report.corrected += 1,
+            Err(e) => warn!(sandbox.id = %sb.id, error = %e, "reconcile: status write failed"),
+        }
+    }
 }
 
 /// Runs [`reconcile_once`] every `config.reconcile_interval` until `shutdown`.
@@ -139,5 +192,122 @@ pub async fn run_periodically(state: AppState, shutdown: tokio_util::sync::Cance
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use stockade_core::{Defaults, SandboxSpec};
+    use stockade_runtime::{ContainerSpec, FakeRuntime, PoolMemberSpec, Runtime};
+    use stockade_store::{SqliteStore, Store};
+
+    use super::*;
+    use crate::{AppState, ServerConfig};
+
+    fn spec(sb: &Sandbox, instance: &stockade_core::InstanceId) -> ContainerSpec {
+        ContainerSpec {
+            sandbox_id: sb.id.clone(),
+            account_id: sb.account_id.clone(),
+            instance_id: instance.clone(),
+            image: "busybox".into(),
+            command: vec!["sleep".into()],
+            env: Default::default(),
+            cpu_cores: 1.0,
+            memory_bytes: 1 << 30,
+            network_access: true,
+            hostname: "x".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_page_of_records_is_checked_and_pool_members_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::connect(&format!("sqlite://{}", dir.path().join("r.db").display()))
+                .await
+                .unwrap(),
+        );
+        let rt = FakeRuntime::new();
+        let config = ServerConfig {
+            blob_store: stockade_blob::BlobConfig::Local {
+                dir: dir.path().join("blobs"),
+            },
+            ..ServerConfig::default()
+        };
+        let state = AppState::new(store.clone(), Arc::new(rt.clone()), config)
+            .await
+            .unwrap();
+        let account = store.create_account("a", false).await.unwrap();
+        // More records than one page; three lost their container, two stopped.
+        let n = PAGE as usize * 2 + 1;
+        let mut ids = Vec::new();
+        for i in 0..n {
+            let id = SandboxId::generate();
+            let spec_ =
+                SandboxSpec::from_input(Default::default(), &id, &Defaults::default()).unwrap();
+            let mut sb = Sandbox::new(id, account.id.clone(), None, spec_, "local".into(), now());
+            sb.status = SandboxStatus::Running;
+            store.insert_sandbox(&sb).await.unwrap();
+            if i >= 3 {
+                rt.create(&spec(&sb, &state.instance_id)).await.unwrap();
+            }
+            if (3..5).contains(&i) {
+                rt.stop(&sb.id, std::time::Duration::ZERO).await.unwrap();
+            }
+            ids.push(sb.id);
+        }
+        // A warm-pool member (no record) and a stray container (no record).
+        rt.create_pool_member(&PoolMemberSpec {
+            sandbox_id: SandboxId::generate(),
+            instance_id: state.instance_id.clone(),
+            class: "c".into(),
+            image: "busybox".into(),
+            cpu_cores: 1.0,
+            memory_bytes: 1 << 30,
+            network_access: true,
+        })
+        .await
+        .unwrap();
+        let stray = Sandbox::new(
+            SandboxId::generate(),
+            account.id.clone(),
+            None,
+            SandboxSpec::from_input(
+                Default::default(),
+                &SandboxId::generate(),
+                &Defaults::default(),
+            )
+            .unwrap(),
+            "local".into(),
+            now(),
+        );
+        rt.create(&spec(&stray, &state.instance_id)).await.unwrap();
+
+        let report = reconcile_once(&state).await.unwrap();
+        assert_eq!(report.checked, n);
+        assert_eq!(report.corrected, 5);
+        assert_eq!(
+            report.unknown_containers, 1,
+            "the stray, not the pool member"
+        );
+        let scope = stockade_core::Scope::account(account.id.clone());
+        for (i, id) in ids.iter().enumerate().take(6) {
+            let sb = store.get_sandbox(&scope, id).await.unwrap();
+            let want = match i {
+                0..=2 => SandboxStatus::Error,
+                3 | 4 => SandboxStatus::Stopped,
+                _ => SandboxStatus::Running,
+            };
+            assert_eq!(sb.status, want, "record {i}");
+        }
+        // A second pass finds nothing more to correct.
+        let again = reconcile_once(&state).await.unwrap();
+        assert_eq!(again.corrected, 0);
+    }
+
+    fn now() -> chrono::DateTime<Utc> {
+        Utc::now()
     }
 }

@@ -64,6 +64,16 @@ impl SandboxFilter {
     }
 }
 
+/// Who owns a sandbox record, for resources that carry no owner label
+/// (a claimed warm-pool member's container and volume, SCALE-3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordOwner {
+    pub account_id: AccountId,
+    pub team_id: Option<TeamId>,
+    /// The record is soft-deleted (the sandbox was destroyed).
+    pub deleted: bool,
+}
+
 /// One page of sandboxes, newest first, and the total matching the filter.
 #[derive(Debug, Clone)]
 pub struct SandboxPage {
@@ -131,9 +141,23 @@ pub trait Store: Send + Sync + 'static {
     /// Every record not soft-deleted, across accounts: for reconciliation.
     async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>>;
 
+    /// At most `limit` records not soft-deleted whose ids come after
+    /// `after`, in id order, across accounts: reconciliation reads them a
+    /// page at a time, so its memory does not grow with the records.
+    async fn list_active_sandboxes_page(
+        &self,
+        after: Option<&SandboxId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>>;
+
     /// Whether any record (soft-deleted or not) exists with this id:
     /// tells orphaned resources from owned ones.
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;
+
+    /// The owner of the record with `id` (soft-deleted ones included) and
+    /// whether it is deleted; `None` when no record exists. Across accounts:
+    /// for reconciliation and volume listings, never for a caller's lookup.
+    async fn sandbox_owner(&self, id: &SandboxId) -> StoreResult<Option<RecordOwner>>;
 
     // --- idempotency keys (API-2) ---
 

@@ -512,6 +512,26 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    #[tracing::instrument(skip_all, fields(limit), err(level = "debug"))]
+    async fn list_active_sandboxes_page(
+        &self,
+        after: Option<&SandboxId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        sqlx::query(&format!(
+            "{} WHERE s.deleted_at IS NULL AND s.id > ? ORDER BY s.id LIMIT ?",
+            select_sandboxes()
+        ))
+        .bind(after.map_or("", |id| id.as_str()))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err("list a page of active sandboxes"))?
+        .iter()
+        .map(sandbox_from_row)
+        .collect()
+    }
+
     #[tracing::instrument(skip_all, err(level = "debug"))]
     async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>> {
         sqlx::query(&format!(
@@ -534,6 +554,29 @@ impl Store for SqliteStore {
             .await
             .map_err(map_err(format_args!("look up sandbox {id}")))?;
         Ok(found.is_some())
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id), err(level = "debug"))]
+    async fn sandbox_owner(&self, id: &SandboxId) -> StoreResult<Option<crate::RecordOwner>> {
+        let context = format!("look up the owner of sandbox {id}");
+        let row = sqlx::query(
+            "SELECT account_id, team_id, deleted_at IS NOT NULL AS deleted FROM sandboxes WHERE id = ?",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err(&context))?;
+        let Some(row) = row else { return Ok(None) };
+        let account: String = row.try_get("account_id").map_err(map_err(&context))?;
+        let team: Option<String> = row.try_get("team_id").map_err(map_err(&context))?;
+        let deleted: bool = row.try_get("deleted").map_err(map_err(&context))?;
+        Ok(Some(crate::RecordOwner {
+            account_id: AccountId::parse(&account).map_err(|e| other(&context, e.message))?,
+            team_id: team
+                .map(|t| TeamId::parse(&t).map_err(|e| other(&context, e.message)))
+                .transpose()?,
+            deleted,
+        }))
     }
 
     #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]

@@ -916,6 +916,20 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         assert!(active_ids.contains(&sb.id), "{} not active", sb.spec.name);
     }
     assert!(!active_ids.contains(&db.id) && !active_ids.contains(&old.id));
+    // Page by page, in id order, the same records.
+    let mut paged = Vec::new();
+    let mut after: Option<SandboxId> = None;
+    loop {
+        let page = s
+            .list_active_sandboxes_page(after.as_ref(), 3)
+            .await
+            .unwrap();
+        assert!(page.len() <= 3);
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.clone());
+        paged.extend(page.into_iter().map(|sb| sb.id));
+    }
+    assert_eq!(paged, active_ids.iter().cloned().collect::<Vec<_>>());
     // Deleted records are not counted; the count agrees with the records.
     let mut tally = std::collections::HashMap::new();
     for sb in s.list_active_sandboxes().await.unwrap() {
@@ -929,6 +943,13 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .sandbox_record_exists(&SandboxId::generate())
         .await
         .unwrap());
+    // Owners across accounts (SCALE-3: pool members carry no owner label).
+    let owner = s.sandbox_owner(&db.id).await.unwrap().unwrap();
+    assert_eq!((owner.account_id, owner.deleted), (alice.id.clone(), true));
+    let owner = s.sandbox_owner(&shared.id).await.unwrap().unwrap();
+    assert_eq!(owner.team_id, shared.team_id);
+    assert!(!owner.deleted);
+    assert_eq!(s.sandbox_owner(&SandboxId::generate()).await.unwrap(), None);
 
     // --- purge --------------------------------------------------------------
     s.purge_sandbox(&job.id).await.unwrap();

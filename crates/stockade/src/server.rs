@@ -93,6 +93,17 @@ pub struct ServerArgs {
     /// another one terminated.
     #[arg(long, env = "STOCKADE_DEFAULT_TIMEOUT_MINUTES", default_value_t = 0.0)]
     default_timeout_minutes: f64,
+    /// Warm pool (SCALE-3): keep this many sandboxes created and running so
+    /// that creates with fitting settings take one at once. `4` uses the
+    /// default image and resources; `2,image=python:3.13-bookworm,cpu=2,
+    /// memory=4,network=off` another class. Repeat for several classes
+    /// (`;` between them in the environment variable). Off by default.
+    #[arg(long = "warm-pool", env = "STOCKADE_WARM_POOL", value_delimiter = ';')]
+    warm_pool: Vec<String>,
+    /// Remove the warm pool's sandboxes when the server stops (otherwise the
+    /// next start takes them over).
+    #[arg(long, env = "STOCKADE_WARM_POOL_DRAIN")]
+    warm_pool_drain: bool,
     #[command(flatten)]
     objects: ObjectStoreArgs,
 }
@@ -133,6 +144,32 @@ fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig
         trusted_proxies,
         ..RateLimitConfig::default()
     }))
+}
+
+/// The warm pool of `--warm-pool` and `--warm-pool-drain`, checked (its
+/// classes resolved against the default image and resources).
+fn warm_pool_config(
+    args: &ServerArgs,
+) -> anyhow::Result<(
+    stockade_server::pool::PoolConfig,
+    stockade_server::pool::Pool,
+)> {
+    use stockade_server::pool::{Pool, PoolClassConfig, PoolConfig};
+    let mut config = PoolConfig {
+        drain_on_shutdown: args.warm_pool_drain,
+        ..PoolConfig::default()
+    };
+    for spec in args.warm_pool.iter().filter(|s| !s.trim().is_empty()) {
+        config
+            .classes
+            .push(PoolClassConfig::parse(spec).map_err(|e| anyhow::anyhow!("--warm-pool: {e}"))?);
+    }
+    let defaults = stockade_core::Defaults {
+        image: args.default_image.clone(),
+        ..stockade_core::Defaults::default()
+    };
+    let pool = Pool::new(&config, &defaults).map_err(|e| anyhow::anyhow!("--warm-pool: {e}"))?;
+    Ok((config, pool))
 }
 
 fn describe_limits(config: &Option<RateLimitConfig>) -> String {
@@ -221,6 +258,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     init_tracing();
     // Bad settings fail before anything is created.
     let rate_limit = rate_limit_config(&args)?;
+    let (pool, warm_pool) = warm_pool_config(&args)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("could not create the data directory {}", data_dir.display()))?;
@@ -281,6 +319,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         "--default-timeout-minutes",
     )
     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
+    config.pool = pool;
     config.blob_store = args.objects.blob_config(&data_dir);
     config.sources.deny_private_networks = args.objects.source_deny_private;
     config.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
@@ -305,6 +344,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     println!("  database:  {}", redact_url(&database));
     println!("  limits:    {limits}");
     println!("  objects:   {objects}");
+    for class in warm_pool.classes() {
+        println!("  warm pool: {} × {}", class.size, class.key);
+    }
     match runtime.info().await {
         Ok(i) => println!(
             "  docker:    {docker_host} (Docker {}, API {})",

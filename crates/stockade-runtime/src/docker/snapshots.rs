@@ -118,12 +118,16 @@ impl DockerRuntime {
         spec: &ContainerSpec,
         archive: ByteStream,
     ) -> RuntimeResult<String> {
-        use crate::Runtime;
-        self.ensure_image(&spec.image).await?;
         let docker = self.client().await?;
         let mut undo = CreateUndo::new(docker.clone(), spec);
         match self
-            .create_inner(&docker, spec, &mut undo, Some(archive))
+            .create_inner(
+                &docker,
+                spec,
+                &mut undo,
+                Some(archive),
+                super::stockade_labels(spec),
+            )
             .await
         {
             Ok(id) => {

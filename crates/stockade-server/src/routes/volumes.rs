@@ -17,6 +17,7 @@ use stockade_api::{
 use stockade_core::size::volume_warning;
 use stockade_core::{human_bytes, Sandbox, SandboxId, SandboxStatus, VolumeName};
 use stockade_runtime::{RuntimeError, VolumeInfo};
+use stockade_store::RecordOwner;
 use tracing::{info, instrument, warn};
 use utoipa::OpenApi;
 
@@ -53,19 +54,26 @@ struct Volume {
     sandbox_id: SandboxId,
     /// The live (not soft-deleted) record that owns it.
     live: Option<Sandbox>,
-    /// A soft-deleted record exists (the sandbox was destroyed).
-    terminated_record: bool,
+    /// Without a live record: the owner of its record, soft-deleted (the
+    /// sandbox was destroyed) or inserted after the records were read.
+    record: Option<RecordOwner>,
 }
 
 impl Volume {
     fn orphaned(&self) -> bool {
-        self.live.is_none()
+        self.live.is_none() && self.record.as_ref().is_none_or(|r| r.deleted)
     }
 
+    /// The owner: the live record's, else the volume's label, else (a
+    /// claimed warm-pool member's volume has no account label) the record's.
     fn account_id(&self) -> Option<String> {
         match &self.live {
             Some(sb) => Some(sb.account_id.to_string()),
-            None => self.info.account_id.clone(),
+            None => self
+                .info
+                .account_id
+                .clone()
+                .or_else(|| self.record.as_ref().map(|r| r.account_id.to_string())),
         }
     }
 
@@ -75,7 +83,7 @@ impl Volume {
         }
         match &self.live {
             Some(sb) => caller.scope.allows(&sb.account_id, sb.team_id.as_ref()),
-            None => self.info.account_id.as_deref() == Some(caller.account.id.as_str()),
+            None => self.account_id().as_deref() == Some(caller.account.id.as_str()),
         }
     }
 
@@ -92,7 +100,9 @@ impl Volume {
             orphaned: self.orphaned(),
             sandbox_status: match &self.live {
                 Some(sb) => Some(sb.status.to_string()),
-                None if self.terminated_record => Some(SandboxStatus::Terminated.to_string()),
+                None if self.record.as_ref().is_some_and(|r| r.deleted) => {
+                    Some(SandboxStatus::Terminated.to_string())
+                }
                 None => None,
             },
             warning: size.and_then(volume_warning),
@@ -134,15 +144,19 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
     for info in infos {
         let sandbox_id = info.name.sandbox_id();
         let live = live.get(&sandbox_id).cloned();
-        let terminated_record = match live {
-            Some(_) => false,
-            None => state.store.sandbox_record_exists(&sandbox_id).await?,
+        let record = match live {
+            Some(_) => None,
+            None => state.store.sandbox_owner(&sandbox_id).await?,
         };
+        if info.pool_member && live.is_none() && record.is_none() {
+            // A warm-pool member (SCALE-3): nobody's yet, never listed.
+            continue;
+        }
         out.push(Volume {
             info,
             sandbox_id,
             live,
-            terminated_record,
+            record,
         });
     }
     out.sort_by(|a, b| {
@@ -286,6 +300,12 @@ pub async fn delete_one(
             "Volume belongs to sandbox {} ({}); removing it would break that sandbox. \
              Destroy the sandbox instead (DELETE /api/v1/sandbox/{}), which removes its volume",
             sb.id, sb.status, sb.id
+        )));
+    }
+    if !volume.orphaned() {
+        return Err(ApiError::Conflict(format!(
+            "Volume belongs to sandbox {}, which was just created; destroy the sandbox instead",
+            volume.sandbox_id
         )));
     }
     remove(&state, &volume).await?;

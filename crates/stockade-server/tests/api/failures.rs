@@ -76,8 +76,21 @@ impl Store for FailingStore {
     async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>> {
         self.inner.list_active_sandboxes().await
     }
+    async fn list_active_sandboxes_page(
+        &self,
+        after: Option<&SandboxId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
+        self.inner.list_active_sandboxes_page(after, limit).await
+    }
     async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool> {
         self.inner.sandbox_record_exists(id).await
+    }
+    async fn sandbox_owner(
+        &self,
+        id: &SandboxId,
+    ) -> StoreResult<Option<stockade_store::RecordOwner>> {
+        self.inner.sandbox_owner(id).await
     }
     async fn insert_idempotency_key(
         &self,

@@ -220,6 +220,12 @@ impl Drop for TestApp {
         if let Some(s) = &self.server {
             s.shutdown.cancel();
         }
+        // A warm-pool member being made when the test ended would outlive
+        // the cleanup below: give the fills in flight a moment to finish.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.state.pool.filling() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         if self.cleanup_on_drop {
             cleanup_instance(&self.instance_id());
         }

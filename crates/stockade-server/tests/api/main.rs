@@ -11,6 +11,7 @@ mod listing;
 mod live_status;
 mod logs;
 mod metrics;
+mod pool;
 mod ports;
 mod ratelimit;
 mod restart;

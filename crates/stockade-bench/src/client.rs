@@ -1,0 +1,239 @@
+//! Stockade's side: the public HTTP API, called the way any client calls it
+//! (one keep-alive connection pool, JSON bodies, SSE for logs).
+
+use anyhow::{bail, Context};
+use futures_util::StreamExt;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+/// A client of the server under test.
+#[derive(Clone)]
+pub struct Api {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(base: &str, token: &str) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .context("could not build the HTTP client")?;
+        Ok(Self {
+            base: base.to_owned(),
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        expect: StatusCode,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}: no answer"))?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .with_context(|| format!("{method} {path}: body"))?;
+        if status != expect {
+            bail!("{method} {path}: expected {expect}, got {status}: {text}");
+        }
+        serde_json::from_str(&text).with_context(|| format!("{method} {path}: not JSON: {text}"))
+    }
+
+    /// The caller's account (the cheapest authenticated request).
+    pub async fn me(&self) -> anyhow::Result<()> {
+        self.call(Method::GET, "/api/v1/me", None, StatusCode::OK)
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates a sandbox; returns its id once it is RUNNING.
+    pub async fn create(&self, body: Value) -> anyhow::Result<String> {
+        let v = self
+            .call(
+                Method::POST,
+                "/api/v1/sandbox",
+                Some(body),
+                StatusCode::CREATED,
+            )
+            .await?;
+        if v["status"] != "RUNNING" {
+            bail!("create returned status {} instead of RUNNING", v["status"]);
+        }
+        v["id"]
+            .as_str()
+            .map(str::to_owned)
+            .context("create: the answer has no id")
+    }
+
+    /// Runs `argv` (buffered); returns the exit code and stdout.
+    pub async fn exec(&self, id: &str, argv: &[&str]) -> anyhow::Result<(i64, String)> {
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/api/v1/sandbox/{id}/exec"),
+                Some(json!({ "cmd": argv })),
+                StatusCode::OK,
+            )
+            .await?;
+        Ok((
+            v["exitCode"].as_i64().unwrap_or(-1),
+            v["stdout"].as_str().unwrap_or_default().to_owned(),
+        ))
+    }
+
+    pub async fn stop(&self, id: &str) -> anyhow::Result<()> {
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/api/v1/sandbox/{id}/stop"),
+                None,
+                StatusCode::OK,
+            )
+            .await?;
+        if v["status"] != "STOPPED" {
+            bail!("stop returned status {} instead of STOPPED", v["status"]);
+        }
+        Ok(())
+    }
+
+    pub async fn delete(&self, id: &str) -> anyhow::Result<()> {
+        self.call(
+            Method::DELETE,
+            &format!("/api/v1/sandbox/{id}"),
+            None,
+            StatusCode::OK,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// One page of the list; returns how many sandboxes it held and the total.
+    pub async fn list(&self, query: &str) -> anyhow::Result<(usize, u64)> {
+        let v = self
+            .call(
+                Method::GET,
+                &format!("/api/v1/sandbox?{query}"),
+                None,
+                StatusCode::OK,
+            )
+            .await?;
+        Ok((
+            v["sandboxes"].as_array().map_or(0, Vec::len),
+            v["total"].as_u64().unwrap_or(0),
+        ))
+    }
+
+    /// A sandbox's whole log over Server-Sent Events (resumed after `after`,
+    /// a line id older than the log, and not followed). Returns the bytes of
+    /// line text and the number of lines received.
+    pub async fn read_logs_sse(&self, id: &str, after: &str) -> anyhow::Result<(u64, u64)> {
+        let resp = self
+            .http
+            .get(format!(
+                "{}/api/v1/sandbox/{id}/logs?follow=false",
+                self.base
+            ))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", after)
+            .send()
+            .await
+            .context("logs: no answer")?;
+        if resp.status() != StatusCode::OK {
+            bail!(
+                "logs: {} {}",
+                resp.status(),
+                resp.text().await.unwrap_or_default()
+            );
+        }
+        let mut body = resp.bytes_stream();
+        let mut partial: Vec<u8> = Vec::new();
+        let mut sse = SseCount::default();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.context("logs: reading the stream")?;
+            let mut rest: &[u8] = &chunk;
+            while let Some(pos) = rest.iter().position(|b| *b == b'\n') {
+                partial.extend_from_slice(&rest[..pos]);
+                sse.line(&partial);
+                partial.clear();
+                rest = &rest[pos + 1..];
+            }
+            partial.extend_from_slice(rest);
+        }
+        if !sse.ended {
+            bail!("logs: the stream ended without its `end` event");
+        }
+        Ok((sse.bytes, sse.lines))
+    }
+}
+
+/// Counts the log lines of an SSE stream: one event per line (`event:
+/// stdout`, `id: …`, `data: TEXT`), then a final `end` event.
+#[derive(Default)]
+struct SseCount {
+    event: Vec<u8>,
+    bytes: u64,
+    lines: u64,
+    ended: bool,
+}
+
+impl SseCount {
+    fn line(&mut self, line: &[u8]) {
+        if let Some(event) = line.strip_prefix(b"event: ") {
+            self.event = event.to_vec();
+            self.ended |= event == b"end";
+        } else if let Some(text) = line.strip_prefix(b"data: ") {
+            if self.event == b"stdout" || self.event == b"stderr" {
+                self.bytes += text.len() as u64 + 1; // and the line's newline
+                self.lines += 1;
+            }
+        } else if line.is_empty() {
+            self.event.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_lines_are_counted_without_the_end_event() {
+        let mut c = SseCount::default();
+        for l in [
+            "event: stdout",
+            "id: 1-0",
+            "data: hello",
+            "",
+            ": keep-alive",
+            "",
+            "event: stderr",
+            "id: 2-0",
+            "data: oops!",
+            "",
+            "event: end",
+            "data: {\"reason\":\"end of log\"}",
+            "",
+        ] {
+            c.line(l.as_bytes());
+        }
+        assert_eq!((c.bytes, c.lines, c.ended), (12, 2, true));
+    }
+}

@@ -1,0 +1,208 @@
+//! `stockade-bench`: starts a Stockade server in this process (fresh
+//! database, real Docker) and, in the same run, measures each scenario of
+//! issue 7 through Stockade's HTTP API and through the Docker Engine API
+//! directly with the same container settings. Writes `results.json` and
+//! `results.md`; never fails because of a ratio, only when something breaks.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+
+mod app;
+mod client;
+mod raw;
+mod report;
+mod scenarios;
+
+/// Benchmarks Stockade against the raw Docker Engine API.
+#[derive(Parser, Debug)]
+#[command(
+    name = "stockade-bench",
+    version,
+    after_help = "Example: cargo run --release -p stockade-bench -- --out target/bench\n\
+                  CI runs `stockade-bench --quick` (few iterations; ratios are reported, never enforced)."
+)]
+pub struct Cli {
+    /// Few iterations of everything (about a minute): keeps the benchmark
+    /// working in CI; its figures are noisy.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for results.json and results.md.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+    /// Image of every sandbox (must be present locally or pullable).
+    #[arg(
+        long,
+        env = "STOCKADE_BENCH_IMAGE",
+        default_value = "stockade-test-base:latest"
+    )]
+    pub image: String,
+    /// The Docker engine.
+    #[arg(
+        long,
+        env = "DOCKER_HOST",
+        default_value = "unix:///var/run/docker.sock"
+    )]
+    pub docker_host: String,
+    /// PostgreSQL server for the list scenario (a fresh database is created
+    /// on it and dropped afterwards); without it only SQLite is measured.
+    #[arg(long, env = "STOCKADE_TEST_DATABASE_URL", hide_env_values = true)]
+    pub postgres: Option<String>,
+    /// Skip PostgreSQL even when a URL is set.
+    #[arg(long)]
+    pub no_postgres: bool,
+    /// Creates one at a time (default 50; quick 5).
+    #[arg(long)]
+    pub creates: Option<usize>,
+    /// Creates at once (default 20; quick 8).
+    #[arg(long)]
+    pub burst: Option<usize>,
+    /// Rounds of creates at once (default 3; quick 1).
+    #[arg(long)]
+    pub bursts: Option<usize>,
+    /// Exec round trips (default 200; quick 20).
+    #[arg(long)]
+    pub execs: Option<usize>,
+    /// Sandbox records for the list scenario (default 10000; quick 1000).
+    #[arg(long)]
+    pub records: Option<usize>,
+    /// List requests per query (default 200; quick 20).
+    #[arg(long)]
+    pub lists: Option<usize>,
+    /// Log volume written by the logged process, in MB (default 100; quick 2).
+    #[arg(long)]
+    pub log_mb: Option<u64>,
+    /// Reads of the whole log, each way (default 3; quick 1).
+    #[arg(long)]
+    pub log_reads: Option<usize>,
+    /// Creates from the warm pool, and as many more with environment
+    /// variables (default 50; quick 5).
+    #[arg(long)]
+    pub warm: Option<usize>,
+    /// Size of the warm pool of the warm-create scenario (default 4; quick 2).
+    #[arg(long)]
+    pub pool_size: Option<usize>,
+    /// Run only these scenario groups (comma-separated): api, lists,
+    /// postgres, create, exec, burst, stop, logs, warm. `stop` needs
+    /// `create`; `exec` makes a sandbox when `create` does not run.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+/// The resolved iteration counts of a run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub quick: bool,
+    pub creates: usize,
+    pub burst: usize,
+    pub bursts: usize,
+    pub execs: usize,
+    pub records: usize,
+    pub lists: usize,
+    pub log_bytes: u64,
+    pub log_reads: usize,
+    pub warm: usize,
+    pub pool_size: usize,
+    /// Scenario groups to run; empty = all.
+    pub only: Vec<String>,
+}
+
+impl Plan {
+    /// Whether the scenario group `name` runs.
+    pub fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
+}
+
+impl Plan {
+    fn from_cli(cli: &Cli) -> Self {
+        let q = cli.quick;
+        let pick =
+            |v: Option<usize>, full: usize, quick: usize| v.unwrap_or(if q { quick } else { full });
+        Self {
+            quick: q,
+            creates: pick(cli.creates, 50, 5).max(1),
+            burst: pick(cli.burst, 20, 8).max(1),
+            bursts: pick(cli.bursts, 3, 1).max(1),
+            execs: pick(cli.execs, 200, 20).max(1),
+            records: pick(cli.records, 10_000, 1_000),
+            lists: pick(cli.lists, 200, 20).max(1),
+            log_bytes: cli.log_mb.unwrap_or(if q { 2 } else { 100 }).max(1) * 1_000_000,
+            log_reads: pick(cli.log_reads, 3, 1).max(1),
+            warm: pick(cli.warm, 50, 5),
+            pool_size: pick(cli.pool_size, 4, 2).max(1),
+            only: cli
+                .only
+                .iter()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .collect(),
+        }
+    }
+}
+
+const GROUPS: [&str; 9] = [
+    "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm",
+];
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(bad) = cli
+        .only
+        .iter()
+        .find(|o| !GROUPS.contains(&o.trim().to_ascii_lowercase().as_str()))
+    {
+        eprintln!(
+            "stockade-bench: unknown scenario group '{bad}' in --only: use {}",
+            GROUPS.join(", ")
+        );
+        return ExitCode::from(2);
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOCKADE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // STOCKADE_BENCH_SPANS=1 prints how long each traced span of the server
+    // took (with STOCKADE_LOG=info): where a slow request spends its time.
+    let spans = if std::env::var_os("STOCKADE_BENCH_SPANS").is_some() {
+        tracing_subscriber::fmt::format::FmtSpan::CLOSE
+    } else {
+        tracing_subscriber::fmt::format::FmtSpan::NONE
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(spans)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("stockade-bench: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let started = Instant::now();
+    match runtime.block_on(scenarios::run(&cli, Plan::from_cli(&cli))) {
+        Ok(mut report) => {
+            report.duration_secs = started.elapsed().as_secs_f64();
+            println!("{}", report.markdown());
+            match report.write(&cli.out) {
+                Ok((json, md)) => {
+                    println!("Wrote {} and {}", json.display(), md.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("stockade-bench: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("stockade-bench failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The baseline: the same work done through the Docker Engine API directly
+//! (bollard, like any Docker client), with exactly the volume and container
+//! settings Stockade sends (`DockerRuntime::create_request`), so that the
+//! ratio measures Stockade's own overhead and nothing else.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bollard::container::{
+    InspectContainerOptions, ListContainersOptions, LogOutput, RemoveContainerOptions,
+    StartContainerOptions, StopContainerOptions,
+};
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::volume::ListVolumesOptions;
+use bollard::{ClientVersion, Docker};
+use futures_util::StreamExt;
+use stockade_core::{AccountId, InstanceId, SandboxId, StartCommand, VolumeName};
+use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime};
+
+/// A connection to the engine's socket.
+trait Conn: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Conn for T {}
+
+/// A direct Docker client and the settings of the containers it makes.
+pub struct Raw {
+    pub docker: Docker,
+    host: String,
+    builder: DockerRuntime,
+    /// Labels the raw containers with an instance id no server knows, so no
+    /// reconciler ever looks at them.
+    pub instance: InstanceId,
+    account: AccountId,
+    image: String,
+    cpu_cores: f64,
+    memory_bytes: i64,
+}
+
+/// One container made by [`Raw::create`].
+pub struct RawSandbox {
+    pub name: String,
+    pub volume: String,
+}
+
+impl Raw {
+    pub async fn connect(
+        host: &str,
+        image: &str,
+        cpu_cores: f64,
+        memory_bytes: i64,
+    ) -> anyhow::Result<Self> {
+        let version = ClientVersion {
+            major_version: 1,
+            minor_version: 41,
+        };
+        let docker = if let Some(path) = host.strip_prefix("unix://") {
+            Docker::connect_with_unix(path, 120, &version)
+        } else if let Some(addr) = host
+            .strip_prefix("tcp://")
+            .or_else(|| host.strip_prefix("http://"))
+        {
+            Docker::connect_with_http(addr, 120, &version)
+        } else {
+            bail!("unsupported Docker host '{host}': use unix:///path/to/docker.sock or tcp://host:port")
+        }
+        .with_context(|| format!("could not set up a Docker client for {host}"))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .with_context(|| format!("Docker does not answer at {host}: is the daemon running?"))?;
+        let builder = DockerRuntime::new(DockerConfig {
+            host: Some(host.to_owned()),
+            ..DockerConfig::default()
+        })
+        .context("could not set up the Docker runtime")?;
+        Ok(Self {
+            docker,
+            host: host.to_owned(),
+            builder,
+            instance: InstanceId::generate(),
+            account: AccountId::generate(),
+            image: image.to_owned(),
+            cpu_cores,
+            memory_bytes,
+        })
+    }
+
+    /// The spec Stockade's create builds for a sandbox with default settings.
+    fn spec(&self, id: &SandboxId, command: Option<&str>) -> ContainerSpec {
+        ContainerSpec {
+            sandbox_id: id.clone(),
+            account_id: self.account.clone(),
+            instance_id: self.instance.clone(),
+            image: self.image.clone(),
+            command: match command {
+                Some(c) => vec!["/bin/sh".into(), "-c".into(), c.to_owned()],
+                None => StartCommand::keep_alive_argv(),
+            },
+            env: BTreeMap::new(),
+            cpu_cores: self.cpu_cores,
+            memory_bytes: self.memory_bytes,
+            network_access: true,
+            hostname: id.to_string(),
+        }
+    }
+
+    /// Volume create + container create + start: what `docker run` with a
+    /// named volume does, with Stockade's settings.
+    pub async fn create(&self) -> anyhow::Result<RawSandbox> {
+        let id = SandboxId::generate();
+        let (volume, config) = self.builder.create_request(&self.spec(&id, None));
+        let name = container_name(&id);
+        let vol = volume.name.clone();
+        self.docker
+            .create_volume(volume)
+            .await
+            .context("raw: create volume")?;
+        self.docker
+            .create_container(
+                Some(bollard::container::CreateContainerOptions {
+                    name: name.clone(),
+                    platform: None,
+                }),
+                config,
+            )
+            .await
+            .context("raw: create container")?;
+        self.docker
+            .start_container(&name, None::<StartContainerOptions<String>>)
+            .await
+            .context("raw: start container")?;
+        Ok(RawSandbox { name, volume: vol })
+    }
+
+    /// Runs `argv` in a running container and returns its exit code and
+    /// stdout: create, start attached, read to the end, read the exit code.
+    pub async fn exec(&self, container: &str, argv: &[&str]) -> anyhow::Result<(i64, Vec<u8>)> {
+        let created = self
+            .docker
+            .create_exec(
+                container,
+                CreateExecOptions::<String> {
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    cmd: Some(argv.iter().map(|s| (*s).to_owned()).collect()),
+                    working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .context("raw: create exec")?;
+        let started = self
+            .docker
+            .start_exec(&created.id, None)
+            .await
+            .context("raw: start exec")?;
+        let mut stdout = Vec::new();
+        if let StartExecResults::Attached { mut output, .. } = started {
+            while let Some(item) = output.next().await {
+                if let LogOutput::StdOut { message } = item.context("raw: exec output")? {
+                    stdout.extend_from_slice(&message);
+                }
+            }
+        }
+        for _ in 0..1000 {
+            let inspected = self
+                .docker
+                .inspect_exec(&created.id)
+                .await
+                .context("raw: inspect exec")?;
+            if inspected.running != Some(true) {
+                return Ok((inspected.exit_code.unwrap_or(-1), stdout));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        bail!("raw: the exec's exit code never came")
+    }
+
+    /// Stop with Stockade's default grace (30 s; the keep-alive exits at once).
+    pub async fn stop(&self, sb: &RawSandbox) -> anyhow::Result<()> {
+        self.docker
+            .stop_container(&sb.name, Some(StopContainerOptions { t: 30 }))
+            .await
+            .context("raw: stop container")
+    }
+
+    /// Remove the container and its volume.
+    pub async fn destroy(&self, sb: &RawSandbox) -> anyhow::Result<()> {
+        self.docker
+            .remove_container(
+                &sb.name,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    link: false,
+                }),
+            )
+            .await
+            .context("raw: remove container")?;
+        self.docker
+            .remove_volume(&sb.volume, None)
+            .await
+            .context("raw: remove volume")
+    }
+
+    /// Reads a container's whole log as `docker logs` does: one request to
+    /// the Engine API, its multiplexed frames taken apart as they arrive.
+    /// Spoken directly over the socket (HTTP/1.0, so the body is not
+    /// chunked) because a client library's per-frame work would make the
+    /// baseline slower than Docker is. Returns the bytes and lines of text.
+    pub async fn read_logs(&self, container: &str) -> anyhow::Result<(u64, u64)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let request = format!(
+            "GET /v1.41/containers/{container}/logs?stdout=1&stderr=1 HTTP/1.0\r\nHost: docker\r\n\r\n"
+        );
+        let mut conn: Box<dyn Conn> = if let Some(path) = self.host.strip_prefix("unix://") {
+            Box::new(
+                tokio::net::UnixStream::connect(path)
+                    .await
+                    .context("raw: connect")?,
+            )
+        } else {
+            let addr = self
+                .host
+                .trim_start_matches("tcp://")
+                .trim_start_matches("http://");
+            Box::new(
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .context("raw: connect")?,
+            )
+        };
+        conn.write_all(request.as_bytes())
+            .await
+            .context("raw: send")?;
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut have = 0usize;
+        // The response head.
+        let body_start = loop {
+            let n = conn.read(&mut buf[have..]).await.context("raw: read")?;
+            if n == 0 {
+                bail!("raw logs: the connection closed before the response head");
+            }
+            have += n;
+            if let Some(i) = buf[..have].windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..i]);
+                if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+                    bail!("raw logs: {}", head.lines().next().unwrap_or_default());
+                }
+                break i + 4;
+            }
+        };
+        // Frames: stream (1 byte), 3 zero bytes, payload length (u32 BE).
+        let (mut bytes, mut lines) = (0u64, 0u64);
+        let mut pending: Vec<u8> = buf[body_start..have].to_vec();
+        let mut pos = 0usize;
+        loop {
+            while pending.len() - pos >= 8 {
+                let len = u32::from_be_bytes([
+                    pending[pos + 4],
+                    pending[pos + 5],
+                    pending[pos + 6],
+                    pending[pos + 7],
+                ]) as usize;
+                if pending.len() - pos < 8 + len {
+                    break;
+                }
+                let payload = &pending[pos + 8..pos + 8 + len];
+                bytes += len as u64;
+                lines += payload.iter().filter(|b| **b == b'\n').count() as u64;
+                pos += 8 + len;
+            }
+            pending.drain(..pos);
+            pos = 0;
+            let n = conn.read(&mut buf).await.context("raw: read")?;
+            if n == 0 {
+                break;
+            }
+            pending.extend_from_slice(&buf[..n]);
+        }
+        if !pending.is_empty() {
+            bail!("raw logs: the stream ended inside a frame");
+        }
+        Ok((bytes, lines))
+    }
+
+    /// Whether the container's main process still runs.
+    pub async fn running(&self, container: &str) -> anyhow::Result<bool> {
+        let c = self
+            .docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+            .context("raw: inspect container")?;
+        Ok(c.state.and_then(|s| s.running).unwrap_or(false))
+    }
+
+    /// Removes every container and volume labelled with one of `instances`.
+    pub async fn remove_everything(&self, instances: &[String]) -> (usize, usize) {
+        let (mut containers, mut volumes) = (0, 0);
+        for instance in instances {
+            let label = format!("{}={instance}", stockade_runtime::labels::INSTANCE_ID);
+            let filters = HashMap::from([("label".to_owned(), vec![label.clone()])]);
+            let listed = self
+                .docker
+                .list_containers(Some(ListContainersOptions {
+                    all: true,
+                    filters: filters.clone(),
+                    ..Default::default()
+                }))
+                .await
+                .unwrap_or_default();
+            for c in listed {
+                let Some(id) = c.id else { continue };
+                let removed = self
+                    .docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            v: true,
+                            link: false,
+                        }),
+                    )
+                    .await;
+                containers += usize::from(removed.is_ok());
+            }
+            let listed = self
+                .docker
+                .list_volumes(Some(ListVolumesOptions { filters }))
+                .await
+                .ok()
+                .and_then(|v| v.volumes)
+                .unwrap_or_default();
+            for v in listed {
+                volumes += usize::from(self.docker.remove_volume(&v.name, None).await.is_ok());
+            }
+        }
+        (containers, volumes)
+    }
+}

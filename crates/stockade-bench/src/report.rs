@@ -1,0 +1,314 @@
+//! Results: percentiles of samples, the machine-readable JSON document and
+//! the Markdown table a person reads.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Percentiles and spread of one set of samples.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Nearest-rank percentiles (p99 of fewer than 100 samples is the largest
+/// but one, or the largest: a small run says little about the tail).
+pub fn summarize(samples: &[f64]) -> Option<Summary> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut s: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    let rank = |p: f64| {
+        let idx = (p * s.len() as f64).ceil() as usize;
+        s[idx.clamp(1, s.len()) - 1]
+    };
+    Some(Summary {
+        n: s.len(),
+        p50: rank(0.50),
+        p99: rank(0.99),
+        mean: s.iter().sum::<f64>() / s.len() as f64,
+        min: s[0],
+        max: s[s.len() - 1],
+    })
+}
+
+/// Whether a larger or a smaller figure is better.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+/// One line of the results.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    /// Stable key for scripts (`create`, `exec`, `list_sqlite_labels`, …).
+    pub id: String,
+    pub title: String,
+    /// `ms`, `MB/s`, `MiB`, `sandboxes/s`.
+    pub unit: String,
+    pub better: Better,
+    pub stockade: Option<Summary>,
+    /// The same work through the Docker Engine API directly.
+    pub raw: Option<Summary>,
+    /// Stockade p50 / raw p50.
+    pub ratio: Option<f64>,
+    /// The issue's target, e.g. `ratio ≤ 1.10`.
+    pub target: Option<String>,
+    /// Whether this run met the target (`None`: no target).
+    pub met: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// How a row's target is judged.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    None,
+    /// Stockade p50 / raw p50 at most this.
+    RatioAtMost(f64),
+    /// Stockade p50 / raw p50 at least this (throughput).
+    RatioAtLeast(f64),
+    /// Stockade p50 at most this many units.
+    P50AtMost(f64),
+}
+
+impl Row {
+    pub fn new(
+        id: &str,
+        title: &str,
+        unit: &str,
+        better: Better,
+        stockade: &[f64],
+        raw: Option<&[f64]>,
+        target: Target,
+    ) -> Self {
+        let stockade = summarize(stockade);
+        let raw = raw.and_then(summarize);
+        let ratio = match (&stockade, &raw) {
+            (Some(s), Some(r)) if r.p50 > 0.0 => Some(s.p50 / r.p50),
+            _ => None,
+        };
+        let (target, met) = match target {
+            Target::None => (None, None),
+            Target::RatioAtMost(x) => (Some(format!("ratio ≤ {x:.2}")), ratio.map(|r| r <= x)),
+            Target::RatioAtLeast(x) => (Some(format!("ratio ≥ {x:.2}")), ratio.map(|r| r >= x)),
+            Target::P50AtMost(x) => (
+                Some(format!("p50 ≤ {x} {unit}")),
+                stockade.as_ref().map(|s| s.p50 <= x),
+            ),
+        };
+        Self {
+            id: id.to_owned(),
+            title: title.to_owned(),
+            unit: unit.to_owned(),
+            better,
+            stockade,
+            raw,
+            ratio,
+            target,
+            met,
+            note: None,
+        }
+    }
+
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+}
+
+/// Facts about the machine and the run, so results can be compared.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Environment {
+    pub stockade_version: String,
+    pub docker_version: String,
+    pub docker_api_version: String,
+    pub kernel: String,
+    pub cpus: usize,
+    pub image: String,
+    pub quick: bool,
+    pub build: String,
+    pub postgres: bool,
+    /// Instance ids of the servers and of the raw baseline: the label
+    /// `io.stockade.instance-id` on everything the run made (and removed).
+    pub instances: Vec<String>,
+}
+
+/// The whole result document.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    pub duration_secs: f64,
+    pub environment: Environment,
+    pub rows: Vec<Row>,
+    pub notes: Vec<String>,
+}
+
+fn fmt_value(v: f64, unit: &str) -> String {
+    match unit {
+        "ms" if v < 10.0 => format!("{v:.2} ms"),
+        "ms" => format!("{v:.1} ms"),
+        _ if v >= 100.0 => format!("{v:.0} {unit}"),
+        _ => format!("{v:.1} {unit}"),
+    }
+}
+
+impl Report {
+    /// The results as a Markdown table with the notes below it.
+    pub fn markdown(&self) -> String {
+        let e = &self.environment;
+        let mut out = String::new();
+        let _ = writeln!(out, "# Stockade benchmark\n");
+        let _ = writeln!(
+            out,
+            "Stockade {} · Docker {} (API {}) · kernel {} · {} CPUs · image `{}` · {} build{} · {}\n",
+            e.stockade_version,
+            e.docker_version,
+            e.docker_api_version,
+            e.kernel,
+            e.cpus,
+            e.image,
+            e.build,
+            if e.quick {
+                " · **quick mode: few samples, noisy**"
+            } else {
+                ""
+            },
+            self.started_at.format("%Y-%m-%d %H:%M UTC"),
+        );
+        let _ = writeln!(
+            out,
+            "| scenario | n | Stockade p50 | Stockade p99 | raw Docker p50 | raw Docker p99 | ratio | target | met |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---|:-:|");
+        for r in &self.rows {
+            let cell = |s: &Option<Summary>, p99: bool| {
+                s.as_ref().map_or_else(
+                    || "–".to_owned(),
+                    |s| fmt_value(if p99 { s.p99 } else { s.p50 }, &r.unit),
+                )
+            };
+            let n = r.stockade.as_ref().map_or(0, |s| s.n);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.title,
+                n,
+                cell(&r.stockade, false),
+                cell(&r.stockade, true),
+                cell(&r.raw, false),
+                cell(&r.raw, true),
+                r.ratio
+                    .map_or_else(|| "–".to_owned(), |x| format!("{x:.2}")),
+                r.target.as_deref().unwrap_or("–"),
+                match r.met {
+                    Some(true) => "yes",
+                    Some(false) => "**no**",
+                    None => "–",
+                },
+            );
+        }
+        let notes: Vec<String> = self
+            .rows
+            .iter()
+            .filter_map(|r| r.note.as_ref().map(|n| format!("{}: {n}", r.title)))
+            .chain(self.notes.iter().cloned())
+            .collect();
+        if !notes.is_empty() {
+            let _ = writeln!(out);
+            for n in notes {
+                let _ = writeln!(out, "- {n}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\nRatio: Stockade p50 / raw p50 (time: lower is better; throughput: higher). \
+             Ran in {:.0} s.",
+            self.duration_secs
+        );
+        out
+    }
+
+    /// Writes `results.json` and `results.md` into `dir` (made if missing).
+    pub fn write(&self, dir: &Path) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("could not create the output directory {}", dir.display()))?;
+        let json = dir.join("results.json");
+        let md = dir.join("results.md");
+        std::fs::write(&json, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("could not write {}", json.display()))?;
+        std::fs::write(&md, self.markdown())
+            .with_context(|| format!("could not write {}", md.display()))?;
+        Ok((json, md))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let s: Vec<f64> = (1..=100).map(f64::from).collect();
+        let sum = summarize(&s).unwrap();
+        assert_eq!(
+            (sum.p50, sum.p99, sum.min, sum.max),
+            (50.0, 99.0, 1.0, 100.0)
+        );
+        let one = summarize(&[7.0]).unwrap();
+        assert_eq!((one.p50, one.p99), (7.0, 7.0));
+        assert!(summarize(&[]).is_none());
+        let few = summarize(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((few.p50, few.p99), (2.0, 3.0));
+    }
+
+    #[test]
+    fn targets_are_judged_on_the_p50() {
+        let r = Row::new(
+            "x",
+            "x",
+            "ms",
+            Better::Lower,
+            &[11.0],
+            Some(&[10.0]),
+            Target::RatioAtMost(1.1),
+        );
+        assert_eq!(r.met, Some(true));
+        let r = Row::new(
+            "x",
+            "x",
+            "MB/s",
+            Better::Higher,
+            &[70.0],
+            Some(&[100.0]),
+            Target::RatioAtLeast(0.8),
+        );
+        assert_eq!(r.met, Some(false));
+        let r = Row::new(
+            "x",
+            "x",
+            "ms",
+            Better::Lower,
+            &[5.0],
+            None,
+            Target::P50AtMost(10.0),
+        );
+        assert_eq!((r.ratio, r.met), (None, Some(true)));
+    }
+}

@@ -1,0 +1,855 @@
+//! The scenarios of issue 7, each measured through Stockade and, where it
+//! has one, through the raw Docker baseline — interleaved, one Stockade
+//! sample then one raw sample, so that drift of the machine hits both alike.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use futures_util::{StreamExt, TryStreamExt};
+use serde_json::json;
+use stockade_core::{
+    spec::SpecInput, AccountId, Defaults, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
+};
+use stockade_store::{SqliteStore, Store};
+
+use crate::app::{App, ServerOptions};
+use crate::client::Api;
+use crate::raw::{Raw, RawSandbox};
+use crate::report::{Better, Environment, Report, Row, Target};
+use crate::{Cli, Plan};
+
+/// Records of the list scenario are on a server name no Docker host has,
+/// so reconciliation leaves them alone (they have no containers).
+const RECORD_SERVER: &str = "bench-records";
+/// Every tenth record carries this label (the filtered list).
+const TENTH_LABEL: &str = "tenth";
+/// The logged process writes lines of this many bytes, newline included.
+const LOG_LINE_BYTES: u64 = 100;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The resident memory of this process (`VmRSS`), in MiB.
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+struct Bench {
+    plan: Plan,
+    cli_image: String,
+    docker_host: String,
+    postgres: Option<String>,
+    defaults: Defaults,
+    raw: Raw,
+    app: Option<App>,
+    api: Api,
+    rows: Vec<Row>,
+    notes: Vec<String>,
+    /// Instance ids whose containers and volumes are removed at the end.
+    instances: Vec<String>,
+    stockade_made: Vec<String>,
+    raw_made: Vec<RawSandbox>,
+}
+
+/// Runs every scenario and returns the report; removes every container and
+/// volume it made, also when a scenario fails or the run is interrupted.
+pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
+    let started_at = Utc::now();
+    let defaults = Defaults {
+        image: cli.image.clone(),
+        ..Defaults::default()
+    };
+    let probe = default_spec(&defaults)?;
+    let raw = Raw::connect(
+        &cli.docker_host,
+        &cli.image,
+        probe.cpu_cores,
+        probe.memory_bytes(),
+    )
+    .await?;
+    if raw.docker.inspect_image(&cli.image).await.is_err() {
+        bail!(
+            "image '{}' is not present locally: build it with scripts/build-test-image, \
+             pull it, or pass --image",
+            cli.image
+        );
+    }
+    let version = raw.docker.version().await.context("Docker version")?;
+    let postgres = cli
+        .postgres
+        .clone()
+        .filter(|u| !cli.no_postgres && !u.is_empty());
+    let environment = Environment {
+        stockade_version: env!("CARGO_PKG_VERSION").to_owned(),
+        docker_version: version.version.unwrap_or_default(),
+        docker_api_version: version.api_version.unwrap_or_default(),
+        kernel: version.kernel_version.unwrap_or_default(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        image: cli.image.clone(),
+        quick: plan.quick,
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_owned(),
+        postgres: postgres.is_some(),
+        instances: Vec::new(),
+    };
+
+    let rss_before = rss_mib();
+    let dir = tempfile::tempdir().context("could not create a temporary directory")?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::connect(&format!(
+            "sqlite://{}",
+            dir.path().join("bench.db").display()
+        ))
+        .await
+        .context("could not open the SQLite database")?,
+    );
+    let app = App::start(ServerOptions {
+        store,
+        docker_host: cli.docker_host.clone(),
+        image: cli.image.clone(),
+        configure: None,
+    })
+    .await?;
+    let api = Api::new(&app.base, &app.token)?;
+    let mut bench = Bench {
+        plan,
+        cli_image: cli.image.clone(),
+        docker_host: cli.docker_host.clone(),
+        postgres,
+        defaults,
+        instances: vec![app.instance_id(), raw.instance.to_string()],
+        raw,
+        app: Some(app),
+        api,
+        rows: Vec::new(),
+        notes: Vec::new(),
+        stockade_made: Vec::new(),
+        raw_made: Vec::new(),
+    };
+    if let Some(before) = rss_before {
+        bench.notes.push(format!(
+            "Resident memory is this process's VmRSS (the server runs in it); before the \
+             server started it was {before:.1} MiB (HTTP and Docker clients, async runtime)."
+        ));
+    }
+    let outcome = tokio::select! {
+        r = bench.all() => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    if let Some(app) = bench.app.take() {
+        app.stop().await;
+    }
+    let (containers, volumes) = bench.raw.remove_everything(&bench.instances).await;
+    tracing::info!(containers, volumes, "removed what the benchmark made");
+    outcome?;
+    let mut environment = environment;
+    environment.instances = bench.instances.clone();
+    Ok(Report {
+        started_at,
+        duration_secs: 0.0,
+        environment,
+        rows: bench.rows,
+        notes: bench.notes,
+    })
+}
+
+fn default_spec(defaults: &Defaults) -> anyhow::Result<SandboxSpec> {
+    SandboxSpec::from_input(SpecInput::default(), &SandboxId::generate(), defaults)
+        .map_err(|e| anyhow::anyhow!("default sandbox settings: {e:?}"))
+}
+
+impl Bench {
+    async fn all(&mut self) -> anyhow::Result<()> {
+        if self.plan.runs("api") {
+            self.api_round_trip().await?;
+        }
+        if self.plan.runs("lists") {
+            self.memory_and_lists().await?;
+        }
+        if self.plan.runs("postgres") {
+            match self.postgres.clone() {
+                Some(url) => self.postgres_lists(&url).await?,
+                None => self.notes.push(
+                    "PostgreSQL was not measured: set STOCKADE_TEST_DATABASE_URL or --postgres."
+                        .into(),
+                ),
+            }
+        }
+        if self.plan.runs("create") {
+            self.creates().await?;
+        }
+        if self.plan.runs("exec") {
+            if self.stockade_made.is_empty() {
+                let id = self.api.create(json!({})).await?;
+                self.stockade_made.push(id);
+                self.raw_made.push(self.raw.create().await?);
+            }
+            self.execs().await?;
+        }
+        if self.plan.runs("burst") {
+            self.bursts().await?;
+        }
+        if self.plan.runs("stop") {
+            self.stop_and_destroy().await?;
+        }
+        if self.plan.runs("logs") {
+            self.logs().await?;
+        }
+        if self.plan.runs("warm") && self.plan.warm > 0 {
+            self.warm().await?;
+        }
+        Ok(())
+    }
+
+    /// The fixed cost of one authenticated request: `GET /api/v1/me`.
+    async fn api_round_trip(&mut self) -> anyhow::Result<()> {
+        let mut s = Vec::new();
+        for _ in 0..self.plan.execs {
+            let t = Instant::now();
+            self.api.me().await?;
+            s.push(ms(t.elapsed()));
+        }
+        self.rows.push(
+            Row::new(
+                "api",
+                "API round trip (`GET /me`: HTTP and token check)",
+                "ms",
+                Better::Lower,
+                &s,
+                None,
+                Target::None,
+            )
+            .note("what every Stockade request costs before it does any work"),
+        );
+        Ok(())
+    }
+
+    fn app(&self) -> anyhow::Result<&App> {
+        self.app.as_ref().context("the server is not running")
+    }
+
+    /// Scenarios 5 and 7 on SQLite: resident memory idle, then 10,000
+    /// records inserted through the store and listed over HTTP.
+    async fn memory_and_lists(&mut self) -> anyhow::Result<()> {
+        // A few requests first, so lazily built state counts as idle.
+        for _ in 0..5 {
+            self.api.list("per_page=50").await?;
+        }
+        let idle = rss_mib();
+        let app = self.app()?;
+        let store = app.state.store.clone();
+        let account = admin_account(store.as_ref(), &app.token).await?;
+        let inserted = insert_records(&store, &account, self.plan.records, &self.defaults).await?;
+        self.notes.push(format!(
+            "{} records inserted through the SQLite store in {:.1} s.",
+            self.plan.records, inserted
+        ));
+        let (all, labelled) = self.measure_lists(&self.api.clone()).await?;
+        // The server lists every active record on each reconciliation pass
+        // (every 30 s): include one in "with records".
+        let state = self.app()?.state.clone();
+        stockade_server::reconcile::reconcile_once(&state)
+            .await
+            .context("reconciliation")?;
+        let with_records = rss_mib();
+        let records = self.plan.records;
+        self.rows.push(Row::new(
+            "list_sqlite",
+            &format!("List, page of 50 of {records} records (SQLite)"),
+            "ms",
+            Better::Lower,
+            &all,
+            None,
+            Target::P50AtMost(10.0),
+        ));
+        self.rows.push(Row::new(
+            "list_sqlite_labels",
+            &format!("List with a label filter, {records} records (SQLite)"),
+            "ms",
+            Better::Lower,
+            &labelled,
+            None,
+            Target::P50AtMost(10.0),
+        ));
+        if let (Some(idle), Some(with)) = (idle, with_records) {
+            self.rows.push(Row::new(
+                "rss_idle",
+                "Resident memory, idle",
+                "MiB",
+                Better::Lower,
+                &[idle],
+                None,
+                Target::None,
+            ));
+            self.rows.push(Row::new(
+                "rss_records",
+                &format!("Resident memory with {records} records"),
+                "MiB",
+                Better::Lower,
+                &[with],
+                None,
+                Target::None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Two queries, `lists` times each, alternating: all sandboxes and the
+    /// label filter, page of 50.
+    async fn measure_lists(&self, api: &Api) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        let records = self.plan.records as u64;
+        let tenth = records.div_ceil(10);
+        let (mut all, mut labelled) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.lists {
+            let t = Instant::now();
+            let (n, total) = api.list("per_page=50").await?;
+            all.push(ms(t.elapsed()));
+            if total < records || n != 50.min(total as usize) {
+                bail!(
+                    "list: {n} sandboxes of {total}, expected a page of 50 of at least {records}"
+                );
+            }
+            let t = Instant::now();
+            let (n, total) = api
+                .list(&format!("per_page=50&labels={TENTH_LABEL}"))
+                .await?;
+            labelled.push(ms(t.elapsed()));
+            if total != tenth || n != 50.min(tenth as usize) {
+                bail!("labelled list: {n} sandboxes of {total}, expected 50 of {tenth}");
+            }
+        }
+        Ok((all, labelled))
+    }
+
+    /// Scenario 5 on PostgreSQL: a second server on a fresh database.
+    async fn postgres_lists(&mut self, url: &str) -> anyhow::Result<()> {
+        use sqlx::{Connection, Executor, PgConnection};
+        let database = format!("stockade_bench_{}", SandboxId::generate());
+        let mut admin = PgConnection::connect(url)
+            .await
+            .context("could not connect to PostgreSQL (--postgres / STOCKADE_TEST_DATABASE_URL)")?;
+        admin
+            .execute(format!("CREATE DATABASE {database}").as_str())
+            .await
+            .context("CREATE DATABASE (does the role have CREATEDB?)")?;
+        let result = async {
+            let store = stockade_store::connect(&with_database(url, &database)).await?;
+            let app = App::start(ServerOptions {
+                store: store.clone(),
+                docker_host: self.docker_host.clone(),
+                image: self.cli_image.clone(),
+                configure: None,
+            })
+            .await?;
+            self.instances.push(app.instance_id());
+            let api = Api::new(&app.base, &app.token)?;
+            let outcome = async {
+                let account = admin_account(store.as_ref(), &app.token).await?;
+                let secs =
+                    insert_records(&store, &account, self.plan.records, &self.defaults).await?;
+                self.notes.push(format!(
+                    "{} records inserted through the PostgreSQL store in {secs:.1} s.",
+                    self.plan.records
+                ));
+                // Right after a bulk insert the planner has no statistics
+                // yet; autovacuum gathers them within about a minute. Show
+                // that state, then measure the steady one.
+                let mut fresh = Vec::new();
+                for _ in 0..self.plan.lists.div_ceil(4) {
+                    let t = Instant::now();
+                    api.list(&format!("per_page=50&labels={TENTH_LABEL}"))
+                        .await?;
+                    fresh.push(ms(t.elapsed()));
+                }
+                let mut conn = PgConnection::connect(&with_database(url, &database)).await?;
+                conn.execute("ANALYZE sandboxes; ANALYZE sandbox_labels")
+                    .await
+                    .context("ANALYZE")?;
+                if let Some(f) = crate::report::summarize(&fresh) {
+                    self.notes.push(format!(
+                        "PostgreSQL lists are measured after ANALYZE (what autovacuum does within \
+                         about a minute of a bulk insert); right after inserting, before any \
+                         statistics, the label-filtered list took p50 {:.1} ms (n={}).",
+                        f.p50, f.n
+                    ));
+                }
+                self.measure_lists(&api).await
+            }
+            .await;
+            app.stop().await;
+            outcome
+        }
+        .await;
+        if let Err(e) = admin
+            .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
+            .await
+        {
+            self.notes
+                .push(format!("could not drop the database {database}: {e}"));
+        }
+        let (all, labelled) = result?;
+        let records = self.plan.records;
+        self.rows.push(Row::new(
+            "list_postgres",
+            &format!("List, page of 50 of {records} records (PostgreSQL)"),
+            "ms",
+            Better::Lower,
+            &all,
+            None,
+            Target::P50AtMost(10.0),
+        ));
+        self.rows.push(Row::new(
+            "list_postgres_labels",
+            &format!("List with a label filter, {records} records (PostgreSQL)"),
+            "ms",
+            Better::Lower,
+            &labelled,
+            None,
+            Target::P50AtMost(10.0),
+        ));
+        Ok(())
+    }
+
+    /// Scenario 1: create → RUNNING with default settings, one at a time.
+    async fn creates(&mut self) -> anyhow::Result<()> {
+        let (mut s, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.creates {
+            let t = Instant::now();
+            let id = self.api.create(json!({})).await?;
+            s.push(ms(t.elapsed()));
+            self.stockade_made.push(id);
+            let t = Instant::now();
+            let made = self.raw.create().await?;
+            r.push(ms(t.elapsed()));
+            self.raw_made.push(made);
+        }
+        self.rows.push(Row::new(
+            "create",
+            "Create → RUNNING, one at a time",
+            "ms",
+            Better::Lower,
+            &s,
+            Some(&r),
+            Target::RatioAtMost(1.10),
+        ));
+        Ok(())
+    }
+
+    /// Scenario 3: a trivial command's round trip, on one sandbox's container.
+    async fn execs(&mut self) -> anyhow::Result<()> {
+        let id = self
+            .stockade_made
+            .first()
+            .cloned()
+            .context("no sandbox to exec in")?;
+        let container = container_of(&id)?;
+        let (mut s, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.execs {
+            let t = Instant::now();
+            let (code, out) = self.api.exec(&id, &["echo", "hi"]).await?;
+            s.push(ms(t.elapsed()));
+            if code != 0 || out != "hi\n" {
+                bail!("exec: exit {code}, stdout {out:?}");
+            }
+            let t = Instant::now();
+            let (code, out) = self.raw.exec(&container, &["echo", "hi"]).await?;
+            r.push(ms(t.elapsed()));
+            if code != 0 || out != b"hi\n" {
+                bail!("raw exec: exit {code}, stdout {out:?}");
+            }
+        }
+        self.rows.push(Row::new(
+            "exec",
+            "Exec round trip (`echo hi`)",
+            "ms",
+            Better::Lower,
+            &s,
+            Some(&r),
+            Target::RatioAtMost(1.10),
+        ));
+        Ok(())
+    }
+
+    /// Scenario 2: `burst` creates at once: wall time and sandboxes per second.
+    async fn bursts(&mut self) -> anyhow::Result<()> {
+        let k = self.plan.burst;
+        let (mut s, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.bursts {
+            let t = Instant::now();
+            let made =
+                futures_util::future::join_all((0..k).map(|_| self.api.create(json!({})))).await;
+            s.push(ms(t.elapsed()));
+            for m in made {
+                self.stockade_made.push(m?);
+            }
+            let t = Instant::now();
+            let made = futures_util::future::join_all((0..k).map(|_| self.raw.create())).await;
+            r.push(ms(t.elapsed()));
+            for m in made {
+                self.raw_made.push(m?);
+            }
+        }
+        let rate =
+            |walls: &[f64]| -> Vec<f64> { walls.iter().map(|w| k as f64 / (w / 1000.0)).collect() };
+        self.rows.push(Row::new(
+            "burst",
+            &format!("{k} creates at once, wall time"),
+            "ms",
+            Better::Lower,
+            &s,
+            Some(&r),
+            Target::None,
+        ));
+        self.rows.push(Row::new(
+            "burst_rate",
+            &format!("{k} creates at once, throughput"),
+            "sandboxes/s",
+            Better::Higher,
+            &rate(&s),
+            Some(&rate(&r)),
+            Target::None,
+        ));
+        Ok(())
+    }
+
+    /// Scenario 4: stop, then destroy, every sandbox made so far.
+    async fn stop_and_destroy(&mut self) -> anyhow::Result<()> {
+        let (mut ss, mut rs, mut sd, mut rd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let stockade: Vec<String> = std::mem::take(&mut self.stockade_made);
+        let raw: Vec<RawSandbox> = std::mem::take(&mut self.raw_made);
+        for (id, made) in stockade.iter().zip(raw.iter()) {
+            let t = Instant::now();
+            self.api.stop(id).await?;
+            ss.push(ms(t.elapsed()));
+            let t = Instant::now();
+            self.raw.stop(made).await?;
+            rs.push(ms(t.elapsed()));
+            let t = Instant::now();
+            self.api.delete(id).await?;
+            sd.push(ms(t.elapsed()));
+            let t = Instant::now();
+            self.raw.destroy(made).await?;
+            rd.push(ms(t.elapsed()));
+        }
+        self.rows.push(Row::new(
+            "stop",
+            "Stop (SIGTERM, the keep-alive exits)",
+            "ms",
+            Better::Lower,
+            &ss,
+            Some(&rs),
+            Target::RatioAtMost(1.10),
+        ));
+        self.rows.push(
+            Row::new(
+                "destroy",
+                "Destroy (container and volume)",
+                "ms",
+                Better::Lower,
+                &sd,
+                Some(&rd),
+                Target::None,
+            )
+            .note(
+                "on a stopped sandbox; Stockade also looks up and soft-deletes the record (DB-5)",
+            ),
+        );
+        let sum =
+            |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x + y).collect() };
+        self.rows.push(Row::new(
+            "stop_destroy",
+            "Stop and destroy",
+            "ms",
+            Better::Lower,
+            &sum(&ss, &sd),
+            Some(&sum(&rs, &rd)),
+            Target::RatioAtMost(1.10),
+        ));
+        Ok(())
+    }
+
+    /// Scenario 6: a process writes `log_bytes` of 100-byte lines and exits;
+    /// its whole log is read over SSE and straight from Docker.
+    async fn logs(&mut self) -> anyhow::Result<()> {
+        let bytes = self.plan.log_bytes;
+        let text = "stockade-bench log line ".repeat(5);
+        let line = &text[..(LOG_LINE_BYTES - 1) as usize];
+        let cursor = format!(
+            "{}-0",
+            (Utc::now() - chrono::Duration::seconds(60))
+                .timestamp_nanos_opt()
+                .unwrap_or(0)
+        );
+        let id = self
+            .api
+            .create(json!({ "startCommand": format!("yes '{line}' | head -c {bytes}") }))
+            .await?;
+        let container = container_of(&id)?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while self.raw.running(&container).await? {
+            if Instant::now() > deadline {
+                bail!("the logging process did not finish within 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let lines = bytes / LOG_LINE_BYTES;
+        let (mut s, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.log_reads {
+            let t = Instant::now();
+            let (got_bytes, got_lines) = self.api.read_logs_sse(&id, &cursor).await?;
+            s.push(bytes as f64 / 1e6 / t.elapsed().as_secs_f64());
+            if got_bytes != bytes || got_lines != lines {
+                bail!(
+                    "SSE logs: {got_lines} lines / {got_bytes} bytes, expected {lines} / {bytes}"
+                );
+            }
+            let t = Instant::now();
+            let (got_bytes, got_lines) = self.raw.read_logs(&container).await?;
+            r.push(bytes as f64 / 1e6 / t.elapsed().as_secs_f64());
+            if got_bytes != bytes || got_lines != lines {
+                bail!(
+                    "raw logs: {got_lines} lines / {got_bytes} bytes, expected {lines} / {bytes}"
+                );
+            }
+        }
+        self.api.delete(&id).await?;
+        self.rows.push(
+            Row::new(
+                "logs",
+                &format!("Log throughput, {} MB in 100-byte lines", bytes / 1_000_000),
+                "MB/s",
+                Better::Higher,
+                &s,
+                Some(&r),
+                Target::RatioAtLeast(0.80),
+            )
+            .note("Stockade: SSE (one event per line, with ids) from the start of the log; raw: the Engine API's logs request read straight off the socket, like `docker logs`."),
+        );
+        Ok(())
+    }
+}
+
+impl Bench {
+    /// SCALE-3: create → RUNNING when a warm-pool member is ready, on a
+    /// second server with a pool of the default class. Before each create
+    /// the pool is full again, so every sample is a claim (a create that
+    /// finds the pool empty is a cold one, measured above).
+    async fn warm(&mut self) -> anyhow::Result<()> {
+        use stockade_server::pool::{PoolClassConfig, PoolConfig};
+        let size = self.plan.pool_size;
+        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::connect(&format!(
+                "sqlite://{}",
+                dir.path().join("warm.db").display()
+            ))
+            .await
+            .context("could not open the SQLite database")?,
+        );
+        let app = App::start(ServerOptions {
+            store,
+            docker_host: self.docker_host.clone(),
+            image: self.cli_image.clone(),
+            configure: Some(Box::new(move |c| {
+                c.pool = PoolConfig {
+                    classes: vec![PoolClassConfig::default_class(size)],
+                    check_interval: Duration::from_millis(200),
+                    drain_on_shutdown: true,
+                    max_concurrent_fills: 2,
+                };
+            })),
+        })
+        .await?;
+        self.instances.push(app.instance_id());
+        let api = Api::new(&app.base, &app.token)?;
+        let result = async {
+            let (mut s, mut r, mut made) = (Vec::new(), Vec::new(), Vec::new());
+            let mut with_env = Vec::new();
+            for i in 0..self.plan.warm * 2 {
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while app.state.pool.ready_total() < size {
+                    if Instant::now() > deadline {
+                        bail!("the warm pool did not fill to {size} within 2 minutes");
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let members = app.state.pool.members();
+                // Every other create sets environment variables, which a
+                // claim writes for the main process's next start.
+                let body = if i % 2 == 0 {
+                    json!({})
+                } else {
+                    json!({ "environmentVars": { "APP_ENV": "bench", "DEBUG": "0" } })
+                };
+                let t = Instant::now();
+                let id = api.create(body).await?;
+                let took = ms(t.elapsed());
+                if !members.iter().any(|m| m.as_str() == id) {
+                    bail!("sandbox {id} was not served from the warm pool");
+                }
+                made.push(id);
+                if i % 2 == 1 {
+                    with_env.push(took);
+                    continue;
+                }
+                s.push(took);
+                let t = Instant::now();
+                self.raw_made.push(self.raw.create().await?);
+                r.push(ms(t.elapsed()));
+            }
+            for id in &made {
+                api.delete(id).await?;
+            }
+            Ok::<_, anyhow::Error>((s, r, with_env))
+        }
+        .await;
+        app.stop().await;
+        let (s, r, with_env) = result?;
+        let cold = self
+            .rows
+            .iter()
+            .find(|row| row.id == "create")
+            .and_then(|row| row.stockade.as_ref())
+            .map(|c| c.p50);
+        let mut row = Row::new(
+            "create_warm",
+            &format!("Create → RUNNING from the warm pool ({size} members)"),
+            "ms",
+            Better::Lower,
+            &s,
+            Some(&r),
+            Target::P50AtMost(30.0),
+        );
+        if let Some(cold) = cold {
+            row = row.note(format!(
+                "cold create p50 {cold:.1} ms (above); raw is a plain Docker create, which has no pool"
+            ));
+        }
+        self.rows.push(row);
+        self.rows.push(Row::new(
+            "create_warm_env",
+            "Create from the warm pool, with environmentVars",
+            "ms",
+            Better::Lower,
+            &with_env,
+            Some(&r),
+            Target::P50AtMost(30.0),
+        ));
+        // The raw sandboxes made here are removed with the rest at the end.
+        Ok(())
+    }
+}
+
+/// The Docker container of a sandbox Stockade made.
+fn container_of(id: &str) -> anyhow::Result<String> {
+    let id = SandboxId::parse(id).map_err(|e| {
+        anyhow::anyhow!("the server returned a bad sandbox id '{id}': {}", e.message)
+    })?;
+    Ok(stockade_runtime::container_name(&id))
+}
+
+/// The account the admin token belongs to.
+async fn admin_account(store: &dyn Store, token: &str) -> anyhow::Result<AccountId> {
+    let hash = stockade_core::account::hash_token(token);
+    let (account, _) = store
+        .account_by_token_hash(&hash)
+        .await?
+        .context("the admin token has no account")?;
+    Ok(account.id)
+}
+
+/// Inserts `n` stopped sandbox records straight through the store (no
+/// containers); every record has the label `bench`, every tenth also
+/// [`TENTH_LABEL`]. Returns the seconds it took.
+async fn insert_records(
+    store: &Arc<dyn Store>,
+    account: &AccountId,
+    n: usize,
+    defaults: &Defaults,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let now = Utc::now();
+    futures_util::stream::iter(0..n)
+        .map(|i| {
+            let store = store.clone();
+            let account = account.clone();
+            async move {
+                let id = SandboxId::generate();
+                let mut labels = vec!["bench".to_owned()];
+                if i % 10 == 0 {
+                    labels.push(TENTH_LABEL.to_owned());
+                }
+                let spec = SandboxSpec::from_input(
+                    SpecInput {
+                        labels: Some(labels),
+                        ..Default::default()
+                    },
+                    &id,
+                    defaults,
+                )
+                .map_err(|e| anyhow::anyhow!("record settings: {e:?}"))?;
+                let created = now - chrono::Duration::milliseconds(i as i64);
+                let mut sb = Sandbox::new(id, account, None, spec, RECORD_SERVER.into(), created);
+                sb.status = SandboxStatus::Stopped;
+                sb.stopped_at = Some(created);
+                store.insert_sandbox(&sb).await?;
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// `url` with its database replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let path = base[authority..]
+        .find('/')
+        .map_or(base.len(), |i| authority + i);
+    let mut out = format!("{}/{}", &base[..path], database);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_are_rewritten() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/stockade", "x"),
+            "postgres://u:p@h:5432/x"
+        );
+        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+        assert_eq!(
+            with_database("postgres://h/db?sslmode=disable", "x"),
+            "postgres://h/x?sslmode=disable"
+        );
+    }
+}

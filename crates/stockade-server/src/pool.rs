@@ -1,0 +1,796 @@
+//! The warm pool (SCALE-3): sandboxes created and started ahead of any
+//! request, so that a create whose settings fit is served in milliseconds.
+//!
+//! A *member* is a container `stockade-{id}` with its volume
+//! `agent-sandbox-{id}`, made with a pre-generated sandbox id and a class's
+//! image and resources, the default main process, an empty environment and
+//! no account label (labels `io.stockade.pool-member={id}` and
+//! `io.stockade.pool-class={key}`). It has no record, so no account can see
+//! it. A create that fits a class *claims* a member: the record is inserted
+//! under the member's id for the caller (the database is the owner from
+//! then on: Docker cannot relabel a container). The insert is the claim:
+//! the sandbox id is the primary key, so two claimers (also two server
+//! instances) can never both win one member. Nothing is written into the
+//! container: exec takes the environment from the record, and every start
+//! writes it for the main process (`/.stockade/main.env`, as after a PATCH).
+//!
+//! Invariants:
+//! - A pool-labelled container whose id has no record has never been given
+//!   to an account: a member is only handed out once its record exists, and
+//!   a claimed member is only ever removed whole, never returned to the pool
+//!   (a rollback that cannot remove it keeps the record, soft-deleted, for
+//!   reconciliation to finish).
+//! - Every member has a volume of its own, made with it: no data passes
+//!   between accounts.
+//! - Reconciliation and the volume endpoints treat a pool-labelled container
+//!   or volume without a record as the pool's, and one with a record like
+//!   any other sandbox's (its owner comes from the record).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use stockade_core::spec::SpecInput;
+use stockade_core::{Defaults, Sandbox, SandboxId, SandboxName, SandboxSpec, SandboxStatus};
+use stockade_runtime::PoolMemberSpec;
+use stockade_store::StoreError;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+/// How the warm pool is set up; no classes means no pool.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub classes: Vec<PoolClassConfig>,
+    /// How often the pool checks its members and refills (it also refills
+    /// right after every claim).
+    pub check_interval: Duration,
+    /// Remove the members when the server shuts down (otherwise the next
+    /// start adopts them).
+    pub drain_on_shutdown: bool,
+    /// Members made at the same time while refilling.
+    pub max_concurrent_fills: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            classes: Vec::new(),
+            check_interval: Duration::from_secs(30),
+            drain_on_shutdown: false,
+            max_concurrent_fills: 2,
+        }
+    }
+}
+
+/// One class as configured: how many members, and the settings a create
+/// must ask for to be served by them (`None`: the server's default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolClassConfig {
+    pub size: usize,
+    pub image: Option<String>,
+    pub cpu_cores: Option<f64>,
+    pub memory_gb: Option<f64>,
+    pub network_access: bool,
+}
+
+impl PoolClassConfig {
+    /// The default image and resources, `size` members.
+    pub fn default_class(size: usize) -> Self {
+        Self {
+            size,
+            image: None,
+            cpu_cores: None,
+            memory_gb: None,
+            network_access: true,
+        }
+    }
+
+    /// Parses `SIZE[,image=IMAGE][,cpu=CORES][,memory=GB][,network=on|off]`,
+    /// e.g. `4` or `2,image=python:3.13-bookworm,cpu=2,memory=4`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let mut parts = s.split(',').map(str::trim);
+        let size = parts.next().unwrap_or_default();
+        let size: usize = size.parse().ok().filter(|n| *n <= 256).ok_or_else(|| {
+            format!(
+                "invalid warm pool '{s}': start with the number of members (0-256), \
+                 e.g. `4` or `2,image=python:3.13-bookworm,cpu=2,memory=4,network=off`"
+            )
+        })?;
+        let mut class = Self::default_class(size);
+        for part in parts.filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("invalid warm pool setting '{part}': expected KEY=VALUE"))?;
+            let number = |v: &str| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| {
+                        format!("invalid warm pool {key} '{v}': expected a positive number")
+                    })
+            };
+            match key.trim() {
+                "image" => class.image = Some(value.trim().to_owned()),
+                "cpu" => class.cpu_cores = Some(number(value.trim())?),
+                "memory" => class.memory_gb = Some(number(value.trim())?),
+                "network" => {
+                    class.network_access = match value.trim() {
+                        "on" | "true" | "allow-all" => true,
+                        "off" | "false" | "deny-all" => false,
+                        other => {
+                            return Err(format!(
+                                "invalid warm pool network '{other}': use on or off"
+                            ))
+                        }
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "unknown warm pool setting '{other}': use image, cpu, memory or network"
+                    ))
+                }
+            }
+        }
+        Ok(class)
+    }
+}
+
+/// A class with every setting resolved and checked like a create's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolClass {
+    /// Identifies the class on its members' labels.
+    pub key: String,
+    pub size: usize,
+    pub image: String,
+    pub cpu_cores: f64,
+    pub memory_gb: f64,
+    pub network_access: bool,
+    memory_bytes: i64,
+}
+
+impl PoolClass {
+    fn resolve(c: &PoolClassConfig, defaults: &Defaults) -> Result<Self, String> {
+        let input = SpecInput {
+            docker_image: c.image.clone(),
+            cpu_cores: c.cpu_cores,
+            memory_gb: c.memory_gb,
+            network_access: Some(c.network_access),
+            ..SpecInput::default()
+        };
+        let spec = SandboxSpec::from_input(input, &SandboxId::generate(), defaults)
+            .map_err(|e| format!("invalid warm pool class: {e}"))?;
+        let network_access = spec.network.allows_egress();
+        Ok(Self {
+            key: format!(
+                "{} cpu={} memory={} network={}",
+                spec.docker_image,
+                spec.cpu_cores,
+                spec.memory_gb,
+                if network_access { "on" } else { "off" }
+            ),
+            size: c.size,
+            memory_bytes: spec.memory_bytes(),
+            image: spec.docker_image,
+            cpu_cores: spec.cpu_cores,
+            memory_gb: spec.memory_gb,
+            network_access,
+        })
+    }
+
+    /// Whether a member of this class is the container a create of `spec`
+    /// would make: same image and resources, network and main process.
+    /// Everything else (name, labels, tags, ports, timeout, environment,
+    /// team) lives in the record or is applied at the claim.
+    pub fn fits(&self, spec: &SandboxSpec) -> bool {
+        spec.start_command.is_none()
+            && spec.docker_image == self.image
+            && spec.cpu_cores == self.cpu_cores
+            && spec.memory_gb == self.memory_gb
+            && spec.network.allows_egress() == self.network_access
+            && spec.gpu_count == 0
+    }
+
+    fn member(&self, state: &AppState) -> PoolMemberSpec {
+        PoolMemberSpec {
+            sandbox_id: SandboxId::generate(),
+            instance_id: state.instance_id.clone(),
+            class: self.key.clone(),
+            image: self.image.clone(),
+            cpu_cores: self.cpu_cores,
+            memory_bytes: self.memory_bytes,
+            network_access: self.network_access,
+        }
+    }
+}
+
+#[derive(Default)]
+struct ClassState {
+    ready: VecDeque<SandboxId>,
+    filling: usize,
+    /// Consecutive failed fills, and when the next may be tried.
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+/// The pool of one server process: its classes and their ready members.
+pub struct Pool {
+    classes: Vec<PoolClass>,
+    config: PoolConfig,
+    state: Mutex<HashMap<String, ClassState>>,
+    wake: Notify,
+    /// Fitting creates served by a member, and those that found none.
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("classes", &self.classes)
+            .field("ready", &self.ready())
+            .finish()
+    }
+}
+
+impl Pool {
+    /// Resolves the configured classes against the sandbox defaults.
+    pub fn new(config: &PoolConfig, defaults: &Defaults) -> Result<Self, String> {
+        let mut classes: Vec<PoolClass> = Vec::new();
+        for c in config.classes.iter().filter(|c| c.size > 0) {
+            let class = PoolClass::resolve(c, defaults)?;
+            match classes.iter_mut().find(|k| k.key == class.key) {
+                Some(same) => same.size += class.size,
+                None => classes.push(class),
+            }
+        }
+        Ok(Self {
+            state: Mutex::new(
+                classes
+                    .iter()
+                    .map(|c| (c.key.clone(), ClassState::default()))
+                    .collect(),
+            ),
+            classes,
+            config: config.clone(),
+            wake: Notify::new(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether any class is configured.
+    pub fn enabled(&self) -> bool {
+        !self.classes.is_empty()
+    }
+
+    pub fn classes(&self) -> &[PoolClass] {
+        &self.classes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClassState>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ready members per class key.
+    pub fn ready(&self) -> Vec<(String, usize)> {
+        let st = self.lock();
+        self.classes
+            .iter()
+            .map(|c| (c.key.clone(), st.get(&c.key).map_or(0, |s| s.ready.len())))
+            .collect()
+    }
+
+    /// Ready members of every class together.
+    pub fn ready_total(&self) -> usize {
+        self.lock().values().map(|s| s.ready.len()).sum()
+    }
+
+    /// Members being made right now.
+    pub fn filling(&self) -> usize {
+        self.lock().values().map(|s| s.filling).sum()
+    }
+
+    /// The ready members, every class together.
+    pub fn members(&self) -> Vec<SandboxId> {
+        self.lock()
+            .values()
+            .flat_map(|s| s.ready.iter().cloned())
+            .collect()
+    }
+
+    /// Whether `id` is one of this process's ready members.
+    pub fn holds(&self, id: &SandboxId) -> bool {
+        self.lock().values().any(|s| s.ready.contains(id))
+    }
+
+    /// The class that serves a create of `spec`, if any.
+    pub fn class_for(&self, spec: &SandboxSpec) -> Option<&PoolClass> {
+        self.classes.iter().find(|c| c.fits(spec))
+    }
+
+    fn take(&self, key: &str) -> Option<SandboxId> {
+        self.lock().get_mut(key)?.ready.pop_front()
+    }
+
+    fn put_back(&self, key: &str, id: SandboxId) {
+        if let Some(s) = self.lock().get_mut(key) {
+            s.ready.push_front(id);
+        }
+    }
+
+    fn forget(&self, id: &SandboxId) {
+        for s in self.lock().values_mut() {
+            s.ready.retain(|r| r != id);
+        }
+    }
+
+    /// Asks the refill task to look now.
+    fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The pool's Prometheus metrics (API-13): ready members per class and
+    /// fitting creates by whether a member was ready. Empty without a pool.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write as _;
+        if !self.enabled() {
+            return String::new();
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP stockade_pool_ready Warm-pool sandboxes ready to be claimed, by class.\n\
+             # TYPE stockade_pool_ready gauge"
+        );
+        for (key, ready) in self.ready() {
+            let class = key.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(out, "stockade_pool_ready{{class=\"{class}\"}} {ready}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP stockade_pool_claims_total Creates that fit a warm-pool class: served by a \
+             ready member (hit) or made cold because none was ready (miss).\n\
+             # TYPE stockade_pool_claims_total counter\n\
+             stockade_pool_claims_total{{result=\"hit\"}} {}\n\
+             stockade_pool_claims_total{{result=\"miss\"}} {}",
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// The record of `sb` as served by the member `id`, RUNNING from `now`.
+fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox {
+    let mut claimed = sb.clone();
+    // A name that defaulted to the id follows the id.
+    if claimed.spec.name.as_str() == sb.id.as_str() {
+        claimed.spec.name = SandboxName::from_id(id);
+    }
+    let now = Utc::now();
+    claimed.id = id.clone();
+    claimed.container_id = Some(container_id);
+    claimed.status = SandboxStatus::Running;
+    claimed.status_reason = None;
+    claimed.started_at = Some(now);
+    claimed.session_expires_at = claimed.session_deadline(now); // LC-7
+    claimed
+}
+
+/// Serves the create of `sb` from the warm pool: `None` when it does not
+/// fit a class or no member is ready (the caller creates it cold), else the
+/// RUNNING sandbox — under the member's id, not `sb.id` — or why the create
+/// failed (its name is taken).
+pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>> {
+    let pool = &state.pool;
+    let class = pool.class_for(&sb.spec)?;
+    for _ in 0..3 {
+        let Some(id) = pool.take(&class.key) else {
+            debug!(class = %class.key, "warm pool empty: creating cold");
+            pool.misses.fetch_add(1, Ordering::Relaxed);
+            pool.wake();
+            return None;
+        };
+        pool.wake();
+        let container = match state.runtime.inspect(&id).await {
+            Ok(Some(c)) if c.running => c,
+            other => {
+                warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
+                discard(state, id);
+                continue;
+            }
+        };
+        let claimed = claimed_record(sb, &id, container.container_id);
+        match state.store.insert_sandbox(&claimed).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(_)) => {
+                if let Ok(Some(_)) = state.store.sandbox_owner(&id).await {
+                    // Another server instance claimed this member first.
+                    debug!(sandbox.id = %id, "warm pool member claimed elsewhere");
+                    continue;
+                }
+                pool.put_back(&class.key, id);
+                return Some(Err(ApiError::Conflict(format!(
+                    "A sandbox named '{}' already exists in this account",
+                    claimed.spec.name
+                ))));
+            }
+            Err(e) => {
+                pool.put_back(&class.key, id);
+                return Some(Err(e.into()));
+            }
+        }
+        // From here on the member is the caller's: it never goes back. Its
+        // environment needs no write: exec takes it from the record, and
+        // every start writes it for the main process (as after a PATCH).
+        pool.hits.fetch_add(1, Ordering::Relaxed);
+        info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, "sandbox created from the warm pool");
+        return Some(Ok(claimed));
+    }
+    None
+}
+
+/// Removes a member that can no longer be claimed, in the background.
+fn discard(state: &AppState, id: SandboxId) {
+    state.pool.forget(&id);
+    let runtime = state.runtime.clone();
+    tokio::spawn(async move {
+        if let Err(e) = runtime.remove(&id, false).await {
+            warn!(sandbox.id = %id, error = %e, "could not remove a warm pool member");
+        }
+    });
+}
+
+/// Keeps the pool filled until `shutdown`: adopts the members a previous
+/// run left (removing what no class wants), then refills after every claim
+/// and every `check_interval`, and checks that the ready members still run
+/// and are still unclaimed. On shutdown waits for fills in flight, and
+/// removes the members when `drain_on_shutdown` is set.
+pub async fn run(state: AppState, shutdown: CancellationToken) {
+    let pool = state.pool.clone();
+    // Without classes this only removes the members an earlier run left.
+    adopt(&state).await;
+    if !pool.enabled() {
+        return;
+    }
+    let mut fills: JoinSet<(String, Result<SandboxId, String>)> = JoinSet::new();
+    let mut tick = tokio::time::interval(pool.config.check_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate: adopt just looked
+    loop {
+        start_fills(&state, &mut fills);
+        let next_retry = pool
+            .lock()
+            .values()
+            .filter_map(|s| s.retry_at)
+            .min()
+            .map(tokio::time::Instant::from_std);
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = pool.wake.notified() => {}
+            _ = tick.tick() => check(&state).await,
+            Some(done) = fills.join_next(), if !fills.is_empty() => filled(&state, done),
+            _ = async {
+                match next_retry {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+    while let Some(done) = fills.join_next().await {
+        filled(&state, done);
+    }
+    if pool.config.drain_on_shutdown {
+        let members: Vec<SandboxId> = pool
+            .lock()
+            .values_mut()
+            .flat_map(|s| std::mem::take(&mut s.ready))
+            .collect();
+        for id in &members {
+            if let Err(e) = state.runtime.remove(id, false).await {
+                warn!(sandbox.id = %id, error = %e, "could not remove a warm pool member at shutdown");
+            }
+        }
+        info!(removed = members.len(), "warm pool drained");
+    }
+}
+
+/// Starts fills for every class below its size, within the concurrency
+/// limit and any backoff after failures.
+fn start_fills(state: &AppState, fills: &mut JoinSet<(String, Result<SandboxId, String>)>) {
+    let pool = &state.pool;
+    let now = Instant::now();
+    for class in &pool.classes {
+        loop {
+            if fills.len() >= pool.config.max_concurrent_fills.max(1) {
+                return;
+            }
+            {
+                let mut st = pool.lock();
+                let Some(s) = st.get_mut(&class.key) else {
+                    break;
+                };
+                if s.ready.len() + s.filling >= class.size || s.retry_at.is_some_and(|t| t > now) {
+                    break;
+                }
+                s.filling += 1;
+            }
+            let member = class.member(state);
+            let runtime = state.runtime.clone();
+            let key = class.key.clone();
+            fills.spawn(async move {
+                let made = runtime
+                    .create_pool_member(&member)
+                    .await
+                    .map(|_| member.sandbox_id)
+                    .map_err(|e| e.to_string());
+                (key, made)
+            });
+        }
+    }
+}
+
+/// Records the end of a fill.
+fn filled(
+    state: &AppState,
+    done: Result<(String, Result<SandboxId, String>), tokio::task::JoinError>,
+) {
+    let Ok((key, made)) = done else {
+        warn!("a warm pool fill task failed");
+        return;
+    };
+    let mut st = state.pool.lock();
+    let Some(s) = st.get_mut(&key) else { return };
+    s.filling = s.filling.saturating_sub(1);
+    match made {
+        Ok(id) => {
+            debug!(sandbox.id = %id, class = %key, "warm pool member ready");
+            s.ready.push_back(id);
+            s.failures = 0;
+            s.retry_at = None;
+        }
+        Err(e) => {
+            s.failures += 1;
+            let wait = Duration::from_secs((1u64 << s.failures.min(6)).min(60));
+            s.retry_at = Some(Instant::now() + wait);
+            warn!(class = %key, error = %e, retry_in_s = wait.as_secs(), "could not make a warm pool member");
+        }
+    }
+}
+
+/// Drops ready members that stopped, vanished or were claimed by another
+/// server instance.
+async fn check(state: &AppState) {
+    let containers = match state.runtime.list_managed().await {
+        Ok(c) => c,
+        Err(e) => {
+            debug!(error = %e, "warm pool check skipped: Docker unavailable");
+            return;
+        }
+    };
+    let members: Vec<SandboxId> = state
+        .pool
+        .lock()
+        .values()
+        .flat_map(|s| s.ready.iter().cloned())
+        .collect();
+    for id in members {
+        let running = containers
+            .iter()
+            .any(|c| c.sandbox_id.as_ref() == Some(&id) && c.running && c.pool_class.is_some());
+        match state.store.sandbox_owner(&id).await {
+            Ok(Some(_)) => {
+                debug!(sandbox.id = %id, "warm pool member was claimed elsewhere");
+                state.pool.forget(&id);
+            }
+            Ok(None) if !running => {
+                warn!(sandbox.id = %id, "warm pool member stopped or vanished: replacing it");
+                discard(state, id);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// At start: takes over the running members of this instance that no
+/// record claims, up to each class's size, and removes every other member
+/// (stopped ones, those of classes no longer configured, the surplus).
+async fn adopt(state: &AppState) {
+    let containers = match state.runtime.list_managed().await {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "warm pool: could not list containers to adopt; starting empty");
+            return;
+        }
+    };
+    let (mut adopted, mut removed) = (0usize, 0usize);
+    for c in containers {
+        let (Some(class_key), Some(id)) = (c.pool_class.as_ref(), c.sandbox_id.as_ref()) else {
+            continue;
+        };
+        if c.instance_id.as_deref() != Some(state.instance_id.as_str()) {
+            continue;
+        }
+        match state.store.sandbox_owner(id).await {
+            Ok(None) => {}
+            // Claimed: a sandbox like any other now.
+            Ok(Some(_)) => continue,
+            Err(e) => {
+                warn!(sandbox.id = %id, error = %e, "warm pool: record lookup failed; leaving the container alone");
+                continue;
+            }
+        }
+        let size = state
+            .pool
+            .classes
+            .iter()
+            .find(|k| &k.key == class_key)
+            .map_or(0, |k| k.size);
+        let taken = c.running && {
+            let mut st = state.pool.lock();
+            match st.get_mut(class_key) {
+                Some(s) if s.ready.len() < size => {
+                    s.ready.push_back(id.clone());
+                    true
+                }
+                _ => false,
+            }
+        };
+        if taken {
+            adopted += 1;
+            continue;
+        }
+        match state.runtime.remove(id, false).await {
+            Ok(()) => removed += 1,
+            Err(e) => warn!(sandbox.id = %id, error = %e, "warm pool: could not remove a member"),
+        }
+    }
+    if adopted + removed > 0 {
+        info!(adopted, removed, "warm pool: members of an earlier run");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_parse_and_name_what_is_wrong() {
+        assert_eq!(
+            PoolClassConfig::parse("4").unwrap(),
+            PoolClassConfig::default_class(4)
+        );
+        let c = PoolClassConfig::parse("2, image=python:3.13-bookworm ,cpu=2,memory=4,network=off")
+            .unwrap();
+        assert_eq!(c.size, 2);
+        assert_eq!(c.image.as_deref(), Some("python:3.13-bookworm"));
+        assert_eq!((c.cpu_cores, c.memory_gb), (Some(2.0), Some(4.0)));
+        assert!(!c.network_access);
+        for (bad, says) in [
+            ("", "number of members"),
+            ("x", "number of members"),
+            ("1000", "number of members"),
+            ("2,cpu", "KEY=VALUE"),
+            ("2,cpu=0", "positive number"),
+            ("2,gpu=1", "unknown warm pool setting 'gpu'"),
+            ("2,network=maybe", "use on or off"),
+        ] {
+            let err = PoolClassConfig::parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn classes_resolve_against_the_defaults_and_fit_default_creates() {
+        let defaults = Defaults {
+            image: "busybox:latest".into(),
+            ..Defaults::default()
+        };
+        let pool = Pool::new(
+            &PoolConfig {
+                classes: vec![
+                    PoolClassConfig::default_class(2),
+                    PoolClassConfig::default_class(1),
+                    PoolClassConfig::parse("1,cpu=2,memory=4,network=off").unwrap(),
+                ],
+                ..PoolConfig::default()
+            },
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(pool.classes().len(), 2, "equal classes are merged");
+        assert_eq!(pool.classes()[0].size, 3);
+        assert_eq!(
+            pool.classes()[0].key,
+            "busybox:latest cpu=1 memory=2 network=on"
+        );
+        let spec = |input: SpecInput| {
+            SandboxSpec::from_input(input, &SandboxId::generate(), &defaults).unwrap()
+        };
+        let default = spec(SpecInput {
+            name: Some("named".into()),
+            labels: Some(vec!["a".into()]),
+            environment_vars: Some([("K".to_owned(), "v".to_owned())].into()),
+            ..SpecInput::default()
+        });
+        assert_eq!(pool.class_for(&default).map(|c| c.size), Some(3));
+        let small = spec(SpecInput {
+            cpu_cores: Some(2.0),
+            memory_gb: Some(4.0),
+            network_access: Some(false),
+            ..SpecInput::default()
+        });
+        assert_eq!(pool.class_for(&small).map(|c| c.size), Some(1));
+        for misfit in [
+            SpecInput {
+                start_command: Some("sleep 1".into()),
+                ..SpecInput::default()
+            },
+            SpecInput {
+                docker_image: Some("alpine:3".into()),
+                ..SpecInput::default()
+            },
+            SpecInput {
+                cpu_cores: Some(2.0),
+                ..SpecInput::default()
+            },
+            SpecInput {
+                network_access: Some(false),
+                ..SpecInput::default()
+            },
+        ] {
+            assert!(pool.class_for(&spec(misfit)).is_none());
+        }
+        assert!(!Pool::new(&PoolConfig::default(), &defaults)
+            .unwrap()
+            .enabled());
+        let bad = PoolConfig {
+            classes: vec![PoolClassConfig {
+                image: Some("not an image".into()),
+                ..PoolClassConfig::default_class(1)
+            }],
+            ..PoolConfig::default()
+        };
+        assert!(Pool::new(&bad, &defaults)
+            .unwrap_err()
+            .contains("dockerImage"));
+    }
+
+    #[test]
+    fn a_claimed_record_takes_the_members_id_and_a_defaulted_name() {
+        let defaults = Defaults::default();
+        let first = SandboxId::generate();
+        let spec = SandboxSpec::from_input(SpecInput::default(), &first, &defaults).unwrap();
+        let sb = Sandbox::new(
+            first.clone(),
+            stockade_core::AccountId::generate(),
+            None,
+            spec,
+            "local".into(),
+            Utc::now(),
+        );
+        let member = SandboxId::generate();
+        let claimed = claimed_record(&sb, &member, "c1".into());
+        assert_eq!(claimed.id, member);
+        assert_eq!(claimed.spec.name.as_str(), member.as_str());
+        assert_eq!(claimed.status, SandboxStatus::Running);
+        assert_eq!(claimed.container_id.as_deref(), Some("c1"));
+        let mut named = sb.clone();
+        named.spec.name = SandboxName::parse("mine").unwrap();
+        assert_eq!(
+            claimed_record(&named, &member, "c".into())
+                .spec
+                .name
+                .as_str(),
+            "mine"
+        );
+    }
+}
