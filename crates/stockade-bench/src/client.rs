@@ -170,9 +170,13 @@ impl Api {
             let chunk = chunk.context("logs: reading the stream")?;
             let mut rest: &[u8] = &chunk;
             while let Some(pos) = rest.iter().position(|b| *b == b'\n') {
-                partial.extend_from_slice(&rest[..pos]);
-                sse.line(&partial);
-                partial.clear();
+                if partial.is_empty() {
+                    sse.line(&rest[..pos]);
+                } else {
+                    partial.extend_from_slice(&rest[..pos]);
+                    sse.line(&partial);
+                    partial.clear();
+                }
                 rest = &rest[pos + 1..];
             }
             partial.extend_from_slice(rest);
@@ -188,7 +192,8 @@ impl Api {
 /// stdout`, `id: …`, `data: TEXT`), then a final `end` event.
 #[derive(Default)]
 struct SseCount {
-    event: Vec<u8>,
+    /// The current event is a log line (`stdout` or `stderr`).
+    in_line: bool,
     bytes: u64,
     lines: u64,
     ended: bool,
@@ -197,15 +202,15 @@ struct SseCount {
 impl SseCount {
     fn line(&mut self, line: &[u8]) {
         if let Some(event) = line.strip_prefix(b"event: ") {
-            self.event = event.to_vec();
+            self.in_line = event == b"stdout" || event == b"stderr";
             self.ended |= event == b"end";
         } else if let Some(text) = line.strip_prefix(b"data: ") {
-            if self.event == b"stdout" || self.event == b"stderr" {
+            if self.in_line {
                 self.bytes += text.len() as u64 + 1; // and the line's newline
                 self.lines += 1;
             }
         } else if line.is_empty() {
-            self.event.clear();
+            self.in_line = false;
         }
     }
 }

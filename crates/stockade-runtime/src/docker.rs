@@ -253,7 +253,7 @@ impl DockerRuntime {
         )
     }
 
-    fn unavailable(&self, detail: &str, permission_denied: bool) -> RuntimeError {
+    pub(crate) fn unavailable(&self, detail: &str, permission_denied: bool) -> RuntimeError {
         let mut msg = format!(
             "Docker daemon not reachable at {} ({}): {detail}. ",
             self.host, self.host_source

@@ -57,7 +57,10 @@ pub fn json_event(kind: &str, value: &impl serde::Serialize) -> Bytes {
     event(kind, None, &data)
 }
 
-fn single_line(s: &str) -> String {
+fn single_line(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['\r', '\n', '\0']) {
+        return std::borrow::Cow::Borrowed(s);
+    }
     s.chars()
         .filter(|c| !matches!(c, '\r' | '\n' | '\0'))
         .collect()
@@ -93,11 +96,20 @@ pub fn response(events: BoxStream<'static, Bytes>, keep_alive: Duration) -> Resp
     resp
 }
 
-/// Interleaves keep-alive comments into an idle stream.
+/// The most bytes of ready events sent as one chunk of the response body.
+const MAX_BATCH: usize = 64 * 1024;
+
+/// Interleaves keep-alive comments into an idle stream, and sends the
+/// events that are ready at the same moment as one chunk: a log of a
+/// million lines is not a million body chunks (each with its own framing,
+/// write and client-side decode), and nothing waits for a batch to fill.
 struct KeepAlive {
     inner: BoxStream<'static, Bytes>,
     interval: Duration,
     sleep: Pin<Box<Sleep>>,
+    /// When the last chunk went out; the timer is moved on lazily.
+    last_sent: Instant,
+    ended: bool,
 }
 
 impl KeepAlive {
@@ -107,6 +119,8 @@ impl KeepAlive {
             inner,
             interval,
             sleep: Box::pin(tokio::time::sleep(interval)),
+            last_sent: Instant::now(),
+            ended: false,
         }
     }
 }
@@ -116,19 +130,58 @@ impl Stream for KeepAlive {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let this = &mut *self;
-        match this.inner.poll_next_unpin(cx) {
-            Poll::Ready(Some(bytes)) => {
-                this.sleep.as_mut().reset(Instant::now() + this.interval);
-                Poll::Ready(Some(bytes))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match this.sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    this.sleep.as_mut().reset(Instant::now() + this.interval);
-                    Poll::Ready(Some(Bytes::from_static(KEEP_ALIVE)))
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        let mut batch: Option<Vec<u8>> = None;
+        let mut first: Option<Bytes> = None;
+        loop {
+            match this.inner.poll_next_unpin(cx) {
+                Poll::Ready(Some(bytes)) => match (&mut first, &mut batch) {
+                    (None, None) => first = Some(bytes),
+                    (Some(f), None) => {
+                        let mut b = Vec::with_capacity(MAX_BATCH.max(f.len() + bytes.len()));
+                        b.extend_from_slice(f);
+                        b.extend_from_slice(&bytes);
+                        first = None;
+                        batch = Some(b);
+                    }
+                    (_, Some(b)) => b.extend_from_slice(&bytes),
+                },
+                Poll::Ready(None) => {
+                    this.ended = true;
+                    break;
                 }
-                Poll::Pending => Poll::Pending,
-            },
+                Poll::Pending => break,
+            }
+            let size = batch
+                .as_ref()
+                .map_or_else(|| first.as_ref().map_or(0, Bytes::len), Vec::len);
+            if size >= MAX_BATCH {
+                break;
+            }
+        }
+        if let Some(out) = batch.map(Bytes::from).or(first) {
+            this.last_sent = Instant::now();
+            return Poll::Ready(Some(out));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        // Idle: a comment once nothing went out for the interval.
+        loop {
+            match this.sleep.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) => {
+                    let due = this.last_sent + this.interval;
+                    if Instant::now() >= due {
+                        this.last_sent = Instant::now();
+                        this.sleep.as_mut().reset(this.last_sent + this.interval);
+                        return Poll::Ready(Some(Bytes::from_static(KEEP_ALIVE)));
+                    }
+                    this.sleep.as_mut().reset(due);
+                }
+            }
         }
     }
 }
@@ -169,6 +222,43 @@ mod tests {
         assert!(wants_event_stream(&h));
         h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
         assert!(!wants_event_stream(&h));
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_go_out_as_one_chunk_and_nothing_waits() {
+        let events: Vec<Bytes> = (0..10_000)
+            .map(|i| event("stdout", Some(&format!("{i}-0")), "line"))
+            .collect();
+        let total: usize = events.iter().map(Bytes::len).sum();
+        let expected: Vec<u8> = events.iter().flat_map(|b| b.to_vec()).collect();
+        let mut s = KeepAlive::new(
+            futures_util::stream::iter(events).boxed(),
+            Duration::from_secs(60),
+        );
+        let mut chunks = Vec::new();
+        while let Some(c) = s.next().await {
+            assert!(c.len() <= MAX_BATCH + 64, "{}", c.len());
+            chunks.push(c);
+        }
+        assert!(
+            chunks.len() <= total / MAX_BATCH + 1,
+            "{} chunks",
+            chunks.len()
+        );
+        assert_eq!(chunks.concat(), expected, "every byte, in order");
+
+        // One event ready: it goes at once, alone.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let inner =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
+            )
+            .boxed();
+        let mut s = KeepAlive::new(inner, Duration::from_secs(60));
+        tx.send(Bytes::from_static(b"one")).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(1), s.next()).await;
+        assert_eq!(got.unwrap().unwrap(), "one");
     }
 
     #[tokio::test]
