@@ -507,28 +507,23 @@ impl DockerRuntime {
         Ok(created.id)
     }
 
-    async fn exec_inner(
+    /// Creates an exec for `spec` in the sandbox's container (with the
+    /// kill marker in its environment, when given) and starts it attached.
+    /// Returns the exec id and its attached streams.
+    pub(crate) async fn create_and_start_exec(
         &self,
         docker: &Docker,
         id: &SandboxId,
-        spec: ExecSpec,
-    ) -> RuntimeResult<ExecOutput> {
-        if spec.argv.is_empty() {
-            return Err(RuntimeError::Other(
-                "exec needs a command (argv is empty)".into(),
-            ));
-        }
-        let name = container_name(id);
-        let marker = spec
-            .timeout
-            .map(|_| InstanceId::generate().as_str().to_owned());
+        spec: &ExecSpec,
+        marker: Option<&str>,
+    ) -> RuntimeResult<(String, StartExecResults)> {
         let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        if let Some(m) = &marker {
+        if let Some(m) = marker {
             env.push(format!("{EXEC_MARKER_ENV}={m}"));
         }
         let created = docker
             .create_exec(
-                &name,
+                &container_name(id),
                 CreateExecOptions::<String> {
                     attach_stdin: Some(spec.stdin.is_some()),
                     attach_stdout: Some(true),
@@ -560,6 +555,27 @@ impl DockerRuntime {
                 Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
                 _ => self.map_err(e, "start exec"),
             })?;
+        Ok((created.id, started))
+    }
+
+    async fn exec_inner(
+        &self,
+        docker: &Docker,
+        id: &SandboxId,
+        spec: ExecSpec,
+    ) -> RuntimeResult<ExecOutput> {
+        if spec.argv.is_empty() {
+            return Err(RuntimeError::Other(
+                "exec needs a command (argv is empty)".into(),
+            ));
+        }
+        let name = container_name(id);
+        let marker = spec
+            .timeout
+            .map(|_| InstanceId::generate().as_str().to_owned());
+        let (exec_id, started) = self
+            .create_and_start_exec(docker, id, &spec, marker.as_deref())
+            .await?;
         let StartExecResults::Attached {
             mut output,
             mut input,
@@ -632,7 +648,7 @@ impl DockerRuntime {
         let mut exit_code = None;
         for attempt in 0..crate::docker_exec::EXIT_POLLS {
             let inspected = docker
-                .inspect_exec(&created.id)
+                .inspect_exec(&exec_id)
                 .await
                 .map_err(|e| self.map_err(e, "inspect exec"))?;
             if inspected.running != Some(true) {

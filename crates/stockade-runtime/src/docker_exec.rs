@@ -5,14 +5,14 @@
 use std::time::Duration;
 
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::docker::{container_name, error_chain, status_code, EXEC_MARKER_ENV};
+use crate::docker::{container_name, error_chain, status_code};
 use crate::{
     DockerRuntime, ExecEvent, ExecExit, ExecProcess, ExecSpec, RuntimeError, RuntimeResult,
 };
@@ -46,42 +46,9 @@ impl DockerRuntime {
         let docker = self.client().await?;
         let name = container_name(id);
         let marker = InstanceId::generate().as_str().to_owned();
-        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.push(format!("{EXEC_MARKER_ENV}={marker}"));
-        let created = docker
-            .create_exec(
-                &name,
-                CreateExecOptions::<String> {
-                    attach_stdin: Some(spec.stdin.is_some()),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    tty: Some(false),
-                    env: Some(env),
-                    cmd: Some(spec.argv.clone()),
-                    working_dir: spec.cwd.clone(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| match status_code(&e) {
-                Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
-                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
-                _ => self.map_err(e, "create exec"),
-            })?;
-        let started = docker
-            .start_exec(
-                &created.id,
-                Some(StartExecOptions {
-                    detach: false,
-                    tty: false,
-                    output_capacity: Some(64 * 1024),
-                }),
-            )
-            .await
-            .map_err(|e| match status_code(&e) {
-                Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
-                _ => self.map_err(e, "start exec"),
-            })?;
+        let (exec_id, started) = self
+            .create_and_start_exec(&docker, id, &spec, Some(&marker))
+            .await?;
         let StartExecResults::Attached { output, input } = started else {
             return Err(RuntimeError::Other("exec did not attach".into()));
         };
@@ -151,7 +118,7 @@ impl DockerRuntime {
                         kill_marked(&docker, &container, &kill_marker).await;
                     }
                     ExecExit {
-                        exit_code: exit_code(&docker, &created.id).await,
+                        exit_code: exit_code(&docker, &exec_id).await,
                         timed_out: false,
                         error,
                     }
