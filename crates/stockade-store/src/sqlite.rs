@@ -276,8 +276,10 @@ impl Store for SqliteStore {
         &self,
         token_hash: &str,
     ) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
+        // One round trip: this runs on every request.
         let row = sqlx::query(
-            "SELECT a.id, a.name, a.is_admin, a.created_at \
+            "SELECT a.id, a.name, a.is_admin, a.created_at, \
+             (SELECT group_concat(m.team_id, ',') FROM team_members m WHERE m.account_id = a.id) AS teams \
              FROM api_tokens t JOIN accounts a ON a.id = t.account_id \
              WHERE t.token_hash = ?",
         )
@@ -287,20 +289,18 @@ impl Store for SqliteStore {
         .map_err(map_err("look up token"))?;
         let Some(row) = row else { return Ok(None) };
         let account = account_from_row(&row)?;
-        let teams: Vec<String> = sqlx::query_scalar(
-            "SELECT team_id FROM team_members WHERE account_id = ? ORDER BY team_id",
-        )
-        .bind(account.id.as_str())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err(format_args!(
+        let teams: Option<String> = row.try_get("teams").map_err(map_err(format_args!(
             "list teams of account {}",
             account.id
         )))?;
-        let teams = teams
-            .iter()
+        let mut teams = teams
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .filter(|t| !t.is_empty())
             .map(|t| TeamId::parse(t).map_err(|e| other("corrupt team membership", e.message)))
             .collect::<StoreResult<Vec<_>>>()?;
+        teams.sort();
         Ok(Some((account, teams)))
     }
 

@@ -420,6 +420,19 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .unwrap()
         .unwrap();
     assert_eq!(found, bob);
+    // Several teams come back sorted, from the one lookup a request makes.
+    let carol_token = ApiToken::generate();
+    s.add_token(&carol.id, &carol_token.hash()).await.unwrap();
+    s.add_team_member(&platform.id, &carol.id).await.unwrap();
+    let (_, carol_teams) = s
+        .account_by_token_hash(&carol_token.hash())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut both = vec![platform.id.clone(), data.id.clone()];
+    both.sort();
+    assert_eq!(carol_teams, both);
+    s.remove_team_member(&platform.id, &carol.id).await.unwrap();
 
     let alice_scope = Scope {
         account_id: alice.id.clone(),
