@@ -51,6 +51,7 @@ impl FromRequestParts<AppState> for Caller {
         }
         let token = bearer(parts)?;
         let (account, team_ids) = state
+            .svc
             .store
             .account_by_token_hash(&hash_token(token))
             .await?

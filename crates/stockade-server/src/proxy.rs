@@ -508,6 +508,7 @@ async fn authorise(
         )));
     }
     let sb = state
+        .svc
         .store
         .get_sandbox(&Scope::account(claims.account_id.clone()), id)
         .await
@@ -537,7 +538,7 @@ async fn authorise(
             sb.status
         )));
     }
-    let ip: IpAddr = state.runtime.container_address(id).await?.ok_or_else(|| {
+    let ip: IpAddr = state.svc.runtime.container_address(id).await?.ok_or_else(|| {
         ApiError::SandboxUnavailable(format!(
             "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
         ))

@@ -24,7 +24,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use stockade_service::metrics::Metrics;
 
 /// How many requests one key may make per window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

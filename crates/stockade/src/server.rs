@@ -151,10 +151,10 @@ fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig
 fn warm_pool_config(
     args: &ServerArgs,
 ) -> anyhow::Result<(
-    stockade_server::pool::PoolConfig,
-    stockade_server::pool::Pool,
+    stockade_service::pool::PoolConfig,
+    stockade_service::pool::Pool,
 )> {
-    use stockade_server::pool::{Pool, PoolClassConfig, PoolConfig};
+    use stockade_service::pool::{Pool, PoolClassConfig, PoolConfig};
     let mut config = PoolConfig {
         drain_on_shutdown: args.warm_pool_drain,
         ..PoolConfig::default()
@@ -288,16 +288,17 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let mut config = ServerConfig {
         listen: args.listen,
         docker_host: docker_host.clone(),
-        max_file_bytes: args.max_file_bytes,
         rate_limit,
         metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
         ..ServerConfig::default()
     };
-    config.usage.volume_size_ttl = std::time::Duration::from_secs(args.volume_size_ttl_secs);
+    config.service.max_file_bytes = args.max_file_bytes;
+    config.service.usage.volume_size_ttl =
+        std::time::Duration::from_secs(args.volume_size_ttl_secs);
     let limits = describe_limits(&config.rate_limit);
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
-    config.defaults.image = args.default_image.clone();
+    config.service.defaults.image = args.default_image.clone();
     config.proxy_domain = match args
         .proxy_domain
         .as_deref()
@@ -310,24 +311,27 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     config.sandbox_token_ttl = std::time::Duration::from_secs(args.sandbox_token_ttl);
-    config.max_exec_output_bytes = usize::try_from(args.max_exec_output_bytes)
+    config.service.max_exec_output_bytes = usize::try_from(args.max_exec_output_bytes)
         .context("--max-exec-output-bytes is too large for this machine")?;
-    config.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
-    config.default_exec_timeout = config.default_exec_timeout.min(config.max_exec_timeout);
-    config.defaults.timeout_minutes = stockade_core::spec::parse_timeout_minutes(
+    config.service.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
+    config.service.default_exec_timeout = config
+        .service
+        .default_exec_timeout
+        .min(config.service.max_exec_timeout);
+    config.service.defaults.timeout_minutes = stockade_core::spec::parse_timeout_minutes(
         args.default_timeout_minutes,
         "--default-timeout-minutes",
     )
     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
-    config.pool = pool;
-    config.blob_store = args.objects.blob_config(&data_dir);
-    config.sources.deny_private_networks = args.objects.source_deny_private;
-    config.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
+    config.service.pool = pool;
+    config.service.blob_store = args.objects.blob_config(&data_dir);
+    config.service.sources.deny_private_networks = args.objects.source_deny_private;
+    config.service.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
         .context("could not create the admin account")?;
-    let objects = object_store_line(&config.blob_store);
+    let objects = object_store_line(&config.service.blob_store);
     let state = AppState::new(store, runtime.clone(), config)
         .await
         .context(

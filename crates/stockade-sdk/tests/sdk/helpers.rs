@@ -89,9 +89,9 @@ pub async fn server_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServe
         listen: "127.0.0.1:0".parse().unwrap(),
         ..ServerConfig::default()
     };
-    config.defaults.image =
+    config.service.defaults.image =
         std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
-    config.blob_store = stockade_blob::BlobConfig::Local {
+    config.service.blob_store = stockade_blob::BlobConfig::Local {
         dir: dir.path().join("blobs"),
     };
     configure(&mut config);
@@ -100,7 +100,7 @@ pub async fn server_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServe
         .await
         .unwrap();
     let state = AppState::new(store, runtime, config).await.unwrap();
-    let instance = state.instance_id.to_string();
+    let instance = state.svc.instance_id.to_string();
     let server = stockade_server::spawn(state).await.unwrap();
     let client = Client::new(format!("http://{}", server.addr), token).unwrap();
     TestServer {

@@ -45,6 +45,7 @@ pub async fn create(
 ) -> ApiResult<(StatusCode, Json<CreateAccountResponse>)> {
     check_account_name(&req.name)?;
     let account = state
+        .svc
         .store
         .create_account(&req.name, req.is_admin)
         .await
@@ -55,7 +56,11 @@ pub async fn create(
             other => other.into(),
         })?;
     let token = ApiToken::generate();
-    state.store.add_token(&account.id, &token.hash()).await?;
+    state
+        .svc
+        .store
+        .add_token(&account.id, &token.hash())
+        .await?;
     tracing::info!(new_account.id = %account.id, name = %account.name, "account created");
     Ok((
         StatusCode::CREATED,
@@ -74,7 +79,7 @@ pub async fn list(
     State(state): State<AppState>,
     _admin: AdminCaller,
 ) -> ApiResult<Json<ListAccountsResponse>> {
-    let accounts = state.store.list_accounts().await?;
+    let accounts = state.svc.store.list_accounts().await?;
     Ok(Json(ListAccountsResponse {
         accounts: accounts.iter().map(AccountResponse::from).collect(),
     }))

@@ -18,8 +18,8 @@ use crate::AppState;
 pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
     let timeout = Duration::from_secs(5);
     let (docker, db) = tokio::join!(
-        tokio::time::timeout(timeout, state.runtime.info()),
-        tokio::time::timeout(timeout, state.store.ping()),
+        tokio::time::timeout(timeout, state.svc.runtime.info()),
+        tokio::time::timeout(timeout, state.svc.store.ping()),
     );
     let docker = match docker {
         Ok(Ok(info)) => DockerHealth {
@@ -41,17 +41,17 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     let database = match db {
         Ok(Ok(())) => DatabaseHealth {
             status: "healthy".into(),
-            backend: state.store.backend().into(),
+            backend: state.svc.store.backend().into(),
             error: None,
         },
         Ok(Err(e)) => DatabaseHealth {
             status: "unhealthy".into(),
-            backend: state.store.backend().into(),
+            backend: state.svc.store.backend().into(),
             error: Some(e.to_string()),
         },
         Err(_) => DatabaseHealth {
             status: "unhealthy".into(),
-            backend: state.store.backend().into(),
+            backend: state.svc.store.backend().into(),
             error: Some(format!(
                 "the database did not answer within {} s",
                 timeout.as_secs()

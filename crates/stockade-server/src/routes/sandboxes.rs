@@ -17,7 +17,8 @@ use tracing::instrument;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
-use crate::{lifecycle, AppState};
+use crate::AppState;
+use stockade_service::lifecycle;
 
 fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
     Json(SandboxResponse::from_record(sb, Utc::now()))
@@ -46,12 +47,13 @@ pub async fn create(
 ) -> ApiResult<Response> {
     let key = idempotency_key(&headers)?;
     // Every field is checked before a source is fetched (a clone can be long).
-    let sb = lifecycle::prepare(&state, &caller, &req)?;
+    let sb = lifecycle::prepare(&state.svc, &caller.scope, &req)?;
     let Some(key) = key else {
         tracing::Span::current().record("sandbox.id", sb.id.as_str());
-        let (spec_req, source) = crate::sources::resolve(&state, &caller, &req).await?;
-        let sb = lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id)?;
-        let sb = lifecycle::create_from(&state, sb, None, source).await?;
+        let (spec_req, source) =
+            stockade_service::sources::resolve(&state.svc, &caller.scope, &req).await?;
+        let sb = lifecycle::prepare_with_id(&state.svc, &caller.scope, &spec_req, sb.id)?;
+        let sb = lifecycle::create_from(&state.svc, sb, None, source).await?;
         return Ok((StatusCode::CREATED, respond(&sb)).into_response());
     };
     let hash = stockade_core::account::sha256_hex(
@@ -59,7 +61,7 @@ pub async fn create(
     );
     let account = caller.account.id.clone();
     loop {
-        if let Some((first_hash, id)) = state.store.get_idempotency_key(&account, &key).await? {
+        if let Some((first_hash, id)) = state.svc.store.get_idempotency_key(&account, &key).await? {
             if first_hash != hash {
                 return Err(ApiError::IdempotencyMismatch(format!(
                     "Idempotency-Key '{key}' was already used with different parameters"
@@ -72,6 +74,7 @@ pub async fn create(
             return Ok(resp);
         }
         match state
+            .svc
             .store
             .insert_idempotency_key(&account, &key, &hash, &sb.id)
             .await
@@ -84,9 +87,9 @@ pub async fn create(
     }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     let idem = lifecycle::IdempotencyKey { account, key };
-    let resolved = match crate::sources::resolve(&state, &caller, &req).await {
+    let resolved = match stockade_service::sources::resolve(&state.svc, &caller.scope, &req).await {
         Ok((spec_req, source)) => {
-            lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id.clone())
+            lifecycle::prepare_with_id(&state.svc, &caller.scope, &spec_req, sb.id.clone())
                 .map(|sb| (sb, source))
         }
         Err(e) => Err(e),
@@ -96,16 +99,17 @@ pub async fn create(
         Err(e) => {
             // The create never started: a retry with this key may try again.
             if let Err(de) = state
+                .svc
                 .store
                 .delete_idempotency_key(&idem.account, &idem.key)
                 .await
             {
                 tracing::error!(error = %de, "could not forget the idempotency key of a failed create");
             }
-            return Err(e);
+            return Err(e.into());
         }
     };
-    let sb = lifecycle::create_from(&state, sb, Some(idem), source).await?;
+    let sb = lifecycle::create_from(&state.svc, sb, Some(idem), source).await?;
     Ok((StatusCode::CREATED, respond(&sb)).into_response())
 }
 
@@ -135,7 +139,7 @@ async fn replay(
 ) -> ApiResult<stockade_core::Sandbox> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     loop {
-        match state.store.get_sandbox(&caller.scope, id).await {
+        match state.svc.store.get_sandbox(&caller.scope, id).await {
             Ok(sb)
                 if !matches!(
                     sb.status,
@@ -148,6 +152,7 @@ async fn replay(
             Err(e) => return Err(e.into()),
         }
         if state
+            .svc
             .store
             .get_idempotency_key(&caller.account.id, key)
             .await?
@@ -268,7 +273,11 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListSandboxesResponse>> {
     let filter = parse_list_query(raw.as_deref())?;
-    let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+    let page = state
+        .svc
+        .store
+        .list_sandboxes(&caller.scope, &filter)
+        .await?;
     let now = Utc::now();
     let shown = (filter.page as u64 - 1) * filter.per_page as u64 + page.sandboxes.len() as u64;
     Ok(Json(ListSandboxesResponse {
@@ -296,9 +305,9 @@ pub async fn get(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
-    state.usage.fill(&sb, &mut details).await;
+    state.svc.usage.fill(&sb, &mut details).await;
     if details.volume.size_bytes.is_none() {
         super::volumes::fill_volume_size(&state, &mut details).await; // VOL-4
     }
@@ -316,8 +325,8 @@ pub async fn start(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    let sb = lifecycle::start(&state, sb).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = lifecycle::start(&state.svc, sb).await?;
     Ok(respond(&sb))
 }
 
@@ -334,11 +343,11 @@ pub async fn stop(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let mut grace = state.config.stop_grace;
+    let mut grace = state.svc.config.stop_grace;
     for (k, v) in query_pairs(raw.as_deref()) {
         match k.as_str() {
             "timeout" => {
-                let max = state.config.max_stop_grace.as_secs();
+                let max = state.svc.config.max_stop_grace.as_secs();
                 let secs = v.parse::<u64>().ok().filter(|s| *s <= max).ok_or_else(|| {
                     ApiError::field("timeout", format!("must be whole seconds from 0 to {max}"))
                 })?;
@@ -347,8 +356,8 @@ pub async fn stop(
             other => return Err(ApiError::field(other, "unknown query parameter")),
         }
     }
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    let sb = lifecycle::stop(&state, sb, grace).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = lifecycle::stop(&state.svc, sb, grace).await?;
     Ok(respond(&sb))
 }
 
@@ -384,15 +393,15 @@ pub async fn destroy(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
     let (preserve, sync) = parse_preserve(raw.as_deref())?;
-    let mut sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let mut sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     if sync {
         // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
-        sb = crate::workspace_sync::sync(&state, sb).await?;
+        sb = stockade_service::workspace_sync::sync(&state.svc, sb).await?;
     }
-    let sb = lifecycle::destroy(&state, sb, preserve).await?;
+    let sb = lifecycle::destroy(&state.svc, sb, preserve).await?;
     // Images of deleted snapshots this sandbox was made from may go now.
     let gc = state.clone();
-    tokio::spawn(async move { crate::snapshots::collect_garbage(&gc).await });
+    tokio::spawn(async move { stockade_service::snapshots::collect_garbage(&gc.svc).await });
     Ok(respond(&sb))
 }
 
@@ -424,7 +433,7 @@ pub async fn bulk_delete(
     for id in &req.ids {
         match SandboxId::parse_field(id, "ids") {
             Err(e) => targets.push(Err((id.clone(), e.into()))),
-            Ok(sid) => match state.store.get_sandbox(&caller.scope, &sid).await {
+            Ok(sid) => match state.svc.store.get_sandbox(&caller.scope, &sid).await {
                 Ok(sb) => targets.push(Ok(sb)),
                 Err(e) => targets.push(Err((id.clone(), e.into()))),
             },
@@ -439,7 +448,11 @@ pub async fn bulk_delete(
             per_page: MAX as u32,
             ..Default::default()
         };
-        let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+        let page = state
+            .svc
+            .store
+            .list_sandboxes(&caller.scope, &filter)
+            .await?;
         for sb in page.sandboxes {
             if !targets.iter().any(|t| matches!(t, Ok(s) if s.id == sb.id)) {
                 targets.push(Ok(sb));
@@ -456,7 +469,7 @@ pub async fn bulk_delete(
             },
             Ok(sb) => {
                 let id = sb.id.to_string();
-                match lifecycle::destroy(&state, sb, req.preserve_volume).await {
+                match lifecycle::destroy(&state.svc, sb, req.preserve_volume).await {
                     Ok(_) => BulkDeleteResult {
                         id,
                         deleted: true,
@@ -465,7 +478,7 @@ pub async fn bulk_delete(
                     Err(e) => BulkDeleteResult {
                         id,
                         deleted: false,
-                        error: Some(e.detail()),
+                        error: Some(ApiError::from(e).detail()),
                     },
                 }
             }

@@ -24,7 +24,8 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, Caller};
-use crate::{lifecycle, AppState};
+use crate::AppState;
+use stockade_service::lifecycle;
 
 /// The routes of this module (relative to `/api/v1`).
 pub fn routes() -> Router<AppState> {
@@ -94,9 +95,9 @@ pub async fn update(
              environmentVars, cpuCores, memoryGB",
         ));
     }
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     // Bad input is a 400 whatever state the sandbox is in.
-    patch.apply(&sb.spec, &state.config.defaults)?;
+    patch.apply(&sb.spec, &state.svc.config.defaults)?;
     ensure_updatable(&sb)?;
     let (saved, live_limits) = apply(&state, &caller.scope, sb, &patch).await?;
     let (applied, notes) = explain(&patch, &saved, live_limits);
@@ -117,15 +118,16 @@ async fn apply(
     mut current: Sandbox,
     patch: &SpecPatch,
 ) -> ApiResult<(Sandbox, bool)> {
-    let defaults = &state.config.defaults;
+    let defaults = &state.svc.config.defaults;
     let limits_given = patch.cpu_cores.is_some() || patch.memory_gb.is_some();
     let mut applied_limits = None;
     let mut live = false;
     if limits_given {
-        if let Some(container) = state.runtime.inspect(&current.id).await? {
+        if let Some(container) = state.svc.runtime.inspect(&current.id).await? {
             let target = patch.apply(&current.spec, defaults)?;
             let limits = (target.cpu_cores, target.memory_bytes());
             state
+                .svc
                 .runtime
                 .update_resources(&current.id, limits.0, limits.1)
                 .await?;
@@ -144,10 +146,10 @@ async fn apply(
             let start = current.started_at.unwrap_or_else(Utc::now);
             next.session_expires_at = next.session_deadline(start);
         }
-        match state.store.update_sandbox(&next).await {
+        match state.svc.store.update_sandbox(&next).await {
             Ok(saved) => break saved,
             Err(StoreError::Conflict(message)) => {
-                let fresh = state.store.get_sandbox(scope, &current.id).await?;
+                let fresh = state.svc.store.get_sandbox(scope, &current.id).await?;
                 if fresh.version == current.version {
                     // Not a concurrent writer: the new name is taken.
                     return Err(ApiError::Conflict(match &patch.name {
@@ -177,6 +179,7 @@ async fn apply(
                 break;
             }
             if let Err(e) = state
+                .svc
                 .runtime
                 .update_resources(&record.id, want.0, want.1)
                 .await
@@ -185,7 +188,7 @@ async fn apply(
                 break;
             }
             applied = want;
-            record = state.store.get_sandbox(scope, &record.id).await?;
+            record = state.svc.store.get_sandbox(scope, &record.id).await?;
         }
     }
     Ok((saved, live))

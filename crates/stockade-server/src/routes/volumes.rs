@@ -127,13 +127,15 @@ impl Volume {
 /// never taken for an orphan.
 async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
     let infos: Vec<VolumeInfo> = state
+        .svc
         .runtime
         .list_volumes()
         .await?
         .into_iter()
-        .filter(|v| v.instance_id.as_deref() == Some(state.instance_id.as_str()))
+        .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id.as_str()))
         .collect();
     let live: HashMap<SandboxId, Sandbox> = state
+        .svc
         .store
         .list_active_sandboxes()
         .await?
@@ -146,7 +148,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         let live = live.get(&sandbox_id).cloned();
         let record = match live {
             Some(_) => None,
-            None => state.store.sandbox_owner(&sandbox_id).await?,
+            None => state.svc.store.sandbox_owner(&sandbox_id).await?,
         };
         if info.pool_member && live.is_none() && record.is_none() {
             // A warm-pool member (SCALE-3): nobody's yet, never listed.
@@ -315,6 +317,7 @@ pub async fn delete_one(
 
 async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
     state
+        .svc
         .runtime
         .remove_volume(&volume.info.name)
         .await
@@ -400,7 +403,7 @@ pub async fn fill_volume_size(state: &AppState, resp: &mut SandboxResponse) {
     };
     let size = tokio::time::timeout(
         DETAILS_SIZE_WAIT,
-        state.runtime.volume_size(&name, DETAILS_SIZE_MAX_AGE),
+        state.svc.runtime.volume_size(&name, DETAILS_SIZE_MAX_AGE),
     )
     .await;
     if let Ok(Ok(Some(bytes))) = size {

@@ -847,7 +847,7 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
 async fn uploads_over_the_limit_are_413() {
     const LIMIT: u64 = 1024 * 1024;
     let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| c.max_file_bytes = LIMIT)),
+        configure: Some(Box::new(|c| c.service.max_file_bytes = LIMIT)),
         ..Default::default()
     })
     .await;

@@ -71,16 +71,16 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
         docker_host,
         ..ServerConfig::default()
     };
-    config.defaults.image = test_image();
+    config.service.defaults.image = test_image();
     config.proxy_domain = Some(PROXY_DOMAIN.into());
     if let Some(configure) = opts.configure {
         configure(&mut config);
     }
-    config.blob_store = opts
-        .blob_store
-        .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
-            dir: dir.path().join("blobs"),
-        });
+    config.service.blob_store =
+        opts.blob_store
+            .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
+                dir: dir.path().join("blobs"),
+            });
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await
@@ -182,7 +182,7 @@ impl TestApp {
     }
 
     pub fn instance_id(&self) -> String {
-        self.state.instance_id.to_string()
+        self.state.svc.instance_id.to_string()
     }
 
     /// Containers of this app's instance, as Docker lists them.
@@ -223,7 +223,7 @@ impl Drop for TestApp {
         // A warm-pool member being made when the test ended would outlive
         // the cleanup below: give the fills in flight a moment to finish.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.state.pool.filling() > 0 && std::time::Instant::now() < deadline {
+        while self.state.svc.pool.filling() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         if self.cleanup_on_drop {

@@ -11,39 +11,34 @@ use stockade_store::StoreError;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::error::{ApiError, ApiResult};
-use crate::extract::Caller;
-use crate::AppState;
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
 
 /// Loads a sandbox the caller may see: unknown → 404, another account's → 403.
-pub async fn load(state: &AppState, scope: &Scope, id: &str) -> ApiResult<Sandbox> {
+pub async fn load(svc: &Service, scope: &Scope, id: &str) -> ServiceResult<Sandbox> {
     let id = SandboxId::parse_field(id, "sandbox_id")?;
-    Ok(state.store.get_sandbox(scope, &id).await?)
+    Ok(svc.store.get_sandbox(scope, &id).await?)
 }
 
 /// Validates a create request into a record in PROVISIONING (not yet saved).
-pub fn prepare(
-    state: &AppState,
-    caller: &Caller,
-    req: &CreateSandboxRequest,
-) -> ApiResult<Sandbox> {
-    prepare_with_id(state, caller, req, SandboxId::generate())
+pub fn prepare(svc: &Service, scope: &Scope, req: &CreateSandboxRequest) -> ServiceResult<Sandbox> {
+    prepare_with_id(svc, scope, req, SandboxId::generate())
 }
 
 /// [`prepare`] for a sandbox whose id was chosen already.
 pub fn prepare_with_id(
-    state: &AppState,
-    caller: &Caller,
+    svc: &Service,
+    scope: &Scope,
     req: &CreateSandboxRequest,
     id: SandboxId,
-) -> ApiResult<Sandbox> {
-    let spec = SandboxSpec::from_input(req.spec_input(), &id, &state.config.defaults)?;
+) -> ServiceResult<Sandbox> {
+    let spec = SandboxSpec::from_input(req.spec_input(), &id, &svc.config.defaults)?;
     let team_id = match &req.team_id {
         None => None,
         Some(t) => {
             let team = TeamId::parse_field(t, "teamId")?;
-            if !caller.scope.team_ids.contains(&team) {
-                return Err(ApiError::field(
+            if !scope.team_ids.contains(&team) {
+                return Err(ServiceError::field(
                     "teamId",
                     format!("you are not a member of team '{team}'"),
                 ));
@@ -53,19 +48,19 @@ pub fn prepare_with_id(
     };
     Ok(Sandbox::new(
         id,
-        caller.account.id.clone(),
+        scope.account_id.clone(),
         team_id,
         spec,
-        state.runtime.server_name(),
+        svc.runtime.server_name(),
         Utc::now(),
     ))
 }
 
-fn container_spec(state: &AppState, sb: &Sandbox) -> ContainerSpec {
+fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
     ContainerSpec {
         sandbox_id: sb.id.clone(),
         account_id: sb.account_id.clone(),
-        instance_id: state.instance_id.clone(),
+        instance_id: svc.instance_id.clone(),
         image: sb.spec.docker_image.clone(),
         command: sb.spec.command_argv(),
         env: sb.spec.environment_vars.clone(),
@@ -94,25 +89,25 @@ pub struct IdempotencyKey {
 /// (the client disconnected, so this future was dropped), the task rolls the
 /// create back when it finishes: no container, volume or record stays (LC-12).
 pub async fn create(
-    state: &AppState,
+    svc: &Service,
     sandbox: Sandbox,
     idempotency: Option<IdempotencyKey>,
-) -> ApiResult<Sandbox> {
-    create_from(state, sandbox, idempotency, None).await
+) -> ServiceResult<Sandbox> {
+    create_from(svc, sandbox, idempotency, None).await
 }
 
 /// [`create`] with a source (LC-9, LC-10, LC-11): its archive is unpacked
 /// into `/workspace` before the container starts, and a failure there rolls
 /// the create back like any runtime failure.
 pub async fn create_from(
-    state: &AppState,
+    svc: &Service,
     sandbox: Sandbox,
     idempotency: Option<IdempotencyKey>,
     source: Option<crate::sources::PreparedSource>,
-) -> ApiResult<Sandbox> {
+) -> ServiceResult<Sandbox> {
     let abandoned = CancellationToken::new();
     let guard = abandoned.clone().drop_guard();
-    let state = state.clone();
+    let svc = svc.clone();
     let result = tokio::spawn(async move {
         let id = sandbox.id.clone();
         let (archive, after) = match source {
@@ -122,30 +117,30 @@ pub async fn create_from(
         // SCALE-3: a create without a source may come from the warm pool
         // (not with an idempotency key: it names the sandbox id up front).
         let poolable = archive.is_none() && idempotency.is_none();
-        let mut result = create_inner(&state, sandbox, &abandoned, archive, poolable).await;
+        let mut result = create_inner(&svc, sandbox, &abandoned, archive, poolable).await;
         if result.is_err() {
-            forget_key(&state, idempotency.as_ref()).await;
+            forget_key(&svc, idempotency.as_ref()).await;
         } else if abandoned.is_cancelled() {
             // A sandbox from the pool has the member's id.
             let id = result.as_ref().map_or(id, |sb| sb.id.clone());
             warn!(sandbox.id = %id, "the client went away during create; rolling it back");
-            rollback(&state, &id).await;
-            forget_key(&state, idempotency.as_ref()).await;
-            result = Err(ApiError::Conflict("the create was cancelled".into()));
+            rollback(&svc, &id).await;
+            forget_key(&svc, idempotency.as_ref()).await;
+            result = Err(ServiceError::Conflict("the create was cancelled".into()));
         }
         if let Some(after) = after {
-            crate::sources::finish(&state, after, result.is_ok()).await;
+            crate::sources::finish(&svc, after, result.is_ok()).await;
         }
         result
     })
     .await;
     guard.disarm();
-    result.map_err(|e| ApiError::Internal(format!("create task failed: {e}")))?
+    result.map_err(|e| ServiceError::Internal(format!("create task failed: {e}")))?
 }
 
-async fn forget_key(state: &AppState, key: Option<&IdempotencyKey>) {
+async fn forget_key(svc: &Service, key: Option<&IdempotencyKey>) {
     if let Some(k) = key {
-        if let Err(e) = state.store.delete_idempotency_key(&k.account, &k.key).await {
+        if let Err(e) = svc.store.delete_idempotency_key(&k.account, &k.key).await {
             error!(account.id = %k.account, error = %e, "could not forget the idempotency key of a failed create");
         }
     }
@@ -155,10 +150,10 @@ async fn forget_key(state: &AppState, key: Option<&IdempotencyKey>) {
 /// When the container cannot be removed the record stays, soft-deleted, so
 /// that reconciliation removes the container later (and a warm-pool member
 /// that was claimed never looks unclaimed again).
-async fn rollback(state: &AppState, id: &SandboxId) {
-    if let Err(e) = state.runtime.remove(id, false).await {
+async fn rollback(svc: &Service, id: &SandboxId) {
+    if let Err(e) = svc.runtime.remove(id, false).await {
         error!(sandbox.id = %id, error = %e, "rollback: could not remove the container; keeping its record as TERMINATED for reconciliation");
-        match state.store.soft_delete_sandbox(id, Utc::now()).await {
+        match svc.store.soft_delete_sandbox(id, Utc::now()).await {
             Ok(()) | Err(StoreError::NotFound) => {}
             Err(e) => {
                 error!(sandbox.id = %id, error = %e, "rollback: could not mark the record TERMINATED")
@@ -166,51 +161,50 @@ async fn rollback(state: &AppState, id: &SandboxId) {
         }
         return;
     }
-    match state.store.purge_sandbox(id).await {
+    match svc.store.purge_sandbox(id).await {
         Ok(()) | Err(StoreError::NotFound) => {}
         Err(e) => error!(sandbox.id = %id, error = %e, "rollback: could not remove the record"),
     }
 }
 
 async fn create_inner(
-    state: &AppState,
+    svc: &Service,
     mut sb: Sandbox,
     abandoned: &CancellationToken,
     archive: Option<stockade_runtime::ByteStream>,
     poolable: bool,
-) -> ApiResult<Sandbox> {
-    let _timer = state.metrics.time_operation("create");
+) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("create");
     if poolable {
-        if let Some(served) = crate::pool::claim(state, &sb).await {
+        if let Some(served) = crate::pool::claim(svc, &sb).await {
             return served;
         }
     }
-    state.store.insert_sandbox(&sb).await.map_err(|e| match e {
-        StoreError::Conflict(_) => ApiError::Conflict(format!(
+    svc.store.insert_sandbox(&sb).await.map_err(|e| match e {
+        StoreError::Conflict(_) => ServiceError::Conflict(format!(
             "A sandbox named '{}' already exists in this account",
             sb.spec.name
         )),
         other => other.into(),
     })?;
     if abandoned.is_cancelled() {
-        rollback(state, &sb.id).await;
-        return Err(ApiError::Conflict("the create was cancelled".into()));
+        rollback(svc, &sb.id).await;
+        return Err(ServiceError::Conflict("the create was cancelled".into()));
     }
     let created = match archive {
         Some(archive) => {
-            state
-                .runtime
-                .create_with_workspace(&container_spec(state, &sb), archive)
+            svc.runtime
+                .create_with_workspace(&container_spec(svc, &sb), archive)
                 .await
         }
-        None => state.runtime.create(&container_spec(state, &sb)).await,
+        None => svc.runtime.create(&container_spec(svc, &sb)).await,
     };
     let container_id = match created {
         Ok(cid) => cid,
         Err(e) => {
-            state.metrics.docker_error("create", &e);
+            svc.metrics.docker_error("create", &e);
             warn!(sandbox.id = %sb.id, error = %e, "runtime create failed; removing the record");
-            if let Err(pe) = state.store.purge_sandbox(&sb.id).await {
+            if let Err(pe) = svc.store.purge_sandbox(&sb.id).await {
                 error!(sandbox.id = %sb.id, error = %pe, "could not remove the record of a failed create");
             }
             return Err(e.into());
@@ -221,15 +215,15 @@ async fn create_inner(
     sb.status = SandboxStatus::Running;
     sb.started_at = Some(now);
     sb.session_expires_at = sb.session_deadline(now); // LC-7: the first session
-    match state.store.update_sandbox(&sb).await {
+    match svc.store.update_sandbox(&sb).await {
         Ok(saved) => {
             info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
             Ok(saved)
         }
         Err(e) => {
             error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
-            rollback(state, &sb.id).await;
-            Err(ApiError::Database(format!(
+            rollback(svc, &sb.id).await;
+            Err(ServiceError::Database(format!(
                 "The sandbox could not be saved, so it was removed again: {e}"
             )))
         }
@@ -237,12 +231,12 @@ async fn create_inner(
 }
 
 /// Writes a status change; a failed write is logged and the operation goes on (DB-4).
-async fn record_status(state: &AppState, sb: Sandbox) -> Sandbox {
-    match state.store.update_sandbox(&sb).await {
+async fn record_status(svc: &Service, sb: Sandbox) -> Sandbox {
+    match svc.store.update_sandbox(&sb).await {
         Ok(saved) => saved,
         Err(StoreError::Conflict(_)) => {
             // Someone else wrote in between: retry once on the fresh record.
-            match state
+            match svc
                 .store
                 .get_sandbox(&Scope::account(sb.account_id.clone()), &sb.id)
                 .await
@@ -257,7 +251,7 @@ async fn record_status(state: &AppState, sb: Sandbox) -> Sandbox {
                         (SandboxStatus::Running, Some(t)) => fresh.session_deadline(t),
                         _ => sb.session_expires_at,
                     };
-                    match state.store.update_sandbox(&fresh).await {
+                    match svc.store.update_sandbox(&fresh).await {
                         Ok(saved) => saved,
                         Err(e) => {
                             error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed");
@@ -278,9 +272,9 @@ async fn record_status(state: &AppState, sb: Sandbox) -> Sandbox {
     }
 }
 
-fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
+fn ensure_not_terminated(sb: &Sandbox) -> ServiceResult<()> {
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is terminated; create a new one",
             sb.id
         )));
@@ -289,25 +283,25 @@ fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
 }
 
 /// Starts a sandbox; one that is already running is returned as it is (LC-3).
-pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
-    let _timer = state.metrics.time_operation("start");
+pub async fn start(svc: &Service, mut sb: Sandbox) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("start");
     ensure_not_terminated(&sb)?;
     if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created",
             sb.id
         )));
     }
-    let state_now = state
+    let state_now = svc
         .runtime
         .inspect(&sb.id)
         .await
-        .inspect_err(|e| state.metrics.docker_error("inspect", e))?;
+        .inspect_err(|e| svc.metrics.docker_error("inspect", e))?;
     let Some(container) = state_now else {
         sb.status = SandboxStatus::Error;
         sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
-        record_status(state, sb.clone()).await;
-        return Err(ApiError::Conflict(format!(
+        record_status(svc, sb.clone()).await;
+        return Err(ServiceError::Conflict(format!(
             "The container of sandbox {} no longer exists on its Docker host; its /workspace volume may still be listed under volumes",
             sb.id
         )));
@@ -317,16 +311,14 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
     }
     if !container.running {
         // LC-8: the environment as updated since create, for the main process.
-        state
-            .runtime
+        svc.runtime
             .set_main_process_env(&sb.id, &sb.spec.environment_vars)
             .await
-            .inspect_err(|e| state.metrics.docker_error("start", e))?;
-        state
-            .runtime
+            .inspect_err(|e| svc.metrics.docker_error("start", e))?;
+        svc.runtime
             .start(&sb.id)
             .await
-            .inspect_err(|e| state.metrics.docker_error("start", e))?;
+            .inspect_err(|e| svc.metrics.docker_error("start", e))?;
     }
     let now = Utc::now();
     sb.status = SandboxStatus::Running;
@@ -334,26 +326,26 @@ pub async fn start(state: &AppState, mut sb: Sandbox) -> ApiResult<Sandbox> {
     sb.started_at = Some(now);
     sb.stopped_at = None;
     sb.session_expires_at = sb.session_deadline(now); // LC-7: a new session
-    Ok(record_status(state, sb).await)
+    Ok(record_status(svc, sb).await)
 }
 
 /// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4).
-pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResult<Sandbox> {
-    let _timer = state.metrics.time_operation("stop");
+pub async fn stop(svc: &Service, mut sb: Sandbox, grace: Duration) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("stop");
     ensure_not_terminated(&sb)?;
     if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created",
             sb.id
         )));
     }
-    match state.runtime.stop(&sb.id, grace).await {
+    match svc.runtime.stop(&sb.id, grace).await {
         Ok(()) => {}
         Err(RuntimeError::NotFound(_)) => {
             sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
         }
         Err(e) => {
-            state.metrics.docker_error("stop", &e);
+            svc.metrics.docker_error("stop", &e);
             return Err(e.into());
         }
     }
@@ -363,24 +355,23 @@ pub async fn stop(state: &AppState, mut sb: Sandbox, grace: Duration) -> ApiResu
     sb.status = SandboxStatus::Stopped;
     sb.stopped_at = Some(Utc::now());
     sb.session_expires_at = None; // the session ends with the stop
-    Ok(record_status(state, sb).await)
+    Ok(record_status(svc, sb).await)
 }
 
 /// Destroys a sandbox (LC-5, DB-5): runtime terminate → TERMINATED → soft
 /// delete. If the runtime fails the record stays as it was.
-pub async fn destroy(state: &AppState, sb: Sandbox, preserve_volume: bool) -> ApiResult<Sandbox> {
-    let _timer = state.metrics.time_operation("destroy");
+pub async fn destroy(svc: &Service, sb: Sandbox, preserve_volume: bool) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("destroy");
     if sb.status == SandboxStatus::Provisioning {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created; delete it once create returns",
             sb.id
         )));
     }
-    state
-        .runtime
+    svc.runtime
         .remove(&sb.id, preserve_volume)
         .await
-        .inspect_err(|e| state.metrics.docker_error("remove", e))?;
+        .inspect_err(|e| svc.metrics.docker_error("remove", e))?;
     if sb.deleted_at.is_some() {
         return Ok(sb);
     }
@@ -389,7 +380,7 @@ pub async fn destroy(state: &AppState, sb: Sandbox, preserve_volume: bool) -> Ap
     done.status = SandboxStatus::Terminated;
     done.terminated_at = Some(now);
     done.deleted_at = Some(now);
-    if let Err(e) = state.store.soft_delete_sandbox(&sb.id, now).await {
+    if let Err(e) = svc.store.soft_delete_sandbox(&sb.id, now).await {
         error!(sandbox.id = %sb.id, error = %e, "the container was removed but the record could not be marked TERMINATED");
         return Err(e.into());
     }

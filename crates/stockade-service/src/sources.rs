@@ -35,9 +35,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 
 use crate::config::SourceLimits;
-use crate::error::{ApiError, ApiResult};
-use crate::extract::Caller;
-use crate::{lifecycle, snapshots, AppState};
+use crate::error::{ServiceError, ServiceResult};
+use crate::{lifecycle, snapshots, Service};
+use stockade_core::Scope;
 
 /// The most entries an archive may hold.
 const MAX_ENTRIES: u64 = 1_000_000;
@@ -63,14 +63,14 @@ pub enum AfterCreate {
 
 /// A fork's internal snapshot, released when dropped if nobody did.
 pub struct ForkSnapshot {
-    state: AppState,
+    svc: Service,
     snapshot: Option<Snapshot>,
 }
 
 impl ForkSnapshot {
     async fn release(mut self) {
         if let Some(s) = self.snapshot.take() {
-            snapshots::release_fork_snapshot(&self.state, s).await;
+            snapshots::release_fork_snapshot(&self.svc, s).await;
         }
     }
 }
@@ -78,21 +78,21 @@ impl ForkSnapshot {
 impl Drop for ForkSnapshot {
     fn drop(&mut self) {
         if let Some(s) = self.snapshot.take() {
-            let state = self.state.clone();
+            let svc = self.svc.clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { snapshots::release_fork_snapshot(&state, s).await });
+                handle.spawn(async move { snapshots::release_fork_snapshot(&svc, s).await });
             }
         }
     }
 }
 
 /// Runs the follow-up of a finished create.
-pub async fn finish(state: &AppState, after: AfterCreate, created: bool) {
+pub async fn finish(svc: &Service, after: AfterCreate, created: bool) {
     match after {
         AfterCreate::Nothing => {}
         AfterCreate::ConsumeUpload(key) => {
             if created {
-                if let Err(e) = state.blobs.delete(&key).await {
+                if let Err(e) = svc.blobs.delete(&key).await {
                     warn!(key, error = %e, "could not remove a used upload; it expires on its own");
                 }
             }
@@ -105,14 +105,14 @@ pub async fn finish(state: &AppState, after: AfterCreate, created: bool) {
 /// (for snapshots and forks: their image; for a fork: the source's settings
 /// where the request gives none) and the prepared archive.
 pub async fn resolve(
-    state: &AppState,
-    caller: &Caller,
+    svc: &Service,
+    scope: &Scope,
     req: &CreateSandboxRequest,
-) -> ApiResult<(CreateSandboxRequest, Option<PreparedSource>)> {
+) -> ServiceResult<(CreateSandboxRequest, Option<PreparedSource>)> {
     let Some(source) = &req.source else {
         return Ok((req.clone(), None));
     };
-    let limits = &state.config.sources;
+    let limits = &svc.config.sources;
     match source {
         SandboxSource::Git { url, git_ref } => {
             let url = parse_url(url, &["https", "http", "git"], limits).await?;
@@ -142,17 +142,17 @@ pub async fn resolve(
         }
         SandboxSource::Upload { upload_id } => {
             let id = UploadId::parse_field(upload_id, "source.uploadId")?;
-            let key = upload_key(&caller.account.id, &id);
-            let meta = state.blobs.head(&key).await?.ok_or_else(|| {
-                ApiError::NotFound(format!("Upload {id} not found (or already used)"))
+            let key = upload_key(&scope.account_id, &id);
+            let meta = svc.blobs.head(&key).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!("Upload {id} not found (or already used)"))
             })?;
             if expired(meta.last_modified, limits.upload_ttl) {
-                let _ = state.blobs.delete(&key).await;
-                return Err(ApiError::NotFound(format!(
+                let _ = svc.blobs.delete(&key).await;
+                return Err(ServiceError::NotFound(format!(
                     "Upload {id} has expired; upload the archive again"
                 )));
             }
-            let (_, archive) = state.blobs.get_stream(&key).await?;
+            let (_, archive) = svc.blobs.get_stream(&key).await?;
             Ok((
                 req.clone(),
                 Some(PreparedSource {
@@ -163,18 +163,17 @@ pub async fn resolve(
         }
         SandboxSource::Snapshot { snapshot_id } => {
             refuse_image_fields(req, "snapshot")?;
-            let snapshot =
-                snapshots::load(state, &caller.scope, snapshot_id, "source.snapshotId").await?;
+            let snapshot = snapshots::load(svc, scope, snapshot_id, "source.snapshotId").await?;
             if !snapshot.is_usable() {
-                return Err(ApiError::Conflict(format!(
+                return Err(ServiceError::Conflict(format!(
                     "Snapshot {} is {}; only a READY snapshot can be restored",
                     snapshot.id, snapshot.status
                 )));
             }
             let key = snapshot.blob_key.clone().ok_or_else(|| {
-                ApiError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
+                ServiceError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
             })?;
-            let (_, archive) = state.blobs.get_stream(&key).await?;
+            let (_, archive) = svc.blobs.get_stream(&key).await?;
             let mut req = req.clone();
             req.docker_image = Some(snapshot.image_ref.clone());
             Ok((
@@ -188,20 +187,19 @@ pub async fn resolve(
         SandboxSource::Sandbox { sandbox_id } => {
             refuse_image_fields(req, "sandbox")?;
             let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
-            let from = lifecycle::load(state, &caller.scope, id.as_str()).await?;
-            let snapshot =
-                snapshots::capture(state, &caller.scope, &from, None, SnapshotKind::Fork).await?;
+            let from = lifecycle::load(svc, scope, id.as_str()).await?;
+            let snapshot = snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
             let image = snapshot.image_ref.clone();
             let guard = ForkSnapshot {
-                state: state.clone(),
+                svc: svc.clone(),
                 snapshot: Some(snapshot),
             };
-            let archive = match state.runtime.export_workspace(&from.id).await {
+            let archive = match svc.runtime.export_workspace(&from.id).await {
                 Ok(a) => a,
                 Err(e) => {
                     guard.release().await;
                     return Err(match e {
-                        RuntimeError::NotFound(_) => ApiError::Conflict(format!(
+                        RuntimeError::NotFound(_) => ServiceError::Conflict(format!(
                             "The container of sandbox {} no longer exists: nothing to fork",
                             from.id
                         )),
@@ -221,14 +219,14 @@ pub async fn resolve(
 }
 
 /// A snapshot or fork brings its own image.
-fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ApiResult<()> {
+fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ServiceResult<()> {
     let message =
         format!("cannot be combined with a source of type '{kind}', which brings its own image");
     if req.docker_image.is_some() {
-        return Err(ApiError::field("dockerImage", message));
+        return Err(ServiceError::field("dockerImage", message));
     }
     if req.runtime.is_some() {
-        return Err(ApiError::field("runtime", message));
+        return Err(ServiceError::field("runtime", message));
     }
     Ok(())
 }
@@ -279,8 +277,8 @@ fn expired(stored_at: chrono::DateTime<chrono::Utc>, ttl: Duration) -> bool {
 }
 
 /// Removes uploads older than their time to live; returns how many.
-pub async fn expire_uploads(state: &AppState) -> usize {
-    let listed = match state.blobs.list("uploads").await {
+pub async fn expire_uploads(svc: &Service) -> usize {
+    let listed = match svc.blobs.list("uploads").await {
         Ok(l) => l,
         Err(e) => {
             warn!(error = %e, "could not list uploads to expire");
@@ -289,8 +287,8 @@ pub async fn expire_uploads(state: &AppState) -> usize {
     };
     let mut removed = 0;
     for meta in listed {
-        if expired(meta.last_modified, state.config.sources.upload_ttl) {
-            match state.blobs.delete(&meta.key).await {
+        if expired(meta.last_modified, svc.config.sources.upload_ttl) {
+            match svc.blobs.delete(&meta.key).await {
                 Ok(()) => removed += 1,
                 Err(e) => warn!(key = meta.key, error = %e, "could not remove an expired upload"),
             }
@@ -304,8 +302,8 @@ pub async fn expire_uploads(state: &AppState) -> usize {
 /// A URL for the server to fetch: one of `schemes`, with a host; with
 /// `deny_private_networks`, not resolving to a private address. Errors name
 /// `source.url`.
-pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> ApiResult<Url> {
-    let bad = |m: String| ApiError::field("source.url", m);
+pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> ServiceResult<Url> {
+    let bad = |m: String| ServiceError::field("source.url", m);
     if raw.is_empty() || raw.len() > 2048 {
         return Err(bad("must be 1 to 2048 characters".into()));
     }
@@ -335,7 +333,9 @@ pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> Ap
             Ok(ip) => vec![ip],
             Err(_) => tokio::net::lookup_host((host.as_str(), port))
                 .await
-                .map_err(|e| ApiError::SourceFailed(format!("cannot resolve host '{host}': {e}")))?
+                .map_err(|e| {
+                    ServiceError::SourceFailed(format!("cannot resolve host '{host}': {e}"))
+                })?
                 .map(|a| a.ip())
                 .collect(),
         };
@@ -380,7 +380,7 @@ pub fn redacted(url: &Url) -> String {
 }
 
 /// A branch, tag or commit: `[A-Za-z0-9._/-]`, not starting with `-`.
-pub fn parse_git_ref(r: &str, field: &str) -> ApiResult<String> {
+pub fn parse_git_ref(r: &str, field: &str) -> ServiceResult<String> {
     let ok = !r.is_empty()
         && r.len() <= 255
         && !r.starts_with('-')
@@ -394,7 +394,7 @@ pub fn parse_git_ref(r: &str, field: &str) -> ApiResult<String> {
     if ok {
         Ok(r.to_owned())
     } else {
-        Err(ApiError::field(
+        Err(ServiceError::field(
             field,
             "must be a branch, tag or commit: 1 to 255 characters from [A-Za-z0-9._/-], not starting with '-'",
         ))
@@ -413,9 +413,9 @@ async fn clone_as_tar(
     limits: &SourceLimits,
     url: &Url,
     git_ref: Option<&str>,
-) -> ApiResult<ByteStream> {
+) -> ServiceResult<ByteStream> {
     let tmp = tempfile::tempdir()
-        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let repo = tmp.path().join("repo");
     let shown = redacted(url);
     let work = async {
@@ -482,7 +482,7 @@ async fn clone_as_tar(
     match tokio::time::timeout(limits.fetch_timeout, work).await {
         Ok(r) => r?,
         Err(_) => {
-            return Err(ApiError::SourceFailed(format!(
+            return Err(ServiceError::SourceFailed(format!(
                 "git clone of {shown} did not finish within {} s",
                 limits.fetch_timeout.as_secs()
             )))
@@ -508,15 +508,15 @@ async fn clone_as_tar(
             .map_err(|e| e.to_string())
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("packing the clone failed: {e}")))?
-    .map_err(|m| ApiError::SourceFailed(format!("git source {shown}: {m}")))?;
+    .map_err(|e| ServiceError::Internal(format!("packing the clone failed: {e}")))?
+    .map_err(|m| ServiceError::SourceFailed(format!("git source {shown}: {m}")))?;
     info!(url = %shown, git_ref, "repository cloned for a new sandbox");
     file_stream(tar_path, tmp).await
 }
 
 /// Runs git without prompts, user or system configuration, and with only
 /// the network transports allowed (no `file://`, no `ext::`).
-async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
+async fn run_git(home: &Path, args: &[&str], shown: &str) -> ServiceResult<()> {
     let mut cmd = tokio::process::Command::new("git");
     cmd.args([
         "-c",
@@ -549,11 +549,11 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
     .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            ApiError::Internal(
+            ServiceError::Internal(
                 "git is not installed on the Stockade server: install it (e.g. `apt-get install git`) to use git sources".into(),
             )
         } else {
-            ApiError::Internal(format!("cannot run git: {e}"))
+            ServiceError::Internal(format!("cannot run git: {e}"))
         }
     })?;
     let mut stderr = Vec::new();
@@ -563,7 +563,7 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
     let status = child
         .wait()
         .await
-        .map_err(|e| ApiError::Internal(format!("waiting for git failed: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("waiting for git failed: {e}")))?;
     if status.success() {
         return Ok(());
     }
@@ -573,7 +573,7 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    Err(ApiError::SourceFailed(format!(
+    Err(ServiceError::SourceFailed(format!(
         "git clone of {shown} failed: {}",
         if reason.is_empty() {
             format!("git exited with {status}")
@@ -604,18 +604,18 @@ fn dir_size(dir: &Path) -> std::io::Result<u64> {
 
 /// Downloads a tarball into a temporary file (at most
 /// `max_archive_bytes`), checks it, and returns it as a stream.
-async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStream> {
+async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<ByteStream> {
     let shown = redacted(url);
     let tmp = tempfile::tempdir()
-        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let path = tmp.path().join("download");
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .timeout(limits.fetch_timeout)
         .redirect(reqwest::redirect::Policy::limited(5))
         .build()
-        .map_err(|e| ApiError::Internal(format!("HTTP client: {e}")))?;
-    let failed = |m: String| ApiError::SourceFailed(format!("download of {shown} failed: {m}"));
+        .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
+    let failed = |m: String| ServiceError::SourceFailed(format!("download of {shown} failed: {m}"));
     let resp = client
         .get(url.clone())
         .send()
@@ -632,7 +632,7 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStr
     }
     let mut file = tokio::fs::File::create(&path)
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     let mut body = resp.bytes_stream();
     let mut total: u64 = 0;
     while let Some(chunk) = body.next().await {
@@ -645,15 +645,17 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStr
         }
         file.write_all(&chunk)
             .await
-            .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+            .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     }
     file.flush()
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     drop(file);
     check_archive_file(&path, limits.max_unpacked_bytes)
         .await
-        .map_err(|m| ApiError::SourceFailed(format!("the archive at {shown} is unusable: {m}")))?;
+        .map_err(|m| {
+            ServiceError::SourceFailed(format!("the archive at {shown} is unusable: {m}"))
+        })?;
     info!(url = %shown, bytes = total, "tarball downloaded for a new sandbox");
     file_stream(path, tmp).await
 }
@@ -752,10 +754,10 @@ pub fn check_archive<R: std::io::BufRead>(
 
 /// A file as a byte stream that keeps `guard` (its temporary directory)
 /// alive until the stream is dropped.
-async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ApiResult<ByteStream> {
+async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ServiceResult<ByteStream> {
     let file = tokio::fs::File::open(&path)
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot read a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot read a temporary file: {e}")))?;
     let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(move |chunk| {
         let _keep = &guard;
         chunk
@@ -878,7 +880,7 @@ mod tests {
                 .await
                 .unwrap_err();
             match e {
-                ApiError::Validation(v) => assert_eq!(v.0[0].field, "source.url", "{bad}"),
+                ServiceError::Validation(v) => assert_eq!(v.0[0].field, "source.url", "{bad}"),
                 other => panic!("{bad}: {other}"),
             }
         }

@@ -8,7 +8,7 @@ use stockade_core::{Sandbox, SandboxId, SandboxStatus};
 use stockade_runtime::{ManagedContainer, RuntimeError};
 use tracing::{debug, info, warn};
 
-use crate::AppState;
+use crate::Service;
 
 /// What one reconciliation pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -27,13 +27,13 @@ const PAGE: u32 = 500;
 /// The containers are listed first, then the records page by page. A
 /// record whose container is not in that (older) list is looked up once
 /// more before it is marked lost: it may have been created since.
-pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, RuntimeError> {
+pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeError> {
     let mut report = ReconcileReport::default();
-    let containers = state
+    let containers = svc
         .runtime
         .list_managed()
         .await
-        .inspect_err(|e| state.metrics.docker_error("list", e))?;
+        .inspect_err(|e| svc.metrics.docker_error("list", e))?;
     let by_id: HashMap<&SandboxId, &ManagedContainer> = containers
         .iter()
         .filter_map(|c| c.sandbox_id.as_ref().map(|id| (id, c)))
@@ -42,7 +42,7 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
     let mut after: Option<SandboxId> = None;
     let now = Utc::now();
     loop {
-        let page = match state
+        let page = match svc
             .store
             .list_active_sandboxes_page(after.as_ref(), PAGE)
             .await
@@ -58,21 +58,21 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
         after = page.last().map(|sb| sb.id.clone());
         for sb in page {
             active_ids.insert(sb.id.clone());
-            check_record(state, sb, &by_id, now, &mut report).await;
+            check_record(svc, sb, &by_id, now, &mut report).await;
         }
         if !more {
             break;
         }
     }
     for c in &containers {
-        if c.instance_id.as_deref() != Some(state.instance_id.as_str()) {
+        if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
             continue;
         }
         let Some(id) = &c.sandbox_id else { continue };
         if active_ids.contains(id) {
             continue;
         }
-        match state.store.sandbox_owner(id).await {
+        match svc.store.sandbox_owner(id).await {
             // Inserted after the records were read: a create, or a claim of
             // a warm-pool member (SCALE-3), in flight. Nothing to correct.
             Ok(Some(owner)) if !owner.deleted => {}
@@ -80,7 +80,7 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
                 // The record is terminated but its container survived (e.g. a
                 // crash mid-delete): finish the delete, keeping the volume.
                 info!(sandbox.id = %id, "reconcile: removing the container of a terminated sandbox");
-                if let Err(e) = state.runtime.remove(id, true).await {
+                if let Err(e) = svc.runtime.remove(id, true).await {
                     warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container");
                 }
             }
@@ -98,27 +98,27 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
 
 /// Corrects one record against its container (DB-6).
 async fn check_record(
-    state: &AppState,
+    svc: &Service,
     mut sb: Sandbox,
     containers: &HashMap<&SandboxId, &ManagedContainer>,
     now: chrono::DateTime<Utc>,
     report: &mut ReconcileReport,
 ) {
     report.checked += 1;
-    if sb.server != state.runtime.server_name() {
+    if sb.server != svc.runtime.server_name() {
         return;
     }
     let before = (sb.status, sb.status_reason.clone());
     match sb.status {
         SandboxStatus::Provisioning | SandboxStatus::Pending => {
             let age = now - sb.created_at;
-            if age.to_std().unwrap_or_default() > state.config.provisioning_grace {
+            if age.to_std().unwrap_or_default() > svc.config.orphan_grace {
                 warn!(sandbox.id = %sb.id, "reconcile: removing a create that never finished");
-                if let Err(e) = state.runtime.remove(&sb.id, false).await {
+                if let Err(e) = svc.runtime.remove(&sb.id, false).await {
                     warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned container");
                     return;
                 }
-                if let Err(e) = state.store.purge_sandbox(&sb.id).await {
+                if let Err(e) = svc.store.purge_sandbox(&sb.id).await {
                     warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned record");
                 }
                 report.abandoned_creates += 1;
@@ -133,7 +133,7 @@ async fn check_record(
         // Not listed and known to be lost: nothing to correct.
         None if sb.status == SandboxStatus::Error => return,
         // Not listed: gone, or made after the list (ask again).
-        None => match state.runtime.inspect(&sb.id).await {
+        None => match svc.runtime.inspect(&sb.id).await {
             Ok(c) => c.map(|c| c.running),
             Err(e) => {
                 debug!(sandbox.id = %sb.id, error = %e, "reconcile: could not inspect; skipping");
@@ -154,7 +154,7 @@ async fn check_record(
             sb.session_expires_at = sb.session_deadline(now); // LC-7
         }
         Some(false) if sb.status == SandboxStatus::Running => {
-            let detail = state.runtime.inspect(&sb.id).await.ok().flatten();
+            let detail = svc.runtime.inspect(&sb.id).await.ok().flatten();
             sb.status = SandboxStatus::Stopped;
             sb.stopped_at = detail.as_ref().and_then(|d| d.finished_at).or(Some(now));
             sb.status_reason = Some(match detail {
@@ -170,7 +170,7 @@ async fn check_record(
     }
     if (sb.status, sb.status_reason.clone()) != before {
         info!(sandbox.id = %sb.id, from = %before.0, to = %sb.status, reason = ?sb.status_reason, "reconcile: corrected status");
-        match state.store.update_sandbox(&sb).await {
+        match svc.store.update_sandbox(&sb).await {
             Ok(_) => report.corrected += 1,
             Err(e) => warn!(sandbox.id = %sb.id, error = %e, "reconcile: status write failed"),
         }
@@ -178,14 +178,14 @@ async fn check_record(
 }
 
 /// Runs [`reconcile_once`] every `config.reconcile_interval` until `shutdown`.
-pub async fn run_periodically(state: AppState, shutdown: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(state.config.reconcile_interval);
+pub async fn run_periodically(svc: Service, shutdown: tokio_util::sync::CancellationToken) {
+    let mut tick = tokio::time::interval(svc.config.reconcile_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                match reconcile_once(&state).await {
+                match reconcile_once(&svc).await {
                     Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers > 0 => info!(?r, "reconcile pass"),
                     Ok(_) => {}
                     Err(e) => debug!(error = %e, "reconcile skipped: Docker unavailable"),
@@ -204,7 +204,7 @@ mod tests {
     use stockade_store::{SqliteStore, Store};
 
     use super::*;
-    use crate::{AppState, ServerConfig};
+    use crate::{Service, ServiceConfig};
 
     fn spec(sb: &Sandbox, instance: &stockade_core::InstanceId) -> ContainerSpec {
         ContainerSpec {
@@ -230,13 +230,13 @@ mod tests {
                 .unwrap(),
         );
         let rt = FakeRuntime::new();
-        let config = ServerConfig {
+        let config = ServiceConfig {
             blob_store: stockade_blob::BlobConfig::Local {
                 dir: dir.path().join("blobs"),
             },
-            ..ServerConfig::default()
+            ..ServiceConfig::default()
         };
-        let state = AppState::new(store.clone(), Arc::new(rt.clone()), config)
+        let svc = Service::new(store.clone(), Arc::new(rt.clone()), config)
             .await
             .unwrap();
         let account = store.create_account("a", false).await.unwrap();
@@ -251,7 +251,7 @@ mod tests {
             sb.status = SandboxStatus::Running;
             store.insert_sandbox(&sb).await.unwrap();
             if i >= 3 {
-                rt.create(&spec(&sb, &state.instance_id)).await.unwrap();
+                rt.create(&spec(&sb, &svc.instance_id)).await.unwrap();
             }
             if (3..5).contains(&i) {
                 rt.stop(&sb.id, std::time::Duration::ZERO).await.unwrap();
@@ -261,7 +261,7 @@ mod tests {
         // A warm-pool member (no record) and a stray container (no record).
         rt.create_pool_member(&PoolMemberSpec {
             sandbox_id: SandboxId::generate(),
-            instance_id: state.instance_id.clone(),
+            instance_id: svc.instance_id.clone(),
             class: "c".into(),
             image: "busybox".into(),
             cpu_cores: 1.0,
@@ -283,9 +283,9 @@ mod tests {
             "local".into(),
             now(),
         );
-        rt.create(&spec(&stray, &state.instance_id)).await.unwrap();
+        rt.create(&spec(&stray, &svc.instance_id)).await.unwrap();
 
-        let report = reconcile_once(&state).await.unwrap();
+        let report = reconcile_once(&svc).await.unwrap();
         assert_eq!(report.checked, n);
         assert_eq!(report.corrected, 5);
         assert_eq!(
@@ -303,7 +303,7 @@ mod tests {
             assert_eq!(sb.status, want, "record {i}");
         }
         // A second pass finds nothing more to correct.
-        let again = reconcile_once(&state).await.unwrap();
+        let again = reconcile_once(&svc).await.unwrap();
         assert_eq!(again.corrected, 0);
     }
 

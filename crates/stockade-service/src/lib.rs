@@ -1,0 +1,124 @@
+//! Stockade's sandbox service: everything the platform does with sandboxes,
+//! over a [`Store`] and a [`Runtime`], without any knowledge of HTTP.
+//!
+//! Front-ends (the HTTP API, a compatibility API) are thin adapters: they
+//! authenticate a caller into a [`Scope`](stockade_core::Scope), turn their
+//! input into the service's types, call it, and map [`ServiceError`] to their
+//! own error shape.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use stockade_blob::{BlobStore, ObjectBlobStore};
+use stockade_core::InstanceId;
+use stockade_runtime::Runtime;
+use stockade_store::{Store, StoreError};
+use tokio_util::sync::CancellationToken;
+
+pub mod config;
+pub mod error;
+pub mod files;
+pub mod lifecycle;
+pub mod log_cursor;
+pub mod metrics;
+pub mod output;
+pub mod pool;
+pub mod processes;
+pub mod reconcile;
+pub mod sessions;
+pub mod snapshots;
+pub mod sources;
+pub mod usage;
+pub mod workspace_sync;
+
+pub use config::{ServiceConfig, SourceLimits};
+pub use error::{ServiceError, ServiceResult};
+
+/// The service: the store, the runtime, the object store and what this
+/// process keeps of its own (metrics, the warm pool, live usage, background
+/// processes). Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    pub store: Arc<dyn Store>,
+    pub runtime: Arc<dyn Runtime>,
+    pub config: Arc<ServiceConfig>,
+    /// This installation's id (kept in the database): the label on every
+    /// container and volume it makes.
+    pub instance_id: InstanceId,
+    /// Background processes started by exec (API-8).
+    pub processes: Arc<processes::ProcessRegistry>,
+    /// Prometheus metrics of this process (API-13).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Live usage and volume sizes for sandbox details (API-3).
+    pub usage: Arc<usage::Usage>,
+    /// Object store of snapshots, syncs and uploads (S3-1).
+    pub blobs: Arc<dyn BlobStore>,
+    /// The warm pool of pre-created sandboxes (SCALE-3).
+    pub pool: Arc<pool::Pool>,
+}
+
+impl Service {
+    pub async fn new(
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        config: ServiceConfig,
+    ) -> Result<Self, StoreError> {
+        let instance_id = store.instance_id().await?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let usage = Arc::new(usage::Usage::new(
+            runtime.clone(),
+            metrics.clone(),
+            config.usage.clone(),
+        ));
+        let blobs = ObjectBlobStore::open(&config.blob_store)
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
+        Ok(Self {
+            store,
+            runtime,
+            processes: Arc::new(processes::ProcessRegistry::new(
+                config.max_processes_per_sandbox,
+            )),
+            config: Arc::new(config),
+            instance_id,
+            metrics,
+            usage,
+            blobs: Arc::new(blobs),
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// Reconciles once, then starts the background tasks (reconciliation,
+    /// session timeouts, snapshot collection, the warm pool) until
+    /// `shutdown`. The returned handle ends when the tasks that must finish
+    /// their work (the warm pool's fills and drain) have.
+    pub async fn start_background(&self, shutdown: CancellationToken) -> Background {
+        match reconcile::reconcile_once(self).await {
+            Ok(r) => tracing::info!(?r, "startup reconciliation done"),
+            Err(e) => {
+                tracing::warn!(error = %e, "startup reconciliation skipped: Docker unavailable")
+            }
+        }
+        tokio::spawn(reconcile::run_periodically(self.clone(), shutdown.clone()));
+        tokio::spawn(sessions::run_periodically(self.clone(), shutdown.clone()));
+        tokio::spawn(snapshots::collect_periodically(
+            self.clone(),
+            shutdown.clone(),
+        ));
+        let pool = tokio::spawn(pool::run(self.clone(), shutdown));
+        Background { pool }
+    }
+}
+
+/// The background tasks of a running service.
+pub struct Background {
+    pool: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    /// Waits for the tasks that finish work after shutdown (warm-pool fills
+    /// and, if configured, its drain).
+    pub async fn finished(self) {
+        let _ = self.pool.await;
+    }
+}
