@@ -164,24 +164,44 @@ pub struct RunningServer {
 }
 
 /// Binds `config.listen`, starts the service's background work (which
-/// reconciles once first), and serves until `shutdown` is cancelled.
+/// recovers and reconciles first), and serves until `shutdown` is
+/// cancelled. Then (DB-14) it stops accepting, ends every event stream with
+/// an `end` event, waits up to `config.shutdown_grace` for requests in
+/// flight and for the background tasks, and returns. Operations still
+/// running are left to recovery (their leases run out).
 pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     let background = state.svc.start_background(shutdown.clone()).await;
+    let grace = state.config.shutdown_grace;
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
         // The peer address feeds the per-client rate limit.
-        let served = axum::serve(
+        let serve = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
-        .with_graceful_shutdown(async move { token.cancelled().await })
-        .await;
+        .with_graceful_shutdown(token.clone().cancelled_owned());
+        let deadline = async {
+            token.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        let served = tokio::select! {
+            served = serve => served,
+            () = deadline => {
+                tracing::warn!(grace_secs = grace.as_secs_f64(), "requests still in flight after the shutdown grace period; stopping anyway");
+                Ok(())
+            }
+        };
         // The warm pool finishes its fills (and drains, if configured).
-        background.finished().await;
+        if tokio::time::timeout(grace, background.finished())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background tasks did not finish within the shutdown grace period");
+        }
         served
     });
     Ok(RunningServer {

@@ -24,6 +24,12 @@ pub struct ServiceConfig {
     /// instance holding it dies, another finishes or rolls it back this long
     /// after its last heartbeat (DB-9).
     pub operation_lease: Duration,
+    /// How long an operation waits for another one in progress on the same
+    /// sandbox before it gives up with a conflict.
+    pub operation_wait: Duration,
+    /// How long a retried create waits for the first create with its
+    /// `Idempotency-Key` to finish.
+    pub create_wait: Duration,
     /// How long a labelled container without a record is left alone before
     /// reconciliation removes it (DB-10).
     pub orphan_grace: Duration,
@@ -91,6 +97,8 @@ impl Default for ServiceConfig {
             max_stop_grace: Duration::from_secs(600),
             reconcile_interval: Duration::from_secs(30),
             operation_lease: Duration::from_secs(15),
+            operation_wait: Duration::from_secs(120),
+            create_wait: Duration::from_secs(600),
             orphan_grace: Duration::from_secs(60),
             max_exec_output_bytes: 1024 * 1024,
             default_exec_timeout: Duration::from_secs(300),

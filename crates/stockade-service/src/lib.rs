@@ -18,16 +18,20 @@ use tokio_util::sync::CancellationToken;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod idempotency;
 pub mod lifecycle;
 pub mod log_cursor;
 pub mod metrics;
+pub mod operations;
 pub mod output;
 pub mod pool;
 pub mod processes;
 pub mod reconcile;
+pub mod recovery;
 pub mod sessions;
 pub mod snapshots;
 pub mod sources;
+pub mod update;
 pub mod usage;
 pub mod workspace_sync;
 
@@ -55,6 +59,12 @@ pub struct Service {
     pub blobs: Arc<dyn BlobStore>,
     /// The warm pool of pre-created sandboxes (SCALE-3).
     pub pool: Arc<pool::Pool>,
+    /// This process as the holder of durable operations (DB-9).
+    pub ops: Arc<operations::Operations>,
+    /// Cancelled when the service shuts down: no new operation begins.
+    pub shutdown: CancellationToken,
+    /// Containers without a record, and since when (reconciliation).
+    pub strays: Arc<reconcile::Strays>,
 }
 
 impl Service {
@@ -64,6 +74,7 @@ impl Service {
         config: ServiceConfig,
     ) -> Result<Self, StoreError> {
         let instance_id = store.instance_id().await?;
+        let config_lease = config.operation_lease;
         let metrics = Arc::new(metrics::Metrics::new());
         let usage = Arc::new(usage::Usage::new(
             runtime.clone(),
@@ -85,14 +96,42 @@ impl Service {
             usage,
             blobs: Arc::new(blobs),
             pool: Arc::new(pool),
+            ops: Arc::new(operations::Operations::new(config_lease)),
+            shutdown: CancellationToken::new(),
+            strays: Arc::default(),
         })
     }
 
-    /// Reconciles once, then starts the background tasks (reconciliation,
-    /// session timeouts, snapshot collection, the warm pool) until
-    /// `shutdown`. The returned handle ends when the tasks that must finish
+    /// Recovers what earlier runs left half-done and reconciles once, then
+    /// starts the background tasks (lease renewal, recovery,
+    /// reconciliation, session timeouts, snapshot collection, the warm
+    /// pool) until `shutdown`, which also stops new operations from
+    /// beginning. The returned handle ends when the tasks that must finish
     /// their work (the warm pool's fills and drain) have.
     pub async fn start_background(&self, shutdown: CancellationToken) -> Background {
+        {
+            let stop = self.shutdown.clone();
+            let outer = shutdown.clone();
+            tokio::spawn(async move {
+                outer.cancelled().await;
+                stop.cancel();
+            });
+        }
+        tokio::spawn(self.clone().renew_leases(shutdown.clone()));
+        // On SQLite (one instance) every recorded operation was left by
+        // this installation's previous process: recover them all now.
+        let first = recovery::recover_expired(self, self.store.backend() == "sqlite").await;
+        if first.recovered + first.failed > 0 {
+            tracing::info!(
+                ?first,
+                "recovered operations a previous run left unfinished"
+            );
+        }
+        tokio::spawn(recovery::run_periodically(
+            self.clone(),
+            (self.config.operation_lease / 3).max(std::time::Duration::from_millis(100)),
+            shutdown.clone(),
+        ));
         match reconcile::reconcile_once(self).await {
             Ok(r) => tracing::info!(?r, "startup reconciliation done"),
             Err(e) => {

@@ -1,17 +1,25 @@
-//! Sandbox lifecycle operations (LC-1..LC-6) over the store and the runtime,
-//! with the database as the single source of truth (DB-3..DB-5).
+//! Sandbox lifecycle (LC-1..LC-6, LC-12) as durable operations (DB-9,
+//! DB-13): each create, start, stop and delete is recorded before it touches
+//! Docker, waits for any other operation on the same sandbox, and ends
+//! together with its write to the record (see [`crate::operations`]). The
+//! database stays the single source of truth (DB-3..DB-5).
 
 use std::time::Duration;
 
 use chrono::Utc;
+use futures_util::StreamExt;
 use stockade_api::CreateSandboxRequest;
-use stockade_core::{AccountId, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId};
+use stockade_core::{
+    AccountId, OperationKind, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId,
+};
 use stockade_runtime::{ContainerSpec, RuntimeError};
-use stockade_store::StoreError;
+use stockade_store::{SandboxWrite, StoreError};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::error::{ServiceError, ServiceResult};
+use crate::operations::OpGuard;
+use crate::sources::PreparedSource;
 use crate::Service;
 
 /// Loads a sandbox the caller may see: unknown → 404, another account's → 403.
@@ -56,6 +64,57 @@ pub fn prepare_with_id(
     ))
 }
 
+/// Refuses resources the Docker host cannot give at all: more CPUs than it
+/// has, more memory than it has (a 400 naming the field, not Docker's
+/// error later). Hosts whose size the engine does not report are not checked.
+pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult<()> {
+    let Ok(info) = svc.runtime.info().await else {
+        return Ok(()); // Docker's own error comes at create
+    };
+    if let Some(cpus) = info.cpus.filter(|c| *c > 0) {
+        if spec.cpu_cores > f64::from(cpus) {
+            return Err(ServiceError::field(
+                "cpuCores",
+                format!(
+                    "{} CPUs asked, but server '{}' has {cpus}",
+                    spec.cpu_cores,
+                    svc.runtime.server_name()
+                ),
+            ));
+        }
+    }
+    if let Some(total) = info.memory_bytes.filter(|m| *m > 0) {
+        if spec.memory_bytes() as u64 > total {
+            return Err(ServiceError::field(
+                "memoryGB",
+                format!(
+                    "{} GB asked, but server '{}' has {}",
+                    spec.memory_gb,
+                    svc.runtime.server_name(),
+                    stockade_core::human_bytes(total)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A runtime error for a request whose `field` Docker refused as input
+/// (limits out of range) becomes a 400 naming the field; other errors stay.
+pub(crate) fn docker_refused(e: RuntimeError, field: &str) -> ServiceError {
+    match e {
+        RuntimeError::Other(m)
+            if m.contains("CPUs available")
+                || m.contains("Range of CPUs")
+                || m.contains("Minimum memory limit")
+                || m.contains("cannot be less than") =>
+        {
+            ServiceError::field(field, m)
+        }
+        other => other.into(),
+    }
+}
+
 fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
     ContainerSpec {
         sandbox_id: sb.id.clone(),
@@ -78,38 +137,64 @@ pub struct IdempotencyKey {
     pub key: String,
 }
 
-/// Creates a sandbox and returns it RUNNING (LC-1, LC-2).
-///
-/// The record is inserted first (PROVISIONING) so that the unique name is
-/// claimed before any container exists (DB-7). If the runtime fails the
-/// record is removed (DB-3); if the final status write fails the container
-/// and volume are removed and the error returned.
-///
-/// The work runs in its own task. If the caller goes away before it ends
-/// (the client disconnected, so this future was dropped), the task rolls the
-/// create back when it finishes: no container, volume or record stays (LC-12).
-pub async fn create(
-    svc: &Service,
-    sandbox: Sandbox,
-    idempotency: Option<IdempotencyKey>,
-) -> ServiceResult<Sandbox> {
-    create_from(svc, sandbox, idempotency, None).await
+/// What a create answered.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub sandbox: Sandbox,
+    /// An earlier create with the same `Idempotency-Key` made it.
+    pub replayed: bool,
 }
 
-/// [`create`] with a source (LC-9, LC-10, LC-11): its archive is unpacked
-/// into `/workspace` before the container starts, and a failure there rolls
-/// the create back like any runtime failure.
+/// Creates a sandbox as a client asks (API-2, LC-1, LC-2, LC-11): every
+/// field is checked first, then the source is fetched, then the sandbox is
+/// made and returned RUNNING. With `idempotency_key`, a retry returns what
+/// the first create made (see [`crate::idempotency`]).
+pub async fn create_sandbox(
+    svc: &Service,
+    scope: &Scope,
+    req: &CreateSandboxRequest,
+    idempotency_key: Option<&str>,
+) -> ServiceResult<Created> {
+    // Every field is checked before a source is fetched (a clone can be long).
+    let sb = prepare(svc, scope, req)?;
+    check_host_fits(svc, &sb.spec).await?;
+    tracing::Span::current().record("sandbox.id", sb.id.as_str());
+    match idempotency_key {
+        None => {
+            let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
+            let sb = prepare_with_id(svc, scope, &spec_req, sb.id)?;
+            let sandbox = create_from(svc, sb, None, source).await?;
+            Ok(Created {
+                sandbox,
+                replayed: false,
+            })
+        }
+        Some(key) => crate::idempotency::create_with_key(svc, scope, req, key, sb.id).await,
+    }
+}
+
+/// Creates `sandbox` (validated, PROVISIONING) and returns it RUNNING.
+///
+/// The record and the create operation are inserted together before any
+/// container exists, so the unique name is claimed first (DB-7) and a crash
+/// at any later point is rolled back by recovery (DB-9). If the runtime
+/// fails, the create is rolled back here at once (DB-3): no container,
+/// volume, record or idempotency key stays.
+///
+/// A `source` archive is unpacked into `/workspace` before the container
+/// starts (LC-9..LC-11). The work runs in its own task: if the caller goes
+/// away before it ends (the client disconnected, so this future was
+/// dropped), the task rolls the create back when it finishes (LC-12).
 pub async fn create_from(
     svc: &Service,
     sandbox: Sandbox,
     idempotency: Option<IdempotencyKey>,
-    source: Option<crate::sources::PreparedSource>,
+    source: Option<PreparedSource>,
 ) -> ServiceResult<Sandbox> {
     let abandoned = CancellationToken::new();
     let guard = abandoned.clone().drop_guard();
     let svc = svc.clone();
     let result = tokio::spawn(async move {
-        let id = sandbox.id.clone();
         let (archive, after) = match source {
             Some(s) => (Some(s.archive), Some(s.after)),
             None => (None, None),
@@ -117,17 +202,7 @@ pub async fn create_from(
         // SCALE-3: a create without a source may come from the warm pool
         // (not with an idempotency key: it names the sandbox id up front).
         let poolable = archive.is_none() && idempotency.is_none();
-        let mut result = create_inner(&svc, sandbox, &abandoned, archive, poolable).await;
-        if result.is_err() {
-            forget_key(&svc, idempotency.as_ref()).await;
-        } else if abandoned.is_cancelled() {
-            // A sandbox from the pool has the member's id.
-            let id = result.as_ref().map_or(id, |sb| sb.id.clone());
-            warn!(sandbox.id = %id, "the client went away during create; rolling it back");
-            rollback(&svc, &id).await;
-            forget_key(&svc, idempotency.as_ref()).await;
-            result = Err(ServiceError::Conflict("the create was cancelled".into()));
-        }
+        let result = create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency).await;
         if let Some(after) = after {
             crate::sources::finish(&svc, after, result.is_ok()).await;
         }
@@ -138,33 +213,8 @@ pub async fn create_from(
     result.map_err(|e| ServiceError::Internal(format!("create task failed: {e}")))?
 }
 
-async fn forget_key(svc: &Service, key: Option<&IdempotencyKey>) {
-    if let Some(k) = key {
-        if let Err(e) = svc.store.delete_idempotency_key(&k.account, &k.key).await {
-            error!(account.id = %k.account, error = %e, "could not forget the idempotency key of a failed create");
-        }
-    }
-}
-
-/// Removes the container, volume and record of a create that must not stay.
-/// When the container cannot be removed the record stays, soft-deleted, so
-/// that reconciliation removes the container later (and a warm-pool member
-/// that was claimed never looks unclaimed again).
-async fn rollback(svc: &Service, id: &SandboxId) {
-    if let Err(e) = svc.runtime.remove(id, false).await {
-        error!(sandbox.id = %id, error = %e, "rollback: could not remove the container; keeping its record as TERMINATED for reconciliation");
-        match svc.store.soft_delete_sandbox(id, Utc::now()).await {
-            Ok(()) | Err(StoreError::NotFound) => {}
-            Err(e) => {
-                error!(sandbox.id = %id, error = %e, "rollback: could not mark the record TERMINATED")
-            }
-        }
-        return;
-    }
-    match svc.store.purge_sandbox(id).await {
-        Ok(()) | Err(StoreError::NotFound) => {}
-        Err(e) => error!(sandbox.id = %id, error = %e, "rollback: could not remove the record"),
-    }
+fn cancelled() -> ServiceError {
+    ServiceError::Conflict("the create was cancelled".into())
 }
 
 async fn create_inner(
@@ -173,217 +223,301 @@ async fn create_inner(
     abandoned: &CancellationToken,
     archive: Option<stockade_runtime::ByteStream>,
     poolable: bool,
+    idempotency: Option<IdempotencyKey>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
     if poolable {
         if let Some(served) = crate::pool::claim(svc, &sb).await {
-            return served;
+            let claimed = served?;
+            if abandoned.is_cancelled() {
+                // A claimed member is the caller's: destroy it like any sandbox.
+                warn!(sandbox.id = %claimed.id, "the client went away during create; rolling it back");
+                destroy(svc, claimed, false).await?;
+                return Err(cancelled());
+            }
+            return Ok(claimed);
         }
     }
-    svc.store.insert_sandbox(&sb).await.map_err(|e| match e {
-        StoreError::Conflict(_) => ServiceError::Conflict(format!(
-            "A sandbox named '{}' already exists in this account",
-            sb.spec.name
-        )),
-        other => other.into(),
-    })?;
+    let params = match &idempotency {
+        Some(k) => serde_json::json!({ "idempotency_key": k.key }),
+        None => serde_json::json!({}),
+    };
+    let op = svc.new_operation(OperationKind::Create, &sb.id, &sb.account_id, params);
+    svc.store
+        .insert_sandbox_with_operation(&sb, &op)
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => ServiceError::Conflict(format!(
+                "A sandbox named '{}' already exists in this account",
+                sb.spec.name
+            )),
+            other => other.into(),
+        })?;
+    let guard = svc.hold_operation(op);
+    svc.crash_point("create.recorded")?;
     if abandoned.is_cancelled() {
-        rollback(svc, &sb.id).await;
-        return Err(ServiceError::Conflict("the create was cancelled".into()));
+        guard.abandon().await;
+        return Err(cancelled());
     }
+    let spec = container_spec(svc, &sb);
     let created = match archive {
-        Some(archive) => {
-            svc.runtime
-                .create_with_workspace(&container_spec(svc, &sb), archive)
-                .await
-        }
-        None => svc.runtime.create(&container_spec(svc, &sb)).await,
+        Some(archive) => svc.runtime.create_with_workspace(&spec, archive).await,
+        None => svc.runtime.create(&spec).await,
     };
     let container_id = match created {
         Ok(cid) => cid,
         Err(e) => {
             svc.metrics.docker_error("create", &e);
-            warn!(sandbox.id = %sb.id, error = %e, "runtime create failed; removing the record");
-            if let Err(pe) = svc.store.purge_sandbox(&sb.id).await {
-                error!(sandbox.id = %sb.id, error = %pe, "could not remove the record of a failed create");
-            }
-            return Err(e.into());
+            warn!(sandbox.id = %sb.id, error = %e, "runtime create failed; rolling the create back");
+            guard.abandon().await;
+            return Err(docker_refused(e, "cpuCores"));
         }
     };
-    let now = Utc::now();
+    svc.crash_point("create.container_made")?;
+    if abandoned.is_cancelled() {
+        warn!(sandbox.id = %sb.id, "the client went away during create; rolling it back");
+        guard.abandon().await;
+        return Err(cancelled());
+    }
     sb.container_id = Some(container_id);
-    sb.status = SandboxStatus::Running;
-    sb.started_at = Some(now);
-    sb.session_expires_at = sb.session_deadline(now); // LC-7: the first session
-    match svc.store.update_sandbox(&sb).await {
+    sb.mark_running(Utc::now()); // LC-7: the first session starts
+    match guard.finish_with_status(sb.clone()).await {
         Ok(saved) => {
             info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
             Ok(saved)
         }
         Err(e) => {
-            error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
-            rollback(svc, &sb.id).await;
+            // The guard went with the failed write: recovery rolls it back.
             Err(ServiceError::Database(format!(
-                "The sandbox could not be saved, so it was removed again: {e}"
+                "The sandbox could not be saved, so it is being removed again: {e}"
             )))
         }
     }
 }
 
-/// Writes a status change; a failed write is logged and the operation goes on (DB-4).
-async fn record_status(svc: &Service, sb: Sandbox) -> Sandbox {
-    match svc.store.update_sandbox(&sb).await {
-        Ok(saved) => saved,
-        Err(StoreError::Conflict(_)) => {
-            // Someone else wrote in between: retry once on the fresh record.
-            match svc
-                .store
-                .get_sandbox(&Scope::account(sb.account_id.clone()), &sb.id)
-                .await
-            {
-                Ok(mut fresh) => {
-                    fresh.status = sb.status;
-                    fresh.status_reason = sb.status_reason.clone();
-                    fresh.started_at = sb.started_at;
-                    fresh.stopped_at = sb.stopped_at;
-                    // A session opened here runs under the freshest timeout.
-                    fresh.session_expires_at = match (sb.status, sb.started_at) {
-                        (SandboxStatus::Running, Some(t)) => fresh.session_deadline(t),
-                        _ => sb.session_expires_at,
-                    };
-                    match svc.store.update_sandbox(&fresh).await {
-                        Ok(saved) => saved,
-                        Err(e) => {
-                            error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed");
-                            sb
-                        }
-                    }
-                }
-                Err(e) => {
-                    error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed");
-                    sb
-                }
-            }
-        }
-        Err(e) => {
-            error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "status write failed; continuing");
-            sb
-        }
-    }
+/// Re-reads a sandbox after its operation began (another one may have
+/// changed it while this one waited).
+async fn reload(svc: &Service, sb: &Sandbox) -> ServiceResult<Sandbox> {
+    Ok(svc
+        .store
+        .get_sandbox(&Scope::account(sb.account_id.clone()), &sb.id)
+        .await?)
 }
 
-fn ensure_not_terminated(sb: &Sandbox) -> ServiceResult<()> {
-    if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ServiceError::Conflict(format!(
-            "Sandbox {} is terminated; create a new one",
-            sb.id
-        )));
+fn terminated(sb: &Sandbox, what: &str) -> ServiceError {
+    ServiceError::Conflict(format!("Sandbox {} is terminated; {what}", sb.id))
+}
+
+/// Begins an operation of `kind` on `sb` and returns the guard with the
+/// record as it is now (after any operation ahead of this one).
+async fn begin(
+    svc: &Service,
+    kind: OperationKind,
+    sb: &Sandbox,
+    params: serde_json::Value,
+) -> ServiceResult<(OpGuard, Sandbox)> {
+    let op = svc.new_operation(kind, &sb.id, &sb.account_id, params);
+    let guard = svc.begin_operation(op).await?;
+    match reload(svc, sb).await {
+        Ok(fresh) => Ok((guard, fresh)),
+        Err(e) => {
+            guard.release().await;
+            Err(e)
+        }
     }
-    Ok(())
 }
 
 /// Starts a sandbox; one that is already running is returned as it is (LC-3).
-pub async fn start(svc: &Service, mut sb: Sandbox) -> ServiceResult<Sandbox> {
+pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("start");
-    ensure_not_terminated(&sb)?;
-    if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
-        return Err(ServiceError::Conflict(format!(
-            "Sandbox {} is still being created",
-            sb.id
-        )));
+    if sb.is_terminated() {
+        return Err(terminated(&sb, "create a new one"));
     }
-    let state_now = svc
-        .runtime
-        .inspect(&sb.id)
-        .await
-        .inspect_err(|e| svc.metrics.docker_error("inspect", e))?;
-    let Some(container) = state_now else {
-        sb.status = SandboxStatus::Error;
-        sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
-        record_status(svc, sb.clone()).await;
+    let (guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
+    if sb.is_terminated() {
+        guard.release().await;
+        return Err(terminated(&sb, "create a new one"));
+    }
+    let container = match svc.runtime.inspect(&sb.id).await {
+        Ok(c) => c,
+        Err(e) => {
+            svc.metrics.docker_error("inspect", &e);
+            guard.release().await;
+            return Err(e.into());
+        }
+    };
+    let Some(container) = container else {
+        sb.mark_error(format!("container not found on server '{}'", sb.server));
+        let saved = guard.finish_with_status(sb).await?;
         return Err(ServiceError::Conflict(format!(
             "The container of sandbox {} no longer exists on its Docker host; its /workspace volume may still be listed under volumes",
-            sb.id
+            saved.id
         )));
     };
     if container.running && sb.status == SandboxStatus::Running {
+        guard.release().await;
         return Ok(sb);
     }
     if !container.running {
         // LC-8: the environment as updated since create, for the main process.
-        svc.runtime
-            .set_main_process_env(&sb.id, &sb.spec.environment_vars)
-            .await
-            .inspect_err(|e| svc.metrics.docker_error("start", e))?;
-        svc.runtime
-            .start(&sb.id)
-            .await
-            .inspect_err(|e| svc.metrics.docker_error("start", e))?;
-    }
-    let now = Utc::now();
-    sb.status = SandboxStatus::Running;
-    sb.status_reason = None;
-    sb.started_at = Some(now);
-    sb.stopped_at = None;
-    sb.session_expires_at = sb.session_deadline(now); // LC-7: a new session
-    Ok(record_status(svc, sb).await)
-}
-
-/// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4).
-pub async fn stop(svc: &Service, mut sb: Sandbox, grace: Duration) -> ServiceResult<Sandbox> {
-    let _timer = svc.metrics.time_operation("stop");
-    ensure_not_terminated(&sb)?;
-    if sb.status == SandboxStatus::Provisioning || sb.status == SandboxStatus::Pending {
-        return Err(ServiceError::Conflict(format!(
-            "Sandbox {} is still being created",
-            sb.id
-        )));
-    }
-    match svc.runtime.stop(&sb.id, grace).await {
-        Ok(()) => {}
-        Err(RuntimeError::NotFound(_)) => {
-            sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
+        let started = async {
+            svc.runtime
+                .set_main_process_env(&sb.id, &sb.spec.environment_vars)
+                .await?;
+            svc.runtime.start(&sb.id).await
         }
-        Err(e) => {
-            svc.metrics.docker_error("stop", &e);
+        .await;
+        if let Err(e) = started {
+            svc.metrics.docker_error("start", &e);
+            guard.abandon().await; // the record converges to Docker's state
             return Err(e.into());
         }
     }
-    if sb.status == SandboxStatus::Stopped && sb.status_reason.is_none() {
-        return Ok(sb);
-    }
-    sb.status = SandboxStatus::Stopped;
-    sb.stopped_at = Some(Utc::now());
-    sb.session_expires_at = None; // the session ends with the stop
-    Ok(record_status(svc, sb).await)
+    svc.crash_point("start.started")?;
+    sb.mark_running(Utc::now()); // LC-7: a new session
+    guard.finish_with_status(sb).await
 }
 
-/// Destroys a sandbox (LC-5, DB-5): runtime terminate → TERMINATED → soft
-/// delete. If the runtime fails the record stays as it was.
-pub async fn destroy(svc: &Service, sb: Sandbox, preserve_volume: bool) -> ServiceResult<Sandbox> {
-    let _timer = svc.metrics.time_operation("destroy");
-    if sb.status == SandboxStatus::Provisioning {
-        return Err(ServiceError::Conflict(format!(
-            "Sandbox {} is still being created; delete it once create returns",
-            sb.id
-        )));
+/// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4). A stopped
+/// one is returned as it is.
+pub async fn stop(svc: &Service, sb: Sandbox, grace: Duration) -> ServiceResult<Sandbox> {
+    stop_because(svc, sb, grace, None).await
+}
+
+/// [`stop`], recording `reason` as the status reason (e.g. a session that
+/// timed out).
+pub async fn stop_because(
+    svc: &Service,
+    sb: Sandbox,
+    grace: Duration,
+    reason: Option<String>,
+) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("stop");
+    if sb.is_terminated() {
+        return Err(terminated(&sb, "create a new one"));
     }
-    svc.runtime
-        .remove(&sb.id, preserve_volume)
-        .await
-        .inspect_err(|e| svc.metrics.docker_error("remove", e))?;
+    let (guard, mut sb) = begin(svc, OperationKind::Stop, &sb, serde_json::json!({})).await?;
+    if sb.is_terminated() {
+        guard.release().await;
+        return Err(terminated(&sb, "create a new one"));
+    }
+    let mut reason = reason;
+    match svc.runtime.stop(&sb.id, grace).await {
+        Ok(()) => {}
+        Err(RuntimeError::NotFound(_)) => {
+            reason = Some(format!("container not found on server '{}'", sb.server));
+        }
+        Err(e) => {
+            svc.metrics.docker_error("stop", &e);
+            guard.abandon().await; // the record converges to Docker's state
+            return Err(e.into());
+        }
+    }
+    svc.crash_point("stop.stopped")?;
+    if sb.status == SandboxStatus::Stopped && sb.status_reason == reason {
+        guard.release().await;
+        return Ok(sb);
+    }
+    sb.mark_stopped(Utc::now(), reason);
+    guard.finish_with_status(sb).await
+}
+
+/// Destroys a sandbox (LC-5, DB-5): optional workspace sync (S3-2) →
+/// runtime terminate → TERMINATED and soft-deleted. If the sync or the
+/// runtime fails, the record stays as it was. Destroying a destroyed
+/// sandbox returns it as it is.
+pub async fn destroy(svc: &Service, sb: Sandbox, preserve_volume: bool) -> ServiceResult<Sandbox> {
+    destroy_with(svc, sb, preserve_volume, false).await
+}
+
+/// [`destroy`], first uploading `/workspace` to the object store when `sync`.
+pub async fn destroy_with(
+    svc: &Service,
+    sb: Sandbox,
+    preserve_volume: bool,
+    sync: bool,
+) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("destroy");
     if sb.deleted_at.is_some() {
         return Ok(sb);
     }
-    let now = Utc::now();
-    let mut done = sb.clone();
-    done.status = SandboxStatus::Terminated;
-    done.terminated_at = Some(now);
-    done.deleted_at = Some(now);
-    if let Err(e) = svc.store.soft_delete_sandbox(&sb.id, now).await {
-        error!(sandbox.id = %sb.id, error = %e, "the container was removed but the record could not be marked TERMINATED");
+    let params = serde_json::json!({ "preserve_volume": preserve_volume, "sync": sync });
+    let (guard, mut sb) = begin(svc, OperationKind::Delete, &sb, params).await?;
+    if sb.deleted_at.is_some() {
+        guard.release().await;
+        return Ok(sb);
+    }
+    if sync {
+        match crate::workspace_sync::sync(svc, sb).await {
+            Ok(synced) => sb = synced,
+            Err(e) => {
+                guard.release().await; // nothing deleted without its sync
+                return Err(e);
+            }
+        }
+        svc.crash_point("delete.synced")?;
+    }
+    if let Err(e) = svc.runtime.remove(&sb.id, preserve_volume).await {
+        svc.metrics.docker_error("remove", &e);
+        guard.release().await; // DB-5: the record stays as it was
         return Err(e.into());
     }
+    svc.crash_point("delete.removed")?;
+    let now = Utc::now();
+    guard
+        .finish(SandboxWrite::SoftDelete { id: &sb.id, at: now })
+        .await
+        .map_err(|e| {
+            ServiceError::Database(format!(
+                "The container was removed but the record could not be marked TERMINATED yet (it will be): {e}"
+            ))
+        })?;
+    sb.mark_terminated(now);
     info!(sandbox.id = %sb.id, preserve_volume, "sandbox destroyed");
-    Ok(done)
+    // Images of deleted snapshots this sandbox was made from may go now.
+    let gc = svc.clone();
+    tokio::spawn(async move { crate::snapshots::collect_garbage(&gc).await });
+    Ok(sb)
+}
+
+/// One sandbox's outcome in a bulk operation.
+#[derive(Debug)]
+pub struct BulkOutcome {
+    pub id: String,
+    pub result: ServiceResult<Sandbox>,
+}
+
+/// Destroys several sandboxes, a bounded number at once
+/// (`config.bulk_concurrency`). The work runs in its own task: it finishes
+/// even if the caller goes away. Results come in the order of `targets`.
+pub async fn destroy_many(
+    svc: &Service,
+    targets: Vec<Result<Sandbox, (String, ServiceError)>>,
+    preserve_volume: bool,
+) -> Vec<BulkOutcome> {
+    let svc = svc.clone();
+    let task = tokio::spawn(async move {
+        let limit = svc.config.bulk_concurrency.max(1);
+        futures_util::stream::iter(targets.into_iter().map(|t| {
+            let svc = svc.clone();
+            async move {
+                match t {
+                    Err((id, e)) => BulkOutcome { id, result: Err(e) },
+                    Ok(sb) => BulkOutcome {
+                        id: sb.id.to_string(),
+                        result: destroy(&svc, sb, preserve_volume).await,
+                    },
+                }
+            }
+        }))
+        .buffered(limit)
+        .collect::<Vec<_>>()
+        .await
+    });
+    task.await.unwrap_or_else(|e| {
+        vec![BulkOutcome {
+            id: String::new(),
+            result: Err(ServiceError::Internal(format!("bulk task failed: {e}"))),
+        }]
+    })
 }

@@ -1,7 +1,15 @@
-//! Reconciliation (DB-6): compares the records with what Docker runs, at
-//! start and periodically, and corrects the records.
+//! Reconciliation (DB-6, DB-10): compares the records with what Docker
+//! runs, at start and periodically, and corrects the records. Sandboxes
+//! with an operation in progress are left to it (or to recovery). A
+//! labelled container of this installation with no record at all was never
+//! handed to anyone (a create records its sandbox before it makes the
+//! container): it is removed once it has been seen that way for
+//! `orphan_grace`. Volumes are never removed here: one without a record is
+//! listed as orphaned and removed by a confirmed cleanup (VOL-5).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use chrono::Utc;
 use stockade_core::{Sandbox, SandboxId, SandboxStatus};
@@ -17,6 +25,30 @@ pub struct ReconcileReport {
     pub corrected: usize,
     pub abandoned_creates: usize,
     pub unknown_containers: usize,
+    /// Containers without a record removed after the grace period.
+    pub removed_containers: usize,
+}
+
+/// When each container without a record was first seen so (this process).
+#[derive(Debug, Default)]
+pub struct Strays(Mutex<HashMap<String, Instant>>);
+
+impl Strays {
+    /// Whether `container` has been seen without a record for `grace`;
+    /// remembers it from now otherwise.
+    fn overdue(&self, container: &str, grace: std::time::Duration) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.entry(container.to_owned())
+            .or_insert_with(Instant::now)
+            .elapsed()
+            >= grace
+    }
+
+    /// Forgets every container not in `present`.
+    fn keep_only(&self, present: &HashSet<&str>) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|c, _| present.contains(c.as_str()));
+    }
 }
 
 /// Records read at a time: the pass's memory does not grow with them.
@@ -38,6 +70,14 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
         .iter()
         .filter_map(|c| c.sandbox_id.as_ref().map(|id| (id, c)))
         .collect();
+    // Operations in progress: their sandboxes are theirs to change.
+    let busy: HashSet<String> = match svc.store.list_operations(10_000).await {
+        Ok(ops) => ops.into_iter().map(|op| op.target).collect(),
+        Err(e) => {
+            warn!(error = %e, "reconcile: could not list operations in progress");
+            return Ok(report);
+        }
+    };
     let mut active_ids: HashSet<SandboxId> = HashSet::new();
     let mut after: Option<SandboxId> = None;
     let now = Utc::now();
@@ -58,12 +98,17 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
         after = page.last().map(|sb| sb.id.clone());
         for sb in page {
             active_ids.insert(sb.id.clone());
+            if busy.contains(sb.id.as_str()) {
+                continue;
+            }
             check_record(svc, sb, &by_id, now, &mut report).await;
         }
         if !more {
             break;
         }
     }
+    svc.strays
+        .keep_only(&containers.iter().map(|c| c.container_id.as_str()).collect());
     for c in &containers {
         if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
             continue;
@@ -86,9 +131,20 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
             }
             // A warm-pool member: the pool looks after it (pool.rs).
             Ok(None) if c.pool_class.is_some() => {}
+            Ok(None) if busy.contains(id.as_str()) => {}
             Ok(None) => {
                 report.unknown_containers += 1;
-                warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record");
+                if !svc.strays.overdue(&c.container_id, svc.config.orphan_grace) {
+                    info!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record; removing it after the grace period");
+                    continue;
+                }
+                warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: removing a Stockade container that has no record (its volume stays, listed as orphaned)");
+                match svc.runtime.remove(id, true).await {
+                    Ok(()) => report.removed_containers += 1,
+                    Err(e) => {
+                        warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container")
+                    }
+                }
             }
             Err(e) => warn!(error = %e, "reconcile: record lookup failed"),
         }
@@ -186,7 +242,7 @@ pub async fn run_periodically(svc: Service, shutdown: tokio_util::sync::Cancella
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
                 match reconcile_once(&svc).await {
-                    Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers > 0 => info!(?r, "reconcile pass"),
+                    Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers + r.removed_containers > 0 => info!(?r, "reconcile pass"),
                     Ok(_) => {}
                     Err(e) => debug!(error = %e, "reconcile skipped: Docker unavailable"),
                 }

@@ -94,8 +94,8 @@ async fn expire(svc: &Service, mut sb: Sandbox) -> ServiceResult<Outcome> {
             svc.store.update_sandbox(&sb).await?;
             return Ok(Outcome::Closed);
         }
-        sb.status_reason = Some(TIMED_OUT.into());
-        let stopped = lifecycle::stop(svc, sb, svc.config.stop_grace).await?;
+        let stopped =
+            lifecycle::stop_because(svc, sb, svc.config.stop_grace, Some(TIMED_OUT.into())).await?;
         info!(sandbox.id = %stopped.id, "session timed out: sandbox stopped");
         return Ok(Outcome::Stopped);
     }

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use chrono::{SubsecRound, Utc};
 use stockade_core::{
-    Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId, SnapshotKind, SnapshotStatus,
+    OperationKind, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId, SnapshotKind,
+    SnapshotStatus,
 };
 use stockade_runtime::{labels, RuntimeError, SNAPSHOT_LABEL};
 use stockade_store::StoreError;
@@ -90,12 +91,28 @@ pub async fn capture(
         kind,
         Utc::now().trunc_subsecs(6),
     );
-    svc.store.insert_snapshot(&snapshot).await?;
+    // The source is held while it is captured: a stop or delete waits.
+    let op = svc.new_operation(
+        OperationKind::Snapshot,
+        &sb.id,
+        &sb.account_id,
+        serde_json::json!({ "snapshot_id": snapshot.id.to_string() }),
+    );
+    let guard = svc.begin_operation(op).await?;
+    if let Err(e) = svc.store.insert_snapshot(&snapshot).await {
+        guard.release().await;
+        return Err(e.into());
+    }
     let svc = svc.clone();
     // Its own task: it finishes (or cleans up) even if the caller goes away.
     tokio::spawn(async move {
         let id = snapshot.id.clone();
-        match capture_inner(&svc, snapshot.clone()).await {
+        let captured = capture_inner(&svc, snapshot.clone()).await;
+        if svc.crashed() {
+            return captured;
+        }
+        guard.release().await;
+        match captured {
             Ok(done) => {
                 info!(snapshot.id = %id, sandbox.id = %done.source_sandbox_id, kind = done.kind.as_str(), bytes = done.workspace_bytes, "snapshot captured");
                 Ok(done)
@@ -132,6 +149,7 @@ async fn capture_inner(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<S
         )
         .await
         .map_err(|e| missing_container(e, &snapshot))?;
+    svc.crash_point("snapshot.committed")?;
     if snapshot.kind == SnapshotKind::User {
         let key = Snapshot::blob_key_for(&snapshot.id);
         let workspace = svc

@@ -104,6 +104,17 @@ pub struct ServerArgs {
     /// next start takes them over).
     #[arg(long, env = "STOCKADE_WARM_POOL_DRAIN")]
     warm_pool_drain: bool,
+    /// Seconds an operation's lease lasts without a renewal: if this server
+    /// dies mid-operation, another instance (or this one after a restart)
+    /// finishes or rolls it back within about this long (1 to 300).
+    #[arg(long, env = "STOCKADE_OPERATION_LEASE", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
+    operation_lease: u64,
+    /// Seconds a stopping server waits for requests in flight before it
+    /// exits (event streams end at once with an `end` event).
+    #[arg(long, env = "STOCKADE_SHUTDOWN_GRACE", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    shutdown_grace: u64,
     #[command(flatten)]
     objects: ObjectStoreArgs,
 }
@@ -293,6 +304,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         ..ServerConfig::default()
     };
     config.service.max_file_bytes = args.max_file_bytes;
+    config.service.operation_lease = std::time::Duration::from_secs(args.operation_lease);
+    config.shutdown_grace = std::time::Duration::from_secs(args.shutdown_grace);
     config.service.usage.volume_size_ttl =
         std::time::Duration::from_secs(args.volume_size_ttl_secs);
     let limits = describe_limits(&config.rate_limit);

@@ -293,7 +293,11 @@ pub async fn exec(
             ev.next().await.map(|bytes| (bytes, ev))
         })
         .boxed();
-        return Ok(sse::response(events, state.config.sse_keep_alive));
+        return Ok(sse::response(
+            events,
+            state.config.sse_keep_alive,
+            &state.svc.shutdown,
+        ));
     }
 
     let limit = state.svc.config.max_exec_output_bytes;

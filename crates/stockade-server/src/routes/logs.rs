@@ -169,7 +169,11 @@ pub async fn logs(
             ev.next().await.map(|bytes| (bytes, ev))
         })
         .boxed();
-        return Ok(sse::response(events, state.config.sse_keep_alive));
+        return Ok(sse::response(
+            events,
+            state.config.sse_keep_alive,
+            &state.svc.shutdown,
+        ));
     }
     let (lines, has_more, truncated) = collect(lines, resume, q.tail, MAX_JSON_BYTES).await?;
     Ok(Json(LogsResponse {

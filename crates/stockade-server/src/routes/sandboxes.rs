@@ -18,7 +18,7 @@ use tracing::instrument;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
 use crate::AppState;
-use stockade_service::lifecycle;
+use stockade_service::{lifecycle, ServiceError};
 
 fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
     Json(SandboxResponse::from_record(sb, Utc::now()))
@@ -45,130 +45,22 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSandboxRequest>,
 ) -> ApiResult<Response> {
-    let key = idempotency_key(&headers)?;
-    // Every field is checked before a source is fetched (a clone can be long).
-    let sb = lifecycle::prepare(&state.svc, &caller.scope, &req)?;
-    let Some(key) = key else {
-        tracing::Span::current().record("sandbox.id", sb.id.as_str());
-        let (spec_req, source) =
-            stockade_service::sources::resolve(&state.svc, &caller.scope, &req).await?;
-        let sb = lifecycle::prepare_with_id(&state.svc, &caller.scope, &spec_req, sb.id)?;
-        let sb = lifecycle::create_from(&state.svc, sb, None, source).await?;
-        return Ok((StatusCode::CREATED, respond(&sb)).into_response());
-    };
-    let hash = stockade_core::account::sha256_hex(
-        &serde_json::to_vec(&req).map_err(|e| ApiError::Internal(e.to_string()))?,
-    );
-    let account = caller.account.id.clone();
-    loop {
-        if let Some((first_hash, id)) = state.svc.store.get_idempotency_key(&account, &key).await? {
-            if first_hash != hash {
-                return Err(ApiError::IdempotencyMismatch(format!(
-                    "Idempotency-Key '{key}' was already used with different parameters"
-                )));
-            }
-            let sb = replay(&state, &caller, &id, &key).await?;
-            let mut resp = (StatusCode::CREATED, respond(&sb)).into_response();
-            resp.headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            return Ok(resp);
-        }
-        match state
-            .svc
-            .store
-            .insert_idempotency_key(&account, &key, &hash, &sb.id)
-            .await
-        {
-            Ok(()) => break,
-            // A concurrent request with the same key won: replay its result.
-            Err(stockade_store::StoreError::Conflict(_)) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    tracing::Span::current().record("sandbox.id", sb.id.as_str());
-    let idem = lifecycle::IdempotencyKey { account, key };
-    let resolved = match stockade_service::sources::resolve(&state.svc, &caller.scope, &req).await {
-        Ok((spec_req, source)) => {
-            lifecycle::prepare_with_id(&state.svc, &caller.scope, &spec_req, sb.id.clone())
-                .map(|sb| (sb, source))
-        }
-        Err(e) => Err(e),
-    };
-    let (sb, source) = match resolved {
-        Ok(r) => r,
-        Err(e) => {
-            // The create never started: a retry with this key may try again.
-            if let Err(de) = state
-                .svc
-                .store
-                .delete_idempotency_key(&idem.account, &idem.key)
-                .await
-            {
-                tracing::error!(error = %de, "could not forget the idempotency key of a failed create");
-            }
-            return Err(e.into());
-        }
-    };
-    let sb = lifecycle::create_from(&state.svc, sb, Some(idem), source).await?;
-    Ok((StatusCode::CREATED, respond(&sb)).into_response())
-}
-
-fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(v) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = v
-        .to_str()
-        .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
-        .ok_or_else(|| {
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::field(
                 "Idempotency-Key",
                 "must be 1 to 255 visible ASCII characters",
             )
-        })?;
-    Ok(Some(key.to_owned()))
-}
-
-/// The result of the first create with a key, once it has settled.
-async fn replay(
-    state: &AppState,
-    caller: &Caller,
-    id: &SandboxId,
-    key: &str,
-) -> ApiResult<stockade_core::Sandbox> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        match state.svc.store.get_sandbox(&caller.scope, id).await {
-            Ok(sb)
-                if !matches!(
-                    sb.status,
-                    SandboxStatus::Provisioning | SandboxStatus::Pending
-                ) =>
-            {
-                return Ok(sb)
-            }
-            Ok(_) | Err(stockade_store::StoreError::NotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if state
-            .svc
-            .store
-            .get_idempotency_key(&caller.account.id, key)
-            .await?
-            .is_none()
-        {
-            return Err(ApiError::Conflict(format!(
-                "The first create with Idempotency-Key '{key}' failed; retry to create anew"
-            )));
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(ApiError::Conflict(format!(
-                "The first create with Idempotency-Key '{key}' is still in progress"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        })?),
+    };
+    let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &req, key).await?;
+    let mut resp = (StatusCode::CREATED, respond(&created.sandbox)).into_response();
+    if created.replayed {
+        resp.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
+    Ok(resp)
 }
 
 fn parse_bool(v: &str, field: &str) -> Result<bool, ApiError> {
@@ -393,15 +285,9 @@ pub async fn destroy(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
     let (preserve, sync) = parse_preserve(raw.as_deref())?;
-    let mut sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
-    if sync {
-        // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
-        sb = stockade_service::workspace_sync::sync(&state.svc, sb).await?;
-    }
-    let sb = lifecycle::destroy(&state.svc, sb, preserve).await?;
-    // Images of deleted snapshots this sandbox was made from may go now.
-    let gc = state.clone();
-    tokio::spawn(async move { stockade_service::snapshots::collect_garbage(&gc.svc).await });
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
+    let sb = lifecycle::destroy_with(&state.svc, sb, preserve, sync).await?;
     Ok(respond(&sb))
 }
 
@@ -429,7 +315,7 @@ pub async fn bulk_delete(
             format!("at most {MAX} ids per request"),
         ));
     }
-    let mut targets: Vec<Result<stockade_core::Sandbox, (String, ApiError)>> = Vec::new();
+    let mut targets: Vec<Result<stockade_core::Sandbox, (String, ServiceError)>> = Vec::new();
     for id in &req.ids {
         match SandboxId::parse_field(id, "ids") {
             Err(e) => targets.push(Err((id.clone(), e.into()))),
@@ -459,30 +345,21 @@ pub async fn bulk_delete(
             }
         }
     }
-    let mut results = Vec::with_capacity(targets.len());
-    for t in targets {
-        results.push(match t {
-            Err((id, e)) => BulkDeleteResult {
-                id,
-                deleted: false,
-                error: Some(e.detail()),
+    let results = lifecycle::destroy_many(&state.svc, targets, req.preserve_volume)
+        .await
+        .into_iter()
+        .map(|o| match o.result {
+            Ok(_) => BulkDeleteResult {
+                id: o.id,
+                deleted: true,
+                error: None,
             },
-            Ok(sb) => {
-                let id = sb.id.to_string();
-                match lifecycle::destroy(&state.svc, sb, req.preserve_volume).await {
-                    Ok(_) => BulkDeleteResult {
-                        id,
-                        deleted: true,
-                        error: None,
-                    },
-                    Err(e) => BulkDeleteResult {
-                        id,
-                        deleted: false,
-                        error: Some(ApiError::from(e).detail()),
-                    },
-                }
-            }
-        });
-    }
+            Err(e) => BulkDeleteResult {
+                id: o.id,
+                deleted: false,
+                error: Some(ApiError::from(e).detail()),
+            },
+        })
+        .collect();
     Ok(Json(BulkDeleteResponse { results }))
 }

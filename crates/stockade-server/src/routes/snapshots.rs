@@ -184,11 +184,9 @@ pub async fn fork(
         }),
         ..Default::default()
     };
-    let sb = lifecycle::prepare(&state.svc, &caller.scope, &create)?;
+    let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &create, None).await?;
+    let sb = created.sandbox;
     tracing::Span::current().record("fork.id", sb.id.as_str());
-    let (spec_req, source) = sources::resolve(&state.svc, &caller.scope, &create).await?;
-    let sb = lifecycle::prepare_with_id(&state.svc, &caller.scope, &spec_req, sb.id)?;
-    let sb = lifecycle::create_from(&state.svc, sb, None, source).await?;
     Ok((
         StatusCode::CREATED,
         Json(SandboxResponse::from_record(&sb, Utc::now())),

@@ -315,18 +315,24 @@ pub async fn delete_one(
     Ok(Json(volume.removed()))
 }
 
+/// Removes an orphaned volume. A container that still mounts it has no
+/// live record either (a sandbox destroyed with its volume preserved whose
+/// container removal failed, or a create that never finished): it is
+/// removed first, keeping the volume, so that what is listed can be removed.
 async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
-    state
-        .svc
-        .runtime
-        .remove_volume(&volume.info.name)
-        .await
-        .map_err(|e| match e {
-            RuntimeError::NotFound(_) => {
-                ApiError::NotFound(format!("Volume {} not found", volume.info.name))
-            }
-            e => e.into(),
-        })
+    let runtime = &state.svc.runtime;
+    let mut result = runtime.remove_volume(&volume.info.name).await;
+    if matches!(result, Err(RuntimeError::Conflict(_))) && volume.orphaned() {
+        info!(volume = %volume.info.name, "removing the dead container that still mounts an orphaned volume");
+        runtime.remove(&volume.sandbox_id, true).await?;
+        result = runtime.remove_volume(&volume.info.name).await;
+    }
+    result.map_err(|e| match e {
+        RuntimeError::NotFound(_) => {
+            ApiError::NotFound(format!("Volume {} not found", volume.info.name))
+        }
+        e => e.into(),
+    })
 }
 
 /// Remove every orphaned volume the caller may see. Needs `confirm=true`.
