@@ -402,6 +402,14 @@ pub struct ListAccountsResponse {
     pub accounts: Vec<AccountResponse>,
 }
 
+/// `POST /api/v1/session`: sign the dashboard in with an API token; the
+/// answer sets the `HttpOnly` session cookie.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionRequest {
+    pub token: String,
+}
+
 /// `GET /api/v1/me`: who the token belongs to.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -6,6 +6,7 @@ pub mod account;
 pub mod error;
 pub mod fspath;
 pub mod ids;
+pub mod net;
 pub mod sandbox;
 pub mod size;
 pub mod snapshot;

@@ -61,6 +61,10 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(docs::openapi_json))
         .route("/docs", get(docs::docs_page))
         .route("/me", get(accounts::me))
+        .route(
+            "/session",
+            post(accounts::sign_in).delete(accounts::sign_out),
+        )
         .route("/accounts", post(accounts::create).get(accounts::list))
         .route("/sandbox", post(sandboxes::create).get(sandboxes::list))
         .route(

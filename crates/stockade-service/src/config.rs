@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use stockade_blob::BlobConfig;
+use stockade_core::net::AddressPolicy;
 use stockade_core::Defaults;
 
 use crate::pool::PoolConfig;
@@ -57,6 +58,8 @@ pub struct ServiceConfig {
     pub sources: SourceLimits,
     /// The warm pool (SCALE-3); no classes by default.
     pub pool: PoolConfig,
+    /// The images tenants may name in `dockerImage` (SEC-6).
+    pub images: crate::images::ImagePolicy,
     /// Sandboxes one bulk operation works on at once.
     pub bulk_concurrency: usize,
 }
@@ -72,9 +75,9 @@ pub struct SourceLimits {
     pub fetch_timeout: Duration,
     /// How long an upload waits to be used.
     pub upload_ttl: Duration,
-    /// Refuse source URLs whose host resolves to a loopback, private or
-    /// link-local address (SSRF guard). Off by default.
-    pub deny_private_networks: bool,
+    /// Internal addresses (loopback, private, link-local …) that sources and
+    /// image registries may still reach; none by default (SEC-8).
+    pub addresses: AddressPolicy,
 }
 
 impl Default for SourceLimits {
@@ -84,7 +87,7 @@ impl Default for SourceLimits {
             max_unpacked_bytes: 10 << 30,
             fetch_timeout: Duration::from_secs(300),
             upload_ttl: Duration::from_secs(24 * 3600),
-            deny_private_networks: false,
+            addresses: AddressPolicy::default(),
         }
     }
 }
@@ -114,6 +117,7 @@ impl Default for ServiceConfig {
             },
             sources: SourceLimits::default(),
             pool: PoolConfig::default(),
+            images: crate::images::ImagePolicy::default(),
             bulk_concurrency: 8,
         }
     }

@@ -157,6 +157,13 @@ pub async fn create_sandbox(
 ) -> ServiceResult<Created> {
     // Every field is checked before a source is fetched (a clone can be long).
     let sb = prepare(svc, scope, req)?;
+    if let Some(image) = &req.docker_image {
+        // SEC-6, SEC-8: only images a tenant may name, from registries that
+        // are not internal addresses. Images of sources (snapshots, forks)
+        // are set later, from what the caller owns.
+        svc.config.images.check(image, "dockerImage")?;
+        crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
+    }
     check_host_fits(svc, &sb.spec).await?;
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {

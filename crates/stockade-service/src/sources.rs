@@ -16,10 +16,13 @@
 //! no absolute or `..` paths, no device files; unpacked size capped), so a
 //! corrupt archive fails the create with a 422 and leaves nothing behind.
 //!
-//! The server fetches URLs on the user's behalf: with
-//! `deny_private_networks` it refuses hosts that resolve to loopback,
-//! private or link-local addresses (DNS names are checked once, when the
-//! create starts).
+//! The server fetches URLs on the user's behalf, so it never connects to an
+//! internal address (SEC-8, [`crate::outbound`]): downloads resolve names
+//! through the guarded resolver at every connection and redirect hop, and a
+//! clone is pinned to the address that was checked (`http.curloptResolve`,
+//! no redirects; a `git://` URL is rewritten to that address). Error
+//! messages never contain what was fetched: no archive entry names, no
+//! remote messages.
 
 use std::io::Read;
 use std::net::IpAddr;
@@ -299,8 +302,8 @@ pub async fn expire_uploads(svc: &Service) -> usize {
 
 // --- URLs ---
 
-/// A URL for the server to fetch: one of `schemes`, with a host; with
-/// `deny_private_networks`, not resolving to a private address. Errors name
+/// A URL for the server to fetch: one of `schemes`, with a host that does
+/// not resolve to an internal address (unless allowed). Errors name
 /// `source.url`.
 pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> ServiceResult<Url> {
     let bad = |m: String| ServiceError::field("source.url", m);
@@ -323,49 +326,10 @@ pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> Se
         .filter(|h| !h.is_empty())
         .ok_or_else(|| bad("needs a host".into()))?
         .to_owned();
-    if limits.deny_private_networks {
-        let port = url.port_or_known_default().unwrap_or(9418);
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => tokio::net::lookup_host((host.as_str(), port))
-                .await
-                .map_err(|e| {
-                    ServiceError::SourceFailed(format!("cannot resolve host '{host}': {e}"))
-                })?
-                .map(|a| a.ip())
-                .collect(),
-        };
-        if let Some(ip) = addrs.iter().find(|ip| is_private(ip)) {
-            return Err(bad(format!(
-                "host '{host}' resolves to the private address {ip}; this server does not fetch from private networks"
-            )));
-        }
-    }
+    crate::outbound::check_url(&url, &limits.addresses)
+        .await
+        .map_err(|e| bad(e.to_string()))?;
     Ok(url)
-}
-
-fn is_private(ip: &IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64 // CGNAT
-        }
-        IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00 // unique local
-                || (v6.segments()[0] & 0xffc0) == 0xfe80 // link local
-                || v6.to_ipv4_mapped().is_some_and(|v4| is_private(&IpAddr::V4(v4)))
-        }
-    }
 }
 
 /// The URL as it may be shown: without a password or token.
@@ -418,12 +382,35 @@ async fn clone_as_tar(
         .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let repo = tmp.path().join("repo");
     let shown = redacted(url);
+    // Pinned: git connects to the address that was checked, and follows no
+    // redirect (which could lead anywhere).
+    let addrs = crate::outbound::check_url(url, &limits.addresses)
+        .await
+        .map_err(|e| ServiceError::field("source.url", e.to_string()))?;
+    let pinned = addrs[0];
+    let host = url.host_str().unwrap_or_default().to_owned();
+    let port = url.port_or_known_default().unwrap_or(9418);
+    let mut target = url.clone();
+    if url.scheme() == "git" {
+        let _ = target.set_ip_host(pinned.ip());
+    }
+    let resolve = format!(
+        "http.curloptResolve={}:{port}:{}",
+        host.trim_start_matches('[').trim_end_matches(']'),
+        match pinned.ip() {
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        }
+    );
+    let pin = ["-c", resolve.as_str(), "-c", "http.followRedirects=false"];
+    let url = &target;
     let work = async {
         let repo_arg = repo.display().to_string();
         match git_ref {
             Some(r) if is_commit(r) => {
                 run_git(
                     tmp.path(),
+                    &pin,
                     &[
                         "clone",
                         "--quiet",
@@ -437,6 +424,7 @@ async fn clone_as_tar(
                 .await?;
                 run_git(
                     tmp.path(),
+                    &pin,
                     &["-C", &repo_arg, "checkout", "--quiet", r, "--"],
                     &shown,
                 )
@@ -445,6 +433,7 @@ async fn clone_as_tar(
             Some(r) => {
                 run_git(
                     tmp.path(),
+                    &pin,
                     &[
                         "clone",
                         "--quiet",
@@ -464,6 +453,7 @@ async fn clone_as_tar(
             None => {
                 run_git(
                     tmp.path(),
+                    &pin,
                     &[
                         "clone",
                         "--quiet",
@@ -516,7 +506,7 @@ async fn clone_as_tar(
 
 /// Runs git without prompts, user or system configuration, and with only
 /// the network transports allowed (no `file://`, no `ext::`).
-async fn run_git(home: &Path, args: &[&str], shown: &str) -> ServiceResult<()> {
+async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> ServiceResult<()> {
     let mut cmd = tokio::process::Command::new("git");
     cmd.args([
         "-c",
@@ -532,6 +522,7 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ServiceResult<()> {
         "-c",
         "core.hooksPath=/dev/null",
     ])
+    .args(pin)
     .args(args)
     .env_clear()
     .env(
@@ -568,10 +559,12 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ServiceResult<()> {
         return Ok(());
     }
     let text = String::from_utf8_lossy(&stderr);
+    // git's own words only: lines the remote sent ("remote: …") are its
+    // content and are never shown (SEC-8).
     let reason: Vec<&str> = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !l.starts_with("remote:"))
         .collect();
     Err(ServiceError::SourceFailed(format!(
         "git clone of {shown} failed: {}",
@@ -609,11 +602,7 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<Byt
     let tmp = tempfile::tempdir()
         .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let path = tmp.path().join("download");
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(limits.fetch_timeout)
-        .redirect(reqwest::redirect::Policy::limited(5))
-        .build()
+    let client = crate::outbound::http_client(&limits.addresses, limits.fetch_timeout)
         .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
     let failed = |m: String| ServiceError::SourceFailed(format!("download of {shown} failed: {m}"));
     let resp = client
@@ -651,7 +640,7 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<Byt
         .await
         .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     drop(file);
-    check_archive_file(&path, limits.max_unpacked_bytes)
+    check_archive_file(&path, limits.max_unpacked_bytes, Quote::Nothing)
         .await
         .map_err(|m| {
             ServiceError::SourceFailed(format!("the archive at {shown} is unusable: {m}"))
@@ -660,13 +649,27 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<Byt
     file_stream(path, tmp).await
 }
 
+/// What an archive error may quote of the archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quote {
+    /// Entry names and the parser's words (the caller's own upload).
+    Names,
+    /// Nothing from the archive: it was fetched on the caller's behalf
+    /// from somewhere else, and must not be echoed back (SEC-8).
+    Nothing,
+}
+
 /// Checks a tar or tar.gz file in a blocking task; the message says why it
 /// is unusable.
-pub async fn check_archive_file(path: &Path, max_unpacked: u64) -> Result<ArchiveSummary, String> {
+pub async fn check_archive_file(
+    path: &Path,
+    max_unpacked: u64,
+    quote: Quote,
+) -> Result<ArchiveSummary, String> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
-        check_archive(std::io::BufReader::new(file), max_unpacked)
+        check_archive(std::io::BufReader::new(file), max_unpacked, quote)
     })
     .await
     .map_err(|e| format!("checking the archive failed: {e}"))?
@@ -687,7 +690,17 @@ pub struct ArchiveSummary {
 pub fn check_archive<R: std::io::BufRead>(
     mut input: R,
     max_unpacked: u64,
+    quote: Quote,
 ) -> Result<ArchiveSummary, String> {
+    // The parser's messages quote header bytes; entry names are content.
+    let detail = |e: &dyn std::fmt::Display| match quote {
+        Quote::Names => format!(": {e}"),
+        Quote::Nothing => String::new(),
+    };
+    let name = |p: &Path| match quote {
+        Quote::Names => format!(" '{}'", p.display()),
+        Quote::Nothing => String::new(),
+    };
     let head = input.fill_buf().map_err(|e| e.to_string())?.to_vec();
     if head.is_empty() {
         return Err("the archive is empty".into());
@@ -712,9 +725,9 @@ pub fn check_archive<R: std::io::BufRead>(
     };
     let entries = archive
         .entries()
-        .map_err(|e| format!("not a tar archive: {e}"))?;
+        .map_err(|e| format!("not a tar archive{}", detail(&e)))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
+        let mut entry = entry.map_err(|e| format!("not a valid tar archive{}", detail(&e)))?;
         summary.entries += 1;
         if summary.entries > MAX_ENTRIES {
             return Err(format!("more than {MAX_ENTRIES} entries"));
@@ -725,7 +738,7 @@ pub fn check_archive<R: std::io::BufRead>(
         }
         let path: PathBuf = entry
             .path()
-            .map_err(|e| format!("an entry has an unreadable name: {e}"))?
+            .map_err(|e| format!("an entry has an unreadable name{}", detail(&e)))?
             .into_owned();
         if path.components().any(|c| {
             matches!(
@@ -734,8 +747,8 @@ pub fn check_archive<R: std::io::BufRead>(
             )
         }) {
             return Err(format!(
-                "entry '{}' would unpack outside /workspace (absolute or '..' path)",
-                path.display()
+                "an entry{} would unpack outside /workspace (absolute or '..' path)",
+                name(&path)
             ));
         }
         summary.unpacked_bytes += entry.size();
@@ -744,7 +757,7 @@ pub fn check_archive<R: std::io::BufRead>(
         }
         // Read the data: a truncated or corrupt body fails here.
         std::io::copy(&mut entry, &mut std::io::sink())
-            .map_err(|e| format!("entry '{}' is corrupt: {e}", path.display()))?;
+            .map_err(|e| format!("an entry{} is corrupt{}", name(&path), detail(&e)))?;
     }
     if summary.entries == 0 {
         return Err("not a tar archive (no entries found)".into());
@@ -805,9 +818,9 @@ mod tests {
     #[test]
     fn good_archives_pass() {
         let t = tar_of(&[("a/b.txt", b"hello"), ("c", b"")]);
-        let s = check_archive(t.as_slice(), 1000).unwrap();
+        let s = check_archive(t.as_slice(), 1000, Quote::Names).unwrap();
         assert_eq!((s.entries, s.unpacked_bytes, s.gzip), (2, 5, false));
-        let s = check_archive(gz(&t).as_slice(), 1000).unwrap();
+        let s = check_archive(gz(&t).as_slice(), 1000, Quote::Names).unwrap();
         assert!(s.gzip);
     }
 
@@ -816,22 +829,29 @@ mod tests {
         let t = tar_of(&[("a", &[7u8; 2000])]);
         let mut truncated = t.clone();
         truncated.truncate(1000);
-        let err = check_archive(truncated.as_slice(), u64::MAX).unwrap_err();
+        let err = check_archive(truncated.as_slice(), u64::MAX, Quote::Names).unwrap_err();
         assert!(
             err.contains("corrupt") || err.contains("not a valid tar"),
             "{err}"
         );
         let mut gz_truncated = gz(&t);
         gz_truncated.truncate(gz_truncated.len() / 2);
-        assert!(check_archive(gz_truncated.as_slice(), u64::MAX).is_err());
-        assert!(check_archive(&b"garbage that is not a tar archive"[..], u64::MAX).is_err());
-        assert!(check_archive(&[][..], u64::MAX)
+        assert!(check_archive(gz_truncated.as_slice(), u64::MAX, Quote::Names).is_err());
+        assert!(check_archive(
+            &b"garbage that is not a tar archive"[..],
+            u64::MAX,
+            Quote::Names
+        )
+        .is_err());
+        assert!(check_archive(&[][..], u64::MAX, Quote::Names)
             .unwrap_err()
             .contains("empty"));
-        assert!(check_archive(&b"PK\x03\x04rest"[..], u64::MAX)
-            .unwrap_err()
-            .contains("zip"));
-        assert!(check_archive(t.as_slice(), 100)
+        assert!(
+            check_archive(&b"PK\x03\x04rest"[..], u64::MAX, Quote::Names)
+                .unwrap_err()
+                .contains("zip")
+        );
+        assert!(check_archive(t.as_slice(), 100, Quote::Names)
             .unwrap_err()
             .contains("unpacks to more"));
         // `..` and absolute paths (written raw: the tar crate refuses to make them).
@@ -845,7 +865,7 @@ mod tests {
             raw.extend_from_slice(b"x");
             raw.resize(1024, 0);
             raw.extend_from_slice(&[0u8; 1024]);
-            let err = check_archive(raw.as_slice(), u64::MAX).unwrap_err();
+            let err = check_archive(raw.as_slice(), u64::MAX, Quote::Names).unwrap_err();
             assert!(err.contains("outside /workspace"), "{evil}: {err}");
         }
     }
@@ -867,7 +887,12 @@ mod tests {
 
     #[tokio::test]
     async fn url_rules() {
-        let open = SourceLimits::default();
+        let open = SourceLimits {
+            addresses: stockade_core::net::AddressPolicy {
+                allow: vec![stockade_core::net::IpNet::parse("127.0.0.0/8").unwrap()],
+            },
+            ..SourceLimits::default()
+        };
         for bad in [
             "file:///etc/passwd",
             "/srv/repo",
@@ -892,10 +917,7 @@ mod tests {
         assert!(parse_url("git://127.0.0.1/r", &["https", "http"], &open)
             .await
             .is_err());
-        let closed = SourceLimits {
-            deny_private_networks: true,
-            ..SourceLimits::default()
-        };
+        let closed = SourceLimits::default();
         for private in [
             "http://127.0.0.1/x.tar",
             "http://10.1.2.3/x",

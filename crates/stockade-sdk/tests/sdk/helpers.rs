@@ -94,6 +94,10 @@ pub async fn server_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServe
     config.service.blob_store = stockade_blob::BlobConfig::Local {
         dir: dir.path().join("blobs"),
     };
+    // The tests serve git and tarball sources on loopback.
+    config.service.sources.addresses = stockade_core::net::AddressPolicy {
+        allow: vec![stockade_core::net::IpNet::parse("127.0.0.0/8").unwrap()],
+    };
     configure(&mut config);
     let token = format!("stk_sdk_{}", stockade_core::SandboxId::generate());
     stockade_server::bootstrap(store.as_ref(), Some(&token))

@@ -247,9 +247,12 @@ pub async fn upload(
     }
     file.flush().await.map_err(io_err)?;
     drop(file);
-    let summary = sources::check_archive_file(&path, limits.max_unpacked_bytes)
-        .await
-        .map_err(|m| ApiError::field("body", format!("not a usable tar or tar.gz archive: {m}")))?;
+    let summary =
+        sources::check_archive_file(&path, limits.max_unpacked_bytes, sources::Quote::Names)
+            .await
+            .map_err(|m| {
+                ApiError::field("body", format!("not a usable tar or tar.gz archive: {m}"))
+            })?;
 
     let id = UploadId::generate();
     tracing::Span::current().record("upload.id", id.as_str());

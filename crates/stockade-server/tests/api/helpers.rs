@@ -73,6 +73,9 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     };
     config.service.defaults.image = test_image();
     config.proxy_domain = Some(PROXY_DOMAIN.into());
+    // The tests serve git and tarball sources on loopback; the hostile
+    // tests take this allowance away again.
+    config.service.sources.addresses = loopback_allowed();
     if let Some(configure) = opts.configure {
         configure(&mut config);
     }
@@ -300,4 +303,55 @@ pub fn container_exists(sandbox_id: &str) -> bool {
     docker(&["inspect", &format!("stockade-{sandbox_id}")])
         .status
         .success()
+}
+
+/// An address policy that lets sources reach this machine's loopback.
+pub fn loopback_allowed() -> stockade_core::net::AddressPolicy {
+    stockade_core::net::AddressPolicy {
+        allow: vec![stockade_core::net::IpNet::parse("127.0.0.0/8").unwrap()],
+    }
+}
+
+/// A static x86-64 program that calls `io_uring_setup` and prints whether
+/// it worked (`io_uring_setup worked` / `io_uring_setup failed: errno N`),
+/// built once with the host's C compiler.
+pub fn io_uring_probe() -> Vec<u8> {
+    static PROBE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let src = dir.path().join("probe.c");
+            std::fs::write(
+                &src,
+                r#"#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    unsigned char params[120];
+    memset(params, 0, sizeof params);
+    long fd = syscall(425 /* io_uring_setup */, 8, params);
+    if (fd < 0) { printf("io_uring_setup failed: errno %d\n", errno); return 0; }
+    printf("io_uring_setup worked\n");
+    return 0;
+}
+"#,
+            )
+            .unwrap();
+            let bin = dir.path().join("probe");
+            let out = Command::new("cc")
+                .args(["-static", "-O1", "-o"])
+                .arg(&bin)
+                .arg(&src)
+                .output()
+                .expect("a C compiler (cc) to build the io_uring probe");
+            assert!(
+                out.status.success(),
+                "building the io_uring probe failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::read(&bin).unwrap()
+        })
+        .clone()
 }

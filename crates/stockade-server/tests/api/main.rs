@@ -6,6 +6,7 @@ mod failures;
 mod files;
 mod health;
 mod helpers;
+mod hostile;
 mod lifecycle;
 mod listing;
 mod live_status;
