@@ -33,7 +33,8 @@ pub fn main_env(env_file: &Path) -> Vec<(String, String)> {
 }
 
 /// Runs the agent until the main process exits (or, without one, until
-/// SIGTERM/SIGINT); returns the exit code.
+/// SIGTERM/SIGINT, when it kills the processes it started); returns the
+/// exit code.
 pub async fn run(config: Config) -> i32 {
     let reaper = match Reaper::start() {
         Ok(r) => r,
@@ -56,7 +57,7 @@ pub async fn run(config: Config) -> i32 {
             workdir: config.workdir.clone(),
             env: Vec::new(),
         },
-        procs,
+        procs.clone(),
     );
     if let Some(addr) = config.listen {
         match tokio::net::TcpListener::bind(addr).await {
@@ -109,6 +110,8 @@ pub async fn run(config: Config) -> i32 {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
+        // Outside a container nothing else would end them.
+        procs.kill_all();
         return 0;
     };
 

@@ -425,6 +425,14 @@ impl Processes {
         out
     }
 
+    /// Sends SIGKILL to every tracked process (the agent is leaving).
+    pub fn kill_all(&self) {
+        let table = self.table.lock().expect("table");
+        for p in table.values() {
+            let _ = p.signal(rustix::process::Signal::KILL);
+        }
+    }
+
     /// Whether this very process is still tracked (it has not ended).
     pub fn is_running(&self, p: &Arc<Process>) -> bool {
         self.table
