@@ -65,3 +65,56 @@ async fn the_agent_refuses_to_start_without_a_token() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("STOCKADE_AGENT_TOKEN"), "{err}");
 }
+
+#[tokio::test]
+async fn unix_socket_and_init_defaults() {
+    let agent = Agent::start_with(|cmd, dir| {
+        cmd.arg("--unix").arg(dir.join("agent.sock"));
+    })
+    .await;
+    let c = AgentClient::new(
+        Endpoint::Unix(agent.dir.path().join("agent.sock")),
+        Some(TOKEN.into()),
+    );
+    c.health().await.unwrap();
+
+    // POST /init sets the default environment; GET /envs shows it.
+    let h = http();
+    let res = h
+        .post(agent.url("/init"))
+        .header("x-access-token", TOKEN)
+        .json(&serde_json::json!({ "envVars": { "FROM_INIT": "yes" } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 204);
+    let envs: serde_json::Value = h
+        .get(agent.url("/envs"))
+        .header("x-access-token", TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(envs["FROM_INIT"], "yes");
+    let out = c
+        .run(
+            "sh",
+            &stockade_agent::client::RunOptions {
+                args: vec!["-c".into(), "echo $FROM_INIT".into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"yes\n");
+    let res = h
+        .post(agent.url("/init"))
+        .header("x-access-token", TOKEN)
+        .json(&serde_json::json!({ "defaultUser": "no-such-user-here" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+}
