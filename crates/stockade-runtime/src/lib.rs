@@ -11,12 +11,6 @@ use chrono::{DateTime, Utc};
 use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
 
 mod docker;
-mod docker_exec;
-mod docker_files;
-mod docker_logs;
-mod docker_ports;
-mod docker_update;
-mod docker_volumes;
 mod exec_stream;
 mod fake;
 mod files;

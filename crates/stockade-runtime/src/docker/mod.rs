@@ -23,11 +23,14 @@ use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 use tokio::io::AsyncWriteExt;
 
-// Live usage (API-3) lives in its own file, as a child module so that it
-// shares this module's private client helpers.
+mod exec;
+mod files;
+mod logs;
+mod ports;
 mod snapshots;
-#[path = "docker_stats.rs"]
 mod stats;
+mod update;
+mod volumes;
 
 use crate::{
     labels, ByteStream, ContainerSpec, ContainerState, ExecOutput, ExecSpec, ManagedContainer,
@@ -405,7 +408,7 @@ impl DockerRuntime {
             image: Some(spec.image.clone()),
             // The main process runs through a wrapper that applies environment
             // updates made after create (LC-8), see docker_update.rs.
-            cmd: (!spec.command.is_empty()).then(|| crate::docker_update::wrap_main(&spec.command)),
+            cmd: (!spec.command.is_empty()).then(|| update::wrap_main(&spec.command)),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
             hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
@@ -646,7 +649,7 @@ impl DockerRuntime {
 
         // The stream can end a moment before the engine records the exit code.
         let mut exit_code = None;
-        for attempt in 0..crate::docker_exec::EXIT_POLLS {
+        for attempt in 0..exec::EXIT_POLLS {
             let inspected = docker
                 .inspect_exec(&exec_id)
                 .await
@@ -655,7 +658,7 @@ impl DockerRuntime {
                 exit_code = inspected.exit_code;
                 break;
             }
-            tokio::time::sleep(crate::docker_exec::exit_poll_delay(attempt)).await;
+            tokio::time::sleep(exec::exit_poll_delay(attempt)).await;
         }
         Ok(ExecOutput {
             exit_code,
@@ -668,7 +671,7 @@ impl DockerRuntime {
 
     /// Kills the processes of a timed-out exec (those carrying its marker).
     async fn kill_marked(&self, docker: &Docker, container: &str, marker: &str) {
-        crate::docker_exec::kill_marked(docker, container, marker).await;
+        exec::kill_marked(docker, container, marker).await;
     }
 }
 
