@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, labels, ContainerSpec, DockerConfig, DockerRuntime, ExecOutput, ExecSpec,
-    Runtime, RuntimeError,
+    RuntimeError,
 };
 
 const IMAGE: &str = "stockade-test-base:latest";

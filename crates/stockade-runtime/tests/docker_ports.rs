@@ -7,9 +7,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
-use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, Runtime, RuntimeError,
-};
+use stockade_runtime::prelude::*;
+use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime, RuntimeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn image() -> String {
