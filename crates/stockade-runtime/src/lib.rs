@@ -14,16 +14,20 @@ mod docker;
 mod exec_stream;
 mod fake;
 mod files;
+mod isolation;
 mod logs;
 mod runtime;
 mod stats;
 
-pub use docker::{container_name, DockerConfig, DockerRuntime};
+pub use docker::{container_name, DockerConfig, DockerRuntime, IsolationConfig, SECCOMP_PROFILE};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
+pub use isolation::{IsolationReport, IsolationStatus};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
-pub use runtime::{Exec, Files, Inspect, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes};
+pub use runtime::{
+    Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+};
 pub use stats::{cpu_percent, ContainerStats};
 
 /// Every role trait, for code that calls runtime methods on a concrete
@@ -32,7 +36,7 @@ pub use stats::{cpu_percent, ContainerStats};
 /// `Runtime` alone.
 pub mod prelude {
     pub use crate::runtime::{
-        Exec, Files, Inspect, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+        Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
     };
 }
 
@@ -80,7 +84,8 @@ pub type ByteStream =
 /// Label on snapshot images: the snapshot's id.
 pub const SNAPSHOT_LABEL: &str = "io.stockade.snapshot-id";
 
-/// Facts about the container engine, for `/health`.
+/// Facts about the container engine, for `/health`, and the host's size,
+/// so that requests larger than the host are refused as such (DB-13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeInfo {
     pub version: String,
@@ -89,6 +94,11 @@ pub struct RuntimeInfo {
     pub arch: String,
     /// OCI runtimes the engine offers (e.g. `runc`, `runsc`).
     pub runtimes: Vec<String>,
+    /// CPUs of the engine's host (`NCPU`); 0 when the engine does not say.
+    pub cpus: u32,
+    /// Memory of the engine's host in bytes (`MemTotal`); 0 when the engine
+    /// does not say.
+    pub memory_bytes: u64,
 }
 
 /// Everything needed to create one sandbox container (SEC-3 hardening is the

@@ -10,26 +10,36 @@ use stockade_core::{SandboxId, SandboxPath, VolumeName};
 
 use crate::{
     ArchiveStream, ArchiveUpload, ByteStream, ContainerSpec, ContainerState, ContainerStats,
-    ExecOutput, ExecProcess, ExecSpec, FsResult, LogLines, LogsOptions, ManagedContainer, PathStat,
-    PoolMemberSpec, RuntimeInfo, RuntimeResult, VolumeInfo,
+    ExecOutput, ExecProcess, ExecSpec, FsResult, IsolationReport, LogLines, LogsOptions,
+    ManagedContainer, PathStat, PoolMemberSpec, RuntimeInfo, RuntimeResult, VolumeInfo,
 };
 
 /// Creates, runs and removes sandbox containers and their volumes: every
 /// role below. Implemented for each type that implements them all.
 pub trait Runtime:
-    Inspect + Lifecycle + Exec + Logs + Files + Volumes + Update + Snapshots + 'static
+    Inspect + Lifecycle + Exec + Logs + Files + Volumes + Update + Snapshots + Isolation + 'static
 {
 }
 
 impl<T> Runtime for T where
-    T: Inspect + Lifecycle + Exec + Logs + Files + Volumes + Update + Snapshots + 'static
+    T: Inspect
+        + Lifecycle
+        + Exec
+        + Logs
+        + Files
+        + Volumes
+        + Update
+        + Snapshots
+        + Isolation
+        + 'static
 {
 }
 
 /// Facts about the engine and its containers.
 #[async_trait]
 pub trait Inspect: Send + Sync {
-    /// Engine version facts; `Unavailable` when it does not answer.
+    /// Engine version facts and the host's size; `Unavailable` when it does
+    /// not answer.
     async fn info(&self) -> RuntimeResult<RuntimeInfo>;
 
     /// A short name of the engine host ("server location").
@@ -210,4 +220,15 @@ pub trait Snapshots: Send + Sync {
         spec: &ContainerSpec,
         archive: ByteStream,
     ) -> RuntimeResult<String>;
+}
+
+/// Network isolation of sandboxes from each other and from the host (SEC-5).
+#[async_trait]
+pub trait Isolation: Send + Sync {
+    /// Makes sure sandboxes are isolated: creates what is missing (networks,
+    /// packet-filter rules), checks what is there and repairs it. Never
+    /// fails: what could not be applied, and why, is in the report. Meant
+    /// to be called at server start and periodically; the last report is
+    /// what `/health` shows.
+    async fn ensure_isolation(&self) -> IsolationReport;
 }

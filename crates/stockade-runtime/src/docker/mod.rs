@@ -6,6 +6,7 @@
 //! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9).
 
 use std::error::Error as StdError;
+use std::sync::atomic::AtomicBool;
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -19,11 +20,16 @@ mod files;
 mod inspect;
 mod lifecycle;
 mod logs;
+mod network;
 mod ports;
+mod seccomp;
 mod snapshots;
 mod stats;
 mod update;
 mod volumes;
+
+pub use network::IsolationConfig;
+pub use seccomp::SECCOMP_PROFILE;
 
 use crate::{RuntimeError, RuntimeResult};
 
@@ -55,6 +61,9 @@ pub struct DockerConfig {
     pub oci_runtime: Option<String>,
     /// How long pulling a missing image may take.
     pub pull_timeout: Duration,
+    /// The networks sandboxes join and the packet filter that keeps them
+    /// from each other and from the host (SEC-5).
+    pub isolation: IsolationConfig,
 }
 
 impl Default for DockerConfig {
@@ -65,6 +74,7 @@ impl Default for DockerConfig {
             pids_limit: 512,
             oci_runtime: None,
             pull_timeout: Duration::from_secs(300),
+            isolation: IsolationConfig::default(),
         }
     }
 }
@@ -87,6 +97,11 @@ pub struct DockerRuntime {
     /// The connected client, version negotiated; `None` until the daemon
     /// first answers, and again after it stops answering.
     client: RwLock<Option<Docker>>,
+    /// Whether Stockade's network with access (0) and its internal network
+    /// (1) are known to exist as they should (`network.rs`).
+    networks_ready: [AtomicBool; 2],
+    /// What the engine said about itself and its host (`inspect.rs`).
+    engine: RwLock<inspect::EngineFacts>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -138,12 +153,18 @@ impl DockerRuntime {
             },
         };
         let endpoint = parse_endpoint(&host)?;
+        config
+            .isolation
+            .validate()
+            .map_err(|e| RuntimeError::Other(format!("invalid isolation setting {e}")))?;
         Ok(Self {
             config,
             host,
             host_source,
             endpoint,
             client: RwLock::new(None),
+            networks_ready: [AtomicBool::new(false), AtomicBool::new(false)],
+            engine: RwLock::new(inspect::EngineFacts::default()),
         })
     }
 
@@ -180,6 +201,7 @@ impl DockerRuntime {
             return Ok(docker);
         }
         let docker = self.negotiate().await?;
+        self.note_engine_version(&docker).await;
         *self
             .client
             .write()

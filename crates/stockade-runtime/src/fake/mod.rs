@@ -12,6 +12,7 @@ use stockade_core::{SandboxId, VolumeName};
 mod exec;
 mod files;
 mod logs;
+mod network;
 mod snapshots;
 mod update;
 mod volumes;
@@ -48,7 +49,6 @@ struct FakeVolume {
     pool_member: bool,
 }
 
-#[derive(Default)]
 struct State {
     containers: BTreeMap<SandboxId, FakeContainer>,
     /// Volumes by the sandbox id in their name (`VolumeName` has no order).
@@ -71,7 +71,48 @@ struct State {
     images: BTreeMap<String, BTreeMap<String, String>>,
     /// The last archive unpacked into each sandbox's `/workspace`.
     workspaces: BTreeMap<SandboxId, Vec<u8>>,
+    /// The size `info` reports (see [`FakeRuntime::set_host_size`]).
+    host_cpus: u32,
+    host_memory_bytes: u64,
+    /// What `ensure_isolation` reports as not applied (fake/network.rs).
+    isolation_problem: Option<String>,
+    /// How many times `ensure_isolation` ran.
+    isolation_checks: u32,
 }
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            containers: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            missing_images: BTreeSet::new(),
+            unavailable: false,
+            fail_create: None,
+            fail_start: None,
+            fail_stop: None,
+            fail_remove: None,
+            fail_exec: None,
+            create_delay: None,
+            exec_results: VecDeque::new(),
+            exec_handler: None,
+            exec_calls: Vec::new(),
+            next_container: 0,
+            logs: BTreeMap::new(),
+            images: BTreeMap::new(),
+            workspaces: BTreeMap::new(),
+            host_cpus: FAKE_HOST_CPUS,
+            host_memory_bytes: FAKE_HOST_MEMORY_BYTES,
+            isolation_problem: None,
+            isolation_checks: 0,
+        }
+    }
+}
+
+/// The host size a [`FakeRuntime`] reports until a test sets another: large,
+/// so that only tests about the host's size meet it.
+pub const FAKE_HOST_CPUS: u32 = 64;
+/// 256 GiB.
+pub const FAKE_HOST_MEMORY_BYTES: u64 = 256 * 1024 * 1024 * 1024;
 
 /// An in-memory [`Runtime`]. Cheap to clone; clones share state.
 ///
@@ -164,6 +205,13 @@ impl FakeRuntime {
     /// `ensure_image` (and so `create`) of `image` fails with `ImageUnavailable`.
     pub fn set_image_missing(&self, image: impl Into<String>) {
         self.state().missing_images.insert(image.into());
+    }
+
+    /// The CPUs and memory `info` reports for the host (DB-13).
+    pub fn set_host_size(&self, cpus: u32, memory_bytes: u64) {
+        let mut st = self.state();
+        st.host_cpus = cpus;
+        st.host_memory_bytes = memory_bytes;
     }
 
     /// `create` waits this long before making anything, so tests can cancel it.
@@ -332,12 +380,15 @@ fn not_found(id: &SandboxId) -> RuntimeError {
 impl Inspect for FakeRuntime {
     async fn info(&self) -> RuntimeResult<RuntimeInfo> {
         self.check_available()?;
+        let st = self.state();
         Ok(RuntimeInfo {
             version: "fake".into(),
             api_version: "1.41".into(),
             os: "linux".into(),
             arch: std::env::consts::ARCH.into(),
             runtimes: vec!["runc".into()],
+            cpus: st.host_cpus,
+            memory_bytes: st.host_memory_bytes,
         })
     }
 
@@ -373,9 +424,11 @@ impl Inspect for FakeRuntime {
             .collect())
     }
 
-    /// A fake container has no network of its own: a running one with
-    /// network access is "at" the host's loopback, so a test can serve its
-    /// ports from a local listener.
+    /// A fake container has no network of its own: a running one is "at"
+    /// the host's loopback, so a test can serve its ports from a local
+    /// listener. As on Docker, a sandbox without network access has an
+    /// address too (on Stockade's internal network, reachable from the host
+    /// only).
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
         self.check_available()?;
         let st = self.state();
@@ -383,7 +436,7 @@ impl Inspect for FakeRuntime {
             .containers
             .get(id)
             .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))?;
-        Ok((c.running && c.spec.network_access).then_some(std::net::Ipv4Addr::LOCALHOST.into()))
+        Ok(c.running.then_some(std::net::Ipv4Addr::LOCALHOST.into()))
     }
 
     /// A running container reports its memory limit, one process, 1 MiB in
@@ -795,7 +848,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn container_address_follows_state_and_network() {
+    async fn container_address_follows_state() {
         let rt = FakeRuntime::new();
         let s = spec();
         let id = s.sandbox_id.clone();
@@ -815,7 +868,35 @@ mod tests {
         rt.create(&offline).await.unwrap();
         assert_eq!(
             rt.container_address(&offline.sandbox_id).await.unwrap(),
-            None
+            Some(std::net::Ipv4Addr::LOCALHOST.into())
         );
+    }
+
+    #[tokio::test]
+    async fn host_size_and_isolation_reports_are_settable() {
+        let rt = FakeRuntime::new();
+        let info = rt.info().await.unwrap();
+        assert_eq!(
+            (info.cpus, info.memory_bytes),
+            (FAKE_HOST_CPUS, FAKE_HOST_MEMORY_BYTES)
+        );
+        rt.set_host_size(2, 1 << 30);
+        let info = rt.info().await.unwrap();
+        assert_eq!((info.cpus, info.memory_bytes), (2, 1 << 30));
+
+        assert_eq!(
+            rt.ensure_isolation().await.status(),
+            crate::IsolationStatus::Ok
+        );
+        rt.set_isolation_problem(Some("iptables not found".into()));
+        let report = rt.ensure_isolation().await;
+        assert_eq!(report.status(), crate::IsolationStatus::Degraded);
+        assert_eq!(report.problems, ["iptables not found"]);
+        rt.set_unavailable(true);
+        assert_eq!(
+            rt.ensure_isolation().await.status(),
+            crate::IsolationStatus::Degraded
+        );
+        assert_eq!(rt.isolation_checks(), 3);
     }
 }
