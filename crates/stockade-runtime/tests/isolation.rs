@@ -490,3 +490,74 @@ async fn ensure_isolation_repairs_what_was_removed_by_hand() {
     assert!(!iptables(&["-S", &iso.chain]), "the chain is gone");
     drop(cleanup);
 }
+
+/// The Docker engine's major version (20 for 20.10.24).
+fn engine_major() -> u32 {
+    let out = Command::new("docker")
+        .args(["version", "-f", "{{.Server.Version}}"])
+        .output()
+        .expect("docker version");
+    String::from_utf8_lossy(&out.stdout)
+        .split('.')
+        .next()
+        .and_then(|m| m.trim().parse().ok())
+        .expect("a Docker version")
+}
+
+/// Warm-pool members (SCALE-3) join the same networks as sandboxes and get
+/// the same seccomp profile (SEC-5, SEC-9).
+#[tokio::test(flavor = "multi_thread")]
+async fn pool_members_join_the_same_networks() {
+    let iso = test_isolation();
+    let mut cleanup = Cleanup {
+        iso: iso.clone(),
+        sandboxes: Vec::new(),
+        containers: Vec::new(),
+    };
+    let rt = DockerRuntime::new(DockerConfig {
+        isolation: iso.clone(),
+        ..DockerConfig::default()
+    })
+    .unwrap();
+    let report = rt.ensure_isolation().await;
+    assert!(report.problems.is_empty(), "{report:?}");
+    for (network_access, network) in [(true, &iso.network), (false, &iso.internal_network)] {
+        let member = stockade_runtime::PoolMemberSpec {
+            sandbox_id: SandboxId::generate(),
+            instance_id: InstanceId::generate(),
+            class: "test".into(),
+            image: image(),
+            cpu_cores: 0.5,
+            memory_bytes: 128 * 1024 * 1024,
+            network_access,
+        };
+        cleanup.sandboxes.push(member.sandbox_id.clone());
+        rt.create_pool_member(&member).await.expect("create member");
+        let inspected = Command::new("docker")
+            .args([
+                "inspect",
+                "-f",
+                "{{.HostConfig.NetworkMode}} {{range .HostConfig.SecurityOpt}}{{.}} {{end}}",
+                &container_name(&member.sandbox_id),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&inspected.stdout);
+        assert!(text.starts_with(&format!("{network} ")), "{text}");
+        assert!(text.contains("no-new-privileges:true"), "{text}");
+        if engine_major() < 25 {
+            // Stockade's profile (Docker 25+ keeps the engine's default).
+            assert!(text.contains("seccomp={"), "{text}");
+            assert!(!text.contains("io_uring"), "{text}");
+        }
+        // The host reaches it (the proxy's path to a claimed member).
+        assert!(rt
+            .container_address(&member.sandbox_id)
+            .await
+            .unwrap()
+            .is_some());
+        rt.remove(&member.sandbox_id, false).await.unwrap();
+    }
+    rt.remove_isolation().await.expect("remove isolation");
+    drop(cleanup);
+}

@@ -58,4 +58,25 @@ mod tests {
         assert!(SECCOMP_PROFILE.contains("\"openat\""));
         assert!(!compact_profile().contains('\n'));
     }
+
+    #[test]
+    fn the_profile_is_passed_to_engines_before_25_only() {
+        let rt = DockerRuntime::new(crate::DockerConfig {
+            host: Some("unix:///tmp/nonexistent-stockade-seccomp.sock".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        // Not known yet (no answer from the engine): the profile, to be safe.
+        let unknown = rt.seccomp_option().unwrap();
+        assert!(unknown.starts_with("seccomp={"), "{unknown}");
+        for (version, passed) in [
+            ("20.10.24+dfsg1", true),
+            ("24.0.7", true),
+            ("25.0.0", false),
+            ("28.1.1", false),
+        ] {
+            rt.engine_facts().version = Some(version.to_owned());
+            assert_eq!(rt.seccomp_option().is_some(), passed, "{version}");
+        }
+    }
 }
