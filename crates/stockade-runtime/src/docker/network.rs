@@ -12,7 +12,12 @@
 //! connections (the proxy's) and drop the rest: the gateway address, every
 //! host address and every host port. Traffic between the two networks and
 //! to other Docker networks is dropped by Docker's own isolation chains,
-//! which [`DockerRuntime::ensure_isolation`] checks are there.
+//! whose inter-container rules `ensure_isolation` checks are there.
+//!
+//! On Docker 20.10 a container on an internal network still has a default
+//! route (via the bridge's address on the host); Docker drops whatever it
+//! would forward out of the subnet, and the chain above drops what goes to
+//! the host itself, so it reaches nothing (tests/isolation.rs).
 //!
 //! When the networks cannot be made, sandboxes fall back to Docker's
 //! default bridge (or no network at all); when the packet filter cannot be
