@@ -752,6 +752,21 @@ async fn info_reports_the_engine() {
     assert!(info.api_version.starts_with("1."), "{info:?}");
     assert!(info.runtimes.iter().any(|r| r == "runc"), "{info:?}");
     assert_eq!(rt.server_name(), "local");
+
+    // The host's size (DB-13), as `docker info` reports it.
+    let host = Command::new("docker")
+        .args(["info", "-f", "{{.NCPU}} {{.MemTotal}}"])
+        .output()
+        .unwrap();
+    let host = String::from_utf8_lossy(&host.stdout);
+    let mut parts = host.split_whitespace();
+    let cpus: u32 = parts.next().unwrap().parse().unwrap();
+    let memory: u64 = parts.next().unwrap().parse().unwrap();
+    assert!(cpus >= 1 && memory > 0, "{host}");
+    assert_eq!((info.cpus, info.memory_bytes), (cpus, memory));
+    // Asked again: the same (cached) answer, still with the engine's version.
+    let again = rt.info().await.expect("info");
+    assert_eq!(again, info);
 }
 
 fn assert_guidance(err: &RuntimeError, socket: &str) {
