@@ -146,7 +146,7 @@ impl DockerRuntime {
         Config {
             image: Some(spec.image.clone()),
             // The main process runs through a wrapper that applies environment
-            // updates made after create (LC-8), see docker_update.rs.
+            // updates made after create (LC-8), see update.rs.
             cmd: (!spec.command.is_empty()).then(|| super::update::wrap_main(&spec.command)),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
