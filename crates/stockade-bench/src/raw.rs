@@ -73,6 +73,10 @@ impl Raw {
             ..DockerConfig::default()
         })
         .context("could not set up the Docker runtime")?;
+        // The same networks (and engine-dependent seccomp choice) Stockade's
+        // sandboxes get, so that both sides create the same containers.
+        let report = stockade_runtime::Isolation::ensure_isolation(&builder).await;
+        tracing::debug!(?report, "raw baseline: sandbox isolation");
         Ok(Self {
             docker,
             host: host.to_owned(),

@@ -1,4 +1,5 @@
-//! Runs sandboxes: the [`Runtime`] trait, its Docker implementation
+//! Runs sandboxes: the [`Runtime`] trait (a bundle of role traits:
+//! [`Lifecycle`], [`Exec`], [`Files`], …), its Docker implementation
 //! ([`DockerRuntime`], the only code that talks to Docker) and an in-memory
 //! [`FakeRuntime`] for fast logic tests.
 #![forbid(unsafe_code)]
@@ -6,29 +7,38 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
+use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 
 mod docker;
-mod docker_exec;
-mod docker_files;
-mod docker_logs;
-mod docker_ports;
-mod docker_update;
-mod docker_volumes;
 mod exec_stream;
 mod fake;
 mod files;
+mod isolation;
 mod logs;
+mod runtime;
 mod stats;
 
-pub use docker::{container_name, DockerConfig, DockerRuntime};
+pub use docker::{container_name, DockerConfig, DockerRuntime, IsolationConfig, SECCOMP_PROFILE};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
+pub use isolation::{IsolationReport, IsolationStatus};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
+pub use runtime::{
+    Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+};
 pub use stats::{cpu_percent, ContainerStats};
+
+/// Every role trait, for code that calls runtime methods on a concrete
+/// type (`DockerRuntime`, `FakeRuntime`): `use stockade_runtime::prelude::*;`.
+/// Through `dyn Runtime` (or a `T: Runtime` bound) they are callable with
+/// `Runtime` alone.
+pub mod prelude {
+    pub use crate::runtime::{
+        Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+    };
+}
 
 /// Container label keys Stockade puts on everything it creates.
 pub mod labels {
@@ -74,7 +84,8 @@ pub type ByteStream =
 /// Label on snapshot images: the snapshot's id.
 pub const SNAPSHOT_LABEL: &str = "io.stockade.snapshot-id";
 
-/// Facts about the container engine, for `/health`.
+/// Facts about the container engine, for `/health`, and the host's size,
+/// so that requests larger than the host are refused as such (DB-13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeInfo {
     pub version: String,
@@ -83,6 +94,11 @@ pub struct RuntimeInfo {
     pub arch: String,
     /// OCI runtimes the engine offers (e.g. `runc`, `runsc`).
     pub runtimes: Vec<String>,
+    /// CPUs of the engine's host (`NCPU`); 0 when the engine does not say.
+    pub cpus: u32,
+    /// Memory of the engine's host in bytes (`MemTotal`); 0 when the engine
+    /// does not say.
+    pub memory_bytes: u64,
 }
 
 /// Everything needed to create one sandbox container (SEC-3 hardening is the
@@ -174,7 +190,7 @@ pub struct ContainerState {
     pub oom_killed: bool,
 }
 
-/// A container carrying Stockade's labels, found by [`Runtime::list_managed`].
+/// A container carrying Stockade's labels, found by [`Inspect::list_managed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagedContainer {
     pub container_id: String,
@@ -219,7 +235,7 @@ pub struct ExecSpec {
 /// The output cap of an [`ExecSpec`] that sets none (`max_output_bytes: 0`).
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
 
-/// The buffered result of [`Runtime::exec`].
+/// The buffered result of [`Exec::exec`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
     /// `None` when the process was killed by the timeout.
@@ -229,168 +245,4 @@ pub struct ExecOutput {
     pub timed_out: bool,
     /// Output beyond `max_output_bytes` was dropped.
     pub truncated: bool,
-}
-
-/// Creates, runs and removes sandbox containers and their volumes.
-#[async_trait]
-pub trait Runtime: Send + Sync + 'static {
-    /// Engine version facts; `Unavailable` when it does not answer.
-    async fn info(&self) -> RuntimeResult<RuntimeInfo>;
-
-    /// A short name of the engine host ("server location").
-    fn server_name(&self) -> String;
-
-    /// Makes sure `image` is present, pulling it when missing.
-    async fn ensure_image(&self, image: &str) -> RuntimeResult<()>;
-
-    /// Creates the volume `agent-sandbox-{id}` (if absent) and the container
-    /// with the volume mounted at `/workspace`, and starts it. On any failure
-    /// nothing it made is left behind. Returns the container id.
-    async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String>;
-
-    /// Creates and starts a warm-pool member (SCALE-3): the volume and the
-    /// container a create of the same settings would make, labelled as in
-    /// [`PoolMemberSpec::labels`]. On any failure nothing it made is left
-    /// behind. Returns the container id.
-    async fn create_pool_member(&self, spec: &PoolMemberSpec) -> RuntimeResult<String>;
-
-    /// Starts the sandbox's container; already running is fine.
-    async fn start(&self, id: &SandboxId) -> RuntimeResult<()>;
-
-    /// SIGTERM, wait up to `grace`, then SIGKILL (LC-4). Already stopped is fine.
-    async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()>;
-
-    /// Removes the container (gone already is fine) and, unless
-    /// `preserve_volume`, its volume.
-    async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()>;
-
-    /// The container's state; `None` when there is no container.
-    async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>>;
-
-    /// Runs a command in the running sandbox and collects its output.
-    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecOutput>;
-
-    /// Every container labelled as Stockade's.
-    async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>>;
-
-    /// Stockade's volumes, with sizes where the engine reports them.
-    async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>>;
-
-    /// Removes a volume; `Conflict` when a container uses it.
-    async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()>;
-
-    // --- ports and proxy (API-6) ---
-
-    /// The IP address the sandbox's container has on its Docker network,
-    /// which the reverse proxy connects to (no port is published on the
-    /// host). `None` when the container is not running or has no network
-    /// (`networkAccess: false`); `NotFound` when there is no container.
-    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
-    // --- Logs and streaming exec (issue 3: API-5, API-8) ---
-
-    /// The main process's output as lines with the engine's timestamps,
-    /// stdout and stderr apart. A line is yielded once its newline came (a
-    /// final line without one when the stream ends), however the engine
-    /// split it. `NotFound` when the sandbox has no container. With
-    /// `follow` the stream stays open until the container stops.
-    async fn logs(&self, id: &SandboxId, options: LogsOptions) -> RuntimeResult<LogLines>;
-
-    /// Starts a command in the running sandbox and streams its output
-    /// (`spec.max_output_bytes` does not apply: nothing is buffered). The
-    /// timeout of `spec`, if any, kills it. `Conflict` when the sandbox is not
-    /// running.
-    async fn exec_start(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecProcess>;
-
-    /// Kills a process started by [`exec_start`](Self::exec_start) and its
-    /// children (SIGKILL); one that has exited already is fine.
-    async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()>;
-    // ---- Files (API-9). The engine resolves every path, symlinks
-    // included, inside the sandbox's own root. ----
-
-    /// `lstat` of a path (a symlink is reported as one, with the path it
-    /// resolves to). Works on stopped sandboxes too.
-    async fn stat_path(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<PathStat>;
-
-    /// A tar archive of `path`, its entries named from the path's last
-    /// component down (a symlink at `path` is archived as the link). Works on
-    /// stopped sandboxes. A missing path is `NotFound` before any byte.
-    async fn read_archive(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<ArchiveStream>;
-
-    /// Unpacks a tar archive into the existing directory `dir` (files are
-    /// replaced, a symlink in the archive's place is replaced, not followed).
-    async fn write_archive(
-        &self,
-        id: &SandboxId,
-        dir: &SandboxPath,
-        archive: ArchiveUpload,
-    ) -> FsResult<()>;
-
-    /// Removes `path` (a directory only when empty, unless `recursive`; a
-    /// symlink itself, not its target). Needs a running sandbox: `NotRunning`.
-    async fn delete_path(
-        &self,
-        id: &SandboxId,
-        path: &SandboxPath,
-        recursive: bool,
-    ) -> FsResult<()>;
-    // --- live status (issue 3, API-3: usage in sandbox details) ---
-
-    /// One sample of the sandbox's resource usage; `None` when it has no
-    /// running container. May take a second or two (the engine samples twice
-    /// to measure CPU).
-    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>>;
-    // --- volumes, resources and environment (slice "volumes-timeouts": VOL-4, LC-8) ---
-
-    /// The disk usage of one volume in bytes, from a measurement that started
-    /// at most `max_age` ago (measuring walks every volume: slow on big
-    /// hosts). `None` when the engine does not report it.
-    async fn volume_size(&self, name: &VolumeName, max_age: Duration)
-        -> RuntimeResult<Option<u64>>;
-
-    /// Sets the CPU and memory limits (memory + swap = `memory_bytes`) of the
-    /// sandbox's container: at once when it runs, and for every later start.
-    async fn update_resources(
-        &self,
-        id: &SandboxId,
-        cpu_cores: f64,
-        memory_bytes: i64,
-    ) -> RuntimeResult<()>;
-
-    /// Makes `env` the environment of the sandbox's main process from its
-    /// next start on (a running process keeps the one it started with).
-    /// Variables given at create but missing from `env` are removed.
-    async fn set_main_process_env(
-        &self,
-        id: &SandboxId,
-        env: &BTreeMap<String, String>,
-    ) -> RuntimeResult<()>;
-    // --- snapshots, fork and workspace sources (issue 4: LC-9, LC-10, LC-11, S3-2) ---
-
-    /// Commits the sandbox's container — its root-filesystem changes, not
-    /// the `/workspace` volume — as the image `image_ref` (`repo:tag`),
-    /// carrying `labels`. The container is paused while Docker commits.
-    async fn commit_snapshot(
-        &self,
-        id: &SandboxId,
-        image_ref: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> RuntimeResult<()>;
-
-    /// Removes an image; an absent one is fine; `Conflict` while a container
-    /// (running or not) is made from it.
-    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()>;
-
-    /// The sandbox's `/workspace` as an uncompressed tar stream, entries
-    /// relative to it (`./…`), owners and modes kept. Works on a stopped
-    /// container too; `NotFound` without a container.
-    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream>;
-
-    /// [`Runtime::create`], with `archive` (a tar: plain, gzip, bzip2 or xz)
-    /// unpacked into `/workspace` after the container is made and before its
-    /// main process starts. If anything fails, nothing it made is left.
-    async fn create_with_workspace(
-        &self,
-        spec: &ContainerSpec,
-        archive: ByteStream,
-    ) -> RuntimeResult<String>;
 }

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, labels, ContainerSpec, DockerConfig, DockerRuntime, ExecOutput, ExecSpec,
-    Runtime, RuntimeError,
+    RuntimeError,
 };
 
 const IMAGE: &str = "stockade-test-base:latest";
@@ -664,24 +665,39 @@ async fn exec_truncates_and_times_out() {
     assert!(!procs.contains("sleep 301"), "{procs}");
 }
 
+/// Without network access a sandbox joins Stockade's internal network (the
+/// host can reach it, it reaches nothing: tests/isolation.rs), with it
+/// Stockade's network with a way out (SEC-5).
 #[tokio::test]
-async fn no_network_access_means_loopback_only() {
+async fn sandboxes_join_stockades_networks() {
     let rt = runtime();
+    let iso = stockade_runtime::IsolationConfig::default();
     let mut isolated = spec(None);
     isolated.network_access = false;
     let _c1 = Cleanup::new(&isolated.sandbox_id);
     rt.create(&isolated).await.expect("create");
-    let out = sh(&rt, &isolated.sandbox_id, "ls /sys/class/net").await;
-    assert_eq!(
-        text(&out.stdout).split_whitespace().collect::<Vec<_>>(),
-        ["lo"]
-    );
     let c = container_json(&isolated.sandbox_id).unwrap();
-    assert_eq!(c["HostConfig"]["NetworkMode"], "none");
+    assert_eq!(
+        c["HostConfig"]["NetworkMode"],
+        iso.internal_network.as_str()
+    );
+    let internal = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "-f",
+            "{{.Internal}}",
+            &iso.internal_network,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&internal.stdout).trim(), "true");
 
     let online = spec(None);
     let _c2 = Cleanup::new(&online.sandbox_id);
     rt.create(&online).await.expect("create");
+    let c = container_json(&online.sandbox_id).unwrap();
+    assert_eq!(c["HostConfig"]["NetworkMode"], iso.network.as_str());
     let out = sh(&rt, &online.sandbox_id, "ls /sys/class/net").await;
     let ifaces = text(&out.stdout);
     assert!(ifaces.split_whitespace().any(|i| i != "lo"), "{ifaces}");
@@ -736,6 +752,21 @@ async fn info_reports_the_engine() {
     assert!(info.api_version.starts_with("1."), "{info:?}");
     assert!(info.runtimes.iter().any(|r| r == "runc"), "{info:?}");
     assert_eq!(rt.server_name(), "local");
+
+    // The host's size (DB-13), as `docker info` reports it.
+    let host = Command::new("docker")
+        .args(["info", "-f", "{{.NCPU}} {{.MemTotal}}"])
+        .output()
+        .unwrap();
+    let host = String::from_utf8_lossy(&host.stdout);
+    let mut parts = host.split_whitespace();
+    let cpus: u32 = parts.next().unwrap().parse().unwrap();
+    let memory: u64 = parts.next().unwrap().parse().unwrap();
+    assert!(cpus >= 1 && memory > 0, "{host}");
+    assert_eq!((info.cpus, info.memory_bytes), (cpus, memory));
+    // Asked again: the same (cached) answer, still with the engine's version.
+    let again = rt.info().await.expect("info");
+    assert_eq!(again, info);
 }
 
 fn assert_guidance(err: &RuntimeError, socket: &str) {

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecEvent, ExecProcess, ExecSpec,
-    LogLine, LogStream, LogsOptions, Runtime, RuntimeError,
+    LogLine, LogStream, LogsOptions, RuntimeError,
 };
 
 const IMAGE: &str = "stockade-test-base:latest";

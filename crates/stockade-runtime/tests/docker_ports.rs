@@ -1,15 +1,15 @@
 //! `DockerRuntime::container_address` against the real engine (API-6): a
 //! server in the container is reachable at that address with no port
-//! published; a stopped or network-less container has none.
+//! published, also in a sandbox without network access (on Stockade's
+//! internal network, SEC-5); a stopped container has none.
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
-use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, Runtime, RuntimeError,
-};
+use stockade_runtime::prelude::*;
+use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime, RuntimeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn image() -> String {
@@ -99,11 +99,29 @@ async fn a_running_container_is_reachable_at_its_address() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_container_without_network_has_no_address() {
+async fn a_container_without_network_is_reachable_from_the_host() {
     let rt = DockerRuntime::new(DockerConfig::default()).unwrap();
-    let s = spec("trap 'exit 0' TERM; while true; do sleep 1; done", false);
+    let s = spec(
+        "mkdir -p /tmp/w && echo offline > /tmp/w/index.html && exec httpd -f -p 8080 -h /tmp/w",
+        false,
+    );
     let id = s.sandbox_id.clone();
     let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.unwrap();
-    assert_eq!(rt.container_address(&id).await.unwrap(), None);
+    let ip = rt
+        .container_address(&id)
+        .await
+        .unwrap()
+        .expect("an address on the internal network");
+    let mut body = String::new();
+    for _ in 0..50 {
+        match http_get((ip, 8080).into()).await {
+            Ok(b) => {
+                body = b;
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(body.ends_with("offline\n"), "{body}");
 }

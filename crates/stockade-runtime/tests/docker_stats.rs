@@ -7,7 +7,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
-use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime, Runtime};
+use stockade_runtime::prelude::*;
+use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime};
 
 const IMAGE: &str = "stockade-test-base:latest";
 

@@ -8,8 +8,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::prelude::*;
 use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, Runtime, RuntimeError,
+    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, RuntimeError,
 };
 
 const IMAGE: &str = "stockade-test-base:latest";

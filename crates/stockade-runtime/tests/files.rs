@@ -10,9 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
+use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, ArchiveUpload, ContainerSpec, DockerConfig, DockerRuntime, FileKind, FsError,
-    Runtime, RuntimeError,
+    RuntimeError,
 };
 
 const IMAGE: &str = "stockade-test-base:latest";

@@ -9,9 +9,9 @@ use std::process::Command;
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_runtime::prelude::*;
 use stockade_runtime::{
-    container_name, ByteStream, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, Runtime,
-    RuntimeError,
+    container_name, ByteStream, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, RuntimeError,
 };
 
 const IMAGE: &str = "stockade-test-base:latest";

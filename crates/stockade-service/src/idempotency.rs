@@ -117,26 +117,28 @@ async fn create_recorded(
         account: scope.account_id.clone(),
         key: key.to_owned(),
     };
-    let result = async {
+    let prepared = async {
         let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
         let sb = crate::lifecycle::prepare_with_id(svc, scope, &spec_req, id)?;
-        crate::lifecycle::create_from(svc, sb, Some(idem.clone()), source).await
+        Ok::<_, ServiceError>((sb, source))
     }
     .await;
-    match result {
-        Ok(sandbox) => Ok(Created {
-            sandbox,
-            replayed: false,
-        }),
+    let (sb, source) = match prepared {
+        Ok(p) => p,
         Err(e) => {
-            if !svc.crashed() {
-                if let Err(de) = svc.store.delete_idempotency_key(&idem.account, key).await {
-                    error!(error = %de, "could not forget the idempotency key of a failed create");
-                }
+            // The create never began: a retry with this key may try again.
+            if let Err(de) = svc.store.delete_idempotency_key(&idem.account, key).await {
+                error!(error = %de, "could not forget the idempotency key of a failed create");
             }
-            Err(e)
+            return Err(e);
         }
-    }
+    };
+    // A failed create forgets the key itself (also when its caller left).
+    let sandbox = crate::lifecycle::create_from(svc, sb, Some(idem), source).await?;
+    Ok(Created {
+        sandbox,
+        replayed: false,
+    })
 }
 
 /// Follows the first create with `key` (of sandbox `id`) to its end.

@@ -209,7 +209,25 @@ pub async fn create_from(
         // SCALE-3: a create without a source may come from the warm pool
         // (not with an idempotency key: it names the sandbox id up front).
         let poolable = archive.is_none() && idempotency.is_none();
-        let result = create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency).await;
+        let key = idempotency.clone();
+        let mut result =
+            create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency).await;
+        if abandoned.is_cancelled() && !svc.crashed() {
+            if let Ok(made) = &result {
+                // Nobody will ever see it: it goes like any sandbox (LC-12).
+                warn!(sandbox.id = %made.id, "the client went away during create; rolling it back");
+                if let Err(e) = destroy(&svc, made.clone(), false).await {
+                    warn!(sandbox.id = %made.id, error = %e, "could not remove an abandoned create");
+                }
+                result = Err(cancelled());
+            }
+        }
+        if let (Err(_), Some(key), false) = (&result, &key, svc.crashed()) {
+            // The create failed: a retry with the key may create anew.
+            if let Err(e) = svc.store.delete_idempotency_key(&key.account, &key.key).await {
+                warn!(error = %e, "could not forget the idempotency key of a failed create");
+            }
+        }
         if let Some(after) = after {
             crate::sources::finish(&svc, after, result.is_ok()).await;
         }
@@ -235,14 +253,7 @@ async fn create_inner(
     let _timer = svc.metrics.time_operation("create");
     if poolable {
         if let Some(served) = crate::pool::claim(svc, &sb).await {
-            let claimed = served?;
-            if abandoned.is_cancelled() {
-                // A claimed member is the caller's: destroy it like any sandbox.
-                warn!(sandbox.id = %claimed.id, "the client went away during create; rolling it back");
-                destroy(svc, claimed, false).await?;
-                return Err(cancelled());
-            }
-            return Ok(claimed);
+            return served;
         }
     }
     let params = match &idempotency {

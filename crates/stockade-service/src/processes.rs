@@ -1,6 +1,6 @@
 //! Background processes (API-8 `background: true`): a registry per sandbox,
 //! in this server's memory, of processes started with
-//! [`Runtime::exec_start`](stockade_runtime::Runtime::exec_start), their
+//! [`Runtime::exec_start`](stockade_runtime::Exec::exec_start), their
 //! status and their captured (capped) output.
 //!
 //! Bounded: at most `max_per_sandbox` processes per sandbox (finished ones
@@ -71,7 +71,7 @@ impl Process {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The handle to kill it with ([`stockade_runtime::Runtime::exec_kill`]).
+    /// The handle to kill it with ([`stockade_runtime::Exec::exec_kill`]).
     pub fn exec_id(&self) -> &str {
         &self.exec_id
     }

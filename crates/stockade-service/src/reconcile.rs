@@ -256,7 +256,8 @@ mod tests {
     use std::sync::Arc;
 
     use stockade_core::{Defaults, SandboxSpec};
-    use stockade_runtime::{ContainerSpec, FakeRuntime, PoolMemberSpec, Runtime};
+    use stockade_runtime::prelude::*;
+    use stockade_runtime::{ContainerSpec, FakeRuntime, PoolMemberSpec};
     use stockade_store::{SqliteStore, Store};
 
     use super::*;

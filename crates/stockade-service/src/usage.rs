@@ -351,6 +351,7 @@ impl Usage {
 mod tests {
     use super::*;
     use stockade_core::{AccountId, Defaults, InstanceId, SandboxSpec};
+    use stockade_runtime::prelude::*;
     use stockade_runtime::{ContainerSpec, FakeRuntime};
 
     async fn running(rt: &FakeRuntime) -> Sandbox {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
+use stockade_runtime::{DockerConfig, DockerRuntime, IsolationConfig, Runtime};
 use stockade_server::ratelimit::{IpNet, Limit, RateLimitConfig};
 use stockade_server::{AppState, Bootstrap, ServerConfig};
 
@@ -124,7 +124,74 @@ pub struct ServerArgs {
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     shutdown_grace: u64,
     #[command(flatten)]
+    isolation: IsolationArgs,
+    #[command(flatten)]
     objects: ObjectStoreArgs,
+}
+
+/// Network isolation of sandboxes (SEC-5): Stockade's Docker networks and
+/// packet filter. The defaults suit one Stockade per Docker host.
+#[derive(Args)]
+struct IsolationArgs {
+    /// Docker network of sandboxes with network access (made by Stockade:
+    /// a bridge with inter-container traffic off).
+    #[arg(
+        long,
+        env = "STOCKADE_SANDBOX_NETWORK",
+        default_value = "stockade-sandboxes"
+    )]
+    sandbox_network: String,
+    /// Host interface name of --sandbox-network's bridge (at most 15 characters).
+    #[arg(long, env = "STOCKADE_SANDBOX_BRIDGE", default_value = "stk0")]
+    sandbox_bridge: String,
+    /// Docker network (internal: no way out) of sandboxes without network access.
+    #[arg(
+        long,
+        env = "STOCKADE_OFFLINE_NETWORK",
+        default_value = "stockade-offline"
+    )]
+    offline_network: String,
+    /// Host interface name of --offline-network's bridge (at most 15 characters).
+    #[arg(long, env = "STOCKADE_OFFLINE_BRIDGE", default_value = "stk1")]
+    offline_bridge: String,
+    /// iptables chain that drops what sandboxes send to the host.
+    #[arg(
+        long,
+        env = "STOCKADE_ISOLATION_CHAIN",
+        default_value = "STOCKADE-ISOLATION"
+    )]
+    isolation_chain: String,
+    /// Do not apply the packet filter (sandboxes can then reach services
+    /// of the Docker host; the isolation report says so).
+    #[arg(long, env = "STOCKADE_NO_PACKET_FILTER")]
+    no_packet_filter: bool,
+}
+
+impl IsolationArgs {
+    /// The runtime's isolation settings; a bad name is an error naming its flag.
+    fn config(&self) -> anyhow::Result<IsolationConfig> {
+        let config = IsolationConfig {
+            network: self.sandbox_network.clone(),
+            bridge: self.sandbox_bridge.clone(),
+            internal_network: self.offline_network.clone(),
+            internal_bridge: self.offline_bridge.clone(),
+            chain: self.isolation_chain.clone(),
+            packet_filter: !self.no_packet_filter,
+        };
+        config.validate().map_err(|e| {
+            let (field, reason) = e.split_once(": ").unwrap_or(("", e.as_str()));
+            let flag = match field {
+                "network" => "--sandbox-network",
+                "bridge" => "--sandbox-bridge",
+                "internal_network" => "--offline-network",
+                "internal_bridge" => "--offline-bridge",
+                "chain" => "--isolation-chain",
+                _ => "network isolation",
+            };
+            anyhow::anyhow!("{flag}: {reason}")
+        })?;
+        Ok(config)
+    }
 }
 
 /// `off` or a limit such as `1000/60s`.
@@ -365,6 +432,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         server_name: args.server_name.clone(),
         pids_limit: args.pids_limit,
         oci_runtime: args.oci_runtime.clone(),
+        isolation: args.isolation.config()?,
         ..DockerConfig::default()
     })
     .context("could not set up the Docker client")?;
@@ -607,5 +675,59 @@ mod tests {
             "postgres://u:***@h/db"
         );
         assert_eq!(super::redact_url("sqlite:///x.db"), "sqlite:///x.db");
+    }
+
+    #[test]
+    fn isolation_flags_name_the_flag_on_bad_input() {
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["stockade"];
+            argv.extend_from_slice(flags);
+            Cli::try_parse_from(argv).unwrap().args.isolation.config()
+        };
+        for var in [
+            "STOCKADE_SANDBOX_NETWORK",
+            "STOCKADE_SANDBOX_BRIDGE",
+            "STOCKADE_OFFLINE_NETWORK",
+            "STOCKADE_OFFLINE_BRIDGE",
+            "STOCKADE_ISOLATION_CHAIN",
+            "STOCKADE_NO_PACKET_FILTER",
+        ] {
+            if std::env::var_os(var).is_some() {
+                eprintln!("isolation_flags skipped: {var} is set");
+                return;
+            }
+        }
+        assert_eq!(
+            parse(&[]).unwrap(),
+            stockade_runtime::IsolationConfig::default()
+        );
+        let custom = parse(&[
+            "--sandbox-network",
+            "b-net",
+            "--sandbox-bridge",
+            "stkb0",
+            "--offline-network",
+            "b-off",
+            "--offline-bridge",
+            "stkb1",
+            "--isolation-chain",
+            "STOCKADE-B",
+            "--no-packet-filter",
+        ])
+        .unwrap();
+        assert_eq!(custom.bridge, "stkb0");
+        assert!(!custom.packet_filter);
+        let err = parse(&["--sandbox-bridge", "a-bridge-name-too-long"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--sandbox-bridge: "), "{err}");
+        let err = parse(&["--offline-network", "stockade-sandboxes"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--offline-network: "), "{err}");
+        let err = parse(&["--isolation-chain", "no spaces"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--isolation-chain: "), "{err}");
     }
 }

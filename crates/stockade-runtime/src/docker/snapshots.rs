@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use bollard::container::{Config, DownloadFromContainerOptions, UploadToContainerOptions};
 use bollard::image::{CommitContainerOptions, RemoveImageOptions};
 use bollard::Docker;
@@ -13,8 +14,9 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use stockade_core::{SandboxId, VolumeName};
 
-use super::{container_name, error_chain, status_code, CreateUndo, DockerRuntime};
-use crate::{ByteStream, ContainerSpec, RuntimeError, RuntimeResult};
+use super::lifecycle::{stockade_labels, CreateUndo};
+use super::{container_name, error_chain, status_code, DockerRuntime};
+use crate::{ByteStream, ContainerSpec, RuntimeError, RuntimeResult, Snapshots};
 
 /// How long one archive transfer (commit, upload, unpack) may take: the
 /// engine answers only when it is done.
@@ -126,7 +128,7 @@ impl DockerRuntime {
                 spec,
                 &mut undo,
                 Some(archive),
-                super::stockade_labels(spec),
+                stockade_labels(spec),
             )
             .await
         {
@@ -190,5 +192,33 @@ impl DockerRuntime {
             }
             _ => self.map_err(e, "unpack archive into /workspace"),
         })
+    }
+}
+
+#[async_trait]
+impl Snapshots for DockerRuntime {
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.commit_snapshot_impl(id, image_ref, labels).await
+    }
+
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()> {
+        self.remove_image_impl(image_ref).await
+    }
+
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
+        self.export_workspace_impl(id).await
+    }
+
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String> {
+        self.create_with_workspace_impl(spec, archive).await
     }
 }

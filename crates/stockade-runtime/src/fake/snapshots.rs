@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use stockade_core::SandboxId;
 
 use super::{not_found, FakeRuntime};
-use crate::{ByteStream, ContainerSpec, Runtime, RuntimeError, RuntimeResult};
+use crate::{ByteStream, ContainerSpec, Lifecycle, RuntimeError, RuntimeResult, Snapshots};
 
 /// The most a fake workspace archive may hold (it lives in memory).
 const MAX_FAKE_ARCHIVE: usize = 64 * 1024 * 1024;
@@ -92,6 +93,34 @@ impl FakeRuntime {
         let container = self.create(spec).await?;
         self.state().workspaces.insert(spec.sandbox_id.clone(), tar);
         Ok(container)
+    }
+}
+
+#[async_trait]
+impl Snapshots for FakeRuntime {
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.commit_snapshot_impl(id, image_ref, labels)
+    }
+
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()> {
+        self.remove_image_impl(image_ref)
+    }
+
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
+        self.export_workspace_impl(id)
+    }
+
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String> {
+        self.create_with_workspace_impl(spec, archive).await
     }
 }
 

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId};
@@ -14,7 +15,8 @@ use tokio::sync::mpsc;
 
 use crate::docker::{container_name, error_chain, status_code};
 use crate::{
-    DockerRuntime, ExecEvent, ExecExit, ExecProcess, ExecSpec, RuntimeError, RuntimeResult,
+    DockerRuntime, Exec, ExecEvent, ExecExit, ExecOutput, ExecProcess, ExecSpec, RuntimeError,
+    RuntimeResult, DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 /// Output events buffered between the engine and a slow reader; beyond this
@@ -158,7 +160,7 @@ pub(crate) async fn kill_marked(docker: &Docker, container: &str, marker: &str) 
                     cmd: Some(vec![
                         "/bin/sh".into(),
                         "-c".into(),
-                        crate::docker::KILL_MARKED_SCRIPT.into(),
+                        KILL_MARKED_SCRIPT.into(),
                         "stockade-kill".into(),
                         marker.to_owned(),
                     ]),
@@ -209,6 +211,229 @@ async fn exit_code(docker: &Docker, exec_id: &str) -> Option<i64> {
     None
 }
 
+/// Environment variable that marks the processes of one exec, so a timed-out
+/// exec (and its children) can be found and killed: Docker has no exec-kill API.
+pub(crate) const EXEC_MARKER_ENV: &str = "STOCKADE_EXEC_ID";
+/// Kills every process whose environment holds `STOCKADE_EXEC_ID=$1`.
+pub(crate) const KILL_MARKED_SCRIPT: &str = r#"for p in /proc/[0-9]*; do
+  if tr '\000' '\n' < "$p/environ" 2>/dev/null | grep -qx "STOCKADE_EXEC_ID=$1"; then
+    kill -9 "${p#/proc/}" 2>/dev/null
+  fi
+done
+exit 0"#;
+
+impl DockerRuntime {
+    /// Creates an exec for `spec` in the sandbox's container (with the
+    /// kill marker in its environment, when given) and starts it attached.
+    /// Returns the exec id and its attached streams.
+    pub(crate) async fn create_and_start_exec(
+        &self,
+        docker: &Docker,
+        id: &SandboxId,
+        spec: &ExecSpec,
+        marker: Option<&str>,
+    ) -> RuntimeResult<(String, StartExecResults)> {
+        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(m) = marker {
+            env.push(format!("{EXEC_MARKER_ENV}={m}"));
+        }
+        let created = docker
+            .create_exec(
+                &container_name(id),
+                CreateExecOptions::<String> {
+                    attach_stdin: Some(spec.stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    tty: Some(false),
+                    env: Some(env),
+                    cmd: Some(spec.argv.clone()),
+                    working_dir: spec.cwd.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "create exec"),
+            })?;
+        let started = docker
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => RuntimeError::Conflict("sandbox is not running".into()),
+                _ => self.map_err(e, "start exec"),
+            })?;
+        Ok((created.id, started))
+    }
+
+    async fn exec_inner(
+        &self,
+        docker: &Docker,
+        id: &SandboxId,
+        spec: ExecSpec,
+    ) -> RuntimeResult<ExecOutput> {
+        if spec.argv.is_empty() {
+            return Err(RuntimeError::Other(
+                "exec needs a command (argv is empty)".into(),
+            ));
+        }
+        let name = container_name(id);
+        let marker = spec
+            .timeout
+            .map(|_| InstanceId::generate().as_str().to_owned());
+        let (exec_id, started) = self
+            .create_and_start_exec(docker, id, &spec, marker.as_deref())
+            .await?;
+        let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = started
+        else {
+            return Err(RuntimeError::Other("exec did not attach".into()));
+        };
+
+        let limit = if spec.max_output_bytes == 0 {
+            DEFAULT_MAX_OUTPUT_BYTES
+        } else {
+            spec.max_output_bytes
+        };
+        let mut stdout = Capped::new(limit);
+        let mut stderr = Capped::new(limit);
+        let mut read_error = None;
+        let stdin = spec.stdin;
+        let run = async {
+            let write = async {
+                if let Some(data) = stdin {
+                    // The process may exit without reading: a broken pipe is fine.
+                    let _ = input.write_all(&data).await;
+                    let _ = input.shutdown().await;
+                }
+            };
+            let read = async {
+                while let Some(item) = output.next().await {
+                    match item {
+                        Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
+                            stdout.push(&message)
+                        }
+                        Ok(LogOutput::StdErr { message }) => stderr.push(&message),
+                        Ok(LogOutput::StdIn { .. }) => {}
+                        Err(e) => {
+                            read_error = Some(e);
+                            break;
+                        }
+                    }
+                }
+            };
+            tokio::join!(write, read);
+        };
+        let timed_out = match spec.timeout {
+            Some(t) => tokio::time::timeout(t, run).await.is_err(),
+            None => {
+                run.await;
+                false
+            }
+        };
+        drop(output);
+        drop(input);
+
+        if timed_out {
+            if let Some(m) = &marker {
+                self.kill_marked(docker, &name, m).await;
+            }
+            return Ok(ExecOutput {
+                exit_code: None,
+                truncated: stdout.truncated || stderr.truncated,
+                stdout: stdout.buf,
+                stderr: stderr.buf,
+                timed_out: true,
+            });
+        }
+        if let Some(e) = read_error {
+            return Err(self.map_err(e, "read exec output"));
+        }
+
+        // The stream can end a moment before the engine records the exit code.
+        let mut exit_code = None;
+        for attempt in 0..EXIT_POLLS {
+            let inspected = docker
+                .inspect_exec(&exec_id)
+                .await
+                .map_err(|e| self.map_err(e, "inspect exec"))?;
+            if inspected.running != Some(true) {
+                exit_code = inspected.exit_code;
+                break;
+            }
+            tokio::time::sleep(exit_poll_delay(attempt)).await;
+        }
+        Ok(ExecOutput {
+            exit_code,
+            truncated: stdout.truncated || stderr.truncated,
+            stdout: stdout.buf,
+            stderr: stderr.buf,
+            timed_out: false,
+        })
+    }
+
+    /// Kills the processes of a timed-out exec (those carrying its marker).
+    async fn kill_marked(&self, docker: &Docker, container: &str, marker: &str) {
+        kill_marked(docker, container, marker).await;
+    }
+}
+
+#[async_trait]
+impl Exec for DockerRuntime {
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecOutput> {
+        let docker = self.client().await?;
+        self.exec_inner(&docker, id, spec).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec_start(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecProcess> {
+        self.exec_start_stream(id, spec).await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()> {
+        self.exec_kill_marked(id, exec_id).await
+    }
+}
+
+/// Keeps the first `limit` bytes of a stream and notes whether more came.
+struct Capped {
+    buf: Vec<u8>,
+    limit: usize,
+    truncated: bool,
+}
+
+impl Capped {
+    fn new(limit: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            limit,
+            truncated: false,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let room = self.limit.saturating_sub(self.buf.len());
+        if bytes.len() > room {
+            self.buf.extend_from_slice(&bytes[..room]);
+            self.truncated = true;
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +449,17 @@ mod tests {
             total > Duration::from_millis(1900) && total < Duration::from_millis(2200),
             "{total:?}"
         );
+    }
+
+    #[test]
+    fn capped_truncates() {
+        let mut c = Capped::new(5);
+        c.push(b"abc");
+        assert!(!c.truncated);
+        c.push(b"defg");
+        assert_eq!(c.buf, b"abcde");
+        assert!(c.truncated);
+        c.push(b"x");
+        assert_eq!(c.buf, b"abcde");
     }
 }

@@ -6,15 +6,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use bollard::container::ListContainersOptions;
 use bollard::errors::Error as BollardError;
-use bollard::volume::ListVolumesOptions;
+use bollard::volume::{ListVolumesOptions, RemoveVolumeOptions};
 use bollard::Docker;
 use chrono::{DateTime, Utc};
 use stockade_core::VolumeName;
 
-use crate::docker::DockerRuntime;
-use crate::{labels, RuntimeResult, VolumeInfo};
+use crate::docker::{status_code, DockerRuntime};
+use crate::{labels, RuntimeError, RuntimeResult, VolumeInfo, Volumes};
 
 /// How long measuring volume sizes may take, retries included, before the
 /// sizes are reported unknown.
@@ -182,5 +183,32 @@ impl DockerRuntime {
             .volume_sizes(&docker, max_age)
             .await
             .and_then(|s| s.get(name.as_str()).copied()))
+    }
+}
+
+#[async_trait]
+impl Volumes for DockerRuntime {
+    async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>> {
+        self.list_volumes_detailed().await
+    }
+
+    async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        docker
+            .remove_volume(name.as_str(), None::<RemoveVolumeOptions>)
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(409) => RuntimeError::Conflict("Volume is in use by running sandbox".into()),
+                Some(404) => RuntimeError::NotFound(format!("volume {name} not found")),
+                _ => self.map_err(e, "remove volume"),
+            })
+    }
+
+    async fn volume_size(
+        &self,
+        name: &VolumeName,
+        max_age: Duration,
+    ) -> RuntimeResult<Option<u64>> {
+        self.volume_size_of(name, max_age).await
     }
 }

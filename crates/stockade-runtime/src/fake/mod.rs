@@ -9,12 +9,17 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{SandboxId, VolumeName};
 
+mod exec;
+mod files;
+mod logs;
+mod network;
 mod snapshots;
+mod update;
+mod volumes;
 
 use crate::{
-    ByteStream, ContainerSpec, ContainerState, ExecEvent, ExecExit, ExecOutput, ExecProcess,
-    ExecSpec, LogLine, LogLines, LogStream, LogsOptions, ManagedContainer, Runtime, RuntimeError,
-    RuntimeInfo, RuntimeResult, VolumeInfo, DEFAULT_MAX_OUTPUT_BYTES,
+    ContainerSpec, ContainerState, ContainerStats, ExecOutput, ExecSpec, Inspect, Lifecycle,
+    LogLine, LogStream, ManagedContainer, PoolMemberSpec, RuntimeError, RuntimeInfo, RuntimeResult,
 };
 
 /// Computes the result of an exec in a [`FakeRuntime`].
@@ -44,7 +49,6 @@ struct FakeVolume {
     pool_member: bool,
 }
 
-#[derive(Default)]
 struct State {
     containers: BTreeMap<SandboxId, FakeContainer>,
     /// Volumes by the sandbox id in their name (`VolumeName` has no order).
@@ -67,7 +71,48 @@ struct State {
     images: BTreeMap<String, BTreeMap<String, String>>,
     /// The last archive unpacked into each sandbox's `/workspace`.
     workspaces: BTreeMap<SandboxId, Vec<u8>>,
+    /// The size `info` reports (see [`FakeRuntime::set_host_size`]).
+    host_cpus: u32,
+    host_memory_bytes: u64,
+    /// What `ensure_isolation` reports as not applied (fake/network.rs).
+    isolation_problem: Option<String>,
+    /// How many times `ensure_isolation` ran.
+    isolation_checks: u32,
 }
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            containers: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            missing_images: BTreeSet::new(),
+            unavailable: false,
+            fail_create: None,
+            fail_start: None,
+            fail_stop: None,
+            fail_remove: None,
+            fail_exec: None,
+            create_delay: None,
+            exec_results: VecDeque::new(),
+            exec_handler: None,
+            exec_calls: Vec::new(),
+            next_container: 0,
+            logs: BTreeMap::new(),
+            images: BTreeMap::new(),
+            workspaces: BTreeMap::new(),
+            host_cpus: FAKE_HOST_CPUS,
+            host_memory_bytes: FAKE_HOST_MEMORY_BYTES,
+            isolation_problem: None,
+            isolation_checks: 0,
+        }
+    }
+}
+
+/// The host size a [`FakeRuntime`] reports until a test sets another: large,
+/// so that only tests about the host's size meet it.
+pub const FAKE_HOST_CPUS: u32 = 64;
+/// 256 GiB.
+pub const FAKE_HOST_MEMORY_BYTES: u64 = 256 * 1024 * 1024 * 1024;
 
 /// An in-memory [`Runtime`]. Cheap to clone; clones share state.
 ///
@@ -160,6 +205,13 @@ impl FakeRuntime {
     /// `ensure_image` (and so `create`) of `image` fails with `ImageUnavailable`.
     pub fn set_image_missing(&self, image: impl Into<String>) {
         self.state().missing_images.insert(image.into());
+    }
+
+    /// The CPUs and memory `info` reports for the host (DB-13).
+    pub fn set_host_size(&self, cpus: u32, memory_bytes: u64) {
+        let mut st = self.state();
+        st.host_cpus = cpus;
+        st.host_memory_bytes = memory_bytes;
     }
 
     /// `create` waits this long before making anything, so tests can cancel it.
@@ -324,69 +376,19 @@ fn not_found(id: &SandboxId) -> RuntimeError {
     RuntimeError::NotFound(format!("no container for sandbox {id}"))
 }
 
-/// The built-in answers of the fake's exec.
-fn builtin_exec(spec: &ExecSpec) -> ExecOutput {
-    let ok = |stdout: Vec<u8>| ExecOutput {
-        exit_code: Some(0),
-        stdout,
-        stderr: Vec::new(),
-        timed_out: false,
-        truncated: false,
-    };
-    let argv: Vec<&str> = spec.argv.iter().map(String::as_str).collect();
-    match argv.as_slice() {
-        ["echo", rest @ ..] => ok(format!("{}\n", rest.join(" ")).into_bytes()),
-        ["cat"] => ok(spec.stdin.clone().unwrap_or_default()),
-        ["true"] => ok(Vec::new()),
-        ["false"] => ExecOutput {
-            exit_code: Some(1),
-            ..ok(Vec::new())
-        },
-        ["sh" | "/bin/sh" | "bash" | "/bin/bash", "-c", script] => {
-            let script = script.trim();
-            if let Some(code) = script
-                .strip_prefix("exit ")
-                .and_then(|c| c.trim().parse::<i64>().ok())
-            {
-                ExecOutput {
-                    exit_code: Some(code),
-                    ..ok(Vec::new())
-                }
-            } else if let Some(text) = script.strip_prefix("echo ") {
-                ok(format!("{}\n", text.trim_matches(|c| c == '\'' || c == '"')).into_bytes())
-            } else {
-                ok(Vec::new())
-            }
-        }
-        _ => ok(Vec::new()),
-    }
-}
-
-fn cap(mut out: ExecOutput, limit: usize) -> ExecOutput {
-    let limit = if limit == 0 {
-        DEFAULT_MAX_OUTPUT_BYTES
-    } else {
-        limit
-    };
-    for buf in [&mut out.stdout, &mut out.stderr] {
-        if buf.len() > limit {
-            buf.truncate(limit);
-            out.truncated = true;
-        }
-    }
-    out
-}
-
 #[async_trait]
-impl Runtime for FakeRuntime {
+impl Inspect for FakeRuntime {
     async fn info(&self) -> RuntimeResult<RuntimeInfo> {
         self.check_available()?;
+        let st = self.state();
         Ok(RuntimeInfo {
             version: "fake".into(),
             api_version: "1.41".into(),
             os: "linux".into(),
             arch: std::env::consts::ARCH.into(),
             runtimes: vec!["runc".into()],
+            cpus: st.host_cpus,
+            memory_bytes: st.host_memory_bytes,
         })
     }
 
@@ -394,6 +396,71 @@ impl Runtime for FakeRuntime {
         self.server_name.clone()
     }
 
+    async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>> {
+        self.check_available()?;
+        Ok(self.state().containers.get(id).map(|c| ContainerState {
+            container_id: c.container_id.clone(),
+            running: c.running,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            oom_killed: false,
+        }))
+    }
+
+    async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .containers
+            .iter()
+            .map(|(id, c)| ManagedContainer {
+                container_id: c.container_id.clone(),
+                sandbox_id: Some(id.clone()),
+                instance_id: Some(c.spec.instance_id.as_str().to_owned()),
+                running: c.running,
+                pool_class: c.pool_class.clone(),
+            })
+            .collect())
+    }
+
+    /// A fake container has no network of its own: a running one is "at"
+    /// the host's loopback, so a test can serve its ports from a local
+    /// listener. As on Docker, a sandbox without network access has an
+    /// address too (on Stockade's internal network, reachable from the host
+    /// only).
+    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
+        self.check_available()?;
+        let st = self.state();
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))?;
+        Ok(c.running.then_some(std::net::Ipv4Addr::LOCALHOST.into()))
+    }
+
+    /// A running container reports its memory limit, one process, 1 MiB in
+    /// use and no CPU or network traffic; a stopped or missing one `None`.
+    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .containers
+            .get(id)
+            .filter(|c| c.running)
+            .map(|c| ContainerStats {
+                cpu_percent: Some(0.0),
+                memory_bytes: 1024 * 1024,
+                memory_limit_bytes: u64::try_from(c.spec.memory_bytes).unwrap_or_default(),
+                network_rx_bytes: 0,
+                network_tx_bytes: 0,
+                pids: 1,
+            }))
+    }
+}
+
+#[async_trait]
+impl Lifecycle for FakeRuntime {
     async fn ensure_image(&self, image: &str) -> RuntimeResult<()> {
         self.check_available()?;
         if self.state().missing_images.contains(image) {
@@ -409,7 +476,7 @@ impl Runtime for FakeRuntime {
         self.create_labelled(spec, None).await
     }
 
-    async fn create_pool_member(&self, member: &crate::PoolMemberSpec) -> RuntimeResult<String> {
+    async fn create_pool_member(&self, member: &PoolMemberSpec) -> RuntimeResult<String> {
         self.create_labelled(&member.container_spec(), Some(member.class.clone()))
             .await
     }
@@ -457,307 +524,6 @@ impl Runtime for FakeRuntime {
         }
         Ok(())
     }
-
-    async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>> {
-        self.check_available()?;
-        Ok(self.state().containers.get(id).map(|c| ContainerState {
-            container_id: c.container_id.clone(),
-            running: c.running,
-            started_at: c.started_at,
-            finished_at: c.finished_at,
-            exit_code: c.exit_code,
-            oom_killed: false,
-        }))
-    }
-
-    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecOutput> {
-        self.check_available()?;
-        if spec.argv.is_empty() {
-            return Err(RuntimeError::Other(
-                "exec needs a command (argv is empty)".into(),
-            ));
-        }
-        let (queued, handler) = {
-            let mut st = self.state();
-            if let Some(msg) = st.fail_exec.take() {
-                return Err(RuntimeError::Other(msg));
-            }
-            let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
-            if !c.running {
-                return Err(RuntimeError::Conflict("sandbox is not running".into()));
-            }
-            st.exec_calls.push((id.clone(), spec.clone()));
-            (st.exec_results.pop_front(), st.exec_handler.clone())
-        };
-        let out = match (queued, handler) {
-            (Some(out), _) => out,
-            (None, Some(handler)) => handler(id, &spec),
-            (None, None) => builtin_exec(&spec),
-        };
-        Ok(cap(out, spec.max_output_bytes))
-    }
-
-    // --- Logs and streaming exec (issue 3: API-5, API-8) ---
-
-    async fn logs(&self, id: &SandboxId, options: LogsOptions) -> RuntimeResult<LogLines> {
-        self.check_available()?;
-        let st = self.state();
-        if !st.containers.contains_key(id) {
-            return Err(not_found(id));
-        }
-        let since = options.since.map(|t| t.timestamp());
-        let mut lines: Vec<LogLine> = st
-            .logs
-            .get(id)
-            .into_iter()
-            .flatten()
-            .filter(|l| since.is_none_or(|s| l.timestamp.timestamp() >= s))
-            .cloned()
-            .collect();
-        if let Some(tail) = options.tail {
-            let skip = lines.len().saturating_sub(tail);
-            lines.drain(..skip);
-        }
-        Ok(Box::pin(futures_util::stream::iter(
-            lines.into_iter().map(Ok),
-        )))
-    }
-
-    async fn exec_start(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecProcess> {
-        let out = self
-            .exec(
-                id,
-                ExecSpec {
-                    max_output_bytes: usize::MAX,
-                    ..spec
-                },
-            )
-            .await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(3);
-        let mut events = Vec::new();
-        if !out.stdout.is_empty() {
-            events.push(ExecEvent::Stdout(out.stdout.into()));
-        }
-        if !out.stderr.is_empty() {
-            events.push(ExecEvent::Stderr(out.stderr.into()));
-        }
-        events.push(ExecEvent::Exit(ExecExit {
-            exit_code: out.exit_code,
-            timed_out: out.timed_out,
-            error: None,
-        }));
-        for event in events {
-            // Capacity 3 holds them all.
-            let _ = tx.try_send(event);
-        }
-        let n = self.state().exec_calls.len();
-        Ok(ExecProcess::new(format!("fakeexec{n}"), rx))
-    }
-
-    async fn exec_kill(&self, id: &SandboxId, _exec_id: &str) -> RuntimeResult<()> {
-        self.check_available()?;
-        // A fake process has always exited already.
-        if self.state().containers.contains_key(id) {
-            Ok(())
-        } else {
-            Err(not_found(id))
-        }
-    }
-
-    async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>> {
-        self.check_available()?;
-        Ok(self
-            .state()
-            .containers
-            .iter()
-            .map(|(id, c)| ManagedContainer {
-                container_id: c.container_id.clone(),
-                sandbox_id: Some(id.clone()),
-                instance_id: Some(c.spec.instance_id.as_str().to_owned()),
-                running: c.running,
-                pool_class: c.pool_class.clone(),
-            })
-            .collect())
-    }
-
-    async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>> {
-        self.check_available()?;
-        let st = self.state();
-        Ok(st
-            .volumes
-            .iter()
-            .map(|(id, v)| VolumeInfo {
-                name: VolumeName::for_sandbox(id),
-                created_at: Some(v.created_at),
-                size_bytes: v.size_bytes,
-                instance_id: v.instance_id.clone(),
-                account_id: v.account_id.clone(),
-                in_use: st.containers.get(id).is_some_and(|c| c.running),
-                pool_member: v.pool_member,
-            })
-            .collect())
-    }
-
-    async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()> {
-        self.check_available()?;
-        let mut st = self.state();
-        let id = name.sandbox_id();
-        if !st.volumes.contains_key(&id) {
-            return Err(RuntimeError::NotFound(format!("volume {name} not found")));
-        }
-        // Docker refuses while any container (running or not) mounts it.
-        if st.containers.contains_key(&id) {
-            return Err(RuntimeError::Conflict(
-                "Volume is in use by running sandbox".into(),
-            ));
-        }
-        st.volumes.remove(&id);
-        Ok(())
-    }
-
-    /// A fake container has no network of its own: a running one with
-    /// network access is "at" the host's loopback, so a test can serve its
-    /// ports from a local listener.
-    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
-        self.check_available()?;
-        let st = self.state();
-        let c = st
-            .containers
-            .get(id)
-            .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))?;
-        Ok((c.running && c.spec.network_access).then_some(std::net::Ipv4Addr::LOCALHOST.into()))
-    }
-    // Files (API-9): the fake keeps no filesystem; file tests use Docker.
-
-    async fn stat_path(
-        &self,
-        _id: &SandboxId,
-        _path: &stockade_core::SandboxPath,
-    ) -> crate::FsResult<crate::PathStat> {
-        Err(files_unsupported())
-    }
-
-    async fn read_archive(
-        &self,
-        _id: &SandboxId,
-        _path: &stockade_core::SandboxPath,
-    ) -> crate::FsResult<crate::ArchiveStream> {
-        Err(files_unsupported())
-    }
-
-    async fn write_archive(
-        &self,
-        _id: &SandboxId,
-        _dir: &stockade_core::SandboxPath,
-        _archive: crate::ArchiveUpload,
-    ) -> crate::FsResult<()> {
-        Err(files_unsupported())
-    }
-
-    async fn delete_path(
-        &self,
-        _id: &SandboxId,
-        _path: &stockade_core::SandboxPath,
-        _recursive: bool,
-    ) -> crate::FsResult<()> {
-        Err(files_unsupported())
-    }
-
-    /// A running container reports its memory limit, one process, 1 MiB in
-    /// use and no CPU or network traffic; a stopped or missing one `None`.
-    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<crate::ContainerStats>> {
-        self.check_available()?;
-        Ok(self
-            .state()
-            .containers
-            .get(id)
-            .filter(|c| c.running)
-            .map(|c| crate::ContainerStats {
-                cpu_percent: Some(0.0),
-                memory_bytes: 1024 * 1024,
-                memory_limit_bytes: u64::try_from(c.spec.memory_bytes).unwrap_or_default(),
-                network_rx_bytes: 0,
-                network_tx_bytes: 0,
-                pids: 1,
-            }))
-    }
-
-    // --- volumes, resources and environment (slice "volumes-timeouts") ---
-
-    async fn volume_size(
-        &self,
-        name: &VolumeName,
-        _max_age: Duration,
-    ) -> RuntimeResult<Option<u64>> {
-        self.check_available()?;
-        Ok(self
-            .state()
-            .volumes
-            .get(&name.sandbox_id())
-            .and_then(|v| v.size_bytes))
-    }
-
-    /// Records the limits in the container's spec (as Docker keeps them).
-    async fn update_resources(
-        &self,
-        id: &SandboxId,
-        cpu_cores: f64,
-        memory_bytes: i64,
-    ) -> RuntimeResult<()> {
-        self.check_available()?;
-        let mut st = self.state();
-        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
-        c.spec.cpu_cores = cpu_cores;
-        c.spec.memory_bytes = memory_bytes;
-        Ok(())
-    }
-
-    /// Records `env` as the container's environment (what the main process
-    /// would see from its next start).
-    async fn set_main_process_env(
-        &self,
-        id: &SandboxId,
-        env: &BTreeMap<String, String>,
-    ) -> RuntimeResult<()> {
-        self.check_available()?;
-        let mut st = self.state();
-        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
-        c.spec.env = env.clone();
-        Ok(())
-    }
-
-    // --- snapshots, fork and workspace sources (issue 4): fake/snapshots.rs ---
-
-    async fn commit_snapshot(
-        &self,
-        id: &SandboxId,
-        image_ref: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> RuntimeResult<()> {
-        self.commit_snapshot_impl(id, image_ref, labels)
-    }
-
-    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()> {
-        self.remove_image_impl(image_ref)
-    }
-
-    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
-        self.export_workspace_impl(id)
-    }
-
-    async fn create_with_workspace(
-        &self,
-        spec: &ContainerSpec,
-        archive: ByteStream,
-    ) -> RuntimeResult<String> {
-        self.create_with_workspace_impl(spec, archive).await
-    }
-}
-
-fn files_unsupported() -> crate::FsError {
-    crate::FsError::Runtime(RuntimeError::Other(
-        "files are not supported by the fake runtime".into(),
-    ))
 }
 
 #[cfg(test)]
@@ -767,6 +533,8 @@ mod tests {
     use stockade_core::{AccountId, InstanceId};
 
     use super::*;
+    use crate::prelude::*;
+    use crate::{ExecEvent, ExecExit, LogsOptions};
 
     fn spec() -> ContainerSpec {
         ContainerSpec {
@@ -1080,7 +848,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn container_address_follows_state_and_network() {
+    async fn container_address_follows_state() {
         let rt = FakeRuntime::new();
         let s = spec();
         let id = s.sandbox_id.clone();
@@ -1100,7 +868,35 @@ mod tests {
         rt.create(&offline).await.unwrap();
         assert_eq!(
             rt.container_address(&offline.sandbox_id).await.unwrap(),
-            None
+            Some(std::net::Ipv4Addr::LOCALHOST.into())
         );
+    }
+
+    #[tokio::test]
+    async fn host_size_and_isolation_reports_are_settable() {
+        let rt = FakeRuntime::new();
+        let info = rt.info().await.unwrap();
+        assert_eq!(
+            (info.cpus, info.memory_bytes),
+            (FAKE_HOST_CPUS, FAKE_HOST_MEMORY_BYTES)
+        );
+        rt.set_host_size(2, 1 << 30);
+        let info = rt.info().await.unwrap();
+        assert_eq!((info.cpus, info.memory_bytes), (2, 1 << 30));
+
+        assert_eq!(
+            rt.ensure_isolation().await.status(),
+            crate::IsolationStatus::Ok
+        );
+        rt.set_isolation_problem(Some("iptables not found".into()));
+        let report = rt.ensure_isolation().await;
+        assert_eq!(report.status(), crate::IsolationStatus::Degraded);
+        assert_eq!(report.problems, ["iptables not found"]);
+        rt.set_unavailable(true);
+        assert_eq!(
+            rt.ensure_isolation().await.status(),
+            crate::IsolationStatus::Degraded
+        );
+        assert_eq!(rt.isolation_checks(), 3);
     }
 }

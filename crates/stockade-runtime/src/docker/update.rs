@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use async_trait::async_trait;
 use bollard::container::{
     InspectContainerOptions, UpdateContainerOptions, UploadToContainerOptions,
 };
@@ -18,7 +19,7 @@ use bollard::errors::Error as BollardError;
 use stockade_core::SandboxId;
 
 use crate::docker::{container_name, DockerRuntime};
-use crate::{RuntimeError, RuntimeResult};
+use crate::{RuntimeError, RuntimeResult, Update};
 
 /// The file the main process's wrapper sources at start: the environment
 /// set after create.
@@ -216,6 +217,29 @@ impl DockerRuntime {
             )
             .await
             .map_err(|e| self.not_found_or(id, e, "write the environment file"))
+    }
+}
+
+#[async_trait]
+impl Update for DockerRuntime {
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id, cpu_cores, memory_bytes))]
+    async fn update_resources(
+        &self,
+        id: &SandboxId,
+        cpu_cores: f64,
+        memory_bytes: i64,
+    ) -> RuntimeResult<()> {
+        self.update_container_resources(id, cpu_cores, memory_bytes)
+            .await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn set_main_process_env(
+        &self,
+        id: &SandboxId,
+        env: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.write_main_env(id, env).await
     }
 }
 

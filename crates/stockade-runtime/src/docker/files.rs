@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use base64::Engine as _;
 use bollard::container::{
     DownloadFromContainerOptions, InspectContainerOptions, UploadToContainerOptions,
@@ -23,8 +24,8 @@ use stockade_core::{SandboxId, SandboxPath, VolumeName};
 use crate::docker::{container_name, error_chain, status_code, Endpoint};
 use crate::files::from_go_mode;
 use crate::{
-    ArchiveStream, ArchiveUpload, DockerRuntime, ExecSpec, FileKind, FsError, FsResult, PathStat,
-    Runtime, RuntimeError,
+    ArchiveStream, ArchiveUpload, DockerRuntime, Exec, ExecSpec, FileKind, Files, FsError,
+    FsResult, PathStat, RuntimeError,
 };
 
 /// The header of the archive HEAD/GET answer: base64 JSON of the path's stat.
@@ -290,7 +291,7 @@ impl DockerRuntime {
             max_output_bytes: 64 * 1024,
             ..Default::default()
         };
-        let out = match Runtime::exec(self, id, spec).await {
+        let out = match Exec::exec(self, id, spec).await {
             Ok(out) => out,
             Err(RuntimeError::Conflict(_)) => return Err(FsError::NotRunning),
             Err(e) => return Err(e.into()),
@@ -334,6 +335,35 @@ fn delete_failure(path: &SandboxPath, tool: &str, code: Option<i64>, stderr: &st
             "{tool} {path} failed (exit {}): {stderr}",
             code.map_or_else(|| "unknown".to_owned(), |c| c.to_string())
         )))
+    }
+}
+
+#[async_trait]
+impl Files for DockerRuntime {
+    async fn stat_path(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<PathStat> {
+        self.stat_path_impl(id, path).await
+    }
+
+    async fn read_archive(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<ArchiveStream> {
+        self.read_archive_impl(id, path).await
+    }
+
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ArchiveUpload,
+    ) -> FsResult<()> {
+        self.write_archive_impl(id, dir, archive).await
+    }
+
+    async fn delete_path(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        recursive: bool,
+    ) -> FsResult<()> {
+        self.delete_path_impl(id, path, recursive).await
     }
 }
 

@@ -1,0 +1,993 @@
+//! A client of the agent for Stockade's server: pooled keep-alive
+//! connections over TCP (`http://IP:49983`) or a unix socket, the access
+//! token on every request, and typed calls for processes, files and
+//! watches.
+
+use crate::body::{self, BoxBody, ChannelBody};
+use crate::connect::{self, Code, Codec, ConnectError, EnvelopeReader};
+use crate::proto::filesystem::*;
+use crate::proto::process::*;
+use crate::proto::Msg;
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// What a call to the agent can fail with.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The agent answered with a Connect error.
+    Rpc(ConnectError),
+    /// An HTTP route answered with an error status.
+    Http { status: u16, message: String },
+    /// The connection failed.
+    Transport(String),
+    /// The agent's answer made no sense.
+    Protocol(String),
+}
+
+impl ClientError {
+    /// The Connect code of an RPC error.
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Rpc(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Rpc(e) => write!(f, "agent error {e}"),
+            ClientError::Http { status, message } => {
+                write!(f, "agent answered {status}: {message}")
+            }
+            ClientError::Transport(m) => write!(f, "agent unreachable: {m}"),
+            ClientError::Protocol(m) => write!(f, "unexpected answer from the agent: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<ConnectError> for ClientError {
+    fn from(e: ConnectError) -> Self {
+        ClientError::Rpc(e)
+    }
+}
+
+/// Where the agent listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `host:port` (an IP in a sandbox network).
+    Tcp(String),
+    /// A unix socket.
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    /// Parses `http://HOST:PORT` (a trailing `/` is fine).
+    pub fn http(url: &str) -> Result<Self, ClientError> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("agent URL {url:?} must start with http://"))
+            })?
+            .trim_end_matches('/');
+        if rest.is_empty() || rest.contains('/') || !rest.contains(':') {
+            return Err(ClientError::Protocol(format!(
+                "agent URL {url:?} must be http://HOST:PORT"
+            )));
+        }
+        Ok(Endpoint::Tcp(rest.to_owned()))
+    }
+}
+
+/// A connected transport of the pool.
+pub enum AgentStream {
+    Tcp(TokioIo<tokio::net::TcpStream>),
+    Unix(TokioIo<tokio::net::UnixStream>),
+}
+
+impl hyper::rt::Read for AgentStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            AgentStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            AgentStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for AgentStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            AgentStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            AgentStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            AgentStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            AgentStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            AgentStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            AgentStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Connection for AgentStream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+/// Dials the endpoint, whatever the request URI says.
+#[derive(Clone)]
+pub struct Connector {
+    endpoint: Arc<Endpoint>,
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = AgentStream;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<AgentStream>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let endpoint = self.endpoint.clone();
+        Box::pin(async move {
+            match &*endpoint {
+                Endpoint::Tcp(addr) => {
+                    let s = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                    s.set_nodelay(true)?;
+                    Ok(AgentStream::Tcp(TokioIo::new(s)))
+                }
+                Endpoint::Unix(path) => Ok(AgentStream::Unix(TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))),
+            }
+        })
+    }
+}
+
+/// A client of one agent. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct AgentClient {
+    http: Client<Connector, BoxBody>,
+    base: Arc<str>,
+    token: Option<Arc<str>>,
+    user: Option<Arc<str>>,
+    codec: Codec,
+}
+
+/// A command for [`AgentClient::run`].
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Arguments after the program.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub envs: HashMap<String, String>,
+    /// Working directory (default: the user's home).
+    pub cwd: Option<String>,
+    /// Bytes kept per stream (stdout, stderr); 0 means 1 MiB.
+    pub output_cap: usize,
+    /// The process is killed when this passes.
+    pub timeout: Option<Duration>,
+}
+
+/// What [`AgentClient::run`] returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunOutput {
+    pub pid: u32,
+    /// The exit code (-1 when a signal ended the process).
+    pub exit_code: i32,
+    pub exited: bool,
+    /// `exit status N` or `signal: killed`.
+    pub status: String,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Output was cut at the cap.
+    pub truncated: bool,
+    /// The timeout killed the process.
+    pub timed_out: bool,
+}
+
+/// One event of a process stream (keepalives are skipped).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ProcessOutput {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    Pty(Bytes),
+    End(process_event::EndEvent),
+}
+
+/// The messages of a server stream.
+pub struct RpcStream<Res> {
+    body: Incoming,
+    reader: EnvelopeReader,
+    codec: Codec,
+    done: bool,
+    _res: PhantomData<fn() -> Res>,
+}
+
+impl<Res: Msg> RpcStream<Res> {
+    /// The next message; `None` at a clean end, an error if the stream
+    /// ended with one (or was cut).
+    pub async fn message(&mut self) -> Option<Result<Res, ClientError>> {
+        loop {
+            match self.reader.next_envelope() {
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e.into()));
+                }
+                Ok(Some((flags, payload))) => {
+                    if flags & connect::FLAG_END_STREAM != 0 {
+                        self.done = true;
+                        return connect::parse_end_stream(&payload)
+                            .err()
+                            .map(|e| Err(e.into()));
+                    }
+                    return Some(self.codec.decode::<Res>(&payload).map_err(Into::into));
+                }
+                Ok(None) if self.done => return None,
+                Ok(None) => {}
+            }
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.reader.push(&data);
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(ClientError::Transport(e.to_string())));
+                }
+                None => {
+                    self.done = true;
+                    return Some(Err(ClientError::Protocol(
+                        "the stream ended without an end message".into(),
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// A running process's events, after its start event.
+pub struct ProcessStream {
+    pub pid: u32,
+    inner: RpcStream<StartResponse>,
+}
+
+impl ProcessStream {
+    /// The next output or the end; `None` after the end.
+    pub async fn next(&mut self) -> Option<Result<ProcessOutput, ClientError>> {
+        loop {
+            let msg = match self.inner.message().await? {
+                Ok(m) => m,
+                Err(e) => return Some(Err(e)),
+            };
+            match msg.event.and_then(|e| e.event) {
+                Some(process_event::Event::Data(d)) => match d.output {
+                    Some(process_event::Output::Stdout(b)) => {
+                        return Some(Ok(ProcessOutput::Stdout(b)))
+                    }
+                    Some(process_event::Output::Stderr(b)) => {
+                        return Some(Ok(ProcessOutput::Stderr(b)))
+                    }
+                    Some(process_event::Output::Pty(b)) => return Some(Ok(ProcessOutput::Pty(b))),
+                    None => continue,
+                },
+                Some(process_event::Event::End(end)) => return Some(Ok(ProcessOutput::End(end))),
+                Some(process_event::Event::Start(_))
+                | Some(process_event::Event::Keepalive(_))
+                | None => continue,
+            }
+        }
+    }
+}
+
+/// A directory watch's events, after its start event.
+pub struct WatchStream {
+    inner: RpcStream<WatchDirResponse>,
+}
+
+impl WatchStream {
+    pub async fn next(&mut self) -> Option<Result<FilesystemEvent, ClientError>> {
+        loop {
+            match self.inner.message().await? {
+                Err(e) => return Some(Err(e)),
+                Ok(m) => {
+                    if let Some(watch_dir_response::Event::Filesystem(ev)) = m.event {
+                        return Some(Ok(ev));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A file being downloaded.
+pub struct Download {
+    /// Its size, when the agent said.
+    pub size: Option<u64>,
+    body: Incoming,
+}
+
+impl Download {
+    /// The next chunk; `None` at the end.
+    pub async fn chunk(&mut self) -> Option<Result<Bytes, ClientError>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok(data));
+                    }
+                }
+                Err(e) => return Some(Err(ClientError::Transport(e.to_string()))),
+            }
+        }
+    }
+
+    /// The whole file (use `chunk` for large ones).
+    pub async fn bytes(mut self) -> Result<Vec<u8>, ClientError> {
+        let mut out = Vec::new();
+        while let Some(c) = self.chunk().await {
+            out.extend_from_slice(&c?);
+        }
+        Ok(out)
+    }
+}
+
+/// What an upload wrote.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct WrittenEntry {
+    pub path: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+fn sel_of(pid: u32) -> Option<ProcessSelector> {
+    Some(ProcessSelector::pid(pid))
+}
+
+impl AgentClient {
+    /// A client of the agent at an endpoint, with its token.
+    pub fn new(endpoint: Endpoint, token: Option<String>) -> Self {
+        let base: Arc<str> = match &endpoint {
+            Endpoint::Tcp(addr) => format!("http://{addr}").into(),
+            Endpoint::Unix(_) => "http://agent".into(),
+        };
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(32)
+            .build(Connector {
+                endpoint: Arc::new(endpoint),
+            });
+        Self {
+            http,
+            base,
+            token: token.map(Into::into),
+            user: None,
+            codec: Codec::Proto,
+        }
+    }
+
+    /// Acts as a user of the sandbox (else the agent's default user).
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into().into());
+        self
+    }
+
+    /// Uses JSON instead of binary protobuf.
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    fn request(&self, method: http::Method, path_and_query: &str) -> http::request::Builder {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path_and_query));
+        if let Some(t) = &self.token {
+            b = b.header("x-access-token", &**t);
+        }
+        if let Some(u) = &self.user {
+            let enc = base64::engine::general_purpose::STANDARD.encode(format!("{u}:"));
+            b = b.header(http::header::AUTHORIZATION, format!("Basic {enc}"));
+        }
+        b
+    }
+
+    async fn send(&self, req: Request<BoxBody>) -> Result<Response<Incoming>, ClientError> {
+        self.http
+            .request(req)
+            .await
+            .map_err(|e| ClientError::Transport(format!("{e:?}")))
+    }
+
+    async fn error_of(resp: Response<Incoming>) -> ClientError {
+        let status = resp.status().as_u16();
+        let body = Limited::new(resp.into_body(), 64 << 10)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        match ConnectError::from_json(&body) {
+            Some(e) => ClientError::Rpc(e),
+            None => ClientError::Rpc(ConnectError::new(
+                Code::from_http_status(status),
+                String::from_utf8_lossy(&body).into_owned(),
+            )),
+        }
+    }
+
+    /// A unary call by path (`/process.Process/List`).
+    pub async fn unary<Req: Msg, Res: Msg>(
+        &self,
+        path: &str,
+        msg: &Req,
+    ) -> Result<Res, ClientError> {
+        let req = self
+            .request(http::Method::POST, path)
+            .header(http::header::CONTENT_TYPE, self.codec.unary_content_type())
+            .header("connect-protocol-version", "1")
+            .body(body::full(self.codec.encode(msg)))
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error_of(resp).await);
+        }
+        let data = Limited::new(resp.into_body(), connect::MAX_MESSAGE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .to_bytes();
+        Ok(self.codec.decode(&data)?)
+    }
+
+    /// A server-streaming call by path.
+    pub async fn server_stream<Req: Msg, Res: Msg>(
+        &self,
+        path: &str,
+        msg: &Req,
+        timeout: Option<Duration>,
+    ) -> Result<RpcStream<Res>, ClientError> {
+        let mut b = self
+            .request(http::Method::POST, path)
+            .header(http::header::CONTENT_TYPE, self.codec.stream_content_type())
+            .header("connect-protocol-version", "1");
+        if let Some(t) = timeout {
+            b = b.header("connect-timeout-ms", t.as_millis().max(1).to_string());
+        }
+        let req = b
+            .body(body::full(connect::envelope(0, &self.codec.encode(msg))))
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error_of(resp).await);
+        }
+        Ok(RpcStream {
+            body: resp.into_body(),
+            reader: EnvelopeReader::default(),
+            codec: self.codec,
+            done: false,
+            _res: PhantomData,
+        })
+    }
+
+    /// `GET /health`.
+    pub async fn health(&self) -> Result<(), ClientError> {
+        let req = self
+            .request(http::Method::GET, "/health")
+            .body(body::empty())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        match resp.status() {
+            StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
+            s => Err(ClientError::Http {
+                status: s.as_u16(),
+                message: "health check failed".into(),
+            }),
+        }
+    }
+
+    async fn open_process(
+        &self,
+        mut stream: RpcStream<StartResponse>,
+    ) -> Result<ProcessStream, ClientError> {
+        match stream.message().await {
+            Some(Ok(StartResponse {
+                event:
+                    Some(ProcessEvent {
+                        event: Some(process_event::Event::Start(s)),
+                    }),
+            })) => Ok(ProcessStream {
+                pid: s.pid,
+                inner: stream,
+            }),
+            Some(Err(e)) => Err(e),
+            other => Err(ClientError::Protocol(format!(
+                "expected a start event, got {:?}",
+                other.map(|r| r.ok())
+            ))),
+        }
+    }
+
+    /// Starts a process and streams its events. With a timeout the agent
+    /// kills it when the time is up.
+    pub async fn start(
+        &self,
+        req: &StartRequest,
+        timeout: Option<Duration>,
+    ) -> Result<ProcessStream, ClientError> {
+        let stream = self
+            .server_stream("/process.Process/Start", req, timeout)
+            .await?;
+        self.open_process(stream).await
+    }
+
+    /// Re-attaches to a running process: its further events.
+    pub async fn connect(&self, sel: ProcessSelector) -> Result<ProcessStream, ClientError> {
+        // ConnectResponse and StartResponse share their one field.
+        let stream = self
+            .server_stream::<_, StartResponse>(
+                "/process.Process/Connect",
+                &ConnectRequest { process: Some(sel) },
+                None,
+            )
+            .await?;
+        self.open_process(stream).await
+    }
+
+    /// Runs a command to its end, keeping at most `output_cap` bytes of
+    /// each stream; the timeout kills it.
+    pub async fn run(&self, cmd: &str, opts: &RunOptions) -> Result<RunOutput, ClientError> {
+        let cap = if opts.output_cap == 0 {
+            1 << 20
+        } else {
+            opts.output_cap
+        };
+        let req = StartRequest {
+            process: Some(ProcessConfig {
+                cmd: cmd.to_owned(),
+                args: opts.args.clone(),
+                envs: opts.envs.clone(),
+                cwd: opts.cwd.clone(),
+            }),
+            pty: None,
+            tag: None,
+            stdin: Some(false),
+        };
+        let started = Instant::now();
+        let mut stream = self.start(&req, opts.timeout).await?;
+        let mut out = RunOutput {
+            pid: stream.pid,
+            ..Default::default()
+        };
+        // Our own deadline, should the agent's kill not end the stream.
+        let backstop = opts.timeout.map(|t| started + t + Duration::from_secs(2));
+        let mut killed = false;
+        loop {
+            let next = match backstop {
+                Some(at) if !killed => {
+                    match tokio::time::timeout_at(at.into(), stream.next()).await {
+                        Ok(n) => n,
+                        Err(_) => {
+                            killed = true;
+                            let _ = self
+                                .send_signal(ProcessSelector::pid(out.pid), Signal::Sigkill)
+                                .await;
+                            continue;
+                        }
+                    }
+                }
+                _ => stream.next().await,
+            };
+            let keep = |buf: &mut Vec<u8>, data: &[u8], truncated: &mut bool| {
+                let room = cap.saturating_sub(buf.len());
+                if data.len() > room {
+                    *truncated = true;
+                }
+                buf.extend_from_slice(&data[..data.len().min(room)]);
+            };
+            match next {
+                Some(Ok(ProcessOutput::Stdout(d))) | Some(Ok(ProcessOutput::Pty(d))) => {
+                    keep(&mut out.stdout, &d, &mut out.truncated)
+                }
+                Some(Ok(ProcessOutput::Stderr(d))) => keep(&mut out.stderr, &d, &mut out.truncated),
+                Some(Ok(ProcessOutput::End(end))) => {
+                    out.exit_code = end.exit_code;
+                    out.exited = end.exited;
+                    out.status = end.status;
+                    out.timed_out =
+                        !end.exited && opts.timeout.is_some_and(|t| started.elapsed() >= t);
+                    return Ok(out);
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(ClientError::Protocol(
+                        "the process stream ended without an end event".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The running processes.
+    pub async fn list(&self) -> Result<Vec<ProcessInfo>, ClientError> {
+        let res: ListResponse = self.unary("/process.Process/List", &ListRequest {}).await?;
+        Ok(res.processes)
+    }
+
+    /// Sends SIGTERM or SIGKILL.
+    pub async fn send_signal(
+        &self,
+        sel: ProcessSelector,
+        signal: Signal,
+    ) -> Result<(), ClientError> {
+        let _: SendSignalResponse = self
+            .unary(
+                "/process.Process/SendSignal",
+                &SendSignalRequest {
+                    process: Some(sel),
+                    signal: signal as i32,
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Writes to stdin (or to the PTY with `ProcessInput::Pty`).
+    pub async fn send_input(
+        &self,
+        sel: ProcessSelector,
+        input: process_input::Input,
+    ) -> Result<(), ClientError> {
+        let _: SendInputResponse = self
+            .unary(
+                "/process.Process/SendInput",
+                &SendInputRequest {
+                    process: Some(sel),
+                    input: Some(ProcessInput { input: Some(input) }),
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Streams input in order until `inputs` closes (client streaming).
+    pub async fn stream_input(
+        &self,
+        sel: ProcessSelector,
+        mut inputs: mpsc::Receiver<process_input::Input>,
+    ) -> Result<(), ClientError> {
+        let (tx, body) = ChannelBody::new(8);
+        let codec = self.codec;
+        let start = StreamInputRequest {
+            event: Some(stream_input_request::Event::Start(
+                stream_input_request::StartEvent { process: Some(sel) },
+            )),
+        };
+        let feeder = tokio::spawn(async move {
+            if tx
+                .send(Ok(connect::envelope(0, &codec.encode(&start))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            while let Some(input) = inputs.recv().await {
+                let msg = StreamInputRequest {
+                    event: Some(stream_input_request::Event::Data(
+                        stream_input_request::DataEvent {
+                            input: Some(ProcessInput { input: Some(input) }),
+                        },
+                    )),
+                };
+                if tx
+                    .send(Ok(connect::envelope(0, &codec.encode(&msg))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let req = self
+            .request(http::Method::POST, "/process.Process/StreamInput")
+            .header(http::header::CONTENT_TYPE, self.codec.stream_content_type())
+            .header("connect-protocol-version", "1")
+            .body(body.boxed())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await;
+        feeder.abort();
+        let resp = resp?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error_of(resp).await);
+        }
+        let mut stream: RpcStream<StreamInputResponse> = RpcStream {
+            body: resp.into_body(),
+            reader: EnvelopeReader::default(),
+            codec: self.codec,
+            done: false,
+            _res: PhantomData,
+        };
+        while let Some(m) = stream.message().await {
+            m?;
+        }
+        Ok(())
+    }
+
+    /// Closes stdin (EOF).
+    pub async fn close_stdin(&self, sel: ProcessSelector) -> Result<(), ClientError> {
+        let _: CloseStdinResponse = self
+            .unary(
+                "/process.Process/CloseStdin",
+                &CloseStdinRequest { process: Some(sel) },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Resizes a process's PTY.
+    pub async fn resize(
+        &self,
+        sel: ProcessSelector,
+        cols: u32,
+        rows: u32,
+    ) -> Result<(), ClientError> {
+        let _: UpdateResponse = self
+            .unary(
+                "/process.Process/Update",
+                &UpdateRequest {
+                    process: Some(sel),
+                    pty: Some(Pty {
+                        size: Some(PtySize { cols, rows }),
+                    }),
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Kills a process by pid (SIGKILL).
+    pub async fn kill(&self, pid: u32) -> Result<(), ClientError> {
+        self.send_signal(sel_of(pid).expect("pid selector"), Signal::Sigkill)
+            .await
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<EntryInfo, ClientError> {
+        let res: StatResponse = self
+            .unary(
+                "/filesystem.Filesystem/Stat",
+                &StatRequest { path: path.into() },
+            )
+            .await?;
+        res.entry
+            .ok_or_else(|| ClientError::Protocol("stat answered without an entry".into()))
+    }
+
+    pub async fn list_dir(&self, path: &str, depth: u32) -> Result<Vec<EntryInfo>, ClientError> {
+        let res: ListDirResponse = self
+            .unary(
+                "/filesystem.Filesystem/ListDir",
+                &ListDirRequest {
+                    path: path.into(),
+                    depth,
+                },
+            )
+            .await?;
+        Ok(res.entries)
+    }
+
+    pub async fn make_dir(&self, path: &str) -> Result<EntryInfo, ClientError> {
+        let res: MakeDirResponse = self
+            .unary(
+                "/filesystem.Filesystem/MakeDir",
+                &MakeDirRequest { path: path.into() },
+            )
+            .await?;
+        res.entry
+            .ok_or_else(|| ClientError::Protocol("mkdir answered without an entry".into()))
+    }
+
+    pub async fn move_path(
+        &self,
+        source: &str,
+        destination: &str,
+    ) -> Result<EntryInfo, ClientError> {
+        let res: MoveResponse = self
+            .unary(
+                "/filesystem.Filesystem/Move",
+                &MoveRequest {
+                    source: source.into(),
+                    destination: destination.into(),
+                },
+            )
+            .await?;
+        res.entry
+            .ok_or_else(|| ClientError::Protocol("move answered without an entry".into()))
+    }
+
+    pub async fn remove(&self, path: &str) -> Result<(), ClientError> {
+        let _: RemoveResponse = self
+            .unary(
+                "/filesystem.Filesystem/Remove",
+                &RemoveRequest { path: path.into() },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Watches a directory; events come after the watch is in place.
+    pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<WatchStream, ClientError> {
+        let mut inner = self
+            .server_stream::<_, WatchDirResponse>(
+                "/filesystem.Filesystem/WatchDir",
+                &WatchDirRequest {
+                    path: path.into(),
+                    recursive,
+                    ..Default::default()
+                },
+                None,
+            )
+            .await?;
+        match inner.message().await {
+            Some(Ok(WatchDirResponse {
+                event: Some(watch_dir_response::Event::Start(_)),
+            })) => Ok(WatchStream { inner }),
+            Some(Err(e)) => Err(e),
+            _ => Err(ClientError::Protocol(
+                "expected the watch's start event".into(),
+            )),
+        }
+    }
+
+    fn files_query(path: &str) -> String {
+        let q: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("path", path)
+            .finish();
+        format!("/files?{q}")
+    }
+
+    /// Downloads a file as a stream.
+    pub async fn download(&self, path: &str) -> Result<Download, ClientError> {
+        let req = self
+            .request(http::Method::GET, &Self::files_query(path))
+            .body(body::empty())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            let status = resp.status().as_u16();
+            let message = match Self::error_of(resp).await {
+                ClientError::Rpc(e) => e.message,
+                other => other.to_string(),
+            };
+            return Err(ClientError::Http { status, message });
+        }
+        let size = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        Ok(Download {
+            size,
+            body: resp.into_body(),
+        })
+    }
+
+    /// Uploads a file from a stream of chunks (a raw body); parents are
+    /// created. An `Err` chunk aborts the upload.
+    pub async fn upload(
+        &self,
+        path: &str,
+        chunks: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    ) -> Result<Vec<WrittenEntry>, ClientError> {
+        let body = BodyExt::boxed_unsync(ChannelBodyFrom(chunks));
+        self.upload_body(path, body).await
+    }
+
+    /// Uploads a file from memory.
+    pub async fn upload_bytes(
+        &self,
+        path: &str,
+        data: impl Into<Bytes>,
+    ) -> Result<Vec<WrittenEntry>, ClientError> {
+        self.upload_body(path, body::full(data)).await
+    }
+
+    async fn upload_body(
+        &self,
+        path: &str,
+        body: BoxBody,
+    ) -> Result<Vec<WrittenEntry>, ClientError> {
+        let req = self
+            .request(http::Method::POST, &Self::files_query(path))
+            .header(http::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        let status = resp.status();
+        let data = Limited::new(resp.into_body(), 1 << 20)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .to_bytes();
+        if status != StatusCode::OK {
+            let message = serde_json::from_slice::<serde_json::Value>(&data)
+                .ok()
+                .and_then(|v| v.get("message")?.as_str().map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&data).into_owned());
+            return Err(ClientError::Http {
+                status: status.as_u16(),
+                message,
+            });
+        }
+        serde_json::from_slice(&data)
+            .map_err(|e| ClientError::Protocol(format!("upload answer: {e}")))
+    }
+}
+
+/// A request body read from a caller's channel.
+struct ChannelBodyFrom(mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl http_body::Body for ChannelBodyFrom {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|c| c.map(|r| r.map(http_body::Frame::data)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            Endpoint::http("http://10.0.0.2:49983/").unwrap(),
+            Endpoint::Tcp("10.0.0.2:49983".into())
+        );
+        assert!(Endpoint::http("https://x:1").is_err());
+        assert!(Endpoint::http("http://x").is_err());
+        assert!(Endpoint::http("http://x:1/path").is_err());
+    }
+}

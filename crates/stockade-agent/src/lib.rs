@@ -1,0 +1,19 @@
+//! `stockade-agent`: the in-sandbox agent (SPEC §11, AGT-1..AGT-8). It runs
+//! as PID 1 of a sandbox, speaks E2B's envd protocol (Connect RPC
+//! `process.Process` and `filesystem.Filesystem`, HTTP `/files` and
+//! `/health`), and ships the client Stockade's server uses to talk to it.
+
+pub mod agent;
+pub mod body;
+pub mod client;
+pub mod config;
+pub mod connect;
+pub mod envfile;
+pub mod fsops;
+pub mod multipart;
+pub mod procs;
+pub mod proto;
+pub mod reaper;
+pub mod server;
+pub mod users;
+pub mod watch;

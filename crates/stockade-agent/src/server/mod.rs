@@ -1,0 +1,313 @@
+//! The agent's HTTP server: routing of envd's Connect services and HTTP
+//! routes, the access token, the caller's user, and the accept loops
+//! (HTTP/1.1 and h2c on TCP or a unix socket).
+
+mod files;
+mod filesystem;
+mod process;
+pub mod rpc;
+
+use crate::body::{self, BoxBody};
+use crate::connect::{Code, ConnectError};
+use crate::procs::Processes;
+use crate::users::{Accounts, User};
+use crate::watch::Watchers;
+use base64::Engine as _;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// Keepalive interval of streams whose client asked for none.
+const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(60);
+/// The `PATH` processes get when the agent itself has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Settings `POST /init` may change.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults {
+    /// The user of requests that name none (else the agent's own user).
+    pub user: Option<String>,
+    /// The working directory of requests that name none (else home).
+    pub workdir: Option<String>,
+    /// Variables every started process gets.
+    pub env: Vec<(String, String)>,
+}
+
+/// Everything the request handlers share.
+pub struct AgentState {
+    token: Option<Vec<u8>>,
+    pub accounts: Accounts,
+    pub defaults: RwLock<Defaults>,
+    pub procs: Arc<Processes>,
+    pub watchers: Watchers,
+    /// The agent's own uid (processes of other users get their ids set).
+    pub agent_uid: u32,
+    /// The `PATH` of started processes.
+    pub path_env: String,
+}
+
+/// What a handler knows about its call.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub user: User,
+    pub workdir: Option<String>,
+    /// `Connect-Timeout-Ms`, if given.
+    pub timeout: Option<Duration>,
+    /// `Keepalive-Ping-Interval` (seconds), or the default.
+    pub keepalive: Duration,
+}
+
+impl AgentState {
+    pub fn new(
+        token: Option<String>,
+        accounts: Accounts,
+        defaults: Defaults,
+        procs: Arc<Processes>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            token: token.map(String::into_bytes),
+            accounts,
+            defaults: RwLock::new(defaults),
+            procs,
+            watchers: Watchers::default(),
+            agent_uid: rustix::process::geteuid().as_raw(),
+            path_env: std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
+        })
+    }
+
+    fn token_ok(&self, req: &Request<Incoming>) -> bool {
+        let Some(expected) = &self.token else {
+            return true;
+        };
+        let given = req
+            .headers()
+            .get("x-access-token")
+            .map(|v| v.as_bytes())
+            .unwrap_or(b"");
+        given.len() == expected.len() && bool::from(given.ct_eq(expected))
+    }
+
+    /// The uid/gid to run as for a user, if it differs from the agent's.
+    pub fn ids_for(&self, user: &User) -> Option<(u32, u32)> {
+        (user.uid != self.agent_uid).then_some((user.uid, user.gid))
+    }
+
+    /// The user a request acts as: a named one, or the default.
+    pub fn resolve_user(&self, name: Option<&str>) -> Result<User, ConnectError> {
+        let name = match name {
+            Some(n) if !n.is_empty() => Some(n.to_owned()),
+            _ => self.defaults.read().expect("defaults").user.clone(),
+        };
+        match name {
+            Some(n) => self.accounts.user_by_name(&n).ok_or_else(|| {
+                ConnectError::new(Code::Unauthenticated, format!("invalid username: '{n}'"))
+            }),
+            None => Ok(self.accounts.user_by_uid(self.agent_uid)),
+        }
+    }
+
+    fn call(&self, req: &Request<Incoming>) -> Result<Call, ConnectError> {
+        let headers = req.headers();
+        let basic_user = match headers.get(http::header::AUTHORIZATION) {
+            None => None,
+            Some(v) => Some(basic_username(v.to_str().unwrap_or("")).ok_or_else(|| {
+                ConnectError::new(Code::Unauthenticated, "malformed Authorization header")
+            })?),
+        };
+        let user = self.resolve_user(basic_user.as_deref())?;
+        let timeout = match headers.get("connect-timeout-ms") {
+            None => None,
+            Some(v) => {
+                let ms: u64 = v
+                    .to_str()
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| {
+                        ConnectError::invalid("Connect-Timeout-Ms must be a number of milliseconds")
+                    })?;
+                (ms > 0).then(|| Duration::from_millis(ms))
+            }
+        };
+        let keepalive = headers
+            .get("keepalive-ping-interval")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_KEEPALIVE);
+        Ok(Call {
+            user,
+            workdir: self.defaults.read().expect("defaults").workdir.clone(),
+            timeout,
+            keepalive,
+        })
+    }
+
+    /// The environment of a started process: PATH, HOME, USER, LOGNAME,
+    /// the defaults, then the request's own (last one wins).
+    pub fn process_env(
+        &self,
+        user: &User,
+        extra: &std::collections::HashMap<String, String>,
+    ) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("PATH".to_owned(), self.path_env.clone()),
+            ("HOME".to_owned(), user.home.clone()),
+            ("USER".to_owned(), user.name.clone()),
+            ("LOGNAME".to_owned(), user.name.clone()),
+        ];
+        let set = |env: &mut Vec<(String, String)>, k: &str, v: &str| {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_owned(), v.to_owned()));
+        };
+        for (k, v) in &self.defaults.read().expect("defaults").env {
+            set(&mut env, k, v);
+        }
+        let mut extra: Vec<_> = extra.iter().collect();
+        extra.sort();
+        for (k, v) in extra {
+            set(&mut env, k, v);
+        }
+        env
+    }
+}
+
+/// The user name of `Authorization: Basic base64(user:)`.
+fn basic_username(value: &str) -> Option<String> {
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    Some(
+        text.split_once(':')
+            .map_or(text.as_str(), |(u, _)| u)
+            .to_owned(),
+    )
+}
+
+/// A plain JSON error of the HTTP routes (`{"code": 404, "message": …}`).
+pub fn http_error(status: StatusCode, message: impl Into<String>) -> Response<BoxBody> {
+    let body = serde_json::json!({ "code": status.as_u16(), "message": message.into() });
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body::full(body.to_string()))
+        .expect("valid response")
+}
+
+/// Answers one request.
+pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<BoxBody> {
+    let path = req.uri().path().to_owned();
+    if path == "/health" {
+        return Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .body(body::empty())
+            .expect("valid response");
+    }
+    let is_rpc =
+        path.starts_with("/process.Process/") || path.starts_with("/filesystem.Filesystem/");
+    if !state.token_ok(&req) {
+        let msg = "missing or invalid access token (X-Access-Token)";
+        return if is_rpc {
+            rpc::error_response(&ConnectError::new(Code::Unauthenticated, msg))
+        } else {
+            http_error(StatusCode::UNAUTHORIZED, msg)
+        };
+    }
+    if is_rpc {
+        if req.method() != Method::POST {
+            return Response::builder()
+                .status(StatusCode::METHOD_NOT_ALLOWED)
+                .header(http::header::ALLOW, "POST")
+                .body(body::empty())
+                .expect("valid response");
+        }
+        let call = match state.call(&req) {
+            Ok(c) => c,
+            Err(e) => return rpc::error_response(&e),
+        };
+        let (service, method) = path[1..].split_once('/').unwrap_or_default();
+        return match service {
+            "process.Process" => process::route(state, call, method, req).await,
+            _ => filesystem::route(state, call, method, req).await,
+        };
+    }
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/files") => files::download(state, req).await,
+        (Method::POST, "/files") => files::upload(state, req).await,
+        (Method::POST, "/init") => files::init(state, req).await,
+        (Method::GET, "/envs") => files::envs(state),
+        (_, "/files" | "/init" | "/envs") => {
+            http_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        }
+        _ => http_error(StatusCode::NOT_FOUND, format!("no route {path}")),
+    }
+}
+
+fn serve_connection<I>(io: I, state: Arc<AgentState>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let svc = hyper::service::service_fn(move |req| {
+            let st = state.clone();
+            async move { Ok::<_, Infallible>(handle(st, req).await) }
+        });
+        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .serve_connection(io, svc)
+            .await;
+    });
+}
+
+/// Accepts connections on a TCP listener forever.
+pub async fn serve_tcp(listener: tokio::net::TcpListener, state: Arc<AgentState>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                serve_connection(TokioIo::new(stream), state.clone());
+            }
+            // Out of descriptors or similar: back off instead of spinning.
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Accepts connections on a unix socket forever.
+pub async fn serve_unix(listener: tokio::net::UnixListener, state: Arc<AgentState>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => serve_connection(TokioIo::new(stream), state.clone()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_auth_names_the_user() {
+        let enc = base64::engine::general_purpose::STANDARD.encode("user:");
+        assert_eq!(
+            basic_username(&format!("Basic {enc}")).as_deref(),
+            Some("user")
+        );
+        let enc = base64::engine::general_purpose::STANDARD.encode("root");
+        assert_eq!(
+            basic_username(&format!("basic {enc}")).as_deref(),
+            Some("root")
+        );
+        assert_eq!(basic_username("Bearer x"), None);
+        assert_eq!(basic_username("Basic !!"), None);
+    }
+}

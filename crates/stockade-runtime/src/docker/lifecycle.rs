@@ -1,0 +1,650 @@
+//! Creating, starting, stopping and removing sandbox containers on Docker:
+//! the hardened container configuration (SEC-3), image pulls, and the undo
+//! of a create that failed or was cancelled (LC-11, LC-12).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::container::{
+    Config, CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions,
+    StartContainerOptions, StopContainerOptions,
+};
+use bollard::errors::Error as BollardError;
+use bollard::image::CreateImageOptions;
+use bollard::models::{HostConfig, Mount, MountTypeEnum, RestartPolicy, RestartPolicyNameEnum};
+use bollard::volume::CreateVolumeOptions;
+use bollard::Docker;
+use futures_util::StreamExt;
+use stockade_core::{InstanceId, SandboxId, VolumeName};
+
+use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
+use crate::{
+    labels, ByteStream, ContainerSpec, Lifecycle, PoolMemberSpec, RuntimeError, RuntimeResult,
+};
+
+/// Capabilities a sandbox keeps (everything else is dropped, SEC-3): enough
+/// for package managers and servers on low ports, nothing that reaches the host.
+const CAP_ADD: [&str; 8] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "NET_BIND_SERVICE",
+];
+
+impl DockerRuntime {
+    fn pull_error(&self, image: &str, e: BollardError) -> RuntimeError {
+        if is_connection_error(&e) {
+            return self.map_err(e, "pull");
+        }
+        let message = match &e {
+            BollardError::DockerResponseServerError { message, .. } => message.clone(),
+            BollardError::DockerStreamError { error } => error.clone(),
+            other => error_chain(other),
+        };
+        RuntimeError::ImageUnavailable {
+            image: image.to_owned(),
+            reason: pull_reason(&message),
+        }
+    }
+
+    async fn pull(&self, docker: &Docker, image: &str) -> RuntimeResult<()> {
+        let (from_image, tag) = split_reference(image);
+        let options = CreateImageOptions {
+            from_image,
+            tag,
+            ..Default::default()
+        };
+        let pull = async {
+            let mut stream = docker.create_image(Some(options), None, None);
+            while let Some(item) = stream.next().await {
+                item.map_err(|e| self.pull_error(image, e))?;
+            }
+            Ok::<(), RuntimeError>(())
+        };
+        match tokio::time::timeout(self.config.pull_timeout, pull).await {
+            Ok(result) => result,
+            Err(_) => Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: format!(
+                    "pull did not finish within {} s",
+                    self.config.pull_timeout.as_secs()
+                ),
+            }),
+        }
+    }
+
+    /// What [`Runtime::create`] sends to the engine for `spec`: the volume's
+    /// create options and the container's configuration (SEC-3 hardening,
+    /// limits, labels, the wrapped main process). Public for the benchmark's
+    /// raw-Docker baseline (`stockade-bench`), which must create exactly the
+    /// same containers to be a fair comparison.
+    pub fn create_request(
+        &self,
+        spec: &ContainerSpec,
+    ) -> (CreateVolumeOptions<String>, Config<String>) {
+        let volume = VolumeName::for_sandbox(&spec.sandbox_id);
+        let options = CreateVolumeOptions {
+            name: volume.as_str().to_owned(),
+            driver: "local".to_owned(),
+            driver_opts: HashMap::new(),
+            labels: stockade_labels(spec),
+        };
+        (
+            options,
+            self.container_config(spec, &volume, stockade_labels(spec)),
+        )
+    }
+
+    fn container_config(
+        &self,
+        spec: &ContainerSpec,
+        volume: &VolumeName,
+        labels: HashMap<String, String>,
+    ) -> Config<String> {
+        let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
+        let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
+            .then(|| (spec.cpu_cores * 1e9).round() as i64);
+        let host_config = HostConfig {
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            cap_add: Some(CAP_ADD.iter().map(|c| (*c).to_owned()).collect()),
+            // Docker's default seccomp profile minus io_uring (SEC-9,
+            // seccomp.rs); the default AppArmor profile stays on.
+            security_opt: Some(
+                std::iter::once("no-new-privileges:true".to_owned())
+                    .chain(self.seccomp_option())
+                    .collect(),
+            ),
+            pids_limit: Some(self.config.pids_limit),
+            memory,
+            memory_swap: memory,
+            nano_cpus,
+            privileged: Some(false),
+            // docker-init as PID 1: forwards SIGTERM, reaps zombies.
+            init: Some(true),
+            mounts: Some(vec![Mount {
+                target: Some(VolumeName::MOUNT_PATH.to_owned()),
+                source: Some(volume.as_str().to_owned()),
+                typ: Some(MountTypeEnum::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            }]),
+            // SEC-5: Stockade's networks, see network.rs.
+            network_mode: Some(self.sandbox_network_mode(spec.network_access)),
+            runtime: self.config.oci_runtime.clone(),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::NO),
+                maximum_retry_count: None,
+            }),
+            readonly_rootfs: Some(false),
+            ..Default::default()
+        };
+        Config {
+            image: Some(spec.image.clone()),
+            // The main process runs through a wrapper that applies environment
+            // updates made after create (LC-8), see update.rs.
+            cmd: (!spec.command.is_empty()).then(|| super::update::wrap_main(&spec.command)),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
+            hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
+            labels: Some(labels),
+            tty: Some(false),
+            open_stdin: Some(false),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            // LC-4's default grace, also when the engine stops it on its own.
+            stop_timeout: Some(30),
+            host_config: Some(host_config),
+            ..Default::default()
+        }
+    }
+
+    pub(super) async fn create_inner(
+        &self,
+        docker: &Docker,
+        spec: &ContainerSpec,
+        undo: &mut CreateUndo,
+        workspace: Option<ByteStream>,
+        labels: HashMap<String, String>,
+    ) -> RuntimeResult<String> {
+        let name = container_name(&spec.sandbox_id);
+        let volume = VolumeName::for_sandbox(&spec.sandbox_id);
+
+        // Two independent questions at once: one round trip fewer per create.
+        let (image, existing, ()) = tokio::join!(
+            self.ensure_image(&spec.image),
+            docker.inspect_volume(volume.as_str()),
+            self.prepare_networks(docker)
+        );
+        image?;
+        match existing {
+            // A preserved volume of this sandbox: reuse it (and keep it on failure).
+            Ok(_) => {}
+            Err(e) if status_code(&e) == Some(404) => {
+                undo.volume_owned = true;
+                docker
+                    .create_volume(CreateVolumeOptions {
+                        name: volume.as_str().to_owned(),
+                        driver: "local".to_owned(),
+                        driver_opts: HashMap::new(),
+                        labels: labels.clone(),
+                    })
+                    .await
+                    .map_err(|e| self.map_err(e, "create volume"))?;
+            }
+            Err(e) => return Err(self.map_err(e, "inspect volume")),
+        }
+
+        undo.container = ContainerUndo::Pending;
+        let options = CreateContainerOptions {
+            name: name.clone(),
+            platform: None,
+        };
+        let mut created = docker
+            .create_container(
+                Some(options.clone()),
+                self.container_config(spec, &volume, labels.clone()),
+            )
+            .await;
+        if matches!(&created, Err(e) if is_missing_network(e)) {
+            // Stockade's network was removed behind its back: make it again.
+            self.forget_networks();
+            self.prepare_networks(docker).await;
+            created = docker
+                .create_container(Some(options), self.container_config(spec, &volume, labels))
+                .await;
+        }
+        let created = match created {
+            Ok(c) => c,
+            Err(e) => {
+                if status_code(&e).is_some() {
+                    // The daemon answered: it made nothing (a 409 means the name
+                    // belongs to another container, which is not ours to remove).
+                    undo.container = ContainerUndo::None;
+                }
+                return Err(match self.map_err(e, "create container") {
+                    RuntimeError::NotFound(m) => {
+                        RuntimeError::Other(format!("create container: {m}"))
+                    }
+                    RuntimeError::Conflict(m) => {
+                        RuntimeError::Conflict(format!("container {name} already exists: {m}"))
+                    }
+                    other => other,
+                });
+            }
+        };
+        undo.container = ContainerUndo::Created(created.id.clone());
+        for warning in &created.warnings {
+            tracing::warn!(sandbox.id = %spec.sandbox_id, %warning, "docker create warning");
+        }
+
+        if let Some(archive) = workspace {
+            self.unpack_workspace(docker, &created.id, archive).await?;
+        }
+
+        docker
+            .start_container(&created.id, None::<StartContainerOptions<String>>)
+            .await
+            .map_err(|e| match self.map_err(e, "start container") {
+                RuntimeError::NotFound(m) | RuntimeError::Conflict(m) => {
+                    RuntimeError::Other(format!("start container: {m}"))
+                }
+                other => other,
+            })?;
+        Ok(created.id)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for DockerRuntime {
+    #[tracing::instrument(skip(self))]
+    async fn ensure_image(&self, image: &str) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        match docker.inspect_image(image).await {
+            Ok(_) => return Ok(()),
+            Err(e) if status_code(&e) == Some(404) => {}
+            Err(e) => return Err(self.map_err(e, "inspect image")),
+        }
+        tracing::info!(image, "image not present locally: pulling");
+        self.pull(&docker, image).await?;
+        match docker.inspect_image(image).await {
+            Ok(_) => Ok(()),
+            Err(e) if status_code(&e) == Some(404) => Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: "the pull finished but the image is still missing".into(),
+            }),
+            Err(e) => Err(self.map_err(e, "inspect image")),
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
+    async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
+        let docker = self.client().await?;
+        let mut undo = CreateUndo::new(docker.clone(), spec);
+        match self
+            .create_inner(&docker, spec, &mut undo, None, stockade_labels(spec))
+            .await
+        {
+            Ok(id) => {
+                undo.disarm();
+                Ok(id)
+            }
+            Err(e) => {
+                undo.run_now().await;
+                Err(e)
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %member.sandbox_id, image = %member.image))]
+    async fn create_pool_member(&self, member: &PoolMemberSpec) -> RuntimeResult<String> {
+        let spec = member.container_spec();
+        let docker = self.client().await?;
+        let mut undo = CreateUndo::new(docker.clone(), &spec);
+        let labels = member.labels().into_iter().collect();
+        match self
+            .create_inner(&docker, &spec, &mut undo, None, labels)
+            .await
+        {
+            Ok(id) => {
+                undo.disarm();
+                Ok(id)
+            }
+            Err(e) => {
+                undo.run_now().await;
+                Err(e)
+            }
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        // 304 (already running) counts as success.
+        docker
+            .start_container(&container_name(id), None::<StartContainerOptions<String>>)
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "start container"),
+            })
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id, grace_s = grace.as_secs_f64()))]
+    async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()> {
+        let t = grace.as_secs() + u64::from(grace.subsec_nanos() > 0);
+        let mut docker = self.client().await?;
+        // The engine answers only once the container stopped: up to `t` seconds.
+        let needed = Duration::from_secs(t + 60);
+        if docker.timeout() < needed {
+            docker = docker.with_timeout(needed);
+        }
+        docker
+            .stop_container(
+                &container_name(id),
+                Some(StopContainerOptions {
+                    t: i64::try_from(t).unwrap_or(i64::MAX),
+                }),
+            )
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "stop container"),
+            })
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id, preserve_volume))]
+    async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        let name = container_name(id);
+        remove_container(&docker, &name)
+            .await
+            .map_err(|e| self.map_err(e, "remove container"))?;
+        if !preserve_volume {
+            let volume = VolumeName::for_sandbox(id);
+            match docker.remove_volume(volume.as_str(), None).await {
+                Ok(()) => {}
+                Err(e) if status_code(&e) == Some(404) => {}
+                Err(e) => {
+                    return Err(match self.map_err(e, "remove volume") {
+                        RuntimeError::Conflict(m) => RuntimeError::Conflict(format!(
+                            "volume {volume} is still used by another container: {m}"
+                        )),
+                        other => other,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The labels on a sandbox's container and volume.
+pub(super) fn stockade_labels(spec: &ContainerSpec) -> HashMap<String, String> {
+    HashMap::from([
+        (labels::MANAGED.to_owned(), "true".to_owned()),
+        (labels::SANDBOX_ID.to_owned(), spec.sandbox_id.to_string()),
+        (labels::ACCOUNT_ID.to_owned(), spec.account_id.to_string()),
+        (labels::INSTANCE_ID.to_owned(), spec.instance_id.to_string()),
+    ])
+}
+
+/// Force-removes a container with its anonymous volumes (named volumes stay);
+/// gone already is fine, and so is a removal already in progress (waited for).
+async fn remove_container(docker: &Docker, name: &str) -> Result<(), BollardError> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        link: false,
+    };
+    match docker.remove_container(name, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(e) if status_code(&e) == Some(404) => Ok(()),
+        Err(BollardError::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already in progress") => {
+            for _ in 0..50 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                match docker
+                    .inspect_container(name, None::<InspectContainerOptions>)
+                    .await
+                {
+                    Err(e) if status_code(&e) == Some(404) => return Ok(()),
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
+            }
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409,
+                message,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ContainerUndo {
+    /// Nothing was created.
+    None,
+    /// A create request was sent and its outcome is unknown.
+    Pending,
+    Created(String),
+}
+
+/// What a `create` made so far, removed again when it fails or is cancelled
+/// (LC-11, LC-12): the container, and the volume only if this call made it.
+pub(super) struct CreateUndo {
+    docker: Docker,
+    sandbox_id: SandboxId,
+    instance_id: InstanceId,
+    container: ContainerUndo,
+    volume_owned: bool,
+    armed: bool,
+}
+
+impl CreateUndo {
+    pub(super) fn new(docker: Docker, spec: &ContainerSpec) -> Self {
+        Self {
+            docker,
+            sandbox_id: spec.sandbox_id.clone(),
+            instance_id: spec.instance_id.clone(),
+            container: ContainerUndo::None,
+            volume_owned: false,
+            armed: true,
+        }
+    }
+
+    pub(super) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    pub(super) async fn run_now(&mut self) {
+        self.armed = false;
+        undo_create(
+            self.docker.clone(),
+            self.sandbox_id.clone(),
+            self.instance_id.clone(),
+            self.container.clone(),
+            self.volume_owned,
+        )
+        .await;
+    }
+}
+
+impl Drop for CreateUndo {
+    fn drop(&mut self) {
+        if !self.armed || (self.container == ContainerUndo::None && !self.volume_owned) {
+            return;
+        }
+        // The create future was dropped midway (client gone): clean up in the
+        // background, outside the cancelled task.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            tracing::info!(sandbox.id = %self.sandbox_id, "create cancelled: removing what it made");
+            handle.spawn(undo_create(
+                self.docker.clone(),
+                self.sandbox_id.clone(),
+                self.instance_id.clone(),
+                self.container.clone(),
+                self.volume_owned,
+            ));
+        }
+    }
+}
+
+async fn undo_create(
+    docker: Docker,
+    sandbox_id: SandboxId,
+    instance_id: InstanceId,
+    container: ContainerUndo,
+    volume_owned: bool,
+) {
+    let name = container_name(&sandbox_id);
+    let volume = VolumeName::for_sandbox(&sandbox_id);
+    // A pending create may still land after our first look: look again.
+    let attempts = if container == ContainerUndo::Pending {
+        3
+    } else {
+        1
+    };
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let target = match &container {
+            ContainerUndo::None => None,
+            ContainerUndo::Created(id) => Some(id.clone()),
+            // Only a container that carries this create's labels is ours.
+            ContainerUndo::Pending => match docker
+                .inspect_container(&name, None::<InspectContainerOptions>)
+                .await
+            {
+                Ok(c) => {
+                    let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+                    let ours = labels.get(labels::SANDBOX_ID).map(String::as_str)
+                        == Some(sandbox_id.as_str())
+                        && labels.get(labels::INSTANCE_ID).map(String::as_str)
+                            == Some(instance_id.as_str());
+                    ours.then_some(name.clone())
+                }
+                Err(_) => None,
+            },
+        };
+        if let Some(target) = target {
+            if let Err(e) = remove_container(&docker, &target).await {
+                tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the container of a failed create");
+            }
+        }
+        if volume_owned {
+            match docker.remove_volume(volume.as_str(), None).await {
+                Ok(()) => {}
+                Err(e) if status_code(&e) == Some(404) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the volume of a failed create")
+                }
+            }
+        }
+    }
+}
+
+/// The engine refused a create because its network does not exist.
+fn is_missing_network(e: &BollardError) -> bool {
+    matches!(
+        e,
+        BollardError::DockerResponseServerError { status_code: 404, message }
+            if message.contains("network")
+    )
+}
+
+/// A short reason for a failed pull, for [`RuntimeError::ImageUnavailable`].
+fn pull_reason(message: &str) -> String {
+    let lower = message.to_ascii_lowercase();
+    let kind = if lower.contains("pull access denied")
+        || lower.contains("repository does not exist")
+        || lower.contains("manifest unknown")
+        || lower.contains("not found")
+        || lower.contains("unauthorized")
+    {
+        "pull access denied or no such image in the registry"
+    } else if lower.contains("no such host")
+        || lower.contains("dial tcp")
+        || lower.contains("connection refused")
+        || lower.contains("i/o timeout")
+        || lower.contains("tls handshake")
+        || lower.contains("network is unreachable")
+        || lower.contains("timeout")
+    {
+        "registry unreachable"
+    } else {
+        "pull failed"
+    };
+    let message = message.trim();
+    let message: String = if message.chars().count() > 300 {
+        message.chars().take(300).chain("…".chars()).collect()
+    } else {
+        message.to_owned()
+    };
+    format!("{kind}: {message}")
+}
+
+/// Splits `name[:tag]` / `name@digest` for the pull API (no tag = `latest`,
+/// never "all tags").
+fn split_reference(image: &str) -> (String, String) {
+    if let Some((name, digest)) = image.split_once('@') {
+        return (name.to_owned(), digest.to_owned());
+    }
+    let name_start = image.rfind('/').map_or(0, |i| i + 1);
+    match image[name_start..].rfind(':') {
+        Some(i) => (
+            image[..name_start + i].to_owned(),
+            image[name_start + i + 1..].to_owned(),
+        ),
+        None => (image.to_owned(), "latest".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_split() {
+        assert_eq!(
+            split_reference("node:20-bookworm"),
+            ("node".into(), "20-bookworm".into())
+        );
+        assert_eq!(
+            split_reference("busybox"),
+            ("busybox".into(), "latest".into())
+        );
+        assert_eq!(
+            split_reference("localhost:5000/a/b"),
+            ("localhost:5000/a/b".into(), "latest".into())
+        );
+        assert_eq!(
+            split_reference("localhost:5000/a/b:1.2"),
+            ("localhost:5000/a/b".into(), "1.2".into())
+        );
+        assert_eq!(
+            split_reference("x@sha256:abc"),
+            ("x".into(), "sha256:abc".into())
+        );
+    }
+
+    #[test]
+    fn pull_reasons_are_short_and_classified() {
+        let r = pull_reason("Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host");
+        assert!(r.starts_with("registry unreachable: "), "{r}");
+        let r = pull_reason(
+            "pull access denied for nope, repository does not exist or may require 'docker login'",
+        );
+        assert!(r.starts_with("pull access denied"), "{r}");
+        assert!(pull_reason(&"x".repeat(1000)).chars().count() < 350);
+    }
+}

@@ -1,0 +1,425 @@
+//! The Docker implementation of the runtime (bollard): the client (lazy
+//! connect, API version negotiation), its configuration, and errors that say
+//! how to fix an unreachable daemon. Each role lives in a file of its own:
+//! `lifecycle.rs` (hardened create, SEC-3), `exec.rs`, `files.rs`,
+//! `logs.rs`, `inspect.rs`, `ports.rs`, `stats.rs`, `update.rs`,
+//! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9).
+
+use std::error::Error as StdError;
+use std::sync::atomic::AtomicBool;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use bollard::errors::Error as BollardError;
+use bollard::{ClientVersion, Docker, API_DEFAULT_VERSION};
+use chrono::{DateTime, Utc};
+use stockade_core::SandboxId;
+
+mod exec;
+mod files;
+mod inspect;
+mod lifecycle;
+mod logs;
+mod network;
+mod ports;
+mod seccomp;
+mod snapshots;
+mod stats;
+mod update;
+mod volumes;
+
+pub use network::IsolationConfig;
+pub use seccomp::SECCOMP_PROFILE;
+
+use crate::{RuntimeError, RuntimeResult};
+
+/// The API version Stockade speaks first: Docker 20.10. Engines that no
+/// longer accept it (Docker 29 requires 1.44) are spoken to in the newest
+/// version bollard knows, negotiated down to theirs.
+const API_BASELINE: ClientVersion = ClientVersion {
+    major_version: 1,
+    minor_version: 41,
+};
+/// Request timeout of the HTTP client (time to the response headers; streamed
+/// bodies such as exec output and pulls are not cut by it).
+const CLIENT_TIMEOUT_SECS: u64 = 120;
+/// How long `/health` (and the first connection) waits for the daemon.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// Where and how to reach the Docker engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DockerConfig {
+    /// `unix:///path/to/docker.sock` or `tcp://host:port`; `None` means
+    /// `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
+    pub host: Option<String>,
+    /// The name of this engine host ("server location"), e.g. `local`.
+    pub server_name: String,
+    /// Maximum number of processes in one sandbox.
+    pub pids_limit: i64,
+    /// OCI runtime for sandboxes, e.g. `runsc` (gVisor); `None` = engine default.
+    pub oci_runtime: Option<String>,
+    /// How long pulling a missing image may take.
+    pub pull_timeout: Duration,
+    /// The networks sandboxes join and the packet filter that keeps them
+    /// from each other and from the host (SEC-5).
+    pub isolation: IsolationConfig,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        Self {
+            host: None,
+            server_name: "local".into(),
+            pids_limit: 512,
+            oci_runtime: None,
+            pull_timeout: Duration::from_secs(300),
+            isolation: IsolationConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Unix(String),
+    Tcp(String),
+}
+
+/// The Docker engine as a [`Runtime`]. Connects lazily: constructing it never
+/// fails because the daemon is down, and it recovers when the daemon returns.
+pub struct DockerRuntime {
+    config: DockerConfig,
+    /// The address tried, as the user wrote it (for error messages).
+    host: String,
+    /// Where `host` came from: configuration, `DOCKER_HOST` or the default.
+    host_source: &'static str,
+    pub(crate) endpoint: Endpoint,
+    /// The connected client, version negotiated; `None` until the daemon
+    /// first answers, and again after it stops answering.
+    client: RwLock<Option<Docker>>,
+    /// Whether Stockade's network with access (0) and its internal network
+    /// (1) are known to exist as they should (`network.rs`).
+    networks_ready: [AtomicBool; 2],
+    /// What the engine said about itself and its host (`inspect.rs`).
+    engine: RwLock<inspect::EngineFacts>,
+}
+
+impl std::fmt::Debug for DockerRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerRuntime")
+            .field("host", &self.host)
+            .field("server_name", &self.config.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse_endpoint(host: &str) -> RuntimeResult<Endpoint> {
+    if let Some(path) = host.strip_prefix("unix://") {
+        if path.is_empty() {
+            return Err(RuntimeError::Other(format!(
+                "invalid Docker host '{host}': expected unix:///path/to/docker.sock"
+            )));
+        }
+        Ok(Endpoint::Unix(path.to_owned()))
+    } else if host.starts_with('/') {
+        Ok(Endpoint::Unix(host.to_owned()))
+    } else if let Some(addr) = host
+        .strip_prefix("tcp://")
+        .or_else(|| host.strip_prefix("http://"))
+    {
+        if addr.is_empty() {
+            return Err(RuntimeError::Other(format!(
+                "invalid Docker host '{host}': expected tcp://host:port"
+            )));
+        }
+        Ok(Endpoint::Tcp(addr.to_owned()))
+    } else {
+        Err(RuntimeError::Other(format!(
+            "unsupported Docker host '{host}': use unix:///path/to/docker.sock or tcp://host:port \
+             (TLS and ssh:// are not supported; tunnel them to a local socket)"
+        )))
+    }
+}
+
+impl DockerRuntime {
+    /// Prepares a client for the configured engine. Fails only on an invalid
+    /// host address, never because the daemon is down.
+    pub fn new(config: DockerConfig) -> RuntimeResult<Self> {
+        let (host, host_source) = match &config.host {
+            Some(h) => (h.trim().to_owned(), "configured"),
+            None => match std::env::var("DOCKER_HOST") {
+                Ok(h) if !h.trim().is_empty() => (h.trim().to_owned(), "from DOCKER_HOST"),
+                _ => (DEFAULT_HOST.to_owned(), "default socket"),
+            },
+        };
+        let endpoint = parse_endpoint(&host)?;
+        config
+            .isolation
+            .validate()
+            .map_err(|e| RuntimeError::Other(format!("invalid isolation setting {e}")))?;
+        Ok(Self {
+            config,
+            host,
+            host_source,
+            endpoint,
+            client: RwLock::new(None),
+            networks_ready: [AtomicBool::new(false), AtomicBool::new(false)],
+            engine: RwLock::new(inspect::EngineFacts::default()),
+        })
+    }
+
+    /// The address this runtime talks to (`unix:///var/run/docker.sock`, …).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn connect(&self, version: &ClientVersion) -> Result<Docker, BollardError> {
+        match &self.endpoint {
+            Endpoint::Unix(path) => Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, version),
+            Endpoint::Tcp(addr) => Docker::connect_with_http(addr, CLIENT_TIMEOUT_SECS, version),
+        }
+    }
+
+    fn cached_client(&self) -> Option<Docker> {
+        self.client
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn forget_client(&self) {
+        *self
+            .client
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    }
+
+    /// The connected client; connects and negotiates the API version on
+    /// first use (and after the daemon stopped answering).
+    pub(crate) async fn client(&self) -> RuntimeResult<Docker> {
+        if let Some(docker) = self.cached_client() {
+            return Ok(docker);
+        }
+        let docker = self.negotiate().await?;
+        self.note_engine_version(&docker).await;
+        *self
+            .client
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(docker.clone());
+        Ok(docker)
+    }
+
+    async fn negotiate(&self) -> RuntimeResult<Docker> {
+        let baseline = self
+            .connect(&API_BASELINE)
+            .map_err(|e| self.map_err(e, "connect"))?;
+        let err = match tokio::time::timeout(PROBE_TIMEOUT, baseline.negotiate_version()).await {
+            Err(_) => return Err(self.no_answer()),
+            Ok(Ok(docker)) => {
+                tracing::debug!(host = %self.host, version = %docker.client_version(), "connected to Docker");
+                return Ok(docker);
+            }
+            Ok(Err(e)) => e,
+        };
+        if !is_version_too_old(&err) {
+            return Err(self.map_err(err, "negotiate API version"));
+        }
+        // The engine dropped 1.41: start from bollard's newest and go down.
+        let newest = self
+            .connect(API_DEFAULT_VERSION)
+            .map_err(|e| self.map_err(e, "connect"))?;
+        match tokio::time::timeout(PROBE_TIMEOUT, newest.negotiate_version()).await {
+            Err(_) => Err(self.no_answer()),
+            Ok(Ok(docker)) => {
+                tracing::debug!(host = %self.host, version = %docker.client_version(), "connected to Docker");
+                Ok(docker)
+            }
+            Ok(Err(e)) => Err(self.map_err(e, "negotiate API version")),
+        }
+    }
+
+    fn no_answer(&self) -> RuntimeError {
+        self.forget_client();
+        self.unavailable(
+            &format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+            false,
+        )
+    }
+
+    pub(crate) fn unavailable(&self, detail: &str, permission_denied: bool) -> RuntimeError {
+        let mut msg = format!(
+            "Docker daemon not reachable at {} ({}): {detail}. ",
+            self.host, self.host_source
+        );
+        if permission_denied {
+            msg.push_str(
+                "Permission denied on the Docker socket: add this user to the `docker` group \
+                 (`sudo usermod -aG docker $USER`, then log in again) or fix the socket's \
+                 permissions. ",
+            );
+        }
+        msg.push_str(
+            "Is the daemon running? Start it with `sudo systemctl start docker` (or `dockerd &`). \
+             If it is running, check that this user may use the socket (member of the `docker` \
+             group, socket permissions) and that DOCKER_HOST points at it \
+             (e.g. unix:///var/run/docker.sock or tcp://host:2375).",
+        );
+        RuntimeError::Unavailable(msg)
+    }
+
+    /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
+    /// Unavailable with guidance, anything else → Other. `what` names the
+    /// operation for the message.
+    pub(crate) fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
+        match &e {
+            BollardError::DockerResponseServerError {
+                status_code: 404,
+                message,
+            } => RuntimeError::NotFound(message.clone()),
+            BollardError::DockerResponseServerError {
+                status_code: 409,
+                message,
+            } => RuntimeError::Conflict(message.clone()),
+            _ if is_connection_error(&e) => {
+                self.forget_client();
+                self.unavailable(&error_chain(&e), is_permission_denied(&e))
+            }
+            _ => {
+                if is_version_too_old(&e) {
+                    // The engine was upgraded under us: negotiate again next time.
+                    self.forget_client();
+                }
+                RuntimeError::Other(format!("{what}: {}", error_chain(&e)))
+            }
+        }
+    }
+}
+
+/// The container of a sandbox: `stockade-{id}`.
+pub fn container_name(id: &SandboxId) -> String {
+    format!("stockade-{id}")
+}
+
+pub(crate) fn status_code(e: &BollardError) -> Option<u16> {
+    match e {
+        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// The daemon could not be reached (as opposed to: it answered with an error).
+fn is_connection_error(e: &BollardError) -> bool {
+    matches!(
+        e,
+        BollardError::HyperLegacyError { .. }
+            | BollardError::HyperResponseError { .. }
+            | BollardError::IOError { .. }
+            | BollardError::RequestTimeoutError
+            | BollardError::SocketNotFoundError(_)
+    )
+}
+
+fn is_permission_denied(e: &BollardError) -> bool {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::PermissionDenied {
+                return true;
+            }
+        }
+        source = err.source();
+    }
+    error_chain(e).contains("ermission denied")
+}
+
+/// The engine refuses our API version as too old (or too new).
+fn is_version_too_old(e: &BollardError) -> bool {
+    matches!(
+        e,
+        BollardError::DockerResponseServerError { status_code: 400, message }
+            if message.contains("is too old") || message.contains("Minimum supported API version")
+    )
+}
+
+/// An error and its causes, `outer: inner: innermost`, without repeats.
+pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut source: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.join(": ")
+}
+
+/// Docker's timestamps; its zero time (`0001-01-01T00:00:00Z`) means never.
+fn parse_time(s: Option<&str>) -> Option<DateTime<Utc>> {
+    let s = s?.trim();
+    if s.is_empty() || s.starts_with("0001-01-01") {
+        return None;
+    }
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Inspect;
+
+    #[test]
+    fn hosts_parse() {
+        assert_eq!(
+            parse_endpoint("unix:///var/run/docker.sock").unwrap(),
+            Endpoint::Unix("/var/run/docker.sock".into())
+        );
+        assert_eq!(
+            parse_endpoint("/tmp/d.sock").unwrap(),
+            Endpoint::Unix("/tmp/d.sock".into())
+        );
+        assert_eq!(
+            parse_endpoint("tcp://10.0.0.2:2375").unwrap(),
+            Endpoint::Tcp("10.0.0.2:2375".into())
+        );
+        assert!(parse_endpoint("ssh://me@host").is_err());
+        assert!(parse_endpoint("unix://").is_err());
+    }
+
+    #[test]
+    fn new_does_not_touch_the_daemon() {
+        let rt = DockerRuntime::new(DockerConfig {
+            host: Some("unix:///tmp/nonexistent-stockade-unit.sock".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(rt.server_name(), "local");
+        assert_eq!(rt.host(), "unix:///tmp/nonexistent-stockade-unit.sock");
+    }
+
+    #[test]
+    fn times_parse() {
+        assert_eq!(parse_time(Some("0001-01-01T00:00:00Z")), None);
+        assert_eq!(parse_time(None), None);
+        assert_eq!(parse_time(Some("")), None);
+        let t = parse_time(Some("2024-05-01T10:20:30.123456789Z")).unwrap();
+        assert_eq!(t.to_rfc3339(), "2024-05-01T10:20:30.123456789+00:00");
+    }
+
+    #[test]
+    fn version_errors_are_recognised() {
+        let e = BollardError::DockerResponseServerError {
+            status_code: 400,
+            message: "client version 1.41 is too old. Minimum supported API version is 1.44, please upgrade your client to a newer version".into(),
+        };
+        assert!(is_version_too_old(&e));
+        let e = BollardError::DockerResponseServerError {
+            status_code: 400,
+            message: "bad parameter".into(),
+        };
+        assert!(!is_version_too_old(&e));
+    }
+}

@@ -1,0 +1,234 @@
+//! What a runtime does, cut into small role traits ([`Lifecycle`], [`Exec`],
+//! [`Files`], …) that [`Runtime`] bundles: callers hold `Arc<dyn Runtime>`,
+//! while a test double or a wrapper can implement one role at a time.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use stockade_core::{SandboxId, SandboxPath, VolumeName};
+
+use crate::{
+    ArchiveStream, ArchiveUpload, ByteStream, ContainerSpec, ContainerState, ContainerStats,
+    ExecOutput, ExecProcess, ExecSpec, FsResult, IsolationReport, LogLines, LogsOptions,
+    ManagedContainer, PathStat, PoolMemberSpec, RuntimeInfo, RuntimeResult, VolumeInfo,
+};
+
+/// Creates, runs and removes sandbox containers and their volumes: every
+/// role below. Implemented for each type that implements them all.
+pub trait Runtime:
+    Inspect + Lifecycle + Exec + Logs + Files + Volumes + Update + Snapshots + Isolation + 'static
+{
+}
+
+impl<T> Runtime for T where
+    T: Inspect
+        + Lifecycle
+        + Exec
+        + Logs
+        + Files
+        + Volumes
+        + Update
+        + Snapshots
+        + Isolation
+        + 'static
+{
+}
+
+/// Facts about the engine and its containers.
+#[async_trait]
+pub trait Inspect: Send + Sync {
+    /// Engine version facts and the host's size; `Unavailable` when it does
+    /// not answer.
+    async fn info(&self) -> RuntimeResult<RuntimeInfo>;
+
+    /// A short name of the engine host ("server location").
+    fn server_name(&self) -> String;
+
+    /// The container's state; `None` when there is no container.
+    async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>>;
+
+    /// Every container labelled as Stockade's.
+    async fn list_managed(&self) -> RuntimeResult<Vec<ManagedContainer>>;
+
+    /// The IP address the sandbox's container has on its Docker network,
+    /// which the reverse proxy connects to (no port is published on the
+    /// host). `None` when the container is not running or has no network
+    /// (`networkAccess: false`);
+    /// `NotFound` when there is no container. (API-6)
+    async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
+
+    /// One sample of the sandbox's resource usage; `None` when it has no
+    /// running container. May take a second or two (the engine samples twice
+    /// to measure CPU). (API-3)
+    async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>>;
+}
+
+/// Images, and creating, starting, stopping and removing sandboxes.
+#[async_trait]
+pub trait Lifecycle: Send + Sync {
+    /// Makes sure `image` is present, pulling it when missing.
+    async fn ensure_image(&self, image: &str) -> RuntimeResult<()>;
+
+    /// Creates the volume `agent-sandbox-{id}` (if absent) and the container
+    /// with the volume mounted at `/workspace`, and starts it. On any failure
+    /// nothing it made is left behind. Returns the container id.
+    async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String>;
+
+    /// Creates and starts a warm-pool member (SCALE-3): the volume and the
+    /// container a create of the same settings would make, labelled as in
+    /// [`PoolMemberSpec::labels`]. On any failure nothing it made is left
+    /// behind. Returns the container id.
+    async fn create_pool_member(&self, spec: &PoolMemberSpec) -> RuntimeResult<String>;
+
+    /// Starts the sandbox's container; already running is fine.
+    async fn start(&self, id: &SandboxId) -> RuntimeResult<()>;
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL (LC-4). Already stopped is fine.
+    async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()>;
+
+    /// Removes the container (gone already is fine) and, unless
+    /// `preserve_volume`, its volume.
+    async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()>;
+}
+
+/// Commands in a running sandbox, buffered or streamed (API-8).
+#[async_trait]
+pub trait Exec: Send + Sync {
+    /// Runs a command in the running sandbox and collects its output.
+    async fn exec(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecOutput>;
+
+    /// Starts a command in the running sandbox and streams its output
+    /// (`spec.max_output_bytes` does not apply: nothing is buffered). The
+    /// timeout of `spec`, if any, kills it. `Conflict` when the sandbox is not
+    /// running.
+    async fn exec_start(&self, id: &SandboxId, spec: ExecSpec) -> RuntimeResult<ExecProcess>;
+
+    /// Kills a process started by [`exec_start`](Self::exec_start) and its
+    /// children (SIGKILL); one that has exited already is fine.
+    async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()>;
+}
+
+/// The main process's output (API-5).
+#[async_trait]
+pub trait Logs: Send + Sync {
+    /// The main process's output as lines with the engine's timestamps,
+    /// stdout and stderr apart. A line is yielded once its newline came (a
+    /// final line without one when the stream ends), however the engine
+    /// split it. `NotFound` when the sandbox has no container. With
+    /// `follow` the stream stays open until the container stops.
+    async fn logs(&self, id: &SandboxId, options: LogsOptions) -> RuntimeResult<LogLines>;
+}
+
+/// Files (API-9). The engine resolves every path, symlinks included, inside
+/// the sandbox's own root.
+#[async_trait]
+pub trait Files: Send + Sync {
+    /// `lstat` of a path (a symlink is reported as one, with the path it
+    /// resolves to). Works on stopped sandboxes too.
+    async fn stat_path(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<PathStat>;
+
+    /// A tar archive of `path`, its entries named from the path's last
+    /// component down (a symlink at `path` is archived as the link). Works on
+    /// stopped sandboxes. A missing path is `NotFound` before any byte.
+    async fn read_archive(&self, id: &SandboxId, path: &SandboxPath) -> FsResult<ArchiveStream>;
+
+    /// Unpacks a tar archive into the existing directory `dir` (files are
+    /// replaced, a symlink in the archive's place is replaced, not followed).
+    async fn write_archive(
+        &self,
+        id: &SandboxId,
+        dir: &SandboxPath,
+        archive: ArchiveUpload,
+    ) -> FsResult<()>;
+
+    /// Removes `path` (a directory only when empty, unless `recursive`; a
+    /// symlink itself, not its target). Needs a running sandbox: `NotRunning`.
+    async fn delete_path(
+        &self,
+        id: &SandboxId,
+        path: &SandboxPath,
+        recursive: bool,
+    ) -> FsResult<()>;
+}
+
+/// Stockade's volumes (VOL-2..VOL-5).
+#[async_trait]
+pub trait Volumes: Send + Sync {
+    /// Stockade's volumes, with sizes where the engine reports them.
+    async fn list_volumes(&self) -> RuntimeResult<Vec<VolumeInfo>>;
+
+    /// Removes a volume; `Conflict` when a container uses it.
+    async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()>;
+
+    /// The disk usage of one volume in bytes, from a measurement that started
+    /// at most `max_age` ago (measuring walks every volume: slow on big
+    /// hosts). `None` when the engine does not report it.
+    async fn volume_size(&self, name: &VolumeName, max_age: Duration)
+        -> RuntimeResult<Option<u64>>;
+}
+
+/// Changes to a sandbox after create (LC-8).
+#[async_trait]
+pub trait Update: Send + Sync {
+    /// Sets the CPU and memory limits (memory + swap = `memory_bytes`) of the
+    /// sandbox's container: at once when it runs, and for every later start.
+    async fn update_resources(
+        &self,
+        id: &SandboxId,
+        cpu_cores: f64,
+        memory_bytes: i64,
+    ) -> RuntimeResult<()>;
+
+    /// Makes `env` the environment of the sandbox's main process from its
+    /// next start on (a running process keeps the one it started with).
+    /// Variables given at create but missing from `env` are removed.
+    async fn set_main_process_env(
+        &self,
+        id: &SandboxId,
+        env: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()>;
+}
+
+/// Snapshots, forks and workspace sources (LC-9, LC-10, LC-11, S3-2).
+#[async_trait]
+pub trait Snapshots: Send + Sync {
+    /// Commits the sandbox's container — its root-filesystem changes, not
+    /// the `/workspace` volume — as the image `image_ref` (`repo:tag`),
+    /// carrying `labels`. The container is paused while Docker commits.
+    async fn commit_snapshot(
+        &self,
+        id: &SandboxId,
+        image_ref: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> RuntimeResult<()>;
+
+    /// Removes an image; an absent one is fine; `Conflict` while a container
+    /// (running or not) is made from it.
+    async fn remove_image(&self, image_ref: &str) -> RuntimeResult<()>;
+
+    /// The sandbox's `/workspace` as an uncompressed tar stream, entries
+    /// relative to it (`./…`), owners and modes kept. Works on a stopped
+    /// container too; `NotFound` without a container.
+    async fn export_workspace(&self, id: &SandboxId) -> RuntimeResult<ByteStream>;
+
+    /// [`Lifecycle::create`], with `archive` (a tar: plain, gzip, bzip2 or
+    /// xz) unpacked into `/workspace` after the container is made and before
+    /// its main process starts. If anything fails, nothing it made is left.
+    async fn create_with_workspace(
+        &self,
+        spec: &ContainerSpec,
+        archive: ByteStream,
+    ) -> RuntimeResult<String>;
+}
+
+/// Network isolation of sandboxes from each other and from the host (SEC-5).
+#[async_trait]
+pub trait Isolation: Send + Sync {
+    /// Makes sure sandboxes are isolated: creates what is missing (networks,
+    /// packet-filter rules), checks what is there and repairs it. Never
+    /// fails: what could not be applied, and why, is in the report. Meant
+    /// to be called at server start and periodically; the last report is
+    /// what `/health` shows.
+    async fn ensure_isolation(&self) -> IsolationReport;
+}
