@@ -67,6 +67,8 @@ pub struct Service {
     pub shutdown: CancellationToken,
     /// Containers without a record, and since when (reconciliation).
     pub strays: Arc<reconcile::Strays>,
+    /// The last check of the sandboxes' network isolation (SEC-5).
+    pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
 }
 
 impl Service {
@@ -101,6 +103,7 @@ impl Service {
             ops: Arc::new(operations::Operations::new(config_lease)),
             shutdown: CancellationToken::new(),
             strays: Arc::default(),
+            isolation: Arc::default(),
         })
     }
 
@@ -120,6 +123,8 @@ impl Service {
             });
         }
         tokio::spawn(self.clone().renew_leases(shutdown.clone()));
+        // Sandboxes are isolated before the first one is created (SEC-5).
+        self.check_isolation().await;
         // On SQLite (one instance) every recorded operation was left by
         // this installation's previous process: recover them all now.
         let first = recovery::recover_expired(self, self.store.backend() == "sqlite").await;
@@ -148,6 +153,33 @@ impl Service {
         ));
         let pool = tokio::spawn(pool::run(self.clone(), shutdown));
         Background { pool }
+    }
+}
+
+impl Service {
+    /// Makes sure sandboxes are isolated (networks, packet filter),
+    /// repairing what changed, and keeps the report for `/health`.
+    pub async fn check_isolation(&self) -> stockade_runtime::IsolationReport {
+        let report = self.runtime.ensure_isolation().await;
+        match report.status() {
+            stockade_runtime::IsolationStatus::Ok => {}
+            stockade_runtime::IsolationStatus::Repaired => {
+                tracing::warn!(report = %report.summary(), "sandbox isolation was repaired")
+            }
+            stockade_runtime::IsolationStatus::Degraded => {
+                tracing::error!(report = %report.summary(), "sandboxes are not fully isolated")
+            }
+        }
+        *self.isolation.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone());
+        report
+    }
+
+    /// The last isolation report, if a check ran.
+    pub fn isolation_report(&self) -> Option<stockade_runtime::IsolationReport> {
+        self.isolation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

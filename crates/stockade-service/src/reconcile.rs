@@ -241,6 +241,7 @@ pub async fn run_periodically(svc: Service, shutdown: tokio_util::sync::Cancella
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
+                svc.check_isolation().await;
                 match reconcile_once(&svc).await {
                     Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers + r.removed_containers > 0 => info!(?r, "reconcile pass"),
                     Ok(_) => {}

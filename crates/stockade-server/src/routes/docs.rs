@@ -37,6 +37,7 @@ impl Modify for BearerAuth {
         stockade_api::ListSandboxesResponse, stockade_api::BulkDeleteRequest,
         stockade_api::BulkDeleteResponse, stockade_api::BulkDeleteResult,
         stockade_api::HealthResponse, stockade_api::DockerHealth, stockade_api::DatabaseHealth,
+        stockade_api::IsolationHealth,
         stockade_api::CreateAccountRequest, stockade_api::CreateAccountResponse,
         stockade_api::AccountResponse, stockade_api::ListAccountsResponse, stockade_api::WhoAmIResponse,
         stockade_api::SessionRequest,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use stockade_api::{DatabaseHealth, DockerHealth, HealthResponse};
+use stockade_api::{DatabaseHealth, DockerHealth, HealthResponse, IsolationHealth};
 
 use crate::AppState;
 
@@ -64,6 +64,19 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let isolation = state.svc.isolation_report().map(|r| IsolationHealth {
+        status: r.status().as_str().to_owned(),
+        checked_at: r.checked_at,
+        problems: r.problems.clone(),
+        repaired: r.repaired.clone(),
+    });
+    let mut warnings = Vec::new();
+    if let Some(i) = isolation.as_ref().filter(|i| i.status == "degraded") {
+        warnings.push(format!(
+            "sandboxes are not fully isolated: {}",
+            i.problems.join("; ")
+        ));
+    }
     (
         code,
         Json(HealthResponse {
@@ -71,6 +84,8 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             version: env!("CARGO_PKG_VERSION").into(),
             docker,
             database,
+            isolation,
+            warnings,
         }),
     )
 }
