@@ -161,7 +161,9 @@ impl From<StoreError> for ApiError {
                 Self::Forbidden("Forbidden: this sandbox belongs to another account".into())
             }
             StoreError::Conflict(m) => Self::Conflict(m),
-            StoreError::Other(m) => Self::Database(format!("Database error: {m}")),
+            StoreError::Other(m) | StoreError::Unavailable(m) => {
+                Self::Database(format!("Database error: {m}"))
+            }
         }
     }
 }

@@ -1004,28 +1004,44 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
 
     // --- idempotency keys (API-2) ---------------------------------------------
     let key_sb = SandboxId::generate();
-    assert_eq!(s.get_idempotency_key(&alice.id, "k-1").await.unwrap(), None);
-    s.insert_idempotency_key(&alice.id, "k-1", "hash-a", &key_sb)
+    let fresh = stockade_store::idempotency_expired_before(Utc::now());
+    assert_eq!(
+        s.get_idempotency_key(&alice.id, "k-1", fresh)
+            .await
+            .unwrap(),
+        None
+    );
+    s.insert_idempotency_key(&alice.id, "k-1", "hash-a", &key_sb, fresh)
         .await
         .unwrap();
     assert!(matches!(
-        s.insert_idempotency_key(&alice.id, "k-1", "hash-b", &SandboxId::generate())
+        s.insert_idempotency_key(&alice.id, "k-1", "hash-b", &SandboxId::generate(), fresh)
             .await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(
-        s.get_idempotency_key(&alice.id, "k-1").await.unwrap(),
+        s.get_idempotency_key(&alice.id, "k-1", fresh)
+            .await
+            .unwrap(),
         Some(("hash-a".to_owned(), key_sb.clone()))
     );
     // Keys are per account.
-    assert_eq!(s.get_idempotency_key(&bob.id, "k-1").await.unwrap(), None);
-    s.insert_idempotency_key(&bob.id, "k-1", "hash-c", &SandboxId::generate())
+    assert_eq!(
+        s.get_idempotency_key(&bob.id, "k-1", fresh).await.unwrap(),
+        None
+    );
+    s.insert_idempotency_key(&bob.id, "k-1", "hash-c", &SandboxId::generate(), fresh)
         .await
         .unwrap();
     s.delete_idempotency_key(&alice.id, "k-1").await.unwrap();
-    assert_eq!(s.get_idempotency_key(&alice.id, "k-1").await.unwrap(), None);
+    assert_eq!(
+        s.get_idempotency_key(&alice.id, "k-1", fresh)
+            .await
+            .unwrap(),
+        None
+    );
     assert!(s
-        .get_idempotency_key(&bob.id, "k-1")
+        .get_idempotency_key(&bob.id, "k-1", fresh)
         .await
         .unwrap()
         .is_some());

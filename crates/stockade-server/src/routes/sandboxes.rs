@@ -59,7 +59,12 @@ pub async fn create(
     );
     let account = caller.account.id.clone();
     loop {
-        if let Some((first_hash, id)) = state.store.get_idempotency_key(&account, &key).await? {
+        let fresh = stockade_store::idempotency_expired_before(Utc::now());
+        if let Some((first_hash, id)) = state
+            .store
+            .get_idempotency_key(&account, &key, fresh)
+            .await?
+        {
             if first_hash != hash {
                 return Err(ApiError::IdempotencyMismatch(format!(
                     "Idempotency-Key '{key}' was already used with different parameters"
@@ -73,7 +78,7 @@ pub async fn create(
         }
         match state
             .store
-            .insert_idempotency_key(&account, &key, &hash, &sb.id)
+            .insert_idempotency_key(&account, &key, &hash, &sb.id, fresh)
             .await
         {
             Ok(()) => break,
@@ -149,7 +154,11 @@ async fn replay(
         }
         if state
             .store
-            .get_idempotency_key(&caller.account.id, key)
+            .get_idempotency_key(
+                &caller.account.id,
+                key,
+                stockade_store::idempotency_expired_before(Utc::now()),
+            )
             .await?
             .is_none()
         {
