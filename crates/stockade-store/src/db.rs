@@ -415,3 +415,143 @@ impl HealthState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{HealthStore, SettingsStore, SqliteStore};
+
+    async fn file_store(dir: &tempfile::TempDir) -> SqliteStore {
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        SqliteStore::connect(&url).await.unwrap()
+    }
+
+    async fn mark(conn: &mut Conn<sqlx::Sqlite>) {
+        conn.execute(Q::new("CREATE TEMP TABLE marker (x INTEGER)"), "mark")
+            .await
+            .unwrap();
+    }
+
+    /// How many of the pool's connections carry the marker table: takes
+    /// as many connections at once as the pool may hold, so every one is seen.
+    async fn marked(store: &SqliteStore) -> usize {
+        let mut conns = Vec::new();
+        let mut found = 0;
+        for _ in 0..store.pool.options().get_max_connections() {
+            let mut conn = store.conn("count markers").await.unwrap();
+            let q = Q::new("SELECT COUNT(*) AS n FROM sqlite_temp_master WHERE name = 'marker'");
+            let row = conn.fetch_optional(q, "count markers").await.unwrap();
+            found += row.unwrap().get::<i64>("n").unwrap() as usize;
+            conns.push(conn);
+        }
+        found
+    }
+
+    async fn setting(store: &SqliteStore, key: &str) -> Option<String> {
+        let q = Q::new("SELECT value FROM settings WHERE key = ").bind(key.to_owned());
+        let row = store.fetch_optional(q, "read setting").await.unwrap();
+        row.map(|r| r.get("value").unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_statement_failed_is_never_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(&dir).await;
+        let mut conn = store.conn("test").await.unwrap();
+        mark(&mut conn).await;
+        let err = conn
+            .execute(Q::new("UPDATE no_such_table SET x = 1"), "fail")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Other(ref m) if m.contains("no_such_table")),
+            "{err:?}"
+        );
+        drop(conn);
+        assert_eq!(marked(&store).await, 0, "the failed connection came back");
+    }
+
+    #[tokio::test]
+    async fn a_constraint_refusal_keeps_the_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(&dir).await;
+        let mut conn = store.conn("test").await.unwrap();
+        mark(&mut conn).await;
+        let insert = || Q::new("INSERT INTO settings (key, value) VALUES ('k', 'v')");
+        conn.execute(insert(), "insert").await.unwrap();
+        let err = conn.execute(insert(), "insert again").await.unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+        drop(conn);
+        assert_eq!(marked(&store).await, 1);
+        assert!(store.health().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_transaction_left_open_is_closed_with_its_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(&dir).await;
+        let mut conn = store.begin("test").await.unwrap();
+        mark(&mut conn).await;
+        let q = Q::new("INSERT INTO settings (key, value) VALUES ('open', 'x')");
+        conn.execute(q, "write in the transaction").await.unwrap();
+        // The call is dropped before it commits or rolls back.
+        drop(conn);
+        assert_eq!(marked(&store).await, 0, "the open transaction came back");
+        assert_eq!(setting(&store, "open").await, None);
+        // Nobody holds the write lock: a write gets through at once.
+        let write = store.setting_get_or_insert("after", "y");
+        let value = tokio::time::timeout(Duration::from_secs(2), write).await;
+        assert_eq!(value.unwrap().unwrap(), "y");
+        assert_eq!(setting(&store, "after").await.as_deref(), Some("y"));
+    }
+
+    #[tokio::test]
+    async fn an_in_memory_database_rolls_back_and_keeps_its_connection() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        store.setting_get_or_insert("kept", "1").await.unwrap();
+        let mut conn = store.begin("test").await.unwrap();
+        let q = Q::new("INSERT INTO settings (key, value) VALUES ('open', 'x')");
+        conn.execute(q, "write in the transaction").await.unwrap();
+        drop(conn);
+        let write = store.setting_get_or_insert("after", "y");
+        let value = tokio::time::timeout(Duration::from_secs(2), write).await;
+        assert_eq!(value.unwrap().unwrap(), "y");
+        assert_eq!(setting(&store, "open").await, None);
+        assert_eq!(setting(&store, "kept").await.as_deref(), Some("1"));
+        assert_eq!(setting(&store, "after").await.as_deref(), Some("y"));
+    }
+
+    #[tokio::test]
+    async fn health_follows_the_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = file_store(&dir).await;
+        assert_eq!(store.health(), StoreHealth::Ok);
+        let err = store
+            .execute(Q::new("UPDATE no_such_table SET x = 1"), "a bad write")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Other(_)));
+        let StoreHealth::Degraded(reason) = store.health() else {
+            panic!("a failed write left the store healthy");
+        };
+        assert!(reason.contains("no_such_table"), "{reason}");
+        // Reads, and writes that change nothing, prove nothing.
+        store.ping().await.unwrap();
+        let nothing = Q::new("DELETE FROM settings WHERE key = 'none'");
+        assert_eq!(store.execute(nothing, "delete nothing").await.unwrap(), 0);
+        assert!(!store.health().is_ok());
+        // A rolled-back transaction neither.
+        let mut conn = store.begin("test").await.unwrap();
+        let q = Q::new("INSERT INTO settings (key, value) VALUES ('rolled', 'back')");
+        conn.execute(q, "write").await.unwrap();
+        let failed: StoreResult<()> = Err(StoreError::Conflict("the caller gave up".into()));
+        assert!(store.finish(conn, failed, "test").await.is_err());
+        assert!(!store.health().is_ok());
+        assert_eq!(setting(&store, "rolled").await, None);
+        // A write that lands does.
+        store.probe_write().await.unwrap();
+        assert_eq!(store.health(), StoreHealth::Ok);
+    }
+}
