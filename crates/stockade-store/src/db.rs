@@ -176,6 +176,26 @@ impl<B: Backend> SqlStore<B> {
         conn.execute_refined(q, context, refine).await
     }
 
+    /// Claims rows one at a time (SCALE-2): `due` finds the candidates,
+    /// `claim` makes the conditional update (`… RETURNING`) that takes one
+    /// only if nobody else did in between. The rows this call won.
+    pub(crate) async fn claim_each<T: Send>(
+        &self,
+        due: Q<B>,
+        claim: impl Fn(&DbRow<B>) -> StoreResult<Q<B>> + Send,
+        from_row: fn(&DbRow<B>) -> StoreResult<T>,
+        context: &str,
+    ) -> StoreResult<Vec<T>> {
+        let mut conn = self.conn(context).await?;
+        let mut won = Vec::new();
+        for row in conn.fetch_all(due, context).await? {
+            if let Some(row) = conn.returning_optional(claim(&row)?, context).await? {
+                won.push(from_row(&row)?);
+            }
+        }
+        Ok(won)
+    }
+
     /// What the writes so far say about the database.
     pub(crate) fn health_now(&self) -> StoreHealth {
         self.health.get()

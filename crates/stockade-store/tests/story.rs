@@ -1085,97 +1085,66 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
 /// DB-11: a key expires 24 h after it was recorded; an expired key is
 /// ignored, may be used anew, and is purged.
 async fn idempotency_expiry(s: &dyn Store, raw: &Raw, account: &AccountId) {
+    let lookup = |key: &'static str, cutoff| async move {
+        s.get_idempotency_key(account, key, cutoff).await.unwrap()
+    };
+    let record = |key: &'static str, hash: &'static str, id: SandboxId, cutoff| async move {
+        s.insert_idempotency_key(account, key, hash, &id, cutoff)
+            .await
+    };
     let now = Utc::now();
     let fresh = stockade_store::idempotency_expired_before(now);
     assert_eq!(fresh, now - chrono::Duration::hours(24));
     let first = SandboxId::generate();
-    s.insert_idempotency_key(account, "k-exp", "hash-1", &first, fresh)
+    record("k-exp", "hash-1", first.clone(), fresh)
         .await
         .unwrap();
     // Seen as expired by a lookup whose cutoff lies after its creation...
     let later = now + chrono::Duration::seconds(5);
-    assert_eq!(
-        s.get_idempotency_key(account, "k-exp", later)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(lookup("k-exp", later).await, None);
     // ...but not by one whose cutoff lies before it; a second use conflicts.
-    assert_eq!(
-        s.get_idempotency_key(account, "k-exp", fresh)
-            .await
-            .unwrap(),
-        Some(("hash-1".to_owned(), first.clone()))
-    );
+    assert_eq!(lookup("k-exp", fresh).await, Some(("hash-1".into(), first)));
     assert!(matches!(
-        s.insert_idempotency_key(account, "k-exp", "hash-2", &SandboxId::generate(), fresh)
-            .await,
+        record("k-exp", "hash-2", SandboxId::generate(), fresh).await,
         Err(StoreError::Conflict(_))
     ));
     // An expired key is taken over by the next use.
     let second = SandboxId::generate();
-    s.insert_idempotency_key(account, "k-exp", "hash-2", &second, later)
+    record("k-exp", "hash-2", second.clone(), later)
         .await
         .unwrap();
     assert_eq!(
-        s.get_idempotency_key(account, "k-exp", fresh)
-            .await
-            .unwrap(),
-        Some(("hash-2".to_owned(), second))
+        lookup("k-exp", fresh).await,
+        Some(("hash-2".into(), second))
     );
 
     // With the real 24 h: a key recorded 25 h ago is gone for lookups and
     // for the purge, a key recorded now stays.
     if raw.available() {
-        s.insert_idempotency_key(account, "k-old", "hash-old", &SandboxId::generate(), fresh)
+        record("k-old", "hash-old", SandboxId::generate(), fresh)
             .await
             .unwrap();
         raw.backdate_idempotency_key(account, "k-old", now - chrono::Duration::hours(25))
             .await;
-        assert_eq!(
-            s.get_idempotency_key(account, "k-old", fresh)
-                .await
-                .unwrap(),
-            None
-        );
+        assert_eq!(lookup("k-old", fresh).await, None);
         assert_eq!(s.purge_idempotency_keys(fresh).await.unwrap(), 1);
         assert_eq!(s.purge_idempotency_keys(fresh).await.unwrap(), 0);
-        assert!(s
-            .get_idempotency_key(account, "k-exp", fresh)
-            .await
-            .unwrap()
-            .is_some());
+        assert!(lookup("k-exp", fresh).await.is_some());
         let replacement = SandboxId::generate();
-        s.insert_idempotency_key(account, "k-old", "hash-new", &replacement, fresh)
+        record("k-old", "hash-new", replacement.clone(), fresh)
             .await
             .unwrap();
         assert_eq!(
-            s.get_idempotency_key(account, "k-old", fresh)
-                .await
-                .unwrap(),
-            Some(("hash-new".to_owned(), replacement))
+            lookup("k-old", fresh).await,
+            Some(("hash-new".into(), replacement))
         );
     }
     // Purging up to a moment after now removes every key recorded so far.
     assert!(s.purge_idempotency_keys(later).await.unwrap() >= 2);
     assert_eq!(
-        s.get_idempotency_key(account, "k-exp", fresh - chrono::Duration::days(1))
-            .await
-            .unwrap(),
+        lookup("k-exp", fresh - chrono::Duration::days(1)).await,
         None
     );
-}
-
-/// A new operation on `target` held by `holder`, its lease ending at `until`.
-fn op(
-    target: &str,
-    kind: OperationKind,
-    account: &AccountId,
-    holder: &str,
-    now: DateTime<Utc>,
-    until: DateTime<Utc>,
-) -> Operation {
-    Operation::new(target, kind, account.clone(), holder, now, until)
 }
 
 /// DB-9, DB-13: durable operations, the per-target lock, leases and claims,
@@ -1186,24 +1155,38 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     let s: &dyn Store = &**store;
     let secs = |n: i64| t0 + chrono::Duration::seconds(n);
     let alice = &scope.account_id;
-    let target = sandbox(
-        alice,
-        None,
-        "op-target",
-        &["ops"],
-        SandboxStatus::Running,
-        t0,
-    );
+    let new_sb = |name: &str, at: i64| {
+        sandbox(
+            alice,
+            None,
+            name,
+            &["ops"],
+            SandboxStatus::Running,
+            secs(at),
+        )
+    };
+    // An operation on `sb` begun at `at` seconds, its lease 30 s long.
+    let new_op = |sb: &Sandbox, kind: OperationKind, holder: &str, at: i64| {
+        Operation::new(
+            sb.id.as_str(),
+            kind,
+            alice.clone(),
+            holder,
+            secs(at),
+            secs(at + 30),
+        )
+    };
+    let target = new_sb("op-target", 0);
     s.insert_sandbox(&target).await.unwrap();
     let tid = target.id.as_str();
 
     // Begin: one operation per target, whatever its lease.
-    let stop = op(tid, Stop, alice, "holder-a", secs(0), secs(30))
+    let stop = new_op(&target, Stop, "holder-a", 0)
         .with_params(json!({"preserve_volume": true, "timeout": 10}));
     s.begin_operation(&stop).await.unwrap();
     assert_eq!(s.get_operation(tid).await.unwrap(), Some(stop.clone()));
     assert_eq!(s.get_operation("nothing-here").await.unwrap(), None);
-    let second = op(tid, Delete, alice, "holder-b", secs(1), secs(31));
+    let second = new_op(&target, Delete, "holder-b", 1);
     match s.begin_operation(&second).await {
         Err(StoreError::Conflict(m)) => {
             assert!(
@@ -1216,16 +1199,9 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     assert_eq!(s.get_operation(tid).await.unwrap(), Some(stop.clone()));
 
     // Renew: one heartbeat extends every lease of a holder.
-    let other_target = sandbox(alice, None, "op-other", &[], SandboxStatus::Stopped, t0);
+    let other_target = new_sb("op-other", 0);
     s.insert_sandbox(&other_target).await.unwrap();
-    let start = op(
-        other_target.id.as_str(),
-        Start,
-        alice,
-        "holder-a",
-        secs(0),
-        secs(30),
-    );
+    let start = new_op(&other_target, Start, "holder-a", 0);
     s.begin_operation(&start).await.unwrap();
     assert_eq!(s.renew_operations("holder-a", secs(60)).await.unwrap(), 2);
     assert_eq!(s.renew_operations("nobody", secs(60)).await.unwrap(), 0);
@@ -1335,7 +1311,7 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     assert_eq!(s.get_sandbox(scope, &target.id).await.unwrap(), saved);
 
     // A stale update keeps the operation: its holder may read and retry.
-    let update = op(tid, Update, alice, "holder-a", secs(600), secs(630));
+    let update = new_op(&target, Update, "holder-a", 600);
     s.begin_operation(&update).await.unwrap();
     assert!(matches!(
         s.finish_operation(&update.id, "holder-a", SandboxWrite::Update(&stopped))
@@ -1356,7 +1332,7 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     s.end_operation(&update.id).await.unwrap();
 
     // Soft delete: the record comes back terminated.
-    let delete = op(tid, Delete, alice, "holder-a", secs(700), secs(730));
+    let delete = new_op(&target, Delete, "holder-a", 700);
     s.begin_operation(&delete).await.unwrap();
     let gone = s
         .finish_operation(
@@ -1377,14 +1353,7 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     assert_eq!(s.get_operation(tid).await.unwrap(), None);
 
     // Purge: the record is gone for good.
-    let purge = op(
-        other_target.id.as_str(),
-        Create,
-        alice,
-        "holder-a",
-        secs(800),
-        secs(830),
-    );
+    let purge = new_op(&other_target, Create, "holder-a", 800);
     s.end_operation(&start.id).await.unwrap();
     s.begin_operation(&purge).await.unwrap();
     assert_eq!(
@@ -1406,22 +1375,8 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     );
 
     // A create: the record and its operation together, or neither.
-    let created = sandbox(
-        alice,
-        None,
-        "op-created",
-        &["ops"],
-        SandboxStatus::Provisioning,
-        secs(900),
-    );
-    let create = op(
-        created.id.as_str(),
-        Create,
-        alice,
-        "holder-a",
-        secs(900),
-        secs(930),
-    );
+    let created = new_sb("op-created", 900);
+    let create = new_op(&created, Create, "holder-a", 900);
     s.insert_sandbox_with_operation(&created, &create)
         .await
         .unwrap();
@@ -1431,22 +1386,8 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
         Some(create.clone())
     );
     // A taken name: no record, and no operation left behind.
-    let same_name = sandbox(
-        alice,
-        None,
-        "op-created",
-        &[],
-        SandboxStatus::Provisioning,
-        secs(901),
-    );
-    let create2 = op(
-        same_name.id.as_str(),
-        Create,
-        alice,
-        "holder-a",
-        secs(901),
-        secs(931),
-    );
+    let same_name = new_sb("op-created", 901);
+    let create2 = new_op(&same_name, Create, "holder-a", 901);
     match s.insert_sandbox_with_operation(&same_name, &create2).await {
         Err(StoreError::Conflict(m)) => {
             assert_eq!(m, "a sandbox named 'op-created' already exists")
@@ -1456,31 +1397,10 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     assert_eq!(s.get_operation(same_name.id.as_str()).await.unwrap(), None);
     assert!(!s.sandbox_record_exists(&same_name.id).await.unwrap());
     // An operation already on the id: no record, the other operation intact.
-    let fresh_sb = sandbox(
-        alice,
-        None,
-        "op-fresh",
-        &["ops"],
-        SandboxStatus::Provisioning,
-        secs(902),
-    );
-    let blocker = op(
-        fresh_sb.id.as_str(),
-        Delete,
-        alice,
-        "holder-z",
-        secs(902),
-        secs(932),
-    );
+    let fresh_sb = new_sb("op-fresh", 902);
+    let blocker = new_op(&fresh_sb, Delete, "holder-z", 902);
     s.begin_operation(&blocker).await.unwrap();
-    let create3 = op(
-        fresh_sb.id.as_str(),
-        Create,
-        alice,
-        "holder-a",
-        secs(903),
-        secs(933),
-    );
+    let create3 = new_op(&fresh_sb, Create, "holder-a", 903);
     match s.insert_sandbox_with_operation(&fresh_sb, &create3).await {
         Err(StoreError::Conflict(m)) => {
             assert!(m.contains("delete operation in progress"), "{m}");
@@ -1501,22 +1421,8 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
     assert_eq!(s.list_operations(1).await.unwrap(), vec![create.clone()]);
     let mut expired = Vec::new();
     for i in 0..6 {
-        let sb = sandbox(
-            alice,
-            None,
-            &format!("op-exp-{i}"),
-            &[],
-            SandboxStatus::Running,
-            secs(1000 + i),
-        );
-        let o = op(
-            sb.id.as_str(),
-            Snapshot,
-            alice,
-            "holder-dead",
-            secs(1000 + i),
-            secs(1010 + i),
-        );
+        let sb = new_sb(&format!("op-exp-{i}"), 1000 + i);
+        let o = new_op(&sb, Snapshot, "holder-dead", 1000 + i);
         s.insert_sandbox_with_operation(&sb, &o).await.unwrap();
         expired.push(o);
     }

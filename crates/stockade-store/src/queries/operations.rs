@@ -32,6 +32,30 @@ fn operation_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Operation> {
     })
 }
 
+/// The update that takes operation `id` over if its lease ended at or
+/// before `now` (and, when given, it is still `holder_was`'s): of two
+/// claimers, the second finds the new lease and misses.
+fn claim<B: Backend>(
+    id: String,
+    holder_was: Option<String>,
+    holder: &str,
+    now: DateTime<Utc>,
+    lease_until: DateTime<Utc>,
+) -> Q<B> {
+    let mut q = Q::<B>::new("UPDATE operations SET holder = ")
+        .bind(holder.to_owned())
+        .sql(", lease_until = ")
+        .ts(lease_until)
+        .sql(" WHERE id = ")
+        .bind(id)
+        .sql(" AND lease_until <= ")
+        .ts(now);
+    if let Some(was) = holder_was {
+        q = q.sql(" AND holder = ").bind(was);
+    }
+    q.sql(format!(" RETURNING {COLUMNS}"))
+}
+
 /// A claim must end in the future, or a second claimer could win too.
 fn check_lease(now: DateTime<Utc>, lease_until: DateTime<Utc>) -> StoreResult<()> {
     if lease_until > now {
@@ -74,35 +98,6 @@ impl<B: Backend> SqlStore<B> {
             "{} already has a {kind} operation in progress",
             op.target
         )))
-    }
-
-    /// Takes over operation `id` if its lease ended at or before `now` (and,
-    /// when given, it is still `holder_was`'s).
-    async fn claim_in(
-        &self,
-        conn: &mut Conn<B>,
-        id: &str,
-        holder_was: Option<String>,
-        holder: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> StoreResult<Option<Operation>> {
-        let context = format!("claim operation {id}");
-        let mut q = Q::<B>::new("UPDATE operations SET holder = ")
-            .bind(holder.to_owned())
-            .sql(", lease_until = ")
-            .ts(lease_until)
-            .sql(" WHERE id = ")
-            .bind(id.to_owned())
-            .sql(" AND lease_until <= ")
-            .ts(now);
-        if let Some(was) = holder_was {
-            q = q.sql(" AND holder = ").bind(was);
-        }
-        let row = conn
-            .returning_optional(q.sql(format!(" RETURNING {COLUMNS}")), &context)
-            .await?;
-        row.as_ref().map(operation_from_row).transpose()
     }
 
     /// Ends operation `id` if `holder` still holds it; `Conflict` otherwise.
@@ -200,25 +195,21 @@ impl<B: Backend> OperationStore for SqlStore<B> {
         limit: u32,
     ) -> StoreResult<Vec<Operation>> {
         check_lease(now, lease_until)?;
-        let context = "claim expired operations";
-        let mut conn = self.conn(context).await?;
         let due = Q::<B>::new("SELECT id, holder FROM operations WHERE lease_until <= ")
             .ts(now)
             .sql(" ORDER BY created_at, id LIMIT ")
             .bind(i64::from(limit));
-        let due = conn.fetch_all(due, context).await?;
-        let mut claimed = Vec::with_capacity(due.len());
-        for row in due {
-            let id: String = row.get("id")?;
-            let was: String = row.get("holder")?;
-            if let Some(op) = self
-                .claim_in(&mut conn, &id, Some(was), holder, now, lease_until)
-                .await?
-            {
-                claimed.push(op);
-            }
-        }
-        Ok(claimed)
+        let take = |row: &DbRow<B>| -> StoreResult<Q<B>> {
+            Ok(claim(
+                row.get("id")?,
+                Some(row.get("holder")?),
+                holder,
+                now,
+                lease_until,
+            ))
+        };
+        self.claim_each(due, take, operation_from_row, "claim expired operations")
+            .await
     }
 
     #[tracing::instrument(skip_all, fields(operation.id = %id, holder = %holder), err(level = "debug"))]
@@ -230,9 +221,14 @@ impl<B: Backend> OperationStore for SqlStore<B> {
         lease_until: DateTime<Utc>,
     ) -> StoreResult<Option<Operation>> {
         check_lease(now, lease_until)?;
-        let mut conn = self.conn(&format!("claim operation {id}")).await?;
-        self.claim_in(&mut conn, id.as_str(), None, holder, now, lease_until)
-            .await
+        let context = format!("claim operation {id}");
+        let q = claim(id.to_string(), None, holder, now, lease_until);
+        let row = self
+            .conn(&context)
+            .await?
+            .returning_optional(q, &context)
+            .await?;
+        row.as_ref().map(operation_from_row).transpose()
     }
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %sandbox.id, operation.id = %op.id), err(level = "debug"))]

@@ -527,8 +527,6 @@ impl<B: Backend> SandboxStore for SqlStore<B> {
         lease_until: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<Sandbox>> {
-        let context = "claim expired sessions";
-        let mut conn = self.conn(context).await?;
         let due = Q::<B>::new(
             "SELECT id, version FROM sandboxes WHERE session_expires_at IS NOT NULL \
              AND session_expires_at <= ",
@@ -538,29 +536,19 @@ impl<B: Backend> SandboxStore for SqlStore<B> {
         .bind(server.to_owned())
         .sql(" ORDER BY session_expires_at LIMIT ")
         .bind(i64::from(limit));
-        let due = conn.fetch_all(due, context).await?;
-        let mut claimed = Vec::with_capacity(due.len());
-        for row in due {
-            let id: String = row.get("id")?;
-            let version: i64 = row.get("version")?;
-            // Only the writer that still sees this version wins the claim;
-            // on PostgreSQL the row lock makes a concurrent claimer re-check
-            // and miss.
-            let claim = Q::<B>::new("UPDATE sandboxes SET session_expires_at = ")
+        // Only the writer that still sees the version it read wins; on
+        // PostgreSQL the row lock makes a concurrent claimer re-check and miss.
+        let claim = |row: &DbRow<B>| -> StoreResult<Q<B>> {
+            Ok(Q::new("UPDATE sandboxes SET session_expires_at = ")
                 .ts(lease_until)
                 .sql(", version = version + 1 WHERE id = ")
-                .bind(id)
+                .bind(row.get::<String>("id")?)
                 .sql(" AND version = ")
-                .bind(version)
-                .sql(format_args!(
-                    " AND deleted_at IS NULL RETURNING {}",
-                    columns("")
-                ));
-            let won = conn.returning_optional(claim, context).await?;
-            if let Some(row) = won {
-                claimed.push(sandbox_from_row(&row)?);
-            }
-        }
-        Ok(claimed)
+                .bind(row.get::<i64>("version")?)
+                .sql(" AND deleted_at IS NULL RETURNING ")
+                .sql(columns("")))
+        };
+        self.claim_each(due, claim, sandbox_from_row, "claim expired sessions")
+            .await
     }
 }
