@@ -1109,14 +1109,12 @@ async fn idempotency_expiry(s: &dyn Store, raw: &Raw, account: &AccountId) {
         Err(StoreError::Conflict(_))
     ));
     // An expired key is taken over by the next use.
-    let second = SandboxId::generate();
-    record("k-exp", "hash-2", second.clone(), later)
-        .await
-        .unwrap();
-    assert_eq!(
-        lookup("k-exp", fresh).await,
-        Some(("hash-2".into(), second))
-    );
+    let take_over = |key: &'static str, hash: &'static str, cutoff| async move {
+        let id = SandboxId::generate();
+        record(key, hash, id.clone(), cutoff).await.unwrap();
+        assert_eq!(lookup(key, fresh).await, Some((hash.to_owned(), id)));
+    };
+    take_over("k-exp", "hash-2", later).await;
 
     // With the real 24 h: a key recorded 25 h ago is gone for lookups and
     // for the purge, a key recorded now stays.
@@ -1130,14 +1128,7 @@ async fn idempotency_expiry(s: &dyn Store, raw: &Raw, account: &AccountId) {
         assert_eq!(s.purge_idempotency_keys(fresh).await.unwrap(), 1);
         assert_eq!(s.purge_idempotency_keys(fresh).await.unwrap(), 0);
         assert!(lookup("k-exp", fresh).await.is_some());
-        let replacement = SandboxId::generate();
-        record("k-old", "hash-new", replacement.clone(), fresh)
-            .await
-            .unwrap();
-        assert_eq!(
-            lookup("k-old", fresh).await,
-            Some(("hash-new".into(), replacement))
-        );
+        take_over("k-old", "hash-new", fresh).await;
     }
     // Purging up to a moment after now removes every key recorded so far.
     assert!(s.purge_idempotency_keys(later).await.unwrap() >= 2);
