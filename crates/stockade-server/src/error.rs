@@ -56,6 +56,9 @@ pub enum ApiError {
     /// The database cannot write (disk full, read-only): 507.
     #[error("{0}")]
     StorageFull(String),
+    /// The database cannot serve now: 503.
+    #[error("{0}")]
+    DatabaseUnavailable(String),
     /// The server is shutting down: 503.
     #[error("{0}")]
     ShuttingDown(String),
@@ -93,6 +96,9 @@ impl ApiError {
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
             Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),
             Self::StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            Self::DatabaseUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
+            }
             Self::ShuttingDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
@@ -179,6 +185,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Docker(m) => Self::Docker(m),
             ServiceError::Database(m) => Self::Database(m),
             ServiceError::StorageFull(m) => Self::StorageFull(m),
+            ServiceError::DatabaseUnavailable(m) => Self::DatabaseUnavailable(m),
             ServiceError::ShuttingDown(m) => Self::ShuttingDown(m),
             ServiceError::Internal(m) => Self::Internal(m),
         }

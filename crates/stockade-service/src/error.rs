@@ -40,9 +40,12 @@ pub enum ServiceError {
     Docker(String),
     #[error("{0}")]
     Database(String),
-    /// The database cannot write (disk full, read-only): nothing was changed.
+    /// The database's disk is full: nothing was changed (507).
     #[error("{0}")]
     StorageFull(String),
+    /// The database cannot serve now (read-only, I/O errors, unreachable).
+    #[error("{0}")]
+    DatabaseUnavailable(String),
     /// The server is shutting down and takes no new operations.
     #[error("{0}")]
     ShuttingDown(String),
@@ -82,6 +85,12 @@ impl From<StoreError> for ServiceError {
                 Self::Forbidden("Forbidden: this sandbox belongs to another account".into())
             }
             StoreError::Conflict(m) => Self::Conflict(m),
+            StoreError::Unavailable(m)
+                if m.contains(" is full") || m.contains("out of disk space") =>
+            {
+                Self::StorageFull(m)
+            }
+            StoreError::Unavailable(m) => Self::DatabaseUnavailable(m),
             StoreError::Other(m) => Self::Database(format!("Database error: {m}")),
         }
     }

@@ -71,7 +71,7 @@ pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult
     let Ok(info) = svc.runtime.info().await else {
         return Ok(()); // Docker's own error comes at create
     };
-    if let Some(cpus) = info.cpus.filter(|c| *c > 0) {
+    if let Some(cpus) = Some(info.cpus).filter(|c| *c > 0) {
         if spec.cpu_cores > f64::from(cpus) {
             return Err(ServiceError::field(
                 "cpuCores",
@@ -83,7 +83,7 @@ pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult
             ));
         }
     }
-    if let Some(total) = info.memory_bytes.filter(|m| *m > 0) {
+    if let Some(total) = Some(info.memory_bytes).filter(|m| *m > 0) {
         if spec.memory_bytes() as u64 > total {
             return Err(ServiceError::field(
                 "memoryGB",

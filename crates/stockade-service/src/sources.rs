@@ -321,11 +321,9 @@ pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> Se
             schemes.join(", ")
         )));
     }
-    let host = url
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad("needs a host".into()))?
-        .to_owned();
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("needs a host".into()));
+    }
     crate::outbound::check_url(&url, &limits.addresses)
         .await
         .map_err(|e| bad(e.to_string()))?;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use stockade_api::CreateSandboxRequest;
 use stockade_core::update::SpecPatch;
 use stockade_core::{Account, Sandbox, SandboxStatus, Scope};
-use stockade_runtime::{FakeRuntime, Runtime};
+use stockade_runtime::prelude::*;
+use stockade_runtime::FakeRuntime;
 use stockade_service::{lifecycle, recovery, Service, ServiceConfig, ServiceError};
 use stockade_store::{SqliteStore, Store};
 
