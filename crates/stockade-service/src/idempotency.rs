@@ -43,7 +43,7 @@ pub fn expired_before() -> chrono::DateTime<Utc> {
 
 /// What the first create with a key left.
 enum Replay {
-    Done(Sandbox),
+    Done(Box<Sandbox>),
     /// It failed, was rolled back, or never began: the key can be reused.
     Gone,
 }
@@ -78,7 +78,7 @@ pub async fn create_with_key(
             match replay(svc, scope, &first_id, key).await? {
                 Replay::Done(sandbox) => {
                     return Ok(Created {
-                        sandbox,
+                        sandbox: *sandbox,
                         replayed: true,
                     })
                 }
@@ -152,7 +152,7 @@ async fn replay(svc: &Service, scope: &Scope, id: &SandboxId, key: &str) -> Serv
         };
         let op = svc.store.get_operation(id.as_str()).await?;
         match (record, op) {
-            (Some(sb), None) if !sb.is_being_created() => return Ok(Replay::Done(sb)),
+            (Some(sb), None) if !sb.is_being_created() => return Ok(Replay::Done(Box::new(sb))),
             // A record left in PROVISIONING by a create that recorded no
             // operation (before operations existed): reconciliation removes it.
             (Some(_), None) => {

@@ -50,6 +50,11 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
         .spawn()
         .expect("spawn stockade server");
     let stdout = child.stdout.take().unwrap();
+    // From here on the child is killed and waited for whatever happens.
+    let mut proc = Proc {
+        child,
+        url: String::new(),
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -64,10 +69,8 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .expect("the server printed no banner within 60 s");
         if let Some(rest) = line.split("listening on ").nth(1) {
-            return Proc {
-                child,
-                url: rest.trim().to_owned(),
-            };
+            proc.url = rest.trim().to_owned();
+            return proc;
         }
     }
 }
