@@ -299,16 +299,21 @@ async fn create_inner(
     }
     sb.container_id = Some(container_id);
     sb.mark_running(Utc::now()); // LC-7: the first session starts
-    match guard.finish_with_status(sb.clone()).await {
+    match guard.try_finish_with_status(sb.clone()).await {
         Ok(saved) => {
             info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
             Ok(saved)
         }
-        Err(e) => {
-            // The guard went with the failed write: recovery rolls it back.
-            Err(ServiceError::Database(format!(
-                "The sandbox could not be saved, so it is being removed again: {e}"
-            )))
+        Err((e, guard)) => {
+            // DB-3: nothing of a create that could not be saved stays.
+            tracing::error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
+            guard.abandon().await;
+            Err(match e {
+                e @ (ServiceError::StorageFull(_) | ServiceError::DatabaseUnavailable(_)) => e,
+                e => ServiceError::Database(format!(
+                    "The sandbox could not be saved, so it was removed again: {e}"
+                )),
+            })
         }
     }
 }
@@ -393,7 +398,22 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     }
     svc.crash_point("start.started")?;
     sb.mark_running(Utc::now()); // LC-7: a new session
-    guard.finish_with_status(sb).await
+    record_status(guard, sb).await
+}
+
+/// Ends a start or stop with its status. DB-4: Docker did it, so a failed
+/// status write is logged and the caller still gets the new status; the
+/// operation stays recorded and recovery writes the status once the
+/// database takes writes again.
+async fn record_status(guard: OpGuard, sb: Sandbox) -> ServiceResult<Sandbox> {
+    match guard.try_finish_with_status(sb.clone()).await {
+        Ok(saved) => Ok(saved),
+        Err((e @ ServiceError::Conflict(_), _guard)) => Err(e),
+        Err((e, _guard)) => {
+            tracing::error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "the status write failed; recovery writes it later");
+            Ok(sb)
+        }
+    }
 }
 
 /// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4). A stopped
@@ -437,7 +457,7 @@ pub async fn stop_because(
         return Ok(sb);
     }
     sb.mark_stopped(Utc::now(), reason);
-    guard.finish_with_status(sb).await
+    record_status(guard, sb).await
 }
 
 /// Destroys a sandbox (LC-5, DB-5): optional workspace sync (S3-2) →
@@ -457,6 +477,9 @@ pub async fn destroy_with(
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("destroy");
     if sb.deleted_at.is_some() {
+        if sync {
+            return Err(terminated(&sb, "there is no /workspace left to sync"));
+        }
         return Ok(sb);
     }
     let params = serde_json::json!({ "preserve_volume": preserve_volume, "sync": sync });

@@ -160,7 +160,7 @@ impl Service {
     /// Records `op` for its sandbox and holds it. If another operation is
     /// in progress on the sandbox, waits for it to end (up to
     /// `config.operation_wait`); one whose holder died is recovered first.
-    pub(crate) async fn begin_operation(&self, op: Operation) -> ServiceResult<OpGuard> {
+    pub(crate) async fn begin_operation(&self, mut op: Operation) -> ServiceResult<OpGuard> {
         if self.shutdown.is_cancelled() {
             return Err(ServiceError::ShuttingDown(
                 "The server is shutting down; retry on another instance or after it restarts"
@@ -169,6 +169,9 @@ impl Service {
         }
         let deadline = tokio::time::Instant::now() + self.config.operation_wait;
         loop {
+            // The lease runs from when the operation is recorded, not from
+            // when it began to wait.
+            op.lease_until = self.ops.lease_until(Utc::now());
             match self.store.begin_operation(&op).await {
                 Ok(()) => {
                     self.ops.hold(&op.id);
@@ -205,7 +208,7 @@ impl Service {
 
     /// Renews the leases of every operation this process holds, every
     /// third of a lease, until `shutdown` (or an injected crash).
-    pub(crate) async fn renew_leases(self, shutdown: CancellationToken) {
+    pub async fn renew_leases(self, shutdown: CancellationToken) {
         let period = (self.ops.lease / 3).max(Duration::from_millis(10));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -259,14 +262,43 @@ impl OpGuard {
     /// Writes the status of `transitioned` (a copy of the record with a
     /// transition applied) and ends the operation. A concurrent writer (a
     /// rename, a port exposed) is not lost: the transition is applied again
-    /// to the fresh record.
+    /// to the fresh record. On failure the guard is dropped: recovery takes
+    /// the operation.
     pub async fn finish_with_status(self, transitioned: Sandbox) -> ServiceResult<Sandbox> {
-        let status = transitioned.clone();
-        self.finish_applying(transitioned, move |mut fresh| {
-            fresh.take_status_of(&status);
-            Ok(fresh)
-        })
-        .await
+        self.try_finish_with_status(transitioned)
+            .await
+            .map_err(|(e, _guard)| e)
+    }
+
+    /// [`OpGuard::finish_with_status`], handing the guard back on failure
+    /// (to roll back at once with [`OpGuard::abandon`]).
+    pub async fn try_finish_with_status(
+        mut self,
+        mut transitioned: Sandbox,
+    ) -> Result<Sandbox, (ServiceError, Self)> {
+        let scope = Scope::account(transitioned.account_id.clone());
+        for _ in 0..8 {
+            match self.write(SandboxWrite::Update(&transitioned)).await {
+                Ok(saved) => return Ok(saved.unwrap_or(transitioned)),
+                Err(ServiceError::Conflict(_)) => {
+                    match self.svc.store.get_sandbox(&scope, &transitioned.id).await {
+                        Ok(mut fresh) => {
+                            fresh.take_status_of(&transitioned);
+                            transitioned = fresh;
+                        }
+                        Err(e) => return Err((e.into(), self)),
+                    }
+                }
+                Err(e) => return Err((e, self)),
+            }
+        }
+        let id = transitioned.id.clone();
+        Err((
+            ServiceError::Conflict(format!(
+                "Sandbox {id} kept changing while its status was written; try again"
+            )),
+            self,
+        ))
     }
 
     /// Writes `changed` and ends the operation. When another writer moved
@@ -328,14 +360,36 @@ impl OpGuard {
             self.done = true;
             return Err(ServiceError::Internal("the server stopped".into()));
         }
-        let saved = self
+        let result = self
             .svc
             .store
             .finish_operation(&self.op.id, &self.op.holder, write)
-            .await?;
-        self.done = true;
-        self.svc.ops.release(&self.op.id);
-        Ok(saved)
+            .await;
+        match result {
+            Ok(saved) => {
+                self.done = true;
+                self.svc.ops.release(&self.op.id);
+                Ok(saved)
+            }
+            Err(StoreError::Conflict(m)) => {
+                // A stale record, or the operation is no longer ours (its
+                // lease ran out and recovery took it over).
+                let ours = matches!(
+                    self.svc.store.get_operation(&self.op.target).await,
+                    Ok(Some(current)) if current.id == self.op.id && current.holder == self.op.holder
+                );
+                if ours {
+                    return Err(ServiceError::Conflict(m));
+                }
+                self.done = true;
+                self.svc.ops.release(&self.op.id);
+                Err(ServiceError::Internal(format!(
+                    "operation {} on {} was taken over by another instance before it ended",
+                    self.op.id, self.op.target
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

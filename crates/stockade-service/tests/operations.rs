@@ -50,9 +50,13 @@ impl World {
             },
             ..ServiceConfig::default()
         };
-        Service::new(self.store.clone(), Arc::new(self.rt.clone()), config)
+        let svc = Service::new(self.store.clone(), Arc::new(self.rt.clone()), config)
             .await
-            .unwrap()
+            .unwrap();
+        // A live server renews the leases of what it holds (a "dead" one
+        // stops at its crash point).
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        svc
     }
 
     fn scope(&self) -> Scope {

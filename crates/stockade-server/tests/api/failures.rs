@@ -272,6 +272,11 @@ impl OperationStore for FailingStore {
         holder: &str,
         write: SandboxWrite<'_>,
     ) -> StoreResult<Option<Sandbox>> {
+        if self.fail_updates.load(Ordering::SeqCst) && matches!(write, SandboxWrite::Update(_)) {
+            return Err(StoreError::Other(
+                "disk I/O error (injected by the test)".into(),
+            ));
+        }
         self.inner.finish_operation(id, holder, write).await
     }
     async fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>> {

@@ -246,7 +246,7 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
             json!({
                 "name": "recorder",
                 "ports": [8080, 8081],
-                "startCommand": "(nc -l -p 8081 > /workspace/request.txt &) ; mkdir -p /workspace/www && echo '<h1>page</h1>' > /workspace/www/index.html && exec httpd -f -p 8080 -h /workspace/www",
+                "startCommand": "(sleep 60 | nc -l -p 8081 > /workspace/request.txt &) ; mkdir -p /workspace/www && echo '<h1>page</h1>' > /workspace/www/index.html && exec httpd -f -p 8080 -h /workspace/www",
             }),
         )
         .await;
