@@ -42,12 +42,14 @@ pub struct RecoveryReport {
 pub async fn recover_expired(svc: &Service, everything: bool) -> RecoveryReport {
     let mut report = RecoveryReport::default();
     let now = Utc::now();
+    // Everything: as if every lease had ended; the claimed leases are then
+    // brought back to a normal length, so that a failed recovery is retried.
     let cutoff = if everything {
         now + chrono::Duration::days(3650)
     } else {
         now
     };
-    let lease_until = svc.ops.lease_until(now);
+    let lease_until = svc.ops.lease_until(cutoff);
     let claimed = match svc
         .store
         .claim_expired_operations(svc.ops.holder(), cutoff, lease_until, BATCH)
@@ -59,6 +61,15 @@ pub async fn recover_expired(svc: &Service, everything: bool) -> RecoveryReport 
             return report;
         }
     };
+    if everything && !claimed.is_empty() {
+        if let Err(e) = svc
+            .store
+            .renew_operations(svc.ops.holder(), svc.ops.lease_until(now))
+            .await
+        {
+            warn!(error = %e, "recovery: could not shorten the leases of claimed operations");
+        }
+    }
     for op in claimed {
         if recover_held(svc, op).await {
             report.recovered += 1;

@@ -397,10 +397,26 @@ fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("STOCKADE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,sqlx=warn"));
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+}
+
+/// Prints a line of the start banner. A closed stdout (the banner piped
+/// into `head`, a supervisor that stopped reading) never stops the server.
+macro_rules! say {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -512,39 +528,39 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("could not listen on {}", args.listen))?;
 
     let base = format!("http://{}", server.addr);
-    println!("Stockade {} listening on {base}", env!("CARGO_PKG_VERSION"));
-    println!("  dashboard: {base}/");
-    println!("  API docs:  {base}/api/v1/docs");
-    println!("  database:  {}", redact_url(&database));
-    println!("  limits:    {limits}");
-    println!("  objects:   {objects}");
+    say!("Stockade {} listening on {base}", env!("CARGO_PKG_VERSION"));
+    say!("  dashboard: {base}/");
+    say!("  API docs:  {base}/api/v1/docs");
+    say!("  database:  {}", redact_url(&database));
+    say!("  limits:    {limits}");
+    say!("  objects:   {objects}");
     for class in warm_pool.classes() {
-        println!("  warm pool: {} × {}", class.size, class.key);
+        say!("  warm pool: {} × {}", class.size, class.key);
     }
     match runtime.info().await {
-        Ok(i) => println!(
+        Ok(i) => say!(
             "  docker:    {docker_host} (Docker {}, API {})",
             i.version, i.api_version
         ),
-        Err(e) => println!("  docker:    {docker_host} is NOT reachable: {e}"),
+        Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
     }
     match boot {
         Bootstrap::CreatedAdmin {
             token,
             generated: true,
         } => {
-            println!();
-            println!("Admin API token (shown once, it is stored hashed — keep it now):");
-            println!("  {token}");
-            println!("Use it as: export STOCKADE_TOKEN={token}");
+            say!();
+            say!("Admin API token (shown once, it is stored hashed — keep it now):");
+            say!("  {token}");
+            say!("Use it as: export STOCKADE_TOKEN={token}");
         }
         Bootstrap::CreatedAdmin {
             generated: false, ..
         } => {
-            println!("Admin account created with the token from STOCKADE_ADMIN_TOKEN.");
+            say!("Admin account created with the token from STOCKADE_ADMIN_TOKEN.");
         }
         Bootstrap::RegisteredAdminToken => {
-            println!("STOCKADE_ADMIN_TOKEN registered for the admin account.");
+            say!("STOCKADE_ADMIN_TOKEN registered for the admin account.");
         }
         Bootstrap::Nothing => {}
     }

@@ -56,11 +56,10 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
         url: String::new(),
     };
     let (tx, rx) = std::sync::mpsc::channel();
+    // Keeps reading the server's stdout for its whole life.
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
+            let _ = tx.send(line);
         }
     });
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -228,7 +227,7 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
     )
     .await
     .unwrap();
-    let account = me["id"].as_str().expect("account id").to_owned();
+    let account = me["account"]["id"].as_str().expect("account id").to_owned();
     let _cleanup = Cleanup(account.clone());
     let mut acked_deletes: Vec<String> = Vec::new();
     let mut keys: Vec<(String, Value)> = Vec::new();
@@ -380,7 +379,7 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     )
     .await
     .unwrap();
-    let _cleanup = Cleanup(me["id"].as_str().unwrap().to_owned());
+    let _cleanup = Cleanup(me["account"]["id"].as_str().unwrap().to_owned());
     let (status, sb) = call(
         &http,
         reqwest::Method::POST,

@@ -20,6 +20,7 @@ mod sessions;
 mod snapshots;
 mod sources;
 mod sse_client;
+mod storage;
 mod sync;
 mod teams;
 mod tenancy;
