@@ -121,12 +121,14 @@ pub enum SandboxWrite<'a> {
     /// Writes every field if the stored version is still `sandbox.version`
     /// (DB-7); the stored record comes back with its new version.
     Update(&'a Sandbox),
-    /// Marks the record TERMINATED and soft-deleted at `at`.
+    /// Marks the record TERMINATED and soft-deleted at `at`, and returns it
+    /// (a record that is gone already is fine: nothing comes back).
     SoftDelete {
         id: &'a SandboxId,
         at: DateTime<Utc>,
     },
-    /// Removes the record for good (a create that never finished).
+    /// Removes the record for good (a create that never finished); a record
+    /// that is gone already is fine.
     Purge { id: &'a SandboxId },
     /// Only ends the operation.
     None,

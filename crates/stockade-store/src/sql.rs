@@ -1,11 +1,12 @@
 //! The seam between the queries (written once) and the two sqlx backends:
-//! the [`Backend`] dialect each one supplies, a query builder whose
-//! placeholders come from the backend's arguments as `QueryBuilder::push_bind`
-//! writes them (`?` or `$n`), and typed
-//! row access. Queries never name SQLite or PostgreSQL.
+//! the [`Backend`] dialect each one supplies, the query builder [`Q`] whose
+//! placeholders (`?` or `$n`) the backend's arguments write, the way
+//! `QueryBuilder::push_bind` has them write, and typed row access. Queries
+//! never name SQLite or PostgreSQL.
+
+use std::future::Future;
 
 use chrono::{DateTime, Utc};
-use std::future::Future;
 
 use serde_json::value::RawValue;
 use sqlx::error::BoxDynError;

@@ -1364,6 +1364,29 @@ async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
         s.get_operation(other_target.id.as_str()).await.unwrap(),
         None
     );
+    // Recovery may find the record gone already: the operation still ends.
+    for (i, write) in [
+        SandboxWrite::Purge {
+            id: &other_target.id,
+        },
+        SandboxWrite::SoftDelete {
+            id: &other_target.id,
+            at: secs(801),
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let again = new_op(&other_target, Delete, "holder-a", 810 + i as i64);
+        s.begin_operation(&again).await.unwrap();
+        let stored = s.finish_operation(&again.id, "holder-a", write).await;
+        assert_eq!(stored.unwrap(), None, "{write:?}");
+        assert_eq!(
+            s.get_operation(other_target.id.as_str()).await.unwrap(),
+            None
+        );
+    }
+    assert!(!s.sandbox_record_exists(&other_target.id).await.unwrap());
 
     // A create: the record and its operation together, or neither.
     let created = new_sb("op-created", 900);
