@@ -22,6 +22,12 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The sandbox is destroyed (409 `sandbox_terminated`).
+    #[error("{0}")]
+    Terminated(String),
+    /// The sandbox must be running for this (409 `sandbox_not_running`).
+    #[error("{0}")]
+    NotRunning(String),
     #[error("{0}")]
     PayloadTooLarge(String),
     /// Rate limited; retry after this many seconds.
@@ -82,6 +88,8 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::Terminated(_) => (StatusCode::CONFLICT, "sandbox_terminated"),
+            Self::NotRunning(_) => (StatusCode::CONFLICT, "sandbox_not_running"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::SandboxUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
@@ -175,6 +183,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::Forbidden(m) => Self::Forbidden(m),
             ServiceError::NotFound(m) => Self::NotFound(m),
             ServiceError::Conflict(m) => Self::Conflict(m),
+            ServiceError::Terminated(m) => Self::Terminated(m),
+            ServiceError::NotRunning(m) => Self::NotRunning(m),
             ServiceError::PayloadTooLarge(m) => Self::PayloadTooLarge(m),
             ServiceError::SandboxUnavailable(m) => Self::SandboxUnavailable(m),
             ServiceError::IdempotencyMismatch(m) => Self::IdempotencyMismatch(m),

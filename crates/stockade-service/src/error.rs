@@ -18,6 +18,12 @@ pub enum ServiceError {
     /// The operation does not apply to the resource as it is now.
     #[error("{0}")]
     Conflict(String),
+    /// The sandbox is destroyed: nothing but reading its record applies.
+    #[error("{0}")]
+    Terminated(String),
+    /// The operation needs a running sandbox.
+    #[error("{0}")]
+    NotRunning(String),
     #[error("{0}")]
     PayloadTooLarge(String),
     /// The sandbox cannot serve this right now (e.g. stopped).

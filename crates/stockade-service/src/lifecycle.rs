@@ -328,7 +328,7 @@ async fn reload(svc: &Service, sb: &Sandbox) -> ServiceResult<Sandbox> {
 }
 
 fn terminated(sb: &Sandbox, what: &str) -> ServiceError {
-    ServiceError::Conflict(format!("Sandbox {} is terminated; {what}", sb.id))
+    ServiceError::Terminated(format!("Sandbox {} is terminated; {what}", sb.id))
 }
 
 /// Begins an operation of `kind` on `sb` and returns the guard with the

@@ -55,7 +55,7 @@ pub fn snapshot_not_found() -> ServiceError {
 /// being created, or without a container.
 pub fn ensure_capturable(sb: &Sandbox) -> ServiceResult<()> {
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ServiceError::Conflict(format!(
+        return Err(ServiceError::Terminated(format!(
             "Sandbox {} is terminated: there is no filesystem left to capture",
             sb.id
         )));

@@ -30,7 +30,7 @@ pub struct Updated {
 
 fn ensure_updatable(sb: &Sandbox) -> ServiceResult<()> {
     if sb.is_terminated() {
-        return Err(ServiceError::Conflict(format!(
+        return Err(ServiceError::Terminated(format!(
             "Sandbox {} is terminated; it cannot be updated",
             sb.id
         )));

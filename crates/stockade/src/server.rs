@@ -540,7 +540,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     match runtime.info().await {
         Ok(i) => say!(
             "  docker:    {docker_host} (Docker {}, API {})",
-            i.version, i.api_version
+            i.version,
+            i.api_version
         ),
         Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
     }

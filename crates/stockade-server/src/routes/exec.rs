@@ -211,7 +211,7 @@ fn ensure_running(sb: &Sandbox) -> ApiResult<()> {
     if sb.status == SandboxStatus::Running {
         return Ok(());
     }
-    Err(ApiError::Conflict(format!(
+    Err(ApiError::NotRunning(format!(
         "sandbox is not running (status {}): start it with POST /api/v1/sandbox/{}/start",
         sb.status, sb.id
     )))

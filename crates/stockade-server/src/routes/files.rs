@@ -100,11 +100,7 @@ fn required_path(q: &FileQuery) -> ApiResult<SandboxPath> {
 async fn load_with_files(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Sandbox> {
     let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     match sb.status {
-        SandboxStatus::Terminated => Err(ApiError::Conflict(format!(
-            "Sandbox {} is terminated: its files are gone",
-            sb.id
-        ))),
-        _ if sb.deleted_at.is_some() => Err(ApiError::Conflict(format!(
+        _ if sb.is_terminated() => Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated: its files are gone",
             sb.id
         ))),

@@ -139,7 +139,7 @@ pub async fn logs(
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let q = parse_query(raw.as_deref(), &headers)?;
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated: its container and logs are gone",
             sb.id
         )));

@@ -64,7 +64,7 @@ fn ports_of(sb: &Sandbox, base: &PublicBase, state: &AppState) -> Vec<ExposedPor
 
 fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated; create a new one",
             sb.id
         )));

@@ -14,6 +14,7 @@ mod logs;
 mod metrics;
 mod pool;
 mod ports;
+mod races;
 mod ratelimit;
 mod restart;
 mod sessions;

@@ -93,14 +93,24 @@ async fn a_full_disk_fails_writes_cleanly_and_loses_nothing_acknowledged() {
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains(&db.display().to_string()), "{message}");
     // Health says so; reads and lists agree.
-    let health = app.call(reqwest::Method::GET, "/api/v1/health", None, None).await;
-    assert_eq!(health.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", health.body);
+    let health = app
+        .call(reqwest::Method::GET, "/api/v1/health", None, None)
+        .await;
+    assert_eq!(
+        health.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        health.body
+    );
     assert_eq!(health.body["database"]["status"], "degraded");
     let list = app.get("/api/v1/sandbox?per_page=1000", &t).await;
     for sb in list.body["sandboxes"].as_array().unwrap() {
         let id = sb["id"].as_str().unwrap();
         let got = app.get(&format!("/api/v1/sandbox/{id}"), &t).await;
-        assert_eq!(got.body["status"], sb["status"], "GET and list disagree on {id}");
+        assert_eq!(
+            got.body["status"], sb["status"],
+            "GET and list disagree on {id}"
+        );
         if !acknowledged.iter().any(|a| a == id) {
             // The refused create's record could not be purged on a full
             // disk: it stays in the works until recovery can write.
@@ -118,10 +128,16 @@ async fn a_full_disk_fails_writes_cleanly_and_loses_nothing_acknowledged() {
         if list.body["total"] == acknowledged.len() {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the refused create was never rolled back: {}", list.body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused create was never rolled back: {}",
+            list.body
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let health = app.call(reqwest::Method::GET, "/api/v1/health", None, None).await;
+    let health = app
+        .call(reqwest::Method::GET, "/api/v1/health", None, None)
+        .await;
     assert_eq!(health.status, StatusCode::OK, "{:?}", health.body);
     let r = app
         .post("/api/v1/sandbox", &t, json!({ "name": "after" }))
