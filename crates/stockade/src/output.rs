@@ -480,28 +480,30 @@ fn command_for(method: &str, path: &str, name: &str) -> String {
 pub fn cli_words(message: &str, name: Option<&str>) -> String {
     let name = name.unwrap_or("SANDBOX");
     let mut out = String::new();
-    let mut rest = message;
-    // `METHOD /api/v1/…` or `METHOD …/…`
-    'scan: while !rest.is_empty() {
-        for method in ["GET", "POST", "PUT", "PATCH", "DELETE"] {
-            let Some(at) = rest.find(&format!("{method} ")) else {
-                continue;
-            };
-            let after = &rest[at + method.len() + 1..];
-            if !(after.starts_with("/api/") || after.starts_with('…')) {
-                continue;
+    let mut at = 0;
+    while let Some(tail) = message.get(at..).filter(|t| !t.is_empty()) {
+        // `METHOD /api/v1/…` or `METHOD …/…`
+        let call = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+            .into_iter()
+            .find_map(|m| {
+                let path = tail.strip_prefix(m)?.strip_prefix(' ')?;
+                (path.starts_with("/api/") || path.starts_with('…')).then_some((m, path))
+            });
+        match call {
+            Some((method, after)) => {
+                let end = after
+                    .find(|c: char| c.is_whitespace() || matches!(c, ')' | ',' | ';'))
+                    .unwrap_or(after.len());
+                let path = after[..end].trim_end_matches('.');
+                out.push_str(&command_for(method, path, name));
+                at += tail.len() - after.len() + path.len();
             }
-            let end = after
-                .find(|c: char| c.is_whitespace() || c == ')' || c == ',' || c == ';')
-                .unwrap_or(after.len());
-            let path = after[..end].trim_end_matches('.');
-            out.push_str(&rest[..at]);
-            out.push_str(&command_for(method, path, name));
-            rest = &after[path.len()..];
-            continue 'scan;
+            None => {
+                let c = tail.chars().next().unwrap_or(' ');
+                out.push(c);
+                at += c.len_utf8();
+            }
         }
-        out.push_str(rest);
-        break;
     }
     for (api, cli) in [
         ("(timeoutSeconds)", "(--timeout)"),
