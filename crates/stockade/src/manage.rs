@@ -377,10 +377,12 @@ pub enum VolumesCommand {
     #[command(
         alias = "delete",
         after_help = "Example:
-  stockade volumes rm agent-sandbox-a1b2c3d4e5f6"
+  stockade volumes rm agent-sandbox-a1b2c3d4e5f6
+  stockade volumes rm demo        # the volume `rm --keep-volume demo` left"
     )]
     Rm {
-        /// Volume names (agent-sandbox-ID).
+        /// Volume names (agent-sandbox-ID), or sandboxes (id or name) whose
+        /// volume to remove.
         #[arg(required = true)]
         names: Vec<String>,
     },
@@ -393,6 +395,19 @@ pub enum VolumesCommand {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+}
+
+/// The volume an argument of `volumes rm` names: a volume name as it is,
+/// else the volume of the sandbox with that id or name (a terminated one
+/// too: `rm --keep-volume` leaves its volume behind).
+async fn volume_of(client: &stockade_sdk::Client, arg: &str) -> String {
+    if arg.starts_with("agent-sandbox-") {
+        return arg.to_owned();
+    }
+    match cli::sandbox(client, arg).await {
+        Ok(sb) => sb.info().volume.name.clone(),
+        Err(_) => arg.to_owned(),
+    }
 }
 
 fn volume_row(v: &VolumeResponse) -> Vec<String> {
@@ -436,10 +451,11 @@ pub async fn volumes(ctx: &Ctx, cmd: Option<VolumesCommand>) -> anyhow::Result<E
         VolumesCommand::Rm { names } => {
             let mut batch = Batch::new(ctx.json);
             for name in &names {
-                match client.remove_volume(name).await {
+                let volume = volume_of(&client, name).await;
+                match client.remove_volume(&volume).await {
                     Ok(gone) => {
                         let line = format!(
-                            "{name}: removed{}",
+                            "{volume}: removed{}",
                             gone.size
                                 .as_deref()
                                 .map(|s| format!(", {s} freed"))

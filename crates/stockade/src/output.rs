@@ -458,19 +458,40 @@ fn field_line(field: &str, message: &str) -> String {
 
 /// An API path in a server message, as the `stockade` command that does
 /// the same (`POST /api/v1/sandbox/ID/start` → `stockade start NAME`).
-fn command_for(method: &str, path: &str, name: &str) -> String {
-    let cmd = if path.ends_with("/start") {
-        format!("stockade start {name}")
-    } else if path.ends_with("/stop") {
-        format!("stockade stop {name}")
-    } else if path.contains("/ports") && method == "POST" {
-        format!("stockade ports {name} expose PORT")
-    } else if path.contains("/processes") {
-        format!("stockade kill {name} PID")
-    } else if path.contains("/files") {
-        format!("stockade cp … {name}:PATH")
-    } else {
-        "stockade --help".to_owned()
+/// `name` is the sandbox the command was about; without one, the id in
+/// the path stands for it.
+fn command_for(method: &str, path: &str, name: Option<&str>) -> String {
+    // `/api/v1/sandbox/ID/TAIL`, or `…/TAIL` with the sandbox left out.
+    let (rest, (id, tail)) = match path.strip_prefix("…/") {
+        Some(tail) => (tail, ("", tail)),
+        None => {
+            let rest = path
+                .split_once("/sandbox/")
+                .map(|(_, r)| r)
+                .unwrap_or_default();
+            (rest, rest.split_once('/').unwrap_or((rest, "")))
+        }
+    };
+    let id_in_path = (!id.is_empty() && !id.contains('{')).then_some(id);
+    let sb = name.or(id_in_path).unwrap_or("SANDBOX");
+    let cmd = match (method, tail) {
+        _ if path.ends_with("/health") => "stockade health".to_owned(),
+        _ if path.contains("/volumes") => "stockade volumes".to_owned(),
+        _ if rest.is_empty() => "stockade --help".to_owned(),
+        ("POST", "start") => format!("stockade start {sb}"),
+        ("POST", "stop") => format!("stockade stop {sb}"),
+        ("DELETE", "") => format!("stockade rm {sb}"),
+        ("GET", "") => format!("stockade get {sb}"),
+        ("PATCH", "") => format!("stockade update {sb}"),
+        (_, "logs") => format!("stockade logs {sb}"),
+        ("POST", "exec") => format!("stockade exec {sb} -- CMD"),
+        ("POST", "ports") => format!("stockade ports {sb} expose PORT"),
+        (_, "auth-token") => format!("stockade token {sb}"),
+        ("POST", "fork") => format!("stockade fork {sb}"),
+        ("POST", "snapshots") => format!("stockade snapshot create {sb}"),
+        (_, t) if t.starts_with("processes") => format!("stockade kill {sb} PID"),
+        (_, t) if t.starts_with("files") => format!("stockade cp … {sb}:PATH"),
+        _ => "stockade --help".to_owned(),
     };
     format!("`{cmd}`")
 }
@@ -478,7 +499,6 @@ fn command_for(method: &str, path: &str, name: &str) -> String {
 /// A server message in CLI words: API paths become commands, API field and
 /// parameter names become flags.
 pub fn cli_words(message: &str, name: Option<&str>) -> String {
-    let name = name.unwrap_or("SANDBOX");
     let mut out = String::new();
     let mut at = 0;
     while let Some(tail) = message.get(at..).filter(|t| !t.is_empty()) {
@@ -705,7 +725,7 @@ mod tests {
         );
         assert!(
             e.message
-                .ends_with("expose it with `stockade ports SANDBOX expose PORT`"),
+                .ends_with("expose it with `stockade ports x expose PORT`"),
             "{}",
             e.message
         );

@@ -1261,10 +1261,18 @@ fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
     let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
     assert_eq!(got["id"], second_id.as_str());
     assert_eq!(got["status"], "RUNNING");
-    let out = cli(&server, token, &["rm", "nb"]);
+    let out = cli(&server, token, &["rm", "--keep-volume", "nb"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
     assert_eq!(got["id"], second_id.as_str());
+    // The volume it left is removed by the sandbox's name.
+    let out = cli(&server, token, &["volumes", "rm", "nb"]);
+    assert!(
+        stdout_of(&out).starts_with(&format!("agent-sandbox-{second_id}: removed")),
+        "{}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
 
     // A snapshot name several snapshots share: get and --from-snapshot take
     // the newest, rm refuses to guess.
