@@ -310,9 +310,10 @@ pub fn trim_num(v: f64) -> String {
 /// Codes: the API's own (`not_found`, `conflict`, `validation_failed`,
 /// `image_unavailable`, `forbidden`, `rate_limited`, …) where the server
 /// said so, and the CLI's: `sandbox_not_running`, `sandbox_terminated`,
-/// `ambiguous_name`, `invalid_argument`, `unauthorized` (no token),
-/// `unreachable`, `bad_response`, `connection_lost`, `io_error`, `usage`
-/// (bad flags), `cancelled`, `failed` (anything else).
+/// `ambiguous_name`, `invalid_argument`, `confirmation_needed` (`--yes`
+/// missing), `unauthorized` (no token), `unreachable`, `bad_response`,
+/// `connection_lost`, `io_error`, `usage` (bad flags), `cancelled`,
+/// `failed` (anything else).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliError {
     pub code: String,
