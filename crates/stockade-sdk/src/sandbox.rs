@@ -402,10 +402,20 @@ pub struct Sandbox {
     info: SandboxResponse,
 }
 
-fn looks_like_id(s: &str) -> bool {
+/// Ids of sandboxes, snapshots and processes: 12 characters from `[a-z0-9]`.
+pub(crate) fn looks_like_id(s: &str) -> bool {
     s.len() == 12
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+fn not_found(name_or_id: &str) -> Error {
+    Error::Api {
+        status: 404,
+        code: "not_found".into(),
+        message: format!("Sandbox not found: no sandbox with id or name '{name_or_id}'"),
+        details: None,
+    }
 }
 
 impl Sandbox {
@@ -435,20 +445,72 @@ impl Sandbox {
     }
 
     /// A sandbox by id or name. A stopped sandbox is started again, so the
-    /// result is running ("session resumed").
+    /// result is running ("session resumed"). A name only finds a live
+    /// sandbox (see [`Sandbox::find_live`]).
     pub async fn get(client: &Client, name_or_id: &str) -> Result<Sandbox, Error> {
-        let mut sb = Self::find(client, name_or_id).await?;
+        let mut sb = Self::find_live(client, name_or_id).await?;
         if sb.info.status == stockade_api::SandboxStatus::Stopped {
             sb.start().await?;
         }
         Ok(sb)
     }
 
-    /// A sandbox by id or name, as it is (not resumed).
+    /// A sandbox by id or name, as it is (not resumed). A name finds the
+    /// live sandbox with that name first, else the most recently terminated
+    /// one (names are unique among live sandboxes only); an id finds the
+    /// sandbox whatever its status.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::Sandbox;
+    /// let sb = Sandbox::find(&client, "nightly").await?;
+    /// println!("{} is {}", sb.id(), sb.status()); // TERMINATED if only a removed one has that name
+    /// # Ok(()) }
+    /// ```
     pub async fn find(client: &Client, name_or_id: &str) -> Result<Sandbox, Error> {
+        if let Some(sb) = Self::lookup(client, name_or_id).await? {
+            return Ok(sb);
+        }
+        let page = Self::list(
+            client,
+            ListParams {
+                name: Some(name_or_id.to_owned()),
+                is_active: Some(false),
+                per_page: Some(1),
+                ..Default::default()
+            },
+        )
+        .await?;
+        page.sandboxes
+            .into_iter()
+            .next()
+            .ok_or_else(|| not_found(name_or_id))
+    }
+
+    /// A live (not terminated) sandbox by name, or any sandbox by id, as it
+    /// is; unlike [`Sandbox::find`] a name never finds a terminated one.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::Sandbox;
+    /// match Sandbox::find_live(&client, "nightly").await {
+    ///     Ok(sb) => println!("{} is {}", sb.id(), sb.status()),
+    ///     Err(e) if e.is_not_found() => println!("free to create"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn find_live(client: &Client, name_or_id: &str) -> Result<Sandbox, Error> {
+        Self::lookup(client, name_or_id)
+            .await?
+            .ok_or_else(|| not_found(name_or_id))
+    }
+
+    /// By id (when it looks like one), else the live sandbox with that name.
+    async fn lookup(client: &Client, name_or_id: &str) -> Result<Option<Sandbox>, Error> {
         if looks_like_id(name_or_id) {
             match Self::by_id(client, name_or_id).await {
-                Ok(sb) => return Ok(sb),
+                Ok(sb) => return Ok(Some(sb)),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
@@ -462,12 +524,7 @@ impl Sandbox {
             },
         )
         .await?;
-        page.sandboxes.into_iter().next().ok_or_else(|| Error::Api {
-            status: 404,
-            code: "not_found".into(),
-            message: format!("Sandbox not found: no sandbox with id or name '{name_or_id}'"),
-            details: None,
-        })
+        Ok(page.sandboxes.into_iter().next())
     }
 
     pub(crate) fn from_info(client: &Client, info: SandboxResponse) -> Sandbox {
@@ -504,7 +561,7 @@ impl Sandbox {
             .name
             .clone()
             .ok_or_else(|| Error::invalid("name", "get_or_create needs a name"))?;
-        match Self::find(client, &name).await {
+        match Self::find_live(client, &name).await {
             Ok(sb) => return Self::ready(client, &name, sb).await,
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
@@ -516,7 +573,7 @@ impl Sandbox {
             }
             Err(e) if e.is_conflict() => {
                 // Someone else is creating it: wait until it is usable.
-                let sb = Self::find(client, &name).await?;
+                let sb = Self::find_live(client, &name).await?;
                 Self::ready(client, &name, sb).await
             }
             Err(e) => Err(e),
@@ -544,7 +601,7 @@ impl Sandbox {
                 )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-            sb = match Self::find(client, name).await {
+            sb = match Self::find_live(client, name).await {
                 Ok(sb) => sb,
                 // The creator's create failed and was rolled back.
                 Err(e) if e.is_not_found() => return Err(e),

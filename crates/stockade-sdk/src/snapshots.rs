@@ -12,7 +12,7 @@ use stockade_api::{
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::sandbox::{CreateParams, Sandbox, Source};
+use crate::sandbox::{looks_like_id, CreateParams, Sandbox, Source};
 
 /// A saved filesystem state of a sandbox: its root-filesystem changes and
 /// its `/workspace`. New sandboxes can start from it.
@@ -53,6 +53,53 @@ impl Snapshot {
             client: client.clone(),
             info,
         })
+    }
+
+    /// One of your snapshots by id or name. Snapshot names need not be
+    /// unique: a name finds the newest snapshot with it (see
+    /// [`Snapshot::named`] for all of them).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::{CreateParams, Snapshot};
+    /// let clean = Snapshot::find(&client, "after-install").await?;
+    /// let sb = clean.create_sandbox(CreateParams::new().name("retry")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn find(client: &Client, name_or_id: &str) -> Result<Snapshot, Error> {
+        if looks_like_id(name_or_id) {
+            match Self::get(client, name_or_id).await {
+                Ok(snap) => return Ok(snap),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Self::named(client, name_or_id)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Api {
+                status: 404,
+                code: "not_found".into(),
+                message: format!("Snapshot not found: no snapshot with id or name '{name_or_id}'"),
+                details: None,
+            })
+    }
+
+    /// Every snapshot of yours named `name`, newest first (possibly none).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::Snapshot;
+    /// for old in Snapshot::named(&client, "nightly").await?.into_iter().skip(3) {
+    ///     old.delete().await?; // keep the three newest
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn named(client: &Client, name: &str) -> Result<Vec<Snapshot>, Error> {
+        let mut all = Self::list(client).await?;
+        all.retain(|s| s.name() == name);
+        Ok(all)
     }
 
     /// All your snapshots, newest first.

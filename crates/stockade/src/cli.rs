@@ -3,13 +3,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
 use clap::{Args, Subcommand};
+use stockade_sdk::api::SandboxStatus;
 use stockade_sdk::{
-    Client, CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, Source,
+    Client, CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, Snapshot, Source,
 };
 
-use crate::output;
+use crate::output::{self, CliError};
 
 /// What every client command gets from the global flags.
 pub struct Ctx {
@@ -24,9 +24,72 @@ impl Ctx {
             .token
             .as_deref()
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| anyhow!("no API token: pass --token or set STOCKADE_TOKEN"))?;
-        Ok(Client::new(&self.url, token)?)
+            .ok_or_else(|| {
+                CliError::new("unauthorized", "no API token")
+                    .hint("pass --token or set STOCKADE_TOKEN (the server prints the admin token on its first start)")
+            })?;
+        Ok(Client::new(&self.url, token).map_err(|e| output::sdk_error(&e, None))?)
     }
+}
+
+/// Turns an SDK error about the sandbox `name` into the CLI's words.
+pub fn on(name: &str) -> impl Fn(stockade_sdk::Error) -> anyhow::Error + '_ {
+    move |e| output::sdk_error(&e, Some(name)).into()
+}
+
+/// The sandbox `arg` names (an id or a name; a name finds the live sandbox
+/// first, else the most recently terminated one).
+pub async fn sandbox(client: &Client, arg: &str) -> anyhow::Result<Sandbox> {
+    match Sandbox::find(client, arg).await {
+        Ok(sb) => Ok(sb),
+        Err(e) if e.is_not_found() => Err(CliError::new(
+            "not_found",
+            format!(
+                "sandbox `{arg}` not found (by name or id) — `stockade ls` lists your sandboxes"
+            ),
+        )
+        .into()),
+        Err(e) => Err(on(arg)(e)),
+    }
+}
+
+/// Refuses a terminated sandbox, in CLI words.
+pub fn alive(sb: &Sandbox) -> anyhow::Result<()> {
+    if sb.info().status == SandboxStatus::Terminated {
+        return Err(output::terminated(sb.name()).into());
+    }
+    Ok(())
+}
+
+/// Refuses a sandbox that is not running, saying how to start it.
+pub fn running(sb: &Sandbox) -> anyhow::Result<()> {
+    alive(sb)?;
+    let i = sb.info();
+    if i.status != SandboxStatus::Running {
+        let status = i.status.to_string();
+        return Err(
+            output::not_running(sb.name(), Some(&status), i.status_reason.as_deref()).into(),
+        );
+    }
+    Ok(())
+}
+
+/// The snapshot `arg` names (an id, or a name: the newest with it).
+pub async fn snapshot(client: &Client, arg: &str) -> anyhow::Result<Snapshot> {
+    match Snapshot::find(client, arg).await {
+        Ok(s) => Ok(s),
+        Err(e) if e.is_not_found() => Err(snapshot_not_found(arg).into()),
+        Err(e) => Err(output::sdk_error(&e, None).into()),
+    }
+}
+
+pub fn snapshot_not_found(arg: &str) -> CliError {
+    CliError::new(
+        "not_found",
+        format!(
+            "snapshot `{arg}` not found (by name or id) — `stockade snapshot ls` lists your snapshots"
+        ),
+    )
 }
 
 #[derive(Args)]
@@ -34,7 +97,7 @@ pub struct CreateArgs {
     /// Name, unique among your sandboxes (default: the id).
     #[arg(long, short = 'n')]
     name: Option<String>,
-    /// Docker image (default: the server's, node:20-bookworm).
+    /// Docker image (default: the server's default).
     #[arg(long, short = 'i')]
     image: Option<String>,
     /// Runtime preset instead of an image: node22, python3.13, …
@@ -64,7 +127,7 @@ pub struct CreateArgs {
     /// Port to expose (repeatable, at most 4).
     #[arg(long, short = 'p')]
     port: Vec<u16>,
-    /// Session timeout: 90s, 30m, 2h, or minutes (0 = never).
+    /// Session timeout: 90s, 30m, 1h30m, or minutes (0 = never).
     #[arg(long)]
     timeout: Option<String>,
     /// No network access at all.
@@ -82,8 +145,9 @@ pub struct CreateArgs {
     /// Makes a retried create return the first result.
     #[arg(long)]
     idempotency_key: Option<String>,
-    /// Start /workspace (and the root filesystem) from one of your snapshots.
-    #[arg(long, value_name = "SNAPSHOT_ID", group = "source")]
+    /// Start /workspace (and the root filesystem) from one of your snapshots
+    /// (id or name).
+    #[arg(long, value_name = "SNAPSHOT", group = "source")]
     from_snapshot: Option<String>,
     /// Clone a git repository into /workspace (https://, http:// or git://).
     #[arg(long, value_name = "URL", group = "source")]
@@ -99,35 +163,67 @@ pub struct CreateArgs {
     upload: Option<std::path::PathBuf>,
 }
 
-pub fn key_value(s: &str, flag: &str) -> anyhow::Result<(String, String)> {
+pub fn key_value(s: &str, flag: &str) -> Result<(String, String), CliError> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| anyhow!("{flag} expects KEY=VALUE, got '{s}'"))
+        .ok_or_else(|| CliError::invalid(format!("{flag} expects KEY=VALUE, got '{s}'")))
 }
 
-/// Parses `90s`, `30m`, `2h` or a number of minutes.
-pub fn parse_timeout(s: &str) -> anyhow::Result<Duration> {
+/// Parses `90s`, `30m`, `2h`, `1h30m` or a number of minutes.
+pub fn parse_timeout(s: &str) -> Result<Duration, CliError> {
     parse_duration(s, "--timeout", "m")
 }
 
-/// Parses `90s`, `30m`, `2h`, or a bare number in `default_unit`.
-pub fn parse_duration(s: &str, flag: &str, default_unit: &str) -> anyhow::Result<Duration> {
-    let s = s.trim();
-    let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => (&s[..i], &s[i..]),
-        None => (s, default_unit),
+/// Parses a duration as people write it: `90s`, `30m`, `2h`, `1m30s`,
+/// `1d`, or a bare number in `default_unit`.
+pub fn parse_duration(s: &str, flag: &str, default_unit: &str) -> Result<Duration, CliError> {
+    let bad = || {
+        CliError::invalid(format!(
+            "{flag}: '{s}' is not a duration like 90s, 30m, 1h30m or 2h"
+        ))
     };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| anyhow!("{flag}: '{s}' is not a duration like 90s, 30m or 2h"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(anyhow!("{flag}: unknown unit '{unit}' (use s, m or h)")),
-    };
+    let text = s.trim();
+    if text.starts_with('-') {
+        return Err(CliError::invalid(format!("{flag} must not be negative")));
+    }
+    if text.is_empty() {
+        return Err(bad());
+    }
+    let mut secs = 0.0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let split = rest
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        let (num, after) = rest.split_at(split);
+        let unit_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let unit = if unit.is_empty() {
+            if split != rest.len() || rest.len() != text.len() {
+                return Err(bad()); // a bare number only alone
+            }
+            default_unit
+        } else {
+            unit
+        };
+        let n: f64 = num.parse().map_err(|_| bad())?;
+        secs += n * match unit {
+            "s" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            _ => {
+                return Err(CliError::invalid(format!(
+                    "{flag}: unknown unit '{unit}' (use s, m, h or d)"
+                )))
+            }
+        };
+        rest = next;
+    }
     if !(secs.is_finite() && secs >= 0.0) {
-        return Err(anyhow!("{flag} must not be negative"));
+        return Err(bad());
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -164,7 +260,8 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         let (k, v) = key_value(t, "--tag")?;
         p.tags.insert(k, v);
     }
-    if let Some(id) = a.from_snapshot {
+    if let Some(snap) = a.from_snapshot {
+        let id = snapshot(&client, &snap).await?.id().to_owned();
         p.source = Some(Source::Snapshot { id });
     } else if let Some(url) = a.git {
         p.source = Some(Source::Git {
@@ -180,15 +277,18 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let pb = output::spinner("Creating sandbox (pulling the image if needed)", ctx.json);
     let result = Sandbox::create(&client, p).await;
     pb.finish_and_clear();
-    let sb = result?;
+    let sb = result.map_err(|e| output::sdk_error(&e, None))?;
     if ctx.json {
         output::json(sb.info())?;
     } else {
         let i = sb.info();
-        println!(
+        outln!(
             "Created sandbox {} ({}) {} — {}",
-            i.name, i.id, i.status, i.docker_image
-        );
+            i.name,
+            i.id,
+            i.status,
+            i.docker_image
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -240,35 +340,92 @@ pub async fn list(ctx: &Ctx, a: ListArgs) -> anyhow::Result<ExitCode> {
             "per_page": page.per_page,
             "has_next": page.has_next,
         }))?;
+    } else if page.sandboxes.is_empty() && a.terminated {
+        outln!("No terminated sandboxes.")?;
     } else if page.sandboxes.is_empty() {
-        println!("No sandboxes yet. Create one with `stockade create --name demo`.");
+        outln!("No sandboxes yet. Create one with `stockade create --name demo`.")?;
     } else {
         let rows: Vec<Vec<String>> = page
             .sandboxes
             .iter()
             .map(|s| output::sandbox_row(s.info()))
             .collect();
-        output::table(&output::SANDBOX_HEADER, &rows);
+        output::table(&output::SANDBOX_HEADER, &rows)?;
         if page.has_next {
-            println!(
+            outln!(
                 "… {} in all; next page: --page {}",
-                page.total,
+                output::count(page.total, "sandbox", "sandboxes"),
                 page.page + 1
-            );
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn get(ctx: &Ctx, sandbox: &str) -> anyhow::Result<ExitCode> {
+pub async fn get(ctx: &Ctx, arg: &str) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = Sandbox::find(&client, sandbox).await?;
+    let mut sb = sandbox(&client, arg).await?;
+    if sb.id() != arg {
+        // Found by name through the list, which leaves out what only the
+        // details carry (usage, volume size): fetch those as for an id.
+        sb.refresh().await.map_err(on(arg))?;
+    }
     if ctx.json {
         output::json(sb.info())?;
     } else {
-        output::sandbox_details(sb.info());
+        output::sandbox_details(sb.info())?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The outcome of a command over many items (`stockade rm a b`): each
+/// success is reported on stdout as it happens (a JSON array of them at
+/// the end with `--json`), each failure once on stderr; the exit code is 1
+/// if any failed.
+pub struct Batch {
+    json: bool,
+    done: Vec<serde_json::Value>,
+    failed: usize,
+}
+
+impl Batch {
+    pub fn new(json: bool) -> Self {
+        Self {
+            json,
+            done: Vec::new(),
+            failed: 0,
+        }
+    }
+
+    /// One item done; `line` is what people see.
+    pub fn ok(&mut self, value: serde_json::Value, line: &str) -> std::io::Result<()> {
+        self.done.push(value);
+        if self.json {
+            return Ok(());
+        }
+        outln!("{line}")
+    }
+
+    /// One item failed (a closed stdout is passed on, not reported).
+    pub fn failed(&mut self, item: &str, e: anyhow::Error) -> anyhow::Result<()> {
+        if output::is_broken_pipe(&e) {
+            return Err(e);
+        }
+        self.failed += 1;
+        output::classify(&e).print(self.json, Some(item));
+        Ok(())
+    }
+
+    pub fn finish(self) -> anyhow::Result<ExitCode> {
+        if self.json {
+            output::json(&self.done)?;
+        }
+        Ok(if self.failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
 }
 
 /// Runs `op` on each sandbox, reporting each; fails if any failed.
@@ -280,41 +437,35 @@ async fn each<F, Fut>(
 ) -> anyhow::Result<ExitCode>
 where
     F: Fn(Sandbox) -> Fut,
-    Fut: std::future::Future<Output = Result<serde_json::Value, stockade_sdk::Error>>,
+    Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
 {
     let client = ctx.client()?;
-    let mut failed = 0;
-    let mut results = Vec::new();
+    let mut batch = Batch::new(ctx.json);
     for name in sandboxes {
         let pb = output::spinner(&format!("{verb} {name}"), ctx.json);
-        let outcome = match Sandbox::find(&client, name).await {
-            Ok(sb) => op(sb).await,
+        let outcome = match sandbox(&client, name).await {
+            Ok(sb) => op(sb)
+                .await
+                .map_err(|e| match e.downcast::<stockade_sdk::Error>() {
+                    Ok(sdk) => on(name)(sdk),
+                    Err(other) => other,
+                }),
             Err(e) => Err(e),
         };
         pb.finish_and_clear();
         match outcome {
             Ok(v) => {
-                if !ctx.json {
-                    println!("{name}: {}", v["status"].as_str().unwrap_or("done"));
-                }
-                results.push(v);
+                let line = if v["already"] == true {
+                    format!("{name}: already terminated")
+                } else {
+                    format!("{name}: {}", v["status"].as_str().unwrap_or("done"))
+                };
+                batch.ok(v, &line)?;
             }
-            Err(e) => {
-                failed += 1;
-                let e = anyhow::Error::from(e);
-                eprintln!("{name}: error: {}", output::describe(&e));
-                results.push(serde_json::json!({ "sandbox": name, "error": e.to_string() }));
-            }
+            Err(e) => batch.failed(name, e)?,
         }
     }
-    if ctx.json {
-        output::json(&results)?;
-    }
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    batch.finish()
 }
 
 fn to_value(sb: &Sandbox) -> serde_json::Value {
@@ -323,6 +474,7 @@ fn to_value(sb: &Sandbox) -> serde_json::Value {
 
 pub async fn start(ctx: &Ctx, sandboxes: &[String]) -> anyhow::Result<ExitCode> {
     each(ctx, sandboxes, "Starting", |mut sb| async move {
+        alive(&sb)?;
         sb.start().await?;
         Ok(to_value(&sb))
     })
@@ -335,6 +487,7 @@ pub async fn stop(
     timeout: Option<u64>,
 ) -> anyhow::Result<ExitCode> {
     each(ctx, sandboxes, "Stopping", |sb| async move {
+        alive(&sb)?;
         let stopped = sb.stop_with(timeout.map(Duration::from_secs)).await?;
         Ok(to_value(&stopped))
     })
@@ -353,6 +506,11 @@ pub async fn remove(
         "Removing"
     };
     each(ctx, sandboxes, verb, |sb| async move {
+        if sb.info().status == SandboxStatus::Terminated {
+            return Ok(serde_json::json!({
+                "id": sb.id(), "name": sb.name(), "status": "TERMINATED", "already": true
+            }));
+        }
         sb.delete_with(DeleteOptions {
             preserve_volume: keep_volume,
             sync,
@@ -394,11 +552,12 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
             if ctx.json {
                 output::json(&resp)?;
             } else {
-                println!(
+                outln!(
                     "Created account {} ({})",
-                    resp.account.name, resp.account.id
-                );
-                println!("API token (shown once): {}", resp.token);
+                    resp.account.name,
+                    resp.account.id
+                )?;
+                outln!("API token (shown once): {}", resp.token)?;
             }
         }
         AccountCommand::Ls => {
@@ -422,7 +581,7 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                         ]
                     })
                     .collect();
-                output::table(&["ID", "NAME", "ADMIN", "CREATED"], &rows);
+                output::table(&["ID", "NAME", "ADMIN", "CREATED"], &rows)?;
             }
         }
         AccountCommand::Whoami => {
@@ -430,7 +589,7 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
             if ctx.json {
                 output::json(&me)?;
             } else {
-                println!(
+                outln!(
                     "{} ({}){}",
                     me.account.name,
                     me.account.id,
@@ -439,7 +598,7 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                     } else {
                         ""
                     }
-                );
+                )?;
             }
         }
     }
@@ -451,24 +610,27 @@ pub async fn health(ctx: &Ctx) -> anyhow::Result<ExitCode> {
         Some(t) => Client::new(&ctx.url, t)?,
         None => Client::anonymous(&ctx.url)?,
     };
-    let h = client.health().await.context("health check failed")?;
+    let h = client
+        .health()
+        .await
+        .map_err(|e| output::sdk_error(&e, None))?;
     if ctx.json {
         output::json(&h)?;
     } else {
-        println!("status:   {}", h.status);
+        outln!("status:   {}", h.status)?;
         match (&h.docker.version, &h.docker.api_version) {
-            (Some(v), Some(a)) => println!("docker:   {} (Docker {v}, API {a})", h.docker.status),
-            _ => println!("docker:   {}", h.docker.status),
+            (Some(v), Some(a)) => outln!("docker:   {} (Docker {v}, API {a})", h.docker.status)?,
+            _ => outln!("docker:   {}", h.docker.status)?,
         }
         if let Some(e) = &h.docker.error {
-            println!("  error:  {e}");
+            outln!("  error:  {e}")?;
         }
         for t in &h.docker.troubleshooting {
-            println!("  - {t}");
+            outln!("  - {t}")?;
         }
-        println!("database: {} ({})", h.database.status, h.database.backend);
+        outln!("database: {} ({})", h.database.status, h.database.backend)?;
         if let Some(e) = &h.database.error {
-            println!("  error:  {e}");
+            outln!("  error:  {e}")?;
         }
     }
     Ok(if h.status == "healthy" {
@@ -489,8 +651,21 @@ mod tests {
         assert_eq!(parse_timeout("2h").unwrap(), Duration::from_secs(7200));
         assert_eq!(parse_timeout("5").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_timeout("0.5").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_timeout("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_timeout("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_timeout("2d").unwrap(), Duration::from_secs(172_800));
+        assert_eq!(
+            parse_duration("45", "--ttl", "s").unwrap(),
+            Duration::from_secs(45)
+        );
         assert!(parse_timeout("soon").is_err());
-        assert!(parse_timeout("5d").is_err());
-        assert!(parse_timeout("-1m").is_err());
+        assert!(parse_timeout("5w").is_err());
+        assert!(parse_timeout("1m30").is_err(), "a bare number only alone");
+        assert!(parse_timeout("").is_err());
+        let e = parse_timeout("-1m").unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("invalid_argument", "--timeout must not be negative")
+        );
     }
 }

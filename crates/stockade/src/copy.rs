@@ -12,8 +12,8 @@ use stockade_sdk::api::{FileType, UploadResponse};
 use stockade_sdk::bytes::Bytes;
 use stockade_sdk::{Client, Sandbox, Stream, StreamExt};
 
-use crate::cli::Ctx;
-use crate::output;
+use crate::cli::{self, alive, on, Ctx};
+use crate::output::{self, CliError};
 
 #[derive(Args)]
 #[command(after_help = "Examples:
@@ -27,8 +27,10 @@ Like `docker cp`: a directory copied onto an existing directory lands inside
 it; onto a missing path it becomes that path. Modes and symlinks are kept.")]
 pub struct CpArgs {
     /// LOCAL_PATH or SANDBOX:PATH.
+    #[arg(value_name = "SRC")]
     src: String,
     /// SANDBOX:PATH or LOCAL_PATH (`-` for stdout).
+    #[arg(value_name = "DEST")]
     dest: String,
 }
 
@@ -46,22 +48,31 @@ fn contents_only(path: &str) -> bool {
 pub async fn cp(ctx: &Ctx, a: CpArgs) -> anyhow::Result<ExitCode> {
     match (remote(&a.src), remote(&a.dest)) {
         (Some(_), Some(_)) => {
-            bail!("copy between two sandboxes is not supported; copy to a local directory first")
+            return Err(CliError::invalid(
+                "copy between two sandboxes is not supported; copy to a local directory first",
+            )
+            .into())
         }
         (None, None) => {
-            bail!("one side must be a sandbox path: SANDBOX:PATH (e.g. demo:/workspace)")
+            return Err(CliError::invalid(
+                "one side must be a sandbox path: SANDBOX:PATH (e.g. demo:/workspace)",
+            )
+            .into())
         }
         (None, Some((name, path))) => {
             let client = ctx.client()?;
-            let sb = Sandbox::find(&client, name).await?;
-            let done = upload(&sb, Path::new(&a.src), path, ctx.json).await?;
+            let sb = cli::sandbox(&client, name).await?;
+            alive(&sb)?;
+            let done = upload(&sb, Path::new(&a.src), path, ctx.json)
+                .await
+                .map_err(|e| in_words(e, name))?;
             if ctx.json {
                 output::json(&done)?;
             } else {
-                eprintln!(
-                    "Copied {} ({} entries, {}) to {}:{}",
+                errln!(
+                    "Copied {} ({}, {}) to {}:{}",
                     a.src,
-                    done.entries,
+                    output::count(done.entries, "entry", "entries"),
                     human(done.bytes),
                     sb.name(),
                     done.path
@@ -70,17 +81,21 @@ pub async fn cp(ctx: &Ctx, a: CpArgs) -> anyhow::Result<ExitCode> {
         }
         (Some((name, path)), None) => {
             let client = ctx.client()?;
-            let sb = Sandbox::find(&client, name).await?;
-            let (files, bytes) = download(&sb, path, &a.dest, ctx.json).await?;
+            let sb = cli::sandbox(&client, name).await?;
+            alive(&sb)?;
+            let (files, bytes) = download(&sb, path, &a.dest, ctx.json)
+                .await
+                .map_err(|e| in_words(e, name))?;
             if ctx.json {
                 output::json(
                     &serde_json::json!({ "path": a.dest, "entries": files, "bytes": bytes }),
                 )?;
             } else if a.dest != "-" {
-                eprintln!(
-                    "Copied {}:{} ({files} entries, {}) to {}",
+                errln!(
+                    "Copied {}:{} ({}, {}) to {}",
                     sb.name(),
                     path,
+                    output::count(files, "entry", "entries"),
                     human(bytes),
                     a.dest
                 );
@@ -88,6 +103,14 @@ pub async fn cp(ctx: &Ctx, a: CpArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An SDK error of a copy in CLI words (other errors as they are).
+fn in_words(e: anyhow::Error, sandbox: &str) -> anyhow::Error {
+    match e.downcast::<stockade_sdk::Error>() {
+        Ok(sdk) => on(sandbox)(sdk),
+        Err(other) => other,
+    }
 }
 
 fn human(bytes: u64) -> String {

@@ -2,16 +2,19 @@
 //! terminal through the SDK (`stockade create`, `ls`, `stop`, …).
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod output;
 mod cli;
 mod copy;
 mod exec;
 mod manage;
-mod output;
 mod server;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Isolated Docker sandboxes behind one API.
 #[derive(Parser)]
@@ -23,6 +26,7 @@ use clap::{CommandFactory, Parser, Subcommand};
   export STOCKADE_TOKEN=stk_…                    # the token the server printed on its first start
   stockade create --name demo --cpu 2 --memory 4
   stockade exec demo -- ls -la
+  stockade exec -d demo -- ./server.sh           # in the background: `stockade ps demo`, `stockade kill demo PID`
   stockade cp ./src demo:/workspace/src
   stockade logs -f demo
   stockade ports demo expose 3000
@@ -32,7 +36,9 @@ use clap::{CommandFactory, Parser, Subcommand};
   stockade account create alice
   stockade completions bash > /etc/bash_completion.d/stockade
 
-Every command has --help with examples; --json prints machine-readable output."
+Sandboxes and snapshots are named by id or name everywhere. Every command
+has --help with examples; --json prints machine-readable output (and errors
+as {\"error\":{\"code\",\"message\"}} on stderr)."
 )]
 struct Cli {
     /// The Stockade server to talk to.
@@ -46,7 +52,7 @@ struct Cli {
     /// API token (`Authorization: Bearer`).
     #[arg(long, global = true, env = "STOCKADE_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Print machine-readable JSON instead of tables.
+    /// Print machine-readable JSON instead of tables (errors too, on stderr).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -69,7 +75,7 @@ enum Command {
   stockade create --name site --git https://github.com/org/site.git --ref main
   stockade create --name data --tarball https://example.com/data.tar.gz
   stockade create --name local --upload ./my-project
-  stockade create --name restored --from-snapshot SNAPSHOT_ID
+  stockade create --name restored --from-snapshot after-install
   stockade create --name demo --json | jq -r .id")]
     Create(Box<cli::CreateArgs>),
     /// List your sandboxes, newest first.
@@ -81,12 +87,14 @@ enum Command {
   stockade ls --terminated --json"
     )]
     Ls(cli::ListArgs),
-    /// Show one sandbox (by id or name).
+    /// Show one sandbox (by id or name; a name finds a live sandbox first,
+    /// else the latest terminated one).
     #[command(after_help = "Examples:
   stockade get demo
   stockade get a1b2c3d4e5f6 --json | jq .usage")]
     Get {
         /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
         sandbox: String,
     },
     /// Start sandboxes (a running one stays as it is).
@@ -94,7 +102,7 @@ enum Command {
   stockade start demo other")]
     Start {
         /// Sandbox ids or names.
-        #[arg(required = true)]
+        #[arg(required = true, value_name = "SANDBOX")]
         sandboxes: Vec<String>,
     },
     /// Stop sandboxes: SIGTERM, then SIGKILL after the grace period.
@@ -103,7 +111,7 @@ enum Command {
   stockade stop -t 5 demo other")]
     Stop {
         /// Sandbox ids or names.
-        #[arg(required = true)]
+        #[arg(required = true, value_name = "SANDBOX")]
         sandboxes: Vec<String>,
         /// Seconds between SIGTERM and SIGKILL (default 30).
         #[arg(long, short = 't')]
@@ -118,7 +126,7 @@ enum Command {
     )]
     Rm {
         /// Sandbox ids or names.
-        #[arg(required = true)]
+        #[arg(required = true, value_name = "SANDBOX")]
         sandboxes: Vec<String>,
         /// Keep the /workspace volume.
         #[arg(long)]
@@ -128,8 +136,13 @@ enum Command {
         #[arg(long)]
         sync: bool,
     },
-    /// Run a command in a sandbox; its output streams, its exit code is ours.
+    /// Run a command in a sandbox; its output streams, its exit code is ours
+    /// (-d: in the background).
     Exec(Box<exec::ExecArgs>),
+    /// List a sandbox's background processes, or show one with its output.
+    Ps(exec::PsArgs),
+    /// Kill background processes of a sandbox (and their children).
+    Kill(exec::KillArgs),
     /// Show (or follow) the output of a sandbox's main process.
     Logs(exec::LogsArgs),
     /// Copy files and directories to or from a sandbox (like docker cp).
@@ -166,28 +179,150 @@ enum Command {
   stockade health
   STOCKADE_URL=http://sandbox-host:7433 stockade health --json")]
     Health,
-    /// Print shell completions.
+    /// Print shell completions (bash, zsh and fish complete sandbox and
+    /// snapshot names from the configured server).
     #[command(after_help = "Examples:
   stockade completions bash > /etc/bash_completion.d/stockade
   stockade completions zsh > \"${fpath[1]}/_stockade\"
-  stockade completions fish > ~/.config/fish/completions/stockade.fish")]
+  stockade completions fish > ~/.config/fish/completions/stockade.fish
+
+The scripts ask `stockade __complete` for candidates, which lists sandbox
+names from the server in STOCKADE_URL / --url with STOCKADE_TOKEN / --token.")]
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Candidates for the word being completed (called by the completion
+    /// scripts): `stockade __complete -- stockade get de`.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// The command line up to the cursor, the word being completed last.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
+}
+
+/// Ends the program quietly when a print into a closed pipe panics (every
+/// print of the CLI is fallible; this covers any that is not).
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if payload.contains("Broken pipe") || payload.contains("os error 32") {
+            std::process::exit(i32::from(output::CLOSED_PIPE_EXIT));
+        }
+        default(info);
+    }));
+}
+
+/// The arguments before a `--` (what follows belongs to a command run in a
+/// sandbox).
+fn own_args(args: &[OsString]) -> impl Iterator<Item = &str> {
+    args.iter()
+        .skip(1)
+        .map(|a| a.to_str().unwrap_or(""))
+        .take_while(|a| *a != "--")
+}
+
+/// Whether `--help` of `stockade create` is asked for.
+fn wants_create_help(args: &[OsString]) -> bool {
+    let own: Vec<&str> = own_args(args).collect();
+    let words: Vec<&str> = own
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    (own.contains(&"create") && own.iter().any(|a| *a == "--help" || *a == "-h"))
+        || words.starts_with(&["help", "create"])
+}
+
+/// The server URL the command line (or STOCKADE_URL) names.
+fn url_in(args: &[OsString]) -> String {
+    let own: Vec<&str> = own_args(args).collect();
+    for (i, a) in own.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--url=") {
+            return v.to_owned();
+        }
+        if *a == "--url" {
+            if let Some(v) = own.get(i + 1) {
+                return (*v).to_owned();
+            }
+        }
+    }
+    std::env::var("STOCKADE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:7433".into())
+}
+
+/// `create --help` names the server's actual default image when the server
+/// says which it is.
+fn with_default_image(cmd: clap::Command, image: Option<String>) -> clap::Command {
+    let help = match image {
+        Some(image) => format!("Docker image (default: the server's, {image})."),
+        None => "Docker image (default: the server's default).".to_owned(),
+    };
+    cmd.mut_subcommand("create", |c| c.mut_arg("image", |a| a.help(help)))
+}
+
+/// A bad command line: clap's own message (help and version go to stdout as
+/// usual), or under `--json` a JSON error with the code `usage`.
+fn usage_failure(e: clap::Error, json: bool) -> ExitCode {
+    use clap::error::ErrorKind;
+    let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if json && !informational {
+        let text = e.render().to_string();
+        let message = text
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("invalid command line")
+            .trim_start_matches("error: ")
+            .to_owned();
+        output::CliError::new("usage", message).print(true, None);
+        return ExitCode::from(2);
+    }
+    let _ = e.print();
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    quiet_on_closed_pipe();
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let json = own_args(&args).any(|a| a == "--json");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
+            errln!("error: could not start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
+    };
+    let mut command = Cli::command();
+    if wants_create_help(&args) {
+        let url = url_in(&args);
+        let image = runtime.block_on(async {
+            let client = stockade_sdk::Client::anonymous(url).ok()?;
+            tokio::time::timeout(Duration::from_secs(2), client.default_image())
+                .await
+                .ok()?
+                .ok()
+                .flatten()
+        });
+        command = with_default_image(command, image);
+    }
+    let cli = match command
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => return usage_failure(e, json),
     };
     let json = cli.json;
     let ctx = cli::Ctx {
@@ -209,6 +344,8 @@ fn main() -> ExitCode {
                 sync,
             } => cli::remove(&ctx, &sandboxes, keep_volume, sync).await,
             Command::Exec(args) => exec::exec(&ctx, *args).await,
+            Command::Ps(args) => exec::ps(&ctx, args).await,
+            Command::Kill(args) => exec::kill(&ctx, args).await,
             Command::Logs(args) => exec::logs(&ctx, args).await,
             Command::Cp(args) => copy::cp(&ctx, args).await,
             Command::Fork(args) => manage::fork(&ctx, args).await,
@@ -219,22 +356,474 @@ fn main() -> ExitCode {
             Command::Update(args) => manage::update(&ctx, *args).await,
             Command::Account(cmd) => cli::account(&ctx, cmd).await,
             Command::Health => cli::health(&ctx).await,
-            Command::Completions { shell } => {
-                clap_complete::generate(
-                    shell,
-                    &mut Cli::command(),
-                    "stockade",
-                    &mut std::io::stdout(),
-                );
-                Ok(ExitCode::SUCCESS)
-            }
+            Command::Completions { shell } => complete::script(shell),
+            Command::Complete { words } => complete::answer(&ctx, &words).await,
         }
     });
+    let flushed = std::io::Write::flush(&mut std::io::stdout());
     match result {
-        Ok(code) => code,
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::from(output::CLOSED_PIPE_EXIT),
         Err(e) => {
-            eprintln!("error: {}", output::describe(&e));
+            output::classify(&e).print(json, None);
             ExitCode::FAILURE
+        }
+        Ok(_) if flushed.is_err() => ExitCode::from(output::CLOSED_PIPE_EXIT),
+        Ok(code) => code,
+    }
+}
+
+mod complete {
+    //! Shell completion: the scripts `stockade completions bash|zsh|fish`
+    //! prints, and `stockade __complete`, which they call with the words
+    //! typed so far. It walks the clap model to see what the word under
+    //! the cursor is (a subcommand, a flag, a flag's value or a positional
+    //! argument) and offers sandbox, snapshot and process ids/names from
+    //! the configured server where the argument's value name says so.
+
+    use std::process::ExitCode;
+    use std::time::Duration;
+
+    use clap::{ArgAction, CommandFactory, ValueHint};
+    use stockade_sdk::{Client, ListParams, Sandbox, Snapshot};
+
+    use crate::cli::Ctx;
+
+    /// The last line of an answer when file names fit too.
+    const FILES: &str = ":files";
+
+    /// Where the candidates for a word come from.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Source {
+        /// Names of live sandboxes, each followed by `suffix`.
+        Sandboxes {
+            suffix: &'static str,
+        },
+        Snapshots,
+        /// Background processes of this sandbox.
+        Processes {
+            sandbox: String,
+        },
+    }
+
+    /// What to offer for the word under the cursor.
+    #[derive(Debug, Default, PartialEq, Eq)]
+    pub struct Plan {
+        /// Typed so far (candidates must start with it).
+        pub current: String,
+        /// Put before each candidate (`--flag=` of an inline value).
+        pub prefix: String,
+        pub fixed: Vec<String>,
+        pub dynamic: Option<Source>,
+        pub files: bool,
+        /// `--url` / `--token` on the line being completed.
+        pub url: Option<String>,
+        pub token: Option<String>,
+    }
+
+    fn takes_value(arg: &clap::Arg) -> bool {
+        arg.get_action().takes_values()
+    }
+
+    fn long<'a>(cmd: &'a clap::Command, name: &str) -> Option<&'a clap::Arg> {
+        cmd.get_arguments().find(|a| {
+            a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|al| al.contains(&name))
+        })
+    }
+
+    fn short(cmd: &clap::Command, c: char) -> Option<&clap::Arg> {
+        cmd.get_arguments().find(|a| a.get_short() == Some(c))
+    }
+
+    /// Candidates for a value of `arg`; `positionals` are the positional
+    /// words typed before it.
+    fn values_of(arg: &clap::Arg, positionals: &[String], plan: &mut Plan) {
+        let name = arg
+            .get_value_names()
+            .and_then(|n| n.first())
+            .map(|n| n.as_str().to_owned())
+            .unwrap_or_default();
+        match name.as_str() {
+            "SANDBOX" => plan.dynamic = Some(Source::Sandboxes { suffix: "" }),
+            "SNAPSHOT" => plan.dynamic = Some(Source::Snapshots),
+            "PID" => {
+                if let Some(sb) = positionals.first() {
+                    plan.dynamic = Some(Source::Processes {
+                        sandbox: sb.clone(),
+                    });
+                }
+            }
+            "SRC" | "DEST" => {
+                if !plan.current.contains(':') {
+                    plan.dynamic = Some(Source::Sandboxes { suffix: ":" });
+                    plan.files = true;
+                }
+            }
+            _ => {
+                plan.fixed.extend(
+                    arg.get_possible_values()
+                        .iter()
+                        .filter(|v| !v.is_hide_set())
+                        .map(|v| v.get_name().to_owned()),
+                );
+                plan.files = plan.fixed.is_empty()
+                    && matches!(
+                        arg.get_value_hint(),
+                        ValueHint::AnyPath | ValueHint::FilePath | ValueHint::DirPath
+                    );
+            }
+        }
+    }
+
+    /// What the word under the cursor (the last of `words`; `words[0]` is
+    /// the program) is, and so what to offer for it.
+    pub fn plan(root: &clap::Command, words: &[String]) -> Plan {
+        let mut plan = Plan {
+            current: words.last().cloned().unwrap_or_default(),
+            ..Plan::default()
+        };
+        let typed = if words.len() > 1 {
+            &words[1..words.len() - 1]
+        } else {
+            &[]
+        };
+        let mut cmd = root;
+        let mut positionals: Vec<String> = Vec::new();
+        let mut pending: Option<&clap::Arg> = None; // a flag waiting for its value
+        let mut raw = false; // after `--`
+        for w in typed {
+            if let Some(arg) = pending.take() {
+                match arg.get_long() {
+                    Some("url") => plan.url = Some(w.clone()),
+                    Some("token") => plan.token = Some(w.clone()),
+                    _ => {}
+                }
+                continue;
+            }
+            if raw {
+                positionals.push(w.clone());
+                continue;
+            }
+            if w == "--" {
+                raw = true;
+                continue;
+            }
+            if let Some(flag) = w.strip_prefix("--") {
+                let (name, inline) = match flag.split_once('=') {
+                    Some((n, v)) => (n, Some(v)),
+                    None => (flag, None),
+                };
+                if let Some(arg) = long(cmd, name).filter(|a| takes_value(a)) {
+                    match (inline, name) {
+                        (Some(v), "url") => plan.url = Some(v.to_owned()),
+                        (Some(v), "token") => plan.token = Some(v.to_owned()),
+                        (Some(_), _) => {}
+                        (None, _) => pending = Some(arg),
+                    }
+                }
+                continue;
+            }
+            if w.len() > 1 && w.starts_with('-') {
+                // -abc: a value-taking short flag last waits for the next word.
+                if let Some(arg) = w.chars().last().and_then(|c| short(cmd, c)) {
+                    if takes_value(arg) && w.chars().skip(1).all(|c| short(cmd, c).is_some()) {
+                        pending = Some(arg);
+                    }
+                }
+                continue;
+            }
+            if positionals.is_empty() {
+                if let Some(sub) = cmd.find_subcommand(w) {
+                    cmd = sub;
+                    continue;
+                }
+            }
+            positionals.push(w.clone());
+        }
+        if raw {
+            // The command line of a program run in the sandbox.
+            return plan;
+        }
+        if let Some(arg) = pending {
+            values_of(arg, &positionals, &mut plan);
+            return plan;
+        }
+        if let Some(flag) = plan.current.strip_prefix("--") {
+            if let Some((name, value)) = flag.split_once('=') {
+                if let Some(arg) = long(cmd, name).filter(|a| takes_value(a)) {
+                    plan.prefix = format!("--{name}=");
+                    plan.current = value.to_owned();
+                    values_of(arg, &positionals, &mut plan);
+                }
+                return plan;
+            }
+        }
+        if plan.current.starts_with('-') {
+            let mut flags: Vec<String> = cmd
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+                .collect();
+            flags.sort();
+            plan.fixed = flags;
+            return plan;
+        }
+        if positionals.is_empty() {
+            plan.fixed.extend(
+                cmd.get_subcommands()
+                    .filter(|s| !s.is_hide_set())
+                    .map(|s| s.get_name().to_owned()),
+            );
+        }
+        let args: Vec<&clap::Arg> = cmd.get_positionals().collect();
+        let arg = args.get(positionals.len()).copied().or_else(|| {
+            args.last().copied().filter(|a| {
+                matches!(a.get_action(), ArgAction::Append)
+                    || a.get_num_args().is_some_and(|r| r.max_values() > 1)
+            })
+        });
+        if let Some(arg) = arg {
+            values_of(arg, &positionals, &mut plan);
+        }
+        plan
+    }
+
+    /// Sandbox, snapshot or process names from the server; nothing when it
+    /// does not answer within a moment.
+    async fn fetch(client: &Client, source: &Source) -> Vec<String> {
+        let work = async {
+            Ok::<Vec<String>, stockade_sdk::Error>(match source {
+                Source::Sandboxes { suffix } => {
+                    let page = Sandbox::list(
+                        client,
+                        ListParams {
+                            per_page: Some(1000),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                    page.sandboxes
+                        .iter()
+                        .map(|s| format!("{}{suffix}", s.name()))
+                        .collect()
+                }
+                Source::Snapshots => Snapshot::list(client)
+                    .await?
+                    .iter()
+                    .map(|s| s.name().to_owned())
+                    .collect(),
+                Source::Processes { sandbox } => Sandbox::find(client, sandbox)
+                    .await?
+                    .processes()
+                    .await?
+                    .iter()
+                    .filter(|p| p.is_running())
+                    .map(|p| p.id().to_owned())
+                    .collect(),
+            })
+        };
+        match tokio::time::timeout(Duration::from_secs(3), work).await {
+            Ok(Ok(mut names)) => {
+                names.sort();
+                names.dedup();
+                names
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// `stockade __complete WORDS…`: one candidate a line, then `:files`
+    /// when file names fit too. Never fails: a completion that cannot ask
+    /// the server offers what it knows without it.
+    pub async fn answer(ctx: &Ctx, words: &[String]) -> anyhow::Result<ExitCode> {
+        let mut root = crate::Cli::command();
+        root.build();
+        let plan = plan(&root, words);
+        let mut candidates = plan.fixed.clone();
+        if let Some(source) = &plan.dynamic {
+            let url = plan.url.clone().unwrap_or_else(|| ctx.url.clone());
+            let token = plan
+                .token
+                .clone()
+                .or_else(|| ctx.token.clone())
+                .unwrap_or_default();
+            if let Ok(client) = Client::new(url, token) {
+                candidates.extend(fetch(&client, source).await);
+            }
+        }
+        let mut text = String::new();
+        for c in candidates.iter().filter(|c| c.starts_with(&plan.current)) {
+            text.push_str(&plan.prefix);
+            text.push_str(c);
+            text.push('\n');
+        }
+        if plan.files {
+            text.push_str(FILES);
+            text.push('\n');
+        }
+        crate::output::write_stdout(format_args!("{text}"))?;
+        Ok(ExitCode::SUCCESS)
+    }
+
+    const BASH: &str = r#"# bash completion for stockade; sandbox and snapshot names come from the
+# server in STOCKADE_URL / --url (ask `stockade __complete`).
+_stockade() {
+    local line="${COMP_LINE:0:COMP_POINT}"
+    local -a words
+    read -r -a words <<< "$line"
+    if [[ -z "$line" || "$line" == *[[:space:]] ]]; then
+        words+=("")
+    fi
+    local cur="${words[${#words[@]}-1]}"
+    local IFS=$'\n'
+    local -a answer
+    answer=($("${COMP_WORDS[0]}" __complete -- "${words[@]}" 2>/dev/null))
+    local -a names=()
+    local files=0 c
+    for c in "${answer[@]}"; do
+        if [[ "$c" == ":files" ]]; then files=1; else names+=("$c"); fi
+    done
+    COMPREPLY=()
+    for c in "${names[@]}"; do
+        [[ "$c" == "$cur"* ]] && COMPREPLY+=("$c")
+    done
+    if (( files )); then
+        compopt -o filenames 2>/dev/null
+        COMPREPLY+=($(compgen -f -- "$cur"))
+    fi
+    if [[ ${#COMPREPLY[@]} -eq 1 && "${COMPREPLY[0]}" == *[:=] ]]; then
+        compopt -o nospace 2>/dev/null
+    fi
+    # bash splits words at : and =; complete only the part after the last one.
+    if [[ "$cur" == *[:=]* ]]; then
+        local head="${cur%"${cur##*[:=]}"}"
+        local i
+        for i in "${!COMPREPLY[@]}"; do
+            COMPREPLY[i]="${COMPREPLY[i]#"$head"}"
+        done
+    fi
+}
+complete -F _stockade stockade
+"#;
+
+    const ZSH: &str = r#"#compdef stockade
+# zsh completion for stockade; sandbox and snapshot names come from the
+# server in STOCKADE_URL / --url (ask `stockade __complete`).
+_stockade() {
+    local -a answer names glued
+    local files=0 c
+    answer=("${(@f)$("${words[1]}" __complete -- "${(@)words[1,CURRENT]}" 2>/dev/null)}")
+    for c in "${answer[@]}"; do
+        if [[ "$c" == ":files" ]]; then
+            files=1
+        elif [[ "$c" == *[:=] ]]; then
+            glued+=("$c")
+        elif [[ -n "$c" ]]; then
+            names+=("$c")
+        fi
+    done
+    (( ${#names} )) && compadd -Q -- "${names[@]}"
+    (( ${#glued} )) && compadd -Q -S '' -- "${glued[@]}"
+    (( files )) && _files
+    return 0
+}
+if [[ "${funcstack[1]}" == "_stockade" ]]; then
+    _stockade "$@"
+else
+    compdef _stockade stockade
+fi
+"#;
+
+    const FISH: &str = r#"# fish completion for stockade; sandbox and snapshot names come from the
+# server in STOCKADE_URL / --url (ask `stockade __complete`).
+function __stockade_complete
+    set -l words (commandline -opc) (commandline -ct)
+    for c in ($words[1] __complete -- $words 2>/dev/null)
+        if test "$c" = ":files"
+            __fish_complete_path (commandline -ct)
+        else
+            echo $c
+        end
+    end
+end
+complete -c stockade -f -a '(__stockade_complete)'
+"#;
+
+    /// `stockade completions SHELL`.
+    pub fn script(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+        use clap_complete::Shell;
+        let text = match shell {
+            Shell::Bash => BASH,
+            Shell::Zsh => ZSH,
+            Shell::Fish => FISH,
+            other => {
+                // Static completion (subcommands and flags) for the others.
+                let mut buf = Vec::new();
+                clap_complete::generate(other, &mut crate::Cli::command(), "stockade", &mut buf);
+                outln!("{}", String::from_utf8_lossy(&buf).trim_end())?;
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        outln!("{}", text.trim_end())?;
+        Ok(ExitCode::SUCCESS)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn plan_for(line: &[&str]) -> Plan {
+            let mut root = crate::Cli::command();
+            root.build();
+            let words: Vec<String> = line.iter().map(|s| (*s).to_owned()).collect();
+            plan(&root, &words)
+        }
+
+        #[test]
+        fn subcommands_flags_and_values() {
+            let p = plan_for(&["stockade", "ex"]);
+            assert!(p.fixed.contains(&"exec".to_owned()) && p.dynamic.is_none());
+            assert!(!p.fixed.contains(&"__complete".to_owned()), "hidden");
+            let p = plan_for(&["stockade", "get", ""]);
+            assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: "" }));
+            let p = plan_for(&["stockade", "--url", "http://x:1", "rm", "a", ""]);
+            assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: "" }), "many");
+            assert_eq!(p.url.as_deref(), Some("http://x:1"));
+            let p = plan_for(&["stockade", "exec", "-e", "A=1", "box", "--", "l"]);
+            assert_eq!(
+                p,
+                Plan {
+                    current: "l".into(),
+                    ..Plan::default()
+                }
+            );
+            let p = plan_for(&["stockade", "exec", "box", "--ti"]);
+            assert!(p.fixed.contains(&"--timeout".to_owned()), "{p:?}");
+            let p = plan_for(&["stockade", "create", "--from-snapshot", ""]);
+            assert_eq!(p.dynamic, Some(Source::Snapshots));
+            let p = plan_for(&["stockade", "create", "--from-snapshot=s"]);
+            assert_eq!(
+                (p.prefix.as_str(), p.current.as_str()),
+                ("--from-snapshot=", "s")
+            );
+            assert_eq!(p.dynamic, Some(Source::Snapshots));
+            let p = plan_for(&["stockade", "create", "--upload", ""]);
+            assert!(p.files && p.dynamic.is_none());
+            let p = plan_for(&["stockade", "snapshot", "rm", ""]);
+            assert_eq!(p.dynamic, Some(Source::Snapshots));
+            let p = plan_for(&["stockade", "kill", "box", ""]);
+            assert_eq!(
+                p.dynamic,
+                Some(Source::Processes {
+                    sandbox: "box".into()
+                })
+            );
+            let p = plan_for(&["stockade", "ports", "box", ""]);
+            assert_eq!(p.fixed, ["expose", "unexpose"]);
+            let p = plan_for(&["stockade", "cp", "./x", ""]);
+            assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: ":" }));
+            assert!(p.files);
+            let p = plan_for(&["stockade", "completions", ""]);
+            assert!(p.fixed.contains(&"fish".to_owned()));
         }
     }
 }

@@ -1,16 +1,15 @@
 //! `fork`, `snapshot`, `ports`, `token`, `volumes` and `update`: the
 //! commands that manage a sandbox's copies, reach and settings.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use stockade_sdk::api::{ExposedPort, SnapshotResponse, VolumeResponse};
-use stockade_sdk::{Sandbox, Snapshot, UpdateParams};
+use stockade_sdk::{Snapshot, UpdateParams};
 
-use crate::cli::{key_value, parse_duration, parse_timeout, Ctx};
-use crate::output;
+use crate::cli::{self, alive, key_value, on, parse_duration, parse_timeout, Batch, Ctx};
+use crate::output::{self, CliError};
 
 #[derive(Args)]
 #[command(after_help = "Examples:
@@ -18,6 +17,7 @@ use crate::output;
   stockade fork demo --json | jq -r .id")]
 pub struct ForkArgs {
     /// The sandbox to fork (id or name).
+    #[arg(value_name = "SANDBOX")]
     sandbox: String,
     /// Name of the new sandbox (default: its id).
     #[arg(long, short = 'n')]
@@ -26,21 +26,22 @@ pub struct ForkArgs {
 
 pub async fn fork(ctx: &Ctx, a: ForkArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = Sandbox::find(&client, &a.sandbox).await?;
+    let sb = cli::sandbox(&client, &a.sandbox).await?;
+    alive(&sb)?;
     let pb = output::spinner(&format!("Forking {}", sb.name()), ctx.json);
     let fork = sb.fork(a.name.as_deref()).await;
     pb.finish_and_clear();
-    let fork = fork?;
+    let fork = fork.map_err(on(&a.sandbox))?;
     if ctx.json {
         output::json(fork.info())?;
     } else {
-        println!(
+        outln!(
             "Forked {} into {} ({}) {}",
             sb.name(),
             fork.name(),
             fork.id(),
             fork.status()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -50,9 +51,10 @@ pub enum SnapshotCommand {
     /// Snapshot a sandbox: its root-filesystem changes and /workspace.
     #[command(after_help = "Examples:
   stockade snapshot create demo --name after-install
-  stockade create --name restored --from-snapshot SNAPSHOT_ID")]
+  stockade create --name restored --from-snapshot after-install")]
     Create {
         /// Sandbox id or name (running or stopped).
+        #[arg(value_name = "SANDBOX")]
         sandbox: String,
         /// Name of the snapshot (default: its id).
         #[arg(long, short = 'n')]
@@ -66,25 +68,30 @@ pub enum SnapshotCommand {
   stockade snapshot ls demo --json"
     )]
     Ls {
-        /// Only this sandbox's snapshots.
+        /// Only this sandbox's snapshots (id or name).
+        #[arg(value_name = "SANDBOX")]
         sandbox: Option<String>,
     },
-    /// Show one snapshot.
-    #[command(after_help = "Example:
-  stockade snapshot get SNAPSHOT_ID")]
+    /// Show one snapshot (by id or name; a name shared by several finds the
+    /// newest).
+    #[command(after_help = "Examples:
+  stockade snapshot get after-install
+  stockade snapshot get a1b2c3d4e5f6 --json")]
     Get {
-        /// Snapshot id.
+        /// Snapshot id or name.
+        #[arg(value_name = "SNAPSHOT")]
         id: String,
     },
-    /// Delete snapshots.
+    /// Delete snapshots (by id or name; a name shared by several snapshots
+    /// is refused: give their ids).
     #[command(
         alias = "delete",
         after_help = "Example:
-  stockade snapshot rm SNAPSHOT_ID OTHER_ID"
+  stockade snapshot rm after-install a1b2c3d4e5f6"
     )]
     Rm {
-        /// Snapshot ids.
-        #[arg(required = true)]
+        /// Snapshot ids or names.
+        #[arg(required = true, value_name = "SNAPSHOT")]
         ids: Vec<String>,
     },
 }
@@ -106,15 +113,16 @@ pub async fn snapshot(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<ExitCod
     let client = ctx.client()?;
     match cmd {
         SnapshotCommand::Create { sandbox, name } => {
-            let sb = Sandbox::find(&client, &sandbox).await?;
+            let sb = cli::sandbox(&client, &sandbox).await?;
+            alive(&sb)?;
             let pb = output::spinner(&format!("Snapshotting {}", sb.name()), ctx.json);
             let snap = sb.snapshot(name.as_deref()).await;
             pb.finish_and_clear();
-            let snap = snap?;
+            let snap = snap.map_err(on(&sandbox))?;
             if ctx.json {
                 output::json(snap.info())?;
             } else {
-                println!(
+                outln!(
                     "Snapshot {} ({}) of {}: {}{}",
                     snap.name(),
                     snap.id(),
@@ -125,64 +133,86 @@ pub async fn snapshot(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<ExitCod
                         .as_deref()
                         .map(|s| format!(", /workspace {s}"))
                         .unwrap_or_default()
-                );
+                )?;
             }
         }
         SnapshotCommand::Ls { sandbox } => {
             let list = match sandbox {
-                Some(name) => Sandbox::find(&client, &name).await?.snapshots().await?,
+                Some(name) => cli::sandbox(&client, &name)
+                    .await?
+                    .snapshots()
+                    .await
+                    .map_err(on(&name))?,
                 None => Snapshot::list(&client).await?,
             };
             let infos: Vec<&SnapshotResponse> = list.iter().map(Snapshot::info).collect();
             if ctx.json {
                 output::json(&serde_json::json!({ "snapshots": infos }))?;
             } else if infos.is_empty() {
-                println!("No snapshots yet. Take one with `stockade snapshot create SANDBOX`.");
+                outln!("No snapshots yet. Take one with `stockade snapshot create SANDBOX`.")?;
             } else {
                 let rows: Vec<Vec<String>> = infos.iter().map(|s| snapshot_row(s)).collect();
-                output::table(&SNAPSHOT_HEADER, &rows);
+                output::table(&SNAPSHOT_HEADER, &rows)?;
             }
         }
         SnapshotCommand::Get { id } => {
-            let snap = Snapshot::get(&client, &id).await?;
+            let snap = cli::snapshot(&client, &id).await?;
             if ctx.json {
                 output::json(snap.info())?;
             } else {
-                output::table(&SNAPSHOT_HEADER, &[snapshot_row(snap.info())]);
+                output::table(&SNAPSHOT_HEADER, &[snapshot_row(snap.info())])?;
             }
         }
         SnapshotCommand::Rm { ids } => {
-            let mut failed = 0;
-            let mut results = Vec::new();
+            let mut batch = Batch::new(ctx.json);
             for id in &ids {
-                let outcome = match Snapshot::get(&client, id).await {
-                    Ok(snap) => snap.delete().await,
-                    Err(e) => Err(e),
-                };
-                match outcome {
+                match remove_snapshot(&client, id).await {
                     Ok(gone) => {
-                        if !ctx.json {
-                            println!("{id}: {}", gone.status);
-                        }
-                        results.push(serde_json::to_value(&gone)?);
+                        let line = format!("{id}: {}", gone.status);
+                        batch.ok(serde_json::to_value(&gone)?, &line)?;
                     }
-                    Err(e) => {
-                        failed += 1;
-                        let e = anyhow::Error::from(e);
-                        eprintln!("{id}: error: {}", output::describe(&e));
-                        results.push(serde_json::json!({ "id": id, "error": e.to_string() }));
-                    }
+                    Err(e) => batch.failed(id, e)?,
                 }
             }
-            if ctx.json {
-                output::json(&results)?;
-            }
-            if failed > 0 {
-                return Ok(ExitCode::FAILURE);
-            }
+            return batch.finish();
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes the snapshot `arg` names; a name several snapshots share is
+/// refused rather than guessed.
+async fn remove_snapshot(
+    client: &stockade_sdk::Client,
+    arg: &str,
+) -> anyhow::Result<SnapshotResponse> {
+    let by_id = Snapshot::get(client, arg).await;
+    let snap = match by_id {
+        Ok(s) => s,
+        Err(e) if e.is_not_found() || e.status() == Some(400) => {
+            let mut named = Snapshot::named(client, arg).await?;
+            match named.len() {
+                0 => return Err(cli::snapshot_not_found(arg).into()),
+                1 => named.remove(0),
+                n => {
+                    let ids: Vec<&str> = named.iter().map(Snapshot::id).collect();
+                    return Err(CliError::new(
+                        "ambiguous_name",
+                        format!(
+                            "{n} snapshots are named `{arg}` ({}) — remove them by id",
+                            ids.join(", ")
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
+        Err(e) => return Err(output::sdk_error(&e, None).into()),
+    };
+    Ok(snap
+        .delete()
+        .await
+        .map_err(|e| output::sdk_error(&e, None))?)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -204,6 +234,7 @@ A server in the sandbox must listen on 0.0.0.0:PORT. Requests through the
 proxy need a token from `stockade token`.")]
 pub struct PortsArgs {
     /// Sandbox id or name.
+    #[arg(value_name = "SANDBOX")]
     sandbox: String,
     /// What to do (default: list).
     #[arg(value_enum, requires = "port")]
@@ -225,13 +256,12 @@ fn port_rows(ports: &[ExposedPort]) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn print_ports(ports: &[ExposedPort]) {
+fn print_ports(ports: &[ExposedPort], name: &str) -> std::io::Result<()> {
     if ports.is_empty() {
-        println!("No ports exposed. Expose one with `stockade ports SANDBOX expose PORT`.");
-        return;
+        return outln!("No ports exposed. Expose one with `stockade ports {name} expose PORT`.");
     }
     if ports.iter().any(|p| p.host_url.is_some()) {
-        output::table(&["PORT", "URL", "HOST URL"], &port_rows(ports));
+        output::table(&["PORT", "URL", "HOST URL"], &port_rows(ports))
     } else {
         let rows: Vec<Vec<String>> = port_rows(ports)
             .into_iter()
@@ -240,45 +270,48 @@ fn print_ports(ports: &[ExposedPort]) {
                 r
             })
             .collect();
-        output::table(&["PORT", "URL"], &rows);
+        output::table(&["PORT", "URL"], &rows)
     }
 }
 
 pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = Sandbox::find(&client, &a.sandbox).await?;
+    let sb = cli::sandbox(&client, &a.sandbox).await?;
+    alive(&sb)?;
+    let on = on(&a.sandbox);
     match (a.action, a.port) {
         (Some(PortAction::Expose), Some(port)) => {
-            let p = sb.expose_port(port).await?;
+            let p = sb.expose_port(port).await.map_err(&on)?;
             if ctx.json {
                 output::json(&p)?;
             } else {
-                println!("Port {port} of {} is at {}", sb.name(), p.url);
+                outln!("Port {port} of {} is at {}", sb.name(), p.url)?;
                 if let Some(h) = &p.host_url {
-                    println!("  and at {h}");
+                    outln!("  and at {h}")?;
                 }
-                println!("Requests need a token: `stockade token {}`", sb.name());
+                outln!("Requests need a token: `stockade token {}`", sb.name())?;
             }
         }
         (Some(PortAction::Unexpose), Some(port)) => {
-            let left = sb.unexpose_port(port).await?;
+            let left = sb.unexpose_port(port).await.map_err(&on)?;
             if ctx.json {
                 output::json(&serde_json::json!({ "ports": left }))?;
             } else {
-                println!("Port {port} of {} is no longer exposed.", sb.name());
+                outln!("Port {port} of {} is no longer exposed.", sb.name())?;
             }
         }
         (None, None) => {
-            let ports = sb.ports().await?;
+            let ports = sb.ports().await.map_err(&on)?;
             if ctx.json {
                 output::json(&serde_json::json!({ "ports": ports }))?;
             } else {
-                print_ports(&ports);
+                print_ports(&ports, sb.name())?;
             }
         }
-        (None, Some(_)) | (Some(_), None) => {
-            bail!("say what to do with the port: `stockade ports SANDBOX expose PORT` or `unexpose PORT`")
-        }
+        (None, Some(_)) | (Some(_), None) => return Err(CliError::invalid(
+            "say what to do with the port: `stockade ports SANDBOX expose PORT` or `unexpose PORT`",
+        )
+        .into()),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -290,8 +323,9 @@ pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
   curl -H \"X-Stockade-Token: $(stockade token demo)\" http://127.0.0.1:7433/proxy/ID/3000/")]
 pub struct TokenArgs {
     /// Sandbox id or name.
+    #[arg(value_name = "SANDBOX")]
     sandbox: String,
-    /// Lifetime: 90s, 10m, 24h (a bare number is seconds; default: the server's, 1h).
+    /// Lifetime: 90s, 10m, 1h30m (a bare number is seconds; default: the server's, 1h).
     #[arg(long)]
     ttl: Option<String>,
 }
@@ -303,16 +337,21 @@ pub async fn token(ctx: &Ctx, a: TokenArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|t| parse_duration(t, "--ttl", "s"))
         .transpose()?;
-    let sb = Sandbox::find(&client, &a.sandbox).await?;
-    let t = sb.auth_token(ttl).await?;
+    let sb = cli::sandbox(&client, &a.sandbox).await?;
+    alive(&sb)?;
+    let t = sb.auth_token(ttl).await.map_err(on(&a.sandbox))?;
     if ctx.json {
         output::json(&t)?;
     } else {
-        println!("{}", t.token);
+        outln!("{}", t.token)?;
         if std::io::stderr().is_terminal() {
-            eprintln!(
-                "(opens the exposed ports of {} until {}; send it as the X-Stockade-Token header)",
+            let left = (t.expires_at - chrono::Utc::now())
+                .to_std()
+                .unwrap_or_default();
+            errln!(
+                "(opens the exposed ports of {} for {}, until {}; send it as the X-Stockade-Token header)",
                 sb.name(),
+                output::duration(left),
                 t.expires_at.to_rfc3339()
             );
         }
@@ -338,10 +377,12 @@ pub enum VolumesCommand {
     #[command(
         alias = "delete",
         after_help = "Example:
-  stockade volumes rm agent-sandbox-a1b2c3d4e5f6"
+  stockade volumes rm agent-sandbox-a1b2c3d4e5f6
+  stockade volumes rm demo        # the volume `rm --keep-volume demo` left"
     )]
     Rm {
-        /// Volume names (agent-sandbox-ID).
+        /// Volume names (agent-sandbox-ID), or sandboxes (id or name) whose
+        /// volume to remove.
         #[arg(required = true)]
         names: Vec<String>,
     },
@@ -354,6 +395,19 @@ pub enum VolumesCommand {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+}
+
+/// The volume an argument of `volumes rm` names: a volume name as it is,
+/// else the volume of the sandbox with that id or name (a terminated one
+/// too: `rm --keep-volume` leaves its volume behind).
+async fn volume_of(client: &stockade_sdk::Client, arg: &str) -> String {
+    if arg.starts_with("agent-sandbox-") {
+        return arg.to_owned();
+    }
+    match cli::sandbox(client, arg).await {
+        Ok(sb) => sb.info().volume.name.clone(),
+        Err(_) => arg.to_owned(),
+    }
 }
 
 fn volume_row(v: &VolumeResponse) -> Vec<String> {
@@ -383,70 +437,65 @@ pub async fn volumes(ctx: &Ctx, cmd: Option<VolumesCommand>) -> anyhow::Result<E
             if ctx.json {
                 output::json(&list)?;
             } else if list.volumes.is_empty() {
-                println!("No volumes.");
+                outln!("No volumes.")?;
             } else {
                 let rows: Vec<Vec<String>> = list.volumes.iter().map(volume_row).collect();
-                output::table(&VOLUME_HEADER, &rows);
-                println!("{} volumes, {}", list.total, list.total_size);
+                output::table(&VOLUME_HEADER, &rows)?;
+                outln!(
+                    "{}, {}",
+                    output::count(list.total, "volume", "volumes"),
+                    list.total_size
+                )?;
             }
         }
         VolumesCommand::Rm { names } => {
-            let mut failed = 0;
-            let mut results = Vec::new();
+            let mut batch = Batch::new(ctx.json);
             for name in &names {
-                match client.remove_volume(name).await {
+                let volume = volume_of(&client, name).await;
+                match client.remove_volume(&volume).await {
                     Ok(gone) => {
-                        if !ctx.json {
-                            println!(
-                                "{name}: removed{}",
-                                gone.size
-                                    .as_deref()
-                                    .map(|s| format!(", {s} freed"))
-                                    .unwrap_or_default()
-                            );
-                        }
-                        results.push(serde_json::to_value(&gone)?);
+                        let line = format!(
+                            "{volume}: removed{}",
+                            gone.size
+                                .as_deref()
+                                .map(|s| format!(", {s} freed"))
+                                .unwrap_or_default()
+                        );
+                        batch.ok(serde_json::to_value(&gone)?, &line)?;
                     }
-                    Err(e) => {
-                        failed += 1;
-                        let e = anyhow::Error::from(e);
-                        eprintln!("{name}: error: {}", output::describe(&e));
-                        results.push(serde_json::json!({ "name": name, "error": e.to_string() }));
-                    }
+                    Err(e) => batch.failed(name, output::sdk_error(&e, None).into())?,
                 }
             }
-            if ctx.json {
-                output::json(&results)?;
-            }
-            if failed > 0 {
-                return Ok(ExitCode::FAILURE);
-            }
+            return batch.finish();
         }
         VolumesCommand::Prune { yes } => {
             if !yes {
                 let orphans = client.orphaned_volumes().await?;
                 if orphans.volumes.is_empty() {
-                    println!("No orphaned volumes.");
+                    outln!("No orphaned volumes.")?;
                     return Ok(ExitCode::SUCCESS);
                 }
+                let what = format!(
+                    "{} ({})",
+                    output::count(orphans.total, "orphaned volume", "orphaned volumes"),
+                    orphans.total_size
+                );
                 if ctx.json || !std::io::stdin().is_terminal() {
-                    bail!(
-                        "{} orphaned volumes ({}) would be removed; pass --yes to remove them",
-                        orphans.total,
-                        orphans.total_size
-                    );
+                    return Err(CliError::new(
+                        "confirmation_needed",
+                        format!("{what} would be removed; pass --yes to remove them"),
+                    )
+                    .into());
                 }
                 let rows: Vec<Vec<String>> = orphans.volumes.iter().map(volume_row).collect();
-                output::table(&VOLUME_HEADER, &rows);
-                print!(
-                    "Remove these {} volumes ({})? This cannot be undone. [y/N] ",
-                    orphans.total, orphans.total_size
-                );
-                std::io::stdout().flush()?;
+                output::table(&VOLUME_HEADER, &rows)?;
+                output::write_stdout(format_args!(
+                    "Remove these {what}? This cannot be undone. [y/N] "
+                ))?;
                 let mut answer = String::new();
                 std::io::stdin().read_line(&mut answer)?;
                 if !matches!(answer.trim(), "y" | "Y" | "yes") {
-                    println!("Nothing removed.");
+                    outln!("Nothing removed.")?;
                     return Ok(ExitCode::SUCCESS);
                 }
             }
@@ -455,16 +504,20 @@ pub async fn volumes(ctx: &Ctx, cmd: Option<VolumesCommand>) -> anyhow::Result<E
                 output::json(&done)?;
             } else {
                 for r in &done.removed {
-                    println!("removed {}", r.name);
+                    outln!("removed {}", r.name)?;
                 }
                 for f in &done.failed {
-                    eprintln!("{}: error: {}", f.name, f.error.message);
+                    errln!(
+                        "{}: error: {}",
+                        f.name,
+                        output::cli_words(&f.error.message, None)
+                    );
                 }
-                println!(
-                    "{} volumes removed, {} freed",
-                    done.removed.len(),
+                outln!(
+                    "{} removed, {} freed",
+                    output::count(done.removed.len() as u64, "volume", "volumes"),
                     done.freed
-                );
+                )?;
             }
             if !done.failed.is_empty() {
                 return Ok(ExitCode::FAILURE);
@@ -486,11 +539,12 @@ environment variables from its next start (commands run with exec at once).
 --env, --label and --tag add to what the sandbox has; --rm-* take away.")]
 pub struct UpdateArgs {
     /// Sandbox id or name.
+    #[arg(value_name = "SANDBOX")]
     sandbox: String,
     /// New name.
     #[arg(long)]
     name: Option<String>,
-    /// Session timeout: 90s, 30m, 2h, or minutes (0 = never).
+    /// Session timeout: 90s, 30m, 1h30m, or minutes (0 = never).
     #[arg(long)]
     timeout: Option<String>,
     /// CPU cores.
@@ -521,7 +575,8 @@ pub struct UpdateArgs {
 
 pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let mut sb = Sandbox::find(&client, &a.sandbox).await?;
+    let mut sb = cli::sandbox(&client, &a.sandbox).await?;
+    alive(&sb)?;
     let mut p = UpdateParams::new();
     p.name = a.name;
     p.cpu_cores = a.cpu;
@@ -562,24 +617,25 @@ pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
         p.env = Some(env);
     }
     if p == UpdateParams::default() {
-        return Err(anyhow!(
+        return Err(CliError::invalid(
             "nothing to update: give at least one of --name, --timeout, --cpu, --memory, \
-             --label, --tag, --env (or their --rm-* forms)"
-        ));
+             --label, --tag, --env (or their --rm-* forms)",
+        )
+        .into());
     }
-    let done = sb.update(p).await?;
+    let done = sb.update(p).await.map_err(on(&a.sandbox))?;
     if ctx.json {
         output::json(&done)?;
     } else {
-        println!("Updated {} ({})", sb.name(), sb.id());
+        outln!("Updated {} ({})", sb.name(), sb.id())?;
         if !done.applied.now.is_empty() {
-            println!("  now:             {}", done.applied.now.join(", "));
+            outln!("  now:             {}", done.applied.now.join(", "))?;
         }
         if !done.applied.next_start.is_empty() {
-            println!("  from next start: {}", done.applied.next_start.join(", "));
+            outln!("  from next start: {}", done.applied.next_start.join(", "))?;
         }
         for n in &done.notes {
-            println!("  note: {n}");
+            outln!("  note: {n}")?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,11 @@
-//! How the CLI shows things: tables for people, JSON for scripts, a spinner
-//! on slow calls, and errors as sentences with a hint.
+//! How the CLI shows things: tables for people, JSON for scripts, spinners
+//! and byte bars on slow calls, durations and counts as people write them,
+//! and errors as one sentence in CLI words (JSON with a stable code under
+//! `--json`). Every write to stdout is fallible, so that a closed pipe ends
+//! the program quietly instead of panicking.
 
+use std::fmt;
+use std::io::Write;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -8,9 +13,54 @@ use serde::Serialize;
 use stockade_sdk::api::SandboxResponse;
 use stockade_sdk::Error;
 
+/// `println!` that returns the write's `io::Result` instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `eprintln!` that never panics (nothing is left to tell when stderr is gone).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes to stdout and flushes, so that output is never held back and a
+/// closed pipe shows at once.
+pub fn write_stdout(args: fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)?;
+    out.flush()
+}
+
+/// Writes to stderr, ignoring failures.
+pub fn write_stderr(args: fmt::Arguments<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(args);
+    let _ = err.flush();
+}
+
+/// The exit code after stdout was closed by its reader: 128 + SIGPIPE, as a
+/// shell reports a program that SIGPIPE ended.
+pub const CLOSED_PIPE_EXIT: u8 = 141;
+
+/// Whether `e` is (caused by) a write into a closed pipe.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Prints `value` as pretty JSON.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    let text = serde_json::to_string_pretty(value)?;
+    outln!("{text}")?;
     Ok(())
 }
 
@@ -58,9 +108,10 @@ pub fn bytes_bar(total: u64, message: &str, quiet: bool) -> ProgressBar {
     pb
 }
 
-/// Prints rows under a header, columns padded to fit.
-pub fn table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Rows under a header, each column as wide as its widest cell, two spaces
+/// between columns, no trailing blanks.
+pub fn render_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
             if i < widths.len() {
@@ -68,21 +119,71 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
             }
         }
     }
-    let line = |cells: Vec<&str>| {
-        let mut out = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(c);
-            } else {
-                out.push_str(&format!("{c:<w$}  ", w = widths[i]));
-            }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (c, w) in cells.zip(&widths) {
+            text.push_str(c);
+            let pad = w.saturating_sub(c.chars().count()) + 2;
+            text.extend(std::iter::repeat_n(' ', pad));
         }
-        println!("{}", out.trim_end());
+        out.push_str(text.trim_end());
+        out.push('\n');
     };
-    line(header.to_vec());
+    line(&mut header.iter().copied());
     for row in rows {
-        line(row.iter().map(String::as_str).collect());
+        line(&mut row.iter().map(String::as_str));
     }
+    out
+}
+
+/// Prints rows under a header, columns aligned.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    write_stdout(format_args!("{}", render_table(header, rows)))
+}
+
+/// `1 sandbox`, `2 sandboxes`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A duration as people write it: `5s`, `1m30s`, `2h`, `1d2h`; whole
+/// seconds (a duration under a second shows as `0s`).
+pub fn duration(d: Duration) -> String {
+    let secs = d.as_secs() + u64::from(d.subsec_millis() >= 500);
+    if secs == 0 {
+        return "0s".into();
+    }
+    let parts = [
+        (secs / 86_400, "d"),
+        (secs / 3600 % 24, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+    ];
+    parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect()
+}
+
+/// Like [`duration`], with sub-minute precision for short runs: `350ms`,
+/// `1.5s`, `42s`, `1m30s`.
+pub fn run_time(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 10_000 {
+        let s = format!("{:.1}", d.as_secs_f64());
+        format!("{}s", s.trim_end_matches(".0"))
+    } else {
+        duration(d)
+    }
+}
+
+/// A timeout given in (possibly fractional) minutes, as a duration.
+pub fn minutes(m: f64) -> Duration {
+    Duration::from_secs_f64((m * 60.0).max(0.0))
 }
 
 pub fn sandbox_row(s: &SandboxResponse) -> Vec<String> {
@@ -102,14 +203,25 @@ pub fn sandbox_row(s: &SandboxResponse) -> Vec<String> {
 
 pub const SANDBOX_HEADER: [&str; 6] = ["ID", "NAME", "STATUS", "IMAGE", "RESOURCES", "CREATED"];
 
+fn bytes(n: u64) -> String {
+    indicatif::DecimalBytes(n).to_string()
+}
+
 /// Details of one sandbox, one fact a line.
-pub fn sandbox_details(s: &SandboxResponse) {
+pub fn sandbox_details(s: &SandboxResponse) -> std::io::Result<()> {
     let mut facts: Vec<(&str, String)> = vec![
         ("id", s.id.clone()),
         ("name", s.name.clone()),
         ("status", s.status.to_string()),
         ("image", s.docker_image.clone()),
-        ("cpu", format!("{} cores", trim_num(s.cpu_cores))),
+        (
+            "cpu",
+            format!(
+                "{} {}",
+                trim_num(s.cpu_cores),
+                if s.cpu_cores == 1.0 { "core" } else { "cores" }
+            ),
+        ),
         ("memory", format!("{} GB", trim_num(s.memory_gb))),
         ("disk", format!("{} GB", s.disk_size_gb)),
         ("network", s.network_policy.clone()),
@@ -119,11 +231,44 @@ pub fn sandbox_details(s: &SandboxResponse) {
     if let Some(r) = &s.status_reason {
         facts.push(("reason", r.clone()));
     }
+    if let Some(t) = s.terminated_at {
+        facts.push(("ended", t.to_rfc3339()));
+    }
     if let Some(u) = s.uptime_seconds {
-        facts.push(("uptime", human_duration(u)));
+        facts.push(("uptime", duration(Duration::from_secs(u.max(0) as u64))));
+    }
+    if let Some(u) = &s.usage {
+        let cpu = u
+            .cpu_percent
+            .map(|p| format!("CPU {}%", trim_num((p * 10.0).round() / 10.0)))
+            .unwrap_or_else(|| "CPU ?".into());
+        facts.push((
+            "usage",
+            format!(
+                "{cpu}, memory {}, {}, network {} in / {} out",
+                u.memory,
+                count(u.pids, "process", "processes"),
+                bytes(u.network_rx_bytes),
+                bytes(u.network_tx_bytes)
+            ),
+        ));
     }
     if s.timeout_minutes > 0.0 {
-        facts.push(("timeout", format!("{} min", trim_num(s.timeout_minutes))));
+        let then = if s.persistent {
+            "then stopped"
+        } else {
+            "then terminated"
+        };
+        let mut text = format!("{} ({then})", duration(minutes(s.timeout_minutes)));
+        if let Some(at) = s.session_expires_at {
+            let left = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+            text = format!(
+                "{}, ends in {} ({then})",
+                duration(minutes(s.timeout_minutes)),
+                duration(left)
+            );
+        }
+        facts.push(("timeout", text));
     }
     if !s.labels.is_empty() {
         facts.push(("labels", s.labels.join(", ")));
@@ -144,70 +289,337 @@ pub fn sandbox_details(s: &SandboxResponse) {
     if let Some(w) = &s.volume.warning {
         facts.push(("warning", w.clone()));
     }
+    let mut text = String::new();
     for (k, v) in facts {
-        println!("{k:<9} {v}");
+        text.push_str(&format!("{k:<9} {v}\n"));
     }
+    write_stdout(format_args!("{text}"))
 }
 
-fn trim_num(v: f64) -> String {
+pub fn trim_num(v: f64) -> String {
     let s = format!("{v:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-fn human_duration(secs: i64) -> String {
-    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    if d > 0 {
-        format!("{d}d {h}h {m}m")
-    } else if h > 0 {
-        format!("{h}h {m}m")
-    } else if m > 0 {
-        format!("{m}m {s}s")
-    } else {
-        format!("{s}s")
+// ---------------------------------------------------------------------------
+// Errors
+
+/// An error as the CLI reports it: a stable machine-readable `code`, one
+/// sentence in CLI words, and what to do about it.
+///
+/// Codes: the API's own (`not_found`, `conflict`, `validation_failed`,
+/// `image_unavailable`, `forbidden`, `rate_limited`, …) where the server
+/// said so, and the CLI's: `sandbox_not_running`, `sandbox_terminated`,
+/// `ambiguous_name`, `invalid_argument`, `confirmation_needed` (`--yes`
+/// missing), `unauthorized` (no token), `unreachable`, `bad_response`,
+/// `connection_lost`, `io_error`, `usage` (bad flags), `cancelled`,
+/// `failed` (anything else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    pub code: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl CliError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// A bad flag or argument, found before any request.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid_argument", message)
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Prints the error once, on stderr: `error: …` (and `hint: …`) for
+    /// people, `{"error":{"code","message"}}` with `--json`. `target` names
+    /// the item of a many-item command (`stockade rm a b`) that failed.
+    pub fn print(&self, json: bool, target: Option<&str>) {
+        if json {
+            let mut error = serde_json::json!({ "code": self.code, "message": self.message });
+            if let Some(t) = target {
+                error["target"] = t.into();
+            }
+            errln!("{}", serde_json::json!({ "error": error }));
+            return;
+        }
+        let prefix = target.map(|t| format!("{t}: ")).unwrap_or_default();
+        errln!("{prefix}error: {}", self.message);
+        if let Some(h) = &self.hint {
+            errln!("{}hint: {h}", if target.is_some() { "  " } else { "" });
+        }
     }
 }
 
-/// An error as a sentence, with what to do about it.
-pub fn describe(e: &anyhow::Error) -> String {
-    let Some(sdk) = e.downcast_ref::<Error>() else {
-        return format!("{e:#}");
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// Any error of a command as the CLI reports it.
+pub fn classify(e: &anyhow::Error) -> CliError {
+    if let Some(c) = e.downcast_ref::<CliError>() {
+        return c.clone();
+    }
+    if let Some(sdk) = e.downcast_ref::<Error>() {
+        return sdk_error(sdk, None);
+    }
+    if e.chain().any(|c| c.is::<std::io::Error>()) {
+        return CliError::new("io_error", format!("{e:#}"));
+    }
+    CliError::new("failed", format!("{e:#}"))
+}
+
+/// How a sandbox is named in messages.
+fn quoted(name: &str) -> String {
+    format!("`{name}`")
+}
+
+/// The sandbox cannot do this because it is not running.
+pub fn not_running(name: &str, status: Option<&str>, reason: Option<&str>) -> CliError {
+    let start = format!("run `stockade start {name}`");
+    let message = match status {
+        Some("STOPPED") => format!("sandbox {} is stopped — {start}", quoted(name)),
+        Some("ERROR") => format!(
+            "sandbox {} is in error{} — {start} to try again",
+            quoted(name),
+            reason.map(|r| format!(" ({r})")).unwrap_or_default()
+        ),
+        Some("PENDING" | "PROVISIONING") => format!(
+            "sandbox {} is still being created — wait until `stockade get {name}` says RUNNING",
+            quoted(name)
+        ),
+        _ => format!("sandbox {} is not running — {start}", quoted(name)),
     };
-    match sdk {
+    CliError::new("sandbox_not_running", message)
+}
+
+/// The sandbox is gone (its container, files and logs with it).
+pub fn terminated(name: &str) -> CliError {
+    CliError::new(
+        "sandbox_terminated",
+        format!(
+            "sandbox {} is terminated (its container, files and logs are gone) — create a new one with `stockade create --name {name}`",
+            quoted(name)
+        ),
+    )
+}
+
+/// The CLI flag an API field (or SDK parameter) is set with.
+fn flag_for(field: &str) -> Option<&'static str> {
+    let head = field.split(['.', '[']).next().unwrap_or(field);
+    Some(match (head, field) {
+        (_, "source.url") => "--git/--tarball",
+        (_, "source.ref") => "--ref",
+        (_, "source.snapshotId") => "--from-snapshot",
+        (_, "source.uploadId") => "--upload",
+        (_, "resources.vcpus") => "--vcpus",
+        ("name", _) => "--name",
+        ("dockerImage", _) => "--image",
+        ("runtime", _) => "--runtime",
+        ("startCommand", _) => "--start-command",
+        ("cpuCores", _) => "--cpu",
+        ("memoryGB", _) => "--memory",
+        ("diskSizeGB", _) => "--disk",
+        ("networkAccess", _) => "--no-network",
+        ("timeoutMinutes" | "timeoutSeconds" | "timeout", _) => "--timeout",
+        ("environmentVars" | "env", _) => "--env",
+        ("labels", _) => "--label",
+        ("tags", _) => "--tag",
+        ("ports", _) => "--port",
+        ("persistent", _) => "--ephemeral",
+        ("teamId", _) => "--team",
+        ("cwd", _) => "--cwd",
+        ("shell", _) => "--shell",
+        ("cmd", _) => "CMD",
+        ("ttl", _) => "--ttl",
+        _ => return None,
+    })
+}
+
+/// `field: message` with the field as the flag that sets it.
+fn field_line(field: &str, message: &str) -> String {
+    match flag_for(field) {
+        Some(flag) => format!("{flag}: {message}"),
+        None => format!("{field}: {message}"),
+    }
+}
+
+/// An API path in a server message, as the `stockade` command that does
+/// the same (`POST /api/v1/sandbox/ID/start` → `stockade start NAME`).
+/// `name` is the sandbox the command was about; without one, the id in
+/// the path stands for it.
+fn command_for(method: &str, path: &str, name: Option<&str>) -> String {
+    // `/api/v1/sandbox/ID/TAIL`, or `…/TAIL` with the sandbox left out.
+    let (rest, (id, tail)) = match path.strip_prefix("…/") {
+        Some(tail) => (tail, ("", tail)),
+        None => {
+            let rest = path
+                .split_once("/sandbox/")
+                .map(|(_, r)| r)
+                .unwrap_or_default();
+            (rest, rest.split_once('/').unwrap_or((rest, "")))
+        }
+    };
+    let id_in_path = (!id.is_empty() && !id.contains('{')).then_some(id);
+    let sb = name.or(id_in_path).unwrap_or("SANDBOX");
+    let cmd = match (method, tail) {
+        _ if path.ends_with("/health") => "stockade health".to_owned(),
+        _ if path.contains("/volumes") => "stockade volumes".to_owned(),
+        _ if rest.is_empty() => "stockade --help".to_owned(),
+        ("POST", "start") => format!("stockade start {sb}"),
+        ("POST", "stop") => format!("stockade stop {sb}"),
+        ("DELETE", "") => format!("stockade rm {sb}"),
+        ("GET", "") => format!("stockade get {sb}"),
+        ("PATCH", "") => format!("stockade update {sb}"),
+        (_, "logs") => format!("stockade logs {sb}"),
+        ("POST", "exec") => format!("stockade exec {sb} -- CMD"),
+        ("POST", "ports") => format!("stockade ports {sb} expose PORT"),
+        (_, "auth-token") => format!("stockade token {sb}"),
+        ("POST", "fork") => format!("stockade fork {sb}"),
+        ("POST", "snapshots") => format!("stockade snapshot create {sb}"),
+        (_, t) if t.starts_with("processes") => format!("stockade kill {sb} PID"),
+        (_, t) if t.starts_with("files") => format!("stockade cp … {sb}:PATH"),
+        _ => "stockade --help".to_owned(),
+    };
+    format!("`{cmd}`")
+}
+
+/// A server message in CLI words: API paths become commands, API field and
+/// parameter names become flags.
+pub fn cli_words(message: &str, name: Option<&str>) -> String {
+    let mut out = String::new();
+    let mut at = 0;
+    while let Some(tail) = message.get(at..).filter(|t| !t.is_empty()) {
+        // `METHOD /api/v1/…` or `METHOD …/…`
+        let call = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+            .into_iter()
+            .find_map(|m| {
+                let path = tail.strip_prefix(m)?.strip_prefix(' ')?;
+                (path.starts_with("/api/") || path.starts_with('…')).then_some((m, path))
+            });
+        match call {
+            Some((method, after)) => {
+                let end = after
+                    .find(|c: char| c.is_whitespace() || matches!(c, ')' | ',' | ';'))
+                    .unwrap_or(after.len());
+                let path = after[..end].trim_end_matches('.');
+                out.push_str(&command_for(method, path, name));
+                at += tail.len() - after.len() + path.len();
+            }
+            None => {
+                let c = tail.chars().next().unwrap_or(' ');
+                out.push(c);
+                at += c.len_utf8();
+            }
+        }
+    }
+    for (api, cli) in [
+        ("(timeoutSeconds)", "(--timeout)"),
+        ("networkAccess: false", "--no-network"),
+        ("Idempotency-Key", "--idempotency-key"),
+        ("preserveVolume", "--keep-volume"),
+        ("sync=true", "--sync"),
+    ] {
+        out = out.replace(api, cli);
+    }
+    out
+}
+
+/// The image a failed create named (`image 'x' is not available …`).
+fn image_in(message: &str) -> Option<&str> {
+    let start = message.find("image '")? + "image '".len();
+    let len = message[start..].find('\'')?;
+    Some(&message[start..start + len])
+}
+
+/// An SDK error as the CLI reports it; `sandbox` is the sandbox the
+/// command was about, when there was one.
+pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
+    match e {
         Error::Api {
-            status: 401,
-            message,
-            ..
-        } => format!("{message}\nhint: pass --token or set STOCKADE_TOKEN to a valid API token"),
-        Error::Api {
-            status: 400,
+            status,
+            code,
             message,
             details,
-            ..
         } => {
-            let mut out = message.clone();
-            if let Some(fields) = details.as_ref().and_then(|d| d["fields"].as_array()) {
-                for f in fields {
-                    out.push_str(&format!(
-                        "\n  {}: {}",
-                        f["field"].as_str().unwrap_or("?"),
-                        f["message"].as_str().unwrap_or("?")
-                    ));
+            let lower = message.to_ascii_lowercase();
+            if let (Some(name), 409 | 503) = (sandbox, status) {
+                if lower.contains("is terminated") {
+                    return terminated(name);
+                }
+                if lower.contains("not running") {
+                    let status = ["STOPPED", "ERROR", "PENDING", "PROVISIONING"]
+                        .into_iter()
+                        .find(|s| message.contains(&format!("status {s}")));
+                    return not_running(name, status, None);
                 }
             }
-            out
+            if *status == 401 {
+                return CliError::new(code.as_str(), message.as_str())
+                    .hint("pass --token or set STOCKADE_TOKEN to a valid API token");
+            }
+            if let Some(fields) = details.as_ref().and_then(|d| d["fields"].as_array()) {
+                let lines: Vec<String> = fields
+                    .iter()
+                    .map(|f| {
+                        field_line(
+                            f["field"].as_str().unwrap_or("?"),
+                            f["message"].as_str().unwrap_or("?"),
+                        )
+                    })
+                    .collect();
+                if !lines.is_empty() {
+                    let message = if lines.len() == 1 {
+                        lines[0].clone()
+                    } else {
+                        format!("invalid request:\n  {}", lines.join("\n  "))
+                    };
+                    return CliError::new(code.as_str(), message);
+                }
+            }
+            let out = CliError::new(code.as_str(), cli_words(message, sandbox));
+            match code.as_str() {
+                "image_unavailable" => {
+                    let image = image_in(message).unwrap_or("IMAGE");
+                    out.hint(format!(
+                        "choose another image with --image IMAGE (or --runtime); the server's default \
+                         comes from STOCKADE_DEFAULT_IMAGE (--default-image); or pull the image on the \
+                         server's Docker host first: `docker pull {image}`"
+                    ))
+                }
+                "rate_limited" => out.hint("wait a moment and try again"),
+                "docker_unavailable" => out
+                    .hint("`stockade health` shows what the server knows about its Docker engine"),
+                _ => out,
+            }
         }
-        Error::Api {
-            status: 409,
-            message,
-            ..
-        } if message.contains("not running") => format!(
-            "{message}\nhint: start it with `stockade start SANDBOX` (or `Sandbox::get`, which resumes it)"
+        Error::Transport { url, reason } => CliError::new(
+            "unreachable",
+            format!("could not reach the Stockade server at {url} ({reason})"),
+        )
+        .hint(
+            "is it running? start it with `stockade server`, or point --url / STOCKADE_URL at it",
         ),
-        Error::Api { message, .. } => message.clone(),
-        Error::Transport { url, reason } => format!(
-            "could not reach the Stockade server at {url} ({reason})\nhint: is it running? start it with `stockade server`, or set STOCKADE_URL"
+        Error::InvalidParams { field, message } => CliError::invalid(field_line(field, message)),
+        Error::Cancelled => CliError::new("cancelled", "cancelled"),
+        Error::Config(m) => CliError::invalid(m.clone()),
+        Error::Decode(m) => CliError::new(
+            "bad_response",
+            format!("unexpected response from the server: {m}"),
         ),
-        other => other.to_string(),
     }
 }
 
@@ -216,11 +628,161 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numbers_and_durations() {
+    fn numbers_durations_and_counts() {
         assert_eq!(trim_num(2.0), "2");
         assert_eq!(trim_num(0.5), "0.5");
-        assert_eq!(human_duration(59), "59s");
-        assert_eq!(human_duration(3725), "1h 2m");
-        assert_eq!(human_duration(90061), "1d 1h 1m");
+        let s = Duration::from_secs;
+        assert_eq!(duration(s(5)), "5s");
+        assert_eq!(duration(s(90)), "1m30s");
+        assert_eq!(duration(s(7200)), "2h");
+        assert_eq!(duration(s(3725)), "1h2m5s");
+        assert_eq!(duration(s(90061)), "1d1h1m1s");
+        assert_eq!(duration(Duration::ZERO), "0s");
+        assert_eq!(duration(minutes(5.0 / 60.0)), "5s", "never 0.083 min");
+        assert_eq!(duration(minutes(1.5)), "1m30s");
+        assert_eq!(run_time(Duration::from_millis(350)), "350ms");
+        assert_eq!(run_time(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(run_time(Duration::from_millis(2000)), "2s");
+        assert_eq!(run_time(Duration::from_secs(95)), "1m35s");
+        assert_eq!(count(1, "sandbox", "sandboxes"), "1 sandbox");
+        assert_eq!(count(2, "sandbox", "sandboxes"), "2 sandboxes");
+        assert_eq!(count(0, "entry", "entries"), "0 entries");
+    }
+
+    #[test]
+    fn tables_are_aligned() {
+        let t = render_table(
+            &["ID", "NAME", "STATUS"],
+            &[
+                vec!["a1".into(), "ünïcödé".into(), "RUNNING".into()],
+                vec!["b22222".into(), "x".into(), "".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "ID      NAME     STATUS\na1      ünïcödé  RUNNING\nb22222  x\n"
+        );
+    }
+
+    fn api(status: u16, code: &str, message: &str) -> Error {
+        Error::Api {
+            status,
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    #[test]
+    fn api_errors_speak_cli() {
+        let e = sdk_error(
+            &api(
+                409,
+                "conflict",
+                "sandbox is not running (status STOPPED): start it with POST /api/v1/sandbox/ab12cd34ef56/start",
+            ),
+            Some("nb2"),
+        );
+        assert_eq!(e.code, "sandbox_not_running");
+        assert_eq!(
+            e.message,
+            "sandbox `nb2` is stopped — run `stockade start nb2`"
+        );
+        let e = sdk_error(
+            &api(
+                409,
+                "conflict",
+                "Sandbox ab12cd34ef56 is terminated; create a new one",
+            ),
+            Some("nb2"),
+        );
+        assert_eq!(e.code, "sandbox_terminated");
+        assert!(
+            e.message.contains("stockade create --name nb2"),
+            "{}",
+            e.message
+        );
+        let e = sdk_error(
+            &api(
+                409,
+                "conflict",
+                "this sandbox already has 64 background processes running; kill some first (DELETE …/processes/{pid})",
+            ),
+            Some("nb2"),
+        );
+        assert!(
+            e.message
+                .ends_with("kill some first (`stockade kill nb2 PID`)"),
+            "{}",
+            e.message
+        );
+        let e = sdk_error(
+            &api(
+                503,
+                "sandbox_unavailable",
+                "Port 3000 is not exposed on sandbox x: expose it with POST /api/v1/sandbox/x/ports",
+            ),
+            None,
+        );
+        assert!(
+            e.message
+                .ends_with("expose it with `stockade ports x expose PORT`"),
+            "{}",
+            e.message
+        );
+        let e = sdk_error(
+            &api(
+                422,
+                "image_unavailable",
+                "image 'nosuch/x:1' is not available locally and could not be pulled: registry unreachable",
+            ),
+            None,
+        );
+        let hint = e.hint.unwrap();
+        assert!(hint.contains("--image") && hint.contains("STOCKADE_DEFAULT_IMAGE"));
+        assert!(hint.contains("`docker pull nosuch/x:1`"), "{hint}");
+    }
+
+    #[test]
+    fn validation_errors_name_flags_once() {
+        let e = sdk_error(
+            &Error::Api {
+                status: 400,
+                code: "validation_failed".into(),
+                message: "Invalid request: name: must not contain spaces".into(),
+                details: Some(serde_json::json!({
+                    "fields": [{ "field": "name", "message": "must not contain spaces" }]
+                })),
+            },
+            None,
+        );
+        assert_eq!(e.message, "--name: must not contain spaces");
+        let e = sdk_error(
+            &Error::Api {
+                status: 400,
+                code: "validation_failed".into(),
+                message: "Invalid request: …".into(),
+                details: Some(serde_json::json!({ "fields": [
+                    { "field": "cpuCores", "message": "too many" },
+                    { "field": "environmentVars.A B", "message": "bad key" },
+                ]})),
+            },
+            None,
+        );
+        assert_eq!(
+            e.message,
+            "invalid request:\n  --cpu: too many\n  --env: bad key"
+        );
+        let e = sdk_error(
+            &Error::InvalidParams {
+                field: "ports".into(),
+                message: "at most 4 ports".into(),
+            },
+            None,
+        );
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("invalid_argument", "--port: at most 4 ports")
+        );
     }
 }

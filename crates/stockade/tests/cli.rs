@@ -1111,3 +1111,696 @@ fn every_command_has_help_with_examples() {
         );
     }
 }
+
+/// Runs a shell script with the binary as `$STOCKADE` and the server in
+/// the environment (for real pipes and `2>&1`).
+fn sh(server: &Server, token: &str, shell: &str, script: &str) -> std::process::Output {
+    Command::new(shell)
+        .args(["-c", script])
+        .env("STOCKADE", env!("CARGO_BIN_EXE_stockade"))
+        .env("STOCKADE_URL", &server.url)
+        .env("STOCKADE_TOKEN", token)
+        .output()
+        .expect("run a shell")
+}
+
+/// The one JSON error a `--json` command printed on stderr.
+fn json_error(out: &std::process::Output) -> serde_json::Value {
+    assert!(!out.status.success(), "it should have failed");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {}",
+        stdout_of(out)
+    );
+    let err = stderr_of(out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&err).unwrap_or_else(|e| panic!("not JSON ({e}): {err}"));
+    let keys: Vec<&String> = v["error"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["code", "message"], "{v}");
+    v["error"].clone()
+}
+
+/// Stderr in CLI words: no API paths, SDK names or HTTP statuses.
+fn assert_cli_words(text: &str) {
+    for api in [
+        "/api/v1",
+        "POST ",
+        "DELETE ",
+        "Sandbox::",
+        "HTTP 4",
+        "HTTP 5",
+    ] {
+        assert!(!text.contains(api), "{api:?} in {text}");
+    }
+}
+
+#[test]
+fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_names_token_0001";
+    let server = start_server(dir.path(), Some(token));
+    let first = create(&server, token, &["--name", "nb", "--timeout", "90s"]);
+    let first_id = first["id"].as_str().unwrap().to_owned();
+    let out = cli(
+        &server,
+        token,
+        &["exec", "nb", "--shell", "echo v1 > marker"],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+
+    // get NAME is get ID: the details carry usage either way.
+    let by_name = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    let by_id = json_of(&cli(&server, token, &["get", &first_id, "--json"]));
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&by_name), keys(&by_id));
+    assert!(
+        by_name["usage"]["memoryBytes"].as_u64().unwrap() > 0,
+        "{by_name}"
+    );
+    let facts = |out: &std::process::Output| -> Vec<String> {
+        stdout_of(out)
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap_or("").to_owned())
+            .collect()
+    };
+    let human = cli(&server, token, &["get", "nb"]);
+    assert_eq!(
+        facts(&human),
+        facts(&cli(&server, token, &["get", &first_id]))
+    );
+    let text = stdout_of(&human);
+    assert!(text.contains("\nusage     CPU "), "{text}");
+    assert!(
+        text.contains("\ntimeout   1m30s, ends in ") && !text.contains(" min"),
+        "durations as people write them: {text}"
+    );
+
+    // Snapshots by name: get, --from-snapshot.
+    let snap = json_of(&cli(
+        &server,
+        token,
+        &["snapshot", "create", "nb", "--name", "clean", "--json"],
+    ));
+    let snap_id = snap["id"].as_str().unwrap().to_owned();
+    let got = json_of(&cli(
+        &server,
+        token,
+        &["snapshot", "get", "clean", "--json"],
+    ));
+    assert_eq!(got["id"], snap_id.as_str());
+    let restored = create(
+        &server,
+        token,
+        &["--name", "restored", "--from-snapshot", "clean"],
+    );
+    assert_eq!(restored["name"], "restored");
+    let out = cli(&server, token, &["exec", "restored", "--", "cat", "marker"]);
+    assert_eq!(stdout_of(&out), "v1\n");
+
+    // A terminated sandbox stays reachable by name where `ls --terminated`
+    // lists it.
+    let out = cli(&server, token, &["rm", "nb"]);
+    assert_eq!(stdout_of(&out), "nb: TERMINATED\n", "{}", stderr_of(&out));
+    let gone = json_of(&cli(&server, token, &["ls", "--terminated", "--json"]));
+    assert_eq!(gone["sandboxes"][0]["name"], "nb");
+    let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    assert_eq!(got["id"], first_id.as_str());
+    assert_eq!(got["status"], "TERMINATED");
+    assert!(stdout_of(&cli(&server, token, &["get", "nb"])).contains("status    TERMINATED"));
+    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "nb", "--json"]));
+    assert_eq!(listed["snapshots"][0]["id"], snap_id.as_str());
+    let out = cli(&server, token, &["rm", "nb"]);
+    assert_eq!(stdout_of(&out), "nb: already terminated\n");
+    for args in [
+        vec!["start", "nb"],
+        vec!["exec", "nb", "--", "true"],
+        vec!["logs", "nb"],
+    ] {
+        let out = cli(&server, token, &args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr_of(&out);
+        assert!(
+            err.contains("sandbox `nb` is terminated")
+                && err.contains("`stockade create --name nb`"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.matches("error:").count(), 1, "printed once: {err}");
+        assert_cli_words(&err);
+    }
+
+    // A live sandbox of the name comes first; once it is gone too, the
+    // latest terminated one.
+    let second = create(&server, token, &["--name", "nb"]);
+    let second_id = second["id"].as_str().unwrap().to_owned();
+    assert_ne!(second_id, first_id);
+    let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    assert_eq!(got["id"], second_id.as_str());
+    assert_eq!(got["status"], "RUNNING");
+    let out = cli(&server, token, &["rm", "--keep-volume", "nb"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    assert_eq!(got["id"], second_id.as_str());
+    // The volume it left is removed by the sandbox's name.
+    let out = cli(&server, token, &["volumes", "rm", "nb"]);
+    assert!(
+        stdout_of(&out).starts_with(&format!("agent-sandbox-{second_id}: removed")),
+        "{}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+
+    // A snapshot name several snapshots share: get and --from-snapshot take
+    // the newest, rm refuses to guess.
+    let again = json_of(&cli(
+        &server,
+        token,
+        &[
+            "snapshot", "create", "restored", "--name", "clean", "--json",
+        ],
+    ));
+    let again_id = again["id"].as_str().unwrap().to_owned();
+    let got = json_of(&cli(
+        &server,
+        token,
+        &["snapshot", "get", "clean", "--json"],
+    ));
+    assert_eq!(got["id"], again_id.as_str());
+    let out = cli(&server, token, &["snapshot", "rm", "clean"]);
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(
+        err.starts_with("clean: error: 2 snapshots are named `clean`")
+            && err.contains(&snap_id)
+            && err.contains(&again_id),
+        "{err}"
+    );
+    let out = cli(&server, token, &["snapshot", "rm", &snap_id, "--json"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = cli(&server, token, &["snapshot", "rm", "clean"]);
+    assert!(
+        stdout_of(&out).starts_with("clean: DELET"),
+        "now one is left: {}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+    let out = cli(&server, token, &["snapshot", "get", "clean"]);
+    assert!(stderr_of(&out).contains("snapshot `clean` not found"));
+}
+
+#[test]
+fn errors_are_cli_sentences_printed_once_and_json_with_a_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_errors_token_001";
+    let server = start_server(dir.path(), Some(token));
+    create(&server, token, &["--name", "nb2"]);
+    let out = cli(&server, token, &["stop", "-t", "1", "nb2"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+
+    let out = cli(&server, token, &["exec", "nb2", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr_of(&out),
+        "error: sandbox `nb2` is stopped — run `stockade start nb2`\n"
+    );
+    let e = json_error(&cli(
+        &server,
+        token,
+        &["exec", "nb2", "--json", "--", "true"],
+    ));
+    assert_eq!(e["code"], "sandbox_not_running");
+    assert_eq!(
+        e["message"],
+        "sandbox `nb2` is stopped — run `stockade start nb2`"
+    );
+    let e = json_error(&cli(
+        &server,
+        token,
+        &["exec", "-d", "nb2", "--json", "--", "true"],
+    ));
+    assert_eq!(e["code"], "sandbox_not_running");
+
+    let e = json_error(&cli(&server, token, &["get", "nope", "--json"]));
+    assert_eq!(e["code"], "not_found");
+    assert!(e["message"].as_str().unwrap().contains("`stockade ls`"));
+
+    // A validation error: the flag named, once.
+    let out = cli(&server, token, &["create", "--name", "bad name"]);
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: --name: "), "{err}");
+    let e = json_error(&cli(
+        &server,
+        token,
+        &["create", "--name", "bad name", "--json"],
+    ));
+    assert_eq!(e["code"], "validation_failed");
+    let e = json_error(&cli(
+        &server,
+        token,
+        &["create", "--json", "--timeout", "soon"],
+    ));
+    assert_eq!(e["code"], "invalid_argument");
+    assert!(
+        e["message"].as_str().unwrap().starts_with("--timeout"),
+        "{e}"
+    );
+
+    // Bad flags, a server that does not answer, no token: JSON too.
+    let out = cli(&server, token, &["bogus", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(json_error(&out)["code"], "usage");
+    let out = cli(
+        &server,
+        token,
+        &["--url", "http://127.0.0.1:9", "ls", "--json"],
+    );
+    assert_eq!(json_error(&out)["code"], "unreachable");
+    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(["ls", "--json"])
+        .env("STOCKADE_URL", &server.url)
+        .env_remove("STOCKADE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(json_error(&out)["code"], "unauthorized");
+
+    // Many targets: each failure once, tagged with its target; the rest done.
+    let out = cli(&server, token, &["start", "nope", "nb2", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let started: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(started[0]["status"], "RUNNING");
+    let err = stderr_of(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let e: serde_json::Value = serde_json::from_str(&err).unwrap();
+    assert_eq!(e["error"]["code"], "not_found");
+    assert_eq!(e["error"]["target"], "nope");
+    let out = cli(&server, token, &["stop", "-t", "1", "nope", "nb2"]);
+    assert_eq!(stdout_of(&out), "nb2: STOPPED\n");
+    let err = stderr_of(&out);
+    assert!(
+        err.starts_with("nope: error: sandbox `nope` not found"),
+        "{err}"
+    );
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+    assert_cli_words(&err);
+}
+
+#[test]
+fn a_closed_pipe_ends_the_cli_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_pipes_token_0001";
+    let server = start_server(dir.path(), Some(token));
+    create(
+        &server,
+        token,
+        &["--name", "pp", "--start-command", "seq 3000; sleep 1000"],
+    );
+    let out = cli(&server, token, &["exec", "-d", "pp", "--", "sleep", "60"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+
+    // The pipeline of the report, through a real pipe.
+    let out = sh(
+        &server,
+        token,
+        "bash",
+        r#""$STOCKADE" get --json pp | head -1; exit "${PIPESTATUS[0]}""#,
+    );
+    assert_eq!(stdout_of(&out), "{\n");
+    assert!(
+        matches!(out.status.code(), Some(0 | 141)),
+        "{:?}",
+        out.status
+    );
+    assert_eq!(stderr_of(&out), "");
+
+    // A reader that is gone before anything is written: every printing
+    // command ends at its first write, without a panic or a message.
+    for args in [
+        vec!["get", "--json", "pp"],
+        vec!["get", "pp"],
+        vec!["ls"],
+        vec!["ls", "--json"],
+        vec!["ps", "pp"],
+        vec!["ps", "pp", "--json"],
+        vec!["snapshot", "ls"],
+        vec!["logs", "pp"],
+        vec!["logs", "-f", "--json", "pp"],
+        vec!["exec", "pp", "--", "seq", "1000000"],
+        vec!["exec", "pp", "--json", "--", "seq", "10"],
+        vec!["completions", "bash"],
+        vec!["__complete", "--", "stockade", "get", ""],
+    ] {
+        let started = Instant::now();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(&args)
+            .env("STOCKADE_URL", &server.url)
+            .env("STOCKADE_TOKEN", token)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader closes at once
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(141),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+        assert_eq!(stderr_of(&out), "", "{args:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn exec_in_the_background_ps_kill_and_output_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_bg_token_0000001";
+    let server = start_server(dir.path(), Some(token));
+    create(&server, token, &["--name", "bg"]);
+
+    let out = cli(&server, token, &["exec", "-d", "bg", "--", "sleep", "300"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let sleeper = stdout_of(&out).trim().to_owned();
+    assert!(
+        sleeper.len() == 12 && sleeper.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "the process id alone: {sleeper:?}"
+    );
+    let v = json_of(&cli(
+        &server,
+        token,
+        &[
+            "exec",
+            "-d",
+            "bg",
+            "--json",
+            "--shell",
+            "echo hi; echo oops >&2; exit 3",
+        ],
+    ));
+    let short = v["processId"].as_str().unwrap().to_owned();
+
+    let list = json_of(&cli(&server, token, &["ps", "bg", "--json"]));
+    let procs = list["processes"].as_array().unwrap();
+    let sleeping = procs
+        .iter()
+        .find(|p| p["processId"] == sleeper.as_str())
+        .unwrap();
+    assert_eq!(sleeping["status"], "running");
+    assert!(procs.iter().any(|p| p["processId"] == short.as_str()));
+    let table = stdout_of(&cli(&server, token, &["ps", "bg"]));
+    let header = table.lines().next().unwrap();
+    assert!(header.starts_with("PID "), "{table}");
+    let row = table.lines().find(|l| l.starts_with(&sleeper)).unwrap();
+    assert!(row.ends_with("sleep 300"), "{table}");
+    for col in ["STATUS", "EXIT", "STARTED", "TIME", "COMMAND"] {
+        let at = header.find(col).unwrap();
+        assert!(
+            row[..at].ends_with("  ") && !row[at..].starts_with(' '),
+            "{col} aligned:\n{table}"
+        );
+    }
+
+    let mut done = serde_json::Value::Null;
+    for _ in 0..50 {
+        done = json_of(&cli(&server, token, &["ps", "bg", &short, "--json"]));
+        if done["status"] != "running" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(done["status"], "exited");
+    assert_eq!(done["exitCode"], 3);
+    assert_eq!(done["stdout"], "hi\n");
+    let shown = stdout_of(&cli(&server, token, &["ps", "bg", &short]));
+    assert!(
+        shown.contains("--- stdout\nhi\n--- stderr\noops\n"),
+        "{shown}"
+    );
+
+    let out = cli(&server, token, &["kill", "bg", &sleeper]);
+    assert_eq!(
+        stdout_of(&out),
+        format!("{sleeper}: killed\n"),
+        "{}",
+        stderr_of(&out)
+    );
+    let killed = json_of(&cli(&server, token, &["ps", "bg", &sleeper, "--json"]));
+    assert_eq!(killed["status"], "killed");
+    let out = cli(&server, token, &["kill", "bg", &sleeper, "nosuchproc12"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stdout_of(&out),
+        format!("{sleeper}: had ended already (killed, exit code 137)\n")
+    );
+    let err = stderr_of(&out);
+    assert!(
+        err.starts_with(
+            "nosuchproc12: error: no background process `nosuchproc12` in sandbox `bg`"
+        ),
+        "{err}"
+    );
+
+    // stdout and stderr through one pipe keep the order they were written in.
+    let out = sh(
+        &server,
+        token,
+        "sh",
+        r#""$STOCKADE" exec -n bg --shell 'for i in 1 2 3 4 5; do echo out$i; sleep 0.1; echo err$i >&2; sleep 0.1; done' 2>&1"#,
+    );
+    assert!(out.status.success());
+    assert_eq!(
+        stdout_of(&out),
+        "out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\n"
+    );
+}
+
+/// Answers every request on a free port with `body` (a health document).
+fn fake_health(body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn a_missing_image_hints_at_the_fixes_and_help_names_the_default_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_image_token_0001";
+    let server = start_server(dir.path(), Some(token));
+    let image = format!(
+        "stockade-test/missing-{}:nope",
+        std::process::id() ^ Instant::now().elapsed().subsec_nanos()
+    );
+    let out = cli(
+        &server,
+        token,
+        &["create", "--name", "ghost", "--image", &image],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_of(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains(&image),
+        "{err}"
+    );
+    assert!(lines[1].starts_with("hint: "), "{err}");
+    for fix in [
+        "--image",
+        "STOCKADE_DEFAULT_IMAGE",
+        &format!("`docker pull {image}`"),
+    ] {
+        assert!(lines[1].contains(fix), "{fix} in {err}");
+    }
+    let e = json_error(&cli(
+        &server,
+        token,
+        &["create", "--json", "--image", &image],
+    ));
+    assert_eq!(e["code"], "image_unavailable");
+    let listed = json_of(&cli(&server, token, &["ls", "--json"]));
+    assert_eq!(listed["total"], 0, "nothing left behind");
+
+    let help_line = |url: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(["--url", url, "create", "--help"])
+            .env_remove("STOCKADE_URL")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let help = stdout_of(&out);
+        let at = help.find("--image <IMAGE>").expect("--image in the help");
+        help[at..].lines().take(2).collect::<Vec<_>>().join(" ")
+    };
+    // A server that reports its default image: the help names it.
+    let url = fake_health(r#"{"status":"healthy","defaults":{"image":"busybox:stockade-fake"}}"#);
+    assert!(
+        help_line(&url).contains("(default: the server's, busybox:stockade-fake)"),
+        "{}",
+        help_line(&url)
+    );
+    // This server does not report it yet; no server at all: no guess either.
+    for url in [server.url.as_str(), "http://127.0.0.1:9"] {
+        let line = help_line(url);
+        assert!(line.contains("(default: the server's default)"), "{line}");
+        assert!(!line.contains("node:20"), "{line}");
+    }
+}
+
+#[test]
+fn completions_offer_sandbox_and_snapshot_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "stk_cli_complete_token_1";
+    let server = start_server(dir.path(), Some(token));
+    create(&server, token, &["--name", "alpha"]);
+    create(&server, token, &["--name", "beta"]);
+    let out = cli(
+        &server,
+        token,
+        &["snapshot", "create", "alpha", "--name", "snap-one"],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    // Counts in words, tables aligned.
+    let out = cli(&server, token, &["ls", "--per-page", "1"]);
+    assert!(
+        stdout_of(&out).ends_with("… 2 sandboxes in all; next page: --page 2\n"),
+        "{}",
+        stdout_of(&out)
+    );
+
+    let complete = |words: &[&str]| {
+        let mut args = vec!["__complete", "--"];
+        args.extend_from_slice(words);
+        let out = cli(&server, token, &args);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        stdout_of(&out)
+    };
+    assert_eq!(complete(&["stockade", "get", ""]), "alpha\nbeta\n");
+    assert_eq!(
+        complete(&["stockade", "exec", "-e", "A=1", "al"]),
+        "alpha\n"
+    );
+    assert_eq!(complete(&["stockade", "rm", "alpha", "b"]), "beta\n");
+    assert_eq!(
+        complete(&["stockade", "create", "--from-snapshot", ""]),
+        "snap-one\n"
+    );
+    assert_eq!(
+        complete(&["stockade", "cp", "./x", ""]),
+        "alpha:\nbeta:\n:files\n"
+    );
+    assert_eq!(complete(&["stockade", "sna"]), "snapshot\n");
+    assert_eq!(complete(&["stockade", "exec", "alpha", "--", ""]), "");
+    let out = cli(
+        &server,
+        token,
+        &[
+            "__complete",
+            "--",
+            "stockade",
+            "--url",
+            "http://127.0.0.1:9",
+            "get",
+            "",
+        ],
+    );
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
+
+    // The scripts, as the shells run them.
+    let scripts = tempfile::tempdir().unwrap();
+    let script = |shell: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let path = scripts.path().join(shell);
+        std::fs::write(&path, &out.stdout).unwrap();
+        path.display().to_string()
+    };
+    let bash = script("bash");
+    let out = sh(
+        &server,
+        token,
+        "bash",
+        &format!(
+            r#"source {bash}
+t() {{ COMP_LINE="$1"; COMP_POINT=${{#COMP_LINE}}; COMP_WORDS=("$STOCKADE"); COMP_CWORD=1; _stockade; echo "${{COMPREPLY[*]}}"; }}
+t "stockade get "
+t "stockade stop -t 5 b"
+t "stockade create --from-snapshot=sn"
+t "stockade ex""#
+        ),
+    );
+    assert_eq!(
+        stdout_of(&out),
+        "alpha beta\nbeta\nsnap-one\nexec\n",
+        "{}",
+        stderr_of(&out)
+    );
+    let has = |shell: &str| {
+        Command::new(shell)
+            .args(["-c", "exit 0"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has("zsh") {
+        let zsh = script("zsh");
+        let out = sh(
+            &server,
+            token,
+            "zsh",
+            &format!(
+                r#"compdef() {{ :; }}; source {zsh}
+compadd() {{ print -r -- "$*"; }}; _files() {{ print files; }}
+words=("$STOCKADE" get ""); CURRENT=3; _stockade
+words=("$STOCKADE" cp ./x ""); CURRENT=4; _stockade"#
+            ),
+        );
+        assert_eq!(
+            stdout_of(&out),
+            "-Q -- alpha beta\n-Q -S  -- alpha: beta:\nfiles\n",
+            "{}",
+            stderr_of(&out)
+        );
+    }
+    if has("fish") {
+        let fish = script("fish");
+        let out = sh(
+            &server,
+            token,
+            "fish",
+            &format!(
+                r#"source {fish}; function stockade; "$STOCKADE" $argv; end; complete -C "stockade get "; complete -C "stockade snapshot rm s""#
+            ),
+        );
+        assert_eq!(
+            stdout_of(&out),
+            "alpha\nbeta\nsnap-one\n",
+            "{}",
+            stderr_of(&out)
+        );
+    }
+}

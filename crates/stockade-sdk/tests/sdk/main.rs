@@ -7,6 +7,7 @@ mod exec;
 mod files;
 mod lifecycle;
 mod logs;
+mod names;
 mod ports;
 mod snapshots;
 mod update;
