@@ -260,7 +260,7 @@ test('a sandbox page cannot read or use the dashboard session (SEC-7)', async ()
   // The session is an HttpOnly cookie: no script of the dashboard sees it.
   const visible = await page.evaluate(() => [document.cookie, JSON.stringify(sessionStorage), JSON.stringify(localStorage)].join(' '));
   assert.ok(!visible.includes(token), 'the API token is readable by scripts of the origin');
-  const cookies = await page.context().cookies(base);
+  const cookies = await page.context().cookies(`${base}/api/v1/me`);
   const session = cookies.find((c) => c.name === 'stockade_session');
   assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `session cookie: ${JSON.stringify(session)}`);
   // A hostile page inside a sandbox tries everything it can.

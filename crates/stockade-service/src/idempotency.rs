@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use chrono::Utc;
 use stockade_api::CreateSandboxRequest;
-use stockade_core::{Sandbox, SandboxId, Scope};
+use stockade_core::{OperationKind, Sandbox, SandboxId, Scope};
 use stockade_store::StoreError;
 use tracing::error;
 
 use crate::error::{ServiceError, ServiceResult};
 use crate::lifecycle::{Created, IdempotencyKey};
+use crate::operations::OpGuard;
 use crate::Service;
 
 /// How long a key is remembered.
@@ -88,15 +89,28 @@ pub async fn create_with_key(
                 }
             }
         }
+        // The create's operation is recorded before the key, so a retry
+        // that finds the key also finds the operation (or its record) —
+        // never nothing while the first create is still on its way.
+        let op = svc.new_operation(
+            OperationKind::Create,
+            &id,
+            &account,
+            serde_json::json!({ "idempotency_key": key }),
+        );
+        let guard = svc.begin_operation(op).await?;
         match svc
             .store
             .insert_idempotency_key(&account, key, &hash, &id, expired_before())
             .await
         {
-            Ok(()) => return create_recorded(svc, scope, req, key, id).await,
+            Ok(()) => return create_recorded(svc, scope, req, key, id, guard).await,
             // A concurrent request with the same key won: replay its result.
-            Err(StoreError::Conflict(_)) => continue,
-            Err(e) => return Err(e.into()),
+            Err(StoreError::Conflict(_)) => guard.release().await,
+            Err(e) => {
+                guard.release().await;
+                return Err(e.into());
+            }
         }
     }
     Err(ServiceError::Conflict(format!(
@@ -112,6 +126,7 @@ async fn create_recorded(
     req: &CreateSandboxRequest,
     key: &str,
     id: SandboxId,
+    guard: OpGuard,
 ) -> ServiceResult<Created> {
     let idem = IdempotencyKey {
         account: scope.account_id.clone(),
@@ -130,11 +145,12 @@ async fn create_recorded(
             if let Err(de) = svc.store.delete_idempotency_key(&idem.account, key).await {
                 error!(error = %de, "could not forget the idempotency key of a failed create");
             }
+            guard.release().await;
             return Err(e);
         }
     };
     // A failed create forgets the key itself (also when its caller left).
-    let sandbox = crate::lifecycle::create_from(svc, sb, Some(idem), source).await?;
+    let sandbox = crate::lifecycle::create_from(svc, sb, Some(idem), source, Some(guard)).await?;
     Ok(Created {
         sandbox,
         replayed: false,

@@ -170,7 +170,7 @@ pub async fn create_sandbox(
         None => {
             let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
             let sb = prepare_with_id(svc, scope, &spec_req, sb.id)?;
-            let sandbox = create_from(svc, sb, None, source).await?;
+            let sandbox = create_from(svc, sb, None, source, None).await?;
             Ok(Created {
                 sandbox,
                 replayed: false,
@@ -197,6 +197,7 @@ pub async fn create_from(
     sandbox: Sandbox,
     idempotency: Option<IdempotencyKey>,
     source: Option<PreparedSource>,
+    held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let abandoned = CancellationToken::new();
     let guard = abandoned.clone().drop_guard();
@@ -211,7 +212,7 @@ pub async fn create_from(
         let poolable = archive.is_none() && idempotency.is_none();
         let key = idempotency.clone();
         let mut result =
-            create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency).await;
+            create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency, held).await;
         if abandoned.is_cancelled() && !svc.crashed() {
             if let Ok(made) = &result {
                 // Nobody will ever see it: it goes like any sandbox (LC-12).
@@ -249,29 +250,44 @@ async fn create_inner(
     archive: Option<stockade_runtime::ByteStream>,
     poolable: bool,
     idempotency: Option<IdempotencyKey>,
+    held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
-    if poolable {
+    if poolable && held.is_none() {
         if let Some(served) = crate::pool::claim(svc, &sb).await {
             return served;
         }
     }
-    let params = match &idempotency {
-        Some(k) => serde_json::json!({ "idempotency_key": k.key }),
-        None => serde_json::json!({}),
+    let name_taken = |e: StoreError| match e {
+        StoreError::Conflict(_) => ServiceError::Conflict(format!(
+            "A sandbox named '{}' already exists in this account",
+            sb.spec.name
+        )),
+        other => other.into(),
     };
-    let op = svc.new_operation(OperationKind::Create, &sb.id, &sb.account_id, params);
-    svc.store
-        .insert_sandbox_with_operation(&sb, &op)
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => ServiceError::Conflict(format!(
-                "A sandbox named '{}' already exists in this account",
-                sb.spec.name
-            )),
-            other => other.into(),
-        })?;
-    let guard = svc.hold_operation(op);
+    let guard = match held {
+        // The operation was recorded before the idempotency key: only the
+        // record is new.
+        Some(guard) => {
+            if let Err(e) = svc.store.insert_sandbox(&sb).await {
+                guard.release().await;
+                return Err(name_taken(e));
+            }
+            guard
+        }
+        None => {
+            let params = match &idempotency {
+                Some(k) => serde_json::json!({ "idempotency_key": k.key }),
+                None => serde_json::json!({}),
+            };
+            let op = svc.new_operation(OperationKind::Create, &sb.id, &sb.account_id, params);
+            svc.store
+                .insert_sandbox_with_operation(&sb, &op)
+                .await
+                .map_err(name_taken)?;
+            svc.hold_operation(op)
+        }
+    };
     svc.crash_point("create.recorded")?;
     if abandoned.is_cancelled() {
         guard.abandon().await;
