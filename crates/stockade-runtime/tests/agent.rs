@@ -695,6 +695,129 @@ async fn racing_runtimes_all_get_the_agent() {
     );
 }
 
+/// A main process for an image without a shell or libc: prints its first
+/// argument and exits, or waits for SIGTERM and exits 0.
+const TINY_MAIN: &str = r#"#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+static volatile sig_atomic_t done;
+static void on_term(int sig) { (void)sig; done = 1; }
+int main(int argc, char **argv) {
+    if (argc > 1) { printf("%s\n", argv[1]); return 0; }
+    signal(SIGTERM, on_term);
+    while (!done) pause();
+    return 0;
+}
+"#;
+
+/// Imports an image holding nothing but a static `/tiny` (TINY_MAIN), in
+/// the manner of a distroless image: no shell, no libc, no /etc.
+fn import_shell_less_image(tag: &str) {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid = std::process::id();
+    let source = dir.join(format!("tiny-main-{pid}.c"));
+    let binary = dir.join(format!("tiny-main-{pid}"));
+    std::fs::write(&source, TINY_MAIN).unwrap();
+    let out = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .output()
+        .expect("run cc (install gcc and libc6-dev)");
+    let _ = std::fs::remove_file(&source);
+    assert!(
+        out.status.success(),
+        "cc -static failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = std::fs::read(&binary).unwrap();
+    let _ = std::fs::remove_file(&binary);
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o755);
+    h.set_cksum();
+    tar.append_data(&mut h, "tiny", data.as_slice()).unwrap();
+    let tar = tar.into_inner().unwrap();
+    let mut child = Command::new("docker")
+        .args([
+            "import",
+            "--change",
+            "LABEL io.stockade.test=agent",
+            "--change",
+            "CMD [\"/tiny\"]",
+            "-",
+            tag,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("docker import");
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(&tar).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "docker import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn an_image_without_shell_or_libc_gets_the_agent_too() {
+    let rt = runtime();
+    let mut cleanup = Cleanup::default();
+    let image = format!("stockade-test-agent-tiny:{}", SandboxId::generate());
+    cleanup.images.push(image.clone());
+    import_shell_less_image(&image);
+    let token = new_token();
+    let mut s = spec(&image, "", Some(&token));
+    // No start command: the image's own (`/tiny`) is the main process.
+    s.command = Vec::new();
+    cleanup.sandboxes.push(s.sandbox_id.clone());
+    rt.create(&s).await.expect("create from a shell-less image");
+    let c = agent(&rt, &s.sandbox_id, Some(&token)).await;
+    let out = c
+        .run(
+            "/tiny",
+            &RunOptions {
+                args: vec!["hello from tiny".into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(out.stdout, b"hello from tiny\n");
+    // Files and directories through the agent alone.
+    c.upload_bytes("/workspace/note.txt", "no shell needed")
+        .await
+        .unwrap();
+    let back = c
+        .download("/workspace/note.txt")
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(back, b"no shell needed");
+    let listed = c.list_dir("/", 1).await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|e| e.name.as_str()).collect();
+    assert!(names.contains(&"tiny"), "{names:?}");
+    // The main process (the image's command) gets SIGTERM from the agent.
+    let started = Instant::now();
+    rt.stop(&s.sandbox_id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        rt.inspect(&s.sandbox_id).await.unwrap().unwrap().exit_code,
+        Some(0)
+    );
+}
+
 fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
     v.sort();
     let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
