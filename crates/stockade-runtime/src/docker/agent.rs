@@ -33,7 +33,7 @@ use super::files::DockerPathStat;
 use super::lifecycle::remove_container;
 use super::update::ustar_header;
 use super::{error_chain, status_code, DockerRuntime};
-use crate::agent::{agent_version, AGENT_BINARY, AGENT_MOUNT_PATH, AGENT_PATH};
+use crate::agent::{agent_target, agent_version, AGENT_BINARY, AGENT_MOUNT_PATH, AGENT_PATH};
 use crate::files::from_go_mode;
 use crate::{labels, FileKind, RuntimeError, RuntimeResult};
 
@@ -98,6 +98,18 @@ fn agent_archive() -> Vec<u8> {
     out.resize(out.len().div_ceil(512) * 512, 0);
     out.extend_from_slice(&[0u8; 1024]);
     out
+}
+
+/// Whether an agent built for the Rust `target` runs on an engine that
+/// reports `arch` (Go's names: `amd64`, `arm64`, …); an unknown pair is
+/// given the benefit of the doubt.
+fn runs_on(target: &str, arch: &str) -> bool {
+    let expected = match target.split('-').next().unwrap_or_default() {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        _ => return true,
+    };
+    arch.is_empty() || arch == expected
 }
 
 /// The labels of the agent volume.
@@ -205,6 +217,17 @@ impl DockerRuntime {
     }
 
     async fn fill_agent_volume(&self, docker: &Docker, image: &str) -> RuntimeResult<()> {
+        // An agent of another architecture would fail every start.
+        if let Ok(v) = docker.version().await {
+            let arch = v.arch.unwrap_or_default();
+            if !runs_on(agent_target(), &arch) {
+                return Err(RuntimeError::Other(format!(
+                    "the embedded agent is built for {} but the Docker engine runs on {arch}: \
+                     build Stockade for the engine's architecture",
+                    agent_target()
+                )));
+            }
+        }
         // An existing volume is returned as it is (one being filled elsewhere too).
         docker
             .create_volume(CreateVolumeOptions {
@@ -374,6 +397,16 @@ impl DockerRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn architectures_match_go_names() {
+        assert!(runs_on("x86_64-unknown-linux-gnu", "amd64"));
+        assert!(!runs_on("x86_64-unknown-linux-gnu", "arm64"));
+        assert!(runs_on("aarch64-unknown-linux-gnu", "arm64"));
+        assert!(!runs_on("aarch64-unknown-linux-gnu", "amd64"));
+        assert!(runs_on("x86_64-unknown-linux-gnu", ""));
+        assert!(runs_on("riscv64gc-unknown-linux-gnu", "riscv64"));
+    }
 
     #[test]
     fn the_archive_holds_the_executable() {
