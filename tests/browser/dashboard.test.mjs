@@ -226,7 +226,8 @@ test('details show live usage and working proxy links to exposed ports', async (
   await page.click('#tab-details');
   await page.waitForSelector('#ports a', { timeout: 30000 });
   const href = await page.getAttribute('#ports a', 'href');
-  assert.match(href, new RegExp(`/proxy/${sb.id}/8080/`));
+  // The host form: the port has an origin of its own (SEC-7).
+  assert.match(href, new RegExp(`^http://8080-${sb.id}\\.localhost:\\d+/`));
   // Live usage: the memory fact shows used of limit once stats arrive.
   await page.waitForFunction(() => /of/.test(document.querySelector('#facts').textContent), null, { timeout: 30000 });
   await shot(page, '12-details-ports');
@@ -251,5 +252,63 @@ test('keyboard use, small screens, and sign-out', async () => {
   await page.reload();
   await page.waitForSelector('#signin:not([hidden])');
   assert.equal(await page.evaluate(() => sessionStorage.getItem('stockade.token')), null);
+  await page.context().close();
+});
+
+test('a sandbox page cannot read or use the dashboard session (SEC-7)', async () => {
+  const page = await signedInPage();
+  // The session is an HttpOnly cookie: no script of the dashboard sees it.
+  const visible = await page.evaluate(() => [document.cookie, JSON.stringify(sessionStorage), JSON.stringify(localStorage)].join(' '));
+  assert.ok(!visible.includes(token), 'the API token is readable by scripts of the origin');
+  const cookies = await page.context().cookies(`${base}/api/v1/me`);
+  const session = cookies.find((c) => c.name === 'stockade_session');
+  assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `session cookie: ${JSON.stringify(session)}`);
+  // A hostile page inside a sandbox tries everything it can.
+  const sb = await api('POST', '/api/v1/sandbox', {
+    name: 'ui-hostile', ports: [8080], startCommand: 'busybox httpd -f -p 8080 -h /workspace',
+  });
+  const probe = `<h1 id="out">probing</h1><script>
+(async () => {
+  const r = {};
+  try { r.cookie = document.cookie; } catch (e) { r.cookie = 'blocked'; }
+  try { r.storage = JSON.stringify(sessionStorage); } catch (e) { r.storage = 'blocked'; }
+  for (const [k, u] of [['rel', '/api/v1/me'], ['abs', '${base}/api/v1/me']]) {
+    try { const resp = await fetch(u, { credentials: 'include' }); r[k] = resp.status + ' ' + (await resp.text()); } catch (e) { r[k] = 'blocked'; }
+  }
+  try {
+    const resp = await fetch('${base}/api/v1/sandbox', { method: 'POST', credentials: 'include',
+      headers: { 'Content-Type': 'text/plain' }, body: '{"name":"planted"}' });
+    r.create = String(resp.status);
+  } catch (e) { r.create = 'blocked'; }
+  document.getElementById('out').textContent = JSON.stringify(r);
+  document.title = 'probed';
+})();
+</script>`;
+  const put = await fetch(`${base}/api/v1/sandbox/${sb.id}/files?path=index.html`, {
+    method: 'PUT', headers: { Authorization: `Bearer ${token}` }, body: probe,
+  });
+  assert.ok(put.ok, `writing the probe: ${put.status}`);
+  const { token: proxyToken } = await api('POST', `/api/v1/sandbox/${sb.id}/auth-token`, {});
+  const port = new URL(base).port;
+  for (const url of [
+    `${base}/proxy/${sb.id}/8080/?stockade_token=${proxyToken}`,
+    `http://8080-${sb.id}.localhost:${port}/?stockade_token=${proxyToken}`,
+  ]) {
+    const tab = await page.context().newPage();
+    const resp = await tab.goto(url);
+    if (url.includes('/proxy/')) {
+      assert.match(resp.headers()['content-security-policy'] || '', /sandbox/, 'path form without CSP sandbox');
+      assert.doesNotMatch(resp.headers()['content-security-policy'], /allow-same-origin/);
+    }
+    await tab.waitForFunction(() => document.title === 'probed', null, { timeout: 30000 });
+    const r = JSON.parse(await tab.textContent('#out'));
+    assert.ok(!JSON.stringify(r).includes(token), `${url}: the token leaked: ${JSON.stringify(r)}`);
+    assert.ok(!JSON.stringify(r).includes('"account"'), `${url}: the API answered the page as the admin: ${JSON.stringify(r)}`);
+    assert.ok(r.create === 'blocked' || !r.create.startsWith('2'), `${url}: the page created a sandbox: ${r.create}`);
+    await tab.close();
+  }
+  const list = await api('GET', '/api/v1/sandbox?name=planted');
+  assert.equal(list.total, 0, 'a sandbox page made the admin create a sandbox');
+  await shot(page, '14-hostile-page-refused');
   await page.context().close();
 });

@@ -327,6 +327,27 @@ pub struct HealthResponse {
     pub version: String,
     pub docker: DockerHealth,
     pub database: DatabaseHealth,
+    /// How well sandboxes are kept apart (SEC-5); absent before the first check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationHealth>,
+    /// Things that work but need an operator's attention.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The last check of the sandboxes' network isolation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IsolationHealth {
+    /// `ok`, `repaired` or `degraded`.
+    pub status: String,
+    pub checked_at: chrono::DateTime<chrono::Utc>,
+    /// What could not be applied, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    /// What was missing or wrong and was put right.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repaired: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -400,6 +421,14 @@ pub struct CreateAccountResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ListAccountsResponse {
     pub accounts: Vec<AccountResponse>,
+}
+
+/// `POST /api/v1/session`: sign the dashboard in with an API token; the
+/// answer sets the `HttpOnly` session cookie.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionRequest {
+    pub token: String,
 }
 
 /// `GET /api/v1/me`: who the token belongs to.

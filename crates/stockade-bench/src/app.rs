@@ -43,12 +43,15 @@ impl App {
         let mut config = ServerConfig {
             listen: "127.0.0.1:0".parse().context("loopback address")?,
             docker_host: opts.docker_host.clone(),
-            blob_store: stockade_blob::BlobConfig::Local {
-                dir: dir.path().join("blobs"),
+            service: stockade_service::ServiceConfig {
+                blob_store: stockade_blob::BlobConfig::Local {
+                    dir: dir.path().join("blobs"),
+                },
+                ..Default::default()
             },
             ..ServerConfig::default()
         };
-        config.defaults.image = opts.image.clone();
+        config.service.defaults.image = opts.image.clone();
         // The limiter stays on (its cost is part of every request) but so
         // high that the benchmark's thousands of requests never reach it.
         config.rate_limit = Some(RateLimitConfig::uniform(Limit {
@@ -90,7 +93,7 @@ impl App {
 
     /// This server's instance id: the label on everything it creates.
     pub fn instance_id(&self) -> String {
-        self.state.instance_id.to_string()
+        self.state.svc.instance_id.to_string()
     }
 
     /// Stops serving and waits for the background work to end.

@@ -253,7 +253,7 @@ impl Bench {
         }
         let idle = rss_mib();
         let app = self.app()?;
-        let store = app.state.store.clone();
+        let store = app.state.svc.store.clone();
         let account = admin_account(store.as_ref(), &app.token).await?;
         let inserted = insert_records(&store, &account, self.plan.records, &self.defaults).await?;
         self.notes.push(format!(
@@ -264,7 +264,7 @@ impl Bench {
         // The server lists every active record on each reconciliation pass
         // (every 30 s): include one in "with records".
         let state = self.app()?.state.clone();
-        stockade_server::reconcile::reconcile_once(&state)
+        stockade_service::reconcile::reconcile_once(&state.svc)
             .await
             .context("reconciliation")?;
         let with_records = rss_mib();
@@ -651,7 +651,7 @@ impl Bench {
     /// the pool is full again, so every sample is a claim (a create that
     /// finds the pool empty is a cold one, measured above).
     async fn warm(&mut self) -> anyhow::Result<()> {
-        use stockade_server::pool::{PoolClassConfig, PoolConfig};
+        use stockade_service::pool::{PoolClassConfig, PoolConfig};
         let size = self.plan.pool_size;
         let dir = tempfile::tempdir().context("could not create a temporary directory")?;
         let store: Arc<dyn Store> = Arc::new(
@@ -667,7 +667,7 @@ impl Bench {
             docker_host: self.docker_host.clone(),
             image: self.cli_image.clone(),
             configure: Some(Box::new(move |c| {
-                c.pool = PoolConfig {
+                c.service.pool = PoolConfig {
                     classes: vec![PoolClassConfig::default_class(size)],
                     check_interval: Duration::from_millis(200),
                     drain_on_shutdown: true,
@@ -683,13 +683,13 @@ impl Bench {
             let mut with_env = Vec::new();
             for i in 0..self.plan.warm * 2 {
                 let deadline = Instant::now() + Duration::from_secs(120);
-                while app.state.pool.ready_total() < size {
+                while app.state.svc.pool.ready_total() < size {
                     if Instant::now() > deadline {
                         bail!("the warm pool did not fill to {size} within 2 minutes");
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                let members = app.state.pool.members();
+                let members = app.state.svc.pool.members();
                 // Every other create sets environment variables, which a
                 // claim writes for the main process's next start.
                 let body = if i % 2 == 0 {

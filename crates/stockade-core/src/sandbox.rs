@@ -73,6 +73,69 @@ impl Sandbox {
         session_deadline(self.spec.timeout_minutes, start)
     }
 
+    /// Whether the sandbox is destroyed (TERMINATED or soft-deleted).
+    pub fn is_terminated(&self) -> bool {
+        self.status == SandboxStatus::Terminated || self.deleted_at.is_some()
+    }
+
+    /// Whether a create is still making it (its container may not exist yet).
+    pub fn is_being_created(&self) -> bool {
+        matches!(
+            self.status,
+            SandboxStatus::Provisioning | SandboxStatus::Pending
+        )
+    }
+
+    /// Its container runs from `now` on: RUNNING, a new session (LC-7).
+    pub fn mark_running(&mut self, now: DateTime<Utc>) {
+        self.status = SandboxStatus::Running;
+        self.status_reason = None;
+        self.started_at = Some(now);
+        self.stopped_at = None;
+        self.session_expires_at = self.session_deadline(now);
+    }
+
+    /// Its container stopped at `at` (`reason` says why, when it was not
+    /// asked for): STOPPED, and the session ends with it.
+    pub fn mark_stopped(&mut self, at: DateTime<Utc>, reason: Option<String>) {
+        self.status = SandboxStatus::Stopped;
+        self.status_reason = reason;
+        self.stopped_at = Some(at);
+        self.session_expires_at = None;
+    }
+
+    /// Its container is gone or broken: ERROR with the reason.
+    pub fn mark_error(&mut self, reason: String) {
+        self.status = SandboxStatus::Error;
+        self.status_reason = Some(reason);
+        self.session_expires_at = None;
+    }
+
+    /// Destroyed at `at`: TERMINATED and soft-deleted (LC-5).
+    pub fn mark_terminated(&mut self, at: DateTime<Utc>) {
+        self.status = SandboxStatus::Terminated;
+        self.terminated_at = Some(at);
+        self.deleted_at = Some(at);
+        self.session_expires_at = None;
+    }
+
+    /// Copies the status fields of `other` (a transition made on an older
+    /// copy of this record) onto this one, keeping everything else.
+    pub fn take_status_of(&mut self, other: &Sandbox) {
+        self.status = other.status;
+        self.status_reason = other.status_reason.clone();
+        self.container_id = other.container_id.clone();
+        self.started_at = other.started_at;
+        self.stopped_at = other.stopped_at;
+        self.terminated_at = other.terminated_at;
+        self.deleted_at = other.deleted_at;
+        self.session_expires_at = match (other.status, other.started_at) {
+            // A session opened there runs under this record's timeout.
+            (SandboxStatus::Running, Some(t)) => self.session_deadline(t),
+            _ => other.session_expires_at,
+        };
+    }
+
     pub fn volume_name(&self) -> VolumeName {
         VolumeName::for_sandbox(&self.id)
     }

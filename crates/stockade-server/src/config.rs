@@ -1,125 +1,49 @@
-//! Server configuration: where it listens and the sandbox defaults it applies.
+//! Server configuration: where it listens, what its HTTP surface allows, and
+//! the service configuration it passes on.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use stockade_blob::BlobConfig;
-use stockade_core::Defaults;
+use stockade_service::ServiceConfig;
 
 use crate::ratelimit::RateLimitConfig;
-use crate::usage::UsageConfig;
 
 /// Everything the server needs besides its store and runtime.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// Defaults and bounds for new sandboxes.
-    pub defaults: Defaults,
-    /// Grace period of a stop without `?timeout=` (LC-4: 30 s).
-    pub stop_grace: Duration,
-    /// The longest `?timeout=` a stop accepts.
-    pub max_stop_grace: Duration,
     /// How the Docker daemon is reached, for troubleshooting messages.
     pub docker_host: String,
-    /// How often records and containers are reconciled (DB-6).
-    pub reconcile_interval: Duration,
-    /// A PROVISIONING record older than this belongs to a create that died.
-    pub provisioning_grace: Duration,
     /// Host-form proxy domain (API-6): `{port}-{id}.{proxy_domain}` reaches a
     /// sandbox's exposed port; `None` = path form (`/proxy/{id}/{port}/`) only.
     /// Lower case, optionally with `:port`; see [`crate::proxy::parse_proxy_domain`].
     pub proxy_domain: Option<String>,
     /// Lifetime of a sandbox auth token that asks for none (API-7).
     pub sandbox_token_ttl: Duration,
-    /// Logs and exec (API-5, API-8): output kept per stream of a buffered
-    /// exec or a background process.
-    pub max_exec_output_bytes: usize,
-    /// Timeout of an exec that names none (background processes have none).
-    pub default_exec_timeout: Duration,
-    /// The longest `timeoutSeconds` an exec accepts.
-    pub max_exec_timeout: Duration,
-    /// Background processes one sandbox may have listed at once.
-    pub max_processes_per_sandbox: usize,
     /// How often an idle SSE stream gets a keep-alive comment.
     pub sse_keep_alive: Duration,
-    /// Largest file write or archive upload (API-9); more is a 413.
-    pub max_file_bytes: u64,
     /// Rate limits of `/api/v1` (API-12); `None` turns them off.
     pub rate_limit: Option<RateLimitConfig>,
     /// When set, `GET /metrics` needs `Authorization: Bearer <this>`.
     pub metrics_token: Option<String>,
-    /// How the live figures of sandbox details are measured (API-3).
-    pub usage: UsageConfig,
-    /// How often ended sessions are looked for (LC-7).
-    pub session_check_interval: Duration,
-    /// How long an instance that claimed an ended session has to stop or
-    /// terminate the sandbox before another instance may try (SCALE-2).
-    pub session_claim_lease: Duration,
-    /// Where snapshots' workspaces, syncs and uploads are kept (S3-1).
-    pub blob_store: BlobConfig,
-    /// Limits of git / tarball / upload sources (LC-11).
-    pub sources: SourceLimits,
-    /// The warm pool (SCALE-3); no classes by default.
-    pub pool: crate::pool::PoolConfig,
-}
-
-/// How much the server fetches on a user's behalf for a create source.
-#[derive(Debug, Clone)]
-pub struct SourceLimits {
-    /// Largest archive (download or upload) and largest cloned repository.
-    pub max_archive_bytes: u64,
-    /// Largest total of the files an archive unpacks to.
-    pub max_unpacked_bytes: u64,
-    /// A clone or download that takes longer fails.
-    pub fetch_timeout: Duration,
-    /// How long an upload waits to be used.
-    pub upload_ttl: Duration,
-    /// Refuse source URLs whose host resolves to a loopback, private or
-    /// link-local address (SSRF guard). Off by default.
-    pub deny_private_networks: bool,
-}
-
-impl Default for SourceLimits {
-    fn default() -> Self {
-        Self {
-            max_archive_bytes: 1 << 30,
-            max_unpacked_bytes: 10 << 30,
-            fetch_timeout: Duration::from_secs(300),
-            upload_ttl: Duration::from_secs(24 * 3600),
-            deny_private_networks: false,
-        }
-    }
+    /// On shutdown, how long requests in flight may take to finish (DB-14).
+    pub shutdown_grace: Duration,
+    /// Sandbox defaults, limits, background tasks, object store, warm pool.
+    pub service: ServiceConfig,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7433)),
-            defaults: Defaults::default(),
-            stop_grace: Duration::from_secs(30),
-            max_stop_grace: Duration::from_secs(600),
             docker_host: "unix:///var/run/docker.sock".into(),
-            reconcile_interval: Duration::from_secs(30),
-            provisioning_grace: Duration::from_secs(600),
             proxy_domain: None,
             sandbox_token_ttl: Duration::from_secs(3600),
-            max_exec_output_bytes: 1024 * 1024,
-            default_exec_timeout: Duration::from_secs(300),
-            max_exec_timeout: Duration::from_secs(24 * 3600),
-            max_processes_per_sandbox: 64,
             sse_keep_alive: Duration::from_secs(15),
-            max_file_bytes: 100 * 1024 * 1024,
             rate_limit: Some(RateLimitConfig::default()),
             metrics_token: None,
-            usage: UsageConfig::default(),
-            session_check_interval: Duration::from_secs(1),
-            session_claim_lease: Duration::from_secs(120),
-            // The binary uses `<data dir>/blobs`; a library user sets its own.
-            blob_store: BlobConfig::Local {
-                dir: std::env::temp_dir().join("stockade-blobs"),
-            },
-            sources: SourceLimits::default(),
-            pool: crate::pool::PoolConfig::default(),
+            shutdown_grace: Duration::from_secs(10),
+            service: ServiceConfig::default(),
         }
     }
 }

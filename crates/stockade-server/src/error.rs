@@ -7,6 +7,7 @@ use axum::Json;
 use stockade_api::{ErrorBody, ErrorDetail};
 use stockade_core::{FieldError, ValidationErrors};
 use stockade_runtime::RuntimeError;
+use stockade_service::ServiceError;
 use stockade_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,12 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The sandbox is destroyed (409 `sandbox_terminated`).
+    #[error("{0}")]
+    Terminated(String),
+    /// The sandbox must be running for this (409 `sandbox_not_running`).
+    #[error("{0}")]
+    NotRunning(String),
     #[error("{0}")]
     PayloadTooLarge(String),
     /// Rate limited; retry after this many seconds.
@@ -52,6 +59,15 @@ pub enum ApiError {
     Docker(String),
     #[error("{0}")]
     Database(String),
+    /// The database cannot write (disk full, read-only): 507.
+    #[error("{0}")]
+    StorageFull(String),
+    /// The database cannot serve now: 503.
+    #[error("{0}")]
+    DatabaseUnavailable(String),
+    /// The server is shutting down: 503.
+    #[error("{0}")]
+    ShuttingDown(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -72,6 +88,8 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::Terminated(_) => (StatusCode::CONFLICT, "sandbox_terminated"),
+            Self::NotRunning(_) => (StatusCode::CONFLICT, "sandbox_not_running"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::SandboxUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
@@ -85,6 +103,11 @@ impl ApiError {
             Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
             Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
             Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),
+            Self::StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            Self::DatabaseUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
+            }
+            Self::ShuttingDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -153,43 +176,48 @@ impl From<FieldError> for ApiError {
     }
 }
 
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Validation(v) => Self::Validation(v),
+            ServiceError::Forbidden(m) => Self::Forbidden(m),
+            ServiceError::NotFound(m) => Self::NotFound(m),
+            ServiceError::Conflict(m) => Self::Conflict(m),
+            ServiceError::Terminated(m) => Self::Terminated(m),
+            ServiceError::NotRunning(m) => Self::NotRunning(m),
+            ServiceError::PayloadTooLarge(m) => Self::PayloadTooLarge(m),
+            ServiceError::SandboxUnavailable(m) => Self::SandboxUnavailable(m),
+            ServiceError::IdempotencyMismatch(m) => Self::IdempotencyMismatch(m),
+            ServiceError::ImageUnavailable(m) => Self::ImageUnavailable(m),
+            ServiceError::SourceFailed(m) => Self::SourceFailed(m),
+            ServiceError::ObjectStore(m) => Self::ObjectStore(m),
+            ServiceError::DockerUnavailable(m) => Self::DockerUnavailable(m),
+            ServiceError::Docker(m) => Self::Docker(m),
+            ServiceError::Database(m) => Self::Database(m),
+            ServiceError::StorageFull(m) => Self::StorageFull(m),
+            ServiceError::DatabaseUnavailable(m) => Self::DatabaseUnavailable(m),
+            ServiceError::ShuttingDown(m) => Self::ShuttingDown(m),
+            ServiceError::Internal(m) => Self::Internal(m),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound => Self::sandbox_not_found(),
-            StoreError::Forbidden => {
-                Self::Forbidden("Forbidden: this sandbox belongs to another account".into())
-            }
-            StoreError::Conflict(m) => Self::Conflict(m),
-            StoreError::Other(m) => Self::Database(format!("Database error: {m}")),
-        }
+        ServiceError::from(e).into()
     }
 }
 
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
-        match e {
-            RuntimeError::Unavailable(m) => Self::DockerUnavailable(m),
-            e @ RuntimeError::ImageUnavailable { .. } => Self::ImageUnavailable(e.to_string()),
-            RuntimeError::NotFound(m) => Self::Conflict(format!(
-                "The sandbox's container is missing on its Docker host ({m})"
-            )),
-            RuntimeError::Conflict(m) => Self::Conflict(m),
-            RuntimeError::Other(m) => Self::Docker(format!("Docker error: {m}")),
-        }
-    }
-}
-
-impl From<stockade_blob::BlobError> for ApiError {
-    fn from(e: stockade_blob::BlobError) -> Self {
-        match e {
-            stockade_blob::BlobError::NotFound(key) => {
-                Self::ObjectStore(format!("object store: '{key}' is missing"))
-            }
-            stockade_blob::BlobError::Source(m) => Self::Docker(format!("Docker error: {m}")),
-            other => Self::ObjectStore(format!("Object store error: {other}")),
-        }
+        ServiceError::from(e).into()
     }
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<stockade_blob::BlobError> for ApiError {
+    fn from(e: stockade_blob::BlobError) -> Self {
+        ServiceError::from(e).into()
+    }
+}

@@ -1,5 +1,7 @@
 //! Extractors: the authenticated caller (so no handler can forget auth) and a
-//! JSON body whose errors are 400s naming the offending field.
+//! JSON body whose errors are 400s naming the offending field. A caller
+//! authenticates with `Authorization: Bearer <token>` or, in the dashboard,
+//! with the `HttpOnly` session cookie plus the CSRF header (SEC-7).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -15,17 +17,29 @@ use crate::AppState;
 pub struct Caller {
     pub account: Account,
     pub scope: Scope,
+    /// The bearer header or the dashboard's session cookie.
+    pub credential: Credential,
 }
 
-fn bearer(parts: &Parts) -> Result<&str, ApiError> {
-    let header = parts
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            ApiError::Unauthorized(
-                "Missing API token: send the header `Authorization: Bearer <token>`".into(),
-            )
-        })?;
+/// The dashboard's session cookie: the API token, `HttpOnly` (no script
+/// reads it), `SameSite=Strict` and scoped to `/api/` (SEC-7).
+pub const SESSION_COOKIE: &str = "stockade_session";
+/// The header every state-changing request authenticated by the session
+/// cookie must carry: a cross-site form or image cannot send it, and no
+/// cross-origin script may (the API grants no CORS), so it defeats CSRF.
+pub const CSRF_HEADER: &str = "x-stockade-csrf";
+
+/// How a request authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    Bearer,
+    SessionCookie,
+}
+
+fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
+    let Some(header) = parts.headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
     let value = header
         .to_str()
         .map_err(|_| ApiError::Unauthorized("Malformed Authorization header".into()))?;
@@ -39,7 +53,49 @@ fn bearer(parts: &Parts) -> Result<&str, ApiError> {
                 "Malformed Authorization header: expected `Bearer <token>`".into(),
             )
         })?;
-    Ok(token)
+    Ok(Some(token))
+}
+
+/// The values of the cookie `name` in a request (several: somebody tried
+/// to plant one next to the real one).
+pub fn cookie_values<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Vec<&'a str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .into_iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k.trim() == name).then_some(v.trim())
+        })
+        .collect()
+}
+
+/// The token of the session cookie, checked: one cookie only, and the CSRF
+/// header on anything but a read.
+fn session_token(parts: &Parts) -> Result<Option<&str>, ApiError> {
+    let values = cookie_values(&parts.headers, SESSION_COOKIE);
+    let token = match values.as_slice() {
+        [] => return Ok(None),
+        [one] if !one.is_empty() => *one,
+        [_] => return Ok(None),
+        _ => {
+            return Err(ApiError::Unauthorized(format!(
+                "Several {SESSION_COOKIE} cookies were sent; sign in again"
+            )))
+        }
+    };
+    let safe = matches!(
+        parts.method,
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if !safe && !parts.headers.contains_key(CSRF_HEADER) {
+        return Err(ApiError::Forbidden(format!(
+            "Requests that change something and authenticate with the session cookie must send \
+             the {CSRF_HEADER} header (scripts use `Authorization: Bearer` instead)"
+        )));
+    }
+    Ok(Some(token))
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -49,8 +105,19 @@ impl FromRequestParts<AppState> for Caller {
         if let Some(caller) = parts.extensions.get::<Caller>() {
             return Ok(caller.clone());
         }
-        let token = bearer(parts)?;
+        let (token, credential) = match bearer(parts)? {
+            Some(t) => (t, Credential::Bearer),
+            None => match session_token(parts)? {
+                Some(t) => (t, Credential::SessionCookie),
+                None => {
+                    return Err(ApiError::Unauthorized(
+                        "Missing API token: send the header `Authorization: Bearer <token>`".into(),
+                    ))
+                }
+            },
+        };
         let (account, team_ids) = state
+            .svc
             .store
             .account_by_token_hash(&hash_token(token))
             .await?
@@ -61,6 +128,7 @@ impl FromRequestParts<AppState> for Caller {
                 team_ids,
             },
             account,
+            credential,
         };
         parts.extensions.insert(caller.clone());
         Ok(caller)

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
-use stockade_blob::{BlobStore, ObjectBlobStore};
-use stockade_core::{ApiToken, InstanceId};
+use stockade_core::ApiToken;
 use stockade_runtime::Runtime;
+use stockade_service::Service;
 use stockade_store::Store;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
@@ -18,46 +18,23 @@ use tower_http::trace::TraceLayer;
 pub mod config;
 pub mod error;
 pub mod extract;
-pub mod files;
-pub mod lifecycle;
-pub mod log_cursor;
 pub mod metrics;
-pub mod output;
-pub mod pool;
-pub mod processes;
 pub mod proxy;
 pub mod ratelimit;
-pub mod reconcile;
 pub mod routes;
-pub mod sessions;
-pub mod snapshots;
-pub mod sources;
 pub mod sse;
-pub mod usage;
-pub mod workspace_sync;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
 
-/// What every handler gets: the store, the runtime and the configuration.
+/// What every handler gets: the service, the server's configuration and
+/// the key of the proxy's sandbox tokens.
 #[derive(Clone)]
 pub struct AppState {
-    pub store: Arc<dyn Store>,
-    pub runtime: Arc<dyn Runtime>,
+    pub svc: Service,
     pub config: Arc<ServerConfig>,
-    pub instance_id: InstanceId,
     /// Signs and checks sandbox tokens for the proxy (API-7).
     pub proxy_keys: proxy::token::TokenKey,
-    /// Background processes started by exec (API-8).
-    pub processes: Arc<processes::ProcessRegistry>,
-    /// Prometheus metrics of this server (API-13).
-    pub metrics: Arc<metrics::Metrics>,
-    /// Live usage and volume sizes for sandbox details (API-3).
-    pub usage: Arc<usage::Usage>,
-    /// Object store of snapshots, syncs and uploads (S3-1).
-    pub blobs: Arc<dyn BlobStore>,
-    /// The warm pool of pre-created sandboxes (SCALE-3).
-    pub pool: Arc<pool::Pool>,
 }
 
 impl AppState {
@@ -66,31 +43,12 @@ impl AppState {
         runtime: Arc<dyn Runtime>,
         config: ServerConfig,
     ) -> Result<Self, stockade_store::StoreError> {
-        let instance_id = store.instance_id().await?;
-        let proxy_keys = proxy::token::TokenKey::load(store.as_ref()).await?;
-        let metrics = Arc::new(metrics::Metrics::new());
-        let usage = Arc::new(usage::Usage::new(
-            runtime.clone(),
-            metrics.clone(),
-            config.usage.clone(),
-        ));
-        let blobs = ObjectBlobStore::open(&config.blob_store)
-            .map_err(|e| stockade_store::StoreError::Other(e.to_string()))?;
-        let pool = pool::Pool::new(&config.pool, &config.defaults)
-            .map_err(stockade_store::StoreError::Other)?;
+        let svc = Service::new(store, runtime, config.service.clone()).await?;
+        let proxy_keys = proxy::token::TokenKey::load(svc.store.as_ref()).await?;
         Ok(Self {
-            store,
-            runtime,
-            processes: Arc::new(processes::ProcessRegistry::new(
-                config.max_processes_per_sandbox,
-            )),
+            svc,
             config: Arc::new(config),
-            instance_id,
             proxy_keys,
-            metrics,
-            usage,
-            blobs: Arc::new(blobs),
-            pool: Arc::new(pool),
         })
     }
 }
@@ -103,6 +61,10 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(docs::openapi_json))
         .route("/docs", get(docs::docs_page))
         .route("/me", get(accounts::me))
+        .route(
+            "/session",
+            post(accounts::sign_in).delete(accounts::sign_out),
+        )
         .route("/accounts", post(accounts::create).get(accounts::list))
         .route("/sandbox", post(sandboxes::create).get(sandboxes::list))
         .route(
@@ -125,7 +87,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::snapshots::routes());
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         state.config.rate_limit.clone(),
-        state.metrics.clone(),
+        state.svc.metrics.clone(),
     ));
     Router::new()
         .nest("/api/v1", api)
@@ -205,35 +167,45 @@ pub struct RunningServer {
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-/// Binds `config.listen`, reconciles once, and serves until `shutdown` is
-/// cancelled. Background reconciliation runs alongside.
+/// Binds `config.listen`, starts the service's background work (which
+/// recovers and reconciles first), and serves until `shutdown` is
+/// cancelled. Then (DB-14) it stops accepting, ends every event stream with
+/// an `end` event, waits up to `config.shutdown_grace` for requests in
+/// flight and for the background tasks, and returns. Operations still
+/// running are left to recovery (their leases run out).
 pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     let addr = listener.local_addr()?;
-    match reconcile::reconcile_once(&state).await {
-        Ok(r) => tracing::info!(?r, "startup reconciliation done"),
-        Err(e) => tracing::warn!(error = %e, "startup reconciliation skipped: Docker unavailable"),
-    }
     let shutdown = CancellationToken::new();
-    tokio::spawn(reconcile::run_periodically(state.clone(), shutdown.clone()));
-    tokio::spawn(sessions::run_periodically(state.clone(), shutdown.clone()));
-    tokio::spawn(snapshots::collect_periodically(
-        state.clone(),
-        shutdown.clone(),
-    ));
-    let pool = tokio::spawn(pool::run(state.clone(), shutdown.clone()));
+    let background = state.svc.start_background(shutdown.clone()).await;
+    let grace = state.config.shutdown_grace;
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
         // The peer address feeds the per-client rate limit.
-        let served = axum::serve(
+        let serve = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
-        .with_graceful_shutdown(async move { token.cancelled().await })
-        .await;
+        .with_graceful_shutdown(token.clone().cancelled_owned());
+        let deadline = async {
+            token.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        let served = tokio::select! {
+            served = serve => served,
+            () = deadline => {
+                tracing::warn!(grace_secs = grace.as_secs_f64(), "requests still in flight after the shutdown grace period; stopping anyway");
+                Ok(())
+            }
+        };
         // The warm pool finishes its fills (and drains, if configured).
-        let _ = pool.await;
+        if tokio::time::timeout(grace, background.finished())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background tasks did not finish within the shutdown grace period");
+        }
         served
     });
     Ok(RunningServer {

@@ -7,7 +7,13 @@
 //! Every request needs a sandbox token ([`token`]) for this very sandbox:
 //! the `X-Stockade-Token` header, the `stockade_token` query parameter
 //! (answered with a cookie, for browsers) or that cookie. The token never
-//! reaches the sandbox: header, parameter and cookie are removed.
+//! reaches the sandbox: header, parameter and cookie are removed. Neither
+//! do Stockade's own credentials (SEC-7): an `Authorization: Bearer stk_…`
+//! API token and the dashboard's session cookie are stripped, and the
+//! session is never accepted here. Path-form answers come with
+//! `Content-Security-Policy: sandbox` (without `allow-same-origin`), so a
+//! sandbox's page runs in an opaque origin and cannot read or use
+//! Stockade's; the host form gives each port an origin of its own.
 
 pub mod token;
 
@@ -366,11 +372,16 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 
 /// Removes the token cookie and keeps every other cookie.
 fn strip_cookie_token(headers: &mut HeaderMap) {
+    remove_cookie(headers, TOKEN_COOKIE);
+}
+
+/// Removes the cookie `name` and keeps every other cookie.
+fn remove_cookie(headers: &mut HeaderMap, name: &str) {
     if !headers.contains_key(header::COOKIE) {
         return;
     }
     let kept: Vec<String> = cookie_pairs(headers)
-        .filter(|c| c.split('=').next().map(str::trim) != Some(TOKEN_COOKIE))
+        .filter(|c| c.split('=').next().map(str::trim) != Some(name))
         .map(str::to_owned)
         .collect();
     headers.remove(header::COOKIE);
@@ -379,6 +390,30 @@ fn strip_cookie_token(headers: &mut HeaderMap) {
             headers.insert(header::COOKIE, v);
         }
     }
+}
+
+/// The policy of every path-form answer: a sandbox of its own, whose
+/// scripts run in an opaque origin (no `allow-same-origin`).
+pub const PATH_FORM_CSP: &str = "sandbox allow-scripts allow-forms allow-popups \
+     allow-popups-to-escape-sandbox allow-modals allow-downloads";
+
+/// Removes Stockade's own credentials from a request to a sandbox: an API
+/// token in `Authorization` (a sandbox's own `Basic`/`Bearer` schemes pass)
+/// and the dashboard's session cookie.
+fn strip_stockade_credentials(headers: &mut HeaderMap) {
+    let api_token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.get(..7)
+                .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                .map(|_| &v[7..])
+        })
+        .is_some_and(|t| t.trim().starts_with(stockade_core::ApiToken::PREFIX));
+    if api_token {
+        headers.remove(header::AUTHORIZATION);
+    }
+    remove_cookie(headers, crate::extract::SESSION_COOKIE);
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): for one connection, never forwarded.
@@ -428,7 +463,8 @@ fn requested_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
 fn rewrite_set_cookie(value: &str, prefix: Option<&str>) -> Option<String> {
     let mut parts = value.split(';');
     let pair = parts.next()?.trim();
-    if pair.split('=').next().map(str::trim) == Some(TOKEN_COOKIE) {
+    let name = pair.split('=').next().map(str::trim);
+    if name == Some(TOKEN_COOKIE) || name == Some(crate::extract::SESSION_COOKIE) {
         return None;
     }
     let mut out = vec![pair.to_owned()];
@@ -508,6 +544,7 @@ async fn authorise(
         )));
     }
     let sb = state
+        .svc
         .store
         .get_sandbox(&Scope::account(claims.account_id.clone()), id)
         .await
@@ -537,7 +574,7 @@ async fn authorise(
             sb.status
         )));
     }
-    let ip: IpAddr = state.runtime.container_address(id).await?.ok_or_else(|| {
+    let ip: IpAddr = state.svc.runtime.container_address(id).await?.ok_or_else(|| {
         ApiError::SandboxUnavailable(format!(
             "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
         ))
@@ -582,6 +619,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     remove_hop_by_hop(h);
     h.remove(TOKEN_HEADER);
     strip_cookie_token(h);
+    strip_stockade_credentials(h);
     if let Some(proto) = &upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, proto.clone());
@@ -686,6 +724,12 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     }
     if let Some(prefix) = &target.prefix {
         rewrite_location(headers, prefix);
+        // Stockade's origin: the page may run script, but only in an
+        // opaque origin of its own (SEC-7).
+        headers.append(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PATH_FORM_CSP),
+        );
     }
     if let Some((token, max_age)) = set_cookie {
         if let Some(c) = token_cookie(&token, &target.cookie_path(), max_age, scheme == "https") {
@@ -852,6 +896,34 @@ mod tests {
         assert!(only.get(header::COOKIE).is_none());
 
         assert_eq!(strip_query_token("a=1&stockade_token=x&b=%20"), "a=1&b=%20");
+        assert_eq!(strip_query_token("stockade%5Ftoken=x&b"), "b");
+    }
+
+    #[test]
+    fn stockade_credentials_never_reach_a_sandbox() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer stk_secretsecretsecret"),
+        );
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("app=1; stockade_session=stk_secret; z=2"),
+        );
+        strip_stockade_credentials(&mut h);
+        assert!(h.get(header::AUTHORIZATION).is_none());
+        assert_eq!(h.get(header::COOKIE).unwrap(), "app=1; z=2");
+        // The sandbox's own schemes pass.
+        for own in ["Bearer appjwt.abc.def", "Basic dXNlcjpwYXNz"] {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_static(own));
+            strip_stockade_credentials(&mut h);
+            assert_eq!(h.get(header::AUTHORIZATION).unwrap(), own);
+        }
+        assert_eq!(
+            rewrite_set_cookie("stockade_session=planted; Path=/api/", None),
+            None
+        );
         assert_eq!(strip_query_token("stockade%5Ftoken=x&b"), "b");
         assert_eq!(strip_query_token("stockade_token=x"), "");
     }

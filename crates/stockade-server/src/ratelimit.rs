@@ -24,7 +24,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use stockade_service::metrics::Metrics;
 
 /// How many requests one key may make per window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,53 +74,7 @@ impl std::fmt::Display for Limit {
     }
 }
 
-/// An address or a CIDR block, e.g. `10.0.0.0/8`, `::1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IpNet {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl IpNet {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("invalid trusted proxy '{s}': expected an IP address or CIDR"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => max,
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(|| format!("invalid prefix length in trusted proxy '{s}'"))?,
-        };
-        Ok(Self { addr, prefix })
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, canonical(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
+pub use stockade_core::net::IpNet;
 
 /// Rate limiting of the `/api/v1` routes.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,19 +163,9 @@ fn secs_ceil(d: Duration) -> u64 {
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
-        v4 => v4,
-    }
-}
-
 /// The bucket key of a client address: IPv4 as is, IPv6 by its /64.
 fn ip_key(ip: IpAddr) -> IpAddr {
-    match canonical(ip) {
+    match stockade_core::net::canonical(ip) {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
         v4 => v4,
     }
@@ -248,9 +192,9 @@ impl RateLimiter {
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let trusted = |ip: IpAddr| self.config.trusted_proxies.iter().any(|n| n.contains(ip));
         if !trusted(peer) {
-            return canonical(peer);
+            return stockade_core::net::canonical(peer);
         }
-        let mut client = canonical(peer);
+        let mut client = stockade_core::net::canonical(peer);
         let hops = headers
             .get_all("x-forwarded-for")
             .iter()
@@ -261,7 +205,7 @@ impl RateLimiter {
         for hop in hops.iter().rev() {
             match hop.parse::<IpAddr>() {
                 Ok(ip) => {
-                    client = canonical(ip);
+                    client = stockade_core::net::canonical(ip);
                     if !trusted(client) {
                         break;
                     }

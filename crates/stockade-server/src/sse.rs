@@ -13,6 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{BoxStream, Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
 
 /// The keep-alive comment.
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -80,9 +81,28 @@ pub fn wants_event_stream(headers: &HeaderMap) -> bool {
         })
 }
 
+/// The event that ends every stream when the server shuts down (DB-14).
+pub const SHUTDOWN_EVENT: &str =
+    "event: end\ndata: {\"reason\":\"the server is shutting down\"}\n\n";
+
 /// A `text/event-stream` response over already encoded events; a comment
-/// goes out whenever nothing was sent for `keep_alive`.
-pub fn response(events: BoxStream<'static, Bytes>, keep_alive: Duration) -> Response {
+/// goes out whenever nothing was sent for `keep_alive`. When `shutdown` is
+/// cancelled the stream sends a final `end` event and closes, so that a
+/// graceful shutdown does not wait for followers.
+pub fn response(
+    events: BoxStream<'static, Bytes>,
+    keep_alive: Duration,
+    shutdown: &CancellationToken,
+) -> Response {
+    let stopping = shutdown.clone();
+    let ended_by_shutdown = shutdown.clone();
+    let events = events
+        .take_until(stopping.cancelled_owned())
+        .chain(futures_util::stream::iter(
+            std::iter::once(Bytes::from_static(SHUTDOWN_EVENT.as_bytes()))
+                .filter(move |_| ended_by_shutdown.is_cancelled()),
+        ))
+        .boxed();
     let body = Body::from_stream(KeepAlive::new(events, keep_alive).map(Ok::<_, Infallible>));
     let mut resp = body.into_response();
     let h = resp.headers_mut();

@@ -1,20 +1,24 @@
-//! Persistence of accounts, tokens and sandbox records: the [`Store`] trait,
-//! with SQLite ([`SqliteStore`]) and PostgreSQL ([`PgStore`]) implementations.
-//! The database is the single source of truth (DB-1); callers never see sqlx.
+//! Persistence of accounts, tokens, sandbox records and operations: small
+//! role traits ([`SandboxStore`], [`OperationStore`], …) that [`Store`] joins,
+//! implemented once for both databases by [`SqlStore`] ([`SqliteStore`],
+//! [`PgStore`]). The database is the single source of truth (DB-1); callers
+//! never see sqlx.
 #![forbid(unsafe_code)]
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{
-    Account, AccountId, InstanceId, Label, Sandbox, SandboxId, SandboxStatus, Scope, Snapshot,
-    SnapshotId, Team, TeamId,
+    Account, AccountId, InstanceId, Label, Operation, OperationId, Sandbox, SandboxId,
+    SandboxStatus, Scope, Snapshot, SnapshotId, Team, TeamId,
 };
 
-mod common;
+mod db;
 mod postgres;
-mod snapshots;
+mod queries;
+mod sql;
 mod sqlite;
 
+pub use db::SqlStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -26,17 +30,46 @@ pub enum StoreError {
     /// The record exists but belongs to another account (SEC-1 → 403).
     #[error("forbidden")]
     Forbidden,
-    /// A unique constraint or a row-version check failed.
+    /// A unique constraint, a row-version check or an operation's holder
+    /// check failed.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The database cannot serve now: disk full, read-only, I/O errors,
+    /// unreachable (DB-12 → 503/507). The message names the database and
+    /// what to do ("free space on …").
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     #[error("database error: {0}")]
     Other(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What the store's writes say about the database (DB-12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreHealth {
+    Ok,
+    /// A write failed, for this reason, and none has succeeded since.
+    Degraded(String),
+}
+
+impl StoreHealth {
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Self::Ok)
+    }
+}
+
 /// The most snapshots one list returns.
 pub const MAX_SNAPSHOTS_LISTED: u32 = 1000;
+
+/// How long an `Idempotency-Key` is remembered (DB-11).
+pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
+
+/// The `expired_before` of idempotency lookups at `now`: keys recorded
+/// earlier have expired.
+pub fn idempotency_expired_before(now: DateTime<Utc>) -> DateTime<Utc> {
+    now - chrono::Duration::hours(IDEMPOTENCY_KEY_HOURS)
+}
 
 /// Filters of the sandbox list (API-1). Empty filters match everything.
 #[derive(Debug, Clone, Default)]
@@ -81,21 +114,59 @@ pub struct SandboxPage {
     pub total: u64,
 }
 
-/// The persistence interface. Every method that reads a caller's sandbox
-/// takes the caller's [`Scope`].
+/// The record write that ends an operation, in the same transaction
+/// ([`OperationStore::finish_operation`]).
+#[derive(Debug, Clone, Copy)]
+pub enum SandboxWrite<'a> {
+    /// Writes every field if the stored version is still `sandbox.version`
+    /// (DB-7); the stored record comes back with its new version.
+    Update(&'a Sandbox),
+    /// Marks the record TERMINATED and soft-deleted at `at`, and returns it
+    /// (a record that is gone already is fine: nothing comes back).
+    SoftDelete {
+        id: &'a SandboxId,
+        at: DateTime<Utc>,
+    },
+    /// Removes the record for good (a create that never finished); a record
+    /// that is gone already is fine.
+    Purge { id: &'a SandboxId },
+    /// Only ends the operation.
+    None,
+}
+
+/// The database itself: which one, whether it answers and takes writes.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// This installation's id, created on first use and stable afterwards.
-    async fn instance_id(&self) -> StoreResult<InstanceId>;
+pub trait HealthStore: Send + Sync {
+    /// `"sqlite"` or `"postgres"`.
+    fn backend(&self) -> &'static str;
 
     /// Checks the database answers (for `/health`).
     async fn ping(&self) -> StoreResult<()>;
 
-    /// `"sqlite"` or `"postgres"`.
-    fn backend(&self) -> &'static str;
+    /// `Degraded` after a failed write until a later write changed something
+    /// (DB-12). Answers from memory: no query.
+    fn health(&self) -> StoreHealth;
 
-    // --- accounts and tokens ---
+    /// A tiny real write (a settings row), so that `/health` can see a
+    /// degraded database recover. Its outcome updates [`HealthStore::health`].
+    async fn probe_write(&self) -> StoreResult<()>;
+}
 
+/// Installation settings: the instance id and other values that are set once.
+#[async_trait]
+pub trait SettingsStore: Send + Sync {
+    /// This installation's id, created on first use and stable afterwards.
+    async fn instance_id(&self) -> StoreResult<InstanceId>;
+
+    /// The value stored under `key`; when there is none, stores `value`
+    /// first. Concurrent first calls (also from several server instances)
+    /// all get the one value that was stored.
+    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
+}
+
+/// Accounts and their API tokens.
+#[async_trait]
+pub trait AccountStore: Send + Sync {
     async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account>;
     async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
     async fn count_accounts(&self) -> StoreResult<u64>;
@@ -106,9 +177,38 @@ pub trait Store: Send + Sync + 'static {
         &self,
         token_hash: &str,
     ) -> StoreResult<Option<(Account, Vec<TeamId>)>>;
+}
 
-    // --- sandboxes ---
+/// Teams (admin-managed; membership widens a caller's [`Scope`]).
+#[async_trait]
+pub trait TeamStore: Send + Sync {
+    /// Creates a team. A team with the same name is a [`StoreError::Conflict`].
+    async fn create_team(&self, name: &str) -> StoreResult<Team>;
 
+    /// Every team, oldest first.
+    async fn list_teams(&self) -> StoreResult<Vec<Team>>;
+
+    /// One team; `NotFound` when there is none with this id.
+    async fn get_team(&self, id: &TeamId) -> StoreResult<Team>;
+
+    /// The teams `account` belongs to, oldest first.
+    async fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>>;
+
+    /// Adds `account` to `team`; already a member is fine. `NotFound` when the
+    /// team or the account does not exist.
+    async fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
+
+    /// Removes `account` from `team`; `NotFound` when it was not a member.
+    async fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
+
+    /// The members of `team`, oldest account first (empty for an unknown team).
+    async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>>;
+}
+
+/// Sandbox records. Every method that reads a caller's sandbox takes the
+/// caller's [`Scope`].
+#[async_trait]
+pub trait SandboxStore: Send + Sync {
     /// Inserts a new record. A second active sandbox with the same name in
     /// the same account is a [`StoreError::Conflict`] (DB-7).
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()>;
@@ -159,72 +259,17 @@ pub trait Store: Send + Sync + 'static {
     /// for reconciliation and volume listings, never for a caller's lookup.
     async fn sandbox_owner(&self, id: &SandboxId) -> StoreResult<Option<RecordOwner>>;
 
-    // --- idempotency keys (API-2) ---
-
-    /// Records that `key` of `account` created `sandbox` from a request with
-    /// `request_hash`. A key already recorded → `Conflict`.
-    async fn insert_idempotency_key(
-        &self,
-        account: &AccountId,
-        key: &str,
-        request_hash: &str,
-        sandbox: &SandboxId,
-    ) -> StoreResult<()>;
-
-    /// The request hash and sandbox a key was first used for.
-    async fn get_idempotency_key(
-        &self,
-        account: &AccountId,
-        key: &str,
-    ) -> StoreResult<Option<(String, SandboxId)>>;
-
-    /// Forgets a key (its create failed, so a retry may create anew).
-    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()>;
-    // --- settings (ports and proxy: the proxy token key) ---
-
-    /// The value stored under `key`; when there is none, stores `value`
-    /// first. Concurrent first calls (also from several server instances)
-    /// all get the one value that was stored.
-    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
-    // --- teams (admin-managed; membership widens a caller's Scope) ---
-
-    /// Creates a team. A team with the same name is a [`StoreError::Conflict`].
-    async fn create_team(&self, name: &str) -> StoreResult<Team>;
-
-    /// Every team, oldest first.
-    async fn list_teams(&self) -> StoreResult<Vec<Team>>;
-
-    /// One team; `NotFound` when there is none with this id.
-    async fn get_team(&self, id: &TeamId) -> StoreResult<Team>;
-
-    /// The teams `account` belongs to, oldest first.
-    async fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>>;
-
-    /// Adds `account` to `team`; already a member is fine. `NotFound` when the
-    /// team or the account does not exist.
-    async fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
-
-    /// Removes `account` from `team`; `NotFound` when it was not a member.
-    async fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
-
-    /// The members of `team`, oldest account first (empty for an unknown team).
-    async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>>;
-
-    // --- metrics ---
-
     /// How many records that are not deleted have each status (API-13).
     /// Statuses without records are left out.
     async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
 
-    // --- session timeouts (LC-7, slice "volumes-timeouts") ---
-
-    /// Claims the sessions of sandboxes on `server` that ended at or before
-    /// `now`, at most `limit`, oldest deadline first. Each claimed record's
-    /// `session_expires_at` moves to `lease_until` and its version is bumped
-    /// (an optimistic update), so exactly one of several server instances on
-    /// one database acts on it (SCALE-2); if that instance dies before it
-    /// closed the session, another claims it again once the lease passed.
-    /// Returns the claimed records as they are now stored.
+    /// Claims the sessions (LC-7) of sandboxes on `server` that ended at or
+    /// before `now`, at most `limit`, oldest deadline first. Each claimed
+    /// record's `session_expires_at` moves to `lease_until` and its version
+    /// is bumped (an optimistic update), so exactly one of several server
+    /// instances on one database acts on it (SCALE-2); if that instance dies
+    /// before it closed the session, another claims it again once the lease
+    /// passed. Returns the claimed records as they are now stored.
     async fn claim_expired_sessions(
         &self,
         server: &str,
@@ -232,9 +277,42 @@ pub trait Store: Send + Sync + 'static {
         lease_until: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<Sandbox>>;
+}
 
-    // --- snapshots (issue 4: snapshots and fork, LC-9, LC-10) ---
+/// `Idempotency-Key`s of creates (API-2, DB-11). Keys recorded before
+/// `expired_before` (24 h, [`idempotency_expired_before`]) are ignored.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Records that `key` of `account` created `sandbox` from a request with
+    /// `request_hash`, replacing an expired record of the key. A key already
+    /// recorded and not expired → `Conflict`.
+    async fn insert_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+        request_hash: &str,
+        sandbox: &SandboxId,
+        expired_before: DateTime<Utc>,
+    ) -> StoreResult<()>;
 
+    /// The request hash and sandbox a key was first used for, unless expired.
+    async fn get_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+        expired_before: DateTime<Utc>,
+    ) -> StoreResult<Option<(String, SandboxId)>>;
+
+    /// Forgets a key (its create failed, so a retry may create anew).
+    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()>;
+
+    /// Removes the keys recorded before `before`; how many.
+    async fn purge_idempotency_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
+/// Snapshot records (issue 4: snapshots and fork, LC-9, LC-10).
+#[async_trait]
+pub trait SnapshotStore: Send + Sync {
     /// Inserts a new snapshot record.
     async fn insert_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()>;
 
@@ -262,6 +340,103 @@ pub trait Store: Send + Sync + 'static {
     /// (their capture died with its server).
     async fn pending_snapshots(&self, creating_before: DateTime<Utc>)
         -> StoreResult<Vec<Snapshot>>;
+}
+
+/// Durable operations (DB-9, DB-13): at most one per target, which is the
+/// per-sandbox lock across server instances. A holder keeps its leases alive
+/// ([`OperationStore::renew_operations`]); once a lease ended, any instance
+/// may claim the operation and finish or roll it back.
+#[async_trait]
+pub trait OperationStore: Send + Sync {
+    /// Records `op`. `Conflict` when its target already has an operation,
+    /// whatever that one's lease (an expired one must be recovered first).
+    async fn begin_operation(&self, op: &Operation) -> StoreResult<()>;
+
+    /// The operation on `target`, if any.
+    async fn get_operation(&self, target: &str) -> StoreResult<Option<Operation>>;
+
+    /// Extends every lease `holder` has to `lease_until` (one heartbeat per
+    /// process); how many.
+    async fn renew_operations(&self, holder: &str, lease_until: DateTime<Utc>) -> StoreResult<u64>;
+
+    /// Removes an operation; one that is already gone is fine.
+    async fn end_operation(&self, id: &OperationId) -> StoreResult<()>;
+
+    /// Takes over at most `limit` operations whose lease ended at or before
+    /// `now`, oldest first: their holder becomes `holder`, their lease
+    /// `lease_until`. Of several instances claiming at once, exactly one
+    /// gets each operation. Returns them as now stored.
+    async fn claim_expired_operations(
+        &self,
+        holder: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Operation>>;
+
+    /// [`OperationStore::claim_expired_operations`] for one operation: `None`
+    /// when its lease has not ended or it is gone.
+    async fn claim_operation(
+        &self,
+        id: &OperationId,
+        holder: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> StoreResult<Option<Operation>>;
+
+    /// Inserts `sandbox` and begins `op` in one transaction: both or
+    /// neither. A taken name and an operation already on the target are
+    /// both `Conflict`, told apart by their messages ("a sandbox named …",
+    /// "… already has a … operation in progress").
+    async fn insert_sandbox_with_operation(
+        &self,
+        sandbox: &Sandbox,
+        op: &Operation,
+    ) -> StoreResult<()>;
+
+    /// Ends operation `id` of `holder` and makes `write` in one transaction.
+    /// An operation that is gone or held by another holder (it was claimed)
+    /// is `Conflict`, and nothing is written; so is a stale
+    /// [`SandboxWrite::Update`], which leaves the operation in place. Returns
+    /// the stored sandbox where there is one.
+    async fn finish_operation(
+        &self,
+        id: &OperationId,
+        holder: &str,
+        write: SandboxWrite<'_>,
+    ) -> StoreResult<Option<Sandbox>>;
+
+    /// At most `limit` operations, oldest first: for diagnostics and tests.
+    async fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>>;
+}
+
+/// Everything the server needs from its database. Implemented for every
+/// type that has all the roles; a test double implements only the role it
+/// fakes and is used where that role is asked for.
+pub trait Store:
+    HealthStore
+    + SettingsStore
+    + AccountStore
+    + TeamStore
+    + SandboxStore
+    + IdempotencyStore
+    + SnapshotStore
+    + OperationStore
+    + 'static
+{
+}
+
+impl<T> Store for T where
+    T: HealthStore
+        + SettingsStore
+        + AccountStore
+        + TeamStore
+        + SandboxStore
+        + IdempotencyStore
+        + SnapshotStore
+        + OperationStore
+        + 'static
+{
 }
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

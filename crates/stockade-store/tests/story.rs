@@ -13,10 +13,12 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, PgConnection, PgPool, SqlitePool};
 use stockade_core::spec::SpecInput;
 use stockade_core::{
-    AccountId, ApiToken, Defaults, InstanceId, Label, Labels, Sandbox, SandboxId, SandboxSpec,
-    SandboxStatus, Scope, TeamId,
+    AccountId, ApiToken, Defaults, InstanceId, Label, Labels, Operation, OperationId,
+    OperationKind, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId,
 };
-use stockade_store::{PgStore, SandboxFilter, SandboxPage, SqliteStore, Store, StoreError};
+use stockade_store::{
+    PgStore, SandboxFilter, SandboxPage, SandboxWrite, SqliteStore, Store, StoreError,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_story() {
@@ -165,6 +167,34 @@ impl Raw {
             }
             Raw::None => unreachable!("no raw access"),
         }
+    }
+
+    /// Moves the creation time of an idempotency key to `at`.
+    async fn backdate_idempotency_key(&self, account: &AccountId, key: &str, at: DateTime<Utc>) {
+        let done = match self {
+            Raw::Sqlite(pool) => sqlx::query(
+                "UPDATE idempotency_keys SET created_at = ? WHERE account_id = ? AND key = ?",
+            )
+            .bind(at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string())
+            .bind(account.as_str())
+            .bind(key)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected(),
+            Raw::Postgres(pool) => sqlx::query(
+                "UPDATE idempotency_keys SET created_at = $1 WHERE account_id = $2 AND key = $3",
+            )
+            .bind(at)
+            .bind(account.as_str())
+            .bind(key)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected(),
+            Raw::None => unreachable!("no raw access"),
+        };
+        assert_eq!(done, 1, "no idempotency key '{key}' to backdate");
     }
 
     /// Overwrites a record's metadata with a valid JSON document that is not
@@ -1004,33 +1034,451 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
 
     // --- idempotency keys (API-2) ---------------------------------------------
     let key_sb = SandboxId::generate();
-    assert_eq!(s.get_idempotency_key(&alice.id, "k-1").await.unwrap(), None);
-    s.insert_idempotency_key(&alice.id, "k-1", "hash-a", &key_sb)
+    let fresh = stockade_store::idempotency_expired_before(Utc::now());
+    assert_eq!(
+        s.get_idempotency_key(&alice.id, "k-1", fresh)
+            .await
+            .unwrap(),
+        None
+    );
+    s.insert_idempotency_key(&alice.id, "k-1", "hash-a", &key_sb, fresh)
         .await
         .unwrap();
     assert!(matches!(
-        s.insert_idempotency_key(&alice.id, "k-1", "hash-b", &SandboxId::generate())
+        s.insert_idempotency_key(&alice.id, "k-1", "hash-b", &SandboxId::generate(), fresh)
             .await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(
-        s.get_idempotency_key(&alice.id, "k-1").await.unwrap(),
+        s.get_idempotency_key(&alice.id, "k-1", fresh)
+            .await
+            .unwrap(),
         Some(("hash-a".to_owned(), key_sb.clone()))
     );
     // Keys are per account.
-    assert_eq!(s.get_idempotency_key(&bob.id, "k-1").await.unwrap(), None);
-    s.insert_idempotency_key(&bob.id, "k-1", "hash-c", &SandboxId::generate())
+    assert_eq!(
+        s.get_idempotency_key(&bob.id, "k-1", fresh).await.unwrap(),
+        None
+    );
+    s.insert_idempotency_key(&bob.id, "k-1", "hash-c", &SandboxId::generate(), fresh)
         .await
         .unwrap();
     s.delete_idempotency_key(&alice.id, "k-1").await.unwrap();
-    assert_eq!(s.get_idempotency_key(&alice.id, "k-1").await.unwrap(), None);
+    assert_eq!(
+        s.get_idempotency_key(&alice.id, "k-1", fresh)
+            .await
+            .unwrap(),
+        None
+    );
     assert!(s
-        .get_idempotency_key(&bob.id, "k-1")
+        .get_idempotency_key(&bob.id, "k-1", fresh)
         .await
         .unwrap()
         .is_some());
+    idempotency_expiry(s, &raw, &alice.id).await;
+
+    operations(&store, &alice_scope, at(60)).await;
 
     instance
+}
+
+/// DB-11: a key expires 24 h after it was recorded; an expired key is
+/// ignored, may be used anew, and is purged.
+async fn idempotency_expiry(s: &dyn Store, raw: &Raw, account: &AccountId) {
+    let lookup = |key: &'static str, cutoff| async move {
+        s.get_idempotency_key(account, key, cutoff).await.unwrap()
+    };
+    let record = |key: &'static str, hash: &'static str, id: SandboxId, cutoff| async move {
+        s.insert_idempotency_key(account, key, hash, &id, cutoff)
+            .await
+    };
+    let now = Utc::now();
+    let fresh = stockade_store::idempotency_expired_before(now);
+    assert_eq!(fresh, now - chrono::Duration::hours(24));
+    let first = SandboxId::generate();
+    record("k-exp", "hash-1", first.clone(), fresh)
+        .await
+        .unwrap();
+    // Seen as expired by a lookup whose cutoff lies after its creation...
+    let later = now + chrono::Duration::seconds(5);
+    assert_eq!(lookup("k-exp", later).await, None);
+    // ...but not by one whose cutoff lies before it; a second use conflicts.
+    assert_eq!(lookup("k-exp", fresh).await, Some(("hash-1".into(), first)));
+    assert!(matches!(
+        record("k-exp", "hash-2", SandboxId::generate(), fresh).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // An expired key is taken over by the next use.
+    let take_over = |key: &'static str, hash: &'static str, cutoff| async move {
+        let id = SandboxId::generate();
+        record(key, hash, id.clone(), cutoff).await.unwrap();
+        assert_eq!(lookup(key, fresh).await, Some((hash.to_owned(), id)));
+    };
+    take_over("k-exp", "hash-2", later).await;
+
+    // With the real 24 h: a key recorded 25 h ago is gone for lookups and
+    // for the purge, a key recorded now stays.
+    if raw.available() {
+        record("k-old", "hash-old", SandboxId::generate(), fresh)
+            .await
+            .unwrap();
+        raw.backdate_idempotency_key(account, "k-old", now - chrono::Duration::hours(25))
+            .await;
+        assert_eq!(lookup("k-old", fresh).await, None);
+        assert_eq!(s.purge_idempotency_keys(fresh).await.unwrap(), 1);
+        assert_eq!(s.purge_idempotency_keys(fresh).await.unwrap(), 0);
+        assert!(lookup("k-exp", fresh).await.is_some());
+        take_over("k-old", "hash-new", fresh).await;
+    }
+    // Purging up to a moment after now removes every key recorded so far.
+    assert!(s.purge_idempotency_keys(later).await.unwrap() >= 2);
+    assert_eq!(
+        lookup("k-exp", fresh - chrono::Duration::days(1)).await,
+        None
+    );
+}
+
+/// DB-9, DB-13: durable operations, the per-target lock, leases and claims,
+/// and the atomic writes that begin and end them. Time is passed in, so
+/// leases end without waiting.
+async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {
+    use OperationKind::*;
+    let s: &dyn Store = &**store;
+    let secs = |n: i64| t0 + chrono::Duration::seconds(n);
+    let alice = &scope.account_id;
+    let new_sb = |name: &str, at: i64| {
+        sandbox(
+            alice,
+            None,
+            name,
+            &["ops"],
+            SandboxStatus::Running,
+            secs(at),
+        )
+    };
+    // An operation on `sb` begun at `at` seconds, its lease 30 s long.
+    let new_op = |sb: &Sandbox, kind: OperationKind, holder: &str, at: i64| {
+        Operation::new(
+            sb.id.as_str(),
+            kind,
+            alice.clone(),
+            holder,
+            secs(at),
+            secs(at + 30),
+        )
+    };
+    let target = new_sb("op-target", 0);
+    s.insert_sandbox(&target).await.unwrap();
+    let tid = target.id.as_str();
+
+    // Begin: one operation per target, whatever its lease.
+    let stop = new_op(&target, Stop, "holder-a", 0)
+        .with_params(json!({"preserve_volume": true, "timeout": 10}));
+    s.begin_operation(&stop).await.unwrap();
+    assert_eq!(s.get_operation(tid).await.unwrap(), Some(stop.clone()));
+    assert_eq!(s.get_operation("nothing-here").await.unwrap(), None);
+    let second = new_op(&target, Delete, "holder-b", 1);
+    match s.begin_operation(&second).await {
+        Err(StoreError::Conflict(m)) => {
+            assert!(
+                m.contains(tid) && m.contains("stop operation in progress"),
+                "{m}"
+            )
+        }
+        other => panic!("a second operation on one target: {other:?}"),
+    }
+    assert_eq!(s.get_operation(tid).await.unwrap(), Some(stop.clone()));
+
+    // Renew: one heartbeat extends every lease of a holder.
+    let other_target = new_sb("op-other", 0);
+    s.insert_sandbox(&other_target).await.unwrap();
+    let start = new_op(&other_target, Start, "holder-a", 0);
+    s.begin_operation(&start).await.unwrap();
+    assert_eq!(s.renew_operations("holder-a", secs(60)).await.unwrap(), 2);
+    assert_eq!(s.renew_operations("nobody", secs(60)).await.unwrap(), 0);
+    let renewed = s.get_operation(tid).await.unwrap().unwrap();
+    assert_eq!(renewed.lease_until, secs(60));
+    assert_eq!(
+        renewed.params,
+        json!({"preserve_volume": true, "timeout": 10})
+    );
+
+    // Another holder claims only after the lease ended.
+    assert!(s
+        .claim_expired_operations("holder-b", secs(59), secs(90), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        s.claim_operation(&stop.id, "holder-b", secs(59), secs(90))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(matches!(
+        s.claim_operation(&stop.id, "holder-b", secs(60), secs(60)).await,
+        Err(StoreError::Other(m)) if m.contains("lease_until")
+    ));
+    let claimed = s
+        .claim_operation(&stop.id, "holder-b", secs(60), secs(90))
+        .await
+        .unwrap()
+        .expect("the lease ended: the claim wins");
+    assert_eq!(
+        claimed,
+        Operation {
+            holder: "holder-b".into(),
+            lease_until: secs(90),
+            ..stop.clone()
+        }
+    );
+    assert_eq!(s.get_operation(tid).await.unwrap(), Some(claimed.clone()));
+    // The old holder's heartbeat no longer touches it, and it cannot end it.
+    assert_eq!(s.renew_operations("holder-a", secs(120)).await.unwrap(), 1);
+    assert_eq!(
+        s.get_operation(tid).await.unwrap().unwrap().lease_until,
+        secs(90)
+    );
+    match s
+        .finish_operation(&stop.id, "holder-a", SandboxWrite::None)
+        .await
+    {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("holder-b"), "{m}"),
+        other => panic!("a finish by a holder that lost the operation: {other:?}"),
+    }
+    let mut stale_write = target.clone();
+    stale_write.status = SandboxStatus::Stopped;
+    assert!(matches!(
+        s.finish_operation(&stop.id, "holder-a", SandboxWrite::Update(&stale_write))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(s.get_sandbox(scope, &target.id).await.unwrap(), target);
+    assert_eq!(s.get_operation(tid).await.unwrap(), Some(claimed.clone()));
+
+    // Two instances claim one expired operation at once: exactly one wins.
+    for round in 0..5i64 {
+        let now = secs(100 + 100 * round);
+        let claims = ["holder-c", "holder-d"].map(|holder| {
+            let store = store.clone();
+            let id = stop.id.clone();
+            tokio::spawn(async move {
+                store
+                    .claim_operation(&id, holder, now, now + chrono::Duration::seconds(30))
+                    .await
+                    .unwrap()
+            })
+        });
+        let won: Vec<Operation> = futures_join_all(claims)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: {won:?}");
+        assert_eq!(s.get_operation(tid).await.unwrap().as_ref(), won.first());
+    }
+    let holder_now = s.get_operation(tid).await.unwrap().unwrap().holder;
+
+    // Finish with an optimistic update: the record and the end in one go.
+    let mut stopped = target.clone();
+    stopped.status = SandboxStatus::Stopped;
+    stopped.stopped_at = Some(secs(500));
+    let saved = s
+        .finish_operation(&stop.id, &holder_now, SandboxWrite::Update(&stopped))
+        .await
+        .unwrap()
+        .expect("the updated record");
+    assert_eq!(saved.version, target.version + 1);
+    assert_eq!(s.get_sandbox(scope, &target.id).await.unwrap(), saved);
+    assert_eq!(s.get_operation(tid).await.unwrap(), None);
+    // Ended already: a second finish is refused and writes nothing.
+    match s
+        .finish_operation(&stop.id, &holder_now, SandboxWrite::Update(&saved))
+        .await
+    {
+        Err(StoreError::Conflict(m)) => assert!(m.contains("no longer in progress"), "{m}"),
+        other => panic!("finishing an ended operation: {other:?}"),
+    }
+    assert_eq!(s.get_sandbox(scope, &target.id).await.unwrap(), saved);
+
+    // A stale update keeps the operation: its holder may read and retry.
+    let update = new_op(&target, Update, "holder-a", 600);
+    s.begin_operation(&update).await.unwrap();
+    assert!(matches!(
+        s.finish_operation(&update.id, "holder-a", SandboxWrite::Update(&stopped))
+            .await,
+        Err(StoreError::Conflict(m)) if m.contains("concurrently")
+    ));
+    assert_eq!(s.get_operation(tid).await.unwrap(), Some(update.clone()));
+    assert_eq!(s.get_sandbox(scope, &target.id).await.unwrap(), saved);
+    // No write at all: the operation just ends.
+    assert_eq!(
+        s.finish_operation(&update.id, "holder-a", SandboxWrite::None)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(s.get_operation(tid).await.unwrap(), None);
+    // Ending an operation that is gone is fine.
+    s.end_operation(&update.id).await.unwrap();
+
+    // Soft delete: the record comes back terminated.
+    let delete = new_op(&target, Delete, "holder-a", 700);
+    s.begin_operation(&delete).await.unwrap();
+    let gone = s
+        .finish_operation(
+            &delete.id,
+            "holder-a",
+            SandboxWrite::SoftDelete {
+                id: &target.id,
+                at: secs(701),
+            },
+        )
+        .await
+        .unwrap()
+        .expect("the deleted record");
+    assert_eq!(gone.status, SandboxStatus::Terminated);
+    assert_eq!(gone.deleted_at, Some(secs(701)));
+    assert_eq!(gone.version, saved.version + 1);
+    assert_eq!(s.get_sandbox(scope, &target.id).await.unwrap(), gone);
+    assert_eq!(s.get_operation(tid).await.unwrap(), None);
+
+    // Purge: the record is gone for good.
+    let purge = new_op(&other_target, Create, "holder-a", 800);
+    s.end_operation(&start.id).await.unwrap();
+    s.begin_operation(&purge).await.unwrap();
+    assert_eq!(
+        s.finish_operation(
+            &purge.id,
+            "holder-a",
+            SandboxWrite::Purge {
+                id: &other_target.id
+            }
+        )
+        .await
+        .unwrap(),
+        None
+    );
+    assert!(!s.sandbox_record_exists(&other_target.id).await.unwrap());
+    assert_eq!(
+        s.get_operation(other_target.id.as_str()).await.unwrap(),
+        None
+    );
+    // Recovery may find the record gone already: the operation still ends.
+    for (i, write) in [
+        SandboxWrite::Purge {
+            id: &other_target.id,
+        },
+        SandboxWrite::SoftDelete {
+            id: &other_target.id,
+            at: secs(801),
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let again = new_op(&other_target, Delete, "holder-a", 810 + i as i64);
+        s.begin_operation(&again).await.unwrap();
+        let stored = s.finish_operation(&again.id, "holder-a", write).await;
+        assert_eq!(stored.unwrap(), None, "{write:?}");
+        assert_eq!(
+            s.get_operation(other_target.id.as_str()).await.unwrap(),
+            None
+        );
+    }
+    assert!(!s.sandbox_record_exists(&other_target.id).await.unwrap());
+
+    // A create: the record and its operation together, or neither.
+    let created = new_sb("op-created", 900);
+    let create = new_op(&created, Create, "holder-a", 900);
+    s.insert_sandbox_with_operation(&created, &create)
+        .await
+        .unwrap();
+    assert_eq!(s.get_sandbox(scope, &created.id).await.unwrap(), created);
+    assert_eq!(
+        s.get_operation(created.id.as_str()).await.unwrap(),
+        Some(create.clone())
+    );
+    // A taken name: no record, and no operation left behind.
+    let same_name = new_sb("op-created", 901);
+    let create2 = new_op(&same_name, Create, "holder-a", 901);
+    match s.insert_sandbox_with_operation(&same_name, &create2).await {
+        Err(StoreError::Conflict(m)) => {
+            assert_eq!(m, "a sandbox named 'op-created' already exists")
+        }
+        other => panic!("a create with a taken name: {other:?}"),
+    }
+    assert_eq!(s.get_operation(same_name.id.as_str()).await.unwrap(), None);
+    assert!(!s.sandbox_record_exists(&same_name.id).await.unwrap());
+    // An operation already on the id: no record, the other operation intact.
+    let fresh_sb = new_sb("op-fresh", 902);
+    let blocker = new_op(&fresh_sb, Delete, "holder-z", 902);
+    s.begin_operation(&blocker).await.unwrap();
+    let create3 = new_op(&fresh_sb, Create, "holder-a", 903);
+    match s.insert_sandbox_with_operation(&fresh_sb, &create3).await {
+        Err(StoreError::Conflict(m)) => {
+            assert!(m.contains("delete operation in progress"), "{m}");
+            assert!(!m.contains("named"), "{m}");
+        }
+        other => panic!("a create onto a locked id: {other:?}"),
+    }
+    assert!(!s.sandbox_record_exists(&fresh_sb.id).await.unwrap());
+    assert_eq!(
+        s.get_operation(fresh_sb.id.as_str()).await.unwrap(),
+        Some(blocker.clone())
+    );
+
+    // Recovery: instances claim the expired operations, oldest first, each
+    // one once.
+    let listed = s.list_operations(100).await.unwrap();
+    assert_eq!(listed, vec![create.clone(), blocker.clone()]);
+    assert_eq!(s.list_operations(1).await.unwrap(), vec![create.clone()]);
+    let mut expired = Vec::new();
+    for i in 0..6 {
+        let sb = new_sb(&format!("op-exp-{i}"), 1000 + i);
+        let o = new_op(&sb, Snapshot, "holder-dead", 1000 + i);
+        s.insert_sandbox_with_operation(&sb, &o).await.unwrap();
+        expired.push(o);
+    }
+    let oldest_two = s
+        .claim_expired_operations("holder-e", secs(940), secs(970), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        oldest_two.iter().map(|o| &o.id).collect::<Vec<_>>(),
+        [&create.id, &blocker.id]
+    );
+    let now = secs(2000);
+    let claimers = ["holder-x", "holder-y"].map(|holder| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .claim_expired_operations(holder, now, now + chrono::Duration::seconds(30), 100)
+                .await
+                .unwrap()
+        })
+    });
+    let results = futures_join_all(claimers).await;
+    let mut ids: Vec<&OperationId> = results.iter().flatten().map(|o| &o.id).collect();
+    ids.sort();
+    let mut all: Vec<&OperationId> = expired
+        .iter()
+        .chain([&create, &blocker])
+        .map(|o| &o.id)
+        .collect();
+    all.sort();
+    assert_eq!(ids, all, "every expired operation claimed exactly once");
+    for (holder, claimed) in ["holder-x", "holder-y"].iter().zip(&results) {
+        for o in claimed {
+            assert_eq!(&o.holder, holder);
+            assert_eq!(o.lease_until, now + chrono::Duration::seconds(30));
+            assert_eq!(s.get_operation(&o.target).await.unwrap().as_ref(), Some(o));
+        }
+    }
+    for o in s.list_operations(100).await.unwrap() {
+        s.end_operation(&o.id).await.unwrap();
+    }
+    assert!(s.list_operations(100).await.unwrap().is_empty());
 }
 
 /// `count_sandboxes_by_status` as a map.

@@ -557,10 +557,10 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
         } => {
             let lower = message.to_ascii_lowercase();
             if let (Some(name), 409 | 503) = (sandbox, status) {
-                if lower.contains("is terminated") {
+                if code == "sandbox_terminated" || lower.contains("is terminated") {
                     return terminated(name);
                 }
-                if lower.contains("not running") {
+                if code == "sandbox_not_running" || lower.contains("not running") {
                     let status = ["STOPPED", "ERROR", "PENDING", "PROVISIONING"]
                         .into_iter()
                         .find(|s| message.contains(&format!("status {s}")));

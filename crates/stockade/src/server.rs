@@ -50,6 +50,8 @@ pub struct ServerArgs {
     pids_limit: i64,
     /// Domain for host-form sandbox ports: `{port}-{id}.DOMAIN` (a wildcard
     /// DNS name pointing at this server), e.g. `sandboxes.example.com`.
+    /// Default `localhost`: browsers on this machine resolve
+    /// `{port}-{id}.localhost` to it without any DNS set-up.
     #[arg(long, env = "STOCKADE_PROXY_DOMAIN")]
     proxy_domain: Option<String>,
     /// Lifetime in seconds of sandbox auth tokens that ask for none (1 to 86400).
@@ -104,6 +106,23 @@ pub struct ServerArgs {
     /// next start takes them over).
     #[arg(long, env = "STOCKADE_WARM_POOL_DRAIN")]
     warm_pool_drain: bool,
+    /// Images tenants may name in `dockerImage`, as patterns (comma-separated,
+    /// `*` for any characters; a pattern without a tag allows every tag),
+    /// e.g. `node,python:3.*,ghcr.io/acme/*`. Default: any image except
+    /// Stockade's own snapshot images, which only an owned `source` reaches.
+    #[arg(long, env = "STOCKADE_ALLOWED_IMAGES", value_delimiter = ',')]
+    allowed_images: Vec<String>,
+    /// Seconds an operation's lease lasts without a renewal: if this server
+    /// dies mid-operation, another instance (or this one after a restart)
+    /// finishes or rolls it back within about this long (1 to 300).
+    #[arg(long, env = "STOCKADE_OPERATION_LEASE", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(1..=300))]
+    operation_lease: u64,
+    /// Seconds a stopping server waits for requests in flight before it
+    /// exits (event streams end at once with an `end` event).
+    #[arg(long, env = "STOCKADE_SHUTDOWN_GRACE", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    shutdown_grace: u64,
     #[command(flatten)]
     isolation: IsolationArgs,
     #[command(flatten)]
@@ -218,10 +237,10 @@ fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig
 fn warm_pool_config(
     args: &ServerArgs,
 ) -> anyhow::Result<(
-    stockade_server::pool::PoolConfig,
-    stockade_server::pool::Pool,
+    stockade_service::pool::PoolConfig,
+    stockade_service::pool::Pool,
 )> {
-    use stockade_server::pool::{Pool, PoolClassConfig, PoolConfig};
+    use stockade_service::pool::{Pool, PoolClassConfig, PoolConfig};
     let mut config = PoolConfig {
         drain_on_shutdown: args.warm_pool_drain,
         ..PoolConfig::default()
@@ -272,10 +291,12 @@ struct ObjectStoreArgs {
     s3_access_key_id: Option<String>,
     #[arg(long, env = "STOCKADE_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
     s3_secret_access_key: Option<String>,
-    /// Refuse git/tarball source URLs whose host resolves to a loopback,
-    /// private or link-local address.
-    #[arg(long, env = "STOCKADE_SOURCE_DENY_PRIVATE")]
-    source_deny_private: bool,
+    /// Internal addresses (CIDRs, comma-separated) that git and tarball
+    /// sources and image registries may reach. By default Stockade never
+    /// connects to loopback, private, link-local (cloud metadata) or other
+    /// internal addresses on a tenant's behalf.
+    #[arg(long, env = "STOCKADE_ALLOW_INTERNAL_ADDRESSES", value_delimiter = ',')]
+    allow_internal_addresses: Vec<String>,
     /// Largest archive or repository a create source may bring, in MB.
     #[arg(long, env = "STOCKADE_SOURCE_MAX_MB", default_value_t = 1024)]
     source_max_mb: u64,
@@ -301,6 +322,67 @@ impl ObjectStoreArgs {
     }
 }
 
+/// SEC-10: the data directory holds the database (tokens' hashes, the
+/// proxy's signing key) and the object store: `0700`, its files `0600`. A
+/// new directory is made so; a looser existing one is tightened, with a
+/// warning (somebody may have relied on reading it).
+fn secure_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("could not create the data directory {}", dir.display()))?;
+        return Ok(());
+    }
+    let tighten = |path: &std::path::Path, want: u32| -> anyhow::Result<()> {
+        let mode = std::fs::symlink_metadata(path)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                was = format!("{mode:o}"),
+                now = format!("{want:o}"),
+                "the data directory was readable by other users; tightened its permissions"
+            );
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(want)).with_context(
+                || format!("could not restrict the permissions of {}", path.display()),
+            )?;
+        }
+        Ok(())
+    };
+    tighten(dir, 0o700)?;
+    for entry in std::fs::read_dir(dir)
+        .with_context(|| format!("could not read the data directory {}", dir.display()))?
+    {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            tighten(&entry.path(), 0o700)?;
+        } else if kind.is_file() {
+            tighten(&entry.path(), 0o600)?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates `file` empty with mode `0600` when it does not exist yet, so
+/// that SQLite (which gives its journal files the database's mode) never
+/// makes it readable by others.
+fn private_file(file: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("could not create {}", file.display())),
+    }
+}
+
 fn default_data_dir() -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(x).join("stockade");
@@ -315,10 +397,26 @@ fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("STOCKADE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,sqlx=warn"));
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in log files.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+}
+
+/// Prints a line of the start banner. A closed stdout (the banner piped
+/// into `head`, a supervisor that stopped reading) never stops the server.
+macro_rules! say {
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -327,12 +425,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let rate_limit = rate_limit_config(&args)?;
     let (pool, warm_pool) = warm_pool_config(&args)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("could not create the data directory {}", data_dir.display()))?;
-    let database = args
-        .database
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("stockade.db").display()));
+    secure_data_dir(&data_dir)?;
+    let database = match args.database.clone() {
+        Some(url) => url,
+        None => {
+            let file = data_dir.join("stockade.db");
+            private_file(&file)?;
+            format!("sqlite://{}", file.display())
+        }
+    };
     let store = stockade_store::connect(&database)
         .await
         .with_context(|| format!("could not open the database {}", redact_url(&database)))?;
@@ -356,16 +457,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let mut config = ServerConfig {
         listen: args.listen,
         docker_host: docker_host.clone(),
-        max_file_bytes: args.max_file_bytes,
         rate_limit,
         metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
         ..ServerConfig::default()
     };
-    config.usage.volume_size_ttl = std::time::Duration::from_secs(args.volume_size_ttl_secs);
+    config.service.max_file_bytes = args.max_file_bytes;
+    config.service.operation_lease = std::time::Duration::from_secs(args.operation_lease);
+    config.shutdown_grace = std::time::Duration::from_secs(args.shutdown_grace);
+    config.service.usage.volume_size_ttl =
+        std::time::Duration::from_secs(args.volume_size_ttl_secs);
     let limits = describe_limits(&config.rate_limit);
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
-    config.defaults.image = args.default_image.clone();
+    config.service.defaults.image = args.default_image.clone();
     config.proxy_domain = match args
         .proxy_domain
         .as_deref()
@@ -375,27 +479,45 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             stockade_server::proxy::parse_proxy_domain(d)
                 .map_err(|e| anyhow::anyhow!("--proxy-domain: {e}"))?,
         ),
-        None => None,
+        // Browsers resolve `*.localhost` to loopback without any DNS set-up,
+        // so each port gets an origin of its own by default (SEC-7).
+        None => Some("localhost".to_owned()),
     };
     config.sandbox_token_ttl = std::time::Duration::from_secs(args.sandbox_token_ttl);
-    config.max_exec_output_bytes = usize::try_from(args.max_exec_output_bytes)
+    config.service.max_exec_output_bytes = usize::try_from(args.max_exec_output_bytes)
         .context("--max-exec-output-bytes is too large for this machine")?;
-    config.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
-    config.default_exec_timeout = config.default_exec_timeout.min(config.max_exec_timeout);
-    config.defaults.timeout_minutes = stockade_core::spec::parse_timeout_minutes(
+    config.service.max_exec_timeout = std::time::Duration::from_secs(args.max_exec_timeout);
+    config.service.default_exec_timeout = config
+        .service
+        .default_exec_timeout
+        .min(config.service.max_exec_timeout);
+    config.service.defaults.timeout_minutes = stockade_core::spec::parse_timeout_minutes(
         args.default_timeout_minutes,
         "--default-timeout-minutes",
     )
     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
-    config.pool = pool;
-    config.blob_store = args.objects.blob_config(&data_dir);
-    config.sources.deny_private_networks = args.objects.source_deny_private;
-    config.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
+    config.service.pool = pool;
+    config.service.blob_store = args.objects.blob_config(&data_dir);
+    config.service.images = stockade_service::images::ImagePolicy::parse(&args.allowed_images)
+        .map_err(|e| anyhow::anyhow!("--allowed-images: {e}"))?;
+    config.service.sources.addresses = stockade_core::net::AddressPolicy {
+        allow: args
+            .objects
+            .allow_internal_addresses
+            .iter()
+            .filter(|c| !c.trim().is_empty())
+            .map(|c| {
+                stockade_core::net::IpNet::parse(c)
+                    .map_err(|e| anyhow::anyhow!("--allow-internal-addresses: {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    config.service.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
         .context("could not create the admin account")?;
-    let objects = object_store_line(&config.blob_store);
+    let objects = object_store_line(&config.service.blob_store);
     let state = AppState::new(store, runtime.clone(), config)
         .await
         .context(
@@ -406,39 +528,40 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("could not listen on {}", args.listen))?;
 
     let base = format!("http://{}", server.addr);
-    println!("Stockade {} listening on {base}", env!("CARGO_PKG_VERSION"));
-    println!("  dashboard: {base}/");
-    println!("  API docs:  {base}/api/v1/docs");
-    println!("  database:  {}", redact_url(&database));
-    println!("  limits:    {limits}");
-    println!("  objects:   {objects}");
+    say!("Stockade {} listening on {base}", env!("CARGO_PKG_VERSION"));
+    say!("  dashboard: {base}/");
+    say!("  API docs:  {base}/api/v1/docs");
+    say!("  database:  {}", redact_url(&database));
+    say!("  limits:    {limits}");
+    say!("  objects:   {objects}");
     for class in warm_pool.classes() {
-        println!("  warm pool: {} × {}", class.size, class.key);
+        say!("  warm pool: {} × {}", class.size, class.key);
     }
     match runtime.info().await {
-        Ok(i) => println!(
+        Ok(i) => say!(
             "  docker:    {docker_host} (Docker {}, API {})",
-            i.version, i.api_version
+            i.version,
+            i.api_version
         ),
-        Err(e) => println!("  docker:    {docker_host} is NOT reachable: {e}"),
+        Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
     }
     match boot {
         Bootstrap::CreatedAdmin {
             token,
             generated: true,
         } => {
-            println!();
-            println!("Admin API token (shown once, it is stored hashed — keep it now):");
-            println!("  {token}");
-            println!("Use it as: export STOCKADE_TOKEN={token}");
+            say!();
+            say!("Admin API token (shown once, it is stored hashed — keep it now):");
+            say!("  {token}");
+            say!("Use it as: export STOCKADE_TOKEN={token}");
         }
         Bootstrap::CreatedAdmin {
             generated: false, ..
         } => {
-            println!("Admin account created with the token from STOCKADE_ADMIN_TOKEN.");
+            say!("Admin account created with the token from STOCKADE_ADMIN_TOKEN.");
         }
         Bootstrap::RegisteredAdminToken => {
-            println!("STOCKADE_ADMIN_TOKEN registered for the admin account.");
+            say!("STOCKADE_ADMIN_TOKEN registered for the admin account.");
         }
         Bootstrap::Nothing => {}
     }

@@ -145,7 +145,7 @@ async fn a_warm_pool_is_shown_filled_and_drained_on_stop() {
     ))
     .await
     .unwrap();
-    let instance = stockade_store::Store::instance_id(&store)
+    let instance = stockade_store::SettingsStore::instance_id(&store)
         .await
         .unwrap()
         .to_string();

@@ -89,10 +89,14 @@ pub async fn server_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServe
         listen: "127.0.0.1:0".parse().unwrap(),
         ..ServerConfig::default()
     };
-    config.defaults.image =
+    config.service.defaults.image =
         std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
-    config.blob_store = stockade_blob::BlobConfig::Local {
+    config.service.blob_store = stockade_blob::BlobConfig::Local {
         dir: dir.path().join("blobs"),
+    };
+    // The tests serve git and tarball sources on loopback.
+    config.service.sources.addresses = stockade_core::net::AddressPolicy {
+        allow: vec![stockade_core::net::IpNet::parse("127.0.0.0/8").unwrap()],
     };
     configure(&mut config);
     let token = format!("stk_sdk_{}", stockade_core::SandboxId::generate());
@@ -100,7 +104,7 @@ pub async fn server_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServe
         .await
         .unwrap();
     let state = AppState::new(store, runtime, config).await.unwrap();
-    let instance = state.instance_id.to_string();
+    let instance = state.svc.instance_id.to_string();
     let server = stockade_server::spawn(state).await.unwrap();
     let client = Client::new(format!("http://{}", server.addr), token).unwrap();
     TestServer {

@@ -1,12 +1,15 @@
 // Stockade dashboard: sign in with a token, list / create / use sandboxes.
 // No build step and no CDN: this file is served as-is from the binary.
+//
+// The API token is handed to the server once, at sign-in; the session then
+// lives in an HttpOnly cookie that no script (this one included) can read,
+// and every request that changes something carries the CSRF header.
 
 const $ = (id) => document.getElementById(id);
-const TOKEN_KEY = 'stockade.token';
 const AGENT_KEY = 'stockade.agentCommand';
+const CSRF = { 'X-Stockade-CSRF': '1' };
 
 const state = {
-  token: sessionStorage.getItem(TOKEN_KEY),
   sandboxes: [],
   selected: null, // the selected sandbox as last fetched
   listTimer: null,
@@ -27,11 +30,14 @@ class ApiError extends Error {
 }
 
 async function api(method, path, body, extraHeaders) {
-  const headers = { Authorization: `Bearer ${state.token}`, ...(extraHeaders || {}) };
+  const headers = { ...CSRF, ...(extraHeaders || {}) };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   let resp;
   try {
-    resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    resp = await fetch(path, {
+      method, headers, credentials: 'same-origin',
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
   } catch (e) {
     throw new ApiError(0, { error: { message: `The server did not answer (${e.message}).` } });
   }
@@ -146,9 +152,8 @@ async function showApp() {
   state.listTimer = setInterval(refreshList, 3000);
 }
 
-function signOut(message) {
-  sessionStorage.removeItem(TOKEN_KEY);
-  state.token = null;
+function signOut(message, { quiet } = {}) {
+  if (!quiet) fetch('/api/v1/session', { method: 'DELETE', headers: CSRF, credentials: 'same-origin' }).catch(() => {});
   clearInterval(state.listTimer);
   stopLive();
   state.selected = null;
@@ -163,8 +168,14 @@ function signOut(message) {
 
 $('signin-form').addEventListener('submit', async (e) => {
   e.preventDefault();
-  state.token = $('token-input').value.trim();
-  sessionStorage.setItem(TOKEN_KEY, state.token);
+  const token = $('token-input').value.trim();
+  $('token-input').value = '';
+  try {
+    await api('POST', '/api/v1/session', { token });
+  } catch (err) {
+    signOut(err.status === 401 ? 'That token was not accepted.' : err.message, { quiet: true });
+    return;
+  }
   await showApp();
 });
 $('signout').addEventListener('click', () => signOut());
@@ -416,7 +427,8 @@ async function loadPorts(id) {
     } catch (_) { state.proxyToken = null; }
   }
   for (const p of ports) {
-    const base = p.url || `/proxy/${id}/${p.port}/`;
+    // The host form gives the port an origin of its own (SEC-7).
+    const base = p.hostUrl || p.url || `/proxy/${id}/${p.port}/`;
     const href = state.proxyToken ? `${base}${base.includes('?') ? '&' : '?'}stockade_token=${encodeURIComponent(state.proxyToken)}` : base;
     list.append(el('li', {}, el('a', { href, target: '_blank', rel: 'noopener' }, `port ${p.port}`), ` — ${base}`));
   }
@@ -432,7 +444,8 @@ async function startLogs() {
   state.logsAbort = abort;
   try {
     const resp = await fetch(`/api/v1/sandbox/${id}/logs?tail=200&follow=true`, {
-      headers: { Authorization: `Bearer ${state.token}`, Accept: 'text/event-stream' },
+      headers: { Accept: 'text/event-stream' },
+      credentials: 'same-origin',
       signal: abort.signal,
     });
     if (!resp.ok) {
@@ -482,7 +495,8 @@ $('console-form').addEventListener('submit', async (e) => {
   try {
     const resp = await fetch(`/api/v1/sandbox/${id}/exec`, {
       method: 'POST',
-      headers: { Authorization: `Bearer ${state.token}`, Accept: 'text/event-stream', 'Content-Type': 'application/json' },
+      headers: { ...CSRF, Accept: 'text/event-stream', 'Content-Type': 'application/json' },
+      credentials: 'same-origin',
       body: JSON.stringify({ shell: commandFor(message), cwd: '/workspace' }),
     });
     if (!resp.ok) {
@@ -571,4 +585,5 @@ $('delete-dialog').addEventListener('close', async () => {
 
 // ---------- boot ----------
 
-if (state.token) showApp(); else signOut();
+// A session cookie from an earlier visit (or reload) signs in at once.
+api('GET', '/api/v1/me').then(() => showApp(), () => signOut(undefined, { quiet: true }));

@@ -1,18 +1,20 @@
-//! `/api/v1/accounts` (admin only) and `/api/v1/me`.
+//! `/api/v1/accounts` (admin only), `/api/v1/me`, and the dashboard's
+//! cookie session (`/api/v1/session`).
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use stockade_api::{
     AccountResponse, CreateAccountRequest, CreateAccountResponse, ErrorBody, ListAccountsResponse,
-    WhoAmIResponse,
+    SessionRequest, WhoAmIResponse,
 };
 use stockade_core::ApiToken;
 use stockade_store::StoreError;
 use tracing::instrument;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{AdminCaller, ApiJson, Caller};
+use crate::extract::{AdminCaller, ApiJson, Caller, CSRF_HEADER, SESSION_COOKIE};
 use crate::AppState;
 
 fn check_account_name(name: &str) -> ApiResult<()> {
@@ -45,6 +47,7 @@ pub async fn create(
 ) -> ApiResult<(StatusCode, Json<CreateAccountResponse>)> {
     check_account_name(&req.name)?;
     let account = state
+        .svc
         .store
         .create_account(&req.name, req.is_admin)
         .await
@@ -55,7 +58,11 @@ pub async fn create(
             other => other.into(),
         })?;
     let token = ApiToken::generate();
-    state.store.add_token(&account.id, &token.hash()).await?;
+    state
+        .svc
+        .store
+        .add_token(&account.id, &token.hash())
+        .await?;
     tracing::info!(new_account.id = %account.id, name = %account.name, "account created");
     Ok((
         StatusCode::CREATED,
@@ -74,7 +81,7 @@ pub async fn list(
     State(state): State<AppState>,
     _admin: AdminCaller,
 ) -> ApiResult<Json<ListAccountsResponse>> {
-    let accounts = state.store.list_accounts().await?;
+    let accounts = state.svc.store.list_accounts().await?;
     Ok(Json(ListAccountsResponse {
         accounts: accounts.iter().map(AccountResponse::from).collect(),
     }))
@@ -94,4 +101,71 @@ pub async fn me(caller: Caller) -> Json<WhoAmIResponse> {
             .map(|t| t.to_string())
             .collect(),
     })
+}
+
+/// The `Set-Cookie` value of the dashboard's session (`max_age` 0 ends it).
+fn session_cookie(token: &str, max_age: i64, secure: bool) -> ApiResult<HeaderValue> {
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{SESSION_COOKIE}={token}; Path=/api/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+    ))
+    .map_err(|_| ApiError::field("token", "not a valid API token"))
+}
+
+/// How long a dashboard session lasts without signing in again.
+const SESSION_MAX_AGE: i64 = 12 * 3600;
+
+fn over_https(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"))
+}
+
+/// Sign the dashboard in: checks the API token and answers with the
+/// session cookie (`HttpOnly`, `SameSite=Strict`, path `/api/`), so that no
+/// script — the dashboard's own included — ever holds the token. Needs the
+/// `X-Stockade-CSRF` header, which a cross-site form cannot send.
+#[utoipa::path(post, path = "/api/v1/session", tag = "accounts",
+    request_body = SessionRequest,
+    responses((status = 200, description = "Signed in; the cookie is set", body = WhoAmIResponse),
+              (status = 401, description = "Unknown token", body = ErrorBody),
+              (status = 403, description = "The X-Stockade-CSRF header is missing", body = ErrorBody)))]
+pub async fn sign_in(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<SessionRequest>,
+) -> ApiResult<Response> {
+    if !headers.contains_key(CSRF_HEADER) {
+        return Err(ApiError::Forbidden(format!(
+            "Signing in needs the {CSRF_HEADER} header"
+        )));
+    }
+    let token = req.token.trim();
+    let (account, team_ids) = state
+        .svc
+        .store
+        .account_by_token_hash(&stockade_core::account::hash_token(token))
+        .await?
+        .ok_or_else(|| ApiError::Unauthorized("That API token is not valid".into()))?;
+    let cookie = session_cookie(token, SESSION_MAX_AGE, over_https(&headers))?;
+    let body = WhoAmIResponse {
+        account: AccountResponse::from(&account),
+        team_ids: team_ids.iter().map(ToString::to_string).collect(),
+    };
+    let mut resp = Json(body).into_response();
+    resp.headers_mut().insert(header::SET_COOKIE, cookie);
+    Ok(resp)
+}
+
+/// Sign the dashboard out: the session cookie is removed.
+#[utoipa::path(delete, path = "/api/v1/session", tag = "accounts",
+    responses((status = 204, description = "Signed out")))]
+pub async fn sign_out(headers: HeaderMap) -> ApiResult<Response> {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut().insert(
+        header::SET_COOKIE,
+        session_cookie("", 0, over_https(&headers))?,
+    );
+    Ok(resp)
 }

@@ -27,7 +27,7 @@ impl Modify for BearerAuth {
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::start, sandboxes::stop,
         sandboxes::destroy, sandboxes::bulk_delete,
-        accounts::create, accounts::list, accounts::me,
+        accounts::create, accounts::list, accounts::me, accounts::sign_in, accounts::sign_out,
         health::health,
     ),
     components(schemas(
@@ -37,8 +37,10 @@ impl Modify for BearerAuth {
         stockade_api::ListSandboxesResponse, stockade_api::BulkDeleteRequest,
         stockade_api::BulkDeleteResponse, stockade_api::BulkDeleteResult,
         stockade_api::HealthResponse, stockade_api::DockerHealth, stockade_api::DatabaseHealth,
+        stockade_api::IsolationHealth,
         stockade_api::CreateAccountRequest, stockade_api::CreateAccountResponse,
         stockade_api::AccountResponse, stockade_api::ListAccountsResponse, stockade_api::WhoAmIResponse,
+        stockade_api::SessionRequest,
     )),
     modifiers(&BearerAuth),
     tags(

@@ -24,9 +24,10 @@ use utoipa::OpenApi;
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{parse_json, query_pairs, Caller};
-use crate::output::{lossy_text, Utf8Decoder};
-use crate::processes::{parse_process_id, Process, RegistryFull};
-use crate::{lifecycle, sse, AppState};
+use crate::{sse, AppState};
+use stockade_service::lifecycle;
+use stockade_service::output::{lossy_text, Utf8Decoder};
+use stockade_service::processes::{parse_process_id, Process, RegistryFull};
 
 /// The largest exec request body (it carries `stdin`).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -168,7 +169,7 @@ fn plan(req: ExecRequest, sb: &Sandbox, config: &ServerConfig) -> ApiResult<Exec
             env.extend(extra);
         }
     }
-    let max = config.max_exec_timeout.as_secs().max(1);
+    let max = config.service.max_exec_timeout.as_secs().max(1);
     let timeout = match req.timeout_seconds {
         Some(t) if t == 0 || t > max => {
             errs.push(
@@ -180,7 +181,7 @@ fn plan(req: ExecRequest, sb: &Sandbox, config: &ServerConfig) -> ApiResult<Exec
         Some(t) => Some(Duration::from_secs(t)),
         // A background process runs until it ends or is killed.
         None if req.background => None,
-        None => Some(config.default_exec_timeout),
+        None => Some(config.service.default_exec_timeout),
     };
     errs.into_result()?;
     let argv = if unset.is_empty() {
@@ -210,7 +211,7 @@ fn ensure_running(sb: &Sandbox) -> ApiResult<()> {
     if sb.status == SandboxStatus::Running {
         return Ok(());
     }
-    Err(ApiError::Conflict(format!(
+    Err(ApiError::NotRunning(format!(
         "sandbox is not running (status {}): start it with POST /api/v1/sandbox/{}/start",
         sb.status, sb.id
     )))
@@ -269,7 +270,7 @@ pub async fn exec(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let req: ExecRequest = parse_json(&read_body(body).await?)?;
     let plan = plan(req, &sb, &state.config)?;
     ensure_running(&sb)?;
@@ -278,7 +279,7 @@ pub async fn exec(
         return Ok((StatusCode::ACCEPTED, Json(proc.view(false))).into_response());
     }
     if sse::wants_event_stream(&headers) {
-        let process = state.runtime.exec_start(&sb.id, plan.spec()).await?;
+        let process = state.svc.runtime.exec_start(&sb.id, plan.spec()).await?;
         let events = ExecEvents {
             process,
             started: Instant::now(),
@@ -292,12 +293,17 @@ pub async fn exec(
             ev.next().await.map(|bytes| (bytes, ev))
         })
         .boxed();
-        return Ok(sse::response(events, state.config.sse_keep_alive));
+        return Ok(sse::response(
+            events,
+            state.config.sse_keep_alive,
+            &state.svc.shutdown,
+        ));
     }
 
-    let limit = state.config.max_exec_output_bytes;
+    let limit = state.svc.config.max_exec_output_bytes;
     let started = Instant::now();
     let out = state
+        .svc
         .runtime
         .exec(
             &sb.id,
@@ -359,13 +365,13 @@ async fn start_background(
     sb: &Sandbox,
     plan: &ExecPlan,
 ) -> ApiResult<std::sync::Arc<Process>> {
-    state.processes.ensure_room(&sb.id).map_err(too_many)?;
-    let process = state.runtime.exec_start(&sb.id, plan.spec()).await?;
-    match state.processes.register(
+    state.svc.processes.ensure_room(&sb.id).map_err(too_many)?;
+    let process = state.svc.runtime.exec_start(&sb.id, plan.spec()).await?;
+    match state.svc.processes.register(
         &sb.id,
         plan.argv.clone(),
         process,
-        state.config.max_exec_output_bytes,
+        state.svc.config.max_exec_output_bytes,
     ) {
         Ok(proc) => {
             tracing::info!(sandbox.id = %sb.id, process.id = %proc.id, "background process started");
@@ -373,7 +379,7 @@ async fn start_background(
         }
         Err((full, process)) => {
             // Another start took the last place meanwhile: this one goes.
-            if let Err(e) = state.runtime.exec_kill(&sb.id, process.exec_id()).await {
+            if let Err(e) = state.svc.runtime.exec_kill(&sb.id, process.exec_id()).await {
                 tracing::warn!(sandbox.id = %sb.id, error = %e, "could not kill a process that found no room");
             }
             Err(too_many(full))
@@ -463,9 +469,10 @@ async fn load_process(
     id: &str,
     pid: &str,
 ) -> ApiResult<std::sync::Arc<Process>> {
-    let sb = lifecycle::load(state, &caller.scope, id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     let pid = parse_process_id(pid)?;
     state
+        .svc
         .processes
         .get(&sb.id, &pid)
         .ok_or_else(|| ApiError::NotFound("Process not found".into()))
@@ -486,9 +493,10 @@ pub async fn list_processes(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ListProcessesResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     Ok(Json(ListProcessesResponse {
         processes: state
+            .svc
             .processes
             .list(&sb.id)
             .iter()
@@ -575,6 +583,7 @@ pub async fn kill_process(
     if proc.is_running() {
         proc.mark_kill_requested();
         state
+            .svc
             .runtime
             .exec_kill(&proc.sandbox_id, proc.exec_id())
             .await?;
@@ -637,7 +646,7 @@ mod tests {
         assert_eq!(p.env["B"], "request", "the request overrides");
         assert_eq!(p.env["C"], "c");
         assert_eq!(p.cwd.as_deref(), Some("/workspace/src"));
-        assert_eq!(p.timeout, Some(config.default_exec_timeout));
+        assert_eq!(p.timeout, Some(config.service.default_exec_timeout));
         assert_eq!(p.stdin.as_deref(), Some(&b"x"[..]));
 
         let p = plan(

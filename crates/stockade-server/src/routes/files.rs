@@ -20,8 +20,9 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, Caller};
-use crate::files::{self, BodyStream, Opened, Want};
-use crate::{lifecycle, AppState};
+use crate::AppState;
+use stockade_service::files::{self, BodyStream, Opened, Want};
+use stockade_service::lifecycle;
 
 /// The file routes, relative to `/api/v1`.
 pub fn routes() -> Router<AppState> {
@@ -97,13 +98,9 @@ fn required_path(q: &FileQuery) -> ApiResult<SandboxPath> {
 
 /// Loads a sandbox whose filesystem exists (not terminated, not being created).
 async fn load_with_files(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Sandbox> {
-    let sb = lifecycle::load(state, &caller.scope, id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     match sb.status {
-        SandboxStatus::Terminated => Err(ApiError::Conflict(format!(
-            "Sandbox {} is terminated: its files are gone",
-            sb.id
-        ))),
-        _ if sb.deleted_at.is_some() => Err(ApiError::Conflict(format!(
+        _ if sb.is_terminated() => Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated: its files are gone",
             sb.id
         ))),
@@ -138,7 +135,7 @@ fn check_announced(body: Body, length: Option<u64>, limit: u64) -> ApiResult<Bod
     let mut stream = body_stream(body);
     if length.is_some_and(|n| n > limit) {
         tokio::spawn(async move { files::drain(&mut stream).await });
-        return Err(files::too_large(limit));
+        return Err(files::too_large(limit).into());
     }
     Ok(stream)
 }
@@ -153,12 +150,12 @@ async fn existing_dir(
     let mut missing: Vec<String> = Vec::new();
     let mut current = dir.clone();
     loop {
-        match state.runtime.stat_path(id, &current).await {
+        match state.svc.runtime.stat_path(id, &current).await {
             Ok(st) => match st.kind {
                 FileKind::Dir => break,
                 FileKind::Symlink => {
-                    let target = files::resolve_symlink(state, id, &current).await?;
-                    match state.runtime.stat_path(id, &target).await {
+                    let target = files::resolve_symlink(&state.svc, id, &current).await?;
+                    match state.svc.runtime.stat_path(id, &target).await {
                         Ok(t) if t.kind == FileKind::Dir => break,
                         Ok(_) => {
                             return Err(ApiError::Conflict(format!(
@@ -170,7 +167,7 @@ async fn existing_dir(
                                 "{current} is a symlink to {target}, which does not exist"
                             )))
                         }
-                        Err(e) => return Err(files::fs_error(e, id)),
+                        Err(e) => return Err(files::fs_error(e, id).into()),
                     }
                 }
                 _ => return Err(ApiError::Conflict(format!("Not a directory: {current}"))),
@@ -183,7 +180,7 @@ async fn existing_dir(
                 missing.push(name.to_owned());
                 current = parent;
             }
-            Err(e) => return Err(files::fs_error(e, id)),
+            Err(e) => return Err(files::fs_error(e, id).into()),
         }
     }
     missing.reverse();
@@ -216,7 +213,7 @@ pub async fn read(
     let q = parse_query(raw.as_deref(), &["path"])?;
     let path = q.path.unwrap_or_else(SandboxPath::workspace);
     let sb = load_with_files(&state, &caller, &id).await?;
-    match files::open_following(&state, &sb.id, &path, Want::Content).await? {
+    match files::open_following(&state.svc, &sb.id, &path, Want::Content).await? {
         Opened::File {
             size,
             modified_at,
@@ -272,13 +269,14 @@ pub async fn stat(
     let path = q.path.unwrap_or_else(SandboxPath::workspace);
     let sb = load_with_files(&state, &caller, &id).await?;
     let st = state
+        .svc
         .runtime
         .stat_path(&sb.id, &path)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
     let link_target = if st.kind == FileKind::Symlink {
         // The target as stored, as `readlink` shows it.
-        match files::open(&state, &sb.id, &path, Want::Header).await? {
+        match files::open(&state.svc, &sb.id, &path, Want::Header).await? {
             Opened::Symlink { target } => Some(target),
             _ => st.resolved_target.clone(),
         }
@@ -322,11 +320,11 @@ pub async fn write(
         return Err(ApiError::field("path", "must name a file, not /"));
     };
     let sb = load_with_files(&state, &caller, &id).await?;
-    let limit = state.config.max_file_bytes;
+    let limit = state.svc.config.max_file_bytes;
     let length = content_length(&headers)?;
     let body = check_announced(body, length, limit)?;
 
-    let existing = match state.runtime.stat_path(&sb.id, &path).await {
+    let existing = match state.svc.runtime.stat_path(&sb.id, &path).await {
         Ok(st) if st.kind == FileKind::Dir => {
             return Err(ApiError::Conflict(format!(
                 "{path} is a directory; write a file below it"
@@ -334,7 +332,7 @@ pub async fn write(
         }
         Ok(st) => Some(st),
         Err(FsError::NotFound(_) | FsError::NotADirectory(_)) => None,
-        Err(e) => return Err(files::fs_error(e, &sb.id)),
+        Err(e) => return Err(files::fs_error(e, &sb.id).into()),
     };
     let mode = q.mode.unwrap_or_else(|| match &existing {
         Some(st) if st.kind == FileKind::File => st.mode,
@@ -354,13 +352,14 @@ pub async fn write(
     };
     let failure: files::Failure = Arc::default();
     let archive = files::file_archive(&missing, name, size, mode, body, failure.clone())?;
-    let written = state.runtime.write_archive(&sb.id, &dir, archive).await;
+    let written = state.svc.runtime.write_archive(&sb.id, &dir, archive).await;
     if let Some(e) = files::take_failure(&failure) {
-        return Err(e);
+        return Err(e.into());
     }
     written.map_err(|e| files::fs_error(e, &sb.id))?;
 
     let st = state
+        .svc
         .runtime
         .stat_path(&sb.id, &path)
         .await
@@ -403,9 +402,10 @@ pub async fn delete(
     }
     let sb = load_with_files(&state, &caller, &id).await?;
     if sb.status != SandboxStatus::Running {
-        return Err(files::fs_error(FsError::NotRunning, &sb.id));
+        return Err(files::fs_error(FsError::NotRunning, &sb.id).into());
     }
     state
+        .svc
         .runtime
         .delete_path(&sb.id, &path, q.recursive)
         .await
@@ -435,14 +435,16 @@ pub async fn download(
     let mut path = q.path.unwrap_or_else(SandboxPath::workspace);
     let sb = load_with_files(&state, &caller, &id).await?;
     let st = state
+        .svc
         .runtime
         .stat_path(&sb.id, &path)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
     if st.kind == FileKind::Symlink {
-        path = files::resolve_symlink(&state, &sb.id, &path).await?;
+        path = files::resolve_symlink(&state.svc, &sb.id, &path).await?;
     }
     let archive = state
+        .svc
         .runtime
         .read_archive(&sb.id, &path)
         .await
@@ -501,9 +503,9 @@ pub async fn upload(
     let path = q.path.unwrap_or_else(SandboxPath::workspace);
     let sb = load_with_files(&state, &caller, &id).await?;
     let length = content_length(&headers)?;
-    let body = check_announced(body, length, state.config.max_file_bytes)?;
+    let body = check_announced(body, length, state.svc.config.max_file_bytes)?;
     let (dir, missing) = existing_dir(&state, &sb.id, &path).await?;
-    let done = files::upload_archive(&state, &sb.id, &dir, missing, body).await?;
+    let done = files::upload_archive(&state.svc, &sb.id, &dir, missing, body).await?;
     Ok(Json(ArchiveUploadResponse {
         path: path.to_string(),
         entries: done.entries,

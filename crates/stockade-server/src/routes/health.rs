@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use stockade_api::{DatabaseHealth, DockerHealth, HealthResponse};
+use stockade_api::{DatabaseHealth, DockerHealth, HealthResponse, IsolationHealth};
 
 use crate::AppState;
 
@@ -13,13 +13,23 @@ use crate::AppState;
 #[utoipa::path(get, path = "/api/v1/health", tag = "system",
     responses(
         (status = 200, description = "Healthy", body = HealthResponse),
-        (status = 503, description = "Docker or the database does not answer; see `docker.troubleshooting`", body = HealthResponse),
+        (status = 503, description = "Docker or the database does not answer, or the database cannot take writes (`database.status` `degraded`, e.g. its disk is full); see `docker.troubleshooting` and `database.error`", body = HealthResponse),
     ))]
 pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
     let timeout = Duration::from_secs(5);
+    let store = &state.svc.store;
+    // DB-12: after a failed write the database is degraded until a write
+    // succeeds again; a tiny write tells whether it does now.
+    let db_check = async {
+        store.ping().await?;
+        if !store.health().is_ok() {
+            store.probe_write().await?;
+        }
+        Ok::<(), stockade_store::StoreError>(())
+    };
     let (docker, db) = tokio::join!(
-        tokio::time::timeout(timeout, state.runtime.info()),
-        tokio::time::timeout(timeout, state.store.ping()),
+        tokio::time::timeout(timeout, state.svc.runtime.info()),
+        tokio::time::timeout(timeout, db_check),
     );
     let docker = match docker {
         Ok(Ok(info)) => DockerHealth {
@@ -41,17 +51,22 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     let database = match db {
         Ok(Ok(())) => DatabaseHealth {
             status: "healthy".into(),
-            backend: state.store.backend().into(),
+            backend: state.svc.store.backend().into(),
             error: None,
+        },
+        Ok(Err(e @ stockade_store::StoreError::Unavailable(_))) => DatabaseHealth {
+            status: "degraded".into(),
+            backend: state.svc.store.backend().into(),
+            error: Some(e.to_string()),
         },
         Ok(Err(e)) => DatabaseHealth {
             status: "unhealthy".into(),
-            backend: state.store.backend().into(),
+            backend: state.svc.store.backend().into(),
             error: Some(e.to_string()),
         },
         Err(_) => DatabaseHealth {
             status: "unhealthy".into(),
-            backend: state.store.backend().into(),
+            backend: state.svc.store.backend().into(),
             error: Some(format!(
                 "the database did not answer within {} s",
                 timeout.as_secs()
@@ -64,13 +79,35 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let overall = if healthy {
+        "healthy"
+    } else if docker.status == "healthy" && database.status == "degraded" {
+        "degraded"
+    } else {
+        "unhealthy"
+    };
+    let isolation = state.svc.isolation_report().map(|r| IsolationHealth {
+        status: r.status().as_str().to_owned(),
+        checked_at: r.checked_at,
+        problems: r.problems.clone(),
+        repaired: r.repaired.clone(),
+    });
+    let mut warnings = Vec::new();
+    if let Some(i) = isolation.as_ref().filter(|i| i.status == "degraded") {
+        warnings.push(format!(
+            "sandboxes are not fully isolated: {}",
+            i.problems.join("; ")
+        ));
+    }
     (
         code,
         Json(HealthResponse {
-            status: if healthy { "healthy" } else { "unhealthy" }.into(),
+            status: overall.into(),
             version: env!("CARGO_PKG_VERSION").into(),
             docker,
             database,
+            isolation,
+            warnings,
         }),
     )
 }

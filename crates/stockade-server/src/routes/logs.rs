@@ -21,8 +21,9 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, Caller};
-use crate::log_cursor::{IdAssigner, IdLine, LogEventId, ResumeFilter};
-use crate::{lifecycle, sse, AppState};
+use crate::{sse, AppState};
+use stockade_service::lifecycle;
+use stockade_service::log_cursor::{IdAssigner, IdLine, LogEventId, ResumeFilter};
 
 /// Lines of a request without `tail`.
 const DEFAULT_TAIL: usize = 100;
@@ -135,10 +136,10 @@ pub async fn logs(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let q = parse_query(raw.as_deref(), &headers)?;
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated: its container and logs are gone",
             sb.id
         )));
@@ -151,7 +152,7 @@ pub async fn logs(
         since: resume.as_ref().map(ResumeFilter::since),
         follow,
     };
-    let lines = state.runtime.logs(&sb.id, options).await?;
+    let lines = state.svc.runtime.logs(&sb.id, options).await?;
     if stream {
         let events = LogEvents {
             lines,
@@ -161,14 +162,18 @@ pub async fn logs(
             queue: VecDeque::new(),
             done: false,
             follow,
-            runtime: state.runtime.clone(),
+            runtime: state.svc.runtime.clone(),
             sandbox_id: sb.id.clone(),
         };
         let events = stream::unfold(events, |mut ev| async move {
             ev.next().await.map(|bytes| (bytes, ev))
         })
         .boxed();
-        return Ok(sse::response(events, state.config.sse_keep_alive));
+        return Ok(sse::response(
+            events,
+            state.config.sse_keep_alive,
+            &state.svc.shutdown,
+        ));
     }
     let (lines, has_more, truncated) = collect(lines, resume, q.tail, MAX_JSON_BYTES).await?;
     Ok(Json(LogsResponse {

@@ -25,7 +25,8 @@ use utoipa::OpenApi;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{parse_json, query_pairs, ApiJson, Caller};
 use crate::proxy::{parse_port_segment, token::Claims, PublicBase};
-use crate::{lifecycle, AppState};
+use crate::AppState;
+use stockade_service::lifecycle;
 
 /// Most ports one sandbox may have exposed at once (4 at create, more later).
 pub const MAX_EXPOSED_PORTS: usize = 32;
@@ -63,7 +64,7 @@ fn ports_of(sb: &Sandbox, base: &PublicBase, state: &AppState) -> Vec<ExposedPor
 
 fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated; create a new one",
             sb.id
         )));
@@ -81,11 +82,11 @@ async fn update_ports(
     mut change: impl FnMut(&mut Sandbox) -> ApiResult<bool>,
 ) -> ApiResult<(Sandbox, bool)> {
     for _ in 0..UPDATE_ATTEMPTS {
-        let mut sb = lifecycle::load(state, &caller.scope, id).await?;
+        let mut sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
         if !change(&mut sb)? {
             return Ok((sb, false));
         }
-        match state.store.update_sandbox(&sb).await {
+        match state.svc.store.update_sandbox(&sb).await {
             Ok(saved) => return Ok((saved, true)),
             Err(StoreError::Conflict(_)) => continue,
             Err(e) => return Err(e.into()),
@@ -108,7 +109,7 @@ pub async fn list(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Json<PortsResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let base = PublicBase::from_request(&headers, &state.config);
     Ok(Json(PortsResponse {
         ports: ports_of(&sb, &base, &state),
@@ -230,7 +231,11 @@ pub async fn list_all(
     };
     let mut ports = Vec::new();
     loop {
-        let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+        let page = state
+            .svc
+            .store
+            .list_sandboxes(&caller.scope, &filter)
+            .await?;
         let seen = u64::from(filter.page) * u64::from(filter.per_page);
         let last = page.sandboxes.is_empty() || seen >= page.total;
         for sb in &page.sandboxes {
@@ -281,7 +286,7 @@ pub async fn auth_token(
             ))
         }
     };
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     ensure_not_terminated(&sb)?;
     // Whole seconds, rounded up: the token lives at least `ttl` seconds.
     let now = Utc::now();

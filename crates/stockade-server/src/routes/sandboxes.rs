@@ -17,7 +17,8 @@ use tracing::instrument;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
-use crate::{lifecycle, AppState};
+use crate::AppState;
+use stockade_service::{lifecycle, ServiceError};
 
 fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
     Json(SandboxResponse::from_record(sb, Utc::now()))
@@ -44,126 +45,22 @@ pub async fn create(
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSandboxRequest>,
 ) -> ApiResult<Response> {
-    let key = idempotency_key(&headers)?;
-    // Every field is checked before a source is fetched (a clone can be long).
-    let sb = lifecycle::prepare(&state, &caller, &req)?;
-    let Some(key) = key else {
-        tracing::Span::current().record("sandbox.id", sb.id.as_str());
-        let (spec_req, source) = crate::sources::resolve(&state, &caller, &req).await?;
-        let sb = lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id)?;
-        let sb = lifecycle::create_from(&state, sb, None, source).await?;
-        return Ok((StatusCode::CREATED, respond(&sb)).into_response());
-    };
-    let hash = stockade_core::account::sha256_hex(
-        &serde_json::to_vec(&req).map_err(|e| ApiError::Internal(e.to_string()))?,
-    );
-    let account = caller.account.id.clone();
-    loop {
-        if let Some((first_hash, id)) = state.store.get_idempotency_key(&account, &key).await? {
-            if first_hash != hash {
-                return Err(ApiError::IdempotencyMismatch(format!(
-                    "Idempotency-Key '{key}' was already used with different parameters"
-                )));
-            }
-            let sb = replay(&state, &caller, &id, &key).await?;
-            let mut resp = (StatusCode::CREATED, respond(&sb)).into_response();
-            resp.headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            return Ok(resp);
-        }
-        match state
-            .store
-            .insert_idempotency_key(&account, &key, &hash, &sb.id)
-            .await
-        {
-            Ok(()) => break,
-            // A concurrent request with the same key won: replay its result.
-            Err(stockade_store::StoreError::Conflict(_)) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    tracing::Span::current().record("sandbox.id", sb.id.as_str());
-    let idem = lifecycle::IdempotencyKey { account, key };
-    let resolved = match crate::sources::resolve(&state, &caller, &req).await {
-        Ok((spec_req, source)) => {
-            lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id.clone())
-                .map(|sb| (sb, source))
-        }
-        Err(e) => Err(e),
-    };
-    let (sb, source) = match resolved {
-        Ok(r) => r,
-        Err(e) => {
-            // The create never started: a retry with this key may try again.
-            if let Err(de) = state
-                .store
-                .delete_idempotency_key(&idem.account, &idem.key)
-                .await
-            {
-                tracing::error!(error = %de, "could not forget the idempotency key of a failed create");
-            }
-            return Err(e);
-        }
-    };
-    let sb = lifecycle::create_from(&state, sb, Some(idem), source).await?;
-    Ok((StatusCode::CREATED, respond(&sb)).into_response())
-}
-
-fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
-    let Some(v) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let key = v
-        .to_str()
-        .ok()
-        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
-        .ok_or_else(|| {
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::field(
                 "Idempotency-Key",
                 "must be 1 to 255 visible ASCII characters",
             )
-        })?;
-    Ok(Some(key.to_owned()))
-}
-
-/// The result of the first create with a key, once it has settled.
-async fn replay(
-    state: &AppState,
-    caller: &Caller,
-    id: &SandboxId,
-    key: &str,
-) -> ApiResult<stockade_core::Sandbox> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        match state.store.get_sandbox(&caller.scope, id).await {
-            Ok(sb)
-                if !matches!(
-                    sb.status,
-                    SandboxStatus::Provisioning | SandboxStatus::Pending
-                ) =>
-            {
-                return Ok(sb)
-            }
-            Ok(_) | Err(stockade_store::StoreError::NotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if state
-            .store
-            .get_idempotency_key(&caller.account.id, key)
-            .await?
-            .is_none()
-        {
-            return Err(ApiError::Conflict(format!(
-                "The first create with Idempotency-Key '{key}' failed; retry to create anew"
-            )));
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(ApiError::Conflict(format!(
-                "The first create with Idempotency-Key '{key}' is still in progress"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        })?),
+    };
+    let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &req, key).await?;
+    let mut resp = (StatusCode::CREATED, respond(&created.sandbox)).into_response();
+    if created.replayed {
+        resp.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
+    Ok(resp)
 }
 
 fn parse_bool(v: &str, field: &str) -> Result<bool, ApiError> {
@@ -268,7 +165,11 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListSandboxesResponse>> {
     let filter = parse_list_query(raw.as_deref())?;
-    let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+    let page = state
+        .svc
+        .store
+        .list_sandboxes(&caller.scope, &filter)
+        .await?;
     let now = Utc::now();
     let shown = (filter.page as u64 - 1) * filter.per_page as u64 + page.sandboxes.len() as u64;
     Ok(Json(ListSandboxesResponse {
@@ -296,9 +197,9 @@ pub async fn get(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
-    state.usage.fill(&sb, &mut details).await;
+    state.svc.usage.fill(&sb, &mut details).await;
     if details.volume.size_bytes.is_none() {
         super::volumes::fill_volume_size(&state, &mut details).await; // VOL-4
     }
@@ -316,8 +217,8 @@ pub async fn start(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    let sb = lifecycle::start(&state, sb).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = lifecycle::start(&state.svc, sb).await?;
     Ok(respond(&sb))
 }
 
@@ -334,11 +235,11 @@ pub async fn stop(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let mut grace = state.config.stop_grace;
+    let mut grace = state.svc.config.stop_grace;
     for (k, v) in query_pairs(raw.as_deref()) {
         match k.as_str() {
             "timeout" => {
-                let max = state.config.max_stop_grace.as_secs();
+                let max = state.svc.config.max_stop_grace.as_secs();
                 let secs = v.parse::<u64>().ok().filter(|s| *s <= max).ok_or_else(|| {
                     ApiError::field("timeout", format!("must be whole seconds from 0 to {max}"))
                 })?;
@@ -347,8 +248,8 @@ pub async fn stop(
             other => return Err(ApiError::field(other, "unknown query parameter")),
         }
     }
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    let sb = lifecycle::stop(&state, sb, grace).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = lifecycle::stop(&state.svc, sb, grace).await?;
     Ok(respond(&sb))
 }
 
@@ -384,15 +285,9 @@ pub async fn destroy(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
     let (preserve, sync) = parse_preserve(raw.as_deref())?;
-    let mut sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    if sync {
-        // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
-        sb = crate::workspace_sync::sync(&state, sb).await?;
-    }
-    let sb = lifecycle::destroy(&state, sb, preserve).await?;
-    // Images of deleted snapshots this sandbox was made from may go now.
-    let gc = state.clone();
-    tokio::spawn(async move { crate::snapshots::collect_garbage(&gc).await });
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
+    let sb = lifecycle::destroy_with(&state.svc, sb, preserve, sync).await?;
     Ok(respond(&sb))
 }
 
@@ -420,11 +315,11 @@ pub async fn bulk_delete(
             format!("at most {MAX} ids per request"),
         ));
     }
-    let mut targets: Vec<Result<stockade_core::Sandbox, (String, ApiError)>> = Vec::new();
+    let mut targets: Vec<Result<stockade_core::Sandbox, (String, ServiceError)>> = Vec::new();
     for id in &req.ids {
         match SandboxId::parse_field(id, "ids") {
             Err(e) => targets.push(Err((id.clone(), e.into()))),
-            Ok(sid) => match state.store.get_sandbox(&caller.scope, &sid).await {
+            Ok(sid) => match state.svc.store.get_sandbox(&caller.scope, &sid).await {
                 Ok(sb) => targets.push(Ok(sb)),
                 Err(e) => targets.push(Err((id.clone(), e.into()))),
             },
@@ -439,37 +334,32 @@ pub async fn bulk_delete(
             per_page: MAX as u32,
             ..Default::default()
         };
-        let page = state.store.list_sandboxes(&caller.scope, &filter).await?;
+        let page = state
+            .svc
+            .store
+            .list_sandboxes(&caller.scope, &filter)
+            .await?;
         for sb in page.sandboxes {
             if !targets.iter().any(|t| matches!(t, Ok(s) if s.id == sb.id)) {
                 targets.push(Ok(sb));
             }
         }
     }
-    let mut results = Vec::with_capacity(targets.len());
-    for t in targets {
-        results.push(match t {
-            Err((id, e)) => BulkDeleteResult {
-                id,
-                deleted: false,
-                error: Some(e.detail()),
+    let results = lifecycle::destroy_many(&state.svc, targets, req.preserve_volume)
+        .await
+        .into_iter()
+        .map(|o| match o.result {
+            Ok(_) => BulkDeleteResult {
+                id: o.id,
+                deleted: true,
+                error: None,
             },
-            Ok(sb) => {
-                let id = sb.id.to_string();
-                match lifecycle::destroy(&state, sb, req.preserve_volume).await {
-                    Ok(_) => BulkDeleteResult {
-                        id,
-                        deleted: true,
-                        error: None,
-                    },
-                    Err(e) => BulkDeleteResult {
-                        id,
-                        deleted: false,
-                        error: Some(e.detail()),
-                    },
-                }
-            }
-        });
-    }
+            Err(e) => BulkDeleteResult {
+                id: o.id,
+                deleted: false,
+                error: Some(ApiError::from(e).detail()),
+            },
+        })
+        .collect();
     Ok(Json(BulkDeleteResponse { results }))
 }

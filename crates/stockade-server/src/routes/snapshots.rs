@@ -19,7 +19,8 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, Caller};
-use crate::{lifecycle, snapshots, sources, AppState};
+use crate::AppState;
+use stockade_service::{lifecycle, snapshots, sources};
 
 /// The routes of this module, relative to `/api/v1`.
 pub fn routes() -> Router<AppState> {
@@ -76,8 +77,9 @@ pub async fn create_snapshot(
         .as_deref()
         .map(|n| Snapshot::parse_name(n, "name"))
         .transpose()?;
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
-    let snapshot = snapshots::capture(&state, &caller.scope, &sb, name, SnapshotKind::User).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let snapshot =
+        snapshots::capture(&state.svc, &caller.scope, &sb, name, SnapshotKind::User).await?;
     tracing::Span::current().record("snapshot.id", snapshot.id.as_str());
     Ok((StatusCode::CREATED, Json(SnapshotResponse::from(&snapshot))))
 }
@@ -93,8 +95,9 @@ pub async fn list_sandbox_snapshots(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ListSnapshotsResponse>> {
-    let sb = lifecycle::load(&state, &caller.scope, &id).await?;
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let list = state
+        .svc
         .store
         .list_snapshots(&caller.scope, Some(&sb.id))
         .await?;
@@ -112,7 +115,7 @@ pub async fn list_snapshots(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<ListSnapshotsResponse>> {
-    let list = state.store.list_snapshots(&caller.scope, None).await?;
+    let list = state.svc.store.list_snapshots(&caller.scope, None).await?;
     Ok(Json(ListSnapshotsResponse {
         snapshots: list.iter().map(SnapshotResponse::from).collect(),
     }))
@@ -129,7 +132,7 @@ pub async fn get_snapshot(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SnapshotResponse>> {
-    let snapshot = snapshots::load(&state, &caller.scope, &id, "snapshot_id").await?;
+    let snapshot = snapshots::load(&state.svc, &caller.scope, &id, "snapshot_id").await?;
     Ok(Json(SnapshotResponse::from(&snapshot)))
 }
 
@@ -146,8 +149,8 @@ pub async fn delete_snapshot(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SnapshotResponse>> {
-    let snapshot = snapshots::load(&state, &caller.scope, &id, "snapshot_id").await?;
-    let snapshot = snapshots::delete(&state, snapshot).await?;
+    let snapshot = snapshots::load(&state.svc, &caller.scope, &id, "snapshot_id").await?;
+    let snapshot = snapshots::delete(&state.svc, snapshot).await?;
     Ok(Json(SnapshotResponse::from(&snapshot)))
 }
 
@@ -172,7 +175,7 @@ pub async fn fork(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<ForkSandboxRequest>,
 ) -> ApiResult<(StatusCode, Json<SandboxResponse>)> {
-    let from = lifecycle::load(&state, &caller.scope, &id).await?;
+    let from = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     snapshots::ensure_capturable(&from)?;
     let create = CreateSandboxRequest {
         name: req.name,
@@ -181,11 +184,9 @@ pub async fn fork(
         }),
         ..Default::default()
     };
-    let sb = lifecycle::prepare(&state, &caller, &create)?;
+    let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &create, None).await?;
+    let sb = created.sandbox;
     tracing::Span::current().record("fork.id", sb.id.as_str());
-    let (spec_req, source) = sources::resolve(&state, &caller, &create).await?;
-    let sb = lifecycle::prepare_with_id(&state, &caller, &spec_req, sb.id)?;
-    let sb = lifecycle::create_from(&state, sb, None, source).await?;
     Ok((
         StatusCode::CREATED,
         Json(SandboxResponse::from_record(&sb, Utc::now())),
@@ -212,7 +213,7 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
-    let limits = &state.config.sources;
+    let limits = &state.svc.config.sources;
     let max = limits.max_archive_bytes;
     let too_large = || {
         ApiError::PayloadTooLarge(format!(
@@ -246,16 +247,19 @@ pub async fn upload(
     }
     file.flush().await.map_err(io_err)?;
     drop(file);
-    let summary = sources::check_archive_file(&path, limits.max_unpacked_bytes)
-        .await
-        .map_err(|m| ApiError::field("body", format!("not a usable tar or tar.gz archive: {m}")))?;
+    let summary =
+        sources::check_archive_file(&path, limits.max_unpacked_bytes, sources::Quote::Names)
+            .await
+            .map_err(|m| {
+                ApiError::field("body", format!("not a usable tar or tar.gz archive: {m}"))
+            })?;
 
     let id = UploadId::generate();
     tracing::Span::current().record("upload.id", id.as_str());
     let key = sources::upload_key(&caller.account.id, &id);
     let file = tokio::fs::File::open(&path).await.map_err(io_err)?;
     let data = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
-    let bytes = state.blobs.put_stream(&key, Box::pin(data)).await?;
+    let bytes = state.svc.blobs.put_stream(&key, Box::pin(data)).await?;
     tracing::info!(upload.id = %id, bytes, entries = summary.entries, "archive uploaded");
     let ttl = chrono::Duration::from_std(limits.upload_ttl).unwrap_or(chrono::Duration::days(1));
     Ok((

@@ -49,14 +49,14 @@ fn team_not_found() -> ApiError {
 /// Loads a team: 404 when unknown.
 async fn load(state: &AppState, id: &str) -> ApiResult<Team> {
     let id = TeamId::parse_field(id, "team_id")?;
-    state.store.get_team(&id).await.map_err(|e| match e {
+    state.svc.store.get_team(&id).await.map_err(|e| match e {
         StoreError::NotFound => team_not_found(),
         other => other.into(),
     })
 }
 
 async fn respond(state: &AppState, team: &Team) -> ApiResult<Json<TeamResponse>> {
-    let members = state.store.list_team_members(&team.id).await?;
+    let members = state.svc.store.list_team_members(&team.id).await?;
     Ok(Json(TeamResponse::new(team, &members)))
 }
 
@@ -77,12 +77,17 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateTeamRequest>,
 ) -> ApiResult<(StatusCode, Json<TeamResponse>)> {
     let name = parse_team_name(&req.name, "name")?;
-    let team = state.store.create_team(&name).await.map_err(|e| match e {
-        StoreError::Conflict(_) => {
-            ApiError::Conflict(format!("A team named '{name}' already exists"))
-        }
-        other => other.into(),
-    })?;
+    let team = state
+        .svc
+        .store
+        .create_team(&name)
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => {
+                ApiError::Conflict(format!("A team named '{name}' already exists"))
+            }
+            other => other.into(),
+        })?;
     tracing::info!(team.id = %team.id, team.name = %team.name, "team created");
     Ok((StatusCode::CREATED, Json(TeamResponse::new(&team, &[]))))
 }
@@ -97,9 +102,9 @@ pub async fn list(
     caller: Caller,
 ) -> ApiResult<Json<ListTeamsResponse>> {
     let teams = if caller.account.is_admin {
-        state.store.list_teams().await?
+        state.svc.store.list_teams().await?
     } else {
-        state.store.teams_of_account(&caller.account.id).await?
+        state.svc.store.teams_of_account(&caller.account.id).await?
     };
     let mut out = Vec::with_capacity(teams.len());
     for team in &teams {
@@ -147,6 +152,7 @@ pub async fn add_member(
     let team = load(&state, &team_id).await?;
     let account = AccountId::parse_field(&req.account_id, "accountId")?;
     state
+        .svc
         .store
         .add_team_member(&team.id, &account)
         .await
@@ -175,6 +181,7 @@ pub async fn remove_member(
     let team = load(&state, &team_id).await?;
     let account = AccountId::parse_field(&account_id, "account_id")?;
     state
+        .svc
         .store
         .remove_team_member(&team.id, &account)
         .await

@@ -127,13 +127,15 @@ impl Volume {
 /// never taken for an orphan.
 async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
     let infos: Vec<VolumeInfo> = state
+        .svc
         .runtime
         .list_volumes()
         .await?
         .into_iter()
-        .filter(|v| v.instance_id.as_deref() == Some(state.instance_id.as_str()))
+        .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id.as_str()))
         .collect();
     let live: HashMap<SandboxId, Sandbox> = state
+        .svc
         .store
         .list_active_sandboxes()
         .await?
@@ -146,7 +148,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         let live = live.get(&sandbox_id).cloned();
         let record = match live {
             Some(_) => None,
-            None => state.store.sandbox_owner(&sandbox_id).await?,
+            None => state.svc.store.sandbox_owner(&sandbox_id).await?,
         };
         if info.pool_member && live.is_none() && record.is_none() {
             // A warm-pool member (SCALE-3): nobody's yet, never listed.
@@ -313,17 +315,24 @@ pub async fn delete_one(
     Ok(Json(volume.removed()))
 }
 
+/// Removes an orphaned volume. A container that still mounts it has no
+/// live record either (a sandbox destroyed with its volume preserved whose
+/// container removal failed, or a create that never finished): it is
+/// removed first, keeping the volume, so that what is listed can be removed.
 async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
-    state
-        .runtime
-        .remove_volume(&volume.info.name)
-        .await
-        .map_err(|e| match e {
-            RuntimeError::NotFound(_) => {
-                ApiError::NotFound(format!("Volume {} not found", volume.info.name))
-            }
-            e => e.into(),
-        })
+    let runtime = &state.svc.runtime;
+    let mut result = runtime.remove_volume(&volume.info.name).await;
+    if matches!(result, Err(RuntimeError::Conflict(_))) && volume.orphaned() {
+        info!(volume = %volume.info.name, "removing the dead container that still mounts an orphaned volume");
+        runtime.remove(&volume.sandbox_id, true).await?;
+        result = runtime.remove_volume(&volume.info.name).await;
+    }
+    result.map_err(|e| match e {
+        RuntimeError::NotFound(_) => {
+            ApiError::NotFound(format!("Volume {} not found", volume.info.name))
+        }
+        e => e.into(),
+    })
 }
 
 /// Remove every orphaned volume the caller may see. Needs `confirm=true`.
@@ -400,7 +409,7 @@ pub async fn fill_volume_size(state: &AppState, resp: &mut SandboxResponse) {
     };
     let size = tokio::time::timeout(
         DETAILS_SIZE_WAIT,
-        state.runtime.volume_size(&name, DETAILS_SIZE_MAX_AGE),
+        state.svc.runtime.volume_size(&name, DETAILS_SIZE_MAX_AGE),
     )
     .await;
     if let Ok(Ok(Some(bytes))) = size {

@@ -149,7 +149,7 @@ async fn output_beyond_the_limit_is_cut_and_flagged() {
     let t = &app.admin_token;
     let sb = app.create(t, json!({})).await;
     let id = sb["id"].as_str().unwrap();
-    let limit = app.state.config.max_exec_output_bytes;
+    let limit = app.state.config.service.max_exec_output_bytes;
     let r = exec(
         &app,
         t,

@@ -9,44 +9,26 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::json;
 use stockade_core::{
-    Account, AccountId, InstanceId, Sandbox, SandboxId, SandboxStatus, Scope, Team, TeamId,
+    Account, AccountId, InstanceId, Operation, OperationId, Sandbox, SandboxId, SandboxStatus,
+    Scope, Team, TeamId,
 };
-use stockade_store::{SandboxFilter, SandboxPage, SqliteStore, Store, StoreError, StoreResult};
+use stockade_store::{
+    AccountStore, HealthStore, IdempotencyStore, OperationStore, SandboxFilter, SandboxPage,
+    SandboxStore, SandboxWrite, SettingsStore, SnapshotStore, SqliteStore, StoreError, StoreHealth,
+    StoreResult, TeamStore,
+};
 
 use crate::helpers::*;
 
-/// A real SQLite store whose `update_sandbox` can be made to fail.
+/// A real SQLite store whose `update_sandbox` can be made to fail: it fakes
+/// the sandbox role and hands every other role to the real store.
 struct FailingStore {
     inner: SqliteStore,
     fail_updates: AtomicBool,
 }
 
 #[async_trait]
-impl Store for FailingStore {
-    async fn instance_id(&self) -> StoreResult<InstanceId> {
-        self.inner.instance_id().await
-    }
-    async fn ping(&self) -> StoreResult<()> {
-        self.inner.ping().await
-    }
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-    async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account> {
-        self.inner.create_account(name, is_admin).await
-    }
-    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
-        self.inner.list_accounts().await
-    }
-    async fn count_accounts(&self) -> StoreResult<u64> {
-        self.inner.count_accounts().await
-    }
-    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()> {
-        self.inner.add_token(account, token_hash).await
-    }
-    async fn account_by_token_hash(&self, h: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
-        self.inner.account_by_token_hash(h).await
-    }
+impl SandboxStore for FailingStore {
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
         self.inner.insert_sandbox(sandbox).await
     }
@@ -92,30 +74,69 @@ impl Store for FailingStore {
     ) -> StoreResult<Option<stockade_store::RecordOwner>> {
         self.inner.sandbox_owner(id).await
     }
-    async fn insert_idempotency_key(
+    async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
+        self.inner.count_sandboxes_by_status().await
+    }
+    async fn claim_expired_sessions(
         &self,
-        account: &AccountId,
-        key: &str,
-        hash: &str,
-        sandbox: &SandboxId,
-    ) -> StoreResult<()> {
+        server: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Sandbox>> {
         self.inner
-            .insert_idempotency_key(account, key, hash, sandbox)
+            .claim_expired_sessions(server, now, lease_until, limit)
             .await
     }
-    async fn get_idempotency_key(
-        &self,
-        account: &AccountId,
-        key: &str,
-    ) -> StoreResult<Option<(String, SandboxId)>> {
-        self.inner.get_idempotency_key(account, key).await
+}
+
+#[async_trait]
+impl HealthStore for FailingStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
     }
-    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
-        self.inner.delete_idempotency_key(account, key).await
+    async fn ping(&self) -> StoreResult<()> {
+        self.inner.ping().await
+    }
+    fn health(&self) -> StoreHealth {
+        self.inner.health()
+    }
+    async fn probe_write(&self) -> StoreResult<()> {
+        self.inner.probe_write().await
+    }
+}
+
+#[async_trait]
+impl SettingsStore for FailingStore {
+    async fn instance_id(&self) -> StoreResult<InstanceId> {
+        self.inner.instance_id().await
     }
     async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
         self.inner.setting_get_or_insert(key, value).await
     }
+}
+
+#[async_trait]
+impl AccountStore for FailingStore {
+    async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account> {
+        self.inner.create_account(name, is_admin).await
+    }
+    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
+        self.inner.list_accounts().await
+    }
+    async fn count_accounts(&self) -> StoreResult<u64> {
+        self.inner.count_accounts().await
+    }
+    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()> {
+        self.inner.add_token(account, token_hash).await
+    }
+    async fn account_by_token_hash(&self, h: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
+        self.inner.account_by_token_hash(h).await
+    }
+}
+
+#[async_trait]
+impl TeamStore for FailingStore {
     async fn create_team(&self, name: &str) -> StoreResult<Team> {
         self.inner.create_team(name).await
     }
@@ -137,21 +158,42 @@ impl Store for FailingStore {
     async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>> {
         self.inner.list_team_members(team).await
     }
-    async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
-        self.inner.count_sandboxes_by_status().await
-    }
-    async fn claim_expired_sessions(
+}
+
+#[async_trait]
+impl IdempotencyStore for FailingStore {
+    async fn insert_idempotency_key(
         &self,
-        server: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-    ) -> StoreResult<Vec<Sandbox>> {
+        account: &AccountId,
+        key: &str,
+        hash: &str,
+        sandbox: &SandboxId,
+        expired_before: DateTime<Utc>,
+    ) -> StoreResult<()> {
         self.inner
-            .claim_expired_sessions(server, now, lease_until, limit)
+            .insert_idempotency_key(account, key, hash, sandbox, expired_before)
             .await
     }
-    // --- snapshots (issue 4) ---
+    async fn get_idempotency_key(
+        &self,
+        account: &AccountId,
+        key: &str,
+        expired_before: DateTime<Utc>,
+    ) -> StoreResult<Option<(String, SandboxId)>> {
+        self.inner
+            .get_idempotency_key(account, key, expired_before)
+            .await
+    }
+    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
+        self.inner.delete_idempotency_key(account, key).await
+    }
+    async fn purge_idempotency_keys(&self, before: DateTime<Utc>) -> StoreResult<u64> {
+        self.inner.purge_idempotency_keys(before).await
+    }
+}
+
+#[async_trait]
+impl SnapshotStore for FailingStore {
     async fn insert_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()> {
         self.inner.insert_snapshot(s).await
     }
@@ -180,6 +222,65 @@ impl Store for FailingStore {
         before: DateTime<Utc>,
     ) -> StoreResult<Vec<stockade_core::Snapshot>> {
         self.inner.pending_snapshots(before).await
+    }
+}
+
+#[async_trait]
+impl OperationStore for FailingStore {
+    async fn begin_operation(&self, op: &Operation) -> StoreResult<()> {
+        self.inner.begin_operation(op).await
+    }
+    async fn get_operation(&self, target: &str) -> StoreResult<Option<Operation>> {
+        self.inner.get_operation(target).await
+    }
+    async fn renew_operations(&self, holder: &str, until: DateTime<Utc>) -> StoreResult<u64> {
+        self.inner.renew_operations(holder, until).await
+    }
+    async fn end_operation(&self, id: &OperationId) -> StoreResult<()> {
+        self.inner.end_operation(id).await
+    }
+    async fn claim_expired_operations(
+        &self,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<Operation>> {
+        self.inner
+            .claim_expired_operations(holder, now, until, limit)
+            .await
+    }
+    async fn claim_operation(
+        &self,
+        id: &OperationId,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> StoreResult<Option<Operation>> {
+        self.inner.claim_operation(id, holder, now, until).await
+    }
+    async fn insert_sandbox_with_operation(
+        &self,
+        sandbox: &Sandbox,
+        op: &Operation,
+    ) -> StoreResult<()> {
+        self.inner.insert_sandbox_with_operation(sandbox, op).await
+    }
+    async fn finish_operation(
+        &self,
+        id: &OperationId,
+        holder: &str,
+        write: SandboxWrite<'_>,
+    ) -> StoreResult<Option<Sandbox>> {
+        if self.fail_updates.load(Ordering::SeqCst) && matches!(write, SandboxWrite::Update(_)) {
+            return Err(StoreError::Other(
+                "disk I/O error (injected by the test)".into(),
+            ));
+        }
+        self.inner.finish_operation(id, holder, write).await
+    }
+    async fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>> {
+        self.inner.list_operations(limit).await
     }
 }
 

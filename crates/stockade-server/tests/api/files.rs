@@ -566,6 +566,28 @@ async fn tar_archives_round_trip() {
         "0"
     );
 
+    // A hard link to nothing: the engine refuses the archive, and that is
+    // the caller's input (400), not a server failure (DB-13).
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Link);
+    h.set_size(0);
+    h.set_mode(0o644);
+    b.append_link(&mut h, "link.txt", "missing.txt").unwrap();
+    let dangling = b.into_inner().unwrap();
+    let r = call(
+        &app,
+        t,
+        Method::PUT,
+        &id,
+        "/archive",
+        &[("path", "up")],
+        Some(dangling),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.json());
+    assert_eq!(r.error_fields(), ["body"]);
+
     // Uploading into a file is a conflict.
     let r = call(
         &app,
@@ -847,7 +869,7 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
 async fn uploads_over_the_limit_are_413() {
     const LIMIT: u64 = 1024 * 1024;
     let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| c.max_file_bytes = LIMIT)),
+        configure: Some(Box::new(|c| c.service.max_file_bytes = LIMIT)),
         ..Default::default()
     })
     .await;

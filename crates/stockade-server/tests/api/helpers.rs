@@ -71,16 +71,19 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
         docker_host,
         ..ServerConfig::default()
     };
-    config.defaults.image = test_image();
+    config.service.defaults.image = test_image();
     config.proxy_domain = Some(PROXY_DOMAIN.into());
+    // The tests serve git and tarball sources on loopback; the hostile
+    // tests take this allowance away again.
+    config.service.sources.addresses = loopback_allowed();
     if let Some(configure) = opts.configure {
         configure(&mut config);
     }
-    config.blob_store = opts
-        .blob_store
-        .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
-            dir: dir.path().join("blobs"),
-        });
+    config.service.blob_store =
+        opts.blob_store
+            .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
+                dir: dir.path().join("blobs"),
+            });
     let admin_token = format!("stk_test_admin_{}", stockade_core::SandboxId::generate());
     match stockade_server::bootstrap(store.as_ref(), Some(&admin_token))
         .await
@@ -182,7 +185,7 @@ impl TestApp {
     }
 
     pub fn instance_id(&self) -> String {
-        self.state.instance_id.to_string()
+        self.state.svc.instance_id.to_string()
     }
 
     /// Containers of this app's instance, as Docker lists them.
@@ -223,7 +226,7 @@ impl Drop for TestApp {
         // A warm-pool member being made when the test ended would outlive
         // the cleanup below: give the fills in flight a moment to finish.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.state.pool.filling() > 0 && std::time::Instant::now() < deadline {
+        while self.state.svc.pool.filling() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         if self.cleanup_on_drop {
@@ -300,4 +303,55 @@ pub fn container_exists(sandbox_id: &str) -> bool {
     docker(&["inspect", &format!("stockade-{sandbox_id}")])
         .status
         .success()
+}
+
+/// An address policy that lets sources reach this machine's loopback.
+pub fn loopback_allowed() -> stockade_core::net::AddressPolicy {
+    stockade_core::net::AddressPolicy {
+        allow: vec![stockade_core::net::IpNet::parse("127.0.0.0/8").unwrap()],
+    }
+}
+
+/// A static x86-64 program that calls `io_uring_setup` and prints whether
+/// it worked (`io_uring_setup worked` / `io_uring_setup failed: errno N`),
+/// built once with the host's C compiler.
+pub fn io_uring_probe() -> Vec<u8> {
+    static PROBE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let src = dir.path().join("probe.c");
+            std::fs::write(
+                &src,
+                r#"#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    unsigned char params[120];
+    memset(params, 0, sizeof params);
+    long fd = syscall(425 /* io_uring_setup */, 8, params);
+    if (fd < 0) { printf("io_uring_setup failed: errno %d\n", errno); return 0; }
+    printf("io_uring_setup worked\n");
+    return 0;
+}
+"#,
+            )
+            .unwrap();
+            let bin = dir.path().join("probe");
+            let out = Command::new("cc")
+                .args(["-static", "-O1", "-o"])
+                .arg(&bin)
+                .arg(&src)
+                .output()
+                .expect("a C compiler (cc) to build the io_uring probe");
+            assert!(
+                out.status.success(),
+                "building the io_uring probe failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::read(&bin).unwrap()
+        })
+        .clone()
 }

@@ -13,7 +13,7 @@ use crate::helpers::*;
 async fn details_show_usage_and_a_volume_size_that_grows() {
     let app = spawn_app_with(AppOptions {
         configure: Some(Box::new(|c| {
-            c.usage.volume_size_ttl = Duration::from_secs(1);
+            c.service.usage.volume_size_ttl = Duration::from_secs(1);
         })),
         ..Default::default()
     })

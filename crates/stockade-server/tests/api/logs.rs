@@ -279,10 +279,13 @@ async fn an_idle_stream_gets_keep_alive_comments() {
     // A second server on the same database, with a short keep-alive.
     let mut config = (*app.state.config).clone();
     config.sse_keep_alive = Duration::from_millis(200);
-    let state =
-        stockade_server::AppState::new(app.state.store.clone(), app.state.runtime.clone(), config)
-            .await
-            .unwrap();
+    let state = stockade_server::AppState::new(
+        app.state.svc.store.clone(),
+        app.state.svc.runtime.clone(),
+        config,
+    )
+    .await
+    .unwrap();
     let server = stockade_server::spawn(state).await.unwrap();
     let url = format!("http://{}/api/v1/sandbox/{id}/logs?tail=0", server.addr);
     let mut s = SseStream::open(app.http.get(url).bearer_auth(t)).await;

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
-use stockade_server::pool::{PoolClassConfig, PoolConfig};
+use stockade_service::pool::{PoolClassConfig, PoolConfig};
 
 use crate::helpers::*;
 
 fn with_pool(size: usize, drain: bool) -> AppOptions {
     AppOptions {
         configure: Some(Box::new(move |c| {
-            c.pool = PoolConfig {
+            c.service.pool = PoolConfig {
                 classes: vec![PoolClassConfig::default_class(size)],
                 check_interval: Duration::from_millis(200),
                 drain_on_shutdown: drain,
@@ -30,13 +30,13 @@ fn with_pool(size: usize, drain: bool) -> AppOptions {
 async fn full_pool(app: &TestApp, n: usize) -> BTreeSet<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        if app.state.pool.ready_total() >= n {
+        if app.state.svc.pool.ready_total() >= n {
             return members(app);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "the warm pool did not fill to {n}: {:?}",
-            app.state.pool
+            app.state.svc.pool
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -55,7 +55,7 @@ fn members(app: &TestApp) -> BTreeSet<String> {
     ])
     .into_iter()
     // Still a member: ready in the pool, claimed by no record.
-    .filter(|id| stockade_core::SandboxId::parse(id).is_ok_and(|id| app.state.pool.holds(&id)))
+    .filter(|id| stockade_core::SandboxId::parse(id).is_ok_and(|id| app.state.svc.pool.holds(&id)))
     .collect()
 }
 
@@ -157,7 +157,7 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
         .text()
         .await
         .unwrap();
-    let class = &app.state.pool.classes()[0].key;
+    let class = &app.state.svc.pool.classes()[0].key;
     assert!(
         metrics.contains(&format!("stockade_pool_ready{{class=\"{class}\"}} 2\n")),
         "{metrics}"
@@ -365,7 +365,7 @@ async fn a_restart_adopts_members_removes_the_surplus_and_leaves_claimed_sandbox
         .await;
     assert_eq!(r.body["status"], "RUNNING", "{:?}", r.body);
     assert_eq!(sh_in(&claimed_id, "cat /workspace/f"), "mine");
-    let report = stockade_server::reconcile::reconcile_once(&second.state)
+    let report = stockade_service::reconcile::reconcile_once(&second.state.svc)
         .await
         .unwrap();
     assert_eq!(report.unknown_containers, 0, "{report:?}");

@@ -158,7 +158,7 @@ async fn snapshot_restore_and_delete() {
     // Once no sandbox uses it, the image goes too.
     let r = app.delete(&format!("/api/v1/sandbox/{rid}"), &token).await;
     assert_eq!(r.status, StatusCode::OK);
-    let report = stockade_server::snapshots::collect_garbage(&app.state).await;
+    let report = stockade_service::snapshots::collect_garbage(&app.state.svc).await;
     assert!(snapshot_images(&app).is_empty(), "{report:?}");
 }
 
@@ -384,7 +384,7 @@ async fn fork_copies_the_filesystem_and_stays_isolated() {
             StatusCode::OK
         );
     }
-    stockade_server::snapshots::collect_garbage(&app.state).await;
+    stockade_service::snapshots::collect_garbage(&app.state.svc).await;
     assert!(snapshot_images(&app).is_empty());
     assert_eq!(checksums(src_id).lines().count(), 6);
 }

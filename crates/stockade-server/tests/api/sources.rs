@@ -458,13 +458,16 @@ async fn uploads_over_the_limit_are_refused() {
     app.shutdown().await;
     // A second server on the same database with a small limit.
     let mut config = (*app.state.config).clone();
-    config.sources.max_archive_bytes = 4096;
-    config.sources.max_unpacked_bytes = 50_000;
+    config.service.sources.max_archive_bytes = 4096;
+    config.service.sources.max_unpacked_bytes = 50_000;
     config.listen = "127.0.0.1:0".parse().unwrap();
-    let state =
-        stockade_server::AppState::new(app.state.store.clone(), app.state.runtime.clone(), config)
-            .await
-            .unwrap();
+    let state = stockade_server::AppState::new(
+        app.state.svc.store.clone(),
+        app.state.svc.runtime.clone(),
+        config,
+    )
+    .await
+    .unwrap();
     let server = stockade_server::spawn(state).await.unwrap();
     let post = |body: Vec<u8>| {
         app.http

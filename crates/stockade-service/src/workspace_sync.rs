@@ -10,8 +10,8 @@ use stockade_runtime::RuntimeError;
 use stockade_store::StoreError;
 use tracing::{info, warn};
 
-use crate::error::{ApiError, ApiResult};
-use crate::AppState;
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
 
 /// `syncs/{account}/{sandbox}/{timestamp}.tar`.
 pub fn sync_key(sb: &Sandbox, at: chrono::DateTime<Utc>) -> String {
@@ -25,9 +25,9 @@ pub fn sync_key(sb: &Sandbox, at: chrono::DateTime<Utc>) -> String {
 
 /// Uploads the sandbox's `/workspace` and records the sync on its record;
 /// returns the updated record.
-pub async fn sync(state: &AppState, sb: Sandbox) -> ApiResult<Sandbox> {
+pub async fn sync(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is already terminated: there is no /workspace left to sync",
             sb.id
         )));
@@ -36,25 +36,25 @@ pub async fn sync(state: &AppState, sb: Sandbox) -> ApiResult<Sandbox> {
         sb.status,
         SandboxStatus::Provisioning | SandboxStatus::Pending
     ) {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created; delete it once create returns",
             sb.id
         )));
     }
     let started = Utc::now();
     let key = sync_key(&sb, started);
-    let workspace = state
+    let workspace = svc
         .runtime
         .export_workspace(&sb.id)
         .await
         .map_err(|e| match e {
-            RuntimeError::NotFound(_) => ApiError::Conflict(format!(
+            RuntimeError::NotFound(_) => ServiceError::Conflict(format!(
                 "The container of sandbox {} no longer exists on its Docker host, so /workspace cannot be synced; delete without sync=true",
                 sb.id
             )),
             other => other.into(),
         })?;
-    let bytes = state.blobs.put_stream(&key, workspace).await?;
+    let bytes = svc.blobs.put_stream(&key, workspace).await?;
     let completed = Utc::now().trunc_subsecs(6);
     let record = serde_json::json!({
         "key": key,
@@ -62,15 +62,15 @@ pub async fn sync(state: &AppState, sb: Sandbox) -> ApiResult<Sandbox> {
         "started_at": started,
         "completed_at": completed,
     });
-    let location = state.blobs.location();
-    match write_sync(state, sb, &record, &location).await {
+    let location = svc.blobs.location();
+    match write_sync(svc, sb, &record, &location).await {
         Ok(saved) => {
             info!(sandbox.id = %saved.id, key, bytes, "workspace synced to the object store");
             Ok(saved)
         }
         Err(e) => {
             // Nothing will be deleted: do not leave a sync the record does not know.
-            if let Err(de) = state.blobs.delete(&key).await {
+            if let Err(de) = svc.blobs.delete(&key).await {
                 warn!(key, error = %de, "could not remove an unrecorded workspace sync");
             }
             Err(e)
@@ -80,18 +80,18 @@ pub async fn sync(state: &AppState, sb: Sandbox) -> ApiResult<Sandbox> {
 
 /// Writes `s3_sync` and `s3_config`; retries once on a concurrent update.
 async fn write_sync(
-    state: &AppState,
+    svc: &Service,
     mut sb: Sandbox,
     record: &serde_json::Value,
     location: &serde_json::Value,
-) -> ApiResult<Sandbox> {
+) -> ServiceResult<Sandbox> {
     for attempt in 0..2 {
         sb.s3_sync = Some(record.clone());
         sb.s3_config = Some(location.clone());
-        match state.store.update_sandbox(&sb).await {
+        match svc.store.update_sandbox(&sb).await {
             Ok(saved) => return Ok(saved),
             Err(StoreError::Conflict(_)) if attempt == 0 => {
-                sb = state
+                sb = svc
                     .store
                     .get_sandbox(&Scope::account(sb.account_id.clone()), &sb.id)
                     .await?;
@@ -99,7 +99,7 @@ async fn write_sync(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(ApiError::Conflict(format!(
+    Err(ServiceError::Conflict(format!(
         "Sandbox {} kept changing while its sync was recorded; retry",
         sb.id
     )))

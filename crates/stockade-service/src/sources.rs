@@ -16,10 +16,13 @@
 //! no absolute or `..` paths, no device files; unpacked size capped), so a
 //! corrupt archive fails the create with a 422 and leaves nothing behind.
 //!
-//! The server fetches URLs on the user's behalf: with
-//! `deny_private_networks` it refuses hosts that resolve to loopback,
-//! private or link-local addresses (DNS names are checked once, when the
-//! create starts).
+//! The server fetches URLs on the user's behalf, so it never connects to an
+//! internal address (SEC-8, [`crate::outbound`]): downloads resolve names
+//! through the guarded resolver at every connection and redirect hop, and a
+//! clone is pinned to the address that was checked (`http.curloptResolve`,
+//! no redirects; a `git://` URL is rewritten to that address). Error
+//! messages never contain what was fetched: no archive entry names, no
+//! remote messages.
 
 use std::io::Read;
 use std::net::IpAddr;
@@ -35,9 +38,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 
 use crate::config::SourceLimits;
-use crate::error::{ApiError, ApiResult};
-use crate::extract::Caller;
-use crate::{lifecycle, snapshots, AppState};
+use crate::error::{ServiceError, ServiceResult};
+use crate::{lifecycle, snapshots, Service};
+use stockade_core::Scope;
 
 /// The most entries an archive may hold.
 const MAX_ENTRIES: u64 = 1_000_000;
@@ -63,14 +66,14 @@ pub enum AfterCreate {
 
 /// A fork's internal snapshot, released when dropped if nobody did.
 pub struct ForkSnapshot {
-    state: AppState,
+    svc: Service,
     snapshot: Option<Snapshot>,
 }
 
 impl ForkSnapshot {
     async fn release(mut self) {
         if let Some(s) = self.snapshot.take() {
-            snapshots::release_fork_snapshot(&self.state, s).await;
+            snapshots::release_fork_snapshot(&self.svc, s).await;
         }
     }
 }
@@ -78,21 +81,21 @@ impl ForkSnapshot {
 impl Drop for ForkSnapshot {
     fn drop(&mut self) {
         if let Some(s) = self.snapshot.take() {
-            let state = self.state.clone();
+            let svc = self.svc.clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { snapshots::release_fork_snapshot(&state, s).await });
+                handle.spawn(async move { snapshots::release_fork_snapshot(&svc, s).await });
             }
         }
     }
 }
 
 /// Runs the follow-up of a finished create.
-pub async fn finish(state: &AppState, after: AfterCreate, created: bool) {
+pub async fn finish(svc: &Service, after: AfterCreate, created: bool) {
     match after {
         AfterCreate::Nothing => {}
         AfterCreate::ConsumeUpload(key) => {
             if created {
-                if let Err(e) = state.blobs.delete(&key).await {
+                if let Err(e) = svc.blobs.delete(&key).await {
                     warn!(key, error = %e, "could not remove a used upload; it expires on its own");
                 }
             }
@@ -105,14 +108,14 @@ pub async fn finish(state: &AppState, after: AfterCreate, created: bool) {
 /// (for snapshots and forks: their image; for a fork: the source's settings
 /// where the request gives none) and the prepared archive.
 pub async fn resolve(
-    state: &AppState,
-    caller: &Caller,
+    svc: &Service,
+    scope: &Scope,
     req: &CreateSandboxRequest,
-) -> ApiResult<(CreateSandboxRequest, Option<PreparedSource>)> {
+) -> ServiceResult<(CreateSandboxRequest, Option<PreparedSource>)> {
     let Some(source) = &req.source else {
         return Ok((req.clone(), None));
     };
-    let limits = &state.config.sources;
+    let limits = &svc.config.sources;
     match source {
         SandboxSource::Git { url, git_ref } => {
             let url = parse_url(url, &["https", "http", "git"], limits).await?;
@@ -142,17 +145,17 @@ pub async fn resolve(
         }
         SandboxSource::Upload { upload_id } => {
             let id = UploadId::parse_field(upload_id, "source.uploadId")?;
-            let key = upload_key(&caller.account.id, &id);
-            let meta = state.blobs.head(&key).await?.ok_or_else(|| {
-                ApiError::NotFound(format!("Upload {id} not found (or already used)"))
+            let key = upload_key(&scope.account_id, &id);
+            let meta = svc.blobs.head(&key).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!("Upload {id} not found (or already used)"))
             })?;
             if expired(meta.last_modified, limits.upload_ttl) {
-                let _ = state.blobs.delete(&key).await;
-                return Err(ApiError::NotFound(format!(
+                let _ = svc.blobs.delete(&key).await;
+                return Err(ServiceError::NotFound(format!(
                     "Upload {id} has expired; upload the archive again"
                 )));
             }
-            let (_, archive) = state.blobs.get_stream(&key).await?;
+            let (_, archive) = svc.blobs.get_stream(&key).await?;
             Ok((
                 req.clone(),
                 Some(PreparedSource {
@@ -163,18 +166,17 @@ pub async fn resolve(
         }
         SandboxSource::Snapshot { snapshot_id } => {
             refuse_image_fields(req, "snapshot")?;
-            let snapshot =
-                snapshots::load(state, &caller.scope, snapshot_id, "source.snapshotId").await?;
+            let snapshot = snapshots::load(svc, scope, snapshot_id, "source.snapshotId").await?;
             if !snapshot.is_usable() {
-                return Err(ApiError::Conflict(format!(
+                return Err(ServiceError::Conflict(format!(
                     "Snapshot {} is {}; only a READY snapshot can be restored",
                     snapshot.id, snapshot.status
                 )));
             }
             let key = snapshot.blob_key.clone().ok_or_else(|| {
-                ApiError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
+                ServiceError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
             })?;
-            let (_, archive) = state.blobs.get_stream(&key).await?;
+            let (_, archive) = svc.blobs.get_stream(&key).await?;
             let mut req = req.clone();
             req.docker_image = Some(snapshot.image_ref.clone());
             Ok((
@@ -188,20 +190,19 @@ pub async fn resolve(
         SandboxSource::Sandbox { sandbox_id } => {
             refuse_image_fields(req, "sandbox")?;
             let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
-            let from = lifecycle::load(state, &caller.scope, id.as_str()).await?;
-            let snapshot =
-                snapshots::capture(state, &caller.scope, &from, None, SnapshotKind::Fork).await?;
+            let from = lifecycle::load(svc, scope, id.as_str()).await?;
+            let snapshot = snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
             let image = snapshot.image_ref.clone();
             let guard = ForkSnapshot {
-                state: state.clone(),
+                svc: svc.clone(),
                 snapshot: Some(snapshot),
             };
-            let archive = match state.runtime.export_workspace(&from.id).await {
+            let archive = match svc.runtime.export_workspace(&from.id).await {
                 Ok(a) => a,
                 Err(e) => {
                     guard.release().await;
                     return Err(match e {
-                        RuntimeError::NotFound(_) => ApiError::Conflict(format!(
+                        RuntimeError::NotFound(_) => ServiceError::Conflict(format!(
                             "The container of sandbox {} no longer exists: nothing to fork",
                             from.id
                         )),
@@ -221,14 +222,14 @@ pub async fn resolve(
 }
 
 /// A snapshot or fork brings its own image.
-fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ApiResult<()> {
+fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ServiceResult<()> {
     let message =
         format!("cannot be combined with a source of type '{kind}', which brings its own image");
     if req.docker_image.is_some() {
-        return Err(ApiError::field("dockerImage", message));
+        return Err(ServiceError::field("dockerImage", message));
     }
     if req.runtime.is_some() {
-        return Err(ApiError::field("runtime", message));
+        return Err(ServiceError::field("runtime", message));
     }
     Ok(())
 }
@@ -279,8 +280,8 @@ fn expired(stored_at: chrono::DateTime<chrono::Utc>, ttl: Duration) -> bool {
 }
 
 /// Removes uploads older than their time to live; returns how many.
-pub async fn expire_uploads(state: &AppState) -> usize {
-    let listed = match state.blobs.list("uploads").await {
+pub async fn expire_uploads(svc: &Service) -> usize {
+    let listed = match svc.blobs.list("uploads").await {
         Ok(l) => l,
         Err(e) => {
             warn!(error = %e, "could not list uploads to expire");
@@ -289,8 +290,8 @@ pub async fn expire_uploads(state: &AppState) -> usize {
     };
     let mut removed = 0;
     for meta in listed {
-        if expired(meta.last_modified, state.config.sources.upload_ttl) {
-            match state.blobs.delete(&meta.key).await {
+        if expired(meta.last_modified, svc.config.sources.upload_ttl) {
+            match svc.blobs.delete(&meta.key).await {
                 Ok(()) => removed += 1,
                 Err(e) => warn!(key = meta.key, error = %e, "could not remove an expired upload"),
             }
@@ -301,11 +302,11 @@ pub async fn expire_uploads(state: &AppState) -> usize {
 
 // --- URLs ---
 
-/// A URL for the server to fetch: one of `schemes`, with a host; with
-/// `deny_private_networks`, not resolving to a private address. Errors name
+/// A URL for the server to fetch: one of `schemes`, with a host that does
+/// not resolve to an internal address (unless allowed). Errors name
 /// `source.url`.
-pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> ApiResult<Url> {
-    let bad = |m: String| ApiError::field("source.url", m);
+pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> ServiceResult<Url> {
+    let bad = |m: String| ServiceError::field("source.url", m);
     if raw.is_empty() || raw.len() > 2048 {
         return Err(bad("must be 1 to 2048 characters".into()));
     }
@@ -320,52 +321,13 @@ pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> Ap
             schemes.join(", ")
         )));
     }
-    let host = url
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad("needs a host".into()))?
-        .to_owned();
-    if limits.deny_private_networks {
-        let port = url.port_or_known_default().unwrap_or(9418);
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        let addrs: Vec<IpAddr> = match host.parse::<IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => tokio::net::lookup_host((host.as_str(), port))
-                .await
-                .map_err(|e| ApiError::SourceFailed(format!("cannot resolve host '{host}': {e}")))?
-                .map(|a| a.ip())
-                .collect(),
-        };
-        if let Some(ip) = addrs.iter().find(|ip| is_private(ip)) {
-            return Err(bad(format!(
-                "host '{host}' resolves to the private address {ip}; this server does not fetch from private networks"
-            )));
-        }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("needs a host".into()));
     }
+    crate::outbound::check_url(&url, &limits.addresses)
+        .await
+        .map_err(|e| bad(e.to_string()))?;
     Ok(url)
-}
-
-fn is_private(ip: &IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64 // CGNAT
-        }
-        IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00 // unique local
-                || (v6.segments()[0] & 0xffc0) == 0xfe80 // link local
-                || v6.to_ipv4_mapped().is_some_and(|v4| is_private(&IpAddr::V4(v4)))
-        }
-    }
 }
 
 /// The URL as it may be shown: without a password or token.
@@ -380,7 +342,7 @@ pub fn redacted(url: &Url) -> String {
 }
 
 /// A branch, tag or commit: `[A-Za-z0-9._/-]`, not starting with `-`.
-pub fn parse_git_ref(r: &str, field: &str) -> ApiResult<String> {
+pub fn parse_git_ref(r: &str, field: &str) -> ServiceResult<String> {
     let ok = !r.is_empty()
         && r.len() <= 255
         && !r.starts_with('-')
@@ -394,7 +356,7 @@ pub fn parse_git_ref(r: &str, field: &str) -> ApiResult<String> {
     if ok {
         Ok(r.to_owned())
     } else {
-        Err(ApiError::field(
+        Err(ServiceError::field(
             field,
             "must be a branch, tag or commit: 1 to 255 characters from [A-Za-z0-9._/-], not starting with '-'",
         ))
@@ -413,17 +375,40 @@ async fn clone_as_tar(
     limits: &SourceLimits,
     url: &Url,
     git_ref: Option<&str>,
-) -> ApiResult<ByteStream> {
+) -> ServiceResult<ByteStream> {
     let tmp = tempfile::tempdir()
-        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let repo = tmp.path().join("repo");
     let shown = redacted(url);
+    // Pinned: git connects to the address that was checked, and follows no
+    // redirect (which could lead anywhere).
+    let addrs = crate::outbound::check_url(url, &limits.addresses)
+        .await
+        .map_err(|e| ServiceError::field("source.url", e.to_string()))?;
+    let pinned = addrs[0];
+    let host = url.host_str().unwrap_or_default().to_owned();
+    let port = url.port_or_known_default().unwrap_or(9418);
+    let mut target = url.clone();
+    if url.scheme() == "git" {
+        let _ = target.set_ip_host(pinned.ip());
+    }
+    let resolve = format!(
+        "http.curloptResolve={}:{port}:{}",
+        host.trim_start_matches('[').trim_end_matches(']'),
+        match pinned.ip() {
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        }
+    );
+    let pin = ["-c", resolve.as_str(), "-c", "http.followRedirects=false"];
+    let url = &target;
     let work = async {
         let repo_arg = repo.display().to_string();
         match git_ref {
             Some(r) if is_commit(r) => {
                 run_git(
                     tmp.path(),
+                    &pin,
                     &[
                         "clone",
                         "--quiet",
@@ -437,6 +422,7 @@ async fn clone_as_tar(
                 .await?;
                 run_git(
                     tmp.path(),
+                    &pin,
                     &["-C", &repo_arg, "checkout", "--quiet", r, "--"],
                     &shown,
                 )
@@ -445,6 +431,7 @@ async fn clone_as_tar(
             Some(r) => {
                 run_git(
                     tmp.path(),
+                    &pin,
                     &[
                         "clone",
                         "--quiet",
@@ -464,6 +451,7 @@ async fn clone_as_tar(
             None => {
                 run_git(
                     tmp.path(),
+                    &pin,
                     &[
                         "clone",
                         "--quiet",
@@ -482,7 +470,7 @@ async fn clone_as_tar(
     match tokio::time::timeout(limits.fetch_timeout, work).await {
         Ok(r) => r?,
         Err(_) => {
-            return Err(ApiError::SourceFailed(format!(
+            return Err(ServiceError::SourceFailed(format!(
                 "git clone of {shown} did not finish within {} s",
                 limits.fetch_timeout.as_secs()
             )))
@@ -508,15 +496,15 @@ async fn clone_as_tar(
             .map_err(|e| e.to_string())
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("packing the clone failed: {e}")))?
-    .map_err(|m| ApiError::SourceFailed(format!("git source {shown}: {m}")))?;
+    .map_err(|e| ServiceError::Internal(format!("packing the clone failed: {e}")))?
+    .map_err(|m| ServiceError::SourceFailed(format!("git source {shown}: {m}")))?;
     info!(url = %shown, git_ref, "repository cloned for a new sandbox");
     file_stream(tar_path, tmp).await
 }
 
 /// Runs git without prompts, user or system configuration, and with only
 /// the network transports allowed (no `file://`, no `ext::`).
-async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
+async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> ServiceResult<()> {
     let mut cmd = tokio::process::Command::new("git");
     cmd.args([
         "-c",
@@ -532,6 +520,7 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
         "-c",
         "core.hooksPath=/dev/null",
     ])
+    .args(pin)
     .args(args)
     .env_clear()
     .env(
@@ -549,11 +538,11 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
     .kill_on_drop(true);
     let mut child = cmd.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            ApiError::Internal(
+            ServiceError::Internal(
                 "git is not installed on the Stockade server: install it (e.g. `apt-get install git`) to use git sources".into(),
             )
         } else {
-            ApiError::Internal(format!("cannot run git: {e}"))
+            ServiceError::Internal(format!("cannot run git: {e}"))
         }
     })?;
     let mut stderr = Vec::new();
@@ -563,17 +552,19 @@ async fn run_git(home: &Path, args: &[&str], shown: &str) -> ApiResult<()> {
     let status = child
         .wait()
         .await
-        .map_err(|e| ApiError::Internal(format!("waiting for git failed: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("waiting for git failed: {e}")))?;
     if status.success() {
         return Ok(());
     }
     let text = String::from_utf8_lossy(&stderr);
+    // git's own words only: lines the remote sent ("remote: …") are its
+    // content and are never shown (SEC-8).
     let reason: Vec<&str> = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !l.starts_with("remote:"))
         .collect();
-    Err(ApiError::SourceFailed(format!(
+    Err(ServiceError::SourceFailed(format!(
         "git clone of {shown} failed: {}",
         if reason.is_empty() {
             format!("git exited with {status}")
@@ -604,18 +595,14 @@ fn dir_size(dir: &Path) -> std::io::Result<u64> {
 
 /// Downloads a tarball into a temporary file (at most
 /// `max_archive_bytes`), checks it, and returns it as a stream.
-async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStream> {
+async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<ByteStream> {
     let shown = redacted(url);
     let tmp = tempfile::tempdir()
-        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let path = tmp.path().join("download");
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(limits.fetch_timeout)
-        .redirect(reqwest::redirect::Policy::limited(5))
-        .build()
-        .map_err(|e| ApiError::Internal(format!("HTTP client: {e}")))?;
-    let failed = |m: String| ApiError::SourceFailed(format!("download of {shown} failed: {m}"));
+    let client = crate::outbound::http_client(&limits.addresses, limits.fetch_timeout)
+        .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
+    let failed = |m: String| ServiceError::SourceFailed(format!("download of {shown} failed: {m}"));
     let resp = client
         .get(url.clone())
         .send()
@@ -632,7 +619,7 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStr
     }
     let mut file = tokio::fs::File::create(&path)
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     let mut body = resp.bytes_stream();
     let mut total: u64 = 0;
     while let Some(chunk) = body.next().await {
@@ -645,26 +632,42 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ApiResult<ByteStr
         }
         file.write_all(&chunk)
             .await
-            .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+            .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     }
     file.flush()
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot write a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     drop(file);
-    check_archive_file(&path, limits.max_unpacked_bytes)
+    check_archive_file(&path, limits.max_unpacked_bytes, Quote::Nothing)
         .await
-        .map_err(|m| ApiError::SourceFailed(format!("the archive at {shown} is unusable: {m}")))?;
+        .map_err(|m| {
+            ServiceError::SourceFailed(format!("the archive at {shown} is unusable: {m}"))
+        })?;
     info!(url = %shown, bytes = total, "tarball downloaded for a new sandbox");
     file_stream(path, tmp).await
 }
 
+/// What an archive error may quote of the archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quote {
+    /// Entry names and the parser's words (the caller's own upload).
+    Names,
+    /// Nothing from the archive: it was fetched on the caller's behalf
+    /// from somewhere else, and must not be echoed back (SEC-8).
+    Nothing,
+}
+
 /// Checks a tar or tar.gz file in a blocking task; the message says why it
 /// is unusable.
-pub async fn check_archive_file(path: &Path, max_unpacked: u64) -> Result<ArchiveSummary, String> {
+pub async fn check_archive_file(
+    path: &Path,
+    max_unpacked: u64,
+    quote: Quote,
+) -> Result<ArchiveSummary, String> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
-        check_archive(std::io::BufReader::new(file), max_unpacked)
+        check_archive(std::io::BufReader::new(file), max_unpacked, quote)
     })
     .await
     .map_err(|e| format!("checking the archive failed: {e}"))?
@@ -685,7 +688,17 @@ pub struct ArchiveSummary {
 pub fn check_archive<R: std::io::BufRead>(
     mut input: R,
     max_unpacked: u64,
+    quote: Quote,
 ) -> Result<ArchiveSummary, String> {
+    // The parser's messages quote header bytes; entry names are content.
+    let detail = |e: &dyn std::fmt::Display| match quote {
+        Quote::Names => format!(": {e}"),
+        Quote::Nothing => String::new(),
+    };
+    let name = |p: &Path| match quote {
+        Quote::Names => format!(" '{}'", p.display()),
+        Quote::Nothing => String::new(),
+    };
     let head = input.fill_buf().map_err(|e| e.to_string())?.to_vec();
     if head.is_empty() {
         return Err("the archive is empty".into());
@@ -710,9 +723,9 @@ pub fn check_archive<R: std::io::BufRead>(
     };
     let entries = archive
         .entries()
-        .map_err(|e| format!("not a tar archive: {e}"))?;
+        .map_err(|e| format!("not a tar archive{}", detail(&e)))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| format!("not a valid tar archive: {e}"))?;
+        let mut entry = entry.map_err(|e| format!("not a valid tar archive{}", detail(&e)))?;
         summary.entries += 1;
         if summary.entries > MAX_ENTRIES {
             return Err(format!("more than {MAX_ENTRIES} entries"));
@@ -723,7 +736,7 @@ pub fn check_archive<R: std::io::BufRead>(
         }
         let path: PathBuf = entry
             .path()
-            .map_err(|e| format!("an entry has an unreadable name: {e}"))?
+            .map_err(|e| format!("an entry has an unreadable name{}", detail(&e)))?
             .into_owned();
         if path.components().any(|c| {
             matches!(
@@ -732,8 +745,8 @@ pub fn check_archive<R: std::io::BufRead>(
             )
         }) {
             return Err(format!(
-                "entry '{}' would unpack outside /workspace (absolute or '..' path)",
-                path.display()
+                "an entry{} would unpack outside /workspace (absolute or '..' path)",
+                name(&path)
             ));
         }
         summary.unpacked_bytes += entry.size();
@@ -742,7 +755,7 @@ pub fn check_archive<R: std::io::BufRead>(
         }
         // Read the data: a truncated or corrupt body fails here.
         std::io::copy(&mut entry, &mut std::io::sink())
-            .map_err(|e| format!("entry '{}' is corrupt: {e}", path.display()))?;
+            .map_err(|e| format!("an entry{} is corrupt{}", name(&path), detail(&e)))?;
     }
     if summary.entries == 0 {
         return Err("not a tar archive (no entries found)".into());
@@ -752,10 +765,10 @@ pub fn check_archive<R: std::io::BufRead>(
 
 /// A file as a byte stream that keeps `guard` (its temporary directory)
 /// alive until the stream is dropped.
-async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ApiResult<ByteStream> {
+async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ServiceResult<ByteStream> {
     let file = tokio::fs::File::open(&path)
         .await
-        .map_err(|e| ApiError::Internal(format!("cannot read a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot read a temporary file: {e}")))?;
     let stream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024).map(move |chunk| {
         let _keep = &guard;
         chunk
@@ -803,9 +816,9 @@ mod tests {
     #[test]
     fn good_archives_pass() {
         let t = tar_of(&[("a/b.txt", b"hello"), ("c", b"")]);
-        let s = check_archive(t.as_slice(), 1000).unwrap();
+        let s = check_archive(t.as_slice(), 1000, Quote::Names).unwrap();
         assert_eq!((s.entries, s.unpacked_bytes, s.gzip), (2, 5, false));
-        let s = check_archive(gz(&t).as_slice(), 1000).unwrap();
+        let s = check_archive(gz(&t).as_slice(), 1000, Quote::Names).unwrap();
         assert!(s.gzip);
     }
 
@@ -814,22 +827,29 @@ mod tests {
         let t = tar_of(&[("a", &[7u8; 2000])]);
         let mut truncated = t.clone();
         truncated.truncate(1000);
-        let err = check_archive(truncated.as_slice(), u64::MAX).unwrap_err();
+        let err = check_archive(truncated.as_slice(), u64::MAX, Quote::Names).unwrap_err();
         assert!(
             err.contains("corrupt") || err.contains("not a valid tar"),
             "{err}"
         );
         let mut gz_truncated = gz(&t);
         gz_truncated.truncate(gz_truncated.len() / 2);
-        assert!(check_archive(gz_truncated.as_slice(), u64::MAX).is_err());
-        assert!(check_archive(&b"garbage that is not a tar archive"[..], u64::MAX).is_err());
-        assert!(check_archive(&[][..], u64::MAX)
+        assert!(check_archive(gz_truncated.as_slice(), u64::MAX, Quote::Names).is_err());
+        assert!(check_archive(
+            &b"garbage that is not a tar archive"[..],
+            u64::MAX,
+            Quote::Names
+        )
+        .is_err());
+        assert!(check_archive(&[][..], u64::MAX, Quote::Names)
             .unwrap_err()
             .contains("empty"));
-        assert!(check_archive(&b"PK\x03\x04rest"[..], u64::MAX)
-            .unwrap_err()
-            .contains("zip"));
-        assert!(check_archive(t.as_slice(), 100)
+        assert!(
+            check_archive(&b"PK\x03\x04rest"[..], u64::MAX, Quote::Names)
+                .unwrap_err()
+                .contains("zip")
+        );
+        assert!(check_archive(t.as_slice(), 100, Quote::Names)
             .unwrap_err()
             .contains("unpacks to more"));
         // `..` and absolute paths (written raw: the tar crate refuses to make them).
@@ -843,7 +863,7 @@ mod tests {
             raw.extend_from_slice(b"x");
             raw.resize(1024, 0);
             raw.extend_from_slice(&[0u8; 1024]);
-            let err = check_archive(raw.as_slice(), u64::MAX).unwrap_err();
+            let err = check_archive(raw.as_slice(), u64::MAX, Quote::Names).unwrap_err();
             assert!(err.contains("outside /workspace"), "{evil}: {err}");
         }
     }
@@ -865,7 +885,12 @@ mod tests {
 
     #[tokio::test]
     async fn url_rules() {
-        let open = SourceLimits::default();
+        let open = SourceLimits {
+            addresses: stockade_core::net::AddressPolicy {
+                allow: vec![stockade_core::net::IpNet::parse("127.0.0.0/8").unwrap()],
+            },
+            ..SourceLimits::default()
+        };
         for bad in [
             "file:///etc/passwd",
             "/srv/repo",
@@ -878,7 +903,7 @@ mod tests {
                 .await
                 .unwrap_err();
             match e {
-                ApiError::Validation(v) => assert_eq!(v.0[0].field, "source.url", "{bad}"),
+                ServiceError::Validation(v) => assert_eq!(v.0[0].field, "source.url", "{bad}"),
                 other => panic!("{bad}: {other}"),
             }
         }
@@ -890,10 +915,7 @@ mod tests {
         assert!(parse_url("git://127.0.0.1/r", &["https", "http"], &open)
             .await
             .is_err());
-        let closed = SourceLimits {
-            deny_private_networks: true,
-            ..SourceLimits::default()
-        };
+        let closed = SourceLimits::default();
         for private in [
             "http://127.0.0.1/x.tar",
             "http://10.1.2.3/x",

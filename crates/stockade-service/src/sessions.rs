@@ -12,8 +12,8 @@ use stockade_core::{Sandbox, SandboxStatus};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::error::ApiResult;
-use crate::{lifecycle, AppState};
+use crate::error::ServiceResult;
+use crate::{lifecycle, Service};
 
 /// The status reason of a sandbox whose session ended.
 pub const TIMED_OUT: &str = "session timed out";
@@ -39,13 +39,13 @@ enum Outcome {
 
 /// Claims the sessions that ended by now on this server (each one for
 /// `config.session_claim_lease`).
-async fn claim_due(state: &AppState) -> Vec<Sandbox> {
+async fn claim_due(svc: &Service) -> Vec<Sandbox> {
     let now = Utc::now();
-    let lease = chrono::Duration::from_std(state.config.session_claim_lease)
+    let lease = chrono::Duration::from_std(svc.config.session_claim_lease)
         .unwrap_or_else(|_| chrono::Duration::seconds(120));
-    match state
+    match svc
         .store
-        .claim_expired_sessions(&state.runtime.server_name(), now, now + lease, BATCH)
+        .claim_expired_sessions(&svc.runtime.server_name(), now, now + lease, BATCH)
         .await
     {
         Ok(c) => c,
@@ -57,9 +57,9 @@ async fn claim_due(state: &AppState) -> Vec<Sandbox> {
 }
 
 /// Ends one claimed session and logs what happened.
-async fn expire_logged(state: &AppState, sb: Sandbox) -> Option<Outcome> {
+async fn expire_logged(svc: &Service, sb: Sandbox) -> Option<Outcome> {
     let id = sb.id.clone();
-    match expire(state, sb).await {
+    match expire(svc, sb).await {
         Ok(outcome) => Some(outcome),
         Err(e) => {
             // The claim's lease runs out and a later tick tries again.
@@ -71,10 +71,10 @@ async fn expire_logged(state: &AppState, sb: Sandbox) -> Option<Outcome> {
 
 /// Claims the sessions that ended by now on this server and ends each,
 /// concurrently, waiting for all (a stop may wait out its grace period).
-pub async fn expire_once(state: &AppState) -> SessionReport {
+pub async fn expire_once(svc: &Service) -> SessionReport {
     let mut report = SessionReport::default();
-    let claimed = claim_due(state).await;
-    for outcome in join_all(claimed.into_iter().map(|sb| expire_logged(state, sb))).await {
+    let claimed = claim_due(svc).await;
+    for outcome in join_all(claimed.into_iter().map(|sb| expire_logged(svc, sb))).await {
         match outcome {
             Some(Outcome::Stopped) => report.stopped += 1,
             Some(Outcome::Terminated) => report.terminated += 1,
@@ -86,28 +86,28 @@ pub async fn expire_once(state: &AppState) -> SessionReport {
 }
 
 /// Ends one claimed session.
-async fn expire(state: &AppState, mut sb: Sandbox) -> ApiResult<Outcome> {
+async fn expire(svc: &Service, mut sb: Sandbox) -> ServiceResult<Outcome> {
     if sb.spec.persistent {
         if sb.status != SandboxStatus::Running {
             // Stopped (or broken) already: only the session is left to close.
             sb.session_expires_at = None;
-            state.store.update_sandbox(&sb).await?;
+            svc.store.update_sandbox(&sb).await?;
             return Ok(Outcome::Closed);
         }
-        sb.status_reason = Some(TIMED_OUT.into());
-        let stopped = lifecycle::stop(state, sb, state.config.stop_grace).await?;
+        let stopped =
+            lifecycle::stop_because(svc, sb, svc.config.stop_grace, Some(TIMED_OUT.into())).await?;
         info!(sandbox.id = %stopped.id, "session timed out: sandbox stopped");
         return Ok(Outcome::Stopped);
     }
     sb.status_reason = Some(TIMED_OUT.into());
-    let sb = match state.store.update_sandbox(&sb).await {
+    let sb = match svc.store.update_sandbox(&sb).await {
         Ok(saved) => saved,
         Err(e) => {
             debug!(sandbox.id = %sb.id, error = %e, "session timeout: reason not recorded");
             sb
         }
     };
-    let done = lifecycle::destroy(state, sb, false).await?;
+    let done = lifecycle::destroy(svc, sb, false).await?;
     info!(sandbox.id = %done.id, "session timed out: sandbox terminated");
     Ok(Outcome::Terminated)
 }
@@ -115,8 +115,8 @@ async fn expire(state: &AppState, mut sb: Sandbox) -> ApiResult<Outcome> {
 /// Every `config.session_check_interval` (the first time at once) until
 /// `shutdown`, claims the ended sessions and ends each in a task of its own,
 /// so that a stop waiting out its grace period never delays the next tick.
-pub async fn run_periodically(state: AppState, shutdown: CancellationToken) {
-    let period = state
+pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
+    let period = svc
         .config
         .session_check_interval
         .max(Duration::from_millis(50));
@@ -126,9 +126,9 @@ pub async fn run_periodically(state: AppState, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                for sb in claim_due(&state).await {
-                    let state = state.clone();
-                    tokio::spawn(async move { expire_logged(&state, sb).await });
+                for sb in claim_due(&svc).await {
+                    let svc = svc.clone();
+                    tokio::spawn(async move { expire_logged(&svc, sb).await });
                 }
             }
         }

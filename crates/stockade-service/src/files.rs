@@ -18,12 +18,12 @@ use futures_util::{stream, Stream, StreamExt};
 use stockade_api::files::format_mode;
 use stockade_api::{FileEntry, FileType};
 use stockade_core::{human_bytes, SandboxId, SandboxPath};
-use stockade_runtime::{ArchiveStream, ArchiveUpload, FileKind, FsError};
+use stockade_runtime::{ArchiveStream, ArchiveUpload, FileKind, FsError, RuntimeError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
-use crate::error::{ApiError, ApiResult};
-use crate::AppState;
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
 
 /// A directory listing returns at most this many entries (`truncated` says so).
 pub const MAX_LIST_ENTRIES: usize = 10_000;
@@ -41,27 +41,27 @@ const DRAIN_TIME: Duration = Duration::from_secs(10);
 pub type BodyStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
 
 /// Maps a runtime file error to the API's.
-pub fn fs_error(e: FsError, id: &SandboxId) -> ApiError {
+pub fn fs_error(e: FsError, id: &SandboxId) -> ServiceError {
     match e {
         FsError::NotFound(p) => {
-            ApiError::NotFound(format!("No such file or directory in the sandbox: {p}"))
+            ServiceError::NotFound(format!("No such file or directory in the sandbox: {p}"))
         }
-        FsError::NotADirectory(p) => ApiError::Conflict(format!("Not a directory: {p}")),
-        FsError::NotEmpty(p) => ApiError::Conflict(format!(
+        FsError::NotADirectory(p) => ServiceError::Conflict(format!("Not a directory: {p}")),
+        FsError::NotEmpty(p) => ServiceError::Conflict(format!(
             "Directory not empty: {p}; pass recursive=true to delete it with its contents"
         )),
         FsError::PermissionDenied(m) => {
-            ApiError::Forbidden(format!("Permission denied in the sandbox: {m}"))
+            ServiceError::Forbidden(format!("Permission denied in the sandbox: {m}"))
         }
-        FsError::NotRunning => ApiError::SandboxUnavailable(format!(
+        FsError::NotRunning => ServiceError::SandboxUnavailable(format!(
             "Sandbox {id} is not running: start it to delete files (reading and writing work on a stopped sandbox)"
         )),
         FsError::Runtime(e) => e.into(),
     }
 }
 
-pub fn too_large(limit: u64) -> ApiError {
-    ApiError::PayloadTooLarge(format!(
+pub fn too_large(limit: u64) -> ServiceError {
+    ServiceError::PayloadTooLarge(format!(
         "The upload is larger than this server's limit of {limit} bytes ({}); the limit is the server's max_file_bytes",
         human_bytes(limit)
     ))
@@ -142,12 +142,12 @@ pub enum Opened {
 
 /// Opens the archive of `path` and looks at its first entry: the path itself.
 pub async fn open(
-    state: &AppState,
+    svc: &Service,
     id: &SandboxId,
     path: &SandboxPath,
     want: Want,
-) -> ApiResult<Opened> {
-    let archive = state
+) -> ServiceResult<Opened> {
+    let archive = svc
         .runtime
         .read_archive(id, path)
         .await
@@ -158,10 +158,10 @@ pub async fn open(
     tokio::task::spawn_blocking(move || parse_archive(reader, &dir, want, first_tx));
     match first_rx.await {
         Ok(Ok(opened)) => Ok(opened),
-        Ok(Err(message)) => Err(ApiError::Docker(format!(
+        Ok(Err(message)) => Err(ServiceError::Docker(format!(
             "Could not read {path} from the sandbox: {message}"
         ))),
-        Err(_) => Err(ApiError::Internal(format!(
+        Err(_) => Err(ServiceError::Internal(format!(
             "Reading {path} from the sandbox stopped unexpectedly"
         ))),
     }
@@ -170,16 +170,16 @@ pub async fn open(
 /// Like [`open`], but a symlink at `path` is followed (inside the sandbox:
 /// the engine resolves it) to what it points at.
 pub async fn open_following(
-    state: &AppState,
+    svc: &Service,
     id: &SandboxId,
     path: &SandboxPath,
     want: Want,
-) -> ApiResult<Opened> {
+) -> ServiceResult<Opened> {
     let mut current = path.clone();
     for _ in 0..MAX_SYMLINK_HOPS {
-        let opened = match open(state, id, &current, want).await {
-            Err(ApiError::NotFound(_)) if &current != path => {
-                return Err(ApiError::NotFound(format!(
+        let opened = match open(svc, id, &current, want).await {
+            Err(ServiceError::NotFound(_)) if &current != path => {
+                return Err(ServiceError::NotFound(format!(
                     "No such file or directory in the sandbox: {path} (a symlink to {current}, which does not exist)"
                 )))
             }
@@ -188,9 +188,9 @@ pub async fn open_following(
         let Opened::Symlink { .. } = opened else {
             return Ok(opened);
         };
-        current = resolve_symlink(state, id, &current).await?;
+        current = resolve_symlink(svc, id, &current).await?;
     }
-    Err(ApiError::field(
+    Err(ServiceError::field(
         "path",
         format!("{path}: too many levels of symbolic links"),
     ))
@@ -198,22 +198,22 @@ pub async fn open_following(
 
 /// Where the symlink at `path` finally points, as the engine resolves it.
 pub async fn resolve_symlink(
-    state: &AppState,
+    svc: &Service,
     id: &SandboxId,
     path: &SandboxPath,
-) -> ApiResult<SandboxPath> {
-    let stat = state
+) -> ServiceResult<SandboxPath> {
+    let stat = svc
         .runtime
         .stat_path(id, path)
         .await
         .map_err(|e| fs_error(e, id))?;
     let target = stat.resolved_target.ok_or_else(|| {
-        ApiError::NotFound(format!(
+        ServiceError::NotFound(format!(
             "No such file or directory in the sandbox: {path} (a symlink that resolves to nothing)"
         ))
     })?;
     SandboxPath::parse_field(&target, "path").map_err(|_| {
-        ApiError::NotFound(format!(
+        ServiceError::NotFound(format!(
             "No such file or directory in the sandbox: {path} (a symlink to {target})"
         ))
     })
@@ -440,16 +440,16 @@ fn missing_dir_headers(missing: &[String], mtime: u64) -> io::Result<Vec<u8>> {
 }
 
 /// A request body problem noticed while the archive streams to the engine.
-pub type Failure = Arc<Mutex<Option<ApiError>>>;
+pub type Failure = Arc<Mutex<Option<ServiceError>>>;
 
-fn fail(slot: &Failure, e: ApiError) {
+fn fail(slot: &Failure, e: ServiceError) {
     let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
     if guard.is_none() {
         *guard = Some(e);
     }
 }
 
-pub fn take_failure(slot: &Failure) -> Option<ApiError> {
+pub fn take_failure(slot: &Failure) -> Option<ServiceError> {
     slot.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
@@ -464,10 +464,10 @@ pub fn file_archive(
     mode: u32,
     body: BodyStream,
     failure: Failure,
-) -> ApiResult<ArchiveUpload> {
+) -> ServiceResult<ArchiveUpload> {
     let now = u64::try_from(Utc::now().timestamp()).unwrap_or(0);
     let mut head = missing_dir_headers(missing, now)
-        .map_err(|e| ApiError::Internal(format!("could not build the archive: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("could not build the archive: {e}")))?;
     let mut path = missing.join("/");
     if !path.is_empty() {
         path.push('/');
@@ -475,7 +475,7 @@ pub fn file_archive(
     path.push_str(name);
     head.extend(
         entry_header(path.as_bytes(), tar::EntryType::Regular, size, mode, now)
-            .map_err(|e| ApiError::Internal(format!("could not build the archive: {e}")))?,
+            .map_err(|e| ServiceError::Internal(format!("could not build the archive: {e}")))?,
     );
     let mut tail = vec![0u8; padding(size)];
     tail.extend_from_slice(&[0u8; 1024]);
@@ -492,14 +492,14 @@ pub fn file_archive(
         remaining: u64,
         failure: Failure,
     }
-    let state = State {
+    let svc = State {
         phase: Phase::Head(Bytes::from(head)),
         body,
         remaining: size,
         failure,
     };
     let tail = Bytes::from(tail);
-    Ok(Box::pin(stream::unfold(state, move |mut st| {
+    Ok(Box::pin(stream::unfold(svc, move |mut st| {
         let tail = tail.clone();
         async move {
             loop {
@@ -515,7 +515,7 @@ pub fn file_archive(
                             if len > st.remaining {
                                 fail(
                                     &st.failure,
-                                    ApiError::field(
+                                    ServiceError::field(
                                         "body",
                                         "the body is longer than its Content-Length",
                                     ),
@@ -535,7 +535,10 @@ pub fn file_archive(
                         None => {
                             fail(
                                 &st.failure,
-                                ApiError::field("body", "the body ended before its Content-Length"),
+                                ServiceError::field(
+                                    "body",
+                                    "the body ended before its Content-Length",
+                                ),
                             );
                             return None;
                         }
@@ -549,8 +552,8 @@ pub fn file_archive(
 }
 
 /// A request body that could not be read (or was cut by [`limit_body`]).
-fn body_error(e: &io::Error) -> ApiError {
-    ApiError::field("body", format!("could not read the request body: {e}"))
+fn body_error(e: &io::Error) -> ServiceError {
+    ServiceError::field("body", format!("could not read the request body: {e}"))
 }
 
 /// What [`limit_body`] saw go wrong with a request body.
@@ -614,12 +617,12 @@ pub async fn drain(body: &mut BodyStream) {
 
 /// Writes a body of unknown length to a temporary file (at most `limit`
 /// bytes, else 413) and returns it with its length.
-pub async fn spool(body: BodyStream, limit: u64) -> ApiResult<(tokio::fs::File, u64)> {
+pub async fn spool(body: BodyStream, limit: u64) -> ServiceResult<(tokio::fs::File, u64)> {
     use tokio::io::{AsyncSeekExt, AsyncWriteExt};
     let file = tokio::task::spawn_blocking(tempfile::tempfile)
         .await
-        .map_err(|e| ApiError::Internal(format!("could not make a temporary file: {e}")))?
-        .map_err(|e| ApiError::Internal(format!("could not make a temporary file: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("could not make a temporary file: {e}")))?
+        .map_err(|e| ServiceError::Internal(format!("could not make a temporary file: {e}")))?;
     let mut file = tokio::fs::File::from_std(file);
     let watch = Arc::new(BodyWatch::default());
     let mut body = limit_body(body, limit, watch.clone());
@@ -633,14 +636,14 @@ pub async fn spool(body: BodyStream, limit: u64) -> ApiResult<(tokio::fs::File, 
         size += chunk.len() as u64;
         file.write_all(&chunk)
             .await
-            .map_err(|e| ApiError::Internal(format!("could not spool the upload: {e}")))?;
+            .map_err(|e| ServiceError::Internal(format!("could not spool the upload: {e}")))?;
     }
     file.flush()
         .await
-        .map_err(|e| ApiError::Internal(format!("could not spool the upload: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("could not spool the upload: {e}")))?;
     file.rewind()
         .await
-        .map_err(|e| ApiError::Internal(format!("could not spool the upload: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("could not spool the upload: {e}")))?;
     Ok((file, size))
 }
 
@@ -912,13 +915,13 @@ fn repack<R: Read>(
 /// below the missing directories `missing`: the archive is re-packed on a
 /// blocking thread while it streams to the engine.
 pub async fn upload_archive(
-    state: &AppState,
+    svc: &Service,
     id: &SandboxId,
     dir: &SandboxPath,
     missing: Vec<String>,
     body: BodyStream,
-) -> ApiResult<Repacked> {
-    let limit = state.config.max_file_bytes;
+) -> ServiceResult<Repacked> {
+    let limit = svc.config.max_file_bytes;
     let watch = Arc::new(BodyWatch::default());
     let body = limit_body(body, limit, watch.clone());
     // Set when the archive unpacks to more than the limit.
@@ -943,10 +946,10 @@ pub async fn upload_archive(
     let upload: ArchiveUpload = Box::pin(stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
     }));
-    let written = state.runtime.write_archive(id, dir, upload).await;
+    let written = svc.runtime.write_archive(id, dir, upload).await;
     let repacked = task
         .await
-        .map_err(|e| ApiError::Internal(format!("the upload task failed: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("the upload task failed: {e}")))?;
     let repacked = match repacked {
         Ok(r) => Ok(r),
         Err(_) if watch.too_large.load(Ordering::SeqCst) || over.load(Ordering::SeqCst) => {
@@ -959,16 +962,32 @@ pub async fn upload_archive(
     match (repacked, written) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(RepackError::TooLarge), _) => Err(too_large(limit)),
-        (Err(RepackError::Invalid(m)), _) => Err(ApiError::field(
+        (Err(RepackError::Invalid(m)), _) => Err(ServiceError::field(
             "body",
             format!("not a valid tar or tar.gz archive: {m}"),
         )),
-        (Err(RepackError::Body(m)), _) => Err(ApiError::field(
+        (Err(RepackError::Body(m)), _) => Err(ServiceError::field(
             "body",
             format!("could not read the request body: {m}"),
         )),
+        // DB-13: the engine refusing the archive's own content (a hard link
+        // to nothing, a path it cannot make) is the caller's input: a 400.
+        (_, Err(FsError::Runtime(RuntimeError::Other(m))))
+            if m.contains("Error processing tar file") =>
+        {
+            let reason = m
+                .split("Error processing tar file")
+                .nth(1)
+                .map(|r| r.trim_start_matches(|c: char| !c.is_alphanumeric()).trim())
+                .filter(|r| !r.is_empty())
+                .unwrap_or(&m);
+            Err(ServiceError::field(
+                "body",
+                format!("the archive cannot be unpacked in the sandbox: {reason}"),
+            ))
+        }
         (_, Err(e)) => Err(fs_error(e, id)),
-        (Err(RepackError::SinkClosed), Ok(())) => Err(ApiError::Internal(
+        (Err(RepackError::SinkClosed), Ok(())) => Err(ServiceError::Internal(
             "the engine stopped reading the archive but reported success".into(),
         )),
     }

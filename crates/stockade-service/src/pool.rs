@@ -41,8 +41,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::error::{ApiError, ApiResult};
-use crate::AppState;
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
 
 /// How the warm pool is set up; no classes means no pool.
 #[derive(Debug, Clone)]
@@ -197,10 +197,10 @@ impl PoolClass {
             && spec.gpu_count == 0
     }
 
-    fn member(&self, state: &AppState) -> PoolMemberSpec {
+    fn member(&self, svc: &Service) -> PoolMemberSpec {
         PoolMemberSpec {
             sandbox_id: SandboxId::generate(),
-            instance_id: state.instance_id.clone(),
+            instance_id: svc.instance_id.clone(),
             class: self.key.clone(),
             image: self.image.clone(),
             cpu_cores: self.cpu_cores,
@@ -388,8 +388,8 @@ fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox
 /// fit a class or no member is ready (the caller creates it cold), else the
 /// RUNNING sandbox — under the member's id, not `sb.id` — or why the create
 /// failed (its name is taken).
-pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>> {
-    let pool = &state.pool;
+pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>> {
+    let pool = &svc.pool;
     let class = pool.class_for(&sb.spec)?;
     for _ in 0..3 {
         let Some(id) = pool.take(&class.key) else {
@@ -399,25 +399,25 @@ pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>>
             return None;
         };
         pool.wake();
-        let container = match state.runtime.inspect(&id).await {
+        let container = match svc.runtime.inspect(&id).await {
             Ok(Some(c)) if c.running => c,
             other => {
                 warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
-                discard(state, id);
+                discard(svc, id);
                 continue;
             }
         };
         let claimed = claimed_record(sb, &id, container.container_id);
-        match state.store.insert_sandbox(&claimed).await {
+        match svc.store.insert_sandbox(&claimed).await {
             Ok(()) => {}
             Err(StoreError::Conflict(_)) => {
-                if let Ok(Some(_)) = state.store.sandbox_owner(&id).await {
+                if let Ok(Some(_)) = svc.store.sandbox_owner(&id).await {
                     // Another server instance claimed this member first.
                     debug!(sandbox.id = %id, "warm pool member claimed elsewhere");
                     continue;
                 }
                 pool.put_back(&class.key, id);
-                return Some(Err(ApiError::Conflict(format!(
+                return Some(Err(ServiceError::Conflict(format!(
                     "A sandbox named '{}' already exists in this account",
                     claimed.spec.name
                 ))));
@@ -438,9 +438,9 @@ pub async fn claim(state: &AppState, sb: &Sandbox) -> Option<ApiResult<Sandbox>>
 }
 
 /// Removes a member that can no longer be claimed, in the background.
-fn discard(state: &AppState, id: SandboxId) {
-    state.pool.forget(&id);
-    let runtime = state.runtime.clone();
+fn discard(svc: &Service, id: SandboxId) {
+    svc.pool.forget(&id);
+    let runtime = svc.runtime.clone();
     tokio::spawn(async move {
         if let Err(e) = runtime.remove(&id, false).await {
             warn!(sandbox.id = %id, error = %e, "could not remove a warm pool member");
@@ -453,10 +453,10 @@ fn discard(state: &AppState, id: SandboxId) {
 /// and every `check_interval`, and checks that the ready members still run
 /// and are still unclaimed. On shutdown waits for fills in flight, and
 /// removes the members when `drain_on_shutdown` is set.
-pub async fn run(state: AppState, shutdown: CancellationToken) {
-    let pool = state.pool.clone();
+pub async fn run(svc: Service, shutdown: CancellationToken) {
+    let pool = svc.pool.clone();
     // Without classes this only removes the members an earlier run left.
-    adopt(&state).await;
+    adopt(&svc).await;
     if !pool.enabled() {
         return;
     }
@@ -465,7 +465,7 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first tick is immediate: adopt just looked
     loop {
-        start_fills(&state, &mut fills);
+        start_fills(&svc, &mut fills);
         let next_retry = pool
             .lock()
             .values()
@@ -475,8 +475,8 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = pool.wake.notified() => {}
-            _ = tick.tick() => check(&state).await,
-            Some(done) = fills.join_next(), if !fills.is_empty() => filled(&state, done),
+            _ = tick.tick() => check(&svc).await,
+            Some(done) = fills.join_next(), if !fills.is_empty() => filled(&svc, done),
             _ = async {
                 match next_retry {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -486,7 +486,7 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
         }
     }
     while let Some(done) = fills.join_next().await {
-        filled(&state, done);
+        filled(&svc, done);
     }
     if pool.config.drain_on_shutdown {
         let members: Vec<SandboxId> = pool
@@ -495,7 +495,7 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
             .flat_map(|s| std::mem::take(&mut s.ready))
             .collect();
         for id in &members {
-            if let Err(e) = state.runtime.remove(id, false).await {
+            if let Err(e) = svc.runtime.remove(id, false).await {
                 warn!(sandbox.id = %id, error = %e, "could not remove a warm pool member at shutdown");
             }
         }
@@ -505,8 +505,8 @@ pub async fn run(state: AppState, shutdown: CancellationToken) {
 
 /// Starts fills for every class below its size, within the concurrency
 /// limit and any backoff after failures.
-fn start_fills(state: &AppState, fills: &mut JoinSet<(String, Result<SandboxId, String>)>) {
-    let pool = &state.pool;
+fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, String>)>) {
+    let pool = &svc.pool;
     let now = Instant::now();
     for class in &pool.classes {
         loop {
@@ -523,8 +523,8 @@ fn start_fills(state: &AppState, fills: &mut JoinSet<(String, Result<SandboxId, 
                 }
                 s.filling += 1;
             }
-            let member = class.member(state);
-            let runtime = state.runtime.clone();
+            let member = class.member(svc);
+            let runtime = svc.runtime.clone();
             let key = class.key.clone();
             fills.spawn(async move {
                 let made = runtime
@@ -540,14 +540,14 @@ fn start_fills(state: &AppState, fills: &mut JoinSet<(String, Result<SandboxId, 
 
 /// Records the end of a fill.
 fn filled(
-    state: &AppState,
+    svc: &Service,
     done: Result<(String, Result<SandboxId, String>), tokio::task::JoinError>,
 ) {
     let Ok((key, made)) = done else {
         warn!("a warm pool fill task failed");
         return;
     };
-    let mut st = state.pool.lock();
+    let mut st = svc.pool.lock();
     let Some(s) = st.get_mut(&key) else { return };
     s.filling = s.filling.saturating_sub(1);
     match made {
@@ -568,15 +568,15 @@ fn filled(
 
 /// Drops ready members that stopped, vanished or were claimed by another
 /// server instance.
-async fn check(state: &AppState) {
-    let containers = match state.runtime.list_managed().await {
+async fn check(svc: &Service) {
+    let containers = match svc.runtime.list_managed().await {
         Ok(c) => c,
         Err(e) => {
             debug!(error = %e, "warm pool check skipped: Docker unavailable");
             return;
         }
     };
-    let members: Vec<SandboxId> = state
+    let members: Vec<SandboxId> = svc
         .pool
         .lock()
         .values()
@@ -586,14 +586,14 @@ async fn check(state: &AppState) {
         let running = containers
             .iter()
             .any(|c| c.sandbox_id.as_ref() == Some(&id) && c.running && c.pool_class.is_some());
-        match state.store.sandbox_owner(&id).await {
+        match svc.store.sandbox_owner(&id).await {
             Ok(Some(_)) => {
                 debug!(sandbox.id = %id, "warm pool member was claimed elsewhere");
-                state.pool.forget(&id);
+                svc.pool.forget(&id);
             }
             Ok(None) if !running => {
                 warn!(sandbox.id = %id, "warm pool member stopped or vanished: replacing it");
-                discard(state, id);
+                discard(svc, id);
             }
             _ => {}
         }
@@ -603,8 +603,8 @@ async fn check(state: &AppState) {
 /// At start: takes over the running members of this instance that no
 /// record claims, up to each class's size, and removes every other member
 /// (stopped ones, those of classes no longer configured, the surplus).
-async fn adopt(state: &AppState) {
-    let containers = match state.runtime.list_managed().await {
+async fn adopt(svc: &Service) {
+    let containers = match svc.runtime.list_managed().await {
         Ok(c) => c,
         Err(e) => {
             warn!(error = %e, "warm pool: could not list containers to adopt; starting empty");
@@ -616,10 +616,10 @@ async fn adopt(state: &AppState) {
         let (Some(class_key), Some(id)) = (c.pool_class.as_ref(), c.sandbox_id.as_ref()) else {
             continue;
         };
-        if c.instance_id.as_deref() != Some(state.instance_id.as_str()) {
+        if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
             continue;
         }
-        match state.store.sandbox_owner(id).await {
+        match svc.store.sandbox_owner(id).await {
             Ok(None) => {}
             // Claimed: a sandbox like any other now.
             Ok(Some(_)) => continue,
@@ -628,14 +628,14 @@ async fn adopt(state: &AppState) {
                 continue;
             }
         }
-        let size = state
+        let size = svc
             .pool
             .classes
             .iter()
             .find(|k| &k.key == class_key)
             .map_or(0, |k| k.size);
         let taken = c.running && {
-            let mut st = state.pool.lock();
+            let mut st = svc.pool.lock();
             match st.get_mut(class_key) {
                 Some(s) if s.ready.len() < size => {
                     s.ready.push_back(id.clone());
@@ -648,7 +648,7 @@ async fn adopt(state: &AppState) {
             adopted += 1;
             continue;
         }
-        match state.runtime.remove(id, false).await {
+        match svc.runtime.remove(id, false).await {
             Ok(()) => removed += 1,
             Err(e) => warn!(sandbox.id = %id, error = %e, "warm pool: could not remove a member"),
         }

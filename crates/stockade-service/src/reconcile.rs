@@ -1,14 +1,22 @@
-//! Reconciliation (DB-6): compares the records with what Docker runs, at
-//! start and periodically, and corrects the records.
+//! Reconciliation (DB-6, DB-10): compares the records with what Docker
+//! runs, at start and periodically, and corrects the records. Sandboxes
+//! with an operation in progress are left to it (or to recovery). A
+//! labelled container of this installation with no record at all was never
+//! handed to anyone (a create records its sandbox before it makes the
+//! container): it is removed once it has been seen that way for
+//! `orphan_grace`. Volumes are never removed here: one without a record is
+//! listed as orphaned and removed by a confirmed cleanup (VOL-5).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use chrono::Utc;
 use stockade_core::{Sandbox, SandboxId, SandboxStatus};
 use stockade_runtime::{ManagedContainer, RuntimeError};
 use tracing::{debug, info, warn};
 
-use crate::AppState;
+use crate::Service;
 
 /// What one reconciliation pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -17,6 +25,30 @@ pub struct ReconcileReport {
     pub corrected: usize,
     pub abandoned_creates: usize,
     pub unknown_containers: usize,
+    /// Containers without a record removed after the grace period.
+    pub removed_containers: usize,
+}
+
+/// When each container without a record was first seen so (this process).
+#[derive(Debug, Default)]
+pub struct Strays(Mutex<HashMap<String, Instant>>);
+
+impl Strays {
+    /// Whether `container` has been seen without a record for `grace`;
+    /// remembers it from now otherwise.
+    fn overdue(&self, container: &str, grace: std::time::Duration) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.entry(container.to_owned())
+            .or_insert_with(Instant::now)
+            .elapsed()
+            >= grace
+    }
+
+    /// Forgets every container not in `present`.
+    fn keep_only(&self, present: &HashSet<&str>) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|c, _| present.contains(c.as_str()));
+    }
 }
 
 /// Records read at a time: the pass's memory does not grow with them.
@@ -27,22 +59,30 @@ const PAGE: u32 = 500;
 /// The containers are listed first, then the records page by page. A
 /// record whose container is not in that (older) list is looked up once
 /// more before it is marked lost: it may have been created since.
-pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, RuntimeError> {
+pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeError> {
     let mut report = ReconcileReport::default();
-    let containers = state
+    let containers = svc
         .runtime
         .list_managed()
         .await
-        .inspect_err(|e| state.metrics.docker_error("list", e))?;
+        .inspect_err(|e| svc.metrics.docker_error("list", e))?;
     let by_id: HashMap<&SandboxId, &ManagedContainer> = containers
         .iter()
         .filter_map(|c| c.sandbox_id.as_ref().map(|id| (id, c)))
         .collect();
+    // Operations in progress: their sandboxes are theirs to change.
+    let busy: HashSet<String> = match svc.store.list_operations(10_000).await {
+        Ok(ops) => ops.into_iter().map(|op| op.target).collect(),
+        Err(e) => {
+            warn!(error = %e, "reconcile: could not list operations in progress");
+            return Ok(report);
+        }
+    };
     let mut active_ids: HashSet<SandboxId> = HashSet::new();
     let mut after: Option<SandboxId> = None;
     let now = Utc::now();
     loop {
-        let page = match state
+        let page = match svc
             .store
             .list_active_sandboxes_page(after.as_ref(), PAGE)
             .await
@@ -58,21 +98,26 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
         after = page.last().map(|sb| sb.id.clone());
         for sb in page {
             active_ids.insert(sb.id.clone());
-            check_record(state, sb, &by_id, now, &mut report).await;
+            if busy.contains(sb.id.as_str()) {
+                continue;
+            }
+            check_record(svc, sb, &by_id, now, &mut report).await;
         }
         if !more {
             break;
         }
     }
+    svc.strays
+        .keep_only(&containers.iter().map(|c| c.container_id.as_str()).collect());
     for c in &containers {
-        if c.instance_id.as_deref() != Some(state.instance_id.as_str()) {
+        if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
             continue;
         }
         let Some(id) = &c.sandbox_id else { continue };
         if active_ids.contains(id) {
             continue;
         }
-        match state.store.sandbox_owner(id).await {
+        match svc.store.sandbox_owner(id).await {
             // Inserted after the records were read: a create, or a claim of
             // a warm-pool member (SCALE-3), in flight. Nothing to correct.
             Ok(Some(owner)) if !owner.deleted => {}
@@ -80,15 +125,26 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
                 // The record is terminated but its container survived (e.g. a
                 // crash mid-delete): finish the delete, keeping the volume.
                 info!(sandbox.id = %id, "reconcile: removing the container of a terminated sandbox");
-                if let Err(e) = state.runtime.remove(id, true).await {
+                if let Err(e) = svc.runtime.remove(id, true).await {
                     warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container");
                 }
             }
             // A warm-pool member: the pool looks after it (pool.rs).
             Ok(None) if c.pool_class.is_some() => {}
+            Ok(None) if busy.contains(id.as_str()) => {}
             Ok(None) => {
                 report.unknown_containers += 1;
-                warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record");
+                if !svc.strays.overdue(&c.container_id, svc.config.orphan_grace) {
+                    info!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record; removing it after the grace period");
+                    continue;
+                }
+                warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: removing a Stockade container that has no record (its volume stays, listed as orphaned)");
+                match svc.runtime.remove(id, true).await {
+                    Ok(()) => report.removed_containers += 1,
+                    Err(e) => {
+                        warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container")
+                    }
+                }
             }
             Err(e) => warn!(error = %e, "reconcile: record lookup failed"),
         }
@@ -98,27 +154,27 @@ pub async fn reconcile_once(state: &AppState) -> Result<ReconcileReport, Runtime
 
 /// Corrects one record against its container (DB-6).
 async fn check_record(
-    state: &AppState,
+    svc: &Service,
     mut sb: Sandbox,
     containers: &HashMap<&SandboxId, &ManagedContainer>,
     now: chrono::DateTime<Utc>,
     report: &mut ReconcileReport,
 ) {
     report.checked += 1;
-    if sb.server != state.runtime.server_name() {
+    if sb.server != svc.runtime.server_name() {
         return;
     }
     let before = (sb.status, sb.status_reason.clone());
     match sb.status {
         SandboxStatus::Provisioning | SandboxStatus::Pending => {
             let age = now - sb.created_at;
-            if age.to_std().unwrap_or_default() > state.config.provisioning_grace {
+            if age.to_std().unwrap_or_default() > svc.config.orphan_grace {
                 warn!(sandbox.id = %sb.id, "reconcile: removing a create that never finished");
-                if let Err(e) = state.runtime.remove(&sb.id, false).await {
+                if let Err(e) = svc.runtime.remove(&sb.id, false).await {
                     warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned container");
                     return;
                 }
-                if let Err(e) = state.store.purge_sandbox(&sb.id).await {
+                if let Err(e) = svc.store.purge_sandbox(&sb.id).await {
                     warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned record");
                 }
                 report.abandoned_creates += 1;
@@ -133,7 +189,7 @@ async fn check_record(
         // Not listed and known to be lost: nothing to correct.
         None if sb.status == SandboxStatus::Error => return,
         // Not listed: gone, or made after the list (ask again).
-        None => match state.runtime.inspect(&sb.id).await {
+        None => match svc.runtime.inspect(&sb.id).await {
             Ok(c) => c.map(|c| c.running),
             Err(e) => {
                 debug!(sandbox.id = %sb.id, error = %e, "reconcile: could not inspect; skipping");
@@ -154,7 +210,7 @@ async fn check_record(
             sb.session_expires_at = sb.session_deadline(now); // LC-7
         }
         Some(false) if sb.status == SandboxStatus::Running => {
-            let detail = state.runtime.inspect(&sb.id).await.ok().flatten();
+            let detail = svc.runtime.inspect(&sb.id).await.ok().flatten();
             sb.status = SandboxStatus::Stopped;
             sb.stopped_at = detail.as_ref().and_then(|d| d.finished_at).or(Some(now));
             sb.status_reason = Some(match detail {
@@ -170,7 +226,7 @@ async fn check_record(
     }
     if (sb.status, sb.status_reason.clone()) != before {
         info!(sandbox.id = %sb.id, from = %before.0, to = %sb.status, reason = ?sb.status_reason, "reconcile: corrected status");
-        match state.store.update_sandbox(&sb).await {
+        match svc.store.update_sandbox(&sb).await {
             Ok(_) => report.corrected += 1,
             Err(e) => warn!(sandbox.id = %sb.id, error = %e, "reconcile: status write failed"),
         }
@@ -178,15 +234,16 @@ async fn check_record(
 }
 
 /// Runs [`reconcile_once`] every `config.reconcile_interval` until `shutdown`.
-pub async fn run_periodically(state: AppState, shutdown: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(state.config.reconcile_interval);
+pub async fn run_periodically(svc: Service, shutdown: tokio_util::sync::CancellationToken) {
+    let mut tick = tokio::time::interval(svc.config.reconcile_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                match reconcile_once(&state).await {
-                    Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers > 0 => info!(?r, "reconcile pass"),
+                svc.check_isolation().await;
+                match reconcile_once(&svc).await {
+                    Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers + r.removed_containers > 0 => info!(?r, "reconcile pass"),
                     Ok(_) => {}
                     Err(e) => debug!(error = %e, "reconcile skipped: Docker unavailable"),
                 }
@@ -205,7 +262,7 @@ mod tests {
     use stockade_store::{SqliteStore, Store};
 
     use super::*;
-    use crate::{AppState, ServerConfig};
+    use crate::{Service, ServiceConfig};
 
     fn spec(sb: &Sandbox, instance: &stockade_core::InstanceId) -> ContainerSpec {
         ContainerSpec {
@@ -231,13 +288,13 @@ mod tests {
                 .unwrap(),
         );
         let rt = FakeRuntime::new();
-        let config = ServerConfig {
+        let config = ServiceConfig {
             blob_store: stockade_blob::BlobConfig::Local {
                 dir: dir.path().join("blobs"),
             },
-            ..ServerConfig::default()
+            ..ServiceConfig::default()
         };
-        let state = AppState::new(store.clone(), Arc::new(rt.clone()), config)
+        let svc = Service::new(store.clone(), Arc::new(rt.clone()), config)
             .await
             .unwrap();
         let account = store.create_account("a", false).await.unwrap();
@@ -252,7 +309,7 @@ mod tests {
             sb.status = SandboxStatus::Running;
             store.insert_sandbox(&sb).await.unwrap();
             if i >= 3 {
-                rt.create(&spec(&sb, &state.instance_id)).await.unwrap();
+                rt.create(&spec(&sb, &svc.instance_id)).await.unwrap();
             }
             if (3..5).contains(&i) {
                 rt.stop(&sb.id, std::time::Duration::ZERO).await.unwrap();
@@ -262,7 +319,7 @@ mod tests {
         // A warm-pool member (no record) and a stray container (no record).
         rt.create_pool_member(&PoolMemberSpec {
             sandbox_id: SandboxId::generate(),
-            instance_id: state.instance_id.clone(),
+            instance_id: svc.instance_id.clone(),
             class: "c".into(),
             image: "busybox".into(),
             cpu_cores: 1.0,
@@ -284,9 +341,9 @@ mod tests {
             "local".into(),
             now(),
         );
-        rt.create(&spec(&stray, &state.instance_id)).await.unwrap();
+        rt.create(&spec(&stray, &svc.instance_id)).await.unwrap();
 
-        let report = reconcile_once(&state).await.unwrap();
+        let report = reconcile_once(&svc).await.unwrap();
         assert_eq!(report.checked, n);
         assert_eq!(report.corrected, 5);
         assert_eq!(
@@ -304,7 +361,7 @@ mod tests {
             assert_eq!(sb.status, want, "record {i}");
         }
         // A second pass finds nothing more to correct.
-        let again = reconcile_once(&state).await.unwrap();
+        let again = reconcile_once(&svc).await.unwrap();
         assert_eq!(again.corrected, 0);
     }
 

@@ -14,15 +14,16 @@ use std::time::Duration;
 
 use chrono::{SubsecRound, Utc};
 use stockade_core::{
-    Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId, SnapshotKind, SnapshotStatus,
+    OperationKind, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId, SnapshotKind,
+    SnapshotStatus,
 };
 use stockade_runtime::{labels, RuntimeError, SNAPSHOT_LABEL};
 use stockade_store::StoreError;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::error::{ApiError, ApiResult};
-use crate::AppState;
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
 
 /// How often [`collect_garbage`] runs in the background.
 pub const COLLECT_INTERVAL: Duration = Duration::from_secs(60);
@@ -31,30 +32,30 @@ pub const STALE_CAPTURE: Duration = Duration::from_secs(3600);
 
 /// A snapshot the caller may use: unknown → 404, another account's → 403,
 /// deleted → 404.
-pub async fn load(state: &AppState, scope: &Scope, id: &str, field: &str) -> ApiResult<Snapshot> {
+pub async fn load(svc: &Service, scope: &Scope, id: &str, field: &str) -> ServiceResult<Snapshot> {
     let id = SnapshotId::parse_field(id, field)?;
-    match state.store.get_snapshot(scope, &id).await {
+    match svc.store.get_snapshot(scope, &id).await {
         Ok(s) if s.deleted_at.is_some() || s.kind != SnapshotKind::User => {
             Err(snapshot_not_found())
         }
         Ok(s) => Ok(s),
         Err(StoreError::NotFound) => Err(snapshot_not_found()),
-        Err(StoreError::Forbidden) => Err(ApiError::Forbidden(
+        Err(StoreError::Forbidden) => Err(ServiceError::Forbidden(
             "Forbidden: this snapshot belongs to another account".into(),
         )),
         Err(e) => Err(e.into()),
     }
 }
 
-pub fn snapshot_not_found() -> ApiError {
-    ApiError::NotFound("Snapshot not found".into())
+pub fn snapshot_not_found() -> ServiceError {
+    ServiceError::NotFound("Snapshot not found".into())
 }
 
 /// Refuses sandboxes whose filesystem cannot be read: terminated, still
 /// being created, or without a container.
-pub fn ensure_capturable(sb: &Sandbox) -> ApiResult<()> {
+pub fn ensure_capturable(sb: &Sandbox) -> ServiceResult<()> {
     if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Terminated(format!(
             "Sandbox {} is terminated: there is no filesystem left to capture",
             sb.id
         )));
@@ -63,7 +64,7 @@ pub fn ensure_capturable(sb: &Sandbox) -> ApiResult<()> {
         sb.status,
         SandboxStatus::Provisioning | SandboxStatus::Pending
     ) {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created",
             sb.id
         )));
@@ -76,12 +77,12 @@ pub fn ensure_capturable(sb: &Sandbox) -> ApiResult<()> {
 /// a fork snapshot only the image (the fork streams `/workspace` directly).
 /// On failure nothing it made stays.
 pub async fn capture(
-    state: &AppState,
+    svc: &Service,
     scope: &Scope,
     sb: &Sandbox,
     name: Option<String>,
     kind: SnapshotKind,
-) -> ApiResult<Snapshot> {
+) -> ServiceResult<Snapshot> {
     ensure_capturable(sb)?;
     let snapshot = Snapshot::new(
         scope.account_id.clone(),
@@ -90,45 +91,57 @@ pub async fn capture(
         kind,
         Utc::now().trunc_subsecs(6),
     );
-    state.store.insert_snapshot(&snapshot).await?;
-    let state = state.clone();
+    // The source is held while it is captured: a stop or delete waits.
+    let op = svc.new_operation(
+        OperationKind::Snapshot,
+        &sb.id,
+        &sb.account_id,
+        serde_json::json!({ "snapshot_id": snapshot.id.to_string() }),
+    );
+    let guard = svc.begin_operation(op).await?;
+    if let Err(e) = svc.store.insert_snapshot(&snapshot).await {
+        guard.release().await;
+        return Err(e.into());
+    }
+    let svc = svc.clone();
     // Its own task: it finishes (or cleans up) even if the caller goes away.
     tokio::spawn(async move {
         let id = snapshot.id.clone();
-        match capture_inner(&state, snapshot.clone()).await {
+        let captured = capture_inner(&svc, snapshot.clone()).await;
+        if svc.crashed() {
+            return captured;
+        }
+        guard.release().await;
+        match captured {
             Ok(done) => {
                 info!(snapshot.id = %id, sandbox.id = %done.source_sandbox_id, kind = done.kind.as_str(), bytes = done.workspace_bytes, "snapshot captured");
                 Ok(done)
             }
             Err(e) => {
                 warn!(snapshot.id = %id, error = %e, "snapshot capture failed; removing what it made");
-                discard(&state, &snapshot).await;
+                discard(&svc, &snapshot).await;
                 Err(e)
             }
         }
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("snapshot task failed: {e}")))?
+    .map_err(|e| ServiceError::Internal(format!("snapshot task failed: {e}")))?
 }
 
-async fn capture_inner(state: &AppState, mut snapshot: Snapshot) -> ApiResult<Snapshot> {
+async fn capture_inner(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<Snapshot> {
     let image_labels = BTreeMap::from([
         (SNAPSHOT_LABEL.to_owned(), snapshot.id.to_string()),
         (
             labels::ACCOUNT_ID.to_owned(),
             snapshot.account_id.to_string(),
         ),
-        (
-            labels::INSTANCE_ID.to_owned(),
-            state.instance_id.to_string(),
-        ),
+        (labels::INSTANCE_ID.to_owned(), svc.instance_id.to_string()),
         (
             "io.stockade.source-sandbox-id".to_owned(),
             snapshot.source_sandbox_id.to_string(),
         ),
     ]);
-    state
-        .runtime
+    svc.runtime
         .commit_snapshot(
             &snapshot.source_sandbox_id,
             &snapshot.image_ref,
@@ -136,27 +149,28 @@ async fn capture_inner(state: &AppState, mut snapshot: Snapshot) -> ApiResult<Sn
         )
         .await
         .map_err(|e| missing_container(e, &snapshot))?;
+    svc.crash_point("snapshot.committed")?;
     if snapshot.kind == SnapshotKind::User {
         let key = Snapshot::blob_key_for(&snapshot.id);
-        let workspace = state
+        let workspace = svc
             .runtime
             .export_workspace(&snapshot.source_sandbox_id)
             .await
             .map_err(|e| missing_container(e, &snapshot))?;
         // Recorded before the upload so that a crash leaves a key to clean.
         snapshot.blob_key = Some(key.clone());
-        state.store.update_snapshot(&snapshot).await?;
-        let bytes = state.blobs.put_stream(&key, workspace).await?;
+        svc.store.update_snapshot(&snapshot).await?;
+        let bytes = svc.blobs.put_stream(&key, workspace).await?;
         snapshot.workspace_bytes = Some(bytes);
     }
     snapshot.status = SnapshotStatus::Ready;
-    state.store.update_snapshot(&snapshot).await?;
+    svc.store.update_snapshot(&snapshot).await?;
     Ok(snapshot)
 }
 
-fn missing_container(e: RuntimeError, snapshot: &Snapshot) -> ApiError {
+fn missing_container(e: RuntimeError, snapshot: &Snapshot) -> ServiceError {
     match e {
-        RuntimeError::NotFound(_) => ApiError::Conflict(format!(
+        RuntimeError::NotFound(_) => ServiceError::Conflict(format!(
             "The container of sandbox {} no longer exists on its Docker host: nothing to capture",
             snapshot.source_sandbox_id
         )),
@@ -165,18 +179,18 @@ fn missing_container(e: RuntimeError, snapshot: &Snapshot) -> ApiError {
 }
 
 /// Removes a capture that failed: image, archive and record.
-async fn discard(state: &AppState, snapshot: &Snapshot) {
-    if let Err(e) = state.runtime.remove_image(&snapshot.image_ref).await {
+async fn discard(svc: &Service, snapshot: &Snapshot) {
+    if let Err(e) = svc.runtime.remove_image(&snapshot.image_ref).await {
         warn!(snapshot.id = %snapshot.id, error = %e, "could not remove the image of a failed capture");
     }
-    if let Err(e) = state
+    if let Err(e) = svc
         .blobs
         .delete(&Snapshot::blob_key_for(&snapshot.id))
         .await
     {
         warn!(snapshot.id = %snapshot.id, error = %e, "could not remove the archive of a failed capture");
     }
-    match state.store.purge_snapshot(&snapshot.id).await {
+    match svc.store.purge_snapshot(&snapshot.id).await {
         Ok(()) | Err(StoreError::NotFound) => {}
         Err(e) => {
             error!(snapshot.id = %snapshot.id, error = %e, "could not remove the record of a failed capture")
@@ -187,34 +201,34 @@ async fn discard(state: &AppState, snapshot: &Snapshot) {
 /// Deletes a snapshot: the record is marked deleted, the archive removed,
 /// and the image removed now or, while sandboxes made from it still exist,
 /// by [`collect_garbage`] once they are gone.
-pub async fn delete(state: &AppState, mut snapshot: Snapshot) -> ApiResult<Snapshot> {
+pub async fn delete(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<Snapshot> {
     if snapshot.status == SnapshotStatus::Creating {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Snapshot {} is still being captured",
             snapshot.id
         )));
     }
     snapshot.status = SnapshotStatus::Deleting;
     snapshot.deleted_at = Some(Utc::now().trunc_subsecs(6));
-    state.store.update_snapshot(&snapshot).await?;
-    release(state, &mut snapshot).await;
+    svc.store.update_snapshot(&snapshot).await?;
+    release(svc, &mut snapshot).await;
     Ok(snapshot)
 }
 
 /// Removes a DELETING snapshot's archive and, if no container uses it any
 /// more, its image (then the record becomes DELETED). Failures are logged:
 /// the next collection tries again.
-pub async fn release(state: &AppState, snapshot: &mut Snapshot) {
+pub async fn release(svc: &Service, snapshot: &mut Snapshot) {
     if let Some(key) = &snapshot.blob_key {
-        if let Err(e) = state.blobs.delete(key).await {
+        if let Err(e) = svc.blobs.delete(key).await {
             warn!(snapshot.id = %snapshot.id, error = %e, "could not remove a deleted snapshot's archive; will retry");
             return;
         }
     }
-    match state.runtime.remove_image(&snapshot.image_ref).await {
+    match svc.runtime.remove_image(&snapshot.image_ref).await {
         Ok(()) => {
             snapshot.status = SnapshotStatus::Deleted;
-            if let Err(e) = state.store.update_snapshot(snapshot).await {
+            if let Err(e) = svc.store.update_snapshot(snapshot).await {
                 warn!(snapshot.id = %snapshot.id, error = %e, "could not record a snapshot as deleted; will retry");
             }
         }
@@ -229,14 +243,14 @@ pub async fn release(state: &AppState, snapshot: &mut Snapshot) {
 
 /// Marks a fork's internal snapshot deleted at once; its image goes when
 /// the fork (and any other container using it) is gone.
-pub async fn release_fork_snapshot(state: &AppState, mut snapshot: Snapshot) {
+pub async fn release_fork_snapshot(svc: &Service, mut snapshot: Snapshot) {
     snapshot.status = SnapshotStatus::Deleting;
     snapshot.deleted_at = Some(Utc::now().trunc_subsecs(6));
-    if let Err(e) = state.store.update_snapshot(&snapshot).await {
+    if let Err(e) = svc.store.update_snapshot(&snapshot).await {
         error!(snapshot.id = %snapshot.id, error = %e, "could not mark a fork's snapshot deleted");
         return;
     }
-    release(state, &mut snapshot).await;
+    release(svc, &mut snapshot).await;
 }
 
 /// What one collection removed.
@@ -249,22 +263,22 @@ pub struct CollectReport {
 
 /// Removes the images of deleted snapshots that no container uses any more,
 /// what captures that died midway left, and uploads past their time.
-pub async fn collect_garbage(state: &AppState) -> CollectReport {
+pub async fn collect_garbage(svc: &Service) -> CollectReport {
     let mut report = CollectReport::default();
     let stale_before = Utc::now()
         - chrono::Duration::from_std(STALE_CAPTURE).unwrap_or(chrono::Duration::hours(1));
-    match state.store.pending_snapshots(stale_before).await {
+    match svc.store.pending_snapshots(stale_before).await {
         Ok(pending) => {
             for mut s in pending {
                 match s.status {
                     SnapshotStatus::Deleting => {
-                        release(state, &mut s).await;
+                        release(svc, &mut s).await;
                         if s.status == SnapshotStatus::Deleted {
                             report.snapshots_released += 1;
                         }
                     }
                     SnapshotStatus::Creating => {
-                        discard(state, &s).await;
+                        discard(svc, &s).await;
                         report.stale_captures += 1;
                     }
                     _ => {}
@@ -273,19 +287,19 @@ pub async fn collect_garbage(state: &AppState) -> CollectReport {
         }
         Err(e) => warn!(error = %e, "snapshot collection: could not list pending snapshots"),
     }
-    report.uploads_expired = crate::sources::expire_uploads(state).await;
+    report.uploads_expired = crate::sources::expire_uploads(svc).await;
     report
 }
 
 /// Runs [`collect_garbage`] every [`COLLECT_INTERVAL`] until `shutdown`.
-pub async fn collect_periodically(state: AppState, shutdown: CancellationToken) {
+pub async fn collect_periodically(svc: Service, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(COLLECT_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                let r = collect_garbage(&state).await;
+                let r = collect_garbage(&svc).await;
                 if r != CollectReport::default() {
                     info!(?r, "snapshot and upload collection");
                 }

@@ -1,0 +1,556 @@
+//! The hostile tenant (SEC-5..SEC-8, SEC-12): two accounts, the public API
+//! only, and code run inside sandboxes. Each test is one attack that worked
+//! once; each asserts that it fails now.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::helpers::*;
+
+/// What the internal service the attacker aims at answers.
+const SECRET: &str = "SECRET-INTERNAL-METRICS-0123456789";
+
+/// A plain HTTP server on loopback that answers every request with
+/// `SECRET` (or a redirect to `redirect_to`) and counts its connections.
+fn internal_service(redirect_to: Option<String>) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let answer = match &redirect_to {
+                Some(to) => format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                ),
+                None => format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/x-tar\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{SECRET}",
+                    SECRET.len()
+                ),
+            };
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    (port, hits)
+}
+
+/// A server with the default address policy: no internal address allowed.
+async fn strict_app() -> TestApp {
+    spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.service.sources.addresses = Default::default();
+        })),
+        ..Default::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn another_accounts_snapshot_cannot_be_booted_by_name() {
+    let app = spawn_app().await;
+    let alice = app.new_account("alice-snap").await;
+    let mallory = app.new_account("mallory-snap").await;
+    let sb = app.create(&alice, json!({ "name": "secretive" })).await;
+    let id = sb["id"].as_str().unwrap();
+    sh_in(id, "echo alices-secret > /etc/secret.txt");
+    let snap = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/snapshots"),
+            &alice,
+            json!({ "name": "s" }),
+        )
+        .await;
+    assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
+    let snap_id = snap.body["id"].as_str().unwrap().to_owned();
+    let image_ref = format!("stockade-snapshot:{snap_id}");
+    let image_id = docker_lines(&["image", "inspect", "-f", "{{.Id}}", &image_ref])
+        .pop()
+        .expect("snapshot image id");
+    // By name, by image id and by digest-looking reference: all refused.
+    for image in [
+        image_ref.clone(),
+        image_id.clone(),
+        image_id.trim_start_matches("sha256:")[..16].to_owned(),
+    ] {
+        let r = app
+            .post(
+                "/api/v1/sandbox",
+                &mallory,
+                json!({ "name": "thief", "dockerImage": image }),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{image}: {:?}", r.body);
+        assert_eq!(r.error_fields(), vec!["dockerImage"], "{image}");
+    }
+    // Through the owned source: 403 for another account.
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "thief", "source": { "type": "snapshot", "snapshotId": snap_id } }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    // Its owner still starts from it, through the source.
+    let restored = app
+        .create(
+            &alice,
+            json!({ "name": "restored", "source": { "type": "snapshot", "snapshotId": snap_id } }),
+        )
+        .await;
+    let rid = restored["id"].as_str().unwrap();
+    assert_eq!(sh_in(rid, "cat /etc/secret.txt"), "alices-secret");
+    // Alice herself cannot name the image either: only the source reaches it.
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &alice,
+            json!({ "name": "by-name", "dockerImage": image_ref }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+}
+
+#[tokio::test]
+async fn sources_and_images_on_internal_addresses_are_refused_without_echo() {
+    let app = strict_app().await;
+    let mallory = app.new_account("mallory-ssrf").await;
+    let (port, hits) = internal_service(None);
+    for (url, what) in [
+        (
+            format!("http://127.0.0.1:{port}/metrics"),
+            "loopback literal",
+        ),
+        (format!("http://localhost:{port}/metrics"), "loopback name"),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/metrics"),
+            "mapped IPv6",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "metadata",
+        ),
+        ("http://10.0.0.1/x.tar".to_owned(), "private"),
+    ] {
+        let r = app
+            .post(
+                "/api/v1/sandbox",
+                &mallory,
+                json!({ "name": "ssrf", "source": { "type": "tarball", "url": url } }),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{what}: {:?}", r.body);
+        assert_eq!(r.error_fields(), vec!["source.url"], "{what}");
+        assert!(!r.body.to_string().contains(SECRET), "{what}: echoed");
+    }
+    let git = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "ssrf", "source": { "type": "git", "url": format!("http://127.0.0.1:{port}/repo.git") } }),
+        )
+        .await;
+    assert_eq!(git.status, StatusCode::BAD_REQUEST, "{:?}", git.body);
+    // Docker is never asked to pull from an internal registry either.
+    let image = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "ssrf", "dockerImage": format!("127.0.0.1:{port}/x:latest") }),
+        )
+        .await;
+    assert_eq!(image.status, StatusCode::BAD_REQUEST, "{:?}", image.body);
+    assert_eq!(image.error_fields(), vec!["dockerImage"]);
+    let local = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "ssrf", "dockerImage": format!("localhost:{port}/x") }),
+        )
+        .await;
+    assert_eq!(local.status, StatusCode::BAD_REQUEST, "{:?}", local.body);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the internal service was reached"
+    );
+    assert!(app.containers().is_empty(), "a half-made container stayed");
+}
+
+#[tokio::test]
+async fn a_redirect_cannot_lead_a_fetch_to_an_internal_address() {
+    // Only 127.0.0.1 is allowed; it redirects to 127.0.0.2, which is not.
+    let (target_port, target_hits) = internal_service(None);
+    let (port, hits) = internal_service(Some(format!("http://127.0.0.2:{target_port}/metrics")));
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.service.sources.addresses = stockade_core::net::AddressPolicy {
+                allow: vec![stockade_core::net::IpNet::parse("127.0.0.1").unwrap()],
+            };
+        })),
+        ..Default::default()
+    })
+    .await;
+    let mallory = app.new_account("mallory-redirect").await;
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "hop", "source": { "type": "tarball", "url": format!("http://127.0.0.1:{port}/a.tar") } }),
+        )
+        .await;
+    assert!(r.status.is_client_error(), "{:?}", r.body);
+    assert!(!r.body.to_string().contains(SECRET));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the allowed hop was asked once"
+    );
+    assert_eq!(
+        target_hits.load(Ordering::SeqCst),
+        0,
+        "the redirect reached the internal address"
+    );
+    // An allowed address whose answer is not an archive: the error does not
+    // quote what came back.
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "junk", "source": { "type": "tarball", "url": format!("http://127.0.0.1:{target_port}/m") } }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
+    assert!(!r.body.to_string().contains(SECRET), "{:?}", r.body);
+}
+
+#[tokio::test]
+async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
+    let app = spawn_app().await;
+    let alice = app.new_account("alice-proxy").await;
+    // Port 8081 records the raw request it receives, once.
+    let sb = app
+        .create(
+            &alice,
+            json!({
+                "name": "recorder",
+                "ports": [8080, 8081],
+                "startCommand": "(sleep 60 | nc -l -p 8081 > /workspace/request.txt &) ; mkdir -p /workspace/www && echo '<h1>page</h1>' > /workspace/www/index.html && exec httpd -f -p 8080 -h /workspace/www",
+            }),
+        )
+        .await;
+    let id = sb["id"].as_str().unwrap();
+    let token = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/auth-token"),
+            &alice,
+            json!({}),
+        )
+        .await
+        .body["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The path form: an opaque origin for whatever the sandbox serves.
+    let mut page = None;
+    for _ in 0..50 {
+        let r = app
+            .http
+            .get(format!("{}/proxy/{id}/8080/", app.base))
+            .header("X-Stockade-Token", &token)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::OK {
+            page = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = page.expect("the sandbox's server answered");
+    let csp = page
+        .headers()
+        .get("content-security-policy")
+        .expect("a CSP on path-form answers")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.starts_with("sandbox"), "{csp}");
+    assert!(!csp.contains("allow-same-origin"), "{csp}");
+    // A request that carries the admin's API token and the dashboard's
+    // session cookie: the sandbox sees neither.
+    let _ = app
+        .http
+        .get(format!("{}/proxy/{id}/8081/probe", app.base))
+        .header("X-Stockade-Token", &token)
+        .header("Authorization", format!("Bearer {}", app.admin_token))
+        .header(
+            "Cookie",
+            format!("app=kept; stockade_session={}", app.admin_token),
+        )
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    let mut seen = String::new();
+    for _ in 0..30 {
+        seen = sh_in(id, "cat /workspace/request.txt 2>/dev/null || true");
+        if seen.contains("GET /probe") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        seen.contains("GET /probe"),
+        "nothing reached port 8081: {seen}"
+    );
+    assert!(seen.contains("app=kept"), "{seen}");
+    assert!(
+        !seen.contains(&app.admin_token),
+        "a Stockade token reached the sandbox:\n{seen}"
+    );
+    assert!(
+        !seen.to_ascii_lowercase().contains("authorization"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains(&token),
+        "the sandbox token reached the sandbox:\n{seen}"
+    );
+    // The dashboard's session is never a credential for the proxy.
+    let r = app
+        .http
+        .get(format!("{}/proxy/{id}/8080/", app.base))
+        .header("Cookie", format!("stockade_session={alice}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn the_dashboard_session_is_an_httponly_cookie_guarded_against_csrf() {
+    let app = spawn_app().await;
+    let alice = app.new_account("alice-session").await;
+    let url = |p: &str| format!("{}{p}", app.base);
+    // Signing in needs the CSRF header (no login CSRF from a form).
+    let r = app
+        .http
+        .post(url("/api/v1/session"))
+        .json(&json!({ "token": alice }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = app
+        .http
+        .post(url("/api/v1/session"))
+        .header("X-Stockade-CSRF", "1")
+        .json(&json!({ "token": "stk_wrong" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = app
+        .http
+        .post(url("/api/v1/session"))
+        .header("X-Stockade-CSRF", "1")
+        .json(&json!({ "token": alice }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/api/"] {
+        assert!(cookie.contains(attr), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_owned();
+    // Reads work with the cookie alone.
+    let r = app
+        .http
+        .get(url("/api/v1/me"))
+        .header("Cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // Changes need the CSRF header: a cross-site form cannot send one.
+    let body = json!({ "name": "via-cookie" });
+    let r = app
+        .http
+        .post(url("/api/v1/sandbox"))
+        .header("Cookie", &session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = app
+        .http
+        .post(url("/api/v1/sandbox"))
+        .header("Cookie", &session)
+        .header("X-Stockade-CSRF", "1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // Two session cookies (one planted by someone else): refused.
+    let r = app
+        .http
+        .get(url("/api/v1/me"))
+        .header("Cookie", format!("{session}; stockade_session=stk_planted"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Signing out clears it.
+    let r = app
+        .http
+        .delete(url("/api/v1/session"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert!(r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    let _ = Method::GET;
+}
+
+#[tokio::test]
+async fn a_sandbox_reaches_no_other_sandbox_and_no_host_service() {
+    let app = spawn_app().await;
+    let alice = app.new_account("alice-net").await;
+    let mallory = app.new_account("mallory-net").await;
+    let victim = app
+        .create(
+            &alice,
+            json!({ "name": "victim", "startCommand": "mkdir -p /w && echo private > /w/index.html && exec httpd -f -p 8080 -h /w" }),
+        )
+        .await;
+    let same_account = app.create(&alice, json!({ "name": "neighbour" })).await;
+    let attacker = app.create(&mallory, json!({ "name": "attacker" })).await;
+    let vid = victim["id"].as_str().unwrap();
+    let victim_ip = sh_in(vid, "hostname -i")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let aid = attacker["id"].as_str().unwrap();
+    let gateway = sh_in(aid, "ip route 2>/dev/null | awk '/default/ {print $3}'");
+    // A service of the host on every address (like Stockade on 0.0.0.0).
+    let listener = TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    // The victim answers the host (the proxy's path) …
+    let mut answer = String::new();
+    for _ in 0..50 {
+        if let Ok(mut conn) = std::net::TcpStream::connect_timeout(
+            &format!("{victim_ip}:8080").parse().unwrap(),
+            Duration::from_secs(2),
+        ) {
+            conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let _ = conn.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let _ = conn.read_to_string(&mut answer);
+            if answer.contains("private") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        answer.contains("private"),
+        "the host cannot reach a sandbox any more: {answer}"
+    );
+    // … but no other sandbox, of another account or the same one.
+    for (who, id) in [
+        ("another account", aid),
+        ("the same account", same_account["id"].as_str().unwrap()),
+    ] {
+        let out = sh_in(
+            id,
+            &format!(
+                "wget -q -T 3 -O - http://{victim_ip}:8080/ 2>&1 && echo REACHED || echo refused"
+            ),
+        );
+        assert!(out.ends_with("refused"), "{who} reached the victim: {out}");
+    }
+    let mut targets = vec![format!("{gateway}:{host_port}")];
+    if let Some(host_ip) = docker_lines(&[
+        "network",
+        "inspect",
+        "bridge",
+        "-f",
+        "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+    ])
+    .pop()
+    {
+        targets.push(format!("{host_ip}:{host_port}"));
+    }
+    for target in targets.iter().filter(|t| !t.starts_with(':')) {
+        let out = sh_in(
+            aid,
+            &format!(
+                "nc -w 2 {} {} </dev/null && echo REACHED || echo refused",
+                target.rsplit_once(':').unwrap().0,
+                host_port
+            ),
+        );
+        assert!(
+            out.ends_with("refused"),
+            "the sandbox reached the host at {target}: {out}"
+        );
+    }
+    assert!(
+        listener.accept().is_err(),
+        "a host service got a connection from a sandbox"
+    );
+}
+
+#[tokio::test]
+async fn io_uring_is_not_available_inside_a_sandbox() {
+    let app = spawn_app().await;
+    let t = app.new_account("uring").await;
+    let sb = app.create(&t, json!({ "name": "uring" })).await;
+    let id = sb["id"].as_str().unwrap();
+    // A tiny static program that calls io_uring_setup and prints errno.
+    let probe = crate::helpers::io_uring_probe();
+    let r = app
+        .http
+        .put(format!(
+            "{}/api/v1/sandbox/{id}/files?path=/workspace/probe",
+            app.base
+        ))
+        .bearer_auth(&t)
+        .body(probe)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let out = sh_in(id, "chmod +x /workspace/probe && /workspace/probe");
+    assert!(
+        out.starts_with("io_uring_setup failed"),
+        "io_uring_setup worked inside a sandbox: {out}"
+    );
+}

@@ -1,0 +1,124 @@
+//! The service's configuration: sandbox defaults, limits, intervals of the
+//! background tasks, the object store and the warm pool.
+
+use std::time::Duration;
+
+use stockade_blob::BlobConfig;
+use stockade_core::net::AddressPolicy;
+use stockade_core::Defaults;
+
+use crate::pool::PoolConfig;
+use crate::usage::UsageConfig;
+
+/// Everything the service needs besides its store and runtime.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Defaults and bounds for new sandboxes.
+    pub defaults: Defaults,
+    /// Grace period of a stop without `?timeout=` (LC-4: 30 s).
+    pub stop_grace: Duration,
+    /// The longest `?timeout=` a stop accepts.
+    pub max_stop_grace: Duration,
+    /// How often records and containers are reconciled (DB-6).
+    pub reconcile_interval: Duration,
+    /// How long an operation's lease lasts without a renewal: when the
+    /// instance holding it dies, another finishes or rolls it back this long
+    /// after its last heartbeat (DB-9).
+    pub operation_lease: Duration,
+    /// How long an operation waits for another one in progress on the same
+    /// sandbox before it gives up with a conflict.
+    pub operation_wait: Duration,
+    /// How long a retried create waits for the first create with its
+    /// `Idempotency-Key` to finish.
+    pub create_wait: Duration,
+    /// How long a labelled container without a record is left alone before
+    /// reconciliation removes it (DB-10).
+    pub orphan_grace: Duration,
+    /// Logs and exec (API-5, API-8): output kept per stream of a buffered
+    /// exec or a background process.
+    pub max_exec_output_bytes: usize,
+    /// Timeout of an exec that names none (background processes have none).
+    pub default_exec_timeout: Duration,
+    /// The longest `timeoutSeconds` an exec accepts.
+    pub max_exec_timeout: Duration,
+    /// Background processes one sandbox may have listed at once.
+    pub max_processes_per_sandbox: usize,
+    /// Largest file write or archive upload (API-9); more is refused.
+    pub max_file_bytes: u64,
+    /// How the live figures of sandbox details are measured (API-3).
+    pub usage: UsageConfig,
+    /// How often ended sessions are looked for (LC-7).
+    pub session_check_interval: Duration,
+    /// How long an instance that claimed an ended session has to stop or
+    /// terminate the sandbox before another instance may try (SCALE-2).
+    pub session_claim_lease: Duration,
+    /// Where snapshots' workspaces, syncs and uploads are kept (S3-1).
+    pub blob_store: BlobConfig,
+    /// Limits of git / tarball / upload sources (LC-11).
+    pub sources: SourceLimits,
+    /// The warm pool (SCALE-3); no classes by default.
+    pub pool: PoolConfig,
+    /// The images tenants may name in `dockerImage` (SEC-6).
+    pub images: crate::images::ImagePolicy,
+    /// Sandboxes one bulk operation works on at once.
+    pub bulk_concurrency: usize,
+}
+
+/// How much the server fetches on a user's behalf for a create source.
+#[derive(Debug, Clone)]
+pub struct SourceLimits {
+    /// Largest archive (download or upload) and largest cloned repository.
+    pub max_archive_bytes: u64,
+    /// Largest total of the files an archive unpacks to.
+    pub max_unpacked_bytes: u64,
+    /// A clone or download that takes longer fails.
+    pub fetch_timeout: Duration,
+    /// How long an upload waits to be used.
+    pub upload_ttl: Duration,
+    /// Internal addresses (loopback, private, link-local …) that sources and
+    /// image registries may still reach; none by default (SEC-8).
+    pub addresses: AddressPolicy,
+}
+
+impl Default for SourceLimits {
+    fn default() -> Self {
+        Self {
+            max_archive_bytes: 1 << 30,
+            max_unpacked_bytes: 10 << 30,
+            fetch_timeout: Duration::from_secs(300),
+            upload_ttl: Duration::from_secs(24 * 3600),
+            addresses: AddressPolicy::default(),
+        }
+    }
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            defaults: Defaults::default(),
+            stop_grace: Duration::from_secs(30),
+            max_stop_grace: Duration::from_secs(600),
+            reconcile_interval: Duration::from_secs(30),
+            operation_lease: Duration::from_secs(15),
+            operation_wait: Duration::from_secs(120),
+            create_wait: Duration::from_secs(600),
+            orphan_grace: Duration::from_secs(60),
+            max_exec_output_bytes: 1024 * 1024,
+            default_exec_timeout: Duration::from_secs(300),
+            max_exec_timeout: Duration::from_secs(24 * 3600),
+            max_processes_per_sandbox: 64,
+            max_file_bytes: 100 * 1024 * 1024,
+            usage: UsageConfig::default(),
+            session_check_interval: Duration::from_secs(1),
+            session_claim_lease: Duration::from_secs(120),
+            // The binary uses `<data dir>/blobs`; a library user sets its own.
+            blob_store: BlobConfig::Local {
+                dir: std::env::temp_dir().join("stockade-blobs"),
+            },
+            sources: SourceLimits::default(),
+            pool: PoolConfig::default(),
+            images: crate::images::ImagePolicy::default(),
+            bulk_concurrency: 8,
+        }
+    }
+}

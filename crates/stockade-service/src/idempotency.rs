@@ -1,0 +1,205 @@
+//! `Idempotency-Key` on create (API-2, DB-11). A key is recorded — with
+//! the hash of the request and the sandbox id it will make — before the
+//! create begins, and follows its operation: a retry returns the sandbox
+//! the first create made, waits while that create is still running on a
+//! live instance, recovers it at once when its instance died, and creates
+//! anew when the first create failed or was rolled back. Keys expire after
+//! [`KEY_TTL`].
+
+use std::time::Duration;
+
+use chrono::Utc;
+use stockade_api::CreateSandboxRequest;
+use stockade_core::{OperationKind, Sandbox, SandboxId, Scope};
+use stockade_store::StoreError;
+use tracing::error;
+
+use crate::error::{ServiceError, ServiceResult};
+use crate::lifecycle::{Created, IdempotencyKey};
+use crate::operations::OpGuard;
+use crate::Service;
+
+/// How long a key is remembered.
+pub const KEY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How often a retry looks whether the first create finished.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Checks an `Idempotency-Key`: 1 to 255 visible ASCII characters.
+pub fn parse_key(key: &str) -> ServiceResult<&str> {
+    if !key.is_empty() && key.len() <= 255 && key.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(key)
+    } else {
+        Err(ServiceError::field(
+            "Idempotency-Key",
+            "must be 1 to 255 visible ASCII characters",
+        ))
+    }
+}
+
+/// The oldest moment a key still counts from.
+pub fn expired_before() -> chrono::DateTime<Utc> {
+    Utc::now() - chrono::Duration::from_std(KEY_TTL).unwrap_or(chrono::Duration::days(1))
+}
+
+/// What the first create with a key left.
+enum Replay {
+    Done(Box<Sandbox>),
+    /// It failed, was rolled back, or never began: the key can be reused.
+    Gone,
+}
+
+/// [`crate::lifecycle::create_sandbox`] under `key`: returns the first
+/// create's sandbox for a repeated request, creates `id` otherwise.
+pub async fn create_with_key(
+    svc: &Service,
+    scope: &Scope,
+    req: &CreateSandboxRequest,
+    key: &str,
+    id: SandboxId,
+) -> ServiceResult<Created> {
+    let key = parse_key(key)?;
+    let hash = stockade_core::account::sha256_hex(
+        &serde_json::to_vec(req).map_err(|e| ServiceError::Internal(e.to_string()))?,
+    );
+    let account = scope.account_id.clone();
+    // A handful of rounds: a concurrent request with the same key, or a
+    // first create rolled back in between, sends us round again.
+    for _ in 0..20 {
+        if let Some((first_hash, first_id)) = svc
+            .store
+            .get_idempotency_key(&account, key, expired_before())
+            .await?
+        {
+            if first_hash != hash {
+                return Err(ServiceError::IdempotencyMismatch(format!(
+                    "Idempotency-Key '{key}' was already used with different parameters"
+                )));
+            }
+            match replay(svc, scope, &first_id, key).await? {
+                Replay::Done(sandbox) => {
+                    return Ok(Created {
+                        sandbox: *sandbox,
+                        replayed: true,
+                    })
+                }
+                Replay::Gone => {
+                    svc.store.delete_idempotency_key(&account, key).await?;
+                    continue;
+                }
+            }
+        }
+        // The create's operation is recorded before the key, so a retry
+        // that finds the key also finds the operation (or its record) —
+        // never nothing while the first create is still on its way.
+        let op = svc.new_operation(
+            OperationKind::Create,
+            &id,
+            &account,
+            serde_json::json!({ "idempotency_key": key }),
+        );
+        let guard = svc.begin_operation(op).await?;
+        match svc
+            .store
+            .insert_idempotency_key(&account, key, &hash, &id, expired_before())
+            .await
+        {
+            Ok(()) => return create_recorded(svc, scope, req, key, id, guard).await,
+            // A concurrent request with the same key won: replay its result.
+            Err(StoreError::Conflict(_)) => guard.release().await,
+            Err(e) => {
+                guard.release().await;
+                return Err(e.into());
+            }
+        }
+    }
+    Err(ServiceError::Conflict(format!(
+        "Idempotency-Key '{key}' is being used by other requests right now; retry"
+    )))
+}
+
+/// The create itself, once the key names it. If it fails, the key is
+/// forgotten, so a retry may create anew.
+async fn create_recorded(
+    svc: &Service,
+    scope: &Scope,
+    req: &CreateSandboxRequest,
+    key: &str,
+    id: SandboxId,
+    guard: OpGuard,
+) -> ServiceResult<Created> {
+    let idem = IdempotencyKey {
+        account: scope.account_id.clone(),
+        key: key.to_owned(),
+    };
+    let prepared = async {
+        let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
+        let sb = crate::lifecycle::prepare_with_id(svc, scope, &spec_req, id)?;
+        Ok::<_, ServiceError>((sb, source))
+    }
+    .await;
+    let (sb, source) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            // The create never began: a retry with this key may try again.
+            if let Err(de) = svc.store.delete_idempotency_key(&idem.account, key).await {
+                error!(error = %de, "could not forget the idempotency key of a failed create");
+            }
+            guard.release().await;
+            return Err(e);
+        }
+    };
+    // A failed create forgets the key itself (also when its caller left).
+    let sandbox = crate::lifecycle::create_from(svc, sb, Some(idem), source, Some(guard)).await?;
+    Ok(Created {
+        sandbox,
+        replayed: false,
+    })
+}
+
+/// Follows the first create with `key` (of sandbox `id`) to its end.
+async fn replay(svc: &Service, scope: &Scope, id: &SandboxId, key: &str) -> ServiceResult<Replay> {
+    let deadline = tokio::time::Instant::now() + svc.config.create_wait;
+    loop {
+        let record = match svc.store.get_sandbox(scope, id).await {
+            Ok(sb) => Some(sb),
+            Err(StoreError::NotFound) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let op = svc.store.get_operation(id.as_str()).await?;
+        match (record, op) {
+            (Some(sb), None) if !sb.is_being_created() => return Ok(Replay::Done(Box::new(sb))),
+            // A record left in PROVISIONING by a create that recorded no
+            // operation (before operations existed): reconciliation removes it.
+            (Some(_), None) => {
+                return Err(ServiceError::Conflict(format!(
+                    "The first create with Idempotency-Key '{key}' did not finish; retry with another key"
+                )))
+            }
+            (None, None) => return Ok(Replay::Gone),
+            (_, Some(op)) if op.lease_until <= Utc::now() => {
+                // Its instance died: roll it back now instead of waiting.
+                crate::recovery::claim_and_recover(svc, &op).await;
+            }
+            (_, Some(_)) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ServiceError::Conflict(format!(
+                        "The first create with Idempotency-Key '{key}' is still in progress; retry later"
+                    )));
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
+
+/// Removes the keys older than [`KEY_TTL`]; returns how many.
+pub async fn purge_expired(svc: &Service) -> u64 {
+    match svc.store.purge_idempotency_keys(expired_before()).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not remove expired idempotency keys");
+            0
+        }
+    }
+}

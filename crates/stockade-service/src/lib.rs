@@ -1,0 +1,197 @@
+//! Stockade's sandbox service: everything the platform does with sandboxes,
+//! over a [`Store`] and a [`Runtime`], without any knowledge of HTTP.
+//!
+//! Front-ends (the HTTP API, a compatibility API) are thin adapters: they
+//! authenticate a caller into a [`Scope`](stockade_core::Scope), turn their
+//! input into the service's types, call it, and map [`ServiceError`] to their
+//! own error shape.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use stockade_blob::{BlobStore, ObjectBlobStore};
+use stockade_core::InstanceId;
+use stockade_runtime::Runtime;
+use stockade_store::{Store, StoreError};
+use tokio_util::sync::CancellationToken;
+
+pub mod config;
+pub mod error;
+pub mod files;
+pub mod idempotency;
+pub mod images;
+pub mod lifecycle;
+pub mod log_cursor;
+pub mod metrics;
+pub mod operations;
+pub mod outbound;
+pub mod output;
+pub mod pool;
+pub mod processes;
+pub mod reconcile;
+pub mod recovery;
+pub mod sessions;
+pub mod snapshots;
+pub mod sources;
+pub mod update;
+pub mod usage;
+pub mod workspace_sync;
+
+pub use config::{ServiceConfig, SourceLimits};
+pub use error::{ServiceError, ServiceResult};
+
+/// The service: the store, the runtime, the object store and what this
+/// process keeps of its own (metrics, the warm pool, live usage, background
+/// processes). Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    pub store: Arc<dyn Store>,
+    pub runtime: Arc<dyn Runtime>,
+    pub config: Arc<ServiceConfig>,
+    /// This installation's id (kept in the database): the label on every
+    /// container and volume it makes.
+    pub instance_id: InstanceId,
+    /// Background processes started by exec (API-8).
+    pub processes: Arc<processes::ProcessRegistry>,
+    /// Prometheus metrics of this process (API-13).
+    pub metrics: Arc<metrics::Metrics>,
+    /// Live usage and volume sizes for sandbox details (API-3).
+    pub usage: Arc<usage::Usage>,
+    /// Object store of snapshots, syncs and uploads (S3-1).
+    pub blobs: Arc<dyn BlobStore>,
+    /// The warm pool of pre-created sandboxes (SCALE-3).
+    pub pool: Arc<pool::Pool>,
+    /// This process as the holder of durable operations (DB-9).
+    pub ops: Arc<operations::Operations>,
+    /// Cancelled when the service shuts down: no new operation begins.
+    pub shutdown: CancellationToken,
+    /// Containers without a record, and since when (reconciliation).
+    pub strays: Arc<reconcile::Strays>,
+    /// The last check of the sandboxes' network isolation (SEC-5).
+    pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
+}
+
+impl Service {
+    pub async fn new(
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        config: ServiceConfig,
+    ) -> Result<Self, StoreError> {
+        let instance_id = store.instance_id().await?;
+        let config_lease = config.operation_lease;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let usage = Arc::new(usage::Usage::new(
+            runtime.clone(),
+            metrics.clone(),
+            config.usage.clone(),
+        ));
+        let blobs = ObjectBlobStore::open(&config.blob_store)
+            .map_err(|e| StoreError::Other(e.to_string()))?;
+        let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
+        Ok(Self {
+            store,
+            runtime,
+            processes: Arc::new(processes::ProcessRegistry::new(
+                config.max_processes_per_sandbox,
+            )),
+            config: Arc::new(config),
+            instance_id,
+            metrics,
+            usage,
+            blobs: Arc::new(blobs),
+            pool: Arc::new(pool),
+            ops: Arc::new(operations::Operations::new(config_lease)),
+            shutdown: CancellationToken::new(),
+            strays: Arc::default(),
+            isolation: Arc::default(),
+        })
+    }
+
+    /// Recovers what earlier runs left half-done and reconciles once, then
+    /// starts the background tasks (lease renewal, recovery,
+    /// reconciliation, session timeouts, snapshot collection, the warm
+    /// pool) until `shutdown`, which also stops new operations from
+    /// beginning. The returned handle ends when the tasks that must finish
+    /// their work (the warm pool's fills and drain) have.
+    pub async fn start_background(&self, shutdown: CancellationToken) -> Background {
+        {
+            let stop = self.shutdown.clone();
+            let outer = shutdown.clone();
+            tokio::spawn(async move {
+                outer.cancelled().await;
+                stop.cancel();
+            });
+        }
+        tokio::spawn(self.clone().renew_leases(shutdown.clone()));
+        // Sandboxes are isolated before the first one is created (SEC-5).
+        self.check_isolation().await;
+        // On SQLite (one instance) every recorded operation was left by
+        // this installation's previous process: recover them all now.
+        let first = recovery::recover_expired(self, self.store.backend() == "sqlite").await;
+        if first.recovered + first.failed > 0 {
+            tracing::info!(
+                ?first,
+                "recovered operations a previous run left unfinished"
+            );
+        }
+        tokio::spawn(recovery::run_periodically(
+            self.clone(),
+            (self.config.operation_lease / 3).max(std::time::Duration::from_millis(100)),
+            shutdown.clone(),
+        ));
+        match reconcile::reconcile_once(self).await {
+            Ok(r) => tracing::info!(?r, "startup reconciliation done"),
+            Err(e) => {
+                tracing::warn!(error = %e, "startup reconciliation skipped: Docker unavailable")
+            }
+        }
+        tokio::spawn(reconcile::run_periodically(self.clone(), shutdown.clone()));
+        tokio::spawn(sessions::run_periodically(self.clone(), shutdown.clone()));
+        tokio::spawn(snapshots::collect_periodically(
+            self.clone(),
+            shutdown.clone(),
+        ));
+        let pool = tokio::spawn(pool::run(self.clone(), shutdown));
+        Background { pool }
+    }
+}
+
+impl Service {
+    /// Makes sure sandboxes are isolated (networks, packet filter),
+    /// repairing what changed, and keeps the report for `/health`.
+    pub async fn check_isolation(&self) -> stockade_runtime::IsolationReport {
+        let report = self.runtime.ensure_isolation().await;
+        match report.status() {
+            stockade_runtime::IsolationStatus::Ok => {}
+            stockade_runtime::IsolationStatus::Repaired => {
+                tracing::warn!(report = %report.summary(), "sandbox isolation was repaired")
+            }
+            stockade_runtime::IsolationStatus::Degraded => {
+                tracing::error!(report = %report.summary(), "sandboxes are not fully isolated")
+            }
+        }
+        *self.isolation.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.clone());
+        report
+    }
+
+    /// The last isolation report, if a check ran.
+    pub fn isolation_report(&self) -> Option<stockade_runtime::IsolationReport> {
+        self.isolation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The background tasks of a running service.
+pub struct Background {
+    pool: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    /// Waits for the tasks that finish work after shutdown (warm-pool fills
+    /// and, if configured, its drain).
+    pub async fn finished(self) {
+        let _ = self.pool.await;
+    }
+}

@@ -1,0 +1,580 @@
+//! Sandbox lifecycle (LC-1..LC-6, LC-12) as durable operations (DB-9,
+//! DB-13): each create, start, stop and delete is recorded before it touches
+//! Docker, waits for any other operation on the same sandbox, and ends
+//! together with its write to the record (see [`crate::operations`]). The
+//! database stays the single source of truth (DB-3..DB-5).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use futures_util::StreamExt;
+use stockade_api::CreateSandboxRequest;
+use stockade_core::{
+    AccountId, OperationKind, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId,
+};
+use stockade_runtime::{ContainerSpec, RuntimeError};
+use stockade_store::{SandboxWrite, StoreError};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::error::{ServiceError, ServiceResult};
+use crate::operations::OpGuard;
+use crate::sources::PreparedSource;
+use crate::Service;
+
+/// Loads a sandbox the caller may see: unknown → 404, another account's → 403.
+pub async fn load(svc: &Service, scope: &Scope, id: &str) -> ServiceResult<Sandbox> {
+    let id = SandboxId::parse_field(id, "sandbox_id")?;
+    Ok(svc.store.get_sandbox(scope, &id).await?)
+}
+
+/// Validates a create request into a record in PROVISIONING (not yet saved).
+pub fn prepare(svc: &Service, scope: &Scope, req: &CreateSandboxRequest) -> ServiceResult<Sandbox> {
+    prepare_with_id(svc, scope, req, SandboxId::generate())
+}
+
+/// [`prepare`] for a sandbox whose id was chosen already.
+pub fn prepare_with_id(
+    svc: &Service,
+    scope: &Scope,
+    req: &CreateSandboxRequest,
+    id: SandboxId,
+) -> ServiceResult<Sandbox> {
+    let spec = SandboxSpec::from_input(req.spec_input(), &id, &svc.config.defaults)?;
+    let team_id = match &req.team_id {
+        None => None,
+        Some(t) => {
+            let team = TeamId::parse_field(t, "teamId")?;
+            if !scope.team_ids.contains(&team) {
+                return Err(ServiceError::field(
+                    "teamId",
+                    format!("you are not a member of team '{team}'"),
+                ));
+            }
+            Some(team)
+        }
+    };
+    Ok(Sandbox::new(
+        id,
+        scope.account_id.clone(),
+        team_id,
+        spec,
+        svc.runtime.server_name(),
+        Utc::now(),
+    ))
+}
+
+/// Refuses resources the Docker host cannot give at all: more CPUs than it
+/// has, more memory than it has (a 400 naming the field, not Docker's
+/// error later). Hosts whose size the engine does not report are not checked.
+pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult<()> {
+    let Ok(info) = svc.runtime.info().await else {
+        return Ok(()); // Docker's own error comes at create
+    };
+    if let Some(cpus) = Some(info.cpus).filter(|c| *c > 0) {
+        if spec.cpu_cores > f64::from(cpus) {
+            return Err(ServiceError::field(
+                "cpuCores",
+                format!(
+                    "{} CPUs asked, but server '{}' has {cpus}",
+                    spec.cpu_cores,
+                    svc.runtime.server_name()
+                ),
+            ));
+        }
+    }
+    if let Some(total) = Some(info.memory_bytes).filter(|m| *m > 0) {
+        if spec.memory_bytes() as u64 > total {
+            return Err(ServiceError::field(
+                "memoryGB",
+                format!(
+                    "{} GB asked, but server '{}' has {}",
+                    spec.memory_gb,
+                    svc.runtime.server_name(),
+                    stockade_core::human_bytes(total)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A runtime error for a request whose `field` Docker refused as input
+/// (limits out of range) becomes a 400 naming the field; other errors stay.
+pub(crate) fn docker_refused(e: RuntimeError, field: &str) -> ServiceError {
+    match e {
+        RuntimeError::Other(m)
+            if m.contains("CPUs available")
+                || m.contains("Range of CPUs")
+                || m.contains("Minimum memory limit")
+                || m.contains("cannot be less than") =>
+        {
+            ServiceError::field(field, m)
+        }
+        other => other.into(),
+    }
+}
+
+fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
+    ContainerSpec {
+        sandbox_id: sb.id.clone(),
+        account_id: sb.account_id.clone(),
+        instance_id: svc.instance_id.clone(),
+        image: sb.spec.docker_image.clone(),
+        command: sb.spec.command_argv(),
+        env: sb.spec.environment_vars.clone(),
+        cpu_cores: sb.spec.cpu_cores,
+        memory_bytes: sb.spec.memory_bytes(),
+        network_access: sb.spec.network.allows_egress(),
+        hostname: sb.spec.name.to_string().to_lowercase(),
+    }
+}
+
+/// An `Idempotency-Key` a create was recorded under (API-2).
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    pub account: AccountId,
+    pub key: String,
+}
+
+/// What a create answered.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub sandbox: Sandbox,
+    /// An earlier create with the same `Idempotency-Key` made it.
+    pub replayed: bool,
+}
+
+/// Creates a sandbox as a client asks (API-2, LC-1, LC-2, LC-11): every
+/// field is checked first, then the source is fetched, then the sandbox is
+/// made and returned RUNNING. With `idempotency_key`, a retry returns what
+/// the first create made (see [`crate::idempotency`]).
+pub async fn create_sandbox(
+    svc: &Service,
+    scope: &Scope,
+    req: &CreateSandboxRequest,
+    idempotency_key: Option<&str>,
+) -> ServiceResult<Created> {
+    // Every field is checked before a source is fetched (a clone can be long).
+    let sb = prepare(svc, scope, req)?;
+    if let Some(image) = &req.docker_image {
+        // SEC-6, SEC-8: only images a tenant may name, from registries that
+        // are not internal addresses. Images of sources (snapshots, forks)
+        // are set later, from what the caller owns.
+        svc.config.images.check(image, "dockerImage")?;
+        crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
+    }
+    check_host_fits(svc, &sb.spec).await?;
+    tracing::Span::current().record("sandbox.id", sb.id.as_str());
+    match idempotency_key {
+        None => {
+            let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
+            let sb = prepare_with_id(svc, scope, &spec_req, sb.id)?;
+            let sandbox = create_from(svc, sb, None, source, None).await?;
+            Ok(Created {
+                sandbox,
+                replayed: false,
+            })
+        }
+        Some(key) => crate::idempotency::create_with_key(svc, scope, req, key, sb.id).await,
+    }
+}
+
+/// Creates `sandbox` (validated, PROVISIONING) and returns it RUNNING.
+///
+/// The record and the create operation are inserted together before any
+/// container exists, so the unique name is claimed first (DB-7) and a crash
+/// at any later point is rolled back by recovery (DB-9). If the runtime
+/// fails, the create is rolled back here at once (DB-3): no container,
+/// volume, record or idempotency key stays.
+///
+/// A `source` archive is unpacked into `/workspace` before the container
+/// starts (LC-9..LC-11). The work runs in its own task: if the caller goes
+/// away before it ends (the client disconnected, so this future was
+/// dropped), the task rolls the create back when it finishes (LC-12).
+pub async fn create_from(
+    svc: &Service,
+    sandbox: Sandbox,
+    idempotency: Option<IdempotencyKey>,
+    source: Option<PreparedSource>,
+    held: Option<OpGuard>,
+) -> ServiceResult<Sandbox> {
+    let abandoned = CancellationToken::new();
+    let guard = abandoned.clone().drop_guard();
+    let svc = svc.clone();
+    let result = tokio::spawn(async move {
+        let (archive, after) = match source {
+            Some(s) => (Some(s.archive), Some(s.after)),
+            None => (None, None),
+        };
+        // SCALE-3: a create without a source may come from the warm pool
+        // (not with an idempotency key: it names the sandbox id up front).
+        let poolable = archive.is_none() && idempotency.is_none();
+        let key = idempotency.clone();
+        let mut result =
+            create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency, held).await;
+        if abandoned.is_cancelled() && !svc.crashed() {
+            if let Ok(made) = &result {
+                // Nobody will ever see it: it goes like any sandbox (LC-12).
+                warn!(sandbox.id = %made.id, "the client went away during create; rolling it back");
+                if let Err(e) = destroy(&svc, made.clone(), false).await {
+                    warn!(sandbox.id = %made.id, error = %e, "could not remove an abandoned create");
+                }
+                result = Err(cancelled());
+            }
+        }
+        if let (Err(_), Some(key), false) = (&result, &key, svc.crashed()) {
+            // The create failed: a retry with the key may create anew.
+            if let Err(e) = svc.store.delete_idempotency_key(&key.account, &key.key).await {
+                warn!(error = %e, "could not forget the idempotency key of a failed create");
+            }
+        }
+        if let Some(after) = after {
+            crate::sources::finish(&svc, after, result.is_ok()).await;
+        }
+        result
+    })
+    .await;
+    guard.disarm();
+    result.map_err(|e| ServiceError::Internal(format!("create task failed: {e}")))?
+}
+
+fn cancelled() -> ServiceError {
+    ServiceError::Conflict("the create was cancelled".into())
+}
+
+async fn create_inner(
+    svc: &Service,
+    mut sb: Sandbox,
+    abandoned: &CancellationToken,
+    archive: Option<stockade_runtime::ByteStream>,
+    poolable: bool,
+    idempotency: Option<IdempotencyKey>,
+    held: Option<OpGuard>,
+) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("create");
+    if poolable && held.is_none() {
+        if let Some(served) = crate::pool::claim(svc, &sb).await {
+            return served;
+        }
+    }
+    let name_taken = |e: StoreError| match e {
+        StoreError::Conflict(_) => ServiceError::Conflict(format!(
+            "A sandbox named '{}' already exists in this account",
+            sb.spec.name
+        )),
+        other => other.into(),
+    };
+    let guard = match held {
+        // The operation was recorded before the idempotency key: only the
+        // record is new.
+        Some(guard) => {
+            if let Err(e) = svc.store.insert_sandbox(&sb).await {
+                guard.release().await;
+                return Err(name_taken(e));
+            }
+            guard
+        }
+        None => {
+            let params = match &idempotency {
+                Some(k) => serde_json::json!({ "idempotency_key": k.key }),
+                None => serde_json::json!({}),
+            };
+            let op = svc.new_operation(OperationKind::Create, &sb.id, &sb.account_id, params);
+            svc.store
+                .insert_sandbox_with_operation(&sb, &op)
+                .await
+                .map_err(name_taken)?;
+            svc.hold_operation(op)
+        }
+    };
+    svc.crash_point("create.recorded")?;
+    if abandoned.is_cancelled() {
+        guard.abandon().await;
+        return Err(cancelled());
+    }
+    let spec = container_spec(svc, &sb);
+    let created = match archive {
+        Some(archive) => svc.runtime.create_with_workspace(&spec, archive).await,
+        None => svc.runtime.create(&spec).await,
+    };
+    let container_id = match created {
+        Ok(cid) => cid,
+        Err(e) => {
+            svc.metrics.docker_error("create", &e);
+            warn!(sandbox.id = %sb.id, error = %e, "runtime create failed; rolling the create back");
+            guard.abandon().await;
+            return Err(docker_refused(e, "cpuCores"));
+        }
+    };
+    svc.crash_point("create.container_made")?;
+    if abandoned.is_cancelled() {
+        warn!(sandbox.id = %sb.id, "the client went away during create; rolling it back");
+        guard.abandon().await;
+        return Err(cancelled());
+    }
+    sb.container_id = Some(container_id);
+    sb.mark_running(Utc::now()); // LC-7: the first session starts
+    match guard.try_finish_with_status(sb.clone()).await {
+        Ok(saved) => {
+            info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
+            Ok(saved)
+        }
+        Err((e, guard)) => {
+            // DB-3: nothing of a create that could not be saved stays.
+            tracing::error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
+            guard.abandon().await;
+            Err(match e {
+                e @ (ServiceError::StorageFull(_) | ServiceError::DatabaseUnavailable(_)) => e,
+                e => ServiceError::Database(format!(
+                    "The sandbox could not be saved, so it was removed again: {e}"
+                )),
+            })
+        }
+    }
+}
+
+/// Re-reads a sandbox after its operation began (another one may have
+/// changed it while this one waited).
+async fn reload(svc: &Service, sb: &Sandbox) -> ServiceResult<Sandbox> {
+    Ok(svc
+        .store
+        .get_sandbox(&Scope::account(sb.account_id.clone()), &sb.id)
+        .await?)
+}
+
+fn terminated(sb: &Sandbox, what: &str) -> ServiceError {
+    ServiceError::Terminated(format!("Sandbox {} is terminated; {what}", sb.id))
+}
+
+/// Begins an operation of `kind` on `sb` and returns the guard with the
+/// record as it is now (after any operation ahead of this one).
+async fn begin(
+    svc: &Service,
+    kind: OperationKind,
+    sb: &Sandbox,
+    params: serde_json::Value,
+) -> ServiceResult<(OpGuard, Sandbox)> {
+    let op = svc.new_operation(kind, &sb.id, &sb.account_id, params);
+    let guard = svc.begin_operation(op).await?;
+    match reload(svc, sb).await {
+        Ok(fresh) => Ok((guard, fresh)),
+        Err(e) => {
+            guard.release().await;
+            Err(e)
+        }
+    }
+}
+
+/// Starts a sandbox; one that is already running is returned as it is (LC-3).
+pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("start");
+    if sb.is_terminated() {
+        return Err(terminated(&sb, "create a new one"));
+    }
+    let (guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
+    if sb.is_terminated() {
+        guard.release().await;
+        return Err(terminated(&sb, "create a new one"));
+    }
+    let container = match svc.runtime.inspect(&sb.id).await {
+        Ok(c) => c,
+        Err(e) => {
+            svc.metrics.docker_error("inspect", &e);
+            guard.release().await;
+            return Err(e.into());
+        }
+    };
+    let Some(container) = container else {
+        sb.mark_error(format!("container not found on server '{}'", sb.server));
+        let saved = guard.finish_with_status(sb).await?;
+        return Err(ServiceError::Conflict(format!(
+            "The container of sandbox {} no longer exists on its Docker host; its /workspace volume may still be listed under volumes",
+            saved.id
+        )));
+    };
+    if container.running && sb.status == SandboxStatus::Running {
+        guard.release().await;
+        return Ok(sb);
+    }
+    if !container.running {
+        // LC-8: the environment as updated since create, for the main process.
+        let started = async {
+            svc.runtime
+                .set_main_process_env(&sb.id, &sb.spec.environment_vars)
+                .await?;
+            svc.runtime.start(&sb.id).await
+        }
+        .await;
+        if let Err(e) = started {
+            svc.metrics.docker_error("start", &e);
+            guard.abandon().await; // the record converges to Docker's state
+            return Err(e.into());
+        }
+    }
+    svc.crash_point("start.started")?;
+    sb.mark_running(Utc::now()); // LC-7: a new session
+    record_status(guard, sb).await
+}
+
+/// Ends a start or stop with its status. DB-4: Docker did it, so a failed
+/// status write is logged and the caller still gets the new status; the
+/// operation stays recorded and recovery writes the status once the
+/// database takes writes again.
+async fn record_status(guard: OpGuard, sb: Sandbox) -> ServiceResult<Sandbox> {
+    match guard.try_finish_with_status(sb.clone()).await {
+        Ok(saved) => Ok(saved),
+        Err((e @ ServiceError::Conflict(_), _guard)) => Err(e),
+        Err((e, _guard)) => {
+            tracing::error!(sandbox.id = %sb.id, status = %sb.status, error = %e, "the status write failed; recovery writes it later");
+            Ok(sb)
+        }
+    }
+}
+
+/// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4). A stopped
+/// one is returned as it is.
+pub async fn stop(svc: &Service, sb: Sandbox, grace: Duration) -> ServiceResult<Sandbox> {
+    stop_because(svc, sb, grace, None).await
+}
+
+/// [`stop`], recording `reason` as the status reason (e.g. a session that
+/// timed out).
+pub async fn stop_because(
+    svc: &Service,
+    sb: Sandbox,
+    grace: Duration,
+    reason: Option<String>,
+) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("stop");
+    if sb.is_terminated() {
+        return Err(terminated(&sb, "create a new one"));
+    }
+    let (guard, mut sb) = begin(svc, OperationKind::Stop, &sb, serde_json::json!({})).await?;
+    if sb.is_terminated() {
+        guard.release().await;
+        return Err(terminated(&sb, "create a new one"));
+    }
+    let mut reason = reason;
+    match svc.runtime.stop(&sb.id, grace).await {
+        Ok(()) => {}
+        Err(RuntimeError::NotFound(_)) => {
+            reason = Some(format!("container not found on server '{}'", sb.server));
+        }
+        Err(e) => {
+            svc.metrics.docker_error("stop", &e);
+            guard.abandon().await; // the record converges to Docker's state
+            return Err(e.into());
+        }
+    }
+    svc.crash_point("stop.stopped")?;
+    if sb.status == SandboxStatus::Stopped && sb.status_reason == reason {
+        guard.release().await;
+        return Ok(sb);
+    }
+    sb.mark_stopped(Utc::now(), reason);
+    record_status(guard, sb).await
+}
+
+/// Destroys a sandbox (LC-5, DB-5): optional workspace sync (S3-2) →
+/// runtime terminate → TERMINATED and soft-deleted. If the sync or the
+/// runtime fails, the record stays as it was. Destroying a destroyed
+/// sandbox returns it as it is.
+pub async fn destroy(svc: &Service, sb: Sandbox, preserve_volume: bool) -> ServiceResult<Sandbox> {
+    destroy_with(svc, sb, preserve_volume, false).await
+}
+
+/// [`destroy`], first uploading `/workspace` to the object store when `sync`.
+pub async fn destroy_with(
+    svc: &Service,
+    sb: Sandbox,
+    preserve_volume: bool,
+    sync: bool,
+) -> ServiceResult<Sandbox> {
+    let _timer = svc.metrics.time_operation("destroy");
+    if sb.deleted_at.is_some() {
+        if sync {
+            return Err(terminated(&sb, "there is no /workspace left to sync"));
+        }
+        return Ok(sb);
+    }
+    let params = serde_json::json!({ "preserve_volume": preserve_volume, "sync": sync });
+    let (guard, mut sb) = begin(svc, OperationKind::Delete, &sb, params).await?;
+    if sb.deleted_at.is_some() {
+        guard.release().await;
+        return Ok(sb);
+    }
+    if sync {
+        match crate::workspace_sync::sync(svc, sb).await {
+            Ok(synced) => sb = synced,
+            Err(e) => {
+                guard.release().await; // nothing deleted without its sync
+                return Err(e);
+            }
+        }
+        svc.crash_point("delete.synced")?;
+    }
+    if let Err(e) = svc.runtime.remove(&sb.id, preserve_volume).await {
+        svc.metrics.docker_error("remove", &e);
+        guard.release().await; // DB-5: the record stays as it was
+        return Err(e.into());
+    }
+    svc.crash_point("delete.removed")?;
+    let now = Utc::now();
+    guard
+        .finish(SandboxWrite::SoftDelete { id: &sb.id, at: now })
+        .await
+        .map_err(|e| {
+            ServiceError::Database(format!(
+                "The container was removed but the record could not be marked TERMINATED yet (it will be): {e}"
+            ))
+        })?;
+    sb.mark_terminated(now);
+    info!(sandbox.id = %sb.id, preserve_volume, "sandbox destroyed");
+    // Images of deleted snapshots this sandbox was made from may go now.
+    let gc = svc.clone();
+    tokio::spawn(async move { crate::snapshots::collect_garbage(&gc).await });
+    Ok(sb)
+}
+
+/// One sandbox's outcome in a bulk operation.
+#[derive(Debug)]
+pub struct BulkOutcome {
+    pub id: String,
+    pub result: ServiceResult<Sandbox>,
+}
+
+/// Destroys several sandboxes, a bounded number at once
+/// (`config.bulk_concurrency`). The work runs in its own task: it finishes
+/// even if the caller goes away. Results come in the order of `targets`.
+pub async fn destroy_many(
+    svc: &Service,
+    targets: Vec<Result<Sandbox, (String, ServiceError)>>,
+    preserve_volume: bool,
+) -> Vec<BulkOutcome> {
+    let svc = svc.clone();
+    let task = tokio::spawn(async move {
+        let limit = svc.config.bulk_concurrency.max(1);
+        futures_util::stream::iter(targets.into_iter().map(|t| {
+            let svc = svc.clone();
+            async move {
+                match t {
+                    Err((id, e)) => BulkOutcome { id, result: Err(e) },
+                    Ok(sb) => BulkOutcome {
+                        id: sb.id.to_string(),
+                        result: destroy(&svc, sb, preserve_volume).await,
+                    },
+                }
+            }
+        }))
+        .buffered(limit)
+        .collect::<Vec<_>>()
+        .await
+    });
+    task.await.unwrap_or_else(|e| {
+        vec![BulkOutcome {
+            id: String::new(),
+            result: Err(ServiceError::Internal(format!("bulk task failed: {e}"))),
+        }]
+    })
+}

@@ -1,0 +1,301 @@
+//! Recovery of operations whose holder died (DB-9, DB-10, DB-11): every
+//! few seconds, any live instance claims the operations whose lease ended
+//! and finishes or rolls each back, so that nothing an interrupted operation
+//! made is left behind and no record stays in a transitional state.
+//!
+//! - create: rolled back — container and volume removed, record purged (its
+//!   name is free again), idempotency key forgotten (a retry creates anew).
+//!   The client never saw it succeed: success is answered only after the
+//!   record and the end of the operation were written together.
+//! - delete: carried on — container removed, the volume too unless it was
+//!   to be preserved, record TERMINATED. A delete with `sync=true` whose
+//!   upload had not been recorded is abandoned instead (nothing is deleted
+//!   without the sync the caller asked for).
+//! - start, stop: the record converges to what Docker shows.
+//! - update: the container's limits converge to the record's.
+//! - snapshot: the half-made snapshot is handed to the collector.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use stockade_core::{Operation, OperationKind, SandboxId, Scope, SnapshotId, SnapshotStatus};
+use stockade_store::{SandboxWrite, StoreError};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::error::ServiceResult;
+use crate::Service;
+
+/// Operations one pass claims at most.
+const BATCH: u32 = 50;
+
+/// What a recovery pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub recovered: usize,
+    pub failed: usize,
+}
+
+/// Claims the operations whose lease ended and recovers each. `everything`
+/// takes all operations whatever their lease (a single-instance database
+/// at start: their holder was this installation's previous process).
+pub async fn recover_expired(svc: &Service, everything: bool) -> RecoveryReport {
+    let mut report = RecoveryReport::default();
+    let now = Utc::now();
+    // Everything: as if every lease had ended; the claimed leases are then
+    // brought back to a normal length, so that a failed recovery is retried.
+    let cutoff = if everything {
+        now + chrono::Duration::days(3650)
+    } else {
+        now
+    };
+    let lease_until = svc.ops.lease_until(cutoff);
+    let claimed = match svc
+        .store
+        .claim_expired_operations(svc.ops.holder(), cutoff, lease_until, BATCH)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "recovery: could not read interrupted operations");
+            return report;
+        }
+    };
+    if everything && !claimed.is_empty() {
+        if let Err(e) = svc
+            .store
+            .renew_operations(svc.ops.holder(), svc.ops.lease_until(now))
+            .await
+        {
+            warn!(error = %e, "recovery: could not shorten the leases of claimed operations");
+        }
+    }
+    for op in claimed {
+        if recover_held(svc, op).await {
+            report.recovered += 1;
+        } else {
+            report.failed += 1;
+        }
+    }
+    report
+}
+
+/// Claims one operation whose lease ended (seen by a waiting operation or
+/// an idempotent retry) and recovers it. Returns once it is recovered, or
+/// somebody else holds it.
+pub async fn claim_and_recover(svc: &Service, op: &Operation) {
+    let now = Utc::now();
+    match svc
+        .store
+        .claim_operation(&op.id, svc.ops.holder(), now, svc.ops.lease_until(now))
+        .await
+    {
+        Ok(Some(claimed)) => {
+            recover_held(svc, claimed).await;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            warn!(operation = %op.id, error = %e, "recovery: could not claim an interrupted operation")
+        }
+    }
+}
+
+/// Recovers an operation this process holds; `true` when it is done (the
+/// operation row is gone). On failure it stays held until its lease ends,
+/// and a later pass tries again.
+pub async fn recover_held(svc: &Service, op: Operation) -> bool {
+    let result = match op.kind {
+        OperationKind::Create => roll_back_create(svc, &op).await,
+        OperationKind::Delete => carry_on_delete(svc, &op).await,
+        OperationKind::Start | OperationKind::Stop => converge_status(svc, &op).await,
+        OperationKind::Update => converge_limits(svc, &op).await,
+        OperationKind::Snapshot | OperationKind::Sync => abandon_snapshot(svc, &op).await,
+    };
+    match result {
+        Ok(()) => {
+            info!(operation = %op.id, kind = %op.kind, target = %op.target, "recovered an interrupted operation");
+            true
+        }
+        Err(e) => {
+            warn!(operation = %op.id, kind = %op.kind, target = %op.target, error = %e, "could not recover an interrupted operation yet; will retry");
+            false
+        }
+    }
+}
+
+fn sandbox_id(op: &Operation) -> ServiceResult<SandboxId> {
+    Ok(SandboxId::parse_field(&op.target, "target")?)
+}
+
+/// Ends the operation with `write`; an operation that is gone already is fine.
+async fn end(svc: &Service, op: &Operation, write: SandboxWrite<'_>) -> ServiceResult<()> {
+    match svc
+        .store
+        .finish_operation(&op.id, svc.ops.holder(), write)
+        .await
+    {
+        Ok(_) | Err(StoreError::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn roll_back_create(svc: &Service, op: &Operation) -> ServiceResult<()> {
+    let id = sandbox_id(op)?;
+    svc.runtime.remove(&id, false).await?;
+    if let Some(key) = op.params.get("idempotency_key").and_then(|k| k.as_str()) {
+        svc.store
+            .delete_idempotency_key(&op.account_id, key)
+            .await?;
+    }
+    end(svc, op, SandboxWrite::Purge { id: &id }).await
+}
+
+async fn carry_on_delete(svc: &Service, op: &Operation) -> ServiceResult<()> {
+    let id = sandbox_id(op)?;
+    let scope = Scope::account(op.account_id.clone());
+    let sb = match svc.store.get_sandbox(&scope, &id).await {
+        Ok(sb) => sb,
+        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
+        Err(e) => return Err(e.into()),
+    };
+    if sb.deleted_at.is_some() {
+        return end(svc, op, SandboxWrite::None).await;
+    }
+    let wanted_sync = op.params.get("sync").and_then(|v| v.as_bool()) == Some(true);
+    if wanted_sync && !synced_since(&sb, op.created_at) {
+        debug!(sandbox.id = %id, "recovery: the delete's sync never completed; the sandbox stays");
+        return converge_status(svc, op).await;
+    }
+    let preserve = op.params.get("preserve_volume").and_then(|v| v.as_bool()) == Some(true);
+    svc.runtime.remove(&id, preserve).await?;
+    end(
+        svc,
+        op,
+        SandboxWrite::SoftDelete {
+            id: &id,
+            at: Utc::now(),
+        },
+    )
+    .await
+}
+
+/// Whether `sb` has a workspace sync recorded at or after `since`.
+fn synced_since(sb: &stockade_core::Sandbox, since: chrono::DateTime<Utc>) -> bool {
+    sb.s3_sync
+        .as_ref()
+        .and_then(|s| s.get("started_at"))
+        .and_then(|t| t.as_str())
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .is_some_and(|t| t.with_timezone(&Utc) >= since)
+}
+
+async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
+    let id = sandbox_id(op)?;
+    let scope = Scope::account(op.account_id.clone());
+    let mut sb = match svc.store.get_sandbox(&scope, &id).await {
+        Ok(sb) => sb,
+        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
+        Err(e) => return Err(e.into()),
+    };
+    if sb.is_terminated() {
+        return end(svc, op, SandboxWrite::None).await;
+    }
+    let now = Utc::now();
+    match svc.runtime.inspect(&id).await? {
+        None => sb.mark_error(format!("container not found on server '{}'", sb.server)),
+        Some(c) if c.running => {
+            if sb.status != stockade_core::SandboxStatus::Running {
+                sb.mark_running(c.started_at.unwrap_or(now));
+            }
+        }
+        Some(c) => {
+            if sb.status != stockade_core::SandboxStatus::Stopped {
+                sb.mark_stopped(c.finished_at.unwrap_or(now), None);
+            }
+        }
+    }
+    for _ in 0..8 {
+        match svc
+            .store
+            .finish_operation(&op.id, svc.ops.holder(), SandboxWrite::Update(&sb))
+            .await
+        {
+            Ok(_) | Err(StoreError::NotFound) => return Ok(()),
+            Err(StoreError::Conflict(_)) => {
+                let mut fresh = svc.store.get_sandbox(&scope, &id).await?;
+                fresh.take_status_of(&sb);
+                sb = fresh;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(crate::ServiceError::Conflict(
+        "the record kept changing during recovery".into(),
+    ))
+}
+
+async fn converge_limits(svc: &Service, op: &Operation) -> ServiceResult<()> {
+    let id = sandbox_id(op)?;
+    let scope = Scope::account(op.account_id.clone());
+    let sb = match svc.store.get_sandbox(&scope, &id).await {
+        Ok(sb) => sb,
+        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
+        Err(e) => return Err(e.into()),
+    };
+    if !sb.is_terminated() && svc.runtime.inspect(&id).await?.is_some() {
+        svc.runtime
+            .update_resources(&id, sb.spec.cpu_cores, sb.spec.memory_bytes())
+            .await?;
+    }
+    end(svc, op, SandboxWrite::None).await
+}
+
+async fn abandon_snapshot(svc: &Service, op: &Operation) -> ServiceResult<()> {
+    let scope = Scope::account(op.account_id.clone());
+    if let Some(snapshot) = op
+        .params
+        .get("snapshot_id")
+        .and_then(|s| s.as_str())
+        .and_then(|s| SnapshotId::parse(s).ok())
+    {
+        match svc.store.get_snapshot(&scope, &snapshot).await {
+            Ok(mut s) if s.status == SnapshotStatus::Creating => {
+                s.status = SnapshotStatus::Deleting;
+                s.deleted_at = Some(Utc::now());
+                svc.store.update_snapshot(&s).await?;
+            }
+            Ok(_) | Err(StoreError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    end(svc, op, SandboxWrite::None).await
+}
+
+/// Every `period` until `shutdown`, recovers the operations whose holder
+/// died; once an hour also forgets expired idempotency keys.
+pub async fn run_periodically(svc: Service, period: Duration, shutdown: CancellationToken) {
+    let mut last_purge: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if svc.crashed() {
+            return;
+        }
+        let report = recover_expired(&svc, false).await;
+        if report.recovered + report.failed > 0 {
+            info!(?report, "recovery pass");
+        }
+        if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+            last_purge = Some(tokio::time::Instant::now());
+            let purged = crate::idempotency::purge_expired(&svc).await;
+            if purged > 0 {
+                debug!(purged, "forgot expired idempotency keys");
+            }
+        }
+    }
+}

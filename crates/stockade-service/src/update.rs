@@ -1,0 +1,181 @@
+//! Updates of a sandbox's settings (LC-8): timeout, labels, tags, name,
+//! environment and CPU/memory, as one durable operation (DB-9, DB-13) — so
+//! concurrent updates, stops and deletes of one sandbox take turns, and the
+//! container's limits always end up as the record says.
+//!
+//! CPU and memory go to Docker first (live on a running container), so a
+//! limit Docker refuses fails the update before anything is recorded; the
+//! record is then written together with the end of the operation. If the
+//! process dies in between, recovery brings the container's limits back to
+//! the record's.
+
+use chrono::Utc;
+use stockade_api::AppliedChanges;
+use stockade_core::update::{PatchField, SpecPatch};
+use stockade_core::{OperationKind, Sandbox, SandboxStatus, Scope};
+use tracing::info;
+
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
+
+/// What an update did.
+#[derive(Debug, Clone)]
+pub struct Updated {
+    pub sandbox: Sandbox,
+    /// Which given fields hold now and which from the next start.
+    pub applied: AppliedChanges,
+    /// Why, in words.
+    pub notes: Vec<String>,
+}
+
+fn ensure_updatable(sb: &Sandbox) -> ServiceResult<()> {
+    if sb.is_terminated() {
+        return Err(ServiceError::Terminated(format!(
+            "Sandbox {} is terminated; it cannot be updated",
+            sb.id
+        )));
+    }
+    Ok(())
+}
+
+/// Applies `patch` to the sandbox `id` of `scope`.
+pub async fn update(
+    svc: &Service,
+    scope: &Scope,
+    id: &str,
+    patch: &SpecPatch,
+) -> ServiceResult<Updated> {
+    if patch.is_empty() {
+        return Err(ServiceError::field(
+            "body",
+            "nothing to update: give at least one of name, timeoutMinutes, labels, tags, \
+             environmentVars, cpuCores, memoryGB",
+        ));
+    }
+    let sb = crate::lifecycle::load(svc, scope, id).await?;
+    // Bad input is a 400 whatever state the sandbox is in.
+    let target = patch.apply(&sb.spec, &svc.config.defaults)?;
+    crate::lifecycle::check_host_fits(svc, &target).await?;
+    ensure_updatable(&sb)?;
+    let op = svc.new_operation(
+        OperationKind::Update,
+        &sb.id,
+        &sb.account_id,
+        serde_json::json!({}),
+    );
+    let guard = svc.begin_operation(op).await?;
+    let current = match svc.store.get_sandbox(scope, &sb.id).await {
+        Ok(fresh) => fresh,
+        Err(e) => {
+            guard.release().await;
+            return Err(e.into());
+        }
+    };
+    if let Err(e) = ensure_updatable(&current) {
+        guard.release().await;
+        return Err(e);
+    }
+    let mut live = false;
+    if patch.cpu_cores.is_some() || patch.memory_gb.is_some() {
+        let target = patch.apply(&current.spec, &svc.config.defaults)?;
+        let applied = async {
+            match svc.runtime.inspect(&current.id).await? {
+                Some(container) => {
+                    svc.runtime
+                        .update_resources(&current.id, target.cpu_cores, target.memory_bytes())
+                        .await?;
+                    Ok(container.running)
+                }
+                None => Ok(false),
+            }
+        }
+        .await;
+        match applied {
+            Ok(running) => live = running,
+            Err(e) => {
+                guard.abandon().await; // the limits converge to the record's
+                return Err(crate::lifecycle::docker_refused(e, "cpuCores"));
+            }
+        }
+    }
+    svc.crash_point("update.applied")?;
+    let defaults = svc.config.defaults.clone();
+    let reapply = move |mut fresh: Sandbox| -> ServiceResult<Sandbox> {
+        ensure_updatable(&fresh)?;
+        fresh.spec = patch.apply(&fresh.spec, &defaults)?;
+        if patch.timeout_minutes.is_some() && fresh.status == SandboxStatus::Running {
+            // The current session runs under the new timeout, from its start.
+            let start = fresh.started_at.unwrap_or_else(Utc::now);
+            fresh.session_expires_at = fresh.session_deadline(start);
+        }
+        Ok(fresh)
+    };
+    let next = reapply(current)?;
+    let saved = guard
+        .finish_applying(next, reapply)
+        .await
+        .map_err(|e| match (e, &patch.name) {
+            (ServiceError::Conflict(_), Some(n)) => ServiceError::Conflict(format!(
+                "A sandbox named '{n}' already exists in this account"
+            )),
+            (e, _) => e,
+        })?;
+    let (applied, notes) = explain(patch, &saved, live);
+    info!(sandbox.id = %saved.id, now = ?applied.now, next_start = ?applied.next_start, "sandbox updated");
+    Ok(Updated {
+        sandbox: saved,
+        applied,
+        notes,
+    })
+}
+
+/// Which given fields hold now and which from the next start, and why.
+fn explain(patch: &SpecPatch, saved: &Sandbox, live_limits: bool) -> (AppliedChanges, Vec<String>) {
+    let running = saved.status == SandboxStatus::Running;
+    let mut applied = AppliedChanges::default();
+    let mut notes = Vec::new();
+    let mut limits_noted = false;
+    for field in patch.fields() {
+        let now = match field {
+            PatchField::Name | PatchField::Labels | PatchField::Tags => true,
+            PatchField::TimeoutMinutes => {
+                notes.push(match (running, saved.session_expires_at) {
+                    (true, Some(t)) => format!(
+                        "timeoutMinutes: the current session now ends at {} (its start plus the new timeout)",
+                        t.to_rfc3339()
+                    ),
+                    (true, None) => "timeoutMinutes: the current session no longer times out".into(),
+                    (false, _) => "timeoutMinutes: applies to the session the next start opens".into(),
+                });
+                running
+            }
+            PatchField::EnvironmentVars => {
+                notes.push(
+                    "environmentVars: the main process sees the new environment from its next \
+                     start (stop and start the sandbox); commands run with exec use it at once"
+                        .into(),
+                );
+                false
+            }
+            PatchField::CpuCores | PatchField::MemoryGb => {
+                if !limits_noted {
+                    limits_noted = true;
+                    notes.push(if live_limits {
+                        "cpuCores/memoryGB: updated live on the running container".into()
+                    } else {
+                        "cpuCores/memoryGB: recorded; the container gets them when it next starts"
+                            .into()
+                    });
+                }
+                live_limits
+            }
+        };
+        let list = if now {
+            &mut applied.now
+        } else {
+            &mut applied.next_start
+        };
+        list.push(field.api_name().to_owned());
+    }
+    (applied, notes)
+}

@@ -1,0 +1,350 @@
+//! The fast tier of the lifecycle's crash safety (DB-9..DB-13): the service
+//! on the fake runtime and SQLite, with the process "dying" between every
+//! two steps of every operation, then a second instance recovering after
+//! the lease. Runs in seconds, without Docker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use stockade_api::CreateSandboxRequest;
+use stockade_core::update::SpecPatch;
+use stockade_core::{Account, Sandbox, SandboxStatus, Scope};
+use stockade_runtime::prelude::*;
+use stockade_runtime::FakeRuntime;
+use stockade_service::{lifecycle, recovery, Service, ServiceConfig, ServiceError};
+use stockade_store::{SqliteStore, Store};
+
+const LEASE: Duration = Duration::from_millis(150);
+
+struct World {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    rt: FakeRuntime,
+    account: Account,
+}
+
+impl World {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::connect(&format!("sqlite://{}", dir.path().join("s.db").display()))
+                .await
+                .unwrap(),
+        );
+        let account = store.create_account("tenant", false).await.unwrap();
+        Self {
+            _dir: dir,
+            store,
+            rt: FakeRuntime::new(),
+            account,
+        }
+    }
+
+    /// A service instance (a server process) on the shared store and runtime.
+    async fn instance(&self) -> Service {
+        let config = ServiceConfig {
+            operation_lease: LEASE,
+            operation_wait: Duration::from_secs(5),
+            blob_store: stockade_blob::BlobConfig::Local {
+                dir: self._dir.path().join("blobs"),
+            },
+            ..ServiceConfig::default()
+        };
+        let svc = Service::new(self.store.clone(), Arc::new(self.rt.clone()), config)
+            .await
+            .unwrap();
+        // A live server renews the leases of what it holds (a "dead" one
+        // stops at its crash point).
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        svc
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::account(self.account.id.clone())
+    }
+
+    async fn create(&self, svc: &Service, name: &str) -> Result<Sandbox, ServiceError> {
+        let req = CreateSandboxRequest {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        lifecycle::create_sandbox(svc, &self.scope(), &req, None)
+            .await
+            .map(|c| c.sandbox)
+    }
+
+    /// Another instance recovers what the dead one left, once its leases ended.
+    async fn recover(&self) -> Service {
+        tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+        let other = self.instance().await;
+        let report = recovery::recover_expired(&other, false).await;
+        assert_eq!(report.failed, 0, "recovery failed: {report:?}");
+        other
+    }
+
+    /// What must hold once recovery ran: no operation left, no record in a
+    /// transitional state, every container has a live record, and every
+    /// live record says what its container does.
+    async fn assert_converged(&self) {
+        let ops = self.store.list_operations(100).await.unwrap();
+        assert!(ops.is_empty(), "operations left: {ops:?}");
+        let live = self.store.list_active_sandboxes().await.unwrap();
+        for sb in &live {
+            assert!(!sb.is_being_created(), "{} left in {}", sb.id, sb.status);
+            let container = self.rt.inspect(&sb.id).await.unwrap();
+            match sb.status {
+                SandboxStatus::Running => assert!(
+                    container.as_ref().is_some_and(|c| c.running),
+                    "{} RUNNING but its container is not",
+                    sb.id
+                ),
+                SandboxStatus::Stopped => assert!(
+                    container.as_ref().is_some_and(|c| !c.running),
+                    "{} STOPPED but its container runs or is gone",
+                    sb.id
+                ),
+                SandboxStatus::Error => assert!(container.is_none()),
+                other => panic!("{} is {other}", sb.id),
+            }
+        }
+        for c in self.rt.containers() {
+            assert!(
+                live.iter().any(|sb| sb.id == c.spec.sandbox_id),
+                "container of {} has no live record",
+                c.spec.sandbox_id
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_create_killed_at_any_step_is_rolled_back_and_frees_its_name() {
+    for point in ["create.recorded", "create.container_made"] {
+        let w = World::new().await;
+        let dead = w.instance().await;
+        dead.ops.faults().crash_at(point);
+        let err = w.create(&dead, "web").await.unwrap_err();
+        assert!(matches!(err, ServiceError::Internal(_)), "{point}: {err}");
+        // Until recovery, the name is taken and the sandbox is in the works.
+        let other = w.recover().await;
+        w.assert_converged().await;
+        assert!(w.rt.containers().is_empty(), "{point}: container left");
+        assert!(w.rt.volume_names().is_empty(), "{point}: volume left");
+        let again = w.create(&other, "web").await.unwrap();
+        assert_eq!(again.status, SandboxStatus::Running, "{point}");
+    }
+}
+
+#[tokio::test]
+async fn a_delete_killed_at_any_step_is_carried_on() {
+    for (point, preserve, sync) in [
+        ("delete.removed", false, false),
+        ("delete.removed", true, false),
+        ("delete.synced", false, true),
+    ] {
+        let w = World::new().await;
+        let live = w.instance().await;
+        let sb = w.create(&live, "doomed").await.unwrap();
+        let dead = w.instance().await;
+        dead.ops.faults().crash_at(point);
+        lifecycle::destroy_with(&dead, sb.clone(), preserve, sync)
+            .await
+            .unwrap_err();
+        w.recover().await;
+        w.assert_converged().await;
+        let after = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+        assert_eq!(after.status, SandboxStatus::Terminated, "{point}");
+        assert!(after.deleted_at.is_some());
+        assert!(w.rt.container(&sb.id).is_none());
+        assert_eq!(w.rt.has_volume(&sb.volume_name()), preserve);
+    }
+}
+
+#[tokio::test]
+async fn an_interrupted_delete_is_finished_by_the_next_operation_on_the_sandbox() {
+    let w = World::new().await;
+    let live = w.instance().await;
+    let sb = w.create(&live, "doomed").await.unwrap();
+    let dead = w.instance().await;
+    dead.ops.faults().crash_at("delete.removed");
+    lifecycle::destroy(&dead, sb.clone(), false)
+        .await
+        .unwrap_err();
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    // No recovery pass ran: a stop claims the dead operation and finishes it.
+    let err = lifecycle::stop(&live, sb.clone(), Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, ServiceError::Terminated(_)), "{err}");
+    w.assert_converged().await;
+}
+
+#[tokio::test]
+async fn stops_and_starts_killed_midway_converge_to_what_docker_shows() {
+    for point in ["stop.stopped", "start.started"] {
+        let w = World::new().await;
+        let live = w.instance().await;
+        let mut sb = w.create(&live, "s").await.unwrap();
+        if point == "start.started" {
+            sb = lifecycle::stop(&live, sb, Duration::ZERO).await.unwrap();
+        }
+        let dead = w.instance().await;
+        dead.ops.faults().crash_at(point);
+        let result = if point == "stop.stopped" {
+            lifecycle::stop(&dead, sb.clone(), Duration::ZERO).await
+        } else {
+            lifecycle::start(&dead, sb.clone()).await
+        };
+        result.unwrap_err();
+        w.recover().await;
+        w.assert_converged().await;
+        let after = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+        let want = if point == "stop.stopped" {
+            SandboxStatus::Stopped
+        } else {
+            SandboxStatus::Running
+        };
+        assert_eq!(after.status, want, "{point}");
+    }
+}
+
+#[tokio::test]
+async fn an_update_killed_after_docker_leaves_the_container_at_the_record_limits() {
+    let w = World::new().await;
+    let live = w.instance().await;
+    let sb = w.create(&live, "u").await.unwrap();
+    let dead = w.instance().await;
+    dead.ops.faults().crash_at("update.applied");
+    let patch = SpecPatch {
+        cpu_cores: Some(0.5),
+        ..Default::default()
+    };
+    stockade_service::update::update(&dead, &w.scope(), sb.id.as_str(), &patch)
+        .await
+        .unwrap_err();
+    w.recover().await;
+    w.assert_converged().await;
+    let record = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+    let container = w.rt.container(&sb.id).unwrap();
+    assert_eq!(
+        record.spec.cpu_cores, sb.spec.cpu_cores,
+        "never acknowledged"
+    );
+    assert_eq!(container.spec.cpu_cores, record.spec.cpu_cores);
+}
+
+#[tokio::test]
+async fn an_idempotent_retry_after_a_crash_answers_at_once() {
+    let w = World::new().await;
+    let dead = w.instance().await;
+    dead.ops.faults().crash_at("create.container_made");
+    let req = CreateSandboxRequest {
+        name: Some("keyed".into()),
+        ..Default::default()
+    };
+    lifecycle::create_sandbox(&dead, &w.scope(), &req, Some("key-1"))
+        .await
+        .unwrap_err();
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    let live = w.instance().await;
+    let started = std::time::Instant::now();
+    let created = lifecycle::create_sandbox(&live, &w.scope(), &req, Some("key-1"))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(!created.replayed, "the first create was rolled back");
+    assert_eq!(created.sandbox.status, SandboxStatus::Running);
+    // A second retry replays the sandbox just made.
+    let again = lifecycle::create_sandbox(&live, &w.scope(), &req, Some("key-1"))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.sandbox.id, created.sandbox.id);
+    w.assert_converged().await;
+}
+
+#[tokio::test]
+async fn concurrent_operations_on_one_sandbox_take_turns() {
+    let w = World::new().await;
+    let a = w.instance().await;
+    let b = w.instance().await;
+    let sb = w.create(&a, "busy").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let svc = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let sb = sb.clone();
+        let scope = w.scope();
+        tasks.push(tokio::spawn(async move {
+            match i % 4 {
+                0 => lifecycle::stop(&svc, sb, Duration::ZERO).await.map(|_| ()),
+                1 => lifecycle::start(&svc, sb).await.map(|_| ()),
+                2 => {
+                    let patch = SpecPatch {
+                        cpu_cores: Some(if i % 8 == 2 { 0.5 } else { 0.25 }),
+                        ..Default::default()
+                    };
+                    stockade_service::update::update(&svc, &scope, sb.id.as_str(), &patch)
+                        .await
+                        .map(|_| ())
+                }
+                _ => lifecycle::start(&svc, sb).await.map(|_| ()),
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    w.assert_converged().await;
+    let record = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+    assert_eq!(
+        w.rt.container(&sb.id).unwrap().spec.cpu_cores,
+        record.spec.cpu_cores
+    );
+    // A delete racing a stop: one waits for the other, the end is TERMINATED.
+    let (stopped, deleted) = tokio::join!(
+        lifecycle::stop(&a, record.clone(), Duration::ZERO),
+        lifecycle::destroy(&b, record.clone(), false),
+    );
+    deleted.unwrap();
+    if let Err(e) = stopped {
+        assert!(matches!(e, ServiceError::Terminated(_)), "{e}");
+    }
+    w.assert_converged().await;
+    assert!(w.rt.container(&sb.id).is_none());
+}
+
+#[tokio::test]
+async fn a_failing_runtime_create_leaves_nothing_and_frees_the_name() {
+    let w = World::new().await;
+    let svc = w.instance().await;
+    w.rt.fail_next_create("no space left on device");
+    w.create(&svc, "x").await.unwrap_err();
+    w.assert_converged().await;
+    assert!(w.store.list_active_sandboxes().await.unwrap().is_empty());
+    assert!(w.rt.volume_names().is_empty());
+    w.create(&svc, "x").await.unwrap();
+}
+
+#[tokio::test]
+async fn bulk_delete_finishes_every_sandbox_even_when_the_caller_goes_away() {
+    let w = World::new().await;
+    let svc = w.instance().await;
+    let mut targets = Vec::new();
+    for i in 0..20 {
+        targets.push(Ok(w.create(&svc, &format!("b{i}")).await.unwrap()));
+    }
+    w.rt.set_create_delay(Duration::ZERO);
+    let call = lifecycle::destroy_many(&svc, targets, false);
+    // The caller gives up almost at once.
+    let _ = tokio::time::timeout(Duration::from_millis(1), call).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !w.store.list_active_sandboxes().await.unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bulk delete stopped half-way"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.assert_converged().await;
+    assert!(w.rt.containers().is_empty());
+}

@@ -1,0 +1,19 @@
+//! Every query, written once for both backends: one module per role trait,
+//! each implemented for [`crate::SqlStore`] over any [`crate::sql::Backend`].
+
+mod accounts;
+mod idempotency;
+mod operations;
+mod sandboxes;
+mod settings;
+mod snapshots;
+mod teams;
+
+use crate::StoreError;
+
+/// A record that cannot be rebuilt from its row: an error, logged, never a panic.
+fn corrupt(what: &str, id: &str, problem: impl std::fmt::Display) -> StoreError {
+    let message = format!("{what} record '{id}' is corrupt: {problem}");
+    tracing::error!(error = %message, "corrupt record");
+    StoreError::Other(message)
+}

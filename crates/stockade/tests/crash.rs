@@ -1,0 +1,457 @@
+//! The real tier of crash safety (DB-9..DB-11, DB-14): the built binary on
+//! real Docker and SQLite, killed with SIGKILL at random moments of creates,
+//! deletes and stops (seeded, `STOCKADE_CRASH_TRIALS` times, 30 by
+//! default), restarted each time. Within 45 s of the last restart: no
+//! labelled container or volume without a record, no record in a
+//! transitional state, every acknowledged delete done, every idempotency
+//! key answering at once. And SIGTERM with open event streams and a long
+//! command ends the process within its grace period, with exit code 0.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "stk_crashtestcrashtestcrashtestcrashtest01";
+
+fn image() -> String {
+    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
+}
+
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `stockade server` on `dir` and waits for its banner.
+fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .arg("server")
+        .args(extra)
+        .env("STOCKADE_LISTEN", "127.0.0.1:0")
+        .env("STOCKADE_DATA_DIR", dir)
+        .env_remove("STOCKADE_DATABASE_URL")
+        .env("STOCKADE_ADMIN_TOKEN", TOKEN)
+        .env("STOCKADE_LOG", "warn")
+        .env("STOCKADE_OPERATION_LEASE", "3")
+        .env("STOCKADE_DEFAULT_IMAGE", image())
+        .env("STOCKADE_RATE_LIMIT", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn stockade server");
+    let stdout = child.stdout.take().unwrap();
+    // From here on the child is killed and waited for whatever happens.
+    let mut proc = Proc {
+        child,
+        url: String::new(),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Keeps reading the server's stdout for its whole life.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the server printed no banner within 60 s");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            proc.url = rest.trim().to_owned();
+            return proc;
+        }
+    }
+}
+
+fn kill9(p: &mut Proc) {
+    let _ = Command::new("kill")
+        .args(["-9", &p.child.id().to_string()])
+        .status();
+    let _ = p.child.wait();
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+    key: Option<&str>,
+) -> Result<(u16, Value), String> {
+    let mut req = http.request(method, url).bearer_auth(TOKEN);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    if let Some(k) = key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let resp = req.send().await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+    Ok((status, body))
+}
+
+fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = Command::new("docker").args(args).output().expect("docker");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Removes every container and volume of `account`, whatever happens.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let filter = format!("label=io.stockade.account-id={}", self.0);
+        let ids = docker_lines(&["ps", "-aq", "--filter", &filter]);
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f", "-v"];
+            args.extend(ids.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output();
+        }
+        let vols = docker_lines(&["volume", "ls", "-q", "--filter", &filter]);
+        if !vols.is_empty() {
+            let mut args = vec!["volume", "rm", "-f"];
+            args.extend(vols.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output();
+        }
+    }
+}
+
+/// Every record the admin account has, terminated ones included, by id.
+async fn records(http: &reqwest::Client, url: &str) -> std::collections::HashMap<String, Value> {
+    let mut all = std::collections::HashMap::new();
+    for active in ["true", "false"] {
+        let (status, body) = call(
+            http,
+            reqwest::Method::GET,
+            format!("{url}/api/v1/sandbox?per_page=1000&is_active={active}"),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 200, "{body}");
+        for sb in body["sandboxes"].as_array().unwrap() {
+            all.insert(sb["id"].as_str().unwrap().to_owned(), sb.clone());
+        }
+    }
+    all
+}
+
+/// What must hold after recovery; `Err` says what does not (yet).
+async fn check(
+    http: &reqwest::Client,
+    url: &str,
+    account: &str,
+    acked_deletes: &[String],
+) -> Result<(), String> {
+    let records = records(http, url).await;
+    for (id, sb) in &records {
+        let status = sb["status"].as_str().unwrap_or_default();
+        if matches!(status, "PROVISIONING" | "PENDING") {
+            return Err(format!("{id} is still {status}"));
+        }
+    }
+    let filter = format!("label=io.stockade.account-id={account}");
+    for line in docker_lines(&[
+        "ps",
+        "-a",
+        "--filter",
+        &filter,
+        "--format",
+        "{{.Label \"io.stockade.sandbox-id\"}}",
+    ]) {
+        let live = records
+            .get(&line)
+            .is_some_and(|sb| sb["status"] != "TERMINATED");
+        if !live {
+            return Err(format!("container of {line} has no live record"));
+        }
+    }
+    for volume in docker_lines(&["volume", "ls", "-q", "--filter", &filter]) {
+        let id = volume.trim_start_matches("agent-sandbox-");
+        if !records.contains_key(id) {
+            return Err(format!("volume {volume} has no record"));
+        }
+    }
+    for id in acked_deletes {
+        match records.get(id) {
+            Some(sb) if sb["status"] == "TERMINATED" => {}
+            other => return Err(format!("acknowledged delete of {id} not done: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
+    let trials: usize = std::env::var("STOCKADE_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let seed: u64 = std::env::var("STOCKADE_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20261126);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let http = client();
+    let mut server = start(dir.path(), &[]);
+    let (_, me) = call(
+        &http,
+        reqwest::Method::GET,
+        format!("{}/api/v1/me", server.url),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let account = me["account"]["id"].as_str().expect("account id").to_owned();
+    let _cleanup = Cleanup(account.clone());
+    let mut acked_deletes: Vec<String> = Vec::new();
+    let mut keys: Vec<(String, Value)> = Vec::new();
+    for trial in 0..trials {
+        // A sandbox to stop or delete, made without interruption.
+        let (status, target) = call(
+            &http,
+            reqwest::Method::POST,
+            format!("{}/api/v1/sandbox", server.url),
+            Some(json!({ "name": format!("t{trial}") })),
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, 201, "trial {trial}: {target}");
+        let target = target["id"].as_str().unwrap().to_owned();
+        let kind = rng.gen_range(0..4);
+        let url = server.url.clone();
+        let key = format!("key-{seed}-{trial}");
+        let body = json!({ "name": format!("c{trial}") });
+        let request = {
+            let http = http.clone();
+            let (target, key, body) = (target.clone(), key.clone(), body.clone());
+            tokio::spawn(async move {
+                match kind {
+                    0 => {
+                        call(
+                            &http,
+                            reqwest::Method::POST,
+                            format!("{url}/api/v1/sandbox"),
+                            Some(body),
+                            None,
+                        )
+                        .await
+                    }
+                    1 => {
+                        call(
+                            &http,
+                            reqwest::Method::POST,
+                            format!("{url}/api/v1/sandbox"),
+                            Some(body),
+                            Some(&key),
+                        )
+                        .await
+                    }
+                    2 => {
+                        call(
+                            &http,
+                            reqwest::Method::DELETE,
+                            format!("{url}/api/v1/sandbox/{target}"),
+                            None,
+                            None,
+                        )
+                        .await
+                    }
+                    _ => {
+                        call(
+                            &http,
+                            reqwest::Method::POST,
+                            format!("{url}/api/v1/sandbox/{target}/stop?timeout=1"),
+                            None,
+                            None,
+                        )
+                        .await
+                    }
+                }
+            })
+        };
+        if kind == 1 {
+            keys.push((key, body));
+        }
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..400))).await;
+        kill9(&mut server);
+        if let Ok(Ok((status, _))) = request.await {
+            if kind == 2 && status == 200 {
+                acked_deletes.push(target);
+            }
+        }
+        server = start(dir.path(), &[]);
+    }
+    // Recovery: every check holds within 45 s of the last restart.
+    let restarted = Instant::now();
+    loop {
+        match check(&http, &server.url, &account, &acked_deletes).await {
+            Ok(()) => break,
+            Err(why) if restarted.elapsed() < Duration::from_secs(45) => {
+                let _ = why;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(why) => panic!("not recovered 45 s after the restart: {why}"),
+        }
+    }
+    eprintln!(
+        "{trials} trials (seed {seed}) recovered in {:.1} s",
+        restarted.elapsed().as_secs_f64()
+    );
+    // Every idempotency key answers at once: the sandbox, or a fresh create.
+    for (key, body) in &keys {
+        let asked = Instant::now();
+        let (status, answer) = call(
+            &http,
+            reqwest::Method::POST,
+            format!("{}/api/v1/sandbox", server.url),
+            Some(body.clone()),
+            Some(key),
+        )
+        .await
+        .unwrap();
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "key {key} took {:?}",
+            asked.elapsed()
+        );
+        assert!(
+            status == 201 || status == 409,
+            "key {key}: {status} {answer}"
+        );
+    }
+    // Everything goes, through the API.
+    let ids: Vec<String> = records(&http, &server.url)
+        .await
+        .into_iter()
+        .filter(|(_, sb)| sb["status"] != "TERMINATED")
+        .map(|(id, _)| id)
+        .collect();
+    let (status, body) = call(
+        &http,
+        reqwest::Method::DELETE,
+        format!("{}/api/v1/sandbox/bulk", server.url),
+        Some(json!({ "ids": ids })),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = client();
+    let mut server = start(dir.path(), &["--shutdown-grace", "3"]);
+    let (_, me) = call(
+        &http,
+        reqwest::Method::GET,
+        format!("{}/api/v1/me", server.url),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    let _cleanup = Cleanup(me["account"]["id"].as_str().unwrap().to_owned());
+    let (status, sb) = call(
+        &http,
+        reqwest::Method::POST,
+        format!("{}/api/v1/sandbox", server.url),
+        Some(json!({ "name": "term" })),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 201, "{sb}");
+    let id = sb["id"].as_str().unwrap().to_owned();
+    // A log stream that follows, and a command that runs for minutes.
+    let logs = http
+        .get(format!(
+            "{}/api/v1/sandbox/{id}/logs?follow=true",
+            server.url
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(logs.status(), 200);
+    let exec = {
+        let http = http.clone();
+        let url = format!("{}/api/v1/sandbox/{id}/exec", server.url);
+        tokio::spawn(async move {
+            http.post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({ "cmd": ["sleep", "300"] }))
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    // The follower gets an `end` event and the stream closes.
+    let text = tokio::time::timeout(Duration::from_secs(10), logs.text())
+        .await
+        .expect("the log stream stayed open after SIGTERM")
+        .unwrap_or_default();
+    assert!(text.contains("event: end"), "no end event: {text}");
+    let code = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(code.success(), "exit status {code}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(3 + 3),
+        "took {:?} for a 3 s grace",
+        asked.elapsed()
+    );
+    let _ = exec.await;
+    // Restarted, it removes what it left.
+    let server = start(dir.path(), &[]);
+    let (status, _) = call(
+        &http,
+        reqwest::Method::DELETE,
+        format!("{}/api/v1/sandbox/{id}", server.url),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+}

@@ -1,0 +1,151 @@
+//! The server's own security settings (SEC-6, SEC-8, SEC-10): bad image
+//! patterns and address ranges stop the start with a message naming them,
+//! and the data directory is private (0700, files 0600) — also one that an
+//! earlier version left readable by others, which is tightened with a
+//! warning.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn server_cmd(data_dir: &std::path::Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
+    cmd.arg("server")
+        .args(extra)
+        .env("STOCKADE_LISTEN", "127.0.0.1:0")
+        .env("STOCKADE_DATA_DIR", data_dir)
+        .env(
+            "STOCKADE_DEFAULT_IMAGE",
+            std::env::var("STOCKADE_TEST_IMAGE")
+                .unwrap_or_else(|_| "stockade-test-base:latest".into()),
+        )
+        .env("STOCKADE_ADMIN_TOKEN", "stk_security_flags_admin_token")
+        .env_remove("STOCKADE_DATABASE_URL")
+        .env_remove("STOCKADE_ALLOWED_IMAGES")
+        .env_remove("STOCKADE_ALLOW_INTERNAL_ADDRESSES")
+        .env("STOCKADE_LOG", "warn");
+    cmd
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn bad_image_patterns_and_address_ranges_stop_the_start_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, names) in [
+        (
+            &["--allowed-images", "node,Bad Pattern"][..],
+            ["--allowed-images", "Bad Pattern"],
+        ),
+        (
+            &["--allowed-images", "/abs"][..],
+            ["--allowed-images", "/abs"],
+        ),
+        (
+            &["--allow-internal-addresses", "10.0.0.0/33"][..],
+            ["--allow-internal-addresses", "10.0.0.0/33"],
+        ),
+        (
+            &["--allow-internal-addresses", "localhost"][..],
+            ["--allow-internal-addresses", "localhost"],
+        ),
+    ] {
+        let out = server_cmd(dir.path(), args)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for name in names {
+            assert!(err.contains(name), "{args:?}: {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn the_data_directory_is_private_and_a_loose_one_is_tightened() {
+    let parent = tempfile::tempdir().unwrap();
+    // A new directory is made 0700, its database 0600.
+    let fresh = parent.path().join("fresh");
+    let server = start(&fresh);
+    assert_eq!(mode(&fresh), 0o700);
+    assert_eq!(mode(&fresh.join("stockade.db")), 0o600);
+    drop(server);
+    // One left world-readable (as earlier versions made it) is tightened,
+    // with a warning.
+    let loose = parent.path().join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(loose.join("stockade.db"), b"").unwrap();
+    std::fs::set_permissions(
+        loose.join("stockade.db"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let out = server_cmd(&loose, &["--help"]).output().unwrap();
+    assert!(out.status.success());
+    let mut cmd = server_cmd(&loose, &[]);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut server = Server(child);
+    let warned = wait_for_line(BufReader::new(stderr), "readable by other users");
+    assert!(warned, "no warning about the loose data directory");
+    // The warning comes just before the change.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mode(&loose.join("stockade.db")) != 0o600 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(mode(&loose), 0o700);
+    assert_eq!(mode(&loose.join("stockade.db")), 0o600);
+    let _ = server.0.kill();
+}
+
+fn start(dir: &std::path::Path) -> Server {
+    let mut child = server_cmd(dir, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    assert!(
+        wait_for_line(BufReader::new(stdout), "listening on"),
+        "the server did not start"
+    );
+    server
+}
+
+/// Reads lines (on a thread of its own, draining the pipe to the end) until
+/// one contains `needle`, for at most 60 s.
+fn wait_for_line(reader: impl BufRead + Send + 'static, needle: &'static str) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if line.contains(needle) {
+            return true;
+        }
+    }
+    false
+}
