@@ -107,6 +107,11 @@ fn the_data_directory_is_private_and_a_loose_one_is_tightened() {
     let mut server = Server(child);
     let warned = wait_for_line(BufReader::new(stderr), "readable by other users");
     assert!(warned, "no warning about the loose data directory");
+    // The warning comes just before the change.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mode(&loose.join("stockade.db")) != 0o600 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(mode(&loose), 0o700);
     assert_eq!(mode(&loose.join("stockade.db")), 0o600);
     let _ = server.0.kill();
