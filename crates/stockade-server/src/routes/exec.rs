@@ -36,8 +36,6 @@ const MAX_ARGS: usize = 4096;
 /// The most bytes of `cmd` (all arguments) or `shell`.
 const MAX_COMMAND_BYTES: usize = 256 * 1024;
 const MAX_CWD_BYTES: usize = 4096;
-/// The variable that marks an exec's processes so they can be killed.
-const RESERVED_ENV: &str = "STOCKADE_EXEC_ID";
 /// `wait` without `?timeout=` waits this long.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 const MAX_WAIT_SECS: u64 = 3600;
@@ -160,12 +158,8 @@ fn plan(req: ExecRequest, sb: &Sandbox, config: &ServerConfig) -> ApiResult<Exec
     }
     if let Some(extra) = req.env {
         if let Some(extra) = errs.check(stockade_core::spec::parse_env(&extra, "env")) {
-            if extra.contains_key(RESERVED_ENV) {
-                errs.push(
-                    format!("env.{RESERVED_ENV}"),
-                    "is reserved for Stockade's own use",
-                );
-            }
+            // parse_env refuses the reserved names (STOCKADE_EXEC_ID, the
+            // agent's token).
             env.extend(extra);
         }
     }
@@ -279,7 +273,7 @@ pub async fn exec(
         return Ok((StatusCode::ACCEPTED, Json(proc.view(false))).into_response());
     }
     if sse::wants_event_stream(&headers) {
-        let process = state.svc.runtime.exec_start(&sb.id, plan.spec()).await?;
+        let process = state.svc.exec_start(&sb, plan.spec()).await?;
         let events = ExecEvents {
             process,
             started: Instant::now(),
@@ -304,9 +298,8 @@ pub async fn exec(
     let started = Instant::now();
     let out = state
         .svc
-        .runtime
         .exec(
-            &sb.id,
+            &sb,
             ExecSpec {
                 max_output_bytes: limit,
                 ..plan.spec()
@@ -366,7 +359,7 @@ async fn start_background(
     plan: &ExecPlan,
 ) -> ApiResult<std::sync::Arc<Process>> {
     state.svc.processes.ensure_room(&sb.id).map_err(too_many)?;
-    let process = state.svc.runtime.exec_start(&sb.id, plan.spec()).await?;
+    let process = state.svc.exec_start(sb, plan.spec()).await?;
     match state.svc.processes.register(
         &sb.id,
         plan.argv.clone(),
@@ -379,7 +372,7 @@ async fn start_background(
         }
         Err((full, process)) => {
             // Another start took the last place meanwhile: this one goes.
-            if let Err(e) = state.svc.runtime.exec_kill(&sb.id, process.exec_id()).await {
+            if let Err(e) = state.svc.exec_kill(sb, process.exec_id()).await {
                 tracing::warn!(sandbox.id = %sb.id, error = %e, "could not kill a process that found no room");
             }
             Err(too_many(full))
@@ -582,11 +575,8 @@ pub async fn kill_process(
     let proc = load_process(&state, &caller, &id, &pid).await?;
     if proc.is_running() {
         proc.mark_kill_requested();
-        state
-            .svc
-            .runtime
-            .exec_kill(&proc.sandbox_id, proc.exec_id())
-            .await?;
+        let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+        state.svc.exec_kill(&sb, proc.exec_id()).await?;
         if !proc.wait(KILL_WAIT).await {
             tracing::warn!(sandbox.id = %proc.sandbox_id, process.id = %proc.id, "a killed process is still running");
         }
