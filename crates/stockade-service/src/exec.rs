@@ -39,10 +39,68 @@ impl Service {
     /// Starts a command in the running sandbox `sb`; its output streams as it
     /// comes. Dropping the returned process before its exit kills it.
     pub async fn exec_start(&self, sb: &Sandbox, spec: ExecSpec) -> ServiceResult<ExecProcess> {
+        self.exec_start_tagged(sb, spec, None).await
+    }
+
+    /// [`Service::exec_start`] with a tag the sandbox's agent keeps on the
+    /// process (a background process's id), so that it can be found again.
+    pub async fn exec_start_tagged(
+        &self,
+        sb: &Sandbox,
+        spec: ExecSpec,
+        tag: Option<String>,
+    ) -> ServiceResult<ExecProcess> {
         match self.agent(sb).await? {
-            Some(agent) => start_streamed(agent, spec).await,
+            Some(agent) => start_streamed(agent, spec, tag).await,
             None => Ok(self.runtime.exec_start(&sb.id, spec).await?),
         }
+    }
+
+    /// Adopts the background processes that run in `sb`'s agent but that
+    /// this server does not watch (AGT-6: started by another instance, or
+    /// before this one restarted): re-attaches to each and captures its
+    /// output and exit from now on.
+    pub async fn adopt_processes(&self, sb: &Sandbox) -> ServiceResult<()> {
+        let Some(agent) = self.agent(sb).await? else {
+            return Ok(());
+        };
+        let running = agent.list().await.map_err(agent_error)?;
+        for info in running {
+            let Some(tag) = info.tag.as_deref() else {
+                continue;
+            };
+            let Some(id) = crate::processes::id_of_agent_tag(tag) else {
+                continue;
+            };
+            if self.processes.knows(&sb.id, id) {
+                continue;
+            }
+            let stream = match agent.connect(ProcessSelector::tag(tag)).await {
+                Ok(s) => s,
+                // It ended in between.
+                Err(e) if e.code() == Some(Code::NotFound) => continue,
+                Err(e) => return Err(agent_error(e)),
+            };
+            let command: Vec<String> = info
+                .config
+                .map(|c| std::iter::once(c.cmd).chain(c.args).collect())
+                .unwrap_or_default();
+            let process = pump(agent.clone(), stream, None, Instant::now());
+            if self
+                .processes
+                .adopt(
+                    &sb.id,
+                    id.to_owned(),
+                    command,
+                    process,
+                    self.config.max_exec_output_bytes,
+                )
+                .is_some()
+            {
+                tracing::info!(sandbox.id = %sb.id, process.id = %id, "re-attached to a background process in the sandbox's agent");
+            }
+        }
+        Ok(())
     }
 
     /// Kills a process [`Service::exec_start`] started (and its children).
@@ -83,7 +141,12 @@ fn start_request(spec: &ExecSpec) -> ServiceResult<StartRequest> {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect::<HashMap<_, _>>(),
-            cwd: spec.cwd.clone(),
+            // As `docker exec`: the container's working directory.
+            cwd: Some(
+                spec.cwd
+                    .clone()
+                    .unwrap_or_else(|| stockade_core::VolumeName::MOUNT_PATH.to_owned()),
+            ),
         }),
         pty: None,
         tag: None,
@@ -102,8 +165,11 @@ struct NotStarted {
 async fn start(
     agent: &AgentClient,
     spec: &ExecSpec,
+    tag: Option<String>,
 ) -> ServiceResult<Result<ProcessStream, NotStarted>> {
-    let stream = match agent.start(&start_request(spec)?, spec.timeout).await {
+    let mut req = start_request(spec)?;
+    req.tag = tag;
+    let stream = match agent.start(&req, spec.timeout).await {
         Ok(s) => s,
         Err(e) => return not_started(e, spec),
     };
@@ -133,7 +199,7 @@ async fn run_buffered(agent: &AgentClient, spec: ExecSpec) -> ServiceResult<Exec
         timed_out: false,
         truncated: false,
     };
-    let mut stream = match start(agent, &spec).await? {
+    let mut stream = match start(agent, &spec, None).await? {
         Ok(s) => s,
         Err(failed) => {
             out.exit_code = Some(failed.exit_code);
@@ -189,15 +255,17 @@ fn keep(buf: &mut Vec<u8>, data: &[u8], cap: usize, truncated: &mut bool) {
     buf.extend_from_slice(&data[..data.len().min(room)]);
 }
 
-/// A streamed command through the agent, as an [`ExecProcess`]: a task
-/// pumps the agent's events into the channel, and kills the process when
-/// the receiver goes away before the exit.
-async fn start_streamed(agent: AgentClient, spec: ExecSpec) -> ServiceResult<ExecProcess> {
+/// A streamed command through the agent, as an [`ExecProcess`].
+async fn start_streamed(
+    agent: AgentClient,
+    spec: ExecSpec,
+    tag: Option<String>,
+) -> ServiceResult<ExecProcess> {
     let started = Instant::now();
-    let (tx, rx) = mpsc::channel(CHANNEL);
-    let mut stream = match start(&agent, &spec).await? {
+    let stream = match start(&agent, &spec, tag).await? {
         Ok(s) => s,
         Err(failed) => {
+            let (tx, rx) = mpsc::channel(2);
             let _ = tx
                 .send(ExecEvent::Stderr(format!("{}\n", failed.message).into()))
                 .await;
@@ -211,7 +279,21 @@ async fn start_streamed(agent: AgentClient, spec: ExecSpec) -> ServiceResult<Exe
             return Ok(ExecProcess::new(format!("{AGENT_EXEC_PREFIX}0"), rx));
         }
     };
+    Ok(pump(agent, stream, spec.timeout, started))
+}
+
+/// An agent's process stream as an [`ExecProcess`]: a task pumps its events
+/// into the channel, and kills the process when the receiver goes away
+/// before the exit (a client that left). When the server itself stops, the
+/// task just ends: the process lives on in the agent.
+fn pump(
+    agent: AgentClient,
+    mut stream: ProcessStream,
+    timeout: Option<Duration>,
+    started: Instant,
+) -> ExecProcess {
     let pid = stream.pid;
+    let (tx, rx) = mpsc::channel(CHANNEL);
     tokio::spawn(async move {
         loop {
             let event = tokio::select! {
@@ -228,7 +310,7 @@ async fn start_streamed(agent: AgentClient, spec: ExecSpec) -> ServiceResult<Exe
                 Some(Ok(ProcessOutput::Stderr(d))) => ExecEvent::Stderr(d),
                 Some(Ok(ProcessOutput::End(end))) => {
                     let _ = tx
-                        .send(ExecEvent::Exit(exit_of(&end, spec.timeout, started)))
+                        .send(ExecEvent::Exit(exit_of(&end, timeout, started)))
                         .await;
                     return;
                 }
@@ -261,7 +343,7 @@ async fn start_streamed(agent: AgentClient, spec: ExecSpec) -> ServiceResult<Exe
             }
         }
     });
-    Ok(ExecProcess::new(format!("{AGENT_EXEC_PREFIX}{pid}"), rx))
+    ExecProcess::new(format!("{AGENT_EXEC_PREFIX}{pid}"), rx)
 }
 
 /// How a process ended, as `docker exec` reports it: its exit code, or 128

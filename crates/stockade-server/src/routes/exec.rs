@@ -27,7 +27,7 @@ use crate::extract::{parse_json, query_pairs, Caller};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::output::{lossy_text, Utf8Decoder};
-use stockade_service::processes::{parse_process_id, Process, RegistryFull};
+use stockade_service::processes::{self, parse_process_id, Process, RegistryFull};
 
 /// The largest exec request body (it carries `stdin`).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -359,9 +359,15 @@ async fn start_background(
     plan: &ExecPlan,
 ) -> ApiResult<std::sync::Arc<Process>> {
     state.svc.processes.ensure_room(&sb.id).map_err(too_many)?;
-    let process = state.svc.exec_start(sb, plan.spec()).await?;
+    // The agent keeps the process under this id (AGT-6).
+    let id = stockade_core::SandboxId::generate().to_string();
+    let process = state
+        .svc
+        .exec_start_tagged(sb, plan.spec(), Some(processes::agent_tag(&id)))
+        .await?;
     match state.svc.processes.register(
         &sb.id,
+        id,
         plan.argv.clone(),
         process,
         state.svc.config.max_exec_output_bytes,
@@ -456,6 +462,14 @@ impl ExecEvents {
     }
 }
 
+/// Takes over the sandbox's background processes this server does not
+/// watch yet (they live in its agent); a failure only means fewer listed.
+async fn adopt(state: &AppState, sb: &Sandbox) {
+    if let Err(e) = state.svc.adopt_processes(sb).await {
+        tracing::debug!(sandbox.id = %sb.id, error = %e, "could not list the agent's processes");
+    }
+}
+
 async fn load_process(
     state: &AppState,
     caller: &Caller,
@@ -464,6 +478,7 @@ async fn load_process(
 ) -> ApiResult<std::sync::Arc<Process>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     let pid = parse_process_id(pid)?;
+    adopt(state, &sb).await;
     state
         .svc
         .processes
@@ -471,8 +486,9 @@ async fn load_process(
         .ok_or_else(|| ApiError::NotFound("Process not found".into()))
 }
 
-/// The sandbox's background processes (those this server started and has
-/// not yet forgotten: finished ones stay listed for an hour).
+/// The sandbox's background processes: those running in its agent —
+/// whichever server instance started them, also before a restart — and
+/// finished ones for an hour.
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}/processes", tag = "exec",
     params(("id" = String, Path, description = "sandbox id")),
     responses(
@@ -487,6 +503,7 @@ pub async fn list_processes(
     Path(id): Path<String>,
 ) -> ApiResult<Json<ListProcessesResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    adopt(&state, &sb).await;
     Ok(Json(ListProcessesResponse {
         processes: state
             .svc

@@ -1,6 +1,7 @@
 //! End-to-end API tests: a real server over HTTP, the real Docker engine,
 //! real SQLite. One binary, a module per feature.
 
+mod agent;
 mod exec;
 mod failures;
 mod files;
