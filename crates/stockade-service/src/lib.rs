@@ -35,6 +35,7 @@ pub mod recovery;
 pub mod sessions;
 pub mod snapshots;
 pub mod sources;
+pub mod terminal;
 pub mod update;
 pub mod usage;
 pub mod workspace_sync;

@@ -26,6 +26,7 @@ mod storage;
 mod sync;
 mod teams;
 mod tenancy;
+mod terminal;
 mod update;
 mod validation;
 mod volumes;
