@@ -273,10 +273,11 @@ pub async fn exec(
         return Ok((StatusCode::ACCEPTED, Json(proc.view(false))).into_response());
     }
     if sse::wants_event_stream(&headers) {
+        let started = Instant::now();
         let process = state.svc.exec_start(&sb, plan.spec()).await?;
         let events = ExecEvents {
             process,
-            started: Instant::now(),
+            started,
             timeout: plan.timeout,
             stdout: Utf8Decoder::default(),
             stderr: Utf8Decoder::default(),
