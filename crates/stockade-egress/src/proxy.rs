@@ -185,16 +185,13 @@ impl Proxy {
             tracing::debug!(%client, %dst, "egress proxy: nothing received in time, closing");
             return;
         };
-        let verdict = match judge(&policy, dst, &hello) {
-            Verdict::Check(name) => self.check_resolution(client, &name, dst.ip()).await,
-            verdict => verdict,
-        };
-        let verdict = match verdict {
-            Verdict::Connect => match self.guard(&conn, dst) {
-                Ok(()) => Verdict::Connect,
-                Err(reason) => Verdict::Refuse(reason),
+        // Never-dialled destinations first: no DNS question on their behalf.
+        let verdict = match self.guard(&conn, dst) {
+            Err(reason) => Verdict::Refuse(reason),
+            Ok(()) => match judge(&policy, dst, &hello) {
+                Verdict::Check(name) => self.check_resolution(client, &name, dst.ip()).await,
+                verdict => verdict,
             },
-            verdict => verdict,
         };
         if let Verdict::Refuse(reason) = verdict {
             tracing::info!(%client, %dst, name = hello.name(), %reason, "egress refused");

@@ -1,0 +1,450 @@
+//! The real transparent path (needs root; skipped otherwise): a "sandbox"
+//! network namespace whose TCP 80/443 and port 53 the host `REDIRECT`s
+//! (iptables, `nat` `PREROUTING`) to the proxy and the forwarder, which
+//! find the original destination with `SO_ORIGINAL_DST`, and an "upstream"
+//! namespace with an HTTP server (busybox httpd) and a TLS server (openssl
+//! s_server). Nothing leaves the machine: the namespaces only reach the
+//! host, and DNS goes to a documentation address (192.0.2.53) that the
+//! redirect catches.
+//!
+//! Everything made is named after the test's process id and removed when
+//! the test ends, also on failure; leftovers of a killed run are swept at
+//! the next start.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use stockade_egress::{
+    DnsConfig, DnsForwarder, EgressPolicy, EgressProxy, Policies, ProxyConfig, ResolvedNames,
+    Resolver,
+};
+use tokio::net::{TcpListener, UdpSocket};
+
+use crate::support::FakeDns;
+
+const PREFIX_NS: &str = "stkeg-";
+/// Interface names: `stks<pid>h`/`stks<pid>s` (sandbox side),
+/// `stku<pid>h`/`stku<pid>s` (upstream side); at most 12 characters.
+const DNS_TARGET: &str = "192.0.2.53";
+
+fn run(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Why the test cannot run here, if it cannot.
+fn unavailable() -> Option<String> {
+    let uid = run(&["id", "-u"]).unwrap_or_default();
+    if uid.trim() != "0" {
+        return Some("not root".into());
+    }
+    for tool in ["ip", "iptables", "curl", "busybox", "openssl"] {
+        if !have(tool) {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    None
+}
+
+/// Removes namespaces and redirect rules of earlier runs whose process is
+/// gone.
+fn sweep_leftovers() {
+    let dead = |pid: &str| !Path::new(&format!("/proc/{pid}")).exists();
+    if let Ok(list) = run(&["ip", "netns", "list"]) {
+        for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+            let Some(rest) = name.strip_prefix(PREFIX_NS) else {
+                continue;
+            };
+            let pid = rest.rsplit('-').next().unwrap_or_default();
+            if dead(pid) {
+                let _ = run(&["ip", "netns", "del", name]);
+            }
+        }
+    }
+    if let Ok(rules) = run(&["iptables", "-w", "-t", "nat", "-S", "PREROUTING"]) {
+        for rule in rules.lines() {
+            let Some(iface) = rule.split_whitespace().skip_while(|w| *w != "-i").nth(1) else {
+                continue;
+            };
+            let Some(pid) = iface.strip_prefix("stks").and_then(|r| r.strip_suffix('h')) else {
+                continue;
+            };
+            if pid.bytes().all(|b| b.is_ascii_digit()) && dead(pid) {
+                let mut args = vec!["iptables", "-w", "-t", "nat"];
+                let words: Vec<&str> = rule.split_whitespace().collect();
+                args.push("-D");
+                args.extend(&words[1..]);
+                let _ = run(&args);
+            }
+        }
+    }
+}
+
+/// The namespaces, links, rules and servers of one run; all removed on drop.
+struct Lab {
+    sandbox_ns: String,
+    upstream_ns: String,
+    host_if: String,
+    /// The host's address on the sandbox link (the "gateway").
+    gateway: Ipv4Addr,
+    /// The sandbox's address.
+    sandbox: Ipv4Addr,
+    /// The upstream namespace's two addresses.
+    upstream: [Ipv4Addr; 2],
+    rules: Vec<Vec<String>>,
+    servers: Vec<Child>,
+    _dir: tempfile::TempDir,
+    dir: std::path::PathBuf,
+}
+
+impl Lab {
+    fn new() -> Result<Self, String> {
+        let pid = std::process::id();
+        let k = (pid % 200 + 20) as u8;
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().to_owned();
+        let mut lab = Self {
+            sandbox_ns: format!("{PREFIX_NS}sbx-{pid}"),
+            upstream_ns: format!("{PREFIX_NS}up-{pid}"),
+            host_if: format!("stks{pid}h"),
+            gateway: Ipv4Addr::new(10, 213, k, 1),
+            sandbox: Ipv4Addr::new(10, 213, k, 2),
+            upstream: [Ipv4Addr::new(10, 214, k, 2), Ipv4Addr::new(10, 214, k, 3)],
+            rules: Vec::new(),
+            servers: Vec::new(),
+            _dir: dir,
+            dir: path,
+        };
+        lab.build(pid, k)?;
+        Ok(lab)
+    }
+
+    fn build(&mut self, pid: u32, k: u8) -> Result<(), String> {
+        let (sbx, up) = (self.sandbox_ns.clone(), self.upstream_ns.clone());
+        let (sh, ss) = (format!("stks{pid}h"), format!("stks{pid}s"));
+        let (uh, us) = (format!("stku{pid}h"), format!("stku{pid}s"));
+        let gw = format!("{}/24", self.gateway);
+        let sandbox = format!("{}/24", self.sandbox);
+        let up_gw = format!("10.214.{k}.1/24");
+        let up_a = format!("{}/24", self.upstream[0]);
+        let up_b = format!("{}/24", self.upstream[1]);
+        let up_net = format!("10.214.{k}.0/24");
+        let via = self.gateway.to_string();
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["ip", "netns", "add", &sbx],
+            vec!["ip", "netns", "add", &up],
+            vec![
+                "ip", "link", "add", &sh, "type", "veth", "peer", "name", &ss,
+            ],
+            vec!["ip", "link", "set", &ss, "netns", &sbx],
+            vec!["ip", "addr", "add", &gw, "dev", &sh],
+            vec!["ip", "link", "set", &sh, "up"],
+            vec!["ip", "-n", &sbx, "link", "set", "lo", "up"],
+            vec!["ip", "-n", &sbx, "addr", "add", &sandbox, "dev", &ss],
+            vec!["ip", "-n", &sbx, "link", "set", &ss, "up"],
+            vec!["ip", "-n", &sbx, "route", "add", &up_net, "via", &via],
+            vec![
+                "ip",
+                "-n",
+                &sbx,
+                "route",
+                "add",
+                "192.0.2.0/24",
+                "via",
+                &via,
+            ],
+            vec![
+                "ip", "link", "add", &uh, "type", "veth", "peer", "name", &us,
+            ],
+            vec!["ip", "link", "set", &us, "netns", &up],
+            vec!["ip", "addr", "add", &up_gw, "dev", &uh],
+            vec!["ip", "link", "set", &uh, "up"],
+            vec!["ip", "-n", &up, "link", "set", "lo", "up"],
+            vec!["ip", "-n", &up, "addr", "add", &up_a, "dev", &us],
+            vec!["ip", "-n", &up, "addr", "add", &up_b, "dev", &us],
+            vec!["ip", "-n", &up, "link", "set", &us, "up"],
+        ];
+        for step in steps {
+            run(&step)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a `nat` `PREROUTING` rule for packets from the sandbox link,
+    /// removed on drop.
+    fn redirect(&mut self, proto: &str, ports: &str, to_port: u16) -> Result<(), String> {
+        let mut rule: Vec<String> = ["PREROUTING", "-i", &self.host_if, "-p", proto]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if ports.contains(',') {
+            rule.extend(["-m", "multiport", "--dports", ports].map(String::from));
+        } else {
+            rule.extend(["--dport", ports].map(String::from));
+        }
+        rule.extend(["-j", "REDIRECT", "--to-ports", &to_port.to_string()].map(String::from));
+        let mut add: Vec<&str> = vec!["iptables", "-w", "-t", "nat", "-I"];
+        add.push(&rule[0]);
+        add.push("1");
+        add.extend(rule[1..].iter().map(String::as_str));
+        run(&add)?;
+        self.rules.push(rule);
+        Ok(())
+    }
+
+    /// Starts the HTTP server (port 80) and the TLS server (port 443) in
+    /// the upstream namespace.
+    fn start_servers(&mut self, cert_pem: &str, key_pem: &str) -> Result<(), String> {
+        let www = self.dir.join("www");
+        std::fs::create_dir_all(&www).map_err(|e| e.to_string())?;
+        std::fs::write(www.join("index.html"), "netns upstream\n").map_err(|e| e.to_string())?;
+        let cert = self.dir.join("cert.pem");
+        let key = self.dir.join("key.pem");
+        std::fs::write(&cert, cert_pem).map_err(|e| e.to_string())?;
+        std::fs::write(&key, key_pem).map_err(|e| e.to_string())?;
+        let spawn = |args: &[&str]| {
+            Command::new("ip")
+                .args(["netns", "exec", &self.upstream_ns])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("{}: {e}", args.join(" ")))
+        };
+        let www = www.to_string_lossy().into_owned();
+        let httpd = spawn(&["busybox", "httpd", "-f", "-p", "80", "-h", &www])?;
+        self.servers.push(httpd);
+        let tls = spawn(&[
+            "openssl",
+            "s_server",
+            "-quiet",
+            "-accept",
+            "443",
+            "-cert",
+            &cert.to_string_lossy(),
+            "-key",
+            &key.to_string_lossy(),
+            "-www",
+        ])?;
+        self.servers.push(tls);
+        // Wait until both answer from the host.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for port in [80, 443] {
+            let addr = SocketAddr::new(IpAddr::V4(self.upstream[0]), port);
+            while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+                if Instant::now() > deadline {
+                    return Err(format!("the upstream server on port {port} did not start"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a command in the sandbox namespace; its stdout, and whether it
+    /// succeeded.
+    async fn in_sandbox(&self, args: &[&str]) -> (bool, String) {
+        let out = tokio::process::Command::new("ip")
+            .args(["netns", "exec", &self.sandbox_ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("ip netns exec runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    /// `curl` from the sandbox: the status code (`000` when no HTTP answer
+    /// came) and the body.
+    async fn curl(&self, args: &[&str]) -> (String, String) {
+        let mut all = vec![
+            "curl",
+            "-sS",
+            "-m",
+            "5",
+            "-k",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+        ];
+        all.extend(args);
+        let (_, out) = self.in_sandbox(&all).await;
+        let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+        (code.trim().to_owned(), body.to_owned())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.servers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for rule in &self.rules {
+            let mut del: Vec<&str> = vec!["iptables", "-w", "-t", "nat", "-D"];
+            del.extend(rule.iter().map(String::as_str));
+            if let Err(e) = run(&del) {
+                eprintln!("cleanup: {e}");
+            }
+        }
+        // Deleting a namespace deletes its end of each veth pair, and so the
+        // pair.
+        for ns in [&self.sandbox_ns, &self.upstream_ns] {
+            if let Err(e) = run(&["ip", "netns", "del", ns]) {
+                eprintln!("cleanup: {e}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_transparent_path_through_iptables_redirect() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped the_real_transparent_path_through_iptables_redirect: {why}");
+        return;
+    }
+    sweep_leftovers();
+    let mut lab = Lab::new().expect("the network namespaces are made");
+    let [up_a, up_b] = lab.upstream;
+
+    // The upstream servers, with a certificate for the test names.
+    let ck = rcgen::generate_simple_self_signed(vec!["allowed.test".into(), "other.test".into()])
+        .unwrap();
+    lab.start_servers(&ck.cert.pem(), &ck.key_pair.serialize_pem())
+        .expect("the upstream servers start");
+
+    // The filter on the host's address on the sandbox link, with the fake
+    // upstream DNS: allowed.test is up_a, other.test is up_b.
+    let overrides: HashMap<String, Vec<Ipv4Addr>> = HashMap::from([
+        ("allowed.test".to_owned(), vec![up_a]),
+        ("other.test".to_owned(), vec![up_b]),
+    ]);
+    let dns = FakeDns::with_overrides(Arc::new(overrides)).await;
+    let resolver = Arc::new(Resolver::new(vec![dns.addr]).unwrap());
+    let policies = Arc::new(Policies::new());
+    let names = Arc::new(ResolvedNames::new());
+    let listener = TcpListener::bind((lab.gateway, 0)).await.unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    // The real default: SO_ORIGINAL_DST, and never the host's addresses.
+    let _proxy = EgressProxy::new(
+        ProxyConfig::default(),
+        Arc::clone(&policies) as _,
+        Arc::clone(&resolver),
+        Arc::clone(&names),
+    )
+    .serve(listener);
+    let udp = UdpSocket::bind((lab.gateway, 0)).await.unwrap();
+    let dns_port = udp.local_addr().unwrap().port();
+    let tcp = TcpListener::bind((lab.gateway, dns_port)).await.unwrap();
+    let forwarder = DnsForwarder::new(
+        DnsConfig::default(),
+        Arc::clone(&policies) as _,
+        Arc::clone(&resolver),
+        Arc::clone(&names),
+    );
+    let _udp_task = forwarder.serve_udp(udp);
+    let _tcp_task = forwarder.serve_tcp(tcp);
+    lab.redirect("udp", "53", dns_port).unwrap();
+    lab.redirect("tcp", "53", dns_port).unwrap();
+    lab.redirect("tcp", "80,443", proxy_port).unwrap();
+
+    let sandbox = IpAddr::V4(lab.sandbox);
+    let policy = json!({"allow": ["allowed.test"]});
+    policies.set(sandbox, EgressPolicy::parse(&policy).unwrap());
+
+    // DNS: the allowed name is answered (through the redirect) and recorded.
+    let (ok, out) = lab
+        .in_sandbox(&["busybox", "nslookup", "allowed.test", DNS_TARGET])
+        .await;
+    assert!(
+        ok && out.contains(&up_a.to_string()),
+        "nslookup allowed.test: {out}"
+    );
+    assert!(names.contains(sandbox, "allowed.test", IpAddr::V4(up_a)));
+    let (ok, out) = lab
+        .in_sandbox(&["busybox", "nslookup", "other.test", DNS_TARGET])
+        .await;
+    assert!(
+        !ok || !out.contains(&up_b.to_string()),
+        "nslookup other.test: {out}"
+    );
+    assert_eq!(dns.asked("other.test"), 0);
+
+    // HTTP to the name's address goes through; the answer is the upstream's.
+    let host = "Host: allowed.test";
+    let (code, body) = lab.curl(&["-H", host, &format!("http://{up_a}/")]).await;
+    assert_eq!((code.as_str(), body.as_str()), ("200", "netns upstream\n"));
+    // HTTPS by name (curl sends the SNI) goes through.
+    let resolve = format!("allowed.test:443:{up_a}");
+    let (code, _) = lab
+        .curl(&["--resolve", &resolve, "https://allowed.test/"])
+        .await;
+    assert_eq!(code, "200", "HTTPS to allowed.test");
+
+    // An unlisted name, and the allowed name at another address, are refused.
+    let (code, body) = lab
+        .curl(&["-H", "Host: other.test", &format!("http://{up_b}/")])
+        .await;
+    assert_eq!(code, "403", "{body}");
+    let (code, body) = lab.curl(&["-H", host, &format!("http://{up_b}/")]).await;
+    assert_eq!(code, "403");
+    assert!(
+        body.contains(&format!("allowed.test does not resolve to {up_b}")),
+        "{body}"
+    );
+    let other = format!("other.test:443:{up_b}");
+    let (code, _) = lab
+        .curl(&["--resolve", &other, "https://other.test/"])
+        .await;
+    assert_eq!(code, "000", "HTTPS to other.test must be closed");
+    // HTTPS to a bare address sends no SNI: refused.
+    let (code, _) = lab.curl(&[&format!("https://{up_a}/")]).await;
+    assert_eq!(code, "000", "HTTPS without SNI must be closed");
+    // Dialling the proxy's own port (no redirect) finds no other destination.
+    let direct = format!("http://{}:{proxy_port}/", lab.gateway);
+    let (code, body) = lab.curl(&["-H", host, &direct]).await;
+    assert_eq!(code, "403");
+    assert!(body.contains("is the egress proxy itself"), "{body}");
+
+    // A live change: deny-all refuses the next connection and the next
+    // question.
+    policies.set(sandbox, EgressPolicy::DenyAll);
+    let (code, _) = lab.curl(&["-H", host, &format!("http://{up_a}/")]).await;
+    assert_eq!(code, "403");
+    let asked = dns.asked_total();
+    let (_, out) = lab
+        .in_sandbox(&["busybox", "nslookup", "allowed.test", DNS_TARGET])
+        .await;
+    assert!(!out.contains(&up_a.to_string()), "deny-all answered: {out}");
+    assert_eq!(dns.asked_total(), asked);
+}
