@@ -186,12 +186,13 @@ impl Proxy {
             return;
         };
         // Never-dialled destinations first: no DNS question on their behalf.
-        let verdict = match self.guard(&conn, dst) {
+        let judged = match self.guard(&conn, dst) {
             Err(reason) => Verdict::Refuse(reason),
-            Ok(()) => match judge(&policy, dst, &hello) {
-                Verdict::Check(name) => self.check_resolution(client, &name, dst.ip()).await,
-                verdict => verdict,
-            },
+            Ok(()) => judge(&policy, dst, &hello),
+        };
+        let verdict = match &judged {
+            Verdict::Check(name) => self.check_resolution(client, name, dst.ip()).await,
+            verdict => verdict.clone(),
         };
         if let Verdict::Refuse(reason) = verdict {
             tracing::info!(%client, %dst, name = hello.name(), %reason, "egress refused");
@@ -213,8 +214,14 @@ impl Proxy {
             }
         };
         tracing::debug!(%client, %dst, name = hello.name(), "egress allowed");
-        self.splice(conn, upstream, &hello_bytes, client, dst, &hello)
-            .await;
+        let admitted = Admitted {
+            client,
+            dst,
+            hello,
+            policy,
+            judged,
+        };
+        self.splice(conn, upstream, &hello_bytes, admitted).await;
     }
 
     /// Reads until the hello shows its server name (or cannot), within the
@@ -297,9 +304,7 @@ impl Proxy {
         mut conn: TcpStream,
         mut upstream: TcpStream,
         hello_bytes: &[u8],
-        client: IpAddr,
-        dst: SocketAddr,
-        hello: &Sniffed,
+        mut admitted: Admitted,
     ) {
         let _ = conn.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
@@ -313,9 +318,9 @@ impl Proxy {
             tokio::select! {
                 _ = &mut copy => return,
                 () = next_change(&mut changes) => {
-                    if let Some(reason) = self.recheck(client, dst, hello).await {
-                        tracing::info!(%client, %dst, name = hello.name(), %reason,
-                            "egress cut: the policy changed");
+                    if let Err(reason) = self.recheck(&mut admitted).await {
+                        tracing::info!(client = %admitted.client, dst = %admitted.dst,
+                            name = admitted.hello.name(), %reason, "egress cut: the policy changed");
                         return;
                     }
                 }
@@ -323,20 +328,46 @@ impl Proxy {
         }
     }
 
-    /// After a policy change: why the connection is now refused, if it is.
-    async fn recheck(&self, client: IpAddr, dst: SocketAddr, hello: &Sniffed) -> Option<String> {
-        let Some(policy) = self.policies.policy_for(client) else {
-            return Some("not a sandbox address any more".into());
+    /// After a policy change: whether the connection may go on under its
+    /// sandbox's policy now. Only a changed policy is judged again, and a
+    /// name whose dialled address was already checked is not asked about
+    /// again (an unrelated change must not cut a connection because DNS
+    /// answers rotated since).
+    async fn recheck(&self, admitted: &mut Admitted) -> Result<(), String> {
+        let Some(policy) = self.policies.policy_for(admitted.client) else {
+            return Err("not a sandbox address any more".into());
         };
-        let verdict = match judge(&policy, dst, hello) {
-            Verdict::Check(name) => self.check_resolution(client, &name, dst.ip()).await,
-            verdict => verdict,
-        };
-        match verdict {
-            Verdict::Refuse(reason) => Some(reason),
-            _ => None,
+        if Arc::ptr_eq(&policy, &admitted.policy) {
+            return Ok(());
         }
+        let judged = judge(&policy, admitted.dst, &admitted.hello);
+        match &judged {
+            Verdict::Refuse(reason) => return Err(reason.clone()),
+            Verdict::Check(name) if admitted.judged != judged => {
+                let dialled = admitted.dst.ip();
+                if let Verdict::Refuse(reason) =
+                    self.check_resolution(admitted.client, name, dialled).await
+                {
+                    return Err(reason);
+                }
+            }
+            _ => {}
+        }
+        admitted.policy = policy;
+        admitted.judged = judged;
+        Ok(())
     }
+}
+
+/// A spliced connection and what let it through.
+struct Admitted {
+    client: IpAddr,
+    dst: SocketAddr,
+    hello: Sniffed,
+    /// The policy it was last judged under.
+    policy: Arc<EgressPolicy>,
+    /// That judgement (before the DNS check).
+    judged: Verdict,
 }
 
 /// Waits for the next policy change; forever when there is no change feed.

@@ -3,6 +3,7 @@
 //! transparent path through a network namespace and iptables `REDIRECT`.
 
 mod dns;
+mod filter;
 mod latency;
 mod netns;
 mod proxy;

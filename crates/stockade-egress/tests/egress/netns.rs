@@ -125,7 +125,15 @@ struct Lab {
 impl Lab {
     fn new() -> Result<Self, String> {
         let pid = std::process::id();
-        let k = (pid % 200 + 20) as u8;
+        // Subnets 10.213.k.0/24 and 10.214.k.0/24 that no other run (or
+        // anything else) uses now.
+        let used = run(&["ip", "-o", "-4", "addr", "show"])?;
+        let k = (0..200)
+            .map(|i| ((pid + i) % 200 + 20) as u8)
+            .find(|k| {
+                !used.contains(&format!("10.213.{k}.")) && !used.contains(&format!("10.214.{k}."))
+            })
+            .ok_or("no free 10.213.x.0/24 subnet")?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let path = dir.path().to_owned();
         let mut lab = Self {
