@@ -3,9 +3,10 @@
 //! (iptables, `nat` `PREROUTING`) to the proxy and the forwarder, which
 //! find the original destination with `SO_ORIGINAL_DST`, and an "upstream"
 //! namespace with an HTTP server (busybox httpd) and a TLS server (openssl
-//! s_server). Nothing leaves the machine: the namespaces only reach the
-//! host, and DNS goes to a documentation address (192.0.2.53) that the
-//! redirect catches.
+//! s_server). The host side of the sandbox link is cut off by a chain like
+//! Stockade's isolation chain, with the accept rules the filter needs.
+//! Nothing leaves the machine: the namespaces only reach the host, and DNS
+//! goes to a documentation address (192.0.2.53) that the redirect catches.
 //!
 //! Everything made is named after the test's process id and removed when
 //! the test ends, also on failure; leftovers of a killed run are swept at
@@ -31,6 +32,8 @@ const PREFIX_NS: &str = "stkeg-";
 /// Interface names: `stks<pid>h`/`stks<pid>s` (sandbox side),
 /// `stku<pid>h`/`stku<pid>s` (upstream side); at most 12 characters.
 const DNS_TARGET: &str = "192.0.2.53";
+/// The test's stand-in for Stockade's isolation chain: `STKEG-<pid>`.
+const CHAIN_PREFIX: &str = "STKEG-";
 
 fn run(args: &[&str]) -> Result<String, String> {
     let out = Command::new(args[0])
@@ -86,7 +89,10 @@ fn sweep_leftovers() {
             }
         }
     }
-    if let Ok(rules) = run(&["iptables", "-w", "-t", "nat", "-S", "PREROUTING"]) {
+    for (table, chain) in [("nat", "PREROUTING"), ("filter", "INPUT")] {
+        let Ok(rules) = run(&["iptables", "-w", "-t", table, "-S", chain]) else {
+            continue;
+        };
         for rule in rules.lines() {
             let Some(iface) = rule.split_whitespace().skip_while(|w| *w != "-i").nth(1) else {
                 continue;
@@ -95,11 +101,24 @@ fn sweep_leftovers() {
                 continue;
             };
             if pid.bytes().all(|b| b.is_ascii_digit()) && dead(pid) {
-                let mut args = vec!["iptables", "-w", "-t", "nat"];
                 let words: Vec<&str> = rule.split_whitespace().collect();
-                args.push("-D");
+                let mut args = vec!["iptables", "-w", "-t", table, "-D"];
                 args.extend(&words[1..]);
                 let _ = run(&args);
+            }
+        }
+    }
+    if let Ok(rules) = run(&["iptables", "-w", "-S"]) {
+        for line in rules.lines() {
+            let Some(chain) = line.strip_prefix("-N ") else {
+                continue;
+            };
+            let Some(pid) = chain.strip_prefix(CHAIN_PREFIX) else {
+                continue;
+            };
+            if pid.bytes().all(|b| b.is_ascii_digit()) && dead(pid) {
+                let _ = run(&["iptables", "-w", "-F", chain]);
+                let _ = run(&["iptables", "-w", "-X", chain]);
             }
         }
     }
@@ -116,7 +135,10 @@ struct Lab {
     sandbox: Ipv4Addr,
     /// The upstream namespace's two addresses.
     upstream: [Ipv4Addr; 2],
-    rules: Vec<Vec<String>>,
+    /// Rules added (table, rule without its verb), removed in reverse.
+    rules: Vec<(&'static str, Vec<String>)>,
+    /// Filter chains made, flushed and removed after the rules.
+    chains: Vec<String>,
     servers: Vec<Child>,
     _dir: tempfile::TempDir,
     dir: std::path::PathBuf,
@@ -144,6 +166,7 @@ impl Lab {
             sandbox: Ipv4Addr::new(10, 213, k, 2),
             upstream: [Ipv4Addr::new(10, 214, k, 2), Ipv4Addr::new(10, 214, k, 3)],
             rules: Vec::new(),
+            chains: Vec::new(),
             servers: Vec::new(),
             _dir: dir,
             dir: path,
@@ -203,6 +226,16 @@ impl Lab {
         Ok(())
     }
 
+    /// Inserts `rule` (a chain and its arguments) at the top of its chain in
+    /// `table`; removed on drop.
+    fn insert(&mut self, table: &'static str, rule: Vec<String>) -> Result<(), String> {
+        let mut add: Vec<&str> = vec!["iptables", "-w", "-t", table, "-I", &rule[0], "1"];
+        add.extend(rule[1..].iter().map(String::as_str));
+        run(&add)?;
+        self.rules.push((table, rule));
+        Ok(())
+    }
+
     /// Adds a `nat` `PREROUTING` rule for packets from the sandbox link,
     /// removed on drop.
     fn redirect(&mut self, proto: &str, ports: &str, to_port: u16) -> Result<(), String> {
@@ -216,13 +249,41 @@ impl Lab {
             rule.extend(["--dport", ports].map(String::from));
         }
         rule.extend(["-j", "REDIRECT", "--to-ports", &to_port.to_string()].map(String::from));
-        let mut add: Vec<&str> = vec!["iptables", "-w", "-t", "nat", "-I"];
-        add.push(&rule[0]);
-        add.push("1");
-        add.extend(rule[1..].iter().map(String::as_str));
-        run(&add)?;
-        self.rules.push(rule);
-        Ok(())
+        self.insert("nat", rule)
+    }
+
+    /// Cuts the sandbox link off the host as Stockade's isolation chain
+    /// does (SEC-5: replies only), plus the rules the egress filter needs
+    /// there: redirected connections to the proxy and the forwarder.
+    fn isolate(&mut self, proxy_port: u16, dns_port: u16) -> Result<(), String> {
+        let chain = format!("{CHAIN_PREFIX}{}", std::process::id());
+        run(&["iptables", "-w", "-N", &chain])?;
+        self.chains.push(chain.clone());
+        let (proxy, dns) = (proxy_port.to_string(), dns_port.to_string());
+        let dnat = ["-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"];
+        let rules: Vec<Vec<&str>> = vec![
+            [&["-p", "tcp", "--dport", &proxy][..], &dnat].concat(),
+            [&["-p", "udp", "--dport", &dns][..], &dnat].concat(),
+            [&["-p", "tcp", "--dport", &dns][..], &dnat].concat(),
+            vec![
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "RELATED,ESTABLISHED",
+                "-j",
+                "ACCEPT",
+            ],
+            vec!["-j", "DROP"],
+        ];
+        for rule in rules {
+            let mut add = vec!["iptables", "-w", "-A", &chain];
+            add.extend(rule);
+            run(&add)?;
+        }
+        let jump = ["INPUT", "-i", &self.host_if, "-j", &chain]
+            .map(String::from)
+            .to_vec();
+        self.insert("filter", jump)
     }
 
     /// Starts the HTTP server (port 80) and the TLS server (port 443) in
@@ -318,11 +379,18 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for rule in &self.rules {
-            let mut del: Vec<&str> = vec!["iptables", "-w", "-t", "nat", "-D"];
+        for (table, rule) in self.rules.iter().rev() {
+            let mut del: Vec<&str> = vec!["iptables", "-w", "-t", table, "-D"];
             del.extend(rule.iter().map(String::as_str));
             if let Err(e) = run(&del) {
                 eprintln!("cleanup: {e}");
+            }
+        }
+        for chain in &self.chains {
+            for verb in ["-F", "-X"] {
+                if let Err(e) = run(&["iptables", "-w", verb, chain]) {
+                    eprintln!("cleanup: {e}");
+                }
             }
         }
         // Deleting a namespace deletes its end of each veth pair, and so the
@@ -385,6 +453,7 @@ async fn the_real_transparent_path_through_iptables_redirect() {
     lab.redirect("udp", "53", dns_port).unwrap();
     lab.redirect("tcp", "53", dns_port).unwrap();
     lab.redirect("tcp", "80,443", proxy_port).unwrap();
+    lab.isolate(proxy_port, dns_port).unwrap();
 
     let sandbox = IpAddr::V4(lab.sandbox);
     let policy = json!({"allow": ["allowed.test"]});
@@ -438,11 +507,13 @@ async fn the_real_transparent_path_through_iptables_redirect() {
     // HTTPS to a bare address sends no SNI: refused.
     let (code, _) = lab.curl(&[&format!("https://{up_a}/")]).await;
     assert_eq!(code, "000", "HTTPS without SNI must be closed");
-    // Dialling the proxy's own port (no redirect) finds no other destination.
+    // The isolation chain accepts only redirected flows at the proxy's
+    // port: dialling it directly is dropped like any other host port.
     let direct = format!("http://{}:{proxy_port}/", lab.gateway);
-    let (code, body) = lab.curl(&["-H", host, &direct]).await;
-    assert_eq!(code, "403");
-    assert!(body.contains("is the egress proxy itself"), "{body}");
+    let (code, _) = lab
+        .curl(&["--connect-timeout", "1", "-H", host, &direct])
+        .await;
+    assert_eq!(code, "000", "a direct connection to the proxy got through");
 
     // A live change: deny-all refuses the next connection and the next
     // question.
