@@ -19,11 +19,13 @@
 //! looks first and the packet filter may look too.
 //!
 //! [`EgressFilter::start`] runs both on given addresses; the pieces are
-//! public for other arrangements and for tests.
+//! public for other arrangements and for tests. [`iptables`] writes the
+//! packet-filter half of a policy (address entries and the redirects).
 #![forbid(unsafe_code)]
 
 mod dns;
 mod filter;
+pub mod iptables;
 mod limits;
 mod names;
 mod origdst;

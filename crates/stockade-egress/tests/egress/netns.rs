@@ -1,12 +1,16 @@
 //! The real transparent path (needs root; skipped otherwise): a "sandbox"
-//! network namespace whose TCP 80/443 and port 53 the host `REDIRECT`s
-//! (iptables, `nat` `PREROUTING`) to the proxy and the forwarder, which
-//! find the original destination with `SO_ORIGINAL_DST`, and an "upstream"
-//! namespace with an HTTP server (busybox httpd) and a TLS server (openssl
-//! s_server). The host side of the sandbox link is cut off by a chain like
-//! Stockade's isolation chain, with the accept rules the filter needs.
-//! Nothing leaves the machine: the namespaces only reach the host, and DNS
-//! goes to a documentation address (192.0.2.53) that the redirect catches.
+//! network namespace and an "upstream" one, each linked to the host by a
+//! veth pair. The sandbox's traffic meets the rules [`iptables`] writes for
+//! its policy, hooked up as Stockade hooks them: its `nat` chain
+//! (`REDIRECT` of port 53 to the forwarder and of TCP 80/443 to the proxy,
+//! which find the original destination with `SO_ORIGINAL_DST`) and its
+//! `filter` chain on the forwarding path (address entries). The host side
+//! of the sandbox link is cut off like Stockade's isolation chain does,
+//! with the accept rules the filter needs. The upstream namespace runs an
+//! HTTP server (busybox httpd, ports 80 and 8080) and a TLS server (openssl
+//! s_server). Nothing leaves the machine: the namespaces only reach the
+//! host and each other, and DNS goes to a documentation address
+//! (192.0.2.53) that the redirect catches.
 //!
 //! Everything made is named after the test's process id and removed when
 //! the test ends, also on failure; leftovers of a killed run are swept at
@@ -20,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use stockade_egress::iptables::{self, Family, RedirectPorts};
 use stockade_egress::{
     DnsConfig, DnsForwarder, EgressPolicy, EgressProxy, Policies, ProxyConfig, ResolvedNames,
     Resolver,
@@ -32,7 +37,9 @@ const PREFIX_NS: &str = "stkeg-";
 /// Interface names: `stks<pid>h`/`stks<pid>s` (sandbox side),
 /// `stku<pid>h`/`stku<pid>s` (upstream side); at most 12 characters.
 const DNS_TARGET: &str = "192.0.2.53";
-/// The test's stand-in for Stockade's isolation chain: `STKEG-<pid>`.
+/// The test's chains: `STKEG-I-<pid>` (the stand-in for Stockade's
+/// isolation chain), `STKEG-F-<pid>` and `STKEG-N-<pid>` (the sandbox's
+/// filter and nat chains).
 const CHAIN_PREFIX: &str = "STKEG-";
 
 fn run(args: &[&str]) -> Result<String, String> {
@@ -66,7 +73,14 @@ fn unavailable() -> Option<String> {
     if uid.trim() != "0" {
         return Some("not root".into());
     }
-    for tool in ["ip", "iptables", "curl", "busybox", "openssl"] {
+    for tool in [
+        "ip",
+        "iptables",
+        "iptables-restore",
+        "curl",
+        "busybox",
+        "openssl",
+    ] {
         if !have(tool) {
             return Some(format!("{tool} is not installed"));
         }
@@ -89,36 +103,50 @@ fn sweep_leftovers() {
             }
         }
     }
-    for (table, chain) in [("nat", "PREROUTING"), ("filter", "INPUT")] {
+    let ours = |iface: &str| -> Option<String> {
+        let rest = iface
+            .strip_prefix("stks")
+            .or_else(|| iface.strip_prefix("stku"))?;
+        let pid = rest.strip_suffix('h')?;
+        pid.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| pid.to_owned())
+    };
+    for (table, chain) in [
+        ("nat", "PREROUTING"),
+        ("filter", "INPUT"),
+        ("filter", "FORWARD"),
+    ] {
         let Ok(rules) = run(&["iptables", "-w", "-t", table, "-S", chain]) else {
             continue;
         };
         for rule in rules.lines() {
-            let Some(iface) = rule.split_whitespace().skip_while(|w| *w != "-i").nth(1) else {
-                continue;
-            };
-            let Some(pid) = iface.strip_prefix("stks").and_then(|r| r.strip_suffix('h')) else {
-                continue;
-            };
-            if pid.bytes().all(|b| b.is_ascii_digit()) && dead(pid) {
-                let words: Vec<&str> = rule.split_whitespace().collect();
+            let words: Vec<&str> = rule.split_whitespace().collect();
+            let stale = words
+                .windows(2)
+                .any(|w| matches!(w[0], "-i" | "-o") && ours(w[1]).is_some_and(|p| dead(&p)));
+            if stale {
                 let mut args = vec!["iptables", "-w", "-t", table, "-D"];
                 args.extend(&words[1..]);
                 let _ = run(&args);
             }
         }
     }
-    if let Ok(rules) = run(&["iptables", "-w", "-S"]) {
+    for table in ["filter", "nat"] {
+        let Ok(rules) = run(&["iptables", "-w", "-t", table, "-S"]) else {
+            continue;
+        };
         for line in rules.lines() {
             let Some(chain) = line.strip_prefix("-N ") else {
                 continue;
             };
-            let Some(pid) = chain.strip_prefix(CHAIN_PREFIX) else {
+            if !chain.starts_with(CHAIN_PREFIX) {
                 continue;
-            };
+            }
+            let pid = chain.rsplit('-').next().unwrap_or_default();
             if pid.bytes().all(|b| b.is_ascii_digit()) && dead(pid) {
-                let _ = run(&["iptables", "-w", "-F", chain]);
-                let _ = run(&["iptables", "-w", "-X", chain]);
+                let _ = run(&["iptables", "-w", "-t", table, "-F", chain]);
+                let _ = run(&["iptables", "-w", "-t", table, "-X", chain]);
             }
         }
     }
@@ -129,6 +157,7 @@ struct Lab {
     sandbox_ns: String,
     upstream_ns: String,
     host_if: String,
+    upstream_if: String,
     /// The host's address on the sandbox link (the "gateway").
     gateway: Ipv4Addr,
     /// The sandbox's address.
@@ -137,8 +166,8 @@ struct Lab {
     upstream: [Ipv4Addr; 2],
     /// Rules added (table, rule without its verb), removed in reverse.
     rules: Vec<(&'static str, Vec<String>)>,
-    /// Filter chains made, flushed and removed after the rules.
-    chains: Vec<String>,
+    /// Chains made (table, name), emptied and removed after the rules.
+    chains: Vec<(&'static str, String)>,
     servers: Vec<Child>,
     _dir: tempfile::TempDir,
     dir: std::path::PathBuf,
@@ -162,6 +191,7 @@ impl Lab {
             sandbox_ns: format!("{PREFIX_NS}sbx-{pid}"),
             upstream_ns: format!("{PREFIX_NS}up-{pid}"),
             host_if: format!("stks{pid}h"),
+            upstream_if: format!("stku{pid}h"),
             gateway: Ipv4Addr::new(10, 213, k, 1),
             sandbox: Ipv4Addr::new(10, 213, k, 2),
             upstream: [Ipv4Addr::new(10, 214, k, 2), Ipv4Addr::new(10, 214, k, 3)],
@@ -186,6 +216,8 @@ impl Lab {
         let up_b = format!("{}/24", self.upstream[1]);
         let up_net = format!("10.214.{k}.0/24");
         let via = self.gateway.to_string();
+        let sbx_net = format!("10.213.{k}.0/24");
+        let up_via = format!("10.214.{k}.1");
         let steps: Vec<Vec<&str>> = vec![
             vec!["ip", "netns", "add", &sbx],
             vec!["ip", "netns", "add", &up],
@@ -219,6 +251,7 @@ impl Lab {
             vec!["ip", "-n", &up, "addr", "add", &up_a, "dev", &us],
             vec!["ip", "-n", &up, "addr", "add", &up_b, "dev", &us],
             vec!["ip", "-n", &up, "link", "set", &us, "up"],
+            vec!["ip", "-n", &up, "route", "add", &sbx_net, "via", &up_via],
         ];
         for step in steps {
             run(&step)?;
@@ -236,29 +269,91 @@ impl Lab {
         Ok(())
     }
 
-    /// Adds a `nat` `PREROUTING` rule for packets from the sandbox link,
-    /// removed on drop.
-    fn redirect(&mut self, proto: &str, ports: &str, to_port: u16) -> Result<(), String> {
-        let mut rule: Vec<String> = ["PREROUTING", "-i", &self.host_if, "-p", proto]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        if ports.contains(',') {
-            rule.extend(["-m", "multiport", "--dports", ports].map(String::from));
-        } else {
-            rule.extend(["--dport", ports].map(String::from));
+    /// Writes the sandbox's two chains for `policy` with
+    /// `iptables-restore --noflush` (both made on the first call).
+    fn apply_policy(&mut self, policy: &EgressPolicy, ports: RedirectPorts) -> Result<(), String> {
+        let pid = std::process::id();
+        let (filter, nat) = (
+            format!("{CHAIN_PREFIX}F-{pid}"),
+            format!("{CHAIN_PREFIX}N-{pid}"),
+        );
+        let script = iptables::restore_script(policy, Family::V4, &filter, &nat, ports);
+        let mut child = Command::new("iptables-restore")
+            .args(["-w", "--noflush"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("iptables-restore: {e}"))?;
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .ok_or("no stdin")?
+            .write_all(script.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "iptables-restore: {}\n{script}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
-        rule.extend(["-j", "REDIRECT", "--to-ports", &to_port.to_string()].map(String::from));
-        self.insert("nat", rule)
+        if self.chains.iter().any(|(_, c)| *c == filter) {
+            return Ok(());
+        }
+        self.chains.push(("filter", filter.clone()));
+        self.chains.push(("nat", nat.clone()));
+        // The hooks, as Stockade's would be: PREROUTING for the sandbox's
+        // address into its nat chain; on the forwarding path replies back,
+        // then its filter chain, then (standing in for Docker's rule for
+        // the bridge) accept.
+        let (sh, uh) = (self.host_if.clone(), self.upstream_if.clone());
+        let sandbox = self.sandbox.to_string();
+        let hooks: [(&'static str, Vec<&str>); 4] = [
+            (
+                "nat",
+                vec!["PREROUTING", "-i", &sh, "-s", &sandbox, "-j", &nat],
+            ),
+            (
+                "filter",
+                vec!["FORWARD", "-i", &sh, "-o", &uh, "-j", "ACCEPT"],
+            ),
+            (
+                "filter",
+                vec![
+                    "FORWARD", "-i", &sh, "-o", &uh, "-s", &sandbox, "-j", &filter,
+                ],
+            ),
+            (
+                "filter",
+                vec![
+                    "FORWARD",
+                    "-i",
+                    &uh,
+                    "-o",
+                    &sh,
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "RELATED,ESTABLISHED",
+                    "-j",
+                    "ACCEPT",
+                ],
+            ),
+        ];
+        for (table, rule) in hooks {
+            self.insert(table, rule.into_iter().map(String::from).collect())?;
+        }
+        Ok(())
     }
 
     /// Cuts the sandbox link off the host as Stockade's isolation chain
     /// does (SEC-5: replies only), plus the rules the egress filter needs
     /// there: redirected connections to the proxy and the forwarder.
     fn isolate(&mut self, proxy_port: u16, dns_port: u16) -> Result<(), String> {
-        let chain = format!("{CHAIN_PREFIX}{}", std::process::id());
+        let chain = format!("{CHAIN_PREFIX}I-{}", std::process::id());
         run(&["iptables", "-w", "-N", &chain])?;
-        self.chains.push(chain.clone());
+        self.chains.push(("filter", chain.clone()));
         let (proxy, dns) = (proxy_port.to_string(), dns_port.to_string());
         let dnat = ["-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"];
         let rules: Vec<Vec<&str>> = vec![
@@ -307,8 +402,10 @@ impl Lab {
                 .map_err(|e| format!("{}: {e}", args.join(" ")))
         };
         let www = www.to_string_lossy().into_owned();
-        let httpd = spawn(&["busybox", "httpd", "-f", "-p", "80", "-h", &www])?;
-        self.servers.push(httpd);
+        for port in ["80", "8080"] {
+            let httpd = spawn(&["busybox", "httpd", "-f", "-p", port, "-h", &www])?;
+            self.servers.push(httpd);
+        }
         let tls = spawn(&[
             "openssl",
             "s_server",
@@ -324,7 +421,7 @@ impl Lab {
         self.servers.push(tls);
         // Wait until both answer from the host.
         let deadline = Instant::now() + Duration::from_secs(10);
-        for port in [80, 443] {
+        for port in [80, 443, 8080] {
             let addr = SocketAddr::new(IpAddr::V4(self.upstream[0]), port);
             while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
                 if Instant::now() > deadline {
@@ -386,9 +483,9 @@ impl Drop for Lab {
                 eprintln!("cleanup: {e}");
             }
         }
-        for chain in &self.chains {
+        for (table, chain) in &self.chains {
             for verb in ["-F", "-X"] {
-                if let Err(e) = run(&["iptables", "-w", verb, chain]) {
+                if let Err(e) = run(&["iptables", "-w", "-t", table, verb, chain]) {
                     eprintln!("cleanup: {e}");
                 }
             }
@@ -401,6 +498,10 @@ impl Drop for Lab {
             }
         }
     }
+}
+
+fn forwarding_on() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").is_ok_and(|v| v.trim() == "1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -450,14 +551,23 @@ async fn the_real_transparent_path_through_iptables_redirect() {
     );
     let _udp_task = forwarder.serve_udp(udp);
     let _tcp_task = forwarder.serve_tcp(tcp);
-    lab.redirect("udp", "53", dns_port).unwrap();
-    lab.redirect("tcp", "53", dns_port).unwrap();
-    lab.redirect("tcp", "80,443", proxy_port).unwrap();
     lab.isolate(proxy_port, dns_port).unwrap();
+    let ports = RedirectPorts {
+        proxy: proxy_port,
+        dns: dns_port,
+    };
 
+    // What a create (or a PATCH) does: the registry and the chains.
     let sandbox = IpAddr::V4(lab.sandbox);
-    let policy = json!({"allow": ["allowed.test"]});
-    policies.set(sandbox, EgressPolicy::parse(&policy).unwrap());
+    let apply = |lab: &mut Lab, policy: serde_json::Value| {
+        let policy = EgressPolicy::parse(&policy).unwrap();
+        lab.apply_policy(&policy, ports).expect("the rules apply");
+        policies.set(sandbox, policy);
+    };
+    apply(
+        &mut lab,
+        json!({"allow": ["allowed.test", format!("{up_b}:8080")]}),
+    );
 
     // DNS: the allowed name is answered (through the redirect) and recorded.
     let (ok, out) = lab
@@ -515,8 +625,35 @@ async fn the_real_transparent_path_through_iptables_redirect() {
         .await;
     assert_eq!(code, "000", "a direct connection to the proxy got through");
 
-    // A live change: deny-all refuses the next connection and the next
-    // question.
+    // Address entries, on the forwarding path.
+    let forwarding = forwarding_on();
+    if forwarding {
+        let (code, _) = lab.curl(&[&format!("http://{up_b}:8080/")]).await;
+        assert_eq!(code, "200", "an allowed address and port");
+        let (code, _) = lab.curl(&[&format!("http://{up_a}:8080/")]).await;
+        assert_eq!(code, "000", "an address not in the allow list");
+        // A deny entry beats an allow entry; without name entries 80/443
+        // are not redirected but forwarded like any port.
+        let net = format!("{}/24", Ipv4Addr::from(u32::from(up_a) & 0xffff_ff00));
+        apply(
+            &mut lab,
+            json!({"allow": [net], "deny": [up_b.to_string()]}),
+        );
+        let (code, body) = lab.curl(&[&format!("http://{up_a}:8080/")]).await;
+        assert_eq!((code.as_str(), body.as_str()), ("200", "netns upstream\n"));
+        let (code, _) = lab
+            .curl(&["-H", "Host: anything.test", &format!("http://{up_a}/")])
+            .await;
+        assert_eq!(code, "200", "port 80 of an allowed address");
+        let (code, _) = lab.curl(&[&format!("http://{up_b}:8080/")]).await;
+        assert_eq!(code, "000", "a denied address");
+    } else {
+        eprintln!("net.ipv4.ip_forward is 0: the forwarding-path checks are skipped");
+    }
+
+    // A live change: deny-all in the registry refuses the next connection
+    // at once, and the next question.
+    apply(&mut lab, json!({"allow": ["allowed.test"]}));
     policies.set(sandbox, EgressPolicy::DenyAll);
     let (code, _) = lab.curl(&["-H", host, &format!("http://{up_a}/")]).await;
     assert_eq!(code, "403");
@@ -526,4 +663,12 @@ async fn the_real_transparent_path_through_iptables_redirect() {
         .await;
     assert!(!out.contains(&up_a.to_string()), "deny-all answered: {out}");
     assert_eq!(dns.asked_total(), asked);
+    // And its chains reject everything else.
+    apply(&mut lab, json!("deny-all"));
+    if forwarding {
+        let (code, _) = lab.curl(&[&format!("http://{up_b}:8080/")]).await;
+        assert_eq!(code, "000");
+    }
+    let (code, _) = lab.curl(&["-H", host, &format!("http://{up_a}/")]).await;
+    assert_eq!(code, "000", "deny-all: port 80 is rejected, not proxied");
 }
