@@ -254,9 +254,26 @@ fn encode(reply: &Message) -> Option<Vec<u8>> {
     reply.to_vec().ok()
 }
 
-/// Where a forwarder answers: one address for UDP and TCP alike.
-pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
-    let udp = UdpSocket::bind(addr).await?;
-    let tcp = TcpListener::bind(udp.local_addr()?).await?;
-    Ok((udp, tcp))
+/// How often a free port for both UDP and TCP is looked for.
+const BIND_ATTEMPTS: usize = 64;
+
+impl DnsForwarder {
+    /// A UDP socket and a TCP listener on the same address, for
+    /// [`serve_udp`](Self::serve_udp) and [`serve_tcp`](Self::serve_tcp).
+    /// With port 0, a port free for both is picked.
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
+        let mut last = None;
+        for _ in 0..BIND_ATTEMPTS {
+            let udp = UdpSocket::bind(addr).await?;
+            match TcpListener::bind(udp.local_addr()?).await {
+                Ok(tcp) => return Ok((udp, tcp)),
+                // The port picked for UDP is taken for TCP: pick another.
+                Err(e) if addr.port() == 0 && e.kind() == std::io::ErrorKind::AddrInUse => {
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no free port")))
+    }
 }

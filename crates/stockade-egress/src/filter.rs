@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::dns::{self, DnsConfig, DnsForwarder};
+use crate::dns::{DnsConfig, DnsForwarder};
 use crate::names::ResolvedNames;
 use crate::policies::Policies;
 use crate::proxy::{EgressProxy, ProxyConfig};
@@ -77,7 +77,7 @@ impl EgressFilter {
         let proxy_addr = listener
             .local_addr()
             .map_err(bind_err("proxy", config.proxy_addr))?;
-        let (udp, tcp) = dns::bind(config.dns_addr)
+        let (udp, tcp) = DnsForwarder::bind(config.dns_addr)
             .await
             .map_err(bind_err("DNS forwarder", config.dns_addr))?;
         let dns_addr = udp

@@ -195,7 +195,7 @@ impl Proxy {
             verdict => verdict.clone(),
         };
         if let Verdict::Refuse(reason) = verdict {
-            tracing::info!(%client, %dst, name = hello.name(), %reason, "egress refused");
+            tracing::debug!(%client, %dst, name = hello.name(), %reason, "egress refused");
             refuse(conn, &hello, 403, &reason).await;
             return;
         }

@@ -29,7 +29,7 @@ use stockade_egress::{
     DnsConfig, DnsForwarder, EgressPolicy, EgressProxy, Policies, ProxyConfig, ResolvedNames,
     Resolver,
 };
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::TcpListener;
 
 use crate::support::FakeDns;
 
@@ -540,9 +540,10 @@ async fn the_real_transparent_path_through_iptables_redirect() {
         Arc::clone(&names),
     )
     .serve(listener);
-    let udp = UdpSocket::bind((lab.gateway, 0)).await.unwrap();
+    let (udp, tcp) = DnsForwarder::bind(SocketAddr::new(IpAddr::V4(lab.gateway), 0))
+        .await
+        .unwrap();
     let dns_port = udp.local_addr().unwrap().port();
-    let tcp = TcpListener::bind((lab.gateway, dns_port)).await.unwrap();
     let forwarder = DnsForwarder::new(
         DnsConfig::default(),
         Arc::clone(&policies) as _,

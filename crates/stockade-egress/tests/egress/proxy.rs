@@ -293,8 +293,8 @@ async fn a_silent_client_is_closed_after_the_timeout() {
     let closed = time_to_close(&mut silent, Duration::from_secs(3))
         .await
         .expect("closed");
+    // Closed by the configured timeout (the default is 5 s), not earlier.
     assert!(closed >= timeout - Duration::from_millis(20), "{closed:?}");
-    assert!(closed < timeout * 4, "{closed:?}");
     // One that starts a request and never finishes it is closed too.
     let mut slow = h.dial(SANDBOX, web).await;
     slow.write_all(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n")
@@ -303,7 +303,7 @@ async fn a_silent_client_is_closed_after_the_timeout() {
     let mut answer = Vec::new();
     let started = std::time::Instant::now();
     slow.read_to_end(&mut answer).await.unwrap();
-    assert!(started.elapsed() < timeout * 4);
+    assert!(started.elapsed() < Duration::from_secs(3));
     assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 403"));
 }
 
@@ -354,18 +354,25 @@ async fn connection_caps_hold_per_sandbox_and_overall() {
         "a third connection of one sandbox was kept"
     );
     // Another sandbox still gets in, up to the overall cap.
+    // (The proxy accepts in order, so this one is counted before the next.)
     let _c = h.dial(NEIGHBOUR, web).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let mut full = h.dial(third, web).await;
     assert!(time_to_close(&mut full, Duration::from_secs(2))
         .await
         .is_some());
-    // Places come back when connections end.
+    // Places come back when connections end (as soon as the proxy sees
+    // them closed).
     drop(_a);
     drop(_c);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let got = http_get(h.dial(third, web).await, "allowed.test").await;
-    assert_eq!(got.map(|g| g.0), Some(200));
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let got = http_get(h.dial(third, web).await, "allowed.test").await;
+        if got.map(|g| g.0) == Some(200) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no place came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]

@@ -81,9 +81,10 @@ impl FakeDns {
 
     /// The zone with some names answered by `overrides`.
     pub async fn with_overrides(overrides: Overrides) -> Self {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let (udp, tcp) = DnsForwarder::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
         let addr = udp.local_addr().unwrap();
-        let tcp = TcpListener::bind(addr).await.unwrap();
         let asked = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&asked);
         let zone_udp = Arc::clone(&overrides);
@@ -408,9 +409,10 @@ impl Harness {
             Arc::clone(&resolver),
             Arc::clone(&names),
         );
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let (udp, tcp) = DnsForwarder::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
         let forwarder_addr = udp.local_addr().unwrap();
-        let tcp = TcpListener::bind(forwarder_addr).await.unwrap();
         let tasks = vec![
             proxy.serve(listener),
             forwarder.serve_udp(udp),
