@@ -32,6 +32,17 @@ pub fn main_env(env_file: &Path) -> Vec<(String, String)> {
     env
 }
 
+/// What every started process inherits, as `docker exec` gives it: the
+/// container's environment (the image's and the sandbox's variables), but
+/// never the token, and not the user-specific HOME, USER, LOGNAME (set for
+/// the user each process runs as).
+fn inherited_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !matches!(k.as_str(), TOKEN_ENV | "HOME" | "USER" | "LOGNAME"))
+        .collect()
+}
+
 /// Runs the agent until the main process exits (or, without one, until
 /// SIGTERM/SIGINT, when it kills the processes it started); returns the
 /// exit code.
@@ -55,7 +66,7 @@ pub async fn run(config: Config) -> i32 {
         Defaults {
             user: config.user.clone(),
             workdir: config.workdir.clone(),
-            env: Vec::new(),
+            env: inherited_env(),
         },
         procs.clone(),
     );

@@ -170,12 +170,20 @@ impl Process {
         .map_err(|e| ConnectError::internal(format!("error resizing the PTY: {e}")))
     }
 
-    /// Sends a signal to the process.
+    /// Sends a signal to the process and everything it started: every
+    /// process runs in a process group of its own (a PTY's in a session of
+    /// its own), so a timeout or a kill leaves no child behind.
     pub fn signal(&self, sig: rustix::process::Signal) -> Result<(), ConnectError> {
         let pid = rustix::process::Pid::from_raw(self.pid as i32)
             .ok_or_else(|| ConnectError::internal("invalid pid"))?;
-        rustix::process::kill_process(pid, sig)
-            .map_err(|e| ConnectError::internal(format!("error signalling process: {e}")))
+        let group = rustix::process::kill_process_group(pid, sig);
+        let own = rustix::process::kill_process(pid, sig);
+        match (group, own) {
+            (Ok(()), _) | (_, Ok(())) => Ok(()),
+            (_, Err(e)) => Err(ConnectError::internal(format!(
+                "error signalling process: {e}"
+            ))),
+        }
     }
 
     /// What `List` shows of it.
@@ -254,6 +262,8 @@ impl Processes {
         let (pid, exit, stdin, outputs, pty_input, pty_master) = match spec.pty {
             None => {
                 let mut cmd = std::process::Command::new(&spec.cmd);
+                // A group of its own: a signal reaches its children too.
+                std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
                 cmd.args(&spec.args)
                     .env_clear()
                     .envs(spec.env.iter().map(|(k, v)| (k, v)))

@@ -68,6 +68,17 @@ pub struct ArchiveUploadResponse {
 #[schema(value_type = String, format = Binary)]
 pub struct Binary(pub Vec<u8>);
 
+/// `POST /sandbox/{id}/files/move`: move or rename inside the sandbox
+/// (relative paths are under `/workspace`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MoveRequest {
+    #[schema(example = "notes.txt")]
+    pub from: String,
+    #[schema(example = "archive/notes.txt")]
+    pub to: String,
+}
+
 /// Formats permission bits as `0644` / `4755`.
 pub fn format_mode(mode: u32) -> String {
     format!("{:04o}", mode & 0o7777)

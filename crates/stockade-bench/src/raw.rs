@@ -105,6 +105,7 @@ impl Raw {
             memory_bytes: self.memory_bytes,
             network_access: true,
             hostname: id.to_string(),
+            agent_token: None,
         }
     }
 

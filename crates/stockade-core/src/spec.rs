@@ -395,6 +395,10 @@ pub fn parse_image(s: &str, field: &str) -> Result<String, FieldError> {
     Ok(s.to_owned())
 }
 
+/// Variables only Stockade sets in a sandbox: the in-sandbox agent's access
+/// token and the mark of an exec's processes.
+pub const RESERVED_ENV: [&str; 2] = ["STOCKADE_AGENT_TOKEN", "STOCKADE_EXEC_ID"];
+
 fn parse_env_key(key: &str) -> bool {
     let mut bytes = key.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
@@ -418,6 +422,12 @@ pub fn parse_env(
             return Err(FieldError::new(
                 format!("{field}.{k}"),
                 "variable names must match [A-Za-z_][A-Za-z0-9_]*",
+            ));
+        }
+        if RESERVED_ENV.contains(&k.as_str()) {
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                "is reserved for Stockade's own use",
             ));
         }
         if v.contains('\0') || v.len() > 128 * 1024 {

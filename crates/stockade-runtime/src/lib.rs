@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 
+mod agent;
 mod docker;
 mod exec_stream;
 mod fake;
@@ -19,6 +20,10 @@ mod logs;
 mod runtime;
 mod stats;
 
+pub use agent::{
+    agent_target, agent_version, agent_volume_name, validate_agent_token, AGENT_BINARY,
+    AGENT_MOUNT_PATH, AGENT_PATH, AGENT_PORT, AGENT_TOKEN_ENV,
+};
 pub use docker::{container_name, DockerConfig, DockerRuntime, IsolationConfig, SECCOMP_PROFILE};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
@@ -53,6 +58,13 @@ pub mod labels {
     pub const POOL_MEMBER: &str = "io.stockade.pool-member";
     /// On a warm-pool member: the key of its pool class (image, resources).
     pub const POOL_CLASS: &str = "io.stockade.pool-class";
+    /// On a container whose PID 1 is the in-sandbox agent: the agent's
+    /// version ([`crate::agent_version`]). Absent (or empty, on containers
+    /// made from a snapshot image of such a container) when the sandbox has
+    /// no agent.
+    pub const AGENT: &str = "io.stockade.agent";
+    /// On the agent volume: the version of the agent it holds.
+    pub const AGENT_VERSION: &str = "io.stockade.agent-version";
 }
 
 /// What can go wrong in the runtime.
@@ -102,8 +114,8 @@ pub struct RuntimeInfo {
 }
 
 /// Everything needed to create one sandbox container (SEC-3 hardening is the
-/// runtime's job, not the caller's).
-#[derive(Debug, Clone, PartialEq)]
+/// runtime's job, not the caller's). Its `Debug` never shows the agent token.
+#[derive(Clone, PartialEq)]
 pub struct ContainerSpec {
     pub sandbox_id: SandboxId,
     pub account_id: AccountId,
@@ -116,13 +128,42 @@ pub struct ContainerSpec {
     pub memory_bytes: i64,
     pub network_access: bool,
     pub hostname: String,
+    /// `Some`: the in-sandbox agent runs as PID 1 in front of the main
+    /// process and accepts requests carrying this token (AGT-1); see
+    /// [`Lifecycle::create`]. `None`: the container has no agent (Docker's
+    /// init is PID 1).
+    pub agent_token: Option<String>,
+}
+
+/// `Some("<redacted>")` in place of a token.
+fn redacted(token: &Option<String>) -> Option<&'static str> {
+    token.as_ref().map(|_| "<redacted>")
+}
+
+impl std::fmt::Debug for ContainerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContainerSpec")
+            .field("sandbox_id", &self.sandbox_id)
+            .field("account_id", &self.account_id)
+            .field("instance_id", &self.instance_id)
+            .field("image", &self.image)
+            .field("command", &self.command)
+            .field("env", &self.env)
+            .field("cpu_cores", &self.cpu_cores)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("network_access", &self.network_access)
+            .field("hostname", &self.hostname)
+            .field("agent_token", &redacted(&self.agent_token))
+            .finish()
+    }
 }
 
 /// A warm-pool member to create (SCALE-3): a sandbox container with the
 /// default main process, made before any account asks for it. It carries
 /// no account label (the database records the owner once it is claimed),
-/// its hostname is its sandbox id and its environment is empty.
-#[derive(Debug, Clone, PartialEq)]
+/// its hostname is its sandbox id and its environment is empty. Its `Debug`
+/// never shows the agent token.
+#[derive(Clone, PartialEq)]
 pub struct PoolMemberSpec {
     pub sandbox_id: SandboxId,
     pub instance_id: InstanceId,
@@ -132,6 +173,24 @@ pub struct PoolMemberSpec {
     pub cpu_cores: f64,
     pub memory_bytes: i64,
     pub network_access: bool,
+    /// As [`ContainerSpec::agent_token`]: the member's agent and the token
+    /// it accepts (the sandbox keeps it once claimed).
+    pub agent_token: Option<String>,
+}
+
+impl std::fmt::Debug for PoolMemberSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolMemberSpec")
+            .field("sandbox_id", &self.sandbox_id)
+            .field("instance_id", &self.instance_id)
+            .field("class", &self.class)
+            .field("image", &self.image)
+            .field("cpu_cores", &self.cpu_cores)
+            .field("memory_bytes", &self.memory_bytes)
+            .field("network_access", &self.network_access)
+            .field("agent_token", &redacted(&self.agent_token))
+            .finish()
+    }
 }
 
 impl PoolMemberSpec {
@@ -151,6 +210,7 @@ impl PoolMemberSpec {
             memory_bytes: self.memory_bytes,
             network_access: self.network_access,
             hostname: self.sandbox_id.to_string(),
+            agent_token: self.agent_token.clone(),
         }
     }
 
@@ -188,6 +248,10 @@ pub struct ContainerState {
     pub finished_at: Option<DateTime<Utc>>,
     pub exit_code: Option<i64>,
     pub oom_killed: bool,
+    /// The version of the agent that is the container's PID 1 (its
+    /// [`labels::AGENT`] label); `None` for a container without one, whose
+    /// commands go through `docker exec`.
+    pub agent: Option<String>,
 }
 
 /// A container carrying Stockade's labels, found by [`Inspect::list_managed`].
@@ -199,6 +263,14 @@ pub struct ManagedContainer {
     pub running: bool,
     /// A warm-pool member's class (SCALE-3); `None` for any other container.
     pub pool_class: Option<String>,
+    /// The version of the container's agent, as in [`ContainerState::agent`].
+    pub agent: Option<String>,
+}
+
+/// The agent version a container's labels name: [`labels::AGENT`] when it is
+/// not empty.
+pub fn agent_of<'a>(labels: impl Fn(&str) -> Option<&'a String>) -> Option<String> {
+    labels(labels::AGENT).filter(|v| !v.is_empty()).cloned()
 }
 
 /// A Stockade volume (`agent-sandbox-*`).

@@ -97,6 +97,7 @@ fn spec(command: Option<&str>) -> ContainerSpec {
         cpu_cores: 1.0,
         memory_bytes: 256 * 1024 * 1024,
         network_access: true,
+        agent_token: None,
     }
 }
 

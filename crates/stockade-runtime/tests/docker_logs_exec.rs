@@ -63,6 +63,7 @@ async fn sandbox(rt: &DockerRuntime, command: &str) -> (SandboxId, Cleanup) {
         cpu_cores: 1.0,
         memory_bytes: 256 * 1024 * 1024,
         network_access: false,
+        agent_token: None,
     };
     rt.create(&spec).await.expect("create");
     (sandbox_id, cleanup)

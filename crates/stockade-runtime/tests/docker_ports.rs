@@ -48,6 +48,7 @@ fn spec(script: &str, network_access: bool) -> ContainerSpec {
         cpu_cores: 1.0,
         memory_bytes: 256 * 1024 * 1024,
         network_access,
+        agent_token: None,
     }
 }
 

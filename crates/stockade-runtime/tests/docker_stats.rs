@@ -53,6 +53,7 @@ async fn stats_of_a_busy_sandbox() {
         cpu_cores: 1.0,
         memory_bytes: memory,
         network_access: true,
+        agent_token: None,
     };
     rt.create(&spec).await.expect("create");
 

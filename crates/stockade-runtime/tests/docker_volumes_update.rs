@@ -61,6 +61,7 @@ fn spec(command: &str, env: &[(&str, &str)]) -> ContainerSpec {
         cpu_cores: 1.0,
         memory_bytes: 256 * 1024 * 1024,
         network_access: false,
+        agent_token: None,
     }
 }
 

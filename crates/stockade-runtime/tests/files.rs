@@ -61,6 +61,7 @@ async fn running_sandbox(rt: &DockerRuntime) -> (SandboxId, Cleanup) {
         memory_bytes: 256 * 1024 * 1024,
         network_access: false,
         hostname: "files".into(),
+        agent_token: None,
     })
     .await
     .expect("create");

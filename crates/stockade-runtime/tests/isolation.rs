@@ -52,6 +52,7 @@ fn spec(account: &AccountId, command: Vec<String>, network_access: bool) -> Cont
         cpu_cores: 0.5,
         memory_bytes: 128 * 1024 * 1024,
         network_access,
+        agent_token: None,
     }
 }
 
@@ -530,6 +531,7 @@ async fn pool_members_join_the_same_networks() {
             cpu_cores: 0.5,
             memory_bytes: 128 * 1024 * 1024,
             network_access,
+            agent_token: None,
         };
         cleanup.sandboxes.push(member.sandbox_id.clone());
         rt.create_pool_member(&member).await.expect("create member");

@@ -10,6 +10,8 @@
 //! skipped with it. Run by hand without either, they skip (saying why) when
 //! the engine has no runsc.
 //!
+//! `the_agent_runs_under_gvisor` runs the in-sandbox agent as PID 1 there.
+//!
 //! `runsc_and_runc_latency` (ignored; run it with `-- --ignored
 //! --nocapture`) prints create and exec p50 under both runtimes.
 
@@ -89,6 +91,7 @@ fn spec(image: &str, command: &str) -> ContainerSpec {
         cpu_cores: 1.0,
         memory_bytes: 256 * 1024 * 1024,
         network_access: true,
+        agent_token: None,
     }
 }
 
@@ -350,6 +353,93 @@ fn p50(mut samples: Vec<Duration>) -> Duration {
 
 /// Create (until running) and exec (`true`) latency, p50 of 10 each,
 /// under runc and runsc.
+/// The agent as PID 1 under gVisor (AGT-1): mounted from its volume,
+/// reached from the host with the token, running commands, forwarding
+/// SIGTERM to the main process.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_runs_under_gvisor() {
+    require_runsc!();
+    use stockade_agent::client::{AgentClient, Endpoint, RunOptions};
+    let rt = runtime(Some("runsc"));
+    let mut cleanup = Cleanup::default();
+    let image =
+        std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
+    let mut s = spec(&image, MAIN);
+    let token = format!("tok-{}", s.sandbox_id);
+    s.agent_token = Some(token.clone());
+    cleanup.sandboxes.push(s.sandbox_id.clone());
+    rt.create(&s)
+        .await
+        .expect("create under runsc with the agent");
+    let runtime_name = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{.HostConfig.Runtime}}",
+        &container_name(&s.sandbox_id),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&runtime_name.stdout).trim(),
+        "runsc"
+    );
+
+    let ip = rt.container_address(&s.sandbox_id).await.unwrap().unwrap();
+    let c = AgentClient::new(
+        Endpoint::Tcp(format!("{ip}:{}", stockade_runtime::AGENT_PORT)),
+        Some(token),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.health().await.is_err() {
+        assert!(Instant::now() < deadline, "the agent never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = c
+        .run(
+            "/bin/sh",
+            &RunOptions {
+                args: vec![
+                    "-c".into(),
+                    "tr '\\0' ' ' < /proc/1/cmdline; echo; echo \"$GREETING\"".into(),
+                ],
+                envs: [("GREETING".to_owned(), "hello".to_owned())].into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("/.stockade/agent/stockade-agent --listen 0.0.0.0:49983 -- /bin/sh -c"),
+        "{text}"
+    );
+    assert!(text.ends_with("hello\n"), "{text}");
+    // Files go through the agent's worker threads: glibc's thread creation
+    // (clone3, then clone) works under the gVisor profile.
+    c.upload_bytes("/tmp/from-host.txt", "through the agent")
+        .await
+        .unwrap();
+    let back = c
+        .download("/tmp/from-host.txt")
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(back, b"through the agent");
+
+    let started = Instant::now();
+    rt.stop(&s.sandbox_id, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let state = rt.inspect(&s.sandbox_id).await.unwrap().unwrap();
+    assert_eq!(state.exit_code, Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a measurement: run with -- --ignored --nocapture"]
 async fn runsc_and_runc_latency() {

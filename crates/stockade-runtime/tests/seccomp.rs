@@ -111,6 +111,7 @@ fn spec() -> ContainerSpec {
         cpu_cores: 0.5,
         memory_bytes: 128 * 1024 * 1024,
         network_access: false,
+        agent_token: None,
     }
 }
 

@@ -55,6 +55,7 @@ fn spec(image: &str, command: &str) -> ContainerSpec {
         cpu_cores: 1.0,
         memory_bytes: 256 << 20,
         network_access: false,
+        agent_token: None,
     }
 }
 

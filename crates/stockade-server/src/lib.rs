@@ -84,7 +84,8 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::teams::routes())
         .merge(routes::volumes::routes())
         .merge(routes::update::routes())
-        .merge(routes::snapshots::routes());
+        .merge(routes::snapshots::routes())
+        .merge(routes::terminal::routes());
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         state.config.rate_limit.clone(),
         state.svc.metrics.clone(),

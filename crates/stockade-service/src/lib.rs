@@ -15,8 +15,10 @@ use stockade_runtime::Runtime;
 use stockade_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
+pub mod agent;
 pub mod config;
 pub mod error;
+pub mod exec;
 pub mod files;
 pub mod idempotency;
 pub mod images;
@@ -33,6 +35,7 @@ pub mod recovery;
 pub mod sessions;
 pub mod snapshots;
 pub mod sources;
+pub mod terminal;
 pub mod update;
 pub mod usage;
 pub mod workspace_sync;
@@ -67,6 +70,8 @@ pub struct Service {
     pub shutdown: CancellationToken,
     /// Containers without a record, and since when (reconciliation).
     pub strays: Arc<reconcile::Strays>,
+    /// The sandboxes' agents: their tokens and clients (AGT-3).
+    pub agents: Arc<agent::Agents>,
     /// The last check of the sandboxes' network isolation (SEC-5).
     pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
 }
@@ -79,6 +84,7 @@ impl Service {
     ) -> Result<Self, StoreError> {
         let instance_id = store.instance_id().await?;
         let config_lease = config.operation_lease;
+        let agents = agent::Agents::load(store.as_ref()).await?;
         let metrics = Arc::new(metrics::Metrics::new());
         let usage = Arc::new(usage::Usage::new(
             runtime.clone(),
@@ -104,6 +110,7 @@ impl Service {
             shutdown: CancellationToken::new(),
             strays: Arc::default(),
             isolation: Arc::default(),
+            agents: Arc::new(agents),
         })
     }
 

@@ -127,6 +127,7 @@ fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
         memory_bytes: sb.spec.memory_bytes(),
         network_access: sb.spec.network.allows_egress(),
         hostname: sb.spec.name.to_string().to_lowercase(),
+        agent_token: Some(svc.agents.token(&sb.id)),
     }
 }
 

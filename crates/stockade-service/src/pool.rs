@@ -198,8 +198,11 @@ impl PoolClass {
     }
 
     fn member(&self, svc: &Service) -> PoolMemberSpec {
+        let sandbox_id = SandboxId::generate();
         PoolMemberSpec {
-            sandbox_id: SandboxId::generate(),
+            // Its token is the future sandbox's: derived from its id.
+            agent_token: Some(svc.agents.token(&sandbox_id)),
+            sandbox_id,
             instance_id: svc.instance_id.clone(),
             class: self.key.clone(),
             image: self.image.clone(),

@@ -1,13 +1,17 @@
-//! Background processes (API-8 `background: true`): a registry per sandbox,
-//! in this server's memory, of processes started with
-//! [`Runtime::exec_start`](stockade_runtime::Exec::exec_start), their
+//! Background processes (API-8 `background: true`, AGT-6): a registry per
+//! sandbox, in this server's memory, of the processes it watches — their
 //! status and their captured (capped) output.
+//!
+//! In a sandbox with an agent the process itself lives in the agent, tagged
+//! with its id: it survives a restart of the server, and any instance that
+//! lists the sandbox's processes adopts the ones it does not know yet (it
+//! re-attaches and captures their output from then on). In a sandbox
+//! without an agent, the process is a `docker exec` that only the server
+//! that started it knows.
 //!
 //! Bounded: at most `max_per_sandbox` processes per sandbox (finished ones
 //! make room, oldest first), finished ones are forgotten after
-//! [`RETENTION`], and each keeps at most the output limit per stream. The
-//! registry does not survive a restart of the server, and each server
-//! instance knows only the processes it started.
+//! [`RETENTION`], and each keeps at most the output limit per stream.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,6 +24,19 @@ use stockade_runtime::{ExecEvent, ExecProcess};
 use tokio::sync::watch;
 
 use crate::output::Capped;
+
+/// The tag of a background process in a sandbox's agent.
+pub fn agent_tag(id: &str) -> String {
+    format!("{AGENT_TAG_PREFIX}{id}")
+}
+
+/// The process id in an agent tag of Stockade's.
+pub fn id_of_agent_tag(tag: &str) -> Option<&str> {
+    tag.strip_prefix(AGENT_TAG_PREFIX)
+        .filter(|id| parse_process_id(id).is_ok())
+}
+
+const AGENT_TAG_PREFIX: &str = "stockade-process-";
 
 /// How long a finished process stays listed.
 pub const RETENTION: Duration = Duration::from_secs(3600);
@@ -161,12 +178,14 @@ impl ProcessRegistry {
         }
     }
 
-    /// Registers a started process and collects its output and exit in the
-    /// background. `RegistryFull` (the process is handed back, to be killed)
-    /// when another start took the last place meanwhile.
+    /// Registers a started process (with the id it was started under) and
+    /// collects its output and exit in the background. `RegistryFull` (the
+    /// process is handed back, to be killed) when another start took the
+    /// last place meanwhile.
     pub fn register(
         &self,
         sandbox: &SandboxId,
+        id: String,
         command: Vec<String>,
         process: ExecProcess,
         max_output_bytes: usize,
@@ -176,9 +195,60 @@ impl ProcessRegistry {
         if let Err(full) = make_room(procs, self.max_per_sandbox) {
             return Err((full, process));
         }
+        Ok(Self::push(
+            procs,
+            sandbox,
+            id,
+            command,
+            process,
+            max_output_bytes,
+        ))
+    }
+
+    /// Watches a process that runs already but is not registered here
+    /// (started by another server instance, or before a restart). `None`
+    /// when it is registered already.
+    pub fn adopt(
+        &self,
+        sandbox: &SandboxId,
+        id: String,
+        command: Vec<String>,
+        process: ExecProcess,
+        max_output_bytes: usize,
+    ) -> Option<Arc<Process>> {
+        let mut map = self.inner();
+        let procs = map.entry(sandbox.clone()).or_default();
+        if procs.iter().any(|p| p.id == id) {
+            return None;
+        }
+        Some(Self::push(
+            procs,
+            sandbox,
+            id,
+            command,
+            process,
+            max_output_bytes,
+        ))
+    }
+
+    /// Whether `id` of `sandbox` is registered.
+    pub fn knows(&self, sandbox: &SandboxId, id: &str) -> bool {
+        self.inner()
+            .get(sandbox)
+            .is_some_and(|procs| procs.iter().any(|p| p.id == id))
+    }
+
+    fn push(
+        procs: &mut Vec<Arc<Process>>,
+        sandbox: &SandboxId,
+        id: String,
+        command: Vec<String>,
+        process: ExecProcess,
+        max_output_bytes: usize,
+    ) -> Arc<Process> {
         let (done, _) = watch::channel(false);
         let proc = Arc::new(Process {
-            id: SandboxId::generate().to_string(),
+            id,
             sandbox_id: sandbox.clone(),
             command,
             started_at: Utc::now(),
@@ -198,9 +268,8 @@ impl ProcessRegistry {
             done,
         });
         procs.push(proc.clone());
-        drop(map);
         tokio::spawn(collect(proc.clone(), process));
-        Ok(proc)
+        proc
     }
 
     /// The processes of a sandbox, oldest first.
@@ -284,6 +353,10 @@ mod tests {
 
     use super::*;
 
+    fn new_id() -> String {
+        SandboxId::generate().to_string()
+    }
+
     fn fake_process(events: Vec<ExecEvent>) -> (ExecProcess, mpsc::Sender<ExecEvent>) {
         let (tx, rx) = mpsc::channel(16);
         for e in events {
@@ -301,7 +374,9 @@ mod tests {
             ExecEvent::Stdout("world, long".into()),
             ExecEvent::Stderr("warn".into()),
         ]);
-        let proc = reg.register(&sb, vec!["x".into()], p, 11).unwrap();
+        let proc = reg
+            .register(&sb, new_id(), vec!["x".into()], p, 11)
+            .unwrap();
         assert!(parse_process_id(&proc.id).is_ok());
         assert!(!proc.wait(Duration::from_millis(50)).await, "still running");
         assert_eq!(proc.view(false).status, ProcessStatus::Running);
@@ -331,14 +406,18 @@ mod tests {
         let mut senders = Vec::new();
         for _ in 0..2 {
             let (p, tx) = fake_process(vec![]);
-            reg.register(&sb, vec![], p, 10).unwrap();
+            reg.register(&sb, new_id(), vec![], p, 10).unwrap();
             senders.push(tx);
         }
         let (p, _tx) = fake_process(vec![]);
-        assert!(reg.register(&sb, vec![], p, 10).is_err(), "both still run");
+        assert!(
+            reg.register(&sb, new_id(), vec![], p, 10).is_err(),
+            "both still run"
+        );
         // Another sandbox has its own room.
         let (p, _tx2) = fake_process(vec![]);
-        reg.register(&SandboxId::generate(), vec![], p, 10).unwrap();
+        reg.register(&SandboxId::generate(), new_id(), vec![], p, 10)
+            .unwrap();
 
         // One ends: it makes room.
         let first = reg.list(&sb)[0].clone();
@@ -348,7 +427,7 @@ mod tests {
             .unwrap();
         assert!(first.wait(Duration::from_secs(5)).await);
         let (p, _tx3) = fake_process(vec![]);
-        reg.register(&sb, vec![], p, 10).unwrap();
+        reg.register(&sb, new_id(), vec![], p, 10).unwrap();
         let ids: Vec<String> = reg.list(&sb).iter().map(|p| p.id.clone()).collect();
         assert_eq!(ids.len(), 2);
         assert!(!ids.contains(&first.id));
@@ -359,7 +438,7 @@ mod tests {
         let reg = ProcessRegistry::new(4);
         let sb = SandboxId::generate();
         let (p, tx) = fake_process(vec![]);
-        let proc = reg.register(&sb, vec![], p, 10).unwrap();
+        let proc = reg.register(&sb, new_id(), vec![], p, 10).unwrap();
         proc.mark_kill_requested();
         tx.send(ExecEvent::Exit(ExecExit {
             exit_code: Some(137),
@@ -371,7 +450,7 @@ mod tests {
         assert_eq!(proc.view(false).status, ProcessStatus::Killed);
 
         let (p, tx) = fake_process(vec![]);
-        let proc = reg.register(&sb, vec![], p, 10).unwrap();
+        let proc = reg.register(&sb, new_id(), vec![], p, 10).unwrap();
         tx.send(ExecEvent::Exit(ExecExit {
             timed_out: true,
             ..Default::default()
@@ -384,7 +463,7 @@ mod tests {
 
         // The stream ends without an exit event.
         let (p, tx) = fake_process(vec![]);
-        let proc = reg.register(&sb, vec![], p, 10).unwrap();
+        let proc = reg.register(&sb, new_id(), vec![], p, 10).unwrap();
         drop(tx);
         assert!(proc.wait(Duration::from_secs(5)).await);
         assert_eq!(proc.view(false).status, ProcessStatus::Exited);

@@ -276,6 +276,7 @@ mod tests {
             memory_bytes: 1 << 30,
             network_access: true,
             hostname: "x".into(),
+            agent_token: None,
         }
     }
 
@@ -325,6 +326,7 @@ mod tests {
             cpu_cores: 1.0,
             memory_bytes: 1 << 30,
             network_access: true,
+            agent_token: None,
         })
         .await
         .unwrap();

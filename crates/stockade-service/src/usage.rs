@@ -377,6 +377,7 @@ mod tests {
             memory_bytes: 1 << 30,
             network_access: true,
             hostname: "x".into(),
+            agent_token: None,
         })
         .await
         .unwrap();

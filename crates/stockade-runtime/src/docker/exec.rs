@@ -233,7 +233,12 @@ impl DockerRuntime {
         spec: &ExecSpec,
         marker: Option<&str>,
     ) -> RuntimeResult<(String, StartExecResults)> {
-        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        // The container's environment holds the agent's token when it has
+        // an agent (AGT-1): the engine gives it to every exec, so blank it
+        // (the API cannot unset a variable). Nothing in a sandbox may hold
+        // the token but the agent itself.
+        let mut env = vec![format!("{}=", crate::AGENT_TOKEN_ENV)];
+        env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
         if let Some(m) = marker {
             env.push(format!("{EXEC_MARKER_ENV}={m}"));
         }

@@ -40,18 +40,18 @@ const DELETE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Docker's `X-Docker-Container-Path-Stat`.
 #[derive(Debug, serde::Deserialize)]
-struct DockerPathStat {
+pub(super) struct DockerPathStat {
     name: String,
-    size: i64,
+    pub(super) size: i64,
     /// Go's `os.FileMode`.
-    mode: u32,
+    pub(super) mode: u32,
     mtime: String,
     #[serde(rename = "linkTarget", default)]
     link_target: String,
 }
 
 impl DockerPathStat {
-    fn decode(header: &str) -> Result<Self, String> {
+    pub(super) fn decode(header: &str) -> Result<Self, String> {
         let json = base64::engine::general_purpose::STANDARD
             .decode(header.trim())
             .map_err(|e| format!("bad stat header: {e}"))?;
@@ -160,7 +160,7 @@ impl DockerRuntime {
     }
 
     /// HEAD `/containers/{name}/archive?path=`: the status and the stat header.
-    async fn raw_stat(&self, uri: &str) -> Result<(u16, Option<String>), String> {
+    pub(super) async fn raw_stat(&self, uri: &str) -> Result<(u16, Option<String>), String> {
         match &self.endpoint {
             Endpoint::Unix(socket) => {
                 let io = tokio::net::UnixStream::connect(socket)

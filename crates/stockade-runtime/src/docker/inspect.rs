@@ -142,6 +142,11 @@ impl Inspect for DockerRuntime {
             Err(e) if status_code(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(self.map_err(e, "inspect container")),
         };
+        let agent = inspected
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| crate::agent_of(|k| l.get(k)));
         let state = inspected.state.unwrap_or_default();
         let running = state.running.unwrap_or(false);
         let finished_at = parse_time(state.finished_at.as_deref());
@@ -156,6 +161,7 @@ impl Inspect for DockerRuntime {
             },
             finished_at,
             oom_killed: state.oom_killed.unwrap_or(false),
+            agent,
         }))
     }
 
@@ -186,6 +192,7 @@ impl Inspect for DockerRuntime {
                     instance_id: labels.get(labels::INSTANCE_ID).cloned(),
                     running: c.state.as_deref() == Some("running"),
                     pool_class: crate::pool_class_of(|k| labels.get(k)),
+                    agent: crate::agent_of(|k| labels.get(k)),
                 })
             })
             .collect())

@@ -12,13 +12,19 @@ use bollard::container::{
 };
 use bollard::errors::Error as BollardError;
 use bollard::image::CreateImageOptions;
-use bollard::models::{HostConfig, Mount, MountTypeEnum, RestartPolicy, RestartPolicyNameEnum};
+use bollard::models::{
+    HostConfig, ImageInspect, Mount, MountTypeEnum, MountVolumeOptions, RestartPolicy,
+    RestartPolicyNameEnum,
+};
 use bollard::volume::CreateVolumeOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 
 use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
+use crate::agent::{
+    agent_entrypoint_prefix, agent_version, validate_agent_token, AGENT_MOUNT_PATH, AGENT_TOKEN_ENV,
+};
 use crate::{
     labels, ByteStream, ContainerSpec, Lifecycle, PoolMemberSpec, RuntimeError, RuntimeResult,
 };
@@ -36,7 +42,45 @@ const CAP_ADD: [&str; 8] = [
     "NET_BIND_SERVICE",
 ];
 
+/// What a create needs to know of its image: the default process, which
+/// the agent runs as the main process when it replaces the entrypoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct ImageFacts {
+    pub(super) entrypoint: Vec<String>,
+    pub(super) cmd: Vec<String>,
+}
+
+impl ImageFacts {
+    fn of(image: ImageInspect) -> Self {
+        let config = image.config.unwrap_or_default();
+        Self {
+            entrypoint: config.entrypoint.unwrap_or_default(),
+            cmd: config.cmd.unwrap_or_default(),
+        }
+    }
+}
+
 impl DockerRuntime {
+    /// Makes sure `image` is present (pulling it when missing) and returns
+    /// its default process.
+    async fn image_facts(&self, docker: &Docker, image: &str) -> RuntimeResult<ImageFacts> {
+        match docker.inspect_image(image).await {
+            Ok(i) => return Ok(ImageFacts::of(i)),
+            Err(e) if status_code(&e) == Some(404) => {}
+            Err(e) => return Err(self.map_err(e, "inspect image")),
+        }
+        tracing::info!(image, "image not present locally: pulling");
+        self.pull(docker, image).await?;
+        match docker.inspect_image(image).await {
+            Ok(i) => Ok(ImageFacts::of(i)),
+            Err(e) if status_code(&e) == Some(404) => Err(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: "the pull finished but the image is still missing".into(),
+            }),
+            Err(e) => Err(self.map_err(e, "inspect image")),
+        }
+    }
+
     fn pull_error(&self, image: &str, e: BollardError) -> RuntimeError {
         if is_connection_error(&e) {
             return self.map_err(e, "pull");
@@ -82,7 +126,10 @@ impl DockerRuntime {
     /// create options and the container's configuration (SEC-3 hardening,
     /// limits, labels, the wrapped main process). Public for the benchmark's
     /// raw-Docker baseline (`stockade-bench`), which must create exactly the
-    /// same containers to be a fair comparison.
+    /// same containers to be a fair comparison. With an agent token, the
+    /// image's own entrypoint (which a create puts after the agent's) and
+    /// default command are not known here: the main process is
+    /// `spec.command` alone.
     pub fn create_request(
         &self,
         spec: &ContainerSpec,
@@ -96,19 +143,75 @@ impl DockerRuntime {
         };
         (
             options,
-            self.container_config(spec, &volume, stockade_labels(spec)),
+            self.container_config(spec, &volume, stockade_labels(spec), None),
         )
     }
 
+    /// The container for `spec`. With an agent token the agent is PID 1
+    /// (AGT-1): mounted read-only from the agent volume, the entrypoint,
+    /// given the token in its environment, and running the main process —
+    /// the image's entrypoint followed by `spec.command` (or the image's
+    /// command) — with no shell in between; Docker's init is off (the agent
+    /// reaps) and the container carries the [`labels::AGENT`] label.
     fn container_config(
         &self,
         spec: &ContainerSpec,
         volume: &VolumeName,
-        labels: HashMap<String, String>,
+        mut labels: HashMap<String, String>,
+        image: Option<&ImageFacts>,
     ) -> Config<String> {
         let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
         let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
             .then(|| (spec.cpu_cores * 1e9).round() as i64);
+        let mut mounts = vec![Mount {
+            target: Some(VolumeName::MOUNT_PATH.to_owned()),
+            source: Some(volume.as_str().to_owned()),
+            typ: Some(MountTypeEnum::VOLUME),
+            read_only: Some(false),
+            ..Default::default()
+        }];
+        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let (entrypoint, cmd) = match &spec.agent_token {
+            None => (
+                None,
+                // The main process runs through a wrapper that applies
+                // environment updates made after create (LC-8), see update.rs.
+                (!spec.command.is_empty()).then(|| super::update::wrap_main(&spec.command)),
+            ),
+            Some(token) => {
+                mounts.push(Mount {
+                    target: Some(AGENT_MOUNT_PATH.to_owned()),
+                    source: Some(self.agent_volume().to_owned()),
+                    typ: Some(MountTypeEnum::VOLUME),
+                    read_only: Some(true),
+                    volume_options: Some(MountVolumeOptions {
+                        // Never the image's files: only what Stockade put there.
+                        no_copy: Some(true),
+                        // Should the engine have to make it (it vanished).
+                        labels: Some(super::agent::volume_labels()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+                env.retain(|kv| !kv.starts_with(&format!("{AGENT_TOKEN_ENV}=")));
+                env.push(format!("{AGENT_TOKEN_ENV}={token}"));
+                labels.insert(labels::AGENT.to_owned(), agent_version().to_owned());
+                let mut entrypoint = agent_entrypoint_prefix();
+                let cmd = match image {
+                    Some(image) => {
+                        entrypoint.extend(image.entrypoint.iter().cloned());
+                        if spec.command.is_empty() {
+                            image.cmd.clone()
+                        } else {
+                            spec.command.clone()
+                        }
+                    }
+                    None => spec.command.clone(),
+                };
+                // The agent applies /.stockade/main.env itself (update.rs).
+                (Some(entrypoint), Some(cmd))
+            }
+        };
         let host_config = HostConfig {
             cap_drop: Some(vec!["ALL".to_owned()]),
             cap_add: Some(CAP_ADD.iter().map(|c| (*c).to_owned()).collect()),
@@ -124,15 +227,10 @@ impl DockerRuntime {
             memory_swap: memory,
             nano_cpus,
             privileged: Some(false),
-            // docker-init as PID 1: forwards SIGTERM, reaps zombies.
-            init: Some(true),
-            mounts: Some(vec![Mount {
-                target: Some(VolumeName::MOUNT_PATH.to_owned()),
-                source: Some(volume.as_str().to_owned()),
-                typ: Some(MountTypeEnum::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            }]),
+            // docker-init as PID 1 (forwards SIGTERM, reaps zombies), unless
+            // the agent is PID 1 and does both.
+            init: Some(spec.agent_token.is_none()),
+            mounts: Some(mounts),
             // SEC-5: Stockade's networks, see network.rs.
             network_mode: Some(self.sandbox_network_mode(spec.network_access)),
             runtime: self.config.oci_runtime.clone(),
@@ -145,10 +243,9 @@ impl DockerRuntime {
         };
         Config {
             image: Some(spec.image.clone()),
-            // The main process runs through a wrapper that applies environment
-            // updates made after create (LC-8), see update.rs.
-            cmd: (!spec.command.is_empty()).then(|| super::update::wrap_main(&spec.command)),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            entrypoint,
+            cmd,
+            env: Some(env),
             working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
             hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
             labels: Some(labels),
@@ -174,14 +271,28 @@ impl DockerRuntime {
     ) -> RuntimeResult<String> {
         let name = container_name(&spec.sandbox_id);
         let volume = VolumeName::for_sandbox(&spec.sandbox_id);
+        let agent = spec.agent_token.is_some();
+        if let Some(token) = &spec.agent_token {
+            validate_agent_token(token).map_err(RuntimeError::Other)?;
+        }
 
-        // Two independent questions at once: one round trip fewer per create.
-        let (image, existing, ()) = tokio::join!(
-            self.ensure_image(&spec.image),
+        // Independent questions at once: round trips fewer per create.
+        let (image, existing, (), agent_ready) = tokio::join!(
+            self.image_facts(docker, &spec.image),
             docker.inspect_volume(volume.as_str()),
-            self.prepare_networks(docker)
+            self.prepare_networks(docker),
+            async {
+                if agent {
+                    self.agent_volume_known(docker).await
+                } else {
+                    Ok(true)
+                }
+            }
         );
-        image?;
+        let image = image?;
+        if !agent_ready? {
+            self.ensure_agent_volume(docker, &spec.image).await?;
+        }
         match existing {
             // A preserved volume of this sandbox: reuse it (and keep it on failure).
             Ok(_) => {}
@@ -208,7 +319,7 @@ impl DockerRuntime {
         let mut created = docker
             .create_container(
                 Some(options.clone()),
-                self.container_config(spec, &volume, labels.clone()),
+                self.container_config(spec, &volume, labels.clone(), Some(&image)),
             )
             .await;
         if matches!(&created, Err(e) if is_missing_network(e)) {
@@ -216,12 +327,19 @@ impl DockerRuntime {
             self.forget_networks();
             self.prepare_networks(docker).await;
             created = docker
-                .create_container(Some(options), self.container_config(spec, &volume, labels))
+                .create_container(
+                    Some(options),
+                    self.container_config(spec, &volume, labels, Some(&image)),
+                )
                 .await;
         }
         let created = match created {
             Ok(c) => c,
             Err(e) => {
+                if agent {
+                    // Perhaps the agent volume went away: check it next time.
+                    self.forget_agent_volume();
+                }
                 if status_code(&e).is_some() {
                     // The daemon answered: it made nothing (a 409 means the name
                     // belongs to another container, which is not ours to remove).
@@ -247,15 +365,25 @@ impl DockerRuntime {
             self.unpack_workspace(docker, &created.id, archive).await?;
         }
 
-        docker
+        let mut started = docker
             .start_container(&created.id, None::<StartContainerOptions<String>>)
-            .await
-            .map_err(|e| match self.map_err(e, "start container") {
-                RuntimeError::NotFound(m) | RuntimeError::Conflict(m) => {
-                    RuntimeError::Other(format!("start container: {m}"))
-                }
-                other => other,
-            })?;
+            .await;
+        if agent && started.is_err() {
+            // The agent volume may have been emptied or removed (and made
+            // again, empty, by the mount) since it was checked: check it,
+            // fill it if need be, and try once more.
+            self.forget_agent_volume();
+            self.ensure_agent_volume(docker, &spec.image).await?;
+            started = docker
+                .start_container(&created.id, None::<StartContainerOptions<String>>)
+                .await;
+        }
+        started.map_err(|e| match self.map_err(e, "start container") {
+            RuntimeError::NotFound(m) | RuntimeError::Conflict(m) => {
+                RuntimeError::Other(format!("start container: {m}"))
+            }
+            other => other,
+        })?;
         Ok(created.id)
     }
 }
@@ -265,21 +393,7 @@ impl Lifecycle for DockerRuntime {
     #[tracing::instrument(skip(self))]
     async fn ensure_image(&self, image: &str) -> RuntimeResult<()> {
         let docker = self.client().await?;
-        match docker.inspect_image(image).await {
-            Ok(_) => return Ok(()),
-            Err(e) if status_code(&e) == Some(404) => {}
-            Err(e) => return Err(self.map_err(e, "inspect image")),
-        }
-        tracing::info!(image, "image not present locally: pulling");
-        self.pull(&docker, image).await?;
-        match docker.inspect_image(image).await {
-            Ok(_) => Ok(()),
-            Err(e) if status_code(&e) == Some(404) => Err(RuntimeError::ImageUnavailable {
-                image: image.to_owned(),
-                reason: "the pull finished but the image is still missing".into(),
-            }),
-            Err(e) => Err(self.map_err(e, "inspect image")),
-        }
+        self.image_facts(&docker, image).await.map(|_| ())
     }
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
@@ -396,7 +510,7 @@ pub(super) fn stockade_labels(spec: &ContainerSpec) -> HashMap<String, String> {
 
 /// Force-removes a container with its anonymous volumes (named volumes stay);
 /// gone already is fine, and so is a removal already in progress (waited for).
-async fn remove_container(docker: &Docker, name: &str) -> Result<(), BollardError> {
+pub(super) async fn remove_container(docker: &Docker, name: &str) -> Result<(), BollardError> {
     let options = RemoveContainerOptions {
         force: true,
         v: true,

@@ -3,7 +3,8 @@
 //! how to fix an unreachable daemon. Each role lives in a file of its own:
 //! `lifecycle.rs` (hardened create, SEC-3), `exec.rs`, `files.rs`,
 //! `logs.rs`, `inspect.rs`, `ports.rs`, `stats.rs`, `update.rs`,
-//! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9).
+//! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9),
+//! `agent.rs` (the agent volume, AGT-1).
 
 use std::error::Error as StdError;
 use std::sync::atomic::AtomicBool;
@@ -15,6 +16,7 @@ use bollard::{ClientVersion, Docker, API_DEFAULT_VERSION};
 use chrono::{DateTime, Utc};
 use stockade_core::SandboxId;
 
+mod agent;
 mod exec;
 mod files;
 mod inspect;
@@ -64,6 +66,11 @@ pub struct DockerConfig {
     /// The networks sandboxes join and the packet filter that keeps them
     /// from each other and from the host (SEC-5).
     pub isolation: IsolationConfig,
+    /// The volume holding the agent on this engine (AGT-1); the default,
+    /// [`crate::agent_volume_name`], names this build's agent version, so
+    /// every server with the same agent shares one volume per engine. Tests
+    /// take names of their own.
+    pub agent_volume: String,
 }
 
 impl Default for DockerConfig {
@@ -75,8 +82,18 @@ impl Default for DockerConfig {
             oci_runtime: None,
             pull_timeout: Duration::from_secs(300),
             isolation: IsolationConfig::default(),
+            agent_volume: crate::agent_volume_name(),
         }
     }
+}
+
+/// A Docker volume name: `[A-Za-z0-9][A-Za-z0-9_.-]+`, at most 255 bytes.
+fn is_volume_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (2..=255).contains(&b.len())
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +119,8 @@ pub struct DockerRuntime {
     networks_ready: [AtomicBool; 2],
     /// What the engine said about itself and its host (`inspect.rs`).
     engine: RwLock<inspect::EngineFacts>,
+    /// Whether the agent volume is known to be complete (`agent.rs`).
+    agent: agent::AgentVolumeState,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -157,6 +176,14 @@ impl DockerRuntime {
             .isolation
             .validate()
             .map_err(|e| RuntimeError::Other(format!("invalid isolation setting {e}")))?;
+        // The fill container's name (`<volume>-fill`) must be valid too.
+        if !is_volume_name(&config.agent_volume) || config.agent_volume.len() > 200 {
+            return Err(RuntimeError::Other(format!(
+                "invalid agent_volume {:?}: a Docker volume name ([A-Za-z0-9][A-Za-z0-9_.-]+, \
+                 at most 200 characters)",
+                config.agent_volume
+            )));
+        }
         Ok(Self {
             config,
             host,
@@ -165,6 +192,7 @@ impl DockerRuntime {
             client: RwLock::new(None),
             networks_ready: [AtomicBool::new(false), AtomicBool::new(false)],
             engine: RwLock::new(inspect::EngineFacts::default()),
+            agent: agent::AgentVolumeState::default(),
         })
     }
 
@@ -398,6 +426,27 @@ mod tests {
         .unwrap();
         assert_eq!(rt.server_name(), "local");
         assert_eq!(rt.host(), "unix:///tmp/nonexistent-stockade-unit.sock");
+    }
+
+    #[test]
+    fn agent_volume_names_are_checked() {
+        assert_eq!(
+            DockerConfig::default().agent_volume,
+            format!("stockade-agent-{}", crate::agent_version())
+        );
+        for bad in ["", "x", "-lead", "has space", "a/b", &"v".repeat(201)] {
+            let err = DockerRuntime::new(DockerConfig {
+                agent_volume: bad.to_owned(),
+                ..Default::default()
+            })
+            .unwrap_err();
+            assert!(err.to_string().contains("agent_volume"), "{err}");
+        }
+        assert!(DockerRuntime::new(DockerConfig {
+            agent_volume: "test-agent_1.x".into(),
+            ..Default::default()
+        })
+        .is_ok());
     }
 
     #[test]

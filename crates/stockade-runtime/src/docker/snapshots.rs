@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::container::{Config, DownloadFromContainerOptions, UploadToContainerOptions};
+use bollard::container::{
+    Config, DownloadFromContainerOptions, InspectContainerOptions, UploadToContainerOptions,
+};
 use bollard::image::{CommitContainerOptions, RemoveImageOptions};
+use bollard::models::ContainerConfig;
 use bollard::Docker;
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
@@ -21,6 +24,41 @@ use crate::{ByteStream, ContainerSpec, RuntimeError, RuntimeResult, Snapshots};
 /// How long one archive transfer (commit, upload, unpack) may take: the
 /// engine answers only when it is done.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Keeps a container's agent out of the snapshot image committed with
+/// `commit` (AGT-1): the image gets the entrypoint the container's image had
+/// (what followed the agent's `--`), a blank token variable (Docker merges
+/// the container's environment into the image's and cannot drop a variable)
+/// and a blank agent label. The agent itself is never in the image: it lives
+/// on a volume, which a commit leaves out. A container made from the image
+/// gets an agent only when its create asks for one.
+fn without_agent(commit: &mut Config<String>, container: &ContainerConfig) {
+    let has_agent = container
+        .labels
+        .as_ref()
+        .is_some_and(|l| crate::agent_of(|k| l.get(k)).is_some());
+    if !has_agent {
+        return;
+    }
+    commit
+        .labels
+        .get_or_insert_with(HashMap::new)
+        .insert(crate::labels::AGENT.to_owned(), String::new());
+    commit.env = Some(vec![format!("{}=", crate::AGENT_TOKEN_ENV)]);
+    let entrypoint = container.entrypoint.clone().unwrap_or_default();
+    let image_entrypoint = match entrypoint.first() {
+        Some(first) if first == crate::AGENT_PATH => entrypoint
+            .iter()
+            .position(|a| a == "--")
+            .map(|i| entrypoint[i + 1..].to_vec())
+            .unwrap_or_default(),
+        _ => entrypoint,
+    };
+    // `[]`, not absent: an absent entrypoint would be the container's.
+    commit.entrypoint = Some(image_entrypoint);
+    // Given, since the engine takes the container's only with no entrypoint.
+    commit.cmd = Some(container.cmd.clone().unwrap_or_default());
+}
 
 impl DockerRuntime {
     #[tracing::instrument(skip(self, labels), fields(sandbox.id = %id))]
@@ -44,10 +82,20 @@ impl DockerRuntime {
             changes: None,
         };
         // Docker merges these labels with the container's own.
-        let config = Config::<String> {
+        let mut config = Config::<String> {
             labels: Some(labels.clone().into_iter().collect::<HashMap<_, _>>()),
             ..Default::default()
         };
+        let inspected = docker
+            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "inspect container"),
+            })?;
+        if let Some(container) = inspected.config {
+            without_agent(&mut config, &container);
+        }
         docker
             .commit_container(options, config)
             .await
@@ -220,5 +268,58 @@ impl Snapshots for DockerRuntime {
         archive: ByteStream,
     ) -> RuntimeResult<String> {
         self.create_with_workspace_impl(spec, archive).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(entrypoint: &[&str], agent: Option<&str>) -> ContainerConfig {
+        let mut labels = HashMap::from([("k".to_owned(), "v".to_owned())]);
+        if let Some(a) = agent {
+            labels.insert(crate::labels::AGENT.to_owned(), a.to_owned());
+        }
+        ContainerConfig {
+            entrypoint: Some(entrypoint.iter().map(|s| s.to_string()).collect()),
+            cmd: Some(vec!["/bin/sh".into(), "-c".into(), "sleep 9".into()]),
+            env: Some(vec![format!("{}=secret", crate::AGENT_TOKEN_ENV)]),
+            labels: Some(labels),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn snapshot_images_lose_the_agent() {
+        let mut prefix = crate::agent::agent_entrypoint_prefix();
+        prefix.push("/docker-entrypoint.sh".into());
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        let mut commit = Config::<String>::default();
+        without_agent(&mut commit, &container(&prefix, Some("0123456789ab")));
+        assert_eq!(
+            commit.entrypoint,
+            Some(vec!["/docker-entrypoint.sh".into()])
+        );
+        assert_eq!(commit.cmd.as_ref().unwrap()[2], "sleep 9");
+        assert_eq!(
+            commit.env,
+            Some(vec![format!("{}=", crate::AGENT_TOKEN_ENV)])
+        );
+        assert_eq!(commit.labels.unwrap()[crate::labels::AGENT], "");
+
+        // No image entrypoint: an empty one, not the container's.
+        let mut commit = Config::<String>::default();
+        let bare = crate::agent::agent_entrypoint_prefix();
+        let bare: Vec<&str> = bare.iter().map(String::as_str).collect();
+        without_agent(&mut commit, &container(&bare, Some("0123456789ab")));
+        assert_eq!(commit.entrypoint, Some(vec![]));
+
+        // Without an agent (or with the blank label of an earlier snapshot):
+        // nothing changes.
+        for agent in [None, Some("")] {
+            let mut commit = Config::<String>::default();
+            without_agent(&mut commit, &container(&["/e"], agent));
+            assert_eq!(commit, Config::<String>::default());
+        }
     }
 }

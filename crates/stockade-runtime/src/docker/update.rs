@@ -90,32 +90,35 @@ pub(crate) fn env_script(
     out
 }
 
-/// A ustar archive of one directory and one file in it (enough for
-/// Docker's archive API; no dependency for 512-byte headers).
+/// One ustar header: `name` (at most 100 bytes), root-owned, modified now;
+/// `kind` is `b'0'` for a file, `b'5'` for a directory (enough for Docker's
+/// archive API; no dependency for 512-byte headers).
+pub(crate) fn ustar_header(name: &str, mode: u32, size: usize, kind: u8) -> [u8; 512] {
+    let mut h = [0u8; 512];
+    let put = |h: &mut [u8; 512], at: usize, bytes: &[u8]| {
+        h[at..at + bytes.len()].copy_from_slice(bytes);
+    };
+    put(&mut h, 0, name.as_bytes());
+    put(&mut h, 100, format!("{mode:07o}\0").as_bytes());
+    put(&mut h, 108, b"0000000\0"); // uid root
+    put(&mut h, 116, b"0000000\0"); // gid root
+    put(&mut h, 124, format!("{size:011o}\0").as_bytes());
+    let mtime = chrono::Utc::now().timestamp().max(0);
+    put(&mut h, 136, format!("{mtime:011o}\0").as_bytes());
+    put(&mut h, 148, b"        "); // checksum placeholder
+    h[156] = kind;
+    put(&mut h, 257, b"ustar\0");
+    put(&mut h, 263, b"00");
+    let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+    put(&mut h, 148, format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+/// A ustar archive of one directory and one file in it.
 pub(crate) fn tar_one_file(dir: &str, file: &str, content: &[u8]) -> Vec<u8> {
-    fn header(name: &str, mode: u32, size: usize, kind: u8) -> [u8; 512] {
-        let mut h = [0u8; 512];
-        let put = |h: &mut [u8; 512], at: usize, bytes: &[u8]| {
-            h[at..at + bytes.len()].copy_from_slice(bytes);
-        };
-        put(&mut h, 0, name.as_bytes());
-        put(&mut h, 100, format!("{mode:07o}\0").as_bytes());
-        put(&mut h, 108, b"0000000\0"); // uid root
-        put(&mut h, 116, b"0000000\0"); // gid root
-        put(&mut h, 124, format!("{size:011o}\0").as_bytes());
-        let mtime = chrono::Utc::now().timestamp().max(0);
-        put(&mut h, 136, format!("{mtime:011o}\0").as_bytes());
-        put(&mut h, 148, b"        "); // checksum placeholder
-        h[156] = kind;
-        put(&mut h, 257, b"ustar\0");
-        put(&mut h, 263, b"00");
-        let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
-        put(&mut h, 148, format!("{sum:06o}\0 ").as_bytes());
-        h
-    }
     let mut out = Vec::with_capacity(2048 + content.len());
-    out.extend_from_slice(&header(&format!("{dir}/"), 0o755, 0, b'5'));
-    out.extend_from_slice(&header(
+    out.extend_from_slice(&ustar_header(&format!("{dir}/"), 0o755, 0, b'5'));
+    out.extend_from_slice(&ustar_header(
         &format!("{dir}/{file}"),
         0o644,
         content.len(),
@@ -191,7 +194,10 @@ impl DockerRuntime {
             .inspect_container(&name, None::<InspectContainerOptions>)
             .await
             .map_err(|e| self.not_found_or(id, e, "inspect container"))?;
-        let container_env = parse_env_list(container.config.and_then(|c| c.env));
+        let mut container_env = parse_env_list(container.config.and_then(|c| c.env));
+        // The agent's token is no variable of the main process (the agent
+        // removes it): nothing to restore or unset.
+        container_env.remove(crate::AGENT_TOKEN_ENV);
         let image_env = match container.image.as_deref() {
             Some(image) => match docker.inspect_image(image).await {
                 Ok(i) => parse_env_list(i.config.and_then(|c| c.env)),

@@ -40,6 +40,16 @@ pub struct FakeContainer {
     pub pool_class: Option<String>,
 }
 
+impl FakeContainer {
+    /// The agent version it reports: this build's when made with a token.
+    pub fn agent(&self) -> Option<String> {
+        self.spec
+            .agent_token
+            .as_ref()
+            .map(|_| crate::agent_version().to_owned())
+    }
+}
+
 #[derive(Debug, Clone)]
 struct FakeVolume {
     created_at: DateTime<Utc>,
@@ -237,6 +247,15 @@ impl FakeRuntime {
         self.state().exec_calls.clone()
     }
 
+    /// The agent token a sandbox's container was made with (`None`: no
+    /// container, or one without an agent).
+    pub fn agent_token(&self, id: &SandboxId) -> Option<String> {
+        self.state()
+            .containers
+            .get(id)
+            .and_then(|c| c.spec.agent_token.clone())
+    }
+
     /// The container of a sandbox, if any.
     pub fn container(&self, id: &SandboxId) -> Option<FakeContainer> {
         self.state().containers.get(id).cloned()
@@ -265,6 +284,9 @@ impl FakeRuntime {
         spec: &ContainerSpec,
         pool_class: Option<String>,
     ) -> RuntimeResult<String> {
+        if let Some(token) = &spec.agent_token {
+            crate::validate_agent_token(token).map_err(RuntimeError::Other)?;
+        }
         self.ensure_image(&spec.image).await?;
         let delay = self.state().create_delay;
         if let Some(delay) = delay {
@@ -405,6 +427,7 @@ impl Inspect for FakeRuntime {
             finished_at: c.finished_at,
             exit_code: c.exit_code,
             oom_killed: false,
+            agent: c.agent(),
         }))
     }
 
@@ -420,6 +443,7 @@ impl Inspect for FakeRuntime {
                 instance_id: Some(c.spec.instance_id.as_str().to_owned()),
                 running: c.running,
                 pool_class: c.pool_class.clone(),
+                agent: c.agent(),
             })
             .collect())
     }
@@ -548,6 +572,7 @@ mod tests {
             memory_bytes: 512 << 20,
             network_access: true,
             hostname: "sbx".into(),
+            agent_token: None,
         }
     }
 
@@ -582,6 +607,65 @@ mod tests {
         assert!(rt.has_volume(&VolumeName::for_sandbox(id)));
         rt.remove(id, false).await.unwrap(); // container gone already: fine
         assert!(!rt.has_volume(&VolumeName::for_sandbox(id)));
+    }
+
+    #[tokio::test]
+    async fn agents_are_recorded_and_reported() {
+        let rt = FakeRuntime::new();
+        let plain = spec();
+        rt.create(&plain).await.unwrap();
+        let mut with = spec();
+        with.agent_token = Some("tok-1".into());
+        rt.create(&with).await.unwrap();
+        let member = PoolMemberSpec {
+            sandbox_id: SandboxId::generate(),
+            instance_id: InstanceId::generate(),
+            class: "c".into(),
+            image: "busybox:latest".into(),
+            cpu_cores: 1.0,
+            memory_bytes: 512 << 20,
+            network_access: false,
+            agent_token: Some("tok-2".into()),
+        };
+        rt.create_pool_member(&member).await.unwrap();
+
+        assert_eq!(rt.agent_token(&plain.sandbox_id), None);
+        assert_eq!(rt.agent_token(&with.sandbox_id).as_deref(), Some("tok-1"));
+        assert_eq!(rt.agent_token(&member.sandbox_id).as_deref(), Some("tok-2"));
+        let version = Some(crate::agent_version().to_owned());
+        assert_eq!(
+            rt.inspect(&plain.sandbox_id).await.unwrap().unwrap().agent,
+            None
+        );
+        assert_eq!(
+            rt.inspect(&with.sandbox_id).await.unwrap().unwrap().agent,
+            version
+        );
+        let listed = rt.list_managed().await.unwrap();
+        let agent_of = |id: &SandboxId| {
+            listed
+                .iter()
+                .find(|c| c.sandbox_id.as_ref() == Some(id))
+                .unwrap()
+                .agent
+                .clone()
+        };
+        assert_eq!(agent_of(&plain.sandbox_id), None);
+        assert_eq!(agent_of(&with.sandbox_id), version);
+        assert_eq!(agent_of(&member.sandbox_id), version);
+
+        // The token never shows in Debug output.
+        let shown = format!("{with:?} {member:?} {:?}", rt.container(&with.sandbox_id));
+        assert!(!shown.contains("tok-"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+
+        let mut bad = spec();
+        bad.agent_token = Some("has space".into());
+        match rt.create(&bad).await {
+            Err(RuntimeError::Other(m)) => assert!(m.contains("agent_token"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(rt.container(&bad.sandbox_id).is_none());
     }
 
     #[tokio::test]

@@ -145,6 +145,7 @@ mod tests {
             memory_bytes: 1 << 30,
             network_access: true,
             hostname: "h".into(),
+            agent_token: None,
         }
     }
 

@@ -60,6 +60,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(logs::LogsApi::openapi());
     doc.merge(exec::ExecApi::openapi());
     doc.merge(super::files::FilesApi::openapi());
+    doc.merge(super::terminal::TerminalApi::openapi());
     doc.merge(super::teams::TeamsApi::openapi());
     doc.merge(crate::metrics::MetricsApi::openapi());
     doc.merge(volumes::VolumesApi::openapi());

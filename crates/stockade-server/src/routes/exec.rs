@@ -27,7 +27,7 @@ use crate::extract::{parse_json, query_pairs, Caller};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::output::{lossy_text, Utf8Decoder};
-use stockade_service::processes::{parse_process_id, Process, RegistryFull};
+use stockade_service::processes::{self, parse_process_id, Process, RegistryFull};
 
 /// The largest exec request body (it carries `stdin`).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -36,8 +36,6 @@ const MAX_ARGS: usize = 4096;
 /// The most bytes of `cmd` (all arguments) or `shell`.
 const MAX_COMMAND_BYTES: usize = 256 * 1024;
 const MAX_CWD_BYTES: usize = 4096;
-/// The variable that marks an exec's processes so they can be killed.
-const RESERVED_ENV: &str = "STOCKADE_EXEC_ID";
 /// `wait` without `?timeout=` waits this long.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 const MAX_WAIT_SECS: u64 = 3600;
@@ -160,12 +158,8 @@ fn plan(req: ExecRequest, sb: &Sandbox, config: &ServerConfig) -> ApiResult<Exec
     }
     if let Some(extra) = req.env {
         if let Some(extra) = errs.check(stockade_core::spec::parse_env(&extra, "env")) {
-            if extra.contains_key(RESERVED_ENV) {
-                errs.push(
-                    format!("env.{RESERVED_ENV}"),
-                    "is reserved for Stockade's own use",
-                );
-            }
+            // parse_env refuses the reserved names (STOCKADE_EXEC_ID, the
+            // agent's token).
             env.extend(extra);
         }
     }
@@ -279,10 +273,11 @@ pub async fn exec(
         return Ok((StatusCode::ACCEPTED, Json(proc.view(false))).into_response());
     }
     if sse::wants_event_stream(&headers) {
-        let process = state.svc.runtime.exec_start(&sb.id, plan.spec()).await?;
+        let started = Instant::now();
+        let process = state.svc.exec_start(&sb, plan.spec()).await?;
         let events = ExecEvents {
             process,
-            started: Instant::now(),
+            started,
             timeout: plan.timeout,
             stdout: Utf8Decoder::default(),
             stderr: Utf8Decoder::default(),
@@ -304,9 +299,8 @@ pub async fn exec(
     let started = Instant::now();
     let out = state
         .svc
-        .runtime
         .exec(
-            &sb.id,
+            &sb,
             ExecSpec {
                 max_output_bytes: limit,
                 ..plan.spec()
@@ -366,9 +360,15 @@ async fn start_background(
     plan: &ExecPlan,
 ) -> ApiResult<std::sync::Arc<Process>> {
     state.svc.processes.ensure_room(&sb.id).map_err(too_many)?;
-    let process = state.svc.runtime.exec_start(&sb.id, plan.spec()).await?;
+    // The agent keeps the process under this id (AGT-6).
+    let id = stockade_core::SandboxId::generate().to_string();
+    let process = state
+        .svc
+        .exec_start_tagged(sb, plan.spec(), Some(processes::agent_tag(&id)))
+        .await?;
     match state.svc.processes.register(
         &sb.id,
+        id,
         plan.argv.clone(),
         process,
         state.svc.config.max_exec_output_bytes,
@@ -379,7 +379,7 @@ async fn start_background(
         }
         Err((full, process)) => {
             // Another start took the last place meanwhile: this one goes.
-            if let Err(e) = state.svc.runtime.exec_kill(&sb.id, process.exec_id()).await {
+            if let Err(e) = state.svc.exec_kill(sb, process.exec_id()).await {
                 tracing::warn!(sandbox.id = %sb.id, error = %e, "could not kill a process that found no room");
             }
             Err(too_many(full))
@@ -463,6 +463,14 @@ impl ExecEvents {
     }
 }
 
+/// Takes over the sandbox's background processes this server does not
+/// watch yet (they live in its agent); a failure only means fewer listed.
+async fn adopt(state: &AppState, sb: &Sandbox) {
+    if let Err(e) = state.svc.adopt_processes(sb).await {
+        tracing::debug!(sandbox.id = %sb.id, error = %e, "could not list the agent's processes");
+    }
+}
+
 async fn load_process(
     state: &AppState,
     caller: &Caller,
@@ -471,6 +479,7 @@ async fn load_process(
 ) -> ApiResult<std::sync::Arc<Process>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     let pid = parse_process_id(pid)?;
+    adopt(state, &sb).await;
     state
         .svc
         .processes
@@ -478,8 +487,9 @@ async fn load_process(
         .ok_or_else(|| ApiError::NotFound("Process not found".into()))
 }
 
-/// The sandbox's background processes (those this server started and has
-/// not yet forgotten: finished ones stay listed for an hour).
+/// The sandbox's background processes: those running in its agent —
+/// whichever server instance started them, also before a restart — and
+/// finished ones for an hour.
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}/processes", tag = "exec",
     params(("id" = String, Path, description = "sandbox id")),
     responses(
@@ -494,6 +504,7 @@ pub async fn list_processes(
     Path(id): Path<String>,
 ) -> ApiResult<Json<ListProcessesResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    adopt(&state, &sb).await;
     Ok(Json(ListProcessesResponse {
         processes: state
             .svc
@@ -582,11 +593,8 @@ pub async fn kill_process(
     let proc = load_process(&state, &caller, &id, &pid).await?;
     if proc.is_running() {
         proc.mark_kill_requested();
-        state
-            .svc
-            .runtime
-            .exec_kill(&proc.sandbox_id, proc.exec_id())
-            .await?;
+        let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+        state.svc.exec_kill(&sb, proc.exec_id()).await?;
         if !proc.wait(KILL_WAIT).await {
             tracing::warn!(sandbox.id = %proc.sandbox_id, process.id = %proc.id, "a killed process is still running");
         }

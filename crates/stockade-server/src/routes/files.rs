@@ -33,12 +33,15 @@ pub fn routes() -> Router<AppState> {
             "/sandbox/{id}/files/archive",
             get(download).put(upload).post(upload),
         )
+        .route("/sandbox/{id}/files/mkdir", axum::routing::post(mkdir))
+        .route("/sandbox/{id}/files/move", axum::routing::post(move_path))
+        .route("/sandbox/{id}/files/watch", get(watch))
 }
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(read, stat, write, delete, download, upload),
-    components(schemas(FileEntry, stockade_api::FileType, DirectoryListing, ArchiveUploadResponse, stockade_api::files::Binary)),
+    paths(read, stat, write, delete, download, upload, mkdir, move_path, watch),
+    components(schemas(FileEntry, stockade_api::FileType, DirectoryListing, ArchiveUploadResponse, stockade_api::files::Binary, stockade_api::files::MoveRequest)),
     tags((name = "files", description = "Files inside a sandbox (API-9)"))
 )]
 pub struct FilesApi;
@@ -511,4 +514,106 @@ pub async fn upload(
         entries: done.entries,
         bytes: done.bytes,
     }))
+}
+
+/// Make a directory (and its missing parents). Needs a running sandbox.
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/files/mkdir", tag = "files",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = String, Query, description = "the directory; relative paths are under /workspace")),
+    responses(
+        (status = 201, description = "Made (or there already)", body = FileEntry),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The sandbox is not running, or a file is in the way", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+pub async fn mkdir(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<(StatusCode, Json<FileEntry>)> {
+    let q = parse_query(raw.as_deref(), &["path"])?;
+    let path = required_path(&q)?;
+    let sb = load_with_files(&state, &caller, &id).await?;
+    let entry = state.svc.make_dir(&sb, &path).await?;
+    Ok((StatusCode::CREATED, Json(entry)))
+}
+
+/// Move or rename a file or directory inside the sandbox. Needs a running
+/// sandbox.
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/files/move", tag = "files",
+    params(("id" = String, Path, description = "sandbox id")),
+    request_body = stockade_api::files::MoveRequest,
+    responses(
+        (status = 200, description = "Moved; the entry at its new place", body = FileEntry),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, description = "Unknown sandbox, or `from` does not exist", body = ErrorBody),
+        (status = 409, description = "The sandbox is not running", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+pub async fn move_path(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    crate::extract::ApiJson(req): crate::extract::ApiJson<stockade_api::files::MoveRequest>,
+) -> ApiResult<Json<FileEntry>> {
+    let mut errs = ValidationErrors::default();
+    let from = errs.check(SandboxPath::parse_field(&req.from, "from"));
+    let to = errs.check(SandboxPath::parse_field(&req.to, "to"));
+    errs.into_result()?;
+    let (Some(from), Some(to)) = (from, to) else {
+        return Err(ApiError::field("from", "is required"));
+    };
+    let sb = load_with_files(&state, &caller, &id).await?;
+    Ok(Json(state.svc.move_path(&sb, &from, &to).await?))
+}
+
+/// Watch a directory: Server-Sent Events `create`, `write`, `remove`,
+/// `rename` and `chmod`, each with data `{"path","type"}`, until the client
+/// closes the stream (or the sandbox stops: a final `end` event).
+#[utoipa::path(get, path = "/api/v1/sandbox/{id}/files/watch", tag = "files",
+    params(("id" = String, Path, description = "sandbox id"),
+           ("path" = String, Query, description = "the directory; relative paths are under /workspace"),
+           ("recursive" = Option<bool>, Query, description = "its subdirectories too (default false)")),
+    responses(
+        (status = 200, description = "The events", content_type = "text/event-stream"),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The sandbox is not running", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+pub async fn watch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Response> {
+    let q = parse_query(raw.as_deref(), &["path", "recursive"])?;
+    let path = required_path(&q)?;
+    let sb = load_with_files(&state, &caller, &id).await?;
+    let watch = state.svc.watch(&sb, &path, q.recursive).await?;
+    let events = futures_util::stream::unfold(Some(watch), |watch| async move {
+        let mut watch = watch?;
+        match watch.next().await {
+            Some(Ok(ev)) => {
+                let data = serde_json::to_string(&ev).unwrap_or_default();
+                Some((crate::sse::event(ev.kind, None, &data), Some(watch)))
+            }
+            Some(Err(e)) => {
+                let data = serde_json::json!({ "reason": e.to_string() }).to_string();
+                Some((crate::sse::event("end", None, &data), None))
+            }
+            None => Some((
+                crate::sse::event("end", None, r#"{"reason":"the watch ended"}"#),
+                None,
+            )),
+        }
+    });
+    Ok(crate::sse::response(
+        Box::pin(events),
+        state.config.sse_keep_alive,
+        &state.svc.shutdown,
+    ))
 }

@@ -15,6 +15,7 @@ pub mod ports;
 pub mod sandboxes;
 pub mod snapshots;
 pub mod teams;
+pub mod terminal;
 pub mod update;
 pub mod volumes;
 

@@ -60,7 +60,11 @@ async fn create_with_only_a_name_runs_with_defaults() {
         .contains("no-new-privileges"));
     assert_eq!(host["Memory"], host["MemorySwap"]);
     assert!(host["PidsLimit"].as_i64().unwrap() > 0);
-    assert_eq!(host["Init"], true);
+    // The in-sandbox agent is PID 1 (it reaps and forwards signals), not
+    // Docker's init.
+    assert_eq!(host["Init"], false);
+    let path = docker_lines(&["inspect", "-f", "{{.Path}}", &format!("stockade-{id}")]);
+    assert_eq!(path, vec!["/.stockade/agent/stockade-agent".to_owned()]);
 
     // GET shows the same sandbox.
     let got = app

@@ -1,6 +1,7 @@
 //! End-to-end API tests: a real server over HTTP, the real Docker engine,
 //! real SQLite. One binary, a module per feature.
 
+mod agent;
 mod exec;
 mod failures;
 mod files;
@@ -25,6 +26,7 @@ mod storage;
 mod sync;
 mod teams;
 mod tenancy;
+mod terminal;
 mod update;
 mod validation;
 mod volumes;

@@ -1,0 +1,236 @@
+//! Terminals and the agent's file verbs over the API (AGT-4, AGT-5): a PTY
+//! over a WebSocket (`cd` sticks, the size follows resizes, Ctrl-C reaches
+//! the foreground program, the exit code comes back), refused for another
+//! account and for a cookie from a foreign page; `mkdir`, `move`, and a
+//! watch that reports creates, writes, renames and removes.
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::helpers::*;
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn open(app: &TestApp, token: &str, id: &str, query: &str) -> Result<Ws, String> {
+    let url = format!(
+        "{}/api/v1/sandbox/{id}/terminal{query}",
+        app.base.replace("http://", "ws://")
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tokio_tungstenite::connect_async(req)
+        .await
+        .map(|(ws, _)| ws)
+        .map_err(|e| e.to_string())
+}
+
+/// Reads the terminal until its output contains `needle` (10 s at most).
+async fn read_until(ws: &mut Ws, seen: &mut String, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains(needle) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, ws.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            Ok(Some(Ok(Message::Text(t)))) => seen.push_str(&t),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("waiting for {needle:?}: {other:?}; seen so far:\n{seen}"),
+        }
+    }
+}
+
+async fn send(ws: &mut Ws, text: &str) {
+    ws.send(Message::Binary(text.as_bytes().to_vec().into()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminal_is_a_real_pty() {
+    let app = spawn_app().await;
+    let t = app.new_account("term").await;
+    let sb = app.create(&t, json!({ "name": "tty" })).await;
+    let id = sb["id"].as_str().unwrap();
+    let mut ws = open(&app, &t, id, "?cols=100&rows=30").await.unwrap();
+    let mut seen = String::new();
+    send(&mut ws, "cd /tmp && echo marker-$((6*7))\n").await;
+    read_until(&mut ws, &mut seen, "marker-42").await;
+    send(&mut ws, "pwd; stty size\n").await;
+    read_until(&mut ws, &mut seen, "30 100").await;
+    assert!(seen.contains("/tmp"), "cd did not stick:\n{seen}");
+    ws.send(Message::Text(
+        json!({ "type": "resize", "cols": 120, "rows": 40 })
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    send(&mut ws, "stty size\n").await;
+    read_until(&mut ws, &mut seen, "40 120").await;
+    // Ctrl-C stops the foreground program, not the shell.
+    send(&mut ws, "sleep 100\n").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(&mut ws, "\x03").await;
+    send(&mut ws, "echo still-$((1+1))\n").await;
+    read_until(&mut ws, &mut seen, "still-2").await;
+    send(&mut ws, "exit 3\n").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        match tokio::time::timeout(
+            deadline.saturating_duration_since(Instant::now()),
+            ws.next(),
+        )
+        .await
+        {
+            Ok(Some(Ok(Message::Text(t)))) => break serde_json::from_str::<Value>(&t).unwrap(),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("no exit frame: {other:?}"),
+        }
+    };
+    assert_eq!(exit, json!({ "type": "exit", "exitCode": 3 }));
+    // Closing a terminal ends its process.
+    let mut ws = open(&app, &t, id, "?cmd=sleep%20777").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ws.close(None).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ps = sh_in(
+            id,
+            "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done",
+        );
+        if !ps.contains("sleep 777") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the terminal's process outlived it:\n{ps}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminals_are_refused_to_strangers_and_foreign_pages() {
+    let app = spawn_app().await;
+    let alice = app.new_account("term-alice").await;
+    let mallory = app.new_account("term-mallory").await;
+    let sb = app.create(&alice, json!({ "name": "private" })).await;
+    let id = sb["id"].as_str().unwrap();
+    let err = open(&app, &mallory, id, "").await.unwrap_err();
+    assert!(err.contains("403"), "{err}");
+    let err = open(&app, &alice, id, "?cols=0").await.unwrap_err();
+    assert!(err.contains("400"), "{err}");
+    // The session cookie from a page elsewhere (cross-site WebSocket).
+    let url = format!(
+        "{}/api/v1/sandbox/{id}/terminal",
+        app.base.replace("http://", "ws://")
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "cookie",
+        format!("stockade_session={alice}").parse().unwrap(),
+    );
+    req.headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    let err = tokio_tungstenite::connect_async(req)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("403"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mkdir_move_and_watch() {
+    let app = spawn_app().await;
+    let t = app.new_account("fs").await;
+    let sb = app.create(&t, json!({ "name": "files" })).await;
+    let id = sb["id"].as_str().unwrap();
+    let r = app
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/v1/sandbox/{id}/files/mkdir?path=a/b/c"),
+            Some(&t),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(r.body["path"], "/workspace/a/b/c");
+    assert_eq!(r.body["type"], "dir");
+    // A watch of /workspace, recursive.
+    let mut events = app
+        .http
+        .get(format!(
+            "{}/api/v1/sandbox/{id}/files/watch?path=/workspace&recursive=true",
+            app.base
+        ))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let put = app
+        .http
+        .put(format!(
+            "{}/api/v1/sandbox/{id}/files?path=a/notes.txt",
+            app.base
+        ))
+        .bearer_auth(&t)
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/files/move"),
+            &t,
+            json!({ "from": "a/notes.txt", "to": "a/b/renamed.txt" }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["path"], "/workspace/a/b/renamed.txt");
+    let del = app
+        .delete(
+            &format!("/api/v1/sandbox/{id}/files?path=a/b/renamed.txt"),
+            &t,
+        )
+        .await;
+    assert!(del.status.is_success(), "{:?}", del.body);
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(text.contains("event: create")
+        && text.contains("event: rename")
+        && text.contains("event: remove"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            other => panic!("watch events missing ({other:?}):\n{text}"),
+        }
+    }
+    assert!(text.contains("notes.txt"), "{text}");
+    // A move of something missing is a 404; bad input a 400 naming it.
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/files/move"),
+            &t,
+            json!({ "from": "nope", "to": "x" }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/files/move"),
+            &t,
+            json!({ "from": "../../etc", "to": "x" }),
+        )
+        .await;
+    assert_eq!(r.error_fields(), ["from"]);
+}

@@ -1,0 +1,136 @@
+//! The in-sandbox agent from the service's side (AGT-1, AGT-3): every
+//! sandbox's access token — derived from a key in the database, so every
+//! server instance knows it without storing one per sandbox — and pooled
+//! clients that reach the agent at the container's address. A sandbox made
+//! before agents existed has none: its callers fall back to `docker exec`
+//! and the archive API.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use stockade_agent::client::{AgentClient, Endpoint};
+use stockade_core::{Sandbox, SandboxId, SandboxStatus};
+use stockade_store::{Store, StoreResult};
+
+use crate::error::ServiceResult;
+use crate::Service;
+
+/// The settings key of the agent tokens' HMAC key.
+const KEY_SETTING: &str = "agent_token_key";
+
+/// The most clients kept at once (one per sandbox in use).
+const MAX_CLIENTS: usize = 4096;
+
+/// A sandbox's agent as last seen: where it listened in which session.
+#[derive(Clone)]
+struct Reached {
+    started_at: Option<DateTime<Utc>>,
+    /// `None`: this sandbox's container has no agent.
+    client: Option<(IpAddr, AgentClient)>,
+}
+
+/// Tokens and clients of the sandboxes' agents.
+pub struct Agents {
+    key: Vec<u8>,
+    clients: Mutex<HashMap<SandboxId, Reached>>,
+}
+
+impl std::fmt::Debug for Agents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agents").finish_non_exhaustive()
+    }
+}
+
+impl Agents {
+    /// Loads (or, on the first start, makes) the key tokens derive from.
+    pub async fn load(store: &dyn Store) -> StoreResult<Self> {
+        let fresh = {
+            use rand::RngCore;
+            let mut bytes = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            hex::encode(bytes)
+        };
+        let key = store.setting_get_or_insert(KEY_SETTING, &fresh).await?;
+        Ok(Self {
+            key: key.into_bytes(),
+            clients: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The access token of `id`'s agent: HMAC-SHA256 of the sandbox id.
+    /// Only the server (and the sandbox itself) ever knows it.
+    pub fn token(&self, id: &SandboxId) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        mac.update(b"stockade-agent:");
+        mac.update(id.as_str().as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Forgets what is known about `id`'s agent (it stopped or went).
+    pub fn forget(&self, id: &SandboxId) {
+        self.lock().remove(id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Reached>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Service {
+    /// The client of `sb`'s agent, or `None` when its container has no
+    /// agent (the caller falls back to Docker) or does not run. The address
+    /// is looked up once per session of the sandbox and cached.
+    pub async fn agent(&self, sb: &Sandbox) -> ServiceResult<Option<AgentClient>> {
+        if sb.status != SandboxStatus::Running {
+            return Ok(None);
+        }
+        if let Some(seen) = self.agents.lock().get(&sb.id) {
+            if seen.started_at == sb.started_at {
+                return Ok(seen.client.as_ref().map(|(_, c)| c.clone()));
+            }
+        }
+        let container = self.runtime.inspect(&sb.id).await?;
+        let client = match container {
+            Some(c) if c.running && c.agent.is_some() => {
+                match self.runtime.container_address(&sb.id).await? {
+                    Some(ip) => {
+                        let endpoint = Endpoint::Tcp(match ip {
+                            IpAddr::V6(v6) => format!("[{v6}]:{}", stockade_runtime::AGENT_PORT),
+                            v4 => format!("{v4}:{}", stockade_runtime::AGENT_PORT),
+                        });
+                        let client = AgentClient::new(endpoint, Some(self.agents.token(&sb.id)));
+                        wait_until_ready(&client).await;
+                        Some((ip, client))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        let mut clients = self.agents.lock();
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(
+            sb.id.clone(),
+            Reached {
+                started_at: sb.started_at,
+                client: client.clone(),
+            },
+        );
+        Ok(client.map(|(_, c)| c))
+    }
+}
+
+/// Waits (up to two seconds) for a just-started agent to answer, so the
+/// first command of a new sandbox does not race its start.
+async fn wait_until_ready(client: &AgentClient) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while client.health().await.is_err() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
