@@ -91,9 +91,17 @@ pub struct CreateSandboxRequest {
     pub disk_size_gb: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_count: Option<f64>,
-    /// `false` cuts all egress.
+    /// `false` cuts all egress (the same as `networkPolicy: "deny-all"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_access: Option<bool>,
+    /// Egress policy: `"allow-all"` (default), `"deny-all"`, or
+    /// `{"allow": [...], "deny": [...]}` whose entries are IPv4/IPv6
+    /// addresses or CIDRs (optionally `:port`), domains and `*.wildcard`
+    /// domains (optionally `:port`). A deny entry beats an allow entry; an
+    /// allow list allows only what it lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, example = json!({"allow": ["pypi.org", "*.pythonhosted.org", "10.1.0.0/16:5432"]}))]
+    pub network_policy: Option<serde_json::Value>,
     /// Session timeout in minutes; fractions allowed; 0 = never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_minutes: Option<f64>,
@@ -132,6 +140,7 @@ impl CreateSandboxRequest {
             disk_size_gb: self.disk_size_gb,
             gpu_count: self.gpu_count,
             network_access: self.network_access,
+            network_policy: self.network_policy.clone(),
             timeout_minutes: self.timeout_minutes,
             environment_vars: self.environment_vars.clone(),
             labels: self.labels.clone(),
@@ -191,8 +200,9 @@ pub struct SandboxResponse {
     pub disk_size_gb: u32,
     pub gpu_count: u32,
     pub network_access: bool,
-    /// `allow-all` or `deny-all`.
-    pub network_policy: String,
+    /// `"allow-all"`, `"deny-all"` or `{"allow": [...], "deny": [...]}`.
+    #[schema(value_type = Object)]
+    pub network_policy: serde_json::Value,
     /// PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED.
     #[schema(value_type = String)]
     pub status: SandboxStatus,
@@ -254,10 +264,7 @@ impl SandboxResponse {
             disk_size_gb: spec.disk_size_gb,
             gpu_count: spec.gpu_count,
             network_access: spec.network.allows_egress(),
-            network_policy: match spec.network {
-                stockade_core::NetworkPolicy::AllowAll => "allow-all".into(),
-                stockade_core::NetworkPolicy::DenyAll => "deny-all".into(),
-            },
+            network_policy: spec.network.to_json(),
             status: sb.status,
             status_reason: sb.status_reason.clone(),
             timeout_minutes: spec.timeout_minutes,

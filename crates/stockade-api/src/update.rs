@@ -36,6 +36,10 @@ pub struct UpdateSandboxRequest {
     /// Applied live to a running sandbox (memory and memory+swap).
     #[serde(default, rename = "memoryGB", skip_serializing_if = "Option::is_none")]
     pub memory_gb: Option<f64>,
+    /// The egress policy, as on create; applied live to a running sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub network_policy: Option<serde_json::Value>,
 }
 
 impl UpdateSandboxRequest {
@@ -49,6 +53,7 @@ impl UpdateSandboxRequest {
             environment_vars: self.environment_vars.clone(),
             cpu_cores: self.cpu_cores,
             memory_gb: self.memory_gb,
+            network_policy: self.network_policy.clone(),
         }
     }
 }

@@ -220,6 +220,11 @@ impl EgressPolicy {
     }
 
     /// Whether nothing at all may leave: `deny-all`, or an empty allow list.
+    /// Whether any traffic may leave (everything but deny-all).
+    pub fn allows_egress(&self) -> bool {
+        !self.is_deny_all()
+    }
+
     pub fn is_deny_all(&self) -> bool {
         match self {
             Self::DenyAll => true,

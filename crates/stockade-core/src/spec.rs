@@ -248,25 +248,40 @@ impl StartCommand {
     }
 }
 
-/// Egress policy of a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NetworkPolicy {
-    AllowAll,
-    DenyAll,
-}
+/// Egress policy of a sandbox (SEC-18): `allow-all`, `deny-all` or
+/// allow/deny lists of addresses and domains. Records written before
+/// policies had lists (`"allow-all"`, `"deny-all"`) read unchanged.
+pub type NetworkPolicy = crate::netpolicy::EgressPolicy;
 
-impl NetworkPolicy {
-    pub fn from_access(access: bool) -> Self {
-        if access {
-            Self::AllowAll
-        } else {
-            Self::DenyAll
+/// The egress policy of `networkAccess` and `networkPolicy` together:
+/// `networkAccess: false` is deny-all; a policy that allows anything with
+/// it is a contradiction, named on `networkPolicy`.
+pub fn network_of(
+    access: Option<bool>,
+    policy: Option<&serde_json::Value>,
+    errs: &mut ValidationErrors,
+) -> Option<NetworkPolicy> {
+    let parsed = match policy {
+        None => None,
+        Some(v) => match NetworkPolicy::parse_at(v, "networkPolicy") {
+            Ok(p) => Some(p),
+            Err(e) => {
+                errs.0.extend(e.0);
+                return None;
+            }
+        },
+    };
+    match (access, parsed) {
+        (Some(false), Some(p)) if !p.is_deny_all() => {
+            errs.push(
+                "networkPolicy",
+                "contradicts networkAccess: false (which means deny-all); give one of them",
+            );
+            None
         }
-    }
-
-    pub fn allows_egress(self) -> bool {
-        self == Self::AllowAll
+        (_, Some(p)) => Some(p),
+        (Some(a), None) => Some(NetworkPolicy::from_network_access(a)),
+        (None, None) => Some(NetworkPolicy::AllowAll),
     }
 }
 
@@ -324,6 +339,8 @@ pub struct SpecInput {
     pub disk_size_gb: Option<f64>,
     pub gpu_count: Option<f64>,
     pub network_access: Option<bool>,
+    /// `networkPolicy` as sent: a string or `{"allow":[…],"deny":[…]}`.
+    pub network_policy: Option<serde_json::Value>,
     pub timeout_minutes: Option<f64>,
     pub environment_vars: Option<BTreeMap<String, String>>,
     pub labels: Option<Vec<String>>,
@@ -631,6 +648,11 @@ impl SandboxSpec {
                 Some(out)
             }
         };
+        let network = network_of(
+            input.network_access,
+            input.network_policy.as_ref(),
+            &mut errs,
+        );
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -643,7 +665,7 @@ impl SandboxSpec {
             memory_gb: mem.expect("checked"),
             disk_size_gb: disk.expect("checked"),
             gpu_count: gpu.expect("checked"),
-            network: NetworkPolicy::from_access(input.network_access.unwrap_or(true)),
+            network: network.expect("checked"),
             timeout_minutes: timeout.expect("checked"),
             environment_vars: env.expect("checked"),
             labels: labels.expect("checked"),

@@ -21,6 +21,8 @@ pub struct SpecPatch {
     pub environment_vars: Option<BTreeMap<String, String>>,
     pub cpu_cores: Option<f64>,
     pub memory_gb: Option<f64>,
+    /// `networkPolicy` as sent (SEC-18).
+    pub network_policy: Option<serde_json::Value>,
 }
 
 /// One field an update can set, by its API name.
@@ -33,6 +35,7 @@ pub enum PatchField {
     EnvironmentVars,
     CpuCores,
     MemoryGb,
+    NetworkPolicy,
 }
 
 impl PatchField {
@@ -46,6 +49,7 @@ impl PatchField {
             Self::EnvironmentVars => "environmentVars",
             Self::CpuCores => "cpuCores",
             Self::MemoryGb => "memoryGB",
+            Self::NetworkPolicy => "networkPolicy",
         }
     }
 }
@@ -66,6 +70,7 @@ impl SpecPatch {
         add(self.environment_vars.is_some(), PatchField::EnvironmentVars);
         add(self.cpu_cores.is_some(), PatchField::CpuCores);
         add(self.memory_gb.is_some(), PatchField::MemoryGb);
+        add(self.network_policy.is_some(), PatchField::NetworkPolicy);
         out
     }
 
@@ -129,6 +134,11 @@ impl SpecPatch {
                 out.memory_gb = m;
             }
         }
+        if let Some(p) = &self.network_policy {
+            if let Some(p) = crate::spec::network_of(None, Some(p), &mut errs) {
+                out.network = p;
+            }
+        }
         errs.into_result()?;
         Ok(out)
     }
@@ -164,8 +174,11 @@ mod tests {
             environment_vars: Some([("B".to_string(), "2".to_string())].into()),
             cpu_cores: Some(2.0),
             memory_gb: Some(0.5),
+            network_policy: Some(serde_json::json!({ "allow": ["pypi.org"] })),
         };
         let out = patch.apply(&spec(), &Defaults::default()).unwrap();
+        assert!(out.network.allows_domain("pypi.org", 443));
+        assert!(!out.network.allows_domain("evil.test", 443));
         assert_eq!(out.name.as_str(), "renamed");
         assert_eq!(out.timeout_minutes, 0.5);
         assert_eq!(out.labels.to_strings(), vec!["b", "c"]);
@@ -179,7 +192,7 @@ mod tests {
         assert_eq!(out.environment_vars.get("B").map(String::as_str), Some("2"));
         assert_eq!(out.cpu_cores, 2.0);
         assert_eq!(out.memory_gb, 0.5);
-        assert_eq!(patch.fields().len(), 7);
+        assert_eq!(patch.fields().len(), 8);
     }
 
     #[test]
@@ -207,6 +220,7 @@ mod tests {
             environment_vars: Some([("1X".to_string(), "v".to_string())].into()),
             cpu_cores: Some(0.0),
             memory_gb: Some(f64::NAN),
+            network_policy: Some(serde_json::json!({ "allow": ["not a domain!"] })),
         };
         let errs = patch.apply(&spec(), &Defaults::default()).unwrap_err();
         let fields: Vec<&str> = errs.0.iter().map(|e| e.field.as_str()).collect();
@@ -219,7 +233,8 @@ mod tests {
                 "tags",
                 "environmentVars.1X",
                 "cpuCores",
-                "memoryGB"
+                "memoryGB",
+                "networkPolicy.allow[0]"
             ]
         );
     }

@@ -247,6 +247,7 @@ impl CreateParams {
             disk_size_gb: self.disk_size_gb.map(f64::from),
             gpu_count: None,
             network_access: self.network_policy.map(|p| p == NetworkPolicy::AllowAll),
+            network_policy: None,
             timeout_minutes: self.timeout.map(|t| t.as_secs_f64() / 60.0),
             environment_vars: (!self.env.is_empty()).then(|| self.env.clone()),
             labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
@@ -351,6 +352,7 @@ impl UpdateParams {
             environment_vars: self.env.clone(),
             cpu_cores: self.cpu_cores,
             memory_gb: self.memory_gb,
+            network_policy: None,
         };
         if req.patch().is_empty() {
             return Err(Error::invalid(

@@ -157,6 +157,13 @@ fn explain(patch: &SpecPatch, saved: &Sandbox, live_limits: bool) -> (AppliedCha
                 );
                 false
             }
+            PatchField::NetworkPolicy => {
+                notes.push(
+                    "networkPolicy: recorded; the sandbox's traffic follows it from its next start"
+                        .into(),
+                );
+                false
+            }
             PatchField::CpuCores | PatchField::MemoryGb => {
                 if !limits_noted {
                     limits_noted = true;

@@ -224,7 +224,13 @@ pub fn sandbox_details(s: &SandboxResponse) -> std::io::Result<()> {
         ),
         ("memory", format!("{} GB", trim_num(s.memory_gb))),
         ("disk", format!("{} GB", s.disk_size_gb)),
-        ("network", s.network_policy.clone()),
+        (
+            "network",
+            match &s.network_policy {
+                serde_json::Value::String(p) => p.clone(),
+                rules => rules.to_string(),
+            },
+        ),
         ("server", s.server.clone()),
         ("created", s.created_at.to_rfc3339()),
     ];
