@@ -400,7 +400,9 @@ async fn pump(
                     Some(Ok(Message::Binary(b))) => Incoming::Output(b),
                     Some(Ok(Message::Text(t))) => match serde_json::from_str::<Control>(&t) {
                         Ok(Control::Exit { exit_code }) => {
+                            // Writes fail from now on, before the exit is seen.
                             exited = true;
+                            outgoing.close();
                             Incoming::Exit(exit_code)
                         }
                         Err(_) => continue,

@@ -389,6 +389,27 @@ fn exec_it_runs_a_program_with_its_environment_directory_and_exit_code() {
 }
 
 #[test]
+fn exec_t_without_i_gives_a_terminal_but_keeps_the_keys() {
+    let server = Server::start();
+    server.create("tty-only");
+    let mut s = Session::spawn(
+        &server,
+        &framed(
+            "\"$STOCKADE\" exec -t tty-only -- sh -c \
+             'test -t 0 && test -t 1 && echo on-a-tty-$((3*3)); stty size; exit 4'",
+        ),
+        33,
+        77,
+    );
+    s.expect("on-a-tty-9");
+    s.expect("33 77");
+    s.expect("==end");
+    s.finish();
+    assert!(s.seen.contains("==exit:4"), "{}", s.seen);
+    assert_eq!(s.line_before("==start"), s.line_after("==exit:"));
+}
+
+#[test]
 fn signals_end_a_session_and_restore_the_local_terminal() {
     let server = Server::start();
     server.create("tty-signals");

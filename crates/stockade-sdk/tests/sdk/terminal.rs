@@ -88,6 +88,27 @@ async fn a_terminal_is_a_pty_that_resizes_takes_ctrl_c_and_exits_with_its_code()
     let err = term.write(b"more\n").await.unwrap_err();
     assert!(matches!(err, Error::Closed(_)), "{err}");
 
+    // Keystroke to echo, one key at a time (AGT-7 aims at 5 ms).
+    let mut term_cat = sb
+        .terminal(TerminalOptions::new().command("cat"))
+        .await
+        .unwrap();
+    let mut rtts = Vec::new();
+    for key in b"abcdefghijklmnopqrst" {
+        let started = Instant::now();
+        term_cat.write(&[*key]).await.unwrap();
+        let mut echoed = String::new();
+        read_until(&mut term_cat, &mut echoed, &char::from(*key).to_string()).await;
+        rtts.push(started.elapsed());
+    }
+    rtts.sort();
+    eprintln!(
+        "terminal echo through the server: median {:?}, max {:?}",
+        rtts[rtts.len() / 2],
+        rtts[rtts.len() - 1]
+    );
+    drop(term_cat);
+
     // A command instead of a shell, in a directory of its own; `wait`
     // skips the output.
     let term = sb
