@@ -308,56 +308,65 @@ fn wait_for_prompt(s: &mut Session) {
 }
 
 #[test]
-fn a_shell_is_a_real_terminal_and_the_local_one_is_restored() {
+fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
     let server = Server::start();
     server.create("tty");
-    let mut s = Session::spawn(&server, &framed("\"$STOCKADE\" shell tty"), 30, 100);
-    wait_for_prompt(&mut s);
+    for command in [
+        "\"$STOCKADE\" shell tty",
+        "\"$STOCKADE\" exec -it tty -- sh",
+    ] {
+        let mut s = Session::spawn(&server, &framed(command), 30, 100);
+        wait_for_prompt(&mut s);
 
-    // Typed keys come back as the remote PTY's echo, then the output.
-    s.type_keys("cd /tmp && echo marker-$((6*7))\r");
-    s.expect("marker-42");
-    assert!(
-        s.seen.contains("echo marker-$((6*7))"),
-        "no echo of the typed command:\n{}",
-        s.seen
-    );
-    s.type_keys("echo \"dir=$(pwd)\"; stty size\r");
-    s.expect("30 100");
-    assert!(s.seen.contains("dir=/tmp"), "cd did not stick:\n{}", s.seen);
-
-    // Resizing the local terminal resizes the remote one.
-    s.pty.resize(pty_process::Size::new(40, 120)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        s.type_keys("stty size\r");
-        if s.wait_for("40 120", Duration::from_millis(700)) {
-            break;
-        }
+        // Typed keys come back as the remote PTY's echo, then the output.
+        s.type_keys("cd /tmp && echo marker-$((6*7))\r");
+        s.expect("marker-42");
         assert!(
-            Instant::now() < deadline,
-            "the remote size never followed:\n{}",
+            s.seen.contains("echo marker-$((6*7))"),
+            "{command}: no echo of the typed command:\n{}",
+            s.seen
+        );
+        s.type_keys("echo \"dir=$(pwd)\"; stty size\r");
+        s.expect("30 100");
+        assert!(
+            s.seen.contains("dir=/tmp"),
+            "{command}: cd did not stick:\n{}",
+            s.seen
+        );
+
+        // Resizing the local terminal resizes the remote one.
+        s.pty.resize(pty_process::Size::new(40, 120)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            s.type_keys("stty size\r");
+            if s.wait_for("40 120", Duration::from_millis(700)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{command}: the remote size never followed:\n{}",
+                s.seen
+            );
+        }
+
+        // Ctrl-C reaches the remote program, not stockade.
+        s.type_keys("sleep 100\r");
+        std::thread::sleep(Duration::from_millis(700));
+        s.type_keys("\x03");
+        s.type_keys("echo still-$((1+1))\r");
+        s.expect("still-2");
+
+        s.type_keys("exit 5\r");
+        s.expect("==end");
+        s.finish();
+        assert!(s.seen.contains("==exit:5"), "{command}:\n{}", s.seen);
+        assert_eq!(
+            s.line_before("==start"),
+            s.line_after("==exit:"),
+            "{command}: the terminal's settings were not restored:\n{}",
             s.seen
         );
     }
-
-    // Ctrl-C reaches the remote program, not stockade.
-    s.type_keys("sleep 100\r");
-    std::thread::sleep(Duration::from_millis(700));
-    s.type_keys("\x03");
-    s.type_keys("echo still-$((1+1))\r");
-    s.expect("still-2");
-
-    s.type_keys("exit 5\r");
-    s.expect("==end");
-    s.finish();
-    assert!(s.seen.contains("==exit:5"), "{}", s.seen);
-    assert_eq!(
-        s.line_before("==start"),
-        s.line_after("==exit:"),
-        "the terminal's settings were not restored:\n{}",
-        s.seen
-    );
 }
 
 #[test]
