@@ -80,6 +80,10 @@ pub enum WatchEventKind {
 
 impl WatchEventKind {
     /// The event's name on the wire and in messages: `create`, `write`, …
+    ///
+    /// ```
+    /// assert_eq!(stockade_sdk::WatchEventKind::Rename.as_str(), "rename");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Create => "create",
@@ -149,6 +153,17 @@ impl Stream for FileWatch {
 
 impl FileWatch {
     /// Why the server ended the watch, once it did.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::StreamExt;
+    /// let mut changes = sb.watch("src", false).await?;
+    /// while let Some(event) = changes.next().await {
+    ///     println!("{:?}", event?);
+    /// }
+    /// println!("ended: {:?}", changes.end_reason()); // e.g. the sandbox stopped
+    /// # Ok(()) }
+    /// ```
     pub fn end_reason(&self) -> Option<String> {
         self.end.lock().ok().and_then(|g| g.clone())
     }

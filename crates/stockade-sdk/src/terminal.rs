@@ -63,11 +63,21 @@ impl Default for TerminalOptions {
 
 impl TerminalOptions {
     /// A login shell on an 80×24 terminal in `/workspace`.
+    ///
+    /// ```
+    /// let o = stockade_sdk::TerminalOptions::new();
+    /// assert_eq!((o.cols, o.rows, o.command, o.cwd), (80, 24, None, None));
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The terminal's size.
+    ///
+    /// ```
+    /// let o = stockade_sdk::TerminalOptions::new().size(132, 50);
+    /// assert_eq!((o.cols, o.rows), (132, 50));
+    /// ```
     pub fn size(mut self, cols: u16, rows: u16) -> Self {
         self.cols = cols;
         self.rows = rows;
@@ -75,12 +85,22 @@ impl TerminalOptions {
     }
 
     /// Run this shell command line instead of a login shell.
+    ///
+    /// ```
+    /// let o = stockade_sdk::TerminalOptions::new().command("htop || top");
+    /// assert_eq!(o.command.as_deref(), Some("htop || top"));
+    /// ```
     pub fn command(mut self, line: impl Into<String>) -> Self {
         self.command = Some(line.into());
         self
     }
 
     /// Start in this directory.
+    ///
+    /// ```
+    /// let o = stockade_sdk::TerminalOptions::new().cwd("app"); // /workspace/app
+    /// assert_eq!(o.cwd.as_deref(), Some("app"));
+    /// ```
     pub fn cwd(mut self, dir: impl Into<String>) -> Self {
         self.cwd = Some(dir.into());
         self
@@ -301,6 +321,15 @@ impl Terminal {
     }
 
     /// Whether the process has ended (its output was read to the end).
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::{StreamExt, TerminalOptions};
+    /// let mut term = sb.terminal(TerminalOptions::new().command("true")).await?;
+    /// while term.next().await.is_some() {}
+    /// assert!(term.has_exited());
+    /// # Ok(()) }
+    /// ```
     pub fn has_exited(&self) -> bool {
         self.exit.is_some()
     }
