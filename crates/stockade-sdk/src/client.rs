@@ -1,8 +1,17 @@
 //! `Client`: where the server is and how to authenticate; JSON over HTTP.
 
-use reqwest::{Method, RequestBuilder};
+use std::sync::{Arc, OnceLock};
+
+use reqwest::header::{
+    CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE,
+};
+use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use stockade_api::ErrorBody;
+use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
 
 use crate::error::Error;
 
@@ -12,7 +21,13 @@ pub struct Client {
     base: String,
     token: Option<String>,
     http: reqwest::Client,
+    /// An HTTP/1.1-only client for WebSocket upgrades (an upgrade does not
+    /// exist in HTTP/2, which TLS may otherwise negotiate), made on first use.
+    upgrades: Arc<OnceLock<reqwest::Client>>,
 }
+
+/// A WebSocket over an upgraded HTTP connection.
+pub(crate) type Socket = WebSocketStream<reqwest::Upgraded>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,6 +65,7 @@ impl Client {
             base,
             token: None,
             http,
+            upgrades: Arc::new(OnceLock::new()),
         })
     }
 
@@ -106,6 +122,54 @@ impl Client {
         let resp = self.send_raw(req).await?;
         resp.bytes().await.map_err(|e| self.transport(e))?;
         Ok(())
+    }
+
+    /// Opens a WebSocket at `path` with `query`, authenticated like every
+    /// request; an answer other than the upgrade is the API's error.
+    pub(crate) async fn websocket(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<Socket, Error> {
+        let http = match self.upgrades.get() {
+            Some(c) => c.clone(),
+            None => {
+                let c = reqwest::Client::builder()
+                    .http1_only()
+                    .build()
+                    .map_err(|e| Error::Config(format!("could not build the HTTP client: {e}")))?;
+                self.upgrades.get_or_init(|| c).clone()
+            }
+        };
+        let key = generate_key();
+        let mut req = http
+            .get(format!("{}{path}", self.base))
+            .query(query)
+            .header(CONNECTION, "Upgrade")
+            .header(UPGRADE, "websocket")
+            .header(SEC_WEBSOCKET_VERSION, "13")
+            .header(SEC_WEBSOCKET_KEY, &key);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|e| self.transport(e))?;
+        let status = resp.status();
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+            return Err(api_error(status.as_u16(), &bytes));
+        }
+        let accept = resp
+            .headers()
+            .get(SEC_WEBSOCKET_ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if accept.as_deref() != Some(derive_accept_key(key.as_bytes()).as_str()) {
+            return Err(Error::Decode(
+                "the server's WebSocket handshake did not answer our key".into(),
+            ));
+        }
+        let upgraded = resp.upgrade().await.map_err(|e| self.transport(e))?;
+        Ok(WebSocketStream::from_raw_socket(upgraded, Role::Client, None).await)
     }
 
     pub(crate) fn transport(&self, e: reqwest::Error) -> Error {

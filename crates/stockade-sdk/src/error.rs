@@ -23,6 +23,10 @@ pub enum Error {
     /// Missing or bad client configuration (URL, token).
     #[error("{0}")]
     Config(String),
+    /// A terminal (or another live connection) has ended: nothing more can
+    /// be sent through it.
+    #[error("{0}")]
+    Closed(String),
     /// The server sent something this SDK does not understand.
     #[error("unexpected response from the server: {0}")]
     Decode(String),

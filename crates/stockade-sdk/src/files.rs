@@ -1,5 +1,6 @@
 //! Files inside a sandbox (API-9): read, write, list, stat and remove single
-//! paths, and move whole trees as tar archives, buffered or streamed.
+//! paths, and move whole trees as tar archives, buffered or streamed; make
+//! directories, move paths and watch a directory's changes (AGT-5).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -8,11 +9,13 @@ use bytes::Bytes;
 use futures_util::stream::{BoxStream, Stream, StreamExt, TryStreamExt};
 use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::Method;
-use stockade_api::{ArchiveUploadResponse, DirectoryListing, FileEntry};
+use stockade_api::files::MoveRequest;
+use stockade_api::{ArchiveUploadResponse, DirectoryListing, FileEntry, FileType};
 
 use crate::client::Client;
 use crate::error::Error;
 use crate::sandbox::Sandbox;
+use crate::sse::SseReader;
 
 /// A body that arrives in chunks (a file's content, a tar archive).
 /// Dropping it closes the connection.
@@ -61,6 +64,108 @@ impl ByteStream {
             out.extend_from_slice(&chunk?);
         }
         Ok(out)
+    }
+}
+
+/// What changed in a watched directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchEventKind {
+    Create,
+    Write,
+    Remove,
+    Rename,
+    /// Its permissions changed.
+    Chmod,
+}
+
+impl WatchEventKind {
+    /// The event's name on the wire and in messages: `create`, `write`, …
+    ///
+    /// ```
+    /// assert_eq!(stockade_sdk::WatchEventKind::Rename.as_str(), "rename");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Write => "write",
+            Self::Remove => "remove",
+            Self::Rename => "rename",
+            Self::Chmod => "chmod",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "create" => Self::Create,
+            "write" => Self::Write,
+            "remove" => Self::Remove,
+            "rename" => Self::Rename,
+            "chmod" => Self::Chmod,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for WatchEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One change in a watched directory; see [`Sandbox::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub kind: WatchEventKind,
+    /// The absolute path that changed (for a rename, its old name).
+    pub path: String,
+    /// What it is, when the sandbox could still tell (not after a remove).
+    pub file_type: Option<FileType>,
+}
+
+/// The data of a watch event.
+#[derive(serde::Deserialize)]
+struct WatchData {
+    path: String,
+    #[serde(rename = "type", default)]
+    file_type: Option<FileType>,
+}
+
+/// The changes in a watched directory as they happen: a [`Stream`] of
+/// [`WatchEvent`]s. It ends when the sandbox stops (see
+/// [`FileWatch::end_reason`]); dropping it ends the watch.
+pub struct FileWatch {
+    inner: BoxStream<'static, Result<WatchEvent, Error>>,
+    end: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for FileWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileWatch")
+    }
+}
+
+impl Stream for FileWatch {
+    type Item = Result<WatchEvent, Error>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.poll_next_unpin(cx)
+    }
+}
+
+impl FileWatch {
+    /// Why the server ended the watch, once it did.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::StreamExt;
+    /// let mut changes = sb.watch("src", false).await?;
+    /// while let Some(event) = changes.next().await {
+    ///     println!("{:?}", event?);
+    /// }
+    /// println!("ended: {:?}", changes.end_reason()); // e.g. the sandbox stopped
+    /// # Ok(()) }
+    /// ```
+    pub fn end_reason(&self) -> Option<String> {
+        self.end.lock().ok().and_then(|g| g.clone())
     }
 }
 
@@ -358,5 +463,128 @@ impl Sandbox {
             .query(&[("path", path)]);
         let resp = self.client().send_raw(req).await?;
         Ok(ByteStream::from_response(self.client(), resp))
+    }
+
+    /// Makes a directory and its missing parents (one that exists already
+    /// is fine); the sandbox must be running.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// let dir = sb.make_dir("build/out/logs").await?;
+    /// assert_eq!(dir.path, "/workspace/build/out/logs");
+    /// # Ok(()) }
+    /// ```
+    pub async fn make_dir(&self, path: &str) -> Result<FileEntry, Error> {
+        if path.is_empty() {
+            return Err(Error::invalid("path", "name a directory"));
+        }
+        let req = self
+            .client()
+            .request(Method::POST, &files_url(self, "/mkdir"))
+            .query(&[("path", path)]);
+        match self.client().send(req).await {
+            // Some agents refuse a directory that exists; that is success here.
+            Err(e) if e.is_conflict() && e.to_string().contains("already exists") => {
+                match self.stat(path).await {
+                    Ok(entry) if entry.file_type == FileType::Dir => Ok(entry),
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Moves (renames) a file or directory; returns it at its new place.
+    /// The sandbox must be running.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// let moved = sb.move_path("notes.txt", "archive/2024-notes.txt").await?;
+    /// println!("now at {}", moved.path);
+    /// # Ok(()) }
+    /// ```
+    pub async fn move_path(&self, from: &str, to: &str) -> Result<FileEntry, Error> {
+        for (field, p) in [("from", from), ("to", to)] {
+            if p.is_empty() {
+                return Err(Error::invalid(field, "name a path"));
+            }
+        }
+        let req = self
+            .client()
+            .request(Method::POST, &files_url(self, "/move"))
+            .json(&MoveRequest {
+                from: from.to_owned(),
+                to: to.to_owned(),
+            });
+        self.client().send(req).await
+    }
+
+    /// Watches a directory (and with `recursive` its subdirectories) for
+    /// changes until the stream is dropped or the sandbox stops.
+    ///
+    /// ```no_run
+    /// # async fn demo(sb: stockade_sdk::Sandbox) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::StreamExt;
+    /// let mut changes = sb.watch("/workspace", true).await?;
+    /// while let Some(event) = changes.next().await {
+    ///     let event = event?;
+    ///     println!("{} {}", event.kind, event.path);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn watch(&self, path: &str, recursive: bool) -> Result<FileWatch, Error> {
+        if path.is_empty() {
+            return Err(Error::invalid("path", "name a directory"));
+        }
+        let req = self
+            .client()
+            .request(Method::GET, &files_url(self, "/watch"))
+            .query(&[
+                ("path", path),
+                ("recursive", if recursive { "true" } else { "false" }),
+            ])
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        let client = self.client().clone();
+        let resp = client.send_raw(req).await?;
+        let end = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let reader = SseReader::new(resp);
+        let ended = end.clone();
+        let inner = futures_util::stream::unfold(Some((reader, client)), move |state| {
+            let ended = ended.clone();
+            async move {
+                let (mut reader, client) = state?;
+                loop {
+                    let event = match reader.next().await {
+                        None => return None,
+                        Some(Err(e)) => return Some((Err(client.transport(e)), None)),
+                        Some(Ok(event)) => event,
+                    };
+                    if event.event == "end" {
+                        let reason = serde_json::from_str::<serde_json::Value>(&event.data)
+                            .ok()
+                            .and_then(|v| v["reason"].as_str().map(str::to_owned))
+                            .unwrap_or_else(|| "the watch ended".into());
+                        if let Ok(mut g) = ended.lock() {
+                            *g = Some(reason);
+                        }
+                        return None;
+                    }
+                    let Some(kind) = WatchEventKind::parse(&event.event) else {
+                        continue;
+                    };
+                    let item = serde_json::from_str::<WatchData>(&event.data)
+                        .map(|d| WatchEvent {
+                            kind,
+                            path: d.path,
+                            file_type: d.file_type,
+                        })
+                        .map_err(|e| Error::Decode(format!("bad watch event: {e}")));
+                    let done = item.is_err();
+                    return Some((item, (!done).then_some((reader, client))));
+                }
+            }
+        })
+        .boxed();
+        Ok(FileWatch { inner, end })
     }
 }

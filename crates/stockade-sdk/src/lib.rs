@@ -16,10 +16,10 @@
 //! ```
 //!
 //! Everything else hangs off [`Sandbox`] (commands, background processes,
-//! files, logs, ports, snapshots, forks, updates) and [`Client`] (volumes,
-//! uploads, accounts, health). Dropping any future is safe: a dropped
-//! create is rolled back by the server, a dropped command stream kills its
-//! command.
+//! terminals, files and watches, logs, ports, snapshots, forks, updates) and
+//! [`Client`] (volumes, uploads, accounts, health). Dropping any future is
+//! safe: a dropped create is rolled back by the server, a dropped command
+//! stream kills its command, a dropped [`Terminal`] ends its process.
 #![forbid(unsafe_code)]
 
 mod admin;
@@ -32,6 +32,7 @@ mod ports;
 mod sandbox;
 mod snapshots;
 mod sse;
+mod terminal;
 mod volumes;
 
 /// Bytes of file contents and archives.
@@ -39,7 +40,7 @@ pub use bytes;
 pub use client::Client;
 pub use error::Error;
 pub use exec::{Command, CommandEvent, CommandExit, CommandOutput, CommandStream, Process};
-pub use files::ByteStream;
+pub use files::{ByteStream, FileWatch, WatchEvent, WatchEventKind};
 /// Streams of command events, log lines and bytes are `futures` streams.
 pub use futures_util::stream::{self, Stream, StreamExt};
 pub use logs::{FollowLogs, LogStream};
@@ -49,6 +50,7 @@ pub use sandbox::{
 };
 pub use snapshots::Snapshot;
 pub use stockade_api as api;
+pub use terminal::{Terminal, TerminalOptions, TerminalWriter, MAX_TERMINAL_SIDE};
 pub use tokio_util::sync::CancellationToken;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

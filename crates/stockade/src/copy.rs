@@ -1,18 +1,20 @@
 //! `stockade cp` (files and directories to and from a sandbox, as tar
-//! archives, like `docker cp`) and the upload behind `create --upload`.
+//! archives, like `docker cp`), the upload behind `create --upload`, and
+//! `stockade files mkdir|mv|watch` (directories, moves and changes inside a
+//! sandbox).
 
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
-use clap::Args;
+use clap::{Args, Subcommand};
 use indicatif::ProgressBar;
 use stockade_sdk::api::{FileType, UploadResponse};
 use stockade_sdk::bytes::Bytes;
-use stockade_sdk::{Client, Sandbox, Stream, StreamExt};
+use stockade_sdk::{Client, Sandbox, Stream, StreamExt, WatchEvent};
 
-use crate::cli::{self, alive, on, Ctx};
+use crate::cli::{self, alive, on, running, Batch, Ctx};
 use crate::output::{self, CliError};
 
 #[derive(Args)]
@@ -401,6 +403,137 @@ fn top_name(archive: &Path) -> anyhow::Result<PathBuf> {
     match path.components().next() {
         Some(Component::Normal(c)) => Ok(PathBuf::from(c)),
         _ => bail!("the archive holds an unexpected entry {}", path.display()),
+    }
+}
+
+#[derive(Subcommand)]
+pub enum FilesCommand {
+    /// Make directories and their missing parents (like `mkdir -p`).
+    #[command(after_help = "Examples:
+  stockade files mkdir demo build/out        # relative paths are under /workspace
+  stockade files mkdir demo /srv/www /srv/logs")]
+    Mkdir {
+        /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+        /// Directories to make.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Move or rename a file or directory inside a sandbox.
+    #[command(
+        alias = "move",
+        after_help = "Examples:
+  stockade files mv demo notes.txt archive/notes.txt
+  stockade files mv demo /workspace/build /workspace/build.old"
+    )]
+    Mv {
+        /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+        /// The path to move.
+        #[arg(value_name = "FROM")]
+        from: String,
+        /// Where it goes (its new name, not a directory to put it in).
+        #[arg(value_name = "TO")]
+        to: String,
+    },
+    /// Print one line per change in a directory until Ctrl-C (or until the
+    /// sandbox stops).
+    #[command(after_help = "Examples:
+  stockade files watch demo                  # /workspace, not its subdirectories
+  stockade files watch demo src -r           # src and everything below it
+  stockade files watch demo -r --json | jq -r 'select(.event == \"write\") | .path'
+
+Each line is the change (create, write, remove, rename, chmod), then the
+path; --json prints one object a line: {\"event\",\"path\",\"type\"}.")]
+    Watch {
+        /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+        /// The directory (default /workspace; relative: under /workspace).
+        #[arg(value_name = "PATH", default_value = "/workspace")]
+        path: String,
+        /// Its subdirectories too.
+        #[arg(long, short = 'r')]
+        recursive: bool,
+    },
+}
+
+/// One watch event as a line: `create  /workspace/a.txt`.
+fn watch_line(ev: &WatchEvent) -> String {
+    let kind = match ev.file_type {
+        Some(FileType::Dir) => format!("{} dir", ev.kind),
+        _ => ev.kind.to_string(),
+    };
+    format!("{kind:<10} {}", ev.path)
+}
+
+/// `stockade files …`.
+pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
+    let client = ctx.client()?;
+    match cmd {
+        FilesCommand::Mkdir { sandbox, paths } => {
+            let sb = cli::sandbox(&client, &sandbox).await?;
+            running(&sb)?;
+            let mut batch = Batch::new(ctx.json);
+            for path in &paths {
+                match sb.make_dir(path).await {
+                    Ok(entry) => batch.ok(serde_json::to_value(&entry)?, &entry.path)?,
+                    Err(e) => batch.failed(path, on(&sandbox)(e))?,
+                }
+            }
+            batch.finish()
+        }
+        FilesCommand::Mv { sandbox, from, to } => {
+            let sb = cli::sandbox(&client, &sandbox).await?;
+            running(&sb)?;
+            let entry = sb.move_path(&from, &to).await.map_err(|e| {
+                if e.is_not_found() {
+                    CliError::new(
+                        "not_found",
+                        format!("`{from}` does not exist in sandbox `{sandbox}`"),
+                    )
+                    .into()
+                } else {
+                    on(&sandbox)(e)
+                }
+            })?;
+            if ctx.json {
+                output::json(&entry)?;
+            } else {
+                outln!("{}", entry.path)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FilesCommand::Watch {
+            sandbox,
+            path,
+            recursive,
+        } => {
+            let sb = cli::sandbox(&client, &sandbox).await?;
+            running(&sb)?;
+            let mut events = sb.watch(&path, recursive).await.map_err(on(&sandbox))?;
+            while let Some(ev) = events.next().await {
+                let ev = ev.map_err(on(&sandbox))?;
+                if ctx.json {
+                    outln!(
+                        "{}",
+                        serde_json::json!({
+                            "event": ev.kind.as_str(),
+                            "path": ev.path,
+                            "type": ev.file_type,
+                        })
+                    )?;
+                } else {
+                    outln!("{}", watch_line(&ev))?;
+                }
+            }
+            if let (Some(reason), false) = (events.end_reason(), ctx.json) {
+                errln!("({reason})");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

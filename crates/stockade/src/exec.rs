@@ -1,7 +1,7 @@
 //! `stockade exec` (output streamed live in the order it comes, the exit
-//! code passed through, stdin forwarded; `-d` in the background), `ps` and
-//! `kill` for background processes, and `stockade logs` (the tail, or
-//! following).
+//! code passed through, stdin forwarded; `-d` in the background; `-it` on a
+//! terminal), `stockade shell` (an interactive login shell), `ps` and `kill`
+//! for background processes, and `stockade logs` (the tail, or following).
 
 use std::io::{IsTerminal, Read, Write};
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use stockade_sdk::api::{ProcessResponse, ProcessStatus};
-use stockade_sdk::{Command, CommandEvent, FollowLogs, StreamExt};
+use stockade_sdk::{Command, CommandEvent, FollowLogs, StreamExt, TerminalOptions};
 
 use crate::cli::{self, alive, key_value, on, parse_duration, running, Batch, Ctx};
 use crate::output::{self, CliError};
@@ -28,10 +28,17 @@ const TIMED_OUT: u8 = 124;
   stockade exec demo --timeout 30s -- ./long-job.sh; echo \"exit code $?\"
   stockade exec -d demo -- python3 -m http.server 8000    # prints the process id
   stockade ps demo && stockade kill demo PROCESS_ID
+  stockade exec -it demo -- python3                        # an interactive program on a terminal
+  stockade exec -it demo --shell 'cd app && exec bash'
 
 The command's exit code becomes stockade's (124 when --timeout killed it).
 Its stdout and stderr are written as each chunk arrives, so on one terminal
-they interleave as the program wrote them.")]
+they interleave as the program wrote them.
+
+With -t the command runs on a terminal (a PTY) sized like yours and resized
+with it; with -it your keystrokes go to it as you type them (Ctrl-C too:
+it reaches the program in the sandbox), and your terminal is put back as it
+was when the command ends. -i alone forwards stdin until its end.")]
 pub struct ExecArgs {
     /// Sandbox id or name.
     #[arg(value_name = "SANDBOX")]
@@ -56,15 +63,108 @@ pub struct ExecArgs {
     #[arg(long)]
     timeout: Option<String>,
     /// Do not forward stdin even when it is not a terminal.
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', conflicts_with = "interactive")]
     no_stdin: bool,
+    /// Forward stdin (also from a terminal, until Ctrl-D); with -t every
+    /// keystroke as it is typed.
+    #[arg(long, short = 'i')]
+    interactive: bool,
+    /// Run on a terminal (a PTY) sized like the local one; needs a terminal
+    /// on stdin. With -i the local terminal is in raw mode meanwhile.
+    #[arg(long, short = 't')]
+    tty: bool,
     /// Run in the background: print the process id and return at once
     /// (see `stockade ps` and `stockade kill`).
-    #[arg(long, short = 'd')]
+    #[arg(long, short = 'd', conflicts_with_all = ["interactive", "tty"])]
     detach: bool,
 }
 
+#[derive(Args)]
+#[command(after_help = "Examples:
+  stockade shell demo
+  stockade shell demo --cwd /srv/app
+
+A login shell (bash where the image has it) on a terminal sized like yours:
+keystrokes go to it as you type them, Ctrl-C included; `exit` leaves, and
+the shell's exit code becomes stockade's. Your terminal is put back as it
+was however the session ends. `stockade exec -it SANDBOX -- CMD` runs any
+other program this way.")]
+pub struct ShellArgs {
+    /// Sandbox id or name.
+    #[arg(value_name = "SANDBOX")]
+    sandbox: String,
+    /// Start in this directory (relative: under /workspace, the default).
+    #[arg(long, short = 'w')]
+    cwd: Option<String>,
+}
+
+/// `stockade shell`: a login shell on a terminal.
+pub async fn shell(ctx: &Ctx, a: ShellArgs) -> anyhow::Result<ExitCode> {
+    tty::require_terminal("stockade shell")?;
+    if ctx.json {
+        return Err(CliError::invalid(
+            "a shell is a live terminal, not JSON: drop --json (or run `stockade exec --json SANDBOX -- CMD`)",
+        )
+        .into());
+    }
+    let client = ctx.client()?;
+    let sb = cli::sandbox(&client, &a.sandbox).await?;
+    running(&sb)?;
+    let mut options = TerminalOptions::new();
+    options.cwd = a.cwd;
+    tty::session(&sb, &a.sandbox, options, true, None).await
+}
+
+/// A word as the shell reads it back unchanged.
+fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./,:=+@%^".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// The shell command line a terminal runs for `exec -t`: the variables
+/// exported, then the program `exec`uted in place of the shell (so that
+/// signals and the exit code are its own) or the `--shell` line.
+fn terminal_command(
+    argv: &[String],
+    shell: Option<&str>,
+    env: &[(String, String)],
+) -> Result<String, CliError> {
+    let mut line = String::new();
+    for (k, v) in env {
+        let valid = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(CliError::invalid(format!(
+                "--env: '{k}' is not a variable name (letters, digits and _, not starting with a digit)"
+            )));
+        }
+        line.push_str(&format!("export {k}={}; ", shell_quote(v)));
+    }
+    match shell {
+        Some(s) => line.push_str(s),
+        None => {
+            let words: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
+            line.push_str("exec ");
+            line.push_str(&words.join(" "));
+        }
+    }
+    Ok(line)
+}
+
 pub async fn exec(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<ExitCode> {
+    if a.tty {
+        return exec_tty(ctx, a).await;
+    }
     let client = ctx.client()?;
     let mut cmd = match (a.shell, a.cmd.is_empty()) {
         (Some(line), _) => Command::shell(line),
@@ -86,7 +186,7 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = a.timeout {
         cmd = cmd.timeout(parse_duration(&t, "--timeout", "s")?);
     }
-    if !a.no_stdin && !std::io::stdin().is_terminal() {
+    if !a.no_stdin && (a.interactive || !std::io::stdin().is_terminal()) {
         let input = tokio::task::spawn_blocking(|| {
             let mut buf = Vec::new();
             std::io::stdin().read_to_end(&mut buf).map(|_| buf)
@@ -168,6 +268,223 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<ExitCode> {
         "the connection ended before the command did; its exit code is unknown",
     )
     .into())
+}
+
+/// `stockade exec -t`: the command on a terminal.
+async fn exec_tty(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<ExitCode> {
+    tty::require_terminal("stockade exec -t")?;
+    if ctx.json {
+        return Err(CliError::invalid(
+            "-t shows a live terminal, not JSON: drop one of -t and --json",
+        )
+        .into());
+    }
+    if a.shell.is_none() && a.cmd.is_empty() {
+        return Err(CliError::invalid(
+            "give a command: `stockade exec -it SANDBOX -- CMD ARGS…` or `--shell 'a | b'` \
+             (`stockade shell SANDBOX` opens a login shell)",
+        )
+        .into());
+    }
+    let mut env = Vec::new();
+    for e in &a.env {
+        env.push(key_value(e, "--env")?);
+    }
+    let line = terminal_command(&a.cmd, a.shell.as_deref(), &env)?;
+    let timeout = a
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration(t, "--timeout", "s"))
+        .transpose()?;
+    let client = ctx.client()?;
+    let sb = cli::sandbox(&client, &a.sandbox).await?;
+    running(&sb)?;
+    let mut options = TerminalOptions::new().command(line);
+    options.cwd = a.cwd;
+    tty::session(&sb, &a.sandbox, options, a.interactive, timeout).await
+}
+
+/// Restores the local terminal if a terminal session changed it (for the
+/// panic hook; a session restores it itself on every other way out).
+pub fn restore_terminal() {
+    tty::restore();
+}
+
+mod tty {
+    //! A terminal session: the local terminal in raw mode (restored on
+    //! every way out: the end, an error, a signal, a panic), keystrokes
+    //! passed through as typed, the remote PTY sized like the local one and
+    //! resized on SIGWINCH, output written as it comes, the remote exit
+    //! code as ours.
+
+    use std::io::{IsTerminal, Read, Write};
+    use std::process::ExitCode;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use rustix::termios::{self, OptionalActions, Termios};
+    use stockade_sdk::{Sandbox, StreamExt, TerminalOptions, MAX_TERMINAL_SIDE};
+    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::sync::mpsc;
+
+    use crate::cli::on;
+    use crate::output::CliError;
+
+    /// The local terminal's settings while a session has it in raw mode.
+    static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
+
+    /// Refuses to go on without a terminal on stdin.
+    pub fn require_terminal(what: &str) -> Result<(), CliError> {
+        if std::io::stdin().is_terminal() {
+            return Ok(());
+        }
+        Err(CliError::invalid(format!(
+            "{what} needs a terminal on stdin, and stdin is a pipe or a file here"
+        ))
+        .hint("run it from an interactive terminal, or drop -t: `stockade exec SANDBOX -- CMD` forwards stdin as input"))
+    }
+
+    /// The local terminal in raw mode until dropped.
+    struct RawMode;
+
+    impl RawMode {
+        fn enter() -> std::io::Result<Self> {
+            let stdin = std::io::stdin();
+            let saved = termios::tcgetattr(&stdin)?;
+            let mut raw = saved.clone();
+            raw.make_raw();
+            if let Ok(mut slot) = SAVED.lock() {
+                *slot = Some(saved);
+            }
+            termios::tcsetattr(&stdin, OptionalActions::Now, &raw)?;
+            Ok(Self)
+        }
+    }
+
+    impl Drop for RawMode {
+        fn drop(&mut self) {
+            restore();
+        }
+    }
+
+    /// Puts the local terminal back as it was before raw mode, if it is in it.
+    pub fn restore() {
+        let saved = match SAVED.try_lock() {
+            Ok(mut slot) => slot.take(),
+            Err(_) => None,
+        };
+        if let Some(t) = saved {
+            let _ = termios::tcsetattr(std::io::stdin(), OptionalActions::Now, &t);
+        }
+    }
+
+    /// The local terminal's size (columns, rows); 80×24 when it says none.
+    fn local_size() -> (u16, u16) {
+        let size = if std::io::stdout().is_terminal() {
+            termios::tcgetwinsize(std::io::stdout())
+        } else {
+            termios::tcgetwinsize(std::io::stdin())
+        };
+        match size {
+            Ok(w) if w.ws_col > 0 && w.ws_row > 0 => (
+                w.ws_col.min(MAX_TERMINAL_SIDE),
+                w.ws_row.min(MAX_TERMINAL_SIDE),
+            ),
+            _ => (80, 24),
+        }
+    }
+
+    /// Keystrokes as they are typed, read on a thread of their own (a
+    /// thread, not a task: it may sit in `read` when the program ends).
+    fn keystrokes() -> mpsc::Receiver<Vec<u8>> {
+        let (tx, rx) = mpsc::channel(64);
+        std::thread::spawn(move || {
+            let mut stdin = std::io::stdin();
+            let mut buf = [0u8; 4096];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        rx
+    }
+
+    /// Exit codes of a session a signal ended (128 + the signal).
+    const SIGHUP_EXIT: u8 = 129;
+    const SIGINT_EXIT: u8 = 130;
+    const SIGTERM_EXIT: u8 = 143;
+
+    /// Runs a terminal session in `sb` (named `name` on the command line);
+    /// with `input` the keystrokes go to it and the local terminal is in
+    /// raw mode meanwhile. `timeout` ends it with 124.
+    pub async fn session(
+        sb: &Sandbox,
+        name: &str,
+        options: TerminalOptions,
+        input: bool,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<ExitCode> {
+        let (cols, rows) = local_size();
+        let mut term = sb
+            .terminal(options.size(cols, rows))
+            .await
+            .map_err(on(name))?;
+        // Signals are ours before the terminal goes raw, so that none of
+        // them can end the program with the terminal left raw.
+        let mut winch = signal(SignalKind::window_change())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term_sig = signal(SignalKind::terminate())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let raw = if input { Some(RawMode::enter()?) } else { None };
+        let mut keys = input.then(keystrokes);
+        let writer = term.writer();
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut stdout = std::io::stdout();
+        let code = loop {
+            tokio::select! {
+                chunk = term.next() => match chunk {
+                    Some(Ok(bytes)) => {
+                        stdout.write_all(&bytes)?;
+                        stdout.flush()?;
+                    }
+                    Some(Err(e)) => return Err(on(name)(e)),
+                    None => break super::exit_code(term.exit_code(), false),
+                },
+                typed = async { keys.as_mut()?.recv().await }, if keys.is_some() => match typed {
+                    // A write after the end fails; the end arrives as output.
+                    Some(bytes) => { let _ = writer.write(&bytes).await; }
+                    None => keys = None,
+                },
+                _ = winch.recv() => {
+                    let (cols, rows) = local_size();
+                    let _ = writer.resize(cols, rows).await;
+                }
+                _ = int.recv() => break ExitCode::from(SIGINT_EXIT),
+                _ = term_sig.recv() => break ExitCode::from(SIGTERM_EXIT),
+                _ = hup.recv() => break ExitCode::from(SIGHUP_EXIT),
+                _ = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    drop(raw);
+                    errln!("stockade: the command was still running after its --timeout and was ended");
+                    return Ok(ExitCode::from(super::TIMED_OUT));
+                }
+            }
+        };
+        drop(raw);
+        Ok(code)
+    }
 }
 
 #[derive(Args)]
@@ -470,5 +787,28 @@ mod tests {
         assert_eq!(exit_code(Some(256 + 7), false), ExitCode::from(7));
         assert_eq!(exit_code(None, true), ExitCode::from(124));
         assert_eq!(exit_code(None, false), ExitCode::FAILURE);
+    }
+
+    #[test]
+    fn terminal_commands_quote_words_and_export_variables() {
+        let argv: Vec<String> = ["python3", "-c", "print('a b')", ""]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(
+            terminal_command(&argv, None, &[]).unwrap(),
+            r#"exec python3 -c 'print('\''a b'\'')' ''"#
+        );
+        let env = vec![("A_1".to_owned(), "x y".to_owned())];
+        assert_eq!(
+            terminal_command(&[], Some("cd app && make"), &env).unwrap(),
+            "export A_1='x y'; cd app && make"
+        );
+        let bad = vec![("1A".to_owned(), "x".to_owned())];
+        assert!(terminal_command(&argv, None, &bad).is_err());
+        let bad = vec![("A;rm".to_owned(), "x".to_owned())];
+        assert!(terminal_command(&argv, None, &bad).is_err());
+        assert_eq!(shell_quote("a$b"), "'a$b'");
+        assert_eq!(shell_quote("/usr/bin/env"), "/usr/bin/env");
     }
 }

@@ -27,6 +27,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
   stockade create --name demo --cpu 2 --memory 4
   stockade exec demo -- ls -la
   stockade exec -d demo -- ./server.sh           # in the background: `stockade ps demo`, `stockade kill demo PID`
+  stockade shell demo                            # an interactive shell (or `stockade exec -it demo -- CMD`)
   stockade cp ./src demo:/workspace/src
   stockade logs -f demo
   stockade ports demo expose 3000
@@ -137,8 +138,10 @@ enum Command {
         sync: bool,
     },
     /// Run a command in a sandbox; its output streams, its exit code is ours
-    /// (-d: in the background).
+    /// (-d: in the background; -it: interactively, on a terminal).
     Exec(Box<exec::ExecArgs>),
+    /// Open an interactive login shell in a sandbox.
+    Shell(exec::ShellArgs),
     /// List a sandbox's background processes, or show one with its output.
     Ps(exec::PsArgs),
     /// Kill background processes of a sandbox (and their children).
@@ -147,6 +150,9 @@ enum Command {
     Logs(exec::LogsArgs),
     /// Copy files and directories to or from a sandbox (like docker cp).
     Cp(copy::CpArgs),
+    /// Make directories, move paths and watch changes inside a sandbox.
+    #[command(subcommand, alias = "file")]
+    Files(copy::FilesCommand),
     /// Fork a sandbox: a new one with its filesystem and settings.
     Fork(manage::ForkArgs),
     /// Create, list and delete snapshots.
@@ -203,10 +209,12 @@ names from the server in STOCKADE_URL / --url with STOCKADE_TOKEN / --token.")]
 }
 
 /// Ends the program quietly when a print into a closed pipe panics (every
-/// print of the CLI is fallible; this covers any that is not).
+/// print of the CLI is fallible; this covers any that is not), and puts a
+/// terminal in raw mode back first whatever the panic.
 fn quiet_on_closed_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        exec::restore_terminal();
         let payload = info
             .payload()
             .downcast_ref::<String>()
@@ -344,10 +352,12 @@ fn main() -> ExitCode {
                 sync,
             } => cli::remove(&ctx, &sandboxes, keep_volume, sync).await,
             Command::Exec(args) => exec::exec(&ctx, *args).await,
+            Command::Shell(args) => exec::shell(&ctx, args).await,
             Command::Ps(args) => exec::ps(&ctx, args).await,
             Command::Kill(args) => exec::kill(&ctx, args).await,
             Command::Logs(args) => exec::logs(&ctx, args).await,
             Command::Cp(args) => copy::cp(&ctx, args).await,
+            Command::Files(cmd) => copy::files(&ctx, cmd).await,
             Command::Fork(args) => manage::fork(&ctx, args).await,
             Command::Snapshot(cmd) => manage::snapshot(&ctx, cmd).await,
             Command::Ports(args) => manage::ports(&ctx, args).await,

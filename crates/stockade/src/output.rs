@@ -622,6 +622,7 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
         Error::InvalidParams { field, message } => CliError::invalid(field_line(field, message)),
         Error::Cancelled => CliError::new("cancelled", "cancelled"),
         Error::Config(m) => CliError::invalid(m.clone()),
+        Error::Closed(m) => CliError::new("connection_lost", m.clone()),
         Error::Decode(m) => CliError::new(
             "bad_response",
             format!("unexpected response from the server: {m}"),

@@ -10,5 +10,6 @@ mod logs;
 mod names;
 mod ports;
 mod snapshots;
+mod terminal;
 mod update;
 mod volumes;

@@ -1,0 +1,569 @@
+//! `stockade shell`, `stockade exec -it` and `stockade files` as a person
+//! uses them: the binary runs in a pseudo-terminal (under a `/bin/sh` that
+//! prints `stty -g` before and after), keystrokes are typed into it and the
+//! screen is read back. Checked: the echo and the output of a typed
+//! command, `cd` sticking, the remote size following a resize of the local
+//! terminal, Ctrl-C stopping a remote `sleep`, the remote exit code as the
+//! CLI's, SIGTERM and SIGINT ending a session, and the local terminal's
+//! settings restored every time; `-t` without a terminal is refused.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const ADMIN_TOKEN: &str = "stk_terminal_tests_admin_token_0001";
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_stockade")
+}
+
+/// `stockade server` on a fresh data directory; on drop its sandboxes are
+/// removed, then the server, then whatever its instance left in Docker.
+struct Server {
+    child: Child,
+    url: String,
+    instance: std::cell::RefCell<Option<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(out) = self.cli(&["ls", "--json", "--per-page", "1000"]).output() {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                for sb in v["sandboxes"].as_array().cloned().unwrap_or_default() {
+                    let _ = self
+                        .cli(&["rm", sb["id"].as_str().unwrap_or_default()])
+                        .output();
+                }
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(instance) = self.instance.borrow().as_deref() {
+            let filter = format!("label=io.stockade.instance-id={instance}");
+            for (list, remove) in [
+                (
+                    vec!["ps", "-aq", "--filter", &filter],
+                    vec!["rm", "-f", "-v"],
+                ),
+                (
+                    vec!["volume", "ls", "-q", "--filter", &filter],
+                    vec!["volume", "rm", "-f"],
+                ),
+            ] {
+                let out = Command::new("docker").args(&list).output().unwrap();
+                let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect();
+                if !ids.is_empty() {
+                    let mut args = remove.clone();
+                    args.extend(ids.iter().map(String::as_str));
+                    let _ = Command::new("docker").args(&args).output();
+                }
+            }
+        }
+    }
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(bin())
+            .arg("server")
+            .env("STOCKADE_LISTEN", "127.0.0.1:0")
+            .env("STOCKADE_DATA_DIR", dir.path())
+            .env_remove("STOCKADE_DATABASE_URL")
+            .env("STOCKADE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("STOCKADE_LOG", "warn")
+            .env(
+                "STOCKADE_DEFAULT_IMAGE",
+                std::env::var("STOCKADE_TEST_IMAGE")
+                    .unwrap_or_else(|_| "stockade-test-base:latest".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn stockade server");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            url: String::new(),
+            instance: std::cell::RefCell::new(None),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server.url.is_empty() {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server starts and says where it listens");
+            if let Some(rest) = line.split(" listening on ").nth(1) {
+                server.url = rest.trim().to_owned();
+            }
+        }
+        server
+    }
+
+    fn cli(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.args(args)
+            .env("STOCKADE_URL", &self.url)
+            .env("STOCKADE_TOKEN", ADMIN_TOKEN);
+        cmd
+    }
+
+    /// Creates a sandbox and learns this server's instance from it.
+    fn create(&self, name: &str) -> String {
+        let out = self
+            .cli(&["create", "--name", name, "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let id = v["id"].as_str().unwrap().to_owned();
+        let out = Command::new("docker")
+            .args([
+                "ps",
+                "-a",
+                "--filter",
+                &format!("label=io.stockade.sandbox-id={id}"),
+                "--format",
+                "{{.Label \"io.stockade.instance-id\"}}",
+            ])
+            .output()
+            .unwrap();
+        let instance = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if !instance.is_empty() {
+            *self.instance.borrow_mut() = Some(instance);
+        }
+        id
+    }
+}
+
+/// A shell script running in a fresh pseudo-terminal, as if typed into a
+/// terminal emulator: what it prints is read back, keys are typed into it.
+struct Session {
+    pty: Arc<pty_process::blocking::Pty>,
+    child: Child,
+    output: Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Session {
+    /// Runs `script` with `/bin/sh` on a `rows`×`cols` terminal; `$STOCKADE`
+    /// is the binary, pointed at `server`.
+    fn spawn(server: &Server, script: &str, rows: u16, cols: u16) -> Session {
+        let (pty, pts) = pty_process::blocking::open().unwrap();
+        pty.resize(pty_process::Size::new(rows, cols)).unwrap();
+        let child = pty_process::blocking::Command::new("/bin/sh")
+            .args(["-c", script])
+            .env("STOCKADE", bin())
+            .env("STOCKADE_URL", &server.url)
+            .env("STOCKADE_TOKEN", ADMIN_TOKEN)
+            .env("TERM", "xterm")
+            .spawn(pts)
+            .unwrap();
+        let pty = Arc::new(pty);
+        let reader = pty.clone();
+        let (tx, output) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once nothing holds the terminal any more.
+            while let Ok(n) = (&*reader).read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Session {
+            pty,
+            child,
+            output,
+            seen: String::new(),
+        }
+    }
+
+    fn type_keys(&self, keys: &str) {
+        (&*self.pty).write_all(keys.as_bytes()).unwrap();
+    }
+
+    /// Reads until the screen so far contains `needle`; false after `limit`.
+    fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.seen.contains(needle) {
+            match self
+                .output
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(bytes) => self.seen.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(RecvTimeoutError::Timeout) => return false,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return self.seen.contains(needle);
+                }
+            }
+        }
+        true
+    }
+
+    /// Like `wait_for`, failing the test with the screen after 20 s.
+    fn expect(&mut self, needle: &str) {
+        if !self.wait_for(needle, Duration::from_secs(20)) {
+            panic!("waited for {needle:?}; the screen so far:\n{}", self.seen);
+        }
+    }
+
+    /// The line printed right after the line holding `marker`.
+    fn line_after(&self, marker: &str) -> String {
+        let mut lines = self.seen.lines().map(|l| l.trim_end_matches('\r'));
+        lines.by_ref().find(|l| l.contains(marker));
+        lines.next().unwrap_or_default().to_owned()
+    }
+
+    /// The line printed right before the line holding `marker`.
+    fn line_before(&self, marker: &str) -> String {
+        let lines: Vec<&str> = self
+            .seen
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .collect();
+        let at = lines.iter().position(|l| l.contains(marker)).unwrap();
+        lines[at.saturating_sub(1)].to_owned()
+    }
+
+    /// Waits (bounded) for the outer shell to end.
+    fn finish(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the session did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The `stockade` process the outer shell runs.
+    fn stockade_pid(&self) -> u32 {
+        let parent = self.child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                    continue;
+                };
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    continue;
+                };
+                // pid (comm) state ppid …
+                let Some((comm, rest)) = stat.split_once(") ") else {
+                    continue;
+                };
+                let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+                if ppid == Some(parent) && comm.ends_with("(stockade") {
+                    return pid;
+                }
+            }
+            assert!(Instant::now() < deadline, "no stockade under the shell");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The outer script: the terminal's settings before, the command, its exit
+/// code, the settings after.
+fn framed(command: &str) -> String {
+    format!("stty -g; echo '=''=start'; {command}; echo \"==exit:$?\"; stty -g; echo '=''=end'")
+}
+
+/// Waits for the remote shell's first prompt (any output after the start).
+fn wait_for_prompt(s: &mut Session) {
+    s.expect("==start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let after = s.seen.split("==start").nth(1).unwrap_or_default();
+        if !after.trim().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no prompt:\n{}", s.seen);
+        s.wait_for("\u{0}never", Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
+    let server = Server::start();
+    server.create("tty");
+    for command in [
+        "\"$STOCKADE\" shell tty",
+        "\"$STOCKADE\" exec -it tty -- sh",
+    ] {
+        let mut s = Session::spawn(&server, &framed(command), 30, 100);
+        wait_for_prompt(&mut s);
+
+        // Typed keys come back as the remote PTY's echo, then the output.
+        s.type_keys("cd /tmp && echo marker-$((6*7))\r");
+        s.expect("marker-42");
+        assert!(
+            s.seen.contains("echo marker-$((6*7))"),
+            "{command}: no echo of the typed command:\n{}",
+            s.seen
+        );
+        s.type_keys("echo \"dir=$(pwd)\"; stty size\r");
+        s.expect("30 100");
+        assert!(
+            s.seen.contains("dir=/tmp"),
+            "{command}: cd did not stick:\n{}",
+            s.seen
+        );
+
+        // Resizing the local terminal resizes the remote one.
+        s.pty.resize(pty_process::Size::new(40, 120)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            s.type_keys("stty size\r");
+            if s.wait_for("40 120", Duration::from_millis(700)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{command}: the remote size never followed:\n{}",
+                s.seen
+            );
+        }
+
+        // Ctrl-C reaches the remote program, not stockade.
+        s.type_keys("sleep 100\r");
+        std::thread::sleep(Duration::from_millis(700));
+        s.type_keys("\x03");
+        s.type_keys("echo still-$((1+1))\r");
+        s.expect("still-2");
+
+        s.type_keys("exit 5\r");
+        s.expect("==end");
+        s.finish();
+        assert!(s.seen.contains("==exit:5"), "{command}:\n{}", s.seen);
+        assert_eq!(
+            s.line_before("==start"),
+            s.line_after("==exit:"),
+            "{command}: the terminal's settings were not restored:\n{}",
+            s.seen
+        );
+    }
+}
+
+#[test]
+fn exec_it_runs_a_program_with_its_environment_directory_and_exit_code() {
+    let server = Server::start();
+    server.create("tty-exec");
+    let mut s = Session::spawn(
+        &server,
+        &framed(
+            "\"$STOCKADE\" exec -it -w /tmp -e 'GREETING=hi there' tty-exec -- \
+             sh -c 'printf ready-%s \"$((1+1))\"; read line; echo \"got:$line:$GREETING:$(pwd)\"; stty size; exit 7'",
+        ),
+        24,
+        90,
+    );
+    s.expect("ready-2");
+    s.type_keys("typed words\r");
+    s.expect("got:typed words:hi there:/tmp");
+    s.expect("24 90");
+    s.expect("==end");
+    s.finish();
+    assert!(s.seen.contains("==exit:7"), "{}", s.seen);
+    assert_eq!(
+        s.line_before("==start"),
+        s.line_after("==exit:"),
+        "the terminal's settings were not restored:\n{}",
+        s.seen
+    );
+}
+
+#[test]
+fn exec_t_without_i_gives_a_terminal_but_keeps_the_keys() {
+    let server = Server::start();
+    server.create("tty-only");
+    let mut s = Session::spawn(
+        &server,
+        &framed(
+            "\"$STOCKADE\" exec -t tty-only -- sh -c \
+             'test -t 0 && test -t 1 && echo on-a-tty-$((3*3)); stty size; exit 4'",
+        ),
+        33,
+        77,
+    );
+    s.expect("on-a-tty-9");
+    s.expect("33 77");
+    s.expect("==end");
+    s.finish();
+    assert!(s.seen.contains("==exit:4"), "{}", s.seen);
+    assert_eq!(s.line_before("==start"), s.line_after("==exit:"));
+}
+
+#[test]
+fn signals_end_a_session_and_restore_the_local_terminal() {
+    let server = Server::start();
+    server.create("tty-signals");
+    for (signal, code) in [("TERM", 143), ("INT", 130)] {
+        let mut s = Session::spawn(&server, &framed("\"$STOCKADE\" shell tty-signals"), 24, 80);
+        wait_for_prompt(&mut s);
+        s.type_keys("echo up-$((2+2))\r");
+        s.expect("up-4");
+        let pid = s.stockade_pid();
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        s.expect("==end");
+        s.finish();
+        assert!(
+            s.seen.contains(&format!("==exit:{code}")),
+            "SIG{signal}:\n{}",
+            s.seen
+        );
+        assert_eq!(
+            s.line_before("==start"),
+            s.line_after("==exit:"),
+            "SIG{signal} left the terminal changed:\n{}",
+            s.seen
+        );
+    }
+}
+
+#[test]
+fn without_a_terminal_t_is_refused_and_i_forwards_stdin() {
+    let server = Server::start();
+    server.create("no-tty");
+    for args in [
+        &["exec", "-it", "no-tty", "--", "sh"][..],
+        &["exec", "-t", "no-tty", "--", "ls"][..],
+        &["shell", "no-tty"][..],
+    ] {
+        let out = server.cli(args).stdin(Stdio::piped()).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("needs a terminal on stdin"), "{args:?}: {err}");
+        assert_eq!(err.matches("error:").count(), 1, "{err}");
+    }
+    let mut child = server
+        .cli(&[
+            "exec",
+            "-i",
+            "no-tty",
+            "--",
+            "sh",
+            "-c",
+            "tr a-z A-Z; exit 3",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"piped text\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "PIPED TEXT\n");
+    assert_eq!(out.status.code(), Some(3));
+    let out = server
+        .cli(&["exec", "-d", "-t", "no-tty", "--", "ls"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "-d and -t do not combine");
+}
+
+#[test]
+fn files_mkdir_mv_and_watch() {
+    let server = Server::start();
+    server.create("files");
+    let out = server
+        .cli(&["files", "mkdir", "files", "a/b", "/workspace/c"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/workspace/a/b\n/workspace/c\n"
+    );
+    let mut watch = server
+        .cli(&["files", "watch", "files", "-r"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    let out = server
+        .cli(&["exec", "files", "--", "sh", "-c", "echo hi > a/b/new.txt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let out = server
+        .cli(&["files", "mv", "files", "a/b/new.txt", "c/moved.txt"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/workspace/c/moved.txt\n"
+    );
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !(seen
+        .iter()
+        .any(|l: &String| l.starts_with("create") && l.ends_with("/workspace/a/b/new.txt"))
+        && seen.iter().any(|l| l.starts_with("rename")))
+    {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("watch lines missing ({e}): {seen:?}"),
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let out = server
+        .cli(&["files", "mv", "files", "nope", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`nope` does not exist"), "{err}");
+}
