@@ -117,11 +117,24 @@ impl Service {
     /// Makes a directory and its missing parents (AGT-5).
     pub async fn make_dir(&self, sb: &Sandbox, path: &SandboxPath) -> ServiceResult<FileEntry> {
         let agent = self.require_agent(sb, "make directories").await?;
-        let entry = agent
-            .make_dir(path.as_str())
-            .await
-            .map_err(|e| fs_error(e, "path"))?;
-        Ok(entry_of(entry))
+        match agent.make_dir(path.as_str()).await {
+            Ok(entry) => Ok(entry_of(entry)),
+            // There already: fine when it is a directory.
+            Err(e) if e.code() == Some(stockade_agent::connect::Code::AlreadyExists) => {
+                let existing = agent
+                    .stat(path.as_str())
+                    .await
+                    .map_err(|e| fs_error(e, "path"))?;
+                if AgentFileType::try_from(existing.r#type) == Ok(AgentFileType::Directory) {
+                    Ok(entry_of(existing))
+                } else {
+                    Err(ServiceError::Conflict(format!(
+                        "{path} exists and is not a directory"
+                    )))
+                }
+            }
+            Err(e) => Err(fs_error(e, "path")),
+        }
     }
 
     /// Moves (renames) a file or directory (AGT-5).
@@ -308,16 +321,20 @@ fn entry_of(e: EntryInfo) -> FileEntry {
 /// exists already or cannot be used a 409/400 naming `field`.
 fn fs_error(e: stockade_agent::client::ClientError, field: &str) -> ServiceError {
     use stockade_agent::connect::Code;
+    let text = e.to_string();
+    if text.to_ascii_lowercase().contains("not a directory") {
+        return ServiceError::Conflict(format!("A file is in the way: {text}"));
+    }
     match e.code() {
         Some(Code::NotFound) => {
-            ServiceError::NotFound(format!("No such file or directory in the sandbox: {e}"))
+            ServiceError::NotFound(format!("No such file or directory in the sandbox: {text}"))
         }
-        Some(Code::AlreadyExists) => ServiceError::Conflict(format!("{e}")),
+        Some(Code::AlreadyExists) => ServiceError::Conflict(text),
         Some(Code::InvalidArgument) | Some(Code::FailedPrecondition) => {
-            ServiceError::field(field, e.to_string())
+            ServiceError::field(field, text)
         }
         Some(Code::PermissionDenied) => {
-            ServiceError::Forbidden(format!("Permission denied in the sandbox: {e}"))
+            ServiceError::Forbidden(format!("Permission denied in the sandbox: {text}"))
         }
         _ => agent_error(e),
     }

@@ -162,6 +162,36 @@ async fn mkdir_move_and_watch() {
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     assert_eq!(r.body["path"], "/workspace/a/b/c");
     assert_eq!(r.body["type"], "dir");
+    // Again: it is there already, which is fine.
+    let r = app
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/v1/sandbox/{id}/files/mkdir?path=a/b/c"),
+            Some(&t),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    // Under a file: a conflict, not a server error.
+    sh_in(id, "touch /workspace/plain");
+    let r = app
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/v1/sandbox/{id}/files/mkdir?path=plain/sub"),
+            Some(&t),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    let r = app
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/v1/sandbox/{id}/files/mkdir?path=plain"),
+            Some(&t),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     // A watch of /workspace, recursive.
     let mut events = app
         .http
