@@ -121,6 +121,29 @@ _stockade_engine_mount() {
     mount -o "$opts" "$img" "$root" 2>/dev/null
 }
 
+# btrfs qgroups (the limits of `size`) go wrong once the accounting is
+# marked inconsistent, which the kernel does when it deletes a subvolume
+# whose tree is at least drop_subtree_threshold levels deep (3 by default
+# on recent kernels: containers and volumes are deleted all the time here).
+# Tracing every deletion (the maximum, 8) keeps them exact; an inconsistent
+# state left from before is rescanned.
+_stockade_engine_btrfs_qgroups() {
+    local root="$1" uuid sysfs
+    btrfs quota enable "$root" 2>/dev/null || true
+    uuid="$(btrfs filesystem show "$root" 2>/dev/null | sed -n 's/.*uuid: *\([0-9a-f-]*\).*/\1/p' | head -n 1)"
+    sysfs="/sys/fs/btrfs/$uuid/qgroups"
+    if [ -z "$uuid" ] || [ ! -d "$sysfs" ]; then
+        _stockade_engine_err "btrfs quotas could not be switched on for $root"
+        return 1
+    fi
+    if [ -w "$sysfs/drop_subtree_threshold" ]; then
+        echo 8 >"$sysfs/drop_subtree_threshold"
+    fi
+    if [ "$(cat "$sysfs/inconsistent" 2>/dev/null)" = 1 ]; then
+        btrfs quota rescan -w "$root" >/dev/null 2>&1 || true
+    fi
+}
+
 ensure_test_engine() {
     local name="$1"
     shift || true
@@ -140,6 +163,9 @@ ensure_test_engine() {
         esac
     done
     if _stockade_engine_answers "$name"; then
+        if [ "$(test_engine_fs "$name")" = btrfs ]; then
+            _stockade_engine_btrfs_qgroups "$STOCKADE_TEST_ENGINE_STATE/$name/root" || return 1
+        fi
         return 0
     fi
 
@@ -193,7 +219,10 @@ ensure_test_engine() {
         fi
     fi
     local driver=()
-    [ "$(test_engine_fs "$name")" = btrfs ] && driver=(--storage-driver btrfs)
+    if [ "$(test_engine_fs "$name")" = btrfs ]; then
+        driver=(--storage-driver btrfs)
+        _stockade_engine_btrfs_qgroups "$root" || return 1
+    fi
 
     # Its own bridge (dockerd -b takes an existing one; --bip would change docker0).
     if ! ip link show "$bridge" >/dev/null 2>&1; then

@@ -269,13 +269,14 @@ impl DockerRuntime {
             .inspect_volume(volume.as_str())
             .await
             .map_err(|e| self.map_err(e, "inspect volume"))?;
-        make_btrfs_quota(Path::new(&inspected.mountpoint), bytes)
-            .await
-            .map_err(|why| {
-                RuntimeError::Other(format!(
-                    "could not cap the volume {volume} at {bytes} bytes: {why}"
-                ))
-            })
+        let dir = Path::new(&inspected.mountpoint);
+        make_btrfs_quota(dir, bytes).await.map_err(|why| {
+            RuntimeError::Other(format!(
+                "could not cap the volume {volume} at {bytes} bytes: {why}"
+            ))
+        })?;
+        ensure_qgroups_consistent(dir).await;
+        Ok(())
     }
 
     async fn disk_usage_of(
@@ -382,6 +383,11 @@ fn engine_message(e: &bollard::errors::Error) -> String {
 
 /// Runs a command on this host; its stdout, or why it failed.
 async fn host_command(program: &str, args: &[&str]) -> Result<String, String> {
+    host_command_output(program, args).await.map(|(out, _)| out)
+}
+
+/// Runs a command on this host; its stdout and stderr, or why it failed.
+async fn host_command_output(program: &str, args: &[&str]) -> Result<(String, String), String> {
     let run = Command::new(program).args(args).kill_on_drop(true).output();
     let output = match tokio::time::timeout(HOST_COMMAND_TIMEOUT, run).await {
         Err(_) => {
@@ -397,7 +403,10 @@ async fn host_command(program: &str, args: &[&str]) -> Result<String, String> {
         Ok(Ok(o)) => o,
     };
     if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok((
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ))
     } else {
         let stderr = String::from_utf8_lossy(&output.stderr);
         Err(format!(
@@ -468,4 +477,28 @@ async fn btrfs_qgroup(dir: &Path) -> Result<(u64, Option<u64>), String> {
     )
     .await?;
     parse_qgroup_show(&out).ok_or_else(|| format!("no qgroup for {shown}"))
+}
+
+/// btrfs stops enforcing qgroup limits reliably once its accounting is
+/// marked inconsistent (the kernel does so when it deletes a deep subvolume
+/// tree, unless `qgroups/drop_subtree_threshold` in sysfs is 8). Starts a
+/// rescan when it is, and says so: until it ends, limits may let writes
+/// through.
+async fn ensure_qgroups_consistent(dir: &Path) {
+    let shown = dir.display().to_string();
+    let Ok((_, stderr)) = host_command_output("btrfs", &["qgroup", "show", "-f", &shown]).await
+    else {
+        return;
+    };
+    if !stderr.contains("inconsistent") {
+        return;
+    }
+    let rescan = host_command("btrfs", &["quota", "rescan", &shown]).await;
+    tracing::warn!(
+        path = %shown,
+        rescan = ?rescan.map(|_| "started"),
+        "btrfs qgroup accounting is inconsistent, so disk limits may not hold until a rescan \
+         ends; set qgroups/drop_subtree_threshold to 8 in the filesystem's sysfs directory to \
+         keep it consistent"
+    );
 }
