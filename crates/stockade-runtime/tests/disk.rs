@@ -312,6 +312,7 @@ async fn the_default_engine_says_why_not_and_creates_still_work() {
         return;
     }
     let warning = found.warning().expect("a warning");
+    eprintln!("the default engine: {warning}");
     assert!(
         warning.starts_with("diskSizeGB is not enforced on this host")
             || warning.starts_with("diskSizeGB is only partly enforced on this host"),

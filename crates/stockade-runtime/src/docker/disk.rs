@@ -423,6 +423,11 @@ async fn make_btrfs_quota(dir: &Path, bytes: u64) -> Result<(), String> {
     let shown = dir.display().to_string();
     match tokio::fs::metadata(dir).await {
         Ok(m) if m.is_dir() => {}
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(format!(
+                "Stockade may not manage the volume's directory {shown} (run it as root)"
+            ))
+        }
         _ => {
             return Err(format!(
                 "the volume's directory {shown} is not on Stockade's host (a local engine \
