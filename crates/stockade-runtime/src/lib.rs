@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 
 mod agent;
+mod disk;
 mod docker;
 mod exec_stream;
 mod fake;
@@ -24,14 +25,18 @@ pub use agent::{
     agent_target, agent_version, agent_volume_name, validate_agent_token, AGENT_BINARY,
     AGENT_MOUNT_PATH, AGENT_PATH, AGENT_PORT, AGENT_TOKEN_ENV,
 };
-pub use docker::{container_name, DockerConfig, DockerRuntime, IsolationConfig, SECCOMP_PROFILE};
+pub use disk::{parse_size, DiskEnforcement, DiskUsage, Enforcement, QuotaMethod};
+pub use docker::{
+    container_name, DockerConfig, DockerRuntime, IsolationConfig, MAX_LOG_MAX_FILES,
+    MIN_LOG_MAX_BYTES, SECCOMP_PROFILE,
+};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
 pub use isolation::{IsolationReport, IsolationStatus};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
 pub use runtime::{
-    Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+    Disk, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
 };
 pub use stats::{cpu_percent, ContainerStats};
 
@@ -41,7 +46,7 @@ pub use stats::{cpu_percent, ContainerStats};
 /// `Runtime` alone.
 pub mod prelude {
     pub use crate::runtime::{
-        Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+        Disk, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
     };
 }
 
@@ -65,6 +70,9 @@ pub mod labels {
     pub const AGENT: &str = "io.stockade.agent";
     /// On the agent volume: the version of the agent it holds.
     pub const AGENT_VERSION: &str = "io.stockade.agent-version";
+    /// On the image, containers and volumes of the disk-quota probe
+    /// (SEC-13): never a sandbox's.
+    pub const DISK_PROBE: &str = "io.stockade.disk-probe";
 }
 
 /// What can go wrong in the runtime.
@@ -133,6 +141,10 @@ pub struct ContainerSpec {
     /// [`Lifecycle::create`]. `None`: the container has no agent (Docker's
     /// init is PID 1).
     pub agent_token: Option<String>,
+    /// `diskSizeGB` in bytes (SEC-13): the cap of `/workspace` and, apart,
+    /// of the writable root filesystem, where the engine can enforce them
+    /// ([`crate::Disk::disk_enforcement`]); `None`: no cap.
+    pub disk_bytes: Option<u64>,
 }
 
 /// `Some("<redacted>")` in place of a token.
@@ -154,6 +166,7 @@ impl std::fmt::Debug for ContainerSpec {
             .field("network_access", &self.network_access)
             .field("hostname", &self.hostname)
             .field("agent_token", &redacted(&self.agent_token))
+            .field("disk_bytes", &self.disk_bytes)
             .finish()
     }
 }
@@ -176,6 +189,9 @@ pub struct PoolMemberSpec {
     /// As [`ContainerSpec::agent_token`]: the member's agent and the token
     /// it accepts (the sandbox keeps it once claimed).
     pub agent_token: Option<String>,
+    /// As [`ContainerSpec::disk_bytes`]: part of the class, since a claim
+    /// cannot change it.
+    pub disk_bytes: Option<u64>,
 }
 
 impl std::fmt::Debug for PoolMemberSpec {
@@ -189,6 +205,7 @@ impl std::fmt::Debug for PoolMemberSpec {
             .field("memory_bytes", &self.memory_bytes)
             .field("network_access", &self.network_access)
             .field("agent_token", &redacted(&self.agent_token))
+            .field("disk_bytes", &self.disk_bytes)
             .finish()
     }
 }
@@ -211,6 +228,7 @@ impl PoolMemberSpec {
             network_access: self.network_access,
             hostname: self.sandbox_id.to_string(),
             agent_token: self.agent_token.clone(),
+            disk_bytes: self.disk_bytes,
         }
     }
 

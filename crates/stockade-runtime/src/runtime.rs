@@ -10,14 +10,25 @@ use stockade_core::{SandboxId, SandboxPath, VolumeName};
 
 use crate::{
     ArchiveStream, ArchiveUpload, ByteStream, ContainerSpec, ContainerState, ContainerStats,
-    ExecOutput, ExecProcess, ExecSpec, FsResult, IsolationReport, LogLines, LogsOptions,
-    ManagedContainer, PathStat, PoolMemberSpec, RuntimeInfo, RuntimeResult, VolumeInfo,
+    DiskEnforcement, DiskUsage, ExecOutput, ExecProcess, ExecSpec, FsResult, IsolationReport,
+    LogLines, LogsOptions, ManagedContainer, PathStat, PoolMemberSpec, RuntimeInfo, RuntimeResult,
+    VolumeInfo,
 };
 
 /// Creates, runs and removes sandbox containers and their volumes: every
 /// role below. Implemented for each type that implements them all.
 pub trait Runtime:
-    Inspect + Lifecycle + Exec + Logs + Files + Volumes + Update + Snapshots + Isolation + 'static
+    Inspect
+    + Lifecycle
+    + Exec
+    + Logs
+    + Files
+    + Volumes
+    + Update
+    + Snapshots
+    + Isolation
+    + Disk
+    + 'static
 {
 }
 
@@ -31,6 +42,7 @@ impl<T> Runtime for T where
         + Update
         + Snapshots
         + Isolation
+        + Disk
         + 'static
 {
 }
@@ -231,4 +243,26 @@ pub trait Isolation: Send + Sync {
     /// to be called at server start and periodically; the last report is
     /// what `/health` shows.
     async fn ensure_isolation(&self) -> IsolationReport;
+}
+
+/// Disk quotas (SEC-13): what the engine can cap, and what a sandbox uses.
+#[async_trait]
+pub trait Disk: Send + Sync {
+    /// Whether `diskSizeGB` is enforced on this engine, for `/workspace`
+    /// and for the root filesystem, and why not. Probed once (through the
+    /// engine's API, so remote engines too) and cached; never fails: an
+    /// engine that does not answer is reported as not enforcing (and asked
+    /// again next time). Creates apply what this says.
+    async fn disk_enforcement(&self) -> DiskEnforcement;
+
+    /// The sandbox's disk use and the limits enforced on it; `None` when it
+    /// has no container. Sizes the engine measures by walking files (the
+    /// root filesystem; `/workspace` unless its quota says) may take a
+    /// while on big sandboxes; `/workspace` comes from a measurement at
+    /// most `max_age` old where it is measured for every volume at once.
+    async fn disk_usage(
+        &self,
+        id: &SandboxId,
+        max_age: Duration,
+    ) -> RuntimeResult<Option<DiskUsage>>;
 }

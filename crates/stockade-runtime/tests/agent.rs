@@ -110,6 +110,7 @@ fn spec(image: &str, script: &str, token: Option<&str>) -> ContainerSpec {
         memory_bytes: 256 << 20,
         network_access: true,
         agent_token: token.map(str::to_owned),
+        disk_bytes: None,
     }
 }
 
@@ -406,6 +407,7 @@ async fn pool_members_and_snapshots_have_the_agent_offline_sandboxes_too() {
         memory_bytes: 256 << 20,
         network_access: true,
         agent_token: Some(member_token.clone()),
+        disk_bytes: None,
     };
     cleanup.sandboxes.push(member.sandbox_id.clone());
     rt.create_pool_member(&member).await.expect("pool member");

@@ -98,6 +98,7 @@ fn spec(command: Option<&str>) -> ContainerSpec {
         memory_bytes: 256 * 1024 * 1024,
         network_access: true,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 

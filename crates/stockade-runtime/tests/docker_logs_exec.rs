@@ -64,6 +64,7 @@ async fn sandbox(rt: &DockerRuntime, command: &str) -> (SandboxId, Cleanup) {
         memory_bytes: 256 * 1024 * 1024,
         network_access: false,
         agent_token: None,
+        disk_bytes: None,
     };
     rt.create(&spec).await.expect("create");
     (sandbox_id, cleanup)

@@ -49,6 +49,7 @@ fn spec(script: &str, network_access: bool) -> ContainerSpec {
         memory_bytes: 256 * 1024 * 1024,
         network_access,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 

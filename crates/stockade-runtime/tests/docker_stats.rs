@@ -54,6 +54,7 @@ async fn stats_of_a_busy_sandbox() {
         memory_bytes: memory,
         network_access: true,
         agent_token: None,
+        disk_bytes: None,
     };
     rt.create(&spec).await.expect("create");
 

@@ -62,6 +62,7 @@ fn spec(command: &str, env: &[(&str, &str)]) -> ContainerSpec {
         memory_bytes: 256 * 1024 * 1024,
         network_access: false,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 

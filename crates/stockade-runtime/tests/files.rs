@@ -62,6 +62,7 @@ async fn running_sandbox(rt: &DockerRuntime) -> (SandboxId, Cleanup) {
         network_access: false,
         hostname: "files".into(),
         agent_token: None,
+        disk_bytes: None,
     })
     .await
     .expect("create");

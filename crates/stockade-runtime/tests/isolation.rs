@@ -53,6 +53,7 @@ fn spec(account: &AccountId, command: Vec<String>, network_access: bool) -> Cont
         memory_bytes: 128 * 1024 * 1024,
         network_access,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 
@@ -532,6 +533,7 @@ async fn pool_members_join_the_same_networks() {
             memory_bytes: 128 * 1024 * 1024,
             network_access,
             agent_token: None,
+            disk_bytes: None,
         };
         cleanup.sandboxes.push(member.sandbox_id.clone());
         rt.create_pool_member(&member).await.expect("create member");

@@ -92,6 +92,7 @@ fn spec(image: &str, command: &str) -> ContainerSpec {
         memory_bytes: 256 * 1024 * 1024,
         network_access: true,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 

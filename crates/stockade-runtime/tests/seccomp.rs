@@ -112,6 +112,7 @@ fn spec() -> ContainerSpec {
         memory_bytes: 128 * 1024 * 1024,
         network_access: false,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 

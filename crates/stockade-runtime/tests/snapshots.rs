@@ -56,6 +56,7 @@ fn spec(image: &str, command: &str) -> ContainerSpec {
         memory_bytes: 256 << 20,
         network_access: false,
         agent_token: None,
+        disk_bytes: None,
     }
 }
 

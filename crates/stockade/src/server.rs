@@ -123,10 +123,34 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_SHUTDOWN_GRACE", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     shutdown_grace: u64,
+    /// Size at which a sandbox's log file is rotated (SEC-14): bytes or a
+    /// number with a unit (`10m`, `1g`), at least 1m.
+    #[arg(long, env = "STOCKADE_LOG_MAX_SIZE", default_value = "10m")]
+    log_max_size: String,
+    /// Log files kept per sandbox, the current one included (1 to 100): a
+    /// sandbox's logs take at most --log-max-size times this on the Docker host.
+    #[arg(long, env = "STOCKADE_LOG_MAX_FILES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    log_max_files: u32,
+    /// Do not cap sandbox disks at diskSizeGB, even where the Docker host
+    /// could (SEC-13).
+    #[arg(long, env = "STOCKADE_NO_DISK_QUOTAS")]
+    no_disk_quotas: bool,
     #[command(flatten)]
     isolation: IsolationArgs,
     #[command(flatten)]
     objects: ObjectStoreArgs,
+}
+
+/// `--log-max-size` in bytes: a size Docker would take, at least 1 MiB.
+fn parse_log_max_size(value: &str) -> anyhow::Result<u64> {
+    match stockade_runtime::parse_size(value) {
+        Some(bytes) if bytes >= stockade_runtime::MIN_LOG_MAX_BYTES => Ok(bytes),
+        Some(_) => anyhow::bail!("--log-max-size: '{value}' is below the minimum of 1m"),
+        None => anyhow::bail!(
+            "--log-max-size: '{value}' is not a size (bytes, or a number with k, m or g, e.g. 10m)"
+        ),
+    }
 }
 
 /// Network isolation of sandboxes (SEC-5): Stockade's Docker networks and
@@ -449,6 +473,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         pids_limit: args.pids_limit,
         oci_runtime: args.oci_runtime.clone(),
         isolation: args.isolation.config()?,
+        disk_quotas: !args.no_disk_quotas,
+        log_max_bytes: parse_log_max_size(&args.log_max_size)?,
+        log_max_files: args.log_max_files,
         ..DockerConfig::default()
     })
     .context("could not set up the Docker client")?;
@@ -683,6 +710,17 @@ mod tests {
             "{err}"
         );
         assert!(limits(&["--trusted-proxies", "10.0.0.0/8,::1"]).is_ok());
+    }
+
+    #[test]
+    fn log_max_size_names_the_flag_on_bad_input() {
+        assert_eq!(super::parse_log_max_size("10m").unwrap(), 10 << 20);
+        assert_eq!(super::parse_log_max_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(super::parse_log_max_size("1G").unwrap(), 1 << 30);
+        for bad in ["lots", "10x", "1k", ""] {
+            let err = super::parse_log_max_size(bad).unwrap_err().to_string();
+            assert!(err.starts_with("--log-max-size: "), "{err}");
+        }
     }
 
     #[test]

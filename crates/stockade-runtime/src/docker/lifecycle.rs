@@ -143,7 +143,7 @@ impl DockerRuntime {
         };
         (
             options,
-            self.container_config(spec, &volume, stockade_labels(spec), None),
+            self.container_config(spec, &volume, stockade_labels(spec), None, None),
         )
     }
 
@@ -159,6 +159,7 @@ impl DockerRuntime {
         volume: &VolumeName,
         mut labels: HashMap<String, String>,
         image: Option<&ImageFacts>,
+        storage_opt: Option<HashMap<String, String>>,
     ) -> Config<String> {
         let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
         let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
@@ -239,6 +240,12 @@ impl DockerRuntime {
                 maximum_retry_count: None,
             }),
             readonly_rootfs: Some(false),
+            // SEC-13: the writable root filesystem capped at diskSizeGB
+            // where the storage driver can (disk.rs).
+            storage_opt,
+            // SEC-14: the main process's output kept in rotated files of
+            // bounded size, whatever the engine's default log driver.
+            log_config: Some(self.log_config()),
             ..Default::default()
         };
         Config {
@@ -277,7 +284,7 @@ impl DockerRuntime {
         }
 
         // Independent questions at once: round trips fewer per create.
-        let (image, existing, (), agent_ready) = tokio::join!(
+        let (image, existing, (), agent_ready, quotas) = tokio::join!(
             self.image_facts(docker, &spec.image),
             docker.inspect_volume(volume.as_str()),
             self.prepare_networks(docker),
@@ -287,8 +294,15 @@ impl DockerRuntime {
                 } else {
                     Ok(true)
                 }
+            },
+            async {
+                match spec.disk_bytes {
+                    Some(_) => Some(self.disk_quotas(docker).await),
+                    None => None,
+                }
             }
         );
+        let (volume_opts, storage_opt) = Self::disk_options(quotas.as_ref(), spec.disk_bytes);
         let image = image?;
         if !agent_ready? {
             self.ensure_agent_volume(docker, &spec.image).await?;
@@ -302,11 +316,13 @@ impl DockerRuntime {
                     .create_volume(CreateVolumeOptions {
                         name: volume.as_str().to_owned(),
                         driver: "local".to_owned(),
-                        driver_opts: HashMap::new(),
+                        driver_opts: volume_opts,
                         labels: labels.clone(),
                     })
                     .await
                     .map_err(|e| self.map_err(e, "create volume"))?;
+                self.cap_new_volume(docker, quotas.as_ref(), &volume, spec.disk_bytes)
+                    .await?;
             }
             Err(e) => return Err(self.map_err(e, "inspect volume")),
         }
@@ -319,7 +335,13 @@ impl DockerRuntime {
         let mut created = docker
             .create_container(
                 Some(options.clone()),
-                self.container_config(spec, &volume, labels.clone(), Some(&image)),
+                self.container_config(
+                    spec,
+                    &volume,
+                    labels.clone(),
+                    Some(&image),
+                    storage_opt.clone(),
+                ),
             )
             .await;
         if matches!(&created, Err(e) if is_missing_network(e)) {
@@ -329,7 +351,7 @@ impl DockerRuntime {
             created = docker
                 .create_container(
                     Some(options),
-                    self.container_config(spec, &volume, labels, Some(&image)),
+                    self.container_config(spec, &volume, labels, Some(&image), storage_opt),
                 )
                 .await;
         }

@@ -4,7 +4,7 @@
 //! `lifecycle.rs` (hardened create, SEC-3), `exec.rs`, `files.rs`,
 //! `logs.rs`, `inspect.rs`, `ports.rs`, `stats.rs`, `update.rs`,
 //! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9),
-//! `agent.rs` (the agent volume, AGT-1).
+//! `agent.rs` (the agent volume, AGT-1), `disk.rs` (disk quotas, SEC-13).
 
 use std::error::Error as StdError;
 use std::sync::atomic::AtomicBool;
@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use stockade_core::SandboxId;
 
 mod agent;
+mod disk;
 mod exec;
 mod files;
 mod inspect;
@@ -71,7 +72,22 @@ pub struct DockerConfig {
     /// every server with the same agent shares one volume per engine. Tests
     /// take names of their own.
     pub agent_volume: String,
+    /// Cap `diskSizeGB` where the engine can (SEC-13, `disk.rs`); off: no
+    /// sandbox gets a disk quota and the capability says so.
+    pub disk_quotas: bool,
+    /// The size at which a sandbox's log file is rotated (SEC-14): Docker's
+    /// json-file `max-size`, at least 1 MiB.
+    pub log_max_bytes: u64,
+    /// How many log files a sandbox keeps, the current one included (json-file
+    /// `max-file`, 1 to 100): its logs take at most `log_max_bytes` ×
+    /// `log_max_files` on the engine's disk.
+    pub log_max_files: u32,
 }
+
+/// The smallest [`DockerConfig::log_max_bytes`].
+pub const MIN_LOG_MAX_BYTES: u64 = 1 << 20;
+/// The largest [`DockerConfig::log_max_files`].
+pub const MAX_LOG_MAX_FILES: u32 = 100;
 
 impl Default for DockerConfig {
     fn default() -> Self {
@@ -83,6 +99,9 @@ impl Default for DockerConfig {
             pull_timeout: Duration::from_secs(300),
             isolation: IsolationConfig::default(),
             agent_volume: crate::agent_volume_name(),
+            disk_quotas: true,
+            log_max_bytes: 10 << 20,
+            log_max_files: 3,
         }
     }
 }
@@ -121,6 +140,8 @@ pub struct DockerRuntime {
     engine: RwLock<inspect::EngineFacts>,
     /// Whether the agent volume is known to be complete (`agent.rs`).
     agent: agent::AgentVolumeState,
+    /// What the engine enforces of `diskSizeGB`, once probed (`disk.rs`).
+    disk: disk::DiskState,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -184,6 +205,18 @@ impl DockerRuntime {
                 config.agent_volume
             )));
         }
+        if config.log_max_bytes < MIN_LOG_MAX_BYTES {
+            return Err(RuntimeError::Other(format!(
+                "invalid log_max_bytes {}: at least {MIN_LOG_MAX_BYTES} (1 MiB)",
+                config.log_max_bytes
+            )));
+        }
+        if !(1..=MAX_LOG_MAX_FILES).contains(&config.log_max_files) {
+            return Err(RuntimeError::Other(format!(
+                "invalid log_max_files {}: 1 to {MAX_LOG_MAX_FILES}",
+                config.log_max_files
+            )));
+        }
         Ok(Self {
             config,
             host,
@@ -193,7 +226,20 @@ impl DockerRuntime {
             networks_ready: [AtomicBool::new(false), AtomicBool::new(false)],
             engine: RwLock::new(inspect::EngineFacts::default()),
             agent: agent::AgentVolumeState::default(),
+            disk: disk::DiskState::default(),
         })
+    }
+
+    /// Every sandbox's log configuration (SEC-14): json-file, rotated at
+    /// `log_max_bytes`, `log_max_files` files kept.
+    pub(crate) fn log_config(&self) -> bollard::models::HostConfigLogConfig {
+        bollard::models::HostConfigLogConfig {
+            typ: Some("json-file".to_owned()),
+            config: Some(std::collections::HashMap::from([
+                ("max-size".to_owned(), self.config.log_max_bytes.to_string()),
+                ("max-file".to_owned(), self.config.log_max_files.to_string()),
+            ])),
+        }
     }
 
     /// The address this runtime talks to (`unix:///var/run/docker.sock`, …).
@@ -447,6 +493,29 @@ mod tests {
             ..Default::default()
         })
         .is_ok());
+    }
+
+    #[test]
+    fn log_limits_are_checked() {
+        for (bytes, files, field) in [
+            (1000, 3, "log_max_bytes"),
+            (10 << 20, 0, "log_max_files"),
+            (10 << 20, 101, "log_max_files"),
+        ] {
+            let err = DockerRuntime::new(DockerConfig {
+                log_max_bytes: bytes,
+                log_max_files: files,
+                ..Default::default()
+            })
+            .unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        let rt = DockerRuntime::new(DockerConfig::default()).unwrap();
+        let log = rt.log_config();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        let config = log.config.unwrap();
+        assert_eq!(config["max-size"], (10u64 << 20).to_string());
+        assert_eq!(config["max-file"], "3");
     }
 
     #[test]

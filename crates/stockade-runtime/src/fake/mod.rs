@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{SandboxId, VolumeName};
 
+mod disk;
 mod exec;
 mod files;
 mod logs;
@@ -88,6 +89,10 @@ struct State {
     isolation_problem: Option<String>,
     /// How many times `ensure_isolation` ran.
     isolation_checks: u32,
+    /// What `disk_enforcement` reports (fake/disk.rs).
+    disk: crate::DiskEnforcement,
+    /// Root-filesystem use per sandbox, as tests set it.
+    root_fs_bytes: BTreeMap<SandboxId, u64>,
 }
 
 impl Default for State {
@@ -114,6 +119,8 @@ impl Default for State {
             host_memory_bytes: FAKE_HOST_MEMORY_BYTES,
             isolation_problem: None,
             isolation_checks: 0,
+            disk: disk::enforced(),
+            root_fs_bytes: BTreeMap::new(),
         }
     }
 }
@@ -573,6 +580,7 @@ mod tests {
             network_access: true,
             hostname: "sbx".into(),
             agent_token: None,
+            disk_bytes: None,
         }
     }
 
@@ -626,6 +634,7 @@ mod tests {
             memory_bytes: 512 << 20,
             network_access: false,
             agent_token: Some("tok-2".into()),
+            disk_bytes: None,
         };
         rt.create_pool_member(&member).await.unwrap();
 

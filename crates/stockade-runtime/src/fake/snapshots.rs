@@ -146,6 +146,7 @@ mod tests {
             network_access: true,
             hostname: "h".into(),
             agent_token: None,
+            disk_bytes: None,
         }
     }
 

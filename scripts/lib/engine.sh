@@ -1,0 +1,318 @@
+# shellcheck shell=bash
+# Extra Docker Engines for the tests, running beside the main one on the same
+# host, each with a name and settings of its own. Source this file, then:
+#
+#   ensure_test_engine NAME [SETTING=VALUE ...]   # start it unless it answers
+#   test_engine_host NAME                         # unix:///run/stockade-test/NAME/docker.sock
+#   test_engine_fs NAME                           # xfs, btrfs or dir
+#   test_engine_load NAME IMAGE...                # copy images from the main engine
+#   stop_test_engine NAME [--purge]               # stop it (--purge: and delete its disk)
+#
+# NAME is 1 to 10 of [a-z0-9]. Each engine has its own socket, pidfile,
+# exec root and configuration under /run/stockade-test/NAME/, its own data
+# root /var/lib/stockade-test/NAME/root and its own bridge `stkt-NAME`
+# (the default bridge of the main engine, docker0, is never shared).
+#
+# Settings:
+#   fs=auto     the data root's filesystem, made in a sparse loop file
+#               (/var/lib/stockade-test/NAME/disk.img) and mounted with
+#               `discard`, so deleted data gives its space back to the host:
+#                 xfs    XFS mounted with pquota: overlay2 enforces a
+#                        container's `size` storage option and the `local`
+#                        volume driver its `size` option;
+#                 btrfs  btrfs with the btrfs storage driver: a container's
+#                        `size` becomes a qgroup limit; volumes get none from
+#                        Docker (Stockade limits them itself, see
+#                        docs in stockade-runtime's docker/disk.rs);
+#                 auto   xfs when the kernel supports XFS quotas, else btrfs;
+#                 dir    no file system of its own (no quotas at all).
+#   size=4G     the loop file's size (sparse: it uses what is written).
+#   bip=10.213.0.1/24   the address and range of its default bridge.
+#   pool=10.214.0.0/16  where its other networks get their /24s.
+#   iptables=true       let the engine manage iptables (MASQUERADE, ICC).
+#
+# iptables: every dockerd flushes Docker's shared chains (DOCKER,
+# DOCKER-ISOLATION-STAGE-1/2, nat DOCKER) when it starts, which would drop
+# the main engine's rules for its networks (isolation between networks,
+# published ports). With iptables=true the rules of those chains are read
+# before the start and whatever went missing is put back once the new
+# engine answers. (The main engine does the same to this one's rules when it
+# restarts: restart this one after it.)
+#
+# runsc: registered exactly as on the main engine (the "runtimes" of
+# STOCKADE_DOCKER_DAEMON_JSON, /etc/docker/daemon.json, copied into this
+# engine's own configuration file), when the main engine has it.
+#
+# Idempotent; silent on success; needs root, losetup/mount, and mkfs.xfs or
+# mkfs.btrfs (installed with apt-get when missing).
+
+STOCKADE_TEST_ENGINE_STATE="${STOCKADE_TEST_ENGINE_STATE:-/var/lib/stockade-test}"
+STOCKADE_TEST_ENGINE_RUN="${STOCKADE_TEST_ENGINE_RUN:-/run/stockade-test}"
+
+_stockade_engine_err() {
+    printf 'ensure_test_engine: %s\n' "$*" >&2
+}
+
+test_engine_host() {
+    printf 'unix://%s/%s/docker.sock\n' "$STOCKADE_TEST_ENGINE_RUN" "$1"
+}
+
+test_engine_fs() {
+    cat "$STOCKADE_TEST_ENGINE_STATE/$1/fs" 2>/dev/null || echo none
+}
+
+_stockade_engine_answers() {
+    timeout 10 docker -H "$(test_engine_host "$1")" info >/dev/null 2>&1
+}
+
+# The rules of Docker's shared chains, one `-t TABLE -A CHAIN ...` per line.
+_stockade_docker_chain_rules() {
+    local chain
+    for chain in DOCKER DOCKER-ISOLATION-STAGE-1 DOCKER-ISOLATION-STAGE-2; do
+        iptables -w -S "$chain" 2>/dev/null | sed -n "s/^-A /-t filter -A /p"
+    done
+    iptables -w -t nat -S DOCKER 2>/dev/null | sed -n "s/^-A /-t nat -A /p"
+}
+
+# Puts back the rules of $1 (a file of _stockade_docker_chain_rules lines)
+# that are gone, at the top of their chains (none of them depends on its
+# place but the catch-all RETURNs, which the engine made again).
+_stockade_restore_docker_chain_rules() {
+    local saved="$1" now line table chain
+    now="$(_stockade_docker_chain_rules)"
+    while IFS= read -r line; do
+        [ -n "$line" ] || continue
+        if printf '%s\n' "$now" | grep -qxF -- "$line"; then
+            continue
+        fi
+        # shellcheck disable=SC2086 # iptables -S quotes what needs quoting
+        eval "set -- $line"
+        table="$2" chain="$4"
+        shift 4
+        [ "$#" -gt 0 ] || continue
+        if [ "$*" = "-j RETURN" ]; then
+            continue
+        fi
+        iptables -w -t "$table" -N "$chain" 2>/dev/null || true
+        iptables -w -t "$table" -I "$chain" 1 "$@" ||
+            _stockade_engine_err "could not put back the rule: $line"
+    done <"$saved"
+}
+
+_stockade_engine_mkfs() {
+    local fs="$1" img="$2" root="$3" size="$4"
+    local tool="mkfs.$fs" pkg
+    case "$fs" in xfs) pkg=xfsprogs ;; btrfs) pkg=btrfs-progs ;; esac
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 ||
+            { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+              DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1; } ||
+            { _stockade_engine_err "could not install $pkg"; return 1; }
+    fi
+    rm -f "$img"
+    truncate -s "$size" "$img" || return 1
+    "$tool" -q -f "$img" >/dev/null 2>&1 || { _stockade_engine_err "$tool failed"; return 1; }
+    _stockade_engine_mount "$fs" "$img" "$root"
+}
+
+_stockade_engine_mount() {
+    local fs="$1" img="$2" root="$3" opts=loop,discard
+    [ "$fs" = xfs ] && opts="$opts,pquota"
+    mount -o "$opts" "$img" "$root" 2>/dev/null
+}
+
+# btrfs qgroups (the limits of `size`) go wrong once the accounting is
+# marked inconsistent, which the kernel does when it deletes a subvolume
+# whose tree is at least drop_subtree_threshold levels deep (3 by default
+# on recent kernels: containers and volumes are deleted all the time here).
+# Tracing every deletion (the maximum, 8) keeps them exact; an inconsistent
+# state left from before is rescanned.
+_stockade_engine_btrfs_qgroups() {
+    local root="$1" uuid sysfs
+    btrfs quota enable "$root" 2>/dev/null || true
+    uuid="$(btrfs filesystem show "$root" 2>/dev/null | sed -n 's/.*uuid: *\([0-9a-f-]*\).*/\1/p' | head -n 1)"
+    sysfs="/sys/fs/btrfs/$uuid/qgroups"
+    if [ -z "$uuid" ] || [ ! -d "$sysfs" ]; then
+        _stockade_engine_err "btrfs quotas could not be switched on for $root"
+        return 1
+    fi
+    if [ -w "$sysfs/drop_subtree_threshold" ]; then
+        echo 8 >"$sysfs/drop_subtree_threshold"
+    fi
+    if [ "$(cat "$sysfs/inconsistent" 2>/dev/null)" = 1 ]; then
+        btrfs quota rescan -w "$root" >/dev/null 2>&1 || true
+    fi
+}
+
+ensure_test_engine() {
+    local name="$1"
+    shift || true
+    if ! printf '%s' "$name" | grep -qxE '[a-z0-9]{1,10}'; then
+        _stockade_engine_err "NAME must be 1 to 10 of [a-z0-9], not '$name'"
+        return 1
+    fi
+    local fs=auto size=4G bip=10.213.0.1/24 pool=10.214.0.0/16 iptables=true kv
+    for kv in "$@"; do
+        case "$kv" in
+            fs=*) fs="${kv#fs=}" ;;
+            size=*) size="${kv#size=}" ;;
+            bip=*) bip="${kv#bip=}" ;;
+            pool=*) pool="${kv#pool=}" ;;
+            iptables=*) iptables="${kv#iptables=}" ;;
+            *) _stockade_engine_err "unknown setting '$kv' (fs, size, bip, pool, iptables)"; return 1 ;;
+        esac
+    done
+    if _stockade_engine_answers "$name"; then
+        if [ "$(test_engine_fs "$name")" = btrfs ]; then
+            _stockade_engine_btrfs_qgroups "$STOCKADE_TEST_ENGINE_STATE/$name/root" || return 1
+        fi
+        return 0
+    fi
+
+    local state="$STOCKADE_TEST_ENGINE_STATE/$name" run="$STOCKADE_TEST_ENGINE_RUN/$name"
+    local img="$state/disk.img" root="$state/root" bridge="stkt-$name"
+    mkdir -p "$state" "$root" "$run" || return 1
+
+    # A daemon of ours that is still starting (or stuck): give it a moment,
+    # then end it (only the process of our own pidfile).
+    if [ -s "$run/docker.pid" ] && kill -0 "$(cat "$run/docker.pid")" 2>/dev/null; then
+        local i=0
+        while [ "$i" -lt 20 ]; do
+            _stockade_engine_answers "$name" && return 0
+            sleep 1
+            i=$((i + 1))
+        done
+        kill "$(cat "$run/docker.pid")" 2>/dev/null || true
+        sleep 3
+    fi
+
+    # The data root's file system.
+    if ! mountpoint -q "$root"; then
+        local made
+        made="$(cat "$state/fs" 2>/dev/null || true)"
+        if [ -n "$made" ] && [ "$made" != dir ] && [ -f "$img" ] &&
+            { [ "$fs" = auto ] || [ "$fs" = "$made" ]; } &&
+            _stockade_engine_mount "$made" "$img" "$root"; then
+            :
+        else
+            rm -rf "${root:?}"/* 2>/dev/null || true
+            case "$fs" in
+                xfs | btrfs)
+                    _stockade_engine_mkfs "$fs" "$img" "$root" "$size" ||
+                        { _stockade_engine_err "could not make and mount $fs in $img (dmesg: $(dmesg 2>/dev/null | tail -n 1))"; return 1; }
+                    made="$fs"
+                    ;;
+                auto)
+                    if _stockade_engine_mkfs xfs "$img" "$root" "$size"; then
+                        made=xfs
+                    elif _stockade_engine_mkfs btrfs "$img" "$root" "$size"; then
+                        made=btrfs
+                    else
+                        _stockade_engine_err "neither XFS with pquota nor btrfs could be mounted (dmesg: $(dmesg 2>/dev/null | tail -n 1))"
+                        return 1
+                    fi
+                    ;;
+                dir) rm -f "$img"; made=dir ;;
+                *) _stockade_engine_err "fs must be auto, xfs, btrfs or dir, not '$fs'"; return 1 ;;
+            esac
+            echo "$made" >"$state/fs"
+        fi
+    fi
+    local driver=()
+    if [ "$(test_engine_fs "$name")" = btrfs ]; then
+        driver=(--storage-driver btrfs)
+        _stockade_engine_btrfs_qgroups "$root" || return 1
+    fi
+
+    # Its own bridge (dockerd -b takes an existing one; --bip would change docker0).
+    if ! ip link show "$bridge" >/dev/null 2>&1; then
+        ip link add name "$bridge" type bridge || return 1
+    fi
+    if ! ip -4 addr show dev "$bridge" | grep -qF "inet $bip "; then
+        ip addr flush dev "$bridge"
+        ip addr add "$bip" dev "$bridge" || return 1
+    fi
+    ip link set "$bridge" up
+
+    # Its configuration: the main engine's OCI runtimes (runsc), nothing else.
+    python3 - "${STOCKADE_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}" "$run/daemon.json" <<'PY' || return 1
+import json, os, sys
+main, mine = sys.argv[1], sys.argv[2]
+runtimes = {}
+if os.path.exists(main):
+    with open(main) as f:
+        text = f.read().strip()
+    if text:
+        runtimes = json.loads(text).get("runtimes", {})
+with open(mine, "w") as f:
+    json.dump({"runtimes": runtimes} if runtimes else {}, f, indent=2)
+    f.write("\n")
+PY
+
+    local saved
+    saved="$(mktemp)"
+    [ "$iptables" = true ] && _stockade_docker_chain_rules >"$saved"
+    local log="/var/log/stockade-test-engine-$name.log"
+    setsid nohup dockerd \
+        --config-file "$run/daemon.json" \
+        -H "$(test_engine_host "$name")" \
+        --data-root "$root" \
+        --exec-root "$run/exec" \
+        --pidfile "$run/docker.pid" \
+        --bridge "$bridge" \
+        --default-address-pool "base=$pool,size=24" \
+        --iptables="$iptables" \
+        "${driver[@]}" \
+        >>"$log" 2>&1 </dev/null &
+
+    local i=0
+    until _stockade_engine_answers "$name"; do
+        if [ "$i" -ge 60 ]; then
+            _stockade_engine_err "the engine '$name' did not answer within 60 s; last lines of $log:"
+            tail -n 15 "$log" >&2
+            rm -f "$saved"
+            return 1
+        fi
+        sleep 1
+        i=$((i + 1))
+    done
+    [ "$iptables" = true ] && _stockade_restore_docker_chain_rules "$saved"
+    rm -f "$saved"
+    return 0
+}
+
+# Copies images from the main engine into engine NAME when it lacks them or
+# has other contents under the same name.
+test_engine_load() {
+    local name="$1" image mine theirs
+    shift
+    for image in "$@"; do
+        theirs="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null)" || {
+            _stockade_engine_err "image $image is not on the main engine"
+            return 1
+        }
+        mine="$(docker -H "$(test_engine_host "$name")" image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
+        if [ "$mine" != "$theirs" ]; then
+            docker save "$image" | docker -H "$(test_engine_host "$name")" load -q >/dev/null || return 1
+        fi
+    done
+}
+
+stop_test_engine() {
+    local name="$1" purge="${2:-}"
+    local state="$STOCKADE_TEST_ENGINE_STATE/$name" run="$STOCKADE_TEST_ENGINE_RUN/$name"
+    if [ -s "$run/docker.pid" ]; then
+        local pid i=0
+        pid="$(cat "$run/docker.pid")"
+        kill "$pid" 2>/dev/null || true
+        while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 30 ]; do
+            sleep 1
+            i=$((i + 1))
+        done
+    fi
+    if [ "$purge" = --purge ]; then
+        umount "$state/root" 2>/dev/null || true
+        ip link del "stkt-$name" 2>/dev/null || true
+        rm -rf "$state" "$run"
+    fi
+}
