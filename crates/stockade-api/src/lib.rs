@@ -29,7 +29,7 @@ pub mod usage;
 pub use teams::{
     AddTeamMemberRequest, CreateTeamRequest, ListTeamsResponse, TeamMember, TeamResponse,
 };
-pub use usage::ResourceUsage;
+pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, ResourceUsage};
 
 pub mod update;
 pub mod volumes;
@@ -237,6 +237,9 @@ pub struct SandboxResponse {
     /// sandbox only; absent when they could not be measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ResourceUsage>,
+    /// Disk use against the enforced limits (details only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskUsageSummary>,
     /// Persisted runtime facts, snake_case (DB-2).
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
@@ -283,6 +286,7 @@ impl SandboxResponse {
             session_expires_at: sb.session_expires_at,
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
             usage: None,
+            disk: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }
     }
@@ -337,6 +341,9 @@ pub struct HealthResponse {
     /// How well sandboxes are kept apart (SEC-5); absent before the first check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<IsolationHealth>,
+    /// Whether `diskSizeGB` is enforced (SEC-13); absent when Docker did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskHealth>,
     /// Things that work but need an operator's attention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

@@ -25,3 +25,43 @@ pub struct ResourceUsage {
     /// When the figures were measured.
     pub sampled_at: DateTime<Utc>,
 }
+
+/// A sandbox's disk use against the limits the kernel enforces (SEC-13):
+/// `/workspace` and the writable root filesystem are each capped at
+/// `diskSizeGB` where the host can. A limit is absent when none is enforced;
+/// a figure is absent when it could not be measured in time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskUsageSummary {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_limit_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_fs_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_fs_limit_bytes: Option<u64>,
+}
+
+/// Whether `diskSizeGB` is enforced on this host (`/health`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskHealth {
+    /// Both areas are capped.
+    pub enforced: bool,
+    pub workspace: DiskAreaHealth,
+    pub root_fs: DiskAreaHealth,
+}
+
+/// One writable area of a sandbox: capped how, or why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskAreaHealth {
+    pub enforced: bool,
+    /// How the kernel caps it, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Why it is not capped, in the engine's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -106,6 +106,7 @@ impl Raw {
             network_access: true,
             hostname: id.to_string(),
             agent_token: None,
+            disk_bytes: None,
         }
     }
 

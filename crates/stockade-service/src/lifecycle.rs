@@ -128,6 +128,7 @@ fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
         network_access: sb.spec.network.allows_egress(),
         hostname: sb.spec.name.to_string().to_lowercase(),
         agent_token: Some(svc.agents.token(&sb.id)),
+        disk_bytes: Some(u64::from(sb.spec.disk_size_gb) << 30),
     }
 }
 

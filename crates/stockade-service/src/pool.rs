@@ -77,6 +77,7 @@ pub struct PoolClassConfig {
     pub image: Option<String>,
     pub cpu_cores: Option<f64>,
     pub memory_gb: Option<f64>,
+    pub disk_size_gb: Option<u32>,
     pub network_access: bool,
 }
 
@@ -88,11 +89,12 @@ impl PoolClassConfig {
             image: None,
             cpu_cores: None,
             memory_gb: None,
+            disk_size_gb: None,
             network_access: true,
         }
     }
 
-    /// Parses `SIZE[,image=IMAGE][,cpu=CORES][,memory=GB][,network=on|off]`,
+    /// Parses `SIZE[,image=IMAGE][,cpu=CORES][,memory=GB][,disk=GB][,network=on|off]`,
     /// e.g. `4` or `2,image=python:3.13-bookworm,cpu=2,memory=4`.
     pub fn parse(s: &str) -> Result<Self, String> {
         let mut parts = s.split(',').map(str::trim);
@@ -120,6 +122,20 @@ impl PoolClassConfig {
                 "image" => class.image = Some(value.trim().to_owned()),
                 "cpu" => class.cpu_cores = Some(number(value.trim())?),
                 "memory" => class.memory_gb = Some(number(value.trim())?),
+                "disk" => {
+                    class.disk_size_gb = Some(
+                        value
+                            .trim()
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| {
+                                format!(
+                                    "invalid warm pool disk '{value}': expected whole gigabytes"
+                                )
+                            })?,
+                    )
+                }
                 "network" => {
                     class.network_access = match value.trim() {
                         "on" | "true" | "allow-all" => true,
@@ -131,11 +147,9 @@ impl PoolClassConfig {
                         }
                     }
                 }
-                other => {
-                    return Err(format!(
-                        "unknown warm pool setting '{other}': use image, cpu, memory or network"
-                    ))
-                }
+                other => return Err(format!(
+                    "unknown warm pool setting '{other}': use image, cpu, memory, disk or network"
+                )),
             }
         }
         Ok(class)
@@ -152,6 +166,8 @@ pub struct PoolClass {
     pub cpu_cores: f64,
     pub memory_gb: f64,
     pub network_access: bool,
+    /// diskSizeGB of its members (SEC-13): a claim cannot change a quota.
+    pub disk_size_gb: u32,
     memory_bytes: i64,
 }
 
@@ -161,6 +177,7 @@ impl PoolClass {
             docker_image: c.image.clone(),
             cpu_cores: c.cpu_cores,
             memory_gb: c.memory_gb,
+            disk_size_gb: c.disk_size_gb.map(f64::from),
             network_access: Some(c.network_access),
             ..SpecInput::default()
         };
@@ -169,10 +186,11 @@ impl PoolClass {
         let network_access = spec.network.allows_egress();
         Ok(Self {
             key: format!(
-                "{} cpu={} memory={} network={}",
+                "{} cpu={} memory={} disk={} network={}",
                 spec.docker_image,
                 spec.cpu_cores,
                 spec.memory_gb,
+                spec.disk_size_gb,
                 if network_access { "on" } else { "off" }
             ),
             size: c.size,
@@ -181,6 +199,7 @@ impl PoolClass {
             cpu_cores: spec.cpu_cores,
             memory_gb: spec.memory_gb,
             network_access,
+            disk_size_gb: spec.disk_size_gb,
         })
     }
 
@@ -194,6 +213,7 @@ impl PoolClass {
             && spec.cpu_cores == self.cpu_cores
             && spec.memory_gb == self.memory_gb
             && spec.network.allows_egress() == self.network_access
+            && spec.disk_size_gb == self.disk_size_gb
             && spec.gpu_count == 0
     }
 
@@ -209,6 +229,7 @@ impl PoolClass {
             cpu_cores: self.cpu_cores,
             memory_bytes: self.memory_bytes,
             network_access: self.network_access,
+            disk_bytes: Some(u64::from(self.disk_size_gb) << 30),
         }
     }
 }
@@ -703,17 +724,18 @@ mod tests {
                     PoolClassConfig::default_class(2),
                     PoolClassConfig::default_class(1),
                     PoolClassConfig::parse("1,cpu=2,memory=4,network=off").unwrap(),
+                    PoolClassConfig::parse("1,disk=20").unwrap(),
                 ],
                 ..PoolConfig::default()
             },
             &defaults,
         )
         .unwrap();
-        assert_eq!(pool.classes().len(), 2, "equal classes are merged");
+        assert_eq!(pool.classes().len(), 3, "equal classes are merged");
         assert_eq!(pool.classes()[0].size, 3);
         assert_eq!(
             pool.classes()[0].key,
-            "busybox:latest cpu=1 memory=2 network=on"
+            "busybox:latest cpu=1 memory=2 disk=10 network=on"
         );
         let spec = |input: SpecInput| {
             SandboxSpec::from_input(input, &SandboxId::generate(), &defaults).unwrap()
@@ -732,6 +754,15 @@ mod tests {
             ..SpecInput::default()
         });
         assert_eq!(pool.class_for(&small).map(|c| c.size), Some(1));
+        let big_disk = spec(SpecInput {
+            disk_size_gb: Some(20.0),
+            ..SpecInput::default()
+        });
+        assert_eq!(
+            pool.class_for(&big_disk).map(|c| c.disk_size_gb),
+            Some(20),
+            "a member's disk quota is its class's"
+        );
         for misfit in [
             SpecInput {
                 start_command: Some("sleep 1".into()),
@@ -747,6 +778,10 @@ mod tests {
             },
             SpecInput {
                 network_access: Some(false),
+                ..SpecInput::default()
+            },
+            SpecInput {
+                disk_size_gb: Some(30.0),
                 ..SpecInput::default()
             },
         ] {

@@ -277,6 +277,7 @@ mod tests {
             network_access: true,
             hostname: "x".into(),
             agent_token: None,
+            disk_bytes: None,
         }
     }
 
@@ -327,6 +328,7 @@ mod tests {
             memory_bytes: 1 << 30,
             network_access: true,
             agent_token: None,
+            disk_bytes: None,
         })
         .await
         .unwrap();

@@ -15,6 +15,11 @@
 //!   request after that gets the cached figure and triggers one refresh in
 //!   the background. Only a volume not measured yet waits (up to
 //!   `volume_size_wait`) for a refresh.
+//! - **Disk use against its limits** (SEC-13). The engine measures a
+//!   container's own layer by walking its files: each sandbox's figures are
+//!   cached for `volume_size_ttl` and refreshed in the background like the
+//!   volume sizes; only a sandbox not measured yet waits (up to
+//!   `volume_size_wait`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,9 +27,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use stockade_api::{ResourceUsage, SandboxResponse, VolumeSummary};
+use stockade_api::{DiskUsageSummary, ResourceUsage, SandboxResponse, VolumeSummary};
 use stockade_core::{human_bytes, Sandbox, SandboxId, SandboxStatus, VolumeName};
-use stockade_runtime::{ContainerStats, Runtime};
+use stockade_runtime::{ContainerStats, DiskUsage, Runtime};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
@@ -64,6 +69,8 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_FAILURES: u32 = 3;
 /// The longest a df may take before its result is thrown away.
 const DF_TIMEOUT: Duration = Duration::from_secs(120);
+/// Above this many sandboxes' cached disk figures, old ones are dropped.
+const MAX_DISK_ENTRIES: usize = 256;
 /// A volume not in the cached sizes triggers no new df within this long.
 const MIN_DF_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -115,6 +122,15 @@ pub struct Usage {
     volumes: Mutex<VolumeSizes>,
     /// Bumped after every df.
     volumes_measured: watch::Sender<u64>,
+    disks: Mutex<HashMap<SandboxId, DiskEntry>>,
+}
+
+/// The latest disk figures of one sandbox, and whether a measurement runs.
+struct DiskEntry {
+    usage: Option<DiskUsage>,
+    measured_at: Option<Instant>,
+    measured: watch::Sender<u64>,
+    measuring: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -130,6 +146,7 @@ impl Usage {
             watchers: Mutex::new(HashMap::new()),
             volumes: Mutex::new(VolumeSizes::default()),
             volumes_measured: watch::Sender::new(0),
+            disks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -139,7 +156,7 @@ impl Usage {
         let running = sb.status == SandboxStatus::Running;
         let gone = sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some();
         let volume = VolumeName::for_sandbox(&sb.id);
-        let (sample, size) = tokio::join!(
+        let (sample, size, disk) = tokio::join!(
             async {
                 match running {
                     true => self.sample(&sb.id).await,
@@ -152,7 +169,22 @@ impl Usage {
                     false => self.volume_size(&volume).await,
                 }
             },
+            async {
+                match gone {
+                    true => None,
+                    false => self.disk_usage(&sb.id).await,
+                }
+            },
         );
+        if gone {
+            lock(&self.disks).remove(&sb.id);
+        }
+        resp.disk = disk.map(|d| DiskUsageSummary {
+            workspace_bytes: d.workspace_bytes,
+            workspace_limit_bytes: d.workspace_limit_bytes,
+            root_fs_bytes: d.root_fs_bytes,
+            root_fs_limit_bytes: d.root_fs_limit_bytes,
+        });
         if let Some(bytes) = size {
             resp.volume = VolumeSummary::new(resp.volume.name.clone(), Some(bytes));
         }
@@ -293,6 +325,81 @@ impl Usage {
         }
     }
 
+    /// The disk figures of a sandbox: cached, refreshed in the background
+    /// when old; a sandbox not measured yet waits for one (bounded).
+    async fn disk_usage(self: &Arc<Self>, id: &SandboxId) -> Option<DiskUsage> {
+        let (known, fresh, mut measured) = {
+            let mut disks = lock(&self.disks);
+            if disks.len() > MAX_DISK_ENTRIES {
+                // Sandboxes nobody asked about for a while.
+                let stale = self.config.volume_size_ttl * 10;
+                disks.retain(|_, e| {
+                    e.measuring || e.measured_at.is_none_or(|t| t.elapsed() < stale)
+                });
+            }
+            let e = disks.entry(id.clone()).or_insert_with(|| DiskEntry {
+                usage: None,
+                measured_at: None,
+                measured: watch::Sender::new(0),
+                measuring: false,
+            });
+            let fresh = e
+                .measured_at
+                .is_some_and(|t| t.elapsed() < self.config.volume_size_ttl);
+            (
+                e.measured_at.map(|_| e.usage.clone()),
+                fresh,
+                e.measured.subscribe(),
+            )
+        };
+        if !fresh {
+            self.refresh_disk_usage(id);
+        }
+        if let Some(usage) = known {
+            return usage;
+        }
+        match tokio::time::timeout(self.config.volume_size_wait, measured.changed()).await {
+            Ok(Ok(())) => lock(&self.disks).get(id).and_then(|e| e.usage.clone()),
+            _ => None,
+        }
+    }
+
+    /// Measures one sandbox's disk in the background unless that runs.
+    fn refresh_disk_usage(self: &Arc<Self>, id: &SandboxId) {
+        {
+            let mut disks = lock(&self.disks);
+            match disks.get_mut(id) {
+                Some(e) if !e.measuring => e.measuring = true,
+                _ => return,
+            }
+        }
+        let this = self.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            let ttl = this.config.volume_size_ttl;
+            let result = tokio::time::timeout(DF_TIMEOUT, this.runtime.disk_usage(&id, ttl)).await;
+            let usage = match result {
+                Ok(Ok(usage)) => usage,
+                Ok(Err(e)) => {
+                    this.metrics.docker_error("disk_usage", &e);
+                    tracing::warn!(sandbox.id = %id, error = %e, "could not measure disk use");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(sandbox.id = %id, "measuring disk use timed out");
+                    None
+                }
+            };
+            let mut disks = lock(&this.disks);
+            if let Some(e) = disks.get_mut(&id) {
+                e.usage = usage;
+                e.measured_at = Some(Instant::now());
+                e.measuring = false;
+                e.measured.send_modify(|n| *n += 1);
+            }
+        });
+    }
+
     /// Starts one df unless one is running; the receiver sees it finish.
     fn refresh_volume_sizes(self: &Arc<Self>) -> watch::Receiver<u64> {
         let rx = self.volumes_measured.subscribe();
@@ -378,6 +485,7 @@ mod tests {
             network_access: true,
             hostname: "x".into(),
             agent_token: None,
+            disk_bytes: None,
         })
         .await
         .unwrap();

@@ -565,11 +565,22 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         say!("  warm pool: {} × {}", class.size, class.key);
     }
     match runtime.info().await {
-        Ok(i) => say!(
-            "  docker:    {docker_host} (Docker {}, API {})",
-            i.version,
-            i.api_version
-        ),
+        Ok(i) => {
+            say!(
+                "  docker:    {docker_host} (Docker {}, API {})",
+                i.version,
+                i.api_version
+            );
+            let disk = runtime.disk_enforcement().await;
+            match disk.warning() {
+                Some(w) => say!("  disk:      WARNING: {w}"),
+                None => say!(
+                    "  disk:      diskSizeGB enforced (/workspace: {}; root filesystem: {})",
+                    disk.workspace.method().map_or("-", |m| m.describe()),
+                    disk.root_fs.method().map_or("-", |m| m.describe()),
+                ),
+            }
+        }
         Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
     }
     match boot {

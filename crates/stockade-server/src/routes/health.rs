@@ -5,7 +5,10 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use stockade_api::{DatabaseHealth, DockerHealth, HealthResponse, IsolationHealth};
+use stockade_api::{
+    DatabaseHealth, DiskAreaHealth, DiskHealth, DockerHealth, HealthResponse, IsolationHealth,
+};
+use stockade_runtime::{DiskEnforcement, Enforcement};
 
 use crate::AppState;
 
@@ -27,9 +30,10 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
         }
         Ok::<(), stockade_store::StoreError>(())
     };
-    let (docker, db) = tokio::join!(
+    let (docker, db, disk) = tokio::join!(
         tokio::time::timeout(timeout, state.svc.runtime.info()),
         tokio::time::timeout(timeout, db_check),
+        tokio::time::timeout(timeout, state.svc.runtime.disk_enforcement()),
     );
     let docker = match docker {
         Ok(Ok(info)) => DockerHealth {
@@ -92,7 +96,13 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
         problems: r.problems.clone(),
         repaired: r.repaired.clone(),
     });
+    // Probed once and cached by the runtime; an engine that did not answer
+    // is reported as not enforcing, which says nothing while it is down.
+    let disk = disk.ok().filter(|_| docker.status == "healthy");
     let mut warnings = Vec::new();
+    if let Some(w) = disk.as_ref().and_then(|d| d.warning()) {
+        warnings.push(w);
+    }
     if let Some(i) = isolation.as_ref().filter(|i| i.status == "degraded") {
         warnings.push(format!(
             "sandboxes are not fully isolated: {}",
@@ -107,9 +117,26 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             docker,
             database,
             isolation,
+            disk: disk.as_ref().map(disk_health),
             warnings,
         }),
     )
+}
+
+fn disk_health(d: &DiskEnforcement) -> DiskHealth {
+    let area = |e: &Enforcement| DiskAreaHealth {
+        enforced: e.is_enforced(),
+        method: e.method().map(|m| m.describe().to_owned()),
+        reason: match e {
+            Enforcement::NotEnforced(why) => Some(why.clone()),
+            Enforcement::Enforced(_) => None,
+        },
+    };
+    DiskHealth {
+        enforced: d.is_enforced(),
+        workspace: area(&d.workspace),
+        root_fs: area(&d.root_fs),
+    }
 }
 
 fn unhealthy_docker(state: &AppState, error: String) -> DockerHealth {

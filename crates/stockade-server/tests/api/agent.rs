@@ -78,6 +78,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
             network_access: true,
             hostname: "old".into(),
             agent_token: None,
+            disk_bytes: None,
         })
         .await
         .unwrap();

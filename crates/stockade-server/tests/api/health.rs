@@ -20,6 +20,22 @@ async fn healthy_with_docker_and_database() {
         .starts_with("1."));
     assert_eq!(r.body["database"]["status"], "healthy");
     assert_eq!(r.body["database"]["backend"], "sqlite");
+    // SEC-13: whether diskSizeGB is enforced, area by area, and a warning
+    // when it is not.
+    let disk = &r.body["disk"];
+    for area in ["workspace", "rootFs"] {
+        let enforced = disk[area]["enforced"].as_bool().expect("enforced");
+        let said = if enforced { "method" } else { "reason" };
+        assert!(
+            disk[area][said].as_str().is_some_and(|s| !s.is_empty()),
+            "{disk}"
+        );
+    }
+    let warned = r.body["warnings"].as_array().is_some_and(|w| {
+        w.iter()
+            .any(|w| w.as_str().unwrap_or("").contains("diskSizeGB"))
+    });
+    assert_eq!(warned, disk["enforced"] == false, "{:?}", r.body);
 }
 
 /// A unix socket at `path` that forwards to the real Docker socket, like a

@@ -52,6 +52,10 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
     assert!(usage["networkTxBytes"].as_u64().is_some());
     assert!(usage["sampledAt"].is_string());
     assert!(d.body["uptimeSeconds"].as_i64().unwrap() >= 0);
+    // SEC-13: disk use of both areas (limits only where enforced).
+    let disk = &d.body["disk"];
+    assert!(disk["rootFsBytes"].as_u64().is_some(), "{disk}");
+    assert!(disk["workspaceBytes"].as_u64().is_some(), "{disk}");
     assert_eq!(d.body["logsUrl"], format!("/api/v1/sandbox/{id}/logs"));
     // A later look answers from the running sample, without waiting for Docker.
     assert!(again.body["usage"]["memoryBytes"].as_u64().is_some());
