@@ -29,7 +29,7 @@ pub mod usage;
 pub use teams::{
     AddTeamMemberRequest, CreateTeamRequest, ListTeamsResponse, TeamMember, TeamResponse,
 };
-pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, ResourceUsage};
+pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, EgressHealth, ResourceUsage};
 
 pub mod update;
 pub mod volumes;
@@ -344,6 +344,9 @@ pub struct HealthResponse {
     /// Whether `diskSizeGB` is enforced (SEC-13); absent when Docker did not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskHealth>,
+    /// Whether allow/deny lists of `networkPolicy` are enforced (SEC-18).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressHealth>,
     /// Things that work but need an operator's attention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

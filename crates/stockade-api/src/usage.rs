@@ -65,3 +65,18 @@ pub struct DiskAreaHealth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
+
+/// The egress filter of network policies (SEC-18), in `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressHealth {
+    /// `running`, `starting` or `unavailable` (allow/deny lists are then
+    /// refused; allow-all and deny-all still work).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

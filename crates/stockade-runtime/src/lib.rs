@@ -13,6 +13,7 @@ use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 mod agent;
 mod disk;
 mod docker;
+mod egress;
 mod exec_stream;
 mod fake;
 mod files;
@@ -30,13 +31,15 @@ pub use docker::{
     container_name, DockerConfig, DockerRuntime, IsolationConfig, MAX_LOG_MAX_FILES,
     MIN_LOG_MAX_BYTES, SECCOMP_PROFILE,
 };
+pub use egress::{EgressChains, EgressEntry, EgressHost};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
 pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
 pub use isolation::{IsolationReport, IsolationStatus};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
 pub use runtime::{
-    Disk, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+    Disk, Egress, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update,
+    Volumes,
 };
 pub use stats::{cpu_percent, ContainerStats};
 
@@ -46,7 +49,8 @@ pub use stats::{cpu_percent, ContainerStats};
 /// `Runtime` alone.
 pub mod prelude {
     pub use crate::runtime::{
-        Disk, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update, Volumes,
+        Disk, Egress, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update,
+        Volumes,
     };
 }
 

@@ -5,14 +5,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use std::net::IpAddr;
+
 use async_trait::async_trait;
+use stockade_core::netpolicy::EgressPolicy;
 use stockade_core::{SandboxId, SandboxPath, VolumeName};
+use stockade_egress::iptables::RedirectPorts;
 
 use crate::{
     ArchiveStream, ArchiveUpload, ByteStream, ContainerSpec, ContainerState, ContainerStats,
-    DiskEnforcement, DiskUsage, ExecOutput, ExecProcess, ExecSpec, FsResult, IsolationReport,
-    LogLines, LogsOptions, ManagedContainer, PathStat, PoolMemberSpec, RuntimeInfo, RuntimeResult,
-    VolumeInfo,
+    DiskEnforcement, DiskUsage, EgressEntry, EgressHost, ExecOutput, ExecProcess, ExecSpec,
+    FsResult, IsolationReport, LogLines, LogsOptions, ManagedContainer, PathStat, PoolMemberSpec,
+    RuntimeInfo, RuntimeResult, VolumeInfo,
 };
 
 /// Creates, runs and removes sandbox containers and their volumes: every
@@ -27,6 +31,7 @@ pub trait Runtime:
     + Update
     + Snapshots
     + Isolation
+    + Egress
     + Disk
     + 'static
 {
@@ -42,6 +47,7 @@ impl<T> Runtime for T where
         + Update
         + Snapshots
         + Isolation
+        + Egress
         + Disk
         + 'static
 {
@@ -243,6 +249,50 @@ pub trait Isolation: Send + Sync {
     /// to be called at server start and periodically; the last report is
     /// what `/health` shows.
     async fn ensure_isolation(&self) -> IsolationReport;
+}
+
+/// Egress policies (SEC-18), the packet-filter half: per sandbox, chains
+/// that reject what its policy denies and redirect its DNS (and, for
+/// policies naming hosts, its TCP 80/443) to the host's egress filter.
+/// Sandboxes without network access sit on the internal network and have
+/// none; a sandbox on the sandbox network without an entry reaches nothing
+/// outside (fail closed) until one is applied.
+#[async_trait]
+pub trait Egress: Send + Sync {
+    /// Where the egress filter must listen (the sandbox network's gateway)
+    /// and what it must never dial (every Docker network's subnet), or why
+    /// policies cannot be enforced on this host (no packet filter).
+    async fn egress_host(&self) -> Result<EgressHost, String>;
+
+    /// Writes `policy` for the sandbox at its current address on the
+    /// sandbox network, replacing what an earlier call (or another sandbox
+    /// that had the address) left; `ports` are where the filter listens
+    /// (`None`: it does not run, and only policies without host names can
+    /// be applied). Returns the address, `None` when the sandbox is not on
+    /// the sandbox network (not running, or without network access).
+    async fn apply_egress(
+        &self,
+        id: &SandboxId,
+        policy: &EgressPolicy,
+        ports: Option<RedirectPorts>,
+    ) -> RuntimeResult<Option<IpAddr>>;
+
+    /// Removes the sandbox's entries; the addresses they were for.
+    async fn remove_egress(&self, id: &SandboxId) -> RuntimeResult<Vec<IpAddr>>;
+
+    /// Every sandbox entry of this configuration's chains (all servers').
+    async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>>;
+
+    /// Removes the entries whose sandbox does not run at that address on
+    /// the sandbox network any more (stopped behind Stockade's back,
+    /// removed, moved); the entries removed.
+    async fn prune_egress(&self) -> RuntimeResult<Vec<EgressEntry>>;
+
+    /// Moves a running sandbox to the network its access asks for (the
+    /// sandbox network or the internal one), keeping it running; `true`
+    /// when it moved. A stopped one is moved as well (it starts there).
+    async fn set_network_access(&self, id: &SandboxId, network_access: bool)
+        -> RuntimeResult<bool>;
 }
 
 /// Disk quotas (SEC-13): what the engine can cap, and what a sandbox uses.

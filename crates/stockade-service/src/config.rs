@@ -62,6 +62,8 @@ pub struct ServiceConfig {
     pub images: crate::images::ImagePolicy,
     /// Sandboxes one bulk operation works on at once.
     pub bulk_concurrency: usize,
+    /// The egress filter of network policies (SEC-18).
+    pub egress: crate::egress::EgressSettings,
 }
 
 /// How much the server fetches on a user's behalf for a create source.
@@ -119,6 +121,7 @@ impl Default for ServiceConfig {
             pool: PoolConfig::default(),
             images: crate::images::ImagePolicy::default(),
             bulk_concurrency: 8,
+            egress: crate::egress::EgressSettings::default(),
         }
     }
 }

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod agent;
 pub mod config;
+pub mod egress;
 pub mod error;
 pub mod exec;
 pub mod files;
@@ -74,6 +75,8 @@ pub struct Service {
     pub agents: Arc<agent::Agents>,
     /// The last check of the sandboxes' network isolation (SEC-5).
     pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
+    /// The egress filter and the sandboxes' policies (SEC-18).
+    pub egress: Arc<egress::Egress>,
 }
 
 impl Service {
@@ -110,6 +113,7 @@ impl Service {
             shutdown: CancellationToken::new(),
             strays: Arc::default(),
             isolation: Arc::default(),
+            egress: Arc::default(),
             agents: Arc::new(agents),
         })
     }
@@ -132,6 +136,8 @@ impl Service {
         tokio::spawn(self.clone().renew_leases(shutdown.clone()));
         // Sandboxes are isolated before the first one is created (SEC-5).
         self.check_isolation().await;
+        // SEC-18: the egress filter, and the entries of running sandboxes.
+        self.start_egress().await;
         // On SQLite (one instance) every recorded operation was left by
         // this installation's previous process: recover them all now.
         let first = recovery::recover_expired(self, self.store.backend() == "sqlite").await;

@@ -167,6 +167,7 @@ pub async fn create_sandbox(
         crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
     }
     check_host_fits(svc, &sb.spec).await?;
+    svc.check_policy_enforceable(&sb.spec.network)?;
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {
         None => {
@@ -310,6 +311,12 @@ async fn create_inner(
         }
     };
     svc.crash_point("create.container_made")?;
+    // SEC-18: until its entry is written the sandbox reaches nothing outside.
+    if let Err(e) = svc.apply_egress(&sb).await {
+        warn!(sandbox.id = %sb.id, error = %e, "egress policy not written; rolling the create back");
+        guard.abandon().await;
+        return Err(e);
+    }
     if abandoned.is_cancelled() {
         warn!(sandbox.id = %sb.id, "the client went away during create; rolling it back");
         guard.abandon().await;
@@ -374,6 +381,7 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     if sb.is_terminated() {
         return Err(terminated(&sb, "create a new one"));
     }
+    svc.check_policy_enforceable(&sb.spec.network)?;
     let (guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
     if sb.is_terminated() {
         guard.release().await;
@@ -415,6 +423,11 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         }
     }
     svc.crash_point("start.started")?;
+    // SEC-18: a new address, maybe; reconciliation retries a failure (the
+    // sandbox reaches nothing outside meanwhile).
+    if let Err(e) = svc.apply_egress(&sb).await {
+        warn!(sandbox.id = %sb.id, error = %e, "egress policy not written at start; reconciliation retries");
+    }
     sb.mark_running(Utc::now()); // LC-7: a new session
     record_status(guard, sb).await
 }
@@ -470,6 +483,7 @@ pub async fn stop_because(
         }
     }
     svc.crash_point("stop.stopped")?;
+    svc.remove_egress(&sb.id).await;
     if sb.status == SandboxStatus::Stopped && sb.status_reason == reason {
         guard.release().await;
         return Ok(sb);
@@ -522,6 +536,7 @@ pub async fn destroy_with(
         return Err(e.into());
     }
     svc.crash_point("delete.removed")?;
+    svc.remove_egress(&sb.id).await;
     let now = Utc::now();
     guard
         .finish(SandboxWrite::SoftDelete { id: &sb.id, at: now })

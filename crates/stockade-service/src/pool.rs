@@ -32,6 +32,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use stockade_core::netpolicy::EgressPolicy;
 use stockade_core::spec::SpecInput;
 use stockade_core::{Defaults, Sandbox, SandboxId, SandboxName, SandboxSpec, SandboxStatus};
 use stockade_runtime::PoolMemberSpec;
@@ -147,9 +148,11 @@ impl PoolClassConfig {
                         }
                     }
                 }
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "unknown warm pool setting '{other}': use image, cpu, memory, disk or network"
-                )),
+                ))
+                }
             }
         }
         Ok(class)
@@ -454,6 +457,15 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
         // From here on the member is the caller's: it never goes back. Its
         // environment needs no write: exec takes it from the record, and
         // every start writes it for the main process (as after a PATCH).
+        // Its egress entry is allow-all's (written at the fill): another
+        // policy is written now (SEC-18).
+        if claimed.spec.network != EgressPolicy::AllowAll {
+            if let Err(e) = svc.apply_egress(&claimed).await {
+                warn!(sandbox.id = %id, error = %e, "egress policy of a claimed member not written; destroying it");
+                let _ = crate::lifecycle::destroy(svc, claimed, false).await;
+                return Some(Err(e));
+            }
+        }
         pool.hits.fetch_add(1, Ordering::Relaxed);
         info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, "sandbox created from the warm pool");
         return Some(Ok(claimed));
@@ -548,14 +560,30 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
                 s.filling += 1;
             }
             let member = class.member(svc);
-            let runtime = svc.runtime.clone();
+            let svc = svc.clone();
             let key = class.key.clone();
             fills.spawn(async move {
-                let made = runtime
-                    .create_pool_member(&member)
-                    .await
-                    .map(|_| member.sandbox_id)
-                    .map_err(|e| e.to_string());
+                let made = async {
+                    svc.runtime.create_pool_member(&member).await?;
+                    // SEC-18: a member with network access gets the entry
+                    // of the default policy now, so that claiming it for an
+                    // allow-all sandbox writes nothing.
+                    if member.network_access {
+                        let ports = svc.egress_ports();
+                        if let Err(e) = svc
+                            .runtime
+                            .apply_egress(&member.sandbox_id, &EgressPolicy::AllowAll, ports)
+                            .await
+                        {
+                            let _ = svc.runtime.remove(&member.sandbox_id, false).await;
+                            return Err(e);
+                        }
+                    }
+                    Ok(())
+                }
+                .await
+                .map(|()| member.sandbox_id)
+                .map_err(|e: stockade_runtime::RuntimeError| e.to_string());
                 (key, made)
             });
         }

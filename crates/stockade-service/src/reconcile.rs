@@ -149,6 +149,8 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
             Err(e) => warn!(error = %e, "reconcile: record lookup failed"),
         }
     }
+    // SEC-18: entries of sandboxes gone or moved, and missing ones.
+    svc.reconcile_egress().await;
     Ok(report)
 }
 

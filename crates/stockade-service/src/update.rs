@@ -13,7 +13,7 @@ use chrono::Utc;
 use stockade_api::AppliedChanges;
 use stockade_core::update::{PatchField, SpecPatch};
 use stockade_core::{OperationKind, Sandbox, SandboxStatus, Scope};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::{ServiceError, ServiceResult};
 use crate::Service;
@@ -56,6 +56,9 @@ pub async fn update(
     // Bad input is a 400 whatever state the sandbox is in.
     let target = patch.apply(&sb.spec, &svc.config.defaults)?;
     crate::lifecycle::check_host_fits(svc, &target).await?;
+    if patch.network_policy.is_some() {
+        svc.check_policy_enforceable(&target.network)?;
+    }
     ensure_updatable(&sb)?;
     let op = svc.new_operation(
         OperationKind::Update,
@@ -120,6 +123,14 @@ pub async fn update(
             )),
             (e, _) => e,
         })?;
+    if patch.network_policy.is_some() {
+        // SEC-18: live — the sandbox moves between the sandbox network and
+        // the internal one if it must, and its entry is rewritten.
+        if let Err(e) = svc.change_egress(&saved).await {
+            warn!(sandbox.id = %saved.id, error = %e, "networkPolicy recorded but not applied yet; reconciliation retries");
+            return Err(e);
+        }
+    }
     let (applied, notes) = explain(patch, &saved, live);
     info!(sandbox.id = %saved.id, now = ?applied.now, next_start = ?applied.next_start, "sandbox updated");
     Ok(Updated {
@@ -158,11 +169,13 @@ fn explain(patch: &SpecPatch, saved: &Sandbox, live_limits: bool) -> (AppliedCha
                 false
             }
             PatchField::NetworkPolicy => {
-                notes.push(
-                    "networkPolicy: recorded; the sandbox's traffic follows it from its next start"
-                        .into(),
-                );
-                false
+                notes.push(if running {
+                    "networkPolicy: applied to the running sandbox's traffic now".into()
+                } else {
+                    "networkPolicy: recorded; the sandbox's traffic follows it when it starts"
+                        .into()
+                });
+                running
             }
             PatchField::CpuCores | PatchField::MemoryGb => {
                 if !limits_noted {

@@ -10,6 +10,7 @@ use clap::Args;
 use stockade_runtime::{DockerConfig, DockerRuntime, IsolationConfig, Runtime};
 use stockade_server::ratelimit::{IpNet, Limit, RateLimitConfig};
 use stockade_server::{AppState, Bootstrap, ServerConfig};
+use stockade_service::egress::EgressStatus;
 
 #[derive(Args)]
 pub struct ServerArgs {
@@ -189,9 +190,60 @@ struct IsolationArgs {
     /// of the Docker host; the isolation report says so).
     #[arg(long, env = "STOCKADE_NO_PACKET_FILTER")]
     no_packet_filter: bool,
+    /// Port of the egress proxy on the sandbox network's gateway, where
+    /// TCP 80/443 of sandboxes with allow/deny lists is redirected
+    /// (SEC-18); 0: a free port.
+    #[arg(long, env = "STOCKADE_EGRESS_PROXY_PORT", default_value_t = 0)]
+    egress_proxy_port: u16,
+    /// Port of the egress DNS forwarder on the gateway (UDP and TCP); 0: a
+    /// free port.
+    #[arg(long, env = "STOCKADE_EGRESS_DNS_PORT", default_value_t = 0)]
+    egress_dns_port: u16,
+    /// DNS servers the egress filter asks (IP or IP:PORT, comma-separated);
+    /// default: those of the host's /etc/resolv.conf.
+    #[arg(long, env = "STOCKADE_EGRESS_DNS", value_delimiter = ',')]
+    egress_dns: Vec<String>,
+    /// Subnets of Docker networks that sandboxes may still reach through
+    /// an allowed name (CIDRs, comma-separated); by default the egress
+    /// proxy dials no Docker network (they hold the host's other containers).
+    #[arg(long, env = "STOCKADE_EGRESS_REACHABLE", value_delimiter = ',')]
+    egress_reachable: Vec<String>,
 }
 
 impl IsolationArgs {
+    /// The egress filter's settings; a bad value is an error naming its flag.
+    fn egress(&self) -> anyhow::Result<stockade_service::egress::EgressSettings> {
+        let upstream_dns = self
+            .egress_dns
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                let s = s.trim();
+                s.parse::<std::net::SocketAddr>()
+                    .or_else(|_| {
+                        s.parse::<std::net::IpAddr>()
+                            .map(|ip| std::net::SocketAddr::new(ip, 53))
+                    })
+                    .map_err(|_| anyhow::anyhow!("--egress-dns: '{s}' is not an IP or IP:PORT"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let reachable_subnets = self
+            .egress_reachable
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                stockade_core::netpolicy::Cidr::parse(s.trim())
+                    .map_err(|e| anyhow::anyhow!("--egress-reachable: '{s}': {e}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(stockade_service::egress::EgressSettings {
+            proxy_port: self.egress_proxy_port,
+            dns_port: self.egress_dns_port,
+            upstream_dns,
+            reachable_subnets,
+        })
+    }
+
     /// The runtime's isolation settings; a bad name is an error naming its flag.
     fn config(&self) -> anyhow::Result<IsolationConfig> {
         let config = IsolationConfig {
@@ -540,6 +592,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             .collect::<anyhow::Result<_>>()?,
     };
     config.service.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
+    config.service.egress = args.isolation.egress()?;
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
@@ -550,6 +603,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .context(
             "could not read the server settings (instance id, proxy token key) or the object store",
         )?;
+    let svc = state.svc.clone();
     let server = stockade_server::spawn(state)
         .await
         .with_context(|| format!("could not listen on {}", args.listen))?;
@@ -582,6 +636,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             }
         }
         Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
+    }
+    match svc.egress.status() {
+        EgressStatus::Running { proxy, dns } => {
+            say!("  egress:    allow/deny lists enforced (proxy {proxy}, DNS {dns})")
+        }
+        EgressStatus::Unavailable(why) => say!(
+            "  egress:    WARNING: allow/deny lists cannot be enforced ({why}); allow-all and deny-all work"
+        ),
+        EgressStatus::Starting => {}
     }
     match boot {
         Bootstrap::CreatedAdmin {

@@ -18,6 +18,7 @@ use stockade_core::SandboxId;
 
 mod agent;
 mod disk;
+mod egress;
 mod exec;
 mod files;
 mod inspect;

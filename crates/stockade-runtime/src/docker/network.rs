@@ -146,6 +146,7 @@ impl IsolationConfig {
                 self.chain
             ));
         }
+        crate::EgressChains::for_isolation_chain(&self.chain).validate()?;
         if self.network == self.internal_network {
             return Err("internal_network: must differ from network".into());
         }
@@ -355,6 +356,7 @@ impl DockerRuntime {
             report.problems.push(e);
             return;
         }
+        self.ensure_egress_chains(&ipt, report).await;
         for bridge in [&iso.bridge, &iso.internal_bridge] {
             let jump = ["INPUT", "-i", bridge.as_str(), "-j", iso.chain.as_str()];
             match ipt.check(&jump).await {
@@ -406,7 +408,7 @@ impl DockerRuntime {
             Err(e) if e.contains("permission denied") => return Err(e),
             Err(_) => None,
         };
-        let expected = chain_rules(chain);
+        let expected = chain_rules(chain, &self.config.isolation.bridge);
         let current: Vec<String> = listed
             .as_deref()
             .unwrap_or_default()
@@ -438,7 +440,7 @@ impl DockerRuntime {
 
     /// The Docker engine's address when it is not on this host (the packet
     /// filter would then be applied to the wrong host).
-    fn remote_engine(&self) -> Option<String> {
+    pub(super) fn remote_engine(&self) -> Option<String> {
         match &self.endpoint {
             Endpoint::Unix(_) => None,
             Endpoint::Tcp(addr) => {
@@ -596,10 +598,14 @@ fn network_mismatches(found: &Network, net: NetworkSpec<'_>) -> Vec<String> {
     wrong
 }
 
-/// The rules of Stockade's chain, as `iptables -S` prints them.
-fn chain_rules(chain: &str) -> Vec<String> {
+/// The rules of Stockade's chain, as `iptables -S` prints them: replies
+/// to the host's own connections, and what the egress chains redirected
+/// from the sandbox bridge to the egress filter (SEC-18; only a `REDIRECT`
+/// delivers a DNAT'd packet from there to the host), are accepted.
+fn chain_rules(chain: &str, bridge: &str) -> Vec<String> {
     vec![
         format!("-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+        format!("-A {chain} -i {bridge} -m conntrack --ctstate DNAT -j ACCEPT"),
         format!("-A {chain} -j DROP"),
     ]
 }
@@ -613,14 +619,14 @@ fn with_verb<'a>(verb: &'a str, rule: &[&'a str], position: Option<&'a str>) -> 
 }
 
 /// The `iptables` command of the host.
-struct Iptables {
+pub(super) struct Iptables {
     path: PathBuf,
 }
 
 impl Iptables {
     /// `iptables` on `PATH` or in the usual system directories (often not on
     /// a service's `PATH`).
-    fn find() -> Option<Self> {
+    pub(super) fn find() -> Option<Self> {
         let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
             .map(|p| std::env::split_paths(&p).collect())
             .unwrap_or_default();
@@ -633,7 +639,7 @@ impl Iptables {
 
     /// Runs `iptables -w N args…` on the filter table; its stdout, or an
     /// error that says what failed and why.
-    async fn run(&self, args: &[&str]) -> Result<String, String> {
+    pub(super) async fn run(&self, args: &[&str]) -> Result<String, String> {
         let out = self.output(args).await?;
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
@@ -642,7 +648,7 @@ impl Iptables {
     }
 
     /// `iptables -C rule`: whether the rule is there.
-    async fn check(&self, rule: &[&str]) -> Result<bool, String> {
+    pub(super) async fn check(&self, rule: &[&str]) -> Result<bool, String> {
         let args = with_verb("-C", rule, None);
         let out = self.output(&args).await?;
         match out.status.code() {
@@ -667,6 +673,37 @@ impl Iptables {
             Err(_) => Err(format!(
                 "iptables {} did not finish within {} s",
                 args.join(" "),
+                IPTABLES_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// Runs `iptables-restore -w N --noflush` (next to `iptables`) with
+    /// `input`: each table in it is changed at once, or not at all.
+    pub(super) async fn restore(&self, input: &str) -> Result<(), String> {
+        use tokio::io::AsyncWriteExt;
+        let path = self.path.with_file_name("iptables-restore");
+        let mut child = Command::new(&path)
+            .args(["-w", XTABLES_WAIT_SECS, "--noflush"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("could not run {}: {e}", path.display()))?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let input = input.to_owned();
+        let run = async move {
+            stdin.write_all(input.as_bytes()).await?;
+            drop(stdin);
+            child.wait_with_output().await
+        };
+        match tokio::time::timeout(IPTABLES_TIMEOUT, run).await {
+            Ok(Ok(out)) if out.status.success() => Ok(()),
+            Ok(Ok(out)) => Err(self.failure(&["-restore"], &out.stderr)),
+            Ok(Err(e)) => Err(format!("could not run {}: {e}", path.display())),
+            Err(_) => Err(format!(
+                "iptables-restore did not finish within {} s",
                 IPTABLES_TIMEOUT.as_secs()
             )),
         }
@@ -774,6 +811,11 @@ mod tests {
             with_verb("-I", &["INPUT", "-i", "stk0", "-j", "C"], Some("1")),
             ["-I", "INPUT", "1", "-i", "stk0", "-j", "C"]
         );
-        assert_eq!(chain_rules("C")[1], "-A C -j DROP");
+        let rules = chain_rules("C", "stk0");
+        assert_eq!(
+            rules[1],
+            "-A C -i stk0 -m conntrack --ctstate DNAT -j ACCEPT"
+        );
+        assert_eq!(rules[2], "-A C -j DROP");
     }
 }

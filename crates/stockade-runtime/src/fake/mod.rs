@@ -93,6 +93,10 @@ struct State {
     disk: crate::DiskEnforcement,
     /// Root-filesystem use per sandbox, as tests set it.
     root_fs_bytes: BTreeMap<SandboxId, u64>,
+    /// Egress entries (fake/network.rs): sandbox → its policy.
+    egress: BTreeMap<SandboxId, stockade_core::netpolicy::EgressPolicy>,
+    /// Why policies cannot be enforced (`None`: the fake filter runs).
+    egress_unavailable: Option<String>,
 }
 
 impl Default for State {
@@ -121,6 +125,8 @@ impl Default for State {
             isolation_checks: 0,
             disk: disk::enforced(),
             root_fs_bytes: BTreeMap::new(),
+            egress: BTreeMap::new(),
+            egress_unavailable: None,
         }
     }
 }

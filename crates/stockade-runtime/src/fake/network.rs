@@ -1,11 +1,19 @@
 //! Network isolation in the fake runtime (SEC-5): there is no network to
 //! isolate, so a check reports what a test set (nothing by default, or a
-//! problem such as "iptables not found") and counts the checks.
+//! problem such as "iptables not found") and counts the checks. Egress
+//! entries are kept per sandbox, for tests to read back.
+
+use std::net::{IpAddr, Ipv4Addr};
 
 use async_trait::async_trait;
+use stockade_core::netpolicy::EgressPolicy;
+use stockade_core::SandboxId;
+use stockade_egress::iptables::RedirectPorts;
 
 use super::FakeRuntime;
-use crate::{Isolation, IsolationReport};
+use crate::{
+    Egress, EgressEntry, EgressHost, Isolation, IsolationReport, RuntimeError, RuntimeResult,
+};
 
 impl FakeRuntime {
     /// What `ensure_isolation` reports as not applied from now on (`None`:
@@ -34,5 +42,126 @@ impl Isolation for FakeRuntime {
         }
         report.problems.extend(st.isolation_problem.clone());
         report
+    }
+}
+
+impl FakeRuntime {
+    /// Makes `egress_host` fail with `why` (`None`: it answers again).
+    pub fn set_egress_unavailable(&self, why: Option<String>) {
+        self.state().egress_unavailable = why;
+    }
+
+    /// The policy applied to a sandbox, if any.
+    pub fn egress_policy(&self, id: &SandboxId) -> Option<EgressPolicy> {
+        self.state().egress.get(id).cloned()
+    }
+}
+
+/// The fake sandbox network's gateway.
+const FAKE_GATEWAY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+
+#[async_trait]
+impl Egress for FakeRuntime {
+    async fn egress_host(&self) -> Result<EgressHost, String> {
+        self.check_available().map_err(|e| e.to_string())?;
+        match self.state().egress_unavailable.clone() {
+            Some(why) => Err(why),
+            None => Ok(EgressHost {
+                gateway: FAKE_GATEWAY.into(),
+                subnets: Vec::new(),
+            }),
+        }
+    }
+
+    async fn apply_egress(
+        &self,
+        id: &SandboxId,
+        policy: &EgressPolicy,
+        ports: Option<RedirectPorts>,
+    ) -> RuntimeResult<Option<IpAddr>> {
+        self.check_available()?;
+        let mut st = self.state();
+        let on_network = st
+            .containers
+            .get(id)
+            .is_some_and(|c| c.running && c.spec.network_access);
+        if !on_network {
+            st.egress.remove(id);
+            return Ok(None);
+        }
+        if ports.is_none() && !matches!(policy, EgressPolicy::AllowAll | EgressPolicy::DenyAll) {
+            return Err(RuntimeError::Other(
+                "the egress filter does not run: allow and deny lists cannot be enforced".into(),
+            ));
+        }
+        st.egress.insert(id.clone(), policy.clone());
+        Ok(Some(FAKE_GATEWAY.into()))
+    }
+
+    async fn remove_egress(&self, id: &SandboxId) -> RuntimeResult<Vec<IpAddr>> {
+        self.check_available()?;
+        Ok(match self.state().egress.remove(id) {
+            Some(_) => vec![FAKE_GATEWAY.into()],
+            None => Vec::new(),
+        })
+    }
+
+    async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>> {
+        self.check_available()?;
+        Ok(self
+            .state()
+            .egress
+            .keys()
+            .map(|id| EgressEntry {
+                sandbox_id: id.clone(),
+                addr: FAKE_GATEWAY.into(),
+            })
+            .collect())
+    }
+
+    async fn prune_egress(&self) -> RuntimeResult<Vec<EgressEntry>> {
+        self.check_available()?;
+        let mut st = self.state();
+        let stale: Vec<SandboxId> = st
+            .egress
+            .keys()
+            .filter(|id| {
+                !st.containers
+                    .get(*id)
+                    .is_some_and(|c| c.running && c.spec.network_access)
+            })
+            .cloned()
+            .collect();
+        Ok(stale
+            .into_iter()
+            .map(|id| {
+                st.egress.remove(&id);
+                EgressEntry {
+                    sandbox_id: id,
+                    addr: FAKE_GATEWAY.into(),
+                }
+            })
+            .collect())
+    }
+
+    async fn set_network_access(
+        &self,
+        id: &SandboxId,
+        network_access: bool,
+    ) -> RuntimeResult<bool> {
+        self.check_available()?;
+        let mut st = self.state();
+        let c = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))?;
+        if c.spec.network_access == network_access {
+            return Ok(false);
+        }
+        c.spec.network_access = network_access;
+        if !network_access {
+            st.egress.remove(id);
+        }
+        Ok(true)
     }
 }

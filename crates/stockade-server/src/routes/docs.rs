@@ -37,6 +37,7 @@ impl Modify for BearerAuth {
         stockade_api::DiskUsageSummary,
         stockade_api::DiskHealth,
         stockade_api::DiskAreaHealth,
+        stockade_api::EgressHealth,
         stockade_api::ListSandboxesResponse, stockade_api::BulkDeleteRequest,
         stockade_api::BulkDeleteResponse, stockade_api::BulkDeleteResult,
         stockade_api::HealthResponse, stockade_api::DockerHealth, stockade_api::DatabaseHealth,

@@ -6,9 +6,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use stockade_api::{
-    DatabaseHealth, DiskAreaHealth, DiskHealth, DockerHealth, HealthResponse, IsolationHealth,
+    DatabaseHealth, DiskAreaHealth, DiskHealth, DockerHealth, EgressHealth, HealthResponse,
+    IsolationHealth,
 };
 use stockade_runtime::{DiskEnforcement, Enforcement};
+use stockade_service::egress::EgressStatus;
 
 use crate::AppState;
 
@@ -99,7 +101,32 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     // Probed once and cached by the runtime; an engine that did not answer
     // is reported as not enforcing, which says nothing while it is down.
     let disk = disk.ok().filter(|_| docker.status == "healthy");
+    let egress = match state.svc.egress.status() {
+        EgressStatus::Running { proxy, dns } => EgressHealth {
+            status: "running".into(),
+            proxy: Some(proxy.to_string()),
+            dns: Some(dns.to_string()),
+            reason: None,
+        },
+        EgressStatus::Starting => EgressHealth {
+            status: "starting".into(),
+            proxy: None,
+            dns: None,
+            reason: None,
+        },
+        EgressStatus::Unavailable(why) => EgressHealth {
+            status: "unavailable".into(),
+            proxy: None,
+            dns: None,
+            reason: Some(why),
+        },
+    };
     let mut warnings = Vec::new();
+    if let Some(why) = &egress.reason {
+        warnings.push(format!(
+            "networkPolicy allow/deny lists cannot be enforced: {why}"
+        ));
+    }
     if let Some(w) = disk.as_ref().and_then(|d| d.warning()) {
         warnings.push(w);
     }
@@ -118,6 +145,7 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             database,
             isolation,
             disk: disk.as_ref().map(disk_health),
+            egress: Some(egress),
             warnings,
         }),
     )

@@ -1,0 +1,365 @@
+//! Egress policies (SEC-18): the host's egress filter (a transparent proxy
+//! that checks TLS server names and HTTP `Host`s, and a DNS forwarder that
+//! answers only allowed names) and each sandbox's entry in the packet
+//! filter, kept in step with the sandbox's `networkPolicy`.
+//!
+//! - The filter starts with the service, on the sandbox network's gateway
+//!   (free ports unless configured). Where it cannot (no packet filter, a
+//!   remote engine), `allow-all` and `deny-all` still hold and a create or
+//!   update with allow/deny lists is refused with the reason.
+//! - A sandbox on the sandbox network gets its entry when it starts (create,
+//!   start, claim from the warm pool) and whenever its policy changes; until
+//!   then it reaches nothing outside (the packet filter fails closed). A
+//!   stop or destroy removes it. Sandboxes without network access
+//!   (`deny-all`) sit on the internal network; a policy change moves a
+//!   running sandbox between the two networks.
+//! - Reconciliation writes missing entries again (after a host reboot or a
+//!   flushed chain) and drops entries whose address the sandbox no longer
+//!   has.
+
+use std::net::{IpAddr, SocketAddr};
+
+use std::sync::{Arc, RwLock};
+
+use stockade_core::netpolicy::{Cidr, EgressPolicy};
+use stockade_core::{Sandbox, SandboxId, SandboxStatus};
+use stockade_egress::iptables::RedirectPorts;
+use stockade_egress::{EgressConfig, EgressFilter, PolicySource, ProxyConfig};
+use tracing::{info, warn};
+
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
+
+/// How the egress filter is set up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EgressSettings {
+    /// Where redirected TCP 80/443 arrives on the gateway; 0: a free port.
+    pub proxy_port: u16,
+    /// Where redirected DNS arrives on the gateway (UDP and TCP); 0: a free port.
+    pub dns_port: u16,
+    /// The DNS servers the filter asks; empty: the host's `/etc/resolv.conf`.
+    pub upstream_dns: Vec<SocketAddr>,
+    /// Subnets of Docker networks the proxy may still dial for an allowed
+    /// name (every Docker network is refused by default: they hold the
+    /// host's other containers).
+    pub reachable_subnets: Vec<Cidr>,
+}
+
+/// What `/health` shows of the filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EgressStatus {
+    /// Not started yet.
+    Starting,
+    Running {
+        proxy: SocketAddr,
+        dns: SocketAddr,
+    },
+    /// Allow and deny lists cannot be enforced, and why.
+    Unavailable(String),
+}
+
+enum State {
+    Starting,
+    Running {
+        filter: Arc<EgressFilter>,
+        ports: RedirectPorts,
+    },
+    Unavailable(String),
+}
+
+/// The egress filter of this process.
+pub struct Egress {
+    state: RwLock<State>,
+}
+
+impl Default for Egress {
+    fn default() -> Self {
+        Self {
+            state: RwLock::new(State::Starting),
+        }
+    }
+}
+
+impl Egress {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, state: State) {
+        *self.state.write().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    pub fn status(&self) -> EgressStatus {
+        match &*self.read() {
+            State::Starting => EgressStatus::Starting,
+            State::Running { filter, .. } => EgressStatus::Running {
+                proxy: filter.proxy_addr(),
+                dns: filter.dns_addr(),
+            },
+            State::Unavailable(why) => EgressStatus::Unavailable(why.clone()),
+        }
+    }
+
+    fn running(&self) -> Option<(Arc<EgressFilter>, RedirectPorts)> {
+        match &*self.read() {
+            State::Running { filter, ports } => Some((filter.clone(), *ports)),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a policy needs the filter (it lists addresses or names).
+fn needs_filter(policy: &EgressPolicy) -> bool {
+    matches!(policy, EgressPolicy::Rules { .. })
+}
+
+impl Service {
+    /// Starts the egress filter on the sandbox network's gateway and writes
+    /// the entries of the running sandboxes again (after isolation is
+    /// checked at start).
+    pub async fn start_egress(&self) {
+        let host = match self.runtime.egress_host().await {
+            Ok(host) => host,
+            Err(why) => {
+                warn!(reason = %why, "egress allow/deny lists cannot be enforced on this host");
+                self.egress.set(State::Unavailable(why));
+                return;
+            }
+        };
+        let settings = &self.config.egress;
+        let blocked = host
+            .subnets
+            .iter()
+            .filter(|s| !settings.reachable_subnets.contains(s))
+            .copied()
+            .collect();
+        let config = EgressConfig {
+            proxy_addr: SocketAddr::new(host.gateway, settings.proxy_port),
+            dns_addr: SocketAddr::new(host.gateway, settings.dns_port),
+            upstream_dns: settings.upstream_dns.clone(),
+            proxy: ProxyConfig {
+                blocked,
+                ..ProxyConfig::default()
+            },
+            dns: Default::default(),
+        };
+        match EgressFilter::start(config).await {
+            Ok(filter) => {
+                let ports = RedirectPorts {
+                    proxy: filter.proxy_addr().port(),
+                    dns: filter.dns_addr().port(),
+                };
+                info!(proxy = %filter.proxy_addr(), dns = %filter.dns_addr(), "egress filter running");
+                self.egress.set(State::Running {
+                    filter: Arc::new(filter),
+                    ports,
+                });
+            }
+            Err(e) => {
+                let why = e.to_string();
+                warn!(reason = %why, "the egress filter could not start");
+                self.egress.set(State::Unavailable(why));
+                return;
+            }
+        }
+        self.reconcile_egress().await;
+    }
+
+    /// Refuses a policy this host cannot enforce (422 naming the field).
+    pub fn check_policy_enforceable(&self, policy: &EgressPolicy) -> ServiceResult<()> {
+        if !needs_filter(policy) {
+            return Ok(());
+        }
+        match self.egress.status() {
+            EgressStatus::Running { .. } => Ok(()),
+            EgressStatus::Starting => Err(ServiceError::DockerUnavailable(
+                "networkPolicy: the egress filter is starting; try again in a moment".into(),
+            )),
+            EgressStatus::Unavailable(why) => Err(ServiceError::field(
+                "networkPolicy",
+                format!(
+                "networkPolicy: allow and deny lists cannot be enforced on this server ({why}); \
+                 use \"allow-all\" or \"deny-all\""
+                ),
+            )),
+        }
+    }
+
+    /// Writes the entry of `sb` for its current policy and address, and
+    /// registers the address with the filter. A sandbox that is not on the
+    /// sandbox network (not running, no network access) has none.
+    pub async fn apply_egress(&self, sb: &Sandbox) -> ServiceResult<()> {
+        let policy = &sb.spec.network;
+        let running = self.egress.running();
+        let ports = running.as_ref().map(|(_, p)| *p);
+        let old = self.egress_addresses(&sb.id).await;
+        let addr = self
+            .runtime
+            .apply_egress(&sb.id, policy, ports)
+            .await
+            .map_err(|e| ServiceError::Docker(e.to_string()))?;
+        if let Some((filter, _)) = running {
+            for ip in old.into_iter().filter(|ip| Some(*ip) != addr) {
+                filter.policies.remove(ip);
+                filter.names.forget(ip);
+            }
+            if let Some(ip) = addr {
+                filter.policies.set(ip, policy.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the entry of sandbox `id` (stopped or destroyed). Failures
+    /// are logged: reconciliation removes what is left.
+    pub async fn remove_egress(&self, id: &SandboxId) {
+        match self.runtime.remove_egress(id).await {
+            Ok(addrs) => {
+                if let Some((filter, _)) = self.egress.running() {
+                    for ip in addrs {
+                        filter.policies.remove(ip);
+                        filter.names.forget(ip);
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(sandbox.id = %id, error = %e, "egress entry not removed; reconciliation retries")
+            }
+        }
+    }
+
+    /// Moves a sandbox to the network its policy asks for and writes its
+    /// entry: after a `PATCH` of `networkPolicy`, live.
+    pub async fn change_egress(&self, sb: &Sandbox) -> ServiceResult<()> {
+        let moved = self
+            .runtime
+            .set_network_access(&sb.id, sb.spec.network.allows_egress())
+            .await;
+        match moved {
+            Ok(true) => {
+                // A new address: the agent is reached there from now on.
+                self.agents.forget(&sb.id);
+            }
+            Ok(false) => {}
+            Err(stockade_runtime::RuntimeError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        if sb.status == SandboxStatus::Running {
+            self.apply_egress(sb).await?;
+        } else {
+            self.remove_egress(&sb.id).await;
+        }
+        Ok(())
+    }
+
+    async fn egress_addresses(&self, id: &SandboxId) -> Vec<IpAddr> {
+        self.runtime
+            .egress_entries()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| &e.sandbox_id == id)
+            .map(|e| e.addr)
+            .collect()
+    }
+
+    /// Drops entries of sandboxes that stopped, went or moved; writes the
+    /// entries running sandboxes (and warm-pool members) of this server
+    /// lack; registers every entry's policy with the filter (after a
+    /// restart the registry is empty while the entries survived).
+    pub async fn reconcile_egress(&self) {
+        match self.runtime.prune_egress().await {
+            Ok(stale) => {
+                if let Some((filter, _)) = self.egress.running() {
+                    for e in &stale {
+                        filter.policies.remove(e.addr);
+                        filter.names.forget(e.addr);
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "egress reconciliation skipped: entries could not be checked");
+                return;
+            }
+        }
+        let entries = match self.runtime.egress_entries().await {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(error = %e, "egress entries could not be read");
+                return;
+            }
+        };
+        let server = self.runtime.server_name();
+        let filter = self.egress.running().map(|(f, _)| f);
+        let mut after: Option<SandboxId> = None;
+        loop {
+            let page = match self
+                .store
+                .list_active_sandboxes_page(after.as_ref(), 200)
+                .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!(error = %e, "egress reconciliation: sandboxes could not be read");
+                    return;
+                }
+            };
+            after = page.last().map(|sb| sb.id.clone());
+            for sb in &page {
+                if sb.server != server
+                    || sb.status != SandboxStatus::Running
+                    || !sb.spec.network.allows_egress()
+                {
+                    continue;
+                }
+                match entries.iter().find(|e| e.sandbox_id == sb.id) {
+                    Some(entry) => {
+                        if let Some(f) = &filter {
+                            let known = f.policies.policy_for(entry.addr);
+                            if known.as_deref() != Some(&sb.spec.network) {
+                                f.policies.set(entry.addr, sb.spec.network.clone());
+                            }
+                        }
+                    }
+                    None => {
+                        info!(sandbox.id = %sb.id, "egress entry missing: writing it again");
+                        if let Err(e) = self.apply_egress(sb).await {
+                            warn!(sandbox.id = %sb.id, error = %e, "egress entry not written");
+                        }
+                    }
+                }
+            }
+            if page.len() < 200 {
+                break;
+            }
+        }
+        // Warm-pool members with network access hold allow-all's entry.
+        let Ok(containers) = self.runtime.list_managed().await else {
+            return;
+        };
+        let ports = self.egress_ports();
+        for c in containers {
+            let (Some(id), Some(_)) = (&c.sandbox_id, &c.pool_class) else {
+                continue;
+            };
+            if !c.running
+                || c.instance_id.as_deref() != Some(self.instance_id.as_str())
+                || entries.iter().any(|e| &e.sandbox_id == id)
+            {
+                continue;
+            }
+            if let Err(e) = self
+                .runtime
+                .apply_egress(id, &EgressPolicy::AllowAll, ports)
+                .await
+            {
+                warn!(sandbox.id = %id, error = %e, "egress entry of a warm-pool member not written");
+            }
+        }
+    }
+
+    /// Where the filter listens, when it runs.
+    pub fn egress_ports(&self) -> Option<RedirectPorts> {
+        self.egress.running().map(|(_, p)| p)
+    }
+}
