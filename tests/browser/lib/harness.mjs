@@ -92,7 +92,10 @@ export async function putFile(id, p, content) {
 /** True when the server answers "no route" for `p` (a feature being added). */
 export async function routeMissing(method, p, opts) {
   const resp = await raw(method, p, opts);
-  if (resp.status !== 404) return false;
+  if (resp.status !== 404) {
+    await resp.body?.cancel();
+    return false;
+  }
   const body = await resp.json().catch(() => null);
   return Boolean(body && body.error && /^No route for /.test(body.error.message));
 }

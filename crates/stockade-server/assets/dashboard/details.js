@@ -166,7 +166,14 @@ const settingsForm = $('settings-form');
 let settingsDirty = false;
 settingsForm.addEventListener('input', () => { settingsDirty = true; });
 
-function fillSettings(sb) {
+/** What of a record the settings form shows. */
+function settingsOf(sb) {
+  return JSON.stringify([sb.name, sb.timeoutMinutes, sb.cpuCores, sb.memoryGB, sb.labels, sb.tags, sb.environmentVars, sb.status]);
+}
+let settingsShown = null;
+
+/** Fills the settings form from the record; `fresh` clears what it said before. */
+function fillSettings(sb, fresh) {
   const f = settingsForm.elements;
   f.name.value = sb.name;
   f.timeout.value = num(sb.timeoutMinutes);
@@ -177,8 +184,11 @@ function fillSettings(sb) {
   f.env.value = formatPairs(sb.environmentVars);
   settingsDirty = false;
   settingsFor = sb.id;
-  markFields(settingsForm, [], {});
-  $('settings-status').textContent = '';
+  settingsShown = settingsOf(sb);
+  if (fresh) {
+    markFields(settingsForm, [], {});
+    $('settings-status').textContent = '';
+  }
   const editable = sb.status !== 'TERMINATED';
   for (const input of settingsForm.elements) input.disabled = !editable;
 }
@@ -266,9 +276,10 @@ export const details = {
     renderFacts(v.sb);
     renderChart(v.sb);
     if (portsFor !== v.id) loadPorts(v);
-    if (settingsFor !== v.id || !settingsDirty) {
-      if (!settingsForm.contains(document.activeElement) || settingsFor !== v.id) fillSettings(v.sb);
-    }
+    // Another sandbox: a fresh form. The same one changed elsewhere: its
+    // new values, unless someone is editing them here.
+    if (settingsFor !== v.id) fillSettings(v.sb, true);
+    else if (!settingsDirty && settingsOf(v.sb) !== settingsShown) fillSettings(v.sb, false);
   },
   leave() {
     clearInterval(timer);

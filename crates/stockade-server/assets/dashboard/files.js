@@ -280,6 +280,10 @@ function renderDir(dir) {
   }
 }
 
+function metaOf(entry) {
+  return `${bytes(entry.size)} · ${entry.mode || ''}${entry.modifiedAt ? ` · ${when(entry.modifiedAt)}` : ''}`;
+}
+
 async function renderFile(entry) {
   const v = current; const s = st;
   const mine = ++fileSeq;
@@ -290,7 +294,7 @@ async function renderFile(entry) {
   view.append(
     el('div', { class: 'file-head' },
       el('h3', { id: 'file-title' }, path),
-      el('span', { class: 'muted small' }, `${bytes(entry.size)} · ${entry.mode || ''}${entry.modifiedAt ? ` · ${when(entry.modifiedAt)}` : ''}`),
+      el('span', { class: 'muted small', id: 'file-meta' }, metaOf(entry)),
       el('span', { class: 'spacer' }),
       actionsFor(s, entry, false)),
     status);
@@ -344,7 +348,9 @@ async function renderFile(entry) {
     s.file.original = body;
     if (area.value === body) s.drafts.delete(path);
     status.textContent = `Saved at ${new Date().toLocaleTimeString()}.`;
-    if (!live) reloadDirs(new Set([parentOf(path)]));
+    if (!live) await reloadDirs(new Set([parentOf(path)]));
+    const fresh = entryOf(s, path);
+    if (fresh && $('file-meta') && s.selected === path) $('file-meta').textContent = metaOf(fresh);
   }).finally(() => { save.disabled = area.value === s.file.original; });
   save.addEventListener('click', doSave);
   area.addEventListener('keydown', (e) => {

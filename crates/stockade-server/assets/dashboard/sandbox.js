@@ -15,7 +15,7 @@ import { commands } from './commands.js';
 import { files } from './files.js';
 import { details, sample } from './details.js';
 import { logs } from './logs.js';
-import { snapshotsPanel } from './snapshots.js';
+import { snapshotsPanel, refreshSnapshots } from './snapshots.js';
 
 const TABS = ['console', 'files', 'details', 'logs', 'snapshots'];
 
@@ -250,6 +250,7 @@ $('btn-snapshot').addEventListener('click', async () => {
   if (snap && snap.id) {
     notice(`Snapshot ${snap.name} is ${String(snap.status).toLowerCase()}.`);
     if (view && view.id === source.id) go({ page: 'sandbox', id: source.id, tab: 'snapshots' });
+    refreshSnapshots();
   }
 });
 

@@ -94,6 +94,11 @@ async function loadPanel(v) {
 
 $('snapshot-take').addEventListener('click', () => $('btn-snapshot').click());
 
+/** Reloads the snapshots shown (after one was taken). */
+export function refreshSnapshots() {
+  reload();
+}
+
 export const snapshotsPanel = {
   enter(v) {
     panelView = v;
