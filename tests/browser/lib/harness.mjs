@@ -194,7 +194,8 @@ after(async () => {
     const snaps = await api('GET', '/api/v1/snapshots');
     for (const s of snaps.snapshots) await api('DELETE', `/api/v1/snapshots/${s.id}`).catch(() => {});
     const list = await api('GET', '/api/v1/sandbox?per_page=1000');
-    for (const sb of list.sandboxes) await api('DELETE', `/api/v1/sandbox/${sb.id}`).catch(() => {});
+    const ids = list.sandboxes.map((sb) => sb.id);
+    if (ids.length) await api('DELETE', '/api/v1/sandbox/bulk', { ids }).catch(() => {});
     await api('DELETE', '/api/v1/volumes/orphaned?confirm=true').catch(() => {});
   } catch (_) { /* the server is gone; the labels below catch what is left */ }
   if (env.browser) await env.browser.close();

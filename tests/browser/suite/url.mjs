@@ -89,5 +89,10 @@ test('keyboard: the tabs move with the arrow keys and the URL follows', async ()
   await at(page, `#/sandbox/${list.id}/files`);
   await page.keyboard.press('Home');
   await page.waitForSelector('#panel-console:not([hidden])');
+  // The console does not take the focus from the tab list.
+  await page.waitForTimeout(300);
+  assert.ok(await page.evaluate(() => document.activeElement.id === 'tab-console'));
+  await page.keyboard.press('End');
+  await at(page, `#/sandbox/${list.id}/snapshots`);
   await done(page);
 });

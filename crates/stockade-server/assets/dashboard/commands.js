@@ -4,7 +4,7 @@
 // transcript while the page lives.
 
 import { sse, eventText, sandboxPath } from './api.js';
-import { $, el } from './ui.js';
+import { $, el, mayTakeFocus } from './ui.js';
 
 const AGENT_KEY = 'stockade.agentCommand';
 /** sandbox id → its transcript element */
@@ -92,13 +92,13 @@ export const commands = {
     host.textContent = '';
     host.append(transcriptOf(v.id));
     setEnabled();
-    if (v.sb && v.sb.status === 'RUNNING') $('console-input').focus();
+    if (v.sb && v.sb.status === 'RUNNING' && mayTakeFocus()) $('console-input').focus();
   },
   record(v) {
     if (v !== current) return;
     const wasDisabled = $('console-input').disabled;
     setEnabled();
-    if (wasDisabled && !$('console-input').disabled) $('console-input').focus();
+    if (wasDisabled && !$('console-input').disabled && mayTakeFocus()) $('console-input').focus();
   },
   leave() {
     current = null;

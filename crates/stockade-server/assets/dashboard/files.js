@@ -166,11 +166,36 @@ async function show(path) {
 
 // ---------- the tree ----------
 
+/** What has the focus inside `box`: its row's path and which control. */
+function focusIn(box) {
+  const a = document.activeElement;
+  if (!box.contains(a)) return null;
+  const row = a.closest('[data-path]');
+  if (row) return { path: row.getAttribute('data-path'), label: a.getAttribute('aria-label') || a.textContent };
+  return a.id ? { id: a.id } : null;
+}
+
+/** Gives the focus back to the same control after a redraw. */
+function refocus(box, was) {
+  if (!was) return;
+  if (was.id) {
+    const again = document.getElementById(was.id);
+    if (again && box.contains(again)) again.focus();
+    return;
+  }
+  const row = box.querySelector(`[data-path="${CSS.escape(was.path)}"]`);
+  if (!row) return;
+  const same = [...row.querySelectorAll('a, button')].find((c) => (c.getAttribute('aria-label') || c.textContent) === was.label);
+  (same || row.querySelector('a, button') || row).focus();
+}
+
 function renderTree() {
   const s = st;
   const ul = $('file-tree');
+  const was = focusIn(ul);
   ul.textContent = '';
   ul.append(treeNode(s, { path: s.root, name: s.root, type: 'dir' }));
+  refocus(ul, was);
 }
 
 function treeNode(s, entry) {
@@ -244,6 +269,7 @@ function renderDir(dir) {
   const s = st;
   const listing = s.dirs.get(dir);
   const view = $('file-view');
+  const was = focusIn(view);
   view.textContent = '';
   const picker = el('input', { type: 'file', multiple: true, id: 'file-upload', class: 'sr-only', onchange: (e) => {
     const chosen = [...e.target.files].map((file) => ({ file, rel: file.name }));
@@ -278,6 +304,7 @@ function renderDir(dir) {
       el('tbody', {}, rows))));
     if (listing.truncated) view.append(el('p', { class: 'muted small' }, 'Only the first entries of this folder are listed.'));
   }
+  refocus(view, was);
 }
 
 function metaOf(entry) {

@@ -59,13 +59,24 @@ export function remove(id) {
   render();
 }
 
-/** Draws the list; the shown sandbox is marked current. */
+let drawn = null;
+
+/**
+ * Draws the list; the shown sandbox is marked current. Nothing is redrawn
+ * when nothing changed, and a focused entry keeps the focus when it is.
+ */
 export function render() {
   const route = here();
   const selected = route.page === 'sandbox' ? route.id : null;
   // Switching sandboxes keeps the view (a file path belongs to one sandbox).
   const tab = route.page === 'sandbox' ? route.tab : null;
   const ul = $('sandbox-list');
+  const picture = JSON.stringify([list.loaded, list.filter, selected, tab, route.params,
+    list.sandboxes.map((s) => [s.id, s.name, s.status, ago(s.status === 'TERMINATED' ? s.terminatedAt : s.createdAt)])]);
+  if (picture === drawn) return;
+  drawn = picture;
+  const focused = ul.contains(document.activeElement) ? document.activeElement.closest('li[data-id]') : null;
+  const focusId = focused ? focused.getAttribute('data-id') : null;
   ul.textContent = '';
   const empty = list.loaded && list.sandboxes.length === 0;
   $('empty').hidden = !empty;
@@ -80,6 +91,10 @@ export function render() {
         el('span', { class: 'sb-name' }, sb.name),
         el('span', { class: `chip ${sb.status}` }, sb.status),
         el('span', { class: 'sb-meta' }, `${sb.id} · ${stamp}`))));
+  }
+  if (focusId) {
+    const again = ul.querySelector(`li[data-id="${CSS.escape(focusId)}"] a`);
+    if (again) again.focus();
   }
 }
 

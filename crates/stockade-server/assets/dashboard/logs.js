@@ -4,7 +4,6 @@
 import { sse, eventText, sandboxPath } from './api.js';
 import { $, el } from './ui.js';
 
-let current = null;
 let abort = null;
 
 const EMPTY = 'No output from the main process yet.';
@@ -38,13 +37,11 @@ async function follow(v) {
 
 export const logs = {
   enter(v) {
-    current = v;
     follow(v);
   },
   record() {},
   leave() {
     if (abort) abort.abort();
     abort = null;
-    current = null;
   },
 };

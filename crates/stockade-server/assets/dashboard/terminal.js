@@ -9,7 +9,7 @@
 import { Terminal } from './xterm.mjs';
 import { FitAddon } from './addon-fit.mjs';
 import { api, sandboxPath, routeMissing } from './api.js';
-import { $, el, notice } from './ui.js';
+import { $, el, notice, mayTakeFocus } from './ui.js';
 
 const host = $('terminal-host');
 const encoder = new TextEncoder();
@@ -104,7 +104,7 @@ function connect(s, sb) {
     s.opened = true;
     sendSize(s);
     statusOf(s);
-    if (s === shown) s.term.focus();
+    if (s === shown && mayTakeFocus()) s.term.focus();
   };
   ws.onmessage = (ev) => {
     if (s.ws !== ws) return;
@@ -154,7 +154,8 @@ async function explainFailure(s, url) {
   if (s === shown) notice(s.failure, 'error');
 }
 
-function show(s) {
+/** Puts `s` on screen (none: null); `focus` gives it the keyboard. */
+function show(s, focus) {
   shown = s;
   for (const other of sessions.values()) other.el.hidden = other !== s;
   if (!s) {
@@ -165,7 +166,7 @@ function show(s) {
   requestAnimationFrame(() => {
     fit(s);
     sendSize(s);
-    if (s === shown && current) s.term.focus();
+    if (focus && s === shown && current && mayTakeFocus()) s.term.focus();
   });
 }
 
@@ -197,27 +198,26 @@ export const terminal = {
   enter(v) {
     current = v;
     this.record(v);
+    const s = sessions.get(v.id);
+    if (s && shown === s && mayTakeFocus()) requestAnimationFrame(() => { if (shown === s && current === v) s.term.focus(); });
   },
 
+  /** The shown sandbox's record (re)loaded: connect, or say why not. Never steals the focus. */
   record(v) {
     if (v !== current) return;
     const sb = v.sb;
     let s = sessions.get(v.id) || null;
-    if (!sb) {
-      show(s);
-      setStatus('Loading…');
-      return;
-    }
-    if (sb.status !== 'RUNNING') {
-      show(s);
-      setStatus(`The terminal needs a running sandbox; this one is ${sb.status.toLowerCase()}.`);
+    if (!sb || sb.status !== 'RUNNING') {
+      if (shown !== s) show(s, false);
+      setStatus(sb ? `The terminal needs a running sandbox; this one is ${sb.status.toLowerCase()}.` : 'Loading…');
       $('terminal-reconnect').hidden = true;
       return;
     }
     // A sandbox started again since the session ended gets a new session.
     const restarted = s && s.ended && s.startedAt !== sb.startedAt;
     if (!s) s = create(v.id);
-    show(s);
+    if (shown !== s) show(s, true);
+    else statusOf(s);
     if (!s.ws && (!s.ended || restarted)) {
       if (restarted) s.term.write('\r\n');
       connect(s, sb);
@@ -226,7 +226,7 @@ export const terminal = {
 
   leave() {
     current = null;
-    show(null);
+    show(null, false);
     setStatus('');
   },
 

@@ -82,6 +82,15 @@ export function bytes(n) {
   return i === 0 ? `${v} B` : `${v.toFixed(1)} ${u[i]}`;
 }
 
+/**
+ * Whether a view may take the keyboard focus as it opens: not while the
+ * user moves along a tab list with the arrow keys.
+ */
+export function mayTakeFocus() {
+  const a = document.activeElement;
+  return !(a && a.getAttribute && a.getAttribute('role') === 'tab');
+}
+
 // ---------- the message banner ----------
 
 let noticeTimer = null;
