@@ -128,6 +128,6 @@ fn install(vendor: &Path, why: &str) {
 }
 
 fn fail(message: &str) -> ! {
-    eprintln!("error: {message}");
-    panic!("building the dashboard's assets failed: {message}");
+    eprintln!("error: building the dashboard's assets failed: {message}");
+    std::process::exit(1);
 }

@@ -123,8 +123,15 @@ export async function signedInPage({ width = 1280, height = 860, hash = '', setu
   page.on('console', (m) => {
     if (m.type() === 'error' && /Content Security Policy/i.test(m.text())) seen.errors.push(`CSP: ${m.text()}`);
   });
+  const log = [];
+  page.on('console', (m) => log.push(`${m.type()}: ${m.text()}`));
+  page.on('pageerror', (e) => log.push(`pageerror: ${e.message}`));
+  page.on('requestfailed', (r) => log.push(`failed: ${r.url()} ${r.failure() && r.failure().errorText}`));
   if (setup) await setup(page);
   await page.goto(`${env.base}/${hash}`);
+  await page.waitForSelector('#token-input', { state: 'visible', timeout: 15000 }).catch((e) => {
+    throw new Error(`the sign-in form did not show: ${e.message}\n${log.join('\n')}`);
+  });
   await page.fill('#token-input', token);
   await page.press('#token-input', 'Enter');
   await page.waitForSelector('#app:not([hidden])');

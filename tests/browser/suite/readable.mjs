@@ -60,7 +60,9 @@ test('the chart has axes, units and history; resources read as entered; an empty
   const sb = await createSandbox({ name: 'ui-chart', cpuCores: 0.25, memoryGB: 1, startCommand: 'while true; do :; done' });
   const quiet = await createSandbox({ name: 'ui-quiet', cpuCores: 1, memoryGB: 1 });
   const page = await signedInPage({ hash: `#/sandbox/${quiet.id}/details` });
-  const facts = () => page.$$eval('#facts dt', (dts) => Object.fromEntries(dts.map((dt) => [dt.textContent, dt.nextElementSibling.textContent])));
+  // Read in one go: the facts are redrawn every two seconds.
+  const facts = () => page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#facts dt')]
+    .map((dt) => [dt.textContent, dt.nextElementSibling.textContent])));
   const memoryShown = () => page.waitForFunction(() => {
     const dt = [...document.querySelectorAll('#facts dt')].find((d) => d.textContent === 'Memory');
     return dt && / of 1 GB$/.test(dt.nextElementSibling.textContent);

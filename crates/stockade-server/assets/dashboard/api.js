@@ -30,6 +30,28 @@ function failure(e) {
   return new ApiError(0, { error: { message: `The server did not answer (${e.message}).` } });
 }
 
+/**
+ * `fetch`, tried again (twice, after a pause) when the request never got an
+ * answer and may be repeated safely: a browser on the Docker host drops
+ * connections it is setting up whenever Docker adds or removes a network
+ * interface, which happens each time a sandbox starts or stops.
+ */
+async function fetchRetried(path, init, repeatable) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetch(path, init);
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      if (!repeatable || attempt >= 2) throw failure(e);
+      await new Promise((resolve) => { setTimeout(resolve, 250 * (attempt + 1)); });
+      if (init.signal && init.signal.aborted) throw e;
+    }
+  }
+}
+
+/** Methods whose request may be sent twice without harm. */
+const REPEATABLE = new Set(['GET', 'HEAD', 'PUT']);
+
 async function errorOf(resp) {
   const text = await resp.text().catch(() => '');
   let json = null;
@@ -42,7 +64,9 @@ async function errorOf(resp) {
 /**
  * One API request. `body` is JSON unless `opts.raw` is set (then it is sent
  * as it is: a File, Blob or string). Answers the parsed JSON (null when
- * empty), or the Response itself with `opts.response`.
+ * empty), or the Response itself with `opts.response`. GET, HEAD and PUT
+ * are sent again when the connection failed; so is any request marked
+ * `opts.repeatable` (one that changes nothing the second time).
  */
 export async function api(method, path, body, opts = {}) {
   const headers = { ...CSRF, ...(opts.headers || {}) };
@@ -52,13 +76,8 @@ export async function api(method, path, body, opts = {}) {
     headers['Content-Type'] = 'application/json';
     payload = JSON.stringify(body);
   }
-  let resp;
-  try {
-    resp = await fetch(path, { method, headers, credentials: 'same-origin', body: payload, signal: opts.signal });
-  } catch (e) {
-    if (e.name === 'AbortError') throw e;
-    throw failure(e);
-  }
+  const resp = await fetchRetried(path, { method, headers, credentials: 'same-origin', body: payload, signal: opts.signal },
+    REPEATABLE.has(method) || opts.repeatable);
   if (!resp.ok) throw await errorOf(resp);
   if (opts.response) return resp;
   const text = await resp.text();
@@ -74,16 +93,10 @@ export async function api(method, path, body, opts = {}) {
 export async function sse(path, { method = 'GET', body, signal, onEvent, onOpen }) {
   const headers = { ...CSRF, Accept: 'text/event-stream' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  let resp;
-  try {
-    resp = await fetch(path, {
-      method, headers, credentials: 'same-origin', signal,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  } catch (e) {
-    if (e.name === 'AbortError') throw e;
-    throw failure(e);
-  }
+  const resp = await fetchRetried(path, {
+    method, headers, credentials: 'same-origin', signal,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  }, method === 'GET');
   if (!resp.ok) throw await errorOf(resp);
   if (onOpen) onOpen();
   const reader = resp.body.getReader();

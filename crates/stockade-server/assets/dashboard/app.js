@@ -92,7 +92,7 @@ $('signin-form').addEventListener('submit', async (e) => {
   const token = $('token-input').value.trim();
   $('token-input').value = '';
   try {
-    await api('POST', '/api/v1/session', { token });
+    await api('POST', '/api/v1/session', { token }, { repeatable: true });
   } catch (err) {
     signOut(err.status === 401 ? 'That token was not accepted.' : err.message, { quiet: true });
     return;

@@ -86,7 +86,7 @@ function renderChart(sb) {
 async function tokenFor(id) {
   const known = proxyTokens.get(id);
   if (known && Date.parse(known.expiresAt) - Date.now() > 60000) return known.token;
-  const fresh = await api('POST', sandboxPath(id, '/auth-token'), {});
+  const fresh = await api('POST', sandboxPath(id, '/auth-token'), {}, { repeatable: true });
   proxyTokens.set(id, fresh);
   return fresh.token;
 }
@@ -150,7 +150,7 @@ $('expose-form').addEventListener('submit', async (e) => {
   input.removeAttribute('aria-invalid');
   await busy(e.submitter || e.target.querySelector('button'), async () => {
     try {
-      await api('POST', sandboxPath(v.id, '/ports'), { port });
+      await api('POST', sandboxPath(v.id, '/ports'), { port }, { repeatable: true });
       input.value = '';
       notice(`Port ${port} is exposed.`);
     } catch (err) {

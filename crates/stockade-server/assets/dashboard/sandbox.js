@@ -215,10 +215,10 @@ async function act(verb, infinitive, fn) {
   return result;
 }
 
-const start = () => act('Starting', 'start', (id) => api('POST', sandboxPath(id, '/start')));
+const start = () => act('Starting', 'start', (id) => api('POST', sandboxPath(id, '/start'), undefined, { repeatable: true }));
 $('btn-start').addEventListener('click', start);
 $('banner-start').addEventListener('click', start);
-$('btn-stop').addEventListener('click', () => act('Stopping', 'stop', (id) => api('POST', sandboxPath(id, '/stop'))));
+$('btn-stop').addEventListener('click', () => act('Stopping', 'stop', (id) => api('POST', sandboxPath(id, '/stop'), undefined, { repeatable: true })));
 
 $('btn-fork').addEventListener('click', async () => {
   if (!view || !view.sb) return;

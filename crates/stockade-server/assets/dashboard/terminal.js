@@ -72,7 +72,7 @@ function create(id) {
   const fitter = new FitAddon();
   term.loadAddon(fitter);
   term.open(box);
-  const s = { id, el: box, term, fit: fitter, ws: null, opened: false, ended: false, exitCode: null, startedAt: null };
+  const s = { id, el: box, term, fit: fitter, ws: null, opened: false, ended: false, exitCode: null, startedAt: null, retries: 0 };
   term.onData((d) => send(s, encoder.encode(d)));
   term.onBinary((d) => send(s, Uint8Array.from(d, (c) => c.charCodeAt(0) & 0xff)));
   term.onResize(() => { sendSize(s); statusOf(s); });
@@ -102,6 +102,7 @@ function connect(s, sb) {
   ws.onopen = () => {
     if (s.ws !== ws) return;
     s.opened = true;
+    s.retries = 0;
     sendSize(s);
     statusOf(s);
     if (s === shown && mayTakeFocus()) s.term.focus();
@@ -137,6 +138,7 @@ function connect(s, sb) {
  */
 async function explainFailure(s, url) {
   let reason = 'the server refused the connection';
+  let told = false;
   try {
     await api('GET', `${url.pathname}${url.search}`);
   } catch (e) {
@@ -147,7 +149,16 @@ async function explainFailure(s, url) {
       terminal.onUnsupported();
       return;
     }
-    if (e.code) reason = e.message;
+    if (e.code) { reason = e.message; told = true; }
+  }
+  // Without a reason from the API the connection may just have been cut
+  // while it was made (see api.js): try again, a few times.
+  if (!told && s.retries < 3 && sessions.get(s.id) === s && current && current.id === s.id && current.sb) {
+    s.retries++;
+    setTimeout(() => {
+      if (sessions.get(s.id) === s && !s.ws && current && current.id === s.id && current.sb && current.sb.status === 'RUNNING') connect(s, current.sb);
+    }, 300 * s.retries);
+    return;
   }
   s.failure = `Could not open a terminal: ${reason}`;
   statusOf(s);

@@ -42,6 +42,7 @@ macro_rules! vendored {
 /// Every file under `/dashboard/`: its name, bytes and type.
 const FILES: &[(&str, &[u8], &str)] = &[
     own!("app.css", CSS),
+    own!("boot.js", JS),
     own!("app.js", JS),
     own!("api.js", JS),
     own!("ui.js", JS),
@@ -117,6 +118,10 @@ mod tests {
                 referenced.push((name.to_string(), file.to_owned()));
             }
             for part in text.split("import('./").skip(1) {
+                let file = part.split('\'').next().unwrap();
+                referenced.push((name.to_string(), file.to_owned()));
+            }
+            for part in text.split("'/dashboard/").skip(1) {
                 let file = part.split('\'').next().unwrap();
                 referenced.push((name.to_string(), file.to_owned()));
             }
