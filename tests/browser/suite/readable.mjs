@@ -129,7 +129,8 @@ test('no sideways scrolling at 380 px, on every page', async () => {
     await page.waitForSelector(ready, { timeout: 20000 });
     await page.waitForTimeout(150);
     await assertNoOverflow(page, hash);
+    if (/\/(files|details)/.test(hash)) await shot(page, `73-narrow-${hash.includes('details') ? 'details' : hash.endsWith('.txt') ? 'file' : 'files'}`);
   }
-  await shot(page, '73-narrow-admin');
+  await shot(page, '74-narrow-admin');
   await done(page);
 });

@@ -3,11 +3,17 @@
 
 const COLORS = { cpu: '#2b59c3', mem: '#2f855a' };
 
+/** "−30 s", "−2 min". */
+function ago(seconds) {
+  return seconds % 60 === 0 ? `−${seconds / 60} min` : `−${seconds} s`;
+}
+
 /**
  * Draws `samples` ({t, cpu, mem} with cpu and mem in percent of the limit,
- * either may be null) ending now and reaching back `windowMs`.
+ * either may be null) ending now. The time axis reaches back as far as the
+ * samples do: one minute at first, growing to `windowMs`.
  */
-export function drawChart(canvas, samples, { windowMs = 5 * 60 * 1000, gapMs = 10000 } = {}) {
+export function drawChart(canvas, samples, { windowMs: longest = 5 * 60 * 1000, gapMs = 10000 } = {}) {
   const dpr = window.devicePixelRatio || 1;
   const width = Math.max(200, canvas.clientWidth || canvas.parentElement.clientWidth || 300);
   const height = canvas.clientHeight || 200;
@@ -22,6 +28,8 @@ export function drawChart(canvas, samples, { windowMs = 5 * 60 * 1000, gapMs = 1
   const w = width - pad.left - pad.right;
   const h = height - pad.top - pad.bottom;
   const now = Date.now();
+  const oldest = samples.length ? now - samples[0].t : 0;
+  const windowMs = Math.min(longest, Math.max(60000, Math.ceil(oldest / 60000) * 60000));
   const x = (t) => pad.left + w * (1 - (now - t) / windowMs);
   const y = (p) => pad.top + h * (1 - Math.min(100, Math.max(0, p)) / 100);
 
@@ -37,14 +45,15 @@ export function drawChart(canvas, samples, { windowMs = 5 * 60 * 1000, gapMs = 1
     ctx.beginPath(); ctx.moveTo(pad.left, yy); ctx.lineTo(pad.left + w, yy); ctx.stroke();
     ctx.fillText(`${p} %`, pad.left - 6, yy);
   }
-  // The x axis: minutes before now.
+  // The x axis: time before now, a tick every 15 s, 30 s or minute.
   ctx.textAlign = 'center';
   ctx.textBaseline = 'top';
-  const minutes = Math.round(windowMs / 60000);
-  for (let m = minutes; m >= 0; m--) {
-    const xx = Math.round(x(now - m * 60000)) + 0.5;
+  const span = windowMs / 1000;
+  const step = span <= 60 ? 15 : span <= 150 ? 30 : 60;
+  for (let sec = span; sec >= 0; sec -= step) {
+    const xx = Math.round(x(now - sec * 1000)) + 0.5;
     ctx.beginPath(); ctx.moveTo(xx, pad.top); ctx.lineTo(xx, pad.top + h); ctx.stroke();
-    ctx.fillText(m === 0 ? 'now' : `−${m} min`, Math.min(Math.max(xx, pad.left + 14), width - 16), pad.top + h + 6);
+    ctx.fillText(sec === 0 ? 'now' : ago(sec), Math.min(Math.max(xx, pad.left + 14), width - 16), pad.top + h + 6);
   }
   ctx.strokeStyle = '#9aa3b2';
   ctx.beginPath(); ctx.moveTo(pad.left + 0.5, pad.top); ctx.lineTo(pad.left + 0.5, pad.top + h); ctx.lineTo(pad.left + w, pad.top + h + 0.5); ctx.stroke();

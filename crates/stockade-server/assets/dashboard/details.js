@@ -78,7 +78,7 @@ function renderChart(sb) {
     el('span', { class: 'key', style: `--key:${CHART_COLORS.cpu}` }, `CPU, % of ${cores(sb.cpuCores)}${last && last.cpu != null ? `: ${last.cpu.toFixed(1)} %` : ''}`),
     ' ',
     el('span', { class: 'key', style: `--key:${CHART_COLORS.mem}` }, `Memory, % of ${gb(sb.memoryGB)}${last && last.mem != null ? `: ${last.mem.toFixed(1)} %` : ''}`),
-    el('span', { class: 'muted' }, ` · the last ${WINDOW_MS / 60000} minutes`));
+    el('span', { class: 'muted' }, ` · up to the last ${WINDOW_MS / 60000} minutes`));
 }
 
 // ---------- ports ----------
