@@ -4,7 +4,7 @@
 //! nothing from anywhere but this server.
 
 use axum::extract::Path;
-use axum::http::header;
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
@@ -15,6 +15,25 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self'; \
      connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
      frame-ancestors 'none'";
+
+/// The policy for a page served as `host`: browsers that do not count
+/// `ws:`/`wss:` as 'self' get this server's own WebSocket origin named (the
+/// terminal), and nothing else.
+fn content_security_policy(host: Option<&str>) -> String {
+    let valid = |h: &str| {
+        !h.is_empty()
+            && h.len() <= 255
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+    };
+    match host.filter(|h| valid(h)) {
+        Some(h) => CONTENT_SECURITY_POLICY.replace(
+            "connect-src 'self'",
+            &format!("connect-src 'self' ws://{h} wss://{h}"),
+        ),
+        None => CONTENT_SECURITY_POLICY.to_owned(),
+    }
+}
 
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
@@ -67,14 +86,18 @@ const FILES: &[(&str, &[u8], &str)] = &[
 const INDEX: &str = include_str!("../../assets/dashboard/index.html");
 
 /// `GET /`.
-pub async fn index() -> Response {
+pub async fn index(headers: HeaderMap) -> Response {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     (
         [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-            (header::REFERRER_POLICY, "no-referrer"),
+            (header::CONTENT_TYPE, "text/html; charset=utf-8".to_owned()),
+            (header::CACHE_CONTROL, "no-cache".to_owned()),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                content_security_policy(host),
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (header::REFERRER_POLICY, "no-referrer".to_owned()),
         ],
         INDEX,
     )
@@ -136,6 +159,26 @@ mod tests {
                 served(&file),
                 "{from} refers to {file}, which is not served"
             );
+        }
+    }
+
+    #[test]
+    fn the_policy_names_only_this_servers_websocket_origin() {
+        let csp = content_security_policy(Some("127.0.0.1:7433"));
+        assert!(
+            csp.contains("connect-src 'self' ws://127.0.0.1:7433 wss://127.0.0.1:7433;"),
+            "{csp}"
+        );
+        assert!(csp.contains("default-src 'self'"));
+        for odd in [
+            None,
+            Some(""),
+            Some("evil.example; script-src *"),
+            Some("a b"),
+        ] {
+            let csp = content_security_policy(odd);
+            assert!(csp.contains("connect-src 'self';"), "{odd:?}: {csp}");
+            assert!(!csp.contains('*'), "{odd:?}: {csp}");
         }
     }
 
