@@ -169,14 +169,15 @@ test('the file browser shows changes made inside the sandbox', async () => {
   const page = await signedInPage({ hash: `#/sandbox/${sb.id}/files/workspace`, setup });
   await listed(page, 'first.txt');
 
-  // Written inside the sandbox: shown without any click.
+  // Written inside the sandbox once the page watches: shown without any click.
+  if (!watchMissing) {
+    await page.waitForFunction(() => /^Live/.test(document.querySelector('#files-live').textContent));
+  }
   execFileSync('docker', ['exec', `stockade-${sb.id}`, 'sh', '-c', 'echo live > /workspace/made-inside.txt']);
   if (watchMissing) {
     await eventually(() => release, { what: 'the page to open the watch stream' });
     assert.deepEqual(watched[0], { path: '/workspace', recursive: 'true' });
     release({ path: '/workspace/made-inside.txt', type: 'file' });
-  } else {
-    await page.waitForFunction(() => /^Live/.test(document.querySelector('#files-live').textContent));
   }
   await listed(page, 'made-inside.txt');
 
