@@ -1224,6 +1224,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn proc_status_fields_are_read() {
+        let status = "Name:\tstockade-agent\nUmask:\t0022\nVmRSSx:\t1 kB\nVmRSS:\t    3584 kB\n";
+        assert_eq!(status_field(status, "Name"), Some("stockade-agent"));
+        assert_eq!(vmrss_mib(status), Some(3.5));
+        assert_eq!(status_field(status, "VmHWM"), None);
+        assert_eq!(vmrss_mib("Name:\tx\nVmRSS:\tlots\n"), None);
+    }
+
+    #[test]
     fn database_urls_are_rewritten() {
         assert_eq!(
             with_database("postgres://u:p@h:5432/stockade", "x"),
