@@ -203,6 +203,19 @@ pub struct Environment {
     /// Instance ids of the servers and of the raw baseline: the label
     /// `io.stockade.instance-id` on everything the run made (and removed).
     pub instances: Vec<String>,
+    /// The host's 1-minute load average when the run started and when it
+    /// ended (`/proc/loadavg`): other work on the machine slows every figure.
+    pub load_average: Option<(f64, f64)>,
+}
+
+/// The host's 1-minute load average, from `/proc/loadavg`.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The whole result document.
@@ -248,6 +261,12 @@ impl Report {
             },
             self.started_at.format("%Y-%m-%d %H:%M UTC"),
         );
+        if let Some((start, end)) = e.load_average {
+            let _ = writeln!(
+                out,
+                "Load average (1 min) {start:.1} at the start, {end:.1} at the end.\n"
+            );
+        }
         let _ = writeln!(
             out,
             "| scenario | n | Stockade p50 | Stockade p99 | baseline p50 | baseline p99 | ratio | target | met |"
@@ -446,6 +465,7 @@ mod tests {
                 build: "debug".into(),
                 postgres: false,
                 instances: Vec::new(),
+                load_average: Some((0.5, 1.26)),
             },
             rows: vec![
                 Row::new(
@@ -477,5 +497,9 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| 2.00 |"), "{md}");
+        assert!(
+            md.contains("Load average (1 min) 0.5 at the start, 1.3 at the end."),
+            "{md}"
+        );
     }
 }

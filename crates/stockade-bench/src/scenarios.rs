@@ -86,6 +86,7 @@ struct Bench {
 /// volume it made, also when a scenario fails or the run is interrupted.
 pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     let started_at = Utc::now();
+    let load_at_start = crate::report::load_average();
     let defaults = Defaults {
         image: cli.image.clone(),
         ..Defaults::default()
@@ -126,6 +127,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
         .to_owned(),
         postgres: postgres.is_some(),
         instances: Vec::new(),
+        load_average: None,
     };
 
     let rss_before = rss_mib();
@@ -180,6 +182,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     outcome?;
     let mut environment = environment;
     environment.instances = bench.instances.clone();
+    environment.load_average = load_at_start.zip(crate::report::load_average());
     Ok(Report {
         started_at,
         duration_secs: 0.0,
