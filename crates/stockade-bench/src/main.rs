@@ -1,8 +1,11 @@
 //! `stockade-bench`: starts a Stockade server in this process (fresh
 //! database, real Docker) and, in the same run, measures each scenario of
-//! issue 7 through Stockade's HTTP API and through the Docker Engine API
-//! directly with the same container settings. Writes `results.json` and
-//! `results.md`; never fails because of a ratio, only when something breaks.
+//! issue 7 — and those of the in-sandbox agent (exec, terminal, memory,
+//! warm create → first command) and of gVisor — through Stockade's HTTP API
+//! and through a baseline: the Docker Engine API directly with the same
+//! container settings (or, for gVisor, Stockade under runc). Writes
+//! `results.json` and `results.md`; never fails because of a ratio, only
+//! when something breaks.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;

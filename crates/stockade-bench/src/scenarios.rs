@@ -1,6 +1,8 @@
-//! The scenarios of issue 7, each measured through Stockade and, where it
-//! has one, through the raw Docker baseline — interleaved, one Stockade
-//! sample then one raw sample, so that drift of the machine hits both alike.
+//! The scenarios of issue 7 and of the in-sandbox agent and gVisor, each
+//! measured through Stockade and, where it has one, through its baseline
+//! (raw Docker, or Stockade under runc for gVisor) — interleaved, one
+//! Stockade sample then one baseline sample, so that drift of the machine
+//! hits both alike.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
