@@ -19,6 +19,9 @@ pub struct ServerOptions {
     pub store: Arc<dyn Store>,
     pub docker_host: String,
     pub image: String,
+    /// The OCI runtime of its sandboxes (`runsc` for gVisor); `None`: the
+    /// engine's default.
+    pub oci_runtime: Option<String>,
     pub configure: Option<Configure>,
 }
 
@@ -36,6 +39,7 @@ impl App {
         let dir = tempfile::tempdir().context("could not create a temporary directory")?;
         let runtime = DockerRuntime::new(DockerConfig {
             host: Some(opts.docker_host.clone()),
+            oci_runtime: opts.oci_runtime.clone(),
             ..DockerConfig::default()
         })
         .context("could not set up the Docker client")?;

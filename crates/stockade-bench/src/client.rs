@@ -1,10 +1,16 @@
 //! Stockade's side: the public HTTP API, called the way any client calls it
-//! (one keep-alive connection pool, JSON bodies, SSE for logs).
+//! (one keep-alive connection pool, JSON bodies, SSE for logs, a WebSocket
+//! for terminals).
 
 use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+/// A terminal's WebSocket.
+pub type Terminal =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// A client of the server under test.
 #[derive(Clone)]
@@ -122,6 +128,31 @@ impl Api {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Opens a terminal running the shell command line `cmd` in sandbox
+    /// `id` (`GET /api/v1/sandbox/{id}/terminal`, upgraded to a WebSocket).
+    /// Nagle's algorithm is off on the client's socket, as in a browser.
+    pub async fn terminal(&self, id: &str, cmd: &str) -> anyhow::Result<Terminal> {
+        let mut url = reqwest::Url::parse(&format!("{}/api/v1/sandbox/{id}/terminal", self.base))
+            .context("terminal: URL")?;
+        url.query_pairs_mut().append_pair("cmd", cmd);
+        url.set_scheme("ws")
+            .map_err(|()| anyhow::anyhow!("terminal: {url} cannot be a WebSocket URL"))?;
+        let mut req = url
+            .as_str()
+            .into_client_request()
+            .context("terminal: request")?;
+        req.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", self.token)
+                .parse()
+                .context("terminal: the token is not a header value")?,
+        );
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(req, None, true)
+            .await
+            .with_context(|| format!("terminal of {id}: could not open the WebSocket"))?;
+        Ok(ws)
     }
 
     /// One page of the list; returns how many sandboxes it held and the total.

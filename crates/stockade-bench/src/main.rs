@@ -1,8 +1,11 @@
 //! `stockade-bench`: starts a Stockade server in this process (fresh
 //! database, real Docker) and, in the same run, measures each scenario of
-//! issue 7 through Stockade's HTTP API and through the Docker Engine API
-//! directly with the same container settings. Writes `results.json` and
-//! `results.md`; never fails because of a ratio, only when something breaks.
+//! issue 7 — and those of the in-sandbox agent (exec, terminal, memory,
+//! warm create → first command) and of gVisor — through Stockade's HTTP API
+//! and through a baseline: the Docker Engine API directly with the same
+//! container settings (or, for gVisor, Stockade under runc). Writes
+//! `results.json` and `results.md`; never fails because of a ratio, only
+//! when something breaks.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -85,9 +88,21 @@ pub struct Cli {
     /// Size of the warm pool of the warm-create scenario (default 4; quick 2).
     #[arg(long)]
     pub pool_size: Option<usize>,
+    /// Keystrokes sent to a terminal, each way (default 200; quick 20).
+    #[arg(long)]
+    pub keystrokes: Option<usize>,
+    /// Creates under gVisor (runsc), and as many under runc (default 10;
+    /// quick 3). Skipped when the engine has no `runsc` runtime.
+    #[arg(long)]
+    pub runsc_creates: Option<usize>,
+    /// Exec round trips under gVisor, and as many under runc (default 50;
+    /// quick 10).
+    #[arg(long)]
+    pub runsc_execs: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
-    /// postgres, create, exec, burst, stop, logs, warm. `stop` needs
-    /// `create`; `exec` makes a sandbox when `create` does not run.
+    /// postgres, create, exec, burst, stop, logs, warm, terminal, gvisor.
+    /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
+    /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
@@ -106,6 +121,9 @@ pub struct Plan {
     pub log_reads: usize,
     pub warm: usize,
     pub pool_size: usize,
+    pub keystrokes: usize,
+    pub runsc_creates: usize,
+    pub runsc_execs: usize,
     /// Scenario groups to run; empty = all.
     pub only: Vec<String>,
 }
@@ -134,6 +152,9 @@ impl Plan {
             log_reads: pick(cli.log_reads, 3, 1).max(1),
             warm: pick(cli.warm, 50, 5),
             pool_size: pick(cli.pool_size, 4, 2).max(1),
+            keystrokes: pick(cli.keystrokes, 200, 20).max(1),
+            runsc_creates: pick(cli.runsc_creates, 10, 3).max(1),
+            runsc_execs: pick(cli.runsc_execs, 50, 10).max(1),
             only: cli
                 .only
                 .iter()
@@ -143,8 +164,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 9] = [
-    "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm",
+const GROUPS: [&str; 11] = [
+    "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
+    "gvisor",
 ];
 
 fn main() -> ExitCode {

@@ -1,7 +1,9 @@
 //! The baseline: the same work done through the Docker Engine API directly
 //! (bollard, like any Docker client), with exactly the volume and container
 //! settings Stockade sends (`DockerRuntime::create_request`), so that the
-//! ratio measures Stockade's own overhead and nothing else.
+//! ratio measures Stockade's own overhead and nothing else: the agent as
+//! PID 1 included (with a token of its own, from the agent volume the
+//! server's first create fills).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -11,9 +13,10 @@ use bollard::container::{
     InspectContainerOptions, ListContainersOptions, LogOutput, RemoveContainerOptions,
     StartContainerOptions, StopContainerOptions,
 };
-use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::volume::ListVolumesOptions;
 use bollard::{ClientVersion, Docker};
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use stockade_core::{AccountId, InstanceId, SandboxId, StartCommand, VolumeName};
 use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime};
@@ -34,6 +37,16 @@ pub struct Raw {
     image: String,
     cpu_cores: f64,
     memory_bytes: i64,
+    /// The access token of the raw containers' agents (nothing speaks to
+    /// them, but they start with one like the server's).
+    agent_token: String,
+}
+
+/// A command on a TTY in a container (`docker exec -it`): its input and
+/// its output as they come.
+pub struct RawTerminal {
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    pub output: BoxStream<'static, anyhow::Result<Vec<u8>>>,
 }
 
 /// One container made by [`Raw::create`].
@@ -86,7 +99,27 @@ impl Raw {
             image: image.to_owned(),
             cpu_cores,
             memory_bytes,
+            agent_token: format!("{}{}", SandboxId::generate(), SandboxId::generate()),
         })
+    }
+
+    /// Fails unless the agent volume the raw containers mount exists: the
+    /// server's first create with an agent makes and fills it (a missing
+    /// one would be made empty by Docker, and the agent would not start).
+    pub async fn require_agent_volume(&self) -> anyhow::Result<()> {
+        let name = stockade_runtime::agent_volume_name();
+        self.docker.inspect_volume(&name).await.with_context(|| {
+            format!("raw: the agent volume {name} is missing: create a sandbox through the server first")
+        })?;
+        Ok(())
+    }
+
+    /// The OCI runtimes the engine has registered (`runc`, `runsc`, …).
+    pub async fn oci_runtimes(&self) -> anyhow::Result<Vec<String>> {
+        let info = self.docker.info().await.context("raw: docker info")?;
+        let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        names.sort();
+        Ok(names)
     }
 
     /// The spec Stockade's create builds for a sandbox with default settings.
@@ -105,8 +138,9 @@ impl Raw {
             memory_bytes: self.memory_bytes,
             network_access: true,
             hostname: id.to_string(),
-            agent_token: None,
-            disk_bytes: None,
+            agent_token: Some(self.agent_token.clone()),
+            // The default diskSizeGB, capped where the engine can as Stockade does.
+            disk_bytes: Some(10 << 30),
         }
     }
 
@@ -180,6 +214,51 @@ impl Raw {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         bail!("raw: the exec's exit code never came")
+    }
+
+    /// Starts `command` (a shell command line) on a TTY in a running
+    /// container, attached: what `docker exec -it` does.
+    pub async fn terminal(&self, container: &str, command: &str) -> anyhow::Result<RawTerminal> {
+        let created = self
+            .docker
+            .create_exec(
+                container,
+                CreateExecOptions::<String> {
+                    attach_stdin: Some(true),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    tty: Some(true),
+                    cmd: Some(vec!["/bin/sh".into(), "-c".into(), command.to_owned()]),
+                    working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .context("raw: create exec (tty)")?;
+        let started = self
+            .docker
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: true,
+                    output_capacity: None,
+                }),
+            )
+            .await
+            .context("raw: start exec (tty)")?;
+        match started {
+            StartExecResults::Attached { output, input } => Ok(RawTerminal {
+                input,
+                output: output
+                    .map(|item| {
+                        item.map(|o| o.into_bytes().to_vec())
+                            .context("raw: terminal output")
+                    })
+                    .boxed(),
+            }),
+            StartExecResults::Detached => bail!("raw: the terminal's exec started detached"),
+        }
     }
 
     /// Stop with Stockade's default grace (30 s; the keep-alive exits at once).
@@ -298,6 +377,16 @@ impl Raw {
             .await
             .context("raw: inspect container")?;
         Ok(c.state.and_then(|s| s.running).unwrap_or(false))
+    }
+
+    /// The OCI runtime a container runs under (`runc`, `runsc`, …).
+    pub async fn oci_runtime_of(&self, container: &str) -> anyhow::Result<String> {
+        let c = self
+            .docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+            .context("raw: inspect container")?;
+        Ok(c.host_config.and_then(|h| h.runtime).unwrap_or_default())
     }
 
     /// Removes every container and volume labelled with one of `instances`.

@@ -1,6 +1,8 @@
-//! The scenarios of issue 7, each measured through Stockade and, where it
-//! has one, through the raw Docker baseline — interleaved, one Stockade
-//! sample then one raw sample, so that drift of the machine hits both alike.
+//! The scenarios of issue 7 and of the in-sandbox agent and gVisor, each
+//! measured through Stockade and, where it has one, through its baseline
+//! (raw Docker, or Stockade under runc for gVisor) — interleaved, one
+//! Stockade sample then one baseline sample, so that drift of the machine
+//! hits both alike.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,17 +36,36 @@ fn ms(d: Duration) -> f64 {
 
 /// The resident memory of this process (`VmRSS`), in MiB.
 fn rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
+    vmrss_mib(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// The `VmRSS` of a `/proc/PID/status` text, in MiB.
+fn vmrss_mib(status: &str) -> Option<f64> {
+    let kb: f64 = status_field(status, "VmRSS")?
         .trim_end_matches("kB")
         .trim()
         .parse()
         .ok()?;
     Some(kb / 1024.0)
 }
+
+/// A field of a `/proc/PID/status` text (`Name`, `VmRSS`, …), trimmed.
+fn status_field<'a>(status: &'a str, field: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// What a terminal scenario runs: `cat` on a raw TTY (no line discipline:
+/// each byte reaches `cat` at once and comes back from it alone), after a
+/// marker saying the TTY is set up.
+const TERMINAL_COMMAND: &str = "stty raw -echo && printf READY && exec cat";
+/// The terminal's marker that it is ready.
+const TERMINAL_READY: &[u8] = b"READY";
+/// How long one terminal read may take before the scenario fails.
+const TERMINAL_WAIT: Duration = Duration::from_secs(15);
 
 struct Bench {
     plan: Plan,
@@ -67,6 +88,7 @@ struct Bench {
 /// volume it made, also when a scenario fails or the run is interrupted.
 pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     let started_at = Utc::now();
+    let load_at_start = crate::report::load_average();
     let defaults = Defaults {
         image: cli.image.clone(),
         ..Defaults::default()
@@ -107,6 +129,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
         .to_owned(),
         postgres: postgres.is_some(),
         instances: Vec::new(),
+        load_average: None,
     };
 
     let rss_before = rss_mib();
@@ -123,6 +146,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
         store,
         docker_host: cli.docker_host.clone(),
         image: cli.image.clone(),
+        oci_runtime: None,
         configure: None,
     })
     .await?;
@@ -160,6 +184,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     outcome?;
     let mut environment = environment;
     environment.instances = bench.instances.clone();
+    environment.load_average = load_at_start.zip(crate::report::load_average());
     Ok(Report {
         started_at,
         duration_secs: 0.0,
@@ -176,6 +201,7 @@ fn default_spec(defaults: &Defaults) -> anyhow::Result<SandboxSpec> {
 
 impl Bench {
     async fn all(&mut self) -> anyhow::Result<()> {
+        self.warm_up().await?;
         if self.plan.runs("api") {
             self.api_round_trip().await?;
         }
@@ -195,12 +221,13 @@ impl Bench {
             self.creates().await?;
         }
         if self.plan.runs("exec") {
-            if self.stockade_made.is_empty() {
-                let id = self.api.create(json!({})).await?;
-                self.stockade_made.push(id);
-                self.raw_made.push(self.raw.create().await?);
-            }
+            self.ensure_pair().await?;
             self.execs().await?;
+            self.agent_memory().await?;
+        }
+        if self.plan.runs("terminal") {
+            self.ensure_pair().await?;
+            self.terminal().await?;
         }
         if self.plan.runs("burst") {
             self.bursts().await?;
@@ -213,6 +240,30 @@ impl Bench {
         }
         if self.plan.runs("warm") && self.plan.warm > 0 {
             self.warm().await?;
+        }
+        if self.plan.runs("gvisor") {
+            self.gvisor().await?;
+        }
+        Ok(())
+    }
+
+    /// One create and delete on each side before anything is measured: the
+    /// first create of a server fills the agent volume (AGT-1) the raw
+    /// containers mount too, and makes the networks when they are missing.
+    async fn warm_up(&mut self) -> anyhow::Result<()> {
+        let id = self.api.create(json!({})).await?;
+        self.api.delete(&id).await?;
+        self.raw.require_agent_volume().await?;
+        let made = self.raw.create().await?;
+        self.raw.destroy(&made).await
+    }
+
+    /// Makes one sandbox on each side unless the create scenario has.
+    async fn ensure_pair(&mut self) -> anyhow::Result<()> {
+        if self.stockade_made.is_empty() || self.raw_made.is_empty() {
+            let id = self.api.create(json!({})).await?;
+            self.stockade_made.push(id);
+            self.raw_made.push(self.raw.create().await?);
         }
         Ok(())
     }
@@ -354,6 +405,7 @@ impl Bench {
                 store: store.clone(),
                 docker_host: self.docker_host.clone(),
                 image: self.cli_image.clone(),
+                oci_runtime: None,
                 configure: None,
             })
             .await?;
@@ -439,50 +491,192 @@ impl Bench {
             r.push(ms(t.elapsed()));
             self.raw_made.push(made);
         }
-        self.rows.push(Row::new(
-            "create",
-            "Create → RUNNING, one at a time",
-            "ms",
-            Better::Lower,
-            &s,
-            Some(&r),
-            Target::RatioAtMost(1.10),
-        ));
+        self.rows.push(
+            Row::new(
+                "create",
+                "Create → RUNNING, one at a time",
+                "ms",
+                Better::Lower,
+                &s,
+                Some(&r),
+                Target::RatioAtMost(1.10),
+            )
+            .note(
+                "both sides make the same container, the agent as PID 1 included (raw: \
+                 `DockerRuntime::create_request` with an agent token)",
+            ),
+        );
         Ok(())
     }
 
-    /// Scenario 3: a trivial command's round trip, on one sandbox's container.
+    /// Scenario 3: a trivial command's round trip — through the API and
+    /// the sandbox's agent, and through `docker exec` — on the same kind of
+    /// container (the first each side made).
     async fn execs(&mut self) -> anyhow::Result<()> {
         let id = self
             .stockade_made
             .first()
             .cloned()
             .context("no sandbox to exec in")?;
-        let container = container_of(&id)?;
+        let raw = self
+            .raw_made
+            .first()
+            .map(|m| m.name.clone())
+            .context("no raw container to exec in")?;
+        // Output arrives on both sides before anything is timed.
+        let (code, out) = self.api.exec(&id, &["echo", "hi"]).await?;
+        if code != 0 || out != "hi\n" {
+            bail!("exec: exit {code}, stdout {out:?}");
+        }
+        let (code, out) = self.raw.exec(&raw, &["echo", "hi"]).await?;
+        if code != 0 || out != b"hi\n" {
+            bail!("raw exec: exit {code}, stdout {out:?}");
+        }
         let (mut s, mut r) = (Vec::new(), Vec::new());
         for _ in 0..self.plan.execs {
             let t = Instant::now();
-            let (code, out) = self.api.exec(&id, &["echo", "hi"]).await?;
+            let (code, _) = self.api.exec(&id, &["true"]).await?;
             s.push(ms(t.elapsed()));
-            if code != 0 || out != "hi\n" {
-                bail!("exec: exit {code}, stdout {out:?}");
+            if code != 0 {
+                bail!("exec true: exit {code}");
             }
             let t = Instant::now();
-            let (code, out) = self.raw.exec(&container, &["echo", "hi"]).await?;
+            let (code, _) = self.raw.exec(&raw, &["true"]).await?;
             r.push(ms(t.elapsed()));
-            if code != 0 || out != b"hi\n" {
-                bail!("raw exec: exit {code}, stdout {out:?}");
+            if code != 0 {
+                bail!("raw exec true: exit {code}");
             }
         }
-        self.rows.push(Row::new(
-            "exec",
-            "Exec round trip (`echo hi`)",
-            "ms",
-            Better::Lower,
-            &s,
-            Some(&r),
-            Target::RatioAtMost(1.10),
-        ));
+        self.rows.push(
+            Row::new(
+                "exec",
+                "Exec round trip (`true`): API through the agent vs `docker exec`",
+                "ms",
+                Better::Lower,
+                &s,
+                Some(&r),
+                Target::P50AtMost(3.0),
+            )
+            .also(Target::SpeedupAtLeast(15.0))
+            .note(
+                "Stockade: `POST /exec` (buffered), which the server runs through the \
+                 sandbox's agent; raw: exec create, start attached, inspect for the exit code",
+            ),
+        );
+        Ok(())
+    }
+
+    /// The agent's resident memory in each idle sandbox made so far: the
+    /// `VmRSS` of PID 1 (which must be the agent), read through exec.
+    async fn agent_memory(&mut self) -> anyhow::Result<()> {
+        let mut s = Vec::new();
+        for id in &self.stockade_made {
+            let (code, out) = self.api.exec(id, &["cat", "/proc/1/status"]).await?;
+            if code != 0 {
+                bail!("cat /proc/1/status in {id}: exit {code}");
+            }
+            let name = status_field(&out, "Name").unwrap_or_default();
+            if name != "stockade-agent" {
+                bail!("PID 1 of sandbox {id} is {name:?}, not the agent");
+            }
+            s.push(
+                vmrss_mib(&out)
+                    .with_context(|| format!("no VmRSS in /proc/1/status of {id}:\n{out}"))?,
+            );
+        }
+        self.rows.push(
+            Row::new(
+                "agent_rss",
+                "Agent resident memory per idle sandbox (VmRSS of PID 1)",
+                "MiB",
+                Better::Lower,
+                &s,
+                None,
+                Target::P50AtMost(5.0),
+            )
+            .note(format!(
+                "one sample per sandbox ({} running only the default main process), read while \
+                 the agent serves the exec that reads it",
+                match s.len() {
+                    1 => "1 sandbox".to_owned(),
+                    n => format!("{n} sandboxes"),
+                }
+            )),
+        );
+        Ok(())
+    }
+
+    /// A keystroke's round trip on a terminal running `cat`: one byte sent,
+    /// the same byte back. Stockade: the terminal WebSocket (through the
+    /// agent's PTY); raw: `docker exec -it` (an attached exec with a TTY).
+    async fn terminal(&mut self) -> anyhow::Result<()> {
+        use futures_util::SinkExt;
+        use tokio::io::AsyncWriteExt;
+        use tokio_tungstenite::tungstenite::Message;
+
+        let id = self
+            .stockade_made
+            .first()
+            .cloned()
+            .context("no sandbox for a terminal")?;
+        let raw = self
+            .raw_made
+            .first()
+            .map(|m| m.name.clone())
+            .context("no raw container for a terminal")?;
+        let mut ws = self.api.terminal(&id, TERMINAL_COMMAND).await?;
+        let mut seen = Vec::new();
+        read_ws_until(&mut ws, &mut seen, TERMINAL_READY).await?;
+        let mut term = self.raw.terminal(&raw, TERMINAL_COMMAND).await?;
+        let mut raw_seen = Vec::new();
+        read_raw_until(&mut term, &mut raw_seen, TERMINAL_READY).await?;
+        let (mut s, mut r) = (Vec::new(), Vec::new());
+        for i in 0..self.plan.keystrokes {
+            let key = [b'a' + (i % 26) as u8];
+            seen.clear();
+            let t = Instant::now();
+            ws.send(Message::Binary(key.to_vec().into()))
+                .await
+                .context("terminal: send")?;
+            read_ws_until(&mut ws, &mut seen, &key).await?;
+            s.push(ms(t.elapsed()));
+            raw_seen.clear();
+            let t = Instant::now();
+            term.input
+                .write_all(&key)
+                .await
+                .context("raw terminal: send")?;
+            term.input.flush().await.context("raw terminal: send")?;
+            read_raw_until(&mut term, &mut raw_seen, &key).await?;
+            r.push(ms(t.elapsed()));
+            if seen != key || raw_seen != key {
+                bail!(
+                    "terminal: sent {:?}, got {:?} (raw: {:?})",
+                    String::from_utf8_lossy(&key),
+                    String::from_utf8_lossy(&seen),
+                    String::from_utf8_lossy(&raw_seen)
+                );
+            }
+        }
+        // Closing the socket ends the terminal's `cat`; the raw one ends
+        // with its container.
+        let _ = ws.close(None).await;
+        let _ = term.input.shutdown().await;
+        self.rows.push(
+            Row::new(
+                "terminal",
+                "Terminal keystroke → echo (`cat` on a raw TTY)",
+                "ms",
+                Better::Lower,
+                &s,
+                Some(&r),
+                Target::P50AtMost(5.0),
+            )
+            .note(
+                "Stockade: one byte in a binary WebSocket frame to `GET /terminal`, back from \
+                 `cat` through the agent's PTY; raw: the same over an attached `docker exec -it`",
+            ),
+        );
         Ok(())
     }
 
@@ -666,6 +860,7 @@ impl Bench {
             store,
             docker_host: self.docker_host.clone(),
             image: self.cli_image.clone(),
+            oci_runtime: None,
             configure: Some(Box::new(move |c| {
                 c.service.pool = PoolConfig {
                     classes: vec![PoolClassConfig::default_class(size)],
@@ -680,7 +875,7 @@ impl Bench {
         let api = Api::new(&app.base, &app.token)?;
         let result = async {
             let (mut s, mut r, mut made) = (Vec::new(), Vec::new(), Vec::new());
-            let mut with_env = Vec::new();
+            let (mut s_exec, mut r_exec, mut with_env) = (Vec::new(), Vec::new(), Vec::new());
             for i in 0..self.plan.warm * 2 {
                 let deadline = Instant::now() + Duration::from_secs(120);
                 while app.state.svc.pool.ready_total() < size {
@@ -700,27 +895,44 @@ impl Bench {
                 let t = Instant::now();
                 let id = api.create(body).await?;
                 let took = ms(t.elapsed());
+                // Without environment variables: the first command at once.
+                let first = if i % 2 == 0 {
+                    let (code, _) = api.exec(&id, &["true"]).await?;
+                    if code != 0 {
+                        bail!("first exec in {id}: exit {code}");
+                    }
+                    Some(ms(t.elapsed()))
+                } else {
+                    None
+                };
                 if !members.iter().any(|m| m.as_str() == id) {
                     bail!("sandbox {id} was not served from the warm pool");
                 }
                 made.push(id);
-                if i % 2 == 1 {
+                let Some(first) = first else {
                     with_env.push(took);
                     continue;
-                }
+                };
                 s.push(took);
+                s_exec.push(first);
                 let t = Instant::now();
-                self.raw_made.push(self.raw.create().await?);
+                let raw = self.raw.create().await?;
                 r.push(ms(t.elapsed()));
+                let (code, _) = self.raw.exec(&raw.name, &["true"]).await?;
+                r_exec.push(ms(t.elapsed()));
+                self.raw_made.push(raw);
+                if code != 0 {
+                    bail!("raw first exec: exit {code}");
+                }
             }
             for id in &made {
                 api.delete(id).await?;
             }
-            Ok::<_, anyhow::Error>((s, r, with_env))
+            Ok::<_, anyhow::Error>((s, r, with_env, s_exec, r_exec))
         }
         .await;
         app.stop().await;
-        let (s, r, with_env) = result?;
+        let (s, r, with_env, s_exec, r_exec) = result?;
         let cold = self
             .rows
             .iter()
@@ -751,9 +963,185 @@ impl Bench {
             Some(&r),
             Target::P50AtMost(30.0),
         ));
+        self.rows.push(
+            Row::new(
+                "create_warm_exec",
+                "Create → first command from the warm pool (claim, then exec `true`)",
+                "ms",
+                Better::Lower,
+                &s_exec,
+                Some(&r_exec),
+                Target::P50AtMost(10.0),
+            )
+            .note(
+                "from the create request to the first exec's answer (the server finds the \
+                 claimed sandbox's agent); raw: Docker create and start, then `docker exec true`",
+            ),
+        );
         // The raw sandboxes made here are removed with the rest at the end.
         Ok(())
     }
+
+    /// SEC-11: create and exec latency under gVisor (`--oci-runtime runsc`,
+    /// a second server) against the same under runc (the first server),
+    /// interleaved. Skipped with a note when the engine has no `runsc`.
+    async fn gvisor(&mut self) -> anyhow::Result<()> {
+        if let Some(reason) = std::env::var("STOCKADE_RUNSC_UNUSABLE")
+            .ok()
+            .filter(|r| !r.trim().is_empty())
+        {
+            self.notes.push(format!(
+                "gVisor was not measured: runsc is unusable on this host ({reason})."
+            ));
+            return Ok(());
+        }
+        let runtimes = self.raw.oci_runtimes().await?;
+        if !runtimes.iter().any(|r| r == "runsc") {
+            self.notes.push(format!(
+                "gVisor was not measured: the Docker engine has no `runsc` runtime (it has {}); \
+                 scripts/lib/runsc.sh registers one.",
+                runtimes.join(", ")
+            ));
+            return Ok(());
+        }
+        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::connect(&format!(
+                "sqlite://{}",
+                dir.path().join("runsc.db").display()
+            ))
+            .await
+            .context("could not open the SQLite database")?,
+        );
+        let app = App::start(ServerOptions {
+            store,
+            docker_host: self.docker_host.clone(),
+            image: self.cli_image.clone(),
+            oci_runtime: Some("runsc".into()),
+            configure: None,
+        })
+        .await?;
+        self.instances.push(app.instance_id());
+        let runsc = Api::new(&app.base, &app.token)?;
+        let result = async {
+            let (mut cs, mut cr, mut es, mut er) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut made_s, mut made_r) = (Vec::new(), Vec::new());
+            let outcome = async {
+                for _ in 0..self.plan.runsc_creates {
+                    let t = Instant::now();
+                    made_s.push(runsc.create(json!({})).await?);
+                    cs.push(ms(t.elapsed()));
+                    let t = Instant::now();
+                    made_r.push(self.api.create(json!({})).await?);
+                    cr.push(ms(t.elapsed()));
+                }
+                let (a, b) = (made_s[0].clone(), made_r[0].clone());
+                let runtime = self.raw.oci_runtime_of(&container_of(&a)?).await?;
+                if runtime != "runsc" {
+                    bail!("sandbox {a} runs under {runtime:?}, not runsc");
+                }
+                for _ in 0..self.plan.runsc_execs {
+                    let t = Instant::now();
+                    let (code, _) = runsc.exec(&a, &["true"]).await?;
+                    es.push(ms(t.elapsed()));
+                    let t = Instant::now();
+                    let (code_r, _) = self.api.exec(&b, &["true"]).await?;
+                    er.push(ms(t.elapsed()));
+                    if code != 0 || code_r != 0 {
+                        bail!("exec true: exit {code} under runsc, {code_r} under runc");
+                    }
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+            .await;
+            for id in &made_s {
+                let _ = runsc.delete(id).await;
+            }
+            for id in &made_r {
+                let _ = self.api.delete(id).await;
+            }
+            outcome.map(|()| (cs, cr, es, er))
+        }
+        .await;
+        app.stop().await;
+        let (cs, cr, es, er) = result?;
+        self.rows.push(
+            Row::new(
+                "create_runsc",
+                "Create → RUNNING under gVisor (runsc)",
+                "ms",
+                Better::Lower,
+                &cs,
+                Some(&cr),
+                Target::None,
+            )
+            .baseline("Stockade under runc"),
+        );
+        self.rows.push(
+            Row::new(
+                "exec_runsc",
+                "Exec round trip (`true`) under gVisor (runsc)",
+                "ms",
+                Better::Lower,
+                &es,
+                Some(&er),
+                Target::None,
+            )
+            .baseline("Stockade under runc")
+            .note("both through the API and the sandbox's agent"),
+        );
+        Ok(())
+    }
+}
+
+/// Reads a terminal's WebSocket until its output ends with `want`, into `seen`.
+async fn read_ws_until(
+    ws: &mut crate::client::Terminal,
+    seen: &mut Vec<u8>,
+    want: &[u8],
+) -> anyhow::Result<()> {
+    use tokio_tungstenite::tungstenite::Message;
+    while !seen.ends_with(want) {
+        let next = tokio::time::timeout(TERMINAL_WAIT, ws.next())
+            .await
+            .map_err(|_| terminal_stuck("terminal", want, seen))?;
+        match next {
+            Some(Ok(Message::Binary(b))) => seen.extend_from_slice(&b),
+            Some(Ok(Message::Text(t))) => bail!("the terminal ended: {t}"),
+            Some(Ok(Message::Close(c))) => bail!("the terminal's WebSocket closed: {c:?}"),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => bail!("terminal: {e}"),
+            None => bail!("the terminal's WebSocket ended"),
+        }
+    }
+    Ok(())
+}
+
+/// Reads a raw terminal until its output ends with `want`, into `seen`.
+async fn read_raw_until(
+    term: &mut crate::raw::RawTerminal,
+    seen: &mut Vec<u8>,
+    want: &[u8],
+) -> anyhow::Result<()> {
+    while !seen.ends_with(want) {
+        let next = tokio::time::timeout(TERMINAL_WAIT, term.output.next())
+            .await
+            .map_err(|_| terminal_stuck("raw terminal", want, seen))?;
+        match next {
+            Some(chunk) => seen.extend_from_slice(&chunk?),
+            None => bail!("the raw terminal ended"),
+        }
+    }
+    Ok(())
+}
+
+fn terminal_stuck(which: &str, want: &[u8], seen: &[u8]) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{which}: waited {} s for {:?}; got {:?}",
+        TERMINAL_WAIT.as_secs(),
+        String::from_utf8_lossy(want),
+        String::from_utf8_lossy(seen)
+    )
 }
 
 /// The Docker container of a sandbox Stockade made.
@@ -839,6 +1227,15 @@ fn with_database(url: &str, database: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_status_fields_are_read() {
+        let status = "Name:\tstockade-agent\nUmask:\t0022\nVmRSSx:\t1 kB\nVmRSS:\t    3584 kB\n";
+        assert_eq!(status_field(status, "Name"), Some("stockade-agent"));
+        assert_eq!(vmrss_mib(status), Some(3.5));
+        assert_eq!(status_field(status, "VmHWM"), None);
+        assert_eq!(vmrss_mib("Name:\tx\nVmRSS:\tlots\n"), None);
+    }
 
     #[test]
     fn database_urls_are_rewritten() {

@@ -1,4 +1,5 @@
-//! The benchmark in its quick mode, as CI runs it: every scenario runs,
+//! The benchmark in its quick mode, as CI runs it: every scenario runs
+//! (gVisor's when the engine has `runsc`, as scripts/test registers it),
 //! results.json and results.md are written, and nothing it made is left in
 //! Docker. Ratios are reported, never asserted (timings here are noisy).
 
@@ -50,6 +51,8 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "rss_records",
         "create",
         "exec",
+        "agent_rss",
+        "terminal",
         "burst",
         "burst_rate",
         "stop",
@@ -58,9 +61,16 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "logs",
         "create_warm",
         "create_warm_env",
+        "create_warm_exec",
     ];
     if std::env::var("STOCKADE_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
         expected.extend(["list_postgres", "list_postgres_labels"]);
+    }
+    let notes = report["notes"].to_string();
+    if runsc_usable() {
+        expected.extend(["create_runsc", "exec_runsc"]);
+    } else {
+        assert!(notes.contains("gVisor was not measured"), "{notes}");
     }
     for id in expected {
         let row = rows
@@ -78,6 +88,34 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
     }
     let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     assert!(md.contains("Create → RUNNING from the warm pool"), "{md}");
+    // Every row with a target was judged (met or not: never asserted).
+    for row in rows.iter().filter(|r| r["target"].is_string()) {
+        assert!(row["met"].is_boolean(), "{row}");
+    }
+    let target_of = |id: &str| {
+        rows.iter()
+            .find(|r| r["id"] == id)
+            .and_then(|r| r["target"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        target_of("exec").contains("15× faster"),
+        "{}",
+        target_of("exec")
+    );
+    assert_eq!(target_of("terminal"), "p50 ≤ 5 ms");
+    assert_eq!(target_of("agent_rss"), "p50 ≤ 5 MiB");
+    assert_eq!(target_of("create_warm_exec"), "p50 ≤ 10 ms");
+    // The agent's memory is a plausible resident size of a small program.
+    let rss = rows.iter().find(|r| r["id"] == "agent_rss").unwrap()["stockade"]["max"]
+        .as_f64()
+        .unwrap();
+    assert!((0.1..64.0).contains(&rss), "agent VmRSS {rss} MiB");
+    if runsc_usable() {
+        let row = rows.iter().find(|r| r["id"] == "create_runsc").unwrap();
+        assert_eq!(row["baseline"], "Stockade under runc", "{row}");
+    }
 
     // Everything the run made is gone.
     let instances = report["environment"]["instances"].as_array().unwrap();
@@ -99,4 +137,16 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
             );
         }
     }
+}
+
+/// Whether the engine has a usable `runsc` (as scripts/lib/runsc.sh leaves it).
+fn runsc_usable() -> bool {
+    if std::env::var("STOCKADE_RUNSC_UNUSABLE").is_ok_and(|r| !r.trim().is_empty()) {
+        return false;
+    }
+    let info = Command::new("docker")
+        .args(["info", "--format", "{{json .Runtimes}}"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&info.stdout).contains("\"runsc\"")
 }

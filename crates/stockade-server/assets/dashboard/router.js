@@ -1,0 +1,109 @@
+// The dashboard's place in the URL (UI-9): everything a view shows is in the
+// hash, so reload, back/forward and a new tab keep it.
+//
+//   #/                                   the sandbox list
+//   #/new?snapshot=ID | ?sandbox=ID      the create form (optionally with a source)
+//   #/sandbox/ID/terminal | commands     the console, in either mode
+//   #/sandbox/ID/files/workspace/src     the file browser at a path
+//   #/sandbox/ID/details | logs | snapshots
+//   #/snapshots  #/volumes  #/admin/accounts  #/admin/teams
+//
+// `?show=terminated` on any of them lists terminated sandboxes.
+
+export const SANDBOX_TABS = ['terminal', 'commands', 'files', 'details', 'logs', 'snapshots'];
+
+/** The route a hash stands for. */
+export function parse(hash) {
+  let h = String(hash || '').replace(/^#/, '');
+  let query = '';
+  const q = h.indexOf('?');
+  if (q >= 0) { query = h.slice(q + 1); h = h.slice(0, q); }
+  const params = Object.fromEntries(new URLSearchParams(query));
+  const parts = h.split('/').slice(1);
+  const seg = (i) => { try { return decodeURIComponent(parts[i] || ''); } catch (_) { return parts[i] || ''; } };
+  switch (seg(0)) {
+    case 'new': return { page: 'new', params };
+    case 'snapshots': return { page: 'snapshots', params };
+    case 'volumes': return { page: 'volumes', params };
+    case 'admin': return { page: 'admin', section: seg(1) === 'teams' ? 'teams' : 'accounts', params };
+    case 'sandbox': {
+      const id = seg(1);
+      if (!id) return { page: 'home', params };
+      const tab = SANDBOX_TABS.includes(seg(2)) ? seg(2) : null;
+      const route = { page: 'sandbox', id, tab, params };
+      if (tab === 'files' && parts.length > 3) {
+        const rest = parts.slice(3).map((p) => { try { return decodeURIComponent(p); } catch (_) { return p; } });
+        route.path = `/${rest.filter((p, i) => p || i === rest.length - 1).join('/')}`.replace(/\/+$/, '') || '/';
+      }
+      return route;
+    }
+    default: return { page: 'home', params };
+  }
+}
+
+/** The hash of a route (the inverse of `parse`). */
+export function format(route) {
+  const params = { ...(route.params || {}) };
+  for (const [k, v] of Object.entries(params)) if (v === undefined || v === null || v === '') delete params[k];
+  const query = Object.keys(params).length ? `?${new URLSearchParams(params)}` : '';
+  switch (route.page) {
+    case 'new': return `#/new${query}`;
+    case 'snapshots': return `#/snapshots${query}`;
+    case 'volumes': return `#/volumes${query}`;
+    case 'admin': return `#/admin/${route.section || 'accounts'}${query}`;
+    case 'sandbox': {
+      let h = `#/sandbox/${encodeURIComponent(route.id)}`;
+      if (route.tab) h += `/${route.tab}`;
+      if (route.tab === 'files' && route.path) {
+        h += route.path === '/' ? '/' : route.path.split('/').map(encodeURIComponent).join('/');
+      }
+      return h + query;
+    }
+    default: return `#/${query}`;
+  }
+}
+
+let handler = () => {};
+let current = parse(location.hash);
+
+/** The route shown now. */
+export function here() { return current; }
+
+/** Calls `fn(route)` whenever the place changes (links, back/forward, `go`). */
+export function onRoute(fn) {
+  handler = fn;
+  window.addEventListener('hashchange', () => {
+    current = parse(location.hash);
+    handler(current);
+  });
+}
+
+/**
+ * Goes to `route`: a new history entry, or with `replace` the current one
+ * rewritten (for a place that only got more precise). The list filter
+ * follows along unless the route sets its own.
+ */
+export function go(route, { replace = false } = {}) {
+  const params = { ...(route.params || {}) };
+  if (!('show' in params) && current.params && current.params.show) params.show = current.params.show;
+  const next = { ...route, params };
+  const hash = format(next);
+  if (hash === location.hash || (hash === '#/' && !location.hash)) {
+    current = parse(hash);
+    handler(current);
+    return;
+  }
+  if (replace) {
+    history.replaceState(history.state, '', hash);
+    current = parse(hash);
+    handler(current);
+  } else {
+    location.hash = hash;
+  }
+}
+
+/** Re-reads the hash (after sign-in) and shows it. */
+export function reapply() {
+  current = parse(location.hash);
+  handler(current);
+}

@@ -1,0 +1,219 @@
+// Small DOM helpers, formatting, the message banner, dialogs and the
+// parsing of form fields shared by the dashboard's views.
+
+import { routeMissing } from './api.js';
+
+export const $ = (id) => document.getElementById(id);
+
+/** Makes an element: `el('a', {href, class, onclick}, ...children)`. */
+export function el(tag, attrs, ...kids) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') n.className = v;
+    else if (k.startsWith('on')) n.addEventListener(k.slice(2), v);
+    else if (v === true) n.setAttribute(k, '');
+    else n.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) {
+    if (k === undefined || k === null || k === false) continue;
+    n.append(k.nodeType ? k : document.createTextNode(String(k)));
+  }
+  return n;
+}
+
+// ---------- formatting ----------
+
+export function ago(iso) {
+  if (!iso) return '—';
+  const s = Math.max(0, Math.round((Date.now() - new Date(iso).getTime()) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
+  return new Date(iso).toLocaleString();
+}
+
+export function when(iso) {
+  return iso ? new Date(iso).toLocaleString() : '—';
+}
+
+export function duration(s) {
+  if (s == null) return '—';
+  const d = Math.floor(s / 86400); const h = Math.floor(s / 3600) % 24; const m = Math.floor(s / 60) % 60;
+  if (d) return `${d}d ${h}h ${m}m`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${s % 60}s`;
+  return `${s}s`;
+}
+
+/** A number without needless decimals: 1, 0.5, 1.25. */
+export function num(n) {
+  return String(Math.round(Number(n) * 100) / 100);
+}
+
+/** "1 core", "0.5 cores", "2 cores". */
+export function cores(n) {
+  return `${num(n)} ${Number(n) === 1 ? 'core' : 'cores'}`;
+}
+
+/** Memory as it was entered: `memoryGB` 1 is "1 GB". */
+export function gb(n) {
+  return `${num(n)} GB`;
+}
+
+/**
+ * Memory in use, in the units a memory size is entered in (Stockade's
+ * `memoryGB` counts 1024³ bytes), so "512 MB of 1 GB" adds up.
+ */
+export function memory(bytesUsed) {
+  if (bytesUsed == null) return '—';
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let v = bytesUsed; let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return i === 0 ? `${v} B` : `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+/** Disk and file sizes, decimal as the server reports them ("1.2 MB"). */
+export function bytes(n) {
+  if (n == null) return '—';
+  const u = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0; let v = n;
+  while (v >= 1000 && i < u.length - 1) { v /= 1000; i++; }
+  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${u[i]}`;
+}
+
+/**
+ * Whether a view may take the keyboard focus as it opens: not while the
+ * user moves along a tab list with the arrow keys.
+ */
+export function mayTakeFocus() {
+  const a = document.activeElement;
+  return !(a && a.getAttribute && a.getAttribute('role') === 'tab');
+}
+
+// ---------- the message banner ----------
+
+let noticeTimer = null;
+
+/** Shows a message above the page; errors stay until dismissed or replaced. */
+export function notice(message, kind = 'info') {
+  const n = $('notice');
+  clearTimeout(noticeTimer);
+  $('notice-text').textContent = message || '';
+  n.hidden = !message;
+  n.className = `notice ${kind}`;
+}
+
+export function clearNotice() { notice(''); }
+
+/** "Could not stop ui-demo: <the API's message>". */
+export function showError(what, e) {
+  notice(`${what}: ${explain(e)}`, 'error');
+}
+
+/** The API's message, or a plain word for a feature this server lacks. */
+export function explain(e) {
+  if (routeMissing(e)) return `this server does not offer that yet (${e.message}).`;
+  return e && e.message ? e.message : String(e);
+}
+
+// ---------- dialogs ----------
+
+/**
+ * Asks for one line of text in a modal dialog; resolves to the text, or
+ * null when cancelled. With `label: null` it only asks for confirmation
+ * and resolves to '' or null.
+ */
+export function ask({ title, text = '', label = 'Name', value = '', confirm = 'OK', danger = false }) {
+  const dialog = $('prompt-dialog');
+  $('prompt-title').textContent = title;
+  $('prompt-text').textContent = text;
+  $('prompt-text').hidden = !text;
+  const input = $('prompt-input');
+  $('prompt-label-wrap').hidden = label === null;
+  $('prompt-label').textContent = label || '';
+  input.value = value;
+  const ok = $('prompt-confirm');
+  ok.textContent = confirm;
+  ok.className = danger ? 'danger' : 'primary';
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => {
+      resolve(dialog.returnValue === 'confirm' ? (label === null ? '' : input.value.trim()) : null);
+    }, { once: true });
+    dialog.returnValue = '';
+    dialog.showModal();
+    if (label !== null) { input.focus(); input.select(); } else ok.focus();
+  });
+}
+
+// ---------- forms ----------
+
+/** Thrown for a form field a user filled in wrongly; names the field. */
+export class FieldError extends Error {
+  constructor(field, message) {
+    super(`${field}: ${message}`);
+    this.field = field;
+  }
+}
+
+/** Lines of `KEY=value` into an object; `field` names the input in errors. */
+export function parsePairs(text, field, { max, keyPattern } = {}) {
+  const out = {};
+  const lines = String(text || '').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  for (const [i, line] of lines.entries()) {
+    const eq = line.indexOf('=');
+    if (eq <= 0) throw new FieldError(field, `line ${i + 1} ("${line}") is not KEY=value`);
+    const key = line.slice(0, eq).trim();
+    if (keyPattern && !keyPattern.test(key)) throw new FieldError(field, `"${key}" is not a valid name`);
+    out[key] = line.slice(eq + 1);
+  }
+  if (max !== undefined && Object.keys(out).length > max) throw new FieldError(field, `at most ${max} entries (got ${Object.keys(out).length})`);
+  return out;
+}
+
+export function formatPairs(obj) {
+  return Object.entries(obj || {}).map(([k, v]) => `${k}=${v}`).join('\n');
+}
+
+/** A comma-separated list, empty items dropped. */
+export function parseList(text) {
+  return String(text || '').split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+/** A number field: undefined when empty, else a finite number in range. */
+export function parseNumber(value, field, { min, max, integer } = {}) {
+  const s = String(value ?? '').trim();
+  if (!s) return undefined;
+  const n = Number(s);
+  if (!Number.isFinite(n)) throw new FieldError(field, `"${s}" is not a number`);
+  if (integer && !Number.isInteger(n)) throw new FieldError(field, `must be a whole number (got ${s})`);
+  if (min !== undefined && n < min) throw new FieldError(field, `must be at least ${min} (got ${s})`);
+  if (max !== undefined && n > max) throw new FieldError(field, `must be at most ${max} (got ${s})`);
+  return n;
+}
+
+/** Marks the inputs of `form` named by field errors (from the API or the form). */
+export function markFields(form, fields, mapping) {
+  for (const input of form.querySelectorAll('[aria-invalid]')) input.removeAttribute('aria-invalid');
+  for (const f of fields) {
+    const apiField = String(f.field || f).replace(/\[.*$/, '');
+    const name = mapping[apiField] || apiField;
+    const input = form.elements[name];
+    if (input && input.setAttribute) input.setAttribute('aria-invalid', 'true');
+  }
+}
+
+/** Runs `fn` with `button` disabled, so a double click acts once. */
+export async function busy(button, fn) {
+  if (button.disabled) return undefined;
+  button.disabled = true;
+  try { return await fn(); } finally { button.disabled = false; }
+}
+
+/** A table with a header row; `rows` are arrays of cells (text or nodes). */
+export function table(headers, rows, attrs = {}) {
+  return el('div', { class: 'table-wrap' },
+    el('table', attrs,
+      el('thead', {}, el('tr', {}, headers.map((h) => el('th', { scope: 'col' }, h)))),
+      el('tbody', {}, rows.map((r) => (r.nodeType ? r : el('tr', {}, r.map((c) => el('td', {}, c))))))));
+}
