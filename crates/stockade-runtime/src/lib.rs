@@ -274,6 +274,9 @@ pub struct ContainerState {
     /// [`labels::AGENT`] label); `None` for a container without one, whose
     /// commands go through `docker exec`.
     pub agent: Option<String>,
+    /// Its address on its Docker network while it runs (what
+    /// [`Inspect::container_address`] answers), from the same inspection.
+    pub address: Option<std::net::IpAddr>,
 }
 
 /// A container carrying Stockade's labels, found by [`Inspect::list_managed`].

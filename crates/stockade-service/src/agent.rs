@@ -37,6 +37,10 @@ struct Reached {
 pub struct Agents {
     key: Vec<u8>,
     clients: Mutex<HashMap<SandboxId, Reached>>,
+    /// Clients of warm-pool members, connected while they wait (SCALE-3):
+    /// a claim hands its member's over, so the first command of a sandbox
+    /// from the pool neither looks the container up nor connects.
+    warm: Mutex<HashMap<SandboxId, (IpAddr, AgentClient)>>,
 }
 
 impl std::fmt::Debug for Agents {
@@ -58,6 +62,7 @@ impl Agents {
         Ok(Self {
             key: key.into_bytes(),
             clients: Mutex::new(HashMap::new()),
+            warm: Mutex::new(HashMap::new()),
         })
     }
 
@@ -73,6 +78,40 @@ impl Agents {
     /// Forgets what is known about `id`'s agent (it stopped or went).
     pub fn forget(&self, id: &SandboxId) {
         self.lock().remove(id);
+        self.warm_lock().remove(id);
+    }
+
+    fn warm_lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, (IpAddr, AgentClient)>> {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps a connected client of warm-pool member `id` at `ip`.
+    pub async fn prime(&self, id: &SandboxId, ip: IpAddr) {
+        let client = AgentClient::new(endpoint(ip), Some(self.token(id)));
+        wait_until_ready(&client).await;
+        let mut warm = self.warm_lock();
+        if warm.len() < MAX_CLIENTS {
+            warm.insert(id.clone(), (ip, client));
+        }
+    }
+
+    /// Hands the primed client of a claimed member to the sandbox's session
+    /// starting at `started_at`.
+    pub fn adopt(&self, id: &SandboxId, started_at: Option<DateTime<Utc>>) {
+        let Some(client) = self.warm_lock().remove(id) else {
+            return;
+        };
+        let mut clients = self.lock();
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(
+            id.clone(),
+            Reached {
+                started_at,
+                client: Some(client),
+            },
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Reached>> {
@@ -95,20 +134,21 @@ impl Service {
         }
         let container = self.runtime.inspect(&sb.id).await?;
         let client = match container {
-            Some(c) if c.running && c.agent.is_some() => {
-                match self.runtime.container_address(&sb.id).await? {
-                    Some(ip) => {
-                        let endpoint = Endpoint::Tcp(match ip {
-                            IpAddr::V6(v6) => format!("[{v6}]:{}", stockade_runtime::AGENT_PORT),
-                            v4 => format!("{v4}:{}", stockade_runtime::AGENT_PORT),
-                        });
-                        let client = AgentClient::new(endpoint, Some(self.agents.token(&sb.id)));
+            Some(c) if c.running && c.agent.is_some() => match c.address {
+                Some(ip) => {
+                    let client = AgentClient::new(endpoint(ip), Some(self.agents.token(&sb.id)));
+                    // Only a container that started a moment ago may still
+                    // be bringing its agent up.
+                    let fresh = c
+                        .started_at
+                        .is_none_or(|t| Utc::now() - t < chrono::Duration::seconds(5));
+                    if fresh {
                         wait_until_ready(&client).await;
-                        Some((ip, client))
                     }
-                    None => None,
+                    Some((ip, client))
                 }
-            }
+                None => None,
+            },
             _ => None,
         };
         let mut clients = self.agents.lock();
@@ -124,6 +164,13 @@ impl Service {
         );
         Ok(client.map(|(_, c)| c))
     }
+}
+
+fn endpoint(ip: IpAddr) -> Endpoint {
+    Endpoint::Tcp(match ip {
+        IpAddr::V6(v6) => format!("[{v6}]:{}", stockade_runtime::AGENT_PORT),
+        v4 => format!("{v4}:{}", stockade_runtime::AGENT_PORT),
+    })
 }
 
 /// Waits (up to two seconds) for a just-started agent to answer, so the

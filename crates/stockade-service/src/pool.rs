@@ -401,7 +401,9 @@ fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox
     if claimed.spec.name.as_str() == sb.id.as_str() {
         claimed.spec.name = SandboxName::from_id(id);
     }
-    let now = Utc::now();
+    // As the store keeps it (microseconds), so the agent client handed over
+    // at the claim matches the session read back later.
+    let now = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
     claimed.id = id.clone();
     claimed.container_id = Some(container_id);
     claimed.status = SandboxStatus::Running;
@@ -466,6 +468,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
                 return Some(Err(e));
             }
         }
+        svc.agents.adopt(&id, claimed.started_at);
         pool.hits.fetch_add(1, Ordering::Relaxed);
         info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, "sandbox created from the warm pool");
         return Some(Ok(claimed));
@@ -476,6 +479,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
 /// Removes a member that can no longer be claimed, in the background.
 fn discard(svc: &Service, id: SandboxId) {
     svc.pool.forget(&id);
+    svc.agents.forget(&id);
     let runtime = svc.runtime.clone();
     tokio::spawn(async move {
         if let Err(e) = runtime.remove(&id, false).await {
@@ -568,6 +572,10 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
                     // SEC-18: a member with network access gets the entry
                     // of the default policy now, so that claiming it for an
                     // allow-all sandbox writes nothing.
+                    // Its agent, connected now rather than at the first command.
+                    if let Ok(Some(ip)) = svc.runtime.container_address(&member.sandbox_id).await {
+                        svc.agents.prime(&member.sandbox_id, ip).await;
+                    }
                     if member.network_access {
                         let ports = svc.egress_ports();
                         if let Err(e) = svc

@@ -147,6 +147,7 @@ impl Inspect for DockerRuntime {
             .as_ref()
             .and_then(|c| c.labels.as_ref())
             .and_then(|l| crate::agent_of(|k| l.get(k)));
+        let address = super::ports::address_of(&inspected);
         let state = inspected.state.unwrap_or_default();
         let running = state.running.unwrap_or(false);
         let finished_at = parse_time(state.finished_at.as_deref());
@@ -162,6 +163,7 @@ impl Inspect for DockerRuntime {
             finished_at,
             oom_killed: state.oom_killed.unwrap_or(false),
             agent,
+            address,
         }))
     }
 

@@ -31,7 +31,7 @@ impl DockerRuntime {
 /// The first IP address of a running container on any of its networks
 /// (IPv4 preferred); `None` when it is stopped or only has loopback
 /// (network mode `none`).
-fn address_of(c: &ContainerInspectResponse) -> Option<IpAddr> {
+pub(super) fn address_of(c: &ContainerInspectResponse) -> Option<IpAddr> {
     let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
     if !running {
         return None;

@@ -441,6 +441,7 @@ impl Inspect for FakeRuntime {
             exit_code: c.exit_code,
             oom_killed: false,
             agent: c.agent(),
+            address: c.running.then_some(std::net::Ipv4Addr::LOCALHOST.into()),
         }))
     }
 
