@@ -459,7 +459,7 @@ async fn uploads_over_the_limit_are_refused() {
     // A second server on the same database with a small limit.
     let mut config = (*app.state.config).clone();
     config.service.sources.max_archive_bytes = 4096;
-    config.service.sources.max_unpacked_bytes = 50_000;
+    config.service.max_unpacked_bytes = 50_000;
     config.listen = "127.0.0.1:0".parse().unwrap();
     let state = stockade_server::AppState::new(
         app.state.svc.store.clone(),
@@ -484,17 +484,18 @@ async fn uploads_over_the_limit_are_refused() {
         post(noise).await.unwrap().status(),
         StatusCode::PAYLOAD_TOO_LARGE
     );
-    // Small, but unpacks to more than 50 000 bytes (a "zip bomb"): 400.
+    // Small, but unpacks to more than 50 000 bytes (a "zip bomb"): 413
+    // (SEC-14), the limit in the message.
     let bomb = tar_gz(&[("big.bin", &vec![1u8; 100_000], 0o644)]);
     assert!(bomb.len() < 4096);
     let r = post(bomb).await.unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let e: serde_json::Value = r.json().await.unwrap();
     assert!(
         e["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("unpacks to more than 50000 bytes"),
+            .contains("unpacked size exceeds the limit of 50000 bytes"),
         "{e}"
     );
     server.shutdown.cancel();
