@@ -8,9 +8,10 @@
 //! new connection takes the slot of the connection that has been *waiting*
 //! longest (one that has no request in progress: a half-sent request head
 //! or an idle keep-alive), which is closed; when every slot holds a request
-//! in progress, new connections wait in the kernel's backlog until a slot is
-//! free. So a flood of half-sent requests can hold at most the cap, and
-//! anyone who sends a whole request still gets a slot.
+//! in progress, new connections wait (in the kernel's backlog, the first one
+//! accepted for at most the header timeout) until a slot is free. So a
+//! flood of half-sent requests can hold at most the cap, and anyone who
+//! sends a whole request still gets a slot.
 //!
 //! Timeouts apply only while a connection waits: a request head must arrive
 //! within `header_timeout` of the first byte (or of the accept), and a
@@ -516,9 +517,25 @@ pub async fn serve(
                 continue;
             }
         };
-        let Some((conn, slot)) = registry.admit() else {
-            // Every slot became busy since the check: closed at once.
-            drop(stream);
+        // Every slot may have become busy since the check: this one waits
+        // for a slot (no more are accepted meanwhile), for as long as it
+        // would have to send its request head.
+        let waited_until = tokio::time::Instant::now() + limits.header_timeout;
+        let admitted = loop {
+            let room = registry.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Some(admitted) = registry.admit() {
+                break Some(admitted);
+            }
+            tokio::select! {
+                () = &mut room => {}
+                () = tokio::time::sleep_until(waited_until) => break None,
+                () = shutdown.cancelled() => break 'accept,
+            }
+        };
+        let Some((conn, slot)) = admitted else {
+            tracing::debug!(client = %peer, "no connection slot came free; closed");
             continue;
         };
         let _ = stream.set_nodelay(true);

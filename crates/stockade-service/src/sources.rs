@@ -558,7 +558,8 @@ async fn tree_size(
     shown: &str,
 ) -> ServiceResult<Option<u64>> {
     use tokio::io::AsyncBufReadExt;
-    let failed = |m: String| ServiceError::SourceFailed(format!("git source {shown}: {m}"));
+    let failed =
+        |m: String| ServiceError::SourceFailed(format!("git clone of {shown} failed: {m}"));
     let mut child = git_command(home, pin)
         .args(["-C", repo, "ls-tree", "-r", "-l", "-z", "--full-tree", rev])
         .stdout(std::process::Stdio::piped())
@@ -608,7 +609,9 @@ async fn tree_size(
         .await
         .map_err(|e| ServiceError::Internal(format!("waiting for git failed: {e}")))?;
     if !status.success() {
-        return Err(failed(format!("git ls-tree {rev} failed ({status})")));
+        return Err(failed(format!(
+            "{rev} is not a revision of the repository (git ls-tree exited with {status})"
+        )));
     }
     Ok(Some(total))
 }
