@@ -182,7 +182,7 @@ pub struct RunningServer {
 /// flight and for the background tasks, and returns. Operations still
 /// running are left to recovery (their leases run out).
 pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
-    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    let listener = serve::bind(state.config.listen)?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     let background = state.svc.start_background(shutdown.clone()).await;

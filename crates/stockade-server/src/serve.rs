@@ -258,6 +258,14 @@ impl Registry {
         Some((conn, slot))
     }
 
+    /// A slot while the cap is not reached.
+    fn admit_below_cap(self: &Arc<Self>) -> Option<(Arc<Conn>, Slot)> {
+        if self.lock().open >= self.cap {
+            return None;
+        }
+        self.admit()
+    }
+
     fn list(w: &mut Waiting, conn: &Arc<Conn>) {
         w.next_key += 1;
         let key = w.next_key;
@@ -456,9 +464,207 @@ impl AcceptErrors {
     }
 }
 
+/// What [`peek_head`] saw of a new connection's first request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// A whole request head (or the HTTP/2 preface) is already there.
+    Complete,
+    /// Some bytes, not a whole head.
+    Partial,
+    /// Nothing yet.
+    Empty,
+    /// The connection is gone.
+    Closed,
+}
+
+/// Looks at what a new connection has sent, without taking it from the
+/// socket and without waiting. Finding nothing clears the socket's read
+/// readiness, so that `readable()` then waits for bytes.
+fn peek_head(stream: &TcpStream) -> Head {
+    use rustix::net::{recv, RecvFlags};
+    let mut buf = [0u8; PEEK_BYTES];
+    let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
+        recv(stream, &mut buf[..], RecvFlags::PEEK | RecvFlags::DONTWAIT)
+            .map(|(n, _)| n)
+            .map_err(io::Error::from)
+    });
+    match peeked {
+        Ok(0) => Head::Closed,
+        Ok(n) if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") => Head::Complete,
+        Ok(_) => Head::Partial,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Head::Empty,
+        Err(_) => Head::Closed,
+    }
+}
+
+/// What every connection task needs.
+#[derive(Clone)]
+struct Acceptor {
+    registry: Arc<Registry>,
+    tracker: TaskTracker,
+    router: Router,
+    shutdown: CancellationToken,
+    /// New connections at the cap waiting for their first bytes.
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// New connections at the cap waiting for their request head, oldest
+/// first. When full, the oldest is closed to make room: under a flood a
+/// connection waits here only as long as the flood takes to send
+/// [`MAX_PENDING`] more, which a client sending its request right after
+/// connecting needs far less than.
+#[derive(Default)]
+struct Pending {
+    next_id: u64,
+    queue: std::collections::VecDeque<(u64, CancellationToken)>,
+    /// Closed to make room for newer ones.
+    evicted: u64,
+}
+
+impl Pending {
+    /// Takes a place, closing the oldest waiting connection if all are
+    /// taken.
+    fn enter(&mut self) -> (u64, CancellationToken) {
+        if self.queue.len() >= MAX_PENDING {
+            if let Some((_, oldest)) = self.queue.pop_front() {
+                oldest.cancel();
+                self.evicted += 1;
+            }
+        }
+        self.next_id += 1;
+        let token = CancellationToken::new();
+        self.queue.push_back((self.next_id, token.clone()));
+        (self.next_id, token)
+    }
+
+    fn leave(&mut self, id: u64) {
+        if let Some(at) = self.queue.iter().position(|(i, _)| *i == id) {
+            self.queue.remove(at);
+        }
+    }
+}
+
+impl Acceptor {
+    /// Serves a connection that got a slot.
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, conn: Arc<Conn>, slot: Slot) {
+        let _ = stream.set_nodelay(true);
+        self.tracker.spawn(connection(
+            MeteredStream {
+                inner: stream,
+                conn: conn.clone(),
+                registry: self.registry.clone(),
+                _slot: slot,
+            },
+            peer,
+            conn,
+            self.registry.clone(),
+            self.router.clone(),
+            self.shutdown.clone(),
+        ));
+    }
+
+    /// Gives a connection with a whole request a slot: the longest-waiting
+    /// connection's, or — when every slot is busy — the first one freed
+    /// within the header timeout. `false` if none came free (it is closed).
+    async fn admit_waiting(&self, stream: TcpStream, peer: SocketAddr) -> bool {
+        let until = tokio::time::Instant::now() + self.registry.limits.header_timeout;
+        loop {
+            let room = self.registry.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Some((conn, slot)) = self.registry.admit() {
+                self.serve(stream, peer, conn, slot);
+                return true;
+            }
+            tokio::select! {
+                () = &mut room => {}
+                () = tokio::time::sleep_until(until) => {
+                    tracing::debug!(client = %peer, "no connection slot came free; closed");
+                    return false;
+                }
+                () = self.shutdown.cancelled() => return false,
+            }
+        }
+    }
+
+    /// A new connection at the cap that has sent nothing yet: it has
+    /// [`FIRST_BYTES_GRACE`] for a whole request head (unless newer ones
+    /// push it out of [`Pending`]), then gets a slot as in
+    /// [`Self::admit_waiting`] or is closed.
+    async fn admit_when_sent(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        (id, evicted): (u64, CancellationToken),
+    ) {
+        let deadline = tokio::time::Instant::now() + FIRST_BYTES_GRACE;
+        let head = loop {
+            let head = peek_head(&stream);
+            if !matches!(head, Head::Empty | Head::Partial)
+                || tokio::time::Instant::now() >= deadline
+            {
+                break head;
+            }
+            let wait = async {
+                if head == Head::Empty {
+                    let _ = stream.readable().await;
+                } else {
+                    // Readable already: look again a little later.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            tokio::select! {
+                () = wait => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = evicted.cancelled() => break Head::Closed,
+                () = self.shutdown.cancelled() => break Head::Closed,
+            }
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave(id);
+        if head == Head::Complete {
+            self.admit_waiting(stream, peer).await;
+        }
+    }
+}
+
+/// The listener's backlog: connections the kernel completes before they
+/// are accepted (capped by `net.core.somaxconn`). A long one absorbs bursts.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the listening socket with a long backlog.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// How much of a new connection's first bytes is looked at, at the cap.
+const PEEK_BYTES: usize = 16 * 1024;
+/// How long a new connection at the cap may take to send its request head.
+const FIRST_BYTES_GRACE: Duration = Duration::from_millis(250);
+/// Most new connections at the cap waiting for their first bytes at once;
+/// more close the longest-waiting of them.
+const MAX_PENDING: usize = 64;
+
 /// Serves `router` on `listener` under `limits` until `shutdown`; then
 /// stops accepting, lets each connection finish its request in progress
 /// (idle ones close at once) and returns when all have closed.
+///
+/// Below the cap every connection is served. At the cap a new connection
+/// is looked at before anything is spent on it: one whose request head has
+/// arrived whole takes the slot of the longest-waiting connection; one that
+/// has sent nothing yet gets a short grace for it (a few at a time, the
+/// longest-waiting of them closed to make room for a newer one); any
+/// other is closed at once, so that a flood costs an `accept` and a `close`
+/// per connection and the listener's backlog keeps moving.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -477,12 +683,19 @@ pub async fn serve(
         room: Notify::new(),
         evictions: AtomicU64::new(0),
     });
-    let tracker = TaskTracker::new();
+    let acceptor = Acceptor {
+        registry: registry.clone(),
+        tracker: TaskTracker::new(),
+        router,
+        shutdown: shutdown.clone(),
+        pending: Arc::new(Mutex::new(Pending::default())),
+    };
     let mut backoff = BACKOFF_START;
     let mut errors = AcceptErrors {
         last_log: None,
         suppressed: 0,
     };
+    let mut refused: u64 = 0;
     'accept: loop {
         // Wait (in the kernel's backlog) while every slot holds a request.
         loop {
@@ -517,52 +730,50 @@ pub async fn serve(
                 continue;
             }
         };
-        // Every slot may have become busy since the check: this one waits
-        // for a slot (no more are accepted meanwhile), for as long as it
-        // would have to send its request head.
-        let waited_until = tokio::time::Instant::now() + limits.header_timeout;
-        let admitted = loop {
-            let room = registry.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            if let Some(admitted) = registry.admit() {
-                break Some(admitted);
-            }
-            tokio::select! {
-                () = &mut room => {}
-                () = tokio::time::sleep_until(waited_until) => break None,
-                () = shutdown.cancelled() => break 'accept,
-            }
-        };
-        let Some((conn, slot)) = admitted else {
-            tracing::debug!(client = %peer, "no connection slot came free; closed");
+        if let Some((conn, slot)) = registry.admit_below_cap() {
+            acceptor.serve(stream, peer, conn, slot);
             continue;
-        };
-        let _ = stream.set_nodelay(true);
-        tracker.spawn(connection(
-            MeteredStream {
-                inner: stream,
-                conn: conn.clone(),
-                registry: registry.clone(),
-                _slot: slot,
-            },
-            peer,
-            conn,
-            registry.clone(),
-            router.clone(),
-            shutdown.clone(),
-        ));
+        }
+        match peek_head(&stream) {
+            // Every slot may have become busy since the check: this one
+            // waits for a slot (no more are accepted meanwhile).
+            Head::Complete => {
+                if !acceptor.admit_waiting(stream, peer).await && shutdown.is_cancelled() {
+                    break;
+                }
+            }
+            Head::Empty => {
+                let place = acceptor
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .enter();
+                acceptor
+                    .tracker
+                    .spawn(acceptor.clone().admit_when_sent(stream, peer, place));
+            }
+            _ => {
+                refused += 1;
+                drop(stream);
+            }
+        }
     }
     drop(listener);
     let evicted = registry.evictions.load(Ordering::Relaxed);
-    if evicted > 0 {
+    refused += acceptor
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .evicted;
+    if evicted > 0 || refused > 0 {
         tracing::info!(
             evicted,
-            "connections closed to make room for new ones while at the cap"
+            refused,
+            "at the connection cap: waiting connections closed to make room, new ones without a whole request refused"
         );
     }
-    tracker.close();
-    tracker.wait().await;
+    acceptor.tracker.close();
+    acceptor.tracker.wait().await;
     Ok(())
 }
 
@@ -703,6 +914,24 @@ mod tests {
         let (_d, _slot_d) = r.admit().unwrap();
         assert!(b.evicted.is_cancelled());
         assert_eq!(r.evictions.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_full_pending_set_closes_its_oldest_for_a_new_connection() {
+        let mut p = Pending::default();
+        let places: Vec<_> = (0..MAX_PENDING).map(|_| p.enter()).collect();
+        assert!(places.iter().all(|(_, t)| !t.is_cancelled()));
+        let (newest, token) = p.enter();
+        assert!(places[0].1.is_cancelled(), "the oldest made room");
+        assert!(places[1..].iter().all(|(_, t)| !t.is_cancelled()));
+        assert!(!token.is_cancelled());
+        assert_eq!((p.queue.len(), p.evicted), (MAX_PENDING, 1));
+        // One that got its head leaves; the next newcomer evicts no one.
+        p.leave(places[5].0);
+        p.leave(newest);
+        let _ = p.enter();
+        assert_eq!((p.queue.len(), p.evicted), (MAX_PENDING - 1, 1));
+        assert!(!places[1].1.is_cancelled());
     }
 
     #[test]

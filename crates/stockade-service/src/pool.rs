@@ -147,11 +147,9 @@ impl PoolClassConfig {
                         }
                     }
                 }
-                other => {
-                    return Err(format!(
+                other => return Err(format!(
                     "unknown warm pool setting '{other}': use image, cpu, memory, disk or network"
-                ))
-                }
+                )),
             }
         }
         Ok(class)
