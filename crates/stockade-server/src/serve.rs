@@ -5,12 +5,17 @@
 //! Every accepted connection takes a slot; the slot is given back when its
 //! socket closes (for an upgraded connection — a WebSocket terminal, a
 //! proxied WebSocket — when the upgraded stream is dropped). At the cap, a
-//! new connection takes the slot of the connection that has been *waiting*
-//! longest (one that has no request in progress: a half-sent request head
-//! or an idle keep-alive), which is closed; when every slot holds a request
-//! in progress, new connections wait (in the kernel's backlog, the first one
-//! accepted for at most the header timeout) until a slot is free. So a
-//! flood of half-sent requests can hold at most the cap, and anyone who
+//! new connection is looked at (`MSG_PEEK`) before anything is spent on it:
+//! once its whole request head is there it takes the slot of the connection
+//! that has been *waiting* longest (one that has no request in progress: a
+//! half-sent request head or an idle keep-alive), which is closed; one that
+//! has sent nothing yet gets a short grace for its head (at most
+//! [`MAX_PENDING`] at a time, the oldest of them closed for a newer one);
+//! one that has sent only part of a head is closed at once. When every slot
+//! holds a request in progress, new connections wait (in the kernel's
+//! backlog, the first one accepted for at most the header timeout) until a
+//! slot is free. So a flood of half-sent requests can hold at most the cap,
+//! costs an `accept` and a `close` per connection beyond it, and anyone who
 //! sends a whole request still gets a slot.
 //!
 //! Timeouts apply only while a connection waits: a request head must arrive

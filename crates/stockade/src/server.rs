@@ -77,11 +77,12 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_MAX_UNPACKED_MB", default_value_t = 4096,
           value_parser = clap::value_parser!(u64).range(1..=16 * 1024 * 1024))]
     max_unpacked_mb: u64,
-    /// Most client connections open at once (SEC-17). At the cap, the
-    /// connection that has waited longest without a request in progress (a
-    /// half-sent or idle one) is closed to make room; when all are busy, new
-    /// ones wait. Default: from the open-files limit, leaving room for
-    /// Docker, database and proxy sockets.
+    /// Most client connections open at once (SEC-17). At the cap, a new
+    /// connection that sends a whole request head takes the place of the one
+    /// that has waited longest without a request in progress (a half-sent or
+    /// idle one), which is closed; one that sends only part of a head is
+    /// closed; when all are busy, new ones wait. Default: from the
+    /// open-files limit, leaving room for Docker, database and proxy sockets.
     #[arg(long, env = "STOCKADE_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_connections: Option<u64>,

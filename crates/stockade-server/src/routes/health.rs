@@ -298,3 +298,71 @@ fn unhealthy_docker(state: &AppState, error: String) -> DockerHealth {
         troubleshooting,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A probe that counts its runs and takes `delay`.
+    fn counted(
+        runs: &Arc<AtomicUsize>,
+        delay: Duration,
+    ) -> impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
+        let runs = runs.clone();
+        move || {
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                runs.fetch_add(1, Ordering::SeqCst) + 1
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_thousand_calls_cost_one_probe_per_ttl() {
+        let probe = Arc::new(Probe::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let calls: Vec<_> = (0..1000)
+            .map(|_| {
+                let probe = probe.clone();
+                let run = counted(&runs, Duration::from_millis(50));
+                tokio::spawn(async move { probe.get(0, run).await.map(|c| c.value) })
+            })
+            .collect();
+        for call in calls {
+            assert_eq!(call.await.unwrap(), Some(1));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // Fresh: no run at all.
+        let got = probe.get(0, counted(&runs, Duration::ZERO)).await;
+        assert_eq!(got.map(|c| c.value), Some(1));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // Stale: one more.
+        tokio::time::sleep(PROBE_TTL + Duration::from_millis(50)).await;
+        let got = probe.get(0, counted(&runs, Duration::ZERO)).await;
+        assert_eq!(got.map(|c| c.value), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_slow_probe_leaves_the_stale_answer_in_time() {
+        let probe = Arc::new(Probe::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let _ = probe.get(0, counted(&runs, Duration::ZERO)).await;
+        tokio::time::sleep(PROBE_TTL + Duration::from_millis(50)).await;
+        // The engine hangs: callers get the last answer after STALE_WAIT,
+        // and only one probe runs for all of them.
+        let asked = Instant::now();
+        for _ in 0..3 {
+            let got = probe.get(0, counted(&runs, Duration::from_secs(3))).await;
+            assert_eq!(got.map(|c| c.value), Some(1));
+        }
+        assert!(asked.elapsed() < 3 * STALE_WAIT + Duration::from_millis(300));
+        // A different state (the database's health changed) has no stand-in.
+        let got = tokio::time::timeout(
+            Duration::from_millis(100),
+            probe.get(1, counted(&runs, Duration::ZERO)),
+        )
+        .await;
+        assert!(got.is_err(), "waited for a probe of the new state");
+    }
+}
