@@ -1,6 +1,6 @@
 //! SEC-17 on a real server: request heads and idle keep-alive connections
-//! time out, while a log stream and a terminal that are quiet for longer
-//! than both stay open; at the connection cap, half-sent requests make room
+//! time out, while a log stream, a terminal and a proxied WebSocket that
+//! are quiet for longer than both stay open; at the connection cap, half-sent requests make room
 //! for whole ones, and when every slot is busy new connections wait; failed
 //! authentications and metrics scrapes are limited per client.
 
@@ -205,6 +205,89 @@ async fn quiet_log_streams_and_terminals_outlive_both_timeouts() {
         .await
         .unwrap();
     read_until(&mut ws, &mut out, "after-12").await;
+}
+
+/// A WebSocket handshake server in shell: answers the upgrade with the
+/// RFC 6455 accept key, then echoes every byte.
+const WS_SERVER: &str = r#"cat > /workspace/ws.sh <<'EOF'
+key=""
+while IFS= read -r line; do
+  line=$(printf %s "$line" | tr -d '\r')
+  [ -z "$line" ] && break
+  case "$line" in
+    [Ss]ec-[Ww]eb[Ss]ocket-[Kk]ey:*) key=$(printf %s "${line#*:}" | tr -d ' ') ;;
+  esac
+done
+accept=$(printf %s "${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11" | sha1sum | cut -d' ' -f1 | xxd -r -p | base64)
+printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n' "$accept"
+exec cat
+EOF"#;
+
+/// A masked client text frame sent and echoed back by [`WS_SERVER`].
+async fn ws_echo(s: &mut TcpStream, payload: &[u8]) {
+    assert!(payload.len() < 126);
+    let mask = [0x12, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    s.write_all(&frame).await.unwrap();
+    let mut back = vec![0u8; frame.len()];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(back, frame);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_proxied_websocket_outlives_both_timeouts() {
+    let app = quick_timeouts().await;
+    let t = app.new_account("quiet-ws").await;
+    let sb = app
+        .create(
+            &t,
+            json!({
+                "name": "quiet-ws",
+                "ports": [9000],
+                "startCommand": "while [ ! -f /workspace/ws.sh ]; do usleep 50000; done; exec nc -ll -p 9000 -e /bin/sh /workspace/ws.sh"
+            }),
+        )
+        .await;
+    let id = sb["id"].as_str().unwrap().to_owned();
+    sh_in(&id, WS_SERVER);
+    sh_in(
+        &id,
+        "for i in $(seq 1 100); do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
+    );
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/auth-token"), &t, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let token = r.body["token"].as_str().unwrap().to_owned();
+
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    let req = format!(
+        "GET /proxy/{id}/9000/chat HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         X-Stockade-Token: {token}\r\n\r\n",
+        addr(&app)
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut byte))
+            .await
+            .expect("response head in time")
+            .unwrap();
+        assert_eq!(n, 1, "closed after {:?}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    ws_echo(&mut s, b"before the quiet").await;
+    tokio::time::sleep(IDLE_TIMEOUT + HEADER_TIMEOUT + Duration::from_secs(2)).await;
+    ws_echo(&mut s, b"after the quiet, still open").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
