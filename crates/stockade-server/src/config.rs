@@ -7,6 +7,7 @@ use std::time::Duration;
 use stockade_service::ServiceConfig;
 
 use crate::ratelimit::RateLimitConfig;
+use crate::serve::ConnectionLimits;
 
 /// Everything the server needs besides its store and runtime.
 #[derive(Debug, Clone)]
@@ -28,6 +29,8 @@ pub struct ServerConfig {
     pub metrics_token: Option<String>,
     /// On shutdown, how long requests in flight may take to finish (DB-14).
     pub shutdown_grace: Duration,
+    /// The connection cap and the header and idle timeouts (SEC-17).
+    pub connections: ConnectionLimits,
     /// Sandbox defaults, limits, background tasks, object store, warm pool.
     pub service: ServiceConfig,
 }
@@ -43,6 +46,7 @@ impl Default for ServerConfig {
             rate_limit: Some(RateLimitConfig::default()),
             metrics_token: None,
             shutdown_grace: Duration::from_secs(10),
+            connections: ConnectionLimits::default(),
             service: ServiceConfig::default(),
         }
     }

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod ratelimit;
 pub mod routes;
+pub mod serve;
 pub mod sse;
 
 pub use config::ServerConfig;
@@ -35,6 +36,8 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Signs and checks sandbox tokens for the proxy (API-7).
     pub proxy_keys: proxy::token::TokenKey,
+    /// `/health`'s cached Docker and database probes (SEC-17).
+    pub health: Arc<routes::health::HealthCache>,
 }
 
 impl AppState {
@@ -49,6 +52,7 @@ impl AppState {
             svc,
             config: Arc::new(config),
             proxy_keys,
+            health: Arc::default(),
         })
     }
 }
@@ -99,10 +103,13 @@ pub fn router(state: AppState) -> Router {
         .fallback(routes::not_found)
         // Cross-cutting layers come last so that they wrap every route above:
         // rate limits (API-12) inside the metrics (API-13), so 429s are counted.
-        .layer(from_fn_with_state(limiter, ratelimit::limit))
+        .layer(from_fn_with_state(limiter.clone(), ratelimit::limit))
         .layer(from_fn_with_state(state.clone(), metrics::track))
         // Host-form proxy requests are routed before anything else.
         .layer(from_fn_with_state(state.clone(), proxy::by_host))
+        // SEC-17: failed authentications (the proxy's token checks too) and
+        // metrics scrapes, per client, ahead of everything.
+        .layer(from_fn_with_state(limiter, ratelimit::guard))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -175,20 +182,18 @@ pub struct RunningServer {
 /// flight and for the background tasks, and returns. Operations still
 /// running are left to recovery (their leases run out).
 pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
-    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    let listener = serve::bind(state.config.listen)?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     let background = state.svc.start_background(shutdown.clone()).await;
     let grace = state.config.shutdown_grace;
+    let limits = state.config.connections;
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
-        // The peer address feeds the per-client rate limit.
-        let serve = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .with_graceful_shutdown(token.clone().cancelled_owned());
+        // SEC-17: a capped accept loop with header and idle timeouts; the
+        // peer address feeds the per-client rate limit.
+        let serve = serve::serve(listener, app, limits, token.clone());
         let deadline = async {
             token.cancelled().await;
             tokio::time::sleep(grace).await;

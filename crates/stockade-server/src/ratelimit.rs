@@ -7,6 +7,14 @@
 //! Every answer carries `RateLimit-Limit`, `RateLimit-Remaining` and
 //! `RateLimit-Reset` (seconds) of the bucket closest to its limit.
 //!
+//! Requests without credentials are guarded too (SEC-17): per client IP,
+//! failed authentications (any 401: a bad API token, sandbox token or
+//! metrics token) and `/metrics` scrapes (which read the database) share a
+//! third bucket of the per-IP size. Once it is used up, everything from that
+//! client but `/api/v1/health` is refused until its window ends: the proxy
+//! never checks another token for it. `/api/v1/health` itself is never
+//! limited (load balancers poll it); it answers from a cache instead.
+//!
 //! The client IP is the TCP peer; `X-Forwarded-For` is believed only from
 //! configured trusted proxies. IPv6 clients are counted per /64, which is what
 //! one host can trivially rotate through. Tokens are keyed by their SHA-256,
@@ -19,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -115,6 +123,8 @@ impl Default for RateLimitConfig {
 enum Key {
     Ip(IpAddr),
     Token(String),
+    /// Failed authentications and metrics scrapes of a client.
+    Unauthenticated(IpAddr),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -226,6 +236,49 @@ impl RateLimiter {
         if let (Some(hash), Some(limit)) = (token_hash, self.config.per_token) {
             keys.push(("token", Key::Token(hash), limit));
         }
+        self.decide(keys, now, true)
+    }
+
+    /// The unauthenticated bucket of `ip`: refused when used up; with
+    /// `count`, the request counts if it is let through.
+    fn check_unauthenticated(&self, ip: IpAddr, count: bool, now: Instant) -> Option<Decision> {
+        let limit = self.config.per_ip?;
+        Some(self.decide(
+            vec![(UNAUTHENTICATED, Key::Unauthenticated(ip_key(ip)), limit)],
+            now,
+            count,
+        ))
+    }
+
+    /// Counts a failed authentication of `ip`, whatever the bucket holds.
+    fn count_failure(&self, ip: IpAddr, now: Instant) {
+        let Some(limit) = self.config.per_ip else {
+            return;
+        };
+        let key = Key::Unauthenticated(ip_key(ip));
+        let mut windows = self
+            .windows
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !windows.contains_key(&key) && windows.len() >= self.config.max_tracked.max(1) {
+            evict(&mut windows, limit.window, now, self.config.max_tracked);
+        }
+        let w = windows.entry(key).or_insert(Window {
+            start: now,
+            count: 0,
+        });
+        if now.duration_since(w.start) >= limit.window {
+            *w = Window {
+                start: now,
+                count: 0,
+            };
+        }
+        w.count = w.count.saturating_add(1);
+    }
+
+    /// Refuses when one of `keys` is used up; otherwise counts the request
+    /// against all of them (with `count`).
+    fn decide(&self, keys: Vec<(&'static str, Key, Limit)>, now: Instant, count: bool) -> Decision {
         let mut windows = self
             .windows
             .lock()
@@ -255,6 +308,14 @@ impl RateLimiter {
                 report,
                 retry_after,
                 exhausted: first.bucket,
+            };
+        }
+        if !count {
+            return Decision {
+                allowed: true,
+                report: None,
+                retry_after: Duration::ZERO,
+                exhausted: "",
             };
         }
         let longest = keys
@@ -319,6 +380,9 @@ fn evict(windows: &mut HashMap<Key, Window>, window: Duration, now: Instant, max
         }
     });
 }
+
+/// The bucket of failed authentications and metrics scrapes.
+const UNAUTHENTICATED: &str = "unauthenticated";
 
 /// Whether the rate limit applies to a request path.
 fn limited_path(path: &str) -> bool {
@@ -389,6 +453,57 @@ pub async fn limit(State(limiter): State<Arc<RateLimiter>>, req: Request, next: 
     let mut response = next.run(req).await;
     if let Some(s) = &decision.report {
         set_headers(response.headers_mut(), s);
+    }
+    response
+}
+
+/// The answer to a client whose unauthenticated bucket is used up.
+fn refused_unauthenticated(limiter: &RateLimiter, ip: IpAddr, decision: &Decision) -> Response {
+    limiter.metrics.rate_limited(UNAUTHENTICATED);
+    let retry = secs_ceil(decision.retry_after).max(1);
+    tracing::info!(client.ip = %ip, bucket = UNAUTHENTICATED, retry_after_s = retry, "rate limited");
+    let mut response = ApiError::TooManyRequests {
+        message: format!(
+            "Too many requests without valid credentials from this client (failed authentications and metrics scrapes, {} allowed); retry in {retry} s",
+            decision
+                .report
+                .map(|s| s.limit.to_string())
+                .unwrap_or_default(),
+        ),
+        retry_after_secs: retry,
+    }
+    .into_response();
+    if let Some(s) = &decision.report {
+        set_headers(response.headers_mut(), s);
+    }
+    response
+}
+
+/// Middleware, outermost (ahead of the host-form proxy): the unauthenticated
+/// bucket of SEC-17. Counts `/metrics` scrapes before and 401 answers after;
+/// a client whose bucket is used up gets 429 for everything but
+/// `/api/v1/health`.
+pub async fn guard(State(limiter): State<Arc<RateLimiter>>, req: Request, next: Next) -> Response {
+    if limiter.config.per_ip.is_none() || req.uri().path() == "/api/v1/health" {
+        return next.run(req).await;
+    }
+    let Some(ip) = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| limiter.client_ip(peer.ip(), req.headers()))
+    else {
+        return next.run(req).await;
+    };
+    let now = Instant::now();
+    let scrape = req.uri().path() == "/metrics";
+    if let Some(decision) = limiter.check_unauthenticated(ip, scrape, now) {
+        if !decision.allowed {
+            return refused_unauthenticated(&limiter, ip, &decision);
+        }
+    }
+    let response = next.run(req).await;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        limiter.count_failure(ip, now);
     }
     response
 }
@@ -536,6 +651,38 @@ mod tests {
         let later = now + Duration::from_secs(61);
         rl.check(ip("1.2.3.4"), None, later);
         assert_eq!(rl.tracked(), 1);
+    }
+
+    #[test]
+    fn failed_authentications_and_scrapes_share_a_bucket() {
+        let rl = limiter(3, 100);
+        let now = Instant::now();
+        let a = ip("1.2.3.4").unwrap();
+        // Looking does not count.
+        for _ in 0..10 {
+            assert!(rl.check_unauthenticated(a, false, now).unwrap().allowed);
+        }
+        // A scrape counts, two failures count: used up.
+        assert!(rl.check_unauthenticated(a, true, now).unwrap().allowed);
+        rl.count_failure(a, now);
+        rl.count_failure(a, now);
+        let d = rl.check_unauthenticated(a, false, now).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.exhausted, UNAUTHENTICATED);
+        assert_eq!(d.retry_after, Duration::from_secs(60));
+        // Apart from the API bucket of the same client, and from others.
+        assert!(rl.check(Some(a), None, now).allowed);
+        assert!(
+            rl.check_unauthenticated(ip("5.6.7.8").unwrap(), true, now)
+                .unwrap()
+                .allowed
+        );
+        // A new window.
+        let later = now + Duration::from_secs(61);
+        assert!(rl.check_unauthenticated(a, false, later).unwrap().allowed);
+        // Off with the per-IP limit.
+        let off = RateLimiter::new(None, Arc::new(Metrics::new()));
+        assert!(off.check_unauthenticated(a, true, now).is_none());
     }
 
     #[test]

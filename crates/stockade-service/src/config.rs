@@ -10,6 +10,9 @@ use stockade_core::Defaults;
 use crate::pool::PoolConfig;
 use crate::usage::UsageConfig;
 
+/// The default unpack ceiling: 4096 MiB.
+pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 4096 << 20;
+
 /// Everything the service needs besides its store and runtime.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -43,8 +46,13 @@ pub struct ServiceConfig {
     pub max_exec_timeout: Duration,
     /// Background processes one sandbox may have listed at once.
     pub max_processes_per_sandbox: usize,
-    /// Largest file write or archive upload (API-9); more is refused.
+    /// Largest file write or archive upload (API-9), as sent; more is refused.
     pub max_file_bytes: u64,
+    /// The unpack ceiling (SEC-14): the most an archive's files may unpack
+    /// to, on every path that unpacks one — the files API's archive upload,
+    /// `POST /uploads`, git, tarball and upload sources, snapshot restores,
+    /// forks and snapshot captures. Counted while the archive streams.
+    pub max_unpacked_bytes: u64,
     /// How the live figures of sandbox details are measured (API-3).
     pub usage: UsageConfig,
     /// How often ended sessions are looked for (LC-7).
@@ -69,10 +77,10 @@ pub struct ServiceConfig {
 /// How much the server fetches on a user's behalf for a create source.
 #[derive(Debug, Clone)]
 pub struct SourceLimits {
-    /// Largest archive (download or upload) and largest cloned repository.
+    /// Largest archive (download or upload) and largest cloned repository
+    /// (its `.git`), as fetched; what they unpack to is held to
+    /// [`ServiceConfig::max_unpacked_bytes`].
     pub max_archive_bytes: u64,
-    /// Largest total of the files an archive unpacks to.
-    pub max_unpacked_bytes: u64,
     /// A clone or download that takes longer fails.
     pub fetch_timeout: Duration,
     /// How long an upload waits to be used.
@@ -86,7 +94,6 @@ impl Default for SourceLimits {
     fn default() -> Self {
         Self {
             max_archive_bytes: 1 << 30,
-            max_unpacked_bytes: 10 << 30,
             fetch_timeout: Duration::from_secs(300),
             upload_ttl: Duration::from_secs(24 * 3600),
             addresses: AddressPolicy::default(),
@@ -110,6 +117,7 @@ impl Default for ServiceConfig {
             max_exec_timeout: Duration::from_secs(24 * 3600),
             max_processes_per_sandbox: 64,
             max_file_bytes: 100 * 1024 * 1024,
+            max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
             usage: UsageConfig::default(),
             session_check_interval: Duration::from_secs(1),
             session_claim_lease: Duration::from_secs(120),

@@ -4,7 +4,7 @@
 //! with their entries checked and sizes limited while they stream.
 
 use std::ffi::OsStr;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::pin::Pin;
@@ -654,17 +654,212 @@ pub struct Repacked {
     pub bytes: u64,
 }
 
-/// Why re-packing an upload stopped.
+// --- The unpack ceiling (SEC-14) ---
+
+/// The ceiling as messages show it: `4096 MiB`, or bytes when it is not a
+/// whole number of MiB.
+pub fn describe_limit(limit: u64) -> String {
+    if limit > 0 && limit & ((1 << 20) - 1) == 0 {
+        format!("{} MiB", limit >> 20)
+    } else {
+        format!("{limit} bytes")
+    }
+}
+
+/// The 413 of an archive (`what`: "The archive", "The sandbox's
+/// /workspace" …) that unpacks to more than the ceiling.
+pub fn unpacked_too_large(what: &str, limit: u64) -> ServiceError {
+    ServiceError::PayloadTooLarge(format!(
+        "{what} is too large: unpacked size exceeds the limit of {} (the server's --max-unpacked-mb)",
+        describe_limit(limit)
+    ))
+}
+
+/// The most bytes a decompressed tar stream may have when its files may
+/// unpack to `limit`: room for headers besides. Only archives of endless
+/// headers (a gzip of nothing but metadata) reach it.
+pub fn unpacked_stream_bound(limit: u64) -> u64 {
+    limit.saturating_add(limit / 4).saturating_add(1 << 20)
+}
+
+/// What an entry writes to disk when unpacked: a regular file's size, a
+/// sparse file's full size (GNU sparse entries, and the PAX sparse formats
+/// whose header says less than the file holds); nothing for the others.
+pub fn unpacked_size<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<u64> {
+    let kind = entry.header().entry_type();
+    if !matches!(
+        kind,
+        tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse
+    ) {
+        return Ok(0);
+    }
+    // The tar crate gives a GNU sparse entry's full size already.
+    let mut size = entry.size();
+    if let Some(extensions) = entry.pax_extensions()? {
+        for ext in extensions {
+            let ext = ext?;
+            if matches!(ext.key_bytes(), b"GNU.sparse.realsize" | b"GNU.sparse.size") {
+                let full = ext
+                    .value()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::InvalidData, "a sparse file without a size")
+                    })?;
+                size = size.max(full);
+            }
+        }
+    }
+    Ok(size)
+}
+
+/// Why [`meter`] stopped reading an archive.
 #[derive(Debug)]
-pub enum RepackError {
-    /// Over the size limit (compressed or unpacked).
+pub enum MeterError {
+    /// Its files unpack to more than the ceiling.
     TooLarge,
-    /// Not a tar/tar.gz, or an entry that may not be unpacked.
+    /// Not a tar or tar.gz, or a broken one (or its source failed).
     Invalid(String),
-    /// The engine stopped reading (its own error says why).
-    SinkClosed,
-    /// Reading the request body failed.
-    Body(String),
+}
+
+/// Reads a tar stream (gzip-compressed or not) entry by entry, counting what
+/// its files unpack to, and stops as soon as that passes `limit`. With
+/// `forward`, the uncompressed tar goes on into it as it is read, ended by
+/// two zero blocks when the archive is whole. Returns the unpacked size.
+fn meter<R: Read>(
+    input: R,
+    limit: u64,
+    forward: Option<mpsc::Sender<io::Result<Bytes>>>,
+) -> Result<u64, MeterError> {
+    let over = Arc::new(AtomicBool::new(false));
+    let invalid = |e: io::Error, over: &AtomicBool| {
+        if over.load(Ordering::SeqCst) {
+            MeterError::TooLarge
+        } else {
+            MeterError::Invalid(e.to_string())
+        }
+    };
+    let mut input = io::BufReader::with_capacity(CHUNK, input);
+    let gzip = input
+        .fill_buf()
+        .map_err(|e| MeterError::Invalid(e.to_string()))?
+        .starts_with(&[0x1f, 0x8b]);
+    let decoded: Box<dyn Read> = if gzip {
+        Box::new(flate2::bufread::MultiGzDecoder::new(input))
+    } else {
+        Box::new(input)
+    };
+    let mut tee = Tee {
+        inner: LimitedReader {
+            inner: decoded,
+            left: unpacked_stream_bound(limit),
+            over: over.clone(),
+        },
+        forward,
+        buf: Vec::with_capacity(CHUNK),
+    };
+    let mut total = 0u64;
+    {
+        let mut archive = tar::Archive::new(&mut tee);
+        let entries = archive.entries().map_err(|e| invalid(e, &over))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| invalid(e, &over))?;
+            total = total.saturating_add(unpacked_size(&mut entry).map_err(|e| invalid(e, &over))?);
+            if total > limit {
+                return Err(MeterError::TooLarge);
+            }
+        }
+    }
+    tee.finish().map_err(|e| invalid(e, &over))?;
+    Ok(total)
+}
+
+/// Passes what its reader reads on into a channel, in chunks.
+struct Tee<R> {
+    inner: R,
+    forward: Option<mpsc::Sender<io::Result<Bytes>>>,
+    buf: Vec<u8>,
+}
+
+impl<R> Tee<R> {
+    fn send(&mut self) -> io::Result<()> {
+        let Some(tx) = &self.forward else {
+            return Ok(());
+        };
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        tx.blocking_send(Ok(chunk))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the reader went away"))
+    }
+
+    /// The end of a whole archive: two zero blocks, whatever the source had.
+    fn finish(&mut self) -> io::Result<()> {
+        if self.forward.is_some() {
+            self.buf.extend_from_slice(&[0u8; 1024]);
+        }
+        self.send()
+    }
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(out)?;
+        if self.forward.is_some() {
+            self.buf.extend_from_slice(&out[..n]);
+            if self.buf.len() >= CHUNK {
+                self.send()?;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// An archive stream held to the unpack ceiling while it streams: the
+/// uncompressed tar of `archive` (tar or tar.gz), which fails as soon as
+/// its files unpack to more than `limit` (setting the returned flag) or
+/// the archive is broken. The consumer (the engine) then sees a failed
+/// stream and unpacks nothing more.
+pub fn meter_archive(
+    archive: stockade_runtime::ByteStream,
+    limit: u64,
+) -> (stockade_runtime::ByteStream, Arc<AtomicBool>) {
+    let over = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(8);
+    let reader = SyncIoBridge::new(StreamReader::new(archive));
+    let flag = over.clone();
+    let errors = tx.clone();
+    tokio::task::spawn_blocking(move || {
+        let failure = match meter(reader, limit, Some(tx)) {
+            Ok(_) => return,
+            Err(MeterError::TooLarge) => {
+                flag.store(true, Ordering::SeqCst);
+                io::Error::other(format!(
+                    "unpacked size exceeds the limit of {}",
+                    describe_limit(limit)
+                ))
+            }
+            Err(MeterError::Invalid(m)) => io::Error::new(io::ErrorKind::InvalidData, m),
+        };
+        let _ = errors.blocking_send(Err(failure));
+    });
+    let stream = Box::pin(stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    (stream, over)
+}
+
+/// Reads `archive` (tar or tar.gz) to its end, or to the point its files
+/// unpack to more than `limit`, and returns what they unpack to.
+pub async fn measure_archive(
+    archive: stockade_runtime::ByteStream,
+    limit: u64,
+) -> Result<u64, MeterError> {
+    let reader = SyncIoBridge::new(StreamReader::new(archive));
+    tokio::task::spawn_blocking(move || meter(reader, limit, None))
+        .await
+        .map_err(|e| MeterError::Invalid(format!("measuring the archive failed: {e}")))?
 }
 
 /// Blocking `Write` into the channel that feeds the engine's upload.
@@ -745,20 +940,14 @@ fn entry_path(raw: &[u8]) -> Result<Option<Vec<u8>>, String> {
     Ok(Some(parts.join(&b'/')))
 }
 
-/// The most bytes an upload's unpacked tar stream may have: its content
-/// limit plus room for headers.
-fn unpacked_stream_bound(limit: u64) -> u64 {
-    limit.saturating_add(limit / 4).saturating_add(1 << 20)
-}
-
 /// Re-packs an uploaded tar (or tar.gz, told by its magic bytes) into
 /// `sink`: entries below the missing directories `missing`, checked one by
 /// one, the unpacked size limited to `limit`. Runs on a blocking thread.
-fn repack<R: Read>(
+fn repack<R: Read, W: Write>(
     body: R,
     missing: &[String],
     limit: u64,
-    sink: &mut tar::Builder<ChannelWriter>,
+    sink: &mut tar::Builder<W>,
     over: Arc<AtomicBool>,
 ) -> Result<Repacked, io::Error> {
     let mut body = io::BufReader::with_capacity(CHUNK, body);
@@ -911,9 +1100,27 @@ fn repack<R: Read>(
     Ok(done)
 }
 
+/// Why re-packing an upload stopped.
+#[derive(Debug)]
+enum RepackError {
+    /// Its files unpack to more than the ceiling.
+    TooLarge,
+    /// Not a tar/tar.gz, or an entry that may not be unpacked.
+    Invalid(String),
+    /// The engine stopped reading (its own error says why).
+    SinkClosed,
+    /// The temporary copy of the upload could not be read.
+    Io(String),
+}
+
 /// Unpacks an uploaded tar/tar.gz `body` into `dir` (an existing directory)
-/// below the missing directories `missing`: the archive is re-packed on a
-/// blocking thread while it streams to the engine.
+/// below the missing directories `missing`.
+///
+/// The body (at most `max_file_bytes`) is kept in a temporary file and
+/// read twice: first every entry is checked and what the files unpack to is
+/// counted (stopping as soon as it passes the unpack ceiling, SEC-14), and
+/// only an archive that passes is re-packed, on a blocking thread, while it
+/// streams to the engine. So a refused archive leaves nothing in the sandbox.
 pub async fn upload_archive(
     svc: &Service,
     id: &SandboxId,
@@ -921,12 +1128,44 @@ pub async fn upload_archive(
     missing: Vec<String>,
     body: BodyStream,
 ) -> ServiceResult<Repacked> {
-    let limit = svc.config.max_file_bytes;
-    let watch = Arc::new(BodyWatch::default());
-    let body = limit_body(body, limit, watch.clone());
-    // Set when the archive unpacks to more than the limit.
-    let over = Arc::new(AtomicBool::new(false));
-    let reader = SyncIoBridge::new(StreamReader::new(body));
+    let limit = svc.config.max_unpacked_bytes;
+    let (file, _) = spool(body, svc.config.max_file_bytes).await?;
+    let file = file.into_std().await;
+    let io_failed =
+        |e: io::Error| ServiceError::Internal(format!("could not read the spooled upload: {e}"));
+
+    // The check: the whole archive through a sink.
+    let check_missing = missing.clone();
+    let (checked, mut file) = tokio::task::spawn_blocking(move || {
+        let over = Arc::new(AtomicBool::new(false));
+        let mut sink = tar::Builder::new(io::sink());
+        let result = repack(
+            io::BufReader::new(&file),
+            &check_missing,
+            limit,
+            &mut sink,
+            over.clone(),
+        );
+        let checked = match result {
+            Ok(r) => Ok(r),
+            Err(_) if over.load(Ordering::SeqCst) => Err(RepackError::TooLarge),
+            Err(e) => Err(RepackError::Invalid(e.to_string())),
+        };
+        (checked, file)
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(format!("the upload check failed: {e}")))?;
+    match checked {
+        Ok(_) => {}
+        Err(RepackError::TooLarge) => return Err(unpacked_too_large("The archive", limit)),
+        Err(e) => return Err(repack_failed(e)),
+    }
+    {
+        use std::io::Seek;
+        file.rewind().map_err(io_failed)?;
+    }
+
+    // The unpack: re-packed again, now into the engine.
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let closed = Arc::new(AtomicBool::new(false));
     let writer = ChannelWriter {
@@ -934,14 +1173,25 @@ pub async fn upload_archive(
         buf: Vec::with_capacity(CHUNK),
         closed: closed.clone(),
     };
-    let task_over = over.clone();
     let task = tokio::task::spawn_blocking(move || {
+        let over = Arc::new(AtomicBool::new(false));
         let mut sink = tar::Builder::new(writer);
-        let result = repack(reader, &missing, limit, &mut sink, task_over);
+        let result = repack(
+            io::BufReader::new(file),
+            &missing,
+            limit,
+            &mut sink,
+            over.clone(),
+        );
         // Dropping the sink ends the stream: on error the engine sees a
         // truncated archive.
         drop(sink);
-        result
+        match result {
+            Ok(r) => Ok(r),
+            Err(_) if over.load(Ordering::SeqCst) => Err(RepackError::TooLarge),
+            Err(_) if closed.load(Ordering::SeqCst) => Err(RepackError::SinkClosed),
+            Err(e) => Err(RepackError::Io(e.to_string())),
+        }
     });
     let upload: ArchiveUpload = Box::pin(stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
@@ -950,26 +1200,10 @@ pub async fn upload_archive(
     let repacked = task
         .await
         .map_err(|e| ServiceError::Internal(format!("the upload task failed: {e}")))?;
-    let repacked = match repacked {
-        Ok(r) => Ok(r),
-        Err(_) if watch.too_large.load(Ordering::SeqCst) || over.load(Ordering::SeqCst) => {
-            Err(RepackError::TooLarge)
-        }
-        Err(e) if watch.failed.load(Ordering::SeqCst) => Err(RepackError::Body(e.to_string())),
-        Err(_) if closed.load(Ordering::SeqCst) => Err(RepackError::SinkClosed),
-        Err(e) => Err(RepackError::Invalid(e.to_string())),
-    };
     match (repacked, written) {
         (Ok(r), Ok(())) => Ok(r),
-        (Err(RepackError::TooLarge), _) => Err(too_large(limit)),
-        (Err(RepackError::Invalid(m)), _) => Err(ServiceError::field(
-            "body",
-            format!("not a valid tar or tar.gz archive: {m}"),
-        )),
-        (Err(RepackError::Body(m)), _) => Err(ServiceError::field(
-            "body",
-            format!("could not read the request body: {m}"),
-        )),
+        (Err(RepackError::TooLarge), _) => Err(unpacked_too_large("The archive", limit)),
+        (Err(e @ (RepackError::Invalid(_) | RepackError::Io(_))), _) => Err(repack_failed(e)),
         // DB-13: the engine refusing the archive's own content (a hard link
         // to nothing, a path it cannot make) is the caller's input: a 400.
         (_, Err(FsError::Runtime(RuntimeError::Other(m))))
@@ -990,6 +1224,17 @@ pub async fn upload_archive(
         (Err(RepackError::SinkClosed), Ok(())) => Err(ServiceError::Internal(
             "the engine stopped reading the archive but reported success".into(),
         )),
+    }
+}
+
+fn repack_failed(e: RepackError) -> ServiceError {
+    match e {
+        RepackError::Invalid(m) => {
+            ServiceError::field("body", format!("not a valid tar or tar.gz archive: {m}"))
+        }
+        RepackError::Io(m) => ServiceError::Internal(format!("could not read the upload: {m}")),
+        RepackError::TooLarge => ServiceError::Internal("the archive is too large".into()),
+        RepackError::SinkClosed => ServiceError::Internal("the engine stopped reading".into()),
     }
 }
 

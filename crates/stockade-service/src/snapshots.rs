@@ -3,6 +3,10 @@
 //! tar in the object store; delete them; and collect what deleted snapshots
 //! and expired uploads leave behind.
 //!
+//! A user snapshot's `/workspace` is held to the unpack ceiling (SEC-14)
+//! while it streams into the object store: one that could never be restored
+//! is refused (413) and nothing of it is kept.
+//!
 //! A capture runs in its own task, so a client that goes away does not leave
 //! half a snapshot: it completes, or everything it made is removed again.
 //! A deleted snapshot's image may still be used by sandboxes created from it
@@ -157,10 +161,23 @@ async fn capture_inner(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<S
             .export_workspace(&snapshot.source_sandbox_id)
             .await
             .map_err(|e| missing_container(e, &snapshot))?;
+        // SEC-14: a /workspace that unpacks to more than the ceiling could
+        // never be restored; it is refused while it streams.
+        let ceiling = svc.config.max_unpacked_bytes;
+        let (workspace, over) = crate::files::meter_archive(workspace, ceiling);
         // Recorded before the upload so that a crash leaves a key to clean.
         snapshot.blob_key = Some(key.clone());
         svc.store.update_snapshot(&snapshot).await?;
-        let bytes = svc.blobs.put_stream(&key, workspace).await?;
+        let bytes = match svc.blobs.put_stream(&key, workspace).await {
+            Ok(bytes) => bytes,
+            Err(_) if over.load(std::sync::atomic::Ordering::SeqCst) => {
+                return Err(crate::files::unpacked_too_large(
+                    "The sandbox's /workspace",
+                    ceiling,
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
         snapshot.workspace_bytes = Some(bytes);
     }
     snapshot.status = SnapshotStatus::Ready;

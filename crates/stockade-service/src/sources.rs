@@ -13,8 +13,18 @@
 //!   `/workspace`, streamed straight from its container.
 //!
 //! Downloaded and uploaded archives are checked before use (tar or tar.gz;
-//! no absolute or `..` paths, no device files; unpacked size capped), so a
-//! corrupt archive fails the create with a 422 and leaves nothing behind.
+//! no absolute or `..` paths, no device files), so a corrupt archive fails
+//! the create with a 422 and leaves nothing behind.
+//!
+//! One unpack ceiling holds for every source (SEC-14,
+//! [`crate::config::ServiceConfig::max_unpacked_bytes`]): what the files
+//! add up to is known before the create starts — counted in the checked
+//! download, in the upload and the snapshot archive read once more, in the
+//! fork's `/workspace` read once more, and for a clone from `git ls-tree`
+//! before anything is checked out — and a source over it is a 413. The
+//! archive the runtime unpacks is metered again while it streams
+//! ([`crate::files::meter_archive`]), so it stops at the ceiling whatever
+//! changed in between; the failed create is rolled back.
 //!
 //! The server fetches URLs on the user's behalf, so it never connects to an
 //! internal address (SEC-8, [`crate::outbound`]): downloads resolve names
@@ -116,14 +126,15 @@ pub async fn resolve(
         return Ok((req.clone(), None));
     };
     let limits = &svc.config.sources;
-    match source {
+    let ceiling = svc.config.max_unpacked_bytes;
+    let resolved: ServiceResult<(CreateSandboxRequest, Option<PreparedSource>)> = match source {
         SandboxSource::Git { url, git_ref } => {
             let url = parse_url(url, &["https", "http", "git"], limits).await?;
             let git_ref = git_ref
                 .as_deref()
                 .map(|r| parse_git_ref(r, "source.ref"))
                 .transpose()?;
-            let archive = clone_as_tar(limits, &url, git_ref.as_deref()).await?;
+            let archive = clone_as_tar(limits, ceiling, &url, git_ref.as_deref()).await?;
             Ok((
                 req.clone(),
                 Some(PreparedSource {
@@ -134,7 +145,7 @@ pub async fn resolve(
         }
         SandboxSource::Tarball { url } => {
             let url = parse_url(url, &["https", "http"], limits).await?;
-            let archive = download_archive(limits, &url).await?;
+            let archive = download_archive(limits, ceiling, &url).await?;
             Ok((
                 req.clone(),
                 Some(PreparedSource {
@@ -155,6 +166,9 @@ pub async fn resolve(
                     "Upload {id} has expired; upload the archive again"
                 )));
             }
+            // Checked when it was uploaded; counted again under today's ceiling.
+            let (_, counted) = svc.blobs.get_stream(&key).await?;
+            within_ceiling(counted, ceiling, "The uploaded archive").await?;
             let (_, archive) = svc.blobs.get_stream(&key).await?;
             Ok((
                 req.clone(),
@@ -176,6 +190,11 @@ pub async fn resolve(
             let key = snapshot.blob_key.clone().ok_or_else(|| {
                 ServiceError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
             })?;
+            // An archive no larger than the ceiling cannot unpack to more.
+            if snapshot.workspace_bytes.is_none_or(|b| b > ceiling) {
+                let (_, counted) = svc.blobs.get_stream(&key).await?;
+                within_ceiling(counted, ceiling, "The snapshot's /workspace").await?;
+            }
             let (_, archive) = svc.blobs.get_stream(&key).await?;
             let mut req = req.clone();
             req.docker_image = Some(snapshot.image_ref.clone());
@@ -191,6 +210,15 @@ pub async fn resolve(
             refuse_image_fields(req, "sandbox")?;
             let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
             let from = lifecycle::load(svc, scope, id.as_str()).await?;
+            snapshots::ensure_capturable(&from)?;
+            // Counted before anything is made: a sparse file can make a
+            // tiny disk hold a huge /workspace.
+            let counted = svc
+                .runtime
+                .export_workspace(&from.id)
+                .await
+                .map_err(|e| no_container(e, &from.id))?;
+            within_ceiling(counted, ceiling, "The sandbox's /workspace").await?;
             let snapshot = snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
             let image = snapshot.image_ref.clone();
             let guard = ForkSnapshot {
@@ -201,13 +229,7 @@ pub async fn resolve(
                 Ok(a) => a,
                 Err(e) => {
                     guard.release().await;
-                    return Err(match e {
-                        RuntimeError::NotFound(_) => ServiceError::Conflict(format!(
-                            "The container of sandbox {} no longer exists: nothing to fork",
-                            from.id
-                        )),
-                        other => other.into(),
-                    });
+                    return Err(no_container(e, &from.id));
                 }
             };
             Ok((
@@ -218,6 +240,36 @@ pub async fn resolve(
                 }),
             ))
         }
+    };
+    let (req, prepared) = resolved?;
+    // Whatever the source, the runtime unpacks it under the ceiling.
+    let prepared = prepared.map(|p| PreparedSource {
+        archive: crate::files::meter_archive(p.archive, ceiling).0,
+        after: p.after,
+    });
+    Ok((req, prepared))
+}
+
+fn no_container(e: RuntimeError, id: &SandboxId) -> ServiceError {
+    match e {
+        RuntimeError::NotFound(_) => ServiceError::Conflict(format!(
+            "The container of sandbox {id} no longer exists: nothing to fork"
+        )),
+        other => other.into(),
+    }
+}
+
+/// Reads `archive` through and fails with a 413 when its files unpack to
+/// more than `ceiling` (`what` names it in the message).
+async fn within_ceiling(archive: ByteStream, ceiling: u64, what: &str) -> ServiceResult<u64> {
+    match crate::files::measure_archive(archive, ceiling).await {
+        Ok(total) => Ok(total),
+        Err(crate::files::MeterError::TooLarge) => {
+            Err(crate::files::unpacked_too_large(what, ceiling))
+        }
+        Err(crate::files::MeterError::Invalid(m)) => Err(ServiceError::SourceFailed(format!(
+            "{what} cannot be read: {m}"
+        ))),
     }
 }
 
@@ -371,8 +423,15 @@ fn is_commit(r: &str) -> bool {
 
 /// Clones `url` at `git_ref` into a temporary directory and returns it as a
 /// tar stream (the directory goes when the stream is dropped).
+///
+/// Nothing is checked out before it is known to fit: the clone is made
+/// without a work tree, its `.git` held to `max_archive_bytes`, and the
+/// files of the revision (`git ls-tree`, read as it streams) with the
+/// `.git` to the unpack ceiling — a repository whose trees expand to
+/// gigabytes never touches the server's disk.
 async fn clone_as_tar(
     limits: &SourceLimits,
+    ceiling: u64,
     url: &Url,
     git_ref: Option<&str>,
 ) -> ServiceResult<ByteStream> {
@@ -402,70 +461,54 @@ async fn clone_as_tar(
     );
     let pin = ["-c", resolve.as_str(), "-c", "http.followRedirects=false"];
     let url = &target;
+    let max = limits.max_archive_bytes;
     let work = async {
         let repo_arg = repo.display().to_string();
-        match git_ref {
-            Some(r) if is_commit(r) => {
-                run_git(
-                    tmp.path(),
-                    &pin,
-                    &[
-                        "clone",
-                        "--quiet",
-                        "--no-checkout",
-                        "--",
-                        url.as_str(),
-                        &repo_arg,
-                    ],
-                    &shown,
-                )
-                .await?;
-                run_git(
-                    tmp.path(),
-                    &pin,
-                    &["-C", &repo_arg, "checkout", "--quiet", r, "--"],
-                    &shown,
-                )
-                .await
-            }
+        let mut clone: Vec<&str> = vec!["clone", "--quiet", "--no-checkout"];
+        let rev = match git_ref {
+            Some(r) if is_commit(r) => r,
             Some(r) => {
-                run_git(
-                    tmp.path(),
-                    &pin,
-                    &[
-                        "clone",
-                        "--quiet",
-                        "--depth",
-                        "1",
-                        "--single-branch",
-                        "--branch",
-                        r,
-                        "--",
-                        url.as_str(),
-                        &repo_arg,
-                    ],
-                    &shown,
-                )
-                .await
+                clone.extend(["--depth", "1", "--single-branch", "--branch", r]);
+                "HEAD"
             }
             None => {
-                run_git(
-                    tmp.path(),
-                    &pin,
-                    &[
-                        "clone",
-                        "--quiet",
-                        "--depth",
-                        "1",
-                        "--",
-                        url.as_str(),
-                        &repo_arg,
-                    ],
-                    &shown,
-                )
-                .await
+                clone.extend(["--depth", "1"]);
+                "HEAD"
             }
+        };
+        clone.extend(["--", url.as_str(), &repo_arg]);
+        run_git(tmp.path(), &pin, &clone, &shown).await?;
+        let git_dir = repo.clone();
+        let fetched = tokio::task::spawn_blocking(move || dir_size(&git_dir))
+            .await
+            .map_err(|e| ServiceError::Internal(format!("measuring the clone failed: {e}")))?
+            .map_err(|e| {
+                ServiceError::SourceFailed(format!("git source {shown}: reading the clone: {e}"))
+            })?;
+        if fetched > max {
+            return Err(ServiceError::SourceFailed(format!(
+                "git source {shown}: the repository is {fetched} bytes, more than the limit of {max}"
+            )));
         }
+        let files = tree_size(
+            tmp.path(),
+            &pin,
+            &repo_arg,
+            rev,
+            ceiling.saturating_sub(fetched),
+            &shown,
+        )
+        .await?;
+        if files.is_none() {
+            return Err(crate::files::unpacked_too_large("The repository", ceiling));
+        }
+        run_git(
+            tmp.path(),
+            &pin,
+            &["-C", &repo_arg, "checkout", "--quiet", rev, "--"],
+            &shown,
+        )
+        .await
     };
     match tokio::time::timeout(limits.fetch_timeout, work).await {
         Ok(r) => r?,
@@ -476,35 +519,106 @@ async fn clone_as_tar(
             )))
         }
     }
-    let max = limits.max_archive_bytes;
     let tar_path = tmp.path().join("workspace.tar");
     let (repo2, tar2) = (repo.clone(), tar_path.clone());
-    tokio::task::spawn_blocking(move || -> Result<(), String> {
-        let size = dir_size(&repo2).map_err(|e| format!("reading the clone: {e}"))?;
-        if size > max {
-            return Err(format!(
-                "the repository is {} bytes, more than the limit of {max}",
-                size
-            ));
+    tokio::task::spawn_blocking(move || -> Result<(), Option<String>> {
+        // What the checkout wrote, should git have written more than it listed.
+        let size = dir_size(&repo2).map_err(|e| Some(format!("reading the clone: {e}")))?;
+        if size > ceiling {
+            return Err(None);
         }
-        let file = std::fs::File::create(&tar2).map_err(|e| e.to_string())?;
+        let file = std::fs::File::create(&tar2).map_err(|e| Some(e.to_string()))?;
         let mut b = tar::Builder::new(std::io::BufWriter::new(file));
         b.follow_symlinks(false);
-        b.append_dir_all(".", &repo2).map_err(|e| e.to_string())?;
+        b.append_dir_all(".", &repo2)
+            .map_err(|e| Some(e.to_string()))?;
         b.into_inner()
             .and_then(|mut w| std::io::Write::flush(&mut w))
-            .map_err(|e| e.to_string())
+            .map_err(|e| Some(e.to_string()))
     })
     .await
     .map_err(|e| ServiceError::Internal(format!("packing the clone failed: {e}")))?
-    .map_err(|m| ServiceError::SourceFailed(format!("git source {shown}: {m}")))?;
+    .map_err(|m| match m {
+        Some(m) => ServiceError::SourceFailed(format!("git source {shown}: {m}")),
+        None => crate::files::unpacked_too_large("The repository", ceiling),
+    })?;
     info!(url = %shown, git_ref, "repository cloned for a new sandbox");
     file_stream(tar_path, tmp).await
 }
 
-/// Runs git without prompts, user or system configuration, and with only
-/// the network transports allowed (no `file://`, no `ext::`).
-async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> ServiceResult<()> {
+/// What the files of `rev` add up to in the clone at `repo` (no work tree
+/// needed): `git ls-tree -r -l`, read as it streams; `None` as soon as the
+/// total passes `limit` (git is stopped then).
+async fn tree_size(
+    home: &Path,
+    pin: &[&str],
+    repo: &str,
+    rev: &str,
+    limit: u64,
+    shown: &str,
+) -> ServiceResult<Option<u64>> {
+    use tokio::io::AsyncBufReadExt;
+    let failed =
+        |m: String| ServiceError::SourceFailed(format!("git clone of {shown} failed: {m}"));
+    let mut child = git_command(home, pin)
+        .args(["-C", repo, "ls-tree", "-r", "-l", "-z", "--full-tree", rev])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| ServiceError::Internal(format!("cannot run git: {e}")))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| ServiceError::Internal("git ls-tree has no output".into()))?;
+    let mut out = tokio::io::BufReader::new(stdout);
+    let (mut total, mut entries) = (0u64, 0u64);
+    let mut record = Vec::new();
+    loop {
+        record.clear();
+        // `<mode> <type> <object> <size>\t<path>\0`; a path is at most a few KiB.
+        let n = (&mut out)
+            .take(64 * 1024)
+            .read_until(0, &mut record)
+            .await
+            .map_err(|e| failed(format!("listing the files: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        entries += 1;
+        if entries > MAX_ENTRIES {
+            return Err(failed(format!("more than {MAX_ENTRIES} files")));
+        }
+        let meta = record
+            .split(|b| *b == b'\t')
+            .next()
+            .and_then(|m| std::str::from_utf8(m).ok())
+            .ok_or_else(|| failed("git listed a file it cannot describe".into()))?;
+        // Submodules (commits) and other non-blobs show `-`.
+        let size = meta
+            .split_ascii_whitespace()
+            .nth(3)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0);
+        total = total.saturating_add(size);
+        if total > limit {
+            return Ok(None);
+        }
+    }
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| ServiceError::Internal(format!("waiting for git failed: {e}")))?;
+    if !status.success() {
+        return Err(failed(format!(
+            "{rev} is not a revision of the repository (git ls-tree exited with {status})"
+        )));
+    }
+    Ok(Some(total))
+}
+
+/// `git` without prompts, user or system configuration, with only the
+/// network transports allowed (no `file://`, no `ext::`), killed when dropped.
+fn git_command(home: &Path, pin: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("git");
     cmd.args([
         "-c",
@@ -521,7 +635,6 @@ async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> Servi
         "core.hooksPath=/dev/null",
     ])
     .args(pin)
-    .args(args)
     .env_clear()
     .env(
         "PATH",
@@ -533,9 +646,17 @@ async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> Servi
     .env("GIT_CONFIG_GLOBAL", "/dev/null")
     .env("GIT_ALLOW_PROTOCOL", "http:https:git")
     .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
     .kill_on_drop(true);
+    cmd
+}
+
+/// Runs git without prompts, user or system configuration, and with only
+/// the network transports allowed (no `file://`, no `ext::`).
+async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> ServiceResult<()> {
+    let mut cmd = git_command(home, pin);
+    cmd.args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ServiceError::Internal(
@@ -595,7 +716,11 @@ fn dir_size(dir: &Path) -> std::io::Result<u64> {
 
 /// Downloads a tarball into a temporary file (at most
 /// `max_archive_bytes`), checks it, and returns it as a stream.
-async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<ByteStream> {
+async fn download_archive(
+    limits: &SourceLimits,
+    ceiling: u64,
+    url: &Url,
+) -> ServiceResult<ByteStream> {
     let shown = redacted(url);
     let tmp = tempfile::tempdir()
         .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
@@ -638,10 +763,15 @@ async fn download_archive(limits: &SourceLimits, url: &Url) -> ServiceResult<Byt
         .await
         .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
     drop(file);
-    check_archive_file(&path, limits.max_unpacked_bytes, Quote::Nothing)
+    check_archive_file(&path, ceiling, Quote::Nothing)
         .await
-        .map_err(|m| {
-            ServiceError::SourceFailed(format!("the archive at {shown} is unusable: {m}"))
+        .map_err(|e| match e {
+            ArchiveError::TooLarge { limit } => {
+                crate::files::unpacked_too_large(&format!("The archive at {shown}"), limit)
+            }
+            ArchiveError::Invalid(m) => {
+                ServiceError::SourceFailed(format!("the archive at {shown} is unusable: {m}"))
+            }
         })?;
     info!(url = %shown, bytes = total, "tarball downloaded for a new sandbox");
     file_stream(path, tmp).await
@@ -657,13 +787,46 @@ pub enum Quote {
     Nothing,
 }
 
-/// Checks a tar or tar.gz file in a blocking task; the message says why it
-/// is unusable.
+/// Why an archive cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveError {
+    /// Its files unpack to more than the ceiling (SEC-14: a 413).
+    TooLarge { limit: u64 },
+    /// Not a tar or tar.gz, broken, or with an entry that may not be unpacked.
+    Invalid(String),
+}
+
+impl std::fmt::Display for ArchiveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLarge { limit } => write!(
+                f,
+                "unpacked size exceeds the limit of {}",
+                crate::files::describe_limit(*limit)
+            ),
+            Self::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for ArchiveError {
+    fn from(m: String) -> Self {
+        Self::Invalid(m)
+    }
+}
+
+impl From<&str> for ArchiveError {
+    fn from(m: &str) -> Self {
+        Self::Invalid(m.to_owned())
+    }
+}
+
+/// Checks a tar or tar.gz file in a blocking task.
 pub async fn check_archive_file(
     path: &Path,
     max_unpacked: u64,
     quote: Quote,
-) -> Result<ArchiveSummary, String> {
+) -> Result<ArchiveSummary, ArchiveError> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
@@ -681,15 +844,36 @@ pub struct ArchiveSummary {
     pub gzip: bool,
 }
 
+/// Counts what it reads of the decompressed stream and fails past `left`.
+struct Bounded<R> {
+    inner: R,
+    left: u64,
+    over: bool,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            self.over = true;
+            return Err(std::io::Error::other("the archive unpacks to too much"));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
 /// Reads a whole tar (optionally gzip-compressed) archive: every header and
 /// every byte, so truncation and corruption show. Refuses other formats,
-/// absolute or `..` paths, device files and FIFOs, and archives that unpack
-/// to more than `max_unpacked` bytes.
+/// absolute or `..` paths, device files and FIFOs, and — as soon as the
+/// count passes it — archives whose files unpack to more than `max_unpacked`
+/// bytes (sparse files at their full size; the decompressed stream as a
+/// whole is bounded too, against archives of endless headers).
 pub fn check_archive<R: std::io::BufRead>(
     mut input: R,
     max_unpacked: u64,
     quote: Quote,
-) -> Result<ArchiveSummary, String> {
+) -> Result<ArchiveSummary, ArchiveError> {
     // The parser's messages quote header bytes; entry names are content.
     let detail = |e: &dyn std::fmt::Display| match quote {
         Quote::Names => format!(": {e}"),
@@ -698,6 +882,9 @@ pub fn check_archive<R: std::io::BufRead>(
     let name = |p: &Path| match quote {
         Quote::Names => format!(" '{}'", p.display()),
         Quote::Nothing => String::new(),
+    };
+    let too_large = ArchiveError::TooLarge {
+        limit: max_unpacked,
     };
     let head = input.fill_buf().map_err(|e| e.to_string())?.to_vec();
     if head.is_empty() {
@@ -715,47 +902,63 @@ pub fn check_archive<R: std::io::BufRead>(
     } else {
         Box::new(input)
     };
-    let mut archive = tar::Archive::new(reader);
+    let mut bounded = Bounded {
+        inner: reader,
+        left: crate::files::unpacked_stream_bound(max_unpacked),
+        over: false,
+    };
     let mut summary = ArchiveSummary {
         entries: 0,
         unpacked_bytes: 0,
         gzip,
     };
-    let entries = archive
-        .entries()
-        .map_err(|e| format!("not a tar archive{}", detail(&e)))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| format!("not a valid tar archive{}", detail(&e)))?;
-        summary.entries += 1;
-        if summary.entries > MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} entries"));
+    let result = (|| {
+        let mut archive = tar::Archive::new(&mut bounded);
+        let entries = archive
+            .entries()
+            .map_err(|e| format!("not a tar archive{}", detail(&e)))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| format!("not a valid tar archive{}", detail(&e)))?;
+            summary.entries += 1;
+            if summary.entries > MAX_ENTRIES {
+                return Err(format!("more than {MAX_ENTRIES} entries").into());
+            }
+            let kind = entry.header().entry_type();
+            if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
+                return Err("device files and FIFOs are not allowed".into());
+            }
+            let path: PathBuf = entry
+                .path()
+                .map_err(|e| format!("an entry has an unreadable name{}", detail(&e)))?
+                .into_owned();
+            if path.components().any(|c| {
+                matches!(
+                    c,
+                    Component::RootDir | Component::Prefix(_) | Component::ParentDir
+                )
+            }) {
+                return Err(format!(
+                    "an entry{} would unpack outside /workspace (absolute or '..' path)",
+                    name(&path)
+                )
+                .into());
+            }
+            let size = crate::files::unpacked_size(&mut entry)
+                .map_err(|e| format!("an entry{} is corrupt{}", name(&path), detail(&e)))?;
+            summary.unpacked_bytes = summary.unpacked_bytes.saturating_add(size);
+            if summary.unpacked_bytes > max_unpacked {
+                return Err(too_large.clone());
+            }
+            // Read the data: a truncated or corrupt body fails here.
+            std::io::copy(&mut entry, &mut std::io::sink())
+                .map_err(|e| format!("an entry{} is corrupt{}", name(&path), detail(&e)))?;
         }
-        let kind = entry.header().entry_type();
-        if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
-            return Err("device files and FIFOs are not allowed".into());
-        }
-        let path: PathBuf = entry
-            .path()
-            .map_err(|e| format!("an entry has an unreadable name{}", detail(&e)))?
-            .into_owned();
-        if path.components().any(|c| {
-            matches!(
-                c,
-                Component::RootDir | Component::Prefix(_) | Component::ParentDir
-            )
-        }) {
-            return Err(format!(
-                "an entry{} would unpack outside /workspace (absolute or '..' path)",
-                name(&path)
-            ));
-        }
-        summary.unpacked_bytes += entry.size();
-        if summary.unpacked_bytes > max_unpacked {
-            return Err(format!("it unpacks to more than {max_unpacked} bytes"));
-        }
-        // Read the data: a truncated or corrupt body fails here.
-        std::io::copy(&mut entry, &mut std::io::sink())
-            .map_err(|e| format!("an entry{} is corrupt{}", name(&path), detail(&e)))?;
+        Ok(())
+    })();
+    match result {
+        Err(_) if bounded.over => return Err(too_large),
+        Err(e) => return Err(e),
+        Ok(()) => {}
     }
     if summary.entries == 0 {
         return Err("not a tar archive (no entries found)".into());
@@ -827,7 +1030,9 @@ mod tests {
         let t = tar_of(&[("a", &[7u8; 2000])]);
         let mut truncated = t.clone();
         truncated.truncate(1000);
-        let err = check_archive(truncated.as_slice(), u64::MAX, Quote::Names).unwrap_err();
+        let err = check_archive(truncated.as_slice(), u64::MAX, Quote::Names)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("corrupt") || err.contains("not a valid tar"),
             "{err}"
@@ -843,15 +1048,18 @@ mod tests {
         .is_err());
         assert!(check_archive(&[][..], u64::MAX, Quote::Names)
             .unwrap_err()
+            .to_string()
             .contains("empty"));
         assert!(
             check_archive(&b"PK\x03\x04rest"[..], u64::MAX, Quote::Names)
                 .unwrap_err()
+                .to_string()
                 .contains("zip")
         );
-        assert!(check_archive(t.as_slice(), 100, Quote::Names)
-            .unwrap_err()
-            .contains("unpacks to more"));
+        assert_eq!(
+            check_archive(t.as_slice(), 100, Quote::Names).unwrap_err(),
+            ArchiveError::TooLarge { limit: 100 }
+        );
         // `..` and absolute paths (written raw: the tar crate refuses to make them).
         for evil in ["../escape", "/etc/passwd"] {
             let mut h = tar::Header::new_gnu();
@@ -863,7 +1071,9 @@ mod tests {
             raw.extend_from_slice(b"x");
             raw.resize(1024, 0);
             raw.extend_from_slice(&[0u8; 1024]);
-            let err = check_archive(raw.as_slice(), u64::MAX, Quote::Names).unwrap_err();
+            let err = check_archive(raw.as_slice(), u64::MAX, Quote::Names)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("outside /workspace"), "{evil}: {err}");
         }
     }

@@ -71,6 +71,32 @@ pub struct ServerArgs {
     /// Largest file write or archive upload, in bytes (larger is a 413).
     #[arg(long, env = "STOCKADE_MAX_FILE_BYTES", default_value_t = 100 * 1024 * 1024)]
     max_file_bytes: u64,
+    /// The unpack ceiling (SEC-14), in MiB: the most an archive's files may
+    /// unpack to, on every path that unpacks one (archive uploads to a
+    /// sandbox, uploaded, tarball and git sources, snapshots, forks).
+    /// Counted while the archive streams; more is a 413.
+    #[arg(long, env = "STOCKADE_MAX_UNPACKED_MB", default_value_t = 4096,
+          value_parser = clap::value_parser!(u64).range(1..=16 * 1024 * 1024))]
+    max_unpacked_mb: u64,
+    /// Most client connections open at once (SEC-17). At the cap, a new
+    /// connection that sends a whole request head takes the place of the one
+    /// that has waited longest without a request in progress (a half-sent or
+    /// idle one), which is closed; one that sends only part of a head is
+    /// closed; when all are busy, new ones wait. Default: from the
+    /// open-files limit, leaving room for Docker, database and proxy sockets.
+    #[arg(long, env = "STOCKADE_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_connections: Option<u64>,
+    /// Seconds a client has to send a request's headers (from the connect,
+    /// or from the first byte on a kept-alive connection).
+    #[arg(long, env = "STOCKADE_HEADER_TIMEOUT", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout: u64,
+    /// Seconds a kept-alive connection may wait for its next request.
+    /// Requests in progress — streams, WebSockets, terminals — are never cut.
+    #[arg(long, env = "STOCKADE_IDLE_TIMEOUT", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    idle_timeout: u64,
     /// Rate limit of /api/v1 per client IP and, separately, per API token:
     /// REQUESTS/WINDOW (e.g. 1000/60s, 20/1m, 5000/1h), or `off`.
     #[arg(long, env = "STOCKADE_RATE_LIMIT", default_value = "1000/60s")]
@@ -495,8 +521,53 @@ macro_rules! say {
     }};
 }
 
+/// The connection limits of the flags, and the banner line that says them
+/// with the open-files limit.
+fn connection_limits(
+    args: &ServerArgs,
+    files: &stockade_server::serve::RaisedLimit,
+) -> (stockade_server::serve::ConnectionLimits, String) {
+    let limits = stockade_server::serve::ConnectionLimits {
+        max_connections: args
+            .max_connections
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        header_timeout: std::time::Duration::from_secs(args.header_timeout),
+        idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+    };
+    let show = |n: u64| {
+        if n == u64::MAX {
+            "unlimited".to_owned()
+        } else {
+            n.to_string()
+        }
+    };
+    let raised = if files.now.soft > files.before {
+        format!(", raised from {}", show(files.before))
+    } else {
+        String::new()
+    };
+    let line = format!(
+        "at most {} connections at once (open files: {}{raised}); request headers within {} s, idle keep-alive {} s",
+        limits.effective_max_connections(),
+        show(files.now.soft),
+        args.header_timeout,
+        args.idle_timeout,
+    );
+    (limits, line)
+}
+
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     init_tracing();
+    // SEC-17: as many descriptors as the system allows, before anything opens.
+    let files = stockade_server::serve::raise_open_files_limit().unwrap_or_else(|e| {
+        let now = stockade_server::serve::open_files_limit();
+        tracing::warn!(error = %e, soft = now.soft, "could not raise the open-files limit");
+        stockade_server::serve::RaisedLimit {
+            before: now.soft,
+            now,
+        }
+    });
+    let (connections, connections_line) = connection_limits(&args, &files);
     // Bad settings fail before anything is created.
     let rate_limit = rate_limit_config(&args)?;
     let (pool, warm_pool) = warm_pool_config(&args)?;
@@ -538,9 +609,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         docker_host: docker_host.clone(),
         rate_limit,
         metrics_token: args.metrics_token.clone().filter(|t| !t.is_empty()),
+        connections,
         ..ServerConfig::default()
     };
     config.service.max_file_bytes = args.max_file_bytes;
+    config.service.max_unpacked_bytes = args.max_unpacked_mb << 20;
     config.service.operation_lease = std::time::Duration::from_secs(args.operation_lease);
     config.shutdown_grace = std::time::Duration::from_secs(args.shutdown_grace);
     config.service.usage.volume_size_ttl =
@@ -614,6 +687,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     say!("  API docs:  {base}/api/v1/docs");
     say!("  database:  {}", redact_url(&database));
     say!("  limits:    {limits}");
+    say!("  clients:   {connections_line}");
+    say!(
+        "  unpacking: archives unpack to at most {} (--max-unpacked-mb)",
+        stockade_service::files::describe_limit(args.max_unpacked_mb << 20)
+    );
     say!("  objects:   {objects}");
     for class in warm_pool.classes() {
         say!("  warm pool: {} × {}", class.size, class.key);

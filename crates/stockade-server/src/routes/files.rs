@@ -478,9 +478,10 @@ pub async fn download(
 
 /// Upload a tar (or tar.gz) archive and unpack it into a directory, made
 /// with its parents when missing. Entries must stay below it (no `..`);
-/// devices and FIFOs are refused. Limited to `max_file_bytes`, both as sent
-/// and unpacked (413). An archive refused halfway may have been partly
-/// unpacked.
+/// devices and FIFOs are refused. Limited to `max_file_bytes` as sent and
+/// to the server's unpack ceiling (`--max-unpacked-mb`) unpacked (413).
+/// The whole archive is checked before anything is unpacked: a refused
+/// archive leaves nothing in the sandbox.
 #[utoipa::path(method(put, post), path = "/api/v1/sandbox/{id}/files/archive", tag = "files", operation_id = "uploadArchive",
     params(("id" = String, Path, description = "sandbox id"),
            ("path" = Option<String>, Query, description = "directory to unpack into: absolute, or relative to /workspace (default /workspace)")),
@@ -490,7 +491,7 @@ pub async fn download(
         (status = 400, description = "Not a tar archive, or an entry that leaves the directory", body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "The path is not a directory", body = ErrorBody),
-        (status = 413, description = "Larger than max_file_bytes", body = ErrorBody),
+        (status = 413, description = "Larger than max_file_bytes as sent, or than the unpack ceiling unpacked", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]

@@ -1,6 +1,17 @@
 //! `GET /api/v1/health`: Docker and database status, without auth (API-10).
+//!
+//! Cheap under a flood (SEC-17): the Docker probe and the database check are
+//! cached and refreshed at most once per [`PROBE_TTL`], by one task at a
+//! time, so a thousand `/health` calls cost one Docker round trip and one
+//! database check. A request with a stale answer at hand waits at most
+//! [`STALE_WAIT`] for the refresh; only when there is no answer yet (the
+//! first call, or the database's health changed since the last check) does
+//! it wait for the probe itself.
 
-use std::time::Duration;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -9,10 +20,108 @@ use stockade_api::{
     DatabaseHealth, DiskAreaHealth, DiskHealth, DockerHealth, EgressHealth, HealthResponse,
     IsolationHealth,
 };
-use stockade_runtime::{DiskEnforcement, Enforcement};
+use stockade_runtime::{DiskEnforcement, Enforcement, RuntimeInfo};
 use stockade_service::egress::EgressStatus;
+use stockade_store::StoreError;
+use tokio::sync::watch;
 
 use crate::AppState;
+
+/// How long a probe's answer is reused.
+pub const PROBE_TTL: Duration = Duration::from_secs(1);
+/// How long a request with a stale answer waits for a fresh one.
+pub const STALE_WAIT: Duration = Duration::from_millis(400);
+/// How long a probe may take before it counts as no answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One probe's answer and when (and under which state) it was made.
+struct Checked<T> {
+    at: Instant,
+    tag: u64,
+    value: T,
+}
+
+/// A probe run by at most one task at a time, its last answer shared.
+struct Probe<T> {
+    last: watch::Sender<Option<Arc<Checked<T>>>>,
+    running: AtomicBool,
+}
+
+impl<T: Send + Sync + 'static> Probe<T> {
+    fn new() -> Self {
+        Self {
+            last: watch::Sender::new(None),
+            running: AtomicBool::new(false),
+        }
+    }
+
+    /// The answer for state `tag`: the cached one while fresh, else a new
+    /// one (waiting at most [`STALE_WAIT`] when a stale one of the same
+    /// state can stand in). `None` if no answer arrived in time.
+    async fn get<F, Fut>(self: &Arc<Self>, tag: u64, run: F) -> Option<Arc<Checked<T>>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+    {
+        let fresh = |c: &Option<Arc<Checked<T>>>| {
+            c.as_ref()
+                .is_some_and(|c| c.tag == tag && c.at.elapsed() < PROBE_TTL)
+        };
+        let mut rx = self.last.subscribe();
+        let current = rx.borrow_and_update().clone();
+        if fresh(&current) {
+            return current;
+        }
+        if !self.running.swap(true, Ordering::SeqCst) {
+            let probe = run();
+            let this = self.clone();
+            // Its own task: the answer is kept even if this caller goes away.
+            tokio::spawn(async move {
+                let value = probe.await;
+                this.last.send_replace(Some(Arc::new(Checked {
+                    at: Instant::now(),
+                    tag,
+                    value,
+                })));
+                this.running.store(false, Ordering::SeqCst);
+            });
+        }
+        let stand_in = current.filter(|c| c.tag == tag);
+        let wait = if stand_in.is_some() {
+            STALE_WAIT
+        } else {
+            PROBE_TIMEOUT + Duration::from_secs(1)
+        };
+        let answer = match tokio::time::timeout(wait, rx.wait_for(|c| fresh(c))).await {
+            Ok(Ok(answer)) => answer.clone(),
+            _ => stand_in,
+        };
+        answer
+    }
+}
+
+/// Why the database is not healthy.
+#[derive(Debug, Clone)]
+struct DbProblem {
+    /// It answers but cannot take writes (DB-12), as opposed to not at all.
+    degraded: bool,
+    message: String,
+}
+
+/// The cached probes of `/health`.
+pub struct HealthCache {
+    docker: Arc<Probe<Result<RuntimeInfo, String>>>,
+    database: Arc<Probe<Result<(), DbProblem>>>,
+}
+
+impl Default for HealthCache {
+    fn default() -> Self {
+        Self {
+            docker: Arc::new(Probe::new()),
+            database: Arc::new(Probe::new()),
+        }
+    }
+}
 
 /// Health of the server, its Docker engine and its database.
 #[utoipa::path(get, path = "/api/v1/health", tag = "system",
@@ -21,24 +130,56 @@ use crate::AppState;
         (status = 503, description = "Docker or the database does not answer, or the database cannot take writes (`database.status` `degraded`, e.g. its disk is full); see `docker.troubleshooting` and `database.error`", body = HealthResponse),
     ))]
 pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
-    let timeout = Duration::from_secs(5);
-    let store = &state.svc.store;
+    let store = state.svc.store.clone();
+    let runtime = state.svc.runtime.clone();
+    // A write failing or succeeding changes the store's own health: the
+    // database is checked again at once then.
+    let db_tag = u64::from(!store.health().is_ok());
+    let docker_probe = state.health.docker.get(0, move || async move {
+        match tokio::time::timeout(PROBE_TIMEOUT, runtime.info()).await {
+            Ok(Ok(info)) => Ok(info),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "Docker did not answer within {} s",
+                PROBE_TIMEOUT.as_secs()
+            )),
+        }
+    });
     // DB-12: after a failed write the database is degraded until a write
     // succeeds again; a tiny write tells whether it does now.
-    let db_check = async {
-        store.ping().await?;
-        if !store.health().is_ok() {
-            store.probe_write().await?;
+    let db_probe = state.health.database.get(db_tag, move || async move {
+        let check = async {
+            store.ping().await?;
+            if !store.health().is_ok() {
+                store.probe_write().await?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        match tokio::time::timeout(PROBE_TIMEOUT, check).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(DbProblem {
+                degraded: matches!(e, StoreError::Unavailable(_)),
+                message: e.to_string(),
+            }),
+            Err(_) => Err(db_no_answer()),
         }
-        Ok::<(), stockade_store::StoreError>(())
-    };
+    });
     let (docker, db, disk) = tokio::join!(
-        tokio::time::timeout(timeout, state.svc.runtime.info()),
-        tokio::time::timeout(timeout, db_check),
-        tokio::time::timeout(timeout, state.svc.runtime.disk_enforcement()),
+        docker_probe,
+        db_probe,
+        // Probed once and cached by the runtime.
+        tokio::time::timeout(PROBE_TIMEOUT, state.svc.runtime.disk_enforcement()),
     );
+    let docker_no_answer = || {
+        Err(format!(
+            "Docker did not answer within {} s",
+            PROBE_TIMEOUT.as_secs()
+        ))
+    };
+    let docker = docker.map_or_else(docker_no_answer, |c| c.value.clone());
+    let db = db.map_or_else(|| Err(db_no_answer()), |c| c.value.clone());
     let docker = match docker {
-        Ok(Ok(info)) => DockerHealth {
+        Ok(info) => DockerHealth {
             status: "healthy".into(),
             version: Some(info.version),
             api_version: Some(info.api_version),
@@ -48,35 +189,18 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             error: None,
             troubleshooting: Vec::new(),
         },
-        Ok(Err(e)) => unhealthy_docker(&state, e.to_string()),
-        Err(_) => unhealthy_docker(
-            &state,
-            format!("Docker did not answer within {} s", timeout.as_secs()),
-        ),
+        Err(e) => unhealthy_docker(&state, e),
     };
     let database = match db {
-        Ok(Ok(())) => DatabaseHealth {
+        Ok(()) => DatabaseHealth {
             status: "healthy".into(),
             backend: state.svc.store.backend().into(),
             error: None,
         },
-        Ok(Err(e @ stockade_store::StoreError::Unavailable(_))) => DatabaseHealth {
-            status: "degraded".into(),
+        Err(p) => DatabaseHealth {
+            status: if p.degraded { "degraded" } else { "unhealthy" }.into(),
             backend: state.svc.store.backend().into(),
-            error: Some(e.to_string()),
-        },
-        Ok(Err(e)) => DatabaseHealth {
-            status: "unhealthy".into(),
-            backend: state.svc.store.backend().into(),
-            error: Some(e.to_string()),
-        },
-        Err(_) => DatabaseHealth {
-            status: "unhealthy".into(),
-            backend: state.svc.store.backend().into(),
-            error: Some(format!(
-                "the database did not answer within {} s",
-                timeout.as_secs()
-            )),
+            error: Some(p.message),
         },
     };
     let healthy = docker.status == "healthy" && database.status == "healthy";
@@ -151,6 +275,16 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
     )
 }
 
+fn db_no_answer() -> DbProblem {
+    DbProblem {
+        degraded: false,
+        message: format!(
+            "the database did not answer within {} s",
+            PROBE_TIMEOUT.as_secs()
+        ),
+    }
+}
+
 fn disk_health(d: &DiskEnforcement) -> DiskHealth {
     let area = |e: &Enforcement| DiskAreaHealth {
         enforced: e.is_enforced(),
@@ -190,5 +324,73 @@ fn unhealthy_docker(state: &AppState, error: String) -> DockerHealth {
         runtimes: Vec::new(),
         error: Some(error),
         troubleshooting,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A probe that counts its runs and takes `delay`.
+    fn counted(
+        runs: &Arc<AtomicUsize>,
+        delay: Duration,
+    ) -> impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = usize> + Send>> {
+        let runs = runs.clone();
+        move || {
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                runs.fetch_add(1, Ordering::SeqCst) + 1
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_thousand_calls_cost_one_probe_per_ttl() {
+        let probe = Arc::new(Probe::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let calls: Vec<_> = (0..1000)
+            .map(|_| {
+                let probe = probe.clone();
+                let run = counted(&runs, Duration::from_millis(50));
+                tokio::spawn(async move { probe.get(0, run).await.map(|c| c.value) })
+            })
+            .collect();
+        for call in calls {
+            assert_eq!(call.await.unwrap(), Some(1));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // Fresh: no run at all.
+        let got = probe.get(0, counted(&runs, Duration::ZERO)).await;
+        assert_eq!(got.map(|c| c.value), Some(1));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        // Stale: one more.
+        tokio::time::sleep(PROBE_TTL + Duration::from_millis(50)).await;
+        let got = probe.get(0, counted(&runs, Duration::ZERO)).await;
+        assert_eq!(got.map(|c| c.value), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_slow_probe_leaves_the_stale_answer_in_time() {
+        let probe = Arc::new(Probe::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let _ = probe.get(0, counted(&runs, Duration::ZERO)).await;
+        tokio::time::sleep(PROBE_TTL + Duration::from_millis(50)).await;
+        // The engine hangs: callers get the last answer after STALE_WAIT,
+        // and only one probe runs for all of them.
+        let asked = Instant::now();
+        for _ in 0..3 {
+            let got = probe.get(0, counted(&runs, Duration::from_secs(3))).await;
+            assert_eq!(got.map(|c| c.value), Some(1));
+        }
+        assert!(asked.elapsed() < 3 * STALE_WAIT + Duration::from_millis(300));
+        // A different state (the database's health changed) has no stand-in.
+        let got = tokio::time::timeout(
+            Duration::from_millis(100),
+            probe.get(1, counted(&runs, Duration::ZERO)),
+        )
+        .await;
+        assert!(got.is_err(), "waited for a probe of the new state");
     }
 }

@@ -195,14 +195,15 @@ pub async fn fork(
 
 /// Upload a tar or tar.gz archive (the raw request body) for one later
 /// create with `source: {"type":"upload","uploadId":…}`. The archive is
-/// checked now; it is kept until used or until it expires (24 h by
-/// default), and only this account can use it.
+/// checked now, its unpacked size held to the server's unpack ceiling
+/// (`--max-unpacked-mb`); it is kept until used or until it expires (24 h
+/// by default), and only this account can use it.
 #[utoipa::path(post, path = "/api/v1/uploads", tag = "snapshots",
     request_body(content = Vec<u8>, content_type = "application/x-tar", description = "a tar or tar.gz archive"),
     responses(
         (status = 201, body = UploadResponse),
         (status = 400, description = "Not a usable tar or tar.gz archive", body = ErrorBody),
-        (status = 413, description = "Larger than the server's limit", body = ErrorBody),
+        (status = 413, description = "Larger than the server's limit, as sent or unpacked", body = ErrorBody),
         (status = 502, description = "The object store failed", body = ErrorBody),
     ),
     security(("bearer" = [])))]
@@ -247,12 +248,18 @@ pub async fn upload(
     }
     file.flush().await.map_err(io_err)?;
     drop(file);
-    let summary =
-        sources::check_archive_file(&path, limits.max_unpacked_bytes, sources::Quote::Names)
-            .await
-            .map_err(|m| {
+    // SEC-14: the unpack ceiling, counted while the archive is read.
+    let ceiling = state.svc.config.max_unpacked_bytes;
+    let summary = sources::check_archive_file(&path, ceiling, sources::Quote::Names)
+        .await
+        .map_err(|e| match e {
+            sources::ArchiveError::TooLarge { limit } => ApiError::from(
+                stockade_service::files::unpacked_too_large("The archive", limit),
+            ),
+            sources::ArchiveError::Invalid(m) => {
                 ApiError::field("body", format!("not a usable tar or tar.gz archive: {m}"))
-            })?;
+            }
+        })?;
 
     let id = UploadId::generate();
     tracing::Span::current().record("upload.id", id.as_str());

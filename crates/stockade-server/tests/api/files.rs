@@ -869,7 +869,10 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
 async fn uploads_over_the_limit_are_413() {
     const LIMIT: u64 = 1024 * 1024;
     let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| c.service.max_file_bytes = LIMIT)),
+        configure: Some(Box::new(|c| {
+            c.service.max_file_bytes = LIMIT;
+            c.service.max_unpacked_bytes = LIMIT;
+        })),
         ..Default::default()
     })
     .await;
@@ -936,6 +939,14 @@ async fn uploads_over_the_limit_are_413() {
     )
     .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{:?}", r.json());
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unpacked size exceeds the limit of 1 MiB"),
+        "{:?}",
+        r.json()
+    );
 
     // Nothing of the refused uploads is left.
     assert_eq!(sh_in(&id, "ls /workspace"), "exact.bin");

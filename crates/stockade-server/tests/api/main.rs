@@ -2,6 +2,7 @@
 //! real SQLite. One binary, a module per feature.
 
 mod agent;
+mod connections;
 mod egress;
 mod exec;
 mod failures;

@@ -99,7 +99,16 @@ async fn git_server() -> GitServer {
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "-q", "-m", "feature"]);
     git(&repo, &["checkout", "-q", "main"]);
+    git_daemon(dir, repo, first_commit).await
+}
 
+/// Serves the repositories in `dir` with `git daemon`; `repo` is the one
+/// the server's URL names.
+async fn git_daemon(
+    dir: tempfile::TempDir,
+    repo: std::path::PathBuf,
+    first_commit: String,
+) -> GitServer {
     let port = free_port();
     let child = Command::new("git")
         .args([
@@ -121,9 +130,10 @@ async fn git_server() -> GitServer {
         assert!(Instant::now() < deadline, "git daemon did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let name = repo.file_name().unwrap().to_string_lossy().into_owned();
     GitServer {
         child,
-        url: format!("git://127.0.0.1:{port}/project"),
+        url: format!("git://127.0.0.1:{port}/{name}"),
         repo,
         first_commit,
         _dir: dir,
@@ -459,7 +469,7 @@ async fn uploads_over_the_limit_are_refused() {
     // A second server on the same database with a small limit.
     let mut config = (*app.state.config).clone();
     config.service.sources.max_archive_bytes = 4096;
-    config.service.sources.max_unpacked_bytes = 50_000;
+    config.service.max_unpacked_bytes = 50_000;
     config.listen = "127.0.0.1:0".parse().unwrap();
     let state = stockade_server::AppState::new(
         app.state.svc.store.clone(),
@@ -484,18 +494,159 @@ async fn uploads_over_the_limit_are_refused() {
         post(noise).await.unwrap().status(),
         StatusCode::PAYLOAD_TOO_LARGE
     );
-    // Small, but unpacks to more than 50 000 bytes (a "zip bomb"): 400.
+    // Small, but unpacks to more than 50 000 bytes (a "zip bomb"): 413
+    // (SEC-14), the limit in the message.
     let bomb = tar_gz(&[("big.bin", &vec![1u8; 100_000], 0o644)]);
     assert!(bomb.len() < 4096);
     let r = post(bomb).await.unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let e: serde_json::Value = r.json().await.unwrap();
     assert!(
         e["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("unpacks to more than 50000 bytes"),
+            .contains("unpacked size exceeds the limit of 50000 bytes"),
         "{e}"
     );
+    server.shutdown.cancel();
+}
+
+/// A tar.gz of a few KiB whose one file unpacks to `bytes` zeros, built as
+/// it is compressed (never held unpacked).
+fn zeros_bomb(bytes: u64) -> Vec<u8> {
+    use std::io::Read;
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let mut b = tar::Builder::new(gz);
+    let mut h = tar::Header::new_gnu();
+    h.set_size(bytes);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "zeros.bin", std::io::repeat(0).take(bytes))
+        .unwrap();
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+/// SEC-14 on every create source and on snapshots: under a 1 MiB ceiling
+/// a tarball, a git repository, an upload and a snapshot that unpack to
+/// more are refused with 413 and the limit, and leave nothing behind.
+/// The upload and the snapshot are made under the default ceiling and used
+/// after a restart under the small one, as after an operator lowers it.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
+    const CEILING: u64 = 1024 * 1024;
+    let bomb = zeros_bomb(64 * CEILING);
+    assert!(bomb.len() < 128 * 1024, "{} bytes", bomb.len());
+    let base = file_server(HashMap::from([("bomb.tar.gz", bomb.clone())])).await;
+    // A repository whose one commit holds 8 MiB of zeros (a few KiB packed).
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("zeros");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.email", "t@example.com"]);
+    git(&repo, &["config", "user.name", "t"]);
+    std::fs::write(repo.join("zeros.bin"), vec![0u8; 8 * CEILING as usize]).unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "zeros"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let git_server = git_daemon(dir, repo, commit).await;
+
+    // Under the default ceiling: an upload of the bomb, a snapshot of a
+    // /workspace of 3 MiB.
+    let mut app = spawn_app().await;
+    let token = app.new_account("ceiling").await;
+    let r = app
+        .http
+        .post(format!("{}/api/v1/uploads", app.base))
+        .bearer_auth(&token)
+        .body(bomb)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let upload_id = r.json::<serde_json::Value>().await.unwrap()["uploadId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sb = app.create(&token, json!({"name": "big-workspace"})).await;
+    let sb_id = sb["id"].as_str().unwrap().to_owned();
+    sh_in(&sb_id, "head -c 3145728 /dev/zero > /workspace/zeros.bin");
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{sb_id}/snapshots"),
+            &token,
+            json!({"name": "big"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let snapshot_id = r.body["id"].as_str().unwrap().to_owned();
+
+    // The same database and Docker under a 1 MiB ceiling.
+    app.shutdown().await;
+    let mut config = (*app.state.config).clone();
+    config.service.max_unpacked_bytes = CEILING;
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    let state = stockade_server::AppState::new(
+        app.state.svc.store.clone(),
+        app.state.svc.runtime.clone(),
+        config,
+    )
+    .await
+    .unwrap();
+    let server = stockade_server::spawn(state).await.unwrap();
+    app.base = format!("http://{}", server.addr);
+
+    let refused = |r: &Resp, what: &str| {
+        assert_eq!(
+            r.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{what}: {:?}",
+            r.body
+        );
+        let message = r.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("unpacked size exceeds the limit of 1 MiB"),
+            "{what}: {message}"
+        );
+    };
+    for (what, source) in [
+        (
+            "tarball",
+            json!({"type": "tarball", "url": format!("{base}/bomb.tar.gz")}),
+        ),
+        ("git", json!({"type": "git", "url": git_server.url})),
+        ("upload", json!({"type": "upload", "uploadId": upload_id})),
+        (
+            "snapshot",
+            json!({"type": "snapshot", "snapshotId": snapshot_id}),
+        ),
+    ] {
+        let started = Instant::now();
+        let r = app
+            .post("/api/v1/sandbox", &token, json!({ "source": source }))
+            .await;
+        refused(&r, what);
+        assert!(started.elapsed() < Duration::from_secs(60), "{what}");
+    }
+    // A snapshot of a /workspace over the ceiling could never be restored.
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{sb_id}/snapshots"),
+            &token,
+            json!({"name": "too-big"}),
+        )
+        .await;
+    refused(&r, "snapshot capture");
+    // Nothing is left but the first sandbox (and its snapshot).
+    nothing_left_beyond(&app, &token, 1, 1).await;
+    assert_eq!(app.volumes().len(), 1);
+    let snapshots = app.get("/api/v1/snapshots", &token).await;
+    let ready: Vec<&str> = snapshots.body["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["status"] == "READY")
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ready, [snapshot_id.as_str()], "{:?}", snapshots.body);
     server.shutdown.cancel();
 }

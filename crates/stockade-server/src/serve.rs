@@ -1,0 +1,969 @@
+//! The accept loop and what keeps connection floods out (SEC-17): the
+//! open-files limit, a cap on connections, and timeouts for request heads
+//! and idle keep-alive connections.
+//!
+//! Every accepted connection takes a slot; the slot is given back when its
+//! socket closes (for an upgraded connection — a WebSocket terminal, a
+//! proxied WebSocket — when the upgraded stream is dropped). At the cap, a
+//! new connection is looked at (`MSG_PEEK`) before anything is spent on it:
+//! once its whole request head is there it takes the slot of the connection
+//! that has been *waiting* longest (one that has no request in progress: a
+//! half-sent request head or an idle keep-alive), which is closed; one that
+//! has sent nothing yet gets a short grace for its head (at most
+//! [`MAX_PENDING`] at a time, the oldest of them closed for a newer one);
+//! one that has sent only part of a head is closed at once. When every slot
+//! holds a request in progress, new connections wait (in the kernel's
+//! backlog, the first one accepted for at most the header timeout) until a
+//! slot is free. So a flood of half-sent requests can hold at most the cap,
+//! costs an `accept` and a `close` per connection beyond it, and anyone who
+//! sends a whole request still gets a slot.
+//!
+//! Timeouts apply only while a connection waits: a request head must arrive
+//! within `header_timeout` of the first byte (or of the accept), and a
+//! keep-alive connection may idle `idle_timeout` between requests. While a
+//! request is in progress — its handler working, its response streaming (an
+//! SSE log follow, an exec stream) — nothing times out; an upgraded
+//! connection never does.
+//!
+//! `accept` failing for lack of file descriptors never spins the loop: it
+//! backs off (10 ms, doubling up to 1 s) and logs once per interval.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// File descriptors kept out of the connection cap's reach at least: the
+/// database, Docker's socket pool, the listener, temporary files.
+const MIN_RESERVED_FDS: u64 = 256;
+/// The derived cap never goes above this (each waiting connection costs
+/// memory too).
+const MAX_DERIVED_CONNECTIONS: u64 = 65_536;
+/// How far past the cap connections that replace closing ones may go while
+/// the closed ones' sockets are still being released.
+const EVICTION_SLACK: usize = 64;
+/// `accept` back-off after running out of file descriptors.
+const BACKOFF_START: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one warning per this long about `accept` failing.
+const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Connection limits of the HTTP listener (SEC-17).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Most connections open at once; `None` derives it from the open-files
+    /// limit at start ([`default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// How long a request head may take, from the accept or from its first
+    /// byte on a kept-alive connection.
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: None,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// The cap in force: the configured one, else derived from the current
+    /// open-files limit.
+    pub fn effective_max_connections(&self) -> usize {
+        self.max_connections
+            .unwrap_or_else(|| default_max_connections(open_files_limit().soft))
+            .max(1)
+    }
+}
+
+/// The process's open-files limit (`RLIMIT_NOFILE`); `u64::MAX` is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFilesLimit {
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// The current open-files limit.
+pub fn open_files_limit() -> OpenFilesLimit {
+    let l = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    OpenFilesLimit {
+        soft: l.current.unwrap_or(u64::MAX),
+        hard: l.maximum.unwrap_or(u64::MAX),
+    }
+}
+
+/// What [`raise_open_files_limit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaisedLimit {
+    /// The soft limit the process started with.
+    pub before: u64,
+    /// The limit now in force.
+    pub now: OpenFilesLimit,
+}
+
+/// Raises the open-files soft limit to the hard limit, so that a server
+/// started under a low default (1024 in many shells and units) can hold as
+/// many connections as the system allows it.
+pub fn raise_open_files_limit() -> io::Result<RaisedLimit> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let current = getrlimit(Resource::Nofile);
+    let before = current.current.unwrap_or(u64::MAX);
+    if current.current != current.maximum {
+        let raised = rustix::process::Rlimit {
+            current: current.maximum,
+            maximum: current.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            // Some systems cap the soft limit below an unlimited hard one.
+            let fallback = rustix::process::Rlimit {
+                current: Some(nr_open().unwrap_or(1 << 20)),
+                maximum: current.maximum,
+            };
+            if setrlimit(Resource::Nofile, fallback).is_err() {
+                return Err(io::Error::from(e));
+            }
+        }
+    }
+    Ok(RaisedLimit {
+        before,
+        now: open_files_limit(),
+    })
+}
+
+/// The kernel's ceiling for a process's open files (`fs.nr_open`).
+fn nr_open() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The default connection cap for an open-files limit of `nofile`: half of
+/// what is left after a reserve (an eighth of the limit, at least 256), as
+/// a connection may hold a second descriptor (a proxied upstream, a Docker
+/// stream); at least 16, at most 65 536.
+pub fn default_max_connections(nofile: u64) -> usize {
+    let reserve = (nofile / 8).max(MIN_RESERVED_FDS);
+    let derived = nofile.saturating_sub(reserve) / 2;
+    usize::try_from(derived.clamp(16, MAX_DERIVED_CONNECTIONS)).unwrap_or(16)
+}
+
+/// The state of one connection that its reader, its requests and its
+/// watchdog share.
+struct Conn {
+    /// Requests whose response has not been sent (or dropped) yet.
+    active: AtomicUsize,
+    /// The connection became a tunnel (101): no timeouts, never evicted.
+    upgraded: AtomicBool,
+    /// Milliseconds since the registry's epoch when the current wait began.
+    waiting_since: AtomicU64,
+    /// Whether the wait is for a request head (bytes came, or the
+    /// connection is new) rather than an idle keep-alive.
+    head_started: AtomicBool,
+    /// Its key in the registry's waiting list (0: not listed).
+    wait_key: AtomicU64,
+    /// Re-evaluate the timeouts.
+    wake: Notify,
+    /// Closed to make room for a new connection.
+    evicted: CancellationToken,
+}
+
+struct Waiting {
+    next_key: u64,
+    open: usize,
+    /// Connections without a request in progress, oldest wait first.
+    list: BTreeMap<u64, Weak<Conn>>,
+}
+
+/// All connections of one listener.
+struct Registry {
+    epoch: Instant,
+    cap: usize,
+    limits: ConnectionLimits,
+    inner: Mutex<Waiting>,
+    /// A slot was freed or a connection started waiting.
+    room: Notify,
+    evictions: AtomicU64,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a new connection would get a slot now.
+    fn has_room(&self) -> bool {
+        let w = self.lock();
+        w.open < self.cap || (w.open < self.cap + EVICTION_SLACK && !w.list.is_empty())
+    }
+
+    /// Gives a new connection a slot, closing the longest-waiting one if the
+    /// cap is reached. `None`: every slot holds a request in progress.
+    fn admit(self: &Arc<Self>) -> Option<(Arc<Conn>, Slot)> {
+        let mut w = self.lock();
+        if w.open >= self.cap {
+            if w.open >= self.cap + EVICTION_SLACK {
+                return None;
+            }
+            let victim = loop {
+                let (_, weak) = w.list.pop_first()?;
+                if let Some(conn) = weak.upgrade() {
+                    break conn;
+                }
+            };
+            victim.wait_key.store(0, Ordering::SeqCst);
+            victim.evicted.cancel();
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        w.open += 1;
+        let conn = Arc::new(Conn {
+            active: AtomicUsize::new(0),
+            upgraded: AtomicBool::new(false),
+            waiting_since: AtomicU64::new(self.now_ms()),
+            // A new connection is waiting for its first request head.
+            head_started: AtomicBool::new(true),
+            wait_key: AtomicU64::new(0),
+            wake: Notify::new(),
+            evicted: CancellationToken::new(),
+        });
+        Self::list(&mut w, &conn);
+        drop(w);
+        let slot = Slot {
+            registry: self.clone(),
+        };
+        Some((conn, slot))
+    }
+
+    /// A slot while the cap is not reached.
+    fn admit_below_cap(self: &Arc<Self>) -> Option<(Arc<Conn>, Slot)> {
+        if self.lock().open >= self.cap {
+            return None;
+        }
+        self.admit()
+    }
+
+    fn list(w: &mut Waiting, conn: &Arc<Conn>) {
+        w.next_key += 1;
+        let key = w.next_key;
+        conn.wait_key.store(key, Ordering::SeqCst);
+        w.list.insert(key, Arc::downgrade(conn));
+    }
+
+    fn unlist(w: &mut Waiting, conn: &Conn) {
+        let key = conn.wait_key.swap(0, Ordering::SeqCst);
+        if key != 0 {
+            w.list.remove(&key);
+        }
+    }
+
+    /// A request head arrived: the connection is busy.
+    fn begin_request(&self, conn: &Conn) {
+        if conn.active.fetch_add(1, Ordering::SeqCst) == 0 {
+            Self::unlist(&mut self.lock(), conn);
+        }
+    }
+
+    /// A response was sent (or dropped).
+    fn end_request(&self, conn: &Arc<Conn>) {
+        if conn.active.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        if conn.upgraded.load(Ordering::SeqCst) || conn.evicted.is_cancelled() {
+            return;
+        }
+        conn.head_started.store(false, Ordering::SeqCst);
+        conn.waiting_since.store(self.now_ms(), Ordering::SeqCst);
+        {
+            let mut w = self.lock();
+            if conn.active.load(Ordering::SeqCst) == 0 && conn.wait_key.load(Ordering::SeqCst) == 0
+            {
+                Self::list(&mut w, conn);
+            }
+        }
+        conn.wake.notify_one();
+        self.room.notify_one();
+    }
+
+    fn upgraded(&self, conn: &Conn) {
+        conn.upgraded.store(true, Ordering::SeqCst);
+        Self::unlist(&mut self.lock(), conn);
+        conn.wake.notify_one();
+    }
+
+    /// Bytes arrived; on a waiting keep-alive connection they start a head.
+    fn on_bytes(&self, conn: &Conn) {
+        if conn.active.load(Ordering::Relaxed) == 0
+            && !conn.head_started.load(Ordering::Relaxed)
+            && !conn.upgraded.load(Ordering::Relaxed)
+        {
+            conn.waiting_since.store(self.now_ms(), Ordering::SeqCst);
+            conn.head_started.store(true, Ordering::SeqCst);
+            conn.wake.notify_one();
+        }
+    }
+
+    /// When a waiting connection times out; `None` while it is busy.
+    fn deadline(&self, conn: &Conn) -> Option<tokio::time::Instant> {
+        if conn.active.load(Ordering::SeqCst) > 0 || conn.upgraded.load(Ordering::SeqCst) {
+            return None;
+        }
+        let since = self.epoch + Duration::from_millis(conn.waiting_since.load(Ordering::SeqCst));
+        let limit = if conn.head_started.load(Ordering::SeqCst) {
+            self.limits.header_timeout
+        } else {
+            self.limits.idle_timeout
+        };
+        Some(tokio::time::Instant::from_std(since + limit))
+    }
+}
+
+/// A connection's place under the cap, given back when dropped.
+struct Slot {
+    registry: Arc<Registry>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.registry.lock().open -= 1;
+        self.registry.room.notify_one();
+    }
+}
+
+/// The socket of a connection: notes incoming bytes and holds the slot, for
+/// as long as the socket lives (also inside an upgraded stream).
+struct MeteredStream {
+    inner: TcpStream,
+    conn: Arc<Conn>,
+    registry: Arc<Registry>,
+    _slot: Slot,
+}
+
+impl Drop for MeteredStream {
+    fn drop(&mut self) {
+        Registry::unlist(&mut self.registry.lock(), &self.conn);
+    }
+}
+
+impl AsyncRead for MeteredStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.registry.on_bytes(&self.conn);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for MeteredStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Marks a request in progress until its response body is dropped.
+struct InProgress {
+    conn: Arc<Conn>,
+    registry: Arc<Registry>,
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.registry.end_request(&self.conn);
+    }
+}
+
+/// Whether an `accept` error is about that one connection (it went away
+/// before it was accepted) rather than the process.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+/// Rate-limited warnings about `accept` failing.
+struct AcceptErrors {
+    last_log: Option<Instant>,
+    suppressed: u64,
+}
+
+impl AcceptErrors {
+    fn note(&mut self, e: &io::Error, backoff: Duration) {
+        let due = self
+            .last_log
+            .is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL);
+        if due {
+            tracing::warn!(
+                error = %e,
+                failures_since_last_warning = self.suppressed,
+                backoff_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX),
+                "cannot accept connections (out of file descriptors?); backing off; raise the open-files limit (ulimit -n) or lower --max-connections"
+            );
+            self.last_log = Some(Instant::now());
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
+
+/// What [`peek_head`] saw of a new connection's first request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// A whole request head (or the HTTP/2 preface) is already there.
+    Complete,
+    /// Some bytes, not a whole head.
+    Partial,
+    /// Nothing yet.
+    Empty,
+    /// The connection is gone.
+    Closed,
+}
+
+/// Looks at what a new connection has sent, without taking it from the
+/// socket and without waiting. Finding nothing clears the socket's read
+/// readiness, so that `readable()` then waits for bytes.
+fn peek_head(stream: &TcpStream) -> Head {
+    use rustix::net::{recv, RecvFlags};
+    let mut buf = [0u8; PEEK_BYTES];
+    let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
+        recv(stream, &mut buf[..], RecvFlags::PEEK | RecvFlags::DONTWAIT)
+            .map(|(n, _)| n)
+            .map_err(io::Error::from)
+    });
+    match peeked {
+        Ok(0) => Head::Closed,
+        Ok(n) if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") => Head::Complete,
+        Ok(_) => Head::Partial,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Head::Empty,
+        Err(_) => Head::Closed,
+    }
+}
+
+/// What every connection task needs.
+#[derive(Clone)]
+struct Acceptor {
+    registry: Arc<Registry>,
+    tracker: TaskTracker,
+    router: Router,
+    shutdown: CancellationToken,
+    /// New connections at the cap waiting for their first bytes.
+    pending: Arc<Mutex<Pending>>,
+}
+
+/// New connections at the cap waiting for their request head, oldest
+/// first. When full, the oldest is closed to make room: under a flood a
+/// connection waits here only as long as the flood takes to send
+/// [`MAX_PENDING`] more, which a client sending its request right after
+/// connecting needs far less than.
+#[derive(Default)]
+struct Pending {
+    next_id: u64,
+    queue: std::collections::VecDeque<(u64, CancellationToken)>,
+    /// Closed to make room for newer ones.
+    evicted: u64,
+}
+
+impl Pending {
+    /// Takes a place, closing the oldest waiting connection if all are
+    /// taken.
+    fn enter(&mut self) -> (u64, CancellationToken) {
+        if self.queue.len() >= MAX_PENDING {
+            if let Some((_, oldest)) = self.queue.pop_front() {
+                oldest.cancel();
+                self.evicted += 1;
+            }
+        }
+        self.next_id += 1;
+        let token = CancellationToken::new();
+        self.queue.push_back((self.next_id, token.clone()));
+        (self.next_id, token)
+    }
+
+    fn leave(&mut self, id: u64) {
+        if let Some(at) = self.queue.iter().position(|(i, _)| *i == id) {
+            self.queue.remove(at);
+        }
+    }
+}
+
+impl Acceptor {
+    /// Serves a connection that got a slot.
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, conn: Arc<Conn>, slot: Slot) {
+        let _ = stream.set_nodelay(true);
+        self.tracker.spawn(connection(
+            MeteredStream {
+                inner: stream,
+                conn: conn.clone(),
+                registry: self.registry.clone(),
+                _slot: slot,
+            },
+            peer,
+            conn,
+            self.registry.clone(),
+            self.router.clone(),
+            self.shutdown.clone(),
+        ));
+    }
+
+    /// Gives a connection with a whole request a slot: the longest-waiting
+    /// connection's, or — when every slot is busy — the first one freed
+    /// within the header timeout. `false` if none came free (it is closed).
+    async fn admit_waiting(&self, stream: TcpStream, peer: SocketAddr) -> bool {
+        let until = tokio::time::Instant::now() + self.registry.limits.header_timeout;
+        loop {
+            let room = self.registry.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if let Some((conn, slot)) = self.registry.admit() {
+                self.serve(stream, peer, conn, slot);
+                return true;
+            }
+            tokio::select! {
+                () = &mut room => {}
+                () = tokio::time::sleep_until(until) => {
+                    tracing::debug!(client = %peer, "no connection slot came free; closed");
+                    return false;
+                }
+                () = self.shutdown.cancelled() => return false,
+            }
+        }
+    }
+
+    /// A new connection at the cap that has sent nothing yet: it has
+    /// [`FIRST_BYTES_GRACE`] for a whole request head (unless newer ones
+    /// push it out of [`Pending`]), then gets a slot as in
+    /// [`Self::admit_waiting`] or is closed.
+    async fn admit_when_sent(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        (id, evicted): (u64, CancellationToken),
+    ) {
+        let deadline = tokio::time::Instant::now() + FIRST_BYTES_GRACE;
+        let head = loop {
+            let head = peek_head(&stream);
+            if !matches!(head, Head::Empty | Head::Partial)
+                || tokio::time::Instant::now() >= deadline
+            {
+                break head;
+            }
+            let wait = async {
+                if head == Head::Empty {
+                    let _ = stream.readable().await;
+                } else {
+                    // Readable already: look again a little later.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            tokio::select! {
+                () = wait => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = evicted.cancelled() => break Head::Closed,
+                () = self.shutdown.cancelled() => break Head::Closed,
+            }
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave(id);
+        if head == Head::Complete {
+            self.admit_waiting(stream, peer).await;
+        }
+    }
+}
+
+/// The listener's backlog: connections the kernel completes before they
+/// are accepted (capped by `net.core.somaxconn`). A long one absorbs bursts.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the listening socket with a long backlog.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// How much of a new connection's first bytes is looked at, at the cap.
+const PEEK_BYTES: usize = 16 * 1024;
+/// How long a new connection at the cap may take to send its request head.
+const FIRST_BYTES_GRACE: Duration = Duration::from_millis(250);
+/// Most new connections at the cap waiting for their first bytes at once;
+/// more close the longest-waiting of them.
+const MAX_PENDING: usize = 64;
+
+/// Serves `router` on `listener` under `limits` until `shutdown`; then
+/// stops accepting, lets each connection finish its request in progress
+/// (idle ones close at once) and returns when all have closed.
+///
+/// Below the cap every connection is served. At the cap a new connection
+/// is looked at before anything is spent on it: one whose request head has
+/// arrived whole takes the slot of the longest-waiting connection; one that
+/// has sent nothing yet gets a short grace for it (a few at a time, the
+/// longest-waiting of them closed to make room for a newer one); any
+/// other is closed at once, so that a flood costs an `accept` and a `close`
+/// per connection and the listener's backlog keeps moving.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let registry = Arc::new(Registry {
+        epoch: Instant::now(),
+        cap: limits.effective_max_connections(),
+        limits,
+        inner: Mutex::new(Waiting {
+            next_key: 0,
+            open: 0,
+            list: BTreeMap::new(),
+        }),
+        room: Notify::new(),
+        evictions: AtomicU64::new(0),
+    });
+    let acceptor = Acceptor {
+        registry: registry.clone(),
+        tracker: TaskTracker::new(),
+        router,
+        shutdown: shutdown.clone(),
+        pending: Arc::new(Mutex::new(Pending::default())),
+    };
+    let mut backoff = BACKOFF_START;
+    let mut errors = AcceptErrors {
+        last_log: None,
+        suppressed: 0,
+    };
+    let mut refused: u64 = 0;
+    'accept: loop {
+        // Wait (in the kernel's backlog) while every slot holds a request.
+        loop {
+            let room = registry.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if registry.has_room() {
+                break;
+            }
+            tokio::select! {
+                () = &mut room => {}
+                () = shutdown.cancelled() => break 'accept,
+            }
+        }
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = shutdown.cancelled() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => {
+                backoff = BACKOFF_START;
+                a
+            }
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                errors.note(&e, backoff);
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => break,
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        if let Some((conn, slot)) = registry.admit_below_cap() {
+            acceptor.serve(stream, peer, conn, slot);
+            continue;
+        }
+        match peek_head(&stream) {
+            // Every slot may have become busy since the check: this one
+            // waits for a slot (no more are accepted meanwhile).
+            Head::Complete => {
+                if !acceptor.admit_waiting(stream, peer).await && shutdown.is_cancelled() {
+                    break;
+                }
+            }
+            Head::Empty => {
+                let place = acceptor
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .enter();
+                acceptor
+                    .tracker
+                    .spawn(acceptor.clone().admit_when_sent(stream, peer, place));
+            }
+            _ => {
+                refused += 1;
+                drop(stream);
+            }
+        }
+    }
+    drop(listener);
+    let evicted = registry.evictions.load(Ordering::Relaxed);
+    refused += acceptor
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .evicted;
+    if evicted > 0 || refused > 0 {
+        tracing::info!(
+            evicted,
+            refused,
+            "at the connection cap: waiting connections closed to make room, new ones without a whole request refused"
+        );
+    }
+    acceptor.tracker.close();
+    acceptor.tracker.wait().await;
+    Ok(())
+}
+
+/// Serves one connection: HTTP/1.1 (with upgrades) or HTTP/2, the peer's
+/// address as `ConnectInfo`, and the waiting timeouts.
+async fn connection(
+    io: MeteredStream,
+    peer: SocketAddr,
+    conn: Arc<Conn>,
+    registry: Arc<Registry>,
+    router: Router,
+    shutdown: CancellationToken,
+) {
+    let service = {
+        let conn = conn.clone();
+        let registry = registry.clone();
+        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            registry.begin_request(&conn);
+            let guard = InProgress {
+                conn: conn.clone(),
+                registry: registry.clone(),
+            };
+            let mut req = req.map(Body::new);
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(req).await.unwrap_or_else(|e| match e {});
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    guard.registry.upgraded(&guard.conn);
+                }
+                // The request is in progress until its body is sent or dropped.
+                Ok::<_, Infallible>(response.map(|body| {
+                    Body::new(body.map_frame(move |frame| {
+                        let _in_progress = &guard;
+                        frame
+                    }))
+                }))
+            }
+        })
+    };
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/2 WebSockets need the CONNECT protocol.
+    builder.http2().enable_connect_protocol();
+    let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(served);
+    let mut closing = false;
+    loop {
+        let wake = conn.wake.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        let deadline = registry.deadline(&conn);
+        tokio::select! {
+            result = served.as_mut() => {
+                if let Err(e) = result {
+                    tracing::trace!(client = %peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            () = &mut wake => {}
+            () = conn.evicted.cancelled() => {
+                tracing::debug!(client = %peer, "connection closed to make room for a new one");
+                return;
+            }
+            () = sleep_until(deadline) => {
+                if registry.deadline(&conn).is_some_and(|d| d <= tokio::time::Instant::now()) {
+                    tracing::debug!(
+                        client = %peer,
+                        head = conn.head_started.load(Ordering::SeqCst),
+                        "connection timed out waiting for a request"
+                    );
+                    return;
+                }
+            }
+            () = shutdown.cancelled(), if !closing => {
+                closing = true;
+                served.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_caps_leave_room_for_other_descriptors() {
+        assert_eq!(default_max_connections(1024), 384);
+        assert_eq!(default_max_connections(20_000), 8_750);
+        assert_eq!(default_max_connections(1 << 20), 65_536);
+        assert_eq!(default_max_connections(u64::MAX), 65_536);
+        assert_eq!(default_max_connections(256), 16);
+        assert_eq!(default_max_connections(0), 16);
+    }
+
+    fn registry(cap: usize) -> Arc<Registry> {
+        Arc::new(Registry {
+            epoch: Instant::now(),
+            cap,
+            limits: ConnectionLimits::default(),
+            inner: Mutex::new(Waiting {
+                next_key: 0,
+                open: 0,
+                list: BTreeMap::new(),
+            }),
+            room: Notify::new(),
+            evictions: AtomicU64::new(0),
+        })
+    }
+
+    #[test]
+    fn at_the_cap_the_longest_waiting_connection_makes_room() {
+        let r = registry(2);
+        let (a, slot_a) = r.admit().unwrap();
+        let (b, _slot_b) = r.admit().unwrap();
+        // b sends a request: a has waited longest.
+        r.begin_request(&b);
+        let (c, _slot_c) = r.admit().unwrap();
+        assert!(a.evicted.is_cancelled());
+        assert!(!b.evicted.is_cancelled() && !c.evicted.is_cancelled());
+        // a's socket closes: its slot comes back.
+        drop(slot_a);
+        assert_eq!(r.lock().open, 2);
+        // c is busy too: nothing to evict, no room.
+        r.begin_request(&c);
+        assert!(!r.has_room());
+        assert!(r.admit().is_none());
+        // b's response is sent: b waits (idle) and can make room again.
+        r.end_request(&b);
+        assert!(r.has_room());
+        let (_d, _slot_d) = r.admit().unwrap();
+        assert!(b.evicted.is_cancelled());
+        assert_eq!(r.evictions.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_full_pending_set_closes_its_oldest_for_a_new_connection() {
+        let mut p = Pending::default();
+        let places: Vec<_> = (0..MAX_PENDING).map(|_| p.enter()).collect();
+        assert!(places.iter().all(|(_, t)| !t.is_cancelled()));
+        let (newest, token) = p.enter();
+        assert!(places[0].1.is_cancelled(), "the oldest made room");
+        assert!(places[1..].iter().all(|(_, t)| !t.is_cancelled()));
+        assert!(!token.is_cancelled());
+        assert_eq!((p.queue.len(), p.evicted), (MAX_PENDING, 1));
+        // One that got its head leaves; the next newcomer evicts no one.
+        p.leave(places[5].0);
+        p.leave(newest);
+        let _ = p.enter();
+        assert_eq!((p.queue.len(), p.evicted), (MAX_PENDING - 1, 1));
+        assert!(!places[1].1.is_cancelled());
+    }
+
+    #[test]
+    fn busy_and_upgraded_connections_have_no_deadline() {
+        let r = registry(10);
+        let (a, _slot) = r.admit().unwrap();
+        // New: the header clock runs.
+        let d = r.deadline(&a).unwrap();
+        assert!(d > tokio::time::Instant::now() + Duration::from_secs(9));
+        assert!(d <= tokio::time::Instant::now() + Duration::from_secs(10));
+        r.begin_request(&a);
+        assert!(r.deadline(&a).is_none());
+        r.end_request(&a);
+        // Idle keep-alive: the idle clock.
+        let d = r.deadline(&a).unwrap();
+        assert!(d > tokio::time::Instant::now() + Duration::from_secs(59));
+        // Bytes of the next head: the header clock again.
+        r.on_bytes(&a);
+        let d = r.deadline(&a).unwrap();
+        assert!(d <= tokio::time::Instant::now() + Duration::from_secs(10));
+        r.begin_request(&a);
+        r.upgraded(&a);
+        r.end_request(&a);
+        assert!(r.deadline(&a).is_none());
+        assert!(
+            r.lock().list.is_empty(),
+            "an upgraded connection is never evicted"
+        );
+    }
+}
