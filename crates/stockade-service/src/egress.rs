@@ -70,12 +70,17 @@ enum State {
 /// The egress filter of this process.
 pub struct Egress {
     state: RwLock<State>,
+    /// Held while entries are written or pruned together with the filter's
+    /// registry: a prune that read an address before a new sandbox took it
+    /// must not forget the new sandbox's policy afterwards.
+    ops: tokio::sync::Mutex<()>,
 }
 
 impl Default for Egress {
     fn default() -> Self {
         Self {
             state: RwLock::new(State::Starting),
+            ops: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -189,6 +194,7 @@ impl Service {
     /// registers the address with the filter. A sandbox that is not on the
     /// sandbox network (not running, no network access) has none.
     pub async fn apply_egress(&self, sb: &Sandbox) -> ServiceResult<()> {
+        let _ops = self.egress.ops.lock().await;
         let policy = &sb.spec.network;
         let running = self.egress.running();
         let ports = running.as_ref().map(|(_, p)| *p);
@@ -213,6 +219,7 @@ impl Service {
     /// Removes the entry of sandbox `id` (stopped or destroyed). Failures
     /// are logged: reconciliation removes what is left.
     pub async fn remove_egress(&self, id: &SandboxId) {
+        let _ops = self.egress.ops.lock().await;
         match self.runtime.remove_egress(id).await {
             Ok(addrs) => {
                 if let Some((filter, _)) = self.egress.running() {
@@ -268,6 +275,7 @@ impl Service {
     /// lack; registers every entry's policy with the filter (after a
     /// restart the registry is empty while the entries survived).
     pub async fn reconcile_egress(&self) {
+        let ops = self.egress.ops.lock().await;
         match self.runtime.prune_egress().await {
             Ok(stale) => {
                 if let Some((filter, _)) = self.egress.running() {
@@ -282,6 +290,7 @@ impl Service {
                 return;
             }
         }
+        drop(ops);
         let entries = match self.runtime.egress_entries().await {
             Ok(e) => e,
             Err(e) => {
@@ -348,6 +357,7 @@ impl Service {
             {
                 continue;
             }
+            let _ops = self.egress.ops.lock().await;
             if let Err(e) = self
                 .runtime
                 .apply_egress(id, &EgressPolicy::AllowAll, ports)
