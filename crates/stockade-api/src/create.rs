@@ -220,9 +220,9 @@ fn network_from_lists(
             "network_allowlist",
             "network_allowlist and network_denylist are mutually exclusive; give at most one",
         )),
-        (Some(a), None) if a.is_empty() => Ok(Some(false)),
+        (Some([]), None) => Ok(Some(false)),
         (Some(a), None) if everything(a) => Ok(Some(true)),
-        (None, Some(d)) if d.is_empty() => Ok(Some(true)),
+        (None, Some([])) => Ok(Some(true)),
         (None, Some(d)) if everything(d) => Ok(Some(false)),
         _ => Err(CreateBodyError::Unsupported(
             "Per-destination egress lists are not available through this field: Stockade \

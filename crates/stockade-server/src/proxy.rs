@@ -6,7 +6,10 @@
 //!
 //! Every request needs a sandbox token ([`token`]) for this very sandbox:
 //! the `X-Stockade-Token` header, the `stockade_token` query parameter
-//! (answered with a cookie, for browsers) or that cookie. The token never
+//! (answered with a cookie, for browsers) or that cookie. An E2B traffic
+//! token (`e2b-traffic-access-token`, COMPAT-1) opens every port of its
+//! sandbox, exposed or not; the host form of port 49983 reaches the
+//! sandbox's agent, authenticated by its envd access token. The token never
 //! reaches the sandbox: header, parameter and cookie are removed. Neither
 //! do Stockade's own credentials (SEC-7): an `Authorization: Bearer stk_…`
 //! API token and the dashboard's session cookie are stripped, and the
@@ -173,6 +176,11 @@ pub async fn by_host(State(state): State<AppState>, req: Request, next: Next) ->
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
+    if port == stockade_runtime::AGENT_PORT {
+        // E2B's host form of the in-sandbox agent (COMPAT-1), authenticated
+        // by the sandbox's envd access token.
+        return crate::compat::envd::by_host(&state, req, sandbox_id).await;
+    }
     let target = Target {
         sandbox_id,
         port,
@@ -321,9 +329,16 @@ enum TokenSource {
     Cookie,
 }
 
-/// The request's sandbox token: header, else query parameter, else cookie.
+/// The header E2B's SDK users send a sandbox's `trafficAccessToken` in.
+pub const E2B_TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// The request's sandbox token: header (Stockade's, else E2B's traffic
+/// token header), else query parameter, else cookie.
 fn find_token(headers: &HeaderMap, query: Option<&str>) -> Option<(String, TokenSource)> {
-    if let Some(v) = headers.get(TOKEN_HEADER) {
+    if let Some(v) = headers
+        .get(TOKEN_HEADER)
+        .or_else(|| headers.get(E2B_TRAFFIC_TOKEN_HEADER))
+    {
         return Some((
             v.to_str().unwrap_or_default().trim().to_owned(),
             TokenSource::Header,
@@ -429,7 +444,7 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .into_iter()
@@ -530,7 +545,17 @@ async fn authorise(
         )));
     };
     let now = Utc::now();
-    let claims = state.proxy_keys.verify(&raw, now).map_err(|e| match e {
+    // An E2B traffic token (`stkt_`) opens every port of its sandbox, as
+    // E2B's do; a port token only the exposed ones.
+    let traffic = raw.starts_with("stkt_");
+    let verified = if traffic {
+        state
+            .proxy_keys
+            .verify_for(token::Purpose::Traffic, &raw, now)
+    } else {
+        state.proxy_keys.verify(&raw, now)
+    };
+    let claims = verified.map_err(|e| match e {
         token::TokenError::Expired(at) => ApiError::Unauthorized(format!(
             "The sandbox token expired at {}: get a new one with POST /api/v1/sandbox/{id}/auth-token",
             at.to_rfc3339()
@@ -557,7 +582,7 @@ async fn authorise(
     if sb.deleted_at.is_some() || sb.status == SandboxStatus::Terminated {
         return Err(ApiError::sandbox_not_found());
     }
-    if !sb.spec.ports.contains(&port) {
+    if !traffic && !sb.spec.ports.contains(&port) {
         return Err(ApiError::NotFound(format!(
             "Port {port} is not exposed on sandbox {id}: expose it with POST /api/v1/sandbox/{id}/ports"
         )));
@@ -618,6 +643,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     let h = &mut parts.headers;
     remove_hop_by_hop(h);
     h.remove(TOKEN_HEADER);
+    h.remove(E2B_TRAFFIC_TOKEN_HEADER);
     strip_cookie_token(h);
     strip_stockade_credentials(h);
     if let Some(proto) = &upgrade {
