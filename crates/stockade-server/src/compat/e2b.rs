@@ -239,8 +239,28 @@ fn template_of(state: &AppState, sb: &Sandbox) -> String {
     image.clone()
 }
 
+/// The domain of sandbox ports (`{port}-{id}.DOMAIN`) as the caller
+/// reaches it: the proxy domain, with the port this request came to when
+/// the domain names none.
+fn domain_for(state: &AppState, headers: &HeaderMap) -> Option<String> {
+    let domain = state.config.proxy_domain.as_deref()?;
+    if domain.contains(':') {
+        return Some(domain.to_owned());
+    }
+    let base = crate::proxy::PublicBase::from_request(headers, &state.config);
+    let port = base
+        .host
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !base.host.ends_with(']'));
+    Some(match port {
+        Some(p) => format!("{domain}:{p}"),
+        None => domain.to_owned(),
+    })
+}
+
 /// A sandbox's answer to create, connect and fork.
-fn sandbox_answer(state: &AppState, sb: &Sandbox) -> E2bSandbox {
+fn sandbox_answer(state: &AppState, headers: &HeaderMap, sb: &Sandbox) -> E2bSandbox {
     E2bSandbox {
         template_id: template_of(state, sb),
         sandbox_id: sb.id.to_string(),
@@ -248,7 +268,7 @@ fn sandbox_answer(state: &AppState, sb: &Sandbox) -> E2bSandbox {
         envd_version: ENVD_VERSION.into(),
         envd_access_token: state.svc.agents.token(&sb.id),
         traffic_access_token: traffic_token(state, sb),
-        domain: state.config.proxy_domain.clone(),
+        domain: domain_for(state, headers),
     }
 }
 
@@ -278,7 +298,7 @@ fn end_of(sb: &Sandbox) -> DateTime<Utc> {
     }
 }
 
-fn detail_of(state: &AppState, sb: &Sandbox) -> E2bSandboxDetail {
+fn detail_of(state: &AppState, headers: &HeaderMap, sb: &Sandbox) -> E2bSandboxDetail {
     let spec = &sb.spec;
     E2bSandboxDetail {
         template_id: template_of(state, sb),
@@ -288,7 +308,7 @@ fn detail_of(state: &AppState, sb: &Sandbox) -> E2bSandboxDetail {
         end_at: end_of(sb),
         envd_version: ENVD_VERSION.into(),
         envd_access_token: state.svc.agents.token(&sb.id),
-        domain: state.config.proxy_domain.clone(),
+        domain: domain_for(state, headers),
         cpu_count: (spec.cpu_cores.ceil() as i64).max(1),
         memory_mb: (spec.memory_gb * 1024.0).round() as i64,
         disk_size_mb: i64::from(spec.disk_size_gb) * 1024,
@@ -443,7 +463,7 @@ async fn create(
     tracing::Span::current().record("sandbox.id", created.sandbox.id.as_str());
     Ok((
         StatusCode::CREATED,
-        Json(sandbox_answer(&state, &created.sandbox)),
+        Json(sandbox_answer(&state, &headers, &created.sandbox)),
     )
         .into_response())
 }
@@ -591,6 +611,7 @@ fn parse_list_query(
 /// One page of the caller's sandboxes that match, and the next page's token.
 async fn list_page(
     state: &AppState,
+    headers: &HeaderMap,
     caller: &Caller,
     q: &ListQuery,
 ) -> E2bResult<(Vec<E2bListedSandbox>, Option<String>)> {
@@ -628,7 +649,7 @@ async fn list_page(
         .then(|| all.last().map(|sb| Cursor::of(sb).encode()))
         .flatten();
     Ok((
-        all.iter().map(|sb| detail_of(state, sb).into()).collect(),
+        all.iter().map(|sb| detail_of(state, headers, sb).into()).collect(),
         next,
     ))
 }
@@ -638,11 +659,12 @@ async fn list_page(
 async fn list_v1(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
+    headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Json<Vec<E2bListedSandbox>>> {
     let mut q = parse_list_query(raw.as_deref(), &["running"])?;
     q.limit = MAX_PAGE;
-    Ok(Json(list_page(&state, &caller, &q).await?.0))
+    Ok(Json(list_page(&state, &headers, &caller, &q).await?.0))
 }
 
 /// `GET /e2b/v2/sandboxes`: running and paused sandboxes, filtered by
@@ -651,10 +673,11 @@ async fn list_v1(
 async fn list_v2(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
+    headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Response> {
     let q = parse_list_query(raw.as_deref(), &["running", "paused"])?;
-    let (items, next) = list_page(&state, &caller, &q).await?;
+    let (items, next) = list_page(&state, &headers, &caller, &q).await?;
     let mut resp = Json(items).into_response();
     if let Some(next) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
         resp.headers_mut().insert("x-next-token", next);
@@ -667,10 +690,11 @@ async fn list_v2(
 async fn get_one(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> E2bResult<Json<E2bSandboxDetail>> {
     let sb = load_live(&state, &caller.scope, &id).await?;
-    Ok(Json(detail_of(&state, &sb)))
+    Ok(Json(detail_of(&state, &headers, &sb)))
 }
 
 /// `DELETE /e2b/sandboxes/{id}`: destroys the sandbox and its volume.
@@ -742,6 +766,7 @@ async fn resume_sandbox(
 async fn connect(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
@@ -755,10 +780,10 @@ async fn connect(
             }
             None => sb,
         };
-        return Ok((StatusCode::OK, Json(sandbox_answer(&state, &sb))).into_response());
+        return Ok((StatusCode::OK, Json(sandbox_answer(&state, &headers, &sb))).into_response());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok((StatusCode::CREATED, Json(sandbox_answer(&state, &sb))).into_response())
+    Ok((StatusCode::CREATED, Json(sandbox_answer(&state, &headers, &sb))).into_response())
 }
 
 /// `POST /e2b/sandboxes/{id}/resume`: starts a paused sandbox (409 when it
@@ -767,6 +792,7 @@ async fn connect(
 async fn resume(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
@@ -776,7 +802,7 @@ async fn resume(
         return Err(ApiError::Conflict(format!("Sandbox {id} is already running")).into());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok((StatusCode::CREATED, Json(sandbox_answer(&state, &sb))).into_response())
+    Ok((StatusCode::CREATED, Json(sandbox_answer(&state, &headers, &sb))).into_response())
 }
 
 /// `POST /e2b/sandboxes/{id}/pause`: stops the sandbox; its filesystem is
@@ -803,6 +829,7 @@ async fn pause(
 async fn fork(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
@@ -834,7 +861,7 @@ async fn fork(
         .await;
         results.push(match made {
             Ok(c) => E2bForkResult {
-                sandbox: Some(sandbox_answer(&state, &c.sandbox)),
+                sandbox: Some(sandbox_answer(&state, &headers, &c.sandbox)),
                 error: None,
             },
             Err(e) => {
