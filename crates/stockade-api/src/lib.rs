@@ -316,10 +316,10 @@ impl SandboxResponse {
     /// becomes `/bin/sh -c LINE`): for clients that only read that form
     /// (`prime-sandboxes`).
     pub fn with_argv_start_command(mut self) -> Self {
-        if let Some(StartCommandJson::Shell(line)) = self.start_command.take() {
+        if let Some(StartCommandJson::Shell(line)) = &self.start_command {
             self.start_command = Some(StartCommandJson::Argv(StartCommandArgv {
                 executable: "/bin/sh".into(),
-                args: vec!["-c".into(), line],
+                args: vec!["-c".into(), line.clone()],
             }));
         }
         self
@@ -500,4 +500,78 @@ pub struct SessionRequest {
 pub struct WhoAmIResponse {
     pub account: AccountResponse,
     pub team_ids: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockade_core::spec::{Defaults, SpecInput};
+    use stockade_core::{AccountId, SandboxId, SandboxSpec};
+
+    fn record(start_command: Option<&str>, timeout_minutes: f64) -> Sandbox {
+        let id = SandboxId::generate();
+        let spec = SandboxSpec::from_input(
+            SpecInput {
+                start_command: start_command.map(str::to_owned),
+                timeout_minutes: Some(timeout_minutes),
+                ..Default::default()
+            },
+            &id,
+            &Defaults::default(),
+        )
+        .unwrap();
+        Sandbox::new(
+            id,
+            AccountId::generate(),
+            None,
+            spec,
+            "local".into(),
+            Utc::now(),
+        )
+    }
+
+    #[test]
+    fn answers_carry_what_prime_sandboxes_requires() {
+        let r = SandboxResponse::from_record(&record(None, 60.0), Utc::now());
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["timeoutMinutes"], serde_json::json!(60));
+        assert!(v["timeoutMinutes"].is_i64());
+        assert_eq!(v["diskMountPath"], "/workspace");
+        assert_eq!(v["updatedAt"], v["createdAt"]);
+        let half =
+            serde_json::to_value(SandboxResponse::from_record(&record(None, 0.5), Utc::now()))
+                .unwrap();
+        assert_eq!(half["timeoutMinutes"], serde_json::json!(0.5));
+        // What Stockade's SDK reads back still parses.
+        let back: SandboxResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(back.timeout_minutes, 60.0);
+    }
+
+    #[test]
+    fn start_commands_keep_their_form() {
+        let shell = SandboxResponse::from_record(&record(Some("python main.py"), 0.0), Utc::now());
+        assert_eq!(
+            serde_json::to_value(&shell).unwrap()["startCommand"],
+            "python main.py"
+        );
+        let argv_line = StartCommandArgv {
+            executable: "sleep".into(),
+            args: vec!["infinity".into()],
+        }
+        .to_shell();
+        let argv = SandboxResponse::from_record(&record(Some(&argv_line), 0.0), Utc::now());
+        assert_eq!(
+            serde_json::to_value(&argv).unwrap()["startCommand"],
+            serde_json::json!({"executable": "sleep", "args": ["infinity"]})
+        );
+        // For a client that reads only the argv form, both come as argv.
+        assert_eq!(
+            argv.clone().with_argv_start_command().start_command,
+            argv.start_command
+        );
+        assert_eq!(
+            serde_json::to_value(shell.with_argv_start_command()).unwrap()["startCommand"],
+            serde_json::json!({"executable": "/bin/sh", "args": ["-c", "python main.py"]})
+        );
+    }
 }

@@ -248,11 +248,9 @@ fn domain_for(state: &AppState, headers: &HeaderMap) -> Option<String> {
         return Some(domain.to_owned());
     }
     let base = crate::proxy::PublicBase::from_request(headers, &state.config);
-    let port = base
-        .host
-        .rsplit_once(':')
-        .map(|(_, p)| p)
-        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !base.host.ends_with(']'));
+    let port = base.host.rsplit_once(':').map(|(_, p)| p).filter(|p| {
+        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !base.host.ends_with(']')
+    });
     Some(match port {
         Some(p) => format!("{domain}:{p}"),
         None => domain.to_owned(),
@@ -649,7 +647,9 @@ async fn list_page(
         .then(|| all.last().map(|sb| Cursor::of(sb).encode()))
         .flatten();
     Ok((
-        all.iter().map(|sb| detail_of(state, headers, sb).into()).collect(),
+        all.iter()
+            .map(|sb| detail_of(state, headers, sb).into())
+            .collect(),
         next,
     ))
 }
@@ -783,7 +783,11 @@ async fn connect(
         return Ok((StatusCode::OK, Json(sandbox_answer(&state, &headers, &sb))).into_response());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok((StatusCode::CREATED, Json(sandbox_answer(&state, &headers, &sb))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(sandbox_answer(&state, &headers, &sb)),
+    )
+        .into_response())
 }
 
 /// `POST /e2b/sandboxes/{id}/resume`: starts a paused sandbox (409 when it
@@ -802,7 +806,11 @@ async fn resume(
         return Err(ApiError::Conflict(format!("Sandbox {id} is already running")).into());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok((StatusCode::CREATED, Json(sandbox_answer(&state, &headers, &sb))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(sandbox_answer(&state, &headers, &sb)),
+    )
+        .into_response())
 }
 
 /// `POST /e2b/sandboxes/{id}/pause`: stops the sandbox; its filesystem is

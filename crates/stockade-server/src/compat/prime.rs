@@ -714,17 +714,18 @@ async fn gateway_rpc(
 }
 
 /// The `path` of a gateway file request (the SDK also sends `sandbox_id`).
-fn file_query(raw: Option<&str>) -> Result<(String, Option<u64>, Option<u64>), ApiError> {
+/// A negative `offset` counts from the end of the file (the SDK reads the
+/// tail of a job's output so).
+fn file_query(raw: Option<&str>) -> Result<(String, Option<i64>, Option<u64>), ApiError> {
     let (mut path, mut offset, mut length) = (None, None, None);
     for (k, v) in query_pairs(raw) {
         match k.as_str() {
             "path" => path = Some(v),
             "sandbox_id" => {}
             "offset" => {
-                offset = Some(
-                    v.parse::<u64>()
-                        .map_err(|_| ApiError::field("offset", "a whole number of bytes"))?,
-                )
+                offset = Some(v.parse::<i64>().map_err(|_| {
+                    ApiError::field("offset", "a whole number of bytes (negative: from the end)")
+                })?)
             }
             "length" => {
                 length = Some(
@@ -862,7 +863,7 @@ async fn read_window(
     state: &AppState,
     sb: &Sandbox,
     path: &str,
-    offset: u64,
+    offset: i64,
     length: Option<u64>,
 ) -> Result<PrimeReadFileResponse, GatewayError> {
     use stockade_agent::client::ClientError;
@@ -904,7 +905,12 @@ async fn read_window(
         ),
     })?;
     let total = dl.size.unwrap_or(0);
-    let want = length.unwrap_or_else(|| total.saturating_sub(offset));
+    let offset = if offset < 0 {
+        total.saturating_sub(offset.unsigned_abs())
+    } else {
+        (offset as u64).min(total)
+    };
+    let want = length.unwrap_or(u64::MAX).min(total.saturating_sub(offset));
     if want > MAX_READ_BYTES {
         return Err(GatewayError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -942,7 +948,7 @@ async fn read_window(
         size,
         total_size: total,
         offset,
-        truncated: offset + size < total,
+        truncated: offset > 0 || offset + size < total,
     })
 }
 
@@ -971,7 +977,17 @@ mod tests {
             file_query(Some("path=/a&offset=2&length=3")).unwrap(),
             ("/a".into(), Some(2), Some(3))
         );
-        for bad in ["", "path=", "path=/a&offset=-1", "path=/a&x=1"] {
+        assert_eq!(
+            file_query(Some("path=/a&offset=-10")).unwrap(),
+            ("/a".into(), Some(-10), None)
+        );
+        for bad in [
+            "",
+            "path=",
+            "path=/a&offset=x",
+            "path=/a&length=-1",
+            "path=/a&x=1",
+        ] {
             assert!(file_query(Some(bad)).is_err(), "{bad}");
         }
         assert_eq!(files_path("/a b&c"), "/files?path=%2Fa+b%26c");
