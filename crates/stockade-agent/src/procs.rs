@@ -254,8 +254,8 @@ fn missing_program(spec: &SpawnSpec, path_env: Option<&str>) -> Option<ConnectEr
         } else {
             ""
         };
-        ConnectError::new(
-            Code::FailedPrecondition,
+        start_error(
+            spec,
             format!(
                 "'{program}' does not exist in this sandbox{shell_hint}: its image does not \
                  provide it; create the sandbox from an image that does (for example a \

@@ -195,6 +195,10 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
         // The peer address feeds the per-client rate limit.
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let serve = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),

@@ -12,7 +12,8 @@
 //! sandbox's agent, authenticated by its envd access token. The token never
 //! reaches the sandbox: header, parameter and cookie are removed. Neither
 //! do Stockade's own credentials (SEC-7): an `Authorization: Bearer stk_…`
-//! API token and the dashboard's session cookie are stripped, and the
+//! or `X-API-Key: stk_…` API token and the dashboard's session cookie are
+//! stripped, and the
 //! session is never accepted here. Path-form answers come with
 //! `Content-Security-Policy: sandbox` (without `allow-same-origin`), so a
 //! sandbox's page runs in an opaque origin and cannot read or use
@@ -427,6 +428,15 @@ fn strip_stockade_credentials(headers: &mut HeaderMap) {
         .is_some_and(|t| t.trim().starts_with(stockade_core::ApiToken::PREFIX));
     if api_token {
         headers.remove(header::AUTHORIZATION);
+    }
+    // E2B's SDKs send the API key as `X-API-Key` (COMPAT-2): a Stockade
+    // token there goes too; a sandbox's own keys pass.
+    let api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().starts_with(stockade_core::ApiToken::PREFIX));
+    if api_key {
+        headers.remove("x-api-key");
     }
     remove_cookie(headers, crate::extract::SESSION_COOKIE);
 }
@@ -936,9 +946,19 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("app=1; stockade_session=stk_secret; z=2"),
         );
+        h.insert(
+            "x-api-key",
+            HeaderValue::from_static("stk_secretsecretsecret"),
+        );
         strip_stockade_credentials(&mut h);
         assert!(h.get(header::AUTHORIZATION).is_none());
+        assert!(h.get("x-api-key").is_none());
         assert_eq!(h.get(header::COOKIE).unwrap(), "app=1; z=2");
+        // A sandbox's own API key passes.
+        let mut own = HeaderMap::new();
+        own.insert("x-api-key", HeaderValue::from_static("app-key-123"));
+        strip_stockade_credentials(&mut own);
+        assert_eq!(own.get("x-api-key").unwrap(), "app-key-123");
         // The sandbox's own schemes pass.
         for own in ["Bearer appjwt.abc.def", "Basic dXNlcjpwYXNz"] {
             let mut h = HeaderMap::new();

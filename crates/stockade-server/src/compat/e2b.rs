@@ -1173,13 +1173,18 @@ async fn metrics(
     }]))
 }
 
-/// `PUT /e2b/sandboxes/{id}/network`: not available (501).
-async fn update_network(E2bCaller(_caller): E2bCaller) -> Response {
-    e2b_error(
-        StatusCode::NOT_IMPLEMENTED,
+/// `PUT /e2b/sandboxes/{id}/network`: not available (501) — after the
+/// same checks as every route of a sandbox (403/404).
+async fn update_network(
+    State(state): State<AppState>,
+    E2bCaller(caller): E2bCaller,
+    Path(id): Path<String>,
+) -> E2bResult<Response> {
+    load_live(&state, &caller.scope, &id).await?;
+    Err(E2bApiError::not_implemented(
         "Changing a sandbox's network is not available through Stockade's E2B API: create the \
          sandbox with the egress it needs (allow_internet_access)",
-    )
+    ))
 }
 
 #[cfg(test)]

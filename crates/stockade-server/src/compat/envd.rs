@@ -255,18 +255,7 @@ pub async fn forward_to_agent(
     let (mut parts, body) = req.into_parts();
     parts.uri = Uri::try_from(path)
         .map_err(|e| ApiError::field("path", format!("cannot forward this path: {e}")))?;
-    let h = &mut parts.headers;
-    crate::proxy::remove_hop_by_hop(h);
-    for name in NOT_FORWARDED {
-        h.remove(name);
-    }
-    let basic = h
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("basic ")));
-    if !basic {
-        h.remove(header::AUTHORIZATION);
-    }
+    clean_headers(&mut parts.headers);
     let body = body
         .map_err(|e| std::io::Error::other(e.to_string()))
         .boxed_unsync();
@@ -284,7 +273,25 @@ pub async fn forward_to_agent(
     Ok(Response::from_parts(parts, Body::new(body)))
 }
 
-/// Whether a header is one this module strips (for tests and the proxy).
+/// Removes what only concerns the front door from a request to an agent:
+/// hop-by-hop headers, Stockade's credentials (an API key, a bearer token
+/// of any kind, cookies) and the routing headers. `Authorization: Basic`,
+/// which names the sandbox user of an envd call, passes.
+fn clean_headers(h: &mut HeaderMap) {
+    crate::proxy::remove_hop_by_hop(h);
+    for name in NOT_FORWARDED {
+        h.remove(name);
+    }
+    let basic = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("basic ")));
+    if !basic {
+        h.remove(header::AUTHORIZATION);
+    }
+}
+
+/// Whether a header is one this module strips.
 pub fn is_front_door_header(name: &HeaderName) -> bool {
     NOT_FORWARDED.contains(&name.as_str())
 }
@@ -303,6 +310,39 @@ mod tests {
         assert_eq!(p("/e2b?x=1"), "/?x=1");
         assert_eq!(p("/e2bfoo/health"), "/e2bfoo/health");
         assert_eq!(p("/health"), "/health");
+    }
+
+    #[test]
+    fn stockade_credentials_never_reach_an_agent() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("x-api-key", "stk_key"),
+            ("authorization", "Bearer stkg_gateway"),
+            ("cookie", "stockade_session=stk_x; theirs=1"),
+            ("e2b-sandbox-id", "abcdefghijkl"),
+            ("e2b-sandbox-port", "49983"),
+            ("e2b-traffic-access-token", "stkt_x"),
+            ("x-stockade-token", "stkp_x"),
+            ("connection", "keep-alive"),
+            ("x-access-token", "envd"),
+            ("content-type", "application/json"),
+            ("connect-protocol-version", "1"),
+        ] {
+            h.insert(HeaderName::from_static(k), v.parse().unwrap());
+        }
+        clean_headers(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(
+            left,
+            ["connect-protocol-version", "content-type", "x-access-token"],
+            "{left:?}"
+        );
+        // The user of an envd call passes.
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Basic cm9vdDo=".parse().unwrap());
+        clean_headers(&mut h);
+        assert_eq!(h[header::AUTHORIZATION], "Basic cm9vdDo=");
     }
 
     #[test]
