@@ -2,7 +2,7 @@
 # Python virtualenvs for the compatibility suites (COMPAT-4) and their run.
 # Source this file, then call
 #
-#     ensure_compat_venvs          # the four virtualenvs, made or reused
+#     ensure_compat_venvs          # the four virtualenvs (and npm e2b), made or reused
 #     run_compat_suites [ARGS...]  # tests/compat/run.py over them
 #
 # The virtualenvs live under $STOCKADE_PY_CACHE (default /var/cache/stockade-py):
@@ -78,6 +78,37 @@ ensure_compat_venvs() {
         _py_err "no virtualenv with the newest e2b: that run is left out"
     _py_venv prime-newest "$reqs/prime-newest.txt" 86400 ||
         _py_err "no virtualenv with the newest prime-sandboxes: that run is left out"
+    ensure_compat_node
+    return 0
+}
+
+# ensure_compat_node — E2B's TypeScript SDK (npm `e2b`, the version in
+# tests/compat/ts/package.json) under $STOCKADE_PY_CACHE/node-e2b for the one
+# TypeScript smoke test, installed once and reused. Optional: without node
+# and npm, or without network on the first run, that test is skipped.
+ensure_compat_node() {
+    local pkg dir want stamp log
+    pkg="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tests/compat/ts/package.json"
+    dir="$STOCKADE_PY_CACHE/node-e2b"
+    stamp="$dir/.stockade-package"
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        _py_err "node or npm not found: the TypeScript smoke test is skipped"
+        return 0
+    fi
+    want=$(sha256sum "$pkg" | cut -d' ' -f1)
+    if [ -d "$dir/node_modules/e2b" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    mkdir -p "$dir" || return 0
+    cp "$pkg" "$dir/package.json" || return 0
+    log=$(mktemp)
+    if (cd "$dir" && npm install --no-audit --no-fund --no-package-lock >"$log" 2>&1); then
+        printf '%s\n' "$want" >"$stamp"
+    else
+        _py_err "npm install of E2B's TypeScript SDK failed; the TypeScript smoke test is skipped:"
+        sed 's/^/    /' "$log" | tail -n 5 >&2
+    fi
+    rm -f "$log"
     return 0
 }
 
@@ -85,6 +116,7 @@ ensure_compat_venvs() {
 run_compat_suites() {
     local root
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-    "$STOCKADE_PY_CACHE/e2b-pinned/bin/python" "$root/tests/compat/run.py" \
+    STOCKADE_COMPAT_NODE_MODULES="$STOCKADE_PY_CACHE/node-e2b/node_modules" \
+        "$STOCKADE_PY_CACHE/e2b-pinned/bin/python" "$root/tests/compat/run.py" \
         --venvs "$STOCKADE_PY_CACHE" "$@"
 }
