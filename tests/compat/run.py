@@ -11,7 +11,7 @@ prime-sandboxes pin incompatible versions of connectrpc), and reports:
 Exit status: non-zero only when a pinned run failed; the newest SDKs failing
 is reported, not fatal.
 
-Usage: run.py --venvs DIR [--pinned-only] [--junit-dir DIR] [-- PYTEST ARGS]
+Usage: run.py --venvs DIR [--pinned-only] [--junit-dir DIR (kept; else a temporary one)] [-- PYTEST ARGS]
 (scripts/lib/python.sh makes the virtualenvs and calls this.)
 """
 
@@ -97,9 +97,16 @@ def main() -> int:
     p.add_argument("--junit-dir", type=Path)
     p.add_argument("pytest_args", nargs="*")
     a = p.parse_args()
-    junit_dir = a.junit_dir or Path(tempfile.mkdtemp(prefix="stockade-compat-junit-"))
-    junit_dir.mkdir(parents=True, exist_ok=True)
+    if a.junit_dir:
+        a.junit_dir.mkdir(parents=True, exist_ok=True)
+        return report(a, a.junit_dir)
+    with tempfile.TemporaryDirectory(prefix="stockade-compat-junit-") as tmp:
+        return report(a, Path(tmp))
 
+
+def report(a, junit_dir: Path) -> int:
+    """Runs the suites, writing their JUnit files to `junit_dir`, and prints
+    the summary; the exit status of the whole run."""
     modules = os.environ.get("STOCKADE_COMPAT_NODE_MODULES")
     pkg = Path(modules) / "e2b" / "package.json" if modules else None
     if pkg and pkg.exists():
@@ -166,7 +173,7 @@ def main() -> int:
             print(f"{dist}: the newest SDK gives the same outcomes as the pinned one")
     bench = junit_dir / "bench.json"
     if bench.exists():
-        print(f"benchmark figures: {bench}")
+        print("benchmark figures:")
         print(bench.read_text())
     return status
 
