@@ -506,6 +506,30 @@ impl AgentClient {
         })
     }
 
+    /// Sends `req` to the agent as it is — its method, path and query,
+    /// headers and (streamed) body — with the access token, and returns the
+    /// answer with its body still streaming. For a front door that forwards
+    /// a client's own envd calls.
+    pub async fn forward(&self, req: Request<BoxBody>) -> Result<Response<Incoming>, ClientError> {
+        let (mut parts, body) = req.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        parts.uri = format!("{}{}", self.base, path)
+            .parse()
+            .map_err(|e| ClientError::Protocol(format!("cannot forward {path}: {e}")))?;
+        parts.version = http::Version::HTTP_11;
+        parts.headers.remove("x-access-token");
+        if let Some(t) = &self.token {
+            let v = http::HeaderValue::from_str(t)
+                .map_err(|e| ClientError::Protocol(format!("access token: {e}")))?;
+            parts.headers.insert("x-access-token", v);
+        }
+        self.send(Request::from_parts(parts, body)).await
+    }
+
     /// `GET /health`.
     pub async fn health(&self) -> Result<(), ClientError> {
         let req = self

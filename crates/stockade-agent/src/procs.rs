@@ -230,6 +230,76 @@ fn start_error(spec: &SpawnSpec, e: impl std::fmt::Display) -> ConnectError {
     ConnectError::invalid(format!("error starting process '{cmd}': {e}"))
 }
 
+/// The error of a program that is not in the sandbox at all: say so, and
+/// what to do, instead of a bare "No such file or directory".
+fn missing_program(spec: &SpawnSpec, path_env: Option<&str>) -> Option<ConnectError> {
+    let program = spec.cmd.as_str();
+    let exists = if program.contains('/') {
+        let p = if program.starts_with('/') {
+            PathBuf::from(program)
+        } else {
+            spec.cwd.join(program)
+        };
+        p.exists()
+    } else {
+        path_env
+            .unwrap_or(crate::server::DEFAULT_PATH)
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .any(|d| std::path::Path::new(d).join(program).exists())
+    };
+    (!exists).then(|| {
+        let shell_hint = if matches!(program, "/bin/bash" | "bash") {
+            " (SDKs such as e2b and prime-sandboxes run every command with /bin/bash)"
+        } else {
+            ""
+        };
+        start_error(
+            spec,
+            format!(
+                "'{program}' does not exist in this sandbox{shell_hint}: its image does not \
+                 provide it; create the sandbox from an image that does (for example a \
+                 Debian- or Ubuntu-based one)"
+            ),
+        )
+    })
+}
+
+/// A spawn's error: a missing program said plainly, anything else as is.
+fn spawn_failed(spec: &SpawnSpec, e: impl std::fmt::Display + IoKind) -> ConnectError {
+    if e.is_not_found() {
+        let path = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        if let Some(err) = missing_program(spec, path) {
+            return err;
+        }
+    }
+    start_error(spec, e)
+}
+
+/// Whether a spawn error is "no such file".
+trait IoKind {
+    fn is_not_found(&self) -> bool;
+}
+
+impl IoKind for std::io::Error {
+    fn is_not_found(&self) -> bool {
+        self.kind() == std::io::ErrorKind::NotFound
+    }
+}
+
+impl IoKind for pty_process::Error {
+    fn is_not_found(&self) -> bool {
+        match self {
+            pty_process::Error::Io(e) => e.kind() == std::io::ErrorKind::NotFound,
+            _ => false,
+        }
+    }
+}
+
 async fn read_opt(r: Option<&mut pipe::Receiver>, buf: &mut [u8]) -> std::io::Result<usize> {
     match r {
         Some(r) => r.read(buf).await,
@@ -279,7 +349,7 @@ impl Processes {
                     std::os::unix::process::CommandExt::uid(&mut cmd, uid);
                     std::os::unix::process::CommandExt::gid(&mut cmd, gid);
                 }
-                let mut child = cmd.spawn().map_err(|e| start_error(spec, e))?;
+                let mut child = cmd.spawn().map_err(|e| spawn_failed(spec, e))?;
                 let pid = child.id();
                 let exit = self.reaper.watch(pid);
                 let io = |e: std::io::Error| ConnectError::internal(format!("pipe setup: {e}"));
@@ -301,7 +371,7 @@ impl Processes {
                 if let Some((uid, gid)) = spec.ids {
                     cmd = cmd.uid(uid).gid(gid);
                 }
-                let child = cmd.spawn(pts).map_err(|e| start_error(spec, e))?;
+                let child = cmd.spawn(pts).map_err(|e| spawn_failed(spec, e))?;
                 let pid = child.id();
                 let exit = self.reaper.watch(pid);
                 let master: OwnedFd = pty.into();

@@ -38,6 +38,13 @@ pub use volumes::{
     CleanupResponse, ListVolumesResponse, RemovedVolume, VolumeFailure, VolumeResponse,
 };
 
+pub mod create;
+pub use create::{
+    CreateBodyError, CreateExtras, CreateSandboxBody, StartCommandArgv, StartCommandJson,
+};
+pub mod e2b;
+pub mod prime;
+
 pub mod snapshots;
 pub use snapshots::{
     CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxSource,
@@ -147,6 +154,7 @@ impl CreateSandboxRequest {
             tags: self.tags.clone(),
             ports: self.ports.clone(),
             persistent: self.persistent,
+            metadata: None,
         }
     }
 }
@@ -191,8 +199,10 @@ pub struct SandboxResponse {
     pub docker_image: String,
     #[serde(default)]
     pub runtime: Option<String>,
+    /// A shell command line, or `{"executable", "args"}` for a sandbox
+    /// created with a program and its arguments.
     #[serde(default)]
-    pub start_command: Option<String>,
+    pub start_command: Option<StartCommandJson>,
     pub cpu_cores: f64,
     #[serde(rename = "memoryGB")]
     pub memory_gb: f64,
@@ -208,6 +218,8 @@ pub struct SandboxResponse {
     pub status: SandboxStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
+    /// Minutes; a whole number is written without a fraction.
+    #[serde(serialize_with = "whole_as_integer")]
     pub timeout_minutes: f64,
     pub environment_vars: BTreeMap<String, String>,
     pub labels: Vec<String>,
@@ -217,12 +229,19 @@ pub struct SandboxResponse {
     /// The Docker host ("server location").
     pub server: String,
     pub created_at: DateTime<Utc>,
+    /// The latest of the record's moments (created, started, stopped,
+    /// terminated).
+    #[serde(default = "epoch")]
+    pub updated_at: DateTime<Utc>,
     #[serde(default)]
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub stopped_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub terminated_at: Option<DateTime<Utc>>,
+    /// Where the sandbox's volume is mounted (`/workspace`).
+    #[serde(default = "workspace_path")]
+    pub disk_mount_path: String,
     pub volume: VolumeSummary,
     /// Seconds since the current session started (running sandboxes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,7 +280,13 @@ impl SandboxResponse {
             team_id: sb.team_id.as_ref().map(|t| t.to_string()),
             docker_image: spec.docker_image.clone(),
             runtime: spec.runtime.clone(),
-            start_command: spec.start_command.as_ref().map(|c| c.as_str().to_owned()),
+            start_command: spec
+                .start_command
+                .as_ref()
+                .map(|c| match StartCommandArgv::from_shell(c.as_str()) {
+                    Some(argv) => StartCommandJson::Argv(argv),
+                    None => StartCommandJson::Shell(c.as_str().to_owned()),
+                }),
             cpu_cores: spec.cpu_cores,
             memory_gb: spec.memory_gb,
             disk_size_gb: spec.disk_size_gb,
@@ -278,9 +303,14 @@ impl SandboxResponse {
             persistent: spec.persistent,
             server: sb.server.clone(),
             created_at: sb.created_at,
+            updated_at: [sb.started_at, sb.stopped_at, sb.terminated_at]
+                .into_iter()
+                .flatten()
+                .fold(sb.created_at, DateTime::max),
             started_at: sb.started_at,
             stopped_at: sb.stopped_at,
             terminated_at: sb.terminated_at,
+            disk_mount_path: stockade_core::VolumeName::MOUNT_PATH.to_owned(),
             volume: VolumeSummary::new(sb.volume_name().to_string(), None),
             uptime_seconds: uptime,
             session_expires_at: sb.session_expires_at,
@@ -289,6 +319,39 @@ impl SandboxResponse {
             disk: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }
+    }
+}
+
+impl SandboxResponse {
+    /// The start command as a program and arguments (a shell command line
+    /// becomes `/bin/sh -c LINE`): for clients that only read that form
+    /// (`prime-sandboxes`).
+    pub fn with_argv_start_command(mut self) -> Self {
+        if let Some(StartCommandJson::Shell(line)) = &self.start_command {
+            self.start_command = Some(StartCommandJson::Argv(StartCommandArgv {
+                executable: "/bin/sh".into(),
+                args: vec!["-c".into(), line.clone()],
+            }));
+        }
+        self
+    }
+}
+
+fn epoch() -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH
+}
+
+fn workspace_path() -> String {
+    stockade_core::VolumeName::MOUNT_PATH.to_owned()
+}
+
+/// Writes a whole number of minutes as an integer (`60`, not `60.0`):
+/// clients that read the field as an integer accept it.
+fn whole_as_integer<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
     }
 }
 
@@ -454,4 +517,78 @@ pub struct SessionRequest {
 pub struct WhoAmIResponse {
     pub account: AccountResponse,
     pub team_ids: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockade_core::spec::{Defaults, SpecInput};
+    use stockade_core::{AccountId, SandboxId, SandboxSpec};
+
+    fn record(start_command: Option<&str>, timeout_minutes: f64) -> Sandbox {
+        let id = SandboxId::generate();
+        let spec = SandboxSpec::from_input(
+            SpecInput {
+                start_command: start_command.map(str::to_owned),
+                timeout_minutes: Some(timeout_minutes),
+                ..Default::default()
+            },
+            &id,
+            &Defaults::default(),
+        )
+        .unwrap();
+        Sandbox::new(
+            id,
+            AccountId::generate(),
+            None,
+            spec,
+            "local".into(),
+            Utc::now(),
+        )
+    }
+
+    #[test]
+    fn answers_carry_what_prime_sandboxes_requires() {
+        let r = SandboxResponse::from_record(&record(None, 60.0), Utc::now());
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["timeoutMinutes"], serde_json::json!(60));
+        assert!(v["timeoutMinutes"].is_i64());
+        assert_eq!(v["diskMountPath"], "/workspace");
+        assert_eq!(v["updatedAt"], v["createdAt"]);
+        let half =
+            serde_json::to_value(SandboxResponse::from_record(&record(None, 0.5), Utc::now()))
+                .unwrap();
+        assert_eq!(half["timeoutMinutes"], serde_json::json!(0.5));
+        // What Stockade's SDK reads back still parses.
+        let back: SandboxResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(back.timeout_minutes, 60.0);
+    }
+
+    #[test]
+    fn start_commands_keep_their_form() {
+        let shell = SandboxResponse::from_record(&record(Some("python main.py"), 0.0), Utc::now());
+        assert_eq!(
+            serde_json::to_value(&shell).unwrap()["startCommand"],
+            "python main.py"
+        );
+        let argv_line = StartCommandArgv {
+            executable: "sleep".into(),
+            args: vec!["infinity".into()],
+        }
+        .to_shell();
+        let argv = SandboxResponse::from_record(&record(Some(&argv_line), 0.0), Utc::now());
+        assert_eq!(
+            serde_json::to_value(&argv).unwrap()["startCommand"],
+            serde_json::json!({"executable": "sleep", "args": ["infinity"]})
+        );
+        // For a client that reads only the argv form, both come as argv.
+        assert_eq!(
+            argv.clone().with_argv_start_command().start_command,
+            argv.start_command
+        );
+        assert_eq!(
+            serde_json::to_value(shell.with_argv_start_command()).unwrap()["startCommand"],
+            serde_json::json!({"executable": "/bin/sh", "args": ["-c", "python main.py"]})
+        );
+    }
 }

@@ -38,6 +38,10 @@ pub struct LogsResponse {
     pub has_more: bool,
     /// Older lines were left out to keep the response under its size limit.
     pub truncated: bool,
+    /// The same lines as one text, each ended by a newline (what
+    /// `prime-sandboxes` reads).
+    #[serde(default)]
+    pub logs: String,
 }
 
 /// The data of the final SSE event `end`.

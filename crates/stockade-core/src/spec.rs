@@ -347,6 +347,8 @@ pub struct SpecInput {
     pub tags: Option<BTreeMap<String, String>>,
     pub ports: Option<Vec<i64>>,
     pub persistent: Option<bool>,
+    /// Free-form key/value pairs (E2B's `metadata`), see [`parse_metadata`].
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 /// Everything a sandbox was created with, validated. Stored as the `config`
@@ -379,11 +381,22 @@ pub struct SandboxSpec {
     /// so every exec unsets them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_env: Vec<String>,
+    /// Free-form key/value pairs a client attached (E2B's `metadata`): up to
+    /// [`MAX_METADATA_ENTRIES`], filterable through the E2B API. Separate
+    /// from `tags`, whose limit of five stays as Stockade's API documents it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 pub const MAX_TAGS: usize = 5;
 pub const MAX_PORTS: usize = 4;
 pub const MAX_ENV_VARS: usize = 256;
+/// Most entries of a sandbox's `metadata`.
+pub const MAX_METADATA_ENTRIES: usize = 128;
+/// Longest `metadata` key, in bytes.
+pub const MAX_METADATA_KEY_LEN: usize = 256;
+/// Longest `metadata` value, in bytes.
+pub const MAX_METADATA_VALUE_LEN: usize = 2048;
 /// One week.
 pub const MAX_TIMEOUT_MINUTES: f64 = 7.0 * 24.0 * 60.0;
 
@@ -483,6 +496,45 @@ pub fn parse_tags(
         }
     }
     Ok(tags.clone())
+}
+
+/// Checks a sandbox's `metadata`: at most [`MAX_METADATA_ENTRIES`] pairs,
+/// keys of 1 to [`MAX_METADATA_KEY_LEN`] bytes and values of at most
+/// [`MAX_METADATA_VALUE_LEN`] bytes, neither with control characters. An
+/// error names the entry (`metadata.<key>`).
+pub fn parse_metadata(
+    metadata: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<BTreeMap<String, String>, FieldError> {
+    if metadata.len() > MAX_METADATA_ENTRIES {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "at most {MAX_METADATA_ENTRIES} entries are allowed (got {})",
+                metadata.len()
+            ),
+        ));
+    }
+    for (k, v) in metadata {
+        let shown: String = k.chars().take(40).collect();
+        if k.is_empty() || k.len() > MAX_METADATA_KEY_LEN || k.chars().any(char::is_control) {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "key '{shown}' must be 1 to {MAX_METADATA_KEY_LEN} bytes without control characters"
+                ),
+            ));
+        }
+        if v.len() > MAX_METADATA_VALUE_LEN || v.chars().any(char::is_control) {
+            return Err(FieldError::new(
+                format!("{field}.{shown}"),
+                format!(
+                    "value must be at most {MAX_METADATA_VALUE_LEN} bytes without control characters"
+                ),
+            ));
+        }
+    }
+    Ok(metadata.clone())
 }
 
 /// Checks a port number (1–65535).
@@ -625,6 +677,10 @@ impl SandboxSpec {
             "labels",
         ));
         let tags = errs.check(parse_tags(&input.tags.unwrap_or_default(), "tags"));
+        let metadata = errs.check(parse_metadata(
+            &input.metadata.unwrap_or_default(),
+            "metadata",
+        ));
         let ports = {
             let raw = input.ports.unwrap_or_default();
             if raw.len() > MAX_PORTS {
@@ -673,6 +729,7 @@ impl SandboxSpec {
             ports: ports.expect("checked"),
             persistent: input.persistent.unwrap_or(true),
             removed_env: Vec::new(),
+            metadata: metadata.expect("checked"),
         })
     }
 
@@ -823,5 +880,46 @@ mod tests {
         assert!(json.get("cpu_cores").is_some());
         let back: SandboxSpec = serde_json::from_value(json).unwrap();
         assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn metadata_holds_many_pairs_apart_from_tags() {
+        let many: BTreeMap<String, String> = (0..64)
+            .map(|i| (format!("k{i}"), format!("v{i}")))
+            .collect();
+        let spec = SandboxSpec::from_input(
+            SpecInput {
+                metadata: Some(many.clone()),
+                ..Default::default()
+            },
+            &id(),
+            &Defaults::default(),
+        )
+        .unwrap();
+        assert_eq!(spec.metadata, many);
+        assert!(spec.tags.is_empty());
+        // Stored in the spec JSON, and absent (old records) reads as empty.
+        let mut json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(json["metadata"]["k7"], "v7");
+        json.as_object_mut().unwrap().remove("metadata");
+        let old: SandboxSpec = serde_json::from_value(json).unwrap();
+        assert!(old.metadata.is_empty());
+    }
+
+    #[test]
+    fn bad_metadata_is_named() {
+        let too_many: BTreeMap<String, String> = (0..=MAX_METADATA_ENTRIES)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
+        let err = parse_metadata(&too_many, "metadata").unwrap_err();
+        assert_eq!(err.field, "metadata");
+        let err = parse_metadata(&[(String::new(), "v".into())].into(), "metadata").unwrap_err();
+        assert_eq!(err.field, "metadata");
+        let err = parse_metadata(&[("k".into(), "a\nb".into())].into(), "metadata").unwrap_err();
+        assert_eq!(err.field, "metadata.k");
+        let long = "x".repeat(MAX_METADATA_VALUE_LEN + 1);
+        let err = parse_metadata(&[("k".into(), long)].into(), "metadata").unwrap_err();
+        assert_eq!(err.field, "metadata.k");
+        assert!(parse_metadata(&[("user".into(), "ü ok".into())].into(), "metadata").is_ok());
     }
 }

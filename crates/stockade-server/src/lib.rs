@@ -15,6 +15,7 @@ use stockade_store::Store;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
+pub mod compat;
 pub mod config;
 pub mod error;
 pub mod extract;
@@ -70,7 +71,12 @@ pub fn router(state: AppState) -> Router {
             post(accounts::sign_in).delete(accounts::sign_out),
         )
         .route("/accounts", post(accounts::create).get(accounts::list))
-        .route("/sandbox", post(sandboxes::create).get(sandboxes::list))
+        .route(
+            "/sandbox",
+            post(sandboxes::create)
+                .get(sandboxes::list)
+                .delete(compat::prime::bulk_delete),
+        )
         .route(
             "/sandbox/bulk",
             axum::routing::delete(sandboxes::bulk_delete),
@@ -89,13 +95,16 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::volumes::routes())
         .merge(routes::update::routes())
         .merge(routes::snapshots::routes())
-        .merge(routes::terminal::routes());
+        .merge(routes::terminal::routes())
+        .merge(compat::prime::api_routes());
     let limiter = Arc::new(ratelimit::RateLimiter::new(
         state.config.rate_limit.clone(),
         state.svc.metrics.clone(),
     ));
     Router::new()
         .nest("/api/v1", api)
+        .nest(compat::envd::E2B_PREFIX, compat::e2b_routes())
+        .merge(compat::prime::gateway_routes())
         .merge(proxy::routes())
         .route("/metrics", get(metrics::scrape))
         .route("/", get(routes::dashboard::index))
@@ -105,7 +114,9 @@ pub fn router(state: AppState) -> Router {
         // rate limits (API-12) inside the metrics (API-13), so 429s are counted.
         .layer(from_fn_with_state(limiter.clone(), ratelimit::limit))
         .layer(from_fn_with_state(state.clone(), metrics::track))
-        // Host-form proxy requests are routed before anything else.
+        // E2B's in-sandbox calls (by their E2b-Sandbox-Id header) and
+        // host-form proxy requests are routed before anything else.
+        .layer(from_fn_with_state(state.clone(), compat::envd::by_header))
         .layer(from_fn_with_state(state.clone(), proxy::by_host))
         // SEC-17: failed authentications (the proxy's token checks too) and
         // metrics scrapes, per client, ahead of everything.

@@ -6,10 +6,14 @@
 //!
 //! Every request needs a sandbox token ([`token`]) for this very sandbox:
 //! the `X-Stockade-Token` header, the `stockade_token` query parameter
-//! (answered with a cookie, for browsers) or that cookie. The token never
+//! (answered with a cookie, for browsers) or that cookie. An E2B traffic
+//! token (`e2b-traffic-access-token`, COMPAT-1) opens every port of its
+//! sandbox, exposed or not; the host form of port 49983 reaches the
+//! sandbox's agent, authenticated by its envd access token. The token never
 //! reaches the sandbox: header, parameter and cookie are removed. Neither
 //! do Stockade's own credentials (SEC-7): an `Authorization: Bearer stk_…`
-//! API token and the dashboard's session cookie are stripped, and the
+//! or `X-API-Key: stk_…` API token and the dashboard's session cookie are
+//! stripped, and the
 //! session is never accepted here. Path-form answers come with
 //! `Content-Security-Policy: sandbox` (without `allow-same-origin`), so a
 //! sandbox's page runs in an opaque origin and cannot read or use
@@ -173,6 +177,11 @@ pub async fn by_host(State(state): State<AppState>, req: Request, next: Next) ->
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
+    if port == stockade_runtime::AGENT_PORT {
+        // E2B's host form of the in-sandbox agent (COMPAT-1), authenticated
+        // by the sandbox's envd access token.
+        return crate::compat::envd::by_host(&state, req, sandbox_id).await;
+    }
     let target = Target {
         sandbox_id,
         port,
@@ -321,9 +330,16 @@ enum TokenSource {
     Cookie,
 }
 
-/// The request's sandbox token: header, else query parameter, else cookie.
+/// The header E2B's SDK users send a sandbox's `trafficAccessToken` in.
+pub const E2B_TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// The request's sandbox token: header (Stockade's, else E2B's traffic
+/// token header), else query parameter, else cookie.
 fn find_token(headers: &HeaderMap, query: Option<&str>) -> Option<(String, TokenSource)> {
-    if let Some(v) = headers.get(TOKEN_HEADER) {
+    if let Some(v) = headers
+        .get(TOKEN_HEADER)
+        .or_else(|| headers.get(E2B_TRAFFIC_TOKEN_HEADER))
+    {
         return Some((
             v.to_str().unwrap_or_default().trim().to_owned(),
             TokenSource::Header,
@@ -413,6 +429,15 @@ fn strip_stockade_credentials(headers: &mut HeaderMap) {
     if api_token {
         headers.remove(header::AUTHORIZATION);
     }
+    // E2B's SDKs send the API key as `X-API-Key` (COMPAT-2): a Stockade
+    // token there goes too; a sandbox's own keys pass.
+    let api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().starts_with(stockade_core::ApiToken::PREFIX));
+    if api_key {
+        headers.remove("x-api-key");
+    }
     remove_cookie(headers, crate::extract::SESSION_COOKIE);
 }
 
@@ -429,7 +454,7 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap) {
     let listed: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .into_iter()
@@ -530,7 +555,17 @@ async fn authorise(
         )));
     };
     let now = Utc::now();
-    let claims = state.proxy_keys.verify(&raw, now).map_err(|e| match e {
+    // An E2B traffic token (`stkt_`) opens every port of its sandbox, as
+    // E2B's do; a port token only the exposed ones.
+    let traffic = raw.starts_with("stkt_");
+    let verified = if traffic {
+        state
+            .proxy_keys
+            .verify_for(token::Purpose::Traffic, &raw, now)
+    } else {
+        state.proxy_keys.verify(&raw, now)
+    };
+    let claims = verified.map_err(|e| match e {
         token::TokenError::Expired(at) => ApiError::Unauthorized(format!(
             "The sandbox token expired at {}: get a new one with POST /api/v1/sandbox/{id}/auth-token",
             at.to_rfc3339()
@@ -557,7 +592,7 @@ async fn authorise(
     if sb.deleted_at.is_some() || sb.status == SandboxStatus::Terminated {
         return Err(ApiError::sandbox_not_found());
     }
-    if !sb.spec.ports.contains(&port) {
+    if !traffic && !sb.spec.ports.contains(&port) {
         return Err(ApiError::NotFound(format!(
             "Port {port} is not exposed on sandbox {id}: expose it with POST /api/v1/sandbox/{id}/ports"
         )));
@@ -618,6 +653,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     let h = &mut parts.headers;
     remove_hop_by_hop(h);
     h.remove(TOKEN_HEADER);
+    h.remove(E2B_TRAFFIC_TOKEN_HEADER);
     strip_cookie_token(h);
     strip_stockade_credentials(h);
     if let Some(proto) = &upgrade {
@@ -910,9 +946,19 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("app=1; stockade_session=stk_secret; z=2"),
         );
+        h.insert(
+            "x-api-key",
+            HeaderValue::from_static("stk_secretsecretsecret"),
+        );
         strip_stockade_credentials(&mut h);
         assert!(h.get(header::AUTHORIZATION).is_none());
+        assert!(h.get("x-api-key").is_none());
         assert_eq!(h.get(header::COOKIE).unwrap(), "app=1; z=2");
+        // A sandbox's own API key passes.
+        let mut own = HeaderMap::new();
+        own.insert("x-api-key", HeaderValue::from_static("app-key-123"));
+        strip_stockade_credentials(&mut own);
+        assert_eq!(own.get("x-api-key").unwrap(), "app-key-123");
         // The sandbox's own schemes pass.
         for own in ["Bearer appjwt.abc.def", "Basic dXNlcjpwYXNz"] {
             let mut h = HeaderMap::new();

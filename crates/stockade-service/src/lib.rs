@@ -16,6 +16,7 @@ use stockade_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
 pub mod agent;
+pub mod compat;
 pub mod config;
 pub mod egress;
 pub mod error;

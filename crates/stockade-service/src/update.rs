@@ -199,3 +199,102 @@ fn explain(patch: &SpecPatch, saved: &Sandbox, live_limits: bool) -> (AppliedCha
     }
     (applied, notes)
 }
+
+/// Changes a sandbox's record with `change` as one update operation, like
+/// [`update`] for fields Docker never sees (the same serialisation with
+/// other operations, the same re-application on a concurrent write).
+async fn update_record(
+    svc: &Service,
+    scope: &Scope,
+    id: &str,
+    change: impl Fn(Sandbox) -> ServiceResult<Sandbox>,
+) -> ServiceResult<Sandbox> {
+    let sb = crate::lifecycle::load(svc, scope, id).await?;
+    ensure_updatable(&sb)?;
+    let op = svc.new_operation(
+        OperationKind::Update,
+        &sb.id,
+        &sb.account_id,
+        serde_json::json!({}),
+    );
+    let guard = svc.begin_operation(op).await?;
+    let current = match svc.store.get_sandbox(scope, &sb.id).await {
+        Ok(fresh) => fresh,
+        Err(e) => {
+            guard.release().await;
+            return Err(e.into());
+        }
+    };
+    let reapply = |fresh: Sandbox| -> ServiceResult<Sandbox> {
+        ensure_updatable(&fresh)?;
+        change(fresh)
+    };
+    let next = match reapply(current) {
+        Ok(next) => next,
+        Err(e) => {
+            guard.release().await;
+            return Err(e);
+        }
+    };
+    guard.finish_applying(next, reapply).await
+}
+
+/// Sets a sandbox's session timeout the way E2B means it: the sandbox
+/// times out `seconds` from now (COMPAT-2). The timeout is recorded as
+/// `timeoutMinutes` too, so the next session (after a stop and start) gets
+/// as long. With `only_extend`, a running sandbox's end only moves later.
+pub async fn set_timeout_from_now(
+    svc: &Service,
+    scope: &Scope,
+    id: &str,
+    seconds: u64,
+    only_extend: bool,
+) -> ServiceResult<Sandbox> {
+    let minutes = seconds as f64 / 60.0;
+    stockade_core::spec::parse_timeout_minutes(minutes, "timeout").map_err(|_| {
+        ServiceError::field(
+            "timeout",
+            format!(
+                "must be at most {} seconds",
+                (stockade_core::spec::MAX_TIMEOUT_MINUTES * 60.0) as u64
+            ),
+        )
+    })?;
+    let saved = update_record(svc, scope, id, move |mut fresh| {
+        let now = Utc::now();
+        let end = now + chrono::Duration::seconds(seconds as i64);
+        let keep = only_extend
+            && fresh.status == SandboxStatus::Running
+            && match fresh.session_expires_at {
+                None => fresh.spec.timeout_minutes == 0.0,
+                Some(current) => current >= end,
+            };
+        if keep {
+            return Ok(fresh);
+        }
+        fresh.spec.timeout_minutes = minutes;
+        if fresh.status == SandboxStatus::Running {
+            fresh.session_expires_at = (seconds > 0).then_some(end);
+        }
+        Ok(fresh)
+    })
+    .await?;
+    info!(sandbox.id = %saved.id, seconds, "session timeout set from now");
+    Ok(saved)
+}
+
+/// Replaces a sandbox's `metadata` (checked by
+/// [`stockade_core::spec::parse_metadata`]).
+pub async fn set_metadata(
+    svc: &Service,
+    scope: &Scope,
+    id: &str,
+    metadata: &std::collections::BTreeMap<String, String>,
+) -> ServiceResult<Sandbox> {
+    let metadata = stockade_core::spec::parse_metadata(metadata, "metadata")?;
+    update_record(svc, scope, id, move |mut fresh| {
+        fresh.spec.metadata = metadata.clone();
+        Ok(fresh)
+    })
+    .await
+}

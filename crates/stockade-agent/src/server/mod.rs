@@ -2,6 +2,7 @@
 //! routes, the access token, the caller's user, and the accept loops
 //! (HTTP/1.1 and h2c on TCP or a unix socket).
 
+mod command_session;
 mod files;
 mod filesystem;
 mod process;
@@ -48,7 +49,13 @@ pub struct AgentState {
     pub agent_uid: u32,
     /// The `PATH` of started processes.
     pub path_env: String,
+    /// The latest input ids of `command_session` SendInput calls, so a
+    /// retried send writes once.
+    recent_inputs: std::sync::Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many input ids [`AgentState::first_delivery`] remembers.
+const RECENT_INPUTS: usize = 1024;
 
 /// What a handler knows about its call.
 #[derive(Clone, Debug)]
@@ -76,7 +83,22 @@ impl AgentState {
             watchers: Watchers::default(),
             agent_uid: rustix::process::geteuid().as_raw(),
             path_env: std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
+            recent_inputs: std::sync::Mutex::new(std::collections::VecDeque::new()),
         })
+    }
+
+    /// Whether an input id is new (and remembers it): a retried input is
+    /// written only once.
+    pub fn first_delivery(&self, id: &str) -> bool {
+        let mut seen = self.recent_inputs.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.iter().any(|s| s == id) {
+            return false;
+        }
+        if seen.len() >= RECENT_INPUTS {
+            seen.pop_front();
+        }
+        seen.push_back(id.to_owned());
+        true
     }
 
     fn token_ok(&self, req: &Request<Incoming>) -> bool {
@@ -212,8 +234,9 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
             .body(body::empty())
             .expect("valid response");
     }
-    let is_rpc =
-        path.starts_with("/process.Process/") || path.starts_with("/filesystem.Filesystem/");
+    let is_rpc = path.starts_with("/process.Process/")
+        || path.starts_with("/filesystem.Filesystem/")
+        || path.starts_with("/command_session.CommandSession/");
     if !state.token_ok(&req) {
         let msg = "missing or invalid access token (X-Access-Token)";
         return if is_rpc {
@@ -237,6 +260,9 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
         let (service, method) = path[1..].split_once('/').unwrap_or_default();
         return match service {
             "process.Process" => process::route(state, call, method, req).await,
+            "command_session.CommandSession" => {
+                command_session::route(state, call, method, req).await
+            }
             _ => filesystem::route(state, call, method, req).await,
         };
     }

@@ -43,7 +43,7 @@ pub async fn route(
     }
 }
 
-fn selector(sel: Option<ProcessSelector>) -> Result<Selector, ConnectError> {
+pub(super) fn selector(sel: Option<ProcessSelector>) -> Result<Selector, ConnectError> {
     match sel.and_then(|s| s.selector) {
         Some(process_selector::Selector::Pid(pid)) => Ok(Selector::Pid(pid)),
         Some(process_selector::Selector::Tag(tag)) => Ok(Selector::Tag(tag)),
@@ -51,7 +51,7 @@ fn selector(sel: Option<ProcessSelector>) -> Result<Selector, ConnectError> {
     }
 }
 
-fn event<R: From<ProcessEvent>>(e: process_event::Event) -> R {
+pub(super) fn event<R: From<ProcessEvent>>(e: process_event::Event) -> R {
     R::from(ProcessEvent { event: Some(e) })
 }
 
@@ -143,7 +143,7 @@ fn spawn_spec(
 
 /// Forwards a process's events to a stream until its end event, sending
 /// keepalives while it is quiet. The process outlives the stream.
-async fn forward<R: crate::proto::Msg + From<ProcessEvent>>(
+pub(super) async fn forward<R: crate::proto::Msg + From<ProcessEvent>>(
     mut rx: mpsc::Receiver<Event>,
     sink: &Sink<R>,
     keepalive: Duration,
@@ -170,7 +170,7 @@ async fn forward<R: crate::proto::Msg + From<ProcessEvent>>(
     }
 }
 
-async fn start(
+pub(super) async fn start(
     state: Arc<AgentState>,
     call: Call,
     req: StartRequest,
@@ -200,7 +200,7 @@ async fn start(
     forward(rx, &sink, call.keepalive).await
 }
 
-async fn connect(
+pub(super) async fn connect(
     state: Arc<AgentState>,
     call: Call,
     req: ConnectRequest,
@@ -225,7 +225,7 @@ async fn connect(
     }
 }
 
-async fn write_input(
+pub(super) async fn write_input(
     state: &AgentState,
     sel: &Selector,
     input: Option<ProcessInput>,
@@ -275,7 +275,7 @@ async fn stream_input(
     Ok(StreamInputResponse {})
 }
 
-async fn send_signal(
+pub(super) async fn send_signal(
     state: &AgentState,
     req: SendSignalRequest,
 ) -> Result<SendSignalResponse, ConnectError> {
@@ -302,7 +302,10 @@ async fn close_stdin(
     Ok(CloseStdinResponse {})
 }
 
-async fn update(state: &AgentState, req: UpdateRequest) -> Result<UpdateResponse, ConnectError> {
+pub(super) async fn update(
+    state: &AgentState,
+    req: UpdateRequest,
+) -> Result<UpdateResponse, ConnectError> {
     let sel = selector(req.process)?;
     let process = state.procs.get(&sel)?;
     if let Some(pty) = req.pty {

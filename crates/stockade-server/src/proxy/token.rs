@@ -5,6 +5,12 @@
 //!
 //! Format: `stkp_{sandbox id}.{owner account id}.{expiry, Unix seconds}.{signature}`
 //! with the signature in unpadded base64url.
+//!
+//! Two more kinds of token share the format under other prefixes and
+//! signing domains ([`Purpose`]), so none is accepted for another's job:
+//! E2B traffic tokens (`stkt_`, every port of one sandbox through the host
+//! form, COMPAT-1) and gateway tokens (`stkg_`, the `prime-sandboxes`
+//! command and file gateway of one sandbox, COMPAT-3).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -22,6 +28,36 @@ const SETTING_KEY: &str = "proxy_token_key";
 const PREFIX: &str = "stkp_";
 /// Longer inputs are rejected before any parsing.
 const MAX_TOKEN_LEN: usize = 200;
+
+/// What a token is for. A token verifies only for the purpose it was
+/// minted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The exposed ports of a sandbox (API-7): `stkp_`.
+    Ports,
+    /// Every port of a sandbox, as E2B's `trafficAccessToken`: `stkt_`.
+    Traffic,
+    /// A sandbox's command and file gateway (`prime-sandboxes`): `stkg_`.
+    Gateway,
+}
+
+impl Purpose {
+    fn prefix(self) -> &'static str {
+        match self {
+            Purpose::Ports => PREFIX,
+            Purpose::Traffic => "stkt_",
+            Purpose::Gateway => "stkg_",
+        }
+    }
+
+    fn domain(self) -> &'static str {
+        match self {
+            Purpose::Ports => "stockade-proxy-token/v1",
+            Purpose::Traffic => "stockade-traffic-token/v1",
+            Purpose::Gateway => "stockade-gateway-token/v1",
+        }
+    }
+}
 
 /// What a valid token grants: the proxy to one sandbox until `expires_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,18 +111,24 @@ impl TokenKey {
         Ok(Self::from_bytes(bytes))
     }
 
-    fn mac(&self, sandbox: &str, account: &str, expiry: i64) -> HmacSha256 {
+    fn mac(&self, purpose: Purpose, sandbox: &str, account: &str, expiry: i64) -> HmacSha256 {
         let mut mac =
             HmacSha256::new_from_slice(self.0.as_slice()).expect("HMAC takes any key size");
-        mac.update(format!("stockade-proxy-token/v1\n{sandbox}\n{account}\n{expiry}").as_bytes());
+        mac.update(format!("{}\n{sandbox}\n{account}\n{expiry}", purpose.domain()).as_bytes());
         mac
     }
 
-    /// A token for `claims` (the expiry is kept to the second).
+    /// A port token for `claims` (the expiry is kept to the second).
     pub fn mint(&self, claims: &Claims) -> String {
+        self.mint_for(Purpose::Ports, claims)
+    }
+
+    /// A token of `purpose` for `claims`.
+    pub fn mint_for(&self, purpose: Purpose, claims: &Claims) -> String {
         let expiry = claims.expires_at.timestamp();
         let sig = self
             .mac(
+                purpose,
                 claims.sandbox_id.as_str(),
                 claims.account_id.as_str(),
                 expiry,
@@ -94,19 +136,33 @@ impl TokenKey {
             .finalize()
             .into_bytes();
         format!(
-            "{PREFIX}{}.{}.{expiry}.{}",
+            "{}{}.{}.{expiry}.{}",
+            purpose.prefix(),
             claims.sandbox_id,
             claims.account_id,
             URL_SAFE_NO_PAD.encode(sig)
         )
     }
 
-    /// Checks the signature, then the expiry, and returns what the token grants.
+    /// Checks a port token: the signature, then the expiry, and returns
+    /// what the token grants.
     pub fn verify(&self, token: &str, now: DateTime<Utc>) -> Result<Claims, TokenError> {
+        self.verify_for(Purpose::Ports, token, now)
+    }
+
+    /// Checks a token of `purpose`.
+    pub fn verify_for(
+        &self,
+        purpose: Purpose,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Claims, TokenError> {
         if token.len() > MAX_TOKEN_LEN {
             return Err(TokenError::Malformed);
         }
-        let body = token.strip_prefix(PREFIX).ok_or(TokenError::Malformed)?;
+        let body = token
+            .strip_prefix(purpose.prefix())
+            .ok_or(TokenError::Malformed)?;
         let mut parts = body.split('.');
         let (Some(sandbox), Some(account), Some(expiry), Some(sig), None) = (
             parts.next(),
@@ -127,7 +183,7 @@ impl TokenKey {
             .decode(sig)
             .map_err(|_| TokenError::Malformed)?;
         // Constant-time comparison.
-        self.mac(sandbox_id.as_str(), account_id.as_str(), expiry)
+        self.mac(purpose, sandbox_id.as_str(), account_id.as_str(), expiry)
             .verify_slice(&sig)
             .map_err(|_| TokenError::BadSignature)?;
         let expires_at = DateTime::from_timestamp(expiry, 0).ok_or(TokenError::Malformed)?;
@@ -196,6 +252,34 @@ mod tests {
         bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
         let flipped = String::from_utf8(bytes).unwrap();
         assert_eq!(key.verify(&flipped, now), Err(TokenError::BadSignature));
+    }
+
+    #[test]
+    fn a_token_serves_only_its_purpose() {
+        let key = TokenKey::from_bytes([7; 32]);
+        let now = Utc::now();
+        let c = claims(now);
+        let all = [Purpose::Ports, Purpose::Traffic, Purpose::Gateway];
+        for minted in all {
+            let t = key.mint_for(minted, &c);
+            for checked in all {
+                let got = key.verify_for(checked, &t, now);
+                if minted == checked {
+                    assert_eq!(got, Ok(c.clone()));
+                } else {
+                    assert!(got.is_err(), "{minted:?} accepted as {checked:?}");
+                }
+            }
+            // The prefix swapped: the signature no longer matches.
+            let body = t.split_once('_').unwrap().1;
+            for other in all.into_iter().filter(|p| *p != minted) {
+                let forged = format!("{}{body}", other.prefix());
+                assert_eq!(
+                    key.verify_for(other, &forged, now),
+                    Err(TokenError::BadSignature)
+                );
+            }
+        }
     }
 
     #[test]

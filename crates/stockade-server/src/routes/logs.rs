@@ -176,14 +176,36 @@ pub async fn logs(
         ));
     }
     let (lines, has_more, truncated) = collect(lines, resume, q.tail, MAX_JSON_BYTES).await?;
+    let text: String = lines
+        .iter()
+        .flat_map(|(_, l)| [l.text.as_str(), "\n"])
+        .collect();
     Ok(Json(LogsResponse {
         sandbox_id: sb.id.to_string(),
         last_event_id: lines.last().map(|(id, _)| id.to_string()),
         lines: lines.into_iter().map(to_response).collect(),
         has_more,
         truncated,
+        logs: text,
     })
     .into_response())
+}
+
+/// The last `tail` lines of a sandbox's main process (at most
+/// `MAX_JSON_BYTES` of text), oldest first: for the compatibility APIs.
+pub(crate) async fn recent_lines(
+    state: &AppState,
+    sb: &stockade_core::Sandbox,
+    tail: usize,
+) -> ApiResult<Vec<stockade_runtime::LogLine>> {
+    let options = LogsOptions {
+        tail: Some(tail.min(MAX_TAIL)),
+        since: None,
+        follow: false,
+    };
+    let lines = state.svc.runtime.logs(&sb.id, options).await?;
+    let (lines, _, _) = collect(lines, None, tail.min(MAX_TAIL), MAX_JSON_BYTES).await?;
+    Ok(lines.into_iter().map(|(_, l)| l).collect())
 }
 
 fn to_response((id, line): IdLine) -> LogLineResponse {

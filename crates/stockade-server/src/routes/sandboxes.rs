@@ -8,33 +8,39 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use stockade_api::{
-    BulkDeleteRequest, BulkDeleteResponse, BulkDeleteResult, CreateSandboxRequest, ErrorBody,
-    ListSandboxesResponse, SandboxResponse,
+    BulkDeleteRequest, BulkDeleteResponse, BulkDeleteResult, CreateBodyError, CreateSandboxBody,
+    ErrorBody, ListSandboxesResponse, SandboxResponse,
 };
 use stockade_core::{Label, SandboxId, SandboxStatus, TeamId, ValidationErrors};
 use stockade_store::SandboxFilter;
 use tracing::instrument;
 
+use crate::compat::prime;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
 use crate::AppState;
 use stockade_service::{lifecycle, ServiceError};
 
-fn respond(sb: &stockade_core::Sandbox) -> Json<SandboxResponse> {
-    Json(SandboxResponse::from_record(sb, Utc::now()))
+/// A sandbox as the caller reads it (`prime-sandboxes` gets its start
+/// command as a program and arguments).
+fn respond(sb: &stockade_core::Sandbox, headers: &HeaderMap) -> Json<SandboxResponse> {
+    Json(prime::answer(sb, headers))
 }
 
 /// Create a sandbox; returns it RUNNING. With an `Idempotency-Key` header a
 /// retried create returns the first result; the same key with different
-/// parameters is a 422.
+/// parameters is a 422. The fields may also be written in snake_case, and
+/// the fields `prime-sandboxes` sends are taken as documented on
+/// [`CreateSandboxBody`] (what cannot map is a 501 saying why).
 #[utoipa::path(post, path = "/api/v1/sandbox", tag = "sandboxes",
-    request_body = CreateSandboxRequest,
+    request_body = CreateSandboxBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "makes retries of this create return the first result")),
     responses(
         (status = 201, description = "Created and running", body = SandboxResponse),
         (status = 400, description = "A field is invalid", body = ErrorBody),
         (status = 409, description = "Name already used", body = ErrorBody),
         (status = 422, description = "Image missing and not pullable, or Idempotency-Key reused with other parameters", body = ErrorBody),
+        (status = 501, description = "A prime-sandboxes field Stockade cannot honour (the message says what it offers)", body = ErrorBody),
         (status = 503, description = "Docker unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
@@ -43,9 +49,17 @@ pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(req): ApiJson<CreateSandboxRequest>,
+    ApiJson(body): ApiJson<CreateSandboxBody>,
 ) -> ApiResult<Response> {
-    let key = match headers.get("idempotency-key") {
+    let arch = stockade_api::create::docker_arch(std::env::consts::ARCH);
+    let (req, extras) = match body.into_parts(arch) {
+        Ok(parts) => parts,
+        Err(CreateBodyError::Invalid { field, message }) => {
+            return Err(ApiError::field(field, message))
+        }
+        Err(CreateBodyError::Unsupported(message)) => return Ok(prime::not_implemented(message)),
+    };
+    let header_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::field(
@@ -54,8 +68,18 @@ pub async fn create(
             )
         })?),
     };
+    let key = match (header_key, extras.idempotency_key.as_deref()) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(ApiError::field(
+                "idempotency_key",
+                "differs from the Idempotency-Key header; send one of them",
+            ))
+        }
+        (Some(h), _) => Some(h),
+        (None, b) => b,
+    };
     let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &req, key).await?;
-    let mut resp = (StatusCode::CREATED, respond(&created.sandbox)).into_response();
+    let mut resp = (StatusCode::CREATED, respond(&created.sandbox, &headers)).into_response();
     if created.replayed {
         resp.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -162,6 +186,7 @@ pub fn parse_list_query(raw: Option<&str>) -> ApiResult<SandboxFilter> {
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListSandboxesResponse>> {
     let filter = parse_list_query(raw.as_deref())?;
@@ -176,7 +201,14 @@ pub async fn list(
         sandboxes: page
             .sandboxes
             .iter()
-            .map(|s| SandboxResponse::from_record(s, now))
+            .map(|s| {
+                let r = SandboxResponse::from_record(s, now);
+                if prime::wants_argv_start_command(&headers) {
+                    r.with_argv_start_command()
+                } else {
+                    r
+                }
+            })
             .collect(),
         total: page.total,
         page: filter.page,
@@ -195,6 +227,7 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
@@ -202,6 +235,9 @@ pub async fn get(
     state.svc.usage.fill(&sb, &mut details).await;
     if details.volume.size_bytes.is_none() {
         super::volumes::fill_volume_size(&state, &mut details).await; // VOL-4
+    }
+    if prime::wants_argv_start_command(&headers) {
+        details = details.with_argv_start_command();
     }
     Ok(Json(details))
 }
@@ -215,11 +251,12 @@ pub async fn get(
 pub async fn start(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let sb = lifecycle::start(&state.svc, sb).await?;
-    Ok(respond(&sb))
+    Ok(respond(&sb, &headers))
 }
 
 /// Stop a sandbox: SIGTERM, then SIGKILL after `timeout` seconds (default 30).
@@ -232,6 +269,7 @@ pub async fn start(
 pub async fn stop(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
@@ -250,7 +288,7 @@ pub async fn stop(
     }
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let sb = lifecycle::stop(&state.svc, sb, grace).await?;
-    Ok(respond(&sb))
+    Ok(respond(&sb, &headers))
 }
 
 /// `preserveVolume` and `sync` of a delete.
@@ -281,6 +319,7 @@ fn parse_preserve(raw: Option<&str>) -> ApiResult<(bool, bool)> {
 pub async fn destroy(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
@@ -288,7 +327,7 @@ pub async fn destroy(
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
     let sb = lifecycle::destroy_with(&state.svc, sb, preserve, sync).await?;
-    Ok(respond(&sb))
+    Ok(respond(&sb, &headers))
 }
 
 /// Destroy several sandboxes, by ids or by labels (ALL must match).

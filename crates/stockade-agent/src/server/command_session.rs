@@ -1,0 +1,223 @@
+//! `command_session.CommandSession` (what `prime-sandboxes` speaks through
+//! its gateway, COMPAT-3): Start, Connect, List, SendInput, StreamInput,
+//! SendSignal and Update over the same process table as `process.Process`.
+//! A session uuid is a process tag; a Start naming a running session
+//! attaches to it (its command must be the same); a command may name the
+//! user it runs as.
+
+use super::process as proc_rpc;
+use super::rpc::{self, MsgStream, Sink};
+use super::{AgentState, Call};
+use crate::body::BoxBody;
+use crate::connect::{Code, ConnectError};
+use crate::procs::Selector;
+use crate::proto::command_session::*;
+use crate::proto::process::{self, process_event, ProcessConfig};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use std::sync::Arc;
+
+pub async fn route(
+    state: Arc<AgentState>,
+    call: Call,
+    method: &str,
+    req: Request<Incoming>,
+) -> Response<BoxBody> {
+    match method {
+        "Start" => rpc::server_stream(req, move |m, sink| start(state, call, m, sink)).await,
+        "Connect" => rpc::server_stream(req, move |m, sink| connect(state, call, m, sink)).await,
+        "List" => {
+            rpc::unary(req, |_: ListRequest| async {
+                Ok(ListResponse {
+                    sessions: list(&state),
+                })
+            })
+            .await
+        }
+        "SendInput" => rpc::unary(req, |m| send_input(&state, m)).await,
+        "StreamInput" => rpc::client_stream(req, |s| stream_input(&state, s)).await,
+        "SendSignal" => rpc::unary(req, |m| send_signal(&state, m)).await,
+        "Update" => rpc::unary(req, |m| update(&state, m)).await,
+        _ => rpc::error_response(&ConnectError::new(
+            Code::Unimplemented,
+            format!("command_session.CommandSession/{method} is not implemented"),
+        )),
+    }
+}
+
+fn selector(sel: Option<CommandSessionSelector>) -> Result<Selector, ConnectError> {
+    match sel.and_then(|s| s.selector) {
+        Some(command_session_selector::Selector::Pid(pid)) => Ok(Selector::Pid(pid)),
+        Some(command_session_selector::Selector::SessionUuid(u)) if !u.is_empty() => {
+            Ok(Selector::Tag(u))
+        }
+        _ => Err(ConnectError::invalid(
+            "session: a pid or a session_uuid is required",
+        )),
+    }
+}
+
+fn process_selector(sel: Selector) -> process::ProcessSelector {
+    match sel {
+        Selector::Pid(pid) => process::ProcessSelector::pid(pid),
+        Selector::Tag(tag) => process::ProcessSelector::tag(tag),
+    }
+}
+
+fn config_of(spec: &CommandSpec) -> ProcessConfig {
+    ProcessConfig {
+        cmd: spec.cmd.clone(),
+        args: spec.args.clone(),
+        envs: spec.envs.clone(),
+        cwd: spec.cwd.clone(),
+    }
+}
+
+async fn start(
+    state: Arc<AgentState>,
+    mut call: Call,
+    req: StartRequest,
+    sink: Sink<process::StartResponse>,
+) -> Result<(), ConnectError> {
+    let spec = req
+        .command
+        .as_ref()
+        .ok_or_else(|| ConnectError::invalid("command is required"))?;
+    if let Some(user) = &spec.user {
+        if user.is_empty() {
+            return Err(ConnectError::invalid(
+                "command.user must be a user of the sandbox (or left out)",
+            ));
+        }
+        call.user = state.resolve_user(Some(user))?;
+    }
+    let config = config_of(spec);
+    if let Some(uuid) = req.session_uuid.as_deref().filter(|u| !u.is_empty()) {
+        let sel = Selector::Tag(uuid.to_owned());
+        if let Ok(running) = state.procs.get(&sel) {
+            if running.config != config {
+                return Err(ConnectError::new(
+                    Code::FailedPrecondition,
+                    format!("session {uuid} runs another command; use a new session_uuid"),
+                ));
+            }
+            let (process, rx) = state.procs.subscribe(&sel)?;
+            sink.send(&proc_rpc::event(process_event::Event::Start(
+                process_event::StartEvent { pid: process.pid },
+            )))
+            .await?;
+            return proc_rpc::forward(rx, &sink, call.keepalive).await;
+        }
+    }
+    let preq = process::StartRequest {
+        process: Some(config),
+        pty: req.pty,
+        tag: req.session_uuid.filter(|u| !u.is_empty()),
+        stdin: req.stdin,
+    };
+    proc_rpc::start(state, call, preq, sink).await
+}
+
+async fn connect(
+    state: Arc<AgentState>,
+    call: Call,
+    req: ConnectRequest,
+    sink: Sink<process::ConnectResponse>,
+) -> Result<(), ConnectError> {
+    let sel = selector(req.session)?;
+    let preq = process::ConnectRequest {
+        process: Some(process_selector(sel)),
+    };
+    proc_rpc::connect(state, call, preq, sink).await
+}
+
+fn list(state: &AgentState) -> Vec<CommandSessionInfo> {
+    state
+        .procs
+        .list()
+        .into_iter()
+        .map(|p| {
+            let c = p.config.unwrap_or_default();
+            CommandSessionInfo {
+                command: Some(CommandSpec {
+                    cmd: c.cmd,
+                    args: c.args,
+                    envs: c.envs,
+                    cwd: c.cwd,
+                    user: None,
+                }),
+                pid: p.pid,
+                session_uuid: p.tag,
+            }
+        })
+        .collect()
+}
+
+async fn send_input(
+    state: &AgentState,
+    req: SendInputRequest,
+) -> Result<SendInputResponse, ConnectError> {
+    let sel = selector(req.session)?;
+    if let Some(id) = req.input_uuid.as_deref().filter(|u| !u.is_empty()) {
+        if !state.first_delivery(id) {
+            return Ok(SendInputResponse {});
+        }
+    }
+    proc_rpc::write_input(state, &sel, req.input).await?;
+    Ok(SendInputResponse {})
+}
+
+async fn stream_input(
+    state: &AgentState,
+    mut stream: MsgStream<StreamInputRequest>,
+) -> Result<StreamInputResponse, ConnectError> {
+    let mut sel: Option<Selector> = None;
+    while let Some(msg) = stream.next().await {
+        match msg?.event {
+            Some(stream_input_request::Event::Start(s)) => {
+                let chosen = selector(s.session)?;
+                state.procs.get(&chosen)?;
+                sel = Some(chosen);
+            }
+            Some(stream_input_request::Event::Data(d)) => {
+                let Some(sel) = &sel else {
+                    return Err(ConnectError::invalid(
+                        "the first message of StreamInput must be a start event",
+                    ));
+                };
+                proc_rpc::write_input(state, sel, d.input).await?;
+            }
+            Some(stream_input_request::Event::Keepalive(_)) | None => {}
+        }
+    }
+    Ok(StreamInputResponse {})
+}
+
+async fn send_signal(
+    state: &AgentState,
+    req: SendSignalRequest,
+) -> Result<SendSignalResponse, ConnectError> {
+    let sel = selector(req.session)?;
+    proc_rpc::send_signal(
+        state,
+        process::SendSignalRequest {
+            process: Some(process_selector(sel)),
+            signal: req.signal,
+        },
+    )
+    .await?;
+    Ok(SendSignalResponse {})
+}
+
+async fn update(state: &AgentState, req: UpdateRequest) -> Result<UpdateResponse, ConnectError> {
+    let sel = selector(req.session)?;
+    proc_rpc::update(
+        state,
+        process::UpdateRequest {
+            process: Some(process_selector(sel)),
+            pty: req.pty,
+        },
+    )
+    .await?;
+    Ok(UpdateResponse {})
+}

@@ -1,0 +1,523 @@
+//! The body `POST /api/v1/sandbox` accepts: seed 002's camelCase fields and,
+//! for Prime Intellect's `prime-sandboxes` SDK, their snake_case spellings
+//! and the fields that SDK sends (COMPAT-3). [`CreateSandboxBody::into_parts`]
+//! turns it into the [`CreateSandboxRequest`] the service validates, or says
+//! which field cannot be honoured and what Stockade offers instead.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{CreateSandboxRequest, SandboxSource};
+
+/// A start command: seed 002's shell string, or prime-sandboxes' program
+/// and arguments (run without a shell's word splitting).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum StartCommandJson {
+    /// Run with `/bin/sh -c`.
+    Shell(String),
+    /// Run as is: `executable` with `args`.
+    Argv(StartCommandArgv),
+}
+
+/// A program and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartCommandArgv {
+    pub executable: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl StartCommandArgv {
+    /// The shell command line that runs exactly this argv: `exec` and each
+    /// word single-quoted. [`StartCommandArgv::from_shell`] reads it back.
+    pub fn to_shell(&self) -> String {
+        let mut out = String::from("exec");
+        for word in std::iter::once(&self.executable).chain(&self.args) {
+            out.push(' ');
+            out.push_str(&quote(word));
+        }
+        out
+    }
+
+    /// The argv of a command line [`StartCommandArgv::to_shell`] wrote;
+    /// `None` for any other command line.
+    pub fn from_shell(line: &str) -> Option<Self> {
+        let mut rest = line.strip_prefix("exec ")?;
+        let mut words = Vec::new();
+        loop {
+            let (word, after) = unquote(rest)?;
+            words.push(word);
+            match after.strip_prefix(' ') {
+                Some(next) => rest = next,
+                None if after.is_empty() => break,
+                None => return None,
+            }
+        }
+        let mut words = words.into_iter();
+        let executable = words.next()?;
+        Some(Self {
+            executable,
+            args: words.collect(),
+        })
+    }
+}
+
+/// `'…'` with every `'` written as `'\''`.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// One word as [`quote`] writes it, and what follows it.
+fn unquote(s: &str) -> Option<(String, &str)> {
+    let mut word = String::new();
+    let mut rest = s.strip_prefix('\'')?;
+    loop {
+        let end = rest.find('\'')?;
+        word.push_str(&rest[..end]);
+        rest = &rest[end + 1..];
+        match rest.strip_prefix(r"\''") {
+            Some(more) => {
+                word.push('\'');
+                rest = more;
+            }
+            None => return Some((word, rest)),
+        }
+    }
+}
+
+/// `POST /api/v1/sandbox`: every field seed 002 documents (camelCase), the
+/// same fields in snake_case, and the fields `prime-sandboxes` sends.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateSandboxBody {
+    /// Unique among the account's active sandboxes; defaults to the id.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Defaults to the server's default image.
+    #[serde(default, alias = "docker_image")]
+    pub docker_image: Option<String>,
+    /// A preset name the server maps to an image (e.g. `node22`).
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// A shell command line, or `{"executable": …, "args": […]}`.
+    #[serde(default, alias = "start_command")]
+    pub start_command: Option<StartCommandJson>,
+    #[serde(default, alias = "cpu_cores")]
+    pub cpu_cores: Option<f64>,
+    #[serde(default, rename = "memoryGB", alias = "memory_gb")]
+    pub memory_gb: Option<f64>,
+    #[serde(default, rename = "diskSizeGB", alias = "disk_size_gb")]
+    pub disk_size_gb: Option<f64>,
+    #[serde(default, alias = "gpu_count")]
+    pub gpu_count: Option<f64>,
+    /// `false` cuts all egress.
+    #[serde(default, alias = "network_access")]
+    pub network_access: Option<bool>,
+    /// Session timeout in minutes; 0 = never.
+    #[serde(default, alias = "timeout_minutes")]
+    pub timeout_minutes: Option<f64>,
+    #[serde(default, alias = "environment_vars")]
+    pub environment_vars: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub labels: Option<Vec<String>>,
+    /// At most 5.
+    #[serde(default)]
+    pub tags: Option<BTreeMap<String, String>>,
+    /// At most 4.
+    #[serde(default)]
+    pub ports: Option<Vec<i64>>,
+    /// Filesystem survives session timeouts (default true).
+    #[serde(default)]
+    pub persistent: Option<bool>,
+    #[serde(default, alias = "team_id")]
+    pub team_id: Option<String>,
+    /// What `/workspace` starts from.
+    #[serde(default)]
+    pub source: Option<SandboxSource>,
+    /// `prime-sandboxes`: asks for a virtual machine. Accepted and ignored:
+    /// Stockade runs every sandbox as a container.
+    #[serde(default)]
+    pub vm: Option<bool>,
+    /// `prime-sandboxes`: the `Idempotency-Key`, in the body.
+    #[serde(default, alias = "idempotency_key")]
+    pub idempotency_key: Option<String>,
+    /// `prime-sandboxes`: only with `gpuCount` > 0.
+    #[serde(default, alias = "gpu_type")]
+    pub gpu_type: Option<String>,
+    /// `prime-sandboxes`: `[]` means no egress, `["*"]` all of it.
+    #[serde(default, alias = "network_allowlist")]
+    pub network_allowlist: Option<Vec<String>>,
+    /// `prime-sandboxes`: `[]` means all egress, `["*"]` none.
+    #[serde(default, alias = "network_denylist")]
+    pub network_denylist: Option<Vec<String>>,
+    /// `prime-sandboxes`: variables the sandbox's processes get, like
+    /// `environmentVars` (a name in both is an error).
+    #[serde(default)]
+    pub secrets: Option<BTreeMap<String, String>>,
+    /// `prime-sandboxes`: a checkpoint (a Stockade snapshot) to start from.
+    #[serde(default, alias = "checkpoint_id")]
+    pub checkpoint_id: Option<String>,
+    /// `prime-sandboxes`: not supported (no idle timeout in Stockade).
+    #[serde(default, alias = "idle_timeout_minutes")]
+    pub idle_timeout_minutes: Option<f64>,
+    /// `prime-sandboxes`: not supported (placement is by free capacity).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `prime-sandboxes`: `amd64` or `arm64`; must be the Docker host's.
+    #[serde(default)]
+    pub arch: Option<String>,
+    /// `prime-sandboxes`: only `{}`.
+    #[serde(default, alias = "advanced_configs")]
+    #[schema(value_type = Option<Object>)]
+    pub advanced_configs: Option<serde_json::Value>,
+    /// `prime-sandboxes`: not supported (volumes are Stockade's own, one
+    /// per sandbox at `/workspace`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub volumes: Option<serde_json::Value>,
+}
+
+/// A create field Stockade cannot honour, with what it offers instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateBodyError {
+    /// A bad value: 400 naming the field.
+    Invalid { field: String, message: String },
+    /// Something Stockade does not do: 501 with a sentence.
+    Unsupported(String),
+}
+
+/// What the body asks for beyond [`CreateSandboxRequest`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CreateExtras {
+    /// The body's `idempotency_key`.
+    pub idempotency_key: Option<String>,
+    /// The start command was given as a program and arguments.
+    pub argv_start_command: bool,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> CreateBodyError {
+    CreateBodyError::Invalid {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// `network_allowlist`/`network_denylist` as Stockade's `networkAccess`:
+/// only "everything" and "nothing" map.
+fn network_from_lists(
+    allow: Option<&[String]>,
+    deny: Option<&[String]>,
+) -> Result<Option<bool>, CreateBodyError> {
+    let everything =
+        |l: &[String]| l.len() == 1 && matches!(l[0].trim(), "*" | "0.0.0.0/0" | "::/0");
+    match (allow, deny) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(invalid(
+            "network_allowlist",
+            "network_allowlist and network_denylist are mutually exclusive; give at most one",
+        )),
+        (Some([]), None) => Ok(Some(false)),
+        (Some(a), None) if everything(a) => Ok(Some(true)),
+        (None, Some([])) => Ok(Some(true)),
+        (None, Some(d)) if everything(d) => Ok(Some(false)),
+        _ => Err(CreateBodyError::Unsupported(
+            "Per-destination egress lists are not available through this field: Stockade \
+             takes network access as all or nothing here (network_allowlist [] or [\"*\"], \
+             network_denylist [] or [\"*\"], or networkAccess true/false)"
+                .into(),
+        )),
+    }
+}
+
+impl CreateSandboxBody {
+    /// The request the service validates, and the extras.
+    pub fn into_parts(
+        self,
+        host_arch: &str,
+    ) -> Result<(CreateSandboxRequest, CreateExtras), CreateBodyError> {
+        if let Some(m) = self.idle_timeout_minutes {
+            return Err(CreateBodyError::Unsupported(format!(
+                "idle_timeout_minutes ({m}) is not supported: Stockade has no idle timeout; use \
+                 timeout_minutes, after which the sandbox is stopped (persistent) or deleted"
+            )));
+        }
+        if let Some(r) = &self.region {
+            return Err(CreateBodyError::Unsupported(format!(
+                "region '{r}' is not supported: Stockade places sandboxes on its Docker hosts \
+                 by free capacity; leave region out"
+            )));
+        }
+        if self.volumes.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(CreateBodyError::Unsupported(
+                "volumes are not supported: every Stockade sandbox has its own volume at \
+                 /workspace; use snapshots (checkpoint_id) to start from saved files"
+                    .into(),
+            ));
+        }
+        if let Some(a) = &self.arch {
+            if a != host_arch {
+                return Err(CreateBodyError::Unsupported(format!(
+                    "arch '{a}' is not available: this Stockade server runs {host_arch} sandboxes"
+                )));
+            }
+        }
+        match &self.advanced_configs {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Object(o)) if o.is_empty() => {}
+            Some(_) => {
+                return Err(CreateBodyError::Unsupported(
+                    "advanced_configs are not supported; leave them out".into(),
+                ))
+            }
+        }
+        if self.gpu_type.is_some() && self.gpu_count.unwrap_or(0.0) == 0.0 {
+            return Err(invalid("gpu_type", "gpu_type needs gpu_count above 0"));
+        }
+        let network = network_from_lists(
+            self.network_allowlist.as_deref(),
+            self.network_denylist.as_deref(),
+        )?;
+        let network_access = match (self.network_access, network) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(invalid(
+                    "networkAccess",
+                    "networkAccess contradicts network_allowlist/network_denylist",
+                ))
+            }
+            (a, b) => a.or(b),
+        };
+        let mut env = self.environment_vars;
+        if let Some(secrets) = self.secrets {
+            let vars = env.get_or_insert_with(BTreeMap::new);
+            for (k, v) in secrets {
+                if vars.contains_key(&k) {
+                    return Err(invalid(
+                        "secrets",
+                        format!("'{k}' is both a secret and an environment variable"),
+                    ));
+                }
+                vars.insert(k, v);
+            }
+        }
+        let source = match (self.source, self.checkpoint_id) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "checkpoint_id",
+                    "give either source or checkpoint_id, not both",
+                ))
+            }
+            (s, None) => s,
+            (None, Some(id)) => Some(SandboxSource::Snapshot { snapshot_id: id }),
+        };
+        let argv = matches!(self.start_command, Some(StartCommandJson::Argv(_)));
+        let start_command = match self.start_command {
+            None => None,
+            Some(StartCommandJson::Shell(s)) => Some(s),
+            Some(StartCommandJson::Argv(a)) => {
+                if a.executable.is_empty() {
+                    return Err(invalid("startCommand.executable", "must not be empty"));
+                }
+                Some(a.to_shell())
+            }
+        };
+        let req = CreateSandboxRequest {
+            name: self.name,
+            docker_image: self.docker_image,
+            runtime: self.runtime,
+            start_command,
+            cpu_cores: self.cpu_cores,
+            memory_gb: self.memory_gb,
+            disk_size_gb: self.disk_size_gb,
+            gpu_count: self.gpu_count,
+            network_access,
+            network_policy: None,
+            timeout_minutes: self.timeout_minutes,
+            environment_vars: env,
+            labels: self.labels,
+            tags: self.tags,
+            ports: self.ports,
+            persistent: self.persistent,
+            team_id: self.team_id,
+            source,
+        };
+        Ok((
+            req,
+            CreateExtras {
+                idempotency_key: self.idempotency_key,
+                argv_start_command: argv,
+            },
+        ))
+    }
+}
+
+/// The Docker name of an architecture (`x86_64` → `amd64`).
+pub fn docker_arch(rust_arch: &str) -> &str {
+    match rust_arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: &str) -> CreateSandboxBody {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn argv_round_trips_through_a_shell_line() {
+        for argv in [
+            StartCommandArgv {
+                executable: "python".into(),
+                args: vec!["-c".into(), "print('hi there')".into()],
+            },
+            StartCommandArgv {
+                executable: "/bin/echo".into(),
+                args: vec![],
+            },
+            StartCommandArgv {
+                executable: "sh".into(),
+                args: vec!["-c".into(), r#"echo "it's" '' $HOME"#.into(), "".into()],
+            },
+        ] {
+            let line = argv.to_shell();
+            assert_eq!(StartCommandArgv::from_shell(&line), Some(argv), "{line}");
+        }
+        for other in [
+            "python main.py",
+            "exec python",
+            "exec 'a' b",
+            "exec 'a'  'b'",
+            "exec 'unterminated",
+            "exec ",
+            "",
+        ] {
+            assert_eq!(StartCommandArgv::from_shell(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn seed_002_and_snake_case_bodies_mean_the_same() {
+        let camel = body(
+            r#"{"name":"a","dockerImage":"python:3.11","startCommand":"python main.py",
+                "cpuCores":4,"memoryGB":8,"diskSizeGB":50,"gpuCount":0,"networkAccess":true,
+                "timeoutMinutes":60,"environmentVars":{"K":"v"},"labels":["dev"]}"#,
+        );
+        let snake = body(
+            r#"{"name":"a","docker_image":"python:3.11","start_command":"python main.py",
+                "cpu_cores":4,"memory_gb":8,"disk_size_gb":50,"gpu_count":0,"network_access":true,
+                "timeout_minutes":60,"environment_vars":{"K":"v"},"labels":["dev"]}"#,
+        );
+        let (a, _) = camel.into_parts("amd64").unwrap();
+        let (b, _) = snake.into_parts("amd64").unwrap();
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(&b).unwrap()
+        );
+        assert_eq!(a.memory_gb, Some(8.0));
+        assert_eq!(a.start_command.as_deref(), Some("python main.py"));
+    }
+
+    #[test]
+    fn prime_sandboxes_create_body_maps() {
+        // What prime-sandboxes 0.5.1 sends for CreateSandboxRequest(name=…,
+        // docker_image=…, start_command=StartCommand(…), secrets=…).
+        let b = body(
+            r#"{"name":"p","docker_image":"stockade-test-debian:latest",
+                "start_command":{"executable":"sleep","args":["infinity"]},
+                "cpu_cores":1.0,"memory_gb":1.0,"disk_size_gb":5.0,"gpu_count":0,
+                "timeout_minutes":60,"environment_vars":{"A":"1"},"secrets":{"S":"2"},
+                "labels":[],"vm":true,"idempotency_key":"0f3c"}"#,
+        );
+        let (req, extras) = b.into_parts("amd64").unwrap();
+        assert_eq!(
+            req.start_command.as_deref(),
+            Some("exec 'sleep' 'infinity'")
+        );
+        assert!(extras.argv_start_command);
+        assert_eq!(extras.idempotency_key.as_deref(), Some("0f3c"));
+        let env = req.environment_vars.unwrap();
+        assert_eq!(env["A"], "1");
+        assert_eq!(env["S"], "2");
+        let (req, _) = body(r#"{"checkpoint_id":"snap1"}"#)
+            .into_parts("amd64")
+            .unwrap();
+        assert_eq!(
+            req.source,
+            Some(SandboxSource::Snapshot {
+                snapshot_id: "snap1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn egress_lists_map_only_all_or_nothing() {
+        let access = |json: &str| {
+            body(json)
+                .into_parts("amd64")
+                .map(|(r, _)| r.network_access)
+        };
+        assert_eq!(access(r#"{"network_allowlist":[]}"#), Ok(Some(false)));
+        assert_eq!(access(r#"{"network_allowlist":["*"]}"#), Ok(Some(true)));
+        assert_eq!(access(r#"{"network_denylist":[]}"#), Ok(Some(true)));
+        assert_eq!(
+            access(r#"{"network_denylist":["0.0.0.0/0"]}"#),
+            Ok(Some(false))
+        );
+        assert!(matches!(
+            access(r#"{"network_allowlist":["example.com"]}"#),
+            Err(CreateBodyError::Unsupported(_))
+        ));
+        assert!(matches!(
+            access(r#"{"network_allowlist":[],"network_denylist":[]}"#),
+            Err(CreateBodyError::Invalid { .. })
+        ));
+        assert!(matches!(
+            access(r#"{"networkAccess":true,"network_allowlist":[]}"#),
+            Err(CreateBodyError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn what_cannot_map_says_so() {
+        for json in [
+            r#"{"idle_timeout_minutes":5}"#,
+            r#"{"region":"eu"}"#,
+            r#"{"volumes":[{"name":"v","mount_path":"/data"}]}"#,
+            r#"{"arch":"riscv64"}"#,
+            r#"{"advanced_configs":{"x":1}}"#,
+        ] {
+            match body(json).into_parts("amd64") {
+                Err(CreateBodyError::Unsupported(m)) => assert!(m.len() > 20, "{m}"),
+                other => panic!("{json}: {other:?}"),
+            }
+        }
+        assert!(body(r#"{"arch":"amd64","advanced_configs":{}}"#)
+            .into_parts("amd64")
+            .is_ok());
+        assert!(matches!(
+            body(r#"{"secrets":{"K":"1"},"environment_vars":{"K":"2"}}"#).into_parts("amd64"),
+            Err(CreateBodyError::Invalid { field, .. }) if field == "secrets"
+        ));
+    }
+
+    #[test]
+    fn unknown_and_duplicate_fields_are_refused() {
+        assert!(serde_json::from_str::<CreateSandboxBody>(r#"{"privileged":true}"#).is_err());
+        assert!(serde_json::from_str::<CreateSandboxBody>(
+            r#"{"dockerImage":"a","docker_image":"b"}"#
+        )
+        .is_err());
+        assert!(serde_json::from_str::<CreateSandboxBody>(
+            r#"{"start_command":{"executable":"x","shell":true}}"#
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,995 @@
+//! What Prime Intellect's `prime-sandboxes` SDK needs beyond Stockade's own
+//! API (COMPAT-3), next to it under `/api/v1`: the bulk delete at
+//! `DELETE /sandbox`, batch status, error context, checkpoints (Stockade's
+//! snapshots), `POST /sandbox/{id}/auth` — and the sandbox gateway that
+//! answer points at, on Stockade itself (`/gateway/{account}/{sandbox}/…`):
+//! the `command_session.CommandSession` Connect service (protobuf or JSON)
+//! and file upload, download and read, forwarded to the sandbox's agent.
+//! What cannot map (LAN networks, SSH sessions, image builds, per-sandbox
+//! egress policies, prime's volumes) answers 501 with what Stockade offers.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use stockade_api::prime::*;
+use stockade_api::{ErrorBody, ErrorDetail, SandboxResponse};
+use stockade_core::{
+    Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotKind, SnapshotStatus,
+};
+use stockade_service::{lifecycle, snapshots, ServiceError};
+use stockade_store::{SandboxFilter, StoreError};
+use tracing::instrument;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{query_pairs, ApiJson, Caller};
+use crate::proxy::token::{Claims, Purpose};
+use crate::proxy::PublicBase;
+use crate::AppState;
+
+/// How long a gateway token lives (the SDK asks again before it ends).
+const GATEWAY_TOKEN_TTL: chrono::Duration = chrono::Duration::hours(1);
+/// The most a `read-file` answer holds.
+const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
+/// The most ids one batch lookup or bulk delete takes.
+const MAX_BATCH: usize = 1000;
+/// The prefix of the gateway's routes.
+pub const GATEWAY_PREFIX: &str = "/gateway";
+
+/// Whether a request comes from `prime-sandboxes`, which reads a start
+/// command only as `{executable, args}`.
+pub fn wants_argv_start_command(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ua| ua.starts_with("prime-sandboxes/"))
+}
+
+/// A sandbox's answer in the shape the caller reads.
+pub fn answer(sb: &Sandbox, headers: &HeaderMap) -> SandboxResponse {
+    let r = SandboxResponse::from_record(sb, Utc::now());
+    if wants_argv_start_command(headers) {
+        r.with_argv_start_command()
+    } else {
+        r
+    }
+}
+
+/// A 501 in Stockade's error shape, with what Stockade offers instead.
+pub fn not_implemented(message: impl Into<String>) -> Response {
+    (
+        StatusCode::NOT_IMPLEMENTED,
+        Json(ErrorBody {
+            error: ErrorDetail {
+                code: "not_implemented".into(),
+                message: message.into(),
+                details: None,
+            },
+        }),
+    )
+        .into_response()
+}
+
+/// The routes of this module under `/api/v1` (the bulk delete is mounted
+/// on `/sandbox` with create and list).
+pub fn api_routes() -> Router<AppState> {
+    Router::new()
+        .route("/sandbox/{id}/auth", post(auth))
+        .route("/sandbox/status:batchGet", post(status_batch))
+        .route("/sandbox/{id}/error-context", get(error_context))
+        .route(
+            "/sandbox/{id}/checkpoints",
+            post(create_checkpoint)
+                .get(list_checkpoints)
+                .delete(delete_sandbox_checkpoints),
+        )
+        .route(
+            "/sandbox/checkpoints/{cid}",
+            get(get_checkpoint).delete(delete_checkpoint),
+        )
+        .route("/sandbox/checkpoints:batchGet", post(checkpoint_batch))
+        .route("/sandbox/networks", any(no_lan))
+        .route("/sandbox/networks/{*rest}", any(no_lan))
+        .route("/sandbox/{id}/ssh-session", any(no_ssh))
+        .route("/sandbox/{id}/ssh-session/{session}", any(no_ssh))
+        .route("/sandbox/{id}/egress-policy", any(no_egress_policy))
+        .route("/sandbox/volumes", any(no_volumes))
+        .route("/sandbox/volumes/{*rest}", any(no_volumes))
+        .route("/images", any(no_images))
+        .route("/images/{*rest}", any(no_images))
+}
+
+/// The gateway's routes (at the server's root).
+pub fn gateway_routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/gateway/{ns}/{job}/command_session.CommandSession/{method}",
+            post(gateway_rpc),
+        )
+        .route("/gateway/{ns}/{job}/upload", post(gateway_upload))
+        .route("/gateway/{ns}/{job}/download", get(gateway_download))
+        .route("/gateway/{ns}/{job}/read-file", get(gateway_read_file))
+}
+
+async fn no_lan() -> Response {
+    not_implemented(
+        "LAN networks are not available: Stockade keeps every sandbox apart from the others \
+         (SEC-5); sandboxes reach each other's exposed ports through the proxy with a sandbox \
+         token (POST /api/v1/sandbox/{id}/ports, /auth-token)",
+    )
+}
+
+async fn no_ssh() -> Response {
+    not_implemented(
+        "SSH sessions are not available: use a terminal instead (`stockade shell`, the \
+         dashboard's terminal, or the WebSocket at /api/v1/sandbox/{id}/terminal) and exec",
+    )
+}
+
+async fn no_egress_policy() -> Response {
+    not_implemented(
+        "Per-sandbox egress lists are not available here: create the sandbox with network \
+         access on or off (networkAccess, or network_allowlist [] / [\"*\"])",
+    )
+}
+
+async fn no_volumes() -> Response {
+    not_implemented(
+        "Shared volumes are not available: every sandbox has its own volume at /workspace \
+         (GET /api/v1/volumes lists them); use snapshots (checkpoints) to carry files over",
+    )
+}
+
+async fn no_images() -> Response {
+    not_implemented(
+        "Image builds are not available: Stockade runs sandboxes from images its Docker hosts \
+         can pull (dockerImage); build and push images with your own tooling, and use \
+         snapshots to save a prepared sandbox",
+    )
+}
+
+/// `DELETE /api/v1/sandbox`: the SDK's bulk delete, by ids or labels.
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn bulk_delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<PrimeBulkDeleteRequest>,
+) -> ApiResult<Json<PrimeBulkDeleteResponse>> {
+    if req.all_users {
+        return Err(ApiError::Forbidden(
+            "Forbidden: all_users deletes other accounts' sandboxes; a caller deletes only its own"
+                .into(),
+        ));
+    }
+    if let Some(u) = &req.user_id {
+        if u != caller.account.id.as_str() {
+            return Err(ApiError::Forbidden(
+                "Forbidden: user_id names another account".into(),
+            ));
+        }
+    }
+    let ids = req.sandbox_ids.unwrap_or_default();
+    let labels = req.labels.unwrap_or_default();
+    if ids.is_empty() && labels.is_empty() {
+        return Err(ApiError::field(
+            "sandbox_ids",
+            "give sandbox_ids or labels to delete",
+        ));
+    }
+    if ids.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            "sandbox_ids",
+            format!("at most {MAX_BATCH} ids per request"),
+        ));
+    }
+    let team = match &req.team_id {
+        None => None,
+        Some(t) => {
+            let team = stockade_core::TeamId::parse_field(t, "team_id")?;
+            if !caller.scope.team_ids.contains(&team) {
+                return Err(ApiError::Forbidden(format!(
+                    "Forbidden: you are not a member of team '{team}'"
+                )));
+            }
+            Some(team)
+        }
+    };
+    let mut targets: Vec<Result<Sandbox, (String, ServiceError)>> = Vec::new();
+    for id in &ids {
+        match SandboxId::parse_field(id, "sandbox_ids") {
+            Err(e) => targets.push(Err((id.clone(), e.into()))),
+            Ok(sid) => match state.svc.store.get_sandbox(&caller.scope, &sid).await {
+                Ok(sb) if sb.is_terminated() || sb.deleted_at.is_some() => targets.push(Err((
+                    id.clone(),
+                    ServiceError::NotFound("Sandbox not found".into()),
+                ))),
+                Ok(sb) => targets.push(Ok(sb)),
+                Err(e) => targets.push(Err((id.clone(), e.into()))),
+            },
+        }
+    }
+    if !labels.is_empty() {
+        let labels = stockade_core::Labels::parse_field(&labels, "labels")?;
+        let filter = SandboxFilter {
+            labels: labels.iter().cloned().collect(),
+            is_active: Some(true),
+            team_id: team,
+            page: 1,
+            per_page: MAX_BATCH as u32,
+            ..Default::default()
+        };
+        let page = state
+            .svc
+            .store
+            .list_sandboxes(&caller.scope, &filter)
+            .await?;
+        for sb in page.sandboxes {
+            if !targets.iter().any(|t| matches!(t, Ok(s) if s.id == sb.id)) {
+                targets.push(Ok(sb));
+            }
+        }
+    }
+    let outcomes = lifecycle::destroy_many(&state.svc, targets, false).await;
+    let (mut succeeded, mut failed) = (Vec::new(), Vec::new());
+    for o in outcomes {
+        match o.result {
+            Ok(_) => succeeded.push(o.id),
+            Err(e) => failed.push(BTreeMap::from([
+                ("sandbox_id".to_owned(), o.id),
+                ("error".to_owned(), ApiError::from(e).detail().message),
+            ])),
+        }
+    }
+    let message = format!(
+        "{} sandbox(es) deleted, {} failed",
+        succeeded.len(),
+        failed.len()
+    );
+    Ok(Json(PrimeBulkDeleteResponse {
+        succeeded,
+        failed,
+        message,
+    }))
+}
+
+/// `POST /api/v1/sandbox/{id}/auth`: where the sandbox's gateway is (on
+/// this server) and a token for it.
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+async fn auth(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<PrimeGatewayAuth>> {
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    if sb.is_terminated() || sb.deleted_at.is_some() {
+        return Err(ApiError::Terminated(format!(
+            "Sandbox {id} is terminated: there is no gateway to reach"
+        )));
+    }
+    let now = Utc::now();
+    let expires_at = chrono::DateTime::from_timestamp((now + GATEWAY_TOKEN_TTL).timestamp(), 0)
+        .ok_or_else(|| ApiError::Internal("token expiry out of range".into()))?;
+    let token = state.proxy_keys.mint_for(
+        Purpose::Gateway,
+        &Claims {
+            sandbox_id: sb.id.clone(),
+            account_id: sb.account_id.clone(),
+            expires_at,
+        },
+    );
+    let base = PublicBase::from_request(&headers, &state.config);
+    Ok(Json(PrimeGatewayAuth {
+        gateway_url: format!("{}://{}{GATEWAY_PREFIX}", base.scheme, base.host),
+        user_ns: sb.account_id.to_string(),
+        job_id: sb.id.to_string(),
+        token,
+        expires_at,
+    }))
+}
+
+/// The SDK's error type of a sandbox in ERROR or TERMINATED.
+fn error_type(sb: &Sandbox) -> Option<String> {
+    match sb.status {
+        SandboxStatus::Error => Some("ERROR".into()),
+        SandboxStatus::Terminated => Some("TERMINATED".into()),
+        _ => None,
+    }
+}
+
+/// `POST /api/v1/sandbox/status:batchGet`: the statuses of many sandboxes.
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+async fn status_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<PrimeStatusBatchRequest>,
+) -> ApiResult<Json<PrimeStatusBatchResponse>> {
+    if req.sandbox_ids.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            "sandbox_ids",
+            format!("at most {MAX_BATCH} ids per request"),
+        ));
+    }
+    let (mut statuses, mut errors) = (Vec::new(), Vec::new());
+    for id in req.sandbox_ids {
+        let lookup = match SandboxId::parse_field(&id, "sandbox_ids") {
+            Ok(sid) => state.svc.store.get_sandbox(&caller.scope, &sid).await,
+            Err(_) => Err(StoreError::NotFound),
+        };
+        match lookup {
+            Ok(sb) => statuses.push(PrimeStatusSnapshot {
+                sandbox_id: id,
+                status: sb.status.to_string(),
+                error_type: error_type(&sb),
+                error_message: sb.status_reason.clone(),
+            }),
+            Err(StoreError::Forbidden) => errors.push(PrimeStatusLookupError {
+                sandbox_id: id,
+                code: "FORBIDDEN".into(),
+                message: "this sandbox belongs to another account".into(),
+            }),
+            Err(StoreError::NotFound) => errors.push(PrimeStatusLookupError {
+                sandbox_id: id,
+                code: "NOT_FOUND".into(),
+                message: "Sandbox not found".into(),
+            }),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Json(PrimeStatusBatchResponse { statuses, errors }))
+}
+
+/// `GET /api/v1/sandbox/{id}/error-context`: the status and why.
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+async fn error_context(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<PrimeErrorContext>> {
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    Ok(Json(PrimeErrorContext {
+        status: sb.status.to_string(),
+        error_type: error_type(&sb),
+        error_message: sb.status_reason.clone(),
+    }))
+}
+
+fn checkpoint_of(s: &Snapshot) -> PrimeCheckpoint {
+    PrimeCheckpoint {
+        id: s.id.to_string(),
+        sandbox_id: s.source_sandbox_id.to_string(),
+        state: match s.status {
+            SnapshotStatus::Ready => "DURABLE",
+            SnapshotStatus::Creating => "PENDING",
+            SnapshotStatus::Deleting => "DELETING",
+            SnapshotStatus::Deleted => "DELETED",
+        }
+        .into(),
+        depth: 0,
+        docker_image: s.image_ref.clone(),
+        stored_bytes: s.workspace_bytes,
+        created_at: s.created_at,
+        updated_at: s.deleted_at.unwrap_or(s.created_at),
+    }
+}
+
+/// `POST /api/v1/sandbox/{id}/checkpoints`: a snapshot, restorable with
+/// `checkpoint_id` on create.
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+async fn create_checkpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<PrimeCheckpoint>)> {
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let snap = snapshots::capture(&state.svc, &caller.scope, &sb, None, SnapshotKind::User).await?;
+    Ok((StatusCode::CREATED, Json(checkpoint_of(&snap))))
+}
+
+/// `GET /api/v1/sandbox/{id}/checkpoints`: oldest first.
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+async fn list_checkpoints(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<serde_json::Value>> {
+    let mut only = None;
+    for (k, v) in query_pairs(raw.as_deref()) {
+        match k.as_str() {
+            "checkpoint_id" => only = Some(v),
+            other => return Err(ApiError::field(other, "unknown query parameter")),
+        }
+    }
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let mut list: Vec<PrimeCheckpoint> = state
+        .svc
+        .store
+        .list_snapshots(&caller.scope, Some(&sb.id))
+        .await?
+        .iter()
+        .filter(|s| s.kind == SnapshotKind::User && s.deleted_at.is_none())
+        .filter(|s| only.as_deref().is_none_or(|o| s.id.as_str() == o))
+        .map(checkpoint_of)
+        .collect();
+    list.sort_by_key(|c| c.created_at);
+    Ok(Json(serde_json::json!({ "checkpoints": list })))
+}
+
+/// `GET /api/v1/sandbox/checkpoints/{cid}`.
+#[instrument(skip_all, fields(account.id = %caller.account.id, checkpoint = %cid), err(level = "debug", Display))]
+async fn get_checkpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(cid): Path<String>,
+) -> ApiResult<Json<PrimeCheckpoint>> {
+    let snap = snapshots::load(&state.svc, &caller.scope, &cid, "checkpoint_id").await?;
+    Ok(Json(checkpoint_of(&snap)))
+}
+
+/// `DELETE /api/v1/sandbox/checkpoints/{cid}`.
+#[instrument(skip_all, fields(account.id = %caller.account.id, checkpoint = %cid), err(level = "debug", Display))]
+async fn delete_checkpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(cid): Path<String>,
+) -> ApiResult<StatusCode> {
+    let snap = snapshots::load(&state.svc, &caller.scope, &cid, "checkpoint_id").await?;
+    snapshots::delete(&state.svc, snap).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /api/v1/sandbox/{id}/checkpoints`: every checkpoint of one sandbox.
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+async fn delete_sandbox_checkpoints(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let list = state
+        .svc
+        .store
+        .list_snapshots(&caller.scope, Some(&sb.id))
+        .await?;
+    let (mut deleted, mut errors) = (Vec::new(), Vec::new());
+    for s in list
+        .into_iter()
+        .filter(|s| s.kind == SnapshotKind::User && s.deleted_at.is_none())
+    {
+        let sid = s.id.to_string();
+        match snapshots::delete(&state.svc, s).await {
+            Ok(_) => deleted.push(sid),
+            Err(e) => errors.push(serde_json::json!({
+                "checkpoint_id": sid, "code": "CONFLICT", "message": ApiError::from(e).detail().message,
+            })),
+        }
+    }
+    Ok(Json(
+        serde_json::json!({ "deleted": deleted, "errors": errors }),
+    ))
+}
+
+/// `POST /api/v1/sandbox/checkpoints:batchGet`.
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+async fn checkpoint_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<serde_json::Value>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let ids: Vec<String> = req
+        .get("checkpoint_ids")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .ok_or_else(|| ApiError::field("checkpoint_ids", "a list of checkpoint ids is required"))?;
+    if ids.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            "checkpoint_ids",
+            format!("at most {MAX_BATCH} ids per request"),
+        ));
+    }
+    let (mut found, mut errors) = (Vec::new(), Vec::new());
+    for id in ids {
+        match snapshots::load(&state.svc, &caller.scope, &id, "checkpoint_ids").await {
+            Ok(s) => found.push(checkpoint_of(&s)),
+            Err(_) => errors.push(serde_json::json!({
+                "checkpoint_id": id, "code": "NOT_FOUND", "message": "Checkpoint not found",
+            })),
+        }
+    }
+    Ok(Json(
+        serde_json::json!({ "checkpoints": found, "errors": errors }),
+    ))
+}
+
+/// A gateway error: plain JSON `{"error", "message"}` for the file routes,
+/// a Connect error for the command service.
+struct GatewayError {
+    status: StatusCode,
+    /// `sandbox_terminated`, `sandbox_not_found`, … (the file routes).
+    error: &'static str,
+    /// The Connect code (the command service).
+    code: stockade_agent::connect::Code,
+    message: String,
+}
+
+impl GatewayError {
+    fn new(
+        status: StatusCode,
+        error: &'static str,
+        code: stockade_agent::connect::Code,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            error,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn plain(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "error": self.error, "message": self.message })),
+        )
+            .into_response()
+    }
+
+    /// As a Connect answer: for a stream, HTTP 200 and an end-of-stream
+    /// message with the error; for a unary call, the code's status and JSON.
+    fn connect(self, request_content_type: &str) -> Response {
+        let e = stockade_agent::connect::ConnectError::new(self.code, self.message);
+        if request_content_type.starts_with("application/connect+") {
+            let mut resp = Response::new(Body::from(stockade_agent::connect::end_stream(Some(&e))));
+            if let Ok(v) = HeaderValue::from_str(request_content_type) {
+                resp.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            return resp;
+        }
+        let status =
+            StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            e.to_json().to_string(),
+        )
+            .into_response()
+    }
+}
+
+impl From<ApiError> for GatewayError {
+    fn from(e: ApiError) -> Self {
+        use stockade_agent::connect::Code;
+        let code = match e.status().as_u16() {
+            400 => Code::InvalidArgument,
+            401 => Code::Unauthenticated,
+            403 => Code::PermissionDenied,
+            404 => Code::NotFound,
+            409 => Code::FailedPrecondition,
+            429 => Code::ResourceExhausted,
+            503 => Code::Unavailable,
+            _ => Code::Internal,
+        };
+        let error = e.detail().code;
+        let error: &'static str = match error.as_str() {
+            "validation_failed" => "invalid_request",
+            "not_found" => "not_found",
+            "forbidden" => "forbidden",
+            "unauthorized" => "unauthorized",
+            _ => "gateway_error",
+        };
+        Self::new(e.status(), error, code, e.detail().message)
+    }
+}
+
+/// The running sandbox a gateway request may reach: a gateway token of
+/// that sandbox (`Authorization: Bearer stkg_…`), under the owner's path.
+async fn gateway_sandbox(
+    state: &AppState,
+    headers: &HeaderMap,
+    ns: &str,
+    job: &str,
+) -> Result<Sandbox, GatewayError> {
+    use stockade_agent::connect::Code;
+    let unauthorized = |m: &str| {
+        GatewayError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            Code::Unauthenticated,
+            m,
+        )
+    };
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.get(..7)
+                .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                .map(|_| &v[7..])
+        })
+        .map(str::trim)
+        .ok_or_else(|| {
+            unauthorized(
+                "The gateway needs `Authorization: Bearer <token>` with the token of POST \
+                 /api/v1/sandbox/{id}/auth",
+            )
+        })?;
+    let claims = state
+        .proxy_keys
+        .verify_for(Purpose::Gateway, token, Utc::now())
+        .map_err(|e| {
+            unauthorized(&format!(
+                "Invalid gateway token: {e}; ask POST /api/v1/sandbox/{{id}}/auth again"
+            ))
+        })?;
+    if claims.sandbox_id.as_str() != job || claims.account_id.as_str() != ns {
+        return Err(GatewayError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            Code::PermissionDenied,
+            format!(
+                "Forbidden: this gateway token is for sandbox {}, not {job}",
+                claims.sandbox_id
+            ),
+        ));
+    }
+    let sb = match state
+        .svc
+        .store
+        .get_sandbox(
+            &Scope::account(claims.account_id.clone()),
+            &claims.sandbox_id,
+        )
+        .await
+    {
+        Ok(sb) => sb,
+        Err(StoreError::NotFound | StoreError::Forbidden) => {
+            return Err(GatewayError::new(
+                StatusCode::BAD_GATEWAY,
+                "sandbox_not_found",
+                Code::NotFound,
+                format!("Sandbox {job} not found"),
+            ))
+        }
+        Err(e) => return Err(ApiError::from(e).into()),
+    };
+    if sb.is_terminated() || sb.deleted_at.is_some() {
+        return Err(GatewayError::new(
+            StatusCode::GONE,
+            "sandbox_terminated",
+            Code::NotFound,
+            format!("Sandbox {job} was deleted"),
+        ));
+    }
+    if sb.status != SandboxStatus::Running {
+        return Err(GatewayError::new(
+            StatusCode::CONFLICT,
+            "sandbox_not_running",
+            Code::Unavailable,
+            format!(
+                "Sandbox {job} is {}: start it (POST /api/v1/sandbox/{job}/start)",
+                sb.status
+            ),
+        ));
+    }
+    Ok(sb)
+}
+
+/// `POST /gateway/{ns}/{job}/command_session.CommandSession/{method}`:
+/// forwarded to the sandbox's agent, streaming.
+async fn gateway_rpc(
+    State(state): State<AppState>,
+    Path((ns, job, method)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let sb = match gateway_sandbox(&state, req.headers(), &ns, &job).await {
+        Ok(sb) => sb,
+        Err(e) => return e.connect(&ct),
+    };
+    let path = format!("/command_session.CommandSession/{method}");
+    match super::envd::forward_to_agent(&state, &sb, req, &path).await {
+        Ok(r) => r,
+        Err(e) => {
+            let (status, message) = e.parts();
+            GatewayError::new(
+                status,
+                "sandbox_unreachable",
+                stockade_agent::connect::Code::Unavailable,
+                message,
+            )
+            .connect(&ct)
+        }
+    }
+}
+
+/// The `path` of a gateway file request (the SDK also sends `sandbox_id`).
+/// A negative `offset` counts from the end of the file (the SDK reads the
+/// tail of a job's output so).
+fn file_query(raw: Option<&str>) -> Result<(String, Option<i64>, Option<u64>), ApiError> {
+    let (mut path, mut offset, mut length) = (None, None, None);
+    for (k, v) in query_pairs(raw) {
+        match k.as_str() {
+            "path" => path = Some(v),
+            "sandbox_id" => {}
+            "offset" => {
+                offset = Some(v.parse::<i64>().map_err(|_| {
+                    ApiError::field("offset", "a whole number of bytes (negative: from the end)")
+                })?)
+            }
+            "length" => {
+                length = Some(
+                    v.parse::<u64>()
+                        .map_err(|_| ApiError::field("length", "a whole number of bytes"))?,
+                )
+            }
+            other => return Err(ApiError::field(other, "unknown query parameter")),
+        }
+    }
+    let path = path
+        .filter(|p| !p.is_empty() && !p.contains('\0'))
+        .ok_or_else(|| ApiError::field("path", "the file's path in the sandbox is required"))?;
+    Ok((path, offset, length))
+}
+
+fn files_path(path: &str) -> String {
+    let q: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("path", path)
+        .finish();
+    format!("/files?{q}")
+}
+
+/// An agent error answer turned into the gateway's.
+async fn agent_error(resp: Response) -> Response {
+    let status = resp.status();
+    let body = axum::body::to_bytes(resp.into_body(), 64 << 10)
+        .await
+        .unwrap_or_default();
+    let message = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("message")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+    let error = match status.as_u16() {
+        404 => "file_not_found",
+        400 => "invalid_request",
+        507 => "disk_full",
+        _ => "sandbox_error",
+    };
+    (
+        status,
+        Json(serde_json::json!({ "error": error, "message": message })),
+    )
+        .into_response()
+}
+
+/// `POST /gateway/{ns}/{job}/upload?path=…`: the multipart `file` part
+/// written to `path` (streamed through to the agent).
+async fn gateway_upload(
+    State(state): State<AppState>,
+    Path((ns, job)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    let sb = match gateway_sandbox(&state, req.headers(), &ns, &job).await {
+        Ok(sb) => sb,
+        Err(e) => return e.plain(),
+    };
+    let path = match file_query(req.uri().query()) {
+        Ok((p, _, _)) => p,
+        Err(e) => return GatewayError::from(e).plain(),
+    };
+    let resp = match super::envd::forward_to_agent(&state, &sb, req, &files_path(&path)).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if !resp.status().is_success() {
+        return agent_error(resp).await;
+    }
+    let size = match state.svc.agent(&sb).await {
+        Ok(Some(client)) => client.stat(&path).await.map(|e| e.size.max(0) as u64),
+        _ => Ok(0),
+    };
+    match size {
+        Ok(size) => Json(PrimeUploadResponse {
+            success: true,
+            path,
+            size,
+            timestamp: Utc::now(),
+        })
+        .into_response(),
+        Err(e) => GatewayError::new(
+            StatusCode::BAD_GATEWAY,
+            "sandbox_error",
+            stockade_agent::connect::Code::Internal,
+            format!("the file was written but could not be read back: {e}"),
+        )
+        .plain(),
+    }
+}
+
+/// `GET /gateway/{ns}/{job}/download?path=…`: the file's bytes, streamed.
+async fn gateway_download(
+    State(state): State<AppState>,
+    Path((ns, job)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    let sb = match gateway_sandbox(&state, req.headers(), &ns, &job).await {
+        Ok(sb) => sb,
+        Err(e) => return e.plain(),
+    };
+    let path = match file_query(req.uri().query()) {
+        Ok((p, _, _)) => p,
+        Err(e) => return GatewayError::from(e).plain(),
+    };
+    match super::envd::forward_to_agent(&state, &sb, req, &files_path(&path)).await {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => agent_error(r).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /gateway/{ns}/{job}/read-file?path=…[&offset=&length=]`: a text
+/// file (or a window of it) as JSON; a file above 16 MiB needs a window.
+async fn gateway_read_file(
+    State(state): State<AppState>,
+    Path((ns, job)): Path<(String, String)>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let sb = match gateway_sandbox(&state, &headers, &ns, &job).await {
+        Ok(sb) => sb,
+        Err(e) => return e.plain(),
+    };
+    let (path, offset, length) = match file_query(raw.as_deref()) {
+        Ok(q) => q,
+        Err(e) => return GatewayError::from(e).plain(),
+    };
+    match read_window(&state, &sb, &path, offset.unwrap_or(0), length).await {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => e.plain(),
+    }
+}
+
+async fn read_window(
+    state: &AppState,
+    sb: &Sandbox,
+    path: &str,
+    offset: i64,
+    length: Option<u64>,
+) -> Result<PrimeReadFileResponse, GatewayError> {
+    use stockade_agent::client::ClientError;
+    use stockade_agent::connect::Code;
+    let client = state
+        .svc
+        .agent(sb)
+        .await
+        .map_err(ApiError::from)?
+        .ok_or_else(|| {
+            GatewayError::new(
+                StatusCode::BAD_GATEWAY,
+                "sandbox_unreachable",
+                Code::Unavailable,
+                format!("Sandbox {} has no in-sandbox agent", sb.id),
+            )
+        })?;
+    let mut dl = client.download(path).await.map_err(|e| match e {
+        ClientError::Http {
+            status: 404,
+            message,
+        } => GatewayError::new(
+            StatusCode::NOT_FOUND,
+            "file_not_found",
+            Code::NotFound,
+            message,
+        ),
+        ClientError::Http { status, message } => GatewayError::new(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            "sandbox_error",
+            Code::Internal,
+            message,
+        ),
+        other => GatewayError::new(
+            StatusCode::BAD_GATEWAY,
+            "sandbox_unreachable",
+            Code::Unavailable,
+            other.to_string(),
+        ),
+    })?;
+    let total = dl.size.unwrap_or(0);
+    let offset = if offset < 0 {
+        total.saturating_sub(offset.unsigned_abs())
+    } else {
+        (offset as u64).min(total)
+    };
+    let want = length.unwrap_or(u64::MAX).min(total.saturating_sub(offset));
+    if want > MAX_READ_BYTES {
+        return Err(GatewayError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "file_too_large",
+            Code::ResourceExhausted,
+            format!(
+                "{path} holds {total} bytes: read at most {MAX_READ_BYTES} at once (offset and \
+                 length), or download it"
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(want as usize);
+    let mut pos = 0u64;
+    while let Some(chunk) = dl.chunk().await {
+        let chunk = chunk.map_err(|e| {
+            GatewayError::new(
+                StatusCode::BAD_GATEWAY,
+                "sandbox_error",
+                Code::Internal,
+                e.to_string(),
+            )
+        })?;
+        let start = offset.saturating_sub(pos).min(chunk.len() as u64) as usize;
+        let room = (want - out.len() as u64) as usize;
+        let end = (start + room).min(chunk.len());
+        out.extend_from_slice(&chunk[start..end]);
+        pos += chunk.len() as u64;
+        if out.len() as u64 >= want {
+            break;
+        }
+    }
+    let size = out.len() as u64;
+    Ok(PrimeReadFileResponse {
+        content: String::from_utf8_lossy(&out).into_owned(),
+        size,
+        total_size: total,
+        offset,
+        truncated: offset > 0 || offset + size < total,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prime_client_is_recognised() {
+        let mut h = HeaderMap::new();
+        assert!(!wants_argv_start_command(&h));
+        h.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static("prime-sandboxes/0.5.1 python/3.11.7"),
+        );
+        assert!(wants_argv_start_command(&h));
+    }
+
+    #[test]
+    fn file_queries_need_a_path() {
+        assert_eq!(
+            file_query(Some("path=%2Fa%20b&sandbox_id=x")).unwrap(),
+            ("/a b".into(), None, None)
+        );
+        assert_eq!(
+            file_query(Some("path=/a&offset=2&length=3")).unwrap(),
+            ("/a".into(), Some(2), Some(3))
+        );
+        assert_eq!(
+            file_query(Some("path=/a&offset=-10")).unwrap(),
+            ("/a".into(), Some(-10), None)
+        );
+        for bad in [
+            "",
+            "path=",
+            "path=/a&offset=x",
+            "path=/a&length=-1",
+            "path=/a&x=1",
+        ] {
+            assert!(file_query(Some(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(files_path("/a b&c"), "/files?path=%2Fa+b%26c");
+    }
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Runs the compatibility suites (COMPAT-4) with the pinned SDKs and with the
+newest ones from PyPI, each SDK in its own virtualenv (e2b and
+prime-sandboxes pin incompatible versions of connectrpc), and reports:
+
+* which versions ran,
+* a `test result:` line per pinned run (what scripts/test counts),
+* the newest runs' results and every test whose outcome differs from the
+  pinned run's.
+
+Exit status: non-zero only when a pinned run failed; the newest SDKs failing
+is reported, not fatal.
+
+Usage: run.py --venvs DIR [--pinned-only] [--junit-dir DIR (kept; else a temporary one)] [-- PYTEST ARGS]
+(scripts/lib/python.sh makes the virtualenvs and calls this.)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SUITES = {
+    "e2b": ["test_e2b.py", "test_e2b_isolation.py"],
+    "prime": ["test_prime.py"],
+}
+# Run once, with the pinned e2b SDK: the benchmark and the TypeScript smoke
+# test (which does not use the Python SDK).
+BENCH = "test_e2b_bench.py"
+PINNED_ONLY = {"e2b": [BENCH, "test_e2b_ts.py"]}
+
+
+def sdk_version(python: Path, dist: str) -> str:
+    r = subprocess.run(
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+        capture_output=True,
+        text=True,
+    )
+    return r.stdout.strip() or "not installed"
+
+
+def outcomes(junit: Path) -> dict:
+    """test id -> passed | failed | skipped."""
+    out = {}
+    if not junit.exists():
+        return out
+    for case in ET.parse(junit).iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            out[name] = "failed"
+        elif case.find("skipped") is not None:
+            out[name] = "skipped"
+        else:
+            out[name] = "passed"
+    return out
+
+
+def run(sdk: str, variant: str, venvs: Path, junit_dir: Path, extra: list, bench: bool):
+    python = venvs / f"{sdk}-{variant}" / "bin" / "python"
+    if not python.exists():
+        print(f"!! {python} is missing: no {sdk} {variant} run", flush=True)
+        return None, {}
+    files = list(SUITES[sdk]) + (PINNED_ONLY.get(sdk, []) if variant == "pinned" else [])
+    junit = junit_dir / f"{sdk}-{variant}.xml"
+    env = dict(os.environ)
+    if bench:
+        env.setdefault("STOCKADE_COMPAT_BENCH_OUT", str(junit_dir / "bench.json"))
+    dist = "e2b" if sdk == "e2b" else "prime-sandboxes"
+    version = sdk_version(python, dist)
+    print(f"\n==> {dist} {version} ({variant})", flush=True)
+    cmd = [
+        str(python),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rfE",
+        f"--junitxml={junit}",
+        *files,
+        *extra,
+    ]
+    code = subprocess.run(cmd, cwd=HERE, env=env).returncode
+    return (version, code), outcomes(junit)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--venvs", required=True, type=Path)
+    p.add_argument("--pinned-only", action="store_true")
+    p.add_argument("--junit-dir", type=Path)
+    p.add_argument("pytest_args", nargs="*")
+    a = p.parse_args()
+    if a.junit_dir:
+        a.junit_dir.mkdir(parents=True, exist_ok=True)
+        return report(a, a.junit_dir)
+    with tempfile.TemporaryDirectory(prefix="stockade-compat-junit-") as tmp:
+        return report(a, Path(tmp))
+
+
+def report(a, junit_dir: Path) -> int:
+    """Runs the suites, writing their JUnit files to `junit_dir`, and prints
+    the summary; the exit status of the whole run."""
+    modules = os.environ.get("STOCKADE_COMPAT_NODE_MODULES")
+    pkg = Path(modules) / "e2b" / "package.json" if modules else None
+    if pkg and pkg.exists():
+        print(f"==> npm e2b {json.loads(pkg.read_text())['version']} (TypeScript smoke test)")
+    else:
+        print("==> npm e2b not installed: the TypeScript smoke test is skipped")
+
+    results = {}
+    for sdk in SUITES:
+        results[(sdk, "pinned")] = run(
+            sdk, "pinned", a.venvs, junit_dir, a.pytest_args, bench=(sdk == "e2b")
+        )
+    if not a.pinned_only:
+        for sdk in SUITES:
+            results[(sdk, "newest")] = run(sdk, "newest", a.venvs, junit_dir, a.pytest_args, bench=False)
+
+    print("\n==> Compatibility summary", flush=True)
+    status = 0
+    for (sdk, variant), (meta, tests) in results.items():
+        dist = "e2b" if sdk == "e2b" else "prime-sandboxes"
+        passed = sum(1 for o in tests.values() if o == "passed")
+        failed = sum(1 for o in tests.values() if o == "failed")
+        skipped = sum(1 for o in tests.values() if o == "skipped")
+        version = meta[0] if meta else "missing"
+        # pytest's 5: a -k or file filter left nothing of this suite to run.
+        nothing_selected = meta is not None and meta[1] == 5 and not tests
+        if nothing_selected:
+            print(f"{dist} {version} ({variant}): no test selected")
+            continue
+        ran_ok = meta is not None and meta[1] == 0 and failed == 0 and tests
+        if variant == "pinned":
+            if not ran_ok:
+                status = 1
+                if not tests:
+                    failed = max(failed, 1)  # a suite that could not run counts as failed
+            word = "ok" if ran_ok else "FAILED"
+            # The line scripts/test adds up, in cargo's words.
+            print(
+                f"test result: {word}. {passed} passed; {failed} failed; {skipped} ignored; "
+                f"0 measured; 0 filtered out; ({dist} {version}, pinned)"
+            )
+        else:
+            print(
+                f"newest {dist} {version}: {passed} passed, {failed} failed, {skipped} skipped"
+                + ("" if ran_ok else "  (reported, not fatal)")
+            )
+    for sdk in SUITES:
+        pinned = results.get((sdk, "pinned"), (None, {}))[1]
+        newest = results.get((sdk, "newest"), (None, {}))[1]
+        if not newest:
+            continue
+        once = tuple(f[: -len(".py")] + "::" for f in PINNED_ONLY.get(sdk, []))
+        differ = sorted(
+            t
+            for t in set(pinned) | set(newest)
+            if pinned.get(t) != newest.get(t) and not t.startswith(once)
+        )
+        dist = "e2b" if sdk == "e2b" else "prime-sandboxes"
+        if differ:
+            print(f"{dist}: outcomes that differ between the pinned and the newest SDK:")
+            for t in differ:
+                print(f"  {t}: pinned {pinned.get(t, 'absent')}, newest {newest.get(t, 'absent')}")
+        else:
+            print(f"{dist}: the newest SDK gives the same outcomes as the pinned one")
+    bench = junit_dir / "bench.json"
+    if bench.exists():
+        print("benchmark figures:")
+        print(bench.read_text())
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

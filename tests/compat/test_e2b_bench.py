@@ -1,0 +1,109 @@
+"""The cost of the compatibility layer: `commands.run("true")` through the
+e2b SDK against Stockade (/e2b, routed by E2b-Sandbox-Id), the same SDK
+straight to the sandbox's agent (no Stockade in between), and Stockade's own
+exec route with the same command, in one run on one server, taking turns.
+Prints p50 and p99 of each; the layer's cost is the first minus the second."""
+
+import json
+import os
+import statistics
+import subprocess
+import time
+
+import httpx
+import pytest
+
+e2b = pytest.importorskip("e2b")
+
+from e2b import Sandbox  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("e2b_env")
+
+RUNS = int(os.environ.get("STOCKADE_COMPAT_BENCH_RUNS", "200"))
+WARMUP = 20
+
+
+def _percentiles(samples):
+    s = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(s) * 1000, 3),
+        "p99_ms": round(s[min(len(s) - 1, int(len(s) * 0.99))] * 1000, 3),
+        "runs": len(s),
+    }
+
+
+def _time_interleaved(fns, runs):
+    """Times each of `fns` `runs` times, taking turns, so that a machine
+    that gets busier or quieter during the run weighs on all of them alike."""
+    for _ in range(WARMUP):
+        for fn in fns.values():
+            fn()
+    out = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - t)
+    return out
+
+
+def _container_ip(sandbox_id):
+    r = subprocess.run(
+        [
+            "docker",
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+            f"stockade-{sandbox_id}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    ips = r.stdout.split()
+    return ips[0] if ips else None
+
+
+def test_commands_run_round_trip(e2b_env, run_id, capsys):
+    sb = Sandbox.create(timeout=900, metadata={"suite": run_id, "role": "bench"})
+    try:
+        ip = _container_ip(sb.sandbox_id)
+        assert ip, "the sandbox's address could not be found for the direct measurement"
+        direct = Sandbox.connect(sb.sandbox_id, sandbox_url=f"http://{ip}:49983")
+        token = e2b_env.tokens["tenant-a"]
+        url = f"{e2b_env.base}/api/v1/sandbox/{sb.sandbox_id}/exec"
+        with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+
+            def own_exec():
+                r = http.post(url, json={"cmd": ["/bin/bash", "-l", "-c", "true"]})
+                assert r.status_code == 200 and r.json()["exitCode"] == 0, r.text
+
+            samples = _time_interleaved(
+                {
+                    "e2b SDK via Stockade (/e2b)": lambda: sb.commands.run("true"),
+                    "e2b SDK straight to the agent": lambda: direct.commands.run("true"),
+                    "Stockade exec route (same command)": own_exec,
+                },
+                RUNS,
+            )
+        results = {name: _percentiles(s) for name, s in samples.items()}
+
+        overhead = round(
+            results["e2b SDK via Stockade (/e2b)"]["p50_ms"]
+            - results["e2b SDK straight to the agent"]["p50_ms"],
+            3,
+        )
+        report = {"commands_run_true": results, "compat_layer_p50_overhead_ms": overhead}
+        path = os.environ.get("STOCKADE_COMPAT_BENCH_OUT")
+        if path:
+            with open(path, "w") as f:
+                json.dump(report, f, indent=2)
+        with capsys.disabled():
+            print("\n== commands.run(\"true\") round trip ==")
+            for name, r in results.items():
+                print(f"  {name:40s} p50 {r['p50_ms']:8.3f} ms   p99 {r['p99_ms']:8.3f} ms   ({r['runs']} runs)")
+            print(f"  compatibility layer (p50 difference): {overhead:.3f} ms")
+        # The target is <= 1 ms; a loaded CI machine gets some slack.
+        assert overhead <= 5.0, report
+    finally:
+        sb.kill()
