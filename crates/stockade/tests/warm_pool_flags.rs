@@ -137,7 +137,10 @@ async fn a_warm_pool_is_shown_filled_and_drained_on_stop() {
     let url = url.unwrap();
     assert_eq!(
         pool_line.unwrap().trim(),
-        format!("warm pool: 1 × {} cpu=1 memory=2 network=on", image())
+        format!(
+            "warm pool: 1 × {} cpu=1 memory=2 disk=10 network=on",
+            image()
+        )
     );
     let store = stockade_store::SqliteStore::connect(&format!(
         "sqlite://{}",
