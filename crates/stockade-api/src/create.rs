@@ -117,6 +117,9 @@ pub struct CreateSandboxBody {
     /// `false` cuts all egress.
     #[serde(default, alias = "network_access")]
     pub network_access: Option<bool>,
+    /// Egress policy: `"allow-all"`, `"deny-all"` or `{"allow":[…],"deny":[…]}`.
+    #[serde(default, alias = "network_policy")]
+    pub network_policy: Option<serde_json::Value>,
     /// Session timeout in minutes; 0 = never.
     #[serde(default, alias = "timeout_minutes")]
     pub timeout_minutes: Option<f64>,
@@ -206,30 +209,29 @@ fn invalid(field: &str, message: impl Into<String>) -> CreateBodyError {
     }
 }
 
-/// `network_allowlist`/`network_denylist` as Stockade's `networkAccess`:
-/// only "everything" and "nothing" map.
+/// `network_allowlist`/`network_denylist` as Stockade's network settings:
+/// "everything" and "nothing" as `networkAccess`, any other list as the
+/// allow or deny list of `networkPolicy`.
+type NetworkFromLists = (Option<bool>, Option<serde_json::Value>);
+
 fn network_from_lists(
     allow: Option<&[String]>,
     deny: Option<&[String]>,
-) -> Result<Option<bool>, CreateBodyError> {
+) -> Result<NetworkFromLists, CreateBodyError> {
     let everything =
         |l: &[String]| l.len() == 1 && matches!(l[0].trim(), "*" | "0.0.0.0/0" | "::/0");
     match (allow, deny) {
-        (None, None) => Ok(None),
+        (None, None) => Ok((None, None)),
         (Some(_), Some(_)) => Err(invalid(
             "network_allowlist",
             "network_allowlist and network_denylist are mutually exclusive; give at most one",
         )),
-        (Some([]), None) => Ok(Some(false)),
-        (Some(a), None) if everything(a) => Ok(Some(true)),
-        (None, Some([])) => Ok(Some(true)),
-        (None, Some(d)) if everything(d) => Ok(Some(false)),
-        _ => Err(CreateBodyError::Unsupported(
-            "Per-destination egress lists are not available through this field: Stockade \
-             takes network access as all or nothing here (network_allowlist [] or [\"*\"], \
-             network_denylist [] or [\"*\"], or networkAccess true/false)"
-                .into(),
-        )),
+        (Some([]), None) => Ok((Some(false), None)),
+        (Some(a), None) if everything(a) => Ok((Some(true), None)),
+        (None, Some([])) => Ok((Some(true), None)),
+        (None, Some(d)) if everything(d) => Ok((Some(false), None)),
+        (Some(a), None) => Ok((None, Some(serde_json::json!({ "allow": a })))),
+        (None, Some(d)) => Ok((None, Some(serde_json::json!({ "deny": d })))),
     }
 }
 
@@ -277,10 +279,17 @@ impl CreateSandboxBody {
         if self.gpu_type.is_some() && self.gpu_count.unwrap_or(0.0) == 0.0 {
             return Err(invalid("gpu_type", "gpu_type needs gpu_count above 0"));
         }
-        let network = network_from_lists(
+        let (network, listed_policy) = network_from_lists(
             self.network_allowlist.as_deref(),
             self.network_denylist.as_deref(),
         )?;
+        if self.network_policy.is_some() && listed_policy.is_some() {
+            return Err(invalid(
+                "networkPolicy",
+                "give networkPolicy or network_allowlist/network_denylist, not both",
+            ));
+        }
+        let network_policy = self.network_policy.or(listed_policy);
         let network_access = match (self.network_access, network) {
             (Some(a), Some(b)) if a != b => {
                 return Err(invalid(
@@ -334,7 +343,7 @@ impl CreateSandboxBody {
             disk_size_gb: self.disk_size_gb,
             gpu_count: self.gpu_count,
             network_access,
-            network_policy: None,
+            network_policy,
             timeout_minutes: self.timeout_minutes,
             environment_vars: env,
             labels: self.labels,
@@ -458,7 +467,7 @@ mod tests {
     }
 
     #[test]
-    fn egress_lists_map_only_all_or_nothing() {
+    fn egress_lists_map_to_access_or_policy() {
         let access = |json: &str| {
             body(json)
                 .into_parts("amd64")
@@ -471,9 +480,26 @@ mod tests {
             access(r#"{"network_denylist":["0.0.0.0/0"]}"#),
             Ok(Some(false))
         );
+        let policy = |json: &str| {
+            body(json)
+                .into_parts("amd64")
+                .map(|(r, _)| r.network_policy)
+        };
+        assert_eq!(
+            policy(r#"{"network_allowlist":["example.com"]}"#),
+            Ok(Some(serde_json::json!({"allow": ["example.com"]})))
+        );
+        assert_eq!(
+            policy(r#"{"network_denylist":["10.0.0.0/8"]}"#),
+            Ok(Some(serde_json::json!({"deny": ["10.0.0.0/8"]})))
+        );
+        assert_eq!(
+            policy(r#"{"networkPolicy":"deny-all"}"#),
+            Ok(Some(serde_json::json!("deny-all")))
+        );
         assert!(matches!(
-            access(r#"{"network_allowlist":["example.com"]}"#),
-            Err(CreateBodyError::Unsupported(_))
+            policy(r#"{"networkPolicy":"deny-all","network_denylist":["x.test"]}"#),
+            Err(CreateBodyError::Invalid { .. })
         ));
         assert!(matches!(
             access(r#"{"network_allowlist":[],"network_denylist":[]}"#),
