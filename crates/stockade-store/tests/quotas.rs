@@ -167,7 +167,7 @@ async fn filled(store: &dyn Store, account: &AccountId) {
 async fn on_postgres<F, Fut>(name: &str, body: F)
 where
     F: FnOnce(String) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
         eprintln!("{name} skipped: set STOCKADE_TEST_DATABASE_URL");
