@@ -16,6 +16,7 @@ mod logs;
 mod metrics;
 mod pool;
 mod ports;
+mod quotas;
 mod races;
 mod ratelimit;
 mod restart;
