@@ -377,7 +377,7 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
         .await
         .unwrap()
         .sandbox;
-    assert_eq!(w.rt.container(&warm.id).unwrap().pool_class.is_some(), true);
+    assert!(w.rt.container(&warm.id).unwrap().pool_class.is_some());
     // The refill would pass the host's size: the pool stays short.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(svc.pool.ready_total(), 1);
@@ -391,6 +391,14 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
     lifecycle::destroy(&svc, w.fresh(&warm).await, false)
         .await
         .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while svc.pool.ready_total() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pool did not refill once room was freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     shutdown.cancel();
     pool.await.unwrap();
     assert_eq!(svc.admission.in_flight(), 0);

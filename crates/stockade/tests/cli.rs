@@ -334,7 +334,11 @@ fn account_quotas_from_the_terminal() {
         &["account", "quota", "carol", "--memory=-1"],
     );
     assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("--memory: must be between 0"), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("--memory: must be between 0"),
+        "{}",
+        stderr_of(&out)
+    );
     let out = cli(&server, admin, &["account", "quota", "nobody"]);
     assert!(!out.status.success());
     assert!(stderr_of(&out).contains("nobody"), "{}", stderr_of(&out));

@@ -127,7 +127,7 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
 
     // Unknown and malformed accounts.
     let ghost = stockade_core::AccountId::generate();
-    let r = put_quota(&app, &app.admin_token, &ghost.to_string(), json!({})).await;
+    let r = put_quota(&app, &app.admin_token, ghost.as_ref(), json!({})).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
     let r = app
         .get(&format!("/api/v1/accounts/{ghost}/quota"), &app.admin_token)
