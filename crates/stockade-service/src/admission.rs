@@ -259,6 +259,12 @@ fn grows(before: Resources, after: Resources) -> bool {
 /// Checks `ask` against the account's quota (403 `quota_exceeded`) and the
 /// host's room (409 `insufficient_capacity`), and records the grant.
 pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
+    // Asked of Docker before the turn, so checks do not queue behind it.
+    let cap = if ask.host && grows(ask.before.running, ask.after.running) {
+        capacity(svc).await
+    } else {
+        None
+    };
     let admission = svc.admission.clone();
     let _turn = admission.turn.lock().await;
     // The grants in flight, but an earlier one for this very sandbox.
@@ -294,18 +300,16 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
     }
 
     let host_checked = ask.host;
-    if ask.host && grows(ask.before.running, ask.after.running) {
-        if let Some(cap) = capacity(svc).await {
-            let mut reserved = svc.store.server_reserved(ask.server, &except).await?;
-            for h in held.iter().filter(|h| h.server == ask.server) {
-                reserved = reserved.plus(h.after.running);
-            }
-            if ask.server == svc.runtime.server_name() {
-                reserved = reserved.plus(svc.pool.reserved());
-            }
-            cap.check(ask.server, reserved, ask.before.running, ask.after.running)
-                .map_err(ServiceError::InsufficientCapacity)?;
+    if let Some(cap) = cap {
+        let mut reserved = svc.store.server_reserved(ask.server, &except).await?;
+        for h in held.iter().filter(|h| h.server == ask.server) {
+            reserved = reserved.plus(h.after.running);
         }
+        if ask.server == svc.runtime.server_name() {
+            reserved = reserved.plus(svc.pool.reserved());
+        }
+        cap.check(ask.server, reserved, ask.before.running, ask.after.running)
+            .map_err(ServiceError::InsufficientCapacity)?;
     }
 
     let key = admission.next.fetch_add(1, Ordering::Relaxed);

@@ -13,13 +13,10 @@ UPDATE sandboxes SET
     memory_bytes = CAST(COALESCE(json_extract(metadata, '$.config.memory_gb'), 0) * 1073741824 AS INTEGER),
     disk_gb = CAST(COALESCE(json_extract(metadata, '$.config.disk_size_gb'), 0) AS INTEGER);
 
--- What a Docker host holds: its live records by status, with the figures
--- read from the index alone.
-CREATE INDEX sandboxes_server_resources
-    ON sandboxes (server, status, cpu_millis, memory_bytes) WHERE deleted_at IS NULL;
--- What an account uses, the same way.
-CREATE INDEX sandboxes_account_resources
-    ON sandboxes (account_id, status, cpu_millis, memory_bytes, disk_gb) WHERE deleted_at IS NULL;
+-- No index of their own: a host's sum reads its live records by status
+-- (`sandboxes_live_status`), an account's by account
+-- (`sandboxes_account_list_active`); more indexes would make every write
+-- of a record (each status change) heavier.
 
 -- SEC-16: an account's limits, set by an administrator; NULL is unlimited,
 -- and an account without a row has no limits.
