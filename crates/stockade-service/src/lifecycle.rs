@@ -169,10 +169,12 @@ pub async fn create_sandbox(
     check_host_fits(svc, &sb.spec).await?;
     svc.check_policy_enforceable(&sb.spec.network)?;
     // SEC-15, SEC-16: refused before a source is fetched; checked again,
-    // and held, when the record is made.
-    let pooled =
-        idempotency_key.is_none() && req.source.is_none() && svc.pool.has_ready_for(&sb.spec);
-    drop(crate::admission::admit_create(svc, &sb, pooled).await?);
+    // and held, when the record is made. Not before a key's replay: a
+    // retry of a create that was made returns it even at the quota.
+    if idempotency_key.is_none() {
+        let pooled = req.source.is_none() && svc.pool.has_ready_for(&sb.spec);
+        drop(crate::admission::admit_create(svc, &sb, pooled).await?);
+    }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {
         None => {

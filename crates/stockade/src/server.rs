@@ -944,9 +944,7 @@ mod tests {
         assert_eq!(c.default_quota.cpu_millis, None);
         let err = parse(&["--cpu-overcommit", "0"]).unwrap_err().to_string();
         assert!(err.starts_with("--cpu-overcommit: "), "{err}");
-        let err = parse(&["--default-quota-cpu", "-2"])
-            .unwrap_err()
-            .to_string();
+        let err = parse(&["--default-quota-cpu=-2"]).unwrap_err().to_string();
         assert!(err.starts_with("--default-quota-cpu: "), "{err}");
     }
 

@@ -305,8 +305,12 @@ async fn concurrent_creates_at_a_quota_of_one_make_exactly_one() {
     }
     assert_eq!(created, 1);
     assert_eq!(app.containers().len(), 1);
+
+    // At the quota, a retry with the key of a create that was made replays
+    // it; a new key is refused.
     let r = app.get(&format!("/api/v1/accounts/{id}/quota"), &t).await;
     assert_eq!(r.body["usage"]["sandboxes"], 1);
+    replays_at_the_quota(&app, &id, &t).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -437,4 +441,37 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
+}
+
+/// Creates with `Idempotency-Key` at a full quota: a replay is no new sandbox.
+async fn replays_at_the_quota(app: &TestApp, account: &str, t: &str) {
+    let r = put_quota(app, &app.admin_token, account, json!({ "sandboxes": 2 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let create = |key: &'static str| {
+        app.http
+            .post(format!("{}/api/v1/sandbox", app.base))
+            .bearer_auth(t)
+            .header("Idempotency-Key", key)
+            .json(&json!({ "name": format!("keyed-{key}"), "cpuCores": 0.25, "memoryGB": 0.25 }))
+            .send()
+    };
+    let first = create("k1").await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    let again = create("k1").await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["id"], first["id"]);
+    let other = create("k2").await.unwrap();
+    assert_eq!(other.status(), StatusCode::FORBIDDEN);
+    let body: Value = other.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    assert_eq!(app.containers().len(), 2);
 }
