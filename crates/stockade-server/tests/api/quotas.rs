@@ -475,3 +475,27 @@ async fn replays_at_the_quota(app: &TestApp, account: &str, t: &str) {
     assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
     assert_eq!(app.containers().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_a_host_takes_no_more_memory_than_it_has() {
+    // The default settings: memory is not overcommitted. Sandboxes of a
+    // little under a quarter of the host's memory: four fit, a fifth not.
+    let app = spawn_app().await;
+    let info = app.state.svc.runtime.info().await.unwrap();
+    let host_gb = info.memory_bytes as f64 / f64::from(1u32 << 30);
+    let each = (host_gb / 4.5 * 100.0).floor() / 100.0;
+    let t = app.new_account("greedy").await;
+    let body = |i: usize| json!({ "name": format!("m{i}"), "cpuCores": 0.1, "memoryGB": each });
+    for i in 0..4 {
+        app.create(&t, body(i)).await;
+    }
+    let r = app.post("/api/v1/sandbox", &t, body(4)).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.code(), "insufficient_capacity");
+    let m = message(&r);
+    assert!(
+        m.contains("GB memory reserved") && m.contains(&format!("{each} GB requested")),
+        "{m}"
+    );
+    assert_eq!(app.containers().len(), 4);
+}
