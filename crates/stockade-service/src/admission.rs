@@ -166,11 +166,13 @@ impl HostCapacity {
     }
 }
 
-/// A grant whose record does not show it yet.
+/// A grant whose record does not show it yet (or, for a warm-pool member,
+/// that the pool does not list as ready yet).
 #[derive(Debug, Clone)]
 struct Held {
     id: SandboxId,
-    account: AccountId,
+    /// `None` for a warm-pool member: it belongs to no account.
+    account: Option<AccountId>,
     server: String,
     /// What the sandbox counts for once its record shows it.
     after: Footprint,
@@ -182,6 +184,9 @@ struct Held {
 pub struct Admission {
     turn: tokio::sync::Mutex<()>,
     held: Mutex<HashMap<u64, Held>>,
+    /// Warm-pool members made, by id, whose grant ends when the pool lists
+    /// them as ready ([`Admission::member_ready`]).
+    members: Mutex<HashMap<SandboxId, u64>>,
     next: AtomicU64,
 }
 
@@ -190,9 +195,22 @@ impl Admission {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, u64>> {
+        self.members.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Grants in flight right now.
     pub fn in_flight(&self) -> usize {
         self.held().len()
+    }
+
+    /// The warm pool lists member `id` as ready: from now on the pool's sum
+    /// counts it, and its grant ends.
+    pub fn member_ready(&self, id: &SandboxId) {
+        let key = self.members().remove(id);
+        if let Some(key) = key {
+            self.held().remove(&key);
+        }
     }
 }
 
@@ -206,17 +224,28 @@ pub struct Admitted {
     key: u64,
     /// Whether the host's room was checked (not for a warm-pool claim).
     host_checked: bool,
+    /// Handed on to [`Admission::member_ready`]: not ended by drop.
+    handed_on: bool,
 }
 
 impl Admitted {
     pub fn host_checked(&self) -> bool {
         self.host_checked
     }
+
+    /// A warm-pool member was made: its grant lasts until the pool lists it
+    /// as ready ([`Admission::member_ready`]), so that it counts all along.
+    pub fn until_member_ready(mut self, id: &SandboxId) {
+        self.admission.members().insert(id.clone(), self.key);
+        self.handed_on = true;
+    }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.admission.held().remove(&self.key);
+        if !self.handed_on {
+            self.admission.held().remove(&self.key);
+        }
     }
 }
 
@@ -291,7 +320,10 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         })?;
     if !quota.is_unlimited() && ask.after != ask.before {
         let mut usage = svc.store.account_usage(ask.account, &except).await?;
-        for h in held.iter().filter(|h| &h.account == ask.account) {
+        for h in held
+            .iter()
+            .filter(|h| h.account.as_ref() == Some(ask.account))
+        {
             usage = add(usage, h.after);
         }
         quota
@@ -317,7 +349,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         key,
         Held {
             id: ask.id.clone(),
-            account: ask.account.clone(),
+            account: Some(ask.account.clone()),
             server: ask.server.to_owned(),
             after: ask.after,
         },
@@ -326,6 +358,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         admission: admission.clone(),
         key,
         host_checked,
+        handed_on: false,
     })
 }
 
@@ -397,12 +430,17 @@ pub async fn admit_resize(
     .await
 }
 
-/// Whether the host has room for the warm-pool member `member`, already
-/// counted among the members being made: no member is made on a full host
-/// (the pool tries again later).
-pub async fn check_pool_fill(svc: &Service, member: &PoolMemberSpec) -> Result<(), String> {
+/// Whether the host has room for the warm-pool member `member`; if so,
+/// the grant that counts it while it is made. Members being made count only
+/// once checked, so concurrent fills on a nearly full host do not refuse
+/// each other. No member is made on a full host (the pool tries again
+/// later). `Ok(None)`: the host's size is unknown or not checked.
+pub async fn check_pool_fill(
+    svc: &Service,
+    member: &PoolMemberSpec,
+) -> Result<Option<Admitted>, String> {
     let Some(cap) = capacity(svc).await else {
-        return Ok(());
+        return Ok(None);
     };
     let admission = svc.admission.clone();
     let _turn = admission.turn.lock().await;
@@ -417,17 +455,32 @@ pub async fn check_pool_fill(svc: &Service, member: &PoolMemberSpec) -> Result<(
     for h in held.iter().filter(|h| h.server == server) {
         reserved = reserved.plus(h.after.running);
     }
+    reserved = reserved.plus(svc.pool.reserved());
     let own = Resources {
         cpu_millis: stockade_core::quota::cpu_millis(member.cpu_cores),
         memory_bytes: member.memory_bytes.max(0) as u64,
     };
-    let pool = svc.pool.reserved();
-    // The pool's sum counts this member already.
-    let others = Resources {
-        cpu_millis: reserved.cpu_millis + pool.cpu_millis.saturating_sub(own.cpu_millis),
-        memory_bytes: reserved.memory_bytes + pool.memory_bytes.saturating_sub(own.memory_bytes),
-    };
-    cap.check(&server, others, Resources::default(), own)
+    cap.check(&server, reserved, Resources::default(), own)?;
+    let key = admission.next.fetch_add(1, Ordering::Relaxed);
+    admission.held().insert(
+        key,
+        Held {
+            id: member.sandbox_id.clone(),
+            account: None,
+            server,
+            after: Footprint {
+                sandboxes: 0,
+                running: own,
+                disk_gb: 0,
+            },
+        },
+    );
+    Ok(Some(Admitted {
+        admission: admission.clone(),
+        key,
+        host_checked: true,
+        handed_on: false,
+    }))
 }
 
 #[cfg(test)]

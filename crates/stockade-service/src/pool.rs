@@ -350,8 +350,8 @@ impl Pool {
             .is_some_and(|c| self.lock().get(&c.key).is_some_and(|s| !s.ready.is_empty()))
     }
 
-    /// CPU and memory the members hold on the host, ready ones and those
-    /// being made (SEC-15).
+    /// CPU and memory the ready members hold on the host (SEC-15; members
+    /// being made count through their admission grants).
     pub fn reserved(&self) -> Resources {
         let st = self.lock();
         self.classes
@@ -362,7 +362,7 @@ impl Pool {
                     cpu_millis: stockade_core::quota::cpu_millis(c.cpu_cores),
                     memory_bytes: c.memory_bytes.max(0) as u64,
                 };
-                Some(each.times((s.ready.len() + s.filling) as u64))
+                Some(each.times(s.ready.len() as u64))
             })
             .fold(Resources::default(), Resources::plus)
     }
@@ -589,9 +589,10 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
             let key = class.key.clone();
             fills.spawn(async move {
                 // SEC-15: members hold room like sandboxes; none on a full host.
-                if let Err(why) = crate::admission::check_pool_fill(&svc, &member).await {
-                    return (key, Err(why));
-                }
+                let admitted = match crate::admission::check_pool_fill(&svc, &member).await {
+                    Ok(admitted) => admitted,
+                    Err(why) => return (key, Err(why)),
+                };
                 let made = async {
                     svc.runtime.create_pool_member(&member).await?;
                     // SEC-18: a member with network access gets the entry
@@ -613,6 +614,9 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
                 .await
                 .map(|()| member.sandbox_id)
                 .map_err(|e: stockade_runtime::RuntimeError| e.to_string());
+                if let (Some(admitted), Ok(id)) = (admitted, &made) {
+                    admitted.until_member_ready(id);
+                }
                 (key, made)
             });
         }
@@ -629,11 +633,17 @@ fn filled(
         return;
     };
     let mut st = svc.pool.lock();
-    let Some(s) = st.get_mut(&key) else { return };
+    let Some(s) = st.get_mut(&key) else {
+        if let Ok(id) = &made {
+            svc.admission.member_ready(id);
+        }
+        return;
+    };
     s.filling = s.filling.saturating_sub(1);
     match made {
         Ok(id) => {
             debug!(sandbox.id = %id, class = %key, "warm pool member ready");
+            svc.admission.member_ready(&id);
             s.ready.push_back(id);
             s.failures = 0;
             s.retry_at = None;

@@ -424,4 +424,6 @@ async fn a_pool_never_fills_a_host_past_its_size() {
     assert_eq!(w.rt.containers().len(), 2);
     shutdown.cancel();
     pool.await.unwrap();
+    // Ready members count through the pool, no longer through grants.
+    assert_eq!(svc.admission.in_flight(), 0);
 }
