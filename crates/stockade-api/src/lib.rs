@@ -31,6 +31,8 @@ pub use teams::{
 };
 pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, EgressHealth, ResourceUsage};
 
+pub mod quotas;
+pub use quotas::{QuotaLimits, QuotaResponse, QuotaUsageResponse, SetQuotaRequest};
 pub mod update;
 pub mod volumes;
 pub use update::{AppliedChanges, UpdateSandboxRequest, UpdateSandboxResponse};

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use stockade_api::{
     CreateAccountRequest, CreateAccountResponse, HealthResponse, ListAccountsResponse,
-    WhoAmIResponse,
+    QuotaResponse, SetQuotaRequest, WhoAmIResponse,
 };
 
 use crate::client::{api_error, Client};
@@ -78,4 +78,67 @@ impl Client {
         self.send(self.request(Method::GET, "/api/v1/accounts"))
             .await
     }
+
+    /// The quota of an account and what it uses of it (SEC-16): an
+    /// administrator asks about any account, anyone else about their own.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// let me = client.whoami().await?;
+    /// let q = client.quota(&me.account.id).await?;
+    /// if let Some(max) = q.quota.sandboxes {
+    ///     println!("{} of {max} sandboxes", q.usage.sandboxes);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn quota(&self, account_id: &str) -> Result<QuotaResponse, Error> {
+        let path = format!("/api/v1/accounts/{}/quota", path_segment(account_id)?);
+        self.send(self.request(Method::GET, &path)).await
+    }
+
+    /// Replaces the quota of an account (admin only): a `None` field is
+    /// unlimited, so `SetQuotaRequest::default()` lifts every limit. Values
+    /// are checked before the request is sent (`Error::InvalidParams` names
+    /// the field). A lower quota stops nothing that runs; it refuses what
+    /// would pass it (403 `quota_exceeded`).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client, id: &str) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::api::SetQuotaRequest;
+    /// let q = SetQuotaRequest { sandboxes: Some(5), memory_gb: Some(16.0), ..Default::default() };
+    /// client.set_quota(id, &q).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_quota(
+        &self,
+        account_id: &str,
+        quota: &SetQuotaRequest,
+    ) -> Result<QuotaResponse, Error> {
+        if let Err(errs) = quota.check() {
+            let first = errs.0.into_iter().next();
+            let (field, message) = first.map_or_else(
+                || ("quota".to_owned(), "invalid".to_owned()),
+                |e| (e.field, e.message),
+            );
+            return Err(Error::invalid(&field, message));
+        }
+        let path = format!("/api/v1/accounts/{}/quota", path_segment(account_id)?);
+        self.send(self.request(Method::PUT, &path).json(quota))
+            .await
+    }
+}
+
+/// An account id as one path segment: letters and digits only.
+fn path_segment(id: &str) -> Result<&str, Error> {
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(Error::invalid(
+            "account_id",
+            format!("'{id}' is not an account id"),
+        ));
+    }
+    Ok(id)
 }

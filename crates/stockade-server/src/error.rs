@@ -65,6 +65,12 @@ pub enum ApiError {
     /// The database cannot serve now: 503.
     #[error("{0}")]
     DatabaseUnavailable(String),
+    /// The Docker host has no room for it (409 `insufficient_capacity`, SEC-15).
+    #[error("{0}")]
+    InsufficientCapacity(String),
+    /// The account's quota does not allow it (403 `quota_exceeded`, SEC-16).
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The server is shutting down: 503.
     #[error("{0}")]
     ShuttingDown(String),
@@ -107,6 +113,8 @@ impl ApiError {
             Self::DatabaseUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
             }
+            Self::InsufficientCapacity(_) => (StatusCode::CONFLICT, "insufficient_capacity"),
+            Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
             Self::ShuttingDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
@@ -196,6 +204,8 @@ impl From<ServiceError> for ApiError {
             ServiceError::Database(m) => Self::Database(m),
             ServiceError::StorageFull(m) => Self::StorageFull(m),
             ServiceError::DatabaseUnavailable(m) => Self::DatabaseUnavailable(m),
+            ServiceError::InsufficientCapacity(m) => Self::InsufficientCapacity(m),
+            ServiceError::QuotaExceeded(m) => Self::QuotaExceeded(m),
             ServiceError::ShuttingDown(m) => Self::ShuttingDown(m),
             ServiceError::Internal(m) => Self::Internal(m),
         }

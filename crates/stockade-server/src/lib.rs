@@ -92,6 +92,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::exec::routes())
         .merge(routes::files::routes())
         .merge(routes::teams::routes())
+        .merge(accounts::routes())
         .merge(routes::volumes::routes())
         .merge(routes::update::routes())
         .merge(routes::snapshots::routes())

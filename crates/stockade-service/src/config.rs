@@ -1,5 +1,5 @@
 //! The service's configuration: sandbox defaults, limits, intervals of the
-//! background tasks, the object store and the warm pool.
+//! background tasks, the object store, the warm pool and admission control.
 
 use std::time::Duration;
 
@@ -72,6 +72,9 @@ pub struct ServiceConfig {
     pub bulk_concurrency: usize,
     /// The egress filter of network policies (SEC-18).
     pub egress: crate::egress::EgressSettings,
+    /// Admission control per Docker host (SEC-15) and the quota of new
+    /// accounts (SEC-16).
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 /// How much the server fetches on a user's behalf for a create source.
@@ -130,6 +133,7 @@ impl Default for ServiceConfig {
             images: crate::images::ImagePolicy::default(),
             bulk_concurrency: 8,
             egress: crate::egress::EgressSettings::default(),
+            admission: crate::admission::AdmissionConfig::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use stockade_runtime::Runtime;
 use stockade_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
+pub mod admission;
 pub mod agent;
 pub mod compat;
 pub mod config;
@@ -78,6 +79,8 @@ pub struct Service {
     pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
     /// The egress filter and the sandboxes' policies (SEC-18).
     pub egress: Arc<egress::Egress>,
+    /// Admissions in flight (SEC-15, SEC-16).
+    pub admission: Arc<admission::Admission>,
 }
 
 impl Service {
@@ -115,6 +118,7 @@ impl Service {
             strays: Arc::default(),
             isolation: Arc::default(),
             egress: Arc::default(),
+            admission: Arc::default(),
             agents: Arc::new(agents),
         })
     }

@@ -168,6 +168,13 @@ pub async fn create_sandbox(
     }
     check_host_fits(svc, &sb.spec).await?;
     svc.check_policy_enforceable(&sb.spec.network)?;
+    // SEC-15, SEC-16: refused before a source is fetched; checked again,
+    // and held, when the record is made. Not before a key's replay: a
+    // retry of a create that was made returns it even at the quota.
+    if idempotency_key.is_none() {
+        let pooled = req.source.is_none() && svc.pool.has_ready_for(&sb.spec);
+        drop(crate::admission::admit_create(svc, &sb, pooled).await?);
+    }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {
         None => {
@@ -256,9 +263,26 @@ async fn create_inner(
     held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
-    if poolable && held.is_none() {
+    let poolable = poolable && held.is_none();
+    // SEC-15, SEC-16: held until the record shows the sandbox.
+    let from_pool = poolable && svc.pool.has_ready_for(&sb.spec);
+    let mut admitted = match crate::admission::admit_create(svc, &sb, from_pool).await {
+        Ok(admitted) => admitted,
+        Err(e) => {
+            if let Some(guard) = held {
+                guard.release().await;
+            }
+            return Err(e);
+        }
+    };
+    if poolable {
         if let Some(served) = crate::pool::claim(svc, &sb).await {
             return served;
+        }
+        if !admitted.host_checked() {
+            // No member after all: a cold create needs room of its own.
+            drop(admitted);
+            admitted = crate::admission::admit_create(svc, &sb, false).await?;
         }
     }
     let name_taken = |e: StoreError| match e {
@@ -291,6 +315,7 @@ async fn create_inner(
             svc.hold_operation(op)
         }
     };
+    drop(admitted); // the PROVISIONING record counts from now on
     svc.crash_point("create.recorded")?;
     if abandoned.is_cancelled() {
         guard.abandon().await;
@@ -407,7 +432,16 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         guard.release().await;
         return Ok(sb);
     }
+    let mut admitted = None;
     if !container.running {
+        // SEC-15, SEC-16: held until the RUNNING status is written.
+        match crate::admission::admit_start(svc, &sb).await {
+            Ok(a) => admitted = Some(a),
+            Err(e) => {
+                guard.release().await;
+                return Err(e);
+            }
+        }
         // LC-8: the environment as updated since create, for the main process.
         let started = async {
             svc.runtime
@@ -429,7 +463,9 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         warn!(sandbox.id = %sb.id, error = %e, "egress policy not written at start; reconciliation retries");
     }
     sb.mark_running(Utc::now()); // LC-7: a new session
-    record_status(guard, sb).await
+    let saved = record_status(guard, sb).await;
+    drop(admitted);
+    saved
 }
 
 /// Ends a start or stop with its status. DB-4: Docker did it, so a failed

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use stockade_core::netpolicy::EgressPolicy;
 use stockade_core::spec::SpecInput;
-use stockade_core::{Defaults, Sandbox, SandboxId, SandboxName, SandboxSpec, SandboxStatus};
+use stockade_core::{
+    Defaults, Resources, Sandbox, SandboxId, SandboxName, SandboxSpec, SandboxStatus,
+};
 use stockade_runtime::PoolMemberSpec;
 use stockade_store::StoreError;
 use tokio::sync::Notify;
@@ -342,6 +344,29 @@ impl Pool {
         self.classes.iter().find(|c| c.fits(spec))
     }
 
+    /// Whether a member is ready for a create of `spec`.
+    pub fn has_ready_for(&self, spec: &SandboxSpec) -> bool {
+        self.class_for(spec)
+            .is_some_and(|c| self.lock().get(&c.key).is_some_and(|s| !s.ready.is_empty()))
+    }
+
+    /// CPU and memory the ready members hold on the host (SEC-15; members
+    /// being made count through their admission grants).
+    pub fn reserved(&self) -> Resources {
+        let st = self.lock();
+        self.classes
+            .iter()
+            .filter_map(|c| {
+                let s = st.get(&c.key)?;
+                let each = Resources {
+                    cpu_millis: stockade_core::quota::cpu_millis(c.cpu_cores),
+                    memory_bytes: c.memory_bytes.max(0) as u64,
+                };
+                Some(each.times(s.ready.len() as u64))
+            })
+            .fold(Resources::default(), Resources::plus)
+    }
+
     fn take(&self, key: &str) -> Option<SandboxId> {
         self.lock().get_mut(key)?.ready.pop_front()
     }
@@ -567,6 +592,11 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
             let svc = svc.clone();
             let key = class.key.clone();
             fills.spawn(async move {
+                // SEC-15: members hold room like sandboxes; none on a full host.
+                let admitted = match crate::admission::check_pool_fill(&svc, &member).await {
+                    Ok(admitted) => admitted,
+                    Err(why) => return (key, Err(why)),
+                };
                 let made = async {
                     svc.runtime.create_pool_member(&member).await?;
                     // SEC-18: a member with network access gets the entry
@@ -592,6 +622,9 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
                 .await
                 .map(|()| member.sandbox_id)
                 .map_err(|e: stockade_runtime::RuntimeError| e.to_string());
+                if let (Some(admitted), Ok(id)) = (admitted, &made) {
+                    admitted.until_member_ready(id);
+                }
                 (key, made)
             });
         }
@@ -608,11 +641,17 @@ fn filled(
         return;
     };
     let mut st = svc.pool.lock();
-    let Some(s) = st.get_mut(&key) else { return };
+    let Some(s) = st.get_mut(&key) else {
+        if let Ok(id) = &made {
+            svc.admission.member_ready(id);
+        }
+        return;
+    };
     s.filling = s.filling.saturating_sub(1);
     match made {
         Ok(id) => {
             debug!(sandbox.id = %id, class = %key, "warm pool member ready");
+            svc.admission.member_ready(&id);
             s.ready.push_back(id);
             s.failures = 0;
             s.retry_at = None;

@@ -79,8 +79,17 @@ pub async fn update(
         return Err(e);
     }
     let mut live = false;
+    let mut admitted = None;
     if patch.cpu_cores.is_some() || patch.memory_gb.is_some() {
         let target = patch.apply(&current.spec, &svc.config.defaults)?;
+        // SEC-15, SEC-16: held until the record has the new limits.
+        match crate::admission::admit_resize(svc, &current, &target).await {
+            Ok(a) => admitted = Some(a),
+            Err(e) => {
+                guard.release().await;
+                return Err(e);
+            }
+        }
         let applied = async {
             match svc.runtime.inspect(&current.id).await? {
                 Some(container) => {
@@ -123,6 +132,7 @@ pub async fn update(
             )),
             (e, _) => e,
         })?;
+    drop(admitted);
     if patch.network_policy.is_some() {
         // SEC-18: live — the sandbox moves between the sandbox network and
         // the internal one if it must, and its entry is rewritten.

@@ -8,8 +8,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{
-    Account, AccountId, InstanceId, Label, Operation, OperationId, Sandbox, SandboxId,
-    SandboxStatus, Scope, Snapshot, SnapshotId, Team, TeamId,
+    Account, AccountId, InstanceId, Label, Operation, OperationId, Quota, QuotaUsage, Resources,
+    Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotId, Team, TeamId,
 };
 
 mod db;
@@ -342,6 +342,44 @@ pub trait SnapshotStore: Send + Sync {
         -> StoreResult<Vec<Snapshot>>;
 }
 
+/// Per-account quotas (SEC-16), and the sums that quotas and admission
+/// control per Docker host (SEC-15) compare against limits: SQL aggregates
+/// over the records' resource columns, never a read of every record.
+#[async_trait]
+pub trait QuotaStore: Send + Sync {
+    /// Creates an account with `quota` in one transaction: an account never
+    /// exists without the quota it was created with. A taken name is a
+    /// [`StoreError::Conflict`].
+    async fn create_account_with_quota(
+        &self,
+        name: &str,
+        is_admin: bool,
+        quota: &Quota,
+    ) -> StoreResult<Account>;
+
+    /// The quota of `account` (unlimited when none was set); `NotFound` for
+    /// an unknown account.
+    async fn get_quota(&self, account: &AccountId) -> StoreResult<Quota>;
+
+    /// Replaces the quota of `account`; `NotFound` for an unknown account.
+    async fn set_quota(&self, account: &AccountId, quota: &Quota) -> StoreResult<()>;
+
+    /// What the sandboxes `account` owns use, as its quota counts them
+    /// ([`stockade_core::Footprint`]): those not terminated, their disks, and
+    /// CPU and memory of those that run or are being created. The records in
+    /// `except` are left out (their caller counts them itself).
+    async fn account_usage(
+        &self,
+        account: &AccountId,
+        except: &[SandboxId],
+    ) -> StoreResult<QuotaUsage>;
+
+    /// CPU and memory held on the Docker host `server`: its records that run
+    /// or are being created (RUNNING, PROVISIONING, PENDING), but those in
+    /// `except`.
+    async fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources>;
+}
+
 /// Durable operations (DB-9, DB-13): at most one per target, which is the
 /// per-sandbox lock across server instances. A holder keeps its leases alive
 /// ([`OperationStore::renew_operations`]); once a lease ended, any instance
@@ -422,6 +460,7 @@ pub trait Store:
     + IdempotencyStore
     + SnapshotStore
     + OperationStore
+    + QuotaStore
     + 'static
 {
 }
@@ -435,6 +474,7 @@ impl<T> Store for T where
         + IdempotencyStore
         + SnapshotStore
         + OperationStore
+        + QuotaStore
         + 'static
 {
 }

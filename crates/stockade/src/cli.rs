@@ -542,6 +542,106 @@ pub enum AccountCommand {
     #[command(after_help = "Example:
   STOCKADE_TOKEN=stk_… stockade account whoami")]
     Whoami,
+    /// Show an account's quota and what it uses; with flags, change it
+    /// (administrators only). Sandboxes and disk count every sandbox that
+    /// is not removed, stopped ones too; CPUs and memory count the running
+    /// ones. A flag changes only its own limit; `unlimited` lifts it.
+    #[command(after_help = "Examples:
+  stockade account quota alice
+  stockade account quota alice --sandboxes 5 --cpu 4 --memory 16
+  stockade account quota alice --disk unlimited
+  stockade account quota alice --clear")]
+    Quota {
+        /// Account name or id.
+        account: String,
+        /// Most sandboxes at once (stopped ones count), or `unlimited`.
+        #[arg(long, value_name = "N")]
+        sandboxes: Option<String>,
+        /// Most CPU cores of running sandboxes together, or `unlimited`.
+        #[arg(long, value_name = "CORES")]
+        cpu: Option<String>,
+        /// Most memory of running sandboxes together, in GB, or `unlimited`.
+        #[arg(long, value_name = "GB")]
+        memory: Option<String>,
+        /// Most disk (diskSizeGB) of all sandboxes together, in GB, or `unlimited`.
+        #[arg(long, value_name = "GB")]
+        disk: Option<String>,
+        /// Lift every limit first (flags given with it set new ones).
+        #[arg(long)]
+        clear: bool,
+    },
+}
+
+/// A quota flag's value: `unlimited` (or `none`) is `None`.
+fn limit<T: std::str::FromStr>(value: &str, flag: &str, what: &str) -> anyhow::Result<Option<T>> {
+    let v = value.trim();
+    if v.eq_ignore_ascii_case("unlimited") || v.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    v.parse::<T>().map(Some).map_err(|_| {
+        CliError::invalid(format!("{flag}: '{value}' is not {what} (or `unlimited`)")).into()
+    })
+}
+
+/// The account `arg` names (an id or a name): its id and name. Anyone
+/// finds their own account; other accounts need an administrator's token.
+async fn account_named(client: &Client, arg: &str) -> anyhow::Result<(String, String)> {
+    let me = client.whoami().await?;
+    if me.account.id == arg || me.account.name == arg {
+        return Ok((me.account.id, me.account.name));
+    }
+    let accounts = client.list_accounts().await?.accounts;
+    let found = accounts
+        .iter()
+        .find(|a| a.id == arg)
+        .or_else(|| accounts.iter().find(|a| a.name == arg));
+    match found {
+        Some(a) => Ok((a.id.clone(), a.name.clone())),
+        None => Err(CliError::new(
+            "not_found",
+            format!(
+                "account `{arg}` not found (by name or id) — `stockade account ls` lists accounts"
+            ),
+        )
+        .into()),
+    }
+}
+
+/// Prints an account's quota and use as a table.
+fn print_quota(name: &str, q: &stockade_sdk::api::QuotaResponse) -> anyhow::Result<()> {
+    let unlimited = || "unlimited".to_owned();
+    let gb = |v: f64| format!("{} GB", output::trim_num(v));
+    outln!("Quota of account {name} ({})", q.account_id)?;
+    let rows = vec![
+        vec![
+            "sandboxes".into(),
+            q.usage.sandboxes.to_string(),
+            q.quota.sandboxes.map_or_else(unlimited, |n| n.to_string()),
+            "not removed, stopped ones too".into(),
+        ],
+        vec![
+            "cpu".into(),
+            output::trim_num(q.usage.cpu_cores),
+            q.quota.cpu_cores.map_or_else(unlimited, output::trim_num),
+            "of running sandboxes".into(),
+        ],
+        vec![
+            "memory".into(),
+            gb(q.usage.memory_gb),
+            q.quota.memory_gb.map_or_else(unlimited, gb),
+            "of running sandboxes".into(),
+        ],
+        vec![
+            "disk".into(),
+            format!("{} GB", q.usage.disk_gb),
+            q.quota
+                .disk_gb
+                .map_or_else(unlimited, |n| format!("{n} GB")),
+            "not removed, stopped ones too".into(),
+        ],
+    ];
+    output::table(&["RESOURCE", "USED", "LIMIT", "COUNTS"], &rows)?;
+    Ok(())
 }
 
 pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode> {
@@ -582,6 +682,61 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                     })
                     .collect();
                 output::table(&["ID", "NAME", "ADMIN", "CREATED"], &rows)?;
+            }
+        }
+        AccountCommand::Quota {
+            account,
+            sandboxes,
+            cpu,
+            memory,
+            disk,
+            clear,
+        } => {
+            // Every value is checked before any request.
+            let sandboxes = sandboxes
+                .as_deref()
+                .map(|v| limit::<u64>(v, "--sandboxes", "a whole number"))
+                .transpose()?;
+            let cpu = cpu
+                .as_deref()
+                .map(|v| limit::<f64>(v, "--cpu", "a number of cores"))
+                .transpose()?;
+            let memory = memory
+                .as_deref()
+                .map(|v| limit::<f64>(v, "--memory", "a number of GB"))
+                .transpose()?;
+            let disk = disk
+                .as_deref()
+                .map(|v| limit::<u64>(v, "--disk", "a whole number of GB"))
+                .transpose()?;
+            let (id, name) = account_named(&client, &account).await?;
+            let changes =
+                clear || sandboxes.is_some() || cpu.is_some() || memory.is_some() || disk.is_some();
+            let mut q = client.quota(&id).await?;
+            if changes {
+                let mut req = if clear {
+                    stockade_sdk::api::SetQuotaRequest::default()
+                } else {
+                    q.quota.to_request()
+                };
+                if let Some(v) = sandboxes {
+                    req.sandboxes = v;
+                }
+                if let Some(v) = cpu {
+                    req.cpu_cores = v;
+                }
+                if let Some(v) = memory {
+                    req.memory_gb = v;
+                }
+                if let Some(v) = disk {
+                    req.disk_gb = v;
+                }
+                q = client.set_quota(&id, &req).await?;
+            }
+            if ctx.json {
+                output::json(&q)?;
+            } else {
+                print_quota(&name, &q)?;
             }
         }
         AccountCommand::Whoami => {

@@ -438,7 +438,8 @@ fn flag_for(field: &str) -> Option<&'static str> {
         ("startCommand", _) => "--start-command",
         ("cpuCores", _) => "--cpu",
         ("memoryGB", _) => "--memory",
-        ("diskSizeGB", _) => "--disk",
+        ("diskSizeGB" | "diskGB", _) => "--disk",
+        ("sandboxes", _) => "--sandboxes",
         ("networkAccess", _) => "--no-network",
         ("timeoutMinutes" | "timeoutSeconds" | "timeout", _) => "--timeout",
         ("environmentVars" | "env", _) => "--env",
@@ -607,6 +608,14 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
                     ))
                 }
                 "rate_limited" => out.hint("wait a moment and try again"),
+                "quota_exceeded" => out.hint(
+                    "stop or remove sandboxes you no longer need (`stockade ls`), or ask an \
+                     administrator to raise the quota (`stockade account quota`)",
+                ),
+                "insufficient_capacity" => out.hint(
+                    "stop sandboxes you do not need (`stockade stop`), ask for fewer CPUs or \
+                     less memory (--cpu, --memory), or try again later",
+                ),
                 "docker_unavailable" => out
                     .hint("`stockade health` shows what the server knows about its Docker engine"),
                 _ => out,

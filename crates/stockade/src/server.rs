@@ -167,6 +167,105 @@ pub struct ServerArgs {
     isolation: IsolationArgs,
     #[command(flatten)]
     objects: ObjectStoreArgs,
+    #[command(flatten)]
+    admission: AdmissionArgs,
+}
+
+/// Admission control per Docker host (SEC-15) and the quota of new
+/// accounts (SEC-16).
+#[derive(Args)]
+struct AdmissionArgs {
+    /// How far the CPUs of running sandboxes (their cpuCores together) may
+    /// exceed the Docker host's CPUs: a ratio (8 = eight times), or `off`.
+    /// CPU is shared, not used up: an overcommitted host runs sandboxes
+    /// slower, nothing fails.
+    #[arg(long, env = "STOCKADE_CPU_OVERCOMMIT", default_value = "8")]
+    cpu_overcommit: String,
+    /// How far the memory of running sandboxes (their memoryGB together)
+    /// may exceed the Docker host's memory: a ratio (1 = never), or `off`.
+    /// Memory is used up: an overcommitted host kills processes.
+    #[arg(long, env = "STOCKADE_MEMORY_OVERCOMMIT", default_value = "1")]
+    memory_overcommit: String,
+    /// Quota of every account created from now on: most sandboxes at once
+    /// (stopped ones count). Unlimited when not given.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_SANDBOXES", value_name = "N")]
+    default_quota_sandboxes: Option<u64>,
+    /// Quota of new accounts: most CPU cores of running sandboxes together.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_CPU", value_name = "CORES")]
+    default_quota_cpu: Option<f64>,
+    /// Quota of new accounts: most memory of running sandboxes together, in GB.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_MEMORY", value_name = "GB")]
+    default_quota_memory: Option<f64>,
+    /// Quota of new accounts: most disk (diskSizeGB) of all their sandboxes
+    /// together, in GB.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_DISK", value_name = "GB")]
+    default_quota_disk: Option<u64>,
+}
+
+impl AdmissionArgs {
+    fn config(&self) -> anyhow::Result<stockade_service::admission::AdmissionConfig> {
+        use stockade_service::admission::{parse_overcommit, AdmissionConfig};
+        let input = stockade_core::QuotaInput {
+            sandboxes: self.default_quota_sandboxes,
+            cpu_cores: self.default_quota_cpu,
+            memory_gb: self.default_quota_memory,
+            disk_gb: self.default_quota_disk,
+        };
+        let default_quota = stockade_core::Quota::from_input(&input).map_err(|errs| {
+            let flag = |field: &str| match field {
+                "sandboxes" => "--default-quota-sandboxes",
+                "cpuCores" => "--default-quota-cpu",
+                "memoryGB" => "--default-quota-memory",
+                _ => "--default-quota-disk",
+            };
+            let first = &errs.0[0];
+            anyhow::anyhow!("{}: {}", flag(&first.field), first.message)
+        })?;
+        Ok(AdmissionConfig {
+            cpu_overcommit: parse_overcommit(&self.cpu_overcommit, "--cpu-overcommit")
+                .map_err(anyhow::Error::msg)?,
+            memory_overcommit: parse_overcommit(&self.memory_overcommit, "--memory-overcommit")
+                .map_err(anyhow::Error::msg)?,
+            default_quota,
+        })
+    }
+}
+
+/// The banner's admission line: how full a host may get, and the quota of
+/// new accounts.
+fn describe_admission(
+    a: &stockade_service::admission::AdmissionConfig,
+    info: Option<&stockade_runtime::RuntimeInfo>,
+) -> String {
+    let ratio = |r: Option<f64>| r.map_or_else(|| "unchecked".to_owned(), |r| format!("× {r}"));
+    let host = match info {
+        Some(i) => format!(
+            "CPUs {} {}, memory {} GB {}",
+            i.cpus,
+            ratio(a.cpu_overcommit),
+            stockade_core::quota::show_gb(i.memory_bytes),
+            ratio(a.memory_overcommit)
+        ),
+        None => format!(
+            "CPUs {}, memory {}",
+            ratio(a.cpu_overcommit),
+            ratio(a.memory_overcommit)
+        ),
+    };
+    let q = a.default_quota.to_input();
+    let quota = if a.default_quota.is_unlimited() {
+        "none".to_owned()
+    } else {
+        let show = |v: Option<String>| v.unwrap_or_else(|| "unlimited".into());
+        format!(
+            "{} sandboxes, {} CPUs, {} GB memory, {} GB disk",
+            show(q.sandboxes.map(|n| n.to_string())),
+            show(q.cpu_cores.map(|c| c.to_string())),
+            show(q.memory_gb.map(|m| m.to_string())),
+            show(q.disk_gb.map(|d| d.to_string())),
+        )
+    };
+    format!("{host}; quota of new accounts: {quota}")
 }
 
 /// `--log-max-size` in bytes: a size Docker would take, at least 1 MiB.
@@ -570,6 +669,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let (connections, connections_line) = connection_limits(&args, &files);
     // Bad settings fail before anything is created.
     let rate_limit = rate_limit_config(&args)?;
+    let admission = args.admission.config()?;
     let (pool, warm_pool) = warm_pool_config(&args)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     secure_data_dir(&data_dir)?;
@@ -666,6 +766,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     };
     config.service.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
     config.service.egress = args.isolation.egress()?;
+    config.service.admission = admission;
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
@@ -696,7 +797,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     for class in warm_pool.classes() {
         say!("  warm pool: {} × {}", class.size, class.key);
     }
-    match runtime.info().await {
+    let info = runtime.info().await;
+    say!(
+        "  admission: {}",
+        describe_admission(&svc.config.admission, info.as_ref().ok())
+    );
+    match info {
         Ok(i) => {
             say!(
                 "  docker:    {docker_host} (Docker {}, API {})",
@@ -873,6 +979,51 @@ mod tests {
             let err = super::parse_log_max_size(bad).unwrap_err().to_string();
             assert!(err.starts_with("--log-max-size: "), "{err}");
         }
+    }
+
+    #[test]
+    fn admission_flags_parse_and_name_the_flag_on_bad_input() {
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["stockade"];
+            argv.extend_from_slice(flags);
+            Cli::try_parse_from(argv).unwrap().args.admission.config()
+        };
+        for var in [
+            "STOCKADE_CPU_OVERCOMMIT",
+            "STOCKADE_MEMORY_OVERCOMMIT",
+            "STOCKADE_DEFAULT_QUOTA_SANDBOXES",
+            "STOCKADE_DEFAULT_QUOTA_CPU",
+            "STOCKADE_DEFAULT_QUOTA_MEMORY",
+            "STOCKADE_DEFAULT_QUOTA_DISK",
+        ] {
+            if std::env::var_os(var).is_some() {
+                eprintln!("admission_flags skipped: {var} is set");
+                return;
+            }
+        }
+        assert_eq!(
+            parse(&[]).unwrap(),
+            stockade_service::admission::AdmissionConfig::default()
+        );
+        let c = parse(&[
+            "--cpu-overcommit",
+            "off",
+            "--memory-overcommit",
+            "1.5",
+            "--default-quota-sandboxes",
+            "5",
+            "--default-quota-memory",
+            "16",
+        ])
+        .unwrap();
+        assert_eq!((c.cpu_overcommit, c.memory_overcommit), (None, Some(1.5)));
+        assert_eq!(c.default_quota.sandboxes, Some(5));
+        assert_eq!(c.default_quota.memory_bytes, Some(16 << 30));
+        assert_eq!(c.default_quota.cpu_millis, None);
+        let err = parse(&["--cpu-overcommit", "0"]).unwrap_err().to_string();
+        assert!(err.starts_with("--cpu-overcommit: "), "{err}");
+        let err = parse(&["--default-quota-cpu=-2"]).unwrap_err().to_string();
+        assert!(err.starts_with("--default-quota-cpu: "), "{err}");
     }
 
     #[test]

@@ -250,6 +250,165 @@ fn first_start_prints_the_admin_token_once_and_the_cli_creates_accounts() {
 }
 
 #[test]
+fn account_quotas_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "stk_cli_account_quota_token";
+    let server = start_server(dir.path(), Some(admin));
+    assert!(
+        server
+            .lines
+            .iter()
+            .any(|l| l.contains("admission:") && l.contains("quota of new accounts: none")),
+        "{:?}",
+        server.lines
+    );
+    let carol = json_of(&cli(
+        &server,
+        admin,
+        &["account", "create", "carol", "--json"],
+    ));
+    let carol_id = carol["account"]["id"].as_str().unwrap().to_owned();
+    let carol = carol["token"].as_str().unwrap().to_owned();
+
+    // Without flags: the quota and the use, as a table.
+    let out = cli(&server, admin, &["account", "quota", "carol"]);
+    let table = stdout_of(&out);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        table.contains(&format!("Quota of account carol ({carol_id})")),
+        "{table}"
+    );
+    assert!(table.contains("unlimited"), "{table}");
+
+    // Flags set limits, by name or id; each flag changes only its own.
+    let q = json_of(&cli(
+        &server,
+        admin,
+        &[
+            "account",
+            "quota",
+            "carol",
+            "--sandboxes",
+            "1",
+            "--cpu",
+            "2",
+            "--memory",
+            "4.5",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        q["quota"],
+        serde_json::json!({ "sandboxes": 1, "cpuCores": 2.0, "memoryGB": 4.5, "diskGB": null })
+    );
+    let q = json_of(&cli(
+        &server,
+        admin,
+        &[
+            "account",
+            "quota",
+            &carol_id,
+            "--disk",
+            "30",
+            "--cpu",
+            "unlimited",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        q["quota"],
+        serde_json::json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": 4.5, "diskGB": 30 })
+    );
+
+    // Bad values name the flag (or the API's field); nothing changes.
+    let out = cli(
+        &server,
+        admin,
+        &["account", "quota", "carol", "--cpu", "lots"],
+    );
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("--cpu"), "{}", stderr_of(&out));
+    let out = cli(
+        &server,
+        admin,
+        &["account", "quota", "carol", "--memory=-1"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("--memory: must be between 0"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = cli(&server, admin, &["account", "quota", "nobody"]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("nobody"), "{}", stderr_of(&out));
+
+    // Carol sees her own quota but cannot change it.
+    let mine = json_of(&cli(
+        &server,
+        &carol,
+        &["account", "quota", "carol", "--json"],
+    ));
+    assert_eq!(mine["quota"]["sandboxes"], 1);
+    let out = cli(
+        &server,
+        &carol,
+        &["account", "quota", "carol", "--sandboxes", "9"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("administrator"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // Her second sandbox is refused with the quota and the use.
+    let one = create(
+        &server,
+        &carol,
+        &["--name", "one", "--cpu", "0.25", "--memory", "0.25"],
+    );
+    let out = cli(
+        &server,
+        &carol,
+        &[
+            "create", "--name", "two", "--cpu", "0.25", "--memory", "0.25",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("account quota exceeded: 1 of 1 sandboxes"),
+        "{}",
+        stderr_of(&out)
+    );
+    let q = json_of(&cli(
+        &server,
+        &carol,
+        &["account", "quota", "carol", "--json"],
+    ));
+    assert_eq!(q["usage"]["sandboxes"], 1);
+    assert_eq!(q["usage"]["cpuCores"], 0.25);
+
+    // --clear lifts every limit: the second one fits.
+    let q = json_of(&cli(
+        &server,
+        admin,
+        &["account", "quota", "carol", "--clear", "--json"],
+    ));
+    assert_eq!(q["quota"]["sandboxes"], serde_json::Value::Null);
+    assert_eq!(q["quota"]["diskGB"], serde_json::Value::Null);
+    let two = create(
+        &server,
+        &carol,
+        &["--name", "two", "--cpu", "0.25", "--memory", "0.25"],
+    );
+    for sb in [one, two] {
+        let out = cli(&server, &carol, &["rm", sb["id"].as_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+    }
+}
+
+#[test]
 fn bad_flags_and_unreachable_servers_give_helpful_errors() {
     let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
         .args(["health"])
@@ -1097,6 +1256,7 @@ fn every_command_has_help_with_examples() {
         "volumes prune",
         "update",
         "account create",
+        "account quota",
         "health",
         "server",
         "completions",

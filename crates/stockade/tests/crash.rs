@@ -45,6 +45,11 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
         .env("STOCKADE_OPERATION_LEASE", "3")
         .env("STOCKADE_DEFAULT_IMAGE", image())
         .env("STOCKADE_RATE_LIMIT", "off")
+        // The trials keep dozens of default sandboxes (1 CPU, 2 GB) alive,
+        // more than this host could reserve; admission control (SEC-15) has
+        // tests of its own.
+        .env("STOCKADE_CPU_OVERCOMMIT", "off")
+        .env("STOCKADE_MEMORY_OVERCOMMIT", "off")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

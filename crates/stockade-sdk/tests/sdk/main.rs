@@ -9,6 +9,7 @@ mod lifecycle;
 mod logs;
 mod names;
 mod ports;
+mod quotas;
 mod snapshots;
 mod terminal;
 mod update;

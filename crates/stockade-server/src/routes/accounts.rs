@@ -1,21 +1,45 @@
-//! `/api/v1/accounts` (admin only), `/api/v1/me`, and the dashboard's
-//! cookie session (`/api/v1/session`).
+//! `/api/v1/accounts` (admin only), account quotas
+//! (`/api/v1/accounts/{id}/quota`, SEC-16), `/api/v1/me`, and the
+//! dashboard's cookie session (`/api/v1/session`).
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::get;
+use axum::{Json, Router};
 use stockade_api::{
     AccountResponse, CreateAccountRequest, CreateAccountResponse, ErrorBody, ListAccountsResponse,
-    SessionRequest, WhoAmIResponse,
+    QuotaResponse, SessionRequest, SetQuotaRequest, WhoAmIResponse,
 };
-use stockade_core::ApiToken;
+use stockade_core::{AccountId, ApiToken, Quota};
 use stockade_store::StoreError;
 use tracing::instrument;
+use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AdminCaller, ApiJson, Caller, CSRF_HEADER, SESSION_COOKIE};
 use crate::AppState;
+
+/// The quota routes, relative to `/api/v1` (the other account routes are
+/// in the core router).
+pub fn routes() -> Router<AppState> {
+    Router::new().route(
+        "/accounts/{account_id}/quota",
+        get(get_quota).put(set_quota),
+    )
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(get_quota, set_quota),
+    components(schemas(
+        stockade_api::SetQuotaRequest,
+        stockade_api::QuotaResponse,
+        stockade_api::QuotaLimits,
+        stockade_api::QuotaUsageResponse,
+    ))
+)]
+pub struct QuotasApi;
 
 fn check_account_name(name: &str) -> ApiResult<()> {
     let ok = !name.is_empty()
@@ -46,10 +70,12 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateAccountRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateAccountResponse>)> {
     check_account_name(&req.name)?;
+    // SEC-16: every account starts with the configured default quota.
+    let quota = &state.svc.config.admission.default_quota;
     let account = state
         .svc
         .store
-        .create_account(&req.name, req.is_admin)
+        .create_account_with_quota(&req.name, req.is_admin, quota)
         .await
         .map_err(|e| match e {
             StoreError::Conflict(_) => {
@@ -85,6 +111,84 @@ pub async fn list(
     Ok(Json(ListAccountsResponse {
         accounts: accounts.iter().map(AccountResponse::from).collect(),
     }))
+}
+
+/// The quota of `id` and what the account uses of it.
+async fn quota_response(state: &AppState, id: &AccountId) -> ApiResult<QuotaResponse> {
+    let not_found = |e: StoreError| match e {
+        StoreError::NotFound => ApiError::NotFound("Account not found".into()),
+        other => other.into(),
+    };
+    let quota = state.svc.store.get_quota(id).await.map_err(not_found)?;
+    let usage = state
+        .svc
+        .store
+        .account_usage(id, &[])
+        .await
+        .map_err(not_found)?;
+    Ok(QuotaResponse {
+        account_id: id.to_string(),
+        quota: (&quota).into(),
+        usage: (&usage).into(),
+    })
+}
+
+/// An account's quota and what it uses of it (SEC-16): for administrators,
+/// and for the account itself. Sandboxes and disk count every sandbox that
+/// is not terminated (stopped ones too); CPU and memory count the running
+/// ones.
+#[utoipa::path(get, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
+    params(("account_id" = String, Path, description = "account id")),
+    responses((status = 200, body = QuotaResponse), (status = 400, body = ErrorBody),
+              (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
+              (status = 404, description = "No such account", body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn get_quota(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(account_id): Path<String>,
+) -> ApiResult<Json<QuotaResponse>> {
+    let id = AccountId::parse_field(&account_id, "account_id")?;
+    if !caller.account.is_admin && caller.account.id != id {
+        return Err(ApiError::Forbidden(
+            "Only administrators see the quota of another account".into(),
+        ));
+    }
+    Ok(Json(quota_response(&state, &id).await?))
+}
+
+/// Set an account's quota (admin only). The body is the whole quota: a
+/// field that is absent or `null` is unlimited, so `{}` lifts every limit.
+/// A lower quota never stops or removes sandboxes; it refuses what would
+/// exceed it (403 `quota_exceeded`): creates, starts, larger CPU or memory.
+#[utoipa::path(put, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
+    params(("account_id" = String, Path, description = "account id")),
+    request_body = SetQuotaRequest,
+    responses((status = 200, body = QuotaResponse), (status = 400, description = "A value is out of range (the field is named)", body = ErrorBody),
+              (status = 403, description = "Not an administrator", body = ErrorBody),
+              (status = 404, description = "No such account", body = ErrorBody)),
+    security(("bearer" = [])))]
+#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
+pub async fn set_quota(
+    State(state): State<AppState>,
+    admin: AdminCaller,
+    Path(account_id): Path<String>,
+    ApiJson(req): ApiJson<SetQuotaRequest>,
+) -> ApiResult<Json<QuotaResponse>> {
+    let id = AccountId::parse_field(&account_id, "account_id")?;
+    let quota = Quota::from_input(&req.input())?;
+    state
+        .svc
+        .store
+        .set_quota(&id, &quota)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError::NotFound("Account not found".into()),
+            other => other.into(),
+        })?;
+    tracing::info!(quota.account.id = %id, ?quota, "account quota set");
+    Ok(Json(quota_response(&state, &id).await?))
 }
 
 /// The account the token belongs to.

@@ -66,6 +66,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(super::files::FilesApi::openapi());
     doc.merge(super::terminal::TerminalApi::openapi());
     doc.merge(super::teams::TeamsApi::openapi());
+    doc.merge(accounts::QuotasApi::openapi());
     doc.merge(crate::metrics::MetricsApi::openapi());
     doc.merge(volumes::VolumesApi::openapi());
     doc.merge(update::UpdateApi::openapi());

@@ -9,13 +9,13 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::json;
 use stockade_core::{
-    Account, AccountId, InstanceId, Operation, OperationId, Sandbox, SandboxId, SandboxStatus,
-    Scope, Team, TeamId,
+    Account, AccountId, InstanceId, Operation, OperationId, Quota, QuotaUsage, Resources, Sandbox,
+    SandboxId, SandboxStatus, Scope, Team, TeamId,
 };
 use stockade_store::{
-    AccountStore, HealthStore, IdempotencyStore, OperationStore, SandboxFilter, SandboxPage,
-    SandboxStore, SandboxWrite, SettingsStore, SnapshotStore, SqliteStore, StoreError, StoreHealth,
-    StoreResult, TeamStore,
+    AccountStore, HealthStore, IdempotencyStore, OperationStore, QuotaStore, SandboxFilter,
+    SandboxPage, SandboxStore, SandboxWrite, SettingsStore, SnapshotStore, SqliteStore, StoreError,
+    StoreHealth, StoreResult, TeamStore,
 };
 
 use crate::helpers::*;
@@ -132,6 +132,36 @@ impl AccountStore for FailingStore {
     }
     async fn account_by_token_hash(&self, h: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
         self.inner.account_by_token_hash(h).await
+    }
+}
+
+#[async_trait]
+impl QuotaStore for FailingStore {
+    async fn create_account_with_quota(
+        &self,
+        name: &str,
+        is_admin: bool,
+        quota: &Quota,
+    ) -> StoreResult<Account> {
+        self.inner
+            .create_account_with_quota(name, is_admin, quota)
+            .await
+    }
+    async fn get_quota(&self, account: &AccountId) -> StoreResult<Quota> {
+        self.inner.get_quota(account).await
+    }
+    async fn set_quota(&self, account: &AccountId, quota: &Quota) -> StoreResult<()> {
+        self.inner.set_quota(account, quota).await
+    }
+    async fn account_usage(
+        &self,
+        account: &AccountId,
+        except: &[SandboxId],
+    ) -> StoreResult<QuotaUsage> {
+        self.inner.account_usage(account, except).await
+    }
+    async fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources> {
+        self.inner.server_reserved(server, except).await
     }
 }
 

@@ -17,6 +17,7 @@ mod logs;
 mod metrics;
 mod pool;
 mod ports;
+mod quotas;
 mod races;
 mod ratelimit;
 mod restart;

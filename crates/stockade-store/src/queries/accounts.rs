@@ -5,7 +5,7 @@ use chrono::{SubsecRound, Utc};
 use stockade_core::{Account, AccountId, TeamId};
 
 use super::corrupt;
-use crate::db::{is_foreign_key_violation, is_unique_violation, other, SqlStore};
+use crate::db::{is_foreign_key_violation, is_unique_violation, other, Conn, SqlStore};
 use crate::sql::{Backend, DbRow, Q};
 use crate::{AccountStore, StoreError, StoreResult};
 
@@ -21,6 +21,30 @@ pub(super) fn account_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Accoun
     })
 }
 
+impl<B: Backend> SqlStore<B> {
+    /// Inserts `account`; a taken name is a `Conflict`.
+    pub(super) async fn insert_account_in(
+        &self,
+        conn: &mut Conn<B>,
+        account: &Account,
+        context: &str,
+    ) -> StoreResult<()> {
+        let q = Q::<B>::new("INSERT INTO accounts (id, name, is_admin, created_at) VALUES (")
+            .bind(account.id.to_string())
+            .next(account.name.clone())
+            .next(account.is_admin)
+            .next_ts(account.created_at)
+            .sql(")");
+        let name = &account.name;
+        conn.execute_refined(q, context, |e| {
+            is_unique_violation(e)
+                .then(|| StoreError::Conflict(format!("an account named '{name}' already exists")))
+        })
+        .await
+        .map(drop)
+    }
+}
+
 #[async_trait]
 impl<B: Backend> AccountStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(account.name = %name), err(level = "debug"))]
@@ -32,17 +56,10 @@ impl<B: Backend> AccountStore for SqlStore<B> {
             // What a later read returns: microsecond precision.
             created_at: Utc::now().trunc_subsecs(6),
         };
-        let q = Q::<B>::new("INSERT INTO accounts (id, name, is_admin, created_at) VALUES (")
-            .bind(account.id.to_string())
-            .next(account.name.clone())
-            .next(account.is_admin)
-            .next_ts(account.created_at)
-            .sql(")");
-        self.execute_refined(q, &format!("create account '{name}'"), |e| {
-            is_unique_violation(e)
-                .then(|| StoreError::Conflict(format!("an account named '{name}' already exists")))
-        })
-        .await?;
+        let context = format!("create account '{name}'");
+        let mut conn = self.conn(&context).await?;
+        self.insert_account_in(&mut conn, &account, &context)
+            .await?;
         Ok(account)
     }
 

@@ -4,6 +4,7 @@
 mod accounts;
 mod idempotency;
 mod operations;
+mod quotas;
 mod sandboxes;
 mod settings;
 mod snapshots;

@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use stockade_core::{AccountId, Sandbox, SandboxId, SandboxMetadata, SandboxStatus, Scope, TeamId};
+use stockade_core::{
+    AccountId, Resources, Sandbox, SandboxId, SandboxMetadata, SandboxStatus, Scope, TeamId,
+};
 
 use super::corrupt;
 use crate::db::{other, Conn, SqlStore};
@@ -95,6 +97,18 @@ fn metadata<B: Backend>(sandbox: &Sandbox) -> StoreResult<crate::sql::JsonText> 
             )
         })
         .and_then(json_text)
+}
+
+/// The resource columns of a record (SEC-15, SEC-16): CPU in thousandths
+/// of a core, memory in bytes, disk in GB, from its spec.
+fn resources(sandbox: &Sandbox) -> (i64, i64, i64) {
+    let r = Resources::of(&sandbox.spec);
+    let whole = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    (
+        whole(r.cpu_millis),
+        whole(r.memory_bytes),
+        i64::from(sandbox.spec.disk_size_gb),
+    )
 }
 
 /// The error of writing `sandbox` when a unique constraint failed: the name
@@ -197,11 +211,15 @@ impl<B: Backend> SqlStore<B> {
         sandbox: &Sandbox,
         context: &str,
     ) -> StoreResult<()> {
+        let (cpu, memory, disk) = resources(sandbox);
         let q = Q::<B>::new(format!(
-            "INSERT INTO sandboxes (name, {}) VALUES (",
+            "INSERT INTO sandboxes (name, cpu_millis, memory_bytes, disk_gb, {}) VALUES (",
             columns("")
         ))
         .bind(sandbox.spec.name.as_str().to_owned())
+        .next(cpu)
+        .next(memory)
+        .next(disk)
         .next(sandbox.id.to_string())
         .next(sandbox.account_id.to_string())
         .next(sandbox.team_id.as_ref().map(|t| t.to_string()))
@@ -252,8 +270,15 @@ impl<B: Backend> SqlStore<B> {
         sandbox: &Sandbox,
         context: &str,
     ) -> StoreResult<Sandbox> {
+        let (cpu, memory, disk) = resources(sandbox);
         let q = Q::<B>::new("UPDATE sandboxes SET account_id = ")
             .bind(sandbox.account_id.to_string())
+            .sql(", cpu_millis = ")
+            .bind(cpu)
+            .sql(", memory_bytes = ")
+            .bind(memory)
+            .sql(", disk_gb = ")
+            .bind(disk)
             .sql(", team_id = ")
             .bind(sandbox.team_id.as_ref().map(|t| t.to_string()))
             .sql(", name = ")

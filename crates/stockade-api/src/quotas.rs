@@ -1,0 +1,115 @@
+//! Account quotas (`/api/v1/accounts/{id}/quota`, SEC-16): limits an
+//! administrator sets on an account, and what the account uses of them.
+
+use serde::{Deserialize, Serialize};
+use stockade_core::quota::BYTES_PER_GB;
+use stockade_core::{Quota, QuotaInput, QuotaUsage};
+use utoipa::ToSchema;
+
+/// `PUT /api/v1/accounts/{id}/quota` (admin only): the whole quota; a field
+/// that is absent or `null` is unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetQuotaRequest {
+    /// Sandboxes that are not terminated (stopped ones count).
+    #[serde(default)]
+    pub sandboxes: Option<u64>,
+    /// CPU cores of the running sandboxes together (fractions allowed).
+    #[serde(default)]
+    pub cpu_cores: Option<f64>,
+    /// Memory of the running sandboxes together, in GB (fractions allowed).
+    #[serde(default, rename = "memoryGB")]
+    pub memory_gb: Option<f64>,
+    /// `diskSizeGB` of the sandboxes that are not terminated, together.
+    #[serde(default, rename = "diskGB")]
+    pub disk_gb: Option<u64>,
+}
+
+impl SetQuotaRequest {
+    /// The input the quota is checked from.
+    pub fn input(&self) -> QuotaInput {
+        QuotaInput {
+            sandboxes: self.sandboxes,
+            cpu_cores: self.cpu_cores,
+            memory_gb: self.memory_gb,
+            disk_gb: self.disk_gb,
+        }
+    }
+
+    /// Checks the values as the server does (each error names its field).
+    pub fn check(&self) -> Result<(), stockade_core::ValidationErrors> {
+        Quota::from_input(&self.input()).map(drop)
+    }
+}
+
+/// An account's limits; `null` is unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaLimits {
+    pub sandboxes: Option<u64>,
+    pub cpu_cores: Option<f64>,
+    #[serde(rename = "memoryGB")]
+    pub memory_gb: Option<f64>,
+    #[serde(rename = "diskGB")]
+    pub disk_gb: Option<u64>,
+}
+
+impl From<&Quota> for QuotaLimits {
+    fn from(q: &Quota) -> Self {
+        let i = q.to_input();
+        Self {
+            sandboxes: i.sandboxes,
+            cpu_cores: i.cpu_cores,
+            memory_gb: i.memory_gb,
+            disk_gb: i.disk_gb,
+        }
+    }
+}
+
+impl QuotaLimits {
+    /// The same limits as a request (to change one of them and put it back).
+    pub fn to_request(&self) -> SetQuotaRequest {
+        SetQuotaRequest {
+            sandboxes: self.sandboxes,
+            cpu_cores: self.cpu_cores,
+            memory_gb: self.memory_gb,
+            disk_gb: self.disk_gb,
+        }
+    }
+}
+
+/// What an account uses, as its quota counts it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaUsageResponse {
+    /// Sandboxes that are not terminated.
+    pub sandboxes: u64,
+    /// CPU cores of the sandboxes that run (or are being created).
+    pub cpu_cores: f64,
+    /// Memory of the sandboxes that run (or are being created), in GB.
+    #[serde(rename = "memoryGB")]
+    pub memory_gb: f64,
+    /// `diskSizeGB` of the sandboxes that are not terminated.
+    #[serde(rename = "diskGB")]
+    pub disk_gb: u64,
+}
+
+impl From<&QuotaUsage> for QuotaUsageResponse {
+    fn from(u: &QuotaUsage) -> Self {
+        Self {
+            sandboxes: u.sandboxes,
+            cpu_cores: u.running.cpu_millis as f64 / 1000.0,
+            memory_gb: u.running.memory_bytes as f64 / BYTES_PER_GB as f64,
+            disk_gb: u.disk_gb,
+        }
+    }
+}
+
+/// `GET`/`PUT /api/v1/accounts/{id}/quota`: the account's quota and use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaResponse {
+    pub account_id: String,
+    pub quota: QuotaLimits,
+    pub usage: QuotaUsageResponse,
+}

@@ -1,0 +1,426 @@
+//! Per-account quotas (SEC-16) and the resource amounts that quotas and
+//! admission control per Docker host (SEC-15) count: whole units (thousandths
+//! of a core, bytes, gigabytes), so that sums and comparisons are exact.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ValidationErrors;
+use crate::sandbox::Sandbox;
+use crate::spec::SandboxSpec;
+use crate::status::SandboxStatus;
+
+/// Bytes in one `memoryGB` (the API's gigabyte is 2^30 bytes).
+pub const BYTES_PER_GB: u64 = 1 << 30;
+
+/// The largest value a quota field takes (sandboxes, cores, GB).
+pub const MAX_QUOTA: u64 = 1_000_000;
+
+/// `cores` in thousandths of a core, rounded (0.01 cores, the smallest
+/// sandbox, is 10).
+pub fn cpu_millis(cores: f64) -> u64 {
+    if cores.is_finite() && cores > 0.0 {
+        (cores * 1000.0).round() as u64
+    } else {
+        0
+    }
+}
+
+/// `memoryGB` in bytes, the way a sandbox's limit is computed
+/// ([`SandboxSpec::memory_bytes`]), so a quota of 2 GB fits a 2 GB sandbox.
+pub fn gb_bytes(gb: f64) -> u64 {
+    if gb.is_finite() && gb > 0.0 {
+        (gb * BYTES_PER_GB as f64) as u64
+    } else {
+        0
+    }
+}
+
+/// Thousandths of a core as a number of cores, for people (`1.5`, `2`).
+pub fn show_cores(millis: u64) -> String {
+    trim_number(millis as f64 / 1000.0)
+}
+
+/// Bytes as `memoryGB`, for people (`0.5`, `24`, `23.43`).
+pub fn show_gb(bytes: u64) -> String {
+    trim_number(bytes as f64 / BYTES_PER_GB as f64)
+}
+
+/// At most two decimals, without trailing zeros.
+fn trim_number(v: f64) -> String {
+    let s = format!("{v:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_owned()
+}
+
+/// CPU and memory a sandbox holds while it runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+impl Resources {
+    /// What a sandbox with `spec` holds while it runs.
+    pub fn of(spec: &SandboxSpec) -> Self {
+        Self {
+            cpu_millis: cpu_millis(spec.cpu_cores),
+            memory_bytes: spec.memory_bytes().max(0) as u64,
+        }
+    }
+
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+        }
+    }
+
+    /// `self` times `n` (the members of a warm-pool class).
+    pub fn times(self, n: u64) -> Self {
+        Self {
+            cpu_millis: self.cpu_millis.saturating_mul(n),
+            memory_bytes: self.memory_bytes.saturating_mul(n),
+        }
+    }
+}
+
+/// Whether a sandbox in `status` holds CPU and memory on its host: it runs,
+/// or a create is making it.
+pub fn holds_resources(status: SandboxStatus) -> bool {
+    matches!(
+        status,
+        SandboxStatus::Running | SandboxStatus::Provisioning | SandboxStatus::Pending
+    )
+}
+
+/// What one sandbox counts for in its account's quota and on its host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// It counts as a sandbox (it is not terminated; stopped ones count).
+    pub sandboxes: u64,
+    /// CPU and memory, while it runs (zero otherwise).
+    pub running: Resources,
+    /// Its `diskSizeGB` (not terminated: a stopped sandbox keeps its disk).
+    pub disk_gb: u64,
+}
+
+impl Footprint {
+    /// What the record counts for as it is stored now.
+    pub fn of_record(sb: &Sandbox) -> Self {
+        if sb.is_terminated() {
+            return Self::default();
+        }
+        Self {
+            sandboxes: 1,
+            running: if holds_resources(sb.status) {
+                Resources::of(&sb.spec)
+            } else {
+                Resources::default()
+            },
+            disk_gb: u64::from(sb.spec.disk_size_gb),
+        }
+    }
+
+    /// What a sandbox with `spec` counts for once it runs.
+    pub fn running(spec: &SandboxSpec) -> Self {
+        Self {
+            sandboxes: 1,
+            running: Resources::of(spec),
+            disk_gb: u64::from(spec.disk_size_gb),
+        }
+    }
+}
+
+/// What an account uses, as its quota counts it: the sum of its sandboxes'
+/// [`Footprint`]s.
+pub type QuotaUsage = Footprint;
+
+/// An account's limits; `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quota {
+    /// Sandboxes that are not terminated (stopped ones count).
+    pub sandboxes: Option<u64>,
+    /// CPU of the running sandboxes, in thousandths of a core.
+    pub cpu_millis: Option<u64>,
+    /// Memory of the running sandboxes, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// `diskSizeGB` of the sandboxes that are not terminated.
+    pub disk_gb: Option<u64>,
+}
+
+/// A quota as the API and the command line give it: whole sandboxes and
+/// GB of disk, cores and GB of memory (fractions allowed); `None` is
+/// unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QuotaInput {
+    pub sandboxes: Option<u64>,
+    pub cpu_cores: Option<f64>,
+    pub memory_gb: Option<f64>,
+    pub disk_gb: Option<u64>,
+}
+
+impl Quota {
+    /// No limits.
+    pub fn unlimited() -> Self {
+        Self::default()
+    }
+
+    pub fn is_unlimited(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks `input`; each bad value is reported under its API field
+    /// (`sandboxes`, `cpuCores`, `memoryGB`, `diskGB`).
+    pub fn from_input(input: &QuotaInput) -> Result<Self, ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        let max = MAX_QUOTA;
+        if input.sandboxes.is_some_and(|n| n > max) {
+            errs.push(
+                "sandboxes",
+                format!("must be at most {max} (or null: unlimited)"),
+            );
+        }
+        if input.disk_gb.is_some_and(|n| n > max) {
+            errs.push(
+                "diskGB",
+                format!("must be at most {max} GB (or null: unlimited)"),
+            );
+        }
+        let fraction = |v: Option<f64>, field: &str, unit: &str, errs: &mut ValidationErrors| {
+            if let Some(v) = v {
+                if !v.is_finite() || v < 0.0 || v > max as f64 {
+                    errs.push(
+                        field,
+                        format!("must be between 0 and {max}{unit} (or null: unlimited), got {v}"),
+                    );
+                }
+            }
+        };
+        fraction(input.cpu_cores, "cpuCores", " cores", &mut errs);
+        fraction(input.memory_gb, "memoryGB", " GB", &mut errs);
+        errs.into_result()?;
+        Ok(Self {
+            sandboxes: input.sandboxes,
+            cpu_millis: input.cpu_cores.map(cpu_millis),
+            memory_bytes: input.memory_gb.map(gb_bytes),
+            disk_gb: input.disk_gb,
+        })
+    }
+
+    /// The quota in API units.
+    pub fn to_input(&self) -> QuotaInput {
+        QuotaInput {
+            sandboxes: self.sandboxes,
+            cpu_cores: self.cpu_millis.map(|m| m as f64 / 1000.0),
+            memory_gb: self.memory_bytes.map(|b| b as f64 / BYTES_PER_GB as f64),
+            disk_gb: self.disk_gb,
+        }
+    }
+
+    /// Whether a sandbox may go from `before` to `after` while the rest of
+    /// the account uses `others`. Only what grows is checked, so a quota
+    /// lowered below the current use never blocks a stop, a delete, or a
+    /// change that does not need more. The refusal says which limit, the
+    /// use and what was asked: `account quota exceeded: 5 of 5 sandboxes`.
+    pub fn check(
+        &self,
+        others: &QuotaUsage,
+        before: &Footprint,
+        after: &Footprint,
+    ) -> Result<(), String> {
+        let used = |other: u64, own: u64| other.saturating_add(own);
+        if let Some(limit) = self.sandboxes {
+            if after.sandboxes > before.sandboxes
+                && others.sandboxes.saturating_add(after.sandboxes) > limit
+            {
+                return Err(format!(
+                    "account quota exceeded: {} of {limit} sandboxes",
+                    used(others.sandboxes, before.sandboxes)
+                ));
+            }
+        }
+        if let Some(limit) = self.cpu_millis {
+            let (was, will) = (before.running.cpu_millis, after.running.cpu_millis);
+            if will > was && others.running.cpu_millis.saturating_add(will) > limit {
+                return Err(format!(
+                    "account quota exceeded: {} of {} CPUs in use by running sandboxes, {} more requested",
+                    show_cores(used(others.running.cpu_millis, was)),
+                    show_cores(limit),
+                    show_cores(will - was)
+                ));
+            }
+        }
+        if let Some(limit) = self.memory_bytes {
+            let (was, will) = (before.running.memory_bytes, after.running.memory_bytes);
+            if will > was && others.running.memory_bytes.saturating_add(will) > limit {
+                return Err(format!(
+                    "account quota exceeded: {} of {} GB memory in use by running sandboxes, {} GB more requested",
+                    show_gb(used(others.running.memory_bytes, was)),
+                    show_gb(limit),
+                    show_gb(will - was)
+                ));
+            }
+        }
+        if let Some(limit) = self.disk_gb {
+            if after.disk_gb > before.disk_gb
+                && others.disk_gb.saturating_add(after.disk_gb) > limit
+            {
+                return Err(format!(
+                    "account quota exceeded: {} of {limit} GB disk in use, {} GB more requested",
+                    used(others.disk_gb, before.disk_gb),
+                    after.disk_gb - before.disk_gb
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{AccountId, SandboxId};
+    use crate::spec::{Defaults, SpecInput};
+
+    fn spec(cpu: f64, memory: f64, disk: f64) -> SandboxSpec {
+        let input = SpecInput {
+            cpu_cores: Some(cpu),
+            memory_gb: Some(memory),
+            disk_size_gb: Some(disk),
+            ..SpecInput::default()
+        };
+        SandboxSpec::from_input(input, &SandboxId::generate(), &Defaults::default()).unwrap()
+    }
+
+    #[test]
+    fn units_are_exact_and_shown_plainly() {
+        assert_eq!(cpu_millis(0.01), 10);
+        assert_eq!(cpu_millis(1.5), 1500);
+        assert_eq!(cpu_millis(0.1) + cpu_millis(0.2), cpu_millis(0.3));
+        assert_eq!(gb_bytes(2.0), 2 * BYTES_PER_GB);
+        assert_eq!(gb_bytes(2.0), spec(1.0, 2.0, 10.0).memory_bytes() as u64);
+        assert_eq!(show_cores(1500), "1.5");
+        assert_eq!(show_cores(2000), "2");
+        assert_eq!(show_gb(BYTES_PER_GB / 2), "0.5");
+        assert_eq!(show_gb(25_276_514_304), "23.54");
+        assert_eq!(cpu_millis(f64::NAN), 0);
+    }
+
+    #[test]
+    fn input_is_checked_field_by_field() {
+        let q = Quota::from_input(&QuotaInput {
+            sandboxes: Some(5),
+            cpu_cores: Some(2.5),
+            memory_gb: Some(8.0),
+            disk_gb: None,
+        })
+        .unwrap();
+        assert_eq!(q.sandboxes, Some(5));
+        assert_eq!(q.cpu_millis, Some(2500));
+        assert_eq!(q.memory_bytes, Some(8 * BYTES_PER_GB));
+        assert_eq!(q.disk_gb, None);
+        assert_eq!(q.to_input().cpu_cores, Some(2.5));
+        assert_eq!(q.to_input().memory_gb, Some(8.0));
+        assert!(Quota::from_input(&QuotaInput::default())
+            .unwrap()
+            .is_unlimited());
+        let err = Quota::from_input(&QuotaInput {
+            sandboxes: Some(MAX_QUOTA + 1),
+            cpu_cores: Some(-1.0),
+            memory_gb: Some(f64::INFINITY),
+            disk_gb: Some(u64::MAX),
+        })
+        .unwrap_err();
+        let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["sandboxes", "diskGB", "cpuCores", "memoryGB"]);
+        // Zero is a limit (nothing may be made or run), not "unlimited".
+        let zero = Quota::from_input(&QuotaInput {
+            cpu_cores: Some(0.0),
+            ..QuotaInput::default()
+        })
+        .unwrap();
+        assert_eq!(zero.cpu_millis, Some(0));
+    }
+
+    #[test]
+    fn a_check_says_which_limit_and_only_blocks_growth() {
+        let q = Quota {
+            sandboxes: Some(5),
+            cpu_millis: Some(4000),
+            memory_bytes: Some(8 * BYTES_PER_GB),
+            disk_gb: Some(50),
+        };
+        let new = Footprint::running(&spec(1.0, 2.0, 10.0));
+        let others = |n: u64, cpu: u64, mem_gb: u64, disk: u64| QuotaUsage {
+            sandboxes: n,
+            running: Resources {
+                cpu_millis: cpu,
+                memory_bytes: mem_gb * BYTES_PER_GB,
+            },
+            disk_gb: disk,
+        };
+        let none = Footprint::default();
+        assert!(q.check(&others(4, 3000, 6, 40), &none, &new).is_ok());
+        assert_eq!(
+            q.check(&others(5, 0, 0, 0), &none, &new).unwrap_err(),
+            "account quota exceeded: 5 of 5 sandboxes"
+        );
+        assert_eq!(
+            q.check(&others(1, 3500, 0, 0), &none, &new).unwrap_err(),
+            "account quota exceeded: 3.5 of 4 CPUs in use by running sandboxes, 1 more requested"
+        );
+        assert_eq!(
+            q.check(&others(1, 0, 7, 0), &none, &new).unwrap_err(),
+            "account quota exceeded: 7 of 8 GB memory in use by running sandboxes, 2 GB more requested"
+        );
+        assert_eq!(
+            q.check(&others(1, 0, 0, 45), &none, &new).unwrap_err(),
+            "account quota exceeded: 45 of 50 GB disk in use, 10 GB more requested"
+        );
+        // A start: the sandbox counts already, only CPU and memory grow.
+        let stopped = Footprint {
+            running: Resources::default(),
+            ..new
+        };
+        assert!(q.check(&others(9, 0, 0, 99), &stopped, &new).is_ok());
+        assert!(q.check(&others(1, 3500, 0, 0), &stopped, &new).is_err());
+        // A resize of a running sandbox counts what it had.
+        let bigger = Footprint::running(&spec(3.0, 2.0, 10.0));
+        assert_eq!(
+            q.check(&others(2, 1500, 0, 0), &new, &bigger).unwrap_err(),
+            "account quota exceeded: 2.5 of 4 CPUs in use by running sandboxes, 2 more requested"
+        );
+        assert!(q.check(&others(2, 1000, 0, 0), &new, &bigger).is_ok());
+        // Shrinking is always allowed, even over the quota.
+        assert!(q.check(&others(9, 9000, 99, 99), &bigger, &new).is_ok());
+        assert!(Quota::unlimited()
+            .check(&others(u64::MAX, u64::MAX, 0, 0), &none, &new)
+            .is_ok());
+    }
+
+    #[test]
+    fn a_records_footprint_follows_its_status() {
+        let s = spec(2.0, 4.0, 20.0);
+        let mut sb = Sandbox::new(
+            SandboxId::generate(),
+            AccountId::generate(),
+            None,
+            s.clone(),
+            "local".into(),
+            chrono::Utc::now(),
+        );
+        assert_eq!(
+            Footprint::of_record(&sb),
+            Footprint::running(&s),
+            "provisioning"
+        );
+        sb.mark_stopped(chrono::Utc::now(), None);
+        let stopped = Footprint::of_record(&sb);
+        assert_eq!((stopped.sandboxes, stopped.disk_gb), (1, 20));
+        assert_eq!(stopped.running, Resources::default());
+        sb.mark_error("gone".into());
+        assert_eq!(Footprint::of_record(&sb).running, Resources::default());
+        sb.mark_terminated(chrono::Utc::now());
+        assert_eq!(Footprint::of_record(&sb), Footprint::default());
+    }
+}

@@ -1,0 +1,501 @@
+//! SEC-15 and SEC-16 over HTTP against real Docker and SQLite: the quota
+//! routes (who may read and set them, validation naming the field, usage),
+//! quota refusals (403 `quota_exceeded`) at create, fork, start and update,
+//! concurrent creates at a quota of one, the default quota of new accounts,
+//! and a full Docker host (409 `insufficient_capacity`) whose stopped
+//! sandboxes free room for others.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+/// Creates an account: its id and token.
+async fn account(app: &TestApp, name: &str) -> (String, String) {
+    let r = app
+        .post(
+            "/api/v1/accounts",
+            &app.admin_token,
+            json!({ "name": name }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    (
+        r.body["account"]["id"].as_str().unwrap().to_owned(),
+        r.body["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn put_quota(app: &TestApp, token: &str, account: &str, body: Value) -> Resp {
+    app.call(
+        Method::PUT,
+        &format!("/api/v1/accounts/{account}/quota"),
+        Some(token),
+        Some(body),
+    )
+    .await
+}
+
+async fn patch(app: &TestApp, token: &str, id: &str, body: Value) -> Resp {
+    app.call(
+        Method::PATCH,
+        &format!("/api/v1/sandbox/{id}"),
+        Some(token),
+        Some(body),
+    )
+    .await
+}
+
+fn id_of(sb: &Value) -> String {
+    sb["id"].as_str().unwrap().to_owned()
+}
+
+fn message(r: &Resp) -> String {
+    r.body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quota_routes_check_who_asks_and_what_is_given() {
+    let app = spawn_app().await;
+    let (alice, alice_token) = account(&app, "alice").await;
+    let (bob, bob_token) = account(&app, "bob").await;
+    let path = format!("/api/v1/accounts/{alice}/quota");
+
+    // A new account has no limits and uses nothing.
+    let r = app.get(&path, &alice_token).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["accountId"], alice.as_str());
+    assert_eq!(
+        r.body["quota"],
+        json!({ "sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null })
+    );
+    assert_eq!(
+        r.body["usage"],
+        json!({ "sandboxes": 0, "cpuCores": 0.0, "memoryGB": 0.0, "diskGB": 0 })
+    );
+
+    // Only an administrator sets a quota; only the account itself (or an
+    // administrator) reads it.
+    let r = put_quota(&app, &alice_token, &alice, json!({ "sandboxes": 9 })).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    let r = app.get(&path, &bob_token).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert!(message(&r).contains("administrators"), "{:?}", r.body);
+    let r = app.call(Method::GET, &path, None, None).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+    let r = put_quota(
+        &app,
+        &app.admin_token,
+        &alice,
+        json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4, "diskGB": 40 }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(
+        r.body["quota"],
+        json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4.0, "diskGB": 40 })
+    );
+    let r = app.get(&path, &alice_token).await;
+    assert_eq!(r.body["quota"]["cpuCores"], 1.5);
+    // Bob is untouched.
+    let r = app
+        .get(&format!("/api/v1/accounts/{bob}/quota"), &app.admin_token)
+        .await;
+    assert_eq!(r.body["quota"]["sandboxes"], Value::Null);
+
+    // Bad values are 400s naming the field; nothing changes.
+    for (body, field) in [
+        (json!({ "sandboxes": -1 }), "sandboxes"),
+        (json!({ "sandboxes": 2_000_000 }), "sandboxes"),
+        (json!({ "cpuCores": -0.5 }), "cpuCores"),
+        (json!({ "memoryGB": "lots" }), "memoryGB"),
+        (json!({ "memoryGB": 1e12 }), "memoryGB"),
+        (json!({ "diskGB": 1.5 }), "diskGB"),
+        (json!({ "disks": 3 }), "disks"),
+    ] {
+        let r = put_quota(&app, &app.admin_token, &alice, body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        let text = r.body.to_string();
+        assert!(text.contains(field), "{body}: {text}");
+    }
+    let r = app.get(&path, &alice_token).await;
+    assert_eq!(r.body["quota"]["sandboxes"], 3);
+
+    // Unknown and malformed accounts.
+    let ghost = stockade_core::AccountId::generate();
+    let r = put_quota(&app, &app.admin_token, ghost.as_ref(), json!({})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    let r = app
+        .get(&format!("/api/v1/accounts/{ghost}/quota"), &app.admin_token)
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    let r = app
+        .get("/api/v1/accounts/not-an-id/quota", &app.admin_token)
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    assert!(r.body.to_string().contains("account_id"), "{:?}", r.body);
+
+    // `{}` lifts every limit.
+    let r = put_quota(&app, &app.admin_token, &alice, json!({})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["quota"]["sandboxes"], Value::Null);
+
+    // The OpenAPI document lists both operations.
+    let doc = app
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await
+        .body;
+    let ops = &doc["paths"]["/api/v1/accounts/{account_id}/quota"];
+    assert!(ops["get"].is_object() && ops["put"].is_object(), "{ops}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn quotas_refuse_creates_forks_starts_and_updates() {
+    let app = spawn_app().await;
+    let (id, t) = account(&app, "tenant").await;
+    let quota_path = format!("/api/v1/accounts/{id}/quota");
+    let r = put_quota(
+        &app,
+        &app.admin_token,
+        &id,
+        json!({ "sandboxes": 2, "cpuCores": 1, "memoryGB": 2 }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+
+    let small = |name: &str| json!({ "name": name, "cpuCores": 0.5, "memoryGB": 0.5 });
+    let a = app.create(&t, small("a")).await;
+    let b = app.create(&t, small("b")).await;
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(
+        usage,
+        json!({ "sandboxes": 2, "cpuCores": 1.0, "memoryGB": 1.0, "diskGB": 20 })
+    );
+
+    // Create and fork: the third sandbox is refused, nothing is left behind.
+    let before = app.containers().len();
+    let r = app.post("/api/v1/sandbox", &t, small("c")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(r.code(), "quota_exceeded");
+    assert_eq!(message(&r), "account quota exceeded: 2 of 2 sandboxes");
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/fork", id_of(&a)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(r.code(), "quota_exceeded");
+    assert_eq!(app.containers().len(), before);
+
+    // A stopped sandbox counts as a sandbox but not for CPU: another may
+    // grow, and then the stopped one may not start.
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/stop?timeout=0", id_of(&b)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app.post("/api/v1/sandbox", &t, small("c")).await;
+    assert_eq!(r.code(), "quota_exceeded", "{:?}", r.body);
+    let r = patch(&app, &t, &id_of(&a), json!({ "cpuCores": 1 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/start", id_of(&b)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(
+        message(&r),
+        "account quota exceeded: 1 of 1 CPUs in use by running sandboxes, 0.5 more requested"
+    );
+    let state = docker_lines(&[
+        "inspect",
+        "-f",
+        "{{.State.Running}}",
+        &format!("stockade-{}", id_of(&b)),
+    ]);
+    assert_eq!(state, ["false"], "a refused start started the container");
+    let r = app.get(&format!("/api/v1/sandbox/{}", id_of(&b)), &t).await;
+    assert_eq!(r.body["status"], "STOPPED");
+
+    // Update: more memory than the quota leaves is refused, the limits stay.
+    let r = patch(&app, &t, &id_of(&a), json!({ "memoryGB": 3 })).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(r.code(), "quota_exceeded");
+    assert_eq!(
+        message(&r),
+        "account quota exceeded: 0.5 of 2 GB memory in use by running sandboxes, 2.5 GB more requested"
+    );
+    let memory = docker_lines(&[
+        "inspect",
+        "-f",
+        "{{.HostConfig.Memory}}",
+        &format!("stockade-{}", id_of(&a)),
+    ]);
+    assert_eq!(memory, [(512u64 << 20).to_string()]);
+
+    // Shrinking passes; then the stopped one fits again.
+    let r = patch(&app, &t, &id_of(&a), json!({ "cpuCores": 0.5 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/start", id_of(&b)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+
+    // Deleting frees a place.
+    let r = app
+        .delete(&format!("/api/v1/sandbox/{}", id_of(&b)), &t)
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    app.create(&t, small("c")).await;
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(usage["sandboxes"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_creates_at_a_quota_of_one_make_exactly_one() {
+    let app = spawn_app().await;
+    let (id, t) = account(&app, "racer").await;
+    let r = put_quota(&app, &app.admin_token, &id, json!({ "sandboxes": 1 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let (http, base, t) = (app.http.clone(), app.base.clone(), t.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = http
+                .post(format!("{base}/api/v1/sandbox"))
+                .bearer_auth(&t)
+                .json(&json!({ "name": format!("r{i}"), "cpuCores": 0.25, "memoryGB": 0.25 }))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            (status, r.json::<Value>().await.unwrap())
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        let (status, body) = task.await.unwrap();
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::FORBIDDEN => {
+                assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+                assert_eq!(
+                    body["error"]["message"],
+                    "account quota exceeded: 1 of 1 sandboxes"
+                );
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert_eq!(created, 1);
+    assert_eq!(app.containers().len(), 1);
+
+    // At the quota, a retry with the key of a create that was made replays
+    // it; a new key is refused.
+    let r = app.get(&format!("/api/v1/accounts/{id}/quota"), &t).await;
+    assert_eq!(r.body["usage"]["sandboxes"], 1);
+    replays_at_the_quota(&app, &id, &t).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn new_accounts_start_with_the_default_quota() {
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.service.admission.default_quota = stockade_core::Quota {
+                sandboxes: Some(1),
+                disk_gb: Some(50),
+                ..stockade_core::Quota::unlimited()
+            };
+        })),
+        ..Default::default()
+    })
+    .await;
+    let (id, t) = account(&app, "newcomer").await;
+    let r = app.get(&format!("/api/v1/accounts/{id}/quota"), &t).await;
+    assert_eq!(
+        r.body["quota"],
+        json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": null, "diskGB": 50 })
+    );
+    app.create(
+        &t,
+        json!({ "name": "one", "cpuCores": 0.25, "memoryGB": 0.25 }),
+    )
+    .await;
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &t,
+            json!({ "name": "two", "cpuCores": 0.25, "memoryGB": 0.25 }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(message(&r), "account quota exceeded: 1 of 1 sandboxes");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
+    // Half of the host's CPUs may be reserved: on 2 CPUs, 1.
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.service.admission.cpu_overcommit = Some(0.5);
+        })),
+        ..Default::default()
+    })
+    .await;
+    let info = app.state.svc.runtime.info().await.unwrap();
+    let limit = f64::from(info.cpus) * 0.5;
+    let server = app.state.svc.runtime.server_name();
+    let t = app.new_account("tenant").await;
+    let half = limit / 2.0;
+    let body = |name: &str| json!({ "name": name, "cpuCores": half, "memoryGB": 0.25 });
+    let a = app.create(&t, body("a")).await;
+    app.create(&t, body("b")).await;
+
+    let r = app.post("/api/v1/sandbox", &t, body("c")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.code(), "insufficient_capacity");
+    let show = |v: f64| {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    };
+    let want = format!(
+        "insufficient capacity on server {server}: {} of {} CPUs reserved ({} CPUs × CPU overcommit 0.5), {} requested",
+        show(limit),
+        show(limit),
+        info.cpus,
+        show(half)
+    );
+    assert!(
+        message(&r).starts_with(&want),
+        "{}\nwant {want}",
+        message(&r)
+    );
+    assert_eq!(
+        app.containers().len(),
+        2,
+        "a refused create left a container"
+    );
+
+    // A running sandbox may not grow past the room either.
+    let r = patch(&app, &t, &id_of(&a), json!({ "cpuCores": limit })).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.code(), "insufficient_capacity");
+
+    // A request above the host's size stays a 400 naming the field.
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &t,
+            json!({ "name": "huge", "memoryGB": 4096 }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    assert_eq!(r.error_fields(), ["memoryGB"]);
+
+    // A stopped sandbox frees its room: c fits, and a cannot start again.
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/stop?timeout=0", id_of(&a)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let c = app.create(&t, body("c")).await;
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/start", id_of(&a)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.code(), "insufficient_capacity");
+    // Deleting c lets a start.
+    let r = app
+        .delete(&format!("/api/v1/sandbox/{}", id_of(&c)), &t)
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{}/start", id_of(&a)),
+            &t,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["status"], "RUNNING");
+}
+
+/// Creates with `Idempotency-Key` at a full quota: a replay is no new sandbox.
+async fn replays_at_the_quota(app: &TestApp, account: &str, t: &str) {
+    let r = put_quota(app, &app.admin_token, account, json!({ "sandboxes": 2 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let create = |key: &'static str| {
+        app.http
+            .post(format!("{}/api/v1/sandbox", app.base))
+            .bearer_auth(t)
+            .header("Idempotency-Key", key)
+            .json(&json!({ "name": format!("keyed-{key}"), "cpuCores": 0.25, "memoryGB": 0.25 }))
+            .send()
+    };
+    let first = create("k1").await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    let again = create("k1").await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes()),
+        Some(&b"true"[..])
+    );
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["id"], first["id"]);
+    let other = create("k2").await.unwrap();
+    assert_eq!(other.status(), StatusCode::FORBIDDEN);
+    let body: Value = other.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    assert_eq!(app.containers().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_a_host_takes_no_more_memory_than_it_has() {
+    // The default settings: memory is not overcommitted. Sandboxes of a
+    // little under a quarter of the host's memory: four fit, a fifth not.
+    let app = spawn_app().await;
+    let info = app.state.svc.runtime.info().await.unwrap();
+    let host_gb = info.memory_bytes as f64 / f64::from(1u32 << 30);
+    let each = (host_gb / 4.5 * 100.0).floor() / 100.0;
+    let t = app.new_account("greedy").await;
+    let body = |i: usize| json!({ "name": format!("m{i}"), "cpuCores": 0.1, "memoryGB": each });
+    for i in 0..4 {
+        app.create(&t, body(i)).await;
+    }
+    let r = app.post("/api/v1/sandbox", &t, body(4)).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    assert_eq!(r.code(), "insufficient_capacity");
+    let m = message(&r);
+    assert!(
+        m.contains("GB memory reserved") && m.contains(&format!("{each} GB requested")),
+        "{m}"
+    );
+    assert_eq!(app.containers().len(), 4);
+}

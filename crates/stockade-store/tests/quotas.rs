@@ -1,0 +1,423 @@
+//! Quotas and resource sums in the store (SEC-15, SEC-16): quotas round-trip
+//! and belong to existing accounts, the resource columns follow every
+//! write of a record, the sums count what each status holds, and migration
+//! 0007 fills the columns of records made before it. Runs on SQLite and,
+//! when `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{SubsecRound, Utc};
+use sqlx::{Connection, Executor, PgConnection};
+use stockade_core::quota::BYTES_PER_GB;
+use stockade_core::spec::SpecInput;
+use stockade_core::{
+    AccountId, Defaults, Operation, OperationKind, Quota, QuotaUsage, Resources, Sandbox,
+    SandboxId, SandboxSpec, SandboxStatus,
+};
+use stockade_store::{PgStore, SqliteStore, Store, StoreError};
+
+const GB: u64 = BYTES_PER_GB;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_quotas() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("q.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+    quotas(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_memory_quotas() {
+    quotas(stockade_store::connect("sqlite::memory:").await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_quotas() {
+    on_postgres("postgres_quotas", |url| async move {
+        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
+        quotas(store).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_migration_fills_the_resource_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("old.db").display());
+    let options = std::str::FromStr::from_str(&url)
+        .map(|o: sqlx::sqlite::SqliteConnectOptions| o.create_if_missing(true));
+    let pool = sqlx::SqlitePool::connect_with(options.unwrap())
+        .await
+        .unwrap();
+    let before = migrations_before_0007("sqlite");
+    sqlx::migrate::Migrator::new(before.path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    let (account, old) = (AccountId::generate(), old_record(SandboxStatus::Running));
+    let ts = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    sqlx::query("INSERT INTO accounts (id, name, is_admin, created_at) VALUES (?, 'old', 0, ?)")
+        .bind(account.to_string())
+        .bind(ts(Utc::now()))
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO sandboxes (id, account_id, name, status, server, created_at, version, metadata) \
+         VALUES (?, ?, ?, 'RUNNING', 'local', ?, 0, ?)",
+    )
+    .bind(old.id.to_string())
+    .bind(account.to_string())
+    .bind(old.spec.name.as_str())
+    .bind(ts(old.created_at))
+    .bind(serde_json::to_string(&old.metadata()).unwrap())
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+    filled(store.as_ref(), &account).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migration_fills_the_resource_columns() {
+    on_postgres("postgres_migration", |url| async move {
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let before = migrations_before_0007("postgres");
+        sqlx::migrate::Migrator::new(before.path())
+            .await
+            .unwrap()
+            .run(&pool)
+            .await
+            .unwrap();
+        let (account, old) = (AccountId::generate(), old_record(SandboxStatus::Running));
+        sqlx::query(
+            "INSERT INTO accounts (id, name, is_admin, created_at) VALUES ($1, 'old', FALSE, $2)",
+        )
+        .bind(account.to_string())
+        .bind(Utc::now())
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO sandboxes (id, account_id, name, status, server, created_at, version, metadata) \
+             VALUES ($1, $2, $3, 'RUNNING', 'local', $4, 0, $5::jsonb)",
+        )
+        .bind(old.id.to_string())
+        .bind(account.to_string())
+        .bind(old.spec.name.as_str())
+        .bind(old.created_at)
+        .bind(serde_json::to_string(&old.metadata()).unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
+        filled(store.as_ref(), &account).await;
+    })
+    .await;
+}
+
+/// The migrations of `backend` before 0007, in a directory of their own.
+fn migrations_before_0007(backend: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(backend);
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.as_str() < "0007" {
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    dir
+}
+
+/// A record as an earlier version wrote it: 1.5 CPUs, 3 GB, 12 GB disk.
+fn old_record(status: SandboxStatus) -> Sandbox {
+    let mut sb = record(&AccountId::generate(), "local", status, 1.5, 3.0, 12);
+    sb.created_at = Utc::now().trunc_subsecs(6);
+    sb
+}
+
+/// The migration filled the old record's columns from its metadata.
+async fn filled(store: &dyn Store, account: &AccountId) {
+    let expect = Resources {
+        cpu_millis: 1500,
+        memory_bytes: 3 * GB,
+    };
+    assert_eq!(store.server_reserved("local", &[]).await.unwrap(), expect);
+    let usage = store.account_usage(account, &[]).await.unwrap();
+    assert_eq!(
+        usage,
+        QuotaUsage {
+            sandboxes: 1,
+            running: expect,
+            disk_gb: 12,
+        }
+    );
+}
+
+/// Runs `body` on a fresh PostgreSQL database, dropped afterwards; skipped
+/// without `STOCKADE_TEST_DATABASE_URL`.
+async fn on_postgres<F, Fut>(name: &str, body: F)
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
+        eprintln!("{name} skipped: set STOCKADE_TEST_DATABASE_URL");
+        return;
+    };
+    let database = format!("stockade_test_{}", SandboxId::generate());
+    let mut admin = PgConnection::connect(&url).await.expect("connect");
+    admin
+        .execute(format!("CREATE DATABASE {database}").as_str())
+        .await
+        .expect("CREATE DATABASE");
+    let test_url = match url.split_once('?') {
+        Some((base, query)) => format!("{}/{database}?{query}", base.rsplit_once('/').unwrap().0),
+        None => format!("{}/{database}", url.rsplit_once('/').unwrap().0),
+    };
+    let outcome = tokio::spawn(body(test_url)).await;
+    admin
+        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
+        .await
+        .expect("DROP DATABASE");
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+fn record(
+    account: &AccountId,
+    server: &str,
+    status: SandboxStatus,
+    cpu: f64,
+    memory: f64,
+    disk: u32,
+) -> Sandbox {
+    let id = SandboxId::generate();
+    let input = SpecInput {
+        cpu_cores: Some(cpu),
+        memory_gb: Some(memory),
+        disk_size_gb: Some(f64::from(disk)),
+        ..SpecInput::default()
+    };
+    let spec = SandboxSpec::from_input(input, &id, &Defaults::default()).unwrap();
+    let mut sb = Sandbox::new(id, account.clone(), None, spec, server.into(), Utc::now());
+    sb.status = status;
+    sb
+}
+
+fn usage(sandboxes: u64, cpu_millis: u64, memory_gb: u64, disk_gb: u64) -> QuotaUsage {
+    QuotaUsage {
+        sandboxes,
+        running: Resources {
+            cpu_millis,
+            memory_bytes: memory_gb * GB,
+        },
+        disk_gb,
+    }
+}
+
+async fn quotas(store: Arc<dyn Store>) {
+    // Quotas: set at creation, read, replaced, lifted; only for accounts.
+    let limited = Quota {
+        sandboxes: Some(5),
+        cpu_millis: Some(4000),
+        memory_bytes: Some(8 * GB),
+        disk_gb: None,
+    };
+    let alice = store
+        .create_account_with_quota("alice", false, &limited)
+        .await
+        .unwrap();
+    assert_eq!(store.get_quota(&alice.id).await.unwrap(), limited);
+    let bob = store
+        .create_account_with_quota("bob", false, &Quota::unlimited())
+        .await
+        .unwrap();
+    assert!(store.get_quota(&bob.id).await.unwrap().is_unlimited());
+    let plain = store.create_account("carol", false).await.unwrap();
+    assert!(store.get_quota(&plain.id).await.unwrap().is_unlimited());
+    // A taken name leaves neither an account nor a quota behind.
+    let err = store
+        .create_account_with_quota("alice", true, &limited)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict(ref m) if m.contains("alice")),
+        "{err:?}"
+    );
+    assert_eq!(store.count_accounts().await.unwrap(), 3);
+    let ghost = AccountId::generate();
+    assert!(matches!(
+        store.get_quota(&ghost).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.set_quota(&ghost, &limited).await,
+        Err(StoreError::NotFound)
+    ));
+    let changed = Quota {
+        sandboxes: None,
+        disk_gb: Some(100),
+        ..limited
+    };
+    store.set_quota(&alice.id, &changed).await.unwrap();
+    assert_eq!(store.get_quota(&alice.id).await.unwrap(), changed);
+    store.set_quota(&bob.id, &limited).await.unwrap();
+    assert_eq!(store.get_quota(&bob.id).await.unwrap(), limited);
+    store.set_quota(&bob.id, &Quota::unlimited()).await.unwrap();
+    assert!(store.get_quota(&bob.id).await.unwrap().is_unlimited());
+
+    // Nothing yet.
+    assert_eq!(
+        store.account_usage(&alice.id, &[]).await.unwrap(),
+        usage(0, 0, 0, 0)
+    );
+    assert_eq!(
+        store.server_reserved("local", &[]).await.unwrap(),
+        Resources::default()
+    );
+
+    // Alice: running, provisioning (through the create's transaction),
+    // stopped, in error, and destroyed; one on another server. Bob: one.
+    let running = record(&alice.id, "local", SandboxStatus::Running, 1.0, 2.0, 10);
+    store.insert_sandbox(&running).await.unwrap();
+    let provisioning = record(&alice.id, "local", SandboxStatus::Provisioning, 0.5, 1.0, 5);
+    let op = Operation::new(
+        provisioning.id.to_string(),
+        OperationKind::Create,
+        alice.id.clone(),
+        "test",
+        Utc::now(),
+        Utc::now() + chrono::Duration::seconds(60),
+    );
+    store
+        .insert_sandbox_with_operation(&provisioning, &op)
+        .await
+        .unwrap();
+    let stopped = record(&alice.id, "local", SandboxStatus::Stopped, 2.0, 4.0, 20);
+    store.insert_sandbox(&stopped).await.unwrap();
+    let broken = record(&alice.id, "local", SandboxStatus::Error, 4.0, 8.0, 1);
+    store.insert_sandbox(&broken).await.unwrap();
+    let gone = record(&alice.id, "local", SandboxStatus::Running, 8.0, 16.0, 40);
+    store.insert_sandbox(&gone).await.unwrap();
+    store
+        .soft_delete_sandbox(&gone.id, Utc::now())
+        .await
+        .unwrap();
+    let elsewhere = record(&alice.id, "far", SandboxStatus::Running, 3.0, 6.0, 7);
+    store.insert_sandbox(&elsewhere).await.unwrap();
+    let bobs = record(&bob.id, "local", SandboxStatus::Running, 0.25, 1.0, 3);
+    store.insert_sandbox(&bobs).await.unwrap();
+
+    // Sandboxes and disk: everything not terminated; CPU and memory: what
+    // runs or is being created, on every server.
+    assert_eq!(
+        store.account_usage(&alice.id, &[]).await.unwrap(),
+        usage(5, 1000 + 500 + 3000, 2 + 1 + 6, 10 + 5 + 20 + 1 + 7)
+    );
+    assert_eq!(
+        store.account_usage(&bob.id, &[]).await.unwrap(),
+        usage(1, 250, 1, 3)
+    );
+    assert_eq!(
+        store.account_usage(&plain.id, &[]).await.unwrap(),
+        usage(0, 0, 0, 0)
+    );
+    // A host: what runs or is being created there, every account's.
+    assert_eq!(
+        store.server_reserved("local", &[]).await.unwrap(),
+        Resources {
+            cpu_millis: 1000 + 500 + 250,
+            memory_bytes: (2 + 1) * GB + GB,
+        }
+    );
+    assert_eq!(
+        store.server_reserved("far", &[]).await.unwrap(),
+        Resources {
+            cpu_millis: 3000,
+            memory_bytes: 6 * GB,
+        }
+    );
+    assert_eq!(
+        store.server_reserved("nowhere", &[]).await.unwrap(),
+        Resources::default()
+    );
+    // Records left out by id (their admission is in flight).
+    let except = [running.id.clone(), bobs.id.clone(), SandboxId::generate()];
+    assert_eq!(
+        store.server_reserved("local", &except).await.unwrap(),
+        Resources {
+            cpu_millis: 500,
+            memory_bytes: GB,
+        }
+    );
+    assert_eq!(
+        store.account_usage(&alice.id, &except).await.unwrap(),
+        usage(4, 500 + 3000, 1 + 6, 5 + 20 + 1 + 7)
+    );
+
+    // The columns follow every write: a resize, a start, a stop, the end
+    // of an operation, a purge.
+    let mut resized = store
+        .get_sandbox(
+            &stockade_core::Scope::account(alice.id.clone()),
+            &running.id,
+        )
+        .await
+        .unwrap();
+    resized.spec.cpu_cores = 3.0;
+    resized.spec.memory_gb = 6.0;
+    let resized = store.update_sandbox(&resized).await.unwrap();
+    let mut started = stopped.clone();
+    started.mark_running(Utc::now());
+    let started = store.update_sandbox(&started).await.unwrap();
+    assert_eq!(
+        store.account_usage(&alice.id, &[]).await.unwrap(),
+        usage(
+            5,
+            3000 + 500 + 2000 + 3000,
+            6 + 1 + 4 + 6,
+            10 + 5 + 20 + 1 + 7
+        )
+    );
+    let mut stopped_again = started.clone();
+    stopped_again.mark_stopped(Utc::now(), None);
+    store.update_sandbox(&stopped_again).await.unwrap();
+    let mut made = store
+        .get_sandbox(
+            &stockade_core::Scope::account(alice.id.clone()),
+            &provisioning.id,
+        )
+        .await
+        .unwrap();
+    made.mark_running(Utc::now());
+    store
+        .finish_operation(&op.id, "test", stockade_store::SandboxWrite::Update(&made))
+        .await
+        .unwrap();
+    store.purge_sandbox(&broken.id).await.unwrap();
+    store
+        .soft_delete_sandbox(&resized.id, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.account_usage(&alice.id, &[]).await.unwrap(),
+        usage(3, 500 + 3000, 1 + 6, 5 + 20 + 7)
+    );
+    assert_eq!(
+        store.server_reserved("local", &[]).await.unwrap(),
+        Resources {
+            cpu_millis: 500 + 250,
+            memory_bytes: 2 * GB,
+        }
+    );
+}
