@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 SUITES = {
-    "e2b": ["test_e2b.py", "test_e2b_isolation.py"],
+    "e2b": ["test_e2b.py", "test_e2b_isolation.py", "test_e2b_network.py"],
     "prime": ["test_prime.py"],
 }
 # Run once, with the pinned e2b SDK: the benchmark and the TypeScript smoke
