@@ -13,11 +13,98 @@
 # unchanged; the newest ones are upgraded once a day. Without network access an
 # existing virtualenv is used as it is. It never changes the caller's shell
 # options.
+#
+# Python itself is installed when it is missing, the way scripts/lib/docker.sh
+# installs Docker: Debian/Ubuntu packages through apt-get (quiet), as root or
+# through `sudo -n` — python3 when there is no interpreter, python3-venv when
+# `python3 -m venv` cannot make a virtualenv with pip in it (Debian splits
+# venv's ensurepip out of python3). python3-pip is not needed: every
+# virtualenv gets its own pip from ensurepip. Without apt-get or root the
+# error names the package to install. STOCKADE_PYTHON picks another
+# interpreter (then nothing is installed for it but its -venv package).
+# node and npm (the one TypeScript smoke test) are optional and never
+# installed: without them that test is skipped and the summary says so.
 
 STOCKADE_PY_CACHE=${STOCKADE_PY_CACHE:-/var/cache/stockade-py}
 
 _py_err() {
     printf 'python.sh: %s\n' "$*" >&2
+}
+
+# _py_as_root CMD... — runs CMD as root: directly when we are root, else
+# through passwordless sudo; fails (without asking for a password) otherwise.
+_py_as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -n "$@"
+    else
+        return 1
+    fi
+}
+
+# _py_apt_install WHY PACKAGE... — installs Debian packages with apt-get,
+# quietly; on failure says WHY they are needed and how to install them.
+_py_apt_install() {
+    local why=$1 log
+    shift
+    if ! command -v apt-get >/dev/null 2>&1; then
+        _py_err "$why: install $* (no apt-get here to do it)"
+        return 1
+    fi
+    if [ "$(id -u)" -ne 0 ] && ! sudo -n true >/dev/null 2>&1; then
+        _py_err "$why: install $* as root (apt-get install $*); neither root nor passwordless sudo here"
+        return 1
+    fi
+    log=$(mktemp)
+    if _py_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1 &&
+        _py_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >>"$log" 2>&1; then
+        rm -f "$log"
+        return 0
+    fi
+    _py_err "$why: apt-get install $* failed:"
+    tail -n 20 "$log" | sed 's/^/    /' >&2
+    rm -f "$log"
+    return 1
+}
+
+# _py_can_venv PYTHON — whether PYTHON can make a virtualenv with pip in it
+# (the venv module and ensurepip, which Debian ships in python3-venv).
+_py_can_venv() {
+    "$1" -c 'import venv, ensurepip' >/dev/null 2>&1
+}
+
+# ensure_python — an interpreter ($STOCKADE_PYTHON, default python3) of
+# version 3.10 or later that can make virtualenvs; installs python3 and
+# python3-venv with apt-get when they are missing.
+ensure_python() {
+    local python=${STOCKADE_PYTHON:-python3} version
+    if ! command -v "$python" >/dev/null 2>&1; then
+        if [ "$python" != python3 ]; then
+            _py_err "STOCKADE_PYTHON=$python not found"
+            return 1
+        fi
+        _py_apt_install "python3 not found" python3 python3-venv || return 1
+    fi
+    version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || {
+        _py_err "$python does not run"
+        return 1
+    }
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+        _py_err "$python is Python $version; the SDKs need 3.10 or later (set STOCKADE_PYTHON)"
+        return 1
+    fi
+    if _py_can_venv "$python"; then
+        return 0
+    fi
+    # Debian: python3-venv for the default python3, pythonX.Y-venv for another.
+    local pkg=python3-venv
+    [ "$python" = python3 ] || pkg="python$version-venv"
+    _py_apt_install "$python -m venv cannot make virtualenvs (no ensurepip)" "$pkg" || return 1
+    if ! _py_can_venv "$python"; then
+        _py_err "$python -m venv still cannot make virtualenvs after installing $pkg (is $python not Debian's Python $version?): set STOCKADE_PYTHON to a Python with the venv and ensurepip modules"
+        return 1
+    fi
 }
 
 # _py_venv NAME REQUIREMENTS UPGRADE_AFTER_SECONDS — makes or refreshes one
@@ -38,13 +125,20 @@ _py_venv() {
         fi
     fi
     local python=${STOCKADE_PYTHON:-python3}
-    if ! command -v "$python" >/dev/null 2>&1; then
-        _py_err "$python not found: install Python 3.10 or later"
-        return 1
-    fi
     mkdir -p "$STOCKADE_PY_CACHE" || return 1
+    # A virtualenv without pip is what `python3 -m venv` leaves behind when
+    # ensurepip was missing: made anew.
+    if [ -x "$dir/bin/python" ] && ! "$dir/bin/python" -m pip --version >/dev/null 2>&1; then
+        _py_err "$dir has no pip (made without ensurepip?): making it anew"
+        rm -rf "$dir"
+    fi
     if [ ! -x "$dir/bin/python" ]; then
-        "$python" -m venv "$dir" || { _py_err "could not make the virtualenv $dir"; return 1; }
+        ensure_python || return 1
+        "$python" -m venv "$dir" || {
+            _py_err "could not make the virtualenv $dir with $python -m venv"
+            rm -rf "$dir"
+            return 1
+        }
     fi
     local log
     log=$(mktemp)

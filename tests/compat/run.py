@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 SUITES = {
-    "e2b": ["test_e2b.py", "test_e2b_isolation.py"],
+    "e2b": ["test_e2b.py", "test_e2b_isolation.py", "test_e2b_network.py"],
     "prime": ["test_prime.py"],
 }
 # Run once, with the pinned e2b SDK: the benchmark and the TypeScript smoke
@@ -109,8 +109,9 @@ def report(a, junit_dir: Path) -> int:
     the summary; the exit status of the whole run."""
     modules = os.environ.get("STOCKADE_COMPAT_NODE_MODULES")
     pkg = Path(modules) / "e2b" / "package.json" if modules else None
-    if pkg and pkg.exists():
-        print(f"==> npm e2b {json.loads(pkg.read_text())['version']} (TypeScript smoke test)")
+    npm_e2b = json.loads(pkg.read_text())["version"] if pkg and pkg.exists() else None
+    if npm_e2b:
+        print(f"==> npm e2b {npm_e2b} (TypeScript smoke test)")
     else:
         print("==> npm e2b not installed: the TypeScript smoke test is skipped")
 
@@ -171,11 +172,26 @@ def report(a, junit_dir: Path) -> int:
                 print(f"  {t}: pinned {pinned.get(t, 'absent')}, newest {newest.get(t, 'absent')}")
         else:
             print(f"{dist}: the newest SDK gives the same outcomes as the pinned one")
+    print(typescript_line(results.get(("e2b", "pinned"), (None, {}))[1], npm_e2b))
     bench = junit_dir / "bench.json"
     if bench.exists():
         print("benchmark figures:")
         print(bench.read_text())
     return status
+
+
+def typescript_line(pinned: dict, npm_e2b) -> str:
+    """The summary's line on the TypeScript smoke test, which is optional:
+    without node, npm or the npm package it is skipped, and this says so."""
+    outcome = next(
+        (o for t, o in pinned.items() if t.startswith("test_e2b_ts::")), "not run"
+    )
+    if outcome == "skipped" or npm_e2b is None:
+        return (
+            "TypeScript smoke test: skipped (optional; needs node 20 and npm, which "
+            "scripts/lib/python.sh does not install)"
+        )
+    return f"TypeScript smoke test (npm e2b {npm_e2b}): {outcome}"
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ use crate::extract::{parse_json, query_pairs, Caller, Credential};
 use crate::proxy::token::{Claims, Purpose};
 use crate::AppState;
 
+use super::e2b_net;
+
 /// What E2B calls the client of a sandbox.
 const CLIENT_ID: &str = "stockade";
 /// How long an E2B traffic token (`trafficAccessToken`) lives: as long as
@@ -329,31 +331,47 @@ fn timeout_secs(t: i64, field: &str) -> E2bResult<u64> {
     Ok(t as u64)
 }
 
-/// `network` and `allow_internet_access` as Stockade's network access:
-/// all or nothing; per-destination lists are refused with a sentence.
-fn network_access(req: &E2bNewSandbox) -> E2bResult<Option<bool>> {
-    let mut access = req.allow_internet_access;
-    let Some(n) = &req.network else {
-        return Ok(access);
-    };
-    let unsupported = |what: &str| -> E2bApiError {
+/// Refuses E2B network settings Stockade has no counterpart for, each with
+/// a sentence: per-host transform `rules`, an `egressProxy`.
+fn refuse_unmapped_network(
+    rules: Option<&serde_json::Value>,
+    proxy: Option<&serde_json::Value>,
+) -> E2bResult<()> {
+    let unsupported = |what: &str, instead: &str| -> E2bApiError {
         E2bApiError::Api(ApiError::field(
             format!("network.{what}"),
-            format!(
-                "network.{what} is not supported by Stockade's E2B API: sandboxes get all \
-                 egress or none (allow_internet_access, or network.denyOut [\"0.0.0.0/0\"])"
-            ),
+            format!("network.{what} is not supported by Stockade's E2B API: {instead}"),
         ))
     };
-    if n.rules.as_ref().is_some_and(|r| !r.is_null()) {
-        return Err(unsupported("rules"));
+    if rules.is_some_and(|r| !r.is_null() && r.as_object().is_none_or(|o| !o.is_empty())) {
+        return Err(unsupported(
+            "rules",
+            "Stockade does not rewrite a sandbox's requests; pass credentials as envs",
+        ));
     }
-    if n.egress_proxy.as_ref().is_some_and(|r| !r.is_null()) {
-        return Err(unsupported("egressProxy"));
+    if proxy.is_some_and(|p| !p.is_null()) {
+        return Err(unsupported(
+            "egressProxy",
+            "egress leaves through Stockade's own filter; set a proxy inside the sandbox \
+             (HTTPS_PROXY) and allow its address in allowOut",
+        ));
     }
-    if n.dns_servers.as_ref().is_some_and(|d| !d.is_empty()) {
-        return Err(unsupported("dnsServers"));
-    }
+    Ok(())
+}
+
+/// `network` and `allow_internet_access` of a create as Stockade's
+/// `networkPolicy` (see [`e2b_net`]); `None` leaves the server's default.
+fn network_policy(req: &E2bNewSandbox) -> E2bResult<Option<serde_json::Value>> {
+    let Some(n) = &req.network else {
+        return Ok(e2b_net::policy_of(&e2b_net::Egress {
+            allow_out: &[],
+            deny_out: &[],
+            dns_servers: None,
+            internet: req.allow_internet_access,
+            internet_field: "allow_internet_access",
+        })?);
+    };
+    refuse_unmapped_network(n.rules.as_ref(), n.egress_proxy.as_ref())?;
     if n.allow_public_traffic == Some(true) {
         return Err(E2bApiError::Api(ApiError::field(
             "network.allowPublicTraffic",
@@ -362,32 +380,13 @@ fn network_access(req: &E2bNewSandbox) -> E2bResult<Option<bool>> {
              e2b-traffic-access-token); leave allowPublicTraffic out",
         )));
     }
-    let all = |l: &[String]| l.iter().any(|e| matches!(e.trim(), "0.0.0.0/0" | "::/0"));
-    let allow = n.allow_out.as_deref().unwrap_or_default();
-    let deny = n.deny_out.as_deref().unwrap_or_default();
-    let denies_all = all(deny);
-    if !allow.is_empty() || (!deny.is_empty() && !denies_all) {
-        return Err(E2bApiError::Api(ApiError::field(
-            if allow.is_empty() {
-                "network.denyOut"
-            } else {
-                "network.allowOut"
-            },
-            "per-destination egress rules are not available through Stockade's E2B API yet: \
-             give a sandbox all egress or none (network.denyOut [\"0.0.0.0/0\"] or \
-             allow_internet_access false)",
-        )));
-    }
-    if denies_all {
-        if access == Some(true) {
-            return Err(E2bApiError::Api(ApiError::field(
-                "allow_internet_access",
-                "allow_internet_access true contradicts network.denyOut [\"0.0.0.0/0\"]",
-            )));
-        }
-        access = Some(false);
-    }
-    Ok(access)
+    Ok(e2b_net::policy_of(&e2b_net::Egress {
+        allow_out: n.allow_out.as_deref().unwrap_or_default(),
+        deny_out: n.deny_out.as_deref().unwrap_or_default(),
+        dns_servers: n.dns_servers.as_deref(),
+        internet: req.allow_internet_access,
+        internet_field: "allow_internet_access",
+    })?)
 }
 
 /// Refuses create fields Stockade cannot honour, each with a sentence.
@@ -429,7 +428,7 @@ async fn create(
 ) -> E2bResult<Response> {
     let req: E2bNewSandbox = parse_json(&body)?;
     refuse_unsupported(&req)?;
-    let access = network_access(&req)?;
+    let network_policy = network_policy(&req)?;
     let secs = timeout_secs(req.timeout.unwrap_or(default_timeout), "timeout")?;
     let template =
         svc_compat::resolve_template(&state.svc, &caller.scope, &req.template_id).await?;
@@ -437,7 +436,7 @@ async fn create(
         timeout_minutes: Some(secs as f64 / 60.0),
         persistent: Some(req.auto_pause.unwrap_or(false)),
         environment_vars: req.env_vars.clone().filter(|e| !e.is_empty()),
-        network_access: access,
+        network_policy,
         ..Default::default()
     };
     template.apply(&mut create);
@@ -1173,18 +1172,33 @@ async fn metrics(
     }]))
 }
 
-/// `PUT /e2b/sandboxes/{id}/network`: not available (501) — after the
-/// same checks as every route of a sandbox (403/404).
+/// `PUT /e2b/sandboxes/{id}/network`: replaces the sandbox's egress rules
+/// (fields left out are cleared, as E2B does) through Stockade's update,
+/// live on a running sandbox (SEC-18); 204.
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn update_network(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
     Path(id): Path<String>,
+    body: Bytes,
 ) -> E2bResult<Response> {
     load_live(&state, &caller.scope, &id).await?;
-    Err(E2bApiError::not_implemented(
-        "Changing a sandbox's network is not available through Stockade's E2B API: create the \
-         sandbox with the egress it needs (allow_internet_access)",
-    ))
+    let req: e2b_net::E2bNetworkUpdate = parse_json(&body)?;
+    refuse_unmapped_network(req.rules.as_ref(), req.egress_proxy.as_ref())?;
+    let policy = e2b_net::policy_of(&e2b_net::Egress {
+        allow_out: req.allow_out.as_deref().unwrap_or_default(),
+        deny_out: req.deny_out.as_deref().unwrap_or_default(),
+        dns_servers: req.dns_servers.as_deref(),
+        internet: req.allow_internet_access,
+        internet_field: "allowInternetAccess",
+    })?
+    .unwrap_or_else(|| serde_json::json!("allow-all"));
+    let patch = stockade_core::update::SpecPatch {
+        network_policy: Some(policy),
+        ..Default::default()
+    };
+    update::update(&state.svc, &caller.scope, &id, &patch).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]
@@ -1239,21 +1253,29 @@ mod tests {
     }
 
     #[test]
-    fn network_settings_map_all_or_nothing() {
+    fn create_network_settings_map_to_policies() {
         let req = |json: &str| serde_json::from_str::<E2bNewSandbox>(json).unwrap();
-        let access = |json: &str| network_access(&req(json)).map_err(|e| e.parts().1);
-        assert_eq!(access(r#"{"templateID":"base"}"#), Ok(None));
+        let policy = |json: &str| network_policy(&req(json)).map_err(|e| e.parts().1);
+        assert_eq!(policy(r#"{"templateID":"base"}"#), Ok(None));
         assert_eq!(
-            access(r#"{"templateID":"base","allow_internet_access":false}"#),
-            Ok(Some(false))
+            policy(r#"{"templateID":"base","allow_internet_access":false}"#),
+            Ok(Some(serde_json::json!("deny-all")))
         );
         assert_eq!(
-            access(r#"{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}"#),
-            Ok(Some(false))
+            policy(
+                r#"{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}"#
+            ),
+            Ok(Some(serde_json::json!({"allow": ["example.com"]})))
         );
-        assert!(access(r#"{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}"#).is_err());
-        assert!(access(r#"{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}"#).is_err());
-        assert!(access(r#"{"templateID":"base","network":{"allowPublicTraffic":true}}"#).is_err());
-        assert!(access(r#"{"templateID":"base","allow_internet_access":true,"network":{"denyOut":["0.0.0.0/0"]}}"#).is_err());
+        assert_eq!(
+            policy(r#"{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}"#),
+            Ok(Some(serde_json::json!({"deny": ["10.0.0.0/8"]})))
+        );
+        assert!(policy(r#"{"templateID":"base","network":{"allowPublicTraffic":true}}"#).is_err());
+        assert!(policy(r#"{"templateID":"base","network":{"rules":{"a.com":[{}]}}}"#).is_err());
+        assert!(
+            policy(r#"{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}"#)
+                .is_err()
+        );
     }
 }
