@@ -103,7 +103,11 @@ def test_commands_run_round_trip(e2b_env, run_id, capsys):
             for name, r in results.items():
                 print(f"  {name:40s} p50 {r['p50_ms']:8.3f} ms   p99 {r['p99_ms']:8.3f} ms   ({r['runs']} runs)")
             print(f"  compatibility layer (p50 difference): {overhead:.3f} ms")
-        # The target is <= 1 ms; a loaded CI machine gets some slack.
-        assert overhead <= 5.0, report
+        # The target (<= 1 ms added) is reported, not enforced: timings on a
+        # shared machine are noisy. Only a gross regression fails, e.g. a
+        # 40 ms delayed-ACK stall on every call.
+        via = results["e2b SDK via Stockade (/e2b)"]["p50_ms"]
+        direct = results["e2b SDK straight to the agent"]["p50_ms"]
+        assert via <= 3 * direct + 5.0, report
     finally:
         sb.kill()
