@@ -211,7 +211,7 @@ pub struct SandboxResponse {
     pub gpu_count: u32,
     pub network_access: bool,
     /// `"allow-all"`, `"deny-all"` or `{"allow": [...], "deny": [...]}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub network_policy: serde_json::Value,
     /// PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED.
     #[schema(value_type = String)]

@@ -139,12 +139,18 @@ fn finish(doc: &mut Value) {
                         }
                     }
                 }
-                if let Some(response) = &e.response {
-                    if let Some((_, answer)) = success(op) {
-                        if let Some(content) = answer["content"].as_object_mut() {
-                            for media in content.values_mut() {
-                                media["example"] = response.clone();
-                            }
+                if let Some((_, answer)) = success(op) {
+                    for (media, c) in answer["content"].as_object_mut().into_iter().flatten() {
+                        // JSON answers take the JSON example, others the text.
+                        let text = e.text.map(|t| json!(t));
+                        let example = match &e.response {
+                            Some(v) if media.contains("json") && !v.is_string() => Some(v.clone()),
+                            Some(v) if !media.contains("json") && v.is_string() => Some(v.clone()),
+                            _ if !media.contains("json") => text,
+                            _ => None,
+                        };
+                        if let Some(example) = example {
+                            c["example"] = example;
                         }
                     }
                 }
@@ -209,6 +215,7 @@ fn curl(method: &str, path: &str, op: &Value, example: Option<&examples::Operati
         .unwrap_or_default();
     let mut url = path.to_owned();
     let mut query = Vec::new();
+    let mut headers = Vec::new();
     for p in &params {
         let name = p["name"].as_str().unwrap_or_default();
         let value = match &p["example"] {
@@ -220,6 +227,9 @@ fn curl(method: &str, path: &str, op: &Value, example: Option<&examples::Operati
             Some("path") => url = url.replace(&format!("{{{name}}}"), &value),
             Some("query") if p["required"] == Value::Bool(true) => {
                 query.push(format!("{name}={}", query_escape(&value)))
+            }
+            Some("header") if p["required"] == Value::Bool(true) => {
+                headers.push(format!("-H \"{name}: {value}\""))
             }
             _ => {}
         }
@@ -243,6 +253,7 @@ fn curl(method: &str, path: &str, op: &Value, example: Option<&examples::Operati
     if op.get("security").is_some() {
         line.push("-H \"Authorization: Bearer $STOCKADE_TOKEN\"".to_owned());
     }
+    line.extend(headers);
     for (name, value) in example.map(|e| e.headers).unwrap_or_default() {
         line.push(format!("-H \"{name}: {value}\""));
     }
@@ -340,8 +351,11 @@ mod examples {
         pub path: &'static str,
         /// The request body (JSON, or the text of a file).
         pub request: Option<Value>,
-        /// The success answer's body.
+        /// The success answer's body: JSON, or the text of a non-JSON one.
         pub response: Option<Value>,
+        /// The text of a non-JSON answer, for an operation whose answer is
+        /// JSON or not depending on what it reads.
+        pub text: Option<&'static str>,
         /// Headers the curl line sends besides the token.
         pub headers: &'static [(&'static str, &'static str)],
         /// The file a non-JSON request body is read from.
@@ -356,6 +370,7 @@ mod examples {
             path,
             request: None,
             response: None,
+            text: None,
             headers: &[],
             upload: None,
             download: None,
@@ -369,6 +384,10 @@ mod examples {
         }
         fn response(mut self, v: Value) -> Self {
             self.response = Some(v);
+            self
+        }
+        fn text(mut self, t: &'static str) -> Self {
+            self.text = Some(t);
             self
         }
         fn headers(mut self, h: &'static [(&'static str, &'static str)]) -> Self {
@@ -386,13 +405,16 @@ mod examples {
     }
 
     pub const SANDBOX_ID: &str = "k3v9x2m7q4wz";
-    pub const OTHER_SANDBOX_ID: &str = "p8d2h5r1c6tn";
+    pub const FORK_ID: &str = "p8d2h5r1c6tn";
     pub const SNAPSHOT_ID: &str = "s4n7q2b9x1kd";
     pub const PROCESS_ID: &str = "f2m8c4w7z1qa";
     pub const ACCOUNT_ID: &str = "a7k2m9p4x8q3w6z1";
+    pub const ADMIN_ID: &str = "h3j8d2k5n9w4q7r1";
     pub const TEAM_ID: &str = "t5r8n2c7v4b9m1x6";
-    pub const VOLUME: &str = "stockade-k3v9x2m7q4wz";
+    pub const VOLUME: &str = "agent-sandbox-k3v9x2m7q4wz";
     pub const UPLOAD_ID: &str = "u2f8k4m9q7w3z6x1c5v8b2n4";
+    const CREATED: &str = "2026-01-15T09:30:00Z";
+    const STARTED: &str = "2026-01-15T09:30:02Z";
 
     /// The example value of a parameter of `path`.
     pub fn parameter(path: &str, name: &str, place: &str) -> Option<Value> {
@@ -405,20 +427,290 @@ mod examples {
             ("path", "name") => json!(VOLUME),
             ("path", "port") => json!(8000),
             ("path", "path") => json!("index.html"),
+            ("query", "path") if path.ends_with("/mkdir") => json!("archive"),
+            ("query", "path") if path.ends_with("/watch") => json!("."),
+            ("query", "path") if path.ends_with("/archive") => json!("."),
             ("query", "path") => json!("notes.txt"),
+            ("query", "confirm") => json!(true),
+            ("header", "X-Stockade-CSRF") => json!("1"),
             _ => return None,
         };
         Some(v)
     }
 
+    /// A sandbox as the API shows it.
+    fn sandbox(id: &str, name: &str, status: &str) -> Value {
+        let running = status == "RUNNING";
+        json!({
+            "id": id,
+            "name": name,
+            "accountId": ADMIN_ID,
+            "teamId": null,
+            "dockerImage": "node:20-bookworm",
+            "runtime": null,
+            "startCommand": null,
+            "cpuCores": 1,
+            "memoryGB": 1,
+            "diskSizeGB": 10,
+            "gpuCount": 0,
+            "networkAccess": true,
+            "networkPolicy": "allow-all",
+            "status": status,
+            "timeoutMinutes": 60,
+            "environmentVars": {"NODE_ENV": "production"},
+            "labels": ["ci"],
+            "tags": {"team": "platform"},
+            "ports": [8000],
+            "persistent": true,
+            "server": "local",
+            "createdAt": CREATED,
+            "updatedAt": STARTED,
+            "startedAt": STARTED,
+            "stoppedAt": if running { Value::Null } else { json!("2026-01-15T10:05:00Z") },
+            "terminatedAt": null,
+            "diskMountPath": "/workspace",
+            "volume": {"name": format!("agent-sandbox-{id}"), "mountPath": "/workspace"},
+            "sessionExpiresAt": if running { json!("2026-01-15T10:30:02Z") } else { Value::Null },
+            "logsUrl": format!("/api/v1/sandbox/{id}/logs"),
+            "metadata": {"container_id": "0e588190fb0e2d29445ef096c6a347d64801341540a26e85c56cf9163347d97f", "volume_name": format!("agent-sandbox-{id}")},
+        })
+    }
+
+    /// A sandbox's details: with its live usage and disk use.
+    fn sandbox_details() -> Value {
+        let mut v = sandbox(SANDBOX_ID, "build-worker", "RUNNING");
+        v["uptimeSeconds"] = json!(42);
+        v["volume"] =
+            json!({"name": VOLUME, "mountPath": "/workspace", "sizeBytes": 6, "size": "6 B"});
+        v["usage"] = json!({
+            "cpuPercent": 0.4, "memoryBytes": 815104, "memoryLimitBytes": 1073741824,
+            "memory": "815.1 KB / 1.1 GB", "networkRxBytes": 376, "networkTxBytes": 0,
+            "pids": 3, "sampledAt": "2026-01-15T09:30:44Z"
+        });
+        v["disk"] = json!({"workspaceBytes": 6, "rootFsBytes": 0});
+        v
+    }
+
+    fn account(id: &str, name: &str, admin: bool) -> Value {
+        json!({"id": id, "name": name, "isAdmin": admin, "createdAt": CREATED})
+    }
+
+    fn team(members: bool) -> Value {
+        let members = if members {
+            json!([{"id": ACCOUNT_ID, "name": "ci-runner"}])
+        } else {
+            json!([])
+        };
+        json!({"id": TEAM_ID, "name": "research", "members": members, "createdAt": CREATED})
+    }
+
+    fn process(status: &str) -> Value {
+        let mut v = json!({
+            "processId": PROCESS_ID, "sandboxId": SANDBOX_ID, "command": ["python3", "-m", "http.server", "8000"],
+            "status": status, "exitCode": null, "startedAt": STARTED, "durationMs": 1520,
+            "stdout": "", "stderr": "", "truncated": false
+        });
+        if status == "killed" {
+            v["exitCode"] = json!(137);
+            v["finishedAt"] = json!("2026-01-15T09:30:04Z");
+            v["message"] = json!("killed on request");
+        }
+        v
+    }
+
+    fn file(name: &str, path: &str, kind: &str, size: u64) -> Value {
+        json!({"name": name, "path": path, "type": kind, "size": size,
+               "mode": if kind == "dir" { "0755" } else { "0644" }, "modifiedAt": "2026-01-15T09:31:00Z"})
+    }
+
+    fn snapshot(status: &str) -> Value {
+        let mut v = json!({
+            "id": SNAPSHOT_ID, "name": "before-upgrade", "accountId": ADMIN_ID,
+            "sourceSandboxId": SANDBOX_ID, "status": status, "image": format!("stockade-snapshot:{SNAPSHOT_ID}"),
+            "workspaceKey": format!("snapshots/{SNAPSHOT_ID}/workspace.tar"),
+            "workspaceBytes": 3584, "workspaceSize": "3.6 KB", "createdAt": CREATED
+        });
+        if status == "DELETED" {
+            v["deletedAt"] = json!("2026-01-16T08:00:00Z");
+        }
+        v
+    }
+
+    fn port(n: u16) -> Value {
+        json!({"sandboxId": SANDBOX_ID, "port": n,
+               "url": format!("https://stockade.example.com/proxy/{SANDBOX_ID}/{n}/"),
+               "hostUrl": format!("https://{n}-{SANDBOX_ID}.sandboxes.example.com/")})
+    }
+
+    fn volume() -> Value {
+        json!({"name": VOLUME, "sandboxId": SANDBOX_ID, "accountId": ADMIN_ID, "sandboxStatus": "RUNNING",
+               "inUse": true, "orphaned": false, "sizeBytes": 6, "size": "6 B", "createdAt": CREATED})
+    }
+
     /// Every operation's examples.
     pub fn operations() -> Vec<Operation> {
-        vec![op("post", "/api/v1/sandbox/{id}/exec")
-            .request(json!({"cmd": ["echo", "hello"]}))
-            .headers(&[])]
-        .into_iter()
-        .map(|o| o.upload("x").download("y").response(json!({})))
-        .take(0)
-        .collect()
+        vec![
+            // Sandboxes.
+            op("post", "/api/v1/sandbox")
+                .request(json!({
+                    "name": "build-worker",
+                    "cpuCores": 1,
+                    "memoryGB": 1,
+                    "timeoutMinutes": 60,
+                    "environmentVars": {"NODE_ENV": "production"},
+                    "labels": ["ci"],
+                    "tags": {"team": "platform"},
+                    "ports": [8000]
+                }))
+                .response(sandbox(SANDBOX_ID, "build-worker", "RUNNING")),
+            op("get", "/api/v1/sandbox").response(json!({
+                "sandboxes": [sandbox(SANDBOX_ID, "build-worker", "RUNNING")],
+                "total": 1, "page": 1, "per_page": 50, "has_next": false
+            })),
+            op("get", "/api/v1/sandbox/{id}").response(sandbox_details()),
+            op("patch", "/api/v1/sandbox/{id}")
+                .request(json!({"timeoutMinutes": 120, "labels": ["ci", "nightly"], "cpuCores": 2}))
+                .response({
+                    let mut s = sandbox(SANDBOX_ID, "build-worker", "RUNNING");
+                    s["timeoutMinutes"] = json!(120);
+                    s["labels"] = json!(["ci", "nightly"]);
+                    s["cpuCores"] = json!(2);
+                    json!({
+                        "sandbox": s,
+                        "applied": {"now": ["timeoutMinutes", "labels", "cpuCores"], "nextStart": []},
+                        "notes": ["cpuCores/memoryGB: updated live on the running container"]
+                    })
+                }),
+            op("post", "/api/v1/sandbox/{id}/start").response(sandbox(SANDBOX_ID, "build-worker", "RUNNING")),
+            op("post", "/api/v1/sandbox/{id}/stop").response(sandbox(SANDBOX_ID, "build-worker", "STOPPED")),
+            op("delete", "/api/v1/sandbox/{id}").response({
+                let mut s = sandbox(SANDBOX_ID, "build-worker", "TERMINATED");
+                s["terminatedAt"] = json!("2026-01-15T10:05:00Z");
+                s
+            }),
+            op("delete", "/api/v1/sandbox/bulk")
+                .request(json!({"ids": [SANDBOX_ID]}))
+                .response(json!({"results": [{"id": SANDBOX_ID, "deleted": true}]})),
+            // Accounts.
+            op("post", "/api/v1/accounts")
+                .request(json!({"name": "ci-runner"}))
+                .response(json!({"account": account(ACCOUNT_ID, "ci-runner", false),
+                                 "token": "stk_WMi1CyK6HSTX91de5822zx39NW1FbcZOgEfF7ITi"})),
+            op("get", "/api/v1/accounts").response(json!({"accounts": [
+                account(ADMIN_ID, "admin", true), account(ACCOUNT_ID, "ci-runner", false)
+            ]})),
+            op("get", "/api/v1/me").response(json!({"account": account(ADMIN_ID, "admin", true), "teamIds": [TEAM_ID]})),
+            op("post", "/api/v1/session")
+                .request(json!({"token": "stk_WMi1CyK6HSTX91de5822zx39NW1FbcZOgEfF7ITi"}))
+                .response(json!({"account": account(ADMIN_ID, "admin", true), "teamIds": []})),
+            op("delete", "/api/v1/session"),
+            // System.
+            op("get", "/api/v1/health").response(json!({
+                "status": "healthy", "version": "0.1.0",
+                "docker": {"status": "healthy", "version": "20.10.24", "apiVersion": "1.41", "os": "linux",
+                           "arch": "amd64", "runtimes": ["runc"]},
+                "database": {"status": "healthy", "backend": "sqlite"},
+                "isolation": {"status": "ok", "checkedAt": STARTED},
+                "disk": {"enforced": true,
+                         "workspace": {"enforced": true, "method": "volume-size"},
+                         "rootFs": {"enforced": true, "method": "storage-opt"}},
+                "egress": {"status": "running"}
+            })),
+            op("get", "/metrics").response(json!(
+                "# TYPE stockade_sandboxes gauge\nstockade_sandboxes{status=\"RUNNING\"} 1\n"
+            )),
+            op("get", "/api/v1/openapi.json").response(json!({"openapi": "3.1.0", "info": {"title": "Stockade API"}, "paths": {}})),
+            op("get", "/api/v1/docs").response(json!("<!doctype html>…")),
+            // Commands and processes.
+            op("post", "/api/v1/sandbox/{id}/exec")
+                .request(json!({"shell": "echo hello; uname -s", "env": {"GREETING": "hi"}, "timeoutSeconds": 60}))
+                .response(json!({"exitCode": 0, "stdout": "hello\nLinux\n", "stderr": "", "durationMs": 3,
+                                 "timedOut": false, "truncated": false}))
+                .text("event: stdout\ndata: hello\n\nevent: stdout\ndata: Linux\n\nevent: exit\ndata: {\"exitCode\":0,\"timedOut\":false,\"durationMs\":3}\n\n"),
+            op("get", "/api/v1/sandbox/{id}/processes").response(json!({"processes": [process("running")]})),
+            op("get", "/api/v1/sandbox/{id}/processes/{pid}").response(process("running")),
+            op("post", "/api/v1/sandbox/{id}/processes/{pid}/wait").response(process("running")),
+            op("delete", "/api/v1/sandbox/{id}/processes/{pid}").response(process("killed")),
+            op("post", "/api/v1/sandbox/{id}/processes/{pid}/kill").response(process("killed")),
+            op("get", "/api/v1/sandbox/{id}/terminal")
+                .headers(&[("Connection", "Upgrade"), ("Upgrade", "websocket"),
+                           ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]),
+            // Files.
+            op("get", "/api/v1/sandbox/{id}/files")
+                .response(json!({"path": "/workspace", "truncated": false, "entries": [
+                    file("archive", "/workspace/archive", "dir", 0),
+                    file("notes.txt", "/workspace/notes.txt", "file", 6)
+                ]}))
+                .text("hello\n")
+                .download("notes.txt"),
+            op("get", "/api/v1/sandbox/{id}/files/stat").response(file("notes.txt", "/workspace/notes.txt", "file", 6)),
+            op("put", "/api/v1/sandbox/{id}/files")
+                .request(json!("hello\n"))
+                .upload("notes.txt")
+                .response(file("notes.txt", "/workspace/notes.txt", "file", 6)),
+            op("delete", "/api/v1/sandbox/{id}/files"),
+            op("get", "/api/v1/sandbox/{id}/files/archive").download("workspace.tar.gz"),
+            op("put", "/api/v1/sandbox/{id}/files/archive").upload("workspace.tar")
+                .response(json!({"path": "/workspace", "entries": 12, "bytes": 48213})),
+            op("post", "/api/v1/sandbox/{id}/files/archive").upload("workspace.tar")
+                .response(json!({"path": "/workspace", "entries": 12, "bytes": 48213})),
+            op("post", "/api/v1/sandbox/{id}/files/mkdir").response(file("archive", "/workspace/archive", "dir", 0)),
+            op("post", "/api/v1/sandbox/{id}/files/move")
+                .request(json!({"from": "notes.txt", "to": "archive/notes.txt"}))
+                .response(file("notes.txt", "/workspace/archive/notes.txt", "file", 6)),
+            op("get", "/api/v1/sandbox/{id}/files/watch").response(json!(
+                "event: create\ndata: {\"path\":\"/workspace/notes.txt\",\"type\":\"file\"}\n\n"
+            )),
+            // Logs.
+            op("get", "/api/v1/sandbox/{id}/logs").response(json!({
+                "sandboxId": SANDBOX_ID, "logs": "listening on :8000\n",
+                "lines": [{"id": "1768469402000000000-0", "timestamp": STARTED, "stream": "stdout", "text": "listening on :8000"}],
+                "hasMore": false, "truncated": false
+            }))
+            .text("event: stdout\nid: 1768469402000000000-0\ndata: listening on :8000\n\n"),
+            // Ports.
+            op("get", "/api/v1/sandbox/{id}/ports").response(json!({"ports": [port(8000)]})),
+            op("post", "/api/v1/sandbox/{id}/ports")
+                .request(json!({"port": 3000}))
+                .response(port(3000)),
+            op("delete", "/api/v1/sandbox/{id}/ports/{port}").response(json!({"ports": []})),
+            op("get", "/api/v1/sandbox/ports").response(json!({"ports": [port(8000)]})),
+            op("post", "/api/v1/sandbox/{id}/auth-token")
+                .request(json!({"ttlSeconds": 3600}))
+                .response(json!({"token": format!("stkp_{SANDBOX_ID}.{ADMIN_ID}.1768473002.GRLkHxvJoD7fqP0z-9pJTWefLZVDHK4nhexl-Rkfn4s"),
+                                 "expiresAt": "2026-01-15T10:30:02Z", "sandboxId": SANDBOX_ID})),
+            op("get", "/proxy/{id}/{port}/{path}").headers(&[("X-Stockade-Token", "$SANDBOX_TOKEN")]),
+            // Snapshots, forks, uploads.
+            op("post", "/api/v1/sandbox/{id}/snapshots")
+                .request(json!({"name": "before-upgrade"}))
+                .response(snapshot("READY")),
+            op("get", "/api/v1/sandbox/{id}/snapshots").response(json!({"snapshots": [snapshot("READY")]})),
+            op("get", "/api/v1/snapshots").response(json!({"snapshots": [snapshot("READY")]})),
+            op("get", "/api/v1/snapshots/{id}").response(snapshot("READY")),
+            op("delete", "/api/v1/snapshots/{id}").response(snapshot("DELETED")),
+            op("post", "/api/v1/sandbox/{id}/fork")
+                .request(json!({"name": "build-worker-fork"}))
+                .response({
+                    let mut s = sandbox(FORK_ID, "build-worker-fork", "RUNNING");
+                    s["dockerImage"] = json!("stockade-snapshot:s4n7q2b9x1kd");
+                    s
+                }),
+            op("post", "/api/v1/uploads").upload("workspace.tar.gz")
+                .response(json!({"uploadId": UPLOAD_ID, "bytes": 48213, "expiresAt": "2026-01-16T09:30:00Z"})),
+            // Teams.
+            op("post", "/api/v1/teams").request(json!({"name": "research"})).response(team(false)),
+            op("get", "/api/v1/teams").response(json!({"teams": [team(true)]})),
+            op("get", "/api/v1/teams/{team_id}").response(team(true)),
+            op("post", "/api/v1/teams/{team_id}/members")
+                .request(json!({"accountId": ACCOUNT_ID}))
+                .response(team(true)),
+            op("delete", "/api/v1/teams/{team_id}/members/{account_id}").response(team(false)),
+            // Volumes.
+            op("get", "/api/v1/volumes").response(json!({"volumes": [volume()], "total": 1, "totalBytes": 6, "totalSize": "6 B"})),
+            op("get", "/api/v1/volumes/orphaned").response(json!({"volumes": [], "total": 0, "totalBytes": 0, "totalSize": "0 B"})),
+            op("get", "/api/v1/volumes/{name}").response(volume()),
+            op("delete", "/api/v1/volumes/{name}").response(json!({"name": VOLUME, "sandboxId": SANDBOX_ID, "sizeBytes": 6, "size": "6 B"})),
+            op("delete", "/api/v1/volumes/orphaned").response(json!({"removed": [], "failed": [], "freedBytes": 0, "freed": "0 B"})),
+        ]
     }
 }
