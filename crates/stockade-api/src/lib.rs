@@ -131,7 +131,7 @@ pub struct CreateSandboxRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team_id: Option<String>,
     /// What `/workspace` starts from: a git repository, a tarball URL, an
-    /// upload, a snapshot or another sandbox (LC-9, LC-10, LC-11).
+    /// upload, a snapshot or another sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SandboxSource>,
 }
@@ -213,7 +213,7 @@ pub struct SandboxResponse {
     pub gpu_count: u32,
     pub network_access: bool,
     /// `"allow-all"`, `"deny-all"` or `{"allow": [...], "deny": [...]}`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub network_policy: serde_json::Value,
     /// PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED.
     #[schema(value_type = String)]
@@ -248,7 +248,7 @@ pub struct SandboxResponse {
     /// Seconds since the current session started (running sandboxes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uptime_seconds: Option<i64>,
-    /// When the current session times out (LC-7): a persistent sandbox is
+    /// When the current session times out: a persistent sandbox is
     /// then stopped, another one terminated. Absent: no timeout, or not running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_expires_at: Option<DateTime<Utc>>,
@@ -261,7 +261,7 @@ pub struct SandboxResponse {
     /// Disk use against the enforced limits (details only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUsageSummary>,
-    /// Persisted runtime facts, snake_case (DB-2).
+    /// Persisted runtime facts, snake_case.
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
 }
@@ -403,13 +403,13 @@ pub struct HealthResponse {
     pub version: String,
     pub docker: DockerHealth,
     pub database: DatabaseHealth,
-    /// How well sandboxes are kept apart (SEC-5); absent before the first check.
+    /// How well sandboxes are kept apart; absent before the first check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<IsolationHealth>,
-    /// Whether `diskSizeGB` is enforced (SEC-13); absent when Docker did not answer.
+    /// Whether `diskSizeGB` is enforced; absent when Docker did not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskHealth>,
-    /// Whether allow/deny lists of `networkPolicy` are enforced (SEC-18).
+    /// Whether allow/deny lists of `networkPolicy` are enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressHealth>,
     /// Things that work but need an operator's attention.

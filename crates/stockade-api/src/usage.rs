@@ -26,7 +26,8 @@ pub struct ResourceUsage {
     pub sampled_at: DateTime<Utc>,
 }
 
-/// A sandbox's disk use against the limits the kernel enforces (SEC-13):
+// SEC-13.
+/// A sandbox's disk use against the limits the kernel enforces:
 /// `/workspace` and the writable root filesystem are each capped at
 /// `diskSizeGB` where the host can. A limit is absent when none is enforced;
 /// a figure is absent when it could not be measured in time.
@@ -66,7 +67,8 @@ pub struct DiskAreaHealth {
     pub reason: Option<String>,
 }
 
-/// The egress filter of network policies (SEC-18), in `/health`.
+// SEC-18.
+/// The egress filter of network policies, in `/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EgressHealth {

@@ -232,6 +232,7 @@ fn over_https(headers: &HeaderMap) -> bool {
 /// `X-Stockade-CSRF` header, which a cross-site form cannot send.
 #[utoipa::path(post, path = "/api/v1/session", tag = "accounts",
     request_body = SessionRequest,
+    params(("X-Stockade-CSRF" = String, Header, description = "any value; a cross-site form cannot send it")),
     responses((status = 200, description = "Signed in; the cookie is set", body = WhoAmIResponse),
               (status = 401, description = "Unknown token", body = ErrorBody),
               (status = 403, description = "The X-Stockade-CSRF header is missing", body = ErrorBody)))]

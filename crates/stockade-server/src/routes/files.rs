@@ -42,7 +42,7 @@ pub fn routes() -> Router<AppState> {
 #[openapi(
     paths(read, stat, write, delete, download, upload, mkdir, move_path, watch),
     components(schemas(FileEntry, stockade_api::FileType, DirectoryListing, ArchiveUploadResponse, stockade_api::files::Binary, stockade_api::files::MoveRequest)),
-    tags((name = "files", description = "Files inside a sandbox (API-9)"))
+    tags((name = "files", description = "Files inside a sandbox"))
 )]
 pub struct FilesApi;
 

@@ -218,7 +218,7 @@ pub async fn list(
 }
 
 /// Details of one sandbox, with live usage (CPU, memory, network, pids) of a
-/// running one and the size of its volume (API-3).
+/// running one and the size of its volume.
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
     responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
