@@ -12,6 +12,8 @@ const EMBEDDED: &[&str] = &[
     "@xterm/xterm/lib/xterm.mjs",
     "@xterm/xterm/css/xterm.css",
     "@xterm/addon-fit/lib/addon-fit.mjs",
+    "marked/lib/marked.umd.js",
+    "dompurify/dist/purify.min.js",
 ];
 
 fn main() {

@@ -133,7 +133,7 @@ async fn quota_response(state: &AppState, id: &AccountId) -> ApiResult<QuotaResp
     })
 }
 
-/// An account's quota and what it uses of it (SEC-16): for administrators,
+/// An account's quota and what it uses of it: for administrators,
 /// and for the account itself. Sandboxes and disk count every sandbox that
 /// is not terminated (stopped ones too); CPU and memory count the running
 /// ones.

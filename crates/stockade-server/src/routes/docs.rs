@@ -597,6 +597,18 @@ mod examples {
                 .request(json!({"name": "ci-runner"}))
                 .response(json!({"account": account(ACCOUNT_ID, "ci-runner", false),
                                  "token": "stk_WMi1CyK6HSTX91de5822zx39NW1FbcZOgEfF7ITi"})),
+            op("get", "/api/v1/accounts/{account_id}/quota").response(json!({
+                "accountId": ACCOUNT_ID,
+                "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100},
+                "usage": {"sandboxes": 3, "cpuCores": 2, "memoryGB": 4, "diskGB": 30}
+            })),
+            op("put", "/api/v1/accounts/{account_id}/quota")
+                .request(json!({"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100}))
+                .response(json!({
+                    "accountId": ACCOUNT_ID,
+                    "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100},
+                    "usage": {"sandboxes": 0, "cpuCores": 0, "memoryGB": 0, "diskGB": 0}
+                })),
             op("get", "/api/v1/accounts").response(json!({"accounts": [
                 account(ADMIN_ID, "admin", true), account(ACCOUNT_ID, "ci-runner", false)
             ]})),

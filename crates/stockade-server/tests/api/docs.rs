@@ -35,6 +35,7 @@ const ROUTE_SOURCES: &[(&str, &str, &str)] = &[
     ("src/routes/update.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/snapshots.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/terminal.rs", "pub fn routes()", "/api/v1"),
+    ("src/routes/accounts.rs", "pub fn routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn api_routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn gateway_routes()", ""),
     ("src/proxy.rs", "pub fn routes()", ""),
@@ -52,6 +53,7 @@ const ROUTER_PARTS: &[&str] = &[
     ".merge(routes::update::routes())",
     ".merge(routes::snapshots::routes())",
     ".merge(routes::terminal::routes())",
+    ".merge(accounts::routes())",
     ".merge(compat::prime::api_routes())",
     ".nest(\"/api/v1\", api)",
     ".nest(compat::envd::E2B_PREFIX, compat::e2b_routes())",
@@ -707,6 +709,7 @@ impl Documented {
 /// example is one of them.
 const STEPS: &[(&str, &str)] = &[
     ("post", "/api/v1/accounts"),
+    ("put", "/api/v1/accounts/{account_id}/quota"),
     ("post", "/api/v1/session"),
     ("post", "/api/v1/teams"),
     ("post", "/api/v1/teams/{team_id}/members"),
