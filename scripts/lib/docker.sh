@@ -10,6 +10,11 @@
 # not running (Debian's dockerd starts and supervises its own containerd when
 # none is configured), and waits up to STOCKADE_DOCKER_WAIT seconds (60) for
 # the daemon to answer. Idempotent; silent when Docker already works.
+#
+# stockade_docker_state prints what stands between this user and a working
+# Docker, without changing anything: `ok`, `missing` (no docker command),
+# `denied` (the daemon answers, but not to this user) or `stopped` (no
+# answer). stockade_docker_socket prints where the client connects.
 
 STOCKADE_DOCKERD_LOG="${STOCKADE_DOCKERD_LOG:-/var/log/stockade-dockerd.log}"
 
@@ -43,6 +48,29 @@ _stockade_dockerd_running() {
         pgrep -x dockerd >/dev/null 2>&1
     else
         grep -qx dockerd /proc/[0-9]*/comm 2>/dev/null
+    fi
+}
+
+stockade_docker_socket() {
+    if [ -n "${DOCKER_HOST:-}" ]; then
+        printf '%s\n' "$DOCKER_HOST"
+    else
+        printf '%s\n' unix:///var/run/docker.sock
+    fi
+}
+
+stockade_docker_state() {
+    if ! command -v docker >/dev/null 2>&1; then
+        echo missing
+        return 0
+    fi
+    local out
+    if out="$(docker info 2>&1 >/dev/null)"; then
+        echo ok
+    elif printf '%s' "$out" | grep -qi 'permission denied'; then
+        echo denied
+    else
+        echo stopped
     fi
 }
 

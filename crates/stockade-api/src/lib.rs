@@ -412,9 +412,44 @@ pub struct HealthResponse {
     /// Whether allow/deny lists of `networkPolicy` are enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressHealth>,
+    /// Whether the default image and the runtime presets' images are on
+    /// the Docker host already; absent when Docker did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImagesHealth>,
     /// Things that work but need an operator's attention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// The images a create uses when it names none: present on the Docker host,
+/// or to be pulled by the first create that needs them.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagesHealth {
+    /// The image of sandboxes that name no image and no runtime; while it
+    /// is absent, `warnings` says so.
+    pub default: ImageHealth,
+    /// The `runtime` presets and their images (absent ones are pulled by the
+    /// first create that names them; no warning).
+    #[serde(default)]
+    pub presets: Vec<PresetImageHealth>,
+}
+
+/// One image and whether the Docker host has it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageHealth {
+    pub image: String,
+    pub present: bool,
+}
+
+/// A `runtime` preset (e.g. `node22`), its image and whether the Docker host has it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PresetImageHealth {
+    pub name: String,
+    pub image: String,
+    pub present: bool,
 }
 
 /// The last check of the sandboxes' network isolation.

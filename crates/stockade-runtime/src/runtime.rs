@@ -88,6 +88,11 @@ pub trait Lifecycle: Send + Sync {
     /// Makes sure `image` is present, pulling it when missing.
     async fn ensure_image(&self, image: &str) -> RuntimeResult<()>;
 
+    /// Whether `image` is present on the engine already, without pulling it
+    /// (one local inspect: fast, no registry traffic). For the start banner
+    /// and `/health`.
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool>;
+
     /// Creates the volume `agent-sandbox-{id}` (if absent) and the container
     /// with the volume mounted at `/workspace`, and starts it. On any failure
     /// nothing it made is left behind. Returns the container id.

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use stockade_runtime::{DockerConfig, DockerRuntime, IsolationConfig, Runtime};
 use stockade_server::ratelimit::{IpNet, Limit, RateLimitConfig};
+use stockade_server::routes::health::images_health;
 use stockade_server::{AppState, Bootstrap, ServerConfig};
 use stockade_service::egress::EgressStatus;
 
@@ -719,6 +720,13 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     config.service.usage.volume_size_ttl =
         std::time::Duration::from_secs(args.volume_size_ttl_secs);
     let limits = describe_limits(&config.rate_limit);
+    let presets: Vec<(String, String)> = config
+        .service
+        .defaults
+        .runtimes
+        .iter()
+        .map(|(name, image)| (name.clone(), image.clone()))
+        .collect();
     stockade_core::spec::parse_image(&args.default_image, "--default-image")
         .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.service.defaults.image = args.default_image.clone();
@@ -802,6 +810,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         "  admission: {}",
         describe_admission(&svc.config.admission, info.as_ref().ok())
     );
+    let mut pull_default = false;
     match info {
         Ok(i) => {
             say!(
@@ -817,6 +826,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
                     disk.workspace.method().map_or("-", |m| m.describe()),
                     disk.root_fs.method().map_or("-", |m| m.describe()),
                 ),
+            }
+            match images_health(runtime.as_ref(), &args.default_image, &presets).await {
+                Ok(images) => {
+                    for line in image_banner(&images) {
+                        say!("{line}");
+                    }
+                    pull_default = !images.default.present;
+                }
+                Err(e) => say!("  image:     {} (could not check: {e})", args.default_image),
             }
         }
         Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
@@ -850,6 +868,20 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         }
         Bootstrap::Nothing => {}
     }
+    if pull_default {
+        // In the background, bounded by the runtime's pull timeout: an image
+        // that cannot be pulled never holds up the start.
+        let runtime = runtime.clone();
+        let image = args.default_image.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let pulled = runtime.ensure_image(&image).await;
+            say!(
+                "{}",
+                pull_outcome(&image, pulled.map(|()| started.elapsed()))
+            );
+        });
+    }
 
     let shutdown = server.shutdown.clone();
     tokio::spawn(async move {
@@ -882,6 +914,62 @@ async fn wait_for_signal() {
     {
         let _ = ctrl_c.await;
     }
+}
+
+/// The banner's lines on the default image and the runtime presets'
+/// images: present, or absent with what happens and how to choose another.
+fn image_banner(images: &stockade_api::ImagesHealth) -> Vec<String> {
+    let image = &images.default.image;
+    let mut lines = if images.default.present {
+        vec![format!(
+            "  image:     {image} (the default image) is present"
+        )]
+    } else {
+        vec![
+            format!("  image:     WARNING: the default image {image} is absent; pulling it in the background…"),
+            "             until it is here, a create without an image or runtime pulls it first (and fails if it cannot)".to_owned(),
+            format!("             choose a local image with --default-image IMAGE or STOCKADE_DEFAULT_IMAGE, or run `docker pull {image}`"),
+        ]
+    };
+    if !images.presets.is_empty() {
+        let presets = images
+            .presets
+            .iter()
+            .map(|p| {
+                let presence = if p.present { "present" } else { "absent" };
+                format!("{} = {} ({presence})", p.name, p.image)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        lines.push(format!(
+            "  runtimes:  {presets}; an absent one is pulled by the first create that names it"
+        ));
+    }
+    lines
+}
+
+/// The line printed when the background pull of the default image ends.
+fn pull_outcome(
+    image: &str,
+    pulled: Result<std::time::Duration, stockade_runtime::RuntimeError>,
+) -> String {
+    match pulled {
+        Ok(took) => format!(
+            "Default image {image} pulled in {} s: creates without an image start at once now.",
+            took.as_secs()
+        ),
+        Err(stockade_runtime::RuntimeError::ImageUnavailable { reason, .. }) => {
+            pull_failed(image, &reason)
+        }
+        Err(e) => pull_failed(image, &e.to_string()),
+    }
+}
+
+/// The warning when the default image could not be pulled, with the ways out.
+fn pull_failed(image: &str, why: &str) -> String {
+    format!(
+        "WARNING: the default image {image} could not be pulled ({why}). Creates without an image or runtime will fail until it is there: choose a local image with --default-image IMAGE or STOCKADE_DEFAULT_IMAGE (`docker images` lists them), or run `docker pull {image}` when its registry is reachable."
+    )
 }
 
 /// Where the object store is, for the start banner (no secrets).
@@ -1024,6 +1112,52 @@ mod tests {
         assert!(err.starts_with("--cpu-overcommit: "), "{err}");
         let err = parse(&["--default-quota-cpu=-2"]).unwrap_err().to_string();
         assert!(err.starts_with("--default-quota-cpu: "), "{err}");
+    }
+
+    #[test]
+    fn image_banner_says_what_is_absent_and_how_to_choose_another() {
+        let preset = |name: &str, image: &str, present| stockade_api::PresetImageHealth {
+            name: name.into(),
+            image: image.into(),
+            present,
+        };
+        let mut images = stockade_api::ImagesHealth {
+            default: stockade_api::ImageHealth {
+                image: "node:20-bookworm".into(),
+                present: false,
+            },
+            presets: vec![
+                preset("node22", "node:22-bookworm", false),
+                preset("python3.13", "python:3.13-bookworm", true),
+            ],
+        };
+        let text = super::image_banner(&images).join("\n");
+        assert!(text.contains("WARNING: the default image node:20-bookworm is absent"));
+        assert!(text.contains("--default-image IMAGE or STOCKADE_DEFAULT_IMAGE"));
+        assert!(text.contains("`docker pull node:20-bookworm`"));
+        assert!(text.contains(
+            "node22 = node:22-bookworm (absent), python3.13 = python:3.13-bookworm (present)"
+        ));
+        images.default.present = true;
+        images.presets.clear();
+        assert_eq!(
+            super::image_banner(&images),
+            vec!["  image:     node:20-bookworm (the default image) is present"]
+        );
+        let failed = super::pull_outcome(
+            "x.invalid/y:1",
+            Err(stockade_runtime::RuntimeError::ImageUnavailable {
+                image: "x.invalid/y:1".into(),
+                reason: "no such host".into(),
+            }),
+        );
+        assert!(
+            failed.starts_with(
+                "WARNING: the default image x.invalid/y:1 could not be pulled (no such host)"
+            ),
+            "{failed}"
+        );
+        assert!(failed.contains("--default-image IMAGE or STOCKADE_DEFAULT_IMAGE"));
     }
 
     #[test]

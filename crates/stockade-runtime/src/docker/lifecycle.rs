@@ -418,6 +418,16 @@ impl Lifecycle for DockerRuntime {
         self.image_facts(&docker, image).await.map(|_| ())
     }
 
+    #[tracing::instrument(skip(self))]
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
+        let docker = self.client().await?;
+        match docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(e) if status_code(&e) == Some(404) => Ok(false),
+            Err(e) => Err(self.map_err(e, "inspect image")),
+        }
+    }
+
     #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
         let docker = self.client().await?;

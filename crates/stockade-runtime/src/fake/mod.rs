@@ -510,6 +510,13 @@ impl Lifecycle for FakeRuntime {
         Ok(())
     }
 
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
+        self.check_available()?;
+        // The fake has every image but the ones marked missing (they cannot
+        // be pulled either).
+        Ok(!self.state().missing_images.contains(image))
+    }
+
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
         self.create_labelled(spec, None).await
     }

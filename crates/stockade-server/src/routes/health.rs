@@ -7,6 +7,11 @@
 //! [`STALE_WAIT`] for the refresh; only when there is no answer yet (the
 //! first call, or the database's health changed since the last check) does
 //! it wait for the probe itself.
+//!
+//! The default image and the runtime presets' images are looked up the same
+//! way (a local inspect each, no pull): an absent default image is a
+//! warning, since every create without an image needs it; absent presets are
+//! information only, pulled by the first create that names them.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,9 +23,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use stockade_api::{
     DatabaseHealth, DiskAreaHealth, DiskHealth, DockerHealth, EgressHealth, HealthResponse,
-    IsolationHealth,
+    ImageHealth, ImagesHealth, IsolationHealth, PresetImageHealth,
 };
-use stockade_runtime::{DiskEnforcement, Enforcement, RuntimeInfo};
+use stockade_runtime::{DiskEnforcement, Enforcement, Runtime, RuntimeInfo};
 use stockade_service::egress::EgressStatus;
 use stockade_store::StoreError;
 use tokio::sync::watch;
@@ -112,6 +117,7 @@ struct DbProblem {
 pub struct HealthCache {
     docker: Arc<Probe<Result<RuntimeInfo, String>>>,
     database: Arc<Probe<Result<(), DbProblem>>>,
+    images: Arc<Probe<Result<ImagesHealth, String>>>,
 }
 
 impl Default for HealthCache {
@@ -119,6 +125,7 @@ impl Default for HealthCache {
         Self {
             docker: Arc::new(Probe::new()),
             database: Arc::new(Probe::new()),
+            images: Arc::new(Probe::new()),
         }
     }
 }
@@ -164,9 +171,22 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             Err(_) => Err(db_no_answer()),
         }
     });
-    let (docker, db, disk) = tokio::join!(
+    let defaults = &state.config.service.defaults;
+    let (default_image, presets) = (defaults.image.clone(), defaults.runtimes.clone());
+    let runtime = state.svc.runtime.clone();
+    let images_probe = state.health.images.get(0, move || async move {
+        let presets = presets.into_iter().collect::<Vec<_>>();
+        tokio::time::timeout(
+            PROBE_TIMEOUT,
+            images_health(runtime.as_ref(), &default_image, &presets),
+        )
+        .await
+        .unwrap_or_else(|_| Err("Docker did not answer".to_owned()))
+    });
+    let (docker, db, images, disk) = tokio::join!(
         docker_probe,
         db_probe,
+        images_probe,
         // Probed once and cached by the runtime.
         tokio::time::timeout(PROBE_TIMEOUT, state.svc.runtime.disk_enforcement()),
     );
@@ -245,7 +265,13 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             reason: Some(why),
         },
     };
+    let images = images
+        .and_then(|c| c.value.clone().ok())
+        .filter(|_| docker.status == "healthy");
     let mut warnings = Vec::new();
+    if let Some(i) = images.as_ref().filter(|i| !i.default.present) {
+        warnings.push(absent_default_image_warning(&i.default.image));
+    }
     if let Some(why) = &egress.reason {
         warnings.push(format!(
             "networkPolicy allow/deny lists cannot be enforced: {why}"
@@ -270,8 +296,48 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             isolation,
             disk: disk.as_ref().map(disk_health),
             egress: Some(egress),
+            images,
             warnings,
         }),
+    )
+}
+
+/// The default image and each preset's image, present or not (a local
+/// inspect each, at once; nothing is pulled).
+pub async fn images_health(
+    runtime: &dyn Runtime,
+    default_image: &str,
+    presets: &[(String, String)],
+) -> Result<ImagesHealth, String> {
+    let default = runtime.image_present(default_image);
+    let presets = futures_util::future::join_all(presets.iter().map(|(name, image)| async move {
+        runtime
+            .image_present(image)
+            .await
+            .map(|present| PresetImageHealth {
+                name: name.clone(),
+                image: image.clone(),
+                present,
+            })
+    }));
+    let (default, presets) = tokio::join!(default, presets);
+    Ok(ImagesHealth {
+        default: ImageHealth {
+            image: default_image.to_owned(),
+            present: default.map_err(|e| e.to_string())?,
+        },
+        presets: presets
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+    })
+}
+
+/// What `/health` (and the start banner) say while the default image is
+/// not on the Docker host: what happens, and the three ways out.
+pub fn absent_default_image_warning(image: &str) -> String {
+    format!(
+        "the default image {image} is not on the Docker host: a create without dockerImage or runtime pulls it first and fails with image_unavailable if it cannot be pulled; run `docker pull {image}`, or choose a local image with --default-image or STOCKADE_DEFAULT_IMAGE"
     )
 }
 

@@ -1,0 +1,439 @@
+//! The first five minutes as a newcomer lives them (issue 16): the README's
+//! quick-start lines, run unchanged against a server that `scripts/run`
+//! starts; `scripts/run` refusing clearly where it cannot set up Docker; the
+//! banner and `/health` naming an absent default image with the ways out;
+//! and the README's SDK program being exactly the example that compiles.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(repo().join("README.md")).expect("README.md")
+}
+
+/// The fenced block right after the HTML comment `<!-- marker -->`.
+fn block_after(text: &str, marker: &str) -> String {
+    let comment = format!("<!-- {marker} -->");
+    let at = text
+        .find(&comment)
+        .unwrap_or_else(|| panic!("README.md has no {comment}"));
+    let rest = &text[at + comment.len()..];
+    let open = rest.find("```").expect("a fenced block after the marker");
+    let body = &rest[open..];
+    let body = &body[body.find('\n').expect("fence line") + 1..];
+    let close = body.find("\n```").expect("the block's closing fence");
+    body[..close + 1].to_owned()
+}
+
+fn test_image() -> String {
+    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn dockerd_pids() -> String {
+    let out = Command::new("pgrep").args(["-x", "dockerd"]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The README's quick start, line for line, in bash, from a scratch
+/// directory that looks like a checkout (`scripts` and `target/release`
+/// link to the real ones, the latter to the debug build this test has):
+/// the server on a free port (`STOCKADE_LISTEN`, `STOCKADE_URL`) with a
+/// scratch data directory and the local test image as its default image.
+#[test]
+fn readme_quick_start_runs_as_written() {
+    let text = readme();
+    let lines = block_after(&text, "quickstart");
+    let expected = block_after(&text, "quickstart-output");
+    assert!(
+        lines.contains("scripts/run"),
+        "the quick start runs scripts/run"
+    );
+
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_stockade"));
+    let debug_dir = bin.parent().unwrap().to_owned();
+    let target_dir = debug_dir.parent().unwrap().to_owned();
+    let scratch = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo().join("scripts"), scratch.path().join("scripts")).unwrap();
+    std::fs::create_dir(scratch.path().join("target")).unwrap();
+    std::os::unix::fs::symlink(&debug_dir, scratch.path().join("target/release")).unwrap();
+    let data = scratch.path().join("data");
+
+    // Run as pasted, stopping at the first failing line; whatever happens,
+    // the sandbox is removed and the server stopped.
+    let script = format!(
+        "set -e\n\
+         trap 'exit 143' TERM\n\
+         trap 'stockade rm hello >/dev/null 2>&1 || true; [ -n \"$!\" ] && kill \"$!\" 2>/dev/null; wait' EXIT\n\
+         {lines}"
+    );
+    std::fs::write(scratch.path().join("quickstart.sh"), &script).unwrap();
+    let port = free_port();
+    let started = Instant::now();
+    let out = Command::new("timeout")
+        .args(["-s", "TERM", "1200", "bash", "quickstart.sh"])
+        .current_dir(scratch.path())
+        .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("STOCKADE_URL", format!("http://127.0.0.1:{port}"))
+        .env("STOCKADE_DATA_DIR", &data)
+        .env("STOCKADE_DEFAULT_IMAGE", test_image())
+        .env("STOCKADE_RUN_PROFILE", "debug")
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("STOCKADE_LOG", "warn")
+        .env_remove("STOCKADE_TOKEN")
+        .env_remove("STOCKADE_ADMIN_TOKEN")
+        .env_remove("STOCKADE_DATABASE_URL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bash");
+    let log = std::fs::read_to_string(scratch.path().join("stockade.log")).unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the quick start failed ({:?}):\nstdout:\n{stdout}\nstderr:\n{}\nstockade.log:\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.ends_with(&expected),
+        "the last command printed something else than the README shows:\nexpected the end:\n{expected}\ngot:\n{stdout}"
+    );
+    // The run script said what it would do, built nothing new, and the
+    // server's banner shows the default image as present.
+    assert!(log.contains("scripts/run: on "), "{log}");
+    assert!(
+        log.contains(&format!(
+            "image:     {} (the default image) is present",
+            test_image()
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains("runtimes:  node20 = node:20-bookworm"),
+        "{log}"
+    );
+    assert!(
+        data.join("stockade.db").exists(),
+        "SQLite in the data directory"
+    );
+    eprintln!("quick start ran in {:?}", started.elapsed());
+}
+
+/// Copies `scripts/run` and the library it sources into a directory
+/// everyone may read, so that an unprivileged user can run them.
+fn run_script_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("scripts/lib")).unwrap();
+    for file in ["scripts/run", "scripts/lib/docker.sh"] {
+        std::fs::copy(repo().join(file), dir.path().join(file)).unwrap();
+    }
+    let chmod = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chmod.success());
+    dir
+}
+
+/// Not root and not allowed to use Docker (the user `nobody`, as on a
+/// machine where the user is not in the `docker` group): `scripts/run`
+/// changes nothing and prints the commands that would fix it.
+#[test]
+fn run_script_refuses_clearly_without_docker_access() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run scripts/run as the user nobody");
+        return;
+    }
+    let copy = run_script_copy();
+    let before = dockerd_pids();
+    let script = copy.path().join("scripts/run");
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", "env", "-i"])
+        .arg("HOME=/nonexistent")
+        .arg("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg(&script)
+        .args(["--listen", "127.0.0.1:1"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("runuser");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing on stdout: {out:?}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(
+        stderr.contains("user nobody may not use it"),
+        "names the problem: {stderr}"
+    );
+    assert!(
+        stderr.contains("sudo usermod -aG docker nobody"),
+        "how to join the docker group: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("sudo {} --listen 127.0.0.1:1", script.display())),
+        "how to run it as root, with the same arguments: {stderr}"
+    );
+    assert!(
+        stderr.contains("rustup"),
+        "nobody has no cargo either: {stderr}"
+    );
+    assert_eq!(dockerd_pids(), before, "the running engine was not touched");
+}
+
+/// Root, but no `docker` command and no `apt-get` (another distribution):
+/// `scripts/run` says to install Docker Engine and run it again, and the
+/// engine that is running is left alone.
+#[test]
+fn run_script_refuses_clearly_without_apt_get() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let copy = run_script_copy();
+    // A PATH with the basic tools only: no docker, no apt-get.
+    let bin = tempfile::tempdir().unwrap();
+    for tool in [
+        "bash", "env", "id", "sed", "grep", "cat", "dirname", "readlink", "printf", "getent",
+        "cut", "sleep",
+    ] {
+        let found = Command::new("bash")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let path = String::from_utf8_lossy(&found.stdout).trim().to_owned();
+        if path.starts_with('/') {
+            std::os::unix::fs::symlink(&path, bin.path().join(tool)).unwrap();
+        }
+    }
+    let before = dockerd_pids();
+    let script = copy.path().join("scripts/run");
+    let out = Command::new(&script)
+        .env_clear()
+        .env("HOME", "/nonexistent")
+        .env("PATH", bin.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("scripts/run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert!(
+        stderr.contains("Docker Engine is not installed, and without apt-get"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("https://docs.docker.com/engine/install/"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("then run {} again", script.display())),
+        "{stderr}"
+    );
+    assert_eq!(dockerd_pids(), before, "the running engine was not touched");
+    let info = Command::new("docker").args(["info"]).output().unwrap();
+    assert!(info.status.success(), "Docker still answers");
+}
+
+/// A default image the Docker host does not have and cannot pull
+/// (`.invalid` never resolves): the start is not held up, the banner says
+/// so with the ways out, the background pull's failure is printed, and
+/// `/health` carries it as a warning next to the presets' presence.
+#[test]
+fn absent_default_image_is_named_in_the_banner_and_health() {
+    let image = "stockade-absent.invalid/x:1";
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .arg("server")
+        .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("STOCKADE_DATA_DIR", data.path())
+        .env("STOCKADE_DEFAULT_IMAGE", image)
+        .env("STOCKADE_LOG", "warn")
+        .env_remove("STOCKADE_DATABASE_URL")
+        .env_remove("STOCKADE_ADMIN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stockade server");
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let _child = Kill(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let mut listening = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(line) => {
+                if line.contains(" listening on ") && listening.is_none() {
+                    listening = Some(started.elapsed());
+                }
+                let done = line.contains("could not be pulled");
+                lines.push(line);
+                if done {
+                    break;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(_) => break,
+        }
+    }
+    let banner = lines.join("\n");
+    assert!(listening.is_some(), "server did not start:\n{banner}");
+    assert!(
+        banner.contains(&format!(
+            "WARNING: the default image {image} is absent; pulling it in the background"
+        )),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("--default-image IMAGE or STOCKADE_DEFAULT_IMAGE"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains(&format!("`docker pull {image}`")),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("runtimes:  node20 = node:20-bookworm ("),
+        "presets listed with their presence:\n{banner}"
+    );
+    assert!(
+        banner.contains(&format!(
+            "WARNING: the default image {image} could not be pulled"
+        )),
+        "the background pull's outcome:\n{banner}"
+    );
+    // The token lines came before the pull's outcome: the pull never held
+    // up the start.
+    let token_at = lines.iter().position(|l| l.starts_with("Use it as:"));
+    let pull_at = lines.iter().position(|l| l.contains("could not be pulled"));
+    assert!(token_at < pull_at, "{banner}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(["health", "--json"])
+        .env("STOCKADE_URL", &url)
+        .env_remove("STOCKADE_TOKEN")
+        .output()
+        .expect("stockade health");
+    let health: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(health["images"]["default"]["image"], image, "{health}");
+    assert_eq!(health["images"]["default"]["present"], false, "{health}");
+    let presets = health["images"]["presets"].as_array().expect("presets");
+    assert!(
+        presets
+            .iter()
+            .any(|p| p["name"] == "python3.13" && p["image"] == "python:3.13-bookworm"),
+        "{health}"
+    );
+    let warnings = health["warnings"].as_array().expect("warnings");
+    let warning = warnings
+        .iter()
+        .filter_map(|w| w.as_str())
+        .find(|w| w.contains(image))
+        .unwrap_or_else(|| panic!("no warning names the image: {health}"));
+    assert!(warning.contains("STOCKADE_DEFAULT_IMAGE"), "{warning}");
+    // Absent presets are information, not warnings.
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.as_str().unwrap_or("").contains("python:3.13")),
+        "{health}"
+    );
+}
+
+/// A present default image: no warning, and `present: true`.
+#[test]
+fn present_default_image_has_no_warning() {
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .arg("server")
+        .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("STOCKADE_DATA_DIR", data.path())
+        .env("STOCKADE_DEFAULT_IMAGE", test_image())
+        .env("STOCKADE_LOG", "warn")
+        .env_remove("STOCKADE_DATABASE_URL")
+        .env_remove("STOCKADE_ADMIN_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stockade server");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let health = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(["health", "--json"])
+            .env("STOCKADE_URL", format!("http://127.0.0.1:{port}"))
+            .env_remove("STOCKADE_TOKEN")
+            .output()
+            .expect("stockade health");
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the server did not answer");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(health["images"]["default"]["present"], true, "{health}");
+    assert_eq!(health["images"]["default"]["image"], test_image().as_str());
+    let warnings = health["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !warnings
+            .iter()
+            .any(|w| w.as_str().unwrap_or("").contains("default image")),
+        "{health}"
+    );
+}
+
+/// The README's SDK program is the example the SDK crate compiles (and
+/// clippy checks), byte for byte.
+#[test]
+fn readme_sdk_program_is_the_compiled_example() {
+    let shown = block_after(&readme(), "sdk-quickstart");
+    let example =
+        std::fs::read_to_string(repo().join("crates/stockade-sdk/examples/quickstart.rs"))
+            .expect("crates/stockade-sdk/examples/quickstart.rs");
+    assert_eq!(
+        shown, example,
+        "README.md's SDK program differs from crates/stockade-sdk/examples/quickstart.rs"
+    );
+}
