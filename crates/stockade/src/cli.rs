@@ -787,6 +787,25 @@ pub async fn health(ctx: &Ctx) -> anyhow::Result<ExitCode> {
         if let Some(e) = &h.database.error {
             outln!("  error:  {e}")?;
         }
+        if let Some(images) = &h.images {
+            let presence = |present: bool| if present { "present" } else { "absent" };
+            outln!(
+                "image:    {} ({})",
+                images.default.image,
+                presence(images.default.present)
+            )?;
+            let presets: Vec<String> = images
+                .presets
+                .iter()
+                .map(|p| format!("{} {}", p.name, presence(p.present)))
+                .collect();
+            if !presets.is_empty() {
+                outln!("runtimes: {}", presets.join(", "))?;
+            }
+        }
+        for w in &h.warnings {
+            outln!("warning:  {w}")?;
+        }
     }
     Ok(if h.status == "healthy" {
         ExitCode::SUCCESS
