@@ -472,4 +472,57 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
         "entries of a destroyed sandbox stay"
     );
     eprintln!("create with an allow list: {create_ms} ms");
+
+    // Figures (printed, not enforced): the cost of a policy against
+    // allow-all, measured in the same run.
+    let timed_create = |policy: Value| {
+        let app = &app;
+        async move {
+            let started = Instant::now();
+            let sb = app.create(t, json!({ "networkPolicy": policy })).await;
+            (sb["id"].as_str().unwrap().to_owned(), started.elapsed())
+        }
+    };
+    let (open, open_create) = timed_create(json!("allow-all")).await;
+    let (listed, listed_create) = timed_create(json!({ "allow": ["allowed.test"] })).await;
+    const FETCHES: u32 = 20;
+    let per_fetch = |id: String, line: String| {
+        let app = &app;
+        async move {
+            let r = app
+                .post(
+                    &format!("/api/v1/sandbox/{id}/exec"),
+                    t,
+                    json!({ "shell": format!("for i in $(seq {FETCHES}); do {line} || exit 1; done"), "timeoutSeconds": 60 }),
+                )
+                .await;
+            assert_eq!(r.body["exitCode"], 0, "{:?}", r.body);
+            r.body["durationMs"].as_f64().unwrap() / f64::from(FETCHES)
+        }
+    };
+    let direct = per_fetch(
+        open.clone(),
+        format!(
+            "wget -q -O /dev/null --header 'Host: allowed.test' http://{}/",
+            outside.addr(2)
+        ),
+    )
+    .await;
+    let filtered = per_fetch(
+        listed.clone(),
+        "wget -q -O /dev/null http://allowed.test/".into(),
+    )
+    .await;
+    eprintln!(
+        "egress figures: create allow-all {} ms, with an allow list {} ms (ratio {:.2}); \
+         HTTP fetch direct under allow-all {direct:.2} ms, by name under an allow list \
+         (DNS by the filter, through its proxy) {filtered:.2} ms (ratio {:.2}), {FETCHES} each",
+        open_create.as_millis(),
+        listed_create.as_millis(),
+        listed_create.as_secs_f64() / open_create.as_secs_f64(),
+        filtered / direct,
+    );
+    for id in [open, listed] {
+        app.delete(&format!("/api/v1/sandbox/{id}"), t).await;
+    }
 }
