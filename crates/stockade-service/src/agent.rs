@@ -90,9 +90,12 @@ impl Agents {
         let client = AgentClient::new(endpoint(ip), Some(self.token(id)));
         wait_until_ready(&client).await;
         let mut warm = self.warm_lock();
-        if warm.len() < MAX_CLIENTS {
-            warm.insert(id.clone(), (ip, client));
+        // A member discarded while its agent was being reached may leave
+        // its entry behind: never let such entries crowd out new ones.
+        if warm.len() >= MAX_CLIENTS {
+            warm.clear();
         }
+        warm.insert(id.clone(), (ip, client));
     }
 
     /// Hands the primed client of a claimed member to the sandbox's session

@@ -602,9 +602,12 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, Str
                     // SEC-18: a member with network access gets the entry
                     // of the default policy now, so that claiming it for an
                     // allow-all sandbox writes nothing.
-                    // Its agent, connected now rather than at the first command.
+                    // Its agent, connected now rather than at the first
+                    // command; in the background, so the member is ready at
+                    // once (a claim before the agent answers finds it as usual).
                     if let Ok(Some(ip)) = svc.runtime.container_address(&member.sandbox_id).await {
-                        svc.agents.prime(&member.sandbox_id, ip).await;
+                        let (svc, id) = (svc.clone(), member.sandbox_id.clone());
+                        tokio::spawn(async move { svc.agents.prime(&id, ip).await });
                     }
                     if member.network_access {
                         let ports = svc.egress_ports();
