@@ -275,6 +275,12 @@ test('/health warnings are shown to administrators', async () => {
     }),
   });
   await routed.waitForSelector('#health-warnings:not([hidden])');
+  // One line until opened, naming what each warning is about.
+  assert.equal(await routed.textContent('#health-summary'),
+    'This server needs attention: 2 warnings (networkPolicy allow/deny lists cannot be enforced; diskSizeGB is not enforced on this host)');
+  assert.ok(await routed.isHidden('#health-warning-list li >> nth=0'));
+  await routed.click('#health-summary');
+  await routed.waitForSelector('#health-warning-list li', { state: 'visible' });
   assert.deepEqual(await routed.$$eval('#health-warning-list li', (lis) => lis.map((li) => li.textContent)), [egress, disk]);
   await shot(routed, '87-health-warnings');
   await done(routed);

@@ -61,6 +61,7 @@ function editQuota(a, q) {
   markFields(quotaForm, [], QUOTA_FIELDS);
   quotaStatus(`Uses now: ${quotaRows(q).map(([label, text]) => `${label.toLowerCase()} ${text}`).join(', ')}.`);
   quotaForm.hidden = false;
+  quotaForm.scrollIntoView({ block: 'nearest' });
   f.sandboxes.focus();
 }
 

@@ -59,6 +59,8 @@ async function showHealthWarnings() {
   const list = $('health-warning-list');
   list.textContent = '';
   for (const w of warnings) list.append(el('li', {}, w));
+  // One line until opened: the warnings are long and stay until fixed.
+  $('health-summary').textContent = `This server needs attention: ${warnings.length === 1 ? 'one warning' : `${warnings.length} warnings`} (${warnings.map((w) => w.split(':')[0]).join('; ')})`;
   box.hidden = !warnings.length;
 }
 
