@@ -10,3 +10,4 @@ import './suite/files.mjs';
 import './suite/everything.mjs';
 import './suite/url.mjs';
 import './suite/readable.mjs';
+import './suite/limits.mjs';

@@ -107,12 +107,12 @@ export async function routeMissing(method, p, opts) {
 const pages = new WeakMap();
 
 /**
- * A new browser context, signed in with the admin token, at `hash`
- * (`setup(page)` runs first, e.g. to route requests). Every
+ * A new browser context, signed in with the admin token (or the token
+ * `as`), at `hash` (`setup(page)` runs first, e.g. to route requests). Every
  * request it makes and every CSP violation and script error is recorded
  * for `done`.
  */
-export async function signedInPage({ width = 1280, height = 860, hash = '', setup } = {}) {
+export async function signedInPage({ width = 1280, height = 860, hash = '', setup, as = token } = {}) {
   const context = await env.browser.newContext({ viewport: { width, height }, acceptDownloads: true });
   const page = await context.newPage();
   const seen = { external: [], errors: [] };
@@ -136,7 +136,7 @@ export async function signedInPage({ width = 1280, height = 860, hash = '', setu
   await page.waitForSelector('#token-input', { state: 'visible', timeout: 15000 }).catch((e) => {
     throw new Error(`the sign-in form did not show: ${e.message}\n${log.join('\n')}`);
   });
-  await page.fill('#token-input', token);
+  await page.fill('#token-input', as);
   await page.press('#token-input', 'Enter');
   await page.waitForSelector('#app:not([hidden])');
   return page;

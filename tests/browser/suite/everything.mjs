@@ -39,7 +39,7 @@ test('create with every setting and a local archive as the source', async () => 
   await page.fill(f('disk'), '2');
   await page.fill(f('timeout'), '45');
   await page.uncheck(f('persistent'));
-  await page.uncheck(f('network'));
+  await page.selectOption(f('network'), 'deny-all');
   await page.fill(f('env'), 'GREETING=hello there\nMODE=test');
   await page.fill(f('labels'), 'ui, archive');
   await page.fill(f('tags'), 'team=dash\nkind=test');
@@ -59,6 +59,7 @@ test('create with every setting and a local archive as the source', async () => 
   assert.equal(sb.timeoutMinutes, 45);
   assert.equal(sb.persistent, false);
   assert.equal(sb.networkAccess, false);
+  assert.equal(sb.networkPolicy, 'deny-all');
   assert.deepEqual(sb.environmentVars, { GREETING: 'hello there', MODE: 'test' });
   assert.deepEqual(sb.labels.sort(), ['archive', 'ui']);
   assert.deepEqual(sb.tags, { kind: 'test', team: 'dash' });

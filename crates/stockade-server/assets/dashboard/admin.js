@@ -1,11 +1,16 @@
 // Administration (UI-8): accounts (list, create; the new token is shown
-// once) and teams (list, create, add and remove members).
+// once) with each one's quota and use, editable (SEC-16), and teams (list,
+// create, add and remove members).
 
 import { api } from './api.js';
-import { $, el, notice, showError, ago, when, table, busy, ask } from './ui.js';
+import { $, el, notice, showError, ago, when, table, busy, ask, quotaRows, parseNumber, FieldError, markFields, num } from './ui.js';
 
 let section = null;
 let accounts = [];
+/** The account whose quota the editor shows, or null. */
+let editing = null;
+
+const quotaPath = (id) => `/api/v1/accounts/${encodeURIComponent(id)}/quota`;
 
 async function loadAccounts() {
   accounts = (await api('GET', '/api/v1/accounts')).accounts;
@@ -20,10 +25,90 @@ async function showAccounts() {
     return;
   }
   if (section !== 'accounts') return;
+  // Each account's quota and use; one that fails to load says why in its row.
+  const quotas = await Promise.all(accounts.map((a) => api('GET', quotaPath(a.id)).catch((e) => e)));
+  if (section !== 'accounts') return;
   host.textContent = '';
-  host.append(table(['Name', 'ID', 'Role', 'Created'], accounts.map((a) => el('tr', { 'data-account': a.id },
-    el('td', {}, a.name), el('td', { class: 'mono small' }, a.id), el('td', {}, a.isAdmin ? 'administrator' : 'user'), el('td', {}, ago(a.createdAt)))), { class: 'accounts' }));
+  host.append(table(['Name', 'ID', 'Role', 'Sandboxes', 'CPU', 'Memory', 'Disk', 'Created', ''], accounts.map((a, i) => {
+    const q = quotas[i];
+    const cells = q instanceof Error
+      ? [el('td', { colspan: 4, class: 'error' }, `Quota unavailable: ${q.message}`)]
+      : quotaRows(q).map(([, text, key]) => el('td', { 'data-quota': key }, text));
+    return el('tr', { 'data-account': a.id },
+      el('td', {}, a.name), el('td', { class: 'mono small' }, a.id), el('td', {}, a.isAdmin ? 'administrator' : 'user'),
+      cells, el('td', {}, ago(a.createdAt)),
+      el('td', {}, q instanceof Error ? null : el('button', { type: 'button', class: 'small', 'aria-label': `Edit the quota of ${a.name}`, onclick: () => editQuota(a, q) }, 'Edit quota')));
+  }), { class: 'accounts' }));
 }
+
+// ---------- quotas ----------
+
+const quotaForm = $('quota-form');
+const QUOTA_FIELDS = { sandboxes: 'sandboxes', cpuCores: 'cpuCores', memoryGB: 'memoryGB', diskGB: 'diskGB' };
+
+function quotaStatus(text, kind = '') {
+  const s = $('quota-status');
+  s.className = `status-line ${kind}`.trim();
+  s.textContent = text;
+}
+
+/** Opens the quota editor on account `a` with its quota `q` (empty: unlimited). */
+function editQuota(a, q) {
+  editing = a;
+  const f = quotaForm.elements;
+  for (const key of Object.keys(QUOTA_FIELDS)) f[key].value = q.quota[key] == null ? '' : num(q.quota[key]);
+  $('quota-title').textContent = `Quota of ${a.name}`;
+  markFields(quotaForm, [], QUOTA_FIELDS);
+  quotaStatus(`Uses now: ${quotaRows(q).map(([label, text]) => `${label.toLowerCase()} ${text}`).join(', ')}.`);
+  quotaForm.hidden = false;
+  quotaForm.scrollIntoView({ block: 'nearest' });
+  f.sandboxes.focus();
+}
+
+/** The quota the editor holds; throws FieldError naming a bad field. */
+function quotaBody() {
+  const f = quotaForm.elements;
+  const value = (n) => (n === undefined ? null : n);
+  return {
+    sandboxes: value(parseNumber(f.sandboxes.value, 'sandboxes', { min: 0, integer: true })),
+    cpuCores: value(parseNumber(f.cpuCores.value, 'cpuCores', { min: 0 })),
+    memoryGB: value(parseNumber(f.memoryGB.value, 'memoryGB', { min: 0 })),
+    diskGB: value(parseNumber(f.diskGB.value, 'diskGB', { min: 0, integer: true })),
+  };
+}
+
+quotaForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const a = editing;
+  if (!a) return;
+  let body;
+  try {
+    body = quotaBody();
+  } catch (err) {
+    if (!(err instanceof FieldError)) throw err;
+    markFields(quotaForm, [err], QUOTA_FIELDS);
+    quotaStatus(`Not saved: ${err.message}`, 'error');
+    return;
+  }
+  busy($('quota-save'), async () => {
+    let saved;
+    try {
+      saved = await api('PUT', quotaPath(a.id), body);
+    } catch (err) {
+      markFields(quotaForm, err.fields || [], QUOTA_FIELDS);
+      quotaStatus(`Not saved: ${err.message}`, 'error');
+      return;
+    }
+    markFields(quotaForm, [], QUOTA_FIELDS);
+    quotaStatus(`Saved the quota of ${a.name}: ${quotaRows(saved).map(([label, text]) => `${label.toLowerCase()} ${text}`).join(', ')}.`);
+    showAccounts();
+  });
+});
+
+$('quota-cancel').addEventListener('click', () => {
+  editing = null;
+  quotaForm.hidden = true;
+});
 
 $('account-form').addEventListener('submit', (e) => {
   e.preventDefault();
@@ -146,6 +231,7 @@ export const adminPage = {
   show(route) {
     section = route.section === 'teams' ? 'teams' : 'accounts';
     $('admin-accounts').hidden = section !== 'accounts';
+    if (section !== 'accounts') { editing = null; $('quota-form').hidden = true; }
     $('admin-teams').hidden = section !== 'teams';
     $('admin-tab-accounts').setAttribute('aria-selected', String(section === 'accounts'));
     $('admin-tab-teams').setAttribute('aria-selected', String(section === 'teams'));
@@ -153,6 +239,8 @@ export const adminPage = {
   },
   hide() {
     section = null;
+    editing = null;
+    $('quota-form').hidden = true;
     $('account-token').hidden = true;
     $('account-token').textContent = '';
   },

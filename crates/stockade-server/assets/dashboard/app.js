@@ -1,12 +1,15 @@
 // Stockade's dashboard: sign-in, the page shown for the URL, and the list's
-// refresh. No build step and no CDN: every module is served from the binary.
+// refresh, the caller's own quota and use on the home page (SEC-16), and for
+// administrators the warnings of `/health` (disk limits or egress lists not
+// enforced, isolation degraded). No build step and no CDN: every module is
+// served from the binary.
 //
 // The API token is handed to the server once, at sign-in; the session then
 // lives in an HttpOnly cookie that no script (this one included) can read,
 // so a reload keeps the session and nothing holds the token.
 
 import { api, CSRF, onUnauthorized } from './api.js';
-import { $, notice } from './ui.js';
+import { $, el, notice, quotaRows } from './ui.js';
 import { onRoute, reapply, here } from './router.js';
 import * as sidebar from './list.js';
 import { showSandbox, hideSandbox, closeAll } from './sandbox.js';
@@ -17,7 +20,49 @@ import { adminPage } from './admin.js';
 
 const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'admin'];
 const NAV = { home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes', admin: 'nav-admin' };
-const state = { signedIn: false, me: null, listTimer: null, page: null };
+const state = { signedIn: false, me: null, listTimer: null, healthTimer: null, page: null };
+/** How often an administrator's page asks `/health` for warnings. */
+const HEALTH_MS = 30000;
+
+/** The caller's quota and use, on the home page. */
+async function showMyQuota() {
+  const me = state.me;
+  if (!me) return;
+  let q;
+  try {
+    q = await api('GET', `/api/v1/accounts/${encodeURIComponent(me.account.id)}/quota`);
+  } catch (_) {
+    // A server without quotas: nothing to show.
+    $('my-quota').hidden = true;
+    return;
+  }
+  if (state.me !== me) return;
+  const list = $('my-quota-list');
+  list.textContent = '';
+  for (const [label, text, key] of quotaRows(q)) list.append(el('dt', {}, label), el('dd', { 'data-quota': key }, text));
+  $('my-quota').hidden = false;
+}
+
+/** The warnings of `/health`, for administrators: a banner while there are any. */
+async function showHealthWarnings() {
+  const box = $('health-warnings');
+  if (!state.me || !state.me.account.isAdmin) { box.hidden = true; return; }
+  let warnings;
+  try {
+    // Unhealthy is a 503 with the same body.
+    const resp = await fetch('/api/v1/health', { credentials: 'same-origin' });
+    warnings = (await resp.json()).warnings || [];
+  } catch (_) {
+    return;
+  }
+  if (!state.me || !state.me.account.isAdmin) return;
+  const list = $('health-warning-list');
+  list.textContent = '';
+  for (const w of warnings) list.append(el('li', {}, w));
+  // One line until opened: the warnings are long and stay until fixed.
+  $('health-summary').textContent = `This server needs attention: ${warnings.length === 1 ? 'one warning' : `${warnings.length} warnings`} (${warnings.map((w) => w.split(':')[0]).join('; ')})`;
+  box.hidden = !warnings.length;
+}
 
 function show(route) {
   if (!state.signedIn) return;
@@ -33,6 +78,7 @@ function show(route) {
     $(NAV[page]).setAttribute('aria-current', 'page');
     state.page = page;
   }
+  if (page === 'home') showMyQuota();
   if (page === 'sandbox') showSandbox(route);
   else if (page === 'new') showCreate(route);
   else if (page === 'snapshots') snapshotsPage.show();
@@ -61,19 +107,29 @@ async function showApp() {
   reapply();
   await sidebar.refresh();
   clearInterval(state.listTimer);
-  state.listTimer = setInterval(() => { if (document.visibilityState !== 'hidden') sidebar.refresh(); }, 3000);
+  state.listTimer = setInterval(() => {
+    if (document.visibilityState === 'hidden') return;
+    sidebar.refresh();
+    if (state.page === 'home') showMyQuota();
+  }, 3000);
+  clearInterval(state.healthTimer);
+  showHealthWarnings();
+  if (me.account.isAdmin) state.healthTimer = setInterval(() => { if (document.visibilityState !== 'hidden') showHealthWarnings(); }, HEALTH_MS);
 }
 
 /** Ends the session (unless `quiet`: it is gone already) and shows the sign-in form. */
 async function signOut(message, { quiet } = {}) {
   state.signedIn = false;
   clearInterval(state.listTimer);
+  clearInterval(state.healthTimer);
   // The cookie is gone before the form shows, so a reload stays signed out.
   if (!quiet) await fetch('/api/v1/session', { method: 'DELETE', headers: CSRF, credentials: 'same-origin' }).catch(() => {});
   state.me = null;
   closeAll();
   state.page = null;
   notice('');
+  $('health-warnings').hidden = true;
+  $('my-quota').hidden = true;
   $('app').hidden = true;
   $('signin').hidden = false;
   $('token-input').value = '';

@@ -1,12 +1,14 @@
 // The create form (UI-2, UI-8): image or runtime, resources, environment,
-// labels, tags, ports, timeout, persistence, network access, team and the
+// labels, tags, ports, timeout, persistence, the egress policy (SEC-18:
+// all, none, only these destinations, all except these), team and the
 // source of /workspace (git, tarball, an uploaded local archive, a snapshot
 // or a copy of another sandbox). A loading indicator while it works, the
-// API's message (with the fields marked) when it fails, and the new sandbox
-// opened in its console when it succeeds.
+// API's message in a banner and the status line (with the fields marked)
+// when it fails — a bad egress entry, a quota (SEC-16) or a full host
+// (SEC-15) — and the new sandbox opened in its console when it succeeds.
 
 import { api } from './api.js';
-import { $, el, parsePairs, parseList, parseNumber, FieldError, markFields } from './ui.js';
+import { $, el, parsePairs, parseList, parseNumber, FieldError, markFields, egressControl, showError, clearNotice } from './ui.js';
 import { go } from './router.js';
 import * as sidebar from './list.js';
 import { readySnapshots } from './snapshots.js';
@@ -18,13 +20,14 @@ const FIELDS = {
   name: 'name', dockerImage: 'image', runtime: 'runtime', startCommand: 'startCommand',
   cpuCores: 'cpu', memoryGB: 'memory', diskSizeGB: 'disk', timeoutMinutes: 'timeout',
   environmentVars: 'env', labels: 'labels', tags: 'tags', ports: 'ports', teamId: 'team',
-  persistent: 'persistent', networkAccess: 'network', archive: 'archive', snapshot: 'snapshot', forkOf: 'forkOf',
+  persistent: 'persistent', archive: 'archive', snapshot: 'snapshot', forkOf: 'forkOf',
 };
+const egress = egressControl(form);
 
 /** The field mapping, with the URL of the chosen source. */
 function fields() {
   const url = sourceKind() === 'tarball' ? 'tarballUrl' : 'gitUrl';
-  return { ...FIELDS, 'source.url': url, source: url };
+  return { ...FIELDS, ...egress.fields(), 'source.url': url, source: url };
 }
 
 function sourceKind() {
@@ -87,7 +90,7 @@ function requestBody() {
   if (timeout !== undefined) body.timeoutMinutes = timeout;
   if (f.team.value) body.teamId = f.team.value;
   if (!f.persistent.checked) body.persistent = false;
-  if (!f.network.checked) body.networkAccess = false;
+  body.networkPolicy = egress.read();
   const env = parsePairs(f.env.value, 'environmentVars', { keyPattern: /^[A-Za-z_][A-Za-z0-9_]*$/ });
   if (Object.keys(env).length) body.environmentVars = env;
   const labels = parseList(f.labels.value);
@@ -139,6 +142,7 @@ form.addEventListener('submit', async (e) => {
     return;
   }
   markFields(form, [], fields());
+  clearNotice();
   submit.disabled = true;
   try {
     if (body.source && body.source.type === 'upload') {
@@ -153,11 +157,13 @@ form.addEventListener('submit', async (e) => {
     setStatus(`Created ${sb.name}.`);
     form.reset();
     showSource();
+    egress.show();
     await sidebar.refresh();
     go({ page: 'sandbox', id: sb.id, tab: null });
   } catch (err) {
     markFields(form, err.fields || [], fields());
     setStatus(`Could not create the sandbox: ${err.message}`, 'error');
+    showError('Could not create the sandbox', err);
   } finally {
     submit.disabled = false;
   }

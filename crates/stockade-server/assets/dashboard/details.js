@@ -1,10 +1,12 @@
-// The details tab (UI-4, UI-8, UI-10): state and settings of the sandbox, a
-// live chart of CPU and memory with a few minutes of history, its exposed
-// ports with proxy links (expose, unexpose), and a settings form (PATCH).
+// The details tab (UI-4, UI-8, UI-10): state and settings of the sandbox, its
+// disk use against the enforced limits (SEC-13), a live chart of CPU and
+// memory with a few minutes of history, its exposed ports with proxy links
+// (expose, unexpose), its egress policy, changed live (SEC-18), and a
+// settings form (PATCH).
 
 import { api, sandboxPath } from './api.js';
 import { $, el, notice, showError, cores, gb, memory, duration, when, num, busy,
-  parsePairs, formatPairs, parseList, parseNumber, FieldError, markFields } from './ui.js';
+  parsePairs, formatPairs, parseList, parseNumber, FieldError, markFields, egressControl, describePolicy } from './ui.js';
 import { drawChart, CHART_COLORS } from './chart.js';
 
 const WINDOW_MS = 5 * 60 * 1000;
@@ -17,6 +19,42 @@ let current = null;
 let timer = null;
 let portsFor = null;
 let settingsFor = null;
+/** What `/health` says of disk limits on this host (why one is not enforced), fetched once a minute at most. */
+let diskHealth = { at: 0, value: null };
+
+async function loadDiskHealth() {
+  if (Date.now() - diskHealth.at < 60000) return;
+  diskHealth.at = Date.now();
+  try {
+    // /health answers 503 with the same body when something is unhealthy.
+    const resp = await fetch('/api/v1/health', { credentials: 'same-origin' });
+    diskHealth.value = (await resp.json()).disk || null;
+  } catch (_) { diskHealth.value = null; }
+}
+
+const BYTES_PER_GB = 1024 ** 3;
+
+/**
+ * One writable area's disk use: "12.0 KB of 2 GB" where the limit is
+ * enforced, else what is used and that the limit is not enforced (and why,
+ * as `/health` says).
+ */
+function diskArea(used, limit, sb, health) {
+  const usedText = used == null ? 'not measured yet' : memory(used);
+  if (limit != null) return `${usedText} of ${gb(limit / BYTES_PER_GB)}`;
+  const why = health && health.reason ? `: ${health.reason}` : '';
+  return `${usedText}${used == null ? '' : ' used'}; the ${gb(sb.diskSizeGB)} limit is not enforced on this host${why}`;
+}
+
+function diskRows(sb) {
+  const d = sb.disk;
+  if (!d) return [['Disk', `${gb(sb.diskSizeGB)}${sb.status === 'TERMINATED' ? '' : ' (use not measured)'}`]];
+  const h = diskHealth.value || {};
+  return [
+    ['Disk, /workspace', diskArea(d.workspaceBytes, d.workspaceLimitBytes, sb, h.workspace)],
+    ['Disk, root filesystem', diskArea(d.rootFsBytes, d.rootFsLimitBytes, sb, h.rootFs)],
+  ];
+}
 
 /** Records the usage figures of a freshly loaded sandbox. */
 export function sample(sb) {
@@ -47,9 +85,9 @@ function renderFacts(sb) {
     ['Uptime', running ? duration(sb.uptimeSeconds) : '—'],
     ['CPU', u && u.cpuPercent != null ? `${(u.cpuPercent / Math.max(0.01, sb.cpuCores)).toFixed(1)} % of ${cores(sb.cpuCores)}` : cores(sb.cpuCores)],
     ['Memory', u ? `${memory(u.memoryBytes)} of ${gb(sb.memoryGB)}` : gb(sb.memoryGB)],
-    ['Disk', gb(sb.diskSizeGB)],
+    ...diskRows(sb),
     ['Processes', u ? String(u.pids) : '—'],
-    ['Network', sb.networkAccess ? `on${u ? ` · received ${memory(u.networkRxBytes)}, sent ${memory(u.networkTxBytes)}` : ''}` : 'off (no egress)'],
+    ['Network', `${describePolicy(sb.networkPolicy)}${u && sb.networkAccess ? ` · received ${memory(u.networkRxBytes)}, sent ${memory(u.networkTxBytes)}` : ''}`],
     ['Volume', `${sb.volume.name} at ${sb.volume.mountPath}${sb.volume.size ? ` — ${sb.volume.size}` : ''}`],
     ['Session timeout', timeout],
     ['Labels', sb.labels.length ? sb.labels.join(', ') : '—'],
@@ -64,7 +102,7 @@ function renderFacts(sb) {
   if (sb.terminatedAt) rows.push(['Terminated', when(sb.terminatedAt)]);
   const facts = $('facts');
   facts.textContent = '';
-  for (const [k, v] of rows) facts.append(el('dt', {}, k), el('dd', {}, v));
+  for (const [k, v] of rows) facts.append(el('dt', {}, k), el('dd', { 'data-fact': k }, v));
   if (sb.volume.warning) facts.append(el('dt', {}, 'Warning'), el('dd', { class: 'warn', id: 'volume-warning' }, sb.volume.warning));
 }
 
@@ -252,6 +290,71 @@ settingsForm.addEventListener('submit', async (e) => {
   });
 });
 
+// ---------- the egress policy, changed live ----------
+
+const networkForm = $('network-form');
+const egress = egressControl(networkForm);
+let networkFor = null;
+let networkShown = null;
+let networkDirty = false;
+networkForm.addEventListener('input', () => { networkDirty = true; });
+networkForm.addEventListener('change', () => { networkDirty = true; });
+
+function fillNetwork(sb, fresh) {
+  egress.fill(sb.networkPolicy);
+  networkFor = sb.id;
+  networkShown = JSON.stringify(sb.networkPolicy);
+  networkDirty = false;
+  if (fresh) {
+    markFields(networkForm, [], {});
+    $('network-status').textContent = '';
+  }
+  const editable = sb.status !== 'TERMINATED';
+  for (const input of networkForm.elements) input.disabled = !editable;
+}
+
+function renderNetwork(sb) {
+  $('network-current').textContent = `Now: ${describePolicy(sb.networkPolicy)}.`;
+  if (networkFor !== sb.id) fillNetwork(sb, true);
+  else if (!networkDirty && JSON.stringify(sb.networkPolicy) !== networkShown) fillNetwork(sb, false);
+}
+
+networkForm.addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const v = current;
+  if (!v || !v.sb) return;
+  const status = $('network-status');
+  let policy;
+  try {
+    policy = egress.read();
+  } catch (err) {
+    if (!(err instanceof FieldError)) throw err;
+    markFields(networkForm, [err], egress.fields());
+    status.className = 'status-line error';
+    status.textContent = `Not applied: ${err.message}`;
+    return;
+  }
+  await busy($('network-save'), async () => {
+    let answer;
+    try {
+      answer = await api('PATCH', sandboxPath(v.id), { networkPolicy: policy });
+    } catch (err) {
+      markFields(networkForm, err.fields || [], egress.fields());
+      status.className = 'status-line error';
+      status.textContent = `Not applied: ${err.message}`;
+      showError(`Could not change the network policy of ${v.sb.name}`, err);
+      return;
+    }
+    if (current !== v) return;
+    // The notes say whether it holds now or from the next start.
+    status.className = 'status-line';
+    status.textContent = `Applied: ${describePolicy(answer.sandbox ? answer.sandbox.networkPolicy : policy)}.${(answer.notes || []).map((n) => ` ${n}.`).join('')}`;
+    markFields(networkForm, [], {});
+    networkDirty = false;
+    await v.refresh();
+  });
+});
+
 // ---------- the tab ----------
 
 function redraw() {
@@ -264,6 +367,8 @@ export const details = {
     current = v;
     portsFor = null;
     settingsFor = null;
+    networkFor = null;
+    loadDiskHealth().then(() => { if (current === v && v.sb) renderFacts(v.sb); });
     $('facts').textContent = '';
     $('ports').textContent = '';
     if (v.sb) this.record(v);
@@ -276,6 +381,7 @@ export const details = {
     renderFacts(v.sb);
     renderChart(v.sb);
     if (portsFor !== v.id) loadPorts(v);
+    renderNetwork(v.sb);
     // Another sandbox: a fresh form. The same one changed elsewhere: its
     // new values, unless someone is editing them here.
     if (settingsFor !== v.id) fillSettings(v.sb, true);

@@ -217,3 +217,97 @@ export function table(headers, rows, attrs = {}) {
       el('thead', {}, el('tr', {}, headers.map((h) => el('th', { scope: 'col' }, h)))),
       el('tbody', {}, rows.map((r) => (r.nodeType ? r : el('tr', {}, r.map((c) => el('td', {}, c))))))));
 }
+
+// ---------- egress policy (SEC-18) ----------
+
+/** The entries of a textarea: one a line, blank lines and `#` comments left out. */
+function entries(text) {
+  return String(text || '').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+}
+
+/**
+ * The network control of a form: a `network` select (`allow-all`,
+ * `deny-all`, `allow`: only these destinations, `deny`: all except these),
+ * an `egress` textarea of entries, and for `allow` an optional
+ * `egressExcept` textarea (the policy's deny list). It reads and fills a
+ * `networkPolicy` value as the API takes and answers it.
+ */
+export function egressControl(form) {
+  const f = form.elements;
+  const listBox = form.querySelector('[data-egress="list"]');
+  const exceptBox = form.querySelector('[data-egress="except"]');
+  const listLabel = form.querySelector('[data-egress="label"]');
+  const show = () => {
+    const mode = f.network.value;
+    listBox.hidden = mode !== 'allow' && mode !== 'deny';
+    exceptBox.hidden = mode !== 'allow';
+    listLabel.textContent = mode === 'deny' ? 'Destinations to refuse, one a line' : 'Destinations to allow, one a line';
+  };
+  f.network.addEventListener('change', show);
+  show();
+  return {
+    show,
+    /** The `networkPolicy` the control stands for; throws FieldError. */
+    read() {
+      const mode = f.network.value;
+      if (mode === 'allow-all' || mode === 'deny-all') return mode;
+      const list = entries(f.egress.value);
+      if (!list.length) throw new FieldError(`networkPolicy.${mode}`, 'enter at least one destination, one a line');
+      if (mode === 'deny') return { deny: list };
+      const except = entries(f.egressExcept.value);
+      return except.length ? { allow: list, deny: except } : { allow: list };
+    },
+    /** Shows `policy` (as the API answers it). */
+    fill(policy) {
+      let mode = 'allow-all'; let list = []; let except = [];
+      if (policy === 'deny-all') mode = 'deny-all';
+      else if (policy && typeof policy === 'object') {
+        if (Array.isArray(policy.allow)) { mode = 'allow'; list = policy.allow; except = policy.deny || []; } else { mode = 'deny'; list = policy.deny || []; }
+      }
+      f.network.value = mode;
+      f.egress.value = list.join('\n');
+      f.egressExcept.value = except.join('\n');
+      show();
+    },
+    /** API field → input name, for `markFields`. */
+    fields() {
+      return {
+        networkPolicy: 'network',
+        'networkPolicy.allow': 'egress',
+        'networkPolicy.deny': f.network.value === 'allow' ? 'egressExcept' : 'egress',
+        networkAccess: 'network',
+      };
+    },
+  };
+}
+
+/** A policy in words: "No egress", "Only pypi.org, *.pythonhosted.org (except …)". */
+export function describePolicy(policy) {
+  if (policy === 'deny-all') return 'No egress';
+  if (!policy || policy === 'allow-all' || typeof policy !== 'object') return 'All egress';
+  const deny = policy.deny || [];
+  if (Array.isArray(policy.allow)) {
+    return `Only ${policy.allow.join(', ') || 'nothing'}${deny.length ? ` (except ${deny.join(', ')})` : ''}`;
+  }
+  return deny.length ? `All except ${deny.join(', ')}` : 'All egress';
+}
+
+// ---------- quotas (SEC-16) ----------
+
+/** One limit against its use: "3 of 5", "0.5 of 2 cores", "1 GB (no limit)". */
+function against(used, limit, unit) {
+  const u = unit ? ` ${unit}` : '';
+  if (limit == null) return `${num(used)}${u} (no limit)`;
+  return `${num(used)} of ${num(limit)}${u}`;
+}
+
+/** An account's quota and use (`GET …/quota`) as `[label, text, key]` rows. */
+export function quotaRows(q) {
+  const l = q.quota || {}; const u = q.usage || {};
+  return [
+    ['Sandboxes', against(u.sandboxes, l.sandboxes, ''), 'sandboxes'],
+    ['CPU', against(u.cpuCores, l.cpuCores, Number(l.cpuCores ?? u.cpuCores) === 1 ? 'core' : 'cores'), 'cpuCores'],
+    ['Memory', against(u.memoryGB, l.memoryGB, 'GB'), 'memoryGB'],
+    ['Disk', against(u.diskGB, l.diskGB, 'GB'), 'diskGB'],
+  ];
+}
