@@ -13,12 +13,14 @@ use stockade_core::{
 };
 
 mod db;
+mod lock;
 mod postgres;
 mod queries;
 mod sql;
 mod sqlite;
 
 pub use db::SqlStore;
+pub use lock::DatabaseLock;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
