@@ -416,9 +416,32 @@ pub struct HealthResponse {
     /// the Docker host already; absent when Docker did not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImagesHealth>,
+    /// Which server instance runs the deployment-wide background work
+    /// (several instances on one PostgreSQL database share it through a
+    /// lease); absent from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderHealth>,
     /// Things that work but need an operator's attention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// This server instance and the leader lease of the background work
+/// (session timeouts, reconciliation, recovery, snapshot collection).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderHealth {
+    /// This server process.
+    pub instance: String,
+    /// Whether this instance runs the background work now.
+    pub is_leader: bool,
+    /// The instance holding the lease when last seen, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// When the holder's lease ends unless it renews it (every third of
+    /// its term); after that another instance takes over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// The images a create uses when it names none: present on the Docker host,

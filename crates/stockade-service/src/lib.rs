@@ -25,6 +25,7 @@ pub mod exec;
 pub mod files;
 pub mod idempotency;
 pub mod images;
+pub mod leader;
 pub mod lifecycle;
 pub mod log_cursor;
 pub mod metrics;
@@ -81,6 +82,8 @@ pub struct Service {
     pub egress: Arc<egress::Egress>,
     /// Admissions in flight (SEC-15, SEC-16).
     pub admission: Arc<admission::Admission>,
+    /// The leader lease of the deployment-wide background work (SCALE-7).
+    pub leader: Arc<leader::Leader>,
 }
 
 impl Service {
@@ -101,6 +104,8 @@ impl Service {
         let blobs = ObjectBlobStore::open(&config.blob_store)
             .map_err(|e| StoreError::Other(e.to_string()))?;
         let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
+        let ops = operations::Operations::new(config_lease);
+        let leader = leader::Leader::new(ops.holder());
         Ok(Self {
             store,
             runtime,
@@ -113,7 +118,8 @@ impl Service {
             usage,
             blobs: Arc::new(blobs),
             pool: Arc::new(pool),
-            ops: Arc::new(operations::Operations::new(config_lease)),
+            ops: Arc::new(ops),
+            leader: Arc::new(leader),
             shutdown: CancellationToken::new(),
             strays: Arc::default(),
             isolation: Arc::default(),
@@ -123,12 +129,16 @@ impl Service {
         })
     }
 
-    /// Recovers what earlier runs left half-done and reconciles once, then
-    /// starts the background tasks (lease renewal, recovery,
-    /// reconciliation, session timeouts, snapshot collection, the warm
-    /// pool) until `shutdown`, which also stops new operations from
-    /// beginning. The returned handle ends when the tasks that must finish
-    /// their work (the warm pool's fills and drain) have.
+    /// Recovers what earlier runs left half-done, then starts the
+    /// background tasks until `shutdown`, which also stops new operations
+    /// from beginning. Every instance runs its own part (the heartbeat of
+    /// its operations, the isolation check, its egress filter, its warm
+    /// pool); the deployment-wide part (recovery of dead operations,
+    /// reconciliation, session timeouts, snapshot collection) runs only
+    /// while this instance holds the leader lease (SCALE-7, `leader.rs`),
+    /// and the leader reconciles once before this returns. The returned
+    /// handle ends when the tasks that must finish their work (the warm
+    /// pool's fills and drain, handing the lease on) have.
     pub async fn start_background(&self, shutdown: CancellationToken) -> Background {
         {
             let stop = self.shutdown.clone();
@@ -152,25 +162,24 @@ impl Service {
                 "recovered operations a previous run left unfinished"
             );
         }
-        tokio::spawn(recovery::run_periodically(
-            self.clone(),
-            (self.config.operation_lease / 3).max(std::time::Duration::from_millis(100)),
-            shutdown.clone(),
-        ));
-        match reconcile::reconcile_once(self).await {
-            Ok(r) => tracing::info!(?r, "startup reconciliation done"),
-            Err(e) => {
-                tracing::warn!(error = %e, "startup reconciliation skipped: Docker unavailable")
+        let held = leader::take_at_start(self).await;
+        if held.is_some() {
+            match reconcile::reconcile_once(self).await {
+                Ok(r) => tracing::info!(?r, "startup reconciliation done"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "startup reconciliation skipped: Docker unavailable")
+                }
             }
+        } else {
+            tracing::info!(
+                leader = ?self.leader.status().holder,
+                "another instance leads the background work; this one serves requests"
+            );
         }
-        tokio::spawn(reconcile::run_periodically(self.clone(), shutdown.clone()));
-        tokio::spawn(sessions::run_periodically(self.clone(), shutdown.clone()));
-        tokio::spawn(snapshots::collect_periodically(
-            self.clone(),
-            shutdown.clone(),
-        ));
+        let leader = tokio::spawn(leader::run(self.clone(), held, shutdown.clone()));
+        tokio::spawn(leader::run_local(self.clone(), shutdown.clone()));
         let pool = tokio::spawn(pool::run(self.clone(), shutdown));
-        Background { pool }
+        Background { pool, leader }
     }
 }
 
@@ -204,12 +213,13 @@ impl Service {
 /// The background tasks of a running service.
 pub struct Background {
     pool: tokio::task::JoinHandle<()>,
+    leader: tokio::task::JoinHandle<()>,
 }
 
 impl Background {
     /// Waits for the tasks that finish work after shutdown (warm-pool fills
-    /// and, if configured, its drain).
+    /// and, if configured, its drain; giving the leader lease up).
     pub async fn finished(self) {
-        let _ = self.pool.await;
+        let _ = tokio::join!(self.pool, self.leader);
     }
 }

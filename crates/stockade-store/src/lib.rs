@@ -13,12 +13,14 @@ use stockade_core::{
 };
 
 mod db;
+mod lock;
 mod postgres;
 mod queries;
 mod sql;
 mod sqlite;
 
 pub use db::SqlStore;
+pub use lock::DatabaseLock;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -448,6 +450,48 @@ pub trait OperationStore: Send + Sync {
     async fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>>;
 }
 
+/// A lease one server instance holds at a time (SCALE-7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub name: String,
+    /// The server process holding it.
+    pub holder: String,
+    /// When its term ends unless the holder renews it first.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The name of the lease whose holder runs the deployment-wide background
+/// work (SCALE-7).
+pub const BACKGROUND_LEASE: &str = "background";
+
+/// Leases held by one server instance at a time (SCALE-7): the leader of
+/// the deployment-wide background work. Times come from the caller's
+/// clock, so instances sharing a database need clocks that agree to well
+/// within a lease's term.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Takes or renews lease `name` for `holder` until `expires_at`, in one
+    /// conditional write: when nobody holds it, when `holder` holds it
+    /// already, or when its holder's term ended at or before `now`. Of
+    /// several instances trying at once exactly one gets it. Returns the
+    /// lease as now stored when `holder` holds it, `None` when another
+    /// holder does. `expires_at` must lie after `now`.
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<Option<Lease>>;
+
+    /// Lease `name` as stored (possibly expired), if anyone took it.
+    async fn get_lease(&self, name: &str) -> StoreResult<Option<Lease>>;
+
+    /// Gives lease `name` up if `holder` holds it, so that another instance
+    /// takes it at once; whether it did.
+    async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool>;
+}
+
 /// Everything the server needs from its database. Implemented for every
 /// type that has all the roles; a test double implements only the role it
 /// fakes and is used where that role is asked for.
@@ -461,6 +505,7 @@ pub trait Store:
     + SnapshotStore
     + OperationStore
     + QuotaStore
+    + LeaseStore
     + 'static
 {
 }
@@ -475,6 +520,7 @@ impl<T> Store for T where
         + SnapshotStore
         + OperationStore
         + QuotaStore
+        + LeaseStore
         + 'static
 {
 }

@@ -146,6 +146,14 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_OPERATION_LEASE", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=300))]
     operation_lease: u64,
+    /// Seconds the leader lease lasts (SCALE-7): of several servers on one
+    /// PostgreSQL database, the holder runs the background work (session
+    /// timeouts, reconciliation, recovery, snapshot collection), renewing
+    /// every third of this; if it dies another takes over within this long
+    /// plus a third (2 to 300).
+    #[arg(long, env = "STOCKADE_LEADER_LEASE_SECONDS", default_value_t = 15,
+          value_parser = clap::value_parser!(u64).range(2..=300))]
+    leader_lease_seconds: u64,
     /// Seconds a stopping server waits for requests in flight before it
     /// exits (event streams end at once with an `end` event).
     #[arg(long, env = "STOCKADE_SHUTDOWN_GRACE", default_value_t = 10,
@@ -682,6 +690,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             format!("sqlite://{}", file.display())
         }
     };
+    // SQLite serves one server: a second one on the same file stops here,
+    // before it touches the database. Held until this process ends.
+    let _database_lock = stockade_store::DatabaseLock::for_url(&database).map_err(|e| match e {
+        stockade_store::StoreError::Conflict(why) => anyhow::anyhow!(why),
+        e => anyhow::anyhow!(e),
+    })?;
     let store = stockade_store::connect(&database)
         .await
         .with_context(|| format!("could not open the database {}", redact_url(&database)))?;
@@ -786,6 +800,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             "could not read the server settings (instance id, proxy token key) or the object store",
         )?;
     let svc = state.svc.clone();
+    svc.leader
+        .set_lease(std::time::Duration::from_secs(args.leader_lease_seconds))
+        .map_err(|e| anyhow::anyhow!("--leader-lease-seconds: {e}"))?;
     let server = stockade_server::spawn(state)
         .await
         .with_context(|| format!("could not listen on {}", args.listen))?;
@@ -795,6 +812,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     say!("  dashboard: {base}/");
     say!("  API docs:  {base}/api/v1/docs");
     say!("  database:  {}", redact_url(&database));
+    say!(
+        "  instance:  {}",
+        leader_line(&svc.leader.status(), args.leader_lease_seconds)
+    );
     say!("  limits:    {limits}");
     say!("  clients:   {connections_line}");
     say!(
@@ -914,6 +935,28 @@ async fn wait_for_signal() {
     {
         let _ = ctrl_c.await;
     }
+}
+
+/// The banner's line on this instance and the leader lease (SCALE-7).
+fn leader_line(status: &stockade_service::leader::LeaderStatus, lease_seconds: u64) -> String {
+    let role = if status.is_leader {
+        "leads the background work".to_owned()
+    } else {
+        match &status.holder {
+            Some(h) => format!("serves requests; {h} leads the background work"),
+            None => "serves requests; waiting for the leader lease".to_owned(),
+        }
+    };
+    format!(
+        "{} {role} (leader lease {lease_seconds} s, renewed every {} s)",
+        status.instance,
+        fmt_seconds(lease_seconds as f64 / 3.0)
+    )
+}
+
+fn fmt_seconds(s: f64) -> String {
+    let text = format!("{s:.1}");
+    text.strip_suffix(".0").unwrap_or(&text).to_owned()
 }
 
 /// The banner's lines on the default image and the runtime presets'

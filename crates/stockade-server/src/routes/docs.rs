@@ -62,7 +62,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
         stockade_api::ListSandboxesResponse, stockade_api::BulkDeleteRequest,
         stockade_api::BulkDeleteResponse, stockade_api::BulkDeleteResult,
         stockade_api::HealthResponse, stockade_api::DockerHealth, stockade_api::DatabaseHealth,
-        stockade_api::IsolationHealth,
+        stockade_api::IsolationHealth, stockade_api::LeaderHealth,
         stockade_api::CreateAccountRequest, stockade_api::CreateAccountResponse,
         stockade_api::AccountResponse, stockade_api::ListAccountsResponse, stockade_api::WhoAmIResponse,
         stockade_api::SessionRequest,
@@ -627,7 +627,9 @@ mod examples {
                 "disk": {"enforced": true,
                          "workspace": {"enforced": true, "method": "volume-size"},
                          "rootFs": {"enforced": true, "method": "storage-opt"}},
-                "egress": {"status": "running"}
+                "egress": {"status": "running"},
+                "leader": {"instance": "p4242-k3v9x2qa", "isLeader": true, "holder": "p4242-k3v9x2qa",
+                           "expiresAt": STARTED}
             })),
             op("get", "/metrics").response(json!(
                 "# TYPE stockade_sandboxes gauge\nstockade_sandboxes{status=\"RUNNING\"} 1\n"

@@ -23,7 +23,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use stockade_api::{
     DatabaseHealth, DiskAreaHealth, DiskHealth, DockerHealth, EgressHealth, HealthResponse,
-    ImageHealth, ImagesHealth, IsolationHealth, PresetImageHealth,
+    ImageHealth, ImagesHealth, IsolationHealth, LeaderHealth, PresetImageHealth,
 };
 use stockade_runtime::{DiskEnforcement, Enforcement, Runtime, RuntimeInfo};
 use stockade_service::egress::EgressStatus;
@@ -286,6 +286,13 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             i.problems.join("; ")
         ));
     }
+    let leader = state.svc.leader.status();
+    let leader = LeaderHealth {
+        instance: leader.instance,
+        is_leader: leader.is_leader,
+        holder: leader.holder,
+        expires_at: leader.expires_at,
+    };
     (
         code,
         Json(HealthResponse {
@@ -297,6 +304,7 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             disk: disk.as_ref().map(disk_health),
             egress: Some(egress),
             images,
+            leader: Some(leader),
             warnings,
         }),
     )

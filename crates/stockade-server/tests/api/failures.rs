@@ -13,9 +13,9 @@ use stockade_core::{
     SandboxId, SandboxStatus, Scope, Team, TeamId,
 };
 use stockade_store::{
-    AccountStore, HealthStore, IdempotencyStore, OperationStore, QuotaStore, SandboxFilter,
-    SandboxPage, SandboxStore, SandboxWrite, SettingsStore, SnapshotStore, SqliteStore, StoreError,
-    StoreHealth, StoreResult, TeamStore,
+    AccountStore, HealthStore, IdempotencyStore, Lease, LeaseStore, OperationStore, QuotaStore,
+    SandboxFilter, SandboxPage, SandboxStore, SandboxWrite, SettingsStore, SnapshotStore,
+    SqliteStore, StoreError, StoreHealth, StoreResult, TeamStore,
 };
 
 use crate::helpers::*;
@@ -252,6 +252,27 @@ impl SnapshotStore for FailingStore {
         before: DateTime<Utc>,
     ) -> StoreResult<Vec<stockade_core::Snapshot>> {
         self.inner.pending_snapshots(before).await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for FailingStore {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<Option<Lease>> {
+        self.inner
+            .acquire_lease(name, holder, now, expires_at)
+            .await
+    }
+    async fn get_lease(&self, name: &str) -> StoreResult<Option<Lease>> {
+        self.inner.get_lease(name).await
+    }
+    async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool> {
+        self.inner.release_lease(name, holder).await
     }
 }
 

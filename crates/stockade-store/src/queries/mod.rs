@@ -3,6 +3,7 @@
 
 mod accounts;
 mod idempotency;
+mod leases;
 mod operations;
 mod quotas;
 mod sandboxes;

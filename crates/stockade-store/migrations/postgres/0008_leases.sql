@@ -1,0 +1,9 @@
+-- SCALE-7: leases that one server instance holds at a time, e.g.
+-- `background` (the deployment-wide background work). `holder` is the
+-- process holding it until `expires_at`; it renews before then, and once
+-- that time has passed any instance may take the lease over.
+CREATE TABLE leases (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
