@@ -180,7 +180,9 @@ impl Usage {
             lock(&self.disks).remove(&sb.id);
         }
         resp.disk = disk.map(|d| DiskUsageSummary {
-            workspace_bytes: d.workspace_bytes,
+            // The volume's size, measured alongside, when the disk figures
+            // came before it.
+            workspace_bytes: d.workspace_bytes.or(size),
             workspace_limit_bytes: d.workspace_limit_bytes,
             root_fs_bytes: d.root_fs_bytes,
             root_fs_limit_bytes: d.root_fs_limit_bytes,
