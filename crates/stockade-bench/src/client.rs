@@ -104,6 +104,45 @@ impl Api {
         ))
     }
 
+    /// Runs the shell command line `cmd`; returns the exit code, stdout and
+    /// stderr together, and the run time the server reports (`durationMs`).
+    pub async fn exec_shell(&self, id: &str, cmd: &str) -> anyhow::Result<(i64, String, f64)> {
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/api/v1/sandbox/{id}/exec"),
+                Some(json!({ "shell": cmd, "timeoutSeconds": 300 })),
+                StatusCode::OK,
+            )
+            .await?;
+        let duration = v["durationMs"]
+            .as_f64()
+            .context("exec: the answer has no durationMs")?;
+        Ok((
+            v["exitCode"].as_i64().unwrap_or(-1),
+            format!(
+                "{}{}",
+                v["stdout"].as_str().unwrap_or_default(),
+                v["stderr"].as_str().unwrap_or_default()
+            ),
+            duration,
+        ))
+    }
+
+    /// `GET /api/v1/health` as the admin (any status: a degraded server
+    /// answers 503 with the same document).
+    pub async fn health(&self) -> anyhow::Result<Value> {
+        let resp = self
+            .http
+            .get(format!("{}/api/v1/health", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .context("health: no answer")?;
+        let text = resp.text().await.context("health: body")?;
+        serde_json::from_str(&text).with_context(|| format!("health: not JSON: {text}"))
+    }
+
     pub async fn stop(&self, id: &str) -> anyhow::Result<()> {
         let v = self
             .call(

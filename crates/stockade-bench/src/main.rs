@@ -1,9 +1,10 @@
 //! `stockade-bench`: starts a Stockade server in this process (fresh
 //! database, real Docker) and, in the same run, measures each scenario of
 //! issue 7 — and those of the in-sandbox agent (exec, terminal, memory,
-//! warm create → first command) and of gVisor — through Stockade's HTTP API
-//! and through a baseline: the Docker Engine API directly with the same
-//! container settings (or, for gVisor, Stockade under runc). Writes
+//! warm create → first command), of gVisor and of egress policies —
+//! through Stockade's HTTP API and through a baseline: the Docker Engine API
+//! directly with the same container settings (or, for gVisor, Stockade
+//! under runc; for egress policies, Stockade with `allow-all`). Writes
 //! `results.json` and `results.md`; never fails because of a ratio, only
 //! when something breaks.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ use clap::Parser;
 
 mod app;
 mod client;
+mod outside;
 mod raw;
 mod report;
 mod scenarios;
@@ -99,8 +101,21 @@ pub struct Cli {
     /// quick 10).
     #[arg(long)]
     pub runsc_execs: Option<usize>,
+    /// Egress scenario: batches of HTTP requests from inside a sandbox, each
+    /// way (default 30; quick 5). Skipped without root, `ip` or `python3`.
+    #[arg(long)]
+    pub egress_batches: Option<usize>,
+    /// Egress scenario: requests per batch, timed together by one exec
+    /// (default 50; quick 10).
+    #[arg(long)]
+    pub egress_requests: Option<usize>,
+    /// Egress scenario: creates with an allow list, and as many without
+    /// (default 20; quick 3).
+    #[arg(long)]
+    pub egress_creates: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
-    /// postgres, create, exec, burst, stop, logs, warm, terminal, gvisor.
+    /// postgres, create, exec, burst, stop, logs, warm, terminal, gvisor,
+    /// egress.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -124,6 +139,9 @@ pub struct Plan {
     pub keystrokes: usize,
     pub runsc_creates: usize,
     pub runsc_execs: usize,
+    pub egress_batches: usize,
+    pub egress_requests: usize,
+    pub egress_creates: usize,
     /// Scenario groups to run; empty = all.
     pub only: Vec<String>,
 }
@@ -155,6 +173,9 @@ impl Plan {
             keystrokes: pick(cli.keystrokes, 200, 20).max(1),
             runsc_creates: pick(cli.runsc_creates, 10, 3).max(1),
             runsc_execs: pick(cli.runsc_execs, 50, 10).max(1),
+            egress_batches: pick(cli.egress_batches, 30, 5).max(1),
+            egress_requests: pick(cli.egress_requests, 50, 10).max(1),
+            egress_creates: pick(cli.egress_creates, 20, 3).max(1),
             only: cli
                 .only
                 .iter()
@@ -164,9 +185,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 11] = [
+const GROUPS: [&str; 12] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "gvisor",
+    "gvisor", "egress",
 ];
 
 fn main() -> ExitCode {

@@ -244,6 +244,9 @@ impl Bench {
         if self.plan.runs("gvisor") {
             self.gvisor().await?;
         }
+        if self.plan.runs("egress") {
+            self.egress().await?;
+        }
         Ok(())
     }
 
@@ -1091,6 +1094,247 @@ impl Bench {
             .note("both through the API and the sandbox's agent"),
         );
         Ok(())
+    }
+}
+
+/// The outside host's name in the egress scenarios (answered by its DNS).
+const EGRESS_NAME: &str = "bench.test";
+/// What the outside host's HTTP server answers.
+const EGRESS_BODY: &str = "bench-http";
+
+/// One HTTP/1.0 GET of `/` on `host` port 80 from a shell, printing the
+/// response: busybox `nc` with the request on its stdin. (The test image's
+/// busybox `wget` segfaults when run through the agent's exec.)
+fn http_get(host: &str) -> String {
+    format!("printf 'GET / HTTP/1.0\\r\\nHost: {host}\\r\\n\\r\\n' | nc -w 5 {host} 80")
+}
+
+/// A shell loop of `n` HTTP GETs of `host`, each checked for the outside
+/// host's answer, stopping at the first failure.
+fn get_loop(n: usize, host: &str) -> String {
+    format!(
+        "i=0; while [ $i -lt {n} ]; do {} | grep -q {EGRESS_BODY} || exit 1; \
+         i=$((i+1)); done",
+        http_get(host)
+    )
+}
+
+impl Bench {
+    /// SEC-18: what an egress policy costs. A second server whose egress
+    /// filter asks the outside host's DNS server; HTTP from inside a
+    /// sandbox to the outside host under an allow list by name (DNS through
+    /// the filter's forwarder, TCP 80 through its transparent proxy) and by
+    /// CIDR (packet filter only) against `allow-all` by address, and create
+    /// with an allow list against create without. Skipped with a note when
+    /// the machine cannot make outside hosts or the filter is not running.
+    async fn egress(&mut self) -> anyhow::Result<()> {
+        if let Some(why) = crate::outside::unavailable() {
+            self.notes.push(format!("Egress was not measured: {why}."));
+            return Ok(());
+        }
+        let host = crate::outside::addr(2);
+        let outside = crate::outside::Outside::start(&[(
+            2,
+            vec![
+                "--dns".into(),
+                format!("{EGRESS_NAME}={host}"),
+                "--http".into(),
+                format!("80:{EGRESS_BODY}"),
+            ],
+        )])?;
+        let dns: std::net::SocketAddr = format!("{host}:53")
+            .parse()
+            .context("the outside host's DNS address")?;
+        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::connect(&format!(
+                "sqlite://{}",
+                dir.path().join("egress.db").display()
+            ))
+            .await
+            .context("could not open the SQLite database")?,
+        );
+        let app = App::start(ServerOptions {
+            store,
+            docker_host: self.docker_host.clone(),
+            image: self.cli_image.clone(),
+            oci_runtime: None,
+            configure: Some(Box::new(move |c| {
+                c.service.egress.upstream_dns = vec![dns];
+            })),
+        })
+        .await?;
+        self.instances.push(app.instance_id());
+        let api = Api::new(&app.base, &app.token)?;
+        let mut made = Vec::new();
+        let result = self.egress_measure(&api, &host, &mut made).await;
+        for id in &made {
+            let _ = api.delete(id).await;
+        }
+        app.stop().await;
+        drop(outside);
+        if let Some(rows) = result? {
+            self.rows.extend(rows);
+        }
+        Ok(())
+    }
+
+    /// The egress measurements on a server that asks the outside DNS; the
+    /// sandboxes it makes go into `made`. `None` (and a note) when the
+    /// server's egress filter is not running.
+    async fn egress_measure(
+        &mut self,
+        api: &Api,
+        host: &str,
+        made: &mut Vec<String>,
+    ) -> anyhow::Result<Option<Vec<Row>>> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            let health = api.health().await?;
+            let egress = &health["egress"];
+            if egress["status"] != "starting" || Instant::now() > deadline {
+                break egress.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if status["status"] != "running" {
+            self.notes.push(format!(
+                "Egress was not measured: the server's egress filter is not running \
+                 (/health egress: {status})."
+            ));
+            return Ok(None);
+        }
+
+        // Create with an allow list by name against create with allow-all,
+        // taking turns.
+        let by_name = json!({ "networkPolicy": { "allow": [EGRESS_NAME] } });
+        let (mut cs, mut cr) = (Vec::new(), Vec::new());
+        let (mut named, mut open) = (Vec::new(), Vec::new());
+        for _ in 0..self.plan.egress_creates {
+            let t = Instant::now();
+            let id = api.create(by_name.clone()).await?;
+            cs.push(ms(t.elapsed()));
+            made.push(id.clone());
+            named.push(id);
+            let t = Instant::now();
+            let id = api.create(json!({})).await?;
+            cr.push(ms(t.elapsed()));
+            made.push(id.clone());
+            open.push(id);
+        }
+        let cidr = api
+            .create(json!({ "networkPolicy": { "allow": [format!("{host}/32")] } }))
+            .await?;
+        made.push(cidr.clone());
+        let (named, open) = (named[0].clone(), open[0].clone());
+
+        // Each side reaches the outside host before anything is timed, and
+        // the allow list by name really goes through the filter: the
+        // address itself is refused there.
+        for (id, target, what) in [
+            (&named, EGRESS_NAME, "allow list by name"),
+            (&open, host, "allow-all"),
+            (&cidr, host, "allow list by CIDR"),
+        ] {
+            let mut last = String::new();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                last = api
+                    .exec_shell(id, &format!("{} 2>&1", http_get(target)))
+                    .await?
+                    .1;
+                if last.contains(EGRESS_BODY) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            if !last.contains(EGRESS_BODY) {
+                bail!("{what}: GET http://{target}/ from sandbox {id} answered {last:?}");
+            }
+        }
+        let (_, direct, _) = api
+            .exec_shell(&named, &format!("{} 2>&1", http_get(host)))
+            .await?;
+        if direct.contains(EGRESS_BODY) {
+            bail!(
+                "the allow list by name let http://{host}/ through: the filter is not in the path"
+            );
+        }
+
+        // Batches of N requests in one exec each; a sample is the exec's
+        // run time over N. The three kinds take turns.
+        let n = self.plan.egress_requests;
+        let (empty_code, _, empty) = api
+            .exec_shell(
+                &open,
+                &format!("i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"),
+            )
+            .await?;
+        if empty_code != 0 {
+            bail!("an empty loop exited {empty_code}");
+        }
+        let (mut name_s, mut open_s, mut cidr_s) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..self.plan.egress_batches {
+            for (id, target, samples) in [
+                (&named, EGRESS_NAME, &mut name_s),
+                (&open, host, &mut open_s),
+                (&cidr, host, &mut cidr_s),
+            ] {
+                let (code, out, took) = api.exec_shell(id, &get_loop(n, target)).await?;
+                if code != 0 {
+                    bail!("{n} GETs of http://{target}/ in sandbox {id}: exit {code}: {out}");
+                }
+                samples.push(took / n as f64);
+            }
+        }
+        let method = format!(
+            "One exec runs {n} HTTP/1.0 GETs in a shell loop (`printf … | nc host 80 | grep -q`: \
+             new processes and a new TCP connection per request; the image's busybox `wget` \
+             segfaults under the agent's exec); a sample is the exec's durationMs / {n} ({} \
+             batches; an empty loop's exec took {empty:.0} ms)",
+            self.plan.egress_batches
+        );
+        Ok(Some(vec![
+            Row::new(
+                "egress_http_name",
+                &format!("HTTP GET from a sandbox, allow list by name (`{EGRESS_NAME}`)"),
+                "ms",
+                Better::Lower,
+                &name_s,
+                Some(&open_s),
+                Target::None,
+            )
+            .baseline("allow-all, by address")
+            .note(format!(
+                "by name: DNS through the egress filter's forwarder, TCP 80 through its \
+                 transparent proxy; allow-all: straight to the address. {method}"
+            )),
+            Row::new(
+                "egress_http_cidr",
+                "HTTP GET from a sandbox, allow list by CIDR (packet filter only)",
+                "ms",
+                Better::Lower,
+                &cidr_s,
+                Some(&open_s),
+                Target::None,
+            )
+            .baseline("allow-all, by address")
+            .note(format!("both by address. {method}")),
+            Row::new(
+                "egress_create",
+                "Create → RUNNING with an allow list (`networkPolicy`)",
+                "ms",
+                Better::Lower,
+                &cs,
+                Some(&cr),
+                Target::None,
+            )
+            .baseline("Stockade, allow-all")
+            .note(
+                "the same server, taking turns; the allow list adds the sandbox's egress \
+                 entry (packet filter, DNS and proxy redirects) before the create answers",
+            ),
+        ]))
     }
 }
 
