@@ -5,11 +5,12 @@
 //! PostgreSQL database with two separate connection pools (two "server
 //! instances") whose writes run as concurrent transactions.
 
+mod common;
+
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
-use sqlx::{Connection, Executor, PgConnection};
-use stockade_core::SandboxId;
+
 use stockade_store::{PgStore, SqliteStore, Store, StoreError, BACKGROUND_LEASE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -23,33 +24,12 @@ async fn sqlite_leases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_leases() {
-    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
-        eprintln!("postgres_leases skipped: set STOCKADE_TEST_DATABASE_URL");
-        return;
-    };
-    let database = format!("stockade_test_{}", SandboxId::generate());
-    let mut admin = PgConnection::connect(&url).await.expect("connect");
-    admin
-        .execute(format!("CREATE DATABASE {database}").as_str())
-        .await
-        .expect("CREATE DATABASE");
-    let test_url = match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{database}"),
-        None => panic!("unexpected URL {url}"),
-    };
-    let outcome = tokio::spawn(async move {
+    common::on_postgres("postgres_leases", |test_url| async move {
         let a: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
         let b: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
         leases(a, b).await;
     })
     .await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-        .await
-        .expect("DROP DATABASE");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 fn now() -> DateTime<Utc> {

@@ -4,11 +4,12 @@
 //! 0007 fills the columns of records made before it. Runs on SQLite and,
 //! when `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{SubsecRound, Utc};
-use sqlx::{Connection, Executor, PgConnection};
 use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::spec::SpecInput;
 use stockade_core::{
@@ -34,7 +35,7 @@ async fn sqlite_memory_quotas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_quotas() {
-    on_postgres("postgres_quotas", |url| async move {
+    common::on_postgres("postgres_quotas", |url| async move {
         let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
         quotas(store).await;
     })
@@ -84,7 +85,7 @@ async fn sqlite_migration_fills_the_resource_columns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_migration_fills_the_resource_columns() {
-    on_postgres("postgres_migration", |url| async move {
+    common::on_postgres("postgres_migration", |url| async move {
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
         let before = migrations_before_0007("postgres");
         sqlx::migrate::Migrator::new(before.path())
@@ -160,37 +161,6 @@ async fn filled(store: &dyn Store, account: &AccountId) {
             disk_gb: 12,
         }
     );
-}
-
-/// Runs `body` on a fresh PostgreSQL database, dropped afterwards; skipped
-/// without `STOCKADE_TEST_DATABASE_URL`.
-async fn on_postgres<F, Fut>(name: &str, body: F)
-where
-    F: FnOnce(String) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
-        eprintln!("{name} skipped: set STOCKADE_TEST_DATABASE_URL");
-        return;
-    };
-    let database = format!("stockade_test_{}", SandboxId::generate());
-    let mut admin = PgConnection::connect(&url).await.expect("connect");
-    admin
-        .execute(format!("CREATE DATABASE {database}").as_str())
-        .await
-        .expect("CREATE DATABASE");
-    let test_url = match url.split_once('?') {
-        Some((base, query)) => format!("{}/{database}?{query}", base.rsplit_once('/').unwrap().0),
-        None => format!("{}/{database}", url.rsplit_once('/').unwrap().0),
-    };
-    let outcome = tokio::spawn(body(test_url)).await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-        .await
-        .expect("DROP DATABASE");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 fn record(

@@ -3,10 +3,12 @@
 //! instances claim at the same moment (SCALE-2). Runs on SQLite and, when
 //! `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
 
+mod common;
+
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
-use sqlx::{Connection, Executor, PgConnection};
+
 use stockade_core::spec::SpecInput;
 use stockade_core::{AccountId, Defaults, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope};
 use stockade_store::{PgStore, SqliteStore, Store};
@@ -23,33 +25,12 @@ async fn sqlite_sessions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_sessions() {
-    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
-        eprintln!("postgres_sessions skipped: set STOCKADE_TEST_DATABASE_URL");
-        return;
-    };
-    let database = format!("stockade_test_{}", SandboxId::generate());
-    let mut admin = PgConnection::connect(&url).await.expect("connect");
-    admin
-        .execute(format!("CREATE DATABASE {database}").as_str())
-        .await
-        .expect("CREATE DATABASE");
-    let test_url = match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{database}"),
-        None => panic!("unexpected URL {url}"),
-    };
-    let outcome = tokio::spawn(async move {
+    common::on_postgres("postgres_sessions", |test_url| async move {
         let a: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
         let b: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
         sessions(a, b).await;
     })
     .await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-        .await
-        .expect("DROP DATABASE");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 fn now() -> DateTime<Utc> {

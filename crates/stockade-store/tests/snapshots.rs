@@ -1,10 +1,12 @@
 //! The snapshot records (LC-10) on both backends: SQLite always, PostgreSQL
 //! when `STOCKADE_TEST_DATABASE_URL` is set (a fresh database per run).
 
+mod common;
+
 use std::sync::Arc;
 
 use chrono::{Duration, SubsecRound, Utc};
-use sqlx::{Connection, Executor, PgConnection};
+
 use stockade_core::{
     AccountId, SandboxId, Scope, Snapshot, SnapshotId, SnapshotKind, SnapshotStatus,
 };
@@ -20,34 +22,11 @@ async fn sqlite_snapshots() {
 
 #[tokio::test]
 async fn postgres_snapshots() {
-    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
-        eprintln!("postgres_snapshots skipped: set STOCKADE_TEST_DATABASE_URL");
-        return;
-    };
-    let database = format!("stockade_snap_{}", SandboxId::generate());
-    let mut admin = PgConnection::connect(&url)
-        .await
-        .expect("cannot connect to STOCKADE_TEST_DATABASE_URL");
-    admin
-        .execute(format!("CREATE DATABASE {database}").as_str())
-        .await
-        .expect("CREATE DATABASE");
-    let test_url = match url.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{database}"),
-        None => panic!("unexpected database URL"),
-    };
-    let outcome = tokio::spawn(async move {
+    common::on_postgres("postgres_snapshots", |test_url| async move {
         let store = stockade_store::connect(&test_url).await.unwrap();
         snapshot_story(store).await;
     })
     .await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-        .await
-        .expect("DROP DATABASE");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 fn snap(
