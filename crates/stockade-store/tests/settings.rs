@@ -3,10 +3,10 @@
 //! reconnects; on SQLite and, when `STOCKADE_TEST_DATABASE_URL` is set, on
 //! PostgreSQL.
 
+mod common;
+
 use std::sync::Arc;
 
-use sqlx::{Connection, Executor, PgConnection};
-use stockade_core::SandboxId;
 use stockade_store::Store;
 
 async fn settings_story(url: &str) {
@@ -68,43 +68,8 @@ async fn sqlite_settings() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_settings() {
-    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
-        eprintln!("postgres_settings skipped: set STOCKADE_TEST_DATABASE_URL");
-        return;
-    };
-    let database = format!("stockade_test_{}", SandboxId::generate());
-    let mut admin = PgConnection::connect(&url)
-        .await
-        .expect("cannot connect to STOCKADE_TEST_DATABASE_URL");
-    admin
-        .execute(format!("CREATE DATABASE {database}").as_str())
-        .await
-        .expect("CREATE DATABASE");
-    let test_url = with_database(&url, &database);
-    let outcome = tokio::spawn(async move { settings_story(&test_url).await }).await;
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-        .await
-        .expect("DROP DATABASE");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-/// `url` with its database replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| authority + i);
-    let mut out = format!("{}/{}", &base[..path], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
+    common::on_postgres("postgres_settings", |test_url| async move {
+        settings_story(&test_url).await
+    })
+    .await;
 }

@@ -2,6 +2,8 @@
 //! run on SQLite (a temporary file, and in memory) and, when
 //! `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{Connection, Executor, PgConnection, PgPool, SqlitePool};
+use sqlx::{PgPool, SqlitePool};
 use stockade_core::spec::SpecInput;
 use stockade_core::{
     AccountId, ApiToken, Defaults, InstanceId, Label, Labels, Operation, OperationId,
@@ -53,25 +55,8 @@ async fn sqlite_memory_story() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_story() {
-    let Ok(url) = std::env::var("STOCKADE_TEST_DATABASE_URL") else {
-        eprintln!(
-            "postgres_story skipped: set STOCKADE_TEST_DATABASE_URL \
-             (scripts/lib/postgres.sh: ensure_postgres sets it up)"
-        );
-        return;
-    };
     // A database of its own, so that parallel and repeated runs never meet.
-    let database = format!("stockade_test_{}", SandboxId::generate());
-    let mut admin = PgConnection::connect(&url)
-        .await
-        .expect("cannot connect to STOCKADE_TEST_DATABASE_URL");
-    admin
-        .execute(format!("CREATE DATABASE {database}").as_str())
-        .await
-        .expect("CREATE DATABASE (does the role have CREATEDB?)");
-    let test_url = with_database(&url, &database);
-
-    let outcome = tokio::spawn(async move {
+    common::on_postgres("postgres_story", |test_url| async move {
         // Several server instances start at once on one database (SCALE-2):
         // the migrations run once, the others wait and find them applied.
         let (a, b, c) = tokio::join!(
@@ -89,32 +74,6 @@ async fn postgres_story() {
         assert_eq!(again.count_accounts().await.unwrap(), 3);
     })
     .await;
-
-    admin
-        .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-        .await
-        .expect("DROP DATABASE");
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-/// `url` with its database replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| authority + i);
-    let mut out = format!("{}/{}", &base[..path], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
 
 /// Direct access to the database, to look at (and damage) the stored rows. `None` for in-memory SQLite.
