@@ -779,14 +779,15 @@ async fn connect(
             }
             None => sb,
         };
-        return Ok((StatusCode::OK, Json(sandbox_answer(&state, &headers, &sb))).into_response());
+        return Ok(answered(&state, &headers, &sb, StatusCode::OK));
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(sandbox_answer(&state, &headers, &sb)),
-    )
-        .into_response())
+    Ok(answered(&state, &headers, &sb, StatusCode::CREATED))
+}
+
+/// The sandbox as E2B's connect and resume answer it, with `status`.
+fn answered(state: &AppState, headers: &HeaderMap, sb: &Sandbox, status: StatusCode) -> Response {
+    (status, Json(sandbox_answer(state, headers, sb))).into_response()
 }
 
 /// `POST /e2b/sandboxes/{id}/resume`: starts a paused sandbox (409 when it
@@ -805,11 +806,7 @@ async fn resume(
         return Err(ApiError::Conflict(format!("Sandbox {id} is already running")).into());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(sandbox_answer(&state, &headers, &sb)),
-    )
-        .into_response())
+    Ok(answered(&state, &headers, &sb, StatusCode::CREATED))
 }
 
 /// `POST /e2b/sandboxes/{id}/pause`: stops the sandbox; its filesystem is
