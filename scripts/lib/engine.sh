@@ -43,6 +43,14 @@
 # STOCKADE_DOCKER_DAEMON_JSON, /etc/docker/daemon.json, copied into this
 # engine's own configuration file), when the main engine has it.
 #
+# docker0: a dockerd given address pools deletes the interface named
+# docker0 when it starts with a default bridge network left in its store
+# (any restart of an engine here), whatever its own --bridge is: the main
+# engine's containers then fail to start ("could not find bridge docker0").
+# While an engine starts, docker0 is therefore renamed out of its way
+# (stkt-docker0) and given its name back once the engine answers; a rename
+# left over by an interrupted start is undone first.
+#
 # Idempotent; silent on success; needs root, losetup/mount, and mkfs.xfs or
 # mkfs.btrfs (installed with apt-get when missing).
 
@@ -97,6 +105,50 @@ _stockade_restore_docker_chain_rules() {
         iptables -w -t "$table" -I "$chain" 1 "$@" ||
             _stockade_engine_err "could not put back the rule: $line"
     done <"$saved"
+}
+
+_stockade_docker0_hidden=stkt-docker0
+
+# Puts docker0 back under its name (after an engine started, or after an
+# interrupted start left it renamed).
+_stockade_docker0_restore() {
+    ip link show "$_stockade_docker0_hidden" >/dev/null 2>&1 || return 0
+    if ip link show docker0 >/dev/null 2>&1; then
+        _stockade_engine_err "both docker0 and $_stockade_docker0_hidden exist; leaving them as they are"
+        return 1
+    fi
+    ip link set "$_stockade_docker0_hidden" down &&
+        ip link set "$_stockade_docker0_hidden" name docker0 &&
+        ip link set docker0 up ||
+        { _stockade_engine_err "could not give docker0 its name back (ip link set $_stockade_docker0_hidden name docker0)"; return 1; }
+}
+
+# Makes docker0 again when an engine started without the rename below
+# deleted it while the main engine runs: a bridge with the gateway address
+# of the main engine's default network.
+_stockade_docker0_repair() {
+    ip link show docker0 >/dev/null 2>&1 && return 0
+    ip link show "$_stockade_docker0_hidden" >/dev/null 2>&1 && return 0
+    local gateway prefix
+    gateway="$(docker network inspect bridge -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' 2>/dev/null)" || return 0
+    prefix="$(docker network inspect bridge -f '{{range .IPAM.Config}}{{.Subnet}}{{end}}' 2>/dev/null)"
+    prefix="${prefix#*/}"
+    [ -n "$gateway" ] && [ -n "$prefix" ] || return 0
+    ip link add docker0 type bridge &&
+        ip addr add "$gateway/$prefix" dev docker0 &&
+        ip link set docker0 up ||
+        { _stockade_engine_err "docker0 is gone and could not be made again"; return 1; }
+}
+
+# Renames docker0 out of the way of an engine that is starting (an
+# interface must be down to be renamed; it is down for that moment only).
+_stockade_docker0_hide() {
+    _stockade_docker0_restore || return 1
+    ip link show docker0 >/dev/null 2>&1 || return 0
+    ip link set docker0 down &&
+        ip link set docker0 name "$_stockade_docker0_hidden" &&
+        ip link set "$_stockade_docker0_hidden" up ||
+        { _stockade_engine_err "could not rename docker0 while an engine starts"; return 1; }
 }
 
 _stockade_engine_mkfs() {
@@ -162,6 +214,7 @@ ensure_test_engine() {
             *) _stockade_engine_err "unknown setting '$kv' (fs, size, bip, pool, iptables)"; return 1 ;;
         esac
     done
+    _stockade_docker0_restore && _stockade_docker0_repair || return 1
     if _stockade_engine_answers "$name"; then
         if [ "$(test_engine_fs "$name")" = btrfs ]; then
             _stockade_engine_btrfs_qgroups "$STOCKADE_TEST_ENGINE_STATE/$name/root" || return 1
@@ -253,6 +306,7 @@ PY
     saved="$(mktemp)"
     [ "$iptables" = true ] && _stockade_docker_chain_rules >"$saved"
     local log="/var/log/stockade-test-engine-$name.log"
+    _stockade_docker0_hide || return 1
     setsid nohup dockerd \
         --config-file "$run/daemon.json" \
         -H "$(test_engine_host "$name")" \
@@ -268,6 +322,7 @@ PY
     local i=0
     until _stockade_engine_answers "$name"; do
         if [ "$i" -ge 60 ]; then
+            _stockade_docker0_restore
             _stockade_engine_err "the engine '$name' did not answer within 60 s; last lines of $log:"
             tail -n 15 "$log" >&2
             rm -f "$saved"
@@ -276,6 +331,7 @@ PY
         sleep 1
         i=$((i + 1))
     done
+    _stockade_docker0_restore || return 1
     [ "$iptables" = true ] && _stockade_restore_docker_chain_rules "$saved"
     rm -f "$saved"
     return 0
