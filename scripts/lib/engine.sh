@@ -117,10 +117,12 @@ _stockade_docker0_restore() {
         _stockade_engine_err "both docker0 and $_stockade_docker0_hidden exist; leaving them as they are"
         return 1
     fi
-    ip link set "$_stockade_docker0_hidden" down &&
+    if ! { ip link set "$_stockade_docker0_hidden" down &&
         ip link set "$_stockade_docker0_hidden" name docker0 &&
-        ip link set docker0 up ||
-        { _stockade_engine_err "could not give docker0 its name back (ip link set $_stockade_docker0_hidden name docker0)"; return 1; }
+        ip link set docker0 up; }; then
+        _stockade_engine_err "could not give docker0 its name back (ip link set $_stockade_docker0_hidden name docker0)"
+        return 1
+    fi
 }
 
 # Makes docker0 again when an engine started without the rename below
@@ -134,10 +136,12 @@ _stockade_docker0_repair() {
     prefix="$(docker network inspect bridge -f '{{range .IPAM.Config}}{{.Subnet}}{{end}}' 2>/dev/null)"
     prefix="${prefix#*/}"
     [ -n "$gateway" ] && [ -n "$prefix" ] || return 0
-    ip link add docker0 type bridge &&
+    if ! { ip link add docker0 type bridge &&
         ip addr add "$gateway/$prefix" dev docker0 &&
-        ip link set docker0 up ||
-        { _stockade_engine_err "docker0 is gone and could not be made again"; return 1; }
+        ip link set docker0 up; }; then
+        _stockade_engine_err "docker0 is gone and could not be made again"
+        return 1
+    fi
 }
 
 # Renames docker0 out of the way of an engine that is starting (an
@@ -145,10 +149,12 @@ _stockade_docker0_repair() {
 _stockade_docker0_hide() {
     _stockade_docker0_restore || return 1
     ip link show docker0 >/dev/null 2>&1 || return 0
-    ip link set docker0 down &&
+    if ! { ip link set docker0 down &&
         ip link set docker0 name "$_stockade_docker0_hidden" &&
-        ip link set "$_stockade_docker0_hidden" up ||
-        { _stockade_engine_err "could not rename docker0 while an engine starts"; return 1; }
+        ip link set "$_stockade_docker0_hidden" up; }; then
+        _stockade_engine_err "could not rename docker0 while an engine starts"
+        return 1
+    fi
 }
 
 _stockade_engine_mkfs() {
