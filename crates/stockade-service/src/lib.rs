@@ -23,6 +23,7 @@ pub mod egress;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod hosts;
 pub mod idempotency;
 pub mod images;
 pub mod leader;
@@ -84,6 +85,8 @@ pub struct Service {
     pub admission: Arc<admission::Admission>,
     /// The leader lease of the deployment-wide background work (SCALE-7).
     pub leader: Arc<leader::Leader>,
+    /// The Docker hosts' runtimes (SCALE-4): `runtime` is the server's own.
+    pub hosts: Arc<hosts::Hosts>,
 }
 
 impl Service {
@@ -106,6 +109,7 @@ impl Service {
         let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
         let ops = operations::Operations::new(config_lease);
         let leader = leader::Leader::new(ops.holder());
+        let hosts = Arc::new(hosts::Hosts::new(runtime.clone(), config.hosts.clone()));
         Ok(Self {
             store,
             runtime,
@@ -126,6 +130,7 @@ impl Service {
             egress: Arc::default(),
             admission: Arc::default(),
             agents: Arc::new(agents),
+            hosts,
         })
     }
 
