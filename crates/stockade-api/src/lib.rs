@@ -134,6 +134,13 @@ pub struct CreateSandboxRequest {
     /// upload, a snapshot or another sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SandboxSource>,
+    /// The Docker host to run on, by name (see `GET /api/v1/hosts`); any
+    /// host with room when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_selector: Option<BTreeMap<String, String>>,
 }
 
 impl CreateSandboxRequest {
@@ -157,6 +164,8 @@ impl CreateSandboxRequest {
             ports: self.ports.clone(),
             persistent: self.persistent,
             metadata: None,
+            server: self.server.clone(),
+            host_selector: self.host_selector.clone(),
         }
     }
 }

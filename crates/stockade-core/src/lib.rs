@@ -31,7 +31,8 @@ pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;
 pub use snapshot::{Snapshot, SnapshotKind, SnapshotStatus};
 pub use spec::{
-    Defaults, Label, Labels, NetworkPolicy, SandboxName, SandboxSpec, StartCommand, VolumeName,
+    Defaults, Label, Labels, NetworkPolicy, Placement, SandboxName, SandboxSpec, StartCommand,
+    VolumeName,
 };
 pub use status::SandboxStatus;
 pub use team::Team;

@@ -123,6 +123,8 @@ pub struct RuntimeInfo {
     /// Memory of the engine's host in bytes (`MemTotal`); 0 when the engine
     /// does not say.
     pub memory_bytes: u64,
+    /// The engine's data root on its host (`DockerRootDir`), when it says.
+    pub data_root: Option<String>,
 }
 
 /// Everything needed to create one sandbox container (SEC-3 hardening is the

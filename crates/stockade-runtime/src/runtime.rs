@@ -243,6 +243,14 @@ pub trait Snapshots: Send + Sync {
         spec: &ContainerSpec,
         archive: ByteStream,
     ) -> RuntimeResult<String>;
+
+    /// The image `image_ref` with its layers as one archive (`docker
+    /// save`), to be loaded on another engine; `NotFound` when absent.
+    async fn export_image(&self, image_ref: &str) -> RuntimeResult<ByteStream>;
+
+    /// Loads the images of an archive [`Snapshots::export_image`] made
+    /// (`docker load`).
+    async fn import_image(&self, archive: ByteStream) -> RuntimeResult<()>;
 }
 
 /// Network isolation of sandboxes from each other and from the host (SEC-5).

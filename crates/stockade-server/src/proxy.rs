@@ -609,7 +609,7 @@ async fn authorise(
             sb.status
         )));
     }
-    let ip: IpAddr = state.svc.runtime.container_address(id).await?.ok_or_else(|| {
+    let ip: IpAddr = state.svc.runtime_of(id).await?.container_address(id).await?.ok_or_else(|| {
         ApiError::SandboxUnavailable(format!(
             "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
         ))

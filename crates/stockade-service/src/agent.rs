@@ -135,7 +135,7 @@ impl Service {
                 return Ok(seen.client.as_ref().map(|(_, c)| c.clone()));
             }
         }
-        let container = self.runtime.inspect(&sb.id).await?;
+        let container = self.runtime_for(sb).await?.inspect(&sb.id).await?;
         let client = match container {
             Some(c) if c.running && c.agent.is_some() => match c.address {
                 Some(ip) => {

@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod operations;
 pub mod outbound;
 pub mod output;
+pub mod placement;
 pub mod pool;
 pub mod processes;
 pub mod reconcile;
@@ -154,6 +155,16 @@ impl Service {
             });
         }
         tokio::spawn(self.clone().renew_leases(shutdown.clone()));
+        // SCALE-4: the server's own Docker host is a registered host too.
+        let own = placement::own_host_record(self);
+        match self.store.ensure_host(&own).await {
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not register this server's own Docker host"),
+        }
+        if let Ok(hosts) = placement::all_hosts(self).await {
+            self.hosts.observe(&hosts);
+        }
+        tokio::spawn(hosts::observe_periodically(self.clone(), shutdown.clone()));
         // Sandboxes are isolated before the first one is created (SEC-5).
         self.check_isolation().await;
         // SEC-18: the egress filter, and the entries of running sandboxes.

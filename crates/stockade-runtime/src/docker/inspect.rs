@@ -34,6 +34,7 @@ struct HostFacts {
     cpus: u32,
     memory_bytes: u64,
     runtimes: Vec<String>,
+    data_root: Option<String>,
 }
 
 impl DockerRuntime {
@@ -89,6 +90,7 @@ impl DockerRuntime {
                 .and_then(|m| u64::try_from(m).ok())
                 .unwrap_or_default(),
             runtimes,
+            data_root: info.docker_root_dir.filter(|d| !d.is_empty()),
         };
         self.engine_facts().host = Some((Instant::now(), facts.clone()));
         Ok(facts)
@@ -120,6 +122,7 @@ impl Inspect for DockerRuntime {
                 runtimes: host.runtimes,
                 cpus: host.cpus,
                 memory_bytes: host.memory_bytes,
+                data_root: host.data_root,
             })
         };
         match tokio::time::timeout(PROBE_TIMEOUT, probe).await {

@@ -424,6 +424,7 @@ impl Inspect for FakeRuntime {
             runtimes: vec!["runc".into()],
             cpus: st.host_cpus,
             memory_bytes: st.host_memory_bytes,
+            data_root: None,
         })
     }
 
