@@ -170,6 +170,20 @@ impl CreateSandboxRequest {
     }
 }
 
+/// The Docker host a sandbox is on, as the last check saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxHostState {
+    /// `active`, `cordoned` or `draining`.
+    pub state: String,
+    /// Whether its engine answered the last check (absent: not checked yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
+    /// Why it is cordoned, draining or unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// A sandbox's volume.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -270,6 +284,10 @@ pub struct SandboxResponse {
     /// Disk use against the enforced limits (details only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUsageSummary>,
+    /// The state of the Docker host it is on, when that host does not take
+    /// new sandboxes or fails its checks (details only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<SandboxHostState>,
     /// Persisted runtime facts, snake_case.
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
@@ -328,6 +346,7 @@ impl SandboxResponse {
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
             usage: None,
             disk: None,
+            host: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }
     }

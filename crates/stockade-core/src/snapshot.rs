@@ -148,7 +148,9 @@ impl Snapshot {
     /// The snapshot id of a snapshot image reference
     /// (`stockade-snapshot:{id}`).
     pub fn id_of_image(image_ref: &str) -> Option<SnapshotId> {
-        let tag = image_ref.strip_prefix(Self::IMAGE_REPO)?.strip_prefix(':')?;
+        let tag = image_ref
+            .strip_prefix(Self::IMAGE_REPO)?
+            .strip_prefix(':')?;
         SnapshotId::parse(tag).ok()
     }
 

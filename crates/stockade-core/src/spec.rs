@@ -395,8 +395,7 @@ pub fn parse_host_labels(
     }
     for (k, v) in labels {
         let key_ok = (1..=63).contains(&k.len())
-            && k
-                .bytes()
+            && k.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'/'));
         if !key_ok {
             return Err(FieldError::new(

@@ -173,7 +173,11 @@ impl Service {
     /// Refuses a policy the host `server` cannot enforce (422 naming the
     /// field): allow and deny lists need the egress filter, which runs
     /// beside this server's own host only.
-    pub fn check_policy_enforceable(&self, policy: &EgressPolicy, server: &str) -> ServiceResult<()> {
+    pub fn check_policy_enforceable(
+        &self,
+        policy: &EgressPolicy,
+        server: &str,
+    ) -> ServiceResult<()> {
         if !needs_filter(policy) {
             return Ok(());
         }
@@ -379,10 +383,7 @@ impl Service {
                 continue;
             }
             let _ops = self.egress.ops.lock().await;
-            if let Err(e) = rt
-                .apply_egress(id, &EgressPolicy::AllowAll, ports)
-                .await
-            {
+            if let Err(e) = rt.apply_egress(id, &EgressPolicy::AllowAll, ports).await {
                 warn!(sandbox.id = %id, error = %e, "egress entry of a warm-pool member not written");
             }
         }

@@ -122,7 +122,11 @@ impl Service {
             }
             return Ok(());
         }
-        Ok(self.runtime_for(sb).await?.exec_kill(&sb.id, exec_id).await?)
+        Ok(self
+            .runtime_for(sb)
+            .await?
+            .exec_kill(&sb.id, exec_id)
+            .await?)
     }
 }
 

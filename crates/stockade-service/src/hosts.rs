@@ -77,6 +77,8 @@ pub struct Hosts {
     /// Whether the own host took new sandboxes at the last look (the warm
     /// pool serves only then).
     own_schedulable: std::sync::atomic::AtomicBool,
+    /// The hosts at the last look.
+    seen: RwLock<Vec<Host>>,
     /// The host of each sandbox an operation reached lately (a sandbox
     /// changes host only when a drain moves it, which updates this).
     placed: RwLock<HashMap<SandboxId, String>>,
@@ -101,6 +103,7 @@ impl Hosts {
             config,
             connected: RwLock::default(),
             own_schedulable: std::sync::atomic::AtomicBool::new(true),
+            seen: RwLock::default(),
             placed: RwLock::default(),
         }
     }
@@ -157,9 +160,28 @@ impl Hosts {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The state of host `server` at the last look, when it is not simply
+    /// active and healthy.
+    pub fn state_of(&self, server: &str) -> Option<stockade_api::SandboxHostState> {
+        let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+        let host = seen.iter().find(|h| h.name == server)?;
+        if host.state == HostState::Active && host.health.healthy != Some(false) {
+            return None;
+        }
+        Some(stockade_api::SandboxHostState {
+            state: host.state.as_str().to_owned(),
+            healthy: host.health.healthy,
+            reason: host
+                .state_reason
+                .clone()
+                .or_else(|| host.health.reason.clone()),
+        })
+    }
+
     /// Records what the last look at the hosts found: the own host's state,
     /// and runtimes of hosts that were removed are dropped.
     pub fn observe(&self, hosts: &[Host]) {
+        *self.seen.write().unwrap_or_else(|p| p.into_inner()) = hosts.to_vec();
         let own = hosts
             .iter()
             .find(|h| h.name == self.own_name)
@@ -242,8 +264,11 @@ impl Service {
     pub async fn fill_usage(&self, sb: &Sandbox, resp: &mut stockade_api::SandboxResponse) {
         match self.runtime_for(sb).await {
             Ok(rt) => self.usage.fill_on(rt, sb, resp).await,
-            Err(e) => tracing::debug!(sandbox.id = %sb.id, error = %e, "no live figures: host unreachable"),
+            Err(e) => {
+                tracing::debug!(sandbox.id = %sb.id, error = %e, "no live figures: host unreachable")
+            }
         }
+        resp.host = self.hosts.state_of(&sb.server);
     }
 
     /// The runtime of the host sandbox `id` lives on, for callers that
@@ -368,7 +393,10 @@ fn auto_reason(why: &str) -> String {
 /// stays — its isolation is checked, and its sandboxes whose records say
 /// RUNNING but whose containers stopped while it was away are started
 /// again. Returns the hosts as they are now.
-pub async fn check_hosts_once(svc: &Service, prepared: &mut std::collections::HashSet<String>) -> Vec<Host> {
+pub async fn check_hosts_once(
+    svc: &Service,
+    prepared: &mut std::collections::HashSet<String>,
+) -> Vec<Host> {
     let hosts = match crate::placement::all_hosts(svc).await {
         Ok(h) => h,
         Err(e) => {
@@ -453,7 +481,11 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
     let mut after: Option<SandboxId> = None;
     let mut restarted = 0usize;
     loop {
-        let page = match svc.store.list_active_sandboxes_page(after.as_ref(), 500).await {
+        let page = match svc
+            .store
+            .list_active_sandboxes_page(after.as_ref(), 500)
+            .await
+        {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(host = %server, error = %e, "host recovery: records not read");
@@ -461,9 +493,10 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
             }
         };
         after = page.last().map(|sb| sb.id.clone());
-        for sb in page.iter().filter(|sb| {
-            sb.server == server && sb.status == stockade_core::SandboxStatus::Running
-        }) {
+        for sb in page
+            .iter()
+            .filter(|sb| sb.server == server && sb.status == stockade_core::SandboxStatus::Running)
+        {
             match rt.inspect(&sb.id).await {
                 Ok(Some(c)) if !c.running => {
                     svc.agents.forget(&sb.id);
@@ -502,7 +535,10 @@ pub(crate) async fn check_periodically(svc: Service, term: tokio_util::sync::Can
 /// What every instance that does not lead looks at: the hosts' states (the
 /// warm pool serves only while the own host takes sandboxes; removed hosts'
 /// runtimes are dropped).
-pub(crate) async fn observe_periodically(svc: Service, shutdown: tokio_util::sync::CancellationToken) {
+pub(crate) async fn observe_periodically(
+    svc: Service,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
     let mut tick = tokio::time::interval(svc.hosts.config().check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

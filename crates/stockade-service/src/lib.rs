@@ -159,7 +159,9 @@ impl Service {
         let own = placement::own_host_record(self);
         match self.store.ensure_host(&own).await {
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not register this server's own Docker host"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not register this server's own Docker host")
+            }
         }
         if let Ok(hosts) = placement::all_hosts(self).await {
             self.hosts.observe(&hosts);

@@ -322,7 +322,11 @@ async fn create_inner(
     let guard = match held {
         // The operation was recorded before the idempotency key: only the
         // record is new.
-        Some(guard) => match svc.store.insert_sandbox_placed(&mut sb, None, &offered).await {
+        Some(guard) => match svc
+            .store
+            .insert_sandbox_placed(&mut sb, None, &offered)
+            .await
+        {
             Ok(Placed::On(_)) => guard,
             Ok(Placed::Full(loads)) => {
                 guard.release().await;
@@ -370,7 +374,8 @@ async fn create_inner(
     }
     // SCALE-8: a snapshot's image comes from the object store to a host
     // that lacks it.
-    if let Err(e) = crate::snapshots::ensure_image_on(svc, rt.as_ref(), &sb.spec.docker_image).await {
+    if let Err(e) = crate::snapshots::ensure_image_on(svc, rt.as_ref(), &sb.spec.docker_image).await
+    {
         warn!(sandbox.id = %sb.id, error = %e, "snapshot image not loaded; rolling the create back");
         guard.abandon().await;
         return Err(e);

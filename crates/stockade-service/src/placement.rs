@@ -85,7 +85,10 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
             let known: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
             return Err(ServiceError::field(
                 "server",
-                format!("no Docker host named '{name}' (hosts: {})", known.join(", ")),
+                format!(
+                    "no Docker host named '{name}' (hosts: {})",
+                    known.join(", ")
+                ),
             ));
         }
     }
@@ -144,7 +147,9 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
                 continue;
             }
         };
-        if snapshot_image && !crate::snapshots::image_available_on(svc, rt.as_ref(), &sb.spec.docker_image).await {
+        if snapshot_image
+            && !crate::snapshots::image_available_on(svc, rt.as_ref(), &sb.spec.docker_image).await
+        {
             continue;
         }
         let (cpus, memory) = host_size(&host, rt.as_ref()).await;

@@ -158,12 +158,12 @@ async fn capture_inner(
         ),
     ]);
     rt.commit_snapshot(
-            &snapshot.source_sandbox_id,
-            &snapshot.image_ref,
-            &image_labels,
-        )
-        .await
-        .map_err(|e| missing_container(e, &snapshot))?;
+        &snapshot.source_sandbox_id,
+        &snapshot.image_ref,
+        &image_labels,
+    )
+    .await
+    .map_err(|e| missing_container(e, &snapshot))?;
     svc.crash_point("snapshot.committed")?;
     if snapshot.kind == SnapshotKind::User {
         let key = Snapshot::blob_key_for(&snapshot.id);

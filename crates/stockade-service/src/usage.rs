@@ -348,7 +348,11 @@ impl Usage {
 
     /// The disk figures of a sandbox: cached, refreshed in the background
     /// when old; a sandbox not measured yet waits for one (bounded).
-    async fn disk_usage(self: &Arc<Self>, rt: &Arc<dyn Runtime>, id: &SandboxId) -> Option<DiskUsage> {
+    async fn disk_usage(
+        self: &Arc<Self>,
+        rt: &Arc<dyn Runtime>,
+        id: &SandboxId,
+    ) -> Option<DiskUsage> {
         let (known, fresh, mut measured) = {
             let mut disks = lock(&self.disks);
             if disks.len() > MAX_DISK_ENTRIES {

@@ -310,7 +310,9 @@ impl Snapshots for DockerRuntime {
             while let Some(step) = progress.next().await {
                 let info = step.map_err(|e| self.map_err(e, "load image"))?;
                 if let Some(err) = info.error {
-                    return Err(RuntimeError::Other(format!("loading an image failed: {err}")));
+                    return Err(RuntimeError::Other(format!(
+                        "loading an image failed: {err}"
+                    )));
                 }
             }
             Ok(())

@@ -143,9 +143,8 @@ impl Snapshots for FakeRuntime {
         while let Some(chunk) = archive.next().await {
             body.extend_from_slice(&chunk.map_err(|e| RuntimeError::Other(e.to_string()))?);
         }
-        let (image_ref, labels): (String, BTreeMap<String, String>) =
-            serde_json::from_slice(&body)
-                .map_err(|e| RuntimeError::Other(format!("not an image archive: {e}")))?;
+        let (image_ref, labels): (String, BTreeMap<String, String>) = serde_json::from_slice(&body)
+            .map_err(|e| RuntimeError::Other(format!("not an image archive: {e}")))?;
         self.state().images.insert(image_ref, labels);
         Ok(())
     }

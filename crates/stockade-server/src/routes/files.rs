@@ -153,7 +153,13 @@ async fn existing_dir(
     let mut missing: Vec<String> = Vec::new();
     let mut current = dir.clone();
     loop {
-        match state.svc.runtime_of(id).await?.stat_path(id, &current).await {
+        match state
+            .svc
+            .runtime_of(id)
+            .await?
+            .stat_path(id, &current)
+            .await
+        {
             Ok(st) => match st.kind {
                 FileKind::Dir => break,
                 FileKind::Symlink => {
@@ -328,7 +334,13 @@ pub async fn write(
     let length = content_length(&headers)?;
     let body = check_announced(body, length, limit)?;
 
-    let existing = match state.svc.runtime_for(&sb).await?.stat_path(&sb.id, &path).await {
+    let existing = match state
+        .svc
+        .runtime_for(&sb)
+        .await?
+        .stat_path(&sb.id, &path)
+        .await
+    {
         Ok(st) if st.kind == FileKind::Dir => {
             return Err(ApiError::Conflict(format!(
                 "{path} is a directory; write a file below it"
@@ -356,7 +368,12 @@ pub async fn write(
     };
     let failure: files::Failure = Arc::default();
     let archive = files::file_archive(&missing, name, size, mode, body, failure.clone())?;
-    let written = state.svc.runtime_for(&sb).await?.write_archive(&sb.id, &dir, archive).await;
+    let written = state
+        .svc
+        .runtime_for(&sb)
+        .await?
+        .write_archive(&sb.id, &dir, archive)
+        .await;
     if let Some(e) = files::take_failure(&failure) {
         return Err(e.into());
     }

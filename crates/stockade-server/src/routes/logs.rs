@@ -204,7 +204,12 @@ pub(crate) async fn recent_lines(
         since: None,
         follow: false,
     };
-    let lines = state.svc.runtime_for(&sb).await?.logs(&sb.id, options).await?;
+    let lines = state
+        .svc
+        .runtime_for(&sb)
+        .await?
+        .logs(&sb.id, options)
+        .await?;
     let (lines, _, _) = collect(lines, None, tail.min(MAX_TAIL), MAX_JSON_BYTES).await?;
     Ok(lines.into_iter().map(|(_, l)| l).collect())
 }
