@@ -807,7 +807,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
     // A host is removed only once it holds nothing.
     let (status, refused) = call(&a, reqwest::Method::DELETE, "/hosts/h2", None).await;
     assert_eq!(status, 409, "{refused}");
-    let (_, all) = call(&a, reqwest::Method::GET, "/sandbox?limit=100", None).await;
+    let (_, all) = call(&a, reqwest::Method::GET, "/sandbox?per_page=100", None).await;
     for sb in all["sandboxes"].as_array().unwrap_or(&Vec::new()) {
         let id = sb["id"].as_str().unwrap();
         call(&a, reqwest::Method::DELETE, &format!("/sandbox/{id}"), None).await;
