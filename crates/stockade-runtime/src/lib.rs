@@ -125,6 +125,9 @@ pub struct RuntimeInfo {
     pub memory_bytes: u64,
     /// The engine's data root on its host (`DockerRootDir`), when it says.
     pub data_root: Option<String>,
+    /// The engine's own id (`docker info` `ID`): one engine registered
+    /// under two names shows the same.
+    pub engine_id: Option<String>,
 }
 
 /// Everything needed to create one sandbox container (SEC-3 hardening is the

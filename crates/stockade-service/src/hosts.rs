@@ -79,6 +79,8 @@ pub struct Hosts {
     own_schedulable: std::sync::atomic::AtomicBool,
     /// The hosts at the last look.
     seen: RwLock<Vec<Host>>,
+    /// Hosts whose drain pass runs now (one at a time per host).
+    draining: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The host of each sandbox an operation reached lately (a sandbox
     /// changes host only when a drain moves it, which updates this).
     placed: RwLock<HashMap<SandboxId, String>>,
@@ -104,6 +106,7 @@ impl Hosts {
             connected: RwLock::default(),
             own_schedulable: std::sync::atomic::AtomicBool::new(true),
             seen: RwLock::default(),
+            draining: std::sync::Mutex::default(),
             placed: RwLock::default(),
         }
     }
@@ -468,10 +471,30 @@ pub async fn check_hosts_once(
                 }
             }
         }
+        if checked.healthy && host.state == HostState::Draining {
+            start_drain(svc, &host);
+        }
         after.push(host);
     }
     svc.hosts.observe(&after);
     after
+}
+
+/// Starts a drain pass over `host` unless one runs.
+fn start_drain(svc: &Service, host: &Host) {
+    let mut running = svc.hosts.draining.lock().unwrap_or_else(|p| p.into_inner());
+    if !running.insert(host.name.clone()) {
+        return;
+    }
+    let (svc, host) = (svc.clone(), host.clone());
+    tokio::spawn(async move {
+        crate::drain::drain_once(&svc, &host).await;
+        svc.hosts
+            .draining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&host.name);
+    });
 }
 
 /// Starts again the sandboxes of `server` that were running when it went

@@ -118,7 +118,7 @@ pub(crate) fn docker_refused(e: RuntimeError, field: &str) -> ServiceError {
     }
 }
 
-fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
+pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
     ContainerSpec {
         sandbox_id: sb.id.clone(),
         account_id: sb.account_id.clone(),

@@ -121,7 +121,7 @@ async fn reconcile_host(
             return Ok(report);
         }
     };
-    let mut active_ids: HashSet<SandboxId> = HashSet::new();
+    let mut active_ids: HashMap<SandboxId, String> = HashMap::new();
     let mut after: Option<SandboxId> = None;
     let now = Utc::now();
     loop {
@@ -140,7 +140,7 @@ async fn reconcile_host(
         let more = page.len() == PAGE as usize;
         after = page.last().map(|sb| sb.id.clone());
         for sb in page {
-            active_ids.insert(sb.id.clone());
+            active_ids.insert(sb.id.clone(), sb.server.clone());
             if busy.contains(sb.id.as_str()) || sb.server != server {
                 continue;
             }
@@ -158,8 +158,20 @@ async fn reconcile_host(
             continue;
         }
         let Some(id) = &c.sandbox_id else { continue };
-        if active_ids.contains(id) {
-            continue;
+        match active_ids.get(id) {
+            Some(on) if on == server => continue,
+            // Its record names another host: the copy a move left behind
+            // (SCALE-6), unless the move runs now.
+            Some(on) => {
+                if !busy.contains(id.as_str()) && !same_engine(svc, rt, on).await {
+                    info!(sandbox.id = %id, host = %server, now_on = %on, "reconcile: removing the copy of a sandbox that moved to another host");
+                    if let Err(e) = rt.remove(id, false).await {
+                        warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the copy");
+                    }
+                }
+                continue;
+            }
+            None => {}
         }
         match svc.store.sandbox_owner(id).await {
             // Inserted after the records were read: a create, or a claim of
@@ -194,6 +206,18 @@ async fn reconcile_host(
         }
     }
     Ok(report)
+}
+
+/// Whether host `other` is the very engine of `rt` (registered twice):
+/// then a container there is not a copy. Unknown counts as the same.
+async fn same_engine(svc: &Service, rt: &dyn stockade_runtime::Runtime, other: &str) -> bool {
+    let Ok(other) = svc.runtime_on(other).await else {
+        return true;
+    };
+    match (rt.info().await, other.info().await) {
+        (Ok(a), Ok(b)) => a.engine_id.is_none() || a.engine_id == b.engine_id,
+        _ => true,
+    }
 }
 
 /// Corrects one record against its container (DB-6).

@@ -35,6 +35,7 @@ struct HostFacts {
     memory_bytes: u64,
     runtimes: Vec<String>,
     data_root: Option<String>,
+    engine_id: Option<String>,
 }
 
 impl DockerRuntime {
@@ -91,6 +92,7 @@ impl DockerRuntime {
                 .unwrap_or_default(),
             runtimes,
             data_root: info.docker_root_dir.filter(|d| !d.is_empty()),
+            engine_id: info.id.filter(|d| !d.is_empty()),
         };
         self.engine_facts().host = Some((Instant::now(), facts.clone()));
         Ok(facts)
@@ -123,6 +125,7 @@ impl Inspect for DockerRuntime {
                 cpus: host.cpus,
                 memory_bytes: host.memory_bytes,
                 data_root: host.data_root,
+                engine_id: host.engine_id,
             })
         };
         match tokio::time::timeout(PROBE_TIMEOUT, probe).await {

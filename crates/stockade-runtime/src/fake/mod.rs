@@ -425,6 +425,7 @@ impl Inspect for FakeRuntime {
             cpus: st.host_cpus,
             memory_bytes: st.host_memory_bytes,
             data_root: None,
+            engine_id: Some(format!("fake-{}", self.server_name())),
         })
     }
 
