@@ -61,13 +61,27 @@ impl Tmpfs {
         self.dir.path()
     }
 
+    /// Remounts with `mode`. A closed pool's connections close their files
+    /// on their own threads a moment later: until then a remount read-only
+    /// is refused as busy, so it is tried again for a few seconds.
     fn remount(&self, mode: &str) {
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,{mode}")])
-            .arg(self.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "remount {mode} failed");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let out = Command::new("mount")
+                .args(["-o", &format!("remount,{mode}")])
+                .arg(self.path())
+                .output()
+                .unwrap();
+            if out.status.success() {
+                return;
+            }
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                said.contains("busy") && std::time::Instant::now() < deadline,
+                "remount {mode} failed: {said}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
 
