@@ -282,6 +282,20 @@ pub struct ContainerState {
     /// Its address on its Docker network while it runs (what
     /// [`Inspect::container_address`] answers), from the same inspection.
     pub address: Option<std::net::IpAddr>,
+    /// Where this server reaches its agent while it runs (`host:port`):
+    /// its address and the agent's port, or, on a host whose data plane is
+    /// published (SCALE-4), the host's address and the published port.
+    pub agent_addr: Option<String>,
+}
+
+/// How this server reaches a port of a sandbox (SCALE-4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// Straight to the sandbox's address on its Docker network.
+    Direct(std::net::SocketAddr),
+    /// Through the sandbox's agent at `host:port` (its published port), with
+    /// the sandbox's token: the agent's `/stockade/forward`.
+    ViaAgent(String),
 }
 
 /// A container carrying Stockade's labels, found by [`Inspect::list_managed`].

@@ -76,6 +76,20 @@ pub trait Inspect: Send + Sync {
     /// `NotFound` when there is no container. (API-6)
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
 
+    /// How this server reaches `port` of the sandbox: straight to its
+    /// address, or through its agent on a host whose data plane is
+    /// published. `None` when it does not run (or has no network).
+    async fn port_upstream(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> RuntimeResult<Option<crate::Upstream>> {
+        Ok(self
+            .container_address(id)
+            .await?
+            .map(|ip| crate::Upstream::Direct(std::net::SocketAddr::new(ip, port))))
+    }
+
     /// One sample of the sandbox's resource usage; `None` when it has no
     /// running container. May take a second or two (the engine samples twice
     /// to measure CPU). (API-3)

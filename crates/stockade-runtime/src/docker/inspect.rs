@@ -154,6 +154,7 @@ impl Inspect for DockerRuntime {
             .and_then(|c| c.labels.as_ref())
             .and_then(|l| crate::agent_of(|k| l.get(k)));
         let address = super::ports::address_of(&inspected);
+        let agent_addr = self.agent_addr_of(&inspected, address);
         let state = inspected.state.unwrap_or_default();
         let running = state.running.unwrap_or(false);
         let finished_at = parse_time(state.finished_at.as_deref());
@@ -170,6 +171,7 @@ impl Inspect for DockerRuntime {
             oom_killed: state.oom_killed.unwrap_or(false),
             agent,
             address,
+            agent_addr,
         }))
     }
 
@@ -208,6 +210,14 @@ impl Inspect for DockerRuntime {
 
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
         self.container_address_inner(id).await
+    }
+
+    async fn port_upstream(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> RuntimeResult<Option<crate::Upstream>> {
+        self.port_upstream_inner(id, port).await
     }
 
     async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>> {

@@ -83,6 +83,12 @@ pub struct DockerConfig {
     /// `max-file`, 1 to 100): its logs take at most `log_max_bytes` ×
     /// `log_max_files` on the engine's disk.
     pub log_max_files: u32,
+    /// A host that is not this server's machine (SCALE-4): each sandbox's
+    /// agent port is published on this address of the host (an IP: bound
+    /// there; a name: bound on every address), and this server reaches the
+    /// agent — and through it the sandbox's ports — there. `None`: the
+    /// sandboxes' addresses on the engine's bridge are reachable.
+    pub publish_address: Option<String>,
 }
 
 /// The smallest [`DockerConfig::log_max_bytes`].
@@ -103,6 +109,7 @@ impl Default for DockerConfig {
             disk_quotas: true,
             log_max_bytes: 10 << 20,
             log_max_files: 3,
+            publish_address: None,
         }
     }
 }

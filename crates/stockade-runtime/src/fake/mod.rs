@@ -444,6 +444,9 @@ impl Inspect for FakeRuntime {
             oom_killed: false,
             agent: c.agent(),
             address: c.running.then_some(std::net::Ipv4Addr::LOCALHOST.into()),
+            agent_addr: c
+                .running
+                .then(|| format!("127.0.0.1:{}", crate::AGENT_PORT)),
         }))
     }
 
