@@ -1,8 +1,8 @@
 //! The Docker implementation of the runtime (bollard): the client (lazy
 //! connect, API version negotiation), its configuration, the transports to
-//! an engine (a unix socket, `tcp://` with or without TLS client
-//! certificates, `ssh://` through `ssh.rs`), and errors that say how to fix
-//! an unreachable daemon. Each role lives in a file of its own:
+//! an engine (a unix socket, `tcp://`, and through a private socket of
+//! `ssh.rs`: `tcp://` with TLS client certificates and `ssh://`), and errors
+//! that say how to fix an unreachable daemon. Each role lives in a file of its own:
 //! `lifecycle.rs` (hardened create, SEC-3), `exec.rs`, `files.rs`,
 //! `logs.rs`, `inspect.rs`, `ports.rs`, `stats.rs`, `update.rs`,
 //! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9),
@@ -21,7 +21,6 @@ use chrono::{DateTime, Utc};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use stockade_core::SandboxId;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 mod agent;
 mod disk;
@@ -148,8 +147,8 @@ fn is_volume_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
-/// Where connections to the engine go: a unix socket (an ssh host's is
-/// the private socket of its tunnel) or a TCP address.
+/// Where connections to the engine go: a unix socket (a TLS or ssh host's
+/// is the private socket of its tunnel) or a TCP address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Endpoint {
     Unix(String),
@@ -166,17 +165,13 @@ enum Address {
 /// How connections reach the engine beyond the endpoint.
 enum Transport {
     Plain,
+    /// Through a tunnel whose every connection is a TLS one to the engine.
     Tls {
         files: TlsFiles,
-        config: Arc<rustls::ClientConfig>,
-        server_name: ServerName<'static>,
+        tunnel: ssh::SshTunnel,
     },
     Ssh(ssh::SshTunnel),
 }
-
-/// A connection of its own to the engine (requests bollard does not make).
-pub(crate) trait RawIo: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> RawIo for T {}
 
 /// The Docker engine as a [`Runtime`]. Connects lazily: constructing it never
 /// fails because the daemon is down, and it recovers when the daemon returns.
@@ -262,9 +257,6 @@ fn tls_client(
     files: &TlsFiles,
     addr: &str,
 ) -> RuntimeResult<(Arc<rustls::ClientConfig>, ServerName<'static>)> {
-    // bollard's TLS client takes the process's provider: ring, explicitly
-    // (a second provider compiled in would leave none chosen).
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let bad = |what: &str, path: &Path, why: String| {
         RuntimeError::Other(format!("TLS {what} file {}: {why}", path.display()))
     };
@@ -332,26 +324,32 @@ impl DockerRuntime {
             },
         };
         let (endpoint, transport) = match parse_endpoint(&host)? {
-            Address::Direct(endpoint) => {
-                let transport = match (&config.tls, &endpoint) {
-                    (None, _) => Transport::Plain,
-                    (Some(files), Endpoint::Tcp(addr)) => {
-                        let (tls, server_name) = tls_client(files, addr)?;
+            Address::Direct(endpoint) => match (&config.tls, &endpoint) {
+                (None, _) => (endpoint, Transport::Plain),
+                (Some(files), Endpoint::Tcp(addr)) => {
+                    let (tls, server_name) = tls_client(files, addr)?;
+                    let tunnel = ssh::SshTunnel::new(ssh::Dial::Tls {
+                        addr: addr.clone(),
+                        config: tls,
+                        server_name,
+                    })
+                    .map_err(RuntimeError::Other)?;
+                    let socket = tunnel.socket().to_string_lossy().into_owned();
+                    (
+                        Endpoint::Unix(socket),
                         Transport::Tls {
                             files: files.clone(),
-                            config: tls,
-                            server_name,
-                        }
-                    }
-                    (Some(_), Endpoint::Unix(_)) => {
-                        return Err(RuntimeError::Other(format!(
-                            "invalid tls for Docker host '{host}': TLS client files are for a \
+                            tunnel,
+                        },
+                    )
+                }
+                (Some(_), Endpoint::Unix(_)) => {
+                    return Err(RuntimeError::Other(format!(
+                        "invalid tls for Docker host '{host}': TLS client files are for a \
                              tcp:// host"
-                        )))
-                    }
-                };
-                (endpoint, transport)
-            }
+                    )))
+                }
+            },
             Address::Ssh(target) => {
                 if config.tls.is_some() {
                     return Err(RuntimeError::Other(format!(
@@ -359,7 +357,11 @@ impl DockerRuntime {
                     )));
                 }
                 let options = ssh::ssh_options(config.ssh_options.as_deref());
-                let tunnel = ssh::SshTunnel::new(target, options).map_err(RuntimeError::Other)?;
+                let tunnel = ssh::SshTunnel::new(ssh::Dial::Ssh {
+                    target,
+                    options: Arc::new(options),
+                })
+                .map_err(RuntimeError::Other)?;
                 let socket = tunnel.socket().to_string_lossy().into_owned();
                 (Endpoint::Unix(socket), Transport::Ssh(tunnel))
             }
@@ -420,85 +422,25 @@ impl DockerRuntime {
     }
 
     fn connect(&self, version: &ClientVersion) -> Result<Docker, BollardError> {
-        match (&self.endpoint, &self.transport) {
-            (Endpoint::Tcp(addr), Transport::Tls { files, .. }) => Docker::connect_with_ssl(
-                addr,
-                &files.key,
-                &files.cert,
-                &files.ca,
-                CLIENT_TIMEOUT_SECS,
-                version,
-            ),
-            (Endpoint::Unix(path), _) => {
-                Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, version)
-            }
-            (Endpoint::Tcp(addr), _) => {
-                Docker::connect_with_http(addr, CLIENT_TIMEOUT_SECS, version)
-            }
-        }
-    }
-
-    /// A connection of its own to the engine, through TLS or the ssh tunnel
-    /// where the host needs one: for requests spoken raw.
-    pub(crate) async fn raw_connect(&self) -> std::io::Result<Box<dyn RawIo>> {
-        if let Transport::Ssh(tunnel) = &self.transport {
-            tunnel.ensure_serving().map_err(std::io::Error::other)?;
-        }
         match &self.endpoint {
-            Endpoint::Unix(path) => Ok(Box::new(tokio::net::UnixStream::connect(path).await?)),
-            Endpoint::Tcp(addr) => {
-                let tcp = tokio::net::TcpStream::connect(addr).await?;
-                match &self.transport {
-                    Transport::Tls {
-                        config,
-                        server_name,
-                        ..
-                    } => Ok(Box::new(
-                        tokio_rustls::TlsConnector::from(config.clone())
-                            .connect(server_name.clone(), tcp)
-                            .await?,
-                    )),
-                    _ => Ok(Box::new(tcp)),
-                }
-            }
+            Endpoint::Unix(path) => Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, version),
+            Endpoint::Tcp(addr) => Docker::connect_with_http(addr, CLIENT_TIMEOUT_SECS, version),
         }
     }
 
-    /// Asks a TLS engine for `/_ping` over a connection of its own, so a
-    /// refused certificate comes back as what it is (bollard says only that
-    /// the connection failed).
-    async fn tls_check(&self) -> Result<(), String> {
-        let mut io = self
-            .raw_connect()
-            .await
-            .map_err(|e| format!("TLS connection failed: {}", error_chain(&e)))?;
-        io.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            .await
-            .map_err(|e| format!("TLS connection failed: {}", error_chain(&e)))?;
-        let mut head = [0u8; 16];
-        let n = io.read(&mut head).await.map_err(|e| {
-            format!(
-                "the engine refused the TLS connection (is the client certificate signed by \
-                 the engine's CA?): {}",
-                error_chain(&e)
-            )
-        })?;
-        if !head[..n].starts_with(b"HTTP/") {
-            return Err(
-                "the engine closed the TLS connection without an answer (is the client \
-                 certificate signed by the engine's CA?)"
-                    .into(),
-            );
-        }
-        Ok(())
-    }
-
-    /// The ssh host behind the endpoint, for an `ssh://` host.
-    pub(crate) fn ssh_target(&self) -> Option<&ssh::SshTarget> {
+    /// The tunnel to a TLS or ssh host.
+    fn tunnel(&self) -> Option<&ssh::SshTunnel> {
         match &self.transport {
-            Transport::Ssh(tunnel) => Some(tunnel.target()),
-            _ => None,
+            Transport::Ssh(tunnel) | Transport::Tls { tunnel, .. } => Some(tunnel),
+            Transport::Plain => None,
         }
+    }
+
+    /// The engine behind a tunnel (`ssh://…`, `tcp://…`) and whether it is
+    /// on this machine.
+    pub(crate) fn tunneled_engine(&self) -> Option<(String, bool)> {
+        self.tunnel()
+            .map(|t| (t.dial().address(), t.dial().is_loopback()))
     }
 
     fn probe_timeout(&self) -> Duration {
@@ -538,18 +480,10 @@ impl DockerRuntime {
     }
 
     async fn negotiate(&self) -> RuntimeResult<Docker> {
-        match &self.transport {
-            Transport::Ssh(tunnel) => tunnel
+        if let Some(tunnel) = self.tunnel() {
+            tunnel
                 .ensure_serving()
-                .map_err(|e| self.unavailable(&e, false))?,
-            Transport::Tls { .. } => {
-                match tokio::time::timeout(PROBE_TIMEOUT, self.tls_check()).await {
-                    Err(_) => return Err(self.no_answer()),
-                    Ok(Err(e)) => return Err(self.unavailable(&e, false)),
-                    Ok(Ok(())) => {}
-                }
-            }
-            Transport::Plain => {}
+                .map_err(|e| self.unavailable(&e, false))?;
         }
         let probe = self.probe_timeout();
         let baseline = self
@@ -594,7 +528,11 @@ impl DockerRuntime {
             self.host, self.host_source
         );
         match &self.transport {
-            Transport::Tls { files, .. } => {
+            Transport::Tls { files, tunnel } => {
+                if let Some(said) = tunnel.last_error() {
+                    msg.push_str(said.trim_end_matches('.'));
+                    msg.push_str(". ");
+                }
                 msg.push_str(&format!(
                     "Check that the engine listens there with --tlsverify and that its CA \
                      ({}) signed the client certificate ({}) and its own certificate for \
@@ -606,14 +544,14 @@ impl DockerRuntime {
             }
             Transport::Ssh(tunnel) => {
                 if let Some(said) = tunnel.last_error() {
-                    msg.push_str(&said);
+                    msg.push_str(said.trim_end_matches('.'));
                     msg.push_str(". ");
                 }
                 msg.push_str(&format!(
                     "Check that `ssh {} docker version` works for this user without a prompt \
                      (a key, the host key known; extra options in {}) and that the user there \
                      may use Docker.",
-                    tunnel.target(),
+                    tunnel.dial().address(),
                     ssh::SSH_OPTS_ENV
                 ));
                 return RuntimeError::Unavailable(msg);

@@ -454,8 +454,8 @@ impl DockerRuntime {
     /// The Docker engine's address when it is not on this host (the packet
     /// filter would then be applied to the wrong host).
     pub(super) fn remote_engine(&self) -> Option<String> {
-        if let Some(target) = self.ssh_target() {
-            return (!target.is_loopback()).then(|| target.to_string());
+        if let Some((engine, local)) = self.tunneled_engine() {
+            return (!local).then_some(engine);
         }
         match &self.endpoint {
             Endpoint::Unix(_) => None,

@@ -6,6 +6,11 @@
 //! starts one such ssh and copies bytes both ways, so the rest of the
 //! runtime speaks to a unix socket as it does for a local engine.
 //!
+//! A `tcp://` host with TLS client certificates goes through the same kind
+//! of socket: each connection there is a TLS connection of its own to the
+//! engine (rustls), so the requests the runtime speaks raw (the archive
+//! HEAD, logs) are encrypted like bollard's.
+//!
 //! ssh runs with `BatchMode=yes` (keys only, never a prompt) and a connect
 //! timeout; its extra options (identity file, known hosts, …) come from
 //! [`DockerConfig::ssh_options`](super::DockerConfig::ssh_options) or
@@ -20,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::process::Command;
 use tokio::task::JoinHandle;
 
@@ -173,10 +179,45 @@ pub(crate) fn ssh_options(configured: Option<&[String]>) -> Vec<String> {
     }
 }
 
-/// The private socket of one ssh host and the task serving it.
+/// How a tunnel reaches the engine for each connection.
+#[derive(Clone)]
+pub(crate) enum Dial {
+    Ssh {
+        target: SshTarget,
+        options: Arc<Vec<String>>,
+    },
+    Tls {
+        addr: String,
+        config: Arc<rustls::ClientConfig>,
+        server_name: ServerName<'static>,
+    },
+}
+
+impl Dial {
+    /// The engine's address, for messages.
+    pub fn address(&self) -> String {
+        match self {
+            Self::Ssh { target, .. } => target.to_string(),
+            Self::Tls { addr, .. } => format!("tcp://{addr}"),
+        }
+    }
+
+    /// Whether the engine is on this machine.
+    pub fn is_loopback(&self) -> bool {
+        match self {
+            Self::Ssh { target, .. } => target.is_loopback(),
+            Self::Tls { server_name, .. } => match server_name {
+                ServerName::DnsName(n) => n.as_ref() == "localhost",
+                ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).is_loopback(),
+                _ => false,
+            },
+        }
+    }
+}
+
+/// The private socket of one ssh or TLS host and the task serving it.
 pub(crate) struct SshTunnel {
-    target: SshTarget,
-    options: Arc<Vec<String>>,
+    dial: Dial,
     dir: PathBuf,
     socket: PathBuf,
     /// The bound socket until the serving task takes it.
@@ -188,7 +229,7 @@ pub(crate) struct SshTunnel {
 impl std::fmt::Debug for SshTunnel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SshTunnel")
-            .field("target", &self.target.to_string())
+            .field("engine", &self.dial.address())
             .field("socket", &self.socket)
             .finish_non_exhaustive()
     }
@@ -218,7 +259,8 @@ fn private_dir() -> std::io::Result<PathBuf> {
 impl SshTunnel {
     /// Makes the private directory and binds its socket (no ssh yet: the
     /// first connection starts the first one).
-    pub fn new(target: SshTarget, options: Vec<String>) -> Result<Self, String> {
+    pub fn new(dial: Dial) -> Result<Self, String> {
+        let target = dial.address();
         let dir = private_dir()
             .map_err(|e| format!("could not make a private directory for {target}: {e}"))?;
         let socket = dir.join("docker.sock");
@@ -233,8 +275,7 @@ impl SshTunnel {
             }
         };
         Ok(Self {
-            target,
-            options: Arc::new(options),
+            dial,
             dir,
             socket,
             listener: Mutex::new(Some(listener)),
@@ -248,8 +289,8 @@ impl SshTunnel {
         &self.socket
     }
 
-    pub fn target(&self) -> &SshTarget {
-        &self.target
+    pub fn dial(&self) -> &Dial {
+        &self.dial
     }
 
     /// What ssh said when it last failed, if it has not worked since.
@@ -282,22 +323,36 @@ impl SshTunnel {
         };
         let listener = UnixListener::from_std(std_listener)
             .map_err(|e| format!("could not serve {}: {e}", self.socket.display()))?;
-        let target = self.target.clone();
-        let options = self.options.clone();
+        let dial = self.dial.clone();
         let last_error = self.last_error.clone();
         *task = Some(tokio::spawn(async move {
             loop {
                 match listener.accept().await {
-                    Ok((conn, _)) => {
-                        tokio::spawn(relay(
-                            conn,
-                            target.clone(),
-                            options.clone(),
-                            last_error.clone(),
-                        ));
-                    }
+                    Ok((conn, _)) => match &dial {
+                        Dial::Ssh { target, options } => {
+                            tokio::spawn(relay(
+                                conn,
+                                target.clone(),
+                                options.clone(),
+                                last_error.clone(),
+                            ));
+                        }
+                        Dial::Tls {
+                            addr,
+                            config,
+                            server_name,
+                        } => {
+                            tokio::spawn(relay_tls(
+                                conn,
+                                addr.clone(),
+                                tokio_rustls::TlsConnector::from(config.clone()),
+                                server_name.clone(),
+                                last_error.clone(),
+                            ));
+                        }
+                    },
                     Err(e) => {
-                        tracing::warn!(target = %target, error = %e, "ssh tunnel: accept failed");
+                        tracing::warn!(engine = %dial.address(), error = %e, "tunnel: accept failed");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -324,6 +379,60 @@ fn bind(socket: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
 
 fn set_error(slot: &Mutex<Option<String>>, value: Option<String>) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = value;
+}
+
+/// How long a TLS engine may take to accept a connection and finish the
+/// handshake.
+const TLS_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One connection to a TLS engine: TCP, the handshake, then bytes copied
+/// both ways. Why it failed is kept before the connection is closed.
+async fn relay_tls(
+    mut conn: UnixStream,
+    addr: String,
+    connector: tokio_rustls::TlsConnector,
+    server_name: ServerName<'static>,
+    last_error: Arc<Mutex<Option<String>>>,
+) {
+    let connect = async {
+        let tcp = TcpStream::connect(&addr)
+            .await
+            .map_err(|e| format!("TLS connection to tcp://{addr} failed: {e}"))?;
+        connector
+            .connect(server_name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake with tcp://{addr} failed: {e}"))
+    };
+    let mut tls = match tokio::time::timeout(TLS_CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(why)) => {
+            set_error(&last_error, Some(why));
+            return;
+        }
+        Err(_) => {
+            set_error(
+                &last_error,
+                Some(format!(
+                    "tcp://{addr} did not finish the TLS handshake within {} s",
+                    TLS_CONNECT_TIMEOUT.as_secs()
+                )),
+            );
+            return;
+        }
+    };
+    match tokio::io::copy_bidirectional(&mut conn, &mut tls).await {
+        Ok((_, from_engine)) if from_engine > 0 => set_error(&last_error, None),
+        Ok(_) => {}
+        // The engine checks the client certificate after the handshake: a
+        // refusal arrives as the first read's error.
+        Err(e) => set_error(
+            &last_error,
+            Some(format!(
+                "the engine at tcp://{addr} refused the TLS connection (is the client \
+                 certificate signed by the engine's CA?): {e}"
+            )),
+        ),
+    }
 }
 
 /// One connection: an ssh of its own, bytes copied both ways until the
@@ -484,7 +593,11 @@ mod tests {
     #[test]
     fn the_private_directory_is_private_and_removed() {
         use std::os::unix::fs::PermissionsExt;
-        let t = SshTunnel::new(SshTarget::parse("ssh://h").unwrap(), vec![]).unwrap();
+        let t = SshTunnel::new(Dial::Ssh {
+            target: SshTarget::parse("ssh://h").unwrap(),
+            options: Arc::default(),
+        })
+        .unwrap();
         let dir = t.socket().parent().unwrap().to_owned();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
