@@ -28,8 +28,8 @@ pub use agent::{
 };
 pub use disk::{parse_size, DiskEnforcement, DiskUsage, Enforcement, QuotaMethod};
 pub use docker::{
-    container_name, DockerConfig, DockerRuntime, IsolationConfig, MAX_LOG_MAX_FILES,
-    MIN_LOG_MAX_BYTES, SECCOMP_PROFILE,
+    container_name, DockerConfig, DockerRuntime, IsolationConfig, TlsFiles, MAX_LOG_MAX_FILES,
+    MIN_LOG_MAX_BYTES, SECCOMP_PROFILE, SSH_OPTS_ENV,
 };
 pub use egress::{EgressChains, EgressEntry, EgressHost};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
