@@ -68,12 +68,15 @@ fn fingerprint(host: &Host) -> String {
     format!("{}|{:?}|{:?}", host.docker_host, host.tls, host.address)
 }
 
+/// A connected host: what connected it ([`fingerprint`]) and its runtime.
+type Connected = (String, Arc<dyn Runtime>);
+
 /// The runtimes of the hosts this process has used.
 pub struct Hosts {
     own_name: String,
     own: Arc<dyn Runtime>,
     config: HostsConfig,
-    connected: RwLock<HashMap<String, (String, Arc<dyn Runtime>)>>,
+    connected: RwLock<HashMap<String, Connected>>,
     /// Whether the own host took new sandboxes at the last look (the warm
     /// pool serves only then).
     own_schedulable: std::sync::atomic::AtomicBool,

@@ -722,7 +722,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     };
     // Registered hosts (SCALE-4) get the same settings, their own address.
     let host_factory = Arc::new(hosts::DockerHostFactory::new(docker_config.clone()));
-    let hosts_config = args.hosts.config(host_factory)?;
+    let hosts_config = args.hosts.config(host_factory, &docker_host)?;
     let runtime =
         DockerRuntime::new(docker_config).context("could not set up the Docker client")?;
     let runtime: Arc<dyn Runtime> = Arc::new(runtime);

@@ -564,6 +564,13 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
         std::env::var("STOCKADE_TEST_DATABASE_URL"),
         Engines::from_env(),
     ) else {
+        if std::env::var_os("STOCKADE_TEST_HOSTS_REQUIRED").is_some() {
+            panic!(
+                "the engines of scripts/test are missing: {} {}",
+                std::env::var("STOCKADE_TEST_HOST2_ERROR").unwrap_or_default(),
+                std::env::var("STOCKADE_TEST_HOST3_ERROR").unwrap_or_default()
+            );
+        }
         eprintln!(
             "several hosts… skipped: scripts/test sets STOCKADE_TEST_DATABASE_URL and \
              STOCKADE_TEST_HOST2/3"

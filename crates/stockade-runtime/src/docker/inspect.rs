@@ -128,7 +128,7 @@ impl Inspect for DockerRuntime {
                 engine_id: host.engine_id,
             })
         };
-        match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+        match tokio::time::timeout(self.probe_timeout(), probe).await {
             Ok(result) => result,
             Err(_) => Err(self.no_answer()),
         }

@@ -450,7 +450,7 @@ impl DockerRuntime {
             .map(|t| (t.dial().address(), t.dial().is_loopback()))
     }
 
-    fn probe_timeout(&self) -> Duration {
+    pub(crate) fn probe_timeout(&self) -> Duration {
         match self.transport {
             Transport::Ssh(_) => SSH_PROBE_TIMEOUT,
             _ => PROBE_TIMEOUT,

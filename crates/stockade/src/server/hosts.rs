@@ -37,6 +37,9 @@ impl DockerHostFactory {
                 key: t.key.clone().into(),
             }),
             server_name: host.name.clone(),
+            // A host off this machine: its agents' port is published on
+            // its address, where this server reaches them (SCALE-4).
+            publish_address: host.address.clone(),
             isolation: IsolationConfig {
                 packet_filter: self.template.isolation.packet_filter,
                 ..IsolationConfig::for_host(&host.name)
@@ -68,8 +71,13 @@ pub struct HostArgs {
 }
 
 impl HostArgs {
-    /// The hosts' settings with `factory`; errors name the flag.
-    pub fn config(&self, factory: Arc<dyn RuntimeFactory>) -> anyhow::Result<HostsConfig> {
+    /// The hosts' settings with `factory`, the server's own Docker host
+    /// being `own`; errors name the flag.
+    pub fn config(
+        &self,
+        factory: Arc<dyn RuntimeFactory>,
+        own: &str,
+    ) -> anyhow::Result<HostsConfig> {
         let min_free = stockade_runtime::parse_size(&self.host_min_free_disk).ok_or_else(|| {
             anyhow::anyhow!(
                 "--host-min-free-disk: '{}' is not a size (bytes, or a number with k, m, g or t, \
@@ -80,6 +88,7 @@ impl HostArgs {
         let defaults = HostsConfig::default();
         let interval = Duration::from_secs(self.host_check_interval);
         Ok(HostsConfig {
+            own_docker_host: own.to_owned(),
             factory: Some(factory),
             check_interval: interval,
             // A check never runs into the next one.
@@ -198,7 +207,7 @@ mod tests {
             let cli = Cli::try_parse_from(argv)?;
             let factory: Arc<dyn RuntimeFactory> =
                 Arc::new(DockerHostFactory::new(DockerConfig::default()));
-            cli.args.config(factory)
+            cli.args.config(factory, "unix:///var/run/docker.sock")
         };
         for var in [
             "STOCKADE_HOST_CHECK_INTERVAL",
