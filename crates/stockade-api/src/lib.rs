@@ -31,6 +31,11 @@ pub use teams::{
 };
 pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, EgressHealth, ResourceUsage};
 
+pub mod hosts;
+pub use hosts::{
+    CreateHostRequest, HostCapacity, HostCapacityInput, HostHealthResponse, HostReserved,
+    HostResponse, HostTlsFiles, ListHostsResponse, UpdateHostRequest,
+};
 pub mod quotas;
 pub use quotas::{QuotaLimits, QuotaResponse, QuotaUsageResponse, SetQuotaRequest};
 pub mod update;

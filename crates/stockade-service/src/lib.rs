@@ -24,6 +24,7 @@ pub mod egress;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod host_admin;
 pub mod hosts;
 pub mod idempotency;
 pub mod images;
