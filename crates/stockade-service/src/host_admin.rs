@@ -398,21 +398,9 @@ fn host_for_message(s: &str) -> String {
 /// Registers the server's own Docker host (`--docker-host`, named
 /// `--server-name`) unless it is; returns it as stored. Called at start.
 pub async fn ensure_own(svc: &Service, docker_host: &str) -> ServiceResult<Host> {
-    let now = Utc::now().trunc_subsecs(6);
     let own = Host {
-        name: svc.hosts.own_name().to_owned(),
         docker_host: docker_host.to_owned(),
-        tls: None,
-        address: None,
-        labels: BTreeMap::new(),
-        cpus: None,
-        memory_bytes: None,
-        state: HostState::Active,
-        state_reason: None,
-        auto_cordoned: false,
-        health: HostHealth::default(),
-        created_at: now,
-        updated_at: now,
+        ..crate::placement::own_host_record(svc)
     };
     Ok(svc.store.ensure_host(&own).await?)
 }

@@ -158,8 +158,8 @@ impl Service {
         }
         tokio::spawn(self.clone().renew_leases(shutdown.clone()));
         // SCALE-4: the server's own Docker host is a registered host too.
-        let own = placement::own_host_record(self);
-        match self.store.ensure_host(&own).await {
+        let own_docker_host = self.hosts.config().own_docker_host.clone();
+        match host_admin::ensure_own(self, &own_docker_host).await {
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "could not register this server's own Docker host")

@@ -27,7 +27,7 @@ pub struct Candidate {
 
 /// The server's own host as a record, when the database has none yet.
 pub(crate) fn own_host_record(svc: &Service) -> Host {
-    let now = chrono::Utc::now();
+    let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
     Host {
         name: svc.hosts.own_name().to_owned(),
         docker_host: svc.hosts.config().own_docker_host.clone(),

@@ -139,10 +139,16 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
             }
             Err(e) => return Err(e.into()),
         };
+        // An engine registered under two names lists its volumes once.
+        let seen: std::collections::HashSet<String> = infos
+            .iter()
+            .map(|(_, v)| v.name.as_str().to_owned())
+            .collect();
         infos.extend(
             listed
                 .into_iter()
                 .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id.as_str()))
+                .filter(|v| !seen.contains(v.name.as_str()))
                 .map(|v| (server.clone(), v)),
         );
     }

@@ -6,44 +6,20 @@
 //! server's own host is never removed.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use chrono::Utc;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use stockade_core::spec::SpecInput;
-use stockade_core::{AccountId, Defaults, Host, Sandbox, SandboxId, SandboxSpec};
-use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
-use stockade_service::hosts::RuntimeFactory;
+use stockade_core::{AccountId, Defaults, Sandbox, SandboxId, SandboxSpec};
 
 use crate::helpers::*;
 
 const ENGINE: &str = "unix:///var/run/docker.sock";
 
-/// Connects a registered host as the server binary does: a Docker runtime
-/// over its `dockerHost`, named after it.
-struct DockerFactory;
-
-impl RuntimeFactory for DockerFactory {
-    fn connect(&self, host: &Host) -> Result<Arc<dyn Runtime>, String> {
-        let rt = DockerRuntime::new(DockerConfig {
-            host: Some(host.docker_host.clone()),
-            server_name: host.name.clone(),
-            ..DockerConfig::default()
-        })
-        .map_err(|e| e.to_string())?;
-        Ok(Arc::new(rt))
-    }
-}
-
+/// A server whose own host is registered (as the server binary does at start).
 async fn app() -> TestApp {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.hosts.factory = Some(Arc::new(DockerFactory));
-        })),
-        ..AppOptions::default()
-    })
-    .await;
+    let app = spawn_app().await;
     stockade_service::host_admin::ensure_own(&app.state.svc, ENGINE)
         .await
         .expect("register the own host");
