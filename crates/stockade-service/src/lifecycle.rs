@@ -317,7 +317,7 @@ async fn create_inner(
         other => other.into(),
     };
     let full = |loads: Vec<stockade_store::CandidateLoad>, sb: &Sandbox| {
-        ServiceError::InsufficientCapacity(crate::placement::full_message(&loads, sb))
+        ServiceError::InsufficientCapacity(crate::placement::full_message(&loads, &candidates, sb))
     };
     let guard = match held {
         // The operation was recorded before the idempotency key: only the

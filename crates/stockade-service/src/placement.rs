@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use stockade_core::quota::show_gb;
 use stockade_core::{Host, HostHealth, HostState, Sandbox, Snapshot};
 use stockade_runtime::Runtime;
 use stockade_store::{CandidateLoad, PlacementCandidate};
@@ -23,6 +22,8 @@ pub struct Candidate {
     pub host: Host,
     pub runtime: Arc<dyn Runtime>,
     pub placement: PlacementCandidate,
+    /// Its size and overcommit, for the refusal's words.
+    pub capacity: HostCapacity,
 }
 
 /// The server's own host as a record, when the database has none yet.
@@ -199,6 +200,7 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
             },
             host,
             runtime: rt,
+            capacity: cap,
         });
     }
     if out.is_empty() {
@@ -232,38 +234,27 @@ async fn host_size(host: &Host, rt: &dyn Runtime) -> (Option<u32>, Option<u64>) 
     )
 }
 
-/// The refusal when no candidate had room.
-pub fn full_message(loads: &[CandidateLoad], sb: &Sandbox) -> String {
-    let hosts: Vec<String> = loads
+/// The refusal when no candidate had room: each host's load in the words
+/// of admission control (SEC-15), one host's alone when there was one.
+pub fn full_message(loads: &[CandidateLoad], candidates: &[Candidate], sb: &Sandbox) -> String {
+    let ask = stockade_core::Footprint::running(&sb.spec).running;
+    let mut said: Vec<String> = loads
         .iter()
-        .map(|l| {
-            let cpu = match l.cpu_limit_millis {
-                Some(limit) => format!(
-                    "{} of {} CPUs",
-                    stockade_core::quota::show_cores(l.reserved.cpu_millis),
-                    stockade_core::quota::show_cores(limit)
-                ),
-                None => format!(
-                    "{} CPUs",
-                    stockade_core::quota::show_cores(l.reserved.cpu_millis)
-                ),
-            };
-            let mem = match l.memory_limit_bytes {
-                Some(limit) => format!(
-                    "{} of {} GB",
-                    show_gb(l.reserved.memory_bytes),
-                    show_gb(limit)
-                ),
-                None => format!("{} GB", show_gb(l.reserved.memory_bytes)),
-            };
-            format!("{}: {cpu}, {mem} reserved", l.server)
+        .filter_map(|l| {
+            let cap = candidates
+                .iter()
+                .find(|c| c.host.name == l.server)?
+                .capacity;
+            cap.check(&l.server, l.reserved, Default::default(), ask)
+                .err()
         })
         .collect();
-    format!(
-        "insufficient capacity: no Docker host has room for {} CPUs and {} GB ({}); stop or \
-         delete sandboxes, or ask for less",
-        sb.spec.cpu_cores,
-        sb.spec.memory_gb,
-        hosts.join("; ")
-    )
+    match said.len() {
+        0 => format!(
+            "insufficient capacity: no Docker host has room for {} CPUs and {} GB",
+            sb.spec.cpu_cores, sb.spec.memory_gb
+        ),
+        1 => said.remove(0),
+        _ => format!("no Docker host has room: {}", said.join("; ")),
+    }
 }

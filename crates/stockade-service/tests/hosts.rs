@@ -14,7 +14,7 @@ use chrono::Utc;
 use stockade_api::CreateSandboxRequest;
 use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::{Account, Host, HostHealth, HostState, Sandbox, SandboxStatus, Scope};
-use stockade_runtime::{ExecSpec, FakeRuntime, Runtime};
+use stockade_runtime::{FakeRuntime, Runtime};
 use stockade_service::admission::AdmissionConfig;
 use stockade_service::hosts::{check_hosts_once, HostsConfig, RuntimeFactory};
 use stockade_service::{lifecycle, Service, ServiceConfig, ServiceError};
@@ -160,7 +160,11 @@ async fn creates_go_to_the_freest_host_and_a_full_deployment_says_so() {
     let ServiceError::InsufficientCapacity(message) = full else {
         panic!("{full:?}");
     };
-    for part in ["a: 2 of 2 CPUs", "b: 2 of 2 CPUs", "local: 2 of 2 CPUs"] {
+    for part in [
+        "server a: 2 of 2 CPUs reserved",
+        "server b: 2 of 2 CPUs reserved",
+        "server local: 2 of 2 CPUs reserved",
+    ] {
         assert!(message.contains(part), "{message}");
     }
 }
@@ -235,20 +239,21 @@ async fn every_operation_reaches_the_sandbox_on_its_own_host() {
         })
         .await
         .unwrap();
-    let out = w
-        .svc
-        .exec(
-            &sb,
-            ExecSpec {
-                argv: vec!["true".into()],
-                ..ExecSpec::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(out.exit_code, Some(0));
-    assert_eq!(w.hosts["a"].exec_calls().len(), 1);
-    assert!(w.hosts["local"].exec_calls().is_empty());
+    // By its id alone too (files, logs and the proxy go that way).
+    assert_eq!(w.svc.runtime_of(&sb.id).await.unwrap().server_name(), "a");
+    let patched = stockade_service::update::update(
+        &w.svc,
+        &w.scope(),
+        sb.id.as_str(),
+        &stockade_core::update::SpecPatch {
+            cpu_cores: Some(0.5),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(patched.sandbox.spec.cpu_cores, 0.5);
+    assert_eq!(w.hosts["a"].container(&sb.id).unwrap().spec.cpu_cores, 0.5);
     let stopped = lifecycle::stop(&w.svc, sb, Duration::from_secs(1))
         .await
         .unwrap();

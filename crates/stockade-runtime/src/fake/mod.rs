@@ -518,8 +518,12 @@ impl Lifecycle for FakeRuntime {
     async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
         self.check_available()?;
         // The fake has every image but the ones marked missing (they cannot
-        // be pulled either).
-        Ok(!self.state().missing_images.contains(image))
+        // be pulled either), and the snapshot images it committed or loaded.
+        let st = self.state();
+        if image.starts_with(&format!("{}:", stockade_core::Snapshot::IMAGE_REPO)) {
+            return Ok(st.images.contains_key(image));
+        }
+        Ok(!st.missing_images.contains(image))
     }
 
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {

@@ -145,7 +145,9 @@ impl Snapshots for FakeRuntime {
         }
         let (image_ref, labels): (String, BTreeMap<String, String>) = serde_json::from_slice(&body)
             .map_err(|e| RuntimeError::Other(format!("not an image archive: {e}")))?;
-        self.state().images.insert(image_ref, labels);
+        let mut st = self.state();
+        st.missing_images.remove(&image_ref);
+        st.images.insert(image_ref, labels);
         Ok(())
     }
 }
