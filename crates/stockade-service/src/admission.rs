@@ -400,15 +400,21 @@ fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
 
 /// A create of `sb` (validated, not saved yet), against its account's
 /// quota. Its host's room is weighed by placement (SCALE-5,
-/// [`crate::placement`]) as its record is inserted; until then it is on no
-/// host.
-pub async fn admit_create(svc: &Service, sb: &Sandbox) -> ServiceResult<Admitted> {
+/// [`crate::placement`]) as its record is inserted; until then it holds
+/// room on no host — but on `from_pool`'s, the own host, whose warm-pool
+/// member it may take (the refill that follows the take must see it).
+pub async fn admit_create(
+    svc: &Service,
+    sb: &Sandbox,
+    from_pool: bool,
+) -> ServiceResult<Admitted> {
+    let server = if from_pool { svc.hosts.own_name() } else { "" };
     admit(
         svc,
         Ask {
             id: &sb.id,
             account: &sb.account_id,
-            server: "",
+            server,
             before: Footprint::default(),
             after: Footprint::running(&sb.spec),
             host: false,

@@ -179,7 +179,7 @@ pub async fn create_sandbox(
     // and held, when the record is made. Not before a key's replay: a
     // retry of a create that was made returns it even at the quota.
     if idempotency_key.is_none() {
-        drop(crate::admission::admit_create(svc, &sb).await?);
+        drop(crate::admission::admit_create(svc, &sb, false).await?);
     }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {
@@ -282,7 +282,8 @@ async fn create_inner(
             .as_deref()
             .is_none_or(|s| s == svc.hosts.own_name());
     // SEC-16: held until the record shows the sandbox.
-    let admitted = match crate::admission::admit_create(svc, &sb).await {
+    let from_pool = poolable && svc.pool.has_ready_for(&sb.spec);
+    let admitted = match crate::admission::admit_create(svc, &sb, from_pool).await {
         Ok(admitted) => admitted,
         Err(e) => {
             if let Some(guard) = held {
