@@ -403,11 +403,7 @@ fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
 /// [`crate::placement`]) as its record is inserted; until then it holds
 /// room on no host — but on `from_pool`'s, the own host, whose warm-pool
 /// member it may take (the refill that follows the take must see it).
-pub async fn admit_create(
-    svc: &Service,
-    sb: &Sandbox,
-    from_pool: bool,
-) -> ServiceResult<Admitted> {
+pub async fn admit_create(svc: &Service, sb: &Sandbox, from_pool: bool) -> ServiceResult<Admitted> {
     let server = if from_pool { svc.hosts.own_name() } else { "" };
     admit(
         svc,

@@ -431,6 +431,23 @@ pub async fn check_hosts_once(
             // The own host may have no row (a store without hosts support).
             tracing::debug!(host = %host.name, error = %e, "host checks: health not recorded");
         }
+        // Back (or first seen): isolated and its sandboxes running again
+        // before it takes new ones.
+        if checked.healthy && (was_failing || !prepared.contains(&host.name)) {
+            if let Ok(rt) = svc.hosts.runtime(&host) {
+                if host.name != svc.hosts.own_name() {
+                    // The own host's isolation is the service's own check.
+                    let report = rt.ensure_isolation().await;
+                    if report.status() == stockade_runtime::IsolationStatus::Degraded {
+                        tracing::error!(host = %host.name, report = %report.summary(), "sandboxes on this host are not fully isolated");
+                    }
+                }
+                prepared.insert(host.name.clone());
+                if was_failing {
+                    recover_host(svc, &host.name, rt.as_ref()).await;
+                }
+            }
+        }
         let mut changed = false;
         if !checked.healthy && host.state == HostState::Active {
             let why = checked.reason.clone().unwrap_or_default();
@@ -457,21 +474,6 @@ pub async fn check_hosts_once(
             host.updated_at = now;
             if let Err(e) = svc.store.update_host(&host).await {
                 tracing::warn!(host = %host.name, error = %e, "host checks: state not recorded");
-            }
-        }
-        if checked.healthy && (was_failing || !prepared.contains(&host.name)) {
-            if let Ok(rt) = svc.hosts.runtime(&host) {
-                if host.name != svc.hosts.own_name() {
-                    // The own host's isolation is the service's own check.
-                    let report = rt.ensure_isolation().await;
-                    if report.status() == stockade_runtime::IsolationStatus::Degraded {
-                        tracing::error!(host = %host.name, report = %report.summary(), "sandboxes on this host are not fully isolated");
-                    }
-                }
-                prepared.insert(host.name.clone());
-                if was_failing {
-                    recover_host(svc, &host.name, rt.as_ref()).await;
-                }
             }
         }
         if checked.healthy && host.state == HostState::Draining {
