@@ -351,6 +351,8 @@ ensure_test_engine() {
             { [ "$fs" = auto ] || [ "$fs" = "$made" ]; } &&
             _stockade_engine_mount "$made" "$img" "$root"; then
             :
+        elif [ "$made" = dir ] && [ "$fs" = dir ]; then
+            : # a data root of its own on the host's disk: kept as it is
         else
             rm -rf "${root:?}"/* 2>/dev/null || true
             case "$fs" in
