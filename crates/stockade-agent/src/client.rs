@@ -1000,22 +1000,6 @@ impl http_body::Body for ChannelBodyFrom {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_parse() {
-        assert_eq!(
-            Endpoint::http("http://10.0.0.2:49983/").unwrap(),
-            Endpoint::Tcp("10.0.0.2:49983".into())
-        );
-        assert!(Endpoint::http("https://x:1").is_err());
-        assert!(Endpoint::http("http://x").is_err());
-        assert!(Endpoint::http("http://x:1/path").is_err());
-    }
-}
-
 /// Opens a TCP connection to `port` inside a sandbox through its agent at
 /// `agent` (`host:port`), authorised by `token`: the agent's
 /// `/stockade/forward` upgrade (SCALE-4). The answer's head is read byte by
@@ -1077,4 +1061,20 @@ pub async fn open_forward(
         status,
         String::from_utf8_lossy(&body[..n]).trim()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            Endpoint::http("http://10.0.0.2:49983/").unwrap(),
+            Endpoint::Tcp("10.0.0.2:49983".into())
+        );
+        assert!(Endpoint::http("https://x:1").is_err());
+        assert!(Endpoint::http("http://x").is_err());
+        assert!(Endpoint::http("http://x:1/path").is_err());
+    }
 }

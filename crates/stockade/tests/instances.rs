@@ -767,8 +767,8 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
     // h2 goes away: it is cordoned within seconds, its sandboxes say so,
     // creates keep succeeding elsewhere.
     let on_h2: Vec<String> = vec![per_host["h2"][1].clone(), rid.clone()];
-    engines.stop_h2();
     let stopped = Instant::now();
+    engines.stop_h2();
     let host = host_until(&b, "h2", Duration::from_secs(20), |h| {
         h["state"] == "cordoned" && h["autoCordoned"] == true && h["health"]["healthy"] == false
     })

@@ -206,7 +206,7 @@ pub(crate) async fn recent_lines(
     };
     let lines = state
         .svc
-        .runtime_for(&sb)
+        .runtime_for(sb)
         .await?
         .logs(&sb.id, options)
         .await?;
