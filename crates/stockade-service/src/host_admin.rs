@@ -405,8 +405,14 @@ pub async fn ensure_own(svc: &Service, docker_host: &str) -> ServiceResult<Host>
     Ok(svc.store.ensure_host(&own).await?)
 }
 
-async fn view(svc: &Service, host: Host, sandboxes: u64) -> ServiceResult<HostView> {
+async fn view(svc: &Service, mut host: Host, sandboxes: u64) -> ServiceResult<HostView> {
     let reserved = svc.store.server_reserved(&host.name, &[]).await?;
+    // The latest check, which the database gets only when it changed.
+    if let Some(seen) = svc.hosts.seen_health(&host.name) {
+        if seen.checked_at > host.health.checked_at {
+            host.health = seen;
+        }
+    }
     Ok(HostView {
         own: host.name == svc.hosts.own_name(),
         host,

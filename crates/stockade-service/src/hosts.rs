@@ -166,6 +166,15 @@ impl Hosts {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The health of host `name` at this process's last look (newer than
+    /// the database's when this process checks the hosts).
+    pub fn seen_health(&self, name: &str) -> Option<stockade_core::HostHealth> {
+        let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+        seen.iter()
+            .find(|h| h.name == name)
+            .map(|h| h.health.clone())
+    }
+
     /// The state of host `server` at the last look, when it is not simply
     /// active and healthy.
     pub fn state_of(&self, server: &str) -> Option<stockade_api::SandboxHostState> {
@@ -388,6 +397,9 @@ async fn check_host(svc: &Service, host: &Host) -> Checked {
     }
 }
 
+/// How often an unchanged health is written again (its `checkedAt`).
+const HEALTH_REWRITE_SECS: i64 = 300;
+
 /// The reason an automatic cordon records.
 fn auto_reason(why: &str) -> String {
     format!("cordoned automatically: {why}")
@@ -415,6 +427,7 @@ pub async fn check_hosts_once(
     let mut after = Vec::with_capacity(hosts.len());
     for (mut host, checked) in hosts.into_iter().zip(checks) {
         let was_failing = host.health.healthy == Some(false);
+        let before = host.health.clone();
         host.health = stockade_core::HostHealth {
             healthy: Some(checked.healthy),
             reason: checked.reason.clone(),
@@ -427,9 +440,28 @@ pub async fn check_hosts_once(
             memory_bytes: checked.memory_bytes.or(host.health.memory_bytes),
             disk_free_bytes: checked.disk_free_bytes,
         };
-        if let Err(e) = svc.store.record_host_health(&host.name, &host.health).await {
-            // The own host may have no row (a store without hosts support).
-            tracing::debug!(host = %host.name, error = %e, "host checks: health not recorded");
+        // Written when it changed, else once in a while: a write every few
+        // seconds would also tell a database that refuses bigger writes
+        // (a full disk, DB-12) that it is healthy again.
+        let changed_health = (
+            before.healthy,
+            &before.reason,
+            before.cpus,
+            before.memory_bytes,
+        ) != (
+            host.health.healthy,
+            &host.health.reason,
+            host.health.cpus,
+            host.health.memory_bytes,
+        );
+        let stale = before
+            .checked_at
+            .is_none_or(|t| now - t > chrono::Duration::seconds(HEALTH_REWRITE_SECS));
+        if changed_health || stale {
+            if let Err(e) = svc.store.record_host_health(&host.name, &host.health).await {
+                // The own host may have no row (a store without hosts support).
+                tracing::debug!(host = %host.name, error = %e, "host checks: health not recorded");
+            }
         }
         // Back (or first seen): isolated and its sandboxes running again
         // before it takes new ones.

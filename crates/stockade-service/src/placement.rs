@@ -107,6 +107,13 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
         matching.into_iter().partition(Host::schedulable);
     if schedulable.is_empty() {
         let why: Vec<String> = closed.iter().map(describe).collect();
+        if closed.iter().all(|h| h.health.healthy == Some(false)) {
+            // Not full: unreachable (503, as with one engine that is down).
+            return Err(ServiceError::DockerUnavailable(format!(
+                "no Docker host answers now: {}",
+                why.join("; ")
+            )));
+        }
         return Err(ServiceError::InsufficientCapacity(format!(
             "no Docker host takes new sandboxes now: {}",
             why.join("; ")

@@ -300,7 +300,7 @@ async fn a_failing_host_is_cordoned_and_recovers_with_its_sandboxes() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, ServiceError::InsufficientCapacity(m) if m.contains("a is cordoned")),
+        matches!(&refused, ServiceError::DockerUnavailable(m) if m.contains("a is cordoned")),
         "{refused:?}"
     );
     let mut details = stockade_api::SandboxResponse::from_record(&sb, Utc::now());

@@ -7,7 +7,16 @@
 //!   database per run) two run, exactly one leads the background work
 //!   (`/health` `leader`), the leader acts on a session timeout, and once
 //!   the leader is killed the other takes over within the lease's term and
-//!   acts on the next one.
+//!   acts on the next one;
+//! - three Docker hosts (the main engine, `h2` on a unix socket, `h3` over
+//!   TCP with TLS, all started by `scripts/test`) under two instances on
+//!   PostgreSQL (SCALE-4..SCALE-8): six creates at once fill the three
+//!   hosts exactly, a seventh is refused; exec, files, logs, a terminal and
+//!   the proxy reach every host's sandboxes through either instance;
+//!   `server` and `hostSelector` choose; a snapshot taken on one host
+//!   starts on another; stopping h2's engine cordons it within seconds
+//!   while creates go elsewhere, and starting it again recovers its
+//!   sandboxes.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -537,6 +546,30 @@ async fn shell(server: &Server, id: &str, line: &str) -> String {
     out["stdout"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Types into a terminal of sandbox `id` opened through `server` and
+/// waits (bounded) for the shell's answer.
+async fn terminal_answers(server: &Server, id: &str) {
+    let client = stockade_sdk::Client::new(server.url.clone(), TOKEN).unwrap();
+    let sb = stockade_sdk::Sandbox::get(&client, id).await.unwrap();
+    let mut term = sb
+        .terminal(stockade_sdk::TerminalOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("terminal of {id} via {}: {e}", server.url));
+    term.write(b"echo term-$((6*7))\n").await.unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.contains("term-42") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, term.read()).await {
+            Ok(Some(Ok(bytes))) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            other => panic!(
+                "terminal of {id} via {}: {other:?}, saw {seen:?}",
+                server.url
+            ),
+        }
+    }
+}
+
 /// Waits (bounded) until host `name` as `server` lists it satisfies `ok`.
 async fn host_until(
     server: &Server,
@@ -668,6 +701,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
                 .await;
                 assert!(status == 200 || status == 201, "write in {id}: {status}");
             }
+            terminal_answers(&b, id).await;
             let listing = shell(&a, id, "ls /workspace").await;
             assert_eq!(listing.matches("from-").count(), 2, "{listing}");
             let (status, logs) = call(

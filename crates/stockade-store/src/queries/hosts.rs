@@ -358,9 +358,18 @@ impl<B: Backend> HostStore for SqlStore<B> {
             .sql(", disk_free_bytes = ")
             .bind(opt_whole(health.disk_free_bytes))
             .sql(" WHERE name = ")
-            .bind(name.to_owned());
-        self.execute_one(q, &format!("record the health of host '{name}'"))
-            .await
+            .bind(name.to_owned())
+            .sql(" RETURNING name");
+        // Read back like a lease's renewal, not counted as a write: this
+        // small in-place update succeeding says nothing about the writes of
+        // users (DB-12: a full disk stays degraded until one of those works).
+        let context = format!("record the health of host '{name}'");
+        let row = self
+            .conn(&context)
+            .await?
+            .returning_optional(q, &context)
+            .await?;
+        row.map(|_| ()).ok_or(StoreError::NotFound)
     }
 
     #[tracing::instrument(skip_all, fields(host.name = %name), err(level = "debug"))]
