@@ -5,6 +5,7 @@
 #   ensure_test_engine NAME [SETTING=VALUE ...]   # start it unless it answers
 #   test_engine_host NAME                         # unix:///run/stockade-test/NAME/docker.sock
 #   test_engine_fs NAME                           # xfs, btrfs or dir
+#   test_engine_tls_dir NAME                      # its client files {ca,cert,key}.pem
 #   test_engine_load NAME IMAGE...                # copy images from the main engine
 #   stop_test_engine NAME [--purge]               # stop it (--purge: and delete its disk)
 #
@@ -30,6 +31,14 @@
 #   bip=10.213.0.1/24   the address and range of its default bridge.
 #   pool=10.214.0.0/16  where its other networks get their /24s.
 #   iptables=true       let the engine manage iptables (MASQUERADE, ICC).
+#   tcp=PORT            listen on tcp://127.0.0.1:PORT too.
+#   tls=true            with tcp=: require TLS client certificates there
+#                       (dockerd --tlsverify). A CA, a server certificate for
+#                       127.0.0.1/localhost and a client certificate are made
+#                       with openssl once, in /var/lib/stockade-test/NAME/tls;
+#                       the client's files are ca.pem, cert.pem and key.pem
+#                       there (test_engine_tls_dir), as `docker --tlsverify`
+#                       and Stockade's TLS hosts take them.
 #
 # iptables: every dockerd flushes Docker's shared chains (DOCKER,
 # DOCKER-ISOLATION-STAGE-1/2, nat DOCKER) when it starts, which would drop
@@ -69,8 +78,69 @@ test_engine_fs() {
     cat "$STOCKADE_TEST_ENGINE_STATE/$1/fs" 2>/dev/null || echo none
 }
 
+test_engine_tls_dir() {
+    printf '%s/%s/tls\n' "$STOCKADE_TEST_ENGINE_STATE" "$1"
+}
+
 _stockade_engine_answers() {
     timeout 10 docker -H "$(test_engine_host "$1")" info >/dev/null 2>&1
+}
+
+# Whether engine $1 answers on tcp://127.0.0.1:$2 (with its client
+# certificate when $3 is true).
+_stockade_engine_answers_tcp() {
+    local name="$1" port="$2" tls="$3" dir
+    if [ "$tls" = true ]; then
+        dir="$(test_engine_tls_dir "$name")"
+        timeout 10 docker -H "tcp://127.0.0.1:$port" --tlsverify \
+            --tlscacert "$dir/ca.pem" --tlscert "$dir/cert.pem" --tlskey "$dir/key.pem" \
+            info >/dev/null 2>&1
+    else
+        timeout 10 docker -H "tcp://127.0.0.1:$port" info >/dev/null 2>&1
+    fi
+}
+
+# A CA, a server certificate for 127.0.0.1/localhost and a client
+# certificate in $1, unless all are there already.
+_stockade_engine_tls_files() {
+    local dir="$1" name="$2" f
+    for f in ca.pem cert.pem key.pem server-cert.pem server-key.pem; do
+        [ -s "$dir/$f" ] || break
+    done
+    [ -s "$dir/$f" ] && return 0
+    if ! command -v openssl >/dev/null 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null 2>&1 ||
+            { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+              DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl >/dev/null 2>&1; } ||
+            { _stockade_engine_err "could not install openssl"; return 1; }
+    fi
+    rm -rf "$dir" && mkdir -p "$dir" && chmod 700 "$dir" || return 1
+    local key=(genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256)
+    if ! (
+        set -e
+        cd "$dir"
+        openssl "${key[@]}" -out ca-key.pem 2>/dev/null
+        openssl req -x509 -new -key ca-key.pem -sha256 -days 3650 \
+            -subj "/CN=stockade-test-ca-$name" \
+            -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem 2>/dev/null
+        openssl "${key[@]}" -out server-key.pem 2>/dev/null
+        openssl req -new -key server-key.pem -subj "/CN=localhost" -out server.csr 2>/dev/null
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
+            -days 3650 -sha256 -extfile server.ext -out server-cert.pem 2>/dev/null
+        openssl "${key[@]}" -out key.pem 2>/dev/null
+        openssl req -new -key key.pem -subj "/CN=stockade-test-client" -out client.csr 2>/dev/null
+        printf 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n' >client.ext
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial \
+            -days 3650 -sha256 -extfile client.ext -out cert.pem 2>/dev/null
+        rm -f server.csr client.csr server.ext client.ext ca.srl
+        chmod 600 ./*-key.pem key.pem
+    ); then
+        _stockade_engine_err "openssl could not make the TLS files in $dir"
+        rm -rf "$dir"
+        return 1
+    fi
 }
 
 # The rules of Docker's shared chains, one `-t TABLE -A CHAIN ...` per line.
@@ -209,7 +279,7 @@ ensure_test_engine() {
         _stockade_engine_err "NAME must be 1 to 10 of [a-z0-9], not '$name'"
         return 1
     fi
-    local fs=auto size=4G bip=10.213.0.1/24 pool=10.214.0.0/16 iptables=true kv
+    local fs=auto size=4G bip=10.213.0.1/24 pool=10.214.0.0/16 iptables=true tcp='' tls=false kv
     for kv in "$@"; do
         case "$kv" in
             fs=*) fs="${kv#fs=}" ;;
@@ -217,10 +287,38 @@ ensure_test_engine() {
             bip=*) bip="${kv#bip=}" ;;
             pool=*) pool="${kv#pool=}" ;;
             iptables=*) iptables="${kv#iptables=}" ;;
-            *) _stockade_engine_err "unknown setting '$kv' (fs, size, bip, pool, iptables)"; return 1 ;;
+            tcp=*) tcp="${kv#tcp=}" ;;
+            tls=*) tls="${kv#tls=}" ;;
+            *) _stockade_engine_err "unknown setting '$kv' (fs, size, bip, pool, iptables, tcp, tls)"; return 1 ;;
         esac
     done
+    if [ -n "$tcp" ] && ! printf '%s' "$tcp" | grep -qxE '[1-9][0-9]{0,4}'; then
+        _stockade_engine_err "tcp must be a port number, not '$tcp'"
+        return 1
+    fi
+    case "$tls" in
+        true) [ -n "$tcp" ] || { _stockade_engine_err "tls=true needs tcp=PORT"; return 1; } ;;
+        false) ;;
+        *) _stockade_engine_err "tls must be true or false, not '$tls'"; return 1 ;;
+    esac
+    local listen=(-H "$(test_engine_host "$name")")
+    if [ -n "$tcp" ]; then
+        listen+=(-H "tcp://127.0.0.1:$tcp")
+    fi
+    if [ "$tls" = true ]; then
+        local tlsdir
+        tlsdir="$(test_engine_tls_dir "$name")"
+        _stockade_engine_tls_files "$tlsdir" "$name" || return 1
+        listen+=(--tlsverify --tlscacert "$tlsdir/ca.pem"
+            --tlscert "$tlsdir/server-cert.pem" --tlskey "$tlsdir/server-key.pem")
+    fi
     _stockade_docker0_restore && _stockade_docker0_repair || return 1
+    # Running, but not listening as asked (started with other settings):
+    # stopped here and started again below.
+    if [ -n "$tcp" ] && _stockade_engine_answers "$name" &&
+        ! _stockade_engine_answers_tcp "$name" "$tcp" "$tls"; then
+        stop_test_engine "$name"
+    fi
     if _stockade_engine_answers "$name"; then
         if [ "$(test_engine_fs "$name")" = btrfs ]; then
             _stockade_engine_btrfs_qgroups "$STOCKADE_TEST_ENGINE_STATE/$name/root" || return 1
@@ -253,6 +351,8 @@ ensure_test_engine() {
             { [ "$fs" = auto ] || [ "$fs" = "$made" ]; } &&
             _stockade_engine_mount "$made" "$img" "$root"; then
             :
+        elif [ "$made" = dir ] && [ "$fs" = dir ]; then
+            : # a data root of its own on the host's disk: kept as it is
         else
             rm -rf "${root:?}"/* 2>/dev/null || true
             case "$fs" in
@@ -315,7 +415,7 @@ PY
     _stockade_docker0_hide || return 1
     setsid nohup dockerd \
         --config-file "$run/daemon.json" \
-        -H "$(test_engine_host "$name")" \
+        "${listen[@]}" \
         --data-root "$root" \
         --exec-root "$run/exec" \
         --pidfile "$run/docker.pid" \
@@ -340,6 +440,11 @@ PY
     _stockade_docker0_restore || return 1
     [ "$iptables" = true ] && _stockade_restore_docker_chain_rules "$saved"
     rm -f "$saved"
+    if [ -n "$tcp" ] && ! _stockade_engine_answers_tcp "$name" "$tcp" "$tls"; then
+        _stockade_engine_err "the engine '$name' answers on its socket but not on tcp://127.0.0.1:$tcp (tls=$tls); last lines of $log:"
+        tail -n 15 "$log" >&2
+        return 1
+    fi
     return 0
 }
 

@@ -1000,6 +1000,69 @@ impl http_body::Body for ChannelBodyFrom {
     }
 }
 
+/// Opens a TCP connection to `port` inside a sandbox through its agent at
+/// `agent` (`host:port`), authorised by `token`: the agent's
+/// `/stockade/forward` upgrade (SCALE-4). The answer's head is read byte by
+/// byte, so nothing the sandbox sends right after it is lost.
+pub async fn open_forward(
+    agent: &str,
+    token: &str,
+    port: u16,
+) -> Result<tokio::net::TcpStream, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(agent)
+        .await
+        .map_err(|e| format!("the sandbox's agent at {agent}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let head = format!(
+        "GET /stockade/forward?port={port} HTTP/1.1\r\nHost: {agent}\r\nX-Access-Token: {token}\r\n\
+         Connection: Upgrade\r\nUpgrade: {}\r\n\r\n",
+        crate::server::forward::PROTOCOL
+    );
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|e| format!("the sandbox's agent at {agent}: {e}"))?;
+    let mut answer = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if answer.len() > 16 * 1024 {
+            return Err(format!(
+                "the sandbox's agent at {agent}: an answer too long"
+            ));
+        }
+        match stream.read(&mut byte).await {
+            Ok(0) => {
+                return Err(format!(
+                    "the sandbox's agent at {agent} closed the connection"
+                ))
+            }
+            Ok(_) => answer.push(byte[0]),
+            Err(e) => return Err(format!("the sandbox's agent at {agent}: {e}")),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    let status = text.split_whitespace().nth(1).unwrap_or_default();
+    if status == "101" {
+        return Ok(stream);
+    }
+    // The agent's error body, when it sent one.
+    let mut body = vec![0u8; 4096];
+    let n = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        stream.read(&mut body),
+    )
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or(0);
+    Err(format!(
+        "port {port} through the sandbox's agent: {} {}",
+        status,
+        String::from_utf8_lossy(&body[..n]).trim()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

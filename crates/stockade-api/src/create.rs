@@ -141,6 +141,12 @@ pub struct CreateSandboxBody {
     /// What `/workspace` starts from.
     #[serde(default)]
     pub source: Option<SandboxSource>,
+    /// The Docker host to run on, by name; any host with room when absent.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
+    #[serde(default, alias = "host_selector")]
+    pub host_selector: Option<BTreeMap<String, String>>,
     /// `prime-sandboxes`: asks for a virtual machine. Accepted and ignored:
     /// Stockade runs every sandbox as a container.
     #[serde(default)]
@@ -352,6 +358,8 @@ impl CreateSandboxBody {
             persistent: self.persistent,
             team_id: self.team_id,
             source,
+            server: self.server,
+            host_selector: self.host_selector,
         };
         Ok((
             req,

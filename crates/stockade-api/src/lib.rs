@@ -31,6 +31,11 @@ pub use teams::{
 };
 pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, EgressHealth, ResourceUsage};
 
+pub mod hosts;
+pub use hosts::{
+    CreateHostRequest, HostCapacity, HostCapacityInput, HostHealthResponse, HostReserved,
+    HostResponse, HostTlsFiles, ListHostsResponse, UpdateHostRequest,
+};
 pub mod quotas;
 pub use quotas::{QuotaLimits, QuotaResponse, QuotaUsageResponse, SetQuotaRequest};
 pub mod update;
@@ -134,6 +139,13 @@ pub struct CreateSandboxRequest {
     /// upload, a snapshot or another sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SandboxSource>,
+    /// The Docker host to run on, by name (see `GET /api/v1/hosts`); any
+    /// host with room when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_selector: Option<BTreeMap<String, String>>,
 }
 
 impl CreateSandboxRequest {
@@ -157,8 +169,24 @@ impl CreateSandboxRequest {
             ports: self.ports.clone(),
             persistent: self.persistent,
             metadata: None,
+            server: self.server.clone(),
+            host_selector: self.host_selector.clone(),
         }
     }
+}
+
+/// The Docker host a sandbox is on, as the last check saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxHostState {
+    /// `active`, `cordoned` or `draining`.
+    pub state: String,
+    /// Whether its engine answered the last check (absent: not checked yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
+    /// Why it is cordoned, draining or unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A sandbox's volume.
@@ -261,6 +289,10 @@ pub struct SandboxResponse {
     /// Disk use against the enforced limits (details only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUsageSummary>,
+    /// The state of the Docker host it is on, when that host does not take
+    /// new sandboxes or fails its checks (details only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<SandboxHostState>,
     /// Persisted runtime facts, snake_case.
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
@@ -319,6 +351,7 @@ impl SandboxResponse {
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),
             usage: None,
             disk: None,
+            host: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }
     }

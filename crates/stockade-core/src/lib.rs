@@ -5,6 +5,7 @@
 pub mod account;
 pub mod error;
 pub mod fspath;
+pub mod host;
 pub mod ids;
 pub mod net;
 pub mod netpolicy;
@@ -21,6 +22,7 @@ pub mod update;
 pub use account::{Account, ApiToken, Scope};
 pub use error::{FieldError, ValidationErrors};
 pub use fspath::SandboxPath;
+pub use host::{Host, HostHealth, HostState, HostTls};
 pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, UploadId};
 pub use netpolicy::{Cidr, Decision, DomainName, EgressPolicy, EgressRule, Reason, RuleList};
 pub use operation::{Operation, OperationId, OperationKind};
@@ -29,7 +31,8 @@ pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;
 pub use snapshot::{Snapshot, SnapshotKind, SnapshotStatus};
 pub use spec::{
-    Defaults, Label, Labels, NetworkPolicy, SandboxName, SandboxSpec, StartCommand, VolumeName,
+    Defaults, Label, Labels, NetworkPolicy, Placement, SandboxName, SandboxSpec, StartCommand,
+    VolumeName,
 };
 pub use status::SandboxStatus;
 pub use team::Team;

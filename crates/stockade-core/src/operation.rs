@@ -79,10 +79,12 @@ pub enum OperationKind {
     Snapshot,
     /// Uploads the workspace before a delete (S3-2).
     Sync,
+    /// Moves a stopped sandbox to another Docker host (a drain, SCALE-6).
+    Move,
 }
 
 impl OperationKind {
-    pub const ALL: [OperationKind; 7] = [
+    pub const ALL: [OperationKind; 8] = [
         Self::Create,
         Self::Start,
         Self::Stop,
@@ -90,6 +92,7 @@ impl OperationKind {
         Self::Delete,
         Self::Snapshot,
         Self::Sync,
+        Self::Move,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -101,6 +104,7 @@ impl OperationKind {
             Self::Delete => "delete",
             Self::Snapshot => "snapshot",
             Self::Sync => "sync",
+            Self::Move => "move",
         }
     }
 
@@ -113,7 +117,7 @@ impl OperationKind {
                     "kind",
                     format!(
                         "unknown operation kind '{s}': expected create, start, stop, update, \
-                         delete, snapshot or sync"
+                         delete, snapshot, sync or move"
                     ),
                 )
             })

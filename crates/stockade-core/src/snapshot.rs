@@ -139,6 +139,21 @@ impl Snapshot {
         format!("{}:{id}", Self::IMAGE_REPO)
     }
 
+    /// `snapshots/{id}/image.tar`: the image with its layers, so that any
+    /// Docker host can load it (SCALE-8).
+    pub fn image_blob_key_for(id: &SnapshotId) -> String {
+        format!("snapshots/{id}/image.tar")
+    }
+
+    /// The snapshot id of a snapshot image reference
+    /// (`stockade-snapshot:{id}`).
+    pub fn id_of_image(image_ref: &str) -> Option<SnapshotId> {
+        let tag = image_ref
+            .strip_prefix(Self::IMAGE_REPO)?
+            .strip_prefix(':')?;
+        SnapshotId::parse(tag).ok()
+    }
+
     /// `snapshots/{id}/workspace.tar`.
     pub fn blob_key_for(id: &SnapshotId) -> String {
         format!("snapshots/{id}/workspace.tar")

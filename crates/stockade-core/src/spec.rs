@@ -349,6 +349,68 @@ pub struct SpecInput {
     pub persistent: Option<bool>,
     /// Free-form key/value pairs (E2B's `metadata`), see [`parse_metadata`].
     pub metadata: Option<BTreeMap<String, String>>,
+    /// The Docker host to place it on (SCALE-5); any host when absent.
+    pub server: Option<String>,
+    /// Labels the host must carry (SCALE-5).
+    pub host_selector: Option<BTreeMap<String, String>>,
+}
+
+/// Where a create asked to be placed (SCALE-5): a host by name, and labels
+/// the host must carry. Empty: any host.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Placement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+}
+
+impl Placement {
+    pub fn is_any(&self) -> bool {
+        self.server.is_none() && self.selector.is_empty()
+    }
+
+    /// Whether host `name` with `labels` is allowed.
+    pub fn allows(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.server.as_deref().is_none_or(|s| s == name)
+            && self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+/// The most labels a host selector (or a host) may have.
+pub const MAX_HOST_LABELS: usize = 32;
+
+/// Checks a host label (or selector) map: at most 32 entries, keys 1 to 63
+/// of letters, digits and `_ . - /`, values at most 255 printable
+/// characters. Errors name `field.key`.
+pub fn parse_host_labels(
+    labels: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<BTreeMap<String, String>, FieldError> {
+    if labels.len() > MAX_HOST_LABELS {
+        return Err(FieldError::new(
+            field,
+            format!("at most {MAX_HOST_LABELS} labels (got {})", labels.len()),
+        ));
+    }
+    for (k, v) in labels {
+        let key_ok = (1..=63).contains(&k.len())
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'/'));
+        if !key_ok {
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                "a label key is 1 to 63 letters, digits and _ . - /",
+            ));
+        }
+        if v.len() > 255 || v.chars().any(char::is_control) {
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                "a label value is at most 255 printable characters",
+            ));
+        }
+    }
+    Ok(labels.clone())
 }
 
 /// Everything a sandbox was created with, validated. Stored as the `config`
@@ -386,6 +448,9 @@ pub struct SandboxSpec {
     /// from `tags`, whose limit of five stays as Stockade's API documents it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// Where the create asked to be placed (SCALE-5).
+    #[serde(default, skip_serializing_if = "Placement::is_any")]
+    pub placement: Placement,
 }
 
 pub const MAX_TAGS: usize = 5;
@@ -709,6 +774,16 @@ impl SandboxSpec {
             input.network_policy.as_ref(),
             &mut errs,
         );
+        let placement_server = match &input.server {
+            Some(s) => errs
+                .check(crate::host::parse_host_name(s, "server"))
+                .map(Some),
+            None => Some(None),
+        };
+        let selector = errs.check(parse_host_labels(
+            &input.host_selector.unwrap_or_default(),
+            "hostSelector",
+        ));
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -730,6 +805,10 @@ impl SandboxSpec {
             persistent: input.persistent.unwrap_or(true),
             removed_env: Vec::new(),
             metadata: metadata.expect("checked"),
+            placement: Placement {
+                server: placement_server.expect("checked"),
+                selector: selector.expect("checked"),
+            },
         })
     }
 

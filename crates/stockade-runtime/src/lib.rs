@@ -28,8 +28,8 @@ pub use agent::{
 };
 pub use disk::{parse_size, DiskEnforcement, DiskUsage, Enforcement, QuotaMethod};
 pub use docker::{
-    container_name, DockerConfig, DockerRuntime, IsolationConfig, MAX_LOG_MAX_FILES,
-    MIN_LOG_MAX_BYTES, SECCOMP_PROFILE,
+    container_name, DockerConfig, DockerRuntime, IsolationConfig, TlsFiles, MAX_LOG_MAX_FILES,
+    MIN_LOG_MAX_BYTES, SECCOMP_PROFILE, SSH_OPTS_ENV,
 };
 pub use egress::{EgressChains, EgressEntry, EgressHost};
 pub use exec_stream::{ExecEvent, ExecExit, ExecProcess};
@@ -123,6 +123,11 @@ pub struct RuntimeInfo {
     /// Memory of the engine's host in bytes (`MemTotal`); 0 when the engine
     /// does not say.
     pub memory_bytes: u64,
+    /// The engine's data root on its host (`DockerRootDir`), when it says.
+    pub data_root: Option<String>,
+    /// The engine's own id (`docker info` `ID`): one engine registered
+    /// under two names shows the same.
+    pub engine_id: Option<String>,
 }
 
 /// Everything needed to create one sandbox container (SEC-3 hardening is the
@@ -277,6 +282,20 @@ pub struct ContainerState {
     /// Its address on its Docker network while it runs (what
     /// [`Inspect::container_address`] answers), from the same inspection.
     pub address: Option<std::net::IpAddr>,
+    /// Where this server reaches its agent while it runs (`host:port`):
+    /// its address and the agent's port, or, on a host whose data plane is
+    /// published (SCALE-4), the host's address and the published port.
+    pub agent_addr: Option<String>,
+}
+
+/// How this server reaches a port of a sandbox (SCALE-4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// Straight to the sandbox's address on its Docker network.
+    Direct(std::net::SocketAddr),
+    /// Through the sandbox's agent at `host:port` (its published port), with
+    /// the sandbox's token: the agent's `/stockade/forward`.
+    ViaAgent(String),
 }
 
 /// A container carrying Stockade's labels, found by [`Inspect::list_managed`].

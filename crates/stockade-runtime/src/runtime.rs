@@ -76,6 +76,20 @@ pub trait Inspect: Send + Sync {
     /// `NotFound` when there is no container. (API-6)
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
 
+    /// How this server reaches `port` of the sandbox: straight to its
+    /// address, or through its agent on a host whose data plane is
+    /// published. `None` when it does not run (or has no network).
+    async fn port_upstream(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> RuntimeResult<Option<crate::Upstream>> {
+        Ok(self
+            .container_address(id)
+            .await?
+            .map(|ip| crate::Upstream::Direct(std::net::SocketAddr::new(ip, port))))
+    }
+
     /// One sample of the sandbox's resource usage; `None` when it has no
     /// running container. May take a second or two (the engine samples twice
     /// to measure CPU). (API-3)
@@ -243,6 +257,14 @@ pub trait Snapshots: Send + Sync {
         spec: &ContainerSpec,
         archive: ByteStream,
     ) -> RuntimeResult<String>;
+
+    /// The image `image_ref` with its layers as one archive (`docker
+    /// save`), to be loaded on another engine; `NotFound` when absent.
+    async fn export_image(&self, image_ref: &str) -> RuntimeResult<ByteStream>;
+
+    /// Loads the images of an archive [`Snapshots::export_image`] made
+    /// (`docker load`).
+    async fn import_image(&self, archive: ByteStream) -> RuntimeResult<()>;
 }
 
 /// Network isolation of sandboxes from each other and from the host (SEC-5).

@@ -1,9 +1,11 @@
-//! Server-level calls: health, accounts (admin), who am I.
+//! Server-level calls: health, accounts (admin), who am I, quotas, and the
+//! Docker hosts sandboxes are placed on (admin).
 
 use reqwest::Method;
 use stockade_api::{
-    CreateAccountRequest, CreateAccountResponse, HealthResponse, ListAccountsResponse,
-    QuotaResponse, SetQuotaRequest, WhoAmIResponse,
+    CreateAccountRequest, CreateAccountResponse, CreateHostRequest, HealthResponse, HostResponse,
+    ListAccountsResponse, ListHostsResponse, QuotaResponse, SetQuotaRequest, UpdateHostRequest,
+    WhoAmIResponse,
 };
 
 use crate::client::{api_error, Client};
@@ -126,6 +128,95 @@ impl Client {
         self.send(self.request(Method::PUT, &path).json(quota))
             .await
     }
+
+    /// Every Docker host, by name, with its state, health, capacity and
+    /// load (admin only).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// for h in client.hosts().await?.hosts {
+    ///     println!("{} {} {} sandboxes", h.name, h.state, h.sandboxes);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn hosts(&self) -> Result<ListHostsResponse, Error> {
+        self.send(self.request(Method::GET, "/api/v1/hosts")).await
+    }
+
+    /// One Docker host (admin only).
+    pub async fn host(&self, name: &str) -> Result<HostResponse, Error> {
+        let path = format!("/api/v1/hosts/{}", host_segment(name)?);
+        self.send(self.request(Method::GET, &path)).await
+    }
+
+    /// Registers a Docker host (admin only). The server connects to its
+    /// engine first: one it cannot reach is a 400 naming `dockerHost`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::api::CreateHostRequest;
+    /// let host = client
+    ///     .add_host(&CreateHostRequest {
+    ///         name: "docker-2".into(),
+    ///         docker_host: "ssh://root@10.0.0.12".into(),
+    ///         ..Default::default()
+    ///     })
+    ///     .await?;
+    /// println!("{} has {:?} CPUs", host.name, host.capacity.cpus);
+    /// # Ok(()) }
+    /// ```
+    pub async fn add_host(&self, params: &CreateHostRequest) -> Result<HostResponse, Error> {
+        host_segment(&params.name)?;
+        self.send(self.request(Method::POST, "/api/v1/hosts").json(params))
+            .await
+    }
+
+    /// Changes a Docker host (admin only): `state` `cordoned` (no new
+    /// sandboxes), `active` or `draining`, a reason, labels, capacity or
+    /// address; what is `None` stays.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::api::UpdateHostRequest;
+    /// let cordon = UpdateHostRequest {
+    ///     state: Some("cordoned".into()),
+    ///     reason: Some("kernel upgrade".into()),
+    ///     ..Default::default()
+    /// };
+    /// client.update_host("docker-2", &cordon).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn update_host(
+        &self,
+        name: &str,
+        patch: &UpdateHostRequest,
+    ) -> Result<HostResponse, Error> {
+        let path = format!("/api/v1/hosts/{}", host_segment(name)?);
+        self.send(self.request(Method::PATCH, &path).json(patch))
+            .await
+    }
+
+    /// Removes a Docker host that holds no sandbox (admin only); the
+    /// server's own host and one that holds sandboxes are a 409.
+    pub async fn remove_host(&self, name: &str) -> Result<(), Error> {
+        let path = format!("/api/v1/hosts/{}", host_segment(name)?);
+        self.send_empty(self.request(Method::DELETE, &path)).await
+    }
+}
+
+/// A host name as one path segment: lowercase letters, digits and `-`.
+fn host_segment(name: &str) -> Result<&str, Error> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(Error::invalid(
+            "name",
+            format!("'{name}' is not a host name"),
+        ));
+    }
+    Ok(name)
 }
 
 /// An account id as one path segment: letters and digits only.

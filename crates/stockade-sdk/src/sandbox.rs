@@ -95,6 +95,10 @@ pub struct CreateParams {
     pub team_id: Option<String>,
     /// What `/workspace` starts from.
     pub source: Option<Source>,
+    /// The Docker host to run on, by name; any host with room when unset.
+    pub server: Option<String>,
+    /// Labels the Docker host must carry.
+    pub host_selector: BTreeMap<String, String>,
     /// Makes a retried create return the first result (`Idempotency-Key`).
     pub idempotency_key: Option<String>,
     /// Cancels the create; the server then removes whatever it made.
@@ -104,6 +108,17 @@ pub struct CreateParams {
 impl CreateParams {
     pub fn new() -> Self {
         Self::default()
+    }
+    /// Runs on the Docker host `server` (see the hosts an administrator
+    /// registered).
+    pub fn server(mut self, server: impl Into<String>) -> Self {
+        self.server = Some(server.into());
+        self
+    }
+    /// Runs on a Docker host labelled `key=value` (several: all of them).
+    pub fn host_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.host_selector.insert(key.into(), value.into());
+        self
     }
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
@@ -257,6 +272,8 @@ impl CreateParams {
             persistent: self.persistent,
             team_id: self.team_id.clone(),
             source: self.source.as_ref().map(Source::to_api),
+            server: self.server.clone(),
+            host_selector: (!self.host_selector.is_empty()).then(|| self.host_selector.clone()),
         }
     }
 }

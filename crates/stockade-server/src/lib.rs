@@ -60,7 +60,7 @@ impl AppState {
 
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
-    use routes::{accounts, docs, health, sandboxes};
+    use routes::{accounts, docs, health, hosts, sandboxes};
     let api = Router::new()
         .route("/health", get(health::health))
         .route("/openapi.json", get(docs::openapi_json))
@@ -87,6 +87,13 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .route("/hosts", post(hosts::create).get(hosts::list))
+        .route(
+            "/hosts/{name}",
+            get(hosts::get_one)
+                .patch(hosts::update)
+                .delete(hosts::remove),
+        )
         .merge(routes::ports::routes())
         .merge(routes::logs::routes())
         .merge(routes::exec::routes())

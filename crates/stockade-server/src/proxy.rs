@@ -21,7 +21,7 @@
 
 pub mod token;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -545,7 +545,7 @@ async fn authorise(
     headers: &HeaderMap,
     query: Option<&str>,
     target: &Target,
-) -> ApiResult<(SocketAddr, Option<(String, i64)>)> {
+) -> ApiResult<(stockade_runtime::Upstream, Option<(String, i64)>)> {
     let id = &target.sandbox_id;
     let port = target.port;
     let Some((raw, source)) = find_token(headers, query) else {
@@ -609,14 +609,20 @@ async fn authorise(
             sb.status
         )));
     }
-    let ip: IpAddr = state.svc.runtime.container_address(id).await?.ok_or_else(|| {
-        ApiError::SandboxUnavailable(format!(
-            "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
-        ))
-    })?;
+    let upstream = state
+        .svc
+        .runtime_for(&sb)
+        .await?
+        .port_upstream(id, port)
+        .await?
+        .ok_or_else(|| {
+            ApiError::SandboxUnavailable(format!(
+                "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
+            ))
+        })?;
     let cookie = (source == TokenSource::Query)
         .then(|| (raw, (claims.expires_at - now).num_seconds().max(1)));
-    Ok((SocketAddr::new(ip, port), cookie))
+    Ok((upstream, cookie))
 }
 
 /// Sends one request to a sandbox port and streams the answer back; for an
@@ -660,7 +666,10 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, proto.clone());
     }
-    let host = original_host.unwrap_or_else(|| addr.to_string());
+    let host = original_host.unwrap_or_else(|| match &addr {
+        stockade_runtime::Upstream::Direct(a) => a.to_string(),
+        stockade_runtime::Upstream::ViaAgent(_) => format!("localhost:{port}"),
+    });
     if let Ok(v) = HeaderValue::from_str(&host) {
         h.insert(header::HOST, v.clone());
         h.insert("x-forwarded-host", v);
@@ -681,27 +690,45 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
         }
     }
 
-    let stream =
-        match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
-            Err(_) => {
-                return Err(ApiError::UpstreamUnavailable(format!(
-                    "Port {port} of sandbox {id} did not accept a connection within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                )))
+    let connect = async {
+        match &addr {
+            stockade_runtime::Upstream::Direct(a) => tokio::net::TcpStream::connect(a).await,
+            // SCALE-4: through the agent's published port.
+            stockade_runtime::Upstream::ViaAgent(at) => {
+                let token = state.svc.agents.token(id);
+                stockade_agent::client::open_forward(at, &token, port)
+                    .await
+                    .map_err(|e| {
+                        let kind = if e.contains(" 502 ") {
+                            std::io::ErrorKind::ConnectionRefused
+                        } else {
+                            std::io::ErrorKind::Other
+                        };
+                        std::io::Error::new(kind, e)
+                    })
             }
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                return Err(ApiError::UpstreamUnavailable(format!(
+        }
+    };
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Err(_) => {
+            return Err(ApiError::UpstreamUnavailable(format!(
+                "Port {port} of sandbox {id} did not accept a connection within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            )))
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(ApiError::UpstreamUnavailable(format!(
                 "Nothing is listening on port {port} in sandbox {id} (connection refused): start a \
                  server there that listens on 0.0.0.0:{port} (not only 127.0.0.1)"
             )))
-            }
-            Ok(Err(e)) => {
-                return Err(ApiError::UpstreamUnavailable(format!(
-                    "Could not connect to port {port} of sandbox {id}: {e}"
-                )))
-            }
-            Ok(Ok(s)) => s,
-        };
+        }
+        Ok(Err(e)) => {
+            return Err(ApiError::UpstreamUnavailable(format!(
+                "Could not connect to port {port} of sandbox {id}: {e}"
+            )))
+        }
+        Ok(Ok(s)) => s,
+    };
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await

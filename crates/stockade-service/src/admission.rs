@@ -106,12 +106,12 @@ pub struct HostCapacity {
 }
 
 impl HostCapacity {
-    fn cpu_limit(&self) -> Option<u64> {
+    pub(crate) fn cpu_limit(&self) -> Option<u64> {
         let ratio = self.cpu_overcommit.filter(|_| self.cpus > 0)?;
         Some((f64::from(self.cpus) * 1000.0 * ratio).floor() as u64)
     }
 
-    fn memory_limit(&self) -> Option<u64> {
+    pub(crate) fn memory_limit(&self) -> Option<u64> {
         let ratio = self.memory_overcommit.filter(|_| self.memory_bytes > 0)?;
         Some((self.memory_bytes as f64 * ratio).floor() as u64)
     }
@@ -267,18 +267,46 @@ pub struct Ask<'a> {
 
 /// The host's size as the runtime reports it; `None` when Docker does not
 /// answer (its own error comes with the operation).
-async fn capacity(svc: &Service) -> Option<HostCapacity> {
+/// The capacity of the host `server`: its registered capacity where an
+/// administrator set one, else the size its engine reports (SCALE-5).
+/// `None`: not checked, or unknown (the engine does not answer).
+pub(crate) async fn capacity(svc: &Service, server: &str) -> Option<HostCapacity> {
     let a = &svc.config.admission;
     if a.cpu_overcommit.is_none() && a.memory_overcommit.is_none() {
         return None;
     }
-    let info = svc.runtime.info().await.ok()?;
+    let host = svc.store.get_host(server).await.ok();
+    let set = host.as_ref().map(|h| (h.cpus, h.memory_bytes));
+    let (cpus, memory_bytes) = match set {
+        Some((Some(c), Some(m))) => (c, m),
+        _ => {
+            let info = svc.runtime_on(server).await.ok()?.info().await.ok()?;
+            let (c, m) = set.unwrap_or_default();
+            (c.unwrap_or(info.cpus), m.unwrap_or(info.memory_bytes))
+        }
+    };
     Some(HostCapacity {
-        cpus: info.cpus,
-        memory_bytes: info.memory_bytes,
+        cpus,
+        memory_bytes,
         cpu_overcommit: a.cpu_overcommit,
         memory_overcommit: a.memory_overcommit,
     })
+}
+
+/// What this process holds on `server` that its records do not show yet:
+/// admissions in flight (but `except`'s) and, on its own host, the warm
+/// pool's members.
+pub(crate) fn held_on(svc: &Service, server: &str, except: &SandboxId) -> Resources {
+    let mut held = Resources::default();
+    for h in svc.admission.held().values() {
+        if h.server == server && &h.id != except {
+            held = held.plus(h.after.running);
+        }
+    }
+    if server == svc.hosts.own_name() {
+        held = held.plus(svc.pool.reserved());
+    }
+    held
 }
 
 fn grows(before: Resources, after: Resources) -> bool {
@@ -290,7 +318,7 @@ fn grows(before: Resources, after: Resources) -> bool {
 pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
     // Asked of Docker before the turn, so checks do not queue behind it.
     let cap = if ask.host && grows(ask.before.running, ask.after.running) {
-        capacity(svc).await
+        capacity(svc, ask.server).await
     } else {
         None
     };
@@ -337,7 +365,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         for h in held.iter().filter(|h| h.server == ask.server) {
             reserved = reserved.plus(h.after.running);
         }
-        if ask.server == svc.runtime.server_name() {
+        if ask.server == svc.hosts.own_name() {
             reserved = reserved.plus(svc.pool.reserved());
         }
         cap.check(ask.server, reserved, ask.before.running, ask.after.running)
@@ -370,18 +398,22 @@ fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
     }
 }
 
-/// A create of `sb` (validated, not saved yet). `from_pool`: a warm-pool
-/// member with its resources is ready for it, so the host needs no more room.
+/// A create of `sb` (validated, not saved yet), against its account's
+/// quota. Its host's room is weighed by placement (SCALE-5,
+/// [`crate::placement`]) as its record is inserted; until then it holds
+/// room on no host — but on `from_pool`'s, the own host, whose warm-pool
+/// member it may take (the refill that follows the take must see it).
 pub async fn admit_create(svc: &Service, sb: &Sandbox, from_pool: bool) -> ServiceResult<Admitted> {
+    let server = if from_pool { svc.hosts.own_name() } else { "" };
     admit(
         svc,
         Ask {
             id: &sb.id,
             account: &sb.account_id,
-            server: &sb.server,
+            server,
             before: Footprint::default(),
             after: Footprint::running(&sb.spec),
-            host: !from_pool,
+            host: false,
         },
     )
     .await
@@ -439,12 +471,12 @@ pub async fn check_pool_fill(
     svc: &Service,
     member: &PoolMemberSpec,
 ) -> Result<Option<Admitted>, String> {
-    let Some(cap) = capacity(svc).await else {
+    let server = svc.hosts.own_name().to_owned();
+    let Some(cap) = capacity(svc, &server).await else {
         return Ok(None);
     };
     let admission = svc.admission.clone();
     let _turn = admission.turn.lock().await;
-    let server = svc.runtime.server_name();
     let held: Vec<Held> = admission.held().values().cloned().collect();
     let except: Vec<SandboxId> = held.iter().map(|h| h.id.clone()).collect();
     let mut reserved = svc

@@ -135,11 +135,14 @@ impl Service {
                 return Ok(seen.client.as_ref().map(|(_, c)| c.clone()));
             }
         }
-        let container = self.runtime.inspect(&sb.id).await?;
+        let container = self.runtime_for(sb).await?.inspect(&sb.id).await?;
         let client = match container {
-            Some(c) if c.running && c.agent.is_some() => match c.address {
-                Some(ip) => {
-                    let client = AgentClient::new(endpoint(ip), Some(self.agents.token(&sb.id)));
+            Some(c) if c.running && c.agent.is_some() => match (c.address, c.agent_addr) {
+                // SCALE-4: the agent where the sandbox's host lets this
+                // server reach it (its bridge address, or a published port).
+                (Some(ip), Some(at)) => {
+                    let client =
+                        AgentClient::new(Endpoint::Tcp(at), Some(self.agents.token(&sb.id)));
                     // Only a container that started a moment ago may still
                     // be bringing its agent up.
                     let fresh = c
@@ -150,7 +153,7 @@ impl Service {
                     }
                     Some((ip, client))
                 }
-                None => None,
+                _ => None,
             },
             _ => None,
         };

@@ -61,7 +61,7 @@ pub async fn create_with_metadata(
         svc.config.images.check(image, "dockerImage")?;
         crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
     }
-    lifecycle::check_host_fits(svc, &sb.spec).await?;
+    crate::placement::candidates(svc, &sb).await?;
     let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
     let mut sb = lifecycle::prepare_with_id(svc, scope, &spec_req, sb.id)?;
     sb.spec.metadata = metadata;

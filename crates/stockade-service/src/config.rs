@@ -75,6 +75,9 @@ pub struct ServiceConfig {
     /// Admission control per Docker host (SEC-15) and the quota of new
     /// accounts (SEC-16).
     pub admission: crate::admission::AdmissionConfig,
+    /// Registered Docker hosts: how they are connected and checked
+    /// (SCALE-4..SCALE-6).
+    pub hosts: crate::hosts::HostsConfig,
 }
 
 /// How much the server fetches on a user's behalf for a create source.
@@ -134,6 +137,7 @@ impl Default for ServiceConfig {
             bulk_concurrency: 8,
             egress: crate::egress::EgressSettings::default(),
             admission: crate::admission::AdmissionConfig::default(),
+            hosts: crate::hosts::HostsConfig::default(),
         }
     }
 }

@@ -114,7 +114,7 @@ impl Egress {
 }
 
 /// Whether a policy needs the filter (it lists addresses or names).
-fn needs_filter(policy: &EgressPolicy) -> bool {
+pub(crate) fn needs_filter(policy: &EgressPolicy) -> bool {
     matches!(policy, EgressPolicy::Rules { .. })
 }
 
@@ -170,10 +170,25 @@ impl Service {
         self.reconcile_egress().await;
     }
 
-    /// Refuses a policy this host cannot enforce (422 naming the field).
-    pub fn check_policy_enforceable(&self, policy: &EgressPolicy) -> ServiceResult<()> {
+    /// Refuses a policy the host `server` cannot enforce (422 naming the
+    /// field): allow and deny lists need the egress filter, which runs
+    /// beside this server's own host only.
+    pub fn check_policy_enforceable(
+        &self,
+        policy: &EgressPolicy,
+        server: &str,
+    ) -> ServiceResult<()> {
         if !needs_filter(policy) {
             return Ok(());
+        }
+        if server != self.hosts.own_name() {
+            return Err(ServiceError::field(
+                "networkPolicy",
+                format!(
+                    "networkPolicy: allow and deny lists are enforced only on the Docker host                      '{}'; this sandbox runs on '{server}': use \"allow-all\" or \"deny-all\"",
+                    self.hosts.own_name()
+                ),
+            ));
         }
         match self.egress.status() {
             EgressStatus::Running { .. } => Ok(()),
@@ -194,13 +209,19 @@ impl Service {
     /// registers the address with the filter. A sandbox that is not on the
     /// sandbox network (not running, no network access) has none.
     pub async fn apply_egress(&self, sb: &Sandbox) -> ServiceResult<()> {
+        let rt = self.runtime_for(sb).await?;
         let _ops = self.egress.ops.lock().await;
         let policy = &sb.spec.network;
-        let running = self.egress.running();
+        // The filter listens on this server's own host only: a sandbox
+        // elsewhere gets the packet-filter part of its policy (placement
+        // keeps policies that need the filter on the own host).
+        let running = self
+            .egress
+            .running()
+            .filter(|_| sb.server == self.hosts.own_name());
         let ports = running.as_ref().map(|(_, p)| *p);
-        let old = self.egress_addresses(&sb.id).await;
-        let addr = self
-            .runtime
+        let old = egress_addresses(rt.as_ref(), &sb.id).await;
+        let addr = rt
             .apply_egress(&sb.id, policy, ports)
             .await
             .map_err(|e| ServiceError::Docker(e.to_string()))?;
@@ -216,11 +237,19 @@ impl Service {
         Ok(())
     }
 
-    /// Removes the entry of sandbox `id` (stopped or destroyed). Failures
+    /// Removes the entry of sandbox `sb` (stopped or destroyed). Failures
     /// are logged: reconciliation removes what is left.
-    pub async fn remove_egress(&self, id: &SandboxId) {
+    pub async fn remove_egress(&self, sb: &Sandbox) {
+        let id = &sb.id;
+        let rt = match self.runtime_for(sb).await {
+            Ok(rt) => rt,
+            Err(e) => {
+                warn!(sandbox.id = %id, error = %e, "egress entry not removed; reconciliation retries");
+                return;
+            }
+        };
         let _ops = self.egress.ops.lock().await;
-        match self.runtime.remove_egress(id).await {
+        match rt.remove_egress(id).await {
             Ok(addrs) => {
                 if let Some((filter, _)) = self.egress.running() {
                     for ip in addrs {
@@ -239,7 +268,8 @@ impl Service {
     /// entry: after a `PATCH` of `networkPolicy`, live.
     pub async fn change_egress(&self, sb: &Sandbox) -> ServiceResult<()> {
         let moved = self
-            .runtime
+            .runtime_for(sb)
+            .await?
             .set_network_access(&sb.id, sb.spec.network.allows_egress())
             .await;
         match moved {
@@ -254,31 +284,27 @@ impl Service {
         if sb.status == SandboxStatus::Running {
             self.apply_egress(sb).await?;
         } else {
-            self.remove_egress(&sb.id).await;
+            self.remove_egress(sb).await;
         }
         Ok(())
     }
 
-    async fn egress_addresses(&self, id: &SandboxId) -> Vec<IpAddr> {
-        self.runtime
-            .egress_entries()
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|e| &e.sandbox_id == id)
-            .map(|e| e.addr)
-            .collect()
+    /// Drops entries of sandboxes that stopped, went or moved; writes the
+    /// entries running sandboxes (and warm-pool members) lack; registers
+    /// every entry's policy with the filter (after a restart the registry
+    /// is empty while the entries survived). On every host.
+    pub async fn reconcile_egress(&self) {
+        for (server, rt) in self.host_runtimes().await {
+            self.reconcile_egress_on(&server, rt.as_ref()).await;
+        }
     }
 
-    /// Drops entries of sandboxes that stopped, went or moved; writes the
-    /// entries running sandboxes (and warm-pool members) of this server
-    /// lack; registers every entry's policy with the filter (after a
-    /// restart the registry is empty while the entries survived).
-    pub async fn reconcile_egress(&self) {
+    async fn reconcile_egress_on(&self, server: &str, rt: &dyn stockade_runtime::Runtime) {
+        let own = server == self.hosts.own_name();
         let ops = self.egress.ops.lock().await;
-        match self.runtime.prune_egress().await {
+        match rt.prune_egress().await {
             Ok(stale) => {
-                if let Some((filter, _)) = self.egress.running() {
+                if let Some((filter, _)) = self.egress.running().filter(|_| own) {
                     for e in &stale {
                         filter.policies.remove(e.addr);
                         filter.names.forget(e.addr);
@@ -291,15 +317,14 @@ impl Service {
             }
         }
         drop(ops);
-        let entries = match self.runtime.egress_entries().await {
+        let entries = match rt.egress_entries().await {
             Ok(e) => e,
             Err(e) => {
-                warn!(error = %e, "egress entries could not be read");
+                warn!(error = %e, host = %server, "egress entries could not be read");
                 return;
             }
         };
-        let server = self.runtime.server_name();
-        let filter = self.egress.running().map(|(f, _)| f);
+        let filter = self.egress.running().filter(|_| own).map(|(f, _)| f);
         let mut after: Option<SandboxId> = None;
         loop {
             let page = match self
@@ -343,10 +368,10 @@ impl Service {
             }
         }
         // Warm-pool members with network access hold allow-all's entry.
-        let Ok(containers) = self.runtime.list_managed().await else {
+        let Ok(containers) = rt.list_managed().await else {
             return;
         };
-        let ports = self.egress_ports();
+        let ports = self.egress_ports().filter(|_| own);
         for c in containers {
             let (Some(id), Some(_)) = (&c.sandbox_id, &c.pool_class) else {
                 continue;
@@ -358,11 +383,7 @@ impl Service {
                 continue;
             }
             let _ops = self.egress.ops.lock().await;
-            if let Err(e) = self
-                .runtime
-                .apply_egress(id, &EgressPolicy::AllowAll, ports)
-                .await
-            {
+            if let Err(e) = rt.apply_egress(id, &EgressPolicy::AllowAll, ports).await {
                 warn!(sandbox.id = %id, error = %e, "egress entry of a warm-pool member not written");
             }
         }
@@ -372,4 +393,14 @@ impl Service {
     pub fn egress_ports(&self) -> Option<RedirectPorts> {
         self.egress.running().map(|(_, p)| p)
     }
+}
+
+async fn egress_addresses(rt: &dyn stockade_runtime::Runtime, id: &SandboxId) -> Vec<IpAddr> {
+    rt.egress_entries()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| &e.sandbox_id == id)
+        .map(|e| e.addr)
+        .collect()
 }

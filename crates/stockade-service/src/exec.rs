@@ -32,7 +32,7 @@ impl Service {
     pub async fn exec(&self, sb: &Sandbox, spec: ExecSpec) -> ServiceResult<ExecOutput> {
         match self.agent(sb).await? {
             Some(agent) => run_buffered(&agent, spec).await,
-            None => Ok(self.runtime.exec(&sb.id, spec).await?),
+            None => Ok(self.runtime_for(sb).await?.exec(&sb.id, spec).await?),
         }
     }
 
@@ -52,7 +52,7 @@ impl Service {
     ) -> ServiceResult<ExecProcess> {
         match self.agent(sb).await? {
             Some(agent) => start_streamed(agent, spec, tag).await,
-            None => Ok(self.runtime.exec_start(&sb.id, spec).await?),
+            None => Ok(self.runtime_for(sb).await?.exec_start(&sb.id, spec).await?),
         }
     }
 
@@ -122,7 +122,11 @@ impl Service {
             }
             return Ok(());
         }
-        Ok(self.runtime.exec_kill(&sb.id, exec_id).await?)
+        Ok(self
+            .runtime_for(sb)
+            .await?
+            .exec_kill(&sb.id, exec_id)
+            .await?)
     }
 }
 

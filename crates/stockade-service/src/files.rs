@@ -148,7 +148,8 @@ pub async fn open(
     want: Want,
 ) -> ServiceResult<Opened> {
     let archive = svc
-        .runtime
+        .runtime_of(id)
+        .await?
         .read_archive(id, path)
         .await
         .map_err(|e| fs_error(e, id))?;
@@ -203,7 +204,8 @@ pub async fn resolve_symlink(
     path: &SandboxPath,
 ) -> ServiceResult<SandboxPath> {
     let stat = svc
-        .runtime
+        .runtime_of(id)
+        .await?
         .stat_path(id, path)
         .await
         .map_err(|e| fs_error(e, id))?;
@@ -1166,6 +1168,7 @@ pub async fn upload_archive(
     }
 
     // The unpack: re-packed again, now into the engine.
+    let rt = svc.runtime_of(id).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let closed = Arc::new(AtomicBool::new(false));
     let writer = ChannelWriter {
@@ -1196,7 +1199,7 @@ pub async fn upload_archive(
     let upload: ArchiveUpload = Box::pin(stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
     }));
-    let written = svc.runtime.write_archive(id, dir, upload).await;
+    let written = rt.write_archive(id, dir, upload).await;
     let repacked = task
         .await
         .map_err(|e| ServiceError::Internal(format!("the upload task failed: {e}")))?;

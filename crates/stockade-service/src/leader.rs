@@ -169,6 +169,8 @@ fn start_term(svc: &Service, term: &CancellationToken) {
         term.clone(),
     ));
     tokio::spawn(crate::sessions::run_periodically(svc.clone(), term.clone()));
+    // SCALE-6: every host checked, cordoned and recovered by one instance.
+    tokio::spawn(crate::hosts::check_periodically(svc.clone(), term.clone()));
     tokio::spawn(crate::snapshots::collect_periodically(
         svc.clone(),
         term.clone(),

@@ -19,10 +19,13 @@ pub mod admission;
 pub mod agent;
 pub mod compat;
 pub mod config;
+pub mod drain;
 pub mod egress;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod host_admin;
+pub mod hosts;
 pub mod idempotency;
 pub mod images;
 pub mod leader;
@@ -32,6 +35,7 @@ pub mod metrics;
 pub mod operations;
 pub mod outbound;
 pub mod output;
+pub mod placement;
 pub mod pool;
 pub mod processes;
 pub mod reconcile;
@@ -84,6 +88,8 @@ pub struct Service {
     pub admission: Arc<admission::Admission>,
     /// The leader lease of the deployment-wide background work (SCALE-7).
     pub leader: Arc<leader::Leader>,
+    /// The Docker hosts' runtimes (SCALE-4): `runtime` is the server's own.
+    pub hosts: Arc<hosts::Hosts>,
 }
 
 impl Service {
@@ -106,6 +112,7 @@ impl Service {
         let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
         let ops = operations::Operations::new(config_lease);
         let leader = leader::Leader::new(ops.holder());
+        let hosts = Arc::new(hosts::Hosts::new(runtime.clone(), config.hosts.clone()));
         Ok(Self {
             store,
             runtime,
@@ -126,6 +133,7 @@ impl Service {
             egress: Arc::default(),
             admission: Arc::default(),
             agents: Arc::new(agents),
+            hosts,
         })
     }
 
@@ -149,6 +157,18 @@ impl Service {
             });
         }
         tokio::spawn(self.clone().renew_leases(shutdown.clone()));
+        // SCALE-4: the server's own Docker host is a registered host too.
+        let own_docker_host = self.hosts.config().own_docker_host.clone();
+        match host_admin::ensure_own(self, &own_docker_host).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not register this server's own Docker host")
+            }
+        }
+        if let Ok(hosts) = placement::all_hosts(self).await {
+            self.hosts.observe(&hosts);
+        }
+        tokio::spawn(hosts::observe_periodically(self.clone(), shutdown.clone()));
         // Sandboxes are isolated before the first one is created (SEC-5).
         self.check_isolation().await;
         // SEC-18: the egress filter, and the entries of running sandboxes.

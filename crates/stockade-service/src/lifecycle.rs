@@ -13,7 +13,7 @@ use stockade_core::{
     AccountId, OperationKind, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId,
 };
 use stockade_runtime::{ContainerSpec, RuntimeError};
-use stockade_store::{SandboxWrite, StoreError};
+use stockade_store::{Placed, SandboxWrite, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -59,16 +59,20 @@ pub fn prepare_with_id(
         scope.account_id.clone(),
         team_id,
         spec,
-        svc.runtime.server_name(),
+        svc.hosts.own_name().to_owned(),
         Utc::now(),
     ))
 }
 
-/// Refuses resources the Docker host cannot give at all: more CPUs than it
-/// has, more memory than it has (a 400 naming the field, not Docker's
-/// error later). Hosts whose size the engine does not report are not checked.
-pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult<()> {
-    let Ok(info) = svc.runtime.info().await else {
+/// Refuses resources the Docker host `server` cannot give at all: more
+/// CPUs than it has, more memory than it has (a 400 naming the field, not
+/// Docker's error later). Hosts whose size the engine does not report are
+/// not checked. (Creates: [`crate::placement::candidates`] checks every host.)
+pub async fn check_host_fits(svc: &Service, server: &str, spec: &SandboxSpec) -> ServiceResult<()> {
+    let Ok(rt) = svc.runtime_on(server).await else {
+        return Ok(()); // the operation's own error comes later
+    };
+    let Ok(info) = rt.info().await else {
         return Ok(()); // Docker's own error comes at create
     };
     if let Some(cpus) = Some(info.cpus).filter(|c| *c > 0) {
@@ -77,8 +81,7 @@ pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult
                 "cpuCores",
                 format!(
                     "{} CPUs asked, but server '{}' has {cpus}",
-                    spec.cpu_cores,
-                    svc.runtime.server_name()
+                    spec.cpu_cores, server
                 ),
             ));
         }
@@ -90,7 +93,7 @@ pub async fn check_host_fits(svc: &Service, spec: &SandboxSpec) -> ServiceResult
                 format!(
                     "{} GB asked, but server '{}' has {}",
                     spec.memory_gb,
-                    svc.runtime.server_name(),
+                    server,
                     stockade_core::human_bytes(total)
                 ),
             ));
@@ -115,7 +118,7 @@ pub(crate) fn docker_refused(e: RuntimeError, field: &str) -> ServiceError {
     }
 }
 
-fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
+pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
     ContainerSpec {
         sandbox_id: sb.id.clone(),
         account_id: sb.account_id.clone(),
@@ -166,14 +169,17 @@ pub async fn create_sandbox(
         svc.config.images.check(image, "dockerImage")?;
         crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
     }
-    check_host_fits(svc, &sb.spec).await?;
-    svc.check_policy_enforceable(&sb.spec.network)?;
+    // Refused before a source is fetched: no host may take it.
+    let placeable = crate::placement::candidates(svc, &sb).await?;
+    if crate::egress::needs_filter(&sb.spec.network) {
+        svc.check_policy_enforceable(&sb.spec.network, &placeable[0].host.name)?;
+    }
+    drop(placeable);
     // SEC-15, SEC-16: refused before a source is fetched; checked again,
     // and held, when the record is made. Not before a key's replay: a
     // retry of a create that was made returns it even at the quota.
     if idempotency_key.is_none() {
-        let pooled = req.source.is_none() && svc.pool.has_ready_for(&sb.spec);
-        drop(crate::admission::admit_create(svc, &sb, pooled).await?);
+        drop(crate::admission::admit_create(svc, &sb, false).await?);
     }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {
@@ -263,10 +269,21 @@ async fn create_inner(
     held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
-    let poolable = poolable && held.is_none();
-    // SEC-15, SEC-16: held until the record shows the sandbox.
+    // SCALE-3: the warm pool is on this server's own host; it serves a
+    // create that may go there while that host takes new sandboxes.
+    let poolable = poolable
+        && held.is_none()
+        && svc.hosts.own_schedulable()
+        && sb.spec.placement.selector.is_empty()
+        && sb
+            .spec
+            .placement
+            .server
+            .as_deref()
+            .is_none_or(|s| s == svc.hosts.own_name());
+    // SEC-16: held until the record shows the sandbox.
     let from_pool = poolable && svc.pool.has_ready_for(&sb.spec);
-    let mut admitted = match crate::admission::admit_create(svc, &sb, from_pool).await {
+    let admitted = match crate::admission::admit_create(svc, &sb, from_pool).await {
         Ok(admitted) => admitted,
         Err(e) => {
             if let Some(guard) = held {
@@ -279,52 +296,95 @@ async fn create_inner(
         if let Some(served) = crate::pool::claim(svc, &sb).await {
             return served;
         }
-        if !admitted.host_checked() {
-            // No member after all: a cold create needs room of its own.
-            drop(admitted);
-            admitted = crate::admission::admit_create(svc, &sb, false).await?;
-        }
     }
+    // SCALE-5: the hosts that may take it; the store picks the freest one
+    // with room as it inserts the record.
+    let candidates = match crate::placement::candidates(svc, &sb).await {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(guard) = held {
+                guard.release().await;
+            }
+            return Err(e);
+        }
+    };
+    let offered: Vec<stockade_store::PlacementCandidate> =
+        candidates.iter().map(|c| c.placement.clone()).collect();
+    let name = sb.spec.name.clone();
     let name_taken = |e: StoreError| match e {
         StoreError::Conflict(_) => ServiceError::Conflict(format!(
-            "A sandbox named '{}' already exists in this account",
-            sb.spec.name
+            "A sandbox named '{name}' already exists in this account"
         )),
         other => other.into(),
+    };
+    let full = |loads: Vec<stockade_store::CandidateLoad>, sb: &Sandbox| {
+        ServiceError::InsufficientCapacity(crate::placement::full_message(&loads, &candidates, sb))
     };
     let guard = match held {
         // The operation was recorded before the idempotency key: only the
         // record is new.
-        Some(guard) => {
-            if let Err(e) = svc.store.insert_sandbox(&sb).await {
+        Some(guard) => match svc
+            .store
+            .insert_sandbox_placed(&mut sb, None, &offered)
+            .await
+        {
+            Ok(Placed::On(_)) => guard,
+            Ok(Placed::Full(loads)) => {
+                guard.release().await;
+                return Err(full(loads, &sb));
+            }
+            Err(e) => {
                 guard.release().await;
                 return Err(name_taken(e));
             }
-            guard
-        }
+        },
         None => {
             let params = match &idempotency {
                 Some(k) => serde_json::json!({ "idempotency_key": k.key }),
                 None => serde_json::json!({}),
             };
             let op = svc.new_operation(OperationKind::Create, &sb.id, &sb.account_id, params);
-            svc.store
-                .insert_sandbox_with_operation(&sb, &op)
+            match svc
+                .store
+                .insert_sandbox_placed(&mut sb, Some(&op), &offered)
                 .await
-                .map_err(name_taken)?;
-            svc.hold_operation(op)
+                .map_err(name_taken)?
+            {
+                Placed::On(_) => svc.hold_operation(op),
+                Placed::Full(loads) => return Err(full(loads, &sb)),
+            }
         }
     };
     drop(admitted); // the PROVISIONING record counts from now on
+    svc.hosts.remember(&sb.id, &sb.server);
+    let Some(rt) = candidates
+        .into_iter()
+        .find(|c| c.host.name == sb.server)
+        .map(|c| c.runtime)
+    else {
+        guard.abandon().await;
+        return Err(ServiceError::Internal(format!(
+            "placed on '{}', which was not offered",
+            sb.server
+        )));
+    };
     svc.crash_point("create.recorded")?;
     if abandoned.is_cancelled() {
         guard.abandon().await;
         return Err(cancelled());
     }
+    // SCALE-8: a snapshot's image comes from the object store to a host
+    // that lacks it.
+    if let Err(e) = crate::snapshots::ensure_image_on(svc, rt.as_ref(), &sb.spec.docker_image).await
+    {
+        warn!(sandbox.id = %sb.id, error = %e, "snapshot image not loaded; rolling the create back");
+        guard.abandon().await;
+        return Err(e);
+    }
     let spec = container_spec(svc, &sb);
     let created = match archive {
-        Some(archive) => svc.runtime.create_with_workspace(&spec, archive).await,
-        None => svc.runtime.create(&spec).await,
+        Some(archive) => rt.create_with_workspace(&spec, archive).await,
+        None => rt.create(&spec).await,
     };
     let container_id = match created {
         Ok(cid) => cid,
@@ -406,13 +466,20 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     if sb.is_terminated() {
         return Err(terminated(&sb, "create a new one"));
     }
-    svc.check_policy_enforceable(&sb.spec.network)?;
+    svc.check_policy_enforceable(&sb.spec.network, &sb.server)?;
     let (guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
     if sb.is_terminated() {
         guard.release().await;
         return Err(terminated(&sb, "create a new one"));
     }
-    let container = match svc.runtime.inspect(&sb.id).await {
+    let rt = match svc.runtime_for(&sb).await {
+        Ok(rt) => rt,
+        Err(e) => {
+            guard.release().await;
+            return Err(e);
+        }
+    };
+    let container = match rt.inspect(&sb.id).await {
         Ok(c) => c,
         Err(e) => {
             svc.metrics.docker_error("inspect", &e);
@@ -444,10 +511,9 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         }
         // LC-8: the environment as updated since create, for the main process.
         let started = async {
-            svc.runtime
-                .set_main_process_env(&sb.id, &sb.spec.environment_vars)
+            rt.set_main_process_env(&sb.id, &sb.spec.environment_vars)
                 .await?;
-            svc.runtime.start(&sb.id).await
+            rt.start(&sb.id).await
         }
         .await;
         if let Err(e) = started {
@@ -507,7 +573,14 @@ pub async fn stop_because(
         return Err(terminated(&sb, "create a new one"));
     }
     let mut reason = reason;
-    match svc.runtime.stop(&sb.id, grace).await {
+    let rt = match svc.runtime_for(&sb).await {
+        Ok(rt) => rt,
+        Err(e) => {
+            guard.release().await;
+            return Err(e);
+        }
+    };
+    match rt.stop(&sb.id, grace).await {
         Ok(()) => {}
         Err(RuntimeError::NotFound(_)) => {
             reason = Some(format!("container not found on server '{}'", sb.server));
@@ -519,7 +592,7 @@ pub async fn stop_because(
         }
     }
     svc.crash_point("stop.stopped")?;
-    svc.remove_egress(&sb.id).await;
+    svc.remove_egress(&sb).await;
     if sb.status == SandboxStatus::Stopped && sb.status_reason == reason {
         guard.release().await;
         return Ok(sb);
@@ -566,13 +639,20 @@ pub async fn destroy_with(
         }
         svc.crash_point("delete.synced")?;
     }
-    if let Err(e) = svc.runtime.remove(&sb.id, preserve_volume).await {
+    let rt = match svc.runtime_for(&sb).await {
+        Ok(rt) => rt,
+        Err(e) => {
+            guard.release().await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = rt.remove(&sb.id, preserve_volume).await {
         svc.metrics.docker_error("remove", &e);
         guard.release().await; // DB-5: the record stays as it was
         return Err(e.into());
     }
     svc.crash_point("delete.removed")?;
-    svc.remove_egress(&sb.id).await;
+    svc.remove_egress(&sb).await;
     let now = Utc::now();
     guard
         .finish(SandboxWrite::SoftDelete { id: &sb.id, at: now })

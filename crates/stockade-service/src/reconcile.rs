@@ -44,25 +44,68 @@ impl Strays {
             >= grace
     }
 
-    /// Forgets every container not in `present`.
-    fn keep_only(&self, present: &HashSet<&str>) {
+    /// Forgets every container of host `server` not in `present` (keys
+    /// are `{server}/{container}`).
+    fn keep_only(&self, server: &str, present: &HashSet<String>) {
+        let prefix = format!("{server}/");
         let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        seen.retain(|c, _| present.contains(c.as_str()));
+        seen.retain(|c, _| !c.starts_with(&prefix) || present.contains(c));
     }
 }
 
 /// Records read at a time: the pass's memory does not grow with them.
 const PAGE: u32 = 500;
 
-/// One pass over every active record and every labelled container.
+/// One pass over every host: its active records and labelled containers
+/// ([`reconcile_host`]). Hosts whose last health check failed are left
+/// alone (their engine does not answer; the records keep what they were
+/// until it does). An error of the server's own host is returned; other
+/// hosts' are logged.
+pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeError> {
+    let mut total = ReconcileReport::default();
+    let unhealthy: HashSet<String> = match svc.store.list_hosts().await {
+        Ok(hosts) => hosts
+            .into_iter()
+            .filter(|h| h.health.healthy == Some(false))
+            .map(|h| h.name)
+            .collect(),
+        Err(_) => HashSet::new(),
+    };
+    for (server, rt) in svc.host_runtimes().await {
+        if unhealthy.contains(&server) {
+            debug!(host = %server, "reconcile: host unhealthy; skipped");
+            continue;
+        }
+        match reconcile_host(svc, &server, rt.as_ref()).await {
+            Ok(r) => {
+                total.checked += r.checked;
+                total.corrected += r.corrected;
+                total.abandoned_creates += r.abandoned_creates;
+                total.unknown_containers += r.unknown_containers;
+                total.removed_containers += r.removed_containers;
+            }
+            Err(e) if server == svc.hosts.own_name() => return Err(e),
+            Err(e) => warn!(host = %server, error = %e, "reconcile: host skipped"),
+        }
+    }
+    // SEC-18: entries of sandboxes gone or moved, and missing ones.
+    svc.reconcile_egress().await;
+    Ok(total)
+}
+
+/// One pass over the active records and the labelled containers of the
+/// host `server`.
 ///
 /// The containers are listed first, then the records page by page. A
 /// record whose container is not in that (older) list is looked up once
 /// more before it is marked lost: it may have been created since.
-pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeError> {
+async fn reconcile_host(
+    svc: &Service,
+    server: &str,
+    rt: &dyn stockade_runtime::Runtime,
+) -> Result<ReconcileReport, RuntimeError> {
     let mut report = ReconcileReport::default();
-    let containers = svc
-        .runtime
+    let containers = rt
         .list_managed()
         .await
         .inspect_err(|e| svc.metrics.docker_error("list", e))?;
@@ -78,7 +121,7 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
             return Ok(report);
         }
     };
-    let mut active_ids: HashSet<SandboxId> = HashSet::new();
+    let mut active_ids: HashMap<SandboxId, String> = HashMap::new();
     let mut after: Option<SandboxId> = None;
     let now = Utc::now();
     loop {
@@ -97,25 +140,38 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
         let more = page.len() == PAGE as usize;
         after = page.last().map(|sb| sb.id.clone());
         for sb in page {
-            active_ids.insert(sb.id.clone());
-            if busy.contains(sb.id.as_str()) {
+            active_ids.insert(sb.id.clone(), sb.server.clone());
+            if busy.contains(sb.id.as_str()) || sb.server != server {
                 continue;
             }
-            check_record(svc, sb, &by_id, now, &mut report).await;
+            check_record(svc, rt, sb, &by_id, now, &mut report).await;
         }
         if !more {
             break;
         }
     }
+    let stray_key = |c: &ManagedContainer| format!("{server}/{}", c.container_id);
     svc.strays
-        .keep_only(&containers.iter().map(|c| c.container_id.as_str()).collect());
+        .keep_only(server, &containers.iter().map(stray_key).collect());
     for c in &containers {
         if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
             continue;
         }
         let Some(id) = &c.sandbox_id else { continue };
-        if active_ids.contains(id) {
-            continue;
+        match active_ids.get(id) {
+            Some(on) if on == server => continue,
+            // Its record names another host: the copy a move left behind
+            // (SCALE-6), unless the move runs now.
+            Some(on) => {
+                if !busy.contains(id.as_str()) && !same_engine(svc, rt, on).await {
+                    info!(sandbox.id = %id, host = %server, now_on = %on, "reconcile: removing the copy of a sandbox that moved to another host");
+                    if let Err(e) = rt.remove(id, false).await {
+                        warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the copy");
+                    }
+                }
+                continue;
+            }
+            None => {}
         }
         match svc.store.sandbox_owner(id).await {
             // Inserted after the records were read: a create, or a claim of
@@ -125,7 +181,7 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
                 // The record is terminated but its container survived (e.g. a
                 // crash mid-delete): finish the delete, keeping the volume.
                 info!(sandbox.id = %id, "reconcile: removing the container of a terminated sandbox");
-                if let Err(e) = svc.runtime.remove(id, true).await {
+                if let Err(e) = rt.remove(id, true).await {
                     warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container");
                 }
             }
@@ -134,12 +190,12 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
             Ok(None) if busy.contains(id.as_str()) => {}
             Ok(None) => {
                 report.unknown_containers += 1;
-                if !svc.strays.overdue(&c.container_id, svc.config.orphan_grace) {
+                if !svc.strays.overdue(&stray_key(c), svc.config.orphan_grace) {
                     info!(container.id = %c.container_id, sandbox.id = %id, "reconcile: a Stockade container has no record; removing it after the grace period");
                     continue;
                 }
                 warn!(container.id = %c.container_id, sandbox.id = %id, "reconcile: removing a Stockade container that has no record (its volume stays, listed as orphaned)");
-                match svc.runtime.remove(id, true).await {
+                match rt.remove(id, true).await {
                     Ok(()) => report.removed_containers += 1,
                     Err(e) => {
                         warn!(sandbox.id = %id, error = %e, "reconcile: could not remove the container")
@@ -149,30 +205,38 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
             Err(e) => warn!(error = %e, "reconcile: record lookup failed"),
         }
     }
-    // SEC-18: entries of sandboxes gone or moved, and missing ones.
-    svc.reconcile_egress().await;
     Ok(report)
+}
+
+/// Whether host `other` is the very engine of `rt` (registered twice):
+/// then a container there is not a copy. Unknown counts as the same.
+async fn same_engine(svc: &Service, rt: &dyn stockade_runtime::Runtime, other: &str) -> bool {
+    let Ok(other) = svc.runtime_on(other).await else {
+        return true;
+    };
+    match (rt.info().await, other.info().await) {
+        (Ok(a), Ok(b)) => a.engine_id.is_none() || a.engine_id == b.engine_id,
+        _ => true,
+    }
 }
 
 /// Corrects one record against its container (DB-6).
 async fn check_record(
     svc: &Service,
+    rt: &dyn stockade_runtime::Runtime,
     mut sb: Sandbox,
     containers: &HashMap<&SandboxId, &ManagedContainer>,
     now: chrono::DateTime<Utc>,
     report: &mut ReconcileReport,
 ) {
     report.checked += 1;
-    if sb.server != svc.runtime.server_name() {
-        return;
-    }
     let before = (sb.status, sb.status_reason.clone());
     match sb.status {
         SandboxStatus::Provisioning | SandboxStatus::Pending => {
             let age = now - sb.created_at;
             if age.to_std().unwrap_or_default() > svc.config.orphan_grace {
                 warn!(sandbox.id = %sb.id, "reconcile: removing a create that never finished");
-                if let Err(e) = svc.runtime.remove(&sb.id, false).await {
+                if let Err(e) = rt.remove(&sb.id, false).await {
                     warn!(sandbox.id = %sb.id, error = %e, "reconcile: could not remove the abandoned container");
                     return;
                 }
@@ -191,7 +255,7 @@ async fn check_record(
         // Not listed and known to be lost: nothing to correct.
         None if sb.status == SandboxStatus::Error => return,
         // Not listed: gone, or made after the list (ask again).
-        None => match svc.runtime.inspect(&sb.id).await {
+        None => match rt.inspect(&sb.id).await {
             Ok(c) => c.map(|c| c.running),
             Err(e) => {
                 debug!(sandbox.id = %sb.id, error = %e, "reconcile: could not inspect; skipping");
@@ -212,7 +276,7 @@ async fn check_record(
             sb.session_expires_at = sb.session_deadline(now); // LC-7
         }
         Some(false) if sb.status == SandboxStatus::Running => {
-            let detail = svc.runtime.inspect(&sb.id).await.ok().flatten();
+            let detail = rt.inspect(&sb.id).await.ok().flatten();
             sb.status = SandboxStatus::Stopped;
             sb.stopped_at = detail.as_ref().and_then(|d| d.finished_at).or(Some(now));
             sb.status_reason = Some(match detail {

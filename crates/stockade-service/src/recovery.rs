@@ -110,6 +110,7 @@ pub async fn recover_held(svc: &Service, op: Operation) -> bool {
         OperationKind::Start | OperationKind::Stop => converge_status(svc, &op).await,
         OperationKind::Update => converge_limits(svc, &op).await,
         OperationKind::Snapshot | OperationKind::Sync => abandon_snapshot(svc, &op).await,
+        OperationKind::Move => crate::drain::finish_move(svc, &op).await,
     };
     match result {
         Ok(()) => {
@@ -141,7 +142,14 @@ async fn end(svc: &Service, op: &Operation, write: SandboxWrite<'_>) -> ServiceR
 
 async fn roll_back_create(svc: &Service, op: &Operation) -> ServiceResult<()> {
     let id = sandbox_id(op)?;
-    svc.runtime.remove(&id, false).await?;
+    let scope = Scope::account(op.account_id.clone());
+    // No record: the container was never made (it is made after the
+    // record, on the host the record names).
+    match svc.store.get_sandbox(&scope, &id).await {
+        Ok(sb) => svc.runtime_for(&sb).await?.remove(&id, false).await?,
+        Err(StoreError::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
     if let Some(key) = op.params.get("idempotency_key").and_then(|k| k.as_str()) {
         svc.store
             .delete_idempotency_key(&op.account_id, key)
@@ -167,7 +175,7 @@ async fn carry_on_delete(svc: &Service, op: &Operation) -> ServiceResult<()> {
         return converge_status(svc, op).await;
     }
     let preserve = op.params.get("preserve_volume").and_then(|v| v.as_bool()) == Some(true);
-    svc.runtime.remove(&id, preserve).await?;
+    svc.runtime_for(&sb).await?.remove(&id, preserve).await?;
     end(
         svc,
         op,
@@ -201,7 +209,7 @@ async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
         return end(svc, op, SandboxWrite::None).await;
     }
     let now = Utc::now();
-    match svc.runtime.inspect(&id).await? {
+    match svc.runtime_for(&sb).await?.inspect(&id).await? {
         None => sb.mark_error(format!("container not found on server '{}'", sb.server)),
         Some(c) if c.running => {
             if sb.status != stockade_core::SandboxStatus::Running {
@@ -242,9 +250,9 @@ async fn converge_limits(svc: &Service, op: &Operation) -> ServiceResult<()> {
         Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
         Err(e) => return Err(e.into()),
     };
-    if !sb.is_terminated() && svc.runtime.inspect(&id).await?.is_some() {
-        svc.runtime
-            .update_resources(&id, sb.spec.cpu_cores, sb.spec.memory_bytes())
+    let rt = svc.runtime_for(&sb).await?;
+    if !sb.is_terminated() && rt.inspect(&id).await?.is_some() {
+        rt.update_resources(&id, sb.spec.cpu_cores, sb.spec.memory_bytes())
             .await?;
     }
     end(svc, op, SandboxWrite::None).await

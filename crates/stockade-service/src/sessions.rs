@@ -37,23 +37,36 @@ enum Outcome {
     Closed,
 }
 
-/// Claims the sessions that ended by now on this server (each one for
-/// `config.session_claim_lease`).
+/// Claims the sessions that ended by now on every Docker host (each one
+/// for `config.session_claim_lease`).
 async fn claim_due(svc: &Service) -> Vec<Sandbox> {
     let now = Utc::now();
     let lease = chrono::Duration::from_std(svc.config.session_claim_lease)
         .unwrap_or_else(|_| chrono::Duration::seconds(120));
-    match svc
-        .store
-        .claim_expired_sessions(&svc.runtime.server_name(), now, now + lease, BATCH)
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(error = %e, "session timeouts: could not read due sessions");
-            Vec::new()
+    let mut servers = vec![svc.hosts.own_name().to_owned()];
+    match svc.store.list_hosts().await {
+        Ok(hosts) => servers.extend(
+            hosts
+                .into_iter()
+                .map(|h| h.name)
+                .filter(|n| n != svc.hosts.own_name()),
+        ),
+        Err(e) => warn!(error = %e, "session timeouts: could not list the hosts"),
+    }
+    let mut due = Vec::new();
+    for server in servers {
+        match svc
+            .store
+            .claim_expired_sessions(&server, now, now + lease, BATCH)
+            .await
+        {
+            Ok(c) => due.extend(c),
+            Err(e) => {
+                warn!(error = %e, host = %server, "session timeouts: could not read due sessions");
+            }
         }
     }
+    due
 }
 
 /// Ends one claimed session and logs what happened.

@@ -107,11 +107,19 @@ pub async fn capture(
         guard.release().await;
         return Err(e.into());
     }
+    let rt = match svc.runtime_for(sb).await {
+        Ok(rt) => rt,
+        Err(e) => {
+            guard.release().await;
+            discard(svc, &snapshot).await;
+            return Err(e);
+        }
+    };
     let svc = svc.clone();
     // Its own task: it finishes (or cleans up) even if the caller goes away.
     tokio::spawn(async move {
         let id = snapshot.id.clone();
-        let captured = capture_inner(&svc, snapshot.clone()).await;
+        let captured = capture_inner(&svc, rt.as_ref(), snapshot.clone()).await;
         if svc.crashed() {
             return captured;
         }
@@ -132,7 +140,11 @@ pub async fn capture(
     .map_err(|e| ServiceError::Internal(format!("snapshot task failed: {e}")))?
 }
 
-async fn capture_inner(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<Snapshot> {
+async fn capture_inner(
+    svc: &Service,
+    rt: &dyn stockade_runtime::Runtime,
+    mut snapshot: Snapshot,
+) -> ServiceResult<Snapshot> {
     let image_labels = BTreeMap::from([
         (SNAPSHOT_LABEL.to_owned(), snapshot.id.to_string()),
         (
@@ -145,19 +157,17 @@ async fn capture_inner(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<S
             snapshot.source_sandbox_id.to_string(),
         ),
     ]);
-    svc.runtime
-        .commit_snapshot(
-            &snapshot.source_sandbox_id,
-            &snapshot.image_ref,
-            &image_labels,
-        )
-        .await
-        .map_err(|e| missing_container(e, &snapshot))?;
+    rt.commit_snapshot(
+        &snapshot.source_sandbox_id,
+        &snapshot.image_ref,
+        &image_labels,
+    )
+    .await
+    .map_err(|e| missing_container(e, &snapshot))?;
     svc.crash_point("snapshot.committed")?;
     if snapshot.kind == SnapshotKind::User {
         let key = Snapshot::blob_key_for(&snapshot.id);
-        let workspace = svc
-            .runtime
+        let workspace = rt
             .export_workspace(&snapshot.source_sandbox_id)
             .await
             .map_err(|e| missing_container(e, &snapshot))?;
@@ -179,6 +189,16 @@ async fn capture_inner(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<S
             Err(e) => return Err(e.into()),
         };
         snapshot.workspace_bytes = Some(bytes);
+        // SCALE-8: the image too, so that a sandbox on any host can start
+        // from it, also once this host is gone.
+        let image = rt
+            .export_image(&snapshot.image_ref)
+            .await
+            .map_err(|e| missing_container(e, &snapshot))?;
+        svc.blobs
+            .put_stream(&Snapshot::image_blob_key_for(&snapshot.id), image)
+            .await?;
+        svc.crash_point("snapshot.image_stored")?;
     }
     snapshot.status = SnapshotStatus::Ready;
     svc.store.update_snapshot(&snapshot).await?;
@@ -195,17 +215,80 @@ fn missing_container(e: RuntimeError, snapshot: &Snapshot) -> ServiceError {
     }
 }
 
+/// Whether a sandbox on the host of `rt` can start from the snapshot image
+/// `image`: it is there, or the object store holds it (SCALE-8, loaded by
+/// [`ensure_image_on`] before the create).
+pub(crate) async fn image_available_on(
+    svc: &Service,
+    rt: &dyn stockade_runtime::Runtime,
+    image: &str,
+) -> bool {
+    if rt.image_present(image).await.unwrap_or(false) {
+        return true;
+    }
+    match Snapshot::id_of_image(image) {
+        Some(id) => matches!(
+            svc.blobs.head(&Snapshot::image_blob_key_for(&id)).await,
+            Ok(Some(_))
+        ),
+        None => false,
+    }
+}
+
+/// Loads the snapshot image `image` from the object store into the host of
+/// `rt` unless it is there already (SCALE-8). Other images are left to the
+/// create (which pulls them).
+pub(crate) async fn ensure_image_on(
+    svc: &Service,
+    rt: &dyn stockade_runtime::Runtime,
+    image: &str,
+) -> ServiceResult<()> {
+    let Some(id) = Snapshot::id_of_image(image) else {
+        return Ok(());
+    };
+    if rt.image_present(image).await.unwrap_or(false) {
+        return Ok(());
+    }
+    let (bytes, archive) = svc
+        .blobs
+        .get_stream(&Snapshot::image_blob_key_for(&id))
+        .await?;
+    info!(snapshot.id = %id, host = %rt.server_name(), bytes, "loading a snapshot image onto another host");
+    rt.import_image(archive).await?;
+    Ok(())
+}
+
+/// Removes a snapshot's image from every host that has it (restores on
+/// other hosts load it there, SCALE-8). A host where a container still uses
+/// it answers `Conflict`, which is returned once every host was tried.
+async fn remove_image_everywhere(svc: &Service, image: &str) -> Result<(), RuntimeError> {
+    let mut outcome = Ok(());
+    for (host, rt) in svc.host_runtimes().await {
+        match rt.remove_image(image).await {
+            Ok(()) | Err(RuntimeError::NotFound(_)) => {}
+            Err(e) => {
+                debug!(host = %host, image, error = %e, "snapshot image not removed there");
+                if !matches!(outcome, Err(RuntimeError::Conflict(_))) {
+                    outcome = Err(e);
+                }
+            }
+        }
+    }
+    outcome
+}
+
 /// Removes a capture that failed: image, archive and record.
 async fn discard(svc: &Service, snapshot: &Snapshot) {
-    if let Err(e) = svc.runtime.remove_image(&snapshot.image_ref).await {
+    if let Err(e) = remove_image_everywhere(svc, &snapshot.image_ref).await {
         warn!(snapshot.id = %snapshot.id, error = %e, "could not remove the image of a failed capture");
     }
-    if let Err(e) = svc
-        .blobs
-        .delete(&Snapshot::blob_key_for(&snapshot.id))
-        .await
-    {
-        warn!(snapshot.id = %snapshot.id, error = %e, "could not remove the archive of a failed capture");
+    for key in [
+        Snapshot::blob_key_for(&snapshot.id),
+        Snapshot::image_blob_key_for(&snapshot.id),
+    ] {
+        if let Err(e) = svc.blobs.delete(&key).await {
+            warn!(snapshot.id = %snapshot.id, error = %e, "could not remove the archive of a failed capture");
+        }
     }
     match svc.store.purge_snapshot(&snapshot.id).await {
         Ok(()) | Err(StoreError::NotFound) => {}
@@ -236,13 +319,14 @@ pub async fn delete(svc: &Service, mut snapshot: Snapshot) -> ServiceResult<Snap
 /// more, its image (then the record becomes DELETED). Failures are logged:
 /// the next collection tries again.
 pub async fn release(svc: &Service, snapshot: &mut Snapshot) {
-    if let Some(key) = &snapshot.blob_key {
+    let image_key = Snapshot::image_blob_key_for(&snapshot.id);
+    for key in snapshot.blob_key.iter().chain([&image_key]) {
         if let Err(e) = svc.blobs.delete(key).await {
             warn!(snapshot.id = %snapshot.id, error = %e, "could not remove a deleted snapshot's archive; will retry");
             return;
         }
     }
-    match svc.runtime.remove_image(&snapshot.image_ref).await {
+    match remove_image_everywhere(svc, &snapshot.image_ref).await {
         Ok(()) => {
             snapshot.status = SnapshotStatus::Deleted;
             if let Err(e) = svc.store.update_snapshot(snapshot).await {

@@ -213,8 +213,8 @@ pub async fn resolve(
             snapshots::ensure_capturable(&from)?;
             // Counted before anything is made: a sparse file can make a
             // tiny disk hold a huge /workspace.
-            let counted = svc
-                .runtime
+            let from_rt = svc.runtime_for(&from).await?;
+            let counted = from_rt
                 .export_workspace(&from.id)
                 .await
                 .map_err(|e| no_container(e, &from.id))?;
@@ -225,7 +225,7 @@ pub async fn resolve(
                 svc: svc.clone(),
                 snapshot: Some(snapshot),
             };
-            let archive = match svc.runtime.export_workspace(&from.id).await {
+            let archive = match from_rt.export_workspace(&from.id).await {
                 Ok(a) => a,
                 Err(e) => {
                     guard.release().await;

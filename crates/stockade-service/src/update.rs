@@ -55,9 +55,9 @@ pub async fn update(
     let sb = crate::lifecycle::load(svc, scope, id).await?;
     // Bad input is a 400 whatever state the sandbox is in.
     let target = patch.apply(&sb.spec, &svc.config.defaults)?;
-    crate::lifecycle::check_host_fits(svc, &target).await?;
+    crate::lifecycle::check_host_fits(svc, &sb.server, &target).await?;
     if patch.network_policy.is_some() {
-        svc.check_policy_enforceable(&target.network)?;
+        svc.check_policy_enforceable(&target.network, &sb.server)?;
     }
     ensure_updatable(&sb)?;
     let op = svc.new_operation(
@@ -90,11 +90,17 @@ pub async fn update(
                 return Err(e);
             }
         }
+        let rt = match svc.runtime_for(&current).await {
+            Ok(rt) => rt,
+            Err(e) => {
+                guard.release().await;
+                return Err(e);
+            }
+        };
         let applied = async {
-            match svc.runtime.inspect(&current.id).await? {
+            match rt.inspect(&current.id).await? {
                 Some(container) => {
-                    svc.runtime
-                        .update_resources(&current.id, target.cpu_cores, target.memory_bytes())
+                    rt.update_resources(&current.id, target.cpu_cores, target.memory_bytes())
                         .await?;
                     Ok(container.running)
                 }

@@ -151,28 +151,47 @@ impl Usage {
     }
 
     /// Fills the live figures of `resp`, the details of `sb`: usage when it
-    /// is running, the volume size unless it is terminated.
+    /// is running, the volume size unless it is terminated. On the server's
+    /// own host.
     pub async fn fill(self: &Arc<Self>, sb: &Sandbox, resp: &mut SandboxResponse) {
+        let rt = self.runtime.clone();
+        self.fill_on(rt, sb, resp).await
+    }
+
+    /// [`Usage::fill`] for a sandbox on the host of `rt`.
+    pub async fn fill_on(
+        self: &Arc<Self>,
+        rt: Arc<dyn Runtime>,
+        sb: &Sandbox,
+        resp: &mut SandboxResponse,
+    ) {
+        let own = rt.server_name() == self.runtime.server_name();
         let running = sb.status == SandboxStatus::Running;
         let gone = sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some();
         let volume = VolumeName::for_sandbox(&sb.id);
         let (sample, size, disk) = tokio::join!(
             async {
                 match running {
-                    true => self.sample(&sb.id).await,
+                    true => self.sample(&rt, &sb.id).await,
                     false => None,
                 }
             },
             async {
-                match gone {
-                    true => None,
-                    false => self.volume_size(&volume).await,
+                match (gone, own) {
+                    (true, _) => None,
+                    (false, true) => self.volume_size(&volume).await,
+                    // Another host: its volume measured on its own.
+                    (false, false) => rt
+                        .volume_size(&volume, self.config.volume_size_ttl)
+                        .await
+                        .ok()
+                        .flatten(),
                 }
             },
             async {
                 match gone {
                     true => None,
-                    false => self.disk_usage(&sb.id).await,
+                    false => self.disk_usage(&rt, &sb.id).await,
                 }
             },
         );
@@ -208,7 +227,7 @@ impl Usage {
 
     /// The latest usage sample of a running sandbox, waiting up to
     /// `stats_wait` for the first one.
-    async fn sample(self: &Arc<Self>, id: &SandboxId) -> Option<Sample> {
+    async fn sample(self: &Arc<Self>, rt: &Arc<dyn Runtime>, id: &SandboxId) -> Option<Sample> {
         let found = {
             let mut watchers = lock(&self.watchers);
             match watchers.get(id) {
@@ -222,11 +241,11 @@ impl Usage {
             }
         };
         let Some((watcher, started)) = found else {
-            return self.sample_once(id).await;
+            return self.sample_once(rt.as_ref(), id).await;
         };
         watcher.touch();
         if started {
-            tokio::spawn(self.clone().watch(id.clone(), watcher.clone()));
+            tokio::spawn(self.clone().watch(rt.clone(), id.clone(), watcher.clone()));
         }
         let mut rx = watcher.samples.subscribe();
         if let Some(sample) = rx.borrow_and_update().clone() {
@@ -245,8 +264,8 @@ impl Usage {
     }
 
     /// One sample without a watcher (when too many sandboxes are watched).
-    async fn sample_once(&self, id: &SandboxId) -> Option<Sample> {
-        match tokio::time::timeout(self.config.stats_wait, self.runtime.stats(id)).await {
+    async fn sample_once(&self, rt: &dyn Runtime, id: &SandboxId) -> Option<Sample> {
+        match tokio::time::timeout(self.config.stats_wait, rt.stats(id)).await {
             Ok(Ok(stats)) => stats.map(|stats| Sample {
                 stats,
                 at: Utc::now(),
@@ -261,11 +280,11 @@ impl Usage {
     }
 
     /// Samples `id` back to back until nobody wants it or it stops running.
-    async fn watch(self: Arc<Self>, id: SandboxId, w: Arc<Watcher>) {
+    async fn watch(self: Arc<Self>, rt: Arc<dyn Runtime>, id: SandboxId, w: Arc<Watcher>) {
         let mut failures = 0;
         while w.idle_for() < self.config.stats_idle && failures < MAX_FAILURES {
             let began = Instant::now();
-            match tokio::time::timeout(SAMPLE_TIMEOUT, self.runtime.stats(&id)).await {
+            match tokio::time::timeout(SAMPLE_TIMEOUT, rt.stats(&id)).await {
                 Ok(Ok(Some(stats))) => {
                     failures = 0;
                     w.samples.send_replace(Some(Sample {
@@ -329,7 +348,11 @@ impl Usage {
 
     /// The disk figures of a sandbox: cached, refreshed in the background
     /// when old; a sandbox not measured yet waits for one (bounded).
-    async fn disk_usage(self: &Arc<Self>, id: &SandboxId) -> Option<DiskUsage> {
+    async fn disk_usage(
+        self: &Arc<Self>,
+        rt: &Arc<dyn Runtime>,
+        id: &SandboxId,
+    ) -> Option<DiskUsage> {
         let (known, fresh, mut measured) = {
             let mut disks = lock(&self.disks);
             if disks.len() > MAX_DISK_ENTRIES {
@@ -355,7 +378,7 @@ impl Usage {
             )
         };
         if !fresh {
-            self.refresh_disk_usage(id);
+            self.refresh_disk_usage(rt.clone(), id);
         }
         if let Some(usage) = known {
             return usage;
@@ -367,7 +390,7 @@ impl Usage {
     }
 
     /// Measures one sandbox's disk in the background unless that runs.
-    fn refresh_disk_usage(self: &Arc<Self>, id: &SandboxId) {
+    fn refresh_disk_usage(self: &Arc<Self>, rt: Arc<dyn Runtime>, id: &SandboxId) {
         {
             let mut disks = lock(&self.disks);
             match disks.get_mut(id) {
@@ -379,7 +402,7 @@ impl Usage {
         let id = id.clone();
         tokio::spawn(async move {
             let ttl = this.config.volume_size_ttl;
-            let result = tokio::time::timeout(DF_TIMEOUT, this.runtime.disk_usage(&id, ttl)).await;
+            let result = tokio::time::timeout(DF_TIMEOUT, rt.disk_usage(&id, ttl)).await;
             let usage = match result {
                 Ok(Ok(usage)) => usage,
                 Ok(Err(e)) => {

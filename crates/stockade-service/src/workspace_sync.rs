@@ -44,7 +44,8 @@ pub async fn sync(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     let started = Utc::now();
     let key = sync_key(&sb, started);
     let workspace = svc
-        .runtime
+        .runtime_for(&sb)
+        .await?
         .export_workspace(&sb.id)
         .await
         .map_err(|e| match e {

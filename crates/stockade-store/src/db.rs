@@ -298,9 +298,19 @@ impl<B: Backend> Conn<B> {
         match B::fetch_all(&mut self.conn, q).await {
             Ok(rows) => Ok(rows.into_iter().map(DbRow).collect()),
             Err(e) => {
-                self.failed(&e);
+                self.read_failed(&e);
                 Err(self.error(context, e))
             }
+        }
+    }
+
+    /// A read's failure: the connection is in doubt, and a database that
+    /// cannot serve (a full disk: in WAL mode a read inside a write
+    /// transaction may need room too) is degraded as a failed write makes it.
+    fn read_failed(&mut self, err: &sqlx::Error) {
+        self.failed(err);
+        if let Some(reason) = B::unavailable(err, &self.location) {
+            self.health.degrade(reason);
         }
     }
 
@@ -312,7 +322,7 @@ impl<B: Backend> Conn<B> {
         match B::fetch_optional(&mut self.conn, q).await {
             Ok(row) => Ok(row.map(DbRow)),
             Err(e) => {
-                self.failed(&e);
+                self.read_failed(&e);
                 Err(self.error(context, e))
             }
         }

@@ -382,6 +382,90 @@ pub trait QuotaStore: Send + Sync {
     async fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources>;
 }
 
+/// One candidate host of a placement (SCALE-5): its name, how much it may
+/// hold (`None`: that dimension is not limited) and what this process holds
+/// there that the records do not show yet (admissions in flight, warm-pool
+/// members).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacementCandidate {
+    pub server: String,
+    pub cpu_limit_millis: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+    pub extra: Resources,
+}
+
+/// What a placement found on one candidate: reserved (records + extra)
+/// against its limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateLoad {
+    pub server: String,
+    pub reserved: Resources,
+    pub cpu_limit_millis: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+}
+
+/// The outcome of [`HostStore::insert_sandbox_placed`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placed {
+    /// The record (and its operation) was inserted with `server` = this.
+    On(String),
+    /// No candidate had room; nothing was inserted. Each candidate's load,
+    /// for the refusal's message.
+    Full(Vec<CandidateLoad>),
+}
+
+/// Docker hosts (SCALE-4..SCALE-6) and placement.
+#[async_trait]
+pub trait HostStore: Send + Sync {
+    /// Registers `host`; a taken name is a [`StoreError::Conflict`].
+    async fn insert_host(&self, host: &stockade_core::Host) -> StoreResult<()>;
+
+    /// Registers `host` unless a host of that name exists (the server's own
+    /// `--docker-host` at start); returns the stored one.
+    async fn ensure_host(&self, host: &stockade_core::Host) -> StoreResult<stockade_core::Host>;
+
+    /// Every host, by name.
+    async fn list_hosts(&self) -> StoreResult<Vec<stockade_core::Host>>;
+
+    /// One host; `NotFound` when unknown.
+    async fn get_host(&self, name: &str) -> StoreResult<stockade_core::Host>;
+
+    /// Writes what an administrator or the health check may change: state,
+    /// state reason, auto-cordoned, labels, capacity, address, TLS,
+    /// `updated_at`. `NotFound` when unknown.
+    async fn update_host(&self, host: &stockade_core::Host) -> StoreResult<()>;
+
+    /// Writes the last health check's findings.
+    async fn record_host_health(
+        &self,
+        name: &str,
+        health: &stockade_core::HostHealth,
+    ) -> StoreResult<()>;
+
+    /// Removes a host that holds no sandbox but terminated ones; otherwise a
+    /// [`StoreError::Conflict`] saying how many it holds. `NotFound` when
+    /// unknown.
+    async fn delete_host(&self, name: &str) -> StoreResult<()>;
+
+    /// How many sandboxes that are not terminated each server holds.
+    async fn sandboxes_per_server(&self) -> StoreResult<std::collections::HashMap<String, u64>>;
+
+    /// Inserts `sb` (and `op`, as `insert_sandbox_with_operation` does) on
+    /// the candidate with the most free room that fits its CPU and memory,
+    /// in one transaction that concurrent placements from any instance wait
+    /// for (PostgreSQL: a transaction-scoped advisory lock; SQLite: the
+    /// write lock), so two never fill the same room. Reserved = the records
+    /// that run or are being created (as [`QuotaStore::server_reserved`])
+    /// plus the candidate's `extra`. `sb.server` is set to the choice.
+    /// A taken name is a `Conflict`; no room anywhere is [`Placed::Full`].
+    async fn insert_sandbox_placed(
+        &self,
+        sb: &mut Sandbox,
+        op: Option<&Operation>,
+        candidates: &[PlacementCandidate],
+    ) -> StoreResult<Placed>;
+}
+
 /// Durable operations (DB-9, DB-13): at most one per target, which is the
 /// per-sandbox lock across server instances. A holder keeps its leases alive
 /// ([`OperationStore::renew_operations`]); once a lease ended, any instance
@@ -506,6 +590,7 @@ pub trait Store:
     + OperationStore
     + QuotaStore
     + LeaseStore
+    + HostStore
     + 'static
 {
 }
@@ -521,6 +606,7 @@ impl<T> Store for T where
         + OperationStore
         + QuotaStore
         + LeaseStore
+        + HostStore
         + 'static
 {
 }

@@ -65,6 +65,9 @@ impl Backend for Postgres {
     const BEGIN: &'static str = "BEGIN";
     const GROUP_CONCAT: &'static str = "string_agg";
     const METADATA_TERMINATED: &'static str = "jsonb_set(metadata, '{status}', '\"TERMINATED\"')";
+    /// The key is "stkhosts" in ASCII.
+    const PLACEMENT_LOCK: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(8319392507950756979)");
 
     fn ts(t: DateTime<Utc>) -> DateTime<Utc> {
         t

@@ -128,12 +128,14 @@ pub trait Backend:
     + Bind<i64>
     + Bind<Option<i64>>
     + Bind<bool>
+    + Bind<Option<bool>>
     + Bind<JsonText>
     + Read<String>
     + Read<Option<String>>
     + Read<i64>
     + Read<Option<i64>>
     + Read<bool>
+    + Read<Option<bool>>
     + Read<JsonText>
 {
     /// How a timestamp is stored: RFC 3339 text on SQLite, `TIMESTAMPTZ` on
@@ -151,6 +153,12 @@ pub trait Backend:
     const GROUP_CONCAT: &'static str;
     /// The `metadata` column with its `status` set to TERMINATED.
     const METADATA_TERMINATED: &'static str;
+    /// The statement that makes a write transaction wait for every other
+    /// placement and host removal (SCALE-5), from whichever instance:
+    /// PostgreSQL's transaction-scoped advisory lock on one fixed key.
+    /// `None` where [`Backend::BEGIN`] already takes the database's one
+    /// write lock (SQLite).
+    const PLACEMENT_LOCK: Option<&'static str>;
 
     fn ts(t: DateTime<Utc>) -> Self::Ts;
     fn opt_ts(t: Option<DateTime<Utc>>) -> Self::OptTs;

@@ -101,6 +101,7 @@ impl Backend for Sqlite {
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
     const GROUP_CONCAT: &'static str = "group_concat";
     const METADATA_TERMINATED: &'static str = "json_set(metadata, '$.status', 'TERMINATED')";
+    const PLACEMENT_LOCK: Option<&'static str> = None;
 
     fn ts(t: DateTime<Utc>) -> String {
         t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()

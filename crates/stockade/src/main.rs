@@ -7,6 +7,7 @@ mod output;
 mod cli;
 mod copy;
 mod exec;
+mod host;
 mod manage;
 mod server;
 
@@ -180,6 +181,9 @@ enum Command {
     /// Manage accounts (administrators only).
     #[command(subcommand)]
     Account(cli::AccountCommand),
+    /// Manage the Docker hosts sandboxes are placed on (administrators only).
+    #[command(subcommand)]
+    Host(host::HostCommand),
     /// Show a server's health (Docker and database).
     #[command(after_help = "Examples:
   stockade health
@@ -365,6 +369,7 @@ fn main() -> ExitCode {
             Command::Volumes { command } => manage::volumes(&ctx, command).await,
             Command::Update(args) => manage::update(&ctx, *args).await,
             Command::Account(cmd) => cli::account(&ctx, cmd).await,
+            Command::Host(cmd) => host::host(&ctx, cmd).await,
             Command::Health => cli::health(&ctx).await,
             Command::Completions { shell } => complete::script(shell),
             Command::Complete { words } => complete::answer(&ctx, &words).await,
@@ -387,7 +392,7 @@ mod complete {
     //! prints, and `stockade __complete`, which they call with the words
     //! typed so far. It walks the clap model to see what the word under
     //! the cursor is (a subcommand, a flag, a flag's value or a positional
-    //! argument) and offers sandbox, snapshot and process ids/names from
+    //! argument) and offers sandbox, snapshot, process and host ids/names from
     //! the configured server where the argument's value name says so.
 
     use std::process::ExitCode;
@@ -409,6 +414,8 @@ mod complete {
             suffix: &'static str,
         },
         Snapshots,
+        /// Names of registered Docker hosts.
+        Hosts,
         /// Background processes of this sandbox.
         Processes {
             sandbox: String,
@@ -455,6 +462,7 @@ mod complete {
         match name.as_str() {
             "SANDBOX" => plan.dynamic = Some(Source::Sandboxes { suffix: "" }),
             "SNAPSHOT" => plan.dynamic = Some(Source::Snapshots),
+            "HOST" => plan.dynamic = Some(Source::Hosts),
             "PID" => {
                 if let Some(sb) = positionals.first() {
                     plan.dynamic = Some(Source::Processes {
@@ -620,6 +628,13 @@ mod complete {
                     .await?
                     .iter()
                     .map(|s| s.name().to_owned())
+                    .collect(),
+                Source::Hosts => client
+                    .hosts()
+                    .await?
+                    .hosts
+                    .into_iter()
+                    .map(|h| h.name)
                     .collect(),
                 Source::Processes { sandbox } => Sandbox::find(client, sandbox)
                     .await?

@@ -13,6 +13,8 @@ use stockade_server::routes::health::images_health;
 use stockade_server::{AppState, Bootstrap, ServerConfig};
 use stockade_service::egress::EgressStatus;
 
+mod hosts;
+
 #[derive(Args)]
 pub struct ServerArgs {
     /// Address to listen on.
@@ -178,6 +180,8 @@ pub struct ServerArgs {
     objects: ObjectStoreArgs,
     #[command(flatten)]
     admission: AdmissionArgs,
+    #[command(flatten)]
+    hosts: hosts::HostArgs,
 }
 
 /// Admission control per Docker host (SEC-15) and the quota of new
@@ -705,7 +709,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|v| !v.is_empty()))
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    let runtime = DockerRuntime::new(DockerConfig {
+    let docker_config = DockerConfig {
         host: Some(docker_host.clone()),
         server_name: args.server_name.clone(),
         pids_limit: args.pids_limit,
@@ -715,8 +719,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         log_max_bytes: parse_log_max_size(&args.log_max_size)?,
         log_max_files: args.log_max_files,
         ..DockerConfig::default()
-    })
-    .context("could not set up the Docker client")?;
+    };
+    // Registered hosts (SCALE-4) get the same settings, their own address.
+    let host_factory = Arc::new(hosts::DockerHostFactory::new(docker_config.clone()));
+    let hosts_config = args.hosts.config(host_factory, &docker_host)?;
+    let runtime =
+        DockerRuntime::new(docker_config).context("could not set up the Docker client")?;
     let runtime: Arc<dyn Runtime> = Arc::new(runtime);
 
     let mut config = ServerConfig {
@@ -789,6 +797,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     config.service.sources.max_archive_bytes = args.objects.source_max_mb.saturating_mul(1 << 20);
     config.service.egress = args.isolation.egress()?;
     config.service.admission = admission;
+    config.service.hosts = hosts_config;
 
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await

@@ -1257,6 +1257,13 @@ fn every_command_has_help_with_examples() {
         "update",
         "account create",
         "account quota",
+        "host add",
+        "host ls",
+        "host get",
+        "host cordon",
+        "host uncordon",
+        "host drain",
+        "host rm",
         "health",
         "server",
         "completions",
@@ -1967,4 +1974,192 @@ words=("$STOCKADE" cp ./x ""); CURRENT=4; _stockade"#
             stderr_of(&out)
         );
     }
+}
+
+/// `stockade host …` against a real server: flags checked before any
+/// request, an engine that cannot be reached refused with the field named,
+/// tenants refused, the server's own host never removed; and, where the
+/// server connects registered hosts, the local engine registered under a
+/// second name, listed, cordoned, drained, uncordoned and removed.
+#[test]
+fn hosts_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "stk_cli_hosts_token_0001";
+    let server = start_server(dir.path(), Some(admin));
+    let engine = "unix:///var/run/docker.sock";
+
+    // TLS flags go together; labels are KEY=VALUE: no request is made.
+    let out = cli(
+        &server,
+        admin,
+        &[
+            "host",
+            "add",
+            "h2",
+            "tcp://127.0.0.1:2376",
+            "--tls-ca",
+            "/ca.pem",
+            "--json",
+        ],
+    );
+    let err = json_error(&out);
+    assert_eq!(err["code"], "invalid_argument", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("--tls-cert"),
+        "{err}"
+    );
+    let out = cli(
+        &server,
+        admin,
+        &["host", "add", "h2", engine, "--label", "zone"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("--label expects KEY=VALUE"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // The server refuses what it cannot reach, naming the field.
+    let out = cli(
+        &server,
+        admin,
+        &[
+            "host",
+            "add",
+            "h2",
+            "unix:///nonexistent/docker.sock",
+            "--json",
+        ],
+    );
+    let err = json_error(&out);
+    let message = err["message"].as_str().unwrap();
+    assert!(message.contains("dockerHost"), "{err}");
+    let out = cli(&server, admin, &["host", "add", "Bad_Name", engine]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("name"), "{}", stderr_of(&out));
+
+    // The server's own host is never removed; unknown hosts are not found.
+    let out = cli(&server, admin, &["host", "rm", "local"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("own Docker host"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = cli(&server, admin, &["host", "get", "nowhere", "--json"]);
+    assert_eq!(json_error(&out)["code"], "not_found");
+
+    // Tenants are refused.
+    let tenant = json_of(&cli(
+        &server,
+        admin,
+        &["account", "create", "tenant", "--json"],
+    ));
+    let tenant = tenant["token"].as_str().unwrap().to_owned();
+    for args in [
+        vec!["host", "ls", "--json"],
+        vec!["host", "add", "h2", engine, "--json"],
+        vec!["host", "cordon", "local", "--json"],
+    ] {
+        let err = json_error(&cli(&server, &tenant, &args));
+        assert_eq!(err["code"], "forbidden", "{args:?}: {err}");
+    }
+
+    let listed = json_of(&cli(&server, admin, &["host", "ls", "--json"]));
+    assert!(listed["hosts"].is_array(), "{listed}");
+
+    // The local engine under a second name, where this server connects
+    // registered hosts.
+    let out = cli(
+        &server,
+        admin,
+        &[
+            "host",
+            "add",
+            "second",
+            engine,
+            "--label",
+            "zone=eu-1",
+            "--cpus",
+            "2",
+            "--json",
+        ],
+    );
+    if !out.status.success() {
+        let err = json_error(&out);
+        let message = err["message"].as_str().unwrap();
+        assert!(
+            message.contains("connects only its own Docker host"),
+            "{err}"
+        );
+        eprintln!("hosts_from_the_terminal: this server connects no registered host; the rest is left out");
+        return;
+    }
+    let h = json_of(&out);
+    assert_eq!(h["name"], "second");
+    assert_eq!(h["labels"]["zone"], "eu-1");
+    assert_eq!(h["capacity"]["cpus"], 2);
+    assert_eq!(h["health"]["healthy"], true);
+    let out = cli(&server, admin, &["host", "ls"]);
+    let table = stdout_of(&out);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("second "))
+        .unwrap_or_else(|| panic!("{table}"));
+    for word in ["active", "healthy", "0/2", engine] {
+        assert!(line.contains(word), "{word} in {line}");
+    }
+    assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
+    let h = json_of(&cli(
+        &server,
+        admin,
+        &[
+            "host",
+            "cordon",
+            "second",
+            "--reason",
+            "kernel upgrade",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        (&h["state"], &h["stateReason"]),
+        (
+            &serde_json::json!("cordoned"),
+            &serde_json::json!("kernel upgrade")
+        )
+    );
+    let h = json_of(&cli(&server, admin, &["host", "drain", "second", "--json"]));
+    assert_eq!(h["state"], "draining");
+    let out = cli(&server, admin, &["host", "uncordon", "second"]);
+    assert!(
+        stdout_of(&out).contains("takes new sandboxes again"),
+        "{}",
+        stdout_of(&out)
+    );
+    let out = cli(&server, admin, &["host", "get", "second"]);
+    assert!(
+        stdout_of(&out).contains("state:       active"),
+        "{}",
+        stdout_of(&out)
+    );
+    let out = cli(
+        &server,
+        admin,
+        &["__complete", "--", "stockade", "host", "cordon", "sec"],
+    );
+    assert_eq!(stdout_of(&out), "second\n");
+    let out = cli(&server, admin, &["host", "rm", "second"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let listed = json_of(&cli(&server, admin, &["host", "ls", "--json"]));
+    assert!(
+        !listed["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["name"] == "second"),
+        "{listed}"
+    );
 }

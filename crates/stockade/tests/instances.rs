@@ -7,7 +7,16 @@
 //!   database per run) two run, exactly one leads the background work
 //!   (`/health` `leader`), the leader acts on a session timeout, and once
 //!   the leader is killed the other takes over within the lease's term and
-//!   acts on the next one.
+//!   acts on the next one;
+//! - three Docker hosts (the main engine, `h2` on a unix socket, `h3` over
+//!   TCP with TLS, all started by `scripts/test`) under two instances on
+//!   PostgreSQL (SCALE-4..SCALE-8): six creates at once fill the three
+//!   hosts exactly, a seventh is refused; exec, files, logs, a terminal and
+//!   the proxy reach every host's sandboxes through either instance;
+//!   `server` and `hostSelector` choose; a snapshot taken on one host
+//!   starts on another; stopping h2's engine cordons it within seconds
+//!   while creates go elsewhere, and starting it again recovers its
+//!   sandboxes.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -89,8 +98,20 @@ fn command(data_dir: &Path, database: Option<&str>, log: &Path) -> Command {
 
 /// Starts a server and waits for its banner's address (30 s at most).
 fn start(data_dir: &Path, database: Option<&str>, name: &str) -> Server {
+    start_with(data_dir, database, name, &[])
+}
+
+/// [`start`] with more settings in the environment.
+fn start_with(
+    data_dir: &Path,
+    database: Option<&str>,
+    name: &str,
+    envs: &[(&str, &str)],
+) -> Server {
     let log = data_dir.join(format!("{name}.log"));
-    let mut child = command(data_dir, database, &log).spawn().unwrap();
+    let mut cmd = command(data_dir, database, &log);
+    cmd.envs(envs.iter().copied());
+    let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -221,27 +242,34 @@ impl Drop for PgDatabase {
     }
 }
 
-/// Removes the Docker objects of an installation, however the test ends.
-struct DockerCleanup(String);
+/// Removes the Docker objects of an installation, however the test ends:
+/// on the main engine and on every engine given by its `docker` arguments.
+struct DockerCleanup(String, Vec<Vec<String>>);
+
+impl DockerCleanup {
+    fn main(installation: String) -> Self {
+        Self(installation, vec![Vec::new()])
+    }
+}
 
 impl Drop for DockerCleanup {
     fn drop(&mut self) {
         let filter = format!("label=io.stockade.instance-id={}", self.0);
-        let out = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-            .unwrap();
-        for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
-        }
-        let out = Command::new("docker")
-            .args(["volume", "ls", "-q", "--filter", &filter])
-            .output()
-            .unwrap();
-        for v in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("docker")
-                .args(["volume", "rm", "-f", v])
-                .output();
+        for engine in &self.1 {
+            let docker = |args: &[&str]| {
+                Command::new("docker")
+                    .args(engine)
+                    .args(args)
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default()
+            };
+            for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
+                docker(&["rm", "-f", "-v", id]);
+            }
+            for v in docker(&["volume", "ls", "-q", "--filter", &filter]).split_whitespace() {
+                docker(&["volume", "rm", "-f", v]);
+            }
         }
     }
 }
@@ -332,7 +360,7 @@ async fn two_servers_on_postgres_share_the_background_work_and_take_over() {
         let store = stockade_store::connect(&db.url).await.unwrap();
         store.instance_id().await.unwrap().to_string()
     };
-    let _cleanup = DockerCleanup(installation);
+    let _cleanup = DockerCleanup::main(installation);
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let a = start(dirs[0].path(), Some(&db.url), "a");
     let b = start(dirs[1].path(), Some(&db.url), "b");
@@ -387,4 +415,460 @@ async fn two_servers_on_postgres_share_the_background_work_and_take_over() {
         "{}",
         servers[follower].log()
     );
+}
+
+/// The engines of the several-hosts test, from `scripts/test`: a second one
+/// on a unix socket, a third one on TCP with TLS client certificates.
+struct Engines {
+    h2: String,
+    h3: String,
+    h3_tls: PathBuf,
+    /// What restarts h2 with its settings (after the test stopped it).
+    h2_settings: String,
+}
+
+impl Engines {
+    fn from_env() -> Option<Self> {
+        Some(Self {
+            h2: std::env::var("STOCKADE_TEST_HOST2").ok()?,
+            h3: std::env::var("STOCKADE_TEST_HOST3").ok()?,
+            h3_tls: std::env::var("STOCKADE_TEST_HOST3_TLS").ok()?.into(),
+            h2_settings: std::env::var("STOCKADE_TEST_HOST2_SETTINGS").unwrap_or_default(),
+        })
+    }
+
+    /// `docker` arguments that reach each engine (the main one first).
+    fn docker_args(&self) -> Vec<Vec<String>> {
+        let tls = |f: &str| self.h3_tls.join(f).display().to_string();
+        vec![
+            Vec::new(),
+            vec!["-H".into(), self.h2.clone()],
+            vec![
+                "-H".into(),
+                self.h3.clone(),
+                "--tlsverify".into(),
+                format!("--tlscacert={}", tls("ca.pem")),
+                format!("--tlscert={}", tls("cert.pem")),
+                format!("--tlskey={}", tls("key.pem")),
+            ],
+        ]
+    }
+
+    /// Stops h2's dockerd (SIGTERM to the pid of its pidfile) and waits for
+    /// it to be gone.
+    fn stop_h2(&self) {
+        let socket = self.h2.trim_start_matches("unix://");
+        let pidfile = Path::new(socket).with_file_name("docker.pid");
+        let pid = std::fs::read_to_string(&pidfile)
+            .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()));
+        let pid = pid.trim();
+        assert!(Command::new("kill").arg(pid).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "dockerd {pid} did not stop");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Starts h2 again with the settings `scripts/test` gave it.
+    fn start_h2(&self) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(r#"source "$1/scripts/lib/engine.sh" && ensure_test_engine h2 $2"#)
+            .arg("start-h2")
+            .arg(&root)
+            .arg(&self.h2_settings)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "h2 did not start again: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// One JSON request to a server as the administrator.
+async fn call(
+    server: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let http = reqwest::Client::new();
+    let mut req = http
+        .request(method, format!("{}/api/v1{path}", server.url))
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Creates a sandbox (1 CPU, a quarter GB) and returns its record.
+async fn create_on(server: &Server, extra: Value) -> (u16, Value) {
+    let mut body = json!({
+        "dockerImage": image(),
+        "cpuCores": 1,
+        "memoryGB": 0.25,
+        "startCommand": "mkdir -p /workspace/www && echo \"page of $(hostname)\" > /workspace/www/index.html && exec httpd -f -p 8080 -h /workspace/www",
+    });
+    // `null` in `extra` leaves a field out.
+    for (k, v) in extra.as_object().unwrap() {
+        match v {
+            Value::Null => {
+                body.as_object_mut().unwrap().remove(k);
+            }
+            v => body[k] = v.clone(),
+        }
+    }
+    call(server, reqwest::Method::POST, "/sandbox", Some(body)).await
+}
+
+/// Runs `line` in sandbox `id` through `server` and returns its stdout.
+async fn shell(server: &Server, id: &str, line: &str) -> String {
+    let (status, out) = call(
+        server,
+        reqwest::Method::POST,
+        &format!("/sandbox/{id}/exec"),
+        Some(json!({"shell": line})),
+    )
+    .await;
+    assert_eq!(status, 200, "exec in {id} via {}: {out}", server.url);
+    assert_eq!(out["exitCode"], 0, "{out}");
+    out["stdout"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Types into a terminal of sandbox `id` opened through `server` and
+/// waits (bounded) for the shell's answer.
+async fn terminal_answers(server: &Server, id: &str) {
+    let client = stockade_sdk::Client::new(server.url.clone(), TOKEN).unwrap();
+    let sb = stockade_sdk::Sandbox::get(&client, id).await.unwrap();
+    let mut term = sb
+        .terminal(stockade_sdk::TerminalOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("terminal of {id} via {}: {e}", server.url));
+    term.write(b"echo term-$((6*7))\n").await.unwrap();
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.contains("term-42") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, term.read()).await {
+            Ok(Some(Ok(bytes))) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            other => panic!(
+                "terminal of {id} via {}: {other:?}, saw {seen:?}",
+                server.url
+            ),
+        }
+    }
+}
+
+/// Waits (bounded) until host `name` as `server` lists it satisfies `ok`.
+async fn host_until(
+    server: &Server,
+    name: &str,
+    within: Duration,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (_, host) = call(
+            server,
+            reqwest::Method::GET,
+            &format!("/hosts/{name}"),
+            None,
+        )
+        .await;
+        if ok(&host) {
+            return host;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "host {name} never got there: {host}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_recovered() {
+    let (Ok(admin_url), Some(engines)) = (
+        std::env::var("STOCKADE_TEST_DATABASE_URL"),
+        Engines::from_env(),
+    ) else {
+        if std::env::var_os("STOCKADE_TEST_HOSTS_REQUIRED").is_some() {
+            panic!(
+                "the engines of scripts/test are missing: {} {}",
+                std::env::var("STOCKADE_TEST_HOST2_ERROR").unwrap_or_default(),
+                std::env::var("STOCKADE_TEST_HOST3_ERROR").unwrap_or_default()
+            );
+        }
+        eprintln!(
+            "several hosts… skipped: scripts/test sets STOCKADE_TEST_DATABASE_URL and \
+             STOCKADE_TEST_HOST2/3"
+        );
+        return;
+    };
+    let db = PgDatabase::create(&admin_url);
+    let installation = {
+        let store = stockade_store::connect(&db.url).await.unwrap();
+        store.instance_id().await.unwrap().to_string()
+    };
+    let _cleanup = DockerCleanup(installation, engines.docker_args());
+    // Both instances keep snapshots in one object store (a directory here).
+    let shared = tempfile::tempdir().unwrap();
+    let blobs = shared.path().join("blobs");
+    let blobs = blobs.to_str().unwrap();
+    let envs = [
+        ("STOCKADE_CPU_OVERCOMMIT", "1"),
+        ("STOCKADE_HOST_CHECK_INTERVAL", "1"),
+        ("STOCKADE_BLOB_DIR", blobs),
+    ];
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let a = start_with(dirs[0].path(), Some(&db.url), "a", &envs);
+    let b = start_with(dirs[1].path(), Some(&db.url), "b", &envs);
+    let both = [&a, &b];
+
+    // Three hosts of 2 CPUs each: the own one and two registered.
+    let tls = |f: &str| engines.h3_tls.join(f).display().to_string();
+    let (status, h2) = call(&a, reqwest::Method::POST, "/hosts", Some(json!({
+        "name": "h2", "dockerHost": engines.h2, "labels": {"zone": "b"}, "capacity": {"cpus": 2},
+    }))).await;
+    assert_eq!(status, 201, "{h2}");
+    let (status, h3) = call(&b, reqwest::Method::POST, "/hosts", Some(json!({
+        "name": "h3", "dockerHost": engines.h3, "labels": {"zone": "c"}, "capacity": {"cpus": 2},
+        "tls": {"ca": tls("ca.pem"), "cert": tls("cert.pem"), "key": tls("key.pem")},
+    }))).await;
+    assert_eq!(status, 201, "{h3}");
+    let (status, own) = call(
+        &a,
+        reqwest::Method::PATCH,
+        "/hosts/local",
+        Some(json!({"capacity": {"cpus": 2}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{own}");
+
+    // Six creates at once through both instances fill every host exactly:
+    // placement is one transaction, whichever instance places.
+    let creates = (0..6).map(|i| create_on(both[i % 2], json!({})));
+    let made = futures_util::future::join_all(creates).await;
+    let mut per_host = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (status, sb) in &made {
+        assert_eq!(*status, 201, "{sb}");
+        per_host
+            .entry(sb["server"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(sb["id"].as_str().unwrap().to_owned());
+    }
+    let counts: Vec<(String, usize)> = per_host
+        .iter()
+        .map(|(h, ids)| (h.clone(), ids.len()))
+        .collect();
+    assert_eq!(
+        counts,
+        vec![("h2".into(), 2), ("h3".into(), 2), ("local".into(), 2)],
+        "{made:?}"
+    );
+    let (status, full) = create_on(&b, json!({})).await;
+    assert_eq!(status, 409, "{full}");
+    assert!(full.to_string().contains("insufficient"), "{full}");
+
+    // Every sandbox is reached on its host through either instance: exec,
+    // files, logs and the proxy.
+    let http = reqwest::Client::new();
+    for ids in per_host.values() {
+        for id in ids {
+            for server in both {
+                let host = shell(server, id, "hostname").await;
+                assert!(!host.trim().is_empty());
+                let (status, _) = call(
+                    server,
+                    reqwest::Method::PUT,
+                    &format!(
+                        "/sandbox/{id}/files?path=/workspace/from-{}.txt",
+                        server.pid()
+                    ),
+                    Some(json!("x")),
+                )
+                .await;
+                assert!(status == 200 || status == 201, "write in {id}: {status}");
+            }
+            terminal_answers(&b, id).await;
+            let listing = shell(&a, id, "ls /workspace").await;
+            assert_eq!(listing.matches("from-").count(), 2, "{listing}");
+            let (status, logs) = call(
+                &b,
+                reqwest::Method::GET,
+                &format!("/sandbox/{id}/logs?tail=5"),
+                None,
+            )
+            .await;
+            assert_eq!(status, 200, "{logs}");
+            let (status, port) = call(
+                &b,
+                reqwest::Method::POST,
+                &format!("/sandbox/{id}/ports"),
+                Some(json!({"port": 8080})),
+            )
+            .await;
+            assert!(status == 200 || status == 201, "{port}");
+            let (_, token) = call(
+                &a,
+                reqwest::Method::POST,
+                &format!("/sandbox/{id}/auth-token"),
+                Some(json!({})),
+            )
+            .await;
+            let token = token["token"].as_str().unwrap().to_owned();
+            let url = port["url"].as_str().unwrap().replace(&b.url, &a.url);
+            let page = http
+                .get(&url)
+                .header("X-Stockade-Token", &token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(page.status(), 200, "{url}");
+            assert!(page.text().await.unwrap().starts_with("page of"));
+        }
+    }
+
+    // Asked for by name and by label.
+    let gone = per_host["h3"][0].clone();
+    let (status, _) = call(
+        &a,
+        reqwest::Method::DELETE,
+        &format!("/sandbox/{gone}"),
+        None,
+    )
+    .await;
+    assert!(status == 200 || status == 204, "{status}");
+    let (status, local_full) = create_on(&a, json!({"server": "local"})).await;
+    assert_eq!(status, 409, "{local_full}");
+    let (status, on_c) = create_on(&a, json!({"hostSelector": {"zone": "c"}})).await;
+    assert_eq!(status, 201, "{on_c}");
+    assert_eq!(on_c["server"], "h3");
+    let (status, unknown) = create_on(&a, json!({"server": "nowhere"})).await;
+    assert_eq!(status, 400, "{unknown}");
+    assert!(unknown.to_string().contains("server"), "{unknown}");
+
+    // A snapshot taken on one host starts on another (its image travels
+    // through the object store).
+    let source = per_host["local"][0].clone();
+    shell(
+        &a,
+        &source,
+        "echo kept > /workspace/snap.txt && echo rootfs > /etc/snap-mark",
+    )
+    .await;
+    let (status, snap) = call(
+        &a,
+        reqwest::Method::POST,
+        &format!("/sandbox/{source}/snapshots"),
+        Some(json!({"name": "travel"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{snap}");
+    let snap_id = snap["id"].as_str().unwrap().to_owned();
+    let (status, freed) = call(
+        &a,
+        reqwest::Method::DELETE,
+        &format!("/sandbox/{}", per_host["h2"][0]),
+        None,
+    )
+    .await;
+    assert!(status == 200 || status == 204, "{freed}");
+    let (status, restored) = create_on(
+        &b,
+        json!({"server": "h2", "dockerImage": null, "source": {"type": "snapshot", "snapshotId": snap_id}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{restored}");
+    assert_eq!(restored["server"], "h2");
+    let rid = restored["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        shell(&b, &rid, "cat /workspace/snap.txt /etc/snap-mark").await,
+        "kept\nrootfs\n"
+    );
+
+    // h2 goes away: it is cordoned within seconds, its sandboxes say so,
+    // creates keep succeeding elsewhere.
+    let on_h2: Vec<String> = vec![per_host["h2"][1].clone(), rid.clone()];
+    let stopped = Instant::now();
+    engines.stop_h2();
+    let host = host_until(&b, "h2", Duration::from_secs(20), |h| {
+        h["state"] == "cordoned" && h["autoCordoned"] == true && h["health"]["healthy"] == false
+    })
+    .await;
+    eprintln!(
+        "h2 cordoned {:?} after its engine stopped: {host}",
+        stopped.elapsed()
+    );
+    let (_, detail) = call(
+        &a,
+        reqwest::Method::GET,
+        &format!("/sandbox/{}", on_h2[0]),
+        None,
+    )
+    .await;
+    assert_eq!(detail["host"]["state"], "cordoned", "{detail}");
+    let (status, _) = call(
+        &a,
+        reqwest::Method::DELETE,
+        &format!("/sandbox/{}", on_c["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert!(status == 200 || status == 204);
+    let (status, elsewhere) = create_on(&a, json!({})).await;
+    assert_eq!(status, 201, "{elsewhere}");
+    assert_ne!(elsewhere["server"], "h2", "{elsewhere}");
+
+    // It comes back: uncordoned, and what ran there runs again.
+    engines.start_h2();
+    host_until(&a, "h2", Duration::from_secs(30), |h| {
+        h["state"] == "active" && h["health"]["healthy"] == true
+    })
+    .await;
+    for id in &on_h2 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, sb) = call(&b, reqwest::Method::GET, &format!("/sandbox/{id}"), None).await;
+            if sb["status"] == "RUNNING" && sb.get("host").is_none_or(Value::is_null) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id} did not recover: {sb}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let out = shell(&b, id, "cat /workspace/www/index.html").await;
+        assert!(out.starts_with("page of"), "{out}");
+    }
+
+    // A host is removed only once it holds nothing.
+    let (status, refused) = call(&a, reqwest::Method::DELETE, "/hosts/h2", None).await;
+    assert_eq!(status, 409, "{refused}");
+    let (_, all) = call(&a, reqwest::Method::GET, "/sandbox?per_page=100", None).await;
+    for sb in all["sandboxes"].as_array().unwrap_or(&Vec::new()) {
+        let id = sb["id"].as_str().unwrap();
+        call(&a, reqwest::Method::DELETE, &format!("/sandbox/{id}"), None).await;
+    }
+    call(
+        &a,
+        reqwest::Method::DELETE,
+        &format!("/snapshots/{snap_id}"),
+        None,
+    )
+    .await;
+    for name in ["h2", "h3"] {
+        let (status, body) =
+            call(&b, reqwest::Method::DELETE, &format!("/hosts/{name}"), None).await;
+        assert_eq!(status, 204, "{name}: {body}");
+    }
 }

@@ -5,6 +5,7 @@
 mod command_session;
 mod files;
 mod filesystem;
+pub mod forward;
 mod process;
 pub mod rpc;
 
@@ -271,6 +272,7 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
         (Method::POST, "/files") => files::upload(state, req).await,
         (Method::POST, "/init") => files::init(state, req).await,
         (Method::GET, "/envs") => files::envs(state),
+        (Method::GET, "/stockade/forward") => forward::forward(state, req).await,
         (_, "/files" | "/init" | "/envs") => {
             http_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         }
@@ -288,7 +290,7 @@ where
             async move { Ok::<_, Infallible>(handle(st, req).await) }
         });
         let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-            .serve_connection(io, svc)
+            .serve_connection_with_upgrades(io, svc)
             .await;
     });
 }

@@ -5,6 +5,7 @@ mod auth;
 mod docker;
 mod e2b;
 mod files;
+mod forward;
 mod helpers;
 mod main_process;
 mod process;

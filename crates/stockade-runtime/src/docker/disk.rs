@@ -37,7 +37,7 @@ use stockade_core::{SandboxId, VolumeName};
 use tokio::process::Command;
 
 use super::lifecycle::remove_container;
-use super::{container_name, error_chain, status_code, DockerRuntime, Endpoint};
+use super::{container_name, error_chain, status_code, DockerRuntime};
 use crate::disk::parse_qgroup_show;
 use crate::{
     labels, parse_size, Disk, DiskEnforcement, DiskUsage, Enforcement, QuotaMethod, RuntimeError,
@@ -199,7 +199,7 @@ impl DockerRuntime {
         };
         // The engine's own volumes cannot be capped: a btrfs subvolume in
         // the volume's place, when the engine is on this host.
-        if !matches!(self.endpoint, Endpoint::Unix(_)) {
+        if self.remote_engine().is_some() {
             return Ok(Enforcement::NotEnforced(format!(
                 "the local volume driver refuses a size ({driver_refusal}), and the engine is \
                  remote"

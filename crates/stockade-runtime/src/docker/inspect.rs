@@ -34,6 +34,8 @@ struct HostFacts {
     cpus: u32,
     memory_bytes: u64,
     runtimes: Vec<String>,
+    data_root: Option<String>,
+    engine_id: Option<String>,
 }
 
 impl DockerRuntime {
@@ -89,6 +91,8 @@ impl DockerRuntime {
                 .and_then(|m| u64::try_from(m).ok())
                 .unwrap_or_default(),
             runtimes,
+            data_root: info.docker_root_dir.filter(|d| !d.is_empty()),
+            engine_id: info.id.filter(|d| !d.is_empty()),
         };
         self.engine_facts().host = Some((Instant::now(), facts.clone()));
         Ok(facts)
@@ -120,9 +124,11 @@ impl Inspect for DockerRuntime {
                 runtimes: host.runtimes,
                 cpus: host.cpus,
                 memory_bytes: host.memory_bytes,
+                data_root: host.data_root,
+                engine_id: host.engine_id,
             })
         };
-        match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+        match tokio::time::timeout(self.probe_timeout(), probe).await {
             Ok(result) => result,
             Err(_) => Err(self.no_answer()),
         }
@@ -148,6 +154,7 @@ impl Inspect for DockerRuntime {
             .and_then(|c| c.labels.as_ref())
             .and_then(|l| crate::agent_of(|k| l.get(k)));
         let address = super::ports::address_of(&inspected);
+        let agent_addr = self.agent_addr_of(&inspected, address);
         let state = inspected.state.unwrap_or_default();
         let running = state.running.unwrap_or(false);
         let finished_at = parse_time(state.finished_at.as_deref());
@@ -164,6 +171,7 @@ impl Inspect for DockerRuntime {
             oom_killed: state.oom_killed.unwrap_or(false),
             agent,
             address,
+            agent_addr,
         }))
     }
 
@@ -202,6 +210,14 @@ impl Inspect for DockerRuntime {
 
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>> {
         self.container_address_inner(id).await
+    }
+
+    async fn port_upstream(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> RuntimeResult<Option<crate::Upstream>> {
+        self.port_upstream_inner(id, port).await
     }
 
     async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>> {

@@ -213,7 +213,31 @@ impl DockerRuntime {
                 (Some(entrypoint), Some(cmd))
             }
         };
+        // SCALE-4: on a host off this server's machine, the agent's port is
+        // published (a random port of the host) and reached there.
+        let published = self
+            .config
+            .publish_address
+            .as_ref()
+            .filter(|_| spec.agent_token.is_some());
+        let agent_port = format!("{}/tcp", crate::AGENT_PORT);
+        let port_bindings = published.map(|address| {
+            let bind = match address.parse::<std::net::IpAddr>() {
+                Ok(ip) => ip.to_string(),
+                Err(_) => "0.0.0.0".to_owned(),
+            };
+            HashMap::from([(
+                agent_port.clone(),
+                Some(vec![bollard::models::PortBinding {
+                    host_ip: Some(bind),
+                    host_port: Some(String::new()),
+                }]),
+            )])
+        });
+        let exposed_ports =
+            published.map(|_| HashMap::from([(agent_port.clone(), HashMap::<(), ()>::new())]));
         let host_config = HostConfig {
+            port_bindings,
             cap_drop: Some(vec!["ALL".to_owned()]),
             cap_add: Some(CAP_ADD.iter().map(|c| (*c).to_owned()).collect()),
             // Docker's default seccomp profile minus io_uring (SEC-9,
@@ -264,6 +288,7 @@ impl DockerRuntime {
             // LC-4's default grace, also when the engine stops it on its own.
             stop_timeout: Some(30),
             host_config: Some(host_config),
+            exposed_ports,
             ..Default::default()
         }
     }

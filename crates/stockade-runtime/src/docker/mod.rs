@@ -1,19 +1,25 @@
 //! The Docker implementation of the runtime (bollard): the client (lazy
-//! connect, API version negotiation), its configuration, and errors that say
-//! how to fix an unreachable daemon. Each role lives in a file of its own:
+//! connect, API version negotiation), its configuration, the transports to
+//! an engine (a unix socket, `tcp://`, and through a private socket of
+//! `ssh.rs`: `tcp://` with TLS client certificates and `ssh://`), and errors
+//! that say how to fix an unreachable daemon. Each role lives in a file of its own:
 //! `lifecycle.rs` (hardened create, SEC-3), `exec.rs`, `files.rs`,
 //! `logs.rs`, `inspect.rs`, `ports.rs`, `stats.rs`, `update.rs`,
 //! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9),
-//! `agent.rs` (the agent volume, AGT-1), `disk.rs` (disk quotas, SEC-13).
+//! `agent.rs` (the agent volume, AGT-1), `disk.rs` (disk quotas, SEC-13),
+//! `ssh.rs` (ssh hosts, SCALE-4).
 
 use std::error::Error as StdError;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bollard::errors::Error as BollardError;
 use bollard::{ClientVersion, Docker, API_DEFAULT_VERSION};
 use chrono::{DateTime, Utc};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use stockade_core::SandboxId;
 
 mod agent;
@@ -28,12 +34,14 @@ mod network;
 mod ports;
 mod seccomp;
 mod snapshots;
+mod ssh;
 mod stats;
 mod update;
 mod volumes;
 
 pub use network::IsolationConfig;
 pub use seccomp::SECCOMP_PROFILE;
+pub use ssh::SSH_OPTS_ENV;
 
 use crate::{RuntimeError, RuntimeResult};
 
@@ -49,14 +57,35 @@ const API_BASELINE: ClientVersion = ClientVersion {
 const CLIENT_TIMEOUT_SECS: u64 = 120;
 /// How long `/health` (and the first connection) waits for the daemon.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The same over ssh, where the first connection logs in.
+const SSH_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// TLS client files of a `tcp://` engine, as `docker --tlsverify
+/// --tlscacert --tlscert --tlskey` takes them (PEM): the engine's
+/// certificate must be signed by `ca` and name the host, and the engine
+/// (`dockerd --tlsverify`) must have signed `cert`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
 
 /// Where and how to reach the Docker engine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DockerConfig {
-    /// `unix:///path/to/docker.sock` or `tcp://host:port`; `None` means
-    /// `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
+    /// `unix:///path/to/docker.sock`, `tcp://host:port` (with
+    /// [`tls`](Self::tls) for an engine that requires TLS) or
+    /// `ssh://[user@]host[:port]` (the Docker CLI must be installed there);
+    /// `None` means `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
     pub host: Option<String>,
+    /// TLS client files for a `tcp://` host; `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
+    /// Extra options of `ssh` for an `ssh://` host, e.g. `-i`, `-o
+    /// UserKnownHostsFile=…`; `None`: `STOCKADE_SSH_OPTS`, split at
+    /// whitespace. `BatchMode=yes` is always set.
+    pub ssh_options: Option<Vec<String>>,
     /// The name of this engine host ("server location"), e.g. `local`.
     pub server_name: String,
     /// Maximum number of processes in one sandbox.
@@ -83,6 +112,12 @@ pub struct DockerConfig {
     /// `max-file`, 1 to 100): its logs take at most `log_max_bytes` ×
     /// `log_max_files` on the engine's disk.
     pub log_max_files: u32,
+    /// A host that is not this server's machine (SCALE-4): each sandbox's
+    /// agent port is published on this address of the host (an IP: bound
+    /// there; a name: bound on every address), and this server reaches the
+    /// agent — and through it the sandbox's ports — there. `None`: the
+    /// sandboxes' addresses on the engine's bridge are reachable.
+    pub publish_address: Option<String>,
 }
 
 /// The smallest [`DockerConfig::log_max_bytes`].
@@ -94,6 +129,8 @@ impl Default for DockerConfig {
     fn default() -> Self {
         Self {
             host: None,
+            tls: None,
+            ssh_options: None,
             server_name: "local".into(),
             pids_limit: 512,
             oci_runtime: None,
@@ -103,6 +140,7 @@ impl Default for DockerConfig {
             disk_quotas: true,
             log_max_bytes: 10 << 20,
             log_max_files: 3,
+            publish_address: None,
         }
     }
 }
@@ -116,10 +154,30 @@ fn is_volume_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
 }
 
+/// Where connections to the engine go: a unix socket (a TLS or ssh host's
+/// is the private socket of its tunnel) or a TCP address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Endpoint {
     Unix(String),
     Tcp(String),
+}
+
+/// What a Docker host address names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Address {
+    Direct(Endpoint),
+    Ssh(ssh::SshTarget),
+}
+
+/// How connections reach the engine beyond the endpoint.
+enum Transport {
+    Plain,
+    /// Through a tunnel whose every connection is a TLS one to the engine.
+    Tls {
+        files: TlsFiles,
+        tunnel: ssh::SshTunnel,
+    },
+    Ssh(ssh::SshTunnel),
 }
 
 /// The Docker engine as a [`Runtime`]. Connects lazily: constructing it never
@@ -131,6 +189,8 @@ pub struct DockerRuntime {
     /// Where `host` came from: configuration, `DOCKER_HOST` or the default.
     host_source: &'static str,
     pub(crate) endpoint: Endpoint,
+    /// TLS or the ssh tunnel, when the host needs one.
+    transport: Transport,
     /// The connected client, version negotiated; `None` until the daemon
     /// first answers, and again after it stops answering.
     client: RwLock<Option<Docker>>,
@@ -154,32 +214,109 @@ impl std::fmt::Debug for DockerRuntime {
     }
 }
 
-fn parse_endpoint(host: &str) -> RuntimeResult<Endpoint> {
+fn parse_endpoint(host: &str) -> RuntimeResult<Address> {
     if let Some(path) = host.strip_prefix("unix://") {
         if path.is_empty() {
             return Err(RuntimeError::Other(format!(
                 "invalid Docker host '{host}': expected unix:///path/to/docker.sock"
             )));
         }
-        Ok(Endpoint::Unix(path.to_owned()))
+        Ok(Address::Direct(Endpoint::Unix(path.to_owned())))
     } else if host.starts_with('/') {
-        Ok(Endpoint::Unix(host.to_owned()))
+        Ok(Address::Direct(Endpoint::Unix(host.to_owned())))
     } else if let Some(addr) = host
         .strip_prefix("tcp://")
         .or_else(|| host.strip_prefix("http://"))
     {
-        if addr.is_empty() {
+        let addr = addr.strip_suffix('/').unwrap_or(addr);
+        if addr.is_empty() || addr.contains('/') {
             return Err(RuntimeError::Other(format!(
                 "invalid Docker host '{host}': expected tcp://host:port"
             )));
         }
-        Ok(Endpoint::Tcp(addr.to_owned()))
+        Ok(Address::Direct(Endpoint::Tcp(addr.to_owned())))
+    } else if host.starts_with("ssh://") {
+        ssh::SshTarget::parse(host)
+            .map(Address::Ssh)
+            .map_err(|e| RuntimeError::Other(format!("invalid Docker host {e}")))
     } else {
         Err(RuntimeError::Other(format!(
-            "unsupported Docker host '{host}': use unix:///path/to/docker.sock or tcp://host:port \
-             (TLS and ssh:// are not supported; tunnel them to a local socket)"
+            "unsupported Docker host '{host}': use unix:///path/to/docker.sock, tcp://host:port \
+             (with TLS client files for an engine started with --tlsverify) or \
+             ssh://[user@]host[:port]"
         )))
     }
+}
+
+/// The host part of `host:port` (brackets of an IPv6 address removed).
+fn host_part(addr: &str) -> &str {
+    let host = match addr.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => addr,
+    };
+    host.trim_matches(|c| c == '[' || c == ']')
+}
+
+/// Reads the TLS client files of `addr` into a client configuration (the
+/// CA alone is trusted, as `docker --tlsverify` does); every error names
+/// the file.
+fn tls_client(
+    files: &TlsFiles,
+    addr: &str,
+) -> RuntimeResult<(Arc<rustls::ClientConfig>, ServerName<'static>)> {
+    let bad = |what: &str, path: &Path, why: String| {
+        RuntimeError::Other(format!("TLS {what} file {}: {why}", path.display()))
+    };
+    let certs = |what: &str, path: &Path| -> RuntimeResult<Vec<CertificateDer<'static>>> {
+        std::fs::metadata(path).map_err(|e| bad(what, path, format!("cannot be read: {e}")))?;
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| bad(what, path, format!("is not PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(bad(what, path, "holds no PEM certificate".into()));
+        }
+        Ok(certs)
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs("CA (ca)", &files.ca)? {
+        roots
+            .add(cert)
+            .map_err(|e| bad("CA (ca)", &files.ca, format!("is not a usable CA: {e}")))?;
+    }
+    let chain = certs("certificate (cert)", &files.cert)?;
+    std::fs::metadata(&files.key)
+        .map_err(|e| bad("key (key)", &files.key, format!("cannot be read: {e}")))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        bad(
+            "key (key)",
+            &files.key,
+            format!("holds no PEM private key: {e}"),
+        )
+    })?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| RuntimeError::Other(format!("TLS: {e}")))?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .map_err(|e| {
+        bad(
+            "key (key)",
+            &files.key,
+            format!(
+                "cannot be used with the certificate {}: {e}",
+                files.cert.display()
+            ),
+        )
+    })?;
+    let name = ServerName::try_from(host_part(addr).to_owned()).map_err(|e| {
+        RuntimeError::Other(format!(
+            "invalid Docker host tcp://{addr}: '{}' is not a TLS server name: {e}",
+            host_part(addr)
+        ))
+    })?;
+    Ok((Arc::new(config), name))
 }
 
 impl DockerRuntime {
@@ -193,7 +330,49 @@ impl DockerRuntime {
                 _ => (DEFAULT_HOST.to_owned(), "default socket"),
             },
         };
-        let endpoint = parse_endpoint(&host)?;
+        let (endpoint, transport) = match parse_endpoint(&host)? {
+            Address::Direct(endpoint) => match (&config.tls, &endpoint) {
+                (None, _) => (endpoint, Transport::Plain),
+                (Some(files), Endpoint::Tcp(addr)) => {
+                    let (tls, server_name) = tls_client(files, addr)?;
+                    let tunnel = ssh::SshTunnel::new(ssh::Dial::Tls {
+                        addr: addr.clone(),
+                        config: tls,
+                        server_name,
+                    })
+                    .map_err(RuntimeError::Other)?;
+                    let socket = tunnel.socket().to_string_lossy().into_owned();
+                    (
+                        Endpoint::Unix(socket),
+                        Transport::Tls {
+                            files: files.clone(),
+                            tunnel,
+                        },
+                    )
+                }
+                (Some(_), Endpoint::Unix(_)) => {
+                    return Err(RuntimeError::Other(format!(
+                        "invalid tls for Docker host '{host}': TLS client files are for a \
+                             tcp:// host"
+                    )))
+                }
+            },
+            Address::Ssh(target) => {
+                if config.tls.is_some() {
+                    return Err(RuntimeError::Other(format!(
+                        "invalid tls for Docker host '{host}': an ssh:// host takes no TLS files"
+                    )));
+                }
+                let options = ssh::ssh_options(config.ssh_options.as_deref());
+                let tunnel = ssh::SshTunnel::new(ssh::Dial::Ssh {
+                    target,
+                    options: Arc::new(options),
+                })
+                .map_err(RuntimeError::Other)?;
+                let socket = tunnel.socket().to_string_lossy().into_owned();
+                (Endpoint::Unix(socket), Transport::Ssh(tunnel))
+            }
+        };
         config
             .isolation
             .validate()
@@ -223,6 +402,7 @@ impl DockerRuntime {
             host,
             host_source,
             endpoint,
+            transport,
             client: RwLock::new(None),
             networks_ready: [AtomicBool::new(false), AtomicBool::new(false)],
             engine: RwLock::new(inspect::EngineFacts::default()),
@@ -252,6 +432,28 @@ impl DockerRuntime {
         match &self.endpoint {
             Endpoint::Unix(path) => Docker::connect_with_unix(path, CLIENT_TIMEOUT_SECS, version),
             Endpoint::Tcp(addr) => Docker::connect_with_http(addr, CLIENT_TIMEOUT_SECS, version),
+        }
+    }
+
+    /// The tunnel to a TLS or ssh host.
+    fn tunnel(&self) -> Option<&ssh::SshTunnel> {
+        match &self.transport {
+            Transport::Ssh(tunnel) | Transport::Tls { tunnel, .. } => Some(tunnel),
+            Transport::Plain => None,
+        }
+    }
+
+    /// The engine behind a tunnel (`ssh://…`, `tcp://…`) and whether it is
+    /// on this machine.
+    pub(crate) fn tunneled_engine(&self) -> Option<(String, bool)> {
+        self.tunnel()
+            .map(|t| (t.dial().address(), t.dial().is_loopback()))
+    }
+
+    pub(crate) fn probe_timeout(&self) -> Duration {
+        match self.transport {
+            Transport::Ssh(_) => SSH_PROBE_TIMEOUT,
+            _ => PROBE_TIMEOUT,
         }
     }
 
@@ -285,10 +487,16 @@ impl DockerRuntime {
     }
 
     async fn negotiate(&self) -> RuntimeResult<Docker> {
+        if let Some(tunnel) = self.tunnel() {
+            tunnel
+                .ensure_serving()
+                .map_err(|e| self.unavailable(&e, false))?;
+        }
+        let probe = self.probe_timeout();
         let baseline = self
             .connect(&API_BASELINE)
             .map_err(|e| self.map_err(e, "connect"))?;
-        let err = match tokio::time::timeout(PROBE_TIMEOUT, baseline.negotiate_version()).await {
+        let err = match tokio::time::timeout(probe, baseline.negotiate_version()).await {
             Err(_) => return Err(self.no_answer()),
             Ok(Ok(docker)) => {
                 tracing::debug!(host = %self.host, version = %docker.client_version(), "connected to Docker");
@@ -303,7 +511,7 @@ impl DockerRuntime {
         let newest = self
             .connect(API_DEFAULT_VERSION)
             .map_err(|e| self.map_err(e, "connect"))?;
-        match tokio::time::timeout(PROBE_TIMEOUT, newest.negotiate_version()).await {
+        match tokio::time::timeout(probe, newest.negotiate_version()).await {
             Err(_) => Err(self.no_answer()),
             Ok(Ok(docker)) => {
                 tracing::debug!(host = %self.host, version = %docker.client_version(), "connected to Docker");
@@ -316,7 +524,7 @@ impl DockerRuntime {
     fn no_answer(&self) -> RuntimeError {
         self.forget_client();
         self.unavailable(
-            &format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+            &format!("no answer within {} s", self.probe_timeout().as_secs()),
             false,
         )
     }
@@ -326,6 +534,37 @@ impl DockerRuntime {
             "Docker daemon not reachable at {} ({}): {detail}. ",
             self.host, self.host_source
         );
+        match &self.transport {
+            Transport::Tls { files, tunnel } => {
+                if let Some(said) = tunnel.last_error() {
+                    msg.push_str(said.trim_end_matches('.'));
+                    msg.push_str(". ");
+                }
+                msg.push_str(&format!(
+                    "Check that the engine listens there with --tlsverify and that its CA \
+                     ({}) signed the client certificate ({}) and its own certificate for \
+                     this address.",
+                    files.ca.display(),
+                    files.cert.display()
+                ));
+                return RuntimeError::Unavailable(msg);
+            }
+            Transport::Ssh(tunnel) => {
+                if let Some(said) = tunnel.last_error() {
+                    msg.push_str(said.trim_end_matches('.'));
+                    msg.push_str(". ");
+                }
+                msg.push_str(&format!(
+                    "Check that `ssh {} docker version` works for this user without a prompt \
+                     (a key, the host key known; extra options in {}) and that the user there \
+                     may use Docker.",
+                    tunnel.dial().address(),
+                    ssh::SSH_OPTS_ENV
+                ));
+                return RuntimeError::Unavailable(msg);
+            }
+            Transport::Plain => {}
+        }
         if permission_denied {
             msg.push_str(
                 "Permission denied on the Docker socket: add this user to the `docker` group \
@@ -448,20 +687,99 @@ mod tests {
 
     #[test]
     fn hosts_parse() {
+        let direct = |e| Address::Direct(e);
         assert_eq!(
             parse_endpoint("unix:///var/run/docker.sock").unwrap(),
-            Endpoint::Unix("/var/run/docker.sock".into())
+            direct(Endpoint::Unix("/var/run/docker.sock".into()))
         );
         assert_eq!(
             parse_endpoint("/tmp/d.sock").unwrap(),
-            Endpoint::Unix("/tmp/d.sock".into())
+            direct(Endpoint::Unix("/tmp/d.sock".into()))
         );
         assert_eq!(
             parse_endpoint("tcp://10.0.0.2:2375").unwrap(),
-            Endpoint::Tcp("10.0.0.2:2375".into())
+            direct(Endpoint::Tcp("10.0.0.2:2375".into()))
         );
-        assert!(parse_endpoint("ssh://me@host").is_err());
+        assert_eq!(
+            parse_endpoint("tcp://10.0.0.2:2376/").unwrap(),
+            direct(Endpoint::Tcp("10.0.0.2:2376".into()))
+        );
+        assert_eq!(
+            parse_endpoint("ssh://me@host:2222").unwrap(),
+            Address::Ssh(ssh::SshTarget {
+                user: Some("me".into()),
+                host: "host".into(),
+                port: Some(2222)
+            })
+        );
+        assert!(parse_endpoint("ssh://-oProxyCommand=x").is_err());
         assert!(parse_endpoint("unix://").is_err());
+        let err = parse_endpoint("npipe:////./pipe/docker").unwrap_err();
+        assert!(err.to_string().contains("ssh://"), "{err}");
+        assert_eq!(host_part("127.0.0.1:2376"), "127.0.0.1");
+        assert_eq!(host_part("[::1]:2376"), "::1");
+        assert_eq!(host_part("docker.example"), "docker.example");
+    }
+
+    #[test]
+    fn tls_files_are_checked_and_named() {
+        let dir = std::env::temp_dir().join(format!("stockade-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        let missing = dir.join("missing.pem");
+        let new = |host: &str, ca: &Path, cert: &Path, key: &Path| {
+            DockerRuntime::new(DockerConfig {
+                host: Some(host.into()),
+                tls: Some(TlsFiles {
+                    ca: ca.to_owned(),
+                    cert: cert.to_owned(),
+                    key: key.to_owned(),
+                }),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string()
+        };
+        let err = new("tcp://127.0.0.1:2376", &missing, &not_pem, &not_pem);
+        assert!(
+            err.contains("CA (ca)") && err.contains("missing.pem"),
+            "{err}"
+        );
+        let err = new("tcp://127.0.0.1:2376", &not_pem, &not_pem, &not_pem);
+        assert!(err.contains("not.pem") && err.contains("no PEM"), "{err}");
+        let err = new("unix:///run/docker.sock", &not_pem, &not_pem, &not_pem);
+        assert!(err.contains("tls") && err.contains("tcp://"), "{err}");
+        let err = new("ssh://me@host", &not_pem, &not_pem, &not_pem);
+        assert!(err.contains("ssh://"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ssh_hosts_talk_to_a_private_socket() {
+        let rt = DockerRuntime::new(DockerConfig {
+            host: Some("ssh://root@127.0.0.1:2222".into()),
+            ssh_options: Some(vec![]),
+            ..Default::default()
+        })
+        .unwrap();
+        let Endpoint::Unix(socket) = rt.endpoint.clone() else {
+            panic!("an ssh host is reached through a unix socket");
+        };
+        assert!(Path::new(&socket).exists());
+        assert_eq!(rt.host(), "ssh://root@127.0.0.1:2222");
+        assert!(rt.remote_engine().is_none(), "loopback: this machine");
+        drop(rt);
+        assert!(!Path::new(&socket).exists(), "removed with the runtime");
+        let remote = DockerRuntime::new(DockerConfig {
+            host: Some("ssh://docker.example".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            remote.remote_engine().as_deref(),
+            Some("ssh://docker.example")
+        );
     }
 
     #[test]

@@ -99,6 +99,19 @@ impl IsolationConfig {
         }
     }
 
+    /// The names of a registered Docker host (SCALE-4): the prefix `stk`
+    /// and 8 hex digits of the SHA-256 of its name, so engines of several
+    /// hosts on one machine never share bridges (`stk<hash>0`, `…1`),
+    /// networks (`stk<hash>-sandboxes`, `-offline`) or a chain
+    /// (`STK<HASH>-ISOLATION`). The server's own host keeps its configured
+    /// names.
+    pub fn for_host(name: &str) -> Self {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(name.as_bytes());
+        let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        Self::with_prefix(&format!("stk{hash}"))
+    }
+
     /// Checks every name; the error names the field.
     pub fn validate(&self) -> Result<(), String> {
         for (field, name) in [
@@ -441,13 +454,13 @@ impl DockerRuntime {
     /// The Docker engine's address when it is not on this host (the packet
     /// filter would then be applied to the wrong host).
     pub(super) fn remote_engine(&self) -> Option<String> {
+        if let Some((engine, local)) = self.tunneled_engine() {
+            return (!local).then_some(engine);
+        }
         match &self.endpoint {
             Endpoint::Unix(_) => None,
             Endpoint::Tcp(addr) => {
-                let host = addr
-                    .rsplit_once(':')
-                    .map_or(addr.as_str(), |(h, _)| h)
-                    .trim_matches(|c| c == '[' || c == ']');
+                let host = super::host_part(addr);
                 let local = host == "localhost"
                     || host
                         .parse::<std::net::IpAddr>()
@@ -738,6 +751,36 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_host_has_names_of_its_own() {
+        let a = IsolationConfig::for_host("h2");
+        let b = IsolationConfig::for_host("h3");
+        for iso in [&a, &b] {
+            iso.validate().unwrap();
+            assert_eq!(iso.bridge.len(), 12, "{iso:?}");
+            assert!(iso.bridge.starts_with("stk") && iso.bridge.ends_with('0'));
+            assert!(iso.internal_bridge.ends_with('1'));
+            assert_eq!(iso.network, format!("{}-sandboxes", &iso.bridge[..11]));
+            assert_eq!(
+                iso.internal_network,
+                format!("{}-offline", &iso.bridge[..11])
+            );
+            assert_eq!(
+                iso.chain,
+                format!("{}-ISOLATION", iso.bridge[..11].to_ascii_uppercase())
+            );
+            assert!(iso.packet_filter);
+        }
+        assert_ne!(a.bridge, b.bridge);
+        assert_ne!(a.chain, b.chain);
+        assert_eq!(a, IsolationConfig::for_host("h2"), "stable");
+        let longest = IsolationConfig::for_host(&"h".repeat(32));
+        longest.validate().unwrap();
+        let defaults = IsolationConfig::default();
+        assert_ne!(a.bridge, defaults.bridge);
+        assert_ne!(a.network, defaults.network);
+    }
 
     #[test]
     fn default_and_prefixed_names_are_valid() {

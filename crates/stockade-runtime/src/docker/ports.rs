@@ -28,6 +28,67 @@ impl DockerRuntime {
     }
 }
 
+impl DockerRuntime {
+    /// Where this server reaches the agent of the inspected container: the
+    /// published port on [`DockerConfig::publish_address`](super::DockerConfig)
+    /// when the host publishes, else its `address` and the agent's port.
+    pub(super) fn agent_addr_of(
+        &self,
+        c: &ContainerInspectResponse,
+        address: Option<IpAddr>,
+    ) -> Option<String> {
+        let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        if !running {
+            return None;
+        }
+        match &self.config.publish_address {
+            None => address.map(|ip| std::net::SocketAddr::new(ip, crate::AGENT_PORT).to_string()),
+            Some(host) => {
+                let key = format!("{}/tcp", crate::AGENT_PORT);
+                let port = c
+                    .network_settings
+                    .as_ref()?
+                    .ports
+                    .as_ref()?
+                    .get(&key)?
+                    .as_ref()?
+                    .iter()
+                    .find_map(|b| b.host_port.as_deref()?.parse::<u16>().ok())?;
+                Some(match host.parse::<IpAddr>() {
+                    Ok(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+                    _ => format!("{host}:{port}"),
+                })
+            }
+        }
+    }
+
+    /// [`crate::Inspect::port_upstream`] of this engine.
+    pub(super) async fn port_upstream_inner(
+        &self,
+        id: &SandboxId,
+        port: u16,
+    ) -> RuntimeResult<Option<crate::Upstream>> {
+        if self.config.publish_address.is_none() {
+            return Ok(self
+                .container_address_inner(id)
+                .await?
+                .map(|ip| crate::Upstream::Direct(std::net::SocketAddr::new(ip, port))));
+        }
+        let docker = self.client().await?;
+        let inspected = docker
+            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| match status_code(&e) {
+                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
+                _ => self.map_err(e, "inspect container"),
+            })?;
+        let address = address_of(&inspected);
+        Ok(self
+            .agent_addr_of(&inspected, address)
+            .map(crate::Upstream::ViaAgent))
+    }
+}
+
 /// The first IP address of a running container on any of its networks
 /// (IPv4 preferred); `None` when it is stopped or only has loopback
 /// (network mode `none`).

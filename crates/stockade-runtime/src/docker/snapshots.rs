@@ -269,6 +269,64 @@ impl Snapshots for DockerRuntime {
     ) -> RuntimeResult<String> {
         self.create_with_workspace_impl(spec, archive).await
     }
+
+    async fn export_image(&self, image_ref: &str) -> RuntimeResult<ByteStream> {
+        let docker = self.client().await?;
+        // Absent: a clear NotFound before any byte streams.
+        if let Err(e) = docker.inspect_image(image_ref).await {
+            return Err(match status_code(&e) {
+                Some(404) => RuntimeError::NotFound(format!("image {image_ref}")),
+                _ => self.map_err(e, "inspect image"),
+            });
+        }
+        let stream = docker
+            .export_image(image_ref)
+            .map(|chunk| chunk.map_err(|e| std::io::Error::other(error_chain(&e))));
+        Ok(Box::pin(stream))
+    }
+
+    async fn import_image(&self, archive: ByteStream) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        // The engine takes a stream without errors: a failed read ends it
+        // (the engine then refuses a truncated archive) and is reported.
+        let failed: Arc<Mutex<Option<std::io::Error>>> = Arc::default();
+        let seen = failed.clone();
+        let body = archive.scan((), move |_, chunk| {
+            let next = match chunk {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    None
+                }
+            };
+            futures_util::future::ready(next)
+        });
+        let mut progress = docker.import_image_stream(
+            bollard::image::ImportImageOptions { quiet: true },
+            body,
+            None,
+        );
+        let loading = async {
+            while let Some(step) = progress.next().await {
+                let info = step.map_err(|e| self.map_err(e, "load image"))?;
+                if let Some(err) = info.error {
+                    return Err(RuntimeError::Other(format!(
+                        "loading an image failed: {err}"
+                    )));
+                }
+            }
+            Ok(())
+        };
+        let loaded = tokio::time::timeout(TRANSFER_TIMEOUT, loading)
+            .await
+            .map_err(|_| RuntimeError::Other("loading an image timed out".into()))?;
+        if let Some(e) = failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(RuntimeError::Other(format!(
+                "the image archive could not be read: {e}"
+            )));
+        }
+        loaded
+    }
 }
 
 #[cfg(test)]

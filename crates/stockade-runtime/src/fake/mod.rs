@@ -424,6 +424,8 @@ impl Inspect for FakeRuntime {
             runtimes: vec!["runc".into()],
             cpus: st.host_cpus,
             memory_bytes: st.host_memory_bytes,
+            data_root: None,
+            engine_id: Some(format!("fake-{}", self.server_name())),
         })
     }
 
@@ -442,6 +444,9 @@ impl Inspect for FakeRuntime {
             oom_killed: false,
             agent: c.agent(),
             address: c.running.then_some(std::net::Ipv4Addr::LOCALHOST.into()),
+            agent_addr: c
+                .running
+                .then(|| format!("127.0.0.1:{}", crate::AGENT_PORT)),
         }))
     }
 
@@ -513,8 +518,12 @@ impl Lifecycle for FakeRuntime {
     async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
         self.check_available()?;
         // The fake has every image but the ones marked missing (they cannot
-        // be pulled either).
-        Ok(!self.state().missing_images.contains(image))
+        // be pulled either), and the snapshot images it committed or loaded.
+        let st = self.state();
+        if image.starts_with(&format!("{}:", stockade_core::Snapshot::IMAGE_REPO)) {
+            return Ok(st.images.contains_key(image));
+        }
+        Ok(!st.missing_images.contains(image))
     }
 
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {

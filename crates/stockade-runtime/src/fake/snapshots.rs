@@ -122,6 +122,34 @@ impl Snapshots for FakeRuntime {
     ) -> RuntimeResult<String> {
         self.create_with_workspace_impl(spec, archive).await
     }
+
+    async fn export_image(&self, image_ref: &str) -> RuntimeResult<ByteStream> {
+        self.check_available()?;
+        let labels = self
+            .state()
+            .images
+            .get(image_ref)
+            .cloned()
+            .ok_or_else(|| RuntimeError::NotFound(format!("image {image_ref}")))?;
+        // The fake's "archive": the reference and the labels, as JSON.
+        let body = serde_json::to_vec(&(image_ref, labels))
+            .map_err(|e| RuntimeError::Other(e.to_string()))?;
+        Ok(Box::pin(stream::once(async move { Ok(Bytes::from(body)) })))
+    }
+
+    async fn import_image(&self, mut archive: ByteStream) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut body = Vec::new();
+        while let Some(chunk) = archive.next().await {
+            body.extend_from_slice(&chunk.map_err(|e| RuntimeError::Other(e.to_string()))?);
+        }
+        let (image_ref, labels): (String, BTreeMap<String, String>) = serde_json::from_slice(&body)
+            .map_err(|e| RuntimeError::Other(format!("not an image archive: {e}")))?;
+        let mut st = self.state();
+        st.missing_images.remove(&image_ref);
+        st.images.insert(image_ref, labels);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

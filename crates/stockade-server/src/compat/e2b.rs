@@ -1151,7 +1151,7 @@ async fn metrics(
         return Ok(Json(Vec::new()));
     }
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
-    state.svc.usage.fill(&sb, &mut details).await;
+    state.svc.fill_usage(&sb, &mut details).await;
     let Some(usage) = details.usage else {
         return Ok(Json(Vec::new()));
     };

@@ -86,6 +86,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(super::files::FilesApi::openapi());
     doc.merge(super::terminal::TerminalApi::openapi());
     doc.merge(super::teams::TeamsApi::openapi());
+    doc.merge(super::hosts::HostsApi::openapi());
     doc.merge(accounts::QuotasApi::openapi());
     doc.merge(crate::metrics::MetricsApi::openapi());
     doc.merge(volumes::VolumesApi::openapi());
@@ -414,6 +415,7 @@ mod examples {
     pub const TEAM_ID: &str = "t5r8n2c7v4b9m1x6";
     pub const VOLUME: &str = "agent-sandbox-k3v9x2m7q4wz";
     pub const UPLOAD_ID: &str = "u2f8k4m9q7w3z6x1c5v8b2n4";
+    pub const HOST_NAME: &str = "docker-2";
     const CREATED: &str = "2026-01-15T09:30:00Z";
     const STARTED: &str = "2026-01-15T09:30:02Z";
 
@@ -425,6 +427,7 @@ mod examples {
             ("path", "pid") => json!(PROCESS_ID),
             ("path", "team_id") => json!(TEAM_ID),
             ("path", "account_id") => json!(ACCOUNT_ID),
+            ("path", "name") if path.starts_with("/api/v1/hosts/") => json!(HOST_NAME),
             ("path", "name") => json!(VOLUME),
             ("path", "port") => json!(8000),
             ("path", "path") => json!("index.html"),
@@ -546,6 +549,21 @@ mod examples {
     fn volume() -> Value {
         json!({"name": VOLUME, "sandboxId": SANDBOX_ID, "accountId": ADMIN_ID, "sandboxStatus": "RUNNING",
                "inUse": true, "orphaned": false, "sizeBytes": 6, "size": "6 B", "createdAt": CREATED})
+    }
+
+    /// A Docker host as the API shows it: the server's own engine registered
+    /// a second time, as the examples do.
+    fn host(state: &str, reason: Option<&str>) -> Value {
+        json!({
+            "name": HOST_NAME, "dockerHost": "unix:///var/run/docker.sock", "tls": null,
+            "address": null, "labels": {"zone": "eu-1"},
+            "capacity": {"cpus": 8, "memoryGB": 31.3},
+            "state": state, "stateReason": reason, "autoCordoned": false, "own": false,
+            "health": {"healthy": true, "reason": null, "checkedAt": STARTED, "failingSince": null,
+                       "cpus": 8, "memoryBytes": 33607864320u64, "diskFreeBytes": 52613349376u64},
+            "sandboxes": 2, "reserved": {"cpuCores": 2, "memoryGB": 2},
+            "createdAt": CREATED, "updatedAt": STARTED
+        })
     }
 
     /// Every operation's examples.
@@ -720,6 +738,23 @@ mod examples {
                 .request(json!({"accountId": ACCOUNT_ID}))
                 .response(team(true)),
             op("delete", "/api/v1/teams/{team_id}/members/{account_id}").response(team(false)),
+            // Hosts.
+            op("post", "/api/v1/hosts")
+                .request(json!({"name": HOST_NAME, "dockerHost": "unix:///var/run/docker.sock",
+                                "labels": {"zone": "eu-1"}}))
+                .response({
+                    let mut h = host("active", None);
+                    h["sandboxes"] = json!(0);
+                    h["reserved"] = json!({"cpuCores": 0, "memoryGB": 0});
+                    h["health"]["diskFreeBytes"] = Value::Null;
+                    h
+                }),
+            op("get", "/api/v1/hosts").response(json!({"hosts": [host("active", None)]})),
+            op("get", "/api/v1/hosts/{name}").response(host("active", None)),
+            op("patch", "/api/v1/hosts/{name}")
+                .request(json!({"state": "cordoned", "reason": "kernel upgrade"}))
+                .response(host("cordoned", Some("kernel upgrade"))),
+            op("delete", "/api/v1/hosts/{name}"),
             // Volumes.
             op("get", "/api/v1/volumes").response(json!({"volumes": [volume()], "total": 1, "totalBytes": 6, "totalSize": "6 B"})),
             op("get", "/api/v1/volumes/orphaned").response(json!({"volumes": [], "total": 0, "totalBytes": 0, "totalSize": "0 B"})),

@@ -153,12 +153,18 @@ async fn existing_dir(
     let mut missing: Vec<String> = Vec::new();
     let mut current = dir.clone();
     loop {
-        match state.svc.runtime.stat_path(id, &current).await {
+        match state
+            .svc
+            .runtime_of(id)
+            .await?
+            .stat_path(id, &current)
+            .await
+        {
             Ok(st) => match st.kind {
                 FileKind::Dir => break,
                 FileKind::Symlink => {
                     let target = files::resolve_symlink(&state.svc, id, &current).await?;
-                    match state.svc.runtime.stat_path(id, &target).await {
+                    match state.svc.runtime_of(id).await?.stat_path(id, &target).await {
                         Ok(t) if t.kind == FileKind::Dir => break,
                         Ok(_) => {
                             return Err(ApiError::Conflict(format!(
@@ -273,7 +279,8 @@ pub async fn stat(
     let sb = load_with_files(&state, &caller, &id).await?;
     let st = state
         .svc
-        .runtime
+        .runtime_for(&sb)
+        .await?
         .stat_path(&sb.id, &path)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
@@ -327,7 +334,13 @@ pub async fn write(
     let length = content_length(&headers)?;
     let body = check_announced(body, length, limit)?;
 
-    let existing = match state.svc.runtime.stat_path(&sb.id, &path).await {
+    let existing = match state
+        .svc
+        .runtime_for(&sb)
+        .await?
+        .stat_path(&sb.id, &path)
+        .await
+    {
         Ok(st) if st.kind == FileKind::Dir => {
             return Err(ApiError::Conflict(format!(
                 "{path} is a directory; write a file below it"
@@ -355,7 +368,12 @@ pub async fn write(
     };
     let failure: files::Failure = Arc::default();
     let archive = files::file_archive(&missing, name, size, mode, body, failure.clone())?;
-    let written = state.svc.runtime.write_archive(&sb.id, &dir, archive).await;
+    let written = state
+        .svc
+        .runtime_for(&sb)
+        .await?
+        .write_archive(&sb.id, &dir, archive)
+        .await;
     if let Some(e) = files::take_failure(&failure) {
         return Err(e.into());
     }
@@ -363,7 +381,8 @@ pub async fn write(
 
     let st = state
         .svc
-        .runtime
+        .runtime_for(&sb)
+        .await?
         .stat_path(&sb.id, &path)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
@@ -409,7 +428,8 @@ pub async fn delete(
     }
     state
         .svc
-        .runtime
+        .runtime_for(&sb)
+        .await?
         .delete_path(&sb.id, &path, q.recursive)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
@@ -439,7 +459,8 @@ pub async fn download(
     let sb = load_with_files(&state, &caller, &id).await?;
     let st = state
         .svc
-        .runtime
+        .runtime_for(&sb)
+        .await?
         .stat_path(&sb.id, &path)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
@@ -448,7 +469,8 @@ pub async fn download(
     }
     let archive = state
         .svc
-        .runtime
+        .runtime_for(&sb)
+        .await?
         .read_archive(&sb.id, &path)
         .await
         .map_err(|e| files::fs_error(e, &sb.id))?;

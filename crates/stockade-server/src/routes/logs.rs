@@ -152,7 +152,8 @@ pub async fn logs(
         since: resume.as_ref().map(ResumeFilter::since),
         follow,
     };
-    let lines = state.svc.runtime.logs(&sb.id, options).await?;
+    let rt = state.svc.runtime_for(&sb).await?;
+    let lines = rt.logs(&sb.id, options).await?;
     if stream {
         let events = LogEvents {
             lines,
@@ -162,7 +163,7 @@ pub async fn logs(
             queue: VecDeque::new(),
             done: false,
             follow,
-            runtime: state.svc.runtime.clone(),
+            runtime: rt,
             sandbox_id: sb.id.clone(),
         };
         let events = stream::unfold(events, |mut ev| async move {
@@ -203,7 +204,12 @@ pub(crate) async fn recent_lines(
         since: None,
         follow: false,
     };
-    let lines = state.svc.runtime.logs(&sb.id, options).await?;
+    let lines = state
+        .svc
+        .runtime_for(sb)
+        .await?
+        .logs(&sb.id, options)
+        .await?;
     let (lines, _, _) = collect(lines, None, tail.min(MAX_TAIL), MAX_JSON_BYTES).await?;
     Ok(lines.into_iter().map(|(_, l)| l).collect())
 }

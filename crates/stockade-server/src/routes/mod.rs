@@ -10,6 +10,7 @@ pub mod docs;
 pub mod exec;
 pub mod files;
 pub mod health;
+pub mod hosts;
 pub mod logs;
 pub mod ports;
 pub mod sandboxes;

@@ -232,7 +232,7 @@ pub async fn get(
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
-    state.svc.usage.fill(&sb, &mut details).await;
+    state.svc.fill_usage(&sb, &mut details).await;
     if details.volume.size_bytes.is_none() {
         super::volumes::fill_volume_size(&state, &mut details).await; // VOL-4
     }

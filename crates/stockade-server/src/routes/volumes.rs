@@ -51,6 +51,8 @@ const DETAILS_SIZE_WAIT: Duration = Duration::from_secs(2);
 /// One of this instance's volumes with what Stockade knows about its owner.
 struct Volume {
     info: VolumeInfo,
+    /// The Docker host it is on.
+    server: String,
     sandbox_id: SandboxId,
     /// The live (not soft-deleted) record that owns it.
     live: Option<Sandbox>,
@@ -126,14 +128,30 @@ impl Volume {
 /// record in the read that follows, and a volume being created right now is
 /// never taken for an orphan.
 async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
-    let infos: Vec<VolumeInfo> = state
-        .svc
-        .runtime
-        .list_volumes()
-        .await?
-        .into_iter()
-        .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id.as_str()))
-        .collect();
+    let mut infos: Vec<(String, VolumeInfo)> = Vec::new();
+    for (server, rt) in state.svc.host_runtimes().await {
+        let listed = match rt.list_volumes().await {
+            Ok(l) => l,
+            // Another host that does not answer: its volumes are not listed.
+            Err(e) if server != state.svc.hosts.own_name() => {
+                tracing::warn!(host = %server, error = %e, "volumes of a host left out");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // An engine registered under two names lists its volumes once.
+        let seen: std::collections::HashSet<String> = infos
+            .iter()
+            .map(|(_, v)| v.name.as_str().to_owned())
+            .collect();
+        infos.extend(
+            listed
+                .into_iter()
+                .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id.as_str()))
+                .filter(|v| !seen.contains(v.name.as_str()))
+                .map(|v| (server.clone(), v)),
+        );
+    }
     let live: HashMap<SandboxId, Sandbox> = state
         .svc
         .store
@@ -143,7 +161,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         .map(|sb| (sb.id.clone(), sb))
         .collect();
     let mut out = Vec::with_capacity(infos.len());
-    for info in infos {
+    for (server, info) in infos {
         let sandbox_id = info.name.sandbox_id();
         let live = live.get(&sandbox_id).cloned();
         let record = match live {
@@ -156,6 +174,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         }
         out.push(Volume {
             info,
+            server,
             sandbox_id,
             live,
             record,
@@ -320,7 +339,7 @@ pub async fn delete_one(
 /// container removal failed, or a create that never finished): it is
 /// removed first, keeping the volume, so that what is listed can be removed.
 async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
-    let runtime = &state.svc.runtime;
+    let runtime = state.svc.runtime_on(&volume.server).await?;
     let mut result = runtime.remove_volume(&volume.info.name).await;
     if matches!(result, Err(RuntimeError::Conflict(_))) && volume.orphaned() {
         info!(volume = %volume.info.name, "removing the dead container that still mounts an orphaned volume");
@@ -407,9 +426,12 @@ pub async fn fill_volume_size(state: &AppState, resp: &mut SandboxResponse) {
     let Ok(name) = VolumeName::parse(&resp.volume.name) else {
         return;
     };
+    let Ok(rt) = state.svc.runtime_on(&resp.server).await else {
+        return;
+    };
     let size = tokio::time::timeout(
         DETAILS_SIZE_WAIT,
-        state.svc.runtime.volume_size(&name, DETAILS_SIZE_MAX_AGE),
+        rt.volume_size(&name, DETAILS_SIZE_MAX_AGE),
     )
     .await;
     if let Ok(Ok(Some(bytes))) = size {

@@ -723,6 +723,8 @@ const STEPS: &[(&str, &str)] = &[
     ("post", "/api/v1/sandbox/{id}/snapshots"),
     ("post", "/api/v1/sandbox/{id}/fork"),
     ("delete", "/api/v1/sandbox/bulk"),
+    ("post", "/api/v1/hosts"),
+    ("patch", "/api/v1/hosts/{name}"),
 ];
 
 /// Sends every request example of the document as it is, to a real server

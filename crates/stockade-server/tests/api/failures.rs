@@ -13,9 +13,9 @@ use stockade_core::{
     SandboxId, SandboxStatus, Scope, Team, TeamId,
 };
 use stockade_store::{
-    AccountStore, HealthStore, IdempotencyStore, Lease, LeaseStore, OperationStore, QuotaStore,
-    SandboxFilter, SandboxPage, SandboxStore, SandboxWrite, SettingsStore, SnapshotStore,
-    SqliteStore, StoreError, StoreHealth, StoreResult, TeamStore,
+    AccountStore, HealthStore, HostStore, IdempotencyStore, Lease, LeaseStore, OperationStore,
+    Placed, PlacementCandidate, QuotaStore, SandboxFilter, SandboxPage, SandboxStore, SandboxWrite,
+    SettingsStore, SnapshotStore, SqliteStore, StoreError, StoreHealth, StoreResult, TeamStore,
 };
 
 use crate::helpers::*;
@@ -273,6 +273,46 @@ impl LeaseStore for FailingStore {
     }
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool> {
         self.inner.release_lease(name, holder).await
+    }
+}
+
+#[async_trait]
+impl HostStore for FailingStore {
+    async fn insert_host(&self, host: &stockade_core::Host) -> StoreResult<()> {
+        self.inner.insert_host(host).await
+    }
+    async fn ensure_host(&self, host: &stockade_core::Host) -> StoreResult<stockade_core::Host> {
+        self.inner.ensure_host(host).await
+    }
+    async fn list_hosts(&self) -> StoreResult<Vec<stockade_core::Host>> {
+        self.inner.list_hosts().await
+    }
+    async fn get_host(&self, name: &str) -> StoreResult<stockade_core::Host> {
+        self.inner.get_host(name).await
+    }
+    async fn update_host(&self, host: &stockade_core::Host) -> StoreResult<()> {
+        self.inner.update_host(host).await
+    }
+    async fn record_host_health(
+        &self,
+        name: &str,
+        health: &stockade_core::HostHealth,
+    ) -> StoreResult<()> {
+        self.inner.record_host_health(name, health).await
+    }
+    async fn delete_host(&self, name: &str) -> StoreResult<()> {
+        self.inner.delete_host(name).await
+    }
+    async fn sandboxes_per_server(&self) -> StoreResult<std::collections::HashMap<String, u64>> {
+        self.inner.sandboxes_per_server().await
+    }
+    async fn insert_sandbox_placed(
+        &self,
+        sb: &mut Sandbox,
+        op: Option<&Operation>,
+        candidates: &[PlacementCandidate],
+    ) -> StoreResult<Placed> {
+        self.inner.insert_sandbox_placed(sb, op, candidates).await
     }
 }
 

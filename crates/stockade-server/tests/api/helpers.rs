@@ -47,6 +47,22 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(AppOptions::default()).await
 }
 
+/// Connects a registered host as the server binary does: a Docker runtime
+/// over its `dockerHost`, named after it.
+pub struct DockerFactory;
+
+impl stockade_service::hosts::RuntimeFactory for DockerFactory {
+    fn connect(&self, host: &stockade_core::Host) -> Result<Arc<dyn Runtime>, String> {
+        let rt = DockerRuntime::new(DockerConfig {
+            host: Some(host.docker_host.clone()),
+            server_name: host.name.clone(),
+            ..DockerConfig::default()
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(Arc::new(rt))
+    }
+}
+
 pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     let dir = opts
         .dir
@@ -76,6 +92,8 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     // The tests serve git and tarball sources on loopback; the hostile
     // tests take this allowance away again.
     config.service.sources.addresses = loopback_allowed();
+    // Registered hosts are connected as the server binary does.
+    config.service.hosts.factory = Some(Arc::new(DockerFactory));
     if let Some(configure) = opts.configure {
         configure(&mut config);
     }

@@ -11,6 +11,7 @@ mod files;
 mod health;
 mod helpers;
 mod hostile;
+mod hosts;
 mod lifecycle;
 mod listing;
 mod live_status;

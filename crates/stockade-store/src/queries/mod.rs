@@ -2,6 +2,7 @@
 //! each implemented for [`crate::SqlStore`] over any [`crate::sql::Backend`].
 
 mod accounts;
+mod hosts;
 mod idempotency;
 mod leases;
 mod operations;

@@ -68,6 +68,22 @@ fn check_lease(now: DateTime<Utc>, lease_until: DateTime<Utc>) -> StoreResult<()
 }
 
 impl<B: Backend> SqlStore<B> {
+    /// Begins `op` (when given) and inserts `sandbox`, inside the caller's
+    /// transaction: what a create writes (`insert_sandbox_with_operation`,
+    /// a placement).
+    pub(super) async fn insert_sandbox_with_operation_in(
+        &self,
+        conn: &mut Conn<B>,
+        sandbox: &Sandbox,
+        op: Option<&Operation>,
+        context: &str,
+    ) -> StoreResult<()> {
+        if let Some(op) = op {
+            self.begin_operation_in(conn, op, context).await?;
+        }
+        self.insert_sandbox_in(conn, sandbox, context).await
+    }
+
     /// Inserts `op` unless its target already has an operation (`Conflict`).
     async fn begin_operation_in(
         &self,
@@ -242,11 +258,9 @@ impl<B: Backend> OperationStore for SqlStore<B> {
             sandbox.id, op.kind
         );
         let mut conn = self.begin(&context).await?;
-        let result = async {
-            self.begin_operation_in(&mut conn, op, &context).await?;
-            self.insert_sandbox_in(&mut conn, sandbox, &context).await
-        }
-        .await;
+        let result = self
+            .insert_sandbox_with_operation_in(&mut conn, sandbox, Some(op), &context)
+            .await;
         self.finish(conn, result, &context).await
     }
 

@@ -11,7 +11,7 @@ use crate::{QuotaStore, StoreError, StoreResult};
 
 /// The statuses of a record whose sandbox holds CPU and memory on its host
 /// (see [`stockade_core::quota::holds_resources`]).
-const HOLDING: &str = "('RUNNING', 'PROVISIONING', 'PENDING')";
+pub(super) const HOLDING: &str = "('RUNNING', 'PROVISIONING', 'PENDING')";
 
 /// A limit as stored: `NULL` is unlimited.
 fn limit(v: Option<u64>) -> Option<i64> {
@@ -23,7 +23,7 @@ fn read_limit<B: Backend>(row: &DbRow<B>, column: &str) -> StoreResult<Option<u6
     Ok(v.map(|n| n.max(0) as u64))
 }
 
-fn read_sum<B: Backend>(row: &DbRow<B>, column: &str) -> StoreResult<u64> {
+pub(super) fn read_sum<B: Backend>(row: &DbRow<B>, column: &str) -> StoreResult<u64> {
     let v: i64 = row.get(column)?;
     Ok(v.max(0) as u64)
 }

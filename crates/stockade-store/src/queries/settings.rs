@@ -30,14 +30,28 @@ impl<B: Backend> HealthStore for SqlStore<B> {
 
     #[tracing::instrument(skip_all, err(level = "debug"))]
     async fn probe_write(&self) -> StoreResult<()> {
-        // A new value every time, so that the write really reaches the disk.
+        // A new value every time, so that the write really reaches the disk,
+        // and as large as a sandbox's record with its operation: a database
+        // with room for a few bytes only (a full disk whose write-ahead log
+        // has a little space to reuse) is no more writable than one without.
+        let now = Utc::now().to_rfc3339();
         let q = Q::<B>::new("INSERT INTO settings (key, value) VALUES (")
             .bind(PROBE_KEY.to_owned())
-            .next(Utc::now().to_rfc3339())
+            .next(format!("{now} {}", "-".repeat(PROBE_BYTES)))
             .sql(") ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+        self.execute(q, "write the health probe").await?;
+        // Small again, so that the probe takes no room between probes.
+        let q = Q::<B>::new("UPDATE settings SET value = ")
+            .bind(now)
+            .sql(" WHERE key = ")
+            .bind(PROBE_KEY.to_owned());
         self.execute(q, "write the health probe").await.map(drop)
     }
 }
+
+/// The size of the health probe's write: a sandbox record with a large
+/// environment and its operation take this much.
+const PROBE_BYTES: usize = 64 * 1024;
 
 #[async_trait]
 impl<B: Backend> SettingsStore for SqlStore<B> {

@@ -1,0 +1,416 @@
+//! Several Docker hosts in the service (SCALE-4..SCALE-6), on fake runtimes
+//! and SQLite, in seconds: placement on the freest host that fits and
+//! matches, refusals naming what is full, every operation on the sandbox's
+//! own host, a failing host cordoned and recovered, a drain moving a
+//! stopped sandbox and its workspace, a snapshot taken on one host started
+//! on another. The three-engine test with real Docker is
+//! `crates/stockade/tests/instances.rs`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use stockade_api::CreateSandboxRequest;
+use stockade_core::quota::BYTES_PER_GB;
+use stockade_core::{Account, Host, HostHealth, HostState, Sandbox, SandboxStatus, Scope};
+use stockade_runtime::{FakeRuntime, Runtime};
+use stockade_service::admission::AdmissionConfig;
+use stockade_service::hosts::{check_hosts_once, HostsConfig, RuntimeFactory};
+use stockade_service::{lifecycle, Service, ServiceConfig, ServiceError};
+use stockade_store::{SqliteStore, Store};
+
+/// Connects registered hosts to fake runtimes by name.
+struct Fakes(BTreeMap<String, FakeRuntime>);
+
+impl RuntimeFactory for Fakes {
+    fn connect(&self, host: &Host) -> Result<Arc<dyn Runtime>, String> {
+        self.0
+            .get(&host.name)
+            .map(|rt| Arc::new(rt.clone()) as Arc<dyn Runtime>)
+            .ok_or_else(|| format!("no engine {}", host.name))
+    }
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    hosts: BTreeMap<String, FakeRuntime>,
+    account: Account,
+    svc: Service,
+}
+
+fn host(name: &str, labels: &[(&str, &str)]) -> Host {
+    let now = Utc::now();
+    Host {
+        name: name.into(),
+        docker_host: format!("unix:///run/{name}.sock"),
+        tls: None,
+        address: None,
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        cpus: None,
+        memory_bytes: None,
+        state: HostState::Active,
+        state_reason: None,
+        auto_cordoned: false,
+        health: HostHealth::default(),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+impl World {
+    /// The own host `local` and `a`, `b` (zone b), each of 2 CPUs / 4 GB.
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+        let account = store.create_account("tenant", false).await.unwrap();
+        let mut hosts = BTreeMap::new();
+        for name in ["local", "a", "b"] {
+            let rt = FakeRuntime::with_server_name(name);
+            rt.set_host_size(2, 4 * BYTES_PER_GB);
+            hosts.insert(name.to_owned(), rt);
+        }
+        let config = ServiceConfig {
+            operation_wait: Duration::from_secs(10),
+            blob_store: stockade_blob::BlobConfig::Local {
+                dir: dir.path().join("blobs"),
+            },
+            admission: AdmissionConfig {
+                cpu_overcommit: Some(1.0),
+                memory_overcommit: Some(1.0),
+                ..AdmissionConfig::default()
+            },
+            hosts: HostsConfig {
+                factory: Some(Arc::new(Fakes(hosts.clone()))),
+                ..HostsConfig::default()
+            },
+            ..ServiceConfig::default()
+        };
+        let svc = Service::new(store.clone(), Arc::new(hosts["local"].clone()), config)
+            .await
+            .unwrap();
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        store
+            .insert_host(&host("a", &[("zone", "a")]))
+            .await
+            .unwrap();
+        store
+            .insert_host(&host("b", &[("zone", "b")]))
+            .await
+            .unwrap();
+        Self {
+            dir,
+            store,
+            hosts,
+            account,
+            svc,
+        }
+    }
+
+    fn scope(&self) -> Scope {
+        Scope::account(self.account.id.clone())
+    }
+
+    async fn create(&self, req: CreateSandboxRequest) -> Result<Sandbox, ServiceError> {
+        lifecycle::create_sandbox(&self.svc, &self.scope(), &req, None)
+            .await
+            .map(|c| c.sandbox)
+    }
+
+    async fn one_cpu(&self) -> Result<Sandbox, ServiceError> {
+        self.create(CreateSandboxRequest {
+            cpu_cores: Some(1.0),
+            memory_gb: Some(1.0),
+            ..Default::default()
+        })
+        .await
+    }
+
+    async fn fresh(&self, sb: &Sandbox) -> Sandbox {
+        self.store.get_sandbox(&self.scope(), &sb.id).await.unwrap()
+    }
+
+    async fn check(&self) -> Vec<Host> {
+        check_hosts_once(&self.svc, &mut HashSet::new()).await
+    }
+}
+
+#[tokio::test]
+async fn creates_go_to_the_freest_host_and_a_full_deployment_says_so() {
+    let w = World::new().await;
+    let mut placed = BTreeMap::<String, usize>::new();
+    for _ in 0..6 {
+        let sb = w.one_cpu().await.unwrap();
+        // The container is on the host the record names, and only there.
+        for (name, rt) in &w.hosts {
+            assert_eq!(rt.container(&sb.id).is_some(), *name == sb.server, "{name}");
+        }
+        *placed.entry(sb.server).or_default() += 1;
+    }
+    assert_eq!(
+        placed,
+        BTreeMap::from([("a".into(), 2), ("b".into(), 2), ("local".into(), 2)])
+    );
+    let full = w.one_cpu().await.unwrap_err();
+    let ServiceError::InsufficientCapacity(message) = full else {
+        panic!("{full:?}");
+    };
+    for part in [
+        "server a: 2 of 2 CPUs reserved",
+        "server b: 2 of 2 CPUs reserved",
+        "server local: 2 of 2 CPUs reserved",
+    ] {
+        assert!(message.contains(part), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn server_and_labels_choose_the_host_and_bad_choices_are_refused() {
+    let w = World::new().await;
+    let on_b = w
+        .create(CreateSandboxRequest {
+            server: Some("b".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(on_b.server, "b");
+    let zone_a = w
+        .create(CreateSandboxRequest {
+            host_selector: Some(BTreeMap::from([("zone".into(), "a".into())])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(zone_a.server, "a");
+    match w
+        .create(CreateSandboxRequest {
+            server: Some("nowhere".into()),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(ServiceError::Validation(e)) => assert!(e.to_string().contains("server"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    match w
+        .create(CreateSandboxRequest {
+            server: Some("Not A Name".into()),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(ServiceError::Validation(e)) => assert!(e.to_string().contains("server"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        w.create(CreateSandboxRequest {
+            host_selector: Some(BTreeMap::from([("zone".into(), "z".into())])),
+            ..Default::default()
+        })
+        .await,
+        Err(ServiceError::InsufficientCapacity(_))
+    ));
+    // Bigger than every host: a 400 naming the field.
+    match w
+        .create(CreateSandboxRequest {
+            cpu_cores: Some(3.0),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(ServiceError::Validation(e)) => assert!(e.to_string().contains("cpuCores"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_operation_reaches_the_sandbox_on_its_own_host() {
+    let w = World::new().await;
+    let sb = w
+        .create(CreateSandboxRequest {
+            server: Some("a".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // By its id alone too (files, logs and the proxy go that way).
+    assert_eq!(w.svc.runtime_of(&sb.id).await.unwrap().server_name(), "a");
+    let patched = stockade_service::update::update(
+        &w.svc,
+        &w.scope(),
+        sb.id.as_str(),
+        &stockade_core::update::SpecPatch {
+            cpu_cores: Some(0.5),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(patched.sandbox.spec.cpu_cores, 0.5);
+    assert_eq!(w.hosts["a"].container(&sb.id).unwrap().spec.cpu_cores, 0.5);
+    let stopped = lifecycle::stop(&w.svc, sb, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(stopped.status, SandboxStatus::Stopped);
+    assert!(!w.hosts["a"].container(&stopped.id).unwrap().running);
+    let started = lifecycle::start(&w.svc, stopped).await.unwrap();
+    assert!(w.hosts["a"].container(&started.id).unwrap().running);
+    lifecycle::destroy(&w.svc, started.clone(), false)
+        .await
+        .unwrap();
+    assert!(w.hosts["a"].container(&started.id).is_none());
+}
+
+#[tokio::test]
+async fn a_failing_host_is_cordoned_and_recovers_with_its_sandboxes() {
+    let w = World::new().await;
+    let sb = w
+        .create(CreateSandboxRequest {
+            server: Some("a".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    w.check().await;
+    w.hosts["a"].set_unavailable(true);
+    let hosts = w.check().await;
+    let a = hosts.iter().find(|h| h.name == "a").unwrap();
+    assert_eq!(a.state, HostState::Cordoned);
+    assert!(a.auto_cordoned);
+    assert_eq!(a.health.healthy, Some(false));
+    assert!(
+        a.state_reason.as_deref().unwrap().contains("automatically"),
+        "{a:?}"
+    );
+    // Nothing new goes there; the rest still takes creates.
+    for _ in 0..3 {
+        assert_ne!(w.one_cpu().await.unwrap().server, "a");
+    }
+    let refused = w
+        .create(CreateSandboxRequest {
+            server: Some("a".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, ServiceError::DockerUnavailable(m) if m.contains("a is cordoned")),
+        "{refused:?}"
+    );
+    let mut details = stockade_api::SandboxResponse::from_record(&sb, Utc::now());
+    w.svc.fill_usage(&sb, &mut details).await;
+    assert_eq!(details.host.as_ref().unwrap().state, "cordoned");
+
+    // The engine comes back without its running containers.
+    w.hosts["a"].set_unavailable(false);
+    w.hosts["a"].exit_container(&sb.id, 137);
+    let hosts = w.check().await;
+    let a = hosts.iter().find(|h| h.name == "a").unwrap();
+    assert_eq!(a.state, HostState::Active, "{a:?}");
+    assert!(!a.auto_cordoned);
+    assert_eq!(w.fresh(&sb).await.status, SandboxStatus::Running);
+    assert!(w.hosts["a"].container(&sb.id).unwrap().running);
+
+    // An administrator's cordon is never lifted by a check.
+    let mut b = w.store.get_host("b").await.unwrap();
+    b.state = HostState::Cordoned;
+    b.state_reason = Some("maintenance".into());
+    w.store.update_host(&b).await.unwrap();
+    let hosts = w.check().await;
+    assert_eq!(
+        hosts.iter().find(|h| h.name == "b").unwrap().state,
+        HostState::Cordoned
+    );
+}
+
+#[tokio::test]
+async fn a_drain_stops_what_runs_and_moves_what_is_stopped() {
+    let w = World::new().await;
+    let kept = w
+        .create(CreateSandboxRequest {
+            server: Some("a".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ephemeral = w
+        .create(CreateSandboxRequest {
+            server: Some("a".into()),
+            persistent: Some(false),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut a = w.store.get_host("a").await.unwrap();
+    a.state = HostState::Draining;
+    w.store.update_host(&a).await.unwrap();
+    // First pass: the persistent one stops, the other goes.
+    stockade_service::drain::drain_once(&w.svc, &a).await;
+    assert_eq!(w.fresh(&kept).await.status, SandboxStatus::Stopped);
+    assert!(w
+        .store
+        .get_sandbox(&w.scope(), &ephemeral.id)
+        .await
+        .map_or(true, |s| s.status == SandboxStatus::Terminated));
+    // Second pass: the stopped one moves, with its workspace.
+    stockade_service::drain::drain_once(&w.svc, &a).await;
+    let moved = w.fresh(&kept).await;
+    assert_ne!(moved.server, "a", "{moved:?}");
+    assert_eq!(moved.status, SandboxStatus::Stopped);
+    assert!(w.hosts["a"].container(&kept.id).is_none());
+    assert!(w.hosts[&moved.server].container(&kept.id).is_some());
+    assert!(w.hosts[&moved.server].workspace_archive(&kept.id).is_some());
+    // It starts where it is now.
+    let started = lifecycle::start(&w.svc, moved.clone()).await.unwrap();
+    assert!(
+        w.hosts[&moved.server]
+            .container(&started.id)
+            .unwrap()
+            .running
+    );
+    let _ = &w.dir;
+}
+
+#[tokio::test]
+async fn a_snapshot_taken_on_one_host_starts_on_another() {
+    let w = World::new().await;
+    let source = w
+        .create(CreateSandboxRequest {
+            server: Some("a".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let snapshot = stockade_service::snapshots::capture(
+        &w.svc,
+        &w.scope(),
+        &source,
+        Some("travel".into()),
+        stockade_core::SnapshotKind::User,
+    )
+    .await
+    .unwrap();
+    assert!(w.hosts["b"].images().is_empty());
+    let restored = w
+        .create(CreateSandboxRequest {
+            server: Some("b".into()),
+            source: Some(stockade_api::SandboxSource::Snapshot {
+                snapshot_id: snapshot.id.to_string(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(restored.server, "b");
+    assert!(w.hosts["b"].images().contains(&snapshot.image_ref));
+    assert_eq!(
+        w.hosts["b"].container(&restored.id).unwrap().spec.image,
+        snapshot.image_ref
+    );
+}
