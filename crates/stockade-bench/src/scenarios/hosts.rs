@@ -13,6 +13,7 @@ use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
+use stockade_core::spec::SpecInput;
 use stockade_core::{
     AccountId, Defaults, Host, HostHealth, HostState, Operation, OperationKind, Resources, Sandbox,
     SandboxId, SandboxSpec, SandboxStatus,
@@ -44,6 +45,12 @@ const PLACEMENT_DECISION: &str = "the same call with every candidate's limits at
 /// The simulated host `i` of the placement scenario.
 fn sim_host(i: usize) -> String {
     format!("sim-{i:02}")
+}
+
+/// The default settings of sandbox `id` (its name comes from the id).
+fn spec_of(id: &SandboxId, defaults: &Defaults) -> anyhow::Result<SandboxSpec> {
+    SandboxSpec::from_input(SpecInput::default(), id, defaults)
+        .map_err(|e| anyhow::anyhow!("default sandbox settings: {e:?}"))
 }
 
 /// Figures of one placement run.
@@ -531,9 +538,9 @@ async fn measure_placement(
     let place = |candidates: Vec<PlacementCandidate>| {
         let store = store.clone();
         let account = account.clone();
-        let spec = spec.clone();
         async move {
             let id = SandboxId::generate();
+            let spec = spec_of(&id, defaults)?;
             let now = Utc::now();
             let mut sb = Sandbox::new(id.clone(), account.clone(), None, spec, String::new(), now);
             let op = Operation::new(
@@ -605,16 +612,16 @@ async fn insert_running(
 ) -> anyhow::Result<f64> {
     let started = Instant::now();
     let now = Utc::now();
-    let spec: SandboxSpec = default_spec(defaults)?;
     futures_util::stream::iter(0..n)
         .map(|i| {
             let store = store.clone();
             let account = account.clone();
-            let spec = spec.clone();
             async move {
+                let id = SandboxId::generate();
+                let spec = spec_of(&id, defaults)?;
                 let created = now - chrono::Duration::milliseconds(i as i64);
                 let mut sb = Sandbox::new(
-                    SandboxId::generate(),
+                    id,
                     account,
                     None,
                     spec,
