@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use stockade_core::Host;
 use stockade_runtime::{DockerConfig, DockerRuntime, IsolationConfig, Runtime, TlsFiles};
-use stockade_service::hosts::RuntimeFactory;
 use stockade_server::ratelimit::{Limit, RateLimitConfig};
 use stockade_server::{AppState, RunningServer, ServerConfig};
+use stockade_service::hosts::RuntimeFactory;
 use stockade_store::Store;
 
 /// A change to the server's configuration (e.g. a warm pool).
