@@ -101,6 +101,28 @@ struct CreateFigures {
     burst_walls: Vec<f64>,
     /// How many creates each host took, over every create of the side.
     per_host: BTreeMap<String, usize>,
+    /// The one-at-a-time samples by the host each went to.
+    by_host: BTreeMap<String, Vec<f64>>,
+}
+
+impl CreateFigures {
+    /// "h2 8 (p50 420.1 ms one at a time), …" for the report.
+    fn spread(&self) -> String {
+        self.per_host
+            .iter()
+            .map(|(h, n)| {
+                match self
+                    .by_host
+                    .get(h)
+                    .and_then(|s| crate::report::summarize(s))
+                {
+                    Some(s) => format!("{h} {n} (one at a time: p50 {:.1} ms)", s.p50),
+                    None => format!("{h} {n}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 impl Bench {
@@ -280,20 +302,13 @@ impl Bench {
             return Ok(());
         };
         let k = self.plan.host_burst;
-        let spread = |f: &CreateFigures| {
-            f.per_host
-                .iter()
-                .map(|(h, n)| format!("{h} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let note = format!(
             "the own engine plus h2 (unix socket) and h3 (TCP with TLS), three dockerd on this \
              one machine sharing its CPUs; one at a time keeps each sandbox until the side's \
              last create; each burst is deleted before the next. Creates per host, three \
              hosts: {}; own host only: {}",
-            spread(&three),
-            spread(&one)
+            three.spread(),
+            one.spread()
         );
         self.rows.push(
             Row::new(
@@ -424,7 +439,13 @@ impl Bench {
         for _ in 0..self.plan.host_creates {
             let t = Instant::now();
             let (id, server) = api.create_placed(json!({})).await?;
-            figures.one_by_one.push(ms(t.elapsed()));
+            let took = ms(t.elapsed());
+            figures.one_by_one.push(took);
+            figures
+                .by_host
+                .entry(server.clone())
+                .or_default()
+                .push(took);
             *figures.per_host.entry(server).or_default() += 1;
             made.push(id.clone());
             kept.push(id);
