@@ -122,15 +122,16 @@ pub struct Cli {
     /// simulated hosts (default 10000; quick 10000).
     #[arg(long)]
     pub placement_sandboxes: Option<usize>,
-    /// Three hosts against one: creates one at a time on each side
-    /// (default 20; quick 3). Needs STOCKADE_TEST_HOST2/3 (scripts/test).
+    /// Three hosts against one: creates one at a time on each side, in two
+    /// turns of half as many (default 20; quick 4). Needs
+    /// STOCKADE_TEST_HOST2/3 (scripts/test).
     #[arg(long)]
     pub host_creates: Option<usize>,
     /// Three hosts against one: creates at once (default 20; quick 20).
     #[arg(long)]
     pub host_burst: Option<usize>,
-    /// Three hosts against one: rounds of creates at once on each side
-    /// (default 3; quick 1).
+    /// Three hosts against one: rounds of creates at once on each side, in
+    /// two turns of half as many (default 4; quick 2).
     #[arg(long)]
     pub host_bursts: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
@@ -203,9 +204,9 @@ impl Plan {
             egress_creates: pick(cli.egress_creates, 20, 3).max(1),
             placements: pick(cli.placements, 200, 20).max(1),
             placement_sandboxes: pick(cli.placement_sandboxes, 10_000, 10_000),
-            host_creates: pick(cli.host_creates, 20, 3).max(1),
+            host_creates: pick(cli.host_creates, 20, 4).max(1),
             host_burst: pick(cli.host_burst, 20, 20).max(1),
-            host_bursts: pick(cli.host_bursts, 3, 1).max(1),
+            host_bursts: pick(cli.host_bursts, 4, 2).max(1),
             only: cli
                 .only
                 .iter()

@@ -304,9 +304,10 @@ impl Bench {
         let k = self.plan.host_burst;
         let note = format!(
             "the own engine plus h2 (unix socket) and h3 (TCP with TLS), three dockerd on this \
-             one machine sharing its CPUs; one at a time keeps each sandbox until the side's \
-             last create; each burst is deleted before the next. Creates per host, three \
-             hosts: {}; own host only: {}",
+             one machine sharing its CPUs; the sides take turns (own host alone, three, three, \
+             own host alone; half of each side's creates and bursts per turn); one at a time \
+             keeps each sandbox until the turn's last create; each burst is deleted before the \
+             next. Creates per host, three hosts: {}; own host only: {}",
             three.spread(),
             one.spread()
         );
@@ -402,9 +403,12 @@ impl Bench {
             }
             api.delete(&id).await?;
         }
+        // Own host alone, three, three, own host alone: half of each
+        // side's work in each turn, so that drift of the machine's load
+        // hits both sides alike.
         let mut one = CreateFigures::default();
         let mut three = CreateFigures::default();
-        for (cordoned, figures) in [(true, &mut one), (false, &mut three)] {
+        for cordoned in [true, false, false, true] {
             let state = if cordoned { "cordoned" } else { "active" };
             for name in OTHER_HOSTS {
                 api.hosts_call(
@@ -415,20 +419,22 @@ impl Bench {
                 )
                 .await?;
             }
+            let figures = if cordoned { &mut one } else { &mut three };
             self.create_side(api, figures, made).await?;
-            if cordoned && figures.per_host.keys().any(|h| *h != own) {
-                bail!(
-                    "with h2 and h3 cordoned, creates went to {:?}",
-                    figures.per_host
-                );
-            }
+        }
+        if one.per_host.keys().any(|h| *h != own) {
+            bail!(
+                "with h2 and h3 cordoned, creates went to {:?}",
+                one.per_host
+            );
         }
         Ok(Some((one, three)))
     }
 
-    /// One side of the three-hosts scenario: `host_creates` one at a time
-    /// (kept until the end of the side), then `host_bursts` rounds of
-    /// `host_burst` at once, each deleted before the next.
+    /// Half of one side of the three-hosts scenario: half of `host_creates`
+    /// one at a time (kept until the end of the turn), then half of
+    /// `host_bursts` rounds of `host_burst` at once, each deleted before
+    /// the next.
     async fn create_side(
         &self,
         api: &Api,
@@ -436,7 +442,7 @@ impl Bench {
         made: &mut Vec<String>,
     ) -> anyhow::Result<()> {
         let mut kept = Vec::new();
-        for _ in 0..self.plan.host_creates {
+        for _ in 0..self.plan.host_creates.div_ceil(2) {
             let t = Instant::now();
             let (id, server) = api.create_placed(json!({})).await?;
             let took = ms(t.elapsed());
@@ -451,7 +457,7 @@ impl Bench {
             kept.push(id);
         }
         delete_all(api, &kept, made).await?;
-        for _ in 0..self.plan.host_bursts {
+        for _ in 0..self.plan.host_bursts.div_ceil(2) {
             let t = Instant::now();
             let results = futures_util::future::join_all(
                 (0..self.plan.host_burst).map(|_| api.create_placed(json!({}))),
