@@ -6,45 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use stockade_core::Host;
-use stockade_runtime::{DockerConfig, DockerRuntime, IsolationConfig, Runtime, TlsFiles};
+
+use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
 use stockade_server::ratelimit::{Limit, RateLimitConfig};
 use stockade_server::{AppState, RunningServer, ServerConfig};
-use stockade_service::hosts::RuntimeFactory;
+use stockade_service::hosts::DockerHostFactory;
 use stockade_store::Store;
 
 /// A change to the server's configuration (e.g. a warm pool).
 pub type Configure = Box<dyn FnOnce(&mut ServerConfig) + Send>;
-
-/// Connects the Docker hosts an administrator registers (the several-hosts
-/// scenario) with the server's own Docker settings and each host's address,
-/// TLS files and name, networks named after the host — as `stockade
-/// server` connects them.
-struct HostFactory {
-    template: DockerConfig,
-}
-
-impl RuntimeFactory for HostFactory {
-    fn connect(&self, host: &Host) -> Result<Arc<dyn Runtime>, String> {
-        let config = DockerConfig {
-            host: Some(host.docker_host.clone()),
-            tls: host.tls.as_ref().map(|t| TlsFiles {
-                ca: t.ca.clone().into(),
-                cert: t.cert.clone().into(),
-                key: t.key.clone().into(),
-            }),
-            server_name: host.name.clone(),
-            publish_address: host.address.clone(),
-            isolation: IsolationConfig {
-                packet_filter: self.template.isolation.packet_filter,
-                ..IsolationConfig::for_host(&host.name)
-            },
-            ..self.template.clone()
-        };
-        let runtime = DockerRuntime::new(config).map_err(|e| e.to_string())?;
-        Ok(Arc::new(runtime))
-    }
-}
 
 /// How the server under test is set up.
 pub struct ServerOptions {
@@ -90,7 +60,7 @@ impl App {
         };
         config.service.defaults.image = opts.image.clone();
         config.service.hosts.own_docker_host = opts.docker_host.clone();
-        config.service.hosts.factory = Some(Arc::new(HostFactory { template: docker }));
+        config.service.hosts.factory = Some(Arc::new(DockerHostFactory::new(docker)));
         // The limiter stays on (its cost is part of every request) but so
         // high that the benchmark's thousands of requests never reach it.
         config.rate_limit = Some(RateLimitConfig::uniform(Limit {
