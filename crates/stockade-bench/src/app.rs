@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+
 use stockade_runtime::{DockerConfig, DockerRuntime, Runtime};
 use stockade_server::ratelimit::{Limit, RateLimitConfig};
 use stockade_server::{AppState, RunningServer, ServerConfig};
+use stockade_service::hosts::DockerHostFactory;
 use stockade_store::Store;
 
 /// A change to the server's configuration (e.g. a warm pool).
@@ -37,12 +39,13 @@ pub struct App {
 impl App {
     pub async fn start(opts: ServerOptions) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let runtime = DockerRuntime::new(DockerConfig {
+        let docker = DockerConfig {
             host: Some(opts.docker_host.clone()),
             oci_runtime: opts.oci_runtime.clone(),
             ..DockerConfig::default()
-        })
-        .context("could not set up the Docker client")?;
+        };
+        let runtime =
+            DockerRuntime::new(docker.clone()).context("could not set up the Docker client")?;
         let runtime: Arc<dyn Runtime> = Arc::new(runtime);
         let mut config = ServerConfig {
             listen: "127.0.0.1:0".parse().context("loopback address")?,
@@ -56,6 +59,8 @@ impl App {
             ..ServerConfig::default()
         };
         config.service.defaults.image = opts.image.clone();
+        config.service.hosts.own_docker_host = opts.docker_host.clone();
+        config.service.hosts.factory = Some(Arc::new(DockerHostFactory::new(docker)));
         // The limiter stays on (its cost is part of every request) but so
         // high that the benchmark's thousands of requests never reach it.
         config.rate_limit = Some(RateLimitConfig::uniform(Limit {

@@ -71,6 +71,12 @@ impl Api {
 
     /// Creates a sandbox; returns its id once it is RUNNING.
     pub async fn create(&self, body: Value) -> anyhow::Result<String> {
+        self.create_placed(body).await.map(|(id, _)| id)
+    }
+
+    /// Creates a sandbox; returns its id and the host it was placed on
+    /// (`server`) once it is RUNNING.
+    pub async fn create_placed(&self, body: Value) -> anyhow::Result<(String, String)> {
         let v = self
             .call(
                 Method::POST,
@@ -82,10 +88,48 @@ impl Api {
         if v["status"] != "RUNNING" {
             bail!("create returned status {} instead of RUNNING", v["status"]);
         }
-        v["id"]
+        let id = v["id"]
             .as_str()
             .map(str::to_owned)
-            .context("create: the answer has no id")
+            .context("create: the answer has no id")?;
+        let server = v["server"]
+            .as_str()
+            .map(str::to_owned)
+            .context("create: the answer has no server")?;
+        Ok((id, server))
+    }
+
+    /// An administrator's request about Docker hosts (`/api/v1/hosts…`):
+    /// `method` on `path` below `/api/v1`, answered with `expect`.
+    pub async fn hosts_call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        expect: StatusCode,
+    ) -> anyhow::Result<()> {
+        if expect == StatusCode::NO_CONTENT {
+            let mut req = self
+                .http
+                .request(method.clone(), format!("{}/api/v1{path}", self.base))
+                .bearer_auth(&self.token);
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let resp = req
+                .send()
+                .await
+                .with_context(|| format!("{method} {path}: no answer"))?;
+            let status = resp.status();
+            if status != expect {
+                let text = resp.text().await.unwrap_or_default();
+                bail!("{method} {path}: expected {expect}, got {status}: {text}");
+            }
+            return Ok(());
+        }
+        self.call(method, &format!("/api/v1{path}"), body, expect)
+            .await
+            .map(drop)
     }
 
     /// Runs `argv` (buffered); returns the exit code and stdout.

@@ -1,10 +1,11 @@
 //! `stockade-bench`: starts a Stockade server in this process (fresh
 //! database, real Docker) and, in the same run, measures each scenario of
 //! issue 7 — and those of the in-sandbox agent (exec, terminal, memory,
-//! warm create → first command), of gVisor and of egress policies —
-//! through Stockade's HTTP API and through a baseline: the Docker Engine API
-//! directly with the same container settings (or, for gVisor, Stockade
-//! under runc; for egress policies, Stockade with `allow-all`). Writes
+//! warm create → first command), of gVisor, of egress policies and of
+//! several Docker hosts — through Stockade's HTTP API and through a
+//! baseline: the Docker Engine API directly with the same container
+//! settings (or, for gVisor, Stockade under runc; for egress policies,
+//! Stockade with `allow-all`; for several hosts, the own host alone). Writes
 //! `results.json` and `results.md`; never fails because of a ratio, only
 //! when something breaks.
 #![forbid(unsafe_code)]
@@ -113,9 +114,29 @@ pub struct Cli {
     /// (default 20; quick 3).
     #[arg(long)]
     pub egress_creates: Option<usize>,
+    /// Placement scenario: placements timed, each also as a refused one
+    /// (the decision alone) (default 200; quick 20).
+    #[arg(long)]
+    pub placements: Option<usize>,
+    /// Placement scenario: RUNNING sandbox records spread over the 50
+    /// simulated hosts (default 10000; quick 10000).
+    #[arg(long)]
+    pub placement_sandboxes: Option<usize>,
+    /// Three hosts against one: creates one at a time on each side, in two
+    /// turns of half as many (default 20; quick 4). Needs
+    /// STOCKADE_TEST_HOST2/3 (scripts/test).
+    #[arg(long)]
+    pub host_creates: Option<usize>,
+    /// Three hosts against one: creates at once (default 20; quick 20).
+    #[arg(long)]
+    pub host_burst: Option<usize>,
+    /// Three hosts against one: rounds of creates at once on each side, in
+    /// two turns of half as many (default 4; quick 2).
+    #[arg(long)]
+    pub host_bursts: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, gvisor,
-    /// egress.
+    /// egress, hosts.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -142,6 +163,11 @@ pub struct Plan {
     pub egress_batches: usize,
     pub egress_requests: usize,
     pub egress_creates: usize,
+    pub placements: usize,
+    pub placement_sandboxes: usize,
+    pub host_creates: usize,
+    pub host_burst: usize,
+    pub host_bursts: usize,
     /// Scenario groups to run; empty = all.
     pub only: Vec<String>,
 }
@@ -176,6 +202,11 @@ impl Plan {
             egress_batches: pick(cli.egress_batches, 30, 5).max(1),
             egress_requests: pick(cli.egress_requests, 50, 10).max(1),
             egress_creates: pick(cli.egress_creates, 20, 3).max(1),
+            placements: pick(cli.placements, 200, 20).max(1),
+            placement_sandboxes: pick(cli.placement_sandboxes, 10_000, 10_000),
+            host_creates: pick(cli.host_creates, 20, 4).max(1),
+            host_burst: pick(cli.host_burst, 20, 20).max(1),
+            host_bursts: pick(cli.host_bursts, 4, 2).max(1),
             only: cli
                 .only
                 .iter()
@@ -185,9 +216,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 12] = [
+const GROUPS: [&str; 13] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "gvisor", "egress",
+    "gvisor", "egress", "hosts",
 ];
 
 fn main() -> ExitCode {

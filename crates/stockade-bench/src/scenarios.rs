@@ -22,6 +22,8 @@ use crate::raw::{Raw, RawSandbox};
 use crate::report::{Better, Environment, Report, Row, Target};
 use crate::{Cli, Plan};
 
+mod hosts;
+
 /// Records of the list scenario are on a server name no Docker host has,
 /// so reconciliation leaves them alone (they have no containers).
 const RECORD_SERVER: &str = "bench-records";
@@ -246,6 +248,9 @@ impl Bench {
         }
         if self.plan.runs("egress") {
             self.egress().await?;
+        }
+        if self.plan.runs("hosts") {
+            self.hosts().await?;
         }
         Ok(())
     }

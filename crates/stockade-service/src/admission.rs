@@ -275,16 +275,15 @@ pub(crate) async fn capacity(svc: &Service, server: &str) -> Option<HostCapacity
     if a.cpu_overcommit.is_none() && a.memory_overcommit.is_none() {
         return None;
     }
-    let host = svc.store.get_host(server).await.ok();
-    let set = host.as_ref().map(|h| (h.cpus, h.memory_bytes));
-    let (cpus, memory_bytes) = match set {
-        Some((Some(c), Some(m))) => (c, m),
-        _ => {
-            let info = svc.runtime_on(server).await.ok()?.info().await.ok()?;
-            let (c, m) = set.unwrap_or_default();
-            (c.unwrap_or(info.cpus), m.unwrap_or(info.memory_bytes))
-        }
+    let rt = svc.runtime_on(server).await.ok()?;
+    let (cpus, memory_bytes) = match svc.store.get_host(server).await {
+        Ok(host) => crate::placement::host_size(&host, rt.as_ref()).await,
+        Err(_) => match rt.info().await {
+            Ok(info) => (Some(info.cpus), Some(info.memory_bytes)),
+            Err(_) => (None, None),
+        },
     };
+    let (cpus, memory_bytes) = (cpus?, memory_bytes?);
     Some(HostCapacity {
         cpus,
         memory_bytes,

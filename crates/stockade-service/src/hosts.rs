@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use stockade_core::{Host, HostState, Sandbox, SandboxId};
-use stockade_runtime::Runtime;
+use stockade_runtime::{DockerConfig, DockerRuntime, IsolationConfig, Runtime, TlsFiles};
 
 use crate::error::{ServiceError, ServiceResult};
 use crate::Service;
@@ -22,6 +22,52 @@ use crate::Service;
 /// with the host's `dockerHost`, TLS files and name).
 pub trait RuntimeFactory: Send + Sync {
     fn connect(&self, host: &Host) -> Result<Arc<dyn Runtime>, String>;
+}
+
+/// Connects registered hosts with the server's own Docker settings (pids
+/// limit, OCI runtime, disk quotas, log caps, packet filter) and each
+/// host's address, TLS files and name. A host's networks, bridges and chain
+/// are named after it ([`IsolationConfig::for_host`]), so engines sharing
+/// a machine never clash; the server's own host is never made here (the
+/// service keeps the runtime it was given, with its configured names).
+#[derive(Debug, Clone)]
+pub struct DockerHostFactory {
+    template: DockerConfig,
+}
+
+impl DockerHostFactory {
+    /// `template`: the server's own [`DockerConfig`].
+    pub fn new(template: DockerConfig) -> Self {
+        Self { template }
+    }
+
+    /// The configuration of `host`'s runtime.
+    pub fn config_for(&self, host: &Host) -> DockerConfig {
+        DockerConfig {
+            host: Some(host.docker_host.clone()),
+            tls: host.tls.as_ref().map(|t| TlsFiles {
+                ca: t.ca.clone().into(),
+                cert: t.cert.clone().into(),
+                key: t.key.clone().into(),
+            }),
+            server_name: host.name.clone(),
+            // A host off this machine: its agents' port is published on
+            // its address, where this server reaches them (SCALE-4).
+            publish_address: host.address.clone(),
+            isolation: IsolationConfig {
+                packet_filter: self.template.isolation.packet_filter,
+                ..IsolationConfig::for_host(&host.name)
+            },
+            ..self.template.clone()
+        }
+    }
+}
+
+impl RuntimeFactory for DockerHostFactory {
+    fn connect(&self, host: &Host) -> Result<Arc<dyn Runtime>, String> {
+        let runtime = DockerRuntime::new(self.config_for(host)).map_err(|e| e.to_string())?;
+        Ok(Arc::new(runtime))
+    }
 }
 
 /// Settings of the hosts' registry and health checks.

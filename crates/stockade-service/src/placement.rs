@@ -229,15 +229,20 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
 }
 
 /// A host's size: what an administrator set, else what its engine
-/// reports (`None` where neither is known).
-async fn host_size(host: &Host, rt: &dyn Runtime) -> (Option<u32>, Option<u64>) {
-    if let (Some(c), Some(m)) = (host.cpus, host.memory_bytes) {
+/// reported at the last health check, else what it reports now (`None`
+/// where nothing is known). A create asks no engine when the checks know.
+pub(crate) async fn host_size(host: &Host, rt: &dyn Runtime) -> (Option<u32>, Option<u64>) {
+    let known = (
+        host.cpus.or(host.health.cpus),
+        host.memory_bytes.or(host.health.memory_bytes),
+    );
+    if let (Some(c), Some(m)) = known {
         return (Some(c), Some(m));
     }
     let info = rt.info().await.ok();
     (
-        host.cpus.or(info.as_ref().map(|i| i.cpus)),
-        host.memory_bytes.or(info.as_ref().map(|i| i.memory_bytes)),
+        known.0.or(info.as_ref().map(|i| i.cpus)),
+        known.1.or(info.as_ref().map(|i| i.memory_bytes)),
     )
 }
 

@@ -6,7 +6,9 @@ import assert from 'node:assert/strict';
 import { api, createSandbox, putFile, signedInPage, done, shot, assertNoOverflow } from '../lib/harness.mjs';
 
 /** How many pixels of the chart's canvas, in a box of CSS pixels, are not blank (or of a colour). */
-function inked(page, box, rgb) {
+async function inked(page, box, rgb) {
+  // A tab shown a moment ago may not be laid out yet (no width to measure by).
+  await page.waitForFunction(() => document.getElementById('chart').clientWidth > 0);
   return page.evaluate(([b, colour]) => {
     const c = document.getElementById('chart');
     const scale = c.width / c.clientWidth;
