@@ -302,10 +302,7 @@ pub(crate) fn held_on(svc: &Service, server: &str, except: &SandboxId) -> Resour
             held = held.plus(h.after.running);
         }
     }
-    if server == svc.hosts.own_name() {
-        held = held.plus(svc.pool.reserved());
-    }
-    held
+    held.plus(svc.pool.reserved_on(server))
 }
 
 fn grows(before: Resources, after: Resources) -> bool {
@@ -364,9 +361,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         for h in held.iter().filter(|h| h.server == ask.server) {
             reserved = reserved.plus(h.after.running);
         }
-        if ask.server == svc.hosts.own_name() {
-            reserved = reserved.plus(svc.pool.reserved());
-        }
+        reserved = reserved.plus(svc.pool.reserved_on(ask.server));
         cap.check(ask.server, reserved, ask.before.running, ask.after.running)
             .map_err(ServiceError::InsufficientCapacity)?;
     }
@@ -399,17 +394,16 @@ fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
 
 /// A create of `sb` (validated, not saved yet), against its account's
 /// quota. Its host's room is weighed by placement (SCALE-5,
-/// [`crate::placement`]) as its record is inserted; until then it holds
-/// room on no host — but on `from_pool`'s, the own host, whose warm-pool
-/// member it may take (the refill that follows the take must see it).
-pub async fn admit_create(svc: &Service, sb: &Sandbox, from_pool: bool) -> ServiceResult<Admitted> {
-    let server = if from_pool { svc.hosts.own_name() } else { "" };
+/// [`crate::placement`]) as its record is inserted, or held by
+/// [`hold_claim`] when a warm-pool member serves it; until then it holds
+/// room on no host.
+pub async fn admit_create(svc: &Service, sb: &Sandbox) -> ServiceResult<Admitted> {
     admit(
         svc,
         Ask {
             id: &sb.id,
             account: &sb.account_id,
-            server,
+            server: "",
             before: Footprint::default(),
             after: Footprint::running(&sb.spec),
             host: false,
@@ -461,6 +455,33 @@ pub async fn admit_resize(
     .await
 }
 
+/// Holds `resources` on `host` for the warm-pool member `id` being claimed,
+/// until the claimed record shows them (dropped): the refill that the take
+/// starts must not count the room as free.
+pub fn hold_claim(svc: &Service, id: &SandboxId, host: &str, resources: Resources) -> Admitted {
+    let admission = svc.admission.clone();
+    let key = admission.next.fetch_add(1, Ordering::Relaxed);
+    admission.held().insert(
+        key,
+        Held {
+            id: id.clone(),
+            account: None,
+            server: host.to_owned(),
+            after: Footprint {
+                sandboxes: 0,
+                running: resources,
+                disk_gb: 0,
+            },
+        },
+    );
+    Admitted {
+        admission,
+        key,
+        host_checked: true,
+        handed_on: false,
+    }
+}
+
 /// Whether the host has room for the warm-pool member `member`; if so,
 /// the grant that counts it while it is made. Members being made count only
 /// once checked, so concurrent fills on a nearly full host do not refuse
@@ -469,8 +490,9 @@ pub async fn admit_resize(
 pub async fn check_pool_fill(
     svc: &Service,
     member: &PoolMemberSpec,
+    host: &str,
 ) -> Result<Option<Admitted>, String> {
-    let server = svc.hosts.own_name().to_owned();
+    let server = host.to_owned();
     let Some(cap) = capacity(svc, &server).await else {
         return Ok(None);
     };
@@ -486,7 +508,7 @@ pub async fn check_pool_fill(
     for h in held.iter().filter(|h| h.server == server) {
         reserved = reserved.plus(h.after.running);
     }
-    reserved = reserved.plus(svc.pool.reserved());
+    reserved = reserved.plus(svc.pool.reserved_on(&server));
     let own = Resources {
         cpu_millis: stockade_core::quota::cpu_millis(member.cpu_cores),
         memory_bytes: member.memory_bytes.max(0) as u64,

@@ -321,6 +321,29 @@ impl Service {
         self.runtime_on(&sb.server).await
     }
 
+    /// The hosts that took new sandboxes at the last look, the own one
+    /// first, with their runtimes (the warm pool keeps members on each).
+    pub fn schedulable_hosts(&self) -> Vec<(Host, Arc<dyn Runtime>)> {
+        let seen = self
+            .hosts
+            .seen
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut hosts: Vec<Host> = seen.into_iter().filter(Host::schedulable).collect();
+        if !hosts.iter().any(|h| h.name == self.hosts.own_name()) && self.hosts.own_schedulable() {
+            hosts.push(crate::placement::own_host_record(self));
+        }
+        hosts.sort_by_key(|h| h.name != self.hosts.own_name());
+        hosts
+            .into_iter()
+            .filter_map(|h| {
+                let rt = self.hosts.runtime(&h).ok()?;
+                Some((h, rt))
+            })
+            .collect()
+    }
+
     /// Fills the live figures of the details of `sb` from its host.
     pub async fn fill_usage(&self, sb: &Sandbox, resp: &mut stockade_api::SandboxResponse) {
         match self.runtime_for(sb).await {

@@ -179,7 +179,7 @@ pub async fn create_sandbox(
     // and held, when the record is made. Not before a key's replay: a
     // retry of a create that was made returns it even at the quota.
     if idempotency_key.is_none() {
-        drop(crate::admission::admit_create(svc, &sb, false).await?);
+        drop(crate::admission::admit_create(svc, &sb).await?);
     }
     tracing::Span::current().record("sandbox.id", sb.id.as_str());
     match idempotency_key {
@@ -269,21 +269,10 @@ async fn create_inner(
     held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
-    // SCALE-3: the warm pool is on this server's own host; it serves a
-    // create that may go there while that host takes new sandboxes.
-    let poolable = poolable
-        && held.is_none()
-        && svc.hosts.own_schedulable()
-        && sb.spec.placement.selector.is_empty()
-        && sb
-            .spec
-            .placement
-            .server
-            .as_deref()
-            .is_none_or(|s| s == svc.hosts.own_name());
+    // SCALE-3: a member on a host the create may go to serves it.
+    let poolable = poolable && held.is_none();
     // SEC-16: held until the record shows the sandbox.
-    let from_pool = poolable && svc.pool.has_ready_for(&sb.spec);
-    let admitted = match crate::admission::admit_create(svc, &sb, from_pool).await {
+    let admitted = match crate::admission::admit_create(svc, &sb).await {
         Ok(admitted) => admitted,
         Err(e) => {
             if let Some(guard) = held {

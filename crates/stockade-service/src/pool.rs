@@ -28,7 +28,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -37,7 +37,7 @@ use stockade_core::spec::SpecInput;
 use stockade_core::{
     Defaults, Resources, Sandbox, SandboxId, SandboxName, SandboxSpec, SandboxStatus,
 };
-use stockade_runtime::PoolMemberSpec;
+use stockade_runtime::{PoolMemberSpec, Runtime};
 use stockade_store::StoreError;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -212,6 +212,14 @@ impl PoolClass {
     /// would make: same image and resources, network and main process.
     /// Everything else (name, labels, tags, ports, timeout, environment,
     /// team) lives in the record or is applied at the claim.
+    /// What one member holds on its host.
+    fn resources(&self) -> Resources {
+        Resources {
+            cpu_millis: stockade_core::quota::cpu_millis(self.cpu_cores),
+            memory_bytes: self.memory_bytes.max(0) as u64,
+        }
+    }
+
     pub fn fits(&self, spec: &SandboxSpec) -> bool {
         spec.start_command.is_none()
             && spec.docker_image == self.image
@@ -248,11 +256,16 @@ struct ClassState {
     retry_at: Option<Instant>,
 }
 
-/// The pool of one server process: its classes and their ready members.
+/// Where members of a class wait: (host name, class key). Every host that
+/// takes sandboxes keeps each class's members (SCALE-3, SCALE-5).
+type Slot = (String, String);
+
+/// The pool of one server process: its classes and their ready members on
+/// every host.
 pub struct Pool {
     classes: Vec<PoolClass>,
     config: PoolConfig,
-    state: Mutex<HashMap<String, ClassState>>,
+    state: Mutex<HashMap<Slot, ClassState>>,
     wake: Notify,
     /// Fitting creates served by a member, and those that found none.
     hits: AtomicU64,
@@ -280,12 +293,7 @@ impl Pool {
             }
         }
         Ok(Self {
-            state: Mutex::new(
-                classes
-                    .iter()
-                    .map(|c| (c.key.clone(), ClassState::default()))
-                    .collect(),
-            ),
+            state: Mutex::new(HashMap::new()),
             classes,
             config: config.clone(),
             wake: Notify::new(),
@@ -303,17 +311,33 @@ impl Pool {
         &self.classes
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClassState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Slot, ClassState>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Ready members per class key.
+    /// Ready members per class key, every host together.
     pub fn ready(&self) -> Vec<(String, usize)> {
         let st = self.lock();
         self.classes
             .iter()
-            .map(|c| (c.key.clone(), st.get(&c.key).map_or(0, |s| s.ready.len())))
+            .map(|c| {
+                let n = st
+                    .iter()
+                    .filter(|((_, k), _)| *k == c.key)
+                    .map(|(_, s)| s.ready.len())
+                    .sum();
+                (c.key.clone(), n)
+            })
             .collect()
+    }
+
+    /// Ready members on host `host`, every class together.
+    pub fn ready_on(&self, host: &str) -> usize {
+        self.lock()
+            .iter()
+            .filter(|((h, _), _)| h == host)
+            .map(|(_, s)| s.ready.len())
+            .sum()
     }
 
     /// Ready members of every class together.
@@ -344,35 +368,34 @@ impl Pool {
         self.classes.iter().find(|c| c.fits(spec))
     }
 
-    /// Whether a member is ready for a create of `spec`.
+    /// Whether a member is ready for a create of `spec` on some host.
     pub fn has_ready_for(&self, spec: &SandboxSpec) -> bool {
-        self.class_for(spec)
-            .is_some_and(|c| self.lock().get(&c.key).is_some_and(|s| !s.ready.is_empty()))
+        self.class_for(spec).is_some_and(|c| {
+            self.lock()
+                .iter()
+                .any(|((_, k), s)| *k == c.key && !s.ready.is_empty())
+        })
     }
 
-    /// CPU and memory the ready members hold on the host (SEC-15; members
-    /// being made count through their admission grants).
-    pub fn reserved(&self) -> Resources {
+    /// CPU and memory the ready members hold on host `host` (SEC-15;
+    /// members being made count through their admission grants).
+    pub fn reserved_on(&self, host: &str) -> Resources {
         let st = self.lock();
-        self.classes
-            .iter()
-            .filter_map(|c| {
-                let s = st.get(&c.key)?;
-                let each = Resources {
-                    cpu_millis: stockade_core::quota::cpu_millis(c.cpu_cores),
-                    memory_bytes: c.memory_bytes.max(0) as u64,
-                };
-                Some(each.times(s.ready.len() as u64))
+        st.iter()
+            .filter(|((h, _), _)| h == host)
+            .filter_map(|((_, key), s)| {
+                let c = self.classes.iter().find(|c| &c.key == key)?;
+                Some(c.resources().times(s.ready.len() as u64))
             })
             .fold(Resources::default(), Resources::plus)
     }
 
-    fn take(&self, key: &str) -> Option<SandboxId> {
-        self.lock().get_mut(key)?.ready.pop_front()
+    fn take(&self, slot: &Slot) -> Option<SandboxId> {
+        self.lock().get_mut(slot)?.ready.pop_front()
     }
 
-    fn put_back(&self, key: &str, id: SandboxId) {
-        if let Some(s) = self.lock().get_mut(key) {
+    fn put_back(&self, slot: &Slot, id: SandboxId) {
+        if let Some(s) = self.lock().get_mut(slot) {
             s.ready.push_front(id);
         }
     }
@@ -439,29 +462,47 @@ fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox
 }
 
 /// Serves the create of `sb` from the warm pool: `None` when it does not
-/// fit a class or no member is ready (the caller creates it cold), else the
-/// RUNNING sandbox — under the member's id, not `sb.id` — or why the create
-/// failed (its name is taken).
+/// fit a class or no member is ready on a host it may go to (the caller
+/// creates it cold), else the RUNNING sandbox — under the member's id, not
+/// `sb.id`, on the member's host — or why the create failed (its name is
+/// taken).
 pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>> {
     let pool = &svc.pool;
     let class = pool.class_for(&sb.spec)?;
+    // The hosts it may go to, the own one first (SCALE-5); allow and deny
+    // lists only where the egress filter runs.
+    let own_only = crate::egress::needs_filter(&sb.spec.network);
+    let hosts: Vec<(String, Arc<dyn Runtime>)> = svc
+        .schedulable_hosts()
+        .into_iter()
+        .filter(|(h, _)| sb.spec.placement.allows(&h.name, &h.labels))
+        .filter(|(h, _)| !own_only || h.name == svc.hosts.own_name())
+        .map(|(h, rt)| (h.name, rt))
+        .collect();
     for _ in 0..3 {
-        let Some(id) = pool.take(&class.key) else {
+        let Some((slot, rt, id)) = hosts.iter().find_map(|(host, rt)| {
+            let slot = (host.clone(), class.key.clone());
+            pool.take(&slot).map(|id| (slot, rt.clone(), id))
+        }) else {
             debug!(class = %class.key, "warm pool empty: creating cold");
             pool.misses.fetch_add(1, Ordering::Relaxed);
             pool.wake();
             return None;
         };
+        // SEC-15: the member's room stays held until the record shows the
+        // sandbox, so the refill the take starts cannot overfill the host.
+        let _held = crate::admission::hold_claim(svc, &id, &slot.0, class.resources());
         pool.wake();
-        let container = match svc.runtime.inspect(&id).await {
+        let container = match rt.inspect(&id).await {
             Ok(Some(c)) if c.running => c,
             other => {
                 warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
-                discard(svc, id);
+                discard(svc, &slot.0, id);
                 continue;
             }
         };
-        let claimed = claimed_record(sb, &id, container.container_id);
+        let mut claimed = claimed_record(sb, &id, container.container_id);
+        claimed.server = slot.0.clone();
         match svc.store.insert_sandbox(&claimed).await {
             Ok(()) => {}
             Err(StoreError::Conflict(_)) => {
@@ -470,17 +511,18 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
                     debug!(sandbox.id = %id, "warm pool member claimed elsewhere");
                     continue;
                 }
-                pool.put_back(&class.key, id);
+                pool.put_back(&slot, id);
                 return Some(Err(ServiceError::Conflict(format!(
                     "A sandbox named '{}' already exists in this account",
                     claimed.spec.name
                 ))));
             }
             Err(e) => {
-                pool.put_back(&class.key, id);
+                pool.put_back(&slot, id);
                 return Some(Err(e.into()));
             }
         }
+        svc.hosts.remember(&id, &slot.0);
         // From here on the member is the caller's: it never goes back. Its
         // environment needs no write: exec takes it from the record, and
         // every start writes it for the main process (as after a PATCH).
@@ -495,20 +537,25 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
         }
         svc.agents.adopt(&id, claimed.started_at);
         pool.hits.fetch_add(1, Ordering::Relaxed);
-        info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, "sandbox created from the warm pool");
+        info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, host = %slot.0, "sandbox created from the warm pool");
         return Some(Ok(claimed));
     }
     None
 }
 
-/// Removes a member that can no longer be claimed, in the background.
-fn discard(svc: &Service, id: SandboxId) {
+/// Removes a member on `host` that can no longer be claimed, in the
+/// background.
+fn discard(svc: &Service, host: &str, id: SandboxId) {
     svc.pool.forget(&id);
     svc.agents.forget(&id);
-    let runtime = svc.runtime.clone();
+    let (svc, host) = (svc.clone(), host.to_owned());
     tokio::spawn(async move {
-        if let Err(e) = runtime.remove(&id, false).await {
-            warn!(sandbox.id = %id, error = %e, "could not remove a warm pool member");
+        let removed = match svc.runtime_on(&host).await {
+            Ok(rt) => rt.remove(&id, false).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = removed {
+            warn!(sandbox.id = %id, host = %host, error = %e, "could not remove a warm pool member");
         }
     });
 }
@@ -525,7 +572,7 @@ pub async fn run(svc: Service, shutdown: CancellationToken) {
     if !pool.enabled() {
         return;
     }
-    let mut fills: JoinSet<(String, Result<SandboxId, String>)> = JoinSet::new();
+    let mut fills: JoinSet<(Slot, Result<SandboxId, String>)> = JoinSet::new();
     let mut tick = tokio::time::interval(pool.config.check_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first tick is immediate: adopt just looked
@@ -554,97 +601,111 @@ pub async fn run(svc: Service, shutdown: CancellationToken) {
         filled(&svc, done);
     }
     if pool.config.drain_on_shutdown {
-        let members: Vec<SandboxId> = pool
+        let members: Vec<(String, SandboxId)> = pool
             .lock()
-            .values_mut()
-            .flat_map(|s| std::mem::take(&mut s.ready))
+            .iter_mut()
+            .flat_map(|((host, _), s)| {
+                std::mem::take(&mut s.ready)
+                    .into_iter()
+                    .map(|id| (host.clone(), id))
+                    .collect::<Vec<_>>()
+            })
             .collect();
-        for id in &members {
-            if let Err(e) = svc.runtime.remove(id, false).await {
-                warn!(sandbox.id = %id, error = %e, "could not remove a warm pool member at shutdown");
+        for (host, id) in &members {
+            let removed = match svc.runtime_on(host).await {
+                Ok(rt) => rt.remove(id, false).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = removed {
+                warn!(sandbox.id = %id, host = %host, error = %e, "could not remove a warm pool member at shutdown");
             }
         }
         info!(removed = members.len(), "warm pool drained");
     }
 }
 
-/// Starts fills for every class below its size, within the concurrency
-/// limit and any backoff after failures.
-fn start_fills(svc: &Service, fills: &mut JoinSet<(String, Result<SandboxId, String>)>) {
+/// Starts fills for every class below its size on every host that takes
+/// sandboxes, within the concurrency limit and any backoff after failures.
+fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, String>)>) {
     let pool = &svc.pool;
     let now = Instant::now();
-    for class in &pool.classes {
-        loop {
-            if fills.len() >= pool.config.max_concurrent_fills.max(1) {
-                return;
-            }
-            {
-                let mut st = pool.lock();
-                let Some(s) = st.get_mut(&class.key) else {
-                    break;
-                };
-                if s.ready.len() + s.filling >= class.size || s.retry_at.is_some_and(|t| t > now) {
-                    break;
+    for (host, rt) in svc.schedulable_hosts() {
+        let own = host.name == svc.hosts.own_name();
+        for class in &pool.classes {
+            let slot: Slot = (host.name.clone(), class.key.clone());
+            loop {
+                if fills.len() >= pool.config.max_concurrent_fills.max(1) {
+                    return;
                 }
-                s.filling += 1;
-            }
-            let member = class.member(svc);
-            let svc = svc.clone();
-            let key = class.key.clone();
-            fills.spawn(async move {
-                // SEC-15: members hold room like sandboxes; none on a full host.
-                let admitted = match crate::admission::check_pool_fill(&svc, &member).await {
-                    Ok(admitted) => admitted,
-                    Err(why) => return (key, Err(why)),
-                };
-                let made = async {
-                    svc.runtime.create_pool_member(&member).await?;
-                    // SEC-18: a member with network access gets the entry
-                    // of the default policy now, so that claiming it for an
-                    // allow-all sandbox writes nothing.
-                    // Its agent, connected now rather than at the first
-                    // command; in the background, so the member is ready at
-                    // once (a claim before the agent answers finds it as usual).
-                    if let Ok(Some(ip)) = svc.runtime.container_address(&member.sandbox_id).await {
-                        let (svc, id) = (svc.clone(), member.sandbox_id.clone());
-                        tokio::spawn(async move { svc.agents.prime(&id, ip).await });
+                {
+                    let mut st = pool.lock();
+                    let s = st.entry(slot.clone()).or_default();
+                    if s.ready.len() + s.filling >= class.size
+                        || s.retry_at.is_some_and(|t| t > now)
+                    {
+                        break;
                     }
-                    if member.network_access {
-                        let ports = svc.egress_ports();
-                        if let Err(e) = svc
-                            .runtime
-                            .apply_egress(&member.sandbox_id, &EgressPolicy::AllowAll, ports)
-                            .await
-                        {
-                            let _ = svc.runtime.remove(&member.sandbox_id, false).await;
-                            return Err(e);
+                    s.filling += 1;
+                }
+                let member = class.member(svc);
+                let (svc, rt, slot) = (svc.clone(), rt.clone(), slot.clone());
+                fills.spawn(async move {
+                    // SEC-15: members hold room like sandboxes; none on a
+                    // full host.
+                    let admitted =
+                        match crate::admission::check_pool_fill(&svc, &member, &slot.0).await {
+                            Ok(admitted) => admitted,
+                            Err(why) => return (slot, Err(why)),
+                        };
+                    let made = async {
+                        rt.create_pool_member(&member).await?;
+                        // Its agent, connected now rather than at the first
+                        // command; in the background, so the member is
+                        // ready at once (a claim before the agent answers
+                        // finds it as usual). On the own host, whose
+                        // members' addresses the server reaches.
+                        if own {
+                            if let Ok(Some(ip)) = rt.container_address(&member.sandbox_id).await {
+                                let (svc, id) = (svc.clone(), member.sandbox_id.clone());
+                                tokio::spawn(async move { svc.agents.prime(&id, ip).await });
+                            }
                         }
+                        // SEC-18: a member with network access gets the
+                        // entry of the default policy now, so that claiming
+                        // it for an allow-all sandbox writes nothing.
+                        if member.network_access {
+                            let ports = svc.egress_ports().filter(|_| own);
+                            if let Err(e) = rt
+                                .apply_egress(&member.sandbox_id, &EgressPolicy::AllowAll, ports)
+                                .await
+                            {
+                                let _ = rt.remove(&member.sandbox_id, false).await;
+                                return Err(e);
+                            }
+                        }
+                        Ok(())
                     }
-                    Ok(())
-                }
-                .await
-                .map(|()| member.sandbox_id)
-                .map_err(|e: stockade_runtime::RuntimeError| e.to_string());
-                if let (Some(admitted), Ok(id)) = (admitted, &made) {
-                    admitted.until_member_ready(id);
-                }
-                (key, made)
-            });
+                    .await
+                    .map(|()| member.sandbox_id)
+                    .map_err(|e: stockade_runtime::RuntimeError| e.to_string());
+                    if let (Some(admitted), Ok(id)) = (admitted, &made) {
+                        admitted.until_member_ready(id);
+                    }
+                    (slot, made)
+                });
+            }
         }
     }
 }
 
 /// Records the end of a fill.
-fn filled(
-    svc: &Service,
-    done: Result<(String, Result<SandboxId, String>), tokio::task::JoinError>,
-) {
-    let Ok((key, made)) = done else {
+fn filled(svc: &Service, done: Result<(Slot, Result<SandboxId, String>), tokio::task::JoinError>) {
+    let Ok((slot, made)) = done else {
         warn!("a warm pool fill task failed");
         return;
     };
     let mut st = svc.pool.lock();
-    let Some(s) = st.get_mut(&key) else {
+    let Some(s) = st.get_mut(&slot) else {
         if let Ok(id) = &made {
             svc.admission.member_ready(id);
         }
@@ -653,7 +714,7 @@ fn filled(
     s.filling = s.filling.saturating_sub(1);
     match made {
         Ok(id) => {
-            debug!(sandbox.id = %id, class = %key, "warm pool member ready");
+            debug!(sandbox.id = %id, class = %slot.1, host = %slot.0, "warm pool member ready");
             svc.admission.member_ready(&id);
             s.ready.push_back(id);
             s.failures = 0;
@@ -663,96 +724,124 @@ fn filled(
             s.failures += 1;
             let wait = Duration::from_secs((1u64 << s.failures.min(6)).min(60));
             s.retry_at = Some(Instant::now() + wait);
-            warn!(class = %key, error = %e, retry_in_s = wait.as_secs(), "could not make a warm pool member");
+            warn!(class = %slot.1, host = %slot.0, error = %e, retry_in_s = wait.as_secs(), "could not make a warm pool member");
         }
     }
 }
 
 /// Drops ready members that stopped, vanished or were claimed by another
-/// server instance.
+/// server instance, and those of hosts that no longer take sandboxes
+/// (cordoned, draining, failing, removed).
 async fn check(svc: &Service) {
-    let containers = match svc.runtime.list_managed().await {
-        Ok(c) => c,
-        Err(e) => {
-            debug!(error = %e, "warm pool check skipped: Docker unavailable");
-            return;
-        }
-    };
-    let members: Vec<SandboxId> = svc
-        .pool
-        .lock()
-        .values()
-        .flat_map(|s| s.ready.iter().cloned())
+    let open: Vec<String> = svc
+        .schedulable_hosts()
+        .into_iter()
+        .map(|(h, _)| h.name)
         .collect();
-    for id in members {
-        let running = containers
-            .iter()
-            .any(|c| c.sandbox_id.as_ref() == Some(&id) && c.running && c.pool_class.is_some());
-        match svc.store.sandbox_owner(&id).await {
-            Ok(Some(_)) => {
-                debug!(sandbox.id = %id, "warm pool member was claimed elsewhere");
-                svc.pool.forget(&id);
+    let slots: Vec<(String, Vec<SandboxId>)> = {
+        let st = svc.pool.lock();
+        let mut by_host: HashMap<String, Vec<SandboxId>> = HashMap::new();
+        for ((host, _), s) in st.iter() {
+            by_host
+                .entry(host.clone())
+                .or_default()
+                .extend(s.ready.iter().cloned());
+        }
+        by_host.into_iter().collect()
+    };
+    for (host, members) in slots {
+        if !open.contains(&host) {
+            for id in members {
+                info!(sandbox.id = %id, host = %host, "warm pool member of a host that takes no sandboxes now: removing it");
+                discard(svc, &host, id);
             }
-            Ok(None) if !running => {
-                warn!(sandbox.id = %id, "warm pool member stopped or vanished: replacing it");
-                discard(svc, id);
+            continue;
+        }
+        let containers = match svc.runtime_on(&host).await {
+            Ok(rt) => match rt.list_managed().await {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!(host = %host, error = %e, "warm pool check skipped: Docker unavailable");
+                    continue;
+                }
+            },
+            Err(_) => continue,
+        };
+        for id in members {
+            let running = containers
+                .iter()
+                .any(|c| c.sandbox_id.as_ref() == Some(&id) && c.running && c.pool_class.is_some());
+            match svc.store.sandbox_owner(&id).await {
+                Ok(Some(_)) => {
+                    debug!(sandbox.id = %id, "warm pool member was claimed elsewhere");
+                    svc.pool.forget(&id);
+                }
+                Ok(None) if !running => {
+                    warn!(sandbox.id = %id, "warm pool member stopped or vanished: replacing it");
+                    discard(svc, &host, id);
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
 }
 
-/// At start: takes over the running members of this instance that no
-/// record claims, up to each class's size, and removes every other member
-/// (stopped ones, those of classes no longer configured, the surplus).
+/// At start: takes over the running members of this installation that no
+/// record claims, on every host, up to each class's size, and removes every
+/// other member (stopped ones, those of classes no longer configured, the
+/// surplus).
 async fn adopt(svc: &Service) {
-    let containers = match svc.runtime.list_managed().await {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(error = %e, "warm pool: could not list containers to adopt; starting empty");
-            return;
-        }
-    };
     let (mut adopted, mut removed) = (0usize, 0usize);
-    for c in containers {
-        let (Some(class_key), Some(id)) = (c.pool_class.as_ref(), c.sandbox_id.as_ref()) else {
-            continue;
-        };
-        if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
-            continue;
-        }
-        match svc.store.sandbox_owner(id).await {
-            Ok(None) => {}
-            // Claimed: a sandbox like any other now.
-            Ok(Some(_)) => continue,
+    for (host, rt) in svc.host_runtimes().await {
+        let containers = match rt.list_managed().await {
+            Ok(c) => c,
             Err(e) => {
-                warn!(sandbox.id = %id, error = %e, "warm pool: record lookup failed; leaving the container alone");
+                warn!(host = %host, error = %e, "warm pool: could not list containers to adopt there");
                 continue;
             }
-        }
-        let size = svc
-            .pool
-            .classes
-            .iter()
-            .find(|k| &k.key == class_key)
-            .map_or(0, |k| k.size);
-        let taken = c.running && {
-            let mut st = svc.pool.lock();
-            match st.get_mut(class_key) {
-                Some(s) if s.ready.len() < size => {
+        };
+        for c in containers {
+            let (Some(class_key), Some(id)) = (c.pool_class.as_ref(), c.sandbox_id.as_ref()) else {
+                continue;
+            };
+            if c.instance_id.as_deref() != Some(svc.instance_id.as_str()) {
+                continue;
+            }
+            match svc.store.sandbox_owner(id).await {
+                Ok(None) => {}
+                // Claimed: a sandbox like any other now.
+                Ok(Some(_)) => continue,
+                Err(e) => {
+                    warn!(sandbox.id = %id, error = %e, "warm pool: record lookup failed; leaving the container alone");
+                    continue;
+                }
+            }
+            let size = svc
+                .pool
+                .classes
+                .iter()
+                .find(|k| &k.key == class_key)
+                .map_or(0, |k| k.size);
+            let taken = c.running && {
+                let mut st = svc.pool.lock();
+                let s = st.entry((host.clone(), class_key.clone())).or_default();
+                if s.ready.len() < size {
                     s.ready.push_back(id.clone());
                     true
+                } else {
+                    false
                 }
-                _ => false,
+            };
+            if taken {
+                adopted += 1;
+                continue;
             }
-        };
-        if taken {
-            adopted += 1;
-            continue;
-        }
-        match svc.runtime.remove(id, false).await {
-            Ok(()) => removed += 1,
-            Err(e) => warn!(sandbox.id = %id, error = %e, "warm pool: could not remove a member"),
+            match rt.remove(id, false).await {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    warn!(sandbox.id = %id, error = %e, "warm pool: could not remove a member")
+                }
+            }
         }
     }
     if adopted + removed > 0 {

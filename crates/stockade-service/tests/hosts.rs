@@ -65,6 +65,11 @@ fn host(name: &str, labels: &[(&str, &str)]) -> Host {
 impl World {
     /// The own host `local` and `a`, `b` (zone b), each of 2 CPUs / 4 GB.
     async fn new() -> Self {
+        Self::with(|_| {}).await
+    }
+
+    /// [`World::new`] with more settings.
+    async fn with(change: impl FnOnce(&mut ServiceConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("s.db").display());
         let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
@@ -91,6 +96,8 @@ impl World {
             },
             ..ServiceConfig::default()
         };
+        let mut config = config;
+        change(&mut config);
         let svc = Service::new(store.clone(), Arc::new(hosts["local"].clone()), config)
             .await
             .unwrap();
@@ -413,4 +420,70 @@ async fn a_snapshot_taken_on_one_host_starts_on_another() {
         w.hosts["b"].container(&restored.id).unwrap().spec.image,
         snapshot.image_ref
     );
+}
+
+#[tokio::test]
+async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_go() {
+    let w = World::with(|c| {
+        c.pool = stockade_service::pool::PoolConfig {
+            classes: vec![stockade_service::pool::PoolClassConfig::default_class(1)],
+            check_interval: Duration::from_millis(100),
+            ..Default::default()
+        };
+    })
+    .await;
+    // The hosts as the checks see them, then the pool fills on each.
+    w.check().await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let pool = tokio::spawn(stockade_service::pool::run(w.svc.clone(), shutdown.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ["local", "a", "b"]
+        .iter()
+        .any(|h| w.svc.pool.ready_on(h) < 1)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pools did not fill"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (name, rt) in &w.hosts {
+        let members = rt
+            .containers()
+            .into_iter()
+            .filter(|c| c.pool_class.is_some())
+            .count();
+        assert_eq!(members, 1, "{name}");
+    }
+    // Asked for host b: b's member serves it, on b.
+    let on_b = w
+        .create(CreateSandboxRequest {
+            server: Some("b".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(on_b.server, "b");
+    assert!(w.hosts["b"]
+        .container(&on_b.id)
+        .unwrap()
+        .pool_class
+        .is_some());
+    // A cordoned host's members go, and it gets none until it is back.
+    let mut a = w.store.get_host("a").await.unwrap();
+    a.state = HostState::Cordoned;
+    w.store.update_host(&a).await.unwrap();
+    w.check().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while w.svc.pool.ready_on("a") > 0
+        || w.hosts["a"]
+            .containers()
+            .iter()
+            .any(|c| c.pool_class.is_some())
+    {
+        assert!(tokio::time::Instant::now() < deadline, "a's member stayed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    pool.await.unwrap();
 }
