@@ -176,6 +176,9 @@ struct Held {
     server: String,
     /// What the sandbox counts for once its record shows it.
     after: Footprint,
+    /// What its record shows now (a start's or resize's; nothing for a
+    /// create or a warm-pool member).
+    before: Footprint,
 }
 
 /// The admission state of one server process: the lock checks take turns
@@ -296,10 +299,16 @@ pub(crate) async fn capacity(svc: &Service, server: &str) -> Option<HostCapacity
 /// admissions in flight (but `except`'s) and, on its own host, the warm
 /// pool's members.
 pub(crate) fn held_on(svc: &Service, server: &str, except: &SandboxId) -> Resources {
+    // What a grant adds to what its record shows already (placement sums
+    // every record).
     let mut held = Resources::default();
     for h in svc.admission.held().values() {
         if h.server == server && &h.id != except {
-            held = held.plus(h.after.running);
+            let (after, before) = (h.after.running, h.before.running);
+            held = held.plus(Resources {
+                cpu_millis: after.cpu_millis.saturating_sub(before.cpu_millis),
+                memory_bytes: after.memory_bytes.saturating_sub(before.memory_bytes),
+            });
         }
     }
     held.plus(svc.pool.reserved_on(server))
@@ -374,6 +383,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
             account: Some(ask.account.clone()),
             server: ask.server.to_owned(),
             after: ask.after,
+            before: ask.before,
         },
     );
     Ok(Admitted {
@@ -472,6 +482,7 @@ pub fn hold_claim(svc: &Service, id: &SandboxId, host: &str, resources: Resource
                 running: resources,
                 disk_gb: 0,
             },
+            before: Footprint::default(),
         },
     );
     Admitted {
@@ -526,6 +537,7 @@ pub async fn check_pool_fill(
                 running: own,
                 disk_gb: 0,
             },
+            before: Footprint::default(),
         },
     );
     Ok(Some(Admitted {

@@ -268,8 +268,11 @@ async fn a_cancelled_create_leaves_nothing_behind() {
     {
         // Cancellation token.
         let token = stockade_sdk::CancellationToken::new();
+        // Small, so that the creates that finish never fill the host's
+        // memory (up to 24 of them may be running at once).
         let params = CreateParams::new()
             .name(format!("cancel-{i}"))
+            .memory_gb(0.25)
             .cancel_token(token.clone());
         let t2 = token.clone();
         tokio::spawn(async move {
@@ -284,7 +287,12 @@ async fn a_cancelled_create_leaves_nothing_behind() {
         // Dropping the future.
         match tokio::time::timeout(
             Duration::from_millis(delay_ms),
-            Sandbox::create(c, CreateParams::new().name(format!("drop-{i}"))),
+            Sandbox::create(
+                c,
+                CreateParams::new()
+                    .name(format!("drop-{i}"))
+                    .memory_gb(0.25),
+            ),
         )
         .await
         {
