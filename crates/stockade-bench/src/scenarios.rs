@@ -14,7 +14,7 @@ use serde_json::json;
 use stockade_core::{
     spec::SpecInput, AccountId, Defaults, Sandbox, SandboxId, SandboxSpec, SandboxStatus,
 };
-use stockade_store::{SqliteStore, Store};
+use stockade_store::{with_database, SqliteStore, Store};
 
 use crate::app::{App, ServerOptions};
 use crate::client::Api;
@@ -135,15 +135,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     };
 
     let rss_before = rss_mib();
-    let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::connect(&format!(
-            "sqlite://{}",
-            dir.path().join("bench.db").display()
-        ))
-        .await
-        .context("could not open the SQLite database")?,
-    );
+    let (_dir, store) = fresh_sqlite("bench").await?;
     let app = App::start(ServerOptions {
         store,
         docker_host: cli.docker_host.clone(),
@@ -855,15 +847,7 @@ impl Bench {
     async fn warm(&mut self) -> anyhow::Result<()> {
         use stockade_service::pool::{PoolClassConfig, PoolConfig};
         let size = self.plan.pool_size;
-        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::connect(&format!(
-                "sqlite://{}",
-                dir.path().join("warm.db").display()
-            ))
-            .await
-            .context("could not open the SQLite database")?,
-        );
+        let (_dir, store) = fresh_sqlite("warm").await?;
         let app = App::start(ServerOptions {
             store,
             docker_host: self.docker_host.clone(),
@@ -1012,15 +996,7 @@ impl Bench {
             ));
             return Ok(());
         }
-        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::connect(&format!(
-                "sqlite://{}",
-                dir.path().join("runsc.db").display()
-            ))
-            .await
-            .context("could not open the SQLite database")?,
-        );
+        let (_dir, store) = fresh_sqlite("runsc").await?;
         let app = App::start(ServerOptions {
             store,
             docker_host: self.docker_host.clone(),
@@ -1150,15 +1126,7 @@ impl Bench {
         let dns: std::net::SocketAddr = format!("{host}:53")
             .parse()
             .context("the outside host's DNS address")?;
-        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::connect(&format!(
-                "sqlite://{}",
-                dir.path().join("egress.db").display()
-            ))
-            .await
-            .context("could not open the SQLite database")?,
-        );
+        let (_dir, store) = fresh_sqlite("egress").await?;
         let app = App::start(ServerOptions {
             store,
             docker_host: self.docker_host.clone(),
@@ -1455,22 +1423,21 @@ async fn insert_records(
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// `url` with its database replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| authority + i);
-    let mut out = format!("{}/{}", &base[..path], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
+/// A fresh SQLite database `NAME.db` in a temporary directory of its own
+/// (removed when the directory is dropped).
+pub(crate) async fn fresh_sqlite(
+    name: &str,
+) -> anyhow::Result<(tempfile::TempDir, Arc<dyn Store>)> {
+    let dir = tempfile::tempdir().context("could not create a temporary directory")?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::connect(&format!(
+            "sqlite://{}",
+            dir.path().join(format!("{name}.db")).display()
+        ))
+        .await
+        .context("could not open the SQLite database")?,
+    );
+    Ok((dir, store))
 }
 
 #[cfg(test)]
@@ -1484,18 +1451,5 @@ mod tests {
         assert_eq!(vmrss_mib(status), Some(3.5));
         assert_eq!(status_field(status, "VmHWM"), None);
         assert_eq!(vmrss_mib("Name:\tx\nVmRSS:\tlots\n"), None);
-    }
-
-    #[test]
-    fn database_urls_are_rewritten() {
-        assert_eq!(
-            with_database("postgres://u:p@h:5432/stockade", "x"),
-            "postgres://u:p@h:5432/x"
-        );
-        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
-        assert_eq!(
-            with_database("postgres://h/db?sslmode=disable", "x"),
-            "postgres://h/x?sslmode=disable"
-        );
     }
 }

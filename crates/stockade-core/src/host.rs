@@ -129,11 +129,6 @@ impl Host {
     pub fn schedulable(&self) -> bool {
         self.state == HostState::Active && self.health.healthy != Some(false)
     }
-
-    /// Whether every `selector` label is set to the same value here.
-    pub fn matches(&self, selector: &BTreeMap<String, String>) -> bool {
-        selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
-    }
 }
 
 #[cfg(test)]

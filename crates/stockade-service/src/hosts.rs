@@ -123,9 +123,6 @@ pub struct Hosts {
     own: Arc<dyn Runtime>,
     config: HostsConfig,
     connected: RwLock<HashMap<String, Connected>>,
-    /// Whether the own host took new sandboxes at the last look (the warm
-    /// pool serves only then).
-    own_schedulable: std::sync::atomic::AtomicBool,
     /// The hosts at the last look.
     seen: RwLock<Vec<Host>>,
     /// Hosts whose drain pass runs now (one at a time per host).
@@ -153,7 +150,6 @@ impl Hosts {
             own,
             config,
             connected: RwLock::default(),
-            own_schedulable: std::sync::atomic::AtomicBool::new(true),
             seen: RwLock::default(),
             draining: std::sync::Mutex::default(),
             placed: RwLock::default(),
@@ -206,12 +202,6 @@ impl Hosts {
         Ok(rt)
     }
 
-    /// Whether the own host took new sandboxes at the last look.
-    pub fn own_schedulable(&self) -> bool {
-        self.own_schedulable
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// The health of host `name` at this process's last look (newer than
     /// the database's when this process checks the hosts).
     pub fn seen_health(&self, name: &str) -> Option<stockade_core::HostHealth> {
@@ -239,16 +229,10 @@ impl Hosts {
         })
     }
 
-    /// Records what the last look at the hosts found: the own host's state,
-    /// and runtimes of hosts that were removed are dropped.
+    /// Records what the last look at the hosts found; runtimes of hosts
+    /// that were removed are dropped.
     pub fn observe(&self, hosts: &[Host]) {
         *self.seen.write().unwrap_or_else(|p| p.into_inner()) = hosts.to_vec();
-        let own = hosts
-            .iter()
-            .find(|h| h.name == self.own_name)
-            .is_none_or(Host::schedulable);
-        self.own_schedulable
-            .store(own, std::sync::atomic::Ordering::Relaxed);
         self.connected
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -330,8 +314,10 @@ impl Service {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        // Before the first look (or without a row) the own host counts as open.
+        let own_seen = seen.iter().any(|h| h.name == self.hosts.own_name());
         let mut hosts: Vec<Host> = seen.into_iter().filter(Host::schedulable).collect();
-        if !hosts.iter().any(|h| h.name == self.hosts.own_name()) && self.hosts.own_schedulable() {
+        if !own_seen {
             hosts.push(crate::placement::own_host_record(self));
         }
         hosts.sort_by_key(|h| h.name != self.hosts.own_name());

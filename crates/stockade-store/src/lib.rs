@@ -47,6 +47,26 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A database URL (`postgres://user:pass@host:port/db?query`) with its
+/// database replaced by `database`, the query kept: for tools and tests
+/// that make a database of their own next to a given one.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let path = base[authority..]
+        .find('/')
+        .map_or(base.len(), |i| authority + i);
+    let mut out = format!("{}/{}", &base[..path], database);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
 /// What the store's writes say about the database (DB-12).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreHealth {
@@ -622,5 +642,23 @@ pub async fn connect(url: &str) -> StoreResult<std::sync::Arc<dyn Store>> {
         Err(StoreError::Other(format!(
             "unsupported database URL '{url}': use sqlite://PATH or postgres://USER@HOST/DB"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn database_urls_are_rewritten() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/stockade", "x"),
+            "postgres://u:p@h:5432/x"
+        );
+        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+        assert_eq!(
+            with_database("postgres://h/db?sslmode=disable", "x"),
+            "postgres://h/x?sslmode=disable"
+        );
     }
 }

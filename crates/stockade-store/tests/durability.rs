@@ -78,11 +78,38 @@ impl Tmpfs {
             let said = String::from_utf8_lossy(&out.stderr);
             assert!(
                 said.contains("busy") && std::time::Instant::now() < deadline,
-                "remount {mode} failed: {said}"
+                "remount {mode} failed: {said}; files open there: {:?}",
+                open_files_under(self.path())
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
+}
+
+/// Which processes hold which files under `dir` open (from `/proc`), for a
+/// remount refused as busy.
+fn open_files_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for p in procs.flatten() {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if target.starts_with(dir) {
+                    found.push(format!(
+                        "pid {}: {}",
+                        p.file_name().to_string_lossy(),
+                        target.display()
+                    ));
+                }
+            }
+        }
+    }
+    found
 }
 
 impl Drop for Tmpfs {

@@ -18,7 +18,7 @@ use stockade_core::{
     AccountId, Defaults, Host, HostHealth, HostState, Operation, OperationKind, Resources, Sandbox,
     SandboxId, SandboxSpec, SandboxStatus,
 };
-use stockade_store::{Placed, PlacementCandidate, SqliteStore, Store};
+use stockade_store::{Placed, PlacementCandidate, Store};
 
 use super::{admin_account, default_spec, ms, with_database, Bench};
 use crate::app::{App, ServerOptions};
@@ -129,15 +129,7 @@ impl Bench {
     /// The `hosts` group: placement on SQLite (and PostgreSQL when the run
     /// has a URL), then three hosts against one.
     pub(super) async fn hosts(&mut self) -> anyhow::Result<()> {
-        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::connect(&format!(
-                "sqlite://{}",
-                dir.path().join("placement.db").display()
-            ))
-            .await
-            .context("could not open the SQLite database")?,
-        );
+        let (_dir, store) = super::fresh_sqlite("placement").await?;
         let figures = measure_placement(&store, &self.plan, &self.defaults, None).await?;
         drop(store);
         self.placement_rows("SQLite", "sqlite", figures);
@@ -244,15 +236,7 @@ impl Bench {
                 return Ok(());
             }
         };
-        let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::connect(&format!(
-                "sqlite://{}",
-                dir.path().join("hosts.db").display()
-            ))
-            .await
-            .context("could not open the SQLite database")?,
-        );
+        let (_dir, store) = super::fresh_sqlite("hosts").await?;
         let app = App::start(ServerOptions {
             store,
             docker_host: self.docker_host.clone(),

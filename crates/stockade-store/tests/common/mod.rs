@@ -20,7 +20,7 @@ where
         .execute(format!("CREATE DATABASE {database}").as_str())
         .await
         .expect("CREATE DATABASE");
-    let test_url = with_database(&url, &database);
+    let test_url = stockade_store::with_database(&url, &database);
     let outcome = tokio::spawn(body(test_url)).await;
     admin
         .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
@@ -29,22 +29,4 @@ where
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }
-}
-
-/// `url` with its database replaced by `database`.
-pub fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| authority + i);
-    let mut out = format!("{}/{}", &base[..path], database);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
 }
