@@ -38,6 +38,7 @@ struct World {
     hosts: BTreeMap<String, FakeRuntime>,
     account: Account,
     svc: Service,
+    config: ServiceConfig,
 }
 
 fn host(name: &str, labels: &[(&str, &str)]) -> Host {
@@ -98,9 +99,13 @@ impl World {
         };
         let mut config = config;
         change(&mut config);
-        let svc = Service::new(store.clone(), Arc::new(hosts["local"].clone()), config)
-            .await
-            .unwrap();
+        let svc = Service::new(
+            store.clone(),
+            Arc::new(hosts["local"].clone()),
+            config.clone(),
+        )
+        .await
+        .unwrap();
         tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
         store
             .insert_host(&host("a", &[("zone", "a")]))
@@ -116,7 +121,21 @@ impl World {
             hosts,
             account,
             svc,
+            config,
         }
+    }
+
+    /// Another server instance over the same database and engines.
+    async fn instance(&self) -> Service {
+        let svc = Service::new(
+            self.store.clone(),
+            Arc::new(self.hosts["local"].clone()),
+            self.config.clone(),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        svc
     }
 
     fn scope(&self) -> Scope {
@@ -486,4 +505,86 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
     }
     shutdown.cancel();
     pool.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_move_killed_between_its_steps_leaves_one_copy_and_the_next_drain_finishes_it() {
+    for point in ["move.exported", "move.created"] {
+        let w = World::new().await;
+        let sb = w
+            .create(CreateSandboxRequest {
+                server: Some("a".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let sb = lifecycle::stop(&w.svc, sb, Duration::from_secs(1))
+            .await
+            .unwrap();
+        // An instance that dies in the middle of the move.
+        let dead = w.instance().await;
+        dead.ops.faults().crash_at(point);
+        stockade_service::drain::move_sandbox(&dead, sb.clone())
+            .await
+            .unwrap_err();
+        // Another instance recovers it: the record still names host a, and
+        // only a holds the sandbox.
+        let other = w.instance().await;
+        stockade_service::recovery::recover_expired(&other, true).await;
+        let after = w.fresh(&sb).await;
+        assert_eq!(after.server, "a", "{point}");
+        let holders: Vec<&str> = w
+            .hosts
+            .iter()
+            .filter(|(_, rt)| rt.container(&sb.id).is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(holders, ["a"], "{point}");
+        // The next drain pass moves it for good.
+        let mut a = w.store.get_host("a").await.unwrap();
+        a.state = HostState::Draining;
+        w.store.update_host(&a).await.unwrap();
+        stockade_service::drain::drain_once(&other, &a).await;
+        let moved = w.fresh(&sb).await;
+        assert_ne!(moved.server, "a", "{point}");
+        let holders = w
+            .hosts
+            .values()
+            .filter(|rt| rt.container(&sb.id).is_some())
+            .count();
+        assert_eq!(holders, 1, "{point}");
+    }
+}
+
+#[tokio::test]
+async fn another_accounts_sandbox_on_another_host_stays_out_of_reach() {
+    let w = World::new().await;
+    let theirs = w
+        .create(CreateSandboxRequest {
+            server: Some("b".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let intruder = w.store.create_account("intruder", false).await.unwrap();
+    let scope = Scope::account(intruder.id.clone());
+    // Every lookup a front-end makes is scoped: the host changes nothing.
+    assert!(lifecycle::load(&w.svc, &scope, theirs.id.as_str())
+        .await
+        .is_err());
+    assert!(stockade_service::update::update(
+        &w.svc,
+        &scope,
+        theirs.id.as_str(),
+        &stockade_core::update::SpecPatch {
+            cpu_cores: Some(0.5),
+            ..Default::default()
+        },
+    )
+    .await
+    .is_err());
+    assert_eq!(
+        w.hosts["b"].container(&theirs.id).unwrap().spec.cpu_cores,
+        1.0
+    );
 }
