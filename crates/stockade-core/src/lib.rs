@@ -19,12 +19,14 @@ pub mod status;
 pub mod team;
 pub mod update;
 
-pub use account::{Account, ApiToken, Scope};
+pub use account::{Account, ApiToken, Scope, TokenKind, TokenRecord};
 pub use error::{FieldError, ValidationErrors};
 pub use fspath::SandboxPath;
 pub use host::{Host, HostHealth, HostState, HostTls};
-pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, UploadId};
-pub use netpolicy::{Cidr, Decision, DomainName, EgressPolicy, EgressRule, Reason, RuleList};
+pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, TokenId, UploadId};
+pub use netpolicy::{
+    Cidr, Decision, DomainName, EgressPolicy, EgressRule, PrivateAccess, Reason, RuleList,
+};
 pub use operation::{Operation, OperationId, OperationKind};
 pub use quota::{Footprint, Quota, QuotaInput, QuotaUsage, Resources};
 pub use sandbox::{Sandbox, SandboxMetadata};

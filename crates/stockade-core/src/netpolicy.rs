@@ -36,6 +36,13 @@
 //! Address entries never match names and name entries never match
 //! addresses: the enforcement decides which it asks about (the packet filter
 //! asks about addresses; the egress proxy and the DNS forwarder about names).
+//!
+//! # Private ranges
+//!
+//! Whatever the policy, [`PRIVATE_RANGES`] (the local network, the cloud
+//! metadata service) stay out of reach except for the blocks an
+//! administrator opts in ([`PrivateAccess`]); an allow list may name only
+//! those ([`PrivateAccess::check_policy`]).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -701,6 +708,182 @@ pub fn parse_entry(list: RuleList, index: usize, entry: &str) -> Result<EgressRu
         .map_err(|m| FieldError::new(format!("{FIELD}.{}[{index}]", list.as_str()), m))
 }
 
+/// The blocks of the local network that no sandbox reaches, whatever its
+/// policy (`allow-all` included), unless an administrator opts part of them
+/// in ([`PrivateAccess`]): private (10.0.0.0/8, 172.16.0.0/12,
+/// 192.168.0.0/16), carrier-grade NAT (100.64.0.0/10), link-local
+/// (169.254.0.0/16, where cloud metadata services such as 169.254.169.254
+/// answer; fe80::/10) and unique-local (fc00::/7). The database, the
+/// object store and other Docker hosts usually sit there.
+pub const PRIVATE_RANGES: [Cidr; 7] = [
+    Cidr::v4([10, 0, 0, 0], 8),
+    Cidr::v4([172, 16, 0, 0], 12),
+    Cidr::v4([192, 168, 0, 0], 16),
+    Cidr::v4([100, 64, 0, 0], 10),
+    Cidr::v4([169, 254, 0, 0], 16),
+    Cidr::v6(0xfc00, 7),
+    Cidr::v6(0xfe80, 10),
+];
+
+impl Cidr {
+    const fn v4(o: [u8; 4], prefix: u8) -> Self {
+        Self {
+            addr: IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3])),
+            prefix,
+        }
+    }
+
+    const fn v6(first: u16, prefix: u8) -> Self {
+        Self {
+            addr: IpAddr::V6(Ipv6Addr::new(first, 0, 0, 0, 0, 0, 0, 0)),
+            prefix,
+        }
+    }
+
+    /// Whether every address of `other` is in this block (same family).
+    pub fn covers(&self, other: &Cidr) -> bool {
+        self.addr.is_ipv4() == other.addr.is_ipv4()
+            && self.prefix <= other.prefix
+            && self.contains(other.addr)
+    }
+}
+
+/// The one of [`PRIVATE_RANGES`] that holds `ip` (an IPv4-mapped IPv6
+/// address counts as its IPv4 address).
+pub fn private_range_of(ip: IpAddr) -> Option<Cidr> {
+    let ip = ip.to_canonical();
+    PRIVATE_RANGES.into_iter().find(|r| r.contains(ip))
+}
+
+/// What a private range is, for messages.
+fn describe_range(range: &Cidr) -> &'static str {
+    match range.addr() {
+        IpAddr::V4(a) if a.octets()[0] == 169 => "link-local, where cloud metadata services answer",
+        IpAddr::V4(a) if a.octets()[0] == 100 => "carrier-grade NAT",
+        IpAddr::V4(_) => "private: the local network",
+        IpAddr::V6(a) if a.segments()[0] == 0xfe80 => "link-local",
+        IpAddr::V6(_) => "unique-local: the local network",
+    }
+}
+
+/// The flag and variable an administrator opts private blocks in with.
+pub const PRIVATE_OPT_IN: &str =
+    "stockade server --egress-allow-private (or STOCKADE_EGRESS_ALLOW_PRIVATE)";
+
+/// Which parts of the [`PRIVATE_RANGES`] sandboxes may reach: none by
+/// default. An administrator opts blocks in; a sandbox's own policy then
+/// decides about them as about any address (`allow-all` reaches them, an
+/// allow list must name them). The packet filter, the egress proxy and the
+/// check of tenants' allow lists all read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct PrivateAccess {
+    /// Sorted, without duplicates.
+    allowed: Vec<Cidr>,
+}
+
+impl PrivateAccess {
+    /// No private block is reachable (the default).
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Opts `blocks` in. Each must lie inside one of the
+    /// [`PRIVATE_RANGES`] (anything else is reachable anyway, or wider than
+    /// a range: list the ranges themselves); the error names the block.
+    pub fn new(blocks: impl IntoIterator<Item = Cidr>) -> Result<Self, String> {
+        let mut allowed = Vec::new();
+        for block in blocks {
+            if !PRIVATE_RANGES.iter().any(|r| r.covers(&block)) {
+                let ranges: Vec<String> = PRIVATE_RANGES.iter().map(Cidr::to_string).collect();
+                return Err(format!(
+                    "'{block}' is not inside a private or link-local range ({}): only those \
+                     are kept from sandboxes, so only blocks inside them can be opted in",
+                    ranges.join(", ")
+                ));
+            }
+            allowed.push(block);
+        }
+        allowed.sort_by_key(|c| (c.addr(), c.prefix()));
+        allowed.dedup();
+        Ok(Self { allowed })
+    }
+
+    /// Parses a list of CIDRs (blank items skipped), as
+    /// [`new`](Self::new) checks them.
+    pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, String> {
+        let blocks = items
+            .iter()
+            .map(|s| s.as_ref().trim())
+            .filter(|s| !s.is_empty())
+            .map(|s| Cidr::parse(s).map_err(|e| format!("'{s}': {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::new(blocks)
+    }
+
+    /// The blocks opted in.
+    pub fn allowed(&self) -> &[Cidr] {
+        &self.allowed
+    }
+
+    /// Whether a sandbox may reach `ip` as far as the private ranges go:
+    /// it is in none, or in a block opted in.
+    pub fn allows(&self, ip: IpAddr) -> bool {
+        self.refused_range(ip).is_none()
+    }
+
+    /// The private range `ip` is in when that keeps it from sandboxes.
+    pub fn refused_range(&self, ip: IpAddr) -> Option<Cidr> {
+        let ip = ip.to_canonical();
+        let range = private_range_of(ip)?;
+        (!self.allowed.iter().any(|a| a.contains(ip))).then_some(range)
+    }
+
+    /// Refuses allow-list entries inside a private range that is not opted
+    /// in (each error names its entry, `networkPolicy.allow[2]`, and says
+    /// what the administrator must set). Entries wider than a range
+    /// (`0.0.0.0/0`) are accepted: the private part stays out of reach.
+    pub fn check_policy(&self, policy: &EgressPolicy) -> Result<(), ValidationErrors> {
+        let mut errors = ValidationErrors::default();
+        for (list, i, rule) in policy.entries() {
+            let EgressRule::Cidr(net, _) = rule else {
+                continue;
+            };
+            if list != RuleList::Allow || self.allowed.iter().any(|a| a.covers(net)) {
+                continue;
+            }
+            let Some(range) = PRIVATE_RANGES.iter().find(|r| r.covers(net)) else {
+                continue;
+            };
+            let opted = if self.allowed.is_empty() {
+                "none is".to_owned()
+            } else {
+                let blocks: Vec<String> = self.allowed.iter().map(Cidr::to_string).collect();
+                format!("only {} are", blocks.join(", "))
+            };
+            errors.push(
+                format!("{FIELD}.{}[{i}]", list.as_str()),
+                format!(
+                    "'{rule}' is in {range} ({}), which sandboxes cannot reach unless the \
+                     server's administrator opts it in with {PRIVATE_OPT_IN}; {opted} opted in",
+                    describe_range(range)
+                ),
+            );
+        }
+        errors.into_result()
+    }
+}
+
+impl fmt::Display for PrivateAccess {
+    /// The blocks, comma-separated; `none` when there are none.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.allowed.is_empty() {
+            return f.write_str("none");
+        }
+        let blocks: Vec<String> = self.allowed.iter().map(Cidr::to_string).collect();
+        f.write_str(&blocks.join(","))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -1040,6 +1223,74 @@ mod tests {
         assert!(!p.allows_domain("a.cdn.example", 443));
         // A name allowed on one port is resolvable.
         assert!(p.may_resolve("api.example"));
+    }
+
+    #[test]
+    fn private_ranges_are_kept_unless_opted_in() {
+        let none = PrivateAccess::none();
+        for addr in [
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "100.64.0.1",
+            "169.254.169.254",
+            "::ffff:169.254.169.254",
+            "fd00::1",
+            "fe80::1",
+        ] {
+            assert!(!none.allows(ip(addr)), "{addr}");
+        }
+        for addr in ["172.32.0.1", "100.128.0.1", "192.0.2.1", "8.8.8.8", "2001:db8::1"] {
+            assert!(none.allows(ip(addr)), "{addr}");
+        }
+        assert_eq!(
+            none.refused_range(ip("169.254.169.254")).unwrap().to_string(),
+            "169.254.0.0/16"
+        );
+        let some = PrivateAccess::parse(&["10.9.0.0/16", " ", "169.254.169.254"]).unwrap();
+        assert!(some.allows(ip("10.9.1.1")));
+        assert!(!some.allows(ip("10.8.1.1")));
+        assert!(some.allows(ip("169.254.169.254")));
+        assert_eq!(some.to_string(), "10.9.0.0/16,169.254.169.254");
+        assert_eq!(none.to_string(), "none");
+        // Only blocks inside a range can be opted in.
+        for bad in ["0.0.0.0/0", "10.0.0.0/7", "8.8.8.8"] {
+            let e = PrivateAccess::parse(&[bad]).unwrap_err();
+            assert!(e.contains("not inside a private"), "{bad}: {e}");
+        }
+        assert!(PrivateAccess::parse(&["10.0.0.0/33"]).is_err());
+        assert_eq!(
+            PrivateAccess::parse(&["10.0.0.0/8", "10.0.0.0/8"]).unwrap().allowed().len(),
+            1
+        );
+    }
+
+    #[test]
+    fn allow_lists_name_private_blocks_only_when_opted_in() {
+        let p = policy(json!({
+            "allow": ["example.com", "10.9.1.0/24:5432", "0.0.0.0/0", "169.254.169.254",
+                      "203.0.113.7"],
+            "deny": ["192.168.0.0/16"]
+        }));
+        let errs = PrivateAccess::none().check_policy(&p).unwrap_err().0;
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["networkPolicy.allow[1]", "networkPolicy.allow[3]"]);
+        assert!(errs[0].message.contains("--egress-allow-private"), "{}", errs[0].message);
+        assert!(errs[0].message.contains("none is opted in"), "{}", errs[0].message);
+        assert!(errs[1].message.contains("metadata"), "{}", errs[1].message);
+        let some = PrivateAccess::parse(&["10.9.0.0/16"]).unwrap();
+        let errs = some.check_policy(&p).unwrap_err().0;
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].message.contains("only 10.9.0.0/16 are opted in"));
+        let all = PrivateAccess::parse(&["10.9.0.0/16", "169.254.169.254"]).unwrap();
+        all.check_policy(&p).unwrap();
+        // A block wider than what is opted in is still refused.
+        let wide = policy(json!({"allow": ["10.0.0.0/8"]}));
+        assert!(some.check_policy(&wide).is_err());
+        PrivateAccess::none()
+            .check_policy(&EgressPolicy::AllowAll)
+            .unwrap();
     }
 
     #[test]
