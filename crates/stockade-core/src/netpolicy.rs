@@ -1241,11 +1241,19 @@ mod tests {
         ] {
             assert!(!none.allows(ip(addr)), "{addr}");
         }
-        for addr in ["172.32.0.1", "100.128.0.1", "192.0.2.1", "8.8.8.8", "2001:db8::1"] {
+        for addr in [
+            "172.32.0.1",
+            "100.128.0.1",
+            "192.0.2.1",
+            "8.8.8.8",
+            "2001:db8::1",
+        ] {
             assert!(none.allows(ip(addr)), "{addr}");
         }
         assert_eq!(
-            none.refused_range(ip("169.254.169.254")).unwrap().to_string(),
+            none.refused_range(ip("169.254.169.254"))
+                .unwrap()
+                .to_string(),
             "169.254.0.0/16"
         );
         let some = PrivateAccess::parse(&["10.9.0.0/16", " ", "169.254.169.254"]).unwrap();
@@ -1261,7 +1269,10 @@ mod tests {
         }
         assert!(PrivateAccess::parse(&["10.0.0.0/33"]).is_err());
         assert_eq!(
-            PrivateAccess::parse(&["10.0.0.0/8", "10.0.0.0/8"]).unwrap().allowed().len(),
+            PrivateAccess::parse(&["10.0.0.0/8", "10.0.0.0/8"])
+                .unwrap()
+                .allowed()
+                .len(),
             1
         );
     }
@@ -1276,8 +1287,16 @@ mod tests {
         let errs = PrivateAccess::none().check_policy(&p).unwrap_err().0;
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["networkPolicy.allow[1]", "networkPolicy.allow[3]"]);
-        assert!(errs[0].message.contains("--egress-allow-private"), "{}", errs[0].message);
-        assert!(errs[0].message.contains("none is opted in"), "{}", errs[0].message);
+        assert!(
+            errs[0].message.contains("--egress-allow-private"),
+            "{}",
+            errs[0].message
+        );
+        assert!(
+            errs[0].message.contains("none is opted in"),
+            "{}",
+            errs[0].message
+        );
         assert!(errs[1].message.contains("metadata"), "{}", errs[1].message);
         let some = PrivateAccess::parse(&["10.9.0.0/16"]).unwrap();
         let errs = some.check_policy(&p).unwrap_err().0;

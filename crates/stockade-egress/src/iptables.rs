@@ -16,8 +16,14 @@
 //!   (UDP and TCP) to the forwarder and, for policies with name entries,
 //!   TCP 80/443 to anything but the host's own addresses to the proxy.
 //!   Redirected packets go to the host (`INPUT`), never through `FORWARD`.
+//!
+//! Whatever the policy, the `filter` chain first jumps to a chain of
+//! [`private_rules`], shared by every sandbox with the same opt-in: it
+//! rejects what goes to the private and link-local ranges (the local
+//! network, the cloud metadata service) outside the blocks an
+//! administrator opted in, and returns the rest to the policy's rules.
 
-use stockade_core::netpolicy::{Cidr, EgressPolicy, EgressRule};
+use stockade_core::netpolicy::{Cidr, EgressPolicy, EgressRule, PrivateAccess, PRIVATE_RANGES};
 
 /// Which of `iptables` / `ip6tables` the rules are for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +151,54 @@ pub fn forward_rules(policy: &EgressPolicy, family: Family) -> Vec<Vec<String>> 
     rules
 }
 
+/// The chain that keeps sandboxes from the private ranges, jumped to (`-j`)
+/// first from every sandbox's `filter` chain: each rule as the arguments
+/// after `-A <chain>`.
+///
+/// - packets that answer a connection opened from elsewhere return (a
+///   client on the local network reaching a published port gets its
+///   replies);
+/// - what goes to a block opted in returns, so the policy decides;
+/// - what goes to the rest of the private ranges is rejected.
+///
+/// Ranges of the other address family are left out.
+pub fn private_rules(access: &PrivateAccess, family: Family) -> Vec<Vec<String>> {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut rules = vec![words(&[
+        "-m",
+        "conntrack",
+        "--ctdir",
+        "REPLY",
+        "-j",
+        "RETURN",
+    ])];
+    for block in access.allowed().iter().filter(|b| family.holds(b)) {
+        rules.push(words(&["-d", &block.to_string(), "-j", "RETURN"]));
+    }
+    for range in PRIVATE_RANGES.iter().filter(|r| family.holds(r)) {
+        let d = range.to_string();
+        rules.push(words(&[
+            "-d",
+            &d,
+            "-p",
+            "tcp",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "tcp-reset",
+        ]));
+        rules.push(words(&[
+            "-d",
+            &d,
+            "-j",
+            "REJECT",
+            "--reject-with",
+            family.icmp_reject(),
+        ]));
+    }
+    rules
+}
+
 /// The sandbox's `nat` chain: each rule as the arguments after
 /// `-A <chain>`. DNS always goes to the forwarder (which refuses what the
 /// policy does not allow, and answers nothing under deny-all); TCP 80/443
@@ -193,27 +247,36 @@ pub fn redirect_rules(policy: &EgressPolicy, ports: RedirectPorts) -> Vec<Vec<St
 }
 
 /// An `iptables-restore --noflush` input that replaces both chains of one
-/// sandbox at once (each table is swapped atomically; a chain named with
-/// `:` is created or emptied). `filter_chain`/`nat_chain` are the caller's
-/// names for them (at most 28 characters, e.g. `STK-EG-<sandbox id>`).
+/// sandbox at once, and the chain of [`private_rules`] its `filter` chain
+/// jumps to first (each table is swapped atomically; a chain named with
+/// `:` is created or emptied). `filter_chain`/`nat_chain`/`private_chain`
+/// are the caller's names for them (at most 28 characters, e.g.
+/// `STK-EG-<sandbox id>`).
 pub fn restore_script(
     policy: &EgressPolicy,
     family: Family,
     filter_chain: &str,
     nat_chain: &str,
+    (private_chain, private): (&str, &PrivateAccess),
     ports: RedirectPorts,
 ) -> String {
-    let mut out = String::new();
-    let mut table = |name: &str, chain: &str, rules: Vec<Vec<String>>| {
-        out.push_str(&format!("*{name}\n:{chain} - [0:0]\n"));
-        for rule in rules {
-            out.push_str(&format!("-A {chain} {}\n", rule.join(" ")));
-        }
-        out.push_str("COMMIT\n");
-    };
-    table("filter", filter_chain, forward_rules(policy, family));
-    table("nat", nat_chain, redirect_rules(policy, ports));
+    let mut filter = vec![vec!["-j".to_owned(), private_chain.to_owned()]];
+    filter.extend(forward_rules(policy, family));
+    let mut out = String::from("*filter\n");
+    push_chain(&mut out, private_chain, private_rules(private, family));
+    push_chain(&mut out, filter_chain, filter);
+    out.push_str("COMMIT\n*nat\n");
+    push_chain(&mut out, nat_chain, redirect_rules(policy, ports));
+    out.push_str("COMMIT\n");
     out
+}
+
+/// Appends `chain` (created or emptied) with `rules` to a restore input.
+pub fn push_chain(out: &mut String, chain: &str, rules: Vec<Vec<String>>) {
+    out.push_str(&format!(":{chain} - [0:0]\n"));
+    for rule in rules {
+        out.push_str(&format!("-A {chain} {}\n", rule.join(" ")));
+    }
 }
 
 #[cfg(test)]
@@ -322,12 +385,48 @@ mod tests {
     }
 
     #[test]
+    fn private_ranges_are_rejected_but_opted_in_blocks() {
+        let none = lines(private_rules(&PrivateAccess::none(), Family::V4));
+        assert_eq!(none[0], "-m conntrack --ctdir REPLY -j RETURN");
+        assert_eq!(none.len(), 1 + 5 * 2);
+        assert!(none.contains(&"-d 169.254.0.0/16 -p tcp -j REJECT --reject-with tcp-reset".into()));
+        assert!(none
+            .contains(&"-d 10.0.0.0/8 -j REJECT --reject-with icmp-admin-prohibited".to_owned()));
+        assert!(!none
+            .iter()
+            .any(|r| r.contains("RETURN") && r.contains("-d ")));
+        let some = PrivateAccess::parse(&["10.9.0.0/16", "fd00::/8"]).unwrap();
+        let v4 = lines(private_rules(&some, Family::V4));
+        assert_eq!(v4[1], "-d 10.9.0.0/16 -j RETURN");
+        assert_eq!(v4.len(), 2 + 5 * 2);
+        let v6 = lines(private_rules(&some, Family::V6));
+        assert_eq!(v6[1], "-d fd00::/8 -j RETURN");
+        assert!(v6.contains(&"-d fe80::/10 -j REJECT --reject-with icmp6-adm-prohibited".into()));
+        assert_eq!(v6.len(), 2 + 2 * 2);
+    }
+
+    #[test]
     fn restore_scripts_replace_both_chains() {
         let p = policy(json!({"allow": ["example.com"]}));
-        let script = restore_script(&p, Family::V4, "STK-EG-abc", "STK-EGN-abc", PORTS);
+        let private = PrivateAccess::parse(&["10.9.0.0/16"]).unwrap();
+        let script = restore_script(
+            &p,
+            Family::V4,
+            "STK-EG-abc",
+            "STK-EGN-abc",
+            ("STK-P", &private),
+            PORTS,
+        );
+        let private_lines: String = private_rules(&private, Family::V4)
+            .into_iter()
+            .map(|r| format!("-A STK-P {}\n", r.join(" ")))
+            .collect();
         assert_eq!(
             script,
-            "*filter\n:STK-EG-abc - [0:0]\n\
+            "*filter\n:STK-P - [0:0]\n".to_owned()
+                + &private_lines
+                + ":STK-EG-abc - [0:0]\n\
+             -A STK-EG-abc -j STK-P\n\
              -A STK-EG-abc -p tcp -j REJECT --reject-with tcp-reset\n\
              -A STK-EG-abc -j REJECT --reject-with icmp-admin-prohibited\n\
              COMMIT\n\

@@ -8,8 +8,11 @@
 //! name (an answer the forwarder gave this sandbox, or the resolver's own),
 //! so an allowed name cannot carry a connection to another host. An address
 //! entry of the allow list lets a connection through by its address alone.
-//! Nothing goes to the Docker host itself (its addresses, loopback) or to a
-//! blocked range (the sandbox network), whatever the policy says.
+//! Nothing goes to the Docker host itself (its addresses, loopback), to a
+//! blocked range (the sandbox network) or to the private and link-local
+//! ranges outside the blocks an administrator opted in (the local network,
+//! the cloud metadata service), whatever the policy says: an allowed name
+//! whose DNS answer is such an address is not dialled.
 //!
 //! Refused connections are closed; a plain HTTP one first gets a short
 //! `403` naming the reason. A spliced connection is checked again whenever
@@ -19,7 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stockade_core::netpolicy::{Cidr, EgressPolicy};
+use stockade_core::netpolicy::{Cidr, EgressPolicy, PrivateAccess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -51,6 +54,9 @@ pub struct ProxyConfig {
     /// network (its gateway and the other sandboxes) and anything else of
     /// the host's that is not a local address.
     pub blocked: Vec<Cidr>,
+    /// The blocks of the private ranges that may be dialled (the
+    /// administrator's opt-in); the rest of those ranges never is.
+    pub private: PrivateAccess,
     /// Dial loopback and the host's own addresses too. Off (the default)
     /// they are refused: the proxy runs on the host, so dialling them would
     /// reach host services that the packet filter keeps from sandboxes
@@ -67,6 +73,7 @@ impl Default for ProxyConfig {
             max_connections: 4096,
             max_connections_per_client: 256,
             blocked: Vec::new(),
+            private: PrivateAccess::none(),
             allow_host_destinations: false,
         }
     }
@@ -272,8 +279,9 @@ impl Proxy {
         }
     }
 
-    /// Destinations never dialled: the proxy itself, blocked ranges and
-    /// (unless allowed) the host's own addresses.
+    /// Destinations never dialled: the proxy itself, blocked ranges, the
+    /// private ranges not opted in and (unless allowed) the host's own
+    /// addresses.
     fn guard(&self, conn: &TcpStream, dst: SocketAddr) -> Result<(), String> {
         let ip = dst.ip();
         let local = conn.local_addr().map_err(|e| e.to_string())?;
@@ -282,6 +290,11 @@ impl Proxy {
         }
         if let Some(net) = self.config.blocked.iter().find(|net| net.contains(ip)) {
             return Err(format!("{ip} is in a blocked range ({net})"));
+        }
+        if let Some(range) = self.config.private.refused_range(ip) {
+            return Err(format!(
+                "{ip} is in a private or link-local range ({range}) that sandboxes do not reach"
+            ));
         }
         if self.config.allow_host_destinations {
             return Ok(());

@@ -10,7 +10,10 @@
 //! HTTP server (busybox httpd, ports 80 and 8080) and a TLS server (openssl
 //! s_server). Nothing leaves the machine: the namespaces only reach the
 //! host and each other, and DNS goes to a documentation address
-//! (192.0.2.53) that the redirect catches.
+//! (192.0.2.53) that the redirect catches. The upstream namespace also
+//! holds 169.254.169.254 (the cloud metadata address), reached from the
+//! sandbox's subnet alone through a routing rule and table of the test's
+//! own, so the host's own route to it is left alone.
 //!
 //! Everything made is named after the test's process id and removed when
 //! the test ends, also on failure; leftovers of a killed run are swept at
@@ -24,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use stockade_core::netpolicy::{Cidr, PrivateAccess};
 use stockade_egress::iptables::{self, Family, RedirectPorts};
 use stockade_egress::{
     DnsConfig, DnsForwarder, EgressPolicy, EgressProxy, Policies, ProxyConfig, ResolvedNames,
@@ -39,8 +43,12 @@ const PREFIX_NS: &str = "stkeg-";
 const DNS_TARGET: &str = "192.0.2.53";
 /// The test's chains: `STKEG-I-<pid>` (the stand-in for Stockade's
 /// isolation chain), `STKEG-F-<pid>` and `STKEG-N-<pid>` (the sandbox's
-/// filter and nat chains).
+/// filter and nat chains) and `STKEG-P-<pid>` (the private ranges').
 const CHAIN_PREFIX: &str = "STKEG-";
+/// The cloud metadata address, held by the upstream namespace.
+const METADATA: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
+/// The routing table of a run is this plus its process id.
+const TABLE_BASE: u32 = 1_000_000;
 
 fn run(args: &[&str]) -> Result<String, String> {
     let out = Command::new(args[0])
@@ -132,6 +140,23 @@ fn sweep_leftovers() {
             }
         }
     }
+    if let Ok(rules) = run(&["ip", "rule", "list"]) {
+        for line in rules.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let table = words
+                .windows(2)
+                .find(|w| w[0] == "lookup")
+                .and_then(|w| w[1].parse::<u32>().ok());
+            let Some(pid) = table.and_then(|t| t.checked_sub(TABLE_BASE)) else {
+                continue;
+            };
+            if dead(&pid.to_string()) {
+                let mut del = vec!["ip", "rule", "del"];
+                del.extend(&words[1..]);
+                let _ = run(&del);
+            }
+        }
+    }
     for table in ["filter", "nat"] {
         let Ok(rules) = run(&["iptables", "-w", "-t", table, "-S"]) else {
             continue;
@@ -162,8 +187,14 @@ struct Lab {
     gateway: Ipv4Addr,
     /// The sandbox's address.
     sandbox: Ipv4Addr,
-    /// The upstream namespace's two addresses.
-    upstream: [Ipv4Addr; 2],
+    /// The upstream namespace's addresses: the first two opted in (see
+    /// `private`), the third not.
+    upstream: [Ipv4Addr; 3],
+    /// The private blocks the sandbox may reach: the upstream's first two
+    /// addresses (10.214.k.0/30) unless a test changes it.
+    private: PrivateAccess,
+    /// `ip` commands that undo what was set up, run on drop.
+    undo: Vec<Vec<String>>,
     /// Rules added (table, rule without its verb), removed in reverse.
     rules: Vec<(&'static str, Vec<String>)>,
     /// Chains made (table, name), emptied and removed after the rules.
@@ -194,7 +225,16 @@ impl Lab {
             upstream_if: format!("stku{pid}h"),
             gateway: Ipv4Addr::new(10, 213, k, 1),
             sandbox: Ipv4Addr::new(10, 213, k, 2),
-            upstream: [Ipv4Addr::new(10, 214, k, 2), Ipv4Addr::new(10, 214, k, 3)],
+            upstream: [
+                Ipv4Addr::new(10, 214, k, 2),
+                Ipv4Addr::new(10, 214, k, 3),
+                Ipv4Addr::new(10, 214, k, 4),
+            ],
+            private: PrivateAccess::new([Cidr::new(
+                IpAddr::V4(Ipv4Addr::new(10, 214, k, 0)),
+                30,
+            )?])?,
+            undo: Vec::new(),
             rules: Vec::new(),
             chains: Vec::new(),
             servers: Vec::new(),
@@ -214,6 +254,8 @@ impl Lab {
         let up_gw = format!("10.214.{k}.1/24");
         let up_a = format!("{}/24", self.upstream[0]);
         let up_b = format!("{}/24", self.upstream[1]);
+        let up_c = format!("{}/24", self.upstream[2]);
+        let metadata = format!("{METADATA}/32");
         let up_net = format!("10.214.{k}.0/24");
         let via = self.gateway.to_string();
         let sbx_net = format!("10.213.{k}.0/24");
@@ -250,12 +292,27 @@ impl Lab {
             vec!["ip", "-n", &up, "link", "set", "lo", "up"],
             vec!["ip", "-n", &up, "addr", "add", &up_a, "dev", &us],
             vec!["ip", "-n", &up, "addr", "add", &up_b, "dev", &us],
+            vec!["ip", "-n", &up, "addr", "add", &up_c, "dev", &us],
+            vec!["ip", "-n", &up, "addr", "add", &metadata, "dev", &us],
             vec!["ip", "-n", &up, "link", "set", &us, "up"],
             vec!["ip", "-n", &up, "route", "add", &sbx_net, "via", &up_via],
+            vec!["ip", "-n", &sbx, "route", "add", &metadata, "via", &via],
         ];
         for step in steps {
             run(&step)?;
         }
+        // The metadata address from the sandbox's subnet only: a rule and a
+        // table of this run's, so the host's own traffic to it is untouched.
+        let table = (TABLE_BASE + pid).to_string();
+        run(&["ip", "route", "add", &metadata, "dev", &uh, "table", &table])?;
+        let rule = ["rule", "add", "from", &sbx_net, "lookup", &table].map(String::from);
+        let mut add = vec!["ip"];
+        add.extend(rule.iter().map(String::as_str));
+        run(&add)?;
+        let mut del = vec!["ip".to_owned()];
+        del.extend(rule);
+        del[2] = "del".into();
+        self.undo.push(del);
         Ok(())
     }
 
@@ -277,7 +334,15 @@ impl Lab {
             format!("{CHAIN_PREFIX}F-{pid}"),
             format!("{CHAIN_PREFIX}N-{pid}"),
         );
-        let script = iptables::restore_script(policy, Family::V4, &filter, &nat, ports);
+        let private = format!("{CHAIN_PREFIX}P-{pid}");
+        let script = iptables::restore_script(
+            policy,
+            Family::V4,
+            &filter,
+            &nat,
+            (&private, &self.private),
+            ports,
+        );
         let mut child = Command::new("iptables-restore")
             .args(["-w", "--noflush"])
             .stdin(Stdio::piped())
@@ -303,6 +368,7 @@ impl Lab {
         }
         self.chains.push(("filter", filter.clone()));
         self.chains.push(("nat", nat.clone()));
+        self.chains.push(("filter", private));
         // The hooks, as Stockade's would be: PREROUTING for the sandbox's
         // address into its nat chain; on the forwarding path replies back,
         // then its filter chain, then (standing in for Docker's rule for
@@ -490,8 +556,14 @@ impl Drop for Lab {
                 }
             }
         }
+        for cmd in &self.undo {
+            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            if let Err(e) = run(&args) {
+                eprintln!("cleanup: {e}");
+            }
+        }
         // Deleting a namespace deletes its end of each veth pair, and so the
-        // pair.
+        // pair (and the routes through it).
         for ns in [&self.sandbox_ns, &self.upstream_ns] {
             if let Err(e) = run(&["ip", "netns", "del", ns]) {
                 eprintln!("cleanup: {e}");
@@ -512,7 +584,7 @@ async fn the_real_transparent_path_through_iptables_redirect() {
     }
     sweep_leftovers();
     let mut lab = Lab::new().expect("the network namespaces are made");
-    let [up_a, up_b] = lab.upstream;
+    let [up_a, up_b, up_c] = lab.upstream;
 
     // The upstream servers, with a certificate for the test names.
     let ck = rcgen::generate_simple_self_signed(vec!["allowed.test".into(), "other.test".into()])
@@ -521,10 +593,12 @@ async fn the_real_transparent_path_through_iptables_redirect() {
         .expect("the upstream servers start");
 
     // The filter on the host's address on the sandbox link, with the fake
-    // upstream DNS: allowed.test is up_a, other.test is up_b.
+    // upstream DNS: allowed.test is up_a, other.test is up_b, internal.test
+    // is up_c (a private address not opted in).
     let overrides: HashMap<String, Vec<Ipv4Addr>> = HashMap::from([
         ("allowed.test".to_owned(), vec![up_a]),
         ("other.test".to_owned(), vec![up_b]),
+        ("internal.test".to_owned(), vec![up_c]),
     ]);
     let dns = FakeDns::with_overrides(Arc::new(overrides)).await;
     let resolver = Arc::new(Resolver::new(vec![dns.addr]).unwrap());
@@ -532,9 +606,13 @@ async fn the_real_transparent_path_through_iptables_redirect() {
     let names = Arc::new(ResolvedNames::new());
     let listener = TcpListener::bind((lab.gateway, 0)).await.unwrap();
     let proxy_port = listener.local_addr().unwrap().port();
-    // The real default: SO_ORIGINAL_DST, and never the host's addresses.
+    // The real default: SO_ORIGINAL_DST, and never the host's addresses;
+    // of the private ranges only the blocks opted in.
     let _proxy = EgressProxy::new(
-        ProxyConfig::default(),
+        ProxyConfig {
+            private: lab.private.clone(),
+            ..ProxyConfig::default()
+        },
         Arc::clone(&policies) as _,
         Arc::clone(&resolver),
         Arc::clone(&names),
@@ -650,6 +728,59 @@ async fn the_real_transparent_path_through_iptables_redirect() {
         assert_eq!(code, "000", "a denied address");
     } else {
         eprintln!("net.ipv4.ip_forward is 0: the forwarding-path checks are skipped");
+    }
+
+    // An allowed name whose answer is a private address not opted in: the
+    // DNS answer comes, the proxy does not dial it.
+    apply(&mut lab, json!({"allow": ["internal.test"]}));
+    let (ok, out) = lab
+        .in_sandbox(&["busybox", "nslookup", "internal.test", DNS_TARGET])
+        .await;
+    assert!(ok && out.contains(&up_c.to_string()), "{out}");
+    let (code, body) = lab
+        .curl(&["-H", "Host: internal.test", &format!("http://{up_c}/")])
+        .await;
+    assert_eq!(code, "403", "{body}");
+    assert!(body.contains("private or link-local range"), "{body}");
+    let resolve = format!("internal.test:443:{up_c}");
+    let (code, _) = lab
+        .curl(&["--resolve", &resolve, "https://internal.test/"])
+        .await;
+    assert_eq!(code, "000", "HTTPS to a private answer must be closed");
+
+    // Whatever the policy, allow-all included, the private ranges stay out
+    // of reach but for the blocks opted in: up_b is, up_c and the metadata
+    // address are not. Opted in, they answer: the filter refused them.
+    if forwarding {
+        let opted = lab.private.clone();
+        for policy in [json!("allow-all"), json!({"deny": ["evil.test"]})] {
+            apply(&mut lab, policy.clone());
+            let (code, _) = lab.curl(&[&format!("http://{up_b}:8080/")]).await;
+            assert_eq!(code, "200", "{policy}: a block opted in");
+            for addr in [up_c, METADATA] {
+                let (code, _) = lab.curl(&[&format!("http://{addr}:8080/")]).await;
+                assert_eq!(code, "000", "{policy} reached {addr}, not opted in");
+            }
+        }
+        let mut blocks = opted.allowed().to_vec();
+        blocks.extend([up_c, METADATA].map(|a| Cidr::host(IpAddr::V4(a))));
+        lab.private = PrivateAccess::new(blocks).unwrap();
+        apply(&mut lab, json!("allow-all"));
+        for addr in [up_c, METADATA] {
+            let (code, body) = lab.curl(&[&format!("http://{addr}:8080/")]).await;
+            assert_eq!(
+                (code.as_str(), body.as_str()),
+                ("200", "netns upstream\n"),
+                "{addr} opted in"
+            );
+        }
+        // An allow list still decides about what is opted in.
+        apply(&mut lab, json!({"allow": [format!("{up_c}:8080")]}));
+        let (code, _) = lab.curl(&[&format!("http://{up_c}:8080/")]).await;
+        assert_eq!(code, "200");
+        let (code, _) = lab.curl(&[&format!("http://{METADATA}:8080/")]).await;
+        assert_eq!(code, "000", "opted in but not in the allow list");
+        lab.private = opted;
     }
 
     // A live change: deny-all in the registry refuses the next connection
