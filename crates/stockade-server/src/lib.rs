@@ -25,6 +25,7 @@ pub mod ratelimit;
 pub mod routes;
 pub mod serve;
 pub mod sse;
+pub mod streams;
 
 pub use config::ServerConfig;
 pub use error::{ApiError, ApiResult};
@@ -39,6 +40,8 @@ pub struct AppState {
     pub proxy_keys: proxy::token::TokenKey,
     /// `/health`'s cached Docker and database probes (SEC-17).
     pub health: Arc<routes::health::HealthCache>,
+    /// Open terminals, event streams and proxied WebSockets per account.
+    pub streams: Arc<streams::StreamLimiter>,
 }
 
 impl AppState {
@@ -49,11 +52,15 @@ impl AppState {
     ) -> Result<Self, stockade_store::StoreError> {
         let svc = Service::new(store, runtime, config.service.clone()).await?;
         let proxy_keys = proxy::token::TokenKey::load(svc.store.as_ref()).await?;
+        let streams = Arc::new(streams::StreamLimiter::new(
+            config.connections.max_streams_per_account,
+        ));
         Ok(Self {
             svc,
             config: Arc::new(config),
             proxy_keys,
             health: Arc::default(),
+            streams,
         })
     }
 }
@@ -119,7 +126,12 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard/{file}", get(routes::dashboard::asset))
         .fallback(routes::not_found)
         // Cross-cutting layers come last so that they wrap every route above:
-        // rate limits (API-12) inside the metrics (API-13), so 429s are counted.
+        // rate limits (API-12) inside the metrics (API-13), so 429s are counted;
+        // the per-account cap of event streams inside the rate limits.
+        .layer(from_fn_with_state(
+            state.clone(),
+            streams::limit_event_streams,
+        ))
         .layer(from_fn_with_state(limiter.clone(), ratelimit::limit))
         .layer(from_fn_with_state(state.clone(), metrics::track))
         // E2B's in-sandbox calls (by their E2b-Sandbox-Id header) and
@@ -206,7 +218,7 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let shutdown = CancellationToken::new();
     let background = state.svc.start_background(shutdown.clone()).await;
     let grace = state.config.shutdown_grace;
-    let limits = state.config.connections;
+    let limits = state.config.connections.clone();
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {

@@ -18,6 +18,8 @@
 //! `Content-Security-Policy: sandbox` (without `allow-same-origin`), so a
 //! sandbox's page runs in an opaque origin and cannot read or use
 //! Stockade's; the host form gives each port an origin of its own.
+//! An upgraded connection counts against the sandbox owner's open streams
+//! ([`crate::streams`]) for as long as it lives.
 
 pub mod token;
 
@@ -115,6 +117,7 @@ pub fn parse_port_segment(port: &str) -> ApiResult<u16> {
         (status = 403, description = "A token of another sandbox", body = ErrorBody),
         (status = 404, description = "Unknown sandbox, or the port is not exposed", body = ErrorBody),
         (status = 409, description = "The sandbox has no network (networkAccess: false)", body = ErrorBody),
+        (status = 429, description = "A WebSocket (an upgrade) while the sandbox's account holds as many terminals, event streams and proxied WebSockets as it may", body = ErrorBody),
         (status = 502, description = "Nothing answers on that port in the sandbox", body = ErrorBody),
         (status = 503, description = "The sandbox is not running", body = ErrorBody),
     ))]
@@ -539,13 +542,21 @@ fn token_cookie(token: &str, path: &str, max_age: i64, secure: bool) -> Option<H
     .ok()
 }
 
+/// What [`authorise`] found: where to send the request, the sandbox's
+/// owner, and the token to set as a cookie.
+struct Authorised {
+    upstream: stockade_runtime::Upstream,
+    account: stockade_core::AccountId,
+    cookie: Option<(String, i64)>,
+}
+
 /// Authorises a proxied request and returns the address to send it to.
 async fn authorise(
     state: &AppState,
     headers: &HeaderMap,
     query: Option<&str>,
     target: &Target,
-) -> ApiResult<(stockade_runtime::Upstream, Option<(String, i64)>)> {
+) -> ApiResult<Authorised> {
     let id = &target.sandbox_id;
     let port = target.port;
     let Some((raw, source)) = find_token(headers, query) else {
@@ -622,7 +633,11 @@ async fn authorise(
         })?;
     let cookie = (source == TokenSource::Query)
         .then(|| (raw, (claims.expires_at - now).num_seconds().max(1)));
-    Ok((upstream, cookie))
+    Ok(Authorised {
+        upstream,
+        account: sb.account_id.clone(),
+        cookie,
+    })
 }
 
 /// Sends one request to a sandbox port and streams the answer back; for an
@@ -631,11 +646,21 @@ async fn authorise(
 /// only at debug level, since the proxy faces browsers and anonymous traffic.
 #[instrument(skip_all, fields(sandbox.id = %target.sandbox_id, port = target.port), err(level = "debug", Display))]
 async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResult<Response> {
-    let (addr, set_cookie) = authorise(state, req.headers(), req.uri().query(), &target).await?;
+    let Authorised {
+        upstream: addr,
+        account,
+        cookie: set_cookie,
+    } = authorise(state, req.headers(), req.uri().query(), &target).await?;
     let id = &target.sandbox_id;
     let port = target.port;
 
     let upgrade = requested_upgrade(req.headers());
+    // A tunnel (a WebSocket) counts against the sandbox owner's open
+    // streams for as long as it lives.
+    let permit = match &upgrade {
+        Some(_) => Some(state.streams.acquire(&account)?),
+        None => None,
+    };
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let client_addr = req
         .extensions()
@@ -757,6 +782,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
         let span = tracing::Span::current();
         tokio::spawn(async move {
             let _enter = span.enter();
+            let _permit = permit;
             match tokio::try_join!(client_upgrade, upstream_upgrade) {
                 Ok((client, upstream)) => {
                     let mut client = TokioIo::new(client);

@@ -1,6 +1,8 @@
 //! The accept loop and what keeps connection floods out (SEC-17): the
-//! open-files limit, a cap on connections, and timeouts for request heads
-//! and idle keep-alive connections.
+//! open-files limit, a cap on connections and a share of it per client
+//! address, timeouts for request heads and idle keep-alive connections, a
+//! floor on how fast a request body must arrive, and a deadline for writes
+//! the client does not take.
 //!
 //! Every accepted connection takes a slot; the slot is given back when its
 //! socket closes (for an upgraded connection — a WebSocket terminal, a
@@ -18,20 +20,35 @@
 //! costs an `accept` and a `close` per connection beyond it, and anyone who
 //! sends a whole request still gets a slot.
 //!
+//! One client address (an IPv4 address, an IPv6 /64) holds at most its
+//! share of the slots ([`ConnectionLimits::max_connections_per_ip`]): a new
+//! connection beyond it closes the address's own longest-waiting connection,
+//! or is closed at once when all of the address's connections are busy. So
+//! one address that keeps every one of its requests busy (a trickled body, a
+//! response it never reads) cannot take the slots of everyone else. Trusted
+//! reverse proxies are not counted per address.
+//!
 //! Timeouts apply only while a connection waits: a request head must arrive
 //! within `header_timeout` of the first byte (or of the accept), and a
 //! keep-alive connection may idle `idle_timeout` between requests. While a
-//! request is in progress — its handler working, its response streaming (an
-//! SSE log follow, an exec stream) — nothing times out; an upgraded
-//! connection never does.
+//! request is in progress its handler may take as long as it needs, and a
+//! response may stream for as long as it likes (an SSE log follow, an exec
+//! stream), with two exceptions for a client that holds a slot without
+//! moving: a request body must keep arriving at `body_min_rate` bytes per
+//! second, of which it may fall behind by at most `body_timeout` (else the
+//! request is answered 408 and the connection closed), and a write to the
+//! socket that the client does not take for `write_stall_timeout` (it stopped
+//! reading) fails, which closes the connection — upgraded ones too. A stream
+//! that is quiet, or that the client reads however slowly, is never cut.
 //!
 //! `accept` failing for lack of file descriptors never spins the loop: it
 //! backs off (10 ms, doubling up to 1 s) and logs once per interval.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -52,6 +69,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+pub use stockade_core::net::IpNet;
+
 /// File descriptors kept out of the connection cap's reach at least: the
 /// database, Docker's socket pool, the listener, temporary files.
 const MIN_RESERVED_FDS: u64 = 256;
@@ -61,6 +80,8 @@ const MAX_DERIVED_CONNECTIONS: u64 = 65_536;
 /// How far past the cap connections that replace closing ones may go while
 /// the closed ones' sockets are still being released.
 const EVICTION_SLACK: usize = 64;
+/// The same for one client address over its share.
+const PER_IP_EVICTION_SLACK: usize = 8;
 /// `accept` back-off after running out of file descriptors.
 const BACKOFF_START: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -68,24 +89,52 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Connection limits of the HTTP listener (SEC-17).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Most connections open at once; `None` derives it from the open-files
     /// limit at start ([`default_max_connections`]).
     pub max_connections: Option<usize>,
+    /// Most connections one client address (an IPv4 address, an IPv6 /64)
+    /// may hold; `None`: an eighth of the cap, at least
+    /// [`MIN_CONNECTIONS_PER_IP`] ([`default_max_connections_per_ip`]). At or
+    /// above the cap it changes nothing.
+    pub max_connections_per_ip: Option<usize>,
+    /// Reverse proxies: their connections carry many clients and are not
+    /// held to the per-address share.
+    pub trusted_proxies: Vec<IpNet>,
     /// How long a request head may take, from the accept or from its first
     /// byte on a kept-alive connection.
     pub header_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request.
     pub idle_timeout: Duration,
+    /// The slowest a request body may arrive, in bytes per second, once its
+    /// allowance of [`Self::body_timeout`] is used up.
+    pub body_min_rate: u64,
+    /// How far a request body may fall behind [`Self::body_min_rate`]: a body
+    /// that sends nothing at all is cut off after this long.
+    pub body_timeout: Duration,
+    /// How long a write may wait for the other side to take it: a client
+    /// that stops reading its response (or its WebSocket), a terminal
+    /// program that stops reading its input. Then the connection is closed.
+    pub write_stall_timeout: Duration,
+    /// Most long-lived streams one account may hold open at once: terminals,
+    /// event streams (log follows, exec streams, watches) and WebSockets
+    /// through the port proxy.
+    pub max_streams_per_account: usize,
 }
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             max_connections: None,
+            max_connections_per_ip: None,
+            trusted_proxies: Vec::new(),
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            body_min_rate: 500,
+            body_timeout: Duration::from_secs(20),
+            write_stall_timeout: Duration::from_secs(60),
+            max_streams_per_account: 128,
         }
     }
 }
@@ -98,6 +147,25 @@ impl ConnectionLimits {
             .unwrap_or_else(|| default_max_connections(open_files_limit().soft))
             .max(1)
     }
+
+    /// The per-address share in force (the cap itself when it is off).
+    pub fn effective_max_connections_per_ip(&self) -> usize {
+        let cap = self.effective_max_connections();
+        self.max_connections_per_ip
+            .unwrap_or_else(|| default_max_connections_per_ip(cap))
+            .clamp(1, cap)
+    }
+}
+
+/// The least the derived per-address share goes down to: a browser opens
+/// six connections per origin, a small office behind one NAT several times
+/// that.
+pub const MIN_CONNECTIONS_PER_IP: usize = 64;
+
+/// The default per-address share of a cap of `cap` connections: an eighth,
+/// at least [`MIN_CONNECTIONS_PER_IP`], at most the cap.
+pub fn default_max_connections_per_ip(cap: usize) -> usize {
+    (cap / 8).max(MIN_CONNECTIONS_PER_IP).min(cap)
 }
 
 /// The process's open-files limit (`RLIMIT_NOFILE`); `u64::MAX` is unlimited.
@@ -173,9 +241,32 @@ pub fn default_max_connections(nofile: u64) -> usize {
     usize::try_from(derived.clamp(16, MAX_DERIVED_CONNECTIONS)).unwrap_or(16)
 }
 
+/// A client address as the per-address share counts it: an IPv4 address
+/// (also when it comes mapped into IPv6), or the /64 of an IPv6 address,
+/// which one host can trivially rotate through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ClientKey(IpAddr);
+
+impl ClientKey {
+    fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Self(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Self(IpAddr::V4(v4)),
+                None => {
+                    let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                    Self(IpAddr::V6(std::net::Ipv6Addr::from(bits)))
+                }
+            },
+        }
+    }
+}
+
 /// The state of one connection that its reader, its requests and its
 /// watchdog share.
 struct Conn {
+    /// Its client address, when it is held to the per-address share.
+    client: Option<ClientKey>,
     /// Requests whose response has not been sent (or dropped) yet.
     active: AtomicUsize,
     /// The connection became a tunnel (101): no timeouts, never evicted.
@@ -193,25 +284,70 @@ struct Conn {
     evicted: CancellationToken,
 }
 
+/// What one client address holds.
+#[derive(Default)]
+struct Client {
+    /// Its open connections.
+    open: usize,
+    /// The keys of its waiting connections in the registry's list.
+    waiting: BTreeSet<u64>,
+}
+
 struct Waiting {
     next_key: u64,
     open: usize,
     /// Connections without a request in progress, oldest wait first.
     list: BTreeMap<u64, Weak<Conn>>,
+    /// Per client address held to the share.
+    clients: HashMap<ClientKey, Client>,
+}
+
+/// Why a new connection got no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Every slot holds a request in progress: it may wait for one.
+    Busy,
+    /// Its address holds its whole share, all of it busy: it is closed.
+    AddressFull,
 }
 
 /// All connections of one listener.
 struct Registry {
     epoch: Instant,
     cap: usize,
+    /// The per-address share (the cap: no share).
+    per_ip: usize,
     limits: ConnectionLimits,
     inner: Mutex<Waiting>,
     /// A slot was freed or a connection started waiting.
     room: Notify,
     evictions: AtomicU64,
+    /// New connections closed because their address held its share.
+    refused_per_ip: AtomicU64,
+    /// When that was last logged.
+    refused_logged: Mutex<Option<Instant>>,
 }
 
 impl Registry {
+    fn new(limits: ConnectionLimits) -> Self {
+        Self {
+            epoch: Instant::now(),
+            cap: limits.effective_max_connections(),
+            per_ip: limits.effective_max_connections_per_ip(),
+            limits,
+            inner: Mutex::new(Waiting {
+                next_key: 0,
+                open: 0,
+                list: BTreeMap::new(),
+                clients: HashMap::new(),
+            }),
+            room: Notify::new(),
+            evictions: AtomicU64::new(0),
+            refused_per_ip: AtomicU64::new(0),
+            refused_logged: Mutex::new(None),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -220,32 +356,120 @@ impl Registry {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// The key a connection from `ip` is counted under; `None` when it is
+    /// not held to a share (no share, or a trusted proxy).
+    fn client_key(&self, ip: IpAddr) -> Option<ClientKey> {
+        if self.per_ip >= self.cap || self.limits.trusted_proxies.iter().any(|n| n.contains(ip)) {
+            return None;
+        }
+        Some(ClientKey::of(ip))
+    }
+
     /// Whether a new connection would get a slot now.
     fn has_room(&self) -> bool {
         let w = self.lock();
         w.open < self.cap || (w.open < self.cap + EVICTION_SLACK && !w.list.is_empty())
     }
 
-    /// Gives a new connection a slot, closing the longest-waiting one if the
-    /// cap is reached. `None`: every slot holds a request in progress.
-    fn admit(self: &Arc<Self>) -> Option<(Arc<Conn>, Slot)> {
+    /// Whether a new connection from `ip` would be closed for its address:
+    /// the address holds its whole share and none of it is waiting.
+    fn address_full(&self, ip: IpAddr) -> bool {
+        let Some(key) = self.client_key(ip) else {
+            return false;
+        };
+        let w = self.lock();
+        w.clients
+            .get(&key)
+            .is_some_and(|c| c.open >= self.per_ip && c.waiting.is_empty())
+    }
+
+    /// Counts (and now and then logs) a connection closed for its address.
+    fn note_refused(&self, peer: SocketAddr) {
+        self.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+        let mut last = self
+            .refused_logged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|at| at.elapsed() >= ACCEPT_LOG_INTERVAL) {
+            *last = Some(Instant::now());
+            drop(last);
+            tracing::warn!(
+                client = %peer.ip(),
+                per_ip = self.per_ip,
+                refused_so_far = self.refused_per_ip.load(Ordering::Relaxed),
+                "a client address holds its share of the connection cap, all of it busy: its new connections are closed; raise --max-connections-per-ip or name its reverse proxy in --trusted-proxies if this is not an attack"
+            );
+        } else {
+            tracing::trace!(client = %peer, "the client's address holds its share of connections; closed");
+        }
+    }
+
+    /// Closes the waiting connection listed under `key`.
+    fn evict(&self, w: &mut Waiting, key: u64) {
+        let Some(weak) = w.list.remove(&key) else {
+            return;
+        };
+        let Some(victim) = weak.upgrade() else {
+            return;
+        };
+        if let Some(c) = victim.client.and_then(|k| w.clients.get_mut(&k)) {
+            c.waiting.remove(&key);
+        }
+        victim.wait_key.store(0, Ordering::SeqCst);
+        victim.evicted.cancel();
+        self.evictions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Gives a new connection from `peer` a slot, closing the
+    /// longest-waiting connection of its address if it holds its share, or
+    /// else the longest-waiting one of all if the cap is reached.
+    fn admit(self: &Arc<Self>, peer: SocketAddr) -> Result<(Arc<Conn>, Slot), Refused> {
+        let client = self.client_key(peer.ip());
         let mut w = self.lock();
+        let mut made_room = false;
+        if let Some(key) = client {
+            let (open, oldest) = w
+                .clients
+                .get(&key)
+                .map_or((0, None), |c| (c.open, c.waiting.first().copied()));
+            if open >= self.per_ip {
+                // Its own closing connections count until their sockets
+                // are gone: a few may be on their way out at once.
+                let Some(oldest) = oldest.filter(|_| open < self.per_ip + PER_IP_EVICTION_SLACK)
+                else {
+                    return Err(Refused::AddressFull);
+                };
+                self.evict(&mut w, oldest);
+                if let Some(c) = w.clients.get_mut(&key) {
+                    c.waiting.remove(&oldest);
+                }
+                made_room = true;
+            }
+        }
         if w.open >= self.cap {
             if w.open >= self.cap + EVICTION_SLACK {
-                return None;
+                return Err(Refused::Busy);
             }
-            let victim = loop {
-                let (_, weak) = w.list.pop_first()?;
-                if let Some(conn) = weak.upgrade() {
-                    break conn;
+            if !made_room {
+                // Dead entries (sockets already gone) are skipped.
+                loop {
+                    let Some((&key, weak)) = w.list.first_key_value() else {
+                        return Err(Refused::Busy);
+                    };
+                    if weak.strong_count() > 0 {
+                        self.evict(&mut w, key);
+                        break;
+                    }
+                    w.list.remove(&key);
                 }
-            };
-            victim.wait_key.store(0, Ordering::SeqCst);
-            victim.evicted.cancel();
-            self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
         }
         w.open += 1;
+        if let Some(key) = client {
+            w.clients.entry(key).or_default().open += 1;
+        }
         let conn = Arc::new(Conn {
+            client,
             active: AtomicUsize::new(0),
             upgraded: AtomicBool::new(false),
             waiting_since: AtomicU64::new(self.now_ms()),
@@ -259,16 +483,17 @@ impl Registry {
         drop(w);
         let slot = Slot {
             registry: self.clone(),
+            client,
         };
-        Some((conn, slot))
+        Ok((conn, slot))
     }
 
     /// A slot while the cap is not reached.
-    fn admit_below_cap(self: &Arc<Self>) -> Option<(Arc<Conn>, Slot)> {
+    fn admit_below_cap(self: &Arc<Self>, peer: SocketAddr) -> Result<(Arc<Conn>, Slot), Refused> {
         if self.lock().open >= self.cap {
-            return None;
+            return Err(Refused::Busy);
         }
-        self.admit()
+        self.admit(peer)
     }
 
     fn list(w: &mut Waiting, conn: &Arc<Conn>) {
@@ -276,12 +501,18 @@ impl Registry {
         let key = w.next_key;
         conn.wait_key.store(key, Ordering::SeqCst);
         w.list.insert(key, Arc::downgrade(conn));
+        if let Some(c) = conn.client.and_then(|k| w.clients.get_mut(&k)) {
+            c.waiting.insert(key);
+        }
     }
 
     fn unlist(w: &mut Waiting, conn: &Conn) {
         let key = conn.wait_key.swap(0, Ordering::SeqCst);
         if key != 0 {
             w.list.remove(&key);
+            if let Some(c) = conn.client.and_then(|k| w.clients.get_mut(&k)) {
+                c.waiting.remove(&key);
+            }
         }
     }
 
@@ -349,22 +580,93 @@ impl Registry {
 /// A connection's place under the cap, given back when dropped.
 struct Slot {
     registry: Arc<Registry>,
+    client: Option<ClientKey>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.registry.lock().open -= 1;
+        {
+            let mut w = self.registry.lock();
+            w.open -= 1;
+            if let Some(key) = self.client {
+                if let Some(c) = w.clients.get_mut(&key) {
+                    c.open = c.open.saturating_sub(1);
+                    if c.open == 0 && c.waiting.is_empty() {
+                        w.clients.remove(&key);
+                    }
+                }
+            }
+        }
         self.registry.room.notify_one();
     }
 }
 
-/// The socket of a connection: notes incoming bytes and holds the slot, for
-/// as long as the socket lives (also inside an upgraded stream).
+/// The socket of a connection: notes incoming bytes, fails writes the
+/// client does not take within the write-stall timeout, and holds the slot,
+/// for as long as the socket lives (also inside an upgraded stream).
 struct MeteredStream {
     inner: TcpStream,
     conn: Arc<Conn>,
     registry: Arc<Registry>,
+    /// Runs while a write waits for the client; armed at the first wait.
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the timer runs for the current wait.
+    stall_armed: bool,
+    /// A write timed out: the connection is dead for writing.
+    stalled: bool,
     _slot: Slot,
+}
+
+impl MeteredStream {
+    fn new(inner: TcpStream, conn: Arc<Conn>, registry: Arc<Registry>, slot: Slot) -> Self {
+        Self {
+            inner,
+            conn,
+            registry,
+            stall: None,
+            stall_armed: false,
+            stalled: false,
+            _slot: slot,
+        }
+    }
+
+    /// Passes a write's outcome on; a write still waiting after the
+    /// write-stall timeout becomes an error.
+    fn watch_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if !polled.is_pending() {
+            self.stall_armed = false;
+            return polled;
+        }
+        let timeout = self.registry.limits.write_stall_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let sleep = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.stall_armed {
+            sleep.as_mut().reset(deadline);
+            self.stall_armed = true;
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            self.stalled = true;
+            tracing::debug!(
+                timeout_s = timeout.as_secs_f64(),
+                "the client did not take a write in time; connection closed"
+            );
+            return Poll::Ready(Err(stalled_error()));
+        }
+        Poll::Pending
+    }
+}
+
+fn stalled_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the client stopped reading (write-stall timeout)",
+    )
 }
 
 impl Drop for MeteredStream {
@@ -390,19 +692,29 @@ impl AsyncRead for MeteredStream {
 
 impl AsyncWrite for MeteredStream {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
+        let this = self.get_mut();
+        if this.stalled {
+            return Poll::Ready(Err(stalled_error()));
+        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.watch_write(cx, polled)
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if this.stalled {
+            return Poll::Ready(Err(stalled_error()));
+        }
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.watch_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -554,12 +866,7 @@ impl Acceptor {
     fn serve(&self, stream: TcpStream, peer: SocketAddr, conn: Arc<Conn>, slot: Slot) {
         let _ = stream.set_nodelay(true);
         self.tracker.spawn(connection(
-            MeteredStream {
-                inner: stream,
-                conn: conn.clone(),
-                registry: self.registry.clone(),
-                _slot: slot,
-            },
+            MeteredStream::new(stream, conn.clone(), self.registry.clone(), slot),
             peer,
             conn,
             self.registry.clone(),
@@ -577,9 +884,16 @@ impl Acceptor {
             let room = self.registry.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            if let Some((conn, slot)) = self.registry.admit() {
-                self.serve(stream, peer, conn, slot);
-                return true;
+            match self.registry.admit(peer) {
+                Ok((conn, slot)) => {
+                    self.serve(stream, peer, conn, slot);
+                    return true;
+                }
+                Err(Refused::AddressFull) => {
+                    self.registry.note_refused(peer);
+                    return false;
+                }
+                Err(Refused::Busy) => {}
             }
             tokio::select! {
                 () = &mut room => {}
@@ -676,18 +990,7 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
-    let registry = Arc::new(Registry {
-        epoch: Instant::now(),
-        cap: limits.effective_max_connections(),
-        limits,
-        inner: Mutex::new(Waiting {
-            next_key: 0,
-            open: 0,
-            list: BTreeMap::new(),
-        }),
-        room: Notify::new(),
-        evictions: AtomicU64::new(0),
-    });
+    let registry = Arc::new(Registry::new(limits));
     let acceptor = Acceptor {
         registry: registry.clone(),
         tracker: TaskTracker::new(),
@@ -735,9 +1038,24 @@ pub async fn serve(
                 continue;
             }
         };
-        if let Some((conn, slot)) = registry.admit_below_cap() {
-            acceptor.serve(stream, peer, conn, slot);
+        // An address that holds its share, all of it busy, gets nothing
+        // more: not a slot, not a look at what it sent.
+        if registry.address_full(peer.ip()) {
+            registry.note_refused(peer);
+            drop(stream);
             continue;
+        }
+        match registry.admit_below_cap(peer) {
+            Ok((conn, slot)) => {
+                acceptor.serve(stream, peer, conn, slot);
+                continue;
+            }
+            Err(Refused::AddressFull) => {
+                registry.note_refused(peer);
+                drop(stream);
+                continue;
+            }
+            Err(Refused::Busy) => {}
         }
         match peek_head(&stream) {
             // Every slot may have become busy since the check: this one
@@ -777,6 +1095,14 @@ pub async fn serve(
             "at the connection cap: waiting connections closed to make room, new ones without a whole request refused"
         );
     }
+    let refused_per_ip = registry.refused_per_ip.load(Ordering::Relaxed);
+    if refused_per_ip > 0 {
+        tracing::info!(
+            refused_per_ip,
+            per_ip = registry.per_ip,
+            "new connections closed because their address held its share of the connection cap"
+        );
+    }
     acceptor.tracker.close();
     acceptor.tracker.wait().await;
     Ok(())
@@ -801,11 +1127,17 @@ async fn connection(
                 conn: conn.clone(),
                 registry: registry.clone(),
             };
-            let mut req = req.map(Body::new);
+            let version = req.version();
+            let cut = Arc::new(AtomicBool::new(false));
+            let mut req =
+                req.map(|body| Body::new(PacedBody::new(body, &registry.limits, cut.clone())));
             req.extensions_mut().insert(ConnectInfo(peer));
             let router = router.clone();
             async move {
-                let response = router.oneshot(req).await.unwrap_or_else(|e| match e {});
+                let mut response = router.oneshot(req).await.unwrap_or_else(|e| match e {});
+                if cut.load(Ordering::SeqCst) {
+                    response = too_slow(&guard.registry.limits, version);
+                }
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     guard.registry.upgraded(&guard.conn);
                 }
@@ -860,6 +1192,131 @@ async fn connection(
     }
 }
 
+/// A request body that must keep arriving: it starts with an allowance of
+/// `body_timeout`, which waiting for the client uses up and every byte that
+/// arrives adds `1 / body_min_rate` s back to (never above `body_timeout`).
+/// Only time spent waiting for the client counts, not time the handler
+/// takes between reads. When the allowance is gone the body fails and
+/// `cut` is set, so that the request is answered 408.
+struct PacedBody {
+    inner: hyper::body::Incoming,
+    min_rate: u64,
+    timeout: Duration,
+    /// What is left of the allowance.
+    left: Duration,
+    /// Since when the last read has been waiting for the client.
+    waiting_since: Option<tokio::time::Instant>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    cut: Arc<AtomicBool>,
+}
+
+impl PacedBody {
+    fn new(inner: hyper::body::Incoming, limits: &ConnectionLimits, cut: Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            min_rate: limits.body_min_rate.max(1),
+            timeout: limits.body_timeout,
+            left: limits.body_timeout,
+            waiting_since: None,
+            sleep: None,
+            cut,
+        }
+    }
+
+    fn too_slow(&self) -> Box<dyn std::error::Error + Send + Sync> {
+        self.cut.store(true, Ordering::SeqCst);
+        format!(
+            "the request body arrived slower than {} bytes/s for {} s",
+            self.min_rate,
+            self.timeout.as_secs_f64()
+        )
+        .into()
+    }
+}
+
+impl hyper::body::Body for PacedBody {
+    type Data = axum::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if this.cut.load(Ordering::SeqCst) {
+            return Poll::Ready(Some(Err(this.too_slow())));
+        }
+        if let Some(since) = this.waiting_since.take() {
+            this.left = this.left.saturating_sub(since.elapsed());
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let earned = Duration::from_secs_f64(data.len() as f64 / this.min_rate as f64);
+                    this.left = (this.left + earned).min(this.timeout);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                if this.left.is_zero() {
+                    return Poll::Ready(Some(Err(this.too_slow())));
+                }
+                let now = tokio::time::Instant::now();
+                this.waiting_since = Some(now);
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(now + this.left)));
+                sleep.as_mut().reset(now + this.left);
+                if sleep.as_mut().poll(cx).is_ready() {
+                    this.waiting_since = None;
+                    return Poll::Ready(Some(Err(this.too_slow())));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The answer to a request whose body came too slowly; on HTTP/1 the
+/// connection closes after it (the rest of the body is never read).
+fn too_slow(limits: &ConnectionLimits, version: axum::http::Version) -> axum::response::Response {
+    let body = serde_json::json!({
+        "error": {
+            "code": "request_timeout",
+            "message": format!(
+                "The request body arrived too slowly: the server needs at least {} bytes/s \
+                 (after an allowance of {} s); send it faster or in a smaller request",
+                limits.body_min_rate,
+                limits.body_timeout.as_secs_f64()
+            ),
+        }
+    });
+    let mut response = axum::response::Response::new(Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    let h = response.headers_mut();
+    h.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    if version < axum::http::Version::HTTP_2 {
+        h.insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
@@ -882,28 +1339,24 @@ mod tests {
     }
 
     fn registry(cap: usize) -> Arc<Registry> {
-        Arc::new(Registry {
-            epoch: Instant::now(),
-            cap,
-            limits: ConnectionLimits::default(),
-            inner: Mutex::new(Waiting {
-                next_key: 0,
-                open: 0,
-                list: BTreeMap::new(),
-            }),
-            room: Notify::new(),
-            evictions: AtomicU64::new(0),
-        })
+        Arc::new(Registry::new(ConnectionLimits {
+            max_connections: Some(cap),
+            ..ConnectionLimits::default()
+        }))
+    }
+
+    fn peer(ip: &str) -> SocketAddr {
+        SocketAddr::new(ip.parse().unwrap(), 40_000)
     }
 
     #[test]
     fn at_the_cap_the_longest_waiting_connection_makes_room() {
         let r = registry(2);
-        let (a, slot_a) = r.admit().unwrap();
-        let (b, _slot_b) = r.admit().unwrap();
+        let (a, slot_a) = r.admit(peer("10.0.0.1")).unwrap();
+        let (b, _slot_b) = r.admit(peer("10.0.0.1")).unwrap();
         // b sends a request: a has waited longest.
         r.begin_request(&b);
-        let (c, _slot_c) = r.admit().unwrap();
+        let (c, _slot_c) = r.admit(peer("10.0.0.1")).unwrap();
         assert!(a.evicted.is_cancelled());
         assert!(!b.evicted.is_cancelled() && !c.evicted.is_cancelled());
         // a's socket closes: its slot comes back.
@@ -912,11 +1365,11 @@ mod tests {
         // c is busy too: nothing to evict, no room.
         r.begin_request(&c);
         assert!(!r.has_room());
-        assert!(r.admit().is_none());
+        assert_eq!(r.admit(peer("10.0.0.1")).err(), Some(Refused::Busy));
         // b's response is sent: b waits (idle) and can make room again.
         r.end_request(&b);
         assert!(r.has_room());
-        let (_d, _slot_d) = r.admit().unwrap();
+        let (_d, _slot_d) = r.admit(peer("10.0.0.1")).unwrap();
         assert!(b.evicted.is_cancelled());
         assert_eq!(r.evictions.load(Ordering::Relaxed), 2);
     }
@@ -942,7 +1395,7 @@ mod tests {
     #[test]
     fn busy_and_upgraded_connections_have_no_deadline() {
         let r = registry(10);
-        let (a, _slot) = r.admit().unwrap();
+        let (a, _slot) = r.admit(peer("10.0.0.1")).unwrap();
         // New: the header clock runs.
         let d = r.deadline(&a).unwrap();
         assert!(d > tokio::time::Instant::now() + Duration::from_secs(9));
@@ -964,6 +1417,71 @@ mod tests {
         assert!(
             r.lock().list.is_empty(),
             "an upgraded connection is never evicted"
+        );
+    }
+
+    #[test]
+    fn per_address_shares_default_to_an_eighth_with_a_floor() {
+        assert_eq!(default_max_connections_per_ip(8750), 1093);
+        assert_eq!(default_max_connections_per_ip(256), 64);
+        assert_eq!(default_max_connections_per_ip(8), 8);
+        let limits = ConnectionLimits {
+            max_connections: Some(100),
+            max_connections_per_ip: Some(500),
+            ..ConnectionLimits::default()
+        };
+        assert_eq!(limits.effective_max_connections_per_ip(), 100);
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share() {
+        let r = Arc::new(Registry::new(ConnectionLimits {
+            max_connections: Some(20),
+            max_connections_per_ip: Some(3),
+            trusted_proxies: vec![IpNet::parse("10.9.0.0/16").unwrap()],
+            ..ConnectionLimits::default()
+        }));
+        let flood = peer("192.0.2.7");
+        let mut held: Vec<_> = (0..3).map(|_| r.admit(flood).unwrap()).collect();
+        for (c, _) in &held {
+            r.begin_request(c);
+        }
+        // All three busy: the next one is closed, and the accept loop
+        // knows before it looks at what it sent.
+        assert!(r.address_full(flood.ip()));
+        assert_eq!(r.admit(flood).err(), Some(Refused::AddressFull));
+        // Other addresses still get slots.
+        let (other, _other_slot) = r.admit(peer("198.51.100.1")).unwrap();
+        assert!(!other.evicted.is_cancelled());
+        // One of the address's own goes idle: a new one of it takes its
+        // place, nobody else's.
+        r.end_request(&held[0].0);
+        assert!(!r.address_full(flood.ip()));
+        let (_newer, _newer_slot) = r.admit(flood).unwrap();
+        assert!(held[0].0.evicted.is_cancelled());
+        assert!(!other.evicted.is_cancelled());
+        // The evicted socket closes: its slot comes back to the address.
+        let (first, first_slot) = held.remove(0);
+        drop(first_slot);
+        drop(first);
+        assert_eq!(r.lock().clients[&ClientKey::of(flood.ip())].open, 3);
+        // An IPv6 /64 is one address; a trusted proxy has no share.
+        let v6 = |s: &str| peer(s);
+        let _a = r.admit(v6("2001:db8::1")).unwrap();
+        let _b = r.admit(v6("2001:db8::2")).unwrap();
+        let _c = r.admit(v6("2001:db8::3:4")).unwrap();
+        for (c, _) in [&_a, &_b, &_c] {
+            r.begin_request(c);
+        }
+        assert_eq!(
+            r.admit(v6("2001:db8::ffff")).err(),
+            Some(Refused::AddressFull)
+        );
+        let proxied: Vec<_> = (0..4).map(|_| r.admit(peer("10.9.1.1")).unwrap()).collect();
+        assert_eq!(proxied.len(), 4);
+        assert_eq!(
+            ClientKey::of("::ffff:192.0.2.7".parse().unwrap()),
+            ClientKey::of(flood.ip())
         );
     }
 }

@@ -96,10 +96,45 @@ pub struct ServerArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     header_timeout: u64,
     /// Seconds a kept-alive connection may wait for its next request.
-    /// Requests in progress — streams, WebSockets, terminals — are never cut.
+    /// Requests in progress — streams, WebSockets, terminals — are not cut
+    /// for being quiet (see --body-min-rate and --write-stall-timeout for
+    /// the clients that hold them without moving).
     #[arg(long, env = "STOCKADE_IDLE_TIMEOUT", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     idle_timeout: u64,
+    /// Most connections one client address (an IPv4 address, an IPv6 /64)
+    /// may hold. Beyond it a new connection from that address closes the
+    /// address's own longest-idle one, or is closed at once when all of them
+    /// are busy; other addresses still get slots. Addresses in
+    /// --trusted-proxies are exempt. Default: an eighth of --max-connections,
+    /// at least 64.
+    #[arg(long, env = "STOCKADE_MAX_CONNECTIONS_PER_IP",
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_connections_per_ip: Option<u64>,
+    /// The slowest a request body may arrive, in bytes per second: a body
+    /// that falls behind it by more than --body-timeout is cut off with 408
+    /// and its connection closed.
+    #[arg(long, env = "STOCKADE_BODY_MIN_RATE", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    body_min_rate: u64,
+    /// Seconds a request body may fall behind --body-min-rate (a body that
+    /// sends nothing at all is cut off after this long).
+    #[arg(long, env = "STOCKADE_BODY_TIMEOUT", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    body_timeout: u64,
+    /// Seconds a write may wait for the other side to take it: a client that
+    /// stops reading its response, event stream or WebSocket is
+    /// disconnected, and so is a terminal whose program stops reading its
+    /// input. Streams that are read, however slowly, are never cut.
+    #[arg(long, env = "STOCKADE_WRITE_STALL_TIMEOUT", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    write_stall_timeout: u64,
+    /// Most terminals, event streams (log follows, exec streams, file
+    /// watches) and proxied WebSockets one account may hold open at once;
+    /// one more is refused with 429.
+    #[arg(long, env = "STOCKADE_MAX_STREAMS_PER_ACCOUNT", default_value_t = 128,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_streams_per_account: u64,
     /// Rate limit of /api/v1 per client IP and, separately, per API token:
     /// REQUESTS/WINDOW (e.g. 1000/60s, 20/1m, 5000/1h), or `off`.
     #[arg(long, env = "STOCKADE_RATE_LIMIT", default_value = "1000/60s")]
@@ -418,6 +453,15 @@ fn parse_limit(value: &str, flag: &str) -> anyhow::Result<Option<Limit>> {
         .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
+/// The reverse proxies of `--trusted-proxies`.
+fn trusted_proxies(args: &ServerArgs) -> anyhow::Result<Vec<IpNet>> {
+    args.trusted_proxies
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| IpNet::parse(p).map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}")))
+        .collect()
+}
+
 /// The rate limits the flags ask for; `None` when both buckets are off.
 fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig>> {
     let base = parse_limit(&args.rate_limit, "--rate-limit")?;
@@ -429,12 +473,7 @@ fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig
         Some(v) => parse_limit(v, "--rate-limit-per-token")?,
         None => base,
     };
-    let trusted_proxies = args
-        .trusted_proxies
-        .iter()
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| IpNet::parse(p).map_err(|e| anyhow::anyhow!("--trusted-proxies: {e}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let trusted_proxies = trusted_proxies(args)?;
     if per_ip.is_none() && per_token.is_none() {
         return Ok(None);
     }
@@ -638,13 +677,18 @@ macro_rules! say {
 fn connection_limits(
     args: &ServerArgs,
     files: &stockade_server::serve::RaisedLimit,
-) -> (stockade_server::serve::ConnectionLimits, String) {
+) -> anyhow::Result<(stockade_server::serve::ConnectionLimits, String)> {
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let limits = stockade_server::serve::ConnectionLimits {
-        max_connections: args
-            .max_connections
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        max_connections: args.max_connections.map(count),
+        max_connections_per_ip: args.max_connections_per_ip.map(count),
+        trusted_proxies: trusted_proxies(args)?,
         header_timeout: std::time::Duration::from_secs(args.header_timeout),
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+        body_min_rate: args.body_min_rate,
+        body_timeout: std::time::Duration::from_secs(args.body_timeout),
+        write_stall_timeout: std::time::Duration::from_secs(args.write_stall_timeout),
+        max_streams_per_account: count(args.max_streams_per_account),
     };
     let show = |n: u64| {
         if n == u64::MAX {
@@ -659,13 +703,18 @@ fn connection_limits(
         String::new()
     };
     let line = format!(
-        "at most {} connections at once (open files: {}{raised}); request headers within {} s, idle keep-alive {} s",
+        "at most {} connections at once (open files: {}{raised}), {} per client address, {} streams per account; request headers within {} s, idle keep-alive {} s, bodies at least {} bytes/s after {} s, writes taken within {} s",
         limits.effective_max_connections(),
         show(files.now.soft),
+        limits.effective_max_connections_per_ip(),
+        limits.max_streams_per_account,
         args.header_timeout,
         args.idle_timeout,
+        args.body_min_rate,
+        args.body_timeout,
+        args.write_stall_timeout,
     );
-    (limits, line)
+    Ok((limits, line))
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -679,7 +728,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             now,
         }
     });
-    let (connections, connections_line) = connection_limits(&args, &files);
+    let (connections, connections_line) = connection_limits(&args, &files)?;
     // Bad settings fail before anything is created.
     let rate_limit = rate_limit_config(&args)?;
     let admission = args.admission.config()?;
@@ -1108,6 +1157,82 @@ mod tests {
             "{err}"
         );
         assert!(limits(&["--trusted-proxies", "10.0.0.0/8,::1"]).is_ok());
+    }
+
+    fn connections(flags: &[&str]) -> anyhow::Result<stockade_server::serve::ConnectionLimits> {
+        let mut argv = vec!["stockade"];
+        argv.extend_from_slice(flags);
+        let cli = Cli::try_parse_from(argv)?;
+        let files = stockade_server::serve::RaisedLimit {
+            before: 20_000,
+            now: stockade_server::serve::OpenFilesLimit {
+                soft: 20_000,
+                hard: 20_000,
+            },
+        };
+        Ok(super::connection_limits(&cli.args, &files)?.0)
+    }
+
+    #[test]
+    fn connection_flags_parse_and_name_the_flag_on_bad_input() {
+        for var in [
+            "STOCKADE_MAX_CONNECTIONS",
+            "STOCKADE_MAX_CONNECTIONS_PER_IP",
+            "STOCKADE_BODY_MIN_RATE",
+            "STOCKADE_BODY_TIMEOUT",
+            "STOCKADE_WRITE_STALL_TIMEOUT",
+            "STOCKADE_MAX_STREAMS_PER_ACCOUNT",
+            "STOCKADE_TRUSTED_PROXIES",
+        ] {
+            if std::env::var_os(var).is_some() {
+                eprintln!(
+                    "connection_flags_parse_and_name_the_flag_on_bad_input skipped: {var} is set"
+                );
+                return;
+            }
+        }
+        let defaults = connections(&[]).unwrap();
+        assert_eq!(
+            defaults,
+            stockade_server::serve::ConnectionLimits::default()
+        );
+        let set = connections(&[
+            "--max-connections",
+            "256",
+            "--max-connections-per-ip",
+            "16",
+            "--body-min-rate",
+            "2000",
+            "--body-timeout",
+            "5",
+            "--write-stall-timeout",
+            "30",
+            "--max-streams-per-account",
+            "8",
+            "--trusted-proxies",
+            "10.0.0.0/8",
+        ])
+        .unwrap();
+        assert_eq!(set.effective_max_connections_per_ip(), 16);
+        assert_eq!(set.body_min_rate, 2000);
+        assert_eq!(set.body_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(set.write_stall_timeout, std::time::Duration::from_secs(30));
+        assert_eq!(set.max_streams_per_account, 8);
+        assert_eq!(set.trusted_proxies.len(), 1);
+        // Without the flag, an eighth of the cap, at least 64.
+        let derived = connections(&["--max-connections", "256"]).unwrap();
+        assert_eq!(derived.effective_max_connections_per_ip(), 64);
+        for (flag, bad) in [
+            ("--max-connections-per-ip", "0"),
+            ("--body-min-rate", "0"),
+            ("--body-timeout", "0"),
+            ("--write-stall-timeout", "lots"),
+            ("--max-streams-per-account", "0"),
+            ("--trusted-proxies", "nope"),
+        ] {
+            let err = connections(&[flag, bad]).unwrap_err().to_string();
+            assert!(err.contains(flag), "{flag} {bad}: {err}");
+        }
     }
 
     #[test]

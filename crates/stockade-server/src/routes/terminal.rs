@@ -5,8 +5,18 @@
 //! the socket ends the terminal's process. Authenticated like every API call
 //! (the bearer token, or the dashboard's session cookie from a page of
 //! Stockade's own origin).
+//!
+//! A terminal counts against its account's open streams. A client message
+//! may be at most [`MAX_MESSAGE`] bytes (more closes the socket with 1009);
+//! input waits in a bounded queue, and a program that takes none of it for
+//! the write-stall timeout ends the terminal (1008), so a terminal whose
+//! program never reads holds neither memory nor its connection.
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -17,6 +27,7 @@ use stockade_api::ErrorBody;
 use stockade_core::{SandboxPath, ValidationErrors};
 use stockade_service::lifecycle;
 use stockade_service::terminal::{TerminalControl, TerminalEvent, TerminalSpec};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
 
 use crate::error::{ApiError, ApiResult};
@@ -116,6 +127,7 @@ fn same_origin(headers: &HeaderMap) -> bool {
         (status = 101, description = "Switched to the WebSocket: binary frames are the terminal's bytes; text frames `{\"type\":\"resize\",\"cols\":N,\"rows\":N}` from the client and `{\"type\":\"exit\",\"exitCode\":N}` from the server"),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "The sandbox is not running, or has no agent", body = ErrorBody),
+        (status = 429, description = "The account holds as many terminals, event streams and proxied WebSockets as it may", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
@@ -135,84 +147,231 @@ pub async fn terminal(
     }
     let spec = parse_query(raw.as_deref())?;
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    // Counted against the account for as long as the terminal lives.
+    let permit = state.streams.acquire(&caller.account.id)?;
     // Started before the upgrade, so that a refusal is a proper HTTP error.
     let terminal = state.svc.open_terminal(&sb, spec).await?;
     let shutdown = state.svc.shutdown.clone();
-    Ok(upgrade.on_upgrade(move |socket| async move {
-        serve(socket, terminal, shutdown).await;
-    }))
+    let input_timeout = state.config.connections.write_stall_timeout;
+    Ok(upgrade
+        .max_message_size(MAX_MESSAGE)
+        .max_frame_size(MAX_MESSAGE)
+        .on_upgrade(move |socket| async move {
+            serve(socket, terminal, shutdown, input_timeout).await;
+            drop(permit);
+        }))
 }
 
-/// Pumps the terminal both ways until either side ends.
+/// The largest WebSocket message a client may send (a paste, typically);
+/// a larger one closes the terminal with 1009 (message too big).
+pub const MAX_MESSAGE: usize = 1 << 20;
+/// The most input bytes waiting to go to the terminal's program. While
+/// they are all waiting the socket is not read, so a client typing faster
+/// than the program reads is held back by TCP, not by memory.
+const MAX_QUEUED_INPUT: usize = 1 << 20;
+/// Input goes to the agent in pieces of at most this much, each of which
+/// the program must take within the input timeout.
+const INPUT_CHUNK: usize = 64 << 10;
+/// After the client has gone, how long input it sent before may still
+/// reach the program before the terminal is ended.
+const INPUT_FLUSH: Duration = Duration::from_secs(1);
+/// How long ending the terminal's process may take.
+const KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the client asked of the terminal.
+enum Input {
+    Bytes(Bytes),
+    Resize(u16, u16),
+}
+
+impl Input {
+    fn of(msg: Message) -> Option<Self> {
+        match msg {
+            Message::Binary(bytes) => Some(Self::Bytes(bytes)),
+            Message::Text(text) => match serde_json::from_str::<Control>(&text) {
+                Ok(Control::Resize { cols, rows }) if cols > 0 && rows > 0 => {
+                    Some(Self::Resize(cols, rows))
+                }
+                // Anything else typed as text is input too.
+                _ => Some(Self::Bytes(Bytes::from(text.as_str().to_owned()))),
+            },
+            _ => None,
+        }
+    }
+
+    /// What it holds of the input queue (a resize holds a token byte).
+    fn cost(&self) -> u32 {
+        let n = match self {
+            Self::Bytes(b) => b.len(),
+            Self::Resize(..) => 1,
+        };
+        u32::try_from(n.clamp(1, MAX_QUEUED_INPUT)).unwrap_or(u32::MAX)
+    }
+}
+
+/// Why a terminal ended.
+enum End {
+    /// Its process exited (the exit frame was sent).
+    Exited,
+    /// The client closed, the socket failed or the server is stopping.
+    Closed,
+    /// The client sent a message over [`MAX_MESSAGE`].
+    TooBig,
+    /// The program did not take its input within the timeout.
+    InputStuck,
+    /// The agent's stream failed or ended.
+    Failed,
+}
+
+/// Pumps the terminal both ways until either side ends. Input waits in a
+/// queue of at most [`MAX_QUEUED_INPUT`] bytes, written to the agent by a
+/// task of its own; when the program does not take it within
+/// `input_timeout` the terminal ends, and when the client goes the writer
+/// is aborted after a short flush — nothing keeps the socket (and its
+/// connection slot) or the queued bytes once the terminal is over.
 async fn serve(
     mut socket: WebSocket,
     mut terminal: stockade_service::terminal::Terminal,
     shutdown: tokio_util::sync::CancellationToken,
+    input_timeout: Duration,
 ) {
     let control = terminal.control();
-    // Input goes to the agent in order, one frame after another.
-    let (input_tx, input_rx) = tokio::sync::mpsc::channel::<Message>(64);
-    let writer = tokio::spawn(forward_input(control.clone(), input_rx));
-    let mut exited = false;
-    loop {
+    let room = Arc::new(Semaphore::new(MAX_QUEUED_INPUT));
+    // Unbounded in messages, bounded in bytes by `room`.
+    let (input_tx, input_rx) = mpsc::unbounded_channel::<(Input, OwnedSemaphorePermit)>();
+    let mut writer = tokio::spawn(forward_input(control.clone(), input_rx, input_timeout));
+    let mut writer_done = false;
+    // A message waiting for room in the queue; the socket is not read meanwhile.
+    let mut waiting: Option<Input> = None;
+    let end = loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
-            incoming = socket.recv() => match incoming {
-                Some(Ok(msg @ (Message::Binary(_) | Message::Text(_)))) => {
-                    if input_tx.send(msg).await.is_err() {
-                        break;
+            _ = shutdown.cancelled() => break End::Closed,
+            done = &mut writer => {
+                writer_done = true;
+                break match done {
+                    Ok(Err(InputStuck)) => End::InputStuck,
+                    _ => End::Failed,
+                };
+            }
+            permit = room.clone().acquire_many_owned(waiting.as_ref().map_or(1, Input::cost)),
+                if waiting.is_some() =>
+            {
+                let (Ok(permit), Some(input)) = (permit, waiting.take()) else {
+                    break End::Failed;
+                };
+                if input_tx.send((input, permit)).is_err() {
+                    break End::Failed;
+                }
+            }
+            incoming = socket.recv(), if waiting.is_none() => match incoming {
+                Some(Ok(msg)) => {
+                    if matches!(msg, Message::Close(_)) {
+                        break End::Closed;
+                    }
+                    let Some(input) = Input::of(msg) else { continue };
+                    match room.clone().try_acquire_many_owned(input.cost()) {
+                        Ok(permit) => {
+                            if input_tx.send((input, permit)).is_err() {
+                                break End::Failed;
+                            }
+                        }
+                        Err(_) => waiting = Some(input),
                     }
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
-                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    debug!(error = %e, "terminal socket failed");
+                    // tungstenite refuses a message over its limit with
+                    // "Message too long: N > MAX".
+                    break if e.to_string().contains("too long") {
+                        End::TooBig
+                    } else {
+                        End::Closed
+                    };
+                }
+                None => break End::Closed,
             },
             event = terminal.next() => match event {
                 Some(Ok(TerminalEvent::Output(bytes))) => {
                     if socket.send(Message::Binary(bytes)).await.is_err() {
-                        break;
+                        break End::Closed;
                     }
                 }
                 Some(Ok(TerminalEvent::Exit(code))) => {
-                    exited = true;
                     let text = serde_json::json!({ "type": "exit", "exitCode": code }).to_string();
                     let _ = socket.send(Message::Text(text.into())).await;
-                    break;
+                    break End::Exited;
                 }
                 Some(Err(e)) => {
                     debug!(error = %e, "terminal stream failed");
-                    break;
+                    break End::Failed;
                 }
-                None => break,
+                None => break End::Failed,
             },
         }
-    }
+    };
+    let close = match end {
+        End::TooBig => Some(CloseFrame {
+            code: close_code::SIZE,
+            reason: format!("a message may be at most {MAX_MESSAGE} bytes").into(),
+        }),
+        End::InputStuck => Some(CloseFrame {
+            code: close_code::POLICY,
+            reason: format!(
+                "the terminal's program did not read its input for {} s",
+                input_timeout.as_secs()
+            )
+            .into(),
+        }),
+        _ => None,
+    };
+    // The socket goes first: it holds a connection slot. Sending the close
+    // frame is itself bounded by the write-stall timeout.
+    let _ = socket.send(Message::Close(close)).await;
+    drop(socket);
     drop(input_tx);
-    let _ = writer.await;
-    if !exited {
-        control.kill().await;
+    if !writer_done
+        && tokio::time::timeout(INPUT_FLUSH, &mut writer)
+            .await
+            .is_err()
+    {
+        writer.abort();
     }
-    let _ = socket.send(Message::Close(None)).await;
+    if !matches!(end, End::Exited) {
+        let _ = tokio::time::timeout(KILL_TIMEOUT, control.kill()).await;
+    }
 }
 
-async fn forward_input(control: TerminalControl, mut rx: tokio::sync::mpsc::Receiver<Message>) {
-    while let Some(msg) = rx.recv().await {
-        let result = match msg {
-            Message::Binary(bytes) => control.input(bytes).await,
-            Message::Text(text) => match serde_json::from_str::<Control>(&text) {
-                Ok(Control::Resize { cols, rows }) if cols > 0 && rows > 0 => {
-                    control.resize(cols, rows).await
+/// The program did not take its input in time.
+struct InputStuck;
+
+/// Writes the queued input to the agent, in order, each piece within
+/// `timeout`; a queue slot is given back once its input is written.
+async fn forward_input(
+    control: TerminalControl,
+    mut rx: mpsc::UnboundedReceiver<(Input, OwnedSemaphorePermit)>,
+    timeout: Duration,
+) -> Result<(), InputStuck> {
+    while let Some((input, _permit)) = rx.recv().await {
+        match input {
+            Input::Bytes(bytes) => {
+                let mut rest = bytes;
+                while !rest.is_empty() {
+                    let piece = rest.split_to(rest.len().min(INPUT_CHUNK));
+                    match tokio::time::timeout(timeout, control.input(piece)).await {
+                        Err(_) => return Err(InputStuck),
+                        Ok(Err(e)) => debug!(error = %e, "terminal input failed"),
+                        Ok(Ok(())) => {}
+                    }
                 }
-                // Anything else typed as text is input too.
-                _ => {
-                    control
-                        .input(bytes::Bytes::from(text.as_str().to_owned()))
-                        .await
+            }
+            Input::Resize(cols, rows) => {
+                match tokio::time::timeout(timeout, control.resize(cols, rows)).await {
+                    Err(_) => return Err(InputStuck),
+                    Ok(Err(e)) => debug!(error = %e, "terminal resize failed"),
+                    Ok(Ok(())) => {}
                 }
-            },
-            _ => Ok(()),
-        };
-        if let Err(e) = result {
-            debug!(error = %e, "terminal input failed");
+            }
         }
     }
+    Ok(())
 }
