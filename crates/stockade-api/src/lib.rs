@@ -53,9 +53,13 @@ pub mod e2b;
 pub mod prime;
 
 pub mod snapshots;
+pub mod tokens;
 pub use snapshots::{
     CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxSource,
     SnapshotResponse, UploadResponse,
+};
+pub use tokens::{
+    CreateTokenRequest, CreateTokenResponse, EmptyRequest, ListTokensResponse, TokenResponse,
 };
 
 /// The body of every error response.
@@ -571,6 +575,10 @@ pub struct AccountResponse {
     pub name: String,
     pub is_admin: bool,
     pub created_at: DateTime<Utc>,
+    /// While set, the account is disabled: none of its tokens, sessions or
+    /// sandbox tokens is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_at: Option<DateTime<Utc>>,
 }
 
 impl From<&stockade_core::Account> for AccountResponse {
@@ -580,6 +588,7 @@ impl From<&stockade_core::Account> for AccountResponse {
             name: a.name.clone(),
             is_admin: a.is_admin,
             created_at: a.created_at,
+            disabled_at: a.disabled_at,
         }
     }
 }

@@ -5,7 +5,8 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::ids::{AccountId, TeamId};
+use crate::error::FieldError;
+use crate::ids::{AccountId, TeamId, TokenId};
 
 /// An account: the owner of sandboxes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +15,123 @@ pub struct Account {
     pub name: String,
     pub is_admin: bool,
     pub created_at: DateTime<Utc>,
+    /// Set while an administrator has disabled the account: none of its
+    /// tokens, sessions or sandbox tokens is accepted until it is enabled.
+    #[serde(default)]
+    pub disabled_at: Option<DateTime<Utc>>,
+}
+
+impl Account {
+    /// A new, enabled account created at `now`.
+    pub fn new(name: &str, is_admin: bool, now: DateTime<Utc>) -> Self {
+        Self {
+            id: AccountId::generate(),
+            name: name.to_owned(),
+            is_admin,
+            created_at: now,
+            disabled_at: None,
+        }
+    }
+
+    pub fn is_disabled(&self) -> bool {
+        self.disabled_at.is_some()
+    }
+}
+
+/// What a stored credential is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenKind {
+    /// An API token (`stk_…`), sent as `Authorization: Bearer`.
+    Api,
+    /// A dashboard session (`stks_…`), only ever in the session cookie; it
+    /// names the API token it was opened with and ends with it.
+    Session,
+}
+
+impl TokenKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Session => "session",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, FieldError> {
+        match s {
+            "api" => Ok(Self::Api),
+            "session" => Ok(Self::Session),
+            other => Err(FieldError::new(
+                "kind",
+                format!("unknown token kind '{other}'"),
+            )),
+        }
+    }
+}
+
+/// A stored credential, without its secret (only the secret's hash is
+/// stored, and it is never read back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: TokenId,
+    pub account_id: AccountId,
+    pub name: String,
+    pub kind: TokenKind,
+    pub created_at: DateTime<Utc>,
+    /// `None`: until it is revoked.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it last authenticated a request (kept to the minute or so).
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// A session's API token: revoking that ends the session too.
+    pub parent_id: Option<TokenId>,
+}
+
+impl TokenRecord {
+    /// The longest name a token may have.
+    pub const MAX_NAME_LEN: usize = 64;
+
+    /// A new record (not yet stored) created at `now`.
+    pub fn new(
+        account_id: AccountId,
+        name: String,
+        kind: TokenKind,
+        now: DateTime<Utc>,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> Self {
+        Self {
+            id: TokenId::generate(),
+            account_id,
+            name,
+            kind,
+            created_at: now,
+            expires_at,
+            last_used_at: None,
+            parent_id: None,
+        }
+    }
+
+    /// Whether it is past its expiry at `now`.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|e| e <= now)
+    }
+
+    /// Checks a token's name: 1 to 64 printable characters.
+    pub fn parse_name(name: &str) -> Result<String, FieldError> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > Self::MAX_NAME_LEN {
+            return Err(FieldError::new(
+                "name",
+                format!("must be 1 to {} characters", Self::MAX_NAME_LEN),
+            ));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(FieldError::new(
+                "name",
+                "must not contain control characters",
+            ));
+        }
+        Ok(name.to_owned())
+    }
 }
 
 /// What a caller may see: their own sandboxes and those of their teams.
@@ -44,15 +162,26 @@ pub struct ApiToken {
 
 impl ApiToken {
     pub const PREFIX: &'static str = "stk_";
+    /// The prefix of a dashboard session's secret.
+    pub const SESSION_PREFIX: &'static str = "stks_";
 
     pub fn generate() -> Self {
+        Self::generate_with_prefix(Self::PREFIX)
+    }
+
+    /// A dashboard session's secret (`stks_…`).
+    pub fn generate_session() -> Self {
+        Self::generate_with_prefix(Self::SESSION_PREFIX)
+    }
+
+    fn generate_with_prefix(prefix: &str) -> Self {
         const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
         let mut rng = rand::thread_rng();
         let body: String = (0..40)
             .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
             .collect();
         Self {
-            plaintext: format!("{}{body}", Self::PREFIX),
+            plaintext: format!("{prefix}{body}"),
         }
     }
 

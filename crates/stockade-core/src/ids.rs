@@ -118,6 +118,11 @@ id_type!(
     SnapshotId, 12, "snapshot id"
 );
 id_type!(
+    /// An API token's or a dashboard session's id: what lists show and
+    /// `DELETE /api/v1/tokens/{id}` takes (never the secret).
+    TokenId, 12, "token id"
+);
+id_type!(
     /// An uploaded archive's id (`POST /uploads`), used once as a create source.
     UploadId, 24, "upload id"
 );

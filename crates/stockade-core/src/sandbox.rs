@@ -86,6 +86,14 @@ impl Sandbox {
         )
     }
 
+    /// Which run of the sandbox this is: changes at every start and resume.
+    /// Tokens handed out for one run (E2B's traffic and envd tokens) are
+    /// signed over it, so they end when the sandbox starts again.
+    pub fn session_epoch(&self) -> i64 {
+        // Microseconds: what the database keeps of the start time.
+        self.started_at.map_or(0, |t| t.timestamp_micros())
+    }
+
     /// Its container runs from `now` on: RUNNING, a new session (LC-7).
     pub fn mark_running(&mut self, now: DateTime<Utc>) {
         self.status = SandboxStatus::Running;

@@ -2,6 +2,8 @@
 //! container's root-filesystem changes as an image, its `/workspace` as a tar
 //! in the object store — owned by one account.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +103,10 @@ pub struct Snapshot {
     pub blob_key: Option<String>,
     /// Size of that tar.
     pub workspace_bytes: Option<u64>,
+    /// The source sandbox's environment variables when it was captured: its
+    /// image has them blanked, and a sandbox made from it gets them from
+    /// here. `None` on older snapshots, whose images still carry them.
+    pub environment_vars: Option<BTreeMap<String, String>>,
     pub created_at: DateTime<Utc>,
     pub deleted_at: Option<DateTime<Utc>>,
 }
@@ -129,6 +135,7 @@ impl Snapshot {
             status: SnapshotStatus::Creating,
             blob_key: None,
             workspace_bytes: None,
+            environment_vars: None,
             created_at: now,
             deleted_at: None,
         }

@@ -108,6 +108,32 @@ pub type ByteStream =
 /// Label on snapshot images: the snapshot's id.
 pub const SNAPSHOT_LABEL: &str = "io.stockade.snapshot-id";
 
+/// Refuses to create a container from a snapshot image (one with a
+/// [`SNAPSHOT_LABEL`]) named any other way than `stockade-snapshot:{its id}`. Only that name is handed out, and only
+/// to the snapshot's owner (through a `source`); any other way to the same
+/// image — an id prefix, a digest, a tag someone else gave it — is another
+/// tenant's snapshot reached around that check.
+pub fn check_snapshot_image(
+    reference: &str,
+    labels: Option<&std::collections::HashMap<String, String>>,
+) -> RuntimeResult<()> {
+    let Some(id) = labels
+        .and_then(|l| l.get(SNAPSHOT_LABEL))
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok(());
+    };
+    if reference == format!("{}:{id}", stockade_core::Snapshot::IMAGE_REPO) {
+        return Ok(());
+    }
+    Err(RuntimeError::ImageUnavailable {
+        image: reference.to_owned(),
+        reason: "it is a snapshot image, which is reached only through its snapshot: start \
+                 from a snapshot with `source`"
+            .into(),
+    })
+}
+
 /// Facts about the container engine, for `/health`, and the host's size,
 /// so that requests larger than the host are refused as such (DB-13).
 #[derive(Debug, Clone, PartialEq, Eq)]

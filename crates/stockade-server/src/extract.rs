@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
-use stockade_core::{account::hash_token, Account, Scope};
+use stockade_core::{account::hash_token, Account, Scope, TokenId, TokenKind};
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -19,10 +19,13 @@ pub struct Caller {
     pub scope: Scope,
     /// The bearer header or the dashboard's session cookie.
     pub credential: Credential,
+    /// The API token or session that authenticated the request.
+    pub token_id: TokenId,
 }
 
-/// The dashboard's session cookie: the API token, `HttpOnly` (no script
-/// reads it), `SameSite=Strict` and scoped to `/api/` (SEC-7).
+/// The dashboard's session cookie: a session's secret (never the API
+/// token it was opened with), `HttpOnly` (no script reads it),
+/// `SameSite=Strict` and scoped to `/api/`.
 pub const SESSION_COOKIE: &str = "stockade_session";
 /// The header every state-changing request authenticated by the session
 /// cookie must carry: a cross-site form or image cannot send it, and no
@@ -116,23 +119,91 @@ impl FromRequestParts<AppState> for Caller {
                 }
             },
         };
-        let (account, team_ids) = state
-            .svc
-            .store
-            .account_by_token_hash(&hash_token(token))
-            .await?
-            .ok_or_else(|| ApiError::Unauthorized("Invalid API token".into()))?;
-        let caller = Caller {
-            scope: Scope {
-                account_id: account.id.clone(),
-                team_ids,
-            },
-            account,
-            credential,
-        };
+        let caller = authenticate(state, token, credential).await?;
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }
+}
+
+/// How long a token's `lastUsedAt` may lag behind its use: each instance
+/// writes it at most this often per token, so a busy token costs no write
+/// per request.
+const TOKEN_USE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// When each token's use was last written by this instance.
+#[derive(Debug, Default)]
+pub struct TokenUse(std::sync::Mutex<std::collections::HashMap<TokenId, std::time::Instant>>);
+
+impl TokenUse {
+    /// Whether a use of `id` now should be written.
+    fn due(&self, id: &TokenId) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        match seen.get(id) {
+            Some(at) if now.duration_since(*at) < TOKEN_USE_INTERVAL => false,
+            _ => {
+                if seen.len() >= 100_000 {
+                    seen.clear();
+                }
+                seen.insert(id.clone(), now);
+                true
+            }
+        }
+    }
+}
+
+/// The caller a secret authenticates: an API token as a bearer (or API
+/// key), a session's secret only as the session cookie. Unknown, revoked
+/// and expired secrets are 401; a disabled account's are 403.
+pub async fn authenticate(
+    state: &AppState,
+    secret: &str,
+    credential: Credential,
+) -> Result<Caller, ApiError> {
+    let (unknown, wanted) = match credential {
+        Credential::Bearer => ("Invalid API token", TokenKind::Api),
+        Credential::SessionCookie => (
+            "The dashboard session has ended: sign in again",
+            TokenKind::Session,
+        ),
+    };
+    let found = state
+        .svc
+        .store
+        .authenticate(&hash_token(secret.trim()))
+        .await?
+        .filter(|a| a.token.kind == wanted)
+        .ok_or_else(|| ApiError::Unauthorized(unknown.into()))?;
+    refuse_disabled(&found.account)?;
+    if state.token_use.due(&found.token.id) {
+        let store = state.svc.store.clone();
+        let id = found.token.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.touch_token(&id, chrono::Utc::now()).await {
+                tracing::debug!(token.id = %id, error = %e, "could not record a token's use");
+            }
+        });
+    }
+    Ok(Caller {
+        scope: Scope {
+            account_id: found.account.id.clone(),
+            team_ids: found.team_ids,
+        },
+        account: found.account,
+        credential,
+        token_id: found.token.id,
+    })
+}
+
+/// A disabled account's credentials are refused everywhere.
+pub fn refuse_disabled(account: &Account) -> Result<(), ApiError> {
+    if account.is_disabled() {
+        return Err(ApiError::Forbidden(format!(
+            "The account '{}' is disabled: an administrator can enable it again",
+            account.name
+        )));
+    }
+    Ok(())
 }
 
 /// A caller whose account is an administrator.

@@ -40,6 +40,8 @@ pub struct AppState {
     pub proxy_keys: proxy::token::TokenKey,
     /// `/health`'s cached Docker and database probes (SEC-17).
     pub health: Arc<routes::health::HealthCache>,
+    /// When this instance last recorded each token's use.
+    pub token_use: Arc<extract::TokenUse>,
     /// Open terminals, event streams and proxied WebSockets per account.
     pub streams: Arc<streams::StreamLimiter>,
 }
@@ -60,6 +62,7 @@ impl AppState {
             config: Arc::new(config),
             proxy_keys,
             health: Arc::default(),
+            token_use: Arc::default(),
             streams,
         })
     }
@@ -107,6 +110,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::files::routes())
         .merge(routes::teams::routes())
         .merge(accounts::routes())
+        .merge(routes::tokens::routes())
         .merge(routes::volumes::routes())
         .merge(routes::update::routes())
         .merge(routes::snapshots::routes())

@@ -37,8 +37,7 @@ use axum::Router;
 use chrono::Utc;
 use hyper_util::rt::TokioIo;
 use stockade_api::{ErrorBody, ExposedPort};
-use stockade_core::{SandboxId, SandboxStatus, Scope};
-use stockade_store::StoreError;
+use stockade_core::{SandboxId, SandboxStatus};
 use tracing::{debug, instrument};
 
 use crate::error::{ApiError, ApiResult};
@@ -550,6 +549,27 @@ struct Authorised {
     cookie: Option<(String, i64)>,
 }
 
+/// The answer to a sandbox token that was refused.
+pub fn refused(e: token::Refused, id: &SandboxId) -> ApiError {
+    match e {
+        token::Refused::Invalid => ApiError::Unauthorized("Invalid sandbox token".into()),
+        token::Refused::Expired(at) => ApiError::Unauthorized(format!(
+            "The sandbox token expired at {}: get a new one with POST /api/v1/sandbox/{id}/auth-token",
+            at.to_rfc3339()
+        )),
+        token::Refused::OtherSandbox(other) => ApiError::Forbidden(format!(
+            "Forbidden: this token is for sandbox {other}, not {id}"
+        )),
+        token::Refused::Disabled(name) => ApiError::Forbidden(format!(
+            "The account '{name}' is disabled: an administrator can enable it again"
+        )),
+        token::Refused::NoAccess => ApiError::Forbidden(
+            "Forbidden: this token's holder no longer has access to this sandbox".into(),
+        ),
+        token::Refused::Store(e) => e.into(),
+    }
+}
+
 /// Authorises a proxied request and returns the address to send it to.
 async fn authorise(
     state: &AppState,
@@ -568,38 +588,22 @@ async fn authorise(
     let now = Utc::now();
     // An E2B traffic token (`stkt_`) opens every port of its sandbox, as
     // E2B's do; a port token only the exposed ones.
-    let traffic = raw.starts_with("stkt_");
-    let verified = if traffic {
-        state
-            .proxy_keys
-            .verify_for(token::Purpose::Traffic, &raw, now)
+    let traffic = raw.starts_with(token::Purpose::Traffic.prefix());
+    let purpose = if traffic {
+        token::Purpose::Traffic
     } else {
-        state.proxy_keys.verify(&raw, now)
+        token::Purpose::Ports
     };
-    let claims = verified.map_err(|e| match e {
-        token::TokenError::Expired(at) => ApiError::Unauthorized(format!(
-            "The sandbox token expired at {}: get a new one with POST /api/v1/sandbox/{id}/auth-token",
-            at.to_rfc3339()
-        )),
-        _ => ApiError::Unauthorized("Invalid sandbox token".into()),
-    })?;
-    if claims.sandbox_id != *id {
-        return Err(ApiError::Forbidden(format!(
-            "Forbidden: this token is for sandbox {}, not {id}",
-            claims.sandbox_id
-        )));
-    }
-    let sb = state
-        .svc
-        .store
-        .get_sandbox(&Scope::account(claims.account_id.clone()), id)
-        .await
-        .map_err(|e| match e {
-            StoreError::Forbidden => {
-                ApiError::Forbidden("Forbidden: this token is not valid for this sandbox".into())
-            }
-            other => other.into(),
-        })?;
+    let (sb, claims) = token::sandbox_of_token(
+        state.svc.store.as_ref(),
+        &state.proxy_keys,
+        purpose,
+        &raw,
+        Some(id),
+        now,
+    )
+    .await
+    .map_err(|e| refused(e, id))?;
     if sb.deleted_at.is_some() || sb.status == SandboxStatus::Terminated {
         return Err(ApiError::sandbox_not_found());
     }

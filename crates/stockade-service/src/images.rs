@@ -4,7 +4,10 @@
 //!   and any image named by its content id — are never usable by name: a
 //!   tenant reaches them only through an owned `source`, which checks the
 //!   owner. (Without this, `{"dockerImage":"stockade-snapshot:<id>"}` would
-//!   boot another account's snapshot.)
+//!   boot another account's snapshot.) Docker reads any all-hex reference
+//!   without a tag as an id *prefix* (`9f3c1a`, even `1e7`), so every such
+//!   reference is refused, whatever its length; the runtime refuses, too, an
+//!   image that carries a snapshot label under any name but its snapshot's.
 //! - An administrator may restrict images to patterns (`--allowed-images`):
 //!   `node`, `python:3.*`, `ghcr.io/acme/*`, `*`. A pattern is matched
 //!   against the image's full reference (`docker.io/library/node:20`); one
@@ -60,6 +63,17 @@ impl ImagePolicy {
 
     /// Whether a tenant may name `image` (its syntax already checked).
     pub fn check(&self, image: &str, field: &str) -> Result<(), FieldError> {
+        let lower = image.to_ascii_lowercase();
+        if lower.starts_with("sha256:") || could_be_an_id(&lower) {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "'{image}' reads as an image id, and images are named, never taken by id: \
+                     give the image's name with a tag (e.g. '{image}:latest'), or start from a \
+                     snapshot or fork with `source`"
+                ),
+            ));
+        }
         if is_internal(image) {
             return Err(FieldError::new(
                 field,
@@ -87,18 +101,24 @@ impl ImagePolicy {
 }
 
 /// Whether `image` names one of Stockade's own images: a snapshot, or any
-/// image by its content id (which could be a snapshot's).
+/// image by its content id or a prefix of it (which could be a snapshot's).
 pub fn is_internal(image: &str) -> bool {
     let lower = image.to_ascii_lowercase();
-    if lower.starts_with("sha256:")
-        || (lower.len() >= 12 && lower.bytes().all(|b| b.is_ascii_hexdigit()))
-    {
+    if lower.starts_with("sha256:") || could_be_an_id(&lower) {
         return true;
     }
     let full = normalize(&lower);
     let repo = repository(&full);
     repo == format!("docker.io/library/{SNAPSHOT_REPOSITORY}")
         || repo.ends_with(&format!("/{SNAPSHOT_REPOSITORY}"))
+}
+
+/// Whether Docker could read `image` as an image id or a prefix of one: an
+/// all-hex reference without a tag or digest. (`cafe:1` is a name; `cafe`
+/// is a name only if such an image exists, else the first image whose id
+/// starts with `cafe`.)
+fn could_be_an_id(image: &str) -> bool {
+    !image.is_empty() && image.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The registry host a reference names explicitly (`ghcr.io`,
@@ -242,13 +262,24 @@ mod tests {
             "stockade-snapshot@sha256:0123",
             "sha256:0123456789abcdef",
             "0123456789abcdef0123",
+            // Docker resolves id prefixes of any length.
+            "1e7",
+            "9f3c",
+            "9f3c1a",
+            "9f3c1a2b3c4",
+            "ABC123",
+            "cafe",
         ] {
-            assert!(any.check(internal, "dockerImage").is_err(), "{internal}");
+            let e = any.check(internal, "dockerImage").unwrap_err();
+            assert_eq!(e.field, "dockerImage");
         }
         for fine in [
             "node:20-bookworm",
             "python",
             "ghcr.io/acme/stockade-snapshots:1",
+            "cafe:1",
+            "acme/cafe",
+            "face-app",
         ] {
             assert!(any.check(fine, "dockerImage").is_ok(), "{fine}");
         }

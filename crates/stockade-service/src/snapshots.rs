@@ -88,13 +88,15 @@ pub async fn capture(
     kind: SnapshotKind,
 ) -> ServiceResult<Snapshot> {
     ensure_capturable(sb)?;
-    let snapshot = Snapshot::new(
+    let mut snapshot = Snapshot::new(
         scope.account_id.clone(),
         sb.id.clone(),
         name,
         kind,
         Utc::now().trunc_subsecs(6),
     );
+    // The image is committed without them (see the runtime's commit).
+    snapshot.environment_vars = Some(sb.spec.environment_vars.clone());
     // The source is held while it is captured: a stop or delete waits.
     let op = svc.new_operation(
         OperationKind::Snapshot,

@@ -198,6 +198,13 @@ pub async fn resolve(
             let (_, archive) = svc.blobs.get_stream(&key).await?;
             let mut req = req.clone();
             req.docker_image = Some(snapshot.image_ref.clone());
+            // The image was committed with the environment blanked: the
+            // values come from the record, under what the request sets.
+            if let Some(captured) = &snapshot.environment_vars {
+                let mut env = captured.clone();
+                env.extend(req.environment_vars.take().unwrap_or_default());
+                req.environment_vars = Some(env);
+            }
             Ok((
                 req,
                 Some(PreparedSource {

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{
     Account, AccountId, InstanceId, Label, Operation, OperationId, Quota, QuotaUsage, Resources,
-    Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotId, Team, TeamId,
+    Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotId, Team, TeamId, TokenId,
+    TokenKind, TokenRecord,
 };
 
 mod db;
@@ -186,19 +187,71 @@ pub trait SettingsStore: Send + Sync {
     async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
 }
 
-/// Accounts and their API tokens.
+/// What a credential's secret authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub account: Account,
+    /// The account's teams, as the request's scope sees them.
+    pub team_ids: Vec<TeamId>,
+    /// The credential itself.
+    pub token: TokenRecord,
+}
+
+/// Accounts and their credentials (API tokens and dashboard sessions).
 #[async_trait]
 pub trait AccountStore: Send + Sync {
     async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account>;
     async fn list_accounts(&self) -> StoreResult<Vec<Account>>;
     async fn count_accounts(&self) -> StoreResult<u64>;
-    /// Stores a token hash for an account (SEC-2: never the plaintext).
-    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()>;
-    /// The account a token hash belongs to, with the caller's teams.
+    /// One account with its teams; `NotFound` when there is none.
+    async fn get_account(&self, id: &AccountId) -> StoreResult<(Account, Vec<TeamId>)>;
+    /// Disables the account from `at` on (`None`: enables it again) and
+    /// returns it; `NotFound` when there is none.
+    async fn set_account_disabled(
+        &self,
+        id: &AccountId,
+        at: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account>;
+    /// Stores a credential with the hash of its secret (never the
+    /// plaintext). A taken hash is a `Conflict`, an unknown account
+    /// `NotFound`. Expired credentials of the account go at the same time.
+    async fn insert_token(&self, record: &TokenRecord, token_hash: &str) -> StoreResult<()>;
+    /// Stores an API token hash for an account: named "token", no expiry.
+    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()> {
+        let record = TokenRecord::new(
+            account.clone(),
+            "token".into(),
+            TokenKind::Api,
+            Utc::now(),
+            None,
+        );
+        self.insert_token(&record, token_hash).await
+    }
+    /// What a secret's hash authenticates; `None` when it is unknown,
+    /// revoked or expired. A disabled account is returned as such: the
+    /// caller refuses it with a reason.
+    async fn authenticate(&self, token_hash: &str) -> StoreResult<Option<Authenticated>>;
+    /// The account an API token hash belongs to, with its teams (sessions
+    /// and expired tokens are not API tokens).
     async fn account_by_token_hash(
         &self,
         token_hash: &str,
-    ) -> StoreResult<Option<(Account, Vec<TeamId>)>>;
+    ) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
+        Ok(self
+            .authenticate(token_hash)
+            .await?
+            .filter(|a| a.token.kind == TokenKind::Api)
+            .map(|a| (a.account, a.team_ids)))
+    }
+    /// The account's credentials that have not expired, newest first.
+    async fn list_tokens(&self, account: &AccountId) -> StoreResult<Vec<TokenRecord>>;
+    /// One credential; `NotFound` when there is none.
+    async fn get_token(&self, id: &TokenId) -> StoreResult<TokenRecord>;
+    /// Revokes a credential, and the sessions opened with it; `NotFound`
+    /// when there is none.
+    async fn delete_token(&self, id: &TokenId) -> StoreResult<()>;
+    /// Records that a credential authenticated a request at `at`.
+    async fn touch_token(&self, id: &TokenId, at: DateTime<Utc>) -> StoreResult<()>;
 }
 
 /// Teams (admin-managed; membership widens a caller's [`Scope`]).

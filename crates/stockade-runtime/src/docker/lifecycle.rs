@@ -51,12 +51,15 @@ pub(super) struct ImageFacts {
 }
 
 impl ImageFacts {
-    fn of(image: ImageInspect) -> Self {
+    /// The facts of `image`, inspected under `reference`; a snapshot image
+    /// under any name but its own is refused.
+    fn of(reference: &str, image: ImageInspect) -> RuntimeResult<Self> {
         let config = image.config.unwrap_or_default();
-        Self {
+        crate::check_snapshot_image(reference, config.labels.as_ref())?;
+        Ok(Self {
             entrypoint: config.entrypoint.unwrap_or_default(),
             cmd: config.cmd.unwrap_or_default(),
-        }
+        })
     }
 }
 
@@ -65,14 +68,14 @@ impl DockerRuntime {
     /// its default process.
     async fn image_facts(&self, docker: &Docker, image: &str) -> RuntimeResult<ImageFacts> {
         match docker.inspect_image(image).await {
-            Ok(i) => return Ok(ImageFacts::of(i)),
+            Ok(i) => return ImageFacts::of(image, i),
             Err(e) if status_code(&e) == Some(404) => {}
             Err(e) => return Err(self.map_err(e, "inspect image")),
         }
         tracing::info!(image, "image not present locally: pulling");
         self.pull(docker, image).await?;
         match docker.inspect_image(image).await {
-            Ok(i) => Ok(ImageFacts::of(i)),
+            Ok(i) => ImageFacts::of(image, i),
             Err(e) if status_code(&e) == Some(404) => Err(RuntimeError::ImageUnavailable {
                 image: image.to_owned(),
                 reason: "the pull finished but the image is still missing".into(),

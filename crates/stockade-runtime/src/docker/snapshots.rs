@@ -25,13 +25,31 @@ use crate::{ByteStream, ContainerSpec, RuntimeError, RuntimeResult, Snapshots};
 /// engine answers only when it is done.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// The environment a snapshot image is committed with: every variable the
+/// container has beyond its image's — the sandbox's `environmentVars` (API
+/// keys, tokens) and the agent's token — goes back to the image's value, or
+/// blank where the image had none. Docker merges the container's
+/// environment into a committed image's and cannot drop a variable, so each
+/// one is named. The values stay in the database: a sandbox made from the
+/// snapshot gets them from its record, so only its owner ever sees them.
+fn committed_env(container_env: &[String], image_env: &[String]) -> Vec<String> {
+    let image: HashMap<&str, &str> = image_env.iter().filter_map(|e| e.split_once('=')).collect();
+    container_env
+        .iter()
+        .filter(|e| !image_env.contains(e))
+        .filter_map(|e| {
+            let key = e.split_once('=').map_or(e.as_str(), |(k, _)| k);
+            (!key.is_empty()).then(|| format!("{key}={}", image.get(key).copied().unwrap_or("")))
+        })
+        .collect()
+}
+
 /// Keeps a container's agent out of the snapshot image committed with
 /// `commit` (AGT-1): the image gets the entrypoint the container's image had
-/// (what followed the agent's `--`), a blank token variable (Docker merges
-/// the container's environment into the image's and cannot drop a variable)
-/// and a blank agent label. The agent itself is never in the image: it lives
-/// on a volume, which a commit leaves out. A container made from the image
-/// gets an agent only when its create asks for one.
+/// (what followed the agent's `--`) and a blank agent label. The agent
+/// itself is never in the image: it lives on a volume, which a commit leaves
+/// out. A container made from the image gets an agent only when its create
+/// asks for one.
 fn without_agent(commit: &mut Config<String>, container: &ContainerConfig) {
     let has_agent = container
         .labels
@@ -44,7 +62,6 @@ fn without_agent(commit: &mut Config<String>, container: &ContainerConfig) {
         .labels
         .get_or_insert_with(HashMap::new)
         .insert(crate::labels::AGENT.to_owned(), String::new());
-    commit.env = Some(vec![format!("{}=", crate::AGENT_TOKEN_ENV)]);
     let entrypoint = container.entrypoint.clone().unwrap_or_default();
     let image_entrypoint = match entrypoint.first() {
         Some(first) if first == crate::AGENT_PATH => entrypoint
@@ -95,6 +112,20 @@ impl DockerRuntime {
             })?;
         if let Some(container) = inspected.config {
             without_agent(&mut config, &container);
+            let image_env = match inspected.image.as_deref() {
+                Some(image) => docker
+                    .inspect_image(image)
+                    .await
+                    .map_err(|e| self.map_err(e, "inspect the sandbox's image"))?
+                    .config
+                    .and_then(|c| c.env)
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let env = committed_env(&container.env.unwrap_or_default(), &image_env);
+            if !env.is_empty() {
+                config.env = Some(env);
+            }
         }
         docker
             .commit_container(options, config)
@@ -359,10 +390,6 @@ mod tests {
             Some(vec!["/docker-entrypoint.sh".into()])
         );
         assert_eq!(commit.cmd.as_ref().unwrap()[2], "sleep 9");
-        assert_eq!(
-            commit.env,
-            Some(vec![format!("{}=", crate::AGENT_TOKEN_ENV)])
-        );
         assert_eq!(commit.labels.unwrap()[crate::labels::AGENT], "");
 
         // No image entrypoint: an empty one, not the container's.
@@ -379,5 +406,29 @@ mod tests {
             without_agent(&mut commit, &container(&["/e"], agent));
             assert_eq!(commit, Config::<String>::default());
         }
+    }
+
+    #[test]
+    fn snapshot_images_keep_no_sandbox_secrets() {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let image = strings(&["PATH=/usr/bin", "LANG=C.UTF-8", "BLANKED="]);
+        let container = strings(&[
+            "PATH=/custom/bin",
+            "LANG=C.UTF-8",
+            "ALICE_KEY=sk-secret",
+            "BLANKED=again",
+            &format!("{}=token", crate::AGENT_TOKEN_ENV),
+        ]);
+        assert_eq!(
+            committed_env(&container, &image),
+            strings(&[
+                "PATH=/usr/bin",
+                "ALICE_KEY=",
+                "BLANKED=",
+                &format!("{}=", crate::AGENT_TOKEN_ENV),
+            ])
+        );
+        // Nothing beyond the image: nothing to name.
+        assert!(committed_env(&image, &image).is_empty());
     }
 }

@@ -18,14 +18,14 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use stockade_api::e2b::*;
 use stockade_api::{CreateSandboxRequest, SandboxResponse, SandboxSource};
-use stockade_core::{account::hash_token, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotKind};
+use stockade_core::{AccountId, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotKind};
 use stockade_service::compat::{self as svc_compat, Template};
 use stockade_service::{lifecycle, snapshots, update};
 use tracing::instrument;
 
 use crate::error::ApiError;
 use crate::extract::{parse_json, query_pairs, Caller, Credential};
-use crate::proxy::token::{Claims, Purpose};
+use crate::proxy::token::{self, Purpose};
 use crate::AppState;
 
 use super::e2b_net;
@@ -136,20 +136,7 @@ pub async fn caller_of_token(state: &AppState, token: &str) -> Result<Caller, Ap
     if token.is_empty() {
         return Err(ApiError::Unauthorized("Empty API key".into()));
     }
-    let (account, team_ids) = state
-        .svc
-        .store
-        .account_by_token_hash(&hash_token(token))
-        .await?
-        .ok_or_else(|| ApiError::Unauthorized("Invalid API key".into()))?;
-    Ok(Caller {
-        scope: Scope {
-            account_id: account.id.clone(),
-            team_ids,
-        },
-        account,
-        credential: Credential::Bearer,
-    })
+    crate::extract::authenticate(state, token, Credential::Bearer).await
 }
 
 /// The `X-API-Key` of a request, if it sent one.
@@ -260,29 +247,35 @@ fn domain_for(state: &AppState, headers: &HeaderMap) -> Option<String> {
 }
 
 /// A sandbox's answer to create, connect and fork.
-fn sandbox_answer(state: &AppState, headers: &HeaderMap, sb: &Sandbox) -> E2bSandbox {
+fn sandbox_answer(
+    state: &AppState,
+    headers: &HeaderMap,
+    holder: &AccountId,
+    sb: &Sandbox,
+) -> E2bSandbox {
     E2bSandbox {
         template_id: template_of(state, sb),
         sandbox_id: sb.id.to_string(),
         client_id: CLIENT_ID.into(),
         envd_version: ENVD_VERSION.into(),
-        envd_access_token: state.svc.agents.token(&sb.id),
-        traffic_access_token: traffic_token(state, sb),
+        envd_access_token: envd_token(state, holder, sb),
+        traffic_access_token: traffic_token(state, holder, sb),
         domain: domain_for(state, headers),
     }
 }
 
-/// A new traffic token of `sb` (any port through the host form).
-pub fn traffic_token(state: &AppState, sb: &Sandbox) -> String {
+/// A new traffic token of `sb` (any port through the host form) for
+/// `holder`, valid for this run of the sandbox.
+pub fn traffic_token(state: &AppState, holder: &AccountId, sb: &Sandbox) -> String {
     let expires = Utc::now() + TRAFFIC_TOKEN_TTL;
-    state.proxy_keys.mint_for(
-        Purpose::Traffic,
-        &Claims {
-            sandbox_id: sb.id.clone(),
-            account_id: sb.account_id.clone(),
-            expires_at: DateTime::from_timestamp(expires.timestamp(), 0).unwrap_or(expires),
-        },
-    )
+    token::mint_for_holder(&state.proxy_keys, Purpose::Traffic, sb, holder, expires)
+}
+
+/// A new envd access token of `sb` (its agent, through Stockade) for
+/// `holder`, valid for this run of the sandbox.
+pub fn envd_token(state: &AppState, holder: &AccountId, sb: &Sandbox) -> String {
+    let expires = Utc::now() + TRAFFIC_TOKEN_TTL;
+    token::mint_for_holder(&state.proxy_keys, Purpose::Envd, sb, holder, expires)
 }
 
 /// When a sandbox times out: its session's end, else (no timeout) far
@@ -298,7 +291,12 @@ fn end_of(sb: &Sandbox) -> DateTime<Utc> {
     }
 }
 
-fn detail_of(state: &AppState, headers: &HeaderMap, sb: &Sandbox) -> E2bSandboxDetail {
+fn detail_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    holder: &AccountId,
+    sb: &Sandbox,
+) -> E2bSandboxDetail {
     let spec = &sb.spec;
     E2bSandboxDetail {
         template_id: template_of(state, sb),
@@ -307,7 +305,7 @@ fn detail_of(state: &AppState, headers: &HeaderMap, sb: &Sandbox) -> E2bSandboxD
         started_at: sb.started_at.unwrap_or(sb.created_at),
         end_at: end_of(sb),
         envd_version: ENVD_VERSION.into(),
-        envd_access_token: state.svc.agents.token(&sb.id),
+        envd_access_token: envd_token(state, holder, sb),
         domain: domain_for(state, headers),
         cpu_count: (spec.cpu_cores.ceil() as i64).max(1),
         memory_mb: (spec.memory_gb * 1024.0).round() as i64,
@@ -460,7 +458,12 @@ async fn create(
     tracing::Span::current().record("sandbox.id", created.sandbox.id.as_str());
     Ok((
         StatusCode::CREATED,
-        Json(sandbox_answer(&state, &headers, &created.sandbox)),
+        Json(sandbox_answer(
+            &state,
+            &headers,
+            &caller.account.id,
+            &created.sandbox,
+        )),
     )
         .into_response())
 }
@@ -647,7 +650,7 @@ async fn list_page(
         .flatten();
     Ok((
         all.iter()
-            .map(|sb| detail_of(state, headers, sb).into())
+            .map(|sb| detail_of(state, headers, &caller.account.id, sb).into())
             .collect(),
         next,
     ))
@@ -693,7 +696,7 @@ async fn get_one(
     Path(id): Path<String>,
 ) -> E2bResult<Json<E2bSandboxDetail>> {
     let sb = load_live(&state, &caller.scope, &id).await?;
-    Ok(Json(detail_of(&state, &headers, &sb)))
+    Ok(Json(detail_of(&state, &headers, &caller.account.id, &sb)))
 }
 
 /// `DELETE /e2b/sandboxes/{id}`: destroys the sandbox and its volume.
@@ -779,15 +782,31 @@ async fn connect(
             }
             None => sb,
         };
-        return Ok(answered(&state, &headers, &sb, StatusCode::OK));
+        return Ok(answered(&state, &headers, &caller, &sb, StatusCode::OK));
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok(answered(&state, &headers, &sb, StatusCode::CREATED))
+    Ok(answered(
+        &state,
+        &headers,
+        &caller,
+        &sb,
+        StatusCode::CREATED,
+    ))
 }
 
 /// The sandbox as E2B's connect and resume answer it, with `status`.
-fn answered(state: &AppState, headers: &HeaderMap, sb: &Sandbox, status: StatusCode) -> Response {
-    (status, Json(sandbox_answer(state, headers, sb))).into_response()
+fn answered(
+    state: &AppState,
+    headers: &HeaderMap,
+    caller: &Caller,
+    sb: &Sandbox,
+    status: StatusCode,
+) -> Response {
+    (
+        status,
+        Json(sandbox_answer(state, headers, &caller.account.id, sb)),
+    )
+        .into_response()
 }
 
 /// `POST /e2b/sandboxes/{id}/resume`: starts a paused sandbox (409 when it
@@ -806,7 +825,13 @@ async fn resume(
         return Err(ApiError::Conflict(format!("Sandbox {id} is already running")).into());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok(answered(&state, &headers, &sb, StatusCode::CREATED))
+    Ok(answered(
+        &state,
+        &headers,
+        &caller,
+        &sb,
+        StatusCode::CREATED,
+    ))
 }
 
 /// `POST /e2b/sandboxes/{id}/pause`: stops the sandbox; its filesystem is
@@ -865,7 +890,12 @@ async fn fork(
         .await;
         results.push(match made {
             Ok(c) => E2bForkResult {
-                sandbox: Some(sandbox_answer(&state, &headers, &c.sandbox)),
+                sandbox: Some(sandbox_answer(
+                    &state,
+                    &headers,
+                    &caller.account.id,
+                    &c.sandbox,
+                )),
                 error: None,
             },
             Err(e) => {

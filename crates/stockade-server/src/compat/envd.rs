@@ -19,11 +19,12 @@ use axum::http::{StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use stockade_core::{Sandbox, SandboxId, SandboxStatus, Scope};
+use stockade_core::{Sandbox, SandboxId, SandboxStatus};
 use stockade_store::StoreError;
 
 use super::e2b::{api_key, caller_of_token, E2bApiError};
 use crate::error::ApiError;
+use crate::proxy::token::{self, Purpose};
 use crate::AppState;
 
 /// The header naming the sandbox of an in-sandbox call.
@@ -114,13 +115,6 @@ fn gone(id: &SandboxId, why: &str) -> E2bApiError {
     )
 }
 
-/// Whether `given` is the envd access token of sandbox `id`.
-fn token_matches(state: &AppState, id: &SandboxId, given: &str) -> bool {
-    use sha2::{Digest, Sha256};
-    // Compare digests, so the time taken says nothing about the token.
-    Sha256::digest(given.trim().as_bytes()) == Sha256::digest(state.svc.agents.token(id).as_bytes())
-}
-
 /// The API token of an in-sandbox call: `X-API-Key`, or a Stockade API
 /// token as `Authorization: Bearer` (a sandbox's own schemes pass).
 fn stockade_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -153,16 +147,10 @@ async fn authorise(
                 .map_err(|_| ApiError::Unauthorized("Malformed X-Access-Token header".into()))?,
         ),
     };
-    let bad_token = || {
-        E2bApiError::Api(ApiError::Unauthorized(format!(
-            "Invalid access token for sandbox {id}: send the sandbox's envdAccessToken as \
-             X-Access-Token"
-        )))
-    };
     let sb = match stockade_key(headers)? {
         Some(key) => {
             let caller = caller_of_token(state, &key).await?;
-            let sb = match state.svc.store.get_sandbox(&caller.scope, id).await {
+            match state.svc.store.get_sandbox(&caller.scope, id).await {
                 Ok(sb) => sb,
                 Err(StoreError::NotFound) => return Err(gone(id, "")),
                 Err(StoreError::Forbidden) => {
@@ -172,11 +160,7 @@ async fn authorise(
                     .into())
                 }
                 Err(e) => return Err(e.into()),
-            };
-            if token.is_some_and(|t| !token_matches(state, id, t)) {
-                return Err(bad_token());
             }
-            sb
         }
         None => {
             let Some(t) = token else {
@@ -186,25 +170,27 @@ async fn authorise(
                 ))
                 .into());
             };
-            if !token_matches(state, id, t) {
-                return Err(bad_token());
-            }
-            let owner = state
-                .svc
-                .store
-                .sandbox_owner(id)
-                .await?
-                .filter(|o| !o.deleted)
-                .ok_or_else(|| gone(id, ""))?;
-            match state
-                .svc
-                .store
-                .get_sandbox(&Scope::account(owner.account_id), id)
-                .await
+            // The token names its holder and this run of the sandbox: it
+            // ends when the sandbox starts again, when the holder leaves
+            // the sandbox's team, or when the holder's account is disabled.
+            match token::sandbox_of_token(
+                state.svc.store.as_ref(),
+                &state.proxy_keys,
+                Purpose::Envd,
+                t,
+                Some(id),
+                chrono::Utc::now(),
+            )
+            .await
             {
-                Ok(sb) => sb,
-                Err(StoreError::NotFound | StoreError::Forbidden) => return Err(gone(id, "")),
-                Err(e) => return Err(e.into()),
+                Ok((sb, _)) => sb,
+                Err(token::Refused::Invalid) => {
+                    return Err(E2bApiError::Api(ApiError::Unauthorized(format!(
+                        "Invalid access token for sandbox {id}: send the envdAccessToken of the \
+                         sandbox's latest create, connect or resume as X-Access-Token"
+                    ))))
+                }
+                Err(e) => return Err(crate::proxy::refused(e, id).into()),
             }
         }
     };

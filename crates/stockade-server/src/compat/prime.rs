@@ -19,16 +19,14 @@ use axum::{Json, Router};
 use chrono::Utc;
 use stockade_api::prime::*;
 use stockade_api::{ErrorBody, ErrorDetail, SandboxResponse};
-use stockade_core::{
-    Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotKind, SnapshotStatus,
-};
+use stockade_core::{Sandbox, SandboxId, SandboxStatus, Snapshot, SnapshotKind, SnapshotStatus};
 use stockade_service::{lifecycle, snapshots, ServiceError};
 use stockade_store::{SandboxFilter, StoreError};
 use tracing::instrument;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
-use crate::proxy::token::{Claims, Purpose};
+use crate::proxy::token::{self, Purpose};
 use crate::proxy::PublicBase;
 use crate::AppState;
 
@@ -275,18 +273,18 @@ async fn auth(
     let now = Utc::now();
     let expires_at = chrono::DateTime::from_timestamp((now + GATEWAY_TOKEN_TTL).timestamp(), 0)
         .ok_or_else(|| ApiError::Internal("token expiry out of range".into()))?;
-    let token = state.proxy_keys.mint_for(
+    // The caller holds it: it stops working when the caller loses access.
+    let token = token::mint_for_holder(
+        &state.proxy_keys,
         Purpose::Gateway,
-        &Claims {
-            sandbox_id: sb.id.clone(),
-            account_id: sb.account_id.clone(),
-            expires_at,
-        },
+        &sb,
+        &caller.account.id,
+        expires_at,
     );
     let base = PublicBase::from_request(&headers, &state.config);
     Ok(Json(PrimeGatewayAuth {
         gateway_url: format!("{}://{}{GATEWAY_PREFIX}", base.scheme, base.host),
-        user_ns: sb.account_id.to_string(),
+        user_ns: caller.account.id.to_string(),
         job_id: sb.id.to_string(),
         token,
         expires_at,
@@ -588,7 +586,7 @@ impl From<ApiError> for GatewayError {
 }
 
 /// The running sandbox a gateway request may reach: a gateway token of
-/// that sandbox (`Authorization: Bearer stkg_…`), under the owner's path.
+/// that sandbox (`Authorization: Bearer stkg_…`), under its holder's path.
 async fn gateway_sandbox(
     state: &AppState,
     headers: &HeaderMap,
@@ -619,45 +617,49 @@ async fn gateway_sandbox(
                  /api/v1/sandbox/{id}/auth",
             )
         })?;
-    let claims = state
-        .proxy_keys
-        .verify_for(Purpose::Gateway, token, Utc::now())
-        .map_err(|e| {
-            unauthorized(&format!(
-                "Invalid gateway token: {e}; ask POST /api/v1/sandbox/{{id}}/auth again"
+    let job_id = SandboxId::parse(job).ok();
+    let (sb, claims) = match token::sandbox_of_token(
+        state.svc.store.as_ref(),
+        &state.proxy_keys,
+        Purpose::Gateway,
+        token,
+        job_id.as_ref(),
+        Utc::now(),
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(token::Refused::OtherSandbox(other)) => {
+            return Err(GatewayError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                Code::PermissionDenied,
+                format!("Forbidden: this gateway token is for sandbox {other}, not {job}"),
             ))
-        })?;
-    if claims.sandbox_id.as_str() != job || claims.account_id.as_str() != ns {
+        }
+        Err(e @ (token::Refused::Disabled(_) | token::Refused::NoAccess)) => {
+            return Err(GatewayError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                Code::PermissionDenied,
+                format!("Forbidden: {e}"),
+            ))
+        }
+        Err(token::Refused::Store(e)) => return Err(ApiError::from(e).into()),
+        Err(e) => {
+            return Err(unauthorized(&format!(
+                "Invalid gateway token: {e}; ask POST /api/v1/sandbox/{{id}}/auth again"
+            )))
+        }
+    };
+    if claims.account_id.as_str() != ns {
         return Err(GatewayError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             Code::PermissionDenied,
-            format!(
-                "Forbidden: this gateway token is for sandbox {}, not {job}",
-                claims.sandbox_id
-            ),
+            format!("Forbidden: this gateway token is not for the namespace {ns}"),
         ));
     }
-    let sb = match state
-        .svc
-        .store
-        .get_sandbox(
-            &Scope::account(claims.account_id.clone()),
-            &claims.sandbox_id,
-        )
-        .await
-    {
-        Ok(sb) => sb,
-        Err(StoreError::NotFound | StoreError::Forbidden) => {
-            return Err(GatewayError::new(
-                StatusCode::BAD_GATEWAY,
-                "sandbox_not_found",
-                Code::NotFound,
-                format!("Sandbox {job} not found"),
-            ))
-        }
-        Err(e) => return Err(ApiError::from(e).into()),
-    };
     if sb.is_terminated() || sb.deleted_at.is_some() {
         return Err(GatewayError::new(
             StatusCode::GONE,

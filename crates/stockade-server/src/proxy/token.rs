@@ -6,11 +6,19 @@
 //! Format: `stkp_{sandbox id}.{owner account id}.{expiry, Unix seconds}.{signature}`
 //! with the signature in unpadded base64url.
 //!
-//! Two more kinds of token share the format under other prefixes and
+//! Three more kinds of token share the format under other prefixes and
 //! signing domains ([`Purpose`]), so none is accepted for another's job:
 //! E2B traffic tokens (`stkt_`, every port of one sandbox through the host
-//! form, COMPAT-1) and gateway tokens (`stkg_`, the `prime-sandboxes`
-//! command and file gateway of one sandbox, COMPAT-3).
+//! form), E2B envd access tokens (`stke_`, the sandbox's agent) and gateway
+//! tokens (`stkg_`, the `prime-sandboxes` command and file gateway of one
+//! sandbox).
+//!
+//! The account a token names is its *holder*, the caller it was handed to:
+//! every use checks that the holder is enabled and still reaches the
+//! sandbox (its own, or through a team it is still a member of). E2B's
+//! traffic and envd tokens are also signed over the sandbox's current run
+//! ([`Sandbox::session_epoch`]), so a start or resume ends the ones handed
+//! out before it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -18,7 +26,7 @@ use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
-use stockade_core::{AccountId, SandboxId};
+use stockade_core::{AccountId, Sandbox, SandboxId, Scope};
 use stockade_store::{Store, StoreError};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -39,23 +47,33 @@ pub enum Purpose {
     Traffic,
     /// A sandbox's command and file gateway (`prime-sandboxes`): `stkg_`.
     Gateway,
+    /// A sandbox's agent, as E2B's `envdAccessToken`: `stke_`.
+    Envd,
 }
 
 impl Purpose {
-    fn prefix(self) -> &'static str {
+    pub fn prefix(self) -> &'static str {
         match self {
             Purpose::Ports => PREFIX,
             Purpose::Traffic => "stkt_",
             Purpose::Gateway => "stkg_",
+            Purpose::Envd => "stke_",
         }
     }
 
     fn domain(self) -> &'static str {
         match self {
             Purpose::Ports => "stockade-proxy-token/v1",
-            Purpose::Traffic => "stockade-traffic-token/v1",
+            Purpose::Traffic => "stockade-traffic-token/v2",
             Purpose::Gateway => "stockade-gateway-token/v1",
+            Purpose::Envd => "stockade-envd-token/v1",
         }
+    }
+
+    /// Whether its tokens are signed over the sandbox's run, and so end
+    /// when it starts or resumes again.
+    pub fn rotates(self) -> bool {
+        matches!(self, Purpose::Traffic | Purpose::Envd)
     }
 }
 
@@ -76,6 +94,22 @@ pub enum TokenError {
     BadSignature,
     #[error("the token expired at {0}")]
     Expired(DateTime<Utc>),
+}
+
+/// A token whose fields were read but whose signature is not checked yet
+/// (a rotating token needs its sandbox's run to be checked).
+#[derive(Debug, Clone)]
+pub struct Unverified {
+    purpose: Purpose,
+    claims: Claims,
+    sig: Vec<u8>,
+}
+
+impl Unverified {
+    /// What the token claims, not yet proven.
+    pub fn claims(&self) -> &Claims {
+        &self.claims
+    }
 }
 
 /// The signing key. Its `Debug` never shows the key.
@@ -111,10 +145,21 @@ impl TokenKey {
         Ok(Self::from_bytes(bytes))
     }
 
-    fn mac(&self, purpose: Purpose, sandbox: &str, account: &str, expiry: i64) -> HmacSha256 {
+    fn mac(
+        &self,
+        purpose: Purpose,
+        sandbox: &str,
+        account: &str,
+        expiry: i64,
+        epoch: i64,
+    ) -> HmacSha256 {
         let mut mac =
             HmacSha256::new_from_slice(self.0.as_slice()).expect("HMAC takes any key size");
-        mac.update(format!("{}\n{sandbox}\n{account}\n{expiry}", purpose.domain()).as_bytes());
+        let mut message = format!("{}\n{sandbox}\n{account}\n{expiry}", purpose.domain());
+        if purpose.rotates() {
+            message.push_str(&format!("\n{epoch}"));
+        }
+        mac.update(message.as_bytes());
         mac
     }
 
@@ -125,6 +170,12 @@ impl TokenKey {
 
     /// A token of `purpose` for `claims`.
     pub fn mint_for(&self, purpose: Purpose, claims: &Claims) -> String {
+        self.mint_bound(purpose, claims, 0)
+    }
+
+    /// A token of `purpose` for `claims`, signed over the sandbox's run
+    /// `epoch` when the purpose rotates.
+    pub fn mint_bound(&self, purpose: Purpose, claims: &Claims, epoch: i64) -> String {
         let expiry = claims.expires_at.timestamp();
         let sig = self
             .mac(
@@ -132,6 +183,7 @@ impl TokenKey {
                 claims.sandbox_id.as_str(),
                 claims.account_id.as_str(),
                 expiry,
+                epoch,
             )
             .finalize()
             .into_bytes();
@@ -150,52 +202,170 @@ impl TokenKey {
         self.verify_for(Purpose::Ports, token, now)
     }
 
-    /// Checks a token of `purpose`.
+    /// Checks a token of a purpose that does not rotate.
     pub fn verify_for(
         &self,
         purpose: Purpose,
         token: &str,
         now: DateTime<Utc>,
     ) -> Result<Claims, TokenError> {
-        if token.len() > MAX_TOKEN_LEN {
-            return Err(TokenError::Malformed);
-        }
-        let body = token
-            .strip_prefix(purpose.prefix())
-            .ok_or(TokenError::Malformed)?;
-        let mut parts = body.split('.');
-        let (Some(sandbox), Some(account), Some(expiry), Some(sig), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
-            return Err(TokenError::Malformed);
-        };
-        let sandbox_id = SandboxId::parse(sandbox).map_err(|_| TokenError::Malformed)?;
-        let account_id = AccountId::parse(account).map_err(|_| TokenError::Malformed)?;
-        if expiry.is_empty() || expiry.len() > 12 || !expiry.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(TokenError::Malformed);
-        }
-        let expiry: i64 = expiry.parse().map_err(|_| TokenError::Malformed)?;
-        let sig = URL_SAFE_NO_PAD
-            .decode(sig)
-            .map_err(|_| TokenError::Malformed)?;
+        self.check(&parse(purpose, token)?, 0, now)
+    }
+
+    /// Checks a parsed token's signature (over `epoch` when its purpose
+    /// rotates), then its expiry.
+    pub fn check(
+        &self,
+        token: &Unverified,
+        epoch: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Claims, TokenError> {
+        let c = &token.claims;
         // Constant-time comparison.
-        self.mac(purpose, sandbox_id.as_str(), account_id.as_str(), expiry)
-            .verify_slice(&sig)
-            .map_err(|_| TokenError::BadSignature)?;
-        let expires_at = DateTime::from_timestamp(expiry, 0).ok_or(TokenError::Malformed)?;
-        if now >= expires_at {
-            return Err(TokenError::Expired(expires_at));
+        self.mac(
+            token.purpose,
+            c.sandbox_id.as_str(),
+            c.account_id.as_str(),
+            c.expires_at.timestamp(),
+            epoch,
+        )
+        .verify_slice(&token.sig)
+        .map_err(|_| TokenError::BadSignature)?;
+        if now >= c.expires_at {
+            return Err(TokenError::Expired(c.expires_at));
         }
-        Ok(Claims {
+        Ok(c.clone())
+    }
+}
+
+/// Reads a token of `purpose` without checking its signature.
+pub fn parse(purpose: Purpose, token: &str) -> Result<Unverified, TokenError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(TokenError::Malformed);
+    }
+    let body = token
+        .strip_prefix(purpose.prefix())
+        .ok_or(TokenError::Malformed)?;
+    let mut parts = body.split('.');
+    let (Some(sandbox), Some(account), Some(expiry), Some(sig), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Err(TokenError::Malformed);
+    };
+    let sandbox_id = SandboxId::parse(sandbox).map_err(|_| TokenError::Malformed)?;
+    let account_id = AccountId::parse(account).map_err(|_| TokenError::Malformed)?;
+    if expiry.is_empty() || expiry.len() > 12 || !expiry.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(TokenError::Malformed);
+    }
+    let expiry: i64 = expiry.parse().map_err(|_| TokenError::Malformed)?;
+    let sig = URL_SAFE_NO_PAD
+        .decode(sig)
+        .map_err(|_| TokenError::Malformed)?;
+    let expires_at = DateTime::from_timestamp(expiry, 0).ok_or(TokenError::Malformed)?;
+    Ok(Unverified {
+        purpose,
+        claims: Claims {
             sandbox_id,
             account_id,
             expires_at,
-        })
+        },
+        sig,
+    })
+}
+
+/// Why a sandbox token was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// Unknown, forged, for another purpose, or from an earlier run.
+    #[error("invalid sandbox token")]
+    Invalid,
+    #[error("the sandbox token expired at {0}")]
+    Expired(DateTime<Utc>),
+    /// The token is for another sandbox.
+    #[error("this token is for sandbox {0}")]
+    OtherSandbox(SandboxId),
+    /// The holder's account is disabled.
+    #[error("the account '{0}' is disabled")]
+    Disabled(String),
+    /// The holder no longer reaches the sandbox (removed from its team).
+    #[error("the token's holder no longer has access to this sandbox")]
+    NoAccess,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The sandbox a token of `purpose` opens, checked as this module's header
+/// says: signature and expiry (over the sandbox's current run when the
+/// purpose rotates), then the holder. `expected`: the sandbox the request
+/// names. The record is read for any owner first, so that nothing about
+/// access is told before the signature holds.
+pub async fn sandbox_of_token(
+    store: &dyn Store,
+    key: &TokenKey,
+    purpose: Purpose,
+    raw: &str,
+    expected: Option<&SandboxId>,
+    now: DateTime<Utc>,
+) -> Result<(Sandbox, Claims), Refused> {
+    let token = parse(purpose, raw.trim()).map_err(|_| Refused::Invalid)?;
+    let id = token.claims.sandbox_id.clone();
+    if expected.is_some_and(|e| *e != id) {
+        return Err(Refused::OtherSandbox(id));
     }
+    let owner = store.sandbox_owner(&id).await?.ok_or(Refused::Invalid)?;
+    let sb = match store
+        .get_sandbox(&Scope::account(owner.account_id), &id)
+        .await
+    {
+        Ok(sb) => sb,
+        Err(StoreError::NotFound | StoreError::Forbidden) => return Err(Refused::Invalid),
+        Err(e) => return Err(e.into()),
+    };
+    let claims = key
+        .check(&token, sb.session_epoch(), now)
+        .map_err(|e| match e {
+            TokenError::Expired(at) => Refused::Expired(at),
+            _ => Refused::Invalid,
+        })?;
+    let (holder, teams) = match store.get_account(&claims.account_id).await {
+        Ok(found) => found,
+        Err(StoreError::NotFound) => return Err(Refused::Invalid),
+        Err(e) => return Err(e.into()),
+    };
+    if holder.is_disabled() {
+        return Err(Refused::Disabled(holder.name));
+    }
+    let scope = Scope {
+        account_id: holder.id,
+        team_ids: teams,
+    };
+    if !scope.allows(&sb.account_id, sb.team_id.as_ref()) {
+        return Err(Refused::NoAccess);
+    }
+    Ok((sb, claims))
+}
+
+/// A token of `purpose` for `holder` to reach `sb` until `expires_at`.
+pub fn mint_for_holder(
+    key: &TokenKey,
+    purpose: Purpose,
+    sb: &Sandbox,
+    holder: &AccountId,
+    expires_at: DateTime<Utc>,
+) -> String {
+    key.mint_bound(
+        purpose,
+        &Claims {
+            sandbox_id: sb.id.clone(),
+            account_id: holder.clone(),
+            expires_at: DateTime::from_timestamp(expires_at.timestamp(), 0).unwrap_or(expires_at),
+        },
+        sb.session_epoch(),
+    )
 }
 
 #[cfg(test)]
@@ -259,7 +429,12 @@ mod tests {
         let key = TokenKey::from_bytes([7; 32]);
         let now = Utc::now();
         let c = claims(now);
-        let all = [Purpose::Ports, Purpose::Traffic, Purpose::Gateway];
+        let all = [
+            Purpose::Ports,
+            Purpose::Traffic,
+            Purpose::Gateway,
+            Purpose::Envd,
+        ];
         for minted in all {
             let t = key.mint_for(minted, &c);
             for checked in all {

@@ -7,17 +7,21 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use chrono::{SubsecRound, Utc};
 use stockade_api::{
     AccountResponse, CreateAccountRequest, CreateAccountResponse, ErrorBody, ListAccountsResponse,
     QuotaResponse, SessionRequest, SetQuotaRequest, WhoAmIResponse,
 };
-use stockade_core::{AccountId, ApiToken, Quota};
+use stockade_core::{AccountId, ApiToken, Quota, TokenKind, TokenRecord};
 use stockade_store::StoreError;
 use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{AdminCaller, ApiJson, Caller, CSRF_HEADER, SESSION_COOKIE};
+use crate::extract::{
+    authenticate, cookie_values, AdminCaller, ApiJson, Caller, Credential, CSRF_HEADER,
+    SESSION_COOKIE,
+};
 use crate::AppState;
 
 /// The quota routes, relative to `/api/v1` (the other account routes are
@@ -208,12 +212,12 @@ pub async fn me(caller: Caller) -> Json<WhoAmIResponse> {
 }
 
 /// The `Set-Cookie` value of the dashboard's session (`max_age` 0 ends it).
-fn session_cookie(token: &str, max_age: i64, secure: bool) -> ApiResult<HeaderValue> {
+fn session_cookie(secret: &str, max_age: i64, secure: bool) -> ApiResult<HeaderValue> {
     let secure = if secure { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={token}; Path=/api/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+        "{SESSION_COOKIE}={secret}; Path=/api/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
     ))
-    .map_err(|_| ApiError::field("token", "not a valid API token"))
+    .map_err(|_| ApiError::Internal("a session secret that is no cookie value".into()))
 }
 
 /// How long a dashboard session lasts without signing in again.
@@ -226,16 +230,19 @@ fn over_https(headers: &HeaderMap) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case("https"))
 }
 
-/// Sign the dashboard in: checks the API token and answers with the
-/// session cookie (`HttpOnly`, `SameSite=Strict`, path `/api/`), so that no
-/// script — the dashboard's own included — ever holds the token. Needs the
-/// `X-Stockade-CSRF` header, which a cross-site form cannot send.
+/// Sign the dashboard in: checks the API token and opens a session on the
+/// server, whose secret only the session cookie holds (`HttpOnly`,
+/// `SameSite=Strict`, path `/api/`) — never the API token, which no script,
+/// the dashboard's own included, ever holds. The session ends when it is
+/// signed out, after 12 hours, or when its API token is revoked; it is
+/// listed with the account's tokens. Needs the `X-Stockade-CSRF` header,
+/// which a cross-site form cannot send.
 #[utoipa::path(post, path = "/api/v1/session", tag = "accounts",
     request_body = SessionRequest,
     params(("X-Stockade-CSRF" = String, Header, description = "any value; a cross-site form cannot send it")),
     responses((status = 200, description = "Signed in; the cookie is set", body = WhoAmIResponse),
               (status = 401, description = "Unknown token", body = ErrorBody),
-              (status = 403, description = "The X-Stockade-CSRF header is missing", body = ErrorBody)))]
+              (status = 403, description = "The X-Stockade-CSRF header is missing, or the account is disabled", body = ErrorBody)))]
 pub async fn sign_in(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -246,27 +253,60 @@ pub async fn sign_in(
             "Signing in needs the {CSRF_HEADER} header"
         )));
     }
-    let token = req.token.trim();
-    let (account, team_ids) = state
+    let caller = authenticate(&state, &req.token, Credential::Bearer)
+        .await
+        .map_err(|e| match e {
+            ApiError::Unauthorized(_) => {
+                ApiError::Unauthorized("That API token is not valid".into())
+            }
+            other => other,
+        })?;
+    let now = Utc::now().trunc_subsecs(6);
+    let mut session = TokenRecord::new(
+        caller.account.id.clone(),
+        "dashboard".into(),
+        TokenKind::Session,
+        now,
+        Some(now + chrono::Duration::seconds(SESSION_MAX_AGE)),
+    );
+    session.parent_id = Some(caller.token_id.clone());
+    let secret = ApiToken::generate_session();
+    state
         .svc
         .store
-        .account_by_token_hash(&stockade_core::account::hash_token(token))
-        .await?
-        .ok_or_else(|| ApiError::Unauthorized("That API token is not valid".into()))?;
-    let cookie = session_cookie(token, SESSION_MAX_AGE, over_https(&headers))?;
+        .insert_token(&session, &secret.hash())
+        .await?;
+    let cookie = session_cookie(secret.plaintext(), SESSION_MAX_AGE, over_https(&headers))?;
     let body = WhoAmIResponse {
-        account: AccountResponse::from(&account),
-        team_ids: team_ids.iter().map(ToString::to_string).collect(),
+        account: AccountResponse::from(&caller.account),
+        team_ids: caller
+            .scope
+            .team_ids
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
     };
     let mut resp = Json(body).into_response();
     resp.headers_mut().insert(header::SET_COOKIE, cookie);
     Ok(resp)
 }
 
-/// Sign the dashboard out: the session cookie is removed.
+/// Sign the dashboard out: the session ends on the server (the same cookie
+/// sent again is refused) and the cookie is removed.
 #[utoipa::path(delete, path = "/api/v1/session", tag = "accounts",
     responses((status = 204, description = "Signed out")))]
-pub async fn sign_out(headers: HeaderMap) -> ApiResult<Response> {
+pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
+    for secret in cookie_values(&headers, SESSION_COOKIE) {
+        let hash = stockade_core::account::hash_token(secret);
+        if let Some(found) = state.svc.store.authenticate(&hash).await? {
+            if found.token.kind == TokenKind::Session {
+                match state.svc.store.delete_token(&found.token.id).await {
+                    Ok(()) | Err(StoreError::NotFound) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(
         header::SET_COOKIE,

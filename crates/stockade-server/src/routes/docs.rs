@@ -88,6 +88,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(super::teams::TeamsApi::openapi());
     doc.merge(super::hosts::HostsApi::openapi());
     doc.merge(accounts::QuotasApi::openapi());
+    doc.merge(super::tokens::TokensApi::openapi());
     doc.merge(crate::metrics::MetricsApi::openapi());
     doc.merge(volumes::VolumesApi::openapi());
     doc.merge(update::UpdateApi::openapi());
@@ -416,6 +417,7 @@ mod examples {
     pub const VOLUME: &str = "agent-sandbox-k3v9x2m7q4wz";
     pub const UPLOAD_ID: &str = "u2f8k4m9q7w3z6x1c5v8b2n4";
     pub const HOST_NAME: &str = "docker-2";
+    pub const TOKEN_ID: &str = "k4t9w2m7q3x8";
     const CREATED: &str = "2026-01-15T09:30:00Z";
     const STARTED: &str = "2026-01-15T09:30:02Z";
 
@@ -427,6 +429,7 @@ mod examples {
             ("path", "pid") => json!(PROCESS_ID),
             ("path", "team_id") => json!(TEAM_ID),
             ("path", "account_id") => json!(ACCOUNT_ID),
+            ("path", "token_id") => json!(TOKEN_ID),
             ("path", "name") if path.starts_with("/api/v1/hosts/") => json!(HOST_NAME),
             ("path", "name") => json!(VOLUME),
             ("path", "port") => json!(8000),
@@ -627,6 +630,31 @@ mod examples {
                     "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100},
                     "usage": {"sandboxes": 0, "cpuCores": 0, "memoryGB": 0, "diskGB": 0}
                 })),
+            op("post", "/api/v1/accounts/{account_id}/tokens")
+                .request(json!({"name": "ci", "expiresInSeconds": 2_592_000}))
+                .response(json!({
+                    "id": TOKEN_ID, "name": "ci",
+                    "token": "stk_Q8v2Lr5Xk1Tn7Wm3Pz9Hc4Jd6Fb0Ys2Ga8Ue5Ri1",
+                    "createdAt": CREATED, "expiresAt": "2026-02-14T09:30:00Z"
+                })),
+            op("get", "/api/v1/accounts/{account_id}/tokens").response(json!({"tokens": [
+                {"id": TOKEN_ID, "name": "ci", "kind": "api", "createdAt": CREATED,
+                 "expiresAt": "2026-02-14T09:30:00Z", "lastUsedAt": STARTED},
+                {"id": "s6p1v8n3k2w9", "name": "dashboard", "kind": "session",
+                 "createdAt": STARTED, "expiresAt": "2026-01-15T21:30:02Z",
+                 "lastUsedAt": STARTED, "parentId": TOKEN_ID}
+            ]})),
+            op("delete", "/api/v1/tokens/{token_id}"),
+            op("post", "/api/v1/accounts/{account_id}/disable")
+                .request(json!({}))
+                .response({
+                    let mut a = account(ACCOUNT_ID, "ci-runner", false);
+                    a["disabledAt"] = json!("2026-01-15T10:00:00Z");
+                    a
+                }),
+            op("post", "/api/v1/accounts/{account_id}/enable")
+                .request(json!({}))
+                .response(account(ACCOUNT_ID, "ci-runner", false)),
             op("get", "/api/v1/accounts").response(json!({"accounts": [
                 account(ADMIN_ID, "admin", true), account(ACCOUNT_ID, "ci-runner", false)
             ]})),

@@ -17,6 +17,7 @@ pub mod sandboxes;
 pub mod snapshots;
 pub mod teams;
 pub mod terminal;
+pub mod tokens;
 pub mod update;
 pub mod volumes;
 

@@ -293,9 +293,10 @@ pub async fn auth_token(
     let now_secs = now.timestamp() + i64::from(now.timestamp_subsec_nanos() > 0);
     let expires_at = DateTime::from_timestamp(now_secs + ttl, 0)
         .ok_or_else(|| ApiError::Internal("token expiry out of range".into()))?;
+    // The caller holds it: it stops working when the caller loses access.
     let token = state.proxy_keys.mint(&Claims {
         sandbox_id: sb.id.clone(),
-        account_id: sb.account_id.clone(),
+        account_id: caller.account.id.clone(),
         expires_at,
     });
     Ok(Json(AuthTokenResponse {

@@ -36,6 +36,7 @@ const ROUTE_SOURCES: &[(&str, &str, &str)] = &[
     ("src/routes/snapshots.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/terminal.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/accounts.rs", "pub fn routes()", "/api/v1"),
+    ("src/routes/tokens.rs", "pub fn routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn api_routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn gateway_routes()", ""),
     ("src/proxy.rs", "pub fn routes()", ""),
@@ -710,6 +711,9 @@ impl Documented {
 const STEPS: &[(&str, &str)] = &[
     ("post", "/api/v1/accounts"),
     ("put", "/api/v1/accounts/{account_id}/quota"),
+    ("post", "/api/v1/accounts/{account_id}/tokens"),
+    ("post", "/api/v1/accounts/{account_id}/disable"),
+    ("post", "/api/v1/accounts/{account_id}/enable"),
     ("post", "/api/v1/session"),
     ("post", "/api/v1/teams"),
     ("post", "/api/v1/teams/{team_id}/members"),

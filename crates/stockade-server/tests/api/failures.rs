@@ -10,12 +10,13 @@ use reqwest::StatusCode;
 use serde_json::json;
 use stockade_core::{
     Account, AccountId, InstanceId, Operation, OperationId, Quota, QuotaUsage, Resources, Sandbox,
-    SandboxId, SandboxStatus, Scope, Team, TeamId,
+    SandboxId, SandboxStatus, Scope, Team, TeamId, TokenId, TokenRecord,
 };
 use stockade_store::{
-    AccountStore, HealthStore, HostStore, IdempotencyStore, Lease, LeaseStore, OperationStore,
-    Placed, PlacementCandidate, QuotaStore, SandboxFilter, SandboxPage, SandboxStore, SandboxWrite,
-    SettingsStore, SnapshotStore, SqliteStore, StoreError, StoreHealth, StoreResult, TeamStore,
+    AccountStore, Authenticated, HealthStore, HostStore, IdempotencyStore, Lease, LeaseStore,
+    OperationStore, Placed, PlacementCandidate, QuotaStore, SandboxFilter, SandboxPage,
+    SandboxStore, SandboxWrite, SettingsStore, SnapshotStore, SqliteStore, StoreError, StoreHealth,
+    StoreResult, TeamStore,
 };
 
 use crate::helpers::*;
@@ -127,11 +128,33 @@ impl AccountStore for FailingStore {
     async fn count_accounts(&self) -> StoreResult<u64> {
         self.inner.count_accounts().await
     }
-    async fn add_token(&self, account: &AccountId, token_hash: &str) -> StoreResult<()> {
-        self.inner.add_token(account, token_hash).await
+    async fn get_account(&self, id: &AccountId) -> StoreResult<(Account, Vec<TeamId>)> {
+        self.inner.get_account(id).await
     }
-    async fn account_by_token_hash(&self, h: &str) -> StoreResult<Option<(Account, Vec<TeamId>)>> {
-        self.inner.account_by_token_hash(h).await
+    async fn set_account_disabled(
+        &self,
+        id: &AccountId,
+        at: Option<DateTime<Utc>>,
+    ) -> StoreResult<Account> {
+        self.inner.set_account_disabled(id, at).await
+    }
+    async fn insert_token(&self, record: &TokenRecord, token_hash: &str) -> StoreResult<()> {
+        self.inner.insert_token(record, token_hash).await
+    }
+    async fn authenticate(&self, h: &str) -> StoreResult<Option<Authenticated>> {
+        self.inner.authenticate(h).await
+    }
+    async fn list_tokens(&self, account: &AccountId) -> StoreResult<Vec<TokenRecord>> {
+        self.inner.list_tokens(account).await
+    }
+    async fn get_token(&self, id: &TokenId) -> StoreResult<TokenRecord> {
+        self.inner.get_token(id).await
+    }
+    async fn delete_token(&self, id: &TokenId) -> StoreResult<()> {
+        self.inner.delete_token(id).await
+    }
+    async fn touch_token(&self, id: &TokenId, at: DateTime<Utc>) -> StoreResult<()> {
+        self.inner.touch_token(id, at).await
     }
 }
 

@@ -60,7 +60,12 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     let app = spawn_app().await;
     let alice = app.new_account("alice-snap").await;
     let mallory = app.new_account("mallory-snap").await;
-    let sb = app.create(&alice, json!({ "name": "secretive" })).await;
+    let sb = app
+        .create(
+            &alice,
+            json!({ "name": "secretive", "environmentVars": { "ALICE_KEY": "sk-alice-0123" } }),
+        )
+        .await;
     let id = sb["id"].as_str().unwrap();
     sh_in(id, "echo alices-secret > /etc/secret.txt");
     let snap = app
@@ -76,22 +81,55 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     let image_id = docker_lines(&["image", "inspect", "-f", "{{.Id}}", &image_ref])
         .pop()
         .expect("snapshot image id");
-    // By name, by image id and by digest-looking reference: all refused.
-    for image in [
-        image_ref.clone(),
-        image_id.clone(),
-        image_id.trim_start_matches("sha256:")[..16].to_owned(),
-    ] {
+    // The committed image keeps no value of the sandbox's environment.
+    let env = docker_lines(&["image", "inspect", "-f", "{{json .Config.Env}}", &image_ref]);
+    assert!(!env.concat().contains("sk-alice"), "{env:?}");
+    let hex = image_id.trim_start_matches("sha256:").to_owned();
+    // By name, by image id, and by id prefixes of any length (Docker reads
+    // `1e7` as the first image whose id starts so): all refused, through
+    // the native body, its snake_case spelling and E2B's `templateID`.
+    let mut names = vec![image_ref.clone(), image_id.clone(), hex[..16].to_owned()];
+    names.extend([1, 3, 4, 11].map(|n| hex[..n].to_owned()));
+    for image in &names {
+        for body in [
+            json!({ "name": "thief", "dockerImage": image }),
+            json!({ "name": "thief", "docker_image": image }),
+        ] {
+            let r = app.post("/api/v1/sandbox", &mallory, body).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{image}: {:?}", r.body);
+            assert_eq!(r.error_fields(), vec!["dockerImage"], "{image}");
+        }
         let r = app
-            .post(
-                "/api/v1/sandbox",
-                &mallory,
-                json!({ "name": "thief", "dockerImage": image }),
-            )
+            .post("/e2b/sandboxes", &mallory, json!({ "templateID": image }))
             .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{image}: {:?}", r.body);
-        assert_eq!(r.error_fields(), vec!["dockerImage"], "{image}");
+        assert!(
+            r.status.is_client_error(),
+            "{image}: {} {:?}",
+            r.status,
+            r.body
+        );
     }
+    // Under a tag someone else gave it, the engine still knows it as a
+    // snapshot image: refused before any container exists.
+    let alias = format!("innocent-{snap_id}:1");
+    docker(&["tag", &image_ref, &alias]);
+    let r = app
+        .post(
+            "/api/v1/sandbox",
+            &mallory,
+            json!({ "name": "thief", "dockerImage": alias }),
+        )
+        .await;
+    docker(&["rmi", &alias]);
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
+    assert!(
+        r.body.to_string().contains("snapshot image"),
+        "{:?}",
+        r.body
+    );
+    // Nothing of Mallory's attempts was left behind.
+    let list = app.get("/api/v1/sandbox", &mallory).await;
+    assert_eq!(list.body["total"], 0, "{:?}", list.body);
     // Through the owned source: 403 for another account.
     let r = app
         .post(
@@ -101,15 +139,21 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    // Its owner still starts from it, through the source.
+    // Its owner still starts from it, through the source: its files and its
+    // environment (from the record), and a variable of the request on top.
     let restored = app
         .create(
             &alice,
-            json!({ "name": "restored", "source": { "type": "snapshot", "snapshotId": snap_id } }),
+            json!({
+                "name": "restored",
+                "source": { "type": "snapshot", "snapshotId": snap_id },
+                "environmentVars": { "EXTRA": "x" },
+            }),
         )
         .await;
     let rid = restored["id"].as_str().unwrap();
     assert_eq!(sh_in(rid, "cat /etc/secret.txt"), "alices-secret");
+    assert_eq!(sh_in(rid, "echo $ALICE_KEY-$EXTRA"), "sk-alice-0123-x");
     // Alice herself cannot name the image either: only the source reaches it.
     let r = app
         .post(

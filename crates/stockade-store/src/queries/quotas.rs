@@ -81,13 +81,8 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
         is_admin: bool,
         quota: &Quota,
     ) -> StoreResult<Account> {
-        let account = Account {
-            id: AccountId::generate(),
-            name: name.to_owned(),
-            is_admin,
-            // What a later read returns: microsecond precision.
-            created_at: Utc::now().trunc_subsecs(6),
-        };
+        // What a later read returns: microsecond precision.
+        let account = Account::new(name, is_admin, Utc::now().trunc_subsecs(6));
         let context = format!("create account '{name}' with its quota");
         let mut conn = self.begin(&context).await?;
         let result = async {

@@ -13,7 +13,7 @@ use crate::{SnapshotStore, StoreError, StoreResult, MAX_SNAPSHOTS_LISTED};
 
 /// The columns every snapshot read selects.
 const COLUMNS: &str = "id, account_id, source_sandbox_id, name, kind, status, image_ref, \
-     blob_key, workspace_bytes, created_at, deleted_at";
+     blob_key, workspace_bytes, environment_vars, created_at, deleted_at";
 
 fn snapshot_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Snapshot> {
     let id: String = row.get("id")?;
@@ -23,7 +23,12 @@ fn snapshot_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Snapshot> {
     let kind: String = row.get("kind")?;
     let status: String = row.get("status")?;
     let bytes: Option<i64> = row.get("workspace_bytes")?;
+    let env: Option<String> = row.get("environment_vars")?;
     Ok(Snapshot {
+        environment_vars: env
+            .map(|e| serde_json::from_str(&e))
+            .transpose()
+            .map_err(|e| bad(format!("environment_vars: {e}")))?,
         id: SnapshotId::parse(&id).map_err(|e| bad(e.message))?,
         account_id: AccountId::parse(&account_id).map_err(|e| bad(e.message))?,
         source_sandbox_id: SandboxId::parse(&source).map_err(|e| bad(e.message))?,
@@ -46,6 +51,15 @@ fn bytes_column(bytes: Option<u64>) -> Option<i64> {
     bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX))
 }
 
+/// The environment column: a JSON object, or NULL.
+fn env_column(s: &Snapshot) -> StoreResult<Option<String>> {
+    s.environment_vars
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Other(format!("serialize environment of snapshot {}: {e}", s.id)))
+}
+
 #[async_trait]
 impl<B: Backend> SnapshotStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(snapshot.id = %s.id), err(level = "debug"))]
@@ -60,6 +74,7 @@ impl<B: Backend> SnapshotStore for SqlStore<B> {
             .next(s.image_ref.clone())
             .next(s.blob_key.clone())
             .next(bytes_column(s.workspace_bytes))
+            .next(env_column(s)?)
             .next_ts(s.created_at)
             .next_opt_ts(s.deleted_at)
             .sql(")");
