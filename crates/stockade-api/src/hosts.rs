@@ -178,6 +178,10 @@ pub struct HostResponse {
     pub reserved: HostReserved,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// What needs the administrator's attention about how the host is
+    /// reached (a `tcp://` engine without TLS).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl HostResponse {
@@ -219,6 +223,7 @@ impl HostResponse {
             reserved: reserved.into(),
             created_at: host.created_at,
             updated_at: host.updated_at,
+            warnings: host.warnings(),
         }
     }
 }

@@ -129,6 +129,23 @@ impl Host {
     pub fn schedulable(&self) -> bool {
         self.state == HostState::Active && self.health.healthy != Some(false)
     }
+
+    /// What an administrator must know about how the host is reached, one
+    /// sentence each: a `tcp://` engine without TLS answers anyone who
+    /// reaches its port, and the Docker API is root on that host.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.docker_host.starts_with("tcp://") && self.tls.is_none() {
+            warnings.push(format!(
+                "{} is a Docker Engine without TLS: anyone who reaches that port, a sandbox \
+                 included if its network does, controls the engine, which is root on that host \
+                 and on every sandbox there; serve it with --tlsverify and register it with tls \
+                 (ca, cert, key), or use ssh://",
+                self.docker_host
+            ));
+        }
+        warnings
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +174,38 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn plain_tcp_engines_are_warned_about() {
+        let host = |docker_host: &str, tls: Option<HostTls>| Host {
+            name: "h".into(),
+            docker_host: docker_host.into(),
+            tls,
+            address: None,
+            labels: BTreeMap::new(),
+            cpus: None,
+            memory_bytes: None,
+            state: HostState::Active,
+            state_reason: None,
+            auto_cordoned: false,
+            health: HostHealth::default(),
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        };
+        let plain = host("tcp://10.0.0.5:2375", None).warnings();
+        assert_eq!(plain.len(), 1);
+        assert!(plain[0].contains("tcp://10.0.0.5:2375") && plain[0].contains("without TLS"));
+        let tls = HostTls {
+            ca: "ca.pem".into(),
+            cert: "cert.pem".into(),
+            key: "key.pem".into(),
+        };
+        assert!(host("tcp://10.0.0.5:2376", Some(tls)).warnings().is_empty());
+        assert!(host("unix:///var/run/docker.sock", None)
+            .warnings()
+            .is_empty());
+        assert!(host("ssh://root@10.0.0.5", None).warnings().is_empty());
     }
 
     #[test]

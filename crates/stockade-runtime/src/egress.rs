@@ -10,12 +10,22 @@
 //!   (`-s ADDR/32 -m comment --comment stockade:ID -g BASE-HASH`), then a
 //!   final reject of everything else. A sandbox without an entry reaches
 //!   nothing outside: the filter fails closed.
-//! - `filter` chain `BASE-HASH` per sandbox: what its policy rejects (empty
-//!   for allow-all, so its traffic goes on to Docker's rules).
+//! - `filter` chain `BASE-HASH` per sandbox: first a jump to `BASE-PKEY`,
+//!   then what its policy rejects (nothing more for allow-all, so its
+//!   traffic goes on to Docker's rules).
+//! - `filter` chain `BASE-PKEY`: the private and link-local ranges (the
+//!   local network, the cloud metadata service) rejected but for the blocks
+//!   the administrator opted in ([`PrivateAccess`]). `KEY` is 8 hex digits
+//!   of the SHA-256 of the opt-in, so every sandbox written with the same
+//!   opt-in shares it (and servers with another opt-in on the same host
+//!   never change it under them); it is rewritten with each sandbox's
+//!   entry, and dropped by the isolation check once no chain jumps to it.
 //! - `nat` chain `BASE-EGRESS`, jumped to from the top of `PREROUTING` for
 //!   packets arriving on `BR`, with the same entries jumping to `nat`
 //!   chain `BASE-HASH`: the redirects of the sandbox's DNS (and TCP 80/443)
-//!   to the egress filter. Allow-all sandboxes have no redirects.
+//!   to the egress filter. Every sandbox's DNS goes there when the filter
+//!   runs, allow-all's too: the host's resolver is often in a private range
+//!   that the sandbox itself may not reach (a VPC resolver, a home router).
 //!
 //! `HASH` is 12 hex digits of the SHA-256 of the sandbox id, so the chain
 //! name fits iptables' 28 characters.
@@ -23,9 +33,11 @@
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
-use stockade_core::netpolicy::{Cidr, EgressPolicy};
+use stockade_core::netpolicy::{Cidr, EgressPolicy, PrivateAccess};
 use stockade_core::SandboxId;
-use stockade_egress::iptables::{forward_rules, redirect_rules, Family, RedirectPorts};
+use stockade_egress::iptables::{
+    forward_rules, private_rules, push_chain, redirect_rules, Family, RedirectPorts,
+};
 
 /// Where the host-side egress filter listens, and what it must never dial.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +101,21 @@ impl EgressChains {
         let digest = Sha256::digest(id.as_str().as_bytes());
         let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
         format!("{}-{hex}", self.base)
+    }
+
+    /// The `filter` chain of the private ranges' rules for `private`.
+    pub fn private(&self, private: &PrivateAccess) -> String {
+        let digest = Sha256::digest(private.to_string().as_bytes());
+        let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}-P{hex}", self.base)
+    }
+
+    /// Whether `chain` is a private ranges' chain of this configuration
+    /// (for any opt-in).
+    pub fn is_private(&self, chain: &str) -> bool {
+        chain
+            .strip_prefix(&format!("{}-P", self.base))
+            .is_some_and(|key| key.len() == 8 && key.bytes().all(|b| b.is_ascii_hexdigit()))
     }
 
     /// The final rules of the `filter` main chain (after every entry):
@@ -210,14 +237,18 @@ fn removals(
 
 /// The `iptables-restore --noflush` input that gives sandbox `id` at
 /// `addr` the entries of `policy`, replacing its earlier ones and those of
-/// any other sandbox that had `addr` — both tables, each swapped at once.
+/// any other sandbox that had `addr` — both tables, each swapped at once —
+/// and rewrites the private ranges' chain of `private` it jumps to first.
+/// `ports`: where the egress filter listens, for the redirects; `None`
+/// writes none (the filter does not run).
 pub fn apply_script(
     chains: &EgressChains,
     listings: &Listings,
     id: &SandboxId,
     addr: IpAddr,
     policy: &EgressPolicy,
-    ports: RedirectPorts,
+    private: &PrivateAccess,
+    ports: Option<RedirectPorts>,
 ) -> String {
     let own = chains.sandbox(id);
     let main = chains.main();
@@ -226,12 +257,8 @@ pub fn apply_script(
     } else {
         Family::V6
     };
-    let mut out = String::new();
-    let mut table = |name: &str, listed: &[ListedRule], rules: Vec<Vec<String>>, verb: &str| {
-        out.push_str(&format!("*{name}\n:{own} - [0:0]\n"));
-        for rule in rules {
-            out.push_str(&format!("-A {own} {}\n", rule.join(" ")));
-        }
+    // The old entries go and the new one comes first, in the same commit.
+    let entry = |out: &mut String, listed: &[ListedRule], verb: &str| {
         for line in removals(chains, listed, id, Some(addr), Some(&own)) {
             out.push_str(&line);
             out.push('\n');
@@ -241,17 +268,19 @@ pub fn apply_script(
             entry_rule(chains, id, addr, verb)
         ));
     };
-    table(
-        "filter",
-        &listings.filter,
-        forward_rules(policy, family),
-        "-g",
-    );
-    let redirects = match policy {
-        EgressPolicy::AllowAll => Vec::new(),
-        _ => redirect_rules(policy, ports),
-    };
-    table("nat", &listings.nat, redirects, "-j");
+    let private_chain = chains.private(private);
+    let mut filter = vec![vec!["-j".to_owned(), private_chain.clone()]];
+    filter.extend(forward_rules(policy, family));
+    let mut out = String::from("*filter\n");
+    push_chain(&mut out, &private_chain, private_rules(private, family));
+    push_chain(&mut out, &own, filter);
+    entry(&mut out, &listings.filter, "-g");
+    out.push_str("*nat\n");
+    let redirects = ports
+        .map(|ports| redirect_rules(policy, ports))
+        .unwrap_or_default();
+    push_chain(&mut out, &own, redirects);
+    entry(&mut out, &listings.nat, "-j");
     out
 }
 
@@ -342,7 +371,8 @@ mod tests {
         };
         let policy =
             EgressPolicy::parse(&json!({"allow": ["10.9.0.0/16", "example.com"]})).unwrap();
-        let script = apply_script(&c, &listings, &me, addr, &policy, PORTS);
+        let private = PrivateAccess::parse(&["10.9.0.0/16"]).unwrap();
+        let script = apply_script(&c, &listings, &me, addr, &policy, &private, Some(PORTS));
         let mine = c.sandbox(&me);
         // The old sandbox's entry and chain go; our old entry goes, our chain stays (refilled).
         assert!(script.contains("-D STOCKADE-EGRESS -s 192.168.64.7/32"));
@@ -357,11 +387,56 @@ mod tests {
         assert!(script.contains("--to-ports 41053"));
         assert!(script.contains("--to-ports 41001"));
         assert_eq!(script.matches("COMMIT").count(), 2);
+        // The private ranges' chain, rewritten, and jumped to first.
+        let pc = c.private(&private);
+        assert!(c.is_private(&pc) && pc.len() <= 28, "{pc}");
+        assert!(script.starts_with(&format!(
+            "*filter\n:{pc} - [0:0]\n-A {pc} -m conntrack --ctdir REPLY -j RETURN\n\
+             -A {pc} -d 10.9.0.0/16 -j RETURN\n"
+        )));
+        assert!(script.contains(&format!(
+            "-A {pc} -d 169.254.0.0/16 -p tcp -j REJECT --reject-with tcp-reset\n"
+        )));
+        assert!(script.contains(&format!(":{mine} - [0:0]\n-A {mine} -j {pc}\n")));
+        // Another opt-in, another chain; the same opt-in, the same one.
+        assert_ne!(c.private(&PrivateAccess::none()), pc);
+        assert_eq!(
+            c.private(&PrivateAccess::parse(&["10.9.0.0/16", "10.9.0.0/16"]).unwrap()),
+            pc
+        );
+        assert!(!c.is_private(&mine) && !c.is_private(&c.main()));
 
-        // Allow-all: an empty filter chain (back to Docker's rules), no redirects.
-        let open = apply_script(&c, &listings, &me, addr, &EgressPolicy::AllowAll, PORTS);
-        assert!(!open.contains("REDIRECT"));
-        assert!(!open.contains(&format!("-A {mine}")));
+        // Allow-all: the private ranges, then back to Docker's rules; its DNS
+        // to the filter when it runs, no redirects when it does not.
+        let none = PrivateAccess::none();
+        let open = apply_script(
+            &c,
+            &listings,
+            &me,
+            addr,
+            &EgressPolicy::AllowAll,
+            &none,
+            Some(PORTS),
+        );
+        let filter = open.split("*nat").next().unwrap();
+        let own_rules: Vec<&str> = filter
+            .lines()
+            .filter(|l| l.starts_with(&format!("-A {mine} ")))
+            .collect();
+        assert_eq!(own_rules, [format!("-A {mine} -j {}", c.private(&none))]);
+        assert!(open.contains("--dport 53 -j REDIRECT --to-ports 41053"));
+        assert!(!open.contains("--to-ports 41001"));
+        let unfiltered = apply_script(
+            &c,
+            &listings,
+            &me,
+            addr,
+            &EgressPolicy::AllowAll,
+            &none,
+            None,
+        );
+        assert!(!unfiltered.contains("REDIRECT"));
+        assert!(unfiltered.contains(&format!("-A {mine} -j {}", c.private(&none))));
 
         let gone = remove_script(&c, &listings, &me).unwrap();
         assert!(gone.contains("-D STOCKADE-EGRESS -s 192.168.64.9/32"));

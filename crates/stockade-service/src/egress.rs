@@ -16,12 +16,19 @@
 //! - Reconciliation writes missing entries again (after a host reboot or a
 //!   flushed chain) and drops entries whose address the sandbox no longer
 //!   has.
+//! - Whatever the policy, the private and link-local ranges (the local
+//!   network, the cloud metadata service) are out of reach but for the
+//!   blocks the administrator opted in (`--egress-allow-private`): the
+//!   packet filter rejects them, the proxy never dials them, and an allow
+//!   list naming one that is not opted in is refused (400). Every
+//!   sandbox's DNS goes to the forwarder, allow-all's too, since the host's
+//!   own resolver often sits in those ranges.
 
 use std::net::{IpAddr, SocketAddr};
 
 use std::sync::{Arc, RwLock};
 
-use stockade_core::netpolicy::{Cidr, EgressPolicy};
+use stockade_core::netpolicy::{Cidr, EgressPolicy, PrivateAccess};
 use stockade_core::{Sandbox, SandboxId, SandboxStatus};
 use stockade_egress::iptables::RedirectPorts;
 use stockade_egress::{EgressConfig, EgressFilter, PolicySource, ProxyConfig};
@@ -43,6 +50,11 @@ pub struct EgressSettings {
     /// name (every Docker network is refused by default: they hold the
     /// host's other containers).
     pub reachable_subnets: Vec<Cidr>,
+    /// The blocks of the private and link-local ranges sandboxes may reach
+    /// (the administrator's opt-in, default none): the proxy may dial them
+    /// and allow lists may name them. The runtime's packet filter takes the
+    /// same opt-in (`IsolationConfig::private`).
+    pub private: PrivateAccess,
 }
 
 /// What `/health` shows of the filter.
@@ -144,6 +156,7 @@ impl Service {
             upstream_dns: settings.upstream_dns.clone(),
             proxy: ProxyConfig {
                 blocked,
+                private: settings.private.clone(),
                 ..ProxyConfig::default()
             },
             dns: Default::default(),
@@ -168,6 +181,13 @@ impl Service {
             }
         }
         self.reconcile_egress().await;
+    }
+
+    /// Refuses allow-list entries inside a private range that the
+    /// administrator did not opt in (400 naming the entry and saying what
+    /// to set).
+    pub fn check_private_entries(&self, policy: &EgressPolicy) -> ServiceResult<()> {
+        Ok(self.config.egress.private.check_policy(policy)?)
     }
 
     /// Refuses a policy the host `server` cannot enforce (422 naming the
@@ -235,6 +255,33 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Registers `sb`'s policy with the filter at its address without
+    /// writing its entry: a warm-pool member claimed for allow-all keeps the
+    /// entry of its fill, and its DNS goes to the forwarder, which answers
+    /// only sandboxes it knows.
+    pub async fn register_egress(&self, sb: &Sandbox) {
+        let Some((filter, _)) = self
+            .egress
+            .running()
+            .filter(|_| sb.server == self.hosts.own_name())
+        else {
+            return;
+        };
+        let addr = match self.runtime_for(sb).await {
+            Ok(rt) => rt.container_address(&sb.id).await,
+            Err(e) => Err(stockade_runtime::RuntimeError::Other(e.to_string())),
+        };
+        match addr {
+            Ok(Some(ip)) => {
+                filter.policies.set(ip, sb.spec.network.clone());
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(sandbox.id = %sb.id, error = %e, "egress policy not registered; reconciliation does it")
+            }
+        }
     }
 
     /// Removes the entry of sandbox `sb` (stopped or destroyed). Failures

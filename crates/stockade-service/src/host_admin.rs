@@ -383,6 +383,9 @@ pub async fn register(svc: &Service, input: &CreateHostRequest) -> ServiceResult
     }
     svc.store.record_host_health(&name, &host.health).await?;
     tracing::info!(host.name = %name, docker_host = %host.docker_host, "host registered");
+    for warning in host.warnings() {
+        tracing::warn!(host.name = %name, "{warning}");
+    }
     Ok(host)
 }
 

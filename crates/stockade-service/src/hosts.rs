@@ -56,6 +56,7 @@ impl DockerHostFactory {
             publish_address: host.address.clone(),
             isolation: IsolationConfig {
                 packet_filter: self.template.isolation.packet_filter,
+                private: self.template.isolation.private.clone(),
                 ..IsolationConfig::for_host(&host.name)
             },
             ..self.template.clone()

@@ -41,6 +41,7 @@ pub fn prepare_with_id(
     id: SandboxId,
 ) -> ServiceResult<Sandbox> {
     let spec = SandboxSpec::from_input(req.spec_input(), &id, &svc.config.defaults)?;
+    svc.check_private_entries(&spec.network)?;
     let team_id = match &req.team_id {
         None => None,
         Some(t) => {

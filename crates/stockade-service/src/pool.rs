@@ -534,6 +534,8 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
                 let _ = crate::lifecycle::destroy(svc, claimed, false).await;
                 return Some(Err(e));
             }
+        } else {
+            svc.register_egress(&claimed).await;
         }
         svc.agents.adopt(&id, claimed.started_at);
         pool.hits.fetch_add(1, Ordering::Relaxed);

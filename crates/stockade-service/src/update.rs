@@ -57,6 +57,7 @@ pub async fn update(
     let target = patch.apply(&sb.spec, &svc.config.defaults)?;
     crate::lifecycle::check_host_fits(svc, &sb.server, &target).await?;
     if patch.network_policy.is_some() {
+        svc.check_private_entries(&target.network)?;
         svc.check_policy_enforceable(&target.network, &sb.server)?;
     }
     ensure_updatable(&sb)?;

@@ -183,6 +183,9 @@ fn details(h: &HostResponse) -> anyhow::Result<()> {
         outln!("labels:      {}", labels.join(", "))?;
     }
     outln!("registered:  {}", h.created_at.format("%Y-%m-%d %H:%M:%S"))?;
+    for w in &h.warnings {
+        outln!("WARNING:     {w}")?;
+    }
     Ok(())
 }
 

@@ -381,6 +381,16 @@ struct IsolationArgs {
     /// proxy dials no Docker network (they hold the host's other containers).
     #[arg(long, env = "STOCKADE_EGRESS_REACHABLE", value_delimiter = ',')]
     egress_reachable: Vec<String>,
+    /// Blocks of the private and link-local ranges that sandboxes may reach
+    /// (CIDRs, comma-separated, each inside 10.0.0.0/8, 172.16.0.0/12,
+    /// 192.168.0.0/16, 100.64.0.0/10, 169.254.0.0/16, fc00::/7 or
+    /// fe80::/10). By default no sandbox reaches those ranges, whatever its
+    /// policy: the local network (the database, the object store, other
+    /// Docker hosts) and the cloud metadata service stay out of reach.
+    /// Opted-in blocks are reached under allow-all, and allow lists may
+    /// name them.
+    #[arg(long, env = "STOCKADE_EGRESS_ALLOW_PRIVATE", value_delimiter = ',')]
+    egress_allow_private: Vec<String>,
 }
 
 impl IsolationArgs {
@@ -414,7 +424,15 @@ impl IsolationArgs {
             dns_port: self.egress_dns_port,
             upstream_dns,
             reachable_subnets,
+            private: self.private_access()?,
         })
+    }
+
+    /// `--egress-allow-private`, checked; a bad block is an error naming
+    /// the flag.
+    fn private_access(&self) -> anyhow::Result<stockade_core::netpolicy::PrivateAccess> {
+        stockade_core::netpolicy::PrivateAccess::parse(&self.egress_allow_private)
+            .map_err(|e| anyhow::anyhow!("--egress-allow-private: {e}"))
     }
 
     /// The runtime's isolation settings; a bad name is an error naming its flag.
@@ -426,6 +444,7 @@ impl IsolationArgs {
             internal_bridge: self.offline_bridge.clone(),
             chain: self.isolation_chain.clone(),
             packet_filter: !self.no_packet_filter,
+            private: self.private_access()?,
         };
         config.validate().map_err(|e| {
             let (field, reason) = e.split_once(": ").unwrap_or(("", e.as_str()));
@@ -927,6 +946,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         ),
         EgressStatus::Starting => {}
     }
+    say!(
+        "  private:   private and link-local ranges out of reach of sandboxes (opted in: {})",
+        svc.config.egress.private
+    );
     match boot {
         Bootstrap::CreatedAdmin {
             token,
@@ -1115,6 +1138,36 @@ mod tests {
         Ok(super::describe_limits(&super::rate_limit_config(
             &cli.args,
         )?))
+    }
+
+    #[test]
+    fn egress_allow_private_flag() {
+        if std::env::var_os("STOCKADE_EGRESS_ALLOW_PRIVATE").is_some() {
+            eprintln!("egress_allow_private_flag skipped: STOCKADE_EGRESS_ALLOW_PRIVATE is set");
+            return;
+        }
+        let parse = |flags: &[&str]| -> anyhow::Result<_> {
+            let mut argv = vec!["stockade"];
+            argv.extend_from_slice(flags);
+            let cli = Cli::try_parse_from(argv)?;
+            let isolation = &cli.args.isolation;
+            Ok((isolation.egress()?.private, isolation.config()?.private))
+        };
+        let (filter, packets) = parse(&[]).unwrap();
+        assert!(filter.allowed().is_empty() && packets.allowed().is_empty());
+        let (filter, packets) =
+            parse(&["--egress-allow-private", "10.20.0.0/16,169.254.169.254"]).unwrap();
+        assert_eq!(filter.to_string(), "10.20.0.0/16,169.254.169.254");
+        assert_eq!(filter, packets);
+        for bad in ["8.8.8.0/24", "10.0.0.0/33", "everything"] {
+            let err = parse(&["--egress-allow-private", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("--egress-allow-private: ") && err.contains(bad),
+                "{err}"
+            );
+        }
     }
 
     #[test]

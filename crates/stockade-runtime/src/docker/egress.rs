@@ -1,5 +1,6 @@
 //! Egress policies on a Docker host (SEC-18): the main egress chains and
-//! their jumps (made by `ensure_isolation`), each sandbox's entries written
+//! their jumps (made by `ensure_isolation`, which also drops private
+//! ranges' chains no sandbox uses any more), each sandbox's entries written
 //! with one `iptables-restore` per change, and moving a sandbox between the
 //! sandbox network and the internal one when its policy starts or stops
 //! allowing anything. The layout is in `crate::egress`.
@@ -120,6 +121,37 @@ impl DockerRuntime {
                 Err(e) => report
                     .problems
                     .push(format!("egress policies cannot be enforced: {e}")),
+            }
+        }
+        self.prune_private_chains(ipt, &chains).await;
+    }
+
+    /// Drops the private ranges' chains of other opt-ins (an earlier start
+    /// with another `--egress-allow-private`) that no sandbox chain jumps
+    /// to. Emptying and deleting happen in one commit, which fails as a
+    /// whole when a chain is jumped to meanwhile.
+    async fn prune_private_chains(&self, ipt: &Iptables, chains: &EgressChains) {
+        let current = chains.private(&self.config.isolation.private);
+        let Ok(listing) = ipt.run(&["-S"]).await else {
+            return;
+        };
+        for chain in listing.lines().filter_map(|l| l.strip_prefix("-N ")) {
+            if !chains.is_private(chain) || chain == current {
+                continue;
+            }
+            let jumped_to = listing.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.windows(2).any(|w| w[0] == "-j" && w[1] == chain)
+            });
+            if jumped_to {
+                continue;
+            }
+            match ipt
+                .restore(&format!("*filter\n-F {chain}\n-X {chain}\nCOMMIT\n"))
+                .await
+            {
+                Ok(()) => tracing::info!(chain, "dropped an unused chain of private ranges"),
+                Err(e) => tracing::debug!(chain, error = %e, "unused chain of private ranges kept"),
             }
         }
     }
@@ -243,32 +275,19 @@ impl Egress for DockerRuntime {
                 )))
             }
         };
-        let ports = match (ports, policy) {
-            (Some(p), _) => p,
-            // Redirects are not written for these two: any ports do.
-            (None, EgressPolicy::AllowAll) => RedirectPorts { proxy: 0, dns: 0 },
-            (None, EgressPolicy::DenyAll) => RedirectPorts { proxy: 0, dns: 0 },
-            (None, _) => {
-                return Err(RuntimeError::Other(
-                    "the egress filter does not run on this host: allow and deny lists cannot \
-                     be enforced"
-                        .into(),
-                ))
-            }
-        };
+        // Without the filter only the two modes hold (and nothing is
+        // redirected: no forwarder answers DNS).
+        if ports.is_none() && !matches!(policy, EgressPolicy::AllowAll | EgressPolicy::DenyAll) {
+            return Err(RuntimeError::Other(
+                "the egress filter does not run on this host: allow and deny lists cannot be \
+                 enforced"
+                    .into(),
+            ));
+        }
         let chains = self.egress_chains();
-        let deny_all_without_filter = matches!(policy, EgressPolicy::DenyAll) && ports.dns == 0;
+        let private = &self.config.isolation.private;
         self.egress_restore(&ipt, |l| {
-            let mut script = apply_script(&chains, l, id, addr, policy, ports);
-            if deny_all_without_filter {
-                // No forwarder to answer DNS: leave the redirects out.
-                script = script
-                    .lines()
-                    .filter(|line| !line.contains("REDIRECT"))
-                    .map(|line| format!("{line}\n"))
-                    .collect();
-            }
-            Some(script)
+            Some(apply_script(&chains, l, id, addr, policy, private, ports))
         })
         .await?;
         Ok(Some(addr))

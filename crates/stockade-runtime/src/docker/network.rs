@@ -12,7 +12,11 @@
 //! connections (the proxy's) and drop the rest: the gateway address, every
 //! host address and every host port. Traffic between the two networks and
 //! to other Docker networks is dropped by Docker's own isolation chains,
-//! whose inter-container rules `ensure_isolation` checks are there.
+//! whose inter-container rules `ensure_isolation` checks are there. What
+//! sandboxes forward out to the private and link-local ranges (the local
+//! network, the cloud metadata service) is rejected by their egress chains
+//! whatever their policy (`crate::egress`), but for the blocks opted in
+//! ([`IsolationConfig::private`]).
 //!
 //! On Docker 20.10 a container on an internal network still has a default
 //! route (via the bridge's address on the host); Docker drops whatever it
@@ -33,6 +37,7 @@ use async_trait::async_trait;
 use bollard::models::Network;
 use bollard::network::{CreateNetworkOptions, InspectNetworkOptions};
 use bollard::Docker;
+use stockade_core::netpolicy::PrivateAccess;
 use tokio::process::Command;
 
 use super::{error_chain, status_code, DockerRuntime, Endpoint};
@@ -67,6 +72,10 @@ pub struct IsolationConfig {
     /// `CAP_NET_ADMIN` on the Docker host). Off: sandboxes can reach the
     /// host's services, and the isolation report says so.
     pub packet_filter: bool,
+    /// The blocks of the private and link-local ranges sandboxes may reach
+    /// (the administrator's opt-in; default none): the packet filter
+    /// rejects the rest of those ranges for every policy.
+    pub private: PrivateAccess,
 }
 
 impl Default for IsolationConfig {
@@ -78,6 +87,7 @@ impl Default for IsolationConfig {
             internal_bridge: "stk1".into(),
             chain: "STOCKADE-ISOLATION".into(),
             packet_filter: true,
+            private: PrivateAccess::none(),
         }
     }
 }
@@ -96,6 +106,7 @@ impl IsolationConfig {
             internal_bridge: format!("{prefix}1"),
             chain: format!("{}-ISOLATION", prefix.to_ascii_uppercase()),
             packet_filter: true,
+            private: PrivateAccess::none(),
         }
     }
 

@@ -8,7 +8,9 @@
 //!
 //! - `denyOut` with `0.0.0.0/0` (E2B's `ALL_TRAFFIC`, also what
 //!   `allow_internet_access: false` adds) and `allowOut` L → `{"allow": L}`
-//!   (plus `dnsServers` when L has a name); without L → `"deny-all"`.
+//!   (plus port 53 of each of `dnsServers` when L has a name: a DNS server
+//!   is opened for DNS only, not for DoH or DoT on its other ports);
+//!   without L → `"deny-all"`.
 //! - `denyOut` D alone → `{"deny": D}`.
 //! - `denyOut` D (no `0.0.0.0/0`) and `allowOut` addresses L → `{"deny":
 //!   D − L}`: each denied block that an allowed block overlaps is split into
@@ -90,14 +92,16 @@ pub fn policy_of(e: &Egress<'_>) -> Result<Option<Value>, ApiError> {
         let mut list: Vec<String> = allow.iter().map(|(_, r)| rule_text(r)).collect();
         if allow.iter().any(|(_, r)| !r.is_cidr()) {
             // E2B opens its DNS servers when allowOut has a name; Stockade
-            // answers the sandbox's DNS itself, so only listed ones are added.
+            // answers the sandbox's DNS itself, so only listed ones are added,
+            // and only their port 53 (UDP and TCP): the whole address would
+            // carry DNS over HTTPS or TLS (443, 853) past the name checks.
             for (i, s) in e.dns_servers.unwrap_or_default().iter().enumerate() {
                 let field = format!("network.dnsServers[{i}]");
                 let ip: std::net::Ipv4Addr = s
                     .trim()
                     .parse()
                     .map_err(|_| bad(&field, format!("'{s}' is not an IPv4 address")))?;
-                list.push(ip.to_string());
+                list.push(format!("{ip}:53"));
             }
         }
         return checked(json!({ "allow": list }), list.len(), "network.allowOut");
@@ -343,8 +347,14 @@ mod tests {
         };
         assert_eq!(
             policy_of(&e).unwrap(),
-            Some(json!({"allow": ["example.com", "1.1.1.1"]}))
+            Some(json!({"allow": ["example.com", "1.1.1.1:53"]}))
         );
+        // Port 53 only: DNS over HTTPS or TLS to the server stays refused.
+        let policy = EgressPolicy::parse(&policy_of(&e).unwrap().unwrap()).unwrap();
+        let server: IpAddr = "1.1.1.1".parse().unwrap();
+        assert!(policy.allows_ip(server, 53));
+        assert!(!policy.allows_ip(server, 443));
+        assert!(!policy.allows_ip(server, 853));
     }
 
     #[test]

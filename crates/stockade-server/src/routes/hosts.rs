@@ -31,7 +31,9 @@ use crate::AppState;
 pub struct HostsApi;
 
 /// Register a Docker host. The server connects to its engine first; one it
-/// cannot reach is refused (400 naming `dockerHost`).
+/// cannot reach is refused (400 naming `dockerHost`). A `tcp://` engine
+/// without TLS is registered with a warning in `warnings` (and the log):
+/// whoever reaches its port is root on that host.
 #[utoipa::path(post, path = "/api/v1/hosts", tag = "hosts",
     request_body = CreateHostRequest,
     responses(

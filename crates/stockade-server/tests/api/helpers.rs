@@ -76,12 +76,6 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     let docker_host = opts
         .docker_host
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
-    let runtime = DockerRuntime::new(DockerConfig {
-        host: Some(docker_host.clone()),
-        ..DockerConfig::default()
-    })
-    .expect("docker client");
-    let runtime: Arc<dyn Runtime> = Arc::new(runtime);
     let mut config = ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         docker_host,
@@ -97,6 +91,18 @@ pub async fn spawn_app_with(opts: AppOptions) -> TestApp {
     if let Some(configure) = opts.configure {
         configure(&mut config);
     }
+    // The packet filter takes the egress filter's opt-in of private
+    // blocks, as the server binary gives both `--egress-allow-private`.
+    let runtime = DockerRuntime::new(DockerConfig {
+        host: Some(config.docker_host.clone()),
+        isolation: stockade_runtime::IsolationConfig {
+            private: config.service.egress.private.clone(),
+            ..Default::default()
+        },
+        ..DockerConfig::default()
+    })
+    .expect("docker client");
+    let runtime: Arc<dyn Runtime> = Arc::new(runtime);
     config.service.blob_store =
         opts.blob_store
             .unwrap_or_else(|| stockade_blob::BlobConfig::Local {
