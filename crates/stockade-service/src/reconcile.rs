@@ -268,13 +268,7 @@ async fn check_record(
             sb.status = SandboxStatus::Error;
             sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
         }
-        Some(true) if sb.status != SandboxStatus::Running => {
-            sb.status = SandboxStatus::Running;
-            sb.status_reason = None;
-            sb.started_at = Some(now);
-            sb.stopped_at = None;
-            sb.session_expires_at = sb.session_deadline(now); // LC-7
-        }
+        Some(true) if sb.status != SandboxStatus::Running => sb.mark_running(now),
         Some(false) if sb.status == SandboxStatus::Running => {
             let detail = rt.inspect(&sb.id).await.ok().flatten();
             sb.status = SandboxStatus::Stopped;

@@ -184,7 +184,8 @@ async fn authorise(
             .await
             {
                 Ok((sb, _)) => sb,
-                Err(token::Refused::Invalid) => {
+                // Another sandbox's token is as good as none here.
+                Err(token::Refused::Invalid | token::Refused::OtherSandbox(_)) => {
                     return Err(E2bApiError::Api(ApiError::Unauthorized(format!(
                         "Invalid access token for sandbox {id}: send the envdAccessToken of the \
                          sandbox's latest create, connect or resume as X-Access-Token"

@@ -55,6 +55,7 @@ const ROUTER_PARTS: &[&str] = &[
     ".merge(routes::snapshots::routes())",
     ".merge(routes::terminal::routes())",
     ".merge(accounts::routes())",
+    ".merge(routes::tokens::routes())",
     ".merge(compat::prime::api_routes())",
     ".nest(\"/api/v1\", api)",
     ".nest(compat::envd::E2B_PREFIX, compat::e2b_routes())",

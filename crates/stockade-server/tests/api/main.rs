@@ -3,6 +3,7 @@
 
 mod agent;
 mod connections;
+mod credentials;
 mod docs;
 mod egress;
 mod exec;
