@@ -60,7 +60,11 @@ async fn tokens(s: Arc<dyn Store>) {
     s.insert_token(&session, &session_secret.hash())
         .await
         .unwrap();
-    let got = s.authenticate(&session_secret.hash()).await.unwrap().unwrap();
+    let got = s
+        .authenticate(&session_secret.hash())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.token, session);
     // `account_by_token_hash` is for API tokens only.
     assert!(s
