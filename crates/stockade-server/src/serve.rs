@@ -36,10 +36,11 @@
 //! stream), with two exceptions for a client that holds a slot without
 //! moving: a request body must keep arriving at `body_min_rate` bytes per
 //! second, of which it may fall behind by at most `body_timeout` (else the
-//! request is answered 408 and the connection closed), and a write to the
-//! socket that the client does not take for `write_stall_timeout` (it stopped
-//! reading) fails, which closes the connection — upgraded ones too. A stream
-//! that is quiet, or that the client reads however slowly, is never cut.
+//! request is answered 408 and the connection closed), and data the
+//! client leaves unread for `write_stall_timeout` (its receive window stays
+//! shut, or nothing is acknowledged) makes the kernel abort the connection
+//! (`TCP_USER_TIMEOUT`) — upgraded ones too. A stream that is quiet, or
+//! that the client reads however slowly, is never cut.
 //!
 //! `accept` failing for lack of file descriptors never spins the loop: it
 //! backs off (10 ms, doubling up to 1 s) and logs once per interval.
@@ -113,9 +114,10 @@ pub struct ConnectionLimits {
     /// How far a request body may fall behind [`Self::body_min_rate`]: a body
     /// that sends nothing at all is cut off after this long.
     pub body_timeout: Duration,
-    /// How long a write may wait for the other side to take it: a client
-    /// that stops reading its response (or its WebSocket), a terminal
-    /// program that stops reading its input. Then the connection is closed.
+    /// How long what is sent may wait for the other side to take it: a
+    /// client that stops reading its response (or its WebSocket) is
+    /// disconnected, and a terminal whose program stops reading its input
+    /// is ended.
     pub write_stall_timeout: Duration,
     /// Most long-lived streams one account may hold open at once: terminals,
     /// event streams (log follows, exec streams, watches) and WebSockets
@@ -601,72 +603,13 @@ impl Drop for Slot {
     }
 }
 
-/// The socket of a connection: notes incoming bytes, fails writes the
-/// client does not take within the write-stall timeout, and holds the slot,
-/// for as long as the socket lives (also inside an upgraded stream).
+/// The socket of a connection: notes incoming bytes and holds the slot, for
+/// as long as the socket lives (also inside an upgraded stream).
 struct MeteredStream {
     inner: TcpStream,
     conn: Arc<Conn>,
     registry: Arc<Registry>,
-    /// Runs while a write waits for the client; armed at the first wait.
-    stall: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether the timer runs for the current wait.
-    stall_armed: bool,
-    /// A write timed out: the connection is dead for writing.
-    stalled: bool,
     _slot: Slot,
-}
-
-impl MeteredStream {
-    fn new(inner: TcpStream, conn: Arc<Conn>, registry: Arc<Registry>, slot: Slot) -> Self {
-        Self {
-            inner,
-            conn,
-            registry,
-            stall: None,
-            stall_armed: false,
-            stalled: false,
-            _slot: slot,
-        }
-    }
-
-    /// Passes a write's outcome on; a write still waiting after the
-    /// write-stall timeout becomes an error.
-    fn watch_write<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        if !polled.is_pending() {
-            self.stall_armed = false;
-            return polled;
-        }
-        let timeout = self.registry.limits.write_stall_timeout;
-        let deadline = tokio::time::Instant::now() + timeout;
-        let sleep = self
-            .stall
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if !self.stall_armed {
-            sleep.as_mut().reset(deadline);
-            self.stall_armed = true;
-        }
-        if sleep.as_mut().poll(cx).is_ready() {
-            self.stalled = true;
-            tracing::debug!(
-                timeout_s = timeout.as_secs_f64(),
-                "the client did not take a write in time; connection closed"
-            );
-            return Poll::Ready(Err(stalled_error()));
-        }
-        Poll::Pending
-    }
-}
-
-fn stalled_error() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "the client stopped reading (write-stall timeout)",
-    )
 }
 
 impl Drop for MeteredStream {
@@ -692,29 +635,19 @@ impl AsyncRead for MeteredStream {
 
 impl AsyncWrite for MeteredStream {
     fn poll_write(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.stalled {
-            return Poll::Ready(Err(stalled_error()));
-        }
-        let polled = Pin::new(&mut this.inner).poll_write(cx, data);
-        this.watch_write(cx, polled)
+        Pin::new(&mut self.inner).poll_write(cx, data)
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.stalled {
-            return Poll::Ready(Err(stalled_error()));
-        }
-        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.watch_write(cx, polled)
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -814,6 +747,22 @@ fn peek_head(stream: &TcpStream) -> Head {
     }
 }
 
+/// Has the kernel abort the connection when what it sends goes unread for
+/// `timeout` (`TCP_USER_TIMEOUT`): data unacknowledged for that long, or a
+/// zero window (the client stopped reading) that stays shut for that long
+/// while there is data to send. The socket then fails, which ends the
+/// connection (an upgraded one too) and frees its slot. A client that reads,
+/// however slowly, opens its window again and is never cut, nor is a quiet
+/// stream, which has nothing outstanding.
+fn stall_timeout(stream: &TcpStream, timeout: Duration) {
+    let ms = u32::try_from(timeout.as_millis())
+        .unwrap_or(u32::MAX)
+        .max(1);
+    if let Err(e) = rustix::net::sockopt::set_tcp_user_timeout(stream, ms) {
+        tracing::debug!(error = %e, "could not set the write-stall timeout (TCP_USER_TIMEOUT) of a connection");
+    }
+}
+
 /// What every connection task needs.
 #[derive(Clone)]
 struct Acceptor {
@@ -865,8 +814,14 @@ impl Acceptor {
     /// Serves a connection that got a slot.
     fn serve(&self, stream: TcpStream, peer: SocketAddr, conn: Arc<Conn>, slot: Slot) {
         let _ = stream.set_nodelay(true);
+        stall_timeout(&stream, self.registry.limits.write_stall_timeout);
         self.tracker.spawn(connection(
-            MeteredStream::new(stream, conn.clone(), self.registry.clone(), slot),
+            MeteredStream {
+                inner: stream,
+                conn: conn.clone(),
+                registry: self.registry.clone(),
+                _slot: slot,
+            },
             peer,
             conn,
             self.registry.clone(),

@@ -2,7 +2,12 @@
 //! time out, while a log stream, a terminal and a proxied WebSocket that
 //! are quiet for longer than both stay open; at the connection cap, half-sent requests make room
 //! for whole ones, and when every slot is busy new connections wait; failed
-//! authentications and metrics scrapes are limited per client.
+//! authentications and metrics scrapes are limited per client. One address
+//! flooding slow request bodies holds only its share of the cap while
+//! `/health` from another address answers as fast as when idle; a body
+//! slower than the floor is cut off with 408; a client that never reads
+//! its response gives its slot back after the write-stall timeout, one that
+//! reads slowly is never cut; an account holds at most its streams.
 
 use std::time::{Duration, Instant};
 
@@ -502,4 +507,375 @@ async fn metrics_scrapes_use_up_the_bucket_too_and_health_never_does() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Sends `GET /api/v1/health` on a new connection from `from` (any address
+/// of 127/8) and reads the answer to its end; how long that took.
+async fn health_from(from: &str, addr: &str) -> Duration {
+    let started = Instant::now();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut s = socket.connect(addr.parse().unwrap()).await.unwrap();
+    s.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    started.elapsed()
+}
+
+/// `n` probes of `/health` from `from`, one after another, each within
+/// `max`; their times, sorted.
+async fn health_probes(from: &str, addr: &str, n: usize, max: Duration) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..n {
+        let took = tokio::time::timeout(max, health_from(from, addr))
+            .await
+            .unwrap_or_else(|_| panic!("/health from {from} took more than {max:?}"));
+        times.push(took);
+    }
+    times.sort();
+    times
+}
+
+/// Whether the server closed `s` (without reading what it sent), looking
+/// for at most `wait`.
+async fn is_closed(s: &mut TcpStream, wait: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(wait, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_bodies_from_one_address_leave_health_to_the_others() {
+    // The confirmed attack: as many slow-body connections as the cap, all
+    // from one address. That address gets its share (an eighth of the cap,
+    // at least 64); everyone else keeps the rest.
+    const CAP: usize = 256;
+    const FLOOD: usize = 256;
+    let share = stockade_server::serve::default_max_connections_per_ip(CAP);
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.connections.max_connections = Some(CAP);
+        })),
+        ..Default::default()
+    })
+    .await;
+    let addr = addr(&app);
+    // Warm up, then the idle latency of /health from another address.
+    health_probes("127.0.0.2", &addr, 5, Duration::from_secs(5)).await;
+    let idle = health_probes("127.0.0.2", &addr, 21, Duration::from_secs(5)).await;
+    let idle_median = idle[idle.len() / 2];
+
+    // The flood: every connection sends a whole request head for a sign-in
+    // with a 100 kB body, then trickles the body a byte every 200 ms.
+    let head = "POST /api/v1/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                X-Stockade-CSRF: 1\r\nContent-Length: 100000\r\n\r\n{\"token\":\"";
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        flood.push(s);
+    }
+    // The server takes them all from its backlog.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut open = Vec::new();
+    let mut closed = 0;
+    for mut s in flood {
+        if is_closed(&mut s, Duration::from_millis(20)).await {
+            closed += 1;
+        } else {
+            open.push(s);
+        }
+    }
+    // Those that hold a slot keep trickling.
+    let trickles: Vec<_> = open
+        .into_iter()
+        .map(|mut s| {
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
+                    if s.write_all(b"a").await.is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    let held = trickles.len();
+    assert!(
+        held <= share && closed >= FLOOD - share,
+        "one address kept {held} connections ({closed} closed); its share is {share}"
+    );
+
+    let busy = health_probes("127.0.0.2", &addr, 21, Duration::from_secs(2)).await;
+    let busy_median = busy[busy.len() / 2];
+    let _ = stop_tx.send(true);
+    for t in trickles {
+        let _ = t.await;
+    }
+    let bound = (idle_median * 2).max(idle_median + Duration::from_millis(50));
+    eprintln!(
+        "/health from another address: idle median {idle_median:?} (max {:?}), during a flood of \
+         {FLOOD} slow bodies from one address ({held} held, {closed} closed) median {busy_median:?} \
+         (max {:?}); bound {bound:?}",
+        idle.last().unwrap(),
+        busy.last().unwrap()
+    );
+    assert!(
+        busy_median <= bound,
+        "/health took {busy_median:?} (median) during the flood, against {idle_median:?} idle: {busy:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_slower_than_the_floor_is_cut_off_with_408() {
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.connections.body_timeout = Duration::from_secs(2);
+            c.connections.body_min_rate = 1000;
+        })),
+        ..Default::default()
+    })
+    .await;
+    let addr = addr(&app);
+    let head = |len: usize| {
+        format!(
+            "POST /api/v1/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             X-Stockade-CSRF: 1\r\nContent-Length: {len}\r\n\r\n"
+        )
+    };
+    // 20 bytes/s against a floor of 1000: the allowance of 2 s runs out.
+    let mut slow = TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(head(10_000).as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let (mut read, mut write) = slow.into_split();
+    let trickle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if write.write_all(b"          ").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer))
+        .await
+        .expect("the slow body was not cut off")
+        .ok();
+    let took = started.elapsed();
+    trickle.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(6),
+        "cut off after {took:?}, with an allowance of 2 s"
+    );
+
+    // A body that keeps up with the floor is read to its end, however long
+    // it takes: 2 kB every 500 ms for 3 s.
+    let body = format!("{{\"token\":\"nope\"}}{}", " ".repeat(11_984));
+    let mut fine = TcpStream::connect(&addr).await.unwrap();
+    fine.write_all(head(body.len()).as_bytes()).await.unwrap();
+    for piece in body.as_bytes().chunks(2000) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fine.write_all(piece).await.unwrap();
+    }
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), fine.read(&mut answer))
+        .await
+        .expect("no answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_never_reads_gives_its_slot_back_after_the_write_stall_timeout() {
+    const STALL: Duration = Duration::from_secs(2);
+    const SIZE: usize = 32 << 20;
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            // One slot: whoever holds it keeps everyone else out.
+            c.connections.max_connections = Some(1);
+            c.connections.write_stall_timeout = STALL;
+        })),
+        ..Default::default()
+    })
+    .await;
+    let t = app.new_account("stall").await;
+    let sb = app.create(&t, json!({ "name": "stall" })).await;
+    let id = sb["id"].as_str().unwrap().to_owned();
+    sh_in(
+        &id,
+        &format!("head -c {SIZE} /dev/urandom > /workspace/big"),
+    );
+    let addr = addr(&app);
+    let request = format!(
+        "GET /api/v1/sandbox/{id}/files?path=big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let small_window = || {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket
+    };
+
+    // A client that reads slowly, but reads, for longer than the timeout:
+    // its download is not cut.
+    let mut slow = small_window().connect(addr.parse().unwrap()).await.unwrap();
+    slow.write_all(request.as_bytes()).await.unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 64 << 10];
+    let slow_until = Instant::now() + STALL * 2;
+    while Instant::now() < slow_until {
+        let n = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf))
+            .await
+            .expect("the download stopped")
+            .unwrap();
+        assert!(n > 0, "the slow reader was cut off after {got} bytes");
+        got += n;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest))
+        .await
+        .expect("the download stopped")
+        .unwrap();
+    got += rest.len();
+    assert!(got > SIZE, "only {got} bytes of {SIZE} arrived");
+    drop(slow);
+
+    // A client that never reads: it holds the only slot until the timeout.
+    let mut stalled = small_window().connect(addr.parse().unwrap()).await.unwrap();
+    stalled.write_all(request.as_bytes()).await.unwrap();
+    // Let the server fill the socket's buffers and stall.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let waited = tokio::time::timeout(
+        STALL + Duration::from_secs(5),
+        health_from("127.0.0.1", &addr),
+    )
+    .await
+    .expect("the slot of the client that never reads was never given back");
+    let freed_after = started.elapsed();
+    assert!(
+        freed_after < STALL + Duration::from_secs(3),
+        "/health got the slot after {freed_after:?} ({waited:?})"
+    );
+    // The stalled connection was closed (what the kernel buffered drains first).
+    assert!(
+        is_closed(&mut stalled, Duration::from_secs(5)).await,
+        "the connection of the client that never reads is still open"
+    );
+    eprintln!("a client that never read held its slot for {freed_after:?} (+ 300 ms) with a write-stall timeout of {STALL:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_account_holds_at_most_its_streams() {
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.connections.max_streams_per_account = 2;
+            // Frequent keep-alives: a closed stream is noticed soon.
+            c.sse_keep_alive = Duration::from_millis(200);
+        })),
+        ..Default::default()
+    })
+    .await;
+    let t = app.new_account("streams").await;
+    let other = app.new_account("streams-other").await;
+    let sb = app
+        .create(
+            &t,
+            json!({"name": "streams", "ports": [9000], "startCommand": "sh -c 'echo up; sleep 1000'"}),
+        )
+        .await;
+    let id = sb["id"].as_str().unwrap().to_owned();
+    let follow = |token: &str, id: &str| {
+        app.http
+            .get(format!("{}/api/v1/sandbox/{id}/logs?follow=true", app.base))
+            .bearer_auth(token)
+    };
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let s = SseStream::open(follow(&t, &id)).await;
+        assert_eq!(s.status, StatusCode::OK);
+        streams.push(s);
+    }
+    // A third log follow, a terminal and a proxied WebSocket: 429, naming the limit.
+    let r = follow(&t, &id).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("max-streams-per-account") && message.contains('2'),
+        "{message}"
+    );
+    let url = format!(
+        "{}/api/v1/sandbox/{id}/terminal",
+        app.base.replace("http://", "ws://")
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    let err = tokio_tungstenite::connect_async(req).await.unwrap_err();
+    assert!(err.to_string().contains("429"), "{err}");
+    let r = app
+        .post(&format!("/api/v1/sandbox/{id}/auth-token"), &t, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let token = r.body["token"].as_str().unwrap().to_owned();
+    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
+    s.write_all(
+        format!(
+            "GET /proxy/{id}/9000/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+             X-Stockade-Token: {token}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut head))
+        .await
+        .expect("an answer to the upgrade")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 429");
+    // Other requests of the account, and other accounts' streams, go on.
+    let r = app.get(&format!("/api/v1/sandbox/{id}"), &t).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let theirs = app.create(&other, json!({"name": "theirs"})).await;
+    let theirs = SseStream::open(follow(&other, theirs["id"].as_str().unwrap())).await;
+    assert_eq!(theirs.status, StatusCode::OK);
+    // A closed stream gives its place back.
+    streams.pop();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = follow(&t, &id).send().await.unwrap();
+        if r.status() == StatusCode::OK {
+            break;
+        }
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(
+            Instant::now() < deadline,
+            "the closed stream's place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -2,7 +2,9 @@
 //! over a WebSocket (`cd` sticks, the size follows resizes, Ctrl-C reaches
 //! the foreground program, the exit code comes back), refused for another
 //! account and for a cookie from a foreign page; `mkdir`, `move`, and a
-//! watch that reports creates, writes, renames and removes.
+//! watch that reports creates, writes, renames and removes. Terminals whose
+//! program never reads its input, closed with megabytes unread, leave no
+//! socket open and no memory held; a message over the limit is refused.
 
 use std::time::{Duration, Instant};
 
@@ -263,4 +265,191 @@ async fn mkdir_move_and_watch() {
         )
         .await;
     assert_eq!(r.error_fields(), ["from"]);
+}
+
+/// The resident memory of this process (the server runs in it).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// The server's sockets (local port `port`) to the given client ports that
+/// are still open: established, or closed by the client and not yet by
+/// the server.
+fn open_server_sockets(port: u16, clients: &[u16]) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let port_of = |a: &str| {
+                a.rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+            };
+            let (Some(local), Some(remote)) = (port_of(f[1]), port_of(f[2])) else {
+                continue;
+            };
+            // 01 established, 08 close-wait.
+            if local == port && clients.contains(&remote) && matches!(f[3], "01" | "08") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn local_port(ws: &Ws) -> u16 {
+    match ws.get_ref() {
+        tokio_tungstenite::MaybeTlsStream::Plain(s) => s.local_addr().unwrap().port(),
+        _ => unreachable!("plain ws:// in tests"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closed_terminals_with_unread_input_leave_no_socket_and_no_memory() {
+    const TERMINALS: usize = 20;
+    const INPUT: usize = 4 << 20;
+    const PIECE: usize = 256 << 10;
+    const INPUT_TIMEOUT: Duration = Duration::from_secs(3);
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.connections.write_stall_timeout = INPUT_TIMEOUT;
+        })),
+        ..Default::default()
+    })
+    .await;
+    let port = app.server.as_ref().unwrap().addr.port();
+    let t = app.new_account("unread").await;
+    let sb = app.create(&t, json!({ "name": "unread" })).await;
+    let id = sb["id"].as_str().unwrap().to_owned();
+    let rss_before = rss_bytes();
+    // A program in raw mode that never reads its input.
+    let mut terminals = Vec::new();
+    for _ in 0..TERMINALS {
+        let mut ws = open(
+            &app,
+            &t,
+            &id,
+            "?cmd=stty%20raw%20-echo%3B%20echo%20ready%3B%20sleep%201000",
+        )
+        .await
+        .unwrap();
+        let mut seen = String::new();
+        read_until(&mut ws, &mut seen, "ready").await;
+        terminals.push(ws);
+    }
+    let clients: Vec<u16> = terminals.iter().map(local_port).collect();
+    // Each gets 4 MiB of input (as far as the server takes it), then the
+    // client goes away.
+    let senders: Vec<_> = terminals
+        .into_iter()
+        .map(|mut ws| {
+            tokio::spawn(async move {
+                let piece = vec![b'x'; PIECE];
+                let mut sent = 0;
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    while sent < INPUT {
+                        ws.send(Message::Binary(piece.clone().into())).await?;
+                        sent += PIECE;
+                    }
+                    Ok::<_, tokio_tungstenite::tungstenite::Error>(())
+                })
+                .await;
+                drop(ws);
+                sent
+            })
+        })
+        .collect();
+    let mut taken = 0;
+    for s in senders {
+        taken += s.await.unwrap();
+    }
+    let closed_at = Instant::now();
+    let deadline = closed_at + INPUT_TIMEOUT + Duration::from_secs(10);
+    loop {
+        let open = open_server_sockets(port, &clients);
+        if open == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} of {TERMINALS} closed terminals still hold their socket after {:?}",
+            closed_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let gone_after = closed_at.elapsed();
+    let grown = rss_bytes().saturating_sub(rss_before);
+    eprintln!(
+        "{TERMINALS} terminals, {} MiB of input written by their clients, \
+         sockets gone {gone_after:?} after the clients left, memory grown {} MiB",
+        taken >> 20,
+        grown >> 20
+    );
+    assert!(
+        grown < 48 << 20,
+        "the server's memory grew by {} MiB for {TERMINALS} closed terminals",
+        grown >> 20
+    );
+    // The terminals are over: as many new ones open as before.
+    let mut ws = open(&app, &t, &id, "").await.unwrap();
+    let mut seen = String::new();
+    send(&mut ws, "echo alive-$((2+3))\n").await;
+    read_until(&mut ws, &mut seen, "alive-5").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_over_the_limit_closes_the_terminal() {
+    let app = spawn_app().await;
+    let t = app.new_account("big-msg").await;
+    let sb = app.create(&t, json!({ "name": "big-msg" })).await;
+    let id = sb["id"].as_str().unwrap().to_owned();
+    // Half a megabyte in one message is fine (a large paste).
+    let mut ws = open(
+        &app,
+        &t,
+        &id,
+        "?cmd=stty%20raw%20-echo%3B%20echo%20ready%3B%20head%20-c%20524288%20%7C%20wc%20-c",
+    )
+    .await
+    .unwrap();
+    let mut seen = String::new();
+    read_until(&mut ws, &mut seen, "ready").await;
+    ws.send(Message::Binary(vec![b'y'; 512 << 10].into()))
+        .await
+        .unwrap();
+    read_until(&mut ws, &mut seen, "524288").await;
+
+    // Two megabytes: the terminal is closed with 1009 (message too big).
+    let mut ws = open(&app, &t, &id, "").await.unwrap();
+    let _ = ws.send(Message::Binary(vec![b'z'; 2 << 20].into())).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, ws.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                if let Some(frame) = frame {
+                    assert_eq!(u16::from(frame.code), 1009, "{frame:?}");
+                }
+                break;
+            }
+            Ok(Some(Ok(_))) => {}
+            // The server may reset the socket with the rest unread.
+            Ok(Some(Err(_))) | Ok(None) => break,
+            Err(_) => panic!("a 2 MiB message did not close the terminal"),
+        }
+    }
+    // The server serves terminals as before.
+    let mut ws = open(&app, &t, &id, "").await.unwrap();
+    let mut seen = String::new();
+    send(&mut ws, "echo fine-$((4*4))\n").await;
+    read_until(&mut ws, &mut seen, "fine-16").await;
 }
