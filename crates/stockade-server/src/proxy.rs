@@ -11,10 +11,10 @@
 //! sandbox, exposed or not; the host form of port 49983 reaches the
 //! sandbox's agent, authenticated by its envd access token. The token never
 //! reaches the sandbox: header, parameter and cookie are removed. Neither
-//! do Stockade's own credentials (SEC-7): an `Authorization: Bearer stk_…`
-//! or `X-API-Key: stk_…` API token and the dashboard's session cookie are
-//! stripped, and the
-//! session is never accepted here. Path-form answers come with
+//! do Stockade's own credentials: an `Authorization` or `X-API-Key` that
+//! carries any secret the server knows (whatever its form: a bearer, a bare
+//! value, a `Basic` password) and the dashboard's session cookie are
+//! stripped, and the session is never accepted here. Path-form answers come with
 //! `Content-Security-Policy: sandbox` (without `allow-same-origin`), so a
 //! sandbox's page runs in an opaque origin and cannot read or use
 //! Stockade's; the host form gives each port an origin of its own.
@@ -415,30 +415,63 @@ fn remove_cookie(headers: &mut HeaderMap, name: &str) {
 pub const PATH_FORM_CSP: &str = "sandbox allow-scripts allow-forms allow-popups \
      allow-popups-to-escape-sandbox allow-modals allow-downloads";
 
-/// Removes Stockade's own credentials from a request to a sandbox: an API
-/// token in `Authorization` (a sandbox's own `Basic`/`Bearer` schemes pass)
-/// and the dashboard's session cookie.
-fn strip_stockade_credentials(headers: &mut HeaderMap) {
-    let api_token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.get(..7)
-                .filter(|p| p.eq_ignore_ascii_case("bearer "))
-                .map(|_| &v[7..])
-        })
-        .is_some_and(|t| t.trim().starts_with(stockade_core::ApiToken::PREFIX));
-    if api_token {
-        headers.remove(header::AUTHORIZATION);
+/// The prefixes of every kind of secret Stockade hands out: API tokens,
+/// dashboard sessions and the sandbox tokens.
+const OWN_PREFIXES: [&str; 6] = ["stk_", "stks_", "stkp_", "stkt_", "stke_", "stkg_"];
+
+/// The secrets a credential header may carry: a bearer's token, both halves
+/// of a `Basic` pair, or the whole value.
+fn carried_secrets(value: &str) -> Vec<String> {
+    let v = value.trim();
+    let scheme = |name: &str| {
+        v.get(..name.len())
+            .filter(|p| p.eq_ignore_ascii_case(name))
+            .map(|_| v[name.len()..].trim())
+    };
+    if let Some(token) = scheme("bearer ") {
+        return vec![token.to_owned()];
     }
-    // E2B's SDKs send the API key as `X-API-Key` (COMPAT-2): a Stockade
-    // token there goes too; a sandbox's own keys pass.
-    let api_key = headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().starts_with(stockade_core::ApiToken::PREFIX));
-    if api_key {
-        headers.remove("x-api-key");
+    if let Some(pair) = scheme("basic ") {
+        use base64::Engine;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(pair)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .unwrap_or_default();
+        return decoded.split(':').map(str::to_owned).collect();
+    }
+    vec![v.to_owned()]
+}
+
+/// Whether `secret` is one of Stockade's: by its prefix, or because the
+/// database knows it (an operator's token may have any form). When the
+/// database cannot say, it counts as one.
+async fn is_stockade_secret(store: &dyn stockade_store::Store, secret: &str) -> bool {
+    if secret.is_empty() || secret.len() > 1024 {
+        return false;
+    }
+    if OWN_PREFIXES.iter().any(|p| secret.starts_with(p)) {
+        return true;
+    }
+    let hash = stockade_core::account::hash_token(secret);
+    !matches!(store.authenticate(&hash).await, Ok(None))
+}
+
+/// Removes Stockade's own credentials from a request to a sandbox: any
+/// `Authorization` or `X-API-Key` that carries a secret the server knows,
+/// whatever its form (a sandbox's own schemes and keys pass), and the
+/// dashboard's session cookie.
+async fn strip_stockade_credentials(store: &dyn stockade_store::Store, headers: &mut HeaderMap) {
+    for name in [header::AUTHORIZATION, HeaderName::from_static("x-api-key")] {
+        let mut ours = false;
+        for value in headers.get_all(&name) {
+            for secret in carried_secrets(value.to_str().unwrap_or_default()) {
+                ours = ours || is_stockade_secret(store, &secret).await;
+            }
+        }
+        if ours {
+            headers.remove(&name);
+        }
     }
     remove_cookie(headers, crate::extract::SESSION_COOKIE);
 }
@@ -690,7 +723,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     h.remove(TOKEN_HEADER);
     h.remove(E2B_TRAFFIC_TOKEN_HEADER);
     strip_cookie_token(h);
-    strip_stockade_credentials(h);
+    strip_stockade_credentials(state.svc.store.as_ref(), h).await;
     if let Some(proto) = &upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, proto.clone());
@@ -992,8 +1025,19 @@ mod tests {
         assert_eq!(strip_query_token("stockade%5Ftoken=x&b"), "b");
     }
 
-    #[test]
-    fn stockade_credentials_never_reach_a_sandbox() {
+    #[tokio::test]
+    async fn stockade_credentials_never_reach_a_sandbox() {
+        let store = stockade_store::connect("sqlite::memory:").await.unwrap();
+        let account = store.create_account("op", true).await.unwrap();
+        // An operator's token of any form is known to the database.
+        store
+            .add_token(
+                &account.id,
+                &stockade_core::account::hash_token("opsecret-42"),
+            )
+            .await
+            .unwrap();
+        let store = store.as_ref();
         let mut h = HeaderMap::new();
         h.insert(
             header::AUTHORIZATION,
@@ -1007,20 +1051,40 @@ mod tests {
             "x-api-key",
             HeaderValue::from_static("stk_secretsecretsecret"),
         );
-        strip_stockade_credentials(&mut h);
+        strip_stockade_credentials(store, &mut h).await;
         assert!(h.get(header::AUTHORIZATION).is_none());
         assert!(h.get("x-api-key").is_none());
         assert_eq!(h.get(header::COOKIE).unwrap(), "app=1; z=2");
+        // Whatever its form: the operator's token as a bearer, a bare
+        // value, an API key or a Basic password; a sandbox token.
+        use base64::Engine;
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("user:opsecret-42")
+        );
+        for (name, value) in [
+            ("authorization", "bearer opsecret-42".to_owned()),
+            ("authorization", "opsecret-42".to_owned()),
+            ("authorization", basic),
+            ("authorization", "Bearer stkt_abc.def.1.x".to_owned()),
+            ("x-api-key", " opsecret-42 ".to_owned()),
+            ("x-api-key", "stks_session".to_owned()),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_str(&value).unwrap());
+            strip_stockade_credentials(store, &mut h).await;
+            assert!(h.get(name).is_none(), "{name}: {value}");
+        }
         // A sandbox's own API key passes.
         let mut own = HeaderMap::new();
         own.insert("x-api-key", HeaderValue::from_static("app-key-123"));
-        strip_stockade_credentials(&mut own);
+        strip_stockade_credentials(store, &mut own).await;
         assert_eq!(own.get("x-api-key").unwrap(), "app-key-123");
         // The sandbox's own schemes pass.
         for own in ["Bearer appjwt.abc.def", "Basic dXNlcjpwYXNz"] {
             let mut h = HeaderMap::new();
             h.insert(header::AUTHORIZATION, HeaderValue::from_static(own));
-            strip_stockade_credentials(&mut h);
+            strip_stockade_credentials(store, &mut h).await;
             assert_eq!(h.get(header::AUTHORIZATION).unwrap(), own);
         }
         assert_eq!(

@@ -332,13 +332,23 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
         .to_owned();
     assert!(csp.starts_with("sandbox"), "{csp}");
     assert!(!csp.contains("allow-same-origin"), "{csp}");
-    // A request that carries the admin's API token and the dashboard's
-    // session cookie: the sandbox sees neither.
+    // A request that carries an operator's token of its own form (no
+    // `stk_` prefix) as a bearer, the admin's API token as an API key and
+    // the dashboard's session cookie: the sandbox sees none of them.
+    let operator = "operator-chosen-secret-0123456789";
+    let admin = app.state.svc.store.list_accounts().await.unwrap()[0].clone();
+    app.state
+        .svc
+        .store
+        .add_token(&admin.id, &stockade_core::account::hash_token(operator))
+        .await
+        .unwrap();
     let _ = app
         .http
         .get(format!("{}/proxy/{id}/8081/probe", app.base))
         .header("X-Stockade-Token", &token)
-        .header("Authorization", format!("Bearer {}", app.admin_token))
+        .header("Authorization", format!("Bearer {operator}"))
+        .header("X-API-Key", &app.admin_token)
         .header(
             "Cookie",
             format!("app=kept; stockade_session={}", app.admin_token),
@@ -364,9 +374,14 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
         "a Stockade token reached the sandbox:\n{seen}"
     );
     assert!(
+        !seen.contains(operator),
+        "an operator's token reached the sandbox:\n{seen}"
+    );
+    assert!(
         !seen.to_ascii_lowercase().contains("authorization"),
         "{seen}"
     );
+    assert!(!seen.to_ascii_lowercase().contains("x-api-key"), "{seen}");
     assert!(
         !seen.contains(&token),
         "the sandbox token reached the sandbox:\n{seen}"
