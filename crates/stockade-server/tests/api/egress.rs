@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+use stockade_core::netpolicy::PrivateAccess;
 
 use crate::helpers::*;
 
@@ -278,6 +279,8 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
     let app = spawn_app_with(AppOptions {
         configure: Some(Box::new(move |c| {
             c.service.egress.upstream_dns = vec![dns.parse().unwrap()];
+            // The outside hosts sit in a private range: opted in.
+            c.service.egress.private = PrivateAccess::parse(&["10.251.61.0/24"]).unwrap();
         })),
         ..Default::default()
     })
@@ -525,4 +528,217 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
     for id in [open, listed] {
         app.delete(&format!("/api/v1/sandbox/{id}"), t).await;
     }
+}
+
+/// An app whose egress filter asks `dns` and whose sandboxes may reach the
+/// private blocks `private` (`--egress-allow-private`).
+async fn app_with_private(dns: &str, private: &[&str]) -> TestApp {
+    let dns: std::net::SocketAddr = dns.parse().unwrap();
+    let private = PrivateAccess::parse(private).unwrap();
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(move |c| {
+            c.service.egress.upstream_dns = vec![dns];
+            c.service.egress.private = private;
+        })),
+        ..Default::default()
+    })
+    .await;
+    let health = app.get("/api/v1/health", &app.admin_token).await;
+    assert_eq!(
+        health.body["egress"]["status"], "running",
+        "{:?}",
+        health.body
+    );
+    app
+}
+
+/// The local network and the cloud metadata service, as a hostile tenant
+/// tries them: an outside host at 10.251.62.2 and at the link-local
+/// 169.254.62.2 (both made here, on a bridge of the test's own), serving
+/// DNS, HTTP and plain TCP. Without an opt-in no policy reaches them,
+/// allow-all included, an allowed name answered with one is not dialled
+/// by the proxy, and an allow list naming one is a 400; with
+/// `--egress-allow-private` naming them they are reached. E2B's
+/// `dnsServers` open port 53 of the server only.
+#[tokio::test(flavor = "multi_thread")]
+async fn private_ranges_are_out_of_reach_unless_opted_in() {
+    if !Outside::available() {
+        return;
+    }
+    let name = format!("stktp{}", std::process::id() % 100_000);
+    let outside = Outside::start(
+        &name,
+        62,
+        &[(
+            2,
+            vec![
+                "--dns".into(),
+                "internal.test=10.251.62.2,meta.test=169.254.62.2".into(),
+                "--http".into(),
+                "80:private-http".into(),
+                "--tcp".into(),
+                "8080:private-tcp".into(),
+            ],
+        )],
+    );
+    let private = outside.addr(2);
+    let link_local = "169.254.62.2";
+    // The link-local address on the same host, routed to the test's bridge
+    // (the route goes with the bridge).
+    ip_ok(&[
+        "-n",
+        &format!("{name}-2"),
+        "addr",
+        "add",
+        &format!("{link_local}/32"),
+        "dev",
+        "eth0",
+    ]);
+    ip_ok(&["route", "add", &format!("{link_local}/32"), "dev", &name]);
+    let dns = format!("{private}:53");
+    let started = Instant::now();
+
+    // No opt-in (the default).
+    {
+        let app = app_with_private(&dns, &[]).await;
+        let t = &app.admin_token;
+        let open = app.create(t, json!({})).await;
+        let id = open["id"].as_str().unwrap();
+        assert_eq!(open["networkPolicy"], "allow-all");
+        for addr in [private.as_str(), link_local] {
+            let got = tcp(&app, t, id, addr, 8080).await;
+            assert!(
+                !got.contains("private-tcp"),
+                "allow-all reached {addr}: {got}"
+            );
+            let got = fetch(&app, t, id, &format!("http://{addr}/"), "").await;
+            assert!(
+                !got.contains("private-http"),
+                "allow-all reached {addr}: {got}"
+            );
+        }
+        // Its DNS still works, through the egress filter, although the
+        // resolver itself is in a private range.
+        assert!(resolves(&app, t, id, "internal.test").await);
+
+        // An allowed name answered with a private address: not dialled.
+        let named = app
+            .create(
+                t,
+                json!({ "networkPolicy": { "allow": ["internal.test", "meta.test"] } }),
+            )
+            .await;
+        let named = named["id"].as_str().unwrap();
+        for host in ["internal.test", "meta.test"] {
+            let got = fetch(&app, t, named, &format!("http://{host}/"), "").await;
+            assert!(!got.contains("private-http"), "{host}: {got}");
+            assert!(got.contains("403"), "{host}: {got}");
+        }
+
+        // An allow list naming a private block: 400 naming the entry and
+        // what the administrator must set; at create and at PATCH.
+        let r = app
+            .post(
+                "/api/v1/sandbox",
+                t,
+                json!({ "networkPolicy": { "allow": ["example.test", format!("{private}:8080")] } }),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+        assert_eq!(r.error_fields(), ["networkPolicy.allow[1]"], "{:?}", r.body);
+        let message = r.body["error"]["details"]["fields"][0]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.contains("--egress-allow-private"), "{message}");
+        let r = app
+            .call(
+                Method::PATCH,
+                &format!("/api/v1/sandbox/{id}"),
+                Some(t),
+                Some(json!({ "networkPolicy": { "allow": ["169.254.169.254"] } })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+        assert_eq!(r.error_fields(), ["networkPolicy.allow[0]"], "{:?}", r.body);
+        // E2B's dnsServers name the same private server: refused too.
+        let r = app
+            .post(
+                "/e2b/sandboxes",
+                t,
+                json!({ "templateID": "base", "network": {
+                    "denyOut": ["0.0.0.0/0"], "allowOut": ["internal.test"],
+                    "dnsServers": [private] } }),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+        assert!(
+            r.body.to_string().contains("--egress-allow-private"),
+            "{:?}",
+            r.body
+        );
+    }
+
+    // Opted in: the same addresses answer (so it was the filter that
+    // refused), and allow lists may name them.
+    let app = app_with_private(&dns, &["10.251.62.0/24", link_local]).await;
+    let t = &app.admin_token;
+    let open = app.create(t, json!({})).await;
+    let id = open["id"].as_str().unwrap();
+    for addr in [private.as_str(), link_local] {
+        let got = tcp(&app, t, id, addr, 8080).await;
+        assert!(got.contains("private-tcp"), "{addr} opted in: {got}");
+    }
+    let named = app
+        .create(
+            t,
+            json!({ "networkPolicy": { "allow": ["internal.test"] } }),
+        )
+        .await;
+    let named = named["id"].as_str().unwrap();
+    assert_eq!(
+        fetch(&app, t, named, "http://internal.test/", "").await,
+        "private-http"
+    );
+    let listed = app
+        .create(
+            t,
+            json!({ "networkPolicy": { "allow": [format!("{private}:8080")] } }),
+        )
+        .await;
+    let listed = listed["id"].as_str().unwrap();
+    assert!(tcp(&app, t, listed, &private, 8080)
+        .await
+        .contains("private-tcp"));
+    // Opted in, but not in the list: the policy still decides.
+    assert!(!tcp(&app, t, listed, link_local, 8080)
+        .await
+        .contains("private-tcp"));
+
+    // E2B's dnsServers: port 53 of the server, not the whole address (DNS
+    // over HTTPS or TLS would pass the name checks by).
+    let r = app
+        .post(
+            "/e2b/sandboxes",
+            t,
+            json!({ "templateID": "base", "network": {
+                "denyOut": ["0.0.0.0/0"], "allowOut": ["example.test"],
+                "dnsServers": [private] } }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let e2b = r.body["sandboxID"].as_str().unwrap().to_owned();
+    let details = app.get(&format!("/api/v1/sandbox/{e2b}"), t).await;
+    assert_eq!(
+        details.body["networkPolicy"],
+        json!({ "allow": ["example.test", format!("{private}:53")] })
+    );
+    let got = tcp(&app, t, &e2b, &private, 8080).await;
+    assert!(
+        !got.contains("private-tcp"),
+        "dnsServers opened 8080: {got}"
+    );
+    let got = fetch(&app, t, &e2b, &format!("http://{private}/"), "").await;
+    assert!(!got.contains("private-http"), "dnsServers opened 80: {got}");
+    eprintln!("private ranges test: {:?}", started.elapsed());
+    drop(outside);
 }
