@@ -39,14 +39,6 @@ pub struct App {
 impl App {
     pub async fn start(opts: ServerOptions) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("could not create a temporary directory")?;
-        let docker = DockerConfig {
-            host: Some(opts.docker_host.clone()),
-            oci_runtime: opts.oci_runtime.clone(),
-            ..DockerConfig::default()
-        };
-        let runtime =
-            DockerRuntime::new(docker.clone()).context("could not set up the Docker client")?;
-        let runtime: Arc<dyn Runtime> = Arc::new(runtime);
         let mut config = ServerConfig {
             listen: "127.0.0.1:0".parse().context("loopback address")?,
             docker_host: opts.docker_host.clone(),
@@ -60,7 +52,6 @@ impl App {
         };
         config.service.defaults.image = opts.image.clone();
         config.service.hosts.own_docker_host = opts.docker_host.clone();
-        config.service.hosts.factory = Some(Arc::new(DockerHostFactory::new(docker)));
         // The limiter stays on (its cost is part of every request) but so
         // high that the benchmark's thousands of requests never reach it.
         config.rate_limit = Some(RateLimitConfig::uniform(Limit {
@@ -75,6 +66,18 @@ impl App {
         if let Some(configure) = opts.configure {
             configure(&mut config);
         }
+        // The packet filter takes the egress filter's opt-in of private
+        // blocks, as the server binary gives both `--egress-allow-private`.
+        let mut docker = DockerConfig {
+            host: Some(opts.docker_host.clone()),
+            oci_runtime: opts.oci_runtime.clone(),
+            ..DockerConfig::default()
+        };
+        docker.isolation.private = config.service.egress.private.clone();
+        let runtime =
+            DockerRuntime::new(docker.clone()).context("could not set up the Docker client")?;
+        let runtime: Arc<dyn Runtime> = Arc::new(runtime);
+        config.service.hosts.factory = Some(Arc::new(DockerHostFactory::new(docker)));
         let token = format!("stk_bench_{}", stockade_core::SandboxId::generate());
         stockade_server::bootstrap(opts.store.as_ref(), Some(&token))
             .await

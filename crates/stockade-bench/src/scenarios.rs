@@ -1134,6 +1134,11 @@ impl Bench {
             oci_runtime: None,
             configure: Some(Box::new(move |c| {
                 c.service.egress.upstream_dns = vec![dns];
+                // The outside host sits in a private range: opted in.
+                let subnet = format!("10.251.{}.0/24", crate::outside::SUBNET);
+                c.service.egress.private =
+                    stockade_core::netpolicy::PrivateAccess::parse(&[subnet])
+                        .expect("the outside subnet is private");
             })),
         })
         .await?;
