@@ -12,13 +12,19 @@
 //! way (a local inspect each, no pull): an absent default image is a
 //! warning, since every create without an image needs it; absent presets are
 //! information only, pulled by the first create that names them.
+//!
+//! Without an administrator's token the answer keeps its statuses and
+//! drops what would tell an outsider about the deployment: the engine's
+//! address or socket path, the database's and the engine's error text, the
+//! egress filter's addresses.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
 use stockade_api::{
@@ -30,6 +36,7 @@ use stockade_service::egress::EgressStatus;
 use stockade_store::StoreError;
 use tokio::sync::watch;
 
+use crate::extract::Caller;
 use crate::AppState;
 
 /// How long a probe's answer is reused.
@@ -136,7 +143,80 @@ impl Default for HealthCache {
         (status = 200, description = "Healthy", body = HealthResponse),
         (status = 503, description = "Docker or the database does not answer, or the database cannot take writes (`database.status` `degraded`, e.g. its disk is full); see `docker.troubleshooting` and `database.error`", body = HealthResponse),
     ))]
-pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
+pub async fn health(
+    State(state): State<AppState>,
+    mut parts: Parts,
+) -> (StatusCode, Json<HealthResponse>) {
+    let (code, Json(mut answer)) = probe_all(&state).await;
+    // Anyone may ask; only administrators learn where the engine and the
+    // database are and what they said.
+    let admin = Caller::from_request_parts(&mut parts, &state)
+        .await
+        .is_ok_and(|c| c.account.is_admin);
+    if !admin {
+        redact(&mut answer);
+    }
+    (code, Json(answer))
+}
+
+/// What an anonymous caller (or a tenant) may see of an unhealthy answer:
+/// the statuses, never an address, a socket path or an error's text.
+fn redact(h: &mut HealthResponse) {
+    if h.docker.error.is_some() {
+        h.docker.error = Some("Docker does not answer".into());
+        h.docker.troubleshooting = vec![
+            "Is the Docker daemon running? An administrator sees where Stockade looks for it \
+             and what it answered (GET /api/v1/health with an administrator's token)."
+                .into(),
+        ];
+    }
+    if h.database.error.is_some() {
+        h.database.error = Some(
+            if h.database.status == "degraded" {
+                "the database cannot take writes"
+            } else {
+                "the database does not answer"
+            }
+            .into(),
+        );
+    }
+    if let Some(e) = &mut h.egress {
+        e.proxy = None;
+        e.dns = None;
+        if e.reason.is_some() {
+            e.reason = Some(DETAILS_FOR_ADMINS.into());
+        }
+    }
+    if let Some(i) = &mut h.isolation {
+        if !i.problems.is_empty() {
+            i.problems = vec![DETAILS_FOR_ADMINS.into()];
+        }
+        i.repaired.clear();
+    }
+    // The warnings that quote what the engine said are said in general.
+    for w in &mut h.warnings {
+        for (starts, general) in [
+            (
+                EGRESS_WARNING,
+                "networkPolicy allow/deny lists cannot be enforced now",
+            ),
+            (ISOLATION_WARNING, "sandboxes are not fully isolated now"),
+        ] {
+            if w.starts_with(starts) {
+                *w = format!("{general} ({DETAILS_FOR_ADMINS})");
+            }
+        }
+    }
+}
+
+/// Where a redacted answer sends its reader.
+const DETAILS_FOR_ADMINS: &str = "an administrator's token shows why";
+const EGRESS_WARNING: &str = "networkPolicy allow/deny lists cannot be enforced:";
+const ISOLATION_WARNING: &str = "sandboxes are not fully isolated:";
+
+/// Every probe of `/health`, in full.
+async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
+    let state = state.clone();
     let store = state.svc.store.clone();
     let runtime = state.svc.runtime.clone();
     // A write failing or succeeding changes the store's own health: the
@@ -273,18 +353,13 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
         warnings.push(absent_default_image_warning(&i.default.image));
     }
     if let Some(why) = &egress.reason {
-        warnings.push(format!(
-            "networkPolicy allow/deny lists cannot be enforced: {why}"
-        ));
+        warnings.push(format!("{EGRESS_WARNING} {why}"));
     }
     if let Some(w) = disk.as_ref().and_then(|d| d.warning()) {
         warnings.push(w);
     }
     if let Some(i) = isolation.as_ref().filter(|i| i.status == "degraded") {
-        warnings.push(format!(
-            "sandboxes are not fully isolated: {}",
-            i.problems.join("; ")
-        ));
+        warnings.push(format!("{ISOLATION_WARNING} {}", i.problems.join("; ")));
     }
     let leader = state.svc.leader.status();
     let leader = LeaderHealth {

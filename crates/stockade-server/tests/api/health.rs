@@ -75,10 +75,22 @@ async fn unhealthy_without_docker_then_recovers() {
     assert_eq!(r.body["status"], "unhealthy");
     assert_eq!(r.body["docker"]["status"], "unhealthy");
     assert_eq!(r.body["database"]["status"], "healthy");
+    // Anyone sees that Docker is down, never where the engine is.
+    let shown = r.body.to_string();
+    assert!(!shown.contains(&sock.display().to_string()), "{shown}");
+    assert!(!shown.contains("docker.sock"), "{shown}");
+    assert!(!shown.contains("/tmp/"), "{shown}");
+    // An administrator sees where and what to do.
+    let r = app.get("/api/v1/health", &app.admin_token).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
     let guidance = r.body["docker"]["troubleshooting"].to_string();
     assert!(guidance.contains(&sock.display().to_string()), "{guidance}");
     assert!(guidance.contains("systemctl start docker"), "{guidance}");
     assert!(guidance.contains("DOCKER_HOST"), "{guidance}");
+    // A tenant sees no more than anyone.
+    let tenant = app.new_account("tenant-health").await;
+    let r = app.get("/api/v1/health", &tenant).await;
+    assert!(!r.body.to_string().contains("docker.sock"), "{:?}", r.body);
 
     // The server keeps serving; a create says Docker is unavailable.
     let r = app
