@@ -39,8 +39,11 @@
 //! request is answered 408 and the connection closed), and data the
 //! client leaves unread for `write_stall_timeout` (its receive window stays
 //! shut, or nothing is acknowledged) makes the kernel abort the connection
-//! (`TCP_USER_TIMEOUT`) — upgraded ones too. A stream that is quiet, or
-//! that the client reads however slowly, is never cut.
+//! (`TCP_USER_TIMEOUT`) — upgraded ones too. On HTTP/2, where the client's
+//! flow-control window can hold a response back while the socket flows, a
+//! response body whose frame waits that long for the window closes the
+//! connection. A stream that is quiet, or that the client reads however
+//! slowly, is never cut.
 //!
 //! `accept` failing for lack of file descriptors never spins the loop: it
 //! backs off (10 ms, doubling up to 1 s) and logs once per interval.
@@ -60,7 +63,6 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -280,6 +282,9 @@ struct Conn {
     head_started: AtomicBool,
     /// Its key in the registry's waiting list (0: not listed).
     wait_key: AtomicU64,
+    /// HTTP/2 response bodies: when each last handed a frame to the
+    /// connection that it has not asked for the next since (0: none).
+    bodies: Mutex<Vec<Weak<AtomicU64>>>,
     /// Re-evaluate the timeouts.
     wake: Notify,
     /// Closed to make room for a new connection.
@@ -478,6 +483,7 @@ impl Registry {
             // A new connection is waiting for its first request head.
             head_started: AtomicBool::new(true),
             wait_key: AtomicU64::new(0),
+            bodies: Mutex::default(),
             wake: Notify::new(),
             evicted: CancellationToken::new(),
         });
@@ -562,6 +568,35 @@ impl Registry {
             conn.head_started.store(true, Ordering::SeqCst);
             conn.wake.notify_one();
         }
+    }
+
+    /// Watches an HTTP/2 response body of `conn`.
+    fn watch_body(self: &Arc<Self>, conn: &Conn) -> (Arc<AtomicU64>, Arc<Registry>) {
+        let handed = Arc::new(AtomicU64::new(0));
+        let mut bodies = conn.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        bodies.retain(|b| b.strong_count() > 0);
+        bodies.push(Arc::downgrade(&handed));
+        drop(bodies);
+        conn.wake.notify_one();
+        (handed, self.clone())
+    }
+
+    /// Whether an HTTP/2 response of `conn` has waited for the client's
+    /// flow-control window for longer than the write-stall timeout; `None`
+    /// when none is watched.
+    fn body_stalled(&self, conn: &Conn) -> Option<bool> {
+        let bodies = conn.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        let mut watched = false;
+        let mut oldest = u64::MAX;
+        for handed in bodies.iter().filter_map(Weak::upgrade) {
+            watched = true;
+            match handed.load(Ordering::SeqCst) {
+                0 => {}
+                at => oldest = oldest.min(at),
+            }
+        }
+        let stall = u64::try_from(self.limits.write_stall_timeout.as_millis()).unwrap_or(u64::MAX);
+        watched.then(|| oldest != u64::MAX && self.now_ms().saturating_sub(oldest) >= stall)
     }
 
     /// When a waiting connection times out; `None` while it is busy.
@@ -1096,12 +1131,18 @@ async fn connection(
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     guard.registry.upgraded(&guard.conn);
                 }
+                // HTTP/2 flow control can hold a response back without the
+                // socket ever stalling: its body is watched instead.
+                let handed = (version == axum::http::Version::HTTP_2
+                    && response.status() != StatusCode::SWITCHING_PROTOCOLS)
+                    .then(|| guard.registry.watch_body(&guard.conn));
                 // The request is in progress until its body is sent or dropped.
-                Ok::<_, Infallible>(response.map(|body| {
-                    Body::new(body.map_frame(move |frame| {
-                        let _in_progress = &guard;
-                        frame
-                    }))
+                Ok::<_, Infallible>(response.map(|inner| {
+                    Body::new(Outgoing {
+                        inner,
+                        handed,
+                        _in_progress: guard,
+                    })
                 }))
             }
         })
@@ -1112,6 +1153,10 @@ async fn connection(
     let served = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(served);
     let mut closing = false;
+    let mut body_check = tokio::time::interval(
+        (registry.limits.write_stall_timeout / 4).max(Duration::from_millis(100)),
+    );
+    body_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let wake = conn.wake.notified();
         tokio::pin!(wake);
@@ -1139,11 +1184,59 @@ async fn connection(
                     return;
                 }
             }
+            _ = body_check.tick(), if registry.body_stalled(&conn).is_some() => {
+                if registry.body_stalled(&conn) == Some(true) {
+                    tracing::debug!(
+                        client = %peer,
+                        "an HTTP/2 response waited for the client's flow-control window past the write-stall timeout; connection closed"
+                    );
+                    return;
+                }
+            }
             () = shutdown.cancelled(), if !closing => {
                 closing = true;
                 served.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// A response body on its way out: it marks its request in progress until
+/// it is sent or dropped, and on HTTP/2 notes when it handed a frame that
+/// the connection has not yet asked to follow (it asks once the client's
+/// flow-control window lets the frame out).
+struct Outgoing {
+    inner: Body,
+    handed: Option<(Arc<AtomicU64>, Arc<Registry>)>,
+    _in_progress: InProgress,
+}
+
+impl hyper::body::Body for Outgoing {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some((handed, registry)) = &this.handed {
+            let at = match &polled {
+                Poll::Ready(Some(Ok(frame))) if frame.is_data() => registry.now_ms().max(1),
+                _ => 0,
+            };
+            handed.store(at, Ordering::SeqCst);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

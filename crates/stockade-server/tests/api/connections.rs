@@ -785,6 +785,54 @@ async fn a_client_that_never_reads_gives_its_slot_back_after_the_write_stall_tim
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_http2_client_that_keeps_its_window_shut_gives_its_slot_back() {
+    // HTTP/2 flow control holds a response back without the socket ever
+    // stalling: a stream window of 0 lets no byte of the body out.
+    const STALL: Duration = Duration::from_secs(2);
+    let app = spawn_app_with(AppOptions {
+        configure: Some(Box::new(|c| {
+            c.connections.max_connections = Some(1);
+            c.connections.write_stall_timeout = STALL;
+        })),
+        ..Default::default()
+    })
+    .await;
+    let addr = addr(&app);
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let driver = tokio::spawn(conn);
+    let request = axum::http::Request::get(format!("http://{addr}/api/v1/openapi.json"))
+        .body(http_body_util::Empty::<axum::body::Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("response headers in time")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // Its body never gets out; the connection holds the only slot until
+    // the write-stall timeout.
+    let started = Instant::now();
+    tokio::time::timeout(
+        STALL + Duration::from_secs(5),
+        health_from("127.0.0.1", &addr),
+    )
+    .await
+    .expect("the slot of the HTTP/2 client with a shut window was never given back");
+    let freed_after = started.elapsed();
+    assert!(
+        freed_after >= STALL - Duration::from_millis(500),
+        "/health got in after {freed_after:?}: was the slot held at all?"
+    );
+    drop(response);
+    driver.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_account_holds_at_most_its_streams() {
     let app = spawn_app_with(AppOptions {
         configure: Some(Box::new(|c| {
