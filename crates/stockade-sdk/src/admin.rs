@@ -1,11 +1,15 @@
-//! Server-level calls: health, accounts (admin), who am I, quotas, and the
+//! Server-level calls: health, accounts (admin), who am I, quotas, API
+//! tokens and dashboard sessions, disabling accounts (admin), and the
 //! Docker hosts sandboxes are placed on (admin).
+
+use std::time::Duration;
 
 use reqwest::Method;
 use stockade_api::{
-    CreateAccountRequest, CreateAccountResponse, CreateHostRequest, HealthResponse, HostResponse,
-    ListAccountsResponse, ListHostsResponse, QuotaResponse, SetQuotaRequest, UpdateHostRequest,
-    WhoAmIResponse,
+    AccountResponse, CreateAccountRequest, CreateAccountResponse, CreateHostRequest,
+    CreateTokenRequest, CreateTokenResponse, EmptyRequest, HealthResponse, HostResponse,
+    ListAccountsResponse, ListHostsResponse, ListTokensResponse, QuotaResponse, SetQuotaRequest,
+    UpdateHostRequest, WhoAmIResponse,
 };
 
 use crate::client::{api_error, Client};
@@ -129,6 +133,103 @@ impl Client {
             .await
     }
 
+    /// Makes an API token of an account (its own, or any for an
+    /// administrator) named `name` (1 to 64 characters: what it is for),
+    /// valid for `expires_in` (60 s to ten years, whole seconds) or, with
+    /// `None`, until it is revoked. The answer's `token` is the secret,
+    /// shown this once: only its hash is stored.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use std::time::Duration;
+    /// let me = client.whoami().await?;
+    /// let ci = client
+    ///     .create_token(&me.account.id, "ci", Some(Duration::from_secs(30 * 86_400)))
+    ///     .await?;
+    /// println!("{} expires at {:?}: {}", ci.id, ci.expires_at, ci.token);
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_token(
+        &self,
+        account_id: &str,
+        name: &str,
+        expires_in: Option<Duration>,
+    ) -> Result<CreateTokenResponse, Error> {
+        let trimmed = name.trim();
+        if trimmed.is_empty() || trimmed.chars().count() > MAX_TOKEN_NAME {
+            return Err(Error::invalid(
+                "name",
+                format!("must be 1 to {MAX_TOKEN_NAME} characters"),
+            ));
+        }
+        let expires_in_seconds = match expires_in {
+            None => None,
+            Some(d) => Some(
+                i64::try_from(d.as_secs())
+                    .map_err(|_| Error::invalid("expiresInSeconds", "is more than ten years"))?,
+            ),
+        };
+        let body = CreateTokenRequest {
+            name: trimmed.to_owned(),
+            expires_in_seconds,
+        };
+        let path = format!("/api/v1/accounts/{}/tokens", path_segment(account_id)?);
+        self.send(self.request(Method::POST, &path).json(&body))
+            .await
+    }
+
+    /// The API tokens and dashboard sessions (`kind` `api` or `session`)
+    /// of an account, newest first, never their secrets: for the account
+    /// itself and for administrators.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// let me = client.whoami().await?;
+    /// for t in client.list_tokens(&me.account.id).await?.tokens {
+    ///     println!("{} {} {} last used {:?}", t.id, t.name, t.kind, t.last_used_at);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list_tokens(&self, account_id: &str) -> Result<ListTokensResponse, Error> {
+        let path = format!("/api/v1/accounts/{}/tokens", path_segment(account_id)?);
+        self.send(self.request(Method::GET, &path)).await
+    }
+
+    /// Revokes an API token by its id (from [`Client::list_tokens`], never
+    /// the secret), with the dashboard sessions opened with it, or ends one
+    /// session. It is refused from the next request on. A token of another
+    /// account is not found unless the caller is an administrator.
+    pub async fn revoke_token(&self, token_id: &str) -> Result<(), Error> {
+        let path = format!("/api/v1/tokens/{}", token_segment(token_id)?);
+        self.send_empty(self.request(Method::DELETE, &path)).await
+    }
+
+    /// Disables an account (admin only): its API tokens, dashboard
+    /// sessions and sandbox tokens are refused (403) until it is enabled
+    /// again; its sandboxes stay as they are. An administrator's own
+    /// account is a 409.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client, id: &str) -> Result<(), stockade_sdk::Error> {
+    /// let account = client.disable_account(id).await?;
+    /// assert!(account.disabled_at.is_some());
+    /// client.enable_account(id).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn disable_account(&self, account_id: &str) -> Result<AccountResponse, Error> {
+        let path = format!("/api/v1/accounts/{}/disable", path_segment(account_id)?);
+        self.send(self.request(Method::POST, &path).json(&EmptyRequest {}))
+            .await
+    }
+
+    /// Enables a disabled account again (admin only): its tokens and
+    /// sessions work as before.
+    pub async fn enable_account(&self, account_id: &str) -> Result<AccountResponse, Error> {
+        let path = format!("/api/v1/accounts/{}/enable", path_segment(account_id)?);
+        self.send(self.request(Method::POST, &path).json(&EmptyRequest {}))
+            .await
+    }
+
     /// Every Docker host, by name, with its state, health, capacity and
     /// load (admin only).
     ///
@@ -217,6 +318,24 @@ fn host_segment(name: &str) -> Result<&str, Error> {
         ));
     }
     Ok(name)
+}
+
+/// The longest name a token may have.
+const MAX_TOKEN_NAME: usize = 64;
+
+/// A token id as one path segment: lowercase letters and digits.
+fn token_segment(id: &str) -> Result<&str, Error> {
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        return Err(Error::invalid(
+            "token_id",
+            format!("'{id}' is not a token id (`list_tokens` gives them; never the secret)"),
+        ));
+    }
+    Ok(id)
 }
 
 /// An account id as one path segment: letters and digits only.

@@ -12,5 +12,6 @@ mod ports;
 mod quotas;
 mod snapshots;
 mod terminal;
+mod tokens;
 mod update;
 mod volumes;
