@@ -570,6 +570,23 @@ pub enum AccountCommand {
         #[arg(long)]
         clear: bool,
     },
+    /// Disable an account (administrators only): its API tokens, dashboard
+    /// sessions and sandbox tokens are refused until it is enabled again.
+    /// Its sandboxes are left as they are.
+    #[command(after_help = "Example:
+  stockade account disable alice")]
+    Disable {
+        /// Account name or id.
+        account: String,
+    },
+    /// Enable a disabled account again (administrators only): its tokens
+    /// and sessions work as before.
+    #[command(after_help = "Example:
+  stockade account enable alice")]
+    Enable {
+        /// Account name or id.
+        account: String,
+    },
 }
 
 /// A quota flag's value: `unlimited` (or `none`) is `None`.
@@ -585,7 +602,7 @@ fn limit<T: std::str::FromStr>(value: &str, flag: &str, what: &str) -> anyhow::R
 
 /// The account `arg` names (an id or a name): its id and name. Anyone
 /// finds their own account; other accounts need an administrator's token.
-async fn account_named(client: &Client, arg: &str) -> anyhow::Result<(String, String)> {
+pub async fn account_named(client: &Client, arg: &str) -> anyhow::Result<(String, String)> {
     let me = client.whoami().await?;
     if me.account.id == arg || me.account.name == arg {
         return Ok((me.account.id, me.account.name));
@@ -678,10 +695,15 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                                 String::new()
                             },
                             a.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                            a.disabled_at
+                                .map(|at| {
+                                    format!("disabled {}", output::ago(chrono::Utc::now() - at))
+                                })
+                                .unwrap_or_default(),
                         ]
                     })
                     .collect();
-                output::table(&["ID", "NAME", "ADMIN", "CREATED"], &rows)?;
+                output::table(&["ID", "NAME", "ADMIN", "CREATED", "STATUS"], &rows)?;
             }
         }
         AccountCommand::Quota {
@@ -737,6 +759,33 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                 output::json(&q)?;
             } else {
                 print_quota(&name, &q)?;
+            }
+        }
+        AccountCommand::Disable { account } => {
+            let (id, _) = account_named(&client, &account).await?;
+            let a = client.disable_account(&id).await?;
+            if ctx.json {
+                output::json(&a)?;
+            } else {
+                outln!(
+                    "Disabled account {} ({}): its tokens and sessions are refused until `stockade account enable {}`.",
+                    a.name,
+                    a.id,
+                    a.name
+                )?;
+            }
+        }
+        AccountCommand::Enable { account } => {
+            let (id, _) = account_named(&client, &account).await?;
+            let a = client.enable_account(&id).await?;
+            if ctx.json {
+                output::json(&a)?;
+            } else {
+                outln!(
+                    "Enabled account {} ({}): its tokens and sessions work again.",
+                    a.name,
+                    a.id
+                )?;
             }
         }
         AccountCommand::Whoami => {

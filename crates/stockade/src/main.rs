@@ -36,6 +36,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
   stockade stop demo && stockade start demo
   stockade rm demo
   stockade account create alice
+  stockade token create ci --expires 30d         # an API token, shown once; `stockade token ls` lists them
   stockade completions bash > /etc/bash_completion.d/stockade
 
 Sandboxes and snapshots are named by id or name everywhere. Every command
@@ -161,7 +162,9 @@ enum Command {
     Snapshot(manage::SnapshotCommand),
     /// List, expose and unexpose a sandbox's ports (with their proxy URLs).
     Ports(manage::PortsArgs),
-    /// Print a token that opens a sandbox's exposed ports.
+    /// Make, list and revoke API tokens and dashboard sessions (`token
+    /// create|ls|rm`), or print a token that opens a sandbox's exposed ports
+    /// (`token SANDBOX`).
     Token(manage::TokenArgs),
     /// List volumes, remove orphans.
     #[command(
@@ -847,6 +850,11 @@ complete -c stockade -f -a '(__stockade_complete)'
             let p = plan_for(&["stockade", "cp", "./x", ""]);
             assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: ":" }));
             assert!(p.files);
+            let p = plan_for(&["stockade", "token", ""]);
+            assert!(p.fixed.contains(&"create".to_owned()), "{p:?}");
+            assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: "" }));
+            let p = plan_for(&["stockade", "token", "create", "ci", "--ex"]);
+            assert_eq!(p.fixed, ["--expires"]);
             let p = plan_for(&["stockade", "completions", ""]);
             assert!(p.fixed.contains(&"fish".to_owned()));
         }

@@ -1,11 +1,12 @@
 //! `fork`, `snapshot`, `ports`, `token`, `volumes` and `update`: the
-//! commands that manage a sandbox's copies, reach and settings.
+//! commands that manage a sandbox's copies, reach and settings, and the
+//! account's API tokens and dashboard sessions (`token create|ls|rm`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
-use stockade_sdk::api::{ExposedPort, SnapshotResponse, VolumeResponse};
+use stockade_sdk::api::{ExposedPort, SnapshotResponse, TokenResponse, VolumeResponse};
 use stockade_sdk::{Snapshot, UpdateParams};
 
 use crate::cli::{self, alive, key_value, on, parse_duration, parse_timeout, Batch, Ctx};
@@ -316,30 +317,100 @@ pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `stockade token`: the account's API tokens and dashboard sessions
+/// (`create`, `ls`, `rm`), or with a sandbox a token that opens its exposed
+/// ports. A word that names a subcommand is the subcommand; a sandbox
+/// named like one is reached by its id.
 #[derive(Args)]
-#[command(after_help = "Examples:
-  stockade token demo                  # the token alone on stdout, for scripts
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Examples:
+  stockade token create ci --expires 30d       # the secret alone on stdout, shown only now
+  stockade token ls
+  stockade token rm a1b2c3d4e5f6
+  stockade token demo                          # a token for sandbox demo's exposed ports
   stockade token demo --ttl 10m --json
-  curl -H \"X-Stockade-Token: $(stockade token demo)\" http://127.0.0.1:7433/proxy/ID/3000/")]
+  curl -H \"X-Stockade-Token: $(stockade token demo)\" http://127.0.0.1:7433/proxy/ID/3000/"
+)]
 pub struct TokenArgs {
-    /// Sandbox id or name.
-    #[arg(value_name = "SANDBOX")]
-    sandbox: String,
-    /// Lifetime: 90s, 10m, 1h30m (a bare number is seconds; default: the server's, 1h).
+    #[command(subcommand)]
+    command: Option<TokenCommand>,
+    /// Sandbox id or name: print a token that opens its exposed ports.
+    #[arg(value_name = "SANDBOX", required = true)]
+    sandbox: Option<String>,
+    /// With SANDBOX, the token's lifetime: 90s, 10m, 1h30m (a bare number is
+    /// seconds; default: the server's, 1h).
     #[arg(long)]
     ttl: Option<String>,
 }
 
+#[derive(Subcommand)]
+pub enum TokenCommand {
+    /// Make an API token and print its secret, shown only this once.
+    #[command(after_help = "Examples:
+  stockade token create laptop
+  export STOCKADE_TOKEN=$(stockade token create ci --expires 90d)
+  stockade token create deploy --account alice --expires 12h    # administrators
+  stockade token create ci --json | jq -r .token")]
+    Create {
+        /// What the token is for (1 to 64 characters), e.g. ci or laptop.
+        name: String,
+        /// Lifetime: 12h, 30d, 1d12h (a bare number is days; from a minute
+        /// to ten years). Default: until it is revoked.
+        #[arg(long, value_name = "DURATION")]
+        expires: Option<String>,
+        /// The account, by name or id (default: your own; another needs an
+        /// administrator).
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// List the API tokens and dashboard sessions of your account (or
+    /// another's, for administrators), newest first; never their secrets.
+    #[command(
+        alias = "list",
+        after_help = "Examples:
+  stockade token ls
+  stockade token ls --account alice --json"
+    )]
+    Ls {
+        /// The account, by name or id (default: your own).
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// Revoke API tokens (and the dashboard sessions opened with them) or
+    /// end sessions, by id: refused from the next request on.
+    #[command(
+        alias = "revoke",
+        alias = "delete",
+        after_help = "Example:
+  stockade token rm a1b2c3d4e5f6"
+    )]
+    Rm {
+        /// Token ids (from `stockade token ls`, never the secret).
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+    },
+}
+
 pub async fn token(ctx: &Ctx, a: TokenArgs) -> anyhow::Result<ExitCode> {
+    match (a.command, a.sandbox) {
+        (Some(cmd), _) => api_tokens(ctx, cmd).await,
+        (None, Some(sandbox)) => sandbox_token(ctx, &sandbox, a.ttl.as_deref()).await,
+        (None, None) => Err(CliError::invalid(
+            "name a sandbox (`stockade token SANDBOX`) or say what to do with API tokens: `stockade token create NAME`, `ls` or `rm ID`",
+        )
+        .into()),
+    }
+}
+
+/// A token that opens a sandbox's exposed ports, alone on stdout.
+async fn sandbox_token(ctx: &Ctx, sandbox: &str, ttl: Option<&str>) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let ttl = a
-        .ttl
-        .as_deref()
-        .map(|t| parse_duration(t, "--ttl", "s"))
-        .transpose()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
+    let ttl = ttl.map(|t| parse_duration(t, "--ttl", "s")).transpose()?;
+    let sb = cli::sandbox(&client, sandbox).await?;
     alive(&sb)?;
-    let t = sb.auth_token(ttl).await.map_err(on(&a.sandbox))?;
+    let t = sb.auth_token(ttl).await.map_err(on(sandbox))?;
     if ctx.json {
         output::json(&t)?;
     } else {
@@ -354,6 +425,128 @@ pub async fn token(ctx: &Ctx, a: TokenArgs) -> anyhow::Result<ExitCode> {
                 output::duration(left),
                 t.expires_at.to_rfc3339()
             );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The account `--account` names (id and name), else the caller's own.
+async fn token_account(
+    client: &stockade_sdk::Client,
+    account: Option<&str>,
+) -> anyhow::Result<(String, String)> {
+    match account {
+        Some(arg) => cli::account_named(client, arg).await,
+        None => {
+            let me = client.whoami().await?;
+            Ok((me.account.id, me.account.name))
+        }
+    }
+}
+
+/// A token's name as the server takes it, checked before any request.
+fn token_name(name: &str) -> Result<&str, CliError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 64 {
+        return Err(CliError::invalid("NAME: must be 1 to 64 characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(CliError::invalid(
+            "NAME: must not contain control characters",
+        ));
+    }
+    Ok(name)
+}
+
+fn token_row(t: &TokenResponse, now: chrono::DateTime<chrono::Utc>) -> Vec<String> {
+    let expires = match t.expires_at {
+        None => "never".to_owned(),
+        Some(at) if at <= now => "expired".to_owned(),
+        Some(at) => format!("in {}", output::rough_duration(at - now)),
+    };
+    let last_used = match t.last_used_at {
+        None => "never".to_owned(),
+        Some(at) => output::ago(now - at),
+    };
+    vec![
+        t.id.clone(),
+        t.name.clone(),
+        t.kind.clone(),
+        output::ago(now - t.created_at),
+        expires,
+        last_used,
+    ]
+}
+
+async fn api_tokens(ctx: &Ctx, cmd: TokenCommand) -> anyhow::Result<ExitCode> {
+    let client = ctx.client()?;
+    match cmd {
+        TokenCommand::Create {
+            name,
+            expires,
+            account,
+        } => {
+            let name = token_name(&name)?;
+            let expires = expires
+                .as_deref()
+                .map(|e| parse_duration(e, "--expires", "d"))
+                .transpose()?;
+            let (id, account_name) = token_account(&client, account.as_deref()).await?;
+            let made = client.create_token(&id, name, expires).await?;
+            if ctx.json {
+                output::json(&made)?;
+            } else {
+                // The secret alone on stdout, for `$(…)`; what it is on stderr.
+                outln!("{}", made.token)?;
+                let lifetime = match made.expires_at {
+                    Some(at) => format!(
+                        "expires in {} ({})",
+                        output::rough_duration(at - made.created_at),
+                        at.to_rfc3339()
+                    ),
+                    None => "does not expire; revoke it with `stockade token rm` when done".into(),
+                };
+                errln!(
+                    "Created API token {} ({}) of account {account_name}; it {lifetime}.",
+                    made.name,
+                    made.id
+                );
+                errln!(
+                    "The token is shown only now: copy it somewhere safe, it cannot be shown again."
+                );
+            }
+        }
+        TokenCommand::Ls { account } => {
+            let (id, account_name) = token_account(&client, account.as_deref()).await?;
+            let list = client.list_tokens(&id).await?;
+            if ctx.json {
+                output::json(&list)?;
+            } else if list.tokens.is_empty() {
+                outln!(
+                    "Account {account_name} has no tokens. Make one with `stockade token create NAME`."
+                )?;
+            } else {
+                let now = chrono::Utc::now();
+                let rows: Vec<Vec<String>> =
+                    list.tokens.iter().map(|t| token_row(t, now)).collect();
+                output::table(
+                    &["ID", "NAME", "KIND", "CREATED", "EXPIRES", "LAST USED"],
+                    &rows,
+                )?;
+            }
+        }
+        TokenCommand::Rm { ids } => {
+            let mut batch = Batch::new(ctx.json);
+            for id in &ids {
+                match client.revoke_token(id).await {
+                    Ok(()) => batch.ok(
+                        serde_json::json!({ "id": id, "revoked": true }),
+                        &format!("{id}: revoked"),
+                    )?,
+                    Err(e) => batch.failed(id, e.into())?,
+                }
+            }
+            return batch.finish();
         }
     }
     Ok(ExitCode::SUCCESS)

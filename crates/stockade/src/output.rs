@@ -167,6 +167,29 @@ pub fn duration(d: Duration) -> String {
         .collect()
 }
 
+/// A span as [`duration`] writes it, rounded to the hour past a day and to
+/// the minute past an hour (`29d23h59m58s` is `30d`), for tables where the
+/// seconds of a long span are noise. Negative spans are `0s`.
+pub fn rough_duration(d: chrono::TimeDelta) -> String {
+    let secs = d.num_seconds().max(0) as u64;
+    let unit = match secs {
+        s if s >= 86_400 => 3600,
+        s if s >= 3600 => 60,
+        _ => 1,
+    };
+    let rounded = (secs + unit / 2) / unit * unit;
+    duration(Duration::from_secs(rounded))
+}
+
+/// How long ago something was, `elapsed` after it: `just now`, `5m ago`,
+/// `3d2h ago`.
+pub fn ago(elapsed: chrono::TimeDelta) -> String {
+    if elapsed.num_seconds() < 1 {
+        return "just now".into();
+    }
+    format!("{} ago", rough_duration(elapsed))
+}
+
 /// Like [`duration`], with sub-minute precision for short runs: `350ms`,
 /// `1.5s`, `42s`, `1m30s`.
 pub fn run_time(d: Duration) -> String {
@@ -452,6 +475,7 @@ fn flag_for(field: &str) -> Option<&'static str> {
         ("shell", _) => "--shell",
         ("cmd", _) => "CMD",
         ("ttl", _) => "--ttl",
+        ("expiresInSeconds", _) => "--expires",
         _ => return None,
     })
 }
@@ -575,8 +599,19 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
                 }
             }
             if *status == 401 {
-                return CliError::new(code.as_str(), message.as_str())
-                    .hint("pass --token or set STOCKADE_TOKEN to a valid API token");
+                // The server does not say which: a revoked or expired token
+                // looks like one it never made.
+                let message = if message == "Invalid API token" {
+                    "the API token was refused: it is unknown, revoked or expired".to_owned()
+                } else {
+                    message.clone()
+                };
+                return CliError::new(code.as_str(), message)
+                .hint("pass --token or set STOCKADE_TOKEN to a valid API token (`stockade token create` makes one)");
+            }
+            if *status == 403 && lower.contains("disabled") {
+                return CliError::new(code.as_str(), cli_words(message, sandbox))
+                    .hint("ask an administrator to enable the account (`stockade account enable ACCOUNT`)");
             }
             if let Some(fields) = details.as_ref().and_then(|d| d["fields"].as_array()) {
                 let lines: Vec<String> = fields
@@ -663,6 +698,14 @@ mod tests {
         assert_eq!(count(1, "sandbox", "sandboxes"), "1 sandbox");
         assert_eq!(count(2, "sandbox", "sandboxes"), "2 sandboxes");
         assert_eq!(count(0, "entry", "entries"), "0 entries");
+        let t = chrono::TimeDelta::seconds;
+        assert_eq!(rough_duration(t(30 * 86_400 - 2)), "30d");
+        assert_eq!(rough_duration(t(3 * 86_400 + 7300)), "3d2h");
+        assert_eq!(rough_duration(t(3725)), "1h2m");
+        assert_eq!(rough_duration(t(125)), "2m5s");
+        assert_eq!(rough_duration(t(-5)), "0s");
+        assert_eq!(ago(t(0)), "just now");
+        assert_eq!(ago(t(90)), "1m30s ago");
     }
 
     #[test]

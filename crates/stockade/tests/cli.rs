@@ -409,6 +409,182 @@ fn account_quotas_from_the_terminal() {
 }
 
 #[test]
+fn api_tokens_and_disabled_accounts_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "stk_cli_api_tokens_admin_01";
+    let server = start_server(dir.path(), Some(admin));
+    let dana = json_of(&cli(
+        &server,
+        admin,
+        &["account", "create", "dana", "--json"],
+    ));
+    let dana_id = dana["account"]["id"].as_str().unwrap().to_owned();
+    let dana = dana["token"].as_str().unwrap().to_owned();
+
+    // The secret alone on stdout, and a line saying it is shown only now.
+    let out = cli(
+        &server,
+        &dana,
+        &["token", "create", "ci", "--expires", "30d"],
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let secret = stdout_of(&out).trim().to_owned();
+    assert!(
+        secret.starts_with("stk_") && !secret.contains(char::is_whitespace),
+        "{secret}"
+    );
+    let note = stderr_of(&out);
+    assert!(note.contains("shown only now"), "{note}");
+    assert!(note.contains("expires in 30d"), "{note}");
+
+    // The new token works, through the environment and through --token.
+    let who = json_of(&cli(&server, &secret, &["account", "whoami", "--json"]));
+    assert_eq!(who["account"]["id"], dana_id.as_str());
+    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(["--token", &secret, "account", "whoami"])
+        .env("STOCKADE_URL", &server.url)
+        .env_remove("STOCKADE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(stdout_of(&out).starts_with("dana ("), "{}", stderr_of(&out));
+
+    // --json gives the API's answer, the secret in it.
+    let made = json_of(&cli(
+        &server,
+        &dana,
+        &["token", "create", "laptop", "--json"],
+    ));
+    assert!(made["token"].as_str().unwrap().starts_with("stk_"));
+    assert!(made["expiresAt"].is_null());
+    let laptop_id = made["id"].as_str().unwrap().to_owned();
+
+    // Listed without any secret, with readable times.
+    let list = json_of(&cli(&server, &dana, &["token", "ls", "--json"]));
+    let tokens = list["tokens"].as_array().unwrap();
+    let ci = tokens
+        .iter()
+        .find(|t| t["name"] == "ci")
+        .expect("ci listed");
+    let ci_id = ci["id"].as_str().unwrap().to_owned();
+    assert_eq!(ci["kind"], "api");
+    assert!(!list.to_string().contains(&secret));
+    let out = cli(&server, &dana, &["token", "ls"]);
+    let table = stdout_of(&out);
+    assert!(
+        table.starts_with("ID") && table.contains("LAST USED"),
+        "{table}"
+    );
+    assert!(!table.contains("stk_"), "{table}");
+    let ci_line = table.lines().find(|l| l.starts_with(&ci_id)).unwrap();
+    assert!(ci_line.contains(" api "), "{ci_line}");
+    assert!(ci_line.contains("in 30d"), "{ci_line}");
+    assert!(
+        !ci_line.ends_with("never"),
+        "the token was used a moment ago: {ci_line}"
+    );
+    let laptop_line = table.lines().find(|l| l.starts_with(&laptop_id)).unwrap();
+    assert!(laptop_line.contains("never"), "{laptop_line}");
+    // An administrator lists (and makes) another account's tokens by name.
+    let theirs = json_of(&cli(
+        &server,
+        admin,
+        &["token", "ls", "--account", "dana", "--json"],
+    ));
+    assert_eq!(
+        theirs["tokens"].as_array().unwrap().len(),
+        tokens.len(),
+        "{theirs}"
+    );
+    let out = cli(&server, &dana, &["token", "ls", "--account", "admin"]);
+    assert!(
+        !out.status.success(),
+        "another account's tokens need an administrator"
+    );
+
+    // Refused before any request: an expiry that is no duration, no name.
+    let out = cli(
+        &server,
+        &dana,
+        &["token", "create", "x", "--expires", "soon"],
+    );
+    assert!(stderr_of(&out).contains("--expires"), "{}", stderr_of(&out));
+    let out = cli(&server, &dana, &["token", "create", " "]);
+    assert!(stderr_of(&out).contains("NAME"), "{}", stderr_of(&out));
+    // The server's range, in the flag's words.
+    let out = cli(
+        &server,
+        &dana,
+        &["token", "create", "x", "--expires", "10s"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("--expires:"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // Revoked: refused with a message that says why it may be.
+    let out = cli(&server, &dana, &["token", "rm", &ci_id]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(stdout_of(&out).contains("revoked"));
+    let out = cli(&server, &secret, &["account", "whoami"]);
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(err.contains("revoked"), "{err}");
+    assert!(err.contains("STOCKADE_TOKEN"), "{err}");
+    let out = cli(&server, &dana, &["token", "rm", &ci_id, "--json"]);
+    assert!(!out.status.success());
+    assert!(stderr_of(&out).contains("not_found"), "{}", stderr_of(&out));
+
+    // The sandbox form of `stockade token` is still there.
+    let out = cli(&server, &dana, &["token", "no-such-sandbox"]);
+    assert!(
+        stderr_of(&out).contains("no-such-sandbox"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // An administrator disables the account: its calls fail saying so.
+    let out = cli(&server, &dana, &["account", "disable", "dana"]);
+    assert!(!out.status.success(), "only administrators disable");
+    let out = cli(&server, admin, &["account", "disable", "dana"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(stdout_of(&out).contains("Disabled account dana"));
+    let out = cli(&server, &dana, &["ls"]);
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(err.contains("disabled"), "{err}");
+    assert!(err.contains("stockade account enable"), "{err}");
+    let out = cli(&server, admin, &["account", "ls"]);
+    let line = stdout_of(&out)
+        .lines()
+        .find(|l| l.contains(&dana_id))
+        .unwrap()
+        .to_owned();
+    assert!(line.contains("disabled"), "{line}");
+    let accounts = json_of(&cli(&server, admin, &["account", "ls", "--json"]));
+    let row = accounts["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == dana_id.as_str())
+        .unwrap()
+        .clone();
+    assert!(row["disabledAt"].is_string(), "{row}");
+
+    let enabled = json_of(&cli(
+        &server,
+        admin,
+        &["account", "enable", &dana_id, "--json"],
+    ));
+    assert!(enabled.get("disabledAt").is_none(), "{enabled}");
+    let out = cli(&server, &dana, &["account", "whoami"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let out = cli(&server, &dana, &["token", "rm", &laptop_id]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+}
+
+#[test]
 fn bad_flags_and_unreachable_servers_give_helpful_errors() {
     let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
         .args(["health"])
