@@ -56,6 +56,7 @@ impl SqlStore<Sqlite> {
                 })
         } else {
             create_parent_dir(options.get_filename())?;
+            owner_only(options.get_filename())?;
             SqlitePoolOptions::new().max_connections(8)
         };
         let failed = |what: &str, e: sqlx::Error| {
@@ -74,7 +75,46 @@ impl SqlStore<Sqlite> {
                 sqlx::migrate::MigrateError::Execute(e) => failed("migrate", e),
                 e => other(format_args!("cannot migrate SQLite database '{url}'"), e),
             })?;
+        if !in_memory {
+            // The write-ahead log and its index exist now: SQLite gives them
+            // the database's mode, but an older install's may be wider.
+            for suffix in ["-wal", "-shm"] {
+                let side = format!("{location}{suffix}");
+                if Path::new(&side).exists() {
+                    owner_only(Path::new(&side))?;
+                }
+            }
+        }
         Ok(Self::new(pool, &location, !in_memory))
+    }
+}
+
+/// Makes `file` readable and writable by its owner only (created empty when
+/// absent, which SQLite takes as a new database): it holds every account's
+/// token hashes and every sandbox's environment. An existing file that
+/// cannot be changed (a read-only mount) is left as it is, with a warning.
+fn owner_only(file: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::metadata(file) {
+        Ok(meta) if meta.permissions().mode() & 0o077 == 0 => Ok(()),
+        Ok(_) => {
+            if let Err(e) = std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)) {
+                tracing::warn!(file = %file.display(), error = %e, "the SQLite database is readable by others and could not be made private");
+            }
+            Ok(())
+        }
+        Err(_) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(file)
+            .map(drop)
+            .map_err(|e| {
+                StoreError::Other(format!(
+                    "cannot create the SQLite database '{}': {e}",
+                    file.display()
+                ))
+            }),
     }
 }
 

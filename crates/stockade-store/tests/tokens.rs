@@ -25,6 +25,27 @@ async fn postgres_tokens() {
     .await;
 }
 
+/// The database file holds every token hash and sandbox environment: only
+/// its owner reads it, a new one and an older, wider one alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_files_are_private_to_their_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("db").join("stockade.db");
+    let url = format!("sqlite://{}", file.display());
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    {
+        let s = stockade_store::connect(&url).await.unwrap();
+        s.create_account("private", false).await.unwrap();
+        assert_eq!(mode(&file), 0o600);
+        let wal = file.with_extension("db-wal");
+        assert!(!wal.exists() || mode(&wal) == 0o600, "{:o}", mode(&wal));
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let _s = stockade_store::connect(&url).await.unwrap();
+    assert_eq!(mode(&file), 0o600);
+}
+
 async fn tokens(s: Arc<dyn Store>) {
     let alice = s.create_account("alice", false).await.unwrap();
     let bob = s.create_account("bob", false).await.unwrap();

@@ -758,13 +758,25 @@ fn pull_reason(message: &str) -> String {
     } else {
         "pull failed"
     };
-    let message = message.trim();
-    let message: String = if message.chars().count() > 300 {
-        message.chars().take(300).chain("…".chars()).collect()
-    } else {
-        message.to_owned()
-    };
-    format!("{kind}: {message}")
+    // Only the kind and the registry's status code: what a registry (or
+    // anything that answers in its place) wrote is never echoed back.
+    match http_status_in(&lower) {
+        Some(code) => format!("{kind} (HTTP {code})"),
+        None => kind.to_owned(),
+    }
+}
+
+/// The HTTP status a pull error names (`… HTTP status: 503 …`,
+/// `error parsing HTTP 403 response body`), if any.
+fn http_status_in(lower: &str) -> Option<u16> {
+    ["http status: ", "http "].iter().find_map(|marker| {
+        let at = lower.find(marker)? + marker.len();
+        let digits: String = lower[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok().filter(|c| (100..600).contains(c))
+    })
 }
 
 /// Splits `name[:tag]` / `name@digest` for the pull API (no tag = `latest`,
@@ -814,11 +826,19 @@ mod tests {
     #[test]
     fn pull_reasons_are_short_and_classified() {
         let r = pull_reason("Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host");
-        assert!(r.starts_with("registry unreachable: "), "{r}");
+        assert_eq!(r, "registry unreachable");
         let r = pull_reason(
             "pull access denied for nope, repository does not exist or may require 'docker login'",
         );
         assert!(r.starts_with("pull access denied"), "{r}");
-        assert!(pull_reason(&"x".repeat(1000)).chars().count() < 350);
+        assert_eq!(pull_reason(&"x".repeat(1000)), "pull failed");
+        // A registry's own words never come back, its status code does.
+        let r = pull_reason(
+            "error parsing HTTP 418 response body: invalid character '<': \
+             \"<html>SECRET-INTERNAL-PAGE</html>\"",
+        );
+        assert_eq!(r, "pull failed (HTTP 418)");
+        let r = pull_reason("received unexpected HTTP status: 503 Service Unavailable SECRET");
+        assert_eq!(r, "pull failed (HTTP 503)");
     }
 }
