@@ -11,3 +11,4 @@ import './suite/everything.mjs';
 import './suite/url.mjs';
 import './suite/readable.mjs';
 import './suite/limits.mjs';
+import './suite/credentials.mjs';

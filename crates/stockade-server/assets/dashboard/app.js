@@ -1,5 +1,6 @@
 // Stockade's dashboard: sign-in, the page shown for the URL, and the list's
-// refresh, the caller's own quota and use on the home page (SEC-16), and for
+// refresh, the caller's own quota and use and its tokens and sessions on the
+// home page (SEC-16), and for
 // administrators the warnings of `/health` (disk limits or egress lists not
 // enforced, isolation degraded). No build step and no CDN: every module is
 // served from the binary.
@@ -16,7 +17,7 @@ import { showSandbox, hideSandbox, closeAll } from './sandbox.js';
 import { showCreate } from './create.js';
 import { snapshotsPage } from './snapshots.js';
 import { volumesPage } from './volumes.js';
-import { adminPage } from './admin.js';
+import { adminPage, tokensCard, rememberSession, forgetSession } from './admin.js';
 
 const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'admin'];
 const NAV = { home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes', admin: 'nav-admin' };
@@ -73,17 +74,21 @@ function show(route) {
     if (state.page === 'snapshots') snapshotsPage.hide();
     if (state.page === 'volumes') volumesPage.hide();
     if (state.page === 'admin') adminPage.hide();
+    if (state.page === 'home') tokensCard.hide();
     for (const p of PAGES) $(`page-${p}`).hidden = p !== page;
     for (const id of new Set(Object.values(NAV))) $(id).removeAttribute('aria-current');
     $(NAV[page]).setAttribute('aria-current', 'page');
     state.page = page;
   }
-  if (page === 'home') showMyQuota();
+  if (page === 'home') {
+    showMyQuota();
+    tokensCard.show(state.me);
+  }
   if (page === 'sandbox') showSandbox(route);
   else if (page === 'new') showCreate(route);
   else if (page === 'snapshots') snapshotsPage.show();
   else if (page === 'volumes') volumesPage.show();
-  else if (page === 'admin') adminPage.show(route);
+  else if (page === 'admin') adminPage.show(route, state.me);
   sidebar.render();
 }
 
@@ -125,6 +130,8 @@ async function signOut(message, { quiet } = {}) {
   // The cookie is gone before the form shows, so a reload stays signed out.
   if (!quiet) await fetch('/api/v1/session', { method: 'DELETE', headers: CSRF, credentials: 'same-origin' }).catch(() => {});
   state.me = null;
+  forgetSession();
+  tokensCard.hide();
   closeAll();
   state.page = null;
   notice('');
@@ -147,12 +154,14 @@ $('signin-form').addEventListener('submit', async (e) => {
   e.preventDefault();
   const token = $('token-input').value.trim();
   $('token-input').value = '';
+  let signedIn;
   try {
-    await api('POST', '/api/v1/session', { token }, { repeatable: true });
+    signedIn = await api('POST', '/api/v1/session', { token }, { repeatable: true });
   } catch (err) {
     signOut(err.status === 401 ? 'That token was not accepted.' : err.message, { quiet: true });
     return;
   }
+  await rememberSession(signedIn.account.id);
   await showApp();
 });
 $('signout').addEventListener('click', () => signOut());

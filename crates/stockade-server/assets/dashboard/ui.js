@@ -33,6 +33,17 @@ export function ago(iso) {
   return new Date(iso).toLocaleString();
 }
 
+/** How long until `iso`: "in 5m", "in 3h", "in 30d"; "never" without a time, "expired" once past. */
+export function until(iso) {
+  if (!iso) return 'never';
+  const s = Math.round((new Date(iso).getTime() - Date.now()) / 1000);
+  if (s <= 0) return 'expired';
+  if (s < 60) return `in ${s}s`;
+  if (s < 3600) return `in ${Math.round(s / 60)}m`;
+  if (s < 86400) return `in ${Math.round(s / 3600)}h`;
+  return `in ${Math.round(s / 86400)}d`;
+}
+
 export function when(iso) {
   return iso ? new Date(iso).toLocaleString() : '—';
 }
