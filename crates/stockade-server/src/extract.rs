@@ -27,6 +27,14 @@ pub struct Caller {
 /// token it was opened with), `HttpOnly` (no script reads it),
 /// `SameSite=Strict` and scoped to `/api/`.
 pub const SESSION_COOKIE: &str = "stockade_session";
+/// Its name over HTTPS: `__Host-` makes the browser refuse it unless it is
+/// `Secure`, for the whole host (`Path=/`) and without `Domain`, so that no
+/// other host of the domain (a sandbox port on the proxy's host form) can
+/// plant or shadow it.
+pub const SECURE_SESSION_COOKIE: &str = "__Host-stockade_session";
+
+/// Both names of the session cookie.
+pub const SESSION_COOKIES: [&str; 2] = [SESSION_COOKIE, SECURE_SESSION_COOKIE];
 /// The header every state-changing request authenticated by the session
 /// cookie must carry: a cross-site form or image cannot send it, and no
 /// cross-origin script may (the API grants no CORS), so it defeats CSRF.
@@ -77,7 +85,10 @@ pub fn cookie_values<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Vec<
 /// The token of the session cookie, checked: one cookie only, and the CSRF
 /// header on anything but a read.
 fn session_token(parts: &Parts) -> Result<Option<&str>, ApiError> {
-    let values = cookie_values(&parts.headers, SESSION_COOKIE);
+    let values: Vec<&str> = SESSION_COOKIES
+        .iter()
+        .flat_map(|name| cookie_values(&parts.headers, name))
+        .collect();
     let token = match values.as_slice() {
         [] => return Ok(None),
         [one] if !one.is_empty() => *one,

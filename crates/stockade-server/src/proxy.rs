@@ -473,7 +473,9 @@ async fn strip_stockade_credentials(store: &dyn stockade_store::Store, headers: 
             headers.remove(&name);
         }
     }
-    remove_cookie(headers, crate::extract::SESSION_COOKIE);
+    for name in crate::extract::SESSION_COOKIES {
+        remove_cookie(headers, name);
+    }
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1): for one connection, never forwarded.
@@ -524,7 +526,7 @@ fn rewrite_set_cookie(value: &str, prefix: Option<&str>) -> Option<String> {
     let mut parts = value.split(';');
     let pair = parts.next()?.trim();
     let name = pair.split('=').next().map(str::trim);
-    if name == Some(TOKEN_COOKIE) || name == Some(crate::extract::SESSION_COOKIE) {
+    if name.is_some_and(|n| n == TOKEN_COOKIE || crate::extract::SESSION_COOKIES.contains(&n)) {
         return None;
     }
     let mut out = vec![pair.to_owned()];
@@ -603,6 +605,55 @@ pub fn refused(e: token::Refused, id: &SandboxId) -> ApiError {
     }
 }
 
+/// Whether a request that the browser authenticated with the proxy's
+/// cookie may go on. The cookie is `SameSite=Lax`, so a browser sends it
+/// with requests from any page of the same site — and on the host form every
+/// sandbox port is a subdomain of one site. So a page of another sandbox
+/// could make the visitor's browser call this one with the visitor's
+/// cookie. Refused: sub-requests (anything but a navigation) that the
+/// browser marks as coming from another origin (`Sec-Fetch-Site` other than
+/// `same-origin` or `none`), and upgrades (WebSockets) whose `Origin` is not
+/// the port's own (on the path form a sandbox's page has the opaque origin
+/// `null`, since it runs in a CSP sandbox).
+fn cookie_request_allowed(headers: &HeaderMap, target: &Target) -> ApiResult<()> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+    };
+    let site = header("sec-fetch-site");
+    let navigation = header("sec-fetch-mode").as_deref() == Some("navigate");
+    if matches!(site.as_deref(), Some("cross-site" | "same-site")) && !navigation {
+        return Err(ApiError::Forbidden(format!(
+            "A request from another site may not use the sandbox cookie of {}: send a sandbox \
+             token ({TOKEN_HEADER}) instead",
+            target.sandbox_id
+        )));
+    }
+    if requested_upgrade(headers).is_some() {
+        if let Some(origin) = header("origin") {
+            let own = match &target.prefix {
+                // The path form's pages run in an opaque origin.
+                Some(_) => origin == "null",
+                None => header("host").is_some_and(|host| {
+                    origin
+                        .split_once("://")
+                        .is_some_and(|(_, authority)| authority == host)
+                }),
+            };
+            if !own {
+                return Err(ApiError::Forbidden(format!(
+                    "A WebSocket from origin '{origin}' may not use the sandbox cookie of {}: \
+                     send a sandbox token ({TOKEN_HEADER}) instead",
+                    target.sandbox_id
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Authorises a proxied request and returns the address to send it to.
 async fn authorise(
     state: &AppState,
@@ -618,6 +669,9 @@ async fn authorise(
              and send it as the {TOKEN_HEADER} header or the {TOKEN_PARAM} query parameter"
         )));
     };
+    if source == TokenSource::Cookie {
+        cookie_request_allowed(headers, target)?;
+    }
     let now = Utc::now();
     // An E2B traffic token (`stkt_`) opens every port of its sandbox, as
     // E2B's do; a port token only the exposed ones.
@@ -1023,6 +1077,79 @@ mod tests {
 
         assert_eq!(strip_query_token("a=1&stockade_token=x&b=%20"), "a=1&b=%20");
         assert_eq!(strip_query_token("stockade%5Ftoken=x&b"), "b");
+    }
+
+    #[test]
+    fn the_cookie_serves_only_the_ports_own_pages_and_navigations() {
+        let target = |prefix: Option<&str>| Target {
+            sandbox_id: SandboxId::parse("abcdefghijkl").unwrap(),
+            port: 8080,
+            upstream_path: "/".into(),
+            prefix: prefix.map(str::to_owned),
+        };
+        let host_form = target(None);
+        let path_form = target(Some("/proxy/abcdefghijkl/8080"));
+        let req = |pairs: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                "host",
+                HeaderValue::from_static("8080-abcdefghijkl.sb.test"),
+            );
+            for (k, v) in pairs {
+                h.insert(
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            h
+        };
+        let ws = [("connection", "upgrade"), ("upgrade", "websocket")];
+        for ok in [
+            req(&[]),
+            req(&[
+                ("sec-fetch-site", "same-origin"),
+                ("sec-fetch-mode", "cors"),
+            ]),
+            req(&[("sec-fetch-site", "none"), ("sec-fetch-mode", "navigate")]),
+            req(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", "navigate"),
+            ]),
+            req(&[
+                ws[0],
+                ws[1],
+                ("origin", "https://8080-abcdefghijkl.sb.test"),
+            ]),
+        ] {
+            assert!(cookie_request_allowed(&ok, &host_form).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            req(&[("sec-fetch-site", "same-site"), ("sec-fetch-mode", "cors")]),
+            req(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", "no-cors"),
+            ]),
+            req(&[
+                ws[0],
+                ws[1],
+                ("origin", "https://8080-zzzzzzzzzzzz.sb.test"),
+            ]),
+            req(&[ws[0], ws[1], ("origin", "null")]),
+        ] {
+            assert!(
+                cookie_request_allowed(&refused, &host_form).is_err(),
+                "{refused:?}"
+            );
+        }
+        // The path form: its pages are opaque (`null`).
+        assert!(
+            cookie_request_allowed(&req(&[ws[0], ws[1], ("origin", "null")]), &path_form).is_ok()
+        );
+        assert!(cookie_request_allowed(
+            &req(&[ws[0], ws[1], ("origin", "https://evil.test")]),
+            &path_form
+        )
+        .is_err());
     }
 
     #[tokio::test]

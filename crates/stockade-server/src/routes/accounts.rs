@@ -20,7 +20,7 @@ use utoipa::OpenApi;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{
     authenticate, cookie_values, AdminCaller, ApiJson, Caller, Credential, CSRF_HEADER,
-    SESSION_COOKIE,
+    SECURE_SESSION_COOKIE, SESSION_COOKIE, SESSION_COOKIES,
 };
 use crate::AppState;
 
@@ -211,11 +211,17 @@ pub async fn me(caller: Caller) -> Json<WhoAmIResponse> {
     })
 }
 
-/// The `Set-Cookie` value of the dashboard's session (`max_age` 0 ends it).
+/// The `Set-Cookie` value of the dashboard's session (`max_age` 0 ends it):
+/// over HTTPS the `__Host-` cookie (`Secure`, `Path=/`), else the plain one
+/// scoped to `/api/`.
 fn session_cookie(secret: &str, max_age: i64, secure: bool) -> ApiResult<HeaderValue> {
-    let secure = if secure { "; Secure" } else { "" };
+    let (name, scope) = if secure {
+        (SECURE_SESSION_COOKIE, "Path=/; Secure")
+    } else {
+        (SESSION_COOKIE, "Path=/api/")
+    };
     HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={secret}; Path=/api/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+        "{name}={secret}; {scope}; Max-Age={max_age}; HttpOnly; SameSite=Strict"
     ))
     .map_err(|_| ApiError::Internal("a session secret that is no cookie value".into()))
 }
@@ -296,7 +302,10 @@ pub async fn sign_in(
 #[utoipa::path(delete, path = "/api/v1/session", tag = "accounts",
     responses((status = 204, description = "Signed out")))]
 pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
-    for secret in cookie_values(&headers, SESSION_COOKIE) {
+    for secret in SESSION_COOKIES
+        .iter()
+        .flat_map(|name| cookie_values(&headers, name))
+    {
         let hash = stockade_core::account::hash_token(secret);
         if let Some(found) = state.svc.store.authenticate(&hash).await? {
             if found.token.kind == TokenKind::Session {

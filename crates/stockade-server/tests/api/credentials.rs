@@ -199,6 +199,25 @@ async fn dashboard_sessions_live_on_the_server() {
     let laptop = made.body["token"].as_str().unwrap().to_owned();
     let laptop_id = made.body["id"].as_str().unwrap().to_owned();
 
+    // Over HTTPS the cookie is a `__Host-` one: Secure, for the whole host.
+    let r = app
+        .http
+        .post(format!("{}/api/v1/session", app.base))
+        .header("X-Stockade-CSRF", "1")
+        .header("X-Forwarded-Proto", "https")
+        .json(&json!({ "token": laptop }))
+        .send()
+        .await
+        .unwrap();
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set.starts_with("__Host-stockade_session=stks_"), "{set}");
+    for attr in ["Secure", "Path=/;", "HttpOnly", "SameSite=Strict"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    assert!(!set.contains("Domain"), "{set}");
+    let host_cookie = set.split(';').next().unwrap().to_owned();
+    assert_eq!(me_with_cookie(&app, &host_cookie).await, StatusCode::OK);
+
     let cookie = sign_in(&app, &laptop).await;
     let secret = cookie.split_once('=').unwrap().1.to_owned();
     // The cookie holds a session, never the API token.

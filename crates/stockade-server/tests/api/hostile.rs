@@ -613,3 +613,101 @@ async fn io_uring_is_not_available_inside_a_sandbox() {
         "io_uring_setup worked inside a sandbox: {out}"
     );
 }
+
+/// The proxy's cookie is `SameSite=Lax`, and on the host form every sandbox
+/// port is a subdomain of one site: a page of another sandbox could make a
+/// visitor's browser call this one with the visitor's cookie. Sub-requests
+/// the browser marks as from another origin, and WebSockets from a foreign
+/// `Origin`, are refused when only the cookie authenticates them.
+#[tokio::test]
+async fn the_port_cookie_is_not_sent_for_another_sites_pages() {
+    let app = spawn_app().await;
+    let alice = app.new_account("alice-cookie-site").await;
+    let sb = app
+        .create(
+            &alice,
+            json!({
+                "name": "cookie-site",
+                "ports": [8080],
+                "startCommand": "exec httpd -f -p 8080 -h /etc",
+            }),
+        )
+        .await;
+    let id = sb["id"].as_str().unwrap();
+    let token = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/auth-token"),
+            &alice,
+            json!({}),
+        )
+        .await
+        .body["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!("{}/proxy/{id}/8080/hostname", app.base);
+    // The link with the token sets the cookie.
+    let mut cookie = None;
+    for _ in 0..50 {
+        let r = app
+            .http
+            .get(format!("{url}?stockade_token={token}"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::OK {
+            let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+            cookie = Some(set.split(';').next().unwrap().to_owned());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cookie = cookie.expect("the port answered and set its cookie");
+    let with = |site: &str, mode: &str| {
+        app.http
+            .get(&url)
+            .header("Cookie", &cookie)
+            .header("Sec-Fetch-Site", site.to_owned())
+            .header("Sec-Fetch-Mode", mode.to_owned())
+            .send()
+    };
+    // The port's own pages and the visitor's navigations: fine.
+    for (site, mode) in [
+        ("same-origin", "cors"),
+        ("none", "navigate"),
+        ("cross-site", "navigate"),
+    ] {
+        let r = with(site, mode).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{site} {mode}");
+    }
+    // Another sandbox's page fetching this port with the visitor's cookie.
+    for (site, mode) in [("same-site", "cors"), ("cross-site", "no-cors")] {
+        let r = with(site, mode).await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{site} {mode}");
+    }
+    // A WebSocket from another origin with the cookie alone.
+    let r = app
+        .http
+        .get(&url)
+        .header("Cookie", &cookie)
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .header("Sec-WebSocket-Version", "13")
+        .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("Origin", "http://8080-zzzzzzzzzzzz.sandboxes.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // With the token itself (not a browser's ambient cookie): fine.
+    let r = app
+        .http
+        .get(&url)
+        .header("X-Stockade-Token", &token)
+        .header("Sec-Fetch-Site", "same-site")
+        .header("Sec-Fetch-Mode", "cors")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
