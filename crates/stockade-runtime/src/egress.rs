@@ -194,6 +194,27 @@ pub fn entries(listed: &[ListedRule]) -> Vec<EgressEntry> {
         .collect()
 }
 
+/// Of `listed` (the `filter` entries), the sandboxes whose chain does not
+/// jump first to the private ranges' chain of `private`, as `table` (the
+/// whole `filter` table, `iptables -S`) shows them.
+pub fn stale_private(
+    chains: &EgressChains,
+    listed: &[EgressEntry],
+    table: &str,
+    private: &PrivateAccess,
+) -> Vec<SandboxId> {
+    let wanted = format!("-j {}", chains.private(private));
+    listed
+        .iter()
+        .filter(|e| {
+            let prefix = format!("-A {} ", chains.sandbox(&e.sandbox_id));
+            let first = table.lines().find_map(|l| l.strip_prefix(&prefix));
+            first.map(str::trim) != Some(wanted.as_str())
+        })
+        .map(|e| e.sandbox_id.clone())
+        .collect()
+}
+
 /// The current listings of both main chains.
 #[derive(Debug, Clone, Default)]
 pub struct Listings {
@@ -443,6 +464,32 @@ mod tests {
         assert!(gone.contains(&format!("-X {mine}")));
         assert!(!gone.contains("192.168.64.7"));
         assert!(remove_script(&c, &Listings::default(), &id_other()).is_none());
+    }
+
+    #[test]
+    fn entries_of_another_opt_in_are_stale() {
+        let c = EgressChains::for_isolation_chain("STOCKADE-ISOLATION");
+        let now = PrivateAccess::parse(&["10.9.0.0/16"]).unwrap();
+        let [fresh, earlier, before] = [(); 3].map(|_| SandboxId::generate());
+        let table = format!(
+            "-N {f}\n-N {e}\n-N {b}\n\
+             -A {f} -j {pn}\n-A {f} -j REJECT\n\
+             -A {e} -j {pe}\n\
+             -A {b} -d 10.0.0.0/8 -j RETURN\n",
+            f = c.sandbox(&fresh),
+            e = c.sandbox(&earlier),
+            b = c.sandbox(&before),
+            pn = c.private(&now),
+            pe = c.private(&PrivateAccess::none()),
+        );
+        let listed: Vec<EgressEntry> = [&fresh, &earlier, &before]
+            .into_iter()
+            .map(|id| EgressEntry {
+                sandbox_id: id.clone(),
+                addr: "192.168.64.2".parse().unwrap(),
+            })
+            .collect();
+        assert_eq!(stale_private(&c, &listed, &table, &now), [earlier, before]);
     }
 
     fn id_other() -> SandboxId {

@@ -310,6 +310,14 @@ pub trait Egress: Send + Sync {
     /// Every sandbox entry of this configuration's chains (all servers').
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>>;
 
+    /// The sandboxes whose entry does not keep them from the private ranges
+    /// as this configuration's opt-in says (written under another
+    /// `--egress-allow-private`, or before there was one): to be written
+    /// again. None where the packet filter is not applied.
+    async fn stale_private_entries(&self) -> RuntimeResult<Vec<SandboxId>> {
+        Ok(Vec::new())
+    }
+
     /// Removes the entries whose sandbox does not run at that address on
     /// the sandbox network any more (stopped behind Stockade's back,
     /// removed, moved); the entries removed.

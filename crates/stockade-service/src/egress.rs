@@ -14,8 +14,8 @@
 //!   (`deny-all`) sit on the internal network; a policy change moves a
 //!   running sandbox between the two networks.
 //! - Reconciliation writes missing entries again (after a host reboot or a
-//!   flushed chain) and drops entries whose address the sandbox no longer
-//!   has.
+//!   flushed chain), and entries written under another opt-in of private
+//!   ranges, and drops entries whose address the sandbox no longer has.
 //! - Whatever the policy, the private and link-local ranges (the local
 //!   network, the cloud metadata service) are out of reach but for the
 //!   blocks the administrator opted in (`--egress-allow-private`): the
@@ -371,6 +371,12 @@ impl Service {
                 return;
             }
         };
+        // Entries written under another opt-in of private ranges (an
+        // earlier start, an older version) are written again.
+        let stale = rt.stale_private_entries().await.unwrap_or_else(|e| {
+            warn!(error = %e, host = %server, "egress entries' private ranges could not be checked");
+            Vec::new()
+        });
         let filter = self.egress.running().filter(|_| own).map(|(f, _)| f);
         let mut after: Option<SandboxId> = None;
         loop {
@@ -394,6 +400,12 @@ impl Service {
                     continue;
                 }
                 match entries.iter().find(|e| e.sandbox_id == sb.id) {
+                    Some(_) if stale.contains(&sb.id) => {
+                        info!(sandbox.id = %sb.id, "egress entry of another opt-in of private ranges: writing it again");
+                        if let Err(e) = self.apply_egress(sb).await {
+                            warn!(sandbox.id = %sb.id, error = %e, "egress entry not written");
+                        }
+                    }
                     Some(entry) => {
                         if let Some(f) = &filter {
                             let known = f.policies.policy_for(entry.addr);
@@ -425,7 +437,7 @@ impl Service {
             };
             if !c.running
                 || c.instance_id.as_deref() != Some(self.instance_id.as_str())
-                || entries.iter().any(|e| &e.sandbox_id == id)
+                || (entries.iter().any(|e| &e.sandbox_id == id) && !stale.contains(id))
             {
                 continue;
             }

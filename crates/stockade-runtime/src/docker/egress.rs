@@ -19,7 +19,7 @@ use stockade_egress::iptables::RedirectPorts;
 
 use super::network::Iptables;
 use super::{container_name, status_code, DockerRuntime};
-use crate::egress::{apply_script, entries, parse_listing, remove_script, Listings};
+use crate::egress::{apply_script, entries, parse_listing, remove_script, stale_private, Listings};
 use crate::{
     Egress, EgressChains, EgressEntry, EgressHost, IsolationReport, RuntimeError, RuntimeResult,
 };
@@ -315,6 +315,28 @@ impl Egress for DockerRuntime {
         };
         let listings = self.egress_listings(&ipt).await.unwrap_or_default();
         Ok(entries(&listings.filter))
+    }
+
+    async fn stale_private_entries(&self) -> RuntimeResult<Vec<SandboxId>> {
+        let Ok(ipt) = self.egress_iptables() else {
+            return Ok(Vec::new());
+        };
+        let chains = self.egress_chains();
+        let filter = ipt
+            .run(&["-S", &chains.main()])
+            .await
+            .map_err(RuntimeError::Other)?;
+        let listed = entries(&parse_listing(&chains.main(), &filter));
+        if listed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let table = ipt.run(&["-S"]).await.map_err(RuntimeError::Other)?;
+        Ok(stale_private(
+            &chains,
+            &listed,
+            &table,
+            &self.config.isolation.private,
+        ))
     }
 
     async fn prune_egress(&self) -> RuntimeResult<Vec<EgressEntry>> {

@@ -8,6 +8,7 @@
 //! a message otherwise.
 
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
@@ -530,9 +531,21 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
     }
 }
 
+/// Whether the sandbox `id` gets an answer from `addr` port 8080.
+async fn reaches(app: &TestApp, id: &str, addr: &str) -> bool {
+    tcp(app, &app.admin_token, id, addr, 8080)
+        .await
+        .contains("private-tcp")
+}
+
 /// An app whose egress filter asks `dns` and whose sandboxes may reach the
-/// private blocks `private` (`--egress-allow-private`).
-async fn app_with_private(dns: &str, private: &[&str]) -> TestApp {
+/// private blocks `private` (`--egress-allow-private`); with `dir`, a
+/// restart of the app that had it (same database, same instance).
+async fn app_with_private(
+    dns: &str,
+    private: &[&str],
+    dir: Option<Arc<tempfile::TempDir>>,
+) -> TestApp {
     let dns: std::net::SocketAddr = dns.parse().unwrap();
     let private = PrivateAccess::parse(private).unwrap();
     let app = spawn_app_with(AppOptions {
@@ -540,6 +553,7 @@ async fn app_with_private(dns: &str, private: &[&str]) -> TestApp {
             c.service.egress.upstream_dns = vec![dns];
             c.service.egress.private = private;
         })),
+        dir,
         ..Default::default()
     })
     .await;
@@ -558,8 +572,10 @@ async fn app_with_private(dns: &str, private: &[&str]) -> TestApp {
 /// DNS, HTTP and plain TCP. Without an opt-in no policy reaches them,
 /// allow-all included, an allowed name answered with one is not dialled
 /// by the proxy, and an allow list naming one is a 400; with
-/// `--egress-allow-private` naming them they are reached. E2B's
-/// `dnsServers` open port 53 of the server only.
+/// `--egress-allow-private` naming them they are reached, by sandboxes
+/// made before the restart that opted them in too, and not any more after
+/// one that takes the opt-in back. E2B's `dnsServers` open port 53 of the
+/// server only.
 #[tokio::test(flavor = "multi_thread")]
 async fn private_ranges_are_out_of_reach_unless_opted_in() {
     if !Outside::available() {
@@ -599,8 +615,8 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
     let started = Instant::now();
 
     // No opt-in (the default).
-    {
-        let app = app_with_private(&dns, &[]).await;
+    let (dir, instance, old) = {
+        let mut app = app_with_private(&dns, &[], None).await;
         let t = &app.admin_token;
         let open = app.create(t, json!({})).await;
         let id = open["id"].as_str().unwrap();
@@ -676,17 +692,29 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
             "{:?}",
             r.body
         );
-    }
+        // Its sandboxes stay for the next start.
+        app.shutdown().await;
+        app.cleanup_on_drop = false;
+        (app.dir.clone(), app.instance_id(), id.to_owned())
+    };
 
-    // Opted in: the same addresses answer (so it was the filter that
-    // refused), and allow lists may name them.
-    let app = app_with_private(&dns, &["10.251.62.0/24", link_local]).await;
+    // Opted in, after a restart: the same addresses answer (so it was the
+    // filter that refused), for a new sandbox and, once the start has
+    // written its entry again, for the one made before; allow lists may
+    // name them.
+    let app = app_with_private(&dns, &["10.251.62.0/24", link_local], Some(dir.clone())).await;
+    assert_eq!(app.instance_id(), instance);
     let t = &app.admin_token;
     let open = app.create(t, json!({})).await;
     let id = open["id"].as_str().unwrap();
     for addr in [private.as_str(), link_local] {
         let got = tcp(&app, t, id, addr, 8080).await;
         assert!(got.contains("private-tcp"), "{addr} opted in: {got}");
+    }
+    for addr in [private.as_str(), link_local] {
+        eventually(Duration::from_secs(20), || reaches(&app, &old, addr))
+            .await
+            .unwrap_or_else(|| panic!("the earlier sandbox never reached {addr} once opted in"));
     }
     let named = app
         .create(
@@ -739,6 +767,25 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
     );
     let got = fetch(&app, t, &e2b, &format!("http://{private}/"), "").await;
     assert!(!got.contains("private-http"), "dnsServers opened 80: {got}");
+
+    // The opt-in taken back at the next start: the running sandboxes lose
+    // it too.
+    let mut app = app;
+    app.shutdown().await;
+    app.cleanup_on_drop = false;
+    drop(app);
+    let app = app_with_private(&dns, &[], Some(dir)).await;
+    for id in [old.as_str(), open["id"].as_str().unwrap()] {
+        for addr in [private.as_str(), link_local] {
+            let app = &app;
+            eventually(Duration::from_secs(20), || async move {
+                !reaches(app, id, addr).await
+            })
+            .await
+            .unwrap_or_else(|| panic!("{id} still reaches {addr} after the opt-in went"));
+        }
+    }
     eprintln!("private ranges test: {:?}", started.elapsed());
+    drop(app);
     drop(outside);
 }
