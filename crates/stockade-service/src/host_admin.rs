@@ -717,6 +717,22 @@ mod tests {
             .collect();
         assert_eq!(names, [("edge-1", false), ("local", true)]);
         assert_eq!(get(&svc, "edge-1").await.unwrap().host, host);
+        // A tcp:// engine without TLS: registered, with a warning in what
+        // the API answers; the local socket has none.
+        let warnings = |name: &str| {
+            views
+                .iter()
+                .find(|v| v.host.name == name)
+                .map(|v| v.response().warnings)
+                .unwrap()
+        };
+        let plain = warnings("edge-1");
+        assert_eq!(plain.len(), 1, "{plain:?}");
+        assert!(
+            plain[0].contains("tcp://10.0.0.5:2376") && plain[0].contains("without TLS"),
+            "{plain:?}"
+        );
+        assert!(warnings("local").is_empty());
 
         // Taken names: a registered one and the server's own.
         for name in ["edge-1", "local"] {
@@ -777,7 +793,9 @@ mod tests {
             key: file("key.pem"),
             ..tls
         });
-        assert!(register(&svc, &tcp_tls).await.unwrap().tls.is_some());
+        let with_tls = register(&svc, &tcp_tls).await.unwrap();
+        assert!(with_tls.tls.is_some());
+        assert!(with_tls.warnings().is_empty());
     }
 
     #[tokio::test]
