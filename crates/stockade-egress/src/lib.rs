@@ -14,9 +14,12 @@
 //! A connection for a name goes through only to an address the proxy's own
 //! DNS resolution returned for that name, and only when it is the address
 //! the sandbox dialled: a sandbox cannot borrow an allowed name for another
-//! host. The answers the forwarder gave each sandbox are kept in
-//! [`ResolvedNames`] (name → addresses, with their TTL), where the proxy
-//! looks first and the packet filter may look too.
+//! host. Nothing goes to the private and link-local ranges (the local
+//! network, the cloud metadata service) outside the blocks an
+//! administrator opted in, whatever the policy. The answers the forwarder
+//! gave each sandbox are kept in [`ResolvedNames`] (name → addresses, with
+//! their TTL), where the proxy looks first and the packet filter may look
+//! too.
 //!
 //! [`EgressFilter::start`] runs both on given addresses; the pieces are
 //! public for other arrangements and for tests. [`iptables`] writes the
