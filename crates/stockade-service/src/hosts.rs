@@ -52,8 +52,9 @@ impl DockerHostFactory {
             }),
             server_name: host.name.clone(),
             // A host off this machine: its agents' port is published on
-            // its address, where this server reaches them (SCALE-4).
-            publish_address: host.address.clone(),
+            // its address, where this server reaches them — on that
+            // address only, never on every interface of the host.
+            publish_address: host.address.as_deref().map(bind_address),
             isolation: IsolationConfig {
                 packet_filter: self.template.isolation.packet_filter,
                 private: self.template.isolation.private.clone(),
@@ -62,6 +63,21 @@ impl DockerHostFactory {
             ..self.template.clone()
         }
     }
+}
+
+/// The IP address a host's agents' ports are published on: the address
+/// itself, or what its name resolves to here (left as the name when it does
+/// not resolve; the runtime then publishes on loopback only).
+fn bind_address(address: &str) -> String {
+    use std::net::ToSocketAddrs;
+    if address.parse::<std::net::IpAddr>().is_ok() {
+        return address.to_owned();
+    }
+    (address, 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .map_or_else(|| address.to_owned(), |a| a.ip().to_string())
 }
 
 impl RuntimeFactory for DockerHostFactory {

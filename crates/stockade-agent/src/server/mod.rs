@@ -280,7 +280,13 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
     }
 }
 
-fn serve_connection<I>(io: I, state: Arc<AgentState>)
+/// How long a request head may take to arrive: the agent's port may be
+/// published on a Docker host's address, where anyone can connect.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections served at once; more wait in the kernel's backlog.
+pub const MAX_CONNECTIONS: usize = 512;
+
+fn serve_connection<I>(io: I, state: Arc<AgentState>, slot: tokio::sync::OwnedSemaphorePermit)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -289,19 +295,28 @@ where
             let st = state.clone();
             async move { Ok::<_, Infallible>(handle(st, req).await) }
         });
-        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-            .serve_connection_with_upgrades(io, svc)
-            .await;
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT);
+        let _ = builder.serve_connection_with_upgrades(io, svc).await;
+        drop(slot);
     });
 }
 
-/// Accepts connections on a TCP listener forever.
+/// Accepts connections on a TCP listener forever, at most
+/// [`MAX_CONNECTIONS`] at a time.
 pub async fn serve_tcp(listener: tokio::net::TcpListener, state: Arc<AgentState>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                serve_connection(TokioIo::new(stream), state.clone());
+                serve_connection(TokioIo::new(stream), state.clone(), slot);
             }
             // Out of descriptors or similar: back off instead of spinning.
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -309,11 +324,16 @@ pub async fn serve_tcp(listener: tokio::net::TcpListener, state: Arc<AgentState>
     }
 }
 
-/// Accepts connections on a unix socket forever.
+/// Accepts connections on a unix socket forever, at most
+/// [`MAX_CONNECTIONS`] at a time.
 pub async fn serve_unix(listener: tokio::net::UnixListener, state: Arc<AgentState>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
-            Ok((stream, _)) => serve_connection(TokioIo::new(stream), state.clone()),
+            Ok((stream, _)) => serve_connection(TokioIo::new(stream), state.clone(), slot),
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }

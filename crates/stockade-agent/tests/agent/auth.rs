@@ -118,3 +118,33 @@ async fn unix_socket_and_init_defaults() {
         .unwrap();
     assert_eq!(res.status(), 400);
 }
+
+/// The agent's port may be published on a Docker host's address: a client
+/// that sends half a request head and waits is closed, and the agent keeps
+/// answering everyone else meanwhile.
+#[tokio::test]
+async fn a_half_sent_request_head_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let agent = Agent::start().await;
+    let mut idle = tokio::net::TcpStream::connect(&agent.addr).await.unwrap();
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    assert!(agent.client().health().await.is_ok());
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(
+        stockade_agent::server::HEADER_TIMEOUT + std::time::Duration::from_secs(5),
+        async {
+            loop {
+                match idle.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        },
+    )
+    .await;
+    assert!(closed.is_ok(), "still open after {:?}", started.elapsed());
+    assert!(started.elapsed() >= stockade_agent::server::HEADER_TIMEOUT / 2);
+}

@@ -225,9 +225,12 @@ impl DockerRuntime {
             .filter(|_| spec.agent_token.is_some());
         let agent_port = format!("{}/tcp", crate::AGENT_PORT);
         let port_bindings = published.map(|address| {
+            // Never every interface of the host: its address, or loopback
+            // when that is not an IP (the agent is then unreachable from
+            // outside, and the host's health says so).
             let bind = match address.parse::<std::net::IpAddr>() {
                 Ok(ip) => ip.to_string(),
-                Err(_) => "0.0.0.0".to_owned(),
+                Err(_) => "127.0.0.1".to_owned(),
             };
             HashMap::from([(
                 agent_port.clone(),
