@@ -388,3 +388,34 @@ pub struct ExecOutput {
     /// Output beyond `max_output_bytes` was dropped.
     pub truncated: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_image_answers_only_to_its_own_name() {
+        let labels = std::collections::HashMap::from([(
+            SNAPSHOT_LABEL.to_owned(),
+            "s4n7q2b9x1kd".to_owned(),
+        )]);
+        assert!(check_snapshot_image("stockade-snapshot:s4n7q2b9x1kd", Some(&labels)).is_ok());
+        for other in [
+            "9f3c1a",
+            "sha256:9f3c1a2b",
+            "innocent:1",
+            "stockade-snapshot:aaaaaaaaaaaa",
+            "docker.io/library/stockade-snapshot:s4n7q2b9x1kd",
+        ] {
+            let e = check_snapshot_image(other, Some(&labels)).unwrap_err();
+            assert!(
+                matches!(e, RuntimeError::ImageUnavailable { .. }),
+                "{other}: {e}"
+            );
+        }
+        // Images without the label (or with a blank one) are anyone's.
+        assert!(check_snapshot_image("node:20", None).is_ok());
+        let blank = std::collections::HashMap::from([(SNAPSHOT_LABEL.to_owned(), String::new())]);
+        assert!(check_snapshot_image("node:20", Some(&blank)).is_ok());
+    }
+}
