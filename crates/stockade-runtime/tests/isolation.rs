@@ -565,3 +565,81 @@ async fn pool_members_join_the_same_networks() {
     rt.remove_isolation().await.expect("remove isolation");
     drop(cleanup);
 }
+
+/// When Stockade's network cannot be made (here: another network already
+/// has its name), a create is refused before anything exists rather than
+/// put on Docker's default bridge, where sandboxes reach each other — until
+/// the administrator opts in.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_network_no_sandbox_unless_the_administrator_allows_it() {
+    let iso = test_isolation();
+    let mut cleanup = Cleanup {
+        iso: iso.clone(),
+        sandboxes: Vec::new(),
+        containers: Vec::new(),
+    };
+    let squat = Command::new("docker")
+        .args(["network", "create", &iso.network])
+        .output()
+        .expect("docker network create");
+    assert!(squat.status.success(), "{squat:?}");
+    let rt = DockerRuntime::new(DockerConfig {
+        isolation: iso.clone(),
+        ..DockerConfig::default()
+    })
+    .unwrap();
+    let account = AccountId::generate();
+    let keep_alive = stockade_core::StartCommand::keep_alive_argv();
+    let online = spec(&account, keep_alive.clone(), true);
+    cleanup.sandboxes.push(online.sandbox_id.clone());
+    let err = rt.create(&online).await.unwrap_err();
+    assert!(
+        err.to_string().contains("--allow-unisolated-sandboxes"),
+        "{err}"
+    );
+    assert!(rt.inspect(&online.sandbox_id).await.unwrap().is_none());
+    let volume = VolumeName::for_sandbox(&online.sandbox_id);
+    let volumes = Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "-f",
+            &format!("name={}", volume.as_str()),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&volumes.stdout).trim().is_empty(),
+        "a volume was left behind"
+    );
+    // The offline network is Stockade's: those sandboxes still start.
+    let offline = spec(&account, keep_alive.clone(), false);
+    cleanup.sandboxes.push(offline.sandbox_id.clone());
+    rt.create(&offline).await.expect("an offline sandbox");
+
+    // Opted in: the sandbox joins Docker's default bridge.
+    let lax = DockerRuntime::new(DockerConfig {
+        isolation: IsolationConfig {
+            allow_unisolated: true,
+            ..iso.clone()
+        },
+        ..DockerConfig::default()
+    })
+    .unwrap();
+    let opted = spec(&account, keep_alive, true);
+    cleanup.sandboxes.push(opted.sandbox_id.clone());
+    lax.create(&opted)
+        .await
+        .expect("created on the default bridge");
+    let net = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+            &container_name(&opted.sandbox_id),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&net.stdout).trim(), "bridge");
+}

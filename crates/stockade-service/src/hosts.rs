@@ -58,6 +58,7 @@ impl DockerHostFactory {
             isolation: IsolationConfig {
                 packet_filter: self.template.isolation.packet_filter,
                 private: self.template.isolation.private.clone(),
+                allow_unisolated: self.template.isolation.allow_unisolated,
                 ..IsolationConfig::for_host(&host.name)
             },
             ..self.template.clone()

@@ -363,6 +363,11 @@ struct IsolationArgs {
     /// of the Docker host; the isolation report says so).
     #[arg(long, env = "STOCKADE_NO_PACKET_FILTER")]
     no_packet_filter: bool,
+    /// When Stockade's sandbox networks cannot be made on a Docker host,
+    /// create sandboxes on Docker's default networks anyway, where they
+    /// reach each other. Without it such creates are refused (503).
+    #[arg(long, env = "STOCKADE_ALLOW_UNISOLATED_SANDBOXES")]
+    allow_unisolated_sandboxes: bool,
     /// Port of the egress proxy on the sandbox network's gateway, where
     /// TCP 80/443 of sandboxes with allow/deny lists is redirected
     /// (SEC-18); 0: a free port.
@@ -445,6 +450,7 @@ impl IsolationArgs {
             chain: self.isolation_chain.clone(),
             packet_filter: !self.no_packet_filter,
             private: self.private_access()?,
+            allow_unisolated: self.allow_unisolated_sandboxes,
         };
         config.validate().map_err(|e| {
             let (field, reason) = e.split_once(": ").unwrap_or(("", e.as_str()));

@@ -335,6 +335,8 @@ impl DockerRuntime {
         );
         let (volume_opts, storage_opt) = Self::disk_options(quotas.as_ref(), spec.disk_bytes);
         let image = image?;
+        // Before anything is made: nothing half-made stays on a refusal.
+        self.check_isolated(spec.network_access)?;
         if !agent_ready? {
             self.ensure_agent_volume(docker, &spec.image).await?;
         }
@@ -379,6 +381,7 @@ impl DockerRuntime {
             // Stockade's network was removed behind its back: make it again.
             self.forget_networks();
             self.prepare_networks(docker).await;
+            self.check_isolated(spec.network_access)?;
             created = docker
                 .create_container(
                     Some(options),

@@ -23,10 +23,13 @@
 //! would forward out of the subnet, and the chain above drops what goes to
 //! the host itself, so it reaches nothing (tests/isolation.rs).
 //!
-//! When the networks cannot be made, sandboxes fall back to Docker's
-//! default bridge (or no network at all); when the packet filter cannot be
-//! applied (no `iptables`, not root, a remote engine), sandboxes still join
-//! the networks but can reach the host. Either way the report says why.
+//! When the networks cannot be made, creates are refused (503, naming the
+//! way out) rather than run on Docker's default bridge, where sandboxes
+//! reach each other — unless the administrator opted in
+//! ([`IsolationConfig::allow_unisolated`]); when the packet filter cannot
+//! be applied (no `iptables`, not root, a remote engine), sandboxes still
+//! join the networks but can reach the host. Either way the report says
+//! why.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -76,6 +79,10 @@ pub struct IsolationConfig {
     /// (the administrator's opt-in; default none): the packet filter
     /// rejects the rest of those ranges for every policy.
     pub private: PrivateAccess,
+    /// When Stockade's networks cannot be made, create sandboxes on
+    /// Docker's default networks anyway (where they reach each other). Off:
+    /// such creates are refused (the administrator's opt-in).
+    pub allow_unisolated: bool,
 }
 
 impl Default for IsolationConfig {
@@ -88,6 +95,7 @@ impl Default for IsolationConfig {
             chain: "STOCKADE-ISOLATION".into(),
             packet_filter: true,
             private: PrivateAccess::none(),
+            allow_unisolated: false,
         }
     }
 }
@@ -107,6 +115,7 @@ impl IsolationConfig {
             chain: format!("{}-ISOLATION", prefix.to_ascii_uppercase()),
             packet_filter: true,
             private: PrivateAccess::none(),
+            allow_unisolated: false,
         }
     }
 
@@ -220,6 +229,28 @@ impl DockerRuntime {
         } else {
             "none".into()
         }
+    }
+
+    /// Refuses a create while the network it would join is not Stockade's,
+    /// unless the administrator allowed sandboxes on Docker's default
+    /// networks.
+    pub(super) fn check_isolated(&self, network_access: bool) -> RuntimeResult<()> {
+        let ready = self.networks_ready[usize::from(!network_access)].load(Ordering::Acquire);
+        if ready || self.config.isolation.allow_unisolated {
+            return Ok(());
+        }
+        Err(RuntimeError::Unavailable(format!(
+            "Stockade's sandbox network '{}' could not be set up on Docker host '{}' (the \
+             isolation report in /health says why), and sandboxes are not created on Docker's \
+             default networks, where they would reach each other: fix the engine, or start the \
+             server with --allow-unisolated-sandboxes",
+            if network_access {
+                &self.config.isolation.network
+            } else {
+                &self.config.isolation.internal_network
+            },
+            self.config.server_name
+        )))
     }
 
     /// Makes Stockade's networks when they are not known to be ready (the
