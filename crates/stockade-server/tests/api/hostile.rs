@@ -44,6 +44,19 @@ fn internal_service(redirect_to: Option<String>) -> (u16, Arc<AtomicUsize>) {
     (port, hits)
 }
 
+/// A port token of sandbox `id` for `owner`.
+async fn port_token(app: &TestApp, owner: &str, id: &str) -> String {
+    let r = app
+        .post(
+            &format!("/api/v1/sandbox/{id}/auth-token"),
+            owner,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    r.body["token"].as_str().unwrap().to_owned()
+}
+
 /// A server with the default address policy: no internal address allowed.
 async fn strict_app() -> TestApp {
     spawn_app_with(AppOptions {
@@ -295,17 +308,7 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
         )
         .await;
     let id = sb["id"].as_str().unwrap();
-    let token = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/auth-token"),
-            &alice,
-            json!({}),
-        )
-        .await
-        .body["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = port_token(&app, &alice, id).await;
     // The path form: an opaque origin for whatever the sandbox serves.
     let mut page = None;
     for _ in 0..50 {
@@ -634,17 +637,7 @@ async fn the_port_cookie_is_not_sent_for_another_sites_pages() {
         )
         .await;
     let id = sb["id"].as_str().unwrap();
-    let token = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/auth-token"),
-            &alice,
-            json!({}),
-        )
-        .await
-        .body["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token = port_token(&app, &alice, id).await;
     let url = format!("{}/proxy/{id}/8080/hostname", app.base);
     // The link with the token sets the cookie.
     let mut cookie = None;
