@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use stockade_core::quota::BYTES_PER_GB;
-use stockade_core::{Quota, QuotaInput, QuotaUsage};
+use stockade_core::{Quota, QuotaInput, QuotaUsage, StoredUsage};
 use utoipa::ToSchema;
 
 /// `PUT /api/v1/accounts/{id}/quota` (admin only): the whole quota; a field
@@ -23,6 +23,20 @@ pub struct SetQuotaRequest {
     /// `diskSizeGB` of the sandboxes that are not terminated, together.
     #[serde(default, rename = "diskGB")]
     pub disk_gb: Option<u64>,
+    /// Snapshots that are not deleted.
+    #[serde(default)]
+    pub snapshots: Option<u64>,
+    /// What those snapshots take in the object store (workspace and image
+    /// archives), in GB (fractions allowed).
+    #[serde(default, rename = "snapshotGB")]
+    pub snapshot_gb: Option<f64>,
+    /// Uploads not yet used by a create (and not expired).
+    #[serde(default)]
+    pub uploads: Option<u64>,
+    /// What those uploads take in the object store, in GB (fractions
+    /// allowed).
+    #[serde(default, rename = "uploadGB")]
+    pub upload_gb: Option<f64>,
 }
 
 impl SetQuotaRequest {
@@ -33,6 +47,10 @@ impl SetQuotaRequest {
             cpu_cores: self.cpu_cores,
             memory_gb: self.memory_gb,
             disk_gb: self.disk_gb,
+            snapshots: self.snapshots,
+            snapshot_gb: self.snapshot_gb,
+            uploads: self.uploads,
+            upload_gb: self.upload_gb,
         }
     }
 
@@ -52,6 +70,14 @@ pub struct QuotaLimits {
     pub memory_gb: Option<f64>,
     #[serde(rename = "diskGB")]
     pub disk_gb: Option<u64>,
+    #[serde(default)]
+    pub snapshots: Option<u64>,
+    #[serde(default, rename = "snapshotGB")]
+    pub snapshot_gb: Option<f64>,
+    #[serde(default)]
+    pub uploads: Option<u64>,
+    #[serde(default, rename = "uploadGB")]
+    pub upload_gb: Option<f64>,
 }
 
 impl From<&Quota> for QuotaLimits {
@@ -62,6 +88,10 @@ impl From<&Quota> for QuotaLimits {
             cpu_cores: i.cpu_cores,
             memory_gb: i.memory_gb,
             disk_gb: i.disk_gb,
+            snapshots: i.snapshots,
+            snapshot_gb: i.snapshot_gb,
+            uploads: i.uploads,
+            upload_gb: i.upload_gb,
         }
     }
 }
@@ -74,6 +104,10 @@ impl QuotaLimits {
             cpu_cores: self.cpu_cores,
             memory_gb: self.memory_gb,
             disk_gb: self.disk_gb,
+            snapshots: self.snapshots,
+            snapshot_gb: self.snapshot_gb,
+            uploads: self.uploads,
+            upload_gb: self.upload_gb,
         }
     }
 }
@@ -92,6 +126,18 @@ pub struct QuotaUsageResponse {
     /// `diskSizeGB` of the sandboxes that are not terminated.
     #[serde(rename = "diskGB")]
     pub disk_gb: u64,
+    /// Snapshots that are not deleted (being captured ones too).
+    #[serde(default)]
+    pub snapshots: u64,
+    /// What they take in the object store, in GB.
+    #[serde(default, rename = "snapshotGB")]
+    pub snapshot_gb: f64,
+    /// Uploads not yet used and not expired.
+    #[serde(default)]
+    pub uploads: u64,
+    /// What they take in the object store, in GB.
+    #[serde(default, rename = "uploadGB")]
+    pub upload_gb: f64,
 }
 
 impl From<&QuotaUsage> for QuotaUsageResponse {
@@ -101,6 +147,21 @@ impl From<&QuotaUsage> for QuotaUsageResponse {
             cpu_cores: u.running.cpu_millis as f64 / 1000.0,
             memory_gb: u.running.memory_bytes as f64 / BYTES_PER_GB as f64,
             disk_gb: u.disk_gb,
+            ..Self::default()
+        }
+    }
+}
+
+impl QuotaUsageResponse {
+    /// With what the account keeps in the object store.
+    pub fn with_stored(self, s: &StoredUsage) -> Self {
+        let gb = |b: u64| b as f64 / BYTES_PER_GB as f64;
+        Self {
+            snapshots: s.snapshots,
+            snapshot_gb: gb(s.snapshot_bytes),
+            uploads: s.uploads,
+            upload_gb: gb(s.upload_bytes),
+            ..self
         }
     }
 }

@@ -28,7 +28,7 @@ pub use netpolicy::{
     Cidr, Decision, DomainName, EgressPolicy, EgressRule, PrivateAccess, Reason, RuleList,
 };
 pub use operation::{Operation, OperationId, OperationKind};
-pub use quota::{Footprint, Quota, QuotaInput, QuotaUsage, Resources};
+pub use quota::{Footprint, Quota, QuotaInput, QuotaUsage, Resources, StoredUsage};
 pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;
 pub use snapshot::{Snapshot, SnapshotKind, SnapshotStatus};

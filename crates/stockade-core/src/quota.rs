@@ -146,6 +146,25 @@ pub struct Quota {
     pub memory_bytes: Option<u64>,
     /// `diskSizeGB` of the sandboxes that are not terminated.
     pub disk_gb: Option<u64>,
+    /// User snapshots that are not deleted (being captured ones count).
+    pub snapshots: Option<u64>,
+    /// Bytes those snapshots hold in the object store (workspace and image
+    /// archives together).
+    pub snapshot_bytes: Option<u64>,
+    /// Uploaded archives not yet used and not expired.
+    pub uploads: Option<u64>,
+    /// Bytes those uploads hold in the object store.
+    pub upload_bytes: Option<u64>,
+}
+
+/// What an account keeps in the object store, as its quota counts it:
+/// snapshots (not deleted) and uploads (not used, not expired).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredUsage {
+    pub snapshots: u64,
+    pub snapshot_bytes: u64,
+    pub uploads: u64,
+    pub upload_bytes: u64,
 }
 
 /// A quota as the API and the command line give it: whole sandboxes and
@@ -157,6 +176,12 @@ pub struct QuotaInput {
     pub cpu_cores: Option<f64>,
     pub memory_gb: Option<f64>,
     pub disk_gb: Option<u64>,
+    pub snapshots: Option<u64>,
+    /// GB of snapshot archives (fractions allowed).
+    pub snapshot_gb: Option<f64>,
+    pub uploads: Option<u64>,
+    /// GB of pending uploads (fractions allowed).
+    pub upload_gb: Option<f64>,
 }
 
 impl Quota {
@@ -170,7 +195,8 @@ impl Quota {
     }
 
     /// Checks `input`; each bad value is reported under its API field
-    /// (`sandboxes`, `cpuCores`, `memoryGB`, `diskGB`).
+    /// (`sandboxes`, `cpuCores`, `memoryGB`, `diskGB`, `snapshots`,
+    /// `snapshotGB`, `uploads`, `uploadGB`).
     pub fn from_input(input: &QuotaInput) -> Result<Self, ValidationErrors> {
         let mut errs = ValidationErrors::default();
         let max = MAX_QUOTA;
@@ -186,6 +212,11 @@ impl Quota {
                 format!("must be at most {max} GB (or null: unlimited)"),
             );
         }
+        for (v, field) in [(input.snapshots, "snapshots"), (input.uploads, "uploads")] {
+            if v.is_some_and(|n| n > max) {
+                errs.push(field, format!("must be at most {max} (or null: unlimited)"));
+            }
+        }
         let fraction = |v: Option<f64>, field: &str, unit: &str, errs: &mut ValidationErrors| {
             if let Some(v) = v {
                 if !v.is_finite() || v < 0.0 || v > max as f64 {
@@ -198,12 +229,18 @@ impl Quota {
         };
         fraction(input.cpu_cores, "cpuCores", " cores", &mut errs);
         fraction(input.memory_gb, "memoryGB", " GB", &mut errs);
+        fraction(input.snapshot_gb, "snapshotGB", " GB", &mut errs);
+        fraction(input.upload_gb, "uploadGB", " GB", &mut errs);
         errs.into_result()?;
         Ok(Self {
             sandboxes: input.sandboxes,
             cpu_millis: input.cpu_cores.map(cpu_millis),
             memory_bytes: input.memory_gb.map(gb_bytes),
             disk_gb: input.disk_gb,
+            snapshots: input.snapshots,
+            snapshot_bytes: input.snapshot_gb.map(gb_bytes),
+            uploads: input.uploads,
+            upload_bytes: input.upload_gb.map(gb_bytes),
         })
     }
 
@@ -214,7 +251,39 @@ impl Quota {
             cpu_cores: self.cpu_millis.map(|m| m as f64 / 1000.0),
             memory_gb: self.memory_bytes.map(|b| b as f64 / BYTES_PER_GB as f64),
             disk_gb: self.disk_gb,
+            snapshots: self.snapshots,
+            snapshot_gb: self.snapshot_bytes.map(|b| b as f64 / BYTES_PER_GB as f64),
+            uploads: self.uploads,
+            upload_gb: self.upload_bytes.map(|b| b as f64 / BYTES_PER_GB as f64),
         }
+    }
+
+    /// Whether one more snapshot fits: `account quota exceeded: 3 of 3
+    /// snapshots`.
+    pub fn check_snapshot_count(&self, used: &StoredUsage) -> Result<(), String> {
+        check_count(self.snapshots, used.snapshots, "snapshots")
+    }
+
+    /// Whether a snapshot of `bytes` fits next to the `used` ones (which do
+    /// not include it).
+    pub fn check_snapshot_bytes(&self, used: &StoredUsage, bytes: u64) -> Result<(), String> {
+        check_bytes(self.snapshot_bytes, used.snapshot_bytes, bytes, "snapshots")
+    }
+
+    /// Whether one more upload fits.
+    pub fn check_upload_count(&self, used: &StoredUsage) -> Result<(), String> {
+        check_count(self.uploads, used.uploads, "uploads")
+    }
+
+    /// Whether an upload of `bytes` fits next to the `used` ones.
+    pub fn check_upload_bytes(&self, used: &StoredUsage, bytes: u64) -> Result<(), String> {
+        check_bytes(self.upload_bytes, used.upload_bytes, bytes, "uploads")
+    }
+
+    /// How many more bytes of uploads fit (`None`: unlimited).
+    pub fn upload_bytes_left(&self, used: &StoredUsage) -> Option<u64> {
+        self.upload_bytes
+            .map(|limit| limit.saturating_sub(used.upload_bytes))
     }
 
     /// Whether a sandbox may go from `before` to `after` while the rest of
@@ -276,6 +345,29 @@ impl Quota {
     }
 }
 
+/// One more of `what` (snapshots, uploads) past `limit`.
+fn check_count(limit: Option<u64>, used: u64, what: &str) -> Result<(), String> {
+    match limit {
+        Some(limit) if used.saturating_add(1) > limit => {
+            Err(format!("account quota exceeded: {used} of {limit} {what}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `more` bytes of `what` next to `used` past `limit`.
+fn check_bytes(limit: Option<u64>, used: u64, more: u64, what: &str) -> Result<(), String> {
+    match limit {
+        Some(limit) if used.saturating_add(more) > limit => Err(format!(
+            "account quota exceeded: {} of {} GB in {what}, {} GB more requested",
+            show_gb(used),
+            show_gb(limit),
+            show_gb(more)
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,9 +404,15 @@ mod tests {
             sandboxes: Some(5),
             cpu_cores: Some(2.5),
             memory_gb: Some(8.0),
-            disk_gb: None,
+            snapshot_gb: Some(0.5),
+            uploads: Some(3),
+            ..QuotaInput::default()
         })
         .unwrap();
+        assert_eq!(q.snapshot_bytes, Some(BYTES_PER_GB / 2));
+        assert_eq!(q.uploads, Some(3));
+        assert_eq!(q.snapshots, None);
+        assert_eq!(q.to_input().snapshot_gb, Some(0.5));
         assert_eq!(q.sandboxes, Some(5));
         assert_eq!(q.cpu_millis, Some(2500));
         assert_eq!(q.memory_bytes, Some(8 * BYTES_PER_GB));
@@ -329,10 +427,26 @@ mod tests {
             cpu_cores: Some(-1.0),
             memory_gb: Some(f64::INFINITY),
             disk_gb: Some(u64::MAX),
+            snapshots: Some(MAX_QUOTA + 1),
+            snapshot_gb: Some(-0.5),
+            uploads: Some(u64::MAX),
+            upload_gb: Some(f64::NAN),
         })
         .unwrap_err();
         let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["sandboxes", "diskGB", "cpuCores", "memoryGB"]);
+        assert_eq!(
+            fields,
+            [
+                "sandboxes",
+                "diskGB",
+                "snapshots",
+                "uploads",
+                "cpuCores",
+                "memoryGB",
+                "snapshotGB",
+                "uploadGB"
+            ]
+        );
         // Zero is a limit (nothing may be made or run), not "unlimited".
         let zero = Quota::from_input(&QuotaInput {
             cpu_cores: Some(0.0),
@@ -349,6 +463,7 @@ mod tests {
             cpu_millis: Some(4000),
             memory_bytes: Some(8 * BYTES_PER_GB),
             disk_gb: Some(50),
+            ..Quota::default()
         };
         let new = Footprint::running(&spec(1.0, 2.0, 10.0));
         let others = |n: u64, cpu: u64, mem_gb: u64, disk: u64| QuotaUsage {
@@ -395,6 +510,53 @@ mod tests {
         assert!(q.check(&others(9, 9000, 99, 99), &bigger, &new).is_ok());
         assert!(Quota::unlimited()
             .check(&others(u64::MAX, u64::MAX, 0, 0), &none, &new)
+            .is_ok());
+    }
+
+    #[test]
+    fn stored_limits_count_what_is_kept() {
+        let q = Quota {
+            snapshots: Some(2),
+            snapshot_bytes: Some(BYTES_PER_GB),
+            uploads: Some(0),
+            ..Quota::default()
+        };
+        let used = StoredUsage {
+            snapshots: 1,
+            snapshot_bytes: BYTES_PER_GB / 2,
+            uploads: 0,
+            upload_bytes: 7,
+        };
+        assert!(q.check_snapshot_count(&used).is_ok());
+        let full = StoredUsage {
+            snapshots: 2,
+            ..used
+        };
+        assert_eq!(
+            q.check_snapshot_count(&full).unwrap_err(),
+            "account quota exceeded: 2 of 2 snapshots"
+        );
+        assert!(q.check_snapshot_bytes(&used, BYTES_PER_GB / 2).is_ok());
+        assert_eq!(
+            q.check_snapshot_bytes(&used, BYTES_PER_GB).unwrap_err(),
+            "account quota exceeded: 0.5 of 1 GB in snapshots, 1 GB more requested"
+        );
+        assert_eq!(
+            q.check_upload_count(&used).unwrap_err(),
+            "account quota exceeded: 0 of 0 uploads"
+        );
+        assert!(q.check_upload_bytes(&used, u64::MAX).is_ok());
+        assert_eq!(q.upload_bytes_left(&used), None);
+        let small = Quota {
+            upload_bytes: Some(10),
+            ..Quota::default()
+        };
+        assert_eq!(small.upload_bytes_left(&used), Some(3));
+        assert!(Quota::unlimited()
+            .check_snapshot_count(&StoredUsage {
+                snapshots: u64::MAX,
+                ..used
+            })
             .is_ok());
     }
 

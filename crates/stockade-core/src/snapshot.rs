@@ -103,6 +103,8 @@ pub struct Snapshot {
     pub blob_key: Option<String>,
     /// Size of that tar.
     pub workspace_bytes: Option<u64>,
+    /// Size of the image's archive in the object store, once stored.
+    pub image_bytes: Option<u64>,
     /// The source sandbox's environment variables when it was captured: its
     /// image has them blanked, and a sandbox made from it gets them from
     /// here. `None` on older snapshots, whose images still carry them.
@@ -135,6 +137,7 @@ impl Snapshot {
             status: SnapshotStatus::Creating,
             blob_key: None,
             workspace_bytes: None,
+            image_bytes: None,
             environment_vars: None,
             created_at: now,
             deleted_at: None,

@@ -7,6 +7,11 @@
 //! while it streams into the object store: one that could never be restored
 //! is refused (413) and nothing of it is kept.
 //!
+//! A user snapshot counts against its account's quota of snapshots and of
+//! snapshot bytes: one past the count is refused before anything is made;
+//! the bytes are known once the archives are stored, and a capture that
+//! would go past them is refused and everything it made removed.
+//!
 //! A capture runs in its own task, so a client that goes away does not leave
 //! half a snapshot: it completes, or everything it made is removed again.
 //! A deleted snapshot's image may still be used by sandboxes created from it
@@ -18,8 +23,8 @@ use std::time::Duration;
 
 use chrono::{SubsecRound, Utc};
 use stockade_core::{
-    OperationKind, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId, SnapshotKind,
-    SnapshotStatus,
+    AccountId, OperationKind, Quota, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId,
+    SnapshotKind, SnapshotStatus, StoredUsage,
 };
 use stockade_runtime::{labels, RuntimeError, SNAPSHOT_LABEL};
 use stockade_store::StoreError;
@@ -88,6 +93,15 @@ pub async fn capture(
     kind: SnapshotKind,
 ) -> ServiceResult<Snapshot> {
     ensure_capturable(sb)?;
+    // Fork snapshots are internal and short-lived: only user ones count.
+    let quota = match kind {
+        SnapshotKind::User => {
+            let quota = account_quota(svc, &scope.account_id).await?;
+            check_count(svc, &quota, &scope.account_id, None).await?;
+            quota
+        }
+        SnapshotKind::Fork => Quota::unlimited(),
+    };
     let mut snapshot = Snapshot::new(
         scope.account_id.clone(),
         sb.id.clone(),
@@ -109,6 +123,13 @@ pub async fn capture(
         guard.release().await;
         return Err(e.into());
     }
+    // Checked again with the record in place: of captures racing for the
+    // last place, none gets past the quota.
+    if let Err(e) = check_count(svc, &quota, &scope.account_id, Some(&snapshot.id)).await {
+        guard.release().await;
+        discard(svc, &snapshot).await;
+        return Err(e);
+    }
     let rt = match svc.runtime_for(sb).await {
         Ok(rt) => rt,
         Err(e) => {
@@ -121,7 +142,7 @@ pub async fn capture(
     // Its own task: it finishes (or cleans up) even if the caller goes away.
     tokio::spawn(async move {
         let id = snapshot.id.clone();
-        let captured = capture_inner(&svc, rt.as_ref(), snapshot.clone()).await;
+        let captured = capture_inner(&svc, rt.as_ref(), snapshot.clone(), &quota).await;
         if svc.crashed() {
             return captured;
         }
@@ -142,10 +163,67 @@ pub async fn capture(
     .map_err(|e| ServiceError::Internal(format!("snapshot task failed: {e}")))?
 }
 
+/// The quota of `account` (404 for an unknown account).
+async fn account_quota(svc: &Service, account: &AccountId) -> ServiceResult<Quota> {
+    svc.store.get_quota(account).await.map_err(|e| match e {
+        StoreError::NotFound => ServiceError::NotFound(format!("Account {account} not found")),
+        other => other.into(),
+    })
+}
+
+/// What the account's snapshots but `except` take, as the quota counts them.
+async fn snapshots_used(
+    svc: &Service,
+    account: &AccountId,
+    except: Option<&SnapshotId>,
+) -> ServiceResult<StoredUsage> {
+    let (snapshots, snapshot_bytes) = svc.store.snapshot_usage(account, except).await?;
+    Ok(StoredUsage {
+        snapshots,
+        snapshot_bytes,
+        ..StoredUsage::default()
+    })
+}
+
+/// Refuses one more snapshot past the account's count (403
+/// `quota_exceeded`); `own` is the capture's record when it is stored.
+async fn check_count(
+    svc: &Service,
+    quota: &Quota,
+    account: &AccountId,
+    own: Option<&SnapshotId>,
+) -> ServiceResult<()> {
+    if quota.snapshots.is_none() {
+        return Ok(());
+    }
+    let used = snapshots_used(svc, account, own).await?;
+    quota
+        .check_snapshot_count(&used)
+        .map_err(ServiceError::QuotaExceeded)
+}
+
+/// Refuses a capture whose archives, `bytes` so far, go past the account's
+/// snapshot bytes (403 `quota_exceeded`); the caller removes what it made.
+async fn check_bytes(
+    svc: &Service,
+    quota: &Quota,
+    snapshot: &Snapshot,
+    bytes: u64,
+) -> ServiceResult<()> {
+    if quota.snapshot_bytes.is_none() {
+        return Ok(());
+    }
+    let used = snapshots_used(svc, &snapshot.account_id, Some(&snapshot.id)).await?;
+    quota
+        .check_snapshot_bytes(&used, bytes)
+        .map_err(ServiceError::QuotaExceeded)
+}
+
 async fn capture_inner(
     svc: &Service,
     rt: &dyn stockade_runtime::Runtime,
     mut snapshot: Snapshot,
+    quota: &Quota,
 ) -> ServiceResult<Snapshot> {
     let image_labels = BTreeMap::from([
         (SNAPSHOT_LABEL.to_owned(), snapshot.id.to_string()),
@@ -191,15 +269,21 @@ async fn capture_inner(
             Err(e) => return Err(e.into()),
         };
         snapshot.workspace_bytes = Some(bytes);
+        // Recorded at once, so that captures running beside it count it.
+        svc.store.update_snapshot(&snapshot).await?;
+        check_bytes(svc, quota, &snapshot, bytes).await?;
         // SCALE-8: the image too, so that a sandbox on any host can start
         // from it, also once this host is gone.
         let image = rt
             .export_image(&snapshot.image_ref)
             .await
             .map_err(|e| missing_container(e, &snapshot))?;
-        svc.blobs
+        let image_bytes = svc
+            .blobs
             .put_stream(&Snapshot::image_blob_key_for(&snapshot.id), image)
             .await?;
+        snapshot.image_bytes = Some(image_bytes);
+        check_bytes(svc, quota, &snapshot, bytes.saturating_add(image_bytes)).await?;
         svc.crash_point("snapshot.image_stored")?;
     }
     snapshot.status = SnapshotStatus::Ready;

@@ -42,7 +42,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use reqwest::Url;
 use stockade_api::{CreateSandboxRequest, SandboxSource};
-use stockade_core::{AccountId, SandboxId, SandboxSpec, Snapshot, SnapshotKind, UploadId};
+use stockade_core::{
+    AccountId, Quota, SandboxId, SandboxSpec, Snapshot, SnapshotKind, StoredUsage, UploadId,
+};
 use stockade_runtime::{ByteStream, RuntimeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
@@ -332,6 +334,124 @@ pub fn inherit(
 /// `uploads/{account}/{id}.tar`: an upload is only ever found by its owner.
 pub fn upload_key(account: &AccountId, id: &UploadId) -> String {
     format!("uploads/{account}/{id}.tar")
+}
+
+/// How many uploads `account` holds that are neither used nor expired, and
+/// their bytes in the object store.
+async fn uploads_held(svc: &Service, account: &AccountId) -> ServiceResult<(u64, u64)> {
+    let listed = svc.blobs.list(&format!("uploads/{account}")).await?;
+    let ttl = svc.config.sources.upload_ttl;
+    Ok(listed
+        .iter()
+        .filter(|m| !expired(m.last_modified, ttl))
+        .fold((0, 0), |(n, bytes), m| (n + 1, bytes + m.size)))
+}
+
+/// What `account` keeps in the object store, as its quota counts it:
+/// its snapshots that are not deleted and its pending uploads.
+pub async fn stored_usage(svc: &Service, account: &AccountId) -> ServiceResult<StoredUsage> {
+    let (snapshots, snapshot_bytes) = svc.store.snapshot_usage(account, None).await?;
+    let (uploads, upload_bytes) = uploads_held(svc, account).await?;
+    Ok(StoredUsage {
+        snapshots,
+        snapshot_bytes,
+        uploads,
+        upload_bytes,
+    })
+}
+
+/// An upload let in by its account's quota: how many bytes it may bring.
+#[derive(Debug, Clone)]
+pub struct UploadAdmission {
+    account: AccountId,
+    quota: Quota,
+    used: StoredUsage,
+}
+
+impl UploadAdmission {
+    /// Bytes the upload may have before it goes past the account's quota
+    /// (`None`: the quota sets none; the server's ceiling still holds).
+    pub fn bytes_left(&self) -> Option<u64> {
+        self.quota.upload_bytes_left(&self.used)
+    }
+
+    /// The refusal of an upload that went past the bytes left: 413, like
+    /// the server's ceiling on uploads, with the quota's message.
+    pub fn too_large(&self, bytes: u64) -> ServiceError {
+        let message = self
+            .quota
+            .check_upload_bytes(&self.used, bytes)
+            .err()
+            .unwrap_or_else(|| "account quota exceeded: uploads".into());
+        ServiceError::PayloadTooLarge(message)
+    }
+}
+
+/// Lets an upload of `account` begin: refused (403 `quota_exceeded`) when
+/// the account holds as many pending uploads as its quota allows.
+pub async fn admit_upload(svc: &Service, account: &AccountId) -> ServiceResult<UploadAdmission> {
+    let quota = svc.store.get_quota(account).await?;
+    let used = if quota.uploads.is_some() || quota.upload_bytes.is_some() {
+        let (uploads, upload_bytes) = uploads_held(svc, account).await?;
+        StoredUsage {
+            uploads,
+            upload_bytes,
+            ..StoredUsage::default()
+        }
+    } else {
+        StoredUsage::default()
+    };
+    quota
+        .check_upload_count(&used)
+        .map_err(ServiceError::QuotaExceeded)?;
+    Ok(UploadAdmission {
+        account: account.clone(),
+        quota,
+        used,
+    })
+}
+
+/// Stores an admitted upload's archive under a new id; returns the id and
+/// its size. Counted again once stored: of uploads racing for the last
+/// place (or the last bytes), none stays past the quota — what went over
+/// is removed and refused.
+pub async fn store_upload(
+    svc: &Service,
+    admission: &UploadAdmission,
+    data: ByteStream,
+) -> ServiceResult<(UploadId, u64)> {
+    let id = UploadId::generate();
+    let key = upload_key(&admission.account, &id);
+    let bytes = svc.blobs.put_stream(&key, data).await?;
+    let quota = &admission.quota;
+    if quota.uploads.is_some() || quota.upload_bytes.is_some() {
+        let held = uploads_held(svc, &admission.account).await;
+        let refusal = match held {
+            Ok((uploads, upload_bytes)) => {
+                // What the others hold: all but this one.
+                let others = StoredUsage {
+                    uploads: uploads.saturating_sub(1),
+                    upload_bytes: upload_bytes.saturating_sub(bytes),
+                    ..StoredUsage::default()
+                };
+                if let Err(m) = quota.check_upload_count(&others) {
+                    Some(ServiceError::QuotaExceeded(m))
+                } else if let Err(m) = quota.check_upload_bytes(&others, bytes) {
+                    Some(ServiceError::PayloadTooLarge(m))
+                } else {
+                    None
+                }
+            }
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refusal {
+            if let Err(d) = svc.blobs.delete(&key).await {
+                warn!(key, error = %d, "could not remove an upload refused by its quota; it expires on its own");
+            }
+            return Err(e);
+        }
+    }
+    Ok((id, bytes))
 }
 
 fn expired(stored_at: chrono::DateTime<chrono::Utc>, ttl: Duration) -> bool {

@@ -213,6 +213,7 @@ async fn quotas_refuse_creates_starts_and_resizes() {
         cpu_millis: Some(2000),
         memory_bytes: Some(6 * GB),
         disk_gb: Some(25),
+        ..Quota::default()
     })
     .await;
     let a = w.create(&svc, "a", 1.0, 2.0).await.unwrap();

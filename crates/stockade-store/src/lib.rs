@@ -453,6 +453,15 @@ pub trait QuotaStore: Send + Sync {
     /// or are being created (RUNNING, PROVISIONING, PENDING), but those in
     /// `except`.
     async fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources>;
+
+    /// How many user snapshots `account` holds that are not deleted (those
+    /// being captured count), and the bytes their workspace and image
+    /// archives take in the object store; `except` is left out.
+    async fn snapshot_usage(
+        &self,
+        account: &AccountId,
+        except: Option<&SnapshotId>,
+    ) -> StoreResult<(u64, u64)>;
 }
 
 /// One candidate host of a placement (SCALE-5): its name, how much it may

@@ -1,7 +1,10 @@
 //! Quotas and resource sums in the store (SEC-15, SEC-16): quotas round-trip
 //! and belong to existing accounts, the resource columns follow every
 //! write of a record, the sums count what each status holds, and migration
-//! 0007 fills the columns of records made before it. Runs on SQLite and,
+//! 0007 fills the columns of records made before it; the limits on what an
+//! account keeps in the object store round-trip, and its snapshots are
+//! counted and summed (user ones not deleted, never another account's).
+//! Runs on SQLite and,
 //! when `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
 
 mod common;
@@ -14,7 +17,7 @@ use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::spec::SpecInput;
 use stockade_core::{
     AccountId, Defaults, Operation, OperationKind, Quota, QuotaUsage, Resources, Sandbox,
-    SandboxId, SandboxSpec, SandboxStatus,
+    SandboxId, SandboxSpec, SandboxStatus, Snapshot, SnapshotKind, SnapshotStatus,
 };
 use stockade_store::{PgStore, SqliteStore, Store, StoreError};
 
@@ -202,6 +205,10 @@ async fn quotas(store: Arc<dyn Store>) {
         cpu_millis: Some(4000),
         memory_bytes: Some(8 * GB),
         disk_gb: None,
+        snapshots: Some(3),
+        snapshot_bytes: Some(GB / 2),
+        uploads: None,
+        upload_bytes: Some(10 * GB),
     };
     let alice = store
         .create_account_with_quota("alice", false, &limited)
@@ -237,6 +244,8 @@ async fn quotas(store: Arc<dyn Store>) {
     let changed = Quota {
         sandboxes: None,
         disk_gb: Some(100),
+        snapshots: None,
+        uploads: Some(0),
         ..limited
     };
     store.set_quota(&alice.id, &changed).await.unwrap();
@@ -389,5 +398,80 @@ async fn quotas(store: Arc<dyn Store>) {
             cpu_millis: 500 + 250,
             memory_bytes: 2 * GB,
         }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_snapshot_usage() {
+    snapshot_usage(stockade_store::connect("sqlite::memory:").await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_snapshot_usage() {
+    common::on_postgres("postgres_snapshot_usage", |url| async move {
+        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
+        snapshot_usage(store).await;
+    })
+    .await;
+}
+
+/// What a snapshot quota counts: user snapshots not deleted (being captured
+/// ones too) with their workspace and image archives; fork snapshots,
+/// deleted ones and another account's never.
+async fn snapshot_usage(store: Arc<dyn Store>) {
+    let alice = store.create_account("alice", false).await.unwrap();
+    let bob = store.create_account("bob", false).await.unwrap();
+    assert_eq!(store.snapshot_usage(&alice.id, None).await.unwrap(), (0, 0));
+    let sb = SandboxId::generate();
+    let now = Utc::now().trunc_subsecs(6);
+    let snap = |account: &AccountId, kind: SnapshotKind, ws: Option<u64>, img: Option<u64>| {
+        let mut s = Snapshot::new(account.clone(), sb.clone(), None, kind, now);
+        s.workspace_bytes = ws;
+        s.image_bytes = img;
+        s
+    };
+    let mut ready = snap(&alice.id, SnapshotKind::User, Some(3 * GB), Some(2 * GB));
+    ready.status = SnapshotStatus::Ready;
+    let capturing = snap(&alice.id, SnapshotKind::User, None, None);
+    let older = snap(&alice.id, SnapshotKind::User, Some(100), None);
+    let mut deleted = snap(&alice.id, SnapshotKind::User, Some(GB), Some(GB));
+    let fork = snap(&alice.id, SnapshotKind::Fork, Some(7), Some(7));
+    let bobs = snap(&bob.id, SnapshotKind::User, Some(GB), Some(GB));
+    for s in [&ready, &capturing, &older, &deleted, &fork, &bobs] {
+        store.insert_snapshot(s).await.unwrap();
+    }
+    // Read back with the image's size.
+    let scope = stockade_core::Scope::account(alice.id.clone());
+    assert_eq!(store.get_snapshot(&scope, &ready.id).await.unwrap(), ready);
+    assert_eq!(
+        store.snapshot_usage(&alice.id, None).await.unwrap(),
+        (4, 5 * GB + 100 + 2 * GB)
+    );
+    deleted.status = SnapshotStatus::Deleting;
+    deleted.deleted_at = Some(now);
+    store.update_snapshot(&deleted).await.unwrap();
+    assert_eq!(
+        store.snapshot_usage(&alice.id, None).await.unwrap(),
+        (3, 5 * GB + 100)
+    );
+    assert_eq!(
+        store
+            .snapshot_usage(&alice.id, Some(&ready.id))
+            .await
+            .unwrap(),
+        (2, 100)
+    );
+    // The sizes a capture records as it goes are counted.
+    let mut capturing = capturing;
+    capturing.workspace_bytes = Some(10);
+    capturing.image_bytes = Some(20);
+    store.update_snapshot(&capturing).await.unwrap();
+    assert_eq!(
+        store.snapshot_usage(&alice.id, None).await.unwrap(),
+        (3, 5 * GB + 130)
+    );
+    assert_eq!(
+        store.snapshot_usage(&bob.id, None).await.unwrap(),
+        (1, 2 * GB)
     );
 }

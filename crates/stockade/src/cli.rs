@@ -545,10 +545,13 @@ pub enum AccountCommand {
     /// Show an account's quota and what it uses; with flags, change it
     /// (administrators only). Sandboxes and disk count every sandbox that
     /// is not removed, stopped ones too; CPUs and memory count the running
-    /// ones. A flag changes only its own limit; `unlimited` lifts it.
+    /// ones; snapshots count those not deleted, uploads those not yet used,
+    /// each with what it takes in the object store. A flag changes only its
+    /// own limit; `unlimited` lifts it.
     #[command(after_help = "Examples:
   stockade account quota alice
   stockade account quota alice --sandboxes 5 --cpu 4 --memory 16
+  stockade account quota alice --snapshots 20 --snapshot-gb 50 --uploads 5 --upload-gb 2
   stockade account quota alice --disk unlimited
   stockade account quota alice --clear")]
     Quota {
@@ -566,6 +569,19 @@ pub enum AccountCommand {
         /// Most disk (diskSizeGB) of all sandboxes together, in GB, or `unlimited`.
         #[arg(long, value_name = "GB")]
         disk: Option<String>,
+        /// Most snapshots kept at once (not deleted), or `unlimited`.
+        #[arg(long, value_name = "N")]
+        snapshots: Option<String>,
+        /// Most GB the snapshots take in the object store together, or
+        /// `unlimited`.
+        #[arg(long, value_name = "GB")]
+        snapshot_gb: Option<String>,
+        /// Most uploads waiting to be used at once, or `unlimited`.
+        #[arg(long, value_name = "N")]
+        uploads: Option<String>,
+        /// Most GB those uploads take together, or `unlimited`.
+        #[arg(long, value_name = "GB")]
+        upload_gb: Option<String>,
         /// Lift every limit first (flags given with it set new ones).
         #[arg(long)]
         clear: bool,
@@ -656,6 +672,30 @@ fn print_quota(name: &str, q: &stockade_sdk::api::QuotaResponse) -> anyhow::Resu
                 .map_or_else(unlimited, |n| format!("{n} GB")),
             "not removed, stopped ones too".into(),
         ],
+        vec![
+            "snapshots".into(),
+            q.usage.snapshots.to_string(),
+            q.quota.snapshots.map_or_else(unlimited, |n| n.to_string()),
+            "not deleted".into(),
+        ],
+        vec![
+            "snapshot storage".into(),
+            gb(q.usage.snapshot_gb),
+            q.quota.snapshot_gb.map_or_else(unlimited, gb),
+            "their archives in the object store".into(),
+        ],
+        vec![
+            "uploads".into(),
+            q.usage.uploads.to_string(),
+            q.quota.uploads.map_or_else(unlimited, |n| n.to_string()),
+            "not yet used, not expired".into(),
+        ],
+        vec![
+            "upload storage".into(),
+            gb(q.usage.upload_gb),
+            q.quota.upload_gb.map_or_else(unlimited, gb),
+            "their archives in the object store".into(),
+        ],
     ];
     output::table(&["RESOURCE", "USED", "LIMIT", "COUNTS"], &rows)?;
     Ok(())
@@ -712,6 +752,10 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
             cpu,
             memory,
             disk,
+            snapshots,
+            snapshot_gb,
+            uploads,
+            upload_gb,
             clear,
         } => {
             // Every value is checked before any request.
@@ -731,9 +775,32 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                 .as_deref()
                 .map(|v| limit::<u64>(v, "--disk", "a whole number of GB"))
                 .transpose()?;
+            let snapshots = snapshots
+                .as_deref()
+                .map(|v| limit::<u64>(v, "--snapshots", "a whole number"))
+                .transpose()?;
+            let snapshot_gb = snapshot_gb
+                .as_deref()
+                .map(|v| limit::<f64>(v, "--snapshot-gb", "a number of GB"))
+                .transpose()?;
+            let uploads = uploads
+                .as_deref()
+                .map(|v| limit::<u64>(v, "--uploads", "a whole number"))
+                .transpose()?;
+            let upload_gb = upload_gb
+                .as_deref()
+                .map(|v| limit::<f64>(v, "--upload-gb", "a number of GB"))
+                .transpose()?;
             let (id, name) = account_named(&client, &account).await?;
-            let changes =
-                clear || sandboxes.is_some() || cpu.is_some() || memory.is_some() || disk.is_some();
+            let changes = clear
+                || sandboxes.is_some()
+                || cpu.is_some()
+                || memory.is_some()
+                || disk.is_some()
+                || snapshots.is_some()
+                || snapshot_gb.is_some()
+                || uploads.is_some()
+                || upload_gb.is_some();
             let mut q = client.quota(&id).await?;
             if changes {
                 let mut req = if clear {
@@ -752,6 +819,18 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                 }
                 if let Some(v) = disk {
                     req.disk_gb = v;
+                }
+                if let Some(v) = snapshots {
+                    req.snapshots = v;
+                }
+                if let Some(v) = snapshot_gb {
+                    req.snapshot_gb = v;
+                }
+                if let Some(v) = uploads {
+                    req.uploads = v;
+                }
+                if let Some(v) = upload_gb {
+                    req.upload_gb = v;
                 }
                 q = client.set_quota(&id, &req).await?;
             }

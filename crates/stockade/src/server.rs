@@ -248,6 +248,19 @@ struct AdmissionArgs {
     /// together, in GB.
     #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_DISK", value_name = "GB")]
     default_quota_disk: Option<u64>,
+    /// Quota of new accounts: most snapshots kept at once (not deleted).
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_SNAPSHOTS", value_name = "N")]
+    default_quota_snapshots: Option<u64>,
+    /// Quota of new accounts: most GB their snapshots take in the object
+    /// store together (workspace and image archives).
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_SNAPSHOT_GB", value_name = "GB")]
+    default_quota_snapshot_gb: Option<f64>,
+    /// Quota of new accounts: most uploads waiting to be used at once.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_UPLOADS", value_name = "N")]
+    default_quota_uploads: Option<u64>,
+    /// Quota of new accounts: most GB those uploads take together.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_UPLOAD_GB", value_name = "GB")]
+    default_quota_upload_gb: Option<f64>,
 }
 
 impl AdmissionArgs {
@@ -258,12 +271,20 @@ impl AdmissionArgs {
             cpu_cores: self.default_quota_cpu,
             memory_gb: self.default_quota_memory,
             disk_gb: self.default_quota_disk,
+            snapshots: self.default_quota_snapshots,
+            snapshot_gb: self.default_quota_snapshot_gb,
+            uploads: self.default_quota_uploads,
+            upload_gb: self.default_quota_upload_gb,
         };
         let default_quota = stockade_core::Quota::from_input(&input).map_err(|errs| {
             let flag = |field: &str| match field {
                 "sandboxes" => "--default-quota-sandboxes",
                 "cpuCores" => "--default-quota-cpu",
                 "memoryGB" => "--default-quota-memory",
+                "snapshots" => "--default-quota-snapshots",
+                "snapshotGB" => "--default-quota-snapshot-gb",
+                "uploads" => "--default-quota-uploads",
+                "uploadGB" => "--default-quota-upload-gb",
                 _ => "--default-quota-disk",
             };
             let first = &errs.0[0];
@@ -306,11 +327,15 @@ fn describe_admission(
     } else {
         let show = |v: Option<String>| v.unwrap_or_else(|| "unlimited".into());
         format!(
-            "{} sandboxes, {} CPUs, {} GB memory, {} GB disk",
+            "{} sandboxes, {} CPUs, {} GB memory, {} GB disk, {} snapshots in {} GB, {} uploads in {} GB",
             show(q.sandboxes.map(|n| n.to_string())),
             show(q.cpu_cores.map(|c| c.to_string())),
             show(q.memory_gb.map(|m| m.to_string())),
             show(q.disk_gb.map(|d| d.to_string())),
+            show(q.snapshots.map(|n| n.to_string())),
+            show(q.snapshot_gb.map(|g| g.to_string())),
+            show(q.uploads.map(|n| n.to_string())),
+            show(q.upload_gb.map(|g| g.to_string())),
         )
     };
     format!("{host}; quota of new accounts: {quota}")
@@ -1338,8 +1363,15 @@ mod tests {
             "5",
             "--default-quota-memory",
             "16",
+            "--default-quota-snapshots",
+            "20",
+            "--default-quota-upload-gb",
+            "0.5",
         ])
         .unwrap();
+        assert_eq!(c.default_quota.snapshots, Some(20));
+        assert_eq!(c.default_quota.upload_bytes, Some(1 << 29));
+        assert_eq!(c.default_quota.snapshot_bytes, None);
         assert_eq!((c.cpu_overcommit, c.memory_overcommit), (None, Some(1.5)));
         assert_eq!(c.default_quota.sandboxes, Some(5));
         assert_eq!(c.default_quota.memory_bytes, Some(16 << 30));
@@ -1348,6 +1380,10 @@ mod tests {
         assert!(err.starts_with("--cpu-overcommit: "), "{err}");
         let err = parse(&["--default-quota-cpu=-2"]).unwrap_err().to_string();
         assert!(err.starts_with("--default-quota-cpu: "), "{err}");
+        let err = parse(&["--default-quota-snapshot-gb=-1"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--default-quota-snapshot-gb: "), "{err}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use chrono::{SubsecRound, Utc};
 use stockade_api::{
     AccountResponse, CreateAccountRequest, CreateAccountResponse, ErrorBody, ListAccountsResponse,
-    QuotaResponse, SessionRequest, SetQuotaRequest, WhoAmIResponse,
+    QuotaResponse, QuotaUsageResponse, SessionRequest, SetQuotaRequest, WhoAmIResponse,
 };
 use stockade_core::{AccountId, ApiToken, Quota, TokenKind, TokenRecord};
 use stockade_store::StoreError;
@@ -130,17 +130,19 @@ async fn quota_response(state: &AppState, id: &AccountId) -> ApiResult<QuotaResp
         .account_usage(id, &[])
         .await
         .map_err(not_found)?;
+    let stored = stockade_service::sources::stored_usage(&state.svc, id).await?;
     Ok(QuotaResponse {
         account_id: id.to_string(),
         quota: (&quota).into(),
-        usage: (&usage).into(),
+        usage: QuotaUsageResponse::from(&usage).with_stored(&stored),
     })
 }
 
 /// An account's quota and what it uses of it: for administrators,
 /// and for the account itself. Sandboxes and disk count every sandbox that
 /// is not terminated (stopped ones too); CPU and memory count the running
-/// ones.
+/// ones; snapshots count those not deleted, uploads those not yet used (and
+/// not expired), each with the GB it takes in the object store.
 #[utoipa::path(get, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
     params(("account_id" = String, Path, description = "account id")),
     responses((status = 200, body = QuotaResponse), (status = 400, body = ErrorBody),
@@ -164,8 +166,9 @@ pub async fn get_quota(
 
 /// Set an account's quota (admin only). The body is the whole quota: a
 /// field that is absent or `null` is unlimited, so `{}` lifts every limit.
-/// A lower quota never stops or removes sandboxes; it refuses what would
-/// exceed it (403 `quota_exceeded`): creates, starts, larger CPU or memory.
+/// A lower quota never stops or removes sandboxes, snapshots or uploads; it
+/// refuses what would exceed it (403 `quota_exceeded`): creates, starts,
+/// larger CPU or memory, snapshots; an upload past the bytes left is a 413.
 #[utoipa::path(put, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
     params(("account_id" = String, Path, description = "account id")),
     request_body = SetQuotaRequest,

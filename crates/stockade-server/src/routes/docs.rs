@@ -620,15 +620,20 @@ mod examples {
                                  "token": "stk_WMi1CyK6HSTX91de5822zx39NW1FbcZOgEfF7ITi"})),
             op("get", "/api/v1/accounts/{account_id}/quota").response(json!({
                 "accountId": ACCOUNT_ID,
-                "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100},
-                "usage": {"sandboxes": 3, "cpuCores": 2, "memoryGB": 4, "diskGB": 30}
+                "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
+                          "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2},
+                "usage": {"sandboxes": 3, "cpuCores": 2, "memoryGB": 4, "diskGB": 30,
+                          "snapshots": 4, "snapshotGB": 3.25, "uploads": 1, "uploadGB": 0.02}
             })),
             op("put", "/api/v1/accounts/{account_id}/quota")
-                .request(json!({"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100}))
+                .request(json!({"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
+                                "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2}))
                 .response(json!({
                     "accountId": ACCOUNT_ID,
-                    "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100},
-                    "usage": {"sandboxes": 0, "cpuCores": 0, "memoryGB": 0, "diskGB": 0}
+                    "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
+                              "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2},
+                    "usage": {"sandboxes": 0, "cpuCores": 0, "memoryGB": 0, "diskGB": 0,
+                              "snapshots": 0, "snapshotGB": 0, "uploads": 0, "uploadGB": 0}
                 })),
             op("post", "/api/v1/accounts/{account_id}/tokens")
                 .request(json!({"name": "ci", "expiresInSeconds": 2_592_000}))

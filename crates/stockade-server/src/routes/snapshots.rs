@@ -12,7 +12,7 @@ use stockade_api::{
     CreateSandboxRequest, CreateSnapshotRequest, ErrorBody, ForkSandboxRequest,
     ListSnapshotsResponse, SandboxResponse, SandboxSource, SnapshotResponse, UploadResponse,
 };
-use stockade_core::{Snapshot, SnapshotKind, UploadId};
+use stockade_core::{Snapshot, SnapshotKind};
 use tokio::io::AsyncWriteExt;
 use tracing::instrument;
 use utoipa::OpenApi;
@@ -49,12 +49,17 @@ pub struct SnapshotsApi;
 /// Snapshot a sandbox: its root-filesystem changes (as an image) and its
 /// `/workspace` (as a tar in the object store). The container is paused for
 /// the moment Docker commits it; a stopped sandbox can be snapshotted too.
+/// The account's quota of snapshots (`snapshots`, `snapshotGB`) holds: past
+/// the count nothing is made; past the bytes, once they are measured,
+/// everything made is removed again.
 #[utoipa::path(post, path = "/api/v1/sandbox/{id}/snapshots", tag = "snapshots",
     params(("id" = String, Path, description = "sandbox id")),
     request_body = CreateSnapshotRequest,
     responses(
         (status = 201, description = "Captured, READY", body = SnapshotResponse),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 400, body = ErrorBody),
+        (status = 403, description = "Another account's sandbox, or past the account's quota of snapshots (`quota_exceeded`)", body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 409, description = "Terminated, still being created, or its container is gone", body = ErrorBody),
         (status = 502, description = "Docker or the object store failed; nothing was kept", body = ErrorBody),
     ),
@@ -197,13 +202,15 @@ pub async fn fork(
 /// create with `source: {"type":"upload","uploadId":…}`. The archive is
 /// checked now, its unpacked size held to the server's unpack ceiling
 /// (`--max-unpacked-mb`); it is kept until used or until it expires (24 h
-/// by default), and only this account can use it.
+/// by default), and only this account can use it. The account's quota of
+/// pending uploads (`uploads`, `uploadGB`) holds too.
 #[utoipa::path(post, path = "/api/v1/uploads", tag = "snapshots",
     request_body(content = Vec<u8>, content_type = "application/x-tar", description = "a tar or tar.gz archive"),
     responses(
         (status = 201, body = UploadResponse),
         (status = 400, description = "Not a usable tar or tar.gz archive", body = ErrorBody),
-        (status = 413, description = "Larger than the server's limit, as sent or unpacked", body = ErrorBody),
+        (status = 403, description = "The account holds as many pending uploads as its quota allows (`quota_exceeded`)", body = ErrorBody),
+        (status = 413, description = "Larger than the server's limit, as sent or unpacked, or than the bytes of uploads the account's quota has left", body = ErrorBody),
         (status = 502, description = "The object store failed", body = ErrorBody),
     ),
     security(("bearer" = [])))]
@@ -228,6 +235,15 @@ pub async fn upload(
     if declared.is_some_and(|n| n > max) {
         return Err(too_large());
     }
+    // The account's quota: refused at once when it holds its count of
+    // uploads; the bytes it has left cut the body off like the ceiling.
+    let admission = sources::admit_upload(&state.svc, &caller.account.id).await?;
+    let left = admission.bytes_left();
+    if let (Some(n), Some(left)) = (declared, left) {
+        if n > left {
+            return Err(admission.too_large(n).into());
+        }
+    }
     let tmp = tempfile::tempdir()
         .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let path = tmp.path().join("upload");
@@ -243,6 +259,9 @@ pub async fn upload(
         total += chunk.len() as u64;
         if total > max {
             return Err(too_large());
+        }
+        if left.is_some_and(|left| total > left) {
+            return Err(admission.too_large(total).into());
         }
         file.write_all(&chunk).await.map_err(io_err)?;
     }
@@ -261,12 +280,10 @@ pub async fn upload(
             }
         })?;
 
-    let id = UploadId::generate();
-    tracing::Span::current().record("upload.id", id.as_str());
-    let key = sources::upload_key(&caller.account.id, &id);
     let file = tokio::fs::File::open(&path).await.map_err(io_err)?;
     let data = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024);
-    let bytes = state.svc.blobs.put_stream(&key, Box::pin(data)).await?;
+    let (id, bytes) = sources::store_upload(&state.svc, &admission, Box::pin(data)).await?;
+    tracing::Span::current().record("upload.id", id.as_str());
     tracing::info!(upload.id = %id, bytes, entries = summary.entries, "archive uploaded");
     let ttl = chrono::Duration::from_std(limits.upload_ttl).unwrap_or(chrono::Duration::days(1));
     Ok((

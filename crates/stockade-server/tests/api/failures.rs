@@ -186,6 +186,13 @@ impl QuotaStore for FailingStore {
     async fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources> {
         self.inner.server_reserved(server, except).await
     }
+    async fn snapshot_usage(
+        &self,
+        account: &AccountId,
+        except: Option<&stockade_core::SnapshotId>,
+    ) -> StoreResult<(u64, u64)> {
+        self.inner.snapshot_usage(account, except).await
+    }
 }
 
 #[async_trait]

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use chrono::{SubsecRound, Utc};
-use stockade_core::{Account, AccountId, Quota, QuotaUsage, Resources, SandboxId};
+use stockade_core::{Account, AccountId, Quota, QuotaUsage, Resources, SandboxId, SnapshotId};
 
 use crate::db::{is_foreign_key_violation, Conn, SqlStore};
 use crate::sql::{Backend, DbRow, Q};
@@ -51,18 +51,25 @@ impl<B: Backend> SqlStore<B> {
     ) -> StoreResult<()> {
         let q = Q::<B>::new(
             "INSERT INTO account_quotas \
-             (account_id, sandboxes, cpu_millis, memory_bytes, disk_gb, updated_at) VALUES (",
+             (account_id, sandboxes, cpu_millis, memory_bytes, disk_gb, snapshots, \
+             snapshot_bytes, uploads, upload_bytes, updated_at) VALUES (",
         )
         .bind(account.to_string())
         .next(limit(quota.sandboxes))
         .next(limit(quota.cpu_millis))
         .next(limit(quota.memory_bytes))
         .next(limit(quota.disk_gb))
+        .next(limit(quota.snapshots))
+        .next(limit(quota.snapshot_bytes))
+        .next(limit(quota.uploads))
+        .next(limit(quota.upload_bytes))
         .next_ts(Utc::now())
         .sql(
             ") ON CONFLICT (account_id) DO UPDATE SET sandboxes = excluded.sandboxes, \
              cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes, \
-             disk_gb = excluded.disk_gb, updated_at = excluded.updated_at",
+             disk_gb = excluded.disk_gb, snapshots = excluded.snapshots, \
+             snapshot_bytes = excluded.snapshot_bytes, uploads = excluded.uploads, \
+             upload_bytes = excluded.upload_bytes, updated_at = excluded.updated_at",
         );
         conn.execute_refined(q, context, |e| {
             is_foreign_key_violation(e).then_some(StoreError::NotFound)
@@ -102,7 +109,8 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
     async fn get_quota(&self, account: &AccountId) -> StoreResult<Quota> {
         let q = Q::<B>::new(
-            "SELECT q.sandboxes, q.cpu_millis, q.memory_bytes, q.disk_gb FROM accounts a \
+            "SELECT q.sandboxes, q.cpu_millis, q.memory_bytes, q.disk_gb, q.snapshots, \
+             q.snapshot_bytes, q.uploads, q.upload_bytes FROM accounts a \
              LEFT JOIN account_quotas q ON q.account_id = a.id WHERE a.id = ",
         )
         .bind(account.to_string());
@@ -115,6 +123,10 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
             cpu_millis: read_limit(&row, "cpu_millis")?,
             memory_bytes: read_limit(&row, "memory_bytes")?,
             disk_gb: read_limit(&row, "disk_gb")?,
+            snapshots: read_limit(&row, "snapshots")?,
+            snapshot_bytes: read_limit(&row, "snapshot_bytes")?,
+            uploads: read_limit(&row, "uploads")?,
+            upload_bytes: read_limit(&row, "upload_bytes")?,
         })
     }
 
@@ -176,5 +188,28 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
             cpu_millis: read_sum(&row, "cpu")?,
             memory_bytes: read_sum(&row, "memory")?,
         })
+    }
+
+    #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
+    async fn snapshot_usage(
+        &self,
+        account: &AccountId,
+        except: Option<&SnapshotId>,
+    ) -> StoreResult<(u64, u64)> {
+        let mut q = Q::<B>::new(
+            "SELECT COUNT(*) AS n, \
+             CAST(COALESCE(SUM(COALESCE(workspace_bytes, 0) + COALESCE(image_bytes, 0)), 0) AS BIGINT) AS bytes \
+             FROM snapshots WHERE account_id = ",
+        )
+        .bind(account.to_string())
+        .sql(" AND kind = 'user' AND deleted_at IS NULL");
+        if let Some(id) = except {
+            q = q.sql(" AND id <> ").bind(id.to_string());
+        }
+        let row = self
+            .fetch_optional(q, &format!("sum the snapshots of account {account}"))
+            .await?
+            .ok_or_else(|| StoreError::Other("an aggregate returned no row".into()))?;
+        Ok((read_sum(&row, "n")?, read_sum(&row, "bytes")?))
     }
 }

@@ -13,7 +13,7 @@ use crate::{SnapshotStore, StoreError, StoreResult, MAX_SNAPSHOTS_LISTED};
 
 /// The columns every snapshot read selects.
 const COLUMNS: &str = "id, account_id, source_sandbox_id, name, kind, status, image_ref, \
-     blob_key, workspace_bytes, environment_vars, created_at, deleted_at";
+     blob_key, workspace_bytes, image_bytes, environment_vars, created_at, deleted_at";
 
 fn snapshot_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Snapshot> {
     let id: String = row.get("id")?;
@@ -23,6 +23,7 @@ fn snapshot_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Snapshot> {
     let kind: String = row.get("kind")?;
     let status: String = row.get("status")?;
     let bytes: Option<i64> = row.get("workspace_bytes")?;
+    let image_bytes: Option<i64> = row.get("image_bytes")?;
     let env: Option<String> = row.get("environment_vars")?;
     Ok(Snapshot {
         environment_vars: env
@@ -38,6 +39,10 @@ fn snapshot_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Snapshot> {
             .map(u64::try_from)
             .transpose()
             .map_err(|_| bad("negative workspace_bytes".into()))?,
+        image_bytes: image_bytes
+            .map(u64::try_from)
+            .transpose()
+            .map_err(|_| bad("negative image_bytes".into()))?,
         name: row.get("name")?,
         image_ref: row.get("image_ref")?,
         blob_key: row.get("blob_key")?,
@@ -74,6 +79,7 @@ impl<B: Backend> SnapshotStore for SqlStore<B> {
             .next(s.image_ref.clone())
             .next(s.blob_key.clone())
             .next(bytes_column(s.workspace_bytes))
+            .next(bytes_column(s.image_bytes))
             .next(env_column(s)?)
             .next_ts(s.created_at)
             .next_opt_ts(s.deleted_at)
@@ -128,6 +134,8 @@ impl<B: Backend> SnapshotStore for SqlStore<B> {
             .bind(s.blob_key.clone())
             .sql(", workspace_bytes = ")
             .bind(bytes_column(s.workspace_bytes))
+            .sql(", image_bytes = ")
+            .bind(bytes_column(s.image_bytes))
             .sql(", deleted_at = ")
             .opt_ts(s.deleted_at)
             .sql(" WHERE id = ")
