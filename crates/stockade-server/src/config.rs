@@ -23,7 +23,8 @@ pub struct ServerConfig {
     pub sandbox_token_ttl: Duration,
     /// How often an idle SSE stream gets a keep-alive comment.
     pub sse_keep_alive: Duration,
-    /// Rate limits of `/api/v1` (API-12); `None` turns them off.
+    /// Rate limits of the API and of the traffic into sandboxes (see
+    /// [`crate::ratelimit`]); `None` turns them off.
     pub rate_limit: Option<RateLimitConfig>,
     /// When set, `GET /metrics` needs `Authorization: Bearer <this>`.
     pub metrics_token: Option<String>,

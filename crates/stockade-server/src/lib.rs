@@ -116,10 +116,10 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::snapshots::routes())
         .merge(routes::terminal::routes())
         .merge(compat::prime::api_routes());
-    let limiter = Arc::new(ratelimit::RateLimiter::new(
-        state.config.rate_limit.clone(),
-        state.svc.metrics.clone(),
-    ));
+    let limiter = Arc::new(
+        ratelimit::RateLimiter::new(state.config.rate_limit.clone(), state.svc.metrics.clone())
+            .with_proxy_domain(state.config.proxy_domain.clone()),
+    );
     Router::new()
         .nest("/api/v1", api)
         .nest(compat::envd::E2B_PREFIX, compat::e2b_routes())
@@ -130,8 +130,9 @@ pub fn router(state: AppState) -> Router {
         .route("/dashboard/{file}", get(routes::dashboard::asset))
         .fallback(routes::not_found)
         // Cross-cutting layers come last so that they wrap every route above:
-        // rate limits (API-12) inside the metrics (API-13), so 429s are counted;
-        // the per-account cap of event streams inside the rate limits.
+        // rate limits of the routed requests inside the metrics, so 429s
+        // are counted by route; the per-account cap of event streams inside
+        // the rate limits.
         .layer(from_fn_with_state(
             state.clone(),
             streams::limit_event_streams,
@@ -139,11 +140,17 @@ pub fn router(state: AppState) -> Router {
         .layer(from_fn_with_state(limiter.clone(), ratelimit::limit))
         .layer(from_fn_with_state(state.clone(), metrics::track))
         // E2B's in-sandbox calls (by their E2b-Sandbox-Id header) and
-        // host-form proxy requests are routed before anything else.
+        // host-form proxy requests are routed before anything else, so
+        // their rate limits come ahead of them.
         .layer(from_fn_with_state(state.clone(), compat::envd::by_header))
         .layer(from_fn_with_state(state.clone(), proxy::by_host))
-        // SEC-17: failed authentications (the proxy's token checks too) and
-        // metrics scrapes, per client, ahead of everything.
+        .layer(from_fn_with_state(
+            limiter.clone(),
+            ratelimit::limit_routed_early,
+        ))
+        // Failed authentications (the proxy's token checks too) and
+        // metrics scrapes, per client, ahead of everything; this layer
+        // also tells the others which front-end a request goes to.
         .layer(from_fn_with_state(limiter, ratelimit::guard))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

@@ -197,7 +197,7 @@ pub async fn by_host(State(state): State<AppState>, req: Request, next: Next) ->
 
 /// The host a request was sent to: its `Host` header, or the authority of
 /// its URI (HTTP/2).
-fn request_host(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+pub(crate) fn request_host(headers: &HeaderMap, uri: &Uri) -> Option<String> {
     headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -227,7 +227,7 @@ fn host_port(host: &str) -> Option<&str> {
 
 /// For a host under the proxy domain, the label left of it
 /// (`8080-abc.sandboxes.test` → `8080-abc`); `None` for any other host.
-fn sandbox_label(host: &str, domain: &str) -> Option<String> {
+pub(crate) fn sandbox_label(host: &str, domain: &str) -> Option<String> {
     let host = hostname(host).trim_end_matches('.').to_ascii_lowercase();
     let domain = hostname(domain);
     let label = host.strip_suffix(domain)?.strip_suffix('.')?;
@@ -351,6 +351,11 @@ fn find_token(headers: &HeaderMap, query: Option<&str>) -> Option<(String, Token
         return Some((t, TokenSource::Query));
     }
     cookie_token(headers).map(|t| (t, TokenSource::Cookie))
+}
+
+/// The sandbox token a proxied request presents, wherever it came from.
+pub(crate) fn presented_token(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    find_token(headers, query).map(|(token, _)| token)
 }
 
 fn query_token(query: Option<&str>) -> Option<String> {

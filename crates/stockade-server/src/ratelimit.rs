@@ -1,13 +1,27 @@
-//! Rate limits (API-12): by default 1000 requests per 60 s per client IP and,
-//! independently, per API token, on every `/api/v1` route but `/health`.
+//! Rate limits: by default 1000 requests per 60 s per client IP and,
+//! independently, per credential, on every route that reaches Stockade's
+//! API or a sandbox: `/api/v1` (but `/health`), E2B's control plane under
+//! `/e2b`, E2B's in-sandbox calls (the `E2b-Sandbox-Id` header and
+//! `49983-{id}.DOMAIN`), the prime gateway (`/gateway/…`) and the port
+//! proxy (`/proxy/{id}/{port}/…` and `{port}-{id}.DOMAIN`).
 //!
-//! A request counts against both buckets; it is refused (429 `rate_limited`,
-//! `Retry-After`) when either is exhausted, and then counts against neither.
-//! Each bucket is a fixed window that opens with its key's first request.
-//! Every answer carries `RateLimit-Limit`, `RateLimit-Remaining` and
-//! `RateLimit-Reset` (seconds) of the bucket closest to its limit.
+//! The credential is the one the route authenticates with: an API token
+//! (`Authorization: Bearer`, E2B's `X-API-Key`), the dashboard's session,
+//! or a sandbox token (`X-Access-Token`, `X-Stockade-Token`,
+//! `e2b-traffic-access-token`, the `stockade_token` parameter or cookie, a
+//! gateway bearer). It is keyed by its SHA-256, never the plaintext.
 //!
-//! Requests without credentials are guarded too (SEC-17): per client IP,
+//! A request counts against both buckets; it is refused (429, `Retry-After`)
+//! when either is exhausted, and then counts against neither. The refusal
+//! has the shape of its front-end: Stockade's `{"error":{"code":
+//! "rate_limited",…}}` for the API and the proxy, E2B's `{"code":429,
+//! "message"}` under `/e2b` and for in-sandbox calls, the gateway's own
+//! errors there. Each bucket is a fixed window that opens with its key's
+//! first request. Stockade's own answers carry `RateLimit-Limit`,
+//! `RateLimit-Remaining` and `RateLimit-Reset` (seconds) of the bucket
+//! closest to its limit; answers of a sandbox's servers are left as they are.
+//!
+//! Requests without valid credentials are guarded too: per client,
 //! failed authentications (any 401: a bad API token, sandbox token or
 //! metrics token) and `/metrics` scrapes (which read the database) share a
 //! third bucket of the per-IP size. Once it is used up, everything from that
@@ -15,11 +29,19 @@
 //! never checks another token for it. `/api/v1/health` itself is never
 //! limited (load balancers poll it); it answers from a cache instead.
 //!
-//! The client IP is the TCP peer; `X-Forwarded-For` is believed only from
+//! The client is the TCP peer; `X-Forwarded-For` is believed only from
 //! configured trusted proxies. IPv6 clients are counted per /64, which is what
-//! one host can trivially rotate through. Tokens are keyed by their SHA-256,
-//! never the plaintext. Memory is bounded: at most `max_tracked` keys; expired
-//! windows are dropped first, then the oldest.
+//! one host can trivially rotate through. Some addresses stand for many
+//! tenants at once: sandboxes' calls to this server leave through the
+//! Docker host (its bridge, its NAT), so they all come from this host's own
+//! addresses (loopback aside), or from addresses the operator names. From
+//! those, a "client" is the address together with the credential presented:
+//! one tenant's sandbox using up its window, or failing to authenticate,
+//! holds back only its own credential, never another tenant's sandboxes or
+//! the host itself, while the per-credential buckets still hold.
+//!
+//! Memory is bounded: at most `max_tracked` keys; expired windows are
+//! dropped first, then the oldest.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -27,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -84,16 +106,22 @@ impl std::fmt::Display for Limit {
 
 pub use stockade_core::net::IpNet;
 
-/// Rate limiting of the `/api/v1` routes.
+/// Rate limiting of the API and of the traffic into sandboxes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RateLimitConfig {
     /// Per client IP; `None` turns this bucket off.
     pub per_ip: Option<Limit>,
-    /// Per API token; `None` turns this bucket off.
+    /// Per credential (API token, session, sandbox token); `None` turns
+    /// this bucket off.
     pub per_token: Option<Limit>,
     /// Peers whose `X-Forwarded-For` names the client (reverse proxies).
     pub trusted_proxies: Vec<IpNet>,
-    /// Most keys (IPs and tokens together) remembered at once.
+    /// Client addresses that many tenants' sandboxes call this server from,
+    /// besides this host's own addresses (which count without being
+    /// listed): e.g. the NAT address of other Docker hosts. From them the
+    /// per-client buckets are kept per credential presented.
+    pub sandbox_clients: Vec<IpNet>,
+    /// Most keys (clients and credentials together) remembered at once.
     pub max_tracked: usize,
 }
 
@@ -104,13 +132,14 @@ impl RateLimitConfig {
             per_ip: Some(limit),
             per_token: Some(limit),
             trusted_proxies: Vec::new(),
+            sandbox_clients: Vec::new(),
             max_tracked: 100_000,
         }
     }
 }
 
 impl Default for RateLimitConfig {
-    /// API-12: 1000 requests per 60 s.
+    /// 1000 requests per 60 s.
     fn default() -> Self {
         Self::uniform(Limit {
             requests: 1000,
@@ -119,12 +148,71 @@ impl Default for RateLimitConfig {
     }
 }
 
+/// The front-ends of the server, which limits apply to a request and in
+/// which shape it is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// Stockade's own API under `/api/v1` (but `/health`).
+    Api,
+    /// E2B's control plane under `/e2b`.
+    E2b,
+    /// E2B's in-sandbox calls: the `E2b-Sandbox-Id` header or `49983-{id}.DOMAIN`.
+    Envd,
+    /// The prime gateway, `/gateway/…`.
+    Gateway,
+    /// The port proxy, `/proxy/{id}/{port}/…` or `{port}-{id}.DOMAIN`.
+    Proxy,
+    /// `GET /metrics`: its scrapes count in the unauthenticated bucket only.
+    Metrics,
+    /// `/api/v1/health`: never limited.
+    Health,
+    /// The dashboard's page and assets, unknown routes: only the
+    /// unauthenticated bucket applies.
+    Other,
+}
+
+impl Front {
+    /// Whether the per-client and per-credential buckets apply.
+    fn limited(self) -> bool {
+        matches!(
+            self,
+            Self::Api | Self::E2b | Self::Envd | Self::Gateway | Self::Proxy
+        )
+    }
+
+    /// Whether successful answers come from Stockade itself (and carry the
+    /// `RateLimit-*` headers), not from a server in a sandbox.
+    fn answers_itself(self) -> bool {
+        matches!(self, Self::Api | Self::E2b | Self::Gateway)
+    }
+}
+
+/// What the limiter makes of a request, once, ahead of everything.
+#[derive(Debug, Clone)]
+struct Classified {
+    front: Front,
+    /// Taken before the routes, by the host-form proxy or E2B's in-sandbox
+    /// routing, so limited ahead of them.
+    routed_early: bool,
+    /// The SHA-256 of the credential the front-end authenticates it with.
+    credential: Option<String>,
+}
+
+/// Whom a per-client bucket counts: an address (IPv6 by its /64) and, for
+/// an address that stands for many tenants' sandboxes, the credential
+/// presented from it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ClientKey {
+    ip: IpAddr,
+    credential: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
-    Ip(IpAddr),
+    Ip(ClientKey),
     Token(String),
     /// Failed authentications and metrics scrapes of a client.
-    Unauthenticated(IpAddr),
+    Unauthenticated(ClientKey),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,9 +237,72 @@ impl Standing {
     }
 }
 
+/// Which client addresses are this host's own (loopback aside): sandboxes'
+/// calls that leave through the host's bridge or NAT come from them. An
+/// address is the host's when a socket can be bound to it; where the kernel
+/// lets any address be bound (`ip_nonlocal_bind`) that test says nothing,
+/// and no address of that family counts.
+struct OwnAddresses {
+    v4: bool,
+    v6: bool,
+    seen: Mutex<HashMap<IpAddr, (bool, Instant)>>,
+}
+
+/// How long an answer of [`OwnAddresses`] is kept.
+const OWN_ADDRESS_TTL: Duration = Duration::from_secs(60);
+/// Most answers of [`OwnAddresses`] kept at once.
+const OWN_ADDRESS_CACHE: usize = 1024;
+
+fn can_bind(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+impl OwnAddresses {
+    fn new() -> Self {
+        // Two documentation addresses of different blocks: a host owning
+        // both is one that binds anything.
+        let binds_anything = |a: IpAddr, b: IpAddr| can_bind(a) && can_bind(b);
+        Self {
+            v4: !binds_anything(
+                IpAddr::from([198, 51, 100, 254]),
+                IpAddr::from([203, 0, 113, 254]),
+            ),
+            v6: !binds_anything(
+                IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0xfe]),
+                IpAddr::from([0x3fff, 0, 0, 0, 0, 0, 0, 0xfe]),
+            ),
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn contains(&self, ip: IpAddr, now: Instant) -> bool {
+        let ip = stockade_core::net::canonical(ip);
+        let testable = if ip.is_ipv4() { self.v4 } else { self.v6 };
+        if !testable || ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() {
+            return false;
+        }
+        let lock = || self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((own, at)) = lock().get(&ip) {
+            if now.duration_since(*at) < OWN_ADDRESS_TTL {
+                return *own;
+            }
+        }
+        let own = can_bind(ip);
+        let mut seen = lock();
+        if seen.len() >= OWN_ADDRESS_CACHE {
+            seen.clear();
+        }
+        seen.insert(ip, (own, now));
+        own
+    }
+}
+
 /// The buckets of one server.
 pub struct RateLimiter {
     config: RateLimitConfig,
+    /// The host-form proxy's domain, to tell its requests from others.
+    proxy_domain: Option<String>,
+    own: OwnAddresses,
     windows: Mutex<HashMap<Key, Window>>,
     metrics: Arc<Metrics>,
 }
@@ -172,8 +323,8 @@ fn secs_ceil(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// IPv4-mapped IPv6 addresses as IPv4.
-/// The bucket key of a client address: IPv4 as is, IPv6 by its /64.
+/// The bucket key of a client address: IPv4 (and IPv4-mapped IPv6) as is,
+/// IPv6 by its /64.
 fn ip_key(ip: IpAddr) -> IpAddr {
     match stockade_core::net::canonical(ip) {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & (u128::MAX << 64))),
@@ -188,13 +339,22 @@ impl RateLimiter {
             per_ip: None,
             per_token: None,
             trusted_proxies: Vec::new(),
+            sandbox_clients: Vec::new(),
             max_tracked: 0,
         });
         Self {
             config,
+            proxy_domain: None,
+            own: OwnAddresses::new(),
             windows: Mutex::new(HashMap::new()),
             metrics,
         }
+    }
+
+    /// With the host-form proxy's domain (see [`crate::ServerConfig::proxy_domain`]).
+    pub fn with_proxy_domain(mut self, domain: Option<String>) -> Self {
+        self.proxy_domain = domain;
+        self
     }
 
     /// The client of a request: the peer, or — when the peer is a trusted
@@ -227,11 +387,32 @@ impl RateLimiter {
         client
     }
 
-    /// Counts a request of `ip` and `token_hash` if both buckets have room.
-    fn check(&self, ip: Option<IpAddr>, token_hash: Option<String>, now: Instant) -> Decision {
+    /// Whether `ip` stands for many tenants' sandboxes: one of this host's
+    /// own addresses, or a configured one.
+    fn shared(&self, ip: IpAddr, now: Instant) -> bool {
+        self.config.sandbox_clients.iter().any(|n| n.contains(ip)) || self.own.contains(ip, now)
+    }
+
+    /// The per-client key of a request from `ip` presenting `credential`.
+    fn client_key(&self, ip: IpAddr, credential: Option<&str>, now: Instant) -> ClientKey {
+        ClientKey {
+            ip: ip_key(ip),
+            credential: credential
+                .filter(|_| self.shared(ip, now))
+                .map(str::to_owned),
+        }
+    }
+
+    /// Counts a request of `client` and `token_hash` if both buckets have room.
+    fn check(
+        &self,
+        client: Option<ClientKey>,
+        token_hash: Option<String>,
+        now: Instant,
+    ) -> Decision {
         let mut keys: Vec<(&'static str, Key, Limit)> = Vec::with_capacity(2);
-        if let (Some(ip), Some(limit)) = (ip, self.config.per_ip) {
-            keys.push(("ip", Key::Ip(ip_key(ip)), limit));
+        if let (Some(client), Some(limit)) = (client, self.config.per_ip) {
+            keys.push(("ip", Key::Ip(client), limit));
         }
         if let (Some(hash), Some(limit)) = (token_hash, self.config.per_token) {
             keys.push(("token", Key::Token(hash), limit));
@@ -239,23 +420,28 @@ impl RateLimiter {
         self.decide(keys, now, true)
     }
 
-    /// The unauthenticated bucket of `ip`: refused when used up; with
+    /// The unauthenticated bucket of `client`: refused when used up; with
     /// `count`, the request counts if it is let through.
-    fn check_unauthenticated(&self, ip: IpAddr, count: bool, now: Instant) -> Option<Decision> {
+    fn check_unauthenticated(
+        &self,
+        client: &ClientKey,
+        count: bool,
+        now: Instant,
+    ) -> Option<Decision> {
         let limit = self.config.per_ip?;
         Some(self.decide(
-            vec![(UNAUTHENTICATED, Key::Unauthenticated(ip_key(ip)), limit)],
+            vec![(UNAUTHENTICATED, Key::Unauthenticated(client.clone()), limit)],
             now,
             count,
         ))
     }
 
-    /// Counts a failed authentication of `ip`, whatever the bucket holds.
-    fn count_failure(&self, ip: IpAddr, now: Instant) {
+    /// Counts a failed authentication of `client`, whatever the bucket holds.
+    fn count_failure(&self, client: ClientKey, now: Instant) {
         let Some(limit) = self.config.per_ip else {
             return;
         };
-        let key = Key::Unauthenticated(ip_key(ip));
+        let key = Key::Unauthenticated(client);
         let mut windows = self
             .windows
             .lock()
@@ -353,9 +539,122 @@ impl RateLimiter {
         }
     }
 
+    /// Which front-end a request goes to and the credential it presents
+    /// there, decided as the router does: the host form first, then the
+    /// `E2b-Sandbox-Id` header, then the path.
+    fn classify(&self, req: &Request) -> Classified {
+        let headers = req.headers();
+        let uri = req.uri();
+        let label = self.proxy_domain.as_deref().and_then(|domain| {
+            crate::proxy::request_host(headers, uri)
+                .and_then(|host| crate::proxy::sandbox_label(&host, domain))
+        });
+        if let Some(label) = label {
+            let port = label
+                .split_once('-')
+                .and_then(|(port, _)| crate::proxy::parse_port_segment(port).ok());
+            return if port == Some(stockade_runtime::AGENT_PORT) {
+                Classified::early(Front::Envd, envd_credential(headers))
+            } else {
+                Classified::early(Front::Proxy, proxy_credential(headers, uri))
+            };
+        }
+        if headers.contains_key(crate::compat::envd::SANDBOX_ID_HEADER) {
+            return Classified::early(Front::Envd, envd_credential(headers));
+        }
+        let path = uri.path();
+        let (front, credential) = if path == "/api/v1/health" {
+            (Front::Health, None)
+        } else if path.starts_with("/api/v1/") {
+            (Front::Api, api_credential(headers))
+        } else if path == crate::compat::envd::E2B_PREFIX || path.starts_with("/e2b/") {
+            (Front::E2b, e2b_credential(headers))
+        } else if path.starts_with("/gateway/") {
+            (Front::Gateway, bearer(headers).and_then(hashed))
+        } else if path.starts_with("/proxy/") {
+            (Front::Proxy, proxy_credential(headers, uri))
+        } else if path == "/metrics" {
+            (Front::Metrics, bearer(headers).and_then(hashed))
+        } else {
+            (Front::Other, None)
+        };
+        Classified {
+            front,
+            routed_early: false,
+            credential,
+        }
+    }
+
+    /// The classification the guard made, or a new one.
+    fn classified(&self, req: &Request) -> Classified {
+        req.extensions()
+            .get::<Classified>()
+            .cloned()
+            .unwrap_or_else(|| self.classify(req))
+    }
+
+    fn off(&self) -> bool {
+        self.config.per_ip.is_none() && self.config.per_token.is_none()
+    }
+
+    /// The client of a request, when it came over a connection.
+    fn client_of(&self, req: &Request) -> Option<IpAddr> {
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| self.client_ip(peer.ip(), req.headers()))
+    }
+
+    /// Counts a limited request against its client's and its credential's
+    /// buckets, and refuses it past either limit.
+    async fn enforce(&self, class: Classified, req: Request, next: Next) -> Response {
+        if self.off() || !class.front.limited() {
+            return next.run(req).await;
+        }
+        let now = Instant::now();
+        let ip = self.client_of(&req);
+        let client = ip.map(|ip| self.client_key(ip, class.credential.as_deref(), now));
+        let decision = self.check(client, class.credential.clone(), now);
+        if !decision.allowed {
+            self.metrics.rate_limited(decision.exhausted);
+            let retry = secs_ceil(decision.retry_after).max(1);
+            tracing::info!(client.ip = ?ip, front = ?class.front, bucket = decision.exhausted, retry_after_s = retry, "rate limited");
+            let message = format!(
+                "Too many requests: the {} limit of {} is used up; retry in {retry} s",
+                if decision.exhausted == "ip" {
+                    "per-client"
+                } else {
+                    "per-token"
+                },
+                decision
+                    .report
+                    .map(|s| s.limit.to_string())
+                    .unwrap_or_default(),
+            );
+            return refusal(class.front, &req, message, retry, decision.report.as_ref());
+        }
+        let mut response = next.run(req).await;
+        if class.front.answers_itself() {
+            if let Some(s) = &decision.report {
+                set_headers(response.headers_mut(), s);
+            }
+        }
+        response
+    }
+
     #[cfg(test)]
     fn tracked(&self) -> usize {
         self.windows.lock().map(|w| w.len()).unwrap_or(0)
+    }
+}
+
+impl Classified {
+    /// A request the host-form proxy or E2B's in-sandbox routing takes.
+    fn early(front: Front, credential: Option<String>) -> Self {
+        Self {
+            front,
+            routed_early: true,
+            credential,
+        }
     }
 }
 
@@ -384,18 +683,54 @@ fn evict(windows: &mut HashMap<Key, Window>, window: Duration, now: Instant, max
 /// The bucket of failed authentications and metrics scrapes.
 const UNAUTHENTICATED: &str = "unauthenticated";
 
-/// Whether the rate limit applies to a request path.
-fn limited_path(path: &str) -> bool {
-    path.starts_with("/api/v1/") && path != "/api/v1/health"
+/// The SHA-256 of a presented secret; `None` for an empty one.
+fn hashed(secret: &str) -> Option<String> {
+    let secret = secret.trim();
+    (!secret.is_empty()).then(|| stockade_core::account::hash_token(secret))
 }
 
-fn bearer_hash(headers: &HeaderMap) -> Option<String> {
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))?
-        .trim();
-    (!token.is_empty()).then(|| stockade_core::account::hash_token(token))
+    value
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+        .map(|_| &value[7..])
+}
+
+/// Stockade's API: a bearer token, else the dashboard's session cookie.
+fn api_credential(headers: &HeaderMap) -> Option<String> {
+    bearer(headers)
+        .or_else(|| {
+            crate::extract::SESSION_COOKIES
+                .iter()
+                .flat_map(|name| crate::extract::cookie_values(headers, name))
+                .find(|v| !v.is_empty())
+        })
+        .and_then(hashed)
+}
+
+/// E2B's control plane: `X-API-Key`, else a bearer token.
+fn e2b_credential(headers: &HeaderMap) -> Option<String> {
+    match crate::compat::e2b::api_key(headers) {
+        Ok(Some(key)) => hashed(key),
+        Ok(None) => bearer(headers).and_then(hashed),
+        Err(_) => None,
+    }
+}
+
+/// E2B's in-sandbox calls: an API key of the account, else the envd token.
+fn envd_credential(headers: &HeaderMap) -> Option<String> {
+    crate::compat::envd::presented_credential(headers)
+        .as_deref()
+        .and_then(hashed)
+}
+
+/// The port proxy: the sandbox token, from its header, parameter or cookie.
+fn proxy_credential(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+    crate::proxy::presented_token(headers, uri.query())
+        .as_deref()
+        .and_then(hashed)
 }
 
 fn set_headers(headers: &mut HeaderMap, s: &Standing) {
@@ -413,97 +748,108 @@ fn set_headers(headers: &mut HeaderMap, s: &Standing) {
     );
 }
 
-/// Middleware: counts `/api/v1` requests and refuses them with 429 past the limit.
+/// A 429 in the shape of `front`, with `Retry-After` and the bucket's
+/// `RateLimit-*` headers.
+fn refusal(
+    front: Front,
+    req: &Request,
+    message: String,
+    retry: u64,
+    report: Option<&Standing>,
+) -> Response {
+    let mut response = match front {
+        Front::E2b | Front::Envd => {
+            crate::compat::e2b::e2b_error(StatusCode::TOO_MANY_REQUESTS, message)
+        }
+        Front::Gateway => {
+            let content_type = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            crate::compat::prime::too_many_requests(req.uri().path(), content_type, message)
+        }
+        _ => ApiError::TooManyRequests {
+            message,
+            retry_after_secs: retry,
+        }
+        .into_response(),
+    };
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry));
+    if let Some(s) = report {
+        set_headers(response.headers_mut(), s);
+    }
+    response
+}
+
+/// Middleware, inside the metrics: the buckets of every limited route
+/// that the router reaches (`/api/v1`, `/e2b`, `/gateway`, `/proxy`), so
+/// that their 429s are counted by route.
 pub async fn limit(State(limiter): State<Arc<RateLimiter>>, req: Request, next: Next) -> Response {
-    let off = limiter.config.per_ip.is_none() && limiter.config.per_token.is_none();
-    if off || !limited_path(req.uri().path()) {
+    let class = limiter.classified(&req);
+    if class.routed_early {
         return next.run(req).await;
     }
-    let ip = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| limiter.client_ip(peer.ip(), req.headers()));
-    let token = bearer_hash(req.headers());
-    let decision = limiter.check(ip, token, Instant::now());
-    if !decision.allowed {
-        limiter.metrics.rate_limited(decision.exhausted);
-        let retry = secs_ceil(decision.retry_after).max(1);
-        tracing::info!(client.ip = ?ip, bucket = decision.exhausted, retry_after_s = retry, "rate limited");
-        let mut response = ApiError::TooManyRequests {
-            message: format!(
-                "Too many requests: the {} limit of {} is used up; retry in {retry} s",
-                if decision.exhausted == "ip" {
-                    "per-client"
-                } else {
-                    "per-token"
-                },
+    limiter.enforce(class, req, next).await
+}
+
+/// Middleware, ahead of the host-form proxy and E2B's in-sandbox routing:
+/// the buckets of the requests those take before the routes.
+pub async fn limit_routed_early(
+    State(limiter): State<Arc<RateLimiter>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let class = limiter.classified(&req);
+    if !class.routed_early {
+        return next.run(req).await;
+    }
+    limiter.enforce(class, req, next).await
+}
+
+/// Middleware, outermost: classifies the request for the other limits, and
+/// keeps the unauthenticated bucket. Counts `/metrics` scrapes before and
+/// 401 answers after; a client whose bucket is used up gets 429 for
+/// everything but `/api/v1/health`.
+pub async fn guard(
+    State(limiter): State<Arc<RateLimiter>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if limiter.off() {
+        return next.run(req).await;
+    }
+    let class = limiter.classify(&req);
+    req.extensions_mut().insert(class.clone());
+    if limiter.config.per_ip.is_none() || class.front == Front::Health {
+        return next.run(req).await;
+    }
+    let Some(ip) = limiter.client_of(&req) else {
+        return next.run(req).await;
+    };
+    let now = Instant::now();
+    let client = limiter.client_key(ip, class.credential.as_deref(), now);
+    let scrape = class.front == Front::Metrics;
+    if let Some(decision) = limiter.check_unauthenticated(&client, scrape, now) {
+        if !decision.allowed {
+            limiter.metrics.rate_limited(UNAUTHENTICATED);
+            let retry = secs_ceil(decision.retry_after).max(1);
+            tracing::info!(client.ip = %ip, front = ?class.front, bucket = UNAUTHENTICATED, retry_after_s = retry, "rate limited");
+            let message = format!(
+                "Too many requests without valid credentials from this client (failed authentications and metrics scrapes, {} allowed); retry in {retry} s",
                 decision
                     .report
                     .map(|s| s.limit.to_string())
                     .unwrap_or_default(),
-            ),
-            retry_after_secs: retry,
-        }
-        .into_response();
-        if let Some(s) = &decision.report {
-            set_headers(response.headers_mut(), s);
-        }
-        return response;
-    }
-    let mut response = next.run(req).await;
-    if let Some(s) = &decision.report {
-        set_headers(response.headers_mut(), s);
-    }
-    response
-}
-
-/// The answer to a client whose unauthenticated bucket is used up.
-fn refused_unauthenticated(limiter: &RateLimiter, ip: IpAddr, decision: &Decision) -> Response {
-    limiter.metrics.rate_limited(UNAUTHENTICATED);
-    let retry = secs_ceil(decision.retry_after).max(1);
-    tracing::info!(client.ip = %ip, bucket = UNAUTHENTICATED, retry_after_s = retry, "rate limited");
-    let mut response = ApiError::TooManyRequests {
-        message: format!(
-            "Too many requests without valid credentials from this client (failed authentications and metrics scrapes, {} allowed); retry in {retry} s",
-            decision
-                .report
-                .map(|s| s.limit.to_string())
-                .unwrap_or_default(),
-        ),
-        retry_after_secs: retry,
-    }
-    .into_response();
-    if let Some(s) = &decision.report {
-        set_headers(response.headers_mut(), s);
-    }
-    response
-}
-
-/// Middleware, outermost (ahead of the host-form proxy): the unauthenticated
-/// bucket of SEC-17. Counts `/metrics` scrapes before and 401 answers after;
-/// a client whose bucket is used up gets 429 for everything but
-/// `/api/v1/health`.
-pub async fn guard(State(limiter): State<Arc<RateLimiter>>, req: Request, next: Next) -> Response {
-    if limiter.config.per_ip.is_none() || req.uri().path() == "/api/v1/health" {
-        return next.run(req).await;
-    }
-    let Some(ip) = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| limiter.client_ip(peer.ip(), req.headers()))
-    else {
-        return next.run(req).await;
-    };
-    let now = Instant::now();
-    let scrape = req.uri().path() == "/metrics";
-    if let Some(decision) = limiter.check_unauthenticated(ip, scrape, now) {
-        if !decision.allowed {
-            return refused_unauthenticated(&limiter, ip, &decision);
+            );
+            return refusal(class.front, &req, message, retry, decision.report.as_ref());
         }
     }
     let response = next.run(req).await;
     if response.status() == StatusCode::UNAUTHORIZED {
-        limiter.count_failure(ip, now);
+        limiter.count_failure(client, now);
     }
     response
 }
@@ -512,7 +858,7 @@ pub async fn guard(State(limiter): State<Arc<RateLimiter>>, req: Request, next: 
 mod tests {
     use super::*;
 
-    fn limiter(ip: u32, token: u32) -> RateLimiter {
+    fn limiter_with(ip: u32, token: u32, sandbox_clients: &[&str]) -> RateLimiter {
         let l = |n| Limit {
             requests: n,
             window: Duration::from_secs(60),
@@ -522,14 +868,28 @@ mod tests {
                 per_ip: Some(l(ip)),
                 per_token: Some(l(token)),
                 trusted_proxies: vec![IpNet::parse("10.0.0.0/8").unwrap()],
+                sandbox_clients: sandbox_clients
+                    .iter()
+                    .map(|n| IpNet::parse(n).unwrap())
+                    .collect(),
                 max_tracked: 100,
             }),
             Arc::new(Metrics::new()),
         )
+        .with_proxy_domain(Some("sandboxes.test".into()))
+    }
+
+    fn limiter(ip: u32, token: u32) -> RateLimiter {
+        limiter_with(ip, token, &[])
     }
 
     fn ip(s: &str) -> Option<IpAddr> {
         Some(s.parse().unwrap())
+    }
+
+    /// The per-client key of `addr` without a credential.
+    fn at(rl: &RateLimiter, addr: &str) -> Option<ClientKey> {
+        Some(rl.client_key(addr.parse().unwrap(), None, Instant::now()))
     }
 
     #[test]
@@ -564,41 +924,42 @@ mod tests {
         let rl = limiter(5, 3);
         let now = Instant::now();
         let a = || Some("a".to_owned());
+        let here = || at(&rl, "1.2.3.4");
         for i in 0..3 {
-            let d = rl.check(ip("1.2.3.4"), a(), now);
+            let d = rl.check(here(), a(), now);
             assert!(d.allowed, "{i}");
         }
         // Token a is used up; refused requests count nowhere.
-        let d = rl.check(ip("1.2.3.4"), a(), now);
+        let d = rl.check(here(), a(), now);
         assert!(!d.allowed);
         assert_eq!(d.exhausted, "token");
         assert_eq!(d.retry_after, Duration::from_secs(60));
         // Token b from the same IP has two left of the IP's five.
-        assert!(rl.check(ip("1.2.3.4"), Some("b".into()), now).allowed);
-        let d = rl.check(ip("1.2.3.4"), Some("b".into()), now);
+        assert!(rl.check(here(), Some("b".into()), now).allowed);
+        let d = rl.check(here(), Some("b".into()), now);
         assert!(d.allowed);
         assert_eq!(d.report.unwrap().remaining(), 0);
         assert_eq!(d.report.unwrap().bucket, "ip");
-        let d = rl.check(ip("1.2.3.4"), Some("b".into()), now);
+        let d = rl.check(here(), Some("b".into()), now);
         assert_eq!((d.allowed, d.exhausted), (false, "ip"));
         // Another IP with token a: still refused (the token bucket).
-        assert!(!rl.check(ip("5.6.7.8"), a(), now).allowed);
+        assert!(!rl.check(at(&rl, "5.6.7.8"), a(), now).allowed);
         // A new window resets.
         let later = now + Duration::from_secs(61);
-        assert!(rl.check(ip("1.2.3.4"), a(), later).allowed);
+        assert!(rl.check(here(), a(), later).allowed);
     }
 
     #[test]
     fn ipv6_counts_per_64_and_mapped_v4_as_v4() {
         let rl = limiter(2, 100);
         let now = Instant::now();
-        assert!(rl.check(ip("2001:db8::1"), None, now).allowed);
-        assert!(rl.check(ip("2001:db8::ffff:2"), None, now).allowed);
-        assert!(!rl.check(ip("2001:db8::3"), None, now).allowed);
-        assert!(rl.check(ip("2001:db8:0:1::1"), None, now).allowed);
-        assert!(rl.check(ip("::ffff:9.9.9.9"), None, now).allowed);
-        assert!(rl.check(ip("9.9.9.9"), None, now).allowed);
-        assert!(!rl.check(ip("9.9.9.9"), None, now).allowed);
+        assert!(rl.check(at(&rl, "2001:db8::1"), None, now).allowed);
+        assert!(rl.check(at(&rl, "2001:db8::ffff:2"), None, now).allowed);
+        assert!(!rl.check(at(&rl, "2001:db8::3"), None, now).allowed);
+        assert!(rl.check(at(&rl, "2001:db8:0:1::1"), None, now).allowed);
+        assert!(rl.check(at(&rl, "::ffff:9.9.9.9"), None, now).allowed);
+        assert!(rl.check(at(&rl, "9.9.9.9"), None, now).allowed);
+        assert!(!rl.check(at(&rl, "9.9.9.9"), None, now).allowed);
     }
 
     #[test]
@@ -644,12 +1005,16 @@ mod tests {
         let now = Instant::now();
         for i in 0..1000u32 {
             let addr = IpAddr::V4(std::net::Ipv4Addr::from(i + 1));
-            rl.check(Some(addr), Some(format!("t{i}")), now);
+            rl.check(
+                Some(rl.client_key(addr, None, now)),
+                Some(format!("t{i}")),
+                now,
+            );
             assert!(rl.tracked() <= 100);
         }
         // Expired windows make room first.
         let later = now + Duration::from_secs(61);
-        rl.check(ip("1.2.3.4"), None, later);
+        rl.check(at(&rl, "1.2.3.4"), None, later);
         assert_eq!(rl.tracked(), 1);
     }
 
@@ -657,40 +1022,202 @@ mod tests {
     fn failed_authentications_and_scrapes_share_a_bucket() {
         let rl = limiter(3, 100);
         let now = Instant::now();
-        let a = ip("1.2.3.4").unwrap();
+        let a = at(&rl, "1.2.3.4").unwrap();
         // Looking does not count.
         for _ in 0..10 {
-            assert!(rl.check_unauthenticated(a, false, now).unwrap().allowed);
+            assert!(rl.check_unauthenticated(&a, false, now).unwrap().allowed);
         }
         // A scrape counts, two failures count: used up.
-        assert!(rl.check_unauthenticated(a, true, now).unwrap().allowed);
-        rl.count_failure(a, now);
-        rl.count_failure(a, now);
-        let d = rl.check_unauthenticated(a, false, now).unwrap();
+        assert!(rl.check_unauthenticated(&a, true, now).unwrap().allowed);
+        rl.count_failure(a.clone(), now);
+        rl.count_failure(a.clone(), now);
+        let d = rl.check_unauthenticated(&a, false, now).unwrap();
         assert!(!d.allowed);
         assert_eq!(d.exhausted, UNAUTHENTICATED);
         assert_eq!(d.retry_after, Duration::from_secs(60));
         // Apart from the API bucket of the same client, and from others.
-        assert!(rl.check(Some(a), None, now).allowed);
+        assert!(rl.check(Some(a.clone()), None, now).allowed);
+        let other = at(&rl, "5.6.7.8").unwrap();
+        assert!(rl.check_unauthenticated(&other, true, now).unwrap().allowed);
+        // Whatever credential the client presents now.
+        let with_key = rl.client_key(ip("1.2.3.4").unwrap(), Some("good"), now);
         assert!(
-            rl.check_unauthenticated(ip("5.6.7.8").unwrap(), true, now)
+            !rl.check_unauthenticated(&with_key, false, now)
                 .unwrap()
                 .allowed
         );
         // A new window.
         let later = now + Duration::from_secs(61);
-        assert!(rl.check_unauthenticated(a, false, later).unwrap().allowed);
+        assert!(rl.check_unauthenticated(&a, false, later).unwrap().allowed);
         // Off with the per-IP limit.
         let off = RateLimiter::new(None, Arc::new(Metrics::new()));
-        assert!(off.check_unauthenticated(a, true, now).is_none());
+        assert!(off.check_unauthenticated(&a, true, now).is_none());
     }
 
     #[test]
-    fn only_api_routes_but_health_are_limited() {
-        assert!(limited_path("/api/v1/sandbox"));
-        assert!(limited_path("/api/v1/me"));
-        assert!(!limited_path("/api/v1/health"));
-        assert!(!limited_path("/metrics"));
-        assert!(!limited_path("/"));
+    fn from_a_sandbox_address_the_client_is_the_credential_too() {
+        let rl = limiter_with(3, 100, &["203.0.113.0/24"]);
+        let now = Instant::now();
+        let shared = ip("203.0.113.9").unwrap();
+        let bad = rl.client_key(shared, Some("bad"), now);
+        let good = rl.client_key(shared, Some("good"), now);
+        let none = rl.client_key(shared, None, now);
+        assert_eq!(bad.credential.as_deref(), Some("bad"));
+        // Three failures with one bad token lock out that token only.
+        for _ in 0..3 {
+            rl.count_failure(bad.clone(), now);
+        }
+        assert!(!rl.check_unauthenticated(&bad, false, now).unwrap().allowed);
+        assert!(rl.check_unauthenticated(&good, false, now).unwrap().allowed);
+        assert!(rl.check_unauthenticated(&none, false, now).unwrap().allowed);
+        // The per-client window too: one tenant using it up leaves the others theirs.
+        for _ in 0..3 {
+            assert!(rl.check(Some(bad.clone()), None, now).allowed);
+        }
+        assert!(!rl.check(Some(bad.clone()), None, now).allowed);
+        assert!(rl.check(Some(good.clone()), None, now).allowed);
+        // Any other address is one client, whatever it presents.
+        let alone = rl.client_key(ip("198.51.100.7").unwrap(), Some("bad"), now);
+        assert_eq!(alone.credential, None);
+        assert_eq!(
+            rl.client_key(ip("2001:db8::1").unwrap(), Some("x"), now)
+                .credential,
+            None
+        );
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_stand_for_sandboxes_but_loopback_does_not() {
+        let own = OwnAddresses::new();
+        let now = Instant::now();
+        assert!(!own.contains(ip("127.0.0.1").unwrap(), now));
+        assert!(!own.contains(ip("127.0.0.2").unwrap(), now));
+        assert!(!own.contains(ip("::1").unwrap(), now));
+        assert!(!own.contains(ip("198.51.100.7").unwrap(), now));
+        assert!(!own.contains(ip("0.0.0.0").unwrap(), now));
+        // This host's address on its default route, when it has one.
+        let local = std::net::UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.connect("192.0.2.1:9").map(|()| s))
+            .and_then(|s| s.local_addr());
+        if let (Ok(local), true) = (local, own.v4) {
+            assert!(own.contains(local.ip(), now), "{local}");
+            assert!(own.contains(local.ip(), now), "cached: {local}");
+        }
+    }
+
+    fn request(uri: &str, headers: &[(&str, &str)]) -> Request {
+        let mut req = Request::builder().uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn requests_are_told_apart_as_the_router_does() {
+        let rl = limiter(10, 10);
+        let h = |t: &str| Some(stockade_core::account::hash_token(t));
+        let c = |uri: &str, headers: &[(&str, &str)]| {
+            let c = rl.classify(&request(uri, headers));
+            (c.front, c.routed_early, c.credential)
+        };
+        assert_eq!(c("/api/v1/health", &[]), (Front::Health, false, None));
+        assert_eq!(
+            c("/api/v1/me", &[("authorization", "Bearer stk_a")]),
+            (Front::Api, false, h("stk_a"))
+        );
+        assert_eq!(
+            c("/api/v1/me", &[("cookie", "x=1; stockade_session=stks_s")]),
+            (Front::Api, false, h("stks_s"))
+        );
+        // E2B's key wins over a bearer, as E2B's routes read it.
+        assert_eq!(
+            c(
+                "/e2b/sandboxes",
+                &[("x-api-key", "stk_k"), ("authorization", "Bearer stk_b")]
+            ),
+            (Front::E2b, false, h("stk_k"))
+        );
+        assert_eq!(
+            c("/e2b/sandboxes", &[("authorization", "bearer stk_b")]),
+            (Front::E2b, false, h("stk_b"))
+        );
+        assert_eq!(c("/e2bx", &[]), (Front::Other, false, None));
+        assert_eq!(
+            c(
+                "/gateway/acc/sbx/upload",
+                &[("authorization", "Bearer stkg_g")]
+            ),
+            (Front::Gateway, false, h("stkg_g"))
+        );
+        // The proxy's sandbox token; a sandbox app's own bearer is not it.
+        assert_eq!(
+            c(
+                "/proxy/abcdefabcdef/8080/x?a=1&stockade_token=stkp_q",
+                &[("authorization", "Bearer app")]
+            ),
+            (Front::Proxy, false, h("stkp_q"))
+        );
+        assert_eq!(
+            c(
+                "/proxy/abcdefabcdef/8080/",
+                &[("cookie", "stockade_token=stkp_c")]
+            ),
+            (Front::Proxy, false, h("stkp_c"))
+        );
+        assert_eq!(
+            c("/metrics", &[("authorization", "Bearer m")]),
+            (Front::Metrics, false, h("m"))
+        );
+        assert_eq!(c("/", &[]), (Front::Other, false, None));
+        // Host form: a port, or the agent's port (E2B's envd).
+        assert_eq!(
+            c(
+                "/api/v1/health",
+                &[
+                    ("host", "8080-abcdefabcdef.sandboxes.test"),
+                    ("e2b-traffic-access-token", "stkt_t")
+                ]
+            ),
+            (Front::Proxy, true, h("stkt_t"))
+        );
+        assert_eq!(
+            c(
+                "/files",
+                &[
+                    ("host", "49983-abcdefabcdef.sandboxes.test:7433"),
+                    ("x-access-token", "stke_e")
+                ]
+            ),
+            (Front::Envd, true, h("stke_e"))
+        );
+        // The header form, whatever the path; an API key of the account wins.
+        assert_eq!(
+            c(
+                "/e2b/files",
+                &[
+                    ("e2b-sandbox-id", "abcdefabcdef"),
+                    ("x-access-token", "stke_e"),
+                    ("x-api-key", "stk_k")
+                ]
+            ),
+            (Front::Envd, true, h("stk_k"))
+        );
+        assert_eq!(
+            c(
+                "/e2b/files",
+                &[
+                    ("e2b-sandbox-id", "abcdefabcdef"),
+                    ("x-access-token", "stke_e"),
+                    ("authorization", "Basic dXNlcjo=")
+                ]
+            ),
+            (Front::Envd, true, h("stke_e"))
+        );
+        // Another host is not the proxy's.
+        assert_eq!(
+            c("/api/v1/me", &[("host", "8080-abcdefabcdef.example.com")]),
+            (Front::Api, false, None)
+        );
     }
 }

@@ -135,8 +135,12 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_MAX_STREAMS_PER_ACCOUNT", default_value_t = 128,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_streams_per_account: u64,
-    /// Rate limit of /api/v1 per client IP and, separately, per API token:
-    /// REQUESTS/WINDOW (e.g. 1000/60s, 20/1m, 5000/1h), or `off`.
+    /// Rate limit per client IP and, separately, per credential, of the API
+    /// (/api/v1, E2B's /e2b, the prime gateway) and of the traffic into
+    /// sandboxes (the port proxy, E2B's in-sandbox calls), whose credential
+    /// is the sandbox token: REQUESTS/WINDOW (e.g. 1000/60s, 20/1m, 5000/1h),
+    /// or `off`. The per-IP size also bounds failed authentications: a client
+    /// that fails that often is refused everything until its window ends.
     #[arg(long, env = "STOCKADE_RATE_LIMIT", default_value = "1000/60s")]
     rate_limit: String,
     /// The per-client-IP limit, when it should differ from --rate-limit (or `off`).
@@ -149,6 +153,15 @@ pub struct ServerArgs {
     /// addresses or CIDRs (e.g. 127.0.0.1,10.0.0.0/8). Default: none.
     #[arg(long, env = "STOCKADE_TRUSTED_PROXIES", value_delimiter = ',')]
     trusted_proxies: Vec<String>,
+    /// Client addresses that many tenants' sandboxes call this server from,
+    /// besides this host's own addresses (loopback aside), which count
+    /// without being listed: e.g. the NAT address of registered Docker
+    /// hosts. From them a client is the address with the credential it
+    /// presents, so one tenant's failed authentications or busy window
+    /// never hold back another's sandboxes. Comma-separated addresses or
+    /// CIDRs. Default: none.
+    #[arg(long, env = "STOCKADE_SANDBOX_CLIENT_ADDRESSES", value_delimiter = ',')]
+    sandbox_client_addresses: Vec<String>,
     /// When set, GET /metrics needs `Authorization: Bearer <this token>`.
     #[arg(long, env = "STOCKADE_METRICS_TOKEN", hide_env_values = true)]
     metrics_token: Option<String>,
@@ -524,6 +537,12 @@ fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig
         None => base,
     };
     let trusted_proxies = trusted_proxies(args)?;
+    let sandbox_clients = args
+        .sandbox_client_addresses
+        .iter()
+        .filter(|a| !a.trim().is_empty())
+        .map(|a| IpNet::parse(a).map_err(|e| anyhow::anyhow!("--sandbox-client-addresses: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if per_ip.is_none() && per_token.is_none() {
         return Ok(None);
     }
@@ -531,6 +550,7 @@ fn rate_limit_config(args: &ServerArgs) -> anyhow::Result<Option<RateLimitConfig
         per_ip,
         per_token,
         trusted_proxies,
+        sandbox_clients,
         ..RateLimitConfig::default()
     }))
 }
@@ -565,10 +585,20 @@ fn describe_limits(config: &Option<RateLimitConfig>) -> String {
     let show = |l: Option<Limit>| l.map_or_else(|| "off".to_owned(), |l| l.to_string());
     match config {
         None => "off".into(),
-        Some(c) => format!(
+        Some(c) if c.sandbox_clients.is_empty() => format!(
             "{} per client IP, {} per token",
             show(c.per_ip),
             show(c.per_token)
+        ),
+        Some(c) => format!(
+            "{} per client IP, {} per token; sandboxes call from {}",
+            show(c.per_ip),
+            show(c.per_token),
+            c.sandbox_clients
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
         ),
     }
 }
@@ -1209,6 +1239,7 @@ mod tests {
             "STOCKADE_RATE_LIMIT_PER_IP",
             "STOCKADE_RATE_LIMIT_PER_TOKEN",
             "STOCKADE_TRUSTED_PROXIES",
+            "STOCKADE_SANDBOX_CLIENT_ADDRESSES",
         ] {
             if std::env::var_os(var).is_some() {
                 eprintln!("rate_limit_flags skipped: {var} is set");
@@ -1241,6 +1272,18 @@ mod tests {
             "{err}"
         );
         assert!(limits(&["--trusted-proxies", "10.0.0.0/8,::1"]).is_ok());
+        assert_eq!(
+            limits(&["--sandbox-client-addresses", "203.0.113.7,10.1.0.0/16"]).unwrap(),
+            "1000/60s per client IP, 1000/60s per token; sandboxes call from \
+             203.0.113.7/32,10.1.0.0/16"
+        );
+        let err = limits(&["--sandbox-client-addresses", "nat-box"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--sandbox-client-addresses") && err.contains("nat-box"),
+            "{err}"
+        );
     }
 
     fn connections(flags: &[&str]) -> anyhow::Result<stockade_server::serve::ConnectionLimits> {

@@ -134,6 +134,19 @@ fn stockade_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         .map(str::to_owned))
 }
 
+/// The credential an in-sandbox call authenticates with, as [`authorise`]
+/// reads it: an API key of the sandbox's account, else the envd token.
+pub(crate) fn presented_credential(headers: &HeaderMap) -> Option<String> {
+    match stockade_key(headers) {
+        Ok(Some(key)) => Some(key),
+        Ok(None) => headers
+            .get(ACCESS_TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        Err(_) => None,
+    }
+}
+
 /// The running sandbox an in-sandbox call may reach.
 async fn authorise(
     state: &AppState,

@@ -585,6 +585,23 @@ impl From<ApiError> for GatewayError {
     }
 }
 
+/// The gateway's answer to a client past its rate limit: a Connect
+/// `resource_exhausted` error for the command service, and
+/// `{"error": "rate_limited", "message"}` with 429 for the file routes.
+pub(crate) fn too_many_requests(path: &str, content_type: &str, message: String) -> Response {
+    let e = GatewayError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        stockade_agent::connect::Code::ResourceExhausted,
+        message,
+    );
+    if path.contains("/command_session.CommandSession/") {
+        e.connect(content_type)
+    } else {
+        e.plain()
+    }
+}
+
 /// The running sandbox a gateway request may reach: a gateway token of
 /// that sandbox (`Authorization: Bearer stkg_…`), under its holder's path.
 async fn gateway_sandbox(
