@@ -2,7 +2,8 @@
 //! routes (who may read and set them, validation naming the field, usage),
 //! quota refusals (403 `quota_exceeded`) at create, fork, start and update,
 //! concurrent creates at a quota of one, the default quota of new accounts,
-//! and a full Docker host (409 `insufficient_capacity`) whose stopped
+//! snapshots and uploads past their count or bytes refused with nothing
+//! left in Docker or the object store, and a full Docker host (409 `insufficient_capacity`) whose stopped
 //! sandboxes free room for others.
 
 use reqwest::{Method, StatusCode};
@@ -70,11 +71,13 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
     assert_eq!(r.body["accountId"], alice.as_str());
     assert_eq!(
         r.body["quota"],
-        json!({ "sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null })
+        json!({ "sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null,
+                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
     );
     assert_eq!(
         r.body["usage"],
-        json!({ "sandboxes": 0, "cpuCores": 0.0, "memoryGB": 0.0, "diskGB": 0 })
+        json!({ "sandboxes": 0, "cpuCores": 0.0, "memoryGB": 0.0, "diskGB": 0,
+                 "snapshots": 0, "snapshotGB": 0.0, "uploads": 0, "uploadGB": 0.0 })
     );
 
     // Only an administrator sets a quota; only the account itself (or an
@@ -97,7 +100,8 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
         r.body["quota"],
-        json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4.0, "diskGB": 40 })
+        json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4.0, "diskGB": 40,
+                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
     );
     let r = app.get(&path, &alice_token).await;
     assert_eq!(r.body["quota"]["cpuCores"], 1.5);
@@ -115,6 +119,10 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
         (json!({ "memoryGB": "lots" }), "memoryGB"),
         (json!({ "memoryGB": 1e12 }), "memoryGB"),
         (json!({ "diskGB": 1.5 }), "diskGB"),
+        (json!({ "snapshots": -1 }), "snapshots"),
+        (json!({ "snapshotGB": -0.5 }), "snapshotGB"),
+        (json!({ "uploads": 2.5 }), "uploads"),
+        (json!({ "uploadGB": "big" }), "uploadGB"),
         (json!({ "disks": 3 }), "disks"),
     ] {
         let r = put_quota(&app, &app.admin_token, &alice, body.clone()).await;
@@ -173,7 +181,8 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     let usage = app.get(&quota_path, &t).await.body["usage"].clone();
     assert_eq!(
         usage,
-        json!({ "sandboxes": 2, "cpuCores": 1.0, "memoryGB": 1.0, "diskGB": 20 })
+        json!({ "sandboxes": 2, "cpuCores": 1.0, "memoryGB": 1.0, "diskGB": 20,
+                 "snapshots": 0, "snapshotGB": 0.0, "uploads": 0, "uploadGB": 0.0 })
     );
 
     // Create and fork: the third sandbox is refused, nothing is left behind.
@@ -320,6 +329,8 @@ async fn new_accounts_start_with_the_default_quota() {
             c.service.admission.default_quota = stockade_core::Quota {
                 sandboxes: Some(1),
                 disk_gb: Some(50),
+                snapshots: Some(4),
+                upload_bytes: Some(stockade_core::quota::BYTES_PER_GB / 2),
                 ..stockade_core::Quota::unlimited()
             };
         })),
@@ -330,7 +341,8 @@ async fn new_accounts_start_with_the_default_quota() {
     let r = app.get(&format!("/api/v1/accounts/{id}/quota"), &t).await;
     assert_eq!(
         r.body["quota"],
-        json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": null, "diskGB": 50 })
+        json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": null, "diskGB": 50,
+                 "snapshots": 4, "snapshotGB": null, "uploads": null, "uploadGB": 0.5 })
     );
     app.create(
         &t,
@@ -498,4 +510,228 @@ async fn by_default_a_host_takes_no_more_memory_than_it_has() {
         "{m}"
     );
     assert_eq!(app.containers().len(), 4);
+}
+
+/// Every object under `prefix` in the app's object store.
+async fn objects(app: &TestApp, prefix: &str) -> Vec<String> {
+    let mut keys: Vec<String> = app
+        .state
+        .svc
+        .blobs
+        .list(prefix)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The snapshot images of this app's instance.
+fn snapshot_images(app: &TestApp) -> Vec<String> {
+    docker_lines(&[
+        "images",
+        "-q",
+        "--filter",
+        &format!("label=io.stockade.instance-id={}", app.instance_id()),
+        "stockade-snapshot",
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_past_the_quota_are_refused_and_leave_nothing() {
+    let app = spawn_app().await;
+    let (alice, t) = account(&app, "snapper").await;
+    let (bob, _) = account(&app, "bystander").await;
+    let quota_path = format!("/api/v1/accounts/{alice}/quota");
+    let r = put_quota(&app, &app.admin_token, &alice, json!({ "snapshots": 1 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let sb = app
+        .create(
+            &t,
+            json!({ "name": "src", "cpuCores": 0.25, "memoryGB": 0.25 }),
+        )
+        .await;
+    let id = id_of(&sb);
+    sh_in(&id, "head -c 200000 /dev/urandom > /workspace/noise.bin");
+    let snap_path = format!("/api/v1/sandbox/{id}/snapshots");
+    let snap = |name: &'static str| app.post(&snap_path, &t, json!({ "name": name }));
+
+    // The first fits; its archives are counted.
+    let first = snap("first").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{:?}", first.body);
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(usage["snapshots"], 1, "{usage}");
+    let gb = usage["snapshotGB"].as_f64().unwrap();
+    assert!(gb * (1u64 << 30) as f64 > 200_000.0, "{usage}");
+    let kept = objects(&app, "snapshots").await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(snapshot_images(&app).len(), 1);
+
+    // Past the count: refused before anything is made.
+    let r = snap("second").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(r.code(), "quota_exceeded");
+    assert_eq!(message(&r), "account quota exceeded: 1 of 1 snapshots");
+    assert_eq!(objects(&app, "snapshots").await, kept);
+    assert_eq!(snapshot_images(&app).len(), 1);
+
+    // Past the bytes (known once the archives are stored): refused, and
+    // the image, the archives and the record are removed again.
+    let r = put_quota(
+        &app,
+        &app.admin_token,
+        &alice,
+        json!({ "snapshotGB": gb * 1.5 }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = snap("too-big").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    assert_eq!(r.code(), "quota_exceeded");
+    assert!(
+        message(&r).starts_with("account quota exceeded: ")
+            && message(&r).contains("GB in snapshots"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(objects(&app, "snapshots").await, kept);
+    assert_eq!(snapshot_images(&app).len(), 1);
+    let listed = app.get("/api/v1/snapshots", &t).await;
+    assert_eq!(listed.body["snapshots"].as_array().unwrap().len(), 1);
+    assert_eq!(app.get(&quota_path, &t).await.body["usage"], usage);
+
+    // A deleted snapshot frees its place.
+    let first_id = first.body["id"].as_str().unwrap();
+    let r = app
+        .delete(&format!("/api/v1/snapshots/{first_id}"), &t)
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(
+        (usage["snapshots"].clone(), usage["snapshotGB"].clone()),
+        (json!(0), json!(0.0))
+    );
+    let r = snap("again").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+
+    // Another account's quota and use are untouched.
+    let r = app
+        .get(&format!("/api/v1/accounts/{bob}/quota"), &app.admin_token)
+        .await;
+    assert_eq!(r.body["quota"]["snapshots"], Value::Null);
+    assert_eq!(r.body["usage"]["snapshots"], 0);
+}
+
+/// A tar.gz of one file of `len` bytes that do not compress.
+fn noise_archive(len: usize) -> Vec<u8> {
+    use std::io::Write;
+    // xorshift: bytes gzip cannot shrink.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let data: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "noise.bin", data.as_slice()).unwrap();
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(&b.into_inner().unwrap()).unwrap();
+    e.finish().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_past_the_quota_are_refused_and_nothing_is_stored() {
+    let app = spawn_app().await;
+    let (alice, t) = account(&app, "uploader").await;
+    let (bob, bob_t) = account(&app, "neighbour").await;
+    let quota_path = format!("/api/v1/accounts/{alice}/quota");
+    let upload = |token: &str, body: reqwest::Body| {
+        app.http
+            .post(format!("{}/api/v1/uploads", app.base))
+            .bearer_auth(token)
+            .header("content-type", "application/gzip")
+            .body(body)
+            .send()
+    };
+    let error = |v: &Value| (v["error"]["code"].clone(), v["error"]["message"].clone());
+    let r = put_quota(&app, &app.admin_token, &alice, json!({ "uploads": 1 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+
+    // One upload fits; the second is refused up front.
+    let small = noise_archive(10_000);
+    let r = upload(&t, small.clone().into()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let kept = objects(&app, &format!("uploads/{alice}")).await;
+    assert_eq!(kept.len(), 1);
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(usage["uploads"], 1, "{usage}");
+    assert!(usage["uploadGB"].as_f64().unwrap() > 0.0, "{usage}");
+    let r = upload(&t, small.clone().into()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        error(&body),
+        (
+            json!("quota_exceeded"),
+            json!("account quota exceeded: 1 of 1 uploads")
+        )
+    );
+    assert_eq!(objects(&app, &format!("uploads/{alice}")).await, kept);
+
+    // Past the bytes: 413 like the server's own ceiling, whether the size
+    // is declared or only seen while the body streams; nothing is stored.
+    let r = put_quota(
+        &app,
+        &app.admin_token,
+        &alice,
+        json!({ "uploadGB": 100_000.0 / (1u64 << 30) as f64 }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let big = noise_archive(300_000);
+    assert!(big.len() > 250_000, "{} bytes", big.len());
+    let r = upload(&t, big.clone().into()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("account quota exceeded: "),
+        "{body}"
+    );
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        big.chunks(16 * 1024).map(|c| Ok(c.to_vec())).collect();
+    let streamed = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    // The server answers as soon as the quota is passed and stops reading:
+    // the client sees the 413, or the connection cut while it still sends.
+    match upload(&t, streamed).await {
+        Ok(r) => assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE),
+        Err(e) => assert!(e.is_request(), "{e}"),
+    }
+    assert_eq!(objects(&app, &format!("uploads/{alice}")).await, kept);
+    // What still fits goes in.
+    let r = upload(&t, small.clone().into()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(objects(&app, &format!("uploads/{alice}")).await.len(), 2);
+
+    // Another account uploads as before; its use is its own.
+    let r = upload(&bob_t, big.into()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = app
+        .get(&format!("/api/v1/accounts/{bob}/quota"), &app.admin_token)
+        .await;
+    assert_eq!(r.body["quota"]["uploads"], Value::Null);
+    assert_eq!(r.body["usage"]["uploads"], 1);
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(usage["uploads"], 2, "{usage}");
 }
