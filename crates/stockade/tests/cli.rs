@@ -299,7 +299,8 @@ fn account_quotas_from_the_terminal() {
     ));
     assert_eq!(
         q["quota"],
-        serde_json::json!({ "sandboxes": 1, "cpuCores": 2.0, "memoryGB": 4.5, "diskGB": null })
+        serde_json::json!({ "sandboxes": 1, "cpuCores": 2.0, "memoryGB": 4.5, "diskGB": null,
+                            "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
     );
     let q = json_of(&cli(
         &server,
@@ -312,13 +313,51 @@ fn account_quotas_from_the_terminal() {
             "30",
             "--cpu",
             "unlimited",
+            "--snapshots",
+            "3",
+            "--snapshot-gb",
+            "2.5",
+            "--uploads",
+            "4",
+            "--upload-gb",
+            "0.5",
             "--json",
         ],
     ));
     assert_eq!(
         q["quota"],
-        serde_json::json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": 4.5, "diskGB": 30 })
+        serde_json::json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": 4.5, "diskGB": 30,
+                            "snapshots": 3, "snapshotGB": 2.5, "uploads": 4, "uploadGB": 0.5 })
     );
+    assert_eq!(
+        q["usage"]["snapshots"]
+            .as_u64()
+            .zip(q["usage"]["uploads"].as_u64()),
+        Some((0, 0))
+    );
+    // The storage limits in the table, with their use.
+    let out = cli(&server, admin, &["account", "quota", "carol"]);
+    let table = stdout_of(&out);
+    for row in ["snapshots", "snapshot storage", "uploads", "upload storage"] {
+        assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
+    }
+    assert!(table.contains("2.5 GB"), "{table}");
+    // One flag changes one limit; `unlimited` lifts it.
+    let q = json_of(&cli(
+        &server,
+        admin,
+        &[
+            "account",
+            "quota",
+            "carol",
+            "--uploads",
+            "unlimited",
+            "--json",
+        ],
+    ));
+    assert_eq!(q["quota"]["uploads"], serde_json::Value::Null);
+    assert_eq!(q["quota"]["snapshots"], 3);
+    assert_eq!(q["quota"]["uploadGB"], 0.5);
 
     // Bad values name the flag (or the API's field); nothing changes.
     let out = cli(
@@ -336,6 +375,28 @@ fn account_quotas_from_the_terminal() {
     assert!(!out.status.success());
     assert!(
         stderr_of(&out).contains("--memory: must be between 0"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = cli(
+        &server,
+        admin,
+        &["account", "quota", "carol", "--snapshots", "many"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("--snapshots"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = cli(
+        &server,
+        admin,
+        &["account", "quota", "carol", "--upload-gb=-2"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("--upload-gb: must be between 0"),
         "{}",
         stderr_of(&out)
     );
@@ -397,6 +458,7 @@ fn account_quotas_from_the_terminal() {
     ));
     assert_eq!(q["quota"]["sandboxes"], serde_json::Value::Null);
     assert_eq!(q["quota"]["diskGB"], serde_json::Value::Null);
+    assert_eq!(q["quota"]["snapshotGB"], serde_json::Value::Null);
     let two = create(
         &server,
         &carol,
