@@ -155,7 +155,7 @@ test('quotas: an admin sees and edits each account\'s; the account sees its own;
   await admin.waitForSelector('#quota-form:not([hidden])');
   assert.equal(await admin.textContent('#quota-title'), `Quota of ${user.name}`);
   const q = (name) => `#quota-form [name=${name}]`;
-  for (const name of ['cpuCores', 'memoryGB', 'diskGB']) await admin.fill(q(name), '');
+  for (const name of ['cpuCores', 'memoryGB', 'diskGB', 'snapshots', 'snapshotGB', 'uploads', 'uploadGB']) await admin.fill(q(name), '');
   // Refused in the form: a negative count, a fraction of a sandbox.
   await admin.fill(q('sandboxes'), '-1');
   await admin.click('#quota-save');
@@ -171,11 +171,25 @@ test('quotas: an admin sees and edits each account\'s; the account sees its own;
   await admin.waitForFunction(() => /^Not saved: .*cpuCores/.test(document.querySelector('#quota-status').textContent));
   assert.equal(await admin.getAttribute(q('cpuCores'), 'aria-invalid'), 'true');
   assert.equal(await admin.getAttribute(q('sandboxes'), 'aria-invalid'), null);
-  // One sandbox, the rest unlimited.
+  // A fraction of a snapshot is refused in the form too.
   await admin.fill(q('cpuCores'), '');
+  await admin.fill(q('snapshots'), '2.5');
+  await admin.click('#quota-save');
+  await admin.waitForFunction(() => /^Not saved: snapshots: must be a whole number/.test(document.querySelector('#quota-status').textContent));
+  assert.equal(await admin.getAttribute(q('snapshots'), 'aria-invalid'), 'true');
+  // One sandbox, three snapshots in at most 1.5 GB, uploads of at most
+  // half a GB; the rest unlimited.
+  await admin.fill(q('snapshots'), '3');
+  await admin.fill(q('snapshotGB'), '1.5');
+  await admin.fill(q('uploadGB'), '0.5');
   await admin.click('#quota-save');
   await admin.waitForFunction(() => /^Saved the quota of /.test(document.querySelector('#quota-status').textContent));
-  assert.deepEqual((await api('GET', `/api/v1/accounts/${user.id}/quota`)).quota, { sandboxes: 1, cpuCores: null, memoryGB: null, diskGB: null });
+  assert.deepEqual((await api('GET', `/api/v1/accounts/${user.id}/quota`)).quota, {
+    sandboxes: 1, cpuCores: null, memoryGB: null, diskGB: null,
+    snapshots: 3, snapshotGB: 1.5, uploads: null, uploadGB: 0.5,
+  });
+  await admin.waitForFunction((r) => document.querySelector(`${r} td[data-quota=snapshots]`)?.textContent === '0 of 3; 0 of 1.5 GB', row);
+  assert.equal(await admin.textContent(`${row} td[data-quota=uploads]`), '0 (no limit); 0 of 0.5 GB');
   await admin.waitForFunction((r) => document.querySelector(`${r} td[data-quota=sandboxes]`)?.textContent === '0 of 1', row);
   assert.equal(await admin.textContent(`${row} td[data-quota=cpuCores]`), '0 cores (no limit)');
   await shot(admin, '83-quota-editor');
@@ -185,6 +199,7 @@ test('quotas: an admin sees and edits each account\'s; the account sees its own;
   await page.waitForSelector('#my-quota:not([hidden]) dd[data-quota=sandboxes]');
   assert.equal(await page.textContent('#my-quota dd[data-quota=sandboxes]'), '0 of 1');
   assert.match(await page.textContent('#my-quota dd[data-quota=memoryGB]'), /^0 GB \(no limit\)$/);
+  assert.equal(await page.textContent('#my-quota dd[data-quota=snapshots]'), '0 of 3; 0 of 1.5 GB');
   assert.ok(await page.isHidden('#nav-admin'));
   assert.ok(await page.isHidden('#health-warnings'), 'server warnings are for administrators');
 

@@ -55,10 +55,10 @@ async function showAccounts() {
   const quotas = await Promise.all(accounts.map((a) => api('GET', quotaPath(a.id)).catch((e) => e)));
   if (section !== 'accounts') return;
   host.textContent = '';
-  host.append(table(['Name', 'ID', 'Role', 'Status', 'Sandboxes', 'CPU', 'Memory', 'Disk', 'Created', ''], accounts.map((a, i) => {
+  host.append(table(['Name', 'ID', 'Role', 'Status', 'Sandboxes', 'CPU', 'Memory', 'Disk', 'Snapshots', 'Uploads', 'Created', ''], accounts.map((a, i) => {
     const q = quotas[i];
     const cells = q instanceof Error
-      ? [el('td', { colspan: 4, class: 'error' }, `Quota unavailable: ${q.message}`)]
+      ? [el('td', { colspan: 6, class: 'error' }, `Quota unavailable: ${q.message}`)]
       : quotaRows(q).map(([, text, key]) => el('td', { 'data-quota': key }, text));
     const own = self && self.account.id === a.id;
     const toggle = a.disabledAt
@@ -100,7 +100,10 @@ async function setDisabled(a, disable) {
 // ---------- quotas ----------
 
 const quotaForm = $('quota-form');
-const QUOTA_FIELDS = { sandboxes: 'sandboxes', cpuCores: 'cpuCores', memoryGB: 'memoryGB', diskGB: 'diskGB' };
+const QUOTA_FIELDS = {
+  sandboxes: 'sandboxes', cpuCores: 'cpuCores', memoryGB: 'memoryGB', diskGB: 'diskGB',
+  snapshots: 'snapshots', snapshotGB: 'snapshotGB', uploads: 'uploads', uploadGB: 'uploadGB',
+};
 
 function quotaStatus(text, kind = '') {
   const s = $('quota-status');
@@ -130,6 +133,10 @@ function quotaBody() {
     cpuCores: value(parseNumber(f.cpuCores.value, 'cpuCores', { min: 0 })),
     memoryGB: value(parseNumber(f.memoryGB.value, 'memoryGB', { min: 0 })),
     diskGB: value(parseNumber(f.diskGB.value, 'diskGB', { min: 0, integer: true })),
+    snapshots: value(parseNumber(f.snapshots.value, 'snapshots', { min: 0, integer: true })),
+    snapshotGB: value(parseNumber(f.snapshotGB.value, 'snapshotGB', { min: 0 })),
+    uploads: value(parseNumber(f.uploads.value, 'uploads', { min: 0, integer: true })),
+    uploadGB: value(parseNumber(f.uploadGB.value, 'uploadGB', { min: 0 })),
   };
 }
 

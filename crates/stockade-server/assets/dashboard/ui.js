@@ -312,7 +312,11 @@ function against(used, limit, unit) {
   return `${num(used)} of ${num(limit)}${u}`;
 }
 
-/** An account's quota and use (`GET …/quota`) as `[label, text, key]` rows. */
+/**
+ * An account's quota and use (`GET …/quota`) as `[label, text, key]` rows;
+ * snapshots and uploads show their count and the GB they keep in the object
+ * store in one row each.
+ */
 export function quotaRows(q) {
   const l = q.quota || {}; const u = q.usage || {};
   return [
@@ -320,5 +324,7 @@ export function quotaRows(q) {
     ['CPU', against(u.cpuCores, l.cpuCores, Number(l.cpuCores ?? u.cpuCores) === 1 ? 'core' : 'cores'), 'cpuCores'],
     ['Memory', against(u.memoryGB, l.memoryGB, 'GB'), 'memoryGB'],
     ['Disk', against(u.diskGB, l.diskGB, 'GB'), 'diskGB'],
+    ['Snapshots', `${against(u.snapshots ?? 0, l.snapshots, '')}; ${against(u.snapshotGB ?? 0, l.snapshotGB, 'GB')}`, 'snapshots'],
+    ['Uploads', `${against(u.uploads ?? 0, l.uploads, '')}; ${against(u.uploadGB ?? 0, l.uploadGB, 'GB')}`, 'uploads'],
   ];
 }
