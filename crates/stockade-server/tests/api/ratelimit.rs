@@ -336,6 +336,52 @@ async fn an_e2b_key_is_limited_like_an_api_token_and_others_go_on() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_prime_gateway_is_limited_per_bearer_in_its_own_shapes() {
+    let app = app_with_limits(limits(1000, 2, &[])).await;
+    let base = format!("{}/gateway/acc/abcdefabcdef", app.base);
+    let file = || {
+        send(
+            app.http
+                .get(format!("{base}/read-file?path=/etc/hostname"))
+                .bearer_auth("stkg_forged"),
+        )
+    };
+    for i in 0..2 {
+        let (status, _, body) = file().await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "request {i}: {body}");
+    }
+    // The file routes: the gateway's `{"error", "message"}`.
+    let (status, h, body) = file().await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("per-token"),
+        "{body}"
+    );
+    assert!(header(&h, "retry-after") >= 1);
+    // The command service: a Connect error.
+    let (status, h, body) = send(
+        app.http
+            .post(format!("{base}/command_session.CommandSession/Start"))
+            .bearer_auth("stkg_forged")
+            .header("content-type", "application/json")
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["code"], "resource_exhausted", "{body}");
+    assert!(header(&h, "retry-after") >= 1);
+    // Another bearer is checked as ever.
+    let (status, _, body) = send(
+        app.http
+            .get(format!("{base}/read-file?path=/etc/hostname"))
+            .bearer_auth("stkg_other"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+}
+
 /// A sandbox token for `id` living `ttl` seconds (tokens of other
 /// lifetimes are other credentials).
 async fn port_token(app: &TestApp, owner: &str, id: &str, ttl: u64) -> String {
