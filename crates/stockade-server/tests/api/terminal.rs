@@ -133,11 +133,24 @@ async fn terminals_are_refused_to_strangers_and_foreign_pages() {
         "{}/api/v1/sandbox/{id}/terminal",
         app.base.replace("http://", "ws://")
     );
+    // A real dashboard session of Alice's.
+    let signed_in = app
+        .http
+        .post(format!("{}/api/v1/session", app.base))
+        .header("X-Stockade-CSRF", "1")
+        .json(&json!({ "token": alice }))
+        .send()
+        .await
+        .unwrap();
+    let session = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
     let mut req = url.into_client_request().unwrap();
-    req.headers_mut().insert(
-        "cookie",
-        format!("stockade_session={alice}").parse().unwrap(),
-    );
+    req.headers_mut().insert("cookie", session.parse().unwrap());
     req.headers_mut()
         .insert("origin", "http://evil.example".parse().unwrap());
     let err = tokio_tungstenite::connect_async(req)
