@@ -48,23 +48,23 @@ test('egress policy: chosen on create, a bad entry named in a banner, changed li
   await shot(page, '80-egress-bad-entry');
   assert.equal((await api('GET', '/api/v1/sandbox?name=ui-egress')).sandboxes.length, 0);
 
-  await page.fill(f('egress'), 'pypi.org\n*.pythonhosted.org\n\n10.1.0.0/16:5432');
-  await page.fill(f('egressExcept'), '10.1.2.3');
+  await page.fill(f('egress'), 'pypi.org\n*.pythonhosted.org\n\n198.51.100.0/24:5432');
+  await page.fill(f('egressExcept'), '198.51.100.3');
   await page.click('#create-submit');
   const id = await waitRunning(page, 'ui-egress');
   assert.ok(await page.isHidden('#notice'), 'the banner of the refused create is gone');
   const sb = await api('GET', `/api/v1/sandbox/${id}`);
-  assert.deepEqual(sb.networkPolicy.allow, ['pypi.org', '*.pythonhosted.org', '10.1.0.0/16:5432']);
+  assert.deepEqual(sb.networkPolicy.allow, ['pypi.org', '*.pythonhosted.org', '198.51.100.0/24:5432']);
   assert.equal(sb.networkPolicy.deny.length, 1);
-  assert.match(sb.networkPolicy.deny[0], /^10\.1\.2\.3/);
+  assert.match(sb.networkPolicy.deny[0], /^198\.51\.100\.3/);
 
   // The details show it, with the same control filled in.
   await page.click('#tab-details');
-  await page.waitForFunction(() => /^Now: Only pypi\.org, \*\.pythonhosted\.org, 10\.1\.0\.0\/16:5432 \(except 10\.1\.2\.3/.test(document.querySelector('#network-current').textContent));
+  await page.waitForFunction(() => /^Now: Only pypi\.org, \*\.pythonhosted\.org, 198\.51\.100\.0\/24:5432 \(except 198\.51\.100\.3/.test(document.querySelector('#network-current').textContent));
   assert.match((await facts(page)).Network, /^Only pypi\.org/);
   const n = (name) => `#network-form [name=${name}]`;
   assert.equal(await page.inputValue(n('network')), 'allow');
-  assert.equal(await page.inputValue(n('egress')), 'pypi.org\n*.pythonhosted.org\n10.1.0.0/16:5432');
+  assert.equal(await page.inputValue(n('egress')), 'pypi.org\n*.pythonhosted.org\n198.51.100.0/24:5432');
   await shot(page, '81-egress-details');
 
   // Changed live: all but one name.
