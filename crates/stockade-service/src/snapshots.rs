@@ -9,8 +9,9 @@
 //!
 //! A user snapshot counts against its account's quota of snapshots and of
 //! snapshot bytes: one past the count is refused before anything is made;
-//! the bytes are known once the archives are stored, and a capture that
-//! would go past them is refused and everything it made removed.
+//! the bytes are known only as the archives stream into the object store,
+//! which stops where the bytes left end: that capture is refused and
+//! everything it made removed.
 //!
 //! A capture runs in its own task, so a client that goes away does not leave
 //! half a snapshot: it completes, or everything it made is removed again.
@@ -19,9 +20,12 @@
 //! [`collect_garbage`] removes the image once no container uses it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{SubsecRound, Utc};
+use futures_util::StreamExt;
 use stockade_core::{
     AccountId, OperationKind, Quota, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId,
     SnapshotKind, SnapshotStatus, StoredUsage,
@@ -219,6 +223,53 @@ async fn check_bytes(
         .map_err(ServiceError::QuotaExceeded)
 }
 
+/// Bytes of the account's snapshot quota this capture may still take
+/// (`None`: no limit).
+async fn bytes_left(
+    svc: &Service,
+    quota: &Quota,
+    snapshot: &Snapshot,
+) -> ServiceResult<Option<u64>> {
+    let Some(limit) = quota.snapshot_bytes else {
+        return Ok(None);
+    };
+    let used = snapshots_used(svc, &snapshot.account_id, Some(&snapshot.id)).await?;
+    Ok(Some(limit.saturating_sub(used.snapshot_bytes)))
+}
+
+/// `data`, ended with an error as soon as it passes `limit` bytes, so that a
+/// capture past the quota stops streaming into the object store; the
+/// counter says how far it got.
+fn cut_after(
+    data: stockade_runtime::ByteStream,
+    limit: Option<u64>,
+) -> (stockade_runtime::ByteStream, Arc<AtomicU64>) {
+    let seen = Arc::new(AtomicU64::new(0));
+    let Some(limit) = limit else {
+        return (data, seen);
+    };
+    let counter = seen.clone();
+    let stream = data.map(move |item| {
+        let chunk = item?;
+        let total = counter.fetch_add(chunk.len() as u64, Ordering::SeqCst) + chunk.len() as u64;
+        if total > limit {
+            return Err(std::io::Error::other(
+                "the snapshot passed its account's quota",
+            ));
+        }
+        Ok(chunk)
+    });
+    (Box::pin(stream), seen)
+}
+
+/// The refusal of a capture cut off at `bytes`, past what it had left.
+async fn cut_off(svc: &Service, quota: &Quota, snapshot: &Snapshot, bytes: u64) -> ServiceError {
+    match check_bytes(svc, quota, snapshot, bytes).await {
+        Err(e) => e,
+        Ok(()) => ServiceError::QuotaExceeded("account quota exceeded: snapshots".into()),
+    }
+}
+
 async fn capture_inner(
     svc: &Service,
     rt: &dyn stockade_runtime::Runtime,
@@ -255,18 +306,28 @@ async fn capture_inner(
         // never be restored; it is refused while it streams.
         let ceiling = svc.config.max_unpacked_bytes;
         let (workspace, over) = crate::files::meter_archive(workspace, ceiling);
+        // The account's snapshot bytes: the stream stops where they end.
+        let left = bytes_left(svc, quota, &snapshot).await?;
+        let (workspace, seen) = cut_after(workspace, left);
+        let past = |seen: &AtomicU64| {
+            let seen = seen.load(Ordering::SeqCst);
+            left.is_some_and(|left| seen > left).then_some(seen)
+        };
         // Recorded before the upload so that a crash leaves a key to clean.
         snapshot.blob_key = Some(key.clone());
         svc.store.update_snapshot(&snapshot).await?;
         let bytes = match svc.blobs.put_stream(&key, workspace).await {
             Ok(bytes) => bytes,
-            Err(_) if over.load(std::sync::atomic::Ordering::SeqCst) => {
+            Err(_) if over.load(Ordering::SeqCst) => {
                 return Err(crate::files::unpacked_too_large(
                     "The sandbox's /workspace",
                     ceiling,
                 ))
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => match past(&seen) {
+                Some(n) => return Err(cut_off(svc, quota, &snapshot, n).await),
+                None => return Err(e.into()),
+            },
         };
         snapshot.workspace_bytes = Some(bytes);
         // Recorded at once, so that captures running beside it count it.
@@ -278,10 +339,22 @@ async fn capture_inner(
             .export_image(&snapshot.image_ref)
             .await
             .map_err(|e| missing_container(e, &snapshot))?;
-        let image_bytes = svc
+        let left = left.map(|l| l.saturating_sub(bytes));
+        let (image, seen) = cut_after(image, left);
+        let image_bytes = match svc
             .blobs
             .put_stream(&Snapshot::image_blob_key_for(&snapshot.id), image)
-            .await?;
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => match left.filter(|&l| seen.load(Ordering::SeqCst) > l) {
+                Some(_) => {
+                    let n = bytes.saturating_add(seen.load(Ordering::SeqCst));
+                    return Err(cut_off(svc, quota, &snapshot, n).await);
+                }
+                None => return Err(e.into()),
+            },
+        };
         snapshot.image_bytes = Some(image_bytes);
         check_bytes(svc, quota, &snapshot, bytes.saturating_add(image_bytes)).await?;
         svc.crash_point("snapshot.image_stored")?;
@@ -492,5 +565,33 @@ pub async fn collect_periodically(svc: Service, shutdown: CancellationToken) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(n: usize, size: usize) -> stockade_runtime::ByteStream {
+        let items = (0..n).map(move |_| Ok(bytes::Bytes::from(vec![7u8; size])));
+        Box::pin(futures_util::stream::iter(items))
+    }
+
+    #[tokio::test]
+    async fn a_stream_past_the_bytes_left_ends_there() {
+        let (s, seen) = cut_after(chunks(10, 100), Some(250));
+        let items: Vec<_> = s.collect().await;
+        // Two chunks pass, the third ends the stream with an error.
+        assert!(items[..2].iter().all(Result::is_ok));
+        assert!(items[2].is_err());
+        assert!(seen.load(Ordering::SeqCst) > 250);
+        // No limit: everything passes, nothing is counted.
+        let (s, seen) = cut_after(chunks(10, 100), None);
+        let items: Vec<_> = s.collect().await;
+        assert!(items.iter().all(Result::is_ok) && items.len() == 10);
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+        // Exactly the bytes left fit.
+        let (s, _) = cut_after(chunks(2, 100), Some(200));
+        assert!(s.collect::<Vec<_>>().await.iter().all(Result::is_ok));
     }
 }
