@@ -734,4 +734,30 @@ async fn uploads_past_the_quota_are_refused_and_nothing_is_stored() {
     assert_eq!(r.body["usage"]["uploads"], 1);
     let usage = app.get(&quota_path, &t).await.body["usage"].clone();
     assert_eq!(usage["uploads"], 2, "{usage}");
+
+    // Eight uploads at once for the last place: at most one stays, and
+    // every one refused left nothing.
+    let r = put_quota(&app, &app.admin_token, &alice, json!({ "uploads": 3 })).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let racing = (0..8).map(|_| upload(&t, small.clone().into()));
+    let statuses: Vec<StatusCode> = futures_util::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().status())
+        .collect();
+    let made = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CREATED)
+        .count();
+    assert!(made <= 1, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::CREATED || *s == StatusCode::FORBIDDEN),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        objects(&app, &format!("uploads/{alice}")).await.len(),
+        2 + made
+    );
 }
