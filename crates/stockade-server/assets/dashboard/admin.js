@@ -1,5 +1,5 @@
-// Administration (UI-8): accounts (list, create; the new token is shown
-// once) with each one's quota and use, editable (SEC-16), disabled and
+// Administration: accounts (list, create; the new token is shown once)
+// with each one's quota and use, editable, disabled and
 // enabled again, and teams (list, create, add and remove members). Also the
 // signed-in account's own credentials on the home page: its API tokens and
 // dashboard sessions, made (the secret shown once) and revoked.

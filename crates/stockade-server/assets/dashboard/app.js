@@ -1,8 +1,7 @@
 // Stockade's dashboard: sign-in, the page shown for the URL, and the list's
 // refresh, the caller's own quota and use and its tokens and sessions on the
-// home page (SEC-16), and for
-// administrators the warnings of `/health` (disk limits or egress lists not
-// enforced, isolation degraded). No build step and no CDN: every module is
+// home page, and for administrators the warnings of `/health` (disk limits
+// or egress lists not enforced, isolation degraded). No build step and no CDN: every module is
 // served from the binary.
 //
 // The API token is handed to the server once, at sign-in; the session then
