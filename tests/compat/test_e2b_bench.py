@@ -16,6 +16,7 @@ import pytest
 e2b = pytest.importorskip("e2b")
 
 from e2b import Sandbox  # noqa: E402
+from e2b.connection_config import ConnectionConfig  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("e2b_env")
 
@@ -47,6 +48,43 @@ def _time_interleaved(fns, runs):
     return out
 
 
+def _agent_token(sandbox_id):
+    """The sandbox's agent's own token, from its container: only the server
+    holds it (the SDK's envdAccessToken is a token of Stockade's, which the
+    server checks and replaces with this one on the way to the agent)."""
+    r = subprocess.run(
+        ["docker", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", f"stockade-{sandbox_id}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    for line in r.stdout.splitlines():
+        if line.startswith("STOCKADE_AGENT_TOKEN="):
+            return line.split("=", 1)[1]
+    return None
+
+
+def _straight_to_the_agent(sb, ip):
+    """The same sandbox as an SDK object that talks to its agent directly,
+    with the agent's own token: the baseline without Stockade's layer."""
+    token = _agent_token(sb.sandbox_id)
+    assert token, "the agent's token could not be read from the container"
+    params = Sandbox._resolve_api_params(sandbox_url=f"http://{ip}:49983")
+    headers = {
+        "X-Access-Token": token,
+        "E2b-Sandbox-Id": sb.sandbox_id,
+        "E2b-Sandbox-Port": str(ConnectionConfig.envd_port),
+    }
+    return Sandbox(
+        sandbox_id=sb.sandbox_id,
+        sandbox_domain=sb.sandbox_domain,
+        envd_version=sb._envd_version,
+        envd_access_token=token,
+        traffic_access_token=sb.traffic_access_token,
+        connection_config=ConnectionConfig(extra_sandbox_headers=headers, **params),
+    )
+
+
 def _container_ip(sandbox_id):
     r = subprocess.run(
         [
@@ -69,7 +107,7 @@ def test_commands_run_round_trip(e2b_env, run_id, capsys):
     try:
         ip = _container_ip(sb.sandbox_id)
         assert ip, "the sandbox's address could not be found for the direct measurement"
-        direct = Sandbox.connect(sb.sandbox_id, sandbox_url=f"http://{ip}:49983")
+        direct = _straight_to_the_agent(sb, ip)
         token = e2b_env.tokens["tenant-a"]
         url = f"{e2b_env.base}/api/v1/sandbox/{sb.sandbox_id}/exec"
         with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:

@@ -153,9 +153,11 @@ async fn commit_and_export_capture_the_filesystem() {
     let id = &src.sandbox_id;
     sh(&rt, id, "echo root-change > /etc/stockade-marker; mkdir -p /workspace/d; printf 'x%.0s' $(seq 1 5000) > /workspace/d/big; echo w > /workspace/w").await;
 
-    let image = format!("stockade-snapshot:{}", SandboxId::generate());
+    // A snapshot image answers only to its own name: the tag is its label.
+    let snapshot_id = SandboxId::generate().to_string();
+    let image = format!("stockade-snapshot:{snapshot_id}");
     cleanup.images.push(image.clone());
-    let labels = BTreeMap::from([("io.stockade.snapshot-id".to_string(), "abc".to_string())]);
+    let labels = BTreeMap::from([("io.stockade.snapshot-id".to_string(), snapshot_id.clone())]);
     rt.commit_snapshot(id, &image, &labels).await.unwrap();
     let inspected = docker_cli(&[
         "image",
@@ -164,7 +166,10 @@ async fn commit_and_export_capture_the_filesystem() {
         "{{index .Config.Labels \"io.stockade.snapshot-id\"}}",
         &image,
     ]);
-    assert_eq!(String::from_utf8_lossy(&inspected.stdout).trim(), "abc");
+    assert_eq!(
+        String::from_utf8_lossy(&inspected.stdout).trim(),
+        snapshot_id
+    );
     // The container keeps running after the (pausing) commit.
     assert!(rt.inspect(id).await.unwrap().unwrap().running);
 

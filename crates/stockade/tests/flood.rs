@@ -221,10 +221,11 @@ async fn a_flood_of_half_sent_requests_leaves_the_server_answering() {
         "an open-files hard limit of {hard} is too low for the flood"
     );
     let clients: Vec<Child> = (0..FLOOD.div_ceil(per_client))
-        .map(|_| {
+        .map(|index| {
             Command::new(std::env::current_exe().unwrap())
                 .args(["flood_client", "--exact", "--ignored", "--nocapture"])
                 .env("STOCKADE_FLOOD_TARGET", addr.to_string())
+                .env("STOCKADE_FLOOD_INDEX", index.to_string())
                 .env("STOCKADE_FLOOD_CONNECTIONS", per_client.to_string())
                 .env("STOCKADE_FLOOD_HOLD_SECS", HOLD.as_secs().to_string())
                 .stdout(Stdio::piped())
@@ -382,6 +383,10 @@ fn the_open_files_limit_is_raised_to_the_hard_limit_at_start() {
 /// One client process of the flood: connects `STOCKADE_FLOOD_CONNECTIONS`
 /// times to `STOCKADE_FLOOD_TARGET`, sends half a request on each, holds
 /// them for `STOCKADE_FLOOD_HOLD_SECS` and reports what the server closed.
+/// The connections come from 200 loopback addresses of the process's own
+/// (`127.0.{10 + STOCKADE_FLOOD_INDEX}.1-200`), so that the flood fills the
+/// server's whole cap (one address holds only its share of it) while the
+/// test's `/health` probes come from 127.0.0.1.
 #[test]
 #[ignore = "a client process of a_flood_of_half_sent_requests_leaves_the_server_answering"]
 fn flood_client() {
@@ -400,15 +405,36 @@ fn flood_client() {
             .parse()
             .unwrap(),
     );
+    let index: u8 = std::env::var("STOCKADE_FLOOD_INDEX")
+        .ok()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0);
     // Thousands of sockets need more than the usual 1024 descriptors.
     let _ = stockade_server::serve::raise_open_files_limit();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connect_from = |i: usize| -> std::io::Result<TcpStream> {
+        let host = u8::try_from(i % 200).unwrap_or(0) + 1;
+        let source = SocketAddr::from(([127, 10 + index, 0, host], 0));
+        rt.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(source)?;
+            let stream =
+                tokio::time::timeout(Duration::from_secs(2), socket.connect(target)).await??;
+            let stream = stream.into_std()?;
+            stream.set_nonblocking(false)?;
+            Ok(stream)
+        })
+    };
     let until = Instant::now() + hold;
     let (mut held, mut failed) = (Vec::with_capacity(count), 0usize);
     for i in 0..count {
         if Instant::now() >= until {
             break;
         }
-        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+        match connect_from(i) {
             Ok(mut s) => {
                 let head = format!("GET /api/v1/sandbox HTTP/1.1\r\nHost: flood\r\nX-Flood-{i}: ");
                 let _ = s.write_all(head.as_bytes());

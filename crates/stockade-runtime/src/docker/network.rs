@@ -205,6 +205,15 @@ impl IsolationConfig {
     }
 }
 
+/// Whether `net` exists as it should after a create of it failed: made by
+/// someone else in the meantime.
+async fn made_meanwhile(docker: &Docker, net: NetworkSpec<'_>) -> bool {
+    matches!(
+        inspect_network(docker, net.name).await,
+        Ok(Some(found)) if network_mismatches(&found, net).is_empty()
+    )
+}
+
 /// One of Stockade's two networks, as it should be.
 #[derive(Debug, Clone, Copy)]
 struct NetworkSpec<'a> {
@@ -316,6 +325,9 @@ impl DockerRuntime {
                     ));
                     true
                 }
+                // Another create (a task of this server, another server
+                // on this engine) may have made it first.
+                Err(_) if made_meanwhile(docker, net).await => true,
                 Err(e) => {
                     report
                         .problems
@@ -366,6 +378,7 @@ impl DockerRuntime {
                     .push(format!("network {} {wrong}: recreated", net.name));
                 true
             }
+            Err(_) if made_meanwhile(docker, net).await => true,
             Err(e) => {
                 report.problems.push(format!(
                     "network {} {wrong}; recreating it failed: {e}",
