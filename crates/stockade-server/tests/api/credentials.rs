@@ -530,3 +530,82 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
     }
     assert_eq!(got, StatusCode::OK);
 }
+
+/// The bad day: the server stops and starts again (a crash or an upgrade).
+/// What was revoked stays revoked, what was disabled stays disabled, and
+/// what was valid stays valid: sessions, API tokens, and the envd token of
+/// a sandbox that kept running through the restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_and_revocations_survive_a_restart() {
+    let mut first = spawn_app().await;
+    first.cleanup_on_drop = false;
+    let alice = first.new_account("alice-restart").await;
+    let bob = first.new_account("bob-restart").await;
+    let alice_id = account_id(&first, &alice).await;
+    let bob_id = account_id(&first, &bob).await;
+    let made = first
+        .post(
+            &format!("/api/v1/accounts/{alice_id}/tokens"),
+            &alice,
+            json!({ "name": "revoked-before" }),
+        )
+        .await;
+    let revoked = made.body["token"].as_str().unwrap().to_owned();
+    let r = first
+        .delete(
+            &format!("/api/v1/tokens/{}", made.body["id"].as_str().unwrap()),
+            &alice,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let cookie = sign_in(&first, &alice).await;
+    let r = first
+        .post(
+            &format!("/api/v1/accounts/{bob_id}/disable"),
+            &first.admin_token,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let sb = first
+        .create(&alice, json!({ "name": "kept-tokens", "persistent": true }))
+        .await;
+    let sid = sb["id"].as_str().unwrap().to_owned();
+    let (envd, _) = connect(&first, &alice, &sid).await;
+    assert_eq!(envd_read(&first, &sid, &envd).await, StatusCode::OK);
+    first.shutdown().await;
+    let dir = first.dir.clone();
+    drop(first);
+
+    let second = spawn_app_with(AppOptions {
+        dir: Some(dir),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        second.get("/api/v1/me", &revoked).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        second.get("/api/v1/me", &alice).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(me_with_cookie(&second, &cookie).await, StatusCode::OK);
+    assert_eq!(
+        second.get("/api/v1/me", &bob).await.status,
+        StatusCode::FORBIDDEN
+    );
+    let mut got = StatusCode::BAD_GATEWAY;
+    for _ in 0..50 {
+        got = envd_read(&second, &sid, &envd).await;
+        if got == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        got,
+        StatusCode::OK,
+        "the sandbox's run went on: its token too"
+    );
+}
