@@ -125,6 +125,30 @@ pub struct Host {
 }
 
 impl Host {
+    /// A newly registered host at `now`: active, no TLS, address, labels
+    /// or capacity of its own, health not yet checked.
+    pub fn new(
+        name: impl Into<String>,
+        docker_host: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            docker_host: docker_host.into(),
+            tls: None,
+            address: None,
+            labels: BTreeMap::new(),
+            cpus: None,
+            memory_bytes: None,
+            state: HostState::Active,
+            state_reason: None,
+            auto_cordoned: false,
+            health: HostHealth::default(),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// Whether a create may be placed here (ignoring capacity).
     pub fn schedulable(&self) -> bool {
         self.state == HostState::Active && self.health.healthy != Some(false)
@@ -179,19 +203,8 @@ mod tests {
     #[test]
     fn plain_tcp_engines_are_warned_about() {
         let host = |docker_host: &str, tls: Option<HostTls>| Host {
-            name: "h".into(),
-            docker_host: docker_host.into(),
             tls,
-            address: None,
-            labels: BTreeMap::new(),
-            cpus: None,
-            memory_bytes: None,
-            state: HostState::Active,
-            state_reason: None,
-            auto_cordoned: false,
-            health: HostHealth::default(),
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
+            ..Host::new("h", docker_host, Utc::now())
         };
         let plain = host("tcp://10.0.0.5:2375", None).warnings();
         assert_eq!(plain.len(), 1);

@@ -301,19 +301,12 @@ fn host_of(input: &CreateHostRequest) -> ServiceResult<Host> {
     errors.into_result()?;
     let now = Utc::now().trunc_subsecs(6);
     Ok(Host {
-        name: name.unwrap_or_default(),
-        docker_host: input.docker_host.clone(),
         tls,
         address: input.address.clone(),
         labels,
         cpus,
         memory_bytes,
-        state: HostState::Active,
-        state_reason: None,
-        auto_cordoned: false,
-        health: HostHealth::default(),
-        created_at: now,
-        updated_at: now,
+        ..Host::new(name.unwrap_or_default(), input.docker_host.clone(), now)
     })
 }
 

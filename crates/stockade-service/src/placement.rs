@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use stockade_core::{Host, HostHealth, HostState, Sandbox, Snapshot};
+use stockade_core::{Host, HostState, Sandbox, Snapshot};
 use stockade_runtime::Runtime;
 use stockade_store::{CandidateLoad, PlacementCandidate};
 
@@ -29,21 +29,11 @@ pub struct Candidate {
 /// The server's own host as a record, when the database has none yet.
 pub(crate) fn own_host_record(svc: &Service) -> Host {
     let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 6);
-    Host {
-        name: svc.hosts.own_name().to_owned(),
-        docker_host: svc.hosts.config().own_docker_host.clone(),
-        tls: None,
-        address: None,
-        labels: Default::default(),
-        cpus: None,
-        memory_bytes: None,
-        state: HostState::Active,
-        state_reason: None,
-        auto_cordoned: false,
-        health: HostHealth::default(),
-        created_at: now,
-        updated_at: now,
-    }
+    Host::new(
+        svc.hosts.own_name(),
+        svc.hosts.config().own_docker_host.clone(),
+        now,
+    )
 }
 
 /// Every host, the server's own included.

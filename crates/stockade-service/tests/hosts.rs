@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use stockade_api::CreateSandboxRequest;
 use stockade_core::quota::BYTES_PER_GB;
-use stockade_core::{Account, Host, HostHealth, HostState, Sandbox, SandboxStatus, Scope};
+use stockade_core::{Account, Host, HostState, Sandbox, SandboxStatus, Scope};
 use stockade_runtime::{FakeRuntime, Runtime};
 use stockade_service::admission::AdmissionConfig;
 use stockade_service::hosts::{check_hosts_once, HostsConfig, RuntimeFactory};
@@ -42,24 +42,12 @@ struct World {
 }
 
 fn host(name: &str, labels: &[(&str, &str)]) -> Host {
-    let now = Utc::now();
     Host {
-        name: name.into(),
-        docker_host: format!("unix:///run/{name}.sock"),
-        tls: None,
-        address: None,
         labels: labels
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
-        cpus: None,
-        memory_bytes: None,
-        state: HostState::Active,
-        state_reason: None,
-        auto_cordoned: false,
-        health: HostHealth::default(),
-        created_at: now,
-        updated_at: now,
+        ..Host::new(name, format!("unix:///run/{name}.sock"), Utc::now())
     }
 }
 

@@ -72,21 +72,7 @@ async fn postgres_placements_race() {
 
 fn host(name: &str) -> Host {
     let now = Utc::now().trunc_subsecs(6);
-    Host {
-        name: name.into(),
-        docker_host: format!("tcp://{name}.example:2376"),
-        tls: None,
-        address: None,
-        labels: BTreeMap::new(),
-        cpus: None,
-        memory_bytes: None,
-        state: HostState::Active,
-        state_reason: None,
-        auto_cordoned: false,
-        health: HostHealth::default(),
-        created_at: now,
-        updated_at: now,
-    }
+    Host::new(name, format!("tcp://{name}.example:2376"), now)
 }
 
 fn record(account: &AccountId, name: &str, server: &str, cpu: f64, memory_gb: f64) -> Sandbox {

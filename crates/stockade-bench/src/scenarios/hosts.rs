@@ -15,8 +15,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use stockade_core::spec::SpecInput;
 use stockade_core::{
-    AccountId, Defaults, Host, HostHealth, HostState, Operation, OperationKind, Resources, Sandbox,
-    SandboxId, SandboxSpec, SandboxStatus,
+    AccountId, Defaults, Host, Operation, OperationKind, Resources, Sandbox, SandboxId,
+    SandboxSpec, SandboxStatus,
 };
 use stockade_store::{Placed, PlacementCandidate, Store};
 
@@ -524,20 +524,11 @@ async fn measure_placement(
     for i in 0..PLACEMENT_HOSTS {
         store
             .insert_host(&Host {
-                name: sim_host(i),
-                // Never connected: placement reads records only.
-                docker_host: format!("tcp://192.0.2.{}:2376", i + 1),
-                tls: None,
-                address: None,
                 labels: BTreeMap::from([("bench".to_owned(), "placement".to_owned())]),
                 cpus: Some(1024),
                 memory_bytes: Some(4 << 40),
-                state: HostState::Active,
-                state_reason: None,
-                auto_cordoned: false,
-                health: HostHealth::default(),
-                created_at: now,
-                updated_at: now,
+                // Never connected: placement reads records only.
+                ..Host::new(sim_host(i), format!("tcp://192.0.2.{}:2376", i + 1), now)
             })
             .await
             .with_context(|| format!("insert host {}", sim_host(i)))?;

@@ -55,10 +55,9 @@ impl HostArgs {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use clap::Parser;
-    use stockade_core::{Host, HostHealth, HostState, HostTls};
+    use stockade_core::{Host, HostTls};
     use stockade_runtime::{DockerConfig, IsolationConfig};
 
     use super::*;
@@ -71,19 +70,8 @@ mod tests {
 
     fn host(name: &str, docker_host: &str, tls: Option<HostTls>) -> Host {
         Host {
-            name: name.into(),
-            docker_host: docker_host.into(),
             tls,
-            address: None,
-            labels: BTreeMap::new(),
-            cpus: None,
-            memory_bytes: None,
-            state: HostState::Active,
-            state_reason: None,
-            auto_cordoned: false,
-            health: HostHealth::default(),
-            created_at: chrono::Utc::now(),
-            updated_at: chrono::Utc::now(),
+            ..Host::new(name, docker_host, chrono::Utc::now())
         }
     }
 
