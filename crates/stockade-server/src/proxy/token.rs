@@ -301,8 +301,8 @@ pub enum Refused {
 /// The sandbox a token of `purpose` opens, checked as this module's header
 /// says: signature and expiry (over the sandbox's current run when the
 /// purpose rotates), then the holder. `expected`: the sandbox the request
-/// names. The record is read for any owner first, so that nothing about
-/// access is told before the signature holds.
+/// names. The record is read whoever owns it, so that nothing about access
+/// is told before the signature holds.
 pub async fn sandbox_of_token(
     store: &dyn Store,
     key: &TokenKey,
@@ -316,13 +316,23 @@ pub async fn sandbox_of_token(
     if expected.is_some_and(|e| *e != id) {
         return Err(Refused::OtherSandbox(id));
     }
-    let owner = store.sandbox_owner(&id).await?.ok_or(Refused::Invalid)?;
-    let sb = match store
-        .get_sandbox(&Scope::account(owner.account_id), &id)
-        .await
-    {
+    // One read when the holder owns the sandbox (the usual case); the
+    // owner's read otherwise.
+    let holder_scope = Scope::account(token.claims.account_id.clone());
+    let sb = match store.get_sandbox(&holder_scope, &id).await {
         Ok(sb) => sb,
-        Err(StoreError::NotFound | StoreError::Forbidden) => return Err(Refused::Invalid),
+        Err(StoreError::Forbidden) => {
+            let owner = store.sandbox_owner(&id).await?.ok_or(Refused::Invalid)?;
+            match store
+                .get_sandbox(&Scope::account(owner.account_id), &id)
+                .await
+            {
+                Ok(sb) => sb,
+                Err(StoreError::NotFound | StoreError::Forbidden) => return Err(Refused::Invalid),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::NotFound) => return Err(Refused::Invalid),
         Err(e) => return Err(e.into()),
     };
     let claims = key
