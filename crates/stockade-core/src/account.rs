@@ -110,11 +110,6 @@ impl TokenRecord {
         }
     }
 
-    /// Whether it is past its expiry at `now`.
-    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
-        self.expires_at.is_some_and(|e| e <= now)
-    }
-
     /// Checks a token's name: 1 to 64 printable characters.
     pub fn parse_name(name: &str) -> Result<String, FieldError> {
         let name = name.trim();

@@ -105,13 +105,6 @@ pub struct Unverified {
     sig: Vec<u8>,
 }
 
-impl Unverified {
-    /// What the token claims, not yet proven.
-    pub fn claims(&self) -> &Claims {
-        &self.claims
-    }
-}
-
 /// The signing key. Its `Debug` never shows the key.
 #[derive(Clone)]
 pub struct TokenKey(std::sync::Arc<[u8; 32]>);
