@@ -17,6 +17,10 @@ pub enum QuotaMethod {
     /// subvolume with a qgroup limit (a local engine whose volumes are on
     /// btrfs; needs root and `btrfs` on Stockade's host).
     BtrfsSubvolume,
+    /// The volume's directory made, on the engine's host, the mount point
+    /// of an ext4 file system in a sparse file of the cap's size (a local
+    /// engine on any file system; needs root on Stockade's host).
+    LoopFile,
 }
 
 impl QuotaMethod {
@@ -26,6 +30,7 @@ impl QuotaMethod {
             QuotaMethod::StorageDriver => "the storage driver's size option",
             QuotaMethod::VolumeDriver => "the local volume driver's size option",
             QuotaMethod::BtrfsSubvolume => "a btrfs subvolume with a qgroup limit",
+            QuotaMethod::LoopFile => "a file system of its own in a loop file",
         }
     }
 }

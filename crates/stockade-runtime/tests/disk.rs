@@ -8,8 +8,10 @@
 //! where the kernel lacks XFS quotas), named by
 //! `STOCKADE_TEST_DOCKER_QUOTA`; without it they say so and pass (set
 //! `STOCKADE_TEST_DOCKER_QUOTA_REQUIRED=1` to make that a failure). The
-//! last test runs on the default engine (ext4 here), where nothing can be
-//! enforced: creates work and the capability says why.
+//! last tests run on the default engine (ext4 here), whose storage driver
+//! caps nothing: `/workspace` gets a file system of its own in a loop file,
+//! the root filesystem is left to the service's watch, creates work and the
+//! capability says why.
 //!
 //! Everything a test makes is labelled and removed, also when it fails.
 
@@ -85,6 +87,23 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let host = self.0.as_deref();
         let _ = docker_cli(host, &["rm", "-f", "-v", &container_name(&self.1)]);
+        // A volume with a file system of its own: taken down first, as
+        // the runtime does.
+        let volume = VolumeName::for_sandbox(&self.1);
+        let dir = docker_cli(
+            host,
+            &[
+                "volume",
+                "inspect",
+                "-f",
+                "{{.Mountpoint}}",
+                volume.as_str(),
+            ],
+        );
+        let dir = String::from_utf8_lossy(&dir.stdout).trim().to_owned();
+        if host.is_none() && !dir.is_empty() && is_mounted(std::path::Path::new(&dir)) {
+            let _ = Command::new("umount").args(["-l", &dir]).output();
+        }
         let _ = docker_cli(
             host,
             &[
@@ -301,21 +320,61 @@ async fn pool_members_get_the_quota_too() {
     assert!(written <= 256 * MIB + 16 * MIB, "{written}: {said}");
 }
 
-#[tokio::test]
-async fn the_default_engine_says_why_not_and_creates_still_work() {
+/// The default engine (ext4 here), for the tests of what Stockade does
+/// where the storage driver cannot cap: `None` (after saying why) when the
+/// default engine caps both areas itself.
+async fn uncapped_default_engine() -> Option<DockerRuntime> {
     let rt = runtime(None);
     let found = rt.disk_enforcement().await;
-    let backing = docker_cli(None, &["info", "-f", "{{.Driver}} {{.DriverStatus}}"]);
-    let backing = String::from_utf8_lossy(&backing.stdout).into_owned();
-    if found.is_enforced() {
-        eprintln!("skipped: the default engine enforces disk quotas ({backing})");
-        return;
+    if found.root_fs.is_enforced() && found.workspace.method() != Some(QuotaMethod::LoopFile) {
+        let backing = docker_cli(None, &["info", "-f", "{{.Driver}} {{.DriverStatus}}"]);
+        eprintln!(
+            "skipped: the default engine caps disks itself ({})",
+            String::from_utf8_lossy(&backing.stdout).trim()
+        );
+        return None;
     }
+    Some(rt)
+}
+
+/// The data directory of a volume on the default engine.
+fn volume_dir(volume: &VolumeName) -> std::path::PathBuf {
+    let out = docker_cli(
+        None,
+        &[
+            "volume",
+            "inspect",
+            "-f",
+            "{{.Mountpoint}}",
+            volume.as_str(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().into()
+}
+
+fn is_mounted(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+#[tokio::test]
+async fn the_default_engine_says_why_not_and_creates_still_work() {
+    let Some(rt) = uncapped_default_engine().await else {
+        return;
+    };
+    let found = rt.disk_enforcement().await;
     let warning = found.warning().expect("a warning");
     eprintln!("the default engine: {warning}");
     assert!(
-        warning.starts_with("diskSizeGB is not enforced on this host")
-            || warning.starts_with("diskSizeGB is only partly enforced on this host"),
+        warning.starts_with("diskSizeGB is only partly enforced on this host")
+            || warning.starts_with("diskSizeGB is not enforced on this host"),
         "{warning}"
     );
     if let Enforcement::NotEnforced(why) = &found.root_fs {
@@ -323,6 +382,13 @@ async fn the_default_engine_says_why_not_and_creates_still_work() {
         // overlay over xfs with 'pquota' mount option".
         assert!(!why.is_empty() && !why.contains("could not probe"), "{why}");
     }
+    // Stockade runs as root beside a local engine here: /workspace gets a
+    // file system of its own whatever the engine's disk.
+    assert_eq!(
+        found.workspace,
+        Enforcement::Enforced(QuotaMethod::LoopFile),
+        "{found:?}"
+    );
     let id = SandboxId::generate();
     let _cleanup = Cleanup(None, id.clone());
     rt.create(&spec(&id, Some(GIB)))
@@ -331,11 +397,61 @@ async fn the_default_engine_says_why_not_and_creates_still_work() {
     let (code, said) = sh(&rt, &id, "echo hi > /workspace/x && cat /workspace/x").await;
     assert_eq!((code, said.trim()), (0, "hi"));
     let usage = rt.disk_usage(&id, Duration::ZERO).await.unwrap().unwrap();
-    if !found.root_fs.is_enforced() {
-        assert_eq!(usage.root_fs_limit_bytes, None, "{usage:?}");
-    }
-    if !found.workspace.is_enforced() {
-        assert_eq!(usage.workspace_limit_bytes, None, "{usage:?}");
-    }
+    assert_eq!(usage.root_fs_limit_bytes, None, "{usage:?}");
+    assert_eq!(usage.workspace_limit_bytes, Some(GIB), "{usage:?}");
     assert!(usage.root_fs_bytes.is_some(), "{usage:?}");
+}
+
+/// A hostile tenant on an ordinary ext4 host: 1.5 GiB written into a
+/// `/workspace` capped at 1 GiB is refused near 1 GiB; the file system
+/// comes back after a reboot of the host (its mount gone) with the files,
+/// and leaves nothing behind when the sandbox goes.
+#[tokio::test]
+async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
+    let Some(rt) = uncapped_default_engine().await else {
+        return;
+    };
+    let id = SandboxId::generate();
+    let _cleanup = Cleanup(None, id.clone());
+    rt.create(&spec(&id, Some(GIB))).await.expect("create");
+    let volume = VolumeName::for_sandbox(&id);
+    let dir = volume_dir(&volume);
+    let image = dir.parent().unwrap().join("disk.ext4");
+    assert!(is_mounted(&dir), "{} is not a mount point", dir.display());
+
+    let (written, said) = flood(&rt, &id, "/workspace/big", 1536).await;
+    assert!(
+        refused_for_space(&said),
+        "the write was not refused: {said}"
+    );
+    assert!(
+        (GIB - 64 * MIB..=GIB + 16 * MIB).contains(&written),
+        "{written} bytes landed in /workspace: {said}"
+    );
+    // The engine's disk holds what was written, not the cap's size.
+    let allocated =
+        std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&image).unwrap()) * 512;
+    assert!(allocated < GIB + 64 * MIB, "{allocated}");
+    let (code, said) = sh(&rt, &id, "rm /workspace/big && echo kept > /workspace/kept").await;
+    assert_eq!(code, 0, "{said}");
+
+    // A reboot of the host: the container stopped, the mount gone.
+    rt.stop(&id, Duration::from_secs(1)).await.expect("stop");
+    let out = Command::new("umount").arg(&dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&dir));
+    rt.start(&id).await.expect("start");
+    assert!(is_mounted(&dir), "start did not mount the workspace again");
+    let (code, said) = sh(&rt, &id, "cat /workspace/kept").await;
+    assert_eq!((code, said.trim()), (0, "kept"));
+
+    rt.remove(&id, false).await.expect("remove");
+    assert!(!is_mounted(&dir), "the file system is still mounted");
+    assert!(!image.exists(), "{} stayed", image.display());
+    let out = docker_cli(None, &["volume", "inspect", volume.as_str()]);
+    assert!(!out.status.success(), "the volume stayed");
 }

@@ -34,9 +34,10 @@ use bollard::volume::CreateVolumeOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{SandboxId, VolumeName};
-use tokio::process::Command;
 
+use super::host_command::{host_command, host_command_output};
 use super::lifecycle::remove_container;
+use super::loop_disk;
 use super::{container_name, error_chain, status_code, DockerRuntime};
 use crate::disk::parse_qgroup_show;
 use crate::{
@@ -50,8 +51,6 @@ const PROBE_IMAGE_REPO: &str = "stockade-disk-probe";
 const PROBE_IMAGE_TAG: &str = "1";
 /// The size the probe asks for.
 const PROBE_BYTES: u64 = 64 << 20;
-/// How long one host command (`btrfs`, `stat`) may take.
-const HOST_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// The inode number of every btrfs subvolume's root directory.
 const BTRFS_SUBVOLUME_ROOT_INODE: u64 = 256;
 /// How long measuring one sandbox's use may take before it is left out.
@@ -214,10 +213,20 @@ impl DockerRuntime {
             })
             .await
             .map_err(|e| self.map_err(e, "create the disk probe volume"))?;
-        let result = make_btrfs_quota(Path::new(&volume.mountpoint), PROBE_BYTES).await;
+        let dir = Path::new(&volume.mountpoint);
+        let result = match make_btrfs_quota(dir, PROBE_BYTES).await {
+            Ok(()) => Ok(QuotaMethod::BtrfsSubvolume),
+            // Any other file system: one of its own in a loop file.
+            Err(not_btrfs) => match loop_disk::make_loop_quota(dir, PROBE_BYTES).await {
+                Ok(()) => loop_disk::unmount(dir)
+                    .await
+                    .map(|()| QuotaMethod::LoopFile),
+                Err(no_loop) => Err(format!("{not_btrfs}, and no loop file: {no_loop}")),
+            },
+        };
         self.remove_probe_volume(docker, &name).await;
         Ok(match result {
-            Ok(()) => Enforcement::Enforced(QuotaMethod::BtrfsSubvolume),
+            Ok(method) => Enforcement::Enforced(method),
             Err(why) => Enforcement::NotEnforced(format!(
                 "the local volume driver refuses a size ({driver_refusal}), and {why}"
             )),
@@ -262,7 +271,11 @@ impl DockerRuntime {
         let (Some(quotas), Some(bytes)) = (quotas, disk_bytes) else {
             return Ok(());
         };
-        if quotas.workspace.method() != Some(QuotaMethod::BtrfsSubvolume) {
+        let method = quotas.workspace.method();
+        if !matches!(
+            method,
+            Some(QuotaMethod::BtrfsSubvolume | QuotaMethod::LoopFile)
+        ) {
             return Ok(());
         }
         let inspected = docker
@@ -270,12 +283,18 @@ impl DockerRuntime {
             .await
             .map_err(|e| self.map_err(e, "inspect volume"))?;
         let dir = Path::new(&inspected.mountpoint);
-        make_btrfs_quota(dir, bytes).await.map_err(|why| {
+        let capped = match method {
+            Some(QuotaMethod::LoopFile) => loop_disk::make_loop_quota(dir, bytes).await,
+            _ => make_btrfs_quota(dir, bytes).await,
+        };
+        capped.map_err(|why| {
             RuntimeError::Other(format!(
                 "could not cap the volume {volume} at {bytes} bytes: {why}"
             ))
         })?;
-        ensure_qgroups_consistent(dir).await;
+        if method == Some(QuotaMethod::BtrfsSubvolume) {
+            ensure_qgroups_consistent(dir).await;
+        }
         Ok(())
     }
 
@@ -328,6 +347,9 @@ impl DockerRuntime {
                 .as_ref()
                 .and_then(|d| d.workspace.method())
                 == Some(QuotaMethod::BtrfsSubvolume);
+            if usage.workspace_limit_bytes.is_none() && self.remote_engine().is_none() {
+                usage.workspace_limit_bytes = loop_disk::limit_of(Path::new(&v.mountpoint)).await;
+            }
             if usage.workspace_limit_bytes.is_none() && own_quota {
                 if let Ok((used, limit)) = btrfs_qgroup(Path::new(&v.mountpoint)).await {
                     usage.workspace_bytes = Some(used);
@@ -378,42 +400,6 @@ fn engine_message(e: &bollard::errors::Error) -> String {
             message.trim().to_owned()
         }
         other => error_chain(other),
-    }
-}
-
-/// Runs a command on this host; its stdout, or why it failed.
-async fn host_command(program: &str, args: &[&str]) -> Result<String, String> {
-    host_command_output(program, args).await.map(|(out, _)| out)
-}
-
-/// Runs a command on this host; its stdout and stderr, or why it failed.
-async fn host_command_output(program: &str, args: &[&str]) -> Result<(String, String), String> {
-    let run = Command::new(program).args(args).kill_on_drop(true).output();
-    let output = match tokio::time::timeout(HOST_COMMAND_TIMEOUT, run).await {
-        Err(_) => {
-            return Err(format!(
-                "`{program}` took longer than {} s",
-                HOST_COMMAND_TIMEOUT.as_secs()
-            ))
-        }
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!("`{program}` is not installed on Stockade's host"))
-        }
-        Ok(Err(e)) => return Err(format!("`{program}` could not run: {e}")),
-        Ok(Ok(o)) => o,
-    };
-    if output.status.success() {
-        Ok((
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        ))
-    } else {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        Err(format!(
-            "`{program} {}` failed: {}",
-            args.first().copied().unwrap_or_default(),
-            stderr.trim()
-        ))
     }
 }
 

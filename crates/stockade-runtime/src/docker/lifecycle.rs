@@ -21,6 +21,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 
+use super::loop_disk::unmount_volume_disk;
 use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
 use crate::agent::{
     agent_entrypoint_prefix, agent_version, validate_agent_token, AGENT_MOUNT_PATH, AGENT_TOKEN_ENV,
@@ -341,8 +342,9 @@ impl DockerRuntime {
             self.ensure_agent_volume(docker, &spec.image).await?;
         }
         match existing {
-            // A preserved volume of this sandbox: reuse it (and keep it on failure).
-            Ok(_) => {}
+            // A preserved volume of this sandbox: reuse it (and keep it on
+            // failure), with its own file system in place if it has one.
+            Ok(_) => self.mount_volume_disk(docker, &volume).await?,
             Err(e) if status_code(&e) == Some(404) => {
                 undo.volume_owned = true;
                 docker
@@ -505,6 +507,8 @@ impl Lifecycle for DockerRuntime {
     #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
         let docker = self.client().await?;
+        self.mount_volume_disk(&docker, &VolumeName::for_sandbox(id))
+            .await?;
         // 304 (already running) counts as success.
         docker
             .start_container(&container_name(id), None::<StartContainerOptions<String>>)
@@ -547,6 +551,9 @@ impl Lifecycle for DockerRuntime {
             .map_err(|e| self.map_err(e, "remove container"))?;
         if !preserve_volume {
             let volume = VolumeName::for_sandbox(id);
+            unmount_volume_disk(&docker, &volume)
+                .await
+                .map_err(RuntimeError::Other)?;
             match docker.remove_volume(volume.as_str(), None).await {
                 Ok(()) => {}
                 Err(e) if status_code(&e) == Some(404) => {}
@@ -722,6 +729,10 @@ async fn undo_create(
             }
         }
         if volume_owned {
+            if let Err(e) = unmount_volume_disk(&docker, &volume).await {
+                tracing::warn!(sandbox.id = %sandbox_id, error = %e, "the volume of a failed create stays");
+                return;
+            }
             match docker.remove_volume(volume.as_str(), None).await {
                 Ok(()) => {}
                 Err(e) if status_code(&e) == Some(404) => {}

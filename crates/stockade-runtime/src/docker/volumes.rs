@@ -14,6 +14,7 @@ use bollard::Docker;
 use chrono::{DateTime, Utc};
 use stockade_core::VolumeName;
 
+use crate::docker::loop_disk::unmount_volume_disk;
 use crate::docker::{status_code, DockerRuntime};
 use crate::{labels, RuntimeError, RuntimeResult, VolumeInfo, Volumes};
 
@@ -194,6 +195,9 @@ impl Volumes for DockerRuntime {
 
     async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()> {
         let docker = self.client().await?;
+        unmount_volume_disk(&docker, name)
+            .await
+            .map_err(RuntimeError::Other)?;
         docker
             .remove_volume(name.as_str(), None::<RemoveVolumeOptions>)
             .await
