@@ -188,6 +188,21 @@ fn data_root_avail(host: &str) -> u64 {
         .unwrap_or_else(|| panic!("df of {root}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// Floods `path` with `mib` MiB and checks the kernel stopped the write
+/// near 1 GiB; the bytes that landed.
+async fn flood_capped_at_a_gib(rt: &DockerRuntime, id: &SandboxId, path: &str, mib: u64) -> u64 {
+    let (written, said) = flood(rt, id, path, mib).await;
+    assert!(
+        refused_for_space(&said),
+        "the write to {path} was not refused: {said}"
+    );
+    assert!(
+        (GIB - 64 * MIB..=GIB + 16 * MIB).contains(&written),
+        "{written} bytes landed in {path}: {said}"
+    );
+    written
+}
+
 fn refused_for_space(said: &str) -> bool {
     said.contains("No space left on device") || said.contains("Disk quota exceeded")
 }
@@ -238,25 +253,9 @@ async fn a_hostile_sandbox_is_stopped_near_its_disk_size() {
     let avail_before = data_root_avail(&host);
 
     // /workspace: 2 GiB asked, about 1 GiB granted, the rest refused.
-    let (written, said) = flood(&rt, &id, "/workspace/big", 2048).await;
-    assert!(
-        refused_for_space(&said),
-        "the write was not refused: {said}"
-    );
-    assert!(
-        (GIB - 64 * MIB..=GIB + 16 * MIB).contains(&written),
-        "{written} bytes landed in /workspace: {said}"
-    );
+    flood_capped_at_a_gib(&rt, &id, "/workspace/big", 2048).await;
     // The root filesystem, apart: the same.
-    let (written_root, said) = flood(&rt, &id, "/var/tmp/big", 2048).await;
-    assert!(
-        refused_for_space(&said),
-        "the write was not refused: {said}"
-    );
-    assert!(
-        (GIB - 64 * MIB..=GIB + 16 * MIB).contains(&written_root),
-        "{written_root} bytes landed in the root filesystem: {said}"
-    );
+    flood_capped_at_a_gib(&rt, &id, "/var/tmp/big", 2048).await;
 
     // The neighbour keeps writing, in both areas.
     for path in ["/workspace/n", "/tmp/n"] {
@@ -419,15 +418,7 @@ async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
     let image = dir.parent().unwrap().join("disk.ext4");
     assert!(is_mounted(&dir), "{} is not a mount point", dir.display());
 
-    let (written, said) = flood(&rt, &id, "/workspace/big", 1536).await;
-    assert!(
-        refused_for_space(&said),
-        "the write was not refused: {said}"
-    );
-    assert!(
-        (GIB - 64 * MIB..=GIB + 16 * MIB).contains(&written),
-        "{written} bytes landed in /workspace: {said}"
-    );
+    flood_capped_at_a_gib(&rt, &id, "/workspace/big", 1536).await;
     // The engine's disk holds what was written, not the cap's size.
     let allocated =
         std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&image).unwrap()) * 512;

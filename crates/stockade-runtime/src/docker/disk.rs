@@ -35,7 +35,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{SandboxId, VolumeName};
 
-use super::host_command::{host_command, host_command_output};
+use super::host_command::{check_local_dir, host_command, host_command_output};
 use super::lifecycle::remove_container;
 use super::loop_disk;
 use super::{container_name, error_chain, status_code, DockerRuntime};
@@ -406,21 +406,8 @@ fn engine_message(e: &bollard::errors::Error) -> String {
 /// Replaces the empty directory `dir` (a new volume's `_data`) by a btrfs
 /// subvolume limited to `bytes`. Says why when it cannot.
 async fn make_btrfs_quota(dir: &Path, bytes: u64) -> Result<(), String> {
+    check_local_dir(dir, "a local engine whose volumes are on btrfs").await?;
     let shown = dir.display().to_string();
-    match tokio::fs::metadata(dir).await {
-        Ok(m) if m.is_dir() => {}
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(format!(
-                "Stockade may not manage the volume's directory {shown} (run it as root)"
-            ))
-        }
-        _ => {
-            return Err(format!(
-                "the volume's directory {shown} is not on Stockade's host (a local engine \
-                 whose volumes are on btrfs is needed)"
-            ))
-        }
-    }
     let fs = host_command("stat", &["-f", "-c", "%T", &shown]).await?;
     if fs.trim() != "btrfs" {
         return Err(format!(

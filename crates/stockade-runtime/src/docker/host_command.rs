@@ -1,6 +1,7 @@
 //! Commands run on Stockade's own host (`btrfs`, `mkfs.ext4`, `mount`…),
 //! bounded in time, with their failure said in words.
 
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::process::Command;
@@ -44,5 +45,20 @@ pub(super) async fn host_command_output(
             args.first().copied().unwrap_or_default(),
             stderr.trim()
         ))
+    }
+}
+
+/// Whether `dir` is a directory Stockade may manage on this host; says why
+/// not (not here: the engine is elsewhere; not allowed: not root).
+pub(super) async fn check_local_dir(dir: &Path, needed: &str) -> Result<(), String> {
+    let shown = dir.display();
+    match tokio::fs::metadata(dir).await {
+        Ok(m) if m.is_dir() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
+            "Stockade may not manage the volume's directory {shown} (run it as root)"
+        )),
+        _ => Err(format!(
+            "the volume's directory {shown} is not on Stockade's host ({needed} is needed)"
+        )),
     }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use bollard::Docker;
 use stockade_core::VolumeName;
 
-use super::host_command::host_command;
+use super::host_command::{check_local_dir, host_command};
 use super::{error_chain, status_code, DockerRuntime};
 use crate::{RuntimeError, RuntimeResult};
 
@@ -39,21 +39,8 @@ pub(super) fn image_of(dir: &Path) -> Option<PathBuf> {
 /// of a new file system of `bytes` bytes. Says why when it cannot; nothing
 /// is left behind then.
 pub(super) async fn make_loop_quota(dir: &Path, bytes: u64) -> Result<(), String> {
+    check_local_dir(dir, "a local engine").await?;
     let shown = dir.display().to_string();
-    match tokio::fs::metadata(dir).await {
-        Ok(m) if m.is_dir() => {}
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(format!(
-                "Stockade may not manage the volume's directory {shown} (run it as root)"
-            ))
-        }
-        _ => {
-            return Err(format!(
-                "the volume's directory {shown} is not on Stockade's host (a local engine is \
-                 needed)"
-            ))
-        }
-    }
     let image = image_of(dir).ok_or_else(|| format!("{shown} has no parent directory"))?;
     let made = create_image(&image, bytes).await;
     let made = match made {
