@@ -24,6 +24,8 @@ const PTY_CHUNK: usize = 16 << 10;
 const SUBSCRIBER_QUEUE: usize = 32;
 /// Processes the agent tracks at once.
 pub const MAX_PROCESSES: usize = 4096;
+/// The `PATH` processes get when the agent itself has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What to run and how.
 #[derive(Clone, Debug)]
@@ -243,7 +245,7 @@ fn missing_program(spec: &SpawnSpec, path_env: Option<&str>) -> Option<ConnectEr
         p.exists()
     } else {
         path_env
-            .unwrap_or(crate::server::DEFAULT_PATH)
+            .unwrap_or(DEFAULT_PATH)
             .split(':')
             .filter(|d| !d.is_empty())
             .any(|d| std::path::Path::new(d).join(program).exists())

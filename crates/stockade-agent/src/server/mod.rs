@@ -11,7 +11,7 @@ pub mod rpc;
 
 use crate::body::{self, BoxBody};
 use crate::connect::{Code, ConnectError};
-use crate::procs::Processes;
+use crate::procs::{Processes, DEFAULT_PATH};
 use crate::users::{Accounts, User};
 use crate::watch::Watchers;
 use base64::Engine as _;
@@ -25,8 +25,6 @@ use subtle::ConstantTimeEq;
 
 /// Keepalive interval of streams whose client asked for none.
 const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(60);
-/// The `PATH` processes get when the agent itself has none.
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Settings `POST /init` may change.
 #[derive(Clone, Debug, Default)]
