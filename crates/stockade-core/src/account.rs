@@ -1,4 +1,4 @@
-//! Accounts, API tokens (hashed at rest, SEC-2) and the caller's scope.
+//! Accounts, API tokens (hashed at rest) and the caller's scope.
 
 use chrono::{DateTime, Utc};
 use rand::Rng;

@@ -1,5 +1,5 @@
-//! `SandboxPath`: a validated, absolute, normalised path inside a sandbox
-//! (API-9). Relative input is taken relative to `/workspace`; `..` is
+//! `SandboxPath`: a validated, absolute, normalised path inside a sandbox.
+//! Relative input is taken relative to `/workspace`; `..` is
 //! rejected (also percent-encoded, once or twice), never normalised away.
 
 use crate::error::FieldError;

@@ -1,4 +1,4 @@
-//! Docker hosts (SCALE-4..SCALE-6): the engines sandboxes are placed on.
+//! Docker hosts: the engines sandboxes are placed on.
 //! The server's own `--docker-host` is always one of them (named by
 //! `--server-name`); an administrator registers more. Each sandbox records
 //! the name of its host (`server`).
@@ -80,7 +80,7 @@ pub struct HostTls {
     pub key: String,
 }
 
-/// What the last health check of a host found (SCALE-6).
+/// What the last health check of a host found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct HostHealth {
     /// `None`: never checked yet.

@@ -1,5 +1,5 @@
 //! IP networks and the address classes Stockade never reaches on a
-//! tenant's behalf (SEC-8): loopback, private, link-local (the cloud
+//! tenant's behalf: loopback, private, link-local (the cloud
 //! metadata service lives there), carrier-grade NAT, unique-local,
 //! unspecified, broadcast, multicast and documentation ranges.
 
@@ -104,7 +104,7 @@ pub fn is_internal(ip: IpAddr) -> bool {
 }
 
 /// Addresses a tenant may make Stockade reach: public ones, and internal
-/// ones an administrator allowed (SEC-8).
+/// ones an administrator allowed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AddressPolicy {
     pub allow: Vec<IpNet>,

@@ -1,4 +1,4 @@
-//! Egress policies of sandboxes (SEC-18): `allow-all`, `deny-all` or lists
+//! Egress policies of sandboxes: `allow-all`, `deny-all` or lists
 //! of addresses, CIDRs and domains, parsed from the API's `networkPolicy`,
 //! and the decisions whether a sandbox may reach an address or a name.
 //!
@@ -59,7 +59,7 @@ pub const MAX_ENTRY_LEN: usize = 253;
 /// The API field a policy is read from.
 pub const FIELD: &str = "networkPolicy";
 
-/// What a sandbox may reach on the network (SEC-18).
+/// What a sandbox may reach on the network.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum EgressPolicy {
     /// Everything (the default).

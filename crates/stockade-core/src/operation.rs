@@ -1,4 +1,4 @@
-//! Durable operations (DB-9, DB-13): the record of a state-changing operation
+//! Durable operations: the record of a state-changing operation
 //! on one sandbox (or snapshot), written before it touches Docker. It is also
 //! the per-target lock: the store keeps at most one per target, held by one
 //! server process under a lease, and a live instance finishes or rolls back
@@ -77,9 +77,9 @@ pub enum OperationKind {
     Delete,
     /// Captures a snapshot; its target is the snapshot's id.
     Snapshot,
-    /// Uploads the workspace before a delete (S3-2).
+    /// Uploads the workspace before a delete.
     Sync,
-    /// Moves a stopped sandbox to another Docker host (a drain, SCALE-6).
+    /// Moves a stopped sandbox to another Docker host (a drain).
     Move,
 }
 

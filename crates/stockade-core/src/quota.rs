@@ -1,5 +1,5 @@
-//! Per-account quotas (SEC-16) and the resource amounts that quotas and
-//! admission control per Docker host (SEC-15) count: whole units (thousandths
+//! Per-account quotas and the resource amounts that quotas and
+//! admission control per Docker host count: whole units (thousandths
 //! of a core, bytes, gigabytes), so that sums and comparisons are exact.
 
 use serde::{Deserialize, Serialize};

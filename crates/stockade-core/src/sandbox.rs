@@ -1,4 +1,4 @@
-//! The sandbox record the store keeps, and its snake_case metadata (DB-2).
+//! The sandbox record the store keeps, and its snake_case metadata.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -7,7 +7,7 @@ use crate::ids::{AccountId, SandboxId, TeamId};
 use crate::spec::{SandboxSpec, VolumeName};
 use crate::status::SandboxStatus;
 
-/// One sandbox as the database knows it: the single source of truth (DB-1).
+/// One sandbox as the database knows it: the single source of truth.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sandbox {
     pub id: SandboxId,
@@ -26,13 +26,13 @@ pub struct Sandbox {
     pub terminated_at: Option<DateTime<Utc>>,
     /// Set when the record is soft-deleted.
     pub deleted_at: Option<DateTime<Utc>>,
-    /// Row version, bumped by every update (DB-7).
+    /// Row version, bumped by every update.
     pub version: i64,
-    /// Where a workspace sync goes (S3-1), never with secrets.
+    /// Where a workspace sync goes, never with secrets.
     pub s3_config: Option<serde_json::Value>,
-    /// The last completed workspace sync (S3-2).
+    /// The last completed workspace sync.
     pub s3_sync: Option<serde_json::Value>,
-    /// When the current session ends (LC-7); `None`: no session open, or no timeout.
+    /// When the current session ends; `None`: no session open, or no timeout.
     pub session_expires_at: Option<DateTime<Utc>>,
 }
 
@@ -68,7 +68,7 @@ impl Sandbox {
     }
 
     /// The end of a session that started at `start` under the current
-    /// timeout (LC-7); `None` when the timeout is 0 (never).
+    /// timeout; `None` when the timeout is 0 (never).
     pub fn session_deadline(&self, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
         session_deadline(self.spec.timeout_minutes, start)
     }
@@ -94,7 +94,7 @@ impl Sandbox {
         self.started_at.map_or(0, |t| t.timestamp_micros())
     }
 
-    /// Its container runs from `now` on: RUNNING, a new session (LC-7).
+    /// Its container runs from `now` on: RUNNING, a new session.
     pub fn mark_running(&mut self, now: DateTime<Utc>) {
         self.status = SandboxStatus::Running;
         self.status_reason = None;
@@ -119,7 +119,7 @@ impl Sandbox {
         self.session_expires_at = None;
     }
 
-    /// Destroyed at `at`: TERMINATED and soft-deleted (LC-5).
+    /// Destroyed at `at`: TERMINATED and soft-deleted.
     pub fn mark_terminated(&mut self, at: DateTime<Utc>) {
         self.status = SandboxStatus::Terminated;
         self.terminated_at = Some(at);
@@ -148,7 +148,7 @@ impl Sandbox {
         VolumeName::for_sandbox(&self.id)
     }
 
-    /// The persisted metadata document (DB-2).
+    /// The persisted metadata document.
     pub fn metadata(&self) -> SandboxMetadata {
         SandboxMetadata {
             sandbox_id: self.id.clone(),

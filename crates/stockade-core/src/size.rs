@@ -15,7 +15,7 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// Volumes larger than this get a warning (VOL-4).
+/// Volumes larger than this get a warning.
 pub const LARGE_VOLUME_BYTES: u64 = 10_000_000_000;
 
 /// The warning shown for a volume above [`LARGE_VOLUME_BYTES`].

@@ -1,4 +1,4 @@
-//! Snapshots (LC-9, LC-10): a saved filesystem state of a sandbox — its
+//! Snapshots: a saved filesystem state of a sandbox — its
 //! container's root-filesystem changes as an image, its `/workspace` as a tar
 //! in the object store — owned by one account.
 
@@ -150,7 +150,7 @@ impl Snapshot {
     }
 
     /// `snapshots/{id}/image.tar`: the image with its layers, so that any
-    /// Docker host can load it (SCALE-8).
+    /// Docker host can load it.
     pub fn image_blob_key_for(id: &SnapshotId) -> String {
         format!("snapshots/{id}/image.tar")
     }

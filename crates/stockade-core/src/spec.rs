@@ -165,7 +165,7 @@ impl Labels {
     }
 }
 
-/// The Docker volume of a sandbox: `agent-sandbox-{id}` (VOL-1).
+/// The Docker volume of a sandbox: `agent-sandbox-{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct VolumeName(String);
 
@@ -248,7 +248,7 @@ impl StartCommand {
     }
 }
 
-/// Egress policy of a sandbox (SEC-18): `allow-all`, `deny-all` or
+/// Egress policy of a sandbox: `allow-all`, `deny-all` or
 /// allow/deny lists of addresses and domains. Records written before
 /// policies had lists (`"allow-all"`, `"deny-all"`) read unchanged.
 pub type NetworkPolicy = crate::netpolicy::EgressPolicy;
@@ -349,13 +349,13 @@ pub struct SpecInput {
     pub persistent: Option<bool>,
     /// Free-form key/value pairs (E2B's `metadata`), see [`parse_metadata`].
     pub metadata: Option<BTreeMap<String, String>>,
-    /// The Docker host to place it on (SCALE-5); any host when absent.
+    /// The Docker host to place it on; any host when absent.
     pub server: Option<String>,
-    /// Labels the host must carry (SCALE-5).
+    /// Labels the host must carry.
     pub host_selector: Option<BTreeMap<String, String>>,
 }
 
-/// Where a create asked to be placed (SCALE-5): a host by name, and labels
+/// Where a create asked to be placed: a host by name, and labels
 /// the host must carry. Empty: any host.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Placement {
@@ -448,7 +448,7 @@ pub struct SandboxSpec {
     /// from `tags`, whose limit of five stays as Stockade's API documents it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    /// Where the create asked to be placed (SCALE-5).
+    /// Where the create asked to be placed.
     #[serde(default, skip_serializing_if = "Placement::is_any")]
     pub placement: Placement,
 }

@@ -1,6 +1,6 @@
 //! Teams: groups of accounts that share sandboxes. Administrators manage
 //! them; a sandbox may name one team of its owner, and every member may then
-//! see and act on it (SEC-1 scopes by account and teams).
+//! see and act on it (access is scoped by account and teams).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

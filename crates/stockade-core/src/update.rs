@@ -1,4 +1,4 @@
-//! Updates of a sandbox's settings (LC-8): which fields may change after
+//! Updates of a sandbox's settings: which fields may change after
 //! create, their validation (the same checks as create), and when each change
 //! takes effect.
 
@@ -21,7 +21,7 @@ pub struct SpecPatch {
     pub environment_vars: Option<BTreeMap<String, String>>,
     pub cpu_cores: Option<f64>,
     pub memory_gb: Option<f64>,
-    /// `networkPolicy` as sent (SEC-18).
+    /// `networkPolicy` as sent.
     pub network_policy: Option<serde_json::Value>,
 }
 
