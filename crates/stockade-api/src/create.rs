@@ -1,6 +1,6 @@
 //! The body `POST /api/v1/sandbox` accepts: seed 002's camelCase fields and,
 //! for Prime Intellect's `prime-sandboxes` SDK, their snake_case spellings
-//! and the fields that SDK sends (COMPAT-3). [`CreateSandboxBody::into_parts`]
+//! and the fields that SDK sends. [`CreateSandboxBody::into_parts`]
 //! turns it into the [`CreateSandboxRequest`] the service validates, or says
 //! which field cannot be honoured and what Stockade offers instead.
 

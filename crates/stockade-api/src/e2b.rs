@@ -1,5 +1,5 @@
 //! The wire types of E2B's control plane as Stockade serves it under
-//! `/e2b` (COMPAT-2): what the `e2b` SDKs send and read. Field names are
+//! `/e2b`: what the `e2b` SDKs send and read. Field names are
 //! E2B's (`sandboxID`, `templateID`, `envdAccessToken`, …). Request bodies
 //! ignore fields they do not know, as E2B's API does, so newer SDKs that
 //! add optional fields keep working.

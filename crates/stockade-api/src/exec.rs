@@ -1,4 +1,4 @@
-//! Running commands in a sandbox (API-8): `POST /api/v1/sandbox/{id}/exec`
+//! Running commands in a sandbox: `POST /api/v1/sandbox/{id}/exec`
 //! and background processes.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Files inside a sandbox (API-9): directory listings, path metadata and
+//! Files inside a sandbox: directory listings, path metadata and
 //! the results of writes and archive uploads.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Logs of a sandbox's main process (API-5): the JSON form of
+//! Logs of a sandbox's main process: the JSON form of
 //! `GET /api/v1/sandbox/{id}/logs` and the data of its SSE events.
 
 use chrono::{DateTime, Utc};

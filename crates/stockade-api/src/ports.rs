@@ -1,4 +1,4 @@
-//! Ports and the reverse proxy (API-6) and sandbox auth tokens (API-7):
+//! Ports and the reverse proxy and sandbox auth tokens:
 //! request and response bodies.
 
 use chrono::{DateTime, Utc};

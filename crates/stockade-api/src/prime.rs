@@ -1,5 +1,5 @@
 //! The wire types Prime Intellect's `prime-sandboxes` SDK reads beyond
-//! Stockade's own (COMPAT-3): its bulk delete, the sandbox gateway's
+//! Stockade's own: its bulk delete, the sandbox gateway's
 //! credentials (`POST /api/v1/sandbox/{id}/auth`), the gateway's file
 //! answers and the status lookups. Field names are the SDK's (snake_case).
 

@@ -1,4 +1,4 @@
-//! Account quotas (`/api/v1/accounts/{id}/quota`, SEC-16): limits an
+//! Account quotas (`/api/v1/accounts/{id}/quota`): limits an
 //! administrator sets on an account, and what the account uses of them.
 
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! Request and response types of snapshots, fork, create sources and
-//! uploads (LC-9, LC-10, LC-11).
+//! uploads.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

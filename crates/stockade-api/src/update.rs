@@ -1,4 +1,4 @@
-//! `PATCH /api/v1/sandbox/{id}` (LC-8): change a sandbox's settings, and
+//! `PATCH /api/v1/sandbox/{id}`: change a sandbox's settings, and
 //! learn which changes hold now and which from the next start.
 
 use std::collections::BTreeMap;

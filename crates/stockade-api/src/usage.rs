@@ -1,4 +1,4 @@
-//! Live resource usage of a running sandbox, shown in its details (API-3).
+//! Live resource usage of a running sandbox, shown in its details.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -26,7 +26,6 @@ pub struct ResourceUsage {
     pub sampled_at: DateTime<Utc>,
 }
 
-// SEC-13.
 /// A sandbox's disk use against the limits the kernel enforces:
 /// `/workspace` and the writable root filesystem are each capped at
 /// `diskSizeGB` where the host can. A limit is absent when none is enforced;
@@ -67,7 +66,6 @@ pub struct DiskAreaHealth {
     pub reason: Option<String>,
 }
 
-// SEC-18.
 /// The egress filter of network policies, in `/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

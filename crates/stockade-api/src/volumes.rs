@@ -1,4 +1,4 @@
-//! `/api/v1/volumes…` (VOL-2..VOL-5): Stockade's volumes, their sizes and
+//! `/api/v1/volumes…`: Stockade's volumes, their sizes and
 //! owners, and the orphans a confirmed cleanup removes.
 
 use chrono::{DateTime, Utc};
