@@ -1002,7 +1002,7 @@ impl http_body::Body for ChannelBodyFrom {
 
 /// Opens a TCP connection to `port` inside a sandbox through its agent at
 /// `agent` (`host:port`), authorised by `token`: the agent's
-/// `/stockade/forward` upgrade (SCALE-4). The answer's head is read byte by
+/// `/stockade/forward` upgrade. The answer's head is read byte by
 /// byte, so nothing the sandbox sends right after it is lost.
 pub async fn open_forward(
     agent: &str,

@@ -1,4 +1,4 @@
-//! `stockade-agent`: the in-sandbox agent (SPEC §11, AGT-1..AGT-8). It runs
+//! `stockade-agent`: the in-sandbox agent. It runs
 //! as PID 1 of a sandbox, speaks E2B's envd protocol (Connect RPC
 //! `process.Process` and `filesystem.Filesystem`, HTTP `/files` and
 //! `/health`), and ships the client Stockade's server uses to talk to it.

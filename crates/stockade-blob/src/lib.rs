@@ -1,4 +1,4 @@
-//! Stockade's object store (S3-1): where snapshots' `/workspace` archives,
+//! Stockade's object store: where snapshots' `/workspace` archives,
 //! workspace syncs and uploaded archives live. The [`BlobStore`] trait, and
 //! [`ObjectBlobStore`] over the `object_store` crate: a local directory by
 //! default, any S3-compatible endpoint by configuration. Everything streams:

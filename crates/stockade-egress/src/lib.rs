@@ -1,4 +1,4 @@
-//! The egress filter for sandbox network policies (SEC-18): a transparent
+//! The egress filter for sandbox network policies: a transparent
 //! TCP proxy that checks the TLS server name or HTTP `Host` of connections
 //! to ports 80/443 against the sandbox's [`EgressPolicy`], and a DNS
 //! forwarder that answers only names the policy allows.

@@ -59,8 +59,8 @@ pub struct ProxyConfig {
     pub private: PrivateAccess,
     /// Dial loopback and the host's own addresses too. Off (the default)
     /// they are refused: the proxy runs on the host, so dialling them would
-    /// reach host services that the packet filter keeps from sandboxes
-    /// (SEC-5). Only tests on loopback turn it on.
+    /// reach host services that the packet filter keeps from sandboxes.
+    /// Only tests on loopback turn it on.
     pub allow_host_destinations: bool,
 }
 

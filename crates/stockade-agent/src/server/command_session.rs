@@ -1,5 +1,5 @@
 //! `command_session.CommandSession` (what `prime-sandboxes` speaks through
-//! its gateway, COMPAT-3): Start, Connect, List, SendInput, StreamInput,
+//! its gateway): Start, Connect, List, SendInput, StreamInput,
 //! SendSignal and Update over the same process table as `process.Process`.
 //! A session uuid is a process tag; a Start naming a running session
 //! attaches to it (its command must be the same); a command may name the

@@ -2,7 +2,7 @@
 //! `101` answer, the connection is a plain TCP connection to port `N` of
 //! the sandbox (`127.0.0.1` inside it). This is how a server that is not on
 //! the sandbox's Docker host reaches the sandbox's ports: through the one
-//! port of the agent its host publishes, with the sandbox's token (SCALE-4).
+//! port of the agent its host publishes, with the sandbox's token.
 
 use std::sync::Arc;
 

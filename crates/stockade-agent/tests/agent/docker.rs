@@ -1,6 +1,6 @@
 //! The static agent as PID 1 of a busybox container: reached over the
 //! container's address, reaping orphans, and `docker stop` keeping its
-//! meaning for the main process (AGT-8). Containers are labelled
+//! meaning for the main process. Containers are labelled
 //! `io.stockade.test=agent` and removed even when a check fails.
 
 use std::path::PathBuf;

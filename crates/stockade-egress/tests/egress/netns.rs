@@ -414,7 +414,7 @@ impl Lab {
     }
 
     /// Cuts the sandbox link off the host as Stockade's isolation chain
-    /// does (SEC-5: replies only), plus the rules the egress filter needs
+    /// does (replies only), plus the rules the egress filter needs
     /// there: redirected connections to the proxy and the forwarder.
     fn isolate(&mut self, proxy_port: u16, dns_port: u16) -> Result<(), String> {
         let chain = format!("{CHAIN_PREFIX}I-{}", std::process::id());
