@@ -1,5 +1,5 @@
 //! [`SqlStore`]: the store over one sqlx pool, whatever the backend, and the
-//! one place that handles connections (DB-12). A connection leaves a
+//! one place that handles connections. A connection leaves a
 //! transaction only through a COMMIT that succeeded or a ROLLBACK; a
 //! connection whose statement, COMMIT or ROLLBACK failed in a way that leaves
 //! doubt is closed, never returned to the pool, so no later write can land in
@@ -176,7 +176,7 @@ impl<B: Backend> SqlStore<B> {
         conn.execute_refined(q, context, refine).await
     }
 
-    /// Claims rows one at a time (SCALE-2): `due` finds the candidates,
+    /// Claims rows one at a time: `due` finds the candidates,
     /// `claim` makes the conditional update (`… RETURNING`) that takes one
     /// only if nobody else did in between. The rows this call won.
     pub(crate) async fn claim_each<T: Send>(
@@ -204,7 +204,7 @@ impl<B: Backend> SqlStore<B> {
 
 /// Maps a database failure: no row → `NotFound`, a database that cannot
 /// serve → `Unavailable`, a unique violation → `Conflict`, anything else →
-/// `Other` with `context`. Failures are logged with their context (DB-8).
+/// `Other` with `context`. Failures are logged with their context.
 fn db_error<B: Backend>(location: &str, context: &str, err: sqlx::Error) -> StoreError {
     if let Some(message) = B::unavailable(&err, location) {
         tracing::error!(error = %err, context = %context, "{message}");
@@ -403,7 +403,7 @@ pub(crate) fn is_foreign_key_violation(err: &sqlx::Error) -> bool {
         .is_some_and(|e| e.is_foreign_key_violation())
 }
 
-/// An unexpected failure, logged with its context (DB-8).
+/// An unexpected failure, logged with its context.
 pub(crate) fn other(context: impl Display, err: impl Display) -> StoreError {
     let message = format!("{context}: {err}");
     tracing::error!(error = %message, "database operation failed");

@@ -1,7 +1,7 @@
 //! Persistence of accounts, tokens, sandbox records and operations: small
 //! role traits ([`SandboxStore`], [`OperationStore`], …) that [`Store`] joins,
 //! implemented once for both databases by [`SqlStore`] ([`SqliteStore`],
-//! [`PgStore`]). The database is the single source of truth (DB-1); callers
+//! [`PgStore`]). The database is the single source of truth; callers
 //! never see sqlx.
 #![forbid(unsafe_code)]
 
@@ -30,7 +30,7 @@ pub use sqlite::SqliteStore;
 pub enum StoreError {
     #[error("not found")]
     NotFound,
-    /// The record exists but belongs to another account (SEC-1 → 403).
+    /// The record exists but belongs to another account (→ 403).
     #[error("forbidden")]
     Forbidden,
     /// A unique constraint, a row-version check or an operation's holder
@@ -38,7 +38,7 @@ pub enum StoreError {
     #[error("conflict: {0}")]
     Conflict(String),
     /// The database cannot serve now: disk full, read-only, I/O errors,
-    /// unreachable (DB-12 → 503/507). The message names the database and
+    /// unreachable (→ 503/507). The message names the database and
     /// what to do ("free space on …").
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -68,7 +68,7 @@ pub fn with_database(url: &str, database: &str) -> String {
     out
 }
 
-/// What the store's writes say about the database (DB-12).
+/// What the store's writes say about the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreHealth {
     Ok,
@@ -85,7 +85,7 @@ impl StoreHealth {
 /// The most snapshots one list returns.
 pub const MAX_SNAPSHOTS_LISTED: u32 = 1000;
 
-/// How long an `Idempotency-Key` is remembered (DB-11).
+/// How long an `Idempotency-Key` is remembered.
 pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
 
 /// The `expired_before` of idempotency lookups at `now`: keys recorded
@@ -94,7 +94,7 @@ pub fn idempotency_expired_before(now: DateTime<Utc>) -> DateTime<Utc> {
     now - chrono::Duration::hours(IDEMPOTENCY_KEY_HOURS)
 }
 
-/// Filters of the sandbox list (API-1). Empty filters match everything.
+/// Filters of the sandbox list. Empty filters match everything.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxFilter {
     /// Any of these statuses; empty = any.
@@ -121,7 +121,7 @@ impl SandboxFilter {
 }
 
 /// Who owns a sandbox record, for resources that carry no owner label
-/// (a claimed warm-pool member's container and volume, SCALE-3).
+/// (a claimed warm-pool member's container and volume).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordOwner {
     pub account_id: AccountId,
@@ -141,8 +141,8 @@ pub struct SandboxPage {
 /// ([`OperationStore::finish_operation`]).
 #[derive(Debug, Clone, Copy)]
 pub enum SandboxWrite<'a> {
-    /// Writes every field if the stored version is still `sandbox.version`
-    /// (DB-7); the stored record comes back with its new version.
+    /// Writes every field if the stored version is still `sandbox.version`;
+    /// the stored record comes back with its new version.
     Update(&'a Sandbox),
     /// Marks the record TERMINATED and soft-deleted at `at`, and returns it
     /// (a record that is gone already is fine: nothing comes back).
@@ -166,8 +166,8 @@ pub trait HealthStore: Send + Sync {
     /// Checks the database answers (for `/health`).
     async fn ping(&self) -> StoreResult<()>;
 
-    /// `Degraded` after a failed write until a later write changed something
-    /// (DB-12). Answers from memory: no query.
+    /// `Degraded` after a failed write until a later write changed something.
+    /// Answers from memory: no query.
     fn health(&self) -> StoreHealth;
 
     /// A tiny real write (a settings row), so that `/health` can see a
@@ -285,7 +285,7 @@ pub trait TeamStore: Send + Sync {
 #[async_trait]
 pub trait SandboxStore: Send + Sync {
     /// Inserts a new record. A second active sandbox with the same name in
-    /// the same account is a [`StoreError::Conflict`] (DB-7).
+    /// the same account is a [`StoreError::Conflict`].
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()>;
 
     /// The sandbox with `id`, soft-deleted ones included: `NotFound` when no
@@ -304,7 +304,7 @@ pub trait SandboxStore: Send + Sync {
 
     /// Writes every field of `sandbox` if its stored version is still
     /// `sandbox.version`, and returns the record with the new version.
-    /// Another writer in between → `Conflict` (DB-7).
+    /// Another writer in between → `Conflict`.
     async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox>;
 
     /// Marks the record TERMINATED and soft-deleted at `at`.
@@ -334,15 +334,15 @@ pub trait SandboxStore: Send + Sync {
     /// for reconciliation and volume listings, never for a caller's lookup.
     async fn sandbox_owner(&self, id: &SandboxId) -> StoreResult<Option<RecordOwner>>;
 
-    /// How many records that are not deleted have each status (API-13).
+    /// How many records that are not deleted have each status.
     /// Statuses without records are left out.
     async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
 
-    /// Claims the sessions (LC-7) of sandboxes on `server` that ended at or
+    /// Claims the sessions of sandboxes on `server` that ended at or
     /// before `now`, at most `limit`, oldest deadline first. Each claimed
     /// record's `session_expires_at` moves to `lease_until` and its version
     /// is bumped (an optimistic update), so exactly one of several server
-    /// instances on one database acts on it (SCALE-2); if that instance dies
+    /// instances on one database acts on it; if that instance dies
     /// before it closed the session, another claims it again once the lease
     /// passed. Returns the claimed records as they are now stored.
     async fn claim_expired_sessions(
@@ -354,7 +354,7 @@ pub trait SandboxStore: Send + Sync {
     ) -> StoreResult<Vec<Sandbox>>;
 }
 
-/// `Idempotency-Key`s of creates (API-2, DB-11). Keys recorded before
+/// `Idempotency-Key`s of creates. Keys recorded before
 /// `expired_before` (24 h, [`idempotency_expired_before`]) are ignored.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
@@ -385,7 +385,7 @@ pub trait IdempotencyStore: Send + Sync {
     async fn purge_idempotency_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
 }
 
-/// Snapshot records (issue 4: snapshots and fork, LC-9, LC-10).
+/// Snapshot records (user snapshots and the ones forks take).
 #[async_trait]
 pub trait SnapshotStore: Send + Sync {
     /// Inserts a new snapshot record.
@@ -417,8 +417,8 @@ pub trait SnapshotStore: Send + Sync {
         -> StoreResult<Vec<Snapshot>>;
 }
 
-/// Per-account quotas (SEC-16), and the sums that quotas and admission
-/// control per Docker host (SEC-15) compare against limits: SQL aggregates
+/// Per-account quotas, and the sums that quotas and admission
+/// control per Docker host compare against limits: SQL aggregates
 /// over the records' resource columns, never a read of every record.
 #[async_trait]
 pub trait QuotaStore: Send + Sync {
@@ -464,7 +464,7 @@ pub trait QuotaStore: Send + Sync {
     ) -> StoreResult<(u64, u64)>;
 }
 
-/// One candidate host of a placement (SCALE-5): its name, how much it may
+/// One candidate host of a placement: its name, how much it may
 /// hold (`None`: that dimension is not limited) and what this process holds
 /// there that the records do not show yet (admissions in flight, warm-pool
 /// members).
@@ -496,7 +496,7 @@ pub enum Placed {
     Full(Vec<CandidateLoad>),
 }
 
-/// Docker hosts (SCALE-4..SCALE-6) and placement.
+/// Docker hosts and placement.
 #[async_trait]
 pub trait HostStore: Send + Sync {
     /// Registers `host`; a taken name is a [`StoreError::Conflict`].
@@ -548,7 +548,7 @@ pub trait HostStore: Send + Sync {
     ) -> StoreResult<Placed>;
 }
 
-/// Durable operations (DB-9, DB-13): at most one per target, which is the
+/// Durable operations: at most one per target, which is the
 /// per-sandbox lock across server instances. A holder keeps its leases alive
 /// ([`OperationStore::renew_operations`]); once a lease ended, any instance
 /// may claim the operation and finish or roll it back.
@@ -616,7 +616,7 @@ pub trait OperationStore: Send + Sync {
     async fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>>;
 }
 
-/// A lease one server instance holds at a time (SCALE-7).
+/// A lease one server instance holds at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     pub name: String,
@@ -627,10 +627,10 @@ pub struct Lease {
 }
 
 /// The name of the lease whose holder runs the deployment-wide background
-/// work (SCALE-7).
+/// work.
 pub const BACKGROUND_LEASE: &str = "background";
 
-/// Leases held by one server instance at a time (SCALE-7): the leader of
+/// Leases held by one server instance at a time: the leader of
 /// the deployment-wide background work. Times come from the caller's
 /// clock, so instances sharing a database need clocks that agree to well
 /// within a lease's term.

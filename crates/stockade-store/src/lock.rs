@@ -1,4 +1,4 @@
-//! One server per SQLite database (SCALE-2): an exclusive advisory lock
+//! One server per SQLite database: an exclusive advisory lock
 //! (`flock`) on a file next to the database, taken before the database is
 //! opened and held for the life of the process. The kernel drops it when
 //! the process ends however it ends (`kill -9` included), so a stale lock

@@ -1,4 +1,4 @@
-//! PostgreSQL, for several server instances on one database (SCALE-2):
+//! PostgreSQL, for several server instances on one database:
 //! connect, migrate, and its dialect.
 
 use std::str::FromStr;

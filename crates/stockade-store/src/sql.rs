@@ -154,7 +154,7 @@ pub trait Backend:
     /// The `metadata` column with its `status` set to TERMINATED.
     const METADATA_TERMINATED: &'static str;
     /// The statement that makes a write transaction wait for every other
-    /// placement and host removal (SCALE-5), from whichever instance:
+    /// placement and host removal, from whichever instance:
     /// PostgreSQL's transaction-scoped advisory lock on one fixed key.
     /// `None` where [`Backend::BEGIN`] already takes the database's one
     /// write lock (SQLite).

@@ -27,7 +27,7 @@ impl SqlStore<Sqlite> {
             .map_err(|e| StoreError::Other(format!("invalid SQLite URL '{url}': {e}")))?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // DB-12: a commit is on disk when it is acknowledged.
+            // A commit is on disk when it is acknowledged.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
@@ -46,7 +46,7 @@ impl SqlStore<Sqlite> {
                 .idle_timeout(None)
                 .max_lifetime(None)
                 // It cannot be closed when a call failed or was dropped
-                // mid-transaction (DB-12): roll back whatever is open instead.
+                // mid-transaction: roll back whatever is open instead.
                 // "No transaction is active" is the usual answer.
                 .after_release(|conn, _| {
                     Box::pin(async move {

@@ -1,4 +1,4 @@
-//! DB-12 on a real full disk: SQLite on a small tmpfs that fills up. Writes
+//! A real full disk: SQLite on a small tmpfs that fills up. Writes
 //! then fail with `Unavailable` naming the database file and what to do,
 //! health turns degraded, reads and lists agree with what was acknowledged;
 //! once space is freed, writes work again, health recovers, and every

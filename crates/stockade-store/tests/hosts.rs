@@ -1,4 +1,4 @@
-//! Docker hosts and placement in the store (SCALE-4, SCALE-5): hosts
+//! Docker hosts and placement in the store: hosts
 //! round-trip, registering the server's own host twice keeps the first, a
 //! host is removed only once it holds nothing but terminated sandboxes, a
 //! placement goes to the freest candidate within its limits (records and

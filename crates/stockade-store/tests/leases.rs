@@ -1,4 +1,4 @@
-//! Leases (SCALE-7) in the store: taken, renewed by their holder, never
+//! Leases in the store: taken, renewed by their holder, never
 //! taken from a holder whose term runs, taken over once it ended, released;
 //! of many instances contending at the same moment exactly one wins. Runs
 //! on SQLite and, when `STOCKADE_TEST_DATABASE_URL` is set, on a fresh

@@ -1,4 +1,4 @@
-//! Quotas and resource sums in the store (SEC-15, SEC-16): quotas round-trip
+//! Quotas and resource sums in the store: quotas round-trip
 //! and belong to existing accounts, the resource columns follow every
 //! write of a record, the sums count what each status holds, and migration
 //! 0007 fills the columns of records made before it; the limits on what an

@@ -1,6 +1,6 @@
-//! Session deadlines (LC-7) in the store: they round-trip, soft delete clears
+//! Session deadlines in the store: they round-trip, soft delete clears
 //! them, and due sessions are claimed exactly once even when several server
-//! instances claim at the same moment (SCALE-2). Runs on SQLite and, when
+//! instances claim at the same moment. Runs on SQLite and, when
 //! `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
 
 mod common;
@@ -131,7 +131,7 @@ async fn sessions(a: Arc<dyn Store>, b: Arc<dyn Store>) {
         vec![&elsewhere.id]
     );
 
-    // A writer holding the pre-claim version loses (DB-7): no lost update.
+    // A writer holding the pre-claim version loses: no lost update.
     assert!(a.update_sandbox(&saved).await.is_err());
 
     // Many due sessions, many claimers: each is claimed once.

@@ -1,4 +1,4 @@
-//! The snapshot records (LC-10) on both backends: SQLite always, PostgreSQL
+//! The snapshot records on both backends: SQLite always, PostgreSQL
 //! when `STOCKADE_TEST_DATABASE_URL` is set (a fresh database per run).
 
 mod common;

@@ -57,7 +57,7 @@ async fn sqlite_memory_story() {
 async fn postgres_story() {
     // A database of its own, so that parallel and repeated runs never meet.
     common::on_postgres("postgres_story", |test_url| async move {
-        // Several server instances start at once on one database (SCALE-2):
+        // Several server instances start at once on one database:
         // the migrations run once, the others wait and find them applied.
         let (a, b, c) = tokio::join!(
             PgStore::connect(&test_url),
@@ -517,7 +517,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         assert_eq!(raw.label_rows(&web.id).await, 2);
     }
 
-    // SEC-1: another account's sandbox is forbidden, an unknown id not found.
+    // Another account's sandbox is forbidden, an unknown id not found.
     assert!(matches!(
         s.get_sandbox(&bob_scope, &web.id).await,
         Err(StoreError::Forbidden)
@@ -551,7 +551,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         Err(StoreError::NotFound)
     ));
 
-    // DB-7: one active name per account.
+    // One active name per account.
     let dup = sandbox(&alice.id, None, "web", &[], Running, at(9));
     match s.insert_sandbox(&dup).await {
         Err(StoreError::Conflict(m)) => {
@@ -710,7 +710,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         tie_ids[1]
     );
 
-    // --- updates with row versions (DB-7) -----------------------------------
+    // --- updates with row versions -----------------------------------
     let mut changed = s.get_sandbox(&alice_scope, &web.id).await.unwrap();
     assert_eq!(changed.version, 0);
     changed.status = Stopped;
@@ -801,7 +801,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         ["db"]
     );
 
-    // Two creates with one name at once: exactly one wins (DB-7).
+    // Two creates with one name at once: exactly one wins.
     for round in 0..5 {
         let name = format!("race-{round}");
         let a = sandbox(&alice.id, None, &name, &["race"], Running, at(30 + round));
@@ -945,7 +945,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         .sandbox_record_exists(&SandboxId::generate())
         .await
         .unwrap());
-    // Owners across accounts (SCALE-3: pool members carry no owner label).
+    // Owners across accounts (warm-pool members carry no owner label).
     let owner = s.sandbox_owner(&db.id).await.unwrap().unwrap();
     assert_eq!((owner.account_id, owner.deleted), (alice.id.clone(), true));
     let owner = s.sandbox_owner(&shared.id).await.unwrap().unwrap();
@@ -991,7 +991,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         s.purge_sandbox(&bob_private.id).await.unwrap();
     }
 
-    // --- idempotency keys (API-2) ---------------------------------------------
+    // --- idempotency keys ---------------------------------------------
     let key_sb = SandboxId::generate();
     let fresh = stockade_store::idempotency_expired_before(Utc::now());
     assert_eq!(
@@ -1041,7 +1041,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     instance
 }
 
-/// DB-11: a key expires 24 h after it was recorded; an expired key is
+/// A key expires 24 h after it was recorded; an expired key is
 /// ignored, may be used anew, and is purged.
 async fn idempotency_expiry(s: &dyn Store, raw: &Raw, account: &AccountId) {
     let lookup = |key: &'static str, cutoff| async move {
@@ -1097,7 +1097,7 @@ async fn idempotency_expiry(s: &dyn Store, raw: &Raw, account: &AccountId) {
     );
 }
 
-/// DB-9, DB-13: durable operations, the per-target lock, leases and claims,
+/// Durable operations, the per-target lock, leases and claims,
 /// and the atomic writes that begin and end them. Time is passed in, so
 /// leases end without waiting.
 async fn operations(store: &Arc<dyn Store>, scope: &Scope, t0: DateTime<Utc>) {

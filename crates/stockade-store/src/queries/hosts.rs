@@ -1,4 +1,4 @@
-//! Docker hosts and placement (SCALE-4, SCALE-5): [`HostStore`]. A
+//! Docker hosts and placement: [`HostStore`]. A
 //! placement and a host's removal run in one write transaction that waits
 //! for every other one (PostgreSQL: a transaction-scoped advisory lock;
 //! SQLite: the database's write lock), so two instances never fill the same
@@ -362,7 +362,7 @@ impl<B: Backend> HostStore for SqlStore<B> {
             .sql(" RETURNING name");
         // Read back like a lease's renewal, not counted as a write: this
         // small in-place update succeeding says nothing about the writes of
-        // users (DB-12: a full disk stays degraded until one of those works).
+        // users (a full disk stays degraded until one of those works).
         let context = format!("record the health of host '{name}'");
         let row = self
             .conn(&context)

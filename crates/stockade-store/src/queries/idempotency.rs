@@ -1,4 +1,4 @@
-//! `Idempotency-Key`s of creates (API-2, DB-11): [`IdempotencyStore`].
+//! `Idempotency-Key`s of creates: [`IdempotencyStore`].
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

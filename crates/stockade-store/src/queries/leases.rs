@@ -1,4 +1,4 @@
-//! Leases held by one server instance at a time (SCALE-7): [`LeaseStore`].
+//! Leases held by one server instance at a time: [`LeaseStore`].
 //! Taking and renewing are one conditional upsert, so of several instances
 //! contending at once exactly one holds the lease afterwards: PostgreSQL
 //! locks the conflicting row and checks the condition against its newest

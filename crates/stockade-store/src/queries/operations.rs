@@ -1,4 +1,4 @@
-//! Durable operations (DB-9, DB-13): [`OperationStore`]. The `operations`
+//! Durable operations: [`OperationStore`]. The `operations`
 //! table holds at most one row per target, so inserting one is taking the
 //! target's lock; leases are claimed with a conditional update, so of two
 //! instances claiming at once exactly one wins.

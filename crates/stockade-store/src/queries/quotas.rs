@@ -1,5 +1,5 @@
 //! Account quotas and the resource sums they and admission control compare
-//! against: [`QuotaStore`] (SEC-15, SEC-16).
+//! against: [`QuotaStore`].
 
 use async_trait::async_trait;
 use chrono::{SubsecRound, Utc};

@@ -49,7 +49,7 @@ fn select<B: Backend>() -> Q<B> {
 }
 
 /// The record: identity and lifecycle from the columns, the spec and S3
-/// facts from the metadata document (DB-2).
+/// facts from the metadata document.
 fn sandbox_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Sandbox> {
     let id: String = row.get("id")?;
     let bad = |problem: String| corrupt("sandbox", &id, problem);
@@ -87,7 +87,7 @@ fn sandboxes_from_rows<B: Backend>(rows: Vec<DbRow<B>>) -> StoreResult<Vec<Sandb
     rows.iter().map(sandbox_from_row).collect()
 }
 
-/// The metadata column of a record (DB-2).
+/// The metadata column of a record.
 fn metadata<B: Backend>(sandbox: &Sandbox) -> StoreResult<crate::sql::JsonText> {
     serde_json::to_string(&sandbox.metadata())
         .map_err(|e| {
@@ -99,7 +99,7 @@ fn metadata<B: Backend>(sandbox: &Sandbox) -> StoreResult<crate::sql::JsonText> 
         .and_then(json_text)
 }
 
-/// The resource columns of a record (SEC-15, SEC-16): CPU in thousandths
+/// The resource columns of a record: CPU in thousandths
 /// of a core, memory in bytes, disk in GB, from its spec.
 fn resources(sandbox: &Sandbox) -> (i64, i64, i64) {
     let r = Resources::of(&sandbox.spec);
@@ -112,7 +112,7 @@ fn resources(sandbox: &Sandbox) -> (i64, i64, i64) {
 }
 
 /// The error of writing `sandbox` when a unique constraint failed: the name
-/// (DB-7) or, far less likely, the id.
+/// or, far less likely, the id.
 fn sandbox_conflict(err: &sqlx::Error, sandbox: &Sandbox) -> Option<StoreError> {
     let db = err
         .as_database_error()
@@ -263,7 +263,7 @@ impl<B: Backend> SqlStore<B> {
         Ok(())
     }
 
-    /// The optimistic update (DB-7): the record with its new version.
+    /// The optimistic update: the record with its new version.
     pub(super) async fn update_sandbox_in(
         &self,
         conn: &mut Conn<B>,

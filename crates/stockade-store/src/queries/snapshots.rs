@@ -1,4 +1,4 @@
-//! Snapshot records (LC-10): [`SnapshotStore`].
+//! Snapshot records: [`SnapshotStore`].
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
