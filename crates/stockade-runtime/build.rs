@@ -1,6 +1,6 @@
 //! Builds the in-sandbox agent (`stockade-agent`) as a fully static release
 //! executable and hands it to the crate, which embeds it (`AGENT_BINARY`) so
-//! that Stockade ships as one binary (AGT-1).
+//! that Stockade ships as one binary.
 //!
 //! The agent is built by a nested `cargo build` into a directory of its own
 //! beside the outer build's profiles (`<target dir>/agent-static`): it is

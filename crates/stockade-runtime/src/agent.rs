@@ -1,4 +1,4 @@
-//! The in-sandbox agent as the runtime ships it (AGT-1): the static
+//! The in-sandbox agent as the runtime ships it: the static
 //! `stockade-agent` executable embedded at build time (`build.rs`), its
 //! version, and how a sandbox container runs it — from a read-only,
 //! per-engine volume, as PID 1 in front of the main process.

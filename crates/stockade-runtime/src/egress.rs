@@ -1,4 +1,4 @@
-//! Egress policies in the packet filter (SEC-18), the parts without I/O:
+//! Egress policies in the packet filter, the parts without I/O:
 //! chain names, the `iptables-restore` input that writes or removes one
 //! sandbox's entries, and reading entries back from `iptables -S`.
 //!

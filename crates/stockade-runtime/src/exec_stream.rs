@@ -1,5 +1,5 @@
-//! A process started in a sandbox whose output is streamed as it comes
-//! (API-8): what [`crate::Runtime::exec_start`] returns.
+//! A process started in a sandbox whose output is streamed as it comes:
+//! what [`crate::Runtime::exec_start`] returns.
 
 use bytes::Bytes;
 use tokio::sync::mpsc;

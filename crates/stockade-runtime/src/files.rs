@@ -1,4 +1,4 @@
-//! Files inside a sandbox (API-9): what the runtime reports about a path,
+//! Files inside a sandbox: what the runtime reports about a path,
 //! the byte streams of tar archives in and out, and how file operations fail.
 
 use std::pin::Pin;

@@ -1,4 +1,4 @@
-//! The outcome of [`crate::Isolation::ensure_isolation`] (SEC-5): whether
+//! The outcome of [`crate::Isolation::ensure_isolation`]: whether
 //! sandboxes are cut off from each other and from the host, what had to be
 //! repaired, and why anything could not be applied.
 

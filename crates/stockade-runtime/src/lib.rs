@@ -60,7 +60,7 @@ pub mod labels {
     pub const SANDBOX_ID: &str = "io.stockade.sandbox-id";
     pub const ACCOUNT_ID: &str = "io.stockade.account-id";
     pub const INSTANCE_ID: &str = "io.stockade.instance-id";
-    /// On a warm-pool member (SCALE-3) and its volume: the member's own
+    /// On a warm-pool member and its volume: the member's own
     /// sandbox id. A container is a pool member only while this equals its
     /// [`SANDBOX_ID`] label: a snapshot image of a claimed member carries the
     /// label on, but the sandboxes made from it have ids of their own.
@@ -74,8 +74,8 @@ pub mod labels {
     pub const AGENT: &str = "io.stockade.agent";
     /// On the agent volume: the version of the agent it holds.
     pub const AGENT_VERSION: &str = "io.stockade.agent-version";
-    /// On the image, containers and volumes of the disk-quota probe
-    /// (SEC-13): never a sandbox's.
+    /// On the image, containers and volumes of the disk-quota probe:
+    /// never a sandbox's.
     pub const DISK_PROBE: &str = "io.stockade.disk-probe";
 }
 
@@ -135,7 +135,7 @@ pub fn check_snapshot_image(
 }
 
 /// Facts about the container engine, for `/health`, and the host's size,
-/// so that requests larger than the host are refused as such (DB-13).
+/// so that requests larger than the host are refused as such.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeInfo {
     pub version: String,
@@ -156,7 +156,7 @@ pub struct RuntimeInfo {
     pub engine_id: Option<String>,
 }
 
-/// Everything needed to create one sandbox container (SEC-3 hardening is the
+/// Everything needed to create one sandbox container (hardening it is the
 /// runtime's job, not the caller's). Its `Debug` never shows the agent token.
 #[derive(Clone, PartialEq)]
 pub struct ContainerSpec {
@@ -172,11 +172,11 @@ pub struct ContainerSpec {
     pub network_access: bool,
     pub hostname: String,
     /// `Some`: the in-sandbox agent runs as PID 1 in front of the main
-    /// process and accepts requests carrying this token (AGT-1); see
+    /// process and accepts requests carrying this token; see
     /// [`Lifecycle::create`]. `None`: the container has no agent (Docker's
     /// init is PID 1).
     pub agent_token: Option<String>,
-    /// `diskSizeGB` in bytes (SEC-13): the cap of `/workspace` and, apart,
+    /// `diskSizeGB` in bytes: the cap of `/workspace` and, apart,
     /// of the writable root filesystem, where the engine can enforce them
     /// ([`crate::Disk::disk_enforcement`]); `None`: no cap.
     pub disk_bytes: Option<u64>,
@@ -206,7 +206,7 @@ impl std::fmt::Debug for ContainerSpec {
     }
 }
 
-/// A warm-pool member to create (SCALE-3): a sandbox container with the
+/// A warm-pool member to create: a sandbox container with the
 /// default main process, made before any account asks for it. It carries
 /// no account label (the database records the owner once it is claimed),
 /// its hostname is its sandbox id and its environment is empty. Its `Debug`
@@ -310,11 +310,11 @@ pub struct ContainerState {
     pub address: Option<std::net::IpAddr>,
     /// Where this server reaches its agent while it runs (`host:port`):
     /// its address and the agent's port, or, on a host whose data plane is
-    /// published (SCALE-4), the host's address and the published port.
+    /// published, the host's address and the published port.
     pub agent_addr: Option<String>,
 }
 
-/// How this server reaches a port of a sandbox (SCALE-4).
+/// How this server reaches a port of a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upstream {
     /// Straight to the sandbox's address on its Docker network.
@@ -331,7 +331,7 @@ pub struct ManagedContainer {
     pub sandbox_id: Option<SandboxId>,
     pub instance_id: Option<String>,
     pub running: bool,
-    /// A warm-pool member's class (SCALE-3); `None` for any other container.
+    /// A warm-pool member's class; `None` for any other container.
     pub pool_class: Option<String>,
     /// The version of the container's agent, as in [`ContainerState::agent`].
     pub agent: Option<String>,

@@ -1,4 +1,4 @@
-//! Container logs as lines (API-5): what [`crate::Logs::logs`] takes and
+//! Container logs as lines: what [`crate::Logs::logs`] takes and
 //! yields, and [`LineSplitter`], which turns the engine's timestamped frames
 //! into whole lines, independent of how they reach us.
 

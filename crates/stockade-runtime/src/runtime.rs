@@ -73,7 +73,7 @@ pub trait Inspect: Send + Sync {
     /// which the reverse proxy connects to (no port is published on the
     /// host). `None` when the container is not running or has no network
     /// (`networkAccess: false`);
-    /// `NotFound` when there is no container. (API-6)
+    /// `NotFound` when there is no container.
     async fn container_address(&self, id: &SandboxId) -> RuntimeResult<Option<std::net::IpAddr>>;
 
     /// How this server reaches `port` of the sandbox: straight to its
@@ -92,7 +92,7 @@ pub trait Inspect: Send + Sync {
 
     /// One sample of the sandbox's resource usage; `None` when it has no
     /// running container. May take a second or two (the engine samples twice
-    /// to measure CPU). (API-3)
+    /// to measure CPU).
     async fn stats(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerStats>>;
 }
 
@@ -112,7 +112,7 @@ pub trait Lifecycle: Send + Sync {
     /// nothing it made is left behind. Returns the container id.
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String>;
 
-    /// Creates and starts a warm-pool member (SCALE-3): the volume and the
+    /// Creates and starts a warm-pool member: the volume and the
     /// container a create of the same settings would make, labelled as in
     /// [`PoolMemberSpec::labels`]. On any failure nothing it made is left
     /// behind. Returns the container id.
@@ -121,7 +121,7 @@ pub trait Lifecycle: Send + Sync {
     /// Starts the sandbox's container; already running is fine.
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()>;
 
-    /// SIGTERM, wait up to `grace`, then SIGKILL (LC-4). Already stopped is fine.
+    /// SIGTERM, wait up to `grace`, then SIGKILL. Already stopped is fine.
     async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()>;
 
     /// Removes the container (gone already is fine) and, unless
@@ -129,7 +129,7 @@ pub trait Lifecycle: Send + Sync {
     async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()>;
 }
 
-/// Commands in a running sandbox, buffered or streamed (API-8).
+/// Commands in a running sandbox, buffered or streamed.
 #[async_trait]
 pub trait Exec: Send + Sync {
     /// Runs a command in the running sandbox and collects its output.
@@ -146,7 +146,7 @@ pub trait Exec: Send + Sync {
     async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()>;
 }
 
-/// The main process's output (API-5).
+/// The main process's output.
 #[async_trait]
 pub trait Logs: Send + Sync {
     /// The main process's output as lines with the engine's timestamps,
@@ -157,7 +157,7 @@ pub trait Logs: Send + Sync {
     async fn logs(&self, id: &SandboxId, options: LogsOptions) -> RuntimeResult<LogLines>;
 }
 
-/// Files (API-9). The engine resolves every path, symlinks included, inside
+/// Files. The engine resolves every path, symlinks included, inside
 /// the sandbox's own root.
 #[async_trait]
 pub trait Files: Send + Sync {
@@ -189,7 +189,7 @@ pub trait Files: Send + Sync {
     ) -> FsResult<()>;
 }
 
-/// Stockade's volumes (VOL-2..VOL-5).
+/// Stockade's volumes.
 #[async_trait]
 pub trait Volumes: Send + Sync {
     /// Stockade's volumes, with sizes where the engine reports them.
@@ -205,7 +205,7 @@ pub trait Volumes: Send + Sync {
         -> RuntimeResult<Option<u64>>;
 }
 
-/// Changes to a sandbox after create (LC-8).
+/// Changes to a sandbox after create.
 #[async_trait]
 pub trait Update: Send + Sync {
     /// Sets the CPU and memory limits (memory + swap = `memory_bytes`) of the
@@ -227,7 +227,7 @@ pub trait Update: Send + Sync {
     ) -> RuntimeResult<()>;
 }
 
-/// Snapshots, forks and workspace sources (LC-9, LC-10, LC-11, S3-2).
+/// Snapshots, forks and workspace sources.
 #[async_trait]
 pub trait Snapshots: Send + Sync {
     /// Commits the sandbox's container — its root-filesystem changes, not
@@ -267,7 +267,7 @@ pub trait Snapshots: Send + Sync {
     async fn import_image(&self, archive: ByteStream) -> RuntimeResult<()>;
 }
 
-/// Network isolation of sandboxes from each other and from the host (SEC-5).
+/// Network isolation of sandboxes from each other and from the host.
 #[async_trait]
 pub trait Isolation: Send + Sync {
     /// Makes sure sandboxes are isolated: creates what is missing (networks,
@@ -278,7 +278,7 @@ pub trait Isolation: Send + Sync {
     async fn ensure_isolation(&self) -> IsolationReport;
 }
 
-/// Egress policies (SEC-18), the packet-filter half: per sandbox, chains
+/// Egress policies, the packet-filter half: per sandbox, chains
 /// that reject what its policy denies and redirect its DNS (and, for
 /// policies naming hosts, its TCP 80/443) to the host's egress filter.
 /// Sandboxes without network access sit on the internal network and have
@@ -330,7 +330,7 @@ pub trait Egress: Send + Sync {
         -> RuntimeResult<bool>;
 }
 
-/// Disk quotas (SEC-13): what the engine can cap, and what a sandbox uses.
+/// Disk quotas: what the engine can cap, and what a sandbox uses.
 #[async_trait]
 pub trait Disk: Send + Sync {
     /// Whether `diskSizeGB` is enforced on this engine, for `/workspace`

@@ -1,4 +1,4 @@
-//! Resource usage of a running sandbox (API-3), as one sample of the engine's
+//! Resource usage of a running sandbox, as one sample of the engine's
 //! counters, and the arithmetic that turns raw counters into percentages.
 
 /// One sample of a running container's resource usage.

@@ -1,5 +1,5 @@
-//! The in-sandbox agent injected into sandboxes on the real engine (AGT-1,
-//! AGT-3, AGT-8): PID 1 in the busybox and the Debian test images, reached
+//! The in-sandbox agent injected into sandboxes on the real engine:
+//! PID 1 in the busybox and the Debian test images, reached
 //! from the host with the sandbox's token only, the token kept from every
 //! process it starts, its volume read-only, Docker's stop keeping its
 //! meaning, environment updates applied at start; warm-pool members and

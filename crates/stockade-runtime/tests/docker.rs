@@ -669,7 +669,7 @@ async fn exec_truncates_and_times_out() {
 
 /// Without network access a sandbox joins Stockade's internal network (the
 /// host can reach it, it reaches nothing: tests/isolation.rs), with it
-/// Stockade's network with a way out (SEC-5).
+/// Stockade's network with a way out.
 #[tokio::test]
 async fn sandboxes_join_stockades_networks() {
     let rt = runtime();
@@ -755,7 +755,7 @@ async fn info_reports_the_engine() {
     assert!(info.runtimes.iter().any(|r| r == "runc"), "{info:?}");
     assert_eq!(rt.server_name(), "local");
 
-    // The host's size (DB-13), as `docker info` reports it.
+    // The host's size, as `docker info` reports it.
     let host = Command::new("docker")
         .args(["info", "-f", "{{.NCPU}} {{.MemTotal}}"])
         .output()

@@ -1,4 +1,4 @@
-//! Acceptance tests of `DockerRuntime` logs and streaming exec (API-5, API-8)
+//! Acceptance tests of `DockerRuntime` logs and streaming exec
 //! against the real engine and the local image `stockade-test-base:latest`.
 //! Each test removes its container and volume, also when it fails.
 

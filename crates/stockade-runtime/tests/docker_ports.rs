@@ -1,7 +1,7 @@
-//! `DockerRuntime::container_address` against the real engine (API-6): a
+//! `DockerRuntime::container_address` against the real engine: a
 //! server in the container is reachable at that address with no port
 //! published, also in a sandbox without network access (on Stockade's
-//! internal network, SEC-5); a stopped container has none.
+//! internal network); a stopped container has none.
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,4 +1,4 @@
-//! `Runtime::stats` against the real engine (API-3): a busy sandbox shows CPU
+//! `Runtime::stats` against the real engine: a busy sandbox shows CPU
 //! use, its memory limit is the configured one, a stopped one has no stats.
 //! Needs the local image `stockade-test-base:latest`.
 

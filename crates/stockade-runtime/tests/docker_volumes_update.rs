@@ -1,7 +1,7 @@
 //! `DockerRuntime` against the real engine for the "volumes-timeouts" slice:
-//! volume listing with owner, in-use flag and exact sizes (VOL-2), limits
-//! updated live (LC-8), and the main process's environment changed for its
-//! next start (LC-8). Needs `stockade-test-base:latest`.
+//! volume listing with owner, in-use flag and exact sizes, limits
+//! updated live, and the main process's environment changed for its
+//! next start. Needs `stockade-test-base:latest`.
 
 use std::collections::BTreeMap;
 use std::process::Command;

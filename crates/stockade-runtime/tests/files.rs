@@ -1,4 +1,4 @@
-//! The file contract of `DockerRuntime` (API-9) against the real engine:
+//! The file contract of `DockerRuntime` against the real engine:
 //! stat kinds and errors, tar in and out, delete, and what works on a
 //! stopped container.
 

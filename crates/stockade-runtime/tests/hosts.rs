@@ -1,4 +1,4 @@
-//! Docker hosts beyond the local socket (SCALE-4), against real engines:
+//! Docker hosts beyond the local socket, against real engines:
 //! engine h3 on `tcp://127.0.0.1:PORT` with TLS client certificates and the
 //! main engine over ssh (through the tests' own sshd), both started by
 //! `scripts/test` (`STOCKADE_TEST_HOST3`, `STOCKADE_TEST_HOST3_TLS`,

@@ -1,4 +1,4 @@
-//! Network isolation against the real engine and packet filter (SEC-5),
+//! Network isolation against the real engine and packet filter,
 //! hostile by design: sandboxes of two accounts, and of one account, try to
 //! reach each other, the bridge gateway, a listener of the host on 0.0.0.0
 //! and a container on another Docker network; the host (the proxy's path)
@@ -506,8 +506,8 @@ fn engine_major() -> u32 {
         .expect("a Docker version")
 }
 
-/// Warm-pool members (SCALE-3) join the same networks as sandboxes and get
-/// the same seccomp profile (SEC-5, SEC-9).
+/// Warm-pool members join the same networks as sandboxes and get
+/// the same seccomp profile.
 #[tokio::test(flavor = "multi_thread")]
 async fn pool_members_join_the_same_networks() {
     let iso = test_isolation();

@@ -1,4 +1,4 @@
-//! Capped container logs against the real engine (SEC-14): a main process
+//! Capped container logs against the real engine: a main process
 //! that writes 200 MB to stdout leaves log files under the configured cap,
 //! and the log API keeps working across rotation: `tail` answers and a
 //! follower sees the lines written after a rotation, also one that

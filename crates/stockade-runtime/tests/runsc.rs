@@ -1,4 +1,4 @@
-//! gVisor (`runsc`) runs the core lifecycle (SEC-11) through
+//! gVisor (`runsc`) runs the core lifecycle through
 //! `DockerRuntime` with `oci_runtime: runsc`: create, exec, files in and
 //! out, logs, stop/start, a snapshot and a fork from it, remove; the main
 //! process runs under Stockade's seccomp profile (no io_uring).
@@ -354,7 +354,7 @@ fn p50(mut samples: Vec<Duration>) -> Duration {
 
 /// Create (until running) and exec (`true`) latency, p50 of 10 each,
 /// under runc and runsc.
-/// The agent as PID 1 under gVisor (AGT-1): mounted from its volume,
+/// The agent as PID 1 under gVisor: mounted from its volume,
 /// reached from the host with the token, running commands, forwarding
 /// SIGTERM to the main process.
 #[tokio::test(flavor = "multi_thread")]

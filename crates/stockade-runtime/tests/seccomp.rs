@@ -1,4 +1,4 @@
-//! The seccomp profile of sandboxes (SEC-9): the embedded profile is
+//! The seccomp profile of sandboxes: the embedded profile is
 //! Docker's default (of the packaged Docker version) minus io_uring, and
 //! in a sandbox `io_uring_setup` fails while ordinary system calls work —
 //! where a container with Docker's own default profile may use it.

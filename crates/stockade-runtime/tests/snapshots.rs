@@ -1,4 +1,4 @@
-//! Snapshots and workspace archives on the real engine (LC-9, LC-10, LC-11):
+//! Snapshots and workspace archives on the real engine:
 //! commit keeps root-filesystem changes, `/workspace` streams out as a tar,
 //! and an archive is unpacked before the main process starts. Every test
 //! removes what it made, also when it fails.

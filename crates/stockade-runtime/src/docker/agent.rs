@@ -1,4 +1,4 @@
-//! The agent volume on a Docker engine (AGT-1): one named volume per engine
+//! The agent volume on a Docker engine: one named volume per engine
 //! and agent version (`stockade-agent-<version>`) holding the embedded
 //! static agent, which sandbox containers mount read-only and run as PID 1.
 //! Only the Engine API is used (no registry, no host path), so it works with

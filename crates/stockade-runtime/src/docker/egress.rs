@@ -1,4 +1,4 @@
-//! Egress policies on a Docker host (SEC-18): the main egress chains and
+//! Egress policies on a Docker host: the main egress chains and
 //! their jumps (made by `ensure_isolation`, which also drops private
 //! ranges' chains no sandbox uses any more), each sandbox's entries written
 //! with one `iptables-restore` per change, and moving a sandbox between the

@@ -1,4 +1,4 @@
-//! Streaming exec in Docker (API-8): start a process, forward its output as
+//! Streaming exec in Docker: start a process, forward its output as
 //! it comes, report its exit; kill it (and its children) on timeout, on
 //! request, or when nobody listens any more.
 
@@ -234,7 +234,7 @@ impl DockerRuntime {
         marker: Option<&str>,
     ) -> RuntimeResult<(String, StartExecResults)> {
         // The container's environment holds the agent's token when it has
-        // an agent (AGT-1): the engine gives it to every exec, so blank it
+        // an agent: the engine gives it to every exec, so blank it
         // (the API cannot unset a variable). Nothing in a sandbox may hold
         // the token but the agent itself.
         let mut env = vec![format!("{}=", crate::AGENT_TOKEN_ENV)];

@@ -1,4 +1,4 @@
-//! Files inside Docker sandboxes (API-9), over the engine's archive API on
+//! Files inside Docker sandboxes, over the engine's archive API on
 //! `/containers/{id}/archive`: HEAD (stat), GET (a tar out), PUT (a tar in).
 //!
 //! The engine resolves every path — symlinks included — inside the

@@ -1,4 +1,4 @@
-//! Container logs from Docker as lines (API-5): the logs request on a
+//! Container logs from Docker as lines: the logs request on a
 //! socket of its own, its frames taken apart and handed to [`LineSplitter`].
 
 use std::collections::VecDeque;

@@ -1,4 +1,4 @@
-//! Network isolation on Docker (SEC-5): a sandbox reaches no other sandbox
+//! Network isolation on Docker: a sandbox reaches no other sandbox
 //! and no service of the Docker host; the host (Stockade's reverse proxy)
 //! still reaches every sandbox.
 //!
@@ -55,7 +55,7 @@ const IPTABLES_TIMEOUT: Duration = Duration::from_secs(30);
 /// Seconds `iptables -w` waits for the xtables lock Docker also takes.
 const XTABLES_WAIT_SECS: &str = "10";
 
-/// Where sandboxes are attached and how they are cut off (SEC-5). The
+/// Where sandboxes are attached and how they are cut off. The
 /// defaults suit one Stockade per Docker host; a second deployment on the
 /// same host (or a test) takes other names, e.g. [`IsolationConfig::with_prefix`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +119,7 @@ impl IsolationConfig {
         }
     }
 
-    /// The names of a registered Docker host (SCALE-4): the prefix `stk`
+    /// The names of a registered Docker host: the prefix `stk`
     /// and 8 hex digits of the SHA-256 of its name, so engines of several
     /// hosts on one machine never share bridges (`stk<hash>0`, `…1`),
     /// networks (`stk<hash>-sandboxes`, `-offline`) or a chain
@@ -668,7 +668,7 @@ fn network_mismatches(found: &Network, net: NetworkSpec<'_>) -> Vec<String> {
 
 /// The rules of Stockade's chain, as `iptables -S` prints them: replies
 /// to the host's own connections, and what the egress chains redirected
-/// from the sandbox bridge to the egress filter (SEC-18; only a `REDIRECT`
+/// from the sandbox bridge to the egress filter (only a `REDIRECT`
 /// delivers a DNAT'd packet from there to the host), are accepted.
 fn chain_rules(chain: &str, bridge: &str) -> Vec<String> {
     vec![

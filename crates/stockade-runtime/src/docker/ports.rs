@@ -1,4 +1,4 @@
-//! Where the reverse proxy reaches a sandbox (API-6): the container's own
+//! Where the reverse proxy reaches a sandbox: the container's own
 //! address on its Docker network, read from `docker inspect`. Nothing is
 //! published on the host, so exposing a port needs no container change.
 

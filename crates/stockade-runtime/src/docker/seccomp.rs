@@ -1,4 +1,4 @@
-//! The seccomp profile of sandboxes (SEC-9): Docker's default minus
+//! The seccomp profile of sandboxes: Docker's default minus
 //! io_uring. Docker 20.10's default profile allows `io_uring_setup`,
 //! `io_uring_enter` and `io_uring_register`, a large kernel attack surface;
 //! Docker 25 and later block them in their own default, which is then kept.

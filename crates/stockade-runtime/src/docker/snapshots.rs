@@ -1,5 +1,5 @@
-//! Snapshots, forks and workspace sources on Docker (LC-9, LC-10, LC-11,
-//! S3-2): commit a container as an image, stream `/workspace` out as a tar,
+//! Snapshots, forks, workspace sources and workspace syncs on Docker:
+//! commit a container as an image, stream `/workspace` out as a tar,
 //! and unpack a tar into a new container's `/workspace` before it starts.
 
 use std::collections::{BTreeMap, HashMap};
@@ -45,7 +45,7 @@ fn committed_env(container_env: &[String], image_env: &[String]) -> Vec<String> 
 }
 
 /// Keeps a container's agent out of the snapshot image committed with
-/// `commit` (AGT-1): the image gets the entrypoint the container's image had
+/// `commit`: the image gets the entrypoint the container's image had
 /// (what followed the agent's `--`) and a blank agent label. The agent
 /// itself is never in the image: it lives on a volume, which a commit leaves
 /// out. A container made from the image gets an agent only when its create

@@ -1,4 +1,4 @@
-//! Docker hosts reached over ssh (`ssh://[user@]host[:port]`, SCALE-4), the
+//! Docker hosts reached over ssh (`ssh://[user@]host[:port]`), the
 //! way the Docker CLI reaches them: every connection to the engine is an
 //! `ssh … -- host docker system dial-stdio` whose standard input and output
 //! carry the engine's API. The runtime talks to a private unix socket (in a

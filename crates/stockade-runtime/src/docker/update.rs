@@ -1,4 +1,4 @@
-//! Updates of a sandbox after create (LC-8) on Docker: CPU and memory limits
+//! Updates of a sandbox after create on Docker: CPU and memory limits
 //! through the container update API (live), and the main process's
 //! environment through a file its wrapper reads at every start.
 //!
@@ -66,8 +66,7 @@ pub(crate) fn env_script(
     container_env: &HashMap<String, String>,
     image_env: &HashMap<String, String>,
 ) -> String {
-    let mut out =
-        String::from("# Written by Stockade: the environment of the main process (LC-8).\n");
+    let mut out = String::from("# Written by Stockade: the environment of the main process.\n");
     for (k, v) in env {
         if is_identifier(k) {
             out.push_str(&format!("export {k}={}\n", shell_quote(v)));

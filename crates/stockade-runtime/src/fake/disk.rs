@@ -1,4 +1,4 @@
-//! The fake's disk quotas (SEC-13): an enforcement tests set (both areas
+//! The fake's disk quotas: an enforcement tests set (both areas
 //! capped unless they say otherwise) and usage from the sizes they set.
 
 use std::time::Duration;

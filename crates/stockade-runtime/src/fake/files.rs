@@ -9,7 +9,7 @@ use crate::{ArchiveStream, ArchiveUpload, Files, FsError, FsResult, PathStat, Ru
 
 #[async_trait]
 impl Files for FakeRuntime {
-    // Files (API-9): the fake keeps no filesystem; file tests use Docker.
+    // Files: the fake keeps no filesystem; file tests use Docker.
 
     async fn stat_path(&self, _id: &SandboxId, _path: &SandboxPath) -> FsResult<PathStat> {
         Err(files_unsupported())

@@ -37,7 +37,7 @@ pub struct FakeContainer {
     pub exit_code: Option<i64>,
     /// Grace periods of the stops it received, in order.
     pub stops: Vec<Duration>,
-    /// The pool class of a warm-pool member (SCALE-3).
+    /// The pool class of a warm-pool member.
     pub pool_class: Option<String>,
 }
 
@@ -230,7 +230,7 @@ impl FakeRuntime {
         self.state().missing_images.insert(image.into());
     }
 
-    /// The CPUs and memory `info` reports for the host (DB-13).
+    /// The CPUs and memory `info` reports for the host.
     pub fn set_host_size(&self, cpus: u32, memory_bytes: u64) {
         let mut st = self.state();
         st.host_cpus = cpus;

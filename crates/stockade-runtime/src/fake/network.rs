@@ -1,4 +1,4 @@
-//! Network isolation in the fake runtime (SEC-5): there is no network to
+//! Network isolation in the fake runtime: there is no network to
 //! isolate, so a check reports what a test set (nothing by default, or a
 //! problem such as "iptables not found") and counts the checks. Egress
 //! entries are kept per sandbox, for tests to read back.

@@ -1,4 +1,4 @@
-//! Updates of a fake sandbox (LC-8): the new limits and environment are
+//! Updates of a fake sandbox: the new limits and environment are
 //! recorded in its spec, where tests read them.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 //! Helpers shared by the runtime's Docker test suites: a static test
-//! program that calls `io_uring_setup` (SEC-9), and packing one file as a
+//! program that calls `io_uring_setup`, and packing one file as a
 //! tar archive for `write_archive`.
 
 #![allow(dead_code)]
