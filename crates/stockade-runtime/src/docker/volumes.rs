@@ -1,4 +1,4 @@
-//! Stockade's volumes on Docker (VOL-2..VOL-5): listing with owner labels,
+//! Stockade's volumes on Docker: listing with owner labels,
 //! whether a running container mounts them, and their sizes from
 //! `docker system df`, measured once for concurrent callers.
 
