@@ -1,4 +1,4 @@
-//! Admission control per Docker host (SEC-15) and account quotas (SEC-16):
+//! Admission control per Docker host and account quotas:
 //! whether a create, a start or a resize may go ahead.
 //!
 //! A Docker host holds the CPU and memory of its sandboxes that run or are
@@ -271,7 +271,7 @@ pub struct Ask<'a> {
 /// The host's size as the runtime reports it; `None` when Docker does not
 /// answer (its own error comes with the operation).
 /// The capacity of the host `server`: its registered capacity where an
-/// administrator set one, else the size its engine reports (SCALE-5).
+/// administrator set one, else the size its engine reports.
 /// `None`: not checked, or unknown (the engine does not answer).
 pub(crate) async fn capacity(svc: &Service, server: &str) -> Option<HostCapacity> {
     let a = &svc.config.admission;
@@ -403,8 +403,8 @@ fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
 }
 
 /// A create of `sb` (validated, not saved yet), against its account's
-/// quota. Its host's room is weighed by placement (SCALE-5,
-/// [`crate::placement`]) as its record is inserted, or held by
+/// quota. Its host's room is weighed by placement
+/// ([`crate::placement`]) as its record is inserted, or held by
 /// [`hold_claim`] when a warm-pool member serves it; until then it holds
 /// room on no host.
 pub async fn admit_create(svc: &Service, sb: &Sandbox) -> ServiceResult<Admitted> {

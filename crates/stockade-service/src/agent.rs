@@ -1,4 +1,4 @@
-//! The in-sandbox agent from the service's side (AGT-1, AGT-3): every
+//! The in-sandbox agent from the service's side: every
 //! sandbox's access token — derived from a key in the database, so every
 //! server instance knows it without storing one per sandbox — and pooled
 //! clients that reach the agent at the container's address. A sandbox made
@@ -37,7 +37,7 @@ struct Reached {
 pub struct Agents {
     key: Vec<u8>,
     clients: Mutex<HashMap<SandboxId, Reached>>,
-    /// Clients of warm-pool members, connected while they wait (SCALE-3):
+    /// Clients of warm-pool members, connected while they wait:
     /// a claim hands its member's over, so the first command of a sandbox
     /// from the pool neither looks the container up nor connects.
     warm: Mutex<HashMap<SandboxId, (IpAddr, AgentClient)>>,
@@ -138,7 +138,7 @@ impl Service {
         let container = self.runtime_for(sb).await?.inspect(&sb.id).await?;
         let client = match container {
             Some(c) if c.running && c.agent.is_some() => match (c.address, c.agent_addr) {
-                // SCALE-4: the agent where the sandbox's host lets this
+                // The agent where the sandbox's host lets this
                 // server reach it (its bridge address, or a published port).
                 (Some(ip), Some(at)) => {
                     let client =

@@ -1,11 +1,11 @@
-//! Draining a Docker host (SCALE-6): nothing new is placed there (its
+//! Draining a Docker host: nothing new is placed there (its
 //! state), running sandboxes are stopped (persistent) or destroyed (the
 //! others), and stopped persistent sandboxes move to another host — their
 //! `/workspace` through the object store, their container made anew from
 //! the same image (changes to the root filesystem outside `/workspace` stay
 //! behind, as after any re-create).
 //!
-//! A move is a durable operation (`move`, DB-9): its steps are export →
+//! A move is a durable operation (`move`): its steps are export →
 //! container on the new host → the record names the new host → the old
 //! container and volume go. Recovery finishes it by the record: naming the
 //! new host, the old copy is removed; else the new one is.

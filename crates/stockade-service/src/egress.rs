@@ -1,4 +1,4 @@
-//! Egress policies (SEC-18): the host's egress filter (a transparent proxy
+//! Egress policies: the host's egress filter (a transparent proxy
 //! that checks TLS server names and HTTP `Host`s, and a DNS forwarder that
 //! answers only allowed names) and each sandbox's entry in the packet
 //! filter, kept in step with the sandbox's `networkPolicy`.

@@ -52,10 +52,10 @@ pub enum ServiceError {
     /// The database cannot serve now (read-only, I/O errors, unreachable).
     #[error("{0}")]
     DatabaseUnavailable(String),
-    /// The Docker host has no room for the CPU or memory asked for (SEC-15).
+    /// The Docker host has no room for the CPU or memory asked for.
     #[error("{0}")]
     InsufficientCapacity(String),
-    /// The account's quota does not allow it (SEC-16).
+    /// The account's quota does not allow it.
     #[error("{0}")]
     QuotaExceeded(String),
     /// The server is shutting down and takes no new operations.

@@ -1,4 +1,4 @@
-//! Commands in a sandbox (API-8, AGT-3): through the sandbox's agent when it
+//! Commands in a sandbox: through the sandbox's agent when it
 //! has one — a millisecond round trip instead of Docker's exec — and through
 //! `docker exec` otherwise (sandboxes made before agents existed). Both give
 //! the same results: exit codes as a shell reports them (128 + signal for a
@@ -57,7 +57,7 @@ impl Service {
     }
 
     /// Adopts the background processes that run in `sb`'s agent but that
-    /// this server does not watch (AGT-6: started by another instance, or
+    /// this server does not watch (started by another instance, or
     /// before this one restarted): re-attaches to each and captures its
     /// output and exit from now on.
     pub async fn adopt_processes(&self, sb: &Sandbox) -> ServiceResult<()> {

@@ -1,4 +1,4 @@
-//! File operations on sandboxes (API-9) over the runtime's tar streams:
+//! File operations on sandboxes over the runtime's tar streams:
 //! reading a file or listing a directory out of an archive, building the
 //! archive of a file write, and re-packing uploaded archives (tar or tar.gz)
 //! with their entries checked and sizes limited while they stream.
@@ -656,7 +656,7 @@ pub struct Repacked {
     pub bytes: u64,
 }
 
-// --- The unpack ceiling (SEC-14) ---
+// --- The unpack ceiling ---
 
 /// The ceiling as messages show it: `4096 MiB`, or bytes when it is not a
 /// whole number of MiB.
@@ -1120,7 +1120,7 @@ enum RepackError {
 ///
 /// The body (at most `max_file_bytes`) is kept in a temporary file and
 /// read twice: first every entry is checked and what the files unpack to is
-/// counted (stopping as soon as it passes the unpack ceiling, SEC-14), and
+/// counted (stopping as soon as it passes the unpack ceiling), and
 /// only an archive that passes is re-packed, on a blocking thread, while it
 /// streams to the engine. So a refused archive leaves nothing in the sandbox.
 pub async fn upload_archive(
@@ -1207,7 +1207,7 @@ pub async fn upload_archive(
         (Ok(r), Ok(())) => Ok(r),
         (Err(RepackError::TooLarge), _) => Err(unpacked_too_large("The archive", limit)),
         (Err(e @ (RepackError::Invalid(_) | RepackError::Io(_))), _) => Err(repack_failed(e)),
-        // DB-13: the engine refusing the archive's own content (a hard link
+        // The engine refusing the archive's own content (a hard link
         // to nothing, a path it cannot make) is the caller's input: a 400.
         (_, Err(FsError::Runtime(RuntimeError::Other(m))))
             if m.contains("Error processing tar file") =>

@@ -1,4 +1,4 @@
-//! The administration of Docker hosts (SCALE-4): registering one (every
+//! The administration of Docker hosts: registering one (every
 //! field checked, then the engine reached before anything is stored),
 //! listing them with what they hold, cordoning, uncordoning and draining,
 //! and removing an empty one. Placement, routing and health checks use the

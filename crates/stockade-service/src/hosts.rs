@@ -1,4 +1,4 @@
-//! Several Docker hosts (SCALE-4..SCALE-6): the runtime of each registered
+//! Several Docker hosts: the runtime of each registered
 //! host, the one every operation on a sandbox goes to (its record's
 //! `server`), placement, and the hosts' health.
 //!
@@ -478,7 +478,7 @@ fn auto_reason(why: &str) -> String {
     format!("cordoned automatically: {why}")
 }
 
-/// Checks every host once and acts on what changed (SCALE-6): a host that
+/// Checks every host once and acts on what changed: a host that
 /// fails is cordoned automatically (no new placements; its sandboxes show
 /// it); one that answers again is uncordoned — an administrator's cordon
 /// stays — its isolation is checked, and its sandboxes whose records say
@@ -515,7 +515,7 @@ pub async fn check_hosts_once(
         };
         // Written when it changed, else once in a while: a write every few
         // seconds would also tell a database that refuses bigger writes
-        // (a full disk, DB-12) that it is healthy again.
+        // (a full disk) that it is healthy again.
         let changed_health = (
             before.healthy,
             &before.reason,

@@ -1,4 +1,4 @@
-//! `Idempotency-Key` on create (API-2, DB-11). A key is recorded — with
+//! `Idempotency-Key` on create. A key is recorded — with
 //! the hash of the request and the sandbox id it will make — before the
 //! create begins, and follows its operation: a retry returns the sandbox
 //! the first create made, waits while that create is still running on a

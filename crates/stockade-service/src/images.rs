@@ -1,4 +1,4 @@
-//! Which images a tenant may name in `dockerImage` (SEC-6, SEC-8).
+//! Which images a tenant may name in `dockerImage`.
 //!
 //! - Stockade's own images — snapshots and forks (`stockade-snapshot:…`),
 //!   and any image named by its content id — are never usable by name: a
@@ -142,7 +142,7 @@ pub fn registry_host(image: &str) -> Option<(String, u16)> {
     ))
 }
 
-/// Refuses an image whose registry is an internal address (SEC-8).
+/// Refuses an image whose registry is an internal address.
 pub async fn check_registry(
     image: &str,
     field: &str,

@@ -1,8 +1,8 @@
-//! Sandbox lifecycle (LC-1..LC-6, LC-12) as durable operations (DB-9,
-//! DB-13): each create, start, stop and delete is recorded before it touches
-//! Docker, waits for any other operation on the same sandbox, and ends
-//! together with its write to the record (see [`crate::operations`]). The
-//! database stays the single source of truth (DB-3..DB-5).
+//! Sandbox lifecycle as durable operations: each create, start, stop and
+//! delete is recorded before it touches Docker, waits for any other
+//! operation on the same sandbox, and ends together with its write to the
+//! record (see [`crate::operations`]). The database stays the single source
+//! of truth.
 
 use std::time::Duration;
 
@@ -136,7 +136,7 @@ pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
     }
 }
 
-/// An `Idempotency-Key` a create was recorded under (API-2).
+/// An `Idempotency-Key` a create was recorded under.
 #[derive(Debug, Clone)]
 pub struct IdempotencyKey {
     pub account: AccountId,
@@ -151,7 +151,7 @@ pub struct Created {
     pub replayed: bool,
 }
 
-/// Creates a sandbox as a client asks (API-2, LC-1, LC-2, LC-11): every
+/// Creates a sandbox as a client asks: every
 /// field is checked first, then the source is fetched, then the sandbox is
 /// made and returned RUNNING. With `idempotency_key`, a retry returns what
 /// the first create made (see [`crate::idempotency`]).
@@ -164,7 +164,7 @@ pub async fn create_sandbox(
     // Every field is checked before a source is fetched (a clone can be long).
     let sb = prepare(svc, scope, req)?;
     if let Some(image) = &req.docker_image {
-        // SEC-6, SEC-8: only images a tenant may name, from registries that
+        // Only images a tenant may name, from registries that
         // are not internal addresses. Images of sources (snapshots, forks)
         // are set later, from what the caller owns.
         svc.config.images.check(image, "dockerImage")?;
@@ -176,8 +176,8 @@ pub async fn create_sandbox(
         svc.check_policy_enforceable(&sb.spec.network, &placeable[0].host.name)?;
     }
     drop(placeable);
-    // SEC-15, SEC-16: refused before a source is fetched; checked again,
-    // and held, when the record is made. Not before a key's replay: a
+    // Quotas and host room: refused before a source is fetched; checked
+    // again, and held, when the record is made. Not before a key's replay: a
     // retry of a create that was made returns it even at the quota.
     if idempotency_key.is_none() {
         drop(crate::admission::admit_create(svc, &sb).await?);
@@ -200,15 +200,15 @@ pub async fn create_sandbox(
 /// Creates `sandbox` (validated, PROVISIONING) and returns it RUNNING.
 ///
 /// The record and the create operation are inserted together before any
-/// container exists, so the unique name is claimed first (DB-7) and a crash
-/// at any later point is rolled back by recovery (DB-9). If the runtime
-/// fails, the create is rolled back here at once (DB-3): no container,
+/// container exists, so the unique name is claimed first and a crash
+/// at any later point is rolled back by recovery. If the runtime
+/// fails, the create is rolled back here at once: no container,
 /// volume, record or idempotency key stays.
 ///
 /// A `source` archive is unpacked into `/workspace` before the container
-/// starts (LC-9..LC-11). The work runs in its own task: if the caller goes
+/// starts. The work runs in its own task: if the caller goes
 /// away before it ends (the client disconnected, so this future was
-/// dropped), the task rolls the create back when it finishes (LC-12).
+/// dropped), the task rolls the create back when it finishes.
 pub async fn create_from(
     svc: &Service,
     sandbox: Sandbox,
@@ -224,7 +224,7 @@ pub async fn create_from(
             Some(s) => (Some(s.archive), Some(s.after)),
             None => (None, None),
         };
-        // SCALE-3: a create without a source may come from the warm pool
+        // A create without a source may come from the warm pool
         // (not with an idempotency key: it names the sandbox id up front).
         let poolable = archive.is_none() && idempotency.is_none();
         let key = idempotency.clone();
@@ -232,7 +232,7 @@ pub async fn create_from(
             create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency, held).await;
         if abandoned.is_cancelled() && !svc.crashed() {
             if let Ok(made) = &result {
-                // Nobody will ever see it: it goes like any sandbox (LC-12).
+                // Nobody will ever see it: it goes like any sandbox.
                 warn!(sandbox.id = %made.id, "the client went away during create; rolling it back");
                 if let Err(e) = destroy(&svc, made.clone(), false).await {
                     warn!(sandbox.id = %made.id, error = %e, "could not remove an abandoned create");
@@ -270,9 +270,10 @@ async fn create_inner(
     held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
-    // SCALE-3: a member on a host the create may go to serves it.
+    // A member on a host the create may go to serves it.
     let poolable = poolable && held.is_none();
-    // SEC-16: held until the record shows the sandbox.
+    // The admission (quota, host room) is held until the record shows the
+    // sandbox.
     let admitted = match crate::admission::admit_create(svc, &sb).await {
         Ok(admitted) => admitted,
         Err(e) => {
@@ -287,7 +288,7 @@ async fn create_inner(
             return served;
         }
     }
-    // SCALE-5: the hosts that may take it; the store picks the freest one
+    // The hosts that may take it; the store picks the freest one
     // with room as it inserts the record.
     let candidates = match crate::placement::candidates(svc, &sb).await {
         Ok(c) => c,
@@ -363,7 +364,7 @@ async fn create_inner(
         guard.abandon().await;
         return Err(cancelled());
     }
-    // SCALE-8: a snapshot's image comes from the object store to a host
+    // A snapshot's image comes from the object store to a host
     // that lacks it.
     if let Err(e) = crate::snapshots::ensure_image_on(svc, rt.as_ref(), &sb.spec.docker_image).await
     {
@@ -386,7 +387,7 @@ async fn create_inner(
         }
     };
     svc.crash_point("create.container_made")?;
-    // SEC-18: until its entry is written the sandbox reaches nothing outside.
+    // Until its entry is written the sandbox reaches nothing outside.
     if let Err(e) = svc.apply_egress(&sb).await {
         warn!(sandbox.id = %sb.id, error = %e, "egress policy not written; rolling the create back");
         guard.abandon().await;
@@ -398,14 +399,14 @@ async fn create_inner(
         return Err(cancelled());
     }
     sb.container_id = Some(container_id);
-    sb.mark_running(Utc::now()); // LC-7: the first session starts
+    sb.mark_running(Utc::now()); // the first session starts
     match guard.try_finish_with_status(sb.clone()).await {
         Ok(saved) => {
             info!(sandbox.id = %saved.id, account.id = %saved.account_id, image = %saved.spec.docker_image, "sandbox created");
             Ok(saved)
         }
         Err((e, guard)) => {
-            // DB-3: nothing of a create that could not be saved stays.
+            // Nothing of a create that could not be saved stays.
             tracing::error!(sandbox.id = %sb.id, error = %e, "saving the new sandbox failed; removing its container and volume");
             guard.abandon().await;
             Err(match e {
@@ -450,7 +451,7 @@ async fn begin(
     }
 }
 
-/// Starts a sandbox; one that is already running is returned as it is (LC-3).
+/// Starts a sandbox; one that is already running is returned as it is.
 pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("start");
     if sb.is_terminated() {
@@ -491,7 +492,8 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     }
     let mut admitted = None;
     if !container.running {
-        // SEC-15, SEC-16: held until the RUNNING status is written.
+        // The admission (quota, host room) is held until the RUNNING status
+        // is written.
         match crate::admission::admit_start(svc, &sb).await {
             Ok(a) => admitted = Some(a),
             Err(e) => {
@@ -499,7 +501,7 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
                 return Err(e);
             }
         }
-        // LC-8: the environment as updated since create, for the main process.
+        // The environment as updated since create, for the main process.
         let started = async {
             rt.set_main_process_env(&sb.id, &sb.spec.environment_vars)
                 .await?;
@@ -513,18 +515,19 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         }
     }
     svc.crash_point("start.started")?;
-    // SEC-18: a new address, maybe; reconciliation retries a failure (the
+    // Its egress entry: a new address, maybe; reconciliation retries a
+    // failure (the
     // sandbox reaches nothing outside meanwhile).
     if let Err(e) = svc.apply_egress(&sb).await {
         warn!(sandbox.id = %sb.id, error = %e, "egress policy not written at start; reconciliation retries");
     }
-    sb.mark_running(Utc::now()); // LC-7: a new session
+    sb.mark_running(Utc::now()); // a new session
     let saved = record_status(guard, sb).await;
     drop(admitted);
     saved
 }
 
-/// Ends a start or stop with its status. DB-4: Docker did it, so a failed
+/// Ends a start or stop with its status. Docker did it, so a failed
 /// status write is logged and the caller still gets the new status; the
 /// operation stays recorded and recovery writes the status once the
 /// database takes writes again.
@@ -539,7 +542,7 @@ async fn record_status(guard: OpGuard, sb: Sandbox) -> ServiceResult<Sandbox> {
     }
 }
 
-/// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL (LC-4). A stopped
+/// Stops a sandbox: SIGTERM, up to `grace`, then SIGKILL. A stopped
 /// one is returned as it is.
 pub async fn stop(svc: &Service, sb: Sandbox, grace: Duration) -> ServiceResult<Sandbox> {
     stop_because(svc, sb, grace, None).await
@@ -591,7 +594,7 @@ pub async fn stop_because(
     record_status(guard, sb).await
 }
 
-/// Destroys a sandbox (LC-5, DB-5): optional workspace sync (S3-2) →
+/// Destroys a sandbox: optional workspace sync →
 /// runtime terminate → TERMINATED and soft-deleted. If the sync or the
 /// runtime fails, the record stays as it was. Destroying a destroyed
 /// sandbox returns it as it is.
@@ -638,7 +641,7 @@ pub async fn destroy_with(
     };
     if let Err(e) = rt.remove(&sb.id, preserve_volume).await {
         svc.metrics.docker_error("remove", &e);
-        guard.release().await; // DB-5: the record stays as it was
+        guard.release().await; // the record stays as it was
         return Err(e.into());
     }
     svc.crash_point("delete.removed")?;

@@ -1,4 +1,4 @@
-//! Stable ids of log lines and resuming after one (API-5 `Last-Event-ID`).
+//! Stable ids of log lines and resuming after one (`Last-Event-ID`).
 //!
 //! A line's id is `<Docker timestamp in ns since the epoch>-<n>`, where `n`
 //! counts earlier lines with the very same timestamp (almost always 0). Ids

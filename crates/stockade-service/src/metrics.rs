@@ -1,7 +1,7 @@
-//! Prometheus metrics (API-13): request counts and latencies by route
+//! Prometheus metrics: request counts and latencies by route
 //! template, sandbox operation latencies, Docker errors, rate-limit
 //! rejections, and the number of sandboxes by status (read from the store at
-//! scrape time, DB-1), in the text exposition format. The HTTP adapter feeds
+//! scrape time), in the text exposition format. The HTTP adapter feeds
 //! the request figures and serves the text.
 //!
 //! Hand-rolled: a handful of counters and fixed-bucket histograms behind one

@@ -1,4 +1,4 @@
-//! Durable operations (DB-9, DB-13). Every state-changing operation on a
+//! Durable operations. Every state-changing operation on a
 //! sandbox is recorded — its kind, the process that holds it and a lease —
 //! before it touches Docker, and there is at most one per sandbox at a time:
 //! the row is the per-sandbox lock, across server instances. The holder

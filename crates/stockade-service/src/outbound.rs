@@ -1,5 +1,5 @@
 //! Connections Stockade makes on a tenant's behalf — tarball downloads, git
-//! clones, image registries — never reach an internal address (SEC-8):
+//! clones, image registries — never reach an internal address:
 //! loopback, private, link-local (the metadata service), and the rest of
 //! [`stockade_core::net::is_internal`], unless an administrator allowed the
 //! range. The check happens where the address is chosen: the HTTP client

@@ -1,4 +1,4 @@
-//! Placement of new sandboxes on Docker hosts (SCALE-5): which hosts may
+//! Placement of new sandboxes on Docker hosts: which hosts may
 //! take a create (active, healthy, matching the request's `server` and
 //! `hostSelector`, big enough, holding the image of a snapshot source, the
 //! server's own host for policies that need its egress filter), and the
@@ -237,7 +237,7 @@ pub(crate) async fn host_size(host: &Host, rt: &dyn Runtime) -> (Option<u32>, Op
 }
 
 /// The refusal when no candidate had room: each host's load in the words
-/// of admission control (SEC-15), one host's alone when there was one.
+/// of admission control, one host's alone when there was one.
 pub fn full_message(loads: &[CandidateLoad], candidates: &[Candidate], sb: &Sandbox) -> String {
     let ask = stockade_core::Footprint::running(&sb.spec).running;
     let mut said: Vec<String> = loads

@@ -1,4 +1,4 @@
-//! The warm pool (SCALE-3): sandboxes created and started ahead of any
+//! The warm pool: sandboxes created and started ahead of any
 //! request, so that a create whose settings fit is served in milliseconds.
 //!
 //! A *member* is a container `stockade-{id}` with its volume
@@ -171,7 +171,7 @@ pub struct PoolClass {
     pub cpu_cores: f64,
     pub memory_gb: f64,
     pub network_access: bool,
-    /// diskSizeGB of its members (SEC-13): a claim cannot change a quota.
+    /// diskSizeGB of its members: a claim cannot change a quota.
     pub disk_size_gb: u32,
     memory_bytes: i64,
 }
@@ -257,7 +257,7 @@ struct ClassState {
 }
 
 /// Where members of a class wait: (host name, class key). Every host that
-/// takes sandboxes keeps each class's members (SCALE-3, SCALE-5).
+/// takes sandboxes keeps each class's members.
 type Slot = (String, String);
 
 /// The pool of one server process: its classes and their ready members on
@@ -377,7 +377,7 @@ impl Pool {
         })
     }
 
-    /// CPU and memory the ready members hold on host `host` (SEC-15;
+    /// CPU and memory the ready members hold on host `host` (for admission control;
     /// members being made count through their admission grants).
     pub fn reserved_on(&self, host: &str) -> Resources {
         let st = self.lock();
@@ -411,7 +411,7 @@ impl Pool {
         self.wake.notify_one();
     }
 
-    /// The pool's Prometheus metrics (API-13): ready members per class and
+    /// The pool's Prometheus metrics: ready members per class and
     /// fitting creates by whether a member was ready. Empty without a pool.
     pub fn render_metrics(&self) -> String {
         use std::fmt::Write as _;
@@ -457,7 +457,7 @@ fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox
     claimed.status = SandboxStatus::Running;
     claimed.status_reason = None;
     claimed.started_at = Some(now);
-    claimed.session_expires_at = claimed.session_deadline(now); // LC-7
+    claimed.session_expires_at = claimed.session_deadline(now);
     claimed
 }
 
@@ -469,7 +469,7 @@ fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox
 pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>> {
     let pool = &svc.pool;
     let class = pool.class_for(&sb.spec)?;
-    // The hosts it may go to, the own one first (SCALE-5); allow and deny
+    // The hosts it may go to, the own one first; allow and deny
     // lists only where the egress filter runs.
     let own_only = crate::egress::needs_filter(&sb.spec.network);
     let hosts: Vec<(String, Arc<dyn Runtime>)> = svc
@@ -489,7 +489,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
             pool.wake();
             return None;
         };
-        // SEC-15: the member's room stays held until the record shows the
+        // The member's room stays held until the record shows the
         // sandbox, so the refill the take starts cannot overfill the host.
         let _held = crate::admission::hold_claim(svc, &id, &slot.0, class.resources());
         pool.wake();
@@ -527,7 +527,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
         // environment needs no write: exec takes it from the record, and
         // every start writes it for the main process (as after a PATCH).
         // Its egress entry is allow-all's (written at the fill): another
-        // policy is written now (SEC-18).
+        // policy is written now.
         if claimed.spec.network != EgressPolicy::AllowAll {
             if let Err(e) = svc.apply_egress(&claimed).await {
                 warn!(sandbox.id = %id, error = %e, "egress policy of a claimed member not written; destroying it");
@@ -652,7 +652,7 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                 let member = class.member(svc);
                 let (svc, rt, slot) = (svc.clone(), rt.clone(), slot.clone());
                 fills.spawn(async move {
-                    // SEC-15: members hold room like sandboxes; none on a
+                    // Members hold room like sandboxes; none on a
                     // full host.
                     let admitted =
                         match crate::admission::check_pool_fill(&svc, &member, &slot.0).await {
@@ -672,7 +672,7 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                                 tokio::spawn(async move { svc.agents.prime(&id, ip).await });
                             }
                         }
-                        // SEC-18: a member with network access gets the
+                        // A member with network access gets the egress
                         // entry of the default policy now, so that claiming
                         // it for an allow-all sandbox writes nothing.
                         if member.network_access {

@@ -1,4 +1,4 @@
-//! Background processes (API-8 `background: true`, AGT-6): a registry per
+//! Background processes (exec's `background: true`): a registry per
 //! sandbox, in this server's memory, of the processes it watches — their
 //! status and their captured (capped) output.
 //!

@@ -1,11 +1,11 @@
-//! Reconciliation (DB-6, DB-10): compares the records with what Docker
+//! Reconciliation: compares the records with what Docker
 //! runs, at start and periodically, and corrects the records. Sandboxes
 //! with an operation in progress are left to it (or to recovery). A
 //! labelled container of this installation with no record at all was never
 //! handed to anyone (a create records its sandbox before it makes the
 //! container): it is removed once it has been seen that way for
 //! `orphan_grace`. Volumes are never removed here: one without a record is
-//! listed as orphaned and removed by a confirmed cleanup (VOL-5).
+//! listed as orphaned and removed by a confirmed cleanup.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -88,7 +88,7 @@ pub async fn reconcile_once(svc: &Service) -> Result<ReconcileReport, RuntimeErr
             Err(e) => warn!(host = %server, error = %e, "reconcile: host skipped"),
         }
     }
-    // SEC-18: entries of sandboxes gone or moved, and missing ones.
+    // Egress entries of sandboxes gone or moved, and missing ones.
     svc.reconcile_egress().await;
     Ok(total)
 }
@@ -160,8 +160,8 @@ async fn reconcile_host(
         let Some(id) = &c.sandbox_id else { continue };
         match active_ids.get(id) {
             Some(on) if on == server => continue,
-            // Its record names another host: the copy a move left behind
-            // (SCALE-6), unless the move runs now.
+            // Its record names another host: the copy a move left behind,
+            // unless the move runs now.
             Some(on) => {
                 if !busy.contains(id.as_str()) && !same_engine(svc, rt, on).await {
                     info!(sandbox.id = %id, host = %server, now_on = %on, "reconcile: removing the copy of a sandbox that moved to another host");
@@ -175,7 +175,7 @@ async fn reconcile_host(
         }
         match svc.store.sandbox_owner(id).await {
             // Inserted after the records were read: a create, or a claim of
-            // a warm-pool member (SCALE-3), in flight. Nothing to correct.
+            // a warm-pool member, in flight. Nothing to correct.
             Ok(Some(owner)) if !owner.deleted => {}
             Ok(Some(_)) => {
                 // The record is terminated but its container survived (e.g. a
@@ -220,7 +220,7 @@ async fn same_engine(svc: &Service, rt: &dyn stockade_runtime::Runtime, other: &
     }
 }
 
-/// Corrects one record against its container (DB-6).
+/// Corrects one record against its container.
 async fn check_record(
     svc: &Service,
     rt: &dyn stockade_runtime::Runtime,

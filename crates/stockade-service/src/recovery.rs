@@ -1,4 +1,4 @@
-//! Recovery of operations whose holder died (DB-9, DB-10, DB-11): every
+//! Recovery of operations whose holder died: every
 //! few seconds, any live instance claims the operations whose lease ended
 //! and finishes or rolls each back, so that nothing an interrupted operation
 //! made is left behind and no record stays in a transitional state.

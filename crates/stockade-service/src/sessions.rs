@@ -1,8 +1,8 @@
-//! Session timeouts (LC-7): a background task ends sessions whose deadline
+//! Session timeouts: a background task ends sessions whose deadline
 //! passed — a persistent sandbox is stopped, any other one terminated (its
 //! volume removed). Deadlines live in the database, so one that passed while
 //! the server was down is acted on at the first tick after start; each due
-//! session is claimed once across server instances (SCALE-2).
+//! session is claimed once across server instances.
 
 use std::time::Duration;
 

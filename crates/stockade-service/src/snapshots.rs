@@ -1,9 +1,9 @@
-//! Snapshots (LC-10) and the snapshot half of a fork (LC-9): capture a
+//! Snapshots and the snapshot half of a fork: capture a
 //! sandbox's root-filesystem changes as an image and its `/workspace` as a
 //! tar in the object store; delete them; and collect what deleted snapshots
 //! and expired uploads leave behind.
 //!
-//! A user snapshot's `/workspace` is held to the unpack ceiling (SEC-14)
+//! A user snapshot's `/workspace` is held to the unpack ceiling
 //! while it streams into the object store: one that could never be restored
 //! is refused (413) and nothing of it is kept.
 //!
@@ -302,7 +302,7 @@ async fn capture_inner(
             .export_workspace(&snapshot.source_sandbox_id)
             .await
             .map_err(|e| missing_container(e, &snapshot))?;
-        // SEC-14: a /workspace that unpacks to more than the ceiling could
+        // A /workspace that unpacks to more than the ceiling could
         // never be restored; it is refused while it streams.
         let ceiling = svc.config.max_unpacked_bytes;
         let (workspace, over) = crate::files::meter_archive(workspace, ceiling);
@@ -333,7 +333,7 @@ async fn capture_inner(
         // Recorded at once, so that captures running beside it count it.
         svc.store.update_snapshot(&snapshot).await?;
         check_bytes(svc, quota, &snapshot, bytes).await?;
-        // SCALE-8: the image too, so that a sandbox on any host can start
+        // The image too, so that a sandbox on any host can start
         // from it, also once this host is gone.
         let image = rt
             .export_image(&snapshot.image_ref)
@@ -375,7 +375,7 @@ fn missing_container(e: RuntimeError, snapshot: &Snapshot) -> ServiceError {
 }
 
 /// Whether a sandbox on the host of `rt` can start from the snapshot image
-/// `image`: it is there, or the object store holds it (SCALE-8, loaded by
+/// `image`: it is there, or the object store holds it (loaded by
 /// [`ensure_image_on`] before the create).
 pub(crate) async fn image_available_on(
     svc: &Service,
@@ -395,7 +395,7 @@ pub(crate) async fn image_available_on(
 }
 
 /// Loads the snapshot image `image` from the object store into the host of
-/// `rt` unless it is there already (SCALE-8). Other images are left to the
+/// `rt` unless it is there already. Other images are left to the
 /// create (which pulls them).
 pub(crate) async fn ensure_image_on(
     svc: &Service,
@@ -418,7 +418,7 @@ pub(crate) async fn ensure_image_on(
 }
 
 /// Removes a snapshot's image from every host that has it (restores on
-/// other hosts load it there, SCALE-8). A host where a container still uses
+/// other hosts load it there). A host where a container still uses
 /// it answers `Conflict`, which is returned once every host was tried.
 async fn remove_image_everywhere(svc: &Service, image: &str) -> Result<(), RuntimeError> {
     let mut outcome = Ok(());

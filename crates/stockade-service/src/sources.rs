@@ -1,4 +1,4 @@
-//! Create sources (LC-9, LC-10, LC-11): what a new sandbox's `/workspace`
+//! Create sources: what a new sandbox's `/workspace`
 //! (and for snapshots and forks its root filesystem) starts from.
 //!
 //! Every source becomes a tar stream that the runtime unpacks into the new
@@ -16,8 +16,8 @@
 //! no absolute or `..` paths, no device files), so a corrupt archive fails
 //! the create with a 422 and leaves nothing behind.
 //!
-//! One unpack ceiling holds for every source (SEC-14,
-//! [`crate::config::ServiceConfig::max_unpacked_bytes`]): what the files
+//! One unpack ceiling holds for every source
+//! ([`crate::config::ServiceConfig::max_unpacked_bytes`]): what the files
 //! add up to is known before the create starts — counted in the checked
 //! download, in the upload and the snapshot archive read once more, in the
 //! fork's `/workspace` read once more, and for a clone from `git ls-tree`
@@ -27,7 +27,7 @@
 //! changed in between; the failed create is rolled back.
 //!
 //! The server fetches URLs on the user's behalf, so it never connects to an
-//! internal address (SEC-8, [`crate::outbound`]): downloads resolve names
+//! internal address ([`crate::outbound`]): downloads resolve names
 //! through the guarded resolver at every connection and redirect hop, and a
 //! clone is pinned to the address that was checked (`http.curloptResolve`,
 //! no redirects; a `git://` URL is rewritten to that address). Error
@@ -806,7 +806,7 @@ async fn run_git(home: &Path, pin: &[&str], args: &[&str], shown: &str) -> Servi
     }
     let text = String::from_utf8_lossy(&stderr);
     // git's own words only: lines the remote sent ("remote: …") are its
-    // content and are never shown (SEC-8).
+    // content and are never shown.
     let reason: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -910,14 +910,14 @@ pub enum Quote {
     /// Entry names and the parser's words (the caller's own upload).
     Names,
     /// Nothing from the archive: it was fetched on the caller's behalf
-    /// from somewhere else, and must not be echoed back (SEC-8).
+    /// from somewhere else, and must not be echoed back.
     Nothing,
 }
 
 /// Why an archive cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchiveError {
-    /// Its files unpack to more than the ceiling (SEC-14: a 413).
+    /// Its files unpack to more than the ceiling (a 413).
     TooLarge { limit: u64 },
     /// Not a tar or tar.gz, broken, or with an entry that may not be unpacked.
     Invalid(String),

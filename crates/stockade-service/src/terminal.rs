@@ -1,4 +1,4 @@
-//! Interactive terminals (AGT-4) and the agent's filesystem verbs (AGT-5):
+//! Interactive terminals and the agent's filesystem verbs:
 //! a shell (or any command) on a PTY in the sandbox's agent, its input,
 //! resizes and kill; `mkdir`, `move` and watching a directory.
 
@@ -63,7 +63,7 @@ impl Service {
         })
     }
 
-    /// Starts a terminal (AGT-4).
+    /// Starts a terminal.
     pub async fn open_terminal(&self, sb: &Sandbox, spec: TerminalSpec) -> ServiceResult<Terminal> {
         let agent = self.require_agent(sb, "open a terminal").await?;
         let mut envs: HashMap<String, String> = sb
@@ -114,7 +114,7 @@ impl Service {
         })
     }
 
-    /// Makes a directory and its missing parents (AGT-5).
+    /// Makes a directory and its missing parents.
     pub async fn make_dir(&self, sb: &Sandbox, path: &SandboxPath) -> ServiceResult<FileEntry> {
         let agent = self.require_agent(sb, "make directories").await?;
         match agent.make_dir(path.as_str()).await {
@@ -137,7 +137,7 @@ impl Service {
         }
     }
 
-    /// Moves (renames) a file or directory (AGT-5).
+    /// Moves (renames) a file or directory.
     pub async fn move_path(
         &self,
         sb: &Sandbox,
@@ -152,7 +152,7 @@ impl Service {
         Ok(entry_of(entry))
     }
 
-    /// Watches a directory (AGT-5): its events until the caller drops it.
+    /// Watches a directory: its events until the caller drops it.
     pub async fn watch(
         &self,
         sb: &Sandbox,

@@ -1,5 +1,5 @@
-//! Updates of a sandbox's settings (LC-8): timeout, labels, tags, name,
-//! environment and CPU/memory, as one durable operation (DB-9, DB-13) — so
+//! Updates of a sandbox's settings: timeout, labels, tags, name,
+//! environment and CPU/memory, as one durable operation — so
 //! concurrent updates, stops and deletes of one sandbox take turns, and the
 //! container's limits always end up as the record says.
 //!
@@ -83,7 +83,8 @@ pub async fn update(
     let mut admitted = None;
     if patch.cpu_cores.is_some() || patch.memory_gb.is_some() {
         let target = patch.apply(&current.spec, &svc.config.defaults)?;
-        // SEC-15, SEC-16: held until the record has the new limits.
+        // The admission (quota, host room) is held until the record has the
+        // new limits.
         match crate::admission::admit_resize(svc, &current, &target).await {
             Ok(a) => admitted = Some(a),
             Err(e) => {
@@ -141,7 +142,7 @@ pub async fn update(
         })?;
     drop(admitted);
     if patch.network_policy.is_some() {
-        // SEC-18: live — the sandbox moves between the sandbox network and
+        // The egress policy changes live — the sandbox moves between the sandbox network and
         // the internal one if it must, and its entry is rewritten.
         if let Err(e) = svc.change_egress(&saved).await {
             warn!(sandbox.id = %saved.id, error = %e, "networkPolicy recorded but not applied yet; reconciliation retries");
@@ -257,7 +258,7 @@ async fn update_record(
 }
 
 /// Sets a sandbox's session timeout the way E2B means it: the sandbox
-/// times out `seconds` from now (COMPAT-2). The timeout is recorded as
+/// times out `seconds` from now. The timeout is recorded as
 /// `timeoutMinutes` too, so the next session (after a stop and start) gets
 /// as long. With `only_extend`, a running sandbox's end only moves later.
 pub async fn set_timeout_from_now(

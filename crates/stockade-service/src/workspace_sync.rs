@@ -1,8 +1,8 @@
-//! Workspace sync to the object store (S3-2): `DELETE /sandbox/{id}?sync=true`
+//! Workspace sync to the object store: `DELETE /sandbox/{id}?sync=true`
 //! uploads `/workspace` as a tar before anything is deleted, and records
 //! where it went (`metadata.s3_config`, never a secret) and what was stored
 //! (`metadata.s3_sync`: key, bytes, completion time). If the upload or the
-//! record write fails, nothing is deleted and the error is returned (DB-5).
+//! record write fails, nothing is deleted and the error is returned.
 
 use chrono::{SubsecRound, Utc};
 use stockade_core::{Sandbox, SandboxStatus, Scope};

@@ -1,4 +1,4 @@
-//! Admission control per Docker host (SEC-15) and account quotas (SEC-16)
+//! Admission control per Docker host and account quotas
 //! in the service, on the fake runtime and SQLite: refusals at create,
 //! start and resize, stopped sandboxes freeing room, warm-pool members
 //! holding room, and concurrent creates that never both pass the last room

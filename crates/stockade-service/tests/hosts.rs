@@ -1,4 +1,4 @@
-//! Several Docker hosts in the service (SCALE-4..SCALE-6), on fake runtimes
+//! Several Docker hosts in the service, on fake runtimes
 //! and SQLite, in seconds: placement on the freest host that fits and
 //! matches, refusals naming what is full, every operation on the sandbox's
 //! own host, a failing host cordoned and recovered, a drain moving a

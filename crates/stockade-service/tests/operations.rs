@@ -1,4 +1,4 @@
-//! The fast tier of the lifecycle's crash safety (DB-9..DB-13): the service
+//! The fast tier of the lifecycle's crash safety: the service
 //! on the fake runtime and SQLite, with the process "dying" between every
 //! two steps of every operation, then a second instance recovering after
 //! the lease. Runs in seconds, without Docker.
