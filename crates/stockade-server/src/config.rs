@@ -15,11 +15,11 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// How the Docker daemon is reached, for troubleshooting messages.
     pub docker_host: String,
-    /// Host-form proxy domain (API-6): `{port}-{id}.{proxy_domain}` reaches a
+    /// Host-form proxy domain: `{port}-{id}.{proxy_domain}` reaches a
     /// sandbox's exposed port; `None` = path form (`/proxy/{id}/{port}/`) only.
     /// Lower case, optionally with `:port`; see [`crate::proxy::parse_proxy_domain`].
     pub proxy_domain: Option<String>,
-    /// Lifetime of a sandbox auth token that asks for none (API-7).
+    /// Lifetime of a sandbox auth token that asks for none.
     pub sandbox_token_ttl: Duration,
     /// How often an idle SSE stream gets a keep-alive comment.
     pub sse_keep_alive: Duration,
@@ -28,9 +28,9 @@ pub struct ServerConfig {
     pub rate_limit: Option<RateLimitConfig>,
     /// When set, `GET /metrics` needs `Authorization: Bearer <this>`.
     pub metrics_token: Option<String>,
-    /// On shutdown, how long requests in flight may take to finish (DB-14).
+    /// On shutdown, how long requests in flight may take to finish.
     pub shutdown_grace: Duration,
-    /// The connection cap and the header and idle timeouts (SEC-17).
+    /// The connection cap and the header and idle timeouts.
     pub connections: ConnectionLimits,
     /// Sandbox defaults, limits, background tasks, object store, warm pool.
     pub service: ServiceConfig,

@@ -65,10 +65,10 @@ pub enum ApiError {
     /// The database cannot serve now: 503.
     #[error("{0}")]
     DatabaseUnavailable(String),
-    /// The Docker host has no room for it (409 `insufficient_capacity`, SEC-15).
+    /// The Docker host has no room for it (409 `insufficient_capacity`).
     #[error("{0}")]
     InsufficientCapacity(String),
-    /// The account's quota does not allow it (403 `quota_exceeded`, SEC-16).
+    /// The account's quota does not allow it (403 `quota_exceeded`).
     #[error("{0}")]
     QuotaExceeded(String),
     /// The server is shutting down: 503.

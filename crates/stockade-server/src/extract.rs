@@ -1,7 +1,7 @@
 //! Extractors: the authenticated caller (so no handler can forget auth) and a
 //! JSON body whose errors are 400s naming the offending field. A caller
 //! authenticates with `Authorization: Bearer <token>` or, in the dashboard,
-//! with the `HttpOnly` session cookie plus the CSRF header (SEC-7).
+//! with the `HttpOnly` session cookie plus the CSRF header.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};

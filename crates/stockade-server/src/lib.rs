@@ -36,9 +36,9 @@ pub use error::{ApiError, ApiResult};
 pub struct AppState {
     pub svc: Service,
     pub config: Arc<ServerConfig>,
-    /// Signs and checks sandbox tokens for the proxy (API-7).
+    /// Signs and checks sandbox tokens for the proxy.
     pub proxy_keys: proxy::token::TokenKey,
-    /// `/health`'s cached Docker and database probes (SEC-17).
+    /// `/health`'s cached Docker and database probes.
     pub health: Arc<routes::health::HealthCache>,
     /// When this instance last recorded each token's use.
     pub token_use: Arc<extract::TokenUse>,
@@ -219,7 +219,7 @@ pub struct RunningServer {
 
 /// Binds `config.listen`, starts the service's background work (which
 /// recovers and reconciles first), and serves until `shutdown` is
-/// cancelled. Then (DB-14) it stops accepting, ends every event stream with
+/// cancelled. Then it stops accepting, ends every event stream with
 /// an `end` event, waits up to `config.shutdown_grace` for requests in
 /// flight and for the background tasks, and returns. Operations still
 /// running are left to recovery (their leases run out).
@@ -233,7 +233,7 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
-        // SEC-17: a capped accept loop with header and idle timeouts; the
+        // A capped accept loop with header and idle timeouts; the
         // peer address feeds the per-client rate limit.
         let serve = serve::serve(listener, app, limits, token.clone());
         let deadline = async {

@@ -1,4 +1,4 @@
-//! `GET /metrics` and the middleware that feeds it (API-13): every request
+//! `GET /metrics` and the middleware that feeds it: every request
 //! is counted and timed by its route template; the figures themselves live
 //! in the service's [`Metrics`](stockade_service::metrics::Metrics).
 
@@ -73,7 +73,7 @@ pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Respon
         }
     };
     let mut body = state.svc.metrics.render(counts.as_deref());
-    body.push_str(&state.svc.pool.render_metrics()); // SCALE-3
+    body.push_str(&state.svc.pool.render_metrics());
     (
         StatusCode::OK,
         [(

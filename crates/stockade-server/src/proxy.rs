@@ -1,4 +1,4 @@
-//! The authenticated reverse proxy to sandbox ports (API-6, API-7): path form
+//! The authenticated reverse proxy to sandbox ports: path form
 //! `/proxy/{id}/{port}/…` and host form `{port}-{id}.{proxy domain}`, HTTP
 //! and upgraded connections (WebSocket), straight to the container's address
 //! on its Docker network — nothing is published on the host, so exposing or
@@ -7,7 +7,7 @@
 //! Every request needs a sandbox token ([`token`]) for this very sandbox:
 //! the `X-Stockade-Token` header, the `stockade_token` query parameter
 //! (answered with a cookie, for browsers) or that cookie. An E2B traffic
-//! token (`e2b-traffic-access-token`, COMPAT-1) opens every port of its
+//! token (`e2b-traffic-access-token`) opens every port of its
 //! sandbox, exposed or not; the host form of port 49983 reaches the
 //! sandbox's agent, authenticated by its envd access token. The token never
 //! reaches the sandbox: header, parameter and cookie are removed. Neither
@@ -180,7 +180,7 @@ pub async fn by_host(State(state): State<AppState>, req: Request, next: Next) ->
         Err(e) => return e.into_response(),
     };
     if port == stockade_runtime::AGENT_PORT {
-        // E2B's host form of the in-sandbox agent (COMPAT-1), authenticated
+        // E2B's host form of the in-sandbox agent, authenticated
         // by the sandbox's envd access token.
         return crate::compat::envd::by_host(&state, req, sandbox_id).await;
     }
@@ -814,7 +814,8 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     let connect = async {
         match &addr {
             stockade_runtime::Upstream::Direct(a) => tokio::net::TcpStream::connect(a).await,
-            // SCALE-4: through the agent's published port.
+            // A host whose sandbox network this server cannot reach: through
+            // the agent's published port.
             stockade_runtime::Upstream::ViaAgent(at) => {
                 let token = state.svc.agents.token(id);
                 stockade_agent::client::open_forward(at, &token, port)
@@ -910,7 +911,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     if let Some(prefix) = &target.prefix {
         rewrite_location(headers, prefix);
         // Stockade's origin: the page may run script, but only in an
-        // opaque origin of its own (SEC-7).
+        // opaque origin of its own.
         headers.append(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(PATH_FORM_CSP),

@@ -1,4 +1,4 @@
-//! The accept loop and what keeps connection floods out (SEC-17): the
+//! The accept loop and what keeps connection floods out: the
 //! open-files limit, a cap on connections and a share of it per client
 //! address, timeouts for request heads and idle keep-alive connections, a
 //! floor on how fast a request body must arrive, and a deadline for writes
@@ -91,7 +91,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one warning per this long about `accept` failing.
 const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Connection limits of the HTTP listener (SEC-17).
+/// Connection limits of the HTTP listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Most connections open at once; `None` derives it from the open-files

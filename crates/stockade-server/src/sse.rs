@@ -81,7 +81,7 @@ pub fn wants_event_stream(headers: &HeaderMap) -> bool {
         })
 }
 
-/// The event that ends every stream when the server shuts down (DB-14).
+/// The event that ends every stream when the server shuts down.
 pub const SHUTDOWN_EVENT: &str =
     "event: end\ndata: {\"reason\":\"the server is shutting down\"}\n\n";
 

@@ -1,4 +1,4 @@
-// The resource chart (UI-10): CPU and memory over the last minutes, each in
+// The resource chart: CPU and memory over the last minutes, each in
 // percent of the sandbox's own limit, with labelled axes and a time scale.
 
 const COLORS = { cpu: '#2b59c3', mem: '#2f855a' };

@@ -1,4 +1,4 @@
-// The console's second mode (UI-3): each message runs as one command in the
+// The console's second mode: each message runs as one command in the
 // sandbox (a configurable agent command, default a shell) and its output
 // streams back into a chat-style transcript. Each sandbox keeps its own
 // transcript while the page lives.

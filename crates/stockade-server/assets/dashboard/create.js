@@ -1,11 +1,11 @@
-// The create form (UI-2, UI-8): image or runtime, resources, environment,
-// labels, tags, ports, timeout, persistence, the egress policy (SEC-18:
-// all, none, only these destinations, all except these), team and the
+// The create form: image or runtime, resources, environment,
+// labels, tags, ports, timeout, persistence, the egress policy
+// (all, none, only these destinations, all except these), team and the
 // source of /workspace (git, tarball, an uploaded local archive, a snapshot
 // or a copy of another sandbox). A loading indicator while it works, the
 // API's message in a banner and the status line (with the fields marked)
-// when it fails — a bad egress entry, a quota (SEC-16) or a full host
-// (SEC-15) — and the new sandbox opened in its console when it succeeds.
+// when it fails — a bad egress entry, a quota or a full host
+// — and the new sandbox opened in its console when it succeeds.
 
 import { api } from './api.js';
 import { $, el, parsePairs, parseList, parseNumber, FieldError, markFields, egressControl, showError, clearNotice } from './ui.js';

@@ -1,7 +1,7 @@
-// The details tab (UI-4, UI-8, UI-10): state and settings of the sandbox, its
-// disk use against the enforced limits (SEC-13), a live chart of CPU and
+// The details tab: state and settings of the sandbox, its
+// disk use against the enforced limits, a live chart of CPU and
 // memory with a few minutes of history, its exposed ports with proxy links
-// (expose, unexpose), its egress policy, changed live (SEC-18), and a
+// (expose, unexpose), its egress policy, changed live, and a
 // settings form (PATCH).
 
 import { api, sandboxPath } from './api.js';
@@ -149,7 +149,7 @@ async function loadPorts(v) {
   list.textContent = '';
   if (!ports.length) list.append(el('li', { class: 'muted' }, 'No exposed ports.'));
   for (const p of ports) {
-    // The host form gives the port an origin of its own (SEC-7).
+    // The host form gives the port an origin of its own.
     const base = p.hostUrl || p.url;
     const withToken = (u) => (token ? `${u}${u.includes('?') ? '&' : '?'}stockade_token=${encodeURIComponent(token)}` : u);
     list.append(el('li', { 'data-port': String(p.port) },

@@ -1,4 +1,4 @@
-// The file browser tab (UI-7): a tree of /workspace (or of / for any other
+// The file browser tab: a tree of /workspace (or of / for any other
 // path typed in), upload by drag and drop or by picking files, download,
 // new folder, rename, delete, and a viewer/editor for small text files.
 // Changes made inside the sandbox show at once through the watch stream, or

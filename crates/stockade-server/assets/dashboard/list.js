@@ -1,4 +1,4 @@
-// The sandbox list in the sidebar (UI-1): the caller's active sandboxes, or
+// The sandbox list in the sidebar: the caller's active sandboxes, or
 // the terminated ones, refreshed every few seconds.
 
 import { api } from './api.js';

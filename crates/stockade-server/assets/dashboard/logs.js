@@ -1,4 +1,4 @@
-// The logs tab (UI-4): the main process's output, the last lines and then
+// The logs tab: the main process's output, the last lines and then
 // live, stdout and stderr apart; an empty log says so. A stream cut by the
 // network picks up after the last line it showed.
 

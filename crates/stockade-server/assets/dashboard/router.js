@@ -1,4 +1,4 @@
-// The dashboard's place in the URL (UI-9): everything a view shows is in the
+// The dashboard's place in the URL: everything a view shows is in the
 // hash, so reload, back/forward and a new tab keep it.
 //
 //   #/                                   the sandbox list

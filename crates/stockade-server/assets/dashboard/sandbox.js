@@ -1,10 +1,10 @@
-// The sandbox view: header, lifecycle actions and tabs (UI-3..UI-5).
+// The sandbox view: header, lifecycle actions and tabs.
 //
 // What is shown switches at once when another sandbox is selected, and every
 // action targets the sandbox shown. Each selection is a new `view` object;
 // an answer that arrives for a view that is no longer current is dropped,
 // and the action buttons stay disabled until the shown sandbox's own state
-// has loaded (UI-5).
+// has loaded.
 
 import { api, sandboxPath } from './api.js';
 import { $, el, notice, showError, clearNotice, cores, gb, ask } from './ui.js';

@@ -1,4 +1,4 @@
-// Snapshots (UI-8, LC-10): the caller's snapshots, or one sandbox's, with
+// Snapshots: the caller's snapshots, or one sandbox's, with
 // "new sandbox from it" and delete; snapshots being made or deleted are
 // followed until they settle.
 

@@ -1,4 +1,4 @@
-// The console's terminal (UI-6): xterm.js over the sandbox's terminal
+// The console's terminal: xterm.js over the sandbox's terminal
 // WebSocket. `GET /api/v1/sandbox/{id}/terminal?cols=&rows=&cwd=` upgrades
 // (the session cookie authenticates it); binary frames carry the PTY's
 // bytes both ways, the page sends `{"type":"resize","cols","rows"}` text

@@ -229,7 +229,7 @@ export function table(headers, rows, attrs = {}) {
       el('tbody', {}, rows.map((r) => (r.nodeType ? r : el('tr', {}, r.map((c) => el('td', {}, c))))))));
 }
 
-// ---------- egress policy (SEC-18) ----------
+// ---------- egress policy ----------
 
 /** The entries of a textarea: one a line, blank lines and `#` comments left out. */
 function entries(text) {
@@ -303,7 +303,7 @@ export function describePolicy(policy) {
   return deny.length ? `All except ${deny.join(', ')}` : 'All egress';
 }
 
-// ---------- quotas (SEC-16) ----------
+// ---------- quotas ----------
 
 /** One limit against its use: "3 of 5", "0.5 of 2 cores", "1 GB (no limit)". */
 function against(used, limit, unit) {

@@ -1,4 +1,4 @@
-// Volumes (UI-8, VOL-2..VOL-5): every volume with its size, owner and state,
+// Volumes: every volume with its size, owner and state,
 // the orphaned ones (no live sandbox owns them), and their confirmed cleanup.
 
 import { api } from './api.js';

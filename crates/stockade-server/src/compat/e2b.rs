@@ -1,9 +1,9 @@
-//! E2B's control plane under `/e2b` (COMPAT-2): sandboxes (v1 and v2),
+//! E2B's control plane under `/e2b`: sandboxes (v1 and v2),
 //! timeout, refreshes, connect, pause/resume, fork, snapshots, logs and
 //! metrics, as the `e2b` SDKs call them — a thin adapter over the service.
 //! Callers authenticate with `X-API-Key` (or `Authorization: Bearer`) and a
-//! Stockade API token; account scoping and the 403/404 rules are Stockade's
-//! (SEC-1). Every error is E2B's body `{"code": <status>, "message": …}`.
+//! Stockade API token; account scoping and the 403/404 rules are Stockade's.
+//! Every error is E2B's body `{"code": <status>, "message": …}`.
 
 use std::collections::BTreeMap;
 
@@ -1201,7 +1201,7 @@ async fn metrics(
 
 /// `PUT /e2b/sandboxes/{id}/network`: replaces the sandbox's egress rules
 /// (fields left out are cleared, as E2B does) through Stockade's update,
-/// live on a running sandbox (SEC-18); 204.
+/// live on a running sandbox; 204.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn update_network(
     State(state): State<AppState>,

@@ -1,6 +1,6 @@
 //! E2B's egress settings (`allow_internet_access`, `network.allowOut`,
-//! `network.denyOut`, `network.dnsServers`) as Stockade's `networkPolicy`
-//! (SEC-18), for creates and for `PUT /e2b/sandboxes/{id}/network`.
+//! `network.denyOut`, `network.dnsServers`) as Stockade's `networkPolicy`,
+//! for creates and for `PUT /e2b/sandboxes/{id}/network`.
 //!
 //! E2B's precedence is the reverse of Stockade's: an `allowOut` entry wins
 //! over a `denyOut` entry, and `allowOut` only means something as an

@@ -1,4 +1,4 @@
-//! The E2B SDKs' in-sandbox calls (COMPAT-1): with
+//! The E2B SDKs' in-sandbox calls: with
 //! `E2B_SANDBOX_URL=http://HOST:PORT/e2b` they send envd's requests
 //! (`/process.Process/…`, `/filesystem.Filesystem/…`, `/files`, `/health`)
 //! to Stockade with `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers; with
@@ -9,8 +9,8 @@
 //! Authentication: the sandbox's envd access token (`X-Access-Token`, what
 //! the create answer calls `envdAccessToken`), or a Stockade API token of
 //! the sandbox's account (`X-API-Key`, or `Authorization: Bearer`) — with
-//! Stockade's 403/404 for another account's sandbox (SEC-1). Stockade's
-//! credentials never reach the sandbox (SEC-7).
+//! Stockade's 403/404 for another account's sandbox. Stockade's
+//! credentials never reach the sandbox.
 
 use axum::body::Body;
 use axum::extract::{Request, State};

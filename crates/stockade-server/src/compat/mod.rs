@@ -1,4 +1,4 @@
-//! The compatibility front-ends (SPEC §12): E2B's control plane under
+//! The compatibility front-ends: E2B's control plane under
 //! `/e2b` and its in-sandbox routing (`e2b`, `envd`), and what
 //! `prime-sandboxes` needs next to Stockade's own API, with its sandbox
 //! gateway (`prime`). Each is a thin adapter over the service, like the

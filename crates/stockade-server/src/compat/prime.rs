@@ -1,5 +1,5 @@
 //! What Prime Intellect's `prime-sandboxes` SDK needs beyond Stockade's own
-//! API (COMPAT-3), next to it under `/api/v1`: the bulk delete at
+//! API, next to it under `/api/v1`: the bulk delete at
 //! `DELETE /sandbox`, batch status, error context, checkpoints (Stockade's
 //! snapshots), `POST /sandbox/{id}/auth` — and the sandbox gateway that
 //! answer points at, on Stockade itself (`/gateway/{account}/{sandbox}/…`):
@@ -116,8 +116,8 @@ pub fn gateway_routes() -> Router<AppState> {
 
 async fn no_lan() -> Response {
     not_implemented(
-        "LAN networks are not available: Stockade keeps every sandbox apart from the others \
-         (SEC-5); sandboxes reach each other's exposed ports through the proxy with a sandbox \
+        "LAN networks are not available: Stockade keeps every sandbox apart from the others; \
+         sandboxes reach each other's exposed ports through the proxy with a sandbox \
          token (POST /api/v1/sandbox/{id}/ports, /auth-token)",
     )
 }

@@ -1,4 +1,4 @@
-//! Sandbox auth tokens (API-7): stateless and unforgeable. A token names a
+//! Sandbox auth tokens: stateless and unforgeable. A token names a
 //! sandbox, its owner account and an expiry, signed with HMAC-SHA256 under a
 //! key kept in the database (so every server instance on one database
 //! accepts the tokens of the others, and a restart keeps them valid).
@@ -41,7 +41,7 @@ const MAX_TOKEN_LEN: usize = 200;
 /// minted for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
-    /// The exposed ports of a sandbox (API-7): `stkp_`.
+    /// The exposed ports of a sandbox: `stkp_`.
     Ports,
     /// Every port of a sandbox, as E2B's `trafficAccessToken`: `stkt_`.
     Traffic,

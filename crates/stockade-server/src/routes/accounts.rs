@@ -1,5 +1,5 @@
 //! `/api/v1/accounts` (admin only), account quotas
-//! (`/api/v1/accounts/{id}/quota`, SEC-16), `/api/v1/me`, and the
+//! (`/api/v1/accounts/{id}/quota`), `/api/v1/me`, and the
 //! dashboard's cookie session (`/api/v1/session`).
 
 use axum::extract::{Path, State};
@@ -74,7 +74,7 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateAccountRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateAccountResponse>)> {
     check_account_name(&req.name)?;
-    // SEC-16: every account starts with the configured default quota.
+    // Every account starts with the configured default quota.
     let quota = &state.svc.config.admission.default_quota;
     let account = state
         .svc

@@ -1,4 +1,4 @@
-//! The web dashboard (UI-1..UI-10): plain HTML, CSS and JavaScript modules
+//! The web dashboard: plain HTML, CSS and JavaScript modules
 //! embedded in the binary, with xterm.js from npm (fetched at build time by
 //! `build.rs`), so it works offline with no toolchain at run time and loads
 //! nothing from anywhere but this server.

@@ -1,4 +1,4 @@
-//! `POST /api/v1/sandbox/{id}/exec` and `…/processes` (API-8): run a command
+//! `POST /api/v1/sandbox/{id}/exec` and `…/processes`: run a command
 //! in a sandbox, buffered or streamed as Server-Sent Events, or in the
 //! background as a process that can be listed, waited for and killed.
 
@@ -360,7 +360,7 @@ async fn start_background(
     plan: &ExecPlan,
 ) -> ApiResult<std::sync::Arc<Process>> {
     state.svc.processes.ensure_room(&sb.id).map_err(too_many)?;
-    // The agent keeps the process under this id (AGT-6).
+    // The agent keeps the process under this id.
     let id = stockade_core::SandboxId::generate().to_string();
     let process = state
         .svc

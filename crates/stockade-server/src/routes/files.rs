@@ -1,4 +1,4 @@
-//! `/api/v1/sandbox/{id}/files…` (API-9): read, write, list, stat and
+//! `/api/v1/sandbox/{id}/files…`: read, write, list, stat and
 //! delete files, and download/upload tar archives, anywhere in the sandbox
 //! (relative paths are below `/workspace`). Docker resolves every path inside
 //! the container, so neither `..` nor symlinks reach the host.

@@ -1,6 +1,6 @@
-//! `GET /api/v1/health`: Docker and database status, without auth (API-10).
+//! `GET /api/v1/health`: Docker and database status, without auth.
 //!
-//! Cheap under a flood (SEC-17): the Docker probe and the database check are
+//! Cheap under a flood: the Docker probe and the database check are
 //! cached and refreshed at most once per [`PROBE_TTL`], by one task at a
 //! time, so a thousand `/health` calls cost one Docker round trip and one
 //! database check. A request with a stale answer at hand waits at most
@@ -115,7 +115,7 @@ impl<T: Send + Sync + 'static> Probe<T> {
 /// Why the database is not healthy.
 #[derive(Debug, Clone)]
 struct DbProblem {
-    /// It answers but cannot take writes (DB-12), as opposed to not at all.
+    /// It answers but cannot take writes, as opposed to not at all.
     degraded: bool,
     message: String,
 }
@@ -232,7 +232,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
             )),
         }
     });
-    // DB-12: after a failed write the database is degraded until a write
+    // After a failed write the database is degraded until a write
     // succeeds again; a tiny write tells whether it does now.
     let db_probe = state.health.database.get(db_tag, move || async move {
         let check = async {

@@ -1,4 +1,4 @@
-//! `GET /api/v1/sandbox/{id}/logs` (API-5): the main process's recent lines
+//! `GET /api/v1/sandbox/{id}/logs`: the main process's recent lines
 //! as JSON, or a Server-Sent Events stream (tail, then live lines) that
 //! resumes after `Last-Event-ID` without duplicates or gaps.
 

@@ -1,6 +1,6 @@
 //! `/api/v1/sandbox…/ports` and `/auth-token`: expose and unexpose sandbox
-//! ports at run time (API-6) and hand out the short-lived tokens the proxy
-//! asks for (API-7). A sandbox's exposed ports are its `spec.ports`, changed
+//! ports at run time and hand out the short-lived tokens the proxy
+//! asks for. A sandbox's exposed ports are its `spec.ports`, changed
 //! with optimistic updates; the proxy reads them on every request, so a
 //! change applies at once.
 
@@ -73,7 +73,7 @@ fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
 }
 
 /// Applies `change` to the sandbox's record and saves it, reloading and
-/// trying again when another writer updated it in between (DB-7).
+/// trying again when another writer updated it in between.
 /// `change` returns `Ok(false)` when there is nothing to write.
 async fn update_ports(
     state: &AppState,

@@ -110,7 +110,7 @@ fn parse_u32(v: &str, field: &str, min: u32, max: u32) -> Result<u32, ApiError> 
         })
 }
 
-/// Parses the list query (API-1). `status` and `labels` may repeat or be
+/// Parses the list query. `status` and `labels` may repeat or be
 /// comma-separated.
 pub fn parse_list_query(raw: Option<&str>) -> ApiResult<SandboxFilter> {
     let mut f = SandboxFilter {
@@ -234,7 +234,7 @@ pub async fn get(
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
     state.svc.fill_usage(&sb, &mut details).await;
     if details.volume.size_bytes.is_none() {
-        super::volumes::fill_volume_size(&state, &mut details).await; // VOL-4
+        super::volumes::fill_volume_size(&state, &mut details).await;
     }
     if prime::wants_argv_start_command(&headers) {
         details = details.with_argv_start_command();
@@ -325,7 +325,7 @@ pub async fn destroy(
 ) -> ApiResult<Json<SandboxResponse>> {
     let (preserve, sync) = parse_preserve(raw.as_deref())?;
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
-    // DB-5: owned lookup → sync → runtime terminate → TERMINATED.
+    // Owned lookup → sync → runtime terminate → TERMINATED.
     let sb = lifecycle::destroy_with(&state.svc, sb, preserve, sync).await?;
     Ok(respond(&sb, &headers))
 }

@@ -1,5 +1,5 @@
-//! `/api/v1/…snapshots`, `/sandbox/{id}/fork` and `/uploads`: snapshots
-//! (LC-10), forks (LC-9) and uploaded archives for create sources (LC-11).
+//! `/api/v1/…snapshots`, `/sandbox/{id}/fork` and `/uploads`: snapshots,
+//! forks and uploaded archives for create sources.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -267,7 +267,7 @@ pub async fn upload(
     }
     file.flush().await.map_err(io_err)?;
     drop(file);
-    // SEC-14: the unpack ceiling, counted while the archive is read.
+    // The unpack ceiling, counted while the archive is read.
     let ceiling = state.svc.config.max_unpacked_bytes;
     let summary = sources::check_archive_file(&path, ceiling, sources::Quote::Names)
         .await

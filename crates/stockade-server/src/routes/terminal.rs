@@ -1,4 +1,4 @@
-//! `GET /api/v1/sandbox/{id}/terminal` (AGT-4): a WebSocket carrying a PTY
+//! `GET /api/v1/sandbox/{id}/terminal`: a WebSocket carrying a PTY
 //! in the sandbox. Binary frames both ways are the terminal's bytes; the
 //! client sends text frames `{"type":"resize","cols":N,"rows":N}`; the server
 //! ends with a text frame `{"type":"exit","exitCode":N}` and closes. Closing

@@ -1,4 +1,4 @@
-//! `PATCH /api/v1/sandbox/{id}` (LC-8): change timeout, labels, tags, name,
+//! `PATCH /api/v1/sandbox/{id}`: change timeout, labels, tags, name,
 //! environment and CPU/memory of a sandbox, and say which changes hold now
 //! and which from the next start (the work is `stockade_service::update`).
 

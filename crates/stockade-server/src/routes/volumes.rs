@@ -1,4 +1,4 @@
-//! `/api/v1/volumes…` (VOL-2..VOL-5): this instance's sandbox volumes with
+//! `/api/v1/volumes…`: this instance's sandbox volumes with
 //! sizes, owners, `inUse` and `orphaned`; deleting one; the confirmed cleanup
 //! of every orphan. Only volumes labelled with this instance's id are shown
 //! or touched, never another program's. A non-admin caller sees the volumes
@@ -169,7 +169,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
             None => state.svc.store.sandbox_owner(&sandbox_id).await?,
         };
         if info.pool_member && live.is_none() && record.is_none() {
-            // A warm-pool member (SCALE-3): nobody's yet, never listed.
+            // A warm-pool member: nobody's yet, never listed.
             continue;
         }
         out.push(Volume {
@@ -420,7 +420,7 @@ pub async fn cleanup(
     }))
 }
 
-/// Fills in the size of a sandbox's volume in its details (VOL-4) from a
+/// Fills in the size of a sandbox's volume in its details from a
 /// recent measurement; left out when Docker does not answer in time.
 pub async fn fill_volume_size(state: &AppState, resp: &mut SandboxResponse) {
     let Ok(name) = VolumeName::parse(&resp.volume.name) else {

@@ -1,4 +1,4 @@
-//! The in-sandbox agent from the API (AGT-3, AGT-6): commands run through
+//! The in-sandbox agent from the API: commands run through
 //! it (its children have the agent, PID 1, for a parent), a sandbox made
 //! without one still works through `docker exec`, and background processes
 //! live in the agent — a restarted server (or another instance) finds them

@@ -1,4 +1,4 @@
-//! SEC-17 on a real server: request heads and idle keep-alive connections
+//! Connection limits on a real server: request heads and idle keep-alive connections
 //! time out, while a log stream, a terminal and a proxied WebSocket that
 //! are quiet for longer than both stay open; at the connection cap, half-sent requests make room
 //! for whole ones, and when every slot is busy new connections wait; failed

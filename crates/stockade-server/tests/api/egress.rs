@@ -1,4 +1,4 @@
-//! SEC-18: `networkPolicy` enforced on the Docker host. "Outside" hosts are
+//! `networkPolicy` enforced on the Docker host. "Outside" hosts are
 //! network namespaces the test makes on a bridge of its own (not a Docker
 //! network: Docker keeps its networks from reaching each other), serving
 //! DNS, HTTP, HTTPS and plain TCP with `outside_hosts.py`; the egress

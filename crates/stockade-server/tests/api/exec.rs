@@ -1,6 +1,7 @@
-//! API-8: exec over HTTP against real containers — exit codes, stdin, cwd,
+//! Exec over HTTP against real containers — exit codes, stdin, cwd,
 //! env (the sandbox's and the request's), timeouts that kill, streamed
-//! output in order, truncation, background processes; SEC-1 and SEC-4.
+//! output in order, truncation, background processes; another
+//! account's sandbox refused and bad fields rejected.
 
 use std::time::{Duration, Instant};
 

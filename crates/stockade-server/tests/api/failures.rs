@@ -1,4 +1,4 @@
-//! DB-3: a database failure after the container exists removes the
+//! A database failure after the container exists removes the
 //! container and the volume and returns the error.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -437,7 +437,7 @@ async fn a_failed_save_after_the_container_exists_removes_container_and_volume()
     );
     assert_eq!(app.get("/api/v1/sandbox", t).await.body["total"], 0);
 
-    // DB-4: a failed status write on stop is logged and the stop goes on.
+    // A failed status write on stop is logged and the stop goes on.
     store.fail_updates.store(false, Ordering::SeqCst);
     let sb = app.create(t, json!({ "name": "survivor" })).await;
     let id = sb["id"].as_str().unwrap();

@@ -1,4 +1,4 @@
-//! API-9: files inside a sandbox — binary round trips, listings, stat,
+//! Files inside a sandbox — binary round trips, listings, stat,
 //! delete, tar archives in and out, stopped sandboxes, size limits, and the
 //! traversal and symlink attacks that must never reach the host.
 
@@ -567,7 +567,7 @@ async fn tar_archives_round_trip() {
     );
 
     // A hard link to nothing: the engine refuses the archive, and that is
-    // the caller's input (400), not a server failure (DB-13).
+    // the caller's input (400), not a server failure.
     let mut b = tar::Builder::new(Vec::new());
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(tar::EntryType::Link);

@@ -1,4 +1,4 @@
-//! API-10 and API-11: health with and without Docker, OpenAPI and docs.
+//! Health with and without Docker, OpenAPI and docs.
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ async fn healthy_with_docker_and_database() {
         .starts_with("1."));
     assert_eq!(r.body["database"]["status"], "healthy");
     assert_eq!(r.body["database"]["backend"], "sqlite");
-    // SEC-13: whether diskSizeGB is enforced, area by area, and a warning
+    // Whether diskSizeGB is enforced, area by area, and a warning
     // when it is not.
     let disk = &r.body["disk"];
     for area in ["workspace", "rootFs"] {

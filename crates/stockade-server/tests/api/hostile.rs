@@ -1,4 +1,4 @@
-//! The hostile tenant (SEC-5..SEC-8, SEC-12): two accounts, the public API
+//! The hostile tenant: two accounts, the public API
 //! only, and code run inside sandboxes. Each test is one attack that worked
 //! once; each asserts that it fails now.
 

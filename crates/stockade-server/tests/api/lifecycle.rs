@@ -1,4 +1,4 @@
-//! LC-1..LC-5 and VOL-1: create, limits, stop/start, destroy.
+//! Create, limits, stop/start, destroy.
 
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ async fn create_with_only_a_name_runs_with_defaults() {
     assert_eq!(sb["volume"]["mountPath"], "/workspace");
     assert_eq!(sb["logsUrl"], format!("/api/v1/sandbox/{id}/logs"));
     assert!(sb["startedAt"].is_string());
-    // DB-2: snake_case metadata with the full config.
+    // The metadata in snake_case, with the full config.
     assert_eq!(sb["metadata"]["sandbox_id"], id);
     assert_eq!(sb["metadata"]["status"], "RUNNING");
     assert_eq!(sb["metadata"]["config"]["docker_image"], test_image());
@@ -41,7 +41,7 @@ async fn create_with_only_a_name_runs_with_defaults() {
     );
     assert!(volume_exists(id));
 
-    // Hardened by default (SEC-3).
+    // Hardened by default.
     let inspect = String::from_utf8(
         docker(&[
             "inspect",
@@ -122,7 +122,7 @@ async fn stop_and_start_keep_the_workspace() {
     sh_in(id, "head -c 100000 /dev/urandom > /workspace/blob; mkdir -p /workspace/d; echo deep > /workspace/d/x");
     let before = sh_in(id, "md5sum /workspace/blob");
 
-    // Start of a running sandbox: no error, still RUNNING (LC-3).
+    // Start of a running sandbox: no error, still RUNNING.
     let r = app
         .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
         .await;
@@ -254,7 +254,7 @@ async fn destroy_with_and_without_the_volume() {
         "preserveVolume=false removes the volume"
     );
 
-    // The record stays, soft-deleted, TERMINATED (LC-5).
+    // The record stays, soft-deleted, TERMINATED.
     let r = app.get(&format!("/api/v1/sandbox/{keep_id}"), t).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["status"], "TERMINATED");

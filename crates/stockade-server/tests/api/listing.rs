@@ -1,4 +1,4 @@
-//! API-1: list filters, ordering and pagination.
+//! List filters, ordering and pagination.
 
 use reqwest::StatusCode;
 use serde_json::json;

@@ -1,4 +1,4 @@
-//! API-3 / VOL-4: the details of a running sandbox show live usage (CPU,
+//! The details of a running sandbox show live usage (CPU,
 //! memory used and limit, network, pids), the volume size in bytes and for
 //! people, and the logs URL; a stopped one shows no usage.
 
@@ -52,7 +52,7 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
     assert!(usage["networkTxBytes"].as_u64().is_some());
     assert!(usage["sampledAt"].is_string());
     assert!(d.body["uptimeSeconds"].as_i64().unwrap() >= 0);
-    // SEC-13: disk use of both areas (limits only where enforced).
+    // Disk use of both areas (limits only where enforced).
     let disk = &d.body["disk"];
     assert!(disk["rootFsBytes"].as_u64().is_some(), "{disk}");
     assert!(disk["workspaceBytes"].as_u64().is_some(), "{disk}");

@@ -1,6 +1,7 @@
-//! API-5: logs as JSON and as Server-Sent Events — event types, tail, live
+//! Logs as JSON and as Server-Sent Events — event types, tail, live
 //! lines, resuming with `Last-Event-ID` without duplicates or gaps,
-//! multi-byte text, the end of a stopped sandbox's stream; SEC-1 and SEC-4.
+//! multi-byte text, the end of a stopped sandbox's stream; another
+//! account's sandbox refused and bad fields rejected.
 
 use std::time::Duration;
 

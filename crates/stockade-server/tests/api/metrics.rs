@@ -1,4 +1,4 @@
-//! API-13: `GET /metrics` in the Prometheus text format: requests by route
+//! `GET /metrics` in the Prometheus text format: requests by route
 //! template and status, sandboxes by status, operation latencies, Docker errors.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! SCALE-3: the warm pool. Fitting creates claim a pre-made sandbox and the
+//! The warm pool. Fitting creates claim a pre-made sandbox and the
 //! pool refills; other creates are made cold; members are nobody's (never
 //! listed, never shared: each has a fresh volume); a restart adopts or
 //! removes them; a claimed sandbox is destroyed like any other.

@@ -1,4 +1,4 @@
-//! API-6, API-7: exposed ports behind the authenticated reverse proxy, by
+//! Exposed ports behind the authenticated reverse proxy, by
 //! path and by host, HTTP and WebSocket, against real servers inside real
 //! sandboxes (`busybox httpd` with CGI scripts, and an `nc` WebSocket
 //! handshake server).

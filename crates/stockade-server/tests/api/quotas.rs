@@ -1,4 +1,5 @@
-//! SEC-15 and SEC-16 over HTTP against real Docker and SQLite: the quota
+//! Admission control per Docker host and account quotas over HTTP against
+//! real Docker and SQLite: the quota
 //! routes (who may read and set them, validation naming the field, usage),
 //! quota refusals (403 `quota_exceeded`) at create, fork, start and update,
 //! concurrent creates at a quota of one, the default quota of new accounts,

@@ -1,4 +1,4 @@
-//! DB-13 over HTTP against real Docker: operations on one sandbox take
+//! Concurrent operations over HTTP against real Docker: operations on one sandbox take
 //! turns (no 502 when a PATCH races a stop or a delete, the record ends as
 //! Docker shows it), and input Docker would refuse is a 400 naming the
 //! field.

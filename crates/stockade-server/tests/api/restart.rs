@@ -1,4 +1,4 @@
-//! LC-6 and DB-6: records survive a server restart, `/workspace` survives it
+//! Records survive a server restart, `/workspace` survives it
 //! byte for byte, and the restarted server reconciles records with Docker.
 
 use reqwest::StatusCode;

@@ -1,4 +1,4 @@
-//! LC-7: session timeouts. A timeout of a few seconds stops a persistent
+//! Session timeouts. A timeout of a few seconds stops a persistent
 //! sandbox and terminates a non-persistent one within a few seconds of the
 //! deadline; starting again opens a new session; a stop closes the session;
 //! a deadline that passed while the server was down is acted on at start.

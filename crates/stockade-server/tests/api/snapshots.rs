@@ -1,4 +1,4 @@
-//! LC-10 snapshots and LC-9 forks against real Docker: root-filesystem
+//! Snapshots and forks against real Docker: root-filesystem
 //! changes and `/workspace` survive byte for byte, forks are isolated, other
 //! accounts get 403, failures leave nothing, deleted snapshots' images go.
 

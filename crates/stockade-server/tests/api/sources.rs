@@ -1,4 +1,4 @@
-//! LC-11 create sources against real Docker: a git repository served by
+//! Create sources against real Docker: a git repository served by
 //! `git daemon` on 127.0.0.1, tarballs from a local HTTP server, uploaded
 //! archives. Contents arrive byte for byte before create returns; a bad
 //! URL, unreachable host, failing clone or corrupt archive is a clear error
@@ -494,8 +494,8 @@ async fn uploads_over_the_limit_are_refused() {
         post(noise).await.unwrap().status(),
         StatusCode::PAYLOAD_TOO_LARGE
     );
-    // Small, but unpacks to more than 50 000 bytes (a "zip bomb"): 413
-    // (SEC-14), the limit in the message.
+    // Small, but unpacks to more than 50 000 bytes (a "zip bomb"): 413,
+    // the limit in the message.
     let bomb = tar_gz(&[("big.bin", &vec![1u8; 100_000], 0o644)]);
     assert!(bomb.len() < 4096);
     let r = post(bomb).await.unwrap();
@@ -526,7 +526,7 @@ fn zeros_bomb(bytes: u64) -> Vec<u8> {
     b.into_inner().unwrap().finish().unwrap()
 }
 
-/// SEC-14 on every create source and on snapshots: under a 1 MiB ceiling
+/// The unpack ceiling on every create source and on snapshots: under a 1 MiB ceiling
 /// a tarball, a git repository, an upload and a snapshot that unpack to
 /// more are refused with 413 and the limit, and leave nothing behind.
 /// The upload and the snapshot are made under the default ceiling and used

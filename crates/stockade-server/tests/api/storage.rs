@@ -1,4 +1,4 @@
-//! DB-12 on a real full disk: SQLite on a small tmpfs. Writes fail cleanly
+//! A real full disk: SQLite on a small tmpfs. Writes fail cleanly
 //! (507 naming the database, nothing half-made), `/health` says the
 //! database is degraded, reads and lists agree, and once space is freed
 //! every acknowledged write is there — also after a restart.

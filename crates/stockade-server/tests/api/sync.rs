@@ -1,4 +1,4 @@
-//! S3-1, S3-2: `DELETE /sandbox/{id}?sync=true` uploads `/workspace` to the
+//! `DELETE /sandbox/{id}?sync=true` uploads `/workspace` to the
 //! object store before anything is deleted — the local directory store and a
 //! real S3-protocol server (`moto_server` on a loopback port). The synced
 //! object is downloaded and compared byte for byte; a failing store deletes

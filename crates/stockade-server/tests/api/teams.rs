@@ -1,5 +1,5 @@
 //! Teams: administrators manage them; a sandbox created with `teamId` is
-//! seen and run by every member, outsiders get 403 (SEC-1).
+//! seen and run by every member, outsiders get 403.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! SEC-1: accounts see only their own sandboxes; every verb on another
+//! Accounts see only their own sandboxes; every verb on another
 //! account's sandbox is 403; unknown ids are 404.
 
 use reqwest::{Method, StatusCode};

@@ -1,4 +1,4 @@
-//! Terminals and the agent's file verbs over the API (AGT-4, AGT-5): a PTY
+//! Terminals and the agent's file verbs over the API: a PTY
 //! over a WebSocket (`cd` sticks, the size follows resizes, Ctrl-C reaches
 //! the foreground program, the exit code comes back), refused for another
 //! account and for a cookie from a foreign page; `mkdir`, `move`, and a

@@ -1,4 +1,4 @@
-//! LC-8: `PATCH /api/v1/sandbox/{id}`. Labels, tags, name and the timeout
+//! `PATCH /api/v1/sandbox/{id}`. Labels, tags, name and the timeout
 //! apply at once (the live session's deadline moves), memory and CPU reach
 //! the container's cgroup at once, the environment reaches the main process
 //! at its next start; the response says which is which. Every field is

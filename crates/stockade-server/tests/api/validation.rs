@@ -1,4 +1,4 @@
-//! SEC-4: every bad field is a 400 naming it, and nothing is created.
+//! Every bad field is a 400 naming it, and nothing is created.
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;

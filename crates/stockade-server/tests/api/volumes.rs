@@ -1,4 +1,4 @@
-//! VOL-2..VOL-5: the volume list (sizes in bytes as Docker counts them,
+//! The volume list (sizes in bytes as Docker counts them,
 //! `inUse`, `orphaned`), 409 on a live sandbox's volume, the confirmed
 //! orphan cleanup with the real freed bytes, and account isolation. Volumes
 //! of other Stockade instances or other programs are never shown or removed.
@@ -145,12 +145,12 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
             .sum::<u64>()
     );
 
-    // VOL-4: the sandbox's details show its volume's size.
+    // The sandbox's details show its volume's size.
     let d = app.get(&format!("/api/v1/sandbox/{running_id}"), &t).await;
     assert_eq!(d.body["volume"]["sizeBytes"], r["sizeBytes"]);
     assert_eq!(d.body["volume"]["size"], "5.0 MB");
 
-    // VOL-3: a live sandbox's volume is not deleted.
+    // A live sandbox's volume is not deleted.
     let r = app
         .delete(&format!("/api/v1/volumes/{}", vol(running_id)), &t)
         .await;
@@ -182,7 +182,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["orphaned"]);
 
-    // VOL-5: the orphan list, then the confirmed cleanup.
+    // The orphan list, then the confirmed cleanup.
     let orphans = app.get("/api/v1/volumes/orphaned", &t).await;
     assert_eq!(names(&orphans.body), vec![vol(gone_id)]);
     assert_eq!(orphans.body["totalBytes"], 3_000_000);
