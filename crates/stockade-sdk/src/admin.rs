@@ -85,7 +85,7 @@ impl Client {
             .await
     }
 
-    /// The quota of an account and what it uses of it (SEC-16): an
+    /// The quota of an account and what it uses of it: an
     /// administrator asks about any account, anyone else about their own.
     ///
     /// ```no_run

@@ -1,4 +1,4 @@
-//! Running commands in a sandbox (API-8): buffered, streamed as events, or
+//! Running commands in a sandbox: buffered, streamed as events, or
 //! in the background as a [`Process`] that can be waited for and killed.
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
-//! Files inside a sandbox (API-9): read, write, list, stat and remove single
+//! Files inside a sandbox: read, write, list, stat and remove single
 //! paths, and move whole trees as tar archives, buffered or streamed; make
-//! directories, move paths and watch a directory's changes (AGT-5).
+//! directories, move paths and watch a directory's changes.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

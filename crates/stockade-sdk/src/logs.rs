@@ -1,4 +1,4 @@
-//! Logs of a sandbox's main process (API-5): recent lines, or a live stream
+//! Logs of a sandbox's main process: recent lines, or a live stream
 //! that resumes after the last line it saw when its connection drops.
 
 use std::pin::Pin;

@@ -1,5 +1,5 @@
-//! Exposed ports and the reverse proxy (API-6), and the short-lived tokens
-//! that open them (API-7).
+//! Exposed ports and the reverse proxy, and the short-lived tokens
+//! that open them.
 
 use std::time::Duration;
 

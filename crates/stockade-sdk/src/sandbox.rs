@@ -1,5 +1,5 @@
 //! `Sandbox`: create, find, resume, stop and delete sandboxes; scoped use
-//! that stops a sandbox when its scope ends (SDK-1, SDK-2).
+//! that stops a sandbox when its scope ends.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -31,7 +31,7 @@ pub enum NetworkPolicy {
     DenyAll,
 }
 
-/// What a new sandbox's `/workspace` starts from (LC-10, LC-11). The server
+/// What a new sandbox's `/workspace` starts from. The server
 /// fetches it and unpacks it before the sandbox starts; a failure leaves
 /// nothing behind.
 ///
@@ -409,7 +409,7 @@ pub struct SandboxPage {
 pub struct DeleteOptions {
     /// Keep the `/workspace` volume.
     pub preserve_volume: bool,
-    /// Upload `/workspace` to the server's object store first (S3-2); if
+    /// Upload `/workspace` to the server's object store first; if
     /// that fails nothing is deleted.
     pub sync: bool,
 }

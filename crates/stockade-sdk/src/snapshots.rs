@@ -1,5 +1,4 @@
-//! Snapshots (LC-10), forks (LC-9) and uploaded archives for create sources
-//! (LC-11).
+//! Snapshots, forks and uploaded archives for create sources.
 
 use bytes::Bytes;
 use futures_util::stream::Stream;

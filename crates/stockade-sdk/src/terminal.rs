@@ -1,4 +1,4 @@
-//! Terminals (AGT-4): a shell or a command on a PTY in a sandbox, over a
+//! Terminals: a shell or a command on a PTY in a sandbox, over a
 //! WebSocket. Keystrokes and resizes go in, the terminal's bytes come out,
 //! and the process's exit code ends it; dropping the [`Terminal`] closes it,
 //! which ends its process.

@@ -1,4 +1,4 @@
-//! Sandbox volumes (VOL-2..VOL-5): sizes and owners, orphans, removal and
+//! Sandbox volumes: sizes and owners, orphans, removal and
 //! the confirmed cleanup of every orphan.
 
 use reqwest::Method;

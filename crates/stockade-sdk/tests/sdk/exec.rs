@@ -1,4 +1,4 @@
-//! Commands: buffered, streamed and in the background (API-8).
+//! Commands: buffered, streamed and in the background.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Files and archives (API-9).
+//! Files and archives.
 
 use stockade_sdk::api::FileType;
 use stockade_sdk::{CreateParams, Error, Sandbox, StreamExt};

@@ -1,5 +1,5 @@
 //! Create, find, list, stop, resume, delete; get_or_create under races;
-//! scoped use; idempotency keys; cancelled creates (SDK-1, SDK-2, LC-12).
+//! scoped use; idempotency keys; cancelled creates.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! Logs: the last lines, a live stream, and resuming after a line (API-5).
+//! Logs: the last lines, a live stream, and resuming after a line.
 
 use std::time::Duration;
 

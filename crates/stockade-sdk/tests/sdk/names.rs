@@ -1,4 +1,4 @@
-//! Names wherever an id is accepted (SDK-4): a sandbox name finds the live
+//! Names wherever an id is accepted: a sandbox name finds the live
 //! sandbox first, else the latest terminated one; snapshot names find the
 //! newest snapshot with them; the server's default image when it says.
 

@@ -1,4 +1,4 @@
-//! Ports, proxy URLs and sandbox tokens (API-6, API-7).
+//! Ports, proxy URLs and sandbox tokens.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Account quotas through the SDK (SEC-16): an administrator sets and reads
+//! Account quotas through the SDK: an administrator sets and reads
 //! them, the account reads its own, bad values fail before any request, and
 //! a create over the quota is an `Error::Api` with `quota_exceeded`.
 

@@ -1,5 +1,5 @@
 //! Snapshots, forks, and creates from a snapshot, an upload, a tarball or a
-//! git repository (LC-9, LC-10, LC-11).
+//! git repository.
 
 use std::collections::HashMap;
 use std::net::TcpListener;

@@ -1,4 +1,4 @@
-//! Terminals (AGT-4) and the agent's file verbs (AGT-5) through the SDK: a
+//! Terminals and the agent's file verbs through the SDK: a
 //! PTY whose `cd` sticks, whose size follows resizes and whose Ctrl-C
 //! reaches the foreground program, the exit code at the end, a writer used
 //! from another task, bad options refused, a dropped terminal's process
@@ -88,7 +88,7 @@ async fn a_terminal_is_a_pty_that_resizes_takes_ctrl_c_and_exits_with_its_code()
     let err = term.write(b"more\n").await.unwrap_err();
     assert!(matches!(err, Error::Closed(_)), "{err}");
 
-    // Keystroke to echo, one key at a time (AGT-7 aims at 5 ms).
+    // Keystroke to echo, one key at a time (the aim is 5 ms).
     let mut term_cat = sb
         .terminal(TerminalOptions::new().command("cat"))
         .await

@@ -1,4 +1,4 @@
-//! PATCH through `sandbox.update` (LC-8).
+//! PATCH through `sandbox.update`.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Volumes: listing, orphans, removal and the confirmed cleanup (VOL-2..VOL-5).
+//! Volumes: listing, orphans, removal and the confirmed cleanup.
 
 use std::time::Duration;
 
