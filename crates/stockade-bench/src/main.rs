@@ -1,6 +1,6 @@
 //! `stockade-bench`: starts a Stockade server in this process (fresh
 //! database, real Docker) and, in the same run, measures each scenario of
-//! issue 7 — and those of the in-sandbox agent (exec, terminal, memory,
+//! the API and the sandbox lifecycle — and those of the in-sandbox agent (exec, terminal, memory,
 //! warm create → first command), of gVisor, of egress policies and of
 //! several Docker hosts — through Stockade's HTTP API and through a
 //! baseline: the Docker Engine API directly with the same container

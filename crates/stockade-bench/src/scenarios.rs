@@ -1,4 +1,5 @@
-//! The scenarios of issue 7 and of the in-sandbox agent and gVisor, each
+//! The scenarios of the API and the sandbox lifecycle, of the in-sandbox
+//! agent and of gVisor, each
 //! measured through Stockade and, where it has one, through its baseline
 //! (raw Docker, or Stockade under runc for gVisor) — interleaved, one
 //! Stockade sample then one baseline sample, so that drift of the machine
@@ -248,7 +249,7 @@ impl Bench {
     }
 
     /// One create and delete on each side before anything is measured: the
-    /// first create of a server fills the agent volume (AGT-1) the raw
+    /// first create of a server fills the agent volume the raw
     /// containers mount too, and makes the networks when they are missing.
     async fn warm_up(&mut self) -> anyhow::Result<()> {
         let id = self.api.create(json!({})).await?;
@@ -760,9 +761,7 @@ impl Bench {
                 Some(&rd),
                 Target::None,
             )
-            .note(
-                "on a stopped sandbox; Stockade also looks up and soft-deletes the record (DB-5)",
-            ),
+            .note("on a stopped sandbox; Stockade also looks up and soft-deletes the record"),
         );
         let sum =
             |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x + y).collect() };
@@ -840,7 +839,7 @@ impl Bench {
 }
 
 impl Bench {
-    /// SCALE-3: create → RUNNING when a warm-pool member is ready, on a
+    /// Create → RUNNING when a warm-pool member is ready, on a
     /// second server with a pool of the default class. Before each create
     /// the pool is full again, so every sample is a claim (a create that
     /// finds the pool empty is a cold one, measured above).
@@ -974,7 +973,7 @@ impl Bench {
         Ok(())
     }
 
-    /// SEC-11: create and exec latency under gVisor (`--oci-runtime runsc`,
+    /// Create and exec latency under gVisor (`--oci-runtime runsc`,
     /// a second server) against the same under runc (the first server),
     /// interleaved. Skipped with a note when the engine has no `runsc`.
     async fn gvisor(&mut self) -> anyhow::Result<()> {
@@ -1101,7 +1100,7 @@ fn get_loop(n: usize, host: &str) -> String {
 }
 
 impl Bench {
-    /// SEC-18: what an egress policy costs. A second server whose egress
+    /// What an egress policy costs. A second server whose egress
     /// filter asks the outside host's DNS server; HTTP from inside a
     /// sandbox to the outside host under an allow list by name (DNS through
     /// the filter's forwarder, TCP 80 through its transparent proxy) and by

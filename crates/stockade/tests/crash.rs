@@ -1,4 +1,4 @@
-//! The real tier of crash safety (DB-9..DB-11, DB-14): the built binary on
+//! The real tier of crash safety: the built binary on
 //! real Docker and SQLite, killed with SIGKILL at random moments of creates,
 //! deletes and stops (seeded, `STOCKADE_CRASH_TRIALS` times, 30 by
 //! default), restarted each time. Within 45 s of the last restart: no
@@ -46,7 +46,7 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
         .env("STOCKADE_DEFAULT_IMAGE", image())
         .env("STOCKADE_RATE_LIMIT", "off")
         // The trials keep dozens of default sandboxes (1 CPU, 2 GB) alive,
-        // more than this host could reserve; admission control (SEC-15) has
+        // more than this host could reserve; admission control has
         // tests of its own.
         .env("STOCKADE_CPU_OVERCOMMIT", "off")
         .env("STOCKADE_MEMORY_OVERCOMMIT", "off")

@@ -1,4 +1,4 @@
-//! The first five minutes as a newcomer lives them (issue 16): the README's
+//! The first five minutes as a newcomer lives them: the README's
 //! quick-start lines, run unchanged against a server that `scripts/run`
 //! starts; `scripts/run` refusing clearly where it cannot set up Docker; the
 //! banner and `/health` naming an absent default image with the ways out;

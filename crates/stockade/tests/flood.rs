@@ -1,4 +1,4 @@
-//! SEC-17 on the built binary: a flood of half-sent requests, far more than
+//! Connection-flood protection on the built binary: a flood of half-sent requests, far more than
 //! the server's open-files limit, from several client processes. The server
 //! (started under `ulimit -n 1024`) keeps its descriptors under the limit,
 //! `/health` answers within a second all through the flood, and the API

@@ -1,4 +1,4 @@
-//! Several `stockade server` processes (SCALE-2, SCALE-7):
+//! Several `stockade server` processes:
 //! - on one SQLite database only one runs: a second is refused at start
 //!   with a message naming the database and the first server's process,
 //!   and once the first is killed (SIGKILL: the lock goes with the process)
@@ -10,7 +10,7 @@
 //!   acts on the next one;
 //! - three Docker hosts (the main engine, `h2` on a unix socket, `h3` over
 //!   TCP with TLS, all started by `scripts/test`) under two instances on
-//!   PostgreSQL (SCALE-4..SCALE-8): six creates at once fill the three
+//!   PostgreSQL: six creates at once fill the three
 //!   hosts exactly, a seventh is refused; exec, files, logs, a terminal and
 //!   the proxy reach every host's sandboxes through either instance;
 //!   `server` and `hostSelector` choose; a snapshot taken on one host

@@ -1,4 +1,4 @@
-//! `stockade server --proxy-domain/--sandbox-token-ttl` (API-6, API-7): bad
+//! `stockade server --proxy-domain/--sandbox-token-ttl`: bad
 //! values stop the start with a message naming the flag; good ones show in
 //! the URLs and tokens the server hands out.
 

@@ -1,4 +1,4 @@
-//! The server's own security settings (SEC-6, SEC-8, SEC-10): bad image
+//! The server's own security settings: bad image
 //! patterns and address ranges stop the start with a message naming them,
 //! and the data directory is private (0700, files 0600) — also one that an
 //! earlier version left readable by others, which is tightened with a

@@ -1,4 +1,4 @@
-//! `stockade server --warm-pool/--warm-pool-drain` (SCALE-3): bad values
+//! `stockade server --warm-pool/--warm-pool-drain`: bad values
 //! stop the start before anything is created, naming the flag; a good one
 //! is shown at start, fills the pool (seen in `/metrics`) and, with drain,
 //! a stop removes the pool's sandboxes.

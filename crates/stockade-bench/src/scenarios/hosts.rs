@@ -1,4 +1,4 @@
-//! The several-hosts scenarios (SCALE-5, issue 15): the placement
+//! The several-hosts scenarios: the placement
 //! transaction at 10,000 sandboxes over 50 simulated hosts (records only,
 //! SQLite and PostgreSQL), and create latency and 20-at-once throughput on
 //! three real Docker hosts against the own host alone, in the same run.

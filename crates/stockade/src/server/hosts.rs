@@ -1,4 +1,4 @@
-//! The runtimes of registered Docker hosts (SCALE-4): `stockade server`'s
+//! The runtimes of registered Docker hosts: `stockade server`'s
 //! [`RuntimeFactory`], which connects a [`Host`] with the server's own
 //! Docker settings, and the flags of the hosts' health checks.
 
@@ -9,7 +9,7 @@ use clap::Args;
 pub use stockade_service::hosts::DockerHostFactory;
 use stockade_service::hosts::{HostsConfig, RuntimeFactory};
 
-/// Health checks of the Docker hosts (SCALE-6).
+/// Health checks of the Docker hosts.
 #[derive(Args, Debug, Clone)]
 pub struct HostArgs {
     /// Seconds between two health checks of every Docker host (Docker ping
