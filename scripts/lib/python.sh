@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Python virtualenvs for the compatibility suites (COMPAT-4) and their run.
+# Python virtualenvs for the compatibility suites and their run.
 # Source this file, then call
 #
 #     ensure_compat_venvs          # the four virtualenvs (and npm e2b), made or reused

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# gVisor (runsc) for the tests (SEC-11). Source this file, then call
+# gVisor (runsc) for the tests. Source this file, then call
 # `ensure_runsc`: it installs Debian's runsc package when absent and
 # registers it with the Docker Engine the tests use as the OCI runtime
 # `runsc` — merged into /etc/docker/daemon.json's "runtimes" without
@@ -17,9 +17,9 @@
 #                      With host networking gVisor uses the network
 #                      namespace Docker made for the container, so the
 #                      sandbox still sits on its own veth on Stockade's
-#                      bridge, under the same isolation rules (SEC-5);
+#                      bridge, under the same isolation rules;
 #   --oci-seccomp      apply the container's seccomp profile inside gVisor
-#                      too (SEC-9: no io_uring for the main process).
+#                      too (no io_uring for the main process).
 # cgroup v1 needs no flag. STOCKADE_RUNSC_ARGS overrides them (one
 # argument per word), e.g. "--platform=kvm --oci-seccomp".
 #

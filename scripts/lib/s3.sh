@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# A real S3-protocol server for the object-store tests (S3-1, S3-2). Source
+# A real S3-protocol server for the object-store tests. Source
 # this file, then call
 #
 #     ensure_moto

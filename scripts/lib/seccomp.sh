@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Docker's default seccomp profile for the tests and the profile generator
-# (SEC-9). Source this file, then call `ensure_docker_seccomp_default`: it
+# Docker's default seccomp profile for the tests and the profile generator.
+# Source this file, then call `ensure_docker_seccomp_default`: it
 # installs Debian's golang-github-docker-docker-dev (which ships the profile
 # of the packaged Docker version) when the profile is missing, and exports
 # STOCKADE_DOCKER_SECCOMP_DEFAULT with its path. Idempotent; silent on

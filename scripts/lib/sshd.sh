@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# An sshd of the tests' own, for Docker hosts reached over ssh (SCALE-4).
+# An sshd of the tests' own, for Docker hosts reached over ssh.
 # Source this file, then:
 #
 #   ensure_test_sshd            # start it unless it answers
