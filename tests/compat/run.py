@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the compatibility suites (COMPAT-4) with the pinned SDKs and with the
+"""Runs the compatibility suites with the pinned SDKs and with the
 newest ones from PyPI, each SDK in its own virtualenv (e2b and
 prime-sandboxes pin incompatible versions of connectrpc), and reports:
 

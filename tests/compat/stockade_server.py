@@ -1,4 +1,4 @@
-"""A real Stockade server for the compatibility suites (COMPAT-4): the built
+"""A real Stockade server for the compatibility suites: the built
 binary, a fresh data directory, a free port, an admin and two tenant
 accounts. Everything the suites create is removed when the server stops."""
 

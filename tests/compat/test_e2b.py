@@ -1,4 +1,4 @@
-"""E2B's Python SDK against Stockade, unchanged (COMPAT-1, COMPAT-2, COMPAT-4):
+"""E2B's Python SDK against Stockade, unchanged:
 E2B_API_URL = E2B_SANDBOX_URL = http://HOST:PORT/e2b and a Stockade token as
 E2B_API_KEY. Every call is the SDK's own; a few checks read the answers
 with plain HTTP to see what the SDK does not expose."""

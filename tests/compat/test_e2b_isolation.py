@@ -1,7 +1,7 @@
 """Tenant B against tenant A's sandbox through every E2B route and through
-the in-sandbox routing (SEC-1, SEC-12, COMPAT-2): 403 or 404 everywhere,
+the in-sandbox routing: 403 or 404 everywhere,
 and A's sandbox untouched. Also Stockade's credentials never reach the
-sandbox (SEC-7)."""
+sandbox."""
 
 import time
 
@@ -121,7 +121,7 @@ def test_in_sandbox_routing_refuses_another_tenant(e2b_env, a_sandbox, b_sandbox
 
 def test_stockade_credentials_never_reach_the_sandbox(e2b_env, run_id):
     """What a sandbox's port receives through the host form, captured raw
-    by `nc` in the sandbox: none of Stockade's credentials (SEC-7)."""
+    by `nc` in the sandbox: none of Stockade's credentials."""
     api = e2b_env.api("tenant-a")
     status, body = api.request(
         "POST",

@@ -1,4 +1,4 @@
-"""E2B's egress settings through the SDK (COMPAT-2, SEC-18): `network=`
+"""E2B's egress settings through the SDK: `network=`
 on create and `update_network` become Stockade's `networkPolicy` (read back
 through Stockade's own API), and the sandbox's DNS shows it is enforced —
 Stockade's DNS forwarder answers REFUSED for a name outside an allow list

@@ -1,5 +1,5 @@
-"""E2B's TypeScript SDK (npm `e2b`, Node 20) against Stockade, one smoke test
-(COMPAT-4): ts/smoke.cjs run by node with the same environment variables as
+"""E2B's TypeScript SDK (npm `e2b`, Node 20) against Stockade, one smoke test:
+ts/smoke.cjs run by node with the same environment variables as
 the Python suite. scripts/lib/python.sh installs the package (the version in
 ts/package.json) and names its node_modules in STOCKADE_COMPAT_NODE_MODULES;
 without node or the package the test is skipped, which the summary shows."""

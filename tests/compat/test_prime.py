@@ -1,5 +1,5 @@
-"""Prime Intellect's `prime-sandboxes` SDK against Stockade, unchanged
-(COMPAT-3, COMPAT-4): PRIME_API_BASE_URL=http://HOST:PORT and a Stockade
+"""Prime Intellect's `prime-sandboxes` SDK against Stockade, unchanged:
+PRIME_API_BASE_URL=http://HOST:PORT and a Stockade
 token as PRIME_API_KEY. Commands and files go through the sandbox gateway
 that POST /sandbox/{id}/auth points at (on Stockade itself)."""
 

@@ -39,7 +39,7 @@ function startServer() {
       // The tests make a few hundred requests from one address in a minute.
       STOCKADE_RATE_LIMIT: 'off',
       // The suites keep two dozen default sandboxes (1 CPU, 2 GB) until the
-      // end, more than a test host could reserve (SEC-15 is tested elsewhere).
+      // end, more than a test host could reserve (admission control is tested elsewhere).
       STOCKADE_CPU_OVERCOMMIT: 'off',
       STOCKADE_MEMORY_OVERCOMMIT: 'off',
     },

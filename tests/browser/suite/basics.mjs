@@ -1,5 +1,5 @@
 // Sign-in, the list, create, the console's command mode, stop/start/delete,
-// details with proxy links, and the session's protection (UI-1..UI-4, SEC-7).
+// details with proxy links, and the session's protection.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -159,7 +159,7 @@ test('details show live usage and working proxy links; ports can be exposed and 
   const page = await signedInPage({ hash: `#/sandbox/${sb.id}/details` });
   await page.waitForSelector('#ports li[data-port="8080"] a', { timeout: 30000 });
   const href = await page.getAttribute('#ports li[data-port="8080"] a', 'href');
-  // The host form: the port has an origin of its own (SEC-7).
+  // The host form: the port has an origin of its own.
   assert.match(href, new RegExp(`^http://8080-${sb.id}\\.localhost:\\d+/`));
   // Live usage: the memory fact shows used of limit once stats arrive.
   await page.waitForFunction(() => / of /.test(document.querySelector('#facts').textContent), null, { timeout: 30000 });
@@ -200,7 +200,7 @@ test('keyboard use and sign-out; the session survives a reload', async () => {
   await done(page);
 });
 
-test('a sandbox page cannot read or use the dashboard session (SEC-7)', async () => {
+test('a sandbox page cannot read or use the dashboard session', async () => {
   const page = await signedInPage();
   // The session is an HttpOnly cookie: no script of the dashboard sees it.
   const visible = await page.evaluate(() => [document.cookie, JSON.stringify(sessionStorage), JSON.stringify(localStorage)].join(' '));

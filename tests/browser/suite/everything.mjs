@@ -1,4 +1,4 @@
-// UI-8: what the API can do, from the dashboard: the full create form with a
+// What the API can do, from the dashboard: the full create form with a
 // source (an uploaded local archive), snapshots (take, list, start a sandbox
 // from one, delete), fork, volumes with orphans and their cleanup, the
 // terminated filter, and the admin's accounts and teams.

@@ -1,4 +1,4 @@
-// UI-7: the file browser: tree, upload by drag and drop and by picking,
+// The file browser: tree, upload by drag and drop and by picking,
 // download, view and edit small text files, new folder, rename, delete,
 // and live updates.
 //

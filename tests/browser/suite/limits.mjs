@@ -1,7 +1,7 @@
 // The settings the API gained, from the dashboard: the egress policy on
-// create and changed live (SEC-18), disk use against its limits (SEC-13),
+// create and changed live, disk use against its limits,
 // account quotas for administrators and for the account itself, refusals of
-// a quota or a full host as banners (SEC-15, SEC-16), and `/health`
+// a quota or a full host as banners, and `/health`
 // warnings for administrators.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// UI-10: errors as visible banners with the API's message, a chart with axes
+// Errors as visible banners with the API's message, a chart with axes
 // and a few minutes of history, an empty log that says so, resources shown
 // as entered, and no sideways scrolling at 380 px.
 import { test } from 'node:test';

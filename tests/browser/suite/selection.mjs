@@ -1,4 +1,4 @@
-// UI-5: actions always target the sandbox shown, and what is shown switches
+// Actions always target the sandbox shown, and what is shown switches
 // at once. The old dashboard kept the previous sandbox's header and buttons
 // while the next one's details loaded, so Stop clicked 200 ms after
 // selecting a slow sandbox stopped the one shown before.

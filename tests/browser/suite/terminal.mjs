@@ -1,4 +1,4 @@
-// UI-6: the console's terminal (xterm.js, vendored) over the terminal
+// The console's terminal (xterm.js, vendored) over the terminal
 // WebSocket: typing and output, `cd` that sticks, Ctrl-C, a full-screen
 // program, resizing with the window, and the end of a session.
 //

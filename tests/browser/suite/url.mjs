@@ -1,4 +1,4 @@
-// UI-9: the place is in the URL, so a reload, back and forward, and a new
+// The place is in the URL, so a reload, back and forward, and a new
 // tab keep it; the session survives the reload without the token in reach
 // of scripts.
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// E2B's TypeScript SDK against Stockade, unchanged (COMPAT-4 smoke test):
+// E2B's TypeScript SDK against Stockade, unchanged (a smoke test):
 // E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY come from the environment, as
 // a user sets them. Creates a sandbox, runs commands (with a streaming
 // callback and a failing one), writes and reads a file, lists the sandbox by
