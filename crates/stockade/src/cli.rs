@@ -271,7 +271,7 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
     } else if let Some(url) = a.tarball {
         p.source = Some(Source::Tarball { url });
     } else if let Some(path) = a.upload {
-        let up = crate::copy::upload_source(&client, &path, ctx.json).await?;
+        let up = crate::upload::upload_source(&client, &path, ctx.json).await?;
         p.source = Some(Source::Upload { id: up.upload_id });
     }
     let pb = output::spinner("Creating sandbox (pulling the image if needed)", ctx.json);

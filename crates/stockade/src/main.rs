@@ -10,6 +10,7 @@ mod exec;
 mod host;
 mod manage;
 mod server;
+mod upload;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
