@@ -87,23 +87,6 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let host = self.0.as_deref();
         let _ = docker_cli(host, &["rm", "-f", "-v", &container_name(&self.1)]);
-        // A volume with a file system of its own: taken down first, as
-        // the runtime does.
-        let volume = VolumeName::for_sandbox(&self.1);
-        let dir = docker_cli(
-            host,
-            &[
-                "volume",
-                "inspect",
-                "-f",
-                "{{.Mountpoint}}",
-                volume.as_str(),
-            ],
-        );
-        let dir = String::from_utf8_lossy(&dir.stdout).trim().to_owned();
-        if host.is_none() && !dir.is_empty() && is_mounted(std::path::Path::new(&dir)) {
-            let _ = Command::new("umount").args(["-l", &dir]).output();
-        }
         let _ = docker_cli(
             host,
             &[
@@ -113,6 +96,12 @@ impl Drop for Cleanup {
                 VolumeName::for_sandbox(&self.1).as_str(),
             ],
         );
+        // A volume's own file system, which the engine's removal leaves.
+        if host.is_none() {
+            let disk = disk_dir(&VolumeName::for_sandbox(&self.1));
+            let _ = Command::new("umount").arg(disk.join("fs")).output();
+            let _ = std::fs::remove_dir_all(disk);
+        }
     }
 }
 
@@ -336,24 +325,12 @@ async fn uncapped_default_engine() -> Option<DockerRuntime> {
     Some(rt)
 }
 
-/// The data directory of a volume on the default engine.
-fn volume_dir(volume: &VolumeName) -> std::path::PathBuf {
-    let out = docker_cli(
-        None,
-        &[
-            "volume",
-            "inspect",
-            "-f",
-            "{{.Mountpoint}}",
-            volume.as_str(),
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().into()
+/// The folder of a volume's own file system on the default engine.
+fn disk_dir(volume: &VolumeName) -> std::path::PathBuf {
+    let root = docker_cli(None, &["info", "-f", "{{.DockerRootDir}}"]);
+    std::path::Path::new(String::from_utf8_lossy(&root.stdout).trim())
+        .join("stockade-disks")
+        .join(volume.as_str())
 }
 
 fn is_mounted(dir: &std::path::Path) -> bool {
@@ -361,6 +338,19 @@ fn is_mounted(dir: &std::path::Path) -> bool {
         .unwrap()
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// A sandbox capped at 1 GiB on the default engine, its volume and the
+/// folder of the volume's file system.
+async fn sandbox_with_a_disk_of_its_own(
+    rt: &DockerRuntime,
+) -> (SandboxId, Cleanup, VolumeName, std::path::PathBuf) {
+    let id = SandboxId::generate();
+    let cleanup = Cleanup(None, id.clone());
+    rt.create(&spec(&id, Some(GIB))).await.expect("create");
+    let volume = VolumeName::for_sandbox(&id);
+    let disk = disk_dir(&volume);
+    (id, cleanup, volume, disk)
 }
 
 #[tokio::test]
@@ -410,12 +400,8 @@ async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
     let Some(rt) = uncapped_default_engine().await else {
         return;
     };
-    let id = SandboxId::generate();
-    let _cleanup = Cleanup(None, id.clone());
-    rt.create(&spec(&id, Some(GIB))).await.expect("create");
-    let volume = VolumeName::for_sandbox(&id);
-    let dir = volume_dir(&volume);
-    let image = dir.parent().unwrap().join("disk.ext4");
+    let (id, _cleanup, volume, disk) = sandbox_with_a_disk_of_its_own(&rt).await;
+    let (image, dir) = (disk.join("disk.ext4"), disk.join("fs"));
     assert!(is_mounted(&dir), "{} is not a mount point", dir.display());
 
     flood_capped_at_a_gib(&rt, &id, "/workspace/big", 1536).await;
@@ -442,7 +428,39 @@ async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
 
     rt.remove(&id, false).await.expect("remove");
     assert!(!is_mounted(&dir), "the file system is still mounted");
-    assert!(!image.exists(), "{} stayed", image.display());
+    assert!(!disk.exists(), "{} stayed", disk.display());
     let out = docker_cli(None, &["volume", "inspect", volume.as_str()]);
     assert!(!out.status.success(), "the volume stayed");
+}
+
+/// A volume removed with the engine's own tools leaves its file system
+/// behind: the next runtime on the engine collects it once it is old
+/// enough not to belong to a create under way.
+#[tokio::test]
+async fn file_systems_of_volumes_removed_behind_stockades_back_are_collected() {
+    let Some(rt) = uncapped_default_engine().await else {
+        return;
+    };
+    let (id, _cleanup, volume, disk) = sandbox_with_a_disk_of_its_own(&rt).await;
+    docker_cli(None, &["rm", "-f", &container_name(&id)]);
+    let out = docker_cli(None, &["volume", "rm", volume.as_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(disk.join("disk.ext4").exists());
+
+    // Young: left alone (a create may be making its volume).
+    runtime(None).disk_enforcement().await;
+    assert!(disk.exists(), "a young file system was collected");
+    let out = Command::new("touch")
+        .args(["-d", "20 minutes ago"])
+        .arg(&disk)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    runtime(None).disk_enforcement().await;
+    assert!(!disk.exists(), "{} stayed", disk.display());
+    assert!(!is_mounted(&disk.join("fs")));
 }

@@ -37,7 +37,7 @@ use stockade_core::{SandboxId, VolumeName};
 
 use super::host_command::{check_local_dir, host_command, host_command_output};
 use super::lifecycle::remove_container;
-use super::loop_disk;
+use super::loop_disk::VolumeDisk;
 use super::{container_name, error_chain, status_code, DockerRuntime};
 use crate::disk::parse_qgroup_show;
 use crate::{
@@ -209,28 +209,59 @@ impl DockerRuntime {
                 name: name.clone(),
                 driver: "local".to_owned(),
                 driver_opts: HashMap::new(),
-                labels: probe_labels,
+                labels: probe_labels.clone(),
             })
             .await
             .map_err(|e| self.map_err(e, "create the disk probe volume"))?;
-        let dir = Path::new(&volume.mountpoint);
-        let result = match make_btrfs_quota(dir, PROBE_BYTES).await {
-            Ok(()) => Ok(QuotaMethod::BtrfsSubvolume),
-            // Any other file system: one of its own in a loop file.
-            Err(not_btrfs) => match loop_disk::make_loop_quota(dir, PROBE_BYTES).await {
-                Ok(()) => loop_disk::unmount(dir)
-                    .await
-                    .map(|()| QuotaMethod::LoopFile),
-                Err(no_loop) => Err(format!("{not_btrfs}, and no loop file: {no_loop}")),
-            },
-        };
+        let btrfs = make_btrfs_quota(Path::new(&volume.mountpoint), PROBE_BYTES).await;
         self.remove_probe_volume(docker, &name).await;
-        Ok(match result {
-            Ok(method) => Enforcement::Enforced(method),
-            Err(why) => Enforcement::NotEnforced(format!(
-                "the local volume driver refuses a size ({driver_refusal}), and {why}"
+        let not_btrfs = match btrfs {
+            Ok(()) => return Ok(Enforcement::Enforced(QuotaMethod::BtrfsSubvolume)),
+            Err(why) => why,
+        };
+        // Any other file system: one of the volume's own in a loop file.
+        Ok(match self.probe_loop_file(docker, probe_labels).await {
+            Ok(()) => {
+                let collected = self.collect_orphan_disks(docker).await;
+                if collected > 0 {
+                    tracing::info!(
+                        collected,
+                        "removed the file systems of volumes removed behind Stockade's back"
+                    );
+                }
+                Enforcement::Enforced(QuotaMethod::LoopFile)
+            }
+            Err(no_loop) => Enforcement::NotEnforced(format!(
+                "the local volume driver refuses a size ({driver_refusal}), {not_btrfs}, and no \
+                 loop file: {no_loop}"
             )),
         })
+    }
+
+    /// Makes a small file system of a volume's own, binds it in a volume,
+    /// and removes both.
+    async fn probe_loop_file(
+        &self,
+        docker: &Docker,
+        probe_labels: HashMap<String, String>,
+    ) -> Result<(), String> {
+        let name = format!("stockade-disk-probe-{}", SandboxId::generate());
+        let disk = self.volume_disk(docker, &name).await?;
+        disk.create(PROBE_BYTES).await?;
+        let bound = docker
+            .create_volume(CreateVolumeOptions {
+                name: name.clone(),
+                driver: "local".to_owned(),
+                driver_opts: disk.volume_options(),
+                labels: probe_labels,
+            })
+            .await;
+        if bound.is_ok() {
+            self.remove_probe_volume(docker, &name).await;
+        }
+        let destroyed = disk.destroy().await;
+        bound.map_err(|e| format!("the engine refused the bind: {}", engine_message(&e)))?;
+        destroyed
     }
 
     async fn remove_probe_volume(&self, docker: &Docker, name: &str) {
@@ -271,11 +302,7 @@ impl DockerRuntime {
         let (Some(quotas), Some(bytes)) = (quotas, disk_bytes) else {
             return Ok(());
         };
-        let method = quotas.workspace.method();
-        if !matches!(
-            method,
-            Some(QuotaMethod::BtrfsSubvolume | QuotaMethod::LoopFile)
-        ) {
+        if quotas.workspace.method() != Some(QuotaMethod::BtrfsSubvolume) {
             return Ok(());
         }
         let inspected = docker
@@ -283,19 +310,39 @@ impl DockerRuntime {
             .await
             .map_err(|e| self.map_err(e, "inspect volume"))?;
         let dir = Path::new(&inspected.mountpoint);
-        let capped = match method {
-            Some(QuotaMethod::LoopFile) => loop_disk::make_loop_quota(dir, bytes).await,
-            _ => make_btrfs_quota(dir, bytes).await,
-        };
-        capped.map_err(|why| {
+        make_btrfs_quota(dir, bytes).await.map_err(|why| {
             RuntimeError::Other(format!(
                 "could not cap the volume {volume} at {bytes} bytes: {why}"
             ))
         })?;
-        if method == Some(QuotaMethod::BtrfsSubvolume) {
-            ensure_qgroups_consistent(dir).await;
-        }
+        ensure_qgroups_consistent(dir).await;
         Ok(())
+    }
+
+    /// The file system of its own a new volume binds, made now, when that
+    /// is how this engine caps `/workspace`.
+    pub(super) async fn new_volume_disk(
+        &self,
+        docker: &Docker,
+        quotas: Option<&DiskEnforcement>,
+        volume: &VolumeName,
+        disk_bytes: Option<u64>,
+    ) -> RuntimeResult<Option<VolumeDisk>> {
+        let (Some(quotas), Some(bytes)) = (quotas, disk_bytes) else {
+            return Ok(None);
+        };
+        if quotas.workspace.method() != Some(QuotaMethod::LoopFile) {
+            return Ok(None);
+        }
+        let made = async {
+            let disk = self.volume_disk(docker, volume.as_str()).await?;
+            disk.create(bytes).await.map(|()| disk)
+        };
+        made.await.map(Some).map_err(|why| {
+            RuntimeError::Other(format!(
+                "could not cap the volume {volume} at {bytes} bytes: {why}"
+            ))
+        })
     }
 
     async fn disk_usage_of(
@@ -347,8 +394,13 @@ impl DockerRuntime {
                 .as_ref()
                 .and_then(|d| d.workspace.method())
                 == Some(QuotaMethod::BtrfsSubvolume);
-            if usage.workspace_limit_bytes.is_none() && self.remote_engine().is_none() {
-                usage.workspace_limit_bytes = loop_disk::limit_of(Path::new(&v.mountpoint)).await;
+            if usage.workspace_limit_bytes.is_none() {
+                if let Some(disk) = self.existing_volume_disk(&docker, &volume).await {
+                    if let Some((used, limit)) = disk.usage().await {
+                        usage.workspace_bytes = Some(used);
+                        usage.workspace_limit_bytes = Some(limit);
+                    }
+                }
             }
             if usage.workspace_limit_bytes.is_none() && own_quota {
                 if let Ok((used, limit)) = btrfs_qgroup(Path::new(&v.mountpoint)).await {

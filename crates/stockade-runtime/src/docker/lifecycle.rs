@@ -21,7 +21,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 
-use super::loop_disk::unmount_volume_disk;
+use super::loop_disk::VolumeDisk;
 use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
 use crate::agent::{
     agent_entrypoint_prefix, agent_version, validate_agent_token, AGENT_MOUNT_PATH, AGENT_TOKEN_ENV,
@@ -347,11 +347,19 @@ impl DockerRuntime {
             Ok(_) => self.mount_volume_disk(docker, &volume).await?,
             Err(e) if status_code(&e) == Some(404) => {
                 undo.volume_owned = true;
+                let mut driver_opts = volume_opts;
+                if let Some(disk) = self
+                    .new_volume_disk(docker, quotas.as_ref(), &volume, spec.disk_bytes)
+                    .await?
+                {
+                    driver_opts = disk.volume_options();
+                    undo.disk = Some(disk);
+                }
                 docker
                     .create_volume(CreateVolumeOptions {
                         name: volume.as_str().to_owned(),
                         driver: "local".to_owned(),
-                        driver_opts: volume_opts,
+                        driver_opts,
                         labels: labels.clone(),
                     })
                     .await
@@ -551,9 +559,6 @@ impl Lifecycle for DockerRuntime {
             .map_err(|e| self.map_err(e, "remove container"))?;
         if !preserve_volume {
             let volume = VolumeName::for_sandbox(id);
-            unmount_volume_disk(&docker, &volume)
-                .await
-                .map_err(RuntimeError::Other)?;
             match docker.remove_volume(volume.as_str(), None).await {
                 Ok(()) => {}
                 Err(e) if status_code(&e) == Some(404) => {}
@@ -566,6 +571,7 @@ impl Lifecycle for DockerRuntime {
                     })
                 }
             }
+            self.remove_volume_disk(&docker, &volume).await?;
         }
         Ok(())
     }
@@ -633,6 +639,8 @@ pub(super) struct CreateUndo {
     instance_id: InstanceId,
     container: ContainerUndo,
     volume_owned: bool,
+    /// The file system of its own the new volume binds, when it has one.
+    disk: Option<VolumeDisk>,
     armed: bool,
 }
 
@@ -644,6 +652,7 @@ impl CreateUndo {
             instance_id: spec.instance_id.clone(),
             container: ContainerUndo::None,
             volume_owned: false,
+            disk: None,
             armed: true,
         }
     }
@@ -660,6 +669,7 @@ impl CreateUndo {
             self.instance_id.clone(),
             self.container.clone(),
             self.volume_owned,
+            self.disk.clone(),
         )
         .await;
     }
@@ -680,6 +690,7 @@ impl Drop for CreateUndo {
                 self.instance_id.clone(),
                 self.container.clone(),
                 self.volume_owned,
+                self.disk.clone(),
             ));
         }
     }
@@ -691,6 +702,7 @@ async fn undo_create(
     instance_id: InstanceId,
     container: ContainerUndo,
     volume_owned: bool,
+    disk: Option<VolumeDisk>,
 ) {
     let name = container_name(&sandbox_id);
     let volume = VolumeName::for_sandbox(&sandbox_id);
@@ -729,15 +741,18 @@ async fn undo_create(
             }
         }
         if volume_owned {
-            if let Err(e) = unmount_volume_disk(&docker, &volume).await {
-                tracing::warn!(sandbox.id = %sandbox_id, error = %e, "the volume of a failed create stays");
-                return;
-            }
             match docker.remove_volume(volume.as_str(), None).await {
                 Ok(()) => {}
                 Err(e) if status_code(&e) == Some(404) => {}
                 Err(e) => {
-                    tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the volume of a failed create")
+                    tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the volume of a failed create");
+                    // Its file system stays with it (a later look may remove both).
+                    continue;
+                }
+            }
+            if let Some(disk) = &disk {
+                if let Err(why) = disk.destroy().await {
+                    tracing::warn!(sandbox.id = %sandbox_id, %why, "could not remove the volume's file system of a failed create");
                 }
             }
         }

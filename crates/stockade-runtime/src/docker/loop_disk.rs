@@ -1,60 +1,167 @@
 //! A sandbox's `/workspace` capped by a file system of its own, for engines
-//! whose volumes cannot be capped otherwise (the common ext4 host): the
-//! volume's `_data` directory becomes the mount point of an ext4 file
-//! system in a sparse file of the cap's size, kept beside it in the
-//! volume's directory (`<volume>/disk.ext4`). A write beyond fails inside
-//! the sandbox with `ENOSPC`; the engine's disk only holds what was
-//! written.
+//! whose volumes cannot be capped otherwise (the common ext4 host): an ext4
+//! file system in a sparse file of the cap's size, mounted on Stockade's
+//! host, which the sandbox's volume binds (the `local` driver's
+//! `type=none,o=bind,device=…` options). A write beyond fails inside the
+//! sandbox with `ENOSPC`; the engine's disk only holds what was written.
 //!
-//! Only a local engine (one whose volume directories are on Stockade's
-//! host, in the same mount namespace) and a Stockade running as root can do
-//! this. The mount does not survive a reboot of the host: it is put back
-//! before the sandbox's container starts, and taken down before the volume
-//! is removed (Docker would otherwise empty the mounted file system and
-//! then fail to remove its directory).
+//! Each volume's file system lives in `<engine data root>/stockade-disks/
+//! <volume>/` (`disk.ext4` and its mount point `fs/`), beside the engine's
+//! own volumes, on the same disk. Docker mounts and unmounts the bind as
+//! containers come and go and removes the volume like any other; Stockade
+//! mounts the file system before the sandbox's container starts (the mount
+//! does not survive a reboot of the host), takes it down after the volume
+//! is removed, and collects the ones whose volume was removed behind its
+//! back (`docker volume rm`).
+//!
+//! Only a local engine (one whose data root is on Stockade's host, in the
+//! same mount namespace) and a Stockade running as root can do this.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bollard::Docker;
 use stockade_core::VolumeName;
+use tokio::sync::OnceCell;
 
 use super::host_command::{check_local_dir, host_command};
 use super::{error_chain, status_code, DockerRuntime};
 use crate::{RuntimeError, RuntimeResult};
 
-/// The file system's image, beside the volume's `_data` directory.
+/// The folder of the volumes' file systems in the engine's data root.
+const DISKS_DIR: &str = "stockade-disks";
+/// The file system's image and its mount point in a volume's folder.
 const IMAGE_NAME: &str = "disk.ext4";
+const MOUNT_NAME: &str = "fs";
 
 /// The journal of file systems of 256 MiB and more (mke2fs's `-J`): 16 MiB,
 /// where ext4's default (32 MiB at 1 GiB, up to 1 GiB) would take a
 /// noticeable share of a small cap.
 const JOURNAL: &str = "size=16";
 
-/// The image file of the volume whose data directory is `dir`.
-pub(super) fn image_of(dir: &Path) -> Option<PathBuf> {
-    dir.parent().map(|p| p.join(IMAGE_NAME))
+/// A file system whose volume is gone is collected once it is this old: a
+/// create makes the file system a moment before its volume.
+const ORPHAN_AGE: Duration = Duration::from_secs(600);
+
+/// Where this engine keeps the volumes' file systems, once asked.
+#[derive(Debug, Default)]
+pub(super) struct LoopDisks {
+    dir: OnceCell<PathBuf>,
 }
 
-/// Makes the empty directory `dir` (a new volume's `_data`) the mount point
-/// of a new file system of `bytes` bytes. Says why when it cannot; nothing
-/// is left behind then.
-pub(super) async fn make_loop_quota(dir: &Path, bytes: u64) -> Result<(), String> {
-    check_local_dir(dir, "a local engine").await?;
-    let shown = dir.display().to_string();
-    let image = image_of(dir).ok_or_else(|| format!("{shown} has no parent directory"))?;
-    let made = create_image(&image, bytes).await;
-    let made = match made {
-        Ok(()) => mount(&image, dir).await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = made {
-        let _ = tokio::fs::remove_file(&image).await;
-        return Err(e);
+/// One volume's file system on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct VolumeDisk {
+    dir: PathBuf,
+}
+
+impl VolumeDisk {
+    fn image(&self) -> PathBuf {
+        self.dir.join(IMAGE_NAME)
     }
-    // An empty directory, as a new volume has: Docker copies the image's
-    // `/workspace` into a volume only when it is empty.
-    let _ = tokio::fs::remove_dir(dir.join("lost+found")).await;
-    Ok(())
+
+    fn mount_point(&self) -> PathBuf {
+        self.dir.join(MOUNT_NAME)
+    }
+
+    /// The volume driver's options that bind the file system.
+    pub(super) fn volume_options(&self) -> HashMap<String, String> {
+        HashMap::from([
+            ("type".to_owned(), "none".to_owned()),
+            ("o".to_owned(), "bind".to_owned()),
+            (
+                "device".to_owned(),
+                self.mount_point().display().to_string(),
+            ),
+        ])
+    }
+
+    /// Whether this volume has a file system of its own.
+    async fn exists(&self) -> bool {
+        tokio::fs::try_exists(self.image()).await.unwrap_or(false)
+    }
+
+    /// Makes a new file system of `bytes` bytes and mounts it. Says why
+    /// when it cannot; nothing is left behind then.
+    pub(super) async fn create(&self, bytes: u64) -> Result<(), String> {
+        let made = self.create_inner(bytes).await;
+        if made.is_err() {
+            let _ = self.destroy().await;
+        }
+        made
+    }
+
+    async fn create_inner(&self, bytes: u64) -> Result<(), String> {
+        let shown = self.dir.display();
+        tokio::fs::create_dir(&self.dir)
+            .await
+            .map_err(|e| format!("could not create {shown}: {e}"))?;
+        tokio::fs::create_dir(self.mount_point())
+            .await
+            .map_err(|e| format!("could not create {shown}/{MOUNT_NAME}: {e}"))?;
+        create_image(&self.image(), bytes).await?;
+        self.mount().await?;
+        // An empty directory, as a new volume has: Docker copies the
+        // image's `/workspace` into a volume only when it is empty.
+        let _ = tokio::fs::remove_dir(self.mount_point().join("lost+found")).await;
+        Ok(())
+    }
+
+    async fn mount(&self) -> Result<(), String> {
+        let image = self.image().display().to_string();
+        let point = self.mount_point().display().to_string();
+        host_command(
+            "mount",
+            &[
+                "-t",
+                "ext4",
+                "-o",
+                "loop,nosuid,nodev,noatime",
+                &image,
+                &point,
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Mounts the file system when it is not (after a reboot of the host).
+    pub(super) async fn ensure_mounted(&self) -> Result<(), String> {
+        if !self.exists().await || is_mount_point(&self.mount_point()).await? {
+            return Ok(());
+        }
+        self.mount().await
+    }
+
+    /// Unmounts the file system and deletes it. A mount still held (a
+    /// container going away) is detached lazily: the kernel frees it with
+    /// its last user.
+    pub(super) async fn destroy(&self) -> Result<(), String> {
+        let point = self.mount_point();
+        if is_mount_point(&point).await.unwrap_or(false) {
+            let shown = point.display().to_string();
+            if host_command("umount", &[&shown]).await.is_err() {
+                host_command("umount", &["-l", &shown]).await?;
+            }
+        }
+        match tokio::fs::remove_dir_all(&self.dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("could not remove {}: {e}", self.dir.display())),
+        }
+    }
+
+    /// Bytes in use and the cap, as the file system counts them.
+    pub(super) async fn usage(&self) -> Option<(u64, u64)> {
+        let limit = tokio::fs::metadata(self.image()).await.ok()?.len();
+        let point = self.mount_point().display().to_string();
+        let out = host_command("df", &["-B1", "--output=used", &point])
+            .await
+            .ok()?;
+        let used = out.lines().nth(1)?.trim().parse().ok()?;
+        Some((used, limit))
+    }
 }
 
 /// A sparse file of `bytes` bytes holding a new ext4 file system with no
@@ -91,29 +198,13 @@ async fn create_image(image: &Path, bytes: u64) -> Result<(), String> {
     host_command("mkfs.ext4", &args).await.map(|_| ())
 }
 
-async fn mount(image: &Path, dir: &Path) -> Result<(), String> {
-    let image = image.display().to_string();
-    let dir = dir.display().to_string();
-    host_command(
-        "mount",
-        &[
-            "-t",
-            "ext4",
-            "-o",
-            "loop,nosuid,nodev,noatime",
-            &image,
-            &dir,
-        ],
-    )
-    .await
-    .map(|_| ())
-}
-
 /// Whether `dir` is a mount point now (`/proc/self/mountinfo`).
 async fn is_mount_point(dir: &Path) -> Result<bool, String> {
-    let dir = tokio::fs::canonicalize(dir)
-        .await
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = match tokio::fs::canonicalize(dir).await {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
     let table = tokio::fs::read_to_string("/proc/self/mountinfo")
         .await
         .map_err(|e| format!("could not read the mount table: {e}"))?;
@@ -151,104 +242,134 @@ fn unescape_octal(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Puts the file system of the volume whose data directory is `dir` back
-/// in place when it has one and it is not mounted (after a reboot of the
-/// host). Volumes without one are left alone.
-pub(super) async fn ensure_mounted(dir: &Path) -> Result<(), String> {
-    let Some(image) = image_of(dir) else {
-        return Ok(());
-    };
-    if !tokio::fs::try_exists(&image).await.unwrap_or(false) {
-        return Ok(());
-    }
-    if is_mount_point(dir).await? {
-        return Ok(());
-    }
-    mount(&image, dir).await
-}
-
-/// Takes down the file system of the volume whose data directory is `dir`,
-/// when one is mounted there, so that the volume can be removed. A mount
-/// still held (a container that is going away) is detached lazily: the
-/// kernel frees it with its last user.
-pub(super) async fn unmount(dir: &Path) -> Result<(), String> {
-    let Some(image) = image_of(dir) else {
-        return Ok(());
-    };
-    if !tokio::fs::try_exists(&image).await.unwrap_or(false) {
-        return Ok(());
-    }
-    if !is_mount_point(dir).await.unwrap_or(false) {
-        return Ok(());
-    }
-    let shown = dir.display().to_string();
-    if host_command("umount", &[&shown]).await.is_ok() {
-        return Ok(());
-    }
-    host_command("umount", &["-l", &shown]).await.map(|_| ())
-}
-
-/// The cap of the volume whose data directory is `dir`: its image's size,
-/// when it has one.
-pub(super) async fn limit_of(dir: &Path) -> Option<u64> {
-    let image = image_of(dir)?;
-    tokio::fs::metadata(image).await.ok().map(|m| m.len())
-}
-
 impl DockerRuntime {
-    /// The data directory of a sandbox's volume when the engine is on this
-    /// host and the volume exists.
-    async fn local_volume_dir(
+    /// Where the volumes' file systems live: in the engine's data root.
+    /// Says why not when the engine is not on this host.
+    async fn disks_dir(&self, docker: &Docker) -> Result<PathBuf, String> {
+        if let Some(engine) = self.remote_engine() {
+            return Err(format!("the engine {engine} is remote"));
+        }
+        self.loop_disks
+            .dir
+            .get_or_try_init(|| async {
+                let info = docker
+                    .info()
+                    .await
+                    .map_err(|e| format!("could not ask the engine: {}", error_chain(&e)))?;
+                let root = info
+                    .docker_root_dir
+                    .ok_or_else(|| "the engine did not say where its data root is".to_owned())?;
+                let root = PathBuf::from(root);
+                check_local_dir(&root, "a local engine").await?;
+                let dir = root.join(DISKS_DIR);
+                match tokio::fs::create_dir(&dir).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(format!("could not create {}: {e}", dir.display())),
+                }
+                Ok(dir)
+            })
+            .await
+            .cloned()
+    }
+
+    /// The file system a volume has or would have on this host.
+    pub(super) async fn volume_disk(
+        &self,
+        docker: &Docker,
+        volume: &str,
+    ) -> Result<VolumeDisk, String> {
+        Ok(VolumeDisk {
+            dir: self.disks_dir(docker).await?.join(volume),
+        })
+    }
+
+    /// The file system of a volume when it has one on this host.
+    pub(super) async fn existing_volume_disk(
         &self,
         docker: &Docker,
         volume: &VolumeName,
-    ) -> RuntimeResult<Option<PathBuf>> {
-        if self.remote_engine().is_some() {
-            return Ok(None);
-        }
-        match docker.inspect_volume(volume.as_str()).await {
-            Ok(v) => Ok(Some(PathBuf::from(v.mountpoint))),
-            Err(e) if status_code(&e) == Some(404) => Ok(None),
-            Err(e) => Err(self.map_err(e, "inspect volume")),
-        }
+    ) -> Option<VolumeDisk> {
+        let disk = self.volume_disk(docker, volume.as_str()).await.ok()?;
+        disk.exists().await.then_some(disk)
     }
 
     /// Puts a volume's own file system back in place before its container
-    /// starts (it is not mounted after a reboot of the host): started
-    /// without it, the sandbox would see an empty `/workspace`, uncapped.
+    /// starts: started without it, the sandbox would see an empty
+    /// `/workspace`, uncapped.
     pub(super) async fn mount_volume_disk(
         &self,
         docker: &Docker,
         volume: &VolumeName,
     ) -> RuntimeResult<()> {
-        let Some(dir) = self.local_volume_dir(docker, volume).await? else {
-            return Ok(());
+        match self.existing_volume_disk(docker, volume).await {
+            Some(disk) => volume_disk_result(volume, "mount", disk.ensure_mounted().await),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes a removed volume's own file system, if it had one.
+    pub(super) async fn remove_volume_disk(
+        &self,
+        docker: &Docker,
+        volume: &VolumeName,
+    ) -> RuntimeResult<()> {
+        match self.existing_volume_disk(docker, volume).await {
+            Some(disk) => volume_disk_result(volume, "remove", disk.destroy().await),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes the file systems whose volume is gone (removed with the
+    /// engine's own tools), once they are old enough not to belong to a
+    /// create under way. Returns how many went.
+    pub(super) async fn collect_orphan_disks(&self, docker: &Docker) -> usize {
+        let Ok(dir) = self.disks_dir(docker).await else {
+            return 0;
         };
-        ensure_mounted(&dir).await.map_err(|why| {
-            RuntimeError::Other(format!(
-                "could not mount the file system of the volume {volume}: {why}"
-            ))
-        })
+        let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
+            return 0;
+        };
+        let mut collected = 0;
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let old = entry
+                .metadata()
+                .await
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > ORPHAN_AGE);
+            if !old {
+                continue;
+            }
+            match docker.inspect_volume(&name).await {
+                Err(e) if status_code(&e) == Some(404) => {}
+                _ => continue,
+            }
+            let disk = VolumeDisk { dir: entry.path() };
+            match disk.destroy().await {
+                Ok(()) => collected += 1,
+                Err(why) => {
+                    tracing::warn!(volume = %name, %why, "could not remove the file system of a removed volume")
+                }
+            }
+        }
+        collected
     }
 }
 
-/// Takes a sandbox volume's own file system down so that the engine can
-/// remove the volume. Nothing to do for volumes without one (and for those
-/// of a remote engine, whose directories are not on this host).
-pub(super) async fn unmount_volume_disk(
-    docker: &Docker,
+/// What became of `doing` a volume's file system, as the runtime says it.
+fn volume_disk_result(
     volume: &VolumeName,
-) -> Result<(), String> {
-    match docker.inspect_volume(volume.as_str()).await {
-        Ok(v) => unmount(Path::new(&v.mountpoint)).await.map_err(|why| {
-            format!("could not unmount the file system of the volume {volume}: {why}")
-        }),
-        Err(e) if status_code(&e) == Some(404) => Ok(()),
-        Err(e) => Err(format!(
-            "could not inspect the volume {volume}: {}",
-            error_chain(&e)
-        )),
-    }
+    doing: &str,
+    done: Result<(), String>,
+) -> RuntimeResult<()> {
+    done.map_err(|why| {
+        RuntimeError::Other(format!(
+            "could not {doing} the file system of the volume {volume}: {why}"
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -258,20 +379,30 @@ mod tests {
     #[test]
     fn mount_points_are_read_and_unescaped() {
         let table = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-                     95 22 7:0 / /var/lib/docker/volumes/x/_data rw,nosuid - ext4 /dev/loop0 rw\n\
+                     95 22 7:0 / /var/lib/docker/stockade-disks/x/fs rw,nosuid - ext4 /dev/loop0 rw\n\
                      96 22 7:1 / /mnt/with\\040space rw - ext4 /dev/loop1 rw\n";
         let points: Vec<String> = mount_points(table).collect();
         assert_eq!(
             points,
-            ["/", "/var/lib/docker/volumes/x/_data", "/mnt/with space"]
+            [
+                "/",
+                "/var/lib/docker/stockade-disks/x/fs",
+                "/mnt/with space"
+            ]
         );
     }
 
     #[test]
-    fn the_image_lives_beside_the_data_directory() {
+    fn the_volume_binds_the_mount_point() {
+        let disk = VolumeDisk {
+            dir: PathBuf::from("/var/lib/docker/stockade-disks/v"),
+        };
         assert_eq!(
-            image_of(Path::new("/var/lib/docker/volumes/v/_data")),
-            Some(PathBuf::from("/var/lib/docker/volumes/v/disk.ext4"))
+            disk.image(),
+            PathBuf::from("/var/lib/docker/stockade-disks/v/disk.ext4")
         );
+        let options = disk.volume_options();
+        assert_eq!(options["o"], "bind");
+        assert_eq!(options["device"], "/var/lib/docker/stockade-disks/v/fs");
     }
 }

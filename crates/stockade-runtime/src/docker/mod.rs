@@ -205,6 +205,8 @@ pub struct DockerRuntime {
     agent: agent::AgentVolumeState,
     /// What the engine enforces of `diskSizeGB`, once probed (`disk.rs`).
     disk: disk::DiskState,
+    /// Where the volumes' own file systems live (`loop_disk.rs`).
+    loop_disks: loop_disk::LoopDisks,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -410,6 +412,7 @@ impl DockerRuntime {
             engine: RwLock::new(inspect::EngineFacts::default()),
             agent: agent::AgentVolumeState::default(),
             disk: disk::DiskState::default(),
+            loop_disks: loop_disk::LoopDisks::default(),
         })
     }
 

@@ -14,7 +14,6 @@ use bollard::Docker;
 use chrono::{DateTime, Utc};
 use stockade_core::VolumeName;
 
-use crate::docker::loop_disk::unmount_volume_disk;
 use crate::docker::{status_code, DockerRuntime};
 use crate::{labels, RuntimeError, RuntimeResult, VolumeInfo, Volumes};
 
@@ -195,17 +194,18 @@ impl Volumes for DockerRuntime {
 
     async fn remove_volume(&self, name: &VolumeName) -> RuntimeResult<()> {
         let docker = self.client().await?;
-        unmount_volume_disk(&docker, name)
-            .await
-            .map_err(RuntimeError::Other)?;
-        docker
+        let removed = docker
             .remove_volume(name.as_str(), None::<RemoveVolumeOptions>)
             .await
             .map_err(|e| match status_code(&e) {
                 Some(409) => RuntimeError::Conflict("Volume is in use by running sandbox".into()),
                 Some(404) => RuntimeError::NotFound(format!("volume {name} not found")),
                 _ => self.map_err(e, "remove volume"),
-            })
+            });
+        if matches!(removed, Ok(()) | Err(RuntimeError::NotFound(_))) {
+            self.remove_volume_disk(&docker, name).await?;
+        }
+        removed
     }
 
     async fn volume_size(
