@@ -19,6 +19,7 @@ pub mod compat;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod host_routing;
 pub mod metrics;
 pub mod proxy;
 pub mod ratelimit;
@@ -143,7 +144,7 @@ pub fn router(state: AppState) -> Router {
         // host-form proxy requests are routed before anything else, so
         // their rate limits come ahead of them.
         .layer(from_fn_with_state(state.clone(), compat::envd::by_header))
-        .layer(from_fn_with_state(state.clone(), proxy::by_host))
+        .layer(from_fn_with_state(state.clone(), host_routing::by_host))
         .layer(from_fn_with_state(
             limiter.clone(),
             ratelimit::limit_routed_early,

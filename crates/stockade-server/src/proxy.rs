@@ -30,7 +30,6 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{StatusCode, Uri, Version};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
@@ -52,7 +51,8 @@ pub const TOKEN_COOKIE: &str = "stockade_token";
 /// How long connecting to a sandbox port may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The path-form routes (the host form is [`by_host`], a middleware).
+/// The path-form routes (the host form is [`by_host`], reached through
+/// the host routing ahead of every route).
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/proxy/{id}/{port}", any(by_path))
@@ -155,42 +155,35 @@ fn split_proxy_path(path: &str) -> Option<(&str, &str, &str)> {
     })
 }
 
-/// Middleware for the host form: a request whose host is
-/// `{port}-{id}.{proxy domain}` goes to that sandbox port, whatever its
-/// path; every other request goes on to the normal routes.
-pub async fn by_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(domain) = state.config.proxy_domain.as_deref() else {
-        return next.run(req).await;
-    };
-    let label = match request_host(req.headers(), req.uri()) {
-        Some(host) => match sandbox_label(&host, domain) {
-            Some(label) => label,
-            None => return next.run(req).await,
-        },
-        None => return next.run(req).await,
-    };
+/// The sandbox port a request's host names in the host form
+/// `{port}-{id}.{proxy domain}`: `None` for any other host (or without a
+/// proxy domain), an error for a host under the proxy domain that names no
+/// sandbox port.
+pub(crate) fn host_target(
+    config: &ServerConfig,
+    req: &Request,
+) -> Option<ApiResult<(SandboxId, u16)>> {
+    let domain = config.proxy_domain.as_deref()?;
+    let host = request_host(req.headers(), req.uri())?;
+    let label = sandbox_label(&host, domain)?;
     let Some((port, id)) = label.split_once('-') else {
-        return ApiError::NotFound(format!(
+        return Some(Err(ApiError::NotFound(format!(
             "No sandbox port at '{label}.{domain}': sandbox ports are at {{port}}-{{sandbox id}}.{domain}"
-        ))
-        .into_response();
+        ))));
     };
-    let (sandbox_id, port) = match parse_target(id, port) {
-        Ok(t) => t,
-        Err(e) => return e.into_response(),
-    };
-    if port == stockade_runtime::AGENT_PORT {
-        // E2B's host form of the in-sandbox agent, authenticated
-        // by the sandbox's envd access token.
-        return crate::compat::envd::by_host(&state, req, sandbox_id).await;
-    }
+    Some(parse_target(id, port))
+}
+
+/// Proxy to a sandbox port, host form (a request [`host_target`] found a
+/// port in): whatever its path, the request goes to that port.
+pub async fn by_host(state: &AppState, req: Request, sandbox_id: SandboxId, port: u16) -> Response {
     let target = Target {
         sandbox_id,
         port,
         upstream_path: req.uri().path().to_owned(),
         prefix: None,
     };
-    forward(&state, req, target)
+    forward(state, req, target)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }

@@ -74,7 +74,7 @@ pub async fn by_header(State(state): State<AppState>, req: Request, next: Next) 
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The host form `49983-{id}.DOMAIN` (from the proxy's host routing).
+/// The host form `49983-{id}.DOMAIN` (from [`crate::host_routing`]).
 pub async fn by_host(state: &AppState, req: Request, id: SandboxId) -> Response {
     let path = req
         .uri()
