@@ -127,3 +127,23 @@ ensure_docker() {
     docker info 2>&1 | grep -iE 'error|cannot|denied' | head -n 3 >&2 || true
     return 1
 }
+
+# Removes the file systems of their own (<data root>/stockade-disks/<volume>,
+# an ext4 image mounted at fs/) whose volume is gone: the server deletes the
+# ones of the volumes it removes, not of those removed with `docker volume
+# rm` (as test clean-ups do). Prints how many went.
+stockade_collect_volume_disks() {
+    local root dir name n=0
+    root="$(docker info -f '{{.DockerRootDir}}' 2>/dev/null)" || return 0
+    [ -d "$root/stockade-disks" ] || { echo "0 removed"; return 0; }
+    for dir in "$root"/stockade-disks/*/; do
+        [ -d "$dir" ] || continue
+        name="$(basename "$dir")"
+        docker volume inspect "$name" >/dev/null 2>&1 && continue
+        if mountpoint -q "$dir/fs" 2>/dev/null; then
+            _stockade_as_root umount "$dir/fs" 2>/dev/null || _stockade_as_root umount -l "$dir/fs" || continue
+        fi
+        _stockade_as_root rm -rf "$dir" && n=$((n + 1))
+    done
+    echo "$n removed"
+}

@@ -57,6 +57,9 @@ pub struct ServiceConfig {
     pub usage: UsageConfig,
     /// How often ended sessions are looked for (LC-7).
     pub session_check_interval: Duration,
+    /// How often the running sandboxes' disks are measured where the
+    /// engine cannot cap an area of them (`disk_watch.rs`).
+    pub disk_check_interval: Duration,
     /// How long an instance that claimed an ended session has to stop or
     /// terminate the sandbox before another instance may try (SCALE-2).
     pub session_claim_lease: Duration,
@@ -126,6 +129,7 @@ impl Default for ServiceConfig {
             max_unpacked_bytes: DEFAULT_MAX_UNPACKED_BYTES,
             usage: UsageConfig::default(),
             session_check_interval: Duration::from_secs(1),
+            disk_check_interval: Duration::from_secs(30),
             session_claim_lease: Duration::from_secs(120),
             // The binary uses `<data dir>/blobs`; a library user sets its own.
             blob_store: BlobConfig::Local {

@@ -2,7 +2,7 @@
 //! the one holding the `background` lease runs the deployment-wide
 //! background work — periodic recovery of dead operations, reconciliation
 //! of records against Docker (and the removal of record-less containers),
-//! session timeouts, snapshot and upload collection. Every instance keeps
+//! session timeouts, snapshot and upload collection, the disk watch. Every instance keeps
 //! running what belongs to its own process: the heartbeat of the operations
 //! it holds, its warm-pool members, its egress filter and the sandboxes'
 //! entries in it, the isolation check whose report its `/health` shows.
@@ -172,6 +172,10 @@ fn start_term(svc: &Service, term: &CancellationToken) {
     // SCALE-6: every host checked, cordoned and recovered by one instance.
     tokio::spawn(crate::hosts::check_periodically(svc.clone(), term.clone()));
     tokio::spawn(crate::snapshots::collect_periodically(
+        svc.clone(),
+        term.clone(),
+    ));
+    tokio::spawn(crate::disk_watch::run_periodically(
         svc.clone(),
         term.clone(),
     ));

@@ -19,6 +19,7 @@ pub mod admission;
 pub mod agent;
 pub mod compat;
 pub mod config;
+pub mod disk_watch;
 pub mod drain;
 pub mod egress;
 pub mod error;

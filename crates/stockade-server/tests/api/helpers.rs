@@ -273,6 +273,7 @@ pub fn cleanup_instance(instance: &str) {
         let mut args = vec!["volume", "rm", "-f"];
         args.extend(vols.iter().map(String::as_str));
         let _ = Command::new("docker").args(&args).output();
+        remove_volume_disks(&vols);
     }
     // Snapshot images carry the instance label too.
     let images = docker_lines(&["images", "-q", "--filter", &filter]);
@@ -280,6 +281,21 @@ pub fn cleanup_instance(instance: &str) {
         let mut args = vec!["rmi", "-f"];
         args.extend(images.iter().map(String::as_str));
         let _ = Command::new("docker").args(&args).output();
+    }
+}
+
+/// The file systems of their own that removed volumes bound (where the
+/// engine's storage cannot cap `/workspace`): the engine's removal leaves
+/// them, as the server's own removal does not.
+pub fn remove_volume_disks(volumes: &[String]) {
+    let root = docker_lines(&["info", "-f", "{{.DockerRootDir}}"]);
+    let Some(root) = root.first() else { return };
+    for volume in volumes {
+        let dir = PathBuf::from(root).join("stockade-disks").join(volume);
+        if dir.exists() {
+            let _ = Command::new("umount").arg(dir.join("fs")).output();
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

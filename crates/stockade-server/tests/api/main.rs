@@ -4,6 +4,7 @@
 mod agent;
 mod connections;
 mod credentials;
+mod disk;
 mod docs;
 mod egress;
 mod exec;
