@@ -63,6 +63,12 @@
 # Idempotent; silent on success; needs root, losetup/mount, and mkfs.xfs or
 # mkfs.btrfs (installed with apt-get when missing).
 
+# The loop file systems (stockade_quota_mkfs) come from the main library.
+if ! command -v stockade_quota_mkfs >/dev/null 2>&1; then
+    # shellcheck source=scripts/lib/docker.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/docker.sh"
+fi
+
 STOCKADE_TEST_ENGINE_STATE="${STOCKADE_TEST_ENGINE_STATE:-/var/lib/stockade-test}"
 STOCKADE_TEST_ENGINE_RUN="${STOCKADE_TEST_ENGINE_RUN:-/run/stockade-test}"
 
@@ -227,51 +233,6 @@ _stockade_docker0_hide() {
     fi
 }
 
-_stockade_engine_mkfs() {
-    local fs="$1" img="$2" root="$3" size="$4"
-    local tool="mkfs.$fs" pkg
-    case "$fs" in xfs) pkg=xfsprogs ;; btrfs) pkg=btrfs-progs ;; esac
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 ||
-            { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
-              DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1; } ||
-            { _stockade_engine_err "could not install $pkg"; return 1; }
-    fi
-    rm -f "$img"
-    truncate -s "$size" "$img" || return 1
-    "$tool" -q -f "$img" >/dev/null 2>&1 || { _stockade_engine_err "$tool failed"; return 1; }
-    _stockade_engine_mount "$fs" "$img" "$root"
-}
-
-_stockade_engine_mount() {
-    local fs="$1" img="$2" root="$3" opts=loop,discard
-    [ "$fs" = xfs ] && opts="$opts,pquota"
-    mount -o "$opts" "$img" "$root" 2>/dev/null
-}
-
-# btrfs qgroups (the limits of `size`) go wrong once the accounting is
-# marked inconsistent, which the kernel does when it deletes a subvolume
-# whose tree is at least drop_subtree_threshold levels deep (3 by default
-# on recent kernels: containers and volumes are deleted all the time here).
-# Tracing every deletion (the maximum, 8) keeps them exact; an inconsistent
-# state left from before is rescanned.
-_stockade_engine_btrfs_qgroups() {
-    local root="$1" uuid sysfs
-    btrfs quota enable "$root" 2>/dev/null || true
-    uuid="$(btrfs filesystem show "$root" 2>/dev/null | sed -n 's/.*uuid: *\([0-9a-f-]*\).*/\1/p' | head -n 1)"
-    sysfs="/sys/fs/btrfs/$uuid/qgroups"
-    if [ -z "$uuid" ] || [ ! -d "$sysfs" ]; then
-        _stockade_engine_err "btrfs quotas could not be switched on for $root"
-        return 1
-    fi
-    if [ -w "$sysfs/drop_subtree_threshold" ]; then
-        echo 8 >"$sysfs/drop_subtree_threshold"
-    fi
-    if [ "$(cat "$sysfs/inconsistent" 2>/dev/null)" = 1 ]; then
-        btrfs quota rescan -w "$root" >/dev/null 2>&1 || true
-    fi
-}
-
 ensure_test_engine() {
     local name="$1"
     shift || true
@@ -349,7 +310,7 @@ ensure_test_engine() {
         made="$(cat "$state/fs" 2>/dev/null || true)"
         if [ -n "$made" ] && [ "$made" != dir ] && [ -f "$img" ] &&
             { [ "$fs" = auto ] || [ "$fs" = "$made" ]; } &&
-            _stockade_engine_mount "$made" "$img" "$root"; then
+            stockade_quota_mount "$made" "$img" "$root"; then
             :
         elif [ "$made" = dir ] && [ "$fs" = dir ]; then
             : # a data root of its own on the host's disk: kept as it is
@@ -357,14 +318,14 @@ ensure_test_engine() {
             rm -rf "${root:?}"/* 2>/dev/null || true
             case "$fs" in
                 xfs | btrfs)
-                    _stockade_engine_mkfs "$fs" "$img" "$root" "$size" ||
+                    stockade_quota_mkfs "$fs" "$img" "$root" "$size" ||
                         { _stockade_engine_err "could not make and mount $fs in $img (dmesg: $(dmesg 2>/dev/null | tail -n 1))"; return 1; }
                     made="$fs"
                     ;;
                 auto)
-                    if _stockade_engine_mkfs xfs "$img" "$root" "$size"; then
+                    if stockade_quota_mkfs xfs "$img" "$root" "$size"; then
                         made=xfs
-                    elif _stockade_engine_mkfs btrfs "$img" "$root" "$size"; then
+                    elif stockade_quota_mkfs btrfs "$img" "$root" "$size"; then
                         made=btrfs
                     else
                         _stockade_engine_err "neither XFS with pquota nor btrfs could be mounted (dmesg: $(dmesg 2>/dev/null | tail -n 1))"
@@ -380,7 +341,7 @@ ensure_test_engine() {
     local driver=()
     if [ "$(test_engine_fs "$name")" = btrfs ]; then
         driver=(--storage-driver btrfs)
-        _stockade_engine_btrfs_qgroups "$root" || return 1
+        stockade_btrfs_qgroups "$root" || return 1
     fi
 
     # Its own bridge (dockerd -b takes an existing one; --bip would change docker0).

@@ -437,3 +437,97 @@ fn readme_sdk_program_is_the_compiled_example() {
         "README.md's SDK program differs from crates/stockade-sdk/examples/quickstart.rs"
     );
 }
+
+/// Runs a function of `scripts/lib/docker.sh` in bash; its status and
+/// what it printed (stdout, stderr).
+fn docker_lib(call: &str, envs: &[(&str, &Path)]) -> (bool, String, String) {
+    let lib = repo().join("scripts/lib/docker.sh");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source '{}' && {call}", lib.display()))
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .expect("bash");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+/// The data root `scripts/run` gives a Docker Engine it installs: an empty
+/// one on a file system without quotas becomes a loop file system that
+/// enforces them (XFS with project quotas, or btrfs where the kernel lacks
+/// XFS quotas), listed for reboots; asked again, nothing changes; a data
+/// root that holds data is kept and the reason said.
+#[test]
+fn a_new_engines_data_root_enforces_disk_quotas() {
+    if !is_root() {
+        eprintln!("skipped: making and mounting a file system needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (root, image, fstab) = (
+        dir.path().join("docker"),
+        dir.path().join("docker.img"),
+        dir.path().join("fstab"),
+    );
+    let call = format!(
+        "stockade_docker_quota_root '{}' '{}' 1G",
+        root.display(),
+        image.display()
+    );
+    let env = [("STOCKADE_FSTAB", fstab.as_path())];
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).output();
+        }
+    }
+    let _unmount = Unmount(&root);
+    let (ok, made, said) = docker_lib(&call, &env);
+    assert!(ok, "{said}");
+    let mounted = Command::new("findmnt")
+        .args(["-n", "-o", "FSTYPE,OPTIONS"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let mounted = String::from_utf8_lossy(&mounted.stdout).into_owned();
+    match made.as_str() {
+        "xfs" => assert!(
+            mounted.starts_with("xfs") && mounted.contains("prjquota"),
+            "{mounted}"
+        ),
+        "btrfs" => assert!(mounted.starts_with("btrfs"), "{mounted}"),
+        other => panic!("made {other:?}: {said}"),
+    }
+    let listed = std::fs::read_to_string(&fstab).unwrap();
+    assert_eq!(
+        listed.trim(),
+        format!(
+            "{} {} {made} loop,discard{} 0 0",
+            image.display(),
+            root.display(),
+            if made == "xfs" { ",pquota" } else { "" }
+        )
+    );
+    // Again: already on a file system with quotas, nothing changes.
+    let (ok, again, said) = docker_lib(&call, &env);
+    assert!(ok && again.is_empty(), "{again} {said}");
+    assert_eq!(std::fs::read_to_string(&fstab).unwrap(), listed);
+
+    // A data root that holds data (on this host's disk) is kept.
+    let used = dir.path().join("used");
+    std::fs::create_dir_all(used.join("image")).unwrap();
+    let (ok, made, said) = docker_lib(
+        &format!(
+            "stockade_docker_quota_root '{}' '{}.img' 1G",
+            used.display(),
+            used.display()
+        ),
+        &env,
+    );
+    assert!(ok && made.is_empty(), "{made}");
+    assert!(said.contains("holds data already"), "{said}");
+    assert!(!used.with_extension("img").exists());
+}
