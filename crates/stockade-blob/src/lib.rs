@@ -42,6 +42,10 @@ pub enum BlobError {
     /// The configuration cannot work (e.g. an S3 store without a bucket).
     #[error("object store configuration: {0}")]
     Config(String),
+    /// A local store whose file system is down to the room it keeps free
+    /// (for the database beside it): nothing was stored.
+    #[error("object store ({location}) is full: {message}")]
+    Full { location: String, message: String },
 }
 
 pub type BlobResult<T> = Result<T, BlobError>;
@@ -121,6 +125,8 @@ pub struct ObjectBlobStore {
     location: serde_json::Value,
     /// For error messages: `local:/path` or `s3://bucket at endpoint`.
     label: String,
+    /// A local store's directory and the bytes its file system keeps free.
+    keep_free: Option<(PathBuf, u64)>,
 }
 
 impl ObjectBlobStore {
@@ -150,6 +156,7 @@ impl ObjectBlobStore {
                         "path": dir.display().to_string(),
                     }),
                     label: format!("local directory {}", dir.display()),
+                    keep_free: Some((dir.clone(), 0)),
                 })
             }
             BlobConfig::S3(s3) => {
@@ -202,9 +209,42 @@ impl ObjectBlobStore {
                         "region": s3.region,
                     }),
                     label: format!("s3://{} at {endpoint}", s3.bucket),
+                    keep_free: None,
                 })
             }
         }
+    }
+
+    /// A local store stops storing when its file system would have less
+    /// than `bytes` free (the database beside it keeps room to write); S3
+    /// is left as it is.
+    pub fn keep_free(mut self, bytes: u64) -> Self {
+        if let Some((_, keep)) = &mut self.keep_free {
+            *keep = bytes;
+        }
+        self
+    }
+
+    /// `Full` when writing `coming` more bytes would leave less than the
+    /// room this store keeps free.
+    fn check_room(&self, key: &str, coming: u64) -> BlobResult<()> {
+        let Some((dir, keep)) = &self.keep_free else {
+            return Ok(());
+        };
+        let Ok(fs) = rustix::fs::statvfs(dir) else {
+            return Ok(());
+        };
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        if free >= keep.saturating_add(coming) {
+            return Ok(());
+        }
+        Err(BlobError::Full {
+            location: self.label.clone(),
+            message: format!(
+                "{key}: {free} bytes are free and {keep} are kept free for the database; \
+                 remove snapshots or uploads, or give the object store a disk of its own"
+            ),
+        })
     }
 
     fn path(key: &str) -> BlobResult<ObjectPath> {
@@ -262,6 +302,8 @@ impl BlobStore for ObjectBlobStore {
         let mut head_len = 0usize;
         let mut multipart: Option<WriteMultipart> = None;
         let source_err = |e: std::io::Error| BlobError::Source(e.to_string());
+        // Room is looked at before the first byte and at every part.
+        let mut room_until: u64 = 0;
         while let Some(chunk) = data.next().await {
             let chunk = match chunk {
                 Ok(c) => c,
@@ -273,6 +315,15 @@ impl BlobStore for ObjectBlobStore {
                 }
             };
             total += chunk.len() as u64;
+            if total > room_until {
+                if let Err(full) = self.check_room(key, PART_SIZE as u64) {
+                    if let Some(m) = multipart {
+                        self.abort(key, m).await;
+                    }
+                    return Err(full);
+                }
+                room_until = total + PART_SIZE as u64;
+            }
             match &mut multipart {
                 Some(m) => {
                     if let Err(e) = m.wait_for_capacity(2).await {

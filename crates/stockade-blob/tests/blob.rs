@@ -175,6 +175,56 @@ async fn local_directory_store() {
     assert_eq!(store.location()["backend"], "local");
 }
 
+/// A local store keeps room free on its file system for the database
+/// beside it: a store that would cut into it refuses and leaves nothing
+/// behind.
+#[tokio::test]
+async fn a_local_store_keeps_room_free_for_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("blobs");
+    let open = || ObjectBlobStore::open(&BlobConfig::Local { dir: root.clone() }).unwrap();
+    let free = {
+        let out = Command::new("df")
+            .args(["-B1", "--output=avail"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    // All of the disk kept free: nothing may be stored.
+    let full = open().keep_free(free + (1 << 40));
+    let small = data(1000, 1);
+    match full.put_stream("t/small.bin", chunks(&small, 100)).await {
+        Err(BlobError::Full { message, .. }) => {
+            assert!(message.contains("kept free"), "{message}")
+        }
+        other => panic!("stored beyond the room kept free: {other:?}"),
+    }
+    assert!(full.head("t/small.bin").await.unwrap().is_none());
+    // A big one, in parts: refused as well, no part left behind.
+    let big = data(3 * stockade_blob::PART_SIZE, 2);
+    assert!(matches!(
+        full.put_stream("t/big.bin", chunks(&big, 1 << 20)).await,
+        Err(BlobError::Full { .. })
+    ));
+    assert!(full.list("t").await.unwrap().is_empty());
+    // Nothing kept free: stored.
+    let roomy = open().keep_free(0);
+    assert_eq!(
+        roomy
+            .put_stream("t/small.bin", chunks(&small, 100))
+            .await
+            .unwrap(),
+        1000
+    );
+}
+
 #[tokio::test]
 async fn s3_store() {
     let Some(moto) = start_moto("stockade-blob-test").await else {

@@ -10,6 +10,9 @@ use stockade_core::Defaults;
 use crate::pool::PoolConfig;
 use crate::usage::UsageConfig;
 
+/// What a local object store leaves free on its file system by default.
+pub const DEFAULT_BLOB_KEEP_FREE_BYTES: u64 = 1 << 30;
+
 /// The default unpack ceiling: 4096 MiB.
 pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 4096 << 20;
 
@@ -65,6 +68,10 @@ pub struct ServiceConfig {
     pub session_claim_lease: Duration,
     /// Where snapshots' workspaces, syncs and uploads are kept (S3-1).
     pub blob_store: BlobConfig,
+    /// A local object store stops storing when its file system would have
+    /// less free than this: the database (by default on the same disk)
+    /// keeps room to write.
+    pub blob_keep_free_bytes: u64,
     /// Limits of git / tarball / upload sources (LC-11).
     pub sources: SourceLimits,
     /// The warm pool (SCALE-3); no classes by default.
@@ -135,6 +142,7 @@ impl Default for ServiceConfig {
             blob_store: BlobConfig::Local {
                 dir: std::env::temp_dir().join("stockade-blobs"),
             },
+            blob_keep_free_bytes: DEFAULT_BLOB_KEEP_FREE_BYTES,
             sources: SourceLimits::default(),
             pool: PoolConfig::default(),
             images: crate::images::ImagePolicy::default(),

@@ -129,6 +129,7 @@ impl From<stockade_blob::BlobError> for ServiceError {
                 Self::ObjectStore(format!("object store: '{key}' is missing"))
             }
             stockade_blob::BlobError::Source(m) => Self::Docker(format!("Docker error: {m}")),
+            full @ stockade_blob::BlobError::Full { .. } => Self::StorageFull(full.to_string()),
             other => Self::ObjectStore(format!("Object store error: {other}")),
         }
     }

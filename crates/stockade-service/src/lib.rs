@@ -109,7 +109,8 @@ impl Service {
             config.usage.clone(),
         ));
         let blobs = ObjectBlobStore::open(&config.blob_store)
-            .map_err(|e| StoreError::Other(e.to_string()))?;
+            .map_err(|e| StoreError::Other(e.to_string()))?
+            .keep_free(config.blob_keep_free_bytes);
         let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
         let ops = operations::Operations::new(config_lease);
         let leader = leader::Leader::new(ops.holder());

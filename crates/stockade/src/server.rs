@@ -610,6 +610,11 @@ struct ObjectStoreArgs {
     /// Directory of the local object store (default: <data dir>/blobs).
     #[arg(long, env = "STOCKADE_BLOB_DIR")]
     blob_dir: Option<PathBuf>,
+    /// GB the local object store leaves free on its file system: it stops
+    /// storing snapshots and uploads (507) before the database beside it
+    /// (by default on the same disk) runs out of room to write.
+    #[arg(long, env = "STOCKADE_BLOB_KEEP_FREE_GB", default_value_t = 1.0)]
+    blob_keep_free_gb: f64,
     /// S3 bucket: setting it uses an S3-compatible object store instead of
     /// the local directory.
     #[arg(long, env = "STOCKADE_S3_BUCKET")]
@@ -909,6 +914,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.service.pool = pool;
     config.service.blob_store = args.objects.blob_config(&data_dir);
+    if !(args.objects.blob_keep_free_gb.is_finite() && args.objects.blob_keep_free_gb >= 0.0) {
+        anyhow::bail!("--blob-keep-free-gb: must be a number of GB, 0 or more");
+    }
+    config.service.blob_keep_free_bytes =
+        (args.objects.blob_keep_free_gb * f64::from(1u32 << 30)) as u64;
     config.service.images = stockade_service::images::ImagePolicy::parse(&args.allowed_images)
         .map_err(|e| anyhow::anyhow!("--allowed-images: {e}"))?;
     config.service.sources.addresses = stockade_core::net::AddressPolicy {
@@ -931,7 +941,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let boot = stockade_server::bootstrap(store.as_ref(), args.admin_token.as_deref())
         .await
         .context("could not create the admin account")?;
-    let objects = object_store_line(&config.service.blob_store);
+    let objects = object_store_line(
+        &config.service.blob_store,
+        config.service.blob_keep_free_bytes,
+    );
     let state = AppState::new(store, runtime.clone(), config)
         .await
         .context(
@@ -1158,9 +1171,13 @@ fn pull_failed(image: &str, why: &str) -> String {
 }
 
 /// Where the object store is, for the start banner (no secrets).
-fn object_store_line(config: &stockade_blob::BlobConfig) -> String {
+fn object_store_line(config: &stockade_blob::BlobConfig, keep_free: u64) -> String {
     match config {
-        stockade_blob::BlobConfig::Local { dir } => format!("local directory {}", dir.display()),
+        stockade_blob::BlobConfig::Local { dir } => format!(
+            "local directory {} (leaves {:.1} GB free on its disk)",
+            dir.display(),
+            keep_free as f64 / f64::from(1u32 << 30)
+        ),
         stockade_blob::BlobConfig::S3(s3) => format!(
             "s3://{} at {} ({})",
             s3.bucket,

@@ -626,7 +626,7 @@ async fn snapshots_past_the_quota_are_refused_and_leave_nothing() {
 }
 
 /// A tar.gz of one file of `len` bytes that do not compress.
-fn noise_archive(len: usize) -> Vec<u8> {
+pub fn noise_archive(len: usize) -> Vec<u8> {
     use std::io::Write;
     // xorshift: bytes gzip cannot shrink.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -173,3 +173,59 @@ async fn a_full_disk_fails_writes_cleanly_and_loses_nothing_acknowledged() {
     }
     drop(app);
 }
+
+/// The object store and the database on one small disk, as by default:
+/// uploads stop (507, nothing half-stored) while the database still has
+/// room, so every write after them still lands.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_never_take_the_databases_room() {
+    let Some(fs) = Tmpfs::mount("48m") else {
+        panic!("mounting a tmpfs needs root (the test suite runs as root)");
+    };
+    let url = format!("sqlite://{}", fs.dir.path().join("stockade.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+    let blobs = fs.dir.path().join("blobs");
+    let app = spawn_app_with(AppOptions {
+        store: Some(store),
+        blob_store: Some(stockade_blob::BlobConfig::Local { dir: blobs }),
+        configure: Some(Box::new(|c| {
+            c.service.blob_keep_free_bytes = 16 << 20;
+        })),
+        ..Default::default()
+    })
+    .await;
+    let t = &app.new_account("hoarder").await;
+    let archive = crate::quotas::noise_archive(4 << 20);
+    let mut refused = None;
+    for _ in 0..16 {
+        let r = app
+            .http
+            .post(format!("{}/api/v1/uploads", app.base))
+            .bearer_auth(t)
+            .header("content-type", "application/gzip")
+            .body(archive.clone())
+            .send()
+            .await
+            .unwrap();
+        if r.status() != StatusCode::CREATED {
+            refused = Some((r.status(), r.json::<serde_json::Value>().await.unwrap()));
+            break;
+        }
+    }
+    let (status, body) = refused.expect("the uploads filled the disk");
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{body}");
+    assert_eq!(body["error"]["code"], "storage_full", "{body}");
+    assert!(fs.free_bytes() >= 8 << 20, "{} bytes left", fs.free_bytes());
+    // The database still writes.
+    for i in 0..20 {
+        let name = format!("after-{i}");
+        let r = app
+            .post(
+                "/api/v1/accounts",
+                &app.admin_token,
+                json!({ "name": name }),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    }
+}
