@@ -111,6 +111,17 @@ async fn a_wrong_method_is_405_in_stockades_shape() {
 }
 
 #[tokio::test]
+#[ignore = "bug: a terminal request that is not a WebSocket upgrade gets axum's plain-text 400, not Stockade's error shape"]
+async fn a_terminal_request_without_an_upgrade_is_in_stockades_shape() {
+    let app = App::new().await;
+    let id = app.create_id(&app.admin, json!({})).await;
+    let r = app
+        .get(&format!("/api/v1/sandbox/{id}/terminal"), &app.admin)
+        .await;
+    r.assert_error(StatusCode::BAD_REQUEST, "validation_failed");
+}
+
+#[tokio::test]
 async fn a_wrong_method_is_405() {
     let app = App::new().await;
     let r = app.put("/api/v1/sandbox", &app.admin, json!({})).await;

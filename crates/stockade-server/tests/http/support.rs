@@ -18,10 +18,13 @@ use tower::ServiceExt;
 /// The image sandboxes get when a create names none.
 pub const DEFAULT_IMAGE: &str = "stockade-test-base:latest";
 
+/// One server: its router, the bootstrap admin's token and the fake runtime
+/// (to look at what was made, or to make the next step fail).
 pub struct App {
     router: Router,
     pub admin: String,
     pub rt: FakeRuntime,
+    /// The object store's directory, removed with the app.
     _dir: tempfile::TempDir,
 }
 
