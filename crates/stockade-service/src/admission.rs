@@ -268,6 +268,27 @@ pub struct Ask<'a> {
     pub host: bool,
 }
 
+/// A host's size: what an administrator set, else what its engine
+/// reported at the last health check, else what it reports now (`None`
+/// where nothing is known). A create asks no engine when the checks know.
+pub(crate) async fn host_size(
+    host: &stockade_core::Host,
+    rt: &dyn stockade_runtime::Runtime,
+) -> (Option<u32>, Option<u64>) {
+    let known = (
+        host.cpus.or(host.health.cpus),
+        host.memory_bytes.or(host.health.memory_bytes),
+    );
+    if let (Some(c), Some(m)) = known {
+        return (Some(c), Some(m));
+    }
+    let info = rt.info().await.ok();
+    (
+        known.0.or(info.as_ref().map(|i| i.cpus)),
+        known.1.or(info.as_ref().map(|i| i.memory_bytes)),
+    )
+}
+
 /// The host's size as the runtime reports it; `None` when Docker does not
 /// answer (its own error comes with the operation).
 /// The capacity of the host `server`: its registered capacity where an
@@ -280,7 +301,7 @@ pub(crate) async fn capacity(svc: &Service, server: &str) -> Option<HostCapacity
     }
     let rt = svc.runtime_on(server).await.ok()?;
     let (cpus, memory_bytes) = match svc.store.get_host(server).await {
-        Ok(host) => crate::placement::host_size(&host, rt.as_ref()).await,
+        Ok(host) => host_size(&host, rt.as_ref()).await,
         Err(_) => match rt.info().await {
             Ok(info) => (Some(info.cpus), Some(info.memory_bytes)),
             Err(_) => (None, None),
@@ -404,7 +425,7 @@ fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
 
 /// A create of `sb` (validated, not saved yet), against its account's
 /// quota. Its host's room is weighed by placement
-/// ([`crate::placement`]) as its record is inserted, or held by
+/// (placement) as its record is inserted, or held by
 /// [`hold_claim`] when a warm-pool member serves it; until then it holds
 /// room on no host.
 pub async fn admit_create(svc: &Service, sb: &Sandbox) -> ServiceResult<Admitted> {

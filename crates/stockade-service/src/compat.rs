@@ -16,7 +16,7 @@ use crate::Service;
 /// The most sandboxes [`list_all`] reads for one caller.
 pub const MAX_LISTED: usize = 10_000;
 
-/// Creates a sandbox as [`lifecycle::create_sandbox`] does, with `metadata`
+/// Creates a sandbox as [`Service::create_sandbox`](crate::Service::create_sandbox) does, with `metadata`
 /// in its record from the start. With an idempotency key, the create goes
 /// through the key's bookkeeping first and the metadata is written right
 /// after (the same metadata again on a replay); a failure to write it
@@ -30,10 +30,10 @@ pub async fn create_with_metadata(
 ) -> ServiceResult<Created> {
     let metadata = stockade_core::spec::parse_metadata(&metadata, "metadata")?;
     if metadata.is_empty() {
-        return lifecycle::create_sandbox(svc, scope, req, idempotency_key).await;
+        return svc.create_sandbox(scope, req, idempotency_key).await;
     }
     if let Some(key) = idempotency_key {
-        let created = lifecycle::create_sandbox(svc, scope, req, Some(key)).await?;
+        let created = svc.create_sandbox(scope, req, Some(key)).await?;
         if created.sandbox.spec.metadata == metadata {
             return Ok(created);
         }

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use stockade_blob::BlobConfig;
-use stockade_core::net::AddressPolicy;
 use stockade_core::Defaults;
 
 use crate::pool::PoolConfig;
@@ -73,7 +72,7 @@ pub struct ServiceConfig {
     /// keeps room to write.
     pub blob_keep_free_bytes: u64,
     /// Limits of git / tarball / upload sources (LC-11).
-    pub sources: SourceLimits,
+    pub sources: crate::sources::SourceLimits,
     /// The warm pool (SCALE-3); no classes by default.
     pub pool: PoolConfig,
     /// The images tenants may name in `dockerImage` (SEC-6).
@@ -88,33 +87,6 @@ pub struct ServiceConfig {
     /// Registered Docker hosts: how they are connected and checked
     /// (SCALE-4..SCALE-6).
     pub hosts: crate::hosts::HostsConfig,
-}
-
-/// How much the server fetches on a user's behalf for a create source.
-#[derive(Debug, Clone)]
-pub struct SourceLimits {
-    /// Largest archive (download or upload) and largest cloned repository
-    /// (its `.git`), as fetched; what they unpack to is held to
-    /// [`ServiceConfig::max_unpacked_bytes`].
-    pub max_archive_bytes: u64,
-    /// A clone or download that takes longer fails.
-    pub fetch_timeout: Duration,
-    /// How long an upload waits to be used.
-    pub upload_ttl: Duration,
-    /// Internal addresses (loopback, private, link-local …) that sources and
-    /// image registries may still reach; none by default (SEC-8).
-    pub addresses: AddressPolicy,
-}
-
-impl Default for SourceLimits {
-    fn default() -> Self {
-        Self {
-            max_archive_bytes: 1 << 30,
-            fetch_timeout: Duration::from_secs(300),
-            upload_ttl: Duration::from_secs(24 * 3600),
-            addresses: AddressPolicy::default(),
-        }
-    }
 }
 
 impl Default for ServiceConfig {
@@ -143,7 +115,7 @@ impl Default for ServiceConfig {
                 dir: std::env::temp_dir().join("stockade-blobs"),
             },
             blob_keep_free_bytes: DEFAULT_BLOB_KEEP_FREE_BYTES,
-            sources: SourceLimits::default(),
+            sources: crate::sources::SourceLimits::default(),
             pool: PoolConfig::default(),
             images: crate::images::ImagePolicy::default(),
             bulk_concurrency: 8,

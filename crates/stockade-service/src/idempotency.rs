@@ -49,7 +49,7 @@ enum Replay {
     Gone,
 }
 
-/// [`crate::lifecycle::create_sandbox`] under `key`: returns the first
+/// [`Service::create_sandbox`] under `key`: returns the first
 /// create's sandbox for a repeated request, creates `id` otherwise.
 pub async fn create_with_key(
     svc: &Service,

@@ -15,11 +15,12 @@ use stockade_runtime::Runtime;
 use stockade_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
+pub mod access;
 pub mod admission;
 pub mod agent;
 pub mod compat;
 pub mod config;
-pub mod disk_watch;
+pub mod create;
 pub mod drain;
 pub mod egress;
 pub mod error;
@@ -29,7 +30,6 @@ pub mod host_admin;
 pub mod hosts;
 pub mod idempotency;
 pub mod images;
-pub mod leader;
 pub mod lifecycle;
 pub mod log_cursor;
 pub mod metrics;
@@ -39,18 +39,20 @@ pub mod output;
 pub mod placement;
 pub mod pool;
 pub mod processes;
-pub mod reconcile;
 pub mod recovery;
 pub mod sessions;
 pub mod snapshots;
 pub mod sources;
+pub mod tasks;
 pub mod terminal;
 pub mod update;
 pub mod usage;
 pub mod workspace_sync;
 
-pub use config::{ServiceConfig, SourceLimits};
+pub use config::ServiceConfig;
 pub use error::{ServiceError, ServiceResult};
+pub use sources::SourceLimits;
+pub use tasks::{disk_watch, leader, reconcile};
 
 /// The service: the store, the runtime, the object store and what this
 /// process keeps of its own (metrics, the warm pool, live usage, background
@@ -112,7 +114,13 @@ impl Service {
             .map_err(|e| StoreError::Other(e.to_string()))?
             .keep_free(config.blob_keep_free_bytes);
         let pool = pool::Pool::new(&config.pool, &config.defaults).map_err(StoreError::Other)?;
-        let ops = operations::Operations::new(config_lease);
+        let ops = operations::Operations::new(
+            config_lease,
+            operations::Recovery {
+                claim_and_recover: |svc, op| Box::pin(recovery::claim_and_recover(svc, op)),
+                recover_held: |svc, op| Box::pin(recovery::recover_held(svc, op)),
+            },
+        );
         let leader = leader::Leader::new(ops.holder());
         let hosts = Arc::new(hosts::Hosts::new(runtime.clone(), config.hosts.clone()));
         Ok(Self {
@@ -170,7 +178,10 @@ impl Service {
         if let Ok(hosts) = placement::all_hosts(self).await {
             self.hosts.observe(&hosts);
         }
-        tokio::spawn(hosts::observe_periodically(self.clone(), shutdown.clone()));
+        tokio::spawn(tasks::hosts::observe_periodically(
+            self.clone(),
+            shutdown.clone(),
+        ));
         // Sandboxes are isolated before the first one is created (SEC-5).
         self.check_isolation().await;
         // SEC-18: the egress filter, and the entries of running sandboxes.

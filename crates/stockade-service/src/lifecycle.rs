@@ -22,11 +22,7 @@ use crate::operations::OpGuard;
 use crate::sources::PreparedSource;
 use crate::Service;
 
-/// Loads a sandbox the caller may see: unknown → 404, another account's → 403.
-pub async fn load(svc: &Service, scope: &Scope, id: &str) -> ServiceResult<Sandbox> {
-    let id = SandboxId::parse_field(id, "sandbox_id")?;
-    Ok(svc.store.get_sandbox(scope, &id).await?)
-}
+pub use crate::access::load;
 
 /// Validates a create request into a record in PROVISIONING (not yet saved).
 pub fn prepare(svc: &Service, scope: &Scope, req: &CreateSandboxRequest) -> ServiceResult<Sandbox> {
@@ -151,52 +147,6 @@ pub struct Created {
     pub replayed: bool,
 }
 
-/// Creates a sandbox as a client asks: every
-/// field is checked first, then the source is fetched, then the sandbox is
-/// made and returned RUNNING. With `idempotency_key`, a retry returns what
-/// the first create made (see [`crate::idempotency`]).
-pub async fn create_sandbox(
-    svc: &Service,
-    scope: &Scope,
-    req: &CreateSandboxRequest,
-    idempotency_key: Option<&str>,
-) -> ServiceResult<Created> {
-    // Every field is checked before a source is fetched (a clone can be long).
-    let sb = prepare(svc, scope, req)?;
-    if let Some(image) = &req.docker_image {
-        // Only images a tenant may name, from registries that
-        // are not internal addresses. Images of sources (snapshots, forks)
-        // are set later, from what the caller owns.
-        svc.config.images.check(image, "dockerImage")?;
-        crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
-    }
-    // Refused before a source is fetched: no host may take it.
-    let placeable = crate::placement::candidates(svc, &sb).await?;
-    if crate::egress::needs_filter(&sb.spec.network) {
-        svc.check_policy_enforceable(&sb.spec.network, &placeable[0].host.name)?;
-    }
-    drop(placeable);
-    // Quotas and host room: refused before a source is fetched; checked
-    // again, and held, when the record is made. Not before a key's replay: a
-    // retry of a create that was made returns it even at the quota.
-    if idempotency_key.is_none() {
-        drop(crate::admission::admit_create(svc, &sb).await?);
-    }
-    tracing::Span::current().record("sandbox.id", sb.id.as_str());
-    match idempotency_key {
-        None => {
-            let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
-            let sb = prepare_with_id(svc, scope, &spec_req, sb.id)?;
-            let sandbox = create_from(svc, sb, None, source, None).await?;
-            Ok(Created {
-                sandbox,
-                replayed: false,
-            })
-        }
-        Some(key) => crate::idempotency::create_with_key(svc, scope, req, key, sb.id).await,
-    }
-}
-
 /// Creates `sandbox` (validated, PROVISIONING) and returns it RUNNING.
 ///
 /// The record and the create operation are inserted together before any
@@ -284,8 +234,14 @@ async fn create_inner(
         }
     };
     if poolable {
-        if let Some(served) = crate::pool::claim(svc, &sb).await {
-            return served;
+        match crate::pool::claim(svc, &sb).await {
+            None => {}
+            Some(crate::pool::Claim::Served(sandbox)) => return Ok(sandbox),
+            Some(crate::pool::Claim::Failed(e)) => return Err(e),
+            Some(crate::pool::Claim::Unusable(member, e)) => {
+                let _ = destroy(svc, member, false).await;
+                return Err(e);
+            }
         }
     }
     // The hosts that may take it; the store picks the freest one

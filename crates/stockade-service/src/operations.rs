@@ -5,7 +5,7 @@
 //! renews its leases while it lives; ending the operation and writing its
 //! result to the record is one transaction. When a holder dies, any live
 //! instance claims the operation once its lease ended and finishes or rolls
-//! it back ([`crate::recovery`]).
+//! it back (the sandbox layer's recovery, see [`Recovery`]).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use rand::Rng;
 use stockade_core::{Operation, OperationId, OperationKind, Sandbox, SandboxId, Scope};
 use stockade_store::{SandboxWrite, StoreError};
@@ -55,18 +56,36 @@ impl Faults {
     }
 }
 
+/// How an operation is finished or rolled back when its holder gave it up
+/// or died: the sandbox layer's recovery, which sits above the operations
+/// and is given to them when the service is built.
+#[derive(Clone, Copy)]
+pub struct Recovery {
+    /// Claims an operation whose holder died and recovers it.
+    pub claim_and_recover: for<'a> fn(&'a Service, &'a Operation) -> BoxFuture<'a, ()>,
+    /// Recovers an operation this process holds; whether it ended.
+    pub recover_held: for<'a> fn(&'a Service, Operation) -> BoxFuture<'a, bool>,
+}
+
+impl std::fmt::Debug for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Recovery")
+    }
+}
+
 /// This process's side of the operations: who it is, how long its leases
-/// last, and which operations it holds.
+/// last, which operations it holds, and how they are recovered.
 #[derive(Debug)]
 pub struct Operations {
     holder: String,
     lease: Duration,
     held: Mutex<HashSet<OperationId>>,
     pub(crate) faults: Faults,
+    recovery: Recovery,
 }
 
 impl Operations {
-    pub fn new(lease: Duration) -> Self {
+    pub fn new(lease: Duration, recovery: Recovery) -> Self {
         let tag: String = rand::thread_rng()
             .sample_iter(rand::distributions::Alphanumeric)
             .take(8)
@@ -77,6 +96,7 @@ impl Operations {
             lease,
             held: Mutex::new(HashSet::new()),
             faults: Faults::default(),
+            recovery,
         }
     }
 
@@ -185,7 +205,7 @@ impl Service {
             };
             if ahead.lease_until <= Utc::now() {
                 // Its holder died: finish or roll back its work first.
-                crate::recovery::claim_and_recover(self, &ahead).await;
+                (self.ops.recovery.claim_and_recover)(self, &ahead).await;
                 continue;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -343,14 +363,14 @@ impl OpGuard {
 
     /// Gives up the operation half-way and recovers it here and now:
     /// a create is rolled back, a start or stop converges to Docker's
-    /// state (see [`crate::recovery`]).
+    /// state (the sandbox layer's recovery).
     pub async fn abandon(mut self) {
         self.done = true;
         self.svc.ops.release(&self.op.id);
         if self.svc.crashed() {
             return;
         }
-        crate::recovery::recover_held(&self.svc, self.op.clone()).await;
+        (self.svc.ops.recovery.recover_held)(&self.svc, self.op.clone()).await;
     }
 
     /// One attempt at ending the operation with `write`. A `Conflict` (the
@@ -412,7 +432,7 @@ impl Drop for OpGuard {
             match svc.store.get_operation(&op.target).await {
                 Ok(Some(current)) if current.id == op.id => {
                     debug!(operation = %op.id, kind = %op.kind, "an operation ended unfinished; recovering it now");
-                    crate::recovery::recover_held(&svc, current).await;
+                    (svc.ops.recovery.recover_held)(&svc, current).await;
                 }
                 Ok(_) => {} // finished after all
                 Err(e) => {

@@ -150,7 +150,7 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
         {
             continue;
         }
-        let (cpus, memory) = host_size(&host, rt.as_ref()).await;
+        let (cpus, memory) = crate::admission::host_size(&host, rt.as_ref()).await;
         if let Some(cpus) = cpus.filter(|c| *c > 0) {
             if sb.spec.cpu_cores > f64::from(cpus) {
                 too_small.get_or_insert_with(|| {
@@ -216,24 +216,6 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
         )));
     }
     Ok(out)
-}
-
-/// A host's size: what an administrator set, else what its engine
-/// reported at the last health check, else what it reports now (`None`
-/// where nothing is known). A create asks no engine when the checks know.
-pub(crate) async fn host_size(host: &Host, rt: &dyn Runtime) -> (Option<u32>, Option<u64>) {
-    let known = (
-        host.cpus.or(host.health.cpus),
-        host.memory_bytes.or(host.health.memory_bytes),
-    );
-    if let (Some(c), Some(m)) = known {
-        return (Some(c), Some(m));
-    }
-    let info = rt.info().await.ok();
-    (
-        known.0.or(info.as_ref().map(|i| i.cpus)),
-        known.1.or(info.as_ref().map(|i| i.memory_bytes)),
-    )
 }
 
 /// The refusal when no candidate had room: each host's load in the words

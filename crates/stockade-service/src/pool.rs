@@ -44,7 +44,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::error::{ServiceError, ServiceResult};
+use crate::error::ServiceError;
 use crate::Service;
 
 /// How the warm pool is set up; no classes means no pool.
@@ -461,12 +461,23 @@ fn claimed_record(sb: &Sandbox, id: &SandboxId, container_id: String) -> Sandbox
     claimed
 }
 
+/// What the warm pool made of a create.
+#[derive(Debug)]
+pub enum Claim {
+    /// Served: the RUNNING sandbox, under the member's id (not the
+    /// create's), on the member's host.
+    Served(Sandbox),
+    /// The create failed (its name is taken …).
+    Failed(ServiceError),
+    /// The member was claimed but cannot serve (its egress policy could not
+    /// be written): the caller destroys it and fails the create.
+    Unusable(Sandbox, ServiceError),
+}
+
 /// Serves the create of `sb` from the warm pool: `None` when it does not
 /// fit a class or no member is ready on a host it may go to (the caller
-/// creates it cold), else the RUNNING sandbox — under the member's id, not
-/// `sb.id`, on the member's host — or why the create failed (its name is
-/// taken).
-pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>> {
+/// creates it cold).
+pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
     let pool = &svc.pool;
     let class = pool.class_for(&sb.spec)?;
     // The hosts it may go to, the own one first; allow and deny
@@ -512,14 +523,14 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
                     continue;
                 }
                 pool.put_back(&slot, id);
-                return Some(Err(ServiceError::Conflict(format!(
+                return Some(Claim::Failed(ServiceError::Conflict(format!(
                     "A sandbox named '{}' already exists in this account",
                     claimed.spec.name
                 ))));
             }
             Err(e) => {
                 pool.put_back(&slot, id);
-                return Some(Err(e.into()));
+                return Some(Claim::Failed(e.into()));
             }
         }
         svc.hosts.remember(&id, &slot.0);
@@ -531,8 +542,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
         if claimed.spec.network != EgressPolicy::AllowAll {
             if let Err(e) = svc.apply_egress(&claimed).await {
                 warn!(sandbox.id = %id, error = %e, "egress policy of a claimed member not written; destroying it");
-                let _ = crate::lifecycle::destroy(svc, claimed, false).await;
-                return Some(Err(e));
+                return Some(Claim::Unusable(claimed, e));
             }
         } else {
             svc.register_egress(&claimed).await;
@@ -540,7 +550,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<ServiceResult<Sandbox>
         svc.agents.adopt(&id, claimed.started_at);
         pool.hits.fetch_add(1, Ordering::Relaxed);
         info!(sandbox.id = %id, account.id = %claimed.account_id, class = %class.key, host = %slot.0, "sandbox created from the warm pool");
-        return Some(Ok(claimed));
+        return Some(Claim::Served(claimed));
     }
     None
 }

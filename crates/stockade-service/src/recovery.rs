@@ -15,12 +15,9 @@
 //! - update: the container's limits converge to the record's.
 //! - snapshot: the half-made snapshot is handed to the collector.
 
-use std::time::Duration;
-
 use chrono::Utc;
 use stockade_core::{Operation, OperationKind, SandboxId, Scope, SnapshotId, SnapshotStatus};
 use stockade_store::{SandboxWrite, StoreError};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::error::ServiceResult;
@@ -277,33 +274,4 @@ async fn abandon_snapshot(svc: &Service, op: &Operation) -> ServiceResult<()> {
         }
     }
     end(svc, op, SandboxWrite::None).await
-}
-
-/// Every `period` until `shutdown`, recovers the operations whose holder
-/// died; once an hour also forgets expired idempotency keys.
-pub async fn run_periodically(svc: Service, period: Duration, shutdown: CancellationToken) {
-    let mut last_purge: Option<tokio::time::Instant> = None;
-    let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if svc.crashed() {
-            return;
-        }
-        let report = recover_expired(&svc, false).await;
-        if report.recovered + report.failed > 0 {
-            info!(?report, "recovery pass");
-        }
-        if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
-            last_purge = Some(tokio::time::Instant::now());
-            let purged = crate::idempotency::purge_expired(&svc).await;
-            if purged > 0 {
-                debug!(purged, "forgot expired idempotency keys");
-            }
-        }
-    }
 }

@@ -4,12 +4,9 @@
 //! the server was down is acted on at the first tick after start; each due
 //! session is claimed once across server instances.
 
-use std::time::Duration;
-
 use chrono::Utc;
 use futures_util::future::join_all;
 use stockade_core::{Sandbox, SandboxStatus};
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::error::ServiceResult;
@@ -31,7 +28,7 @@ pub struct SessionReport {
     pub failed: usize,
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     Stopped,
     Terminated,
     Closed,
@@ -39,7 +36,7 @@ enum Outcome {
 
 /// Claims the sessions that ended by now on every Docker host (each one
 /// for `config.session_claim_lease`).
-async fn claim_due(svc: &Service) -> Vec<Sandbox> {
+pub(crate) async fn claim_due(svc: &Service) -> Vec<Sandbox> {
     let now = Utc::now();
     let lease = chrono::Duration::from_std(svc.config.session_claim_lease)
         .unwrap_or_else(|_| chrono::Duration::seconds(120));
@@ -70,7 +67,7 @@ async fn claim_due(svc: &Service) -> Vec<Sandbox> {
 }
 
 /// Ends one claimed session and logs what happened.
-async fn expire_logged(svc: &Service, sb: Sandbox) -> Option<Outcome> {
+pub(crate) async fn expire_logged(svc: &Service, sb: Sandbox) -> Option<Outcome> {
     let id = sb.id.clone();
     match expire(svc, sb).await {
         Ok(outcome) => Some(outcome),
@@ -123,27 +120,4 @@ async fn expire(svc: &Service, mut sb: Sandbox) -> ServiceResult<Outcome> {
     let done = lifecycle::destroy(svc, sb, false).await?;
     info!(sandbox.id = %done.id, "session timed out: sandbox terminated");
     Ok(Outcome::Terminated)
-}
-
-/// Every `config.session_check_interval` (the first time at once) until
-/// `shutdown`, claims the ended sessions and ends each in a task of its own,
-/// so that a stop waiting out its grace period never delays the next tick.
-pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
-    let period = svc
-        .config
-        .session_check_interval
-        .max(Duration::from_millis(50));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                for sb in claim_due(&svc).await {
-                    let svc = svc.clone();
-                    tokio::spawn(async move { expire_logged(&svc, sb).await });
-                }
-            }
-        }
-    }
 }

@@ -32,14 +32,11 @@ use stockade_core::{
 };
 use stockade_runtime::{labels, RuntimeError, SNAPSHOT_LABEL};
 use stockade_store::StoreError;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::error::{ServiceError, ServiceResult};
 use crate::Service;
 
-/// How often [`collect_garbage`] runs in the background.
-pub const COLLECT_INTERVAL: Duration = Duration::from_secs(60);
 /// A capture still CREATING after this long died with its server.
 pub const STALE_CAPTURE: Duration = Duration::from_secs(3600);
 
@@ -513,16 +510,15 @@ pub async fn release_fork_snapshot(svc: &Service, mut snapshot: Snapshot) {
     release(svc, &mut snapshot).await;
 }
 
-/// What one collection removed.
+/// What one collection of snapshots removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CollectReport {
     pub snapshots_released: usize,
     pub stale_captures: usize,
-    pub uploads_expired: usize,
 }
 
-/// Removes the images of deleted snapshots that no container uses any more,
-/// what captures that died midway left, and uploads past their time.
+/// Removes the images of deleted snapshots that no container uses any more
+/// and what captures that died midway left.
 pub async fn collect_garbage(svc: &Service) -> CollectReport {
     let mut report = CollectReport::default();
     let stale_before = Utc::now()
@@ -547,25 +543,7 @@ pub async fn collect_garbage(svc: &Service) -> CollectReport {
         }
         Err(e) => warn!(error = %e, "snapshot collection: could not list pending snapshots"),
     }
-    report.uploads_expired = crate::sources::expire_uploads(svc).await;
     report
-}
-
-/// Runs [`collect_garbage`] every [`COLLECT_INTERVAL`] until `shutdown`.
-pub async fn collect_periodically(svc: Service, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(COLLECT_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                let r = collect_garbage(&svc).await;
-                if r != CollectReport::default() {
-                    info!(?r, "snapshot and upload collection");
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

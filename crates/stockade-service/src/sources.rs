@@ -7,7 +7,7 @@
 //!   none), `--depth 1` unless the ref is a commit, then tarred.
 //! - `tarball`: downloaded by the server (http/https), size-capped.
 //! - `upload`: an archive sent earlier to `POST /uploads`, kept in the
-//!   object store for [`crate::config::SourceLimits::upload_ttl`], used once.
+//!   object store for [`SourceLimits::upload_ttl`], used once.
 //! - `snapshot`: the snapshot's image plus its `/workspace` archive.
 //! - `sandbox` (fork): a fresh internal snapshot's image plus the source's
 //!   `/workspace`, streamed straight from its container.
@@ -17,7 +17,7 @@
 //! the create with a 422 and leaves nothing behind.
 //!
 //! One unpack ceiling holds for every source
-//! ([`crate::config::ServiceConfig::max_unpacked_bytes`]): what the files
+//! (the configuration's `max_unpacked_bytes`): what the files
 //! add up to is known before the create starts — counted in the checked
 //! download, in the upload and the snapshot archive read once more, in the
 //! fork's `/workspace` read once more, and for a clone from `git ls-tree`
@@ -49,15 +49,42 @@ use stockade_runtime::{ByteStream, RuntimeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 
-use crate::config::SourceLimits;
 use crate::error::{ServiceError, ServiceResult};
-use crate::{lifecycle, snapshots, Service};
+use crate::{access, snapshots, Service};
+use stockade_core::net::AddressPolicy;
 use stockade_core::Scope;
 
 /// The most entries an archive may hold.
 const MAX_ENTRIES: u64 = 1_000_000;
 /// How much of a failing git's stderr is kept for the error message.
 const MAX_GIT_STDERR: u64 = 16 * 1024;
+
+/// How much the server fetches on a user's behalf for a create source.
+#[derive(Debug, Clone)]
+pub struct SourceLimits {
+    /// Largest archive (download or upload) and largest cloned repository
+    /// (its `.git`), as fetched; what they unpack to is held to
+    /// `max_unpacked_bytes` of the service configuration.
+    pub max_archive_bytes: u64,
+    /// A clone or download that takes longer fails.
+    pub fetch_timeout: Duration,
+    /// How long an upload waits to be used.
+    pub upload_ttl: Duration,
+    /// Internal addresses (loopback, private, link-local …) that sources and
+    /// image registries may still reach; none by default (SEC-8).
+    pub addresses: AddressPolicy,
+}
+
+impl Default for SourceLimits {
+    fn default() -> Self {
+        Self {
+            max_archive_bytes: 1 << 30,
+            fetch_timeout: Duration::from_secs(300),
+            upload_ttl: Duration::from_secs(24 * 3600),
+            addresses: AddressPolicy::default(),
+        }
+    }
+}
 
 /// A source made ready: the archive to unpack and what to do once the
 /// create has finished.
@@ -218,7 +245,7 @@ pub async fn resolve(
         SandboxSource::Sandbox { sandbox_id } => {
             refuse_image_fields(req, "sandbox")?;
             let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
-            let from = lifecycle::load(svc, scope, id.as_str()).await?;
+            let from = access::load(svc, scope, id.as_str()).await?;
             snapshots::ensure_capturable(&from)?;
             // Counted before anything is made: a sparse file can make a
             // tiny disk hold a huge /workspace.

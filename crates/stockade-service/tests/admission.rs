@@ -85,7 +85,7 @@ impl World {
             memory_gb: Some(memory),
             ..Default::default()
         };
-        lifecycle::create_sandbox(svc, &self.scope(), &req, None)
+        svc.create_sandbox(&self.scope(), &req, None)
             .await
             .map(|c| c.sandbox)
     }
@@ -374,7 +374,8 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
         name: Some("warm".into()),
         ..Default::default()
     };
-    let warm = lifecycle::create_sandbox(&svc, &w.scope(), &req, None)
+    let warm = svc
+        .create_sandbox(&w.scope(), &req, None)
         .await
         .unwrap()
         .sandbox;

@@ -16,7 +16,8 @@ use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::{Account, Host, HostState, Sandbox, SandboxStatus, Scope};
 use stockade_runtime::{FakeRuntime, Runtime};
 use stockade_service::admission::AdmissionConfig;
-use stockade_service::hosts::{check_hosts_once, HostsConfig, RuntimeFactory};
+use stockade_service::hosts::{HostsConfig, RuntimeFactory};
+use stockade_service::tasks::hosts::check_hosts_once;
 use stockade_service::{lifecycle, Service, ServiceConfig, ServiceError};
 use stockade_store::{SqliteStore, Store};
 
@@ -131,7 +132,8 @@ impl World {
     }
 
     async fn create(&self, req: CreateSandboxRequest) -> Result<Sandbox, ServiceError> {
-        lifecycle::create_sandbox(&self.svc, &self.scope(), &req, None)
+        self.svc
+            .create_sandbox(&self.scope(), &req, None)
             .await
             .map(|c| c.sandbox)
     }

@@ -68,7 +68,7 @@ impl World {
             name: Some(name.into()),
             ..Default::default()
         };
-        lifecycle::create_sandbox(svc, &self.scope(), &req, None)
+        svc.create_sandbox(&self.scope(), &req, None)
             .await
             .map(|c| c.sandbox)
     }
@@ -242,20 +242,22 @@ async fn an_idempotent_retry_after_a_crash_answers_at_once() {
         name: Some("keyed".into()),
         ..Default::default()
     };
-    lifecycle::create_sandbox(&dead, &w.scope(), &req, Some("key-1"))
+    dead.create_sandbox(&w.scope(), &req, Some("key-1"))
         .await
         .unwrap_err();
     tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
     let live = w.instance().await;
     let started = std::time::Instant::now();
-    let created = lifecycle::create_sandbox(&live, &w.scope(), &req, Some("key-1"))
+    let created = live
+        .create_sandbox(&w.scope(), &req, Some("key-1"))
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(!created.replayed, "the first create was rolled back");
     assert_eq!(created.sandbox.status, SandboxStatus::Running);
     // A second retry replays the sandbox just made.
-    let again = lifecycle::create_sandbox(&live, &w.scope(), &req, Some("key-1"))
+    let again = live
+        .create_sandbox(&w.scope(), &req, Some("key-1"))
         .await
         .unwrap();
     assert!(again.replayed);

@@ -78,7 +78,7 @@ pub async fn create(
         (Some(h), _) => Some(h),
         (None, b) => b,
     };
-    let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &req, key).await?;
+    let created = state.svc.create_sandbox(&caller.scope, &req, key).await?;
     let mut resp = (StatusCode::CREATED, respond(&created.sandbox, &headers)).into_response();
     if created.replayed {
         resp.headers_mut()

@@ -189,7 +189,7 @@ pub async fn fork(
         }),
         ..Default::default()
     };
-    let created = lifecycle::create_sandbox(&state.svc, &caller.scope, &create, None).await?;
+    let created = state.svc.create_sandbox(&caller.scope, &create, None).await?;
     let sb = created.sandbox;
     tracing::Span::current().record("fork.id", sb.id.as_str());
     Ok((

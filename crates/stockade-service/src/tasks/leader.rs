@@ -158,24 +158,30 @@ async fn try_take(svc: &Service) -> Result<Option<tokio::time::Instant>, String>
 /// together by cancelling `term`.
 fn start_term(svc: &Service, term: &CancellationToken) {
     let period = (svc.config.operation_lease / 3).max(Duration::from_millis(100));
-    tokio::spawn(crate::recovery::run_periodically(
+    tokio::spawn(crate::tasks::recovery::run_periodically(
         svc.clone(),
         period,
         term.clone(),
     ));
     // Its first pass runs at once: a new leader reconciles straight away.
-    tokio::spawn(crate::reconcile::run_periodically(
+    tokio::spawn(crate::tasks::reconcile::run_periodically(
         svc.clone(),
         term.clone(),
     ));
-    tokio::spawn(crate::sessions::run_periodically(svc.clone(), term.clone()));
+    tokio::spawn(crate::tasks::sessions::run_periodically(
+        svc.clone(),
+        term.clone(),
+    ));
     // SCALE-6: every host checked, cordoned and recovered by one instance.
-    tokio::spawn(crate::hosts::check_periodically(svc.clone(), term.clone()));
-    tokio::spawn(crate::snapshots::collect_periodically(
+    tokio::spawn(crate::tasks::hosts::check_periodically(
         svc.clone(),
         term.clone(),
     ));
-    tokio::spawn(crate::disk_watch::run_periodically(
+    tokio::spawn(crate::tasks::collect::collect_periodically(
+        svc.clone(),
+        term.clone(),
+    ));
+    tokio::spawn(crate::tasks::disk_watch::run_periodically(
         svc.clone(),
         term.clone(),
     ));

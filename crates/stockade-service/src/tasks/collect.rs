@@ -1,0 +1,45 @@
+//! The collection of what is left over: images of deleted snapshots that
+//! no container uses any more, captures that died midway, uploads past
+//! their time.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::{snapshots, sources, Service};
+
+/// How often the collection runs in the background.
+pub const COLLECT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What one collection removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CollectReport {
+    pub snapshots: snapshots::CollectReport,
+    pub uploads_expired: usize,
+}
+
+/// One collection of snapshots and uploads.
+pub async fn collect_once(svc: &Service) -> CollectReport {
+    CollectReport {
+        snapshots: snapshots::collect_garbage(svc).await,
+        uploads_expired: sources::expire_uploads(svc).await,
+    }
+}
+
+/// Runs [`collect_once`] every [`COLLECT_INTERVAL`] until `shutdown`.
+pub async fn collect_periodically(svc: Service, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(COLLECT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                let r = collect_once(&svc).await;
+                if r != CollectReport::default() {
+                    info!(?r, "snapshot and upload collection");
+                }
+            }
+        }
+    }
+}

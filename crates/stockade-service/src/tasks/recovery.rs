@@ -1,0 +1,38 @@
+//! Recovery of the operations whose holder died, every third of the
+//! operation lease; once an hour also the expired idempotency keys.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+use crate::Service;
+
+/// Every `period` until `shutdown`, recovers the operations whose holder
+/// died; once an hour also forgets expired idempotency keys.
+pub async fn run_periodically(svc: Service, period: Duration, shutdown: CancellationToken) {
+    let mut last_purge: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if svc.crashed() {
+            return;
+        }
+        let report = crate::recovery::recover_expired(&svc, false).await;
+        if report.recovered + report.failed > 0 {
+            info!(?report, "recovery pass");
+        }
+        if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+            last_purge = Some(tokio::time::Instant::now());
+            let purged = crate::idempotency::purge_expired(&svc).await;
+            if purged > 0 {
+                debug!(purged, "forgot expired idempotency keys");
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Session timeouts: ended sessions looked for every
+//! `session_check_interval` and each ended in a task of its own.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::Service;
+
+/// Every `config.session_check_interval` (the first time at once) until
+/// `shutdown`, claims the ended sessions and ends each in a task of its own,
+/// so that a stop waiting out its grace period never delays the next tick.
+pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
+    let period = svc
+        .config
+        .session_check_interval
+        .max(Duration::from_millis(50));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                for sb in crate::sessions::claim_due(&svc).await {
+                    let svc = svc.clone();
+                    tokio::spawn(async move { crate::sessions::expire_logged(&svc, sb).await });
+                }
+            }
+        }
+    }
+}
