@@ -6,8 +6,8 @@ use std::time::Duration;
 use stockade_blob::BlobConfig;
 use stockade_core::Defaults;
 
-use crate::pool::PoolConfig;
-use crate::usage::UsageConfig;
+use crate::observe::usage::UsageConfig;
+use crate::sandbox::pool::PoolConfig;
 
 /// What a local object store leaves free on its file system by default.
 pub const DEFAULT_BLOB_KEEP_FREE_BYTES: u64 = 1 << 30;
@@ -72,21 +72,21 @@ pub struct ServiceConfig {
     /// keeps room to write.
     pub blob_keep_free_bytes: u64,
     /// Limits of git / tarball / upload sources (LC-11).
-    pub sources: crate::sources::SourceLimits,
+    pub sources: crate::content::sources::SourceLimits,
     /// The warm pool (SCALE-3); no classes by default.
     pub pool: PoolConfig,
     /// The images tenants may name in `dockerImage` (SEC-6).
-    pub images: crate::images::ImagePolicy,
+    pub images: crate::content::images::ImagePolicy,
     /// Sandboxes one bulk operation works on at once.
     pub bulk_concurrency: usize,
     /// The egress filter of network policies (SEC-18).
-    pub egress: crate::egress::EgressSettings,
+    pub egress: crate::net::egress::EgressSettings,
     /// Admission control per Docker host (SEC-15) and the quota of new
     /// accounts (SEC-16).
-    pub admission: crate::admission::AdmissionConfig,
+    pub admission: crate::fleet::admission::AdmissionConfig,
     /// Registered Docker hosts: how they are connected and checked
     /// (SCALE-4..SCALE-6).
-    pub hosts: crate::hosts::HostsConfig,
+    pub hosts: crate::fleet::hosts::HostsConfig,
 }
 
 impl Default for ServiceConfig {
@@ -115,13 +115,13 @@ impl Default for ServiceConfig {
                 dir: std::env::temp_dir().join("stockade-blobs"),
             },
             blob_keep_free_bytes: DEFAULT_BLOB_KEEP_FREE_BYTES,
-            sources: crate::sources::SourceLimits::default(),
+            sources: crate::content::sources::SourceLimits::default(),
             pool: PoolConfig::default(),
-            images: crate::images::ImagePolicy::default(),
+            images: crate::content::images::ImagePolicy::default(),
             bulk_concurrency: 8,
-            egress: crate::egress::EgressSettings::default(),
-            admission: crate::admission::AdmissionConfig::default(),
-            hosts: crate::hosts::HostsConfig::default(),
+            egress: crate::net::egress::EgressSettings::default(),
+            admission: crate::fleet::admission::AdmissionConfig::default(),
+            hosts: crate::fleet::hosts::HostsConfig::default(),
         }
     }
 }

@@ -16,41 +16,28 @@ use stockade_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
 pub mod access;
-pub mod admission;
-pub mod agent;
-pub mod compat;
 pub mod config;
-pub mod create;
-pub mod drain;
-pub mod egress;
+pub mod content;
 pub mod error;
-pub mod exec;
-pub mod files;
-pub mod host_admin;
-pub mod hosts;
-pub mod idempotency;
-pub mod images;
-pub mod lifecycle;
-pub mod log_cursor;
-pub mod metrics;
-pub mod operations;
-pub mod outbound;
-pub mod output;
-pub mod placement;
-pub mod pool;
-pub mod processes;
-pub mod recovery;
-pub mod sessions;
-pub mod snapshots;
-pub mod sources;
+pub mod fleet;
+pub mod interact;
+pub mod net;
+pub mod observe;
+pub mod ops;
+pub mod sandbox;
 pub mod tasks;
-pub mod terminal;
-pub mod update;
-pub mod usage;
-pub mod workspace_sync;
 
 pub use config::ServiceConfig;
+pub use content::{files, images, snapshots, sources, workspace_sync};
 pub use error::{ServiceError, ServiceResult};
+pub use fleet::{admission, host_admin, hosts, placement};
+pub use interact::{agent, exec, log_cursor, output, processes, terminal};
+pub use net::{egress, outbound};
+pub use observe::{metrics, usage};
+pub use ops::operations;
+pub use sandbox::{
+    compat, create, drain, idempotency, lifecycle, pool, recovery, sessions, update,
+};
 pub use sources::SourceLimits;
 pub use tasks::{disk_watch, leader, reconcile};
 

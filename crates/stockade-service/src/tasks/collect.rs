@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::{snapshots, sources, Service};
+use crate::{content::snapshots, content::sources, Service};
 
 /// How often the collection runs in the background.
 pub const COLLECT_INTERVAL: Duration = Duration::from_secs(60);

@@ -20,7 +20,7 @@ use stockade_runtime::{DiskEnforcement, DiskUsage, Runtime};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{lifecycle, Service};
+use crate::{sandbox::lifecycle, Service};
 
 /// The start of the status reason of a sandbox the watch stopped.
 pub const DISK_LIMIT_EXCEEDED: &str = "disk limit exceeded";

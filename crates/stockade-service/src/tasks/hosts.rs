@@ -93,7 +93,7 @@ pub async fn check_hosts_once(
     svc: &Service,
     prepared: &mut std::collections::HashSet<String>,
 ) -> Vec<Host> {
-    let hosts = match crate::placement::all_hosts(svc).await {
+    let hosts = match crate::fleet::placement::all_hosts(svc).await {
         Ok(h) => h,
         Err(e) => {
             tracing::warn!(error = %e, "host checks: could not list the hosts");
@@ -202,7 +202,7 @@ fn start_drain(svc: &Service, host: &Host) {
     }
     let (svc, host) = (svc.clone(), host.clone());
     tokio::spawn(async move {
-        crate::drain::drain_once(&svc, &host).await;
+        crate::sandbox::drain::drain_once(&svc, &host).await;
         svc.hosts.end_drain(&host.name);
     });
 }
@@ -232,7 +232,7 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
             match rt.inspect(&sb.id).await {
                 Ok(Some(c)) if !c.running => {
                     svc.agents.forget(&sb.id);
-                    match crate::lifecycle::start(svc, sb.clone()).await {
+                    match crate::sandbox::lifecycle::start(svc, sb.clone()).await {
                         Ok(_) => restarted += 1,
                         Err(e) => {
                             tracing::warn!(sandbox.id = %sb.id, error = %e, "host recovery: not started again")
@@ -277,7 +277,7 @@ pub async fn observe_periodically(svc: Service, shutdown: tokio_util::sync::Canc
                 if svc.leader.is_leader() {
                     continue;
                 }
-                if let Ok(hosts) = crate::placement::all_hosts(&svc).await {
+                if let Ok(hosts) = crate::fleet::placement::all_hosts(&svc).await {
                     svc.hosts.observe(&hosts);
                 }
             }

@@ -23,13 +23,13 @@ pub async fn run_periodically(svc: Service, period: Duration, shutdown: Cancella
         if svc.crashed() {
             return;
         }
-        let report = crate::recovery::recover_expired(&svc, false).await;
+        let report = crate::sandbox::recovery::recover_expired(&svc, false).await;
         if report.recovered + report.failed > 0 {
             info!(?report, "recovery pass");
         }
         if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
             last_purge = Some(tokio::time::Instant::now());
-            let purged = crate::idempotency::purge_expired(&svc).await;
+            let purged = crate::sandbox::idempotency::purge_expired(&svc).await;
             if purged > 0 {
                 debug!(purged, "forgot expired idempotency keys");
             }

@@ -21,9 +21,9 @@ pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                for sb in crate::sessions::claim_due(&svc).await {
+                for sb in crate::sandbox::sessions::claim_due(&svc).await {
                     let svc = svc.clone();
-                    tokio::spawn(async move { crate::sessions::expire_logged(&svc, sb).await });
+                    tokio::spawn(async move { crate::sandbox::sessions::expire_logged(&svc, sb).await });
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! Sandbox lifecycle as durable operations: each create, start, stop and
 //! delete is recorded before it touches Docker, waits for any other
 //! operation on the same sandbox, and ends together with its write to the
-//! record (see [`crate::operations`]). The database stays the single source
+//! record (see [`crate::ops::operations`]). The database stays the single source
 //! of truth.
 
 use std::time::Duration;
@@ -17,9 +17,9 @@ use stockade_store::{Placed, SandboxWrite, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::content::sources::PreparedSource;
 use crate::error::{ServiceError, ServiceResult};
-use crate::operations::OpGuard;
-use crate::sources::PreparedSource;
+use crate::ops::operations::OpGuard;
 use crate::Service;
 
 pub use crate::access::load;
@@ -64,7 +64,7 @@ pub fn prepare_with_id(
 /// Refuses resources the Docker host `server` cannot give at all: more
 /// CPUs than it has, more memory than it has (a 400 naming the field, not
 /// Docker's error later). Hosts whose size the engine does not report are
-/// not checked. (Creates: [`crate::placement::candidates`] checks every host.)
+/// not checked. (Creates: [`crate::fleet::placement::candidates`] checks every host.)
 pub async fn check_host_fits(svc: &Service, server: &str, spec: &SandboxSpec) -> ServiceResult<()> {
     let Ok(rt) = svc.runtime_on(server).await else {
         return Ok(()); // the operation's own error comes later
@@ -197,7 +197,7 @@ pub async fn create_from(
             }
         }
         if let Some(after) = after {
-            crate::sources::finish(&svc, after, result.is_ok()).await;
+            crate::content::sources::finish(&svc, after, result.is_ok()).await;
         }
         result
     })
@@ -224,7 +224,7 @@ async fn create_inner(
     let poolable = poolable && held.is_none();
     // The admission (quota, host room) is held until the record shows the
     // sandbox.
-    let admitted = match crate::admission::admit_create(svc, &sb).await {
+    let admitted = match crate::fleet::admission::admit_create(svc, &sb).await {
         Ok(admitted) => admitted,
         Err(e) => {
             if let Some(guard) = held {
@@ -234,11 +234,11 @@ async fn create_inner(
         }
     };
     if poolable {
-        match crate::pool::claim(svc, &sb).await {
+        match crate::sandbox::pool::claim(svc, &sb).await {
             None => {}
-            Some(crate::pool::Claim::Served(sandbox)) => return Ok(sandbox),
-            Some(crate::pool::Claim::Failed(e)) => return Err(e),
-            Some(crate::pool::Claim::Unusable(member, e)) => {
+            Some(crate::sandbox::pool::Claim::Served(sandbox)) => return Ok(sandbox),
+            Some(crate::sandbox::pool::Claim::Failed(e)) => return Err(e),
+            Some(crate::sandbox::pool::Claim::Unusable(member, e)) => {
                 let _ = destroy(svc, member, false).await;
                 return Err(e);
             }
@@ -246,7 +246,7 @@ async fn create_inner(
     }
     // The hosts that may take it; the store picks the freest one
     // with room as it inserts the record.
-    let candidates = match crate::placement::candidates(svc, &sb).await {
+    let candidates = match crate::fleet::placement::candidates(svc, &sb).await {
         Ok(c) => c,
         Err(e) => {
             if let Some(guard) = held {
@@ -265,7 +265,11 @@ async fn create_inner(
         other => other.into(),
     };
     let full = |loads: Vec<stockade_store::CandidateLoad>, sb: &Sandbox| {
-        ServiceError::InsufficientCapacity(crate::placement::full_message(&loads, &candidates, sb))
+        ServiceError::InsufficientCapacity(crate::fleet::placement::full_message(
+            &loads,
+            &candidates,
+            sb,
+        ))
     };
     let guard = match held {
         // The operation was recorded before the idempotency key: only the
@@ -322,7 +326,8 @@ async fn create_inner(
     }
     // A snapshot's image comes from the object store to a host
     // that lacks it.
-    if let Err(e) = crate::snapshots::ensure_image_on(svc, rt.as_ref(), &sb.spec.docker_image).await
+    if let Err(e) =
+        crate::content::snapshots::ensure_image_on(svc, rt.as_ref(), &sb.spec.docker_image).await
     {
         warn!(sandbox.id = %sb.id, error = %e, "snapshot image not loaded; rolling the create back");
         guard.abandon().await;
@@ -450,7 +455,7 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     if !container.running {
         // The admission (quota, host room) is held until the RUNNING status
         // is written.
-        match crate::admission::admit_start(svc, &sb).await {
+        match crate::fleet::admission::admit_start(svc, &sb).await {
             Ok(a) => admitted = Some(a),
             Err(e) => {
                 guard.release().await;
@@ -579,7 +584,7 @@ pub async fn destroy_with(
         return Ok(sb);
     }
     if sync {
-        match crate::workspace_sync::sync(svc, sb).await {
+        match crate::content::workspace_sync::sync(svc, sb).await {
             Ok(synced) => sb = synced,
             Err(e) => {
                 guard.release().await; // nothing deleted without its sync
@@ -615,7 +620,7 @@ pub async fn destroy_with(
     info!(sandbox.id = %sb.id, preserve_volume, "sandbox destroyed");
     // Images of deleted snapshots this sandbox was made from may go now.
     let gc = svc.clone();
-    tokio::spawn(async move { crate::snapshots::collect_garbage(&gc).await });
+    tokio::spawn(async move { crate::content::snapshots::collect_garbage(&gc).await });
     Ok(sb)
 }
 

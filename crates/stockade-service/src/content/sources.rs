@@ -23,11 +23,11 @@
 //! fork's `/workspace` read once more, and for a clone from `git ls-tree`
 //! before anything is checked out — and a source over it is a 413. The
 //! archive the runtime unpacks is metered again while it streams
-//! ([`crate::files::meter_archive`]), so it stops at the ceiling whatever
+//! ([`crate::content::files::meter_archive`]), so it stops at the ceiling whatever
 //! changed in between; the failed create is rolled back.
 //!
 //! The server fetches URLs on the user's behalf, so it never connects to an
-//! internal address ([`crate::outbound`]): downloads resolve names
+//! internal address ([`crate::net::outbound`]): downloads resolve names
 //! through the guarded resolver at every connection and redirect hop, and a
 //! clone is pinned to the address that was checked (`http.curloptResolve`,
 //! no redirects; a `git://` URL is rewritten to that address). Error
@@ -50,7 +50,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 
 use crate::error::{ServiceError, ServiceResult};
-use crate::{access, snapshots, Service};
+use crate::{access, content::snapshots, Service};
 use stockade_core::net::AddressPolicy;
 use stockade_core::Scope;
 
@@ -280,7 +280,7 @@ pub async fn resolve(
     let (req, prepared) = resolved?;
     // Whatever the source, the runtime unpacks it under the ceiling.
     let prepared = prepared.map(|p| PreparedSource {
-        archive: crate::files::meter_archive(p.archive, ceiling).0,
+        archive: crate::content::files::meter_archive(p.archive, ceiling).0,
         after: p.after,
     });
     Ok((req, prepared))
@@ -298,14 +298,14 @@ fn no_container(e: RuntimeError, id: &SandboxId) -> ServiceError {
 /// Reads `archive` through and fails with a 413 when its files unpack to
 /// more than `ceiling` (`what` names it in the message).
 async fn within_ceiling(archive: ByteStream, ceiling: u64, what: &str) -> ServiceResult<u64> {
-    match crate::files::measure_archive(archive, ceiling).await {
+    match crate::content::files::measure_archive(archive, ceiling).await {
         Ok(total) => Ok(total),
-        Err(crate::files::MeterError::TooLarge) => {
-            Err(crate::files::unpacked_too_large(what, ceiling))
+        Err(crate::content::files::MeterError::TooLarge) => {
+            Err(crate::content::files::unpacked_too_large(what, ceiling))
         }
-        Err(crate::files::MeterError::Invalid(m)) => Err(ServiceError::SourceFailed(format!(
-            "{what} cannot be read: {m}"
-        ))),
+        Err(crate::content::files::MeterError::Invalid(m)) => Err(ServiceError::SourceFailed(
+            format!("{what} cannot be read: {m}"),
+        )),
     }
 }
 
@@ -530,7 +530,7 @@ pub async fn parse_url(raw: &str, schemes: &[&str], limits: &SourceLimits) -> Se
     if url.host_str().is_none_or(str::is_empty) {
         return Err(bad("needs a host".into()));
     }
-    crate::outbound::check_url(&url, &limits.addresses)
+    crate::net::outbound::check_url(&url, &limits.addresses)
         .await
         .map_err(|e| bad(e.to_string()))?;
     Ok(url)
@@ -595,7 +595,7 @@ async fn clone_as_tar(
     let shown = redacted(url);
     // Pinned: git connects to the address that was checked, and follows no
     // redirect (which could lead anywhere).
-    let addrs = crate::outbound::check_url(url, &limits.addresses)
+    let addrs = crate::net::outbound::check_url(url, &limits.addresses)
         .await
         .map_err(|e| ServiceError::field("source.url", e.to_string()))?;
     let pinned = addrs[0];
@@ -654,7 +654,10 @@ async fn clone_as_tar(
         )
         .await?;
         if files.is_none() {
-            return Err(crate::files::unpacked_too_large("The repository", ceiling));
+            return Err(crate::content::files::unpacked_too_large(
+                "The repository",
+                ceiling,
+            ));
         }
         run_git(
             tmp.path(),
@@ -694,7 +697,7 @@ async fn clone_as_tar(
     .map_err(|e| ServiceError::Internal(format!("packing the clone failed: {e}")))?
     .map_err(|m| match m {
         Some(m) => ServiceError::SourceFailed(format!("git source {shown}: {m}")),
-        None => crate::files::unpacked_too_large("The repository", ceiling),
+        None => crate::content::files::unpacked_too_large("The repository", ceiling),
     })?;
     info!(url = %shown, git_ref, "repository cloned for a new sandbox");
     file_stream(tar_path, tmp).await
@@ -879,7 +882,7 @@ async fn download_archive(
     let tmp = tempfile::tempdir()
         .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let path = tmp.path().join("download");
-    let client = crate::outbound::http_client(&limits.addresses, limits.fetch_timeout)
+    let client = crate::net::outbound::http_client(&limits.addresses, limits.fetch_timeout)
         .map_err(|e| ServiceError::Internal(format!("HTTP client: {e}")))?;
     let failed = |m: String| ServiceError::SourceFailed(format!("download of {shown} failed: {m}"));
     let resp = client
@@ -921,7 +924,7 @@ async fn download_archive(
         .await
         .map_err(|e| match e {
             ArchiveError::TooLarge { limit } => {
-                crate::files::unpacked_too_large(&format!("The archive at {shown}"), limit)
+                crate::content::files::unpacked_too_large(&format!("The archive at {shown}"), limit)
             }
             ArchiveError::Invalid(m) => {
                 ServiceError::SourceFailed(format!("the archive at {shown} is unusable: {m}"))
@@ -956,7 +959,7 @@ impl std::fmt::Display for ArchiveError {
             Self::TooLarge { limit } => write!(
                 f,
                 "unpacked size exceeds the limit of {}",
-                crate::files::describe_limit(*limit)
+                crate::content::files::describe_limit(*limit)
             ),
             Self::Invalid(m) => f.write_str(m),
         }
@@ -1058,7 +1061,7 @@ pub fn check_archive<R: std::io::BufRead>(
     };
     let mut bounded = Bounded {
         inner: reader,
-        left: crate::files::unpacked_stream_bound(max_unpacked),
+        left: crate::content::files::unpacked_stream_bound(max_unpacked),
         over: false,
     };
     let mut summary = ArchiveSummary {
@@ -1097,7 +1100,7 @@ pub fn check_archive<R: std::io::BufRead>(
                 )
                 .into());
             }
-            let size = crate::files::unpacked_size(&mut entry)
+            let size = crate::content::files::unpacked_size(&mut entry)
                 .map_err(|e| format!("an entry{} is corrupt{}", name(&path), detail(&e)))?;
             summary.unpacked_bytes = summary.unpacked_bytes.saturating_add(size);
             if summary.unpacked_bytes > max_unpacked {

@@ -10,7 +10,7 @@ use stockade_core::{Sandbox, SandboxStatus};
 use tracing::{debug, error, info, warn};
 
 use crate::error::ServiceResult;
-use crate::{lifecycle, Service};
+use crate::{sandbox::lifecycle, Service};
 
 /// The status reason of a sandbox whose session ended.
 pub const TIMED_OUT: &str = "session timed out";

@@ -302,7 +302,7 @@ async fn capture_inner(
         // A /workspace that unpacks to more than the ceiling could
         // never be restored; it is refused while it streams.
         let ceiling = svc.config.max_unpacked_bytes;
-        let (workspace, over) = crate::files::meter_archive(workspace, ceiling);
+        let (workspace, over) = crate::content::files::meter_archive(workspace, ceiling);
         // The account's snapshot bytes: the stream stops where they end.
         let left = bytes_left(svc, quota, &snapshot).await?;
         let (workspace, seen) = cut_after(workspace, left);
@@ -316,7 +316,7 @@ async fn capture_inner(
         let bytes = match svc.blobs.put_stream(&key, workspace).await {
             Ok(bytes) => bytes,
             Err(_) if over.load(Ordering::SeqCst) => {
-                return Err(crate::files::unpacked_too_large(
+                return Err(crate::content::files::unpacked_too_large(
                     "The sandbox's /workspace",
                     ceiling,
                 ))

@@ -69,7 +69,7 @@ impl Service {
             let Some(tag) = info.tag.as_deref() else {
                 continue;
             };
-            let Some(id) = crate::processes::id_of_agent_tag(tag) else {
+            let Some(id) = crate::interact::processes::id_of_agent_tag(tag) else {
                 continue;
             };
             if self.processes.knows(&sb.id, id) {

@@ -13,7 +13,7 @@ use stockade_api::{FileEntry, FileType};
 use stockade_core::{Sandbox, SandboxPath, VolumeName};
 
 use crate::error::{ServiceError, ServiceResult};
-use crate::exec::agent_error;
+use crate::interact::exec::agent_error;
 use crate::Service;
 
 /// A login shell: bash where the image has it, else sh.
@@ -192,7 +192,7 @@ impl Terminal {
             | Ok(ProcessOutput::Stdout(b))
             | Ok(ProcessOutput::Stderr(b)) => Some(Ok(TerminalEvent::Output(b))),
             Ok(ProcessOutput::End(end)) => {
-                let exit = crate::exec::exit_of(&end, None, std::time::Instant::now());
+                let exit = crate::interact::exec::exit_of(&end, None, std::time::Instant::now());
                 Some(Ok(TerminalEvent::Exit(exit.exit_code)))
             }
             Err(e) => Some(Err(agent_error(e))),

@@ -107,7 +107,7 @@ pub async fn recover_held(svc: &Service, op: Operation) -> bool {
         OperationKind::Start | OperationKind::Stop => converge_status(svc, &op).await,
         OperationKind::Update => converge_limits(svc, &op).await,
         OperationKind::Snapshot | OperationKind::Sync => abandon_snapshot(svc, &op).await,
-        OperationKind::Move => crate::drain::finish_move(svc, &op).await,
+        OperationKind::Move => crate::sandbox::drain::finish_move(svc, &op).await,
     };
     match result {
         Ok(()) => {

@@ -352,7 +352,7 @@ impl Service {
         let own_seen = seen.iter().any(|h| h.name == self.hosts.own_name());
         let mut hosts: Vec<Host> = seen.into_iter().filter(Host::schedulable).collect();
         if !own_seen {
-            hosts.push(crate::placement::own_host_record(self));
+            hosts.push(crate::fleet::placement::own_host_record(self));
         }
         hosts.sort_by_key(|h| h.name != self.hosts.own_name());
         hosts

@@ -482,7 +482,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
     let class = pool.class_for(&sb.spec)?;
     // The hosts it may go to, the own one first; allow and deny
     // lists only where the egress filter runs.
-    let own_only = crate::egress::needs_filter(&sb.spec.network);
+    let own_only = crate::net::egress::needs_filter(&sb.spec.network);
     let hosts: Vec<(String, Arc<dyn Runtime>)> = svc
         .schedulable_hosts()
         .into_iter()
@@ -502,7 +502,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
         };
         // The member's room stays held until the record shows the
         // sandbox, so the refill the take starts cannot overfill the host.
-        let _held = crate::admission::hold_claim(svc, &id, &slot.0, class.resources());
+        let _held = crate::fleet::admission::hold_claim(svc, &id, &slot.0, class.resources());
         pool.wake();
         let container = match rt.inspect(&id).await {
             Ok(Some(c)) if c.running => c,
@@ -664,11 +664,14 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                 fills.spawn(async move {
                     // Members hold room like sandboxes; none on a
                     // full host.
-                    let admitted =
-                        match crate::admission::check_pool_fill(&svc, &member, &slot.0).await {
-                            Ok(admitted) => admitted,
-                            Err(why) => return (slot, Err(why)),
-                        };
+                    let admitted = match crate::fleet::admission::check_pool_fill(
+                        &svc, &member, &slot.0,
+                    )
+                    .await
+                    {
+                        Ok(admitted) => admitted,
+                        Err(why) => return (slot, Err(why)),
+                    };
                     let made = async {
                         rt.create_pool_member(&member).await?;
                         // Its agent, connected now rather than at the first

@@ -61,14 +61,14 @@ async fn drain_one(svc: &Service, sb: Sandbox) -> ServiceResult<()> {
     match sb.status {
         SandboxStatus::Running if sb.spec.persistent => {
             let reason = Some("stopped: its Docker host is being drained".to_owned());
-            crate::lifecycle::stop_because(svc, sb, svc.config.stop_grace, reason).await?;
+            crate::sandbox::lifecycle::stop_because(svc, sb, svc.config.stop_grace, reason).await?;
         }
         SandboxStatus::Stopped | SandboxStatus::Error if sb.spec.persistent => {
             move_sandbox(svc, sb).await?;
         }
         SandboxStatus::Provisioning | SandboxStatus::Pending => {}
         _ => {
-            crate::lifecycle::destroy(svc, sb, false).await?;
+            crate::sandbox::lifecycle::destroy(svc, sb, false).await?;
         }
     }
     Ok(())
@@ -82,7 +82,7 @@ pub async fn move_sandbox(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> 
     // A move goes wherever there is a host: the request's own wishes were
     // for the first placement.
     wanted.spec.placement = Default::default();
-    let candidates = crate::placement::candidates(svc, &wanted).await?;
+    let candidates = crate::fleet::placement::candidates(svc, &wanted).await?;
     let counts = svc.store.sandboxes_per_server().await?;
     let Some(target) = candidates
         .into_iter()
@@ -123,10 +123,14 @@ pub async fn move_sandbox(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> 
         let workspace = from_rt.export_workspace(&sb.id).await?;
         svc.blobs.put_stream(&key, workspace).await?;
         svc.crash_point("move.exported")?;
-        crate::snapshots::ensure_image_on(svc, target.runtime.as_ref(), &sb.spec.docker_image)
-            .await?;
+        crate::content::snapshots::ensure_image_on(
+            svc,
+            target.runtime.as_ref(),
+            &sb.spec.docker_image,
+        )
+        .await?;
         let (_, archive) = svc.blobs.get_stream(&key).await?;
-        let spec = crate::lifecycle::container_spec(svc, &sb);
+        let spec = crate::sandbox::lifecycle::container_spec(svc, &sb);
         let cid = target.runtime.create_with_workspace(&spec, archive).await?;
         // Stopped it was, stopped it stays.
         target.runtime.stop(&sb.id, svc.config.stop_grace).await?;

@@ -52,10 +52,10 @@ pub async fn update(
              environmentVars, cpuCores, memoryGB",
         ));
     }
-    let sb = crate::lifecycle::load(svc, scope, id).await?;
+    let sb = crate::sandbox::lifecycle::load(svc, scope, id).await?;
     // Bad input is a 400 whatever state the sandbox is in.
     let target = patch.apply(&sb.spec, &svc.config.defaults)?;
-    crate::lifecycle::check_host_fits(svc, &sb.server, &target).await?;
+    crate::sandbox::lifecycle::check_host_fits(svc, &sb.server, &target).await?;
     if patch.network_policy.is_some() {
         svc.check_private_entries(&target.network)?;
         svc.check_policy_enforceable(&target.network, &sb.server)?;
@@ -85,7 +85,7 @@ pub async fn update(
         let target = patch.apply(&current.spec, &svc.config.defaults)?;
         // The admission (quota, host room) is held until the record has the
         // new limits.
-        match crate::admission::admit_resize(svc, &current, &target).await {
+        match crate::fleet::admission::admit_resize(svc, &current, &target).await {
             Ok(a) => admitted = Some(a),
             Err(e) => {
                 guard.release().await;
@@ -114,7 +114,7 @@ pub async fn update(
             Ok(running) => live = running,
             Err(e) => {
                 guard.abandon().await; // the limits converge to the record's
-                return Err(crate::lifecycle::docker_refused(e, "cpuCores"));
+                return Err(crate::sandbox::lifecycle::docker_refused(e, "cpuCores"));
             }
         }
     }
@@ -227,7 +227,7 @@ async fn update_record(
     id: &str,
     change: impl Fn(Sandbox) -> ServiceResult<Sandbox>,
 ) -> ServiceResult<Sandbox> {
-    let sb = crate::lifecycle::load(svc, scope, id).await?;
+    let sb = crate::sandbox::lifecycle::load(svc, scope, id).await?;
     ensure_updatable(&sb)?;
     let op = svc.new_operation(
         OperationKind::Update,

@@ -10,7 +10,7 @@ use stockade_core::{Sandbox, Scope, SnapshotId, SnapshotKind, SnapshotStatus};
 use stockade_store::SandboxFilter;
 
 use crate::error::{ServiceError, ServiceResult};
-use crate::lifecycle::{self, Created};
+use crate::sandbox::lifecycle::{self, Created};
 use crate::Service;
 
 /// The most sandboxes [`list_all`] reads for one caller.
@@ -37,8 +37,13 @@ pub async fn create_with_metadata(
         if created.sandbox.spec.metadata == metadata {
             return Ok(created);
         }
-        return match crate::update::set_metadata(svc, scope, created.sandbox.id.as_str(), &metadata)
-            .await
+        return match crate::sandbox::update::set_metadata(
+            svc,
+            scope,
+            created.sandbox.id.as_str(),
+            &metadata,
+        )
+        .await
         {
             Ok(sandbox) => Ok(Created {
                 sandbox,
@@ -59,10 +64,11 @@ pub async fn create_with_metadata(
     let sb = lifecycle::prepare(svc, scope, req)?;
     if let Some(image) = &req.docker_image {
         svc.config.images.check(image, "dockerImage")?;
-        crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses).await?;
+        crate::content::images::check_registry(image, "dockerImage", &svc.config.sources.addresses)
+            .await?;
     }
-    crate::placement::candidates(svc, &sb).await?;
-    let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
+    crate::fleet::placement::candidates(svc, &sb).await?;
+    let (spec_req, source) = crate::content::sources::resolve(svc, scope, req).await?;
     let mut sb = lifecycle::prepare_with_id(svc, scope, &spec_req, sb.id)?;
     sb.spec.metadata = metadata;
     let sandbox = lifecycle::create_from(svc, sb, None, source, None).await?;

@@ -151,7 +151,7 @@ pub async fn check_registry(
     let Some((host, port)) = registry_host(image) else {
         return Ok(());
     };
-    crate::outbound::resolve_allowed(&host, port, policy)
+    crate::net::outbound::resolve_allowed(&host, port, policy)
         .await
         .map(|_| ())
         .map_err(|e| FieldError::new(field, format!("image '{image}': {e}")))

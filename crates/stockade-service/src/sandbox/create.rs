@@ -1,20 +1,20 @@
 //! A create as a client asks for it: every field checked, the image and
 //! host room looked at before a source is fetched, the source resolved, the
 //! sandbox made; with an `Idempotency-Key`, the wrapper of
-//! [`crate::idempotency`] around the same steps.
+//! [`crate::sandbox::idempotency`] around the same steps.
 
 use stockade_api::CreateSandboxRequest;
 use stockade_core::Scope;
 
 use crate::error::ServiceResult;
-use crate::lifecycle::{self, Created};
+use crate::sandbox::lifecycle::{self, Created};
 use crate::Service;
 
 impl Service {
     /// Creates a sandbox as a client asks: every
     /// field is checked first, then the source is fetched, then the sandbox is
     /// made and returned RUNNING. With `idempotency_key`, a retry returns what
-    /// the first create made (see [`crate::idempotency`]).
+    /// the first create made (see [`crate::sandbox::idempotency`]).
     pub async fn create_sandbox(
         &self,
         scope: &Scope,
@@ -29,12 +29,16 @@ impl Service {
             // are not internal addresses. Images of sources (snapshots, forks)
             // are set later, from what the caller owns.
             svc.config.images.check(image, "dockerImage")?;
-            crate::images::check_registry(image, "dockerImage", &svc.config.sources.addresses)
-                .await?;
+            crate::content::images::check_registry(
+                image,
+                "dockerImage",
+                &svc.config.sources.addresses,
+            )
+            .await?;
         }
         // Refused before a source is fetched: no host may take it.
-        let placeable = crate::placement::candidates(svc, &sb).await?;
-        if crate::egress::needs_filter(&sb.spec.network) {
+        let placeable = crate::fleet::placement::candidates(svc, &sb).await?;
+        if crate::net::egress::needs_filter(&sb.spec.network) {
             svc.check_policy_enforceable(&sb.spec.network, &placeable[0].host.name)?;
         }
         drop(placeable);
@@ -42,12 +46,12 @@ impl Service {
         // again, and held, when the record is made. Not before a key's replay: a
         // retry of a create that was made returns it even at the quota.
         if idempotency_key.is_none() {
-            drop(crate::admission::admit_create(svc, &sb).await?);
+            drop(crate::fleet::admission::admit_create(svc, &sb).await?);
         }
         tracing::Span::current().record("sandbox.id", sb.id.as_str());
         match idempotency_key {
             None => {
-                let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
+                let (spec_req, source) = crate::content::sources::resolve(svc, scope, req).await?;
                 let sb = lifecycle::prepare_with_id(svc, scope, &spec_req, sb.id)?;
                 let sandbox = lifecycle::create_from(svc, sb, None, source, None).await?;
                 Ok(Created {
@@ -55,7 +59,9 @@ impl Service {
                     replayed: false,
                 })
             }
-            Some(key) => crate::idempotency::create_with_key(svc, scope, req, key, sb.id).await,
+            Some(key) => {
+                crate::sandbox::idempotency::create_with_key(svc, scope, req, key, sb.id).await
+            }
         }
     }
 }

@@ -32,7 +32,7 @@ use stockade_core::{human_bytes, Sandbox, SandboxId, SandboxStatus, VolumeName};
 use stockade_runtime::{ContainerStats, DiskUsage, Runtime};
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::observe::metrics::Metrics;
 
 /// How live figures are measured.
 #[derive(Debug, Clone, PartialEq)]

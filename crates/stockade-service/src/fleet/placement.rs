@@ -13,8 +13,8 @@ use stockade_core::{Host, HostState, Sandbox, Snapshot};
 use stockade_runtime::Runtime;
 use stockade_store::{CandidateLoad, PlacementCandidate};
 
-use crate::admission::HostCapacity;
 use crate::error::{ServiceError, ServiceResult};
+use crate::fleet::admission::HostCapacity;
 use crate::Service;
 
 /// A host that may take the create, with its runtime.
@@ -110,7 +110,7 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
         )));
     }
     // The egress filter of allow/deny lists runs beside the own host only.
-    let schedulable = if crate::egress::needs_filter(&sb.spec.network) {
+    let schedulable = if crate::net::egress::needs_filter(&sb.spec.network) {
         let own: Vec<Host> = schedulable
             .into_iter()
             .filter(|h| h.name == svc.hosts.own_name())
@@ -146,11 +146,16 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
             }
         };
         if snapshot_image
-            && !crate::snapshots::image_available_on(svc, rt.as_ref(), &sb.spec.docker_image).await
+            && !crate::content::snapshots::image_available_on(
+                svc,
+                rt.as_ref(),
+                &sb.spec.docker_image,
+            )
+            .await
         {
             continue;
         }
-        let (cpus, memory) = crate::admission::host_size(&host, rt.as_ref()).await;
+        let (cpus, memory) = crate::fleet::admission::host_size(&host, rt.as_ref()).await;
         if let Some(cpus) = cpus.filter(|c| *c > 0) {
             if sb.spec.cpu_cores > f64::from(cpus) {
                 too_small.get_or_insert_with(|| {
@@ -193,7 +198,7 @@ pub async fn candidates(svc: &Service, sb: &Sandbox) -> ServiceResult<Vec<Candid
                 server: host.name.clone(),
                 cpu_limit_millis: cap.cpu_limit(),
                 memory_limit_bytes: cap.memory_limit(),
-                extra: crate::admission::held_on(svc, &host.name, &sb.id),
+                extra: crate::fleet::admission::held_on(svc, &host.name, &sb.id),
             },
             host,
             runtime: rt,

@@ -23,7 +23,7 @@ use stockade_core::{FieldError, SandboxId};
 use stockade_runtime::{ExecEvent, ExecProcess};
 use tokio::sync::watch;
 
-use crate::output::Capped;
+use crate::interact::output::Capped;
 
 /// The tag of a background process in a sandbox's agent.
 pub fn agent_tag(id: &str) -> String {

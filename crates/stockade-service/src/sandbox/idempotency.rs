@@ -15,8 +15,8 @@ use stockade_store::StoreError;
 use tracing::error;
 
 use crate::error::{ServiceError, ServiceResult};
-use crate::lifecycle::{Created, IdempotencyKey};
-use crate::operations::OpGuard;
+use crate::ops::operations::OpGuard;
+use crate::sandbox::lifecycle::{Created, IdempotencyKey};
 use crate::Service;
 
 /// How long a key is remembered.
@@ -133,8 +133,8 @@ async fn create_recorded(
         key: key.to_owned(),
     };
     let prepared = async {
-        let (spec_req, source) = crate::sources::resolve(svc, scope, req).await?;
-        let sb = crate::lifecycle::prepare_with_id(svc, scope, &spec_req, id)?;
+        let (spec_req, source) = crate::content::sources::resolve(svc, scope, req).await?;
+        let sb = crate::sandbox::lifecycle::prepare_with_id(svc, scope, &spec_req, id)?;
         Ok::<_, ServiceError>((sb, source))
     }
     .await;
@@ -150,7 +150,8 @@ async fn create_recorded(
         }
     };
     // A failed create forgets the key itself (also when its caller left).
-    let sandbox = crate::lifecycle::create_from(svc, sb, Some(idem), source, Some(guard)).await?;
+    let sandbox =
+        crate::sandbox::lifecycle::create_from(svc, sb, Some(idem), source, Some(guard)).await?;
     Ok(Created {
         sandbox,
         replayed: false,
@@ -179,7 +180,7 @@ async fn replay(svc: &Service, scope: &Scope, id: &SandboxId, key: &str) -> Serv
             (None, None) => return Ok(Replay::Gone),
             (_, Some(op)) if op.lease_until <= Utc::now() => {
                 // Its instance died: roll it back now instead of waiting.
-                crate::recovery::claim_and_recover(svc, &op).await;
+                crate::sandbox::recovery::claim_and_recover(svc, &op).await;
             }
             (_, Some(_)) => {
                 if tokio::time::Instant::now() >= deadline {

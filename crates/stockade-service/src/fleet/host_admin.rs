@@ -396,7 +396,7 @@ fn host_for_message(s: &str) -> String {
 pub async fn ensure_own(svc: &Service, docker_host: &str) -> ServiceResult<Host> {
     let own = Host {
         docker_host: docker_host.to_owned(),
-        ..crate::placement::own_host_record(svc)
+        ..crate::fleet::placement::own_host_record(svc)
     };
     Ok(svc.store.ensure_host(&own).await?)
 }
@@ -559,7 +559,7 @@ mod tests {
 
     use super::*;
     use crate::config::ServiceConfig;
-    use crate::hosts::RuntimeFactory;
+    use crate::fleet::hosts::RuntimeFactory;
 
     #[test]
     fn docker_hosts() {

@@ -1,0 +1,5 @@
+pub mod files;
+pub mod images;
+pub mod snapshots;
+pub mod sources;
+pub mod workspace_sync;

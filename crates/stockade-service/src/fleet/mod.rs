@@ -1,0 +1,4 @@
+pub mod admission;
+pub mod host_admin;
+pub mod hosts;
+pub mod placement;

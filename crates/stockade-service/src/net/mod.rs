@@ -1,0 +1,2 @@
+pub mod egress;
+pub mod outbound;

@@ -1,0 +1,2 @@
+pub mod metrics;
+pub mod usage;

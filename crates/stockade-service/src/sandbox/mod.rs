@@ -1,0 +1,9 @@
+pub mod compat;
+pub mod create;
+pub mod drain;
+pub mod idempotency;
+pub mod lifecycle;
+pub mod pool;
+pub mod recovery;
+pub mod sessions;
+pub mod update;
