@@ -73,9 +73,27 @@ impl Sandbox {
         session_deadline(self.spec.timeout_minutes, start)
     }
 
-    /// Whether the sandbox is destroyed (TERMINATED or soft-deleted).
+    /// Whether the sandbox is destroyed (TERMINATED or soft-deleted):
+    /// nothing but reading its record applies to it any more.
     pub fn is_terminated(&self) -> bool {
         self.status == SandboxStatus::Terminated || self.deleted_at.is_some()
+    }
+
+    /// Whether a start applies: not destroyed, and its status may be
+    /// started (a running sandbox starts as a no-op).
+    pub fn can_start(&self) -> bool {
+        !self.is_terminated() && self.status.can_start()
+    }
+
+    /// Whether a stop applies: not destroyed, and its container made.
+    pub fn can_stop(&self) -> bool {
+        !self.is_terminated() && !self.is_being_created()
+    }
+
+    /// Whether processes can run in it now (commands, the agent, the
+    /// proxy's ports): only a running sandbox has a running container.
+    pub fn can_exec(&self) -> bool {
+        !self.is_terminated() && self.status == SandboxStatus::Running
     }
 
     /// Whether a create is still making it (its container may not exist yet).
@@ -217,5 +235,32 @@ mod tests {
             session_deadline(90.0, start),
             Some(start + chrono::Duration::minutes(90))
         );
+    }
+
+    #[test]
+    fn state_rules_follow_the_status_and_deletion() {
+        let now = Utc::now();
+        let id = SandboxId::generate();
+        let spec = SandboxSpec::from_input(
+            crate::spec::SpecInput::default(),
+            &id,
+            &crate::spec::Defaults::default(),
+        )
+        .unwrap();
+        let mut sb = Sandbox::new(id, AccountId::generate(), None, spec, "local".into(), now);
+        assert!(!sb.can_start() && !sb.can_stop() && !sb.can_exec());
+        sb.mark_running(now);
+        assert!(sb.can_start() && sb.can_stop() && sb.can_exec());
+        sb.mark_stopped(now, None);
+        assert!(sb.can_start() && sb.can_stop() && !sb.can_exec());
+        sb.mark_error("gone".into());
+        assert!(sb.can_start() && sb.can_stop() && !sb.can_exec());
+        sb.mark_terminated(now);
+        assert!(sb.is_terminated());
+        assert!(!sb.can_start() && !sb.can_stop() && !sb.can_exec());
+        // A soft-deleted record is terminated whatever its status says.
+        let mut deleted = sb.clone();
+        deleted.status = SandboxStatus::Running;
+        assert!(deleted.is_terminated() && !deleted.can_exec());
     }
 }

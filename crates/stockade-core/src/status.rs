@@ -56,11 +56,6 @@ impl SandboxStatus {
     pub fn can_start(self) -> bool {
         matches!(self, Self::Running | Self::Stopped | Self::Error)
     }
-
-    /// Whether the sandbox still exists (not terminated).
-    pub fn is_active(self) -> bool {
-        self != Self::Terminated
-    }
 }
 
 impl std::fmt::Display for SandboxStatus {

@@ -198,7 +198,7 @@ async fn load_live(state: &AppState, scope: &Scope, id: &str) -> E2bResult<Sandb
             stockade_service::ServiceError::NotFound(_) => sandbox_not_found(id),
             other => other.into(),
         })?;
-    if sb.is_terminated() || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(sandbox_not_found(id));
     }
     Ok(sb)

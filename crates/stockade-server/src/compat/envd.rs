@@ -19,7 +19,7 @@ use axum::http::{StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use stockade_core::{Sandbox, SandboxId, SandboxStatus};
+use stockade_core::{Sandbox, SandboxId};
 use stockade_store::StoreError;
 
 use super::e2b::{api_key, caller_of_token, E2bApiError};
@@ -208,10 +208,10 @@ async fn authorise(
             }
         }
     };
-    if sb.is_terminated() || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(gone(id, ": it was killed or reached its timeout"));
     }
-    if sb.status != SandboxStatus::Running {
+    if !sb.can_exec() {
         return Err(gone(
             id,
             &format!(

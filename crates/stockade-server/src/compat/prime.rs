@@ -202,7 +202,7 @@ pub async fn bulk_delete(
         match SandboxId::parse_field(id, "sandbox_ids") {
             Err(e) => targets.push(Err((id.clone(), e.into()))),
             Ok(sid) => match state.svc.store.get_sandbox(&caller.scope, &sid).await {
-                Ok(sb) if sb.is_terminated() || sb.deleted_at.is_some() => targets.push(Err((
+                Ok(sb) if sb.is_terminated() => targets.push(Err((
                     id.clone(),
                     ServiceError::NotFound("Sandbox not found".into()),
                 ))),
@@ -265,7 +265,7 @@ async fn auth(
     Path(id): Path<String>,
 ) -> ApiResult<Json<PrimeGatewayAuth>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
-    if sb.is_terminated() || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(ApiError::Terminated(format!(
             "Sandbox {id} is terminated: there is no gateway to reach"
         )));
@@ -677,7 +677,7 @@ async fn gateway_sandbox(
             format!("Forbidden: this gateway token is not for the namespace {ns}"),
         ));
     }
-    if sb.is_terminated() || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(GatewayError::new(
             StatusCode::GONE,
             "sandbox_terminated",
@@ -685,7 +685,7 @@ async fn gateway_sandbox(
             format!("Sandbox {job} was deleted"),
         ));
     }
-    if sb.status != SandboxStatus::Running {
+    if !sb.can_exec() {
         return Err(GatewayError::new(
             StatusCode::CONFLICT,
             "sandbox_not_running",

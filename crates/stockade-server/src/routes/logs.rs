@@ -14,7 +14,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures_util::stream::{self, StreamExt};
 use stockade_api::{ErrorBody, LogLineResponse, LogsEndEvent, LogsResponse};
-use stockade_core::{SandboxId, SandboxStatus, ValidationErrors};
+use stockade_core::{SandboxId, ValidationErrors};
 use stockade_runtime::{LogLines, LogsOptions, Runtime};
 use tracing::instrument;
 use utoipa::OpenApi;
@@ -138,7 +138,7 @@ pub async fn logs(
 ) -> ApiResult<Response> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let q = parse_query(raw.as_deref(), &headers)?;
-    if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(ApiError::Terminated(format!(
             "Sandbox {} is terminated: its container and logs are gone",
             sb.id

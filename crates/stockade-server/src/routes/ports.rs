@@ -17,8 +17,7 @@ use stockade_api::{
     AuthTokenRequest, AuthTokenResponse, ErrorBody, ExposePortRequest, ExposedPort, PortsResponse,
 };
 use stockade_core::spec::parse_port;
-use stockade_core::{Sandbox, SandboxStatus};
-use stockade_store::{SandboxFilter, StoreError};
+use stockade_core::Sandbox;
 use tracing::instrument;
 use utoipa::OpenApi;
 
@@ -28,12 +27,8 @@ use crate::proxy::{parse_port_segment, token::Claims, PublicBase};
 use crate::AppState;
 use stockade_service::lifecycle;
 
-/// Most ports one sandbox may have exposed at once (4 at create, more later).
-pub const MAX_EXPOSED_PORTS: usize = 32;
 /// The longest lifetime a sandbox token may ask for.
 pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
-/// How often an expose/unexpose retries when another writer got there first.
-const UPDATE_ATTEMPTS: usize = 8;
 
 /// The routes of this module, relative to `/api/v1`.
 pub fn routes() -> Router<AppState> {
@@ -60,41 +55,6 @@ fn ports_of(sb: &Sandbox, base: &PublicBase, state: &AppState) -> Vec<ExposedPor
         .iter()
         .map(|p| base.exposed_port(&state.config, &sb.id, *p))
         .collect()
-}
-
-fn ensure_not_terminated(sb: &Sandbox) -> ApiResult<()> {
-    if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
-        return Err(ApiError::Terminated(format!(
-            "Sandbox {} is terminated; create a new one",
-            sb.id
-        )));
-    }
-    Ok(())
-}
-
-/// Applies `change` to the sandbox's record and saves it, reloading and
-/// trying again when another writer updated it in between.
-/// `change` returns `Ok(false)` when there is nothing to write.
-async fn update_ports(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    mut change: impl FnMut(&mut Sandbox) -> ApiResult<bool>,
-) -> ApiResult<(Sandbox, bool)> {
-    for _ in 0..UPDATE_ATTEMPTS {
-        let mut sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
-        if !change(&mut sb)? {
-            return Ok((sb, false));
-        }
-        match state.svc.store.update_sandbox(&sb).await {
-            Ok(saved) => return Ok((saved, true)),
-            Err(StoreError::Conflict(_)) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ApiError::Conflict(
-        "The sandbox was changed by others too often meanwhile; try again".into(),
-    ))
 }
 
 /// The exposed ports of a sandbox and their proxy URLs.
@@ -138,30 +98,7 @@ pub async fn expose(
     ApiJson(req): ApiJson<ExposePortRequest>,
 ) -> ApiResult<(StatusCode, Json<ExposedPort>)> {
     let port = parse_port(req.port, "port")?;
-    let (sb, changed) = update_ports(&state, &caller, &id, |sb| {
-        ensure_not_terminated(sb)?;
-        if sb.spec.ports.contains(&port) {
-            return Ok(false);
-        }
-        if !sb.spec.network.allows_egress() {
-            return Err(ApiError::Conflict(format!(
-                "Sandbox {} was created with networkAccess: false: it has no network the proxy \
-                 could reach a port on",
-                sb.id
-            )));
-        }
-        if sb.spec.ports.len() >= MAX_EXPOSED_PORTS {
-            return Err(ApiError::field(
-                "port",
-                format!(
-                    "at most {MAX_EXPOSED_PORTS} ports can be exposed at once; unexpose one first"
-                ),
-            ));
-        }
-        sb.spec.ports.push(port);
-        Ok(true)
-    })
-    .await?;
+    let (sb, changed) = state.svc.expose_port(&caller.scope, &id, port).await?;
     let base = PublicBase::from_request(&headers, &state.config);
     let status = if changed {
         tracing::info!(sandbox.id = %sb.id, port, "port exposed");
@@ -189,18 +126,7 @@ pub async fn unexpose(
     headers: HeaderMap,
 ) -> ApiResult<Json<PortsResponse>> {
     let port = parse_port_segment(&port)?;
-    let (sb, _) = update_ports(&state, &caller, &id, |sb| {
-        let before = sb.spec.ports.len();
-        sb.spec.ports.retain(|p| *p != port);
-        if sb.spec.ports.len() == before {
-            return Err(ApiError::NotFound(format!(
-                "Port {port} is not exposed on sandbox {}",
-                sb.id
-            )));
-        }
-        Ok(true)
-    })
-    .await?;
+    let sb = state.svc.unexpose_port(&caller.scope, &id, port).await?;
     tracing::info!(sandbox.id = %sb.id, port, "port unexposed");
     let base = PublicBase::from_request(&headers, &state.config);
     Ok(Json(PortsResponse {
@@ -223,29 +149,13 @@ pub async fn list_all(
         return Err(ApiError::field(k, "unknown query parameter"));
     }
     let base = PublicBase::from_request(&headers, &state.config);
-    let mut filter = SandboxFilter {
-        statuses: vec![SandboxStatus::Running],
-        page: 1,
-        per_page: 1000,
-        ..Default::default()
-    };
-    let mut ports = Vec::new();
-    loop {
-        let page = state
-            .svc
-            .store
-            .list_sandboxes(&caller.scope, &filter)
-            .await?;
-        let seen = u64::from(filter.page) * u64::from(filter.per_page);
-        let last = page.sandboxes.is_empty() || seen >= page.total;
-        for sb in &page.sandboxes {
-            ports.extend(ports_of(sb, &base, &state));
-        }
-        if last {
-            break;
-        }
-        filter.page += 1;
-    }
+    let ports = state
+        .svc
+        .running_sandboxes(&caller.scope)
+        .await?
+        .iter()
+        .flat_map(|sb| ports_of(sb, &base, &state))
+        .collect();
     Ok(Json(PortsResponse { ports }))
 }
 
@@ -286,8 +196,7 @@ pub async fn auth_token(
             ))
         }
     };
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
-    ensure_not_terminated(&sb)?;
+    let sb = state.svc.sandbox_for_port_token(&caller.scope, &id).await?;
     // Whole seconds, rounded up: the token lives at least `ttl` seconds.
     let now = Utc::now();
     let now_secs = now.timestamp() + i64::from(now.timestamp_subsec_nanos() > 0);

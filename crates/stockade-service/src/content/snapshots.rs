@@ -64,7 +64,7 @@ pub fn snapshot_not_found() -> ServiceError {
 /// Refuses sandboxes whose filesystem cannot be read: terminated, still
 /// being created, or without a container.
 pub fn ensure_capturable(sb: &Sandbox) -> ServiceResult<()> {
-    if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(ServiceError::Terminated(format!(
             "Sandbox {} is terminated: there is no filesystem left to capture",
             sb.id

@@ -26,7 +26,7 @@ pub fn sync_key(sb: &Sandbox, at: chrono::DateTime<Utc>) -> String {
 /// Uploads the sandbox's `/workspace` and records the sync on its record;
 /// returns the updated record.
 pub async fn sync(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
-    if sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return Err(ServiceError::Conflict(format!(
             "Sandbox {} is already terminated: there is no /workspace left to sync",
             sb.id

@@ -167,7 +167,7 @@ impl Usage {
     ) {
         let own = rt.server_name() == self.runtime.server_name();
         let running = sb.status == SandboxStatus::Running;
-        let gone = sb.status == SandboxStatus::Terminated || sb.deleted_at.is_some();
+        let gone = sb.is_terminated();
         let volume = VolumeName::for_sandbox(&sb.id);
         let (sample, size, disk) = tokio::join!(
             async {

@@ -4,6 +4,7 @@ pub mod drain;
 pub mod idempotency;
 pub mod lifecycle;
 pub mod pool;
+pub mod ports;
 pub mod recovery;
 pub mod sessions;
 pub mod update;

@@ -163,7 +163,7 @@ async fn carry_on_delete(svc: &Service, op: &Operation) -> ServiceResult<()> {
         Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
         Err(e) => return Err(e.into()),
     };
-    if sb.deleted_at.is_some() {
+    if sb.is_terminated() {
         return end(svc, op, SandboxWrite::None).await;
     }
     let wanted_sync = op.params.get("sync").and_then(|v| v.as_bool()) == Some(true);
