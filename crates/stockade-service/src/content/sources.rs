@@ -143,140 +143,147 @@ pub async fn finish(svc: &Service, after: AfterCreate, created: bool) {
     }
 }
 
-/// Resolves `req.source`: the request the sandbox's settings are built from
-/// (for snapshots and forks: their image; for a fork: the source's settings
-/// where the request gives none) and the prepared archive.
+/// Resolves `req.source`: the prepared archive and, for snapshots and
+/// forks, the request the sandbox's settings are built from instead (their
+/// image; for a fork, the source's settings where the request gives none);
+/// `None` where the source changes no setting.
 pub async fn resolve(
     svc: &Service,
     scope: &Scope,
     req: &CreateSandboxRequest,
-) -> ServiceResult<(CreateSandboxRequest, Option<PreparedSource>)> {
+) -> ServiceResult<(Option<CreateSandboxRequest>, Option<PreparedSource>)> {
     let Some(source) = &req.source else {
-        return Ok((req.clone(), None));
+        return Ok((None, None));
     };
     let limits = &svc.config.sources;
     let ceiling = svc.config.max_unpacked_bytes;
-    let resolved: ServiceResult<(CreateSandboxRequest, Option<PreparedSource>)> = match source {
-        SandboxSource::Git { url, git_ref } => {
-            let url = parse_url(url, &["https", "http", "git"], limits).await?;
-            let git_ref = git_ref
-                .as_deref()
-                .map(|r| parse_git_ref(r, "source.ref"))
-                .transpose()?;
-            let archive = clone_as_tar(limits, ceiling, &url, git_ref.as_deref()).await?;
-            Ok((
-                req.clone(),
-                Some(PreparedSource {
-                    archive,
-                    after: AfterCreate::Nothing,
-                }),
-            ))
-        }
-        SandboxSource::Tarball { url } => {
-            let url = parse_url(url, &["https", "http"], limits).await?;
-            let archive = download_archive(limits, ceiling, &url).await?;
-            Ok((
-                req.clone(),
-                Some(PreparedSource {
-                    archive,
-                    after: AfterCreate::Nothing,
-                }),
-            ))
-        }
-        SandboxSource::Upload { upload_id } => {
-            let id = UploadId::parse_field(upload_id, "source.uploadId")?;
-            let key = upload_key(&scope.account_id, &id);
-            let meta = svc.blobs.head(&key).await?.ok_or_else(|| {
-                ServiceError::NotFound(format!("Upload {id} not found (or already used)"))
-            })?;
-            if expired(meta.last_modified, limits.upload_ttl) {
-                let _ = svc.blobs.delete(&key).await;
-                return Err(ServiceError::NotFound(format!(
-                    "Upload {id} has expired; upload the archive again"
-                )));
+    let resolved: ServiceResult<(Option<CreateSandboxRequest>, Option<PreparedSource>)> =
+        match source {
+            SandboxSource::Git { url, git_ref } => {
+                let url = parse_url(url, &["https", "http", "git"], limits).await?;
+                let git_ref = git_ref
+                    .as_deref()
+                    .map(|r| parse_git_ref(r, "source.ref"))
+                    .transpose()?;
+                let archive = clone_as_tar(limits, ceiling, &url, git_ref.as_deref()).await?;
+                Ok((
+                    None,
+                    Some(PreparedSource {
+                        archive,
+                        after: AfterCreate::Nothing,
+                    }),
+                ))
             }
-            // Checked when it was uploaded; counted again under today's ceiling.
-            let (_, counted) = svc.blobs.get_stream(&key).await?;
-            within_ceiling(counted, ceiling, "The uploaded archive").await?;
-            let (_, archive) = svc.blobs.get_stream(&key).await?;
-            Ok((
-                req.clone(),
-                Some(PreparedSource {
-                    archive,
-                    after: AfterCreate::ConsumeUpload(key),
-                }),
-            ))
-        }
-        SandboxSource::Snapshot { snapshot_id } => {
-            refuse_image_fields(req, "snapshot")?;
-            let snapshot = snapshots::load(svc, scope, snapshot_id, "source.snapshotId").await?;
-            if !snapshot.is_usable() {
-                return Err(ServiceError::Conflict(format!(
-                    "Snapshot {} is {}; only a READY snapshot can be restored",
-                    snapshot.id, snapshot.status
-                )));
+            SandboxSource::Tarball { url } => {
+                let url = parse_url(url, &["https", "http"], limits).await?;
+                let archive = download_archive(limits, ceiling, &url).await?;
+                Ok((
+                    None,
+                    Some(PreparedSource {
+                        archive,
+                        after: AfterCreate::Nothing,
+                    }),
+                ))
             }
-            let key = snapshot.blob_key.clone().ok_or_else(|| {
-                ServiceError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
-            })?;
-            // An archive no larger than the ceiling cannot unpack to more.
-            if snapshot.workspace_bytes.is_none_or(|b| b > ceiling) {
-                let (_, counted) = svc.blobs.get_stream(&key).await?;
-                within_ceiling(counted, ceiling, "The snapshot's /workspace").await?;
-            }
-            let (_, archive) = svc.blobs.get_stream(&key).await?;
-            let mut req = req.clone();
-            req.docker_image = Some(snapshot.image_ref.clone());
-            // The image was committed with the environment blanked: the
-            // values come from the record, under what the request sets.
-            if let Some(captured) = &snapshot.environment_vars {
-                let mut env = captured.clone();
-                env.extend(req.environment_vars.take().unwrap_or_default());
-                req.environment_vars = Some(env);
-            }
-            Ok((
-                req,
-                Some(PreparedSource {
-                    archive,
-                    after: AfterCreate::Nothing,
-                }),
-            ))
-        }
-        SandboxSource::Sandbox { sandbox_id } => {
-            refuse_image_fields(req, "sandbox")?;
-            let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
-            let from = access::load(svc, scope, id.as_str()).await?;
-            snapshots::ensure_capturable(&from)?;
-            // Counted before anything is made: a sparse file can make a
-            // tiny disk hold a huge /workspace.
-            let from_rt = svc.runtime_for(&from).await?;
-            let counted = from_rt
-                .export_workspace(&from.id)
-                .await
-                .map_err(|e| no_container(e, &from.id))?;
-            within_ceiling(counted, ceiling, "The sandbox's /workspace").await?;
-            let snapshot = snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
-            let image = snapshot.image_ref.clone();
-            let guard = ForkSnapshot {
-                svc: svc.clone(),
-                snapshot: Some(snapshot),
-            };
-            let archive = match from_rt.export_workspace(&from.id).await {
-                Ok(a) => a,
-                Err(e) => {
-                    guard.release().await;
-                    return Err(no_container(e, &from.id));
+            SandboxSource::Upload { upload_id } => {
+                let id = UploadId::parse_field(upload_id, "source.uploadId")?;
+                let key = upload_key(&scope.account_id, &id);
+                let meta = svc.blobs.head(&key).await?.ok_or_else(|| {
+                    ServiceError::NotFound(format!("Upload {id} not found (or already used)"))
+                })?;
+                if expired(meta.last_modified, limits.upload_ttl) {
+                    let _ = svc.blobs.delete(&key).await;
+                    return Err(ServiceError::NotFound(format!(
+                        "Upload {id} has expired; upload the archive again"
+                    )));
                 }
-            };
-            Ok((
-                inherit(req, &from.spec, image),
-                Some(PreparedSource {
-                    archive,
-                    after: AfterCreate::ReleaseSnapshot(Box::new(guard)),
-                }),
-            ))
-        }
-    };
+                // Checked when it was uploaded; counted again under today's ceiling.
+                let (_, counted) = svc.blobs.get_stream(&key).await?;
+                within_ceiling(counted, ceiling, "The uploaded archive").await?;
+                let (_, archive) = svc.blobs.get_stream(&key).await?;
+                Ok((
+                    None,
+                    Some(PreparedSource {
+                        archive,
+                        after: AfterCreate::ConsumeUpload(key),
+                    }),
+                ))
+            }
+            SandboxSource::Snapshot { snapshot_id } => {
+                refuse_image_fields(req, "snapshot")?;
+                let snapshot =
+                    snapshots::load(svc, scope, snapshot_id, "source.snapshotId").await?;
+                if !snapshot.is_usable() {
+                    return Err(ServiceError::Conflict(format!(
+                        "Snapshot {} is {}; only a READY snapshot can be restored",
+                        snapshot.id, snapshot.status
+                    )));
+                }
+                let key = snapshot.blob_key.clone().ok_or_else(|| {
+                    ServiceError::Internal(format!(
+                        "snapshot {} has no workspace archive",
+                        snapshot.id
+                    ))
+                })?;
+                // An archive no larger than the ceiling cannot unpack to more.
+                if snapshot.workspace_bytes.is_none_or(|b| b > ceiling) {
+                    let (_, counted) = svc.blobs.get_stream(&key).await?;
+                    within_ceiling(counted, ceiling, "The snapshot's /workspace").await?;
+                }
+                let (_, archive) = svc.blobs.get_stream(&key).await?;
+                let mut req = req.clone();
+                req.docker_image = Some(snapshot.image_ref.clone());
+                // The image was committed with the environment blanked: the
+                // values come from the record, under what the request sets.
+                if let Some(captured) = &snapshot.environment_vars {
+                    let mut env = captured.clone();
+                    env.extend(req.environment_vars.take().unwrap_or_default());
+                    req.environment_vars = Some(env);
+                }
+                Ok((
+                    Some(req),
+                    Some(PreparedSource {
+                        archive,
+                        after: AfterCreate::Nothing,
+                    }),
+                ))
+            }
+            SandboxSource::Sandbox { sandbox_id } => {
+                refuse_image_fields(req, "sandbox")?;
+                let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
+                let from = access::load(svc, scope, id.as_str()).await?;
+                snapshots::ensure_capturable(&from)?;
+                // Counted before anything is made: a sparse file can make a
+                // tiny disk hold a huge /workspace.
+                let from_rt = svc.runtime_for(&from).await?;
+                let counted = from_rt
+                    .export_workspace(&from.id)
+                    .await
+                    .map_err(|e| no_container(e, &from.id))?;
+                within_ceiling(counted, ceiling, "The sandbox's /workspace").await?;
+                let snapshot =
+                    snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
+                let image = snapshot.image_ref.clone();
+                let guard = ForkSnapshot {
+                    svc: svc.clone(),
+                    snapshot: Some(snapshot),
+                };
+                let archive = match from_rt.export_workspace(&from.id).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        guard.release().await;
+                        return Err(no_container(e, &from.id));
+                    }
+                };
+                Ok((
+                    Some(inherit(req, &from.spec, image)),
+                    Some(PreparedSource {
+                        archive,
+                        after: AfterCreate::ReleaseSnapshot(Box::new(guard)),
+                    }),
+                ))
+            }
+        };
     let (req, prepared) = resolved?;
     // Whatever the source, the runtime unpacks it under the ceiling.
     let prepared = prepared.map(|p| PreparedSource {

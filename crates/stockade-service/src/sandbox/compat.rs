@@ -10,17 +10,14 @@ use stockade_core::{Sandbox, Scope, SnapshotId, SnapshotKind, SnapshotStatus};
 use stockade_store::SandboxFilter;
 
 use crate::error::{ServiceError, ServiceResult};
-use crate::sandbox::lifecycle::{self, Created};
+use crate::sandbox::lifecycle::Created;
 use crate::Service;
 
 /// The most sandboxes [`list_all`] reads for one caller.
 pub const MAX_LISTED: usize = 10_000;
 
-/// Creates a sandbox as [`Service::create_sandbox`](crate::Service::create_sandbox) does, with `metadata`
-/// in its record from the start. With an idempotency key, the create goes
-/// through the key's bookkeeping first and the metadata is written right
-/// after (the same metadata again on a replay); a failure to write it
-/// removes the new sandbox, so a create never answers without it.
+/// Creates a sandbox as [`Service::create_sandbox`] does, with `metadata`
+/// in its record from the start.
 pub async fn create_with_metadata(
     svc: &Service,
     scope: &Scope,
@@ -28,54 +25,8 @@ pub async fn create_with_metadata(
     idempotency_key: Option<&str>,
     metadata: BTreeMap<String, String>,
 ) -> ServiceResult<Created> {
-    let metadata = stockade_core::spec::parse_metadata(&metadata, "metadata")?;
-    if metadata.is_empty() {
-        return svc.create_sandbox(scope, req, idempotency_key).await;
-    }
-    if let Some(key) = idempotency_key {
-        let created = svc.create_sandbox(scope, req, Some(key)).await?;
-        if created.sandbox.spec.metadata == metadata {
-            return Ok(created);
-        }
-        return match crate::sandbox::update::set_metadata(
-            svc,
-            scope,
-            created.sandbox.id.as_str(),
-            &metadata,
-        )
+    svc.create_sandbox_with_metadata(scope, req, idempotency_key, &metadata)
         .await
-        {
-            Ok(sandbox) => Ok(Created {
-                sandbox,
-                replayed: created.replayed,
-            }),
-            Err(e) => {
-                if !created.replayed {
-                    if let Err(de) = lifecycle::destroy(svc, created.sandbox, false).await {
-                        tracing::warn!(error = %de, "could not remove a sandbox whose metadata failed");
-                    }
-                }
-                Err(e)
-            }
-        };
-    }
-    // The steps of `create_sandbox` without a key, the metadata set on the
-    // prepared record.
-    let sb = lifecycle::prepare(svc, scope, req)?;
-    if let Some(image) = &req.docker_image {
-        svc.config.images.check(image, "dockerImage")?;
-        crate::content::images::check_registry(image, "dockerImage", &svc.config.sources.addresses)
-            .await?;
-    }
-    crate::fleet::placement::candidates(svc, &sb).await?;
-    let (spec_req, source) = crate::content::sources::resolve(svc, scope, req).await?;
-    let mut sb = lifecycle::prepare_with_id(svc, scope, &spec_req, sb.id)?;
-    sb.spec.metadata = metadata;
-    let sandbox = lifecycle::create_from(svc, sb, None, source, None).await?;
-    Ok(Created {
-        sandbox,
-        replayed: false,
-    })
 }
 
 /// What an E2B `templateID` names.

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use stockade_api::CreateSandboxRequest;
 use stockade_core::{OperationKind, Sandbox, SandboxId, Scope};
 use stockade_store::StoreError;
 use tracing::error;
@@ -49,19 +48,56 @@ enum Replay {
     Gone,
 }
 
-/// [`Service::create_sandbox`] under `key`: returns the first
-/// create's sandbox for a repeated request, creates `id` otherwise.
-pub async fn create_with_key(
+/// What a create with a key does next (the shape of zero2prod's
+/// `idempotency::try_processing`).
+pub enum NextAction {
+    /// An earlier create with the same key and the same request made it.
+    ReturnSaved(Box<Created>),
+    /// This request is the one that creates: the key names its sandbox id
+    /// and its operation is held.
+    StartProcessing(Box<Processing>),
+}
+
+/// A create under way with a key: its operation, held since before the
+/// key was recorded (so a retry that finds the key also finds the
+/// operation), and the key.
+pub struct Processing {
+    pub guard: OpGuard,
+    pub key: IdempotencyKey,
+}
+
+impl Processing {
+    /// The create never began (refused, its source failed): the key is
+    /// forgotten so that a retry may try again.
+    pub async fn abort(self, svc: &Service) {
+        forget(svc, &self.key).await;
+        self.guard.release().await;
+    }
+}
+
+/// Forgets a key whose create failed: a retry with it may create anew.
+pub async fn forget(svc: &Service, key: &IdempotencyKey) {
+    if let Err(e) = svc
+        .store
+        .delete_idempotency_key(&key.account, &key.key)
+        .await
+    {
+        error!(error = %e, "could not forget the idempotency key of a failed create");
+    }
+}
+
+/// Looks `key` up for a create of sandbox `id` whose request hashes to
+/// `hash`: the first create's sandbox for a repeated request (waiting while
+/// it is still being made), a conflict for the same key with another
+/// request, else the key recorded for this create.
+pub async fn try_processing(
     svc: &Service,
     scope: &Scope,
-    req: &CreateSandboxRequest,
     key: &str,
-    id: SandboxId,
-) -> ServiceResult<Created> {
+    hash: &str,
+    id: &SandboxId,
+) -> ServiceResult<NextAction> {
     let key = parse_key(key)?;
-    let hash = stockade_core::account::sha256_hex(
-        &serde_json::to_vec(req).map_err(|e| ServiceError::Internal(e.to_string()))?,
-    );
     let account = scope.account_id.clone();
     // A handful of rounds: a concurrent request with the same key, or a
     // first create rolled back in between, sends us round again.
@@ -78,10 +114,10 @@ pub async fn create_with_key(
             }
             match replay(svc, scope, &first_id, key).await? {
                 Replay::Done(sandbox) => {
-                    return Ok(Created {
+                    return Ok(NextAction::ReturnSaved(Box::new(Created {
                         sandbox: *sandbox,
                         replayed: true,
-                    })
+                    })))
                 }
                 Replay::Gone => {
                     svc.store.delete_idempotency_key(&account, key).await?;
@@ -94,17 +130,25 @@ pub async fn create_with_key(
         // never nothing while the first create is still on its way.
         let op = svc.new_operation(
             OperationKind::Create,
-            &id,
+            id,
             &account,
             serde_json::json!({ "idempotency_key": key }),
         );
         let guard = svc.begin_operation(op).await?;
         match svc
             .store
-            .insert_idempotency_key(&account, key, &hash, &id, expired_before())
+            .insert_idempotency_key(&account, key, hash, id, expired_before())
             .await
         {
-            Ok(()) => return create_recorded(svc, scope, req, key, id, guard).await,
+            Ok(()) => {
+                return Ok(NextAction::StartProcessing(Box::new(Processing {
+                    guard,
+                    key: IdempotencyKey {
+                        account,
+                        key: key.to_owned(),
+                    },
+                })))
+            }
             // A concurrent request with the same key won: replay its result.
             Err(StoreError::Conflict(_)) => guard.release().await,
             Err(e) => {
@@ -116,46 +160,6 @@ pub async fn create_with_key(
     Err(ServiceError::Conflict(format!(
         "Idempotency-Key '{key}' is being used by other requests right now; retry"
     )))
-}
-
-/// The create itself, once the key names it. If it fails, the key is
-/// forgotten, so a retry may create anew.
-async fn create_recorded(
-    svc: &Service,
-    scope: &Scope,
-    req: &CreateSandboxRequest,
-    key: &str,
-    id: SandboxId,
-    guard: OpGuard,
-) -> ServiceResult<Created> {
-    let idem = IdempotencyKey {
-        account: scope.account_id.clone(),
-        key: key.to_owned(),
-    };
-    let prepared = async {
-        let (spec_req, source) = crate::content::sources::resolve(svc, scope, req).await?;
-        let sb = crate::sandbox::lifecycle::prepare_with_id(svc, scope, &spec_req, id)?;
-        Ok::<_, ServiceError>((sb, source))
-    }
-    .await;
-    let (sb, source) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            // The create never began: a retry with this key may try again.
-            if let Err(de) = svc.store.delete_idempotency_key(&idem.account, key).await {
-                error!(error = %de, "could not forget the idempotency key of a failed create");
-            }
-            guard.release().await;
-            return Err(e);
-        }
-    };
-    // A failed create forgets the key itself (also when its caller left).
-    let sandbox =
-        crate::sandbox::lifecycle::create_from(svc, sb, Some(idem), source, Some(guard)).await?;
-    Ok(Created {
-        sandbox,
-        replayed: false,
-    })
 }
 
 /// Follows the first create with `key` (of sandbox `id`) to its end.

@@ -19,6 +19,8 @@ use tracing::{info, warn};
 
 use crate::content::sources::PreparedSource;
 use crate::error::{ServiceError, ServiceResult};
+use crate::fleet::admission::Admitted;
+use crate::fleet::placement::Candidate;
 use crate::ops::operations::OpGuard;
 use crate::Service;
 
@@ -147,6 +149,21 @@ pub struct Created {
     pub replayed: bool,
 }
 
+/// What provisioning is handed once a create was checked, placed, admitted
+/// and its source resolved.
+pub struct Provision {
+    /// The hosts that may take it; the store picks the freest one with
+    /// room as it inserts the record.
+    pub candidates: Vec<Candidate>,
+    /// Its quota and host room, held until the record shows the sandbox.
+    pub admitted: Admitted,
+    pub source: Option<PreparedSource>,
+    /// With an `Idempotency-Key`: the create's operation (recorded before
+    /// the key) and the key, forgotten if the create fails.
+    pub guard: Option<OpGuard>,
+    pub key: Option<IdempotencyKey>,
+}
+
 /// Creates `sandbox` (validated, PROVISIONING) and returns it RUNNING.
 ///
 /// The record and the create operation are inserted together before any
@@ -162,24 +179,36 @@ pub struct Created {
 pub async fn create_from(
     svc: &Service,
     sandbox: Sandbox,
-    idempotency: Option<IdempotencyKey>,
-    source: Option<PreparedSource>,
-    held: Option<OpGuard>,
+    provision: Provision,
 ) -> ServiceResult<Sandbox> {
     let abandoned = CancellationToken::new();
     let guard = abandoned.clone().drop_guard();
     let svc = svc.clone();
     let result = tokio::spawn(async move {
+        let Provision {
+            candidates,
+            admitted,
+            source,
+            guard: held,
+            key,
+        } = provision;
         let (archive, after) = match source {
             Some(s) => (Some(s.archive), Some(s.after)),
             None => (None, None),
         };
-        // A create without a source may come from the warm pool
-        // (not with an idempotency key: it names the sandbox id up front).
-        let poolable = archive.is_none() && idempotency.is_none();
-        let key = idempotency.clone();
-        let mut result =
-            create_inner(&svc, sandbox, &abandoned, archive, poolable, idempotency, held).await;
+        let mut result = create_inner(
+            &svc,
+            sandbox,
+            &abandoned,
+            archive,
+            Placement {
+                candidates,
+                admitted,
+            },
+            key.clone(),
+            held,
+        )
+        .await;
         if abandoned.is_cancelled() && !svc.crashed() {
             if let Ok(made) = &result {
                 // Nobody will ever see it: it goes like any sandbox.
@@ -206,6 +235,12 @@ pub async fn create_from(
     result.map_err(|e| ServiceError::Internal(format!("create task failed: {e}")))?
 }
 
+/// Where a create may go and the room it holds.
+struct Placement {
+    candidates: Vec<Candidate>,
+    admitted: Admitted,
+}
+
 fn cancelled() -> ServiceError {
     ServiceError::Conflict("the create was cancelled".into())
 }
@@ -215,25 +250,18 @@ async fn create_inner(
     mut sb: Sandbox,
     abandoned: &CancellationToken,
     archive: Option<stockade_runtime::ByteStream>,
-    poolable: bool,
+    placement: Placement,
     idempotency: Option<IdempotencyKey>,
     held: Option<OpGuard>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("create");
-    // A member on a host the create may go to serves it.
-    let poolable = poolable && held.is_none();
-    // The admission (quota, host room) is held until the record shows the
-    // sandbox.
-    let admitted = match crate::fleet::admission::admit_create(svc, &sb).await {
-        Ok(admitted) => admitted,
-        Err(e) => {
-            if let Some(guard) = held {
-                guard.release().await;
-            }
-            return Err(e);
-        }
-    };
-    if poolable {
+    let Placement {
+        candidates,
+        admitted,
+    } = placement;
+    // A create without a source or key may be served by a warm-pool member
+    // on a host it may go to (a key names the sandbox id up front).
+    if archive.is_none() && idempotency.is_none() && held.is_none() {
         match crate::sandbox::pool::claim(svc, &sb).await {
             None => {}
             Some(crate::sandbox::pool::Claim::Served(sandbox)) => return Ok(sandbox),
@@ -244,17 +272,6 @@ async fn create_inner(
             }
         }
     }
-    // The hosts that may take it; the store picks the freest one
-    // with room as it inserts the record.
-    let candidates = match crate::fleet::placement::candidates(svc, &sb).await {
-        Ok(c) => c,
-        Err(e) => {
-            if let Some(guard) = held {
-                guard.release().await;
-            }
-            return Err(e);
-        }
-    };
     let offered: Vec<stockade_store::PlacementCandidate> =
         candidates.iter().map(|c| c.placement.clone()).collect();
     let name = sb.spec.name.clone();
