@@ -1,4 +1,4 @@
-//! Disk quotas (SEC-13), the parts without I/O: whether and how an engine
+//! Disk quotas, the parts without I/O: whether and how an engine
 //! caps a sandbox's `/workspace` and its writable root filesystem, what a
 //! sandbox uses against its limits, and the size strings Docker and btrfs
 //! speak.
@@ -58,7 +58,7 @@ impl Enforcement {
     }
 }
 
-/// What an engine can enforce of `diskSizeGB` (SEC-13): each of a sandbox's
+/// What an engine can enforce of `diskSizeGB`: each of a sandbox's
 /// two writable areas, `/workspace` (its volume) and the writable root
 /// filesystem (the container's layer), is capped at `diskSizeGB` on its
 /// own. Creates work either way; what is not enforced is reported here.

@@ -20,15 +20,15 @@ pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 4096 << 20;
 pub struct ServiceConfig {
     /// Defaults and bounds for new sandboxes.
     pub defaults: Defaults,
-    /// Grace period of a stop without `?timeout=` (LC-4: 30 s).
+    /// Grace period of a stop without `?timeout=` (30 s).
     pub stop_grace: Duration,
     /// The longest `?timeout=` a stop accepts.
     pub max_stop_grace: Duration,
-    /// How often records and containers are reconciled (DB-6).
+    /// How often records and containers are reconciled.
     pub reconcile_interval: Duration,
     /// How long an operation's lease lasts without a renewal: when the
     /// instance holding it dies, another finishes or rolls it back this long
-    /// after its last heartbeat (DB-9).
+    /// after its last heartbeat.
     pub operation_lease: Duration,
     /// How long an operation waits for another one in progress on the same
     /// sandbox before it gives up with a conflict.
@@ -37,9 +37,9 @@ pub struct ServiceConfig {
     /// `Idempotency-Key` to finish.
     pub create_wait: Duration,
     /// How long a labelled container without a record is left alone before
-    /// reconciliation removes it (DB-10).
+    /// reconciliation removes it.
     pub orphan_grace: Duration,
-    /// Logs and exec (API-5, API-8): output kept per stream of a buffered
+    /// Logs and exec: output kept per stream of a buffered
     /// exec or a background process.
     pub max_exec_output_bytes: usize,
     /// Timeout of an exec that names none (background processes have none).
@@ -48,44 +48,44 @@ pub struct ServiceConfig {
     pub max_exec_timeout: Duration,
     /// Background processes one sandbox may have listed at once.
     pub max_processes_per_sandbox: usize,
-    /// Largest file write or archive upload (API-9), as sent; more is refused.
+    /// Largest file write or archive upload, as sent; more is refused.
     pub max_file_bytes: u64,
-    /// The unpack ceiling (SEC-14): the most an archive's files may unpack
+    /// The unpack ceiling: the most an archive's files may unpack
     /// to, on every path that unpacks one — the files API's archive upload,
     /// `POST /uploads`, git, tarball and upload sources, snapshot restores,
     /// forks and snapshot captures. Counted while the archive streams.
     pub max_unpacked_bytes: u64,
-    /// How the live figures of sandbox details are measured (API-3).
+    /// How the live figures of sandbox details are measured.
     pub usage: UsageConfig,
-    /// How often ended sessions are looked for (LC-7).
+    /// How often ended sessions are looked for.
     pub session_check_interval: Duration,
     /// How often the running sandboxes' disks are measured where the
     /// engine cannot cap an area of them (`disk_watch.rs`).
     pub disk_check_interval: Duration,
     /// How long an instance that claimed an ended session has to stop or
-    /// terminate the sandbox before another instance may try (SCALE-2).
+    /// terminate the sandbox before another instance may try.
     pub session_claim_lease: Duration,
-    /// Where snapshots' workspaces, syncs and uploads are kept (S3-1).
+    /// Where snapshots' workspaces, syncs and uploads are kept.
     pub blob_store: BlobConfig,
     /// A local object store stops storing when its file system would have
     /// less free than this: the database (by default on the same disk)
     /// keeps room to write.
     pub blob_keep_free_bytes: u64,
-    /// Limits of git / tarball / upload sources (LC-11).
+    /// Limits of git / tarball / upload sources.
     pub sources: crate::content::sources::SourceLimits,
-    /// The warm pool (SCALE-3); no classes by default.
+    /// The warm pool; no classes by default.
     pub pool: PoolConfig,
-    /// The images tenants may name in `dockerImage` (SEC-6).
+    /// The images tenants may name in `dockerImage`.
     pub images: crate::content::images::ImagePolicy,
     /// Sandboxes one bulk operation works on at once.
     pub bulk_concurrency: usize,
-    /// The egress filter of network policies (SEC-18).
+    /// The egress filter of network policies.
     pub egress: crate::net::egress::EgressSettings,
-    /// Admission control per Docker host (SEC-15) and the quota of new
-    /// accounts (SEC-16).
+    /// Admission control per Docker host and the quota of new
+    /// accounts.
     pub admission: crate::fleet::admission::AdmissionConfig,
     /// Registered Docker hosts: how they are connected and checked
-    /// (SCALE-4..SCALE-6).
+    ///.
     pub hosts: crate::fleet::hosts::HostsConfig,
 }
 

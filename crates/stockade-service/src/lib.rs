@@ -52,33 +52,33 @@ pub struct Service {
     /// This installation's id (kept in the database): the label on every
     /// container and volume it makes.
     pub instance_id: InstanceId,
-    /// Background processes started by exec (API-8).
+    /// Background processes started by exec.
     pub processes: Arc<processes::ProcessRegistry>,
-    /// Prometheus metrics of this process (API-13).
+    /// Prometheus metrics of this process.
     pub metrics: Arc<metrics::Metrics>,
-    /// Live usage and volume sizes for sandbox details (API-3).
+    /// Live usage and volume sizes for sandbox details.
     pub usage: Arc<usage::Usage>,
-    /// Object store of snapshots, syncs and uploads (S3-1).
+    /// Object store of snapshots, syncs and uploads.
     pub blobs: Arc<dyn BlobStore>,
-    /// The warm pool of pre-created sandboxes (SCALE-3).
+    /// The warm pool of pre-created sandboxes.
     pub pool: Arc<pool::Pool>,
-    /// This process as the holder of durable operations (DB-9).
+    /// This process as the holder of durable operations.
     pub ops: Arc<operations::Operations>,
     /// Cancelled when the service shuts down: no new operation begins.
     pub shutdown: CancellationToken,
     /// Containers without a record, and since when (reconciliation).
     pub strays: Arc<reconcile::Strays>,
-    /// The sandboxes' agents: their tokens and clients (AGT-3).
+    /// The sandboxes' agents: their tokens and clients.
     pub agents: Arc<agent::Agents>,
-    /// The last check of the sandboxes' network isolation (SEC-5).
+    /// The last check of the sandboxes' network isolation.
     pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
-    /// The egress filter and the sandboxes' policies (SEC-18).
+    /// The egress filter and the sandboxes' policies.
     pub egress: Arc<egress::Egress>,
-    /// Admissions in flight (SEC-15, SEC-16).
+    /// Admissions in flight.
     pub admission: Arc<admission::Admission>,
-    /// The leader lease of the deployment-wide background work (SCALE-7).
+    /// The leader lease of the deployment-wide background work.
     pub leader: Arc<leader::Leader>,
-    /// The Docker hosts' runtimes (SCALE-4): `runtime` is the server's own.
+    /// The Docker hosts' runtimes: `runtime` is the server's own.
     pub hosts: Arc<hosts::Hosts>,
 }
 
@@ -140,7 +140,7 @@ impl Service {
     /// its operations, the isolation check, its egress filter, its warm
     /// pool); the deployment-wide part (recovery of dead operations,
     /// reconciliation, session timeouts, snapshot collection) runs only
-    /// while this instance holds the leader lease (SCALE-7, `leader.rs`),
+    /// while this instance holds the leader lease (`leader.rs`),
     /// and the leader reconciles once before this returns. The returned
     /// handle ends when the tasks that must finish their work (the warm
     /// pool's fills and drain, handing the lease on) have.
@@ -154,7 +154,7 @@ impl Service {
             });
         }
         tokio::spawn(self.clone().renew_leases(shutdown.clone()));
-        // SCALE-4: the server's own Docker host is a registered host too.
+        // The server's own Docker host is a registered host too.
         let own_docker_host = self.hosts.config().own_docker_host.clone();
         match host_admin::ensure_own(self, &own_docker_host).await {
             Ok(_) => {}
@@ -169,9 +169,9 @@ impl Service {
             self.clone(),
             shutdown.clone(),
         ));
-        // Sandboxes are isolated before the first one is created (SEC-5).
+        // Sandboxes are isolated before the first one is created.
         self.check_isolation().await;
-        // SEC-18: the egress filter, and the entries of running sandboxes.
+        // The egress filter, and the entries of running sandboxes.
         self.start_egress().await;
         // On SQLite (one instance) every recorded operation was left by
         // this installation's previous process: recover them all now.

@@ -74,14 +74,14 @@ pub struct ServerArgs {
     /// Largest file write or archive upload, in bytes (larger is a 413).
     #[arg(long, env = "STOCKADE_MAX_FILE_BYTES", default_value_t = 100 * 1024 * 1024)]
     max_file_bytes: u64,
-    /// The unpack ceiling (SEC-14), in MiB: the most an archive's files may
+    /// The unpack ceiling, in MiB: the most an archive's files may
     /// unpack to, on every path that unpacks one (archive uploads to a
     /// sandbox, uploaded, tarball and git sources, snapshots, forks).
     /// Counted while the archive streams; more is a 413.
     #[arg(long, env = "STOCKADE_MAX_UNPACKED_MB", default_value_t = 4096,
           value_parser = clap::value_parser!(u64).range(1..=16 * 1024 * 1024))]
     max_unpacked_mb: u64,
-    /// Most client connections open at once (SEC-17). At the cap, a new
+    /// Most client connections open at once. At the cap, a new
     /// connection that sends a whole request head takes the place of the one
     /// that has waited longest without a request in progress (a half-sent or
     /// idle one), which is closed; one that sends only part of a head is
@@ -173,7 +173,7 @@ pub struct ServerArgs {
     /// another one terminated.
     #[arg(long, env = "STOCKADE_DEFAULT_TIMEOUT_MINUTES", default_value_t = 0.0)]
     default_timeout_minutes: f64,
-    /// Warm pool (SCALE-3): keep this many sandboxes created and running so
+    /// Warm pool: keep this many sandboxes created and running so
     /// that creates with fitting settings take one at once. `4` uses the
     /// default image and resources; `2,image=python:3.13-bookworm,cpu=2,
     /// memory=4,network=off` another class. Repeat for several classes
@@ -196,7 +196,7 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_OPERATION_LEASE", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(1..=300))]
     operation_lease: u64,
-    /// Seconds the leader lease lasts (SCALE-7): of several servers on one
+    /// Seconds the leader lease lasts: of several servers on one
     /// PostgreSQL database, the holder runs the background work (session
     /// timeouts, reconciliation, recovery, snapshot collection), renewing
     /// every third of this; if it dies another takes over within this long
@@ -209,7 +209,7 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_SHUTDOWN_GRACE", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     shutdown_grace: u64,
-    /// Size at which a sandbox's log file is rotated (SEC-14): bytes or a
+    /// Size at which a sandbox's log file is rotated: bytes or a
     /// number with a unit (`10m`, `1g`), at least 1m.
     #[arg(long, env = "STOCKADE_LOG_MAX_SIZE", default_value = "10m")]
     log_max_size: String,
@@ -219,7 +219,7 @@ pub struct ServerArgs {
           value_parser = clap::value_parser!(u32).range(1..=100))]
     log_max_files: u32,
     /// Do not cap sandbox disks at diskSizeGB, even where the Docker host
-    /// could (SEC-13).
+    /// could.
     #[arg(long, env = "STOCKADE_NO_DISK_QUOTAS")]
     no_disk_quotas: bool,
     #[command(flatten)]
@@ -232,8 +232,8 @@ pub struct ServerArgs {
     hosts: hosts::HostArgs,
 }
 
-/// Admission control per Docker host (SEC-15) and the quota of new
-/// accounts (SEC-16).
+/// Admission control per Docker host and the quota of new
+/// accounts.
 #[derive(Args)]
 struct AdmissionArgs {
     /// How far the CPUs of running sandboxes (their cpuCores together) may
@@ -365,7 +365,7 @@ fn parse_log_max_size(value: &str) -> anyhow::Result<u64> {
     }
 }
 
-/// Network isolation of sandboxes (SEC-5): Stockade's Docker networks and
+/// Network isolation of sandboxes: Stockade's Docker networks and
 /// packet filter. The defaults suit one Stockade per Docker host.
 #[derive(Args)]
 struct IsolationArgs {
@@ -408,7 +408,7 @@ struct IsolationArgs {
     allow_unisolated_sandboxes: bool,
     /// Port of the egress proxy on the sandbox network's gateway, where
     /// TCP 80/443 of sandboxes with allow/deny lists is redirected
-    /// (SEC-18); 0: a free port.
+    ///; 0: a free port.
     #[arg(long, env = "STOCKADE_EGRESS_PROXY_PORT", default_value_t = 0)]
     egress_proxy_port: u16,
     /// Port of the egress DNS forwarder on the gateway (UDP and TCP); 0: a
@@ -603,7 +603,7 @@ fn describe_limits(config: &Option<RateLimitConfig>) -> String {
     }
 }
 
-/// Where snapshots, workspace syncs and uploads are kept (S3-1): a local
+/// Where snapshots, workspace syncs and uploads are kept: a local
 /// directory unless an S3 bucket is configured.
 #[derive(Args)]
 struct ObjectStoreArgs {
@@ -660,7 +660,7 @@ impl ObjectStoreArgs {
     }
 }
 
-/// SEC-10: the data directory holds the database (tokens' hashes, the
+/// The data directory holds the database (tokens' hashes, the
 /// proxy's signing key) and the object store: `0700`, its files `0600`. A
 /// new directory is made so; a looser existing one is tightened, with a
 /// warning (somebody may have relied on reading it).
@@ -804,7 +804,7 @@ fn connection_limits(
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     init_tracing();
-    // SEC-17: as many descriptors as the system allows, before anything opens.
+    // As many descriptors as the system allows, before anything opens.
     let files = stockade_server::serve::raise_open_files_limit().unwrap_or_else(|e| {
         let now = stockade_server::serve::open_files_limit();
         tracing::warn!(error = %e, soft = now.soft, "could not raise the open-files limit");
@@ -854,7 +854,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         log_max_files: args.log_max_files,
         ..DockerConfig::default()
     };
-    // Registered hosts (SCALE-4) get the same settings, their own address.
+    // Registered hosts get the same settings, their own address.
     let host_factory = Arc::new(hosts::DockerHostFactory::new(docker_config.clone()));
     let hosts_config = args.hosts.config(host_factory, &docker_host)?;
     let runtime =
@@ -896,7 +896,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("--proxy-domain: {e}"))?,
         ),
         // Browsers resolve `*.localhost` to loopback without any DNS set-up,
-        // so each port gets an origin of its own by default (SEC-7).
+        // so each port gets an origin of its own by default.
         None => Some("localhost".to_owned()),
     };
     config.sandbox_token_ttl = std::time::Duration::from_secs(args.sandbox_token_ttl);
@@ -1092,7 +1092,7 @@ async fn wait_for_signal() {
     }
 }
 
-/// The banner's line on this instance and the leader lease (SCALE-7).
+/// The banner's line on this instance and the leader lease.
 fn leader_line(status: &stockade_service::leader::LeaderStatus, lease_seconds: u64) -> String {
     let role = if status.is_leader {
         "leads the background work".to_owned()

@@ -1,4 +1,4 @@
-//! Disk quotas on Docker (SEC-13): `diskSizeGB` caps a sandbox's
+//! Disk quotas on Docker: `diskSizeGB` caps a sandbox's
 //! `/workspace` and, apart, its writable root filesystem, each enforced by
 //! the kernel (a write beyond fails inside the sandbox with `ENOSPC` on XFS,
 //! `EDQUOT` on btrfs; nothing outside fills up).

@@ -3,11 +3,11 @@
 //! an engine (a unix socket, `tcp://`, and through a private socket of
 //! `ssh.rs`: `tcp://` with TLS client certificates and `ssh://`), and errors
 //! that say how to fix an unreachable daemon. Each role lives in a file of its own:
-//! `lifecycle.rs` (hardened create, SEC-3), `exec.rs`, `files.rs`,
+//! `lifecycle.rs` (hardened create), `exec.rs`, `files.rs`,
 //! `logs.rs`, `inspect.rs`, `ports.rs`, `stats.rs`, `update.rs`,
-//! `volumes.rs`, `snapshots.rs`, `network.rs` (SEC-5), `seccomp.rs` (SEC-9),
-//! `agent.rs` (the agent volume, AGT-1), `disk.rs` (disk quotas, SEC-13),
-//! `ssh.rs` (ssh hosts, SCALE-4).
+//! `volumes.rs`, `snapshots.rs`, `network.rs`, `seccomp.rs`,
+//! `agent.rs` (the agent volume), `disk.rs` (disk quotas),
+//! `ssh.rs` (ssh hosts).
 
 use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
@@ -97,24 +97,24 @@ pub struct DockerConfig {
     /// How long pulling a missing image may take.
     pub pull_timeout: Duration,
     /// The networks sandboxes join and the packet filter that keeps them
-    /// from each other and from the host (SEC-5).
+    /// from each other and from the host.
     pub isolation: IsolationConfig,
-    /// The volume holding the agent on this engine (AGT-1); the default,
+    /// The volume holding the agent on this engine; the default,
     /// [`crate::agent_volume_name`], names this build's agent version, so
     /// every server with the same agent shares one volume per engine. Tests
     /// take names of their own.
     pub agent_volume: String,
-    /// Cap `diskSizeGB` where the engine can (SEC-13, `disk.rs`); off: no
+    /// Cap `diskSizeGB` where the engine can (`disk.rs`); off: no
     /// sandbox gets a disk quota and the capability says so.
     pub disk_quotas: bool,
-    /// The size at which a sandbox's log file is rotated (SEC-14): Docker's
+    /// The size at which a sandbox's log file is rotated: Docker's
     /// json-file `max-size`, at least 1 MiB.
     pub log_max_bytes: u64,
     /// How many log files a sandbox keeps, the current one included (json-file
     /// `max-file`, 1 to 100): its logs take at most `log_max_bytes` ×
     /// `log_max_files` on the engine's disk.
     pub log_max_files: u32,
-    /// A host that is not this server's machine (SCALE-4): each sandbox's
+    /// A host that is not this server's machine: each sandbox's
     /// agent port is published on this address of the host (an IP: bound
     /// there; a name: bound on every address), and this server reaches the
     /// agent — and through it the sandbox's ports — there. `None`: the
@@ -416,7 +416,7 @@ impl DockerRuntime {
         })
     }
 
-    /// Every sandbox's log configuration (SEC-14): json-file, rotated at
+    /// Every sandbox's log configuration: json-file, rotated at
     /// `log_max_bytes`, `log_max_files` files kept.
     pub(crate) fn log_config(&self) -> bollard::models::HostConfigLogConfig {
         bollard::models::HostConfigLogConfig {

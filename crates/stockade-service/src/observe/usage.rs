@@ -1,4 +1,4 @@
-//! Live figures in sandbox details (API-3): resource usage of the running
+//! Live figures in sandbox details: resource usage of the running
 //! container and the size of its volume. Neither may make the details fail
 //! or hang: what cannot be measured in time is left out (and logged).
 //!
@@ -15,7 +15,7 @@
 //!   request after that gets the cached figure and triggers one refresh in
 //!   the background. Only a volume not measured yet waits (up to
 //!   `volume_size_wait`) for a refresh.
-//! - **Disk use against its limits** (SEC-13). The engine measures a
+//! - **Disk use against its limits**. The engine measures a
 //!   container's own layer by walking its files: each sandbox's figures are
 //!   cached for `volume_size_ttl` and refreshed in the background like the
 //!   volume sizes; only a sandbox not measured yet waits (up to

@@ -1,4 +1,4 @@
-//! The leader lease (SCALE-7): of several server instances on one database,
+//! The leader lease: of several server instances on one database,
 //! the one holding the `background` lease runs the deployment-wide
 //! background work — periodic recovery of dead operations, reconciliation
 //! of records against Docker (and the removal of record-less containers),
@@ -172,7 +172,7 @@ fn start_term(svc: &Service, term: &CancellationToken) {
         svc.clone(),
         term.clone(),
     ));
-    // SCALE-6: every host checked, cordoned and recovered by one instance.
+    // Every host checked, cordoned and recovered by one instance.
     tokio::spawn(crate::tasks::hosts::check_periodically(
         svc.clone(),
         term.clone(),
