@@ -71,7 +71,7 @@ pub struct SourceLimits {
     /// How long an upload waits to be used.
     pub upload_ttl: Duration,
     /// Internal addresses (loopback, private, link-local …) that sources and
-    /// image registries may still reach; none by default (SEC-8).
+    /// image registries may still reach; none by default.
     pub addresses: AddressPolicy,
 }
 
