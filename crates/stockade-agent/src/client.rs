@@ -1008,11 +1008,11 @@ pub async fn open_forward(
     agent: &str,
     token: &str,
     port: u16,
-) -> Result<tokio::net::TcpStream, String> {
+) -> Result<tokio::net::TcpStream, ForwardError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(agent)
         .await
-        .map_err(|e| format!("the sandbox's agent at {agent}: {e}"))?;
+        .map_err(|e| ForwardError::Failed(format!("the sandbox's agent at {agent}: {e}")))?;
     let _ = stream.set_nodelay(true);
     let head = format!(
         "GET /stockade/forward?port={port} HTTP/1.1\r\nHost: {agent}\r\nX-Access-Token: {token}\r\n\
@@ -1022,23 +1022,27 @@ pub async fn open_forward(
     stream
         .write_all(head.as_bytes())
         .await
-        .map_err(|e| format!("the sandbox's agent at {agent}: {e}"))?;
+        .map_err(|e| ForwardError::Failed(format!("the sandbox's agent at {agent}: {e}")))?;
     let mut answer = Vec::with_capacity(256);
     let mut byte = [0u8; 1];
     while !answer.ends_with(b"\r\n\r\n") {
         if answer.len() > 16 * 1024 {
-            return Err(format!(
+            return Err(ForwardError::Failed(format!(
                 "the sandbox's agent at {agent}: an answer too long"
-            ));
+            )));
         }
         match stream.read(&mut byte).await {
             Ok(0) => {
-                return Err(format!(
+                return Err(ForwardError::Failed(format!(
                     "the sandbox's agent at {agent} closed the connection"
-                ))
+                )))
             }
             Ok(_) => answer.push(byte[0]),
-            Err(e) => return Err(format!("the sandbox's agent at {agent}: {e}")),
+            Err(e) => {
+                return Err(ForwardError::Failed(format!(
+                    "the sandbox's agent at {agent}: {e}"
+                )))
+            }
         }
     }
     let text = String::from_utf8_lossy(&answer);
@@ -1056,12 +1060,38 @@ pub async fn open_forward(
     .ok()
     .and_then(Result::ok)
     .unwrap_or(0);
-    Err(format!(
+    let message = format!(
         "port {port} through the sandbox's agent: {} {}",
         status,
         String::from_utf8_lossy(&body[..n]).trim()
-    ))
+    );
+    // The agent answers 502 when nothing accepts connections on the port.
+    Err(if status == "502" {
+        ForwardError::NothingListening(message)
+    } else {
+        ForwardError::Failed(message)
+    })
 }
+
+/// Why [`open_forward`] opened no connection.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The agent answered that nothing accepts connections on the port.
+    NothingListening(String),
+    /// The agent could not be reached, refused the request or answered
+    /// something else.
+    Failed(String),
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::NothingListening(m) | ForwardError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
 
 #[cfg(test)]
 mod tests {

@@ -94,6 +94,10 @@ pub enum RuntimeError {
     /// The resource is in use (e.g. a volume of a running container).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A command's working directory (this one) does not exist in the
+    /// sandbox, so the command never started.
+    #[error("no such directory in the sandbox: {0}")]
+    CwdMissing(String),
     /// Anything else the daemon reported.
     #[error("docker error: {0}")]
     Other(String),

@@ -814,12 +814,15 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
                 stockade_agent::client::open_forward(at, &token, port)
                     .await
                     .map_err(|e| {
-                        let kind = if e.contains(" 502 ") {
-                            std::io::ErrorKind::ConnectionRefused
-                        } else {
-                            std::io::ErrorKind::Other
+                        let kind = match e {
+                            stockade_agent::client::ForwardError::NothingListening(_) => {
+                                std::io::ErrorKind::ConnectionRefused
+                            }
+                            stockade_agent::client::ForwardError::Failed(_) => {
+                                std::io::ErrorKind::Other
+                            }
                         };
-                        std::io::Error::new(kind, e)
+                        std::io::Error::new(kind, e.to_string())
                     })
             }
         }

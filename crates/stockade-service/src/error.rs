@@ -4,7 +4,7 @@
 
 use stockade_core::{FieldError, ValidationErrors};
 use stockade_runtime::RuntimeError;
-use stockade_store::StoreError;
+use stockade_store::{StoreError, UnavailableKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -97,12 +97,10 @@ impl From<StoreError> for ServiceError {
                 Self::Forbidden("Forbidden: this sandbox belongs to another account".into())
             }
             StoreError::Conflict(m) => Self::Conflict(m),
-            StoreError::Unavailable(m)
-                if m.contains(" is full") || m.contains("out of disk space") =>
-            {
-                Self::StorageFull(m)
+            StoreError::Unavailable(u) if u.kind == UnavailableKind::Full => {
+                Self::StorageFull(u.message)
             }
-            StoreError::Unavailable(m) => Self::DatabaseUnavailable(m),
+            StoreError::Unavailable(u) => Self::DatabaseUnavailable(u.message),
             StoreError::Other(m) => Self::Database(format!("Database error: {m}")),
         }
     }
@@ -117,6 +115,9 @@ impl From<RuntimeError> for ServiceError {
                 "The sandbox's container is missing on its Docker host ({m})"
             )),
             RuntimeError::Conflict(m) => Self::Conflict(m),
+            RuntimeError::CwdMissing(cwd) => {
+                Self::field("cwd", format!("no such directory in the sandbox: {cwd}"))
+            }
             RuntimeError::Other(m) => Self::Docker(format!("Docker error: {m}")),
         }
     }

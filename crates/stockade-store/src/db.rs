@@ -14,7 +14,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 
 use crate::sql::{Backend, DbRow, Q};
-use crate::{StoreError, StoreHealth, StoreResult};
+use crate::{StoreError, StoreHealth, StoreResult, Unavailable};
 
 /// The Stockade store in a SQL database: [`crate::SqliteStore`] or [`crate::PgStore`].
 pub struct SqlStore<B: Database> {
@@ -206,9 +206,13 @@ impl<B: Backend> SqlStore<B> {
 /// serve → `Unavailable`, a unique violation → `Conflict`, anything else →
 /// `Other` with `context`. Failures are logged with their context.
 fn db_error<B: Backend>(location: &str, context: &str, err: sqlx::Error) -> StoreError {
-    if let Some(message) = B::unavailable(&err, location) {
+    if let Some((kind, message)) = B::unavailable(&err, location) {
         tracing::error!(error = %err, context = %context, "{message}");
-        return StoreError::Unavailable(message);
+        return StoreError::Unavailable(Unavailable {
+            kind,
+            message,
+            cause: Some(Box::new(err)),
+        });
     }
     match err {
         sqlx::Error::RowNotFound => StoreError::NotFound,
@@ -255,9 +259,10 @@ impl<B: Backend> Conn<B> {
             Err(err) => {
                 self.failed(err);
                 if !is_clean_failure(err) {
-                    let reason = B::unavailable(err, &self.location).unwrap_or_else(|| {
-                        format!("a write to the {} database failed: {err}", B::BACKEND)
-                    });
+                    let reason = B::unavailable(err, &self.location).map_or_else(
+                        || format!("a write to the {} database failed: {err}", B::BACKEND),
+                        |(_, reason)| reason,
+                    );
                     self.health.degrade(reason);
                 }
             }
@@ -309,7 +314,7 @@ impl<B: Backend> Conn<B> {
     /// transaction may need room too) is degraded as a failed write makes it.
     fn read_failed(&mut self, err: &sqlx::Error) {
         self.failed(err);
-        if let Some(reason) = B::unavailable(err, &self.location) {
+        if let Some((_, reason)) = B::unavailable(err, &self.location) {
             self.health.degrade(reason);
         }
     }

@@ -38,15 +38,50 @@ pub enum StoreError {
     #[error("conflict: {0}")]
     Conflict(String),
     /// The database cannot serve now: disk full, read-only, I/O errors,
-    /// unreachable (→ 503/507). The message names the database and
-    /// what to do ("free space on …").
+    /// unreachable (→ 503/507). Its kind says which; its message names
+    /// the database and what to do ("free space on …").
     #[error("database unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Unavailable),
     #[error("database error: {0}")]
     Other(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Why the database cannot serve now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnavailableKind {
+    /// The disk holding the database is full: nothing was written.
+    Full,
+    /// The database only reads (a read-only file, a standby server).
+    ReadOnly,
+    /// The database cannot be opened or reached.
+    Unreachable,
+    /// Anything else that keeps it from serving now (I/O errors, a
+    /// server short of resources or shutting down).
+    Failing,
+}
+
+/// A database that cannot serve now: what kind of failure, a message that
+/// names the database and what to do, and the driver's error behind it.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Unavailable {
+    pub kind: UnavailableKind,
+    pub message: String,
+    #[source]
+    pub cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Unavailable {
+    pub fn new(kind: UnavailableKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            cause: None,
+        }
+    }
+}
 
 /// A database URL (`postgres://user:pass@host:port/db?query`) with its
 /// database replaced by `database`, the query kept: for tools and tests

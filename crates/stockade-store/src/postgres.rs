@@ -10,7 +10,7 @@ use sqlx::Postgres;
 
 use crate::db::{other, SqlStore};
 use crate::sql::Backend;
-use crate::{StoreError, StoreResult};
+use crate::{StoreError, StoreResult, UnavailableKind};
 
 /// The Stockade store in a PostgreSQL database.
 pub type PgStore = SqlStore<Postgres>;
@@ -89,24 +89,30 @@ impl Backend for Postgres {
         result.rows_affected()
     }
 
-    fn unavailable(err: &sqlx::Error, location: &str) -> Option<String> {
+    fn unavailable(err: &sqlx::Error, location: &str) -> Option<(UnavailableKind, String)> {
         let state = match err {
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed => {
-                return Some(format!(
-                    "cannot reach PostgreSQL at {location} ({err}): is the server running and \
-                     reachable?"
+                return Some((
+                    UnavailableKind::Unreachable,
+                    format!(
+                        "cannot reach PostgreSQL at {location} ({err}): is the server running \
+                         and reachable?"
+                    ),
                 ))
             }
             sqlx::Error::Database(db) => db.code()?.into_owned(),
             _ => return None,
         };
         if state == "53100" {
-            return Some(format!(
-                "PostgreSQL at {location} is out of disk space ({err}): free space on the \
-                 database server's data directory"
+            return Some((
+                UnavailableKind::Full,
+                format!(
+                    "PostgreSQL at {location} is out of disk space ({err}): free space on the \
+                     database server's data directory"
+                ),
             ));
         }
         // Insufficient resources, system errors, shutdowns, lost connections,
@@ -115,10 +121,18 @@ impl Backend for Postgres {
             .iter()
             .any(|class| state.starts_with(class))
             || state == "25006";
+        let kind = match state.as_str() {
+            "25006" => UnavailableKind::ReadOnly,
+            s if s.starts_with("08") => UnavailableKind::Unreachable,
+            _ => UnavailableKind::Failing,
+        };
         unavailable.then(|| {
-            format!(
-                "PostgreSQL at {location} cannot serve this now ({err}): check the server's \
-                 health, disk and logs"
+            (
+                kind,
+                format!(
+                    "PostgreSQL at {location} cannot serve this now ({err}): check the server's \
+                     health, disk and logs"
+                ),
             )
         })
     }

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use sqlx::error::BoxDynError;
 use sqlx::{Arguments, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 
-use crate::StoreError;
+use crate::{StoreError, UnavailableKind};
 
 /// A JSON document as both backends bind and read it (TEXT on SQLite, JSONB
 /// on PostgreSQL); the text is carried as is, never re-serialized.
@@ -167,8 +167,9 @@ pub trait Backend:
     fn rows_affected(result: &Self::QueryResult) -> u64;
 
     /// When `err` means the database cannot serve now (disk full, read-only,
-    /// I/O failure, unreachable): what happened at `location` and what to do.
-    fn unavailable(err: &sqlx::Error, location: &str) -> Option<String>;
+    /// I/O failure, unreachable): which kind, and what happened at
+    /// `location` and what to do.
+    fn unavailable(err: &sqlx::Error, location: &str) -> Option<(UnavailableKind, String)>;
 }
 
 /// A query being written: SQL text and the values bound in place. Its

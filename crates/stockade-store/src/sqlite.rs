@@ -14,7 +14,7 @@ use sqlx::Sqlite;
 
 use crate::db::{other, SqlStore};
 use crate::sql::Backend;
-use crate::{StoreError, StoreResult};
+use crate::{StoreError, StoreResult, Unavailable, UnavailableKind};
 
 /// The Stockade store in a SQLite database.
 pub type SqliteStore = SqlStore<Sqlite>;
@@ -59,10 +59,13 @@ impl SqlStore<Sqlite> {
             owner_only(options.get_filename())?;
             SqlitePoolOptions::new().max_connections(8)
         };
-        let failed = |what: &str, e: sqlx::Error| {
-            Sqlite::unavailable(&e, &location)
-                .map(StoreError::Unavailable)
-                .unwrap_or_else(|| other(format_args!("cannot {what} SQLite database '{url}'"), e))
+        let failed = |what: &str, e: sqlx::Error| match Sqlite::unavailable(&e, &location) {
+            Some((kind, message)) => StoreError::Unavailable(Unavailable {
+                kind,
+                message,
+                cause: Some(Box::new(e)),
+            }),
+            None => other(format_args!("cannot {what} SQLite database '{url}'"), e),
         };
         let pool = pool_options
             .connect_with(options)
@@ -165,7 +168,7 @@ impl Backend for Sqlite {
         result.rows_affected()
     }
 
-    fn unavailable(err: &sqlx::Error, location: &str) -> Option<String> {
+    fn unavailable(err: &sqlx::Error, location: &str) -> Option<(UnavailableKind, String)> {
         const READONLY: i64 = 8;
         const IOERR: i64 = 10;
         const FULL: i64 = 13;
@@ -176,21 +179,33 @@ impl Backend for Sqlite {
             _ => return None,
         };
         Some(match code {
-            FULL => format!(
+            FULL => (
+                UnavailableKind::Full,
+                format!(
                 "the disk holding the SQLite database {location} is full ({err}): free space on \
                  that filesystem; writes work again as soon as there is room"
             ),
-            READONLY => format!(
-                "the SQLite database {location} is read-only ({err}): make the file, its \
+            ),
+            READONLY => (
+                UnavailableKind::ReadOnly,
+                format!(
+                    "the SQLite database {location} is read-only ({err}): make the file, its \
                  directory and its -wal and -shm files writable by the server"
+                ),
             ),
-            IOERR => format!(
-                "I/O error on the SQLite database {location} ({err}): check the disk it is on \
+            IOERR => (
+                UnavailableKind::Failing,
+                format!(
+                    "I/O error on the SQLite database {location} ({err}): check the disk it is on \
                  (full or failing?) and free space on it"
+                ),
             ),
-            CANTOPEN => format!(
-                "cannot open the SQLite database {location} ({err}): check that its directory \
+            CANTOPEN => (
+                UnavailableKind::Unreachable,
+                format!(
+                    "cannot open the SQLite database {location} ({err}): check that its directory \
                  exists, is writable and has free space"
+                ),
             ),
             _ => return None,
         })

@@ -329,7 +329,8 @@ async fn a_full_disk_loses_no_acknowledged_write() {
     for step in 4..44 {
         match write(&store, &account.id, step, &mut expected).await {
             Ok(()) => {}
-            Err(StoreError::Unavailable(message)) => {
+            Err(StoreError::Unavailable(unavailable)) => {
+                let message = &unavailable.message;
                 refused += 1;
                 assert!(message.contains(&db_name), "{message}");
                 assert!(message.contains("free space"), "{message}");
@@ -368,7 +369,8 @@ async fn a_full_disk_loses_no_acknowledged_write() {
     store.close().await;
     fs.remount("ro");
     match SqliteStore::connect(&url).await {
-        Err(StoreError::Unavailable(message)) => {
+        Err(StoreError::Unavailable(unavailable)) => {
+            let message = &unavailable.message;
             assert!(message.contains(&db_name), "{message}");
             assert!(message.contains("writable"), "{message}");
         }

@@ -378,6 +378,14 @@ impl DockerRuntime {
             }
             tokio::time::sleep(exit_poll_delay(attempt)).await;
         }
+        // The engine cannot enter a missing working directory: it says so in
+        // the output and the exec exits 126. This is where that answer is
+        // read, so callers get a kind instead of the engine's words.
+        if let (Some(126), Some(cwd)) = (exit_code, spec.cwd.as_deref()) {
+            if engine_said_cwd_missing(&stdout.buf) || engine_said_cwd_missing(&stderr.buf) {
+                return Err(RuntimeError::CwdMissing(cwd.to_owned()));
+            }
+        }
         Ok(ExecOutput {
             exit_code,
             truncated: stdout.truncated || stderr.truncated,
@@ -410,6 +418,11 @@ impl Exec for DockerRuntime {
     async fn exec_kill(&self, id: &SandboxId, exec_id: &str) -> RuntimeResult<()> {
         self.exec_kill_marked(id, exec_id).await
     }
+}
+
+/// The OCI runtime's message for an exec whose working directory is missing.
+fn engine_said_cwd_missing(output: &[u8]) -> bool {
+    String::from_utf8_lossy(output).contains("chdir to cwd")
 }
 
 /// Keeps the first `limit` bytes of a stream and notes whether more came.

@@ -308,22 +308,6 @@ pub async fn exec(
         )
         .await?;
     let duration_ms = millis(started.elapsed());
-    if plan.cwd.is_some() && out.exit_code == Some(126) {
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if said.contains("chdir to cwd") {
-            return Err(ApiError::field(
-                "cwd",
-                format!(
-                    "no such directory in the sandbox: {}",
-                    plan.cwd.unwrap_or_default()
-                ),
-            ));
-        }
-    }
     Ok(Json(ExecResponse {
         exit_code: out.exit_code,
         stdout: lossy_text(&out.stdout, out.stdout.len() >= limit),

@@ -180,6 +180,7 @@ impl Metrics {
             RuntimeError::Unavailable(_) => "unavailable",
             RuntimeError::ImageUnavailable { .. } => "image_unavailable",
             RuntimeError::Conflict(_) => "conflict",
+            RuntimeError::CwdMissing(_) => "cwd_missing",
             RuntimeError::Other(_) => "other",
         };
         *lock(&self.docker_errors)
