@@ -29,8 +29,8 @@ use bollard::models::{HostConfig, Mount, MountTypeEnum, MountVolumeOptions};
 use bollard::volume::{CreateVolumeOptions, ListVolumesOptions};
 use bollard::Docker;
 
+use super::containers::remove_container;
 use super::files::DockerPathStat;
-use super::lifecycle::remove_container;
 use super::update::ustar_header;
 use super::{error_chain, status_code, DockerRuntime};
 use crate::agent::{agent_target, agent_version, AGENT_BINARY, AGENT_MOUNT_PATH, AGENT_PATH};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::container::{
-    Config, CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions,
-    StartContainerOptions, StopContainerOptions,
+    Config, CreateContainerOptions, InspectContainerOptions, StartContainerOptions,
+    StopContainerOptions,
 };
 use bollard::errors::Error as BollardError;
 use bollard::image::CreateImageOptions;
@@ -21,6 +21,8 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 
+// Public to the docker modules as well: disk.rs still names it by this path.
+pub(super) use super::containers::remove_container;
 use super::loop_disk::VolumeDisk;
 use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
 use crate::agent::{
@@ -585,41 +587,6 @@ pub(super) fn stockade_labels(spec: &ContainerSpec) -> HashMap<String, String> {
         (labels::ACCOUNT_ID.to_owned(), spec.account_id.to_string()),
         (labels::INSTANCE_ID.to_owned(), spec.instance_id.to_string()),
     ])
-}
-
-/// Force-removes a container with its anonymous volumes (named volumes stay);
-/// gone already is fine, and so is a removal already in progress (waited for).
-pub(super) async fn remove_container(docker: &Docker, name: &str) -> Result<(), BollardError> {
-    let options = RemoveContainerOptions {
-        force: true,
-        v: true,
-        link: false,
-    };
-    match docker.remove_container(name, Some(options)).await {
-        Ok(()) => Ok(()),
-        Err(e) if status_code(&e) == Some(404) => Ok(()),
-        Err(BollardError::DockerResponseServerError {
-            status_code: 409,
-            message,
-        }) if message.contains("already in progress") => {
-            for _ in 0..50 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                match docker
-                    .inspect_container(name, None::<InspectContainerOptions>)
-                    .await
-                {
-                    Err(e) if status_code(&e) == Some(404) => return Ok(()),
-                    Err(e) => return Err(e),
-                    Ok(_) => {}
-                }
-            }
-            Err(BollardError::DockerResponseServerError {
-                status_code: 409,
-                message,
-            })
-        }
-        Err(e) => Err(e),
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,6 +23,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use stockade_core::SandboxId;
 
 mod agent;
+mod containers;
 mod disk;
 mod egress;
 mod exec;
