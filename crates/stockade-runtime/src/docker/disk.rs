@@ -35,8 +35,8 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{SandboxId, VolumeName};
 
+use super::containers::remove_container;
 use super::host_command::{check_local_dir, host_command, host_command_output};
-use super::lifecycle::remove_container;
 use super::loop_disk::VolumeDisk;
 use super::{container_name, error_chain, status_code, DockerRuntime};
 use crate::disk::parse_qgroup_show;

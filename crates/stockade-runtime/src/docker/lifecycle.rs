@@ -1,6 +1,6 @@
 //! Creating, starting, stopping and removing sandbox containers on Docker:
-//! the hardened container configuration (SEC-3), image pulls, and the undo
-//! of a create that failed or was cancelled (LC-11, LC-12).
+//! the hardened container configuration, image pulls, and the undo
+//! of a create that failed or was cancelled.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,8 +21,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use stockade_core::{InstanceId, SandboxId, VolumeName};
 
-// Public to the docker modules as well: disk.rs still names it by this path.
-pub(super) use super::containers::remove_container;
+use super::containers::remove_container;
 use super::loop_disk::VolumeDisk;
 use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
 use crate::agent::{
@@ -32,7 +31,7 @@ use crate::{
     labels, ByteStream, ContainerSpec, Lifecycle, PoolMemberSpec, RuntimeError, RuntimeResult,
 };
 
-/// Capabilities a sandbox keeps (everything else is dropped, SEC-3): enough
+/// Capabilities a sandbox keeps (everything else is dropped): enough
 /// for package managers and servers on low ports, nothing that reaches the host.
 const CAP_ADD: [&str; 8] = [
     "CHOWN",
@@ -153,8 +152,8 @@ impl DockerRuntime {
         )
     }
 
-    /// The container for `spec`. With an agent token the agent is PID 1
-    /// (AGT-1): mounted read-only from the agent volume, the entrypoint,
+    /// The container for `spec`. With an agent token the agent is PID 1:
+    /// mounted read-only from the agent volume, the entrypoint,
     /// given the token in its environment, and running the main process —
     /// the image's entrypoint followed by `spec.command` (or the image's
     /// command) — with no shell in between; Docker's init is off (the agent
@@ -182,7 +181,7 @@ impl DockerRuntime {
             None => (
                 None,
                 // The main process runs through a wrapper that applies
-                // environment updates made after create (LC-8), see update.rs.
+                // environment updates made after create, see update.rs.
                 (!spec.command.is_empty()).then(|| super::update::wrap_main(&spec.command)),
             ),
             Some(token) => {
@@ -219,7 +218,7 @@ impl DockerRuntime {
                 (Some(entrypoint), Some(cmd))
             }
         };
-        // SCALE-4: on a host off this server's machine, the agent's port is
+        // On a host off this server's machine, the agent's port is
         // published (a random port of the host) and reached there.
         let published = self
             .config
@@ -249,7 +248,7 @@ impl DockerRuntime {
             port_bindings,
             cap_drop: Some(vec!["ALL".to_owned()]),
             cap_add: Some(CAP_ADD.iter().map(|c| (*c).to_owned()).collect()),
-            // Docker's default seccomp profile minus io_uring (SEC-9,
+            // Docker's default seccomp profile minus io_uring (see
             // seccomp.rs); the default AppArmor profile stays on.
             security_opt: Some(
                 std::iter::once("no-new-privileges:true".to_owned())
@@ -265,7 +264,7 @@ impl DockerRuntime {
             // the agent is PID 1 and does both.
             init: Some(spec.agent_token.is_none()),
             mounts: Some(mounts),
-            // SEC-5: Stockade's networks, see network.rs.
+            // Stockade's networks, see network.rs.
             network_mode: Some(self.sandbox_network_mode(spec.network_access)),
             runtime: self.config.oci_runtime.clone(),
             restart_policy: Some(RestartPolicy {
@@ -273,10 +272,10 @@ impl DockerRuntime {
                 maximum_retry_count: None,
             }),
             readonly_rootfs: Some(false),
-            // SEC-13: the writable root filesystem capped at diskSizeGB
+            // The writable root filesystem capped at diskSizeGB
             // where the storage driver can (disk.rs).
             storage_opt,
-            // SEC-14: the main process's output kept in rotated files of
+            // The main process's output kept in rotated files of
             // bounded size, whatever the engine's default log driver.
             log_config: Some(self.log_config()),
             ..Default::default()
@@ -294,7 +293,7 @@ impl DockerRuntime {
             attach_stdin: Some(false),
             attach_stdout: Some(false),
             attach_stderr: Some(false),
-            // LC-4's default grace, also when the engine stops it on its own.
+            // The default stop grace, also when the engine stops it on its own.
             stop_timeout: Some(30),
             host_config: Some(host_config),
             exposed_ports,
@@ -598,8 +597,8 @@ enum ContainerUndo {
     Created(String),
 }
 
-/// What a `create` made so far, removed again when it fails or is cancelled
-/// (LC-11, LC-12): the container, and the volume only if this call made it.
+/// What a `create` made so far, removed again when it fails or is
+/// cancelled: the container, and the volume only if this call made it.
 pub(super) struct CreateUndo {
     docker: Docker,
     sandbox_id: SandboxId,
