@@ -235,8 +235,9 @@ impl FromRequestParts<AppState> for AdminCaller {
     }
 }
 
-/// A JSON body. Malformed JSON, wrong types and unknown fields are 400s that
-/// name the field (`details.fields[].field`).
+/// A JSON object body. Malformed JSON, wrong types and unknown fields are
+/// 400s that name the field (`details.fields[].field`); a body that is not
+/// an object names `body`.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
@@ -250,10 +251,17 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
-/// Parses JSON, reporting the path of the first bad field.
+/// Parses a body that must be a JSON object, reporting the path of the
+/// first bad field. Anything but an object, and text that is not JSON at
+/// all, is refused naming `body`.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    let Some(first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) else {
         return Err(ApiError::field("body", "a JSON body is required"));
+    };
+    // serde's derive reads a struct from a JSON array too (its fields in
+    // order), so `[]` would pass as an object with every field left out.
+    if *first != b'{' {
+        return Err(ApiError::field("body", not_an_object(bytes)));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|err| {
@@ -292,6 +300,22 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::field(field, message)
     })
+}
+
+/// Why a body that does not start with `{` is refused: what JSON value it
+/// is instead, or why it is not JSON.
+fn not_an_object(bytes: &[u8]) -> String {
+    use serde_json::Value;
+    let found = match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Array(_)) => "an array",
+        Ok(Value::String(_)) => "a string",
+        Ok(Value::Number(_)) => "a number",
+        Ok(Value::Bool(_)) => "a boolean",
+        Ok(Value::Null) => "null",
+        Ok(Value::Object(_)) => "an object",
+        Err(e) => return format!("not valid JSON: {e}; expected a JSON object"),
+    };
+    format!("expected a JSON object, found {found}")
 }
 
 /// Query parameters as (key, value) pairs, repeated keys kept.
