@@ -265,6 +265,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|err| {
+        // Malformed JSON is the body's fault wherever the parser stopped
+        // (serde_path_to_error would name the key being read, or `?`);
+        // the line and column say where.
+        if err.inner().is_syntax() || err.inner().is_eof() {
+            return ApiError::field("body", format!("not valid JSON: {}", err.inner()));
+        }
         let path = err.path().to_string();
         let inner = err.into_inner();
         let message = inner.to_string();
