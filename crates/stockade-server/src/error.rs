@@ -22,6 +22,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The path has no such method (405; the router adds `Allow`).
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// The sandbox is destroyed (409 `sandbox_terminated`).
     #[error("{0}")]
     Terminated(String),
@@ -94,6 +97,7 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Terminated(_) => (StatusCode::CONFLICT, "sandbox_terminated"),
             Self::NotRunning(_) => (StatusCode::CONFLICT, "sandbox_not_running"),
             Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),

@@ -130,6 +130,10 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(routes::dashboard::index))
         .route("/dashboard/{file}", get(routes::dashboard::asset))
         .fallback(routes::not_found)
+        // Every route registered above without a handler of its own for a
+        // wrong method (E2B's and the gateway's have theirs) answers 405 in
+        // Stockade's shape; axum keeps the `Allow` header.
+        .method_not_allowed_fallback(routes::method_not_allowed)
         // Cross-cutting layers come last so that they wrap every route above:
         // rate limits of the routed requests inside the metrics, so 429s
         // are counted by route; the per-account cap of event streams inside

@@ -61,6 +61,7 @@ pub fn routes() -> Router<AppState> {
         .route("/snapshots", get(list_snapshots))
         .route("/templates/{id}", delete(delete_snapshot))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
 }
 
 /// An error in E2B's shape: the status, and `{"code": status, "message"}`.
@@ -123,6 +124,17 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     e2b_error(
         StatusCode::NOT_FOUND,
         format!("No route for {} in Stockade's E2B API", uri.path()),
+    )
+}
+
+/// A method an `/e2b` path does not have: E2B's 405 (axum adds `Allow`).
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    e2b_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{method} is not allowed on {} in Stockade's E2B API",
+            uri.path()
+        ),
     )
 }
 

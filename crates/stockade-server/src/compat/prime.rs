@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
@@ -112,6 +112,19 @@ pub fn gateway_routes() -> Router<AppState> {
         .route("/gateway/{ns}/{job}/upload", post(gateway_upload))
         .route("/gateway/{ns}/{job}/download", get(gateway_download))
         .route("/gateway/{ns}/{job}/read-file", get(gateway_read_file))
+        .method_not_allowed_fallback(gateway_method_not_allowed)
+}
+
+/// A method a gateway path does not have: 405 in the gateway's plain
+/// shape (axum adds `Allow`).
+async fn gateway_method_not_allowed(method: Method, uri: Uri) -> Response {
+    GatewayError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        stockade_agent::connect::Code::Unimplemented,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+    .plain()
 }
 
 async fn no_lan() -> Response {

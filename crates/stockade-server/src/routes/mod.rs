@@ -1,6 +1,6 @@
 //! HTTP handlers, one module per resource.
 
-use axum::http::Uri;
+use axum::http::{Method, Uri};
 
 use crate::error::ApiError;
 
@@ -24,4 +24,13 @@ pub mod volumes;
 /// Unknown routes: a JSON 404.
 pub async fn not_found(uri: Uri) -> ApiError {
     ApiError::NotFound(format!("No route for {}", uri.path()))
+}
+
+/// A method the path does not have: a JSON 405 (the router adds the
+/// `Allow` header with the methods it does have).
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!(
+        "{method} is not allowed on {}: the Allow header lists the methods it takes",
+        uri.path()
+    ))
 }

@@ -103,11 +103,31 @@ async fn e2b_validation_errors_keep_e2bs_shape() {
 }
 
 #[tokio::test]
-#[ignore = "bug: a method a route does not have is axum's bare 405 with an empty body, not Stockade's error shape"]
 async fn a_wrong_method_is_405_in_stockades_shape() {
     let app = App::new().await;
     let r = app.put("/api/v1/sandbox", &app.admin, json!({})).await;
     r.assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    assert_json(&r);
+    let allow = r
+        .headers
+        .get("allow")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    for method in ["GET", "POST", "DELETE"] {
+        assert!(allow.contains(method), "Allow: {allow:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_e2b_method_is_405_in_e2bs_shape() {
+    let app = App::new().await;
+    let r = app
+        .e2b(Method::PATCH, "/e2b/sandboxes", &app.admin, Some(json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{}", r.body);
+    assert_eq!(r.body["code"], 405, "{}", r.body);
+    assert!(r.body["message"].is_string(), "{}", r.body);
+    assert!(r.headers.contains_key("allow"), "{:?}", r.headers);
 }
 
 #[tokio::test]
