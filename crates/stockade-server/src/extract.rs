@@ -1,9 +1,12 @@
-//! Extractors: the authenticated caller (so no handler can forget auth) and a
-//! JSON body whose errors are 400s naming the offending field. A caller
+//! Extractors: the authenticated caller (so no handler can forget auth), a
+//! JSON body whose errors are 400s naming the offending field, and a
+//! WebSocket handshake refused in Stockade's error shape. A caller
 //! authenticates with `Authorization: Bearer <token>` or, in the dashboard,
 //! with the `HttpOnly` session cookie plus the CSRF header.
 
 use axum::body::Bytes;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -322,6 +325,45 @@ fn not_an_object(bytes: &[u8]) -> String {
         Err(e) => return format!("not valid JSON: {e}; expected a JSON object"),
     };
     format!("expected a JSON object, found {found}")
+}
+
+/// The WebSocket handshake of a WebSocket route, taken by the handler as
+/// `Result<WebSocketUpgrade, WebSocketUpgradeRejection>` so that it can
+/// check ownership first and refuse a request that is no handshake in
+/// Stockade's shape (axum's own rejection is plain text): a wrong method
+/// is a 405, a missing or wrong header a 400 naming that header.
+pub fn websocket(
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<WebSocketUpgrade, ApiError> {
+    use WebSocketUpgradeRejection as R;
+    let rejection = match upgrade {
+        Ok(upgrade) => return Ok(upgrade),
+        Err(rejection) => rejection,
+    };
+    let header = match &rejection {
+        R::MethodNotGet(_) | R::MethodNotConnect(_) => {
+            return Err(ApiError::MethodNotAllowed(format!(
+                "{}: this route is a WebSocket, opened with a GET upgrade \
+                 (HTTP/2: CONNECT)",
+                rejection.body_text()
+            )))
+        }
+        R::InvalidConnectionHeader(_) => "Connection",
+        R::InvalidWebSocketVersionHeader(_) => "Sec-WebSocket-Version",
+        R::WebSocketKeyHeaderMissing(_) => "Sec-WebSocket-Key",
+        R::InvalidProtocolPseudoheader(_) => ":protocol",
+        // A wrong `Upgrade` header, or a connection that cannot be
+        // upgraded (HTTP/1.0).
+        _ => "Upgrade",
+    };
+    Err(ApiError::field(
+        header,
+        format!(
+            "{}: this route is a WebSocket; connect with a WebSocket client \
+             (`Connection: upgrade`, `Upgrade: websocket`)",
+            rejection.body_text()
+        ),
+    ))
 }
 
 /// Query parameters as (key, value) pairs, repeated keys kept.

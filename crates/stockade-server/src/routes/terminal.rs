@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
@@ -31,7 +32,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{query_pairs, Caller, Credential};
+use crate::extract::{query_pairs, websocket, Caller, Credential};
 use crate::AppState;
 
 /// The routes of this module (relative to `/api/v1`).
@@ -137,7 +138,7 @@ pub async fn terminal(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     if caller.credential == Credential::SessionCookie && !same_origin(&headers) {
         return Err(ApiError::Forbidden(
@@ -147,6 +148,9 @@ pub async fn terminal(
     }
     let spec = parse_query(raw.as_deref())?;
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    // Only after the ownership check, so that a stranger learns nothing
+    // more from a request that is no handshake.
+    let upgrade = websocket(upgrade)?;
     // Counted against the account for as long as the terminal lives.
     let permit = state.streams.acquire(&caller.account.id)?;
     // Started before the upgrade, so that a refusal is a proper HTTP error.

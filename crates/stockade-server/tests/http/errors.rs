@@ -131,14 +131,18 @@ async fn a_wrong_e2b_method_is_405_in_e2bs_shape() {
 }
 
 #[tokio::test]
-#[ignore = "bug: a terminal request that is not a WebSocket upgrade gets axum's plain-text 400, not Stockade's error shape"]
 async fn a_terminal_request_without_an_upgrade_is_in_stockades_shape() {
     let app = App::new().await;
     let id = app.create_id(&app.admin, json!({})).await;
-    let r = app
-        .get(&format!("/api/v1/sandbox/{id}/terminal"), &app.admin)
-        .await;
+    let path = format!("/api/v1/sandbox/{id}/terminal");
+    let r = app.get(&path, &app.admin).await;
     r.assert_error(StatusCode::BAD_REQUEST, "validation_failed");
+    assert_json(&r);
+    // Another account learns no more than from any request: the ownership
+    // check answers first.
+    let stranger = app.tenant("stranger").await;
+    let r = app.get(&path, &stranger).await;
+    r.assert_error(StatusCode::FORBIDDEN, "forbidden");
 }
 
 #[tokio::test]
