@@ -10,7 +10,7 @@ use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
-use stockade_core::{account::hash_token, Account, Scope, TokenId, TokenKind};
+use stockade_core::{Account, Scope, TokenId, TokenKind};
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -183,20 +183,12 @@ pub async fn authenticate(
     };
     let found = state
         .svc
-        .store
-        .authenticate(&hash_token(secret.trim()))
+        .authenticate(secret, wanted)
         .await?
-        .filter(|a| a.token.kind == wanted)
         .ok_or_else(|| ApiError::Unauthorized(unknown.into()))?;
     refuse_disabled(&found.account)?;
     if state.token_use.due(&found.token.id) {
-        let store = state.svc.store.clone();
-        let id = found.token.id.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.touch_token(&id, chrono::Utc::now()).await {
-                tracing::debug!(token.id = %id, error = %e, "could not record a token's use");
-            }
-        });
+        state.svc.record_token_use(found.token.id.clone());
     }
     Ok(Caller {
         scope: Scope {

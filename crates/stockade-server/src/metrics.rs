@@ -65,7 +65,7 @@ pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Respon
             .into_response();
         }
     }
-    let counts = match state.svc.store.count_sandboxes_by_status().await {
+    let counts = match state.svc.count_sandboxes_by_status().await {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, "metrics: could not count sandboxes");

@@ -16,8 +16,10 @@ use stockade_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
 pub mod access;
+pub mod accounts;
 pub mod config;
 pub mod content;
+pub mod credentials;
 pub mod error;
 pub mod fleet;
 pub mod interact;

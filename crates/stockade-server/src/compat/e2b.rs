@@ -981,7 +981,6 @@ async fn list_snapshots(
     }
     let mut list: Vec<Snapshot> = state
         .svc
-        .store
         .list_snapshots(&caller.scope, sandbox.as_ref())
         .await?
         .into_iter()

@@ -20,7 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use stockade_core::{Sandbox, SandboxId};
-use stockade_store::StoreError;
+use stockade_service::ServiceError;
 
 use super::e2b::{api_key, caller_of_token, E2bApiError};
 use crate::error::ApiError;
@@ -163,10 +163,10 @@ async fn authorise(
     let sb = match stockade_key(headers)? {
         Some(key) => {
             let caller = caller_of_token(state, &key).await?;
-            match state.svc.store.get_sandbox(&caller.scope, id).await {
+            match state.svc.sandbox(&caller.scope, id).await {
                 Ok(sb) => sb,
-                Err(StoreError::NotFound) => return Err(gone(id, "")),
-                Err(StoreError::Forbidden) => {
+                Err(ServiceError::NotFound(_)) => return Err(gone(id, "")),
+                Err(ServiceError::Forbidden(_)) => {
                     return Err(ApiError::Forbidden(format!(
                         "Forbidden: sandbox {id} belongs to another account"
                     ))

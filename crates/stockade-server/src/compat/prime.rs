@@ -20,8 +20,8 @@ use chrono::Utc;
 use stockade_api::prime::*;
 use stockade_api::{ErrorBody, ErrorDetail, SandboxResponse};
 use stockade_core::{Sandbox, SandboxId, SandboxStatus, Snapshot, SnapshotKind, SnapshotStatus};
+use stockade_service::sandbox::queries::BulkSelection;
 use stockade_service::{lifecycle, snapshots, ServiceError};
-use stockade_store::{SandboxFilter, StoreError};
 use tracing::instrument;
 
 use crate::error::{ApiError, ApiResult};
@@ -210,41 +210,20 @@ pub async fn bulk_delete(
             Some(team)
         }
     };
-    let mut targets: Vec<Result<Sandbox, (String, ServiceError)>> = Vec::new();
-    for id in &ids {
-        match SandboxId::parse_field(id, "sandbox_ids") {
-            Err(e) => targets.push(Err((id.clone(), e.into()))),
-            Ok(sid) => match state.svc.store.get_sandbox(&caller.scope, &sid).await {
-                Ok(sb) if sb.is_terminated() => targets.push(Err((
-                    id.clone(),
-                    ServiceError::NotFound("Sandbox not found".into()),
-                ))),
-                Ok(sb) => targets.push(Ok(sb)),
-                Err(e) => targets.push(Err((id.clone(), e.into()))),
+    let targets = state
+        .svc
+        .bulk_targets(
+            &caller.scope,
+            BulkSelection {
+                ids: &ids,
+                ids_field: "sandbox_ids",
+                labels: &labels,
+                team,
+                max_by_labels: MAX_BATCH,
+                live_only: true,
             },
-        }
-    }
-    if !labels.is_empty() {
-        let labels = stockade_core::Labels::parse_field(&labels, "labels")?;
-        let filter = SandboxFilter {
-            labels: labels.iter().cloned().collect(),
-            is_active: Some(true),
-            team_id: team,
-            page: 1,
-            per_page: MAX_BATCH as u32,
-            ..Default::default()
-        };
-        let page = state
-            .svc
-            .store
-            .list_sandboxes(&caller.scope, &filter)
-            .await?;
-        for sb in page.sandboxes {
-            if !targets.iter().any(|t| matches!(t, Ok(s) if s.id == sb.id)) {
-                targets.push(Ok(sb));
-            }
-        }
-    }
+        )
+        .await?;
     let outcomes = lifecycle::destroy_many(&state.svc, targets, false).await;
     let (mut succeeded, mut failed) = (Vec::new(), Vec::new());
     for o in outcomes {
@@ -329,8 +308,8 @@ async fn status_batch(
     let (mut statuses, mut errors) = (Vec::new(), Vec::new());
     for id in req.sandbox_ids {
         let lookup = match SandboxId::parse_field(&id, "sandbox_ids") {
-            Ok(sid) => state.svc.store.get_sandbox(&caller.scope, &sid).await,
-            Err(_) => Err(StoreError::NotFound),
+            Ok(sid) => state.svc.sandbox(&caller.scope, &sid).await,
+            Err(_) => Err(ServiceError::sandbox_not_found()),
         };
         match lookup {
             Ok(sb) => statuses.push(PrimeStatusSnapshot {
@@ -339,12 +318,12 @@ async fn status_batch(
                 error_type: error_type(&sb),
                 error_message: sb.status_reason.clone(),
             }),
-            Err(StoreError::Forbidden) => errors.push(PrimeStatusLookupError {
+            Err(ServiceError::Forbidden(_)) => errors.push(PrimeStatusLookupError {
                 sandbox_id: id,
                 code: "FORBIDDEN".into(),
                 message: "this sandbox belongs to another account".into(),
             }),
-            Err(StoreError::NotFound) => errors.push(PrimeStatusLookupError {
+            Err(ServiceError::NotFound(_)) => errors.push(PrimeStatusLookupError {
                 sandbox_id: id,
                 code: "NOT_FOUND".into(),
                 message: "Sandbox not found".into(),
@@ -417,11 +396,9 @@ async fn list_checkpoints(
             other => return Err(ApiError::field(other, "unknown query parameter")),
         }
     }
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let mut list: Vec<PrimeCheckpoint> = state
         .svc
-        .store
-        .list_snapshots(&caller.scope, Some(&sb.id))
+        .snapshots_of(&caller.scope, &id)
         .await?
         .iter()
         .filter(|s| s.kind == SnapshotKind::User && s.deleted_at.is_none())
@@ -462,12 +439,7 @@ async fn delete_sandbox_checkpoints(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
-    let list = state
-        .svc
-        .store
-        .list_snapshots(&caller.scope, Some(&sb.id))
-        .await?;
+    let list = state.svc.snapshots_of(&caller.scope, &id).await?;
     let (mut deleted, mut errors) = (Vec::new(), Vec::new());
     for s in list
         .into_iter()

@@ -7,13 +7,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use chrono::{SubsecRound, Utc};
 use stockade_api::{
     AccountResponse, CreateAccountRequest, CreateAccountResponse, ErrorBody, ListAccountsResponse,
     QuotaResponse, QuotaUsageResponse, SessionRequest, SetQuotaRequest, WhoAmIResponse,
 };
-use stockade_core::{AccountId, ApiToken, Quota, TokenKind, TokenRecord};
-use stockade_store::StoreError;
+use stockade_core::{AccountId, Quota};
+use stockade_service::fleet::quotas::QuotaReport;
 use tracing::instrument;
 use utoipa::OpenApi;
 
@@ -75,24 +74,7 @@ pub async fn create(
 ) -> ApiResult<(StatusCode, Json<CreateAccountResponse>)> {
     check_account_name(&req.name)?;
     // Every account starts with the configured default quota.
-    let quota = &state.svc.config.admission.default_quota;
-    let account = state
-        .svc
-        .store
-        .create_account_with_quota(&req.name, req.is_admin, quota)
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => {
-                ApiError::Conflict(format!("An account named '{}' already exists", req.name))
-            }
-            other => other.into(),
-        })?;
-    let token = ApiToken::generate();
-    state
-        .svc
-        .store
-        .add_token(&account.id, &token.hash())
-        .await?;
+    let (account, token) = state.svc.create_account(&req.name, req.is_admin).await?;
     tracing::info!(new_account.id = %account.id, name = %account.name, "account created");
     Ok((
         StatusCode::CREATED,
@@ -111,31 +93,19 @@ pub async fn list(
     State(state): State<AppState>,
     _admin: AdminCaller,
 ) -> ApiResult<Json<ListAccountsResponse>> {
-    let accounts = state.svc.store.list_accounts().await?;
+    let accounts = state.svc.list_accounts().await?;
     Ok(Json(ListAccountsResponse {
         accounts: accounts.iter().map(AccountResponse::from).collect(),
     }))
 }
 
-/// The quota of `id` and what the account uses of it.
-async fn quota_response(state: &AppState, id: &AccountId) -> ApiResult<QuotaResponse> {
-    let not_found = |e: StoreError| match e {
-        StoreError::NotFound => ApiError::NotFound("Account not found".into()),
-        other => other.into(),
-    };
-    let quota = state.svc.store.get_quota(id).await.map_err(not_found)?;
-    let usage = state
-        .svc
-        .store
-        .account_usage(id, &[])
-        .await
-        .map_err(not_found)?;
-    let stored = stockade_service::sources::stored_usage(&state.svc, id).await?;
-    Ok(QuotaResponse {
+/// The quota of `id` and what the account uses of it, as the API shows it.
+fn quota_response(id: &AccountId, report: &QuotaReport) -> QuotaResponse {
+    QuotaResponse {
         account_id: id.to_string(),
-        quota: (&quota).into(),
-        usage: QuotaUsageResponse::from(&usage).with_stored(&stored),
-    })
+        quota: (&report.quota).into(),
+        usage: QuotaUsageResponse::from(&report.usage).with_stored(&report.stored),
+    }
 }
 
 /// An account's quota and what it uses of it: for administrators,
@@ -156,12 +126,8 @@ pub async fn get_quota(
     Path(account_id): Path<String>,
 ) -> ApiResult<Json<QuotaResponse>> {
     let id = AccountId::parse_field(&account_id, "account_id")?;
-    if !caller.account.is_admin && caller.account.id != id {
-        return Err(ApiError::Forbidden(
-            "Only administrators see the quota of another account".into(),
-        ));
-    }
-    Ok(Json(quota_response(&state, &id).await?))
+    let report = state.svc.quota_of(&caller.account, &id).await?;
+    Ok(Json(quota_response(&id, &report)))
 }
 
 /// Set an account's quota (admin only). The body is the whole quota: a
@@ -185,17 +151,9 @@ pub async fn set_quota(
 ) -> ApiResult<Json<QuotaResponse>> {
     let id = AccountId::parse_field(&account_id, "account_id")?;
     let quota = Quota::from_input(&req.input())?;
-    state
-        .svc
-        .store
-        .set_quota(&id, &quota)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound => ApiError::NotFound("Account not found".into()),
-            other => other.into(),
-        })?;
+    let report = state.svc.set_quota(&id, &quota).await?;
     tracing::info!(quota.account.id = %id, ?quota, "account quota set");
-    Ok(Json(quota_response(&state, &id).await?))
+    Ok(Json(quota_response(&id, &report)))
 }
 
 /// The account the token belongs to.
@@ -270,20 +228,13 @@ pub async fn sign_in(
             }
             other => other,
         })?;
-    let now = Utc::now().trunc_subsecs(6);
-    let mut session = TokenRecord::new(
-        caller.account.id.clone(),
-        "dashboard".into(),
-        TokenKind::Session,
-        now,
-        Some(now + chrono::Duration::seconds(SESSION_MAX_AGE)),
-    );
-    session.parent_id = Some(caller.token_id.clone());
-    let secret = ApiToken::generate_session();
-    state
+    let secret = state
         .svc
-        .store
-        .insert_token(&session, &secret.hash())
+        .open_session(
+            &caller.account.id,
+            &caller.token_id,
+            chrono::Duration::seconds(SESSION_MAX_AGE),
+        )
         .await?;
     let cookie = session_cookie(secret.plaintext(), SESSION_MAX_AGE, over_https(&headers))?;
     let body = WhoAmIResponse {
@@ -305,20 +256,11 @@ pub async fn sign_in(
 #[utoipa::path(delete, path = "/api/v1/session", tag = "accounts",
     responses((status = 204, description = "Signed out")))]
 pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
-    for secret in SESSION_COOKIES
+    let secrets: Vec<&str> = SESSION_COOKIES
         .iter()
         .flat_map(|name| cookie_values(&headers, name))
-    {
-        let hash = stockade_core::account::hash_token(secret);
-        if let Some(found) = state.svc.store.authenticate(&hash).await? {
-            if found.token.kind == TokenKind::Session {
-                match state.svc.store.delete_token(&found.token.id).await {
-                    Ok(()) | Err(StoreError::NotFound) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-    }
+        .collect();
+    state.svc.end_sessions(&secrets).await?;
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(
         header::SET_COOKIE,

@@ -217,11 +217,11 @@ const ISOLATION_WARNING: &str = "sandboxes are not fully isolated:";
 /// Every probe of `/health`, in full.
 async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     let state = state.clone();
-    let store = state.svc.store.clone();
+    let svc = state.svc.clone();
     let runtime = state.svc.runtime.clone();
     // A write failing or succeeding changes the store's own health: the
     // database is checked again at once then.
-    let db_tag = u64::from(!store.health().is_ok());
+    let db_tag = u64::from(svc.database_degraded());
     let docker_probe = state.health.docker.get(0, move || async move {
         match tokio::time::timeout(PROBE_TIMEOUT, runtime.info()).await {
             Ok(Ok(info)) => Ok(info),
@@ -235,14 +235,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     // After a failed write the database is degraded until a write
     // succeeds again; a tiny write tells whether it does now.
     let db_probe = state.health.database.get(db_tag, move || async move {
-        let check = async {
-            store.ping().await?;
-            if !store.health().is_ok() {
-                store.probe_write().await?;
-            }
-            Ok::<(), StoreError>(())
-        };
-        match tokio::time::timeout(PROBE_TIMEOUT, check).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, svc.check_database()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(DbProblem {
                 degraded: matches!(e, StoreError::Unavailable(_)),
@@ -294,12 +287,12 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     let database = match db {
         Ok(()) => DatabaseHealth {
             status: "healthy".into(),
-            backend: state.svc.store.backend().into(),
+            backend: state.svc.database_backend().into(),
             error: None,
         },
         Err(p) => DatabaseHealth {
             status: if p.degraded { "degraded" } else { "unhealthy" }.into(),
-            backend: state.svc.store.backend().into(),
+            backend: state.svc.database_backend().into(),
             error: Some(p.message),
         },
     };

@@ -11,7 +11,7 @@ use stockade_api::{
     BulkDeleteRequest, BulkDeleteResponse, BulkDeleteResult, CreateBodyError, CreateSandboxBody,
     ErrorBody, ListSandboxesResponse, SandboxResponse,
 };
-use stockade_core::{Label, SandboxId, SandboxStatus, TeamId, ValidationErrors};
+use stockade_core::{Label, SandboxStatus, TeamId, ValidationErrors};
 use stockade_store::SandboxFilter;
 use tracing::instrument;
 
@@ -19,7 +19,8 @@ use crate::compat::prime;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
 use crate::AppState;
-use stockade_service::{lifecycle, ServiceError};
+use stockade_service::lifecycle;
+use stockade_service::sandbox::queries::BulkSelection;
 
 /// A sandbox as the caller reads it (`prime-sandboxes` gets its start
 /// command as a program and arguments).
@@ -190,11 +191,7 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListSandboxesResponse>> {
     let filter = parse_list_query(raw.as_deref())?;
-    let page = state
-        .svc
-        .store
-        .list_sandboxes(&caller.scope, &filter)
-        .await?;
+    let page = state.svc.list_sandboxes(&caller.scope, &filter).await?;
     let now = Utc::now();
     let shown = (filter.page as u64 - 1) * filter.per_page as u64 + page.sandboxes.len() as u64;
     Ok(Json(ListSandboxesResponse {
@@ -354,36 +351,20 @@ pub async fn bulk_delete(
             format!("at most {MAX} ids per request"),
         ));
     }
-    let mut targets: Vec<Result<stockade_core::Sandbox, (String, ServiceError)>> = Vec::new();
-    for id in &req.ids {
-        match SandboxId::parse_field(id, "ids") {
-            Err(e) => targets.push(Err((id.clone(), e.into()))),
-            Ok(sid) => match state.svc.store.get_sandbox(&caller.scope, &sid).await {
-                Ok(sb) => targets.push(Ok(sb)),
-                Err(e) => targets.push(Err((id.clone(), e.into()))),
+    let targets = state
+        .svc
+        .bulk_targets(
+            &caller.scope,
+            BulkSelection {
+                ids: &req.ids,
+                ids_field: "ids",
+                labels: &req.labels,
+                team: None,
+                max_by_labels: MAX,
+                live_only: false,
             },
-        }
-    }
-    if !req.labels.is_empty() {
-        let labels = stockade_core::Labels::parse_field(&req.labels, "labels")?;
-        let filter = SandboxFilter {
-            labels: labels.iter().cloned().collect(),
-            is_active: Some(true),
-            page: 1,
-            per_page: MAX as u32,
-            ..Default::default()
-        };
-        let page = state
-            .svc
-            .store
-            .list_sandboxes(&caller.scope, &filter)
-            .await?;
-        for sb in page.sandboxes {
-            if !targets.iter().any(|t| matches!(t, Ok(s) if s.id == sb.id)) {
-                targets.push(Ok(sb));
-            }
-        }
-    }
+        )
+        .await?;
     let results = lifecycle::destroy_many(&state.svc, targets, req.preserve_volume)
         .await
         .into_iter()

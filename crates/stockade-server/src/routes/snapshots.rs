@@ -100,12 +100,7 @@ pub async fn list_sandbox_snapshots(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ListSnapshotsResponse>> {
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
-    let list = state
-        .svc
-        .store
-        .list_snapshots(&caller.scope, Some(&sb.id))
-        .await?;
+    let list = state.svc.snapshots_of(&caller.scope, &id).await?;
     Ok(Json(ListSnapshotsResponse {
         snapshots: list.iter().map(SnapshotResponse::from).collect(),
     }))
@@ -120,7 +115,7 @@ pub async fn list_snapshots(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<ListSnapshotsResponse>> {
-    let list = state.svc.store.list_snapshots(&caller.scope, None).await?;
+    let list = state.svc.list_snapshots(&caller.scope, None).await?;
     Ok(Json(ListSnapshotsResponse {
         snapshots: list.iter().map(SnapshotResponse::from).collect(),
     }))

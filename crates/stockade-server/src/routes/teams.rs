@@ -10,12 +10,11 @@ use stockade_api::{
     AddTeamMemberRequest, CreateTeamRequest, ErrorBody, ListTeamsResponse, TeamResponse,
 };
 use stockade_core::team::parse_team_name;
-use stockade_core::{AccountId, Team, TeamId};
-use stockade_store::StoreError;
+use stockade_core::{AccountId, Team};
 use tracing::instrument;
 use utoipa::OpenApi;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::{AdminCaller, ApiJson, Caller};
 use crate::AppState;
 
@@ -42,21 +41,8 @@ pub fn routes() -> Router<AppState> {
 )]
 pub struct TeamsApi;
 
-fn team_not_found() -> ApiError {
-    ApiError::NotFound("Team not found".into())
-}
-
-/// Loads a team: 404 when unknown.
-async fn load(state: &AppState, id: &str) -> ApiResult<Team> {
-    let id = TeamId::parse_field(id, "team_id")?;
-    state.svc.store.get_team(&id).await.map_err(|e| match e {
-        StoreError::NotFound => team_not_found(),
-        other => other.into(),
-    })
-}
-
 async fn respond(state: &AppState, team: &Team) -> ApiResult<Json<TeamResponse>> {
-    let members = state.svc.store.list_team_members(&team.id).await?;
+    let members = state.svc.team_members(&team.id).await?;
     Ok(Json(TeamResponse::new(team, &members)))
 }
 
@@ -77,17 +63,7 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateTeamRequest>,
 ) -> ApiResult<(StatusCode, Json<TeamResponse>)> {
     let name = parse_team_name(&req.name, "name")?;
-    let team = state
-        .svc
-        .store
-        .create_team(&name)
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => {
-                ApiError::Conflict(format!("A team named '{name}' already exists"))
-            }
-            other => other.into(),
-        })?;
+    let team = state.svc.create_team(&name).await?;
     tracing::info!(team.id = %team.id, team.name = %team.name, "team created");
     Ok((StatusCode::CREATED, Json(TeamResponse::new(&team, &[]))))
 }
@@ -101,11 +77,7 @@ pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<ListTeamsResponse>> {
-    let teams = if caller.account.is_admin {
-        state.svc.store.list_teams().await?
-    } else {
-        state.svc.store.teams_of_account(&caller.account.id).await?
-    };
+    let teams = state.svc.teams_for(&caller.account).await?;
     let mut out = Vec::with_capacity(teams.len());
     for team in &teams {
         out.push(respond(&state, team).await?.0);
@@ -125,12 +97,10 @@ pub async fn get_one(
     caller: Caller,
     Path(team_id): Path<String>,
 ) -> ApiResult<Json<TeamResponse>> {
-    let team = load(&state, &team_id).await?;
-    if !caller.account.is_admin && !caller.scope.team_ids.contains(&team.id) {
-        return Err(ApiError::Forbidden(
-            "Forbidden: you are not a member of this team".into(),
-        ));
-    }
+    let team = state
+        .svc
+        .team_for(&caller.account, &caller.scope.team_ids, &team_id)
+        .await?;
     respond(&state, &team).await
 }
 
@@ -149,17 +119,9 @@ pub async fn add_member(
     Path(team_id): Path<String>,
     ApiJson(req): ApiJson<AddTeamMemberRequest>,
 ) -> ApiResult<Json<TeamResponse>> {
-    let team = load(&state, &team_id).await?;
+    let team = state.svc.team(&team_id).await?;
     let account = AccountId::parse_field(&req.account_id, "accountId")?;
-    state
-        .svc
-        .store
-        .add_team_member(&team.id, &account)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound => ApiError::NotFound("Account not found".into()),
-            other => other.into(),
-        })?;
+    state.svc.add_team_member(&team.id, &account).await?;
     tracing::info!(team.id = %team.id, member.id = %account, "team member added");
     respond(&state, &team).await
 }
@@ -178,19 +140,9 @@ pub async fn remove_member(
     admin: AdminCaller,
     Path((team_id, account_id)): Path<(String, String)>,
 ) -> ApiResult<Json<TeamResponse>> {
-    let team = load(&state, &team_id).await?;
+    let team = state.svc.team(&team_id).await?;
     let account = AccountId::parse_field(&account_id, "account_id")?;
-    state
-        .svc
-        .store
-        .remove_team_member(&team.id, &account)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound => {
-                ApiError::NotFound(format!("Account {account} is not a member of this team"))
-            }
-            other => other.into(),
-        })?;
+    state.svc.remove_team_member(&team.id, &account).await?;
     tracing::info!(team.id = %team.id, member.id = %account, "team member removed");
     respond(&state, &team).await
 }

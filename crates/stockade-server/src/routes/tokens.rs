@@ -12,8 +12,7 @@ use stockade_api::{
     AccountResponse, CreateTokenRequest, CreateTokenResponse, EmptyRequest, ErrorBody,
     ListTokensResponse, TokenResponse,
 };
-use stockade_core::{AccountId, ApiToken, TokenId, TokenKind, TokenRecord};
-use stockade_store::StoreError;
+use stockade_core::{AccountId, TokenId, TokenRecord};
 use tracing::instrument;
 use utoipa::OpenApi;
 
@@ -62,13 +61,6 @@ fn managed_account(caller: &Caller, raw: &str) -> ApiResult<AccountId> {
     Ok(id)
 }
 
-fn account_not_found(e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound => ApiError::NotFound("Account not found".into()),
-        other => other.into(),
-    }
-}
-
 /// Make an API token of the account: for the account itself and for
 /// administrators. The secret is in this answer only.
 #[utoipa::path(post, path = "/api/v1/accounts/{account_id}/tokens", tag = "accounts",
@@ -101,14 +93,10 @@ pub async fn create_token(
             ))
         }
     };
-    let record = TokenRecord::new(id.clone(), name, TokenKind::Api, now, expires_at);
-    let secret = ApiToken::generate();
-    state
+    let (record, secret) = state
         .svc
-        .store
-        .insert_token(&record, &secret.hash())
-        .await
-        .map_err(account_not_found)?;
+        .create_api_token(&id, name, now, expires_at)
+        .await?;
     tracing::info!(token.id = %record.id, token.account.id = %id, "API token created");
     Ok((
         StatusCode::CREATED,
@@ -137,13 +125,7 @@ pub async fn list_tokens(
     Path(account_id): Path<String>,
 ) -> ApiResult<Json<ListTokensResponse>> {
     let id = managed_account(&caller, &account_id)?;
-    state
-        .svc
-        .store
-        .get_account(&id)
-        .await
-        .map_err(account_not_found)?;
-    let tokens = state.svc.store.list_tokens(&id).await?;
+    let tokens = state.svc.list_tokens(&id).await?;
     Ok(Json(ListTokensResponse {
         tokens: tokens.iter().map(TokenResponse::from).collect(),
     }))
@@ -165,19 +147,7 @@ pub async fn revoke_token(
     Path(token_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = TokenId::parse_field(&token_id, "token_id")?;
-    let not_found = || ApiError::NotFound(format!("Token {id} not found"));
-    let token = match state.svc.store.get_token(&id).await {
-        Ok(t) => t,
-        Err(StoreError::NotFound) => return Err(not_found()),
-        Err(e) => return Err(e.into()),
-    };
-    if !caller.account.is_admin && token.account_id != caller.account.id {
-        return Err(not_found());
-    }
-    match state.svc.store.delete_token(&id).await {
-        Ok(()) | Err(StoreError::NotFound) => {}
-        Err(e) => return Err(e.into()),
-    }
+    let token = state.svc.revoke_token(&caller.account, &id).await?;
     tracing::info!(token.id = %id, token.account.id = %token.account_id, kind = token.kind.as_str(), "token revoked");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -189,18 +159,10 @@ async fn set_disabled(
     disable: bool,
 ) -> ApiResult<Json<AccountResponse>> {
     let id = AccountId::parse_field(raw, "account_id")?;
-    if disable && id == admin.0.account.id {
-        return Err(ApiError::Conflict(
-            "An administrator cannot disable their own account: another administrator can".into(),
-        ));
-    }
-    let at = disable.then(Utc::now);
     let account = state
         .svc
-        .store
-        .set_account_disabled(&id, at)
-        .await
-        .map_err(account_not_found)?;
+        .set_account_disabled(&admin.0.account, &id, disable)
+        .await?;
     tracing::info!(target.account.id = %id, disabled = disable, "account {}", if disable { "disabled" } else { "enabled" });
     Ok(Json(AccountResponse::from(&account)))
 }

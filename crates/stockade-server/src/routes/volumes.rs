@@ -154,8 +154,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
     }
     let live: HashMap<SandboxId, Sandbox> = state
         .svc
-        .store
-        .list_active_sandboxes()
+        .live_sandboxes()
         .await?
         .into_iter()
         .map(|sb| (sb.id.clone(), sb))
@@ -166,7 +165,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         let live = live.get(&sandbox_id).cloned();
         let record = match live {
             Some(_) => None,
-            None => state.svc.store.sandbox_owner(&sandbox_id).await?,
+            None => state.svc.record_owner(&sandbox_id).await?,
         };
         if info.pool_member && live.is_none() && record.is_none() {
             // A warm-pool member: nobody's yet, never listed.

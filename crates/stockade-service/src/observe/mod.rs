@@ -1,2 +1,3 @@
+pub mod database;
 pub mod metrics;
 pub mod usage;

@@ -5,6 +5,7 @@ pub mod idempotency;
 pub mod lifecycle;
 pub mod pool;
 pub mod ports;
+pub mod queries;
 pub mod recovery;
 pub mod sessions;
 pub mod update;
