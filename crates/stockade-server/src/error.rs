@@ -10,75 +10,76 @@ use stockade_runtime::RuntimeError;
 use stockade_service::ServiceError;
 use stockade_store::StoreError;
 
+/// A failure a handler returns: the service's own errors, wrapped, and the
+/// few that only the HTTP tier knows (credentials, rate limits, methods,
+/// the proxy's upstream).
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// What the service reported, in its own terms.
+    #[error(transparent)]
+    Service(ServiceError),
+    /// Invalid input, every field named (400). Handlers put together the
+    /// errors of a request's parts here; the service's are moved here too,
+    /// so that there is one place to find them.
     #[error("{0}")]
     Validation(ValidationErrors),
+    /// No valid credential (401).
     #[error("{0}")]
     Unauthorized(String),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
     /// The path has no such method (405; the router adds `Allow`).
     #[error("{0}")]
     MethodNotAllowed(String),
-    /// The sandbox is destroyed (409 `sandbox_terminated`).
-    #[error("{0}")]
-    Terminated(String),
-    /// The sandbox must be running for this (409 `sandbox_not_running`).
-    #[error("{0}")]
-    NotRunning(String),
-    #[error("{0}")]
-    PayloadTooLarge(String),
     /// Rate limited; retry after this many seconds.
     #[error("{message}")]
     TooManyRequests {
         message: String,
         retry_after_secs: u64,
     },
-    /// The sandbox cannot serve this right now (e.g. stopped).
-    #[error("{0}")]
-    SandboxUnavailable(String),
-    /// An `Idempotency-Key` reused with a different request.
-    #[error("{0}")]
-    IdempotencyMismatch(String),
-    #[error("{0}")]
-    ImageUnavailable(String),
     /// A sandbox port the proxy forwards to does not answer (502).
     #[error("{0}")]
     UpstreamUnavailable(String),
-    /// A create source (git, tarball, upload) could not be fetched or unpacked.
-    #[error("{0}")]
-    SourceFailed(String),
-    /// The object store (local directory or S3) failed.
-    #[error("{0}")]
-    ObjectStore(String),
-    #[error("{0}")]
-    DockerUnavailable(String),
-    #[error("{0}")]
-    Docker(String),
-    #[error("{0}")]
-    Database(String),
-    /// The database cannot write (disk full, read-only): 507.
-    #[error("{0}")]
-    StorageFull(String),
-    /// The database cannot serve now: 503.
-    #[error("{0}")]
-    DatabaseUnavailable(String),
-    /// The Docker host has no room for it (409 `insufficient_capacity`).
-    #[error("{0}")]
-    InsufficientCapacity(String),
-    /// The account's quota does not allow it (403 `quota_exceeded`).
-    #[error("{0}")]
-    QuotaExceeded(String),
-    /// The server is shutting down: 503.
-    #[error("{0}")]
-    ShuttingDown(String),
-    #[error("{0}")]
-    Internal(String),
+}
+
+/// Shorthands for the service's errors, so that a handler can write
+/// `ApiError::NotFound(..)`: each is `ApiError::Service(ServiceError::…)`.
+/// New code builds the `ServiceError` and converts it with `?` or `.into()`.
+#[allow(non_snake_case)]
+impl ApiError {
+    pub fn Forbidden(message: String) -> Self {
+        ServiceError::Forbidden(message).into()
+    }
+
+    pub fn NotFound(message: String) -> Self {
+        ServiceError::NotFound(message).into()
+    }
+
+    pub fn Conflict(message: String) -> Self {
+        ServiceError::Conflict(message).into()
+    }
+
+    pub fn Terminated(message: String) -> Self {
+        ServiceError::Terminated(message).into()
+    }
+
+    pub fn NotRunning(message: String) -> Self {
+        ServiceError::NotRunning(message).into()
+    }
+
+    pub fn PayloadTooLarge(message: String) -> Self {
+        ServiceError::PayloadTooLarge(message).into()
+    }
+
+    pub fn SandboxUnavailable(message: String) -> Self {
+        ServiceError::SandboxUnavailable(message).into()
+    }
+
+    pub fn Docker(message: String) -> Self {
+        ServiceError::Docker(message).into()
+    }
+
+    pub fn Internal(message: String) -> Self {
+        ServiceError::Internal(message).into()
+    }
 }
 
 impl ApiError {
@@ -87,40 +88,57 @@ impl ApiError {
     }
 
     pub fn sandbox_not_found() -> Self {
-        Self::NotFound("Sandbox not found".into())
+        ServiceError::sandbox_not_found().into()
     }
 
+    /// The status code and the stable error code: the only place either is
+    /// chosen.
     fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             Self::Validation(_) => (StatusCode::BAD_REQUEST, "validation_failed"),
+            Self::Service(e) => match e {
+                ServiceError::Validation(_) => (StatusCode::BAD_REQUEST, "validation_failed"),
+                ServiceError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+                ServiceError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+                ServiceError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+                ServiceError::Terminated(_) => (StatusCode::CONFLICT, "sandbox_terminated"),
+                ServiceError::NotRunning(_) => (StatusCode::CONFLICT, "sandbox_not_running"),
+                ServiceError::PayloadTooLarge(_) => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+                }
+                ServiceError::SandboxUnavailable(_) => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable")
+                }
+                ServiceError::IdempotencyMismatch(_) => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+                }
+                ServiceError::ImageUnavailable(_) => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable")
+                }
+                ServiceError::SourceFailed(_) => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, "source_failed")
+                }
+                ServiceError::ObjectStore(_) => (StatusCode::BAD_GATEWAY, "object_store_error"),
+                ServiceError::DockerUnavailable(_) => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable")
+                }
+                ServiceError::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
+                ServiceError::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),
+                ServiceError::StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+                ServiceError::DatabaseUnavailable(_) => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
+                }
+                ServiceError::InsufficientCapacity(_) => {
+                    (StatusCode::CONFLICT, "insufficient_capacity")
+                }
+                ServiceError::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
+                ServiceError::ShuttingDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+                ServiceError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+            },
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Terminated(_) => (StatusCode::CONFLICT, "sandbox_terminated"),
-            Self::NotRunning(_) => (StatusCode::CONFLICT, "sandbox_not_running"),
-            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            Self::SandboxUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "sandbox_unavailable"),
-            Self::IdempotencyMismatch(_) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
-            }
-            Self::ImageUnavailable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable"),
             Self::UpstreamUnavailable(_) => (StatusCode::BAD_GATEWAY, "upstream_unavailable"),
-            Self::SourceFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "source_failed"),
-            Self::ObjectStore(_) => (StatusCode::BAD_GATEWAY, "object_store_error"),
-            Self::DockerUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable"),
-            Self::Docker(_) => (StatusCode::BAD_GATEWAY, "docker_error"),
-            Self::Database(_) => (StatusCode::INTERNAL_SERVER_ERROR, "database_error"),
-            Self::StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
-            Self::DatabaseUnavailable(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
-            }
-            Self::InsufficientCapacity(_) => (StatusCode::CONFLICT, "insufficient_capacity"),
-            Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
-            Self::ShuttingDown(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
 
@@ -128,7 +146,7 @@ impl ApiError {
     pub fn detail(&self) -> ErrorDetail {
         let (_, code) = self.parts();
         let (message, details) = match self {
-            Self::Validation(errs) => (
+            Self::Validation(errs) | Self::Service(ServiceError::Validation(errs)) => (
                 format!("Invalid request: {errs}"),
                 Some(serde_json::json!({ "fields": errs.0 })),
             ),
@@ -176,6 +194,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Validation(errors) => Self::Validation(errors),
+            other => Self::Service(other),
+        }
+    }
+}
+
 impl From<ValidationErrors> for ApiError {
     fn from(e: ValidationErrors) -> Self {
         Self::Validation(e)
@@ -185,34 +212,6 @@ impl From<ValidationErrors> for ApiError {
 impl From<FieldError> for ApiError {
     fn from(e: FieldError) -> Self {
         Self::Validation(e.into())
-    }
-}
-
-impl From<ServiceError> for ApiError {
-    fn from(e: ServiceError) -> Self {
-        match e {
-            ServiceError::Validation(v) => Self::Validation(v),
-            ServiceError::Forbidden(m) => Self::Forbidden(m),
-            ServiceError::NotFound(m) => Self::NotFound(m),
-            ServiceError::Conflict(m) => Self::Conflict(m),
-            ServiceError::Terminated(m) => Self::Terminated(m),
-            ServiceError::NotRunning(m) => Self::NotRunning(m),
-            ServiceError::PayloadTooLarge(m) => Self::PayloadTooLarge(m),
-            ServiceError::SandboxUnavailable(m) => Self::SandboxUnavailable(m),
-            ServiceError::IdempotencyMismatch(m) => Self::IdempotencyMismatch(m),
-            ServiceError::ImageUnavailable(m) => Self::ImageUnavailable(m),
-            ServiceError::SourceFailed(m) => Self::SourceFailed(m),
-            ServiceError::ObjectStore(m) => Self::ObjectStore(m),
-            ServiceError::DockerUnavailable(m) => Self::DockerUnavailable(m),
-            ServiceError::Docker(m) => Self::Docker(m),
-            ServiceError::Database(m) => Self::Database(m),
-            ServiceError::StorageFull(m) => Self::StorageFull(m),
-            ServiceError::DatabaseUnavailable(m) => Self::DatabaseUnavailable(m),
-            ServiceError::InsufficientCapacity(m) => Self::InsufficientCapacity(m),
-            ServiceError::QuotaExceeded(m) => Self::QuotaExceeded(m),
-            ServiceError::ShuttingDown(m) => Self::ShuttingDown(m),
-            ServiceError::Internal(m) => Self::Internal(m),
-        }
     }
 }
 

@@ -19,6 +19,8 @@
 use stockade_core::net::AddressPolicy;
 use stockade_core::FieldError;
 
+use crate::config::ConfigError;
+
 /// The repository of Stockade's snapshot images.
 pub const SNAPSHOT_REPOSITORY: &str = "stockade-snapshot";
 
@@ -30,7 +32,7 @@ pub struct ImagePolicy {
 
 impl ImagePolicy {
     /// Parses `--allowed-images` patterns; the error names the bad one.
-    pub fn parse(patterns: &[String]) -> Result<Self, String> {
+    pub fn parse(patterns: &[String]) -> Result<Self, ConfigError> {
         let mut out = Vec::new();
         for raw in patterns.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
             let ok = raw.len() <= 255
@@ -42,10 +44,10 @@ impl ImagePolicy {
                 && !raw.starts_with(['/', ':', '@', '.', '-'])
                 && !raw.contains("//");
             if !ok {
-                return Err(format!(
+                return Err(ConfigError(format!(
                     "'{raw}' is not an image pattern: use an image reference in lower case, \
                      with * for any characters (e.g. node, python:3.*, ghcr.io/acme/*)"
-                ));
+                )));
             }
             out.push(if raw == "*" {
                 "*".to_owned()
@@ -309,7 +311,7 @@ mod tests {
             .is_ok());
         for bad in ["Node", "/x", "a b", "ghcr.io//x"] {
             let e = ImagePolicy::parse(&[bad.into()]).unwrap_err();
-            assert!(e.contains(bad), "{e}");
+            assert!(e.0.contains(bad), "{e}");
         }
     }
 }

@@ -29,6 +29,7 @@ use stockade_core::{
 use stockade_runtime::PoolMemberSpec;
 use stockade_store::StoreError;
 
+use crate::config::ConfigError;
 use crate::error::{ServiceError, ServiceResult};
 use crate::Service;
 
@@ -80,17 +81,17 @@ impl AdmissionConfig {
 
 /// Parses an overcommit ratio as `--flag` takes it: a number from 0.1 to
 /// 1000, or `off` (not checked).
-pub fn parse_overcommit(value: &str, flag: &str) -> Result<Option<f64>, String> {
+pub fn parse_overcommit(value: &str, flag: &str) -> Result<Option<f64>, ConfigError> {
     let value = value.trim();
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
     match value.parse::<f64>() {
         Ok(v) if v.is_finite() && (0.1..=1000.0).contains(&v) => Ok(Some(v)),
-        _ => Err(format!(
+        _ => Err(ConfigError(format!(
             "{flag}: '{value}' is not a ratio: give a number from 0.1 to 1000 (1 = no \
              overcommit), or off"
-        )),
+        ))),
     }
 }
 
@@ -589,7 +590,7 @@ mod tests {
         assert_eq!(parse_overcommit("OFF", "--x"), Ok(None));
         for bad in ["0", "-1", "inf", "NaN", "lots", "", "5000"] {
             let err = parse_overcommit(bad, "--memory-overcommit").unwrap_err();
-            assert!(err.starts_with("--memory-overcommit:"), "{bad}: {err}");
+            assert!(err.0.starts_with("--memory-overcommit:"), "{bad}: {err}");
         }
     }
 

@@ -44,6 +44,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::ConfigError;
 use crate::error::ServiceError;
 use crate::Service;
 
@@ -99,7 +100,7 @@ impl PoolClassConfig {
 
     /// Parses `SIZE[,image=IMAGE][,cpu=CORES][,memory=GB][,disk=GB][,network=on|off]`,
     /// e.g. `4` or `2,image=python:3.13-bookworm,cpu=2,memory=4`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let mut parts = s.split(',').map(str::trim);
         let size = parts.next().unwrap_or_default();
         let size: usize = size.parse().ok().filter(|n| *n <= 256).ok_or_else(|| {
@@ -146,14 +147,16 @@ impl PoolClassConfig {
                         other => {
                             return Err(format!(
                                 "invalid warm pool network '{other}': use on or off"
-                            ))
+                            )
+                            .into())
                         }
                     }
                 }
                 other => {
                     return Err(format!(
                     "unknown warm pool setting '{other}': use image, cpu, memory, disk or network"
-                ))
+                )
+                    .into())
                 }
             }
         }
@@ -283,7 +286,7 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// Resolves the configured classes against the sandbox defaults.
-    pub fn new(config: &PoolConfig, defaults: &Defaults) -> Result<Self, String> {
+    pub fn new(config: &PoolConfig, defaults: &Defaults) -> Result<Self, ConfigError> {
         let mut classes: Vec<PoolClass> = Vec::new();
         for c in config.classes.iter().filter(|c| c.size > 0) {
             let class = PoolClass::resolve(c, defaults)?;
@@ -890,7 +893,7 @@ mod tests {
             ("2,network=maybe", "use on or off"),
         ] {
             let err = PoolClassConfig::parse(bad).unwrap_err();
-            assert!(err.contains(says), "{bad}: {err}");
+            assert!(err.0.contains(says), "{bad}: {err}");
         }
     }
 
@@ -981,6 +984,7 @@ mod tests {
         };
         assert!(Pool::new(&bad, &defaults)
             .unwrap_err()
+            .0
             .contains("dockerImage"));
     }
 

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::ConfigError;
 use crate::Service;
 
 /// The lease's term when none is configured: a crashed leader is replaced
@@ -77,13 +78,13 @@ impl Leader {
 
     /// Sets the lease's term; takes effect at the next renewal. Shorter
     /// than [`MIN_LEASE`] is an error naming the setting.
-    pub fn set_lease(&self, lease: Duration) -> Result<(), String> {
+    pub fn set_lease(&self, lease: Duration) -> Result<(), ConfigError> {
         if lease < MIN_LEASE {
-            return Err(format!(
+            return Err(ConfigError(format!(
                 "leader lease must be at least {} ms, got {} ms",
                 MIN_LEASE.as_millis(),
                 lease.as_millis()
-            ));
+            )));
         }
         *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = lease;
         Ok(())
