@@ -19,20 +19,14 @@ use stockade_core::{
     AccountId, Defaults, Host, HostHealth, HostState, HostTls, Operation, OperationKind, Resources,
     Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope,
 };
-use stockade_store::{
-    CandidateLoad, PgStore, Placed, PlacementCandidate, SqliteStore, Store, StoreError,
-};
+use stockade_store::{CandidateLoad, Placed, PlacementCandidate, Store, StoreError};
 
 const GB: u64 = BYTES_PER_GB;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_hosts() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("h.db").display());
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+common::store_tests!(file "h.db", 2, sqlite_hosts, postgres_hosts, |store| {
     hosts(store.clone()).await;
-    placement(store).await;
-}
+    placement(store).await
+});
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_memory_hosts() {
@@ -41,34 +35,10 @@ async fn sqlite_memory_hosts() {
     placement(store).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_hosts() {
-    common::on_postgres("postgres_hosts", |url| async move {
-        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
-        hosts(store.clone()).await;
-        placement(store).await;
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sqlite_placements_race() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("race.db").display());
-    let a: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    let b: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    race(a, b).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_placements_race() {
-    common::on_postgres("postgres_placements_race", |url| async move {
-        let a: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
-        let b: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
-        race(a, b).await;
-    })
-    .await;
-}
+common::store_tests!(
+    pair "race.db", 4, sqlite_placements_race, postgres_placements_race,
+    |a, b| race(a, b).await
+);
 
 fn host(name: &str) -> Host {
     let now = Utc::now().trunc_subsecs(6);

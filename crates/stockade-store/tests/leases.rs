@@ -11,26 +11,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 
-use stockade_store::{PgStore, SqliteStore, Store, StoreError, BACKGROUND_LEASE};
+use stockade_store::{Store, StoreError, BACKGROUND_LEASE};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sqlite_leases() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("l.db").display());
-    let a: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    let b: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    leases(a, b).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_leases() {
-    common::on_postgres("postgres_leases", |test_url| async move {
-        let a: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
-        let b: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
-        leases(a, b).await;
-    })
-    .await;
-}
+common::store_tests!(pair "l.db", 4, sqlite_leases, postgres_leases, |a, b| leases(a, b).await);
 
 fn now() -> DateTime<Utc> {
     // What the database keeps: microseconds.

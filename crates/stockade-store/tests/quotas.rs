@@ -23,26 +23,11 @@ use stockade_store::{PgStore, SqliteStore, Store, StoreError};
 
 const GB: u64 = BYTES_PER_GB;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_quotas() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("q.db").display());
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    quotas(store).await;
-}
+common::store_tests!(file "q.db", 2, sqlite_quotas, postgres_quotas, |store| quotas(store).await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_memory_quotas() {
     quotas(stockade_store::connect("sqlite::memory:").await.unwrap()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_quotas() {
-    common::on_postgres("postgres_quotas", |url| async move {
-        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
-        quotas(store).await;
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,19 +386,13 @@ async fn quotas(store: Arc<dyn Store>) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_snapshot_usage() {
-    snapshot_usage(stockade_store::connect("sqlite::memory:").await.unwrap()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_snapshot_usage() {
-    common::on_postgres("postgres_snapshot_usage", |url| async move {
-        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
-        snapshot_usage(store).await;
-    })
-    .await;
-}
+common::store_tests!(
+    memory,
+    2,
+    sqlite_snapshot_usage,
+    postgres_snapshot_usage,
+    |store| snapshot_usage(store).await
+);
 
 /// What a snapshot quota counts: user snapshots not deleted (being captured
 /// ones too) with their workspace and image archives; fork snapshots,

@@ -11,27 +11,12 @@ use chrono::{DateTime, Duration, SubsecRound, Utc};
 
 use stockade_core::spec::SpecInput;
 use stockade_core::{AccountId, Defaults, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope};
-use stockade_store::{PgStore, SqliteStore, Store};
+use stockade_store::Store;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sqlite_sessions() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("s.db").display());
-    let a: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    // A second "server instance" on the same database file.
-    let b: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-    sessions(a, b).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_sessions() {
-    common::on_postgres("postgres_sessions", |test_url| async move {
-        let a: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
-        let b: Arc<dyn Store> = Arc::new(PgStore::connect(&test_url).await.unwrap());
-        sessions(a, b).await;
-    })
-    .await;
-}
+common::store_tests!(
+    pair "s.db", 4, sqlite_sessions, postgres_sessions,
+    |a, b| sessions(a, b).await
+);
 
 fn now() -> DateTime<Utc> {
     // What the database keeps: microseconds.

@@ -9,21 +9,12 @@ use std::sync::Arc;
 
 use chrono::{Duration, SubsecRound, Utc};
 use stockade_core::{ApiToken, TokenId, TokenKind, TokenRecord};
-use stockade_store::{PgStore, Store, StoreError};
+use stockade_store::{Store, StoreError};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_tokens() {
-    tokens(stockade_store::connect("sqlite::memory:").await.unwrap()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_tokens() {
-    common::on_postgres("postgres_tokens", |url| async move {
-        let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
-        tokens(store).await;
-    })
-    .await;
-}
+common::store_tests!(memory, 2, sqlite_tokens, postgres_tokens, |store| tokens(
+    store
+)
+.await);
 
 /// The database file holds every token hash and sandbox environment: only
 /// its owner reads it, a new one and an older, wider one alike.

@@ -1,7 +1,13 @@
-//! What the store's test files share: a fresh PostgreSQL database per test.
+//! What the store's test files share: a fresh PostgreSQL database per test,
+//! stores on SQLite and PostgreSQL, and one story run as a test on each.
+
+#![allow(dead_code, unused_macros, unused_imports)]
+
+use std::sync::Arc;
 
 use sqlx::{Connection, Executor, PgConnection};
 use stockade_core::SandboxId;
+use stockade_store::{PgStore, SqliteStore, Store};
 
 /// Runs `body` on a fresh PostgreSQL database, dropped afterwards; skipped
 /// without `STOCKADE_TEST_DATABASE_URL`.
@@ -30,3 +36,79 @@ where
         std::panic::resume_unwind(e.into_panic());
     }
 }
+
+/// A store on a SQLite file `file` in a new temporary directory (kept as
+/// long as the returned directory lives).
+pub async fn sqlite_store(file: &str) -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join(file).display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+    (dir, store)
+}
+
+/// Two stores on one SQLite file, as two server instances on the same
+/// database would have.
+pub async fn sqlite_pair(file: &str) -> (tempfile::TempDir, Arc<dyn Store>, Arc<dyn Store>) {
+    let (dir, a) = sqlite_store(file).await;
+    let url = format!("sqlite://{}", dir.path().join(file).display());
+    let b: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
+    (dir, a, b)
+}
+
+/// A store on the PostgreSQL database at `url`.
+pub async fn pg_store(url: &str) -> Arc<dyn Store> {
+    Arc::new(PgStore::connect(url).await.unwrap())
+}
+
+/// Two stores (separate connection pools) on the PostgreSQL database at
+/// `url`, as two server instances would have.
+pub async fn pg_pair(url: &str) -> (Arc<dyn Store>, Arc<dyn Store>) {
+    (pg_store(url).await, pg_store(url).await)
+}
+
+/// Two tests of one story: `$sqlite` on SQLite and `$postgres` on a fresh
+/// PostgreSQL database (skipped without `STOCKADE_TEST_DATABASE_URL`).
+/// `memory` gives the story an in-memory SQLite store, `file "x.db"` one on
+/// a file, `pair "x.db"` two stores on one database (on PostgreSQL too).
+macro_rules! store_tests {
+    (@test $threads:literal, $name:ident, $body:block) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = $threads)]
+        async fn $name() $body
+    };
+    (@postgres $threads:literal, $name:ident, |$url:ident| $body:block) => {
+        $crate::common::store_tests!(@test $threads, $name, {
+            $crate::common::on_postgres(stringify!($name), |$url| async move $body).await;
+        });
+    };
+    (memory, $threads:literal, $sqlite:ident, $postgres:ident, |$s:ident| $story:expr) => {
+        $crate::common::store_tests!(@test $threads, $sqlite, {
+            let $s = stockade_store::connect("sqlite::memory:").await.unwrap();
+            $story;
+        });
+        $crate::common::store_tests!(@postgres $threads, $postgres, |url| {
+            let $s = $crate::common::pg_store(&url).await;
+            $story;
+        });
+    };
+    (file $file:literal, $threads:literal, $sqlite:ident, $postgres:ident, |$s:ident| $story:expr) => {
+        $crate::common::store_tests!(@test $threads, $sqlite, {
+            let (_dir, $s) = $crate::common::sqlite_store($file).await;
+            $story;
+        });
+        $crate::common::store_tests!(@postgres $threads, $postgres, |url| {
+            let $s = $crate::common::pg_store(&url).await;
+            $story;
+        });
+    };
+    (pair $file:literal, $threads:literal, $sqlite:ident, $postgres:ident, |$a:ident, $b:ident| $story:expr) => {
+        $crate::common::store_tests!(@test $threads, $sqlite, {
+            let (_dir, $a, $b) = $crate::common::sqlite_pair($file).await;
+            $story;
+        });
+        $crate::common::store_tests!(@postgres $threads, $postgres, |url| {
+            let ($a, $b) = $crate::common::pg_pair(&url).await;
+            $story;
+        });
+    };
+}
+pub(crate) use store_tests;
