@@ -73,9 +73,7 @@ async fn buffered_commands_report_output_exit_codes_and_timeouts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn streamed_commands_deliver_output_as_it_comes() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("stream"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("stream")).await;
 
     let mut events = sb
         .run_command_stream("echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4")
@@ -140,9 +138,7 @@ async fn streamed_commands_deliver_output_as_it_comes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn background_processes_can_be_listed_waited_for_and_killed() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("bg"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("bg")).await;
 
     let mut job = sb
         .spawn("echo hi; sleep 1; echo bye >&2; exit 3")

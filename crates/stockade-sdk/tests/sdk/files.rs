@@ -1,16 +1,14 @@
 //! Files and archives.
 
 use stockade_sdk::api::FileType;
-use stockade_sdk::{CreateParams, Error, Sandbox, StreamExt};
+use stockade_sdk::{CreateParams, Error, StreamExt};
 
 use crate::helpers::{server, tar_files, tar_gz};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn files_are_written_read_listed_and_removed() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("files"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("files")).await;
 
     let every_byte: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     let made = sb
@@ -78,9 +76,7 @@ async fn files_are_written_read_listed_and_removed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn archives_go_up_and_come_down_byte_for_byte() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("archives"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("archives")).await;
     let big: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
     let archive = tar_gz(&[
         ("app/readme.txt", b"hello\n", 0o644),

@@ -48,6 +48,13 @@ impl Drop for TestServer {
 }
 
 impl TestServer {
+    /// Creates a sandbox with `params`, failing the test if that fails.
+    pub async fn create(&self, params: stockade_sdk::CreateParams) -> stockade_sdk::Sandbox {
+        stockade_sdk::Sandbox::create(&self.client, params)
+            .await
+            .unwrap()
+    }
+
     pub fn containers(&self) -> usize {
         let out = std::process::Command::new("docker")
             .args([

@@ -333,9 +333,7 @@ async fn a_cancelled_create_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_with_sync_uploads_the_workspace_first() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("synced"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("synced")).await;
     sb.write_file("keep.bin", vec![1u8; 50_000]).await.unwrap();
     sb.delete_with(stockade_sdk::DeleteOptions {
         sync: true,

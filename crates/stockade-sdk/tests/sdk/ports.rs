@@ -2,16 +2,14 @@
 
 use std::time::Duration;
 
-use stockade_sdk::{Command, CreateParams, Error, Sandbox};
+use stockade_sdk::{Command, CreateParams, Error};
 
 use crate::helpers::{server, server_with};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exposed_ports_are_served_through_the_proxy_with_a_token() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("web").port(3000))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("web").port(3000)).await;
     sb.write_file("site/index.html", "hello through the proxy\n")
         .await
         .unwrap();
@@ -85,9 +83,7 @@ async fn exposed_ports_are_served_through_the_proxy_with_a_token() {
 #[tokio::test(flavor = "multi_thread")]
 async fn domain_is_the_host_form_when_the_server_has_a_proxy_domain() {
     let s = server_with(|c| c.proxy_domain = Some("sandboxes.test".into())).await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("hosted"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("hosted")).await;
     let exposed = sb.expose_port(5173).await.unwrap();
     // A domain without a port is served on the port the API answered on.
     let api_port = s.client.base_url().rsplit(':').next().unwrap().to_owned();

@@ -7,9 +7,7 @@
 use std::time::{Duration, Instant};
 
 use stockade_sdk::api::FileType;
-use stockade_sdk::{
-    CreateParams, Error, Sandbox, StreamExt, Terminal, TerminalOptions, WatchEventKind,
-};
+use stockade_sdk::{CreateParams, Error, StreamExt, Terminal, TerminalOptions, WatchEventKind};
 
 use crate::helpers::server;
 
@@ -41,9 +39,9 @@ async fn read_to_end(term: &mut Terminal, seen: &mut String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_is_a_pty_that_resizes_takes_ctrl_c_and_exits_with_its_code() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("tty").env("WHO", "sdk"))
-        .await
-        .unwrap();
+    let sb = s
+        .create(CreateParams::new().name("tty").env("WHO", "sdk"))
+        .await;
     let mut term = sb
         .terminal(TerminalOptions::new().size(100, 30))
         .await
@@ -137,9 +135,7 @@ async fn a_terminal_is_a_pty_that_resizes_takes_ctrl_c_and_exits_with_its_code()
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_terminals_are_refused_and_a_dropped_one_ends_its_process() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("tty-errors"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("tty-errors")).await;
     // Refused before any request, naming the option.
     for (options, field) in [
         (TerminalOptions::new().size(0, 24), "cols"),
@@ -206,9 +202,7 @@ async fn bad_terminals_are_refused_and_a_dropped_one_ends_its_process() {
 #[tokio::test(flavor = "multi_thread")]
 async fn directories_are_made_paths_moved_and_changes_watched() {
     let s = server().await;
-    let sb = Sandbox::create(&s.client, CreateParams::new().name("fs-verbs"))
-        .await
-        .unwrap();
+    let sb = s.create(CreateParams::new().name("fs-verbs")).await;
     let dir = sb.make_dir("a/b/c").await.unwrap();
     assert_eq!(dir.path, "/workspace/a/b/c");
     assert_eq!(dir.file_type, FileType::Dir);
