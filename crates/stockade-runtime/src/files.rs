@@ -60,6 +60,10 @@ pub enum FsError {
     /// The operation needs a running sandbox (delete runs `rm` inside it).
     #[error("the sandbox is not running")]
     NotRunning,
+    /// The engine refused an archive's own content (a hard link to
+    /// nothing, a path it cannot make): why, in its words.
+    #[error("the archive cannot be unpacked in the sandbox: {0}")]
+    ArchiveRefused(String),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }

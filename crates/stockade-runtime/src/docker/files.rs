@@ -129,6 +129,10 @@ where
     Ok((response.status().as_u16(), header))
 }
 
+/// How the engine begins its message when an archive's content cannot be
+/// unpacked.
+const TAR_REFUSED: &str = "Error processing tar file";
+
 impl DockerRuntime {
     /// Maps an engine error of a file operation on `path`.
     fn fs_err(&self, id: &SandboxId, e: BollardError, path: &str, what: &str) -> FsError {
@@ -149,6 +153,16 @@ impl DockerRuntime {
                     || lower.contains("operation not permitted") =>
                 {
                     FsError::PermissionDenied(format!("{path}: {}", scrub_host_paths(message)))
+                }
+                _ if message.contains(TAR_REFUSED) => {
+                    let said = scrub_host_paths(message);
+                    let reason = said
+                        .split(TAR_REFUSED)
+                        .nth(1)
+                        .map(|r| r.trim_start_matches(|c: char| !c.is_alphanumeric()).trim())
+                        .filter(|r| !r.is_empty())
+                        .map_or_else(|| format!("{what} {path}: {said}"), str::to_owned);
+                    FsError::ArchiveRefused(reason)
                 }
                 _ => FsError::Runtime(RuntimeError::Other(format!(
                     "{what} {path}: {}",

@@ -18,7 +18,7 @@ use futures_util::{stream, Stream, StreamExt};
 use stockade_api::files::format_mode;
 use stockade_api::{FileEntry, FileType};
 use stockade_core::{human_bytes, SandboxId, SandboxPath};
-use stockade_runtime::{ArchiveStream, ArchiveUpload, FileKind, FsError, RuntimeError};
+use stockade_runtime::{ArchiveStream, ArchiveUpload, FileKind, FsError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
@@ -56,6 +56,8 @@ pub fn fs_error(e: FsError, id: &SandboxId) -> ServiceError {
         FsError::NotRunning => ServiceError::SandboxUnavailable(format!(
             "Sandbox {id} is not running: start it to delete files (reading and writing work on a stopped sandbox)"
         )),
+        // The archive's own content is the caller's input: a 400.
+        e @ FsError::ArchiveRefused(_) => ServiceError::field("body", e.to_string()),
         FsError::Runtime(e) => e.into(),
     }
 }
@@ -1207,22 +1209,6 @@ pub async fn upload_archive(
         (Ok(r), Ok(())) => Ok(r),
         (Err(RepackError::TooLarge), _) => Err(unpacked_too_large("The archive", limit)),
         (Err(e @ (RepackError::Invalid(_) | RepackError::Io(_))), _) => Err(repack_failed(e)),
-        // The engine refusing the archive's own content (a hard link
-        // to nothing, a path it cannot make) is the caller's input: a 400.
-        (_, Err(FsError::Runtime(RuntimeError::Other(m))))
-            if m.contains("Error processing tar file") =>
-        {
-            let reason = m
-                .split("Error processing tar file")
-                .nth(1)
-                .map(|r| r.trim_start_matches(|c: char| !c.is_alphanumeric()).trim())
-                .filter(|r| !r.is_empty())
-                .unwrap_or(&m);
-            Err(ServiceError::field(
-                "body",
-                format!("the archive cannot be unpacked in the sandbox: {reason}"),
-            ))
-        }
         (_, Err(e)) => Err(fs_error(e, id)),
         (Err(RepackError::SinkClosed), Ok(())) => Err(ServiceError::Internal(
             "the engine stopped reading the archive but reported success".into(),
