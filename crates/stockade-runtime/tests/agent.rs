@@ -16,13 +16,16 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use stockade_agent::client::{AgentClient, Endpoint, RunOptions, RunOutput};
 use stockade_agent::connect::Code;
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{InstanceId, SandboxId};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
     agent_version, container_name, labels, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec,
     IsolationConfig, PoolMemberSpec, AGENT_PORT, AGENT_TOKEN_ENV,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod support;
+use support::{docker_cli, shell_spec, Made};
 
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
 
@@ -35,13 +38,6 @@ fn debian() -> String {
         .unwrap_or_else(|_| "stockade-test-debian:latest".into())
 }
 
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI")
-}
-
 /// `docker inspect` of one object, as JSON.
 fn inspect_json(kind: &str, name: &str) -> Value {
     let out = docker_cli(&[kind, "inspect", name]);
@@ -52,31 +48,6 @@ fn inspect_json(kind: &str, name: &str) -> Value {
     );
     let all: Value = serde_json::from_slice(&out.stdout).expect("inspect JSON");
     all[0].clone()
-}
-
-/// Sandboxes (container and volume), images and agent volumes made by a
-/// test, removed on drop in that order.
-#[derive(Default)]
-struct Cleanup {
-    sandboxes: Vec<SandboxId>,
-    images: Vec<String>,
-    volumes: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for id in &self.sandboxes {
-            let _ = docker_cli(&["rm", "-f", "-v", &container_name(id)]);
-            let _ = docker_cli(&["volume", "rm", "-f", VolumeName::for_sandbox(id).as_str()]);
-        }
-        for image in &self.images {
-            let _ = docker_cli(&["rmi", "-f", image]);
-        }
-        for volume in &self.volumes {
-            let _ = docker_cli(&["rm", "-f", &format!("{volume}-fill")]);
-            let _ = docker_cli(&["volume", "rm", "-f", volume]);
-        }
-    }
 }
 
 fn runtime() -> DockerRuntime {
@@ -97,20 +68,12 @@ fn new_token() -> String {
 }
 
 fn spec(image: &str, script: &str, token: Option<&str>) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
+    let spec = shell_spec(image, script);
     ContainerSpec {
-        hostname: sandbox_id.to_string(),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: image.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        env: BTreeMap::new(),
-        cpu_cores: 1.0,
-        memory_bytes: 256 << 20,
+        hostname: spec.sandbox_id.to_string(),
         network_access: true,
         agent_token: token.map(str::to_owned),
-        disk_bytes: None,
+        ..spec
     }
 }
 
@@ -195,7 +158,7 @@ async fn pid1(c: &AgentClient) -> String {
 /// zombies, environment updates at start, and Docker's stop.
 async fn agent_story(image: &str) {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let token = new_token();
     let mut s = spec(
         image,
@@ -365,7 +328,7 @@ async fn the_agent_is_pid_1_in_debian() {
     agent_story(&image).await;
     // Bash is there for SDKs that insist on it.
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let token = new_token();
     let s = spec(&image, KEEP_ALIVE, Some(&token));
     cleanup.sandboxes.push(s.sandbox_id.clone());
@@ -394,7 +357,7 @@ async fn the_agent_is_pid_1_in_debian() {
 #[tokio::test]
 async fn pool_members_and_snapshots_have_the_agent_offline_sandboxes_too() {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
 
     // A warm-pool member (Debian) with its own token.
     let member_token = new_token();
@@ -524,7 +487,7 @@ async fn pool_members_and_snapshots_have_the_agent_offline_sandboxes_too() {
 #[tokio::test]
 async fn without_a_token_the_container_is_as_before() {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let plain = spec(&busybox(), KEEP_ALIVE, None);
     let token = new_token();
     let mut with = spec(&busybox(), KEEP_ALIVE, Some(&token));
@@ -604,7 +567,7 @@ async fn without_a_token_the_container_is_as_before() {
 #[tokio::test]
 async fn the_agent_volume_is_made_again_when_removed_or_emptied() {
     let volume = format!("stockade-test-agent-{}", SandboxId::generate());
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     cleanup.volumes.push(volume.clone());
     let rt = runtime_with_volume(&volume);
     let token = new_token();
@@ -674,7 +637,7 @@ async fn the_agent_volume_is_made_again_when_removed_or_emptied() {
 #[tokio::test]
 async fn racing_runtimes_all_get_the_agent() {
     let volume = format!("stockade-test-agent-{}", SandboxId::generate());
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     cleanup.volumes.push(volume.clone());
     // Two servers (runtimes) on one engine, three creates at once.
     let one = runtime_with_volume(&volume);
@@ -782,7 +745,7 @@ fn import_shell_less_image(tag: &str) {
 #[tokio::test]
 async fn an_image_without_shell_or_libc_gets_the_agent_too() {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let image = format!("stockade-test-agent-tiny:{}", SandboxId::generate());
     cleanup.images.push(image.clone());
     import_shell_less_image(&image);
@@ -844,7 +807,7 @@ fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
 async fn agent_exec_round_trip_beats_docker_exec() {
     const N: usize = 200;
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let token = new_token();
     let s = spec(&busybox(), KEEP_ALIVE, Some(&token));
     cleanup.sandboxes.push(s.sandbox_id.clone());

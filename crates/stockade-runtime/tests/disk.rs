@@ -15,16 +15,18 @@
 //!
 //! Everything a test makes is labelled and removed, also when it fails.
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{InstanceId, SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, ContainerSpec, DockerConfig, DockerRuntime, Enforcement, ExecSpec,
     IsolationConfig, PoolMemberSpec, QuotaMethod,
 };
+
+mod support;
+use support::shell_spec;
 
 const IMAGE: &str = "stockade-test-base:latest";
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done";
@@ -109,16 +111,8 @@ fn spec(id: &SandboxId, disk_bytes: Option<u64>) -> ContainerSpec {
     ContainerSpec {
         hostname: format!("sbx-{id}"),
         sandbox_id: id.clone(),
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), KEEP_ALIVE.into()],
-        env: BTreeMap::new(),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
-        network_access: false,
-        agent_token: None,
         disk_bytes,
+        ..shell_spec(IMAGE, KEEP_ALIVE)
     }
 }
 

@@ -8,12 +8,15 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, labels, ContainerSpec, DockerConfig, DockerRuntime, ExecOutput, ExecSpec,
     RuntimeError,
 };
+
+mod support;
+use support::{docker_cli, sh_exec, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
 const MISSING_IMAGE: &str = "stockade-test-nonexistent/never-there:0.0.1";
@@ -28,13 +31,6 @@ const CAPS: [&str; 8] = [
     "SETUID",
     "NET_BIND_SERVICE",
 ];
-
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("the docker CLI runs")
-}
 
 /// A runtime for the local engine; fails the test clearly without the image.
 fn runtime() -> DockerRuntime {
@@ -57,48 +53,11 @@ fn runtime() -> DockerRuntime {
     .expect("runtime")
 }
 
-/// A sandbox's container and volume, removed with the CLI when dropped.
-struct Cleanup {
-    id: SandboxId,
-}
-
-impl Cleanup {
-    fn new(id: &SandboxId) -> Self {
-        Self { id: id.clone() }
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = docker_cli(&["rm", "-f", "-v", &container_name(&self.id)]);
-        let _ = docker_cli(&[
-            "volume",
-            "rm",
-            "-f",
-            VolumeName::for_sandbox(&self.id).as_str(),
-        ]);
-    }
-}
-
 fn spec(command: Option<&str>) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
     ContainerSpec {
-        hostname: format!("sbx-{sandbox_id}"),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            command.unwrap_or(KEEP_ALIVE).into(),
-        ],
         env: BTreeMap::from([("SANDBOX_GREETING".to_string(), "hello there".to_string())]),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
         network_access: true,
-        agent_token: None,
-        disk_bytes: None,
+        ..shell_spec(IMAGE, command.unwrap_or(KEEP_ALIVE))
     }
 }
 
@@ -124,16 +83,7 @@ fn argv(args: &[&str]) -> Vec<String> {
 }
 
 async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> ExecOutput {
-    rt.exec(
-        id,
-        ExecSpec {
-            argv: argv(&["/bin/sh", "-c", script]),
-            timeout: Some(Duration::from_secs(30)),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("exec")
+    sh_exec(rt, id, script, Some(Duration::from_secs(30))).await
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -145,7 +95,7 @@ async fn create_runs_a_hardened_labelled_container() {
     let rt = runtime();
     let mut s = spec(None);
     s.cpu_cores = 1.5;
-    let _cleanup = Cleanup::new(&s.sandbox_id);
+    let _cleanup = Cleanup(s.sandbox_id.clone());
 
     let t0 = Instant::now();
     let container_id = rt.create(&s).await.expect("create");
@@ -261,7 +211,7 @@ async fn limits_are_enforced_by_the_kernel() {
     let mut s = spec(None);
     s.cpu_cores = 0.5;
     s.memory_bytes = 192 * 1024 * 1024;
-    let _cleanup = Cleanup::new(&s.sandbox_id);
+    let _cleanup = Cleanup(s.sandbox_id.clone());
     rt.create(&s).await.expect("create");
 
     let out = sh(
@@ -294,7 +244,7 @@ async fn workspace_survives_stop_and_start() {
     let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup::new(id);
+    let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.expect("create");
 
     let payload: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
@@ -360,7 +310,7 @@ async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace() {
     let rt = runtime();
     let s = spec(Some("trap '' TERM; while true; do sleep 1; done"));
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup::new(id);
+    let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.expect("create");
 
     let t0 = Instant::now();
@@ -378,7 +328,7 @@ async fn remove_keeps_or_deletes_the_volume() {
     let rt = runtime();
 
     let kept = spec(None);
-    let _c1 = Cleanup::new(&kept.sandbox_id);
+    let _c1 = Cleanup(kept.sandbox_id.clone());
     rt.create(&kept).await.expect("create");
     rt.remove(&kept.sandbox_id, true).await.expect("remove");
     assert!(rt.inspect(&kept.sandbox_id).await.unwrap().is_none());
@@ -391,7 +341,7 @@ async fn remove_keeps_or_deletes_the_volume() {
     assert!(!volume_exists(&kept.sandbox_id));
 
     let dropped = spec(None);
-    let _c2 = Cleanup::new(&dropped.sandbox_id);
+    let _c2 = Cleanup(dropped.sandbox_id.clone());
     rt.create(&dropped).await.expect("create");
     rt.remove(&dropped.sandbox_id, false).await.expect("remove");
     assert!(container_json(&dropped.sandbox_id).is_none());
@@ -403,7 +353,7 @@ async fn a_preserved_volume_is_reused_by_a_new_container() {
     let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup::new(id);
+    let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.expect("create");
     sh(&rt, id, "echo kept > /workspace/f").await;
     rt.remove(id, true).await.unwrap();
@@ -465,7 +415,7 @@ async fn a_missing_image_fails_fast_and_leaves_nothing() {
 
     let mut s = spec(None);
     s.image = MISSING_IMAGE.into();
-    let _cleanup = Cleanup::new(&s.sandbox_id);
+    let _cleanup = Cleanup(s.sandbox_id.clone());
     assert!(matches!(
         rt.create(&s).await,
         Err(RuntimeError::ImageUnavailable { .. })
@@ -480,7 +430,7 @@ async fn a_failed_start_leaves_nothing() {
     let mut s = spec(None);
     // Accepted by create, refused by the kernel at start (sethostname).
     s.hostname = "h".repeat(100);
-    let _cleanup = Cleanup::new(&s.sandbox_id);
+    let _cleanup = Cleanup(s.sandbox_id.clone());
     let err = rt.create(&s).await.unwrap_err();
     assert!(matches!(err, RuntimeError::Other(_)), "{err:?}");
     assert!(container_json(&s.sandbox_id).is_none(), "container left");
@@ -496,7 +446,7 @@ async fn a_failed_container_create_removes_the_new_volume() {
     .unwrap();
     let _ = runtime();
     let s = spec(None);
-    let _cleanup = Cleanup::new(&s.sandbox_id);
+    let _cleanup = Cleanup(s.sandbox_id.clone());
     let err = rt.create(&s).await.unwrap_err();
     assert!(
         err.to_string().contains("stockade-no-such-runtime"),
@@ -514,7 +464,7 @@ async fn a_cancelled_create_leaves_nothing() {
     let mut cancelled = 0;
     for cut_ms in [5u64, 40, 120, 250] {
         let s = spec(None);
-        cleanups.push(Cleanup::new(&s.sandbox_id));
+        cleanups.push(Cleanup(s.sandbox_id.clone()));
         ids.push(s.sandbox_id.clone());
         match tokio::time::timeout(Duration::from_millis(cut_ms), rt.create(&s)).await {
             Err(_) => cancelled += 1,
@@ -537,7 +487,7 @@ async fn exec_reports_exit_codes_streams_stdin_cwd_and_env() {
     let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup::new(id);
+    let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.expect("create");
 
     let out = sh(&rt, id, "echo out; echo err >&2; exit 3").await;
@@ -610,7 +560,7 @@ async fn exec_truncates_and_times_out() {
     let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup::new(id);
+    let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.expect("create");
 
     let out = rt
@@ -634,21 +584,8 @@ async fn exec_truncates_and_times_out() {
     assert!(out.truncated);
 
     let t0 = Instant::now();
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: argv(&[
-                    "/bin/sh",
-                    "-c",
-                    "echo started; sleep 300 & sleep 301; echo never",
-                ]),
-                timeout: Some(Duration::from_secs(1)),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let script = "echo started; sleep 300 & sleep 301; echo never";
+    let out = sh_exec(&rt, id, script, Some(Duration::from_secs(1))).await;
     let took = t0.elapsed();
     assert!(out.timed_out);
     assert_eq!(out.exit_code, None);
@@ -676,7 +613,7 @@ async fn sandboxes_join_stockades_networks() {
     let iso = stockade_runtime::IsolationConfig::default();
     let mut isolated = spec(None);
     isolated.network_access = false;
-    let _c1 = Cleanup::new(&isolated.sandbox_id);
+    let _c1 = Cleanup(isolated.sandbox_id.clone());
     rt.create(&isolated).await.expect("create");
     let c = container_json(&isolated.sandbox_id).unwrap();
     assert_eq!(
@@ -696,7 +633,7 @@ async fn sandboxes_join_stockades_networks() {
     assert_eq!(String::from_utf8_lossy(&internal.stdout).trim(), "true");
 
     let online = spec(None);
-    let _c2 = Cleanup::new(&online.sandbox_id);
+    let _c2 = Cleanup(online.sandbox_id.clone());
     rt.create(&online).await.expect("create");
     let c = container_json(&online.sandbox_id).unwrap();
     assert_eq!(c["HostConfig"]["NetworkMode"], iso.network.as_str());
@@ -710,7 +647,7 @@ async fn volumes_are_listed_and_in_use_ones_are_kept() {
     let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup::new(id);
+    let _cleanup = Cleanup(id.clone());
     rt.create(&s).await.expect("create");
     sh(&rt, id, "head -c 50000 /dev/zero > /workspace/zeros").await;
     let name = VolumeName::for_sandbox(id);

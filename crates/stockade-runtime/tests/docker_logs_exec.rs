@@ -3,26 +3,21 @@
 //! Each test removes its container and volume, also when it fails.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::SandboxId;
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecEvent, ExecProcess, ExecSpec,
-    LogLine, LogStream, LogsOptions, RuntimeError,
+    ContainerSpec, DockerConfig, DockerRuntime, ExecEvent, ExecProcess, ExecSpec, LogLine,
+    LogStream, LogsOptions, RuntimeError,
 };
+
+mod support;
+use support::{docker_cli, sh_exec, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done";
-
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("the docker CLI runs")
-}
 
 fn runtime() -> DockerRuntime {
     let out = docker_cli(&["image", "inspect", IMAGE]);
@@ -34,38 +29,13 @@ fn runtime() -> DockerRuntime {
     DockerRuntime::new(DockerConfig::default()).expect("runtime")
 }
 
-/// Removes a sandbox's container and volume when dropped.
-struct Cleanup(SandboxId);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = docker_cli(&["rm", "-f", "-v", &container_name(&self.0)]);
-        let _ = docker_cli(&[
-            "volume",
-            "rm",
-            "-f",
-            VolumeName::for_sandbox(&self.0).as_str(),
-        ]);
-    }
-}
-
 async fn sandbox(rt: &DockerRuntime, command: &str) -> (SandboxId, Cleanup) {
-    let sandbox_id = SandboxId::generate();
-    let cleanup = Cleanup(sandbox_id.clone());
     let spec = ContainerSpec {
-        hostname: format!("sbx-{sandbox_id}"),
-        sandbox_id: sandbox_id.clone(),
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), command.into()],
         env: BTreeMap::from([("SANDBOX_GREETING".to_string(), "hello".to_string())]),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
-        network_access: false,
-        agent_token: None,
-        disk_bytes: None,
+        ..shell_spec(IMAGE, command)
     };
+    let sandbox_id = spec.sandbox_id.clone();
+    let cleanup = Cleanup(sandbox_id.clone());
     rt.create(&spec).await.expect("create");
     (sandbox_id, cleanup)
 }
@@ -100,21 +70,8 @@ async fn drain(mut p: ExecProcess) -> (Vec<u8>, Vec<u8>, stockade_runtime::ExecE
 }
 
 async fn processes(rt: &DockerRuntime, id: &SandboxId) -> String {
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: argv(&[
-                    "/bin/sh",
-                    "-c",
-                    "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done",
-                ]),
-                timeout: Some(Duration::from_secs(30)),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("ps");
+    let script = "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done";
+    let out = sh_exec(rt, id, script, Some(Duration::from_secs(30))).await;
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -2,60 +2,28 @@
 //! use, its memory limit is the configured one, a stopped one has no stats.
 //! Needs the local image `stockade-test-base:latest`.
 
-use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
-use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime};
+use stockade_runtime::{ContainerSpec, DockerConfig, DockerRuntime};
+
+mod support;
+use support::{shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
-
-/// Removes the sandbox's container and volume when dropped, also on failure.
-struct Cleanup(SandboxId);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", "-v", &container_name(&self.0)])
-            .output();
-        let _ = Command::new("docker")
-            .args([
-                "volume",
-                "rm",
-                "-f",
-                VolumeName::for_sandbox(&self.0).as_str(),
-            ])
-            .output();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stats_of_a_busy_sandbox() {
     let rt = DockerRuntime::new(DockerConfig::default()).expect("runtime");
-    let id = SandboxId::generate();
-    let _cleanup = Cleanup(id.clone());
     let memory: i64 = 256 * 1024 * 1024;
     let spec = ContainerSpec {
-        hostname: format!("sbx-{id}"),
-        sandbox_id: id.clone(),
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        // One core busy, and a few more processes.
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "sleep 600 & sleep 600 & while :; do :; done".into(),
-        ],
-        env: BTreeMap::new(),
-        cpu_cores: 1.0,
         memory_bytes: memory,
         network_access: true,
-        agent_token: None,
-        disk_bytes: None,
+        // One core busy, and a few more processes.
+        ..shell_spec(IMAGE, "sleep 600 & sleep 600 & while :; do :; done")
     };
+    let id = spec.sandbox_id.clone();
+    let _cleanup = Cleanup(id.clone());
     rt.create(&spec).await.expect("create");
 
     let started = Instant::now();

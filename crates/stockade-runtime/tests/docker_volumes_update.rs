@@ -4,23 +4,16 @@
 //! next start. Needs `stockade-test-base:latest`.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
-use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, RuntimeError,
-};
+use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime, RuntimeError};
+
+mod support;
+use support::{docker_cli, sh_ok, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
-
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("the docker CLI runs")
-}
 
 fn runtime() -> DockerRuntime {
     assert!(
@@ -30,61 +23,22 @@ fn runtime() -> DockerRuntime {
     DockerRuntime::new(DockerConfig::default()).expect("runtime")
 }
 
-/// Removes the sandbox's container and volume when dropped.
-struct Cleanup(SandboxId);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = docker_cli(&["rm", "-f", "-v", &container_name(&self.0)]);
-        let _ = docker_cli(&[
-            "volume",
-            "rm",
-            "-f",
-            VolumeName::for_sandbox(&self.0).as_str(),
-        ]);
-    }
-}
-
 fn spec(command: &str, env: &[(&str, &str)]) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
     ContainerSpec {
         hostname: "sbx".into(),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), command.into()],
         env: env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
-        network_access: false,
-        agent_token: None,
-        disk_bytes: None,
+        ..shell_spec(IMAGE, command)
     }
 }
 
 async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> String {
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-                timeout: Some(Duration::from_secs(30)),
-                ..Default::default()
-            },
-        )
+    sh_ok(rt, id, script, Some(Duration::from_secs(30)))
         .await
-        .expect("exec");
-    assert_eq!(
-        out.exit_code,
-        Some(0),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        .trim()
+        .to_owned()
 }
 
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done";

@@ -2,70 +2,35 @@
 //! stat kinds and errors, tar in and out, delete, and what works on a
 //! stopped container.
 
-use std::collections::BTreeMap;
 use std::io::Read;
-use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
+use stockade_core::{SandboxId, SandboxPath};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, ArchiveUpload, ContainerSpec, DockerConfig, DockerRuntime, FileKind, FsError,
     RuntimeError,
 };
 
+mod support;
+use support::{docker_cli, shell_spec, Cleanup};
+
 const IMAGE: &str = "stockade-test-base:latest";
-
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("the docker CLI runs")
-}
-
-struct Cleanup(SandboxId);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = docker_cli(&["rm", "-f", "-v", &container_name(&self.0)]);
-        let _ = docker_cli(&[
-            "volume",
-            "rm",
-            "-f",
-            VolumeName::for_sandbox(&self.0).as_str(),
-        ]);
-    }
-}
 
 fn path(p: &str) -> SandboxPath {
     SandboxPath::parse_field(p, "path").unwrap()
 }
 
 async fn running_sandbox(rt: &DockerRuntime) -> (SandboxId, Cleanup) {
-    let id = SandboxId::generate();
-    let cleanup = Cleanup(id.clone());
-    rt.create(&ContainerSpec {
-        sandbox_id: id.clone(),
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "trap 'exit 0' TERM; while true; do sleep 1; done".into(),
-        ],
-        env: BTreeMap::new(),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
-        network_access: false,
+    let spec = ContainerSpec {
         hostname: "files".into(),
-        agent_token: None,
-        disk_bytes: None,
-    })
-    .await
-    .expect("create");
+        ..shell_spec(IMAGE, "trap 'exit 0' TERM; while true; do sleep 1; done")
+    };
+    let id = spec.sandbox_id.clone();
+    let cleanup = Cleanup(id.clone());
+    rt.create(&spec).await.expect("create");
     (id, cleanup)
 }
 

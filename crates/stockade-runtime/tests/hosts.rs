@@ -15,26 +15,24 @@
 //! `STOCKADE_TEST_HOSTS_REQUIRED` is set (as `scripts/test` does): then
 //! they fail with the reason the engine or sshd did not start.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use stockade_agent::client::{AgentClient, Endpoint};
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, IsolationConfig,
     TlsFiles, AGENT_PORT,
 };
 
+mod support;
+use support::{image, shell_spec};
+
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
 /// How long a failure may take to be reported.
 const ERROR_WITHIN: Duration = Duration::from_secs(20);
-
-fn image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
-}
 
 /// The variable's value; `None` (skip) when it is unset and the hosts are
 /// not required, a failure with the reason when they are.
@@ -160,20 +158,14 @@ fn host_name(kind: &str) -> String {
 }
 
 fn spec(token: &str) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
+    let spec = shell_spec(&image(), KEEP_ALIVE);
     ContainerSpec {
-        hostname: sandbox_id.to_string(),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: image(),
-        command: vec!["/bin/sh".into(), "-c".into(), KEEP_ALIVE.into()],
-        env: BTreeMap::new(),
+        hostname: spec.sandbox_id.to_string(),
         cpu_cores: 0.5,
         memory_bytes: 128 << 20,
         network_access: true,
         agent_token: Some(token.to_owned()),
-        disk_bytes: None,
+        ..spec
     }
 }
 

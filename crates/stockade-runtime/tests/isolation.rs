@@ -8,7 +8,7 @@
 //! (`IsolationConfig::with_prefix`), removed at the end, so parallel runs
 //! and real deployments on the same host are never touched.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::process::Command;
@@ -17,16 +17,14 @@ use std::time::Duration;
 use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, IsolationConfig,
-    IsolationStatus,
+    container_name, ContainerSpec, DockerConfig, DockerRuntime, IsolationConfig, IsolationStatus,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const TEST_LABEL: &str = "io.stockade.test";
+mod support;
+use support::{image, sh_exec, shell_spec};
 
-fn image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
-}
+const TEST_LABEL: &str = "io.stockade.test";
 
 /// An httpd in the sandbox on port 8080 answering `secret`.
 fn serve(secret: &str) -> Vec<String> {
@@ -40,20 +38,15 @@ fn serve(secret: &str) -> Vec<String> {
 }
 
 fn spec(account: &AccountId, command: Vec<String>, network_access: bool) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
+    let spec = shell_spec(&image(), "");
     ContainerSpec {
-        hostname: sandbox_id.to_string(),
-        sandbox_id,
+        hostname: spec.sandbox_id.to_string(),
         account_id: account.clone(),
-        instance_id: InstanceId::generate(),
-        image: image(),
         command,
-        env: BTreeMap::new(),
         cpu_cores: 0.5,
         memory_bytes: 128 * 1024 * 1024,
         network_access,
-        agent_token: None,
-        disk_bytes: None,
+        ..spec
     }
 }
 
@@ -110,17 +103,7 @@ fn test_isolation() -> IsolationConfig {
 }
 
 async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> String {
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-                timeout: Some(Duration::from_secs(30)),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("exec");
+    let out = sh_exec(rt, id, script, Some(Duration::from_secs(30))).await;
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

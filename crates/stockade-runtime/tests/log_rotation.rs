@@ -5,17 +5,16 @@
 //! happens while it follows. The container and volume are removed, also
 //! when the test fails.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::SandboxId;
 use stockade_runtime::prelude::*;
-use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, LogsOptions,
-};
+use stockade_runtime::{container_name, DockerConfig, DockerRuntime, ExecSpec, LogsOptions};
+
+mod support;
+use support::{docker_cli, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
 const LOG_MAX_BYTES: u64 = 1 << 20;
@@ -35,27 +34,6 @@ while true; do
   sleep 0.1
 done
 "#;
-
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("the docker CLI runs")
-}
-
-struct Cleanup(SandboxId);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = docker_cli(&["rm", "-f", "-v", &container_name(&self.0)]);
-        let _ = docker_cli(&[
-            "volume",
-            "rm",
-            "-f",
-            VolumeName::for_sandbox(&self.0).as_str(),
-        ]);
-    }
-}
 
 /// The sizes of the container's log file and its rotated ones.
 fn log_files(id: &SandboxId) -> Vec<(PathBuf, u64)> {
@@ -133,24 +111,10 @@ async fn logs_stay_under_the_cap_and_survive_rotation() {
         ..Default::default()
     })
     .expect("runtime");
-    let id = SandboxId::generate();
+    let spec = shell_spec(IMAGE, MAIN);
+    let id = spec.sandbox_id.clone();
     let _cleanup = Cleanup(id.clone());
-    rt.create(&ContainerSpec {
-        hostname: format!("sbx-{id}"),
-        sandbox_id: id.clone(),
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: IMAGE.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), MAIN.into()],
-        env: BTreeMap::new(),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
-        network_access: false,
-        agent_token: None,
-        disk_bytes: None,
-    })
-    .await
-    .expect("create");
+    rt.create(&spec).await.expect("create");
 
     // The flood ends; meanwhile the files never pass the cap (one line of
     // JSON of slack for the file being written).

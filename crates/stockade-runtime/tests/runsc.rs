@@ -16,25 +16,18 @@
 //! --nocapture`) prints create and exec p50 under both runtimes.
 
 mod support;
+use support::{docker_cli, sh_ok, shell_spec, Made};
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
-use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
+use stockade_core::{SandboxId, SandboxPath, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
     container_name, ByteStream, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, LogsOptions,
 };
-
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI")
-}
 
 /// `None` when the suite may run; otherwise why it is skipped. Panics when
 /// runsc is required (scripts/test) but missing.
@@ -79,20 +72,12 @@ fn runtime(oci: Option<&str>) -> DockerRuntime {
 }
 
 fn spec(image: &str, command: &str) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
+    let spec = shell_spec(image, command);
     ContainerSpec {
-        hostname: sandbox_id.to_string(),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: image.to_owned(),
-        command: vec!["/bin/sh".into(), "-c".into(), command.into()],
+        hostname: spec.sandbox_id.to_string(),
         env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
-        cpu_cores: 1.0,
-        memory_bytes: 256 * 1024 * 1024,
         network_access: true,
-        agent_token: None,
-        disk_bytes: None,
+        ..spec
     }
 }
 
@@ -100,43 +85,8 @@ fn spec(image: &str, command: &str) -> ContainerSpec {
 const MAIN: &str =
     "echo started-out; echo started-err >&2; trap 'exit 0' TERM; while true; do sleep 1; done";
 
-#[derive(Default)]
-struct Cleanup {
-    sandboxes: Vec<SandboxId>,
-    images: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for id in &self.sandboxes {
-            let _ = docker_cli(&["rm", "-f", "-v", &container_name(id)]);
-            let _ = docker_cli(&["volume", "rm", "-f", VolumeName::for_sandbox(id).as_str()]);
-        }
-        for image in &self.images {
-            let _ = docker_cli(&["rmi", "-f", image]);
-        }
-    }
-}
-
 async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> String {
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-                timeout: Some(Duration::from_secs(60)),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("exec");
-    assert_eq!(
-        out.exit_code,
-        Some(0),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    sh_ok(rt, id, script, Some(Duration::from_secs(60))).await
 }
 
 fn one_file_tar(name: &str, data: &[u8]) -> Vec<u8> {
@@ -177,7 +127,7 @@ fn runtime_of(id: &SandboxId) -> String {
 async fn the_core_lifecycle_runs_under_gvisor() {
     require_runsc!();
     let rt = runtime(Some("runsc"));
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let src = spec(&support::image(), MAIN);
     let id = src.sandbox_id.clone();
     cleanup.sandboxes.push(id.clone());
@@ -362,7 +312,7 @@ async fn the_agent_runs_under_gvisor() {
     require_runsc!();
     use stockade_agent::client::{AgentClient, Endpoint, RunOptions};
     let rt = runtime(Some("runsc"));
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let image =
         std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
     let mut s = spec(&image, MAIN);
@@ -445,7 +395,7 @@ async fn the_agent_runs_under_gvisor() {
 #[ignore = "a measurement: run with -- --ignored --nocapture"]
 async fn runsc_and_runc_latency() {
     require_runsc!();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     for oci in ["runc", "runsc"] {
         let rt = runtime(Some(oci));
         let mut creates = Vec::new();

@@ -5,16 +5,13 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use stockade_core::{AccountId, InstanceId, SandboxId, SandboxPath, VolumeName};
+use stockade_core::{SandboxId, SandboxPath};
 use stockade_runtime::prelude::*;
-use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, SECCOMP_PROFILE,
-};
+use stockade_runtime::{ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, SECCOMP_PROFILE};
 
 const IO_URING: [&str; 3] = ["io_uring_setup", "io_uring_enter", "io_uring_register"];
 
@@ -99,20 +96,13 @@ fn the_packaged_profile_is_the_engines_version() {
 }
 
 fn spec() -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
+    let spec = support::shell_spec(&support::image(), "");
     ContainerSpec {
-        hostname: sandbox_id.to_string(),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: support::image(),
+        hostname: spec.sandbox_id.to_string(),
         command: stockade_core::StartCommand::keep_alive_argv(),
-        env: BTreeMap::new(),
         cpu_cores: 0.5,
         memory_bytes: 128 * 1024 * 1024,
-        network_access: false,
-        agent_token: None,
-        disk_bytes: None,
+        ..spec
     }
 }
 
@@ -120,17 +110,7 @@ struct Cleanup(SandboxId, Option<String>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", "-v", &container_name(&self.0)])
-            .output();
-        let _ = Command::new("docker")
-            .args([
-                "volume",
-                "rm",
-                "-f",
-                VolumeName::for_sandbox(&self.0).as_str(),
-            ])
-            .output();
+        support::remove_sandbox(&self.0);
         if let Some(c) = &self.1 {
             let _ = Command::new("docker").args(["rm", "-f", c]).output();
         }

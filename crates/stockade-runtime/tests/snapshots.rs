@@ -4,82 +4,31 @@
 //! removes what it made, also when it fails.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
-use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+use stockade_core::{SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
-    container_name, ByteStream, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, RuntimeError,
+    container_name, ByteStream, ContainerSpec, DockerConfig, DockerRuntime, RuntimeError,
 };
+
+mod support;
+use support::{docker_cli, sh_ok, shell_spec, Made};
 
 const IMAGE: &str = "stockade-test-base:latest";
 
-fn docker_cli(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI")
-}
-
-/// Containers, volumes and images made by a test, removed on drop.
-#[derive(Default)]
-struct Cleanup {
-    sandboxes: Vec<SandboxId>,
-    images: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for id in &self.sandboxes {
-            let _ = docker_cli(&["rm", "-f", "-v", &container_name(id)]);
-            let _ = docker_cli(&["volume", "rm", "-f", VolumeName::for_sandbox(id).as_str()]);
-        }
-        for image in &self.images {
-            let _ = docker_cli(&["rmi", "-f", image]);
-        }
-    }
-}
-
 fn spec(image: &str, command: &str) -> ContainerSpec {
-    let sandbox_id = SandboxId::generate();
     ContainerSpec {
         hostname: "sbx".into(),
-        sandbox_id,
-        account_id: AccountId::generate(),
-        instance_id: InstanceId::generate(),
-        image: image.into(),
-        command: vec!["/bin/sh".into(), "-c".into(), command.into()],
-        env: BTreeMap::new(),
-        cpu_cores: 1.0,
-        memory_bytes: 256 << 20,
-        network_access: false,
-        agent_token: None,
-        disk_bytes: None,
+        ..shell_spec(image, command)
     }
 }
 
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
 
 async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> String {
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        out.exit_code,
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    sh_ok(rt, id, script, None).await
 }
 
 fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
@@ -113,7 +62,7 @@ fn runtime() -> DockerRuntime {
 #[tokio::test]
 async fn archive_is_in_place_before_the_main_process_starts() {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     // The main process copies what it finds at its very start.
     let s = spec(
         IMAGE,
@@ -146,7 +95,7 @@ async fn archive_is_in_place_before_the_main_process_starts() {
 #[tokio::test]
 async fn commit_and_export_capture_the_filesystem() {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
     let src = spec(IMAGE, KEEP_ALIVE);
     cleanup.sandboxes.push(src.sandbox_id.clone());
     rt.create(&src).await.unwrap();
@@ -212,7 +161,7 @@ async fn commit_and_export_capture_the_filesystem() {
 #[tokio::test]
 async fn bad_archives_leave_nothing() {
     let rt = runtime();
-    let mut cleanup = Cleanup::default();
+    let mut cleanup = Made::default();
 
     // Not a tar at all.
     let s = spec(IMAGE, KEEP_ALIVE);

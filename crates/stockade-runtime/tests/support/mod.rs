@@ -1,6 +1,7 @@
-//! Helpers shared by the runtime's Docker test suites: a static test
-//! program that calls `io_uring_setup`, and packing one file as a
-//! tar archive for `write_archive`.
+//! Helpers shared by the runtime's Docker test suites: the docker CLI,
+//! removing what a test made (also when it fails), a shell container spec,
+//! a static test program that calls `io_uring_setup`, and packing one file
+//! as a tar archive for `write_archive`.
 
 #![allow(dead_code)]
 
@@ -8,8 +9,91 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use std::collections::BTreeMap;
+use std::process::Output;
+
 use bytes::Bytes;
-use stockade_runtime::ArchiveUpload;
+use std::time::Duration;
+use stockade_core::{AccountId, InstanceId, SandboxId, VolumeName};
+
+use stockade_runtime::prelude::*;
+use stockade_runtime::{
+    container_name, ArchiveUpload, ContainerSpec, DockerRuntime, ExecOutput, ExecSpec,
+};
+
+/// Runs the docker CLI, for checks the runtime's own answers cannot prove
+/// and for cleanup.
+pub fn docker_cli(args: &[&str]) -> Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI runs")
+}
+
+/// Removes a sandbox's container and its volume; what is already gone is
+/// no error.
+pub fn remove_sandbox(id: &SandboxId) {
+    let _ = docker_cli(&["rm", "-f", "-v", &container_name(id)]);
+    let _ = docker_cli(&["volume", "rm", "-f", VolumeName::for_sandbox(id).as_str()]);
+}
+
+/// Removes the sandbox's container and volume when dropped, so also when
+/// the test fails.
+pub struct Cleanup(pub SandboxId);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        remove_sandbox(&self.0);
+    }
+}
+
+/// Sandboxes (container and volume), images and agent volumes made by a
+/// test, removed on drop in that order, so also when the test fails.
+#[derive(Default)]
+pub struct Made {
+    pub sandboxes: Vec<SandboxId>,
+    pub images: Vec<String>,
+    /// Agent volumes, each with the `<volume>-fill` container that may be
+    /// filling it.
+    pub volumes: Vec<String>,
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for id in &self.sandboxes {
+            remove_sandbox(id);
+        }
+        for image in &self.images {
+            let _ = docker_cli(&["rmi", "-f", image]);
+        }
+        for volume in &self.volumes {
+            let _ = docker_cli(&["rm", "-f", &format!("{volume}-fill")]);
+            let _ = docker_cli(&["volume", "rm", "-f", volume]);
+        }
+    }
+}
+
+/// A spec of a fresh sandbox (new sandbox, account and instance ids,
+/// hostname `sbx-<id>`) whose main process is `/bin/sh -c command` in
+/// `image`: one core, 256 MiB, no network access, no agent, no disk limit.
+/// Tests change the fields they are about with `..shell_spec(…)`.
+pub fn shell_spec(image: &str, command: &str) -> ContainerSpec {
+    let sandbox_id = SandboxId::generate();
+    ContainerSpec {
+        hostname: format!("sbx-{sandbox_id}"),
+        sandbox_id,
+        account_id: AccountId::generate(),
+        instance_id: InstanceId::generate(),
+        image: image.into(),
+        command: vec!["/bin/sh".into(), "-c".into(), command.into()],
+        env: BTreeMap::new(),
+        cpu_cores: 1.0,
+        memory_bytes: 256 << 20,
+        network_access: false,
+        agent_token: None,
+        disk_bytes: None,
+    }
+}
 
 /// A C program that calls `io_uring_setup` and `getpid` and prints what
 /// happened: `getpid ok`, then `io_uring_setup allowed`, `… EPERM`,
@@ -92,4 +176,42 @@ pub fn engine_version() -> String {
         .output()
         .expect("docker version");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Runs `/bin/sh -c script` in the sandbox through the runtime (within
+/// `timeout`, if any); what it answered, whatever the exit code.
+pub async fn sh_exec(
+    rt: &DockerRuntime,
+    id: &SandboxId,
+    script: &str,
+    timeout: Option<Duration>,
+) -> ExecOutput {
+    rt.exec(
+        id,
+        ExecSpec {
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            timeout,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("exec")
+}
+
+/// `sh_exec` that must exit 0 (the failure names the script and shows its
+/// stderr); its stdout.
+pub async fn sh_ok(
+    rt: &DockerRuntime,
+    id: &SandboxId,
+    script: &str,
+    timeout: Option<Duration>,
+) -> String {
+    let out = sh_exec(rt, id, script, timeout).await;
+    assert_eq!(
+        out.exit_code,
+        Some(0),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
