@@ -158,11 +158,6 @@ impl Labels {
     pub fn to_strings(&self) -> Vec<String> {
         self.0.iter().map(|l| l.0.clone()).collect()
     }
-
-    /// Whether every label of `required` is among these.
-    pub fn contains_all(&self, required: &[Label]) -> bool {
-        required.iter().all(|r| self.0.contains(r))
-    }
 }
 
 /// The Docker volume of a sandbox: `agent-sandbox-{id}`.

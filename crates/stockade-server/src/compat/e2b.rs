@@ -857,7 +857,7 @@ async fn pause(
 ) -> E2bResult<StatusCode> {
     let _: E2bPauseRequest = body_or_default(&body)?;
     let sb = load_live(&state, &caller.scope, &id).await?;
-    if sb.status != SandboxStatus::Running {
+    if !sb.can_exec() {
         return Err(ApiError::Conflict(format!("Sandbox {id} is already paused")).into());
     }
     lifecycle::stop(&state.svc, sb, state.svc.config.stop_grace).await?;
@@ -1188,7 +1188,7 @@ async fn metrics(
         }
     }
     let sb = load_live(&state, &caller.scope, &id).await?;
-    if sb.status != SandboxStatus::Running {
+    if !sb.can_exec() {
         return Ok(Json(Vec::new()));
     }
     let mut details = SandboxResponse::from_record(&sb, Utc::now());

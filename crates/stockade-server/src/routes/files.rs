@@ -423,7 +423,7 @@ pub async fn delete(
         ));
     }
     let sb = load_with_files(&state, &caller, &id).await?;
-    if sb.status != SandboxStatus::Running {
+    if !sb.can_exec() {
         return Err(files::fs_error(FsError::NotRunning, &sb.id).into());
     }
     state

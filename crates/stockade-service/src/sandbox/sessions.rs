@@ -5,7 +5,6 @@
 //! session is claimed once across server instances.
 
 use chrono::Utc;
-use futures_util::future::join_all;
 use stockade_core::{Sandbox, SandboxStatus};
 use tracing::{debug, error, info, warn};
 
@@ -17,16 +16,6 @@ pub const TIMED_OUT: &str = "session timed out";
 
 /// Most sessions one tick acts on (the rest wait for the next tick).
 const BATCH: u32 = 100;
-
-/// What one pass did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct SessionReport {
-    pub stopped: usize,
-    pub terminated: usize,
-    /// Sessions of sandboxes that were not running any more: just closed.
-    pub closed: usize,
-    pub failed: usize,
-}
 
 pub(crate) enum Outcome {
     Stopped,
@@ -77,22 +66,6 @@ pub(crate) async fn expire_logged(svc: &Service, sb: Sandbox) -> Option<Outcome>
             None
         }
     }
-}
-
-/// Claims the sessions that ended by now on this server and ends each,
-/// concurrently, waiting for all (a stop may wait out its grace period).
-pub async fn expire_once(svc: &Service) -> SessionReport {
-    let mut report = SessionReport::default();
-    let claimed = claim_due(svc).await;
-    for outcome in join_all(claimed.into_iter().map(|sb| expire_logged(svc, sb))).await {
-        match outcome {
-            Some(Outcome::Stopped) => report.stopped += 1,
-            Some(Outcome::Terminated) => report.terminated += 1,
-            Some(Outcome::Closed) => report.closed += 1,
-            None => report.failed += 1,
-        }
-    }
-    report
 }
 
 /// Ends one claimed session.

@@ -300,19 +300,3 @@ pub async fn set_timeout_from_now(
     info!(sandbox.id = %saved.id, seconds, "session timeout set from now");
     Ok(saved)
 }
-
-/// Replaces a sandbox's `metadata` (checked by
-/// [`stockade_core::spec::parse_metadata`]).
-pub async fn set_metadata(
-    svc: &Service,
-    scope: &Scope,
-    id: &str,
-    metadata: &std::collections::BTreeMap<String, String>,
-) -> ServiceResult<Sandbox> {
-    let metadata = stockade_core::spec::parse_metadata(metadata, "metadata")?;
-    update_record(svc, scope, id, move |mut fresh| {
-        fresh.spec.metadata = metadata.clone();
-        Ok(fresh)
-    })
-    .await
-}
