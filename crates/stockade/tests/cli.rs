@@ -6,6 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::{docker_lines, lines_of};
+
 struct Server {
     child: Child,
     url: String,
@@ -42,15 +45,6 @@ impl Drop for Server {
             remove_by_label(&format!("label=io.stockade.instance-id={instance}"));
         }
     }
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().expect("docker");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-        .collect()
 }
 
 /// Removes containers, volumes and (snapshot) images matching a filter.
@@ -114,14 +108,7 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
     let admin_token = admin_token.map(str::to_owned);
     let mut child = cmd.spawn().expect("spawn stockade server");
     let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(stdout);
     let mut server = Server {
         child,
         url: String::new(),

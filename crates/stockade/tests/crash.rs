@@ -7,18 +7,16 @@
 //! key answering at once. And SIGTERM with open event streams and a long
 //! command ends the process within its grace period, with exit code 0.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-const TOKEN: &str = "stk_crashtestcrashtestcrashtestcrashtest01";
+mod support;
+use support::{docker_lines, image, lines_of, AccountCleanup};
 
-fn image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
-}
+const TOKEN: &str = "stk_crashtestcrashtestcrashtestcrashtest01";
 
 struct Proc {
     child: Child,
@@ -60,13 +58,8 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
         child,
         url: String::new(),
     };
-    let (tx, rx) = std::sync::mpsc::channel();
     // Keeps reading the server's stdout for its whole life.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = lines_of(stdout);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let line = rx
@@ -111,36 +104,6 @@ async fn call(
     let status = resp.status().as_u16();
     let body = resp.json::<Value>().await.unwrap_or(Value::Null);
     Ok((status, body))
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().expect("docker");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-        .collect()
-}
-
-/// Removes every container and volume of `account`, whatever happens.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let filter = format!("label=io.stockade.account-id={}", self.0);
-        let ids = docker_lines(&["ps", "-aq", "--filter", &filter]);
-        if !ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(ids.iter().map(String::as_str));
-            let _ = Command::new("docker").args(&args).output();
-        }
-        let vols = docker_lines(&["volume", "ls", "-q", "--filter", &filter]);
-        if !vols.is_empty() {
-            let mut args = vec!["volume", "rm", "-f"];
-            args.extend(vols.iter().map(String::as_str));
-            let _ = Command::new("docker").args(&args).output();
-        }
-    }
 }
 
 /// Every record the admin account has, terminated ones included, by id.
@@ -233,7 +196,7 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
     .await
     .unwrap();
     let account = me["account"]["id"].as_str().expect("account id").to_owned();
-    let _cleanup = Cleanup(account.clone());
+    let _cleanup = AccountCleanup(account.clone());
     let mut acked_deletes: Vec<String> = Vec::new();
     let mut keys: Vec<(String, Value)> = Vec::new();
     for trial in 0..trials {
@@ -384,7 +347,7 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     )
     .await
     .unwrap();
-    let _cleanup = Cleanup(me["account"]["id"].as_str().unwrap().to_owned());
+    let _cleanup = AccountCleanup(me["account"]["id"].as_str().unwrap().to_owned());
     let (status, sb) = call(
         &http,
         reqwest::Method::POST,

@@ -4,10 +4,12 @@
 //! banner and `/health` naming an absent default image with the ways out;
 //! and the README's SDK program being exactly the example that compiles.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
+use support::lines_of;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -288,14 +290,7 @@ fn absent_default_image_is_named_in_the_banner_and_health() {
     }
     let stdout = child.stdout.take().unwrap();
     let _child = Kill(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = lines_of(stdout);
     let mut lines = Vec::new();
     let mut listening = None;
     let deadline = Instant::now() + Duration::from_secs(120);

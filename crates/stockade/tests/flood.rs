@@ -9,12 +9,15 @@
 //! The client processes are this binary again, running the ignored
 //! `flood_client` with the target in its environment.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+mod support;
+use support::{get_json, image, lines_of, AccountCleanup};
 
 const TOKEN: &str = "stk_floodtestfloodtestfloodtestflood0001";
 /// Half-sent requests in all, and at most per client process (each
@@ -23,10 +26,6 @@ const FLOOD: usize = 20_000;
 const PER_CLIENT: usize = 4_000;
 /// How long each client holds its connections.
 const HOLD: Duration = Duration::from_secs(14);
-
-fn image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
-}
 
 struct Server {
     child: Child,
@@ -72,12 +71,7 @@ fn start(ulimit: &str) -> Server {
         banner: Vec::new(),
         _dir: dir,
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = lines_of(stdout);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let line = rx
@@ -107,36 +101,6 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().expect("docker");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-        .collect()
-}
-
-/// Removes every container and volume of `account`, whatever happens.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let filter = format!("label=io.stockade.account-id={}", self.0);
-        let ids = docker_lines(&["ps", "-aq", "--filter", &filter]);
-        if !ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
-            args.extend(ids.iter().map(String::as_str));
-            let _ = Command::new("docker").args(&args).output();
-        }
-        let vols = docker_lines(&["volume", "ls", "-q", "--filter", &filter]);
-        if !vols.is_empty() {
-            let mut args = vec!["volume", "rm", "-f"];
-            args.extend(vols.iter().map(String::as_str));
-            let _ = Command::new("docker").args(&args).output();
-        }
-    }
 }
 
 /// What one flood client reported.
@@ -306,16 +270,8 @@ async fn a_flood_of_half_sent_requests_leaves_the_server_answering() {
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
-    let me: Value = http
-        .get(format!("{}/api/v1/me", server.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let _cleanup = Cleanup(me["account"]["id"].as_str().expect("my account").to_owned());
+    let me = get_json(&http, format!("{}/api/v1/me", server.url), TOKEN).await;
+    let _cleanup = AccountCleanup(me["account"]["id"].as_str().expect("my account").to_owned());
     let created = http
         .post(format!("{}/api/v1/sandbox", server.url))
         .bearer_auth(TOKEN)
@@ -325,15 +281,7 @@ async fn a_flood_of_half_sent_requests_leaves_the_server_answering() {
         .unwrap();
     assert_eq!(created.status(), reqwest::StatusCode::CREATED);
     let created: Value = created.json().await.unwrap();
-    let list: Value = http
-        .get(format!("{}/api/v1/sandbox", server.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = get_json(&http, format!("{}/api/v1/sandbox", server.url), TOKEN).await;
     assert_eq!(list["total"], 1, "{list}");
     let gone = http
         .delete(format!(

@@ -25,11 +25,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const TOKEN: &str = "stk_instances_test_admin_token";
+mod support;
+use support::{get_json, image, post_json};
 
-fn image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
-}
+const TOKEN: &str = "stk_instances_test_admin_token";
 
 /// A server process: killed with SIGKILL when dropped; its log in `log`.
 struct Server {
@@ -306,31 +305,20 @@ async fn agreed_leader(servers: &[&Server], within: Duration) -> (usize, usize) 
 /// (bounded) until the session's end stopped it; returns its id.
 async fn create_and_outlive(server: &Server) -> String {
     let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{}/api/v1/sandbox", server.url))
-        .bearer_auth(TOKEN)
-        .json(&json!({"dockerImage": image(), "timeoutMinutes": 0.05}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = post_json(
+        &http,
+        format!("{}/api/v1/sandbox", server.url),
+        TOKEN,
+        Some(&json!({"dockerImage": image(), "timeoutMinutes": 0.05})),
+    )
+    .await;
     let id = created["id"]
         .as_str()
         .unwrap_or_else(|| panic!("{created}"))
         .to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let sb: Value = http
-            .get(format!("{}/api/v1/sandbox/{id}", server.url))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let sb = get_json(&http, format!("{}/api/v1/sandbox/{id}", server.url), TOKEN).await;
         if sb["status"] == "STOPPED" && sb["statusReason"] == "session timed out" {
             return id;
         }

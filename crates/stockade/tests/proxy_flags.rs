@@ -3,36 +3,20 @@
 //! the URLs and tokens the server hands out.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod support;
+use support::{get_json, post_json, KillOnDrop};
 
 fn server_cmd(data_dir: &std::path::Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
-    cmd.arg("server")
-        .args(extra)
-        .env("STOCKADE_LISTEN", "127.0.0.1:0")
-        .env("STOCKADE_DATA_DIR", data_dir)
-        .env(
-            "STOCKADE_DEFAULT_IMAGE",
-            std::env::var("STOCKADE_TEST_IMAGE")
-                .unwrap_or_else(|_| "stockade-test-base:latest".into()),
-        )
-        .env("STOCKADE_ADMIN_TOKEN", "stk_proxy_flags_admin_token")
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env_remove("STOCKADE_PROXY_DOMAIN")
-        .env_remove("STOCKADE_SANDBOX_TOKEN_TTL")
-        .env("STOCKADE_LOG", "warn");
-    cmd
+    support::server_cmd(
+        data_dir,
+        "stk_proxy_flags_admin_token",
+        &["STOCKADE_PROXY_DOMAIN", "STOCKADE_SANDBOX_TOKEN_TTL"],
+        extra,
+    )
 }
 
 #[test]
@@ -75,7 +59,7 @@ async fn the_proxy_domain_and_token_lifetime_are_used() {
     .spawn()
     .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let _server = Server(child);
+    let _server = KillOnDrop(child);
     // Keep reading stdout for the server's whole life: it prints more later.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -93,43 +77,30 @@ async fn the_proxy_domain_and_token_lifetime_are_used() {
     let http = reqwest::Client::new();
     let token = "stk_proxy_flags_admin_token";
 
-    let sb: Value = http
-        .post(format!("{url}/api/v1/sandbox"))
-        .bearer_auth(token)
-        .json(&json!({ "name": "flags", "ports": [8080] }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sb = post_json(
+        &http,
+        format!("{url}/api/v1/sandbox"),
+        token,
+        Some(&json!({ "name": "flags", "ports": [8080] })),
+    )
+    .await;
     let id = sb["id"].as_str().expect("created").to_owned();
     let _cleanup = Guard(id.clone());
 
-    let ports: Value = http
-        .get(format!("{url}/api/v1/sandbox/{id}/ports"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ports = get_json(&http, format!("{url}/api/v1/sandbox/{id}/ports"), token).await;
     let port = url.rsplit(':').next().unwrap();
     assert_eq!(
         ports["ports"][0]["hostUrl"],
         format!("http://8080-{id}.sandboxes.test:{port}/")
     );
 
-    let t: Value = http
-        .post(format!("{url}/api/v1/sandbox/{id}/auth-token"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let t = post_json(
+        &http,
+        format!("{url}/api/v1/sandbox/{id}/auth-token"),
+        token,
+        None,
+    )
+    .await;
     let expires: chrono::DateTime<chrono::Utc> = t["expiresAt"].as_str().unwrap().parse().unwrap();
     let left = (expires - chrono::Utc::now()).num_seconds();
     assert!((110..=120).contains(&left), "{left}");

@@ -6,35 +6,22 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod support;
+use support::KillOnDrop;
 
 fn server_cmd(data_dir: &std::path::Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
-    cmd.arg("server")
-        .args(extra)
-        .env("STOCKADE_LISTEN", "127.0.0.1:0")
-        .env("STOCKADE_DATA_DIR", data_dir)
-        .env(
-            "STOCKADE_DEFAULT_IMAGE",
-            std::env::var("STOCKADE_TEST_IMAGE")
-                .unwrap_or_else(|_| "stockade-test-base:latest".into()),
-        )
-        .env("STOCKADE_ADMIN_TOKEN", "stk_security_flags_admin_token")
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env_remove("STOCKADE_ALLOWED_IMAGES")
-        .env_remove("STOCKADE_ALLOW_INTERNAL_ADDRESSES")
-        .env("STOCKADE_LOG", "warn");
-    cmd
+    support::server_cmd(
+        data_dir,
+        "stk_security_flags_admin_token",
+        &[
+            "STOCKADE_ALLOWED_IMAGES",
+            "STOCKADE_ALLOW_INTERNAL_ADDRESSES",
+        ],
+        extra,
+    )
 }
 
 fn mode(path: &std::path::Path) -> u32 {
@@ -104,7 +91,7 @@ fn the_data_directory_is_private_and_a_loose_one_is_tightened() {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let mut server = Server(child);
+    let mut server = KillOnDrop(child);
     let warned = wait_for_line(BufReader::new(stderr), "readable by other users");
     assert!(warned, "no warning about the loose data directory");
     // The warning comes just before the change.
@@ -117,14 +104,14 @@ fn the_data_directory_is_private_and_a_loose_one_is_tightened() {
     let _ = server.0.kill();
 }
 
-fn start(dir: &std::path::Path) -> Server {
+fn start(dir: &std::path::Path) -> KillOnDrop {
     let mut child = server_cmd(dir, &[])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
+    let server = KillOnDrop(child);
     assert!(
         wait_for_line(BufReader::new(stdout), "listening on"),
         "the server did not start"

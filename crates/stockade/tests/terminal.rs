@@ -7,11 +7,14 @@
 //! CLI's, SIGTERM and SIGINT ending a session, and the local terminal's
 //! settings restored every time; `-t` without a terminal is refused.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod support;
+use support::lines_of;
 
 const ADMIN_TOKEN: &str = "stk_terminal_tests_admin_token_0001";
 
@@ -88,14 +91,7 @@ impl Server {
             .spawn()
             .expect("spawn stockade server");
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(stdout);
         let mut server = Server {
             child,
             url: String::new(),
@@ -518,14 +514,7 @@ fn files_mkdir_mv_and_watch() {
         .spawn()
         .unwrap();
     let stdout = watch.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = lines_of(stdout);
     std::thread::sleep(Duration::from_millis(800));
     let out = server
         .cli(&["exec", "files", "--", "sh", "-c", "echo hi > a/b/new.txt"])

@@ -3,27 +3,19 @@
 //! is shown at start, fills the pool (seen in `/metrics`) and, with drain,
 //! a stop removes the pool's sandboxes.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
-}
+mod support;
+use support::{image, lines_of};
 
 fn server_cmd(data_dir: &std::path::Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
-    cmd.arg("server")
-        .args(extra)
-        .env("STOCKADE_LISTEN", "127.0.0.1:0")
-        .env("STOCKADE_DATA_DIR", data_dir)
-        .env("STOCKADE_DEFAULT_IMAGE", image())
-        .env("STOCKADE_ADMIN_TOKEN", "stk_warm_pool_flags_admin_token")
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env_remove("STOCKADE_WARM_POOL")
-        .env_remove("STOCKADE_WARM_POOL_DRAIN")
-        .env("STOCKADE_LOG", "warn");
-    cmd
+    support::server_cmd(
+        data_dir,
+        "stk_warm_pool_flags_admin_token",
+        &["STOCKADE_WARM_POOL", "STOCKADE_WARM_POOL_DRAIN"],
+        extra,
+    )
 }
 
 /// Kills the server and removes what its instance made, however the test ends.
@@ -114,12 +106,7 @@ async fn a_warm_pool_is_shown_filled_and_drained_on_stop() {
         child,
         instance: None,
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = lines_of(stdout);
     let mut url = None;
     let mut pool_line = None;
     let deadline = Instant::now() + Duration::from_secs(60);
