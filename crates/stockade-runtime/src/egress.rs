@@ -79,7 +79,11 @@ impl EgressChains {
     pub const MAX_BASE: usize = 28 - 13;
 
     /// Whether the names fit iptables' 28 characters.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        self.check_lengths().map_err(crate::ConfigError)
+    }
+
+    fn check_lengths(&self) -> Result<(), String> {
         if self.base.len() > Self::MAX_BASE {
             return Err(format!(
                 "chain: '{}' leaves no room for the egress chains (at most {} characters before \
@@ -352,7 +356,7 @@ mod tests {
         );
         assert!(c.validate().is_ok());
         let long = EgressChains::for_isolation_chain("ABCDEFGHIJKLMNOPQRSTUVWXYZ");
-        assert!(long.validate().unwrap_err().starts_with("chain: "));
+        assert!(long.validate().unwrap_err().0.starts_with("chain: "));
     }
 
     #[test]

@@ -105,6 +105,12 @@ pub enum RuntimeError {
 
 pub type RuntimeResult<T> = Result<T, RuntimeError>;
 
+/// A runtime setting that cannot be used: the message names the setting
+/// and what it must be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
 /// A stream of bytes: a tar archive on its way in or out of a container.
 pub type ByteStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send>>;

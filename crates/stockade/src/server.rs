@@ -491,7 +491,7 @@ impl IsolationArgs {
             allow_unisolated: self.allow_unisolated_sandboxes,
         };
         config.validate().map_err(|e| {
-            let (field, reason) = e.split_once(": ").unwrap_or(("", e.as_str()));
+            let (field, reason) = e.0.split_once(": ").unwrap_or(("", e.0.as_str()));
             let flag = match field {
                 "network" => "--sandbox-network",
                 "bridge" => "--sandbox-bridge",

@@ -133,7 +133,11 @@ impl IsolationConfig {
     }
 
     /// Checks every name; the error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        self.check_names().map_err(crate::ConfigError)
+    }
+
+    fn check_names(&self) -> Result<(), String> {
         for (field, name) in [
             ("network", &self.network),
             ("internal_network", &self.internal_network),
@@ -179,7 +183,9 @@ impl IsolationConfig {
                 self.chain
             ));
         }
-        crate::EgressChains::for_isolation_chain(&self.chain).validate()?;
+        crate::EgressChains::for_isolation_chain(&self.chain)
+            .validate()
+            .map_err(|e| e.0)?;
         if self.network == self.internal_network {
             return Err("internal_network: must differ from network".into());
         }
@@ -849,27 +855,27 @@ mod tests {
     #[test]
     fn bad_names_are_refused_naming_the_field() {
         let too_long = IsolationConfig::with_prefix("a-very-long-prefix");
-        assert!(too_long.validate().unwrap_err().starts_with("bridge:"));
+        assert!(too_long.validate().unwrap_err().0.starts_with("bridge:"));
         let c = IsolationConfig {
             network: "bridge".into(),
             ..Default::default()
         };
-        assert!(c.validate().unwrap_err().starts_with("network:"));
+        assert!(c.validate().unwrap_err().0.starts_with("network:"));
         let c = IsolationConfig {
             chain: "bad chain".into(),
             ..Default::default()
         };
-        assert!(c.validate().unwrap_err().starts_with("chain:"));
+        assert!(c.validate().unwrap_err().0.starts_with("chain:"));
         let c = IsolationConfig {
             internal_bridge: "stk0".into(),
             ..Default::default()
         };
-        assert!(c.validate().unwrap_err().starts_with("internal_bridge:"));
+        assert!(c.validate().unwrap_err().0.starts_with("internal_bridge:"));
         let c = IsolationConfig {
             internal_network: "x/y".into(),
             ..Default::default()
         };
-        assert!(c.validate().unwrap_err().starts_with("internal_network:"));
+        assert!(c.validate().unwrap_err().0.starts_with("internal_network:"));
     }
 
     #[test]
