@@ -152,6 +152,19 @@ impl VolumeDisk {
         }
     }
 
+    /// The size of the files in the file system, as the engine measures
+    /// its other volumes (each file's length, a hard-linked file once); it
+    /// is unmounted (`None`) while its sandbox is off after a reboot.
+    async fn files_bytes(&self) -> Option<u64> {
+        let point = self.mount_point();
+        if !is_mount_point(&point).await.ok()? {
+            return None;
+        }
+        tokio::task::spawn_blocking(move || tree_bytes(&point))
+            .await
+            .ok()
+    }
+
     /// Bytes in use and the cap, as the file system counts them.
     pub(super) async fn usage(&self) -> Option<(u64, u64)> {
         let limit = tokio::fs::metadata(self.image()).await.ok()?.len();
@@ -196,6 +209,31 @@ async fn create_image(image: &Path, bytes: u64) -> Result<(), String> {
         &shown,
     ]);
     host_command("mkfs.ext4", &args).await.map(|_| ())
+}
+
+/// The lengths of the files under `root` summed, without following
+/// links, each inode once; what cannot be read is left out.
+fn tree_bytes(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() && seen.insert(meta.ino()) {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    total
 }
 
 /// Whether `dir` is a mount point now (`/proc/self/mountinfo`).
@@ -292,6 +330,25 @@ impl DockerRuntime {
     ) -> Option<VolumeDisk> {
         let disk = self.volume_disk(docker, volume.as_str()).await.ok()?;
         disk.exists().await.then_some(disk)
+    }
+
+    /// What each volume's own file system takes on the engine's disk, by
+    /// volume name.
+    pub(super) async fn volume_disk_sizes(&self, docker: &Docker) -> Vec<(String, u64)> {
+        let Ok(dir) = self.disks_dir(docker).await else {
+            return Vec::new();
+        };
+        let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
+            return Vec::new();
+        };
+        let mut sizes = Vec::new();
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let disk = VolumeDisk { dir: entry.path() };
+            if let Some(bytes) = disk.files_bytes().await {
+                sizes.push((entry.file_name().to_string_lossy().into_owned(), bytes));
+            }
+        }
+        sizes
     }
 
     /// Puts a volume's own file system back in place before its container

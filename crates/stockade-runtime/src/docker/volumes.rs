@@ -74,7 +74,7 @@ impl DockerRuntime {
             let left = deadline.saturating_duration_since(started);
             match tokio::time::timeout(left, docker.df()).await {
                 Ok(Ok(df)) => {
-                    let sizes: HashMap<String, u64> = df
+                    let mut sizes: HashMap<String, u64> = df
                         .volumes
                         .unwrap_or_default()
                         .into_iter()
@@ -83,6 +83,10 @@ impl DockerRuntime {
                             u64::try_from(size).ok().map(|s| (v.name, s))
                         })
                         .collect();
+                    // The engine leaves volumes with mount options out: one
+                    // binding a file system of its own takes what its image
+                    // file holds on this disk.
+                    sizes.extend(self.volume_disk_sizes(docker).await);
                     let sizes = Arc::new(sizes);
                     tracing::debug!(
                         elapsed_ms = started.elapsed().as_millis() as u64,
