@@ -83,7 +83,7 @@ fn command(data_dir: &Path, database: Option<&str>, log: &Path) -> Command {
         .env_remove("STOCKADE_WARM_POOL")
         .env(
             "STOCKADE_LOG",
-            "warn,stockade_service::sessions=info,stockade_service::leader=info",
+            "warn,stockade_service::sandbox::sessions=info,stockade_service::tasks::leader=info",
         )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
