@@ -184,7 +184,10 @@ pub async fn fork(
         }),
         ..Default::default()
     };
-    let created = state.svc.create_sandbox(&caller.scope, &create, None).await?;
+    let created = state
+        .svc
+        .create_sandbox(&caller.scope, &create, None)
+        .await?;
     let sb = created.sandbox;
     tracing::Span::current().record("fork.id", sb.id.as_str());
     Ok((
