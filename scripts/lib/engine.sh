@@ -282,7 +282,7 @@ ensure_test_engine() {
     fi
     if _stockade_engine_answers "$name"; then
         if [ "$(test_engine_fs "$name")" = btrfs ]; then
-            _stockade_engine_btrfs_qgroups "$STOCKADE_TEST_ENGINE_STATE/$name/root" || return 1
+            stockade_btrfs_qgroups "$STOCKADE_TEST_ENGINE_STATE/$name/root" || return 1
         fi
         return 0
     fi

@@ -102,8 +102,8 @@ impl Service {
         let blobs = ObjectBlobStore::open(&config.blob_store)
             .map_err(|e| StoreError::Other(e.to_string()))?
             .keep_free(config.blob_keep_free_bytes);
-        let pool = pool::Pool::new(&config.pool, &config.defaults)
-            .map_err(|e| StoreError::Other(e.0))?;
+        let pool =
+            pool::Pool::new(&config.pool, &config.defaults).map_err(|e| StoreError::Other(e.0))?;
         let ops = operations::Operations::new(
             config_lease,
             operations::Recovery {
