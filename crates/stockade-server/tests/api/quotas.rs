@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 
 /// Creates an account: its id and token.
-async fn account(app: &TestApp, name: &str) -> (String, String) {
+pub async fn account(app: &TestApp, name: &str) -> (String, String) {
     let r = app
         .post(
             "/api/v1/accounts",
