@@ -168,11 +168,15 @@ impl VolumeDisk {
     /// Bytes in use and the cap, as the file system counts them.
     pub(super) async fn usage(&self) -> Option<(u64, u64)> {
         let limit = tokio::fs::metadata(self.image()).await.ok()?.len();
-        let point = self.mount_point().display().to_string();
-        let out = host_command("df", &["-B1", "--output=used", &point])
-            .await
-            .ok()?;
-        let used = out.lines().nth(1)?.trim().parse().ok()?;
+        let point = self.mount_point();
+        if !is_mount_point(&point).await.ok()? {
+            return None;
+        }
+        let fs = rustix::fs::statvfs(&point).ok()?;
+        let used = fs
+            .f_blocks
+            .saturating_sub(fs.f_bfree)
+            .saturating_mul(fs.f_frsize);
         Some((used, limit))
     }
 }
