@@ -110,7 +110,7 @@ impl App {
 
     /// This server's instance id: the label on everything it creates.
     pub fn instance_id(&self) -> String {
-        self.state.svc.instance_id.to_string()
+        self.state.svc.instance_id().to_string()
     }
 
     /// Stops serving and waits for the background work to end.

@@ -305,7 +305,7 @@ impl Bench {
         }
         let idle = rss_mib();
         let app = self.app()?;
-        let store = app.state.svc.store.clone();
+        let store = app.state.svc.store().clone();
         let account = admin_account(store.as_ref(), &app.token).await?;
         let inserted = insert_records(&store, &account, self.plan.records, &self.defaults).await?;
         self.notes.push(format!(
@@ -869,13 +869,13 @@ impl Bench {
             let (mut s_exec, mut r_exec, mut with_env) = (Vec::new(), Vec::new(), Vec::new());
             for i in 0..self.plan.warm * 2 {
                 let deadline = Instant::now() + Duration::from_secs(120);
-                while app.state.svc.pool.ready_total() < size {
+                while app.state.svc.pool().ready_total() < size {
                     if Instant::now() > deadline {
                         bail!("the warm pool did not fill to {size} within 2 minutes");
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                let members = app.state.svc.pool.members();
+                let members = app.state.svc.pool().members();
                 // Every other create sets environment variables, which a
                 // claim writes for the main process's next start.
                 let body = if i % 2 == 0 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use stockade_service::ServiceConfig;
 
-use crate::ratelimit::RateLimitConfig;
+use crate::ratelimit::settings::RateLimitConfig;
 use crate::serve::ConnectionLimits;
 
 /// Everything the server needs besides its store and runtime.

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
-use stockade_core::ApiToken;
 use stockade_runtime::Runtime;
 use stockade_service::Service;
 use stockade_store::Store;
@@ -54,7 +53,7 @@ impl AppState {
         config: ServerConfig,
     ) -> Result<Self, stockade_store::StoreError> {
         let svc = Service::new(store, runtime, config.service.clone()).await?;
-        let proxy_keys = proxy::token::TokenKey::load(svc.store.as_ref()).await?;
+        let proxy_keys = svc.token_key().await?;
         let streams = Arc::new(streams::StreamLimiter::new(
             config.connections.max_streams_per_account,
         ));
@@ -118,7 +117,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::terminal::routes())
         .merge(compat::prime::api_routes());
     let limiter = Arc::new(
-        ratelimit::RateLimiter::new(state.config.rate_limit.clone(), state.svc.metrics.clone())
+        ratelimit::RateLimiter::new(state.config.rate_limit.clone(), state.svc.metrics().clone())
             .with_proxy_domain(state.config.proxy_domain.clone()),
     );
     Router::new()
@@ -161,59 +160,7 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// What [`bootstrap`] did on this start.
-#[derive(Debug)]
-pub enum Bootstrap {
-    /// The first start: an admin account was made; its token is shown once.
-    CreatedAdmin {
-        token: String,
-        generated: bool,
-    },
-    /// `STOCKADE_ADMIN_TOKEN` was registered for the existing admin.
-    RegisteredAdminToken,
-    Nothing,
-}
-
-/// On the very first start, creates the admin account and its token
-/// (`admin_token`, or a generated one). With accounts present, an
-/// `admin_token` that is not yet known is added to the first admin.
-pub async fn bootstrap(
-    store: &dyn Store,
-    admin_token: Option<&str>,
-) -> Result<Bootstrap, stockade_store::StoreError> {
-    let hash_of = |t: &str| stockade_core::account::hash_token(t);
-    if store.count_accounts().await? == 0 {
-        let token = match admin_token {
-            Some(t) => ApiToken::from_plaintext(t),
-            None => ApiToken::generate(),
-        };
-        let account = match store.create_account("admin", true).await {
-            Ok(a) => a,
-            // Another instance made it first.
-            Err(stockade_store::StoreError::Conflict(_)) => return Ok(Bootstrap::Nothing),
-            Err(e) => return Err(e),
-        };
-        store.add_token(&account.id, &token.hash()).await?;
-        return Ok(Bootstrap::CreatedAdmin {
-            token: token.plaintext().to_owned(),
-            generated: admin_token.is_none(),
-        });
-    }
-    if let Some(t) = admin_token {
-        if store.account_by_token_hash(&hash_of(t)).await?.is_none() {
-            let admin = store
-                .list_accounts()
-                .await?
-                .into_iter()
-                .find(|a| a.is_admin);
-            if let Some(admin) = admin {
-                store.add_token(&admin.id, &hash_of(t)).await?;
-                return Ok(Bootstrap::RegisteredAdminToken);
-            }
-        }
-    }
-    Ok(Bootstrap::Nothing)
-}
+pub use stockade_service::accounts::{bootstrap, Bootstrap};
 
 /// A running server: its address and a handle to stop it.
 pub struct RunningServer {

@@ -22,7 +22,7 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     let method = req.method().clone();
     let started = Instant::now();
     let response = next.run(req).await;
-    state.svc.metrics.observe_request(
+    state.svc.metrics().observe_request(
         method.as_str(),
         route.as_deref().unwrap_or(UNMATCHED),
         response.status().as_u16(),
@@ -72,8 +72,8 @@ pub async fn scrape(State(state): State<AppState>, headers: HeaderMap) -> Respon
             None
         }
     };
-    let mut body = state.svc.metrics.render(counts.as_deref());
-    body.push_str(&state.svc.pool.render_metrics());
+    let mut body = state.svc.metrics().render(counts.as_deref());
+    body.push_str(&state.svc.pool().render_metrics());
     (
         StatusCode::OK,
         [(

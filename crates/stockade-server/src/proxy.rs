@@ -21,7 +21,7 @@
 //! An upgraded connection counts against the sandbox owner's open streams
 //! ([`crate::streams`]) for as long as it lives.
 
-pub mod token;
+pub use stockade_service::access::tokens as token;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -444,27 +444,26 @@ fn carried_secrets(value: &str) -> Vec<String> {
 /// Whether `secret` is one of Stockade's: by its prefix, or because the
 /// database knows it (an operator's token may have any form). When the
 /// database cannot say, it counts as one.
-async fn is_stockade_secret(store: &dyn stockade_store::Store, secret: &str) -> bool {
+async fn is_stockade_secret(svc: &stockade_service::Service, secret: &str) -> bool {
     if secret.is_empty() || secret.len() > 1024 {
         return false;
     }
     if OWN_PREFIXES.iter().any(|p| secret.starts_with(p)) {
         return true;
     }
-    let hash = stockade_core::account::hash_token(secret);
-    !matches!(store.authenticate(&hash).await, Ok(None))
+    svc.knows_secret(secret).await
 }
 
 /// Removes Stockade's own credentials from a request to a sandbox: any
 /// `Authorization` or `X-API-Key` that carries a secret the server knows,
 /// whatever its form (a sandbox's own schemes and keys pass), and the
 /// dashboard's session cookie.
-async fn strip_stockade_credentials(store: &dyn stockade_store::Store, headers: &mut HeaderMap) {
+async fn strip_stockade_credentials(svc: &stockade_service::Service, headers: &mut HeaderMap) {
     for name in [header::AUTHORIZATION, HeaderName::from_static("x-api-key")] {
         let mut ours = false;
         for value in headers.get_all(&name) {
             for secret in carried_secrets(value.to_str().unwrap_or_default()) {
-                ours = ours || is_stockade_secret(store, &secret).await;
+                ours = ours || is_stockade_secret(svc, &secret).await;
             }
         }
         if ours {
@@ -679,16 +678,11 @@ async fn authorise(
     } else {
         token::Purpose::Ports
     };
-    let (sb, claims) = token::sandbox_of_token(
-        state.svc.store.as_ref(),
-        &state.proxy_keys,
-        purpose,
-        &raw,
-        Some(id),
-        now,
-    )
-    .await
-    .map_err(|e| refused(e, id))?;
+    let (sb, claims) = state
+        .svc
+        .sandbox_of_token(&state.proxy_keys, purpose, &raw, Some(id), now)
+        .await
+        .map_err(|e| refused(e, id))?;
     if sb.deleted_at.is_some() || sb.status == SandboxStatus::Terminated {
         return Err(ApiError::sandbox_not_found());
     }
@@ -775,7 +769,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
     h.remove(TOKEN_HEADER);
     h.remove(E2B_TRAFFIC_TOKEN_HEADER);
     strip_cookie_token(h);
-    strip_stockade_credentials(state.svc.store.as_ref(), h).await;
+    strip_stockade_credentials(&state.svc, h).await;
     if let Some(proto) = &upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, proto.clone());
@@ -810,7 +804,7 @@ async fn forward(state: &AppState, mut req: Request, target: Target) -> ApiResul
             // A host whose sandbox network this server cannot reach: through
             // the agent's published port.
             stockade_runtime::Upstream::ViaAgent(at) => {
-                let token = state.svc.agents.token(id);
+                let token = state.svc.agents().token(id);
                 stockade_agent::client::open_forward(at, &token, port)
                     .await
                     .map_err(|e| {
@@ -1166,7 +1160,21 @@ mod tests {
             )
             .await
             .unwrap();
-        let store = store.as_ref();
+        let blobs = tempfile::tempdir().unwrap();
+        let config = stockade_service::ServiceConfig {
+            blob_store: stockade_blob::BlobConfig::Local {
+                dir: blobs.path().to_owned(),
+            },
+            ..Default::default()
+        };
+        let svc = stockade_service::Service::new(
+            store,
+            std::sync::Arc::new(stockade_runtime::FakeRuntime::new()),
+            config,
+        )
+        .await
+        .unwrap();
+        let store = &svc;
         let mut h = HeaderMap::new();
         h.insert(
             header::AUTHORIZATION,

@@ -142,3 +142,57 @@ impl Service {
             })
     }
 }
+
+/// What [`bootstrap`] did on this start.
+#[derive(Debug)]
+pub enum Bootstrap {
+    /// The first start: an admin account was made; its token is shown once.
+    CreatedAdmin {
+        token: String,
+        generated: bool,
+    },
+    /// `STOCKADE_ADMIN_TOKEN` was registered for the existing admin.
+    RegisteredAdminToken,
+    Nothing,
+}
+
+/// On the very first start, creates the admin account and its token
+/// (`admin_token`, or a generated one). With accounts present, an
+/// `admin_token` that is not yet known is added to the first admin.
+pub async fn bootstrap(
+    store: &dyn stockade_store::Store,
+    admin_token: Option<&str>,
+) -> Result<Bootstrap, stockade_store::StoreError> {
+    let hash_of = |t: &str| stockade_core::account::hash_token(t);
+    if store.count_accounts().await? == 0 {
+        let token = match admin_token {
+            Some(t) => ApiToken::from_plaintext(t),
+            None => ApiToken::generate(),
+        };
+        let account = match store.create_account("admin", true).await {
+            Ok(a) => a,
+            // Another instance made it first.
+            Err(stockade_store::StoreError::Conflict(_)) => return Ok(Bootstrap::Nothing),
+            Err(e) => return Err(e),
+        };
+        store.add_token(&account.id, &token.hash()).await?;
+        return Ok(Bootstrap::CreatedAdmin {
+            token: token.plaintext().to_owned(),
+            generated: admin_token.is_none(),
+        });
+    }
+    if let Some(t) = admin_token {
+        if store.account_by_token_hash(&hash_of(t)).await?.is_none() {
+            let admin = store
+                .list_accounts()
+                .await?
+                .into_iter()
+                .find(|a| a.is_admin);
+            if let Some(admin) = admin {
+                store.add_token(&admin.id, &hash_of(t)).await?;
+                return Ok(Bootstrap::RegisteredAdminToken);
+            }
+        }
+    }
+    Ok(Bootstrap::Nothing)
+}

@@ -1,6 +1,7 @@
 //! The service's configuration: sandbox defaults, limits, intervals of the
 //! background tasks, the object store, the warm pool and admission control.
 
+pub use crate::error::ConfigError;
 use std::time::Duration;
 
 use stockade_blob::BlobConfig;
@@ -14,18 +15,6 @@ pub const DEFAULT_BLOB_KEEP_FREE_BYTES: u64 = 1 << 30;
 
 /// The default unpack ceiling: 4096 MiB.
 pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 4096 << 20;
-
-/// A setting that cannot be used: the message names it and says what to
-/// give instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
-impl From<String> for ConfigError {
-    fn from(message: String) -> Self {
-        Self(message)
-    }
-}
 
 /// Everything the service needs besides its store and runtime.
 #[derive(Debug, Clone)]

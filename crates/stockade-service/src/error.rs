@@ -135,3 +135,15 @@ impl From<stockade_blob::BlobError> for ServiceError {
         }
     }
 }
+
+/// A setting that cannot be used: the message names it and says what to
+/// give instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl From<String> for ConfigError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}

@@ -48,43 +48,110 @@ pub use tasks::{disk_watch, leader, reconcile};
 /// processes). Cheap to clone.
 #[derive(Clone)]
 pub struct Service {
-    pub store: Arc<dyn Store>,
-    pub runtime: Arc<dyn Runtime>,
-    pub config: Arc<ServiceConfig>,
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn Runtime>,
+    config: Arc<ServiceConfig>,
     /// This installation's id (kept in the database): the label on every
     /// container and volume it makes.
-    pub instance_id: InstanceId,
+    instance_id: InstanceId,
     /// Background processes started by exec.
-    pub processes: Arc<processes::ProcessRegistry>,
+    processes: Arc<processes::ProcessRegistry>,
     /// Prometheus metrics of this process.
-    pub metrics: Arc<metrics::Metrics>,
+    metrics: Arc<metrics::Metrics>,
     /// Live usage and volume sizes for sandbox details.
-    pub usage: Arc<usage::Usage>,
+    usage: Arc<usage::Usage>,
     /// Object store of snapshots, syncs and uploads.
-    pub blobs: Arc<dyn BlobStore>,
+    blobs: Arc<dyn BlobStore>,
     /// The warm pool of pre-created sandboxes.
-    pub pool: Arc<pool::Pool>,
+    pool: Arc<pool::Pool>,
     /// This process as the holder of durable operations.
-    pub ops: Arc<operations::Operations>,
+    ops: Arc<operations::Operations>,
     /// Cancelled when the service shuts down: no new operation begins.
-    pub shutdown: CancellationToken,
+    shutdown: CancellationToken,
     /// Containers without a record, and since when (reconciliation).
-    pub strays: Arc<reconcile::Strays>,
+    strays: Arc<reconcile::Strays>,
     /// The sandboxes' agents: their tokens and clients.
-    pub agents: Arc<agent::Agents>,
+    agents: Arc<agent::Agents>,
     /// The last check of the sandboxes' network isolation.
-    pub isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
+    isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
     /// The egress filter and the sandboxes' policies.
-    pub egress: Arc<egress::Egress>,
+    egress: Arc<egress::Egress>,
     /// Admissions in flight.
-    pub admission: Arc<admission::Admission>,
+    admission: Arc<admission::Admission>,
     /// The leader lease of the deployment-wide background work.
-    pub leader: Arc<leader::Leader>,
+    leader: Arc<leader::Leader>,
     /// The Docker hosts' runtimes: `runtime` is the server's own.
-    pub hosts: Arc<hosts::Hosts>,
+    hosts: Arc<hosts::Hosts>,
 }
 
 impl Service {
+    // Read access for front-ends and tests: the parts of the service they
+    // hand to other components or inspect; every change goes through a
+    // method of the service.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn runtime(&self) -> &Arc<dyn Runtime> {
+        &self.runtime
+    }
+
+    pub fn config(&self) -> &Arc<ServiceConfig> {
+        &self.config
+    }
+
+    pub fn instance_id(&self) -> &InstanceId {
+        &self.instance_id
+    }
+
+    pub fn processes(&self) -> &Arc<processes::ProcessRegistry> {
+        &self.processes
+    }
+
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.metrics
+    }
+
+    pub fn usage(&self) -> &Arc<usage::Usage> {
+        &self.usage
+    }
+
+    pub fn blobs(&self) -> &Arc<dyn BlobStore> {
+        &self.blobs
+    }
+
+    pub fn pool(&self) -> &Arc<pool::Pool> {
+        &self.pool
+    }
+
+    pub fn ops(&self) -> &Arc<operations::Operations> {
+        &self.ops
+    }
+
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    pub fn agents(&self) -> &Arc<agent::Agents> {
+        &self.agents
+    }
+
+    pub fn egress(&self) -> &Arc<egress::Egress> {
+        &self.egress
+    }
+
+    pub fn admission(&self) -> &Arc<admission::Admission> {
+        &self.admission
+    }
+
+    pub fn leader(&self) -> &Arc<leader::Leader> {
+        &self.leader
+    }
+
+    pub fn hosts(&self) -> &Arc<hosts::Hosts> {
+        &self.hosts
+    }
+
     pub async fn new(
         store: Arc<dyn Store>,
         runtime: Arc<dyn Runtime>,

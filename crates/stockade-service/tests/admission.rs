@@ -60,7 +60,7 @@ impl World {
         let svc = Service::new(self.store.clone(), Arc::new(self.rt.clone()), config)
             .await
             .unwrap();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
         svc
     }
 
@@ -157,7 +157,7 @@ async fn a_full_host_refuses_and_stopped_sandboxes_free_room() {
     let started = lifecycle::start(&svc, w.fresh(&a).await).await.unwrap();
     assert_eq!(started.status, SandboxStatus::Running);
     assert_eq!(
-        svc.admission.in_flight(),
+        svc.admission().in_flight(),
         0,
         "a grant outlived its operation"
     );
@@ -201,7 +201,7 @@ async fn resizes_of_running_sandboxes_are_checked() {
         .await
         .unwrap();
     lifecycle::start(&svc, w.fresh(&b).await).await.unwrap();
-    assert_eq!(svc.admission.in_flight(), 0);
+    assert_eq!(svc.admission().in_flight(), 0);
 }
 
 #[tokio::test]
@@ -295,7 +295,7 @@ async fn quotas_refuse_creates_starts_and_resizes() {
     lifecycle::stop(&svc, w.fresh(&a).await, Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(svc.admission.in_flight(), 0);
+    assert_eq!(svc.admission().in_flight(), 0);
 }
 
 #[tokio::test]
@@ -332,7 +332,7 @@ async fn concurrent_creates_never_both_take_the_last_place() {
         capacity(r);
     }
     assert_eq!(w.rt.containers().len(), 3);
-    assert_eq!(svc.admission.in_flight(), 0);
+    assert_eq!(svc.admission().in_flight(), 0);
 }
 
 #[tokio::test]
@@ -353,14 +353,14 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
         let svc = svc.clone();
         async move {
             for _ in 0..100 {
-                if svc.pool.ready_total() == n {
+                if svc.pool().ready_total() == n {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             panic!(
                 "the pool never had {n} ready (has {})",
-                svc.pool.ready_total()
+                svc.pool().ready_total()
             );
         }
     };
@@ -382,8 +382,8 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
     assert!(w.rt.container(&warm.id).unwrap().pool_class.is_some());
     // The refill would pass the host's size: the pool stays short.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(svc.pool.ready_total(), 1);
-    assert_eq!(svc.pool.filling(), 0);
+    assert_eq!(svc.pool().ready_total(), 1);
+    assert_eq!(svc.pool().filling(), 0);
     assert_eq!(
         w.rt.containers().len(),
         3,
@@ -394,7 +394,7 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while svc.pool.ready_total() < 2 {
+    while svc.pool().ready_total() < 2 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the pool did not refill once room was freed"
@@ -403,7 +403,7 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
     }
     shutdown.cancel();
     pool.await.unwrap();
-    assert_eq!(svc.admission.in_flight(), 0);
+    assert_eq!(svc.admission().in_flight(), 0);
 }
 
 #[tokio::test]
@@ -422,10 +422,10 @@ async fn a_pool_never_fills_a_host_past_its_size() {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let pool = tokio::spawn(stockade_service::pool::run(svc.clone(), shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(svc.pool.ready_total(), 2, "5 one-CPU members on 2 CPUs");
+    assert_eq!(svc.pool().ready_total(), 2, "5 one-CPU members on 2 CPUs");
     assert_eq!(w.rt.containers().len(), 2);
     shutdown.cancel();
     pool.await.unwrap();
     // Ready members count through the pool, no longer through grants.
-    assert_eq!(svc.admission.in_flight(), 0);
+    assert_eq!(svc.admission().in_flight(), 0);
 }

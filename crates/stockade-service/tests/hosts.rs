@@ -95,7 +95,7 @@ impl World {
         )
         .await
         .unwrap();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
         store
             .insert_host(&host("a", &[("zone", "a")]))
             .await
@@ -123,7 +123,7 @@ impl World {
         )
         .await
         .unwrap();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
         svc
     }
 
@@ -448,7 +448,7 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while ["local", "a", "b"]
         .iter()
-        .any(|h| w.svc.pool.ready_on(h) < 1)
+        .any(|h| w.svc.pool().ready_on(h) < 1)
     {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -484,7 +484,7 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
     w.store.update_host(&a).await.unwrap();
     w.check().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while w.svc.pool.ready_on("a") > 0
+    while w.svc.pool().ready_on("a") > 0
         || w.hosts["a"]
             .containers()
             .iter()
@@ -513,7 +513,7 @@ async fn a_move_killed_between_its_steps_leaves_one_copy_and_the_next_drain_fini
             .unwrap();
         // An instance that dies in the middle of the move.
         let dead = w.instance().await;
-        dead.ops.faults().crash_at(point);
+        dead.ops().faults().crash_at(point);
         stockade_service::drain::move_sandbox(&dead, sb.clone())
             .await
             .unwrap_err();

@@ -55,7 +55,7 @@ impl World {
             .unwrap();
         // A live server renews the leases of what it holds (a "dead" one
         // stops at its crash point).
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
         svc
     }
 
@@ -122,7 +122,7 @@ async fn a_create_killed_at_any_step_is_rolled_back_and_frees_its_name() {
     for point in ["create.recorded", "create.container_made"] {
         let w = World::new().await;
         let dead = w.instance().await;
-        dead.ops.faults().crash_at(point);
+        dead.ops().faults().crash_at(point);
         let err = w.create(&dead, "web").await.unwrap_err();
         assert!(matches!(err, ServiceError::Internal(_)), "{point}: {err}");
         // Until recovery, the name is taken and the sandbox is in the works.
@@ -146,7 +146,7 @@ async fn a_delete_killed_at_any_step_is_carried_on() {
         let live = w.instance().await;
         let sb = w.create(&live, "doomed").await.unwrap();
         let dead = w.instance().await;
-        dead.ops.faults().crash_at(point);
+        dead.ops().faults().crash_at(point);
         lifecycle::destroy_with(&dead, sb.clone(), preserve, sync)
             .await
             .unwrap_err();
@@ -166,7 +166,7 @@ async fn an_interrupted_delete_is_finished_by_the_next_operation_on_the_sandbox(
     let live = w.instance().await;
     let sb = w.create(&live, "doomed").await.unwrap();
     let dead = w.instance().await;
-    dead.ops.faults().crash_at("delete.removed");
+    dead.ops().faults().crash_at("delete.removed");
     lifecycle::destroy(&dead, sb.clone(), false)
         .await
         .unwrap_err();
@@ -189,7 +189,7 @@ async fn stops_and_starts_killed_midway_converge_to_what_docker_shows() {
             sb = lifecycle::stop(&live, sb, Duration::ZERO).await.unwrap();
         }
         let dead = w.instance().await;
-        dead.ops.faults().crash_at(point);
+        dead.ops().faults().crash_at(point);
         let result = if point == "stop.stopped" {
             lifecycle::stop(&dead, sb.clone(), Duration::ZERO).await
         } else {
@@ -214,7 +214,7 @@ async fn an_update_killed_after_docker_leaves_the_container_at_the_record_limits
     let live = w.instance().await;
     let sb = w.create(&live, "u").await.unwrap();
     let dead = w.instance().await;
-    dead.ops.faults().crash_at("update.applied");
+    dead.ops().faults().crash_at("update.applied");
     let patch = SpecPatch {
         cpu_cores: Some(0.5),
         ..Default::default()
@@ -237,7 +237,7 @@ async fn an_update_killed_after_docker_leaves_the_container_at_the_record_limits
 async fn an_idempotent_retry_after_a_crash_answers_at_once() {
     let w = World::new().await;
     let dead = w.instance().await;
-    dead.ops.faults().crash_at("create.container_made");
+    dead.ops().faults().crash_at("create.container_made");
     let req = CreateSandboxRequest {
         name: Some("keyed".into()),
         ..Default::default()

@@ -951,7 +951,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
             "could not read the server settings (instance id, proxy token key) or the object store",
         )?;
     let svc = state.svc.clone();
-    svc.leader
+    svc.leader()
         .set_lease(std::time::Duration::from_secs(args.leader_lease_seconds))
         .map_err(|e| anyhow::anyhow!("--leader-lease-seconds: {e}"))?;
     let server = stockade_server::spawn(state)
@@ -965,7 +965,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     say!("  database:  {}", redact_url(&database));
     say!(
         "  instance:  {}",
-        leader_line(&svc.leader.status(), args.leader_lease_seconds)
+        leader_line(&svc.leader().status(), args.leader_lease_seconds)
     );
     say!("  limits:    {limits}");
     say!("  clients:   {connections_line}");
@@ -980,7 +980,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let info = runtime.info().await;
     say!(
         "  admission: {}",
-        describe_admission(&svc.config.admission, info.as_ref().ok())
+        describe_admission(&svc.config().admission, info.as_ref().ok())
     );
     let mut pull_default = false;
     match info {
@@ -1011,7 +1011,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => say!("  docker:    {docker_host} is NOT reachable: {e}"),
     }
-    match svc.egress.status() {
+    match svc.egress().status() {
         EgressStatus::Running { proxy, dns } => {
             say!("  egress:    allow/deny lists enforced (proxy {proxy}, DNS {dns})")
         }
@@ -1022,7 +1022,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     }
     say!(
         "  private:   private and link-local ranges out of reach of sandboxes (opted in: {})",
-        svc.config.egress.private
+        svc.config().egress.private
     );
     match boot {
         Bootstrap::CreatedAdmin {

@@ -367,7 +367,7 @@ impl Bench {
                 .with_context(|| format!("registering {name}"))?;
             registered.push(name.to_owned());
         }
-        let own = app.state.svc.hosts.own_name().to_owned();
+        let own = app.state.svc.hosts().own_name().to_owned();
         for (name, rt) in app.state.svc.host_runtimes().await {
             if !rt.image_present(&self.cli_image).await.unwrap_or(false) {
                 self.notes.push(format!(

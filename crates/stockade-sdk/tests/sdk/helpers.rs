@@ -111,7 +111,7 @@ pub async fn server_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServe
         .await
         .unwrap();
     let state = AppState::new(store, runtime, config).await.unwrap();
-    let instance = state.svc.instance_id.to_string();
+    let instance = state.svc.instance_id().to_string();
     let server = stockade_server::spawn(state).await.unwrap();
     let client = Client::new(format!("http://{}", server.addr), token).unwrap();
     TestServer {

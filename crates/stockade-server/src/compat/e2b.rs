@@ -234,7 +234,7 @@ fn template_of(state: &AppState, sb: &Sandbox) -> String {
     if let Some(id) = image.strip_prefix(&format!("{}:", Snapshot::IMAGE_REPO)) {
         return id.to_owned();
     }
-    if *image == state.svc.config.defaults.image {
+    if *image == state.svc.config().defaults.image {
         return "base".into();
     }
     image.clone()
@@ -860,7 +860,7 @@ async fn pause(
     if !sb.can_exec() {
         return Err(ApiError::Conflict(format!("Sandbox {id} is already paused")).into());
     }
-    lifecycle::stop(&state.svc, sb, state.svc.config.stop_grace).await?;
+    lifecycle::stop(&state.svc, sb, state.svc.config().stop_grace).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -186,15 +186,16 @@ async fn authorise(
             // The token names its holder and this run of the sandbox: it
             // ends when the sandbox starts again, when the holder leaves
             // the sandbox's team, or when the holder's account is disabled.
-            match token::sandbox_of_token(
-                state.svc.store.as_ref(),
-                &state.proxy_keys,
-                Purpose::Envd,
-                t,
-                Some(id),
-                chrono::Utc::now(),
-            )
-            .await
+            match state
+                .svc
+                .sandbox_of_token(
+                    &state.proxy_keys,
+                    Purpose::Envd,
+                    t,
+                    Some(id),
+                    chrono::Utc::now(),
+                )
+                .await
             {
                 Ok((sb, _)) => sb,
                 // Another sandbox's token is as good as none here.

@@ -620,15 +620,16 @@ async fn gateway_sandbox(
             )
         })?;
     let job_id = SandboxId::parse(job).ok();
-    let (sb, claims) = match token::sandbox_of_token(
-        state.svc.store.as_ref(),
-        &state.proxy_keys,
-        Purpose::Gateway,
-        token,
-        job_id.as_ref(),
-        Utc::now(),
-    )
-    .await
+    let (sb, claims) = match state
+        .svc
+        .sandbox_of_token(
+            &state.proxy_keys,
+            Purpose::Gateway,
+            token,
+            job_id.as_ref(),
+            Utc::now(),
+        )
+        .await
     {
         Ok(found) => found,
         Err(token::Refused::OtherSandbox(other)) => {

@@ -291,11 +291,11 @@ pub async fn exec(
         return Ok(sse::response(
             events,
             state.config.sse_keep_alive,
-            &state.svc.shutdown,
+            state.svc.shutdown(),
         ));
     }
 
-    let limit = state.svc.config.max_exec_output_bytes;
+    let limit = state.svc.config().max_exec_output_bytes;
     let started = Instant::now();
     let out = state
         .svc
@@ -343,19 +343,23 @@ async fn start_background(
     sb: &Sandbox,
     plan: &ExecPlan,
 ) -> ApiResult<std::sync::Arc<Process>> {
-    state.svc.processes.ensure_room(&sb.id).map_err(too_many)?;
+    state
+        .svc
+        .processes()
+        .ensure_room(&sb.id)
+        .map_err(too_many)?;
     // The agent keeps the process under this id.
     let id = stockade_core::SandboxId::generate().to_string();
     let process = state
         .svc
         .exec_start_tagged(sb, plan.spec(), Some(processes::agent_tag(&id)))
         .await?;
-    match state.svc.processes.register(
+    match state.svc.processes().register(
         &sb.id,
         id,
         plan.argv.clone(),
         process,
-        state.svc.config.max_exec_output_bytes,
+        state.svc.config().max_exec_output_bytes,
     ) {
         Ok(proc) => {
             tracing::info!(sandbox.id = %sb.id, process.id = %proc.id, "background process started");
@@ -466,7 +470,7 @@ async fn load_process(
     adopt(state, &sb).await;
     state
         .svc
-        .processes
+        .processes()
         .get(&sb.id, &pid)
         .ok_or_else(|| ApiError::NotFound("Process not found".into()))
 }
@@ -492,7 +496,7 @@ pub async fn list_processes(
     Ok(Json(ListProcessesResponse {
         processes: state
             .svc
-            .processes
+            .processes()
             .list(&sb.id)
             .iter()
             .map(|p| p.view(false))

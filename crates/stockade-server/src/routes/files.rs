@@ -330,7 +330,7 @@ pub async fn write(
         return Err(ApiError::field("path", "must name a file, not /"));
     };
     let sb = load_with_files(&state, &caller, &id).await?;
-    let limit = state.svc.config.max_file_bytes;
+    let limit = state.svc.config().max_file_bytes;
     let length = content_length(&headers)?;
     let body = check_announced(body, length, limit)?;
 
@@ -529,7 +529,7 @@ pub async fn upload(
     let path = q.path.unwrap_or_else(SandboxPath::workspace);
     let sb = load_with_files(&state, &caller, &id).await?;
     let length = content_length(&headers)?;
-    let body = check_announced(body, length, state.svc.config.max_file_bytes)?;
+    let body = check_announced(body, length, state.svc.config().max_file_bytes)?;
     let (dir, missing) = existing_dir(&state, &sb.id, &path).await?;
     let done = files::upload_archive(&state.svc, &sb.id, &dir, missing, body).await?;
     Ok(Json(ArchiveUploadResponse {
@@ -637,6 +637,6 @@ pub async fn watch(
     Ok(crate::sse::response(
         Box::pin(events),
         state.config.sse_keep_alive,
-        &state.svc.shutdown,
+        state.svc.shutdown(),
     ))
 }

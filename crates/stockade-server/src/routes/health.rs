@@ -218,7 +218,7 @@ const ISOLATION_WARNING: &str = "sandboxes are not fully isolated:";
 async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     let state = state.clone();
     let svc = state.svc.clone();
-    let runtime = state.svc.runtime.clone();
+    let runtime = state.svc.runtime().clone();
     // A write failing or succeeding changes the store's own health: the
     // database is checked again at once then.
     let db_tag = u64::from(svc.database_degraded());
@@ -246,7 +246,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     });
     let defaults = &state.config.service.defaults;
     let (default_image, presets) = (defaults.image.clone(), defaults.runtimes.clone());
-    let runtime = state.svc.runtime.clone();
+    let runtime = state.svc.runtime().clone();
     let images_probe = state.health.images.get(0, move || async move {
         let presets = presets.into_iter().collect::<Vec<_>>();
         tokio::time::timeout(
@@ -261,7 +261,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
         db_probe,
         images_probe,
         // Probed once and cached by the runtime.
-        tokio::time::timeout(PROBE_TIMEOUT, state.svc.runtime.disk_enforcement()),
+        tokio::time::timeout(PROBE_TIMEOUT, state.svc.runtime().disk_enforcement()),
     );
     let docker_no_answer = || {
         Err(format!(
@@ -318,7 +318,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     // Probed once and cached by the runtime; an engine that did not answer
     // is reported as not enforcing, which says nothing while it is down.
     let disk = disk.ok().filter(|_| docker.status == "healthy");
-    let egress = match state.svc.egress.status() {
+    let egress = match state.svc.egress().status() {
         EgressStatus::Running { proxy, dns } => EgressHealth {
             status: "running".into(),
             proxy: Some(proxy.to_string()),
@@ -354,7 +354,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
     if let Some(i) = isolation.as_ref().filter(|i| i.status == "degraded") {
         warnings.push(format!("{ISOLATION_WARNING} {}", i.problems.join("; ")));
     }
-    let leader = state.svc.leader.status();
+    let leader = state.svc.leader().status();
     let leader = LeaderHealth {
         instance: leader.instance,
         is_leader: leader.is_leader,

@@ -173,7 +173,7 @@ pub async fn logs(
         return Ok(sse::response(
             events,
             state.config.sse_keep_alive,
-            &state.svc.shutdown,
+            state.svc.shutdown(),
         ));
     }
     let (lines, has_more, truncated) = collect(lines, resume, q.tail, MAX_JSON_BYTES).await?;

@@ -270,11 +270,11 @@ pub async fn stop(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
-    let mut grace = state.svc.config.stop_grace;
+    let mut grace = state.svc.config().stop_grace;
     for (k, v) in query_pairs(raw.as_deref()) {
         match k.as_str() {
             "timeout" => {
-                let max = state.svc.config.max_stop_grace.as_secs();
+                let max = state.svc.config().max_stop_grace.as_secs();
                 let secs = v.parse::<u64>().ok().filter(|s| *s <= max).ok_or_else(|| {
                     ApiError::field("timeout", format!("must be whole seconds from 0 to {max}"))
                 })?;

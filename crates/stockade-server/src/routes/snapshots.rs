@@ -219,7 +219,7 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<UploadResponse>)> {
-    let limits = &state.svc.config.sources;
+    let limits = &state.svc.config().sources;
     let max = limits.max_archive_bytes;
     let too_large = || {
         ApiError::PayloadTooLarge(format!(
@@ -266,7 +266,7 @@ pub async fn upload(
     file.flush().await.map_err(io_err)?;
     drop(file);
     // The unpack ceiling, counted while the archive is read.
-    let ceiling = state.svc.config.max_unpacked_bytes;
+    let ceiling = state.svc.config().max_unpacked_bytes;
     let summary = sources::check_archive_file(&path, ceiling, sources::Quote::Names)
         .await
         .map_err(|e| match e {

@@ -155,7 +155,7 @@ pub async fn terminal(
     let permit = state.streams.acquire(&caller.account.id)?;
     // Started before the upgrade, so that a refusal is a proper HTTP error.
     let terminal = state.svc.open_terminal(&sb, spec).await?;
-    let shutdown = state.svc.shutdown.clone();
+    let shutdown = state.svc.shutdown().clone();
     let input_timeout = state.config.connections.write_stall_timeout;
     Ok(upgrade
         .max_message_size(MAX_MESSAGE)

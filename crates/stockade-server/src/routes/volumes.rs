@@ -133,7 +133,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         let listed = match rt.list_volumes().await {
             Ok(l) => l,
             // Another host that does not answer: its volumes are not listed.
-            Err(e) if server != state.svc.hosts.own_name() => {
+            Err(e) if server != state.svc.hosts().own_name() => {
                 tracing::warn!(host = %server, error = %e, "volumes of a host left out");
                 continue;
             }
@@ -147,7 +147,7 @@ async fn instance_volumes(state: &AppState) -> ApiResult<Vec<Volume>> {
         infos.extend(
             listed
                 .into_iter()
-                .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id.as_str()))
+                .filter(|v| v.instance_id.as_deref() == Some(state.svc.instance_id().as_str()))
                 .filter(|v| !seen.contains(v.name.as_str()))
                 .map(|v| (server.clone(), v)),
         );

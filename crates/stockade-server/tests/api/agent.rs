@@ -38,7 +38,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
     assert!(out.contains("stockade-agent"), "{out}");
     // The agent's token is nowhere in what a command sees.
     let r = exec(&app, &t, id, json!({ "shell": "env" })).await;
-    let token = app.state.svc.agents.token(&SandboxId::parse(id).unwrap());
+    let token = app.state.svc.agents().token(&SandboxId::parse(id).unwrap());
     assert!(
         !r.body["stdout"].as_str().unwrap().contains(&token),
         "the agent's token reached a command"
@@ -59,7 +59,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
     let account = app
         .state
         .svc
-        .store
+        .store()
         .account_by_token_hash(&stockade_core::account::hash_token(&t))
         .await
         .unwrap()
@@ -69,7 +69,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
         .create(&ContainerSpec {
             sandbox_id: old_id.clone(),
             account_id: account.id.clone(),
-            instance_id: app.state.svc.instance_id.clone(),
+            instance_id: app.state.svc.instance_id().clone(),
             image: test_image(),
             command: spec.command_argv(),
             env: Default::default(),
@@ -93,7 +93,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
     old.container_id = Some(container);
     old.status = SandboxStatus::Running;
     old.started_at = Some(chrono::Utc::now());
-    app.state.svc.store.insert_sandbox(&old).await.unwrap();
+    app.state.svc.store().insert_sandbox(&old).await.unwrap();
     let r = exec(
         &app,
         &t,

@@ -464,7 +464,7 @@ async fn failed_token_checks_use_up_a_clients_unauthenticated_bucket() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    let metrics = app.state.svc.metrics.render(None);
+    let metrics = app.state.svc.metrics().render(None);
     assert!(
         metrics.contains("stockade_rate_limited_total{bucket=\"unauthenticated\"} 4\n"),
         "{metrics}"

@@ -209,7 +209,7 @@ impl TestApp {
     }
 
     pub fn instance_id(&self) -> String {
-        self.state.svc.instance_id.to_string()
+        self.state.svc.instance_id().to_string()
     }
 
     /// Containers of this app's instance, as Docker lists them.
@@ -250,7 +250,7 @@ impl Drop for TestApp {
         // A warm-pool member being made when the test ended would outlive
         // the cleanup below: give the fills in flight a moment to finish.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.state.svc.pool.filling() > 0 && std::time::Instant::now() < deadline {
+        while self.state.svc.pool().filling() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         if self.cleanup_on_drop {

@@ -339,10 +339,10 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
     // `stk_` prefix) as a bearer, the admin's API token as an API key and
     // the dashboard's session cookie: the sandbox sees none of them.
     let operator = "operator-chosen-secret-0123456789";
-    let admin = app.state.svc.store.list_accounts().await.unwrap()[0].clone();
+    let admin = app.state.svc.store().list_accounts().await.unwrap()[0].clone();
     app.state
         .svc
-        .store
+        .store()
         .add_token(&admin.id, &stockade_core::account::hash_token(operator))
         .await
         .unwrap();

@@ -156,7 +156,7 @@ async fn hosts_are_registered_listed_cordoned_and_removed() {
     let id = SandboxId::generate();
     let spec = SandboxSpec::from_input(SpecInput::default(), &id, &Defaults::default()).unwrap();
     let sb = Sandbox::new(id, account, None, spec, "second".into(), Utc::now());
-    app.state.svc.store.insert_sandbox(&sb).await.unwrap();
+    app.state.svc.store().insert_sandbox(&sb).await.unwrap();
     let r = app.get("/api/v1/hosts/second", &admin).await;
     assert_eq!(r.body["sandboxes"], 1);
     assert!(r.body["reserved"]["cpuCores"].as_f64().unwrap() > 0.0);
@@ -166,7 +166,7 @@ async fn hosts_are_registered_listed_cordoned_and_removed() {
     assert!(message.contains("holds 1 sandbox"), "{message}");
     app.state
         .svc
-        .store
+        .store()
         .soft_delete_sandbox(&sb.id, Utc::now())
         .await
         .unwrap();

@@ -281,8 +281,8 @@ async fn an_idle_stream_gets_keep_alive_comments() {
     let mut config = (*app.state.config).clone();
     config.sse_keep_alive = Duration::from_millis(200);
     let state = stockade_server::AppState::new(
-        app.state.svc.store.clone(),
-        app.state.svc.runtime.clone(),
+        app.state.svc.store().clone(),
+        app.state.svc.runtime().clone(),
         config,
     )
     .await

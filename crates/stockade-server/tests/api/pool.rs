@@ -30,13 +30,13 @@ fn with_pool(size: usize, drain: bool) -> AppOptions {
 async fn full_pool(app: &TestApp, n: usize) -> BTreeSet<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        if app.state.svc.pool.ready_total() >= n {
+        if app.state.svc.pool().ready_total() >= n {
             return members(app);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "the warm pool did not fill to {n}: {:?}",
-            app.state.svc.pool
+            app.state.svc.pool()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -55,7 +55,9 @@ fn members(app: &TestApp) -> BTreeSet<String> {
     ])
     .into_iter()
     // Still a member: ready in the pool, claimed by no record.
-    .filter(|id| stockade_core::SandboxId::parse(id).is_ok_and(|id| app.state.svc.pool.holds(&id)))
+    .filter(|id| {
+        stockade_core::SandboxId::parse(id).is_ok_and(|id| app.state.svc.pool().holds(&id))
+    })
     .collect()
 }
 
@@ -157,7 +159,7 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
         .text()
         .await
         .unwrap();
-    let class = &app.state.svc.pool.classes()[0].key;
+    let class = &app.state.svc.pool().classes()[0].key;
     assert!(
         metrics.contains(&format!("stockade_pool_ready{{class=\"{class}\"}} 2\n")),
         "{metrics}"

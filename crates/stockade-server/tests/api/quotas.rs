@@ -371,9 +371,9 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
         ..Default::default()
     })
     .await;
-    let info = app.state.svc.runtime.info().await.unwrap();
+    let info = app.state.svc.runtime().info().await.unwrap();
     let limit = f64::from(info.cpus) * 0.5;
-    let server = app.state.svc.runtime.server_name();
+    let server = app.state.svc.runtime().server_name();
     let t = app.new_account("tenant").await;
     let half = limit / 2.0;
     let body = |name: &str| json!({ "name": name, "cpuCores": half, "memoryGB": 0.25 });
@@ -494,7 +494,7 @@ async fn by_default_a_host_takes_no_more_memory_than_it_has() {
     // The default settings: memory is not overcommitted. Sandboxes of a
     // little under a quarter of the host's memory: four fit, a fifth not.
     let app = spawn_app().await;
-    let info = app.state.svc.runtime.info().await.unwrap();
+    let info = app.state.svc.runtime().info().await.unwrap();
     let host_gb = info.memory_bytes as f64 / f64::from(1u32 << 30);
     let each = (host_gb / 4.5 * 100.0).floor() / 100.0;
     let t = app.new_account("greedy").await;
@@ -518,7 +518,7 @@ async fn objects(app: &TestApp, prefix: &str) -> Vec<String> {
     let mut keys: Vec<String> = app
         .state
         .svc
-        .blobs
+        .blobs()
         .list(prefix)
         .await
         .unwrap()

@@ -472,8 +472,8 @@ async fn uploads_over_the_limit_are_refused() {
     config.service.max_unpacked_bytes = 50_000;
     config.listen = "127.0.0.1:0".parse().unwrap();
     let state = stockade_server::AppState::new(
-        app.state.svc.store.clone(),
-        app.state.svc.runtime.clone(),
+        app.state.svc.store().clone(),
+        app.state.svc.runtime().clone(),
         config,
     )
     .await
@@ -586,8 +586,8 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
     config.service.max_unpacked_bytes = CEILING;
     config.listen = "127.0.0.1:0".parse().unwrap();
     let state = stockade_server::AppState::new(
-        app.state.svc.store.clone(),
-        app.state.svc.runtime.clone(),
+        app.state.svc.store().clone(),
+        app.state.svc.runtime().clone(),
         config,
     )
     .await

@@ -126,7 +126,7 @@ impl App {
             .expect("app state");
         // Operations hold leases; keep them renewed as the server does.
         let svc = state.svc.clone();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown.clone()));
+        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
         Self {
             router: stockade_server::router(state),
             admin,

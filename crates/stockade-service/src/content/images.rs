@@ -19,7 +19,7 @@
 use stockade_core::net::AddressPolicy;
 use stockade_core::FieldError;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 
 /// The repository of Stockade's snapshot images.
 pub const SNAPSHOT_REPOSITORY: &str = "stockade-snapshot";

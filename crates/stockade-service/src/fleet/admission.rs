@@ -29,7 +29,7 @@ use stockade_core::{
 use stockade_runtime::PoolMemberSpec;
 use stockade_store::StoreError;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::error::{ServiceError, ServiceResult};
 use crate::Service;
 

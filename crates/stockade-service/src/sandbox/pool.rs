@@ -44,7 +44,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::error::ServiceError;
 use crate::Service;
 

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::Service;
 
 /// The lease's term when none is configured: a crashed leader is replaced
