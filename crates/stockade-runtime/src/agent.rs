@@ -51,19 +51,28 @@ pub(crate) fn agent_entrypoint_prefix() -> Vec<String> {
     ]
 }
 
+/// Why an access token was refused; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentTokenError {
+    #[error("agent_token must not be empty")]
+    Empty,
+    #[error("agent_token is longer than {} characters", MAX_TOKEN_LEN)]
+    TooLong,
+    #[error("agent_token must be visible ASCII characters only (no spaces)")]
+    NotVisibleAscii,
+}
+
 /// Checks an access token: 1 to 512 visible ASCII characters (it travels in
-/// an HTTP header and an environment variable). The error names the field.
-pub fn validate_agent_token(token: &str) -> Result<(), String> {
+/// an HTTP header and an environment variable).
+pub fn validate_agent_token(token: &str) -> Result<(), AgentTokenError> {
     if token.is_empty() {
-        return Err("agent_token must not be empty".into());
+        return Err(AgentTokenError::Empty);
     }
     if token.len() > MAX_TOKEN_LEN {
-        return Err(format!(
-            "agent_token is longer than {MAX_TOKEN_LEN} characters"
-        ));
+        return Err(AgentTokenError::TooLong);
     }
     if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("agent_token must be visible ASCII characters only (no spaces)".into());
+        return Err(AgentTokenError::NotVisibleAscii);
     }
     Ok(())
 }
@@ -130,7 +139,7 @@ mod tests {
     fn tokens_are_checked() {
         assert!(validate_agent_token("abc-DEF_123.~").is_ok());
         for bad in ["", "with space", "tab\t", "nl\n", "é", &"x".repeat(513)] {
-            let e = validate_agent_token(bad).unwrap_err();
+            let e = validate_agent_token(bad).unwrap_err().to_string();
             assert!(e.contains("agent_token"), "{e}");
         }
     }

@@ -23,8 +23,8 @@ mod runtime;
 mod stats;
 
 pub use agent::{
-    agent_target, agent_version, agent_volume_name, validate_agent_token, AGENT_BINARY,
-    AGENT_MOUNT_PATH, AGENT_PATH, AGENT_PORT, AGENT_TOKEN_ENV,
+    agent_target, agent_version, agent_volume_name, validate_agent_token, AgentTokenError,
+    AGENT_BINARY, AGENT_MOUNT_PATH, AGENT_PATH, AGENT_PORT, AGENT_TOKEN_ENV,
 };
 pub use disk::{parse_size, DiskEnforcement, DiskUsage, Enforcement, QuotaMethod};
 pub use docker::{
@@ -98,6 +98,11 @@ pub enum RuntimeError {
     /// sandbox, so the command never started.
     #[error("no such directory in the sandbox: {0}")]
     CwdMissing(String),
+    /// The engine refused a resource limit it cannot grant (more CPUs than
+    /// the host has, a memory limit under its minimum); the message is the
+    /// engine's, after the operation's name.
+    #[error("docker error: {0}")]
+    LimitRefused(String),
     /// Anything else the daemon reported.
     #[error("docker error: {0}")]
     Other(String),

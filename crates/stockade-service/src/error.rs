@@ -118,7 +118,9 @@ impl From<RuntimeError> for ServiceError {
             RuntimeError::CwdMissing(cwd) => {
                 Self::field("cwd", format!("no such directory in the sandbox: {cwd}"))
             }
-            RuntimeError::Other(m) => Self::Docker(format!("Docker error: {m}")),
+            RuntimeError::LimitRefused(m) | RuntimeError::Other(m) => {
+                Self::Docker(format!("Docker error: {m}"))
+            }
         }
     }
 }

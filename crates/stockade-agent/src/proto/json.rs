@@ -24,17 +24,20 @@ pub mod b64 {
         decode(&text).map(Bytes::from).map_err(de::Error::custom)
     }
 
+    /// A `bytes` field that is not base64 in any alphabet proto3 JSON allows.
+    #[derive(Debug, thiserror::Error)]
+    #[error("invalid base64: {0}")]
+    pub struct InvalidBase64(#[from] base64::DecodeError);
+
     /// Decodes any of the base64 alphabets proto3 JSON allows.
-    pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+    pub fn decode(text: &str) -> Result<Vec<u8>, InvalidBase64> {
         let trimmed = text.trim_end_matches('=');
         let engine = if trimmed.contains(['-', '_']) {
             base64::engine::general_purpose::URL_SAFE_NO_PAD
         } else {
             base64::engine::general_purpose::STANDARD_NO_PAD
         };
-        engine
-            .decode(trimmed)
-            .map_err(|e| format!("invalid base64: {e}"))
+        Ok(engine.decode(trimmed)?)
     }
 }
 

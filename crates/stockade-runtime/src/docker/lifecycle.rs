@@ -313,7 +313,7 @@ impl DockerRuntime {
         let volume = VolumeName::for_sandbox(&spec.sandbox_id);
         let agent = spec.agent_token.is_some();
         if let Some(token) = &spec.agent_token {
-            validate_agent_token(token).map_err(RuntimeError::Other)?;
+            validate_agent_token(token).map_err(|e| RuntimeError::Other(e.to_string()))?;
         }
 
         // Independent questions at once: round trips fewer per create.

@@ -345,7 +345,7 @@ impl DockerRuntime {
                         config: tls,
                         server_name,
                     })
-                    .map_err(RuntimeError::Other)?;
+                    .map_err(|e| RuntimeError::Other(e.to_string()))?;
                     let socket = tunnel.socket().to_string_lossy().into_owned();
                     (
                         Endpoint::Unix(socket),
@@ -373,7 +373,7 @@ impl DockerRuntime {
                     target,
                     options: Arc::new(options),
                 })
-                .map_err(RuntimeError::Other)?;
+                .map_err(|e| RuntimeError::Other(e.to_string()))?;
                 let socket = tunnel.socket().to_string_lossy().into_owned();
                 (Endpoint::Unix(socket), Transport::Ssh(tunnel))
             }
@@ -496,7 +496,7 @@ impl DockerRuntime {
         if let Some(tunnel) = self.tunnel() {
             tunnel
                 .ensure_serving()
-                .map_err(|e| self.unavailable(&e, false))?;
+                .map_err(|e| self.unavailable(&e.to_string(), false))?;
         }
         let probe = self.probe_timeout();
         let baseline = self
@@ -588,8 +588,9 @@ impl DockerRuntime {
     }
 
     /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
-    /// Unavailable with guidance, anything else → Other. `what` names the
-    /// operation for the message.
+    /// Unavailable with guidance, a refused CPU or memory limit →
+    /// LimitRefused, anything else → Other. `what` names the operation for
+    /// the message.
     pub(crate) fn map_err(&self, e: BollardError, what: &str) -> RuntimeError {
         match &e {
             BollardError::DockerResponseServerError {
@@ -609,7 +610,12 @@ impl DockerRuntime {
                     // The engine was upgraded under us: negotiate again next time.
                     self.forget_client();
                 }
-                RuntimeError::Other(format!("{what}: {}", error_chain(&e)))
+                let message = format!("{what}: {}", error_chain(&e));
+                if is_limit_refused(&e) {
+                    RuntimeError::LimitRefused(message)
+                } else {
+                    RuntimeError::Other(message)
+                }
             }
         }
     }
@@ -659,6 +665,20 @@ fn is_version_too_old(e: &BollardError) -> bool {
         BollardError::DockerResponseServerError { status_code: 400, message }
             if message.contains("is too old") || message.contains("Minimum supported API version")
     )
+}
+
+/// The engine refuses a CPU or memory limit it cannot grant: more CPUs than
+/// the host has, a CPU set out of range, a memory limit under its minimum or
+/// under the swap limit.
+fn is_limit_refused(e: &BollardError) -> bool {
+    const PHRASES: [&str; 4] = [
+        "CPUs available",
+        "Range of CPUs",
+        "Minimum memory limit",
+        "cannot be less than",
+    ];
+    matches!(e, BollardError::DockerResponseServerError { message, .. }
+        if PHRASES.iter().any(|p| message.contains(p)))
 }
 
 /// An error and its causes, `outer: inner: innermost`, without repeats.
@@ -864,5 +884,22 @@ mod tests {
             message: "bad parameter".into(),
         };
         assert!(!is_version_too_old(&e));
+    }
+
+    #[test]
+    fn refused_limits_are_recognised() {
+        let refusal = |message: &str| BollardError::DockerResponseServerError {
+            status_code: 400,
+            message: message.into(),
+        };
+        for message in [
+            "range of CPUs is from 0.01 to 2.00, as there are only 2 CPUs available",
+            "Range of CPUs is from 0.01 to 2.00",
+            "Minimum memory limit allowed is 6MB",
+            "Memory limit should be smaller than already set memoryswap limit, update the memoryswap at the same time; memoryswap cannot be less than memory",
+        ] {
+            assert!(is_limit_refused(&refusal(message)), "{message}");
+        }
+        assert!(!is_limit_refused(&refusal("bad parameter")));
     }
 }

@@ -40,6 +40,17 @@ const EXIT_WAIT: Duration = Duration::from_secs(3);
 /// The most of ssh's standard error kept for a message.
 const STDERR_MAX: usize = 2048;
 
+/// An ssh address that is not `ssh://[user@]host[:port]`; the message
+/// quotes it and says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SshUrlError(String);
+
+/// A tunnel's socket that could not be made or served; the message names it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TunnelError(String);
+
 /// Where an ssh host is: `ssh://[user@]host[:port]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SshTarget {
@@ -50,15 +61,15 @@ pub(crate) struct SshTarget {
 
 impl SshTarget {
     /// Parses `ssh://[user@]host[:port]` (an IPv6 address in brackets).
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub fn parse(url: &str) -> Result<Self, SshUrlError> {
         let rest = url
             .strip_prefix("ssh://")
-            .ok_or_else(|| format!("'{url}' does not start with ssh://"))?;
+            .ok_or_else(|| SshUrlError(format!("'{url}' does not start with ssh://")))?;
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.contains('/') || rest.contains('?') || rest.contains('#') {
-            return Err(format!(
+            return Err(SshUrlError(format!(
                 "'{url}': expected ssh://[user@]host[:port] without a path"
-            ));
+            )));
         }
         let (user, hostport) = match rest.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
@@ -71,23 +82,27 @@ impl SshTarget {
                 && u.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
             if !ok {
-                return Err(format!(
+                return Err(SshUrlError(format!(
                     "'{url}': the user must be 1 to 64 letters, digits, '.', '_', '-' (not starting with '-')"
-                ));
+                )));
             }
         }
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
             let (h, after) = v6
                 .split_once(']')
-                .ok_or_else(|| format!("'{url}': unclosed '[' in the address"))?;
+                .ok_or_else(|| SshUrlError(format!("'{url}': unclosed '[' in the address")))?;
             let port = match after {
                 "" => None,
                 p => Some(p.strip_prefix(':').ok_or_else(|| {
-                    format!("'{url}': expected :port after the bracketed address")
+                    SshUrlError(format!(
+                        "'{url}': expected :port after the bracketed address"
+                    ))
                 })?),
             };
             if h.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(format!("'{url}': '{h}' is not an IPv6 address"));
+                return Err(SshUrlError(format!(
+                    "'{url}': '{h}' is not an IPv6 address"
+                )));
             }
             (h, port)
         } else {
@@ -103,18 +118,15 @@ impl SshTarget {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b));
         if !host_ok {
-            return Err(format!(
+            return Err(SshUrlError(format!(
                 "'{url}': the host must be a name or an address (letters, digits, '.', '-', '_')"
-            ));
+            )));
         }
         let port = match port {
             None => None,
-            Some(p) => Some(
-                p.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("'{url}': the port must be 1 to 65535, not '{p}'"))?,
-            ),
+            Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                SshUrlError(format!("'{url}': the port must be 1 to 65535, not '{p}'"))
+            })?),
         };
         Ok(Self {
             user: user.map(str::to_owned),
@@ -259,19 +271,22 @@ fn private_dir() -> std::io::Result<PathBuf> {
 impl SshTunnel {
     /// Makes the private directory and binds its socket (no ssh yet: the
     /// first connection starts the first one).
-    pub fn new(dial: Dial) -> Result<Self, String> {
+    pub fn new(dial: Dial) -> Result<Self, TunnelError> {
         let target = dial.address();
-        let dir = private_dir()
-            .map_err(|e| format!("could not make a private directory for {target}: {e}"))?;
+        let dir = private_dir().map_err(|e| {
+            TunnelError(format!(
+                "could not make a private directory for {target}: {e}"
+            ))
+        })?;
         let socket = dir.join("docker.sock");
         let listener = match bind(&socket) {
             Ok(l) => l,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(format!(
+                return Err(TunnelError(format!(
                     "could not listen on {} for {target}: {e}",
                     socket.display()
-                ));
+                )));
             }
         };
         Ok(Self {
@@ -303,7 +318,7 @@ impl SshTunnel {
 
     /// Starts serving the socket on the current tokio runtime unless a
     /// task already does (again after the runtime that ran it ended).
-    pub fn ensure_serving(&self) -> Result<(), String> {
+    pub fn ensure_serving(&self) -> Result<(), TunnelError> {
         let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
         if task.as_ref().is_some_and(|t| !t.is_finished()) {
             return Ok(());
@@ -317,12 +332,16 @@ impl SshTunnel {
             Some(l) => l,
             None => {
                 let _ = std::fs::remove_file(&self.socket);
-                bind(&self.socket)
-                    .map_err(|e| format!("could not listen on {}: {e}", self.socket.display()))?
+                bind(&self.socket).map_err(|e| {
+                    TunnelError(format!(
+                        "could not listen on {}: {e}",
+                        self.socket.display()
+                    ))
+                })?
             }
         };
         let listener = UnixListener::from_std(std_listener)
-            .map_err(|e| format!("could not serve {}: {e}", self.socket.display()))?;
+            .map_err(|e| TunnelError(format!("could not serve {}: {e}", self.socket.display())))?;
         let dial = self.dial.clone();
         let last_error = self.last_error.clone();
         *task = Some(tokio::spawn(async move {

@@ -298,7 +298,7 @@ impl FakeRuntime {
         pool_class: Option<String>,
     ) -> RuntimeResult<String> {
         if let Some(token) = &spec.agent_token {
-            crate::validate_agent_token(token).map_err(RuntimeError::Other)?;
+            crate::validate_agent_token(token).map_err(|e| RuntimeError::Other(e.to_string()))?;
         }
         self.ensure_image(&spec.image).await?;
         let delay = self.state().create_delay;

@@ -181,7 +181,7 @@ impl Metrics {
             RuntimeError::ImageUnavailable { .. } => "image_unavailable",
             RuntimeError::Conflict(_) => "conflict",
             RuntimeError::CwdMissing(_) => "cwd_missing",
-            RuntimeError::Other(_) => "other",
+            RuntimeError::LimitRefused(_) | RuntimeError::Other(_) => "other",
         };
         *lock(&self.docker_errors)
             .entry((operation, kind))

@@ -105,14 +105,7 @@ pub async fn check_host_fits(svc: &Service, server: &str, spec: &SandboxSpec) ->
 /// (limits out of range) becomes a 400 naming the field; other errors stay.
 pub(crate) fn docker_refused(e: RuntimeError, field: &str) -> ServiceError {
     match e {
-        RuntimeError::Other(m)
-            if m.contains("CPUs available")
-                || m.contains("Range of CPUs")
-                || m.contains("Minimum memory limit")
-                || m.contains("cannot be less than") =>
-        {
-            ServiceError::field(field, m)
-        }
+        RuntimeError::LimitRefused(m) => ServiceError::field(field, m),
         other => other.into(),
     }
 }
