@@ -15,7 +15,10 @@ use stockade_runtime::FakeRuntime;
 use stockade_service::admission::AdmissionConfig;
 use stockade_service::pool::{PoolClassConfig, PoolConfig};
 use stockade_service::{lifecycle, update, Service, ServiceConfig, ServiceError};
-use stockade_store::{SqliteStore, Store};
+use stockade_store::Store;
+use tokio_util::sync::CancellationToken;
+
+mod support;
 
 const GB: u64 = BYTES_PER_GB;
 
@@ -29,10 +32,11 @@ struct World {
 impl World {
     /// A host of `cpus` CPUs and `memory_gb` GB, no overcommit.
     async fn new(cpus: u32, memory_gb: u64) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-        let account = store.create_account("tenant", false).await.unwrap();
+        let support::Base {
+            dir,
+            store,
+            account,
+        } = support::base().await;
         let rt = FakeRuntime::new();
         rt.set_host_size(cpus, memory_gb * GB);
         Self {
@@ -45,23 +49,34 @@ impl World {
 
     async fn service_with(&self, change: impl FnOnce(&mut ServiceConfig)) -> Service {
         let mut config = ServiceConfig {
-            operation_wait: Duration::from_secs(10),
-            blob_store: stockade_blob::BlobConfig::Local {
-                dir: self.dir.path().join("blobs"),
-            },
             admission: AdmissionConfig {
                 cpu_overcommit: Some(1.0),
                 memory_overcommit: Some(1.0),
                 ..AdmissionConfig::default()
             },
-            ..ServiceConfig::default()
+            ..support::config(self.dir.path(), Duration::from_secs(10))
         };
         change(&mut config);
-        let svc = Service::new(self.store.clone(), Arc::new(self.rt.clone()), config)
-            .await
-            .unwrap();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
-        svc
+        support::start(&self.store, Arc::new(self.rt.clone()), config).await
+    }
+
+    /// A service keeping `members` warm-pool members of the default class,
+    /// checked every `check_ms` ms and filled `fills` at a time, with the
+    /// pool running.
+    async fn pooled(&self, members: usize, check_ms: u64, fills: usize) -> (Service, Pool) {
+        let svc = self
+            .service_with(|c| {
+                c.pool = PoolConfig {
+                    classes: vec![PoolClassConfig::default_class(members)],
+                    check_interval: Duration::from_millis(check_ms),
+                    max_concurrent_fills: fills,
+                    ..PoolConfig::default()
+                };
+            })
+            .await;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(stockade_service::pool::run(svc.clone(), shutdown.clone()));
+        (svc, Pool { shutdown, task })
     }
 
     async fn service(&self) -> Service {
@@ -85,9 +100,36 @@ impl World {
             memory_gb: Some(memory),
             ..Default::default()
         };
-        svc.create_sandbox(&self.scope(), &req, None)
+        svc.create_sandbox(&self.scope(), (&req).into(), None)
             .await
             .map(|c| c.sandbox)
+    }
+
+    /// `sb` resized to `cpu` cores.
+    async fn resize(
+        &self,
+        svc: &Service,
+        sb: &Sandbox,
+        cpu: f64,
+    ) -> Result<update::Updated, ServiceError> {
+        let patch = SpecPatch {
+            cpu_cores: Some(cpu),
+            ..Default::default()
+        };
+        update::update(svc, &self.scope(), sb.id.as_str(), &patch).await
+    }
+
+    /// `count` creates named `prefix0`, `prefix1`, … all at once.
+    async fn race(
+        &self,
+        svc: &Service,
+        prefix: &str,
+        count: usize,
+        cpu: f64,
+        memory: f64,
+    ) -> Vec<Result<Sandbox, ServiceError>> {
+        let names: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
+        futures_util::future::join_all(names.iter().map(|n| self.create(svc, n, cpu, memory))).await
     }
 
     async fn quota(&self, quota: Quota) {
@@ -99,6 +141,22 @@ impl World {
 
     async fn fresh(&self, sb: &Sandbox) -> Sandbox {
         self.store.get_sandbox(&self.scope(), &sb.id).await.unwrap()
+    }
+}
+
+/// A running warm pool.
+struct Pool {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Pool {
+    /// Stops the pool; no grant outlives it.
+    async fn stop(self, svc: &Service) {
+        self.shutdown.cancel();
+        self.task.await.unwrap();
+        // Ready members count through the pool, no longer through grants.
+        assert_eq!(svc.admission().in_flight(), 0);
     }
 }
 
@@ -169,37 +227,21 @@ async fn resizes_of_running_sandboxes_are_checked() {
     let svc = w.service().await;
     let a = w.create(&svc, "a", 1.0, 2.0).await.unwrap();
     let b = w.create(&svc, "b", 2.0, 2.0).await.unwrap();
-    let grow = |cpu: f64| SpecPatch {
-        cpu_cores: Some(cpu),
-        ..Default::default()
-    };
     // 2 + 1 reserved: a may grow to 2 but not to 2.5.
-    update::update(&svc, &w.scope(), a.id.as_str(), &grow(2.0))
-        .await
-        .unwrap();
-    let err = capacity(
-        update::update(&svc, &w.scope(), a.id.as_str(), &grow(2.5))
-            .await
-            .unwrap_err(),
-    );
+    w.resize(&svc, &a, 2.0).await.unwrap();
+    let err = capacity(w.resize(&svc, &a, 2.5).await.unwrap_err());
     assert!(err.contains("4 of 4 CPUs reserved, 0.5 requested"), "{err}");
     assert_eq!(w.fresh(&a).await.spec.cpu_cores, 2.0);
     assert_eq!(w.rt.container(&a.id).unwrap().spec.cpu_cores, 2.0);
     // Shrinking always passes; a stopped sandbox is checked when it starts.
-    update::update(&svc, &w.scope(), a.id.as_str(), &grow(0.5))
-        .await
-        .unwrap();
+    w.resize(&svc, &a, 0.5).await.unwrap();
     lifecycle::stop(&svc, w.fresh(&b).await, Duration::ZERO)
         .await
         .unwrap();
-    update::update(&svc, &w.scope(), b.id.as_str(), &grow(4.0))
-        .await
-        .unwrap();
+    w.resize(&svc, &b, 4.0).await.unwrap();
     let err = capacity(lifecycle::start(&svc, w.fresh(&b).await).await.unwrap_err());
     assert!(err.contains("0.5 of 4 CPUs reserved, 4 requested"), "{err}");
-    update::update(&svc, &w.scope(), b.id.as_str(), &grow(3.5))
-        .await
-        .unwrap();
+    w.resize(&svc, &b, 3.5).await.unwrap();
     lifecycle::start(&svc, w.fresh(&b).await).await.unwrap();
     assert_eq!(svc.admission().in_flight(), 0);
 }
@@ -227,23 +269,13 @@ async fn quotas_refuse_creates_starts_and_resizes() {
         .await
         .unwrap();
     assert!(w.create(&svc, "c", 0.1, 0.5).await.is_err());
-    let grow = |cpu: f64| SpecPatch {
-        cpu_cores: Some(cpu),
-        ..Default::default()
-    };
-    update::update(&svc, &w.scope(), a.id.as_str(), &grow(2.0))
-        .await
-        .unwrap();
+    w.resize(&svc, &a, 2.0).await.unwrap();
     let err = quota_exceeded(lifecycle::start(&svc, w.fresh(&b).await).await.unwrap_err());
     assert_eq!(
         err,
         "account quota exceeded: 2 of 2 CPUs in use by running sandboxes, 1 more requested"
     );
-    let err = quota_exceeded(
-        update::update(&svc, &w.scope(), a.id.as_str(), &grow(2.5))
-            .await
-            .unwrap_err(),
-    );
+    let err = quota_exceeded(w.resize(&svc, &a, 2.5).await.unwrap_err());
     assert!(err.contains("2 of 2 CPUs"), "{err}");
     assert_eq!(w.rt.container(&a.id).unwrap().spec.cpu_cores, 2.0);
     let mem = SpecPatch {
@@ -259,9 +291,7 @@ async fn quotas_refuse_creates_starts_and_resizes() {
         err,
         "account quota exceeded: 2 of 6 GB memory in use by running sandboxes, 5 GB more requested"
     );
-    update::update(&svc, &w.scope(), a.id.as_str(), &grow(1.0))
-        .await
-        .unwrap();
+    w.resize(&svc, &a, 1.0).await.unwrap();
     lifecycle::start(&svc, w.fresh(&b).await).await.unwrap();
 
     // Disk counts every sandbox not terminated (10 GB each by default).
@@ -289,9 +319,7 @@ async fn quotas_refuse_creates_starts_and_resizes() {
         ..Quota::unlimited()
     })
     .await;
-    update::update(&svc, &w.scope(), a.id.as_str(), &grow(0.5))
-        .await
-        .unwrap();
+    w.resize(&svc, &a, 0.5).await.unwrap();
     lifecycle::stop(&svc, w.fresh(&a).await, Duration::ZERO)
         .await
         .unwrap();
@@ -309,9 +337,7 @@ async fn concurrent_creates_never_both_take_the_last_place() {
         ..Quota::unlimited()
     })
     .await;
-    let names: Vec<String> = (0..8).map(|i| format!("q{i}")).collect();
-    let results =
-        futures_util::future::join_all(names.iter().map(|n| w.create(&svc, n, 0.1, 0.5))).await;
+    let results = w.race(&svc, "q", 8, 0.1, 0.5).await;
     let made = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(made, 1, "{results:?}");
     for r in results.into_iter().filter_map(Result::err) {
@@ -323,9 +349,7 @@ async fn concurrent_creates_never_both_take_the_last_place() {
 
     // The same for the host's room: 2 CPUs fit two 1-CPU sandboxes.
     w.quota(Quota::unlimited()).await;
-    let names: Vec<String> = (0..6).map(|i| format!("h{i}")).collect();
-    let results =
-        futures_util::future::join_all(names.iter().map(|n| w.create(&svc, n, 0.9, 1.0))).await;
+    let results = w.race(&svc, "h", 6, 0.9, 1.0).await;
     let made = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(made, 2, "{results:?}");
     for r in results.into_iter().filter_map(Result::err) {
@@ -338,17 +362,8 @@ async fn concurrent_creates_never_both_take_the_last_place() {
 #[tokio::test]
 async fn warm_pool_members_hold_room_and_claims_need_none() {
     let w = World::new(4, 64).await;
-    let svc = w
-        .service_with(|c| {
-            c.pool = PoolConfig {
-                classes: vec![PoolClassConfig::default_class(2)],
-                check_interval: Duration::from_millis(100),
-                ..PoolConfig::default()
-            };
-        })
-        .await;
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let pool = tokio::spawn(stockade_service::pool::run(svc.clone(), shutdown.clone()));
+    let fills = PoolConfig::default().max_concurrent_fills;
+    let (svc, pool) = w.pooled(2, 100, fills).await;
     let ready = |n: usize| {
         let svc = svc.clone();
         async move {
@@ -375,7 +390,7 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
         ..Default::default()
     };
     let warm = svc
-        .create_sandbox(&w.scope(), &req, None)
+        .create_sandbox(&w.scope(), (&req).into(), None)
         .await
         .unwrap()
         .sandbox;
@@ -393,39 +408,19 @@ async fn warm_pool_members_hold_room_and_claims_need_none() {
     lifecycle::destroy(&svc, w.fresh(&warm).await, false)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while svc.pool().ready_total() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pool did not refill once room was freed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    shutdown.cancel();
-    pool.await.unwrap();
-    assert_eq!(svc.admission().in_flight(), 0);
+    support::wait_for("the pool did not refill once room was freed", || {
+        svc.pool().ready_total() >= 2
+    })
+    .await;
+    pool.stop(&svc).await;
 }
 
 #[tokio::test]
 async fn a_pool_never_fills_a_host_past_its_size() {
     let w = World::new(2, 64).await;
-    let svc = w
-        .service_with(|c| {
-            c.pool = PoolConfig {
-                classes: vec![PoolClassConfig::default_class(5)],
-                check_interval: Duration::from_millis(50),
-                max_concurrent_fills: 5,
-                ..PoolConfig::default()
-            };
-        })
-        .await;
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let pool = tokio::spawn(stockade_service::pool::run(svc.clone(), shutdown.clone()));
+    let (svc, pool) = w.pooled(5, 50, 5).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(svc.pool().ready_total(), 2, "5 one-CPU members on 2 CPUs");
     assert_eq!(w.rt.containers().len(), 2);
-    shutdown.cancel();
-    pool.await.unwrap();
-    // Ready members count through the pool, no longer through grants.
-    assert_eq!(svc.admission().in_flight(), 0);
+    pool.stop(&svc).await;
 }

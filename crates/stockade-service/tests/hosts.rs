@@ -19,7 +19,9 @@ use stockade_service::admission::AdmissionConfig;
 use stockade_service::hosts::{HostsConfig, RuntimeFactory};
 use stockade_service::tasks::hosts::check_hosts_once;
 use stockade_service::{lifecycle, Service, ServiceConfig, ServiceError};
-use stockade_store::{SqliteStore, Store};
+use stockade_store::Store;
+
+mod support;
 
 /// Connects registered hosts to fake runtimes by name.
 struct Fakes(BTreeMap<String, FakeRuntime>);
@@ -60,21 +62,14 @@ impl World {
 
     /// [`World::new`] with more settings.
     async fn with(change: impl FnOnce(&mut ServiceConfig)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
-        let account = store.create_account("tenant", false).await.unwrap();
+        let base = support::base().await;
         let mut hosts = BTreeMap::new();
         for name in ["local", "a", "b"] {
             let rt = FakeRuntime::with_server_name(name);
             rt.set_host_size(2, 4 * BYTES_PER_GB);
             hosts.insert(name.to_owned(), rt);
         }
-        let config = ServiceConfig {
-            operation_wait: Duration::from_secs(10),
-            blob_store: stockade_blob::BlobConfig::Local {
-                dir: dir.path().join("blobs"),
-            },
+        let mut config = ServiceConfig {
             admission: AdmissionConfig {
                 cpu_overcommit: Some(1.0),
                 memory_overcommit: Some(1.0),
@@ -84,18 +79,15 @@ impl World {
                 factory: Some(Arc::new(Fakes(hosts.clone()))),
                 ..HostsConfig::default()
             },
-            ..ServiceConfig::default()
+            ..support::config(base.dir.path(), Duration::from_secs(10))
         };
-        let mut config = config;
         change(&mut config);
-        let svc = Service::new(
-            store.clone(),
-            Arc::new(hosts["local"].clone()),
-            config.clone(),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
+        let support::Base {
+            dir,
+            store,
+            account,
+        } = base;
+        let svc = support::start(&store, Arc::new(hosts["local"].clone()), config.clone()).await;
         store
             .insert_host(&host("a", &[("zone", "a")]))
             .await
@@ -116,15 +108,8 @@ impl World {
 
     /// Another server instance over the same database and engines.
     async fn instance(&self) -> Service {
-        let svc = Service::new(
-            self.store.clone(),
-            Arc::new(self.hosts["local"].clone()),
-            self.config.clone(),
-        )
-        .await
-        .unwrap();
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
-        svc
+        let local = Arc::new(self.hosts["local"].clone());
+        support::start(&self.store, local, self.config.clone()).await
     }
 
     fn scope(&self) -> Scope {
@@ -133,9 +118,18 @@ impl World {
 
     async fn create(&self, req: CreateSandboxRequest) -> Result<Sandbox, ServiceError> {
         self.svc
-            .create_sandbox(&self.scope(), &req, None)
+            .create_sandbox(&self.scope(), (&req).into(), None)
             .await
             .map(|c| c.sandbox)
+    }
+
+    /// A sandbox of the default size on host `server`.
+    async fn on(&self, server: &str) -> Result<Sandbox, ServiceError> {
+        self.create(CreateSandboxRequest {
+            server: Some(server.into()),
+            ..Default::default()
+        })
+        .await
     }
 
     async fn one_cpu(&self) -> Result<Sandbox, ServiceError> {
@@ -153,6 +147,18 @@ impl World {
 
     async fn check(&self) -> Vec<Host> {
         check_hosts_once(&self.svc, &mut HashSet::new()).await
+    }
+
+    /// Puts host `name` in `state` as an administrator would; the host as
+    /// stored.
+    async fn set_state(&self, name: &str, state: HostState, reason: Option<&str>) -> Host {
+        let mut host = self.store.get_host(name).await.unwrap();
+        host.state = state;
+        if let Some(reason) = reason {
+            host.state_reason = Some(reason.into());
+        }
+        self.store.update_host(&host).await.unwrap();
+        host
     }
 }
 
@@ -188,13 +194,7 @@ async fn creates_go_to_the_freest_host_and_a_full_deployment_says_so() {
 #[tokio::test]
 async fn server_and_labels_choose_the_host_and_bad_choices_are_refused() {
     let w = World::new().await;
-    let on_b = w
-        .create(CreateSandboxRequest {
-            server: Some("b".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let on_b = w.on("b").await.unwrap();
     assert_eq!(on_b.server, "b");
     let zone_a = w
         .create(CreateSandboxRequest {
@@ -204,25 +204,11 @@ async fn server_and_labels_choose_the_host_and_bad_choices_are_refused() {
         .await
         .unwrap();
     assert_eq!(zone_a.server, "a");
-    match w
-        .create(CreateSandboxRequest {
-            server: Some("nowhere".into()),
-            ..Default::default()
-        })
-        .await
-    {
-        Err(ServiceError::Validation(e)) => assert!(e.to_string().contains("server"), "{e}"),
-        other => panic!("{other:?}"),
-    }
-    match w
-        .create(CreateSandboxRequest {
-            server: Some("Not A Name".into()),
-            ..Default::default()
-        })
-        .await
-    {
-        Err(ServiceError::Validation(e)) => assert!(e.to_string().contains("server"), "{e}"),
-        other => panic!("{other:?}"),
+    for (server, field) in [("nowhere", "server"), ("Not A Name", "server")] {
+        match w.on(server).await {
+            Err(ServiceError::Validation(e)) => assert!(e.to_string().contains(field), "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
     assert!(matches!(
         w.create(CreateSandboxRequest {
@@ -248,13 +234,7 @@ async fn server_and_labels_choose_the_host_and_bad_choices_are_refused() {
 #[tokio::test]
 async fn every_operation_reaches_the_sandbox_on_its_own_host() {
     let w = World::new().await;
-    let sb = w
-        .create(CreateSandboxRequest {
-            server: Some("a".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let sb = w.on("a").await.unwrap();
     // By its id alone too (files, logs and the proxy go that way).
     assert_eq!(w.svc.runtime_of(&sb.id).await.unwrap().server_name(), "a");
     let patched = stockade_service::update::update(
@@ -286,13 +266,7 @@ async fn every_operation_reaches_the_sandbox_on_its_own_host() {
 #[tokio::test]
 async fn a_failing_host_is_cordoned_and_recovers_with_its_sandboxes() {
     let w = World::new().await;
-    let sb = w
-        .create(CreateSandboxRequest {
-            server: Some("a".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let sb = w.on("a").await.unwrap();
     w.check().await;
     w.hosts["a"].set_unavailable(true);
     let hosts = w.check().await;
@@ -308,13 +282,7 @@ async fn a_failing_host_is_cordoned_and_recovers_with_its_sandboxes() {
     for _ in 0..3 {
         assert_ne!(w.one_cpu().await.unwrap().server, "a");
     }
-    let refused = w
-        .create(CreateSandboxRequest {
-            server: Some("a".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let refused = w.on("a").await.unwrap_err();
     assert!(
         matches!(&refused, ServiceError::DockerUnavailable(m) if m.contains("a is cordoned")),
         "{refused:?}"
@@ -334,10 +302,8 @@ async fn a_failing_host_is_cordoned_and_recovers_with_its_sandboxes() {
     assert!(w.hosts["a"].container(&sb.id).unwrap().running);
 
     // An administrator's cordon is never lifted by a check.
-    let mut b = w.store.get_host("b").await.unwrap();
-    b.state = HostState::Cordoned;
-    b.state_reason = Some("maintenance".into());
-    w.store.update_host(&b).await.unwrap();
+    w.set_state("b", HostState::Cordoned, Some("maintenance"))
+        .await;
     let hosts = w.check().await;
     assert_eq!(
         hosts.iter().find(|h| h.name == "b").unwrap().state,
@@ -348,13 +314,7 @@ async fn a_failing_host_is_cordoned_and_recovers_with_its_sandboxes() {
 #[tokio::test]
 async fn a_drain_stops_what_runs_and_moves_what_is_stopped() {
     let w = World::new().await;
-    let kept = w
-        .create(CreateSandboxRequest {
-            server: Some("a".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let kept = w.on("a").await.unwrap();
     let ephemeral = w
         .create(CreateSandboxRequest {
             server: Some("a".into()),
@@ -363,9 +323,7 @@ async fn a_drain_stops_what_runs_and_moves_what_is_stopped() {
         })
         .await
         .unwrap();
-    let mut a = w.store.get_host("a").await.unwrap();
-    a.state = HostState::Draining;
-    w.store.update_host(&a).await.unwrap();
+    let a = w.set_state("a", HostState::Draining, None).await;
     // First pass: the persistent one stops, the other goes.
     stockade_service::drain::drain_once(&w.svc, &a).await;
     assert_eq!(w.fresh(&kept).await.status, SandboxStatus::Stopped);
@@ -396,13 +354,7 @@ async fn a_drain_stops_what_runs_and_moves_what_is_stopped() {
 #[tokio::test]
 async fn a_snapshot_taken_on_one_host_starts_on_another() {
     let w = World::new().await;
-    let source = w
-        .create(CreateSandboxRequest {
-            server: Some("a".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let source = w.on("a").await.unwrap();
     let snapshot = stockade_service::snapshots::capture(
         &w.svc,
         &w.scope(),
@@ -445,17 +397,12 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
     w.check().await;
     let shutdown = tokio_util::sync::CancellationToken::new();
     let pool = tokio::spawn(stockade_service::pool::run(w.svc.clone(), shutdown.clone()));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while ["local", "a", "b"]
-        .iter()
-        .any(|h| w.svc.pool().ready_on(h) < 1)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pools did not fill"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_for("the pools did not fill", || {
+        ["local", "a", "b"]
+            .iter()
+            .all(|h| w.svc.pool().ready_on(h) >= 1)
+    })
+    .await;
     for (name, rt) in &w.hosts {
         let members = rt
             .containers()
@@ -465,13 +412,7 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
         assert_eq!(members, 1, "{name}");
     }
     // Asked for host b: b's member serves it, on b.
-    let on_b = w
-        .create(CreateSandboxRequest {
-            server: Some("b".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let on_b = w.on("b").await.unwrap();
     assert_eq!(on_b.server, "b");
     assert!(w.hosts["b"]
         .container(&on_b.id)
@@ -479,20 +420,16 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
         .pool_class
         .is_some());
     // A cordoned host's members go, and it gets none until it is back.
-    let mut a = w.store.get_host("a").await.unwrap();
-    a.state = HostState::Cordoned;
-    w.store.update_host(&a).await.unwrap();
+    w.set_state("a", HostState::Cordoned, None).await;
     w.check().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while w.svc.pool().ready_on("a") > 0
-        || w.hosts["a"]
-            .containers()
-            .iter()
-            .any(|c| c.pool_class.is_some())
-    {
-        assert!(tokio::time::Instant::now() < deadline, "a's member stayed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait_for("a's member stayed", || {
+        w.svc.pool().ready_on("a") == 0
+            && !w.hosts["a"]
+                .containers()
+                .iter()
+                .any(|c| c.pool_class.is_some())
+    })
+    .await;
     shutdown.cancel();
     pool.await.unwrap();
 }
@@ -501,13 +438,7 @@ async fn every_host_keeps_a_warm_pool_and_a_create_takes_a_member_where_it_may_g
 async fn a_move_killed_between_its_steps_leaves_one_copy_and_the_next_drain_finishes_it() {
     for point in ["move.exported", "move.created"] {
         let w = World::new().await;
-        let sb = w
-            .create(CreateSandboxRequest {
-                server: Some("a".into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let sb = w.on("a").await.unwrap();
         let sb = lifecycle::stop(&w.svc, sb, Duration::from_secs(1))
             .await
             .unwrap();
@@ -531,9 +462,7 @@ async fn a_move_killed_between_its_steps_leaves_one_copy_and_the_next_drain_fini
             .collect();
         assert_eq!(holders, ["a"], "{point}");
         // The next drain pass moves it for good.
-        let mut a = w.store.get_host("a").await.unwrap();
-        a.state = HostState::Draining;
-        w.store.update_host(&a).await.unwrap();
+        let a = w.set_state("a", HostState::Draining, None).await;
         stockade_service::drain::drain_once(&other, &a).await;
         let moved = w.fresh(&sb).await;
         assert_ne!(moved.server, "a", "{point}");
@@ -549,13 +478,7 @@ async fn a_move_killed_between_its_steps_leaves_one_copy_and_the_next_drain_fini
 #[tokio::test]
 async fn another_accounts_sandbox_on_another_host_stays_out_of_reach() {
     let w = World::new().await;
-    let theirs = w
-        .create(CreateSandboxRequest {
-            server: Some("b".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let theirs = w.on("b").await.unwrap();
     let intruder = w.store.create_account("intruder", false).await.unwrap();
     let scope = Scope::account(intruder.id.clone());
     // Every lookup a front-end makes is scoped: the host changes nothing.

@@ -12,7 +12,9 @@ use stockade_core::{Account, Sandbox, SandboxStatus, Scope};
 use stockade_runtime::prelude::*;
 use stockade_runtime::FakeRuntime;
 use stockade_service::{lifecycle, recovery, Service, ServiceConfig, ServiceError};
-use stockade_store::{SqliteStore, Store};
+use stockade_store::Store;
+
+mod support;
 
 const LEASE: Duration = Duration::from_millis(150);
 
@@ -25,13 +27,11 @@ struct World {
 
 impl World {
     async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::connect(&format!("sqlite://{}", dir.path().join("s.db").display()))
-                .await
-                .unwrap(),
-        );
-        let account = store.create_account("tenant", false).await.unwrap();
+        let support::Base {
+            dir,
+            store,
+            account,
+        } = support::base().await;
         Self {
             _dir: dir,
             store,
@@ -40,23 +40,32 @@ impl World {
         }
     }
 
+    /// A world with a live instance and its sandbox `name`.
+    async fn with_sandbox(name: &str) -> (Self, Service, Sandbox) {
+        let w = Self::new().await;
+        let live = w.instance().await;
+        let sb = w.create(&live, name).await.unwrap();
+        (w, live, sb)
+    }
+
     /// A service instance (a server process) on the shared store and runtime.
     async fn instance(&self) -> Service {
         let config = ServiceConfig {
             operation_lease: LEASE,
-            operation_wait: Duration::from_secs(5),
-            blob_store: stockade_blob::BlobConfig::Local {
-                dir: self._dir.path().join("blobs"),
-            },
-            ..ServiceConfig::default()
+            ..support::config(self._dir.path(), Duration::from_secs(5))
         };
-        let svc = Service::new(self.store.clone(), Arc::new(self.rt.clone()), config)
-            .await
-            .unwrap();
-        // A live server renews the leases of what it holds (a "dead" one
-        // stops at its crash point).
-        tokio::spawn(svc.clone().renew_leases(svc.shutdown().clone()));
-        svc
+        support::start(&self.store, Arc::new(self.rt.clone()), config).await
+    }
+
+    /// An instance that dies at `point` of its next operation.
+    async fn dying(&self, point: &str) -> Service {
+        let dead = self.instance().await;
+        dead.ops().faults().crash_at(point);
+        dead
+    }
+
+    async fn fresh(&self, sb: &Sandbox) -> Sandbox {
+        self.store.get_sandbox(&self.scope(), &sb.id).await.unwrap()
     }
 
     fn scope(&self) -> Scope {
@@ -68,7 +77,7 @@ impl World {
             name: Some(name.into()),
             ..Default::default()
         };
-        svc.create_sandbox(&self.scope(), &req, None)
+        svc.create_sandbox(&self.scope(), (&req).into(), None)
             .await
             .map(|c| c.sandbox)
     }
@@ -121,8 +130,7 @@ impl World {
 async fn a_create_killed_at_any_step_is_rolled_back_and_frees_its_name() {
     for point in ["create.recorded", "create.container_made"] {
         let w = World::new().await;
-        let dead = w.instance().await;
-        dead.ops().faults().crash_at(point);
+        let dead = w.dying(point).await;
         let err = w.create(&dead, "web").await.unwrap_err();
         assert!(matches!(err, ServiceError::Internal(_)), "{point}: {err}");
         // Until recovery, the name is taken and the sandbox is in the works.
@@ -142,17 +150,14 @@ async fn a_delete_killed_at_any_step_is_carried_on() {
         ("delete.removed", true, false),
         ("delete.synced", false, true),
     ] {
-        let w = World::new().await;
-        let live = w.instance().await;
-        let sb = w.create(&live, "doomed").await.unwrap();
-        let dead = w.instance().await;
-        dead.ops().faults().crash_at(point);
+        let (w, _live, sb) = World::with_sandbox("doomed").await;
+        let dead = w.dying(point).await;
         lifecycle::destroy_with(&dead, sb.clone(), preserve, sync)
             .await
             .unwrap_err();
         w.recover().await;
         w.assert_converged().await;
-        let after = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+        let after = w.fresh(&sb).await;
         assert_eq!(after.status, SandboxStatus::Terminated, "{point}");
         assert!(after.deleted_at.is_some());
         assert!(w.rt.container(&sb.id).is_none());
@@ -162,11 +167,8 @@ async fn a_delete_killed_at_any_step_is_carried_on() {
 
 #[tokio::test]
 async fn an_interrupted_delete_is_finished_by_the_next_operation_on_the_sandbox() {
-    let w = World::new().await;
-    let live = w.instance().await;
-    let sb = w.create(&live, "doomed").await.unwrap();
-    let dead = w.instance().await;
-    dead.ops().faults().crash_at("delete.removed");
+    let (w, live, sb) = World::with_sandbox("doomed").await;
+    let dead = w.dying("delete.removed").await;
     lifecycle::destroy(&dead, sb.clone(), false)
         .await
         .unwrap_err();
@@ -182,14 +184,11 @@ async fn an_interrupted_delete_is_finished_by_the_next_operation_on_the_sandbox(
 #[tokio::test]
 async fn stops_and_starts_killed_midway_converge_to_what_docker_shows() {
     for point in ["stop.stopped", "start.started"] {
-        let w = World::new().await;
-        let live = w.instance().await;
-        let mut sb = w.create(&live, "s").await.unwrap();
+        let (w, live, mut sb) = World::with_sandbox("s").await;
         if point == "start.started" {
             sb = lifecycle::stop(&live, sb, Duration::ZERO).await.unwrap();
         }
-        let dead = w.instance().await;
-        dead.ops().faults().crash_at(point);
+        let dead = w.dying(point).await;
         let result = if point == "stop.stopped" {
             lifecycle::stop(&dead, sb.clone(), Duration::ZERO).await
         } else {
@@ -198,7 +197,7 @@ async fn stops_and_starts_killed_midway_converge_to_what_docker_shows() {
         result.unwrap_err();
         w.recover().await;
         w.assert_converged().await;
-        let after = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+        let after = w.fresh(&sb).await;
         let want = if point == "stop.stopped" {
             SandboxStatus::Stopped
         } else {
@@ -210,11 +209,8 @@ async fn stops_and_starts_killed_midway_converge_to_what_docker_shows() {
 
 #[tokio::test]
 async fn an_update_killed_after_docker_leaves_the_container_at_the_record_limits() {
-    let w = World::new().await;
-    let live = w.instance().await;
-    let sb = w.create(&live, "u").await.unwrap();
-    let dead = w.instance().await;
-    dead.ops().faults().crash_at("update.applied");
+    let (w, _live, sb) = World::with_sandbox("u").await;
+    let dead = w.dying("update.applied").await;
     let patch = SpecPatch {
         cpu_cores: Some(0.5),
         ..Default::default()
@@ -224,7 +220,7 @@ async fn an_update_killed_after_docker_leaves_the_container_at_the_record_limits
         .unwrap_err();
     w.recover().await;
     w.assert_converged().await;
-    let record = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+    let record = w.fresh(&sb).await;
     let container = w.rt.container(&sb.id).unwrap();
     assert_eq!(
         record.spec.cpu_cores, sb.spec.cpu_cores,
@@ -236,20 +232,19 @@ async fn an_update_killed_after_docker_leaves_the_container_at_the_record_limits
 #[tokio::test]
 async fn an_idempotent_retry_after_a_crash_answers_at_once() {
     let w = World::new().await;
-    let dead = w.instance().await;
-    dead.ops().faults().crash_at("create.container_made");
+    let dead = w.dying("create.container_made").await;
     let req = CreateSandboxRequest {
         name: Some("keyed".into()),
         ..Default::default()
     };
-    dead.create_sandbox(&w.scope(), &req, Some("key-1"))
+    dead.create_sandbox(&w.scope(), (&req).into(), Some("key-1"))
         .await
         .unwrap_err();
     tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
     let live = w.instance().await;
     let started = std::time::Instant::now();
     let created = live
-        .create_sandbox(&w.scope(), &req, Some("key-1"))
+        .create_sandbox(&w.scope(), (&req).into(), Some("key-1"))
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -257,7 +252,7 @@ async fn an_idempotent_retry_after_a_crash_answers_at_once() {
     assert_eq!(created.sandbox.status, SandboxStatus::Running);
     // A second retry replays the sandbox just made.
     let again = live
-        .create_sandbox(&w.scope(), &req, Some("key-1"))
+        .create_sandbox(&w.scope(), (&req).into(), Some("key-1"))
         .await
         .unwrap();
     assert!(again.replayed);
@@ -297,7 +292,7 @@ async fn concurrent_operations_on_one_sandbox_take_turns() {
         t.await.unwrap().unwrap();
     }
     w.assert_converged().await;
-    let record = w.store.get_sandbox(&w.scope(), &sb.id).await.unwrap();
+    let record = w.fresh(&sb).await;
     assert_eq!(
         w.rt.container(&sb.id).unwrap().spec.cpu_cores,
         record.spec.cpu_cores
