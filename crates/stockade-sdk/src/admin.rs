@@ -19,13 +19,7 @@ impl Client {
     /// The server's health. An unhealthy server answers 503 with the same
     /// document, which is returned as `Ok` too: look at `status`.
     pub async fn health(&self) -> Result<HealthResponse, Error> {
-        let resp = self
-            .request(Method::GET, "/api/v1/health")
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        let (status, bytes) = self.health_document().await?;
         match serde_json::from_slice::<HealthResponse>(&bytes) {
             Ok(h) => Ok(h),
             Err(_) => Err(api_error(status, &bytes)),
@@ -45,6 +39,18 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn default_image(&self) -> Result<Option<String>, Error> {
+        let (status, bytes) = self.health_document().await?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|_| api_error(status, &bytes))?;
+        Ok(doc["defaults"]["image"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned))
+    }
+
+    /// The status and the body of `GET /api/v1/health`, whatever the status:
+    /// an unhealthy server answers 503 with the same document.
+    async fn health_document(&self) -> Result<(u16, bytes::Bytes), Error> {
         let resp = self
             .request(Method::GET, "/api/v1/health")
             .send()
@@ -52,12 +58,7 @@ impl Client {
             .map_err(|e| self.transport(e))?;
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
-        let doc: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|_| api_error(status, &bytes))?;
-        Ok(doc["defaults"]["image"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned))
+        Ok((status, bytes))
     }
 
     /// The account this client's token belongs to.

@@ -2,11 +2,9 @@
 //! in the background as a [`Process`] that can be waited for and killed.
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::stream::{self, BoxStream, Stream, StreamExt};
+use futures_util::stream::{self, BoxStream, StreamExt};
 use reqwest::Method;
 use stockade_api::{
     ExecExitEvent, ExecRequest, ExecResponse, ListProcessesResponse, ProcessResponse, ProcessStatus,
@@ -74,29 +72,20 @@ impl Command {
         self
     }
 
-    /// Working directory; a relative one is under `/workspace` (the default).
-    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
-        self.cwd = Some(dir.into());
-        self
-    }
-
     /// An environment variable, added to (and overriding) the sandbox's.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.insert(key.into(), value.into());
         self
     }
 
-    /// Kill the command (and its children) after this long; rounded up to
-    /// whole seconds. Default: the server's (300 s), none in the background.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Text written to the command's stdin, which is then closed.
-    pub fn stdin(mut self, input: impl Into<String>) -> Self {
-        self.stdin = Some(input.into());
-        self
+    setters! {
+        /// Working directory; a relative one is under `/workspace` (the default).
+        cwd(dir: impl Into<String>) => cwd = dir.into();
+        /// Kill the command (and its children) after this long; rounded up to
+        /// whole seconds. Default: the server's (300 s), none in the background.
+        timeout(timeout: Duration) => timeout = timeout;
+        /// Text written to the command's stdin, which is then closed.
+        stdin(input: impl Into<String>) => stdin = input.into();
     }
 
     pub(crate) fn to_request(&self, background: bool) -> Result<ExecRequest, Error> {
@@ -244,12 +233,7 @@ impl std::fmt::Debug for CommandStream {
     }
 }
 
-impl Stream for CommandStream {
-    type Item = Result<CommandEvent, Error>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx)
-    }
-}
+stream_of_inner!(CommandStream, CommandEvent);
 
 impl CommandStream {
     /// Reads the rest of the stream into one [`CommandOutput`].
@@ -325,11 +309,7 @@ impl Process {
     /// # Ok(()) }
     /// ```
     pub async fn output(&mut self) -> Result<CommandOutput, Error> {
-        self.info = self
-            .client
-            .send(self.client.request(Method::GET, &self.path("")))
-            .await?;
-        Ok(CommandOutput::from_process(&self.info))
+        self.state_after(Method::GET).await
     }
 
     /// Waits until it ends and returns what it did.
@@ -385,9 +365,15 @@ impl Process {
     /// # Ok(()) }
     /// ```
     pub async fn kill(&mut self) -> Result<CommandOutput, Error> {
+        self.state_after(Method::DELETE).await
+    }
+
+    /// Sends `method` to the process itself, keeps the state it answers
+    /// with and returns what it did so far.
+    async fn state_after(&mut self, method: Method) -> Result<CommandOutput, Error> {
         self.info = self
             .client
-            .send(self.client.request(Method::DELETE, &self.path("")))
+            .send(self.client.request(method, &self.path("")))
             .await?;
         Ok(CommandOutput::from_process(&self.info))
     }
@@ -510,11 +496,16 @@ impl Sandbox {
     pub async fn spawn(&self, cmd: impl Into<Command>) -> Result<Process, Error> {
         let req = self.exec_request(&cmd.into(), true)?;
         let info: ProcessResponse = self.client().send(req).await?;
-        Ok(Process {
+        Ok(self.process_of(info))
+    }
+
+    /// A handle on one of this sandbox's background processes.
+    fn process_of(&self, info: ProcessResponse) -> Process {
+        Process {
             client: self.client().clone(),
             sandbox_id: self.id().to_owned(),
             info,
-        })
+        }
     }
 
     /// The background processes this server knows for the sandbox (ended
@@ -528,21 +519,11 @@ impl Sandbox {
     /// # Ok(()) }
     /// ```
     pub async fn processes(&self) -> Result<Vec<Process>, Error> {
-        let list: ListProcessesResponse = self
-            .client()
-            .send(self.client().request(
-                Method::GET,
-                &format!("/api/v1/sandbox/{}/processes", self.id()),
-            ))
-            .await?;
+        let list: ListProcessesResponse = self.get_json("/processes").await?;
         Ok(list
             .processes
             .into_iter()
-            .map(|info| Process {
-                client: self.client().clone(),
-                sandbox_id: self.id().to_owned(),
-                info,
-            })
+            .map(|info| self.process_of(info))
             .collect())
     }
 
@@ -555,18 +536,8 @@ impl Sandbox {
     /// # Ok(()) }
     /// ```
     pub async fn process(&self, process_id: &str) -> Result<Process, Error> {
-        let info: ProcessResponse = self
-            .client()
-            .send(self.client().request(
-                Method::GET,
-                &format!("/api/v1/sandbox/{}/processes/{process_id}", self.id()),
-            ))
-            .await?;
-        Ok(Process {
-            client: self.client().clone(),
-            sandbox_id: self.id().to_owned(),
-            info,
-        })
+        let info = self.get_json(&format!("/processes/{process_id}")).await?;
+        Ok(self.process_of(info))
     }
 }
 

@@ -2,9 +2,6 @@
 //! paths, and move whole trees as tar archives, buffered or streamed; make
 //! directories, move paths and watch a directory's changes.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
 use futures_util::stream::{BoxStream, Stream, StreamExt, TryStreamExt};
 use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -32,12 +29,7 @@ impl std::fmt::Debug for ByteStream {
     }
 }
 
-impl Stream for ByteStream {
-    type Item = Result<Bytes, Error>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx)
-    }
-}
+stream_of_inner!(ByteStream, Bytes);
 
 impl ByteStream {
     pub(crate) fn from_response(client: &Client, resp: reqwest::Response) -> Self {
@@ -144,12 +136,7 @@ impl std::fmt::Debug for FileWatch {
     }
 }
 
-impl Stream for FileWatch {
-    type Item = Result<WatchEvent, Error>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx)
-    }
-}
+stream_of_inner!(FileWatch, WatchEvent);
 
 impl FileWatch {
     /// Why the server ended the watch, once it did.
@@ -173,6 +160,14 @@ impl FileWatch {
 /// relative to `/workspace`.
 fn files_url(sb: &Sandbox, rest: &str) -> String {
     format!("/api/v1/sandbox/{}/files{rest}", sb.id())
+}
+
+/// The query naming a path and whether to act on its whole tree.
+fn path_query(path: &str, recursive: bool) -> [(&str, &str); 2] {
+    [
+        ("path", path),
+        ("recursive", if recursive { "true" } else { "false" }),
+    ]
 }
 
 fn is_json(resp: &reqwest::Response) -> bool {
@@ -363,10 +358,7 @@ impl Sandbox {
         let req = self
             .client()
             .request(Method::DELETE, &files_url(self, ""))
-            .query(&[
-                ("path", path),
-                ("recursive", if recursive { "true" } else { "false" }),
-            ]);
+            .query(&path_query(path, recursive));
         self.client().send_empty(req).await
     }
 
@@ -539,10 +531,7 @@ impl Sandbox {
         let req = self
             .client()
             .request(Method::GET, &files_url(self, "/watch"))
-            .query(&[
-                ("path", path),
-                ("recursive", if recursive { "true" } else { "false" }),
-            ])
+            .query(&path_query(path, recursive))
             .header(reqwest::header::ACCEPT, "text/event-stream");
         let client = self.client().clone();
         let resp = client.send_raw(req).await?;

@@ -22,6 +22,38 @@
 //! stream kills its command, a dropped [`Terminal`] ends its process.
 #![forbid(unsafe_code)]
 
+/// Makes a type that wraps a boxed stream in its `inner` field a [`Stream`]
+/// of the same items, `Result<$item, Error>`.
+macro_rules! stream_of_inner {
+    ($ty:ty, $item:ty) => {
+        impl futures_util::stream::Stream for $ty {
+            type Item = Result<$item, crate::error::Error>;
+            fn poll_next(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Self::Item>> {
+                futures_util::stream::StreamExt::poll_next_unpin(&mut self.inner, cx)
+            }
+        }
+    };
+}
+
+/// Chained setters that fill an `Option` field:
+/// `setters! { /// doc
+/// name(arg: Type) => field = value; }` makes
+/// `pub fn name(mut self, arg: Type) -> Self` that sets `field` to `Some(value)`.
+macro_rules! setters {
+    ($($(#[$attr:meta])* $name:ident($arg:ident: $ty:ty) => $field:ident = $value:expr;)*) => {
+        $(
+            $(#[$attr])*
+            pub fn $name(mut self, $arg: $ty) -> Self {
+                self.$field = Some($value);
+                self
+            }
+        )*
+    };
+}
+
 mod admin;
 mod client;
 mod error;

@@ -1,13 +1,11 @@
 //! Logs of a sandbox's main process: recent lines, or a live stream
 //! that resumes after the last line it saw when its connection drops.
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use chrono::DateTime;
-use futures_util::stream::{self, BoxStream, Stream, StreamExt};
+use futures_util::stream::{self, BoxStream, StreamExt};
 use reqwest::Method;
 use stockade_api::{LogLineResponse, LogsEndEvent, LogsResponse};
 
@@ -32,13 +30,9 @@ impl FollowLogs {
     pub fn new() -> Self {
         Self::default()
     }
-    pub fn tail(mut self, lines: usize) -> Self {
-        self.tail = Some(lines);
-        self
-    }
-    pub fn after(mut self, last_event_id: impl Into<String>) -> Self {
-        self.after = Some(last_event_id.into());
-        self
+    setters! {
+        tail(lines: usize) => tail = lines;
+        after(last_event_id: impl Into<String>) => after = last_event_id.into();
     }
 }
 
@@ -64,12 +58,7 @@ impl std::fmt::Debug for LogStream {
     }
 }
 
-impl Stream for LogStream {
-    type Item = Result<LogLineResponse, Error>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.poll_next_unpin(cx)
-    }
-}
+stream_of_inner!(LogStream, LogLineResponse);
 
 impl LogStream {
     /// The id of the last line delivered: pass it to [`FollowLogs::after`]

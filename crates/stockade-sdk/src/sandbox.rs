@@ -109,63 +109,49 @@ impl CreateParams {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Runs on the Docker host `server` (see the hosts an administrator
-    /// registered).
-    pub fn server(mut self, server: impl Into<String>) -> Self {
-        self.server = Some(server.into());
-        self
+    setters! {
+        /// Runs on the Docker host `server` (see the hosts an administrator
+        /// registered).
+        server(server: impl Into<String>) => server = server.into();
+        name(name: impl Into<String>) => name = name.into();
+        image(image: impl Into<String>) => image = image.into();
+        /// A runtime preset the server maps to an image (`node22`, `python3.13`, …).
+        runtime(runtime: impl Into<String>) => runtime = runtime.into();
+        start_command(cmd: impl Into<String>) => start_command = cmd.into();
+        /// Session timeout: the sandbox is stopped (or terminated, if not
+        /// persistent) when it expires.
+        timeout(timeout: Duration) => timeout = timeout;
+        /// `vcpus` cores and 2048 MB of memory per vCPU.
+        vcpus(vcpus: f64) => vcpus = vcpus;
+        cpu_cores(cores: f64) => cpu_cores = cores;
+        memory_gb(gb: f64) => memory_gb = gb;
+        disk_size_gb(gb: u32) => disk_size_gb = gb;
+        network_policy(policy: NetworkPolicy) => network_policy = policy;
+        persistent(persistent: bool) => persistent = persistent;
+        team(team_id: impl Into<String>) => team_id = team_id.into();
+        /// What `/workspace` starts from: a git repository, a tarball, a
+        /// snapshot or an upload.
+        ///
+        /// ```no_run
+        /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+        /// use stockade_sdk::{CreateParams, Sandbox, Source};
+        /// let from_tarball = CreateParams::new().source(Source::Tarball {
+        ///     url: "https://example.com/site.tar.gz".into(),
+        /// });
+        /// let sb = Sandbox::create(&client, from_tarball).await?;
+        /// # Ok(()) }
+        /// ```
+        source(source: Source) => source = source;
+        idempotency_key(key: impl Into<String>) => idempotency_key = key.into();
+        cancel_token(token: CancellationToken) => cancel = token;
     }
     /// Runs on a Docker host labelled `key=value` (several: all of them).
     pub fn host_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.host_selector.insert(key.into(), value.into());
         self
     }
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-    pub fn image(mut self, image: impl Into<String>) -> Self {
-        self.image = Some(image.into());
-        self
-    }
-    /// A runtime preset the server maps to an image (`node22`, `python3.13`, …).
-    pub fn runtime(mut self, runtime: impl Into<String>) -> Self {
-        self.runtime = Some(runtime.into());
-        self
-    }
-    pub fn start_command(mut self, cmd: impl Into<String>) -> Self {
-        self.start_command = Some(cmd.into());
-        self
-    }
     pub fn port(mut self, port: u16) -> Self {
         self.ports.push(port);
-        self
-    }
-    /// Session timeout: the sandbox is stopped (or terminated, if not
-    /// persistent) when it expires.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-    /// `vcpus` cores and 2048 MB of memory per vCPU.
-    pub fn vcpus(mut self, vcpus: f64) -> Self {
-        self.vcpus = Some(vcpus);
-        self
-    }
-    pub fn cpu_cores(mut self, cores: f64) -> Self {
-        self.cpu_cores = Some(cores);
-        self
-    }
-    pub fn memory_gb(mut self, gb: f64) -> Self {
-        self.memory_gb = Some(gb);
-        self
-    }
-    pub fn disk_size_gb(mut self, gb: u32) -> Self {
-        self.disk_size_gb = Some(gb);
-        self
-    }
-    pub fn network_policy(mut self, policy: NetworkPolicy) -> Self {
-        self.network_policy = Some(policy);
         self
     }
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -178,38 +164,6 @@ impl CreateParams {
     }
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.labels.push(label.into());
-        self
-    }
-    pub fn persistent(mut self, persistent: bool) -> Self {
-        self.persistent = Some(persistent);
-        self
-    }
-    pub fn team(mut self, team_id: impl Into<String>) -> Self {
-        self.team_id = Some(team_id.into());
-        self
-    }
-    /// What `/workspace` starts from: a git repository, a tarball, a
-    /// snapshot or an upload.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
-    /// use stockade_sdk::{CreateParams, Sandbox, Source};
-    /// let from_tarball = CreateParams::new().source(Source::Tarball {
-    ///     url: "https://example.com/site.tar.gz".into(),
-    /// });
-    /// let sb = Sandbox::create(&client, from_tarball).await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn source(mut self, source: Source) -> Self {
-        self.source = Some(source);
-        self
-    }
-    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.idempotency_key = Some(key.into());
-        self
-    }
-    pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        self.cancel = Some(token);
         self
     }
 
@@ -296,13 +250,15 @@ impl UpdateParams {
     pub fn new() -> Self {
         Self::default()
     }
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
+    setters! {
+        name(name: impl Into<String>) => name = name.into();
+        timeout(timeout: Duration) => timeout = timeout;
+        /// The new tags (empty removes them all).
+        tags(tags: BTreeMap<String, String>) => tags = tags;
+        /// The new environment (empty removes every variable).
+        env_vars(env: BTreeMap<String, String>) => env = env;
+        cpu_cores(cores: f64) => cpu_cores = cores;
+        memory_gb(gb: f64) => memory_gb = gb;
     }
     /// Adds a label to the new list of labels.
     pub fn label(mut self, label: impl Into<String>) -> Self {
@@ -325,29 +281,11 @@ impl UpdateParams {
             .insert(key.into(), value.into());
         self
     }
-    /// The new tags (empty removes them all).
-    pub fn tags(mut self, tags: BTreeMap<String, String>) -> Self {
-        self.tags = Some(tags);
-        self
-    }
     /// Adds a variable to the new environment.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env
             .get_or_insert_with(BTreeMap::new)
             .insert(key.into(), value.into());
-        self
-    }
-    /// The new environment (empty removes every variable).
-    pub fn env_vars(mut self, env: BTreeMap<String, String>) -> Self {
-        self.env = Some(env);
-        self
-    }
-    pub fn cpu_cores(mut self, cores: f64) -> Self {
-        self.cpu_cores = Some(cores);
-        self
-    }
-    pub fn memory_gb(mut self, gb: f64) -> Self {
-        self.memory_gb = Some(gb);
         self
     }
     /// `vcpus` cores and 2048 MB of memory per vCPU.
@@ -725,6 +663,19 @@ impl Sandbox {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// `GET /api/v1/sandbox/{id}{rest}`, decoded.
+    pub(crate) async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        rest: &str,
+    ) -> Result<T, Error> {
+        self.client
+            .send(
+                self.client
+                    .request(Method::GET, &format!("/api/v1/sandbox/{}{rest}", self.id())),
+            )
+            .await
     }
 
     /// Fetches the current state.

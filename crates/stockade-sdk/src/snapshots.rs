@@ -201,13 +201,7 @@ impl Sandbox {
     /// # Ok(()) }
     /// ```
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>, Error> {
-        let list: ListSnapshotsResponse = self
-            .client()
-            .send(self.client().request(
-                Method::GET,
-                &format!("/api/v1/sandbox/{}/snapshots", self.id()),
-            ))
-            .await?;
+        let list: ListSnapshotsResponse = self.get_json("/snapshots").await?;
         Ok(wrap(self.client(), list))
     }
 

@@ -84,26 +84,21 @@ impl TerminalOptions {
         self
     }
 
-    /// Run this shell command line instead of a login shell.
-    ///
-    /// ```
-    /// let o = stockade_sdk::TerminalOptions::new().command("htop || top");
-    /// assert_eq!(o.command.as_deref(), Some("htop || top"));
-    /// ```
-    pub fn command(mut self, line: impl Into<String>) -> Self {
-        self.command = Some(line.into());
-        self
-    }
-
-    /// Start in this directory.
-    ///
-    /// ```
-    /// let o = stockade_sdk::TerminalOptions::new().cwd("app"); // /workspace/app
-    /// assert_eq!(o.cwd.as_deref(), Some("app"));
-    /// ```
-    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
-        self.cwd = Some(dir.into());
-        self
+    setters! {
+        /// Run this shell command line instead of a login shell.
+        ///
+        /// ```
+        /// let o = stockade_sdk::TerminalOptions::new().command("htop || top");
+        /// assert_eq!(o.command.as_deref(), Some("htop || top"));
+        /// ```
+        command(line: impl Into<String>) => command = line.into();
+        /// Start in this directory.
+        ///
+        /// ```
+        /// let o = stockade_sdk::TerminalOptions::new().cwd("app"); // /workspace/app
+        /// assert_eq!(o.cwd.as_deref(), Some("app"));
+        /// ```
+        cwd(dir: impl Into<String>) => cwd = dir.into();
     }
 
     /// The query of the terminal request, or the first parameter that is
@@ -414,13 +409,10 @@ async fn pump(
                     }
                 };
                 if let Err(e) = ws.send(msg).await {
-                    if !exited {
-                        let _ = incoming
-                            .send(Incoming::Failed(Error::Closed(format!(
-                                "the terminal's connection failed: {e}"
-                            ))))
-                            .await;
-                    }
+                    report_unless_exited(&incoming, exited, format!(
+                        "the terminal's connection failed: {e}"
+                    ))
+                    .await;
                     return;
                 }
             }
@@ -437,25 +429,20 @@ async fn pump(
                         Err(_) => continue,
                     },
                     Some(Ok(Message::Close(_))) | None => {
-                        if !exited {
-                            let _ = incoming
-                                .send(Incoming::Failed(Error::Closed(
-                                    "the server closed the terminal before its process ended"
-                                        .into(),
-                                )))
-                                .await;
-                        }
+                        report_unless_exited(
+                            &incoming,
+                            exited,
+                            "the server closed the terminal before its process ended".into(),
+                        )
+                        .await;
                         return;
                     }
                     Some(Ok(_)) => continue,
                     Some(Err(e)) => {
-                        if !exited {
-                            let _ = incoming
-                                .send(Incoming::Failed(Error::Closed(format!(
-                                    "the terminal's connection failed: {e}"
-                                ))))
-                                .await;
-                        }
+                        report_unless_exited(&incoming, exited, format!(
+                            "the terminal's connection failed: {e}"
+                        ))
+                        .await;
                         return;
                     }
                 };
@@ -467,6 +454,16 @@ async fn pump(
     }
     // The terminal was dropped: closing the socket ends its process.
     let _ = ws.close(None).await;
+}
+
+/// Tells the reader the connection broke, unless the process already ended
+/// (then the break is the expected end of the socket).
+async fn report_unless_exited(incoming: &mpsc::Sender<Incoming>, exited: bool, message: String) {
+    if !exited {
+        let _ = incoming
+            .send(Incoming::Failed(Error::Closed(message)))
+            .await;
+    }
 }
 
 impl Sandbox {

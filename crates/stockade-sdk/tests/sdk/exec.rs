@@ -5,7 +5,7 @@ use std::time::Duration;
 use stockade_sdk::api::ProcessStatus;
 use stockade_sdk::{Command, CommandEvent, CreateParams, Error, Sandbox, StreamExt};
 
-use crate::helpers::server;
+use crate::helpers::{eventually, server};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn buffered_commands_report_output_exit_codes_and_timeouts() {
@@ -123,15 +123,12 @@ async fn streamed_commands_deliver_output_as_it_comes() {
         CommandEvent::Stdout("started\n".into())
     );
     drop(events);
-    let mut gone = false;
-    for _ in 0..50 {
+    let sb = &sb;
+    let gone = eventually(50, || async move {
         let ps = sb.run_command("ps").await.unwrap().stdout;
-        if !ps.contains("sleep 31") {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        !ps.contains("sleep 31")
+    })
+    .await;
     assert!(gone, "a dropped stream's command is killed");
 }
 

@@ -56,23 +56,19 @@ impl TestServer {
     }
 
     pub fn containers(&self) -> usize {
-        let out = std::process::Command::new("docker")
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=io.stockade.instance-id={}", self.instance),
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
+        self.count_containers("-aq")
     }
 
     pub fn running_containers(&self) -> usize {
+        self.count_containers("-q")
+    }
+
+    /// The containers of this server that `docker ps FLAGS` lists.
+    fn count_containers(&self, flags: &str) -> usize {
         let out = std::process::Command::new("docker")
             .args([
                 "ps",
-                "-q",
+                flags,
                 "--filter",
                 &format!("label=io.stockade.instance-id={}", self.instance),
             ])
@@ -80,6 +76,22 @@ impl TestServer {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).lines().count()
     }
+}
+
+/// Asks `check` up to `tries` times, 100 ms apart, until it answers yes;
+/// whether it did.
+pub async fn eventually<F, Fut>(tries: usize, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..tries {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
 }
 
 pub async fn server() -> TestServer {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use stockade_sdk::{CreateParams, Error, ListParams, Sandbox};
 
-use crate::helpers::{server, TestServer};
+use crate::helpers::{eventually, server, TestServer};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn create_find_list_stop_resume_delete() {
@@ -175,14 +175,11 @@ async fn scoped_use_stops_the_sandbox_on_return_error_and_panic() {
             .unwrap()
             .into_guard();
     }
-    let mut stopped = false;
-    for _ in 0..100 {
-        if Sandbox::find(&c, "dropped").await.unwrap().status() == "STOPPED" {
-            stopped = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let c = &c;
+    let stopped = eventually(100, || async move {
+        Sandbox::find(c, "dropped").await.unwrap().status() == "STOPPED"
+    })
+    .await;
     assert!(stopped, "a dropped guard stops its sandbox");
 }
 

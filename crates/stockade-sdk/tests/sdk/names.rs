@@ -11,9 +11,7 @@ async fn names_reach_live_then_terminated_sandboxes_and_snapshots() {
     let s = server().await;
     let c = &s.client;
 
-    let first = Sandbox::create(c, CreateParams::new().name("nb"))
-        .await
-        .unwrap();
+    let first = s.create(CreateParams::new().name("nb")).await;
     let snap_a = first.snapshot(Some("clean")).await.unwrap();
     first.delete().await.unwrap();
 

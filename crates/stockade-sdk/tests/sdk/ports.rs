@@ -43,14 +43,16 @@ async fn exposed_ports_are_served_through_the_proxy_with_a_token() {
     assert!((115..=121).contains(&ttl), "{ttl}");
 
     let http = reqwest::Client::new();
-    let mut body = String::new();
-    for _ in 0..200 {
-        let resp = http
-            .get(&url)
+    let with_token = || async {
+        http.get(&url)
             .header("X-Stockade-Token", &token.token)
             .send()
             .await
-            .unwrap();
+            .unwrap()
+    };
+    let mut body = String::new();
+    for _ in 0..200 {
+        let resp = with_token().await;
         if resp.status() == 200 {
             body = resp.text().await.unwrap();
             break;
@@ -66,12 +68,7 @@ async fn exposed_ports_are_served_through_the_proxy_with_a_token() {
     let err = sb.domain(8080).await.unwrap_err();
     assert!(matches!(err, Error::InvalidParams { .. }), "{err}");
     assert!(err.to_string().contains("not exposed"), "{err}");
-    let gone = http
-        .get(&url)
-        .header("X-Stockade-Token", &token.token)
-        .send()
-        .await
-        .unwrap();
+    let gone = with_token().await;
     assert_eq!(gone.status(), 404, "unexposed at once");
     let err = sb.unexpose_port(8080).await.unwrap_err();
     assert!(err.is_not_found(), "{err}");

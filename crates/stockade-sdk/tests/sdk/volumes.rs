@@ -10,12 +10,8 @@ use crate::helpers::server;
 async fn volumes_are_listed_and_orphans_removed_on_confirmation() {
     let s = server().await;
     let c = &s.client;
-    let live = Sandbox::create(c, CreateParams::new().name("live"))
-        .await
-        .unwrap();
-    let kept = Sandbox::create(c, CreateParams::new().name("kept"))
-        .await
-        .unwrap();
+    let live = s.create(CreateParams::new().name("live")).await;
+    let kept = s.create(CreateParams::new().name("kept")).await;
     kept.write_file("data.bin", vec![7u8; 2_000_000])
         .await
         .unwrap();
