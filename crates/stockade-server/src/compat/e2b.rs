@@ -20,6 +20,7 @@ use stockade_api::e2b::*;
 use stockade_api::{CreateSandboxRequest, SandboxResponse, SandboxSource};
 use stockade_core::{AccountId, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotKind};
 use stockade_service::compat::{self as svc_compat, Template};
+use stockade_service::sandbox::request::NewSandbox;
 use stockade_service::{lifecycle, snapshots, update};
 use tracing::instrument;
 
@@ -459,14 +460,8 @@ async fn create(
             )
         })?),
     };
-    let created = svc_compat::create_with_metadata(
-        &state.svc,
-        &caller.scope,
-        &create,
-        key,
-        req.metadata.clone().unwrap_or_default(),
-    )
-    .await?;
+    let new = NewSandbox::from(&create).with_metadata(req.metadata.clone().unwrap_or_default());
+    let created = state.svc.create_sandbox(&caller.scope, new, key).await?;
     tracing::Span::current().record("sandbox.id", created.sandbox.id.as_str());
     Ok((
         StatusCode::CREATED,
@@ -892,14 +887,8 @@ async fn fork(
             persistent: Some(from.spec.persistent),
             ..Default::default()
         };
-        let made = svc_compat::create_with_metadata(
-            &state.svc,
-            &caller.scope,
-            &create,
-            None,
-            from.spec.metadata.clone(),
-        )
-        .await;
+        let new = NewSandbox::from(&create).with_metadata(from.spec.metadata.clone());
+        let made = state.svc.create_sandbox(&caller.scope, new, None).await;
         results.push(match made {
             Ok(c) => E2bForkResult {
                 sandbox: Some(sandbox_answer(

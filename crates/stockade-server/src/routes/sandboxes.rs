@@ -20,6 +20,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
 use crate::AppState;
 use stockade_service::lifecycle;
+use stockade_service::sandbox::request::NewSandbox;
 use stockade_service::sandbox::queries::BulkSelection;
 
 /// A sandbox as the caller reads it (`prime-sandboxes` gets its start
@@ -79,7 +80,10 @@ pub async fn create(
         (Some(h), _) => Some(h),
         (None, b) => b,
     };
-    let created = state.svc.create_sandbox(&caller.scope, &req, key).await?;
+    let created = state
+        .svc
+        .create_sandbox(&caller.scope, NewSandbox::from(&req), key)
+        .await?;
     let mut resp = (StatusCode::CREATED, respond(&created.sandbox, &headers)).into_response();
     if created.replayed {
         resp.headers_mut()

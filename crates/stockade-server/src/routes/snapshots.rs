@@ -20,6 +20,7 @@ use utoipa::OpenApi;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, Caller};
 use crate::AppState;
+use stockade_service::sandbox::request::NewSandbox;
 use stockade_service::{lifecycle, snapshots, sources};
 
 /// The routes of this module, relative to `/api/v1`.
@@ -186,7 +187,7 @@ pub async fn fork(
     };
     let created = state
         .svc
-        .create_sandbox(&caller.scope, &create, None)
+        .create_sandbox(&caller.scope, NewSandbox::from(&create), None)
         .await?;
     let sb = created.sandbox;
     tracing::Span::current().record("fork.id", sb.id.as_str());

@@ -41,15 +41,18 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use reqwest::Url;
-use stockade_api::{CreateSandboxRequest, SandboxSource};
+use stockade_api::SandboxSource;
+use stockade_core::spec::SpecInput;
 use stockade_core::{
-    AccountId, Quota, SandboxId, SandboxSpec, Snapshot, SnapshotKind, StoredUsage, UploadId,
+    AccountId, Quota, Sandbox, SandboxId, SandboxSpec, Snapshot, SnapshotKind, StoredUsage,
+    UploadId,
 };
 use stockade_runtime::{ByteStream, RuntimeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::{info, warn};
 
 use crate::error::{ServiceError, ServiceResult};
+use crate::sandbox::request::NewSandbox;
 use crate::{access, content::snapshots, Service};
 use stockade_core::net::AddressPolicy;
 use stockade_core::Scope;
@@ -143,154 +146,163 @@ pub async fn finish(svc: &Service, after: AfterCreate, created: bool) {
     }
 }
 
-/// Resolves `req.source`: the prepared archive and, for snapshots and
-/// forks, the request the sandbox's settings are built from instead (their
-/// image; for a fork, the source's settings where the request gives none);
-/// `None` where the source changes no setting.
-pub async fn resolve(
+/// A source as the first look found it: checked, its records loaded and
+/// its settings taken into the request, with the slow part (the clone,
+/// the download, the archive read, the fork's capture) still to come in
+/// [`fetch`].
+pub enum Pending {
+    Git { url: Url, git_ref: Option<String> },
+    Tarball { url: Url },
+    Upload { key: String },
+    Snapshot { key: String, workspace_bytes: Option<u64> },
+    Fork { from: Box<Sandbox> },
+}
+
+/// Looks at `new.source` without fetching anything: every field of it is
+/// checked, what it names is loaded under the caller's scope, and the
+/// settings a snapshot or fork brings are written into `new.spec` (a
+/// snapshot's image and captured environment; a fork's settings where the
+/// request gives none). `None` without a source.
+pub async fn look_up(
     svc: &Service,
     scope: &Scope,
-    req: &CreateSandboxRequest,
-) -> ServiceResult<(Option<CreateSandboxRequest>, Option<PreparedSource>)> {
-    let Some(source) = &req.source else {
-        return Ok((None, None));
+    new: &mut NewSandbox,
+) -> ServiceResult<Option<Pending>> {
+    let Some(source) = &new.source else {
+        return Ok(None);
     };
     let limits = &svc.config.sources;
+    let pending = match source {
+        SandboxSource::Git { url, git_ref } => Pending::Git {
+            url: parse_url(url, &["https", "http", "git"], limits).await?,
+            git_ref: git_ref
+                .as_deref()
+                .map(|r| parse_git_ref(r, "source.ref"))
+                .transpose()?,
+        },
+        SandboxSource::Tarball { url } => Pending::Tarball {
+            url: parse_url(url, &["https", "http"], limits).await?,
+        },
+        SandboxSource::Upload { upload_id } => {
+            let id = UploadId::parse_field(upload_id, "source.uploadId")?;
+            let key = upload_key(&scope.account_id, &id);
+            let meta = svc.blobs.head(&key).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!("Upload {id} not found (or already used)"))
+            })?;
+            if expired(meta.last_modified, limits.upload_ttl) {
+                let _ = svc.blobs.delete(&key).await;
+                return Err(ServiceError::NotFound(format!(
+                    "Upload {id} has expired; upload the archive again"
+                )));
+            }
+            Pending::Upload { key }
+        }
+        SandboxSource::Snapshot { snapshot_id } => {
+            refuse_image_fields(&new.spec, "snapshot")?;
+            let snapshot = snapshots::load(svc, scope, snapshot_id, "source.snapshotId").await?;
+            if !snapshot.is_usable() {
+                return Err(ServiceError::Conflict(format!(
+                    "Snapshot {} is {}; only a READY snapshot can be restored",
+                    snapshot.id, snapshot.status
+                )));
+            }
+            let key = snapshot.blob_key.clone().ok_or_else(|| {
+                ServiceError::Internal(format!("snapshot {} has no workspace archive", snapshot.id))
+            })?;
+            new.spec.docker_image = Some(snapshot.image_ref.clone());
+            // The image was committed with the environment blanked: the
+            // values come from the record, under what the request sets.
+            if let Some(captured) = &snapshot.environment_vars {
+                let mut env = captured.clone();
+                env.extend(new.spec.environment_vars.take().unwrap_or_default());
+                new.spec.environment_vars = Some(env);
+            }
+            Pending::Snapshot {
+                key,
+                workspace_bytes: snapshot.workspace_bytes,
+            }
+        }
+        SandboxSource::Sandbox { sandbox_id } => {
+            refuse_image_fields(&new.spec, "sandbox")?;
+            let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
+            let from = access::load(svc, scope, id.as_str()).await?;
+            snapshots::ensure_capturable(&from)?;
+            inherit(&mut new.spec, &from.spec);
+            Pending::Fork {
+                from: Box::new(from),
+            }
+        }
+    };
+    Ok(Some(pending))
+}
+
+/// Fetches what [`look_up`] found: the archive the runtime unpacks (held
+/// to the unpack ceiling however it arrives), and for a fork the image of
+/// its fresh internal snapshot, which `sb` then runs.
+pub async fn fetch(
+    svc: &Service,
+    scope: &Scope,
+    pending: Pending,
+    sb: &mut Sandbox,
+) -> ServiceResult<PreparedSource> {
+    let limits = &svc.config.sources;
     let ceiling = svc.config.max_unpacked_bytes;
-    let resolved: ServiceResult<(Option<CreateSandboxRequest>, Option<PreparedSource>)> =
-        match source {
-            SandboxSource::Git { url, git_ref } => {
-                let url = parse_url(url, &["https", "http", "git"], limits).await?;
-                let git_ref = git_ref
-                    .as_deref()
-                    .map(|r| parse_git_ref(r, "source.ref"))
-                    .transpose()?;
-                let archive = clone_as_tar(limits, ceiling, &url, git_ref.as_deref()).await?;
-                Ok((
-                    None,
-                    Some(PreparedSource {
-                        archive,
-                        after: AfterCreate::Nothing,
-                    }),
-                ))
-            }
-            SandboxSource::Tarball { url } => {
-                let url = parse_url(url, &["https", "http"], limits).await?;
-                let archive = download_archive(limits, ceiling, &url).await?;
-                Ok((
-                    None,
-                    Some(PreparedSource {
-                        archive,
-                        after: AfterCreate::Nothing,
-                    }),
-                ))
-            }
-            SandboxSource::Upload { upload_id } => {
-                let id = UploadId::parse_field(upload_id, "source.uploadId")?;
-                let key = upload_key(&scope.account_id, &id);
-                let meta = svc.blobs.head(&key).await?.ok_or_else(|| {
-                    ServiceError::NotFound(format!("Upload {id} not found (or already used)"))
-                })?;
-                if expired(meta.last_modified, limits.upload_ttl) {
-                    let _ = svc.blobs.delete(&key).await;
-                    return Err(ServiceError::NotFound(format!(
-                        "Upload {id} has expired; upload the archive again"
-                    )));
-                }
-                // Checked when it was uploaded; counted again under today's ceiling.
+    let (archive, after) = match pending {
+        Pending::Git { url, git_ref } => (
+            clone_as_tar(limits, ceiling, &url, git_ref.as_deref()).await?,
+            AfterCreate::Nothing,
+        ),
+        Pending::Tarball { url } => (
+            download_archive(limits, ceiling, &url).await?,
+            AfterCreate::Nothing,
+        ),
+        Pending::Upload { key } => {
+            // Checked when it was uploaded; counted again under today's ceiling.
+            let (_, counted) = svc.blobs.get_stream(&key).await?;
+            within_ceiling(counted, ceiling, "The uploaded archive").await?;
+            let (_, archive) = svc.blobs.get_stream(&key).await?;
+            (archive, AfterCreate::ConsumeUpload(key))
+        }
+        Pending::Snapshot {
+            key,
+            workspace_bytes,
+        } => {
+            // An archive no larger than the ceiling cannot unpack to more.
+            if workspace_bytes.is_none_or(|b| b > ceiling) {
                 let (_, counted) = svc.blobs.get_stream(&key).await?;
-                within_ceiling(counted, ceiling, "The uploaded archive").await?;
-                let (_, archive) = svc.blobs.get_stream(&key).await?;
-                Ok((
-                    None,
-                    Some(PreparedSource {
-                        archive,
-                        after: AfterCreate::ConsumeUpload(key),
-                    }),
-                ))
+                within_ceiling(counted, ceiling, "The snapshot's /workspace").await?;
             }
-            SandboxSource::Snapshot { snapshot_id } => {
-                refuse_image_fields(req, "snapshot")?;
-                let snapshot =
-                    snapshots::load(svc, scope, snapshot_id, "source.snapshotId").await?;
-                if !snapshot.is_usable() {
-                    return Err(ServiceError::Conflict(format!(
-                        "Snapshot {} is {}; only a READY snapshot can be restored",
-                        snapshot.id, snapshot.status
-                    )));
+            (svc.blobs.get_stream(&key).await?.1, AfterCreate::Nothing)
+        }
+        Pending::Fork { from } => {
+            // Counted before anything is made: a sparse file can make a
+            // tiny disk hold a huge /workspace.
+            let from_rt = svc.runtime_for(&from).await?;
+            let counted = from_rt
+                .export_workspace(&from.id)
+                .await
+                .map_err(|e| no_container(e, &from.id))?;
+            within_ceiling(counted, ceiling, "The sandbox's /workspace").await?;
+            let snapshot = snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
+            sb.spec.docker_image = snapshot.image_ref.clone();
+            let guard = ForkSnapshot {
+                svc: svc.clone(),
+                snapshot: Some(snapshot),
+            };
+            match from_rt.export_workspace(&from.id).await {
+                Ok(archive) => (archive, AfterCreate::ReleaseSnapshot(Box::new(guard))),
+                Err(e) => {
+                    guard.release().await;
+                    return Err(no_container(e, &from.id));
                 }
-                let key = snapshot.blob_key.clone().ok_or_else(|| {
-                    ServiceError::Internal(format!(
-                        "snapshot {} has no workspace archive",
-                        snapshot.id
-                    ))
-                })?;
-                // An archive no larger than the ceiling cannot unpack to more.
-                if snapshot.workspace_bytes.is_none_or(|b| b > ceiling) {
-                    let (_, counted) = svc.blobs.get_stream(&key).await?;
-                    within_ceiling(counted, ceiling, "The snapshot's /workspace").await?;
-                }
-                let (_, archive) = svc.blobs.get_stream(&key).await?;
-                let mut req = req.clone();
-                req.docker_image = Some(snapshot.image_ref.clone());
-                // The image was committed with the environment blanked: the
-                // values come from the record, under what the request sets.
-                if let Some(captured) = &snapshot.environment_vars {
-                    let mut env = captured.clone();
-                    env.extend(req.environment_vars.take().unwrap_or_default());
-                    req.environment_vars = Some(env);
-                }
-                Ok((
-                    Some(req),
-                    Some(PreparedSource {
-                        archive,
-                        after: AfterCreate::Nothing,
-                    }),
-                ))
             }
-            SandboxSource::Sandbox { sandbox_id } => {
-                refuse_image_fields(req, "sandbox")?;
-                let id = SandboxId::parse_field(sandbox_id, "source.sandboxId")?;
-                let from = access::load(svc, scope, id.as_str()).await?;
-                snapshots::ensure_capturable(&from)?;
-                // Counted before anything is made: a sparse file can make a
-                // tiny disk hold a huge /workspace.
-                let from_rt = svc.runtime_for(&from).await?;
-                let counted = from_rt
-                    .export_workspace(&from.id)
-                    .await
-                    .map_err(|e| no_container(e, &from.id))?;
-                within_ceiling(counted, ceiling, "The sandbox's /workspace").await?;
-                let snapshot =
-                    snapshots::capture(svc, scope, &from, None, SnapshotKind::Fork).await?;
-                let image = snapshot.image_ref.clone();
-                let guard = ForkSnapshot {
-                    svc: svc.clone(),
-                    snapshot: Some(snapshot),
-                };
-                let archive = match from_rt.export_workspace(&from.id).await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        guard.release().await;
-                        return Err(no_container(e, &from.id));
-                    }
-                };
-                Ok((
-                    Some(inherit(req, &from.spec, image)),
-                    Some(PreparedSource {
-                        archive,
-                        after: AfterCreate::ReleaseSnapshot(Box::new(guard)),
-                    }),
-                ))
-            }
-        };
-    let (req, prepared) = resolved?;
+        }
+    };
     // Whatever the source, the runtime unpacks it under the ceiling.
-    let prepared = prepared.map(|p| PreparedSource {
-        archive: crate::content::files::meter_archive(p.archive, ceiling).0,
-        after: p.after,
-    });
-    Ok((req, prepared))
+    Ok(PreparedSource {
+        archive: crate::content::files::meter_archive(archive, ceiling).0,
+        after,
+    })
 }
 
 fn no_container(e: RuntimeError, id: &SandboxId) -> ServiceError {
@@ -317,7 +329,7 @@ async fn within_ceiling(archive: ByteStream, ceiling: u64, what: &str) -> Servic
 }
 
 /// A snapshot or fork brings its own image.
-fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ServiceResult<()> {
+fn refuse_image_fields(req: &SpecInput, kind: &str) -> ServiceResult<()> {
     let message =
         format!("cannot be combined with a source of type '{kind}', which brings its own image");
     if req.docker_image.is_some() {
@@ -329,16 +341,11 @@ fn refuse_image_fields(req: &CreateSandboxRequest, kind: &str) -> ServiceResult<
     Ok(())
 }
 
-/// The request of a fork: the source's settings wherever `req` gives none,
-/// with the fork snapshot's image. The name is never inherited (it must be
-/// unique); it defaults to the new id.
-pub fn inherit(
-    req: &CreateSandboxRequest,
-    from: &SandboxSpec,
-    image: String,
-) -> CreateSandboxRequest {
-    let mut r = req.clone();
-    r.docker_image = Some(image);
+/// A fork's settings: the source's wherever the request gives none. The
+/// image is the fork snapshot's, set once it is captured; the name is
+/// never inherited (it must be unique) and defaults to the new id.
+pub fn inherit(r: &mut SpecInput, from: &SandboxSpec) {
+    r.docker_image = None;
     r.runtime = None;
     if r.start_command.is_none() {
         r.start_command = from.start_command.as_ref().map(|c| c.as_str().to_owned());
@@ -362,7 +369,6 @@ pub fn inherit(
         r.ports = Some(from.ports.iter().map(|p| i64::from(*p)).collect());
     }
     r.persistent = r.persistent.or(Some(from.persistent));
-    r
 }
 
 /// `uploads/{account}/{id}.tar`: an upload is only ever found by its owner.
@@ -471,7 +477,7 @@ pub async fn store_upload(
                 if let Err(m) = quota.check_upload_count(&others) {
                     Some(ServiceError::QuotaExceeded(m))
                 } else if let Err(m) = quota.check_upload_bytes(&others, bytes) {
-                    Some(ServiceError::PayloadTooLarge(m))
+                    Some(ServiceError::PayloadTooLarge(m.to_string()))
                 } else {
                     None
                 }

@@ -3,31 +3,15 @@
 //! sandbox's `metadata` with it, what an E2B template names, and a caller's
 //! whole list of sandboxes for filters the store does not index.
 
-use std::collections::BTreeMap;
-
 use stockade_api::{CreateSandboxRequest, SandboxSource};
 use stockade_core::{Sandbox, Scope, SnapshotId, SnapshotKind, SnapshotStatus};
 use stockade_store::SandboxFilter;
 
 use crate::error::{ServiceError, ServiceResult};
-use crate::sandbox::lifecycle::Created;
 use crate::Service;
 
 /// The most sandboxes [`list_all`] reads for one caller.
 pub const MAX_LISTED: usize = 10_000;
-
-/// Creates a sandbox as [`Service::create_sandbox`] does, with `metadata`
-/// in its record from the start.
-pub async fn create_with_metadata(
-    svc: &Service,
-    scope: &Scope,
-    req: &CreateSandboxRequest,
-    idempotency_key: Option<&str>,
-    metadata: BTreeMap<String, String>,
-) -> ServiceResult<Created> {
-    svc.create_sandbox_with_metadata(scope, req, idempotency_key, &metadata)
-        .await
-}
 
 /// What an E2B `templateID` names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,18 +1,17 @@
-//! A create as a client asks for it, in one pass down: every field checked,
-//! the image policy, the hosts that may take it (placed once), the
-//! `Idempotency-Key` (a repeated request answered with the first create's
-//! sandbox), the quota and host room (admitted once, held), the source
-//! (resolved once), then provisioning. Every front-end (native, E2B,
-//! prime) goes through it.
+//! A create in one pass down: every field checked once (the source looked
+//! up, its settings taken in, before anything slow), the image policy, the
+//! hosts that may take it (placed once), the `Idempotency-Key` (a repeated
+//! request answered with the first create's sandbox), the quota and host
+//! room (admitted once, held), the source fetched once, then provisioning.
+//! Every front-end (native, E2B, prime) goes through it.
 
-use std::collections::BTreeMap;
+use stockade_core::Scope;
 
-use stockade_api::CreateSandboxRequest;
-use stockade_core::{Sandbox, Scope};
-
+use crate::content::sources;
 use crate::error::{ServiceError, ServiceResult};
 use crate::sandbox::idempotency::{self, NextAction, Processing};
 use crate::sandbox::lifecycle::{self, Created, Provision};
+use crate::sandbox::request::NewSandbox;
 use crate::Service;
 
 impl Service {
@@ -22,42 +21,19 @@ impl Service {
     pub async fn create_sandbox(
         &self,
         scope: &Scope,
-        req: &CreateSandboxRequest,
+        mut new: NewSandbox,
         idempotency_key: Option<&str>,
     ) -> ServiceResult<Created> {
-        self.create_with(scope, req, idempotency_key, BTreeMap::new())
-            .await
-    }
-
-    /// [`Service::create_sandbox`] with `metadata` (checked) in the record
-    /// from the start; a key's request is the body and the metadata.
-    pub async fn create_sandbox_with_metadata(
-        &self,
-        scope: &Scope,
-        req: &CreateSandboxRequest,
-        idempotency_key: Option<&str>,
-        metadata: &BTreeMap<String, String>,
-    ) -> ServiceResult<Created> {
-        let metadata = stockade_core::spec::parse_metadata(metadata, "metadata")?;
-        self.create_with(scope, req, idempotency_key, metadata)
-            .await
-    }
-
-    async fn create_with(
-        &self,
-        scope: &Scope,
-        req: &CreateSandboxRequest,
-        idempotency_key: Option<&str>,
-        metadata: BTreeMap<String, String>,
-    ) -> ServiceResult<Created> {
+        // The image the caller named (a snapshot or fork brings its own).
+        let named_image = new.spec.docker_image.clone();
         // Every field is checked before a source is fetched (a clone can
-        // be long).
-        let mut sb = lifecycle::prepare(self, scope, req)?;
-        sb.spec.metadata = metadata;
-        if let Some(image) = &req.docker_image {
+        // be long): the source's own fields and records first, since a
+        // snapshot or fork brings settings of its own.
+        let pending = sources::look_up(self, scope, &mut new).await?;
+        let sb = lifecycle::prepare(self, scope, &new)?;
+        if let Some(image) = &named_image {
             // Only images a tenant may name, from registries that are not
-            // internal addresses. Images of sources (snapshots, forks) are
-            // set later, from what the caller owns.
+            // internal addresses.
             self.config.images.check(image, "dockerImage")?;
             crate::content::images::check_registry(
                 image,
@@ -77,7 +53,7 @@ impl Service {
         let processing = match idempotency_key {
             None => None,
             Some(key) => {
-                let hash = request_hash(req, &sb)?;
+                let hash = request_hash(&new)?;
                 match idempotency::try_processing(self, scope, key, &hash, &sb.id).await? {
                     NextAction::ReturnSaved(created) => return Ok(*created),
                     NextAction::StartProcessing(p) => Some(*p),
@@ -85,9 +61,13 @@ impl Service {
             }
         };
         let ready = async {
+            let mut sb = sb;
             // Admitted once, held until the record shows the sandbox.
             let admitted = crate::fleet::admission::admit_create(self, &sb).await?;
-            let (sb, source) = self.with_source(scope, req, sb).await?;
+            let source = match pending {
+                Some(p) => Some(sources::fetch(self, scope, p, &mut sb).await?),
+                None => None,
+            };
             Ok::<_, ServiceError>((sb, admitted, source))
         }
         .await;
@@ -121,34 +101,17 @@ impl Service {
             replayed: false,
         })
     }
-
-    /// Resolves the request's source once: its archive, and for snapshots
-    /// and forks the settings they bring (their image; a fork's settings
-    /// where the request gives none), checked into the record.
-    async fn with_source(
-        &self,
-        scope: &Scope,
-        req: &CreateSandboxRequest,
-        sb: Sandbox,
-    ) -> ServiceResult<(Sandbox, Option<crate::content::sources::PreparedSource>)> {
-        let (settings, source) = crate::content::sources::resolve(self, scope, req).await?;
-        let Some(settings) = settings else {
-            return Ok((sb, source));
-        };
-        let metadata = sb.spec.metadata.clone();
-        let mut sb = lifecycle::prepare_with_id(self, scope, &settings, sb.id)?;
-        sb.spec.metadata = metadata;
-        Ok((sb, source))
-    }
 }
 
-/// What a key's request is: the body, and the metadata when there is any
-/// (a body alone hashes as it always did).
-fn request_hash(req: &CreateSandboxRequest, sb: &Sandbox) -> ServiceResult<String> {
-    let internal = |e: serde_json::Error| ServiceError::Internal(e.to_string());
-    let mut bytes = serde_json::to_vec(req).map_err(internal)?;
-    if !sb.spec.metadata.is_empty() {
-        bytes.extend(serde_json::to_vec(&sb.spec.metadata).map_err(internal)?);
+/// What a key's request is: the front-end's body, and the metadata when
+/// there is any (a body alone hashes as it always did).
+fn request_hash(new: &NewSandbox) -> ServiceResult<String> {
+    let mut bytes = new.fingerprint.clone();
+    if !new.metadata.is_empty() {
+        bytes.extend(
+            serde_json::to_vec(&new.metadata)
+                .map_err(|e| ServiceError::Internal(e.to_string()))?,
+        );
     }
     Ok(stockade_core::account::sha256_hex(&bytes))
 }

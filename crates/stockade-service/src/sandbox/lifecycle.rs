@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures_util::StreamExt;
-use stockade_api::CreateSandboxRequest;
 use stockade_core::{
     AccountId, OperationKind, Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope, TeamId,
 };
@@ -22,25 +21,21 @@ use crate::error::{ServiceError, ServiceResult};
 use crate::fleet::admission::Admitted;
 use crate::fleet::placement::Candidate;
 use crate::ops::operations::OpGuard;
+use crate::sandbox::request::NewSandbox;
 use crate::Service;
 
 pub use crate::access::load;
 
-/// Validates a create request into a record in PROVISIONING (not yet saved).
-pub fn prepare(svc: &Service, scope: &Scope, req: &CreateSandboxRequest) -> ServiceResult<Sandbox> {
-    prepare_with_id(svc, scope, req, SandboxId::generate())
-}
-
-/// [`prepare`] for a sandbox whose id was chosen already.
-pub fn prepare_with_id(
-    svc: &Service,
-    scope: &Scope,
-    req: &CreateSandboxRequest,
-    id: SandboxId,
-) -> ServiceResult<Sandbox> {
-    let spec = SandboxSpec::from_input(req.spec_input(), &id, &svc.config.defaults)?;
+/// Checks every setting of a create once and makes the sandbox's record:
+/// a fresh id, the caller's account, its team (the caller must be a
+/// member) and the checked metadata.
+pub fn prepare(svc: &Service, scope: &Scope, new: &NewSandbox) -> ServiceResult<Sandbox> {
+    let metadata = stockade_core::spec::parse_metadata(&new.metadata, "metadata")?;
+    let id = SandboxId::generate();
+    let mut spec = SandboxSpec::from_input(new.spec.clone(), &id, &svc.config.defaults)?;
+    spec.metadata = metadata;
     svc.check_private_entries(&spec.network)?;
-    let team_id = match &req.team_id {
+    let team_id = match &new.team_id {
         None => None,
         Some(t) => {
             let team = TeamId::parse_field(t, "teamId")?;

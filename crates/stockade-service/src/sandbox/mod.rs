@@ -7,5 +7,6 @@ pub mod pool;
 pub mod ports;
 pub mod queries;
 pub mod recovery;
+pub mod request;
 pub mod sessions;
 pub mod update;
