@@ -68,17 +68,6 @@ impl Default for AdmissionConfig {
     }
 }
 
-impl AdmissionConfig {
-    /// No host checks (quotas still apply).
-    pub fn unchecked_hosts() -> Self {
-        Self {
-            cpu_overcommit: None,
-            memory_overcommit: None,
-            ..Self::default()
-        }
-    }
-}
-
 /// Parses an overcommit ratio as `--flag` takes it: a number from 0.1 to
 /// 1000, or `off` (not checked).
 pub fn parse_overcommit(value: &str, flag: &str) -> Result<Option<f64>, ConfigError> {

@@ -371,15 +371,6 @@ impl Pool {
         self.classes.iter().find(|c| c.fits(spec))
     }
 
-    /// Whether a member is ready for a create of `spec` on some host.
-    pub fn has_ready_for(&self, spec: &SandboxSpec) -> bool {
-        self.class_for(spec).is_some_and(|c| {
-            self.lock()
-                .iter()
-                .any(|((_, k), s)| *k == c.key && !s.ready.is_empty())
-        })
-    }
-
     /// CPU and memory the ready members hold on host `host` (for admission control;
     /// members being made count through their admission grants).
     pub fn reserved_on(&self, host: &str) -> Resources {
