@@ -693,40 +693,32 @@ pub trait LeaseStore: Send + Sync {
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool>;
 }
 
-/// Everything the server needs from its database. Implemented for every
-/// type that has all the roles; a test double implements only the role it
-/// fakes and is used where that role is asked for.
-pub trait Store:
-    HealthStore
-    + SettingsStore
-    + AccountStore
-    + TeamStore
-    + SandboxStore
-    + IdempotencyStore
-    + SnapshotStore
-    + OperationStore
-    + QuotaStore
-    + LeaseStore
-    + HostStore
-    + 'static
-{
+/// Declares [`Store`] as the join of `$role`s, implemented for every type
+/// that has them all.
+macro_rules! store_of_roles {
+    ($($role:ident),+) => {
+        /// Everything the server needs from its database. Implemented for
+        /// every type that has all the roles; a test double implements only
+        /// the role it fakes and is used where that role is asked for.
+        pub trait Store: $($role +)+ 'static {}
+
+        impl<T> Store for T where T: $($role +)+ 'static {}
+    };
 }
 
-impl<T> Store for T where
-    T: HealthStore
-        + SettingsStore
-        + AccountStore
-        + TeamStore
-        + SandboxStore
-        + IdempotencyStore
-        + SnapshotStore
-        + OperationStore
-        + QuotaStore
-        + LeaseStore
-        + HostStore
-        + 'static
-{
-}
+store_of_roles!(
+    HealthStore,
+    SettingsStore,
+    AccountStore,
+    TeamStore,
+    SandboxStore,
+    IdempotencyStore,
+    SnapshotStore,
+    OperationStore,
+    QuotaStore,
+    LeaseStore,
+    HostStore
+);
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,
 /// `postgres://…`) and applies its migrations.

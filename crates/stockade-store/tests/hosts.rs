@@ -16,8 +16,8 @@ use chrono::{Duration, SubsecRound, Utc};
 use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::spec::SpecInput;
 use stockade_core::{
-    AccountId, Defaults, Host, HostHealth, HostState, HostTls, Operation, OperationKind, Resources,
-    Sandbox, SandboxId, SandboxSpec, SandboxStatus, Scope,
+    AccountId, Defaults, Host, HostHealth, HostState, HostTls, Operation, Resources, Sandbox,
+    SandboxId, SandboxSpec, SandboxStatus, Scope,
 };
 use stockade_store::{CandidateLoad, Placed, PlacementCandidate, Store, StoreError};
 
@@ -64,6 +64,24 @@ fn record(account: &AccountId, name: &str, server: &str, cpu: f64, memory_gb: f6
     )
 }
 
+async fn host_names(store: &dyn Store) -> Vec<String> {
+    let hosts = store.list_hosts().await.unwrap();
+    hosts.into_iter().map(|h| h.name).collect()
+}
+
+/// Where `sb` was placed among `candidates` (with `op`, if any).
+async fn place(
+    store: &dyn Store,
+    sb: &mut Sandbox,
+    op: Option<&Operation>,
+    candidates: &[PlacementCandidate],
+) -> Placed {
+    store
+        .insert_sandbox_placed(sb, op, candidates)
+        .await
+        .unwrap()
+}
+
 fn candidate(server: &str, cpus: Option<u64>, memory_gb: Option<u64>) -> PlacementCandidate {
     PlacementCandidate {
         server: server.into(),
@@ -99,14 +117,7 @@ async fn hosts(store: Arc<dyn Store>) {
     assert_eq!(store.get_host("edge-1").await.unwrap(), full);
     let plain = host("alpha");
     store.insert_host(&plain).await.unwrap();
-    let names: Vec<String> = store
-        .list_hosts()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| h.name)
-        .collect();
-    assert_eq!(names, ["alpha", "edge-1"]);
+    assert_eq!(host_names(store.as_ref()).await, ["alpha", "edge-1"]);
 
     // A taken name.
     let err = store.insert_host(&host("alpha")).await.unwrap_err();
@@ -224,14 +235,7 @@ async fn hosts(store: Arc<dyn Store>) {
         store.delete_host("ghost").await,
         Err(StoreError::NotFound)
     ));
-    let names: Vec<String> = store
-        .list_hosts()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| h.name)
-        .collect();
-    assert_eq!(names, ["local"]);
+    assert_eq!(host_names(store.as_ref()).await, ["local"]);
 }
 
 async fn placement(store: Arc<dyn Store>) {
@@ -259,19 +263,9 @@ async fn placement(store: Arc<dyn Store>) {
     // The freest: p1 (4/8 after) against p2 (13/16 after). The record and
     // its operation are inserted with its server set.
     let mut sb = record(&account, "placed-1", "unset", 1.0, 1.0);
-    let op = Operation::new(
-        sb.id.to_string(),
-        OperationKind::Create,
-        account.clone(),
-        "test",
-        Utc::now(),
-        Utc::now() + Duration::seconds(60),
-    );
+    let op = common::create_op(&sb.id, &account);
     assert_eq!(
-        store
-            .insert_sandbox_placed(&mut sb, Some(&op), &candidates)
-            .await
-            .unwrap(),
+        place(store.as_ref(), &mut sb, Some(&op), &candidates).await,
         Placed::On("p1".into())
     );
     assert_eq!(sb.server, "p1");
@@ -296,19 +290,12 @@ async fn placement(store: Arc<dyn Store>) {
     };
     let mut sb = record(&account, "placed-2", "unset", 1.0, 0.5);
     assert_eq!(
-        store
-            .insert_sandbox_placed(&mut sb, None, &busy)
-            .await
-            .unwrap(),
+        place(store.as_ref(), &mut sb, None, &busy).await,
         Placed::On("p2".into())
     );
     // p1: 4 CPUs + 3 extra + 2 > 8: only p2 fits, and not for 4 GB.
     let mut sb = record(&account, "too-big", "unset", 2.0, 4.0);
-    let Placed::Full(loads) = store
-        .insert_sandbox_placed(&mut sb, None, &busy)
-        .await
-        .unwrap()
-    else {
+    let Placed::Full(loads) = place(store.as_ref(), &mut sb, None, &busy).await else {
         panic!("nothing fits");
     };
     assert_eq!(
@@ -345,31 +332,18 @@ async fn placement(store: Arc<dyn Store>) {
         candidate("wide", None, None),
     ];
     assert_eq!(
-        store
-            .insert_sandbox_placed(&mut sb, None, &open)
-            .await
-            .unwrap(),
+        place(store.as_ref(), &mut sb, None, &open).await,
         Placed::On("wide".into())
     );
     let mut nowhere = record(&account, "nowhere", "unset", 0.5, 0.5);
     assert_eq!(
-        store
-            .insert_sandbox_placed(&mut nowhere, None, &[])
-            .await
-            .unwrap(),
+        place(store.as_ref(), &mut nowhere, None, &[]).await,
         Placed::Full(Vec::new())
     );
 
     // A taken name is a conflict, and nothing is written (nor its operation).
     let mut twin = record(&account, "placed-1", "unset", 0.5, 0.5);
-    let twin_op = Operation::new(
-        twin.id.to_string(),
-        OperationKind::Create,
-        account.clone(),
-        "test",
-        Utc::now(),
-        Utc::now() + Duration::seconds(60),
-    );
+    let twin_op = common::create_op(&twin.id, &account);
     let err = store
         .insert_sandbox_placed(&mut twin, Some(&twin_op), &candidates)
         .await
@@ -402,10 +376,7 @@ async fn race(a: Arc<dyn Store>, b: Arc<dyn Store>) {
         tasks.push(tokio::spawn(async move {
             let mut sb = record(&account, &format!("racer-{i}"), "unset", 1.0, 0.5);
             barrier.wait().await;
-            let placed = store
-                .insert_sandbox_placed(&mut sb, None, &candidates)
-                .await
-                .unwrap();
+            let placed = place(store.as_ref(), &mut sb, None, &candidates).await;
             let reserved = store.server_reserved("tight", &[]).await.unwrap();
             assert!(reserved.cpu_millis <= 5000, "{reserved:?}");
             placed

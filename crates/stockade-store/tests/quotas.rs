@@ -16,8 +16,8 @@ use chrono::{SubsecRound, Utc};
 use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::spec::SpecInput;
 use stockade_core::{
-    AccountId, Defaults, Operation, OperationKind, Quota, QuotaUsage, Resources, Sandbox,
-    SandboxId, SandboxSpec, SandboxStatus, Snapshot, SnapshotKind, SnapshotStatus,
+    AccountId, Defaults, Quota, QuotaUsage, Resources, Sandbox, SandboxId, SandboxSpec,
+    SandboxStatus, Snapshot, SnapshotKind, SnapshotStatus,
 };
 use stockade_store::{PgStore, SqliteStore, Store, StoreError};
 
@@ -30,6 +30,23 @@ async fn sqlite_memory_quotas() {
     quotas(stockade_store::connect("sqlite::memory:").await.unwrap()).await;
 }
 
+/// Brings the database of `$pool` to the schema before 0007 and writes the
+/// rows an earlier version would have ([`old_rows`]) with `$statements`,
+/// the backend's SQL for them; the account written. A macro, as the two
+/// backends' pools and queries are of different types.
+macro_rules! write_old_rows {
+    ($pool:expr, $backend:literal, $statements:expr) => {{
+        let (_migrations, migrator) = migrator_before_0007($backend).await;
+        migrator.run($pool).await.unwrap();
+        let (account, old) = (AccountId::generate(), old_record(SandboxStatus::Running));
+        for (sql, values) in $statements.into_iter().zip(old_rows(&account, &old)) {
+            let query = values.iter().fold(sqlx::query(sql), |q, v| q.bind(v));
+            query.execute($pool).await.unwrap();
+        }
+        account
+    }};
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_migration_fills_the_resource_columns() {
     let dir = tempfile::tempdir().unwrap();
@@ -39,33 +56,15 @@ async fn sqlite_migration_fills_the_resource_columns() {
     let pool = sqlx::SqlitePool::connect_with(options.unwrap())
         .await
         .unwrap();
-    let before = migrations_before_0007("sqlite");
-    sqlx::migrate::Migrator::new(before.path())
-        .await
-        .unwrap()
-        .run(&pool)
-        .await
-        .unwrap();
-    let (account, old) = (AccountId::generate(), old_record(SandboxStatus::Running));
-    let ts = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    sqlx::query("INSERT INTO accounts (id, name, is_admin, created_at) VALUES (?, 'old', 0, ?)")
-        .bind(account.to_string())
-        .bind(ts(Utc::now()))
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO sandboxes (id, account_id, name, status, server, created_at, version, metadata) \
-         VALUES (?, ?, ?, 'RUNNING', 'local', ?, 0, ?)",
-    )
-    .bind(old.id.to_string())
-    .bind(account.to_string())
-    .bind(old.spec.name.as_str())
-    .bind(ts(old.created_at))
-    .bind(serde_json::to_string(&old.metadata()).unwrap())
-    .execute(&pool)
-    .await
-    .unwrap();
+    let account = write_old_rows!(
+        &pool,
+        "sqlite",
+        [
+            "INSERT INTO accounts (id, name, is_admin, created_at) VALUES (?, 'old', 0, ?)",
+            "INSERT INTO sandboxes (id, account_id, name, status, server, created_at, version, metadata) \
+             VALUES (?, ?, ?, 'RUNNING', 'local', ?, 0, ?)",
+        ]
+    );
     pool.close().await;
     let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await.unwrap());
     filled(store.as_ref(), &account).await;
@@ -75,34 +74,16 @@ async fn sqlite_migration_fills_the_resource_columns() {
 async fn postgres_migration_fills_the_resource_columns() {
     common::on_postgres("postgres_migration", |url| async move {
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
-        let before = migrations_before_0007("postgres");
-        sqlx::migrate::Migrator::new(before.path())
-            .await
-            .unwrap()
-            .run(&pool)
-            .await
-            .unwrap();
-        let (account, old) = (AccountId::generate(), old_record(SandboxStatus::Running));
-        sqlx::query(
-            "INSERT INTO accounts (id, name, is_admin, created_at) VALUES ($1, 'old', FALSE, $2)",
-        )
-        .bind(account.to_string())
-        .bind(Utc::now())
-        .execute(&pool)
-        .await
-        .unwrap();
-        sqlx::query(
-            "INSERT INTO sandboxes (id, account_id, name, status, server, created_at, version, metadata) \
-             VALUES ($1, $2, $3, 'RUNNING', 'local', $4, 0, $5::jsonb)",
-        )
-        .bind(old.id.to_string())
-        .bind(account.to_string())
-        .bind(old.spec.name.as_str())
-        .bind(old.created_at)
-        .bind(serde_json::to_string(&old.metadata()).unwrap())
-        .execute(&pool)
-        .await
-        .unwrap();
+        let account = write_old_rows!(
+            &pool,
+            "postgres",
+            [
+                "INSERT INTO accounts (id, name, is_admin, created_at) \
+                 VALUES ($1, 'old', FALSE, $2::timestamptz)",
+                "INSERT INTO sandboxes (id, account_id, name, status, server, created_at, version, metadata) \
+                 VALUES ($1, $2, $3, 'RUNNING', 'local', $4::timestamptz, 0, $5::jsonb)",
+            ]
+        );
         pool.close().await;
         let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url).await.unwrap());
         filled(store.as_ref(), &account).await;
@@ -110,8 +91,9 @@ async fn postgres_migration_fills_the_resource_columns() {
     .await;
 }
 
-/// The migrations of `backend` before 0007, in a directory of their own.
-fn migrations_before_0007(backend: &str) -> tempfile::TempDir {
+/// A migrator of `backend`'s migrations before 0007, read from a directory
+/// of their own (returned with it, to be kept while it runs).
+async fn migrator_before_0007(backend: &str) -> (tempfile::TempDir, sqlx::migrate::Migrator) {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("migrations")
@@ -123,7 +105,25 @@ fn migrations_before_0007(backend: &str) -> tempfile::TempDir {
             std::fs::copy(&path, dir.path().join(name)).unwrap();
         }
     }
-    dir
+    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    (dir, migrator)
+}
+
+/// The values, as text, of the rows an earlier version wrote for `old` of
+/// `account`: its account's (id, created_at), then its own (id,
+/// account_id, name, created_at, metadata).
+fn old_rows(account: &AccountId, old: &Sandbox) -> [Vec<String>; 2] {
+    let ts = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    [
+        vec![account.to_string(), ts(Utc::now())],
+        vec![
+            old.id.to_string(),
+            account.to_string(),
+            old.spec.name.as_str().to_owned(),
+            ts(old.created_at),
+            serde_json::to_string(&old.metadata()).unwrap(),
+        ],
+    ]
 }
 
 /// A record as an earlier version wrote it: 1.5 CPUs, 3 GB, 12 GB disk.
@@ -253,34 +253,24 @@ async fn quotas(store: Arc<dyn Store>) {
     // Alice: running, provisioning (through the create's transaction),
     // stopped, in error, and destroyed; one on another server. Bob: one.
     let running = record(&alice.id, "local", SandboxStatus::Running, 1.0, 2.0, 10);
-    store.insert_sandbox(&running).await.unwrap();
     let provisioning = record(&alice.id, "local", SandboxStatus::Provisioning, 0.5, 1.0, 5);
-    let op = Operation::new(
-        provisioning.id.to_string(),
-        OperationKind::Create,
-        alice.id.clone(),
-        "test",
-        Utc::now(),
-        Utc::now() + chrono::Duration::seconds(60),
-    );
+    let stopped = record(&alice.id, "local", SandboxStatus::Stopped, 2.0, 4.0, 20);
+    let broken = record(&alice.id, "local", SandboxStatus::Error, 4.0, 8.0, 1);
+    let gone = record(&alice.id, "local", SandboxStatus::Running, 8.0, 16.0, 40);
+    let elsewhere = record(&alice.id, "far", SandboxStatus::Running, 3.0, 6.0, 7);
+    let bobs = record(&bob.id, "local", SandboxStatus::Running, 0.25, 1.0, 3);
+    let op = common::create_op(&provisioning.id, &alice.id);
     store
         .insert_sandbox_with_operation(&provisioning, &op)
         .await
         .unwrap();
-    let stopped = record(&alice.id, "local", SandboxStatus::Stopped, 2.0, 4.0, 20);
-    store.insert_sandbox(&stopped).await.unwrap();
-    let broken = record(&alice.id, "local", SandboxStatus::Error, 4.0, 8.0, 1);
-    store.insert_sandbox(&broken).await.unwrap();
-    let gone = record(&alice.id, "local", SandboxStatus::Running, 8.0, 16.0, 40);
-    store.insert_sandbox(&gone).await.unwrap();
+    for sb in [&running, &stopped, &broken, &gone, &elsewhere, &bobs] {
+        store.insert_sandbox(sb).await.unwrap();
+    }
     store
         .soft_delete_sandbox(&gone.id, Utc::now())
         .await
         .unwrap();
-    let elsewhere = record(&alice.id, "far", SandboxStatus::Running, 3.0, 6.0, 7);
-    store.insert_sandbox(&elsewhere).await.unwrap();
-    let bobs = record(&bob.id, "local", SandboxStatus::Running, 0.25, 1.0, 3);
-    store.insert_sandbox(&bobs).await.unwrap();
 
     // Sandboxes and disk: everything not terminated; CPU and memory: what
     // runs or is being created, on every server.
@@ -331,13 +321,8 @@ async fn quotas(store: Arc<dyn Store>) {
 
     // The columns follow every write: a resize, a start, a stop, the end
     // of an operation, a purge.
-    let mut resized = store
-        .get_sandbox(
-            &stockade_core::Scope::account(alice.id.clone()),
-            &running.id,
-        )
-        .await
-        .unwrap();
+    let alice_scope = stockade_core::Scope::account(alice.id.clone());
+    let mut resized = store.get_sandbox(&alice_scope, &running.id).await.unwrap();
     resized.spec.cpu_cores = 3.0;
     resized.spec.memory_gb = 6.0;
     let resized = store.update_sandbox(&resized).await.unwrap();
@@ -357,10 +342,7 @@ async fn quotas(store: Arc<dyn Store>) {
     stopped_again.mark_stopped(Utc::now(), None);
     store.update_sandbox(&stopped_again).await.unwrap();
     let mut made = store
-        .get_sandbox(
-            &stockade_core::Scope::account(alice.id.clone()),
-            &provisioning.id,
-        )
+        .get_sandbox(&alice_scope, &provisioning.id)
         .await
         .unwrap();
     made.mark_running(Utc::now());

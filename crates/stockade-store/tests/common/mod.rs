@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use sqlx::{Connection, Executor, PgConnection};
-use stockade_core::SandboxId;
+use stockade_core::{AccountId, Operation, OperationKind, SandboxId};
 use stockade_store::{PgStore, SqliteStore, Store};
 
 /// Runs `body` on a fresh PostgreSQL database, dropped afterwards; skipped
@@ -35,6 +35,20 @@ where
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }
+}
+
+/// A create of `target` by `account`, begun now by holder `test` with a
+/// lease of a minute.
+pub fn create_op(target: &SandboxId, account: &AccountId) -> Operation {
+    let now = chrono::Utc::now();
+    Operation::new(
+        target.as_str(),
+        OperationKind::Create,
+        account.clone(),
+        "test",
+        now,
+        now + chrono::Duration::seconds(60),
+    )
 }
 
 /// A store on a SQLite file `file` in a new temporary directory (kept as
