@@ -107,26 +107,34 @@ impl ResolvedNames {
 
     /// Whether `client` was told (and may still use) that `name` has `ip`.
     pub fn contains(&self, client: IpAddr, name: &str, ip: IpAddr) -> bool {
-        let name = stockade_core::netpolicy::normalize_name(name);
-        let now = Instant::now();
-        self.lock()
-            .clients
-            .get(&client.to_canonical())
-            .and_then(|names| names.get(&name))
-            .and_then(|addrs| addrs.get(&ip.to_canonical()))
-            .is_some_and(|&until| until > now)
+        self.with_addrs(client, name, |addrs, now| {
+            addrs
+                .get(&ip.to_canonical())
+                .is_some_and(|&until| until > now)
+        })
+        .unwrap_or(false)
     }
 
     /// The unexpired addresses `client` got for `name`.
     pub fn addresses(&self, client: IpAddr, name: &str) -> Vec<ResolvedAddr> {
+        self.with_addrs(client, name, live).unwrap_or_default()
+    }
+
+    /// `read` applied to the addresses (with their expiry) `client` got for
+    /// `name`, and the time now; `None` when it got none.
+    fn with_addrs<R>(
+        &self,
+        client: IpAddr,
+        name: &str,
+        read: impl FnOnce(&HashMap<IpAddr, Instant>, Instant) -> R,
+    ) -> Option<R> {
         let name = stockade_core::netpolicy::normalize_name(name);
         let now = Instant::now();
         self.lock()
             .clients
             .get(&client.to_canonical())
             .and_then(|names| names.get(&name))
-            .map(|addrs| live(addrs, now))
-            .unwrap_or_default()
+            .map(|addrs| read(addrs, now))
     }
 
     /// Every name `client` resolved, with its unexpired addresses, sorted

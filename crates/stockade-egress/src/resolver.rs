@@ -104,9 +104,16 @@ impl Resolver {
         ours[..2].copy_from_slice(&id.to_be_bytes());
         let mut failures = Vec::new();
         for &server in &self.servers {
+            let attempt = Attempt {
+                server,
+                query: &ours,
+                id,
+                question: &question,
+                deadline: tokio::time::Instant::now() + self.timeout,
+            };
             let attempt = match transport {
-                Transport::Udp => self.udp(server, &ours, id, &question).await,
-                Transport::Tcp => self.tcp(server, &ours, id, &question).await,
+                Transport::Udp => attempt.udp().await,
+                Transport::Tcp => attempt.tcp().await,
             };
             match attempt {
                 Ok(mut answer) => {
@@ -117,67 +124,6 @@ impl Resolver {
             }
         }
         Err(DnsError::Unanswered(failures.join("; ")))
-    }
-
-    async fn udp(
-        &self,
-        server: SocketAddr,
-        query: &[u8],
-        id: u16,
-        question: &Query,
-    ) -> Result<Vec<u8>, String> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let local: SocketAddr = if server.is_ipv4() {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
-        };
-        let socket = UdpSocket::bind(local).await.map_err(|e| e.to_string())?;
-        socket.connect(server).await.map_err(|e| e.to_string())?;
-        socket.send(query).await.map_err(|e| e.to_string())?;
-        let mut buf = vec![0; 65_535];
-        loop {
-            let n = timeout_at(deadline, socket.recv(&mut buf))
-                .await
-                .map_err(|_| "timed out".to_owned())?
-                .map_err(|e| e.to_string())?;
-            // Anything else on this socket (a stray or forged datagram) is
-            // ignored until the deadline.
-            if answers(&buf[..n], id, question) {
-                return Ok(buf[..n].to_vec());
-            }
-        }
-    }
-
-    async fn tcp(
-        &self,
-        server: SocketAddr,
-        query: &[u8],
-        id: u16,
-        question: &Query,
-    ) -> Result<Vec<u8>, String> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let exchange = async {
-            let mut stream = TcpStream::connect(server).await?;
-            stream.set_nodelay(true)?;
-            let mut framed = Vec::with_capacity(query.len() + 2);
-            framed.extend_from_slice(&(query.len() as u16).to_be_bytes());
-            framed.extend_from_slice(query);
-            stream.write_all(&framed).await?;
-            let len = stream.read_u16().await?;
-            let mut answer = vec![0; usize::from(len)];
-            stream.read_exact(&mut answer).await?;
-            Ok::<_, std::io::Error>(answer)
-        };
-        let answer = timeout_at(deadline, exchange)
-            .await
-            .map_err(|_| "timed out".to_owned())?
-            .map_err(|e| e.to_string())?;
-        if answers(&answer, id, question) {
-            Ok(answer)
-        } else {
-            Err("the answer does not match the question".into())
-        }
     }
 
     /// The addresses (A and AAAA, through CNAMEs) of `name`, with their TTL
@@ -332,6 +278,65 @@ pub(crate) fn addresses_in(message: &Message, qname: &Name) -> Vec<(IpAddr, u32)
         }
     }
     found
+}
+
+/// One query to one upstream server, with our id, answered by `deadline`.
+#[derive(Clone, Copy)]
+struct Attempt<'a> {
+    server: SocketAddr,
+    query: &'a [u8],
+    id: u16,
+    question: &'a Query,
+    deadline: tokio::time::Instant,
+}
+
+impl Attempt<'_> {
+    async fn udp(&self) -> Result<Vec<u8>, String> {
+        let local: SocketAddr = if self.server.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = UdpSocket::bind(local).await.map_err(|e| e.to_string())?;
+        socket.connect(self.server).await.map_err(|e| e.to_string())?;
+        socket.send(self.query).await.map_err(|e| e.to_string())?;
+        let mut buf = vec![0; 65_535];
+        loop {
+            let n = timeout_at(self.deadline, socket.recv(&mut buf))
+                .await
+                .map_err(|_| "timed out".to_owned())?
+                .map_err(|e| e.to_string())?;
+            // Anything else on this socket (a stray or forged datagram) is
+            // ignored until the deadline.
+            if answers(&buf[..n], self.id, self.question) {
+                return Ok(buf[..n].to_vec());
+            }
+        }
+    }
+
+    async fn tcp(&self) -> Result<Vec<u8>, String> {
+        let exchange = async {
+            let mut stream = TcpStream::connect(self.server).await?;
+            stream.set_nodelay(true)?;
+            let mut framed = Vec::with_capacity(self.query.len() + 2);
+            framed.extend_from_slice(&(self.query.len() as u16).to_be_bytes());
+            framed.extend_from_slice(self.query);
+            stream.write_all(&framed).await?;
+            let len = stream.read_u16().await?;
+            let mut answer = vec![0; usize::from(len)];
+            stream.read_exact(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer)
+        };
+        let answer = timeout_at(self.deadline, exchange)
+            .await
+            .map_err(|_| "timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        if answers(&answer, self.id, self.question) {
+            Ok(answer)
+        } else {
+            Err("the answer does not match the question".into())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -434,15 +434,18 @@ mod tests {
         // Allow-all: the private ranges, then back to Docker's rules; its DNS
         // to the filter when it runs, no redirects when it does not.
         let none = PrivateAccess::none();
-        let open = apply_script(
-            &c,
-            &listings,
-            &me,
-            addr,
-            &EgressPolicy::AllowAll,
-            &none,
-            Some(PORTS),
-        );
+        let allow_all = |ports| {
+            apply_script(
+                &c,
+                &listings,
+                &me,
+                addr,
+                &EgressPolicy::AllowAll,
+                &none,
+                ports,
+            )
+        };
+        let open = allow_all(Some(PORTS));
         let filter = open.split("*nat").next().unwrap();
         let own_rules: Vec<&str> = filter
             .lines()
@@ -451,15 +454,7 @@ mod tests {
         assert_eq!(own_rules, [format!("-A {mine} -j {}", c.private(&none))]);
         assert!(open.contains("--dport 53 -j REDIRECT --to-ports 41053"));
         assert!(!open.contains("--to-ports 41001"));
-        let unfiltered = apply_script(
-            &c,
-            &listings,
-            &me,
-            addr,
-            &EgressPolicy::AllowAll,
-            &none,
-            None,
-        );
+        let unfiltered = allow_all(None);
         assert!(!unfiltered.contains("REDIRECT"));
         assert!(unfiltered.contains(&format!("-A {mine} -j {}", c.private(&none))));
 

@@ -19,38 +19,22 @@ use crate::{
     RuntimeInfo, RuntimeResult, VolumeInfo,
 };
 
-/// Creates, runs and removes sandbox containers and their volumes: every
-/// role below. Implemented for each type that implements them all.
-pub trait Runtime:
-    Inspect
-    + Lifecycle
-    + Exec
-    + Logs
-    + Files
-    + Volumes
-    + Update
-    + Snapshots
-    + Isolation
-    + Egress
-    + Disk
-    + 'static
-{
+/// Declares `Runtime` as all of the given roles together, implemented for
+/// each type that implements them all (the list is written once).
+macro_rules! all_roles {
+    ($(#[$doc:meta])* pub trait $name:ident: $first:ident $(+ $role:ident)*) => {
+        $(#[$doc])*
+        pub trait $name: $first $(+ $role)* + 'static {}
+
+        impl<T> $name for T where T: $first $(+ $role)* + 'static {}
+    };
 }
 
-impl<T> Runtime for T where
-    T: Inspect
-        + Lifecycle
-        + Exec
-        + Logs
-        + Files
-        + Volumes
-        + Update
-        + Snapshots
-        + Isolation
-        + Egress
-        + Disk
-        + 'static
-{
+all_roles! {
+    /// Creates, runs and removes sandbox containers and their volumes: every
+    /// role below. Implemented for each type that implements them all.
+    pub trait Runtime:
+        Inspect + Lifecycle + Exec + Logs + Files + Volumes + Update + Snapshots + Isolation + Egress + Disk
 }
 
 /// Facts about the engine and its containers.

@@ -47,6 +47,15 @@ const DNS_TARGET: &str = "192.0.2.53";
 const CHAIN_PREFIX: &str = "STKEG-";
 /// The cloud metadata address, held by the upstream namespace.
 const METADATA: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
+/// The iptables match and target that let replies through.
+const REPLIES: [&str; 6] = [
+    "-m",
+    "conntrack",
+    "--ctstate",
+    "RELATED,ESTABLISHED",
+    "-j",
+    "ACCEPT",
+];
 /// The routing table of a run is this plus its process id.
 const TABLE_BASE: u32 = 1_000_000;
 
@@ -73,6 +82,33 @@ fn have(tool: &str) -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The `ip` commands that make namespace `ns` and join it to the host by a
+/// veth pair: `host_if` on the host with `host_addr`, `ns_if` inside with
+/// `addrs`; both ends and the namespace's loopback up.
+fn joined_namespace<'a>(
+    ns: &'a str,
+    host_if: &'a str,
+    ns_if: &'a str,
+    host_addr: &'a str,
+    addrs: &[&'a str],
+) -> Vec<Vec<&'a str>> {
+    let mut steps = vec![
+        vec!["ip", "netns", "add", ns],
+        vec![
+            "ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if,
+        ],
+        vec!["ip", "link", "set", ns_if, "netns", ns],
+        vec!["ip", "addr", "add", host_addr, "dev", host_if],
+        vec!["ip", "link", "set", host_if, "up"],
+        vec!["ip", "-n", ns, "link", "set", "lo", "up"],
+    ];
+    for addr in addrs {
+        steps.push(vec!["ip", "-n", ns, "addr", "add", addr, "dev", ns_if]);
+    }
+    steps.push(vec!["ip", "-n", ns, "link", "set", ns_if, "up"]);
+    steps
 }
 
 /// Why the test cannot run here, if it cannot.
@@ -260,18 +296,8 @@ impl Lab {
         let via = self.gateway.to_string();
         let sbx_net = format!("10.213.{k}.0/24");
         let up_via = format!("10.214.{k}.1");
-        let steps: Vec<Vec<&str>> = vec![
-            vec!["ip", "netns", "add", &sbx],
-            vec!["ip", "netns", "add", &up],
-            vec![
-                "ip", "link", "add", &sh, "type", "veth", "peer", "name", &ss,
-            ],
-            vec!["ip", "link", "set", &ss, "netns", &sbx],
-            vec!["ip", "addr", "add", &gw, "dev", &sh],
-            vec!["ip", "link", "set", &sh, "up"],
-            vec!["ip", "-n", &sbx, "link", "set", "lo", "up"],
-            vec!["ip", "-n", &sbx, "addr", "add", &sandbox, "dev", &ss],
-            vec!["ip", "-n", &sbx, "link", "set", &ss, "up"],
+        let mut steps = joined_namespace(&sbx, &sh, &ss, &gw, &[&sandbox]);
+        steps.extend([
             vec!["ip", "-n", &sbx, "route", "add", &up_net, "via", &via],
             vec![
                 "ip",
@@ -283,21 +309,18 @@ impl Lab {
                 "via",
                 &via,
             ],
-            vec![
-                "ip", "link", "add", &uh, "type", "veth", "peer", "name", &us,
-            ],
-            vec!["ip", "link", "set", &us, "netns", &up],
-            vec!["ip", "addr", "add", &up_gw, "dev", &uh],
-            vec!["ip", "link", "set", &uh, "up"],
-            vec!["ip", "-n", &up, "link", "set", "lo", "up"],
-            vec!["ip", "-n", &up, "addr", "add", &up_a, "dev", &us],
-            vec!["ip", "-n", &up, "addr", "add", &up_b, "dev", &us],
-            vec!["ip", "-n", &up, "addr", "add", &up_c, "dev", &us],
-            vec!["ip", "-n", &up, "addr", "add", &metadata, "dev", &us],
-            vec!["ip", "-n", &up, "link", "set", &us, "up"],
+        ]);
+        steps.extend(joined_namespace(
+            &up,
+            &uh,
+            &us,
+            &up_gw,
+            &[&up_a, &up_b, &up_c, &metadata],
+        ));
+        steps.extend([
             vec!["ip", "-n", &up, "route", "add", &sbx_net, "via", &up_via],
             vec!["ip", "-n", &sbx, "route", "add", &metadata, "via", &via],
-        ];
+        ]);
         for step in steps {
             run(&step)?;
         }
@@ -392,19 +415,7 @@ impl Lab {
             ),
             (
                 "filter",
-                vec![
-                    "FORWARD",
-                    "-i",
-                    &uh,
-                    "-o",
-                    &sh,
-                    "-m",
-                    "conntrack",
-                    "--ctstate",
-                    "RELATED,ESTABLISHED",
-                    "-j",
-                    "ACCEPT",
-                ],
+                [&["FORWARD", "-i", &uh, "-o", &sh][..], &REPLIES].concat(),
             ),
         ];
         for (table, rule) in hooks {
@@ -426,14 +437,7 @@ impl Lab {
             [&["-p", "tcp", "--dport", &proxy][..], &dnat].concat(),
             [&["-p", "udp", "--dport", &dns][..], &dnat].concat(),
             [&["-p", "tcp", "--dport", &dns][..], &dnat].concat(),
-            vec![
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "RELATED,ESTABLISHED",
-                "-j",
-                "ACCEPT",
-            ],
+            REPLIES.to_vec(),
             vec!["-j", "DROP"],
         ];
         for rule in rules {

@@ -170,19 +170,13 @@ impl DockerRuntime {
     /// there (or not running).
     async fn sandbox_network_address(&self, id: &SandboxId) -> RuntimeResult<Option<IpAddr>> {
         let docker = self.client().await?;
-        let inspected = match docker.inspect_container(&container_name(id), None).await {
-            Ok(c) => c,
-            Err(e) if status_code(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(self.map_err(e, "inspect container")),
-        };
-        let running = inspected
-            .state
-            .as_ref()
-            .and_then(|s| s.running)
-            .unwrap_or(false);
-        if !running {
+        let Some(inspected) = self
+            .inspect_sandbox(&docker, id)
+            .await?
+            .filter(|c| c.state.as_ref().and_then(|s| s.running) == Some(true))
+        else {
             return Ok(None);
-        }
+        };
         Ok(inspected
             .network_settings
             .and_then(|n| n.networks)

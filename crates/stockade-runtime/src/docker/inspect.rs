@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bollard::container::{InspectContainerOptions, ListContainersOptions};
+use bollard::container::ListContainersOptions;
 use bollard::Docker;
 use stockade_core::SandboxId;
 
-use super::{container_name, parse_time, status_code, DockerRuntime, PROBE_TIMEOUT};
+use super::{parse_time, DockerRuntime, PROBE_TIMEOUT};
 use crate::{
     labels, ContainerState, ContainerStats, Inspect, ManagedContainer, RuntimeInfo, RuntimeResult,
 };
@@ -140,13 +140,8 @@ impl Inspect for DockerRuntime {
 
     async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>> {
         let docker = self.client().await?;
-        let inspected = match docker
-            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
-            .await
-        {
-            Ok(c) => c,
-            Err(e) if status_code(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(self.map_err(e, "inspect container")),
+        let Some(inspected) = self.inspect_sandbox(&docker, id).await? else {
+            return Ok(None);
         };
         let agent = inspected
             .config

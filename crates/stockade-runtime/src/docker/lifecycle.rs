@@ -301,7 +301,28 @@ impl DockerRuntime {
         }
     }
 
-    pub(super) async fn create_inner(
+    /// Creates the sandbox's container (and its volume when missing) with
+    /// `labels`; whatever it made is removed again when it fails.
+    pub(super) async fn create_or_undo(
+        &self,
+        spec: &ContainerSpec,
+        workspace: Option<ByteStream>,
+        labels: HashMap<String, String>,
+    ) -> RuntimeResult<String> {
+        let docker = self.client().await?;
+        let mut undo = CreateUndo::new(docker.clone(), spec);
+        let created = self
+            .create_inner(&docker, spec, &mut undo, workspace, labels)
+            .await;
+        if created.is_ok() {
+            undo.disarm();
+        } else {
+            undo.run_now().await;
+        }
+        created
+    }
+
+    async fn create_inner(
         &self,
         docker: &Docker,
         spec: &ContainerSpec,
@@ -475,42 +496,14 @@ impl Lifecycle for DockerRuntime {
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
-        let docker = self.client().await?;
-        let mut undo = CreateUndo::new(docker.clone(), spec);
-        match self
-            .create_inner(&docker, spec, &mut undo, None, stockade_labels(spec))
-            .await
-        {
-            Ok(id) => {
-                undo.disarm();
-                Ok(id)
-            }
-            Err(e) => {
-                undo.run_now().await;
-                Err(e)
-            }
-        }
+        self.create_or_undo(spec, None, stockade_labels(spec)).await
     }
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %member.sandbox_id, image = %member.image))]
     async fn create_pool_member(&self, member: &PoolMemberSpec) -> RuntimeResult<String> {
         let spec = member.container_spec();
-        let docker = self.client().await?;
-        let mut undo = CreateUndo::new(docker.clone(), &spec);
         let labels = member.labels().into_iter().collect();
-        match self
-            .create_inner(&docker, &spec, &mut undo, None, labels)
-            .await
-        {
-            Ok(id) => {
-                undo.disarm();
-                Ok(id)
-            }
-            Err(e) => {
-                undo.run_now().await;
-                Err(e)
-            }
-        }
+        self.create_or_undo(&spec, None, labels).await
     }
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
@@ -599,7 +592,7 @@ enum ContainerUndo {
 
 /// What a `create` made so far, removed again when it fails or is
 /// cancelled: the container, and the volume only if this call made it.
-pub(super) struct CreateUndo {
+struct CreateUndo {
     docker: Docker,
     sandbox_id: SandboxId,
     instance_id: InstanceId,
@@ -611,7 +604,7 @@ pub(super) struct CreateUndo {
 }
 
 impl CreateUndo {
-    pub(super) fn new(docker: Docker, spec: &ContainerSpec) -> Self {
+    fn new(docker: Docker, spec: &ContainerSpec) -> Self {
         Self {
             docker,
             sandbox_id: spec.sandbox_id.clone(),
@@ -623,12 +616,18 @@ impl CreateUndo {
         }
     }
 
-    pub(super) fn disarm(&mut self) {
+    fn disarm(&mut self) {
         self.armed = false;
     }
 
-    pub(super) async fn run_now(&mut self) {
+    async fn run_now(&mut self) {
         self.armed = false;
+        self.removal().await;
+    }
+
+    /// Removes what the create made; the future holds its own copies, so
+    /// it may outlive the create.
+    fn removal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         undo_create(
             self.docker.clone(),
             self.sandbox_id.clone(),
@@ -637,7 +636,6 @@ impl CreateUndo {
             self.volume_owned,
             self.disk.clone(),
         )
-        .await;
     }
 }
 
@@ -650,14 +648,7 @@ impl Drop for CreateUndo {
         // background, outside the cancelled task.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             tracing::info!(sandbox.id = %self.sandbox_id, "create cancelled: removing what it made");
-            handle.spawn(undo_create(
-                self.docker.clone(),
-                self.sandbox_id.clone(),
-                self.instance_id.clone(),
-                self.container.clone(),
-                self.volume_owned,
-                self.disk.clone(),
-            ));
+            handle.spawn(self.removal());
         }
     }
 }
@@ -799,44 +790,42 @@ mod tests {
 
     #[test]
     fn references_split() {
-        assert_eq!(
-            split_reference("node:20-bookworm"),
-            ("node".into(), "20-bookworm".into())
-        );
-        assert_eq!(
-            split_reference("busybox"),
-            ("busybox".into(), "latest".into())
-        );
-        assert_eq!(
-            split_reference("localhost:5000/a/b"),
-            ("localhost:5000/a/b".into(), "latest".into())
-        );
-        assert_eq!(
-            split_reference("localhost:5000/a/b:1.2"),
-            ("localhost:5000/a/b".into(), "1.2".into())
-        );
-        assert_eq!(
-            split_reference("x@sha256:abc"),
-            ("x".into(), "sha256:abc".into())
-        );
+        for (image, name, tag) in [
+            ("node:20-bookworm", "node", "20-bookworm"),
+            ("busybox", "busybox", "latest"),
+            ("localhost:5000/a/b", "localhost:5000/a/b", "latest"),
+            ("localhost:5000/a/b:1.2", "localhost:5000/a/b", "1.2"),
+            ("x@sha256:abc", "x", "sha256:abc"),
+        ] {
+            assert_eq!(split_reference(image), (name.into(), tag.into()), "{image}");
+        }
     }
 
     #[test]
     fn pull_reasons_are_short_and_classified() {
-        let r = pull_reason("Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host");
-        assert_eq!(r, "registry unreachable");
         let r = pull_reason(
             "pull access denied for nope, repository does not exist or may require 'docker login'",
         );
         assert!(r.starts_with("pull access denied"), "{r}");
-        assert_eq!(pull_reason(&"x".repeat(1000)), "pull failed");
-        // A registry's own words never come back, its status code does.
-        let r = pull_reason(
-            "error parsing HTTP 418 response body: invalid character '<': \
-             \"<html>SECRET-INTERNAL-PAGE</html>\"",
-        );
-        assert_eq!(r, "pull failed (HTTP 418)");
-        let r = pull_reason("received unexpected HTTP status: 503 Service Unavailable SECRET");
-        assert_eq!(r, "pull failed (HTTP 503)");
+        let too_long = "x".repeat(1000);
+        for (message, reason) in [
+            (
+                "Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host",
+                "registry unreachable",
+            ),
+            (too_long.as_str(), "pull failed"),
+            // A registry's own words never come back, its status code does.
+            (
+                "error parsing HTTP 418 response body: invalid character '<': \
+                 \"<html>SECRET-INTERNAL-PAGE</html>\"",
+                "pull failed (HTTP 418)",
+            ),
+            (
+                "received unexpected HTTP status: 503 Service Unavailable SECRET",
+                "pull failed (HTTP 503)",
+            ),
+        ] {
+            assert_eq!(pull_reason(message), reason, "{message}");
+        }
     }
 }

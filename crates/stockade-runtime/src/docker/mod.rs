@@ -587,6 +587,38 @@ impl DockerRuntime {
         RuntimeError::Unavailable(msg)
     }
 
+    /// The sandbox's container as the engine describes it; `None` when
+    /// there is none.
+    pub(crate) async fn inspect_sandbox(
+        &self,
+        docker: &Docker,
+        id: &SandboxId,
+    ) -> RuntimeResult<Option<bollard::models::ContainerInspectResponse>> {
+        match docker
+            .inspect_container(
+                &container_name(id),
+                None::<bollard::container::InspectContainerOptions>,
+            )
+            .await
+        {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if status_code(&e) == Some(404) => Ok(None),
+            Err(e) => Err(self.map_err(e, "inspect container")),
+        }
+    }
+
+    /// [`Self::inspect_sandbox`] for a container that must be there: a
+    /// missing one is NotFound, naming the sandbox.
+    pub(crate) async fn inspect_existing(
+        &self,
+        docker: &Docker,
+        id: &SandboxId,
+    ) -> RuntimeResult<bollard::models::ContainerInspectResponse> {
+        self.inspect_sandbox(docker, id)
+            .await?
+            .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))
+    }
+
     /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
     /// Unavailable with guidance, a refused CPU or memory limit →
     /// LimitRefused, anything else → Other. `what` names the operation for

@@ -4,12 +4,10 @@
 
 use std::net::IpAddr;
 
-use bollard::container::InspectContainerOptions;
 use bollard::models::ContainerInspectResponse;
 use stockade_core::SandboxId;
 
-use crate::docker::{container_name, status_code};
-use crate::{DockerRuntime, RuntimeError, RuntimeResult};
+use crate::{DockerRuntime, RuntimeResult};
 
 impl DockerRuntime {
     pub(crate) async fn container_address_inner(
@@ -17,13 +15,7 @@ impl DockerRuntime {
         id: &SandboxId,
     ) -> RuntimeResult<Option<IpAddr>> {
         let docker = self.client().await?;
-        let inspected = docker
-            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| match status_code(&e) {
-                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
-                _ => self.map_err(e, "inspect container"),
-            })?;
+        let inspected = self.inspect_existing(&docker, id).await?;
         Ok(address_of(&inspected))
     }
 }
@@ -75,13 +67,7 @@ impl DockerRuntime {
                 .map(|ip| crate::Upstream::Direct(std::net::SocketAddr::new(ip, port))));
         }
         let docker = self.client().await?;
-        let inspected = docker
-            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| match status_code(&e) {
-                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
-                _ => self.map_err(e, "inspect container"),
-            })?;
+        let inspected = self.inspect_existing(&docker, id).await?;
         let address = address_of(&inspected);
         Ok(self
             .agent_addr_of(&inspected, address)

@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::container::{
-    Config, DownloadFromContainerOptions, InspectContainerOptions, UploadToContainerOptions,
-};
+use bollard::container::{Config, DownloadFromContainerOptions, UploadToContainerOptions};
 use bollard::image::{CommitContainerOptions, RemoveImageOptions};
 use bollard::models::ContainerConfig;
 use bollard::Docker;
@@ -17,7 +15,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use stockade_core::{SandboxId, VolumeName};
 
-use super::lifecycle::{stockade_labels, CreateUndo};
+use super::lifecycle::stockade_labels;
 use super::{container_name, error_chain, status_code, DockerRuntime};
 use crate::{ByteStream, ContainerSpec, RuntimeError, RuntimeResult, Snapshots};
 
@@ -103,13 +101,7 @@ impl DockerRuntime {
             labels: Some(labels.clone().into_iter().collect::<HashMap<_, _>>()),
             ..Default::default()
         };
-        let inspected = docker
-            .inspect_container(&container_name(id), None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| match status_code(&e) {
-                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
-                _ => self.map_err(e, "inspect container"),
-            })?;
+        let inspected = self.inspect_existing(&docker, id).await?;
         if let Some(container) = inspected.config {
             without_agent(&mut config, &container);
             let image_env = match inspected.image.as_deref() {
@@ -199,27 +191,8 @@ impl DockerRuntime {
         spec: &ContainerSpec,
         archive: ByteStream,
     ) -> RuntimeResult<String> {
-        let docker = self.client().await?;
-        let mut undo = CreateUndo::new(docker.clone(), spec);
-        match self
-            .create_inner(
-                &docker,
-                spec,
-                &mut undo,
-                Some(archive),
-                stockade_labels(spec),
-            )
+        self.create_or_undo(spec, Some(archive), stockade_labels(spec))
             .await
-        {
-            Ok(id) => {
-                undo.disarm();
-                Ok(id)
-            }
-            Err(e) => {
-                undo.run_now().await;
-                Err(e)
-            }
-        }
     }
 
     /// Unpacks `archive` into `/workspace` of a (created, not yet started)
