@@ -25,10 +25,13 @@ pub use fspath::SandboxPath;
 pub use host::{Host, HostHealth, HostState, HostTls};
 pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, TokenId, UploadId};
 pub use netpolicy::{
-    Cidr, Decision, DomainName, EgressPolicy, EgressRule, PrivateAccess, Reason, RuleList,
+    Cidr, Decision, DomainName, EgressPolicy, EgressRule, PolicyError, PrivateAccess, Reason,
+    RuleList,
 };
 pub use operation::{Operation, OperationId, OperationKind};
-pub use quota::{Footprint, Quota, QuotaInput, QuotaUsage, Resources, StoredUsage};
+pub use quota::{
+    Footprint, Quota, QuotaInput, QuotaUsage, Resources, StoredQuotaExceeded, StoredUsage,
+};
 pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;
 pub use snapshot::{Snapshot, SnapshotKind, SnapshotStatus};

@@ -12,8 +12,17 @@ pub struct IpNet {
     prefix: u8,
 }
 
+/// Why a text is not an [`IpNet`]; the Display is the message shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IpNetError {
+    #[error("'{0}' is not an IP address or CIDR")]
+    NotAnAddress(String),
+    #[error("invalid prefix length in '{0}'")]
+    BadPrefix(String),
+}
+
 impl IpNet {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, IpNetError> {
         let s = s.trim();
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
@@ -21,7 +30,7 @@ impl IpNet {
         };
         let addr: IpAddr = addr
             .parse()
-            .map_err(|_| format!("'{s}' is not an IP address or CIDR"))?;
+            .map_err(|_| IpNetError::NotAnAddress(s.to_owned()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
@@ -29,7 +38,7 @@ impl IpNet {
                 .parse::<u8>()
                 .ok()
                 .filter(|p| *p <= max)
-                .ok_or_else(|| format!("invalid prefix length in '{s}'"))?,
+                .ok_or_else(|| IpNetError::BadPrefix(s.to_owned()))?,
         };
         Ok(Self { addr, prefix })
     }

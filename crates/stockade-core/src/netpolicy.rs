@@ -52,6 +52,30 @@ use serde_json::Value;
 
 use crate::error::{FieldError, ValidationErrors};
 
+/// Why an entry, a name or an address block was refused; the Display is the
+/// message shown (without the field, which the caller knows).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(String);
+
+impl From<String> for PolicyError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for PolicyError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
+impl From<PolicyError> for String {
+    fn from(e: PolicyError) -> Self {
+        e.0
+    }
+}
+
 /// The most entries a policy holds, `allow` and `deny` together.
 pub const MAX_ENTRIES: usize = 64;
 /// The longest entry, in characters (the longest DNS name).
@@ -195,7 +219,7 @@ impl EgressPolicy {
                 match item {
                     Value::String(s) => match EgressRule::parse(s) {
                         Ok(rule) => rules.push(rule),
-                        Err(message) => errors.push(entry_field, message),
+                        Err(message) => errors.push(entry_field, message.to_string()),
                     },
                     _ => errors.push(entry_field, "must be a string"),
                 }
@@ -377,7 +401,7 @@ pub enum EgressRule {
 impl EgressRule {
     /// Parses one entry; the error says what is wrong with it (without the
     /// field, which the caller knows).
-    pub fn parse(entry: &str) -> Result<Self, String> {
+    pub fn parse(entry: &str) -> Result<Self, PolicyError> {
         if entry.is_empty() {
             return Err("must not be empty".into());
         }
@@ -385,7 +409,8 @@ impl EgressRule {
             return Err(format!(
                 "must be at most {MAX_ENTRY_LEN} characters (got {})",
                 entry.chars().count()
-            ));
+            )
+            .into());
         }
         let shown = entry;
         let (host, port) = split_port(entry).map_err(|m| format!("'{shown}': {m}"))?;
@@ -396,7 +421,8 @@ impl EgressRule {
             if !cidr.addr().is_ipv6() {
                 return Err(format!(
                     "'{shown}': brackets are for IPv6; write an IPv4 entry as 10.0.0.0/8:443"
-                ));
+                )
+                .into());
             }
             return Ok(Self::Cidr(cidr, port));
         }
@@ -407,10 +433,11 @@ impl EgressRule {
         if host.contains(':') {
             return Err(format!(
                 "'{shown}' is not an IPv6 address or CIDR (with a port, write [2001:db8::/32]:443)"
-            ));
+            )
+            .into());
         }
         if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-            return Err(format!("'{shown}' is not a valid IPv4 address"));
+            return Err(format!("'{shown}' is not a valid IPv4 address").into());
         }
         if let Some(suffix) = host.strip_prefix("*.") {
             let name = DomainName::parse(suffix).map_err(|m| format!("'{shown}': {m}"))?;
@@ -419,7 +446,8 @@ impl EgressRule {
         if host.contains('*') {
             return Err(format!(
                 "'{shown}': a wildcard may only be the whole first label, as in *.example.com"
-            ));
+            )
+            .into());
         }
         let name = DomainName::parse(host).map_err(|m| format!("'{shown}': {m}"))?;
         Ok(Self::Domain(name, port))
@@ -538,7 +566,7 @@ pub struct DomainName(String);
 
 impl DomainName {
     /// Parses and normalises a name; the error says what is wrong.
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, PolicyError> {
         if !name.is_ascii() {
             return Err(
                 "names are compared as ASCII: write an internationalised name in its \
@@ -551,7 +579,7 @@ impl DomainName {
             return Err("the name is empty".into());
         }
         if name.len() > MAX_ENTRY_LEN {
-            return Err(format!("a name has at most {MAX_ENTRY_LEN} characters"));
+            return Err(format!("a name has at most {MAX_ENTRY_LEN} characters").into());
         }
         for label in name.split('.') {
             if label.is_empty() {
@@ -599,17 +627,15 @@ pub struct Cidr {
 impl Cidr {
     /// The block of `addr`'s first `prefix` bits; refused when `prefix` is
     /// too long or `addr` has host bits set.
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, String> {
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, PolicyError> {
         let max = max_prefix(addr);
         if prefix > max {
-            return Err(format!("the prefix length is at most {max}"));
+            return Err(format!("the prefix length is at most {max}").into());
         }
         let net = Self { addr, prefix };
         let network = net.network();
         if network != addr {
-            return Err(format!(
-                "host bits are set: did you mean {network}/{prefix}?"
-            ));
+            return Err(format!("host bits are set: did you mean {network}/{prefix}?").into());
         }
         Ok(net)
     }
@@ -623,7 +649,7 @@ impl Cidr {
     }
 
     /// Parses `addr` or `addr/prefix`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
         let (addr, prefix) = match text.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (text, None),
@@ -705,7 +731,7 @@ fn mask_v6(prefix: u8) -> u128 {
 /// Parses one entry into a [`FieldError`] naming it (`networkPolicy.allow[2]`).
 pub fn parse_entry(list: RuleList, index: usize, entry: &str) -> Result<EgressRule, FieldError> {
     EgressRule::parse(entry)
-        .map_err(|m| FieldError::new(format!("{FIELD}.{}[{index}]", list.as_str()), m))
+        .map_err(|m| FieldError::new(format!("{FIELD}.{}[{index}]", list.as_str()), m.to_string()))
 }
 
 /// The blocks of the local network that no sandbox reaches, whatever its
@@ -790,7 +816,7 @@ impl PrivateAccess {
     /// Opts `blocks` in. Each must lie inside one of the
     /// [`PRIVATE_RANGES`] (anything else is reachable anyway, or wider than
     /// a range: list the ranges themselves); the error names the block.
-    pub fn new(blocks: impl IntoIterator<Item = Cidr>) -> Result<Self, String> {
+    pub fn new(blocks: impl IntoIterator<Item = Cidr>) -> Result<Self, PolicyError> {
         let mut allowed = Vec::new();
         for block in blocks {
             if !PRIVATE_RANGES.iter().any(|r| r.covers(&block)) {
@@ -799,7 +825,8 @@ impl PrivateAccess {
                     "'{block}' is not inside a private or link-local range ({}): only those \
                      are kept from sandboxes, so only blocks inside them can be opted in",
                     ranges.join(", ")
-                ));
+                )
+                .into());
             }
             allowed.push(block);
         }
@@ -810,7 +837,7 @@ impl PrivateAccess {
 
     /// Parses a list of CIDRs (blank items skipped), as
     /// [`new`](Self::new) checks them.
-    pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, String> {
+    pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, PolicyError> {
         let blocks = items
             .iter()
             .map(|s| s.as_ref().trim())
@@ -1265,7 +1292,7 @@ mod tests {
         // Only blocks inside a range can be opted in.
         for bad in ["0.0.0.0/0", "10.0.0.0/7", "8.8.8.8"] {
             let e = PrivateAccess::parse(&[bad]).unwrap_err();
-            assert!(e.contains("not inside a private"), "{bad}: {e}");
+            assert!(e.to_string().contains("not inside a private"), "{bad}: {e}");
         }
         assert!(PrivateAccess::parse(&["10.0.0.0/33"]).is_err());
         assert_eq!(

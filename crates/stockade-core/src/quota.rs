@@ -260,23 +260,31 @@ impl Quota {
 
     /// Whether one more snapshot fits: `account quota exceeded: 3 of 3
     /// snapshots`.
-    pub fn check_snapshot_count(&self, used: &StoredUsage) -> Result<(), String> {
+    pub fn check_snapshot_count(&self, used: &StoredUsage) -> Result<(), StoredQuotaExceeded> {
         check_count(self.snapshots, used.snapshots, "snapshots")
     }
 
     /// Whether a snapshot of `bytes` fits next to the `used` ones (which do
     /// not include it).
-    pub fn check_snapshot_bytes(&self, used: &StoredUsage, bytes: u64) -> Result<(), String> {
+    pub fn check_snapshot_bytes(
+        &self,
+        used: &StoredUsage,
+        bytes: u64,
+    ) -> Result<(), StoredQuotaExceeded> {
         check_bytes(self.snapshot_bytes, used.snapshot_bytes, bytes, "snapshots")
     }
 
     /// Whether one more upload fits.
-    pub fn check_upload_count(&self, used: &StoredUsage) -> Result<(), String> {
+    pub fn check_upload_count(&self, used: &StoredUsage) -> Result<(), StoredQuotaExceeded> {
         check_count(self.uploads, used.uploads, "uploads")
     }
 
     /// Whether an upload of `bytes` fits next to the `used` ones.
-    pub fn check_upload_bytes(&self, used: &StoredUsage, bytes: u64) -> Result<(), String> {
+    pub fn check_upload_bytes(
+        &self,
+        used: &StoredUsage,
+        bytes: u64,
+    ) -> Result<(), StoredQuotaExceeded> {
         check_bytes(self.upload_bytes, used.upload_bytes, bytes, "uploads")
     }
 
@@ -345,25 +353,60 @@ impl Quota {
     }
 }
 
+/// A refusal of one more snapshot or upload, or of its bytes; the Display
+/// is the message the caller shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoredQuotaExceeded {
+    /// One more of `what` (snapshots, uploads) would pass `limit`.
+    #[error("account quota exceeded: {used} of {limit} {what}")]
+    Count {
+        what: &'static str,
+        used: u64,
+        limit: u64,
+    },
+    /// `more` bytes of `what` next to `used` would pass `limit`.
+    #[error(
+        "account quota exceeded: {} of {} GB in {what}, {} GB more requested",
+        show_gb(*.used),
+        show_gb(*.limit),
+        show_gb(*.more)
+    )]
+    Bytes {
+        what: &'static str,
+        used: u64,
+        limit: u64,
+        more: u64,
+    },
+}
+
 /// One more of `what` (snapshots, uploads) past `limit`.
-fn check_count(limit: Option<u64>, used: u64, what: &str) -> Result<(), String> {
+fn check_count(
+    limit: Option<u64>,
+    used: u64,
+    what: &'static str,
+) -> Result<(), StoredQuotaExceeded> {
     match limit {
         Some(limit) if used.saturating_add(1) > limit => {
-            Err(format!("account quota exceeded: {used} of {limit} {what}"))
+            Err(StoredQuotaExceeded::Count { what, used, limit })
         }
         _ => Ok(()),
     }
 }
 
 /// `more` bytes of `what` next to `used` past `limit`.
-fn check_bytes(limit: Option<u64>, used: u64, more: u64, what: &str) -> Result<(), String> {
+fn check_bytes(
+    limit: Option<u64>,
+    used: u64,
+    more: u64,
+    what: &'static str,
+) -> Result<(), StoredQuotaExceeded> {
     match limit {
-        Some(limit) if used.saturating_add(more) > limit => Err(format!(
-            "account quota exceeded: {} of {} GB in {what}, {} GB more requested",
-            show_gb(used),
-            show_gb(limit),
-            show_gb(more)
-        )),
+        Some(limit) if used.saturating_add(more) > limit => Err(StoredQuotaExceeded::Bytes {
+            what,
+            used,
+            limit,
+            more,
+        }),
         _ => Ok(()),
     }
 }
@@ -533,16 +576,18 @@ mod tests {
             ..used
         };
         assert_eq!(
-            q.check_snapshot_count(&full).unwrap_err(),
+            q.check_snapshot_count(&full).unwrap_err().to_string(),
             "account quota exceeded: 2 of 2 snapshots"
         );
         assert!(q.check_snapshot_bytes(&used, BYTES_PER_GB / 2).is_ok());
         assert_eq!(
-            q.check_snapshot_bytes(&used, BYTES_PER_GB).unwrap_err(),
+            q.check_snapshot_bytes(&used, BYTES_PER_GB)
+                .unwrap_err()
+                .to_string(),
             "account quota exceeded: 0.5 of 1 GB in snapshots, 1 GB more requested"
         );
         assert_eq!(
-            q.check_upload_count(&used).unwrap_err(),
+            q.check_upload_count(&used).unwrap_err().to_string(),
             "account quota exceeded: 0 of 0 uploads"
         );
         assert!(q.check_upload_bytes(&used, u64::MAX).is_ok());

@@ -137,7 +137,7 @@ fn parse_list(items: &[String], field: &str) -> Result<Vec<(usize, EgressRule)>,
         .map(|(i, s)| {
             EgressRule::parse(s.trim())
                 .map(|r| (i, r))
-                .map_err(|m| bad(format!("{field}[{i}]"), m))
+                .map_err(|m| bad(format!("{field}[{i}]"), m.to_string()))
         })
         .collect()
 }

@@ -200,7 +200,7 @@ async fn check_count(
     let used = snapshots_used(svc, account, own).await?;
     quota
         .check_snapshot_count(&used)
-        .map_err(ServiceError::QuotaExceeded)
+        .map_err(|e| ServiceError::QuotaExceeded(e.to_string()))
 }
 
 /// Refuses a capture whose archives, `bytes` so far, go past the account's
@@ -217,7 +217,7 @@ async fn check_bytes(
     let used = snapshots_used(svc, &snapshot.account_id, Some(&snapshot.id)).await?;
     quota
         .check_snapshot_bytes(&used, bytes)
-        .map_err(ServiceError::QuotaExceeded)
+        .map_err(|e| ServiceError::QuotaExceeded(e.to_string()))
 }
 
 /// Bytes of the account's snapshot quota this capture may still take

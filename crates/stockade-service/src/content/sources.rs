@@ -422,7 +422,7 @@ impl UploadAdmission {
             .quota
             .check_upload_bytes(&self.used, bytes)
             .err()
-            .unwrap_or_else(|| "account quota exceeded: uploads".into());
+            .map_or_else(|| "account quota exceeded: uploads".into(), |e| e.to_string());
         ServiceError::PayloadTooLarge(message)
     }
 }
@@ -443,7 +443,7 @@ pub async fn admit_upload(svc: &Service, account: &AccountId) -> ServiceResult<U
     };
     quota
         .check_upload_count(&used)
-        .map_err(ServiceError::QuotaExceeded)?;
+        .map_err(|e| ServiceError::QuotaExceeded(e.to_string()))?;
     Ok(UploadAdmission {
         account: account.clone(),
         quota,
@@ -475,7 +475,7 @@ pub async fn store_upload(
                     ..StoredUsage::default()
                 };
                 if let Err(m) = quota.check_upload_count(&others) {
-                    Some(ServiceError::QuotaExceeded(m))
+                    Some(ServiceError::QuotaExceeded(m.to_string()))
                 } else if let Err(m) = quota.check_upload_bytes(&others, bytes) {
                     Some(ServiceError::PayloadTooLarge(m.to_string()))
                 } else {
