@@ -406,11 +406,10 @@ impl EgressRule {
             return Err("must not be empty".into());
         }
         if entry.chars().count() > MAX_ENTRY_LEN {
-            return Err(format!(
+            return Err(PolicyError(format!(
                 "must be at most {MAX_ENTRY_LEN} characters (got {})",
                 entry.chars().count()
-            )
-            .into());
+            )));
         }
         let shown = entry;
         let (host, port) = split_port(entry).map_err(|m| format!("'{shown}': {m}"))?;
@@ -419,10 +418,9 @@ impl EgressRule {
             let inner = v6.strip_suffix(']').unwrap_or(v6);
             let cidr = Cidr::parse(inner).map_err(|m| format!("'{shown}': {m}"))?;
             if !cidr.addr().is_ipv6() {
-                return Err(format!(
+                return Err(PolicyError(format!(
                     "'{shown}': brackets are for IPv6; write an IPv4 entry as 10.0.0.0/8:443"
-                )
-                .into());
+                )));
             }
             return Ok(Self::Cidr(cidr, port));
         }
@@ -431,23 +429,23 @@ impl EgressRule {
             return Ok(Self::Cidr(cidr, port));
         }
         if host.contains(':') {
-            return Err(format!(
+            return Err(PolicyError(format!(
                 "'{shown}' is not an IPv6 address or CIDR (with a port, write [2001:db8::/32]:443)"
-            )
-            .into());
+            )));
         }
         if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-            return Err(format!("'{shown}' is not a valid IPv4 address").into());
+            return Err(PolicyError(format!(
+                "'{shown}' is not a valid IPv4 address"
+            )));
         }
         if let Some(suffix) = host.strip_prefix("*.") {
             let name = DomainName::parse(suffix).map_err(|m| format!("'{shown}': {m}"))?;
             return Ok(Self::Wildcard(name, port));
         }
         if host.contains('*') {
-            return Err(format!(
+            return Err(PolicyError(format!(
                 "'{shown}': a wildcard may only be the whole first label, as in *.example.com"
-            )
-            .into());
+            )));
         }
         let name = DomainName::parse(host).map_err(|m| format!("'{shown}': {m}"))?;
         Ok(Self::Domain(name, port))
@@ -579,7 +577,9 @@ impl DomainName {
             return Err("the name is empty".into());
         }
         if name.len() > MAX_ENTRY_LEN {
-            return Err(format!("a name has at most {MAX_ENTRY_LEN} characters").into());
+            return Err(PolicyError(format!(
+                "a name has at most {MAX_ENTRY_LEN} characters"
+            )));
         }
         for label in name.split('.') {
             if label.is_empty() {
@@ -630,12 +630,14 @@ impl Cidr {
     pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, PolicyError> {
         let max = max_prefix(addr);
         if prefix > max {
-            return Err(format!("the prefix length is at most {max}").into());
+            return Err(PolicyError(format!("the prefix length is at most {max}")));
         }
         let net = Self { addr, prefix };
         let network = net.network();
         if network != addr {
-            return Err(format!("host bits are set: did you mean {network}/{prefix}?").into());
+            return Err(PolicyError(format!(
+                "host bits are set: did you mean {network}/{prefix}?"
+            )));
         }
         Ok(net)
     }
@@ -821,12 +823,11 @@ impl PrivateAccess {
         for block in blocks {
             if !PRIVATE_RANGES.iter().any(|r| r.covers(&block)) {
                 let ranges: Vec<String> = PRIVATE_RANGES.iter().map(Cidr::to_string).collect();
-                return Err(format!(
+                return Err(PolicyError(format!(
                     "'{block}' is not inside a private or link-local range ({}): only those \
                      are kept from sandboxes, so only blocks inside them can be opted in",
                     ranges.join(", ")
-                )
-                .into());
+                )));
             }
             allowed.push(block);
         }

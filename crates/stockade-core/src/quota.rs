@@ -305,52 +305,60 @@ impl Quota {
         before: &Footprint,
         after: &Footprint,
     ) -> Result<(), String> {
-        let used = |other: u64, own: u64| other.saturating_add(own);
-        if let Some(limit) = self.sandboxes {
-            if after.sandboxes > before.sandboxes
-                && others.sandboxes.saturating_add(after.sandboxes) > limit
-            {
-                return Err(format!(
-                    "account quota exceeded: {} of {limit} sandboxes",
-                    used(others.sandboxes, before.sandboxes)
-                ));
-            }
+        if let Some((used, limit, _)) = grows_past(
+            self.sandboxes,
+            others.sandboxes,
+            before.sandboxes,
+            after.sandboxes,
+        ) {
+            return Err(format!(
+                "account quota exceeded: {used} of {limit} sandboxes"
+            ));
         }
-        if let Some(limit) = self.cpu_millis {
-            let (was, will) = (before.running.cpu_millis, after.running.cpu_millis);
-            if will > was && others.running.cpu_millis.saturating_add(will) > limit {
-                return Err(format!(
-                    "account quota exceeded: {} of {} CPUs in use by running sandboxes, {} more requested",
-                    show_cores(used(others.running.cpu_millis, was)),
-                    show_cores(limit),
-                    show_cores(will - was)
-                ));
-            }
+        if let Some((used, limit, more)) = grows_past(
+            self.cpu_millis,
+            others.running.cpu_millis,
+            before.running.cpu_millis,
+            after.running.cpu_millis,
+        ) {
+            return Err(format!(
+                "account quota exceeded: {} of {} CPUs in use by running sandboxes, {} more requested",
+                show_cores(used),
+                show_cores(limit),
+                show_cores(more)
+            ));
         }
-        if let Some(limit) = self.memory_bytes {
-            let (was, will) = (before.running.memory_bytes, after.running.memory_bytes);
-            if will > was && others.running.memory_bytes.saturating_add(will) > limit {
-                return Err(format!(
-                    "account quota exceeded: {} of {} GB memory in use by running sandboxes, {} GB more requested",
-                    show_gb(used(others.running.memory_bytes, was)),
-                    show_gb(limit),
-                    show_gb(will - was)
-                ));
-            }
+        if let Some((used, limit, more)) = grows_past(
+            self.memory_bytes,
+            others.running.memory_bytes,
+            before.running.memory_bytes,
+            after.running.memory_bytes,
+        ) {
+            return Err(format!(
+                "account quota exceeded: {} of {} GB memory in use by running sandboxes, {} GB more requested",
+                show_gb(used),
+                show_gb(limit),
+                show_gb(more)
+            ));
         }
-        if let Some(limit) = self.disk_gb {
-            if after.disk_gb > before.disk_gb
-                && others.disk_gb.saturating_add(after.disk_gb) > limit
-            {
-                return Err(format!(
-                    "account quota exceeded: {} of {limit} GB disk in use, {} GB more requested",
-                    used(others.disk_gb, before.disk_gb),
-                    after.disk_gb - before.disk_gb
-                ));
-            }
+        if let Some((used, limit, more)) =
+            grows_past(self.disk_gb, others.disk_gb, before.disk_gb, after.disk_gb)
+        {
+            return Err(format!(
+                "account quota exceeded: {used} of {limit} GB disk in use, {more} GB more requested"
+            ));
         }
         Ok(())
     }
+}
+
+/// Whether one sandbox's share going from `was` to `will`, next to the
+/// `others`, passes `limit`: then the use before, the limit and how much
+/// more was asked. Only growth is refused.
+fn grows_past(limit: Option<u64>, others: u64, was: u64, will: u64) -> Option<(u64, u64, u64)> {
+    let limit = limit?;
+    (will > was && others.saturating_add(will) > limit)
+        .then(|| (others.saturating_add(was), limit, will - was))
 }
 
 /// A refusal of one more snapshot or upload, or of its bytes; the Display

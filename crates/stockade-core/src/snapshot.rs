@@ -38,15 +38,9 @@ impl SnapshotStatus {
     }
 
     pub fn parse(s: &str) -> Result<Self, FieldError> {
-        Self::ALL
-            .into_iter()
-            .find(|st| st.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| {
-                FieldError::new(
-                    "status",
-                    format!("unknown snapshot status '{s}': expected CREATING, READY, DELETING or DELETED"),
-                )
-            })
+        crate::status::parse_status(Self::ALL, Self::as_str, s, || {
+            format!("unknown snapshot status '{s}': expected CREATING, READY, DELETING or DELETED")
+        })
     }
 }
 

@@ -496,38 +496,45 @@ fn parse_env_key(key: &str) -> bool {
         && key.len() <= 255
 }
 
+/// Checks `map`: at most `max` entries (else `too_many`, naming `field`),
+/// then each with `refuse`, which gives the field and why for an entry it
+/// refuses.
+fn check_map(
+    map: &BTreeMap<String, String>,
+    field: &str,
+    max: usize,
+    too_many: impl FnOnce() -> String,
+    refuse: impl Fn(&str, &str) -> Option<(String, String)>,
+) -> Result<BTreeMap<String, String>, FieldError> {
+    if map.len() > max {
+        return Err(FieldError::new(field, too_many()));
+    }
+    for (k, v) in map {
+        if let Some((field, message)) = refuse(k, v) {
+            return Err(FieldError::new(field, message));
+        }
+    }
+    Ok(map.clone())
+}
+
 /// Checks environment variables (names like `API_KEY`, values without NUL).
 pub fn parse_env(
     env: &BTreeMap<String, String>,
     field: &str,
 ) -> Result<BTreeMap<String, String>, FieldError> {
-    if env.len() > MAX_ENV_VARS {
-        return Err(FieldError::new(
-            field,
-            format!("at most {MAX_ENV_VARS} variables are allowed"),
-        ));
-    }
-    for (k, v) in env {
-        if !parse_env_key(k) {
-            return Err(FieldError::new(
-                format!("{field}.{k}"),
-                "variable names must match [A-Za-z_][A-Za-z0-9_]*",
-            ));
-        }
-        if RESERVED_ENV.contains(&k.as_str()) {
-            return Err(FieldError::new(
-                format!("{field}.{k}"),
-                "is reserved for Stockade's own use",
-            ));
-        }
-        if v.contains('\0') || v.len() > 128 * 1024 {
-            return Err(FieldError::new(
-                format!("{field}.{k}"),
-                "value must be at most 128 KiB and contain no NUL bytes",
-            ));
-        }
-    }
-    Ok(env.clone())
+    let too_many = || format!("at most {MAX_ENV_VARS} variables are allowed");
+    check_map(env, field, MAX_ENV_VARS, too_many, |k, v| {
+        let why = if !parse_env_key(k) {
+            "variable names must match [A-Za-z_][A-Za-z0-9_]*"
+        } else if RESERVED_ENV.contains(&k) {
+            "is reserved for Stockade's own use"
+        } else if v.contains('\0') || v.len() > 128 * 1024 {
+            "value must be at most 128 KiB and contain no NUL bytes"
+        } else {
+            return None;
+        };
+        Some((format!("{field}.{k}"), why.to_owned()))
+    })
 }
 
 /// Checks tags: at most 5, keys 1–63 characters, values at most 255.
@@ -535,27 +542,18 @@ pub fn parse_tags(
     tags: &BTreeMap<String, String>,
     field: &str,
 ) -> Result<BTreeMap<String, String>, FieldError> {
-    if tags.len() > MAX_TAGS {
-        return Err(FieldError::new(
-            field,
-            format!("at most {MAX_TAGS} tags are allowed (got {})", tags.len()),
-        ));
-    }
-    for (k, v) in tags {
+    let too_many = || format!("at most {MAX_TAGS} tags are allowed (got {})", tags.len());
+    check_map(tags, field, MAX_TAGS, too_many, |k, v| {
         if k.is_empty() || k.len() > 63 || k.chars().any(|c| c.is_control()) {
-            return Err(FieldError::new(
-                field,
-                format!("tag key '{k}' must be 1 to 63 printable characters"),
-            ));
+            let why = format!("tag key '{k}' must be 1 to 63 printable characters");
+            return Some((field.to_owned(), why));
         }
-        if v.len() > 255 || v.chars().any(|c| c.is_control()) {
-            return Err(FieldError::new(
-                format!("{field}.{k}"),
-                "tag value must be at most 255 printable characters",
-            ));
-        }
-    }
-    Ok(tags.clone())
+        let bad_value = v.len() > 255 || v.chars().any(|c| c.is_control());
+        bad_value.then(|| {
+            let why = "tag value must be at most 255 printable characters";
+            (format!("{field}.{k}"), why.to_owned())
+        })
+    })
 }
 
 /// Checks a sandbox's `metadata`: at most [`MAX_METADATA_ENTRIES`] pairs,
@@ -566,35 +564,26 @@ pub fn parse_metadata(
     metadata: &BTreeMap<String, String>,
     field: &str,
 ) -> Result<BTreeMap<String, String>, FieldError> {
-    if metadata.len() > MAX_METADATA_ENTRIES {
-        return Err(FieldError::new(
-            field,
-            format!(
-                "at most {MAX_METADATA_ENTRIES} entries are allowed (got {})",
-                metadata.len()
-            ),
-        ));
-    }
-    for (k, v) in metadata {
+    let too_many = || {
+        format!(
+            "at most {MAX_METADATA_ENTRIES} entries are allowed (got {})",
+            metadata.len()
+        )
+    };
+    check_map(metadata, field, MAX_METADATA_ENTRIES, too_many, |k, v| {
         let shown: String = k.chars().take(40).collect();
-        if k.is_empty() || k.len() > MAX_METADATA_KEY_LEN || k.chars().any(char::is_control) {
-            return Err(FieldError::new(
-                field,
-                format!(
-                    "key '{shown}' must be 1 to {MAX_METADATA_KEY_LEN} bytes without control characters"
-                ),
-            ));
-        }
-        if v.len() > MAX_METADATA_VALUE_LEN || v.chars().any(char::is_control) {
-            return Err(FieldError::new(
-                format!("{field}.{shown}"),
-                format!(
-                    "value must be at most {MAX_METADATA_VALUE_LEN} bytes without control characters"
-                ),
-            ));
-        }
-    }
-    Ok(metadata.clone())
+        let (entry, why) = if k.is_empty()
+            || k.len() > MAX_METADATA_KEY_LEN
+            || k.chars().any(char::is_control)
+        {
+            (field.to_owned(), format!("key '{shown}' must be 1 to {MAX_METADATA_KEY_LEN} bytes without control characters"))
+        } else if v.len() > MAX_METADATA_VALUE_LEN || v.chars().any(char::is_control) {
+            (format!("{field}.{shown}"), format!("value must be at most {MAX_METADATA_VALUE_LEN} bytes without control characters"))
+        } else {
+            return None;
+        };
+        Some((entry, why))
+    })
 }
 
 /// Checks a port number (1–65535).
@@ -605,43 +594,42 @@ pub fn parse_port(p: i64, field: &str) -> Result<u16, FieldError> {
         .ok_or_else(|| FieldError::new(field, format!("port {p} is out of range 1-65535")))
 }
 
+/// `v` when it is finite and within `min..=max`; else the error `why`.
+fn in_range(
+    v: f64,
+    min: f64,
+    max: f64,
+    field: &str,
+    why: impl FnOnce() -> String,
+) -> Result<f64, FieldError> {
+    if v.is_finite() && (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(FieldError::new(field, why()))
+    }
+}
+
 /// Checks a session timeout in minutes (0 = never, fractions allowed).
 pub fn parse_timeout_minutes(t: f64, field: &str) -> Result<f64, FieldError> {
-    if !t.is_finite() || !(0.0..=MAX_TIMEOUT_MINUTES).contains(&t) {
-        return Err(FieldError::new(
-            field,
-            format!("must be between 0 (never) and {MAX_TIMEOUT_MINUTES} minutes"),
-        ));
-    }
-    Ok(t)
+    in_range(t, 0.0, MAX_TIMEOUT_MINUTES, field, || {
+        format!("must be between 0 (never) and {MAX_TIMEOUT_MINUTES} minutes")
+    })
 }
 
 /// Checks a CPU count against the server's bounds.
 pub fn parse_cpu(v: f64, defaults: &Defaults, field: &str) -> Result<f64, FieldError> {
-    if !v.is_finite() || v < 0.01 || v > defaults.max_cpu_cores {
-        return Err(FieldError::new(
-            field,
-            format!(
-                "must be between 0.01 and {} cores (got {v})",
-                defaults.max_cpu_cores
-            ),
-        ));
-    }
-    Ok(v)
+    let max = defaults.max_cpu_cores;
+    in_range(v, 0.01, max, field, || {
+        format!("must be between 0.01 and {max} cores (got {v})")
+    })
 }
 
 /// Checks a memory size in GB against the server's bounds (at least 64 MB).
 pub fn parse_memory(v: f64, defaults: &Defaults, field: &str) -> Result<f64, FieldError> {
-    if !v.is_finite() || v < 0.0625 || v > defaults.max_memory_gb {
-        return Err(FieldError::new(
-            field,
-            format!(
-                "must be between 0.0625 and {} GB (got {v})",
-                defaults.max_memory_gb
-            ),
-        ));
-    }
-    Ok(v)
+    let max = defaults.max_memory_gb;
+    in_range(v, 0.0625, max, field, || {
+        format!("must be between 0.0625 and {max} GB (got {v})")
+    })
 }
 
 fn whole(v: f64, field: &str, min: u32, max: u32, what: &str) -> Result<u32, FieldError> {
@@ -834,17 +822,17 @@ mod tests {
         SandboxId::parse("abcdefghijkl").unwrap()
     }
 
+    /// The spec of `input` with the default settings.
+    fn spec_of(input: SpecInput) -> SandboxSpec {
+        SandboxSpec::from_input(input, &id(), &Defaults::default()).unwrap()
+    }
+
     #[test]
     fn defaults_apply() {
-        let spec = SandboxSpec::from_input(
-            SpecInput {
-                name: Some("demo".into()),
-                ..Default::default()
-            },
-            &id(),
-            &Defaults::default(),
-        )
-        .unwrap();
+        let spec = spec_of(SpecInput {
+            name: Some("demo".into()),
+            ..Default::default()
+        });
         assert_eq!(spec.docker_image, "node:20-bookworm");
         assert_eq!(spec.cpu_cores, 1.0);
         assert_eq!(spec.memory_gb, 2.0);
@@ -856,8 +844,7 @@ mod tests {
 
     #[test]
     fn name_defaults_to_id() {
-        let spec =
-            SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
+        let spec = spec_of(SpecInput::default());
         assert_eq!(spec.name.as_str(), "abcdefghijkl");
     }
 
@@ -925,15 +912,10 @@ mod tests {
 
     #[test]
     fn runtime_preset_maps_to_image() {
-        let spec = SandboxSpec::from_input(
-            SpecInput {
-                runtime: Some("python3.13".into()),
-                ..Default::default()
-            },
-            &id(),
-            &Defaults::default(),
-        )
-        .unwrap();
+        let spec = spec_of(SpecInput {
+            runtime: Some("python3.13".into()),
+            ..Default::default()
+        });
         assert_eq!(spec.docker_image, "python:3.13-bookworm");
     }
 
@@ -947,8 +929,7 @@ mod tests {
 
     #[test]
     fn spec_round_trips_as_snake_case() {
-        let spec =
-            SandboxSpec::from_input(SpecInput::default(), &id(), &Defaults::default()).unwrap();
+        let spec = spec_of(SpecInput::default());
         let json = serde_json::to_value(&spec).unwrap();
         assert!(json.get("docker_image").is_some());
         assert!(json.get("cpu_cores").is_some());
@@ -961,15 +942,10 @@ mod tests {
         let many: BTreeMap<String, String> = (0..64)
             .map(|i| (format!("k{i}"), format!("v{i}")))
             .collect();
-        let spec = SandboxSpec::from_input(
-            SpecInput {
-                metadata: Some(many.clone()),
-                ..Default::default()
-            },
-            &id(),
-            &Defaults::default(),
-        )
-        .unwrap();
+        let spec = spec_of(SpecInput {
+            metadata: Some(many.clone()),
+            ..Default::default()
+        });
         assert_eq!(spec.metadata, many);
         assert!(spec.tags.is_empty());
         // Stored in the spec JSON, and absent (old records) reads as empty.

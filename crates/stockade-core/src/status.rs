@@ -39,17 +39,11 @@ impl SandboxStatus {
 
     /// Parses a status in any case (`running`, `Running`, `RUNNING`).
     pub fn parse(s: &str) -> Result<Self, FieldError> {
-        Self::ALL
-            .into_iter()
-            .find(|st| st.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| {
-                FieldError::new(
-                    "status",
-                    format!(
-                        "unknown status '{s}': expected one of PENDING, PROVISIONING, RUNNING, STOPPED, ERROR, TERMINATED"
-                    ),
-                )
-            })
+        parse_status(Self::ALL, Self::as_str, s, || {
+            format!(
+                "unknown status '{s}': expected one of PENDING, PROVISIONING, RUNNING, STOPPED, ERROR, TERMINATED"
+            )
+        })
     }
 
     /// Whether a sandbox in this status may be started.
@@ -62,6 +56,19 @@ impl std::fmt::Display for SandboxStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The status of `all` whose name (`name`) is `s` in any case, around white
+/// space; `unknown` says why when none is.
+pub(crate) fn parse_status<T: Copy>(
+    all: impl IntoIterator<Item = T>,
+    name: fn(T) -> &'static str,
+    s: &str,
+    unknown: impl FnOnce() -> String,
+) -> Result<T, FieldError> {
+    all.into_iter()
+        .find(|st| name(*st).eq_ignore_ascii_case(s.trim()))
+        .ok_or_else(|| FieldError::new("status", unknown()))
 }
 
 #[cfg(test)]
