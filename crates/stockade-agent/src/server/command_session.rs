@@ -7,40 +7,39 @@
 
 use super::process as proc_rpc;
 use super::rpc::{self, MsgStream, Sink};
-use super::{AgentState, Call};
+use super::{AgentState, Call, Rpc};
 use crate::body::BoxBody;
 use crate::connect::{Code, ConnectError};
 use crate::procs::Selector;
 use crate::proto::command_session::*;
 use crate::proto::process::{self, process_event, ProcessConfig};
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::Response;
 use std::sync::Arc;
 
-pub async fn route(
-    state: Arc<AgentState>,
-    call: Call,
-    method: &str,
-    req: Request<Incoming>,
-) -> Response<BoxBody> {
-    match method {
-        "Start" => rpc::server_stream(req, move |m, sink| start(state, call, m, sink)).await,
-        "Connect" => rpc::server_stream(req, move |m, sink| connect(state, call, m, sink)).await,
+pub async fn route(r: Rpc<'_>) -> Response<BoxBody> {
+    match r.method {
+        "Start" => rpc::server_stream(r.req, move |m, sink| start(r.state, r.call, m, sink)).await,
+        "Connect" => {
+            rpc::server_stream(r.req, move |m, sink| connect(r.state, r.call, m, sink)).await
+        }
         "List" => {
-            rpc::unary(req, |_: ListRequest| async {
+            rpc::unary(r.req, |_: ListRequest| async {
                 Ok(ListResponse {
-                    sessions: list(&state),
+                    sessions: list(&r.state),
                 })
             })
             .await
         }
-        "SendInput" => rpc::unary(req, |m| send_input(&state, m)).await,
-        "StreamInput" => rpc::client_stream(req, |s| stream_input(&state, s)).await,
-        "SendSignal" => rpc::unary(req, |m| send_signal(&state, m)).await,
-        "Update" => rpc::unary(req, |m| update(&state, m)).await,
+        "SendInput" => rpc::unary(r.req, |m| send_input(&r.state, m)).await,
+        "StreamInput" => rpc::client_stream(r.req, |s| stream_input(&r.state, s)).await,
+        "SendSignal" => rpc::unary(r.req, |m| send_signal(&r.state, m)).await,
+        "Update" => rpc::unary(r.req, |m| update(&r.state, m)).await,
         _ => rpc::error_response(&ConnectError::new(
             Code::Unimplemented,
-            format!("command_session.CommandSession/{method} is not implemented"),
+            format!(
+                "command_session.CommandSession/{} is not implemented",
+                r.method
+            ),
         )),
     }
 }
@@ -169,27 +168,28 @@ async fn send_input(
 
 async fn stream_input(
     state: &AgentState,
-    mut stream: MsgStream<StreamInputRequest>,
+    stream: MsgStream<StreamInputRequest>,
 ) -> Result<StreamInputResponse, ConnectError> {
-    let mut sel: Option<Selector> = None;
-    while let Some(msg) = stream.next().await {
-        match msg?.event {
+    use process::stream_input_request as envd;
+    // The same events as process.Process's, with a session selector.
+    proc_rpc::write_input_stream(state, stream, |msg| {
+        let event = match msg.event {
             Some(stream_input_request::Event::Start(s)) => {
-                let chosen = selector(s.session)?;
-                state.procs.get(&chosen)?;
-                sel = Some(chosen);
+                Some(envd::Event::Start(envd::StartEvent {
+                    process: Some(process_selector(selector(s.session)?)),
+                }))
             }
             Some(stream_input_request::Event::Data(d)) => {
-                let Some(sel) = &sel else {
-                    return Err(ConnectError::invalid(
-                        "the first message of StreamInput must be a start event",
-                    ));
-                };
-                proc_rpc::write_input(state, sel, d.input).await?;
+                Some(envd::Event::Data(envd::DataEvent { input: d.input }))
             }
-            Some(stream_input_request::Event::Keepalive(_)) | None => {}
-        }
-    }
+            Some(stream_input_request::Event::Keepalive(_)) => {
+                Some(envd::Event::Keepalive(envd::KeepAlive {}))
+            }
+            None => None,
+        };
+        Ok(process::StreamInputRequest { event })
+    })
+    .await?;
     Ok(StreamInputResponse {})
 }
 

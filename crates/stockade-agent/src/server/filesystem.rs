@@ -2,29 +2,23 @@
 //! and the polled watchers.
 
 use super::rpc::{self, Sink};
-use super::{AgentState, Call};
+use super::{AgentState, Call, Rpc};
 use crate::body::BoxBody;
 use crate::connect::{Code, ConnectError};
 use crate::fsops;
 use crate::proto::filesystem::*;
 use crate::users::NameCache;
 use crate::watch::DirWatch;
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::Response;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub async fn route(
-    state: Arc<AgentState>,
-    call: Call,
-    method: &str,
-    req: Request<Incoming>,
-) -> Response<BoxBody> {
-    let st = &state;
-    let c = &call;
-    match method {
+pub async fn route(r: Rpc<'_>) -> Response<BoxBody> {
+    let st = &r.state;
+    let c = &r.call;
+    match r.method {
         "Stat" => {
-            rpc::unary(req, |m: StatRequest| async move {
+            rpc::unary(r.req, |m: StatRequest| async move {
                 let path = resolve(c, &m.path)?;
                 let entry = fsops::entry_info(&path, &NameCache::load(&st.accounts))?;
                 Ok(StatResponse { entry: Some(entry) })
@@ -32,7 +26,7 @@ pub async fn route(
             .await
         }
         "ListDir" => {
-            rpc::unary(req, |m: ListDirRequest| async move {
+            rpc::unary(r.req, |m: ListDirRequest| async move {
                 let path = resolve(c, &m.path)?;
                 let accounts = st.accounts.clone();
                 let entries =
@@ -44,7 +38,7 @@ pub async fn route(
             .await
         }
         "MakeDir" => {
-            rpc::unary(req, |m: MakeDirRequest| async move {
+            rpc::unary(r.req, |m: MakeDirRequest| async move {
                 let path = resolve(c, &m.path)?;
                 let entry = fsops::make_dir(&path, st.ids_for(&c.user))?;
                 Ok(MakeDirResponse { entry: Some(entry) })
@@ -52,7 +46,7 @@ pub async fn route(
             .await
         }
         "Move" => {
-            rpc::unary(req, |m: MoveRequest| async move {
+            rpc::unary(r.req, |m: MoveRequest| async move {
                 let src = resolve(c, &m.source)?;
                 let dst = resolve(c, &m.destination)?;
                 let names = NameCache::load(&st.accounts);
@@ -62,7 +56,7 @@ pub async fn route(
             .await
         }
         "Remove" => {
-            rpc::unary(req, |m: RemoveRequest| async move {
+            rpc::unary(r.req, |m: RemoveRequest| async move {
                 let path = resolve(c, &m.path)?;
                 fsops::remove(&path)?;
                 Ok(RemoveResponse {})
@@ -70,11 +64,11 @@ pub async fn route(
             .await
         }
         "WatchDir" => {
-            let (state, call) = (state.clone(), call.clone());
-            rpc::server_stream(req, move |m, sink| watch_dir(state, call, m, sink)).await
+            let (state, call) = (r.state.clone(), r.call.clone());
+            rpc::server_stream(r.req, move |m, sink| watch_dir(state, call, m, sink)).await
         }
         "CreateWatcher" => {
-            rpc::unary(req, |m: CreateWatcherRequest| async move {
+            rpc::unary(r.req, |m: CreateWatcherRequest| async move {
                 let watch = open_watch(
                     st,
                     c,
@@ -90,7 +84,7 @@ pub async fn route(
             .await
         }
         "GetWatcherEvents" => {
-            rpc::unary(req, |m: GetWatcherEventsRequest| async move {
+            rpc::unary(r.req, |m: GetWatcherEventsRequest| async move {
                 Ok(GetWatcherEventsResponse {
                     events: st.watchers.take_events(&m.watcher_id)?,
                 })
@@ -98,7 +92,7 @@ pub async fn route(
             .await
         }
         "RemoveWatcher" => {
-            rpc::unary(req, |m: RemoveWatcherRequest| async move {
+            rpc::unary(r.req, |m: RemoveWatcherRequest| async move {
                 st.watchers.remove(&m.watcher_id)?;
                 Ok(RemoveWatcherResponse {})
             })
@@ -106,7 +100,7 @@ pub async fn route(
         }
         _ => rpc::error_response(&ConnectError::new(
             Code::Unimplemented,
-            format!("filesystem.Filesystem/{method} is not implemented"),
+            format!("filesystem.Filesystem/{} is not implemented", r.method),
         )),
     }
 }

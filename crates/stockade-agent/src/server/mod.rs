@@ -56,6 +56,15 @@ pub struct AgentState {
 /// How many input ids [`AgentState::first_delivery`] remembers.
 const RECENT_INPUTS: usize = 1024;
 
+/// One Connect RPC to route: the agent, the caller, the method's name
+/// within its service and the request.
+pub struct Rpc<'a> {
+    pub state: Arc<AgentState>,
+    pub call: Call,
+    pub method: &'a str,
+    pub req: Request<Incoming>,
+}
+
 /// What a handler knows about its call.
 #[derive(Clone, Debug)]
 pub struct Call {
@@ -257,12 +266,16 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
             Err(e) => return rpc::error_response(&e),
         };
         let (service, method) = path[1..].split_once('/').unwrap_or_default();
+        let rpc = Rpc {
+            state,
+            call,
+            method,
+            req,
+        };
         return match service {
-            "process.Process" => process::route(state, call, method, req).await,
-            "command_session.CommandSession" => {
-                command_session::route(state, call, method, req).await
-            }
-            _ => filesystem::route(state, call, method, req).await,
+            "process.Process" => process::route(rpc).await,
+            "command_session.CommandSession" => command_session::route(rpc).await,
+            _ => filesystem::route(rpc).await,
         };
     }
     match (req.method().clone(), path.as_str()) {
@@ -306,32 +319,37 @@ where
 /// Accepts connections on a TCP listener forever, at most
 /// [`MAX_CONNECTIONS`] at a time.
 pub async fn serve_tcp(listener: tokio::net::TcpListener, state: Arc<AgentState>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                serve_connection(TokioIo::new(stream), state.clone(), slot);
-            }
-            // Out of descriptors or similar: back off instead of spinning.
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+    let listener = &listener;
+    serve(state, move || async move {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    })
+    .await
 }
 
 /// Accepts connections on a unix socket forever, at most
 /// [`MAX_CONNECTIONS`] at a time.
 pub async fn serve_unix(listener: tokio::net::UnixListener, state: Arc<AgentState>) {
+    let listener = &listener;
+    serve(state, move || async move { Ok(listener.accept().await?.0) }).await
+}
+
+/// Serves each connection `accept` gives, at most [`MAX_CONNECTIONS`] at a
+/// time; when accepting fails (out of descriptors or similar) it backs off
+/// instead of spinning.
+async fn serve<S, F>(state: Arc<AgentState>, accept: impl Fn() -> F)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: std::future::Future<Output = std::io::Result<S>>,
+{
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        match listener.accept().await {
-            Ok((stream, _)) => serve_connection(TokioIo::new(stream), state.clone(), slot),
+        match accept().await {
+            Ok(stream) => serve_connection(TokioIo::new(stream), state.clone(), slot),
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }

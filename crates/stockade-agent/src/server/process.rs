@@ -2,43 +2,39 @@
 //! SendSignal, CloseStdin and Update over the process table.
 
 use super::rpc::{self, MsgStream, Sink};
-use super::{AgentState, Call};
+use super::{AgentState, Call, Rpc};
 use crate::body::BoxBody;
 use crate::connect::{Code, ConnectError};
 use crate::fsops;
 use crate::procs::{end_event, Event, Selector, SpawnSpec};
 use crate::proto::process::*;
-use hyper::body::Incoming;
-use hyper::{Request, Response};
+use hyper::Response;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-pub async fn route(
-    state: Arc<AgentState>,
-    call: Call,
-    method: &str,
-    req: Request<Incoming>,
-) -> Response<BoxBody> {
-    match method {
-        "Start" => rpc::server_stream(req, move |m, sink| start(state, call, m, sink)).await,
-        "Connect" => rpc::server_stream(req, move |m, sink| connect(state, call, m, sink)).await,
+pub async fn route(r: Rpc<'_>) -> Response<BoxBody> {
+    match r.method {
+        "Start" => rpc::server_stream(r.req, move |m, sink| start(r.state, r.call, m, sink)).await,
+        "Connect" => {
+            rpc::server_stream(r.req, move |m, sink| connect(r.state, r.call, m, sink)).await
+        }
         "List" => {
-            rpc::unary(req, |_: ListRequest| async {
+            rpc::unary(r.req, |_: ListRequest| async {
                 Ok(ListResponse {
-                    processes: state.procs.list(),
+                    processes: r.state.procs.list(),
                 })
             })
             .await
         }
-        "SendInput" => rpc::unary(req, |m| send_input(&state, m)).await,
-        "StreamInput" => rpc::client_stream(req, |s| stream_input(&state, s)).await,
-        "SendSignal" => rpc::unary(req, |m| send_signal(&state, m)).await,
-        "CloseStdin" => rpc::unary(req, |m| close_stdin(&state, m)).await,
-        "Update" => rpc::unary(req, |m| update(&state, m)).await,
+        "SendInput" => rpc::unary(r.req, |m| send_input(&r.state, m)).await,
+        "StreamInput" => rpc::client_stream(r.req, |s| stream_input(&r.state, s)).await,
+        "SendSignal" => rpc::unary(r.req, |m| send_signal(&r.state, m)).await,
+        "CloseStdin" => rpc::unary(r.req, |m| close_stdin(&r.state, m)).await,
+        "Update" => rpc::unary(r.req, |m| update(&r.state, m)).await,
         _ => rpc::error_response(&ConnectError::new(
             Code::Unimplemented,
-            format!("process.Process/{method} is not implemented"),
+            format!("process.Process/{} is not implemented", r.method),
         )),
     }
 }
@@ -251,11 +247,22 @@ async fn send_input(
 
 async fn stream_input(
     state: &AgentState,
-    mut stream: MsgStream<StreamInputRequest>,
+    stream: MsgStream<StreamInputRequest>,
+) -> Result<StreamInputResponse, ConnectError> {
+    write_input_stream(state, stream, Ok).await
+}
+
+/// StreamInput: the first event names the process, the data events after it
+/// are written to its input. `read` takes another service's message as the
+/// same events.
+pub(super) async fn write_input_stream<Req: crate::proto::Msg>(
+    state: &AgentState,
+    mut stream: MsgStream<Req>,
+    read: impl Fn(Req) -> Result<StreamInputRequest, ConnectError>,
 ) -> Result<StreamInputResponse, ConnectError> {
     let mut sel: Option<Selector> = None;
     while let Some(msg) = stream.next().await {
-        match msg?.event {
+        match read(msg?)?.event {
             Some(stream_input_request::Event::Start(s)) => {
                 let chosen = selector(s.process)?;
                 state.procs.get(&chosen)?;
