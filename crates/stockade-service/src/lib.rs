@@ -21,6 +21,7 @@ pub mod config;
 pub mod content;
 pub mod credentials;
 pub mod error;
+mod every;
 pub mod fleet;
 pub mod interact;
 pub mod net;
@@ -28,6 +29,8 @@ pub mod observe;
 pub mod ops;
 pub mod sandbox;
 pub mod tasks;
+#[cfg(test)]
+mod test_support;
 
 pub use config::ServiceConfig;
 pub use content::{files, images, snapshots, sources, workspace_sync};

@@ -151,11 +151,23 @@ pub async fn finish(svc: &Service, after: AfterCreate, created: bool) {
 /// the download, the archive read, the fork's capture) still to come in
 /// [`fetch`].
 pub enum Pending {
-    Git { url: Url, git_ref: Option<String> },
-    Tarball { url: Url },
-    Upload { key: String },
-    Snapshot { key: String, workspace_bytes: Option<u64> },
-    Fork { from: Box<Sandbox> },
+    Git {
+        url: Url,
+        git_ref: Option<String>,
+    },
+    Tarball {
+        url: Url,
+    },
+    Upload {
+        key: String,
+    },
+    Snapshot {
+        key: String,
+        workspace_bytes: Option<u64>,
+    },
+    Fork {
+        from: Box<Sandbox>,
+    },
 }
 
 /// Looks at `new.source` without fetching anything: every field of it is
@@ -422,7 +434,10 @@ impl UploadAdmission {
             .quota
             .check_upload_bytes(&self.used, bytes)
             .err()
-            .map_or_else(|| "account quota exceeded: uploads".into(), |e| e.to_string());
+            .map_or_else(
+                || "account quota exceeded: uploads".into(),
+                |e| e.to_string(),
+            );
         ServiceError::PayloadTooLarge(message)
     }
 }

@@ -484,7 +484,7 @@ mod tests {
     use super::*;
     use stockade_core::{AccountId, Defaults, InstanceId, SandboxSpec};
     use stockade_runtime::prelude::*;
-    use stockade_runtime::{ContainerSpec, FakeRuntime};
+    use stockade_runtime::FakeRuntime;
 
     async fn running(rt: &FakeRuntime) -> Sandbox {
         let id = SandboxId::generate();
@@ -498,22 +498,8 @@ mod tests {
             Utc::now(),
         );
         sb.status = SandboxStatus::Running;
-        rt.create(&ContainerSpec {
-            sandbox_id: id,
-            account_id: sb.account_id.clone(),
-            instance_id: InstanceId::generate(),
-            image: "busybox".into(),
-            command: vec!["sleep".into()],
-            env: Default::default(),
-            cpu_cores: 1.0,
-            memory_bytes: 1 << 30,
-            network_access: true,
-            hostname: "x".into(),
-            agent_token: None,
-            disk_bytes: None,
-        })
-        .await
-        .unwrap();
+        let container = crate::test_support::spec(&sb, &InstanceId::generate());
+        rt.create(&container).await.unwrap();
         sb
     }
 

@@ -230,13 +230,8 @@ impl Service {
     /// third of a lease, until `shutdown` (or an injected crash).
     pub async fn renew_leases(self, shutdown: CancellationToken) {
         let period = (self.ops.lease / 3).max(Duration::from_millis(10));
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
-            }
+        let mut every = crate::every::Every::new(period, shutdown);
+        while every.next().await {
             if self.crashed() {
                 return;
             }
@@ -356,6 +351,26 @@ impl OpGuard {
     /// applies, or it failed before changing anything). A failure to end
     /// it is logged; recovery takes the operation then.
     pub async fn release(mut self) {
+        self.release_here().await;
+    }
+
+    /// Passes `result` on; an error first ends the operation with nothing
+    /// changed, as [`OpGuard::release`] does: for the steps that can fail
+    /// before anything was changed.
+    pub async fn check<T, E: Into<ServiceError>>(
+        &mut self,
+        result: Result<T, E>,
+    ) -> ServiceResult<T> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                self.release_here().await;
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn release_here(&mut self) {
         if let Err(e) = self.write(SandboxWrite::None).await {
             warn!(operation = %self.op.id, error = %e, "could not end an operation; recovery will");
         }

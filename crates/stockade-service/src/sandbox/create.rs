@@ -109,8 +109,7 @@ fn request_hash(new: &NewSandbox) -> ServiceResult<String> {
     let mut bytes = new.fingerprint.clone();
     if !new.metadata.is_empty() {
         bytes.extend(
-            serde_json::to_vec(&new.metadata)
-                .map_err(|e| ServiceError::Internal(e.to_string()))?,
+            serde_json::to_vec(&new.metadata).map_err(|e| ServiceError::Internal(e.to_string()))?,
         );
     }
     Ok(stockade_core::account::sha256_hex(&bytes))

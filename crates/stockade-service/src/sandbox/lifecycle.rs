@@ -400,21 +400,16 @@ fn terminated(sb: &Sandbox, what: &str) -> ServiceError {
 
 /// Begins an operation of `kind` on `sb` and returns the guard with the
 /// record as it is now (after any operation ahead of this one).
-async fn begin(
+pub(crate) async fn begin(
     svc: &Service,
     kind: OperationKind,
     sb: &Sandbox,
     params: serde_json::Value,
 ) -> ServiceResult<(OpGuard, Sandbox)> {
     let op = svc.new_operation(kind, &sb.id, &sb.account_id, params);
-    let guard = svc.begin_operation(op).await?;
-    match reload(svc, sb).await {
-        Ok(fresh) => Ok((guard, fresh)),
-        Err(e) => {
-            guard.release().await;
-            Err(e)
-        }
-    }
+    let mut guard = svc.begin_operation(op).await?;
+    let fresh = guard.check(reload(svc, sb).await).await?;
+    Ok((guard, fresh))
 }
 
 /// Starts a sandbox; one that is already running is returned as it is.
@@ -424,18 +419,12 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         return Err(terminated(&sb, "create a new one"));
     }
     svc.check_policy_enforceable(&sb.spec.network, &sb.server)?;
-    let (guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
+    let (mut guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
     if sb.is_terminated() {
         guard.release().await;
         return Err(terminated(&sb, "create a new one"));
     }
-    let rt = match svc.runtime_for(&sb).await {
-        Ok(rt) => rt,
-        Err(e) => {
-            guard.release().await;
-            return Err(e);
-        }
-    };
+    let rt = guard.check(svc.runtime_for(&sb).await).await?;
     let container = match rt.inspect(&sb.id).await {
         Ok(c) => c,
         Err(e) => {
@@ -460,13 +449,11 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     if !container.running {
         // The admission (quota, host room) is held until the RUNNING status
         // is written.
-        match crate::fleet::admission::admit_start(svc, &sb).await {
-            Ok(a) => admitted = Some(a),
-            Err(e) => {
-                guard.release().await;
-                return Err(e);
-            }
-        }
+        admitted = Some(
+            guard
+                .check(crate::fleet::admission::admit_start(svc, &sb).await)
+                .await?,
+        );
         // The environment as updated since create, for the main process.
         let started = async {
             rt.set_main_process_env(&sb.id, &sb.spec.environment_vars)
@@ -526,19 +513,13 @@ pub async fn stop_because(
     if sb.is_terminated() {
         return Err(terminated(&sb, "create a new one"));
     }
-    let (guard, mut sb) = begin(svc, OperationKind::Stop, &sb, serde_json::json!({})).await?;
+    let (mut guard, mut sb) = begin(svc, OperationKind::Stop, &sb, serde_json::json!({})).await?;
     if sb.is_terminated() {
         guard.release().await;
         return Err(terminated(&sb, "create a new one"));
     }
     let mut reason = reason;
-    let rt = match svc.runtime_for(&sb).await {
-        Ok(rt) => rt,
-        Err(e) => {
-            guard.release().await;
-            return Err(e);
-        }
-    };
+    let rt = guard.check(svc.runtime_for(&sb).await).await?;
     match rt.stop(&sb.id, grace).await {
         Ok(()) => {}
         Err(RuntimeError::NotFound(_)) => {
@@ -583,28 +564,19 @@ pub async fn destroy_with(
         return Ok(sb);
     }
     let params = serde_json::json!({ "preserve_volume": preserve_volume, "sync": sync });
-    let (guard, mut sb) = begin(svc, OperationKind::Delete, &sb, params).await?;
+    let (mut guard, mut sb) = begin(svc, OperationKind::Delete, &sb, params).await?;
     if sb.deleted_at.is_some() {
         guard.release().await;
         return Ok(sb);
     }
     if sync {
-        match crate::content::workspace_sync::sync(svc, sb).await {
-            Ok(synced) => sb = synced,
-            Err(e) => {
-                guard.release().await; // nothing deleted without its sync
-                return Err(e);
-            }
-        }
+        // Nothing is deleted without its sync.
+        sb = guard
+            .check(crate::content::workspace_sync::sync(svc, sb).await)
+            .await?;
         svc.crash_point("delete.synced")?;
     }
-    let rt = match svc.runtime_for(&sb).await {
-        Ok(rt) => rt,
-        Err(e) => {
-            guard.release().await;
-            return Err(e);
-        }
-    };
+    let rt = guard.check(svc.runtime_for(&sb).await).await?;
     if let Err(e) = rt.remove(&sb.id, preserve_volume).await {
         svc.metrics.docker_error("remove", &e);
         guard.release().await; // the record stays as it was

@@ -125,6 +125,16 @@ fn sandbox_id(op: &Operation) -> ServiceResult<SandboxId> {
     Ok(SandboxId::parse_field(&op.target, "target")?)
 }
 
+/// The record an operation is about, as it is now; `None` when it is gone.
+async fn record_of(svc: &Service, op: &Operation) -> ServiceResult<Option<stockade_core::Sandbox>> {
+    let scope = Scope::account(op.account_id.clone());
+    match svc.store.get_sandbox(&scope, &sandbox_id(op)?).await {
+        Ok(sb) => Ok(Some(sb)),
+        Err(StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Ends the operation with `write`; an operation that is gone already is fine.
 async fn end(svc: &Service, op: &Operation, write: SandboxWrite<'_>) -> ServiceResult<()> {
     match svc
@@ -156,13 +166,10 @@ async fn roll_back_create(svc: &Service, op: &Operation) -> ServiceResult<()> {
 }
 
 async fn carry_on_delete(svc: &Service, op: &Operation) -> ServiceResult<()> {
-    let id = sandbox_id(op)?;
-    let scope = Scope::account(op.account_id.clone());
-    let sb = match svc.store.get_sandbox(&scope, &id).await {
-        Ok(sb) => sb,
-        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
-        Err(e) => return Err(e.into()),
+    let Some(sb) = record_of(svc, op).await? else {
+        return end(svc, op, SandboxWrite::None).await;
     };
+    let id = sb.id.clone();
     if sb.is_terminated() {
         return end(svc, op, SandboxWrite::None).await;
     }
@@ -195,13 +202,10 @@ fn synced_since(sb: &stockade_core::Sandbox, since: chrono::DateTime<Utc>) -> bo
 }
 
 async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
-    let id = sandbox_id(op)?;
-    let scope = Scope::account(op.account_id.clone());
-    let mut sb = match svc.store.get_sandbox(&scope, &id).await {
-        Ok(sb) => sb,
-        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
-        Err(e) => return Err(e.into()),
+    let Some(mut sb) = record_of(svc, op).await? else {
+        return end(svc, op, SandboxWrite::None).await;
     };
+    let id = sb.id.clone();
     if sb.is_terminated() {
         return end(svc, op, SandboxWrite::None).await;
     }
@@ -227,7 +231,9 @@ async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
         {
             Ok(_) | Err(StoreError::NotFound) => return Ok(()),
             Err(StoreError::Conflict(_)) => {
-                let mut fresh = svc.store.get_sandbox(&scope, &id).await?;
+                let Some(mut fresh) = record_of(svc, op).await? else {
+                    return end(svc, op, SandboxWrite::None).await;
+                };
                 fresh.take_status_of(&sb);
                 sb = fresh;
             }
@@ -240,13 +246,10 @@ async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
 }
 
 async fn converge_limits(svc: &Service, op: &Operation) -> ServiceResult<()> {
-    let id = sandbox_id(op)?;
-    let scope = Scope::account(op.account_id.clone());
-    let sb = match svc.store.get_sandbox(&scope, &id).await {
-        Ok(sb) => sb,
-        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
-        Err(e) => return Err(e.into()),
+    let Some(sb) = record_of(svc, op).await? else {
+        return end(svc, op, SandboxWrite::None).await;
     };
+    let id = sb.id.clone();
     let rt = svc.runtime_for(&sb).await?;
     if !sb.is_terminated() && rt.inspect(&id).await?.is_some() {
         rt.update_resources(&id, sb.spec.cpu_cores, sb.spec.memory_bytes())

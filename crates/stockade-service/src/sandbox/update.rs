@@ -61,20 +61,9 @@ pub async fn update(
         svc.check_policy_enforceable(&target.network, &sb.server)?;
     }
     ensure_updatable(&sb)?;
-    let op = svc.new_operation(
-        OperationKind::Update,
-        &sb.id,
-        &sb.account_id,
-        serde_json::json!({}),
-    );
-    let guard = svc.begin_operation(op).await?;
-    let current = match svc.store.get_sandbox(scope, &sb.id).await {
-        Ok(fresh) => fresh,
-        Err(e) => {
-            guard.release().await;
-            return Err(e.into());
-        }
-    };
+    let (mut guard, current) =
+        crate::sandbox::lifecycle::begin(svc, OperationKind::Update, &sb, serde_json::json!({}))
+            .await?;
     if let Err(e) = ensure_updatable(&current) {
         guard.release().await;
         return Err(e);
@@ -85,20 +74,12 @@ pub async fn update(
         let target = patch.apply(&current.spec, &svc.config.defaults)?;
         // The admission (quota, host room) is held until the record has the
         // new limits.
-        match crate::fleet::admission::admit_resize(svc, &current, &target).await {
-            Ok(a) => admitted = Some(a),
-            Err(e) => {
-                guard.release().await;
-                return Err(e);
-            }
-        }
-        let rt = match svc.runtime_for(&current).await {
-            Ok(rt) => rt,
-            Err(e) => {
-                guard.release().await;
-                return Err(e);
-            }
-        };
+        admitted = Some(
+            guard
+                .check(crate::fleet::admission::admit_resize(svc, &current, &target).await)
+                .await?,
+        );
+        let rt = guard.check(svc.runtime_for(&current).await).await?;
         let applied = async {
             match rt.inspect(&current.id).await? {
                 Some(container) => {
@@ -229,31 +210,14 @@ async fn update_record(
 ) -> ServiceResult<Sandbox> {
     let sb = crate::sandbox::lifecycle::load(svc, scope, id).await?;
     ensure_updatable(&sb)?;
-    let op = svc.new_operation(
-        OperationKind::Update,
-        &sb.id,
-        &sb.account_id,
-        serde_json::json!({}),
-    );
-    let guard = svc.begin_operation(op).await?;
-    let current = match svc.store.get_sandbox(scope, &sb.id).await {
-        Ok(fresh) => fresh,
-        Err(e) => {
-            guard.release().await;
-            return Err(e.into());
-        }
-    };
+    let (mut guard, current) =
+        crate::sandbox::lifecycle::begin(svc, OperationKind::Update, &sb, serde_json::json!({}))
+            .await?;
     let reapply = |fresh: Sandbox| -> ServiceResult<Sandbox> {
         ensure_updatable(&fresh)?;
         change(fresh)
     };
-    let next = match reapply(current) {
-        Ok(next) => next,
-        Err(e) => {
-            guard.release().await;
-            return Err(e);
-        }
-    };
+    let next = guard.check(reapply(current)).await?;
     guard.finish_applying(next, reapply).await
 }
 

@@ -29,17 +29,11 @@ pub async fn collect_once(svc: &Service) -> CollectReport {
 
 /// Runs [`collect_once`] every [`COLLECT_INTERVAL`] until `shutdown`.
 pub async fn collect_periodically(svc: Service, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(COLLECT_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                let r = collect_once(&svc).await;
-                if r != CollectReport::default() {
-                    info!(?r, "snapshot and upload collection");
-                }
-            }
+    let mut every = crate::every::Every::new(COLLECT_INTERVAL, shutdown);
+    while every.next().await {
+        let r = collect_once(&svc).await;
+        if r != CollectReport::default() {
+            info!(?r, "snapshot and upload collection");
         }
     }
 }

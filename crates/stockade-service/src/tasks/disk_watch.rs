@@ -165,19 +165,12 @@ pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
         .config
         .disk_check_interval
         .max(Duration::from_millis(100));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick fires at once: skip it, a new leader has other work first.
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                let report = check_once(&svc).await;
-                if report.stopped > 0 || report.failed > 0 {
-                    info!(?report, "disk watch pass");
-                }
-            }
+    // Not at once: a new leader has other work first.
+    let mut every = crate::every::Every::after_first(period, shutdown).await;
+    while every.next().await {
+        let report = check_once(&svc).await;
+        if report.stopped > 0 || report.failed > 0 {
+            info!(?report, "disk watch pass");
         }
     }
 }

@@ -252,15 +252,9 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
 /// The leader's host checks, every `check_interval` until `term` ends.
 pub async fn check_periodically(svc: Service, term: tokio_util::sync::CancellationToken) {
     let mut prepared = std::collections::HashSet::new();
-    let mut tick = tokio::time::interval(svc.hosts.config().check_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = term.cancelled() => return,
-            _ = tick.tick() => {
-                check_hosts_once(&svc, &mut prepared).await;
-            }
-        }
+    let mut every = crate::every::Every::new(svc.hosts.config().check_interval, term);
+    while every.next().await {
+        check_hosts_once(&svc, &mut prepared).await;
     }
 }
 
@@ -268,19 +262,13 @@ pub async fn check_periodically(svc: Service, term: tokio_util::sync::Cancellati
 /// warm pool serves only while the own host takes sandboxes; removed hosts'
 /// runtimes are dropped).
 pub async fn observe_periodically(svc: Service, shutdown: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(svc.hosts.config().check_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                if svc.leader.is_leader() {
-                    continue;
-                }
-                if let Ok(hosts) = crate::fleet::placement::all_hosts(&svc).await {
-                    svc.hosts.observe(&hosts);
-                }
-            }
+    let mut every = crate::every::Every::new(svc.hosts.config().check_interval, shutdown);
+    while every.next().await {
+        if svc.leader.is_leader() {
+            continue;
+        }
+        if let Ok(hosts) = crate::fleet::placement::all_hosts(&svc).await {
+            svc.hosts.observe(&hosts);
         }
     }
 }

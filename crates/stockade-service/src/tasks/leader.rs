@@ -316,19 +316,13 @@ pub(crate) async fn run(
 /// check (its `/health` report) and its egress filter's entries, every
 /// `reconcile_interval` (the leader's reconciliation pass does both).
 pub(crate) async fn run_local(svc: Service, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(svc.config.reconcile_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the start has just done both
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                if svc.leader.is_leader() {
-                    continue;
-                }
-                svc.check_isolation().await;
-                svc.reconcile_egress().await;
-            }
+    // Not at once: the start has just done both.
+    let mut every = crate::every::Every::after_first(svc.config.reconcile_interval, shutdown).await;
+    while every.next().await {
+        if svc.leader.is_leader() {
+            continue;
         }
+        svc.check_isolation().await;
+        svc.reconcile_egress().await;
     }
 }

@@ -295,19 +295,21 @@ async fn check_record(
 
 /// Runs [`reconcile_once`] every `config.reconcile_interval` until `shutdown`.
 pub async fn run_periodically(svc: Service, shutdown: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(svc.config.reconcile_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                svc.check_isolation().await;
-                match reconcile_once(&svc).await {
-                    Ok(r) if r.corrected + r.abandoned_creates + r.unknown_containers + r.removed_containers > 0 => info!(?r, "reconcile pass"),
-                    Ok(_) => {}
-                    Err(e) => debug!(error = %e, "reconcile skipped: Docker unavailable"),
-                }
+    let mut every = crate::every::Every::new(svc.config.reconcile_interval, shutdown);
+    while every.next().await {
+        svc.check_isolation().await;
+        match reconcile_once(&svc).await {
+            Ok(r)
+                if r.corrected
+                    + r.abandoned_creates
+                    + r.unknown_containers
+                    + r.removed_containers
+                    > 0 =>
+            {
+                info!(?r, "reconcile pass")
             }
+            Ok(_) => {}
+            Err(e) => debug!(error = %e, "reconcile skipped: Docker unavailable"),
         }
     }
 }
@@ -318,28 +320,12 @@ mod tests {
 
     use stockade_core::{Defaults, SandboxSpec};
     use stockade_runtime::prelude::*;
-    use stockade_runtime::{ContainerSpec, FakeRuntime, PoolMemberSpec};
+    use stockade_runtime::{FakeRuntime, PoolMemberSpec};
     use stockade_store::{SqliteStore, Store};
 
     use super::*;
+    use crate::test_support::spec;
     use crate::{Service, ServiceConfig};
-
-    fn spec(sb: &Sandbox, instance: &stockade_core::InstanceId) -> ContainerSpec {
-        ContainerSpec {
-            sandbox_id: sb.id.clone(),
-            account_id: sb.account_id.clone(),
-            instance_id: instance.clone(),
-            image: "busybox".into(),
-            command: vec!["sleep".into()],
-            env: Default::default(),
-            cpu_cores: 1.0,
-            memory_bytes: 1 << 30,
-            network_access: true,
-            hostname: "x".into(),
-            agent_token: None,
-            disk_bytes: None,
-        }
-    }
 
     #[tokio::test]
     async fn every_page_of_records_is_checked_and_pool_members_are_left_alone() {

@@ -12,14 +12,9 @@ use crate::Service;
 /// died; once an hour also forgets expired idempotency keys.
 pub async fn run_periodically(svc: Service, period: Duration, shutdown: CancellationToken) {
     let mut last_purge: Option<tokio::time::Instant> = None;
-    let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    let mut every =
+        crate::every::Every::after_first(period.max(Duration::from_millis(10)), shutdown).await;
+    while every.next().await {
         if svc.crashed() {
             return;
         }

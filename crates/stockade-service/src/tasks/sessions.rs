@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::every::Every;
 use crate::Service;
 
 /// Every `config.session_check_interval` (the first time at once) until
@@ -15,17 +16,11 @@ pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
         .config
         .session_check_interval
         .max(Duration::from_millis(50));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                for sb in crate::sandbox::sessions::claim_due(&svc).await {
-                    let svc = svc.clone();
-                    tokio::spawn(async move { crate::sandbox::sessions::expire_logged(&svc, sb).await });
-                }
-            }
+    let mut every = Every::new(period, shutdown);
+    while every.next().await {
+        for sb in crate::sandbox::sessions::claim_due(&svc).await {
+            let svc = svc.clone();
+            tokio::spawn(async move { crate::sandbox::sessions::expire_logged(&svc, sb).await });
         }
     }
 }

@@ -1,0 +1,22 @@
+//! What the unit tests of several modules build their cases from.
+
+use stockade_core::{InstanceId, Sandbox};
+use stockade_runtime::ContainerSpec;
+
+/// A plain container of `sb`'s, made by `instance`.
+pub(crate) fn spec(sb: &Sandbox, instance: &InstanceId) -> ContainerSpec {
+    ContainerSpec {
+        sandbox_id: sb.id.clone(),
+        account_id: sb.account_id.clone(),
+        instance_id: instance.clone(),
+        image: "busybox".into(),
+        command: vec!["sleep".into()],
+        env: Default::default(),
+        cpu_cores: 1.0,
+        memory_bytes: 1 << 30,
+        network_access: true,
+        hostname: "x".into(),
+        agent_token: None,
+        disk_bytes: None,
+    }
+}
