@@ -40,48 +40,6 @@ pub enum ApiError {
     UpstreamUnavailable(String),
 }
 
-/// Shorthands for the service's errors, so that a handler can write
-/// `ApiError::NotFound(..)`: each is `ApiError::Service(ServiceError::…)`.
-/// New code builds the `ServiceError` and converts it with `?` or `.into()`.
-#[allow(non_snake_case)]
-impl ApiError {
-    pub fn Forbidden(message: String) -> Self {
-        ServiceError::Forbidden(message).into()
-    }
-
-    pub fn NotFound(message: String) -> Self {
-        ServiceError::NotFound(message).into()
-    }
-
-    pub fn Conflict(message: String) -> Self {
-        ServiceError::Conflict(message).into()
-    }
-
-    pub fn Terminated(message: String) -> Self {
-        ServiceError::Terminated(message).into()
-    }
-
-    pub fn NotRunning(message: String) -> Self {
-        ServiceError::NotRunning(message).into()
-    }
-
-    pub fn PayloadTooLarge(message: String) -> Self {
-        ServiceError::PayloadTooLarge(message).into()
-    }
-
-    pub fn SandboxUnavailable(message: String) -> Self {
-        ServiceError::SandboxUnavailable(message).into()
-    }
-
-    pub fn Docker(message: String) -> Self {
-        ServiceError::Docker(message).into()
-    }
-
-    pub fn Internal(message: String) -> Self {
-        ServiceError::Internal(message).into()
-    }
-}
-
 impl ApiError {
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self::Validation(ValidationErrors::single(field, message))

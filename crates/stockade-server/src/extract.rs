@@ -14,6 +14,7 @@ use stockade_core::{Account, Scope, TokenId, TokenKind};
 
 use crate::error::ApiError;
 use crate::AppState;
+use stockade_service::ServiceError;
 
 /// The account behind the request's `Authorization: Bearer` token.
 #[derive(Debug, Clone)]
@@ -70,6 +71,19 @@ fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
     Ok(Some(token))
 }
 
+/// The token of `Authorization: Bearer <token>` (the scheme in any case),
+/// as sent.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    value
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+        .map(|_| &value[7..])
+}
+
 /// The values of the cookie `name` in a request (several: somebody tried
 /// to plant one next to the real one).
 pub fn cookie_values<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Vec<&'a str> {
@@ -107,10 +121,11 @@ fn session_token(parts: &Parts) -> Result<Option<&str>, ApiError> {
         axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
     );
     if !safe && !parts.headers.contains_key(CSRF_HEADER) {
-        return Err(ApiError::Forbidden(format!(
+        return Err(ServiceError::Forbidden(format!(
             "Requests that change something and authenticate with the session cookie must send \
              the {CSRF_HEADER} header (scripts use `Authorization: Bearer` instead)"
-        )));
+        ))
+        .into());
     }
     Ok(Some(token))
 }
@@ -204,10 +219,11 @@ pub async fn authenticate(
 /// A disabled account's credentials are refused everywhere.
 pub fn refuse_disabled(account: &Account) -> Result<(), ApiError> {
     if account.is_disabled() {
-        return Err(ApiError::Forbidden(format!(
+        return Err(ServiceError::Forbidden(format!(
             "The account '{}' is disabled: an administrator can enable it again",
             account.name
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -222,9 +238,10 @@ impl FromRequestParts<AppState> for AdminCaller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = Caller::from_request_parts(parts, state).await?;
         if !caller.account.is_admin {
-            return Err(ApiError::Forbidden(
+            return Err(ServiceError::Forbidden(
                 "Forbidden: this needs an administrator's token".into(),
-            ));
+            )
+            .into());
         }
         Ok(Self(caller))
     }

@@ -41,6 +41,7 @@ use tracing::{debug, instrument};
 
 use crate::error::{ApiError, ApiResult};
 use crate::{AppState, ServerConfig};
+use stockade_service::ServiceError;
 
 /// The header that carries a sandbox token.
 pub const TOKEN_HEADER: &str = "x-stockade-token";
@@ -123,7 +124,8 @@ pub fn parse_port_segment(port: &str) -> ApiResult<u16> {
 pub async fn by_path(State(state): State<AppState>, req: Request) -> Response {
     let path = req.uri().path().to_owned();
     let Some((id, port, rest)) = split_proxy_path(&path) else {
-        return ApiError::NotFound(format!("No route for {path}")).into_response();
+        return ApiError::from(ServiceError::NotFound(format!("No route for {path}")))
+            .into_response();
     };
     let (sandbox_id, port) = match parse_target(id, port) {
         Ok(t) => t,
@@ -167,9 +169,9 @@ pub(crate) fn host_target(
     let host = request_host(req.headers(), req.uri())?;
     let label = sandbox_label(&host, domain)?;
     let Some((port, id)) = label.split_once('-') else {
-        return Some(Err(ApiError::NotFound(format!(
+        return Some(Err(ServiceError::NotFound(format!(
             "No sandbox port at '{label}.{domain}': sandbox ports are at {{port}}-{{sandbox id}}.{domain}"
-        ))));
+        )).into()));
     };
     Some(parse_target(id, port))
 }
@@ -230,9 +232,17 @@ pub(crate) fn sandbox_label(host: &str, domain: &str) -> Option<String> {
     Some(label.to_owned())
 }
 
+/// A configured proxy domain that is not a host name; holds the input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "'{0}' is not a domain for sandbox ports: expected a host name such as \
+     sandboxes.example.com (optionally with :port), no scheme or path"
+)]
+pub struct InvalidProxyDomain(pub String);
+
 /// Checks a configured proxy domain: a host name (lower-cased, no scheme
 /// or path), optionally with `:port`.
-pub fn parse_proxy_domain(s: &str) -> Result<String, String> {
+pub fn parse_proxy_domain(s: &str) -> Result<String, InvalidProxyDomain> {
     let d = s.trim().trim_end_matches('.').to_ascii_lowercase();
     let (name, port) = match d.rsplit_once(':') {
         Some((n, p)) => (n, Some(p)),
@@ -249,10 +259,7 @@ pub fn parse_proxy_domain(s: &str) -> Result<String, String> {
         });
     let port_ok = port.is_none_or(|p| parse_port_segment(p).is_ok());
     if !labels_ok || !port_ok {
-        return Err(format!(
-            "'{s}' is not a domain for sandbox ports: expected a host name such as \
-             sandboxes.example.com (optionally with :port), no scheme or path"
-        ));
+        return Err(InvalidProxyDomain(s.to_owned()));
     }
     Ok(d)
 }
@@ -589,15 +596,18 @@ pub fn refused(e: token::Refused, id: &SandboxId) -> ApiError {
             "The sandbox token expired at {}: get a new one with POST /api/v1/sandbox/{id}/auth-token",
             at.to_rfc3339()
         )),
-        token::Refused::OtherSandbox(other) => ApiError::Forbidden(format!(
+        token::Refused::OtherSandbox(other) => ServiceError::Forbidden(format!(
             "Forbidden: this token is for sandbox {other}, not {id}"
-        )),
-        token::Refused::Disabled(name) => ApiError::Forbidden(format!(
+        ))
+        .into(),
+        token::Refused::Disabled(name) => ServiceError::Forbidden(format!(
             "The account '{name}' is disabled: an administrator can enable it again"
-        )),
-        token::Refused::NoAccess => ApiError::Forbidden(
+        ))
+        .into(),
+        token::Refused::NoAccess => ServiceError::Forbidden(
             "Forbidden: this token's holder no longer has access to this sandbox".into(),
-        ),
+        )
+        .into(),
         token::Refused::Store(e) => e.into(),
     }
 }
@@ -622,11 +632,12 @@ fn cookie_request_allowed(headers: &HeaderMap, target: &Target) -> ApiResult<()>
     let site = header("sec-fetch-site");
     let navigation = header("sec-fetch-mode").as_deref() == Some("navigate");
     if matches!(site.as_deref(), Some("cross-site" | "same-site")) && !navigation {
-        return Err(ApiError::Forbidden(format!(
+        return Err(ServiceError::Forbidden(format!(
             "A request from another site may not use the sandbox cookie of {}: send a sandbox \
              token ({TOKEN_HEADER}) instead",
             target.sandbox_id
-        )));
+        ))
+        .into());
     }
     if requested_upgrade(headers).is_some() {
         if let Some(origin) = header("origin") {
@@ -640,11 +651,12 @@ fn cookie_request_allowed(headers: &HeaderMap, target: &Target) -> ApiResult<()>
                 }),
             };
             if !own {
-                return Err(ApiError::Forbidden(format!(
+                return Err(ServiceError::Forbidden(format!(
                     "A WebSocket from origin '{origin}' may not use the sandbox cookie of {}: \
                      send a sandbox token ({TOKEN_HEADER}) instead",
                     target.sandbox_id
-                )));
+                ))
+                .into());
             }
         }
     }
@@ -687,21 +699,23 @@ async fn authorise(
         return Err(ApiError::sandbox_not_found());
     }
     if !traffic && !sb.spec.ports.contains(&port) {
-        return Err(ApiError::NotFound(format!(
+        return Err(ServiceError::NotFound(format!(
             "Port {port} is not exposed on sandbox {id}: expose it with POST /api/v1/sandbox/{id}/ports"
-        )));
+        )).into());
     }
     if !sb.spec.network.allows_egress() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Sandbox {id} was created with networkAccess: false, so it has no network the proxy \
              could reach its ports on; create it with network access to use ports"
-        )));
+        ))
+        .into());
     }
     if sb.status != SandboxStatus::Running {
-        return Err(ApiError::SandboxUnavailable(format!(
+        return Err(ServiceError::SandboxUnavailable(format!(
             "Sandbox {id} is {}: start it (POST /api/v1/sandbox/{id}/start) to reach its ports",
             sb.status
-        )));
+        ))
+        .into());
     }
     let upstream = state
         .svc
@@ -710,7 +724,7 @@ async fn authorise(
         .port_upstream(id, port)
         .await?
         .ok_or_else(|| {
-            ApiError::SandboxUnavailable(format!(
+            ServiceError::SandboxUnavailable(format!(
                 "Sandbox {id} is not running on its Docker host: start it (POST /api/v1/sandbox/{id}/start)"
             ))
         })?;
@@ -999,6 +1013,11 @@ mod tests {
         ] {
             assert!(parse_proxy_domain(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            parse_proxy_domain("x.com/path").unwrap_err().to_string(),
+            "'x.com/path' is not a domain for sandbox ports: expected a host name such as \
+             sandboxes.example.com (optionally with :port), no scheme or path"
+        );
     }
 
     #[test]
@@ -1264,26 +1283,35 @@ mod tests {
     #[test]
     fn sandbox_cookies_stay_with_the_sandbox() {
         let p = Some("/proxy/abcdefghijkl/8080");
-        assert_eq!(
-            rewrite_set_cookie("s=1; Path=/; Domain=sandboxes.test; HttpOnly", p).unwrap(),
-            "s=1; Path=/proxy/abcdefghijkl/8080/; HttpOnly"
-        );
-        assert_eq!(
-            rewrite_set_cookie("s=1; path=/app", p).unwrap(),
-            "s=1; Path=/proxy/abcdefghijkl/8080/app"
-        );
-        assert_eq!(
-            rewrite_set_cookie("s=1; Path=/proxy/abcdefghijkl/8080/x", p).unwrap(),
-            "s=1; Path=/proxy/abcdefghijkl/8080/x"
-        );
-        assert_eq!(
-            rewrite_set_cookie("s=1; Path=/; domain=.sandboxes.test", None).unwrap(),
-            "s=1; Path=/"
-        );
-        assert_eq!(
-            rewrite_set_cookie("stockade_token=forged; Path=/", None),
-            None
-        );
+        for (prefix, cookie, rewritten) in [
+            (
+                p,
+                "s=1; Path=/; Domain=sandboxes.test; HttpOnly",
+                Some("s=1; Path=/proxy/abcdefghijkl/8080/; HttpOnly"),
+            ),
+            (
+                p,
+                "s=1; path=/app",
+                Some("s=1; Path=/proxy/abcdefghijkl/8080/app"),
+            ),
+            (
+                p,
+                "s=1; Path=/proxy/abcdefghijkl/8080/x",
+                Some("s=1; Path=/proxy/abcdefghijkl/8080/x"),
+            ),
+            (
+                None,
+                "s=1; Path=/; domain=.sandboxes.test",
+                Some("s=1; Path=/"),
+            ),
+            (None, "stockade_token=forged; Path=/", None),
+        ] {
+            assert_eq!(
+                rewrite_set_cookie(cookie, prefix).as_deref(),
+                rewritten,
+                "{cookie}"
+            );
+        }
     }
 
     #[test]

@@ -268,28 +268,31 @@ mod tests {
         assert_eq!(chunks.concat(), expected, "every byte, in order");
 
         // One event ready: it goes at once, alone.
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-        let inner =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
-            )
-            .boxed();
+        let (tx, inner) = channel_stream();
         let mut s = KeepAlive::new(inner, Duration::from_secs(60));
         tx.send(Bytes::from_static(b"one")).await.unwrap();
         let got = tokio::time::timeout(Duration::from_secs(1), s.next()).await;
         assert_eq!(got.unwrap().unwrap(), "one");
     }
 
-    #[tokio::test]
-    async fn idle_streams_get_keep_alives_and_end_with_their_source() {
+    /// A stream of what is sent on the returned sender, ending when it is
+    /// dropped.
+    fn channel_stream() -> (
+        tokio::sync::mpsc::Sender<Bytes>,
+        futures_util::stream::BoxStream<'static, Bytes>,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-        let inner =
+        let stream =
             futures_util::stream::unfold(
                 rx,
                 |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
-            )
-            .boxed();
+            );
+        (tx, stream.boxed())
+    }
+
+    #[tokio::test]
+    async fn idle_streams_get_keep_alives_and_end_with_their_source() {
+        let (tx, inner) = channel_stream();
         let mut s = KeepAlive::new(inner, Duration::from_millis(50));
         tx.send(Bytes::from_static(b"one")).await.unwrap();
         assert_eq!(s.next().await.unwrap(), "one");

@@ -28,6 +28,7 @@ use crate::error::ApiError;
 use crate::extract::{parse_json, query_pairs, Caller, Credential};
 use crate::proxy::token::{self, Purpose};
 use crate::AppState;
+use stockade_service::ServiceError;
 
 use super::e2b_net;
 
@@ -199,7 +200,7 @@ fn body_or_default<T: DeserializeOwned + Default>(body: &Bytes) -> E2bResult<T> 
 }
 
 fn sandbox_not_found(id: &str) -> E2bApiError {
-    E2bApiError::Api(ApiError::NotFound(format!("Sandbox {id} not found")))
+    ServiceError::NotFound(format!("Sandbox {id} not found")).into()
 }
 
 /// The caller's sandbox `id`, not terminated (a terminated one is gone, as
@@ -829,7 +830,7 @@ async fn resume(
     let req: E2bConnectRequest = body_or_default(&body)?;
     let sb = load_live(&state, &caller.scope, &id).await?;
     if sb.status == SandboxStatus::Running {
-        return Err(ApiError::Conflict(format!("Sandbox {id} is already running")).into());
+        return Err(ServiceError::Conflict(format!("Sandbox {id} is already running")).into());
     }
     let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
     Ok(answered(
@@ -853,7 +854,7 @@ async fn pause(
     let _: E2bPauseRequest = body_or_default(&body)?;
     let sb = load_live(&state, &caller.scope, &id).await?;
     if !sb.can_exec() {
-        return Err(ApiError::Conflict(format!("Sandbox {id} is already paused")).into());
+        return Err(ServiceError::Conflict(format!("Sandbox {id} is already paused")).into());
     }
     lifecycle::stop(&state.svc, sb, state.svc.config().stop_grace).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -1015,7 +1016,7 @@ async fn delete_snapshot(
 ) -> E2bResult<StatusCode> {
     let template = svc_compat::resolve_template(&state.svc, &caller.scope, &id).await;
     let Ok(Template::Snapshot(sid)) = template else {
-        return Err(ApiError::NotFound(format!(
+        return Err(ServiceError::NotFound(format!(
             "Template {id} not found: only snapshots can be deleted here"
         ))
         .into());

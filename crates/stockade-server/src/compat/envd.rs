@@ -121,14 +121,7 @@ fn stockade_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     if let Some(k) = api_key(headers)? {
         return Ok(Some(k.to_owned()));
     }
-    Ok(headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.get(..7)
-                .filter(|p| p.eq_ignore_ascii_case("bearer "))
-                .map(|_| &v[7..])
-        })
+    Ok(crate::extract::bearer_token(headers)
         .map(str::trim)
         .filter(|t| t.starts_with(stockade_core::ApiToken::PREFIX))
         .map(str::to_owned))
@@ -167,7 +160,7 @@ async fn authorise(
                 Ok(sb) => sb,
                 Err(ServiceError::NotFound(_)) => return Err(gone(id, "")),
                 Err(ServiceError::Forbidden(_)) => {
-                    return Err(ApiError::Forbidden(format!(
+                    return Err(ServiceError::Forbidden(format!(
                         "Forbidden: sandbox {id} belongs to another account"
                     ))
                     .into())

@@ -172,16 +172,17 @@ pub async fn bulk_delete(
     ApiJson(req): ApiJson<PrimeBulkDeleteRequest>,
 ) -> ApiResult<Json<PrimeBulkDeleteResponse>> {
     if req.all_users {
-        return Err(ApiError::Forbidden(
+        return Err(ServiceError::Forbidden(
             "Forbidden: all_users deletes other accounts' sandboxes; a caller deletes only its own"
                 .into(),
-        ));
+        )
+        .into());
     }
     if let Some(u) = &req.user_id {
         if u != caller.account.id.as_str() {
-            return Err(ApiError::Forbidden(
-                "Forbidden: user_id names another account".into(),
-            ));
+            return Err(
+                ServiceError::Forbidden("Forbidden: user_id names another account".into()).into(),
+            );
         }
     }
     let ids = req.sandbox_ids.unwrap_or_default();
@@ -203,9 +204,10 @@ pub async fn bulk_delete(
         Some(t) => {
             let team = stockade_core::TeamId::parse_field(t, "team_id")?;
             if !caller.scope.team_ids.contains(&team) {
-                return Err(ApiError::Forbidden(format!(
+                return Err(ServiceError::Forbidden(format!(
                     "Forbidden: you are not a member of team '{team}'"
-                )));
+                ))
+                .into());
             }
             Some(team)
         }
@@ -258,13 +260,14 @@ async fn auth(
 ) -> ApiResult<Json<PrimeGatewayAuth>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     if sb.is_terminated() {
-        return Err(ApiError::Terminated(format!(
+        return Err(ServiceError::Terminated(format!(
             "Sandbox {id} is terminated: there is no gateway to reach"
-        )));
+        ))
+        .into());
     }
     let now = Utc::now();
     let expires_at = chrono::DateTime::from_timestamp((now + GATEWAY_TOKEN_TTL).timestamp(), 0)
-        .ok_or_else(|| ApiError::Internal("token expiry out of range".into()))?;
+        .ok_or_else(|| ServiceError::Internal("token expiry out of range".into()))?;
     // The caller holds it: it stops working when the caller loses access.
     let token = token::mint_for_holder(
         &state.proxy_keys,
@@ -604,14 +607,7 @@ async fn gateway_sandbox(
             m,
         )
     };
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.get(..7)
-                .filter(|p| p.eq_ignore_ascii_case("bearer "))
-                .map(|_| &v[7..])
-        })
+    let token = crate::extract::bearer_token(headers)
         .map(str::trim)
         .ok_or_else(|| {
             unauthorized(
@@ -777,6 +773,22 @@ async fn agent_error(resp: Response) -> Response {
         .into_response()
 }
 
+/// The sandbox of a gateway file request and its query (path, offset,
+/// length), or the plain error answer.
+async fn gateway_file(
+    state: &AppState,
+    headers: &HeaderMap,
+    ns: &str,
+    job: &str,
+    raw: Option<&str>,
+) -> Result<(Sandbox, (String, Option<i64>, Option<u64>)), Response> {
+    let sb = gateway_sandbox(state, headers, ns, job)
+        .await
+        .map_err(GatewayError::plain)?;
+    let query = file_query(raw).map_err(|e| GatewayError::from(e).plain())?;
+    Ok((sb, query))
+}
+
 /// `POST /gateway/{ns}/{job}/upload?path=…`: the multipart `file` part
 /// written to `path` (streamed through to the agent).
 async fn gateway_upload(
@@ -784,14 +796,11 @@ async fn gateway_upload(
     Path((ns, job)): Path<(String, String)>,
     req: Request,
 ) -> Response {
-    let sb = match gateway_sandbox(&state, req.headers(), &ns, &job).await {
-        Ok(sb) => sb,
-        Err(e) => return e.plain(),
-    };
-    let path = match file_query(req.uri().query()) {
-        Ok((p, _, _)) => p,
-        Err(e) => return GatewayError::from(e).plain(),
-    };
+    let (sb, (path, _, _)) =
+        match gateway_file(&state, req.headers(), &ns, &job, req.uri().query()).await {
+            Ok(found) => found,
+            Err(answer) => return answer,
+        };
     let resp = match super::envd::forward_to_agent(&state, &sb, req, &files_path(&path)).await {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -827,14 +836,11 @@ async fn gateway_download(
     Path((ns, job)): Path<(String, String)>,
     req: Request,
 ) -> Response {
-    let sb = match gateway_sandbox(&state, req.headers(), &ns, &job).await {
-        Ok(sb) => sb,
-        Err(e) => return e.plain(),
-    };
-    let path = match file_query(req.uri().query()) {
-        Ok((p, _, _)) => p,
-        Err(e) => return GatewayError::from(e).plain(),
-    };
+    let (sb, (path, _, _)) =
+        match gateway_file(&state, req.headers(), &ns, &job, req.uri().query()).await {
+            Ok(found) => found,
+            Err(answer) => return answer,
+        };
     match super::envd::forward_to_agent(&state, &sb, req, &files_path(&path)).await {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => agent_error(r).await,
@@ -850,14 +856,11 @@ async fn gateway_read_file(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let sb = match gateway_sandbox(&state, &headers, &ns, &job).await {
-        Ok(sb) => sb,
-        Err(e) => return e.plain(),
-    };
-    let (path, offset, length) = match file_query(raw.as_deref()) {
-        Ok(q) => q,
-        Err(e) => return GatewayError::from(e).plain(),
-    };
+    let (sb, (path, offset, length)) =
+        match gateway_file(&state, &headers, &ns, &job, raw.as_deref()).await {
+            Ok(found) => found,
+            Err(answer) => return answer,
+        };
     match read_window(&state, &sb, &path, offset.unwrap_or(0), length).await {
         Ok(r) => Json(r).into_response(),
         Err(e) => e.plain(),

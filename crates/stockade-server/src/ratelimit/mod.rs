@@ -54,10 +54,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::extract::bearer_token;
 use stockade_service::metrics::Metrics;
 
 pub mod settings;
-pub use settings::{IpNet, Limit, RateLimitConfig};
+pub use settings::{IpNet, Limit, LimitError, RateLimitConfig};
 
 /// The front-ends of the server, which limits apply to a request and in
 /// which shape it is refused.
@@ -357,20 +358,33 @@ impl RateLimiter {
             .windows
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let w = self.current_window(&mut windows, key, limit.window, limit.window, now);
+        w.count = w.count.saturating_add(1);
+    }
+
+    /// The window `key` counts in: a new one when it has none (first
+    /// forgetting windows older than `evict_after` when as many keys as
+    /// may be are tracked) or when `window` has passed since it started.
+    fn current_window<'a>(
+        &self,
+        windows: &'a mut HashMap<Key, Window>,
+        key: Key,
+        window: Duration,
+        evict_after: Duration,
+        now: Instant,
+    ) -> &'a mut Window {
         if !windows.contains_key(&key) && windows.len() >= self.config.max_tracked.max(1) {
-            evict(&mut windows, limit.window, now, self.config.max_tracked);
+            evict(windows, evict_after, now, self.config.max_tracked);
         }
-        let w = windows.entry(key).or_insert(Window {
+        let fresh = Window {
             start: now,
             count: 0,
-        });
-        if now.duration_since(w.start) >= limit.window {
-            *w = Window {
-                start: now,
-                count: 0,
-            };
+        };
+        let w = windows.entry(key).or_insert(fresh);
+        if now.duration_since(w.start) >= window {
+            *w = fresh;
         }
-        w.count = w.count.saturating_add(1);
+        w
     }
 
     /// Refuses when one of `keys` is used up; otherwise counts the request
@@ -421,19 +435,7 @@ impl RateLimiter {
             .max()
             .unwrap_or_default();
         for ((_, key, limit), standing) in keys.into_iter().zip(standings.iter_mut()) {
-            if !windows.contains_key(&key) && windows.len() >= self.config.max_tracked.max(1) {
-                evict(&mut windows, longest, now, self.config.max_tracked);
-            }
-            let w = windows.entry(key).or_insert(Window {
-                start: now,
-                count: 0,
-            });
-            if now.duration_since(w.start) >= limit.window {
-                *w = Window {
-                    start: now,
-                    count: 0,
-                };
-            }
+            let w = self.current_window(&mut windows, key, limit.window, longest, now);
             w.count += 1;
             standing.used = w.count;
         }
@@ -481,11 +483,11 @@ impl RateLimiter {
         } else if path == crate::compat::envd::E2B_PREFIX || path.starts_with("/e2b/") {
             (Front::E2b, e2b_credential(headers))
         } else if path.starts_with("/gateway/") {
-            (Front::Gateway, bearer(headers).and_then(hashed))
+            (Front::Gateway, bearer_token(headers).and_then(hashed))
         } else if path.starts_with("/proxy/") {
             (Front::Proxy, proxy_credential(headers, uri))
         } else if path == "/metrics" {
-            (Front::Metrics, bearer(headers).and_then(hashed))
+            (Front::Metrics, bearer_token(headers).and_then(hashed))
         } else {
             (Front::Other, None)
         };
@@ -600,18 +602,9 @@ fn hashed(secret: &str) -> Option<String> {
     (!secret.is_empty()).then(|| stockade_core::account::hash_token(secret))
 }
 
-/// The token of `Authorization: Bearer <token>`.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    value
-        .get(..7)
-        .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
-        .map(|_| &value[7..])
-}
-
 /// Stockade's API: a bearer token, else the dashboard's session cookie.
 fn api_credential(headers: &HeaderMap) -> Option<String> {
-    bearer(headers)
+    bearer_token(headers)
         .or_else(|| {
             crate::extract::SESSION_COOKIES
                 .iter()
@@ -625,7 +618,7 @@ fn api_credential(headers: &HeaderMap) -> Option<String> {
 fn e2b_credential(headers: &HeaderMap) -> Option<String> {
     match crate::compat::e2b::api_key(headers) {
         Ok(Some(key)) => hashed(key),
-        Ok(None) => bearer(headers).and_then(hashed),
+        Ok(None) => bearer_token(headers).and_then(hashed),
         Err(_) => None,
     }
 }
@@ -805,29 +798,30 @@ mod tests {
 
     #[test]
     fn limits_parse() {
-        let l = Limit::parse("1000/60s").unwrap();
-        assert_eq!((l.requests, l.window), (1000, Duration::from_secs(60)));
-        assert_eq!(
-            Limit::parse("20/1m").unwrap().window,
-            Duration::from_secs(60)
-        );
-        assert_eq!(
-            Limit::parse("20/min").unwrap().window,
-            Duration::from_secs(60)
-        );
-        assert_eq!(
-            Limit::parse("5/2h").unwrap().window,
-            Duration::from_secs(7200)
-        );
-        assert_eq!(
-            Limit::parse(" 7 / 30 ").unwrap().window,
-            Duration::from_secs(30)
-        );
+        for (text, requests, secs) in [
+            ("1000/60s", 1000, 60),
+            ("20/1m", 20, 60),
+            ("20/min", 20, 60),
+            ("5/2h", 5, 7200),
+            (" 7 / 30 ", 7, 30),
+        ] {
+            let l = Limit::parse(text).unwrap();
+            let expected = (requests, Duration::from_secs(secs));
+            assert_eq!((l.requests, l.window), expected, "{text}");
+        }
         for bad in [
             "", "1000", "0/60s", "10/0s", "x/60s", "10/60y", "10/-1s", "10/48h",
         ] {
             assert!(Limit::parse(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            Limit::parse("10/60y").unwrap_err().to_string(),
+            "invalid rate limit '10/60y': expected REQUESTS/WINDOW such as 1000/60s, 20/1m or 5000/1h"
+        );
+        assert_eq!(
+            Limit::parse("0/60s").unwrap_err().to_string(),
+            "invalid rate limit '0/60s': needs at least 1 request and a window from 1 s to 24 h"
+        );
     }
 
     #[test]
@@ -1027,108 +1021,44 @@ mod tests {
     #[test]
     fn requests_are_told_apart_as_the_router_does() {
         let rl = limiter(10, 10);
-        let h = |t: &str| Some(stockade_core::account::hash_token(t));
-        let c = |uri: &str, headers: &[(&str, &str)]| {
+        type Headers = &'static [(&'static str, &'static str)];
+        // Path, headers, then the front, whether it is routed before the
+        // API, and the credential presented.
+        #[rustfmt::skip]
+        let cases: &[(&str, Headers, Front, bool, Option<&str>)] = &[
+            ("/api/v1/health", &[], Front::Health, false, None),
+            ("/api/v1/me", &[("authorization", "Bearer stk_a")], Front::Api, false, Some("stk_a")),
+            ("/api/v1/me", &[("cookie", "x=1; stockade_session=stks_s")], Front::Api, false, Some("stks_s")),
+            // E2B's key wins over a bearer, as E2B's routes read it.
+            ("/e2b/sandboxes", &[("x-api-key", "stk_k"), ("authorization", "Bearer stk_b")], Front::E2b, false, Some("stk_k")),
+            ("/e2b/sandboxes", &[("authorization", "bearer stk_b")], Front::E2b, false, Some("stk_b")),
+            ("/e2bx", &[], Front::Other, false, None),
+            ("/gateway/acc/sbx/upload", &[("authorization", "Bearer stkg_g")], Front::Gateway, false, Some("stkg_g")),
+            // The proxy's sandbox token; a sandbox app's own bearer is not it.
+            ("/proxy/abcdefabcdef/8080/x?a=1&stockade_token=stkp_q", &[("authorization", "Bearer app")], Front::Proxy, false, Some("stkp_q")),
+            ("/proxy/abcdefabcdef/8080/", &[("cookie", "stockade_token=stkp_c")], Front::Proxy, false, Some("stkp_c")),
+            ("/metrics", &[("authorization", "Bearer m")], Front::Metrics, false, Some("m")),
+            ("/", &[], Front::Other, false, None),
+            // Host form: a port, or the agent's port (E2B's envd).
+            ("/api/v1/health", &[("host", "8080-abcdefabcdef.sandboxes.test"), ("e2b-traffic-access-token", "stkt_t")], Front::Proxy, true, Some("stkt_t")),
+            ("/files", &[("host", "49983-abcdefabcdef.sandboxes.test:7433"), ("x-access-token", "stke_e")], Front::Envd, true, Some("stke_e")),
+            // The header form, whatever the path; an API key of the account wins.
+            ("/e2b/files", &[("e2b-sandbox-id", "abcdefabcdef"), ("x-access-token", "stke_e"), ("x-api-key", "stk_k")], Front::Envd, true, Some("stk_k")),
+            ("/e2b/files", &[("e2b-sandbox-id", "abcdefabcdef"), ("x-access-token", "stke_e"), ("authorization", "Basic dXNlcjo=")], Front::Envd, true, Some("stke_e")),
+            // Another host is not the proxy's.
+            ("/api/v1/me", &[("host", "8080-abcdefabcdef.example.com")], Front::Api, false, None),
+        ];
+        for &(uri, headers, front, routed_early, credential) in cases {
             let c = rl.classify(&request(uri, headers));
-            (c.front, c.routed_early, c.credential)
-        };
-        assert_eq!(c("/api/v1/health", &[]), (Front::Health, false, None));
-        assert_eq!(
-            c("/api/v1/me", &[("authorization", "Bearer stk_a")]),
-            (Front::Api, false, h("stk_a"))
-        );
-        assert_eq!(
-            c("/api/v1/me", &[("cookie", "x=1; stockade_session=stks_s")]),
-            (Front::Api, false, h("stks_s"))
-        );
-        // E2B's key wins over a bearer, as E2B's routes read it.
-        assert_eq!(
-            c(
-                "/e2b/sandboxes",
-                &[("x-api-key", "stk_k"), ("authorization", "Bearer stk_b")]
-            ),
-            (Front::E2b, false, h("stk_k"))
-        );
-        assert_eq!(
-            c("/e2b/sandboxes", &[("authorization", "bearer stk_b")]),
-            (Front::E2b, false, h("stk_b"))
-        );
-        assert_eq!(c("/e2bx", &[]), (Front::Other, false, None));
-        assert_eq!(
-            c(
-                "/gateway/acc/sbx/upload",
-                &[("authorization", "Bearer stkg_g")]
-            ),
-            (Front::Gateway, false, h("stkg_g"))
-        );
-        // The proxy's sandbox token; a sandbox app's own bearer is not it.
-        assert_eq!(
-            c(
-                "/proxy/abcdefabcdef/8080/x?a=1&stockade_token=stkp_q",
-                &[("authorization", "Bearer app")]
-            ),
-            (Front::Proxy, false, h("stkp_q"))
-        );
-        assert_eq!(
-            c(
-                "/proxy/abcdefabcdef/8080/",
-                &[("cookie", "stockade_token=stkp_c")]
-            ),
-            (Front::Proxy, false, h("stkp_c"))
-        );
-        assert_eq!(
-            c("/metrics", &[("authorization", "Bearer m")]),
-            (Front::Metrics, false, h("m"))
-        );
-        assert_eq!(c("/", &[]), (Front::Other, false, None));
-        // Host form: a port, or the agent's port (E2B's envd).
-        assert_eq!(
-            c(
-                "/api/v1/health",
-                &[
-                    ("host", "8080-abcdefabcdef.sandboxes.test"),
-                    ("e2b-traffic-access-token", "stkt_t")
-                ]
-            ),
-            (Front::Proxy, true, h("stkt_t"))
-        );
-        assert_eq!(
-            c(
-                "/files",
-                &[
-                    ("host", "49983-abcdefabcdef.sandboxes.test:7433"),
-                    ("x-access-token", "stke_e")
-                ]
-            ),
-            (Front::Envd, true, h("stke_e"))
-        );
-        // The header form, whatever the path; an API key of the account wins.
-        assert_eq!(
-            c(
-                "/e2b/files",
-                &[
-                    ("e2b-sandbox-id", "abcdefabcdef"),
-                    ("x-access-token", "stke_e"),
-                    ("x-api-key", "stk_k")
-                ]
-            ),
-            (Front::Envd, true, h("stk_k"))
-        );
-        assert_eq!(
-            c(
-                "/e2b/files",
-                &[
-                    ("e2b-sandbox-id", "abcdefabcdef"),
-                    ("x-access-token", "stke_e"),
-                    ("authorization", "Basic dXNlcjo=")
-                ]
-            ),
-            (Front::Envd, true, h("stke_e"))
-        );
-        // Another host is not the proxy's.
-        assert_eq!(
-            c("/api/v1/me", &[("host", "8080-abcdefabcdef.example.com")]),
-            (Front::Api, false, None)
-        );
+            assert_eq!(
+                (c.front, c.routed_early, c.credential),
+                (
+                    front,
+                    routed_early,
+                    credential.map(stockade_core::account::hash_token)
+                ),
+                "{uri} {headers:?}"
+            );
+        }
     }
 }

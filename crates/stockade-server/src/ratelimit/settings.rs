@@ -10,12 +10,23 @@ pub struct Limit {
     pub window: Duration,
 }
 
+/// Why a rate limit setting could not be read; the message names the input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// Not of the form `REQUESTS/WINDOW`.
+    #[error(
+        "invalid rate limit '{0}': expected REQUESTS/WINDOW such as 1000/60s, 20/1m or 5000/1h"
+    )]
+    Malformed(String),
+    /// No requests, or a window outside 1 s to 24 h.
+    #[error("invalid rate limit '{0}': needs at least 1 request and a window from 1 s to 24 h")]
+    OutOfRange(String),
+}
+
 impl Limit {
     /// Parses `1000/60s`, `1000/1m`, `20/min`, `5000/1h`, `100/30` (seconds).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let err = || {
-            format!("invalid rate limit '{s}': expected REQUESTS/WINDOW such as 1000/60s, 20/1m or 5000/1h")
-        };
+    pub fn parse(s: &str) -> Result<Self, LimitError> {
+        let err = || LimitError::Malformed(s.to_owned());
         let (n, w) = s.trim().split_once('/').ok_or_else(err)?;
         let requests: u32 = n.trim().parse().map_err(|_| err())?;
         let w = w.trim();
@@ -34,9 +45,7 @@ impl Limit {
         };
         let secs = amount.checked_mul(unit_secs).ok_or_else(err)?;
         if requests == 0 || secs == 0 || secs > 24 * 3600 {
-            return Err(format!(
-                "invalid rate limit '{s}': needs at least 1 request and a window from 1 s to 24 h"
-            ));
+            return Err(LimitError::OutOfRange(s.to_owned()));
         }
         Ok(Self {
             requests,

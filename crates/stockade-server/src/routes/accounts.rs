@@ -22,6 +22,7 @@ use crate::extract::{
     SECURE_SESSION_COOKIE, SESSION_COOKIE, SESSION_COOKIES,
 };
 use crate::AppState;
+use stockade_service::ServiceError;
 
 /// The quota routes, relative to `/api/v1` (the other account routes are
 /// in the core router).
@@ -184,7 +185,7 @@ fn session_cookie(secret: &str, max_age: i64, secure: bool) -> ApiResult<HeaderV
     HeaderValue::from_str(&format!(
         "{name}={secret}; {scope}; Max-Age={max_age}; HttpOnly; SameSite=Strict"
     ))
-    .map_err(|_| ApiError::Internal("a session secret that is no cookie value".into()))
+    .map_err(|_| ServiceError::Internal("a session secret that is no cookie value".into()).into())
 }
 
 /// How long a dashboard session lasts without signing in again.
@@ -216,9 +217,9 @@ pub async fn sign_in(
     ApiJson(req): ApiJson<SessionRequest>,
 ) -> ApiResult<Response> {
     if !headers.contains_key(CSRF_HEADER) {
-        return Err(ApiError::Forbidden(format!(
-            "Signing in needs the {CSRF_HEADER} header"
-        )));
+        return Err(
+            ServiceError::Forbidden(format!("Signing in needs the {CSRF_HEADER} header")).into(),
+        );
     }
     let caller = authenticate(&state, &req.token, Credential::Bearer)
         .await

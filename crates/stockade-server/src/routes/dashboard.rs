@@ -8,6 +8,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use stockade_service::ServiceError;
 
 /// What the dashboard's page may load and connect to: this server only.
 /// xterm.js writes `<style>` elements for its cell sizes, hence inline styles.
@@ -107,7 +108,10 @@ pub async fn index(headers: HeaderMap) -> Response {
 /// `GET /dashboard/{file}`.
 pub async fn asset(Path(file): Path<String>) -> Response {
     let Some((_, body, mime)) = FILES.iter().find(|(name, _, _)| *name == file) else {
-        return ApiError::NotFound(format!("No dashboard file '{file}'")).into_response();
+        return ApiError::from(ServiceError::NotFound(format!(
+            "No dashboard file '{file}'"
+        )))
+        .into_response();
     };
     (
         [

@@ -502,6 +502,12 @@ mod examples {
         json!({"id": id, "name": name, "isAdmin": admin, "createdAt": CREATED})
     }
 
+    /// An account's quota, as set and as read back.
+    fn quota() -> Value {
+        json!({"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
+               "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2})
+    }
+
     fn team(members: bool) -> Value {
         let members = if members {
             json!([{"id": ACCOUNT_ID, "name": "ci-runner"}])
@@ -620,18 +626,15 @@ mod examples {
                                  "token": "stk_WMi1CyK6HSTX91de5822zx39NW1FbcZOgEfF7ITi"})),
             op("get", "/api/v1/accounts/{account_id}/quota").response(json!({
                 "accountId": ACCOUNT_ID,
-                "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
-                          "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2},
+                "quota": quota(),
                 "usage": {"sandboxes": 3, "cpuCores": 2, "memoryGB": 4, "diskGB": 30,
                           "snapshots": 4, "snapshotGB": 3.25, "uploads": 1, "uploadGB": 0.02}
             })),
             op("put", "/api/v1/accounts/{account_id}/quota")
-                .request(json!({"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
-                                "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2}))
+                .request(quota())
                 .response(json!({
                     "accountId": ACCOUNT_ID,
-                    "quota": {"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
-                              "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2},
+                    "quota": quota(),
                     "usage": {"sandboxes": 0, "cpuCores": 0, "memoryGB": 0, "diskGB": 0,
                               "snapshots": 0, "snapshotGB": 0, "uploads": 0, "uploadGB": 0}
                 })),

@@ -28,6 +28,7 @@ use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::output::{lossy_text, Utf8Decoder};
 use stockade_service::processes::{self, parse_process_id, Process, RegistryFull};
+use stockade_service::ServiceError;
 
 /// The largest exec request body (it carries `stdin`).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -205,10 +206,11 @@ fn ensure_running(sb: &Sandbox) -> ApiResult<()> {
     if sb.status == SandboxStatus::Running {
         return Ok(());
     }
-    Err(ApiError::NotRunning(format!(
+    Err(ServiceError::NotRunning(format!(
         "sandbox is not running (status {}): start it with POST /api/v1/sandbox/{}/start",
         sb.status, sb.id
-    )))
+    ))
+    .into())
 }
 
 async fn read_body(body: Body) -> ApiResult<Bytes> {
@@ -218,10 +220,11 @@ async fn read_body(body: Body) -> ApiResult<Bytes> {
             let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
             while let Some(err) = source {
                 if err.to_string().contains("length limit exceeded") {
-                    return ApiError::PayloadTooLarge(format!(
+                    return ServiceError::PayloadTooLarge(format!(
                         "The exec request is larger than {} MiB; pass large input as a file",
                         MAX_BODY_BYTES / (1024 * 1024)
-                    ));
+                    ))
+                    .into();
                 }
                 source = err.source();
             }
@@ -331,8 +334,8 @@ fn timeout_message(timeout: Option<Duration>) -> String {
     )
 }
 
-fn too_many(full: RegistryFull) -> ApiError {
-    ApiError::Conflict(format!(
+fn too_many(full: RegistryFull) -> ServiceError {
+    ServiceError::Conflict(format!(
         "this sandbox already has {} background processes running; kill some first (DELETE …/processes/{{pid}})",
         full.0
     ))
@@ -370,7 +373,7 @@ async fn start_background(
             if let Err(e) = state.svc.exec_kill(sb, process.exec_id()).await {
                 tracing::warn!(sandbox.id = %sb.id, error = %e, "could not kill a process that found no room");
             }
-            Err(too_many(full))
+            Err(too_many(full).into())
         }
     }
 }
@@ -472,7 +475,7 @@ async fn load_process(
         .svc
         .processes()
         .get(&sb.id, &pid)
-        .ok_or_else(|| ApiError::NotFound("Process not found".into()))
+        .ok_or_else(|| ServiceError::NotFound("Process not found".into()).into())
 }
 
 /// The sandbox's background processes: those running in its agent —

@@ -23,6 +23,7 @@ use crate::extract::{query_pairs, Caller};
 use crate::AppState;
 use stockade_service::files::{self, BodyStream, Opened, Want};
 use stockade_service::lifecycle;
+use stockade_service::ServiceError;
 
 /// The file routes, relative to `/api/v1`.
 pub fn routes() -> Router<AppState> {
@@ -103,14 +104,14 @@ fn required_path(q: &FileQuery) -> ApiResult<SandboxPath> {
 async fn load_with_files(state: &AppState, caller: &Caller, id: &str) -> ApiResult<Sandbox> {
     let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     match sb.status {
-        _ if sb.is_terminated() => Err(ApiError::Terminated(format!(
+        _ if sb.is_terminated() => Err(ServiceError::Terminated(format!(
             "Sandbox {} is terminated: its files are gone",
             sb.id
-        ))),
-        SandboxStatus::Pending | SandboxStatus::Provisioning => Err(ApiError::Conflict(format!(
-            "Sandbox {} is still being created",
-            sb.id
-        ))),
+        ))
+        .into()),
+        SandboxStatus::Pending | SandboxStatus::Provisioning => {
+            Err(ServiceError::Conflict(format!("Sandbox {} is still being created", sb.id)).into())
+        }
         _ => Ok(sb),
     }
 }
@@ -167,24 +168,32 @@ async fn existing_dir(
                     match state.svc.runtime_of(id).await?.stat_path(id, &target).await {
                         Ok(t) if t.kind == FileKind::Dir => break,
                         Ok(_) => {
-                            return Err(ApiError::Conflict(format!(
+                            return Err(ServiceError::Conflict(format!(
                                 "Not a directory: {current} (a symlink to {target})"
-                            )))
+                            ))
+                            .into())
                         }
                         Err(FsError::NotFound(_)) => {
-                            return Err(ApiError::Conflict(format!(
+                            return Err(ServiceError::Conflict(format!(
                                 "{current} is a symlink to {target}, which does not exist"
-                            )))
+                            ))
+                            .into())
                         }
                         Err(e) => return Err(files::fs_error(e, id).into()),
                     }
                 }
-                _ => return Err(ApiError::Conflict(format!("Not a directory: {current}"))),
+                _ => {
+                    return Err(
+                        ServiceError::Conflict(format!("Not a directory: {current}")).into(),
+                    )
+                }
             },
             // Missing (or below a file, which the walk up finds): make it.
             Err(FsError::NotFound(_) | FsError::NotADirectory(_)) => {
                 let (Some(name), Some(parent)) = (current.file_name(), current.parent()) else {
-                    return Err(ApiError::Docker("the sandbox has no root directory".into()));
+                    return Err(
+                        ServiceError::Docker("the sandbox has no root directory".into()).into(),
+                    );
                 };
                 missing.push(name.to_owned());
                 current = parent;
@@ -342,9 +351,10 @@ pub async fn write(
         .await
     {
         Ok(st) if st.kind == FileKind::Dir => {
-            return Err(ApiError::Conflict(format!(
+            return Err(ServiceError::Conflict(format!(
                 "{path} is a directory; write a file below it"
-            )))
+            ))
+            .into())
         }
         Ok(st) => Some(st),
         Err(FsError::NotFound(_) | FsError::NotADirectory(_)) => None,

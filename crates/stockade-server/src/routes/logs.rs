@@ -19,11 +19,12 @@ use stockade_runtime::{LogLines, LogsOptions, Runtime};
 use tracing::instrument;
 use utoipa::OpenApi;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::{query_pairs, Caller};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::log_cursor::{IdAssigner, IdLine, LogEventId, ResumeFilter};
+use stockade_service::ServiceError;
 
 /// Lines of a request without `tail`.
 const DEFAULT_TAIL: usize = 100;
@@ -139,10 +140,11 @@ pub async fn logs(
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let q = parse_query(raw.as_deref(), &headers)?;
     if sb.is_terminated() {
-        return Err(ApiError::Terminated(format!(
+        return Err(ServiceError::Terminated(format!(
             "Sandbox {} is terminated: its container and logs are gone",
             sb.id
-        )));
+        ))
+        .into());
     }
     let stream = sse::wants_event_stream(&headers) || q.follow == Some(true);
     let follow = stream && q.follow != Some(false);
@@ -365,6 +367,8 @@ impl LogEvents {
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
+
+    use crate::error::ApiError;
 
     use super::*;
 

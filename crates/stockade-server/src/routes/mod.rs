@@ -3,6 +3,7 @@
 use axum::http::{Method, Uri};
 
 use crate::error::ApiError;
+use stockade_service::ServiceError;
 
 pub mod accounts;
 pub mod dashboard;
@@ -23,7 +24,7 @@ pub mod volumes;
 
 /// Unknown routes: a JSON 404.
 pub async fn not_found(uri: Uri) -> ApiError {
-    ApiError::NotFound(format!("No route for {}", uri.path()))
+    ServiceError::NotFound(format!("No route for {}", uri.path())).into()
 }
 
 /// A method the path does not have: a JSON 405 (the router adds the

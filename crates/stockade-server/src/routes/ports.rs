@@ -26,6 +26,7 @@ use crate::extract::{parse_json, query_pairs, ApiJson, Caller};
 use crate::proxy::{parse_port_segment, token::Claims, PublicBase};
 use crate::AppState;
 use stockade_service::lifecycle;
+use stockade_service::ServiceError;
 
 /// The longest lifetime a sandbox token may ask for.
 pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -201,7 +202,7 @@ pub async fn auth_token(
     let now = Utc::now();
     let now_secs = now.timestamp() + i64::from(now.timestamp_subsec_nanos() > 0);
     let expires_at = DateTime::from_timestamp(now_secs + ttl, 0)
-        .ok_or_else(|| ApiError::Internal("token expiry out of range".into()))?;
+        .ok_or_else(|| ServiceError::Internal("token expiry out of range".into()))?;
     // The caller holds it: it stops working when the caller loses access.
     let token = state.proxy_keys.mint(&Claims {
         sandbox_id: sb.id.clone(),

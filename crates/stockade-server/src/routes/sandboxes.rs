@@ -20,8 +20,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Caller};
 use crate::AppState;
 use stockade_service::lifecycle;
-use stockade_service::sandbox::request::NewSandbox;
 use stockade_service::sandbox::queries::BulkSelection;
+use stockade_service::sandbox::request::NewSandbox;
 
 /// A sandbox as the caller reads it (`prime-sandboxes` gets its start
 /// command as a program and arguments).

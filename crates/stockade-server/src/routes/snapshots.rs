@@ -21,6 +21,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, Caller};
 use crate::AppState;
 use stockade_service::sandbox::request::NewSandbox;
+use stockade_service::ServiceError;
 use stockade_service::{lifecycle, snapshots, sources};
 
 /// The routes of this module, relative to `/api/v1`.
@@ -223,7 +224,7 @@ pub async fn upload(
     let limits = &state.svc.config().sources;
     let max = limits.max_archive_bytes;
     let too_large = || {
-        ApiError::PayloadTooLarge(format!(
+        ServiceError::PayloadTooLarge(format!(
             "The archive is larger than this server's limit of {max} bytes"
         ))
     };
@@ -232,7 +233,7 @@ pub async fn upload(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     // The account's quota: refused at once when it holds its count of
     // uploads; the bytes it has left cut the body off like the ceiling.
@@ -244,10 +245,10 @@ pub async fn upload(
         }
     }
     let tmp = tempfile::tempdir()
-        .map_err(|e| ApiError::Internal(format!("cannot create a temporary directory: {e}")))?;
+        .map_err(|e| ServiceError::Internal(format!("cannot create a temporary directory: {e}")))?;
     let path = tmp.path().join("upload");
     let io_err =
-        |e: std::io::Error| ApiError::Internal(format!("cannot write a temporary file: {e}"));
+        |e: std::io::Error| ServiceError::Internal(format!("cannot write a temporary file: {e}"));
     let mut file = tokio::fs::File::create(&path).await.map_err(io_err)?;
     let mut stream = body.into_data_stream();
     let mut total: u64 = 0;
@@ -257,7 +258,7 @@ pub async fn upload(
         })?;
         total += chunk.len() as u64;
         if total > max {
-            return Err(too_large());
+            return Err(too_large().into());
         }
         if left.is_some_and(|left| total > left) {
             return Err(admission.too_large(total).into());

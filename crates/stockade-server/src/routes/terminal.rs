@@ -31,9 +31,10 @@ use stockade_service::terminal::{TerminalControl, TerminalEvent, TerminalSpec};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::{query_pairs, websocket, Caller, Credential};
 use crate::AppState;
+use stockade_service::ServiceError;
 
 /// The routes of this module (relative to `/api/v1`).
 pub fn routes() -> Router<AppState> {
@@ -141,10 +142,10 @@ pub async fn terminal(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<Response> {
     if caller.credential == Credential::SessionCookie && !same_origin(&headers) {
-        return Err(ApiError::Forbidden(
+        return Err(ServiceError::Forbidden(
             "A terminal opened with the dashboard's session must come from the dashboard's own page"
                 .into(),
-        ));
+        ).into());
     }
     let spec = parse_query(raw.as_deref())?;
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;

@@ -19,6 +19,7 @@ use utoipa::OpenApi;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AdminCaller, ApiJson, Caller};
 use crate::AppState;
+use stockade_service::ServiceError;
 
 /// The shortest and longest life a token may be given.
 const MIN_TOKEN_SECONDS: i64 = 60;
@@ -54,9 +55,10 @@ pub struct TokensApi;
 fn managed_account(caller: &Caller, raw: &str) -> ApiResult<AccountId> {
     let id = AccountId::parse_field(raw, "account_id")?;
     if !caller.account.is_admin && caller.account.id != id {
-        return Err(ApiError::Forbidden(
+        return Err(ServiceError::Forbidden(
             "Only administrators manage the tokens of another account".into(),
-        ));
+        )
+        .into());
     }
     Ok(id)
 }

@@ -24,6 +24,7 @@ use utoipa::OpenApi;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, Caller};
 use crate::AppState;
+use stockade_service::ServiceError;
 
 /// The routes of this module (relative to `/api/v1`).
 pub fn routes() -> Router<AppState> {
@@ -260,11 +261,12 @@ async fn find(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Volume
         .await?
         .into_iter()
         .find(|v| v.info.name == name)
-        .ok_or_else(|| ApiError::NotFound(format!("Volume {name} not found")))?;
+        .ok_or_else(|| ServiceError::NotFound(format!("Volume {name} not found")))?;
     if !volume.visible_to(caller) {
-        return Err(ApiError::Forbidden(
+        return Err(ServiceError::Forbidden(
             "Forbidden: this volume belongs to another account".into(),
-        ));
+        )
+        .into());
     }
     Ok(volume)
 }
@@ -312,21 +314,23 @@ pub async fn delete_one(
     let volume = find(&state, &caller, &name).await?;
     if let Some(sb) = &volume.live {
         if volume.info.in_use || sb.status == SandboxStatus::Running {
-            return Err(ApiError::Conflict(
-                "Volume is in use by running sandbox".into(),
-            ));
+            return Err(
+                ServiceError::Conflict("Volume is in use by running sandbox".into()).into(),
+            );
         }
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Volume belongs to sandbox {} ({}); removing it would break that sandbox. \
              Destroy the sandbox instead (DELETE /api/v1/sandbox/{}), which removes its volume",
             sb.id, sb.status, sb.id
-        )));
+        ))
+        .into());
     }
     if !volume.orphaned() {
-        return Err(ApiError::Conflict(format!(
+        return Err(ServiceError::Conflict(format!(
             "Volume belongs to sandbox {}, which was just created; destroy the sandbox instead",
             volume.sandbox_id
-        )));
+        ))
+        .into());
     }
     remove(&state, &volume).await?;
     info!(volume = %volume.info.name, size_bytes = ?volume.info.size_bytes, "volume removed");
@@ -347,7 +351,7 @@ async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
     }
     result.map_err(|e| match e {
         RuntimeError::NotFound(_) => {
-            ApiError::NotFound(format!("Volume {} not found", volume.info.name))
+            ServiceError::NotFound(format!("Volume {} not found", volume.info.name)).into()
         }
         e => e.into(),
     })
