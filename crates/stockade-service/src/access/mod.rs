@@ -45,3 +45,44 @@ impl Service {
         !matches!(self.store.authenticate(&hash).await, Ok(None))
     }
 }
+
+/// Every sandbox record not yet deleted, page by page in id order: what the
+/// background passes walk (reconciliation, drains, host recovery, the disk
+/// watch, the egress entries).
+pub struct ActivePages {
+    svc: Service,
+    after: Option<SandboxId>,
+    size: u32,
+    done: bool,
+}
+
+impl ActivePages {
+    pub fn new(svc: &Service, size: u32) -> Self {
+        Self {
+            svc: svc.clone(),
+            after: None,
+            size,
+            done: false,
+        }
+    }
+
+    /// The next page; `None` after the last one. An error ends the walk.
+    pub async fn next(&mut self) -> Option<Result<Vec<Sandbox>, StoreError>> {
+        if self.done {
+            return None;
+        }
+        let page = self
+            .svc
+            .store
+            .list_active_sandboxes_page(self.after.as_ref(), self.size)
+            .await;
+        match &page {
+            Ok(p) => {
+                self.after = p.last().map(|sb| sb.id.clone());
+                self.done = p.len() < self.size as usize;
+            }
+            Err(_) => self.done = true,
+        }
+        Some(page)
+    }
+}

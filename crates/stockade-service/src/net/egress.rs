@@ -378,20 +378,15 @@ impl Service {
             Vec::new()
         });
         let filter = self.egress.running().filter(|_| own).map(|(f, _)| f);
-        let mut after: Option<SandboxId> = None;
-        loop {
-            let page = match self
-                .store
-                .list_active_sandboxes_page(after.as_ref(), 200)
-                .await
-            {
+        let mut pages = crate::access::ActivePages::new(self, 200);
+        while let Some(page) = pages.next().await {
+            let page = match page {
                 Ok(p) => p,
                 Err(e) => {
                     warn!(error = %e, "egress reconciliation: sandboxes could not be read");
                     return;
                 }
             };
-            after = page.last().map(|sb| sb.id.clone());
             for sb in &page {
                 if sb.server != server
                     || sb.status != SandboxStatus::Running
@@ -421,9 +416,6 @@ impl Service {
                         }
                     }
                 }
-            }
-            if page.len() < 200 {
-                break;
             }
         }
         // Warm-pool members with network access hold allow-all's entry.

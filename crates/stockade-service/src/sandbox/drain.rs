@@ -32,27 +32,20 @@ pub async fn drain_once(svc: &Service, host: &Host) {
         // server's filter and pool live (an administrator stops it instead).
         return;
     }
-    let mut after: Option<SandboxId> = None;
-    loop {
-        let page = match svc
-            .store
-            .list_active_sandboxes_page(after.as_ref(), 200)
-            .await
-        {
+    let mut pages = crate::access::ActivePages::new(svc, 200);
+    while let Some(page) = pages.next().await {
+        let page = match page {
             Ok(p) => p,
             Err(e) => {
                 warn!(host = %host.name, error = %e, "drain: records not read");
                 return;
             }
         };
-        after = page.last().map(|sb| sb.id.clone());
-        for sb in page.iter().filter(|sb| sb.server == host.name) {
-            if let Err(e) = drain_one(svc, sb.clone()).await {
-                warn!(sandbox.id = %sb.id, host = %host.name, error = %e, "drain: will retry");
+        for sb in page.into_iter().filter(|sb| sb.server == host.name) {
+            let id = sb.id.clone();
+            if let Err(e) = drain_one(svc, sb).await {
+                warn!(sandbox.id = %id, host = %host.name, error = %e, "drain: will retry");
             }
-        }
-        if page.len() < 200 {
-            return;
         }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use stockade_core::{Sandbox, SandboxId, SandboxStatus};
+use stockade_core::{Sandbox, SandboxStatus};
 use stockade_runtime::{DiskEnforcement, DiskUsage, Runtime};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -73,13 +73,9 @@ pub fn over_limit(sb: &Sandbox, caps: &DiskEnforcement, usage: &DiskUsage) -> Op
 /// ones over their limit.
 pub async fn check_once(svc: &Service) -> DiskWatchReport {
     let mut report = DiskWatchReport::default();
-    let mut after: Option<SandboxId> = None;
-    loop {
-        let page = match svc
-            .store
-            .list_active_sandboxes_page(after.as_ref(), PAGE)
-            .await
-        {
+    let mut pages = crate::access::ActivePages::new(svc, PAGE);
+    while let Some(page) = pages.next().await {
+        let page = match page {
             Ok(page) => page,
             Err(e) => {
                 warn!(error = %e, "disk watch: could not list the sandboxes");
@@ -87,11 +83,6 @@ pub async fn check_once(svc: &Service) -> DiskWatchReport {
                 return report;
             }
         };
-        let Some(last) = page.last() else {
-            return report;
-        };
-        after = Some(last.id.clone());
-        let full = page.len() == PAGE as usize;
         let running = page
             .into_iter()
             .filter(|sb| sb.status == SandboxStatus::Running && !sb.is_terminated());
@@ -108,10 +99,8 @@ pub async fn check_once(svc: &Service) -> DiskWatchReport {
                 Outcome::Failed => report.failed += 1,
             }
         }
-        if !full {
-            return report;
-        }
     }
+    report
 }
 
 enum Outcome {
@@ -179,7 +168,7 @@ pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
 mod tests {
     use super::*;
     use chrono::Utc;
-    use stockade_core::{AccountId, Defaults, SandboxSpec};
+    use stockade_core::{AccountId, Defaults, SandboxId, SandboxSpec};
     use stockade_runtime::{Enforcement, QuotaMethod};
 
     const GB: u64 = 1 << 30;

@@ -4,7 +4,7 @@
 //! hosts marked draining; the other instances only look at the hosts'
 //! states.
 
-use stockade_core::{Host, HostState, SandboxId};
+use stockade_core::{Host, HostState};
 use stockade_runtime::Runtime;
 
 use crate::Service;
@@ -210,21 +210,16 @@ fn start_drain(svc: &Service, host: &Host) {
 /// away (their records still say RUNNING: reconciliation leaves an
 /// unhealthy host alone) and whose containers stopped with its engine.
 async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
-    let mut after: Option<SandboxId> = None;
     let mut restarted = 0usize;
-    loop {
-        let page = match svc
-            .store
-            .list_active_sandboxes_page(after.as_ref(), 500)
-            .await
-        {
+    let mut pages = crate::access::ActivePages::new(svc, 500);
+    while let Some(page) = pages.next().await {
+        let page = match page {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(host = %server, error = %e, "host recovery: records not read");
                 return;
             }
         };
-        after = page.last().map(|sb| sb.id.clone());
         for sb in page
             .iter()
             .filter(|sb| sb.server == server && sb.status == stockade_core::SandboxStatus::Running)
@@ -241,9 +236,6 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
                 }
                 _ => {}
             }
-        }
-        if page.len() < 500 {
-            break;
         }
     }
     tracing::info!(host = %server, restarted, "host is back: its sandboxes are running again");

@@ -122,14 +122,10 @@ async fn reconcile_host(
         }
     };
     let mut active_ids: HashMap<SandboxId, String> = HashMap::new();
-    let mut after: Option<SandboxId> = None;
     let now = Utc::now();
-    loop {
-        let page = match svc
-            .store
-            .list_active_sandboxes_page(after.as_ref(), PAGE)
-            .await
-        {
+    let mut pages = crate::access::ActivePages::new(svc, PAGE);
+    while let Some(page) = pages.next().await {
+        let page = match page {
             Ok(p) => p,
             Err(e) => {
                 // Without every record, no container may be taken for an orphan.
@@ -137,17 +133,12 @@ async fn reconcile_host(
                 return Ok(report);
             }
         };
-        let more = page.len() == PAGE as usize;
-        after = page.last().map(|sb| sb.id.clone());
         for sb in page {
             active_ids.insert(sb.id.clone(), sb.server.clone());
             if busy.contains(sb.id.as_str()) || sb.server != server {
                 continue;
             }
             check_record(svc, rt, sb, &by_id, now, &mut report).await;
-        }
-        if !more {
-            break;
         }
     }
     let stray_key = |c: &ManagedContainer| format!("{server}/{}", c.container_id);
