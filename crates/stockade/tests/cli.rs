@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{docker_lines, lines_of};
+use support::{docker_lines, image, lines_of, shut_down, spawn_piped};
 
 struct Server {
     child: Child,
@@ -21,51 +21,9 @@ struct Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // Remove whatever the test created, even when it failed half-way.
-        if let Some(token) = &self.token {
-            let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-                .args(["ls", "--json", "--per-page", "1000"])
-                .env("STOCKADE_URL", &self.url)
-                .env("STOCKADE_TOKEN", token)
-                .output();
-            if let Ok(out) = out {
-                if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
-                    for sb in v["sandboxes"].as_array().cloned().unwrap_or_default() {
-                        let _ = Command::new(env!("CARGO_BIN_EXE_stockade"))
-                            .args(["rm", sb["id"].as_str().unwrap_or_default()])
-                            .env("STOCKADE_URL", &self.url)
-                            .env("STOCKADE_TOKEN", token)
-                            .output();
-                    }
-                }
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(instance) = self.instance.borrow().as_deref() {
-            remove_by_label(&format!("label=io.stockade.instance-id={instance}"));
-        }
-    }
-}
-
-/// Removes containers, volumes and (snapshot) images matching a filter.
-fn remove_by_label(filter: &str) {
-    for (list, remove) in [
-        (
-            vec!["ps", "-aq", "--filter", filter],
-            vec!["rm", "-f", "-v"],
-        ),
-        (
-            vec!["volume", "ls", "-q", "--filter", filter],
-            vec!["volume", "rm", "-f"],
-        ),
-        (vec!["images", "-q", "--filter", filter], vec!["rmi", "-f"]),
-    ] {
-        let ids = docker_lines(&list);
-        if !ids.is_empty() {
-            let mut args = remove.clone();
-            args.extend(ids.iter().map(String::as_str));
-            let _ = Command::new("docker").args(&args).output();
-        }
+        let instance = self.instance.borrow().clone();
+        let token = self.token.as_deref();
+        shut_down(&mut self.child, &self.url, token, instance.as_deref(), true);
     }
 }
 
@@ -95,19 +53,12 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
         .env_remove("STOCKADE_DATABASE_URL")
         .env_remove("STOCKADE_ADMIN_TOKEN")
         .env("STOCKADE_LOG", "warn")
-        .env(
-            "STOCKADE_DEFAULT_IMAGE",
-            std::env::var("STOCKADE_TEST_IMAGE")
-                .unwrap_or_else(|_| "stockade-test-base:latest".into()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .env("STOCKADE_DEFAULT_IMAGE", image());
     if let Some(t) = admin_token {
         cmd.env("STOCKADE_ADMIN_TOKEN", t);
     }
     let admin_token = admin_token.map(str::to_owned);
-    let mut child = cmd.spawn().expect("spawn stockade server");
-    let stdout = child.stdout.take().unwrap();
+    let (child, stdout) = spawn_piped(&mut cmd);
     let rx = lines_of(stdout);
     let mut server = Server {
         child,

@@ -7,76 +7,58 @@
 //! key answering at once. And SIGTERM with open event streams and a long
 //! command ends the process within its grace period, with exit code 0.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 mod support;
-use support::{docker_lines, image, lines_of, AccountCleanup};
+use support::{
+    docker_lines, lines_of, read_banner, server_cmd, spawn_piped, AccountCleanup, KillOnDrop,
+};
 
 const TOKEN: &str = "stk_crashtestcrashtestcrashtestcrashtest01";
 
+/// A server process, killed and waited for when dropped.
 struct Proc {
-    child: Child,
+    child: KillOnDrop,
     url: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts `stockade server` on `dir` and waits for its banner.
 fn start(dir: &std::path::Path, extra: &[&str]) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .arg("server")
-        .args(extra)
-        .env("STOCKADE_LISTEN", "127.0.0.1:0")
-        .env("STOCKADE_DATA_DIR", dir)
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env("STOCKADE_ADMIN_TOKEN", TOKEN)
-        .env("STOCKADE_LOG", "warn")
-        .env("STOCKADE_OPERATION_LEASE", "3")
-        .env("STOCKADE_DEFAULT_IMAGE", image())
+    let mut cmd = server_cmd(dir, TOKEN, &[], extra);
+    cmd.env("STOCKADE_OPERATION_LEASE", "3")
         .env("STOCKADE_RATE_LIMIT", "off")
         // The trials keep dozens of default sandboxes (1 CPU, 2 GB) alive,
         // more than this host could reserve; admission control has
         // tests of its own.
         .env("STOCKADE_CPU_OVERCOMMIT", "off")
-        .env("STOCKADE_MEMORY_OVERCOMMIT", "off")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn stockade server");
-    let stdout = child.stdout.take().unwrap();
+        .env("STOCKADE_MEMORY_OVERCOMMIT", "off");
+    let (child, stdout) = spawn_piped(&mut cmd);
     // From here on the child is killed and waited for whatever happens.
     let mut proc = Proc {
-        child,
+        child: KillOnDrop(child),
         url: String::new(),
     };
     // Keeps reading the server's stdout for its whole life.
     let rx = lines_of(stdout);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server printed no banner within 60 s");
-        if let Some(rest) = line.split("listening on ").nth(1) {
+    read_banner(&rx, |line| match line.split("listening on ").nth(1) {
+        Some(rest) => {
             proc.url = rest.trim().to_owned();
-            return proc;
+            true
         }
-    }
+        None => false,
+    });
+    proc
 }
 
 fn kill9(p: &mut Proc) {
     let _ = Command::new("kill")
-        .args(["-9", &p.child.id().to_string()])
+        .args(["-9", &p.child.0.id().to_string()])
         .status();
-    let _ = p.child.wait();
+    let _ = p.child.0.wait();
 }
 
 fn client() -> reqwest::Client {
@@ -384,7 +366,7 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let asked = Instant::now();
     Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
+        .args(["-TERM", &server.child.0.id().to_string()])
         .status()
         .unwrap();
     // The follower gets an `end` event and the stream closes.
@@ -394,7 +376,7 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
         .unwrap_or_default();
     assert!(text.contains("event: end"), "no end event: {text}");
     let code = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
+        if let Some(status) = server.child.0.try_wait().unwrap() {
             break status;
         }
         assert!(

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::lines_of;
+use support::{image, lines_of};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -31,10 +31,6 @@ fn block_after(text: &str, marker: &str) -> String {
     let body = &body[body.find('\n').expect("fence line") + 1..];
     let close = body.find("\n```").expect("the block's closing fence");
     body[..close + 1].to_owned()
-}
-
-fn test_image() -> String {
-    std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into())
 }
 
 fn free_port() -> u16 {
@@ -100,7 +96,7 @@ fn readme_quick_start_runs_as_written() {
         .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
         .env("STOCKADE_URL", format!("http://127.0.0.1:{port}"))
         .env("STOCKADE_DATA_DIR", &data)
-        .env("STOCKADE_DEFAULT_IMAGE", test_image())
+        .env("STOCKADE_DEFAULT_IMAGE", image())
         .env("STOCKADE_RUN_PROFILE", "debug")
         .env("CARGO_TARGET_DIR", &target_dir)
         .env("STOCKADE_LOG", "warn")
@@ -128,7 +124,7 @@ fn readme_quick_start_runs_as_written() {
     assert!(
         log.contains(&format!(
             "image:     {} (the default image) is present",
-            test_image()
+            image()
         )),
         "{log}"
     );
@@ -384,7 +380,7 @@ fn present_default_image_has_no_warning() {
         .arg("server")
         .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
         .env("STOCKADE_DATA_DIR", data.path())
-        .env("STOCKADE_DEFAULT_IMAGE", test_image())
+        .env("STOCKADE_DEFAULT_IMAGE", image())
         .env("STOCKADE_LOG", "warn")
         .env_remove("STOCKADE_DATABASE_URL")
         .env_remove("STOCKADE_ADMIN_TOKEN")
@@ -409,7 +405,7 @@ fn present_default_image_has_no_warning() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(health["images"]["default"]["present"], true, "{health}");
-    assert_eq!(health["images"]["default"]["image"], test_image().as_str());
+    assert_eq!(health["images"]["default"]["image"], image().as_str());
     let warnings = health["warnings"].as_array().cloned().unwrap_or_default();
     assert!(
         !warnings

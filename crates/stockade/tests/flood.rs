@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod support;
-use support::{get_json, image, lines_of, AccountCleanup};
+use support::{get_json, image, lines_of, read_banner, spawn_piped, AccountCleanup};
 
 const TOKEN: &str = "stk_floodtestfloodtestfloodtestflood0001";
 /// Half-sent requests in all, and at most per client process (each
@@ -45,26 +45,22 @@ impl Drop for Server {
 /// its banner.
 fn start(ulimit: &str) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new("sh")
-        .args([
-            "-c",
-            &format!("ulimit {ulimit} && exec \"$0\" server"),
-            env!("CARGO_BIN_EXE_stockade"),
-        ])
-        .env("STOCKADE_LISTEN", "127.0.0.1:0")
-        .env("STOCKADE_DATA_DIR", dir.path())
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env_remove("STOCKADE_MAX_CONNECTIONS")
-        .env_remove("STOCKADE_HEADER_TIMEOUT")
-        .env_remove("STOCKADE_IDLE_TIMEOUT")
-        .env("STOCKADE_ADMIN_TOKEN", TOKEN)
-        .env("STOCKADE_LOG", "warn")
-        .env("STOCKADE_DEFAULT_IMAGE", image())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn stockade server");
-    let stdout = child.stdout.take().unwrap();
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        &format!("ulimit {ulimit} && exec \"$0\" server"),
+        env!("CARGO_BIN_EXE_stockade"),
+    ])
+    .env("STOCKADE_LISTEN", "127.0.0.1:0")
+    .env("STOCKADE_DATA_DIR", dir.path())
+    .env_remove("STOCKADE_DATABASE_URL")
+    .env_remove("STOCKADE_MAX_CONNECTIONS")
+    .env_remove("STOCKADE_HEADER_TIMEOUT")
+    .env_remove("STOCKADE_IDLE_TIMEOUT")
+    .env("STOCKADE_ADMIN_TOKEN", TOKEN)
+    .env("STOCKADE_LOG", "warn")
+    .env("STOCKADE_DEFAULT_IMAGE", image());
+    let (child, stdout) = spawn_piped(&mut cmd);
     let mut server = Server {
         child,
         url: String::new(),
@@ -72,20 +68,15 @@ fn start(ulimit: &str) -> Server {
         _dir: dir,
     };
     let rx = lines_of(stdout);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("the server printed no banner within 60 s");
+    read_banner(&rx, |line| {
         if let Some(rest) = line.split("listening on ").nth(1) {
             server.url = rest.trim().to_owned();
         }
         let done = line.trim_start().starts_with("docker:");
         server.banner.push(line);
-        if done {
-            return server;
-        }
-    }
+        done
+    });
+    server
 }
 
 fn banner_line<'a>(server: &'a Server, key: &str) -> &'a str {

@@ -20,33 +20,26 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 mod support;
-use support::{get_json, image, post_json};
+use support::{get_json, image, post_json, KillOnDrop};
 
 const TOKEN: &str = "stk_instances_test_admin_token";
 
 /// A server process: killed with SIGKILL when dropped; its log in `log`.
 struct Server {
-    child: Child,
+    child: KillOnDrop,
     url: String,
     log: PathBuf,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Server {
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.0.id()
     }
 
     fn log(&self) -> String {
@@ -54,8 +47,8 @@ impl Server {
     }
 
     fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        self.child.0.kill().unwrap();
+        self.child.0.wait().unwrap();
     }
 
     async fn health(&self) -> Value {
@@ -110,8 +103,8 @@ fn start_with(
     let log = data_dir.join(format!("{name}.log"));
     let mut cmd = command(data_dir, database, &log);
     cmd.envs(envs.iter().copied());
-    let mut child = cmd.spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -123,8 +116,7 @@ fn start_with(
     let url = match rx.recv_timeout(Duration::from_secs(30)) {
         Ok(url) => url,
         Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(child);
             panic!(
                 "{name} did not start: {}",
                 std::fs::read_to_string(&log).unwrap_or_default()

@@ -3,12 +3,12 @@
 //! the URLs and tokens the server hands out.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::json;
 
 mod support;
-use support::{get_json, post_json, KillOnDrop};
+use support::{get_json, post_json, refused_start, spawn_piped, KillOnDrop};
 
 fn server_cmd(data_dir: &std::path::Path, extra: &[&str]) -> Command {
     support::server_cmd(
@@ -31,12 +31,7 @@ fn bad_proxy_flags_stop_the_start_and_name_the_flag() {
         (&["--sandbox-token-ttl", "0"][..], "--sandbox-token-ttl"),
         (&["--sandbox-token-ttl", "86401"][..], "--sandbox-token-ttl"),
     ] {
-        let out = server_cmd(dir.path(), args)
-            .stdout(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{args:?} was accepted");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused_start(&mut server_cmd(dir.path(), args), args);
         assert!(err.contains(flag), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
@@ -45,7 +40,7 @@ fn bad_proxy_flags_stop_the_start_and_name_the_flag() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_proxy_domain_and_token_lifetime_are_used() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = server_cmd(
+    let (child, stdout) = spawn_piped(&mut server_cmd(
         dir.path(),
         &[
             "--proxy-domain",
@@ -53,12 +48,7 @@ async fn the_proxy_domain_and_token_lifetime_are_used() {
             "--sandbox-token-ttl",
             "120",
         ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    ));
     let _server = KillOnDrop(child);
     // Keep reading stdout for the server's whole life: it prints more later.
     let (tx, rx) = std::sync::mpsc::channel();

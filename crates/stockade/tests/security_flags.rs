@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::KillOnDrop;
+use support::{refused_start, spawn_piped, KillOnDrop};
 
 fn server_cmd(data_dir: &std::path::Path, extra: &[&str]) -> Command {
     support::server_cmd(
@@ -49,12 +49,7 @@ fn bad_image_patterns_and_address_ranges_stop_the_start_naming_them() {
             ["--allow-internal-addresses", "localhost"],
         ),
     ] {
-        let out = server_cmd(dir.path(), args)
-            .stdout(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{args:?} was accepted");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = refused_start(&mut server_cmd(dir.path(), args), args);
         for name in names {
             assert!(err.contains(name), "{args:?}: {err}");
         }
@@ -105,12 +100,7 @@ fn the_data_directory_is_private_and_a_loose_one_is_tightened() {
 }
 
 fn start(dir: &std::path::Path) -> KillOnDrop {
-    let mut child = server_cmd(dir, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let (child, stdout) = spawn_piped(&mut server_cmd(dir, &[]));
     let server = KillOnDrop(child);
     assert!(
         wait_for_line(BufReader::new(stdout), "listening on"),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::lines_of;
+use support::{lines_of, server_cmd, shut_down, spawn_piped};
 
 const ADMIN_TOKEN: &str = "stk_terminal_tests_admin_token_0001";
 
@@ -33,64 +33,22 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Ok(out) = self.cli(&["ls", "--json", "--per-page", "1000"]).output() {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
-                for sb in v["sandboxes"].as_array().cloned().unwrap_or_default() {
-                    let _ = self
-                        .cli(&["rm", sb["id"].as_str().unwrap_or_default()])
-                        .output();
-                }
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(instance) = self.instance.borrow().as_deref() {
-            let filter = format!("label=io.stockade.instance-id={instance}");
-            for (list, remove) in [
-                (
-                    vec!["ps", "-aq", "--filter", &filter],
-                    vec!["rm", "-f", "-v"],
-                ),
-                (
-                    vec!["volume", "ls", "-q", "--filter", &filter],
-                    vec!["volume", "rm", "-f"],
-                ),
-            ] {
-                let out = Command::new("docker").args(&list).output().unwrap();
-                let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                    .split_whitespace()
-                    .map(str::to_owned)
-                    .collect();
-                if !ids.is_empty() {
-                    let mut args = remove.clone();
-                    args.extend(ids.iter().map(String::as_str));
-                    let _ = Command::new("docker").args(&args).output();
-                }
-            }
-        }
+        let instance = self.instance.borrow().clone();
+        let token = Some(ADMIN_TOKEN);
+        shut_down(
+            &mut self.child,
+            &self.url,
+            token,
+            instance.as_deref(),
+            false,
+        );
     }
 }
 
 impl Server {
     fn start() -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(bin())
-            .arg("server")
-            .env("STOCKADE_LISTEN", "127.0.0.1:0")
-            .env("STOCKADE_DATA_DIR", dir.path())
-            .env_remove("STOCKADE_DATABASE_URL")
-            .env("STOCKADE_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("STOCKADE_LOG", "warn")
-            .env(
-                "STOCKADE_DEFAULT_IMAGE",
-                std::env::var("STOCKADE_TEST_IMAGE")
-                    .unwrap_or_else(|_| "stockade-test-base:latest".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn stockade server");
-        let stdout = child.stdout.take().unwrap();
+        let (child, stdout) = spawn_piped(&mut server_cmd(dir.path(), ADMIN_TOKEN, &[], &[]));
         let rx = lines_of(stdout);
         let mut server = Server {
             child,
@@ -507,13 +465,7 @@ fn files_mkdir_mv_and_watch() {
         String::from_utf8_lossy(&out.stdout),
         "/workspace/a/b\n/workspace/c\n"
     );
-    let mut watch = server
-        .cli(&["files", "watch", "files", "-r"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = watch.stdout.take().unwrap();
+    let (mut watch, stdout) = spawn_piped(&mut server.cli(&["files", "watch", "files", "-r"]));
     let lines = lines_of(stdout);
     std::thread::sleep(Duration::from_millis(800));
     let out = server

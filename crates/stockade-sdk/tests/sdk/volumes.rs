@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use stockade_sdk::{CreateParams, DeleteOptions, Error, Sandbox};
+use stockade_sdk::{CreateParams, DeleteOptions, Error};
 
 use crate::helpers::server;
 

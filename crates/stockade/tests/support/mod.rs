@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 /// The image test sandboxes run (`STOCKADE_TEST_IMAGE`, else the local base
 /// image).
@@ -32,6 +32,60 @@ pub fn server_cmd(data_dir: &Path, admin_token: &str, unset: &[&str], extra: &[&
     }
     cmd.env("STOCKADE_LOG", "warn");
     cmd
+}
+
+/// Starts `cmd` with its stdout piped and its stderr discarded: the child
+/// and its stdout.
+pub fn spawn_piped(cmd: &mut Command) -> (Child, ChildStdout) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().unwrap();
+    (child, stdout)
+}
+
+/// Hands the lines of a starting server's banner from `rx` to `seen` until
+/// it says the banner is complete; the test fails after 60 s.
+pub fn read_banner(rx: &std::sync::mpsc::Receiver<String>, mut seen: impl FnMut(String) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .expect("the server printed no banner within 60 s");
+        if seen(line) {
+            return;
+        }
+    }
+}
+
+/// Runs `cmd`, a server start that must fail because of `flags`: what it
+/// printed on stderr.
+pub fn refused_start(cmd: &mut Command, flags: &[&str]) -> String {
+    let out = cmd.stdout(Stdio::null()).output().unwrap();
+    assert!(!out.status.success(), "{flags:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Ends a test's server: removes the sandboxes `token` (when known) sees,
+/// kills the process, then removes what its `instance` (when known) left in
+/// Docker, snapshot images too with `images`.
+pub fn shut_down(
+    child: &mut Child,
+    url: &str,
+    token: Option<&str>,
+    instance: Option<&str>,
+    images: bool,
+) {
+    if let Some(token) = token {
+        remove_sandboxes(url, token);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Some(instance) = instance {
+        remove_by_filter(&format!("label=io.stockade.instance-id={instance}"), images);
+    }
 }
 
 /// Kills the child process when dropped, so also when the test fails.
@@ -60,18 +114,51 @@ pub struct AccountCleanup(pub String);
 
 impl Drop for AccountCleanup {
     fn drop(&mut self) {
-        let filter = format!("label=io.stockade.account-id={}", self.0);
-        let ids = docker_lines(&["ps", "-aq", "--filter", &filter]);
+        remove_by_filter(&format!("label=io.stockade.account-id={}", self.0), false);
+    }
+}
+
+/// Removes the containers and volumes Docker lists for `filter` and, with
+/// `images`, the (snapshot) images too.
+pub fn remove_by_filter(filter: &str, images: bool) {
+    let mut kinds = vec![
+        (
+            vec!["ps", "-aq", "--filter", filter],
+            vec!["rm", "-f", "-v"],
+        ),
+        (
+            vec!["volume", "ls", "-q", "--filter", filter],
+            vec!["volume", "rm", "-f"],
+        ),
+    ];
+    if images {
+        kinds.push((vec!["images", "-q", "--filter", filter], vec!["rmi", "-f"]));
+    }
+    for (list, remove) in kinds {
+        let ids = docker_lines(&list);
         if !ids.is_empty() {
-            let mut args = vec!["rm", "-f", "-v"];
+            let mut args = remove;
             args.extend(ids.iter().map(String::as_str));
             let _ = Command::new("docker").args(&args).output();
         }
-        let vols = docker_lines(&["volume", "ls", "-q", "--filter", &filter]);
-        if !vols.is_empty() {
-            let mut args = vec!["volume", "rm", "-f"];
-            args.extend(vols.iter().map(String::as_str));
-            let _ = Command::new("docker").args(&args).output();
+    }
+}
+
+/// Removes every sandbox `stockade ls` lists on the server at `url` for
+/// `token`, ignoring failures.
+pub fn remove_sandboxes(url: &str, token: &str) {
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(args)
+            .env("STOCKADE_URL", url)
+            .env("STOCKADE_TOKEN", token)
+            .output()
+    };
+    if let Ok(out) = cli(&["ls", "--json", "--per-page", "1000"]) {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+            for sb in v["sandboxes"].as_array().cloned().unwrap_or_default() {
+                let _ = cli(&["rm", sb["id"].as_str().unwrap_or_default()]);
+            }
         }
     }
 }
