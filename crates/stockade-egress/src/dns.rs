@@ -142,27 +142,12 @@ impl DnsForwarder {
     /// dropped.
     pub fn serve_tcp(&self, listener: TcpListener) -> Task {
         let inner = Arc::clone(&self.inner);
-        Task::spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((conn, peer)) => {
-                        let client = peer.ip().to_canonical();
-                        match inner.tcp_limits.admit(client) {
-                            Some(admission) => {
-                                tokio::spawn(
-                                    Arc::clone(&inner).serve_conn(conn, client, admission),
-                                );
-                            }
-                            None => tracing::debug!(%client, "DNS forwarder: TCP cap reached"),
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "DNS forwarder: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        })
+        let limits = Arc::clone(&inner.tcp_limits);
+        Task::spawn(limits.accept_loop(
+            listener,
+            "DNS forwarder (TCP)",
+            move |conn, client, admission| Arc::clone(&inner).serve_conn(conn, client, admission),
+        ))
     }
 }
 

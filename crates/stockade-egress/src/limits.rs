@@ -3,8 +3,12 @@
 //! the others.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
 
 /// Counts open connections against the two caps.
 #[derive(Debug)]
@@ -28,6 +32,38 @@ pub(crate) struct Admission {
 }
 
 impl ConnectionLimits {
+    /// Accepts connections on `listener` forever and spawns `serve` for each
+    /// one admitted; one over a cap is closed. `what` names the server in
+    /// the log.
+    pub(crate) async fn accept_loop<F, Fut>(
+        self: Arc<Self>,
+        listener: TcpListener,
+        what: &'static str,
+        serve: F,
+    ) where
+        F: Fn(TcpStream, IpAddr, Admission) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        loop {
+            match listener.accept().await {
+                Ok((conn, peer)) => {
+                    let client = peer.ip().to_canonical();
+                    match self.admit(client) {
+                        Some(admission) => {
+                            tokio::spawn(serve(conn, client, admission));
+                        }
+                        None => tracing::debug!(%client, "{what}: connection cap reached, closing"),
+                    }
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, go on.
+                    tracing::warn!(error = %e, "{what}: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
     pub(crate) fn new(max_total: usize, max_per_client: usize) -> Arc<Self> {
         Arc::new(Self {
             max_total,

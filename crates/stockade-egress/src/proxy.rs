@@ -153,26 +153,12 @@ impl EgressProxy {
 
 impl Proxy {
     async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
-        loop {
-            match listener.accept().await {
-                Ok((conn, peer)) => {
-                    let client = peer.ip().to_canonical();
-                    match self.limits.admit(client) {
-                        Some(admission) => {
-                            tokio::spawn(Arc::clone(&self).handle(conn, client, admission));
-                        }
-                        None => {
-                            tracing::debug!(%client, "egress proxy: connection cap reached, closing");
-                        }
-                    }
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, go on.
-                    tracing::warn!(error = %e, "egress proxy: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
+        let limits = Arc::clone(&self.limits);
+        limits
+            .accept_loop(listener, "egress proxy", move |conn, client, admission| {
+                Arc::clone(&self).handle(conn, client, admission)
+            })
+            .await
     }
 
     async fn handle(self: Arc<Self>, mut conn: TcpStream, client: IpAddr, _admission: Admission) {

@@ -504,6 +504,14 @@ pub fn a_records(m: &Message) -> Vec<Ipv4Addr> {
 
 /// Sends a GET for `host` on `conn` and reads the whole answer: status and
 /// body. `None` when the connection was closed without an answer.
+/// An HTTP GET of `host` over `conn` that must be refused (403): the body,
+/// which says why.
+pub async fn refused_get(conn: TcpStream, host: &str) -> String {
+    let (status, body) = http_get(conn, host).await.expect("an HTTP answer");
+    assert_eq!(status, 403, "{body}");
+    body
+}
+
 pub async fn http_get(mut conn: TcpStream, host: &str) -> Option<(u16, String)> {
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     conn.write_all(request.as_bytes()).await.ok()?;
