@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use stockade_core::error::error_chain;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
@@ -273,20 +274,6 @@ impl ObjectBlobStore {
             },
         }
     }
-}
-
-/// An error and its causes, `outer: inner`, without repeats.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    parts.join(": ")
 }
 
 #[async_trait]

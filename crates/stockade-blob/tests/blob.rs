@@ -108,22 +108,18 @@ async fn read_all(store: &dyn BlobStore, key: &str) -> Vec<u8> {
     out
 }
 
+/// Stores `bytes` at `key` in chunks of `chunk` bytes; the size stored.
+async fn put(store: &dyn BlobStore, key: &str, bytes: &[u8], chunk: usize) -> u64 {
+    store.put_stream(key, chunks(bytes, chunk)).await.unwrap()
+}
+
 async fn round_trips(store: &dyn BlobStore) {
     // Small (one request) and big (multipart: three parts) objects.
     let small = data(1000, 1);
     let big = data(2 * stockade_blob::PART_SIZE + 12345, 2);
+    assert_eq!(put(store, "t/small.bin", &small, 100).await, 1000);
     assert_eq!(
-        store
-            .put_stream("t/small.bin", chunks(&small, 100))
-            .await
-            .unwrap(),
-        1000
-    );
-    assert_eq!(
-        store
-            .put_stream("t/dir/big.tar", chunks(&big, 64 * 1024))
-            .await
-            .unwrap(),
+        put(store, "t/dir/big.tar", &big, 64 * 1024).await,
         big.len() as u64
     );
     assert!(read_all(store, "t/small.bin").await == small);
@@ -216,13 +212,7 @@ async fn a_local_store_keeps_room_free_for_the_database() {
     assert!(full.list("t").await.unwrap().is_empty());
     // Nothing kept free: stored.
     let roomy = open().keep_free(0);
-    assert_eq!(
-        roomy
-            .put_stream("t/small.bin", chunks(&small, 100))
-            .await
-            .unwrap(),
-        1000
-    );
+    assert_eq!(put(&roomy, "t/small.bin", &small, 100).await, 1000);
 }
 
 #[tokio::test]

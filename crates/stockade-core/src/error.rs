@@ -73,3 +73,18 @@ impl From<FieldError> for ValidationErrors {
         Self(vec![e])
     }
 }
+
+/// An error and its causes, `outer: inner: innermost`, each cause left out
+/// when an outer message already says it.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.join(": ")
+}
