@@ -22,13 +22,13 @@ async fn exec(app: &TestApp, t: &str, id: &str, body: serde_json::Value) -> Resp
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
     let app = spawn_app().await;
-    let t = app.new_account("agent-user").await;
-    let sb = app.create(&t, json!({ "name": "with-agent" })).await;
-    let id = sb["id"].as_str().unwrap();
+    let (t, id) = app
+        .owned_sandbox("agent-user", json!({ "name": "with-agent" }))
+        .await;
     let r = exec(
         &app,
         &t,
-        id,
+        &id,
         json!({ "shell": "echo $PPID; cat /proc/1/cmdline | tr '\\000' ' '" }),
     )
     .await;
@@ -37,8 +37,12 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
     assert!(out.starts_with("1\n"), "not a child of the agent: {out}");
     assert!(out.contains("stockade-agent"), "{out}");
     // The agent's token is nowhere in what a command sees.
-    let r = exec(&app, &t, id, json!({ "shell": "env" })).await;
-    let token = app.state.svc.agents().token(&SandboxId::parse(id).unwrap());
+    let r = exec(&app, &t, &id, json!({ "shell": "env" })).await;
+    let token = app
+        .state
+        .svc
+        .agents()
+        .token(&SandboxId::parse(&id).unwrap());
     assert!(
         !r.body["stdout"].as_str().unwrap().contains(&token),
         "the agent's token reached a command"
@@ -115,8 +119,7 @@ async fn background_processes_outlive_a_server_restart() {
     let mut first = spawn_app().await;
     first.cleanup_on_drop = false;
     let t = first.admin_token.clone();
-    let sb = first.create(&t, json!({ "name": "long-runner" })).await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+    let id = first.create_id(&t, json!({ "name": "long-runner" })).await;
     let r = exec(
         &first,
         &t,
@@ -127,15 +130,7 @@ async fn background_processes_outlive_a_server_restart() {
     assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
     let pid = r.body["processId"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    first.shutdown().await;
-    let dir = first.dir.clone();
-    drop(first);
-
-    let second = spawn_app_with(AppOptions {
-        dir: Some(dir),
-        ..Default::default()
-    })
-    .await;
+    let second = first.restart().await;
     // The new server finds the process in the agent and follows it.
     let list = second
         .get(&format!("/api/v1/sandbox/{id}/processes"), &t)

@@ -11,17 +11,17 @@
 
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use serde_json::json;
 use stockade_server::ratelimit::{Limit, RateLimitConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 
 use crate::helpers::*;
+use crate::ports::{ws_echo, WS_SERVER};
 use crate::sse_client::SseStream;
+use crate::terminal::{open, read_until, send};
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -38,23 +38,6 @@ async fn quick_timeouts() -> TestApp {
         ..Default::default()
     })
     .await
-}
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// Reads the terminal until its output contains `needle` (10 s at most).
-async fn read_until(ws: &mut Ws, out: &mut String, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !out.contains(needle) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, ws.next()).await {
-            Ok(Some(Ok(Message::Binary(b)))) => out.push_str(&String::from_utf8_lossy(&b)),
-            Ok(Some(Ok(Message::Text(s)))) => out.push_str(&s),
-            Ok(Some(Ok(_))) => {}
-            other => panic!("waiting for {needle:?}: {other:?}; seen:\n{out}"),
-        }
-    }
 }
 
 fn addr(app: &TestApp) -> String {
@@ -159,17 +142,15 @@ async fn slow_request_heads_and_idle_keep_alives_are_closed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn quiet_log_streams_and_terminals_outlive_both_timeouts() {
     let app = quick_timeouts().await;
-    let t = app.new_account("quiet").await;
-    let sb = app
-        .create(
-            &t,
+    let (t, id) = app
+        .owned_sandbox(
+            "quiet",
             json!({
                 "name": "quiet",
                 "startCommand": "sh -c 'echo first-line; sleep 8; echo late-line; sleep 1000'"
             }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
 
     // A log follow that stays quiet for 8 s (header 2 s, idle 3 s).
     let mut logs = SseStream::open(
@@ -192,83 +173,29 @@ async fn quiet_log_streams_and_terminals_outlive_both_timeouts() {
     assert_eq!(logs.comments, 0, "keep-alives would hide a cut");
 
     // A terminal (an upgraded connection) quiet for longer than both.
-    let url = format!(
-        "{}/api/v1/sandbox/{id}/terminal",
-        app.base.replace("http://", "ws://")
-    );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {t}").parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let mut ws = open(&app, &t, &id, "").await.unwrap();
     let mut out = String::new();
-    ws.send(Message::Binary(b"echo before-$((2*3))\n".to_vec().into()))
-        .await
-        .unwrap();
+    send(&mut ws, "echo before-$((2*3))\n").await;
     read_until(&mut ws, &mut out, "before-6").await;
     tokio::time::sleep(IDLE_TIMEOUT + HEADER_TIMEOUT + Duration::from_secs(2)).await;
-    ws.send(Message::Binary(b"echo after-$((3*4))\n".to_vec().into()))
-        .await
-        .unwrap();
+    send(&mut ws, "echo after-$((3*4))\n").await;
     read_until(&mut ws, &mut out, "after-12").await;
-}
-
-/// A WebSocket handshake server in shell: answers the upgrade with the
-/// RFC 6455 accept key, then echoes every byte.
-const WS_SERVER: &str = r#"cat > /workspace/ws.sh <<'EOF'
-key=""
-while IFS= read -r line; do
-  line=$(printf %s "$line" | tr -d '\r')
-  [ -z "$line" ] && break
-  case "$line" in
-    [Ss]ec-[Ww]eb[Ss]ocket-[Kk]ey:*) key=$(printf %s "${line#*:}" | tr -d ' ') ;;
-  esac
-done
-accept=$(printf %s "${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11" | sha1sum | cut -d' ' -f1 | xxd -r -p | base64)
-printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n' "$accept"
-exec cat
-EOF"#;
-
-/// A masked client text frame sent and echoed back by [`WS_SERVER`].
-async fn ws_echo(s: &mut TcpStream, payload: &[u8]) {
-    assert!(payload.len() < 126);
-    let mask = [0x12, 0x34, 0x56, 0x78];
-    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    s.write_all(&frame).await.unwrap();
-    let mut back = vec![0u8; frame.len()];
-    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut back))
-        .await
-        .expect("echo in time")
-        .unwrap();
-    assert_eq!(back, frame);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_quiet_proxied_websocket_outlives_both_timeouts() {
     let app = quick_timeouts().await;
-    let t = app.new_account("quiet-ws").await;
-    let sb = app
-        .create(
-            &t,
-            json!({
+    let (t, id) = app.owned_sandbox("quiet-ws", json!({
                 "name": "quiet-ws",
                 "ports": [9000],
                 "startCommand": "while [ ! -f /workspace/ws.sh ]; do usleep 50000; done; exec nc -ll -p 9000 -e /bin/sh /workspace/ws.sh"
-            }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+            })).await;
     sh_in(&id, WS_SERVER);
     sh_in(
         &id,
         "for i in $(seq 1 100); do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
     );
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/auth-token"), &t, json!({}))
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let token = r.body["token"].as_str().unwrap().to_owned();
+    let token = app.port_token(&t, &id).await;
 
     let mut s = TcpStream::connect(addr(&app)).await.unwrap();
     let req = format!(
@@ -354,14 +281,12 @@ async fn at_the_cap_half_sent_requests_make_room_and_busy_slots_are_kept() {
 
     // Busy slots are never taken: with every slot streaming logs, a new
     // connection waits until one of them ends.
-    let t = app.new_account("cap").await;
-    let sb = app
-        .create(
-            &t,
+    let (t, id) = app
+        .owned_sandbox(
+            "cap",
             json!({"name": "cap", "startCommand": "sh -c 'echo up; sleep 1000'"}),
         )
         .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
     let mut streams = Vec::new();
     for _ in 0..CAP {
         let s = SseStream::open(
@@ -716,9 +641,7 @@ async fn a_client_that_never_reads_gives_its_slot_back_after_the_write_stall_tim
         ..Default::default()
     })
     .await;
-    let t = app.new_account("stall").await;
-    let sb = app.create(&t, json!({ "name": "stall" })).await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+    let (t, id) = app.owned_sandbox("stall", json!({ "name": "stall" })).await;
     sh_in(
         &id,
         &format!("head -c {SIZE} /dev/urandom > /workspace/big"),
@@ -845,13 +768,8 @@ async fn an_account_holds_at_most_its_streams() {
     .await;
     let t = app.new_account("streams").await;
     let other = app.new_account("streams-other").await;
-    let sb = app
-        .create(
-            &t,
-            json!({"name": "streams", "ports": [9000], "startCommand": "sh -c 'echo up; sleep 1000'"}),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+    let id = app.create_id(&t,
+            json!({"name": "streams", "ports": [9000], "startCommand": "sh -c 'echo up; sleep 1000'"})).await;
     let follow = |token: &str, id: &str| {
         app.http
             .get(format!("{}/api/v1/sandbox/{id}/logs?follow=true", app.base))
@@ -883,11 +801,7 @@ async fn an_account_holds_at_most_its_streams() {
         .insert("authorization", format!("Bearer {t}").parse().unwrap());
     let err = tokio_tungstenite::connect_async(req).await.unwrap_err();
     assert!(err.to_string().contains("429"), "{err}");
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/auth-token"), &t, json!({}))
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let token = r.body["token"].as_str().unwrap().to_owned();
+    let token = app.port_token(&t, &id).await;
     let mut s = TcpStream::connect(addr(&app)).await.unwrap();
     s.write_all(
         format!(

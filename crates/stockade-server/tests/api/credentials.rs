@@ -22,17 +22,17 @@ async fn account_id(app: &TestApp, token: &str) -> String {
 
 /// `GET /e2b/sandboxes` with an E2B API key.
 async fn e2b_list(app: &TestApp, key: &str) -> StatusCode {
-    app.http
-        .get(format!("{}/e2b/sandboxes", app.base))
-        .header("X-API-Key", key)
-        .send()
-        .await
-        .unwrap()
-        .status()
+    get_status_with(app, "/e2b/sandboxes", "X-API-Key", key).await
+}
+
+/// The status of `GET path` with one header and no bearer token.
+async fn get_status_with(app: &TestApp, path: &str, name: &str, value: &str) -> StatusCode {
+    let req = app.http.get(format!("{}{path}", app.base));
+    req.header(name, value).send().await.unwrap().status()
 }
 
 /// Signs the dashboard in; the session cookie's `name=value`.
-async fn sign_in(app: &TestApp, token: &str) -> String {
+pub async fn sign_in(app: &TestApp, token: &str) -> String {
     let r = app
         .http
         .post(format!("{}/api/v1/session", app.base))
@@ -47,13 +47,7 @@ async fn sign_in(app: &TestApp, token: &str) -> String {
 }
 
 async fn me_with_cookie(app: &TestApp, cookie: &str) -> StatusCode {
-    app.http
-        .get(format!("{}/api/v1/me", app.base))
-        .header("Cookie", cookie)
-        .send()
-        .await
-        .unwrap()
-        .status()
+    get_status_with(app, "/api/v1/me", "Cookie", cookie).await
 }
 
 /// Waits (at most `WITHIN`) until `check` gives `want`; the last answer.
@@ -96,7 +90,7 @@ async fn api_tokens_are_made_listed_and_revoked() {
         (json!({}), "name"),
     ] {
         let r = app.post(&path, &alice, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.error_fields(), vec![field], "{body}");
     }
     let r = app
@@ -295,29 +289,16 @@ async fn a_disabled_account_is_refused_everywhere_until_enabled() {
     let carol = app.new_account("carol-disabled").await;
     let bob_id = account_id(&app, &bob).await;
     let admin_id = account_id(&app, &app.admin_token).await;
-    let sb = app.create(&bob, json!({ "name": "kept" })).await;
-    let sid = sb["id"].as_str().unwrap().to_owned();
+    let sid = app.create_id(&bob, json!({ "name": "kept" })).await;
     let cookie = sign_in(&app, &bob).await;
-    let port_token = app
-        .post(
-            &format!("/api/v1/sandbox/{sid}/auth-token"),
-            &bob,
-            json!({}),
-        )
-        .await;
-    assert_eq!(port_token.status, StatusCode::OK, "{:?}", port_token.body);
-    let port_token = port_token.body["token"].as_str().unwrap().to_owned();
+    let port_token = app.port_token(&bob, &sid).await;
 
     // Only administrators disable, and never themselves.
     let disable = format!("/api/v1/accounts/{bob_id}/disable");
     let r = app.post(&disable, &carol, json!({})).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     let r = app
-        .post(
-            &format!("/api/v1/accounts/{admin_id}/disable"),
-            &app.admin_token,
-            json!({}),
-        )
+        .account_act(&app.admin_token, &admin_id, "disable")
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     let r = app
@@ -365,13 +346,7 @@ async fn a_disabled_account_is_refused_everywhere_until_enabled() {
     assert!(listed["disabledAt"].is_string(), "{listed}");
 
     // Enabled: everything works again.
-    let r = app
-        .post(
-            &format!("/api/v1/accounts/{bob_id}/enable"),
-            &app.admin_token,
-            json!({}),
-        )
-        .await;
+    let r = app.account_act(&app.admin_token, &bob_id, "enable").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert!(r.body.get("disabledAt").is_none(), "{:?}", r.body);
     assert_eq!(app.get("/api/v1/me", &bob).await.status, StatusCode::OK);
@@ -432,15 +407,7 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
     let alice = app.new_account("alice-team-tokens").await;
     let bob = app.new_account("bob-team-tokens").await;
     let bob_id = account_id(&app, &bob).await;
-    let team = app
-        .post(
-            "/api/v1/teams",
-            &app.admin_token,
-            json!({ "name": "shared-tokens" }),
-        )
-        .await;
-    assert_eq!(team.status, StatusCode::CREATED, "{:?}", team.body);
-    let team_id = team.body["id"].as_str().unwrap().to_owned();
+    let team_id = app.new_team("shared-tokens").await;
     let r = app
         .post(
             &format!("/api/v1/teams/{team_id}/members"),
@@ -458,8 +425,8 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
         )
         .await;
     assert!(r.status.is_success(), "{:?}", r.body);
-    let sb = app
-        .create(
+    let sid = app
+        .create_id(
             &alice,
             json!({
                 "name": "team-box",
@@ -470,7 +437,6 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
             }),
         )
         .await;
-    let sid = sb["id"].as_str().unwrap().to_owned();
 
     let (alice_envd, alice_traffic) = connect(&app, &alice, &sid).await;
     let (bob_envd, bob_traffic) = connect(&app, &bob, &sid).await;
@@ -502,13 +468,9 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
     assert_eq!(traffic(&app, &sid, &alice_traffic).await, StatusCode::OK);
 
     // A stop and a start end the tokens of the run before; new ones work.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{sid}/stop"), &alice, json!({}))
-        .await;
+    let r = app.act(&alice, &sid, "stop").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let r = app
-        .post(&format!("/api/v1/sandbox/{sid}/start"), &alice, json!({}))
-        .await;
+    let r = app.act(&alice, &sid, "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
         envd_read(&app, &sid, &alice_envd).await,
@@ -560,28 +522,15 @@ async fn credentials_and_revocations_survive_a_restart() {
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     let cookie = sign_in(&first, &alice).await;
     let r = first
-        .post(
-            &format!("/api/v1/accounts/{bob_id}/disable"),
-            &first.admin_token,
-            json!({}),
-        )
+        .account_act(&first.admin_token, &bob_id, "disable")
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let sb = first
-        .create(&alice, json!({ "name": "kept-tokens", "persistent": true }))
+    let sid = first
+        .create_id(&alice, json!({ "name": "kept-tokens", "persistent": true }))
         .await;
-    let sid = sb["id"].as_str().unwrap().to_owned();
     let (envd, _) = connect(&first, &alice, &sid).await;
     assert_eq!(envd_read(&first, &sid, &envd).await, StatusCode::OK);
-    first.shutdown().await;
-    let dir = first.dir.clone();
-    drop(first);
-
-    let second = spawn_app_with(AppOptions {
-        dir: Some(dir),
-        ..Default::default()
-    })
-    .await;
+    let second = first.restart().await;
     assert_eq!(
         second.get("/api/v1/me", &revoked).await.status,
         StatusCode::UNAUTHORIZED

@@ -17,9 +17,10 @@ const MIB: u64 = 1 << 20;
 
 async fn shell(app: &TestApp, token: &str, id: &str, script: &str) -> Value {
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/exec"),
+        .sandbox_post(
             token,
+            id,
+            "exec",
             json!({ "shell": script, "timeoutSeconds": 300 }),
         )
         .await;
@@ -45,14 +46,13 @@ async fn a_sandbox_cannot_fill_an_ordinary_hosts_disk() {
     assert_eq!(disk["workspace"]["enforced"], true, "{:?}", health.body);
 
     let t = &app.new_account("filler").await;
-    let sb = app.create(t, json!({ "diskSizeGB": 1 })).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({ "diskSizeGB": 1 })).await;
 
     // /workspace: refused by the kernel near 1 GB.
     let said = shell(
         &app,
         t,
-        id,
+        &id,
         "dd if=/dev/zero of=/workspace/big bs=1048576 count=1536 2>&1; sync; wc -c < /workspace/big",
     )
     .await;
@@ -73,19 +73,14 @@ async fn a_sandbox_cannot_fill_an_ordinary_hosts_disk() {
     shell(
         &app,
         t,
-        id,
+        &id,
         "rm /workspace/big; echo kept > /workspace/kept",
     )
     .await;
 
     // The root filesystem: the write lands, the watch stops the sandbox
     // (while it writes, or soon after: the exec may end with it).
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/exec"),
-            t,
-            json!({ "shell": "dd if=/dev/zero of=/var/tmp/big bs=1048576 count=1536; sync", "timeoutSeconds": 300 }),
-        )
+    let r = app.sandbox_post(t, &id, "exec", json!({ "shell": "dd if=/dev/zero of=/var/tmp/big bs=1048576 count=1536; sync", "timeoutSeconds": 300 }))
         .await;
     assert!(
         matches!(r.status, StatusCode::OK | StatusCode::SERVICE_UNAVAILABLE),
@@ -108,11 +103,9 @@ async fn a_sandbox_cannot_fill_an_ordinary_hosts_disk() {
     );
 
     // Started again, its files are there and it can clean up.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let said = shell(&app, t, id, "rm /var/tmp/big && cat /workspace/kept").await;
+    let said = shell(&app, t, &id, "rm /var/tmp/big && cat /workspace/kept").await;
     assert_eq!(said["stdout"], "kept\n", "{said}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let r = app.get(&format!("/api/v1/sandbox/{id}"), t).await;

@@ -293,12 +293,7 @@ async fn every_route_of_the_router_is_documented() {
     }
     assert!(routes.len() > 60, "only {} routes found", routes.len());
     // Each route read is one the router really serves.
-    let mut unrouted = Vec::new();
-    for r in &routes {
-        if let Err(e) = routed(&app, &r.method, &r.path).await {
-            unrouted.push(e);
-        }
-    }
+    let unrouted = not_routed(&app, &routes).await;
     assert!(
         unrouted.is_empty(),
         "routes read from the source that the router does not serve: {unrouted:#?}"
@@ -326,16 +321,22 @@ async fn every_route_of_the_router_is_documented() {
         "routes missing from the OpenAPI document: {missing:#?}"
     );
     // And every documented operation is served.
-    let mut wrong = Vec::new();
-    for r in &documented {
-        if let Err(e) = routed(&app, &r.method, &r.path).await {
-            wrong.push(e);
-        }
-    }
+    let wrong = not_routed(&app, &documented).await;
     assert!(
         wrong.is_empty(),
         "documented operations the router does not serve: {wrong:#?}"
     );
+}
+
+/// What `routed` says of each of `routes` the router does not serve.
+async fn not_routed<'a>(app: &TestApp, routes: impl IntoIterator<Item = &'a Route>) -> Vec<String> {
+    let mut errors = Vec::new();
+    for r in routes {
+        if let Err(e) = routed(app, &r.method, &r.path).await {
+            errors.push(e);
+        }
+    }
+    errors
 }
 
 /// A requirement id like `API-11`, outside the few standard names of the
@@ -596,12 +597,7 @@ fn strings(v: &Value, out: &mut Vec<String>) {
 #[tokio::test]
 async fn the_page_renders_markdown_with_nothing_from_outside() {
     let app = spawn_app().await;
-    let r = app
-        .http
-        .get(format!("{}/api/v1/docs", app.base))
-        .send()
-        .await
-        .unwrap();
+    let r = app.get_raw("/api/v1/docs").await;
     assert_eq!(r.status(), StatusCode::OK);
     let page = r.text().await.unwrap();
     // marked and DOMPurify are inlined, and used together.

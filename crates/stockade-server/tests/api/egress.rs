@@ -27,15 +27,6 @@ struct Outside {
     dir: tempfile::TempDir,
 }
 
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn ip_ok(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("ip");
     assert!(
@@ -49,19 +40,7 @@ fn ip_ok(args: &[&str]) {
 impl Outside {
     /// `None` (and a message) when the machine cannot make one.
     fn available() -> bool {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        let tools = ip(&["-V"])
-            && Command::new("python3")
-                .arg("-V")
-                .output()
-                .is_ok_and(|o| o.status.success());
-        if !(root && tools) {
-            eprintln!("skipped: the egress tests need root, `ip` and `python3`");
-        }
-        root && tools
+        netns_available("the egress tests")
     }
 
     /// `10.251.{subnet}.0/24`: the host is .1, each host `(n, servers)`
@@ -168,11 +147,7 @@ impl Drop for Outside {
 /// Output of a shell line in the sandbox (through the API's exec).
 async fn run(app: &TestApp, t: &str, id: &str, cmd: &str) -> (i64, String) {
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/exec"),
-            t,
-            json!({ "shell": cmd, "timeoutSeconds": 30 }),
-        )
+        .sandbox_post(t, id, "exec", json!({ "shell": cmd, "timeoutSeconds": 30 }))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let out = format!(
@@ -405,36 +380,27 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
     assert_eq!(code, 0);
 
     // A deny list: the rest stays open.
-    let sb2 = app
-        .create(
+    let id2 = app
+        .create_id(
             t,
             json!({ "networkPolicy": { "deny": ["other.test", outside.addr(4)] } }),
         )
         .await;
-    let id2 = sb2["id"].as_str().unwrap();
     assert_eq!(
-        fetch(&app, t, id2, "http://allowed.test/", "").await,
+        fetch(&app, t, &id2, "http://allowed.test/", "").await,
         "allowed-http"
     );
-    assert!(!resolves(&app, t, id2, "other.test").await);
-    assert!(!tcp(&app, t, id2, &outside.addr(4), 8080)
+    assert!(!resolves(&app, t, &id2, "other.test").await);
+    assert!(!tcp(&app, t, &id2, &outside.addr(4), 8080)
         .await
         .contains("cidr-tcp"));
 
     // Stopped and started: the policy holds at the new session's address.
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id2}/stop?timeout=1"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id2, "stop?timeout=1").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id2}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, &id2, "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let first = run(&app, t, id2, "timeout 5 wget -O- http://allowed.test/ 2>&1; timeout 3 nslookup allowed.test 2>&1 | tail -2").await;
+    let first = run(&app, t, &id2, "timeout 5 wget -O- http://allowed.test/ 2>&1; timeout 3 nslookup allowed.test 2>&1 | tail -2").await;
     if !first.1.contains("allowed-http") {
         eprintln!("diagnostics: first after start: {first:?}");
         eprintln!(
@@ -453,14 +419,20 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
         );
         eprintln!(
             "diagnostics: again: {:?}",
-            run(&app, t, id2, "timeout 5 wget -O- http://allowed.test/ 2>&1").await
+            run(
+                &app,
+                t,
+                &id2,
+                "timeout 5 wget -O- http://allowed.test/ 2>&1"
+            )
+            .await
         );
     }
     assert_eq!(
-        fetch(&app, t, id2, "http://allowed.test/", "").await,
+        fetch(&app, t, &id2, "http://allowed.test/", "").await,
         "allowed-http"
     );
-    assert!(!tcp(&app, t, id2, &outside.addr(4), 8080)
+    assert!(!tcp(&app, t, &id2, &outside.addr(4), 8080)
         .await
         .contains("cidr-tcp"));
 
@@ -472,7 +444,7 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
         .output()
         .unwrap();
     assert!(
-        !String::from_utf8_lossy(&listing.stdout).contains(id2),
+        !String::from_utf8_lossy(&listing.stdout).contains(id2.as_str()),
         "entries of a destroyed sandbox stay"
     );
     eprintln!("create with an allow list: {create_ms} ms");

@@ -119,14 +119,13 @@ async fn exit_codes_output_stdin_cwd_and_env_are_faithful() {
 async fn a_timeout_kills_the_process_and_says_so() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({})).await;
 
     let t0 = Instant::now();
     let r = exec(
         &app,
         t,
-        id,
+        &id,
         json!({ "shell": "echo started; sleep 321 & sleep 322", "timeoutSeconds": 1 }),
     )
     .await;
@@ -140,7 +139,7 @@ async fn a_timeout_kills_the_process_and_says_so() {
         "{:?}",
         r.body
     );
-    let procs = processes(id);
+    let procs = processes(&id);
     assert!(!procs.contains("sleep 32"), "{procs}");
 }
 
@@ -148,13 +147,12 @@ async fn a_timeout_kills_the_process_and_says_so() {
 async fn output_beyond_the_limit_is_cut_and_flagged() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({})).await;
     let limit = app.state.config.service.max_exec_output_bytes;
     let r = exec(
         &app,
         t,
-        id,
+        &id,
         json!({ "shell": format!("head -c {} /dev/zero | tr '\\0' a; echo small >&2", limit + 500_000) }),
     )
     .await;
@@ -169,10 +167,9 @@ async fn output_beyond_the_limit_is_cut_and_flagged() {
 async fn streamed_exec_sends_output_in_order_then_the_exit() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(t, json!({ "environmentVars": { "WHO": "sandbox" } }))
+    let id = app
+        .create_id(t, json!({ "environmentVars": { "WHO": "sandbox" } }))
         .await;
-    let id = sb["id"].as_str().unwrap();
     let url = format!("{}/api/v1/sandbox/{id}/exec", app.base);
 
     let mut s = SseStream::open(app.http.post(&url).bearer_auth(t).json(&json!({
@@ -225,7 +222,7 @@ async fn streamed_exec_sends_output_in_order_then_the_exit() {
     assert_eq!(first.data, "\"up\\n\"");
     drop(s);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while processes(id).contains("sleep 332") {
+    while processes(&id).contains("sleep 332") {
         assert!(
             Instant::now() < deadline,
             "an abandoned exec is still running"
@@ -238,14 +235,13 @@ async fn streamed_exec_sends_output_in_order_then_the_exit() {
 async fn background_processes_can_be_listed_waited_for_and_killed() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({})).await;
     let base = format!("/api/v1/sandbox/{id}/processes");
 
     let r = exec(
         &app,
         t,
-        id,
+        &id,
         json!({ "shell": "echo started; sleep 0.5; echo done >&2; exit 7", "background": true }),
     )
     .await;
@@ -265,7 +261,7 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
     let r = exec(
         &app,
         t,
-        id,
+        &id,
         json!({ "cmd": ["sleep", "341"], "background": true }),
     )
     .await;
@@ -297,12 +293,12 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
         .post(&format!("{base}/{long}/wait?timeout=1"), t, json!({}))
         .await;
     assert_eq!(r.body["status"], "running");
-    assert!(processes(id).contains("sleep 341"));
+    assert!(processes(&id).contains("sleep 341"));
 
     let r = app.delete(&format!("{base}/{long}"), t).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "killed");
-    assert!(!processes(id).contains("sleep 341"));
+    assert!(!processes(&id).contains("sleep 341"));
     // Killing again is harmless; the POST form works too.
     let r = app.post(&format!("{base}/{long}/kill"), t, json!({})).await;
     assert_eq!(r.body["status"], "killed");
@@ -311,7 +307,7 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
     let r = exec(
         &app,
         t,
-        id,
+        &id,
         json!({ "shell": "sleep 342", "background": true, "timeoutSeconds": 1 }),
     )
     .await;
@@ -320,7 +316,7 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
         .post(&format!("{base}/{timed}/wait?timeout=15"), t, json!({}))
         .await;
     assert_eq!(r.body["status"], "timedOut");
-    assert!(!processes(id).contains("sleep 342"));
+    assert!(!processes(&id).contains("sleep 342"));
 
     // Unknown and malformed process ids.
     let r = app.get(&format!("{base}/abcdefghijkl"), t).await;
@@ -339,12 +335,11 @@ async fn every_exec_verb_is_forbidden_on_another_accounts_sandbox() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app.create(&alice, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(&alice, json!({})).await;
     let r = exec(
         &app,
         &alice,
-        id,
+        &id,
         json!({ "cmd": ["sleep", "351"], "background": true }),
     )
     .await;
@@ -389,12 +384,7 @@ async fn every_exec_verb_is_forbidden_on_another_accounts_sandbox() {
     ] {
         let body = (!body.is_null()).then_some(body);
         let r = app.call(method.clone(), &path, Some(&bob), body).await;
-        assert_eq!(
-            r.status,
-            StatusCode::FORBIDDEN,
-            "{method} {path}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::FORBIDDEN, format!("{method} {path}"));
         assert_eq!(r.code(), "forbidden");
     }
     // Even a streamed exec.
@@ -412,15 +402,14 @@ async fn every_exec_verb_is_forbidden_on_another_accounts_sandbox() {
         .get(&format!("/api/v1/sandbox/{id}/processes/{pid}"), &alice)
         .await;
     assert_eq!(r.body["status"], "running");
-    assert!(processes(id).contains("sleep 351"));
+    assert!(processes(&id).contains("sleep 351"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_exec_requests_are_400s_naming_the_field_and_a_stopped_sandbox_409() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({})).await;
 
     for (body, field) in [
         (json!({}), "cmd"),
@@ -451,8 +440,8 @@ async fn bad_exec_requests_are_400s_naming_the_field_and_a_stopped_sandbox_409()
         (json!({ "shell": "ls", "background": "yes" }), "background"),
         (json!({ "shell": "ls", "privileged": true }), "privileged"),
     ] {
-        let r = exec(&app, t, id, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        let r = exec(&app, t, &id, body.clone()).await;
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.error_fields(), vec![field], "{body}");
     }
     let r = app
@@ -469,26 +458,20 @@ async fn bad_exec_requests_are_400s_naming_the_field_and_a_stopped_sandbox_409()
     let r = exec(
         &app,
         t,
-        id,
+        &id,
         json!({ "cmd": ["cat"], "stdin": "x".repeat(17 * 1024 * 1024) }),
     )
     .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{:?}", r.code());
 
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=1"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id, "stop?timeout=1").await;
     assert_eq!(r.status, StatusCode::OK);
-    let r = exec(&app, t, id, json!({ "cmd": ["true"] })).await;
+    let r = exec(&app, t, &id, json!({ "cmd": ["true"] })).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
         .contains("sandbox is not running"));
-    let r = exec(&app, t, id, json!({ "cmd": ["true"], "background": true })).await;
+    let r = exec(&app, t, &id, json!({ "cmd": ["true"], "background": true })).await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 }

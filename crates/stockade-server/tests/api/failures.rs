@@ -439,16 +439,9 @@ async fn a_failed_save_after_the_container_exists_removes_container_and_volume()
 
     // A failed status write on stop is logged and the stop goes on.
     store.fail_updates.store(false, Ordering::SeqCst);
-    let sb = app.create(t, json!({ "name": "survivor" })).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({ "name": "survivor" })).await;
     store.fail_updates.store(true, Ordering::SeqCst);
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=1"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id, "stop?timeout=1").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
 }

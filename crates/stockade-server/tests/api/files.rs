@@ -62,51 +62,60 @@ async fn send(req: reqwest::RequestBuilder) -> Raw {
     }
 }
 
-/// `METHOD /files{rest}?path=…` with a body.
-async fn call(
-    app: &TestApp,
-    token: &str,
-    method: Method,
-    id: &str,
-    rest: &str,
-    query: &[(&str, &str)],
-    body: Option<Vec<u8>>,
-) -> Raw {
-    let mut req = app
-        .http
-        .request(method, files_url(app, id, rest))
-        .bearer_auth(token)
-        .query(query);
-    if let Some(b) = body {
-        req = req.body(b);
+/// The file routes of one sandbox, called with one token.
+struct Files<'a> {
+    app: &'a TestApp,
+    token: &'a str,
+    id: &'a str,
+}
+
+/// The file routes of sandbox `id` for the administrator.
+fn files<'a>(app: &'a TestApp, id: &'a str) -> Files<'a> {
+    Files {
+        app,
+        token: &app.admin_token,
+        id,
     }
-    send(req).await
+}
+
+impl Files<'_> {
+    /// `METHOD /files{rest}?query` with an optional body.
+    async fn call(
+        &self,
+        method: Method,
+        rest: &str,
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Raw {
+        let mut req = self
+            .app
+            .http
+            .request(method, files_url(self.app, self.id, rest))
+            .bearer_auth(self.token)
+            .query(query);
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        send(req).await
+    }
+
+    async fn get(&self, rest: &str, query: &[(&str, &str)]) -> Raw {
+        self.call(Method::GET, rest, query, None).await
+    }
+
+    async fn put(&self, rest: &str, query: &[(&str, &str)], body: Vec<u8>) -> Raw {
+        self.call(Method::PUT, rest, query, Some(body)).await
+    }
 }
 
 async fn put_file(app: &TestApp, id: &str, path: &str, bytes: &[u8]) -> Raw {
-    call(
-        app,
-        &app.admin_token,
-        Method::PUT,
-        id,
-        "",
-        &[("path", path)],
-        Some(bytes.to_vec()),
-    )
-    .await
+    files(app, id)
+        .put("", &[("path", path)], bytes.to_vec())
+        .await
 }
 
 async fn get_file(app: &TestApp, id: &str, path: &str) -> Raw {
-    call(
-        app,
-        &app.admin_token,
-        Method::GET,
-        id,
-        "",
-        &[("path", path)],
-        None,
-    )
-    .await
+    files(app, id).get("", &[("path", path)]).await
 }
 
 /// A file's bytes as the container itself sees them.
@@ -175,16 +184,13 @@ async fn binary_files_round_trip_byte_for_byte() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     assert_eq!(r.json()["mode"], "0750");
     assert_eq!(sh_in(&id, "/workspace/blob.bin"), "replaced");
-    let r = call(
-        &app,
-        &app.admin_token,
-        Method::PUT,
-        &id,
-        "",
-        &[("path", "run.sh"), ("mode", "0755")],
-        Some(b"#!/bin/sh\necho ran\n".to_vec()),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put(
+            "",
+            &[("path", "run.sh"), ("mode", "0755")],
+            b"#!/bin/sh\necho ran\n".to_vec(),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(r.json()["mode"], "0755");
     assert_eq!(sh_in(&id, "/workspace/run.sh"), "ran");
@@ -274,7 +280,7 @@ async fn directories_list_and_paths_stat() {
     assert_eq!(by_name("pipe")["type"], "other");
 
     // The default path is /workspace.
-    let r = call(&app, &app.admin_token, Method::GET, &id, "", &[], None).await;
+    let r = files(&app, &id).get("", &[]).await;
     assert_eq!(r.json()["path"], "/workspace");
     assert!(r.json()["entries"]
         .as_array()
@@ -293,18 +299,7 @@ async fn directories_list_and_paths_stat() {
     let stat = |p: &'static str| {
         let app = &app;
         let id = id.clone();
-        async move {
-            call(
-                app,
-                &app.admin_token,
-                Method::GET,
-                &id,
-                "/stat",
-                &[("path", p)],
-                None,
-            )
-            .await
-        }
+        async move { files(app, &id).get("/stat", &[("path", p)]).await }
     };
     let s = stat("proj/a.txt").await.json();
     assert_eq!(s["name"], "a.txt");
@@ -327,16 +322,9 @@ async fn directories_list_and_paths_stat() {
     for r in [
         stat("proj/nope").await,
         get_file(&app, &id, "proj/nope").await,
-        call(
-            &app,
-            &app.admin_token,
-            Method::GET,
-            &id,
-            "/archive",
-            &[("path", "proj/nope")],
-            None,
-        )
-        .await,
+        files(&app, &id)
+            .get("/archive", &[("path", "proj/nope")])
+            .await,
     ] {
         assert_eq!(r.status, StatusCode::NOT_FOUND);
         assert_eq!(r.json()["error"]["code"], "not_found");
@@ -372,7 +360,7 @@ async fn delete_files_and_directories() {
             if let Some(r) = recursive {
                 q.push(("recursive", r));
             }
-            call(app, &app.admin_token, Method::DELETE, &id, "", &q, None).await
+            files(app, &id).call(Method::DELETE, "", &q, None).await
         }
     };
     assert_eq!(del("file", None).await.status, StatusCode::NO_CONTENT);
@@ -402,7 +390,7 @@ async fn delete_files_and_directories() {
         let r = del(path, recursive).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}");
     }
-    let r = call(&app, &app.admin_token, Method::DELETE, &id, "", &[], None).await;
+    let r = files(&app, &id).call(Method::DELETE, "", &[], None).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), ["path"]);
 }
@@ -458,19 +446,11 @@ async fn tar_archives_round_trip() {
     let app = spawn_app().await;
     let id = sandbox(&app, "files-tar").await;
     let big = noise(1024 * 1024 + 5, 7);
-    let t = &app.admin_token;
 
     // Into a directory that does not exist yet.
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[("path", "up/target")],
-        Some(sample_tar(&big)),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put("/archive", &[("path", "up/target")], sample_tar(&big))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     assert_eq!(r.json()["path"], "/workspace/up/target");
     assert_eq!(r.json()["entries"], 5);
@@ -494,16 +474,9 @@ async fn tar_archives_round_trip() {
     );
 
     // Out again: the archive is named from the path's last component.
-    let r = call(
-        &app,
-        t,
-        Method::GET,
-        &id,
-        "/archive",
-        &[("path", "up/target")],
-        None,
-    )
-    .await;
+    let r = files(&app, &id)
+        .get("/archive", &[("path", "up/target")])
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.headers["content-type"], "application/x-tar");
     assert_eq!(
@@ -524,16 +497,9 @@ async fn tar_archives_round_trip() {
     assert!(found.contains_key("target/emptydir/") || found.contains_key("target/emptydir"));
 
     // A gzip-compressed archive (POST works like PUT), into /workspace by default.
-    let r = call(
-        &app,
-        t,
-        Method::POST,
-        &id,
-        "/archive",
-        &[],
-        Some(gzip(&sample_tar(&big))),
-    )
-    .await;
+    let r = files(&app, &id)
+        .call(Method::POST, "/archive", &[], Some(gzip(&sample_tar(&big))))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     assert_eq!(r.json()["path"], "/workspace");
     assert!(bytes_in(&id, "/workspace/data/big.bin") == big);
@@ -545,16 +511,9 @@ async fn tar_archives_round_trip() {
         ("dotdot", raw_entry("../escaped.txt", b"x")),
         ("dotdot deep", raw_entry("a/../../escaped.txt", b"x")),
     ] {
-        let r = call(
-            &app,
-            t,
-            Method::PUT,
-            &id,
-            "/archive",
-            &[("path", "up")],
-            Some(body),
-        )
-        .await;
+        let r = files(&app, &id)
+            .put("/archive", &[("path", "up")], body)
+            .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{what}: {:?}", r.json());
         assert_eq!(r.error_fields(), ["body"], "{what}");
     }
@@ -575,30 +534,16 @@ async fn tar_archives_round_trip() {
     h.set_mode(0o644);
     b.append_link(&mut h, "link.txt", "missing.txt").unwrap();
     let dangling = b.into_inner().unwrap();
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[("path", "up")],
-        Some(dangling),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put("/archive", &[("path", "up")], dangling)
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.json());
     assert_eq!(r.error_fields(), ["body"]);
 
     // Uploading into a file is a conflict.
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[("path", "data/big.bin")],
-        Some(sample_tar(b"x")),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put("/archive", &[("path", "data/big.bin")], sample_tar(b"x"))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.json());
 }
 
@@ -611,13 +556,7 @@ async fn files_of_a_stopped_sandbox() {
         put_file(&app, &id, "kept.bin", &data).await.status,
         StatusCode::CREATED
     );
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=1"),
-            &app.admin_token,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&app.admin_token, &id, "stop?timeout=1").await;
     assert_eq!(r.body["status"], "STOPPED");
 
     // Reading, listing, stat and archives work without a running container.
@@ -626,41 +565,19 @@ async fn files_of_a_stopped_sandbox() {
     assert!(r.bytes == data);
     let r = get_file(&app, &id, "/workspace").await;
     assert_eq!(r.json()["entries"][0]["name"], "kept.bin");
-    let r = call(
-        &app,
-        &app.admin_token,
-        Method::GET,
-        &id,
-        "/stat",
-        &[("path", "kept.bin")],
-        None,
-    )
-    .await;
+    let r = files(&app, &id).get("/stat", &[("path", "kept.bin")]).await;
     assert_eq!(r.json()["size"], 300_000);
     // So does writing.
     let r = put_file(&app, &id, "while-stopped.txt", b"written while stopped").await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
     // Deleting runs `rm` in the sandbox: it must be running.
-    let r = call(
-        &app,
-        &app.admin_token,
-        Method::DELETE,
-        &id,
-        "",
-        &[("path", "kept.bin")],
-        None,
-    )
-    .await;
+    let r = files(&app, &id)
+        .call(Method::DELETE, "", &[("path", "kept.bin")], None)
+        .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.json());
     assert_eq!(r.json()["error"]["code"], "sandbox_unavailable");
 
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/start"),
-            &app.admin_token,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&app.admin_token, &id, "start").await;
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(
         sh_in(&id, "cat /workspace/while-stopped.txt"),
@@ -724,38 +641,15 @@ async fn traversal_and_bad_paths_are_rejected() {
     // Nothing was written anywhere.
     assert_eq!(sh_in(&id, "ls -A /workspace"), "");
     // Unknown parameters and bad modes are 400s too.
-    let r = call(
-        &app,
-        &app.admin_token,
-        Method::GET,
-        &id,
-        "",
-        &[("path", "x"), ("follow", "1")],
-        None,
-    )
-    .await;
+    let r = files(&app, &id)
+        .get("", &[("path", "x"), ("follow", "1")])
+        .await;
     assert_eq!(r.error_fields(), ["follow"]);
-    let r = call(
-        &app,
-        &app.admin_token,
-        Method::PUT,
-        &id,
-        "",
-        &[("path", "x"), ("mode", "999")],
-        Some(vec![]),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put("", &[("path", "x"), ("mode", "999")], vec![])
+        .await;
     assert_eq!(r.error_fields(), ["mode"]);
-    let r = call(
-        &app,
-        &app.admin_token,
-        Method::PUT,
-        &id,
-        "",
-        &[("path", "/")],
-        Some(vec![]),
-    )
-    .await;
+    let r = files(&app, &id).put("", &[("path", "/")], vec![]).await;
     assert_eq!(r.error_fields(), ["path"]);
 }
 
@@ -763,7 +657,6 @@ async fn traversal_and_bad_paths_are_rejected() {
 async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
     let app = spawn_app().await;
     let id = sandbox(&app, "files-symlink").await;
-    let t = &app.admin_token;
     sh_in(
         &id,
         "ln -s / /workspace/evil && ln -s /etc /workspace/etc-link",
@@ -824,16 +717,13 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
     h.set_mode(0o644);
     b.append_data(&mut h, format!("evil/tmp/{marker}-tar2"), &b"in tar"[..])
         .unwrap();
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[("path", "/workspace")],
-        Some(b.into_inner().unwrap()),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put(
+            "/archive",
+            &[("path", "/workspace")],
+            b.into_inner().unwrap(),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     for name in [format!("{marker}-tar"), format!("{marker}-tar2")] {
         assert_eq!(sh_in(&id, &format!("cat /tmp/{name}")), "in tar");
@@ -841,16 +731,9 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
     }
 
     // Downloading the symlink's archive archives the container's directory.
-    let r = call(
-        &app,
-        t,
-        Method::GET,
-        &id,
-        "/archive",
-        &[("path", "etc-link")],
-        None,
-    )
-    .await;
+    let r = files(&app, &id)
+        .get("/archive", &[("path", "etc-link")])
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     let mut ar = tar::Archive::new(&r.bytes[..]);
     let mut hostname = None;
@@ -909,16 +792,9 @@ async fn uploads_over_the_limit_are_413() {
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
 
     // Archives: as sent, and as unpacked (a small tar.gz of 3 MB of zeros).
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[],
-        Some(noise(2 * LIMIT as usize, 4)),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put("/archive", &[], noise(2 * LIMIT as usize, 4))
+        .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
     let mut b = tar::Builder::new(Vec::new());
     let mut h = tar::Header::new_gnu();
@@ -928,16 +804,9 @@ async fn uploads_over_the_limit_are_413() {
         .unwrap();
     let bomb = gzip(&b.into_inner().unwrap());
     assert!((bomb.len() as u64) < LIMIT / 10);
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[("path", "bomb")],
-        Some(bomb),
-    )
-    .await;
+    let r = files(&app, &id)
+        .put("/archive", &[("path", "bomb")], bomb)
+        .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{:?}", r.json());
     assert!(
         r.json()["error"]["message"]
@@ -959,16 +828,10 @@ async fn uploads_over_the_limit_are_413() {
     h.set_mode(0o644);
     b.append_data(&mut h, "zeros.bin", std::io::repeat(0).take(LIMIT))
         .unwrap();
-    let r = call(
-        &app,
-        t,
-        Method::PUT,
-        &id,
-        "/archive",
-        &[("path", "fits")],
-        Some(gzip(&b.into_inner().unwrap())),
-    )
-    .await;
+    let fits = gzip(&b.into_inner().unwrap());
+    let r = files(&app, &id)
+        .put("/archive", &[("path", "fits")], fits)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json());
     assert_eq!(r.json()["bytes"], LIMIT);
     assert_eq!(
@@ -982,18 +845,13 @@ async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app.create(&alice, json!({ "name": "alices" })).await;
-    let id = sb["id"].as_str().unwrap();
-    let alice_put = call(
-        &app,
-        &alice,
-        Method::PUT,
-        id,
-        "",
-        &[("path", "secret")],
-        Some(b"s".to_vec()),
-    )
-    .await;
+    let id = app.create_id(&alice, json!({ "name": "alices" })).await;
+    let as_alice = Files {
+        app: &app,
+        token: &alice,
+        id: &id,
+    };
+    let alice_put = as_alice.put("", &[("path", "secret")], b"s".to_vec()).await;
     assert_eq!(alice_put.status, StatusCode::CREATED);
 
     for (method, rest, query) in [
@@ -1006,15 +864,11 @@ async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
         (Method::PUT, "/archive", vec![]),
         (Method::POST, "/archive", vec![]),
     ] {
-        let r = call(
-            &app,
-            &bob,
-            method.clone(),
-            id,
-            rest,
-            &query,
-            Some(sample_tar(b"x")),
-        )
+        let r = Files {
+            token: &bob,
+            ..as_alice
+        }
+        .call(method.clone(), rest, &query, Some(sample_tar(b"x")))
         .await;
         assert_eq!(
             r.status,
@@ -1025,13 +879,22 @@ async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
         assert_eq!(r.json()["error"]["code"], "forbidden");
     }
     // Unknown sandboxes are 404, malformed ids 400.
-    let r = call(&app, &bob, Method::GET, "abcdefghijkl", "", &[], None).await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = call(&app, &bob, Method::GET, "nope", "", &[], None).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    for (id, status) in [
+        ("abcdefghijkl", StatusCode::NOT_FOUND),
+        ("nope", StatusCode::BAD_REQUEST),
+    ] {
+        let r = Files {
+            token: &bob,
+            id,
+            ..as_alice
+        }
+        .get("", &[])
+        .await;
+        assert_eq!(r.status, status, "{id}");
+    }
     // Nothing changed for Alice.
-    assert_eq!(sh_in(id, "ls /workspace"), "secret");
-    assert_eq!(sh_in(id, "cat /workspace/secret"), "s");
+    assert_eq!(sh_in(&id, "ls /workspace"), "secret");
+    assert_eq!(sh_in(&id, "cat /workspace/secret"), "s");
 }
 
 #[tokio::test(flavor = "multi_thread")]

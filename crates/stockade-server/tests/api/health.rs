@@ -150,12 +150,7 @@ async fn openapi_document_and_browsable_docs() {
         r.body["components"]["schemas"]["CreateSandboxRequest"]["properties"]["memoryGB"]
             .is_object()
     );
-    let html = app
-        .http
-        .get(format!("{}/api/v1/docs", app.base))
-        .send()
-        .await
-        .unwrap();
+    let html = app.get_raw("/api/v1/docs").await;
     assert_eq!(html.status(), StatusCode::OK);
     assert!(html.text().await.unwrap().contains("/api/v1/openapi.json"));
     let r = app.call(Method::GET, "/api/v1/nope", None, None).await;

@@ -138,14 +138,33 @@ pub struct Resp {
 impl Resp {
     /// The field names of a validation error.
     pub fn error_fields(&self) -> Vec<String> {
-        self.body["error"]["details"]["fields"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|f| f["field"].as_str().unwrap_or_default().to_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
+        crate::error_body::fields(&self.body)
+    }
+
+    /// Asserts the status (showing the body if it differs); the body.
+    #[track_caller]
+    pub fn expect(self, status: StatusCode) -> Value {
+        assert_eq!(self.status, status, "{:?}", self.body);
+        self.body
+    }
+
+    /// Asserts the status, naming `what` was asked and showing the body if
+    /// it differs.
+    #[track_caller]
+    pub fn assert_status(&self, status: StatusCode, what: impl std::fmt::Display) {
+        assert_eq!(self.status, status, "{what}: {:?}", self.body);
+    }
+
+    /// Asserts an error answer: its status and its `error.code`.
+    #[track_caller]
+    pub fn assert_error(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "{:?}", self.body);
+        assert_eq!(self.code(), code, "{:?}", self.body);
+    }
+
+    /// The error's message.
+    pub fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or_default()
     }
 
     pub fn code(&self) -> &str {
@@ -187,8 +206,112 @@ impl TestApp {
         self.call(Method::DELETE, path, Some(token), None).await
     }
 
+    /// POSTs `body` to the sandbox route `/api/v1/sandbox/{id}/{action}`
+    /// (`action` may carry a query: `stop?timeout=0`).
+    pub async fn sandbox_post(&self, token: &str, id: &str, action: &str, body: Value) -> Resp {
+        self.post(&format!("/api/v1/sandbox/{id}/{action}"), token, body)
+            .await
+    }
+
+    /// POSTs an empty object to a sandbox route: `start`, `stop?timeout=0`,
+    /// `fork`, `auth-token`.
+    pub async fn act(&self, token: &str, id: &str, action: &str) -> Resp {
+        self.sandbox_post(token, id, action, json!({})).await
+    }
+
+    /// A port token of sandbox `id` for its owner.
+    pub async fn port_token(&self, owner: &str, id: &str) -> String {
+        let body = self
+            .act(owner, id, "auth-token")
+            .await
+            .expect(StatusCode::OK);
+        body["token"].as_str().unwrap().to_owned()
+    }
+
+    /// PATCHes sandbox `id` (an update of its limits, name or labels).
+    pub async fn patch_sandbox(&self, token: &str, id: &str, body: Value) -> Resp {
+        let path = format!("/api/v1/sandbox/{id}");
+        self.call(Method::PATCH, &path, Some(token), Some(body))
+            .await
+    }
+
+    /// Posts a gzipped tar archive to `/api/v1/uploads` as `token`.
+    pub fn upload(
+        &self,
+        token: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> impl std::future::Future<Output = reqwest::Result<reqwest::Response>> {
+        self.http
+            .post(format!("{}/api/v1/uploads", self.base))
+            .bearer_auth(token)
+            .header("content-type", "application/gzip")
+            .body(body)
+            .send()
+    }
+
+    /// Stops this server and starts another on the same directory (its
+    /// database and object store) and the same Docker engine.
+    pub async fn restart(mut self) -> TestApp {
+        self.cleanup_on_drop = false;
+        self.shutdown().await;
+        let dir = self.dir.clone();
+        drop(self);
+        spawn_app_with(AppOptions {
+            dir: Some(dir),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// A second server on this one's store and runtime with the configuration
+    /// changed by `configure`.
+    pub async fn second_server(&self, configure: impl FnOnce(&mut ServerConfig)) -> RunningServer {
+        let mut config = (*self.state.config).clone();
+        configure(&mut config);
+        let state = AppState::new(
+            self.state.svc.store().clone(),
+            self.state.svc.runtime().clone(),
+            config,
+        )
+        .await
+        .unwrap();
+        stockade_server::spawn(state).await.unwrap()
+    }
+
+    /// The snapshot images of this app's instance.
+    pub fn snapshot_images(&self) -> Vec<String> {
+        docker_lines(&[
+            "images",
+            "-q",
+            "--filter",
+            &format!("label=io.stockade.instance-id={}", self.instance_id()),
+            "stockade-snapshot",
+        ])
+    }
+
+    /// Creates a team as the administrator: its id.
+    pub async fn new_team(&self, name: &str) -> String {
+        let body = json!({ "name": name });
+        let r = self.post("/api/v1/teams", &self.admin_token, body).await;
+        r.expect(StatusCode::CREATED)["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// POSTs an empty object to an account route: `disable`, `enable`.
+    pub async fn account_act(&self, token: &str, account: &str, action: &str) -> Resp {
+        let path = format!("/api/v1/accounts/{account}/{action}");
+        self.post(&path, token, json!({})).await
+    }
+
     /// Creates an account and returns its token.
     pub async fn new_account(&self, name: &str) -> String {
+        self.new_account_with_id(name).await.1
+    }
+
+    /// Creates an account: its id and its token.
+    pub async fn new_account_with_id(&self, name: &str) -> (String, String) {
         let r = self
             .post(
                 "/api/v1/accounts",
@@ -197,7 +320,10 @@ impl TestApp {
             )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-        r.body["token"].as_str().unwrap().to_owned()
+        (
+            r.body["account"]["id"].as_str().unwrap().to_owned(),
+            r.body["token"].as_str().unwrap().to_owned(),
+        )
     }
 
     /// Creates a sandbox and asserts it is RUNNING.
@@ -206,6 +332,31 @@ impl TestApp {
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
         assert_eq!(r.body["status"], "RUNNING");
         r.body
+    }
+
+    /// Creates a sandbox (asserting it is RUNNING) and returns its id.
+    pub async fn create_id(&self, token: &str, body: Value) -> String {
+        self.create(token, body).await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A new account named `account` with one running sandbox made of
+    /// `body`: the account's token and the sandbox's id.
+    pub async fn owned_sandbox(&self, account: &str, body: Value) -> (String, String) {
+        let token = self.new_account(account).await;
+        let id = self.create_id(&token, body).await;
+        (token, id)
+    }
+
+    /// GETs `{base}{path}` with no credentials, as a browser or scraper would.
+    pub async fn get_raw(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("request")
     }
 
     pub fn instance_id(&self) -> String {
@@ -394,4 +545,41 @@ int main(void) {
             std::fs::read(&bin).unwrap()
         })
         .clone()
+}
+
+/// Runs `ip ARGS` quietly: whether it succeeded.
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether this machine can build network namespaces for a test (root,
+/// `ip` and `python3`); if not, says that `what` is skipped.
+pub fn netns_available(what: &str) -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let tools = ip(&["-V"])
+        && Command::new("python3")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !(root && tools) {
+        eprintln!("skipped ({what}): this needs root, `ip` and `python3`");
+    }
+    root && tools
+}
+
+/// A TCP port nothing listens on at the moment.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -44,17 +44,17 @@ fn internal_service(redirect_to: Option<String>) -> (u16, Arc<AtomicUsize>) {
     (port, hits)
 }
 
-/// A port token of sandbox `id` for `owner`.
-async fn port_token(app: &TestApp, owner: &str, id: &str) -> String {
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/auth-token"),
-            owner,
-            json!({}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    r.body["token"].as_str().unwrap().to_owned()
+/// Sends what `req` makes until the answer is 200 (the sandbox's server
+/// may still be starting): that answer; a panic saying `what` otherwise.
+async fn first_ok(req: impl Fn() -> reqwest::RequestBuilder, what: &str) -> reqwest::Response {
+    for _ in 0..50 {
+        let r = req().send().await.unwrap();
+        if r.status() == StatusCode::OK {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}");
 }
 
 /// A server with the default address policy: no internal address allowed.
@@ -73,20 +73,15 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     let app = spawn_app().await;
     let alice = app.new_account("alice-snap").await;
     let mallory = app.new_account("mallory-snap").await;
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             &alice,
             json!({ "name": "secretive", "environmentVars": { "ALICE_KEY": "sk-alice-0123" } }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
-    sh_in(id, "echo alices-secret > /etc/secret.txt");
+    sh_in(&id, "echo alices-secret > /etc/secret.txt");
     let snap = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &alice,
-            json!({ "name": "s" }),
-        )
+        .sandbox_post(&alice, &id, "snapshots", json!({ "name": "s" }))
         .await;
     assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
     let snap_id = snap.body["id"].as_str().unwrap().to_owned();
@@ -109,7 +104,7 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
             json!({ "name": "thief", "docker_image": image }),
         ] {
             let r = app.post("/api/v1/sandbox", &mallory, body).await;
-            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{image}: {:?}", r.body);
+            r.assert_status(StatusCode::BAD_REQUEST, image);
             assert_eq!(r.error_fields(), vec!["dockerImage"], "{image}");
         }
         let r = app
@@ -154,8 +149,8 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     // Its owner still starts from it, through the source: its files and its
     // environment (from the record), and a variable of the request on top.
-    let restored = app
-        .create(
+    let rid = app
+        .create_id(
             &alice,
             json!({
                 "name": "restored",
@@ -164,9 +159,8 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
             }),
         )
         .await;
-    let rid = restored["id"].as_str().unwrap();
-    assert_eq!(sh_in(rid, "cat /etc/secret.txt"), "alices-secret");
-    assert_eq!(sh_in(rid, "echo $ALICE_KEY-$EXTRA"), "sk-alice-0123-x");
+    assert_eq!(sh_in(&rid, "cat /etc/secret.txt"), "alices-secret");
+    assert_eq!(sh_in(&rid, "echo $ALICE_KEY-$EXTRA"), "sk-alice-0123-x");
     // Alice herself cannot name the image either: only the source reaches it.
     let r = app
         .post(
@@ -206,7 +200,7 @@ async fn sources_and_images_on_internal_addresses_are_refused_without_echo() {
                 json!({ "name": "ssrf", "source": { "type": "tarball", "url": url } }),
             )
             .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{what}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, what);
         assert_eq!(r.error_fields(), vec!["source.url"], "{what}");
         assert!(!r.body.to_string().contains(SECRET), "{what}: echoed");
     }
@@ -297,35 +291,23 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
     let app = spawn_app().await;
     let alice = app.new_account("alice-proxy").await;
     // Port 8081 records the raw request it receives, once.
-    let sb = app
-        .create(
-            &alice,
+    let id = app.create_id(&alice,
             json!({
                 "name": "recorder",
                 "ports": [8080, 8081],
                 "startCommand": "(sleep 60 | nc -l -p 8081 > /workspace/request.txt &) ; mkdir -p /workspace/www && echo '<h1>page</h1>' > /workspace/www/index.html && exec httpd -f -p 8080 -h /workspace/www",
-            }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap();
-    let token = port_token(&app, &alice, id).await;
+            })).await;
+    let token = app.port_token(&alice, &id).await;
     // The path form: an opaque origin for whatever the sandbox serves.
-    let mut page = None;
-    for _ in 0..50 {
-        let r = app
-            .http
-            .get(format!("{}/proxy/{id}/8080/", app.base))
-            .header("X-Stockade-Token", &token)
-            .send()
-            .await
-            .unwrap();
-        if r.status() == StatusCode::OK {
-            page = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let page = page.expect("the sandbox's server answered");
+    let page = first_ok(
+        || {
+            app.http
+                .get(format!("{}/proxy/{id}/8080/", app.base))
+                .header("X-Stockade-Token", &token)
+        },
+        "the sandbox's server answered",
+    )
+    .await;
     let csp = page
         .headers()
         .get("content-security-policy")
@@ -361,7 +343,7 @@ async fn the_proxy_keeps_stockades_credentials_and_origin_from_sandbox_code() {
         .await;
     let mut seen = String::new();
     for _ in 0..30 {
-        seen = sh_in(id, "cat /workspace/request.txt 2>/dev/null || true");
+        seen = sh_in(&id, "cat /workspace/request.txt 2>/dev/null || true");
         if seen.contains("GET /probe") {
             break;
         }
@@ -405,32 +387,27 @@ async fn the_dashboard_session_is_an_httponly_cookie_guarded_against_csrf() {
     let app = spawn_app().await;
     let alice = app.new_account("alice-session").await;
     let url = |p: &str| format!("{}{p}", app.base);
+    // The CSRF header on a request, or not.
+    let csrf = |req: reqwest::RequestBuilder, on: bool| match on {
+        true => req.header("X-Stockade-CSRF", "1"),
+        false => req,
+    };
+    let sign_in = |with_csrf: bool, token: &str| {
+        let req = app.http.post(url("/api/v1/session"));
+        csrf(req.json(&json!({ "token": token })), with_csrf).send()
+    };
+    let me = |cookie: String| {
+        app.http
+            .get(url("/api/v1/me"))
+            .header("Cookie", cookie)
+            .send()
+    };
     // Signing in needs the CSRF header (no login CSRF from a form).
-    let r = app
-        .http
-        .post(url("/api/v1/session"))
-        .json(&json!({ "token": alice }))
-        .send()
-        .await
-        .unwrap();
+    let r = sign_in(false, &alice).await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    let r = app
-        .http
-        .post(url("/api/v1/session"))
-        .header("X-Stockade-CSRF", "1")
-        .json(&json!({ "token": "stk_wrong" }))
-        .send()
-        .await
-        .unwrap();
+    let r = sign_in(true, "stk_wrong").await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let r = app
-        .http
-        .post(url("/api/v1/session"))
-        .header("X-Stockade-CSRF", "1")
-        .json(&json!({ "token": alice }))
-        .send()
-        .await
-        .unwrap();
+    let r = sign_in(true, &alice).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let cookie = r
         .headers()
@@ -444,41 +421,20 @@ async fn the_dashboard_session_is_an_httponly_cookie_guarded_against_csrf() {
     }
     let session = cookie.split(';').next().unwrap().to_owned();
     // Reads work with the cookie alone.
-    let r = app
-        .http
-        .get(url("/api/v1/me"))
-        .header("Cookie", &session)
-        .send()
-        .await
-        .unwrap();
+    let r = me(session.clone()).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     // Changes need the CSRF header: a cross-site form cannot send one.
     let body = json!({ "name": "via-cookie" });
-    let r = app
-        .http
-        .post(url("/api/v1/sandbox"))
-        .header("Cookie", &session)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    let r = app
-        .http
-        .post(url("/api/v1/sandbox"))
-        .header("Cookie", &session)
-        .header("X-Stockade-CSRF", "1")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
+    for (with_csrf, status) in [(false, StatusCode::FORBIDDEN), (true, StatusCode::CREATED)] {
+        let req = app
+            .http
+            .post(url("/api/v1/sandbox"))
+            .header("Cookie", &session);
+        let r = csrf(req.json(&body), with_csrf).send().await.unwrap();
+        assert_eq!(r.status(), status, "CSRF header: {with_csrf}");
+    }
     // Two session cookies (one planted by someone else): refused.
-    let r = app
-        .http
-        .get(url("/api/v1/me"))
-        .header("Cookie", format!("{session}; stockade_session=stk_planted"))
-        .send()
+    let r = me(format!("{session}; stockade_session=stk_planted"))
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
@@ -593,9 +549,7 @@ async fn a_sandbox_reaches_no_other_sandbox_and_no_host_service() {
 #[tokio::test]
 async fn io_uring_is_not_available_inside_a_sandbox() {
     let app = spawn_app().await;
-    let t = app.new_account("uring").await;
-    let sb = app.create(&t, json!({ "name": "uring" })).await;
-    let id = sb["id"].as_str().unwrap();
+    let (t, id) = app.owned_sandbox("uring", json!({ "name": "uring" })).await;
     // A tiny static program that calls io_uring_setup and prints errno.
     let probe = crate::helpers::io_uring_probe();
     let r = app
@@ -610,7 +564,7 @@ async fn io_uring_is_not_available_inside_a_sandbox() {
         .await
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
-    let out = sh_in(id, "chmod +x /workspace/probe && /workspace/probe");
+    let out = sh_in(&id, "chmod +x /workspace/probe && /workspace/probe");
     assert!(
         out.starts_with("io_uring_setup failed"),
         "io_uring_setup worked inside a sandbox: {out}"
@@ -625,10 +579,9 @@ async fn io_uring_is_not_available_inside_a_sandbox() {
 #[tokio::test]
 async fn the_port_cookie_is_not_sent_for_another_sites_pages() {
     let app = spawn_app().await;
-    let alice = app.new_account("alice-cookie-site").await;
-    let sb = app
-        .create(
-            &alice,
+    let (alice, id) = app
+        .owned_sandbox(
+            "alice-cookie-site",
             json!({
                 "name": "cookie-site",
                 "ports": [8080],
@@ -636,26 +589,16 @@ async fn the_port_cookie_is_not_sent_for_another_sites_pages() {
             }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
-    let token = port_token(&app, &alice, id).await;
+    let token = app.port_token(&alice, &id).await;
     let url = format!("{}/proxy/{id}/8080/hostname", app.base);
     // The link with the token sets the cookie.
-    let mut cookie = None;
-    for _ in 0..50 {
-        let r = app
-            .http
-            .get(format!("{url}?stockade_token={token}"))
-            .send()
-            .await
-            .unwrap();
-        if r.status() == StatusCode::OK {
-            let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
-            cookie = Some(set.split(';').next().unwrap().to_owned());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let cookie = cookie.expect("the port answered and set its cookie");
+    let r = first_ok(
+        || app.http.get(format!("{url}?stockade_token={token}")),
+        "the port answered and set its cookie",
+    )
+    .await;
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let cookie = set.split(';').next().unwrap().to_owned();
     let with = |site: &str, mode: &str| {
         app.http
             .get(&url)

@@ -91,7 +91,7 @@ async fn hosts_are_registered_listed_cordoned_and_removed() {
                 json!({"name": name, "dockerHost": ENGINE}),
             )
             .await;
-        assert_eq!(r.status, StatusCode::CONFLICT, "{name}: {:?}", r.body);
+        r.assert_status(StatusCode::CONFLICT, name);
         assert!(
             r.body["error"]["message"]
                 .as_str()
@@ -145,7 +145,7 @@ async fn hosts_are_registered_listed_cordoned_and_removed() {
         (json!({"labels": {"bad key": "v"}}), "labels"),
     ] {
         let r = patch(&app, "second", &admin, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.error_fields(), [field], "{body}: {:?}", r.body);
     }
     let r = patch(&app, "nowhere", &admin, json!({"state": "cordoned"})).await;
@@ -273,7 +273,7 @@ async fn every_bad_field_is_named() {
     ];
     for (body, fields) in cases {
         let r = app.post("/api/v1/hosts", &admin, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.error_fields(), fields, "{body}: {:?}", r.body);
     }
     let r = app
@@ -321,19 +321,9 @@ async fn tenants_are_refused() {
         (Method::DELETE, "/api/v1/hosts/local", None),
     ] {
         let r = app.call(method.clone(), path, Some(&tenant), body).await;
-        assert_eq!(
-            r.status,
-            StatusCode::FORBIDDEN,
-            "{method} {path}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::FORBIDDEN, format!("{method} {path}"));
         let r = app.call(method.clone(), path, None, None).await;
-        assert_eq!(
-            r.status,
-            StatusCode::UNAUTHORIZED,
-            "{method} {path}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::UNAUTHORIZED, format!("{method} {path}"));
     }
     let r = app.get("/api/v1/hosts/local", &app.admin_token).await;
     assert_eq!(r.body["state"], "active");

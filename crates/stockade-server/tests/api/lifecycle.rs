@@ -117,23 +117,18 @@ async fn custom_limits_are_enforced_by_the_kernel() {
 async fn stop_and_start_keep_the_workspace() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({ "name": "persist" })).await;
-    let id = sb["id"].as_str().unwrap();
-    sh_in(id, "head -c 100000 /dev/urandom > /workspace/blob; mkdir -p /workspace/d; echo deep > /workspace/d/x");
-    let before = sh_in(id, "md5sum /workspace/blob");
+    let id = app.create_id(t, json!({ "name": "persist" })).await;
+    sh_in(&id, "head -c 100000 /dev/urandom > /workspace/blob; mkdir -p /workspace/d; echo deep > /workspace/d/x");
+    let before = sh_in(&id, "md5sum /workspace/blob");
 
     // Start of a running sandbox: no error, still RUNNING.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
 
     // The default keep-alive exits promptly on SIGTERM.
     let started = Instant::now();
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/stop"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "stop").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
     assert!(r.body["stoppedAt"].is_string());
@@ -144,36 +139,23 @@ async fn stop_and_start_keep_the_workspace() {
     );
 
     // Stop again is fine.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/stop"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "stop").await;
     assert_eq!(r.body["status"], "STOPPED");
 
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
-    assert_eq!(sh_in(id, "md5sum /workspace/blob"), before);
-    assert_eq!(sh_in(id, "cat /workspace/d/x"), "deep");
+    assert_eq!(sh_in(&id, "md5sum /workspace/blob"), before);
+    assert_eq!(sh_in(&id, "cat /workspace/d/x"), "deep");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(t, json!({ "name": "stubborn", "startCommand": "trap '' TERM; while true; do sleep 1; done" }))
-        .await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({ "name": "stubborn", "startCommand": "trap '' TERM; while true; do sleep 1; done" })).await;
     let started = Instant::now();
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=3"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id, "stop?timeout=3").await;
     let took = started.elapsed();
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
@@ -199,24 +181,11 @@ async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period() {
 async fn a_process_that_handles_sigterm_gets_to_finish() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
-            t,
-            json!({ "name": "graceful", "startCommand": "trap 'sleep 1; echo bye > /workspace/bye; exit 0' TERM; while true; do sleep 1; done" }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=20"),
-            t,
-            json!({}),
-        )
-        .await;
+    let id = app.create_id(t,
+            json!({ "name": "graceful", "startCommand": "trap 'sleep 1; echo bye > /workspace/bye; exit 0' TERM; while true; do sleep 1; done" })).await;
+    let r = app.act(t, &id, "stop?timeout=20").await;
     assert_eq!(r.body["status"], "STOPPED");
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "start").await;
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(&id, "cat /workspace/bye"), "bye");
 }
@@ -260,9 +229,7 @@ async fn destroy_with_and_without_the_volume() {
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(r.body["terminatedAt"].is_string());
     // Starting a terminated sandbox is a conflict, not a crash.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{keep_id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, keep_id, "start").await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 
     // The name is free again.

@@ -52,56 +52,23 @@ async fn list_filters_order_and_pages() {
     assert_eq!(r.body["per_page"], 50);
     assert_eq!(r.body["has_next"], false);
 
-    // Status in any case, repeatable.
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?status=running", t).await),
-        vec!["two"]
-    );
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?status=Stopped", t).await),
-        vec!["three"]
-    );
-    assert_eq!(
-        names(
-            &app.get("/api/v1/sandbox?status=running&status=STOPPED", t)
-                .await
-        ),
-        vec!["three", "two"]
-    );
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?status=terminated", t).await),
-        vec!["one"]
-    );
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?is_active=false", t).await),
-        vec!["one"]
-    );
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?is_active=true", t).await),
-        vec!["three", "two"]
-    );
-
-    // Labels: ALL must match.
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?labels=web", t).await),
-        vec!["two"]
-    );
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?labels=prod", t).await),
-        vec!["three"]
-    );
-    assert!(names(&app.get("/api/v1/sandbox?labels=web&labels=prod", t).await).is_empty());
-    assert_eq!(
-        names(
-            &app.get("/api/v1/sandbox?labels=web,prod&is_active=false", t)
-                .await
-        ),
-        vec!["one"]
-    );
-    assert_eq!(
-        names(&app.get("/api/v1/sandbox?name=two", t).await),
-        vec!["two"]
-    );
+    // Status in any case, repeatable; labels: ALL must match; the name.
+    for (query, want) in [
+        ("status=running", vec!["two"]),
+        ("status=Stopped", vec!["three"]),
+        ("status=running&status=STOPPED", vec!["three", "two"]),
+        ("status=terminated", vec!["one"]),
+        ("is_active=false", vec!["one"]),
+        ("is_active=true", vec!["three", "two"]),
+        ("labels=web", vec!["two"]),
+        ("labels=prod", vec!["three"]),
+        ("labels=web&labels=prod", vec![]),
+        ("labels=web,prod&is_active=false", vec!["one"]),
+        ("name=two", vec!["two"]),
+    ] {
+        let r = app.get(&format!("/api/v1/sandbox?{query}"), t).await;
+        assert_eq!(names(&r), want, "{query}");
+    }
 
     // Pagination.
     let p1 = app.get("/api/v1/sandbox?per_page=1&page=1", t).await;

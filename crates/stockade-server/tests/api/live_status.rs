@@ -19,13 +19,12 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
     })
     .await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             t,
             json!({ "name": "measured", "memoryGB": 0.5, "cpuCores": 1 }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
     let path = format!("/api/v1/sandbox/{id}");
 
     let started = Instant::now();
@@ -70,7 +69,7 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
     assert!(d.body["volume"]["size"].as_str().unwrap().ends_with('B'));
     assert!(d.body["volume"].get("warning").is_none());
     sh_in(
-        id,
+        &id,
         "dd if=/dev/urandom of=/workspace/blob bs=1M count=5 2>/dev/null",
     );
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -111,13 +110,12 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
 async fn a_busy_sandbox_shows_cpu_use() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             t,
             json!({ "name": "busy", "cpuCores": 0.5, "startCommand": "while :; do :; done" }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
     let d = app.get(&format!("/api/v1/sandbox/{id}"), t).await;
     let cpu = d.body["usage"]["cpuPercent"].as_f64().expect("cpu figure");
     // Limited to half a core: well above idle, not above what the quota allows.

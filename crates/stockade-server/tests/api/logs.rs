@@ -104,8 +104,7 @@ async fn the_stream_types_stdout_and_stderr_lines_and_gives_them_ids() {
 async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({ "startCommand": TICKER })).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({ "startCommand": TICKER })).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // JSON: the last `tail` lines, oldest first, with ids.
@@ -144,7 +143,7 @@ async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
     assert_eq!(r.body["hasMore"], true);
 
     // SSE: the tail first, then live lines.
-    let mut s = open(&app, t, id, "?tail=2").await;
+    let mut s = open(&app, t, &id, "?tail=2").await;
     let first = read_ticks(&mut s, 6).await;
     let first_ticks = ticks(&first);
     assert_consecutive(&first_ticks);
@@ -157,7 +156,7 @@ async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let mut s = SseStream::open(
         app.http
-            .get(logs_url(&app, id, "?tail=50"))
+            .get(logs_url(&app, &id, "?tail=50"))
             .bearer_auth(t)
             .header("Last-Event-ID", &last_id),
     )
@@ -178,7 +177,7 @@ async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
 
     // The same with the query parameter.
     let mid = resumed[3].id.clone().unwrap();
-    let mut s = open(&app, t, id, &format!("?lastEventId={mid}")).await;
+    let mut s = open(&app, t, &id, &format!("?lastEventId={mid}")).await;
     let again = read_ticks(&mut s, 3).await;
     assert_eq!(ticks(&again)[0], resumed_ticks[3] + 1);
 }
@@ -187,15 +186,14 @@ async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
 async fn multibyte_and_long_lines_arrive_whole() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             t,
             json!({ "startCommand":
                 "printf 'grüße 🦀 ünïcødé\\n'; printf '日本語テキスト\\n' >&2; \
                  head -c 40000 /dev/zero | tr '\\0' y; echo; echo; echo after; sleep 86400" }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
     let mut lines: Vec<Value> = Vec::new();
     for _ in 0..50 {
         let r = app.get(&format!("/api/v1/sandbox/{id}/logs"), t).await;
@@ -216,10 +214,10 @@ async fn multibyte_and_long_lines_arrive_whole() {
     assert!(texts.contains(&("stdout", "")), "an empty line is a line");
 
     // The same through SSE, the empty line included.
-    let mut s = open(&app, t, id, "?follow=false&tail=all_invalid").await;
+    let mut s = open(&app, t, &id, "?follow=false&tail=all_invalid").await;
     assert_eq!(s.status, StatusCode::BAD_REQUEST);
     drop(s);
-    s = open(&app, t, id, "?follow=false&tail=10").await;
+    s = open(&app, t, &id, "?follow=false&tail=10").await;
     let events = s.rest(WAIT).await;
     let end = events.last().unwrap();
     assert_eq!(end.event, "end");
@@ -233,23 +231,16 @@ async fn multibyte_and_long_lines_arrive_whole() {
 async fn a_stopped_sandboxs_stream_ends_and_its_logs_stay_readable() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             t,
             json!({ "startCommand": format!("trap 'echo bye; exit 0' TERM; {TICKER}") }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
-    let mut s = open(&app, t, id, "?tail=0").await;
+    let mut s = open(&app, t, &id, "?tail=0").await;
     read_ticks(&mut s, 2).await;
 
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=5"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id, "stop?timeout=5").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let rest = s.rest(WAIT).await;
     let end = rest.last().expect("an end event");
@@ -264,7 +255,7 @@ async fn a_stopped_sandboxs_stream_ends_and_its_logs_stay_readable() {
         .await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["lines"][0]["text"], "bye");
-    let mut s = open(&app, t, id, "?tail=1").await;
+    let mut s = open(&app, t, &id, "?tail=1").await;
     let events = s.rest(WAIT).await;
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0].data, "bye");
@@ -275,19 +266,11 @@ async fn a_stopped_sandboxs_stream_ends_and_its_logs_stay_readable() {
 async fn an_idle_stream_gets_keep_alive_comments() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({})).await;
     // A second server on the same database, with a short keep-alive.
-    let mut config = (*app.state.config).clone();
-    config.sse_keep_alive = Duration::from_millis(200);
-    let state = stockade_server::AppState::new(
-        app.state.svc.store().clone(),
-        app.state.svc.runtime().clone(),
-        config,
-    )
-    .await
-    .unwrap();
-    let server = stockade_server::spawn(state).await.unwrap();
+    let server = app
+        .second_server(|c| c.sse_keep_alive = Duration::from_millis(200))
+        .await;
     let url = format!("http://{}/api/v1/sandbox/{id}/logs?tail=0", server.addr);
     let mut s = SseStream::open(app.http.get(url).bearer_auth(t)).await;
     assert_eq!(s.status, StatusCode::OK);
@@ -331,12 +314,13 @@ async fn logs_are_private_and_bad_parameters_are_named() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app.create(&alice, json!({ "startCommand": TICKER })).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app
+        .create_id(&alice, json!({ "startCommand": TICKER }))
+        .await;
 
     let r = app.get(&format!("/api/v1/sandbox/{id}/logs"), &bob).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    let s = open(&app, &bob, id, "?follow=true").await;
+    let s = open(&app, &bob, &id, "?follow=true").await;
     assert_eq!(s.status, StatusCode::FORBIDDEN);
     let r = app.get("/api/v1/sandbox/abcdefghijkl/logs", &alice).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
@@ -352,12 +336,12 @@ async fn logs_are_private_and_bad_parameters_are_named() {
         let r = app
             .get(&format!("/api/v1/sandbox/{id}/logs{query}"), &alice)
             .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, query);
         assert_eq!(r.error_fields(), vec![field], "{query}");
     }
     let resp = app
         .http
-        .get(logs_url(&app, id, ""))
+        .get(logs_url(&app, &id, ""))
         .bearer_auth(&alice)
         .header("Last-Event-ID", "not-an-id")
         .send()

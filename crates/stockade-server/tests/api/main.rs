@@ -7,6 +7,8 @@ mod credentials;
 mod disk;
 mod docs;
 mod egress;
+#[path = "../shared/error_body.rs"]
+mod error_body;
 mod exec;
 mod failures;
 mod files;

@@ -10,12 +10,7 @@ use crate::helpers::*;
 
 /// Scrapes `/metrics` and parses every sample line into `name{labels}` → value.
 async fn scrape(app: &TestApp) -> HashMap<String, f64> {
-    let resp = app
-        .http
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = app.get_raw("/metrics").await;
     assert_eq!(resp.status(), StatusCode::OK);
     let ctype = resp.headers()["content-type"].to_str().unwrap().to_owned();
     assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
@@ -188,32 +183,18 @@ async fn a_metrics_token_protects_the_scrape() {
     let url = format!("{}/metrics", app.base);
     let r = app.http.get(&url).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let r = app
-        .http
-        .get(&url)
-        .bearer_auth("wrong")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    // An API token is not the metrics token.
-    let r = app
-        .http
-        .get(&url)
-        .bearer_auth(&app.admin_token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let r = app
-        .http
-        .get(&url)
-        .bearer_auth("scrape-secret")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    assert!(r.text().await.unwrap().contains("stockade_build_info"));
+    // A wrong token and an API token (not the metrics token) are refused.
+    for (bearer, status) in [
+        ("wrong", StatusCode::UNAUTHORIZED),
+        (app.admin_token.as_str(), StatusCode::UNAUTHORIZED),
+        ("scrape-secret", StatusCode::OK),
+    ] {
+        let r = app.http.get(&url).bearer_auth(bearer).send().await.unwrap();
+        assert_eq!(r.status(), status, "{bearer}");
+        if status == StatusCode::OK {
+            assert!(r.text().await.unwrap().contains("stockade_build_info"));
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

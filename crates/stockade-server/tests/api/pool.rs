@@ -109,9 +109,10 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     assert_eq!(sb["labels"], json!(["fast"]));
     assert_eq!(sb["volume"]["name"], format!("agent-sandbox-{id}"));
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/exec"),
+        .sandbox_post(
             &t,
+            &id,
+            "exec",
             json!({ "shell": "echo \"$GREETING\"; hostname; pwd; ls -A /workspace | wc -l" }),
         )
         .await;
@@ -126,17 +127,9 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
 
     // The environment also reaches the main process after a restart of the
     // sandbox (it was written for its next start).
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=5"),
-            &t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&t, &id, "stop?timeout=5").await;
     assert_eq!(r.body["status"], "STOPPED", "{:?}", r.body);
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), &t, json!({}))
-        .await;
+    let r = app.act(&t, &id, "start").await;
     assert_eq!(r.body["status"], "RUNNING", "{:?}", r.body);
     assert_eq!(
         sh_in(
@@ -271,13 +264,13 @@ async fn members_are_nobodys_and_never_carry_one_accounts_data_to_another() {
         "echo alice-data > /workspace/secret.txt; echo root-data > /tmp/secret",
     );
     // Bob takes the other: nothing of Alice's is in it.
-    let b = app.create(&bob, json!({})).await;
-    let b_id = b["id"].as_str().unwrap().to_owned();
+    let b_id = app.create_id(&bob, json!({})).await;
     assert!(ready.contains(&b_id) && b_id != a_id);
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{b_id}/exec"),
+        .sandbox_post(
             &bob,
+            &b_id,
+            "exec",
             json!({ "shell": "ls -A /workspace; ls /tmp; env | grep -c SECRET" }),
         )
         .await;

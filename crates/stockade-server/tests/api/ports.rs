@@ -112,13 +112,12 @@ async fn token_for(app: &TestApp, owner: &str, id: &str, body: Option<Value>) ->
 
 /// A running sandbox serving HTTPD (and the CGI scripts) on port 8080.
 async fn httpd_sandbox(app: &TestApp, owner: &str, name: &str, ports: Value) -> String {
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             owner,
             json!({ "name": name, "startCommand": HTTPD, "ports": ports }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
     wait_for_port(&id, 8080);
     sh_in(&id, CGI);
     id
@@ -325,10 +324,9 @@ async fn tokens_are_for_one_sandbox_and_expire() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let id = httpd_sandbox(&app, &alice, "web", json!([8080])).await;
-    let other = app.create(&alice, json!({ "name": "other" })).await;
-    let other_id = other["id"].as_str().unwrap();
+    let other_id = app.create_id(&alice, json!({ "name": "other" })).await;
     let token = token_for(&app, &alice, &id, None).await;
-    let other_token = token_for(&app, &alice, other_id, None).await;
+    let other_token = token_for(&app, &alice, &other_id, None).await;
     let http = client(&app, &[]);
     let url = format!("{}/proxy/{id}/8080/", app.base);
 
@@ -465,7 +463,7 @@ async fn expose_and_unexpose_take_effect_at_once() {
         json!({}),
     ] {
         let r = app.post(&ports_path, &t, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.error_fields(), vec!["port"], "{body}");
     }
     let r = app
@@ -474,7 +472,7 @@ async fn expose_and_unexpose_take_effect_at_once() {
     assert_eq!(r.error_fields(), vec!["host"]);
     for bad in ["0", "x", "65536", "-1"] {
         let r = app.delete(&format!("{ports_path}/{bad}"), &t).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, bad);
         assert_eq!(r.error_fields(), vec!["port"]);
     }
     for bad in ["0", "abc", "70000"] {
@@ -491,7 +489,7 @@ async fn expose_and_unexpose_take_effect_at_once() {
     // At most 32 exposed at once.
     for p in 10_000..10_031 {
         let r = app.post(&ports_path, &t, json!({ "port": p })).await;
-        assert_eq!(r.status, StatusCode::CREATED, "{p}: {:?}", r.body);
+        r.assert_status(StatusCode::CREATED, p);
     }
     let r = app.post(&ports_path, &t, json!({ "port": 20_000 })).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
@@ -505,20 +503,12 @@ async fn expose_and_unexpose_take_effect_at_once() {
     assert_eq!(r.status, StatusCode::OK);
     let r = app.post(&ports_path, &t, json!({ "port": 8080 })).await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=1"),
-            &t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&t, &id, "stop?timeout=1").await;
     assert_eq!(r.status, StatusCode::OK);
     let r = proxied().await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
     assert_eq!(r.code(), "sandbox_unavailable");
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), &t, json!({}))
-        .await;
+    let r = app.act(&t, &id, "start").await;
     assert_eq!(r.status, StatusCode::OK);
     wait_for_port(&id, 8080);
     let r = proxied().await;
@@ -586,14 +576,9 @@ async fn all_ports_of_the_callers_running_sandboxes() {
 async fn a_sandbox_without_network_has_no_reachable_ports() {
     let app = spawn_app().await;
     let t = app.admin_token.clone();
-    let sb = app
-        .create(
-            &t,
-            json!({ "name": "offline", "networkAccess": false, "ports": [8080], "startCommand": HTTPD }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap();
-    let token = token_for(&app, &t, id, None).await;
+    let id = app.create_id(&t,
+            json!({ "name": "offline", "networkAccess": false, "ports": [8080], "startCommand": HTTPD })).await;
+    let token = token_for(&app, &t, &id, None).await;
     let r = send(
         client(&app, &[])
             .get(format!("{}/proxy/{id}/8080/", app.base))
@@ -603,18 +588,14 @@ async fn a_sandbox_without_network_has_no_reachable_ports() {
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text());
     assert!(r.text().contains("networkAccess"), "{}", r.text());
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/ports"),
-            &t,
-            json!({ "port": 9000 }),
-        )
+        .sandbox_post(&t, &id, "ports", json!({ "port": 9000 }))
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
 }
 
 /// A WebSocket handshake server in shell: answers the upgrade with the
 /// RFC 6455 accept key, then echoes every byte.
-const WS_SERVER: &str = r#"cat > /workspace/ws.sh <<'EOF'
+pub const WS_SERVER: &str = r#"cat > /workspace/ws.sh <<'EOF'
 key=""
 while IFS= read -r line; do
   line=$(printf %s "$line" | tr -d '\r')
@@ -668,7 +649,8 @@ fn ws_frame(payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
     f
 }
 
-async fn ws_echo(s: &mut tokio::net::TcpStream, payload: &[u8]) {
+/// A masked client text frame sent and echoed back by [`WS_SERVER`].
+pub async fn ws_echo(s: &mut tokio::net::TcpStream, payload: &[u8]) {
     let frame = ws_frame(payload, [0x12, 0x34, 0x56, 0x78]);
     s.write_all(&frame).await.unwrap();
     let mut back = vec![0u8; frame.len()];
@@ -683,17 +665,12 @@ async fn ws_echo(s: &mut tokio::net::TcpStream, payload: &[u8]) {
 async fn websocket_through_the_proxy() {
     let app = spawn_app().await;
     let t = app.admin_token.clone();
-    let sb = app
-        .create(
-            &t,
+    let id = app.create_id(&t,
             json!({
                 "name": "ws",
                 "ports": [9000],
                 "startCommand": "while [ ! -f /workspace/ws.sh ]; do usleep 50000; done; exec nc -ll -p 9000 -e /bin/sh /workspace/ws.sh"
-            }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+            })).await;
     sh_in(&id, WS_SERVER);
     sh_in(
         &id,
@@ -737,10 +714,9 @@ async fn port_and_token_verbs_on_another_accounts_sandbox_are_forbidden() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app
-        .create(&alice, json!({ "name": "mine", "ports": [8080] }))
+    let id = app
+        .create_id(&alice, json!({ "name": "mine", "ports": [8080] }))
         .await;
-    let id = sb["id"].as_str().unwrap();
     for (method, path, body) in [
         (Method::GET, format!("/api/v1/sandbox/{id}/ports"), None),
         (
@@ -762,34 +738,19 @@ async fn port_and_token_verbs_on_another_accounts_sandbox_are_forbidden() {
         let r = app
             .call(method.clone(), &path, Some(&bob), body.clone())
             .await;
-        assert_eq!(
-            r.status,
-            StatusCode::FORBIDDEN,
-            "{method} {path}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::FORBIDDEN, format!("{method} {path}"));
         assert_eq!(r.code(), "forbidden");
         // Unknown and malformed ids.
-        let unknown = path.replace(id, "abcdefghijkl");
+        let unknown = path.replace(id.as_str(), "abcdefghijkl");
         let r = app
             .call(method.clone(), &unknown, Some(&bob), body.clone())
             .await;
-        assert_eq!(
-            r.status,
-            StatusCode::NOT_FOUND,
-            "{method} {unknown}: {:?}",
-            r.body
-        );
-        let bad = path.replace(id, "BAD");
+        r.assert_status(StatusCode::NOT_FOUND, format!("{method} {unknown}"));
+        let bad = path.replace(id.as_str(), "BAD");
         let r = app
             .call(method.clone(), &bad, Some(&bob), body.clone())
             .await;
-        assert_eq!(
-            r.status,
-            StatusCode::BAD_REQUEST,
-            "{method} {bad}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::BAD_REQUEST, format!("{method} {bad}"));
         // No API token at all.
         let r = app.call(method.clone(), &path, None, body).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{method} {path}");

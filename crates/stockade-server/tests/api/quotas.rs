@@ -14,18 +14,7 @@ use crate::helpers::*;
 
 /// Creates an account: its id and token.
 pub async fn account(app: &TestApp, name: &str) -> (String, String) {
-    let r = app
-        .post(
-            "/api/v1/accounts",
-            &app.admin_token,
-            json!({ "name": name }),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-    (
-        r.body["account"]["id"].as_str().unwrap().to_owned(),
-        r.body["token"].as_str().unwrap().to_owned(),
-    )
+    app.new_account_with_id(name).await
 }
 
 async fn put_quota(app: &TestApp, token: &str, account: &str, body: Value) -> Resp {
@@ -38,25 +27,8 @@ async fn put_quota(app: &TestApp, token: &str, account: &str, body: Value) -> Re
     .await
 }
 
-async fn patch(app: &TestApp, token: &str, id: &str, body: Value) -> Resp {
-    app.call(
-        Method::PATCH,
-        &format!("/api/v1/sandbox/{id}"),
-        Some(token),
-        Some(body),
-    )
-    .await
-}
-
 fn id_of(sb: &Value) -> String {
     sb["id"].as_str().unwrap().to_owned()
-}
-
-fn message(r: &Resp) -> String {
-    r.body["error"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -87,20 +59,16 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     let r = app.get(&path, &bob_token).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert!(message(&r).contains("administrators"), "{:?}", r.body);
+    assert!(r.message().contains("administrators"), "{:?}", r.body);
     let r = app.call(Method::GET, &path, None, None).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 
-    let r = put_quota(
-        &app,
-        &app.admin_token,
-        &alice,
-        json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4, "diskGB": 40 }),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let set = json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4, "diskGB": 40 });
+    let body = put_quota(&app, &app.admin_token, &alice, set)
+        .await
+        .expect(StatusCode::OK);
     assert_eq!(
-        r.body["quota"],
+        body["quota"],
         json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4.0, "diskGB": 40,
                  "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
     );
@@ -127,7 +95,7 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
         (json!({ "disks": 3 }), "disks"),
     ] {
         let r = put_quota(&app, &app.admin_token, &alice, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         let text = r.body.to_string();
         assert!(text.contains(field), "{body}: {text}");
     }
@@ -167,14 +135,14 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     let app = spawn_app().await;
     let (id, t) = account(&app, "tenant").await;
     let quota_path = format!("/api/v1/accounts/{id}/quota");
-    let r = put_quota(
+    put_quota(
         &app,
         &app.admin_token,
         &id,
         json!({ "sandboxes": 2, "cpuCores": 1, "memoryGB": 2 }),
     )
-    .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    .await
+    .expect(StatusCode::OK);
 
     let small = |name: &str| json!({ "name": name, "cpuCores": 0.5, "memoryGB": 0.5 });
     let a = app.create(&t, small("a")).await;
@@ -189,44 +157,26 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     // Create and fork: the third sandbox is refused, nothing is left behind.
     let before = app.containers().len();
     let r = app.post("/api/v1/sandbox", &t, small("c")).await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert_eq!(r.code(), "quota_exceeded");
-    assert_eq!(message(&r), "account quota exceeded: 2 of 2 sandboxes");
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/fork", id_of(&a)),
-            &t,
-            json!({}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert_eq!(r.code(), "quota_exceeded");
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
+    assert_eq!(r.message(), "account quota exceeded: 2 of 2 sandboxes");
+    let r = app.act(&t, &id_of(&a), "fork").await;
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
     assert_eq!(app.containers().len(), before);
 
     // A stopped sandbox counts as a sandbox but not for CPU: another may
     // grow, and then the stopped one may not start.
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/stop?timeout=0", id_of(&b)),
-            &t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&t, &id_of(&b), "stop?timeout=0").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let r = app.post("/api/v1/sandbox", &t, small("c")).await;
     assert_eq!(r.code(), "quota_exceeded", "{:?}", r.body);
-    let r = patch(&app, &t, &id_of(&a), json!({ "cpuCores": 1 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/start", id_of(&b)),
-            &t,
-            json!({}),
-        )
+        .patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 1 }))
         .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app.act(&t, &id_of(&b), "start").await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     assert_eq!(
-        message(&r),
+        r.message(),
         "account quota exceeded: 1 of 1 CPUs in use by running sandboxes, 0.5 more requested"
     );
     let state = docker_lines(&[
@@ -240,11 +190,12 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     assert_eq!(r.body["status"], "STOPPED");
 
     // Update: more memory than the quota leaves is refused, the limits stay.
-    let r = patch(&app, &t, &id_of(&a), json!({ "memoryGB": 3 })).await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert_eq!(r.code(), "quota_exceeded");
+    let r = app
+        .patch_sandbox(&t, &id_of(&a), json!({ "memoryGB": 3 }))
+        .await;
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
     assert_eq!(
-        message(&r),
+        r.message(),
         "account quota exceeded: 0.5 of 2 GB memory in use by running sandboxes, 2.5 GB more requested"
     );
     let memory = docker_lines(&[
@@ -256,15 +207,11 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     assert_eq!(memory, [(512u64 << 20).to_string()]);
 
     // Shrinking passes; then the stopped one fits again.
-    let r = patch(&app, &t, &id_of(&a), json!({ "cpuCores": 0.5 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/start", id_of(&b)),
-            &t,
-            json!({}),
-        )
+        .patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 0.5 }))
         .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app.act(&t, &id_of(&b), "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
 
     // Deleting frees a place.
@@ -281,8 +228,9 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
 async fn concurrent_creates_at_a_quota_of_one_make_exactly_one() {
     let app = spawn_app().await;
     let (id, t) = account(&app, "racer").await;
-    let r = put_quota(&app, &app.admin_token, &id, json!({ "sandboxes": 1 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    put_quota(&app, &app.admin_token, &id, json!({ "sandboxes": 1 }))
+        .await
+        .expect(StatusCode::OK);
     let mut tasks = Vec::new();
     for i in 0..4 {
         let (http, base, t) = (app.http.clone(), app.base.clone(), t.clone());
@@ -358,7 +306,7 @@ async fn new_accounts_start_with_the_default_quota() {
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert_eq!(message(&r), "account quota exceeded: 1 of 1 sandboxes");
+    assert_eq!(r.message(), "account quota exceeded: 1 of 1 sandboxes");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -381,8 +329,7 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
     app.create(&t, body("b")).await;
 
     let r = app.post("/api/v1/sandbox", &t, body("c")).await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
-    assert_eq!(r.code(), "insufficient_capacity");
+    r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
     let show = |v: f64| {
         let s = format!("{v:.2}");
         s.trim_end_matches('0').trim_end_matches('.').to_owned()
@@ -395,9 +342,9 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
         show(half)
     );
     assert!(
-        message(&r).starts_with(&want),
+        r.message().starts_with(&want),
         "{}\nwant {want}",
-        message(&r)
+        r.message()
     );
     assert_eq!(
         app.containers().len(),
@@ -406,9 +353,10 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
     );
 
     // A running sandbox may not grow past the room either.
-    let r = patch(&app, &t, &id_of(&a), json!({ "cpuCores": limit })).await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
-    assert_eq!(r.code(), "insufficient_capacity");
+    let r = app
+        .patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": limit }))
+        .await;
+    r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
 
     // A request above the host's size stays a 400 naming the field.
     let r = app
@@ -422,44 +370,26 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
     assert_eq!(r.error_fields(), ["memoryGB"]);
 
     // A stopped sandbox frees its room: c fits, and a cannot start again.
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/stop?timeout=0", id_of(&a)),
-            &t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&t, &id_of(&a), "stop?timeout=0").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let c = app.create(&t, body("c")).await;
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/start", id_of(&a)),
-            &t,
-            json!({}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
-    assert_eq!(r.code(), "insufficient_capacity");
+    let r = app.act(&t, &id_of(&a), "start").await;
+    r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
     // Deleting c lets a start.
     let r = app
         .delete(&format!("/api/v1/sandbox/{}", id_of(&c)), &t)
         .await;
     assert!(r.status.is_success(), "{:?}", r.body);
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{}/start", id_of(&a)),
-            &t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&t, &id_of(&a), "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
 }
 
 /// Creates with `Idempotency-Key` at a full quota: a replay is no new sandbox.
 async fn replays_at_the_quota(app: &TestApp, account: &str, t: &str) {
-    let r = put_quota(app, &app.admin_token, account, json!({ "sandboxes": 2 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    put_quota(app, &app.admin_token, account, json!({ "sandboxes": 2 }))
+        .await
+        .expect(StatusCode::OK);
     let create = |key: &'static str| {
         app.http
             .post(format!("{}/api/v1/sandbox", app.base))
@@ -503,9 +433,8 @@ async fn by_default_a_host_takes_no_more_memory_than_it_has() {
         app.create(&t, body(i)).await;
     }
     let r = app.post("/api/v1/sandbox", &t, body(4)).await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
-    assert_eq!(r.code(), "insufficient_capacity");
-    let m = message(&r);
+    r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
+    let m = r.message();
     assert!(
         m.contains("GB memory reserved") && m.contains(&format!("{each} GB requested")),
         "{m}"
@@ -529,25 +458,15 @@ async fn objects(app: &TestApp, prefix: &str) -> Vec<String> {
     keys
 }
 
-/// The snapshot images of this app's instance.
-fn snapshot_images(app: &TestApp) -> Vec<String> {
-    docker_lines(&[
-        "images",
-        "-q",
-        "--filter",
-        &format!("label=io.stockade.instance-id={}", app.instance_id()),
-        "stockade-snapshot",
-    ])
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshots_past_the_quota_are_refused_and_leave_nothing() {
     let app = spawn_app().await;
     let (alice, t) = account(&app, "snapper").await;
     let (bob, _) = account(&app, "bystander").await;
     let quota_path = format!("/api/v1/accounts/{alice}/quota");
-    let r = put_quota(&app, &app.admin_token, &alice, json!({ "snapshots": 1 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    put_quota(&app, &app.admin_token, &alice, json!({ "snapshots": 1 }))
+        .await
+        .expect(StatusCode::OK);
     let sb = app
         .create(
             &t,
@@ -568,37 +487,35 @@ async fn snapshots_past_the_quota_are_refused_and_leave_nothing() {
     assert!(gb * (1u64 << 30) as f64 > 200_000.0, "{usage}");
     let kept = objects(&app, "snapshots").await;
     assert_eq!(kept.len(), 2, "{kept:?}");
-    assert_eq!(snapshot_images(&app).len(), 1);
+    assert_eq!(app.snapshot_images().len(), 1);
 
     // Past the count: refused before anything is made.
     let r = snap("second").await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert_eq!(r.code(), "quota_exceeded");
-    assert_eq!(message(&r), "account quota exceeded: 1 of 1 snapshots");
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
+    assert_eq!(r.message(), "account quota exceeded: 1 of 1 snapshots");
     assert_eq!(objects(&app, "snapshots").await, kept);
-    assert_eq!(snapshot_images(&app).len(), 1);
+    assert_eq!(app.snapshot_images().len(), 1);
 
     // Past the bytes (known once the archives are stored): refused, and
     // the image, the archives and the record are removed again.
-    let r = put_quota(
+    put_quota(
         &app,
         &app.admin_token,
         &alice,
         json!({ "snapshotGB": gb * 1.5 }),
     )
-    .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    .await
+    .expect(StatusCode::OK);
     let r = snap("too-big").await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    assert_eq!(r.code(), "quota_exceeded");
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
     assert!(
-        message(&r).starts_with("account quota exceeded: ")
-            && message(&r).contains("GB in snapshots"),
+        r.message().starts_with("account quota exceeded: ")
+            && r.message().contains("GB in snapshots"),
         "{:?}",
         r.body
     );
     assert_eq!(objects(&app, "snapshots").await, kept);
-    assert_eq!(snapshot_images(&app).len(), 1);
+    assert_eq!(app.snapshot_images().len(), 1);
     let listed = app.get("/api/v1/snapshots", &t).await;
     assert_eq!(listed.body["snapshots"].as_array().unwrap().len(), 1);
     assert_eq!(app.get(&quota_path, &t).await.body["usage"], usage);
@@ -655,17 +572,11 @@ async fn uploads_past_the_quota_are_refused_and_nothing_is_stored() {
     let (alice, t) = account(&app, "uploader").await;
     let (bob, bob_t) = account(&app, "neighbour").await;
     let quota_path = format!("/api/v1/accounts/{alice}/quota");
-    let upload = |token: &str, body: reqwest::Body| {
-        app.http
-            .post(format!("{}/api/v1/uploads", app.base))
-            .bearer_auth(token)
-            .header("content-type", "application/gzip")
-            .body(body)
-            .send()
-    };
+    let upload = |token: &str, body: reqwest::Body| app.upload(token, body);
     let error = |v: &Value| (v["error"]["code"].clone(), v["error"]["message"].clone());
-    let r = put_quota(&app, &app.admin_token, &alice, json!({ "uploads": 1 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    put_quota(&app, &app.admin_token, &alice, json!({ "uploads": 1 }))
+        .await
+        .expect(StatusCode::OK);
 
     // One upload fits; the second is refused up front.
     let small = noise_archive(10_000);
@@ -690,14 +601,14 @@ async fn uploads_past_the_quota_are_refused_and_nothing_is_stored() {
 
     // Past the bytes: 413 like the server's own ceiling, whether the size
     // is declared or only seen while the body streams; nothing is stored.
-    let r = put_quota(
+    put_quota(
         &app,
         &app.admin_token,
         &alice,
         json!({ "uploadGB": 100_000.0 / (1u64 << 30) as f64 }),
     )
-    .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    .await
+    .expect(StatusCode::OK);
     let big = noise_archive(300_000);
     assert!(big.len() > 250_000, "{} bytes", big.len());
     let r = upload(&t, big.clone().into()).await.unwrap();
@@ -738,8 +649,9 @@ async fn uploads_past_the_quota_are_refused_and_nothing_is_stored() {
 
     // Eight uploads at once for the last place: at most one stays, and
     // every one refused left nothing.
-    let r = put_quota(&app, &app.admin_token, &alice, json!({ "uploads": 3 })).await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    put_quota(&app, &app.admin_token, &alice, json!({ "uploads": 3 }))
+        .await
+        .expect(StatusCode::OK);
     let racing = (0..8).map(|_| upload(&t, small.clone().into()));
     let statuses: Vec<StatusCode> = futures_util::future::join_all(racing)
         .await

@@ -11,9 +11,7 @@ use crate::helpers::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn racing_updates_stops_starts_and_a_delete_take_turns() {
     let app = spawn_app().await;
-    let t = app.new_account("racer").await;
-    let sb = app.create(&t, json!({ "name": "busy" })).await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+    let (t, id) = app.owned_sandbox("racer", json!({ "name": "busy" })).await;
     // A storm of starts, stops and limit changes.
     let mut tasks = Vec::new();
     for i in 0..16 {
@@ -128,8 +126,7 @@ async fn resources_beyond_the_host_are_a_400_naming_the_field() {
         assert_eq!(r.error_fields(), ["memoryGB"]);
     }
     assert!(app.containers().is_empty());
-    let sb = app.create(&t, json!({ "name": "small" })).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(&t, json!({ "name": "small" })).await;
     let r = app
         .call(
             Method::PATCH,

@@ -120,36 +120,26 @@ async fn ip_and_token_buckets_are_independent() {
     let b = app.new_account("bob").await;
 
     // Token A: 19 more, the last one leaves A nothing (the IP has 10 left).
-    for i in 2..=20 {
-        let (status, h, _) = get(&app, "/api/v1/me", Some(&a), &[]).await;
-        assert_eq!(status, StatusCode::OK, "request {i}");
-        assert_eq!(header(&h, "ratelimit-limit"), 20);
-        assert_eq!(header(&h, "ratelimit-remaining"), 20 - i);
-    }
-    let (status, h, body) = get(&app, "/api/v1/me", Some(&a), &[]).await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("per-token"));
-    assert_eq!(header(&h, "ratelimit-limit"), 20);
-    assert!(header(&h, "retry-after") >= 1);
-
     // Token B from the same IP goes on until the IP's 30 are used up; A's
     // refused request did not count against the IP.
-    for i in 21..=30 {
-        let (status, h, _) = get(&app, "/api/v1/me", Some(&b), &[]).await;
-        assert_eq!(status, StatusCode::OK, "request {i}");
-        assert_eq!(header(&h, "ratelimit-limit"), 30);
-        assert_eq!(header(&h, "ratelimit-remaining"), 30 - i);
+    for (token, numbers, limit, which) in [
+        (&a, 2..=20, 20, "per-token"),
+        (&b, 21..=30, 30, "per-client"),
+    ] {
+        for i in numbers {
+            let (status, h, _) = get(&app, "/api/v1/me", Some(token), &[]).await;
+            assert_eq!(status, StatusCode::OK, "request {i}");
+            assert_eq!(header(&h, "ratelimit-limit"), limit);
+            assert_eq!(header(&h, "ratelimit-remaining"), limit - i);
+        }
+        let (status, h, body) = get(&app, "/api/v1/me", Some(token), &[]).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(body["error"]["message"].as_str().unwrap().contains(which));
+        assert_eq!(header(&h, "ratelimit-limit"), limit);
+        if which == "per-token" {
+            assert!(header(&h, "retry-after") >= 1);
+        }
     }
-    let (status, h, body) = get(&app, "/api/v1/me", Some(&b), &[]).await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("per-client"));
-    assert_eq!(header(&h, "ratelimit-limit"), 30);
     // The IP bucket holds before authentication, and X-Forwarded-For from
     // an untrusted peer changes nothing.
     let (status, _, _) = get(&app, "/api/v1/sandbox", None, &[]).await;
@@ -208,22 +198,14 @@ async fn behind_a_trusted_proxy_the_forwarded_client_counts() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     // Another client behind the same proxy, and one that prepends a spoofed
     // address (the proxy appends the real one last).
-    let (status, _, _) = get(
-        &app,
-        "/api/v1/me",
-        Some(&t),
-        &[("x-forwarded-for", "203.0.113.2")],
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
-    let (status, _, _) = get(
-        &app,
-        "/api/v1/me",
-        Some(&t),
-        &[("x-forwarded-for", "203.0.113.2, 203.0.113.1")],
-    )
-    .await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    for (forwarded, status) in [
+        ("203.0.113.2", StatusCode::OK),
+        ("203.0.113.2, 203.0.113.1", StatusCode::TOO_MANY_REQUESTS),
+    ] {
+        let header = [("x-forwarded-for", forwarded)];
+        let (got, _, _) = get(&app, "/api/v1/me", Some(&t), &header).await;
+        assert_eq!(got, status, "{forwarded}");
+    }
 }
 
 /// Per-IP and per-token limits per 60 s; `sandbox_clients` as configured.
@@ -414,18 +396,11 @@ async fn envd_token(app: &TestApp, key: &str, id: &str) -> String {
 async fn sandbox_tokens_are_limited_on_the_proxy_and_in_sandbox_calls() {
     const N: u64 = 20;
     let app = app_with_limits(limits(1000, N as u32, &[])).await;
-    let alice = app.new_account("rl-sandbox-tokens").await;
-    let sb = app
-        .create(
-            &alice,
-            json!({
+    let (alice, id) = app.owned_sandbox("rl-sandbox-tokens", json!({
                 "name": "rl-proxy",
                 "startCommand": "mkdir -p /w && echo from-the-sandbox > /w/index.html && exec httpd -f -p 8080 -h /w",
                 "ports": [8080],
-            }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+            })).await;
     sh_in(
         &id,
         "for i in $(seq 1 100); do wget -q -O /dev/null http://127.0.0.1:8080/ && exit 0; usleep 100000; done; exit 1",
@@ -634,39 +609,18 @@ struct FrontDoor {
     dir: tempfile::TempDir,
 }
 
-fn run_ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 impl FrontDoor {
     fn available() -> bool {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        let tools = run_ip(&["-V"])
-            && Command::new("python3")
-                .arg("-V")
-                .output()
-                .is_ok_and(|o| o.status.success());
-        if !(root && tools) {
-            eprintln!("skipped: the sandbox front-door test needs root, `ip` and `python3`");
-        }
-        root && tools
+        netns_available("the sandbox front-door test")
     }
 
     fn start(name: &str, subnet: u8, server_port: u16) -> Self {
         let ns = format!("{name}-2");
         let veth = format!("{name}v2");
-        let _ = run_ip(&["link", "del", name]);
-        let _ = run_ip(&["netns", "del", &ns]);
+        let _ = ip(&["link", "del", name]);
+        let _ = ip(&["netns", "del", &ns]);
         let host = format!("10.251.{subnet}.1");
-        let ok = |args: &[&str]| assert!(run_ip(args), "ip {}", args.join(" "));
+        let ok = |args: &[&str]| assert!(ip(args), "ip {}", args.join(" "));
         ok(&["link", "add", name, "type", "bridge"]);
         ok(&["addr", "add", &format!("{host}/24"), "dev", name]);
         ok(&["link", "set", name, "up"]);
@@ -727,8 +681,8 @@ impl Drop for FrontDoor {
     fn drop(&mut self) {
         let _ = self.relay.kill();
         let _ = self.relay.wait();
-        let _ = run_ip(&["link", "del", &self.name]);
-        let _ = run_ip(&["netns", "del", &format!("{}-2", self.name)]);
+        let _ = ip(&["link", "del", &self.name]);
+        let _ = ip(&["netns", "del", &format!("{}-2", self.name)]);
     }
 }
 

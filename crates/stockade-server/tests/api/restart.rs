@@ -72,13 +72,9 @@ async fn workspace_and_records_survive_a_restart_and_are_reconciled() {
     assert!(r.body["statusReason"].as_str().unwrap().contains("exited"));
 
     // Stop, restart the server again, start: the bytes are still there.
-    let r = second
-        .post(&format!("/api/v1/sandbox/{kept_id}/stop"), &t, json!({}))
-        .await;
+    let r = second.act(&t, &kept_id, "stop").await;
     assert_eq!(r.body["status"], "STOPPED");
-    let r = second
-        .post(&format!("/api/v1/sandbox/{kept_id}/start"), &t, json!({}))
-        .await;
+    let r = second.act(&t, &kept_id, "start").await;
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(&kept_id, "md5sum /workspace/data"), sum);
     drop(second);

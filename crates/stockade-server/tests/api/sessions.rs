@@ -81,9 +81,7 @@ async fn an_ended_session_stops_a_persistent_sandbox_and_start_opens_a_new_one()
     assert!(volume_exists(id));
 
     // Starting again opens a new session with the current timeout.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, id, "start").await;
     assert_eq!(r.body["status"], "RUNNING");
     assert!(r.body.get("statusReason").is_none());
     let deadline2 = time(&r.body["sessionExpiresAt"]);
@@ -97,17 +95,9 @@ async fn an_ended_session_stops_a_persistent_sandbox_and_start_opens_a_new_one()
     assert_eq!(again["statusReason"], "session timed out");
 
     // A stop closes the session; nothing acts on the sandbox afterwards.
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, id, "start").await;
     assert!(r.body["sessionExpiresAt"].is_string());
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=5"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, id, "stop?timeout=5").await;
     assert_eq!(r.body["status"], "STOPPED");
     assert!(r.body.get("sessionExpiresAt").is_none());
     tokio::time::sleep(Duration::from_secs(4)).await;

@@ -28,16 +28,6 @@ fn checksums(id: &str) -> String {
     )
 }
 
-fn snapshot_images(app: &TestApp) -> Vec<String> {
-    docker_lines(&[
-        "images",
-        "-q",
-        "--filter",
-        &format!("label=io.stockade.instance-id={}", app.instance_id()),
-        "stockade-snapshot",
-    ])
-}
-
 /// The app has `containers` containers; `token`'s account has `active`
 /// active records and no terminated ones.
 pub async fn nothing_left_beyond(app: &TestApp, token: &str, containers: usize, active: u64) {
@@ -62,11 +52,7 @@ async fn snapshot_restore_and_delete() {
 
     // Capture: READY, with the archive's size; the source keeps running.
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{src_id}/snapshots"),
-            &token,
-            json!({"name": "v1"}),
-        )
+        .sandbox_post(&token, src_id, "snapshots", json!({"name": "v1"}))
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     let snap = r.body.clone();
@@ -137,7 +123,7 @@ async fn snapshot_restore_and_delete() {
     assert_eq!(del.status, StatusCode::OK, "{:?}", del.body);
     assert_eq!(del.body["status"], "DELETING");
     assert!(!app.dir.path().join("blobs").join(key).exists());
-    assert_eq!(snapshot_images(&app).len(), 1);
+    assert_eq!(app.snapshot_images().len(), 1);
     let gone = app
         .get(&format!("/api/v1/snapshots/{snap_id}"), &token)
         .await;
@@ -159,7 +145,7 @@ async fn snapshot_restore_and_delete() {
     let r = app.delete(&format!("/api/v1/sandbox/{rid}"), &token).await;
     assert_eq!(r.status, StatusCode::OK);
     let report = stockade_service::snapshots::collect_garbage(&app.state.svc).await;
-    assert!(snapshot_images(&app).is_empty(), "{report:?}");
+    assert!(app.snapshot_images().is_empty(), "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -167,15 +153,8 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app.create(&alice, json!({"name": "a"})).await;
-    let id = sb["id"].as_str().unwrap();
-    let snap = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &alice,
-            json!({}),
-        )
-        .await;
+    let id = app.create_id(&alice, json!({"name": "a"})).await;
+    let snap = app.act(&alice, &id, "snapshots").await;
     assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
     let snap_id = snap.body["id"].as_str().unwrap();
     assert_eq!(snap.body["name"], snap_id);
@@ -185,12 +164,10 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
         app.get(&format!("/api/v1/snapshots/{snap_id}"), &bob).await,
         app.delete(&format!("/api/v1/snapshots/{snap_id}"), &bob)
             .await,
-        app.post(&format!("/api/v1/sandbox/{id}/snapshots"), &bob, json!({}))
-            .await,
+        app.act(&bob, &id, "snapshots").await,
         app.get(&format!("/api/v1/sandbox/{id}/snapshots"), &bob)
             .await,
-        app.post(&format!("/api/v1/sandbox/{id}/fork"), &bob, json!({}))
-            .await,
+        app.act(&bob, &id, "fork").await,
         app.post(
             "/api/v1/sandbox",
             &bob,
@@ -239,19 +216,11 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &alice,
-            json!({"name": ""}),
-        )
+        .sandbox_post(&alice, &id, "snapshots", json!({"name": ""}))
         .await;
     assert_eq!(r.error_fields(), ["name"]);
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &alice,
-            json!({"nope": 1}),
-        )
+        .sandbox_post(&alice, &id, "snapshots", json!({"nope": 1}))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(
@@ -270,17 +239,9 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
             .status,
         StatusCode::OK
     );
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &alice,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&alice, &id, "snapshots").await;
     assert_eq!(r.status, StatusCode::CONFLICT);
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/fork"), &alice, json!({}))
-        .await;
+    let r = app.act(&alice, &id, "fork").await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert!(app.containers().is_empty());
 }
@@ -299,11 +260,7 @@ async fn fork_copies_the_filesystem_and_stays_isolated() {
     let want = fill(src_id);
 
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{src_id}/fork"),
-            &token,
-            json!({"name": "copy"}),
-        )
+        .sandbox_post(&token, src_id, "fork", json!({"name": "copy"}))
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     let fork: Value = r.body;
@@ -352,31 +309,22 @@ async fn fork_copies_the_filesystem_and_stays_isolated() {
     );
 
     // `source: {type: sandbox}` on create is the same fork, with overrides.
-    let second = app
-        .create(
-            &token,
-            json!({"name": "copy2", "source": {"type": "sandbox", "sandboxId": src_id}, "environmentVars": {"GREETING": "yo"}}),
-        )
-        .await;
-    let sid = second["id"].as_str().unwrap();
+    let sid = app.create_id(&token,
+            json!({"name": "copy2", "source": {"type": "sandbox", "sandboxId": src_id}, "environmentVars": {"GREETING": "yo"}})).await;
     assert_eq!(
-        sh_in(sid, "echo $GREETING; cat /workspace/s.txt /etc/only-src"),
+        sh_in(&sid, "echo $GREETING; cat /workspace/s.txt /etc/only-src"),
         "yo\nfrom-source\nsrc"
     );
 
     // A name in use: 409, and nothing new is left behind.
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{src_id}/fork"),
-            &token,
-            json!({"name": "copy"}),
-        )
+        .sandbox_post(&token, src_id, "fork", json!({"name": "copy"}))
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     assert_eq!(app.containers().len(), 3);
 
     // The forks' images go once the forks are gone.
-    for id in [fid, sid] {
+    for id in [fid, &sid] {
         assert_eq!(
             app.delete(&format!("/api/v1/sandbox/{id}"), &token)
                 .await
@@ -385,36 +333,20 @@ async fn fork_copies_the_filesystem_and_stays_isolated() {
         );
     }
     stockade_service::snapshots::collect_garbage(&app.state.svc).await;
-    assert!(snapshot_images(&app).is_empty());
+    assert!(app.snapshot_images().is_empty());
     assert_eq!(checksums(src_id).lines().count(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopped_sandbox_can_be_snapshotted_and_forked() {
     let app = spawn_app().await;
-    let token = app.new_account("stopped").await;
-    let src = app.create(&token, json!({"name": "s"})).await;
-    let id = src["id"].as_str().unwrap();
-    let want = fill(id);
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=1"),
-            &token,
-            json!({}),
-        )
-        .await;
+    let (token, id) = app.owned_sandbox("stopped", json!({"name": "s"})).await;
+    let want = fill(&id);
+    let r = app.act(&token, &id, "stop?timeout=1").await;
     assert_eq!(r.body["status"], "STOPPED");
-    let snap = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &token,
-            json!({}),
-        )
-        .await;
+    let snap = app.act(&token, &id, "snapshots").await;
     assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
-    let fork = app
-        .post(&format!("/api/v1/sandbox/{id}/fork"), &token, json!({}))
-        .await;
+    let fork = app.act(&token, &id, "fork").await;
     assert_eq!(fork.status, StatusCode::CREATED, "{:?}", fork.body);
     let fid = fork.body["id"].as_str().unwrap();
     assert_eq!(fork.body["name"], fid);

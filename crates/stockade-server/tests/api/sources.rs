@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -17,14 +16,6 @@ use serde_json::json;
 
 use crate::helpers::*;
 use crate::snapshots::nothing_left_beyond;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -184,34 +175,32 @@ async fn git_sources_are_cloned_before_create_returns() {
     let token = app.new_account("git").await;
 
     // Default branch, latest commit; the main process sees the clone at its start.
-    let sb = app
-        .create(
-            &token,
+    let id = app.create_id(&token,
             json!({
                 "name": "cloned",
                 "source": {"type": "git", "url": server.url},
                 "startCommand": "cp /workspace/README.md /tmp/at-start; trap 'exit 0' TERM; while true; do sleep 1; done",
-            }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap();
-    assert_eq!(sh_in(id, "cat /tmp/at-start"), "second version");
-    let in_box = sh_in(id, "md5sum /workspace/data.bin");
+            })).await;
+    assert_eq!(sh_in(&id, "cat /tmp/at-start"), "second version");
+    let in_box = sh_in(&id, "md5sum /workspace/data.bin");
     assert!(
         in_box.starts_with(&md5_of(&server.repo.join("data.bin"))),
         "{in_box}"
     );
     assert_eq!(
         sh_in(
-            id,
+            &id,
             "stat -c %a /workspace/scripts/run.sh; /workspace/scripts/run.sh"
         ),
         "755\nran"
     );
-    assert_eq!(sh_in(id, "cat /workspace/scripts/sub/nested.txt"), "nested");
-    assert_eq!(sh_in(id, "test -d /workspace/.git && echo repo"), "repo");
     assert_eq!(
-        sh_in(id, "ls /workspace/feature.txt 2>/dev/null | wc -l"),
+        sh_in(&id, "cat /workspace/scripts/sub/nested.txt"),
+        "nested"
+    );
+    assert_eq!(sh_in(&id, "test -d /workspace/.git && echo repo"), "repo");
+    assert_eq!(
+        sh_in(&id, "ls /workspace/feature.txt 2>/dev/null | wc -l"),
         "0"
     );
 
@@ -323,25 +312,22 @@ async fn tarball_sources_and_their_failures() {
     ]))
     .await;
     let app = spawn_app().await;
-    let token = app.new_account("tar").await;
-
-    let sb = app
-        .create(
-            &token,
+    let (token, id) = app
+        .owned_sandbox(
+            "tar",
             json!({"source": {"type": "tarball", "url": format!("{base}/good.tar.gz")}}),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
     assert_eq!(
         sh_in(
-            id,
+            &id,
             "cat /workspace/app/main.js; stat -c %a /workspace/app/blob.bin"
         ),
         "console.log(1)\n600"
     );
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("blob.bin"), &blob).unwrap();
-    assert!(sh_in(id, "md5sum /workspace/app/blob.bin")
+    assert!(sh_in(&id, "md5sum /workspace/app/blob.bin")
         .starts_with(&md5_of(&tmp.path().join("blob.bin"))));
 
     let closed = free_port();
@@ -388,14 +374,7 @@ async fn uploaded_archives_are_used_once_by_their_owner() {
     let app = spawn_app().await;
     let alice = app.new_account("up-a").await;
     let bob = app.new_account("up-b").await;
-    let upload = |token: &str, body: Vec<u8>| {
-        app.http
-            .post(format!("{}/api/v1/uploads", app.base))
-            .bearer_auth(token)
-            .header("content-type", "application/gzip")
-            .body(body)
-            .send()
-    };
+    let upload = |token: &str, body: Vec<u8>| app.upload(token, body);
     let archive = tar_gz(&[("notes/readme.txt", b"uploaded!\n", 0o644)]);
     let r = upload(&alice, archive).await.unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
@@ -467,18 +446,13 @@ async fn uploads_over_the_limit_are_refused() {
     let mut app = spawn_app().await;
     app.shutdown().await;
     // A second server on the same database with a small limit.
-    let mut config = (*app.state.config).clone();
-    config.service.sources.max_archive_bytes = 4096;
-    config.service.max_unpacked_bytes = 50_000;
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    let state = stockade_server::AppState::new(
-        app.state.svc.store().clone(),
-        app.state.svc.runtime().clone(),
-        config,
-    )
-    .await
-    .unwrap();
-    let server = stockade_server::spawn(state).await.unwrap();
+    let server = app
+        .second_server(|c| {
+            c.service.sources.max_archive_bytes = 4096;
+            c.service.max_unpacked_bytes = 50_000;
+            c.listen = "127.0.0.1:0".parse().unwrap();
+        })
+        .await;
     let post = |body: Vec<u8>| {
         app.http
             .post(format!("http://{}/api/v1/uploads", server.addr))
@@ -567,41 +541,28 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
         .as_str()
         .unwrap()
         .to_owned();
-    let sb = app.create(&token, json!({"name": "big-workspace"})).await;
-    let sb_id = sb["id"].as_str().unwrap().to_owned();
+    let sb_id = app
+        .create_id(&token, json!({"name": "big-workspace"}))
+        .await;
     sh_in(&sb_id, "head -c 3145728 /dev/zero > /workspace/zeros.bin");
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{sb_id}/snapshots"),
-            &token,
-            json!({"name": "big"}),
-        )
+        .sandbox_post(&token, &sb_id, "snapshots", json!({"name": "big"}))
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     let snapshot_id = r.body["id"].as_str().unwrap().to_owned();
 
     // The same database and Docker under a 1 MiB ceiling.
     app.shutdown().await;
-    let mut config = (*app.state.config).clone();
-    config.service.max_unpacked_bytes = CEILING;
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    let state = stockade_server::AppState::new(
-        app.state.svc.store().clone(),
-        app.state.svc.runtime().clone(),
-        config,
-    )
-    .await
-    .unwrap();
-    let server = stockade_server::spawn(state).await.unwrap();
+    let server = app
+        .second_server(|c| {
+            c.service.max_unpacked_bytes = CEILING;
+            c.listen = "127.0.0.1:0".parse().unwrap();
+        })
+        .await;
     app.base = format!("http://{}", server.addr);
 
     let refused = |r: &Resp, what: &str| {
-        assert_eq!(
-            r.status,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "{what}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::PAYLOAD_TOO_LARGE, what);
         let message = r.body["error"]["message"].as_str().unwrap_or_default();
         assert!(
             message.contains("unpacked size exceeds the limit of 1 MiB"),
@@ -629,11 +590,7 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
     }
     // A snapshot of a /workspace over the ceiling could never be restored.
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{sb_id}/snapshots"),
-            &token,
-            json!({"name": "too-big"}),
-        )
+        .sandbox_post(&token, &sb_id, "snapshots", json!({"name": "too-big"}))
         .await;
     refused(&r, "snapshot capture");
     // Nothing is left but the first sandbox (and its snapshot).

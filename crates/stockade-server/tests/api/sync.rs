@@ -4,7 +4,6 @@
 //! object is downloaded and compared byte for byte; a failing store deletes
 //! nothing.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,14 +25,6 @@ impl Drop for Moto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn start_moto(bucket: &str) -> Option<Moto> {
@@ -182,8 +173,7 @@ async fn sync_to_the_local_directory_store() {
 
     // Without sync nothing is uploaded; another account's sandbox: 403.
     let other = app.new_account("sync-other").await;
-    let sb = app.create(&token, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(&token, json!({})).await;
     let r = app
         .delete(&format!("/api/v1/sandbox/{id}?sync=true"), &other)
         .await;
@@ -226,16 +216,9 @@ async fn sync_to_an_s3_server_and_snapshots_there() {
     );
 
     // Snapshots keep their /workspace in the same store, and restore from it.
-    let sb = app.create(&token, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
-    let sum = write_workspace(id);
-    let snap = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &token,
-            json!({}),
-        )
-        .await;
+    let id = app.create_id(&token, json!({})).await;
+    let sum = write_workspace(&id);
+    let snap = app.act(&token, &id, "snapshots").await;
     assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
     let key = snap.body["workspaceKey"].as_str().unwrap();
     assert!(store.head(key).await.unwrap().is_some());
@@ -262,10 +245,8 @@ async fn a_failed_sync_deletes_nothing() {
         ..Default::default()
     })
     .await;
-    let token = app.new_account("sync-fail").await;
-    let sb = app.create(&token, json!({})).await;
-    let id = sb["id"].as_str().unwrap();
-    write_workspace(id);
+    let (token, id) = app.owned_sandbox("sync-fail", json!({})).await;
+    write_workspace(&id);
     let r = app
         .delete(&format!("/api/v1/sandbox/{id}?sync=true"), &token)
         .await;
@@ -275,16 +256,10 @@ async fn a_failed_sync_deletes_nothing() {
     let again = app.get(&format!("/api/v1/sandbox/{id}"), &token).await;
     assert_eq!(again.body["status"], "RUNNING");
     assert!(again.body["metadata"].get("s3_sync").is_none());
-    assert!(container_exists(id) && volume_exists(id));
-    assert_eq!(sh_in(id, "cat /workspace/out/result.txt"), "result");
+    assert!(container_exists(&id) && volume_exists(&id));
+    assert_eq!(sh_in(&id, "cat /workspace/out/result.txt"), "result");
     // A snapshot fails the same way and leaves no image or record.
-    let snap = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/snapshots"),
-            &token,
-            json!({}),
-        )
-        .await;
+    let snap = app.act(&token, &id, "snapshots").await;
     assert_eq!(snap.status, StatusCode::BAD_GATEWAY, "{:?}", snap.body);
     assert_eq!(
         app.get("/api/v1/snapshots", &token).await.body["snapshots"],

@@ -236,12 +236,7 @@ async fn team_members_see_and_run_team_sandboxes_outsiders_get_403() {
         let r = app
             .call(method.clone(), &p, Some(&carol), Some(json!({})))
             .await;
-        assert_eq!(
-            r.status,
-            StatusCode::FORBIDDEN,
-            "{method} {p}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::FORBIDDEN, format!("{method} {p}"));
     }
 
     // Bob acts on it: stop, start; Alice, the owner, sees the result.

@@ -11,10 +11,9 @@ async fn another_accounts_sandbox_is_forbidden_for_every_verb() {
     let app = spawn_app().await;
     let alice = app.new_account("alice").await;
     let bob = app.new_account("bob").await;
-    let sb = app
-        .create(&alice, json!({ "name": "private", "labels": ["mine"] }))
+    let id = app
+        .create_id(&alice, json!({ "name": "private", "labels": ["mine"] }))
         .await;
-    let id = sb["id"].as_str().unwrap();
 
     // Bob sees nothing.
     let list = app.get("/api/v1/sandbox", &bob).await;
@@ -34,12 +33,7 @@ async fn another_accounts_sandbox_is_forbidden_for_every_verb() {
         let r = app
             .call(method.clone(), &path, Some(&bob), Some(json!({})))
             .await;
-        assert_eq!(
-            r.status,
-            StatusCode::FORBIDDEN,
-            "{method} {path}: {:?}",
-            r.body
-        );
+        r.assert_status(StatusCode::FORBIDDEN, format!("{method} {path}"));
         assert_eq!(r.code(), "forbidden");
     }
     let r = app
@@ -67,7 +61,7 @@ async fn another_accounts_sandbox_is_forbidden_for_every_verb() {
     let r = app.get(&format!("/api/v1/sandbox/{id}"), &alice).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["status"], "RUNNING");
-    assert!(container_exists(id));
+    assert!(container_exists(&id));
 
     // Names are per account: Bob may use the same name.
     app.create(&bob, json!({ "name": "private" })).await;
@@ -83,7 +77,7 @@ async fn unknown_and_malformed_ids() {
     assert_eq!(r.code(), "not_found");
     for bad in ["short", "ABCDEFGHIJKL", "abcdefghijkl0", "..%2f..%2fetc"] {
         let r = app.get(&format!("/api/v1/sandbox/{bad}"), t).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, bad);
         assert_eq!(r.error_fields(), vec!["sandbox_id"]);
     }
 }
@@ -101,24 +95,20 @@ async fn authentication_and_admin_only_account_management() {
     assert_eq!(me.body["account"]["name"], "carol");
     assert_eq!(me.body["account"]["isAdmin"], false);
 
-    // Only admins manage accounts.
-    let r = app
-        .post("/api/v1/accounts", &carol, json!({ "name": "mallory" }))
-        .await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = app
-        .post(
-            "/api/v1/accounts",
-            &app.admin_token,
-            json!({ "name": "carol" }),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CONFLICT);
-    let r = app
-        .post("/api/v1/accounts", &app.admin_token, json!({ "name": "" }))
-        .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(r.error_fields(), vec!["name"]);
+    // Only admins manage accounts; names are unique and not empty.
+    for (token, name, status) in [
+        (carol.as_str(), "mallory", StatusCode::FORBIDDEN),
+        (app.admin_token.as_str(), "carol", StatusCode::CONFLICT),
+        (app.admin_token.as_str(), "", StatusCode::BAD_REQUEST),
+    ] {
+        let r = app
+            .post("/api/v1/accounts", token, json!({ "name": name }))
+            .await;
+        assert_eq!(r.status, status, "{name:?}");
+        if status == StatusCode::BAD_REQUEST {
+            assert_eq!(r.error_fields(), vec!["name"]);
+        }
+    }
     let r = app.get("/api/v1/accounts", &app.admin_token).await;
     let names: Vec<&str> = r.body["accounts"]
         .as_array()

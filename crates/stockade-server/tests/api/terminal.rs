@@ -16,10 +16,10 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::helpers::*;
 
-type Ws =
+pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn open(app: &TestApp, token: &str, id: &str, query: &str) -> Result<Ws, String> {
+pub async fn open(app: &TestApp, token: &str, id: &str, query: &str) -> Result<Ws, String> {
     let url = format!(
         "{}/api/v1/sandbox/{id}/terminal{query}",
         app.base.replace("http://", "ws://")
@@ -34,7 +34,7 @@ async fn open(app: &TestApp, token: &str, id: &str, query: &str) -> Result<Ws, S
 }
 
 /// Reads the terminal until its output contains `needle` (10 s at most).
-async fn read_until(ws: &mut Ws, seen: &mut String, needle: &str) {
+pub async fn read_until(ws: &mut Ws, seen: &mut String, needle: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !seen.contains(needle) {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -47,7 +47,7 @@ async fn read_until(ws: &mut Ws, seen: &mut String, needle: &str) {
     }
 }
 
-async fn send(ws: &mut Ws, text: &str) {
+pub async fn send(ws: &mut Ws, text: &str) {
     ws.send(Message::Binary(text.as_bytes().to_vec().into()))
         .await
         .unwrap();
@@ -56,10 +56,8 @@ async fn send(ws: &mut Ws, text: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_is_a_real_pty() {
     let app = spawn_app().await;
-    let t = app.new_account("term").await;
-    let sb = app.create(&t, json!({ "name": "tty" })).await;
-    let id = sb["id"].as_str().unwrap();
-    let mut ws = open(&app, &t, id, "?cols=100&rows=30").await.unwrap();
+    let (t, id) = app.owned_sandbox("term", json!({ "name": "tty" })).await;
+    let mut ws = open(&app, &t, &id, "?cols=100&rows=30").await.unwrap();
     let mut seen = String::new();
     send(&mut ws, "cd /tmp && echo marker-$((6*7))\n").await;
     read_until(&mut ws, &mut seen, "marker-42").await;
@@ -97,13 +95,13 @@ async fn a_terminal_is_a_real_pty() {
     };
     assert_eq!(exit, json!({ "type": "exit", "exitCode": 3 }));
     // Closing a terminal ends its process.
-    let mut ws = open(&app, &t, id, "?cmd=sleep%20777").await.unwrap();
+    let mut ws = open(&app, &t, &id, "?cmd=sleep%20777").await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     ws.close(None).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let ps = sh_in(
-            id,
+            &id,
             "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done",
         );
         if !ps.contains("sleep 777") {
@@ -122,11 +120,10 @@ async fn terminals_are_refused_to_strangers_and_foreign_pages() {
     let app = spawn_app().await;
     let alice = app.new_account("term-alice").await;
     let mallory = app.new_account("term-mallory").await;
-    let sb = app.create(&alice, json!({ "name": "private" })).await;
-    let id = sb["id"].as_str().unwrap();
-    let err = open(&app, &mallory, id, "").await.unwrap_err();
+    let id = app.create_id(&alice, json!({ "name": "private" })).await;
+    let err = open(&app, &mallory, &id, "").await.unwrap_err();
     assert!(err.contains("403"), "{err}");
-    let err = open(&app, &alice, id, "?cols=0").await.unwrap_err();
+    let err = open(&app, &alice, &id, "?cols=0").await.unwrap_err();
     assert!(err.contains("400"), "{err}");
     // The session cookie from a page elsewhere (cross-site WebSocket).
     let url = format!(
@@ -134,21 +131,7 @@ async fn terminals_are_refused_to_strangers_and_foreign_pages() {
         app.base.replace("http://", "ws://")
     );
     // A real dashboard session of Alice's.
-    let signed_in = app
-        .http
-        .post(format!("{}/api/v1/session", app.base))
-        .header("X-Stockade-CSRF", "1")
-        .json(&json!({ "token": alice }))
-        .send()
-        .await
-        .unwrap();
-    let session = signed_in.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = crate::credentials::sign_in(&app, &alice).await;
     let mut req = url.into_client_request().unwrap();
     req.headers_mut().insert("cookie", session.parse().unwrap());
     req.headers_mut()
@@ -163,50 +146,27 @@ async fn terminals_are_refused_to_strangers_and_foreign_pages() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mkdir_move_and_watch() {
     let app = spawn_app().await;
-    let t = app.new_account("fs").await;
-    let sb = app.create(&t, json!({ "name": "files" })).await;
-    let id = sb["id"].as_str().unwrap();
-    let r = app
-        .call(
-            reqwest::Method::POST,
-            &format!("/api/v1/sandbox/{id}/files/mkdir?path=a/b/c"),
-            Some(&t),
-            None,
-        )
-        .await;
+    let (t, id) = app.owned_sandbox("fs", json!({ "name": "files" })).await;
+    let mkdir = |path: &str| {
+        let path = format!("/api/v1/sandbox/{id}/files/mkdir?path={path}");
+        let (app, t) = (&app, &t);
+        async move { app.call(reqwest::Method::POST, &path, Some(t), None).await }
+    };
+    let r = mkdir("a/b/c").await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     assert_eq!(r.body["path"], "/workspace/a/b/c");
     assert_eq!(r.body["type"], "dir");
-    // Again: it is there already, which is fine.
-    let r = app
-        .call(
-            reqwest::Method::POST,
-            &format!("/api/v1/sandbox/{id}/files/mkdir?path=a/b/c"),
-            Some(&t),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-    // Under a file: a conflict, not a server error.
-    sh_in(id, "touch /workspace/plain");
-    let r = app
-        .call(
-            reqwest::Method::POST,
-            &format!("/api/v1/sandbox/{id}/files/mkdir?path=plain/sub"),
-            Some(&t),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
-    let r = app
-        .call(
-            reqwest::Method::POST,
-            &format!("/api/v1/sandbox/{id}/files/mkdir?path=plain"),
-            Some(&t),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    // Again: it is there already, which is fine. Under a file, or where a
+    // file is: a conflict, not a server error.
+    sh_in(&id, "touch /workspace/plain");
+    for (path, status) in [
+        ("a/b/c", StatusCode::CREATED),
+        ("plain/sub", StatusCode::CONFLICT),
+        ("plain", StatusCode::CONFLICT),
+    ] {
+        let r = mkdir(path).await;
+        assert_eq!(r.status, status, "{path}: {:?}", r.body);
+    }
     // A watch of /workspace, recursive.
     let mut events = app
         .http
@@ -233,9 +193,10 @@ async fn mkdir_move_and_watch() {
         .unwrap();
     assert!(put.status().is_success());
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/files/move"),
+        .sandbox_post(
             &t,
+            &id,
+            "files/move",
             json!({ "from": "a/notes.txt", "to": "a/b/renamed.txt" }),
         )
         .await;
@@ -263,17 +224,14 @@ async fn mkdir_move_and_watch() {
     assert!(text.contains("notes.txt"), "{text}");
     // A move of something missing is a 404; bad input a 400 naming it.
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/files/move"),
-            &t,
-            json!({ "from": "nope", "to": "x" }),
-        )
+        .sandbox_post(&t, &id, "files/move", json!({ "from": "nope", "to": "x" }))
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/files/move"),
+        .sandbox_post(
             &t,
+            &id,
+            "files/move",
             json!({ "from": "../../etc", "to": "x" }),
         )
         .await;
@@ -340,9 +298,9 @@ async fn closed_terminals_with_unread_input_leave_no_socket_and_no_memory() {
     })
     .await;
     let port = app.server.as_ref().unwrap().addr.port();
-    let t = app.new_account("unread").await;
-    let sb = app.create(&t, json!({ "name": "unread" })).await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+    let (t, id) = app
+        .owned_sandbox("unread", json!({ "name": "unread" }))
+        .await;
     let rss_before = rss_bytes();
     // A program in raw mode that never reads its input.
     let mut terminals = Vec::new();
@@ -422,9 +380,9 @@ async fn closed_terminals_with_unread_input_leave_no_socket_and_no_memory() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_over_the_limit_closes_the_terminal() {
     let app = spawn_app().await;
-    let t = app.new_account("big-msg").await;
-    let sb = app.create(&t, json!({ "name": "big-msg" })).await;
-    let id = sb["id"].as_str().unwrap().to_owned();
+    let (t, id) = app
+        .owned_sandbox("big-msg", json!({ "name": "big-msg" }))
+        .await;
     // Half a megabyte in one message is fine (a large paste).
     let mut ws = open(
         &app,

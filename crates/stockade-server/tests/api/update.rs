@@ -13,16 +13,6 @@ use serde_json::{json, Value};
 
 use crate::helpers::*;
 
-async fn patch(app: &TestApp, token: &str, id: &str, body: Value) -> Resp {
-    app.call(
-        Method::PATCH,
-        &format!("/api/v1/sandbox/{id}"),
-        Some(token),
-        Some(body),
-    )
-    .await
-}
-
 fn time(v: &Value) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(v.as_str().unwrap_or_else(|| panic!("not a time: {v}")))
         .unwrap()
@@ -60,9 +50,7 @@ async fn labels_tags_name_and_timeout_apply_at_once() {
     let started = time(&sb["startedAt"]);
 
     // Extend the live session: 3 s → 1 min from the session's start.
-    let r = patch(
-        &app,
-        t,
+    let r = app.patch_sandbox(t,
         id,
         json!({ "timeoutMinutes": 1, "labels": ["new", "team-a"], "tags": { "owner": "ops" }, "name": "after" }),
     )
@@ -95,7 +83,9 @@ async fn labels_tags_name_and_timeout_apply_at_once() {
     assert_eq!(by_name.body["total"], 1);
 
     // Shorten it: 3 s from the session's start has passed, so it ends now.
-    let r = patch(&app, t, id, json!({ "timeoutMinutes": 0.05 })).await;
+    let r = app
+        .patch_sandbox(t, id, json!({ "timeoutMinutes": 0.05 }))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["applied"]["now"], json!(["timeoutMinutes"]));
     let mut status = Value::Null;
@@ -111,14 +101,14 @@ async fn labels_tags_name_and_timeout_apply_at_once() {
     assert_eq!(status, "STOPPED");
 
     // On a stopped sandbox the timeout is for the next session.
-    let r = patch(&app, t, id, json!({ "timeoutMinutes": 0 })).await;
+    let r = app
+        .patch_sandbox(t, id, json!({ "timeoutMinutes": 0 }))
+        .await;
     assert_eq!(
         r.body["applied"],
         json!({ "now": [], "nextStart": ["timeoutMinutes"] })
     );
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, id, "start").await;
     assert_eq!(r.body["status"], "RUNNING");
     assert!(r.body.get("sessionExpiresAt").is_none(), "0 = never");
 }
@@ -127,75 +117,65 @@ async fn labels_tags_name_and_timeout_apply_at_once() {
 async fn memory_and_cpu_reach_the_cgroup_at_once() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
+    let id = app
+        .create_id(
             t,
             json!({ "name": "limits", "memoryGB": 0.25, "cpuCores": 1 }),
         )
         .await;
-    let id = sb["id"].as_str().unwrap();
-    assert_eq!(memory_limit(id), (256u64 << 20).to_string());
+    assert_eq!(memory_limit(&id), (256u64 << 20).to_string());
 
-    let r = patch(&app, t, id, json!({ "memoryGB": 0.5, "cpuCores": 0.5 })).await;
+    let r = app
+        .patch_sandbox(t, &id, json!({ "memoryGB": 0.5, "cpuCores": 0.5 }))
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
         r.body["applied"],
         json!({ "now": ["cpuCores", "memoryGB"], "nextStart": [] })
     );
-    assert_eq!(memory_limit(id), (512u64 << 20).to_string(), "live");
-    assert_eq!(host_config(id, "NanoCpus"), "500000000");
-    assert_eq!(host_config(id, "MemorySwap"), (512u64 << 20).to_string());
+    assert_eq!(memory_limit(&id), (512u64 << 20).to_string(), "live");
+    assert_eq!(host_config(&id, "NanoCpus"), "500000000");
+    assert_eq!(host_config(&id, "MemorySwap"), (512u64 << 20).to_string());
     assert_eq!(r.body["sandbox"]["memoryGB"], 0.5);
     assert_eq!(r.body["sandbox"]["cpuCores"], 0.5);
 
     // On a stopped sandbox: recorded, in effect from the next start.
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/stop?timeout=5"),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id, "stop?timeout=5").await;
     assert_eq!(r.body["status"], "STOPPED");
-    let r = patch(&app, t, id, json!({ "memoryGB": 0.375 })).await;
+    let r = app
+        .patch_sandbox(t, &id, json!({ "memoryGB": 0.375 }))
+        .await;
     assert_eq!(
         r.body["applied"],
         json!({ "now": [], "nextStart": ["memoryGB"] })
     );
-    let r = app
-        .post(&format!("/api/v1/sandbox/{id}/start"), t, json!({}))
-        .await;
+    let r = app.act(t, &id, "start").await;
     assert_eq!(r.body["status"], "RUNNING");
-    assert_eq!(memory_limit(id), (384u64 << 20).to_string());
-    assert_eq!(host_config(id, "NanoCpus"), "500000000");
+    assert_eq!(memory_limit(&id), (384u64 << 20).to_string());
+    assert_eq!(host_config(&id, "NanoCpus"), "500000000");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_environment_reaches_the_main_process_at_its_next_start() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
-            t,
+    let id = app.create_id(t,
             json!({
                 "name": "env",
                 "environmentVars": { "GREETING": "hello", "DROPPED": "x" },
                 "startCommand": "echo \"GREETING=${GREETING-unset} DROPPED=${DROPPED-unset} ADDED=${ADDED-unset}\" >> /workspace/env.log; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"
-            }),
-        )
-        .await;
-    let id = sb["id"].as_str().unwrap();
+            })).await;
     let first = "GREETING=hello DROPPED=x ADDED=unset";
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(sh_in(id, "cat /workspace/env.log"), first);
+    assert_eq!(sh_in(&id, "cat /workspace/env.log"), first);
 
-    let r = patch(
-        &app,
-        t,
-        id,
-        json!({ "environmentVars": { "GREETING": "bonjour 'à tous'", "ADDED": "$HOME" } }),
-    )
-    .await;
+    let r = app
+        .patch_sandbox(
+            t,
+            &id,
+            json!({ "environmentVars": { "GREETING": "bonjour 'à tous'", "ADDED": "$HOME" } }),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
         r.body["applied"],
@@ -213,34 +193,36 @@ async fn the_environment_reaches_the_main_process_at_its_next_start() {
     // Execs see the new environment at once; a removed variable is gone
     // (unless the exec sets it again).
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/exec"),
+        .sandbox_post(
             t,
+            &id,
+            "exec",
             json!({ "shell": "echo \"${GREETING-unset}|${DROPPED-unset}|${ADDED-unset}\"" }),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["stdout"], "bonjour 'à tous'|unset|$HOME\n");
     let r = app
-        .post(
-            &format!("/api/v1/sandbox/{id}/exec"),
+        .sandbox_post(
             t,
+            &id,
+            "exec",
             json!({ "cmd": ["sh", "-c", "echo ${DROPPED-unset}"], "env": { "DROPPED": "again" } }),
         )
         .await;
     assert_eq!(r.body["stdout"], "again\n", "{:?}", r.body);
     // The running main process keeps its environment…
-    assert_eq!(sh_in(id, "cat /workspace/env.log"), first);
+    assert_eq!(sh_in(&id, "cat /workspace/env.log"), first);
     // …and sees the new one after a restart.
     for verb in ["stop?timeout=5", "start"] {
         let r = app
             .post(&format!("/api/v1/sandbox/{id}/{verb}"), t, json!({}))
             .await;
-        assert_eq!(r.status, StatusCode::OK, "{verb}: {:?}", r.body);
+        r.assert_status(StatusCode::OK, verb);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        sh_in(id, "cat /workspace/env.log"),
+        sh_in(&id, "cat /workspace/env.log"),
         format!("{first}\nGREETING=bonjour 'à tous' DROPPED=unset ADDED=$HOME")
     );
 }
@@ -249,8 +231,7 @@ async fn the_environment_reaches_the_main_process_at_its_next_start() {
 async fn bad_updates_are_refused_and_name_every_field() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({ "name": "target" })).await;
-    let id = sb["id"].as_str().unwrap();
+    let id = app.create_id(t, json!({ "name": "target" })).await;
     app.create(t, json!({ "name": "taken" })).await;
 
     for (body, fields) in [
@@ -274,8 +255,8 @@ async fn bad_updates_are_refused_and_name_every_field() {
             ],
         ),
     ] {
-        let r = patch(&app, t, id, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        let r = app.patch_sandbox(t, &id, body.clone()).await;
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.error_fields(), fields, "{body}");
     }
     let r = app
@@ -288,26 +269,34 @@ async fn bad_updates_are_refused_and_name_every_field() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
-    let r = patch(&app, t, id, json!({ "name": "taken" })).await;
+    let r = app.patch_sandbox(t, &id, json!({ "name": "taken" })).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
         .contains("taken"));
-    let r = patch(&app, t, id, json!({ "name": "target" })).await;
+    let r = app.patch_sandbox(t, &id, json!({ "name": "target" })).await;
     assert_eq!(r.status, StatusCode::OK, "renaming to its own name is fine");
 
     let bob = app.new_account("bob").await;
-    let r = patch(&app, &bob, id, json!({ "labels": ["mine"] })).await;
+    let r = app
+        .patch_sandbox(&bob, &id, json!({ "labels": ["mine"] }))
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
-    let r = patch(&app, t, "abcdefghijkl", json!({ "labels": [] })).await;
+    let r = app
+        .patch_sandbox(t, "abcdefghijkl", json!({ "labels": [] }))
+        .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = patch(&app, t, "NOT-AN-ID", json!({ "labels": [] })).await;
+    let r = app
+        .patch_sandbox(t, "NOT-AN-ID", json!({ "labels": [] }))
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
     let r = app.delete(&format!("/api/v1/sandbox/{id}"), t).await;
     assert_eq!(r.status, StatusCode::OK);
-    let r = patch(&app, t, id, json!({ "labels": ["late"] })).await;
+    let r = app
+        .patch_sandbox(t, &id, json!({ "labels": ["late"] }))
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
 
     // The OpenAPI document describes the verb.
@@ -321,10 +310,9 @@ async fn bad_updates_are_refused_and_name_every_field() {
 async fn concurrent_updates_are_never_lost() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    let sb = app
-        .create(t, json!({ "name": "busy", "memoryGB": 0.25 }))
+    let id = app
+        .create_id(t, json!({ "name": "busy", "memoryGB": 0.25 }))
         .await;
-    let id = sb["id"].as_str().unwrap().to_owned();
     let bodies = [
         json!({ "labels": ["l1"] }),
         json!({ "tags": { "k": "v" } }),

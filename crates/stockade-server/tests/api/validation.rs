@@ -45,7 +45,7 @@ async fn bad_create_bodies_name_the_field_and_create_nothing() {
     ];
     for (body, field) in cases {
         let r = app.post("/api/v1/sandbox", t, body.clone()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.code(), "validation_failed");
         assert!(
             r.error_fields().iter().any(|f| f == field),
@@ -95,7 +95,7 @@ async fn bad_queries_name_the_parameter() {
         ("colour=red", "colour"),
     ] {
         let r = app.get(&format!("/api/v1/sandbox?{q}"), t).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{q}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, q);
         assert!(
             r.error_fields().iter().any(|f| f == field),
             "{q}: {:?}",

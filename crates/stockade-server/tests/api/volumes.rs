@@ -72,10 +72,8 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
 
     let running = app.create(&t, json!({ "name": "running" })).await;
     let running_id = running["id"].as_str().unwrap();
-    let stopped = app.create(&t, json!({ "name": "stopped" })).await;
-    let stopped_id = stopped["id"].as_str().unwrap();
-    let gone = app.create(&t, json!({ "name": "gone" })).await;
-    let gone_id = gone["id"].as_str().unwrap();
+    let stopped_id = app.create_id(&t, json!({ "name": "stopped" })).await;
+    let gone_id = app.create_id(&t, json!({ "name": "gone" })).await;
 
     // The list shows a volume's bytes as Docker counts them: 5 MB written.
     let before = app.get("/api/v1/volumes", &t).await;
@@ -84,14 +82,8 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
         .as_u64()
         .unwrap();
     sh_in(running_id, "head -c 5000000 /dev/urandom > /workspace/blob");
-    sh_in(gone_id, "head -c 3000000 /dev/urandom > /workspace/keep");
-    let r = app
-        .post(
-            &format!("/api/v1/sandbox/{stopped_id}/stop?timeout=5"),
-            &t,
-            json!({}),
-        )
-        .await;
+    sh_in(&gone_id, "head -c 3000000 /dev/urandom > /workspace/keep");
+    let r = app.act(&t, &stopped_id, "stop?timeout=5").await;
     assert_eq!(r.body["status"], "STOPPED");
     let r = app
         .delete(
@@ -108,7 +100,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
     assert_eq!(
         names(&list.body),
         {
-            let mut v = vec![vol(running_id), vol(stopped_id), vol(gone_id)];
+            let mut v = vec![vol(running_id), vol(&stopped_id), vol(&gone_id)];
             v.sort();
             v
         },
@@ -125,11 +117,11 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
     assert_eq!(r["sandboxStatus"], "RUNNING");
     assert!(r["createdAt"].is_string());
     assert!(r.get("warning").is_none(), "no warning below 10 GB");
-    let s = entry(&list.body, &vol(stopped_id)).unwrap();
+    let s = entry(&list.body, &vol(&stopped_id)).unwrap();
     assert_eq!(s["inUse"], false);
     assert_eq!(s["orphaned"], false);
     assert_eq!(s["sandboxStatus"], "STOPPED");
-    let g = entry(&list.body, &vol(gone_id)).unwrap();
+    let g = entry(&list.body, &vol(&gone_id)).unwrap();
     assert_eq!(
         g["orphaned"], true,
         "a preserved volume of a destroyed sandbox"
@@ -160,7 +152,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
         "Volume is in use by running sandbox"
     );
     let r = app
-        .delete(&format!("/api/v1/volumes/{}", vol(stopped_id)), &t)
+        .delete(&format!("/api/v1/volumes/{}", vol(&stopped_id)), &t)
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     let msg = r.body["error"]["message"].as_str().unwrap();
@@ -168,7 +160,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
         msg.contains("STOPPED") && msg.contains("Destroy the sandbox"),
         "{msg}"
     );
-    assert!(volume_exists(running_id) && volume_exists(stopped_id));
+    assert!(volume_exists(running_id) && volume_exists(&stopped_id));
 
     // Bad names and foreign volumes.
     let r = app.delete("/api/v1/volumes/not-a-volume", &t).await;
@@ -184,29 +176,29 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
 
     // The orphan list, then the confirmed cleanup.
     let orphans = app.get("/api/v1/volumes/orphaned", &t).await;
-    assert_eq!(names(&orphans.body), vec![vol(gone_id)]);
+    assert_eq!(names(&orphans.body), vec![vol(&gone_id)]);
     assert_eq!(orphans.body["totalBytes"], 3_000_000);
     for q in ["", "?confirm=false", "?confirm=maybe"] {
         let r = app
             .delete(&format!("/api/v1/volumes/orphaned{q}"), &t)
             .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{q}: {:?}", r.body);
+        r.assert_status(StatusCode::BAD_REQUEST, q);
         assert_eq!(r.error_fields(), vec!["confirm"]);
     }
-    assert!(volume_exists(gone_id));
+    assert!(volume_exists(&gone_id));
     let r = app
         .delete("/api/v1/volumes/orphaned?confirm=true", &t)
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(
         r.body["removed"],
-        json!([{ "name": vol(gone_id), "sandboxId": gone_id, "sizeBytes": 3_000_000, "size": "3.0 MB" }])
+        json!([{ "name": vol(&gone_id), "sandboxId": gone_id, "sizeBytes": 3_000_000, "size": "3.0 MB" }])
     );
     assert_eq!(r.body["freedBytes"], 3_000_000);
     assert_eq!(r.body["freed"], "3.0 MB");
     assert_eq!(r.body["failed"], json!([]));
-    assert!(!volume_exists(gone_id));
-    assert!(volume_exists(running_id) && volume_exists(stopped_id));
+    assert!(!volume_exists(&gone_id));
+    assert!(volume_exists(running_id) && volume_exists(&stopped_id));
     assert!(other_instance.exists() && unlabelled.exists());
     let orphans = app.get("/api/v1/volumes/orphaned", &t).await;
     assert_eq!(orphans.body["total"], 0);
@@ -224,18 +216,18 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
         .await;
     assert_eq!(r.status, StatusCode::OK);
     let one = app
-        .get(&format!("/api/v1/volumes/{}", vol(stopped_id)), &t)
+        .get(&format!("/api/v1/volumes/{}", vol(&stopped_id)), &t)
         .await;
     assert_eq!(one.body["orphaned"], true);
     let r = app
-        .delete(&format!("/api/v1/volumes/{}", vol(stopped_id)), &t)
+        .delete(&format!("/api/v1/volumes/{}", vol(&stopped_id)), &t)
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    assert_eq!(r.body["name"], vol(stopped_id));
+    assert_eq!(r.body["name"], vol(&stopped_id));
     assert_eq!(r.body["sizeBytes"], one.body["sizeBytes"]);
-    assert!(!volume_exists(stopped_id));
+    assert!(!volume_exists(&stopped_id));
     let r = app
-        .delete(&format!("/api/v1/volumes/{}", vol(stopped_id)), &t)
+        .delete(&format!("/api/v1/volumes/{}", vol(&stopped_id)), &t)
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
@@ -247,10 +239,8 @@ async fn accounts_see_and_delete_only_their_own_volumes() {
     let bob = app.new_account("bob").await;
     let a = app.create(&alice, json!({ "name": "a" })).await;
     let a_id = a["id"].as_str().unwrap();
-    let a_orphan = app.create(&alice, json!({ "name": "a-orphan" })).await;
-    let a_orphan_id = a_orphan["id"].as_str().unwrap();
-    let b = app.create(&bob, json!({ "name": "b" })).await;
-    let b_id = b["id"].as_str().unwrap();
+    let a_orphan_id = app.create_id(&alice, json!({ "name": "a-orphan" })).await;
+    let b_id = app.create_id(&bob, json!({ "name": "b" })).await;
     let r = app
         .delete(
             &format!("/api/v1/sandbox/{a_orphan_id}?preserveVolume=true"),
@@ -260,11 +250,11 @@ async fn accounts_see_and_delete_only_their_own_volumes() {
     assert_eq!(r.status, StatusCode::OK);
 
     let r = app.get("/api/v1/volumes", &bob).await;
-    assert_eq!(names(&r.body), vec![vol(b_id)]);
+    assert_eq!(names(&r.body), vec![vol(&b_id)]);
     let r = app.get("/api/v1/volumes/orphaned", &bob).await;
     assert_eq!(r.body["total"], 0);
     let r = app.get("/api/v1/volumes", &alice).await;
-    let mut mine = vec![vol(a_id), vol(a_orphan_id)];
+    let mut mine = vec![vol(a_id), vol(&a_orphan_id)];
     mine.sort();
     assert_eq!(names(&r.body), mine);
     // The admin sees every volume of the instance.
@@ -272,13 +262,13 @@ async fn accounts_see_and_delete_only_their_own_volumes() {
     assert_eq!(r.body["total"], 3);
 
     for path in [
-        format!("/api/v1/volumes/{}", vol(a_orphan_id)),
+        format!("/api/v1/volumes/{}", vol(&a_orphan_id)),
         format!("/api/v1/volumes/{}", vol(a_id)),
     ] {
         let r = app.get(&path, &bob).await;
-        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {:?}", r.body);
+        r.assert_status(StatusCode::FORBIDDEN, &path);
         let r = app.delete(&path, &bob).await;
-        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {:?}", r.body);
+        r.assert_status(StatusCode::FORBIDDEN, &path);
         assert_eq!(r.code(), "forbidden");
     }
     let r = app
@@ -287,16 +277,16 @@ async fn accounts_see_and_delete_only_their_own_volumes() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["removed"], json!([]));
     assert!(
-        volume_exists(a_orphan_id),
+        volume_exists(&a_orphan_id),
         "bob's cleanup removed alice's orphan"
     );
 
     let r = app
         .delete("/api/v1/volumes/orphaned?confirm=true", &alice)
         .await;
-    assert_eq!(r.body["removed"][0]["name"], vol(a_orphan_id));
-    assert!(!volume_exists(a_orphan_id));
-    assert!(volume_exists(a_id) && volume_exists(b_id));
+    assert_eq!(r.body["removed"][0]["name"], vol(&a_orphan_id));
+    assert!(!volume_exists(&a_orphan_id));
+    assert!(volume_exists(a_id) && volume_exists(&b_id));
 
     let r = app
         .call(reqwest::Method::GET, "/api/v1/volumes", None, None)

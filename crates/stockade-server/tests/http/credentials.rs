@@ -215,13 +215,7 @@ async fn a_disabled_accounts_tokens_get_403_until_it_is_enabled() {
     let app = App::new().await;
     let (alice, token) = app.account("alice").await;
     let sandbox = app.create_id(&token, json!({})).await;
-    let r = app
-        .post(
-            &format!("/api/v1/accounts/{alice}/disable"),
-            &app.admin,
-            json!({}),
-        )
-        .await;
+    let r = app.account_act(&app.admin, &alice, "disable").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert!(r.body["disabledAt"].is_string(), "{}", r.body);
     let r = app.get("/api/v1/sandbox", &token).await;
@@ -232,13 +226,7 @@ async fn a_disabled_accounts_tokens_get_403_until_it_is_enabled() {
         .get(&format!("/api/v1/sandbox/{sandbox}"), &app.admin)
         .await;
     assert_ne!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
-    let r = app
-        .post(
-            &format!("/api/v1/accounts/{alice}/enable"),
-            &app.admin,
-            json!({}),
-        )
-        .await;
+    let r = app.account_act(&app.admin, &alice, "enable").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let r = app.get(&format!("/api/v1/sandbox/{sandbox}"), &token).await;
     assert_eq!(r.body["status"], "RUNNING", "{}", r.body);
@@ -248,24 +236,16 @@ async fn a_disabled_accounts_tokens_get_403_until_it_is_enabled() {
 async fn only_admins_disable_accounts_and_not_their_own() {
     let app = App::new().await;
     let (alice, token) = app.account("alice").await;
-    app.post(
-        &format!("/api/v1/accounts/{alice}/disable"),
-        &token,
-        json!({}),
-    )
-    .await
-    .assert_error(StatusCode::FORBIDDEN, "forbidden");
+    app.account_act(&token, &alice, "disable")
+        .await
+        .assert_error(StatusCode::FORBIDDEN, "forbidden");
     let admin_id = app.get("/api/v1/me", &app.admin).await.body["account"]["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    app.post(
-        &format!("/api/v1/accounts/{admin_id}/disable"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .assert_error(StatusCode::CONFLICT, "conflict");
+    app.account_act(&app.admin, &admin_id, "disable")
+        .await
+        .assert_error(StatusCode::CONFLICT, "conflict");
     assert_eq!(app.get("/api/v1/me", &token).await.status, StatusCode::OK);
 }
 

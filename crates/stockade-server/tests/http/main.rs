@@ -4,6 +4,8 @@
 //! shapes of every front-end run in seconds. One binary, a module per
 //! feature.
 
+#[path = "../shared/error_body.rs"]
+mod error_body;
 mod support;
 
 mod credentials;

@@ -114,19 +114,8 @@ async fn quota_is_refused(body: Value, field: &str) {
     assert_eq!(r.body["quota"]["sandboxes"], 3, "{body}: the quota changed");
 }
 
-/// One test per bad quota: the test's name, the body, the field.
-macro_rules! bad_quota {
-    ($($name:ident: $body:expr => $field:expr;)*) => {
-        $(
-            #[tokio::test]
-            async fn $name() {
-                quota_is_refused($body, $field).await;
-            }
-        )*
-    };
-}
-
-bad_quota! {
+bad_bodies! {
+    quota_is_refused;
     quota_negative_sandboxes: json!({ "sandboxes": -1 }) => "sandboxes";
     quota_too_many_sandboxes: json!({ "sandboxes": 2_000_000 }) => "sandboxes";
     quota_fractional_sandboxes: json!({ "sandboxes": 1.5 }) => "sandboxes";

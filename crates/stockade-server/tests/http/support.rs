@@ -47,14 +47,7 @@ impl Resp {
 
     /// The fields a validation error names.
     pub fn error_fields(&self) -> Vec<String> {
-        self.body["error"]["details"]["fields"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|f| f["field"].as_str().unwrap_or_default().to_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
+        crate::error_body::fields(&self.body)
     }
 
     /// Asserts the status and that the body is Stockade's error shape,
@@ -179,6 +172,12 @@ impl App {
         self.call(Method::POST, path, Some(token), Some(body)).await
     }
 
+    /// POSTs an empty object to an account route: `disable`, `enable`.
+    pub async fn account_act(&self, token: &str, account: &str, action: &str) -> Resp {
+        let path = format!("/api/v1/accounts/{account}/{action}");
+        self.post(&path, token, json!({})).await
+    }
+
     pub async fn put(&self, path: &str, token: &str, body: Value) -> Resp {
         self.call(Method::PUT, path, Some(token), Some(body)).await
     }
@@ -287,3 +286,17 @@ pub fn with_header(mut req: Request<Body>, name: &'static str, value: &str) -> R
         .insert(name, value.parse().expect("a header value"));
     req
 }
+
+/// One test per bad body: each test, named as given, calls `$check` (an
+/// async fn of the body and the field the 400 must name).
+macro_rules! bad_bodies {
+    ($check:ident; $($name:ident: $body:expr => $field:expr;)*) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                $check($body, $field).await;
+            }
+        )*
+    };
+}
+pub(crate) use bad_bodies;

@@ -36,19 +36,8 @@ async fn create_is_refused(body: Value, field: &str) {
     );
 }
 
-/// One test per bad create body: the test's name, the body, the field.
-macro_rules! bad_create {
-    ($($name:ident: $body:expr => $field:expr;)*) => {
-        $(
-            #[tokio::test]
-            async fn $name() {
-                create_is_refused($body, $field).await;
-            }
-        )*
-    };
-}
-
-bad_create! {
+bad_bodies! {
+    create_is_refused;
     create_empty_name: json!({ "name": "" }) => "name";
     create_long_name: json!({ "name": "x".repeat(64) }) => "name";
     create_name_with_space: json!({ "name": "has space" }) => "name";
@@ -221,19 +210,8 @@ async fn update_is_refused(body: Value, field: &str) {
     }
 }
 
-/// One test per bad update body: the test's name, the body, the field.
-macro_rules! bad_update {
-    ($($name:ident: $body:expr => $field:expr;)*) => {
-        $(
-            #[tokio::test]
-            async fn $name() {
-                update_is_refused($body, $field).await;
-            }
-        )*
-    };
-}
-
-bad_update! {
+bad_bodies! {
+    update_is_refused;
     update_nothing: json!({}) => "body";
     update_empty_name: json!({ "name": "" }) => "name";
     update_name_with_space: json!({ "name": "a b" }) => "name";
