@@ -55,6 +55,22 @@ fn args() -> Args {
     a
 }
 
+/// The agent at `agent` started on a free loopback port, and that port.
+fn spawn_agent(agent: &std::path::Path) -> (std::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(agent)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("STOCKADE_AGENT_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    (child, port)
+}
+
 fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
     v.sort();
     let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
@@ -178,18 +194,8 @@ async fn main() {
     // Startup: spawn → the port accepts, 20 times.
     let mut startups = Vec::new();
     for _ in 0..20 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let t = Instant::now();
-        let mut child = Command::new(&a.agent)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("STOCKADE_AGENT_TOKEN", TOKEN)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
+        let (mut child, port) = spawn_agent(&a.agent);
         let deadline = Instant::now() + Duration::from_secs(5);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "agent did not listen");
@@ -203,17 +209,7 @@ async fn main() {
     println!("startup (spawn → listening): p50 {p50:.2} ms, p99 {p99:.2} ms");
 
     // Loopback.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(&a.agent)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("STOCKADE_AGENT_TOKEN", TOKEN)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, port) = spawn_agent(&a.agent);
     let client = AgentClient::new(
         Endpoint::Tcp(format!("127.0.0.1:{port}")),
         Some(TOKEN.into()),

@@ -63,6 +63,13 @@ fn process_selector(sel: Selector) -> process::ProcessSelector {
     }
 }
 
+/// A session selector as process.Process's selector of the same process.
+fn envd_selector(
+    sel: Option<CommandSessionSelector>,
+) -> Result<Option<process::ProcessSelector>, ConnectError> {
+    Ok(Some(process_selector(selector(sel)?)))
+}
+
 fn config_of(spec: &CommandSpec) -> ProcessConfig {
     ProcessConfig {
         cmd: spec.cmd.clone(),
@@ -176,7 +183,7 @@ async fn stream_input(
         let event = match msg.event {
             Some(stream_input_request::Event::Start(s)) => {
                 Some(envd::Event::Start(envd::StartEvent {
-                    process: Some(process_selector(selector(s.session)?)),
+                    process: envd_selector(s.session)?,
                 }))
             }
             Some(stream_input_request::Event::Data(d)) => {
@@ -197,27 +204,19 @@ async fn send_signal(
     state: &AgentState,
     req: SendSignalRequest,
 ) -> Result<SendSignalResponse, ConnectError> {
-    let sel = selector(req.session)?;
-    proc_rpc::send_signal(
-        state,
-        process::SendSignalRequest {
-            process: Some(process_selector(sel)),
-            signal: req.signal,
-        },
-    )
-    .await?;
+    let envd = process::SendSignalRequest {
+        process: envd_selector(req.session)?,
+        signal: req.signal,
+    };
+    proc_rpc::send_signal(state, envd).await?;
     Ok(SendSignalResponse {})
 }
 
 async fn update(state: &AgentState, req: UpdateRequest) -> Result<UpdateResponse, ConnectError> {
-    let sel = selector(req.session)?;
-    proc_rpc::update(
-        state,
-        process::UpdateRequest {
-            process: Some(process_selector(sel)),
-            pty: req.pty,
-        },
-    )
-    .await?;
+    let envd = process::UpdateRequest {
+        process: envd_selector(req.session)?,
+        pty: req.pty,
+    };
+    proc_rpc::update(state, envd).await?;
     Ok(UpdateResponse {})
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use stockade_agent::client::{AgentClient, Endpoint, RunOptions};
+use stockade_agent::client::{AgentClient, Endpoint, RunOptions, RunOutput};
 
 const TOKEN: &str = "docker-test-token";
 
@@ -16,9 +16,15 @@ fn docker(args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("docker CLI runs");
+    stdout_of(out, &format!("docker {args:?}"))
+}
+
+/// The standard output of a command `what` that must have succeeded,
+/// trimmed.
+fn stdout_of(out: std::process::Output, what: &str) -> String {
     assert!(
         out.status.success(),
-        "docker {args:?} failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
@@ -35,12 +41,7 @@ fn static_agent() -> PathBuf {
         let out = Command::new(script)
             .output()
             .expect("scripts/build-agent runs");
-        assert!(
-            out.status.success(),
-            "scripts/build-agent failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        PathBuf::from(stdout_of(out, "scripts/build-agent"))
     })
     .clone()
 }
@@ -116,48 +117,32 @@ impl Container {
     }
 }
 
+/// `/bin/sh -c script` through the agent, run to its end.
+async fn sh(c: &AgentClient, script: &str) -> RunOutput {
+    c.run(
+        "/bin/sh",
+        &RunOptions {
+            args: vec!["-c".into(), script.into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn the_static_agent_runs_as_pid_1_in_busybox() {
     // A main process that ignores SIGTERM: Docker must SIGKILL it after the grace.
     let stubborn = Container::start(&["/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done"]);
     let c = stubborn.client().await;
-    let out = c
-        .run(
-            "/bin/sh",
-            &RunOptions {
-                args: vec!["-c".into(), "echo $((6*7)); cat /proc/1/comm".into()],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let out = sh(&c, "echo $((6*7)); cat /proc/1/comm").await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "42\nstockade-agent\n");
     assert_eq!(out.exit_code, 0);
 
     // Orphans are reaped by PID 1: no zombie is left behind.
-    c.run(
-        "/bin/sh",
-        &RunOptions {
-            args: vec!["-c".into(), "sleep 0.1 & exit 0".into()],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    sh(&c, "sleep 0.1 & exit 0").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let zombies = c
-        .run(
-            "/bin/sh",
-            &RunOptions {
-                args: vec![
-                    "-c".into(),
-                    "grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l".into(),
-                ],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let zombies = sh(&c, "grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l").await;
     assert_eq!(String::from_utf8_lossy(&zombies.stdout).trim(), "0");
 
     // Files through the agent.

@@ -117,20 +117,16 @@ async fn watch_reports_create_write_rename_chmod_remove_recursively() {
     expect_event(&mut w, "sub/inner.txt", EventType::Create).await;
 
     // Not a directory / missing → errors at the start.
-    assert_eq!(
-        c.watch_dir(&format!("{root}/sub/inner.txt"), false)
-            .await
-            .err()
-            .and_then(|e| e.code()),
-        Some(Code::InvalidArgument)
-    );
-    assert_eq!(
-        c.watch_dir(&format!("{root}/missing"), false)
-            .await
-            .err()
-            .and_then(|e| e.code()),
-        Some(Code::NotFound)
-    );
+    for (path, code) in [
+        (format!("{root}/sub/inner.txt"), Code::InvalidArgument),
+        (format!("{root}/missing"), Code::NotFound),
+    ] {
+        assert_eq!(
+            c.watch_dir(&path, false).await.err().and_then(|e| e.code()),
+            Some(code),
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -258,29 +254,17 @@ async fn files_up_and_down_raw_and_multipart() {
     assert_eq!(res.bytes().await.unwrap(), "second");
 
     // Errors: missing file 404, a directory 400, no path 400.
-    let err = c.download(&agent.path("nope")).await.err().unwrap();
-    assert!(
-        matches!(
-            err,
-            stockade_agent::client::ClientError::Http { status: 404, .. }
-        ),
-        "{err}"
-    );
-    let err = c.download(&agent.path("multi")).await.err().unwrap();
-    assert!(
-        matches!(
-            err,
-            stockade_agent::client::ClientError::Http { status: 400, .. }
-        ),
-        "{err}"
-    );
-    let res = h
-        .post(agent.url("/files"))
-        .header("x-access-token", TOKEN)
-        .body("x")
-        .send()
-        .await
-        .unwrap();
+    for (name, expected) in [("nope", 404), ("multi", 400)] {
+        let err = c.download(&agent.path(name)).await.err().unwrap();
+        assert!(
+            matches!(
+                err,
+                stockade_agent::client::ClientError::Http { status, .. } if status == expected
+            ),
+            "{err}"
+        );
+    }
+    let res = agent.post("/files", "x").await;
     assert_eq!(res.status(), 400);
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["code"], 400);

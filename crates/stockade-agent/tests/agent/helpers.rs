@@ -84,6 +84,27 @@ impl Agent {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// A GET of `path` with the access token.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        http()
+            .get(self.url(path))
+            .header("x-access-token", TOKEN)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A POST of `body` to `path` with the access token.
+    pub async fn post(&self, path: &str, body: &'static str) -> reqwest::Response {
+        http()
+            .post(self.url(path))
+            .header("x-access-token", TOKEN)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub fn path(&self, rel: &str) -> String {
         self.dir.path().join(rel).to_string_lossy().into_owned()
     }

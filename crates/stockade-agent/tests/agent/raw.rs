@@ -24,6 +24,32 @@ async fn post(agent: &Agent, path: &str, ct: &str, body: Vec<u8>) -> reqwest::Re
         .unwrap()
 }
 
+/// A POST of `body` as JSON to `path`.
+async fn post_json(agent: &Agent, path: &str, body: &serde_json::Value) -> reqwest::Response {
+    post(
+        agent,
+        path,
+        "application/json",
+        body.to_string().into_bytes(),
+    )
+    .await
+}
+
+/// A unary POST of `msg` as binary protobuf to `path`.
+async fn post_proto(agent: &Agent, path: &str, msg: &impl prost::Message) -> reqwest::Response {
+    post(agent, path, "application/proto", msg.encode_to_vec()).await
+}
+
+/// A streaming POST of `msg`, one binary protobuf envelope, to `path`.
+async fn post_stream_proto(
+    agent: &Agent,
+    path: &str,
+    msg: &impl prost::Message,
+) -> reqwest::Response {
+    let body = envelope(0, &msg.encode_to_vec());
+    post(agent, path, "application/connect+proto", body).await
+}
+
 #[tokio::test]
 async fn streams_in_json() {
     let agent = Agent::start().await;
@@ -55,13 +81,7 @@ async fn streams_in_json() {
     });
     // Wait until List shows it, by tag, in JSON.
     let pid = loop {
-        let res = post(
-            &agent,
-            "/process.Process/List",
-            "application/json",
-            b"{}".to_vec(),
-        )
-        .await;
+        let res = post_json(&agent, "/process.Process/List", &serde_json::json!({})).await;
         let list: serde_json::Value = res.json().await.unwrap();
         if let Some(p) = list["processes"]
             .as_array()
@@ -77,13 +97,7 @@ async fn streams_in_json() {
         "process": { "tag": "json-proc" },
         "input": { "stdin": b64("hi\n") }
     });
-    let res = post(
-        &agent,
-        "/process.Process/SendInput",
-        "application/json",
-        input.to_string().into_bytes(),
-    )
-    .await;
+    let res = post_json(&agent, "/process.Process/SendInput", &input).await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.unwrap(), "{}");
 
@@ -132,13 +146,7 @@ async fn streams_and_unary_in_proto() {
         stdin: Some(false),
         ..Default::default()
     };
-    let res = post(
-        &agent,
-        "/process.Process/Start",
-        "application/connect+proto",
-        envelope(0, &req.encode_to_vec()),
-    )
-    .await;
+    let res = post_stream_proto(&agent, "/process.Process/Start", &req).await;
     assert_eq!(res.headers()["content-type"], "application/connect+proto");
     let frames = envelopes(&res.bytes().await.unwrap());
     let events: Vec<process_event::Event> = frames[..frames.len() - 1]
@@ -167,13 +175,7 @@ async fn streams_and_unary_in_proto() {
 
     // Unary proto: Stat and a not-found error (whose body is JSON).
     let stat = fs::StatRequest { path: "/".into() };
-    let res = post(
-        &agent,
-        "/filesystem.Filesystem/Stat",
-        "application/proto",
-        stat.encode_to_vec(),
-    )
-    .await;
+    let res = post_proto(&agent, "/filesystem.Filesystem/Stat", &stat).await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["content-type"], "application/proto");
     let entry = fs::StatResponse::decode(res.bytes().await.unwrap())
@@ -189,13 +191,7 @@ async fn streams_and_unary_in_proto() {
         process: Some(ProcessSelector::pid(999_999)),
         signal: Signal::Sigkill as i32,
     };
-    let res = post(
-        &agent,
-        "/process.Process/SendSignal",
-        "application/proto",
-        kill.encode_to_vec(),
-    )
-    .await;
+    let res = post_proto(&agent, "/process.Process/SendSignal", &kill).await;
     assert_eq!(res.status(), 404);
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["code"], "not_found");
@@ -204,13 +200,7 @@ async fn streams_and_unary_in_proto() {
     let conn = ConnectRequest {
         process: Some(ProcessSelector::tag("nobody")),
     };
-    let res = post(
-        &agent,
-        "/process.Process/Connect",
-        "application/connect+proto",
-        envelope(0, &conn.encode_to_vec()),
-    )
-    .await;
+    let res = post_stream_proto(&agent, "/process.Process/Connect", &conn).await;
     assert_eq!(res.status(), 200);
     let frames = envelopes(&res.bytes().await.unwrap());
     assert_eq!(frames.len(), 1);
@@ -222,40 +212,28 @@ async fn streams_and_unary_in_proto() {
 #[tokio::test]
 async fn bad_requests_name_what_is_wrong() {
     let agent = Agent::start().await;
-    let res = post(
-        &agent,
-        "/process.Process/List",
-        "text/plain",
-        b"{}".to_vec(),
-    )
-    .await;
-    assert_eq!(res.status(), 415);
-    let res = post(
-        &agent,
-        "/process.Process/List",
-        "application/json",
-        b"{not json".to_vec(),
-    )
-    .await;
-    assert_eq!(res.status(), 400);
-    let body: serde_json::Value = res.json().await.unwrap();
-    assert_eq!(body["code"], "invalid_argument");
-    let res = post(
-        &agent,
-        "/process.Process/Nope",
-        "application/json",
-        b"{}".to_vec(),
-    )
-    .await;
-    assert_eq!(res.status(), 501);
+    // A content type it does not speak, a body that is no JSON, a method
+    // that does not exist.
+    for (path, ct, body, status, code) in [
+        ("/process.Process/List", "text/plain", "{}", 415, None),
+        (
+            "/process.Process/List",
+            "application/json",
+            "{not json",
+            400,
+            Some("invalid_argument"),
+        ),
+        ("/process.Process/Nope", "application/json", "{}", 501, None),
+    ] {
+        let res = post(&agent, path, ct, body.into()).await;
+        assert_eq!(res.status(), status, "{path} {ct} {body}");
+        if let Some(code) = code {
+            let body: serde_json::Value = res.json().await.unwrap();
+            assert_eq!(body["code"], code);
+        }
+    }
     let sig = serde_json::json!({"process": {"pid": 1}, "signal": "SIGNAL_SIGHUP"});
-    let res = post(
-        &agent,
-        "/process.Process/SendSignal",
-        "application/json",
-        sig.to_string().into_bytes(),
-    )
-    .await;
+    let res = post_json(&agent, "/process.Process/SendSignal", &sig).await;
     assert_eq!(res.status(), 400);
     let start = serde_json::json!({"process": {"cmd": ""}});
     let res = post(
@@ -272,11 +250,6 @@ async fn bad_requests_name_what_is_wrong() {
         .as_str()
         .unwrap()
         .contains("process.cmd"));
-    let res = http()
-        .get(agent.url("/nowhere"))
-        .header("x-access-token", TOKEN)
-        .send()
-        .await
-        .unwrap();
+    let res = agent.get("/nowhere").await;
     assert_eq!(res.status(), 404);
 }
