@@ -274,10 +274,13 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         let up = crate::upload::upload_source(&client, &path, ctx.json).await?;
         p.source = Some(Source::Upload { id: up.upload_id });
     }
-    let pb = output::spinner("Creating sandbox (pulling the image if needed)", ctx.json);
-    let result = Sandbox::create(&client, p).await;
-    pb.finish_and_clear();
-    let sb = result.map_err(|e| output::sdk_error(&e, None))?;
+    let sb = output::spinning(
+        "Creating sandbox (pulling the image if needed)",
+        ctx.json,
+        Sandbox::create(&client, p),
+    )
+    .await
+    .map_err(|e| output::sdk_error(&e, None))?;
     if ctx.json {
         output::json(sb.info())?;
     } else {
@@ -616,6 +619,24 @@ fn limit<T: std::str::FromStr>(value: &str, flag: &str, what: &str) -> anyhow::R
     })
 }
 
+/// A change to one limit of a quota request, from its flag.
+type QuotaEdit = Box<dyn FnOnce(&mut stockade_sdk::api::SetQuotaRequest)>;
+
+/// The change `value` of `flag` asks for (a number, or `unlimited`), if the
+/// flag was given: it sets the `field` of a quota request.
+fn quota_edit<T: std::str::FromStr + 'static>(
+    value: Option<String>,
+    flag: &str,
+    what: &str,
+    field: fn(&mut stockade_sdk::api::SetQuotaRequest) -> &mut Option<T>,
+) -> anyhow::Result<Option<QuotaEdit>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let limit = limit::<T>(&value, flag, what)?;
+    Ok(Some(Box::new(move |req| *field(req) = limit)))
+}
+
 /// The account `arg` names (an id or a name): its id and name. Anyone
 /// finds their own account; other accounts need an administrator's token.
 pub async fn account_named(client: &Client, arg: &str) -> anyhow::Result<(String, String)> {
@@ -759,48 +780,29 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
             clear,
         } => {
             // Every value is checked before any request.
-            let sandboxes = sandboxes
-                .as_deref()
-                .map(|v| limit::<u64>(v, "--sandboxes", "a whole number"))
-                .transpose()?;
-            let cpu = cpu
-                .as_deref()
-                .map(|v| limit::<f64>(v, "--cpu", "a number of cores"))
-                .transpose()?;
-            let memory = memory
-                .as_deref()
-                .map(|v| limit::<f64>(v, "--memory", "a number of GB"))
-                .transpose()?;
-            let disk = disk
-                .as_deref()
-                .map(|v| limit::<u64>(v, "--disk", "a whole number of GB"))
-                .transpose()?;
-            let snapshots = snapshots
-                .as_deref()
-                .map(|v| limit::<u64>(v, "--snapshots", "a whole number"))
-                .transpose()?;
-            let snapshot_gb = snapshot_gb
-                .as_deref()
-                .map(|v| limit::<f64>(v, "--snapshot-gb", "a number of GB"))
-                .transpose()?;
-            let uploads = uploads
-                .as_deref()
-                .map(|v| limit::<u64>(v, "--uploads", "a whole number"))
-                .transpose()?;
-            let upload_gb = upload_gb
-                .as_deref()
-                .map(|v| limit::<f64>(v, "--upload-gb", "a number of GB"))
-                .transpose()?;
+            let edits: Vec<QuotaEdit> = [
+                quota_edit(sandboxes, "--sandboxes", "a whole number", |r| {
+                    &mut r.sandboxes
+                })?,
+                quota_edit(cpu, "--cpu", "a number of cores", |r| &mut r.cpu_cores)?,
+                quota_edit(memory, "--memory", "a number of GB", |r| &mut r.memory_gb)?,
+                quota_edit(disk, "--disk", "a whole number of GB", |r| &mut r.disk_gb)?,
+                quota_edit(snapshots, "--snapshots", "a whole number", |r| {
+                    &mut r.snapshots
+                })?,
+                quota_edit(snapshot_gb, "--snapshot-gb", "a number of GB", |r| {
+                    &mut r.snapshot_gb
+                })?,
+                quota_edit(uploads, "--uploads", "a whole number", |r| &mut r.uploads)?,
+                quota_edit(upload_gb, "--upload-gb", "a number of GB", |r| {
+                    &mut r.upload_gb
+                })?,
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             let (id, name) = account_named(&client, &account).await?;
-            let changes = clear
-                || sandboxes.is_some()
-                || cpu.is_some()
-                || memory.is_some()
-                || disk.is_some()
-                || snapshots.is_some()
-                || snapshot_gb.is_some()
-                || uploads.is_some()
-                || upload_gb.is_some();
+            let changes = clear || !edits.is_empty();
             let mut q = client.quota(&id).await?;
             if changes {
                 let mut req = if clear {
@@ -808,29 +810,8 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                 } else {
                     q.quota.to_request()
                 };
-                if let Some(v) = sandboxes {
-                    req.sandboxes = v;
-                }
-                if let Some(v) = cpu {
-                    req.cpu_cores = v;
-                }
-                if let Some(v) = memory {
-                    req.memory_gb = v;
-                }
-                if let Some(v) = disk {
-                    req.disk_gb = v;
-                }
-                if let Some(v) = snapshots {
-                    req.snapshots = v;
-                }
-                if let Some(v) = snapshot_gb {
-                    req.snapshot_gb = v;
-                }
-                if let Some(v) = uploads {
-                    req.uploads = v;
-                }
-                if let Some(v) = upload_gb {
-                    req.upload_gb = v;
+                for edit in edits {
+                    edit(&mut req);
                 }
                 q = client.set_quota(&id, &req).await?;
             }
@@ -843,36 +824,29 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
         AccountCommand::Disable { account } => {
             let (id, _) = account_named(&client, &account).await?;
             let a = client.disable_account(&id).await?;
-            if ctx.json {
-                output::json(&a)?;
-            } else {
-                outln!(
+            output::json_or(ctx.json, &a, || {
+                format!(
                     "Disabled account {} ({}): its tokens and sessions are refused until `stockade account enable {}`.",
                     a.name,
                     a.id,
                     a.name
-                )?;
-            }
+                )
+            })?;
         }
         AccountCommand::Enable { account } => {
             let (id, _) = account_named(&client, &account).await?;
             let a = client.enable_account(&id).await?;
-            if ctx.json {
-                output::json(&a)?;
-            } else {
-                outln!(
+            output::json_or(ctx.json, &a, || {
+                format!(
                     "Enabled account {} ({}): its tokens and sessions work again.",
-                    a.name,
-                    a.id
-                )?;
-            }
+                    a.name, a.id
+                )
+            })?;
         }
         AccountCommand::Whoami => {
             let me = client.whoami().await?;
-            if ctx.json {
-                output::json(&me)?;
-            } else {
-                outln!(
+            output::json_or(ctx.json, &me, || {
+                format!(
                     "{} ({}){}",
                     me.account.name,
                     me.account.id,
@@ -881,8 +855,8 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                     } else {
                         ""
                     }
-                )?;
-            }
+                )
+            })?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -416,11 +416,7 @@ pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
                     on(&sandbox)(e)
                 }
             })?;
-            if ctx.json {
-                output::json(&entry)?;
-            } else {
-                outln!("{}", entry.path)?;
-            }
+            output::json_or(ctx.json, &entry, || entry.path.clone())?;
             Ok(ExitCode::SUCCESS)
         }
         FilesCommand::Watch {

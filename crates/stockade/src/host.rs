@@ -5,13 +5,23 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use stockade_sdk::api::{
     CreateHostRequest, HostCapacityInput, HostResponse, HostTlsFiles, UpdateHostRequest,
 };
 
 use crate::cli::{key_value, Ctx};
 use crate::output::{self, CliError};
+
+// The host that `cordon` or `drain` takes out of placement, and why.
+#[derive(Args)]
+pub struct Withdraw {
+    #[arg(value_name = "HOST")]
+    name: String,
+    /// Why (shown with the host).
+    #[arg(long)]
+    reason: Option<String>,
+}
 
 #[derive(Subcommand)]
 pub enum HostCommand {
@@ -69,13 +79,7 @@ pub enum HostCommand {
     /// Take no new sandboxes on a host; what runs there stays.
     #[command(after_help = "Example:
   stockade host cordon docker-2 --reason 'kernel upgrade'")]
-    Cordon {
-        #[arg(value_name = "HOST")]
-        name: String,
-        /// Why (shown with the host).
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    Cordon(Withdraw),
     /// Take new sandboxes on a host again.
     #[command(after_help = "Example:
   stockade host uncordon docker-2")]
@@ -86,13 +90,7 @@ pub enum HostCommand {
     /// Take no new sandboxes on a host and move what it holds off it.
     #[command(after_help = "Example:
   stockade host drain docker-2 --reason 'replacing the disk'")]
-    Drain {
-        #[arg(value_name = "HOST")]
-        name: String,
-        /// Why (shown with the host).
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    Drain(Withdraw),
     /// Remove a host that holds no sandbox (not the server's own).
     #[command(after_help = "Example:
   stockade host rm docker-2")]
@@ -213,6 +211,25 @@ fn tls(
 }
 
 /// A change of state: cordoned, active or draining.
+/// Puts host `name` into `state` and shows it, after what `said` makes of
+/// its name (for people; nothing of it in JSON).
+async fn change_state(
+    ctx: &Ctx,
+    name: &str,
+    state: &str,
+    reason: Option<String>,
+    said: impl Fn(&str) -> String,
+) -> anyhow::Result<()> {
+    let h = ctx
+        .client()?
+        .update_host(name, &to_state(state, reason))
+        .await?;
+    if !ctx.json {
+        outln!("{}", said(&h.name))?;
+    }
+    show(ctx, &h)
+}
+
 fn to_state(state: &str, reason: Option<String>) -> UpdateHostRequest {
     UpdateHostRequest {
         state: Some(state.into()),
@@ -284,46 +301,29 @@ pub async fn host(ctx: &Ctx, cmd: HostCommand) -> anyhow::Result<ExitCode> {
             let h = ctx.client()?.host(&name).await?;
             show(ctx, &h)?;
         }
-        HostCommand::Cordon { name, reason } => {
-            let h = ctx
-                .client()?
-                .update_host(&name, &to_state("cordoned", reason))
-                .await?;
-            if !ctx.json {
-                outln!("Cordoned host {}: it takes no new sandboxes", h.name)?;
-            }
-            show(ctx, &h)?;
+        HostCommand::Cordon(Withdraw { name, reason }) => {
+            let said = |h: &str| format!("Cordoned host {h}: it takes no new sandboxes");
+            change_state(ctx, &name, "cordoned", reason, said).await?;
         }
         HostCommand::Uncordon { name } => {
-            let h = ctx
-                .client()?
-                .update_host(&name, &to_state("active", None))
-                .await?;
-            if !ctx.json {
-                outln!("Host {} takes new sandboxes again", h.name)?;
-            }
-            show(ctx, &h)?;
+            let said = |h: &str| format!("Host {h} takes new sandboxes again");
+            change_state(ctx, &name, "active", None, said).await?;
         }
-        HostCommand::Drain { name, reason } => {
-            let h = ctx
-                .client()?
-                .update_host(&name, &to_state("draining", reason))
-                .await?;
-            if !ctx.json {
-                outln!(
-                    "Draining host {}: it takes no new sandboxes and what it holds is moved off it",
-                    h.name
-                )?;
-            }
-            show(ctx, &h)?;
+        HostCommand::Drain(Withdraw { name, reason }) => {
+            let said = |h: &str| {
+                format!(
+                    "Draining host {h}: it takes no new sandboxes and what it holds is moved off it"
+                )
+            };
+            change_state(ctx, &name, "draining", reason, said).await?;
         }
         HostCommand::Rm { name } => {
             ctx.client()?.remove_host(&name).await?;
-            if ctx.json {
-                output::json(&serde_json::json!({ "name": name, "removed": true }))?;
-            } else {
-                outln!("Removed host {name}")?;
-            }
+            output::json_or(
+                ctx.json,
+                &serde_json::json!({ "name": name, "removed": true }),
+                || format!("Removed host {name}"),
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -2,6 +2,7 @@
 //! commands that manage a sandbox's copies, reach and settings, and the
 //! account's API tokens and dashboard sessions (`token create|ls|rm`).
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -29,21 +30,22 @@ pub async fn fork(ctx: &Ctx, a: ForkArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     let sb = cli::sandbox(&client, &a.sandbox).await?;
     alive(&sb)?;
-    let pb = output::spinner(&format!("Forking {}", sb.name()), ctx.json);
-    let fork = sb.fork(a.name.as_deref()).await;
-    pb.finish_and_clear();
-    let fork = fork.map_err(on(&a.sandbox))?;
-    if ctx.json {
-        output::json(fork.info())?;
-    } else {
-        outln!(
+    let fork = output::spinning(
+        &format!("Forking {}", sb.name()),
+        ctx.json,
+        sb.fork(a.name.as_deref()),
+    )
+    .await
+    .map_err(on(&a.sandbox))?;
+    output::json_or(ctx.json, fork.info(), || {
+        format!(
             "Forked {} into {} ({}) {}",
             sb.name(),
             fork.name(),
             fork.id(),
             fork.status()
-        )?;
-    }
+        )
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -116,14 +118,15 @@ pub async fn snapshot(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<ExitCod
         SnapshotCommand::Create { sandbox, name } => {
             let sb = cli::sandbox(&client, &sandbox).await?;
             alive(&sb)?;
-            let pb = output::spinner(&format!("Snapshotting {}", sb.name()), ctx.json);
-            let snap = sb.snapshot(name.as_deref()).await;
-            pb.finish_and_clear();
-            let snap = snap.map_err(on(&sandbox))?;
-            if ctx.json {
-                output::json(snap.info())?;
-            } else {
-                outln!(
+            let snap = output::spinning(
+                &format!("Snapshotting {}", sb.name()),
+                ctx.json,
+                sb.snapshot(name.as_deref()),
+            )
+            .await
+            .map_err(on(&sandbox))?;
+            output::json_or(ctx.json, snap.info(), || {
+                format!(
                     "Snapshot {} ({}) of {}: {}{}",
                     snap.name(),
                     snap.id(),
@@ -134,8 +137,8 @@ pub async fn snapshot(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<ExitCod
                         .as_deref()
                         .map(|s| format!(", /workspace {s}"))
                         .unwrap_or_default()
-                )?;
-            }
+                )
+            })?;
         }
         SnapshotCommand::Ls { sandbox } => {
             let list = match sandbox {
@@ -295,11 +298,9 @@ pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
         }
         (Some(PortAction::Unexpose), Some(port)) => {
             let left = sb.unexpose_port(port).await.map_err(&on)?;
-            if ctx.json {
-                output::json(&serde_json::json!({ "ports": left }))?;
-            } else {
-                outln!("Port {port} of {} is no longer exposed.", sb.name())?;
-            }
+            output::json_or(ctx.json, &serde_json::json!({ "ports": left }), || {
+                format!("Port {port} of {} is no longer exposed.", sb.name())
+            })?;
         }
         (None, None) => {
             let ports = sb.ports().await.map_err(&on)?;
@@ -766,6 +767,28 @@ pub struct UpdateArgs {
     rm_env: Vec<String>,
 }
 
+/// `current` without the `remove` keys and with the KEY=VALUE pairs of
+/// `set` (given with `flag`); `None` when neither names anything.
+fn edited_map(
+    current: &BTreeMap<String, String>,
+    remove: &[String],
+    set: &[String],
+    flag: &str,
+) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    if remove.is_empty() && set.is_empty() {
+        return Ok(None);
+    }
+    let mut map = current.clone();
+    for k in remove {
+        map.remove(k);
+    }
+    for pair in set {
+        let (k, v) = key_value(pair, flag)?;
+        map.insert(k, v);
+    }
+    Ok(Some(map))
+}
+
 pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     let mut sb = cli::sandbox(&client, &a.sandbox).await?;
@@ -787,28 +810,8 @@ pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
         }
         p.labels = Some(labels);
     }
-    if !a.tag.is_empty() || !a.rm_tag.is_empty() {
-        let mut tags = sb.info().tags.clone();
-        for k in &a.rm_tag {
-            tags.remove(k);
-        }
-        for t in &a.tag {
-            let (k, v) = key_value(t, "--tag")?;
-            tags.insert(k, v);
-        }
-        p.tags = Some(tags);
-    }
-    if !a.env.is_empty() || !a.rm_env.is_empty() {
-        let mut env = sb.info().environment_vars.clone();
-        for k in &a.rm_env {
-            env.remove(k);
-        }
-        for e in &a.env {
-            let (k, v) = key_value(e, "--env")?;
-            env.insert(k, v);
-        }
-        p.env = Some(env);
-    }
+    p.tags = edited_map(&sb.info().tags, &a.rm_tag, &a.tag, "--tag")?;
+    p.env = edited_map(&sb.info().environment_vars, &a.rm_env, &a.env, "--env")?;
     if p == UpdateParams::default() {
         return Err(CliError::invalid(
             "nothing to update: give at least one of --name, --timeout, --cpu, --memory, \

@@ -64,6 +64,21 @@ pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `value` as JSON when `json` was asked for, else the sentence
+/// `words` makes.
+pub fn json_or<T: Serialize>(
+    json: bool,
+    value: &T,
+    words: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    if json {
+        self::json(value)
+    } else {
+        outln!("{}", words())?;
+        Ok(())
+    }
+}
+
 /// A spinner on stderr while `message` is in progress; invisible when
 /// stderr is not a terminal or JSON output was asked for.
 pub fn spinner(message: &str, quiet: bool) -> ProgressBar {
@@ -78,6 +93,18 @@ pub fn spinner(message: &str, quiet: bool) -> ProgressBar {
     pb.set_message(message.to_owned());
     pb.enable_steady_tick(Duration::from_millis(100));
     pb
+}
+
+/// Awaits `work` behind a [`spinner`] showing `message`, cleared once it ends.
+pub async fn spinning<T>(
+    message: &str,
+    quiet: bool,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let pb = spinner(message, quiet);
+    let out = work.await;
+    pb.finish_and_clear();
+    out
 }
 
 /// A progress bar of bytes on stderr (a byte counter when `total` is 0,

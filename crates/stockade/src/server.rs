@@ -1209,10 +1209,13 @@ mod tests {
         args: super::ServerArgs,
     }
 
+    /// `flags` parsed as the arguments of `stockade` into a test's parser.
+    pub(crate) fn parse_flags<C: Parser>(flags: &[&str]) -> Result<C, clap::Error> {
+        C::try_parse_from(std::iter::once("stockade").chain(flags.iter().copied()))
+    }
+
     fn limits(flags: &[&str]) -> anyhow::Result<String> {
-        let mut argv = vec!["stockade"];
-        argv.extend_from_slice(flags);
-        let cli = Cli::try_parse_from(argv)?;
+        let cli: Cli = parse_flags(flags)?;
         Ok(super::describe_limits(&super::rate_limit_config(
             &cli.args,
         )?))
@@ -1225,9 +1228,7 @@ mod tests {
             return;
         }
         let parse = |flags: &[&str]| -> anyhow::Result<_> {
-            let mut argv = vec!["stockade"];
-            argv.extend_from_slice(flags);
-            let cli = Cli::try_parse_from(argv)?;
+            let cli: Cli = parse_flags(flags)?;
             let isolation = &cli.args.isolation;
             Ok((isolation.egress()?.private, isolation.config()?.private))
         };
@@ -1304,9 +1305,7 @@ mod tests {
     }
 
     fn connections(flags: &[&str]) -> anyhow::Result<stockade_server::serve::ConnectionLimits> {
-        let mut argv = vec!["stockade"];
-        argv.extend_from_slice(flags);
-        let cli = Cli::try_parse_from(argv)?;
+        let cli: Cli = parse_flags(flags)?;
         let files = stockade_server::serve::RaisedLimit {
             before: 20_000,
             now: stockade_server::serve::OpenFilesLimit {
@@ -1392,11 +1391,7 @@ mod tests {
 
     #[test]
     fn admission_flags_parse_and_name_the_flag_on_bad_input() {
-        let parse = |flags: &[&str]| {
-            let mut argv = vec!["stockade"];
-            argv.extend_from_slice(flags);
-            Cli::try_parse_from(argv).unwrap().args.admission.config()
-        };
+        let parse = |flags: &[&str]| parse_flags::<Cli>(flags).unwrap().args.admission.config();
         for var in [
             "STOCKADE_CPU_OVERCOMMIT",
             "STOCKADE_MEMORY_OVERCOMMIT",
@@ -1503,11 +1498,7 @@ mod tests {
 
     #[test]
     fn isolation_flags_name_the_flag_on_bad_input() {
-        let parse = |flags: &[&str]| {
-            let mut argv = vec!["stockade"];
-            argv.extend_from_slice(flags);
-            Cli::try_parse_from(argv).unwrap().args.isolation.config()
-        };
+        let parse = |flags: &[&str]| parse_flags::<Cli>(flags).unwrap().args.isolation.config();
         for var in [
             "STOCKADE_SANDBOX_NETWORK",
             "STOCKADE_SANDBOX_BRIDGE",

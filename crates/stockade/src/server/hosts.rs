@@ -144,9 +144,7 @@ mod tests {
     #[test]
     fn flags_are_checked_and_named() {
         let parse = |flags: &[&str]| {
-            let mut argv = vec!["stockade"];
-            argv.extend_from_slice(flags);
-            let cli = Cli::try_parse_from(argv)?;
+            let cli: Cli = crate::server::tests::parse_flags(flags)?;
             let factory: Arc<dyn RuntimeFactory> =
                 Arc::new(DockerHostFactory::new(DockerConfig::default()));
             cli.args.config(factory, "unix:///var/run/docker.sock")
