@@ -1,6 +1,7 @@
 //! What the unit tests of several modules build their cases from.
 
-use stockade_core::{InstanceId, Sandbox};
+use chrono::Utc;
+use stockade_core::{AccountId, Defaults, InstanceId, Sandbox, SandboxId, SandboxSpec};
 use stockade_runtime::ContainerSpec;
 
 /// A plain container of `sb`'s, made by `instance`.
@@ -19,4 +20,20 @@ pub(crate) fn spec(sb: &Sandbox, instance: &InstanceId) -> ContainerSpec {
         agent_token: None,
         disk_bytes: None,
     }
+}
+
+/// A new record of the default settings on the host `local`; `adjust`
+/// changes its spec first.
+pub(crate) fn sandbox(adjust: impl FnOnce(&mut SandboxSpec)) -> Sandbox {
+    let id = SandboxId::generate();
+    let mut spec = SandboxSpec::from_input(Default::default(), &id, &Defaults::default()).unwrap();
+    adjust(&mut spec);
+    Sandbox::new(
+        id,
+        AccountId::generate(),
+        None,
+        spec,
+        "local".into(),
+        Utc::now(),
+    )
 }

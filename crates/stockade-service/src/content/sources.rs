@@ -54,6 +54,7 @@ use tracing::{info, warn};
 use crate::error::{ServiceError, ServiceResult};
 use crate::sandbox::request::NewSandbox;
 use crate::{access, content::snapshots, Service};
+use stockade_core::error::error_chain;
 use stockade_core::net::AddressPolicy;
 use stockade_core::Scope;
 
@@ -1162,19 +1163,6 @@ async fn file_stream(path: PathBuf, guard: tempfile::TempDir) -> ServiceResult<B
         chunk
     });
     Ok(Box::pin(stream))
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

@@ -482,21 +482,12 @@ impl Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stockade_core::{AccountId, Defaults, InstanceId, SandboxSpec};
+    use stockade_core::InstanceId;
     use stockade_runtime::prelude::*;
     use stockade_runtime::FakeRuntime;
 
     async fn running(rt: &FakeRuntime) -> Sandbox {
-        let id = SandboxId::generate();
-        let spec = SandboxSpec::from_input(Default::default(), &id, &Defaults::default()).unwrap();
-        let mut sb = Sandbox::new(
-            id.clone(),
-            AccountId::generate(),
-            None,
-            spec,
-            "local".into(),
-            Utc::now(),
-        );
+        let mut sb = crate::test_support::sandbox(|_| {});
         sb.status = SandboxStatus::Running;
         let container = crate::test_support::spec(&sb, &InstanceId::generate());
         rt.create(&container).await.unwrap();

@@ -167,25 +167,13 @@ pub async fn run_periodically(svc: Service, shutdown: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Utc;
-    use stockade_core::{AccountId, Defaults, SandboxId, SandboxSpec};
+
     use stockade_runtime::{Enforcement, QuotaMethod};
 
     const GB: u64 = 1 << 30;
 
     fn sandbox(disk_size_gb: u32) -> Sandbox {
-        let id = SandboxId::generate();
-        let mut spec =
-            SandboxSpec::from_input(Default::default(), &id, &Defaults::default()).unwrap();
-        spec.disk_size_gb = disk_size_gb;
-        Sandbox::new(
-            id,
-            AccountId::generate(),
-            None,
-            spec,
-            "local".into(),
-            Utc::now(),
-        )
+        crate::test_support::sandbox(|spec| spec.disk_size_gb = disk_size_gb)
     }
 
     fn caps(workspace: bool, root_fs: bool) -> DiskEnforcement {
