@@ -197,29 +197,45 @@ pub struct ContainerSpec {
     pub disk_bytes: Option<u64>,
 }
 
+/// `Debug` for a spec, its fields in the order given, the agent token shown
+/// only as `Some("<redacted>")`.
+macro_rules! debug_with_redacted_token {
+    ($ty:ident { $($field:ident),* $(,)? }) => {
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut d = f.debug_struct(stringify!($ty));
+                $(debug_with_redacted_token!(@field d, self, $field);)*
+                d.finish()
+            }
+        }
+    };
+    (@field $d:ident, $self:ident, agent_token) => {
+        $d.field("agent_token", &redacted(&$self.agent_token));
+    };
+    (@field $d:ident, $self:ident, $field:ident) => {
+        $d.field(stringify!($field), &$self.$field);
+    };
+}
+
 /// `Some("<redacted>")` in place of a token.
 fn redacted(token: &Option<String>) -> Option<&'static str> {
     token.as_ref().map(|_| "<redacted>")
 }
 
-impl std::fmt::Debug for ContainerSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ContainerSpec")
-            .field("sandbox_id", &self.sandbox_id)
-            .field("account_id", &self.account_id)
-            .field("instance_id", &self.instance_id)
-            .field("image", &self.image)
-            .field("command", &self.command)
-            .field("env", &self.env)
-            .field("cpu_cores", &self.cpu_cores)
-            .field("memory_bytes", &self.memory_bytes)
-            .field("network_access", &self.network_access)
-            .field("hostname", &self.hostname)
-            .field("agent_token", &redacted(&self.agent_token))
-            .field("disk_bytes", &self.disk_bytes)
-            .finish()
-    }
-}
+debug_with_redacted_token!(ContainerSpec {
+    sandbox_id,
+    account_id,
+    instance_id,
+    image,
+    command,
+    env,
+    cpu_cores,
+    memory_bytes,
+    network_access,
+    hostname,
+    agent_token,
+    disk_bytes,
+});
 
 /// A warm-pool member to create: a sandbox container with the
 /// default main process, made before any account asks for it. It carries
@@ -244,21 +260,17 @@ pub struct PoolMemberSpec {
     pub disk_bytes: Option<u64>,
 }
 
-impl std::fmt::Debug for PoolMemberSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolMemberSpec")
-            .field("sandbox_id", &self.sandbox_id)
-            .field("instance_id", &self.instance_id)
-            .field("class", &self.class)
-            .field("image", &self.image)
-            .field("cpu_cores", &self.cpu_cores)
-            .field("memory_bytes", &self.memory_bytes)
-            .field("network_access", &self.network_access)
-            .field("agent_token", &redacted(&self.agent_token))
-            .field("disk_bytes", &self.disk_bytes)
-            .finish()
-    }
-}
+debug_with_redacted_token!(PoolMemberSpec {
+    sandbox_id,
+    instance_id,
+    class,
+    image,
+    cpu_cores,
+    memory_bytes,
+    network_access,
+    agent_token,
+    disk_bytes,
+});
 
 impl PoolMemberSpec {
     /// The container as a create of this sandbox id with these settings

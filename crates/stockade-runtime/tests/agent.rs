@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use stockade_agent::client::{AgentClient, Endpoint, RunOptions, RunOutput};
+use stockade_agent::client::{AgentClient, RunOptions, RunOutput};
 use stockade_agent::connect::Code;
 use stockade_core::{InstanceId, SandboxId};
 use stockade_runtime::prelude::*;
@@ -25,7 +25,9 @@ use stockade_runtime::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
-use support::{docker_cli, shell_spec, Made};
+use support::{
+    agent, agent_round_trip, compile_static, docker_cli, shell_spec, stop_on_sigterm, Made,
+};
 
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
 
@@ -75,28 +77,6 @@ fn spec(image: &str, script: &str, token: Option<&str>) -> ContainerSpec {
         agent_token: token.map(str::to_owned),
         ..spec
     }
-}
-
-/// The sandbox's agent at its container address, once it answers.
-async fn agent(rt: &DockerRuntime, id: &SandboxId, token: Option<&str>) -> AgentClient {
-    let ip = rt
-        .container_address(id)
-        .await
-        .expect("address")
-        .expect("a running sandbox has an address");
-    let c = AgentClient::new(
-        Endpoint::Tcp(format!("{ip}:{AGENT_PORT}")),
-        token.map(str::to_owned),
-    );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while let Err(e) = c.health().await {
-        assert!(
-            Instant::now() < deadline,
-            "the agent of {id} at {ip} never answered: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    c
 }
 
 async fn sh(c: &AgentClient, script: &str) -> RunOutput {
@@ -690,24 +670,7 @@ int main(int argc, char **argv) {
 /// Imports an image holding nothing but a static `/tiny` (TINY_MAIN), in
 /// the manner of a distroless image: no shell, no libc, no /etc.
 fn import_shell_less_image(tag: &str) {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pid = std::process::id();
-    let source = dir.join(format!("tiny-main-{pid}.c"));
-    let binary = dir.join(format!("tiny-main-{pid}"));
-    std::fs::write(&source, TINY_MAIN).unwrap();
-    let out = Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .output()
-        .expect("run cc (install gcc and libc6-dev)");
-    let _ = std::fs::remove_file(&source);
-    assert!(
-        out.status.success(),
-        "cc -static failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let binary = compile_static("tiny-main", TINY_MAIN);
     let data = std::fs::read(&binary).unwrap();
     let _ = std::fs::remove_file(&binary);
     let mut tar = tar::Builder::new(Vec::new());
@@ -769,30 +732,13 @@ async fn an_image_without_shell_or_libc_gets_the_agent_too() {
     assert_eq!(out.exit_code, 0);
     assert_eq!(out.stdout, b"hello from tiny\n");
     // Files and directories through the agent alone.
-    c.upload_bytes("/workspace/note.txt", "no shell needed")
-        .await
-        .unwrap();
-    let back = c
-        .download("/workspace/note.txt")
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let back = agent_round_trip(&c, "/workspace/note.txt", "no shell needed").await;
     assert_eq!(back, b"no shell needed");
     let listed = c.list_dir("/", 1).await.unwrap();
     let names: Vec<&str> = listed.iter().map(|e| e.name.as_str()).collect();
     assert!(names.contains(&"tiny"), "{names:?}");
     // The main process (the image's command) gets SIGTERM from the agent.
-    let started = Instant::now();
-    rt.stop(&s.sandbox_id, Duration::from_secs(20))
-        .await
-        .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(
-        rt.inspect(&s.sandbox_id).await.unwrap().unwrap().exit_code,
-        Some(0)
-    );
+    stop_on_sigterm(&rt, &s.sandbox_id).await;
 }
 
 fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {

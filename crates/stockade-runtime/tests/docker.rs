@@ -16,7 +16,7 @@ use stockade_runtime::{
 };
 
 mod support;
-use support::{docker_cli, sh_exec, shell_spec, Cleanup};
+use support::{docker_cli, exec_of, sh_exec, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
 const MISSING_IMAGE: &str = "stockade-test-nonexistent/never-there:0.0.1";
@@ -274,16 +274,7 @@ async fn workspace_survives_stop_and_start() {
     rt.stop(id, Duration::from_secs(30))
         .await
         .expect("stop again");
-    match rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: argv(&["true"]),
-                ..Default::default()
-            },
-        )
-        .await
-    {
+    match rt.exec(id, exec_of(&["true"])).await {
         Err(RuntimeError::Conflict(m)) => assert_eq!(m, "sandbox is not running"),
         other => panic!("expected Conflict, got {other:?}"),
     }
@@ -292,13 +283,7 @@ async fn workspace_survives_stop_and_start() {
     rt.start(id).await.expect("start while running is fine");
     assert!(rt.inspect(id).await.unwrap().unwrap().running);
     let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: argv(&["cat", "/workspace/data.bin"]),
-                ..Default::default()
-            },
-        )
+        .exec(id, exec_of(&["cat", "/workspace/data.bin"]))
         .await
         .unwrap();
     assert_eq!(out.stdout.len(), payload.len());
@@ -378,14 +363,7 @@ async fn missing_containers_are_not_found() {
         Err(RuntimeError::NotFound(_))
     ));
     assert!(matches!(
-        rt.exec(
-            &id,
-            ExecSpec {
-                argv: argv(&["true"]),
-                ..Default::default()
-            }
-        )
-        .await,
+        rt.exec(&id, exec_of(&["true"])).await,
         Err(RuntimeError::NotFound(_))
     ));
     rt.remove(&id, false)
@@ -538,16 +516,7 @@ async fn exec_reports_exit_codes_streams_stdin_cwd_and_env() {
         .unwrap();
     assert_eq!(text(&out.stdout), "/tmp\na b=c|hello there\n");
 
-    let out = rt
-        .exec(
-            id,
-            ExecSpec {
-                argv: argv(&["/no/such/command"]),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let out = rt.exec(id, exec_of(&["/no/such/command"])).await.unwrap();
     assert!(
         matches!(out.exit_code, Some(126) | Some(127)),
         "{:?}",

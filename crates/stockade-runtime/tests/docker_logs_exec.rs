@@ -14,7 +14,7 @@ use stockade_runtime::{
 };
 
 mod support;
-use support::{docker_cli, sh_exec, shell_spec, Cleanup};
+use support::{docker_cli, exec_of, sh_exec, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done";
@@ -301,13 +301,7 @@ async fn streamed_exec_timeout_kill_and_abandon_leave_nothing_running() {
 
     // Kill on request.
     let mut p = rt
-        .exec_start(
-            &id,
-            ExecSpec {
-                argv: argv(&["/bin/sh", "-c", "echo up; sleep 313"]),
-                ..Default::default()
-            },
-        )
+        .exec_start(&id, exec_of(&["/bin/sh", "-c", "echo up; sleep 313"]))
         .await
         .unwrap();
     assert_eq!(p.next().await, Some(ExecEvent::Stdout("up\n".into())));
@@ -320,13 +314,7 @@ async fn streamed_exec_timeout_kill_and_abandon_leave_nothing_running() {
 
     // Dropping the stream kills the process.
     let mut p = rt
-        .exec_start(
-            &id,
-            ExecSpec {
-                argv: argv(&["/bin/sh", "-c", "echo up; sleep 314"]),
-                ..Default::default()
-            },
-        )
+        .exec_start(&id, exec_of(&["/bin/sh", "-c", "echo up; sleep 314"]))
         .await
         .unwrap();
     assert_eq!(p.next().await, Some(ExecEvent::Stdout("up\n".into())));
@@ -344,14 +332,7 @@ async fn streamed_exec_timeout_kill_and_abandon_leave_nothing_running() {
     // Not running: Conflict.
     rt.stop(&id, Duration::from_secs(5)).await.unwrap();
     assert!(matches!(
-        rt.exec_start(
-            &id,
-            ExecSpec {
-                argv: argv(&["true"]),
-                ..Default::default()
-            }
-        )
-        .await,
+        rt.exec_start(&id, exec_of(&["true"])).await,
         Err(RuntimeError::Conflict(_))
     ));
 }

@@ -19,16 +19,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use stockade_agent::client::{AgentClient, Endpoint};
 use stockade_core::{SandboxId, VolumeName};
 use stockade_runtime::prelude::*;
 use stockade_runtime::{
-    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, IsolationConfig,
-    TlsFiles, AGENT_PORT,
+    container_name, ContainerSpec, DockerConfig, DockerRuntime, ExecSpec, IsolationConfig, TlsFiles,
 };
 
 mod support;
-use support::{image, shell_spec};
+use support::{agent, image, iptables, remove_isolation_chain, shell_spec};
 
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
 /// How long a failure may take to be reported.
@@ -107,21 +105,7 @@ impl Drop for Cleanup {
             self.cli
                 .run(&["volume", "rm", "-f", VolumeName::for_sandbox(id).as_str()]);
         }
-        let iptables = |args: &[&str]| {
-            Command::new("iptables")
-                .args(["-w", "10"])
-                .args(args)
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        for bridge in [&self.iso.bridge, &self.iso.internal_bridge] {
-            let jump = ["-i", bridge.as_str(), "-j", self.iso.chain.as_str()];
-            while iptables(&[&["-C", "INPUT"][..], &jump].concat()) {
-                iptables(&[&["-D", "INPUT"][..], &jump].concat());
-            }
-        }
-        iptables(&["-F", &self.iso.chain]);
-        iptables(&["-X", &self.iso.chain]);
+        remove_isolation_chain(&self.iso);
         // The egress chain ensure_isolation made in both tables, and the
         // rules jumping to it.
         let egress = stockade_runtime::EgressChains::for_isolation_chain(&self.iso.chain).main();
@@ -230,20 +214,7 @@ async fn a_sandbox_lives_and_dies(
     );
 
     // Its agent answers with the token (the agent volume was made there).
-    let ip = rt
-        .container_address(&s.sandbox_id)
-        .await
-        .expect("address")
-        .expect("a running sandbox has an address");
-    let agent = AgentClient::new(Endpoint::Tcp(format!("{ip}:{AGENT_PORT}")), Some(token));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while let Err(e) = agent.health().await {
-        assert!(
-            Instant::now() < deadline,
-            "the agent at {ip} never answered: {e}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    agent(rt, &s.sandbox_id, Some(token.as_str())).await;
 
     let t = Instant::now();
     let out = rt
@@ -286,6 +257,14 @@ async fn a_sandbox_lives_and_dies(
     assert!(!cli.network_exists(&iso.network));
 }
 
+/// The engine that takes TLS clients and the directory of its client
+/// files, when the run has one.
+fn tls_host() -> Option<(String, PathBuf)> {
+    let host = setting("STOCKADE_TEST_HOST3", "STOCKADE_TEST_HOST3_ERROR")?;
+    let dir = setting("STOCKADE_TEST_HOST3_TLS", "STOCKADE_TEST_HOST3_ERROR")?;
+    Some((host, PathBuf::from(dir)))
+}
+
 fn tls_files(dir: &Path) -> TlsFiles {
     TlsFiles {
         ca: dir.join("ca.pem"),
@@ -296,13 +275,9 @@ fn tls_files(dir: &Path) -> TlsFiles {
 
 #[tokio::test]
 async fn a_tls_host_runs_sandboxes() {
-    let (Some(host), Some(dir)) = (
-        setting("STOCKADE_TEST_HOST3", "STOCKADE_TEST_HOST3_ERROR"),
-        setting("STOCKADE_TEST_HOST3_TLS", "STOCKADE_TEST_HOST3_ERROR"),
-    ) else {
+    let Some((host, dir)) = tls_host() else {
         return;
     };
-    let dir = PathBuf::from(dir);
     let name = host_name("tls");
     let iso = IsolationConfig::for_host(&name);
     let rt = DockerRuntime::new(DockerConfig {
@@ -356,13 +331,9 @@ impl Drop for TempDir {
 
 #[tokio::test]
 async fn tls_errors_name_the_file_and_the_refusal() {
-    let (Some(host), Some(dir)) = (
-        setting("STOCKADE_TEST_HOST3", "STOCKADE_TEST_HOST3_ERROR"),
-        setting("STOCKADE_TEST_HOST3_TLS", "STOCKADE_TEST_HOST3_ERROR"),
-    ) else {
+    let Some((host, dir)) = tls_host() else {
         return;
     };
-    let dir = PathBuf::from(dir);
     let runtime = |tls: TlsFiles| {
         DockerRuntime::new(DockerConfig {
             host: Some(host.clone()),

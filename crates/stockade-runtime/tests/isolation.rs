@@ -22,7 +22,7 @@ use stockade_runtime::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
-use support::{image, sh_exec, shell_spec};
+use support::{docker_cli, image, iptables, remove_isolation_chain, sh_exec, shell_spec};
 
 const TEST_LABEL: &str = "io.stockade.test";
 
@@ -58,6 +58,16 @@ struct Cleanup {
     containers: Vec<String>,
 }
 
+impl Cleanup {
+    fn new(iso: &IsolationConfig) -> Self {
+        Self {
+            iso: iso.clone(),
+            sandboxes: Vec::new(),
+            containers: Vec::new(),
+        }
+    }
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let docker = |args: &[&str]| {
@@ -70,14 +80,7 @@ impl Drop for Cleanup {
         for c in &self.containers {
             docker(&["rm", "-f", c]);
         }
-        for bridge in [&self.iso.bridge, &self.iso.internal_bridge] {
-            let jump = ["-i", bridge.as_str(), "-j", self.iso.chain.as_str()];
-            while iptables(&[&["-C", "INPUT"][..], &jump].concat()) {
-                iptables(&[&["-D", "INPUT"][..], &jump].concat());
-            }
-        }
-        iptables(&["-F", &self.iso.chain]);
-        iptables(&["-X", &self.iso.chain]);
+        remove_isolation_chain(&self.iso);
         docker(&[
             "network",
             "rm",
@@ -87,13 +90,34 @@ impl Drop for Cleanup {
     }
 }
 
-/// Runs `iptables -w 10 args…`; whether it succeeded.
-fn iptables(args: &[&str]) -> bool {
-    Command::new("iptables")
-        .args(["-w", "10"])
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// Names of this test's own, what it makes removed on drop, and a runtime
+/// on the local engine using them.
+fn isolated() -> (IsolationConfig, Cleanup, DockerRuntime) {
+    let iso = test_isolation();
+    (iso.clone(), Cleanup::new(&iso), runtime_for(&iso))
+}
+
+/// A runtime on the local engine with isolation `iso`.
+fn runtime_for(iso: &IsolationConfig) -> DockerRuntime {
+    DockerRuntime::new(DockerConfig {
+        isolation: iso.clone(),
+        ..DockerConfig::default()
+    })
+    .unwrap()
+}
+
+/// `docker inspect -f format name`, trimmed.
+fn docker_inspect(format: &str, name: &str) -> String {
+    let out = docker_cli(&["inspect", "-f", format, name]);
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The names of the networks sandbox `id`'s container is on.
+fn networks_of(id: &SandboxId) -> String {
+    docker_inspect(
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+        &container_name(id),
+    )
 }
 
 /// A configuration with names no other test or deployment uses.
@@ -227,34 +251,17 @@ fn other_network_container(name: &str) -> IpAddr {
         .output()
         .expect("docker run");
     assert!(run.status.success(), "{run:?}");
-    let ip = Command::new("docker")
-        .args([
-            "inspect",
-            "-f",
-            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-            name,
-        ])
-        .output()
-        .expect("docker inspect");
-    String::from_utf8_lossy(&ip.stdout)
-        .trim()
-        .parse()
-        .expect("an address")
+    docker_inspect(
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        name,
+    )
+    .parse()
+    .expect("an address")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sandboxes_reach_neither_each_other_nor_the_host() {
-    let iso = test_isolation();
-    let mut cleanup = Cleanup {
-        iso: iso.clone(),
-        sandboxes: Vec::new(),
-        containers: Vec::new(),
-    };
-    let rt = DockerRuntime::new(DockerConfig {
-        isolation: iso.clone(),
-        ..DockerConfig::default()
-    })
-    .unwrap();
+    let (iso, mut cleanup, rt) = isolated();
     let report = rt.ensure_isolation().await;
     assert_eq!(report.status(), IsolationStatus::Repaired, "{report:?}");
     assert!(report.problems.is_empty(), "{report:?}");
@@ -379,17 +386,7 @@ async fn sandboxes_reach_neither_each_other_nor_the_host() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ensure_isolation_repairs_what_was_removed_by_hand() {
-    let iso = test_isolation();
-    let cleanup = Cleanup {
-        iso: iso.clone(),
-        sandboxes: Vec::new(),
-        containers: Vec::new(),
-    };
-    let rt = DockerRuntime::new(DockerConfig {
-        isolation: iso.clone(),
-        ..DockerConfig::default()
-    })
-    .unwrap();
+    let (iso, cleanup, rt) = isolated();
     let first = rt.ensure_isolation().await;
     assert!(first.problems.is_empty(), "{first:?}");
     assert_eq!(rt.ensure_isolation().await.status(), IsolationStatus::Ok);
@@ -457,19 +454,7 @@ async fn ensure_isolation_repairs_what_was_removed_by_hand() {
     let mut cleanup = cleanup;
     cleanup.sandboxes.push(s.sandbox_id.clone());
     rt.create(&s).await.expect("create");
-    let joined = Command::new("docker")
-        .args([
-            "inspect",
-            "-f",
-            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
-            &container_name(&s.sandbox_id),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&joined.stdout).trim(),
-        iso.internal_network
-    );
+    assert_eq!(networks_of(&s.sandbox_id), iso.internal_network);
     rt.remove(&s.sandbox_id, false).await.unwrap();
     rt.remove_isolation().await.expect("remove isolation");
     assert!(!iptables(&["-S", &iso.chain]), "the chain is gone");
@@ -493,17 +478,7 @@ fn engine_major() -> u32 {
 /// the same seccomp profile.
 #[tokio::test(flavor = "multi_thread")]
 async fn pool_members_join_the_same_networks() {
-    let iso = test_isolation();
-    let mut cleanup = Cleanup {
-        iso: iso.clone(),
-        sandboxes: Vec::new(),
-        containers: Vec::new(),
-    };
-    let rt = DockerRuntime::new(DockerConfig {
-        isolation: iso.clone(),
-        ..DockerConfig::default()
-    })
-    .unwrap();
+    let (iso, mut cleanup, rt) = isolated();
     let report = rt.ensure_isolation().await;
     assert!(report.problems.is_empty(), "{report:?}");
     for (network_access, network) in [(true, &iso.network), (false, &iso.internal_network)] {
@@ -520,16 +495,10 @@ async fn pool_members_join_the_same_networks() {
         };
         cleanup.sandboxes.push(member.sandbox_id.clone());
         rt.create_pool_member(&member).await.expect("create member");
-        let inspected = Command::new("docker")
-            .args([
-                "inspect",
-                "-f",
-                "{{.HostConfig.NetworkMode}} {{range .HostConfig.SecurityOpt}}{{.}} {{end}}",
-                &container_name(&member.sandbox_id),
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&inspected.stdout);
+        let text = docker_inspect(
+            "{{.HostConfig.NetworkMode}} {{range .HostConfig.SecurityOpt}}{{.}} {{end}}",
+            &container_name(&member.sandbox_id),
+        );
         assert!(text.starts_with(&format!("{network} ")), "{text}");
         assert!(text.contains("no-new-privileges:true"), "{text}");
         if engine_major() < 25 {
@@ -556,21 +525,13 @@ async fn pool_members_join_the_same_networks() {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_network_no_sandbox_unless_the_administrator_allows_it() {
     let iso = test_isolation();
-    let mut cleanup = Cleanup {
-        iso: iso.clone(),
-        sandboxes: Vec::new(),
-        containers: Vec::new(),
-    };
+    let mut cleanup = Cleanup::new(&iso);
     let squat = Command::new("docker")
         .args(["network", "create", &iso.network])
         .output()
         .expect("docker network create");
     assert!(squat.status.success(), "{squat:?}");
-    let rt = DockerRuntime::new(DockerConfig {
-        isolation: iso.clone(),
-        ..DockerConfig::default()
-    })
-    .unwrap();
+    let rt = runtime_for(&iso);
     let account = AccountId::generate();
     let keep_alive = stockade_core::StartCommand::keep_alive_argv();
     let online = spec(&account, keep_alive.clone(), true);
@@ -615,14 +576,5 @@ async fn no_network_no_sandbox_unless_the_administrator_allows_it() {
     lax.create(&opted)
         .await
         .expect("created on the default bridge");
-    let net = Command::new("docker")
-        .args([
-            "inspect",
-            "-f",
-            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
-            &container_name(&opted.sandbox_id),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&net.stdout).trim(), "bridge");
+    assert_eq!(networks_of(&opted.sandbox_id), "bridge");
 }

@@ -16,7 +16,7 @@
 //! --nocapture`) prints create and exec p50 under both runtimes.
 
 mod support;
-use support::{docker_cli, sh_ok, shell_spec, Made};
+use support::{agent_round_trip, docker_cli, sh_ok, shell_spec, stop_on_sigterm, Made};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -366,29 +366,10 @@ async fn the_agent_runs_under_gvisor() {
     assert!(text.ends_with("hello\n"), "{text}");
     // Files go through the agent's worker threads: glibc's thread creation
     // (clone3, then clone) works under the gVisor profile.
-    c.upload_bytes("/tmp/from-host.txt", "through the agent")
-        .await
-        .unwrap();
-    let back = c
-        .download("/tmp/from-host.txt")
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let back = agent_round_trip(&c, "/tmp/from-host.txt", "through the agent").await;
     assert_eq!(back, b"through the agent");
 
-    let started = Instant::now();
-    rt.stop(&s.sandbox_id, Duration::from_secs(20))
-        .await
-        .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
-    let state = rt.inspect(&s.sandbox_id).await.unwrap().unwrap();
-    assert_eq!(state.exit_code, Some(0));
+    stop_on_sigterm(&rt, &s.sandbox_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

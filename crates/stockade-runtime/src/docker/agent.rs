@@ -121,6 +121,28 @@ pub(super) fn volume_labels() -> HashMap<String, String> {
 }
 
 impl DockerRuntime {
+    /// The agent volume at [`AGENT_MOUNT_PATH`], never filled from the
+    /// image's files; `labels` for the volume should the engine have to
+    /// make it.
+    pub(super) fn agent_mount(
+        &self,
+        read_only: bool,
+        labels: Option<HashMap<String, String>>,
+    ) -> Mount {
+        Mount {
+            target: Some(AGENT_MOUNT_PATH.to_owned()),
+            source: Some(self.agent_volume().to_owned()),
+            typ: Some(MountTypeEnum::VOLUME),
+            read_only: Some(read_only),
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                labels,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
     /// The agent volume's name on this engine.
     pub(super) fn agent_volume(&self) -> &str {
         &self.config.agent_volume
@@ -287,17 +309,7 @@ impl DockerRuntime {
             network_disabled: Some(true),
             host_config: Some(HostConfig {
                 network_mode: Some("none".to_owned()),
-                mounts: Some(vec![Mount {
-                    target: Some(AGENT_MOUNT_PATH.to_owned()),
-                    source: Some(self.agent_volume().to_owned()),
-                    typ: Some(MountTypeEnum::VOLUME),
-                    read_only: Some(false),
-                    volume_options: Some(MountVolumeOptions {
-                        no_copy: Some(true),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }]),
+                mounts: Some(vec![self.agent_mount(false, None)]),
                 ..Default::default()
             }),
             ..Default::default()

@@ -40,11 +40,7 @@ impl DockerRuntime {
         id: &SandboxId,
         spec: ExecSpec,
     ) -> RuntimeResult<ExecProcess> {
-        if spec.argv.is_empty() {
-            return Err(RuntimeError::Other(
-                "exec needs a command (argv is empty)".into(),
-            ));
-        }
+        require_command(&spec)?;
         let docker = self.client().await?;
         let name = container_name(id);
         let marker = InstanceId::generate().as_str().to_owned();
@@ -63,13 +59,7 @@ impl DockerRuntime {
         tokio::spawn(async move {
             let mut output = output;
             let mut input = input;
-            let write = async {
-                if let Some(data) = stdin {
-                    // The process may exit without reading: a broken pipe is fine.
-                    let _ = input.write_all(&data).await;
-                    let _ = input.shutdown().await;
-                }
-            };
+            let write = feed_stdin(&mut input, stdin);
             let pump = async {
                 while let Some(item) = output.next().await {
                     let event = match item {
@@ -285,11 +275,7 @@ impl DockerRuntime {
         id: &SandboxId,
         spec: ExecSpec,
     ) -> RuntimeResult<ExecOutput> {
-        if spec.argv.is_empty() {
-            return Err(RuntimeError::Other(
-                "exec needs a command (argv is empty)".into(),
-            ));
-        }
+        require_command(&spec)?;
         let name = container_name(id);
         let marker = spec
             .timeout
@@ -315,13 +301,7 @@ impl DockerRuntime {
         let mut read_error = None;
         let stdin = spec.stdin;
         let run = async {
-            let write = async {
-                if let Some(data) = stdin {
-                    // The process may exit without reading: a broken pipe is fine.
-                    let _ = input.write_all(&data).await;
-                    let _ = input.shutdown().await;
-                }
-            };
+            let write = feed_stdin(&mut input, stdin);
             let read = async {
                 while let Some(item) = output.next().await {
                     match item {
@@ -449,6 +429,29 @@ impl Capped {
         } else {
             self.buf.extend_from_slice(bytes);
         }
+    }
+}
+
+/// Refuses an exec without a command.
+fn require_command(spec: &ExecSpec) -> RuntimeResult<()> {
+    if spec.argv.is_empty() {
+        return Err(RuntimeError::Other(
+            "exec needs a command (argv is empty)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `data` to a process's input, then closes it. The process may exit
+/// without reading: a broken pipe is fine.
+async fn feed_stdin<W, B>(input: &mut W, data: Option<B>)
+where
+    W: tokio::io::AsyncWrite + Unpin + ?Sized,
+    B: AsRef<[u8]>,
+{
+    if let Some(data) = data {
+        let _ = input.write_all(data.as_ref()).await;
+        let _ = input.shutdown().await;
     }
 }
 

@@ -13,8 +13,7 @@ use bollard::container::{
 use bollard::errors::Error as BollardError;
 use bollard::image::CreateImageOptions;
 use bollard::models::{
-    HostConfig, ImageInspect, Mount, MountTypeEnum, MountVolumeOptions, RestartPolicy,
-    RestartPolicyNameEnum,
+    HostConfig, ImageInspect, Mount, MountTypeEnum, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::volume::CreateVolumeOptions;
 use bollard::Docker;
@@ -24,9 +23,7 @@ use stockade_core::{InstanceId, SandboxId, VolumeName};
 use super::containers::remove_container;
 use super::loop_disk::VolumeDisk;
 use super::{container_name, error_chain, is_connection_error, status_code, DockerRuntime};
-use crate::agent::{
-    agent_entrypoint_prefix, agent_version, validate_agent_token, AGENT_MOUNT_PATH, AGENT_TOKEN_ENV,
-};
+use crate::agent::{agent_entrypoint_prefix, agent_version, validate_agent_token, AGENT_TOKEN_ENV};
 use crate::{
     labels, ByteStream, ContainerSpec, Lifecycle, PoolMemberSpec, RuntimeError, RuntimeResult,
 };
@@ -185,20 +182,9 @@ impl DockerRuntime {
                 (!spec.command.is_empty()).then(|| super::update::wrap_main(&spec.command)),
             ),
             Some(token) => {
-                mounts.push(Mount {
-                    target: Some(AGENT_MOUNT_PATH.to_owned()),
-                    source: Some(self.agent_volume().to_owned()),
-                    typ: Some(MountTypeEnum::VOLUME),
-                    read_only: Some(true),
-                    volume_options: Some(MountVolumeOptions {
-                        // Never the image's files: only what Stockade put there.
-                        no_copy: Some(true),
-                        // Should the engine have to make it (it vanished).
-                        labels: Some(super::agent::volume_labels()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                });
+                // Read-only, only what Stockade put there; labelled should the
+                // engine have to make it (it vanished).
+                mounts.push(self.agent_mount(true, Some(super::agent::volume_labels())));
                 env.retain(|kv| !kv.starts_with(&format!("{AGENT_TOKEN_ENV}=")));
                 env.push(format!("{AGENT_TOKEN_ENV}={token}"));
                 labels.insert(labels::AGENT.to_owned(), agent_version().to_owned());
@@ -590,9 +576,10 @@ enum ContainerUndo {
     Created(String),
 }
 
-/// What a `create` made so far, removed again when it fails or is
-/// cancelled: the container, and the volume only if this call made it.
-struct CreateUndo {
+/// What a `create` made so far: the container, and the volume only if
+/// this call made it.
+#[derive(Clone)]
+struct Made {
     docker: Docker,
     sandbox_id: SandboxId,
     instance_id: InstanceId,
@@ -600,18 +587,38 @@ struct CreateUndo {
     volume_owned: bool,
     /// The file system of its own the new volume binds, when it has one.
     disk: Option<VolumeDisk>,
+}
+
+/// [`Made`], removed again when the create fails or is cancelled.
+struct CreateUndo {
+    made: Made,
     armed: bool,
+}
+
+impl std::ops::Deref for CreateUndo {
+    type Target = Made;
+    fn deref(&self) -> &Made {
+        &self.made
+    }
+}
+
+impl std::ops::DerefMut for CreateUndo {
+    fn deref_mut(&mut self) -> &mut Made {
+        &mut self.made
+    }
 }
 
 impl CreateUndo {
     fn new(docker: Docker, spec: &ContainerSpec) -> Self {
         Self {
-            docker,
-            sandbox_id: spec.sandbox_id.clone(),
-            instance_id: spec.instance_id.clone(),
-            container: ContainerUndo::None,
-            volume_owned: false,
-            disk: None,
+            made: Made {
+                docker,
+                sandbox_id: spec.sandbox_id.clone(),
+                instance_id: spec.instance_id.clone(),
+                container: ContainerUndo::None,
+                volume_owned: false,
+                disk: None,
+            },
             armed: true,
         }
     }
@@ -622,20 +629,7 @@ impl CreateUndo {
 
     async fn run_now(&mut self) {
         self.armed = false;
-        self.removal().await;
-    }
-
-    /// Removes what the create made; the future holds its own copies, so
-    /// it may outlive the create.
-    fn removal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        undo_create(
-            self.docker.clone(),
-            self.sandbox_id.clone(),
-            self.instance_id.clone(),
-            self.container.clone(),
-            self.volume_owned,
-            self.disk.clone(),
-        )
+        self.made.clone().remove().await;
     }
 }
 
@@ -648,68 +642,72 @@ impl Drop for CreateUndo {
         // background, outside the cancelled task.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             tracing::info!(sandbox.id = %self.sandbox_id, "create cancelled: removing what it made");
-            handle.spawn(self.removal());
+            handle.spawn(self.made.clone().remove());
         }
     }
 }
 
-async fn undo_create(
-    docker: Docker,
-    sandbox_id: SandboxId,
-    instance_id: InstanceId,
-    container: ContainerUndo,
-    volume_owned: bool,
-    disk: Option<VolumeDisk>,
-) {
-    let name = container_name(&sandbox_id);
-    let volume = VolumeName::for_sandbox(&sandbox_id);
-    // A pending create may still land after our first look: look again.
-    let attempts = if container == ContainerUndo::Pending {
-        3
-    } else {
-        1
-    };
-    for attempt in 0..attempts {
-        if attempt > 0 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        let target = match &container {
-            ContainerUndo::None => None,
-            ContainerUndo::Created(id) => Some(id.clone()),
-            // Only a container that carries this create's labels is ours.
-            ContainerUndo::Pending => match docker
-                .inspect_container(&name, None::<InspectContainerOptions>)
-                .await
-            {
-                Ok(c) => {
-                    let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
-                    let ours = labels.get(labels::SANDBOX_ID).map(String::as_str)
-                        == Some(sandbox_id.as_str())
-                        && labels.get(labels::INSTANCE_ID).map(String::as_str)
-                            == Some(instance_id.as_str());
-                    ours.then_some(name.clone())
-                }
-                Err(_) => None,
-            },
+impl Made {
+    /// Removes it all; what is gone already is no error.
+    async fn remove(self) {
+        let Made {
+            docker,
+            sandbox_id,
+            instance_id,
+            container,
+            volume_owned,
+            disk,
+        } = self;
+        let name = container_name(&sandbox_id);
+        let volume = VolumeName::for_sandbox(&sandbox_id);
+        // A pending create may still land after our first look: look again.
+        let attempts = if container == ContainerUndo::Pending {
+            3
+        } else {
+            1
         };
-        if let Some(target) = target {
-            if let Err(e) = remove_container(&docker, &target).await {
-                tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the container of a failed create");
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-        }
-        if volume_owned {
-            match docker.remove_volume(volume.as_str(), None).await {
-                Ok(()) => {}
-                Err(e) if status_code(&e) == Some(404) => {}
-                Err(e) => {
-                    tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the volume of a failed create");
-                    // Its file system stays with it (a later look may remove both).
-                    continue;
+            let target = match &container {
+                ContainerUndo::None => None,
+                ContainerUndo::Created(id) => Some(id.clone()),
+                // Only a container that carries this create's labels is ours.
+                ContainerUndo::Pending => match docker
+                    .inspect_container(&name, None::<InspectContainerOptions>)
+                    .await
+                {
+                    Ok(c) => {
+                        let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+                        let ours = labels.get(labels::SANDBOX_ID).map(String::as_str)
+                            == Some(sandbox_id.as_str())
+                            && labels.get(labels::INSTANCE_ID).map(String::as_str)
+                                == Some(instance_id.as_str());
+                        ours.then_some(name.clone())
+                    }
+                    Err(_) => None,
+                },
+            };
+            if let Some(target) = target {
+                if let Err(e) = remove_container(&docker, &target).await {
+                    tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the container of a failed create");
                 }
             }
-            if let Some(disk) = &disk {
-                if let Err(why) = disk.destroy().await {
-                    tracing::warn!(sandbox.id = %sandbox_id, %why, "could not remove the volume's file system of a failed create");
+            if volume_owned {
+                match docker.remove_volume(volume.as_str(), None).await {
+                    Ok(()) => {}
+                    Err(e) if status_code(&e) == Some(404) => {}
+                    Err(e) => {
+                        tracing::warn!(sandbox.id = %sandbox_id, error = %error_chain(&e), "could not remove the volume of a failed create");
+                        // Its file system stays with it (a later look may remove both).
+                        continue;
+                    }
+                }
+                if let Some(disk) = &disk {
+                    if let Err(why) = disk.destroy().await {
+                        tracing::warn!(sandbox.id = %sandbox_id, %why, "could not remove the volume's file system of a failed create");
+                    }
                 }
             }
         }

@@ -713,19 +713,7 @@ fn is_limit_refused(e: &BollardError) -> bool {
         if PHRASES.iter().any(|p| message.contains(p)))
 }
 
-/// An error and its causes, `outer: inner: innermost`, without repeats.
-pub(crate) fn error_chain(e: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut source: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = source {
-        let text = err.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = err.source();
-    }
-    parts.join(": ")
-}
+pub(crate) use stockade_core::error::error_chain;
 
 /// Docker's timestamps; its zero time (`0001-01-01T00:00:00Z`) means never.
 fn parse_time(s: Option<&str>) -> Option<DateTime<Utc>> {
@@ -745,23 +733,16 @@ mod tests {
 
     #[test]
     fn hosts_parse() {
-        let direct = |e| Address::Direct(e);
-        assert_eq!(
-            parse_endpoint("unix:///var/run/docker.sock").unwrap(),
-            direct(Endpoint::Unix("/var/run/docker.sock".into()))
-        );
-        assert_eq!(
-            parse_endpoint("/tmp/d.sock").unwrap(),
-            direct(Endpoint::Unix("/tmp/d.sock".into()))
-        );
-        assert_eq!(
-            parse_endpoint("tcp://10.0.0.2:2375").unwrap(),
-            direct(Endpoint::Tcp("10.0.0.2:2375".into()))
-        );
-        assert_eq!(
-            parse_endpoint("tcp://10.0.0.2:2376/").unwrap(),
-            direct(Endpoint::Tcp("10.0.0.2:2376".into()))
-        );
+        let unix = |p: &str| Address::Direct(Endpoint::Unix(p.into()));
+        let tcp = |a: &str| Address::Direct(Endpoint::Tcp(a.into()));
+        for (host, address) in [
+            ("unix:///var/run/docker.sock", unix("/var/run/docker.sock")),
+            ("/tmp/d.sock", unix("/tmp/d.sock")),
+            ("tcp://10.0.0.2:2375", tcp("10.0.0.2:2375")),
+            ("tcp://10.0.0.2:2376/", tcp("10.0.0.2:2376")),
+        ] {
+            assert_eq!(parse_endpoint(host).unwrap(), address, "{host}");
+        }
         assert_eq!(
             parse_endpoint("ssh://me@host:2222").unwrap(),
             Address::Ssh(ssh::SshTarget {

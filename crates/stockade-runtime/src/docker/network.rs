@@ -854,28 +854,30 @@ mod tests {
 
     #[test]
     fn bad_names_are_refused_naming_the_field() {
-        let too_long = IsolationConfig::with_prefix("a-very-long-prefix");
-        assert!(too_long.validate().unwrap_err().0.starts_with("bridge:"));
-        let c = IsolationConfig {
-            network: "bridge".into(),
-            ..Default::default()
+        let with = |change: fn(&mut IsolationConfig)| {
+            let mut c = IsolationConfig::default();
+            change(&mut c);
+            c
         };
-        assert!(c.validate().unwrap_err().0.starts_with("network:"));
-        let c = IsolationConfig {
-            chain: "bad chain".into(),
-            ..Default::default()
-        };
-        assert!(c.validate().unwrap_err().0.starts_with("chain:"));
-        let c = IsolationConfig {
-            internal_bridge: "stk0".into(),
-            ..Default::default()
-        };
-        assert!(c.validate().unwrap_err().0.starts_with("internal_bridge:"));
-        let c = IsolationConfig {
-            internal_network: "x/y".into(),
-            ..Default::default()
-        };
-        assert!(c.validate().unwrap_err().0.starts_with("internal_network:"));
+        for (c, field) in [
+            (
+                IsolationConfig::with_prefix("a-very-long-prefix"),
+                "bridge:",
+            ),
+            (with(|c| c.network = "bridge".into()), "network:"),
+            (with(|c| c.chain = "bad chain".into()), "chain:"),
+            (
+                with(|c| c.internal_bridge = "stk0".into()),
+                "internal_bridge:",
+            ),
+            (
+                with(|c| c.internal_network = "x/y".into()),
+                "internal_network:",
+            ),
+        ] {
+            let err = c.validate().unwrap_err().0;
+            assert!(err.starts_with(field), "{err}");
+        }
     }
 
     #[test]

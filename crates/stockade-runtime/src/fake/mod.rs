@@ -394,6 +394,20 @@ impl FakeRuntime {
         self.state().containers.remove(id);
     }
 
+    /// The state, for a call that fails while the daemon is "down" or with
+    /// the message `failure` picks (once).
+    fn state_unless(
+        &self,
+        failure: impl FnOnce(&mut State) -> &mut Option<String>,
+    ) -> RuntimeResult<MutexGuard<'_, State>> {
+        self.check_available()?;
+        let mut st = self.state();
+        match failure(&mut st).take() {
+            Some(msg) => Err(RuntimeError::Other(msg)),
+            None => Ok(st),
+        }
+    }
+
     fn check_available(&self) -> RuntimeResult<()> {
         if self.state().unavailable {
             Err(RuntimeError::Unavailable(
@@ -536,11 +550,7 @@ impl Lifecycle for FakeRuntime {
     }
 
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
-        self.check_available()?;
-        let mut st = self.state();
-        if let Some(msg) = st.fail_start.take() {
-            return Err(RuntimeError::Other(msg));
-        }
+        let mut st = self.state_unless(|st| &mut st.fail_start)?;
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         if !c.running {
             c.running = true;
@@ -551,11 +561,7 @@ impl Lifecycle for FakeRuntime {
     }
 
     async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()> {
-        self.check_available()?;
-        let mut st = self.state();
-        if let Some(msg) = st.fail_stop.take() {
-            return Err(RuntimeError::Other(msg));
-        }
+        let mut st = self.state_unless(|st| &mut st.fail_stop)?;
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         c.stops.push(grace);
         if c.running {
@@ -567,11 +573,7 @@ impl Lifecycle for FakeRuntime {
     }
 
     async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()> {
-        self.check_available()?;
-        let mut st = self.state();
-        if let Some(msg) = st.fail_remove.take() {
-            return Err(RuntimeError::Other(msg));
-        }
+        let mut st = self.state_unless(|st| &mut st.fail_remove)?;
         st.containers.remove(id);
         if !preserve_volume {
             st.volumes.remove(id);
@@ -589,6 +591,14 @@ mod tests {
     use super::*;
     use crate::prelude::*;
     use crate::{ExecEvent, ExecExit, LogsOptions};
+
+    /// A fake runtime with one sandbox created (and running).
+    async fn created() -> (FakeRuntime, ContainerSpec) {
+        let rt = FakeRuntime::new();
+        let s = spec();
+        rt.create(&s).await.unwrap();
+        (rt, s)
+    }
 
     fn spec() -> ContainerSpec {
         ContainerSpec {
@@ -775,10 +785,8 @@ mod tests {
 
     #[tokio::test]
     async fn exec_builtins_queue_and_handler() {
-        let rt = FakeRuntime::new();
-        let s = spec();
+        let (rt, s) = created().await;
         let id = &s.sandbox_id;
-        rt.create(&s).await.unwrap();
         let run = |argv: &[&str]| ExecSpec {
             argv: argv.iter().map(|a| a.to_string()).collect(),
             ..Default::default()
@@ -828,10 +836,8 @@ mod tests {
     #[tokio::test]
     async fn logs_and_streamed_execs() {
         use futures_util::StreamExt;
-        let rt = FakeRuntime::new();
-        let s = spec();
+        let (rt, s) = created().await;
         let id = &s.sandbox_id;
-        rt.create(&s).await.unwrap();
         for i in 0..5 {
             rt.push_log(id, LogStream::Stdout, format!("line {i}"));
         }

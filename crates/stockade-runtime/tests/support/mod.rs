@@ -129,29 +129,36 @@ pub fn io_uring_probe() -> PathBuf {
             // In the build's own scratch directory (no files left in /tmp);
             // built under a name of this process, then renamed into place,
             // so parallel test binaries never see a half-written one.
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-            std::fs::create_dir_all(&dir).expect("scratch dir");
-            let pid = std::process::id();
-            let source = dir.join(format!("io_uring_probe-{pid}.c"));
-            let building = dir.join(format!("io_uring_probe-{pid}"));
-            let binary = dir.join("io_uring_probe");
-            std::fs::write(&source, IO_URING_PROBE).expect("write the probe's source");
-            let out = Command::new("cc")
-                .args(["-static", "-O2", "-o"])
-                .arg(&building)
-                .arg(&source)
-                .output()
-                .expect("run cc (install gcc and libc6-dev)");
-            let _ = std::fs::remove_file(&source);
-            assert!(
-                out.status.success(),
-                "cc -static failed (is libc6-dev installed?): {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let building = compile_static("io_uring_probe", IO_URING_PROBE);
+            let binary = building.with_file_name("io_uring_probe");
             std::fs::rename(&building, &binary).expect("move the probe into place");
             binary
         })
         .clone()
+}
+
+/// C `source` compiled as a static executable in the build's scratch
+/// directory, under a name of `stem` and this process; returns its path.
+pub fn compile_static(stem: &str, source: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let pid = std::process::id();
+    let source_file = dir.join(format!("{stem}-{pid}.c"));
+    let binary = dir.join(format!("{stem}-{pid}"));
+    std::fs::write(&source_file, source).expect("write the C source");
+    let out = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&binary)
+        .arg(&source_file)
+        .output()
+        .expect("run cc (install gcc and libc6-dev)");
+    let _ = std::fs::remove_file(&source_file);
+    assert!(
+        out.status.success(),
+        "cc -static failed (is libc6-dev installed?): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    binary
 }
 
 /// A tar archive of one executable file `name` with `data`.
@@ -214,4 +221,83 @@ pub async fn sh_ok(
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `iptables -w 10 args…`; whether it succeeded.
+pub fn iptables(args: &[&str]) -> bool {
+    Command::new("iptables")
+        .args(["-w", "10"])
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Removes the packet filter chain of `iso` and the rules jumping to it
+/// from its bridges.
+pub fn remove_isolation_chain(iso: &stockade_runtime::IsolationConfig) {
+    for bridge in [&iso.bridge, &iso.internal_bridge] {
+        let jump = ["-i", bridge.as_str(), "-j", iso.chain.as_str()];
+        while iptables(&[&["-C", "INPUT"][..], &jump].concat()) {
+            iptables(&[&["-D", "INPUT"][..], &jump].concat());
+        }
+    }
+    iptables(&["-F", &iso.chain]);
+    iptables(&["-X", &iso.chain]);
+}
+
+/// The sandbox's agent at its container address, once it answers.
+pub async fn agent(
+    rt: &stockade_runtime::DockerRuntime,
+    id: &SandboxId,
+    token: Option<&str>,
+) -> stockade_agent::client::AgentClient {
+    let ip = rt
+        .container_address(id)
+        .await
+        .expect("address")
+        .expect("a running sandbox has an address");
+    let c = stockade_agent::client::AgentClient::new(
+        stockade_agent::client::Endpoint::Tcp(format!("{ip}:{}", stockade_runtime::AGENT_PORT)),
+        token.map(str::to_owned),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while let Err(e) = c.health().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent of {id} at {ip} never answered: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c
+}
+
+/// An exec of `argv`, every other setting at its default.
+pub fn exec_of(argv: &[&str]) -> ExecSpec {
+    ExecSpec {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Writes `text` to `path` through the agent and reads it back.
+pub async fn agent_round_trip(
+    c: &stockade_agent::client::AgentClient,
+    path: &str,
+    text: &'static str,
+) -> Vec<u8> {
+    c.upload_bytes(path, text).await.unwrap();
+    c.download(path).await.unwrap().bytes().await.unwrap()
+}
+
+/// Stops sandbox `id` with 20 s of grace: its main process must end on the
+/// SIGTERM, well within the grace, with exit code 0.
+pub async fn stop_on_sigterm(rt: &stockade_runtime::DockerRuntime, id: &SandboxId) {
+    let started = std::time::Instant::now();
+    rt.stop(id, Duration::from_secs(20)).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rt.inspect(id).await.unwrap().unwrap().exit_code, Some(0));
 }
