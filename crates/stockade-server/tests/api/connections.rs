@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::helpers::*;
-use crate::ports::{ws_echo, WS_SERVER};
+use crate::ports::{ws_connect, ws_echo, ws_echo_sandbox};
 use crate::sse_client::SseStream;
 use crate::terminal::{open, read_until, send};
 
@@ -185,37 +185,12 @@ async fn quiet_log_streams_and_terminals_outlive_both_timeouts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_quiet_proxied_websocket_outlives_both_timeouts() {
     let app = quick_timeouts().await;
-    let (t, id) = app.owned_sandbox("quiet-ws", json!({
-                "name": "quiet-ws",
-                "ports": [9000],
-                "startCommand": "while [ ! -f /workspace/ws.sh ]; do usleep 50000; done; exec nc -ll -p 9000 -e /bin/sh /workspace/ws.sh"
-            })).await;
-    sh_in(&id, WS_SERVER);
-    sh_in(
-        &id,
-        "for i in $(seq 1 100); do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
-    );
+    let t = app.new_account("quiet-ws").await;
+    let id = ws_echo_sandbox(&app, &t, "quiet-ws").await;
     let token = app.port_token(&t, &id).await;
 
-    let mut s = TcpStream::connect(addr(&app)).await.unwrap();
-    let req = format!(
-        "GET /proxy/{id}/9000/chat HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
-         X-Stockade-Token: {token}\r\n\r\n",
-        addr(&app)
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut byte))
-            .await
-            .expect("response head in time")
-            .unwrap();
-        assert_eq!(n, 1, "closed after {:?}", String::from_utf8_lossy(&head));
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head);
+    let path = format!("/proxy/{id}/9000/chat");
+    let (mut s, head) = ws_connect(&app, &path, &addr(&app), Some(&token)).await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     ws_echo(&mut s, b"before the quiet").await;
     tokio::time::sleep(IDLE_TIMEOUT + HEADER_TIMEOUT + Duration::from_secs(2)).await;
@@ -628,19 +603,24 @@ async fn a_body_slower_than_the_floor_is_cut_off_with_408() {
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 }
 
+/// An app with one connection slot (whoever holds it keeps everyone else
+/// out) and a write-stall timeout of `stall`.
+async fn one_slot(stall: Duration) -> TestApp {
+    spawn_app_with(AppOptions {
+        configure: Some(Box::new(move |c| {
+            c.connections.max_connections = Some(1);
+            c.connections.write_stall_timeout = stall;
+        })),
+        ..Default::default()
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_never_reads_gives_its_slot_back_after_the_write_stall_timeout() {
     const STALL: Duration = Duration::from_secs(2);
     const SIZE: usize = 32 << 20;
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            // One slot: whoever holds it keeps everyone else out.
-            c.connections.max_connections = Some(1);
-            c.connections.write_stall_timeout = STALL;
-        })),
-        ..Default::default()
-    })
-    .await;
+    let app = one_slot(STALL).await;
     let (t, id) = app.owned_sandbox("stall", json!({ "name": "stall" })).await;
     sh_in(
         &id,
@@ -712,14 +692,7 @@ async fn an_http2_client_that_keeps_its_window_shut_gives_its_slot_back() {
     // HTTP/2 flow control holds a response back without the socket ever
     // stalling: a stream window of 0 lets no byte of the body out.
     const STALL: Duration = Duration::from_secs(2);
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.max_connections = Some(1);
-            c.connections.write_stall_timeout = STALL;
-        })),
-        ..Default::default()
-    })
-    .await;
+    let app = one_slot(STALL).await;
     let addr = addr(&app);
     let tcp = TcpStream::connect(&addr).await.unwrap();
     let (mut sender, conn) =

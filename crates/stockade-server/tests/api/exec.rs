@@ -445,12 +445,7 @@ async fn bad_exec_requests_are_400s_naming_the_field_and_a_stopped_sandbox_409()
         assert_eq!(r.error_fields(), vec![field], "{body}");
     }
     let r = app
-        .call(
-            Method::POST,
-            &format!("/api/v1/sandbox/{id}/exec"),
-            Some(t),
-            None,
-        )
+        .bodiless(Method::POST, &format!("/api/v1/sandbox/{id}/exec"), t)
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["body"]);

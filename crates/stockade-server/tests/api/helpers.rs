@@ -202,6 +202,11 @@ impl TestApp {
         self.call(Method::POST, path, Some(token), Some(body)).await
     }
 
+    /// `METHOD path` with a token and no body at all.
+    pub async fn bodiless(&self, method: Method, path: &str, token: &str) -> Resp {
+        self.call(method, path, Some(token), None).await
+    }
+
     pub async fn delete(&self, path: &str, token: &str) -> Resp {
         self.call(Method::DELETE, path, Some(token), None).await
     }
@@ -482,6 +487,11 @@ pub fn sh_in(sandbox_id: &str, script: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `docker inspect -f FORMAT` of a sandbox's container, as lines.
+pub fn inspect(sandbox_id: &str, format: &str) -> Vec<String> {
+    docker_lines(&["inspect", "-f", format, &format!("stockade-{sandbox_id}")])
 }
 
 pub fn volume_exists(sandbox_id: &str) -> bool {

@@ -63,7 +63,7 @@ async fn create_with_only_a_name_runs_with_defaults() {
     // The in-sandbox agent is PID 1 (it reaps and forwards signals), not
     // Docker's init.
     assert_eq!(host["Init"], false);
-    let path = docker_lines(&["inspect", "-f", "{{.Path}}", &format!("stockade-{id}")]);
+    let path = crate::helpers::inspect(id, "{{.Path}}");
     assert_eq!(path, vec!["/.stockade/agent/stockade-agent".to_owned()]);
 
     // GET shows the same sandbox.
@@ -104,12 +104,7 @@ async fn custom_limits_are_enforced_by_the_kernel() {
     assert_eq!(sh_in(id, "echo $GREETING"), "hello");
     // networkAccess=false: on Stockade's internal network (no route out;
     // only the host reaches it, for the proxy and the agent).
-    let mode = docker_lines(&[
-        "inspect",
-        "-f",
-        "{{.HostConfig.NetworkMode}}",
-        &format!("stockade-{id}"),
-    ]);
+    let mode = inspect(id, "{{.HostConfig.NetworkMode}}");
     assert_eq!(mode, vec!["stockade-offline".to_owned()]);
 }
 

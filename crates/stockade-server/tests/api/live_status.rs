@@ -92,12 +92,7 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
 
     // Stopped: no usage, the volume is still measured.
     let r = app
-        .call(
-            Method::POST,
-            &format!("{path}/stop?timeout=1"),
-            Some(t),
-            None,
-        )
+        .bodiless(Method::POST, &format!("{path}/stop?timeout=1"), t)
         .await;
     assert_eq!(r.status, StatusCode::OK);
     let d = app.get(&path, t).await;

@@ -45,11 +45,10 @@ async fn metrics_count_requests_sandboxes_operations_and_docker_errors() {
     let a = app.create(t, json!({ "name": "a" })).await;
     let b = app.create(t, json!({ "name": "b" })).await;
     let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
-    app.call(
+    app.bodiless(
         Method::POST,
         &format!("/api/v1/sandbox/{b}/stop?timeout=1"),
-        Some(t),
-        None,
+        t,
     )
     .await;
     assert_eq!(
@@ -139,13 +138,8 @@ async fn metrics_count_requests_sandboxes_operations_and_docker_errors() {
 
     // Deleting and starting move the gauge and fill their histograms.
     app.delete(&format!("/api/v1/sandbox/{a}"), t).await;
-    app.call(
-        Method::POST,
-        &format!("/api/v1/sandbox/{b}/start"),
-        Some(t),
-        None,
-    )
-    .await;
+    app.bodiless(Method::POST, &format!("/api/v1/sandbox/{b}/start"), t)
+        .await;
     let m = scrape(&app).await;
     assert_eq!(get(&m, "stockade_sandboxes{status=\"RUNNING\"}"), 1.0);
     assert_eq!(get(&m, "stockade_sandboxes{status=\"STOPPED\"}"), 0.0);

@@ -82,12 +82,7 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     assert_eq!(ready.len(), 2, "{ready:?}");
     for id in &ready {
         // Made ahead: running, labelled as a member, owned by no account.
-        let labels = docker_lines(&[
-            "inspect",
-            "-f",
-            "{{json .Config.Labels}}",
-            &format!("stockade-{id}"),
-        ]);
+        let labels = inspect(id, "{{json .Config.Labels}}");
         let labels: serde_json::Value = serde_json::from_str(&labels[0]).unwrap();
         assert_eq!(labels["io.stockade.pool-member"], id.as_str());
         assert!(labels.get("io.stockade.account-id").is_none(), "{labels}");

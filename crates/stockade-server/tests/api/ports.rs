@@ -370,11 +370,10 @@ async fn tokens_are_for_one_sandbox_and_expire() {
 
     // Lifetimes: default one hour; ttlSeconds within 1..=86400.
     let r = app
-        .call(
+        .bodiless(
             Method::POST,
             &format!("/api/v1/sandbox/{id}/auth-token"),
-            Some(&alice),
-            None,
+            &alice,
         )
         .await;
     let expires: chrono::DateTime<chrono::Utc> =
@@ -609,9 +608,30 @@ printf 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Up
 exec cat
 EOF"#;
 
+/// A sandbox of `token`'s named `name` whose port 9000 runs [`WS_SERVER`],
+/// once that port listens: its id.
+pub async fn ws_echo_sandbox(app: &TestApp, token: &str, name: &str) -> String {
+    let id = app
+        .create_id(
+            token,
+            json!({
+                "name": name,
+                "ports": [9000],
+                "startCommand": "while [ ! -f /workspace/ws.sh ]; do usleep 50000; done; exec nc -ll -p 9000 -e /bin/sh /workspace/ws.sh"
+            }),
+        )
+        .await;
+    sh_in(&id, WS_SERVER);
+    sh_in(
+        &id,
+        "for i in $(seq 1 100); do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
+    );
+    id
+}
+
 /// Sends a WebSocket upgrade over raw TCP and returns the stream and the
 /// response head.
-async fn ws_connect(
+pub async fn ws_connect(
     app: &TestApp,
     path: &str,
     host: &str,
@@ -665,17 +685,7 @@ pub async fn ws_echo(s: &mut tokio::net::TcpStream, payload: &[u8]) {
 async fn websocket_through_the_proxy() {
     let app = spawn_app().await;
     let t = app.admin_token.clone();
-    let id = app.create_id(&t,
-            json!({
-                "name": "ws",
-                "ports": [9000],
-                "startCommand": "while [ ! -f /workspace/ws.sh ]; do usleep 50000; done; exec nc -ll -p 9000 -e /bin/sh /workspace/ws.sh"
-            })).await;
-    sh_in(&id, WS_SERVER);
-    sh_in(
-        &id,
-        "for i in $(seq 1 100); do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
-    );
+    let id = ws_echo_sandbox(&app, &t, "ws").await;
     let token = token_for(&app, &t, &id, None).await;
     let base_host = &app.base[7..];
 

@@ -179,12 +179,7 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
         r.message(),
         "account quota exceeded: 1 of 1 CPUs in use by running sandboxes, 0.5 more requested"
     );
-    let state = docker_lines(&[
-        "inspect",
-        "-f",
-        "{{.State.Running}}",
-        &format!("stockade-{}", id_of(&b)),
-    ]);
+    let state = inspect(&id_of(&b), "{{.State.Running}}");
     assert_eq!(state, ["false"], "a refused start started the container");
     let r = app.get(&format!("/api/v1/sandbox/{}", id_of(&b)), &t).await;
     assert_eq!(r.body["status"], "STOPPED");
@@ -198,12 +193,7 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
         r.message(),
         "account quota exceeded: 0.5 of 2 GB memory in use by running sandboxes, 2.5 GB more requested"
     );
-    let memory = docker_lines(&[
-        "inspect",
-        "-f",
-        "{{.HostConfig.Memory}}",
-        &format!("stockade-{}", id_of(&a)),
-    ]);
+    let memory = inspect(&id_of(&a), "{{.HostConfig.Memory}}");
     assert_eq!(memory, [(512u64 << 20).to_string()]);
 
     // Shrinking passes; then the stopped one fits again.

@@ -35,12 +35,7 @@ async fn racing_updates_stops_starts_and_a_delete_take_turns() {
         );
     }
     let record = app.get(&format!("/api/v1/sandbox/{id}"), &t).await.body;
-    let running = docker_lines(&[
-        "inspect",
-        "-f",
-        "{{.State.Running}}",
-        &format!("stockade-{id}"),
-    ]);
+    let running = inspect(&id, "{{.State.Running}}");
     let want = if record["status"] == "RUNNING" {
         "true"
     } else {
@@ -52,12 +47,7 @@ async fn racing_updates_stops_starts_and_a_delete_take_turns() {
         "record {} vs Docker",
         record["status"]
     );
-    let nano = docker_lines(&[
-        "inspect",
-        "-f",
-        "{{.HostConfig.NanoCpus}}",
-        &format!("stockade-{id}"),
-    ]);
+    let nano = inspect(&id, "{{.HostConfig.NanoCpus}}");
     let cores = record["cpuCores"].as_f64().unwrap();
     assert_eq!(
         nano,
@@ -77,8 +67,8 @@ async fn racing_updates_stops_starts_and_a_delete_take_turns() {
             Some(&t),
             Some(json!({ "labels": ["late"] }))
         ),
-        app.call(Method::POST, &stop_path, Some(&t), None),
-        app.call(Method::DELETE, &one, Some(&t), None),
+        app.bodiless(Method::POST, &stop_path, &t),
+        app.bodiless(Method::DELETE, &one, &t),
     );
     assert_eq!(delete.status, StatusCode::OK, "{:?}", delete.body);
     for r in [patch, stop] {

@@ -241,18 +241,13 @@ async fn team_members_see_and_run_team_sandboxes_outsiders_get_403() {
 
     // Bob acts on it: stop, start; Alice, the owner, sees the result.
     let r = app
-        .call(
-            Method::POST,
-            &format!("{path}/stop?timeout=1"),
-            Some(&bob),
-            None,
-        )
+        .bodiless(Method::POST, &format!("{path}/stop?timeout=1"), &bob)
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "STOPPED");
     assert_eq!(app.get(&path, &alice).await.body["status"], "STOPPED");
     let r = app
-        .call(Method::POST, &format!("{path}/start"), Some(&bob), None)
+        .bodiless(Method::POST, &format!("{path}/start"), &bob)
         .await;
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(app.get(&path, &alice).await.body["status"], "RUNNING");

@@ -260,12 +260,7 @@ async fn bad_updates_are_refused_and_name_every_field() {
         assert_eq!(r.error_fields(), fields, "{body}");
     }
     let r = app
-        .call(
-            Method::PATCH,
-            &format!("/api/v1/sandbox/{id}"),
-            Some(t),
-            None,
-        )
+        .bodiless(Method::PATCH, &format!("/api/v1/sandbox/{id}"), t)
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 

@@ -64,9 +64,7 @@ async fn bad_create_bodies_name_the_field_and_create_nothing() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    let empty = app
-        .call(Method::POST, "/api/v1/sandbox", Some(t), None)
-        .await;
+    let empty = app.bodiless(Method::POST, "/api/v1/sandbox", t).await;
     assert_eq!(empty.status, StatusCode::BAD_REQUEST);
 
     assert!(
