@@ -398,6 +398,14 @@ fn terminated(sb: &Sandbox, what: &str) -> ServiceError {
     ServiceError::Terminated(format!("Sandbox {} is terminated; {what}", sb.id))
 }
 
+/// Refuses a destroyed sandbox; `what` tells the caller what to do instead.
+pub(crate) fn ensure_live(sb: &Sandbox, what: &str) -> ServiceResult<()> {
+    if sb.is_terminated() {
+        return Err(terminated(sb, what));
+    }
+    Ok(())
+}
+
 /// Begins an operation of `kind` on `sb` and returns the guard with the
 /// record as it is now (after any operation ahead of this one).
 pub(crate) async fn begin(
@@ -415,15 +423,10 @@ pub(crate) async fn begin(
 /// Starts a sandbox; one that is already running is returned as it is.
 pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("start");
-    if sb.is_terminated() {
-        return Err(terminated(&sb, "create a new one"));
-    }
+    ensure_live(&sb, "create a new one")?;
     svc.check_policy_enforceable(&sb.spec.network, &sb.server)?;
     let (mut guard, mut sb) = begin(svc, OperationKind::Start, &sb, serde_json::json!({})).await?;
-    if sb.is_terminated() {
-        guard.release().await;
-        return Err(terminated(&sb, "create a new one"));
-    }
+    guard.check(ensure_live(&sb, "create a new one")).await?;
     let rt = guard.check(svc.runtime_for(&sb).await).await?;
     let container = match rt.inspect(&sb.id).await {
         Ok(c) => c,
@@ -510,14 +513,9 @@ pub async fn stop_because(
     reason: Option<String>,
 ) -> ServiceResult<Sandbox> {
     let _timer = svc.metrics.time_operation("stop");
-    if sb.is_terminated() {
-        return Err(terminated(&sb, "create a new one"));
-    }
+    ensure_live(&sb, "create a new one")?;
     let (mut guard, mut sb) = begin(svc, OperationKind::Stop, &sb, serde_json::json!({})).await?;
-    if sb.is_terminated() {
-        guard.release().await;
-        return Err(terminated(&sb, "create a new one"));
-    }
+    guard.check(ensure_live(&sb, "create a new one")).await?;
     let mut reason = reason;
     let rt = guard.check(svc.runtime_for(&sb).await).await?;
     match rt.stop(&sb.id, grace).await {

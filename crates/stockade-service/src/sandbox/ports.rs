@@ -16,13 +16,7 @@ const UPDATE_ATTEMPTS: usize = 8;
 
 /// Refuses a destroyed sandbox: it has no ports left to reach.
 fn ensure_not_terminated(sb: &Sandbox) -> ServiceResult<()> {
-    if sb.is_terminated() {
-        return Err(ServiceError::Terminated(format!(
-            "Sandbox {} is terminated; create a new one",
-            sb.id
-        )));
-    }
-    Ok(())
+    crate::sandbox::lifecycle::ensure_live(sb, "create a new one")
 }
 
 impl Service {

@@ -29,13 +29,7 @@ pub struct Updated {
 }
 
 fn ensure_updatable(sb: &Sandbox) -> ServiceResult<()> {
-    if sb.is_terminated() {
-        return Err(ServiceError::Terminated(format!(
-            "Sandbox {} is terminated; it cannot be updated",
-            sb.id
-        )));
-    }
-    Ok(())
+    crate::sandbox::lifecycle::ensure_live(sb, "it cannot be updated")
 }
 
 /// Applies `patch` to the sandbox `id` of `scope`.
@@ -64,10 +58,7 @@ pub async fn update(
     let (mut guard, current) =
         crate::sandbox::lifecycle::begin(svc, OperationKind::Update, &sb, serde_json::json!({}))
             .await?;
-    if let Err(e) = ensure_updatable(&current) {
-        guard.release().await;
-        return Err(e);
-    }
+    guard.check(ensure_updatable(&current)).await?;
     let mut live = false;
     let mut admitted = None;
     if patch.cpu_cores.is_some() || patch.memory_gb.is_some() {
