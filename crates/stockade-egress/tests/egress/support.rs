@@ -446,6 +446,17 @@ impl Harness {
     }
 
     /// A DNS question from `client` to the forwarder over UDP.
+    /// The A records `client` is told for `name`.
+    pub async fn ask_a(&self, client: Ipv4Addr, name: &str) -> Vec<Ipv4Addr> {
+        a_records(&self.ask(client, name, RecordType::A).await)
+    }
+
+    /// Asks for `name`'s A records from `client`, which must be refused.
+    pub async fn assert_refused(&self, client: Ipv4Addr, name: &str) {
+        let answer = self.ask(client, name, RecordType::A).await;
+        assert_eq!(answer.response_code(), ResponseCode::Refused, "{name}");
+    }
+
     pub async fn ask(&self, client: Ipv4Addr, name: &str, kind: RecordType) -> Message {
         let socket = UdpSocket::bind((client, 0)).await.unwrap();
         socket.connect(self.forwarder_addr).await.unwrap();
