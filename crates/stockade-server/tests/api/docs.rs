@@ -119,6 +119,21 @@ fn function<'a>(source: &'a str, signature: &str, file: &str) -> &'a str {
     &rest[..end]
 }
 
+/// Where in `text` the parenthesis stands that closes when `depth` of them
+/// are open before `text` begins.
+fn closing_paren(text: &str, mut depth: i32) -> Option<usize> {
+    text.char_indices()
+        .find(|(_, c)| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            *c == ')' && depth == 0
+        })
+        .map(|(i, _)| i)
+}
+
 /// The `.route(path, methods)` calls in `code`, prefixed.
 fn routes_in(code: &str, prefix: &str) -> Vec<Route> {
     let mut out = Vec::new();
@@ -126,19 +141,7 @@ fn routes_in(code: &str, prefix: &str) -> Vec<Route> {
     while let Some(at) = rest.find(".route(") {
         rest = &rest[at + ".route(".len()..];
         // The call's arguments, up to its closing parenthesis.
-        let mut depth = 1;
-        let end = rest
-            .char_indices()
-            .find(|(_, c)| {
-                match c {
-                    '(' => depth += 1,
-                    ')' => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-            })
-            .map(|(i, _)| i)
-            .expect("a .route( call is closed");
+        let end = closing_paren(rest, 1).expect("a .route( call is closed");
         let args = &rest[..end];
         let open = args.find('"').expect("a route's path is a literal");
         let close = open + 1 + args[open + 1..].find('"').expect("a closed literal");
@@ -184,18 +187,7 @@ fn router_routes() -> Vec<Route> {
         .chain(router.match_indices(".nest("))
     {
         let call = &router[i..];
-        let mut depth = 0;
-        let end = call
-            .char_indices()
-            .find(|(_, c)| {
-                match c {
-                    '(' => depth += 1,
-                    ')' => depth -= 1,
-                    _ => {}
-                }
-                *c == ')' && depth == 0
-            })
-            .map_or(call.len(), |(e, _)| e + 1);
+        let end = closing_paren(call, 0).map_or(call.len(), |e| e + 1);
         let call = &call[..end];
         assert!(
             ROUTER_PARTS.contains(&call),

@@ -38,15 +38,7 @@ async fn get(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        headers,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    send(req).await
 }
 
 fn header(h: &HeaderMap, name: &str) -> u64 {
