@@ -84,6 +84,21 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
         .map(|_| &value[7..])
 }
 
+/// The `Idempotency-Key` header of a create, if it has one.
+pub fn idempotency_key(headers: &axum::http::HeaderMap) -> Result<Option<&str>, ApiError> {
+    headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str().map_err(|_| {
+                ApiError::field(
+                    "Idempotency-Key",
+                    "must be 1 to 255 visible ASCII characters",
+                )
+            })
+        })
+        .transpose()
+}
+
 /// The values of the cookie `name` in a request (several: somebody tried
 /// to plant one next to the real one).
 pub fn cookie_values<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Vec<&'a str> {

@@ -244,6 +244,9 @@ function entries(text) {
  * `networkPolicy` value as the API takes and answers it.
  */
 export function egressControl(form) {
+  // The control's markup is written once, in index.html's template.
+  const slot = form.querySelector('[data-egress="slot"]');
+  if (slot) slot.replaceWith(document.getElementById('egress-control').content.cloneNode(true));
   const f = form.elements;
   const listBox = form.querySelector('[data-egress="list"]');
   const exceptBox = form.querySelector('[data-egress="except"]');

@@ -25,7 +25,7 @@ use stockade_service::{lifecycle, snapshots, update};
 use tracing::instrument;
 
 use crate::error::ApiError;
-use crate::extract::{parse_json, query_pairs, Caller, Credential};
+use crate::extract::{idempotency_key, parse_json, query_pairs, Caller, Credential};
 use crate::proxy::token::{self, Purpose};
 use crate::AppState;
 use stockade_service::ServiceError;
@@ -452,15 +452,7 @@ async fn create(
         ..Default::default()
     };
     template.apply(&mut create);
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => Some(v.to_str().map_err(|_| {
-            ApiError::field(
-                "Idempotency-Key",
-                "must be 1 to 255 visible ASCII characters",
-            )
-        })?),
-    };
+    let key = idempotency_key(&headers)?;
     let new = NewSandbox::from(&create).with_metadata(req.metadata.clone().unwrap_or_default());
     let created = state.svc.create_sandbox(&caller.scope, new, key).await?;
     tracing::Span::current().record("sandbox.id", created.sandbox.id.as_str());

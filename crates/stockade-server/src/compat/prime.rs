@@ -773,34 +773,47 @@ async fn agent_error(resp: Response) -> Response {
         .into_response()
 }
 
-/// The sandbox of a gateway file request and its query (path, offset,
-/// length), or the plain error answer.
-async fn gateway_file(
-    state: &AppState,
-    headers: &HeaderMap,
-    ns: &str,
-    job: &str,
-    raw: Option<&str>,
-) -> Result<(Sandbox, (String, Option<i64>, Option<u64>)), Response> {
-    let sb = gateway_sandbox(state, headers, ns, job)
-        .await
-        .map_err(GatewayError::plain)?;
-    let query = file_query(raw).map_err(|e| GatewayError::from(e).plain())?;
-    Ok((sb, query))
+/// A gateway file request: the sandbox its token reaches under
+/// `/gateway/{ns}/{job}` and what its query names. Rejected with the
+/// gateway's plain error body.
+struct GatewayFile {
+    sb: Sandbox,
+    path: String,
+    offset: Option<i64>,
+    length: Option<u64>,
+}
+
+impl axum::extract::FromRequestParts<AppState> for GatewayFile {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Response> {
+        let Path((ns, job)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let sb = gateway_sandbox(state, &parts.headers, &ns, &job)
+            .await
+            .map_err(GatewayError::plain)?;
+        let (path, offset, length) =
+            file_query(parts.uri.query()).map_err(|e| GatewayError::from(e).plain())?;
+        Ok(Self {
+            sb,
+            path,
+            offset,
+            length,
+        })
+    }
 }
 
 /// `POST /gateway/{ns}/{job}/upload?path=…`: the multipart `file` part
 /// written to `path` (streamed through to the agent).
 async fn gateway_upload(
     State(state): State<AppState>,
-    Path((ns, job)): Path<(String, String)>,
+    GatewayFile { sb, path, .. }: GatewayFile,
     req: Request,
 ) -> Response {
-    let (sb, (path, _, _)) =
-        match gateway_file(&state, req.headers(), &ns, &job, req.uri().query()).await {
-            Ok(found) => found,
-            Err(answer) => return answer,
-        };
     let resp = match super::envd::forward_to_agent(&state, &sb, req, &files_path(&path)).await {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -833,14 +846,9 @@ async fn gateway_upload(
 /// `GET /gateway/{ns}/{job}/download?path=…`: the file's bytes, streamed.
 async fn gateway_download(
     State(state): State<AppState>,
-    Path((ns, job)): Path<(String, String)>,
+    GatewayFile { sb, path, .. }: GatewayFile,
     req: Request,
 ) -> Response {
-    let (sb, (path, _, _)) =
-        match gateway_file(&state, req.headers(), &ns, &job, req.uri().query()).await {
-            Ok(found) => found,
-            Err(answer) => return answer,
-        };
     match super::envd::forward_to_agent(&state, &sb, req, &files_path(&path)).await {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => agent_error(r).await,
@@ -852,15 +860,13 @@ async fn gateway_download(
 /// file (or a window of it) as JSON; a file above 16 MiB needs a window.
 async fn gateway_read_file(
     State(state): State<AppState>,
-    Path((ns, job)): Path<(String, String)>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
+    GatewayFile {
+        sb,
+        path,
+        offset,
+        length,
+    }: GatewayFile,
 ) -> Response {
-    let (sb, (path, offset, length)) =
-        match gateway_file(&state, &headers, &ns, &job, raw.as_deref()).await {
-            Ok(found) => found,
-            Err(answer) => return answer,
-        };
     match read_window(&state, &sb, &path, offset.unwrap_or(0), length).await {
         Ok(r) => Json(r).into_response(),
         Err(e) => e.plain(),

@@ -17,7 +17,7 @@ use tracing::instrument;
 
 use crate::compat::prime;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{query_pairs, ApiJson, Caller};
+use crate::extract::{idempotency_key, query_pairs, ApiJson, Caller};
 use crate::AppState;
 use stockade_service::lifecycle;
 use stockade_service::sandbox::queries::BulkSelection;
@@ -61,15 +61,7 @@ pub async fn create(
         }
         Err(CreateBodyError::Unsupported(message)) => return Ok(prime::not_implemented(message)),
     };
-    let header_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => Some(v.to_str().map_err(|_| {
-            ApiError::field(
-                "Idempotency-Key",
-                "must be 1 to 255 visible ASCII characters",
-            )
-        })?),
-    };
+    let header_key = idempotency_key(&headers)?;
     let key = match (header_key, extras.idempotency_key.as_deref()) {
         (Some(h), Some(b)) if h != b => {
             return Err(ApiError::field(

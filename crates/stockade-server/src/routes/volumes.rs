@@ -206,6 +206,25 @@ fn listing(volumes: Vec<VolumeResponse>) -> ListVolumesResponse {
     }
 }
 
+/// The listing of this instance's volumes the caller may see and `keep`
+/// keeps (the request has no query).
+async fn visible_listing(
+    state: &AppState,
+    caller: &Caller,
+    raw: Option<&str>,
+    keep: impl Fn(&Volume) -> bool,
+) -> ApiResult<Json<ListVolumesResponse>> {
+    no_query(raw)?;
+    let volumes = instance_volumes(state).await?;
+    Ok(Json(listing(
+        volumes
+            .iter()
+            .filter(|v| keep(v) && v.visible_to(caller))
+            .map(Volume::response)
+            .collect(),
+    )))
+}
+
 /// List the volumes of the caller's sandboxes (an admin: all of this
 /// instance's volumes), newest first, with sizes as Docker measures them.
 #[utoipa::path(get, path = "/api/v1/volumes", tag = "volumes",
@@ -221,15 +240,7 @@ pub async fn list(
     caller: Caller,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListVolumesResponse>> {
-    no_query(raw.as_deref())?;
-    let volumes = instance_volumes(&state).await?;
-    Ok(Json(listing(
-        volumes
-            .iter()
-            .filter(|v| v.visible_to(&caller))
-            .map(Volume::response)
-            .collect(),
-    )))
+    visible_listing(&state, &caller, raw.as_deref(), |_| true).await
 }
 
 /// List orphaned volumes: no live sandbox record owns them (e.g. the
@@ -243,15 +254,7 @@ pub async fn list_orphaned(
     caller: Caller,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListVolumesResponse>> {
-    no_query(raw.as_deref())?;
-    let volumes = instance_volumes(&state).await?;
-    Ok(Json(listing(
-        volumes
-            .iter()
-            .filter(|v| v.orphaned() && v.visible_to(&caller))
-            .map(Volume::response)
-            .collect(),
-    )))
+    visible_listing(&state, &caller, raw.as_deref(), Volume::orphaned).await
 }
 
 /// The volume `name` if it is this instance's and the caller may see it.
