@@ -33,13 +33,14 @@ impl Api {
         })
     }
 
-    async fn call(
+    /// `method` on `path` below the server's base, with the token and the
+    /// JSON `body`, sent.
+    async fn send(
         &self,
-        method: Method,
+        method: &Method,
         path: &str,
         body: Option<Value>,
-        expect: StatusCode,
-    ) -> anyhow::Result<Value> {
+    ) -> reqwest::Result<reqwest::Response> {
         let mut req = self
             .http
             .request(method.clone(), format!("{}{path}", self.base))
@@ -47,8 +48,18 @@ impl Api {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req
-            .send()
+        req.send().await
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        expect: StatusCode,
+    ) -> anyhow::Result<Value> {
+        let resp = self
+            .send(&method, path, body)
             .await
             .with_context(|| format!("{method} {path}: no answer"))?;
         let status = resp.status();
@@ -109,15 +120,8 @@ impl Api {
         expect: StatusCode,
     ) -> anyhow::Result<()> {
         if expect == StatusCode::NO_CONTENT {
-            let mut req = self
-                .http
-                .request(method.clone(), format!("{}/api/v1{path}", self.base))
-                .bearer_auth(&self.token);
-            if let Some(b) = body {
-                req = req.json(&b);
-            }
-            let resp = req
-                .send()
+            let resp = self
+                .send(&method, &format!("/api/v1{path}"), body)
                 .await
                 .with_context(|| format!("{method} {path}: no answer"))?;
             let status = resp.status();

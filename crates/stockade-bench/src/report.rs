@@ -344,6 +344,14 @@ impl Report {
 mod tests {
     use super::*;
 
+    /// A row `x` in ms, lower better, of one sample against one baseline
+    /// sample, if any.
+    fn ms_row(stockade: f64, raw: Option<f64>, target: Target) -> Row {
+        let raw = raw.map(|r| [r]);
+        let raw = raw.as_ref().map(|r| &r[..]);
+        Row::new("x", "x", "ms", Better::Lower, &[stockade], raw, target)
+    }
+
     #[test]
     fn percentiles_are_nearest_rank() {
         let s: Vec<f64> = (1..=100).map(f64::from).collect();
@@ -361,15 +369,7 @@ mod tests {
 
     #[test]
     fn targets_are_judged_on_the_p50() {
-        let r = Row::new(
-            "x",
-            "x",
-            "ms",
-            Better::Lower,
-            &[11.0],
-            Some(&[10.0]),
-            Target::RatioAtMost(1.1),
-        );
+        let r = ms_row(11.0, Some(10.0), Target::RatioAtMost(1.1));
         assert_eq!(r.met, Some(true));
         let r = Row::new(
             "x",
@@ -381,31 +381,14 @@ mod tests {
             Target::RatioAtLeast(0.8),
         );
         assert_eq!(r.met, Some(false));
-        let r = Row::new(
-            "x",
-            "x",
-            "ms",
-            Better::Lower,
-            &[5.0],
-            None,
-            Target::P50AtMost(10.0),
-        );
+        let r = ms_row(5.0, None, Target::P50AtMost(10.0));
         assert_eq!((r.ratio, r.met), (None, Some(true)));
     }
 
     #[test]
     fn a_speedup_target_and_a_second_target_must_both_be_met() {
         let fast = |stockade: f64| {
-            Row::new(
-                "x",
-                "x",
-                "ms",
-                Better::Lower,
-                &[stockade],
-                Some(&[45.0]),
-                Target::P50AtMost(3.0),
-            )
-            .also(Target::SpeedupAtLeast(15.0))
+            ms_row(stockade, Some(45.0), Target::P50AtMost(3.0)).also(Target::SpeedupAtLeast(15.0))
         };
         let r = fast(2.0);
         assert_eq!(r.met, Some(true));
@@ -417,28 +400,10 @@ mod tests {
         assert_eq!(fast(3.0).met, Some(true));
         // 3.5 ms misses both; 2.9 ms against a 40 ms baseline misses the speedup only.
         assert_eq!(fast(3.5).met, Some(false));
-        let r = Row::new(
-            "x",
-            "x",
-            "ms",
-            Better::Lower,
-            &[2.9],
-            Some(&[40.0]),
-            Target::P50AtMost(3.0),
-        )
-        .also(Target::SpeedupAtLeast(15.0));
+        let r = ms_row(2.9, Some(40.0), Target::P50AtMost(3.0)).also(Target::SpeedupAtLeast(15.0));
         assert_eq!(r.met, Some(false));
         // Without a baseline the speedup cannot be judged: the row is unjudged.
-        let r = Row::new(
-            "x",
-            "x",
-            "ms",
-            Better::Lower,
-            &[2.0],
-            None,
-            Target::P50AtMost(3.0),
-        )
-        .also(Target::SpeedupAtLeast(15.0));
+        let r = ms_row(2.0, None, Target::P50AtMost(3.0)).also(Target::SpeedupAtLeast(15.0));
         assert_eq!(r.met, None);
         // `also` on a row without a target is its only target.
         let r = Row::new("x", "x", "ms", Better::Lower, &[2.0], None, Target::None)

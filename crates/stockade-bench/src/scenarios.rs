@@ -195,6 +195,68 @@ fn default_spec(defaults: &Defaults) -> anyhow::Result<SandboxSpec> {
 }
 
 impl Bench {
+    /// The rows of the list scenario on `backend` (`key` in their names):
+    /// a page of all records and a label-filtered one.
+    fn list_rows(&mut self, key: &str, backend: &str, all: &[f64], labelled: &[f64]) {
+        let records = self.plan.records;
+        let pages = [
+            (
+                "",
+                format!("List, page of 50 of {records} records ({backend})"),
+                all,
+            ),
+            (
+                "_labels",
+                format!("List with a label filter, {records} records ({backend})"),
+                labelled,
+            ),
+        ];
+        for (suffix, title, samples) in pages {
+            self.rows.push(Row::new(
+                &format!("list_{key}{suffix}"),
+                &title,
+                "ms",
+                Better::Lower,
+                samples,
+                None,
+                Target::P50AtMost(10.0),
+            ));
+        }
+    }
+
+    /// The first sandbox and raw container made, to use `purpose`
+    /// (`to exec in`, `for a terminal`).
+    fn first_pair(&self, purpose: &str) -> anyhow::Result<(String, String)> {
+        let id = self.stockade_made.first().cloned();
+        let raw = self.raw_made.first().map(|m| m.name.clone());
+        Ok((
+            id.with_context(|| format!("no sandbox {purpose}"))?,
+            raw.with_context(|| format!("no raw container {purpose}"))?,
+        ))
+    }
+
+    /// A second server on `store`, its sandboxes on `oci_runtime` and its
+    /// settings changed by `configure`, with a client; its instance is
+    /// recorded for the clean-up.
+    async fn second_server(
+        &mut self,
+        store: Arc<dyn Store>,
+        oci_runtime: Option<String>,
+        configure: Option<crate::app::Configure>,
+    ) -> anyhow::Result<(App, Api)> {
+        let app = App::start(ServerOptions {
+            store,
+            docker_host: self.docker_host.clone(),
+            image: self.cli_image.clone(),
+            oci_runtime,
+            configure,
+        })
+        .await?;
+        self.instances.push(app.instance_id());
+        let api = Api::new(&app.base, &app.token)?;
+        Ok((app, api))
+    }
+
     async fn all(&mut self) -> anyhow::Result<()> {
         self.warm_up().await?;
         if self.plan.runs("api") {
@@ -320,25 +382,7 @@ impl Bench {
             .await
             .context("reconciliation")?;
         let with_records = rss_mib();
-        let records = self.plan.records;
-        self.rows.push(Row::new(
-            "list_sqlite",
-            &format!("List, page of 50 of {records} records (SQLite)"),
-            "ms",
-            Better::Lower,
-            &all,
-            None,
-            Target::P50AtMost(10.0),
-        ));
-        self.rows.push(Row::new(
-            "list_sqlite_labels",
-            &format!("List with a label filter, {records} records (SQLite)"),
-            "ms",
-            Better::Lower,
-            &labelled,
-            None,
-            Target::P50AtMost(10.0),
-        ));
+        self.list_rows("sqlite", "SQLite", &all, &labelled);
         if let (Some(idle), Some(with)) = (idle, with_records) {
             self.rows.push(Row::new(
                 "rss_idle",
@@ -351,7 +395,7 @@ impl Bench {
             ));
             self.rows.push(Row::new(
                 "rss_records",
-                &format!("Resident memory with {records} records"),
+                &format!("Resident memory with {} records", self.plan.records),
                 "MiB",
                 Better::Lower,
                 &[with],
@@ -392,26 +436,11 @@ impl Bench {
     /// Scenario 5 on PostgreSQL: a second server on a fresh database.
     async fn postgres_lists(&mut self, url: &str) -> anyhow::Result<()> {
         use sqlx::{Connection, Executor, PgConnection};
-        let database = format!("stockade_bench_{}", SandboxId::generate());
-        let mut admin = PgConnection::connect(url)
-            .await
-            .context("could not connect to PostgreSQL (--postgres / STOCKADE_TEST_DATABASE_URL)")?;
-        admin
-            .execute(format!("CREATE DATABASE {database}").as_str())
-            .await
-            .context("CREATE DATABASE (does the role have CREATEDB?)")?;
+        let scratch = ScratchDatabase::create(url).await?;
+        let database = scratch.name.clone();
         let result = async {
             let store = stockade_store::connect(&with_database(url, &database)).await?;
-            let app = App::start(ServerOptions {
-                store: store.clone(),
-                docker_host: self.docker_host.clone(),
-                image: self.cli_image.clone(),
-                oci_runtime: None,
-                configure: None,
-            })
-            .await?;
-            self.instances.push(app.instance_id());
-            let api = Api::new(&app.base, &app.token)?;
+            let (app, api) = self.second_server(store.clone(), None, None).await?;
             let outcome = async {
                 let account = admin_account(store.as_ref(), &app.token).await?;
                 let secs =
@@ -449,33 +478,9 @@ impl Bench {
             outcome
         }
         .await;
-        if let Err(e) = admin
-            .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-            .await
-        {
-            self.notes
-                .push(format!("could not drop the database {database}: {e}"));
-        }
+        self.notes.extend(scratch.remove().await);
         let (all, labelled) = result?;
-        let records = self.plan.records;
-        self.rows.push(Row::new(
-            "list_postgres",
-            &format!("List, page of 50 of {records} records (PostgreSQL)"),
-            "ms",
-            Better::Lower,
-            &all,
-            None,
-            Target::P50AtMost(10.0),
-        ));
-        self.rows.push(Row::new(
-            "list_postgres_labels",
-            &format!("List with a label filter, {records} records (PostgreSQL)"),
-            "ms",
-            Better::Lower,
-            &labelled,
-            None,
-            Target::P50AtMost(10.0),
-        ));
+        self.list_rows("postgres", "PostgreSQL", &all, &labelled);
         Ok(())
     }
 
@@ -514,16 +519,7 @@ impl Bench {
     /// the sandbox's agent, and through `docker exec` — on the same kind of
     /// container (the first each side made).
     async fn execs(&mut self) -> anyhow::Result<()> {
-        let id = self
-            .stockade_made
-            .first()
-            .cloned()
-            .context("no sandbox to exec in")?;
-        let raw = self
-            .raw_made
-            .first()
-            .map(|m| m.name.clone())
-            .context("no raw container to exec in")?;
+        let (id, raw) = self.first_pair("to exec in")?;
         // Output arrives on both sides before anything is timed.
         let (code, out) = self.api.exec(&id, &["echo", "hi"]).await?;
         if code != 0 || out != "hi\n" {
@@ -615,16 +611,7 @@ impl Bench {
         use tokio::io::AsyncWriteExt;
         use tokio_tungstenite::tungstenite::Message;
 
-        let id = self
-            .stockade_made
-            .first()
-            .cloned()
-            .context("no sandbox for a terminal")?;
-        let raw = self
-            .raw_made
-            .first()
-            .map(|m| m.name.clone())
-            .context("no raw container for a terminal")?;
+        let (id, raw) = self.first_pair("for a terminal")?;
         let mut ws = self.api.terminal(&id, TERMINAL_COMMAND).await?;
         let mut seen = Vec::new();
         read_ws_until(&mut ws, &mut seen, TERMINAL_READY).await?;
@@ -847,23 +834,20 @@ impl Bench {
         use stockade_service::pool::{PoolClassConfig, PoolConfig};
         let size = self.plan.pool_size;
         let (_dir, store) = fresh_sqlite("warm").await?;
-        let app = App::start(ServerOptions {
-            store,
-            docker_host: self.docker_host.clone(),
-            image: self.cli_image.clone(),
-            oci_runtime: None,
-            configure: Some(Box::new(move |c| {
-                c.service.pool = PoolConfig {
-                    classes: vec![PoolClassConfig::default_class(size)],
-                    check_interval: Duration::from_millis(200),
-                    drain_on_shutdown: true,
-                    max_concurrent_fills: 2,
-                };
-            })),
-        })
-        .await?;
-        self.instances.push(app.instance_id());
-        let api = Api::new(&app.base, &app.token)?;
+        let (app, api) = self
+            .second_server(
+                store,
+                None,
+                Some(Box::new(move |c| {
+                    c.service.pool = PoolConfig {
+                        classes: vec![PoolClassConfig::default_class(size)],
+                        check_interval: Duration::from_millis(200),
+                        drain_on_shutdown: true,
+                        max_concurrent_fills: 2,
+                    };
+                })),
+            )
+            .await?;
         let result = async {
             let (mut s, mut r, mut made) = (Vec::new(), Vec::new(), Vec::new());
             let (mut s_exec, mut r_exec, mut with_env) = (Vec::new(), Vec::new(), Vec::new());
@@ -996,16 +980,9 @@ impl Bench {
             return Ok(());
         }
         let (_dir, store) = fresh_sqlite("runsc").await?;
-        let app = App::start(ServerOptions {
-            store,
-            docker_host: self.docker_host.clone(),
-            image: self.cli_image.clone(),
-            oci_runtime: Some("runsc".into()),
-            configure: None,
-        })
-        .await?;
-        self.instances.push(app.instance_id());
-        let runsc = Api::new(&app.base, &app.token)?;
+        let (app, runsc) = self
+            .second_server(store, Some("runsc".into()), None)
+            .await?;
         let result = async {
             let (mut cs, mut cr, mut es, mut er) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let (mut made_s, mut made_r) = (Vec::new(), Vec::new());
@@ -1126,23 +1103,20 @@ impl Bench {
             .parse()
             .context("the outside host's DNS address")?;
         let (_dir, store) = fresh_sqlite("egress").await?;
-        let app = App::start(ServerOptions {
-            store,
-            docker_host: self.docker_host.clone(),
-            image: self.cli_image.clone(),
-            oci_runtime: None,
-            configure: Some(Box::new(move |c| {
-                c.service.egress.upstream_dns = vec![dns];
-                // The outside host sits in a private range: opted in.
-                let subnet = format!("10.251.{}.0/24", crate::outside::SUBNET);
-                c.service.egress.private =
-                    stockade_core::netpolicy::PrivateAccess::parse(&[subnet])
-                        .expect("the outside subnet is private");
-            })),
-        })
-        .await?;
-        self.instances.push(app.instance_id());
-        let api = Api::new(&app.base, &app.token)?;
+        let (app, api) = self
+            .second_server(
+                store,
+                None,
+                Some(Box::new(move |c| {
+                    c.service.egress.upstream_dns = vec![dns];
+                    // The outside host sits in a private range: opted in.
+                    let subnet = format!("10.251.{}.0/24", crate::outside::SUBNET);
+                    c.service.egress.private =
+                        stockade_core::netpolicy::PrivateAccess::parse(&[subnet])
+                            .expect("the outside subnet is private");
+                })),
+            )
+            .await?;
         let mut made = Vec::new();
         let result = self.egress_measure(&api, &host, &mut made).await;
         for id in &made {
@@ -1392,32 +1366,56 @@ async fn insert_records(
     n: usize,
     defaults: &Defaults,
 ) -> anyhow::Result<f64> {
+    insert_each(store, account, n, SandboxStatus::Stopped, |i, id| {
+        let mut labels = vec!["bench".to_owned()];
+        if i % 10 == 0 {
+            labels.push(TENTH_LABEL.to_owned());
+        }
+        let spec = SandboxSpec::from_input(
+            SpecInput {
+                labels: Some(labels),
+                ..Default::default()
+            },
+            id,
+            defaults,
+        )
+        .map_err(|e| anyhow::anyhow!("record settings: {e:?}"))?;
+        Ok((spec, RECORD_SERVER.into()))
+    })
+    .await
+}
+
+/// Inserts `n` records of `account` straight through the store, eight at a
+/// time, each a millisecond older than the one before and `status`
+/// (`Running` or `Stopped`) since then; `settings` gives the i-th its spec
+/// and host. Returns the seconds it took.
+pub(crate) async fn insert_each(
+    store: &Arc<dyn Store>,
+    account: &AccountId,
+    n: usize,
+    status: SandboxStatus,
+    settings: impl Fn(usize, &SandboxId) -> anyhow::Result<(SandboxSpec, String)>,
+) -> anyhow::Result<f64> {
     let started = Instant::now();
     let now = Utc::now();
+    let record = |i: usize| -> anyhow::Result<Sandbox> {
+        let id = SandboxId::generate();
+        let (spec, server) = settings(i, &id)?;
+        let created = now - chrono::Duration::milliseconds(i as i64);
+        let mut sb = Sandbox::new(id, account.clone(), None, spec, server, created);
+        sb.status = status;
+        match status {
+            SandboxStatus::Running => sb.started_at = Some(created),
+            _ => sb.stopped_at = Some(created),
+        }
+        Ok(sb)
+    };
     futures_util::stream::iter(0..n)
         .map(|i| {
             let store = store.clone();
-            let account = account.clone();
+            let sb = record(i);
             async move {
-                let id = SandboxId::generate();
-                let mut labels = vec!["bench".to_owned()];
-                if i % 10 == 0 {
-                    labels.push(TENTH_LABEL.to_owned());
-                }
-                let spec = SandboxSpec::from_input(
-                    SpecInput {
-                        labels: Some(labels),
-                        ..Default::default()
-                    },
-                    &id,
-                    defaults,
-                )
-                .map_err(|e| anyhow::anyhow!("record settings: {e:?}"))?;
-                let created = now - chrono::Duration::milliseconds(i as i64);
-                let mut sb = Sandbox::new(id, account, None, spec, RECORD_SERVER.into(), created);
-                sb.status = SandboxStatus::Stopped;
-                sb.stopped_at = Some(created);
-                store.insert_sandbox(&sb).await?;
+                store.insert_sandbox(&sb?).await?;
                 Ok::<(), anyhow::Error>(())
             }
         })
@@ -1425,6 +1423,39 @@ async fn insert_records(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// A fresh PostgreSQL database of its own on the server at a URL, for one
+/// measurement.
+pub(crate) struct ScratchDatabase {
+    admin: sqlx::PgConnection,
+    pub(crate) name: String,
+}
+
+impl ScratchDatabase {
+    pub(crate) async fn create(url: &str) -> anyhow::Result<Self> {
+        use sqlx::{Connection, Executor};
+        let name = format!("stockade_bench_{}", SandboxId::generate());
+        let mut admin = sqlx::PgConnection::connect(url)
+            .await
+            .context("could not connect to PostgreSQL (--postgres / STOCKADE_TEST_DATABASE_URL)")?;
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .context("CREATE DATABASE (does the role have CREATEDB?)")?;
+        Ok(Self { admin, name })
+    }
+
+    /// Drops the database; a note saying why when it could not be.
+    pub(crate) async fn remove(mut self) -> Option<String> {
+        use sqlx::Executor;
+        let name = &self.name;
+        let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        let outcome = self.admin.execute(drop.as_str()).await;
+        outcome
+            .err()
+            .map(|e| format!("could not drop the database {name}: {e}"))
+    }
 }
 
 /// A fresh SQLite database `NAME.db` in a temporary directory of its own

@@ -21,7 +21,7 @@ use stockade_core::{
 use stockade_store::{Placed, PlacementCandidate, Store};
 
 use super::{admin_account, default_spec, ms, with_database, Bench};
-use crate::app::{App, ServerOptions};
+use crate::app::App;
 use crate::client::Api;
 use crate::report::{Better, Row, Target};
 
@@ -146,28 +146,14 @@ impl Bench {
 
     /// The placement scenario on a fresh PostgreSQL database (dropped after).
     async fn placement_postgres(&mut self, url: &str) -> anyhow::Result<()> {
-        use sqlx::{Connection, Executor, PgConnection};
-        let database = format!("stockade_bench_{}", SandboxId::generate());
-        let mut admin = PgConnection::connect(url)
-            .await
-            .context("could not connect to PostgreSQL (--postgres / STOCKADE_TEST_DATABASE_URL)")?;
-        admin
-            .execute(format!("CREATE DATABASE {database}").as_str())
-            .await
-            .context("CREATE DATABASE (does the role have CREATEDB?)")?;
+        let scratch = super::ScratchDatabase::create(url).await?;
         let result = async {
-            let url = with_database(url, &database);
+            let url = with_database(url, &scratch.name);
             let store = stockade_store::connect(&url).await?;
             measure_placement(&store, &self.plan, &self.defaults, Some(&url)).await
         }
         .await;
-        if let Err(e) = admin
-            .execute(format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)").as_str())
-            .await
-        {
-            self.notes
-                .push(format!("could not drop the database {database}: {e}"));
-        }
+        self.notes.extend(scratch.remove().await);
         self.placement_rows("PostgreSQL", "postgres", result?);
         Ok(())
     }
@@ -237,16 +223,7 @@ impl Bench {
             }
         };
         let (_dir, store) = super::fresh_sqlite("hosts").await?;
-        let app = App::start(ServerOptions {
-            store,
-            docker_host: self.docker_host.clone(),
-            image: self.cli_image.clone(),
-            oci_runtime: None,
-            configure: None,
-        })
-        .await?;
-        self.instances.push(app.instance_id());
-        let api = Api::new(&app.base, &app.token)?;
+        let (app, api) = self.second_server(store, None, None).await?;
         let mut made = Vec::new();
         let mut registered = Vec::new();
         let result = self
@@ -534,7 +511,12 @@ async fn measure_placement(
             .with_context(|| format!("insert host {}", sim_host(i)))?;
     }
     let records = plan.placement_sandboxes;
-    let insert_secs = insert_running(store, &account, records, defaults).await?;
+    // RUNNING records spread evenly over the simulated hosts.
+    let running = SandboxStatus::Running;
+    let insert_secs = super::insert_each(store, &account, records, running, |i, id| {
+        Ok((spec_of(id, defaults)?, sim_host(i % PLACEMENT_HOSTS)))
+    })
+    .await?;
     let need = Resources::of(&default_spec(defaults)?);
     let fresh_n = settle.map_or(0, |_| plan.placements.div_ceil(4));
     // Room for every record and placement on every host: each placement fits.
@@ -664,44 +646,6 @@ impl Placements<'_> {
         }
         Ok((whole, decision, chosen))
     }
-}
-
-/// Inserts `n` RUNNING sandbox records straight through the store, spread
-/// evenly over the simulated hosts; returns the seconds it took.
-async fn insert_running(
-    store: &Arc<dyn Store>,
-    account: &AccountId,
-    n: usize,
-    defaults: &Defaults,
-) -> anyhow::Result<f64> {
-    let started = Instant::now();
-    let now = Utc::now();
-    futures_util::stream::iter(0..n)
-        .map(|i| {
-            let store = store.clone();
-            let account = account.clone();
-            async move {
-                let id = SandboxId::generate();
-                let spec = spec_of(&id, defaults)?;
-                let created = now - chrono::Duration::milliseconds(i as i64);
-                let mut sb = Sandbox::new(
-                    id,
-                    account,
-                    None,
-                    spec,
-                    sim_host(i % PLACEMENT_HOSTS),
-                    created,
-                );
-                sb.status = SandboxStatus::Running;
-                sb.started_at = Some(created);
-                store.insert_sandbox(&sb).await?;
-                Ok::<(), anyhow::Error>(())
-            }
-        })
-        .buffer_unordered(8)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(started.elapsed().as_secs_f64())
 }
 
 #[cfg(test)]
