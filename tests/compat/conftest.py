@@ -2,6 +2,7 @@
 session (see stockade_server.py) and the SDKs configured as their users
 would configure them, through environment variables."""
 
+import contextlib
 import importlib.metadata
 import os
 import secrets
@@ -36,38 +37,49 @@ def run_id():
     return secrets.token_hex(4)
 
 
-@pytest.fixture(scope="session")
-def e2b_env(stockade):
-    """E2B's SDK pointed at Stockade the documented way: E2B_API_URL and
-    E2B_SANDBOX_URL at /e2b, a Stockade token (tenant A's) as E2B_API_KEY."""
-    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
-    os.environ["E2B_API_URL"] = f"{stockade.base}/e2b"
-    os.environ["E2B_SANDBOX_URL"] = f"{stockade.base}/e2b"
-    os.environ["E2B_API_KEY"] = stockade.tokens["tenant-a"]
-    yield stockade
-    for k, v in saved.items():
+@contextlib.contextmanager
+def _environment(**values):
+    """Sets the environment variables `values` (None: unset) for the block,
+    then puts back what was there before."""
+    saved = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def e2b_env(stockade):
+    """E2B's SDK pointed at Stockade the documented way: E2B_API_URL and
+    E2B_SANDBOX_URL at /e2b, a Stockade token (tenant A's) as E2B_API_KEY."""
+    with _environment(
+        E2B_API_URL=f"{stockade.base}/e2b",
+        E2B_SANDBOX_URL=f"{stockade.base}/e2b",
+        E2B_API_KEY=stockade.tokens["tenant-a"],
+    ):
+        yield stockade
 
 
 @pytest.fixture(scope="session")
 def prime_env(stockade, tmp_path_factory):
     """prime-sandboxes pointed at Stockade: PRIME_API_BASE_URL and a Stockade
     token (tenant A's) as PRIME_API_KEY; its caches in a fresh home."""
-    keys = ("PRIME_API_BASE_URL", "PRIME_API_KEY", "HOME", "PRIME_TEAM_ID")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["PRIME_API_BASE_URL"] = stockade.base
-    os.environ["PRIME_API_KEY"] = stockade.tokens["tenant-a"]
-    os.environ["HOME"] = str(tmp_path_factory.mktemp("prime-home"))
-    os.environ.pop("PRIME_TEAM_ID", None)
-    yield stockade
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with _environment(
+        PRIME_API_BASE_URL=stockade.base,
+        PRIME_API_KEY=stockade.tokens["tenant-a"],
+        HOME=str(tmp_path_factory.mktemp("prime-home")),
+        PRIME_TEAM_ID=None,
+    ):
+        yield stockade
 
 
 @pytest.fixture(scope="session")
