@@ -19,6 +19,17 @@ _stockade_debian_err() {
     printf 'build-test-image (debian): %s\n' "$*" >&2
 }
 
+# Copies each file of the list $2 (one a line) into the image root $1, at
+# its place under /usr.
+_stockade_debian_copy() {
+    local root="$1" file dest
+    while read -r file; do
+        dest="$root$(_stockade_in_usr "$file")"
+        mkdir -p "$(dirname "$dest")"
+        cp -L "$file" "$dest"
+    done <<<"$2"
+}
+
 # The path a host file has in the merged-/usr image root.
 _stockade_in_usr() {
     case "$1" in
@@ -63,11 +74,7 @@ _stockade_debian_rootfs() {
         _stockade_debian_err "none of ${_STOCKADE_DEBIAN_PACKAGES[*]} found on this host"
         return 1
     }
-    while read -r prog; do
-        dest="$root$(_stockade_in_usr "$prog")"
-        mkdir -p "$(dirname "$dest")"
-        cp -L "$prog" "$dest"
-    done <<<"$programs"
+    _stockade_debian_copy "$root" "$programs"
     [ -x "$root/usr/bin/bash" ] || {
         _stockade_debian_err "bash is missing from the image"
         return 1
@@ -87,11 +94,7 @@ _stockade_debian_rootfs() {
         _stockade_debian_err "ldd found no libraries (is this a glibc host?)"
         return 1
     }
-    while read -r lib; do
-        dest="$root$(_stockade_in_usr "$lib")"
-        mkdir -p "$(dirname "$dest")"
-        cp -L "$lib" "$dest"
-    done <<<"$libs"
+    _stockade_debian_copy "$root" "$libs"
 
     cat >"$root/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/bin/bash
@@ -114,7 +117,8 @@ EOF
 # The recipe's hash: this builder's code and what it copies.
 _stockade_debian_recipe() {
     {
-        declare -f _stockade_in_usr _stockade_debian_programs _stockade_debian_rootfs
+        declare -f _stockade_in_usr _stockade_debian_copy _stockade_debian_programs \
+            _stockade_debian_rootfs
         printf '%s\n' "${_STOCKADE_DEBIAN_PACKAGES[@]}"
         uname -m
         if command -v dpkg-query >/dev/null 2>&1; then
