@@ -13,12 +13,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use stockade_core::error::error_chain;
 use futures_util::{Stream, StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig, WriteMultipart};
+use stockade_core::error::error_chain;
 
 /// A stream of bytes (an archive on its way somewhere).
 pub type ByteStream = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;

@@ -298,7 +298,10 @@ impl Attempt<'_> {
             (Ipv6Addr::UNSPECIFIED, 0).into()
         };
         let socket = UdpSocket::bind(local).await.map_err(|e| e.to_string())?;
-        socket.connect(self.server).await.map_err(|e| e.to_string())?;
+        socket
+            .connect(self.server)
+            .await
+            .map_err(|e| e.to_string())?;
         socket.send(self.query).await.map_err(|e| e.to_string())?;
         let mut buf = vec![0; 65_535];
         loop {

@@ -1,4 +1,4 @@
-//! Disk quotas against real engines (SEC-13), played as a hostile tenant:
+//! Disk quotas against real engines, played as a hostile tenant:
 //! a sandbox with `diskSizeGB: 1` writes 2 GiB into `/workspace` and 2 GiB
 //! into its root filesystem and is stopped by the kernel near 1 GiB each,
 //! while a neighbour keeps writing and the engine's disk keeps its space.

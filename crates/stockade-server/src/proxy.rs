@@ -695,7 +695,7 @@ async fn authorise(
         .sandbox_of_token(&state.proxy_keys, purpose, &raw, Some(id), now)
         .await
         .map_err(|e| refused(e, id))?;
-    if sb.deleted_at.is_some() || sb.status == SandboxStatus::Terminated {
+    if sb.is_terminated() {
         return Err(ApiError::sandbox_not_found());
     }
     if !traffic && !sb.spec.ports.contains(&port) {

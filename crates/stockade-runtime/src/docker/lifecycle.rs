@@ -125,7 +125,7 @@ impl DockerRuntime {
     }
 
     /// What [`Runtime::create`] sends to the engine for `spec`: the volume's
-    /// create options and the container's configuration (SEC-3 hardening,
+    /// create options and the container's configuration (its hardening,
     /// limits, labels, the wrapped main process). Public for the benchmark's
     /// raw-Docker baseline (`stockade-bench`), which must create exactly the
     /// same containers to be a fair comparison. With an agent token, the
