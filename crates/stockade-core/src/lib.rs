@@ -30,7 +30,8 @@ pub use netpolicy::{
 };
 pub use operation::{Operation, OperationId, OperationKind};
 pub use quota::{
-    Footprint, Quota, QuotaInput, QuotaUsage, Resources, StoredQuotaExceeded, StoredUsage,
+    Footprint, Quota, QuotaExceeded, QuotaInput, QuotaUsage, Resources, StoredQuotaExceeded,
+    StoredUsage,
 };
 pub use sandbox::{Sandbox, SandboxMetadata};
 pub use size::human_bytes;

@@ -304,16 +304,16 @@ impl Quota {
         others: &QuotaUsage,
         before: &Footprint,
         after: &Footprint,
-    ) -> Result<(), String> {
+    ) -> Result<(), QuotaExceeded> {
         if let Some((used, limit, _)) = grows_past(
             self.sandboxes,
             others.sandboxes,
             before.sandboxes,
             after.sandboxes,
         ) {
-            return Err(format!(
+            return Err(QuotaExceeded(format!(
                 "account quota exceeded: {used} of {limit} sandboxes"
-            ));
+            )));
         }
         if let Some((used, limit, more)) = grows_past(
             self.cpu_millis,
@@ -321,12 +321,12 @@ impl Quota {
             before.running.cpu_millis,
             after.running.cpu_millis,
         ) {
-            return Err(format!(
+            return Err(QuotaExceeded(format!(
                 "account quota exceeded: {} of {} CPUs in use by running sandboxes, {} more requested",
                 show_cores(used),
                 show_cores(limit),
                 show_cores(more)
-            ));
+            )));
         }
         if let Some((used, limit, more)) = grows_past(
             self.memory_bytes,
@@ -334,19 +334,19 @@ impl Quota {
             before.running.memory_bytes,
             after.running.memory_bytes,
         ) {
-            return Err(format!(
+            return Err(QuotaExceeded(format!(
                 "account quota exceeded: {} of {} GB memory in use by running sandboxes, {} GB more requested",
                 show_gb(used),
                 show_gb(limit),
                 show_gb(more)
-            ));
+            )));
         }
         if let Some((used, limit, more)) =
             grows_past(self.disk_gb, others.disk_gb, before.disk_gb, after.disk_gb)
         {
-            return Err(format!(
+            return Err(QuotaExceeded(format!(
                 "account quota exceeded: {used} of {limit} GB disk in use, {more} GB more requested"
-            ));
+            )));
         }
         Ok(())
     }
@@ -360,6 +360,12 @@ fn grows_past(limit: Option<u64>, others: u64, was: u64, will: u64) -> Option<(u
     (will > was && others.saturating_add(will) > limit)
         .then(|| (others.saturating_add(was), limit, will - was))
 }
+
+/// A refusal of [`Quota::check`]: which limit, the use and what was asked,
+/// as the caller shows it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QuotaExceeded(pub String);
 
 /// A refusal of one more snapshot or upload, or of its bytes; the Display
 /// is the message the caller shows.
@@ -528,19 +534,19 @@ mod tests {
         let none = Footprint::default();
         assert!(q.check(&others(4, 3000, 6, 40), &none, &new).is_ok());
         assert_eq!(
-            q.check(&others(5, 0, 0, 0), &none, &new).unwrap_err(),
+            q.check(&others(5, 0, 0, 0), &none, &new).unwrap_err().0,
             "account quota exceeded: 5 of 5 sandboxes"
         );
         assert_eq!(
-            q.check(&others(1, 3500, 0, 0), &none, &new).unwrap_err(),
+            q.check(&others(1, 3500, 0, 0), &none, &new).unwrap_err().0,
             "account quota exceeded: 3.5 of 4 CPUs in use by running sandboxes, 1 more requested"
         );
         assert_eq!(
-            q.check(&others(1, 0, 7, 0), &none, &new).unwrap_err(),
+            q.check(&others(1, 0, 7, 0), &none, &new).unwrap_err().0,
             "account quota exceeded: 7 of 8 GB memory in use by running sandboxes, 2 GB more requested"
         );
         assert_eq!(
-            q.check(&others(1, 0, 0, 45), &none, &new).unwrap_err(),
+            q.check(&others(1, 0, 0, 45), &none, &new).unwrap_err().0,
             "account quota exceeded: 45 of 50 GB disk in use, 10 GB more requested"
         );
         // A start: the sandbox counts already, only CPU and memory grow.
@@ -553,7 +559,9 @@ mod tests {
         // A resize of a running sandbox counts what it had.
         let bigger = Footprint::running(&spec(3.0, 2.0, 10.0));
         assert_eq!(
-            q.check(&others(2, 1500, 0, 0), &new, &bigger).unwrap_err(),
+            q.check(&others(2, 1500, 0, 0), &new, &bigger)
+                .unwrap_err()
+                .0,
             "account quota exceeded: 2.5 of 4 CPUs in use by running sandboxes, 2 more requested"
         );
         assert!(q.check(&others(2, 1000, 0, 0), &new, &bigger).is_ok());

@@ -254,6 +254,7 @@ async fn probe_all(state: &AppState) -> (StatusCode, Json<HealthResponse>) {
             images_health(runtime.as_ref(), &default_image, &presets),
         )
         .await
+        .map(|checked| checked.map_err(|e| e.to_string()))
         .unwrap_or_else(|_| Err("Docker did not answer".to_owned()))
     });
     let (docker, db, images, disk) = tokio::join!(
@@ -384,7 +385,7 @@ pub async fn images_health(
     runtime: &dyn Runtime,
     default_image: &str,
     presets: &[(String, String)],
-) -> Result<ImagesHealth, String> {
+) -> Result<ImagesHealth, stockade_runtime::RuntimeError> {
     let default = runtime.image_present(default_image);
     let presets = futures_util::future::join_all(presets.iter().map(|(name, image)| async move {
         runtime
@@ -400,12 +401,9 @@ pub async fn images_health(
     Ok(ImagesHealth {
         default: ImageHealth {
             image: default_image.to_owned(),
-            present: default.map_err(|e| e.to_string())?,
+            present: default?,
         },
-        presets: presets
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?,
+        presets: presets.into_iter().collect::<Result<_, _>>()?,
     })
 }
 

@@ -117,7 +117,7 @@ impl HostCapacity {
         others: Resources,
         before: Resources,
         after: Resources,
-    ) -> Result<(), String> {
+    ) -> Result<(), CapacityRefused> {
         let overcommit = |ratio: Option<f64>, size: String, what: &str| match ratio {
             Some(r) if r != 1.0 => format!(" ({size} × {what} overcommit {r})"),
             _ => String::new(),
@@ -125,20 +125,20 @@ impl HostCapacity {
         if let Some(limit) = self.cpu_limit() {
             let (was, will) = (before.cpu_millis, after.cpu_millis);
             if will > was && others.cpu_millis.saturating_add(will) > limit {
-                return Err(format!(
+                return Err(CapacityRefused(format!(
                     "insufficient capacity on server {server}: {} of {} CPUs reserved{}, {} \
                      requested; stop or delete sandboxes there, or ask for fewer CPUs",
                     show_cores(others.cpu_millis.saturating_add(was)),
                     show_cores(limit),
                     overcommit(self.cpu_overcommit, format!("{} CPUs", self.cpus), "CPU"),
                     show_cores(will - was),
-                ));
+                )));
             }
         }
         if let Some(limit) = self.memory_limit() {
             let (was, will) = (before.memory_bytes, after.memory_bytes);
             if will > was && others.memory_bytes.saturating_add(will) > limit {
-                return Err(format!(
+                return Err(CapacityRefused(format!(
                     "insufficient capacity on server {server}: {} of {} GB memory reserved{}, \
                      {} GB requested; stop or delete sandboxes there, or ask for less memory",
                     show_gb(others.memory_bytes.saturating_add(was)),
@@ -149,12 +149,18 @@ impl HostCapacity {
                         "memory"
                     ),
                     show_gb(will - was),
-                ));
+                )));
             }
         }
         Ok(())
     }
 }
+
+/// A refusal of [`Capacity::check`]: the server, what it holds, its limit
+/// and what was asked for, as the caller shows it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CapacityRefused(pub String);
 
 /// A grant whose record does not show it yet (or, for a warm-pool member,
 /// that the pool does not list as ready yet).
@@ -372,7 +378,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         }
         quota
             .check(&usage, &ask.before, &ask.after)
-            .map_err(ServiceError::QuotaExceeded)?;
+            .map_err(|e| ServiceError::QuotaExceeded(e.0))?;
     }
 
     let host_checked = ask.host;
@@ -383,7 +389,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
         }
         reserved = reserved.plus(svc.pool.reserved_on(ask.server));
         cap.check(ask.server, reserved, ask.before.running, ask.after.running)
-            .map_err(ServiceError::InsufficientCapacity)?;
+            .map_err(|e| ServiceError::InsufficientCapacity(e.0))?;
     }
 
     let key = admission.next.fetch_add(1, Ordering::Relaxed);
@@ -513,7 +519,7 @@ pub async fn check_pool_fill(
     svc: &Service,
     member: &PoolMemberSpec,
     host: &str,
-) -> Result<Option<Admitted>, String> {
+) -> ServiceResult<Option<Admitted>> {
     let server = host.to_owned();
     let Some(cap) = capacity(svc, &server).await else {
         return Ok(None);
@@ -526,7 +532,7 @@ pub async fn check_pool_fill(
         .store
         .server_reserved(&server, &except)
         .await
-        .map_err(|e| format!("could not sum what the host holds: {e}"))?;
+        .map_err(|e| ServiceError::Internal(format!("could not sum what the host holds: {e}")))?;
     for h in held.iter().filter(|h| h.server == server) {
         reserved = reserved.plus(h.after.running);
     }
@@ -535,7 +541,8 @@ pub async fn check_pool_fill(
         cpu_millis: stockade_core::quota::cpu_millis(member.cpu_cores),
         memory_bytes: member.memory_bytes.max(0) as u64,
     };
-    cap.check(&server, reserved, Resources::default(), own)?;
+    cap.check(&server, reserved, Resources::default(), own)
+        .map_err(|e| ServiceError::InsufficientCapacity(e.0))?;
     let key = admission.next.fetch_add(1, Ordering::Relaxed);
     admission.held().insert(
         key,
@@ -597,13 +604,15 @@ mod tests {
             .is_ok());
         assert_eq!(
             cap.check("local", res(1500, 0), none, res(4000, 1))
-                .unwrap_err(),
+                .unwrap_err()
+                .0,
             "insufficient capacity on server local: 1.5 of 2 CPUs reserved, 4 requested; stop \
              or delete sandboxes there, or ask for fewer CPUs"
         );
         let err = cap
             .check("local", res(0, 22), none, res(100, 4))
-            .unwrap_err();
+            .unwrap_err()
+            .0;
         assert!(
             err.starts_with("insufficient capacity on server local: 22 of 24 GB memory reserved, 4 GB requested"),
             "{err}"
@@ -628,7 +637,8 @@ mod tests {
             .is_ok());
         let err = wide
             .check("local", res(15_500, 0), none, res(1000, 0))
-            .unwrap_err();
+            .unwrap_err()
+            .0;
         assert!(
             err.contains("15.5 of 16 CPUs reserved (2 CPUs × CPU overcommit 8), 1 requested"),
             "{err}"

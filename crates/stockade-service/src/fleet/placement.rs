@@ -236,6 +236,7 @@ pub fn full_message(loads: &[CandidateLoad], candidates: &[Candidate], sb: &Sand
                 .capacity;
             cap.check(&l.server, l.reserved, Default::default(), ask)
                 .err()
+                .map(|refused| refused.0)
         })
         .collect();
     match said.len() {

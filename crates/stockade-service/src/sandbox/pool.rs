@@ -664,7 +664,7 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                     .await
                     {
                         Ok(admitted) => admitted,
-                        Err(why) => return (slot, Err(why)),
+                        Err(why) => return (slot, Err(why.to_string())),
                     };
                     let made = async {
                         rt.create_pool_member(&member).await?;
