@@ -47,6 +47,44 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// What a refused start means, read from the agent's wording of it;
+    /// `None` for any error that is not an invalid start request.
+    pub fn start_refused(&self) -> Option<StartRefused> {
+        let ClientError::Rpc(e) = self else {
+            return None;
+        };
+        if e.code != Code::InvalidArgument {
+            return None;
+        }
+        let m = e.message.as_str();
+        let (before, after) = crate::procs::CWD_MISSING;
+        if m.starts_with(before) && m.ends_with(after) {
+            return Some(StartRefused::CwdMissing);
+        }
+        if let Some((_, what)) = m.split_once(crate::procs::START_FAILED) {
+            return Some(StartRefused::CannotRun {
+                what: what.trim().to_owned(),
+                permission_denied: what.contains("ermission denied"),
+            });
+        }
+        Some(StartRefused::Invalid)
+    }
+}
+
+/// Why the agent refused to start a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartRefused {
+    /// The working directory is not in the sandbox.
+    CwdMissing,
+    /// The program could not run: which (`'cmd': reason`, as the agent
+    /// words it), and whether a permission was what stopped it.
+    CannotRun {
+        what: String,
+        permission_denied: bool,
+    },
+    /// Another part of the request was invalid.
+    Invalid,
 }
 
 impl std::fmt::Display for ClientError {

@@ -229,7 +229,21 @@ fn start_error(spec: &SpawnSpec, e: impl std::fmt::Display) -> ConnectError {
         .chain(spec.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ");
-    ConnectError::invalid(format!("error starting process '{cmd}': {e}"))
+    ConnectError::invalid(format!("{START_FAILED}'{cmd}': {e}"))
+}
+
+/// How the agent words a start that failed to run its program (E2B's
+/// envd words it the same); [`crate::client::ClientError::start_refused`]
+/// reads it back.
+pub(crate) const START_FAILED: &str = "error starting process ";
+
+/// How the agent words a working directory that is not there.
+pub(crate) const CWD_MISSING: (&str, &str) = ("cwd '", "' does not exist");
+
+/// The refusal of a start whose working directory is not there.
+pub(crate) fn cwd_missing(cwd: &std::path::Path) -> ConnectError {
+    let (before, after) = CWD_MISSING;
+    ConnectError::invalid(format!("{before}{}{after}", cwd.display()))
 }
 
 /// The error of a program that is not in the sandbox at all: say so, and

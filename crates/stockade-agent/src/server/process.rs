@@ -103,10 +103,7 @@ fn spawn_spec(
         call.workdir.as_deref(),
     )?;
     if !cwd.is_dir() {
-        return Err(ConnectError::invalid(format!(
-            "cwd '{}' does not exist",
-            cwd.display()
-        )));
+        return Err(crate::procs::cwd_missing(&cwd));
     }
     let pty = match &req.pty {
         None => None,

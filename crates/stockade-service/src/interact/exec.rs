@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use stockade_agent::client::{AgentClient, ClientError, ProcessOutput, ProcessStream};
+use stockade_agent::client::{
+    AgentClient, ClientError, ProcessOutput, ProcessStream, StartRefused,
+};
 use stockade_agent::connect::Code;
 use stockade_agent::proto::process::{
     process_input, ProcessConfig, ProcessSelector, Signal, StartRequest,
@@ -406,36 +408,24 @@ fn not_started(
     e: ClientError,
     spec: &ExecSpec,
 ) -> ServiceResult<Result<ProcessStream, NotStarted>> {
-    let message = e.to_string();
-    if e.code() != Some(Code::InvalidArgument) {
-        return Err(agent_error(e));
-    }
-    if message.contains("cwd '") && message.contains("does not exist") {
-        return Err(ServiceError::field(
+    match e.start_refused() {
+        None => Err(agent_error(e)),
+        Some(StartRefused::CwdMissing) => Err(ServiceError::field(
             "cwd",
             format!(
                 "no such directory in the sandbox: {}",
                 spec.cwd.as_deref().unwrap_or("")
             ),
-        ));
+        )),
+        Some(StartRefused::CannotRun {
+            what,
+            permission_denied,
+        }) => Ok(Err(NotStarted {
+            exit_code: if permission_denied { 126 } else { 127 },
+            message: format!("cannot run {what}"),
+        })),
+        Some(StartRefused::Invalid) => Err(ServiceError::field("cmd", e.to_string())),
     }
-    if message.contains("error starting process") {
-        let reason = message
-            .split("error starting process")
-            .nth(1)
-            .unwrap_or(&message)
-            .trim();
-        let exit_code = if reason.contains("ermission denied") {
-            126
-        } else {
-            127
-        };
-        return Ok(Err(NotStarted {
-            exit_code,
-            message: format!("cannot run {reason}"),
-        }));
-    }
-    Err(ServiceError::field("cmd", message))
 }
 
 /// An agent failure as the service reports it.

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use stockade_agent::client::{AgentClient, ProcessOutput, ProcessStream, WatchStream};
+use stockade_agent::client::{
+    AgentClient, ProcessOutput, ProcessStream, StartRefused, WatchStream,
+};
 use stockade_agent::proto::filesystem::{EntryInfo, EventType, FileType as AgentFileType};
 use stockade_agent::proto::process::{
     process_input, ProcessConfig, ProcessSelector, Pty, PtySize, Signal, StartRequest,
@@ -97,12 +99,8 @@ impl Service {
             stdin: Some(true),
         };
         let stream = agent.start(&req, None).await.map_err(|e| {
-            let message = e.to_string();
-            if message.contains("cwd '") {
-                ServiceError::field(
-                    "cwd",
-                    format!("no such directory in the sandbox: {message}"),
-                )
+            if e.start_refused() == Some(StartRefused::CwdMissing) {
+                ServiceError::field("cwd", format!("no such directory in the sandbox: {e}"))
             } else {
                 agent_error(e)
             }
