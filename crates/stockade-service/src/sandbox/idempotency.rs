@@ -166,12 +166,16 @@ pub async fn try_processing(
 async fn replay(svc: &Service, scope: &Scope, id: &SandboxId, key: &str) -> ServiceResult<Replay> {
     let deadline = tokio::time::Instant::now() + svc.config.create_wait;
     loop {
+        // The operation first: a create ends its operation in the same
+        // write as its record, so a record read after "no operation" shows
+        // how it ended (read the other way round, a create finishing in
+        // between looks like one that never recorded an operation).
+        let op = svc.store.get_operation(id.as_str()).await?;
         let record = match svc.store.get_sandbox(scope, id).await {
             Ok(sb) => Some(sb),
             Err(StoreError::NotFound) => None,
             Err(e) => return Err(e.into()),
         };
-        let op = svc.store.get_operation(id.as_str()).await?;
         match (record, op) {
             (Some(sb), None) if !sb.is_being_created() => return Ok(Replay::Done(Box::new(sb))),
             // A record left in PROVISIONING by a create that recorded no
