@@ -268,6 +268,12 @@ pub enum ProcessOutput {
     End(process_event::EndEvent),
 }
 
+/// The entry a filesystem answer carries; `call` names the call when it
+/// has none.
+fn entry_of(entry: Option<EntryInfo>, call: &str) -> Result<EntryInfo, ClientError> {
+    entry.ok_or_else(|| ClientError::Protocol(format!("{call} answered without an entry")))
+}
+
 /// The messages of a server stream.
 pub struct RpcStream<Res> {
     body: Incoming,
@@ -850,14 +856,9 @@ impl AgentClient {
     }
 
     pub async fn stat(&self, path: &str) -> Result<EntryInfo, ClientError> {
-        let res: StatResponse = self
-            .unary(
-                "/filesystem.Filesystem/Stat",
-                &StatRequest { path: path.into() },
-            )
-            .await?;
-        res.entry
-            .ok_or_else(|| ClientError::Protocol("stat answered without an entry".into()))
+        let req = StatRequest { path: path.into() };
+        let res: StatResponse = self.unary("/filesystem.Filesystem/Stat", &req).await?;
+        entry_of(res.entry, "stat")
     }
 
     pub async fn list_dir(&self, path: &str, depth: u32) -> Result<Vec<EntryInfo>, ClientError> {
@@ -874,14 +875,9 @@ impl AgentClient {
     }
 
     pub async fn make_dir(&self, path: &str) -> Result<EntryInfo, ClientError> {
-        let res: MakeDirResponse = self
-            .unary(
-                "/filesystem.Filesystem/MakeDir",
-                &MakeDirRequest { path: path.into() },
-            )
-            .await?;
-        res.entry
-            .ok_or_else(|| ClientError::Protocol("mkdir answered without an entry".into()))
+        let req = MakeDirRequest { path: path.into() };
+        let res: MakeDirResponse = self.unary("/filesystem.Filesystem/MakeDir", &req).await?;
+        entry_of(res.entry, "mkdir")
     }
 
     pub async fn move_path(
@@ -898,8 +894,7 @@ impl AgentClient {
                 },
             )
             .await?;
-        res.entry
-            .ok_or_else(|| ClientError::Protocol("move answered without an entry".into()))
+        entry_of(res.entry, "move")
     }
 
     pub async fn remove(&self, path: &str) -> Result<(), ClientError> {

@@ -144,13 +144,24 @@ fn entry_from_meta(path: &Path, meta: &Metadata, names: &NameCache) -> EntryInfo
 }
 
 fn not_found_or(e: std::io::Error, path: &Path) -> ConnectError {
+    not_found_or_internal(
+        &e,
+        format!("file not found: {}", path.display()),
+        format!("error getting file info of {}: {e}", path.display()),
+    )
+}
+
+/// `missing` as NotFound when `e` says the path does not exist, else
+/// `failed` as an internal error.
+pub(crate) fn not_found_or_internal(
+    e: &std::io::Error,
+    missing: String,
+    failed: String,
+) -> ConnectError {
     if e.kind() == std::io::ErrorKind::NotFound {
-        ConnectError::not_found(format!("file not found: {}", path.display()))
+        ConnectError::not_found(missing)
     } else {
-        ConnectError::internal(format!(
-            "error getting file info of {}: {e}",
-            path.display()
-        ))
+        ConnectError::internal(failed)
     }
 }
 
@@ -163,11 +174,11 @@ pub fn list_dir(
 ) -> Result<Vec<EntryInfo>, ConnectError> {
     let depth = depth.max(1);
     let resolved = std::fs::canonicalize(dir).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            ConnectError::not_found(format!("path not found: {}", dir.display()))
-        } else {
-            ConnectError::internal(format!("error resolving {}: {e}", dir.display()))
-        }
+        not_found_or_internal(
+            &e,
+            format!("path not found: {}", dir.display()),
+            format!("error resolving {}: {e}", dir.display()),
+        )
     })?;
     let meta = std::fs::metadata(&resolved).map_err(|e| not_found_or(e, &resolved))?;
     if !meta.is_dir() {

@@ -45,11 +45,11 @@ impl DirWatch {
         names: NameCache,
     ) -> Result<Self, ConnectError> {
         let meta = std::fs::metadata(root).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                ConnectError::not_found(format!("path {} not found", root.display()))
-            } else {
-                ConnectError::internal(format!("error statting path {}: {e}", root.display()))
-            }
+            crate::fsops::not_found_or_internal(
+                &e,
+                format!("path {} not found", root.display()),
+                format!("error statting path {}: {e}", root.display()),
+            )
         })?;
         if !meta.is_dir() {
             return Err(ConnectError::invalid(format!(

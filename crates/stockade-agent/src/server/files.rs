@@ -214,12 +214,7 @@ async fn upload_inner(
             format!("Content-Encoding {encoding:?} is not supported; send the file uncompressed"),
         ));
     }
-    let ct = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let ct = super::rpc::content_type(&req);
     let mut results = Vec::new();
     if let Some(boundary) = multipart::boundary(&ct) {
         let workdir = state.defaults.read().expect("defaults").workdir.clone();

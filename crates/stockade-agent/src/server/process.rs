@@ -47,6 +47,14 @@ pub(super) fn selector(sel: Option<ProcessSelector>) -> Result<Selector, Connect
     }
 }
 
+/// The process a request's selector names.
+fn selected(
+    state: &AgentState,
+    sel: Option<ProcessSelector>,
+) -> Result<Arc<crate::procs::Process>, ConnectError> {
+    state.procs.get(&selector(sel)?)
+}
+
 pub(super) fn event<R: From<ProcessEvent>>(e: process_event::Event) -> R {
     R::from(ProcessEvent { event: Some(e) })
 }
@@ -301,8 +309,7 @@ async fn close_stdin(
     state: &AgentState,
     req: CloseStdinRequest,
 ) -> Result<CloseStdinResponse, ConnectError> {
-    let sel = selector(req.process)?;
-    state.procs.get(&sel)?.close_stdin().await?;
+    selected(state, req.process)?.close_stdin().await?;
     Ok(CloseStdinResponse {})
 }
 
@@ -310,8 +317,7 @@ pub(super) async fn update(
     state: &AgentState,
     req: UpdateRequest,
 ) -> Result<UpdateResponse, ConnectError> {
-    let sel = selector(req.process)?;
-    let process = state.procs.get(&sel)?;
+    let process = selected(state, req.process)?;
     if let Some(pty) = req.pty {
         let size = pty
             .size

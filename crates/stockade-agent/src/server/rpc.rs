@@ -14,7 +14,8 @@ use std::marker::PhantomData;
 /// The largest unary request body.
 const MAX_UNARY_BYTES: usize = connect::MAX_MESSAGE_BYTES;
 
-fn content_type(req: &Request<Incoming>) -> String {
+/// The request's Content-Type, empty when absent or not text.
+pub(super) fn content_type(req: &Request<Incoming>) -> String {
     req.headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
