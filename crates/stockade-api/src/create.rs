@@ -95,97 +95,84 @@ fn unquote(s: &str) -> Option<(String, &str)> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSandboxBody {
     /// Unique among the account's active sandboxes; defaults to the id.
-    #[serde(default)]
     pub name: Option<String>,
     /// Defaults to the server's default image.
-    #[serde(default, alias = "docker_image")]
+    #[serde(alias = "docker_image")]
     pub docker_image: Option<String>,
     /// A preset name the server maps to an image (e.g. `node22`).
-    #[serde(default)]
     pub runtime: Option<String>,
     /// A shell command line, or `{"executable": …, "args": […]}`.
-    #[serde(default, alias = "start_command")]
+    #[serde(alias = "start_command")]
     pub start_command: Option<StartCommandJson>,
-    #[serde(default, alias = "cpu_cores")]
+    #[serde(alias = "cpu_cores")]
     pub cpu_cores: Option<f64>,
-    #[serde(default, rename = "memoryGB", alias = "memory_gb")]
+    #[serde(rename = "memoryGB", alias = "memory_gb")]
     pub memory_gb: Option<f64>,
-    #[serde(default, rename = "diskSizeGB", alias = "disk_size_gb")]
+    #[serde(rename = "diskSizeGB", alias = "disk_size_gb")]
     pub disk_size_gb: Option<f64>,
-    #[serde(default, alias = "gpu_count")]
+    #[serde(alias = "gpu_count")]
     pub gpu_count: Option<f64>,
     /// `false` cuts all egress.
-    #[serde(default, alias = "network_access")]
+    #[serde(alias = "network_access")]
     pub network_access: Option<bool>,
     /// Egress policy: `"allow-all"`, `"deny-all"` or `{"allow":[…],"deny":[…]}`.
-    #[serde(default, alias = "network_policy")]
+    #[serde(alias = "network_policy")]
     pub network_policy: Option<serde_json::Value>,
     /// Session timeout in minutes; 0 = never.
-    #[serde(default, alias = "timeout_minutes")]
+    #[serde(alias = "timeout_minutes")]
     pub timeout_minutes: Option<f64>,
-    #[serde(default, alias = "environment_vars")]
+    #[serde(alias = "environment_vars")]
     pub environment_vars: Option<BTreeMap<String, String>>,
-    #[serde(default)]
     pub labels: Option<Vec<String>>,
     /// At most 5.
-    #[serde(default)]
     pub tags: Option<BTreeMap<String, String>>,
     /// At most 4.
-    #[serde(default)]
     pub ports: Option<Vec<i64>>,
     /// Filesystem survives session timeouts (default true).
-    #[serde(default)]
     pub persistent: Option<bool>,
-    #[serde(default, alias = "team_id")]
+    #[serde(alias = "team_id")]
     pub team_id: Option<String>,
     /// What `/workspace` starts from.
-    #[serde(default)]
     pub source: Option<SandboxSource>,
     /// The Docker host to run on, by name; any host with room when absent.
-    #[serde(default)]
     pub server: Option<String>,
     /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
-    #[serde(default, alias = "host_selector")]
+    #[serde(alias = "host_selector")]
     pub host_selector: Option<BTreeMap<String, String>>,
     /// `prime-sandboxes`: asks for a virtual machine. Accepted and ignored:
     /// Stockade runs every sandbox as a container.
-    #[serde(default)]
     pub vm: Option<bool>,
     /// `prime-sandboxes`: the `Idempotency-Key`, in the body.
-    #[serde(default, alias = "idempotency_key")]
+    #[serde(alias = "idempotency_key")]
     pub idempotency_key: Option<String>,
     /// `prime-sandboxes`: only with `gpuCount` > 0.
-    #[serde(default, alias = "gpu_type")]
+    #[serde(alias = "gpu_type")]
     pub gpu_type: Option<String>,
     /// `prime-sandboxes`: `[]` means no egress, `["*"]` all of it.
-    #[serde(default, alias = "network_allowlist")]
+    #[serde(alias = "network_allowlist")]
     pub network_allowlist: Option<Vec<String>>,
     /// `prime-sandboxes`: `[]` means all egress, `["*"]` none.
-    #[serde(default, alias = "network_denylist")]
+    #[serde(alias = "network_denylist")]
     pub network_denylist: Option<Vec<String>>,
     /// `prime-sandboxes`: variables the sandbox's processes get, like
     /// `environmentVars` (a name in both is an error).
-    #[serde(default)]
     pub secrets: Option<BTreeMap<String, String>>,
     /// `prime-sandboxes`: a checkpoint (a Stockade snapshot) to start from.
-    #[serde(default, alias = "checkpoint_id")]
+    #[serde(alias = "checkpoint_id")]
     pub checkpoint_id: Option<String>,
     /// `prime-sandboxes`: not supported (no idle timeout in Stockade).
-    #[serde(default, alias = "idle_timeout_minutes")]
+    #[serde(alias = "idle_timeout_minutes")]
     pub idle_timeout_minutes: Option<f64>,
     /// `prime-sandboxes`: not supported (placement is by free capacity).
-    #[serde(default)]
     pub region: Option<String>,
     /// `prime-sandboxes`: `amd64` or `arm64`; must be the Docker host's.
-    #[serde(default)]
     pub arch: Option<String>,
     /// `prime-sandboxes`: only `{}`.
-    #[serde(default, alias = "advanced_configs")]
+    #[serde(alias = "advanced_configs")]
     #[schema(value_type = Option<Object>)]
     pub advanced_configs: Option<serde_json::Value>,
     /// `prime-sandboxes`: not supported (volumes are Stockade's own, one
     /// per sandbox at `/workspace`).
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub volumes: Option<serde_json::Value>,
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use utoipa::ToSchema;
 
 /// The version of E2B's in-sandbox protocol (`envd`) the agent speaks, as
@@ -25,20 +26,14 @@ pub struct E2bError {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct E2bNetwork {
-    #[serde(default)]
     pub allow_out: Option<Vec<String>>,
-    #[serde(default)]
     pub deny_out: Option<Vec<String>>,
     /// Whether sandbox ports are reachable without a traffic token
     /// (Stockade always asks for one).
-    #[serde(default)]
     pub allow_public_traffic: Option<bool>,
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub rules: Option<serde_json::Value>,
-    #[serde(default)]
     pub dns_servers: Option<Vec<String>>,
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub egress_proxy: Option<serde_json::Value>,
 }
@@ -52,33 +47,22 @@ pub struct E2bNewSandbox {
     #[serde(rename = "templateID")]
     pub template_id: String,
     /// Seconds until the sandbox times out (from now).
-    #[serde(default)]
     pub timeout: Option<i64>,
     /// At the timeout, stop (keep the files) instead of deleting.
-    #[serde(default)]
     pub auto_pause: Option<bool>,
-    #[serde(default)]
     pub auto_pause_memory: Option<bool>,
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub auto_resume: Option<serde_json::Value>,
-    #[serde(default)]
     pub secure: Option<bool>,
-    #[serde(default, rename = "allow_internet_access")]
+    #[serde(rename = "allow_internet_access")]
     pub allow_internet_access: Option<bool>,
-    #[serde(default)]
     pub network: Option<E2bNetwork>,
-    #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
-    #[serde(default)]
     pub env_vars: Option<BTreeMap<String, String>>,
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub mcp: Option<serde_json::Value>,
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub iam: Option<serde_json::Value>,
-    #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub volume_mounts: Option<serde_json::Value>,
 }
@@ -94,7 +78,6 @@ pub struct E2bTimeoutRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct E2bRefreshRequest {
     /// Seconds from now (default 60).
-    #[serde(default)]
     pub duration: Option<i64>,
 }
 
@@ -104,14 +87,11 @@ pub struct E2bRefreshRequest {
 #[serde(rename_all = "camelCase")]
 pub struct E2bConnectRequest {
     /// Seconds from now; for a running sandbox only a later end counts.
-    #[serde(default)]
     pub timeout: Option<i64>,
     /// Restore memory (`true`) or cold-boot: Stockade always starts the
     /// processes anew from the kept filesystem.
-    #[serde(default)]
     pub memory: Option<bool>,
     /// `/resume`: as `autoPause` of a create.
-    #[serde(default)]
     pub auto_pause: Option<bool>,
 }
 
@@ -119,9 +99,7 @@ pub struct E2bConnectRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct E2bPauseRequest {
-    #[serde(default)]
     pub memory: Option<bool>,
-    #[serde(default)]
     pub require_healthy_guest: Option<bool>,
 }
 
@@ -129,19 +107,15 @@ pub struct E2bPauseRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct E2bForkRequest {
     /// Seconds for the forks (default 300).
-    #[serde(default)]
     pub timeout: Option<i64>,
     /// 1 to 20 (default 1).
-    #[serde(default)]
     pub count: Option<i64>,
 }
 
 /// `POST /e2b/sandboxes/{id}/snapshots`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct E2bSnapshotRequest {
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub memory: Option<bool>,
 }
 
@@ -161,7 +135,6 @@ pub struct E2bSandbox {
     /// For `{port}-{sandboxID}.DOMAIN`: send it as `e2b-traffic-access-token`.
     pub traffic_access_token: String,
     /// The proxy domain of sandbox ports, when the server has one.
-    #[serde(default)]
     pub domain: Option<String>,
 }
 
@@ -189,7 +162,6 @@ pub struct E2bSandboxDetail {
     pub end_at: DateTime<Utc>,
     pub envd_version: String,
     pub envd_access_token: String,
-    #[serde(default)]
     pub domain: Option<String>,
     pub cpu_count: i64,
     #[serde(rename = "memoryMB")]
@@ -244,11 +216,10 @@ impl From<E2bSandboxDetail> for E2bListedSandbox {
 }
 
 /// One fork of `POST /e2b/sandboxes/{id}/fork`: the sandbox or the error.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct E2bForkResult {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<E2bSandbox>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<E2bError>,
 }
 

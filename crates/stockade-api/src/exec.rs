@@ -5,30 +5,26 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use utoipa::ToSchema;
 
 /// `POST /api/v1/sandbox/{id}/exec`: exactly one of `cmd` and `shell`.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecRequest {
     /// The program and its arguments, run as they are (no shell).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cmd: Option<Vec<String>>,
     /// A shell command line, run with `/bin/sh -c`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
     /// Working directory; relative paths are under `/workspace` (the default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// Added to (and overriding) the sandbox's `environmentVars`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<BTreeMap<String, String>>,
     /// Kill the process after this many seconds. Default 300, or none for a
     /// background process.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
     /// Written to the process's stdin, which is then closed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<String>,
     /// Return at once with a `processId` instead of waiting for the exit.
     #[serde(default)]
@@ -48,7 +44,7 @@ pub struct ExecResponse {
     /// stdout or stderr went beyond the server's output limit and was cut.
     pub truncated: bool,
     /// What happened, when it is not a plain exit (e.g. the timeout).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
@@ -59,7 +55,7 @@ pub struct ExecExitEvent {
     pub exit_code: Option<i64>,
     pub timed_out: bool,
     pub duration_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
@@ -77,6 +73,7 @@ pub enum ProcessStatus {
 }
 
 /// A background process.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessResponse {
@@ -86,21 +83,19 @@ pub struct ProcessResponse {
     /// The argv it runs (`/bin/sh -c …` for a `shell` command).
     pub command: Vec<String>,
     pub status: ProcessStatus,
+    // Written as `null` while there is no exit code.
+    #[serialize_always]
     pub exit_code: Option<i64>,
     pub started_at: DateTime<Utc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
     /// Run time so far, or until it ended.
     pub duration_ms: u64,
     /// Captured output (details, wait and kill only), at most the server's
     /// output limit per stream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
     /// Output beyond the limit was dropped.
     pub truncated: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 

@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use utoipa::ToSchema;
 
 /// What a path is (a symlink is reported as a symlink, not followed).
@@ -17,6 +18,7 @@ pub enum FileType {
 }
 
 /// One file, directory or link inside a sandbox.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileEntry {
@@ -31,10 +33,8 @@ pub struct FileEntry {
     /// Permission bits in octal, e.g. `0644`, `4755`.
     #[schema(example = "0644")]
     pub mode: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modified_at: Option<DateTime<Utc>>,
     /// For a symlink: its target as stored (what `readlink` prints).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_target: Option<String>,
 }
 

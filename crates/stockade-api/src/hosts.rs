@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_with::skip_serializing_none;
 use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::{Host, Resources};
 use utoipa::ToSchema;
@@ -25,19 +26,20 @@ pub struct HostTlsFiles {
 
 /// How much a host may hold; a field that is absent or `null` is what the
 /// engine reports.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HostCapacityInput {
     /// CPU cores, 1 to 4096.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
     /// Memory in GB, above 0 and at most 65536.
-    #[serde(default, rename = "memoryGB", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "memoryGB")]
     pub memory_gb: Option<f64>,
 }
 
 /// `POST /api/v1/hosts`: registers a Docker host. The server connects to it
 /// first; one it cannot reach is refused.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateHostRequest {
@@ -48,17 +50,13 @@ pub struct CreateHostRequest {
     /// `ssh://[user@]host[:port]`.
     pub docker_host: String,
     /// Client certificates of a `tcp://` host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<HostTlsFiles>,
     /// Where this server reaches what the host publishes when it is another
     /// machine: an IP address or a DNS name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
     /// Up to 32 labels a create may select the host by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
     /// Capacity that replaces what the engine reports.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<HostCapacityInput>,
 }
 
@@ -73,19 +71,17 @@ where
 }
 
 /// `PATCH /api/v1/hosts/{name}`: what is given changes, the rest stays.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateHostRequest {
     /// `active` (uncordon: takes new sandboxes again), `cordoned` (takes no
     /// new sandboxes; what runs there stays) or `draining` (takes none, and
     /// what it holds is moved off it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// Why it is cordoned or draining (shown with the host and its sandboxes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Replaces every label.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
     /// Replaces the capacity; `null`: what the engine reports.
     #[serde(

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use stockade_core::spec::SpecInput;
 use stockade_core::{human_bytes, size::volume_warning, Sandbox};
 use utoipa::ToSchema;
@@ -76,79 +77,58 @@ pub struct ErrorDetail {
     /// `image_unavailable`, `docker_unavailable`, `database_error`.
     pub code: String,
     pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub details: Option<serde_json::Value>,
 }
 
 /// `POST /api/v1/sandbox`.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     /// Unique among the account's active sandboxes; defaults to the id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Defaults to the server's default image (`node:20-bookworm`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker_image: Option<String>,
     /// A preset name the server maps to an image (e.g. `node22`, `python3.13`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
     /// Shell command line of the main process; defaults to a keep-alive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_command: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cores: Option<f64>,
-    #[serde(default, rename = "memoryGB", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "memoryGB")]
     pub memory_gb: Option<f64>,
-    #[serde(
-        default,
-        rename = "diskSizeGB",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "diskSizeGB")]
     pub disk_size_gb: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_count: Option<f64>,
     /// `false` cuts all egress (the same as `networkPolicy: "deny-all"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_access: Option<bool>,
     /// Egress policy: `"allow-all"` (default), `"deny-all"`, or
     /// `{"allow": [...], "deny": [...]}` whose entries are IPv4/IPv6
     /// addresses or CIDRs (optionally `:port`), domains and `*.wildcard`
     /// domains (optionally `:port`). A deny entry beats an allow entry; an
     /// allow list allows only what it lists.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>, example = json!({"allow": ["pypi.org", "*.pythonhosted.org", "10.1.0.0/16:5432"]}))]
     pub network_policy: Option<serde_json::Value>,
     /// Session timeout in minutes; fractions allowed; 0 = never.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_minutes: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment_vars: Option<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<Vec<String>>,
     /// At most 5.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
     /// At most 4.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ports: Option<Vec<i64>>,
     /// Filesystem survives session timeouts (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent: Option<bool>,
     /// A team of the caller to share the sandbox with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team_id: Option<String>,
     /// What `/workspace` starts from: a git repository, a tarball URL, an
     /// upload, a snapshot or another sandbox.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SandboxSource>,
     /// The Docker host to run on, by name (see `GET /api/v1/hosts`); any
     /// host with room when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
     /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_selector: Option<BTreeMap<String, String>>,
 }
 
@@ -180,32 +160,29 @@ impl CreateSandboxRequest {
 }
 
 /// The Docker host a sandbox is on, as the last check saw it.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxHostState {
     /// `active`, `cordoned` or `draining`.
     pub state: String,
     /// Whether its engine answered the last check (absent: not checked yet).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy: Option<bool>,
     /// Why it is cordoned, draining or unhealthy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 /// A sandbox's volume.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeSummary {
     pub name: String,
     pub mount_path: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
     /// Human-readable, e.g. `1.2 GB`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<String>,
     /// Set above 10 GB.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
 }
 
@@ -228,14 +205,11 @@ pub struct SandboxResponse {
     pub id: String,
     pub name: String,
     pub account_id: String,
-    #[serde(default)]
     pub team_id: Option<String>,
     pub docker_image: String,
-    #[serde(default)]
     pub runtime: Option<String>,
     /// A shell command line, or `{"executable", "args"}` for a sandbox
     /// created with a program and its arguments.
-    #[serde(default)]
     pub start_command: Option<StartCommandJson>,
     pub cpu_cores: f64,
     #[serde(rename = "memoryGB")]
@@ -250,7 +224,7 @@ pub struct SandboxResponse {
     /// PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED.
     #[schema(value_type = String)]
     pub status: SandboxStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
     /// Minutes; a whole number is written without a fraction.
     #[serde(serialize_with = "whole_as_integer")]
@@ -267,35 +241,32 @@ pub struct SandboxResponse {
     /// terminated).
     #[serde(default = "epoch")]
     pub updated_at: DateTime<Utc>,
-    #[serde(default)]
     pub started_at: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub stopped_at: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub terminated_at: Option<DateTime<Utc>>,
     /// Where the sandbox's volume is mounted (`/workspace`).
     #[serde(default = "workspace_path")]
     pub disk_mount_path: String,
     pub volume: VolumeSummary,
     /// Seconds since the current session started (running sandboxes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub uptime_seconds: Option<i64>,
     /// When the current session times out: a persistent sandbox is
     /// then stopped, another one terminated. Absent: no timeout, or not running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub session_expires_at: Option<DateTime<Utc>>,
     /// Where the logs of this sandbox stream from.
     pub logs_url: String,
     /// Live CPU, memory, network and process figures (details of a running
     /// sandbox only; absent when they could not be measured).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<ResourceUsage>,
     /// Disk use against the enforced limits (details only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUsageSummary>,
     /// The state of the Docker host it is on, when that host does not take
     /// new sandboxes or fails its checks (details only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<SandboxHostState>,
     /// Persisted runtime facts, snake_case.
     #[schema(value_type = Object)]
@@ -422,7 +393,7 @@ pub struct BulkDeleteRequest {
 pub struct BulkDeleteResult {
     pub id: String,
     pub deleted: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorDetail>,
 }
 
@@ -432,6 +403,7 @@ pub struct BulkDeleteResponse {
 }
 
 /// `GET /api/v1/health`.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthResponse {
@@ -441,22 +413,17 @@ pub struct HealthResponse {
     pub docker: DockerHealth,
     pub database: DatabaseHealth,
     /// How well sandboxes are kept apart; absent before the first check.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<IsolationHealth>,
     /// Whether `diskSizeGB` is enforced; absent when Docker did not answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskHealth>,
     /// Whether allow/deny lists of `networkPolicy` are enforced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressHealth>,
     /// Whether the default image and the runtime presets' images are on
     /// the Docker host already; absent when Docker did not answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImagesHealth>,
     /// Which server instance runs the deployment-wide background work
     /// (several instances on one PostgreSQL database share it through a
     /// lease); absent from servers that predate it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderHealth>,
     /// Things that work but need an operator's attention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -465,6 +432,7 @@ pub struct HealthResponse {
 
 /// This server instance and the leader lease of the background work
 /// (session timeouts, reconciliation, recovery, snapshot collection).
+#[skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderHealth {
@@ -473,11 +441,9 @@ pub struct LeaderHealth {
     /// Whether this instance runs the background work now.
     pub is_leader: bool,
     /// The instance holding the lease when last seen, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
     /// When the holder's lease ends unless it renews it (every third of
     /// its term); after that another instance takes over.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
 }
 
@@ -527,22 +493,18 @@ pub struct IsolationHealth {
     pub repaired: Vec<String>,
 }
 
+#[skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DockerHealth {
     /// `healthy` or `unhealthy`.
     pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runtimes: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// What to check when Docker does not answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -555,7 +517,7 @@ pub struct DatabaseHealth {
     pub status: String,
     /// `sqlite` or `postgres`.
     pub backend: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -577,7 +539,7 @@ pub struct AccountResponse {
     pub created_at: DateTime<Utc>,
     /// While set, the account is disabled: none of its tokens, sessions or
     /// sandbox tokens is accepted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_at: Option<DateTime<Utc>>,
 }
 
@@ -657,6 +619,19 @@ mod tests {
         assert!(v["timeoutMinutes"].is_i64());
         assert_eq!(v["diskMountPath"], "/workspace");
         assert_eq!(v["updatedAt"], v["createdAt"]);
+        // Fields without a value: some are written as `null`, others left out.
+        for always in [
+            "teamId",
+            "runtime",
+            "startCommand",
+            "startedAt",
+            "stoppedAt",
+        ] {
+            assert_eq!(v.get(always), Some(&serde_json::Value::Null), "{always}");
+        }
+        for absent in ["statusReason", "uptimeSeconds", "usage", "disk", "host"] {
+            assert!(v.get(absent).is_none(), "{absent}");
+        }
         let half =
             serde_json::to_value(SandboxResponse::from_record(&record(None, 0.5), Utc::now()))
                 .unwrap();

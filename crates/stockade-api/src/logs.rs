@@ -31,7 +31,7 @@ pub struct LogsResponse {
     /// Oldest first.
     pub lines: Vec<LogLineResponse>,
     /// The id of the last line, to continue from (`lastEventId`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_event_id: Option<String>,
     /// After `lastEventId`: more lines follow than `tail` allowed; ask again
     /// from `lastEventId`.

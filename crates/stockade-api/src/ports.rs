@@ -23,7 +23,7 @@ pub struct ExposedPort {
     pub url: String,
     /// Host form, `{scheme}://{port}-{id}.{proxy domain}/`, when the server
     /// has a proxy domain configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub host_url: Option<String>,
 }
 
@@ -38,7 +38,7 @@ pub struct PortsResponse {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthTokenRequest {
     /// Lifetime in seconds, 1 to 86400 (default: the server's, 1 hour).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_seconds: Option<i64>,
 }
 

@@ -12,15 +12,11 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PrimeBulkDeleteRequest {
-    #[serde(default)]
     pub sandbox_ids: Option<Vec<String>>,
-    #[serde(default)]
     pub labels: Option<Vec<String>>,
     /// Must be a team of the caller's, if given.
-    #[serde(default)]
     pub team_id: Option<String>,
     /// Only the caller's own account.
-    #[serde(default)]
     pub user_id: Option<String>,
     /// Only `false`: a caller deletes its own sandboxes.
     #[serde(default)]
@@ -88,9 +84,7 @@ pub struct PrimeStatusBatchRequest {
 pub struct PrimeStatusSnapshot {
     pub sandbox_id: String,
     pub status: String,
-    #[serde(default)]
     pub error_type: Option<String>,
-    #[serde(default)]
     pub error_message: Option<String>,
 }
 
@@ -115,9 +109,7 @@ pub struct PrimeStatusBatchResponse {
 #[serde(rename_all = "camelCase")]
 pub struct PrimeErrorContext {
     pub status: String,
-    #[serde(default)]
     pub error_type: Option<String>,
-    #[serde(default)]
     pub error_message: Option<String>,
 }
 
@@ -130,7 +122,6 @@ pub struct PrimeCheckpoint {
     pub state: String,
     pub depth: u32,
     pub docker_image: String,
-    #[serde(default)]
     pub stored_bytes: Option<u64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

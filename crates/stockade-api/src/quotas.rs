@@ -12,30 +12,26 @@ use utoipa::ToSchema;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SetQuotaRequest {
     /// Sandboxes that are not terminated (stopped ones count).
-    #[serde(default)]
     pub sandboxes: Option<u64>,
     /// CPU cores of the running sandboxes together (fractions allowed).
-    #[serde(default)]
     pub cpu_cores: Option<f64>,
     /// Memory of the running sandboxes together, in GB (fractions allowed).
-    #[serde(default, rename = "memoryGB")]
+    #[serde(rename = "memoryGB")]
     pub memory_gb: Option<f64>,
     /// `diskSizeGB` of the sandboxes that are not terminated, together.
-    #[serde(default, rename = "diskGB")]
+    #[serde(rename = "diskGB")]
     pub disk_gb: Option<u64>,
     /// Snapshots that are not deleted.
-    #[serde(default)]
     pub snapshots: Option<u64>,
     /// What those snapshots take in the object store (workspace and image
     /// archives), in GB (fractions allowed).
-    #[serde(default, rename = "snapshotGB")]
+    #[serde(rename = "snapshotGB")]
     pub snapshot_gb: Option<f64>,
     /// Uploads not yet used by a create (and not expired).
-    #[serde(default)]
     pub uploads: Option<u64>,
     /// What those uploads take in the object store, in GB (fractions
     /// allowed).
-    #[serde(default, rename = "uploadGB")]
+    #[serde(rename = "uploadGB")]
     pub upload_gb: Option<f64>,
 }
 
@@ -70,13 +66,11 @@ pub struct QuotaLimits {
     pub memory_gb: Option<f64>,
     #[serde(rename = "diskGB")]
     pub disk_gb: Option<u64>,
-    #[serde(default)]
     pub snapshots: Option<u64>,
-    #[serde(default, rename = "snapshotGB")]
+    #[serde(rename = "snapshotGB")]
     pub snapshot_gb: Option<f64>,
-    #[serde(default)]
     pub uploads: Option<u64>,
-    #[serde(default, rename = "uploadGB")]
+    #[serde(rename = "uploadGB")]
     pub upload_gb: Option<f64>,
 }
 

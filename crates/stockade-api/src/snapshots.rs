@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use stockade_core::{human_bytes, Snapshot};
 use utoipa::ToSchema;
 
@@ -40,7 +41,7 @@ pub enum SandboxSource {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSnapshotRequest {
     /// Defaults to the snapshot's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
@@ -49,11 +50,12 @@ pub struct CreateSnapshotRequest {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkSandboxRequest {
     /// Name of the new sandbox; defaults to its id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
 /// A snapshot as the API shows it.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotResponse {
@@ -67,16 +69,12 @@ pub struct SnapshotResponse {
     /// The image holding the root-filesystem changes.
     pub image: String,
     /// Size of the `/workspace` archive in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_bytes: Option<u64>,
     /// The same, human-readable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_size: Option<String>,
     /// Key of the `/workspace` archive in the object store.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_key: Option<String>,
     pub created_at: DateTime<Utc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<DateTime<Utc>>,
 }
 

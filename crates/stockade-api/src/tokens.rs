@@ -14,7 +14,6 @@ pub struct CreateTokenRequest {
     pub name: String,
     /// Seconds until the token expires: 60 to 315 360 000 (ten years);
     /// absent: until it is revoked.
-    #[serde(default)]
     pub expires_in_seconds: Option<i64>,
 }
 
@@ -46,7 +45,7 @@ pub struct TokenResponse {
     /// When it last authenticated a request (to the minute); `null`: never.
     pub last_used_at: Option<DateTime<Utc>>,
     /// A session's API token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
 }
 

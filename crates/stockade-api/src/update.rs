@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use stockade_core::update::SpecPatch;
 use utoipa::ToSchema;
 
@@ -12,32 +13,26 @@ use crate::SandboxResponse;
 /// The settings to change; a field left out stays as it is, a field given
 /// replaces the current value as a whole (`labels`, `tags` and
 /// `environmentVars` are replaced, not merged).
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateSandboxRequest {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Session timeout in minutes (fractions allowed, 0 = never). On a
     /// running sandbox the current session's deadline is recomputed from
     /// the session's start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_minutes: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<Vec<String>>,
     /// At most 5.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
     /// The main process sees it from its next start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment_vars: Option<BTreeMap<String, String>>,
     /// Applied live to a running sandbox.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cores: Option<f64>,
     /// Applied live to a running sandbox (memory and memory+swap).
-    #[serde(default, rename = "memoryGB", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "memoryGB")]
     pub memory_gb: Option<f64>,
     /// The egress policy, as on create; applied live to a running sandbox.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub network_policy: Option<serde_json::Value>,
 }

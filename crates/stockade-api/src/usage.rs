@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 use utoipa::ToSchema;
 
 /// What a running sandbox uses right now.
@@ -10,7 +11,7 @@ use utoipa::ToSchema;
 pub struct ResourceUsage {
     /// CPU in percent of one core (200 = two cores busy), over the last
     /// second or two; absent when not measurable yet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_percent: Option<f64>,
     /// Memory in use (reclaimable page cache left out).
     pub memory_bytes: u64,
@@ -30,16 +31,13 @@ pub struct ResourceUsage {
 /// `/workspace` and the writable root filesystem are each capped at
 /// `diskSizeGB` where the host can. A limit is absent when none is enforced;
 /// a figure is absent when it could not be measured in time.
+#[skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DiskUsageSummary {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_limit_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_fs_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_fs_limit_bytes: Option<u64>,
 }
 
@@ -54,29 +52,26 @@ pub struct DiskHealth {
 }
 
 /// One writable area of a sandbox: capped how, or why not.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DiskAreaHealth {
     pub enforced: bool,
     /// How the kernel caps it, when it does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// Why it is not capped, in the engine's words.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 /// The egress filter of network policies, in `/health`.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EgressHealth {
     /// `running`, `starting` or `unavailable` (allow/deny lists are then
     /// refused; allow-all and deny-all still work).
     pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

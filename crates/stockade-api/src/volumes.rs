@@ -15,15 +15,11 @@ pub struct VolumeResponse {
     pub name: String,
     pub sandbox_id: String,
     /// The owning account (the sandbox record's, else the volume's label).
-    #[serde(default)]
     pub account_id: Option<String>,
     /// Bytes used, as Docker measured them; absent when Docker did not report it.
-    #[serde(default)]
     pub size_bytes: Option<u64>,
     /// Human-readable, e.g. `1.2 GB`.
-    #[serde(default)]
     pub size: Option<String>,
-    #[serde(default)]
     pub created_at: Option<DateTime<Utc>>,
     /// A running container mounts it.
     pub in_use: bool,
@@ -31,10 +27,9 @@ pub struct VolumeResponse {
     /// volume of a destroyed sandbox.
     pub orphaned: bool,
     /// Status of the owning sandbox record, when one exists (also TERMINATED).
-    #[serde(default)]
     pub sandbox_status: Option<String>,
     /// Set above 10 GB.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
 }
 
@@ -55,9 +50,7 @@ pub struct ListVolumesResponse {
 pub struct RemovedVolume {
     pub name: String,
     pub sandbox_id: String,
-    #[serde(default)]
     pub size_bytes: Option<u64>,
-    #[serde(default)]
     pub size: Option<String>,
 }
 
