@@ -68,9 +68,7 @@ where
 
 #[tokio::test]
 async fn api_tokens_are_made_listed_and_revoked() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice-tokens").await;
-    let mallory = app.new_account("mallory-tokens").await;
+    let (app, [alice, mallory]) = spawn_with_accounts(["alice-tokens", "mallory-tokens"]).await;
     let alice_id = account_id(&app, &alice).await;
     let path = format!("/api/v1/accounts/{alice_id}/tokens");
 
@@ -284,9 +282,7 @@ async fn dashboard_sessions_live_on_the_server() {
 
 #[tokio::test]
 async fn a_disabled_account_is_refused_everywhere_until_enabled() {
-    let app = spawn_app().await;
-    let bob = app.new_account("bob-disabled").await;
-    let carol = app.new_account("carol-disabled").await;
+    let (app, [bob, carol]) = spawn_with_accounts(["bob-disabled", "carol-disabled"]).await;
     let bob_id = account_id(&app, &bob).await;
     let admin_id = account_id(&app, &app.admin_token).await;
     let sid = app.create_id(&bob, json!({ "name": "kept" })).await;
@@ -403,9 +399,7 @@ async fn traffic(app: &TestApp, sandbox: &str, token: &str) -> StatusCode {
 
 #[tokio::test]
 async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice-team-tokens").await;
-    let bob = app.new_account("bob-team-tokens").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice-team-tokens", "bob-team-tokens"]).await;
     let bob_id = account_id(&app, &bob).await;
     let team_id = app.new_team("shared-tokens").await;
     let r = app

@@ -271,8 +271,7 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
 
     // Bad entries: 400 naming the entry.
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             t,
             json!({ "networkPolicy": { "allow": ["allowed.test", "10.0.0.0/33"] } }),
         )
@@ -626,9 +625,7 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
         // An allow list naming a private block: 400 naming the entry and
         // what the administrator must set; at create and at PATCH.
         let r = app
-            .post(
-                "/api/v1/sandbox",
-                t,
+            .try_create(t,
                 json!({ "networkPolicy": { "allow": ["example.test", format!("{private}:8080")] } }),
             )
             .await;

@@ -28,14 +28,11 @@ fn processes(id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exit_codes_output_stdin_cwd_and_env_are_faithful() {
-    let app = spawn_app().await;
+    let (app, sb) = spawn_with_sandbox(
+        json!({ "environmentVars": { "FROM_SANDBOX": "sb", "OVERRIDDEN": "sb" } }),
+    )
+    .await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
-            t,
-            json!({ "environmentVars": { "FROM_SANDBOX": "sb", "OVERRIDDEN": "sb" } }),
-        )
-        .await;
     let id = sb["id"].as_str().unwrap();
 
     let r = exec(
@@ -117,9 +114,8 @@ async fn exit_codes_output_stdin_cwd_and_env_are_faithful() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timeout_kills_the_process_and_says_so() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({})).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({})).await;
 
     let t0 = Instant::now();
     let r = exec(
@@ -145,9 +141,8 @@ async fn a_timeout_kills_the_process_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn output_beyond_the_limit_is_cut_and_flagged() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({})).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({})).await;
     let limit = app.state.config.service.max_exec_output_bytes;
     let r = exec(
         &app,
@@ -165,11 +160,8 @@ async fn output_beyond_the_limit_is_cut_and_flagged() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn streamed_exec_sends_output_in_order_then_the_exit() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({ "environmentVars": { "WHO": "sandbox" } })).await;
     let t = &app.admin_token;
-    let id = app
-        .create_id(t, json!({ "environmentVars": { "WHO": "sandbox" } }))
-        .await;
     let url = format!("{}/api/v1/sandbox/{id}/exec", app.base);
 
     let mut s = SseStream::open(app.http.post(&url).bearer_auth(t).json(&json!({
@@ -233,9 +225,8 @@ async fn streamed_exec_sends_output_in_order_then_the_exit() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn background_processes_can_be_listed_waited_for_and_killed() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({})).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({})).await;
     let base = format!("/api/v1/sandbox/{id}/processes");
 
     let r = exec(
@@ -332,9 +323,7 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_exec_verb_is_forbidden_on_another_accounts_sandbox() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app.create_id(&alice, json!({})).await;
     let r = exec(
         &app,
@@ -407,9 +396,8 @@ async fn every_exec_verb_is_forbidden_on_another_accounts_sandbox() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_exec_requests_are_400s_naming_the_field_and_a_stopped_sandbox_409() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({})).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({})).await;
 
     for (body, field) in [
         (json!({}), "cmd"),

@@ -420,9 +420,7 @@ async fn a_failed_save_after_the_container_exists_removes_container_and_volume()
     })
     .await;
     let t = &app.admin_token;
-    let r = app
-        .post("/api/v1/sandbox", t, json!({ "name": "doomed" }))
-        .await;
+    let r = app.try_create(t, json!({ "name": "doomed" })).await;
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{:?}", r.body);
     assert_eq!(r.code(), "database_error");
     assert!(r.body["error"]["message"]

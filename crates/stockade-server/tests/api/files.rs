@@ -842,9 +842,7 @@ async fn uploads_over_the_limit_are_413() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app.create_id(&alice, json!({ "name": "alices" })).await;
     let as_alice = Files {
         app: &app,

@@ -94,11 +94,7 @@ async fn unhealthy_without_docker_then_recovers() {
 
     // The server keeps serving; a create says Docker is unavailable.
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &app.admin_token,
-            serde_json::json!({"name": "x"}),
-        )
+        .try_create(&app.admin_token, serde_json::json!({"name": "x"}))
         .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
     assert_eq!(r.code(), "docker_unavailable");

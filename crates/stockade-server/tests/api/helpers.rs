@@ -47,6 +47,33 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(AppOptions::default()).await
 }
 
+/// A new app with one account of each name: the app and the accounts'
+/// tokens, in the order of `names`.
+pub async fn spawn_with_accounts<const N: usize>(names: [&str; N]) -> (TestApp, [String; N]) {
+    let app = spawn_app().await;
+    let mut tokens = Vec::with_capacity(N);
+    for name in names {
+        tokens.push(app.new_account(name).await);
+    }
+    let tokens = tokens.try_into().expect("one token a name");
+    (app, tokens)
+}
+
+/// A new app with one running sandbox of the administrator's, made of
+/// `body`: the app and the sandbox.
+pub async fn spawn_with_sandbox(body: Value) -> (TestApp, Value) {
+    let app = spawn_app().await;
+    let sandbox = app.create(&app.admin_token, body).await;
+    (app, sandbox)
+}
+
+/// [`spawn_with_sandbox`] with the sandbox's id.
+pub async fn spawn_with_sandbox_id(body: Value) -> (TestApp, String) {
+    let (app, sandbox) = spawn_with_sandbox(body).await;
+    let id = sandbox["id"].as_str().unwrap().to_owned();
+    (app, id)
+}
+
 /// Connects a registered host as the server binary does: a Docker runtime
 /// over its `dockerHost`, named after it.
 pub struct DockerFactory;
@@ -331,9 +358,14 @@ impl TestApp {
         )
     }
 
+    /// Asks to create a sandbox: the answer as it is (a refusal included).
+    pub async fn try_create(&self, token: &str, body: Value) -> Resp {
+        self.post("/api/v1/sandbox", token, body).await
+    }
+
     /// Creates a sandbox and asserts it is RUNNING.
     pub async fn create(&self, token: &str, body: Value) -> Value {
-        let r = self.post("/api/v1/sandbox", token, body).await;
+        let r = self.try_create(token, body).await;
         assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
         assert_eq!(r.body["status"], "RUNNING");
         r.body

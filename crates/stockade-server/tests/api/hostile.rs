@@ -70,9 +70,7 @@ async fn strict_app() -> TestApp {
 
 #[tokio::test]
 async fn another_accounts_snapshot_cannot_be_booted_by_name() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice-snap").await;
-    let mallory = app.new_account("mallory-snap").await;
+    let (app, [alice, mallory]) = spawn_with_accounts(["alice-snap", "mallory-snap"]).await;
     let id = app
         .create_id(
             &alice,
@@ -103,7 +101,7 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
             json!({ "name": "thief", "dockerImage": image }),
             json!({ "name": "thief", "docker_image": image }),
         ] {
-            let r = app.post("/api/v1/sandbox", &mallory, body).await;
+            let r = app.try_create(&mallory, body).await;
             r.assert_status(StatusCode::BAD_REQUEST, image);
             assert_eq!(r.error_fields(), vec!["dockerImage"], "{image}");
         }
@@ -122,11 +120,7 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     let alias = format!("innocent-{snap_id}:1");
     docker(&["tag", &image_ref, &alias]);
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &mallory,
-            json!({ "name": "thief", "dockerImage": alias }),
-        )
+        .try_create(&mallory, json!({ "name": "thief", "dockerImage": alias }))
         .await;
     docker(&["rmi", &alias]);
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
@@ -140,8 +134,7 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     assert_eq!(list.body["total"], 0, "{:?}", list.body);
     // Through the owned source: 403 for another account.
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &mallory,
             json!({ "name": "thief", "source": { "type": "snapshot", "snapshotId": snap_id } }),
         )
@@ -163,8 +156,7 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     assert_eq!(sh_in(&rid, "echo $ALICE_KEY-$EXTRA"), "sk-alice-0123-x");
     // Alice herself cannot name the image either: only the source reaches it.
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &alice,
             json!({ "name": "by-name", "dockerImage": image_ref }),
         )
@@ -194,8 +186,7 @@ async fn sources_and_images_on_internal_addresses_are_refused_without_echo() {
         ("http://10.0.0.1/x.tar".to_owned(), "private"),
     ] {
         let r = app
-            .post(
-                "/api/v1/sandbox",
+            .try_create(
                 &mallory,
                 json!({ "name": "ssrf", "source": { "type": "tarball", "url": url } }),
             )
@@ -205,17 +196,14 @@ async fn sources_and_images_on_internal_addresses_are_refused_without_echo() {
         assert!(!r.body.to_string().contains(SECRET), "{what}: echoed");
     }
     let git = app
-        .post(
-            "/api/v1/sandbox",
-            &mallory,
+        .try_create(&mallory,
             json!({ "name": "ssrf", "source": { "type": "git", "url": format!("http://127.0.0.1:{port}/repo.git") } }),
         )
         .await;
     assert_eq!(git.status, StatusCode::BAD_REQUEST, "{:?}", git.body);
     // Docker is never asked to pull from an internal registry either.
     let image = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &mallory,
             json!({ "name": "ssrf", "dockerImage": format!("127.0.0.1:{port}/x:latest") }),
         )
@@ -223,8 +211,7 @@ async fn sources_and_images_on_internal_addresses_are_refused_without_echo() {
     assert_eq!(image.status, StatusCode::BAD_REQUEST, "{:?}", image.body);
     assert_eq!(image.error_fields(), vec!["dockerImage"]);
     let local = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &mallory,
             json!({ "name": "ssrf", "dockerImage": format!("localhost:{port}/x") }),
         )
@@ -255,9 +242,7 @@ async fn a_redirect_cannot_lead_a_fetch_to_an_internal_address() {
     .await;
     let mallory = app.new_account("mallory-redirect").await;
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &mallory,
+        .try_create(&mallory,
             json!({ "name": "hop", "source": { "type": "tarball", "url": format!("http://127.0.0.1:{port}/a.tar") } }),
         )
         .await;
@@ -276,9 +261,7 @@ async fn a_redirect_cannot_lead_a_fetch_to_an_internal_address() {
     // An allowed address whose answer is not an archive: the error does not
     // quote what came back.
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &mallory,
+        .try_create(&mallory,
             json!({ "name": "junk", "source": { "type": "tarball", "url": format!("http://127.0.0.1:{target_port}/m") } }),
         )
         .await;
@@ -458,9 +441,7 @@ async fn the_dashboard_session_is_an_httponly_cookie_guarded_against_csrf() {
 
 #[tokio::test]
 async fn a_sandbox_reaches_no_other_sandbox_and_no_host_service() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice-net").await;
-    let mallory = app.new_account("mallory-net").await;
+    let (app, [alice, mallory]) = spawn_with_accounts(["alice-net", "mallory-net"]).await;
     let victim = app
         .create(
             &alice,

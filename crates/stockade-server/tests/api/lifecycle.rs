@@ -276,11 +276,7 @@ async fn a_missing_image_fails_clearly_and_leaves_nothing() {
     );
     let started = Instant::now();
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            t,
-            json!({ "name": "ghost", "dockerImage": image }),
-        )
+        .try_create(t, json!({ "name": "ghost", "dockerImage": image }))
         .await;
     assert!(r.status.is_client_error() || r.status.is_server_error());
     assert_eq!(r.code(), "image_unavailable", "{:?}", r.body);

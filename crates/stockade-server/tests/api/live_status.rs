@@ -103,14 +103,11 @@ async fn details_show_usage_and_a_volume_size_that_grows() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_sandbox_shows_cpu_use() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(
+        json!({ "name": "busy", "cpuCores": 0.5, "startCommand": "while :; do :; done" }),
+    )
+    .await;
     let t = &app.admin_token;
-    let id = app
-        .create_id(
-            t,
-            json!({ "name": "busy", "cpuCores": 0.5, "startCommand": "while :; do :; done" }),
-        )
-        .await;
     let d = app.get(&format!("/api/v1/sandbox/{id}"), t).await;
     let cpu = d.body["usage"]["cpuPercent"].as_f64().expect("cpu figure");
     // Limited to half a core: well above idle, not above what the quota allows.

@@ -55,9 +55,8 @@ fn assert_consecutive(ticks: &[u64]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_stream_types_stdout_and_stderr_lines_and_gives_them_ids() {
-    let app = spawn_app().await;
+    let (app, sb) = spawn_with_sandbox(json!({ "startCommand": TICKER })).await;
     let t = &app.admin_token;
-    let sb = app.create(t, json!({ "startCommand": TICKER })).await;
     let id = sb["id"].as_str().unwrap();
     assert_eq!(sb["logsUrl"], format!("/api/v1/sandbox/{id}/logs"));
 
@@ -102,9 +101,8 @@ async fn the_stream_types_stdout_and_stderr_lines_and_gives_them_ids() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({ "startCommand": TICKER })).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({ "startCommand": TICKER })).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // JSON: the last `tail` lines, oldest first, with ids.
@@ -184,16 +182,11 @@ async fn tail_then_follow_then_resume_without_duplicates_or_gaps() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn multibyte_and_long_lines_arrive_whole() {
-    let app = spawn_app().await;
-    let t = &app.admin_token;
-    let id = app
-        .create_id(
-            t,
-            json!({ "startCommand":
+    let (app, id) = spawn_with_sandbox_id(json!({ "startCommand":
                 "printf 'grüße 🦀 ünïcødé\\n'; printf '日本語テキスト\\n' >&2; \
-                 head -c 40000 /dev/zero | tr '\\0' y; echo; echo; echo after; sleep 86400" }),
-        )
-        .await;
+                 head -c 40000 /dev/zero | tr '\\0' y; echo; echo; echo after; sleep 86400" }))
+    .await;
+    let t = &app.admin_token;
     let mut lines: Vec<Value> = Vec::new();
     for _ in 0..50 {
         let r = app.get(&format!("/api/v1/sandbox/{id}/logs"), t).await;
@@ -229,14 +222,11 @@ async fn multibyte_and_long_lines_arrive_whole() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopped_sandboxs_stream_ends_and_its_logs_stay_readable() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(
+        json!({ "startCommand": format!("trap 'echo bye; exit 0' TERM; {TICKER}") }),
+    )
+    .await;
     let t = &app.admin_token;
-    let id = app
-        .create_id(
-            t,
-            json!({ "startCommand": format!("trap 'echo bye; exit 0' TERM; {TICKER}") }),
-        )
-        .await;
     let mut s = open(&app, t, &id, "?tail=0").await;
     read_ticks(&mut s, 2).await;
 
@@ -264,9 +254,8 @@ async fn a_stopped_sandboxs_stream_ends_and_its_logs_stay_readable() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_stream_gets_keep_alive_comments() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({})).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({})).await;
     // A second server on the same database, with a short keep-alive.
     let server = app
         .second_server(|c| c.sse_keep_alive = Duration::from_millis(200))
@@ -311,9 +300,7 @@ async fn the_openapi_document_describes_logs_and_exec() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn logs_are_private_and_bad_parameters_are_named() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app
         .create_id(&alice, json!({ "startCommand": TICKER }))
         .await;

@@ -17,6 +17,8 @@ mod helpers;
 mod hostile;
 mod hosts;
 mod lifecycle;
+#[path = "../shared/list_queries.rs"]
+mod list_queries;
 mod listing;
 mod live_status;
 mod logs;

@@ -64,11 +64,7 @@ async fn metrics_count_requests_sandboxes_operations_and_docker_errors() {
         stockade_core::SandboxId::generate()
     );
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            t,
-            json!({ "name": "ghost", "dockerImage": image }),
-        )
+        .try_create(t, json!({ "name": "ghost", "dockerImage": image }))
         .await;
     assert_eq!(r.code(), "image_unavailable");
 

@@ -201,9 +201,7 @@ async fn creates_that_do_not_fit_are_made_cold_and_leave_the_pool_alone() {
     // A name already taken is a 409, and the member stays in the pool.
     app.create(&t, json!({ "name": "taken", "cpuCores": 2 }))
         .await;
-    let r = app
-        .post("/api/v1/sandbox", &t, json!({ "name": "taken" }))
-        .await;
+    let r = app.try_create(&t, json!({ "name": "taken" })).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
     assert_eq!(members(&app), ready);
     app.shutdown().await;

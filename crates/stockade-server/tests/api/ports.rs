@@ -522,9 +522,7 @@ async fn expose_and_unexpose_take_effect_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn all_ports_of_the_callers_running_sandboxes() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let a1 = app
         .create(&alice, json!({ "name": "a1", "ports": [3000, 3001] }))
         .await;
@@ -721,9 +719,7 @@ async fn websocket_through_the_proxy() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn port_and_token_verbs_on_another_accounts_sandbox_are_forbidden() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app
         .create_id(&alice, json!({ "name": "mine", "ports": [8080] }))
         .await;

@@ -156,7 +156,7 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
 
     // Create and fork: the third sandbox is refused, nothing is left behind.
     let before = app.containers().len();
-    let r = app.post("/api/v1/sandbox", &t, small("c")).await;
+    let r = app.try_create(&t, small("c")).await;
     r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
     assert_eq!(r.message(), "account quota exceeded: 2 of 2 sandboxes");
     let r = app.act(&t, &id_of(&a), "fork").await;
@@ -167,7 +167,7 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     // grow, and then the stopped one may not start.
     let r = app.act(&t, &id_of(&b), "stop?timeout=0").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let r = app.post("/api/v1/sandbox", &t, small("c")).await;
+    let r = app.try_create(&t, small("c")).await;
     assert_eq!(r.code(), "quota_exceeded", "{:?}", r.body);
     let r = app
         .patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 1 }))
@@ -289,8 +289,7 @@ async fn new_accounts_start_with_the_default_quota() {
     )
     .await;
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &t,
             json!({ "name": "two", "cpuCores": 0.25, "memoryGB": 0.25 }),
         )
@@ -318,7 +317,7 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
     let a = app.create(&t, body("a")).await;
     app.create(&t, body("b")).await;
 
-    let r = app.post("/api/v1/sandbox", &t, body("c")).await;
+    let r = app.try_create(&t, body("c")).await;
     r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
     let show = |v: f64| {
         let s = format!("{v:.2}");
@@ -350,11 +349,7 @@ async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
 
     // A request above the host's size stays a 400 naming the field.
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &t,
-            json!({ "name": "huge", "memoryGB": 4096 }),
-        )
+        .try_create(&t, json!({ "name": "huge", "memoryGB": 4096 }))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
     assert_eq!(r.error_fields(), ["memoryGB"]);
@@ -422,7 +417,7 @@ async fn by_default_a_host_takes_no_more_memory_than_it_has() {
     for i in 0..4 {
         app.create(&t, body(i)).await;
     }
-    let r = app.post("/api/v1/sandbox", &t, body(4)).await;
+    let r = app.try_create(&t, body(4)).await;
     r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
     let m = r.message();
     assert!(

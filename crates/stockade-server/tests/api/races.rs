@@ -92,11 +92,7 @@ async fn resources_beyond_the_host_are_a_400_naming_the_field() {
         .parse()
         .unwrap();
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &t,
-            json!({ "name": "big", "cpuCores": cpus * 32.0 }),
-        )
+        .try_create(&t, json!({ "name": "big", "cpuCores": cpus * 32.0 }))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
     assert_eq!(r.error_fields(), ["cpuCores"]);
@@ -105,8 +101,7 @@ async fn resources_beyond_the_host_are_a_400_naming_the_field() {
         .unwrap()
         / 1e9;
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &t,
             json!({ "name": "big", "memoryGB": (mem_gb * 2.0).ceil().min(256.0) }),
         )

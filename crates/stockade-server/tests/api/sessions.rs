@@ -52,12 +52,9 @@ async fn wait_for(app: &TestApp, token: &str, id: &str, status: &str, within: Du
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ended_session_stops_a_persistent_sandbox_and_start_opens_a_new_one() {
-    let app = spawn_app().await;
-    let t = &app.admin_token;
     // 0.05 minutes = 3 s.
-    let sb = app
-        .create(t, json!({ "name": "short", "timeoutMinutes": 0.05 }))
-        .await;
+    let (app, sb) = spawn_with_sandbox(json!({ "name": "short", "timeoutMinutes": 0.05 })).await;
+    let t = &app.admin_token;
     let id = sb["id"].as_str().unwrap();
     assert_eq!(sb["persistent"], true);
     let started = time(&sb["startedAt"]);
@@ -108,14 +105,11 @@ async fn an_ended_session_stops_a_persistent_sandbox_and_start_opens_a_new_one()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ended_session_terminates_a_non_persistent_sandbox() {
-    let app = spawn_app().await;
+    let (app, sb) = spawn_with_sandbox(
+        json!({ "name": "ephemeral", "timeoutMinutes": 0.05, "persistent": false }),
+    )
+    .await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
-            t,
-            json!({ "name": "ephemeral", "timeoutMinutes": 0.05, "persistent": false }),
-        )
-        .await;
     let id = sb["id"].as_str().unwrap();
     let deadline = time(&sb["sessionExpiresAt"]);
     // Without a timeout nothing happens.
@@ -197,19 +191,14 @@ async fn a_deadline_that_passed_while_the_server_was_down_is_acted_on_at_start()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_stop_does_not_delay_other_timeouts() {
-    let app = spawn_app().await;
-    let t = &app.admin_token;
     // Ignores SIGTERM: its timeout stop waits out the 30 s grace period.
-    let stubborn = app
-        .create(
-            t,
-            json!({
-                "name": "stubborn",
-                "timeoutMinutes": 0.05,
-                "startCommand": "trap '' TERM; while true; do sleep 1; done"
-            }),
-        )
-        .await;
+    let (app, stubborn) = spawn_with_sandbox(json!({
+        "name": "stubborn",
+        "timeoutMinutes": 0.05,
+        "startCommand": "trap '' TERM; while true; do sleep 1; done"
+    }))
+    .await;
+    let t = &app.admin_token;
     let prompt = app
         .create(t, json!({ "name": "prompt", "timeoutMinutes": 0.1 }))
         .await;

@@ -107,9 +107,7 @@ async fn snapshot_restore_and_delete() {
 
     // A snapshot's image cannot be combined with another image.
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &token,
+        .try_create(&token,
             json!({"source": {"type": "snapshot", "snapshotId": snap_id}, "dockerImage": "busybox:1"}),
         )
         .await;
@@ -133,8 +131,7 @@ async fn snapshot_restore_and_delete() {
         json!([])
     );
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &token,
             json!({"source": {"type": "snapshot", "snapshotId": snap_id}}),
         )
@@ -150,9 +147,7 @@ async fn snapshot_restore_and_delete() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app.create_id(&alice, json!({"name": "a"})).await;
     let snap = app.act(&alice, &id, "snapshots").await;
     assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
@@ -168,14 +163,12 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
         app.get(&format!("/api/v1/sandbox/{id}/snapshots"), &bob)
             .await,
         app.act(&bob, &id, "fork").await,
-        app.post(
-            "/api/v1/sandbox",
+        app.try_create(
             &bob,
             json!({"source": {"type": "snapshot", "snapshotId": snap_id}}),
         )
         .await,
-        app.post(
-            "/api/v1/sandbox",
+        app.try_create(
             &bob,
             json!({"source": {"type": "sandbox", "sandboxId": id}}),
         )
@@ -190,8 +183,7 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
 
     // Unknown and malformed ids: 404 and 400 naming the field.
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &bob,
             json!({"source": {"type": "snapshot", "snapshotId": "zzzzzzzzzzzz"}}),
         )
@@ -199,8 +191,7 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.body["error"]["message"], "Snapshot not found");
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &bob,
             json!({"source": {"type": "snapshot", "snapshotId": "../../x"}}),
         )
@@ -208,11 +199,7 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), ["source.snapshotId"]);
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &bob,
-            json!({"source": {"type": "floppy"}}),
-        )
+        .try_create(&bob, json!({"source": {"type": "floppy"}}))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let r = app

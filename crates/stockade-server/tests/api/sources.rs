@@ -277,9 +277,7 @@ async fn failing_git_sources_leave_nothing() {
         ),
     ];
     for (source, status, field) in cases {
-        let r = app
-            .post("/api/v1/sandbox", &token, json!({"source": source}))
-            .await;
+        let r = app.try_create(&token, json!({"source": source})).await;
         assert_eq!(r.status, status, "{source}: {:?}", r.body);
         if field.is_empty() {
             assert_eq!(r.code(), "source_failed", "{:?}", r.body);
@@ -352,11 +350,7 @@ async fn tarball_sources_and_their_failures() {
         ("not a url".to_owned(), StatusCode::BAD_REQUEST),
     ] {
         let r = app
-            .post(
-                "/api/v1/sandbox",
-                &token,
-                json!({"source": {"type": "tarball", "url": url}}),
-            )
+            .try_create(&token, json!({"source": {"type": "tarball", "url": url}}))
             .await;
         assert_eq!(r.status, status, "{url}: {:?}", r.body);
         if status == StatusCode::BAD_REQUEST {
@@ -371,9 +365,7 @@ async fn tarball_sources_and_their_failures() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn uploaded_archives_are_used_once_by_their_owner() {
-    let app = spawn_app().await;
-    let alice = app.new_account("up-a").await;
-    let bob = app.new_account("up-b").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["up-a", "up-b"]).await;
     let upload = |token: &str, body: Vec<u8>| app.upload(token, body);
     let archive = tar_gz(&[("notes/readme.txt", b"uploaded!\n", 0o644)]);
     let r = upload(&alice, archive).await.unwrap();
@@ -384,8 +376,7 @@ async fn uploaded_archives_are_used_once_by_their_owner() {
 
     // Another account cannot use it.
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &bob,
             json!({"source": {"type": "upload", "uploadId": upload_id}}),
         )
@@ -407,8 +398,7 @@ async fn uploaded_archives_are_used_once_by_their_owner() {
     );
     // Used once.
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &alice,
             json!({"source": {"type": "upload", "uploadId": upload_id}}),
         )
@@ -431,8 +421,7 @@ async fn uploaded_archives_are_used_once_by_their_owner() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &alice,
             json!({"source": {"type": "upload", "uploadId": "x"}}),
         )
@@ -582,9 +571,7 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
         ),
     ] {
         let started = Instant::now();
-        let r = app
-            .post("/api/v1/sandbox", &token, json!({ "source": source }))
-            .await;
+        let r = app.try_create(&token, json!({ "source": source })).await;
         refused(&r, what);
         assert!(started.elapsed() < Duration::from_secs(60), "{what}");
     }

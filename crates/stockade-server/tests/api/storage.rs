@@ -73,9 +73,7 @@ async fn a_full_disk_fails_writes_cleanly_and_loses_nothing_acknowledged() {
     let mut refused = None;
     for i in 0..40 {
         let r = app
-            .post(
-                "/api/v1/sandbox",
-                &t,
+            .try_create(&t,
                 json!({ "name": format!("full-{i}"), "environmentVars": { "PAD": "x".repeat(2000) } }),
             )
             .await;
@@ -150,9 +148,7 @@ async fn a_full_disk_fails_writes_cleanly_and_loses_nothing_acknowledged() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let r = app
-        .post("/api/v1/sandbox", &t, json!({ "name": "after" }))
-        .await;
+    let r = app.try_create(&t, json!({ "name": "after" })).await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     acknowledged.push(r.body["id"].as_str().unwrap().to_owned());
     // Every acknowledged write survives a reopen of the database.

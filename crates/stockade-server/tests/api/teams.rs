@@ -175,11 +175,7 @@ async fn team_members_see_and_run_team_sandboxes_outsiders_get_403() {
 
     // Only members may share with the team.
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &carol,
-            json!({ "name": "x", "teamId": team }),
-        )
+        .try_create(&carol, json!({ "name": "x", "teamId": team }))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["teamId"]);

@@ -8,9 +8,7 @@ use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_accounts_sandbox_is_forbidden_for_every_verb() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app
         .create_id(&alice, json!({ "name": "private", "labels": ["mine"] }))
         .await;

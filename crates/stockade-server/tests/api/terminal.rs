@@ -117,9 +117,7 @@ async fn a_terminal_is_a_real_pty() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn terminals_are_refused_to_strangers_and_foreign_pages() {
-    let app = spawn_app().await;
-    let alice = app.new_account("term-alice").await;
-    let mallory = app.new_account("term-mallory").await;
+    let (app, [alice, mallory]) = spawn_with_accounts(["term-alice", "term-mallory"]).await;
     let id = app.create_id(&alice, json!({ "name": "private" })).await;
     let err = open(&app, &mallory, &id, "").await.unwrap_err();
     assert!(err.contains("403"), "{err}");

@@ -38,14 +38,10 @@ fn host_config(id: &str, field: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn labels_tags_name_and_timeout_apply_at_once() {
-    let app = spawn_app().await;
+    let (app, sb) =
+        spawn_with_sandbox(json!({ "name": "before", "labels": ["old"], "timeoutMinutes": 0.05 }))
+            .await;
     let t = &app.admin_token;
-    let sb = app
-        .create(
-            t,
-            json!({ "name": "before", "labels": ["old"], "timeoutMinutes": 0.05 }),
-        )
-        .await;
     let id = sb["id"].as_str().unwrap();
     let started = time(&sb["startedAt"]);
 
@@ -115,14 +111,9 @@ async fn labels_tags_name_and_timeout_apply_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn memory_and_cpu_reach_the_cgroup_at_once() {
-    let app = spawn_app().await;
+    let (app, id) =
+        spawn_with_sandbox_id(json!({ "name": "limits", "memoryGB": 0.25, "cpuCores": 1 })).await;
     let t = &app.admin_token;
-    let id = app
-        .create_id(
-            t,
-            json!({ "name": "limits", "memoryGB": 0.25, "cpuCores": 1 }),
-        )
-        .await;
     assert_eq!(memory_limit(&id), (256u64 << 20).to_string());
 
     let r = app
@@ -157,14 +148,12 @@ async fn memory_and_cpu_reach_the_cgroup_at_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_environment_reaches_the_main_process_at_its_next_start() {
-    let app = spawn_app().await;
-    let t = &app.admin_token;
-    let id = app.create_id(t,
-            json!({
+    let (app, id) = spawn_with_sandbox_id(json!({
                 "name": "env",
                 "environmentVars": { "GREETING": "hello", "DROPPED": "x" },
                 "startCommand": "echo \"GREETING=${GREETING-unset} DROPPED=${DROPPED-unset} ADDED=${ADDED-unset}\" >> /workspace/env.log; trap 'exit 0' TERM; while true; do sleep 1 & wait $!; done"
             })).await;
+    let t = &app.admin_token;
     let first = "GREETING=hello DROPPED=x ADDED=unset";
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(sh_in(&id, "cat /workspace/env.log"), first);
@@ -229,9 +218,8 @@ async fn the_environment_reaches_the_main_process_at_its_next_start() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_updates_are_refused_and_name_every_field() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({ "name": "target" })).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({ "name": "target" })).await;
     app.create(t, json!({ "name": "taken" })).await;
 
     for (body, fields) in [
@@ -303,11 +291,8 @@ async fn bad_updates_are_refused_and_name_every_field() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_updates_are_never_lost() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({ "name": "busy", "memoryGB": 0.25 })).await;
     let t = &app.admin_token;
-    let id = app
-        .create_id(t, json!({ "name": "busy", "memoryGB": 0.25 }))
-        .await;
     let bodies = [
         json!({ "labels": ["l1"] }),
         json!({ "tags": { "k": "v" } }),

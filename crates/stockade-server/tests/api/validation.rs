@@ -4,6 +4,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use crate::helpers::*;
+use crate::list_queries::BAD_LIST_QUERIES;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_create_bodies_name_the_field_and_create_nothing() {
@@ -44,7 +45,7 @@ async fn bad_create_bodies_name_the_field_and_create_nothing() {
         (json!({ "status": "RUNNING" }), "status"),
     ];
     for (body, field) in cases {
-        let r = app.post("/api/v1/sandbox", t, body.clone()).await;
+        let r = app.try_create(t, body.clone()).await;
         r.assert_status(StatusCode::BAD_REQUEST, &body);
         assert_eq!(r.code(), "validation_failed");
         assert!(
@@ -81,17 +82,7 @@ async fn bad_create_bodies_name_the_field_and_create_nothing() {
 async fn bad_queries_name_the_parameter() {
     let app = spawn_app().await;
     let t = &app.admin_token;
-    for (q, field) in [
-        ("per_page=0", "per_page"),
-        ("per_page=1001", "per_page"),
-        ("page=0", "page"),
-        ("page=x", "page"),
-        ("status=SLEEPING", "status"),
-        ("is_active=maybe", "is_active"),
-        ("labels=bad%20label", "labels"),
-        ("team_id=x", "team_id"),
-        ("colour=red", "colour"),
-    ] {
+    for &(q, field) in BAD_LIST_QUERIES {
         let r = app.get(&format!("/api/v1/sandbox?{q}"), t).await;
         r.assert_status(StatusCode::BAD_REQUEST, q);
         assert!(

@@ -234,9 +234,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn accounts_see_and_delete_only_their_own_volumes() {
-    let app = spawn_app().await;
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let a = app.create(&alice, json!({ "name": "a" })).await;
     let a_id = a["id"].as_str().unwrap();
     let a_orphan_id = app.create_id(&alice, json!({ "name": "a-orphan" })).await;

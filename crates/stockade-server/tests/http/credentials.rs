@@ -47,7 +47,7 @@ async fn assert_refused(app: &App, token: &str, sandbox: &str) {
 #[tokio::test]
 async fn requests_without_a_valid_token_are_401() {
     let app = App::new().await;
-    app.call(Method::GET, "/api/v1/sandbox", None, None)
+    app.send(request(Method::GET, "/api/v1/sandbox", None, None))
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
     app.get("/api/v1/sandbox", "stk_not_a_real_token")
@@ -62,8 +62,7 @@ async fn requests_without_a_valid_token_are_401() {
 
 #[tokio::test]
 async fn a_new_token_works_and_is_listed_without_its_secret() {
-    let app = App::new().await;
-    let (alice, first) = app.account("alice").await;
+    let (app, (alice, first)) = App::with_account("alice").await;
     let (id, token) = new_token(&app, &first, &alice, "ci").await;
     let me = app.get("/api/v1/me", &token).await;
     assert_eq!(me.body["account"]["name"], "alice", "{}", me.body);
@@ -83,8 +82,7 @@ async fn a_new_token_works_and_is_listed_without_its_secret() {
 
 #[tokio::test]
 async fn a_revoked_token_gets_401_everywhere_and_other_tokens_keep_working() {
-    let app = App::new().await;
-    let (alice, first) = app.account("alice").await;
+    let (app, (alice, first)) = App::with_account("alice").await;
     let (id, token) = new_token(&app, &first, &alice, "laptop").await;
     let sandbox = app.create_id(&token, json!({})).await;
     let r = app.delete(&format!("/api/v1/tokens/{id}"), &first).await;
@@ -101,8 +99,7 @@ async fn a_revoked_token_gets_401_everywhere_and_other_tokens_keep_working() {
 
 #[tokio::test]
 async fn a_token_may_revoke_itself() {
-    let app = App::new().await;
-    let (alice, first) = app.account("alice").await;
+    let (app, (alice, first)) = App::with_account("alice").await;
     let (id, token) = new_token(&app, &first, &alice, "once").await;
     let r = app.delete(&format!("/api/v1/tokens/{id}"), &token).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
@@ -111,8 +108,7 @@ async fn a_token_may_revoke_itself() {
 
 #[tokio::test]
 async fn another_accounts_token_is_404_unless_the_caller_is_an_admin() {
-    let app = App::new().await;
-    let (alice, alice_token) = app.account("alice").await;
+    let (app, (alice, alice_token)) = App::with_account("alice").await;
     let bob = app.tenant("bob").await;
     let (id, token) = new_token(&app, &alice_token, &alice, "ci").await;
     app.delete(&format!("/api/v1/tokens/{id}"), &bob)
@@ -134,8 +130,7 @@ async fn another_accounts_token_is_404_unless_the_caller_is_an_admin() {
 
 #[tokio::test]
 async fn bad_token_requests_name_the_field() {
-    let app = App::new().await;
-    let (alice, token) = app.account("alice").await;
+    let (app, (alice, token)) = App::with_account("alice").await;
     let path = tokens_path(&alice);
     for (body, field) in [
         (json!({ "name": "" }), "name"),
@@ -178,8 +173,7 @@ async fn me_with_cookie(app: &App, cookie: &str) -> Resp {
 
 #[tokio::test]
 async fn revoking_a_token_ends_the_sessions_opened_with_it() {
-    let app = App::new().await;
-    let (alice, first) = app.account("alice").await;
+    let (app, (alice, first)) = App::with_account("alice").await;
     let (id, token) = new_token(&app, &first, &alice, "browser").await;
     let cookie = sign_in(&app, &token).await;
     let r = me_with_cookie(&app, &cookie).await;
@@ -197,12 +191,12 @@ async fn revoking_a_token_ends_the_sessions_opened_with_it() {
 async fn signing_in_needs_the_csrf_header_and_a_valid_token() {
     let app = App::new().await;
     let r = app
-        .call(
+        .send(request(
             Method::POST,
             "/api/v1/session",
             None,
             Some(json!({ "token": app.admin })),
-        )
+        ))
         .await;
     r.assert_error(StatusCode::FORBIDDEN, "forbidden");
     sign_in_with(&app, "stk_wrong")
@@ -212,8 +206,7 @@ async fn signing_in_needs_the_csrf_header_and_a_valid_token() {
 
 #[tokio::test]
 async fn a_disabled_accounts_tokens_get_403_until_it_is_enabled() {
-    let app = App::new().await;
-    let (alice, token) = app.account("alice").await;
+    let (app, (alice, token)) = App::with_account("alice").await;
     let sandbox = app.create_id(&token, json!({})).await;
     let r = app.account_act(&app.admin, &alice, "disable").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
@@ -234,8 +227,7 @@ async fn a_disabled_accounts_tokens_get_403_until_it_is_enabled() {
 
 #[tokio::test]
 async fn only_admins_disable_accounts_and_not_their_own() {
-    let app = App::new().await;
-    let (alice, token) = app.account("alice").await;
+    let (app, (alice, token)) = App::with_account("alice").await;
     app.account_act(&token, &alice, "disable")
         .await
         .assert_error(StatusCode::FORBIDDEN, "forbidden");

@@ -8,8 +8,11 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// Asserts an error answer in Stockade's shape, with this status and
+/// code, served as JSON.
 #[track_caller]
-fn assert_json(r: &Resp) {
+fn assert_json_error(r: &Resp, status: StatusCode, code: &str) {
+    r.assert_error(status, code);
     let ct = r
         .headers
         .get("content-type")
@@ -26,14 +29,12 @@ fn assert_json(r: &Resp) {
 async fn a_validation_error_lists_each_bad_field_with_a_message() {
     let app = App::new().await;
     let r = app
-        .post(
-            "/api/v1/sandbox",
+        .try_create(
             &app.admin,
             json!({ "name": "", "cpuCores": -1, "labels": ["a b"] }),
         )
         .await;
-    r.assert_error(StatusCode::BAD_REQUEST, "validation_failed");
-    assert_json(&r);
+    assert_json_error(&r, StatusCode::BAD_REQUEST, "validation_failed");
     let fields = r.body["error"]["details"]["fields"]
         .as_array()
         .expect("fields");
@@ -57,8 +58,7 @@ async fn a_validation_error_lists_each_bad_field_with_a_message() {
 async fn errors_without_details_leave_them_out_or_null() {
     let app = App::new().await;
     let r = app.get("/api/v1/sandbox/abcdefghijkl", &app.admin).await;
-    r.assert_error(StatusCode::NOT_FOUND, "not_found");
-    assert_json(&r);
+    assert_json_error(&r, StatusCode::NOT_FOUND, "not_found");
     assert!(r.body["error"]["details"].is_null(), "{}", r.body);
 }
 
@@ -106,8 +106,7 @@ async fn e2b_validation_errors_keep_e2bs_shape() {
 async fn a_wrong_method_is_405_in_stockades_shape() {
     let app = App::new().await;
     let r = app.put("/api/v1/sandbox", &app.admin, json!({})).await;
-    r.assert_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
-    assert_json(&r);
+    assert_json_error(&r, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     let allow = r
         .headers
         .get("allow")
@@ -136,8 +135,7 @@ async fn a_terminal_request_without_an_upgrade_is_in_stockades_shape() {
     let id = app.create_id(&app.admin, json!({})).await;
     let path = format!("/api/v1/sandbox/{id}/terminal");
     let r = app.get(&path, &app.admin).await;
-    r.assert_error(StatusCode::BAD_REQUEST, "validation_failed");
-    assert_json(&r);
+    assert_json_error(&r, StatusCode::BAD_REQUEST, "validation_failed");
     // Another account learns no more than from any request: the ownership
     // check answers first.
     let stranger = app.tenant("stranger").await;
@@ -189,9 +187,8 @@ async fn starting_a_deleted_sandbox_is_409_sandbox_terminated() {
 async fn an_unreachable_docker_is_503_docker_unavailable_and_runs_nothing() {
     let app = App::new().await;
     app.rt.set_unavailable(true);
-    let r = app.post("/api/v1/sandbox", &app.admin, json!({})).await;
-    r.assert_error(StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable");
-    assert_json(&r);
+    let r = app.try_create(&app.admin, json!({})).await;
+    assert_json_error(&r, StatusCode::SERVICE_UNAVAILABLE, "docker_unavailable");
     app.rt.set_unavailable(false);
     // No container; the record Docker could not be asked to undo is left
     // to recovery, never shown running.
@@ -202,16 +199,13 @@ async fn an_unreachable_docker_is_503_docker_unavailable_and_runs_nothing() {
 #[tokio::test]
 async fn a_missing_image_is_422_image_unavailable() {
     let app = App::new().await;
-    app.rt.set_image_missing("missing/image:1");
+    let image = "missing/image:1";
+    app.rt.set_image_missing(image);
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &app.admin,
-            json!({ "dockerImage": "missing/image:1" }),
-        )
+        .try_create(&app.admin, json!({ "dockerImage": image }))
         .await;
     r.assert_error(StatusCode::UNPROCESSABLE_ENTITY, "image_unavailable");
-    assert!(r.message().contains("missing/image:1"), "{}", r.body);
+    assert!(r.message().contains(image), "{}", r.body);
     assert_eq!(app.total(&app.admin, "").await, 0);
 }
 
@@ -220,7 +214,7 @@ async fn a_failing_engine_is_502_docker_error_and_the_create_is_undone() {
     let app = App::new().await;
     app.rt.fail_next_create("no space left on device");
     let r = app
-        .post("/api/v1/sandbox", &app.admin, json!({ "name": "undone" }))
+        .try_create(&app.admin, json!({ "name": "undone" }))
         .await;
     r.assert_error(StatusCode::BAD_GATEWAY, "docker_error");
     assert!(
@@ -246,11 +240,7 @@ async fn a_full_host_is_409_insufficient_capacity() {
     app.create(&app.admin, json!({ "cpuCores": 2, "memoryGB": 1 }))
         .await;
     let r = app
-        .post(
-            "/api/v1/sandbox",
-            &app.admin,
-            json!({ "cpuCores": 1, "memoryGB": 1 }),
-        )
+        .try_create(&app.admin, json!({ "cpuCores": 1, "memoryGB": 1 }))
         .await;
     r.assert_error(StatusCode::CONFLICT, "insufficient_capacity");
 }
@@ -259,18 +249,17 @@ async fn a_full_host_is_409_insufficient_capacity() {
 async fn a_501_says_what_stockade_offers_instead() {
     let app = App::new().await;
     let r = app.get("/api/v1/sandbox/networks", &app.admin).await;
-    r.assert_error(StatusCode::NOT_IMPLEMENTED, "not_implemented");
-    assert_json(&r);
+    assert_json_error(&r, StatusCode::NOT_IMPLEMENTED, "not_implemented");
 }
 
 #[tokio::test]
 async fn a_401_and_a_403_are_in_stockades_shape() {
     let app = App::new().await;
-    let r = app.call(Method::GET, "/api/v1/me", None, None).await;
-    r.assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
-    assert_json(&r);
+    let r = app
+        .send(request(Method::GET, "/api/v1/me", None, None))
+        .await;
+    assert_json_error(&r, StatusCode::UNAUTHORIZED, "unauthorized");
     let t = app.tenant("t").await;
     let r = app.get("/api/v1/accounts", &t).await;
-    r.assert_error(StatusCode::FORBIDDEN, "forbidden");
-    assert_json(&r);
+    assert_json_error(&r, StatusCode::FORBIDDEN, "forbidden");
 }

@@ -14,6 +14,13 @@ async fn create_with_key(app: &App, token: &str, key: &str, body: Value) -> Resp
     app.send(with_header(req, "idempotency-key", key)).await
 }
 
+/// [`create_with_key`] that must make (or replay) a sandbox: a 201.
+async fn created_with_key(app: &App, token: &str, key: &str, body: Value) -> Resp {
+    let r = create_with_key(app, token, key, body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    r
+}
+
 fn replayed(r: &Resp) -> bool {
     r.headers
         .get("idempotent-replayed")
@@ -24,11 +31,9 @@ fn replayed(r: &Resp) -> bool {
 async fn the_same_key_and_body_return_the_first_sandbox() {
     let app = App::new().await;
     let body = json!({ "name": "once", "labels": ["x"] });
-    let first = create_with_key(&app, &app.admin, "key-1", body.clone()).await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = created_with_key(&app, &app.admin, "key-1", body.clone()).await;
     assert!(!replayed(&first));
-    let again = create_with_key(&app, &app.admin, "key-1", body).await;
-    assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
+    let again = created_with_key(&app, &app.admin, "key-1", body).await;
     assert!(replayed(&again), "{:?}", again.headers);
     assert_eq!(again.id(), first.id());
     assert_eq!(app.total(&app.admin, "").await, 1);
@@ -38,8 +43,7 @@ async fn the_same_key_and_body_return_the_first_sandbox() {
 #[tokio::test]
 async fn the_same_key_with_another_body_is_a_conflict() {
     let app = App::new().await;
-    let first = create_with_key(&app, &app.admin, "key-1", json!({ "name": "a" })).await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    created_with_key(&app, &app.admin, "key-1", json!({ "name": "a" })).await;
     let other = create_with_key(&app, &app.admin, "key-1", json!({ "name": "b" })).await;
     other.assert_error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused");
     let other = create_with_key(
@@ -56,10 +60,8 @@ async fn the_same_key_with_another_body_is_a_conflict() {
 #[tokio::test]
 async fn different_keys_make_different_sandboxes() {
     let app = App::new().await;
-    let a = create_with_key(&app, &app.admin, "key-a", json!({})).await;
-    let b = create_with_key(&app, &app.admin, "key-b", json!({})).await;
-    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
-    assert_eq!(b.status, StatusCode::CREATED, "{}", b.body);
+    let a = created_with_key(&app, &app.admin, "key-a", json!({})).await;
+    let b = created_with_key(&app, &app.admin, "key-b", json!({})).await;
     assert_ne!(a.id(), b.id());
     assert_eq!(app.total(&app.admin, "").await, 2);
 }
@@ -70,8 +72,7 @@ async fn keys_belong_to_their_account() {
     let bob = app.tenant("bob").await;
     let body = json!({ "name": "same" });
     let mine = create_with_key(&app, &app.admin, "shared-key", body.clone()).await;
-    let bobs = create_with_key(&app, &bob, "shared-key", body).await;
-    assert_eq!(bobs.status, StatusCode::CREATED, "{}", bobs.body);
+    let bobs = created_with_key(&app, &bob, "shared-key", body).await;
     assert!(!replayed(&bobs));
     assert_ne!(bobs.id(), mine.id());
     assert_eq!(
@@ -83,14 +84,9 @@ async fn keys_belong_to_their_account() {
 #[tokio::test]
 async fn the_key_may_come_in_the_body_as_prime_sends_it() {
     let app = App::new().await;
-    let first = create_with_key(&app, &app.admin, "k", json!({ "name": "n" })).await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = created_with_key(&app, &app.admin, "k", json!({ "name": "n" })).await;
     let again = app
-        .post(
-            "/api/v1/sandbox",
-            &app.admin,
-            json!({ "name": "n", "idempotency_key": "k" }),
-        )
+        .try_create(&app.admin, json!({ "name": "n", "idempotency_key": "k" }))
         .await;
     assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
     assert_eq!(again.id(), first.id());
@@ -113,14 +109,9 @@ async fn bad_keys_name_the_header() {
         let r = create_with_key(&app, &app.admin, key, json!({})).await;
         r.assert_invalid("Idempotency-Key");
     }
-    let r = app
-        .post(
-            "/api/v1/sandbox",
-            &app.admin,
-            json!({ "idempotency_key": "" }),
-        )
-        .await;
-    r.assert_invalid("Idempotency-Key");
+    app.try_create(&app.admin, json!({ "idempotency_key": "" }))
+        .await
+        .assert_invalid("Idempotency-Key");
     assert_eq!(app.total(&app.admin, "").await, 0);
 }
 
@@ -131,8 +122,7 @@ async fn a_failed_first_create_leaves_the_key_free() {
     let failed = create_with_key(&app, &app.admin, "retry-me", json!({ "name": "r" })).await;
     assert!(!failed.status.is_success(), "{}", failed.body);
     assert!(failed.body["error"]["code"].is_string(), "{}", failed.body);
-    let retry = create_with_key(&app, &app.admin, "retry-me", json!({ "name": "r" })).await;
-    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.body);
+    let retry = created_with_key(&app, &app.admin, "retry-me", json!({ "name": "r" })).await;
     assert!(!replayed(&retry));
     assert_eq!(retry.body["status"], "RUNNING");
 }

@@ -6,6 +6,8 @@
 
 #[path = "../shared/error_body.rs"]
 mod error_body;
+#[path = "../shared/list_queries.rs"]
+mod list_queries;
 mod support;
 
 mod credentials;

@@ -24,7 +24,7 @@ async fn limited(app: &App, quota: Value) -> (String, String) {
 async fn refused_by_quota(app: &App, token: &str, body: Value) -> String {
     let before = app.rt.containers().len();
     let total = app.total(token, "").await;
-    let r = app.post("/api/v1/sandbox", token, body.clone()).await;
+    let r = app.try_create(token, body.clone()).await;
     r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
     assert!(
         r.message().starts_with("account quota exceeded"),
@@ -46,8 +46,7 @@ async fn refused_by_quota(app: &App, token: &str, body: Value) -> String {
 
 #[tokio::test]
 async fn a_new_account_has_no_limits_and_uses_nothing() {
-    let app = App::new().await;
-    let (id, token) = app.account("alice").await;
+    let (app, (id, token)) = App::with_account("alice").await;
     let r = app.get(&quota_path(&id), &token).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["accountId"], id.as_str());
@@ -62,8 +61,7 @@ async fn a_new_account_has_no_limits_and_uses_nothing() {
 
 #[tokio::test]
 async fn only_an_admin_sets_a_quota_and_only_the_account_or_an_admin_reads_it() {
-    let app = App::new().await;
-    let (alice, alice_token) = app.account("alice").await;
+    let (app, (alice, alice_token)) = App::with_account("alice").await;
     let bob_token = app.tenant("bob").await;
     let path = quota_path(&alice);
     app.put(&path, &alice_token, json!({ "sandboxes": 9 }))
@@ -72,7 +70,7 @@ async fn only_an_admin_sets_a_quota_and_only_the_account_or_an_admin_reads_it() 
     app.get(&path, &bob_token)
         .await
         .assert_error(StatusCode::FORBIDDEN, "forbidden");
-    app.call(Method::GET, &path, None, None)
+    app.send(request(Method::GET, &path, None, None))
         .await
         .assert_error(StatusCode::UNAUTHORIZED, "unauthorized");
     assert_eq!(app.get(&path, &app.admin).await.status, StatusCode::OK);
@@ -84,8 +82,7 @@ async fn only_an_admin_sets_a_quota_and_only_the_account_or_an_admin_reads_it() 
 
 #[tokio::test]
 async fn a_set_quota_is_read_back_and_touches_no_other_account() {
-    let app = App::new().await;
-    let (bob, _) = app.account("bob").await;
+    let (app, (bob, _)) = App::with_account("bob").await;
     let (alice, token) = limited(
         &app,
         json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4, "diskGB": 40 }),
@@ -142,47 +139,55 @@ async fn quotas_of_unknown_and_malformed_accounts() {
         .assert_invalid("account_id");
 }
 
+/// A tenant limited by `quota` makes each of `made`, then is refused
+/// `past` by the quota: the app, the tenant's token and the refusal's
+/// message.
+async fn refused_past_the_limit(
+    quota: Value,
+    made: &[Value],
+    past: Value,
+) -> (App, String, String) {
+    let app = App::new().await;
+    let (_, t) = limited(&app, quota).await;
+    for body in made {
+        app.create(&t, body.clone()).await;
+    }
+    let message = refused_by_quota(&app, &t, past).await;
+    (app, t, message)
+}
+
 #[tokio::test]
 async fn the_sandbox_count_past_its_limit_is_refused() {
-    let app = App::new().await;
-    let (_, t) = limited(&app, json!({ "sandboxes": 2 })).await;
-    app.create(&t, json!({ "name": "a" })).await;
-    app.create(&t, json!({ "name": "b" })).await;
-    let message = refused_by_quota(&app, &t, json!({ "name": "c" })).await;
+    let made = [json!({ "name": "a" }), json!({ "name": "b" })];
+    let (_, _, message) =
+        refused_past_the_limit(json!({ "sandboxes": 2 }), &made, json!({ "name": "c" })).await;
     assert_eq!(message, "account quota exceeded: 2 of 2 sandboxes");
 }
 
 #[tokio::test]
 async fn cpu_past_its_limit_is_refused() {
-    let app = App::new().await;
-    let (_, t) = limited(&app, json!({ "cpuCores": 1 })).await;
-    app.create(&t, json!({ "cpuCores": 0.75 })).await;
-    refused_by_quota(&app, &t, json!({ "cpuCores": 0.5 })).await;
+    let made = [json!({ "cpuCores": 0.75 })];
+    let (app, t, _) =
+        refused_past_the_limit(json!({ "cpuCores": 1 }), &made, json!({ "cpuCores": 0.5 })).await;
     // What is left still fits.
     app.create(&t, json!({ "cpuCores": 0.25 })).await;
 }
 
 #[tokio::test]
 async fn memory_past_its_limit_is_refused() {
-    let app = App::new().await;
-    let (_, t) = limited(&app, json!({ "memoryGB": 3 })).await;
-    app.create(&t, json!({ "memoryGB": 2 })).await;
-    refused_by_quota(&app, &t, json!({ "memoryGB": 2 })).await;
+    let made = [json!({ "memoryGB": 2 })];
+    refused_past_the_limit(json!({ "memoryGB": 3 }), &made, json!({ "memoryGB": 2 })).await;
 }
 
 #[tokio::test]
 async fn disk_past_its_limit_is_refused() {
-    let app = App::new().await;
-    let (_, t) = limited(&app, json!({ "diskGB": 15 })).await;
-    app.create(&t, json!({ "diskSizeGB": 10 })).await;
-    refused_by_quota(&app, &t, json!({ "diskSizeGB": 10 })).await;
+    let made = [json!({ "diskSizeGB": 10 })];
+    refused_past_the_limit(json!({ "diskGB": 15 }), &made, json!({ "diskSizeGB": 10 })).await;
 }
 
 #[tokio::test]
 async fn a_quota_of_zero_sandboxes_refuses_the_first() {
-    let app = App::new().await;
-    let (_, t) = limited(&app, json!({ "sandboxes": 0 })).await;
-    refused_by_quota(&app, &t, json!({})).await;
+    refused_past_the_limit(json!({ "sandboxes": 0 }), &[], json!({})).await;
 }
 
 #[tokio::test]

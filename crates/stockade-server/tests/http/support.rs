@@ -128,6 +128,25 @@ impl App {
         }
     }
 
+    /// An app with one account of each name: the app and the accounts'
+    /// tokens, in the order of `names`.
+    pub async fn with_tenants<const N: usize>(names: [&str; N]) -> (Self, [String; N]) {
+        let app = Self::new().await;
+        let mut tokens = Vec::with_capacity(N);
+        for name in names {
+            tokens.push(app.tenant(name).await);
+        }
+        let tokens = tokens.try_into().expect("one token a name");
+        (app, tokens)
+    }
+
+    /// An app with one account: the app and the account's id and token.
+    pub async fn with_account(name: &str) -> (Self, (String, String)) {
+        let app = Self::new().await;
+        let account = app.account(name).await;
+        (app, account)
+    }
+
     /// Sends one request through the router.
     pub async fn send(&self, req: Request<Body>) -> Resp {
         let resp = self
@@ -153,23 +172,14 @@ impl App {
         }
     }
 
-    /// A request with a bearer token (if any) and a JSON body (if any).
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        token: Option<&str>,
-        body: Option<Value>,
-    ) -> Resp {
-        self.send(request(method, path, token, body)).await
-    }
-
     pub async fn get(&self, path: &str, token: &str) -> Resp {
-        self.call(Method::GET, path, Some(token), None).await
+        self.send(request(Method::GET, path, Some(token), None))
+            .await
     }
 
     pub async fn post(&self, path: &str, token: &str, body: Value) -> Resp {
-        self.call(Method::POST, path, Some(token), Some(body)).await
+        self.send(request(Method::POST, path, Some(token), Some(body)))
+            .await
     }
 
     /// POSTs an empty object to an account route: `disable`, `enable`.
@@ -179,16 +189,18 @@ impl App {
     }
 
     pub async fn put(&self, path: &str, token: &str, body: Value) -> Resp {
-        self.call(Method::PUT, path, Some(token), Some(body)).await
+        self.send(request(Method::PUT, path, Some(token), Some(body)))
+            .await
     }
 
     pub async fn patch(&self, path: &str, token: &str, body: Value) -> Resp {
-        self.call(Method::PATCH, path, Some(token), Some(body))
+        self.send(request(Method::PATCH, path, Some(token), Some(body)))
             .await
     }
 
     pub async fn delete(&self, path: &str, token: &str) -> Resp {
-        self.call(Method::DELETE, path, Some(token), None).await
+        self.send(request(Method::DELETE, path, Some(token), None))
+            .await
     }
 
     /// A request to the E2B API with `X-API-Key: key`.
@@ -220,9 +232,14 @@ impl App {
         self.account(name).await.1
     }
 
+    /// Asks to create a sandbox: the answer as it is (a refusal included).
+    pub async fn try_create(&self, token: &str, body: Value) -> Resp {
+        self.post("/api/v1/sandbox", token, body).await
+    }
+
     /// Creates a sandbox (asserting a 201, RUNNING) and returns its body.
     pub async fn create(&self, token: &str, body: Value) -> Value {
-        let r = self.post("/api/v1/sandbox", token, body).await;
+        let r = self.try_create(token, body).await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
         assert_eq!(r.body["status"], "RUNNING", "{}", r.body);
         r.body

@@ -19,8 +19,7 @@ struct Team {
 }
 
 async fn team() -> Team {
-    let app = App::new().await;
-    let (alice_id, alice) = app.account("alice").await;
+    let (app, (alice_id, alice)) = App::with_account("alice").await;
     let (bob_id, bob) = app.account("bob").await;
     let carol = app.tenant("carol").await;
     let r = app
@@ -45,6 +44,15 @@ async fn team() -> Team {
 }
 
 impl Team {
+    /// Asserts the team Bob reads lists these members, by name.
+    async fn assert_members_as_bob(&self, expected: &[&str]) {
+        let r = self
+            .app
+            .get(&format!("/api/v1/teams/{}", self.id), &self.bob)
+            .await;
+        assert_eq!(names(&r.body, "members"), expected);
+    }
+
     fn members_path(&self) -> String {
         format!("/api/v1/teams/{}/members", self.id)
     }
@@ -94,8 +102,7 @@ async fn members_are_added_once_and_listed_by_name() {
     let r = t.join(&t.bob_id).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(names(&r.body, "members"), ["alice", "bob"]);
-    let r = t.app.get(&format!("/api/v1/teams/{}", t.id), &t.bob).await;
-    assert_eq!(names(&r.body, "members"), ["alice", "bob"]);
+    t.assert_members_as_bob(&["alice", "bob"]).await;
 }
 
 #[tokio::test]
@@ -117,8 +124,7 @@ async fn only_admins_create_teams_and_manage_members() {
         .delete(&format!("{}/{}", t.members_path(), t.bob_id), &t.alice)
         .await
         .assert_error(StatusCode::FORBIDDEN, "forbidden");
-    let r = t.app.get(&format!("/api/v1/teams/{}", t.id), &t.bob).await;
-    assert_eq!(names(&r.body, "members"), ["alice", "bob"]);
+    t.assert_members_as_bob(&["alice", "bob"]).await;
 }
 
 #[tokio::test]
@@ -193,11 +199,7 @@ async fn only_members_may_share_a_sandbox_with_the_team() {
     let t = team().await;
     let r = t
         .app
-        .post(
-            "/api/v1/sandbox",
-            &t.carol,
-            json!({ "name": "x", "teamId": t.id }),
-        )
+        .try_create(&t.carol, json!({ "name": "x", "teamId": t.id }))
         .await;
     r.assert_invalid("teamId");
     assert_eq!(t.app.total(&t.carol, "").await, 0);
@@ -248,7 +250,12 @@ async fn members_stop_start_and_delete_a_team_sandbox_outsiders_cannot() {
         (Method::DELETE, path.clone()),
     ] {
         t.app
-            .call(method, &p, Some(&t.carol), Some(json!({ "name": "taken" })))
+            .send(request(
+                method,
+                &p,
+                Some(&t.carol),
+                Some(json!({ "name": "taken" })),
+            ))
             .await
             .assert_error(StatusCode::FORBIDDEN, "forbidden");
     }

@@ -19,9 +19,7 @@ struct Tenants {
 }
 
 async fn tenants() -> Tenants {
-    let app = App::new().await;
-    let alice = app.tenant("alice").await;
-    let bob = app.tenant("bob").await;
+    let (app, [alice, bob]) = App::with_tenants(["alice", "bob"]).await;
     let id = app
         .create_id(
             &alice,
@@ -78,6 +76,27 @@ impl Tenants {
 /// A route: method, path with `{id}`, body.
 type Route = (Method, &'static str, Option<Value>);
 
+/// The routes of each method: a body only where the method takes one.
+fn get(path: &'static str) -> Route {
+    (Method::GET, path, None)
+}
+
+fn delete(path: &'static str) -> Route {
+    (Method::DELETE, path, None)
+}
+
+fn post(path: &'static str, body: Value) -> Route {
+    (Method::POST, path, Some(body))
+}
+
+fn put(path: &'static str, body: Value) -> Route {
+    (Method::PUT, path, Some(body))
+}
+
+fn patch(path: &'static str, body: Value) -> Route {
+    (Method::PATCH, path, Some(body))
+}
+
 /// `{id}` in `template` replaced by the sandbox's id.
 fn at(template: &str, id: &str) -> String {
     template.replace("{id}", id)
@@ -87,162 +106,80 @@ fn at(template: &str, id: &str) -> String {
 /// terminal is a WebSocket: it needs a real connection's upgrade, so its
 /// ownership check is left to the Docker suite.)
 fn native_routes() -> Vec<Route> {
-    let body = |v: Value| Some(v);
     vec![
-        (Method::GET, "/api/v1/sandbox/{id}", None),
-        (
-            Method::PATCH,
-            "/api/v1/sandbox/{id}",
-            body(json!({ "name": "stolen" })),
-        ),
-        (Method::POST, "/api/v1/sandbox/{id}/start", body(json!({}))),
-        (
-            Method::POST,
-            "/api/v1/sandbox/{id}/stop?timeout=1",
-            body(json!({})),
-        ),
-        (
-            Method::POST,
-            "/api/v1/sandbox/{id}/exec",
-            body(json!({ "cmd": ["id"] })),
-        ),
-        (Method::GET, "/api/v1/sandbox/{id}/processes", None),
-        (
-            Method::GET,
-            "/api/v1/sandbox/{id}/processes/abcdefghijkl",
-            None,
-        ),
-        (
-            Method::POST,
+        get("/api/v1/sandbox/{id}"),
+        patch("/api/v1/sandbox/{id}", json!({ "name": "stolen" })),
+        post("/api/v1/sandbox/{id}/start", json!({})),
+        post("/api/v1/sandbox/{id}/stop?timeout=1", json!({})),
+        post("/api/v1/sandbox/{id}/exec", json!({ "cmd": ["id"] })),
+        get("/api/v1/sandbox/{id}/processes"),
+        get("/api/v1/sandbox/{id}/processes/abcdefghijkl"),
+        post(
             "/api/v1/sandbox/{id}/processes/abcdefghijkl/wait?timeout=1",
-            body(json!({})),
+            json!({}),
         ),
-        (
-            Method::POST,
+        post(
             "/api/v1/sandbox/{id}/processes/abcdefghijkl/kill",
-            body(json!({})),
+            json!({}),
         ),
-        (
-            Method::DELETE,
-            "/api/v1/sandbox/{id}/processes/abcdefghijkl",
-            None,
-        ),
-        (Method::GET, "/api/v1/sandbox/{id}/logs?tail=10", None),
-        (
-            Method::GET,
-            "/api/v1/sandbox/{id}/files?path=/workspace",
-            None,
-        ),
-        (
-            Method::GET,
-            "/api/v1/sandbox/{id}/files/stat?path=/workspace",
-            None,
-        ),
-        (
-            Method::GET,
-            "/api/v1/sandbox/{id}/files/archive?path=/workspace",
-            None,
-        ),
-        (
-            Method::PUT,
+        delete("/api/v1/sandbox/{id}/processes/abcdefghijkl"),
+        get("/api/v1/sandbox/{id}/logs?tail=10"),
+        get("/api/v1/sandbox/{id}/files?path=/workspace"),
+        get("/api/v1/sandbox/{id}/files/stat?path=/workspace"),
+        get("/api/v1/sandbox/{id}/files/archive?path=/workspace"),
+        put(
             "/api/v1/sandbox/{id}/files?path=/workspace/x",
-            body(json!("data")),
+            json!("data"),
         ),
-        (
-            Method::DELETE,
-            "/api/v1/sandbox/{id}/files?path=/workspace/x",
-            None,
-        ),
-        (
-            Method::POST,
+        delete("/api/v1/sandbox/{id}/files?path=/workspace/x"),
+        post(
             "/api/v1/sandbox/{id}/files/mkdir?path=/workspace/d",
-            body(json!({})),
+            json!({}),
         ),
-        (
-            Method::POST,
+        post(
             "/api/v1/sandbox/{id}/files/move",
-            body(json!({ "from": "/workspace/a", "to": "/workspace/b" })),
+            json!({ "from": "/workspace/a", "to": "/workspace/b" }),
         ),
-        (
-            Method::GET,
-            "/api/v1/sandbox/{id}/files/watch?path=/workspace",
-            None,
-        ),
-        (Method::GET, "/api/v1/sandbox/{id}/ports", None),
-        (
-            Method::POST,
-            "/api/v1/sandbox/{id}/ports",
-            body(json!({ "port": 9000 })),
-        ),
-        (Method::DELETE, "/api/v1/sandbox/{id}/ports/8080", None),
-        (
-            Method::POST,
-            "/api/v1/sandbox/{id}/auth-token",
-            body(json!({})),
-        ),
-        (
-            Method::POST,
-            "/api/v1/sandbox/{id}/snapshots",
-            body(json!({})),
-        ),
-        (Method::GET, "/api/v1/sandbox/{id}/snapshots", None),
-        (Method::POST, "/api/v1/sandbox/{id}/fork", body(json!({}))),
-        (Method::DELETE, "/api/v1/sandbox/{id}", None),
+        get("/api/v1/sandbox/{id}/files/watch?path=/workspace"),
+        get("/api/v1/sandbox/{id}/ports"),
+        post("/api/v1/sandbox/{id}/ports", json!({ "port": 9000 })),
+        delete("/api/v1/sandbox/{id}/ports/8080"),
+        post("/api/v1/sandbox/{id}/auth-token", json!({})),
+        post("/api/v1/sandbox/{id}/snapshots", json!({})),
+        get("/api/v1/sandbox/{id}/snapshots"),
+        post("/api/v1/sandbox/{id}/fork", json!({})),
+        delete("/api/v1/sandbox/{id}"),
     ]
 }
 
 /// The prime-compatible routes under `/api/v1` that name one sandbox.
 fn prime_routes() -> Vec<Route> {
     vec![
-        (Method::POST, "/api/v1/sandbox/{id}/auth", Some(json!({}))),
-        (Method::GET, "/api/v1/sandbox/{id}/error-context", None),
-        (
-            Method::POST,
-            "/api/v1/sandbox/{id}/checkpoints",
-            Some(json!({})),
-        ),
-        (Method::GET, "/api/v1/sandbox/{id}/checkpoints", None),
-        (Method::DELETE, "/api/v1/sandbox/{id}/checkpoints", None),
+        post("/api/v1/sandbox/{id}/auth", json!({})),
+        get("/api/v1/sandbox/{id}/error-context"),
+        post("/api/v1/sandbox/{id}/checkpoints", json!({})),
+        get("/api/v1/sandbox/{id}/checkpoints"),
+        delete("/api/v1/sandbox/{id}/checkpoints"),
     ]
 }
 
 /// Every E2B route that names one sandbox.
 fn e2b_routes() -> Vec<Route> {
     vec![
-        (Method::GET, "/e2b/sandboxes/{id}", None),
-        (
-            Method::POST,
-            "/e2b/sandboxes/{id}/timeout",
-            Some(json!({ "timeout": 60 })),
-        ),
-        (
-            Method::POST,
-            "/e2b/sandboxes/{id}/refreshes",
-            Some(json!({})),
-        ),
-        (
-            Method::POST,
-            "/e2b/sandboxes/{id}/connect",
-            Some(json!({ "timeout": 60 })),
-        ),
-        (
-            Method::POST,
-            "/e2b/v2/sandboxes/{id}/connect",
-            Some(json!({ "timeout": 60 })),
-        ),
-        (Method::POST, "/e2b/sandboxes/{id}/resume", Some(json!({}))),
-        (Method::POST, "/e2b/sandboxes/{id}/pause", Some(json!({}))),
-        (Method::POST, "/e2b/sandboxes/{id}/fork", Some(json!({}))),
-        (
-            Method::POST,
-            "/e2b/sandboxes/{id}/snapshots",
-            Some(json!({})),
-        ),
-        (Method::GET, "/e2b/sandboxes/{id}/logs", None),
-        (Method::GET, "/e2b/v2/sandboxes/{id}/logs", None),
-        (Method::GET, "/e2b/sandboxes/{id}/metrics", None),
-        (Method::PUT, "/e2b/sandboxes/{id}/network", Some(json!({}))),
-        (Method::DELETE, "/e2b/sandboxes/{id}", None),
+        get("/e2b/sandboxes/{id}"),
+        post("/e2b/sandboxes/{id}/timeout", json!({ "timeout": 60 })),
+        post("/e2b/sandboxes/{id}/refreshes", json!({})),
+        post("/e2b/sandboxes/{id}/connect", json!({ "timeout": 60 })),
+        post("/e2b/v2/sandboxes/{id}/connect", json!({ "timeout": 60 })),
+        post("/e2b/sandboxes/{id}/resume", json!({})),
+        post("/e2b/sandboxes/{id}/pause", json!({})),
+        post("/e2b/sandboxes/{id}/fork", json!({})),
+        post("/e2b/sandboxes/{id}/snapshots", json!({})),
+        get("/e2b/sandboxes/{id}/logs"),
+        get("/e2b/v2/sandboxes/{id}/logs"),
+        get("/e2b/sandboxes/{id}/metrics"),
+        put("/e2b/sandboxes/{id}/network", json!({})),
+        delete("/e2b/sandboxes/{id}"),
     ]
 }
 
@@ -260,7 +197,11 @@ async fn bob_calls(t: &Tenants, routes: Vec<Route>, auth: Auth) -> Vec<(String, 
     for (method, path, body) in routes {
         let path = at(path, &t.id);
         let r = match auth {
-            Auth::Bearer => t.app.call(method.clone(), &path, Some(&t.bob), body).await,
+            Auth::Bearer => {
+                t.app
+                    .send(request(method.clone(), &path, Some(&t.bob), body))
+                    .await
+            }
             Auth::ApiKey => t.app.e2b(method.clone(), &path, &t.bob, body).await,
         };
         assert!(
@@ -303,7 +244,7 @@ async fn every_native_route_answers_the_owner() {
         let path = at(path, &t.id);
         let r = t
             .app
-            .call(method.clone(), &path, Some(&t.alice), body)
+            .send(request(method.clone(), &path, Some(&t.alice), body))
             .await;
         assert!(
             !matches!(
@@ -363,37 +304,24 @@ async fn e2b_lists_hold_only_the_callers_sandboxes() {
 async fn bulk_deletes_reach_only_the_callers_sandboxes() {
     let t = tenants().await;
     let before = t.alices_view().await;
-    let r = t
-        .app
-        .call(
-            Method::DELETE,
-            "/api/v1/sandbox/bulk",
-            Some(&t.bob),
-            Some(json!({ "ids": [t.id] })),
-        )
-        .await;
+    // Bob's bulk deletes, native on `/sandbox/bulk` and prime-sandboxes'
+    // on `/sandbox`.
+    let bobs_delete = |path: &'static str, body: Value| {
+        t.app
+            .send(request(Method::DELETE, path, Some(&t.bob), Some(body)))
+    };
+    let r = bobs_delete("/api/v1/sandbox/bulk", json!({ "ids": [t.id] })).await;
     assert_eq!(r.body["results"][0]["deleted"], false, "{}", r.body);
     assert_eq!(
         r.body["results"][0]["error"]["code"], "forbidden",
         "{}",
         r.body
     );
-    let r = t
-        .app
-        .call(
-            Method::DELETE,
-            "/api/v1/sandbox/bulk",
-            Some(&t.bob),
-            Some(json!({ "labels": ["mine"] })),
-        )
-        .await;
+    let r = bobs_delete("/api/v1/sandbox/bulk", json!({ "labels": ["mine"] })).await;
     assert_eq!(r.body["results"], json!([]), "{}", r.body);
-    // prime-sandboxes' bulk delete on `/sandbox`: by id, by label, and for
-    // every account or another one by name.
-    let prime_delete = |body: Value| {
-        t.app
-            .call(Method::DELETE, "/api/v1/sandbox", Some(&t.bob), Some(body))
-    };
+    // prime-sandboxes' bulk delete: by id, by label, and for every account
+    // or another one by name.
+    let prime_delete = |body: Value| bobs_delete("/api/v1/sandbox", body);
     let r = prime_delete(json!({ "sandbox_ids": [t.id] })).await;
     assert_eq!(r.body["succeeded"], json!([]), "{}", r.body);
     assert_eq!(
@@ -505,7 +433,7 @@ async fn names_are_per_account() {
     t.app.create(&t.bob, json!({ "name": "private" })).await;
     let r = t
         .app
-        .post("/api/v1/sandbox", &t.alice, json!({ "name": "private" }))
+        .try_create(&t.alice, json!({ "name": "private" }))
         .await;
     r.assert_error(StatusCode::CONFLICT, "conflict");
 }

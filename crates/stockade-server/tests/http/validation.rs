@@ -6,13 +6,14 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 
+use crate::list_queries::BAD_LIST_QUERIES;
 use crate::support::*;
 
 /// Creates with `body` must be refused naming `field`, leaving no record
 /// and no container.
 async fn create_is_refused(body: Value, field: &str) {
     let app = App::new().await;
-    let r = app.post("/api/v1/sandbox", &app.admin, body.clone()).await;
+    let r = app.try_create(&app.admin, body.clone()).await;
     assert!(
         r.status.is_client_error(),
         "{body}: {} {}",
@@ -106,7 +107,12 @@ async fn create_bodies_that_are_not_json_objects_are_400() {
         r.assert_error(StatusCode::BAD_REQUEST, "validation_failed");
     }
     let empty = app
-        .call(Method::POST, "/api/v1/sandbox", Some(&app.admin), None)
+        .send(request(
+            Method::POST,
+            "/api/v1/sandbox",
+            Some(&app.admin),
+            None,
+        ))
         .await;
     empty.assert_invalid("body");
     assert_eq!(app.total(&app.admin, "").await, 0);
@@ -179,7 +185,7 @@ async fn create_fields_prime_sends_that_stockade_cannot_honour_are_501() {
         json!({ "arch": "sparc" }),
         json!({ "advanced_configs": {"x": 1} }),
     ] {
-        let r = app.post("/api/v1/sandbox", &app.admin, body.clone()).await;
+        let r = app.try_create(&app.admin, body.clone()).await;
         r.assert_error(StatusCode::NOT_IMPLEMENTED, "not_implemented");
     }
     assert_eq!(app.total(&app.admin, "").await, 0);
@@ -229,18 +235,7 @@ bad_bodies! {
 #[tokio::test]
 async fn bad_list_queries_name_the_parameter() {
     let app = App::new().await;
-    for (q, field) in [
-        ("per_page=0", "per_page"),
-        ("per_page=1001", "per_page"),
-        ("page=0", "page"),
-        ("page=x", "page"),
-        ("status=SLEEPING", "status"),
-        ("is_active=maybe", "is_active"),
-        ("labels=bad%20label", "labels"),
-        ("team_id=x", "team_id"),
-        ("name=", "name"),
-        ("colour=red", "colour"),
-    ] {
+    for &(q, field) in BAD_LIST_QUERIES {
         let r = app.get(&format!("/api/v1/sandbox?{q}"), &app.admin).await;
         r.assert_invalid(field);
     }
