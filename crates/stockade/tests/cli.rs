@@ -3,7 +3,7 @@
 //! create` and `stockade health` talk to it.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
@@ -16,6 +16,8 @@ struct Server {
     lines: Vec<String>,
     /// This server's instance id, once a test learned it from a container.
     instance: std::cell::RefCell<Option<String>>,
+    /// The data directory, when the server owns it.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Server {
@@ -46,9 +48,8 @@ impl Server {
 }
 
 fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
-    cmd.arg("server")
-        .env("STOCKADE_LISTEN", "127.0.0.1:0")
+    let mut cmd = stockade(&["server"]);
+    cmd.env("STOCKADE_LISTEN", "127.0.0.1:0")
         .env("STOCKADE_DATA_DIR", data_dir)
         .env_remove("STOCKADE_DATABASE_URL")
         .env_remove("STOCKADE_ADMIN_TOKEN")
@@ -66,6 +67,7 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
         token: None,
         lines: Vec::new(),
         instance: std::cell::RefCell::new(None),
+        dir: None,
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
@@ -111,13 +113,179 @@ fn start_server(data_dir: &std::path::Path, admin_token: Option<&str>) -> Server
     server
 }
 
-fn cli(server: &Server, token: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(args)
-        .env("STOCKADE_URL", &server.url)
-        .env("STOCKADE_TOKEN", token)
-        .output()
-        .expect("run stockade")
+/// A server on a data directory of its own, with `admin_token` for its
+/// administrator: the CLI as the administrator runs it there.
+fn fresh_server(admin_token: &str) -> Client {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start_server(dir.path(), Some(admin_token));
+    server.dir = Some(dir);
+    Client::new(server, admin_token)
+}
+
+/// The binary with `args`, in the caller's environment.
+fn stockade(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
+    cmd.args(args);
+    cmd
+}
+
+/// The words of a command line that has no quoted argument.
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// The CLI pointed at one server with one token.
+struct Client {
+    server: std::rc::Rc<Server>,
+    token: String,
+}
+
+impl Client {
+    fn new(server: Server, token: &str) -> Client {
+        Client {
+            server: std::rc::Rc::new(server),
+            token: token.to_owned(),
+        }
+    }
+
+    /// The CLI against the same server with another token.
+    fn with_token(&self, token: &str) -> Client {
+        Client {
+            server: self.server.clone(),
+            token: token.to_owned(),
+        }
+    }
+
+    /// The binary with `args`, the server and the token in its environment.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = stockade(args);
+        cmd.env("STOCKADE_URL", &self.server.url)
+            .env("STOCKADE_TOKEN", &self.token);
+        cmd
+    }
+
+    /// What the command printed and how it exited, whatever that was.
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run stockade")
+    }
+
+    /// The command's stdout; the test fails if the command does.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr_of(&out));
+        stdout_of(&out)
+    }
+
+    /// The command's stderr; the test fails if the command succeeds.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "{args:?} succeeded: {}",
+            stdout_of(&out)
+        );
+        stderr_of(&out)
+    }
+
+    /// The JSON a successful command printed.
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        json_of(&self.run(args))
+    }
+
+    /// The one JSON error a failed `--json` command printed.
+    fn json_error(&self, args: &[&str]) -> serde_json::Value {
+        json_error(&self.run(args))
+    }
+
+    /// Runs the command with `input` as its stdin (a pipe, not a terminal).
+    fn run_with_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run stockade");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input)
+            .expect("write stdin");
+        child.wait_with_output().expect("wait for stockade")
+    }
+
+    /// Creates a sandbox with `args` and returns its JSON.
+    fn create(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["create", "--json"];
+        all.extend_from_slice(args);
+        let v = self.json(&all);
+        assert_eq!(v["status"], "RUNNING");
+        self.server.remember_instance(v["id"].as_str().unwrap());
+        v
+    }
+
+    /// Runs a shell script with the binary as `$STOCKADE` and the server in
+    /// the environment (for real pipes and `2>&1`).
+    fn sh(&self, shell: &str, script: &str) -> Output {
+        Command::new(shell)
+            .args(["-c", script])
+            .env("STOCKADE", env!("CARGO_BIN_EXE_stockade"))
+            .env("STOCKADE_URL", &self.server.url)
+            .env("STOCKADE_TOKEN", &self.token)
+            .output()
+            .expect("run a shell")
+    }
+}
+
+fn json_of(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stockade failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The one JSON error a `--json` command printed on stderr.
+fn json_error(out: &Output) -> serde_json::Value {
+    assert!(!out.status.success(), "it should have failed");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {}",
+        stdout_of(out)
+    );
+    let err = stderr_of(out);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&err).unwrap_or_else(|e| panic!("not JSON ({e}): {err}"));
+    let keys: Vec<&String> = v["error"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["code", "message"], "{v}");
+    v["error"].clone()
+}
+
+fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Stderr in CLI words: no API paths, SDK names or HTTP statuses.
+fn assert_cli_words(text: &str) {
+    for api in [
+        "/api/v1",
+        "POST ",
+        "DELETE ",
+        "Sandbox::",
+        "HTTP 4",
+        "HTTP 5",
+    ] {
+        assert!(!text.contains(api), "{api:?} in {text}");
+    }
 }
 
 #[test]
@@ -134,84 +302,57 @@ fn first_start_prints_the_admin_token_once_and_the_cli_creates_accounts() {
         "SQLite lives in the data directory"
     );
     assert!(server.lines.iter().any(|l| l.contains("dashboard:")));
+    let admin = Client::new(server, &token);
 
-    let out = cli(&server, &token, &["account", "create", "bob", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = admin.json(&["account", "create", "bob", "--json"]);
     assert_eq!(v["account"]["name"], "bob");
     let bob = v["token"].as_str().unwrap().to_owned();
     assert!(bob.starts_with("stk_"));
 
     // Bob is not an admin: the CLI reports the API's message, not a debug dump.
-    let out = cli(&server, &bob, &["account", "create", "eve"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = admin.with_token(&bob).fails(&["account", "create", "eve"]);
     assert!(err.contains("administrator"), "{err}");
     assert!(!err.contains("panicked"));
 
-    let out = cli(&server, &token, &["account", "ls", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = admin.json(&["account", "ls", "--json"]);
     assert_eq!(v["accounts"].as_array().unwrap().len(), 2);
-
-    let out = cli(&server, &token, &["health", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = admin.json(&["health", "--json"]);
     assert_eq!(v["database"]["backend"], "sqlite");
-    drop(server);
+    drop(admin);
 
     // A restart on the same data directory prints no new token, and the
-    // first one still works.
-    let again = start_server(dir.path(), Some("stk_operator_chosen_token_123"));
+    // first one still works; so does STOCKADE_ADMIN_TOKEN, registered for
+    // the admin.
+    let chosen = "stk_operator_chosen_token_123";
+    let again = start_server(dir.path(), Some(chosen));
     assert!(
         again.lines.iter().all(|l| !l.contains("shown once")),
         "{:?}",
         again.lines
     );
-    let out = cli(&again, &token, &["account", "ls", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = cli(
-        &again,
-        "stk_operator_chosen_token_123",
-        &["account", "ls", "--json"],
-    );
-    assert!(
-        out.status.success(),
-        "STOCKADE_ADMIN_TOKEN is registered for the admin"
-    );
+    let again = Client::new(again, chosen);
+    again.ok(&["account", "ls", "--json"]);
+    again.with_token(&token).ok(&["account", "ls", "--json"]);
 }
 
 #[test]
 fn account_quotas_from_the_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let admin = "stk_cli_account_quota_token";
-    let server = start_server(dir.path(), Some(admin));
+    let admin = fresh_server("stk_cli_account_quota_token");
     assert!(
-        server
+        admin
+            .server
             .lines
             .iter()
             .any(|l| l.contains("admission:") && l.contains("quota of new accounts: none")),
         "{:?}",
-        server.lines
+        admin.server.lines
     );
-    let carol = json_of(&cli(
-        &server,
-        admin,
-        &["account", "create", "carol", "--json"],
-    ));
-    let carol_id = carol["account"]["id"].as_str().unwrap().to_owned();
-    let carol = carol["token"].as_str().unwrap().to_owned();
+    let made = admin.json(&["account", "create", "carol", "--json"]);
+    let carol_id = made["account"]["id"].as_str().unwrap().to_owned();
+    let carol = admin.with_token(made["token"].as_str().unwrap());
 
     // Without flags: the quota and the use, as a table.
-    let out = cli(&server, admin, &["account", "quota", "carol"]);
-    let table = stdout_of(&out);
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    let table = admin.ok(&["account", "quota", "carol"]);
     assert!(
         table.contains(&format!("Quota of account carol ({carol_id})")),
         "{table}"
@@ -219,49 +360,18 @@ fn account_quotas_from_the_terminal() {
     assert!(table.contains("unlimited"), "{table}");
 
     // Flags set limits, by name or id; each flag changes only its own.
-    let q = json_of(&cli(
-        &server,
-        admin,
-        &[
-            "account",
-            "quota",
-            "carol",
-            "--sandboxes",
-            "1",
-            "--cpu",
-            "2",
-            "--memory",
-            "4.5",
-            "--json",
-        ],
+    let q = admin.json(&words(
+        "account quota carol --sandboxes 1 --cpu 2 --memory 4.5 --json",
     ));
     assert_eq!(
         q["quota"],
         serde_json::json!({ "sandboxes": 1, "cpuCores": 2.0, "memoryGB": 4.5, "diskGB": null,
                             "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
     );
-    let q = json_of(&cli(
-        &server,
-        admin,
-        &[
-            "account",
-            "quota",
-            &carol_id,
-            "--disk",
-            "30",
-            "--cpu",
-            "unlimited",
-            "--snapshots",
-            "3",
-            "--snapshot-gb",
-            "2.5",
-            "--uploads",
-            "4",
-            "--upload-gb",
-            "0.5",
-            "--json",
-        ],
-    ));
+    let q = admin.json(&words(&format!(
+        "account quota {carol_id} --disk 30 --cpu unlimited --snapshots 3 --snapshot-gb 2.5 \
+         --uploads 4 --upload-gb 0.5 --json"
+    )));
     assert_eq!(
         q["quota"],
         serde_json::json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": 4.5, "diskGB": 30,
@@ -274,159 +384,67 @@ fn account_quotas_from_the_terminal() {
         Some((0, 0))
     );
     // The storage limits in the table, with their use.
-    let out = cli(&server, admin, &["account", "quota", "carol"]);
-    let table = stdout_of(&out);
+    let table = admin.ok(&["account", "quota", "carol"]);
     for row in ["snapshots", "snapshot storage", "uploads", "upload storage"] {
         assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
     }
     assert!(table.contains("2.5 GB"), "{table}");
     // One flag changes one limit; `unlimited` lifts it.
-    let q = json_of(&cli(
-        &server,
-        admin,
-        &[
-            "account",
-            "quota",
-            "carol",
-            "--uploads",
-            "unlimited",
-            "--json",
-        ],
-    ));
+    let q = admin.json(&words("account quota carol --uploads unlimited --json"));
     assert_eq!(q["quota"]["uploads"], serde_json::Value::Null);
     assert_eq!(q["quota"]["snapshots"], 3);
     assert_eq!(q["quota"]["uploadGB"], 0.5);
 
     // Bad values name the flag (or the API's field); nothing changes.
-    let out = cli(
-        &server,
-        admin,
-        &["account", "quota", "carol", "--cpu", "lots"],
-    );
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("--cpu"), "{}", stderr_of(&out));
-    let out = cli(
-        &server,
-        admin,
-        &["account", "quota", "carol", "--memory=-1"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("--memory: must be between 0"),
-        "{}",
-        stderr_of(&out)
-    );
-    let out = cli(
-        &server,
-        admin,
-        &["account", "quota", "carol", "--snapshots", "many"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("--snapshots"),
-        "{}",
-        stderr_of(&out)
-    );
-    let out = cli(
-        &server,
-        admin,
-        &["account", "quota", "carol", "--upload-gb=-2"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("--upload-gb: must be between 0"),
-        "{}",
-        stderr_of(&out)
-    );
-    let out = cli(&server, admin, &["account", "quota", "nobody"]);
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("nobody"), "{}", stderr_of(&out));
+    for (args, named) in [
+        ("carol --cpu lots", "--cpu"),
+        ("carol --memory=-1", "--memory: must be between 0"),
+        ("carol --snapshots many", "--snapshots"),
+        ("carol --upload-gb=-2", "--upload-gb: must be between 0"),
+        ("nobody", "nobody"),
+    ] {
+        let err = admin.fails(&words(&format!("account quota {args}")));
+        assert!(err.contains(named), "{args}: {err}");
+    }
 
     // Carol sees her own quota but cannot change it.
-    let mine = json_of(&cli(
-        &server,
-        &carol,
-        &["account", "quota", "carol", "--json"],
-    ));
+    let mine = carol.json(&["account", "quota", "carol", "--json"]);
     assert_eq!(mine["quota"]["sandboxes"], 1);
-    let out = cli(
-        &server,
-        &carol,
-        &["account", "quota", "carol", "--sandboxes", "9"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("administrator"),
-        "{}",
-        stderr_of(&out)
-    );
+    let err = carol.fails(&["account", "quota", "carol", "--sandboxes", "9"]);
+    assert!(err.contains("administrator"), "{err}");
 
     // Her second sandbox is refused with the quota and the use.
-    let one = create(
-        &server,
-        &carol,
-        &["--name", "one", "--cpu", "0.25", "--memory", "0.25"],
-    );
-    let out = cli(
-        &server,
-        &carol,
-        &[
-            "create", "--name", "two", "--cpu", "0.25", "--memory", "0.25",
-        ],
-    );
-    assert!(!out.status.success());
+    let small = ["--cpu", "0.25", "--memory", "0.25"];
+    let one = carol.create(&[&["--name", "one"][..], &small].concat());
+    let err = carol.fails(&[&["create", "--name", "two"][..], &small].concat());
     assert!(
-        stderr_of(&out).contains("account quota exceeded: 1 of 1 sandboxes"),
-        "{}",
-        stderr_of(&out)
+        err.contains("account quota exceeded: 1 of 1 sandboxes"),
+        "{err}"
     );
-    let q = json_of(&cli(
-        &server,
-        &carol,
-        &["account", "quota", "carol", "--json"],
-    ));
+    let q = carol.json(&["account", "quota", "carol", "--json"]);
     assert_eq!(q["usage"]["sandboxes"], 1);
     assert_eq!(q["usage"]["cpuCores"], 0.25);
 
     // --clear lifts every limit: the second one fits.
-    let q = json_of(&cli(
-        &server,
-        admin,
-        &["account", "quota", "carol", "--clear", "--json"],
-    ));
+    let q = admin.json(&["account", "quota", "carol", "--clear", "--json"]);
     assert_eq!(q["quota"]["sandboxes"], serde_json::Value::Null);
     assert_eq!(q["quota"]["diskGB"], serde_json::Value::Null);
     assert_eq!(q["quota"]["snapshotGB"], serde_json::Value::Null);
-    let two = create(
-        &server,
-        &carol,
-        &["--name", "two", "--cpu", "0.25", "--memory", "0.25"],
-    );
+    let two = carol.create(&[&["--name", "two"][..], &small].concat());
     for sb in [one, two] {
-        let out = cli(&server, &carol, &["rm", sb["id"].as_str().unwrap()]);
-        assert!(out.status.success(), "{}", stderr_of(&out));
+        carol.ok(&["rm", sb["id"].as_str().unwrap()]);
     }
 }
 
 #[test]
 fn api_tokens_and_disabled_accounts_from_the_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let admin = "stk_cli_api_tokens_admin_01";
-    let server = start_server(dir.path(), Some(admin));
-    let dana = json_of(&cli(
-        &server,
-        admin,
-        &["account", "create", "dana", "--json"],
-    ));
-    let dana_id = dana["account"]["id"].as_str().unwrap().to_owned();
-    let dana = dana["token"].as_str().unwrap().to_owned();
+    let admin = fresh_server("stk_cli_api_tokens_admin_01");
+    let made = admin.json(&["account", "create", "dana", "--json"]);
+    let dana_id = made["account"]["id"].as_str().unwrap().to_owned();
+    let dana = admin.with_token(made["token"].as_str().unwrap());
 
     // The secret alone on stdout, and a line saying it is shown only now.
-    let out = cli(
-        &server,
-        &dana,
-        &["token", "create", "ci", "--expires", "30d"],
-    );
+    let out = dana.run(&["token", "create", "ci", "--expires", "30d"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let secret = stdout_of(&out).trim().to_owned();
     assert!(
@@ -438,38 +456,33 @@ fn api_tokens_and_disabled_accounts_from_the_terminal() {
     assert!(note.contains("expires in 30d"), "{note}");
 
     // The new token works, through the environment and through --token.
-    let who = json_of(&cli(&server, &secret, &["account", "whoami", "--json"]));
+    let ci = admin.with_token(&secret);
+    let who = ci.json(&["account", "whoami", "--json"]);
     assert_eq!(who["account"]["id"], dana_id.as_str());
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["--token", &secret, "account", "whoami"])
-        .env("STOCKADE_URL", &server.url)
+    let out = stockade(&["--token", &secret, "account", "whoami"])
+        .env("STOCKADE_URL", &admin.server.url)
         .env_remove("STOCKADE_TOKEN")
         .output()
         .unwrap();
     assert!(stdout_of(&out).starts_with("dana ("), "{}", stderr_of(&out));
 
     // --json gives the API's answer, the secret in it.
-    let made = json_of(&cli(
-        &server,
-        &dana,
-        &["token", "create", "laptop", "--json"],
-    ));
+    let made = dana.json(&["token", "create", "laptop", "--json"]);
     assert!(made["token"].as_str().unwrap().starts_with("stk_"));
     assert!(made["expiresAt"].is_null());
     let laptop_id = made["id"].as_str().unwrap().to_owned();
 
     // Listed without any secret, with readable times.
-    let list = json_of(&cli(&server, &dana, &["token", "ls", "--json"]));
+    let list = dana.json(&["token", "ls", "--json"]);
     let tokens = list["tokens"].as_array().unwrap();
-    let ci = tokens
+    let ci_token = tokens
         .iter()
         .find(|t| t["name"] == "ci")
         .expect("ci listed");
-    let ci_id = ci["id"].as_str().unwrap().to_owned();
-    assert_eq!(ci["kind"], "api");
+    let ci_id = ci_token["id"].as_str().unwrap().to_owned();
+    assert_eq!(ci_token["kind"], "api");
     assert!(!list.to_string().contains(&secret));
-    let out = cli(&server, &dana, &["token", "ls"]);
-    let table = stdout_of(&out);
+    let table = stdout_of(&dana.run(&["token", "ls"]));
     assert!(
         table.starts_with("ID") && table.contains("LAST USED"),
         "{table}"
@@ -484,85 +497,55 @@ fn api_tokens_and_disabled_accounts_from_the_terminal() {
     );
     let laptop_line = table.lines().find(|l| l.starts_with(&laptop_id)).unwrap();
     assert!(laptop_line.contains("never"), "{laptop_line}");
-    // An administrator lists (and makes) another account's tokens by name.
-    let theirs = json_of(&cli(
-        &server,
-        admin,
-        &["token", "ls", "--account", "dana", "--json"],
-    ));
+    // An administrator lists (and makes) another account's tokens by name;
+    // another account's tokens need an administrator.
+    let theirs = admin.json(&["token", "ls", "--account", "dana", "--json"]);
     assert_eq!(
         theirs["tokens"].as_array().unwrap().len(),
         tokens.len(),
         "{theirs}"
     );
-    let out = cli(&server, &dana, &["token", "ls", "--account", "admin"]);
-    assert!(
-        !out.status.success(),
-        "another account's tokens need an administrator"
-    );
+    dana.fails(&["token", "ls", "--account", "admin"]);
 
-    // Refused before any request: an expiry that is no duration, no name.
-    let out = cli(
-        &server,
-        &dana,
-        &["token", "create", "x", "--expires", "soon"],
-    );
-    assert!(stderr_of(&out).contains("--expires"), "{}", stderr_of(&out));
-    let out = cli(&server, &dana, &["token", "create", " "]);
-    assert!(stderr_of(&out).contains("NAME"), "{}", stderr_of(&out));
-    // The server's range, in the flag's words.
-    let out = cli(
-        &server,
-        &dana,
-        &["token", "create", "x", "--expires", "10s"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("--expires:"),
-        "{}",
-        stderr_of(&out)
-    );
+    // Refused before any request: an expiry that is no duration, no name;
+    // then the server's range, in the flag's words.
+    for (args, named) in [
+        (
+            &["token", "create", "x", "--expires", "soon"][..],
+            "--expires",
+        ),
+        (&["token", "create", " "], "NAME"),
+        (&["token", "create", "x", "--expires", "10s"], "--expires:"),
+    ] {
+        let err = dana.fails(args);
+        assert!(err.contains(named), "{args:?}: {err}");
+    }
 
     // Revoked: refused with a message that says why it may be.
-    let out = cli(&server, &dana, &["token", "rm", &ci_id]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    assert!(stdout_of(&out).contains("revoked"));
-    let out = cli(&server, &secret, &["account", "whoami"]);
-    assert!(!out.status.success());
-    let err = stderr_of(&out);
+    let out = dana.ok(&["token", "rm", &ci_id]);
+    assert!(out.contains("revoked"));
+    let err = ci.fails(&["account", "whoami"]);
     assert!(err.contains("revoked"), "{err}");
     assert!(err.contains("STOCKADE_TOKEN"), "{err}");
-    let out = cli(&server, &dana, &["token", "rm", &ci_id, "--json"]);
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("not_found"), "{}", stderr_of(&out));
+    let err = dana.fails(&["token", "rm", &ci_id, "--json"]);
+    assert!(err.contains("not_found"), "{err}");
 
     // The sandbox form of `stockade token` is still there.
-    let out = cli(&server, &dana, &["token", "no-such-sandbox"]);
-    assert!(
-        stderr_of(&out).contains("no-such-sandbox"),
-        "{}",
-        stderr_of(&out)
-    );
+    let err = stderr_of(&dana.run(&["token", "no-such-sandbox"]));
+    assert!(err.contains("no-such-sandbox"), "{err}");
 
-    // An administrator disables the account: its calls fail saying so.
-    let out = cli(&server, &dana, &["account", "disable", "dana"]);
-    assert!(!out.status.success(), "only administrators disable");
-    let out = cli(&server, admin, &["account", "disable", "dana"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    assert!(stdout_of(&out).contains("Disabled account dana"));
-    let out = cli(&server, &dana, &["ls"]);
-    assert!(!out.status.success());
-    let err = stderr_of(&out);
+    // An administrator disables the account (only administrators do): its
+    // calls fail saying so.
+    dana.fails(&["account", "disable", "dana"]);
+    let out = admin.ok(&["account", "disable", "dana"]);
+    assert!(out.contains("Disabled account dana"));
+    let err = dana.fails(&["ls"]);
     assert!(err.contains("disabled"), "{err}");
     assert!(err.contains("stockade account enable"), "{err}");
-    let out = cli(&server, admin, &["account", "ls"]);
-    let line = stdout_of(&out)
-        .lines()
-        .find(|l| l.contains(&dana_id))
-        .unwrap()
-        .to_owned();
+    let out = stdout_of(&admin.run(&["account", "ls"]));
+    let line = out.lines().find(|l| l.contains(&dana_id)).unwrap();
     assert!(line.contains("disabled"), "{line}");
-    let accounts = json_of(&cli(&server, admin, &["account", "ls", "--json"]));
+    let accounts = admin.json(&["account", "ls", "--json"]);
     let row = accounts["accounts"]
         .as_array()
         .unwrap()
@@ -572,30 +555,22 @@ fn api_tokens_and_disabled_accounts_from_the_terminal() {
         .clone();
     assert!(row["disabledAt"].is_string(), "{row}");
 
-    let enabled = json_of(&cli(
-        &server,
-        admin,
-        &["account", "enable", &dana_id, "--json"],
-    ));
+    let enabled = admin.json(&["account", "enable", &dana_id, "--json"]);
     assert!(enabled.get("disabledAt").is_none(), "{enabled}");
-    let out = cli(&server, &dana, &["account", "whoami"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let out = cli(&server, &dana, &["token", "rm", &laptop_id]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    dana.ok(&["account", "whoami"]);
+    dana.ok(&["token", "rm", &laptop_id]);
 }
 
 #[test]
 fn bad_flags_and_unreachable_servers_give_helpful_errors() {
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["health"])
+    let out = stockade(&["health"])
         .env("STOCKADE_URL", "http://127.0.0.1:9")
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("could not reach the Stockade server"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["account", "ls"])
+    let out = stockade(&["account", "ls"])
         .env_remove("STOCKADE_TOKEN")
         .output()
         .unwrap();
@@ -603,45 +578,13 @@ fn bad_flags_and_unreachable_servers_give_helpful_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("STOCKADE_TOKEN"));
 }
 
-fn json_of(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "stockade failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
-
 #[test]
 fn sandbox_verbs_from_the_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_sandbox_verbs_token";
-    let server = start_server(dir.path(), Some(token));
+    let cli = fresh_server("stk_cli_sandbox_verbs_token");
 
-    let created = json_of(&cli(
-        &server,
-        token,
-        &[
-            "create",
-            "--json",
-            "--name",
-            "cli-demo",
-            "--cpu",
-            "1",
-            "--memory",
-            "0.5",
-            "--env",
-            "A=1",
-            "--label",
-            "cli",
-            "--tag",
-            "k=v",
-            "--port",
-            "8080",
-            "--timeout",
-            "90s",
-        ],
+    let created = cli.json(&words(
+        "create --json --name cli-demo --cpu 1 --memory 0.5 --env A=1 --label cli --tag k=v \
+         --port 8080 --timeout 90s",
     ));
     assert_eq!(created["status"], "RUNNING");
     assert_eq!(created["memoryGB"], 0.5);
@@ -649,64 +592,46 @@ fn sandbox_verbs_from_the_terminal() {
     assert_eq!(created["environmentVars"]["A"], "1");
     let id = created["id"].as_str().unwrap().to_owned();
 
-    let listed = json_of(&cli(&server, token, &["ls", "--json", "--label", "cli"]));
+    let listed = cli.json(&["ls", "--json", "--label", "cli"]);
     assert_eq!(listed["total"], 1);
     assert_eq!(listed["sandboxes"][0]["id"], id.as_str());
 
     // A table for people.
-    let out = cli(&server, token, &["ls"]);
-    let table = String::from_utf8_lossy(&out.stdout);
+    let table = stdout_of(&cli.run(&["ls"]));
     assert!(table.starts_with("ID"), "{table}");
     assert!(
         table.contains("cli-demo") && table.contains("RUNNING"),
         "{table}"
     );
 
-    let got = json_of(&cli(&server, token, &["get", "cli-demo", "--json"]));
+    let got = cli.json(&["get", "cli-demo", "--json"]);
     assert_eq!(got["id"], id.as_str());
-    let out = cli(&server, token, &["get", "cli-demo"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("agent-sandbox-"));
+    assert!(stdout_of(&cli.run(&["get", "cli-demo"])).contains("agent-sandbox-"));
 
-    let stopped = json_of(&cli(
-        &server,
-        token,
-        &["stop", "cli-demo", "-t", "1", "--json"],
-    ));
+    let stopped = cli.json(&["stop", "cli-demo", "-t", "1", "--json"]);
     assert_eq!(stopped[0]["status"], "STOPPED");
-    let started = json_of(&cli(&server, token, &["start", &id, "--json"]));
+    let started = cli.json(&["start", &id, "--json"]);
     assert_eq!(started[0]["status"], "RUNNING");
 
     // Errors are sentences naming the problem, with a non-zero exit code.
-    let out = cli(&server, token, &["create", "--name", "bad name"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = cli.fails(&["create", "--name", "bad name"]);
     assert!(err.contains("name:"), "{err}");
-    let out = cli(&server, token, &["get", "no-such-sandbox"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
-    let out = cli(&server, token, &["create", "--tag", "novalue"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("KEY=VALUE"));
+    assert!(cli.fails(&["get", "no-such-sandbox"]).contains("not found"));
+    assert!(stderr_of(&cli.run(&["create", "--tag", "novalue"])).contains("KEY=VALUE"));
 
-    let removed = json_of(&cli(&server, token, &["rm", "cli-demo", "--json"]));
+    let removed = cli.json(&["rm", "cli-demo", "--json"]);
     assert_eq!(removed[0]["status"], "TERMINATED");
-    let listed = json_of(&cli(&server, token, &["ls", "--json"]));
+    let listed = cli.json(&["ls", "--json"]);
     assert_eq!(listed["total"], 0);
-    let out = cli(&server, token, &["ls"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("No sandboxes yet"));
+    assert!(stdout_of(&cli.run(&["ls"])).contains("No sandboxes yet"));
 }
 
 #[test]
 fn completions_and_help_with_examples() {
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["completions", "bash"])
-        .output()
-        .unwrap();
+    let out = stockade(&["completions", "bash"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("stockade"));
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = stockade(&["--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
         help.contains("Examples:") && help.contains("stockade create"),
@@ -714,117 +639,49 @@ fn completions_and_help_with_examples() {
     );
 }
 
-/// Runs the CLI with `input` as its stdin (a pipe, not a terminal).
-fn cli_stdin(server: &Server, token: &str, args: &[&str], input: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(args)
-        .env("STOCKADE_URL", &server.url)
-        .env("STOCKADE_TOKEN", token)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run stockade");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input)
-        .expect("write stdin");
-    child.wait_with_output().expect("wait for stockade")
-}
-
-/// Creates a sandbox with the CLI and returns its JSON.
-fn create(server: &Server, token: &str, args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["create", "--json"];
-    all.extend_from_slice(args);
-    let v = json_of(&cli(server, token, &all));
-    assert_eq!(v["status"], "RUNNING");
-    server.remember_instance(v["id"].as_str().unwrap());
-    v
-}
-
-fn stdout_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr_of(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[test]
 fn exec_passes_exit_codes_stdin_and_output_through() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_exec_token_000001";
-    let server = start_server(dir.path(), Some(token));
-    create(&server, token, &["--name", "ex", "--env", "WHO=sandbox"]);
+    let cli = fresh_server("stk_cli_exec_token_000001");
+    cli.create(&["--name", "ex", "--env", "WHO=sandbox"]);
 
-    let out = cli(
-        &server,
-        token,
-        &[
-            "exec",
-            "ex",
-            "--",
-            "sh",
-            "-c",
-            "echo out; echo err >&2; exit 3",
-        ],
-    );
+    let out = cli.run(&[
+        "exec",
+        "ex",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "out\n");
     assert_eq!(stderr_of(&out), "err\n");
 
     // stdin is forwarded when it is not a terminal.
-    let out = cli_stdin(
-        &server,
-        token,
-        &["exec", "ex", "--", "wc", "-c"],
-        b"twelve bytes",
-    );
+    let out = cli.run_with_stdin(&["exec", "ex", "--", "wc", "-c"], b"twelve bytes");
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out).trim(), "12");
-    let out = cli_stdin(
-        &server,
-        token,
-        &["exec", "ex", "--shell", "tr a-z A-Z"],
-        b"shout\n",
-    );
+    let out = cli.run_with_stdin(&["exec", "ex", "--shell", "tr a-z A-Z"], b"shout\n");
     assert_eq!(stdout_of(&out), "SHOUT\n");
-    let out = cli_stdin(
-        &server,
-        token,
-        &["exec", "-n", "ex", "--", "cat"],
-        b"ignored",
-    );
+    let out = cli.run_with_stdin(&["exec", "-n", "ex", "--", "cat"], b"ignored");
     assert_eq!(stdout_of(&out), "", "-n keeps stdin to itself");
-    let out = cli_stdin(&server, token, &["exec", "ex", "--", "cat"], &[0xff, 0xfe]);
+    let out = cli.run_with_stdin(&["exec", "ex", "--", "cat"], &[0xff, 0xfe]);
     assert!(!out.status.success());
     assert!(stderr_of(&out).contains("UTF-8"), "{}", stderr_of(&out));
 
-    let out = cli(
-        &server,
-        token,
-        &[
-            "exec",
-            "ex",
-            "--cwd",
-            "/tmp",
-            "-e",
-            "EXTRA=x",
-            "--shell",
-            "echo $WHO $EXTRA; pwd",
-        ],
-    );
+    let out = cli.run(&[
+        "exec",
+        "ex",
+        "--cwd",
+        "/tmp",
+        "-e",
+        "EXTRA=x",
+        "--shell",
+        "echo $WHO $EXTRA; pwd",
+    ]);
     assert_eq!(stdout_of(&out), "sandbox x\n/tmp\n");
 
     let started = Instant::now();
-    let out = cli(
-        &server,
-        token,
-        &["exec", "ex", "--timeout", "1", "--", "sleep", "20"],
-    );
+    let out = cli.run(&["exec", "ex", "--timeout", "1", "--", "sleep", "20"]);
     assert_eq!(
         out.status.code(),
         Some(124),
@@ -833,27 +690,16 @@ fn exec_passes_exit_codes_stdin_and_output_through() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(stderr_of(&out).contains("timeout"), "{}", stderr_of(&out));
 
-    let out = cli(
-        &server,
-        token,
-        &["exec", "ex", "--json", "--shell", "echo hi; exit 2"],
-    );
+    let out = cli.run(&["exec", "ex", "--json", "--shell", "echo hi; exit 2"]);
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["exitCode"], 2);
     assert_eq!(v["stdout"], "hi\n");
 
     // Output streams live: the first line is there long before the end.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args([
-            "exec",
-            "-n",
-            "ex",
-            "--shell",
-            "echo first; sleep 3; echo second",
-        ])
-        .env("STOCKADE_URL", &server.url)
-        .env("STOCKADE_TOKEN", token)
+    let two_lines = "echo first; sleep 3; echo second";
+    let mut child = cli
+        .command(&["exec", "-n", "ex", "--shell", two_lines])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -869,15 +715,10 @@ fn exec_passes_exit_codes_stdin_and_output_through() {
     );
     assert!(child.wait().unwrap().success());
 
-    let out = cli(&server, token, &["exec", "ex"]);
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("give a command"),
-        "{}",
-        stderr_of(&out)
-    );
-    let out = cli(&server, token, &["exec", "nope", "--", "true"]);
-    assert!(stderr_of(&out).contains("not found"), "{}", stderr_of(&out));
+    let err = cli.fails(&["exec", "ex"]);
+    assert!(err.contains("give a command"), "{err}");
+    let err = stderr_of(&cli.run(&["exec", "nope", "--", "true"]));
+    assert!(err.contains("not found"), "{err}");
 }
 
 /// Every entry under `root`: relative path → (kind, bytes or link target, mode).
@@ -909,10 +750,8 @@ fn tree(root: &std::path::Path) -> std::collections::BTreeMap<String, (char, Vec
 #[test]
 fn cp_round_trips_a_directory_byte_for_byte() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_cp_token_0000001";
-    let server = start_server(dir.path(), Some(token));
-    create(&server, token, &["--name", "cp"]);
+    let cli = fresh_server("stk_cli_cp_token_0000001");
+    cli.create(&["--name", "cp"]);
 
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("project");
@@ -929,28 +768,20 @@ fn cp_round_trips_a_directory_byte_for_byte() {
     std::fs::set_permissions(src.join("src/deep"), std::fs::Permissions::from_mode(0o700)).unwrap();
     std::os::unix::fs::symlink("src/deep/er/notes.txt", src.join("link")).unwrap();
     let src_arg = src.display().to_string();
+    let local = |name: &str| work.path().join(name).display().to_string();
 
     // Up: onto a missing path, the directory becomes that path.
     let started = Instant::now();
-    let out = cli(&server, token, &["cp", &src_arg, "cp:/workspace/copy"]);
+    cli.ok(&["cp", &src_arg, "cp:/workspace/copy"]);
     eprintln!("cp up of a 3 MB tree: {:?}", started.elapsed());
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let out = cli(
-        &server,
-        token,
-        &["exec", "cp", "--", "sh", "/workspace/copy/run.sh"],
-    );
+    let out = cli.run(&["exec", "cp", "--", "sh", "/workspace/copy/run.sh"]);
     assert_eq!(stdout_of(&out), "ran\n");
-    let out = cli(
-        &server,
-        token,
-        &[
-            "exec",
-            "cp",
-            "--shell",
-            "md5sum copy/big.bin | cut -d' ' -f1; readlink copy/link",
-        ],
-    );
+    let out = cli.run(&[
+        "exec",
+        "cp",
+        "--shell",
+        "md5sum copy/big.bin | cut -d' ' -f1; readlink copy/link",
+    ]);
     let want_md5 = {
         let out = Command::new("md5sum")
             .arg(src.join("big.bin"))
@@ -970,29 +801,14 @@ fn cp_round_trips_a_directory_byte_for_byte() {
     // Down again, onto a missing local path: byte for byte, modes and links kept.
     let back = work.path().join("back");
     let started = Instant::now();
-    let out = cli(
-        &server,
-        token,
-        &["cp", "cp:copy", &back.display().to_string()],
-    );
+    cli.ok(&["cp", "cp:copy", &local("back")]);
     eprintln!("cp down of a 3 MB tree: {:?}", started.elapsed());
-    assert!(out.status.success(), "{}", stderr_of(&out));
     assert_eq!(tree(&back), tree(&src));
 
     // Onto an existing directory, it lands inside under its own name.
     let into = work.path().join("into");
     std::fs::create_dir(&into).unwrap();
-    let out = cli(
-        &server,
-        token,
-        &[
-            "cp",
-            "--json",
-            "cp:/workspace/copy",
-            &into.display().to_string(),
-        ],
-    );
-    let v = json_of(&out);
+    let v = cli.json(&["cp", "--json", "cp:/workspace/copy", &local("into")]);
     assert_eq!(
         v["bytes"],
         3_000_000 + "ünïcödé\n".len() + "#!/bin/sh\necho ran\n".len()
@@ -1000,82 +816,51 @@ fn cp_round_trips_a_directory_byte_for_byte() {
     assert_eq!(tree(&into.join("copy")), tree(&src));
 
     // `DIR/.` copies the contents; a single file goes to a path.
-    let out = cli(&server, token, &["cp", &format!("{src_arg}/."), "cp:flat"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let out = cli(&server, token, &["exec", "cp", "--", "ls", "flat"]);
+    cli.ok(&["cp", &format!("{src_arg}/."), "cp:flat"]);
+    let out = cli.run(&["exec", "cp", "--", "ls", "flat"]);
     assert_eq!(
         stdout_of(&out),
         "big.bin\nempty\nempty.txt\nlink\nrun.sh\nsrc\n"
     );
-    let out = cli(
-        &server,
-        token,
-        &["cp", &format!("{src_arg}/run.sh"), "cp:/tmp/renamed.sh"],
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    cli.ok(&["cp", &format!("{src_arg}/run.sh"), "cp:/tmp/renamed.sh"]);
     let file = work.path().join("file.sh");
-    let out = cli(
-        &server,
-        token,
-        &["cp", "cp:/tmp/renamed.sh", &file.display().to_string()],
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    cli.ok(&["cp", "cp:/tmp/renamed.sh", &local("file.sh")]);
     assert_eq!(std::fs::read(&file).unwrap(), b"#!/bin/sh\necho ran\n");
     assert_eq!(
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o755
     );
-    let out = cli(&server, token, &["cp", "cp:/tmp/renamed.sh", "-"]);
+    let out = cli.run(&["cp", "cp:/tmp/renamed.sh", "-"]);
     assert!(
         out.stdout.len() >= 1024 && out.stdout[..11] == *b"renamed.sh\0",
         "a tar on stdout"
     );
 
-    let out = cli(
-        &server,
-        token,
-        &["cp", "cp:/no/such", &back.display().to_string()],
-    );
-    assert!(!out.status.success());
+    let err = cli.fails(&["cp", "cp:/no/such", &local("back")]);
     assert!(
-        stderr_of(&out).contains("not found") || stderr_of(&out).contains("No such"),
-        "{}",
-        stderr_of(&out)
+        err.contains("not found") || err.contains("No such"),
+        "{err}"
     );
 
     // The same tree as a create source.
-    let v = create(
-        &server,
-        token,
-        &["--name", "uploaded", "--upload", &src_arg],
-    );
+    let v = cli.create(&["--name", "uploaded", "--upload", &src_arg]);
     let id = v["id"].as_str().unwrap();
-    let out = cli(
-        &server,
-        token,
-        &["exec", id, "--shell", "md5sum big.bin | cut -d' ' -f1"],
-    );
+    let out = cli.run(&["exec", id, "--shell", "md5sum big.bin | cut -d' ' -f1"]);
     assert_eq!(stdout_of(&out).trim(), want_md5);
 }
 
 #[test]
 fn logs_tail_and_follow() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_logs_token_00001";
-    let server = start_server(dir.path(), Some(token));
-    create(
-        &server,
-        token,
-        &[
-            "--name",
-            "lg",
-            "--start-command",
-            "echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three; sleep 1000",
-        ],
-    );
+    let cli = fresh_server("stk_cli_logs_token_00001");
+    cli.create(&[
+        "--name",
+        "lg",
+        "--start-command",
+        "echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three; sleep 1000",
+    ]);
     let mut all = serde_json::Value::Null;
     for _ in 0..50 {
-        all = json_of(&cli(&server, token, &["logs", "lg", "--json"]));
+        all = cli.json(&["logs", "lg", "--json"]);
         if all["lines"].as_array().unwrap().len() == 3 {
             break;
         }
@@ -1083,37 +868,29 @@ fn logs_tail_and_follow() {
     }
     assert_eq!(all["lines"][0]["text"], "one");
 
-    let out = cli(&server, token, &["logs", "lg", "--tail", "2"]);
+    let out = cli.run(&["logs", "lg", "--tail", "2"]);
     assert_eq!(stdout_of(&out), "three\n", "stdout lines on stdout");
     assert_eq!(stderr_of(&out), "two\n", "stderr lines on stderr");
-    let v = json_of(&cli(
-        &server,
-        token,
-        &["logs", "lg", "--tail", "1", "--json"],
-    ));
+    let v = cli.json(&["logs", "lg", "--tail", "1", "--json"]);
     assert_eq!(v["lines"].as_array().unwrap().len(), 1);
     assert_eq!(v["lines"][0]["text"], "three");
-    let out = cli(&server, token, &["logs", "lg", "-t", "-n", "1"]);
+    let out = stdout_of(&cli.run(&["logs", "lg", "-t", "-n", "1"]));
     assert!(
-        stdout_of(&out).ends_with("Z three\n") || stdout_of(&out).contains("+00:00 three"),
-        "{}",
-        stdout_of(&out)
+        out.ends_with("Z three\n") || out.contains("+00:00 three"),
+        "{out}"
     );
-    let out = cli(&server, token, &["logs", "lg", "--tail", "lots"]);
-    assert!(stderr_of(&out).contains("--tail"), "{}", stderr_of(&out));
+    let err = stderr_of(&cli.run(&["logs", "lg", "--tail", "lots"]));
+    assert!(err.contains("--tail"), "{err}");
 
     // -f prints what is there, then follows until the sandbox stops.
-    let child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["logs", "-f", "--json", "lg"])
-        .env("STOCKADE_URL", &server.url)
-        .env("STOCKADE_TOKEN", token)
+    let child = cli
+        .command(&["logs", "-f", "--json", "lg"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let out = cli(&server, token, &["stop", "-t", "1", "lg"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    cli.ok(&["stop", "-t", "1", "lg"]);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr_of(&out));
     let texts: Vec<String> = stdout_of(&out)
@@ -1130,122 +907,70 @@ fn logs_tail_and_follow() {
 
 #[test]
 fn fork_snapshots_ports_tokens_update_and_volumes() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_manage_token_001";
-    let server = start_server(dir.path(), Some(token));
-    let sb = create(
-        &server,
-        token,
-        &[
-            "--name", "orig", "--label", "keep", "--env", "A=1", "--env", "B=2",
-        ],
-    );
+    let cli = fresh_server("stk_cli_manage_token_001");
+    let sb = cli.create(&words("--name orig --label keep --env A=1 --env B=2"));
     let id = sb["id"].as_str().unwrap().to_owned();
-    let out = cli(
-        &server,
-        token,
-        &["exec", "orig", "--shell", "echo state > /workspace/s.txt"],
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    cli.ok(&["exec", "orig", "--shell", "echo state > /workspace/s.txt"]);
 
     // fork
-    let forked = json_of(&cli(
-        &server,
-        token,
-        &["fork", "orig", "--name", "copy", "--json"],
-    ));
+    let forked = cli.json(&["fork", "orig", "--name", "copy", "--json"]);
     assert_eq!(forked["status"], "RUNNING");
     assert_eq!(forked["name"], "copy");
-    let out = cli(
-        &server,
-        token,
-        &["exec", "copy", "--", "cat", "/workspace/s.txt"],
-    );
+    let out = cli.run(&["exec", "copy", "--", "cat", "/workspace/s.txt"]);
     assert_eq!(stdout_of(&out), "state\n");
-    let out = cli(&server, token, &["fork", "orig", "--name", "copy"]);
-    assert!(!out.status.success(), "the name is taken");
+    // The name is taken.
+    cli.fails(&["fork", "orig", "--name", "copy"]);
 
     // snapshot create / ls / create --from-snapshot / rm
-    let snap = json_of(&cli(
-        &server,
-        token,
-        &["snapshot", "create", "orig", "--name", "s1", "--json"],
-    ));
+    let snap = cli.json(&["snapshot", "create", "orig", "--name", "s1", "--json"]);
     assert_eq!(snap["status"], "READY");
     let snap_id = snap["id"].as_str().unwrap().to_owned();
-    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "--json"]));
+    let listed = cli.json(&["snapshot", "ls", "--json"]);
     assert_eq!(listed["snapshots"][0]["id"], snap_id.as_str());
-    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "copy", "--json"]));
+    let listed = cli.json(&["snapshot", "ls", "copy", "--json"]);
     assert_eq!(
         listed["snapshots"].as_array().unwrap().len(),
         0,
         "per sandbox"
     );
-    let out = cli(&server, token, &["snapshot", "ls"]);
-    assert!(
-        stdout_of(&out).starts_with("ID") && stdout_of(&out).contains("s1"),
-        "{}",
-        stdout_of(&out)
-    );
-    let restored = create(
-        &server,
-        token,
-        &["--name", "restored", "--from-snapshot", &snap_id],
-    );
-    let out = cli(
-        &server,
-        token,
-        &[
-            "exec",
-            restored["id"].as_str().unwrap(),
-            "--",
-            "cat",
-            "s.txt",
-        ],
-    );
+    let table = stdout_of(&cli.run(&["snapshot", "ls"]));
+    assert!(table.starts_with("ID") && table.contains("s1"), "{table}");
+    let restored = cli.create(&["--name", "restored", "--from-snapshot", &snap_id]);
+    let out = cli.run(&[
+        "exec",
+        restored["id"].as_str().unwrap(),
+        "--",
+        "cat",
+        "s.txt",
+    ]);
     assert_eq!(stdout_of(&out), "state\n");
-    let removed = json_of(&cli(
-        &server,
-        token,
-        &["snapshot", "rm", &snap_id, "--json"],
-    ));
+    let removed = cli.json(&["snapshot", "rm", &snap_id, "--json"]);
     assert!(
         removed[0]["status"].as_str().unwrap().starts_with("DELET"),
         "{removed}"
     );
-    let out = cli(&server, token, &["snapshot", "rm", &snap_id]);
-    assert!(!out.status.success());
-    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "--json"]));
+    cli.fails(&["snapshot", "rm", &snap_id]);
+    let listed = cli.json(&["snapshot", "ls", "--json"]);
     assert_eq!(listed["snapshots"].as_array().unwrap().len(), 0);
 
     // ports and tokens
-    let exposed = json_of(&cli(
-        &server,
-        token,
-        &["ports", "orig", "expose", "8080", "--json"],
-    ));
+    let exposed = cli.json(&["ports", "orig", "expose", "8080", "--json"]);
     let url = exposed["url"].as_str().unwrap().to_owned();
     assert!(url.ends_with(&format!("/proxy/{id}/8080/")), "{url}");
-    let listed = json_of(&cli(&server, token, &["ports", "orig", "--json"]));
+    let listed = cli.json(&["ports", "orig", "--json"]);
     assert_eq!(listed["ports"][0]["port"], 8080);
-    let out = cli(&server, token, &["ports", "orig"]);
+    let table = stdout_of(&cli.run(&["ports", "orig"]));
     assert!(
-        stdout_of(&out).contains(&url),
-        "the table shows the proxy URL: {}",
-        stdout_of(&out)
+        table.contains(&url),
+        "the table shows the proxy URL: {table}"
     );
-    let t = json_of(&cli(
-        &server,
-        token,
-        &["token", "orig", "--ttl", "2m", "--json"],
-    ));
+    let t = cli.json(&["token", "orig", "--ttl", "2m", "--json"]);
     let left = chrono::DateTime::parse_from_rfc3339(t["expiresAt"].as_str().unwrap())
         .unwrap()
         .with_timezone(&chrono::Utc)
         - chrono::Utc::now();
     assert!((100..=121).contains(&left.num_seconds()), "{left}");
-    let out = cli(&server, token, &["token", "orig"]);
-    let plain = stdout_of(&out).trim().to_owned();
+    let plain = stdout_of(&cli.run(&["token", "orig"])).trim().to_owned();
     assert!(
         !plain.is_empty() && !plain.contains(' '),
         "just the token: {plain}"
@@ -1266,38 +991,14 @@ fn fork_snapshots_ports_tokens_update_and_volumes() {
         "the token opens the proxy (nothing listens yet)"
     );
     assert_eq!(status(None), 401);
-    let left = json_of(&cli(
-        &server,
-        token,
-        &["ports", "orig", "unexpose", "8080", "--json"],
-    ));
+    let left = cli.json(&["ports", "orig", "unexpose", "8080", "--json"]);
     assert_eq!(left["ports"].as_array().unwrap().len(), 0);
-    let out = cli(&server, token, &["ports", "orig"]);
-    assert!(stdout_of(&out).contains("No ports exposed"));
+    assert!(stdout_of(&cli.run(&["ports", "orig"])).contains("No ports exposed"));
 
     // update: merges env, labels and tags; says what applies when
-    let done = json_of(&cli(
-        &server,
-        token,
-        &[
-            "update",
-            "orig",
-            "--timeout",
-            "1h",
-            "--cpu",
-            "0.5",
-            "--memory",
-            "0.5",
-            "--label",
-            "new",
-            "--tag",
-            "k=v",
-            "--env",
-            "A=9",
-            "--rm-env",
-            "B",
-            "--json",
-        ],
+    let done = cli.json(&words(
+        "update orig --timeout 1h --cpu 0.5 --memory 0.5 --label new --tag k=v --env A=9 \
+         --rm-env B --json",
     ));
     assert_eq!(done["sandbox"]["timeoutMinutes"], 60.0);
     assert_eq!(
@@ -1309,36 +1010,26 @@ fn fork_snapshots_ports_tokens_update_and_volumes() {
         done["sandbox"]["environmentVars"],
         serde_json::json!({"A": "9"})
     );
-    assert!(done["applied"]["now"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|f| f == "cpuCores"));
-    assert!(done["applied"]["nextStart"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|f| f == "environmentVars"));
+    let applied = |when: &str, field: &str| {
+        done["applied"][when]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == field)
+    };
+    assert!(applied("now", "cpuCores"));
+    assert!(applied("nextStart", "environmentVars"));
     // Commands see a changed variable at once.
-    let out = cli(&server, token, &["exec", "orig", "--shell", "echo $A"]);
+    let out = cli.run(&["exec", "orig", "--shell", "echo $A"]);
     assert_eq!(stdout_of(&out), "9\n");
-    let out = cli(&server, token, &["update", "orig", "--rm-label", "new"]);
-    assert!(
-        stdout_of(&out).contains("now:") && stdout_of(&out).contains("labels"),
-        "{}",
-        stdout_of(&out)
-    );
-    let out = cli(&server, token, &["update", "orig"]);
-    assert!(
-        stderr_of(&out).contains("nothing to update"),
-        "{}",
-        stderr_of(&out)
-    );
+    let out = stdout_of(&cli.run(&["update", "orig", "--rm-label", "new"]));
+    assert!(out.contains("now:") && out.contains("labels"), "{out}");
+    let err = stderr_of(&cli.run(&["update", "orig"]));
+    assert!(err.contains("nothing to update"), "{err}");
 
     // volumes: ls, rm refused for a live one, prune with --yes only
-    let out = cli(&server, token, &["rm", "--keep-volume", "copy"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let vols = json_of(&cli(&server, token, &["volumes", "ls", "--json"]));
+    cli.ok(&["rm", "--keep-volume", "copy"]);
+    let vols = cli.json(&["volumes", "ls", "--json"]);
     let orphan = format!("agent-sandbox-{}", forked["id"].as_str().unwrap());
     let names: Vec<&str> = vols["volumes"]
         .as_array()
@@ -1350,53 +1041,27 @@ fn fork_snapshots_ports_tokens_update_and_volumes() {
         names.contains(&orphan.as_str()) && names.contains(&format!("agent-sandbox-{id}").as_str()),
         "{names:?}"
     );
-    let out = cli(&server, token, &["volumes"]);
-    assert!(stdout_of(&out).starts_with("NAME"), "{}", stdout_of(&out));
-    let out = cli(
-        &server,
-        token,
-        &["volumes", "rm", &format!("agent-sandbox-{id}")],
-    );
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("in use"), "{}", stderr_of(&out));
-    let out = cli(&server, token, &["volumes", "prune"]);
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("--yes"), "{}", stderr_of(&out));
-    let orphans = json_of(&cli(
-        &server,
-        token,
-        &["volumes", "ls", "--orphaned", "--json"],
-    ));
+    let table = stdout_of(&cli.run(&["volumes"]));
+    assert!(table.starts_with("NAME"), "{table}");
+    let err = cli.fails(&["volumes", "rm", &format!("agent-sandbox-{id}")]);
+    assert!(err.contains("in use"), "{err}");
+    let err = cli.fails(&["volumes", "prune"]);
+    assert!(err.contains("--yes"), "{err}");
+    let orphans = cli.json(&["volumes", "ls", "--orphaned", "--json"]);
     assert_eq!(
         orphans["volumes"][0]["name"],
         orphan.as_str(),
         "nothing removed without --yes"
     );
-    let pruned = json_of(&cli(
-        &server,
-        token,
-        &["volumes", "prune", "--yes", "--json"],
-    ));
+    let pruned = cli.json(&["volumes", "prune", "--yes", "--json"]);
     assert_eq!(pruned["removed"][0]["name"], orphan.as_str());
-    let orphans = json_of(&cli(
-        &server,
-        token,
-        &["volumes", "ls", "--orphaned", "--json"],
-    ));
+    let orphans = cli.json(&["volumes", "ls", "--orphaned", "--json"]);
     assert_eq!(orphans["total"], 0);
 
     // rm --sync uploads /workspace before the sandbox goes.
-    let removed = json_of(&cli(
-        &server,
-        token,
-        &["rm", "--sync", "restored", "--json"],
-    ));
+    let removed = cli.json(&["rm", "--sync", "restored", "--json"]);
     assert_eq!(removed[0]["status"], "TERMINATED");
-    let gone = json_of(&cli(
-        &server,
-        token,
-        &["ls", "--terminated", "--name", "restored", "--json"],
-    ));
+    let gone = cli.json(&["ls", "--terminated", "--name", "restored", "--json"]);
     assert!(
         gone["sandboxes"][0]["metadata"]["s3_sync"]["bytes"]
             .as_u64()
@@ -1444,12 +1109,9 @@ fn every_command_has_help_with_examples() {
         "server",
         "completions",
     ] {
-        let mut args: Vec<&str> = cmd.split(' ').collect();
+        let mut args = words(cmd);
         args.push("--help");
-        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-            .args(&args)
-            .output()
-            .unwrap();
+        let out = stockade(&args).output().unwrap();
         let help = stdout_of(&out);
         assert!(out.status.success(), "{cmd}: {}", stderr_of(&out));
         assert!(
@@ -1459,66 +1121,16 @@ fn every_command_has_help_with_examples() {
     }
 }
 
-/// Runs a shell script with the binary as `$STOCKADE` and the server in
-/// the environment (for real pipes and `2>&1`).
-fn sh(server: &Server, token: &str, shell: &str, script: &str) -> std::process::Output {
-    Command::new(shell)
-        .args(["-c", script])
-        .env("STOCKADE", env!("CARGO_BIN_EXE_stockade"))
-        .env("STOCKADE_URL", &server.url)
-        .env("STOCKADE_TOKEN", token)
-        .output()
-        .expect("run a shell")
-}
-
-/// The one JSON error a `--json` command printed on stderr.
-fn json_error(out: &std::process::Output) -> serde_json::Value {
-    assert!(!out.status.success(), "it should have failed");
-    assert!(
-        out.stdout.is_empty(),
-        "nothing on stdout: {}",
-        stdout_of(out)
-    );
-    let err = stderr_of(out);
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    let v: serde_json::Value =
-        serde_json::from_str(&err).unwrap_or_else(|e| panic!("not JSON ({e}): {err}"));
-    let keys: Vec<&String> = v["error"].as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["code", "message"], "{v}");
-    v["error"].clone()
-}
-
-/// Stderr in CLI words: no API paths, SDK names or HTTP statuses.
-fn assert_cli_words(text: &str) {
-    for api in [
-        "/api/v1",
-        "POST ",
-        "DELETE ",
-        "Sandbox::",
-        "HTTP 4",
-        "HTTP 5",
-    ] {
-        assert!(!text.contains(api), "{api:?} in {text}");
-    }
-}
-
 #[test]
 fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_names_token_0001";
-    let server = start_server(dir.path(), Some(token));
-    let first = create(&server, token, &["--name", "nb", "--timeout", "90s"]);
+    let cli = fresh_server("stk_cli_names_token_0001");
+    let first = cli.create(&["--name", "nb", "--timeout", "90s"]);
     let first_id = first["id"].as_str().unwrap().to_owned();
-    let out = cli(
-        &server,
-        token,
-        &["exec", "nb", "--shell", "echo v1 > marker"],
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    cli.ok(&["exec", "nb", "--shell", "echo v1 > marker"]);
 
     // get NAME is get ID: the details carry usage either way.
-    let by_name = json_of(&cli(&server, token, &["get", "nb", "--json"]));
-    let by_id = json_of(&cli(&server, token, &["get", &first_id, "--json"]));
+    let by_name = cli.json(&["get", "nb", "--json"]);
+    let by_id = cli.json(&["get", &first_id, "--json"]);
     let keys = |v: &serde_json::Value| {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
         k.sort();
@@ -1529,17 +1141,14 @@ fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
         by_name["usage"]["memoryBytes"].as_u64().unwrap() > 0,
         "{by_name}"
     );
-    let facts = |out: &std::process::Output| -> Vec<String> {
+    let facts = |out: &Output| -> Vec<String> {
         stdout_of(out)
             .lines()
             .map(|l| l.split_whitespace().next().unwrap_or("").to_owned())
             .collect()
     };
-    let human = cli(&server, token, &["get", "nb"]);
-    assert_eq!(
-        facts(&human),
-        facts(&cli(&server, token, &["get", &first_id]))
-    );
+    let human = cli.run(&["get", "nb"]);
+    assert_eq!(facts(&human), facts(&cli.run(&["get", &first_id])));
     let text = stdout_of(&human);
     assert!(text.contains("\nusage     CPU "), "{text}");
     assert!(
@@ -1548,49 +1157,35 @@ fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
     );
 
     // Snapshots by name: get, --from-snapshot.
-    let snap = json_of(&cli(
-        &server,
-        token,
-        &["snapshot", "create", "nb", "--name", "clean", "--json"],
-    ));
+    let snap = cli.json(&["snapshot", "create", "nb", "--name", "clean", "--json"]);
     let snap_id = snap["id"].as_str().unwrap().to_owned();
-    let got = json_of(&cli(
-        &server,
-        token,
-        &["snapshot", "get", "clean", "--json"],
-    ));
+    let got = cli.json(&["snapshot", "get", "clean", "--json"]);
     assert_eq!(got["id"], snap_id.as_str());
-    let restored = create(
-        &server,
-        token,
-        &["--name", "restored", "--from-snapshot", "clean"],
-    );
+    let restored = cli.create(&["--name", "restored", "--from-snapshot", "clean"]);
     assert_eq!(restored["name"], "restored");
-    let out = cli(&server, token, &["exec", "restored", "--", "cat", "marker"]);
+    let out = cli.run(&["exec", "restored", "--", "cat", "marker"]);
     assert_eq!(stdout_of(&out), "v1\n");
 
     // A terminated sandbox stays reachable by name where `ls --terminated`
     // lists it.
-    let out = cli(&server, token, &["rm", "nb"]);
+    let out = cli.run(&["rm", "nb"]);
     assert_eq!(stdout_of(&out), "nb: TERMINATED\n", "{}", stderr_of(&out));
-    let gone = json_of(&cli(&server, token, &["ls", "--terminated", "--json"]));
+    let gone = cli.json(&["ls", "--terminated", "--json"]);
     assert_eq!(gone["sandboxes"][0]["name"], "nb");
-    let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    let got = cli.json(&["get", "nb", "--json"]);
     assert_eq!(got["id"], first_id.as_str());
     assert_eq!(got["status"], "TERMINATED");
-    assert!(stdout_of(&cli(&server, token, &["get", "nb"])).contains("status    TERMINATED"));
-    let listed = json_of(&cli(&server, token, &["snapshot", "ls", "nb", "--json"]));
+    assert!(stdout_of(&cli.run(&["get", "nb"])).contains("status    TERMINATED"));
+    let listed = cli.json(&["snapshot", "ls", "nb", "--json"]);
     assert_eq!(listed["snapshots"][0]["id"], snap_id.as_str());
-    let out = cli(&server, token, &["rm", "nb"]);
+    let out = cli.run(&["rm", "nb"]);
     assert_eq!(stdout_of(&out), "nb: already terminated\n");
     for args in [
         vec!["start", "nb"],
         vec!["exec", "nb", "--", "true"],
         vec!["logs", "nb"],
     ] {
-        let out = cli(&server, token, &args);
-        assert!(!out.status.success(), "{args:?}");
-        let err = stderr_of(&out);
+        let err = cli.fails(&args);
         assert!(
             err.contains("sandbox `nb` is terminated")
                 && err.contains("`stockade create --name nb`"),
@@ -1602,18 +1197,17 @@ fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
 
     // A live sandbox of the name comes first; once it is gone too, the
     // latest terminated one.
-    let second = create(&server, token, &["--name", "nb"]);
+    let second = cli.create(&["--name", "nb"]);
     let second_id = second["id"].as_str().unwrap().to_owned();
     assert_ne!(second_id, first_id);
-    let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    let got = cli.json(&["get", "nb", "--json"]);
     assert_eq!(got["id"], second_id.as_str());
     assert_eq!(got["status"], "RUNNING");
-    let out = cli(&server, token, &["rm", "--keep-volume", "nb"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let got = json_of(&cli(&server, token, &["get", "nb", "--json"]));
+    cli.ok(&["rm", "--keep-volume", "nb"]);
+    let got = cli.json(&["get", "nb", "--json"]);
     assert_eq!(got["id"], second_id.as_str());
     // The volume it left is removed by the sandbox's name.
-    let out = cli(&server, token, &["volumes", "rm", "nb"]);
+    let out = cli.run(&["volumes", "rm", "nb"]);
     assert!(
         stdout_of(&out).starts_with(&format!("agent-sandbox-{second_id}: removed")),
         "{}{}",
@@ -1623,95 +1217,63 @@ fn names_reach_sandboxes_and_snapshots_everywhere_terminated_ones_too() {
 
     // A snapshot name several snapshots share: get and --from-snapshot take
     // the newest, rm refuses to guess.
-    let again = json_of(&cli(
-        &server,
-        token,
-        &[
-            "snapshot", "create", "restored", "--name", "clean", "--json",
-        ],
-    ));
+    let again = cli.json(&[
+        "snapshot", "create", "restored", "--name", "clean", "--json",
+    ]);
     let again_id = again["id"].as_str().unwrap().to_owned();
-    let got = json_of(&cli(
-        &server,
-        token,
-        &["snapshot", "get", "clean", "--json"],
-    ));
+    let got = cli.json(&["snapshot", "get", "clean", "--json"]);
     assert_eq!(got["id"], again_id.as_str());
-    let out = cli(&server, token, &["snapshot", "rm", "clean"]);
-    assert!(!out.status.success());
-    let err = stderr_of(&out);
+    let err = cli.fails(&["snapshot", "rm", "clean"]);
     assert!(
         err.starts_with("clean: error: 2 snapshots are named `clean`")
             && err.contains(&snap_id)
             && err.contains(&again_id),
         "{err}"
     );
-    let out = cli(&server, token, &["snapshot", "rm", &snap_id, "--json"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let out = cli(&server, token, &["snapshot", "rm", "clean"]);
+    cli.ok(&["snapshot", "rm", &snap_id, "--json"]);
+    let out = cli.run(&["snapshot", "rm", "clean"]);
     assert!(
         stdout_of(&out).starts_with("clean: DELET"),
         "now one is left: {}{}",
         stdout_of(&out),
         stderr_of(&out)
     );
-    let out = cli(&server, token, &["snapshot", "get", "clean"]);
-    assert!(stderr_of(&out).contains("snapshot `clean` not found"));
+    let err = stderr_of(&cli.run(&["snapshot", "get", "clean"]));
+    assert!(err.contains("snapshot `clean` not found"));
 }
 
 #[test]
 fn errors_are_cli_sentences_printed_once_and_json_with_a_code() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_errors_token_001";
-    let server = start_server(dir.path(), Some(token));
-    create(&server, token, &["--name", "nb2"]);
-    let out = cli(&server, token, &["stop", "-t", "1", "nb2"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    let cli = fresh_server("stk_cli_errors_token_001");
+    cli.create(&["--name", "nb2"]);
+    cli.ok(&["stop", "-t", "1", "nb2"]);
 
-    let out = cli(&server, token, &["exec", "nb2", "--", "true"]);
+    let out = cli.run(&["exec", "nb2", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stderr_of(&out),
         "error: sandbox `nb2` is stopped — run `stockade start nb2`\n"
     );
-    let e = json_error(&cli(
-        &server,
-        token,
-        &["exec", "nb2", "--json", "--", "true"],
-    ));
+    let e = cli.json_error(&["exec", "nb2", "--json", "--", "true"]);
     assert_eq!(e["code"], "sandbox_not_running");
     assert_eq!(
         e["message"],
         "sandbox `nb2` is stopped — run `stockade start nb2`"
     );
-    let e = json_error(&cli(
-        &server,
-        token,
-        &["exec", "-d", "nb2", "--json", "--", "true"],
-    ));
+    let e = cli.json_error(&["exec", "-d", "nb2", "--json", "--", "true"]);
     assert_eq!(e["code"], "sandbox_not_running");
 
-    let e = json_error(&cli(&server, token, &["get", "nope", "--json"]));
+    let e = cli.json_error(&["get", "nope", "--json"]);
     assert_eq!(e["code"], "not_found");
     assert!(e["message"].as_str().unwrap().contains("`stockade ls`"));
 
     // A validation error: the flag named, once.
-    let out = cli(&server, token, &["create", "--name", "bad name"]);
-    assert!(!out.status.success());
-    let err = stderr_of(&out);
+    let err = cli.fails(&["create", "--name", "bad name"]);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("error: --name: "), "{err}");
-    let e = json_error(&cli(
-        &server,
-        token,
-        &["create", "--name", "bad name", "--json"],
-    ));
+    let e = cli.json_error(&["create", "--name", "bad name", "--json"]);
     assert_eq!(e["code"], "validation_failed");
-    let e = json_error(&cli(
-        &server,
-        token,
-        &["create", "--json", "--timeout", "soon"],
-    ));
+    let e = cli.json_error(&["create", "--json", "--timeout", "soon"]);
     assert_eq!(e["code"], "invalid_argument");
     assert!(
         e["message"].as_str().unwrap().starts_with("--timeout"),
@@ -1719,25 +1281,20 @@ fn errors_are_cli_sentences_printed_once_and_json_with_a_code() {
     );
 
     // Bad flags, a server that does not answer, no token: JSON too.
-    let out = cli(&server, token, &["bogus", "--json"]);
+    let out = cli.run(&["bogus", "--json"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(json_error(&out)["code"], "usage");
-    let out = cli(
-        &server,
-        token,
-        &["--url", "http://127.0.0.1:9", "ls", "--json"],
-    );
-    assert_eq!(json_error(&out)["code"], "unreachable");
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["ls", "--json"])
-        .env("STOCKADE_URL", &server.url)
+    let e = cli.json_error(&["--url", "http://127.0.0.1:9", "ls", "--json"]);
+    assert_eq!(e["code"], "unreachable");
+    let out = stockade(&["ls", "--json"])
+        .env("STOCKADE_URL", &cli.server.url)
         .env_remove("STOCKADE_TOKEN")
         .output()
         .unwrap();
     assert_eq!(json_error(&out)["code"], "unauthorized");
 
     // Many targets: each failure once, tagged with its target; the rest done.
-    let out = cli(&server, token, &["start", "nope", "nb2", "--json"]);
+    let out = cli.run(&["start", "nope", "nb2", "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let started: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(started[0]["status"], "RUNNING");
@@ -1746,7 +1303,7 @@ fn errors_are_cli_sentences_printed_once_and_json_with_a_code() {
     let e: serde_json::Value = serde_json::from_str(&err).unwrap();
     assert_eq!(e["error"]["code"], "not_found");
     assert_eq!(e["error"]["target"], "nope");
-    let out = cli(&server, token, &["stop", "-t", "1", "nope", "nb2"]);
+    let out = cli.run(&["stop", "-t", "1", "nope", "nb2"]);
     assert_eq!(stdout_of(&out), "nb2: STOPPED\n");
     let err = stderr_of(&out);
     assert!(
@@ -1759,21 +1316,12 @@ fn errors_are_cli_sentences_printed_once_and_json_with_a_code() {
 
 #[test]
 fn a_closed_pipe_ends_the_cli_quietly() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_pipes_token_0001";
-    let server = start_server(dir.path(), Some(token));
-    create(
-        &server,
-        token,
-        &["--name", "pp", "--start-command", "seq 3000; sleep 1000"],
-    );
-    let out = cli(&server, token, &["exec", "-d", "pp", "--", "sleep", "60"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    let cli = fresh_server("stk_cli_pipes_token_0001");
+    cli.create(&["--name", "pp", "--start-command", "seq 3000; sleep 1000"]);
+    cli.ok(&["exec", "-d", "pp", "--", "sleep", "60"]);
 
     // The pipeline of the report, through a real pipe.
-    let out = sh(
-        &server,
-        token,
+    let out = cli.sh(
         "bash",
         r#""$STOCKADE" get --json pp | head -1; exit "${PIPESTATUS[0]}""#,
     );
@@ -1803,10 +1351,8 @@ fn a_closed_pipe_ends_the_cli_quietly() {
         vec!["__complete", "--", "stockade", "get", ""],
     ] {
         let started = Instant::now();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-            .args(&args)
-            .env("STOCKADE_URL", &server.url)
-            .env("STOCKADE_TOKEN", token)
+        let mut child = cli
+            .command(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -1820,43 +1366,35 @@ fn a_closed_pipe_ends_the_cli_quietly() {
             stderr_of(&out)
         );
         assert_eq!(stderr_of(&out), "", "{args:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{args:?} took {:?}",
-            started.elapsed()
-        );
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(20), "{args:?} took {took:?}");
     }
 }
 
 #[test]
 fn exec_in_the_background_ps_kill_and_output_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_bg_token_0000001";
-    let server = start_server(dir.path(), Some(token));
-    create(&server, token, &["--name", "bg"]);
+    let cli = fresh_server("stk_cli_bg_token_0000001");
+    cli.create(&["--name", "bg"]);
 
-    let out = cli(&server, token, &["exec", "-d", "bg", "--", "sleep", "300"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let sleeper = stdout_of(&out).trim().to_owned();
+    let sleeper = cli
+        .ok(&["exec", "-d", "bg", "--", "sleep", "300"])
+        .trim()
+        .to_owned();
     assert!(
         sleeper.len() == 12 && sleeper.bytes().all(|b| b.is_ascii_alphanumeric()),
         "the process id alone: {sleeper:?}"
     );
-    let v = json_of(&cli(
-        &server,
-        token,
-        &[
-            "exec",
-            "-d",
-            "bg",
-            "--json",
-            "--shell",
-            "echo hi; echo oops >&2; exit 3",
-        ],
-    ));
+    let v = cli.json(&[
+        "exec",
+        "-d",
+        "bg",
+        "--json",
+        "--shell",
+        "echo hi; echo oops >&2; exit 3",
+    ]);
     let short = v["processId"].as_str().unwrap().to_owned();
 
-    let list = json_of(&cli(&server, token, &["ps", "bg", "--json"]));
+    let list = cli.json(&["ps", "bg", "--json"]);
     let procs = list["processes"].as_array().unwrap();
     let sleeping = procs
         .iter()
@@ -1864,7 +1402,7 @@ fn exec_in_the_background_ps_kill_and_output_in_order() {
         .unwrap();
     assert_eq!(sleeping["status"], "running");
     assert!(procs.iter().any(|p| p["processId"] == short.as_str()));
-    let table = stdout_of(&cli(&server, token, &["ps", "bg"]));
+    let table = stdout_of(&cli.run(&["ps", "bg"]));
     let header = table.lines().next().unwrap();
     assert!(header.starts_with("PID "), "{table}");
     let row = table.lines().find(|l| l.starts_with(&sleeper)).unwrap();
@@ -1879,7 +1417,7 @@ fn exec_in_the_background_ps_kill_and_output_in_order() {
 
     let mut done = serde_json::Value::Null;
     for _ in 0..50 {
-        done = json_of(&cli(&server, token, &["ps", "bg", &short, "--json"]));
+        done = cli.json(&["ps", "bg", &short, "--json"]);
         if done["status"] != "running" {
             break;
         }
@@ -1888,22 +1426,22 @@ fn exec_in_the_background_ps_kill_and_output_in_order() {
     assert_eq!(done["status"], "exited");
     assert_eq!(done["exitCode"], 3);
     assert_eq!(done["stdout"], "hi\n");
-    let shown = stdout_of(&cli(&server, token, &["ps", "bg", &short]));
+    let shown = stdout_of(&cli.run(&["ps", "bg", &short]));
     assert!(
         shown.contains("--- stdout\nhi\n--- stderr\noops\n"),
         "{shown}"
     );
 
-    let out = cli(&server, token, &["kill", "bg", &sleeper]);
+    let out = cli.run(&["kill", "bg", &sleeper]);
     assert_eq!(
         stdout_of(&out),
         format!("{sleeper}: killed\n"),
         "{}",
         stderr_of(&out)
     );
-    let killed = json_of(&cli(&server, token, &["ps", "bg", &sleeper, "--json"]));
+    let killed = cli.json(&["ps", "bg", &sleeper, "--json"]);
     assert_eq!(killed["status"], "killed");
-    let out = cli(&server, token, &["kill", "bg", &sleeper, "nosuchproc12"]);
+    let out = cli.run(&["kill", "bg", &sleeper, "nosuchproc12"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stdout_of(&out),
@@ -1918,9 +1456,7 @@ fn exec_in_the_background_ps_kill_and_output_in_order() {
     );
 
     // stdout and stderr through one pipe keep the order they were written in.
-    let out = sh(
-        &server,
-        token,
+    let out = cli.sh(
         "sh",
         r#""$STOCKADE" exec -n bg --shell 'for i in 1 2 3 4 5; do echo out$i; sleep 0.1; echo err$i >&2; sleep 0.1; done' 2>&1"#,
     );
@@ -1953,18 +1489,12 @@ fn fake_health(body: &'static str) -> String {
 
 #[test]
 fn a_missing_image_hints_at_the_fixes_and_help_names_the_default_image() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_image_token_0001";
-    let server = start_server(dir.path(), Some(token));
+    let cli = fresh_server("stk_cli_image_token_0001");
     let image = format!(
         "stockade-test/missing-{}:nope",
         std::process::id() ^ Instant::now().elapsed().subsec_nanos()
     );
-    let out = cli(
-        &server,
-        token,
-        &["create", "--name", "ghost", "--image", &image],
-    );
+    let out = cli.run(&["create", "--name", "ghost", "--image", &image]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr_of(&out);
     let lines: Vec<&str> = err.lines().collect();
@@ -1981,18 +1511,13 @@ fn a_missing_image_hints_at_the_fixes_and_help_names_the_default_image() {
     ] {
         assert!(lines[1].contains(fix), "{fix} in {err}");
     }
-    let e = json_error(&cli(
-        &server,
-        token,
-        &["create", "--json", "--image", &image],
-    ));
+    let e = cli.json_error(&["create", "--json", "--image", &image]);
     assert_eq!(e["code"], "image_unavailable");
-    let listed = json_of(&cli(&server, token, &["ls", "--json"]));
+    let listed = cli.json(&["ls", "--json"]);
     assert_eq!(listed["total"], 0, "nothing left behind");
 
     let help_line = |url: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-            .args(["--url", url, "create", "--help"])
+        let out = stockade(&["--url", url, "create", "--help"])
             .env_remove("STOCKADE_URL")
             .output()
             .unwrap();
@@ -2009,7 +1534,7 @@ fn a_missing_image_hints_at_the_fixes_and_help_names_the_default_image() {
         help_line(&url)
     );
     // This server does not report it yet; no server at all: no guess either.
-    for url in [server.url.as_str(), "http://127.0.0.1:9"] {
+    for url in [cli.server.url.as_str(), "http://127.0.0.1:9"] {
         let line = help_line(url);
         assert!(line.contains("(default: the server's default)"), "{line}");
         assert!(!line.contains("node:20"), "{line}");
@@ -2018,31 +1543,21 @@ fn a_missing_image_hints_at_the_fixes_and_help_names_the_default_image() {
 
 #[test]
 fn completions_offer_sandbox_and_snapshot_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = "stk_cli_complete_token_1";
-    let server = start_server(dir.path(), Some(token));
-    create(&server, token, &["--name", "alpha"]);
-    create(&server, token, &["--name", "beta"]);
-    let out = cli(
-        &server,
-        token,
-        &["snapshot", "create", "alpha", "--name", "snap-one"],
-    );
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    let cli = fresh_server("stk_cli_complete_token_1");
+    cli.create(&["--name", "alpha"]);
+    cli.create(&["--name", "beta"]);
+    cli.ok(&["snapshot", "create", "alpha", "--name", "snap-one"]);
     // Counts in words, tables aligned.
-    let out = cli(&server, token, &["ls", "--per-page", "1"]);
+    let table = stdout_of(&cli.run(&["ls", "--per-page", "1"]));
     assert!(
-        stdout_of(&out).ends_with("… 2 sandboxes in all; next page: --page 2\n"),
-        "{}",
-        stdout_of(&out)
+        table.ends_with("… 2 sandboxes in all; next page: --page 2\n"),
+        "{table}"
     );
 
     let complete = |words: &[&str]| {
         let mut args = vec!["__complete", "--"];
         args.extend_from_slice(words);
-        let out = cli(&server, token, &args);
-        assert!(out.status.success(), "{}", stderr_of(&out));
-        stdout_of(&out)
+        cli.ok(&args)
     };
     assert_eq!(complete(&["stockade", "get", ""]), "alpha\nbeta\n");
     assert_eq!(
@@ -2060,37 +1575,32 @@ fn completions_offer_sandbox_and_snapshot_names() {
     );
     assert_eq!(complete(&["stockade", "sna"]), "snapshot\n");
     assert_eq!(complete(&["stockade", "exec", "alpha", "--", ""]), "");
-    let out = cli(
-        &server,
-        token,
-        &[
-            "__complete",
-            "--",
-            "stockade",
-            "--url",
-            "http://127.0.0.1:9",
-            "get",
-            "",
-        ],
-    );
+    let out = cli.run(&[
+        "__complete",
+        "--",
+        "stockade",
+        "--url",
+        "http://127.0.0.1:9",
+        "get",
+        "",
+    ]);
     assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty());
 
-    // The scripts, as the shells run them.
+    // The scripts, as the shells run them: each prints what it completes.
     let scripts = tempfile::tempdir().unwrap();
     let script = |shell: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-            .args(["completions", shell])
-            .output()
-            .unwrap();
+        let out = stockade(&["completions", shell]).output().unwrap();
         assert!(out.status.success());
         let path = scripts.path().join(shell);
         std::fs::write(&path, &out.stdout).unwrap();
         path.display().to_string()
     };
+    let completes = |shell: &str, script: &str, want: &str| {
+        let out = cli.sh(shell, script);
+        assert_eq!(stdout_of(&out), want, "{shell}: {}", stderr_of(&out));
+    };
     let bash = script("bash");
-    let out = sh(
-        &server,
-        token,
+    completes(
         "bash",
         &format!(
             r#"source {bash}
@@ -2100,12 +1610,7 @@ t "stockade stop -t 5 b"
 t "stockade create --from-snapshot=sn"
 t "stockade ex""#
         ),
-    );
-    assert_eq!(
-        stdout_of(&out),
         "alpha beta\nbeta\nsnap-one\nexec\n",
-        "{}",
-        stderr_of(&out)
     );
     let has = |shell: &str| {
         Command::new(shell)
@@ -2115,9 +1620,7 @@ t "stockade ex""#
     };
     if has("zsh") {
         let zsh = script("zsh");
-        let out = sh(
-            &server,
-            token,
+        completes(
             "zsh",
             &format!(
                 r#"compdef() {{ :; }}; source {zsh}
@@ -2125,29 +1628,17 @@ compadd() {{ print -r -- "$*"; }}; _files() {{ print files; }}
 words=("$STOCKADE" get ""); CURRENT=3; _stockade
 words=("$STOCKADE" cp ./x ""); CURRENT=4; _stockade"#
             ),
-        );
-        assert_eq!(
-            stdout_of(&out),
             "-Q -- alpha beta\n-Q -S  -- alpha: beta:\nfiles\n",
-            "{}",
-            stderr_of(&out)
         );
     }
     if has("fish") {
         let fish = script("fish");
-        let out = sh(
-            &server,
-            token,
+        completes(
             "fish",
             &format!(
                 r#"source {fish}; function stockade; "$STOCKADE" $argv; end; complete -C "stockade get "; complete -C "stockade snapshot rm s""#
             ),
-        );
-        assert_eq!(
-            stdout_of(&out),
             "alpha\nbeta\nsnap-one\n",
-            "{}",
-            stderr_of(&out)
         );
     }
 }
@@ -2159,109 +1650,62 @@ words=("$STOCKADE" cp ./x ""); CURRENT=4; _stockade"#
 /// second name, listed, cordoned, drained, uncordoned and removed.
 #[test]
 fn hosts_from_the_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let admin = "stk_cli_hosts_token_0001";
-    let server = start_server(dir.path(), Some(admin));
+    let admin = fresh_server("stk_cli_hosts_token_0001");
     let engine = "unix:///var/run/docker.sock";
 
     // TLS flags go together; labels are KEY=VALUE: no request is made.
-    let out = cli(
-        &server,
-        admin,
-        &[
-            "host",
-            "add",
-            "h2",
-            "tcp://127.0.0.1:2376",
-            "--tls-ca",
-            "/ca.pem",
-            "--json",
-        ],
-    );
-    let err = json_error(&out);
+    let err = admin.json_error(&words(
+        "host add h2 tcp://127.0.0.1:2376 --tls-ca /ca.pem --json",
+    ));
     assert_eq!(err["code"], "invalid_argument", "{err}");
     assert!(
         err["message"].as_str().unwrap().contains("--tls-cert"),
         "{err}"
     );
-    let out = cli(
-        &server,
-        admin,
-        &["host", "add", "h2", engine, "--label", "zone"],
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("--label expects KEY=VALUE"),
-        "{}",
-        stderr_of(&out)
-    );
+    let err = admin.fails(&["host", "add", "h2", engine, "--label", "zone"]);
+    assert!(err.contains("--label expects KEY=VALUE"), "{err}");
 
     // The server refuses what it cannot reach, naming the field.
-    let out = cli(
-        &server,
-        admin,
-        &[
-            "host",
-            "add",
-            "h2",
-            "unix:///nonexistent/docker.sock",
-            "--json",
-        ],
-    );
-    let err = json_error(&out);
+    let err = admin.json_error(&words("host add h2 unix:///nonexistent/docker.sock --json"));
     let message = err["message"].as_str().unwrap();
     assert!(message.contains("dockerHost"), "{err}");
-    let out = cli(&server, admin, &["host", "add", "Bad_Name", engine]);
-    assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("name"), "{}", stderr_of(&out));
+    let err = admin.fails(&["host", "add", "Bad_Name", engine]);
+    assert!(err.contains("name"), "{err}");
 
     // The server's own host is never removed; unknown hosts are not found.
-    let out = cli(&server, admin, &["host", "rm", "local"]);
-    assert!(!out.status.success());
-    assert!(
-        stderr_of(&out).contains("own Docker host"),
-        "{}",
-        stderr_of(&out)
-    );
-    let out = cli(&server, admin, &["host", "get", "nowhere", "--json"]);
-    assert_eq!(json_error(&out)["code"], "not_found");
+    let err = admin.fails(&["host", "rm", "local"]);
+    assert!(err.contains("own Docker host"), "{err}");
+    let err = admin.json_error(&["host", "get", "nowhere", "--json"]);
+    assert_eq!(err["code"], "not_found");
 
     // Tenants are refused.
-    let tenant = json_of(&cli(
-        &server,
-        admin,
-        &["account", "create", "tenant", "--json"],
-    ));
-    let tenant = tenant["token"].as_str().unwrap().to_owned();
+    let tenant = admin.json(&["account", "create", "tenant", "--json"]);
+    let tenant = admin.with_token(tenant["token"].as_str().unwrap());
     for args in [
         vec!["host", "ls", "--json"],
         vec!["host", "add", "h2", engine, "--json"],
         vec!["host", "cordon", "local", "--json"],
     ] {
-        let err = json_error(&cli(&server, &tenant, &args));
+        let err = tenant.json_error(&args);
         assert_eq!(err["code"], "forbidden", "{args:?}: {err}");
     }
 
-    let listed = json_of(&cli(&server, admin, &["host", "ls", "--json"]));
+    let listed = admin.json(&["host", "ls", "--json"]);
     assert!(listed["hosts"].is_array(), "{listed}");
 
     // The local engine under a second name, where this server connects
     // registered hosts.
-    let out = cli(
-        &server,
-        admin,
-        &[
-            "host",
-            "add",
-            "second",
-            engine,
-            "--label",
-            "zone=eu-1",
-            "--cpus",
-            "2",
-            "--json",
-        ],
-    );
+    let out = admin.run(&[
+        "host",
+        "add",
+        "second",
+        engine,
+        "--label",
+        "zone=eu-1",
+        "--cpus",
+        "2",
+        "--json",
+    ]);
     if !out.status.success() {
         let err = json_error(&out);
         let message = err["message"].as_str().unwrap();
@@ -2277,9 +1721,7 @@ fn hosts_from_the_terminal() {
     assert_eq!(h["labels"]["zone"], "eu-1");
     assert_eq!(h["capacity"]["cpus"], 2);
     assert_eq!(h["health"]["healthy"], true);
-    let out = cli(&server, admin, &["host", "ls"]);
-    let table = stdout_of(&out);
-    assert!(out.status.success(), "{}", stderr_of(&out));
+    let table = admin.ok(&["host", "ls"]);
     let line = table
         .lines()
         .find(|l| l.starts_with("second "))
@@ -2288,18 +1730,14 @@ fn hosts_from_the_terminal() {
         assert!(line.contains(word), "{word} in {line}");
     }
     assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
-    let h = json_of(&cli(
-        &server,
-        admin,
-        &[
-            "host",
-            "cordon",
-            "second",
-            "--reason",
-            "kernel upgrade",
-            "--json",
-        ],
-    ));
+    let h = admin.json(&[
+        "host",
+        "cordon",
+        "second",
+        "--reason",
+        "kernel upgrade",
+        "--json",
+    ]);
     assert_eq!(
         (&h["state"], &h["stateReason"]),
         (
@@ -2307,29 +1745,16 @@ fn hosts_from_the_terminal() {
             &serde_json::json!("kernel upgrade")
         )
     );
-    let h = json_of(&cli(&server, admin, &["host", "drain", "second", "--json"]));
+    let h = admin.json(&["host", "drain", "second", "--json"]);
     assert_eq!(h["state"], "draining");
-    let out = cli(&server, admin, &["host", "uncordon", "second"]);
-    assert!(
-        stdout_of(&out).contains("takes new sandboxes again"),
-        "{}",
-        stdout_of(&out)
-    );
-    let out = cli(&server, admin, &["host", "get", "second"]);
-    assert!(
-        stdout_of(&out).contains("state:       active"),
-        "{}",
-        stdout_of(&out)
-    );
-    let out = cli(
-        &server,
-        admin,
-        &["__complete", "--", "stockade", "host", "cordon", "sec"],
-    );
+    let out = stdout_of(&admin.run(&["host", "uncordon", "second"]));
+    assert!(out.contains("takes new sandboxes again"), "{out}");
+    let out = stdout_of(&admin.run(&["host", "get", "second"]));
+    assert!(out.contains("state:       active"), "{out}");
+    let out = admin.run(&["__complete", "--", "stockade", "host", "cordon", "sec"]);
     assert_eq!(stdout_of(&out), "second\n");
-    let out = cli(&server, admin, &["host", "rm", "second"]);
-    assert!(out.status.success(), "{}", stderr_of(&out));
-    let listed = json_of(&cli(&server, admin, &["host", "ls", "--json"]));
+    admin.ok(&["host", "rm", "second"]);
+    let listed = admin.json(&["host", "ls", "--json"]);
     assert!(
         !listed["hosts"]
             .as_array()
