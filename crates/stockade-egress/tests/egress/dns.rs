@@ -15,8 +15,7 @@ const NEIGHBOUR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
 
 #[tokio::test]
 async fn an_allowed_name_is_answered_and_recorded() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!({"allow": ["allowed.test"]}));
+    let h = Harness::with_policy(SANDBOX, json!({"allow": ["allowed.test"]})).await;
     let answer = h.ask(SANDBOX, "allowed.test", RecordType::A).await;
     assert_eq!(answer.response_code(), ResponseCode::NoError);
     assert_eq!(a_records(&answer), [ALLOWED_IP]);
@@ -32,8 +31,7 @@ async fn an_allowed_name_is_answered_and_recorded() {
 
 #[tokio::test]
 async fn a_cname_chain_is_answered_and_recorded_under_the_name_asked() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!({"allow": ["www.allowed.test"]}));
+    let h = Harness::with_policy(SANDBOX, json!({"allow": ["www.allowed.test"]})).await;
     let answer = h.ask(SANDBOX, "www.allowed.test", RecordType::A).await;
     let cname = answer
         .answers()
@@ -55,8 +53,7 @@ async fn a_cname_chain_is_answered_and_recorded_under_the_name_asked() {
 
 #[tokio::test]
 async fn an_unlisted_name_is_refused_before_the_upstream() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!({"allow": ["allowed.test"]}));
+    let h = Harness::with_policy(SANDBOX, json!({"allow": ["allowed.test"]})).await;
     for kind in [
         RecordType::A,
         RecordType::AAAA,
@@ -100,8 +97,7 @@ async fn txt_goes_through_only_for_allowed_names() {
 
 #[tokio::test]
 async fn deny_all_and_unknown_sandboxes_get_no_answers() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!("deny-all"));
+    let h = Harness::with_policy(SANDBOX, json!("deny-all")).await;
     for name in ["allowed.test", "other.test", "localhost"] {
         h.assert_refused(SANDBOX, name).await;
         h.assert_refused(NEIGHBOUR, name).await;
@@ -117,8 +113,7 @@ async fn deny_all_and_unknown_sandboxes_get_no_answers() {
 
 #[tokio::test]
 async fn allow_all_and_deny_lists_forward_the_rest() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!("allow-all"));
+    let h = Harness::with_policy(SANDBOX, json!("allow-all")).await;
     assert_eq!(h.ask_a(SANDBOX, "other.test").await, [OTHER_IP]);
     // The upstream's own "no such name" is passed on.
     let answer = h.ask(SANDBOX, "missing.test", RecordType::A).await;
@@ -130,8 +125,7 @@ async fn allow_all_and_deny_lists_forward_the_rest() {
 
 #[tokio::test]
 async fn a_policy_change_applies_to_the_next_question() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!({"allow": ["allowed.test"]}));
+    let h = Harness::with_policy(SANDBOX, json!({"allow": ["allowed.test"]})).await;
     h.assert_refused(SANDBOX, "other.test").await;
     h.set_policy(SANDBOX, json!({"allow": ["other.test"]}));
     assert_eq!(h.ask_a(SANDBOX, "other.test").await, [OTHER_IP]);
@@ -140,8 +134,7 @@ async fn a_policy_change_applies_to_the_next_question() {
 
 #[tokio::test]
 async fn malformed_and_odd_messages() {
-    let h = Harness::start().await;
-    h.set_policy(SANDBOX, json!("allow-all"));
+    let h = Harness::with_policy(SANDBOX, json!("allow-all")).await;
     let forwarder = stockade_egress::DnsForwarder::new(
         Default::default(),
         std::sync::Arc::clone(&h.policies) as _,

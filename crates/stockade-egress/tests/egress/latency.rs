@@ -21,9 +21,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run with --ignored --nocapture"]
 async fn latency_added_per_http_request() {
-    let h = Harness::start().await;
+    let h = Harness::with_policy(SANDBOX, json!({"allow": ["allowed.test"]})).await;
     let (web, _w) = http_upstream(ALLOWED_IP).await;
-    h.set_policy(SANDBOX, json!({"allow": ["allowed.test"]}));
     let mut direct = Vec::with_capacity(REQUESTS);
     let mut proxied = Vec::with_capacity(REQUESTS);
     // Warm up both paths (and the resolver's answer for allowed.test).

@@ -349,6 +349,15 @@ pub async fn tls_upstream(ip: Ipv4Addr, cert: &TestCert) -> (SocketAddr, Bg) {
     (addr, task)
 }
 
+/// The proxy's settings for tests: upstreams listen on loopback, so host
+/// destinations are allowed.
+pub fn loopback_config() -> ProxyConfig {
+    ProxyConfig {
+        allow_host_destinations: true,
+        ..ProxyConfig::default()
+    }
+}
+
 /// Which destination each test connection (by its source address) meant.
 pub type Destinations = Arc<Mutex<HashMap<SocketAddr, SocketAddr>>>;
 
@@ -367,11 +376,14 @@ impl Harness {
     /// Proxy and forwarder on 127.0.0.1, upstreams on loopback (so host
     /// destinations are allowed unless `config` says otherwise).
     pub async fn start() -> Self {
-        Self::with_config(ProxyConfig {
-            allow_host_destinations: true,
-            ..ProxyConfig::default()
-        })
-        .await
+        Self::with_config(loopback_config()).await
+    }
+
+    /// `start`, with `policy` (written as JSON) for the sandbox at `client`.
+    pub async fn with_policy(client: Ipv4Addr, policy: Value) -> Self {
+        let h = Self::start().await;
+        h.set_policy(client, policy);
+        h
     }
 
     pub async fn with_config(config: ProxyConfig) -> Self {
@@ -445,7 +457,39 @@ impl Harness {
         socket.connect(self.proxy_addr).await.unwrap()
     }
 
-    /// A DNS question from `client` to the forwarder over UDP.
+    /// The status of a GET of `host` that `client` sends to `to` through the
+    /// proxy; `None` when the proxy closed the connection without an answer.
+    pub async fn get_status(&self, client: Ipv4Addr, to: SocketAddr, host: &str) -> Option<u16> {
+        http_get(self.dial(client, to).await, host)
+            .await
+            .map(|(status, _)| status)
+    }
+
+    /// Asserts that the proxy refuses a GET of `host` that `client` sends
+    /// to `to`, giving `reason` in its answer.
+    pub async fn assert_refused_for(
+        &self,
+        client: Ipv4Addr,
+        to: SocketAddr,
+        host: &str,
+        reason: &str,
+    ) {
+        let body = self.refused(client, to, host).await;
+        assert!(body.contains(reason), "{body}");
+    }
+
+    /// Asserts that a GET of `host` that `client` sends to `to` goes
+    /// through the proxy (the upstream answers 200).
+    pub async fn assert_passes(&self, client: Ipv4Addr, to: SocketAddr, host: &str) {
+        assert_eq!(self.get_status(client, to, host).await, Some(200), "{host}");
+    }
+
+    /// The body of a GET of `host` that `client` sends to `to` and the proxy
+    /// must refuse (403).
+    pub async fn refused(&self, client: Ipv4Addr, to: SocketAddr, host: &str) -> String {
+        refused_get(self.dial(client, to).await, host).await
+    }
+
     /// The A records `client` is told for `name`.
     pub async fn ask_a(&self, client: Ipv4Addr, name: &str) -> Vec<Ipv4Addr> {
         a_records(&self.ask(client, name, RecordType::A).await)
@@ -513,8 +557,6 @@ pub fn a_records(m: &Message) -> Vec<Ipv4Addr> {
         .collect()
 }
 
-/// Sends a GET for `host` on `conn` and reads the whole answer: status and
-/// body. `None` when the connection was closed without an answer.
 /// An HTTP GET of `host` over `conn` that must be refused (403): the body,
 /// which says why.
 pub async fn refused_get(conn: TcpStream, host: &str) -> String {
@@ -523,6 +565,8 @@ pub async fn refused_get(conn: TcpStream, host: &str) -> String {
     body
 }
 
+/// Sends a GET for `host` on `conn` and reads the whole answer: status and
+/// body. `None` when the connection was closed without an answer.
 pub async fn http_get(mut conn: TcpStream, host: &str) -> Option<(u16, String)> {
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     conn.write_all(request.as_bytes()).await.ok()?;
