@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::FieldError;
 use crate::ids::{AccountId, TeamId, TokenId};
+use crate::names::check_text_name;
 
 /// An account: the owner of sandboxes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,7 +18,6 @@ pub struct Account {
     pub created_at: DateTime<Utc>,
     /// Set while an administrator has disabled the account: none of its
     /// tokens, sessions or sandbox tokens is accepted until it is enabled.
-    #[serde(default)]
     pub disabled_at: Option<DateTime<Utc>>,
 }
 
@@ -112,20 +112,7 @@ impl TokenRecord {
 
     /// Checks a token's name: 1 to 64 printable characters.
     pub fn parse_name(name: &str) -> Result<String, FieldError> {
-        let name = name.trim();
-        if name.is_empty() || name.chars().count() > Self::MAX_NAME_LEN {
-            return Err(FieldError::new(
-                "name",
-                format!("must be 1 to {} characters", Self::MAX_NAME_LEN),
-            ));
-        }
-        if name.chars().any(char::is_control) {
-            return Err(FieldError::new(
-                "name",
-                "must not contain control characters",
-            ));
-        }
-        Ok(name.to_owned())
+        check_text_name(name, "name", Self::MAX_NAME_LEN)
     }
 }
 

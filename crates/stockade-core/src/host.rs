@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::FieldError;
+use crate::names::check_name;
 
 /// The longest host name.
 pub const MAX_HOST_NAME: usize = 32;
@@ -17,26 +18,23 @@ pub const MAX_HOST_NAME: usize = 32;
 /// and `-`, starting with a letter or digit (it names the host in URLs, in
 /// labels and in the CLI).
 pub fn parse_host_name(name: &str, field: &str) -> Result<String, FieldError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_HOST_NAME
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if ok {
-        Ok(name.to_owned())
-    } else {
-        Err(FieldError::new(
-            field,
+    check_name(
+        name,
+        field,
+        MAX_HOST_NAME,
+        |bytes| {
+            bytes[0] != b'-'
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        },
+        || {
             format!(
                 "must be 1 to {MAX_HOST_NAME} characters from lowercase letters, digits and -, \
                  starting with a letter or digit"
-            ),
-        ))
-    }
+            )
+        },
+    )
 }
 
 /// Whether new sandboxes may be placed on a host.

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fspath;
 pub mod host;
 pub mod ids;
+mod names;
 pub mod net;
 pub mod netpolicy;
 pub mod operation;

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_with::skip_serializing_none;
 
 use crate::ids::{AccountId, SandboxId, TeamId};
 use crate::spec::{SandboxSpec, VolumeName};
@@ -195,21 +196,18 @@ pub fn session_deadline(timeout_minutes: f64, start: DateTime<Utc>) -> Option<Da
 
 /// The `metadata` column: snake_case JSON with the sandbox id, status,
 /// creation time and full config, plus S3 facts where used.
+#[skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxMetadata {
     pub sandbox_id: SandboxId,
     pub status: SandboxStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
     pub created_at: DateTime<Utc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     pub volume_name: String,
     pub server: String,
     pub config: SandboxSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_config: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_sync: Option<serde_json::Value>,
 }
 
@@ -262,5 +260,52 @@ mod tests {
         let mut deleted = sb.clone();
         deleted.status = SandboxStatus::Running;
         assert!(deleted.is_terminated() && !deleted.can_exec());
+    }
+
+    #[test]
+    fn metadata_leaves_absent_fields_out_and_reads_them_back_absent() {
+        let id = SandboxId::parse("abcdefghijkl").unwrap();
+        let spec = SandboxSpec::from_input(
+            crate::spec::SpecInput::default(),
+            &id,
+            &crate::spec::Defaults::default(),
+        )
+        .unwrap();
+        let created = DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let sb = Sandbox::new(
+            id,
+            AccountId::generate(),
+            None,
+            spec,
+            "local".into(),
+            created,
+        );
+        let json = serde_json::to_value(sb.metadata()).unwrap();
+        for absent in ["status_reason", "container_id", "s3_config", "s3_sync"] {
+            assert!(json.get(absent).is_none(), "{absent}: {json}");
+        }
+        for absent in [
+            "runtime",
+            "start_command",
+            "removed_env",
+            "metadata",
+            "placement",
+        ] {
+            assert!(json["config"].get(absent).is_none(), "{absent}: {json}");
+        }
+        let back: SandboxMetadata = serde_json::from_value(json).unwrap();
+        assert_eq!(back, sb.metadata());
+        let mut with_reason = sb.metadata();
+        with_reason.status_reason = Some("why".into());
+        with_reason.config.runtime = Some("node22".into());
+        let json = serde_json::to_value(&with_reason).unwrap();
+        assert_eq!(json["status_reason"], "why");
+        assert_eq!(json["config"]["runtime"], "node22");
+        assert_eq!(
+            serde_json::from_value::<SandboxMetadata>(json).unwrap(),
+            with_reason
+        );
     }
 }

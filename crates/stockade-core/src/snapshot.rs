@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::FieldError;
 use crate::ids::{AccountId, SandboxId, SnapshotId};
+use crate::names::check_text_name;
 
 /// Where a snapshot is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -165,20 +166,7 @@ impl Snapshot {
 
     /// Checks a snapshot name: 1–128 printable characters, no control characters.
     pub fn parse_name(s: &str, field: &str) -> Result<String, FieldError> {
-        let s = s.trim();
-        if s.is_empty() || s.chars().count() > Self::MAX_NAME_LEN {
-            return Err(FieldError::new(
-                field,
-                format!("must be 1 to {} characters", Self::MAX_NAME_LEN),
-            ));
-        }
-        if s.chars().any(char::is_control) {
-            return Err(FieldError::new(
-                field,
-                "must not contain control characters",
-            ));
-        }
-        Ok(s.to_owned())
+        check_text_name(s, field, Self::MAX_NAME_LEN)
     }
 
     /// Whether it can be restored from.

@@ -354,7 +354,7 @@ pub struct SpecInput {
 /// the host must carry. Empty: any host.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Placement {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub selector: BTreeMap<String, String>,
@@ -414,9 +414,9 @@ pub fn parse_host_labels(
 pub struct SandboxSpec {
     pub name: SandboxName,
     pub docker_image: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub start_command: Option<StartCommand>,
     pub cpu_cores: f64,
     pub memory_gb: f64,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::FieldError;
 use crate::ids::TeamId;
+use crate::names::check_name;
 
 /// A team of accounts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,19 +22,17 @@ pub const MAX_TEAM_NAME: usize = 63;
 
 /// Checks a team name: 1 to 63 characters from letters, digits and `_ . -`.
 pub fn parse_team_name(name: &str, field: &str) -> Result<String, FieldError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_TEAM_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
-        Ok(name.to_owned())
-    } else {
-        Err(FieldError::new(
-            field,
-            format!("must be 1 to {MAX_TEAM_NAME} characters from letters, digits and _ . -"),
-        ))
-    }
+    check_name(
+        name,
+        field,
+        MAX_TEAM_NAME,
+        |bytes| {
+            bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        },
+        || format!("must be 1 to {MAX_TEAM_NAME} characters from letters, digits and _ . -"),
+    )
 }
 
 #[cfg(test)]
