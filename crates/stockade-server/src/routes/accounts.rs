@@ -21,6 +21,7 @@ use crate::extract::{
     authenticate, cookie_values, AdminCaller, ApiJson, Caller, Credential, CSRF_HEADER,
     SECURE_SESSION_COOKIE, SESSION_COOKIE, SESSION_COOKIES,
 };
+use crate::routes::apidoc::{AdminOnly, BadRequest};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -64,9 +65,8 @@ fn check_account_name(name: &str) -> ApiResult<()> {
 /// Create an account and its first API token (shown once).
 #[utoipa::path(post, path = "/api/v1/accounts", tag = "accounts",
     request_body = CreateAccountRequest,
-    responses((status = 201, body = CreateAccountResponse), (status = 400, body = ErrorBody),
-              (status = 403, description = "Not an administrator", body = ErrorBody), (status = 409, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 201, body = CreateAccountResponse), BadRequest,
+              AdminOnly, (status = 409, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
@@ -88,8 +88,7 @@ pub async fn create(
 
 /// List accounts.
 #[utoipa::path(get, path = "/api/v1/accounts", tag = "accounts",
-    responses((status = 200, body = ListAccountsResponse), (status = 403, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ListAccountsResponse), (status = 403, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     _admin: AdminCaller,
@@ -116,10 +115,9 @@ fn quota_response(id: &AccountId, report: &QuotaReport) -> QuotaResponse {
 /// not expired), each with the GB it takes in the object store.
 #[utoipa::path(get, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
     params(("account_id" = String, Path, description = "account id")),
-    responses((status = 200, body = QuotaResponse), (status = 400, body = ErrorBody),
+    responses((status = 200, body = QuotaResponse), BadRequest,
               (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, description = "No such account", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn get_quota(
     State(state): State<AppState>,
@@ -140,9 +138,8 @@ pub async fn get_quota(
     params(("account_id" = String, Path, description = "account id")),
     request_body = SetQuotaRequest,
     responses((status = 200, body = QuotaResponse), (status = 400, description = "A value is out of range (the field is named)", body = ErrorBody),
-              (status = 403, description = "Not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              AdminOnly,
+              (status = 404, description = "No such account", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
 pub async fn set_quota(
     State(state): State<AppState>,
@@ -159,8 +156,7 @@ pub async fn set_quota(
 
 /// The account the token belongs to.
 #[utoipa::path(get, path = "/api/v1/me", tag = "accounts",
-    responses((status = 200, body = WhoAmIResponse), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = WhoAmIResponse), (status = 401, body = ErrorBody)))]
 pub async fn me(caller: Caller) -> Json<WhoAmIResponse> {
     Json(WhoAmIResponse {
         account: AccountResponse::from(&caller.account),

@@ -77,7 +77,8 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
 pub struct ApiDoc;
 
 /// The whole OpenAPI document as utoipa builds it: the core API plus each
-/// feature module's own `#[derive(OpenApi)]` part, merged.
+/// feature module's own `#[derive(OpenApi)]` part, merged, every operation
+/// but the public ones marked as needing the bearer token.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(super::ports::PortsApi::openapi());
@@ -93,6 +94,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(volumes::VolumesApi::openapi());
     doc.merge(update::UpdateApi::openapi());
     doc.merge(super::snapshots::SnapshotsApi::openapi());
+    super::apidoc::require_bearer(&mut doc);
     doc
 }
 

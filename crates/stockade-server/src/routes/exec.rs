@@ -24,6 +24,7 @@ use utoipa::OpenApi;
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{parse_json, query_pairs, Caller};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::output::{lossy_text, Utf8Decoder};
@@ -257,8 +258,7 @@ async fn read_body(body: Body) -> ApiResult<Bytes> {
         (status = 404, description = "Unknown sandbox", body = ErrorBody),
         (status = 409, description = "The sandbox is not running, or has too many background processes", body = ErrorBody),
         (status = 413, description = "The request body is too large", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn exec(
     State(state): State<AppState>,
@@ -485,9 +485,8 @@ async fn load_process(
     params(("id" = String, Path, description = "sandbox id")),
     responses(
         (status = 200, body = ListProcessesResponse),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list_processes(
     State(state): State<AppState>,
@@ -512,9 +511,8 @@ pub async fn list_processes(
     params(("id" = String, Path, description = "sandbox id"), ("pid" = String, Path, description = "process id")),
     responses(
         (status = 200, body = ProcessResponse),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        BadRequest, AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn get_process(
     State(state): State<AppState>,
@@ -532,9 +530,8 @@ pub async fn get_process(
            ("timeout" = Option<u64>, Query, description = "seconds to wait, 0-3600 (default 30)")),
     responses(
         (status = 200, body = ProcessResponse),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        BadRequest, AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn wait_process(
     State(state): State<AppState>,
@@ -572,9 +569,8 @@ pub async fn wait_process(
     params(("id" = String, Path, description = "sandbox id"), ("pid" = String, Path, description = "process id")),
     responses(
         (status = 200, body = ProcessResponse),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        BadRequest, AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn kill_process(
     State(state): State<AppState>,

@@ -20,6 +20,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, Caller};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::files::{self, BodyStream, Opened, Want};
 use stockade_service::lifecycle;
@@ -219,8 +220,7 @@ async fn existing_dir(
         (status = 400, description = "Invalid path", body = ErrorBody),
         (status = 403, description = "Another account's sandbox", body = ErrorBody),
         (status = 404, description = "No such sandbox, file or directory", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn read(
     State(state): State<AppState>,
@@ -273,9 +273,8 @@ pub async fn read(
            ("path" = Option<String>, Query, description = "absolute, or relative to /workspace (default /workspace)")),
     responses(
         (status = 200, body = FileEntry),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        BadRequest, AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn stat(
     State(state): State<AppState>,
@@ -319,11 +318,10 @@ pub async fn stat(
     responses(
         (status = 201, description = "Created", body = FileEntry),
         (status = 200, description = "Replaced", body = FileEntry),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        BadRequest, AccessErrors,
         (status = 409, description = "A parent is not a directory, or the path is one", body = ErrorBody),
         (status = 413, description = "Larger than max_file_bytes", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn write(
     State(state): State<AppState>,
@@ -412,11 +410,10 @@ pub async fn write(
            ("recursive" = Option<bool>, Query, description = "delete a directory with its contents (default false)")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        BadRequest, AccessErrors,
         (status = 409, description = "Directory not empty", body = ErrorBody),
         (status = 503, description = "The sandbox is not running", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn delete(
     State(state): State<AppState>,
@@ -454,9 +451,8 @@ pub async fn delete(
     responses(
         (status = 200, description = "A tar archive; its entries start with the path's last component",
             content_type = "application/x-tar", body = stockade_api::files::Binary),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        BadRequest, AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn download(
     State(state): State<AppState>,
@@ -521,11 +517,10 @@ pub async fn download(
     responses(
         (status = 200, body = ArchiveUploadResponse),
         (status = 400, description = "Not a tar archive, or an entry that leaves the directory", body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        AccessErrors,
         (status = 409, description = "The path is not a directory", body = ErrorBody),
         (status = 413, description = "Larger than max_file_bytes as sent, or than the unpack ceiling unpacked", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn upload(
     State(state): State<AppState>,
@@ -555,10 +550,9 @@ pub async fn upload(
            ("path" = String, Query, description = "the directory; relative paths are under /workspace")),
     responses(
         (status = 201, description = "Made (or there already)", body = FileEntry),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        BadRequest, AccessErrors,
         (status = 409, description = "The sandbox is not running, or a file is in the way", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn mkdir(
     State(state): State<AppState>,
@@ -580,11 +574,10 @@ pub async fn mkdir(
     request_body = stockade_api::files::MoveRequest,
     responses(
         (status = 200, description = "Moved; the entry at its new place", body = FileEntry),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        BadRequest, (status = 403, body = ErrorBody),
         (status = 404, description = "Unknown sandbox, or `from` does not exist", body = ErrorBody),
         (status = 409, description = "The sandbox is not running", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn move_path(
     State(state): State<AppState>,
@@ -612,10 +605,9 @@ pub async fn move_path(
            ("recursive" = Option<bool>, Query, description = "its subdirectories too (default false)")),
     responses(
         (status = 200, description = "The events", content_type = "text/event-stream"),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        BadRequest, AccessErrors,
         (status = 409, description = "The sandbox is not running", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn watch(
     State(state): State<AppState>,

@@ -15,6 +15,7 @@ use utoipa::OpenApi;
 
 use crate::error::ApiResult;
 use crate::extract::{AdminCaller, ApiJson};
+use crate::routes::apidoc::AdminOnly;
 use crate::AppState;
 
 #[derive(OpenApi)]
@@ -39,10 +40,9 @@ pub struct HostsApi;
     responses(
         (status = 201, description = "Registered; it takes new sandboxes", body = HostResponse),
         (status = 400, description = "A field is invalid, or the engine cannot be reached", body = ErrorBody),
-        (status = 403, description = "Not an administrator", body = ErrorBody),
+        AdminOnly,
         (status = 409, description = "A host with this name exists", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %req.name), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
@@ -60,9 +60,8 @@ pub async fn create(
 #[utoipa::path(get, path = "/api/v1/hosts", tag = "hosts",
     responses(
         (status = 200, body = ListHostsResponse),
-        (status = 403, description = "Not an administrator", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        AdminOnly,
+    ))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
@@ -79,10 +78,9 @@ pub async fn list(
     params(("name" = String, Path, description = "host name")),
     responses(
         (status = 200, body = HostResponse),
-        (status = 403, description = "Not an administrator", body = ErrorBody),
+        AdminOnly,
         (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %name), err(level = "debug", Display))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -101,10 +99,9 @@ pub async fn get_one(
     responses(
         (status = 200, description = "The host as changed", body = HostResponse),
         (status = 400, description = "A field is invalid", body = ErrorBody),
-        (status = 403, description = "Not an administrator", body = ErrorBody),
+        AdminOnly,
         (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %name), err(level = "debug", Display))]
 pub async fn update(
     State(state): State<AppState>,
@@ -122,11 +119,10 @@ pub async fn update(
     params(("name" = String, Path, description = "host name")),
     responses(
         (status = 204, description = "Removed"),
-        (status = 403, description = "Not an administrator", body = ErrorBody),
+        AdminOnly,
         (status = 404, body = ErrorBody),
         (status = 409, description = "The server's own host, or one that holds sandboxes", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %name), err(level = "debug", Display))]
 pub async fn remove(
     State(state): State<AppState>,

@@ -127,8 +127,7 @@ fn parse_query(raw: Option<&str>, headers: &HeaderMap) -> ApiResult<LogsQuery> {
         (status = 403, description = "Another account's sandbox", body = ErrorBody),
         (status = 404, description = "Unknown sandbox", body = ErrorBody),
         (status = 409, description = "The sandbox is terminated or has no container", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn logs(
     State(state): State<AppState>,

@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use stockade_service::ServiceError;
 
 pub mod accounts;
+pub mod apidoc;
 pub mod dashboard;
 pub mod docs;
 pub mod exec;

@@ -24,6 +24,7 @@ use utoipa::OpenApi;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{parse_json, query_pairs, ApiJson, Caller};
 use crate::proxy::{parse_port_segment, token::Claims, PublicBase};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::lifecycle;
 use stockade_service::ServiceError;
@@ -61,8 +62,7 @@ fn ports_of(sb: &Sandbox, base: &PublicBase, state: &AppState) -> Vec<ExposedPor
 /// The exposed ports of a sandbox and their proxy URLs.
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}/ports", tag = "ports",
     params(("id" = String, Path, description = "sandbox id")),
-    responses((status = 200, body = PortsResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = PortsResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
@@ -86,10 +86,9 @@ pub async fn list(
         (status = 201, description = "Exposed", body = ExposedPort),
         (status = 200, description = "Already exposed", body = ExposedPort),
         (status = 400, description = "Not a port, or too many exposed", body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        AccessErrors,
         (status = 409, description = "Terminated, or created without network access", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn expose(
     State(state): State<AppState>,
@@ -115,10 +114,9 @@ pub async fn expose(
     params(("id" = String, Path, description = "sandbox id"), ("port" = u16, Path, description = "an exposed port")),
     responses(
         (status = 200, description = "The ports still exposed", body = PortsResponse),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        BadRequest, (status = 403, body = ErrorBody),
         (status = 404, description = "Unknown sandbox, or the port is not exposed", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, port = %port), err(level = "debug", Display))]
 pub async fn unexpose(
     State(state): State<AppState>,
@@ -137,8 +135,7 @@ pub async fn unexpose(
 
 /// The exposed ports of all the caller's running sandboxes.
 #[utoipa::path(get, path = "/api/v1/sandbox/ports", tag = "ports",
-    responses((status = 200, body = PortsResponse), (status = 400, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = PortsResponse), BadRequest))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_all(
     State(state): State<AppState>,
@@ -168,10 +165,9 @@ pub async fn list_all(
     responses(
         (status = 200, body = AuthTokenResponse),
         (status = 400, description = "ttlSeconds out of range", body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        AccessErrors,
         (status = 409, description = "Terminated", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn auth_token(
     State(state): State<AppState>,

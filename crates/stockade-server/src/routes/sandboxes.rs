@@ -18,6 +18,7 @@ use tracing::instrument;
 use crate::compat::prime;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{idempotency_key, query_pairs, ApiJson, Caller};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::lifecycle;
 use stockade_service::sandbox::queries::BulkSelection;
@@ -44,8 +45,7 @@ fn respond(sb: &stockade_core::Sandbox, headers: &HeaderMap) -> Json<SandboxResp
         (status = 422, description = "Image missing and not pullable, or Idempotency-Key reused with other parameters", body = ErrorBody),
         (status = 501, description = "A prime-sandboxes field Stockade cannot honour (the message says what it offers)", body = ErrorBody),
         (status = 503, description = "Docker unavailable", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
@@ -177,8 +177,7 @@ pub fn parse_list_query(raw: Option<&str>) -> ApiResult<SandboxFilter> {
         ("page" = Option<u32>, Query, description = "1-based, default 1"),
         ("per_page" = Option<u32>, Query, description = "1-1000, default 50"),
     ),
-    responses((status = 200, body = ListSandboxesResponse), (status = 400, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ListSandboxesResponse), BadRequest))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
@@ -214,8 +213,7 @@ pub async fn list(
 /// running one and the size of its volume.
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
-    responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = SandboxResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn get(
     State(state): State<AppState>,
@@ -238,8 +236,7 @@ pub async fn get(
 /// Start a sandbox (idempotent).
 #[utoipa::path(post, path = "/api/v1/sandbox/{id}/start", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id")),
-    responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = SandboxResponse), AccessErrors, (status = 409, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn start(
     State(state): State<AppState>,
@@ -256,8 +253,7 @@ pub async fn start(
 #[utoipa::path(post, path = "/api/v1/sandbox/{id}/stop", tag = "sandboxes",
     params(("id" = String, Path, description = "sandbox id"),
            ("timeout" = Option<u64>, Query, description = "seconds between SIGTERM and SIGKILL (default 30)")),
-    responses((status = 200, body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = SandboxResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn stop(
     State(state): State<AppState>,
@@ -304,10 +300,9 @@ fn parse_preserve(raw: Option<&str>) -> ApiResult<(bool, bool)> {
     params(("id" = String, Path, description = "sandbox id"),
            ("preserveVolume" = Option<bool>, Query, description = "keep the volume (default false)"),
            ("sync" = Option<bool>, Query, description = "upload /workspace to the object store first (default false)")),
-    responses((status = 200, description = "Terminated", body = SandboxResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, description = "Terminated", body = SandboxResponse), AccessErrors,
               (status = 409, description = "sync=true but there is no /workspace to sync", body = ErrorBody),
-              (status = 502, description = "sync=true and the object store failed; nothing was deleted", body = ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 502, description = "sync=true and the object store failed; nothing was deleted", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn destroy(
     State(state): State<AppState>,
@@ -326,8 +321,7 @@ pub async fn destroy(
 /// Destroy several sandboxes, by ids or by labels (ALL must match).
 #[utoipa::path(delete, path = "/api/v1/sandbox/bulk", tag = "sandboxes",
     request_body = BulkDeleteRequest,
-    responses((status = 200, description = "Per-sandbox results", body = BulkDeleteResponse), (status = 400, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "Per-sandbox results", body = BulkDeleteResponse), BadRequest))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn bulk_delete(
     State(state): State<AppState>,

@@ -19,6 +19,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, Caller};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::sandbox::request::NewSandbox;
 use stockade_service::ServiceError;
@@ -59,13 +60,12 @@ pub struct SnapshotsApi;
     request_body = CreateSnapshotRequest,
     responses(
         (status = 201, description = "Captured, READY", body = SnapshotResponse),
-        (status = 400, body = ErrorBody),
+        BadRequest,
         (status = 403, description = "Another account's sandbox, or past the account's quota of snapshots (`quota_exceeded`)", body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "Terminated, still being created, or its container is gone", body = ErrorBody),
         (status = 502, description = "Docker or the object store failed; nothing was kept", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, snapshot.id), err(level = "debug", Display))]
 pub async fn create_snapshot(
     State(state): State<AppState>,
@@ -94,8 +94,7 @@ pub async fn create_snapshot(
 /// The caller's snapshots of one sandbox, newest first.
 #[utoipa::path(get, path = "/api/v1/sandbox/{id}/snapshots", tag = "snapshots",
     params(("id" = String, Path, description = "sandbox id")),
-    responses((status = 200, body = ListSnapshotsResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ListSnapshotsResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list_sandbox_snapshots(
     State(state): State<AppState>,
@@ -110,8 +109,7 @@ pub async fn list_sandbox_snapshots(
 
 /// The caller's snapshots, newest first (at most 1000).
 #[utoipa::path(get, path = "/api/v1/snapshots", tag = "snapshots",
-    responses((status = 200, body = ListSnapshotsResponse)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ListSnapshotsResponse)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_snapshots(
     State(state): State<AppState>,
@@ -126,8 +124,7 @@ pub async fn list_snapshots(
 /// One snapshot (404 unknown or deleted, 403 another account's).
 #[utoipa::path(get, path = "/api/v1/snapshots/{id}", tag = "snapshots",
     params(("id" = String, Path, description = "snapshot id")),
-    responses((status = 200, body = SnapshotResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = SnapshotResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(level = "debug", Display))]
 pub async fn get_snapshot(
     State(state): State<AppState>,
@@ -142,9 +139,8 @@ pub async fn get_snapshot(
 /// made from it is left (status DELETING until then, then DELETED).
 #[utoipa::path(delete, path = "/api/v1/snapshots/{id}", tag = "snapshots",
     params(("id" = String, Path, description = "snapshot id")),
-    responses((status = 200, description = "Deleted", body = SnapshotResponse), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 409, description = "Still being captured", body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "Deleted", body = SnapshotResponse), AccessErrors,
+              (status = 409, description = "Still being captured", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(level = "debug", Display))]
 pub async fn delete_snapshot(
     State(state): State<AppState>,
@@ -166,10 +162,9 @@ pub async fn delete_snapshot(
     request_body = ForkSandboxRequest,
     responses(
         (status = 201, description = "The fork, RUNNING", body = SandboxResponse),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        BadRequest, AccessErrors,
         (status = 409, description = "Name taken, or the source is terminated or has no container", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, fork.id), err(level = "debug", Display))]
 pub async fn fork(
     State(state): State<AppState>,
@@ -212,8 +207,7 @@ pub async fn fork(
         (status = 403, description = "The account holds as many pending uploads as its quota allows (`quota_exceeded`)", body = ErrorBody),
         (status = 413, description = "Larger than the server's limit, as sent or unpacked, or than the bytes of uploads the account's quota has left", body = ErrorBody),
         (status = 502, description = "The object store failed", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, upload.id), err(level = "debug", Display))]
 pub async fn upload(
     State(state): State<AppState>,

@@ -16,6 +16,7 @@ use utoipa::OpenApi;
 
 use crate::error::ApiResult;
 use crate::extract::{AdminCaller, ApiJson, Caller};
+use crate::routes::apidoc::{AdminOnly, BadRequest};
 use crate::AppState;
 
 /// The team routes, relative to `/api/v1`.
@@ -52,10 +53,9 @@ async fn respond(state: &AppState, team: &Team) -> ApiResult<Json<TeamResponse>>
     responses(
         (status = 201, description = "Created, without members", body = TeamResponse),
         (status = 400, description = "The name is invalid", body = ErrorBody),
-        (status = 403, description = "Not an administrator", body = ErrorBody),
+        AdminOnly,
         (status = 409, description = "A team with this name exists", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
 pub async fn create(
     State(state): State<AppState>,
@@ -70,8 +70,7 @@ pub async fn create(
 
 /// List teams: every team for an administrator, one's own teams otherwise.
 #[utoipa::path(get, path = "/api/v1/teams", tag = "teams",
-    responses((status = 200, body = ListTeamsResponse), (status = 401, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ListTeamsResponse), (status = 401, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
@@ -89,8 +88,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/teams/{team_id}", tag = "teams",
     params(("team_id" = String, Path, description = "team id")),
     responses((status = 200, body = TeamResponse), (status = 403, description = "Not a member", body = ErrorBody),
-              (status = 404, body = ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -109,9 +107,8 @@ pub async fn get_one(
     params(("team_id" = String, Path, description = "team id")),
     request_body = AddTeamMemberRequest,
     responses((status = 200, description = "The team with its members", body = TeamResponse),
-              (status = 400, body = ErrorBody), (status = 403, description = "Not an administrator", body = ErrorBody),
-              (status = 404, description = "Unknown team or account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              BadRequest, AdminOnly,
+              (status = 404, description = "Unknown team or account", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn add_member(
     State(state): State<AppState>,
@@ -131,9 +128,8 @@ pub async fn add_member(
     params(("team_id" = String, Path, description = "team id"),
            ("account_id" = String, Path, description = "account id")),
     responses((status = 200, description = "The team with its remaining members", body = TeamResponse),
-              (status = 400, body = ErrorBody), (status = 403, description = "Not an administrator", body = ErrorBody),
-              (status = 404, description = "Unknown team, or the account is not a member", body = ErrorBody)),
-    security(("bearer" = [])))]
+              BadRequest, AdminOnly,
+              (status = 404, description = "Unknown team, or the account is not a member", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn remove_member(
     State(state): State<AppState>,

@@ -33,6 +33,7 @@ use tracing::{debug, instrument};
 
 use crate::error::ApiResult;
 use crate::extract::{query_pairs, websocket, Caller, Credential};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -127,11 +128,10 @@ fn same_origin(headers: &HeaderMap) -> bool {
            ("cwd" = Option<String>, Query, description = "working directory (default /workspace)")),
     responses(
         (status = 101, description = "Switched to the WebSocket: binary frames are the terminal's bytes; text frames `{\"type\":\"resize\",\"cols\":N,\"rows\":N}` from the client and `{\"type\":\"exit\",\"exitCode\":N}` from the server"),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        BadRequest, AccessErrors,
         (status = 409, description = "The sandbox is not running, or has no agent", body = ErrorBody),
         (status = 429, description = "The account holds as many terminals, event streams and proxied WebSockets as it may", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn terminal(
     State(state): State<AppState>,

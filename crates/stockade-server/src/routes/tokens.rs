@@ -18,6 +18,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AdminCaller, ApiJson, Caller};
+use crate::routes::apidoc::{AdminOnly, BadRequest};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -71,8 +72,7 @@ fn managed_account(caller: &Caller, raw: &str) -> ApiResult<AccountId> {
     responses((status = 201, body = CreateTokenResponse),
               (status = 400, description = "A field is invalid (it is named)", body = ErrorBody),
               (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, description = "No such account", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn create_token(
     State(state): State<AppState>,
@@ -117,10 +117,9 @@ pub async fn create_token(
 #[utoipa::path(get, path = "/api/v1/accounts/{account_id}/tokens", tag = "accounts",
     params(("account_id" = String, Path, description = "account id")),
     responses((status = 200, body = ListTokensResponse),
-              (status = 400, body = ErrorBody),
+              BadRequest,
               (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 404, description = "No such account", body = ErrorBody)))]
 pub async fn list_tokens(
     State(state): State<AppState>,
     caller: Caller,
@@ -139,9 +138,8 @@ pub async fn list_tokens(
 #[utoipa::path(delete, path = "/api/v1/tokens/{token_id}", tag = "accounts",
     params(("token_id" = String, Path, description = "token id (from the list, never the secret)")),
     responses((status = 204, description = "Revoked"),
-              (status = 400, body = ErrorBody),
-              (status = 404, description = "No such token of the caller's", body = ErrorBody)),
-    security(("bearer" = [])))]
+              BadRequest,
+              (status = 404, description = "No such token of the caller's", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn revoke_token(
     State(state): State<AppState>,
@@ -176,10 +174,9 @@ async fn set_disabled(
     params(("account_id" = String, Path, description = "account id")),
     request_body = EmptyRequest,
     responses((status = 200, body = AccountResponse),
-              (status = 403, description = "Not an administrator", body = ErrorBody),
+              AdminOnly,
               (status = 404, description = "No such account", body = ErrorBody),
-              (status = 409, description = "The caller's own account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              (status = 409, description = "The caller's own account", body = ErrorBody)))]
 pub async fn disable(
     State(state): State<AppState>,
     admin: AdminCaller,
@@ -195,9 +192,8 @@ pub async fn disable(
     params(("account_id" = String, Path, description = "account id")),
     request_body = EmptyRequest,
     responses((status = 200, body = AccountResponse),
-              (status = 403, description = "Not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)),
-    security(("bearer" = [])))]
+              AdminOnly,
+              (status = 404, description = "No such account", body = ErrorBody)))]
 pub async fn enable(
     State(state): State<AppState>,
     admin: AdminCaller,

@@ -15,6 +15,7 @@ use utoipa::OpenApi;
 
 use crate::error::ApiResult;
 use crate::extract::{ApiJson, Caller};
+use crate::routes::apidoc::AccessErrors;
 use crate::AppState;
 
 /// The routes of this module (relative to `/api/v1`).
@@ -43,11 +44,10 @@ pub struct UpdateApi;
     responses(
         (status = 200, description = "Updated; `applied` says when each change takes effect", body = UpdateSandboxResponse),
         (status = 400, description = "A field is invalid, or nothing to update", body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        AccessErrors,
         (status = 409, description = "Name taken, sandbox terminated or being created, or Docker refused the new limits", body = ErrorBody),
         (status = 503, description = "Docker unavailable", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn update(
     State(state): State<AppState>,

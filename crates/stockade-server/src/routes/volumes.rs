@@ -23,6 +23,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, Caller};
+use crate::routes::apidoc::AccessErrors;
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -232,8 +233,7 @@ async fn visible_listing(
         (status = 200, body = ListVolumesResponse),
         (status = 400, description = "Unknown query parameter", body = ErrorBody),
         (status = 503, description = "Docker unavailable", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
     State(state): State<AppState>,
@@ -246,8 +246,7 @@ pub async fn list(
 /// List orphaned volumes: no live sandbox record owns them (e.g. the
 /// preserved volume of a destroyed sandbox).
 #[utoipa::path(get, path = "/api/v1/volumes/orphaned", tag = "volumes",
-    responses((status = 200, body = ListVolumesResponse), (status = 503, body = ErrorBody)),
-    security(("bearer" = [])))]
+    responses((status = 200, body = ListVolumesResponse), (status = 503, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_orphaned(
     State(state): State<AppState>,
@@ -280,9 +279,8 @@ async fn find(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Volume
     responses(
         (status = 200, body = VolumeResponse),
         (status = 400, description = "Not a Stockade volume name", body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+        AccessErrors,
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(level = "debug", Display))]
 pub async fn get_one(
     State(state): State<AppState>,
@@ -302,10 +300,9 @@ pub async fn get_one(
     responses(
         (status = 200, description = "Removed; the space it used", body = RemovedVolume),
         (status = 400, description = "Not a Stockade volume name", body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        AccessErrors,
         (status = 409, description = "A running sandbox uses it, or a live sandbox owns it", body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(level = "debug", Display))]
 pub async fn delete_one(
     State(state): State<AppState>,
@@ -369,8 +366,7 @@ async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
         (status = 200, body = CleanupResponse),
         (status = 400, description = "confirm=true missing", body = ErrorBody),
         (status = 503, body = ErrorBody),
-    ),
-    security(("bearer" = [])))]
+    ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn cleanup(
     State(state): State<AppState>,
