@@ -84,19 +84,11 @@ pub struct UpdateHostRequest {
     /// Replaces every label.
     pub labels: Option<BTreeMap<String, String>>,
     /// Replaces the capacity; `null`: what the engine reports.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<HostCapacityInput>, nullable)]
     pub capacity: Option<Option<HostCapacityInput>>,
     /// Replaces the address; `null` removes it.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, nullable)]
     pub address: Option<Option<String>>,
 }
