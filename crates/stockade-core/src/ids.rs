@@ -7,14 +7,16 @@ use crate::error::FieldError;
 
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
-fn random_id(len: usize) -> String {
+/// `len` random characters from `[a-z0-9]`.
+pub(crate) fn random_id(len: usize) -> String {
     let mut rng = rand::thread_rng();
     (0..len)
         .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
         .collect()
 }
 
-fn is_id(s: &str, len: usize) -> bool {
+/// Whether `s` is `len` characters from `[a-z0-9]`.
+pub(crate) fn is_id(s: &str, len: usize) -> bool {
     s.len() == len
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())

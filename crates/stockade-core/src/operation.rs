@@ -7,10 +7,9 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use rand::Rng;
 
 use crate::error::FieldError;
-use crate::ids::AccountId;
+use crate::ids::{is_id, random_id, AccountId};
 
 /// An operation's id: 16 characters from `[a-z0-9]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,20 +19,12 @@ impl OperationId {
     pub const LEN: usize = 16;
 
     pub fn generate() -> Self {
-        const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-        let mut rng = rand::thread_rng();
-        Self(
-            std::iter::repeat_with(|| char::from(CHARS[rng.gen_range(0..CHARS.len())]))
-                .take(Self::LEN)
-                .collect(),
-        )
+        Self(random_id(Self::LEN))
     }
 
     /// Parses an id; `field` names the input in the error.
     pub fn parse_field(s: &str, field: &str) -> Result<Self, FieldError> {
-        let valid =
-            s.len() == Self::LEN && s.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9'));
-        if !valid {
+        if !is_id(s, Self::LEN) {
             let shown: String = s.chars().take(40).collect();
             return Err(FieldError::new(
                 field,
@@ -189,10 +180,9 @@ mod tests {
 
     #[test]
     fn ids_generate_and_parse() {
-        for _ in 0..100 {
-            let id = OperationId::generate();
-            assert_eq!(OperationId::parse(id.as_str()).unwrap(), id);
-        }
+        // Generation and the character check are the other ids' (tested there).
+        let id = OperationId::generate();
+        assert_eq!(OperationId::parse(id.as_str()).unwrap(), id);
         for bad in [
             "",
             "abc",

@@ -829,10 +829,12 @@ mod tests {
 
     #[test]
     fn defaults_apply() {
-        let spec = spec_of(SpecInput {
-            name: Some("demo".into()),
-            ..Default::default()
-        });
+        let spec = spec_of(SpecInput::default());
+        assert_eq!(
+            spec.name.as_str(),
+            "abcdefghijkl",
+            "the name defaults to the id"
+        );
         assert_eq!(spec.docker_image, "node:20-bookworm");
         assert_eq!(spec.cpu_cores, 1.0);
         assert_eq!(spec.memory_gb, 2.0);
@@ -840,12 +842,6 @@ mod tests {
         assert_eq!(spec.gpu_count, 0);
         assert!(spec.persistent);
         assert_eq!(spec.network, NetworkPolicy::AllowAll);
-    }
-
-    #[test]
-    fn name_defaults_to_id() {
-        let spec = spec_of(SpecInput::default());
-        assert_eq!(spec.name.as_str(), "abcdefghijkl");
     }
 
     #[test]
