@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
 use support::{
-    agent, agent_round_trip, compile_static, docker_cli, shell_spec, stop_on_sigterm, Made,
+    agent, agent_round_trip, compile_static, docker_cli, exec_of, shell_spec, stop_on_sigterm, Made,
 };
 
 const KEEP_ALIVE: &str = "trap 'exit 0' TERM; while true; do sleep 86400 & wait $!; done";
@@ -63,6 +63,15 @@ fn runtime_with_volume(volume: &str) -> DockerRuntime {
         ..Default::default()
     })
     .expect("runtime")
+}
+
+/// A fresh name for an agent volume, and the guard that removes it (and
+/// whatever else the test adds to it).
+fn fresh_agent_volume() -> (String, Made) {
+    let volume = format!("stockade-test-agent-{}", SandboxId::generate());
+    let mut cleanup = Made::default();
+    cleanup.volumes.push(volume.clone());
+    (volume, cleanup)
 }
 
 fn new_token() -> String {
@@ -208,16 +217,7 @@ async fn agent_story(image: &str) {
         !exec_env.contains(AGENT_TOKEN_ENV),
         "agent exec: {exec_env}"
     );
-    let docker_env = rt
-        .exec(
-            &id,
-            ExecSpec {
-                argv: vec!["env".into()],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let docker_env = rt.exec(&id, exec_of(&["env"])).await.unwrap();
     let docker_env = String::from_utf8_lossy(&docker_env.stdout);
     assert!(!docker_env.contains(&token), "docker exec: {docker_env}");
 
@@ -279,8 +279,7 @@ async fn agent_story(image: &str) {
         "trap '' TERM; while true; do sleep 1; done",
         Some(&token),
     );
-    cleanup.sandboxes.push(stubborn.sandbox_id.clone());
-    rt.create(&stubborn).await.unwrap();
+    cleanup.create(&rt, &stubborn).await.unwrap();
     agent(&rt, &stubborn.sandbox_id, Some(&token)).await;
     let started = Instant::now();
     rt.stop(&stubborn.sandbox_id, Duration::from_secs(2))
@@ -311,8 +310,7 @@ async fn the_agent_is_pid_1_in_debian() {
     let mut cleanup = Made::default();
     let token = new_token();
     let s = spec(&image, KEEP_ALIVE, Some(&token));
-    cleanup.sandboxes.push(s.sandbox_id.clone());
-    rt.create(&s).await.unwrap();
+    cleanup.create(&rt, &s).await.unwrap();
     let c = agent(&rt, &s.sandbox_id, Some(&token)).await;
     let out = c
         .run(
@@ -374,8 +372,7 @@ async fn pool_members_and_snapshots_have_the_agent_offline_sandboxes_too() {
     let first_token = new_token();
     let mut first = spec(&busybox(), KEEP_ALIVE, Some(&first_token));
     first.network_access = false;
-    cleanup.sandboxes.push(first.sandbox_id.clone());
-    rt.create(&first).await.unwrap();
+    cleanup.create(&rt, &first).await.unwrap();
     let networks = inspect_json("container", &container_name(&first.sandbox_id))["NetworkSettings"]
         ["Networks"]
         .clone();
@@ -410,8 +407,10 @@ async fn pool_members_and_snapshots_have_the_agent_offline_sandboxes_too() {
     let fork_token = new_token();
     let mut fork = spec(&image, KEEP_ALIVE, Some(&fork_token));
     fork.network_access = false;
-    cleanup.sandboxes.push(fork.sandbox_id.clone());
-    rt.create(&fork).await.expect("create from the snapshot");
+    cleanup
+        .create(&rt, &fork)
+        .await
+        .expect("create from the snapshot");
     assert_eq!(
         rt.inspect(&fork.sandbox_id)
             .await
@@ -435,8 +434,8 @@ async fn pool_members_and_snapshots_have_the_agent_offline_sandboxes_too() {
 
     // A fork without one: today's container, the token variable blank.
     let plain = spec(&image, KEEP_ALIVE, None);
-    cleanup.sandboxes.push(plain.sandbox_id.clone());
-    rt.create(&plain)
+    cleanup
+        .create(&rt, &plain)
         .await
         .expect("create from the snapshot, no agent");
     assert_eq!(
@@ -538,17 +537,14 @@ async fn without_a_token_the_container_is_as_before() {
 
     // A bad token is refused before anything is made.
     let bad = spec(&busybox(), KEEP_ALIVE, Some("two words"));
-    cleanup.sandboxes.push(bad.sandbox_id.clone());
-    let err = rt.create(&bad).await.unwrap_err();
+    let err = cleanup.create(&rt, &bad).await.unwrap_err();
     assert!(err.to_string().contains("agent_token"), "{err}");
     assert!(rt.inspect(&bad.sandbox_id).await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn the_agent_volume_is_made_again_when_removed_or_emptied() {
-    let volume = format!("stockade-test-agent-{}", SandboxId::generate());
-    let mut cleanup = Made::default();
-    cleanup.volumes.push(volume.clone());
+    let (volume, mut cleanup) = fresh_agent_volume();
     let rt = runtime_with_volume(&volume);
     let token = new_token();
 
@@ -587,8 +583,8 @@ async fn the_agent_volume_is_made_again_when_removed_or_emptied() {
         String::from_utf8_lossy(&out.stderr)
     );
     let second = spec(&busybox(), KEEP_ALIVE, Some(&token));
-    cleanup.sandboxes.push(second.sandbox_id.clone());
-    rt.create(&second)
+    cleanup
+        .create(&rt, &second)
         .await
         .expect("create after the volume went");
     let c = agent(&rt, &second.sandbox_id, Some(&token)).await;
@@ -606,8 +602,8 @@ async fn the_agent_volume_is_made_again_when_removed_or_emptied() {
     assert!(docker_cli(&["volume", "rm", &volume]).status.success());
     assert!(docker_cli(&["volume", "create", &volume]).status.success());
     let third = spec(&busybox(), KEEP_ALIVE, Some(&token));
-    cleanup.sandboxes.push(third.sandbox_id.clone());
-    rt.create(&third)
+    cleanup
+        .create(&rt, &third)
         .await
         .expect("create with an emptied volume");
     let c = agent(&rt, &third.sandbox_id, Some(&token)).await;
@@ -616,9 +612,7 @@ async fn the_agent_volume_is_made_again_when_removed_or_emptied() {
 
 #[tokio::test]
 async fn racing_runtimes_all_get_the_agent() {
-    let volume = format!("stockade-test-agent-{}", SandboxId::generate());
-    let mut cleanup = Made::default();
-    cleanup.volumes.push(volume.clone());
+    let (volume, mut cleanup) = fresh_agent_volume();
     // Two servers (runtimes) on one engine, three creates at once.
     let one = runtime_with_volume(&volume);
     let two = runtime_with_volume(&volume);
@@ -716,8 +710,10 @@ async fn an_image_without_shell_or_libc_gets_the_agent_too() {
     let mut s = spec(&image, "", Some(&token));
     // No start command: the image's own (`/tiny`) is the main process.
     s.command = Vec::new();
-    cleanup.sandboxes.push(s.sandbox_id.clone());
-    rt.create(&s).await.expect("create from a shell-less image");
+    cleanup
+        .create(&rt, &s)
+        .await
+        .expect("create from a shell-less image");
     let c = agent(&rt, &s.sandbox_id, Some(&token)).await;
     let out = c
         .run(
@@ -756,8 +752,7 @@ async fn agent_exec_round_trip_beats_docker_exec() {
     let mut cleanup = Made::default();
     let token = new_token();
     let s = spec(&busybox(), KEEP_ALIVE, Some(&token));
-    cleanup.sandboxes.push(s.sandbox_id.clone());
-    rt.create(&s).await.unwrap();
+    cleanup.create(&rt, &s).await.unwrap();
     let c = agent(&rt, &s.sandbox_id, Some(&token)).await;
     let run_true = ExecSpec {
         argv: vec!["true".into()],

@@ -85,6 +85,15 @@ fn runtime(host: Option<&str>) -> DockerRuntime {
 /// Removes a sandbox's container and volume on its engine when dropped.
 struct Cleanup(Option<String>, SandboxId);
 
+impl Cleanup {
+    /// A new sandbox id on `host`'s engine (the default one for `None`),
+    /// with the guard that removes what is made for it.
+    fn fresh(host: Option<&str>) -> (SandboxId, Self) {
+        let id = SandboxId::generate();
+        (id.clone(), Self(host.map(str::to_owned), id))
+    }
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let host = self.0.as_deref();
@@ -225,10 +234,8 @@ async fn the_quota_engine_enforces_both_areas() {
 async fn a_hostile_sandbox_is_stopped_near_its_disk_size() {
     let Some(host) = quota_engine() else { return };
     let rt = runtime(Some(&host));
-    let id = SandboxId::generate();
-    let _cleanup = Cleanup(Some(host.clone()), id.clone());
-    let neighbour = SandboxId::generate();
-    let _cleanup_neighbour = Cleanup(Some(host.clone()), neighbour.clone());
+    let (id, _cleanup) = Cleanup::fresh(Some(&host));
+    let (neighbour, _cleanup_neighbour) = Cleanup::fresh(Some(&host));
     rt.create(&spec(&id, Some(GIB))).await.expect("create");
     rt.create(&spec(&neighbour, Some(GIB)))
         .await
@@ -279,8 +286,7 @@ async fn a_hostile_sandbox_is_stopped_near_its_disk_size() {
 async fn pool_members_get_the_quota_too() {
     let Some(host) = quota_engine() else { return };
     let rt = runtime(Some(&host));
-    let id = SandboxId::generate();
-    let _cleanup = Cleanup(Some(host.clone()), id.clone());
+    let (id, _cleanup) = Cleanup::fresh(Some(&host));
     rt.create_pool_member(&PoolMemberSpec {
         sandbox_id: id.clone(),
         instance_id: InstanceId::generate(),
@@ -339,8 +345,7 @@ fn is_mounted(dir: &std::path::Path) -> bool {
 async fn sandbox_with_a_disk_of_its_own(
     rt: &DockerRuntime,
 ) -> (SandboxId, Cleanup, VolumeName, std::path::PathBuf) {
-    let id = SandboxId::generate();
-    let cleanup = Cleanup(None, id.clone());
+    let (id, cleanup) = Cleanup::fresh(None);
     rt.create(&spec(&id, Some(GIB))).await.expect("create");
     let volume = VolumeName::for_sandbox(&id);
     let disk = disk_dir(&volume);
@@ -372,8 +377,7 @@ async fn the_default_engine_says_why_not_and_creates_still_work() {
         Enforcement::Enforced(QuotaMethod::LoopFile),
         "{found:?}"
     );
-    let id = SandboxId::generate();
-    let _cleanup = Cleanup(None, id.clone());
+    let (id, _cleanup) = Cleanup::fresh(None);
     rt.create(&spec(&id, Some(GIB)))
         .await
         .expect("create works");

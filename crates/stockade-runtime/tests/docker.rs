@@ -16,7 +16,7 @@ use stockade_runtime::{
 };
 
 mod support;
-use support::{docker_cli, exec_of, sh_exec, shell_spec, Cleanup};
+use support::{created, docker_cli, exec_of, sh_exec, shell_spec, Cleanup};
 
 const IMAGE: &str = "stockade-test-base:latest";
 const MISSING_IMAGE: &str = "stockade-test-nonexistent/never-there:0.0.1";
@@ -86,6 +86,15 @@ async fn sh(rt: &DockerRuntime, id: &SandboxId, script: &str) -> ExecOutput {
     sh_exec(rt, id, script, Some(Duration::from_secs(30))).await
 }
 
+/// The strings of a JSON array.
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -119,22 +128,12 @@ async fn create_runs_a_hardened_labelled_container() {
     assert_eq!(c["Config"]["Hostname"], s.hostname.as_str());
     assert_eq!(c["Config"]["Tty"], false);
     assert_eq!(c["Config"]["OpenStdin"], false);
-    let env: Vec<&str> = c["Config"]["Env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let env = strings(&c["Config"]["Env"]);
     assert!(env.contains(&"SANDBOX_GREETING=hello there"), "{env:?}");
 
     let h = &c["HostConfig"];
     assert_eq!(h["CapDrop"], serde_json::json!(["ALL"]));
-    let cap_add: Vec<&str> = h["CapAdd"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let cap_add = strings(&h["CapAdd"]);
     for cap in CAPS {
         assert!(
             cap_add.iter().any(|c| c.trim_start_matches("CAP_") == cap),
@@ -142,12 +141,7 @@ async fn create_runs_a_hardened_labelled_container() {
         );
     }
     assert_eq!(cap_add.len(), CAPS.len(), "{cap_add:?}");
-    let sec: Vec<&str> = h["SecurityOpt"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let sec = strings(&h["SecurityOpt"]);
     assert!(sec.contains(&"no-new-privileges:true"), "{sec:?}");
     assert!(!sec.iter().any(|o| o.contains("unconfined")), "{sec:?}");
     assert_eq!(h["Privileged"], false);
@@ -207,12 +201,10 @@ async fn create_runs_a_hardened_labelled_container() {
 
 #[tokio::test]
 async fn limits_are_enforced_by_the_kernel() {
-    let rt = runtime();
     let mut s = spec(None);
     s.cpu_cores = 0.5;
     s.memory_bytes = 192 * 1024 * 1024;
-    let _cleanup = Cleanup(s.sandbox_id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
 
     let out = sh(
         &rt,
@@ -241,11 +233,9 @@ async fn limits_are_enforced_by_the_kernel() {
 
 #[tokio::test]
 async fn workspace_survives_stop_and_start() {
-    let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
 
     let payload: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
     let out = rt
@@ -292,11 +282,9 @@ async fn workspace_survives_stop_and_start() {
 
 #[tokio::test]
 async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace() {
-    let rt = runtime();
     let s = spec(Some("trap '' TERM; while true; do sleep 1; done"));
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
 
     let t0 = Instant::now();
     rt.stop(id, Duration::from_secs(2)).await.expect("stop");
@@ -335,11 +323,9 @@ async fn remove_keeps_or_deletes_the_volume() {
 
 #[tokio::test]
 async fn a_preserved_volume_is_reused_by_a_new_container() {
-    let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
     sh(&rt, id, "echo kept > /workspace/f").await;
     rt.remove(id, true).await.unwrap();
     rt.create(&s).await.expect("create on the preserved volume");
@@ -462,11 +448,9 @@ async fn a_cancelled_create_leaves_nothing() {
 
 #[tokio::test]
 async fn exec_reports_exit_codes_streams_stdin_cwd_and_env() {
-    let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
 
     let out = sh(&rt, id, "echo out; echo err >&2; exit 3").await;
     assert_eq!(out.exit_code, Some(3));
@@ -526,11 +510,9 @@ async fn exec_reports_exit_codes_streams_stdin_cwd_and_env() {
 
 #[tokio::test]
 async fn exec_truncates_and_times_out() {
-    let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
 
     let out = rt
         .exec(
@@ -613,11 +595,9 @@ async fn sandboxes_join_stockades_networks() {
 
 #[tokio::test]
 async fn volumes_are_listed_and_in_use_ones_are_kept() {
-    let rt = runtime();
     let s = spec(None);
     let id = &s.sandbox_id;
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
     sh(&rt, id, "head -c 50000 /dev/zero > /workspace/zeros").await;
     let name = VolumeName::for_sandbox(id);
 

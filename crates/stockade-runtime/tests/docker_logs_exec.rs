@@ -75,6 +75,15 @@ async fn processes(rt: &DockerRuntime, id: &SandboxId) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Logs followed from the last `tail` lines on.
+fn following(tail: usize) -> LogsOptions {
+    LogsOptions {
+        follow: true,
+        tail: Some(tail),
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn logs_are_lines_with_streams_timestamps_tail_and_since() {
     let rt = runtime();
@@ -155,17 +164,7 @@ async fn following_logs_yields_new_lines_and_ends_when_the_container_stops() {
         "trap 'echo bye; exit 0' TERM; i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done",
     )
     .await;
-    let mut lines = rt
-        .logs(
-            &id,
-            LogsOptions {
-                follow: true,
-                tail: Some(0),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("logs");
+    let mut lines = rt.logs(&id, following(0)).await.expect("logs");
     let mut ticks = Vec::new();
     while ticks.len() < 3 {
         let line = tokio::time::timeout(Duration::from_secs(10), lines.next())
@@ -196,26 +195,15 @@ async fn following_logs_yields_new_lines_and_ends_when_the_container_stops() {
     assert_eq!(rest.last().map(String::as_str), Some("bye"), "{rest:?}");
 
     // A stopped container's logs are still there, and follow ends at once.
-    let stopped = tokio::time::timeout(
-        Duration::from_secs(10),
-        all_lines(
-            &rt,
-            &id,
-            LogsOptions {
-                follow: true,
-                tail: Some(1),
-                ..Default::default()
-            },
-        ),
-    )
-    .await
-    .expect("no hang on a stopped container");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), all_lines(&rt, &id, following(1)))
+        .await
+        .expect("no hang on a stopped container");
     assert_eq!(stopped.len(), 1);
     assert_eq!(stopped[0].text, "bye");
 
-    let missing = SandboxId::generate();
     assert!(matches!(
-        rt.logs(&missing, LogsOptions::default()).await,
+        rt.logs(&SandboxId::generate(), LogsOptions::default())
+            .await,
         Err(RuntimeError::NotFound(_))
     ));
 }

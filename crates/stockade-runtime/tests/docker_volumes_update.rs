@@ -11,7 +11,7 @@ use stockade_runtime::prelude::*;
 use stockade_runtime::{container_name, ContainerSpec, DockerConfig, DockerRuntime, RuntimeError};
 
 mod support;
-use support::{docker_cli, sh_ok, shell_spec, Cleanup};
+use support::{create_sandbox, created, docker_cli, sh_ok, shell_spec};
 
 const IMAGE: &str = "stockade-test-base:latest";
 
@@ -45,11 +45,9 @@ const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while true; do sleep 86400 & w
 
 #[tokio::test]
 async fn volumes_carry_owner_in_use_and_exact_size() {
-    let rt = runtime();
     let s = spec(KEEP_ALIVE, &[]);
     let id = s.sandbox_id.clone();
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
     sh(&rt, &id, "head -c 5000000 /dev/urandom > /workspace/blob").await;
     let name = VolumeName::for_sandbox(&id);
 
@@ -77,8 +75,7 @@ async fn concurrent_listings_all_get_sizes() {
     let rt = std::sync::Arc::new(runtime());
     let s = spec(KEEP_ALIVE, &[]);
     let id = s.sandbox_id.clone();
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let _cleanup = create_sandbox(&rt, &s).await;
     sh(&rt, &id, "head -c 12345 /dev/zero > /workspace/z").await;
     let name = VolumeName::for_sandbox(&id);
     let mut tasks = Vec::new();
@@ -115,11 +112,9 @@ fn cgroup_memory(rt_id: &SandboxId) -> String {
 
 #[tokio::test]
 async fn limits_update_live_and_stay_for_later_starts() {
-    let rt = runtime();
     let s = spec(KEEP_ALIVE, &[]);
     let id = s.sandbox_id.clone();
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let (rt, _cleanup) = created(runtime(), &s).await;
     assert_eq!(cgroup_memory(&id), (256u64 << 20).to_string());
 
     rt.update_resources(&id, 0.5, 384 << 20)
@@ -157,8 +152,7 @@ async fn the_main_process_sees_a_new_environment_from_its_next_start() {
         &[("A", "1"), ("B", "two words")],
     );
     let id = s.sandbox_id.clone();
-    let _cleanup = Cleanup(id.clone());
-    rt.create(&s).await.expect("create");
+    let _cleanup = create_sandbox(&rt, &s).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         sh(&rt, &id, "cat /workspace/env.log").await,

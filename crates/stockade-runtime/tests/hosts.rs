@@ -299,14 +299,15 @@ async fn a_tls_host_runs_sandboxes() {
 
 /// Runs openssl; panics with what it said.
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl");
+    run_ok(Command::new("openssl").current_dir(dir).args(args));
+}
+
+/// Runs `cmd`; panics with what it said when it fails.
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
-        "openssl {args:?}: {}",
+        "{cmd:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -519,15 +520,10 @@ async fn a_refused_ssh_says_why_within_seconds() {
     // A key the sshd does not know.
     let keys = TempDir::new("ssh-key");
     let key = keys.0.join("id");
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&key)
-        .output()
-        .expect("ssh-keygen");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key),
     );
     let mut wrong = opts.clone();
     match wrong.iter().position(|o| o == "-i") {

@@ -16,7 +16,7 @@
 //! --nocapture`) prints create and exec p50 under both runtimes.
 
 mod support;
-use support::{agent_round_trip, docker_cli, sh_ok, shell_spec, stop_on_sigterm, Made};
+use support::{agent_round_trip, docker_cli, exec_of, sh_ok, shell_spec, stop_on_sigterm, Made};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -391,16 +391,7 @@ async fn runsc_and_runc_latency() {
         let id = cleanup.sandboxes.last().unwrap().clone();
         for _ in 0..10 {
             let t = Instant::now();
-            let out = rt
-                .exec(
-                    &id,
-                    ExecSpec {
-                        argv: vec!["true".into()],
-                        ..Default::default()
-                    },
-                )
-                .await
-                .unwrap();
+            let out = rt.exec(&id, exec_of(&["true"])).await.unwrap();
             execs.push(t.elapsed());
             assert_eq!(out.exit_code, Some(0));
         }

@@ -97,8 +97,7 @@ async fn commit_and_export_capture_the_filesystem() {
     let rt = runtime();
     let mut cleanup = Made::default();
     let src = spec(IMAGE, KEEP_ALIVE);
-    cleanup.sandboxes.push(src.sandbox_id.clone());
-    rt.create(&src).await.unwrap();
+    cleanup.create(&rt, &src).await.unwrap();
     let id = &src.sandbox_id;
     sh(&rt, id, "echo root-change > /etc/stockade-marker; mkdir -p /workspace/d; printf 'x%.0s' $(seq 1 5000) > /workspace/d/big; echo w > /workspace/w").await;
 

@@ -47,6 +47,20 @@ impl Drop for Cleanup {
     }
 }
 
+/// Creates the sandbox of `spec` on `rt`, with the guard that removes it
+/// (made first, so a create that fails halfway is cleaned up too).
+pub async fn create_sandbox(rt: &DockerRuntime, spec: &ContainerSpec) -> Cleanup {
+    let cleanup = Cleanup(spec.sandbox_id.clone());
+    rt.create(spec).await.expect("create");
+    cleanup
+}
+
+/// `rt` with the sandbox of `spec` created on it, and the sandbox's guard.
+pub async fn created(rt: DockerRuntime, spec: &ContainerSpec) -> (DockerRuntime, Cleanup) {
+    let cleanup = create_sandbox(&rt, spec).await;
+    (rt, cleanup)
+}
+
 /// Sandboxes (container and volume), images and agent volumes made by a
 /// test, removed on drop in that order, so also when the test fails.
 #[derive(Default)]
@@ -56,6 +70,19 @@ pub struct Made {
     /// Agent volumes, each with the `<volume>-fill` container that may be
     /// filling it.
     pub volumes: Vec<String>,
+}
+
+impl Made {
+    /// Creates the sandbox of `spec` on `rt`, noted first so that it is
+    /// removed with the rest even when the create fails halfway.
+    pub async fn create(
+        &mut self,
+        rt: &DockerRuntime,
+        spec: &ContainerSpec,
+    ) -> stockade_runtime::RuntimeResult<String> {
+        self.sandboxes.push(spec.sandbox_id.clone());
+        rt.create(spec).await
+    }
 }
 
 impl Drop for Made {
