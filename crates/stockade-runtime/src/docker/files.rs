@@ -21,7 +21,7 @@ use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use stockade_core::{SandboxId, SandboxPath, VolumeName};
 
-use crate::docker::{container_name, error_chain, status_code, Endpoint};
+use crate::docker::{container_name, engine_answer, error_chain, status_code, Endpoint};
 use crate::files::from_go_mode;
 use crate::{
     ArchiveStream, ArchiveUpload, DockerRuntime, Exec, ExecSpec, FileKind, Files, FsError,
@@ -205,15 +205,8 @@ impl DockerRuntime {
             container_name(id),
             path_query(path)
         );
-        let (status, header) = tokio::time::timeout(STAT_TIMEOUT, self.raw_stat(&uri))
-            .await
-            .map_err(|_| {
-                RuntimeError::Other(format!(
-                    "stat {path}: the engine did not answer within {} s",
-                    STAT_TIMEOUT.as_secs()
-                ))
-            })?
-            .map_err(|e| RuntimeError::Other(format!("stat {path}: {e}")))?;
+        let (status, header) =
+            engine_answer(&format!("stat {path}"), STAT_TIMEOUT, self.raw_stat(&uri)).await?;
         match (status, header) {
             (200, Some(h)) => Ok(DockerPathStat::decode(&h)
                 .map_err(|e| RuntimeError::Other(format!("stat {path}: {e}")))?

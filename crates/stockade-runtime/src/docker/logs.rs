@@ -11,7 +11,7 @@ use futures_util::stream::{self, StreamExt};
 use stockade_core::SandboxId;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::docker::{container_name, status_code, Endpoint};
+use crate::docker::{container_name, engine_answer, status_code, Endpoint};
 use crate::logs::LineSplitter;
 use crate::{
     DockerRuntime, LogLine, LogLines, LogStream, Logs, LogsOptions, RuntimeError, RuntimeResult,
@@ -108,15 +108,7 @@ impl DockerRuntime {
         let mut buf = vec![0u8; READ_CHUNK];
         let mut have = 0;
         let head_end = loop {
-            let n = tokio::time::timeout(HEAD_TIMEOUT, conn.read(&mut buf[have..]))
-                .await
-                .map_err(|_| {
-                    RuntimeError::Other(format!(
-                        "read logs: the engine did not answer within {} s",
-                        HEAD_TIMEOUT.as_secs()
-                    ))
-                })?
-                .map_err(|e| RuntimeError::Other(format!("read logs: {e}")))?;
+            let n = engine_answer("read logs", HEAD_TIMEOUT, conn.read(&mut buf[have..])).await?;
             if n == 0 {
                 return Err(RuntimeError::Other(
                     "read logs: the engine closed the connection without an answer".into(),

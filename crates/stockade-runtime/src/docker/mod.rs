@@ -726,6 +726,24 @@ fn parse_time(s: Option<&str>) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// Awaits a raw exchange with the engine for at most `limit`: no answer in
+/// time and a failed exchange are errors that start with `what`.
+async fn engine_answer<T, E: std::fmt::Display>(
+    what: &str,
+    limit: Duration,
+    exchange: impl std::future::Future<Output = Result<T, E>>,
+) -> RuntimeResult<T> {
+    tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| {
+            RuntimeError::Other(format!(
+                "{what}: the engine did not answer within {} s",
+                limit.as_secs()
+            ))
+        })?
+        .map_err(|e| RuntimeError::Other(format!("{what}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

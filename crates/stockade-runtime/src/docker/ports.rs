@@ -14,9 +14,14 @@ impl DockerRuntime {
         &self,
         id: &SandboxId,
     ) -> RuntimeResult<Option<IpAddr>> {
+        Ok(address_of(&self.inspected(id).await?))
+    }
+
+    /// The sandbox's container as the engine describes it (NotFound
+    /// without one).
+    async fn inspected(&self, id: &SandboxId) -> RuntimeResult<ContainerInspectResponse> {
         let docker = self.client().await?;
-        let inspected = self.inspect_existing(&docker, id).await?;
-        Ok(address_of(&inspected))
+        self.inspect_existing(&docker, id).await
     }
 }
 
@@ -66,8 +71,7 @@ impl DockerRuntime {
                 .await?
                 .map(|ip| crate::Upstream::Direct(std::net::SocketAddr::new(ip, port))));
         }
-        let docker = self.client().await?;
-        let inspected = self.inspect_existing(&docker, id).await?;
+        let inspected = self.inspected(id).await?;
         let address = address_of(&inspected);
         Ok(self
             .agent_addr_of(&inspected, address)
