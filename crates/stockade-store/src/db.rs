@@ -122,6 +122,11 @@ impl<B: Backend> SqlStore<B> {
         self.conn(context).await?.fetch_optional(q, context).await
     }
 
+    /// Runs one aggregate read (which always answers with one row).
+    pub(crate) async fn fetch_aggregate(&self, q: Q<B>, context: &str) -> StoreResult<DbRow<B>> {
+        self.conn(context).await?.fetch_aggregate(q, context).await
+    }
+
     /// Runs one read and rebuilds each row with `from_row`.
     pub(crate) async fn list<T>(
         &self,
@@ -333,6 +338,13 @@ impl<B: Backend> Conn<B> {
         }
     }
 
+    /// Runs one aggregate read (which always answers with one row).
+    pub async fn fetch_aggregate(&mut self, q: Q<B>, context: &str) -> StoreResult<DbRow<B>> {
+        self.fetch_optional(q, context)
+            .await?
+            .ok_or_else(|| StoreError::Other("an aggregate returned no row".into()))
+    }
+
     async fn begin(&mut self, context: &str) -> StoreResult<()> {
         // Counted as open at once: a BEGIN that fails halfway is doubtful too.
         self.in_tx = true;
@@ -458,9 +470,20 @@ mod tests {
     use super::*;
     use crate::{HealthStore, SettingsStore, SqliteStore};
 
-    async fn file_store(dir: &tempfile::TempDir) -> SqliteStore {
+    /// A store in a file of a new temporary directory, which lives as long
+    /// as the directory returned with it.
+    async fn file_store() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("s.db").display());
-        SqliteStore::connect(&url).await.unwrap()
+        let store = SqliteStore::connect(&url).await.unwrap();
+        (dir, store)
+    }
+
+    /// A connection of `store`, marked.
+    async fn marked_conn(store: &SqliteStore) -> Conn<sqlx::Sqlite> {
+        let mut conn = store.conn("test").await.unwrap();
+        mark(&mut conn).await;
+        conn
     }
 
     async fn mark(conn: &mut Conn<sqlx::Sqlite>) {
@@ -492,10 +515,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_whose_statement_failed_is_never_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = file_store(&dir).await;
-        let mut conn = store.conn("test").await.unwrap();
-        mark(&mut conn).await;
+        let (_dir, store) = file_store().await;
+        let mut conn = marked_conn(&store).await;
         let err = conn
             .execute(Q::new("UPDATE no_such_table SET x = 1"), "fail")
             .await
@@ -510,10 +531,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_constraint_refusal_keeps_the_connection() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = file_store(&dir).await;
-        let mut conn = store.conn("test").await.unwrap();
-        mark(&mut conn).await;
+        let (_dir, store) = file_store().await;
+        let mut conn = marked_conn(&store).await;
         let insert = || Q::new("INSERT INTO settings (key, value) VALUES ('k', 'v')");
         conn.execute(insert(), "insert").await.unwrap();
         let err = conn.execute(insert(), "insert again").await.unwrap_err();
@@ -525,8 +544,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_transaction_left_open_is_closed_with_its_connection() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = file_store(&dir).await;
+        let (_dir, store) = file_store().await;
         let mut conn = store.begin("test").await.unwrap();
         mark(&mut conn).await;
         let q = Q::new("INSERT INTO settings (key, value) VALUES ('open', 'x')");
@@ -560,8 +578,7 @@ mod tests {
 
     #[tokio::test]
     async fn health_follows_the_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = file_store(&dir).await;
+        let (_dir, store) = file_store().await;
         assert_eq!(store.health(), StoreHealth::Ok);
         let err = store
             .execute(Q::new("UPDATE no_such_table SET x = 1"), "a bad write")

@@ -242,10 +242,8 @@ impl<B: Backend> SqlStore<B> {
             "SELECT COUNT(*) AS n FROM sandboxes WHERE {LIVE} AND server = "
         ))
         .bind(server.to_owned());
-        match conn.fetch_optional(q, context).await? {
-            Some(row) => read_sum(&row, "n"),
-            None => Err(StoreError::Other("an aggregate returned no row".into())),
-        }
+        let row = conn.fetch_aggregate(q, context).await?;
+        read_sum(&row, "n")
     }
 
     /// The placement's transaction: `Ok(None)` when nothing fits.

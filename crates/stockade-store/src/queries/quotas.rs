@@ -40,6 +40,14 @@ fn except_ids<B: Backend>(mut q: Q<B>, except: &[SandboxId]) -> Q<B> {
     q
 }
 
+/// The CPU and memory sums of an aggregate row (columns `cpu`, `memory`).
+fn read_resources<B: Backend>(row: &DbRow<B>) -> StoreResult<Resources> {
+    Ok(Resources {
+        cpu_millis: read_sum(row, "cpu")?,
+        memory_bytes: read_sum(row, "memory")?,
+    })
+}
+
 impl<B: Backend> SqlStore<B> {
     /// Writes the quota row of `account` (insert or replace).
     async fn upsert_quota_in(
@@ -155,15 +163,11 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
         .sql(" AND s.deleted_at IS NULL AND s.status <> 'TERMINATED'");
         let q = except_ids(q, except);
         let row = self
-            .fetch_optional(q, &format!("sum the usage of account {account}"))
-            .await?
-            .ok_or_else(|| StoreError::Other("an aggregate returned no row".into()))?;
+            .fetch_aggregate(q, &format!("sum the usage of account {account}"))
+            .await?;
         Ok(QuotaUsage {
             sandboxes: read_sum(&row, "n")?,
-            running: Resources {
-                cpu_millis: read_sum(&row, "cpu")?,
-                memory_bytes: read_sum(&row, "memory")?,
-            },
+            running: read_resources(&row)?,
             disk_gb: read_sum(&row, "disk")?,
         })
     }
@@ -181,13 +185,9 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
         ));
         let q = except_ids(q, except);
         let row = self
-            .fetch_optional(q, &format!("sum what server '{server}' holds"))
-            .await?
-            .ok_or_else(|| StoreError::Other("an aggregate returned no row".into()))?;
-        Ok(Resources {
-            cpu_millis: read_sum(&row, "cpu")?,
-            memory_bytes: read_sum(&row, "memory")?,
-        })
+            .fetch_aggregate(q, &format!("sum what server '{server}' holds"))
+            .await?;
+        read_resources(&row)
     }
 
     #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
@@ -207,9 +207,8 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
             q = q.sql(" AND id <> ").bind(id.to_string());
         }
         let row = self
-            .fetch_optional(q, &format!("sum the snapshots of account {account}"))
-            .await?
-            .ok_or_else(|| StoreError::Other("an aggregate returned no row".into()))?;
+            .fetch_aggregate(q, &format!("sum the snapshots of account {account}"))
+            .await?;
         Ok((read_sum(&row, "n")?, read_sum(&row, "bytes")?))
     }
 }
