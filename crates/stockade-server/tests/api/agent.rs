@@ -21,10 +21,8 @@ async fn exec(app: &TestApp, t: &str, id: &str, body: serde_json::Value) -> Resp
 
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
-    let app = spawn_app().await;
-    let (t, id) = app
-        .owned_sandbox("agent-user", json!({ "name": "with-agent" }))
-        .await;
+    let (app, t, id) =
+        spawn_with_owned_sandbox("agent-user", json!({ "name": "with-agent" })).await;
     let r = exec(
         &app,
         &t,
@@ -116,19 +114,13 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn background_processes_outlive_a_server_restart() {
-    let mut first = spawn_app().await;
-    first.cleanup_on_drop = false;
+    let first = spawn_kept_app().await;
     let t = first.admin_token.clone();
     let id = first.create_id(&t, json!({ "name": "long-runner" })).await;
-    let r = exec(
-        &first,
-        &t,
-        &id,
-        json!({ "shell": "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i; sleep 0.25; done; exit 7", "background": true }),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let pid = r.body["processId"].as_str().unwrap().to_owned();
+    let ticks = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i; sleep 0.25; done; exit 7";
+    let pid = first
+        .background_id(&t, &id, json!({ "shell": ticks }))
+        .await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     let second = first.restart().await;
     // The new server finds the process in the agent and follows it.

@@ -16,7 +16,6 @@ use serde_json::json;
 use stockade_server::ratelimit::{Limit, RateLimitConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::helpers::*;
 use crate::ports::{ws_connect, ws_echo, ws_echo_sandbox};
@@ -29,13 +28,10 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// An app with short header and idle timeouts and no SSE keep-alives to
 /// speak of (a quiet stream sends nothing at all).
 async fn quick_timeouts() -> TestApp {
-    spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.header_timeout = HEADER_TIMEOUT;
-            c.connections.idle_timeout = IDLE_TIMEOUT;
-            c.sse_keep_alive = Duration::from_secs(300);
-        })),
-        ..Default::default()
+    spawn_configured(|c| {
+        c.connections.header_timeout = HEADER_TIMEOUT;
+        c.connections.idle_timeout = IDLE_TIMEOUT;
+        c.sse_keep_alive = Duration::from_secs(300);
     })
     .await
 }
@@ -200,14 +196,11 @@ async fn a_quiet_proxied_websocket_outlives_both_timeouts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn at_the_cap_half_sent_requests_make_room_and_busy_slots_are_kept() {
     const CAP: usize = 8;
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.max_connections = Some(CAP);
-            // Long enough that no timeout frees a slot during the test.
-            c.connections.header_timeout = Duration::from_secs(60);
-            c.sse_keep_alive = Duration::from_secs(300);
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.connections.max_connections = Some(CAP);
+        // Long enough that no timeout frees a slot during the test.
+        c.connections.header_timeout = Duration::from_secs(60);
+        c.sse_keep_alive = Duration::from_secs(300);
     })
     .await;
     let addr = addr(&app);
@@ -321,11 +314,7 @@ fn per_ip(requests: u32) -> Option<RateLimitConfig> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_token_checks_use_up_a_clients_unauthenticated_bucket() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| c.rate_limit = per_ip(10))),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_configured(|c| c.rate_limit = per_ip(10)).await;
     let raw = reqwest::Client::new();
     let path_form = format!("{}/proxy/abcdefabcdef/8080/", app.base);
     let host = format!("8080-abcdefabcdef.{PROXY_DOMAIN}");
@@ -373,11 +362,7 @@ async fn failed_token_checks_use_up_a_clients_unauthenticated_bucket() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_scrapes_use_up_the_bucket_too_and_health_never_does() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| c.rate_limit = per_ip(5))),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_configured(|c| c.rate_limit = per_ip(5)).await;
     let raw = reqwest::Client::new();
     for i in 0..5 {
         let r = raw
@@ -461,11 +446,8 @@ async fn slow_bodies_from_one_address_leave_health_to_the_others() {
     const CAP: usize = 256;
     const FLOOD: usize = 256;
     let share = stockade_server::serve::default_max_connections_per_ip(CAP);
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.max_connections = Some(CAP);
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.connections.max_connections = Some(CAP);
     })
     .await;
     let addr = addr(&app);
@@ -542,12 +524,9 @@ async fn slow_bodies_from_one_address_leave_health_to_the_others() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_body_slower_than_the_floor_is_cut_off_with_408() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.body_timeout = Duration::from_secs(2);
-            c.connections.body_min_rate = 1000;
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.connections.body_timeout = Duration::from_secs(2);
+        c.connections.body_min_rate = 1000;
     })
     .await;
     let addr = addr(&app);
@@ -606,12 +585,9 @@ async fn a_body_slower_than_the_floor_is_cut_off_with_408() {
 /// An app with one connection slot (whoever holds it keeps everyone else
 /// out) and a write-stall timeout of `stall`.
 async fn one_slot(stall: Duration) -> TestApp {
-    spawn_app_with(AppOptions {
-        configure: Some(Box::new(move |c| {
-            c.connections.max_connections = Some(1);
-            c.connections.write_stall_timeout = stall;
-        })),
-        ..Default::default()
+    spawn_configured(move |c| {
+        c.connections.max_connections = Some(1);
+        c.connections.write_stall_timeout = stall;
     })
     .await
 }
@@ -730,13 +706,10 @@ async fn an_http2_client_that_keeps_its_window_shut_gives_its_slot_back() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_account_holds_at_most_its_streams() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.max_streams_per_account = 2;
-            // Frequent keep-alives: a closed stream is noticed soon.
-            c.sse_keep_alive = Duration::from_millis(200);
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.connections.max_streams_per_account = 2;
+        // Frequent keep-alives: a closed stream is noticed soon.
+        c.sse_keep_alive = Duration::from_millis(200);
     })
     .await;
     let t = app.new_account("streams").await;
@@ -765,15 +738,8 @@ async fn an_account_holds_at_most_its_streams() {
         message.contains("max-streams-per-account") && message.contains('2'),
         "{message}"
     );
-    let url = format!(
-        "{}/api/v1/sandbox/{id}/terminal",
-        app.base.replace("http://", "ws://")
-    );
-    let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {t}").parse().unwrap());
-    let err = tokio_tungstenite::connect_async(req).await.unwrap_err();
-    assert!(err.to_string().contains("429"), "{err}");
+    let err = crate::terminal::open(&app, &t, &id, "").await.unwrap_err();
+    assert!(err.contains("429"), "{err}");
     let token = app.port_token(&t, &id).await;
     let mut s = TcpStream::connect(addr(&app)).await.unwrap();
     s.write_all(

@@ -125,12 +125,7 @@ async fn api_tokens_are_made_listed_and_revoked() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!listed.to_string().contains(&ci), "{listed}");
-    let names: Vec<&str> = listed["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = str_list(&listed["tokens"], "name");
     assert_eq!(names.len(), 2, "{listed}");
     assert!(names.contains(&"ci"), "{listed}");
     assert!(
@@ -401,24 +396,12 @@ async fn traffic(app: &TestApp, sandbox: &str, token: &str) -> StatusCode {
 async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
     let (app, [alice, bob]) = spawn_with_accounts(["alice-team-tokens", "bob-team-tokens"]).await;
     let bob_id = account_id(&app, &bob).await;
-    let team_id = app.new_team("shared-tokens").await;
-    let r = app
-        .post(
-            &format!("/api/v1/teams/{team_id}/members"),
-            &app.admin_token,
-            json!({ "accountId": bob_id }),
-        )
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
     let alice_id = account_id(&app, &alice).await;
-    let r = app
-        .post(
-            &format!("/api/v1/teams/{team_id}/members"),
-            &app.admin_token,
-            json!({ "accountId": alice_id }),
-        )
-        .await;
-    assert!(r.status.is_success(), "{:?}", r.body);
+    let team_id = app.new_team("shared-tokens").await;
+    for member in [&bob_id, &alice_id] {
+        let r = app.add_member(&team_id, member).await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+    }
     let sid = app
         .create_id(
             &alice,
@@ -493,8 +476,7 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
 /// a sandbox that kept running through the restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn credentials_and_revocations_survive_a_restart() {
-    let mut first = spawn_app().await;
-    first.cleanup_on_drop = false;
+    let first = spawn_kept_app().await;
     let alice = first.new_account("alice-restart").await;
     let bob = first.new_account("bob-restart").await;
     let alice_id = account_id(&first, &alice).await;

@@ -30,11 +30,8 @@ async fn shell(app: &TestApp, token: &str, id: &str, script: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_cannot_fill_an_ordinary_hosts_disk() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.disk_check_interval = Duration::from_millis(500);
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.service.disk_check_interval = Duration::from_millis(500);
     })
     .await;
     let health = app.get("/api/v1/health", &app.admin_token).await;

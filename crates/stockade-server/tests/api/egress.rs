@@ -7,7 +7,7 @@
 //! Needs root, `ip` and `python3` (as `scripts/test` runs it); skipped with
 //! a message otherwise.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,30 +27,17 @@ struct Outside {
     dir: tempfile::TempDir,
 }
 
-fn ip_ok(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl Outside {
-    /// `None` (and a message) when the machine cannot make one.
-    fn available() -> bool {
+    /// The bridge name of a test, `prefix` and this process's id; `None`
+    /// (and a message) when the machine cannot make one.
+    fn bridge(prefix: &str) -> Option<String> {
         netns_available("the egress tests")
+            .then(|| format!("{prefix}{}", std::process::id() % 100_000))
     }
 
     /// `10.251.{subnet}.0/24`: the host is .1, each host `(n, servers)`
     /// gets .n.
     fn start(name: &str, subnet: u8, hosts: &[(u8, Vec<String>)]) -> Self {
-        // What a killed earlier run left.
-        let _ = ip(&["link", "del", name]);
-        for (n, _) in hosts {
-            let _ = ip(&["netns", "del", &format!("{name}-{n}")]);
-        }
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("outside_hosts.py"), SCRIPT).unwrap();
         let mut outside = Self {
@@ -59,42 +46,16 @@ impl Outside {
             children: Vec::new(),
             dir,
         };
-        ip_ok(&["link", "add", name, "type", "bridge"]);
-        ip_ok(&["addr", "add", &format!("10.251.{subnet}.1/24"), "dev", name]);
-        ip_ok(&["link", "set", name, "up"]);
+        add_bridge(name, subnet);
         for (n, servers) in hosts {
-            let ns = format!("{name}-{n}");
-            let veth = format!("{name}v{n}");
-            ip_ok(&["netns", "add", &ns]);
-            ip_ok(&[
-                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-            ]);
-            ip_ok(&["link", "set", &veth, "master", name, "up"]);
-            ip_ok(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("10.251.{subnet}.{n}/24"),
-                "dev",
-                "eth0",
-            ]);
-            ip_ok(&["-n", &ns, "link", "set", "eth0", "up"]);
-            ip_ok(&["-n", &ns, "link", "set", "lo", "up"]);
-            let mut child = Command::new("ip")
-                .args(["netns", "exec", &ns, "python3"])
-                .arg(outside.dir.path().join("outside_hosts.py"))
-                .args(servers)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("python3 in the namespace");
-            let mut line = String::new();
-            use std::io::BufRead;
-            std::io::BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            assert_eq!(line.trim(), "ready", "outside host {n} did not start");
+            let ns = add_namespace(name, subnet, *n);
+            let child = spawn_ready(
+                Command::new("ip")
+                    .args(["netns", "exec", &ns, "python3"])
+                    .arg(outside.dir.path().join("outside_hosts.py"))
+                    .args(servers),
+                &format!("outside host {n}"),
+            );
             outside.children.push(child);
         }
         outside
@@ -110,22 +71,18 @@ fn cert(dir: &std::path::Path, name: &str) -> (String, String) {
     {
         let cert = dir.join("cert.pem");
         let key = dir.join("key.pem");
-        let out = Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            ])
-            .arg("-subj")
-            .arg(format!("/CN={name}"))
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        run_ok(
+            Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                ])
+                .arg("-subj")
+                .arg(format!("/CN={name}"))
+                .arg("-keyout")
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert),
+            "openssl",
         );
         (cert.display().to_string(), key.display().to_string())
     }
@@ -160,25 +117,13 @@ async fn run(app: &TestApp, t: &str, id: &str, cmd: &str) -> (i64, String) {
 
 /// Whether `url` answers with `expect` from inside the sandbox.
 async fn fetch(app: &TestApp, t: &str, id: &str, url: &str, extra: &str) -> String {
-    let (_, out) = run(
-        app,
-        t,
-        id,
-        &format!("timeout 5 wget -q -O- --no-check-certificate {extra} '{url}' 2>&1"),
-    )
-    .await;
-    out
+    let cmd = format!("timeout 5 wget -q -O- --no-check-certificate {extra} '{url}' 2>&1");
+    run(app, t, id, &cmd).await.1
 }
 
 async fn tcp(app: &TestApp, t: &str, id: &str, addr: &str, port: u16) -> String {
-    let (_, out) = run(
-        app,
-        t,
-        id,
-        &format!("timeout 5 nc {addr} {port} 2>&1 </dev/null"),
-    )
-    .await;
-    out
+    let cmd = format!("timeout 5 nc {addr} {port} 2>&1 </dev/null");
+    run(app, t, id, &cmd).await.1
 }
 
 async fn resolves(app: &TestApp, t: &str, id: &str, name: &str) -> bool {
@@ -187,16 +132,19 @@ async fn resolves(app: &TestApp, t: &str, id: &str, name: &str) -> bool {
 }
 
 async fn patch(app: &TestApp, t: &str, id: &str, policy: Value) -> Value {
-    let r = app
-        .call(
-            Method::PATCH,
-            &format!("/api/v1/sandbox/{id}"),
-            Some(t),
-            Some(json!({ "networkPolicy": policy })),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    r.body
+    app.patch_sandbox(t, id, json!({ "networkPolicy": policy }))
+        .await
+        .expect(StatusCode::OK)
+}
+
+/// An E2B create that denies all egress but `allowed` and names `dns` as
+/// its DNS server: the answer as it is.
+async fn e2b_with_dns(app: &TestApp, t: &str, allowed: &str, dns: &str) -> Resp {
+    let network = json!({
+        "denyOut": ["0.0.0.0/0"], "allowOut": [allowed], "dnsServers": [dns]
+    });
+    let body = json!({ "templateID": "base", "network": network });
+    app.post("/e2b/sandboxes", t, body).await
 }
 
 /// Polls `check` for up to `within`; how long it took.
@@ -217,10 +165,9 @@ where
 
 #[tokio::test(flavor = "multi_thread")]
 async fn allow_lists_by_name_and_address_hold_and_change_live() {
-    if !Outside::available() {
+    let Some(name) = Outside::bridge("stkte") else {
         return;
-    }
-    let name = format!("stkte{}", std::process::id() % 100_000);
+    };
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = cert(certs.path(), "allowed.test");
     let records = "allowed.test=10.251.61.2,other.test=10.251.61.3,api.wild.test=10.251.61.3";
@@ -252,13 +199,10 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
         ],
     );
     let dns = format!("{}:53", outside.addr(2));
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(move |c| {
-            c.service.egress.upstream_dns = vec![dns.parse().unwrap()];
-            // The outside hosts sit in a private range: opted in.
-            c.service.egress.private = PrivateAccess::parse(&["10.251.61.0/24"]).unwrap();
-        })),
-        ..Default::default()
+    let app = spawn_configured(move |c| {
+        c.service.egress.upstream_dns = vec![dns.parse().unwrap()];
+        // The outside hosts sit in a private range: opted in.
+        c.service.egress.private = PrivateAccess::parse(&["10.251.61.0/24"]).unwrap();
     })
     .await;
     let t = &app.admin_token;
@@ -549,10 +493,9 @@ async fn app_with_private(
 /// server only.
 #[tokio::test(flavor = "multi_thread")]
 async fn private_ranges_are_out_of_reach_unless_opted_in() {
-    if !Outside::available() {
+    let Some(name) = Outside::bridge("stktp") else {
         return;
-    }
-    let name = format!("stktp{}", std::process::id() % 100_000);
+    };
     let outside = Outside::start(
         &name,
         62,
@@ -646,15 +589,7 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
         assert_eq!(r.error_fields(), ["networkPolicy.allow[0]"], "{:?}", r.body);
         // E2B's dnsServers name the same private server: refused too.
-        let r = app
-            .post(
-                "/e2b/sandboxes",
-                t,
-                json!({ "templateID": "base", "network": {
-                    "denyOut": ["0.0.0.0/0"], "allowOut": ["internal.test"],
-                    "dnsServers": [private] } }),
-            )
-            .await;
+        let r = e2b_with_dns(&app, t, "internal.test", &private).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
         assert!(
             r.body.to_string().contains("--egress-allow-private"),
@@ -713,15 +648,7 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
 
     // E2B's dnsServers: port 53 of the server, not the whole address (DNS
     // over HTTPS or TLS would pass the name checks by).
-    let r = app
-        .post(
-            "/e2b/sandboxes",
-            t,
-            json!({ "templateID": "base", "network": {
-                "denyOut": ["0.0.0.0/0"], "allowOut": ["example.test"],
-                "dnsServers": [private] } }),
-        )
-        .await;
+    let r = e2b_with_dns(&app, t, "example.test", &private).await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     let e2b = r.body["sandboxID"].as_str().unwrap().to_owned();
     let details = app.get(&format!("/api/v1/sandbox/{e2b}"), t).await;

@@ -229,19 +229,18 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
     let t = &app.admin_token;
     let base = format!("/api/v1/sandbox/{id}/processes");
 
-    let r = exec(
-        &app,
-        t,
-        &id,
-        json!({ "shell": "echo started; sleep 0.5; echo done >&2; exit 7", "background": true }),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let short = r.body["processId"].as_str().unwrap().to_owned();
+    let started = app
+        .background(
+            t,
+            &id,
+            json!({ "shell": "echo started; sleep 0.5; echo done >&2; exit 7" }),
+        )
+        .await;
+    let short = started["processId"].as_str().unwrap().to_owned();
     assert_eq!(short.len(), 12);
-    assert_eq!(r.body["status"], "running");
+    assert_eq!(started["status"], "running");
     assert_eq!(
-        r.body["command"],
+        started["command"],
         json!([
             "/bin/sh",
             "-c",
@@ -249,22 +248,12 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
         ])
     );
 
-    let r = exec(
-        &app,
-        t,
-        &id,
-        json!({ "cmd": ["sleep", "341"], "background": true }),
-    )
-    .await;
-    let long = r.body["processId"].as_str().unwrap().to_owned();
+    let long = app
+        .background_id(t, &id, json!({ "cmd": ["sleep", "341"] }))
+        .await;
 
     let r = app.get(&base, t).await;
-    let listed: Vec<&str> = r.body["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["processId"].as_str().unwrap())
-        .collect();
+    let listed: Vec<&str> = str_list(&r.body["processes"], "processId");
     assert_eq!(listed, vec![short.as_str(), long.as_str()]);
 
     let r = app
@@ -295,14 +284,9 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
     assert_eq!(r.body["status"], "killed");
 
     // A background process with a timeout.
-    let r = exec(
-        &app,
-        t,
-        &id,
-        json!({ "shell": "sleep 342", "background": true, "timeoutSeconds": 1 }),
-    )
-    .await;
-    let timed = r.body["processId"].as_str().unwrap().to_owned();
+    let timed = app
+        .background_id(t, &id, json!({ "shell": "sleep 342", "timeoutSeconds": 1 }))
+        .await;
     let r = app
         .post(&format!("{base}/{timed}/wait?timeout=15"), t, json!({}))
         .await;
@@ -325,14 +309,9 @@ async fn background_processes_can_be_listed_waited_for_and_killed() {
 async fn every_exec_verb_is_forbidden_on_another_accounts_sandbox() {
     let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let id = app.create_id(&alice, json!({})).await;
-    let r = exec(
-        &app,
-        &alice,
-        &id,
-        json!({ "cmd": ["sleep", "351"], "background": true }),
-    )
-    .await;
-    let pid = r.body["processId"].as_str().unwrap().to_owned();
+    let pid = app
+        .background_id(&alice, &id, json!({ "cmd": ["sleep", "351"] }))
+        .await;
 
     for (method, path, body) in [
         (

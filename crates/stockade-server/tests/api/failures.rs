@@ -28,19 +28,36 @@ struct FailingStore {
     fail_updates: AtomicBool,
 }
 
-#[async_trait]
-impl SandboxStore for FailingStore {
-    async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
-        self.inner.insert_sandbox(sandbox).await
-    }
-    async fn get_sandbox(&self, scope: &Scope, id: &SandboxId) -> StoreResult<Sandbox> {
-        self.inner.get_sandbox(scope, id).await
-    }
-    async fn get_sandbox_by_name(&self, scope: &Scope, name: &str) -> StoreResult<Sandbox> {
-        self.inner.get_sandbox_by_name(scope, name).await
-    }
-    async fn list_sandboxes(&self, scope: &Scope, f: &SandboxFilter) -> StoreResult<SandboxPage> {
-        self.inner.list_sandboxes(scope, f).await
+/// `impl $role for FailingStore`: each listed method hands the call to the
+/// real store as it is; the items after the list are written out.
+macro_rules! forward {
+    ($role:ident { $(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)* } $($own:tt)*) => {
+        #[async_trait]
+        impl $role for FailingStore {
+            $(
+                async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    self.inner.$name($($arg),*).await
+                }
+            )*
+            $($own)*
+        }
+    };
+}
+
+forward! {
+    SandboxStore {
+        fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()>;
+        fn get_sandbox(&self, scope: &Scope, id: &SandboxId) -> StoreResult<Sandbox>;
+        fn get_sandbox_by_name(&self, scope: &Scope, name: &str) -> StoreResult<Sandbox>;
+        fn list_sandboxes(&self, scope: &Scope, f: &SandboxFilter) -> StoreResult<SandboxPage>;
+        fn soft_delete_sandbox(&self, id: &SandboxId, at: DateTime<Utc>) -> StoreResult<()>;
+        fn purge_sandbox(&self, id: &SandboxId) -> StoreResult<()>;
+        fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>>;
+        fn list_active_sandboxes_page(&self, after: Option<&SandboxId>, limit: u32) -> StoreResult<Vec<Sandbox>>;
+        fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;
+        fn sandbox_owner(&self, id: &SandboxId) -> StoreResult<Option<stockade_store::RecordOwner>>;
+        fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
+        fn claim_expired_sessions(&self, server: &str, now: DateTime<Utc>, lease_until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Sandbox>>;
     }
     async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox> {
         if self.fail_updates.load(Ordering::SeqCst) {
@@ -50,342 +67,119 @@ impl SandboxStore for FailingStore {
         }
         self.inner.update_sandbox(sandbox).await
     }
-    async fn soft_delete_sandbox(&self, id: &SandboxId, at: DateTime<Utc>) -> StoreResult<()> {
-        self.inner.soft_delete_sandbox(id, at).await
-    }
-    async fn purge_sandbox(&self, id: &SandboxId) -> StoreResult<()> {
-        self.inner.purge_sandbox(id).await
-    }
-    async fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>> {
-        self.inner.list_active_sandboxes().await
-    }
-    async fn list_active_sandboxes_page(
-        &self,
-        after: Option<&SandboxId>,
-        limit: u32,
-    ) -> StoreResult<Vec<Sandbox>> {
-        self.inner.list_active_sandboxes_page(after, limit).await
-    }
-    async fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool> {
-        self.inner.sandbox_record_exists(id).await
-    }
-    async fn sandbox_owner(
-        &self,
-        id: &SandboxId,
-    ) -> StoreResult<Option<stockade_store::RecordOwner>> {
-        self.inner.sandbox_owner(id).await
-    }
-    async fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>> {
-        self.inner.count_sandboxes_by_status().await
-    }
-    async fn claim_expired_sessions(
-        &self,
-        server: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        limit: u32,
-    ) -> StoreResult<Vec<Sandbox>> {
-        self.inner
-            .claim_expired_sessions(server, now, lease_until, limit)
-            .await
-    }
 }
 
-#[async_trait]
-impl HealthStore for FailingStore {
+forward! {
+    HealthStore {
+        fn ping(&self) -> StoreResult<()>;
+        fn probe_write(&self) -> StoreResult<()>;
+    }
     fn backend(&self) -> &'static str {
         self.inner.backend()
-    }
-    async fn ping(&self) -> StoreResult<()> {
-        self.inner.ping().await
     }
     fn health(&self) -> StoreHealth {
         self.inner.health()
     }
-    async fn probe_write(&self) -> StoreResult<()> {
-        self.inner.probe_write().await
+}
+
+forward! {
+    SettingsStore {
+        fn instance_id(&self) -> StoreResult<InstanceId>;
+        fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String>;
     }
 }
 
-#[async_trait]
-impl SettingsStore for FailingStore {
-    async fn instance_id(&self) -> StoreResult<InstanceId> {
-        self.inner.instance_id().await
-    }
-    async fn setting_get_or_insert(&self, key: &str, value: &str) -> StoreResult<String> {
-        self.inner.setting_get_or_insert(key, value).await
-    }
-}
-
-#[async_trait]
-impl AccountStore for FailingStore {
-    async fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account> {
-        self.inner.create_account(name, is_admin).await
-    }
-    async fn list_accounts(&self) -> StoreResult<Vec<Account>> {
-        self.inner.list_accounts().await
-    }
-    async fn count_accounts(&self) -> StoreResult<u64> {
-        self.inner.count_accounts().await
-    }
-    async fn get_account(&self, id: &AccountId) -> StoreResult<(Account, Vec<TeamId>)> {
-        self.inner.get_account(id).await
-    }
-    async fn set_account_disabled(
-        &self,
-        id: &AccountId,
-        at: Option<DateTime<Utc>>,
-    ) -> StoreResult<Account> {
-        self.inner.set_account_disabled(id, at).await
-    }
-    async fn insert_token(&self, record: &TokenRecord, token_hash: &str) -> StoreResult<()> {
-        self.inner.insert_token(record, token_hash).await
-    }
-    async fn authenticate(&self, h: &str) -> StoreResult<Option<Authenticated>> {
-        self.inner.authenticate(h).await
-    }
-    async fn list_tokens(&self, account: &AccountId) -> StoreResult<Vec<TokenRecord>> {
-        self.inner.list_tokens(account).await
-    }
-    async fn get_token(&self, id: &TokenId) -> StoreResult<TokenRecord> {
-        self.inner.get_token(id).await
-    }
-    async fn delete_token(&self, id: &TokenId) -> StoreResult<()> {
-        self.inner.delete_token(id).await
-    }
-    async fn touch_token(&self, id: &TokenId, at: DateTime<Utc>) -> StoreResult<()> {
-        self.inner.touch_token(id, at).await
+forward! {
+    AccountStore {
+        fn create_account(&self, name: &str, is_admin: bool) -> StoreResult<Account>;
+        fn list_accounts(&self) -> StoreResult<Vec<Account>>;
+        fn count_accounts(&self) -> StoreResult<u64>;
+        fn get_account(&self, id: &AccountId) -> StoreResult<(Account, Vec<TeamId>)>;
+        fn set_account_disabled(&self, id: &AccountId, at: Option<DateTime<Utc>>) -> StoreResult<Account>;
+        fn insert_token(&self, record: &TokenRecord, token_hash: &str) -> StoreResult<()>;
+        fn authenticate(&self, h: &str) -> StoreResult<Option<Authenticated>>;
+        fn list_tokens(&self, account: &AccountId) -> StoreResult<Vec<TokenRecord>>;
+        fn get_token(&self, id: &TokenId) -> StoreResult<TokenRecord>;
+        fn delete_token(&self, id: &TokenId) -> StoreResult<()>;
+        fn touch_token(&self, id: &TokenId, at: DateTime<Utc>) -> StoreResult<()>;
     }
 }
 
-#[async_trait]
-impl QuotaStore for FailingStore {
-    async fn create_account_with_quota(
-        &self,
-        name: &str,
-        is_admin: bool,
-        quota: &Quota,
-    ) -> StoreResult<Account> {
-        self.inner
-            .create_account_with_quota(name, is_admin, quota)
-            .await
-    }
-    async fn get_quota(&self, account: &AccountId) -> StoreResult<Quota> {
-        self.inner.get_quota(account).await
-    }
-    async fn set_quota(&self, account: &AccountId, quota: &Quota) -> StoreResult<()> {
-        self.inner.set_quota(account, quota).await
-    }
-    async fn account_usage(
-        &self,
-        account: &AccountId,
-        except: &[SandboxId],
-    ) -> StoreResult<QuotaUsage> {
-        self.inner.account_usage(account, except).await
-    }
-    async fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources> {
-        self.inner.server_reserved(server, except).await
-    }
-    async fn snapshot_usage(
-        &self,
-        account: &AccountId,
-        except: Option<&stockade_core::SnapshotId>,
-    ) -> StoreResult<(u64, u64)> {
-        self.inner.snapshot_usage(account, except).await
+forward! {
+    QuotaStore {
+        fn create_account_with_quota(&self, name: &str, is_admin: bool, quota: &Quota) -> StoreResult<Account>;
+        fn get_quota(&self, account: &AccountId) -> StoreResult<Quota>;
+        fn set_quota(&self, account: &AccountId, quota: &Quota) -> StoreResult<()>;
+        fn account_usage(&self, account: &AccountId, except: &[SandboxId]) -> StoreResult<QuotaUsage>;
+        fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources>;
+        fn snapshot_usage(&self, account: &AccountId, except: Option<&stockade_core::SnapshotId>) -> StoreResult<(u64, u64)>;
     }
 }
 
-#[async_trait]
-impl TeamStore for FailingStore {
-    async fn create_team(&self, name: &str) -> StoreResult<Team> {
-        self.inner.create_team(name).await
-    }
-    async fn list_teams(&self) -> StoreResult<Vec<Team>> {
-        self.inner.list_teams().await
-    }
-    async fn get_team(&self, id: &TeamId) -> StoreResult<Team> {
-        self.inner.get_team(id).await
-    }
-    async fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>> {
-        self.inner.teams_of_account(account).await
-    }
-    async fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()> {
-        self.inner.add_team_member(team, account).await
-    }
-    async fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()> {
-        self.inner.remove_team_member(team, account).await
-    }
-    async fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>> {
-        self.inner.list_team_members(team).await
+forward! {
+    TeamStore {
+        fn create_team(&self, name: &str) -> StoreResult<Team>;
+        fn list_teams(&self) -> StoreResult<Vec<Team>>;
+        fn get_team(&self, id: &TeamId) -> StoreResult<Team>;
+        fn teams_of_account(&self, account: &AccountId) -> StoreResult<Vec<Team>>;
+        fn add_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
+        fn remove_team_member(&self, team: &TeamId, account: &AccountId) -> StoreResult<()>;
+        fn list_team_members(&self, team: &TeamId) -> StoreResult<Vec<Account>>;
     }
 }
 
-#[async_trait]
-impl IdempotencyStore for FailingStore {
-    async fn insert_idempotency_key(
-        &self,
-        account: &AccountId,
-        key: &str,
-        hash: &str,
-        sandbox: &SandboxId,
-        expired_before: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        self.inner
-            .insert_idempotency_key(account, key, hash, sandbox, expired_before)
-            .await
-    }
-    async fn get_idempotency_key(
-        &self,
-        account: &AccountId,
-        key: &str,
-        expired_before: DateTime<Utc>,
-    ) -> StoreResult<Option<(String, SandboxId)>> {
-        self.inner
-            .get_idempotency_key(account, key, expired_before)
-            .await
-    }
-    async fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()> {
-        self.inner.delete_idempotency_key(account, key).await
-    }
-    async fn purge_idempotency_keys(&self, before: DateTime<Utc>) -> StoreResult<u64> {
-        self.inner.purge_idempotency_keys(before).await
+forward! {
+    IdempotencyStore {
+        fn insert_idempotency_key(&self, account: &AccountId, key: &str, hash: &str, sandbox: &SandboxId, expired_before: DateTime<Utc>) -> StoreResult<()>;
+        fn get_idempotency_key(&self, account: &AccountId, key: &str, expired_before: DateTime<Utc>) -> StoreResult<Option<(String, SandboxId)>>;
+        fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()>;
+        fn purge_idempotency_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
     }
 }
 
-#[async_trait]
-impl SnapshotStore for FailingStore {
-    async fn insert_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()> {
-        self.inner.insert_snapshot(s).await
-    }
-    async fn get_snapshot(
-        &self,
-        scope: &Scope,
-        id: &stockade_core::SnapshotId,
-    ) -> StoreResult<stockade_core::Snapshot> {
-        self.inner.get_snapshot(scope, id).await
-    }
-    async fn list_snapshots(
-        &self,
-        scope: &Scope,
-        source: Option<&SandboxId>,
-    ) -> StoreResult<Vec<stockade_core::Snapshot>> {
-        self.inner.list_snapshots(scope, source).await
-    }
-    async fn update_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()> {
-        self.inner.update_snapshot(s).await
-    }
-    async fn purge_snapshot(&self, id: &stockade_core::SnapshotId) -> StoreResult<()> {
-        self.inner.purge_snapshot(id).await
-    }
-    async fn pending_snapshots(
-        &self,
-        before: DateTime<Utc>,
-    ) -> StoreResult<Vec<stockade_core::Snapshot>> {
-        self.inner.pending_snapshots(before).await
+forward! {
+    SnapshotStore {
+        fn insert_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()>;
+        fn get_snapshot(&self, scope: &Scope, id: &stockade_core::SnapshotId) -> StoreResult<stockade_core::Snapshot>;
+        fn list_snapshots(&self, scope: &Scope, source: Option<&SandboxId>) -> StoreResult<Vec<stockade_core::Snapshot>>;
+        fn update_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()>;
+        fn purge_snapshot(&self, id: &stockade_core::SnapshotId) -> StoreResult<()>;
+        fn pending_snapshots(&self, before: DateTime<Utc>) -> StoreResult<Vec<stockade_core::Snapshot>>;
     }
 }
 
-#[async_trait]
-impl LeaseStore for FailingStore {
-    async fn acquire_lease(
-        &self,
-        name: &str,
-        holder: &str,
-        now: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> StoreResult<Option<Lease>> {
-        self.inner
-            .acquire_lease(name, holder, now, expires_at)
-            .await
-    }
-    async fn get_lease(&self, name: &str) -> StoreResult<Option<Lease>> {
-        self.inner.get_lease(name).await
-    }
-    async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool> {
-        self.inner.release_lease(name, holder).await
+forward! {
+    LeaseStore {
+        fn acquire_lease(&self, name: &str, holder: &str, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> StoreResult<Option<Lease>>;
+        fn get_lease(&self, name: &str) -> StoreResult<Option<Lease>>;
+        fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool>;
     }
 }
 
-#[async_trait]
-impl HostStore for FailingStore {
-    async fn insert_host(&self, host: &stockade_core::Host) -> StoreResult<()> {
-        self.inner.insert_host(host).await
-    }
-    async fn ensure_host(&self, host: &stockade_core::Host) -> StoreResult<stockade_core::Host> {
-        self.inner.ensure_host(host).await
-    }
-    async fn list_hosts(&self) -> StoreResult<Vec<stockade_core::Host>> {
-        self.inner.list_hosts().await
-    }
-    async fn get_host(&self, name: &str) -> StoreResult<stockade_core::Host> {
-        self.inner.get_host(name).await
-    }
-    async fn update_host(&self, host: &stockade_core::Host) -> StoreResult<()> {
-        self.inner.update_host(host).await
-    }
-    async fn record_host_health(
-        &self,
-        name: &str,
-        health: &stockade_core::HostHealth,
-    ) -> StoreResult<()> {
-        self.inner.record_host_health(name, health).await
-    }
-    async fn delete_host(&self, name: &str) -> StoreResult<()> {
-        self.inner.delete_host(name).await
-    }
-    async fn sandboxes_per_server(&self) -> StoreResult<std::collections::HashMap<String, u64>> {
-        self.inner.sandboxes_per_server().await
-    }
-    async fn insert_sandbox_placed(
-        &self,
-        sb: &mut Sandbox,
-        op: Option<&Operation>,
-        candidates: &[PlacementCandidate],
-    ) -> StoreResult<Placed> {
-        self.inner.insert_sandbox_placed(sb, op, candidates).await
+forward! {
+    HostStore {
+        fn insert_host(&self, host: &stockade_core::Host) -> StoreResult<()>;
+        fn ensure_host(&self, host: &stockade_core::Host) -> StoreResult<stockade_core::Host>;
+        fn list_hosts(&self) -> StoreResult<Vec<stockade_core::Host>>;
+        fn get_host(&self, name: &str) -> StoreResult<stockade_core::Host>;
+        fn update_host(&self, host: &stockade_core::Host) -> StoreResult<()>;
+        fn record_host_health(&self, name: &str, health: &stockade_core::HostHealth) -> StoreResult<()>;
+        fn delete_host(&self, name: &str) -> StoreResult<()>;
+        fn sandboxes_per_server(&self) -> StoreResult<std::collections::HashMap<String, u64>>;
+        fn insert_sandbox_placed(&self, sb: &mut Sandbox, op: Option<&Operation>, candidates: &[PlacementCandidate]) -> StoreResult<Placed>;
     }
 }
 
-#[async_trait]
-impl OperationStore for FailingStore {
-    async fn begin_operation(&self, op: &Operation) -> StoreResult<()> {
-        self.inner.begin_operation(op).await
-    }
-    async fn get_operation(&self, target: &str) -> StoreResult<Option<Operation>> {
-        self.inner.get_operation(target).await
-    }
-    async fn renew_operations(&self, holder: &str, until: DateTime<Utc>) -> StoreResult<u64> {
-        self.inner.renew_operations(holder, until).await
-    }
-    async fn end_operation(&self, id: &OperationId) -> StoreResult<()> {
-        self.inner.end_operation(id).await
-    }
-    async fn claim_expired_operations(
-        &self,
-        holder: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: u32,
-    ) -> StoreResult<Vec<Operation>> {
-        self.inner
-            .claim_expired_operations(holder, now, until, limit)
-            .await
-    }
-    async fn claim_operation(
-        &self,
-        id: &OperationId,
-        holder: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> StoreResult<Option<Operation>> {
-        self.inner.claim_operation(id, holder, now, until).await
-    }
-    async fn insert_sandbox_with_operation(
-        &self,
-        sandbox: &Sandbox,
-        op: &Operation,
-    ) -> StoreResult<()> {
-        self.inner.insert_sandbox_with_operation(sandbox, op).await
+forward! {
+    OperationStore {
+        fn begin_operation(&self, op: &Operation) -> StoreResult<()>;
+        fn get_operation(&self, target: &str) -> StoreResult<Option<Operation>>;
+        fn renew_operations(&self, holder: &str, until: DateTime<Utc>) -> StoreResult<u64>;
+        fn end_operation(&self, id: &OperationId) -> StoreResult<()>;
+        fn claim_expired_operations(&self, holder: &str, now: DateTime<Utc>, until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Operation>>;
+        fn claim_operation(&self, id: &OperationId, holder: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> StoreResult<Option<Operation>>;
+        fn insert_sandbox_with_operation(&self, sandbox: &Sandbox, op: &Operation) -> StoreResult<()>;
+        fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>>;
     }
     async fn finish_operation(
         &self,
@@ -399,9 +193,6 @@ impl OperationStore for FailingStore {
             ));
         }
         self.inner.finish_operation(id, holder, write).await
-    }
-    async fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>> {
-        self.inner.list_operations(limit).await
     }
 }
 

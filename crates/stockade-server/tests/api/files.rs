@@ -121,23 +121,25 @@ async fn get_file(app: &TestApp, id: &str, path: &str) -> Raw {
 /// A file's bytes as the container itself sees them.
 fn bytes_in(id: &str, path: &str) -> Vec<u8> {
     let out = docker(&["exec", &format!("stockade-{id}"), "cat", path]);
-    assert!(
-        out.status.success(),
-        "cat {path}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    succeeded(out, format!("cat {path}"))
 }
 
-async fn sandbox(app: &TestApp, name: &str) -> String {
-    let sb = app.create(&app.admin_token, json!({ "name": name })).await;
-    sb["id"].as_str().unwrap().to_owned()
+/// An app with a running sandbox of the administrator's named `name`: the
+/// app and the sandbox's id.
+async fn sandbox(name: &str) -> (TestApp, String) {
+    spawn_with_sandbox_id(json!({ "name": name })).await
+}
+
+/// [`sandbox`] in which `script` laid out files first.
+async fn sandbox_with_files(name: &str, script: &str) -> (TestApp, String) {
+    let (app, id) = sandbox(name).await;
+    sh_in(&id, script);
+    (app, id)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn binary_files_round_trip_byte_for_byte() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-binary").await;
+    let (app, id) = sandbox("files-binary").await;
 
     for (path, len, seed) in [
         ("blob.bin", 3 * 1024 * 1024 + 17, 1),
@@ -238,14 +240,13 @@ async fn binary_files_round_trip_byte_for_byte() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn directories_list_and_paths_stat() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-list").await;
-    sh_in(
-        &id,
+    let (app, id) = sandbox_with_files(
+        "files-list",
         "mkdir -p /workspace/proj/src/inner && printf 12345 > /workspace/proj/a.txt \
          && printf x > /workspace/proj/src/inner/deep.txt && ln -s a.txt /workspace/proj/link \
          && chmod 4755 /workspace/proj/a.txt && mkfifo /workspace/proj/pipe",
-    );
+    )
+    .await;
 
     let r = get_file(&app, &id, "proj").await;
     assert_eq!(r.status, StatusCode::OK);
@@ -345,13 +346,12 @@ async fn directories_list_and_paths_stat() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_files_and_directories() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-delete").await;
-    sh_in(
-        &id,
+    let (app, id) = sandbox_with_files(
+        "files-delete",
         "mkdir -p /workspace/full/sub /workspace/empty && echo x > /workspace/full/sub/f \
          && echo y > /workspace/file && ln -s /workspace/full /workspace/link",
-    );
+    )
+    .await;
     let del = |path: &'static str, recursive: Option<&'static str>| {
         let app = &app;
         let id = id.clone();
@@ -443,8 +443,7 @@ fn raw_entry(name: &str, data: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tar_archives_round_trip() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-tar").await;
+    let (app, id) = sandbox("files-tar").await;
     let big = noise(1024 * 1024 + 5, 7);
 
     // Into a directory that does not exist yet.
@@ -549,8 +548,7 @@ async fn tar_archives_round_trip() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn files_of_a_stopped_sandbox() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-stopped").await;
+    let (app, id) = sandbox("files-stopped").await;
     let data = noise(300_000, 11);
     assert_eq!(
         put_file(&app, &id, "kept.bin", &data).await.status,
@@ -593,8 +591,7 @@ async fn files_of_a_stopped_sandbox() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn traversal_and_bad_paths_are_rejected() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-traversal").await;
+    let (app, id) = sandbox("files-traversal").await;
     let long = "a".repeat(5000);
     // Raw query strings, exactly as a client would send them.
     let bad = [
@@ -655,12 +652,11 @@ async fn traversal_and_bad_paths_are_rejected() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
-    let app = spawn_app().await;
-    let id = sandbox(&app, "files-symlink").await;
-    sh_in(
-        &id,
+    let (app, id) = sandbox_with_files(
+        "files-symlink",
         "ln -s / /workspace/evil && ln -s /etc /workspace/etc-link",
-    );
+    )
+    .await;
     let container_hostname = sh_in(&id, "cat /etc/hostname");
     assert_eq!(container_hostname, "files-symlink");
     let host_hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
@@ -751,16 +747,13 @@ async fn symlinks_resolve_inside_the_sandbox_never_on_the_host() {
 #[tokio::test(flavor = "multi_thread")]
 async fn uploads_over_the_limit_are_413() {
     const LIMIT: u64 = 1024 * 1024;
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.max_file_bytes = LIMIT;
-            c.service.max_unpacked_bytes = LIMIT;
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.service.max_file_bytes = LIMIT;
+        c.service.max_unpacked_bytes = LIMIT;
     })
     .await;
-    let id = sandbox(&app, "files-limit").await;
     let t = &app.admin_token;
+    let id = app.create_id(t, json!({ "name": "files-limit" })).await;
 
     // Exactly the limit is fine.
     let r = put_file(&app, &id, "exact.bin", &noise(LIMIT as usize, 1)).await;

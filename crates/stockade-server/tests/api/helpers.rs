@@ -47,16 +47,35 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(AppOptions::default()).await
 }
 
+/// A new app whose server configuration `configure` changed first.
+pub async fn spawn_configured(
+    configure: impl FnOnce(&mut ServerConfig) + Send + 'static,
+) -> TestApp {
+    spawn_app_with(AppOptions {
+        configure: Some(Box::new(configure)),
+        ..Default::default()
+    })
+    .await
+}
+
 /// A new app with one account of each name: the app and the accounts'
 /// tokens, in the order of `names`.
 pub async fn spawn_with_accounts<const N: usize>(names: [&str; N]) -> (TestApp, [String; N]) {
+    let (app, accounts) = spawn_with_account_ids(names).await;
+    (app, accounts.map(|(_, token)| token))
+}
+
+/// [`spawn_with_accounts`] with each account's id: `(id, token)` a name.
+pub async fn spawn_with_account_ids<const N: usize>(
+    names: [&str; N],
+) -> (TestApp, [(String, String); N]) {
     let app = spawn_app().await;
-    let mut tokens = Vec::with_capacity(N);
+    let mut accounts = Vec::with_capacity(N);
     for name in names {
-        tokens.push(app.new_account(name).await);
+        accounts.push(app.new_account_with_id(name).await);
     }
-    let tokens = tokens.try_into().expect("one token a name");
-    (app, tokens)
+    let accounts = accounts.try_into().expect("one account a name");
+    (app, accounts)
 }
 
 /// A new app with one running sandbox of the administrator's, made of
@@ -67,11 +86,27 @@ pub async fn spawn_with_sandbox(body: Value) -> (TestApp, Value) {
     (app, sandbox)
 }
 
+/// A new app with an account named `account` and one running sandbox of
+/// its, made of `body`: the app, the account's token and the sandbox's id.
+pub async fn spawn_with_owned_sandbox(account: &str, body: Value) -> (TestApp, String, String) {
+    let app = spawn_app().await;
+    let (token, id) = app.owned_sandbox(account, body).await;
+    (app, token, id)
+}
+
 /// [`spawn_with_sandbox`] with the sandbox's id.
 pub async fn spawn_with_sandbox_id(body: Value) -> (TestApp, String) {
     let (app, sandbox) = spawn_with_sandbox(body).await;
     let id = sandbox["id"].as_str().unwrap().to_owned();
     (app, id)
+}
+
+/// A new app whose containers, volumes and images outlive it, for a test
+/// that starts another server on them: the test removes them itself.
+pub async fn spawn_kept_app() -> TestApp {
+    let mut app = spawn_app().await;
+    app.cleanup_on_drop = false;
+    app
 }
 
 /// Connects a registered host as the server binary does: a Docker runtime
@@ -260,6 +295,33 @@ impl TestApp {
         body["token"].as_str().unwrap().to_owned()
     }
 
+    /// Runs `command` (an exec body) in sandbox `id` in the background,
+    /// asserting a 202: the process as the answer describes it.
+    pub async fn background(&self, token: &str, id: &str, mut command: Value) -> Value {
+        command["background"] = json!(true);
+        let r = self.sandbox_post(token, id, "exec", command).await;
+        r.expect(StatusCode::ACCEPTED)
+    }
+
+    /// [`TestApp::background`]: the process's id.
+    pub async fn background_id(&self, token: &str, id: &str, command: Value) -> String {
+        let process = self.background(token, id, command).await;
+        process["processId"].as_str().unwrap().to_owned()
+    }
+
+    /// Snapshots sandbox `id` as `name` (asserting a 201): the snapshot.
+    pub async fn snapshot(&self, token: &str, id: &str, name: &str) -> Value {
+        let body = json!({ "name": name });
+        let r = self.sandbox_post(token, id, "snapshots", body).await;
+        r.expect(StatusCode::CREATED)
+    }
+
+    /// [`TestApp::snapshot`]: the snapshot's id.
+    pub async fn snapshot_id(&self, token: &str, id: &str, name: &str) -> String {
+        let snapshot = self.snapshot(token, id, name).await;
+        snapshot["id"].as_str().unwrap().to_owned()
+    }
+
     /// PATCHes sandbox `id` (an update of its limits, name or labels).
     pub async fn patch_sandbox(&self, token: &str, id: &str, body: Value) -> Resp {
         let path = format!("/api/v1/sandbox/{id}");
@@ -329,6 +391,13 @@ impl TestApp {
             .as_str()
             .unwrap()
             .to_owned()
+    }
+
+    /// Adds `account` (an id) to `team` as the administrator.
+    pub async fn add_member(&self, team: &str, account: &str) -> Resp {
+        let path = format!("/api/v1/teams/{team}/members");
+        let body = json!({ "accountId": account });
+        self.post(&path, &self.admin_token, body).await
     }
 
     /// POSTs an empty object to an account route: `disable`, `enable`.
@@ -506,19 +575,10 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
 
 /// Runs a shell command inside a sandbox's container; returns stdout.
 pub fn sh_in(sandbox_id: &str, script: &str) -> String {
-    let out = docker(&[
-        "exec",
-        &format!("stockade-{sandbox_id}"),
-        "/bin/sh",
-        "-c",
-        script,
-    ]);
-    assert!(
-        out.status.success(),
-        "exec failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    let container = format!("stockade-{sandbox_id}");
+    let out = docker(&["exec", &container, "/bin/sh", "-c", script]);
+    let stdout = succeeded(out, "exec failed");
+    String::from_utf8_lossy(&stdout).trim().to_owned()
 }
 
 /// `docker inspect -f FORMAT` of a sandbox's container, as lines.
@@ -536,6 +596,11 @@ pub fn container_exists(sandbox_id: &str) -> bool {
     docker(&["inspect", &format!("stockade-{sandbox_id}")])
         .status
         .success()
+}
+
+/// The source of a sandbox made from snapshot `id`.
+pub fn snapshot_source(id: &str) -> Value {
+    json!({ "type": "snapshot", "snapshotId": id })
 }
 
 /// An address policy that lets sources reach this machine's loopback.
@@ -573,20 +638,99 @@ int main(void) {
             )
             .unwrap();
             let bin = dir.path().join("probe");
-            let out = Command::new("cc")
-                .args(["-static", "-O1", "-o"])
-                .arg(&bin)
-                .arg(&src)
-                .output()
-                .expect("a C compiler (cc) to build the io_uring probe");
-            assert!(
-                out.status.success(),
-                "building the io_uring probe failed: {}",
-                String::from_utf8_lossy(&out.stderr)
+            run_ok(
+                Command::new("cc")
+                    .args(["-static", "-O1", "-o"])
+                    .arg(&bin)
+                    .arg(&src),
+                "building the io_uring probe with a C compiler (cc)",
             );
             std::fs::read(&bin).unwrap()
         })
         .clone()
+}
+
+/// The string `field` of each item of the array `list`.
+#[track_caller]
+pub fn str_list<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not an array: {list}"))
+        .iter()
+        .map(|item| item[field].as_str().unwrap())
+        .collect()
+}
+
+/// Asserts a finished command succeeded, naming `what` ran and showing its
+/// stderr if not: its stdout.
+#[track_caller]
+pub fn succeeded(out: std::process::Output, what: impl std::fmt::Display) -> Vec<u8> {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Runs `cmd` and asserts it succeeded (see [`succeeded`]): its stdout.
+#[track_caller]
+pub fn run_ok(cmd: &mut Command, what: &str) -> Vec<u8> {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    succeeded(out, what)
+}
+
+/// Runs `ip ARGS` and asserts it succeeded.
+#[track_caller]
+pub fn ip_ok(args: &[&str]) {
+    run_ok(
+        Command::new("ip").args(args),
+        &format!("ip {}", args.join(" ")),
+    );
+}
+
+/// Makes the bridge `name` with the host at `10.251.{subnet}.1/24`, first
+/// removing what a killed earlier run left of it.
+pub fn add_bridge(name: &str, subnet: u8) {
+    let _ = ip(&["link", "del", name]);
+    ip_ok(&["link", "add", name, "type", "bridge"]);
+    ip_ok(&["addr", "add", &format!("10.251.{subnet}.1/24"), "dev", name]);
+    ip_ok(&["link", "set", name, "up"]);
+}
+
+/// Makes the network namespace `{bridge}-{n}` on the bridge, its `eth0` at
+/// `10.251.{subnet}.{n}/24`, first removing what a killed earlier run left
+/// of it: the namespace's name.
+pub fn add_namespace(bridge: &str, subnet: u8, n: u8) -> String {
+    let ns = format!("{bridge}-{n}");
+    let veth = format!("{bridge}v{n}");
+    let _ = ip(&["netns", "del", &ns]);
+    ip_ok(&["netns", "add", &ns]);
+    ip_ok(&[
+        "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+    ]);
+    ip_ok(&["link", "set", &veth, "master", bridge, "up"]);
+    let addr = format!("10.251.{subnet}.{n}/24");
+    ip_ok(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"]);
+    ip_ok(&["-n", &ns, "link", "set", "eth0", "up"]);
+    ip_ok(&["-n", &ns, "link", "set", "lo", "up"]);
+    ns
+}
+
+/// Starts a server that prints `ready` once it listens, and waits for
+/// that line (`what` names it if it does not come).
+pub fn spawn_ready(cmd: &mut Command, what: &str) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "{what} did not start");
+    child
 }
 
 /// Runs `ip ARGS` quietly: whether it succeeded.

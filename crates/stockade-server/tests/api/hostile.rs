@@ -59,11 +59,8 @@ async fn first_ok(req: impl Fn() -> reqwest::RequestBuilder, what: &str) -> reqw
 
 /// A server with the default address policy: no internal address allowed.
 async fn strict_app() -> TestApp {
-    spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.sources.addresses = Default::default();
-        })),
-        ..Default::default()
+    spawn_configured(|c| {
+        c.service.sources.addresses = Default::default();
     })
     .await
 }
@@ -78,11 +75,7 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
         )
         .await;
     sh_in(&id, "echo alices-secret > /etc/secret.txt");
-    let snap = app
-        .sandbox_post(&alice, &id, "snapshots", json!({ "name": "s" }))
-        .await;
-    assert_eq!(snap.status, StatusCode::CREATED, "{:?}", snap.body);
-    let snap_id = snap.body["id"].as_str().unwrap().to_owned();
+    let snap_id = app.snapshot_id(&alice, &id, "s").await;
     let image_ref = format!("stockade-snapshot:{snap_id}");
     let image_id = docker_lines(&["image", "inspect", "-f", "{{.Id}}", &image_ref])
         .pop()
@@ -136,22 +129,18 @@ async fn another_accounts_snapshot_cannot_be_booted_by_name() {
     let r = app
         .try_create(
             &mallory,
-            json!({ "name": "thief", "source": { "type": "snapshot", "snapshotId": snap_id } }),
+            json!({ "name": "thief", "source": snapshot_source(&snap_id) }),
         )
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     // Its owner still starts from it, through the source: its files and its
     // environment (from the record), and a variable of the request on top.
-    let rid = app
-        .create_id(
-            &alice,
-            json!({
-                "name": "restored",
-                "source": { "type": "snapshot", "snapshotId": snap_id },
-                "environmentVars": { "EXTRA": "x" },
-            }),
-        )
-        .await;
+    let restore = json!({
+        "name": "restored",
+        "source": snapshot_source(&snap_id),
+        "environmentVars": { "EXTRA": "x" },
+    });
+    let rid = app.create_id(&alice, restore).await;
     assert_eq!(sh_in(&rid, "cat /etc/secret.txt"), "alices-secret");
     assert_eq!(sh_in(&rid, "echo $ALICE_KEY-$EXTRA"), "sk-alice-0123-x");
     // Alice herself cannot name the image either: only the source reaches it.
@@ -231,13 +220,10 @@ async fn a_redirect_cannot_lead_a_fetch_to_an_internal_address() {
     // Only 127.0.0.1 is allowed; it redirects to 127.0.0.2, which is not.
     let (target_port, target_hits) = internal_service(None);
     let (port, hits) = internal_service(Some(format!("http://127.0.0.2:{target_port}/metrics")));
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.sources.addresses = stockade_core::net::AddressPolicy {
-                allow: vec![stockade_core::net::IpNet::parse("127.0.0.1").unwrap()],
-            };
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.service.sources.addresses = stockade_core::net::AddressPolicy {
+            allow: vec![stockade_core::net::IpNet::parse("127.0.0.1").unwrap()],
+        };
     })
     .await;
     let mallory = app.new_account("mallory-redirect").await;
@@ -529,8 +515,7 @@ async fn a_sandbox_reaches_no_other_sandbox_and_no_host_service() {
 
 #[tokio::test]
 async fn io_uring_is_not_available_inside_a_sandbox() {
-    let app = spawn_app().await;
-    let (t, id) = app.owned_sandbox("uring", json!({ "name": "uring" })).await;
+    let (app, t, id) = spawn_with_owned_sandbox("uring", json!({ "name": "uring" })).await;
     // A tiny static program that calls io_uring_setup and prints errno.
     let probe = crate::helpers::io_uring_probe();
     let r = app
@@ -559,17 +544,15 @@ async fn io_uring_is_not_available_inside_a_sandbox() {
 /// `Origin`, are refused when only the cookie authenticates them.
 #[tokio::test]
 async fn the_port_cookie_is_not_sent_for_another_sites_pages() {
-    let app = spawn_app().await;
-    let (alice, id) = app
-        .owned_sandbox(
-            "alice-cookie-site",
-            json!({
-                "name": "cookie-site",
-                "ports": [8080],
-                "startCommand": "exec httpd -f -p 8080 -h /etc",
-            }),
-        )
-        .await;
+    let (app, alice, id) = spawn_with_owned_sandbox(
+        "alice-cookie-site",
+        json!({
+            "name": "cookie-site",
+            "ports": [8080],
+            "startCommand": "exec httpd -f -p 8080 -h /etc",
+        }),
+    )
+    .await;
     let token = app.port_token(&alice, &id).await;
     let url = format!("{}/proxy/{id}/8080/hostname", app.base);
     // The link with the token sets the cookie.

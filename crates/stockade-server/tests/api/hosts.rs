@@ -295,12 +295,7 @@ async fn every_bad_field_is_named() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
     // Nothing was registered.
     let r = app.get("/api/v1/hosts", &admin).await;
-    let names: Vec<&str> = r.body["hosts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["name"].as_str().unwrap())
-        .collect();
+    let names = str_list(&r.body["hosts"], "name");
     assert_eq!(names, ["local"]);
 }
 

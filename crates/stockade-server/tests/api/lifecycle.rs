@@ -110,9 +110,8 @@ async fn custom_limits_are_enforced_by_the_kernel() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_and_start_keep_the_workspace() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({ "name": "persist" })).await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({ "name": "persist" })).await;
     sh_in(&id, "head -c 100000 /dev/urandom > /workspace/blob; mkdir -p /workspace/d; echo deep > /workspace/d/x");
     let before = sh_in(&id, "md5sum /workspace/blob");
 
@@ -146,9 +145,11 @@ async fn stop_and_start_keep_the_workspace() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(
+        json!({ "name": "stubborn", "startCommand": "trap '' TERM; while true; do sleep 1; done" }),
+    )
+    .await;
     let t = &app.admin_token;
-    let id = app.create_id(t, json!({ "name": "stubborn", "startCommand": "trap '' TERM; while true; do sleep 1; done" })).await;
     let started = Instant::now();
     let r = app.act(t, &id, "stop?timeout=3").await;
     let took = started.elapsed();
@@ -174,10 +175,8 @@ async fn stop_kills_a_process_that_ignores_sigterm_after_the_grace_period() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_that_handles_sigterm_gets_to_finish() {
-    let app = spawn_app().await;
+    let (app, id) = spawn_with_sandbox_id(json!({ "name": "graceful", "startCommand": "trap 'sleep 1; echo bye > /workspace/bye; exit 0' TERM; while true; do sleep 1; done" })).await;
     let t = &app.admin_token;
-    let id = app.create_id(t,
-            json!({ "name": "graceful", "startCommand": "trap 'sleep 1; echo bye > /workspace/bye; exit 0' TERM; while true; do sleep 1; done" })).await;
     let r = app.act(t, &id, "stop?timeout=20").await;
     assert_eq!(r.body["status"], "STOPPED");
     let r = app.act(t, &id, "start").await;
@@ -187,9 +186,8 @@ async fn a_process_that_handles_sigterm_gets_to_finish() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn destroy_with_and_without_the_volume() {
-    let app = spawn_app().await;
+    let (app, keep) = spawn_with_sandbox(json!({ "name": "keep" })).await;
     let t = &app.admin_token;
-    let keep = app.create(t, json!({ "name": "keep" })).await;
     let drop_ = app.create(t, json!({ "name": "drop" })).await;
     let keep_id = keep["id"].as_str().unwrap();
     let drop_id = drop_["id"].as_str().unwrap();
@@ -233,11 +231,8 @@ async fn destroy_with_and_without_the_volume() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bulk_delete_by_ids_and_labels() {
-    let app = spawn_app().await;
+    let (app, a) = spawn_with_sandbox(json!({ "name": "a", "labels": ["batch", "x"] })).await;
     let t = &app.admin_token;
-    let a = app
-        .create(t, json!({ "name": "a", "labels": ["batch", "x"] }))
-        .await;
     let b = app
         .create(t, json!({ "name": "b", "labels": ["batch"] }))
         .await;

@@ -16,11 +16,8 @@ fn names(r: &Resp) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn list_filters_order_and_pages() {
-    let app = spawn_app().await;
+    let (app, one) = spawn_with_sandbox(json!({ "name": "one", "labels": ["web", "prod"] })).await;
     let t = &app.admin_token;
-    let one = app
-        .create(t, json!({ "name": "one", "labels": ["web", "prod"] }))
-        .await;
     app.create(t, json!({ "name": "two", "labels": ["web"] }))
         .await;
     let three = app

@@ -11,11 +11,8 @@ use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn details_show_usage_and_a_volume_size_that_grows() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.usage.volume_size_ttl = Duration::from_secs(1);
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.service.usage.volume_size_ttl = Duration::from_secs(1);
     })
     .await;
     let t = &app.admin_token;

@@ -2,6 +2,8 @@
 //! real SQLite. One binary, a module per feature.
 
 mod agent;
+#[path = "../shared/cases.rs"]
+mod cases;
 mod connections;
 mod credentials;
 mod disk;
@@ -17,8 +19,6 @@ mod helpers;
 mod hostile;
 mod hosts;
 mod lifecycle;
-#[path = "../shared/list_queries.rs"]
-mod list_queries;
 mod listing;
 mod live_status;
 mod logs;

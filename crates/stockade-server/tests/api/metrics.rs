@@ -40,9 +40,8 @@ fn get(samples: &HashMap<String, f64>, key: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_requests_sandboxes_operations_and_docker_errors() {
-    let app = spawn_app().await;
+    let (app, a) = spawn_with_sandbox(json!({ "name": "a" })).await;
     let t = &app.admin_token;
-    let a = app.create(t, json!({ "name": "a" })).await;
     let b = app.create(t, json!({ "name": "b" })).await;
     let (a, b) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
     app.bodiless(
@@ -165,11 +164,7 @@ async fn metrics_count_requests_sandboxes_operations_and_docker_errors() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_metrics_token_protects_the_scrape() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| c.metrics_token = Some("scrape-secret".into()))),
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_configured(|c| c.metrics_token = Some("scrape-secret".into())).await;
     let url = format!("{}/metrics", app.base);
     let r = app.http.get(&url).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);

@@ -10,6 +10,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::cases::no_limits;
 use crate::helpers::*;
 
 /// Creates an account: its id and token.
@@ -33,20 +34,15 @@ fn id_of(sb: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quota_routes_check_who_asks_and_what_is_given() {
-    let app = spawn_app().await;
-    let (alice, alice_token) = account(&app, "alice").await;
-    let (bob, bob_token) = account(&app, "bob").await;
+    let (app, [(alice, alice_token), (bob, bob_token)]) =
+        spawn_with_account_ids(["alice", "bob"]).await;
     let path = format!("/api/v1/accounts/{alice}/quota");
 
     // A new account has no limits and uses nothing.
     let r = app.get(&path, &alice_token).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["accountId"], alice.as_str());
-    assert_eq!(
-        r.body["quota"],
-        json!({ "sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null,
-                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
-    );
+    assert_eq!(r.body["quota"], no_limits());
     assert_eq!(
         r.body["usage"],
         json!({ "sandboxes": 0, "cpuCores": 0.0, "memoryGB": 0.0, "diskGB": 0,
@@ -263,17 +259,14 @@ async fn concurrent_creates_at_a_quota_of_one_make_exactly_one() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn new_accounts_start_with_the_default_quota() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.admission.default_quota = stockade_core::Quota {
-                sandboxes: Some(1),
-                disk_gb: Some(50),
-                snapshots: Some(4),
-                upload_bytes: Some(stockade_core::quota::BYTES_PER_GB / 2),
-                ..stockade_core::Quota::unlimited()
-            };
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.service.admission.default_quota = stockade_core::Quota {
+            sandboxes: Some(1),
+            disk_gb: Some(50),
+            snapshots: Some(4),
+            upload_bytes: Some(stockade_core::quota::BYTES_PER_GB / 2),
+            ..stockade_core::Quota::unlimited()
+        };
     })
     .await;
     let (id, t) = account(&app, "newcomer").await;
@@ -301,11 +294,8 @@ async fn new_accounts_start_with_the_default_quota() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_host_is_a_409_and_stopped_sandboxes_free_room() {
     // Half of the host's CPUs may be reserved: on 2 CPUs, 1.
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.service.admission.cpu_overcommit = Some(0.5);
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.service.admission.cpu_overcommit = Some(0.5);
     })
     .await;
     let info = app.state.svc.runtime().info().await.unwrap();
@@ -445,9 +435,7 @@ async fn objects(app: &TestApp, prefix: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshots_past_the_quota_are_refused_and_leave_nothing() {
-    let app = spawn_app().await;
-    let (alice, t) = account(&app, "snapper").await;
-    let (bob, _) = account(&app, "bystander").await;
+    let (app, [(alice, t), (bob, _)]) = spawn_with_account_ids(["snapper", "bystander"]).await;
     let quota_path = format!("/api/v1/accounts/{alice}/quota");
     put_quota(&app, &app.admin_token, &alice, json!({ "snapshots": 1 }))
         .await
@@ -553,9 +541,7 @@ pub fn noise_archive(len: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn uploads_past_the_quota_are_refused_and_nothing_is_stored() {
-    let app = spawn_app().await;
-    let (alice, t) = account(&app, "uploader").await;
-    let (bob, bob_t) = account(&app, "neighbour").await;
+    let (app, [(alice, t), (bob, bob_t)]) = spawn_with_account_ids(["uploader", "neighbour"]).await;
     let quota_path = format!("/api/v1/accounts/{alice}/quota");
     let upload = |token: &str, body: reqwest::Body| app.upload(token, body);
     let error = |v: &Value| (v["error"]["code"].clone(), v["error"]["message"].clone());

@@ -10,8 +10,7 @@ use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn racing_updates_stops_starts_and_a_delete_take_turns() {
-    let app = spawn_app().await;
-    let (t, id) = app.owned_sandbox("racer", json!({ "name": "busy" })).await;
+    let (app, t, id) = spawn_with_owned_sandbox("racer", json!({ "name": "busy" })).await;
     // A storm of starts, stops and limit changes.
     let mut tasks = Vec::new();
     for i in 0..16 {

@@ -6,12 +6,12 @@
 //! credential, so one tenant cannot lock out the others.
 
 use std::net::IpAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 use reqwest::header::HeaderMap;
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 use stockade_server::ratelimit::{IpNet, Limit, RateLimitConfig};
 
@@ -96,15 +96,12 @@ async fn the_1001st_request_in_a_minute_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ip_and_token_buckets_are_independent() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.rate_limit = Some(RateLimitConfig {
-                per_ip: limit(30),
-                per_token: limit(20),
-                ..RateLimitConfig::default()
-            });
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.rate_limit = Some(RateLimitConfig {
+            per_ip: limit(30),
+            per_token: limit(20),
+            ..RateLimitConfig::default()
+        });
     })
     .await;
     let a = app.admin_token.clone();
@@ -168,16 +165,13 @@ async fn ip_and_token_buckets_are_independent() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn behind_a_trusted_proxy_the_forwarded_client_counts() {
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.rate_limit = Some(RateLimitConfig {
-                per_ip: limit(3),
-                per_token: None,
-                trusted_proxies: vec![IpNet::parse("127.0.0.0/8").unwrap()],
-                ..RateLimitConfig::default()
-            });
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.rate_limit = Some(RateLimitConfig {
+            per_ip: limit(3),
+            per_token: None,
+            trusted_proxies: vec![IpNet::parse("127.0.0.0/8").unwrap()],
+            ..RateLimitConfig::default()
+        });
     })
     .await;
     let t = app.admin_token.clone();
@@ -214,11 +208,7 @@ fn limits(per_ip: u32, per_token: u32, sandbox_clients: &[&str]) -> Option<RateL
 }
 
 async fn app_with_limits(limits: Option<RateLimitConfig>) -> TestApp {
-    spawn_app_with(AppOptions {
-        configure: Some(Box::new(move |c| c.rate_limit = limits)),
-        ..Default::default()
-    })
-    .await
+    spawn_configured(move |c| c.rate_limit = limits).await
 }
 
 /// A client whose connections come from `addr` (any of 127/8 is loopback).
@@ -359,16 +349,12 @@ async fn the_prime_gateway_is_limited_per_bearer_in_its_own_shapes() {
 /// A sandbox token for `id` living `ttl` seconds (tokens of other
 /// lifetimes are other credentials).
 async fn port_token(app: &TestApp, owner: &str, id: &str, ttl: u64) -> String {
-    let r = app
-        .call(
-            Method::POST,
-            &format!("/api/v1/sandbox/{id}/auth-token"),
-            Some(owner),
-            Some(json!({ "ttlSeconds": ttl })),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    r.body["token"].as_str().unwrap().to_owned()
+    let body = json!({ "ttlSeconds": ttl });
+    let r = app.sandbox_post(owner, id, "auth-token", body).await;
+    r.expect(StatusCode::OK)["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// E2B's connect: the sandbox's envd access token.
@@ -607,48 +593,19 @@ impl FrontDoor {
     }
 
     fn start(name: &str, subnet: u8, server_port: u16) -> Self {
-        let ns = format!("{name}-2");
-        let veth = format!("{name}v2");
-        let _ = ip(&["link", "del", name]);
-        let _ = ip(&["netns", "del", &ns]);
         let host = format!("10.251.{subnet}.1");
-        let ok = |args: &[&str]| assert!(ip(args), "ip {}", args.join(" "));
-        ok(&["link", "add", name, "type", "bridge"]);
-        ok(&["addr", "add", &format!("{host}/24"), "dev", name]);
-        ok(&["link", "set", name, "up"]);
-        ok(&["netns", "add", &ns]);
-        ok(&[
-            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-        ]);
-        ok(&["link", "set", &veth, "master", name, "up"]);
-        ok(&[
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("10.251.{subnet}.2/24"),
-            "dev",
-            "eth0",
-        ]);
-        ok(&["-n", &ns, "link", "set", "eth0", "up"]);
-        ok(&["-n", &ns, "link", "set", "lo", "up"]);
+        add_bridge(name, subnet);
+        let ns = add_namespace(name, subnet, 2);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("relay.py"), RELAY).unwrap();
-        let mut relay = Command::new("ip")
-            .args(["netns", "exec", &ns, "python3"])
-            .arg(dir.path().join("relay.py"))
-            .args(["8080", &host, &server_port.to_string()])
-            .arg(dir.path().join("peers.txt"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 in the namespace");
-        let mut line = String::new();
-        use std::io::BufRead;
-        std::io::BufReader::new(relay.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the relay did not start");
+        let relay = spawn_ready(
+            Command::new("ip")
+                .args(["netns", "exec", &ns, "python3"])
+                .arg(dir.path().join("relay.py"))
+                .args(["8080", &host, &server_port.to_string()])
+                .arg(dir.path().join("peers.txt")),
+            "the relay",
+        );
         Self {
             name: name.to_owned(),
             relay,
@@ -710,24 +667,21 @@ async fn a_sandbox_failing_to_authenticate_locks_out_no_other_tenants_sandbox() 
     const SUBNET: u8 = 71;
     let door_net = format!("10.251.{SUBNET}.0/24");
     let door = format!("10.251.{SUBNET}.2");
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new({
-            let door = door.clone();
-            move |c| {
-                // Reachable from the front door, which is trusted to name
-                // the client; sandboxes may reach the front door.
-                c.listen = "0.0.0.0:0".parse().unwrap();
-                c.rate_limit = Some(RateLimitConfig {
-                    per_ip: limit(5),
-                    per_token: limit(1000),
-                    trusted_proxies: vec![IpNet::parse(&door).unwrap()],
-                    ..RateLimitConfig::default()
-                });
-                c.service.egress.private =
-                    stockade_core::netpolicy::PrivateAccess::parse(&[door_net.as_str()]).unwrap();
-            }
-        })),
-        ..Default::default()
+    let app = spawn_configured({
+        let door = door.clone();
+        move |c| {
+            // Reachable from the front door, which is trusted to name
+            // the client; sandboxes may reach the front door.
+            c.listen = "0.0.0.0:0".parse().unwrap();
+            c.rate_limit = Some(RateLimitConfig {
+                per_ip: limit(5),
+                per_token: limit(1000),
+                trusted_proxies: vec![IpNet::parse(&door).unwrap()],
+                ..RateLimitConfig::default()
+            });
+            c.service.egress.private =
+                stockade_core::netpolicy::PrivateAccess::parse(&[door_net.as_str()]).unwrap();
+        }
     })
     .await;
     let port = app.server.as_ref().unwrap().addr.port();

@@ -8,8 +8,7 @@ use crate::helpers::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn workspace_and_records_survive_a_restart_and_are_reconciled() {
-    let mut first = spawn_app().await;
-    first.cleanup_on_drop = false;
+    let mut first = spawn_kept_app().await;
     let t = first.admin_token.clone();
     let kept = first.create(&t, json!({ "name": "kept" })).await;
     let vanished = first.create(&t, json!({ "name": "vanished" })).await;

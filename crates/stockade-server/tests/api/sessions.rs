@@ -144,8 +144,7 @@ async fn an_ended_session_terminates_a_non_persistent_sandbox() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deadline_that_passed_while_the_server_was_down_is_acted_on_at_start() {
-    let mut first = spawn_app().await;
-    first.cleanup_on_drop = false;
+    let mut first = spawn_kept_app().await;
     let instance = first.instance_id();
     let t = first.admin_token.clone();
     // 0.1 minutes = 6 s.

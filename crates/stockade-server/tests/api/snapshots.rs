@@ -51,11 +51,7 @@ async fn snapshot_restore_and_delete() {
     let want = fill(src_id);
 
     // Capture: READY, with the archive's size; the source keeps running.
-    let r = app
-        .sandbox_post(&token, src_id, "snapshots", json!({"name": "v1"}))
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-    let snap = r.body.clone();
+    let snap = app.snapshot(&token, src_id, "v1").await;
     let snap_id = snap["id"].as_str().unwrap().to_owned();
     assert_eq!(snap["status"], "READY");
     assert_eq!(snap["name"], "v1");
@@ -88,7 +84,7 @@ async fn snapshot_restore_and_delete() {
             &token,
             json!({
                 "name": "restored",
-                "source": {"type": "snapshot", "snapshotId": snap_id},
+                "source": snapshot_source(&snap_id),
                 "startCommand": "cp /workspace/src/deep/hello.txt /tmp/at-start; trap 'exit 0' TERM; while true; do sleep 1; done",
             }),
         )
@@ -107,8 +103,9 @@ async fn snapshot_restore_and_delete() {
 
     // A snapshot's image cannot be combined with another image.
     let r = app
-        .try_create(&token,
-            json!({"source": {"type": "snapshot", "snapshotId": snap_id}, "dockerImage": "busybox:1"}),
+        .try_create(
+            &token,
+            json!({"source": snapshot_source(&snap_id), "dockerImage": "busybox:1"}),
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
@@ -131,10 +128,7 @@ async fn snapshot_restore_and_delete() {
         json!([])
     );
     let r = app
-        .try_create(
-            &token,
-            json!({"source": {"type": "snapshot", "snapshotId": snap_id}}),
-        )
+        .try_create(&token, json!({"source": snapshot_source(&snap_id)}))
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 
@@ -163,11 +157,8 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
         app.get(&format!("/api/v1/sandbox/{id}/snapshots"), &bob)
             .await,
         app.act(&bob, &id, "fork").await,
-        app.try_create(
-            &bob,
-            json!({"source": {"type": "snapshot", "snapshotId": snap_id}}),
-        )
-        .await,
+        app.try_create(&bob, json!({"source": snapshot_source(&snap_id)}))
+            .await,
         app.try_create(
             &bob,
             json!({"source": {"type": "sandbox", "sandboxId": id}}),
@@ -183,18 +174,12 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
 
     // Unknown and malformed ids: 404 and 400 naming the field.
     let r = app
-        .try_create(
-            &bob,
-            json!({"source": {"type": "snapshot", "snapshotId": "zzzzzzzzzzzz"}}),
-        )
+        .try_create(&bob, json!({"source": snapshot_source("zzzzzzzzzzzz")}))
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.body["error"]["message"], "Snapshot not found");
     let r = app
-        .try_create(
-            &bob,
-            json!({"source": {"type": "snapshot", "snapshotId": "../../x"}}),
-        )
+        .try_create(&bob, json!({"source": snapshot_source("../../x")}))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), ["source.snapshotId"]);
@@ -326,8 +311,7 @@ async fn fork_copies_the_filesystem_and_stays_isolated() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopped_sandbox_can_be_snapshotted_and_forked() {
-    let app = spawn_app().await;
-    let (token, id) = app.owned_sandbox("stopped", json!({"name": "s"})).await;
+    let (app, token, id) = spawn_with_owned_sandbox("stopped", json!({"name": "s"})).await;
     let want = fill(&id);
     let r = app.act(&token, &id, "stop?timeout=1").await;
     assert_eq!(r.body["status"], "STOPPED");

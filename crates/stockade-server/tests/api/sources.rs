@@ -18,19 +18,15 @@ use crate::helpers::*;
 use crate::snapshots::nothing_left_beyond;
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = run_ok(
+        Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir),
+        &format!("git {args:?}"),
     );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    String::from_utf8_lossy(&stdout).trim().to_owned()
 }
 
 fn md5_of(path: &Path) -> String {
@@ -309,13 +305,11 @@ async fn tarball_sources_and_their_failures() {
         ("notatar.tar", b"just some text, not an archive".repeat(30)),
     ]))
     .await;
-    let app = spawn_app().await;
-    let (token, id) = app
-        .owned_sandbox(
-            "tar",
-            json!({"source": {"type": "tarball", "url": format!("{base}/good.tar.gz")}}),
-        )
-        .await;
+    let (app, token, id) = spawn_with_owned_sandbox(
+        "tar",
+        json!({"source": {"type": "tarball", "url": format!("{base}/good.tar.gz")}}),
+    )
+    .await;
     assert_eq!(
         sh_in(
             &id,
@@ -534,11 +528,7 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
         .create_id(&token, json!({"name": "big-workspace"}))
         .await;
     sh_in(&sb_id, "head -c 3145728 /dev/zero > /workspace/zeros.bin");
-    let r = app
-        .sandbox_post(&token, &sb_id, "snapshots", json!({"name": "big"}))
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
-    let snapshot_id = r.body["id"].as_str().unwrap().to_owned();
+    let snapshot_id = app.snapshot_id(&token, &sb_id, "big").await;
 
     // The same database and Docker under a 1 MiB ceiling.
     app.shutdown().await;
@@ -565,10 +555,7 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
         ),
         ("git", json!({"type": "git", "url": git_server.url})),
         ("upload", json!({"type": "upload", "uploadId": upload_id})),
-        (
-            "snapshot",
-            json!({"type": "snapshot", "snapshotId": snapshot_id}),
-        ),
+        ("snapshot", snapshot_source(&snapshot_id)),
     ] {
         let started = Instant::now();
         let r = app.try_create(&token, json!({ "source": source })).await;

@@ -12,29 +12,17 @@ async fn account_id(app: &TestApp, token: &str) -> String {
 }
 
 fn member_names(team: &Value) -> Vec<&str> {
-    team["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap())
-        .collect()
+    str_list(&team["members"], "name")
 }
 
 fn team_names(list: &Value) -> Vec<&str> {
-    list["teams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect()
+    str_list(&list["teams"], "name")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn admins_manage_teams_and_members() {
-    let app = spawn_app().await;
+    let (app, [alice, bob]) = spawn_with_accounts(["alice", "bob"]).await;
     let admin = app.admin_token.clone();
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
     let alice_id = account_id(&app, &alice).await;
     let bob_id = account_id(&app, &bob).await;
 
@@ -106,22 +94,10 @@ async fn admins_manage_teams_and_members() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["accountId"]);
-    let r = app
-        .post(
-            "/api/v1/teams/abcdefghijklmnop/members",
-            &admin,
-            json!({ "accountId": alice_id }),
-        )
-        .await;
+    let r = app.add_member("abcdefghijklmnop", &alice_id).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.body["error"]["message"], "Team not found");
-    let r = app
-        .post(
-            "/api/v1/teams/..%2f/members",
-            &admin,
-            json!({ "accountId": alice_id }),
-        )
-        .await;
+    let r = app.add_member("..%2f", &alice_id).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.error_fields(), vec!["team_id"]);
 
@@ -157,11 +133,8 @@ async fn admins_manage_teams_and_members() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn team_members_see_and_run_team_sandboxes_outsiders_get_403() {
-    let app = spawn_app().await;
+    let (app, [alice, bob, carol]) = spawn_with_accounts(["alice", "bob", "carol"]).await;
     let admin = app.admin_token.clone();
-    let alice = app.new_account("alice").await;
-    let bob = app.new_account("bob").await;
-    let carol = app.new_account("carol").await;
     let team = app
         .post("/api/v1/teams", &admin, json!({ "name": "platform" }))
         .await;
@@ -169,7 +142,7 @@ async fn team_members_see_and_run_team_sandboxes_outsiders_get_403() {
     let members = format!("/api/v1/teams/{team}/members");
     for t in [&alice, &bob] {
         let id = account_id(&app, t).await;
-        let r = app.post(&members, &admin, json!({ "accountId": id })).await;
+        let r = app.add_member(&team, &id).await;
         assert_eq!(r.status, StatusCode::OK);
     }
 

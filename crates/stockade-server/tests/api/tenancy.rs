@@ -108,11 +108,6 @@ async fn authentication_and_admin_only_account_management() {
         }
     }
     let r = app.get("/api/v1/accounts", &app.admin_token).await;
-    let names: Vec<&str> = r.body["accounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["name"].as_str().unwrap())
-        .collect();
+    let names = str_list(&r.body["accounts"], "name");
     assert!(names.contains(&"admin") && names.contains(&"carol"));
 }

@@ -55,8 +55,7 @@ pub async fn send(ws: &mut Ws, text: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_is_a_real_pty() {
-    let app = spawn_app().await;
-    let (t, id) = app.owned_sandbox("term", json!({ "name": "tty" })).await;
+    let (app, t, id) = spawn_with_owned_sandbox("term", json!({ "name": "tty" })).await;
     let mut ws = open(&app, &t, &id, "?cols=100&rows=30").await.unwrap();
     let mut seen = String::new();
     send(&mut ws, "cd /tmp && echo marker-$((6*7))\n").await;
@@ -143,8 +142,7 @@ async fn terminals_are_refused_to_strangers_and_foreign_pages() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mkdir_move_and_watch() {
-    let app = spawn_app().await;
-    let (t, id) = app.owned_sandbox("fs", json!({ "name": "files" })).await;
+    let (app, t, id) = spawn_with_owned_sandbox("fs", json!({ "name": "files" })).await;
     let mkdir = |path: &str| {
         let path = format!("/api/v1/sandbox/{id}/files/mkdir?path={path}");
         let (app, t) = (&app, &t);
@@ -288,11 +286,8 @@ async fn closed_terminals_with_unread_input_leave_no_socket_and_no_memory() {
     const INPUT: usize = 4 << 20;
     const PIECE: usize = 256 << 10;
     const INPUT_TIMEOUT: Duration = Duration::from_secs(3);
-    let app = spawn_app_with(AppOptions {
-        configure: Some(Box::new(|c| {
-            c.connections.write_stall_timeout = INPUT_TIMEOUT;
-        })),
-        ..Default::default()
+    let app = spawn_configured(|c| {
+        c.connections.write_stall_timeout = INPUT_TIMEOUT;
     })
     .await;
     let port = app.server.as_ref().unwrap().addr.port();
@@ -377,10 +372,7 @@ async fn closed_terminals_with_unread_input_leave_no_socket_and_no_memory() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_over_the_limit_closes_the_terminal() {
-    let app = spawn_app().await;
-    let (t, id) = app
-        .owned_sandbox("big-msg", json!({ "name": "big-msg" }))
-        .await;
+    let (app, t, id) = spawn_with_owned_sandbox("big-msg", json!({ "name": "big-msg" })).await;
     // Half a megabyte in one message is fine (a large paste).
     let mut ws = open(
         &app,

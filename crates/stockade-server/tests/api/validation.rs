@@ -3,8 +3,8 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
+use crate::cases::BAD_LIST_QUERIES;
 use crate::helpers::*;
-use crate::list_queries::BAD_LIST_QUERIES;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_create_bodies_name_the_field_and_create_nothing() {

@@ -4,10 +4,10 @@
 //! shapes of every front-end run in seconds. One binary, a module per
 //! feature.
 
+#[path = "../shared/cases.rs"]
+mod cases;
 #[path = "../shared/error_body.rs"]
 mod error_body;
-#[path = "../shared/list_queries.rs"]
-mod list_queries;
 mod support;
 
 mod credentials;

@@ -5,6 +5,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use crate::cases::no_limits;
 use crate::support::*;
 
 fn quota_path(account: &str) -> String {
@@ -50,11 +51,7 @@ async fn a_new_account_has_no_limits_and_uses_nothing() {
     let r = app.get(&quota_path(&id), &token).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["accountId"], id.as_str());
-    assert_eq!(
-        r.body["quota"],
-        json!({ "sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null,
-                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
-    );
+    assert_eq!(r.body["quota"], no_limits());
     assert_eq!(r.body["usage"]["sandboxes"], 0);
     assert_eq!(r.body["usage"]["cpuCores"], 0.0);
 }

@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 
-use crate::list_queries::BAD_LIST_QUERIES;
+use crate::cases::BAD_LIST_QUERIES;
 use crate::support::*;
 
 /// Creates with `body` must be refused naming `field`, leaving no record
