@@ -93,10 +93,7 @@ fn candidate(server: &str, cpus: Option<u64>, memory_gb: Option<u64>) -> Placeme
 
 async fn hosts(store: Arc<dyn Store>) {
     assert!(store.list_hosts().await.unwrap().is_empty());
-    assert!(matches!(
-        store.get_host("nope").await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(store.get_host("nope").await);
 
     // Every field round-trips.
     let mut full = host("edge-1");
@@ -147,10 +144,7 @@ async fn hosts(store: Arc<dyn Store>) {
     cordoned.updated_at = full.updated_at + Duration::seconds(5);
     store.update_host(&cordoned).await.unwrap();
     assert_eq!(store.get_host("edge-1").await.unwrap(), cordoned);
-    assert!(matches!(
-        store.update_host(&host("ghost")).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(store.update_host(&host("ghost")).await);
 
     // Health: written, read back, untouched by an update.
     let checked = Utc::now().trunc_subsecs(6);
@@ -176,10 +170,7 @@ async fn hosts(store: Arc<dyn Store>) {
     };
     store.record_host_health("edge-1", &healthy).await.unwrap();
     assert_eq!(store.get_host("edge-1").await.unwrap().health, healthy);
-    assert!(matches!(
-        store.record_host_health("ghost", &healthy).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(store.record_host_health("ghost", &healthy).await);
 
     // Removal: refused while a sandbox that is not terminated is there
     // (stopped ones count), allowed once they are.
@@ -223,18 +214,9 @@ async fn hosts(store: Arc<dyn Store>) {
     );
     store.delete_host("alpha").await.unwrap();
     store.delete_host("edge-1").await.unwrap();
-    assert!(matches!(
-        store.get_host("alpha").await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        store.delete_host("alpha").await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        store.delete_host("ghost").await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(store.get_host("alpha").await);
+    common::assert_not_found(store.delete_host("alpha").await);
+    common::assert_not_found(store.delete_host("ghost").await);
     assert_eq!(host_names(store.as_ref()).await, ["local"]);
 }
 
@@ -322,10 +304,7 @@ async fn placement(store: Arc<dyn Store>) {
         ]
     );
     assert_eq!(sb.server, "unset");
-    assert!(matches!(
-        store.get_sandbox(&scope, &sb.id).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(store.get_sandbox(&scope, &sb.id).await);
     // An unlimited candidate always fits; no candidate, nothing.
     let open = [
         candidate("p1", Some(8), Some(16)),

@@ -172,6 +172,12 @@ fn record(
     sb
 }
 
+/// Asserts what `account` uses (nothing excepted).
+async fn assert_usage(store: &dyn Store, account: &AccountId, expected: QuotaUsage) {
+    let found = store.account_usage(account, &[]).await.unwrap();
+    assert_eq!(found, expected, "the usage of {account}");
+}
+
 fn usage(sandboxes: u64, cpu_millis: u64, memory_gb: u64, disk_gb: u64) -> QuotaUsage {
     QuotaUsage {
         sandboxes,
@@ -218,14 +224,8 @@ async fn quotas(store: Arc<dyn Store>) {
     );
     assert_eq!(store.count_accounts().await.unwrap(), 3);
     let ghost = AccountId::generate();
-    assert!(matches!(
-        store.get_quota(&ghost).await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        store.set_quota(&ghost, &limited).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(store.get_quota(&ghost).await);
+    common::assert_not_found(store.set_quota(&ghost, &limited).await);
     let changed = Quota {
         sandboxes: None,
         disk_gb: Some(100),
@@ -241,10 +241,7 @@ async fn quotas(store: Arc<dyn Store>) {
     assert!(store.get_quota(&bob.id).await.unwrap().is_unlimited());
 
     // Nothing yet.
-    assert_eq!(
-        store.account_usage(&alice.id, &[]).await.unwrap(),
-        usage(0, 0, 0, 0)
-    );
+    assert_usage(&*store, &alice.id, usage(0, 0, 0, 0)).await;
     assert_eq!(
         store.server_reserved("local", &[]).await.unwrap(),
         Resources::default()
@@ -274,18 +271,14 @@ async fn quotas(store: Arc<dyn Store>) {
 
     // Sandboxes and disk: everything not terminated; CPU and memory: what
     // runs or is being created, on every server.
-    assert_eq!(
-        store.account_usage(&alice.id, &[]).await.unwrap(),
-        usage(5, 1000 + 500 + 3000, 2 + 1 + 6, 10 + 5 + 20 + 1 + 7)
-    );
-    assert_eq!(
-        store.account_usage(&bob.id, &[]).await.unwrap(),
-        usage(1, 250, 1, 3)
-    );
-    assert_eq!(
-        store.account_usage(&plain.id, &[]).await.unwrap(),
-        usage(0, 0, 0, 0)
-    );
+    assert_usage(
+        &*store,
+        &alice.id,
+        usage(5, 1000 + 500 + 3000, 2 + 1 + 6, 10 + 5 + 20 + 1 + 7),
+    )
+    .await;
+    assert_usage(&*store, &bob.id, usage(1, 250, 1, 3)).await;
+    assert_usage(&*store, &plain.id, usage(0, 0, 0, 0)).await;
     // A host: what runs or is being created there, every account's.
     assert_eq!(
         store.server_reserved("local", &[]).await.unwrap(),
@@ -355,10 +348,7 @@ async fn quotas(store: Arc<dyn Store>) {
         .soft_delete_sandbox(&resized.id, Utc::now())
         .await
         .unwrap();
-    assert_eq!(
-        store.account_usage(&alice.id, &[]).await.unwrap(),
-        usage(3, 500 + 3000, 1 + 6, 5 + 20 + 7)
-    );
+    assert_usage(&*store, &alice.id, usage(3, 500 + 3000, 1 + 6, 5 + 20 + 7)).await;
     assert_eq!(
         store.server_reserved("local", &[]).await.unwrap(),
         Resources {

@@ -10,7 +10,7 @@ use chrono::{Duration, SubsecRound, Utc};
 use stockade_core::{
     AccountId, SandboxId, Scope, Snapshot, SnapshotId, SnapshotKind, SnapshotStatus,
 };
-use stockade_store::{Store, StoreError};
+use stockade_store::Store;
 
 #[tokio::test]
 async fn sqlite_snapshots() {
@@ -52,14 +52,8 @@ async fn snapshot_story(store: Arc<dyn Store>) {
     assert_eq!(store.get_snapshot(&alice, &a1.id).await.unwrap(), a1);
 
     // Owned by the account: another account is Forbidden, unknown NotFound.
-    assert!(matches!(
-        store.get_snapshot(&bob, &a1.id).await,
-        Err(StoreError::Forbidden)
-    ));
-    assert!(matches!(
-        store.get_snapshot(&alice, &SnapshotId::generate()).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_forbidden(store.get_snapshot(&bob, &a1.id).await);
+    common::assert_not_found(store.get_snapshot(&alice, &SnapshotId::generate()).await);
 
     // Ready: blob key and size written; huge sizes survive.
     a1.status = SnapshotStatus::Ready;
@@ -113,24 +107,17 @@ async fn snapshot_story(store: Arc<dyn Store>) {
 
     // Purge removes the record for good.
     store.purge_snapshot(&fork.id).await.unwrap();
-    assert!(matches!(
-        store.get_snapshot(&alice, &fork.id).await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        store.purge_snapshot(&fork.id).await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
+    common::assert_not_found(store.get_snapshot(&alice, &fork.id).await);
+    common::assert_not_found(store.purge_snapshot(&fork.id).await);
+    common::assert_not_found(
         store
             .update_snapshot(&snap(
                 &alice.account_id,
                 &sb1,
                 "never saved",
                 SnapshotKind::User,
-                0
+                0,
             ))
             .await,
-        Err(StoreError::NotFound)
-    ));
+    );
 }

@@ -90,42 +90,49 @@ impl Raw {
 
     /// The stored metadata document of a sandbox.
     async fn metadata(&self, id: &SandboxId) -> serde_json::Value {
-        let text: String = match self {
-            Raw::Sqlite(pool) => sqlx::query_scalar("SELECT metadata FROM sandboxes WHERE id = ?")
-                .bind(id.as_str())
-                .fetch_one(pool)
-                .await
-                .unwrap(),
-            Raw::Postgres(pool) => {
-                sqlx::query_scalar("SELECT metadata::text FROM sandboxes WHERE id = $1")
-                    .bind(id.as_str())
-                    .fetch_one(pool)
-                    .await
-                    .unwrap()
-            }
-            Raw::None => unreachable!("no raw access"),
-        };
+        let text: String = self
+            .scalar(
+                "SELECT metadata FROM sandboxes WHERE id = ?",
+                "SELECT metadata::text FROM sandboxes WHERE id = $1",
+                id,
+            )
+            .await;
         serde_json::from_str(&text).unwrap()
     }
 
     async fn label_rows(&self, id: &SandboxId) -> i64 {
+        self.scalar(
+            "SELECT COUNT(*) FROM sandbox_labels WHERE sandbox_id = ?",
+            "SELECT COUNT(*) FROM sandbox_labels WHERE sandbox_id = $1",
+            id,
+        )
+        .await
+    }
+
+    /// The one value a query about sandbox `id` reads, each database with
+    /// its own SQL.
+    async fn scalar<T>(&self, sqlite: &str, postgres: &str, id: &SandboxId) -> T
+    where
+        T: Send + Unpin,
+        T: for<'r> sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
         match self {
             Raw::Sqlite(pool) => {
-                sqlx::query_scalar("SELECT COUNT(*) FROM sandbox_labels WHERE sandbox_id = ?")
+                sqlx::query_scalar(sqlite)
                     .bind(id.as_str())
                     .fetch_one(pool)
                     .await
-                    .unwrap()
             }
             Raw::Postgres(pool) => {
-                sqlx::query_scalar("SELECT COUNT(*) FROM sandbox_labels WHERE sandbox_id = $1")
+                sqlx::query_scalar(postgres)
                     .bind(id.as_str())
                     .fetch_one(pool)
                     .await
-                    .unwrap()
             }
             Raw::None => unreachable!("no raw access"),
         }
+        .unwrap()
     }
 
     /// Moves the creation time of an idempotency key to `at`.
@@ -305,11 +312,10 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         s.add_token(&bob.id, &alice_token.hash()).await,
         Err(StoreError::Conflict(_))
     ));
-    assert!(matches!(
+    common::assert_not_found(
         s.add_token(&AccountId::generate(), &ApiToken::generate().hash())
             .await,
-        Err(StoreError::NotFound)
-    ));
+    );
     assert!(s
         .account_by_token_hash(&ApiToken::generate().hash())
         .await
@@ -336,24 +342,15 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         vec![platform.clone(), data.clone()]
     );
     assert_eq!(s.get_team(&team).await.unwrap(), platform);
-    assert!(matches!(
-        s.get_team(&TeamId::generate()).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.get_team(&TeamId::generate()).await);
     s.add_team_member(&team, &alice.id).await.unwrap();
     s.add_team_member(&team, &bob.id).await.unwrap();
     // Adding a member twice is fine.
     s.add_team_member(&team, &bob.id).await.unwrap();
     s.add_team_member(&data.id, &carol.id).await.unwrap();
     s.add_team_member(&data.id, &alice.id).await.unwrap();
-    assert!(matches!(
-        s.add_team_member(&TeamId::generate(), &alice.id).await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        s.add_team_member(&team, &AccountId::generate()).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.add_team_member(&TeamId::generate(), &alice.id).await);
+    common::assert_not_found(s.add_team_member(&team, &AccountId::generate()).await);
     assert_eq!(
         s.list_team_members(&team).await.unwrap(),
         vec![alice.clone(), bob.clone()]
@@ -374,10 +371,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     // Leaving a team: gone from the members and from the account's teams;
     // leaving twice is NotFound.
     s.remove_team_member(&data.id, &alice.id).await.unwrap();
-    assert!(matches!(
-        s.remove_team_member(&data.id, &alice.id).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.remove_team_member(&data.id, &alice.id).await);
     assert_eq!(
         s.list_team_members(&data.id).await.unwrap(),
         vec![carol.clone()]
@@ -518,18 +512,9 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     }
 
     // Another account's sandbox is forbidden, an unknown id not found.
-    assert!(matches!(
-        s.get_sandbox(&bob_scope, &web.id).await,
-        Err(StoreError::Forbidden)
-    ));
-    assert!(matches!(
-        s.get_sandbox(&carol_scope, &shared.id).await,
-        Err(StoreError::Forbidden)
-    ));
-    assert!(matches!(
-        s.get_sandbox(&alice_scope, &SandboxId::generate()).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_forbidden(s.get_sandbox(&bob_scope, &web.id).await);
+    common::assert_forbidden(s.get_sandbox(&carol_scope, &shared.id).await);
+    common::assert_not_found(s.get_sandbox(&alice_scope, &SandboxId::generate()).await);
     // A team member sees the team's sandbox.
     assert_eq!(s.get_sandbox(&bob_scope, &shared.id).await.unwrap(), shared);
 
@@ -542,14 +527,8 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         s.get_sandbox_by_name(&bob_scope, "web").await.unwrap(),
         bob_web
     );
-    assert!(matches!(
-        s.get_sandbox_by_name(&bob_scope, "shared").await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        s.get_sandbox_by_name(&alice_scope, "nope").await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.get_sandbox_by_name(&bob_scope, "shared").await);
+    common::assert_not_found(s.get_sandbox_by_name(&alice_scope, "nope").await);
 
     // One active name per account.
     let dup = sandbox(&alice.id, None, "web", &[], Running, at(9));
@@ -748,10 +727,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     // An unknown record, and a rename onto an active name.
     let mut ghost = sandbox(&alice.id, None, "ghost", &[], Running, at(21));
     ghost.version = 3;
-    assert!(matches!(
-        s.update_sandbox(&ghost).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.update_sandbox(&ghost).await);
     let mut rename = s.get_sandbox(&alice_scope, &job.id).await.unwrap();
     rename.spec.name = stockade_core::SandboxName::parse("db").unwrap();
     match s.update_sandbox(&rename).await {
@@ -845,14 +821,8 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
         assert_eq!(raw.metadata(&db.id).await["status"], "TERMINATED");
     }
     // Still forbidden to others, no longer found by name, not listed as active.
-    assert!(matches!(
-        s.get_sandbox(&bob_scope, &db.id).await,
-        Err(StoreError::Forbidden)
-    ));
-    assert!(matches!(
-        s.get_sandbox_by_name(&alice_scope, "db").await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_forbidden(s.get_sandbox(&bob_scope, &db.id).await);
+    common::assert_not_found(s.get_sandbox_by_name(&alice_scope, "db").await);
     let names_now = names(&list(s, &alice_scope, filter()).await)
         .into_iter()
         .map(str::to_owned)
@@ -884,10 +854,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     let old_gone = s.get_sandbox(&alice_scope, &old.id).await.unwrap();
     assert_eq!(old_gone.terminated_at, old.terminated_at);
     assert_eq!(old_gone.deleted_at, Some(at(41)));
-    assert!(matches!(
-        s.soft_delete_sandbox(&SandboxId::generate(), at(42)).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.soft_delete_sandbox(&SandboxId::generate(), at(42)).await);
     // The name is free again.
     let db2 = sandbox(&alice.id, None, "db", &["env=prod"], Running, at(43));
     s.insert_sandbox(&db2).await.unwrap();
@@ -955,10 +922,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
 
     // --- purge --------------------------------------------------------------
     s.purge_sandbox(&job.id).await.unwrap();
-    assert!(matches!(
-        s.get_sandbox(&alice_scope, &job.id).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.get_sandbox(&alice_scope, &job.id).await);
     assert!(!s.sandbox_record_exists(&job.id).await.unwrap());
     assert!(list(s, &alice_scope, by_labels(&["env=dev"]))
         .await
@@ -967,10 +931,7 @@ async fn story(store: Arc<dyn Store>, raw: Raw) -> InstanceId {
     if raw.available() {
         assert_eq!(raw.label_rows(&job.id).await, 0);
     }
-    assert!(matches!(
-        s.purge_sandbox(&job.id).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.purge_sandbox(&job.id).await);
 
     // --- bad data is an error, never a panic -----------------------------------
     if raw.available() {

@@ -111,14 +111,8 @@ async fn tokens(s: Arc<dyn Store>) {
         .unwrap()
         .is_none());
     assert!(s.authenticate(&first.hash()).await.unwrap().is_some());
-    assert!(matches!(
-        s.delete_token(&ci.id).await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(matches!(
-        s.get_token(&TokenId::generate()).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.delete_token(&ci.id).await);
+    common::assert_not_found(s.get_token(&TokenId::generate()).await);
 
     // An expired token authenticates nothing, is not listed, and goes with
     // the account's next new token.
@@ -141,10 +135,7 @@ async fn tokens(s: Arc<dyn Store>) {
     s.add_token(&alice.id, &ApiToken::generate().hash())
         .await
         .unwrap();
-    assert!(matches!(
-        s.get_token(&old.id).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.get_token(&old.id).await);
 
     // Tokens of unknown accounts and taken hashes are refused.
     let stray = TokenRecord::new(
@@ -154,10 +145,7 @@ async fn tokens(s: Arc<dyn Store>) {
         now,
         None,
     );
-    assert!(matches!(
-        s.insert_token(&stray, &ApiToken::generate().hash()).await,
-        Err(StoreError::NotFound)
-    ));
+    common::assert_not_found(s.insert_token(&stray, &ApiToken::generate().hash()).await);
     assert!(matches!(
         s.add_token(&bob.id, &first.hash()).await,
         Err(StoreError::Conflict(_))
@@ -175,9 +163,8 @@ async fn tokens(s: Arc<dyn Store>) {
     assert!(teams.is_empty());
     let enabled = s.set_account_disabled(&alice.id, None).await.unwrap();
     assert!(!enabled.is_disabled());
-    assert!(matches!(
+    common::assert_not_found(
         s.set_account_disabled(&stockade_core::AccountId::generate(), None)
             .await,
-        Err(StoreError::NotFound)
-    ));
+    );
 }

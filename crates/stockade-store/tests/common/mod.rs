@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sqlx::{Connection, Executor, PgConnection};
 use stockade_core::{AccountId, Operation, OperationKind, SandboxId};
-use stockade_store::{PgStore, SqliteStore, Store};
+use stockade_store::{PgStore, SqliteStore, Store, StoreError, StoreResult};
 
 /// Runs `body` on a fresh PostgreSQL database, dropped afterwards; skipped
 /// without `STOCKADE_TEST_DATABASE_URL`.
@@ -126,3 +126,21 @@ macro_rules! store_tests {
     };
 }
 pub(crate) use store_tests;
+
+/// Asserts that a store call found nothing (NotFound).
+pub fn assert_not_found<T>(result: StoreResult<T>) {
+    assert!(
+        matches!(result, Err(StoreError::NotFound)),
+        "expected NotFound, got {:?}",
+        result.err()
+    );
+}
+
+/// Asserts that a store call was refused as another account's (Forbidden).
+pub fn assert_forbidden<T>(result: StoreResult<T>) {
+    assert!(
+        matches!(result, Err(StoreError::Forbidden)),
+        "expected Forbidden, got {:?}",
+        result.err()
+    );
+}
