@@ -7,8 +7,9 @@
 use axum::body::Bytes;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use stockade_core::{Account, Scope, TokenId, TokenKind};
 
@@ -259,6 +260,58 @@ impl FromRequestParts<AppState> for AdminCaller {
             .into());
         }
         Ok(Self(caller))
+    }
+}
+
+/// What nearly every handler takes: the server's state and the
+/// authenticated caller (`Authed<AdminCaller>`: an administrator; the
+/// compatible APIs have callers of their own).
+pub struct Authed<C = Caller> {
+    pub state: AppState,
+    pub caller: C,
+}
+
+impl<C: FromRequestParts<AppState>> FromRequestParts<AppState> for Authed<C> {
+    type Rejection = C::Rejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let caller = C::from_request_parts(parts, state).await?;
+        Ok(Self {
+            state: state.clone(),
+            caller,
+        })
+    }
+}
+
+/// [`Authed`] and the one parameter of the path (a sandbox's id, a
+/// snapshot's) as it was sent: the handler checks the rest of its input
+/// before it loads what the id names. The caller is authenticated first,
+/// so that a request without a credential is refused whatever its path; a
+/// path that cannot be read is axum's own 400.
+pub struct AuthedId<C = Caller> {
+    pub state: AppState,
+    pub caller: C,
+    pub id: String,
+}
+
+impl<C> FromRequestParts<AppState> for AuthedId<C>
+where
+    C: FromRequestParts<AppState> + Send,
+    C::Rejection: IntoResponse,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let Authed { state, caller } = Authed::<C>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path(id) = Path::<String>::from_request_parts(parts, &state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self { state, caller, id })
     }
 }
 

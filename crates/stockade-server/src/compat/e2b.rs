@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::extract::{FromRequestParts, RawQuery};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,7 +25,9 @@ use stockade_service::{lifecycle, snapshots, update};
 use tracing::instrument;
 
 use crate::error::ApiError;
-use crate::extract::{idempotency_key, parse_json, query_pairs, Caller, Credential};
+use crate::extract::{
+    idempotency_key, parse_json, query_pairs, Authed, AuthedId, Caller, Credential,
+};
 use crate::proxy::token::{self, Purpose};
 use crate::AppState;
 use stockade_service::ServiceError;
@@ -143,6 +145,14 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 /// The caller of an E2B request: `X-API-Key: <token>`, or `Authorization:
 /// Bearer <token>`, with a Stockade API token.
 pub struct E2bCaller(pub Caller);
+
+impl std::ops::Deref for E2bCaller {
+    type Target = Caller;
+
+    fn deref(&self) -> &Caller {
+        &self.0
+    }
+}
 
 /// The account of an API token.
 pub async fn caller_of_token(state: &AppState, token: &str) -> Result<Caller, ApiError> {
@@ -471,23 +481,21 @@ async fn create(
 /// `POST /e2b/sandboxes` (v1: default timeout 15 s).
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Debug))]
 async fn create_v1(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    Authed { state, caller }: Authed<E2bCaller>,
     headers: HeaderMap,
     body: Bytes,
 ) -> E2bResult<Response> {
-    create(state, caller, headers, body, 15).await
+    create(state, caller.0, headers, body, 15).await
 }
 
 /// `POST /e2b/v2/sandboxes` (default timeout 300 s).
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Debug))]
 async fn create_v2(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    Authed { state, caller }: Authed<E2bCaller>,
     headers: HeaderMap,
     body: Bytes,
 ) -> E2bResult<Response> {
-    create(state, caller, headers, body, 300).await
+    create(state, caller.0, headers, body, 300).await
 }
 
 /// The filters and page of a list.
@@ -659,8 +667,7 @@ async fn list_page(
 /// `GET /e2b/sandboxes`: the caller's running sandboxes.
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Debug))]
 async fn list_v1(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    Authed { state, caller }: Authed<E2bCaller>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Json<Vec<E2bListedSandbox>>> {
@@ -673,8 +680,7 @@ async fn list_v1(
 /// state and metadata, a page at a time (`x-next-token`).
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Debug))]
 async fn list_v2(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    Authed { state, caller }: Authed<E2bCaller>,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Response> {
@@ -690,10 +696,8 @@ async fn list_v2(
 /// `GET /e2b/sandboxes/{id}`.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn get_one(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     headers: HeaderMap,
-    Path(id): Path<String>,
 ) -> E2bResult<Json<E2bSandboxDetail>> {
     let sb = load_live(&state, &caller.scope, &id).await?;
     Ok(Json(detail_of(&state, &headers, &caller.account.id, &sb)))
@@ -701,11 +705,7 @@ async fn get_one(
 
 /// `DELETE /e2b/sandboxes/{id}`: destroys the sandbox and its volume.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
-async fn kill(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
-) -> E2bResult<StatusCode> {
+async fn kill(AuthedId { state, caller, id }: AuthedId<E2bCaller>) -> E2bResult<StatusCode> {
     let sb = load_live(&state, &caller.scope, &id).await?;
     lifecycle::destroy(&state.svc, sb, false).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -715,9 +715,7 @@ async fn kill(
 /// seconds from now.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn set_timeout(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     body: Bytes,
 ) -> E2bResult<StatusCode> {
     let req: E2bTimeoutRequest = parse_json(&body)?;
@@ -731,9 +729,7 @@ async fn set_timeout(
 /// `duration` seconds (default 60) from now.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn refresh(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     body: Bytes,
 ) -> E2bResult<StatusCode> {
     let req: E2bRefreshRequest = body_or_default(&body)?;
@@ -766,10 +762,8 @@ async fn resume_sandbox(
 /// (its end only moves later), a paused one started again (200 / 201).
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn connect(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     headers: HeaderMap,
-    Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
     let req: E2bConnectRequest = body_or_default(&body)?;
@@ -813,10 +807,8 @@ fn answered(
 /// runs).
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn resume(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     headers: HeaderMap,
-    Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
     let req: E2bConnectRequest = body_or_default(&body)?;
@@ -838,9 +830,7 @@ async fn resume(
 /// kept, its processes end (409 when it is paused already).
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn pause(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     body: Bytes,
 ) -> E2bResult<StatusCode> {
     let _: E2bPauseRequest = body_or_default(&body)?;
@@ -856,10 +846,8 @@ async fn pause(
 /// sandbox's filesystem; each succeeds or fails on its own.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn fork(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     headers: HeaderMap,
-    Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
     let req: E2bForkRequest = body_or_default(&body)?;
@@ -910,9 +898,7 @@ async fn fork(
 /// `POST /e2b/sandboxes/{id}/snapshots`: a snapshot usable as `templateID`.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn create_snapshot(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     body: Bytes,
 ) -> E2bResult<Response> {
     let req: E2bSnapshotRequest = body_or_default(&body)?;
@@ -941,8 +927,7 @@ fn snapshot_info(s: &Snapshot) -> E2bSnapshotInfo {
 /// time (`x-next-token`).
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Debug))]
 async fn list_snapshots(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
+    Authed { state, caller }: Authed<E2bCaller>,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Response> {
     let (mut sandbox, mut name, mut limit, mut after) = (None, None, 100usize, None);
@@ -1002,9 +987,7 @@ async fn list_snapshots(
 /// `DELETE /e2b/templates/{id}`: deletes a snapshot (by id or name).
 #[instrument(skip_all, fields(account.id = %caller.account.id, snapshot = %id), err(level = "debug", Debug))]
 async fn delete_snapshot(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
 ) -> E2bResult<StatusCode> {
     let template = svc_compat::resolve_template(&state.svc, &caller.scope, &id).await;
     let Ok(Template::Snapshot(sid)) = template else {
@@ -1064,9 +1047,7 @@ async fn recent(
 /// `GET /e2b/sandboxes/{id}/logs`: the main process's recent output.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn logs_v1(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Json<E2bSandboxLogs>> {
     let (limit, rest) = parse_limit(raw.as_deref(), &["start"])?;
@@ -1099,9 +1080,7 @@ async fn logs_v1(
 /// `GET /e2b/v2/sandboxes/{id}/logs`: the same as entries, filtered.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn logs_v2(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Json<E2bSandboxLogsV2>> {
     let (limit, rest) = parse_limit(
@@ -1159,9 +1138,7 @@ async fn logs_v2(
 /// memory and disk now (Stockade keeps no history); none when it is paused.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn metrics(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     RawQuery(raw): RawQuery,
 ) -> E2bResult<Json<Vec<E2bSandboxMetric>>> {
     for (k, v) in query_pairs(raw.as_deref()) {
@@ -1197,9 +1174,7 @@ async fn metrics(
 /// live on a running sandbox; 204.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
 async fn update_network(
-    State(state): State<AppState>,
-    E2bCaller(caller): E2bCaller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
     body: Bytes,
 ) -> E2bResult<Response> {
     load_live(&state, &caller.scope, &id).await?;

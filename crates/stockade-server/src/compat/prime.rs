@@ -25,7 +25,7 @@ use stockade_service::{lifecycle, snapshots, ServiceError};
 use tracing::instrument;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{query_pairs, ApiJson, Caller};
+use crate::extract::{query_pairs, ApiJson, Authed, AuthedId};
 use crate::proxy::token::{self, Purpose};
 use crate::proxy::PublicBase;
 use crate::AppState;
@@ -167,8 +167,7 @@ async fn no_images() -> Response {
 /// `DELETE /api/v1/sandbox`: the SDK's bulk delete, by ids or labels.
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn bulk_delete(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     ApiJson(req): ApiJson<PrimeBulkDeleteRequest>,
 ) -> ApiResult<Json<PrimeBulkDeleteResponse>> {
     if req.all_users {
@@ -253,10 +252,8 @@ pub async fn bulk_delete(
 /// this server) and a token for it.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 async fn auth(
-    State(state): State<AppState>,
-    caller: Caller,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
-    Path(id): Path<String>,
 ) -> ApiResult<Json<PrimeGatewayAuth>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     if sb.is_terminated() {
@@ -298,8 +295,7 @@ fn error_type(sb: &Sandbox) -> Option<String> {
 /// `POST /api/v1/sandbox/status:batchGet`: the statuses of many sandboxes.
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 async fn status_batch(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     ApiJson(req): ApiJson<PrimeStatusBatchRequest>,
 ) -> ApiResult<Json<PrimeStatusBatchResponse>> {
     if req.sandbox_ids.len() > MAX_BATCH {
@@ -340,9 +336,7 @@ async fn status_batch(
 /// `GET /api/v1/sandbox/{id}/error-context`: the status and why.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 async fn error_context(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<PrimeErrorContext>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     Ok(Json(PrimeErrorContext {
@@ -375,9 +369,7 @@ fn checkpoint_of(s: &Snapshot) -> PrimeCheckpoint {
 /// `checkpoint_id` on create.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 async fn create_checkpoint(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<(StatusCode, Json<PrimeCheckpoint>)> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let snap = snapshots::capture(&state.svc, &caller.scope, &sb, None, SnapshotKind::User).await?;
@@ -387,9 +379,7 @@ async fn create_checkpoint(
 /// `GET /api/v1/sandbox/{id}/checkpoints`: oldest first.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 async fn list_checkpoints(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<serde_json::Value>> {
     let mut only = None;
@@ -415,8 +405,7 @@ async fn list_checkpoints(
 /// `GET /api/v1/sandbox/checkpoints/{cid}`.
 #[instrument(skip_all, fields(account.id = %caller.account.id, checkpoint = %cid), err(level = "debug", Display))]
 async fn get_checkpoint(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(cid): Path<String>,
 ) -> ApiResult<Json<PrimeCheckpoint>> {
     let snap = snapshots::load(&state.svc, &caller.scope, &cid, "checkpoint_id").await?;
@@ -426,8 +415,7 @@ async fn get_checkpoint(
 /// `DELETE /api/v1/sandbox/checkpoints/{cid}`.
 #[instrument(skip_all, fields(account.id = %caller.account.id, checkpoint = %cid), err(level = "debug", Display))]
 async fn delete_checkpoint(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(cid): Path<String>,
 ) -> ApiResult<StatusCode> {
     let snap = snapshots::load(&state.svc, &caller.scope, &cid, "checkpoint_id").await?;
@@ -438,9 +426,7 @@ async fn delete_checkpoint(
 /// `DELETE /api/v1/sandbox/{id}/checkpoints`: every checkpoint of one sandbox.
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 async fn delete_sandbox_checkpoints(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<serde_json::Value>> {
     let list = state.svc.snapshots_of(&caller.scope, &id).await?;
     let (mut deleted, mut errors) = (Vec::new(), Vec::new());
@@ -464,8 +450,7 @@ async fn delete_sandbox_checkpoints(
 /// `POST /api/v1/sandbox/checkpoints:batchGet`.
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 async fn checkpoint_batch(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     ApiJson(req): ApiJson<serde_json::Value>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let ids: Vec<String> = req

@@ -18,7 +18,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{
-    authenticate, cookie_values, AdminCaller, ApiJson, Caller, Credential, CSRF_HEADER,
+    authenticate, cookie_values, AdminCaller, ApiJson, Authed, Caller, Credential, CSRF_HEADER,
     SECURE_SESSION_COOKIE, SESSION_COOKIE, SESSION_COOKIES,
 };
 use crate::routes::apidoc::{AdminOnly, BadRequest};
@@ -67,10 +67,9 @@ fn check_account_name(name: &str) -> ApiResult<()> {
     request_body = CreateAccountRequest,
     responses((status = 201, body = CreateAccountResponse), BadRequest,
               AdminOnly, (status = 409, body = ErrorBody)))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id), err(level = "debug", Display))]
 pub async fn create(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     ApiJson(req): ApiJson<CreateAccountRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateAccountResponse>)> {
     check_account_name(&req.name)?;
@@ -120,8 +119,7 @@ fn quota_response(id: &AccountId, report: &QuotaReport) -> QuotaResponse {
               (status = 404, description = "No such account", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn get_quota(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(account_id): Path<String>,
 ) -> ApiResult<Json<QuotaResponse>> {
     let id = AccountId::parse_field(&account_id, "account_id")?;
@@ -140,10 +138,9 @@ pub async fn get_quota(
     responses((status = 200, body = QuotaResponse), (status = 400, description = "A value is out of range (the field is named)", body = ErrorBody),
               AdminOnly,
               (status = 404, description = "No such account", body = ErrorBody)))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id), err(level = "debug", Display))]
 pub async fn set_quota(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(account_id): Path<String>,
     ApiJson(req): ApiJson<SetQuotaRequest>,
 ) -> ApiResult<Json<QuotaResponse>> {

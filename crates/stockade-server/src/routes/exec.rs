@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,7 +23,7 @@ use utoipa::OpenApi;
 
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{parse_json, query_pairs, Caller};
+use crate::extract::{parse_json, query_pairs, Authed, AuthedId, Caller};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
@@ -261,9 +261,7 @@ async fn read_body(body: Body) -> ApiResult<Bytes> {
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn exec(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
@@ -489,9 +487,7 @@ async fn load_process(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list_processes(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<ListProcessesResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     adopt(&state, &sb).await;
@@ -515,8 +511,7 @@ pub async fn list_processes(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn get_process(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((id, pid)): Path<(String, String)>,
 ) -> ApiResult<Json<ProcessResponse>> {
     let proc = load_process(&state, &caller, &id, &pid).await?;
@@ -534,8 +529,7 @@ pub async fn get_process(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn wait_process(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((id, pid)): Path<(String, String)>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ProcessResponse>> {
@@ -573,8 +567,7 @@ pub async fn wait_process(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, process.id = %pid), err(level = "debug", Display))]
 pub async fn kill_process(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((id, pid)): Path<(String, String)>,
 ) -> ApiResult<Json<ProcessResponse>> {
     let proc = load_process(&state, &caller, &id, &pid).await?;

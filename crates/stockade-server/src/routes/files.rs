@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -19,7 +19,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{query_pairs, Caller};
+use crate::extract::{query_pairs, AuthedId, Caller};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::files::{self, BodyStream, Opened, Want};
@@ -223,9 +223,7 @@ async fn existing_dir(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn read(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
     let q = parse_query(raw.as_deref(), &["path"])?;
@@ -277,9 +275,7 @@ pub async fn read(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn stat(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<FileEntry>> {
     let q = parse_query(raw.as_deref(), &["path"])?;
@@ -324,9 +320,7 @@ pub async fn stat(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn write(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
     body: Body,
@@ -416,9 +410,7 @@ pub async fn write(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn delete(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<StatusCode> {
     let q = parse_query(raw.as_deref(), &["path", "recursive"])?;
@@ -455,9 +447,7 @@ pub async fn delete(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn download(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
     let q = parse_query(raw.as_deref(), &["path"])?;
@@ -523,9 +513,7 @@ pub async fn download(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn upload(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
     body: Body,
@@ -555,9 +543,7 @@ pub async fn upload(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn mkdir(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<(StatusCode, Json<FileEntry>)> {
     let q = parse_query(raw.as_deref(), &["path"])?;
@@ -580,9 +566,7 @@ pub async fn mkdir(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn move_path(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     crate::extract::ApiJson(req): crate::extract::ApiJson<stockade_api::files::MoveRequest>,
 ) -> ApiResult<Json<FileEntry>> {
     let mut errs = ValidationErrors::default();
@@ -610,9 +594,7 @@ pub async fn move_path(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn watch(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
     let q = parse_query(raw.as_deref(), &["path", "recursive"])?;

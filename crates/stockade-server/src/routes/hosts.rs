@@ -2,7 +2,7 @@
 //! placed on, see their health, load and capacity, cordon, uncordon and
 //! drain them, and remove empty ones. Tenants get 403.
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::Json;
 use stockade_api::{
@@ -14,9 +14,8 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::ApiResult;
-use crate::extract::{AdminCaller, ApiJson};
+use crate::extract::{AdminCaller, ApiJson, Authed};
 use crate::routes::apidoc::AdminOnly;
-use crate::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -43,10 +42,9 @@ pub struct HostsApi;
         AdminOnly,
         (status = 409, description = "A host with this name exists", body = ErrorBody),
     ))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %req.name), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id, host.name = %req.name), err(level = "debug", Display))]
 pub async fn create(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     ApiJson(req): ApiJson<CreateHostRequest>,
 ) -> ApiResult<(StatusCode, Json<HostResponse>)> {
     let host = host_admin::register(&state.svc, &req).await?;
@@ -62,10 +60,9 @@ pub async fn create(
         (status = 200, body = ListHostsResponse),
         AdminOnly,
     ))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id), err(level = "debug", Display))]
 pub async fn list(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
 ) -> ApiResult<Json<ListHostsResponse>> {
     let hosts = host_admin::list(&state.svc).await?;
     Ok(Json(ListHostsResponse {
@@ -81,10 +78,9 @@ pub async fn list(
         AdminOnly,
         (status = 404, body = ErrorBody),
     ))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %name), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id, host.name = %name), err(level = "debug", Display))]
 pub async fn get_one(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<HostResponse>> {
     Ok(Json(host_admin::get(&state.svc, &name).await?.response()))
@@ -102,10 +98,9 @@ pub async fn get_one(
         AdminOnly,
         (status = 404, body = ErrorBody),
     ))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %name), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id, host.name = %name), err(level = "debug", Display))]
 pub async fn update(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<UpdateHostRequest>,
 ) -> ApiResult<Json<HostResponse>> {
@@ -123,10 +118,9 @@ pub async fn update(
         (status = 404, body = ErrorBody),
         (status = 409, description = "The server's own host, or one that holds sandboxes", body = ErrorBody),
     ))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, host.name = %name), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id, host.name = %name), err(level = "debug", Display))]
 pub async fn remove(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     host_admin::remove(&state.svc, &name).await?;

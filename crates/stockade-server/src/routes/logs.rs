@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -20,7 +20,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::ApiResult;
-use crate::extract::{query_pairs, Caller};
+use crate::extract::{query_pairs, AuthedId};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::log_cursor::{IdAssigner, IdLine, LogEventId, ResumeFilter};
@@ -130,9 +130,7 @@ fn parse_query(raw: Option<&str>, headers: &HeaderMap) -> ApiResult<LogsQuery> {
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn logs(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> ApiResult<Response> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -22,7 +22,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{parse_json, query_pairs, ApiJson, Caller};
+use crate::extract::{parse_json, query_pairs, ApiJson, Authed, AuthedId};
 use crate::proxy::{parse_port_segment, token::Claims, PublicBase};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
@@ -65,9 +65,7 @@ fn ports_of(sb: &Sandbox, base: &PublicBase, state: &AppState) -> Vec<ExposedPor
     responses((status = 200, body = PortsResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
 ) -> ApiResult<Json<PortsResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
@@ -91,9 +89,7 @@ pub async fn list(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn expose(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExposePortRequest>,
 ) -> ApiResult<(StatusCode, Json<ExposedPort>)> {
@@ -119,8 +115,7 @@ pub async fn expose(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, port = %port), err(level = "debug", Display))]
 pub async fn unexpose(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path((id, port)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<Json<PortsResponse>> {
@@ -138,8 +133,7 @@ pub async fn unexpose(
     responses((status = 200, body = PortsResponse), BadRequest))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_all(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> ApiResult<Json<PortsResponse>> {
@@ -170,9 +164,7 @@ pub async fn list_all(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn auth_token(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<AuthTokenResponse>> {
     let body =

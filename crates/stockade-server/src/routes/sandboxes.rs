@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,9 +17,8 @@ use tracing::instrument;
 
 use crate::compat::prime;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{idempotency_key, query_pairs, ApiJson, Caller};
+use crate::extract::{idempotency_key, query_pairs, ApiJson, Authed, AuthedId};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
-use crate::AppState;
 use stockade_service::lifecycle;
 use stockade_service::sandbox::queries::BulkSelection;
 use stockade_service::sandbox::request::NewSandbox;
@@ -48,8 +47,7 @@ fn respond(sb: &stockade_core::Sandbox, headers: &HeaderMap) -> Json<SandboxResp
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Display))]
 pub async fn create(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateSandboxBody>,
 ) -> ApiResult<Response> {
@@ -180,8 +178,7 @@ pub fn parse_list_query(raw: Option<&str>) -> ApiResult<SandboxFilter> {
     responses((status = 200, body = ListSandboxesResponse), BadRequest))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListSandboxesResponse>> {
@@ -216,10 +213,8 @@ pub async fn list(
     responses((status = 200, body = SandboxResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn get(
-    State(state): State<AppState>,
-    caller: Caller,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
-    Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let mut details = SandboxResponse::from_record(&sb, Utc::now());
@@ -239,10 +234,8 @@ pub async fn get(
     responses((status = 200, body = SandboxResponse), AccessErrors, (status = 409, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn start(
-    State(state): State<AppState>,
-    caller: Caller,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
-    Path(id): Path<String>,
 ) -> ApiResult<Json<SandboxResponse>> {
     let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let sb = lifecycle::start(&state.svc, sb).await?;
@@ -256,10 +249,8 @@ pub async fn start(
     responses((status = 200, body = SandboxResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn stop(
-    State(state): State<AppState>,
-    caller: Caller,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
-    Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
     let mut grace = state.svc.config().stop_grace;
@@ -305,10 +296,8 @@ fn parse_preserve(raw: Option<&str>) -> ApiResult<(bool, bool)> {
               (status = 502, description = "sync=true and the object store failed; nothing was deleted", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn destroy(
-    State(state): State<AppState>,
-    caller: Caller,
+    AuthedId { state, caller, id }: AuthedId,
     headers: HeaderMap,
-    Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<SandboxResponse>> {
     let (preserve, sync) = parse_preserve(raw.as_deref())?;
@@ -324,8 +313,7 @@ pub async fn destroy(
     responses((status = 200, description = "Per-sandbox results", body = BulkDeleteResponse), BadRequest))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn bulk_delete(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     ApiJson(req): ApiJson<BulkDeleteRequest>,
 ) -> ApiResult<Json<BulkDeleteResponse>> {
     const MAX: usize = 1000;

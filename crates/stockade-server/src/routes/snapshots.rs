@@ -2,7 +2,6 @@
 //! forks and uploaded archives for create sources.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -18,7 +17,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, Authed, AuthedId};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::sandbox::request::NewSandbox;
@@ -68,9 +67,7 @@ pub struct SnapshotsApi;
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, snapshot.id), err(level = "debug", Display))]
 pub async fn create_snapshot(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     body: axum::body::Bytes,
 ) -> ApiResult<(StatusCode, Json<SnapshotResponse>)> {
     // The body is optional: none (or `{}`) names the snapshot by its id.
@@ -97,9 +94,7 @@ pub async fn create_snapshot(
     responses((status = 200, body = ListSnapshotsResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn list_sandbox_snapshots(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<ListSnapshotsResponse>> {
     let list = state.svc.snapshots_of(&caller.scope, &id).await?;
     Ok(Json(ListSnapshotsResponse {
@@ -112,8 +107,7 @@ pub async fn list_sandbox_snapshots(
     responses((status = 200, body = ListSnapshotsResponse)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_snapshots(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
 ) -> ApiResult<Json<ListSnapshotsResponse>> {
     let list = state.svc.list_snapshots(&caller.scope, None).await?;
     Ok(Json(ListSnapshotsResponse {
@@ -127,9 +121,7 @@ pub async fn list_snapshots(
     responses((status = 200, body = SnapshotResponse), AccessErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(level = "debug", Display))]
 pub async fn get_snapshot(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<SnapshotResponse>> {
     let snapshot = snapshots::load(&state.svc, &caller.scope, &id, "snapshot_id").await?;
     Ok(Json(SnapshotResponse::from(&snapshot)))
@@ -143,9 +135,7 @@ pub async fn get_snapshot(
               (status = 409, description = "Still being captured", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, snapshot.id = %id), err(level = "debug", Display))]
 pub async fn delete_snapshot(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<SnapshotResponse>> {
     let snapshot = snapshots::load(&state.svc, &caller.scope, &id, "snapshot_id").await?;
     let snapshot = snapshots::delete(&state.svc, snapshot).await?;
@@ -167,9 +157,7 @@ pub async fn delete_snapshot(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id, fork.id), err(level = "debug", Display))]
 pub async fn fork(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     ApiJson(req): ApiJson<ForkSandboxRequest>,
 ) -> ApiResult<(StatusCode, Json<SandboxResponse>)> {
     let from = lifecycle::load(&state.svc, &caller.scope, &id).await?;
@@ -210,8 +198,7 @@ pub async fn fork(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, upload.id), err(level = "debug", Display))]
 pub async fn upload(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<UploadResponse>)> {

@@ -2,7 +2,7 @@
 //! everyone lists the teams they belong to. Membership is read with the
 //! token on every request, so a change applies to the very next call.
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -15,7 +15,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::ApiResult;
-use crate::extract::{AdminCaller, ApiJson, Caller};
+use crate::extract::{AdminCaller, ApiJson, Authed};
 use crate::routes::apidoc::{AdminOnly, BadRequest};
 use crate::AppState;
 
@@ -56,10 +56,9 @@ async fn respond(state: &AppState, team: &Team) -> ApiResult<Json<TeamResponse>>
         AdminOnly,
         (status = 409, description = "A team with this name exists", body = ErrorBody),
     ))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id), err(level = "debug", Display))]
 pub async fn create(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     ApiJson(req): ApiJson<CreateTeamRequest>,
 ) -> ApiResult<(StatusCode, Json<TeamResponse>)> {
     let name = parse_team_name(&req.name, "name")?;
@@ -72,10 +71,7 @@ pub async fn create(
 #[utoipa::path(get, path = "/api/v1/teams", tag = "teams",
     responses((status = 200, body = ListTeamsResponse), (status = 401, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
-pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> ApiResult<Json<ListTeamsResponse>> {
+pub async fn list(Authed { state, caller }: Authed) -> ApiResult<Json<ListTeamsResponse>> {
     let teams = state.svc.teams_for(&caller.account).await?;
     let mut out = Vec::with_capacity(teams.len());
     for team in &teams {
@@ -91,8 +87,7 @@ pub async fn list(
               (status = 404, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn get_one(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(team_id): Path<String>,
 ) -> ApiResult<Json<TeamResponse>> {
     let team = state
@@ -109,10 +104,9 @@ pub async fn get_one(
     responses((status = 200, description = "The team with its members", body = TeamResponse),
               BadRequest, AdminOnly,
               (status = 404, description = "Unknown team or account", body = ErrorBody)))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn add_member(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(team_id): Path<String>,
     ApiJson(req): ApiJson<AddTeamMemberRequest>,
 ) -> ApiResult<Json<TeamResponse>> {
@@ -130,10 +124,9 @@ pub async fn add_member(
     responses((status = 200, description = "The team with its remaining members", body = TeamResponse),
               BadRequest, AdminOnly,
               (status = 404, description = "Unknown team, or the account is not a member", body = ErrorBody)))]
-#[instrument(skip_all, fields(account.id = %admin.0.account.id, team.id = %team_id), err(level = "debug", Display))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id, team.id = %team_id), err(level = "debug", Display))]
 pub async fn remove_member(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path((team_id, account_id)): Path<(String, String)>,
 ) -> ApiResult<Json<TeamResponse>> {
     let team = state.svc.team(&team_id).await?;

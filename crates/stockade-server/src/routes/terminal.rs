@@ -18,7 +18,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
 
 use crate::error::ApiResult;
-use crate::extract::{query_pairs, websocket, Caller, Credential};
+use crate::extract::{query_pairs, websocket, AuthedId, Credential};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::ServiceError;
@@ -134,9 +134,7 @@ fn same_origin(headers: &HeaderMap) -> bool {
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn terminal(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,

@@ -3,7 +3,7 @@
 //! accounts. A revoked token or a disabled account is refused on the next
 //! request: every request looks its credential up.
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -17,7 +17,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{AdminCaller, ApiJson, Caller};
+use crate::extract::{AdminCaller, ApiJson, Authed, Caller};
 use crate::routes::apidoc::{AdminOnly, BadRequest};
 use crate::AppState;
 use stockade_service::ServiceError;
@@ -75,8 +75,7 @@ fn managed_account(caller: &Caller, raw: &str) -> ApiResult<AccountId> {
               (status = 404, description = "No such account", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn create_token(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(account_id): Path<String>,
     ApiJson(req): ApiJson<CreateTokenRequest>,
 ) -> ApiResult<(StatusCode, Json<CreateTokenResponse>)> {
@@ -121,8 +120,7 @@ pub async fn create_token(
               (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
               (status = 404, description = "No such account", body = ErrorBody)))]
 pub async fn list_tokens(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(account_id): Path<String>,
 ) -> ApiResult<Json<ListTokensResponse>> {
     let id = managed_account(&caller, &account_id)?;
@@ -142,8 +140,7 @@ pub async fn list_tokens(
               (status = 404, description = "No such token of the caller's", body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn revoke_token(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(token_id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = TokenId::parse_field(&token_id, "token_id")?;
@@ -178,12 +175,11 @@ async fn set_disabled(
               (status = 404, description = "No such account", body = ErrorBody),
               (status = 409, description = "The caller's own account", body = ErrorBody)))]
 pub async fn disable(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(account_id): Path<String>,
     ApiJson(_): ApiJson<EmptyRequest>,
 ) -> ApiResult<Json<AccountResponse>> {
-    set_disabled(&state, &admin, &account_id, true).await
+    set_disabled(&state, &caller, &account_id, true).await
 }
 
 /// Enable a disabled account again (administrators): its tokens and
@@ -195,10 +191,9 @@ pub async fn disable(
               AdminOnly,
               (status = 404, description = "No such account", body = ErrorBody)))]
 pub async fn enable(
-    State(state): State<AppState>,
-    admin: AdminCaller,
+    Authed { state, caller }: Authed<AdminCaller>,
     Path(account_id): Path<String>,
     ApiJson(_): ApiJson<EmptyRequest>,
 ) -> ApiResult<Json<AccountResponse>> {
-    set_disabled(&state, &admin, &account_id, false).await
+    set_disabled(&state, &caller, &account_id, false).await
 }

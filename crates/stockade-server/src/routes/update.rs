@@ -2,7 +2,6 @@
 //! environment and CPU/memory of a sandbox, and say which changes hold now
 //! and which from the next start (the work is `stockade_service::update`).
 
-use axum::extract::{Path, State};
 use axum::routing::patch;
 use axum::{Json, Router};
 use chrono::Utc;
@@ -14,7 +13,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::ApiResult;
-use crate::extract::{ApiJson, Caller};
+use crate::extract::{ApiJson, AuthedId};
 use crate::routes::apidoc::AccessErrors;
 use crate::AppState;
 
@@ -50,9 +49,7 @@ pub struct UpdateApi;
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn update(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
+    AuthedId { state, caller, id }: AuthedId,
     ApiJson(req): ApiJson<UpdateSandboxRequest>,
 ) -> ApiResult<Json<UpdateSandboxResponse>> {
     let updated = update::update(&state.svc, &caller.scope, &id, &req.patch()).await?;

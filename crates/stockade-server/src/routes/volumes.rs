@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery};
 use axum::routing::get;
 use axum::{Json, Router};
 use stockade_api::{
@@ -22,7 +22,7 @@ use tracing::{info, instrument, warn};
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{query_pairs, Caller};
+use crate::extract::{query_pairs, Authed, Caller};
 use crate::routes::apidoc::AccessErrors;
 use crate::AppState;
 use stockade_service::ServiceError;
@@ -236,8 +236,7 @@ async fn visible_listing(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListVolumesResponse>> {
     visible_listing(&state, &caller, raw.as_deref(), |_| true).await
@@ -249,8 +248,7 @@ pub async fn list(
     responses((status = 200, body = ListVolumesResponse), (status = 503, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list_orphaned(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<ListVolumesResponse>> {
     visible_listing(&state, &caller, raw.as_deref(), Volume::orphaned).await
@@ -283,8 +281,7 @@ async fn find(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Volume
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(level = "debug", Display))]
 pub async fn get_one(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(name): Path<String>,
 ) -> ApiResult<Json<VolumeResponse>> {
     Ok(Json(find(&state, &caller, &name).await?.response()))
@@ -305,8 +302,7 @@ pub async fn get_one(
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, volume = %name), err(level = "debug", Display))]
 pub async fn delete_one(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     Path(name): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<RemovedVolume>> {
@@ -369,8 +365,7 @@ async fn remove(state: &AppState, volume: &Volume) -> ApiResult<()> {
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn cleanup(
-    State(state): State<AppState>,
-    caller: Caller,
+    Authed { state, caller }: Authed,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<CleanupResponse>> {
     let mut confirmed = false;
