@@ -1,5 +1,6 @@
 //! The client commands: each parses its flags, calls the SDK and prints.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -169,6 +170,11 @@ pub fn key_value(s: &str, flag: &str) -> Result<(String, String), CliError> {
         .ok_or_else(|| CliError::invalid(format!("{flag} expects KEY=VALUE, got '{s}'")))
 }
 
+/// Parses repeated `KEY=VALUE` arguments of `flag` into a map.
+fn key_values(pairs: &[String], flag: &str) -> Result<BTreeMap<String, String>, CliError> {
+    pairs.iter().map(|pair| key_value(pair, flag)).collect()
+}
+
 /// Parses `90s`, `30m`, `2h`, `1h30m` or a number of minutes.
 pub fn parse_timeout(s: &str) -> Result<Duration, CliError> {
     parse_duration(s, "--timeout", "m")
@@ -230,36 +236,26 @@ pub fn parse_duration(s: &str, flag: &str, default_unit: &str) -> Result<Duratio
 
 pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let mut p = CreateParams::new();
-    p.name = a.name;
-    p.image = a.image;
-    p.runtime = a.runtime;
-    p.cpu_cores = a.cpu;
-    p.memory_gb = a.memory;
-    p.vcpus = a.vcpus;
-    p.disk_size_gb = a.disk;
-    p.start_command = a.start_command;
-    p.ports = a.port;
-    p.labels = a.label;
-    p.team_id = a.team;
-    p.idempotency_key = a.idempotency_key;
-    if a.no_network {
-        p.network_policy = Some(NetworkPolicy::DenyAll);
-    }
-    if a.ephemeral {
-        p.persistent = Some(false);
-    }
-    if let Some(t) = a.timeout {
-        p.timeout = Some(parse_timeout(&t)?);
-    }
-    for e in &a.env {
-        let (k, v) = key_value(e, "--env")?;
-        p.env.insert(k, v);
-    }
-    for t in &a.tag {
-        let (k, v) = key_value(t, "--tag")?;
-        p.tags.insert(k, v);
-    }
+    let mut p = CreateParams {
+        name: a.name,
+        image: a.image,
+        runtime: a.runtime,
+        start_command: a.start_command,
+        ports: a.port,
+        timeout: a.timeout.map(|t| parse_timeout(&t)).transpose()?,
+        vcpus: a.vcpus,
+        cpu_cores: a.cpu,
+        memory_gb: a.memory,
+        disk_size_gb: a.disk,
+        network_policy: a.no_network.then_some(NetworkPolicy::DenyAll),
+        env: key_values(&a.env, "--env")?,
+        tags: key_values(&a.tag, "--tag")?,
+        labels: a.label,
+        persistent: a.ephemeral.then_some(false),
+        team_id: a.team,
+        idempotency_key: a.idempotency_key,
+        ..CreateParams::new()
+    };
     if let Some(snap) = a.from_snapshot {
         let id = snapshot(&client, &snap).await?.id().to_owned();
         p.source = Some(Source::Snapshot { id });
@@ -663,63 +659,68 @@ pub async fn account_named(client: &Client, arg: &str) -> anyhow::Result<(String
 
 /// Prints an account's quota and use as a table.
 fn print_quota(name: &str, q: &stockade_sdk::api::QuotaResponse) -> anyhow::Result<()> {
-    let unlimited = || "unlimited".to_owned();
+    // What a row counts.
+    const EXISTING: &str = "not removed, stopped ones too";
+    const RUNNING: &str = "of running sandboxes";
+    const ARCHIVES: &str = "their archives in the object store";
+    // The use and the limit in the resource's unit; no limit is `unlimited`.
+    fn shown<T: Copy>(used: T, limit: Option<T>, unit: impl Fn(T) -> String) -> [String; 2] {
+        [
+            unit(used),
+            limit.map_or_else(|| "unlimited".to_owned(), unit),
+        ]
+    }
+    let count = |n: u64| n.to_string();
     let gb = |v: f64| format!("{} GB", output::trim_num(v));
+    let whole_gb = |n: u64| format!("{n} GB");
+    let (u, l) = (&q.usage, &q.quota);
     outln!("Quota of account {name} ({})", q.account_id)?;
-    let rows = vec![
-        vec![
-            "sandboxes".into(),
-            q.usage.sandboxes.to_string(),
-            q.quota.sandboxes.map_or_else(unlimited, |n| n.to_string()),
-            "not removed, stopped ones too".into(),
-        ],
-        vec![
-            "cpu".into(),
-            output::trim_num(q.usage.cpu_cores),
-            q.quota.cpu_cores.map_or_else(unlimited, output::trim_num),
-            "of running sandboxes".into(),
-        ],
-        vec![
-            "memory".into(),
-            gb(q.usage.memory_gb),
-            q.quota.memory_gb.map_or_else(unlimited, gb),
-            "of running sandboxes".into(),
-        ],
-        vec![
-            "disk".into(),
-            format!("{} GB", q.usage.disk_gb),
-            q.quota
-                .disk_gb
-                .map_or_else(unlimited, |n| format!("{n} GB")),
-            "not removed, stopped ones too".into(),
-        ],
-        vec![
-            "snapshots".into(),
-            q.usage.snapshots.to_string(),
-            q.quota.snapshots.map_or_else(unlimited, |n| n.to_string()),
-            "not deleted".into(),
-        ],
-        vec![
-            "snapshot storage".into(),
-            gb(q.usage.snapshot_gb),
-            q.quota.snapshot_gb.map_or_else(unlimited, gb),
-            "their archives in the object store".into(),
-        ],
-        vec![
-            "uploads".into(),
-            q.usage.uploads.to_string(),
-            q.quota.uploads.map_or_else(unlimited, |n| n.to_string()),
-            "not yet used, not expired".into(),
-        ],
-        vec![
-            "upload storage".into(),
-            gb(q.usage.upload_gb),
-            q.quota.upload_gb.map_or_else(unlimited, gb),
-            "their archives in the object store".into(),
-        ],
+    let resources = [
+        ("sandboxes", EXISTING),
+        ("cpu", RUNNING),
+        ("memory", RUNNING),
+        ("disk", EXISTING),
+        ("snapshots", "not deleted"),
+        ("snapshot storage", ARCHIVES),
+        ("uploads", "not yet used, not expired"),
+        ("upload storage", ARCHIVES),
     ];
+    // Their use and limit, in the same order.
+    let values = [
+        shown(u.sandboxes, l.sandboxes, count),
+        shown(u.cpu_cores, l.cpu_cores, output::trim_num),
+        shown(u.memory_gb, l.memory_gb, gb),
+        shown(u.disk_gb, l.disk_gb, whole_gb),
+        shown(u.snapshots, l.snapshots, count),
+        shown(u.snapshot_gb, l.snapshot_gb, gb),
+        shown(u.uploads, l.uploads, count),
+        shown(u.upload_gb, l.upload_gb, gb),
+    ];
+    let rows: Vec<Vec<String>> = resources
+        .into_iter()
+        .zip(values)
+        .map(|((resource, counts), [used, limit])| {
+            vec![resource.to_owned(), used, limit, counts.to_owned()]
+        })
+        .collect();
     output::table(&["RESOURCE", "USED", "LIMIT", "COUNTS"], &rows)?;
     Ok(())
+}
+
+/// Prints what became of an account (or its JSON): `{done} account NAME
+/// (ID): its tokens and sessions {now}.`
+fn said_of_account(
+    ctx: &Ctx,
+    a: &stockade_sdk::api::AccountResponse,
+    done: &str,
+    now: &str,
+) -> anyhow::Result<()> {
+    output::json_or(ctx.json, a, || {
+        format!(
+            "{done} account {} ({}): its tokens and sessions {now}.",
+            a.name, a.id
+        )
+    })
 }
 
 pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode> {
@@ -824,24 +825,13 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
         AccountCommand::Disable { account } => {
             let (id, _) = account_named(&client, &account).await?;
             let a = client.disable_account(&id).await?;
-            output::json_or(ctx.json, &a, || {
-                format!(
-                    "Disabled account {} ({}): its tokens and sessions are refused until `stockade account enable {}`.",
-                    a.name,
-                    a.id,
-                    a.name
-                )
-            })?;
+            let refused_until = format!("are refused until `stockade account enable {}`", a.name);
+            said_of_account(ctx, &a, "Disabled", &refused_until)?;
         }
         AccountCommand::Enable { account } => {
             let (id, _) = account_named(&client, &account).await?;
             let a = client.enable_account(&id).await?;
-            output::json_or(ctx.json, &a, || {
-                format!(
-                    "Enabled account {} ({}): its tokens and sessions work again.",
-                    a.name, a.id
-                )
-            })?;
+            said_of_account(ctx, &a, "Enabled", "work again")?;
         }
         AccountCommand::Whoami => {
             let me = client.whoami().await?;

@@ -13,6 +13,13 @@ use stockade_sdk::api::{
 use crate::cli::{key_value, Ctx};
 use crate::output::{self, CliError};
 
+// The one host a command is about.
+#[derive(Args)]
+pub struct HostName {
+    #[arg(value_name = "HOST")]
+    name: String,
+}
+
 // The host that `cordon` or `drain` takes out of placement, and why.
 #[derive(Args)]
 pub struct Withdraw {
@@ -72,10 +79,7 @@ pub enum HostCommand {
     /// Show one Docker host.
     #[command(after_help = "Example:
   stockade host get docker-2")]
-    Get {
-        #[arg(value_name = "HOST")]
-        name: String,
-    },
+    Get(HostName),
     /// Take no new sandboxes on a host; what runs there stays.
     #[command(after_help = "Example:
   stockade host cordon docker-2 --reason 'kernel upgrade'")]
@@ -83,10 +87,7 @@ pub enum HostCommand {
     /// Take new sandboxes on a host again.
     #[command(after_help = "Example:
   stockade host uncordon docker-2")]
-    Uncordon {
-        #[arg(value_name = "HOST")]
-        name: String,
-    },
+    Uncordon(HostName),
     /// Take no new sandboxes on a host and move what it holds off it.
     #[command(after_help = "Example:
   stockade host drain docker-2 --reason 'replacing the disk'")]
@@ -94,10 +95,7 @@ pub enum HostCommand {
     /// Remove a host that holds no sandbox (not the server's own).
     #[command(after_help = "Example:
   stockade host rm docker-2")]
-    Rm {
-        #[arg(value_name = "HOST")]
-        name: String,
-    },
+    Rm(HostName),
 }
 
 /// `used of capacity`, e.g. `1.5/8`; `-` for the capacity when unknown.
@@ -297,7 +295,7 @@ pub async fn host(ctx: &Ctx, cmd: HostCommand) -> anyhow::Result<ExitCode> {
                 )?;
             }
         }
-        HostCommand::Get { name } => {
+        HostCommand::Get(HostName { name }) => {
             let h = ctx.client()?.host(&name).await?;
             show(ctx, &h)?;
         }
@@ -305,7 +303,7 @@ pub async fn host(ctx: &Ctx, cmd: HostCommand) -> anyhow::Result<ExitCode> {
             let said = |h: &str| format!("Cordoned host {h}: it takes no new sandboxes");
             change_state(ctx, &name, "cordoned", reason, said).await?;
         }
-        HostCommand::Uncordon { name } => {
+        HostCommand::Uncordon(HostName { name }) => {
             let said = |h: &str| format!("Host {h} takes new sandboxes again");
             change_state(ctx, &name, "active", None, said).await?;
         }
@@ -317,7 +315,7 @@ pub async fn host(ctx: &Ctx, cmd: HostCommand) -> anyhow::Result<ExitCode> {
             };
             change_state(ctx, &name, "draining", reason, said).await?;
         }
-        HostCommand::Rm { name } => {
+        HostCommand::Rm(HostName { name }) => {
             ctx.client()?.remove_host(&name).await?;
             output::json_or(
                 ctx.json,

@@ -473,42 +473,52 @@ pub fn terminated(name: &str) -> CliError {
     )
 }
 
+/// API fields (or SDK parameters) and the CLI flags they are set with: a
+/// field is named by its full path or by its first name.
+const FIELD_FLAGS: &[(&str, &str)] = &[
+    ("source.url", "--git/--tarball"),
+    ("source.ref", "--ref"),
+    ("source.snapshotId", "--from-snapshot"),
+    ("source.uploadId", "--upload"),
+    ("resources.vcpus", "--vcpus"),
+    ("name", "--name"),
+    ("dockerImage", "--image"),
+    ("runtime", "--runtime"),
+    ("startCommand", "--start-command"),
+    ("cpuCores", "--cpu"),
+    ("memoryGB", "--memory"),
+    ("diskSizeGB", "--disk"),
+    ("diskGB", "--disk"),
+    ("sandboxes", "--sandboxes"),
+    ("snapshots", "--snapshots"),
+    ("snapshotGB", "--snapshot-gb"),
+    ("uploads", "--uploads"),
+    ("uploadGB", "--upload-gb"),
+    ("networkAccess", "--no-network"),
+    ("timeoutMinutes", "--timeout"),
+    ("timeoutSeconds", "--timeout"),
+    ("timeout", "--timeout"),
+    ("environmentVars", "--env"),
+    ("env", "--env"),
+    ("labels", "--label"),
+    ("tags", "--tag"),
+    ("ports", "--port"),
+    ("persistent", "--ephemeral"),
+    ("teamId", "--team"),
+    ("cwd", "--cwd"),
+    ("shell", "--shell"),
+    ("cmd", "CMD"),
+    ("ttl", "--ttl"),
+    ("expiresInSeconds", "--expires"),
+];
+
 /// The CLI flag an API field (or SDK parameter) is set with.
 fn flag_for(field: &str) -> Option<&'static str> {
     let head = field.split(['.', '[']).next().unwrap_or(field);
-    Some(match (head, field) {
-        (_, "source.url") => "--git/--tarball",
-        (_, "source.ref") => "--ref",
-        (_, "source.snapshotId") => "--from-snapshot",
-        (_, "source.uploadId") => "--upload",
-        (_, "resources.vcpus") => "--vcpus",
-        ("name", _) => "--name",
-        ("dockerImage", _) => "--image",
-        ("runtime", _) => "--runtime",
-        ("startCommand", _) => "--start-command",
-        ("cpuCores", _) => "--cpu",
-        ("memoryGB", _) => "--memory",
-        ("diskSizeGB" | "diskGB", _) => "--disk",
-        ("sandboxes", _) => "--sandboxes",
-        ("snapshots", _) => "--snapshots",
-        ("snapshotGB", _) => "--snapshot-gb",
-        ("uploads", _) => "--uploads",
-        ("uploadGB", _) => "--upload-gb",
-        ("networkAccess", _) => "--no-network",
-        ("timeoutMinutes" | "timeoutSeconds" | "timeout", _) => "--timeout",
-        ("environmentVars" | "env", _) => "--env",
-        ("labels", _) => "--label",
-        ("tags", _) => "--tag",
-        ("ports", _) => "--port",
-        ("persistent", _) => "--ephemeral",
-        ("teamId", _) => "--team",
-        ("cwd", _) => "--cwd",
-        ("shell", _) => "--shell",
-        ("cmd", _) => "CMD",
-        ("ttl", _) => "--ttl",
-        ("expiresInSeconds", _) => "--expires",
-        _ => return None,
-    })
+    FIELD_FLAGS
+        .iter()
+        .find(|(name, _)| *name == field || *name == head)
+        .map(|(_, flag)| *flag)
 }
 
 /// `field: message` with the field as the flag that sets it.
@@ -763,72 +773,43 @@ mod tests {
         }
     }
 
+    /// What the CLI says of an API error with `status`, `code` and
+    /// `message`, about `target`.
+    fn said(status: u16, code: &str, message: &str, target: Option<&str>) -> CliError {
+        sdk_error(&api(status, code, message), target)
+    }
+
     #[test]
     fn api_errors_speak_cli() {
-        let e = sdk_error(
-            &api(
-                409,
-                "conflict",
-                "sandbox is not running (status STOPPED): start it with POST /api/v1/sandbox/ab12cd34ef56/start",
-            ),
-            Some("nb2"),
-        );
+        let stopped = "sandbox is not running (status STOPPED): start it with POST /api/v1/sandbox/ab12cd34ef56/start";
+        let e = said(409, "conflict", stopped, Some("nb2"));
         assert_eq!(e.code, "sandbox_not_running");
-        assert_eq!(
-            e.message,
-            "sandbox `nb2` is stopped — run `stockade start nb2`"
-        );
-        let e = sdk_error(
-            &api(
-                409,
-                "conflict",
-                "Sandbox ab12cd34ef56 is terminated; create a new one",
-            ),
-            Some("nb2"),
-        );
+        let m = e.message;
+        assert_eq!(m, "sandbox `nb2` is stopped — run `stockade start nb2`");
+
+        let terminated = "Sandbox ab12cd34ef56 is terminated; create a new one";
+        let e = said(409, "conflict", terminated, Some("nb2"));
         assert_eq!(e.code, "sandbox_terminated");
+        let m = e.message;
+        assert!(m.contains("stockade create --name nb2"), "{m}");
+
+        let busy = "this sandbox already has 64 background processes running; kill some first (DELETE …/processes/{pid})";
+        let m = said(409, "conflict", busy, Some("nb2")).message;
         assert!(
-            e.message.contains("stockade create --name nb2"),
-            "{}",
-            e.message
+            m.ends_with("kill some first (`stockade kill nb2 PID`)"),
+            "{m}"
         );
-        let e = sdk_error(
-            &api(
-                409,
-                "conflict",
-                "this sandbox already has 64 background processes running; kill some first (DELETE …/processes/{pid})",
-            ),
-            Some("nb2"),
-        );
+
+        let unexposed =
+            "Port 3000 is not exposed on sandbox x: expose it with POST /api/v1/sandbox/x/ports";
+        let m = said(503, "sandbox_unavailable", unexposed, None).message;
         assert!(
-            e.message
-                .ends_with("kill some first (`stockade kill nb2 PID`)"),
-            "{}",
-            e.message
+            m.ends_with("expose it with `stockade ports x expose PORT`"),
+            "{m}"
         );
-        let e = sdk_error(
-            &api(
-                503,
-                "sandbox_unavailable",
-                "Port 3000 is not exposed on sandbox x: expose it with POST /api/v1/sandbox/x/ports",
-            ),
-            None,
-        );
-        assert!(
-            e.message
-                .ends_with("expose it with `stockade ports x expose PORT`"),
-            "{}",
-            e.message
-        );
-        let e = sdk_error(
-            &api(
-                422,
-                "image_unavailable",
-                "image 'nosuch/x:1' is not available locally and could not be pulled: registry unreachable",
-            ),
-            None,
-        );
-        let hint = e.hint.unwrap();
+
+        let unpulled = "image 'nosuch/x:1' is not available locally and could not be pulled: registry unreachable";
+        let hint = said(422, "image_unavailable", unpulled, None).hint.unwrap();
         assert!(hint.contains("--image") && hint.contains("STOCKADE_DEFAULT_IMAGE"));
         assert!(hint.contains("`docker pull nosuch/x:1`"), "{hint}");
     }

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{docker_lines, image, lines_of, shut_down, spawn_piped};
+use support::{image, instance_of, lines_of, shut_down, spawn_piped};
 
 struct Server {
     child: Child,
@@ -33,15 +33,7 @@ impl Server {
     /// Learns the instance id from a sandbox's container, so that drop can
     /// remove whatever this server left in Docker.
     fn remember_instance(&self, sandbox_id: &str) {
-        let found = docker_lines(&[
-            "ps",
-            "-a",
-            "--filter",
-            &format!("label=io.stockade.sandbox-id={sandbox_id}"),
-            "--format",
-            "{{.Label \"io.stockade.instance-id\"}}",
-        ]);
-        if let Some(id) = found.into_iter().next() {
+        if let Some(id) = instance_of(sandbox_id) {
             *self.instance.borrow_mut() = Some(id);
         }
     }

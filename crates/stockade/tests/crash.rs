@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
+use reqwest::Method;
 use serde_json::{json, Value};
 
 mod support;
@@ -88,19 +89,29 @@ async fn call(
     Ok((status, body))
 }
 
+/// `call` without an idempotency key, which must get an answer.
+async fn answer(
+    http: &reqwest::Client,
+    method: Method,
+    url: String,
+    body: Option<Value>,
+) -> (u16, Value) {
+    call(http, method, url, body, None).await.unwrap()
+}
+
+/// The admin account's id; its containers and volumes are removed when
+/// the test ends.
+async fn admin_account(http: &reqwest::Client, url: &str) -> AccountCleanup {
+    let (_, me) = answer(http, Method::GET, format!("{url}/api/v1/me"), None).await;
+    AccountCleanup(me["account"]["id"].as_str().expect("account id").to_owned())
+}
+
 /// Every record the admin account has, terminated ones included, by id.
 async fn records(http: &reqwest::Client, url: &str) -> std::collections::HashMap<String, Value> {
     let mut all = std::collections::HashMap::new();
     for active in ["true", "false"] {
-        let (status, body) = call(
-            http,
-            reqwest::Method::GET,
-            format!("{url}/api/v1/sandbox?per_page=1000&is_active={active}"),
-            None,
-            None,
-        )
-        .await
-        .unwrap();
+        let listed = format!("{url}/api/v1/sandbox?per_page=1000&is_active={active}");
+        let (status, body) = answer(http, Method::GET, listed, None).await;
         assert_eq!(status, 200, "{body}");
         for sb in body["sandboxes"].as_array().unwrap() {
             all.insert(sb["id"].as_str().unwrap().to_owned(), sb.clone());
@@ -168,83 +179,42 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
     let dir = tempfile::tempdir().unwrap();
     let http = client();
     let mut server = start(dir.path(), &[]);
-    let (_, me) = call(
-        &http,
-        reqwest::Method::GET,
-        format!("{}/api/v1/me", server.url),
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    let account = me["account"]["id"].as_str().expect("account id").to_owned();
-    let _cleanup = AccountCleanup(account.clone());
+    let cleanup = admin_account(&http, &server.url).await;
+    let account = &cleanup.0;
     let mut acked_deletes: Vec<String> = Vec::new();
     let mut keys: Vec<(String, Value)> = Vec::new();
     for trial in 0..trials {
         // A sandbox to stop or delete, made without interruption.
-        let (status, target) = call(
-            &http,
-            reqwest::Method::POST,
-            format!("{}/api/v1/sandbox", server.url),
-            Some(json!({ "name": format!("t{trial}") })),
-            None,
-        )
-        .await
-        .unwrap();
+        let made = json!({ "name": format!("t{trial}") });
+        let created = format!("{}/api/v1/sandbox", server.url);
+        let (status, target) = answer(&http, Method::POST, created, Some(made)).await;
         assert_eq!(status, 201, "trial {trial}: {target}");
         let target = target["id"].as_str().unwrap().to_owned();
         let kind = rng.gen_range(0..4);
         let url = server.url.clone();
         let key = format!("key-{seed}-{trial}");
         let body = json!({ "name": format!("c{trial}") });
+        // A create, a create with an idempotency key, a delete or a stop.
+        let (method, path, sent, sent_key) = match kind {
+            0 => (Method::POST, "sandbox".to_owned(), Some(body.clone()), None),
+            1 => (
+                Method::POST,
+                "sandbox".to_owned(),
+                Some(body.clone()),
+                Some(key.clone()),
+            ),
+            2 => (Method::DELETE, format!("sandbox/{target}"), None, None),
+            _ => (
+                Method::POST,
+                format!("sandbox/{target}/stop?timeout=1"),
+                None,
+                None,
+            ),
+        };
         let request = {
             let http = http.clone();
-            let (target, key, body) = (target.clone(), key.clone(), body.clone());
-            tokio::spawn(async move {
-                match kind {
-                    0 => {
-                        call(
-                            &http,
-                            reqwest::Method::POST,
-                            format!("{url}/api/v1/sandbox"),
-                            Some(body),
-                            None,
-                        )
-                        .await
-                    }
-                    1 => {
-                        call(
-                            &http,
-                            reqwest::Method::POST,
-                            format!("{url}/api/v1/sandbox"),
-                            Some(body),
-                            Some(&key),
-                        )
-                        .await
-                    }
-                    2 => {
-                        call(
-                            &http,
-                            reqwest::Method::DELETE,
-                            format!("{url}/api/v1/sandbox/{target}"),
-                            None,
-                            None,
-                        )
-                        .await
-                    }
-                    _ => {
-                        call(
-                            &http,
-                            reqwest::Method::POST,
-                            format!("{url}/api/v1/sandbox/{target}/stop?timeout=1"),
-                            None,
-                            None,
-                        )
-                        .await
-                    }
-                }
-            })
+            let url = format!("{url}/api/v1/{path}");
+            tokio::spawn(async move { call(&http, method, url, sent, sent_key.as_deref()).await })
         };
         if kind == 1 {
             keys.push((key, body));
@@ -261,7 +231,7 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
     // Recovery: every check holds within 45 s of the last restart.
     let restarted = Instant::now();
     loop {
-        match check(&http, &server.url, &account, &acked_deletes).await {
+        match check(&http, &server.url, account, &acked_deletes).await {
             Ok(()) => break,
             Err(why) if restarted.elapsed() < Duration::from_secs(45) => {
                 let _ = why;
@@ -279,7 +249,7 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
         let asked = Instant::now();
         let (status, answer) = call(
             &http,
-            reqwest::Method::POST,
+            Method::POST,
             format!("{}/api/v1/sandbox", server.url),
             Some(body.clone()),
             Some(key),
@@ -303,15 +273,8 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
         .filter(|(_, sb)| sb["status"] != "TERMINATED")
         .map(|(id, _)| id)
         .collect();
-    let (status, body) = call(
-        &http,
-        reqwest::Method::DELETE,
-        format!("{}/api/v1/sandbox/bulk", server.url),
-        Some(json!({ "ids": ids })),
-        None,
-    )
-    .await
-    .unwrap();
+    let bulk = format!("{}/api/v1/sandbox/bulk", server.url);
+    let (status, body) = answer(&http, Method::DELETE, bulk, Some(json!({ "ids": ids }))).await;
     assert_eq!(status, 200, "{body}");
 }
 
@@ -320,25 +283,15 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     let dir = tempfile::tempdir().unwrap();
     let http = client();
     let mut server = start(dir.path(), &["--shutdown-grace", "3"]);
-    let (_, me) = call(
+    let _cleanup = admin_account(&http, &server.url).await;
+    let created = format!("{}/api/v1/sandbox", server.url);
+    let (status, sb) = answer(
         &http,
-        reqwest::Method::GET,
-        format!("{}/api/v1/me", server.url),
-        None,
-        None,
-    )
-    .await
-    .unwrap();
-    let _cleanup = AccountCleanup(me["account"]["id"].as_str().unwrap().to_owned());
-    let (status, sb) = call(
-        &http,
-        reqwest::Method::POST,
-        format!("{}/api/v1/sandbox", server.url),
+        Method::POST,
+        created,
         Some(json!({ "name": "term" })),
-        None,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(status, 201, "{sb}");
     let id = sb["id"].as_str().unwrap().to_owned();
     // A log stream that follows, and a command that runs for minutes.
@@ -394,14 +347,7 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     let _ = exec.await;
     // Restarted, it removes what it left.
     let server = start(dir.path(), &[]);
-    let (status, _) = call(
-        &http,
-        reqwest::Method::DELETE,
-        format!("{}/api/v1/sandbox/{id}", server.url),
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let removed = format!("{}/api/v1/sandbox/{id}", server.url);
+    let (status, _) = answer(&http, Method::DELETE, removed, None).await;
     assert_eq!(status, 200);
 }

@@ -140,8 +140,13 @@ fn readme_quick_start_runs_as_written() {
 }
 
 /// Copies `scripts/run` and the library it sources into a directory
-/// everyone may read, so that an unprivileged user can run them.
-fn run_script_copy() -> tempfile::TempDir {
+/// everyone may read, so that an unprivileged user can run them; none
+/// (the test is skipped) when not root, which the test needs `why`.
+fn run_script_copy_as_root(why: &str) -> Option<tempfile::TempDir> {
+    if !is_root() {
+        eprintln!("skipped: needs root {why}");
+        return None;
+    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("scripts/lib")).unwrap();
     for file in ["scripts/run", "scripts/lib/docker.sh"] {
@@ -153,7 +158,7 @@ fn run_script_copy() -> tempfile::TempDir {
         .status()
         .unwrap();
     assert!(chmod.success());
-    dir
+    Some(dir)
 }
 
 /// Not root and not allowed to use Docker (the user `nobody`, as on a
@@ -161,11 +166,9 @@ fn run_script_copy() -> tempfile::TempDir {
 /// changes nothing and prints the commands that would fix it.
 #[test]
 fn run_script_refuses_clearly_without_docker_access() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run scripts/run as the user nobody");
+    let Some(copy) = run_script_copy_as_root("to run scripts/run as the user nobody") else {
         return;
-    }
-    let copy = run_script_copy();
+    };
     let before = dockerd_pids();
     let script = copy.path().join("scripts/run");
     let out = Command::new("runuser")
@@ -180,23 +183,19 @@ fn run_script_refuses_clearly_without_docker_access() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(out.stdout.is_empty(), "nothing on stdout: {out:?}");
-    assert!(stderr.contains("nothing was changed"), "{stderr}");
-    assert!(
-        stderr.contains("user nobody may not use it"),
-        "names the problem: {stderr}"
-    );
-    assert!(
-        stderr.contains("sudo usermod -aG docker nobody"),
-        "how to join the docker group: {stderr}"
-    );
-    assert!(
-        stderr.contains(&format!("sudo {} --listen 127.0.0.1:1", script.display())),
-        "how to run it as root, with the same arguments: {stderr}"
-    );
-    assert!(
-        stderr.contains("rustup"),
-        "nobody has no cargo either: {stderr}"
-    );
+    let as_root = format!("sudo {} --listen 127.0.0.1:1", script.display());
+    for (said, why) in [
+        ("nothing was changed", "changes nothing"),
+        ("user nobody may not use it", "names the problem"),
+        (
+            "sudo usermod -aG docker nobody",
+            "how to join the docker group",
+        ),
+        (&as_root, "how to run it as root, with the same arguments"),
+        ("rustup", "nobody has no cargo either"),
+    ] {
+        assert!(stderr.contains(said), "{why}: {stderr}");
+    }
     assert_eq!(dockerd_pids(), before, "the running engine was not touched");
 }
 
@@ -205,11 +204,9 @@ fn run_script_refuses_clearly_without_docker_access() {
 /// engine that is running is left alone.
 #[test]
 fn run_script_refuses_clearly_without_apt_get() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    let Some(copy) = run_script_copy_as_root("to keep docker and apt-get off the PATH") else {
         return;
-    }
-    let copy = run_script_copy();
+    };
     // A PATH with the basic tools only: no docker, no apt-get.
     let bin = tempfile::tempdir().unwrap();
     for tool in [
@@ -236,22 +233,41 @@ fn run_script_refuses_clearly_without_apt_get() {
         .expect("scripts/run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("nothing was changed"), "{stderr}");
-    assert!(
-        stderr.contains("Docker Engine is not installed, and without apt-get"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("https://docs.docker.com/engine/install/"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains(&format!("then run {} again", script.display())),
-        "{stderr}"
-    );
+    for said in [
+        "nothing was changed",
+        "Docker Engine is not installed, and without apt-get",
+        "https://docs.docker.com/engine/install/",
+        &format!("then run {} again", script.display()),
+    ] {
+        assert!(stderr.contains(said), "{said:?} in {stderr}");
+    }
     assert_eq!(dockerd_pids(), before, "the running engine was not touched");
     let info = Command::new("docker").args(["info"]).output().unwrap();
     assert!(info.status.success(), "Docker still answers");
+}
+
+/// `stockade server` on `port` and `data` with `image` as the default
+/// image, SQLite, no admin token given, warnings only.
+fn server_on(port: u16, data: &Path, image: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
+    cmd.arg("server")
+        .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("STOCKADE_DATA_DIR", data)
+        .env("STOCKADE_DEFAULT_IMAGE", image)
+        .env("STOCKADE_LOG", "warn")
+        .env_remove("STOCKADE_DATABASE_URL")
+        .env_remove("STOCKADE_ADMIN_TOKEN");
+    cmd
+}
+
+/// `stockade health --json` against the server at `url`, without a token.
+fn health_of(url: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stockade"))
+        .args(["health", "--json"])
+        .env("STOCKADE_URL", url)
+        .env_remove("STOCKADE_TOKEN")
+        .output()
+        .expect("stockade health")
 }
 
 /// A default image the Docker host does not have and cannot pull
@@ -265,14 +281,7 @@ fn absent_default_image_is_named_in_the_banner_and_health() {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .arg("server")
-        .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("STOCKADE_DATA_DIR", data.path())
-        .env("STOCKADE_DEFAULT_IMAGE", image)
-        .env("STOCKADE_LOG", "warn")
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env_remove("STOCKADE_ADMIN_TOKEN")
+    let mut child = server_on(port, data.path(), image)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -338,12 +347,7 @@ fn absent_default_image_is_named_in_the_banner_and_health() {
     let pull_at = lines.iter().position(|l| l.contains("could not be pulled"));
     assert!(token_at < pull_at, "{banner}");
 
-    let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["health", "--json"])
-        .env("STOCKADE_URL", &url)
-        .env_remove("STOCKADE_TOKEN")
-        .output()
-        .expect("stockade health");
+    let out = health_of(&url);
     let health: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     assert_eq!(health["images"]["default"]["image"], image, "{health}");
@@ -376,26 +380,14 @@ fn absent_default_image_is_named_in_the_banner_and_health() {
 fn present_default_image_has_no_warning() {
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .arg("server")
-        .env("STOCKADE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("STOCKADE_DATA_DIR", data.path())
-        .env("STOCKADE_DEFAULT_IMAGE", image())
-        .env("STOCKADE_LOG", "warn")
-        .env_remove("STOCKADE_DATABASE_URL")
-        .env_remove("STOCKADE_ADMIN_TOKEN")
+    let mut child = server_on(port, data.path(), &image())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("stockade server");
     let deadline = Instant::now() + Duration::from_secs(60);
     let health = loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-            .args(["health", "--json"])
-            .env("STOCKADE_URL", format!("http://127.0.0.1:{port}"))
-            .env_remove("STOCKADE_TOKEN")
-            .output()
-            .expect("stockade health");
+        let out = health_of(&format!("http://127.0.0.1:{port}"));
         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
             break v;
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{lines_of, server_cmd, shut_down, spawn_piped};
+use support::{instance_of, lines_of, server_cmd, shut_down, spawn_piped};
 
 const ADMIN_TOKEN: &str = "stk_terminal_tests_admin_token_0001";
 
@@ -76,32 +76,20 @@ impl Server {
         cmd
     }
 
+    /// Runs the CLI with `args`: its stdout; the test fails if it does.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Creates a sandbox and learns this server's instance from it.
     fn create(&self, name: &str) -> String {
-        let out = self
-            .cli(&["create", "--name", name, "--json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = self.ok(&["create", "--name", name, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let id = v["id"].as_str().unwrap().to_owned();
-        let out = Command::new("docker")
-            .args([
-                "ps",
-                "-a",
-                "--filter",
-                &format!("label=io.stockade.sandbox-id={id}"),
-                "--format",
-                "{{.Label \"io.stockade.instance-id\"}}",
-            ])
-            .output()
-            .unwrap();
-        let instance = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if !instance.is_empty() {
+        if let Some(instance) = instance_of(&id) {
             *self.instance.borrow_mut() = Some(instance);
         }
         id
@@ -162,6 +150,17 @@ impl Session {
         (&*self.pty).write_all(keys.as_bytes()).unwrap();
     }
 
+    /// Types `keys`, then waits for `needle` on the screen.
+    fn type_until(&mut self, keys: &str, needle: &str) {
+        self.type_keys(keys);
+        self.expect(needle);
+    }
+
+    /// Fails the test, saying `what`, unless the screen so far shows `text`.
+    fn shows(&self, text: &str, what: &str) {
+        assert!(self.seen.contains(text), "{what}:\n{}", self.seen);
+    }
+
     /// Reads until the screen so far contains `needle`; false after `limit`.
     fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
@@ -212,6 +211,20 @@ impl Session {
             assert!(Instant::now() < deadline, "the session did not end");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits for the framed command to end: it exited with `code` and the
+    /// terminal's settings are as before it; `what` names the case.
+    fn ended_with(&mut self, code: i32, what: &str) {
+        self.expect("==end");
+        self.finish();
+        let seen = &self.seen;
+        assert!(seen.contains(&format!("==exit:{code}")), "{what}:\n{seen}");
+        assert_eq!(
+            self.line_before("==start"),
+            self.line_after("==exit:"),
+            "{what}: the terminal's settings were not restored:\n{seen}"
+        );
     }
 
     /// The `stockade` process the outer shell runs.
@@ -273,20 +286,11 @@ fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
         wait_for_prompt(&mut s);
 
         // Typed keys come back as the remote PTY's echo, then the output.
-        s.type_keys("cd /tmp && echo marker-$((6*7))\r");
-        s.expect("marker-42");
-        assert!(
-            s.seen.contains("echo marker-$((6*7))"),
-            "{command}: no echo of the typed command:\n{}",
-            s.seen
-        );
-        s.type_keys("echo \"dir=$(pwd)\"; stty size\r");
-        s.expect("30 100");
-        assert!(
-            s.seen.contains("dir=/tmp"),
-            "{command}: cd did not stick:\n{}",
-            s.seen
-        );
+        s.type_until("cd /tmp && echo marker-$((6*7))\r", "marker-42");
+        let no_echo = format!("{command}: no echo of the typed command");
+        s.shows("echo marker-$((6*7))", &no_echo);
+        s.type_until("echo \"dir=$(pwd)\"; stty size\r", "30 100");
+        s.shows("dir=/tmp", &format!("{command}: cd did not stick"));
 
         // Resizing the local terminal resizes the remote one.
         s.pty.resize(pty_process::Size::new(40, 120)).unwrap();
@@ -307,19 +311,10 @@ fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
         s.type_keys("sleep 100\r");
         std::thread::sleep(Duration::from_millis(700));
         s.type_keys("\x03");
-        s.type_keys("echo still-$((1+1))\r");
-        s.expect("still-2");
+        s.type_until("echo still-$((1+1))\r", "still-2");
 
         s.type_keys("exit 5\r");
-        s.expect("==end");
-        s.finish();
-        assert!(s.seen.contains("==exit:5"), "{command}:\n{}", s.seen);
-        assert_eq!(
-            s.line_before("==start"),
-            s.line_after("==exit:"),
-            "{command}: the terminal's settings were not restored:\n{}",
-            s.seen
-        );
+        s.ended_with(5, command);
     }
 }
 
@@ -327,28 +322,16 @@ fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
 fn exec_it_runs_a_program_with_its_environment_directory_and_exit_code() {
     let server = Server::start();
     server.create("tty-exec");
-    let mut s = Session::spawn(
-        &server,
-        &framed(
-            "\"$STOCKADE\" exec -it -w /tmp -e 'GREETING=hi there' tty-exec -- \
-             sh -c 'printf ready-%s \"$((1+1))\"; read line; echo \"got:$line:$GREETING:$(pwd)\"; stty size; exit 7'",
-        ),
-        24,
-        90,
+    let remote = "printf ready-%s \"$((1+1))\"; read line; \
+                  echo \"got:$line:$GREETING:$(pwd)\"; stty size; exit 7";
+    let command = format!(
+        "\"$STOCKADE\" exec -it -w /tmp -e 'GREETING=hi there' tty-exec -- sh -c '{remote}'"
     );
+    let mut s = Session::spawn(&server, &framed(&command), 24, 90);
     s.expect("ready-2");
-    s.type_keys("typed words\r");
-    s.expect("got:typed words:hi there:/tmp");
+    s.type_until("typed words\r", "got:typed words:hi there:/tmp");
     s.expect("24 90");
-    s.expect("==end");
-    s.finish();
-    assert!(s.seen.contains("==exit:7"), "{}", s.seen);
-    assert_eq!(
-        s.line_before("==start"),
-        s.line_after("==exit:"),
-        "the terminal's settings were not restored:\n{}",
-        s.seen
-    );
+    s.ended_with(7, "exec -it");
 }
 
 #[test]
@@ -366,10 +349,7 @@ fn exec_t_without_i_gives_a_terminal_but_keeps_the_keys() {
     );
     s.expect("on-a-tty-9");
     s.expect("33 77");
-    s.expect("==end");
-    s.finish();
-    assert!(s.seen.contains("==exit:4"), "{}", s.seen);
-    assert_eq!(s.line_before("==start"), s.line_after("==exit:"));
+    s.ended_with(4, "exec -t");
 }
 
 #[test]
@@ -379,27 +359,14 @@ fn signals_end_a_session_and_restore_the_local_terminal() {
     for (signal, code) in [("TERM", 143), ("INT", 130)] {
         let mut s = Session::spawn(&server, &framed("\"$STOCKADE\" shell tty-signals"), 24, 80);
         wait_for_prompt(&mut s);
-        s.type_keys("echo up-$((2+2))\r");
-        s.expect("up-4");
+        s.type_until("echo up-$((2+2))\r", "up-4");
         let pid = s.stockade_pid();
         let killed = Command::new("kill")
             .args([&format!("-{signal}"), &pid.to_string()])
             .status()
             .unwrap();
         assert!(killed.success());
-        s.expect("==end");
-        s.finish();
-        assert!(
-            s.seen.contains(&format!("==exit:{code}")),
-            "SIG{signal}:\n{}",
-            s.seen
-        );
-        assert_eq!(
-            s.line_before("==start"),
-            s.line_after("==exit:"),
-            "SIG{signal} left the terminal changed:\n{}",
-            s.seen
-        );
+        s.ended_with(code, &format!("SIG{signal}"));
     }
 }
 
@@ -418,16 +385,9 @@ fn without_a_terminal_t_is_refused_and_i_forwards_stdin() {
         assert!(err.contains("needs a terminal on stdin"), "{args:?}: {err}");
         assert_eq!(err.matches("error:").count(), 1, "{err}");
     }
+    let shout = "tr a-z A-Z; exit 3";
     let mut child = server
-        .cli(&[
-            "exec",
-            "-i",
-            "no-tty",
-            "--",
-            "sh",
-            "-c",
-            "tr a-z A-Z; exit 3",
-        ])
+        .cli(&["exec", "-i", "no-tty", "--", "sh", "-c", shout])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -452,40 +412,14 @@ fn without_a_terminal_t_is_refused_and_i_forwards_stdin() {
 fn files_mkdir_mv_and_watch() {
     let server = Server::start();
     server.create("files");
-    let out = server
-        .cli(&["files", "mkdir", "files", "a/b", "/workspace/c"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "/workspace/a/b\n/workspace/c\n"
-    );
+    let made = server.ok(&["files", "mkdir", "files", "a/b", "/workspace/c"]);
+    assert_eq!(made, "/workspace/a/b\n/workspace/c\n");
     let (mut watch, stdout) = spawn_piped(&mut server.cli(&["files", "watch", "files", "-r"]));
     let lines = lines_of(stdout);
     std::thread::sleep(Duration::from_millis(800));
-    let out = server
-        .cli(&["exec", "files", "--", "sh", "-c", "echo hi > a/b/new.txt"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let out = server
-        .cli(&["files", "mv", "files", "a/b/new.txt", "c/moved.txt"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "/workspace/c/moved.txt\n"
-    );
+    server.ok(&["exec", "files", "--", "sh", "-c", "echo hi > a/b/new.txt"]);
+    let moved = server.ok(&["files", "mv", "files", "a/b/new.txt", "c/moved.txt"]);
+    assert_eq!(moved, "/workspace/c/moved.txt\n");
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(15);
     while !(seen

@@ -108,6 +108,21 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The instance id of the server that made sandbox `sandbox_id`, from its
+/// container's label (none once the container is gone).
+pub fn instance_of(sandbox_id: &str) -> Option<String> {
+    docker_lines(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=io.stockade.sandbox-id={sandbox_id}"),
+        "--format",
+        "{{.Label \"io.stockade.instance-id\"}}",
+    ])
+    .into_iter()
+    .next()
+}
+
 /// Removes every container and volume of the account (its id), whatever
 /// happens.
 pub struct AccountCleanup(pub String);
