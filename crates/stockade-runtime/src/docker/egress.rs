@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use async_trait::async_trait;
-use bollard::container::ListContainersOptions;
 use bollard::models::EndpointSettings;
 use bollard::network::ListNetworksOptions;
 use bollard::network::{ConnectNetworkOptions, DisconnectNetworkOptions, InspectNetworkOptions};
@@ -18,7 +17,7 @@ use stockade_core::SandboxId;
 use stockade_egress::iptables::RedirectPorts;
 
 use super::network::Iptables;
-use super::{container_name, status_code, DockerRuntime};
+use super::{container_name, DockerRuntime};
 use crate::egress::{apply_script, entries, parse_listing, remove_script, stale_private, Listings};
 use crate::{
     Egress, EgressChains, EgressEntry, EgressHost, IsolationReport, RuntimeError, RuntimeResult,
@@ -344,15 +343,9 @@ impl Egress for DockerRuntime {
         }
         // Where each running Stockade container is on the sandbox network.
         let docker = self.client().await?;
-        let options = ListContainersOptions::<String> {
-            all: false,
-            filters: HashMap::from([("label".to_owned(), vec![crate::labels::MANAGED.to_owned()])]),
-            ..Default::default()
-        };
-        let containers = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| self.map_err(e, "list containers"))?;
+        let filters =
+            HashMap::from([("label".to_owned(), vec![crate::labels::MANAGED.to_owned()])]);
+        let containers = self.list_containers_by(&docker, false, filters).await?;
         let network = &self.config.isolation.network;
         let live: HashMap<String, IpAddr> = containers
             .into_iter()
@@ -388,14 +381,7 @@ impl Egress for DockerRuntime {
     ) -> RuntimeResult<bool> {
         let docker = self.client().await?;
         let name = container_name(id);
-        let inspected =
-            docker
-                .inspect_container(&name, None)
-                .await
-                .map_err(|e| match status_code(&e) {
-                    Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
-                    _ => self.map_err(e, "inspect container"),
-                })?;
+        let inspected = self.inspect_existing(&docker, id).await?;
         let iso = &self.config.isolation;
         let (target, other) = if network_access {
             (&iso.network, &iso.internal_network)

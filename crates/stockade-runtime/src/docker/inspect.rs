@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bollard::container::ListContainersOptions;
 use bollard::Docker;
 use stockade_core::SandboxId;
 
@@ -177,14 +176,7 @@ impl Inspect for DockerRuntime {
             "label".to_owned(),
             vec![format!("{}=true", labels::MANAGED)],
         );
-        let containers = docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters,
-                ..Default::default()
-            }))
-            .await
-            .map_err(|e| self.map_err(e, "list containers"))?;
+        let containers = self.list_containers_by(&docker, true, filters).await?;
         Ok(containers
             .into_iter()
             .filter_map(|c| {

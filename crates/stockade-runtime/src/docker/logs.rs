@@ -6,12 +6,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::container::InspectContainerOptions;
 use futures_util::stream::{self, StreamExt};
 use stockade_core::SandboxId;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::docker::{container_name, engine_answer, status_code, Endpoint};
+use crate::docker::{container_name, engine_answer, Endpoint};
 use crate::logs::LineSplitter;
 use crate::{
     DockerRuntime, LogLine, LogLines, LogStream, Logs, LogsOptions, RuntimeError, RuntimeResult,
@@ -168,13 +167,7 @@ impl DockerRuntime {
         let name = container_name(id);
         // The log stream reports a missing container only as its first item,
         // which may never come when following: ask first.
-        docker
-            .inspect_container(&name, None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| match status_code(&e) {
-                Some(404) => RuntimeError::NotFound(format!("no container for sandbox {id}")),
-                _ => self.map_err(e, "inspect container"),
-            })?;
+        self.inspect_existing(&docker, id).await?;
         let version = docker.client_version();
         let uri = format!(
             "/v{}.{}/containers/{name}/logs?stdout=1&stderr=1&timestamps=1&follow={}&since={}&tail={}",

@@ -619,6 +619,24 @@ impl DockerRuntime {
             .ok_or_else(|| RuntimeError::NotFound(format!("no container for sandbox {id}")))
     }
 
+    /// The containers the engine lists for `filters`, stopped ones too
+    /// when `all`.
+    pub(crate) async fn list_containers_by(
+        &self,
+        docker: &Docker,
+        all: bool,
+        filters: std::collections::HashMap<String, Vec<String>>,
+    ) -> RuntimeResult<Vec<bollard::models::ContainerSummary>> {
+        docker
+            .list_containers(Some(bollard::container::ListContainersOptions {
+                all,
+                filters,
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| self.map_err(e, "list containers"))
+    }
+
     /// Maps a bollard error: 404 → NotFound, 409 → Conflict, no connection →
     /// Unavailable with guidance, a refused CPU or memory limit →
     /// LimitRefused, anything else → Other. `what` names the operation for

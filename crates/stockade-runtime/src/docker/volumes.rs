@@ -7,7 +7,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bollard::container::ListContainersOptions;
 use bollard::errors::Error as BollardError;
 use bollard::volume::{ListVolumesOptions, RemoveVolumeOptions};
 use bollard::Docker;
@@ -126,14 +125,7 @@ impl DockerRuntime {
     async fn mounted_by_running(&self, docker: &Docker) -> RuntimeResult<HashSet<String>> {
         let mut filters = HashMap::new();
         filters.insert("status".to_owned(), vec!["running".to_owned()]);
-        let running = docker
-            .list_containers(Some(ListContainersOptions {
-                all: false,
-                filters,
-                ..Default::default()
-            }))
-            .await
-            .map_err(|e| self.map_err(e, "list containers"))?;
+        let running = self.list_containers_by(docker, false, filters).await?;
         Ok(running
             .into_iter()
             .flat_map(|c| c.mounts.unwrap_or_default())
