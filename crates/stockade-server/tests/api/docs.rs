@@ -244,11 +244,7 @@ async fn routed(app: &TestApp, method: &str, path: &str) -> Result<(), String> {
 }
 
 async fn document(app: &TestApp) -> Value {
-    let r = app
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    r.body
+    app.openapi().await
 }
 
 /// Every (method, path, operation) of the document.

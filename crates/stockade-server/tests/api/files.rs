@@ -41,6 +41,15 @@ impl Raw {
         serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
     }
 
+    /// Asserts the error's message contains `needle` (showing the body if
+    /// not).
+    #[track_caller]
+    fn assert_message_contains(&self, needle: &str) {
+        let body = self.json();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{needle:?} not in {body}");
+    }
+
     fn error_fields(&self) -> Vec<String> {
         Resp {
             status: self.status,
@@ -232,10 +241,7 @@ async fn binary_files_round_trip_byte_for_byte() {
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.json());
     let r = put_file(&app, &id, "one/below", b"x").await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.json());
-    assert!(r.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("/workspace/one"));
+    r.assert_message_contains("/workspace/one");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -329,14 +335,7 @@ async fn directories_list_and_paths_stat() {
     ] {
         assert_eq!(r.status, StatusCode::NOT_FOUND);
         assert_eq!(r.json()["error"]["code"], "not_found");
-        assert!(
-            r.json()["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("/workspace/proj/nope"),
-            "{:?}",
-            r.json()
-        );
+        r.assert_message_contains("/workspace/proj/nope");
     }
     // A dangling symlink is a 404 too.
     sh_in(&id, "ln -s /nowhere /workspace/dangling");
@@ -370,10 +369,7 @@ async fn delete_files_and_directories() {
     assert_eq!(sh_in(&id, "cat /workspace/full/sub/f"), "x");
     let r = del("full", None).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.json());
-    assert!(r.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("recursive=true"));
+    r.assert_message_contains("recursive=true");
     assert_eq!(
         del("full", Some("true")).await.status,
         StatusCode::NO_CONTENT
@@ -763,10 +759,7 @@ async fn uploads_over_the_limit_are_413() {
     let r = put_file(&app, &id, "big.bin", &noise(2 * LIMIT as usize, 2)).await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{:?}", r.json());
     assert_eq!(r.json()["error"]["code"], "payload_too_large");
-    assert!(r.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("1048576"));
+    r.assert_message_contains("1048576");
 
     // Not announced (chunked): cut off while streaming.
     let data = noise(3 * LIMIT as usize, 3);
@@ -801,14 +794,7 @@ async fn uploads_over_the_limit_are_413() {
         .put("/archive", &[("path", "bomb")], bomb)
         .await;
     assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{:?}", r.json());
-    assert!(
-        r.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("unpacked size exceeds the limit of 1 MiB"),
-        "{:?}",
-        r.json()
-    );
+    r.assert_message_contains("unpacked size exceeds the limit of 1 MiB");
 
     // Nothing of the refused uploads is left.
     assert_eq!(sh_in(&id, "ls /workspace"), "exact.bin");
@@ -891,10 +877,8 @@ async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
 #[tokio::test(flavor = "multi_thread")]
 async fn file_routes_are_documented() {
     let app = spawn_app().await;
-    let r = app
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
-    let paths = &r.body["paths"];
+    let doc = app.openapi().await;
+    let paths = &doc["paths"];
     let files = &paths["/api/v1/sandbox/{id}/files"];
     for verb in ["get", "put", "delete"] {
         assert!(files[verb].is_object(), "files {verb}");
@@ -906,12 +890,9 @@ async fn file_routes_are_documented() {
     for verb in ["get", "put", "post"] {
         assert!(archive[verb].is_object(), "archive {verb}");
     }
-    assert!(r.body["components"]["schemas"]["FileEntry"].is_object());
-    assert!(r.body["components"]["schemas"]["DirectoryListing"].is_object());
-    assert_eq!(
-        r.body["components"]["schemas"]["Binary"]["format"],
-        "binary"
-    );
+    assert!(doc["components"]["schemas"]["FileEntry"].is_object());
+    assert!(doc["components"]["schemas"]["DirectoryListing"].is_object());
+    assert_eq!(doc["components"]["schemas"]["Binary"]["format"], "binary");
     // The core API is still there.
     assert!(paths["/api/v1/sandbox"]["post"].is_object());
 }

@@ -124,12 +124,9 @@ async fn unhealthy_without_docker_then_recovers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn openapi_document_and_browsable_docs() {
     let app = spawn_app().await;
-    let r = app
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await;
-    assert_eq!(r.status, StatusCode::OK);
-    assert!(r.body["openapi"].as_str().unwrap().starts_with("3."));
-    let paths = r.body["paths"].as_object().unwrap();
+    let doc = app.openapi().await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
     for p in [
         "/api/v1/sandbox",
         "/api/v1/sandbox/{id}",
@@ -143,8 +140,7 @@ async fn openapi_document_and_browsable_docs() {
         );
     }
     assert!(
-        r.body["components"]["schemas"]["CreateSandboxRequest"]["properties"]["memoryGB"]
-            .is_object()
+        doc["components"]["schemas"]["CreateSandboxRequest"]["properties"]["memoryGB"].is_object()
     );
     let html = app.get_raw("/api/v1/docs").await;
     assert_eq!(html.status(), StatusCode::OK);

@@ -295,6 +295,28 @@ impl TestApp {
         body["token"].as_str().unwrap().to_owned()
     }
 
+    /// The OpenAPI document, read without credentials (asserting a 200).
+    pub async fn openapi(&self) -> Value {
+        let r = self
+            .call(Method::GET, "/api/v1/openapi.json", None, None)
+            .await;
+        r.expect(StatusCode::OK)
+    }
+
+    /// `GET /api/v1/sandbox/{id}`.
+    pub async fn get_sandbox(&self, token: &str, id: &str) -> Resp {
+        self.get(&format!("/api/v1/sandbox/{id}"), token).await
+    }
+
+    /// `DELETE /api/v1/sandbox/{id}?{query}` (`query` may be empty).
+    pub async fn delete_sandbox(&self, token: &str, id: &str, query: &str) -> Resp {
+        let path = match query {
+            "" => format!("/api/v1/sandbox/{id}"),
+            query => format!("/api/v1/sandbox/{id}?{query}"),
+        };
+        self.delete(&path, token).await
+    }
+
     /// Runs `command` (an exec body) in sandbox `id` in the background,
     /// asserting a 202: the process as the answer describes it.
     pub async fn background(&self, token: &str, id: &str, mut command: Value) -> Value {
@@ -648,6 +670,11 @@ int main(void) {
             std::fs::read(&bin).unwrap()
         })
         .clone()
+}
+
+/// The `id` of a sandbox (or anything else with one).
+pub fn id_of(sb: &Value) -> String {
+    sb["id"].as_str().unwrap().to_owned()
 }
 
 /// The string `field` of each item of the array `list`.

@@ -23,16 +23,7 @@ async fn list_filters_order_and_pages() {
     let three = app
         .create(t, json!({ "name": "three", "labels": ["prod"] }))
         .await;
-    let r = app
-        .post(
-            &format!(
-                "/api/v1/sandbox/{}/stop?timeout=1",
-                three["id"].as_str().unwrap()
-            ),
-            t,
-            json!({}),
-        )
-        .await;
+    let r = app.act(t, &id_of(&three), "stop?timeout=1").await;
     assert_eq!(r.body["status"], "STOPPED");
     app.delete(
         &format!("/api/v1/sandbox/{}", one["id"].as_str().unwrap()),

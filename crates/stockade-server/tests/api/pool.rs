@@ -286,10 +286,7 @@ async fn members_are_nobodys_and_never_carry_one_accounts_data_to_another() {
     // Alice's sandbox, destroyed with its volume kept: an orphan she (and
     // only she) sees; it never goes back to the pool.
     let r = app
-        .delete(
-            &format!("/api/v1/sandbox/{a_id}?preserveVolume=true"),
-            &alice,
-        )
+        .delete_sandbox(&alice, &a_id, "preserveVolume=true")
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let r = app.get("/api/v1/volumes/orphaned", &alice).await;

@@ -534,16 +534,7 @@ async fn all_ports_of_the_callers_running_sandboxes() {
         .await;
     app.create(&bob, json!({ "name": "b1", "ports": [6000] }))
         .await;
-    let r = app
-        .post(
-            &format!(
-                "/api/v1/sandbox/{}/stop?timeout=1",
-                a3["id"].as_str().unwrap()
-            ),
-            &alice,
-            json!({}),
-        )
-        .await;
+    let r = app.act(&alice, &id_of(&a3), "stop?timeout=1").await;
     assert_eq!(r.status, StatusCode::OK);
 
     let r = app.get("/api/v1/sandbox/ports", &alice).await;

@@ -28,10 +28,6 @@ async fn put_quota(app: &TestApp, token: &str, account: &str, body: Value) -> Re
     .await
 }
 
-fn id_of(sb: &Value) -> String {
-    sb["id"].as_str().unwrap().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn quota_routes_check_who_asks_and_what_is_given() {
     let (app, [(alice, alice_token), (bob, bob_token)]) =
@@ -118,10 +114,7 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
     assert_eq!(r.body["quota"]["sandboxes"], Value::Null);
 
     // The OpenAPI document lists both operations.
-    let doc = app
-        .call(Method::GET, "/api/v1/openapi.json", None, None)
-        .await
-        .body;
+    let doc = app.openapi().await;
     let ops = &doc["paths"]["/api/v1/accounts/{account_id}/quota"];
     assert!(ops["get"].is_object() && ops["put"].is_object(), "{ops}");
 }
@@ -165,10 +158,9 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let r = app.try_create(&t, small("c")).await;
     assert_eq!(r.code(), "quota_exceeded", "{:?}", r.body);
-    let r = app
-        .patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 1 }))
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    app.patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 1 }))
+        .await
+        .expect(StatusCode::OK);
     let r = app.act(&t, &id_of(&b), "start").await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     assert_eq!(
@@ -177,7 +169,7 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     );
     let state = inspect(&id_of(&b), "{{.State.Running}}");
     assert_eq!(state, ["false"], "a refused start started the container");
-    let r = app.get(&format!("/api/v1/sandbox/{}", id_of(&b)), &t).await;
+    let r = app.get_sandbox(&t, &id_of(&b)).await;
     assert_eq!(r.body["status"], "STOPPED");
 
     // Update: more memory than the quota leaves is refused, the limits stay.
@@ -193,10 +185,9 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     assert_eq!(memory, [(512u64 << 20).to_string()]);
 
     // Shrinking passes; then the stopped one fits again.
-    let r = app
-        .patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 0.5 }))
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    app.patch_sandbox(&t, &id_of(&a), json!({ "cpuCores": 0.5 }))
+        .await
+        .expect(StatusCode::OK);
     let r = app.act(&t, &id_of(&b), "start").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
 

@@ -45,28 +45,18 @@ async fn workspace_and_records_survive_a_restart_and_are_reconciled() {
         "same database, same instance"
     );
     // The admin token of the first start still works (stored hashed).
-    let r = second.get(&format!("/api/v1/sandbox/{kept_id}"), &t).await;
+    let r = second.get_sandbox(&t, &kept_id).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "RUNNING");
     assert_eq!(sh_in(&kept_id, "md5sum /workspace/data"), sum);
 
-    let r = second
-        .get(
-            &format!("/api/v1/sandbox/{}", vanished["id"].as_str().unwrap()),
-            &t,
-        )
-        .await;
+    let r = second.get_sandbox(&t, &id_of(&vanished)).await;
     assert_eq!(r.body["status"], "ERROR");
     assert!(r.body["statusReason"]
         .as_str()
         .unwrap()
         .contains("not found"));
-    let r = second
-        .get(
-            &format!("/api/v1/sandbox/{}", exited["id"].as_str().unwrap()),
-            &t,
-        )
-        .await;
+    let r = second.get_sandbox(&t, &id_of(&exited)).await;
     assert_eq!(r.body["status"], "STOPPED");
     assert!(r.body["statusReason"].as_str().unwrap().contains("exited"));
 

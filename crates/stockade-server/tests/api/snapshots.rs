@@ -157,7 +157,7 @@ async fn snapshots_belong_to_their_account_and_failures_leave_nothing() {
         app.get(&format!("/api/v1/sandbox/{id}/snapshots"), &bob)
             .await,
         app.act(&bob, &id, "fork").await,
-        app.try_create(&bob, json!({"source": snapshot_source(&snap_id)}))
+        app.try_create(&bob, json!({"source": snapshot_source(snap_id)}))
             .await,
         app.try_create(
             &bob,

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,13 +54,20 @@ impl Drop for GitServer {
     }
 }
 
-async fn git_server() -> GitServer {
+/// An empty repository `name` on branch `main` in a new temporary
+/// directory: the directory and the repository's path.
+fn new_repo(name: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("project");
+    let repo = dir.path().join(name);
     std::fs::create_dir(&repo).unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
     git(&repo, &["config", "user.email", "t@example.com"]);
     git(&repo, &["config", "user.name", "t"]);
+    (dir, repo)
+}
+
+async fn git_server() -> GitServer {
+    let (dir, repo) = new_repo("project");
     std::fs::write(repo.join("README.md"), "hello from git\n").unwrap();
     let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(repo.join("data.bin"), &data).unwrap();
@@ -495,12 +502,7 @@ async fn every_source_and_snapshot_stops_at_the_unpack_ceiling() {
     assert!(bomb.len() < 128 * 1024, "{} bytes", bomb.len());
     let base = file_server(HashMap::from([("bomb.tar.gz", bomb.clone())])).await;
     // A repository whose one commit holds 8 MiB of zeros (a few KiB packed).
-    let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("zeros");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["config", "user.email", "t@example.com"]);
-    git(&repo, &["config", "user.name", "t"]);
+    let (dir, repo) = new_repo("zeros");
     std::fs::write(repo.join("zeros.bin"), vec![0u8; 8 * CEILING as usize]).unwrap();
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "-q", "-m", "zeros"]);

@@ -126,9 +126,7 @@ async fn delete_with_sync(app: &TestApp, token: &str, store: &dyn BlobStore) -> 
     let sb = app.create(token, json!({})).await;
     let id = sb["id"].as_str().unwrap();
     let sum = write_workspace(id);
-    let r = app
-        .delete(&format!("/api/v1/sandbox/{id}?sync=true"), token)
-        .await;
+    let r = app.delete_sandbox(token, &id, "sync=true").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(!container_exists(id));
@@ -174,21 +172,15 @@ async fn sync_to_the_local_directory_store() {
     // Without sync nothing is uploaded; another account's sandbox: 403.
     let other = app.new_account("sync-other").await;
     let id = app.create_id(&token, json!({})).await;
-    let r = app
-        .delete(&format!("/api/v1/sandbox/{id}?sync=true"), &other)
-        .await;
+    let r = app.delete_sandbox(&other, &id, "sync=true").await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = app
-        .delete(&format!("/api/v1/sandbox/{id}?sync=maybe"), &token)
-        .await;
+    let r = app.delete_sandbox(&token, &id, "sync=maybe").await;
     assert_eq!(r.error_fields(), ["sync"]);
     let r = app.delete(&format!("/api/v1/sandbox/{id}"), &token).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body["metadata"].get("s3_sync").is_none());
     // Terminated already: nothing left to sync.
-    let r = app
-        .delete(&format!("/api/v1/sandbox/{id}?sync=true"), &token)
-        .await;
+    let r = app.delete_sandbox(&token, &id, "sync=true").await;
     assert_eq!(r.status, StatusCode::CONFLICT);
 }
 
@@ -247,9 +239,7 @@ async fn a_failed_sync_deletes_nothing() {
     .await;
     let (token, id) = app.owned_sandbox("sync-fail", json!({})).await;
     write_workspace(&id);
-    let r = app
-        .delete(&format!("/api/v1/sandbox/{id}?sync=true"), &token)
-        .await;
+    let r = app.delete_sandbox(&token, &id, "sync=true").await;
     assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{:?}", r.body);
     assert_eq!(r.code(), "object_store_error");
     // Still there, still running, files intact, no sync recorded.

@@ -86,10 +86,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
     let r = app.act(&t, &stopped_id, "stop?timeout=5").await;
     assert_eq!(r.body["status"], "STOPPED");
     let r = app
-        .delete(
-            &format!("/api/v1/sandbox/{gone_id}?preserveVolume=true"),
-            &t,
-        )
+        .delete_sandbox(&t, &gone_id, "preserveVolume=true")
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
 
@@ -209,10 +206,7 @@ async fn volumes_are_listed_with_sizes_and_orphans_are_cleaned_up() {
 
     // One orphan at a time: its size is reported, a second delete is 404.
     let r = app
-        .delete(
-            &format!("/api/v1/sandbox/{stopped_id}?preserveVolume=true"),
-            &t,
-        )
+        .delete_sandbox(&t, &stopped_id, "preserveVolume=true")
         .await;
     assert_eq!(r.status, StatusCode::OK);
     let one = app
@@ -240,10 +234,7 @@ async fn accounts_see_and_delete_only_their_own_volumes() {
     let a_orphan_id = app.create_id(&alice, json!({ "name": "a-orphan" })).await;
     let b_id = app.create_id(&bob, json!({ "name": "b" })).await;
     let r = app
-        .delete(
-            &format!("/api/v1/sandbox/{a_orphan_id}?preserveVolume=true"),
-            &alice,
-        )
+        .delete_sandbox(&alice, &a_orphan_id, "preserveVolume=true")
         .await;
     assert_eq!(r.status, StatusCode::OK);
 
