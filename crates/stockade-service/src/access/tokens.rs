@@ -377,6 +377,16 @@ mod tests {
 
     use super::*;
 
+    /// A key, the time now, claims that expire in an hour and the token
+    /// the key mints for them.
+    fn minted() -> (TokenKey, DateTime<Utc>, Claims, String) {
+        let key = TokenKey::from_bytes([7; 32]);
+        let now = Utc::now();
+        let c = claims(now);
+        let t = key.mint(&c);
+        (key, now, c, t)
+    }
+
     fn claims(now: DateTime<Utc>) -> Claims {
         Claims {
             sandbox_id: SandboxId::generate(),
@@ -388,10 +398,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let key = TokenKey::from_bytes([7; 32]);
-        let now = Utc::now();
-        let c = claims(now);
-        let t = key.mint(&c);
+        let (key, now, c, t) = minted();
         assert!(t.starts_with("stkp_"), "{t}");
         assert!(t.len() <= MAX_TOKEN_LEN, "{}", t.len());
         assert_eq!(key.verify(&t, now), Ok(c.clone()));
@@ -404,10 +411,7 @@ mod tests {
 
     #[test]
     fn forgeries_and_other_keys_are_rejected() {
-        let key = TokenKey::from_bytes([7; 32]);
-        let now = Utc::now();
-        let c = claims(now);
-        let t = key.mint(&c);
+        let (key, now, c, t) = minted();
         assert_eq!(
             TokenKey::from_bytes([8; 32]).verify(&t, now),
             Err(TokenError::BadSignature)

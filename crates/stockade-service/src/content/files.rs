@@ -142,6 +142,11 @@ pub enum Opened {
     Other,
 }
 
+/// A file operation's outcome in sandbox `id`, its error as [`fs_error`] says it.
+fn in_sandbox<T>(id: &SandboxId, outcome: Result<T, FsError>) -> ServiceResult<T> {
+    outcome.map_err(|e| fs_error(e, id))
+}
+
 /// Opens the archive of `path` and looks at its first entry: the path itself.
 pub async fn open(
     svc: &Service,
@@ -149,12 +154,7 @@ pub async fn open(
     path: &SandboxPath,
     want: Want,
 ) -> ServiceResult<Opened> {
-    let archive = svc
-        .runtime_of(id)
-        .await?
-        .read_archive(id, path)
-        .await
-        .map_err(|e| fs_error(e, id))?;
+    let archive = in_sandbox(id, svc.runtime_of(id).await?.read_archive(id, path).await)?;
     let reader = SyncIoBridge::new(StreamReader::new(archive));
     let (first_tx, first_rx) = oneshot::channel();
     let dir = path.clone();
@@ -205,12 +205,7 @@ pub async fn resolve_symlink(
     id: &SandboxId,
     path: &SandboxPath,
 ) -> ServiceResult<SandboxPath> {
-    let stat = svc
-        .runtime_of(id)
-        .await?
-        .stat_path(id, path)
-        .await
-        .map_err(|e| fs_error(e, id))?;
+    let stat = in_sandbox(id, svc.runtime_of(id).await?.stat_path(id, path).await)?;
     let target = stat.resolved_target.ok_or_else(|| {
         ServiceError::NotFound(format!(
             "No such file or directory in the sandbox: {path} (a symlink that resolves to nothing)"
@@ -628,6 +623,8 @@ pub async fn spool(body: BodyStream, limit: u64) -> ServiceResult<(tokio::fs::Fi
         .map_err(|e| ServiceError::Internal(format!("could not make a temporary file: {e}")))?
         .map_err(|e| ServiceError::Internal(format!("could not make a temporary file: {e}")))?;
     let mut file = tokio::fs::File::from_std(file);
+    let spool_failed =
+        |e: std::io::Error| ServiceError::Internal(format!("could not spool the upload: {e}"));
     let watch = Arc::new(BodyWatch::default());
     let mut body = limit_body(body, limit, watch.clone());
     let mut size = 0u64;
@@ -638,16 +635,10 @@ pub async fn spool(body: BodyStream, limit: u64) -> ServiceResult<(tokio::fs::Fi
             Err(e) => return Err(body_error(&e)),
         };
         size += chunk.len() as u64;
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| ServiceError::Internal(format!("could not spool the upload: {e}")))?;
+        file.write_all(&chunk).await.map_err(spool_failed)?;
     }
-    file.flush()
-        .await
-        .map_err(|e| ServiceError::Internal(format!("could not spool the upload: {e}")))?;
-    file.rewind()
-        .await
-        .map_err(|e| ServiceError::Internal(format!("could not spool the upload: {e}")))?;
+    file.flush().await.map_err(spool_failed)?;
+    file.rewind().await.map_err(spool_failed)?;
     Ok((file, size))
 }
 

@@ -27,8 +27,8 @@ use std::time::Duration;
 use chrono::{SubsecRound, Utc};
 use futures_util::StreamExt;
 use stockade_core::{
-    AccountId, OperationKind, Quota, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId,
-    SnapshotKind, SnapshotStatus, StoredUsage,
+    AccountId, OperationKind, Quota, Sandbox, Scope, Snapshot, SnapshotId, SnapshotKind,
+    SnapshotStatus, StoredUsage,
 };
 use stockade_runtime::{labels, RuntimeError, SNAPSHOT_LABEL};
 use stockade_store::StoreError;
@@ -70,10 +70,7 @@ pub fn ensure_capturable(sb: &Sandbox) -> ServiceResult<()> {
             sb.id
         )));
     }
-    if matches!(
-        sb.status,
-        SandboxStatus::Provisioning | SandboxStatus::Pending
-    ) {
+    if sb.is_being_created() {
         return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created",
             sb.id

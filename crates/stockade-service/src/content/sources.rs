@@ -928,9 +928,9 @@ async fn download_archive(
             "the archive is larger than the limit of {max} bytes"
         )));
     }
-    let mut file = tokio::fs::File::create(&path)
-        .await
-        .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
+    let write_failed =
+        |e: std::io::Error| ServiceError::Internal(format!("cannot write a temporary file: {e}"));
+    let mut file = tokio::fs::File::create(&path).await.map_err(write_failed)?;
     let mut body = resp.bytes_stream();
     let mut total: u64 = 0;
     while let Some(chunk) = body.next().await {
@@ -941,13 +941,9 @@ async fn download_archive(
                 "the archive is larger than the limit of {max} bytes"
             )));
         }
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
+        file.write_all(&chunk).await.map_err(write_failed)?;
     }
-    file.flush()
-        .await
-        .map_err(|e| ServiceError::Internal(format!("cannot write a temporary file: {e}")))?;
+    file.flush().await.map_err(write_failed)?;
     drop(file);
     check_archive_file(&path, ceiling, Quote::Nothing)
         .await

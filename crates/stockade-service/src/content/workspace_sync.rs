@@ -5,7 +5,7 @@
 //! record write fails, nothing is deleted and the error is returned.
 
 use chrono::{SubsecRound, Utc};
-use stockade_core::{Sandbox, SandboxStatus, Scope};
+use stockade_core::{Sandbox, Scope};
 use stockade_runtime::RuntimeError;
 use stockade_store::StoreError;
 use tracing::{info, warn};
@@ -32,10 +32,7 @@ pub async fn sync(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
             sb.id
         )));
     }
-    if matches!(
-        sb.status,
-        SandboxStatus::Provisioning | SandboxStatus::Pending
-    ) {
+    if sb.is_being_created() {
         return Err(ServiceError::Conflict(format!(
             "Sandbox {} is still being created; delete it once create returns",
             sb.id

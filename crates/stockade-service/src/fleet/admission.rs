@@ -190,6 +190,19 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Holds `held` until the returned grant is dropped (or handed on);
+    /// `host_checked` says whether its host's room was weighed.
+    fn hold(self: &Arc<Self>, held: Held, host_checked: bool) -> Admitted {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.held().insert(key, held);
+        Admitted {
+            admission: self.clone(),
+            key,
+            host_checked,
+            handed_on: false,
+        }
+    }
+
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -392,9 +405,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
             .map_err(|e| ServiceError::InsufficientCapacity(e.0))?;
     }
 
-    let key = admission.next.fetch_add(1, Ordering::Relaxed);
-    admission.held().insert(
-        key,
+    Ok(admission.hold(
         Held {
             id: ask.id.clone(),
             account: Some(ask.account.clone()),
@@ -402,13 +413,8 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
             after: ask.after,
             before: ask.before,
         },
-    );
-    Ok(Admitted {
-        admission: admission.clone(),
-        key,
         host_checked,
-        handed_on: false,
-    })
+    ))
 }
 
 fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {
@@ -486,10 +492,7 @@ pub async fn admit_resize(
 /// until the claimed record shows them (dropped): the refill that the take
 /// starts must not count the room as free.
 pub fn hold_claim(svc: &Service, id: &SandboxId, host: &str, resources: Resources) -> Admitted {
-    let admission = svc.admission.clone();
-    let key = admission.next.fetch_add(1, Ordering::Relaxed);
-    admission.held().insert(
-        key,
+    svc.admission.hold(
         Held {
             id: id.clone(),
             account: None,
@@ -501,13 +504,8 @@ pub fn hold_claim(svc: &Service, id: &SandboxId, host: &str, resources: Resource
             },
             before: Footprint::default(),
         },
-    );
-    Admitted {
-        admission,
-        key,
-        host_checked: true,
-        handed_on: false,
-    }
+        true,
+    )
 }
 
 /// Whether the host has room for the warm-pool member `member`; if so,
@@ -543,9 +541,7 @@ pub async fn check_pool_fill(
     };
     cap.check(&server, reserved, Resources::default(), own)
         .map_err(|e| ServiceError::InsufficientCapacity(e.0))?;
-    let key = admission.next.fetch_add(1, Ordering::Relaxed);
-    admission.held().insert(
-        key,
+    Ok(Some(admission.hold(
         Held {
             id: member.sandbox_id.clone(),
             account: None,
@@ -557,13 +553,8 @@ pub async fn check_pool_fill(
             },
             before: Footprint::default(),
         },
-    );
-    Ok(Some(Admitted {
-        admission: admission.clone(),
-        key,
-        host_checked: true,
-        handed_on: false,
-    }))
+        true,
+    )))
 }
 
 #[cfg(test)]

@@ -671,6 +671,15 @@ mod tests {
             .unwrap()
     }
 
+    /// A service that connects registered hosts, its own host recorded.
+    async fn service_with_own_host() -> Service {
+        let svc = service(true).await;
+        ensure_own(&svc, "unix:///var/run/docker.sock")
+            .await
+            .unwrap();
+        svc
+    }
+
     fn request(name: &str, docker_host: &str) -> CreateHostRequest {
         CreateHostRequest {
             name: name.into(),
@@ -688,10 +697,7 @@ mod tests {
 
     #[tokio::test]
     async fn register_checks_connects_and_stores() {
-        let svc = service(true).await;
-        ensure_own(&svc, "unix:///var/run/docker.sock")
-            .await
-            .unwrap();
+        let svc = service_with_own_host().await;
         let mut input = request("edge-1", "tcp://10.0.0.5:2376");
         input.labels = Some(BTreeMap::from([("zone".into(), "eu".into())]));
         input.capacity = Some(HostCapacityInput {
@@ -802,10 +808,7 @@ mod tests {
 
     #[tokio::test]
     async fn cordon_uncordon_drain_and_remove() {
-        let svc = service(true).await;
-        ensure_own(&svc, "unix:///var/run/docker.sock")
-            .await
-            .unwrap();
+        let svc = service_with_own_host().await;
         register(&svc, &request("edge-1", "tcp://10.0.0.5:2376"))
             .await
             .unwrap();

@@ -365,6 +365,13 @@ mod tests {
         (ExecProcess::new("marker".into(), rx), tx)
     }
 
+    /// Ends a fake process with `exit` (through its sender `tx`) and waits
+    /// until the registry's `proc` saw it.
+    async fn end(proc: &Process, tx: &mpsc::Sender<ExecEvent>, exit: ExecExit) {
+        tx.send(ExecEvent::Exit(exit)).await.unwrap();
+        assert!(proc.wait(Duration::from_secs(5)).await);
+    }
+
     #[tokio::test]
     async fn output_is_captured_capped_and_the_exit_recorded() {
         let reg = ProcessRegistry::new(4);
@@ -380,13 +387,11 @@ mod tests {
         assert!(parse_process_id(&proc.id).is_ok());
         assert!(!proc.wait(Duration::from_millis(50)).await, "still running");
         assert_eq!(proc.view(false).status, ProcessStatus::Running);
-        tx.send(ExecEvent::Exit(ExecExit {
+        let exit = ExecExit {
             exit_code: Some(3),
             ..Default::default()
-        }))
-        .await
-        .unwrap();
-        assert!(proc.wait(Duration::from_secs(5)).await);
+        };
+        end(&proc, &tx, exit).await;
         let v = proc.view(true);
         assert_eq!(v.status, ProcessStatus::Exited);
         assert_eq!(v.exit_code, Some(3));
@@ -421,11 +426,7 @@ mod tests {
 
         // One ends: it makes room.
         let first = reg.list(&sb)[0].clone();
-        senders[0]
-            .send(ExecEvent::Exit(ExecExit::default()))
-            .await
-            .unwrap();
-        assert!(first.wait(Duration::from_secs(5)).await);
+        end(&first, &senders[0], ExecExit::default()).await;
         let (p, _tx3) = fake_process(vec![]);
         reg.register(&sb, new_id(), vec![], p, 10).unwrap();
         let ids: Vec<String> = reg.list(&sb).iter().map(|p| p.id.clone()).collect();
@@ -440,24 +441,20 @@ mod tests {
         let (p, tx) = fake_process(vec![]);
         let proc = reg.register(&sb, new_id(), vec![], p, 10).unwrap();
         proc.mark_kill_requested();
-        tx.send(ExecEvent::Exit(ExecExit {
+        let killed = ExecExit {
             exit_code: Some(137),
             ..Default::default()
-        }))
-        .await
-        .unwrap();
-        assert!(proc.wait(Duration::from_secs(5)).await);
+        };
+        end(&proc, &tx, killed).await;
         assert_eq!(proc.view(false).status, ProcessStatus::Killed);
 
         let (p, tx) = fake_process(vec![]);
         let proc = reg.register(&sb, new_id(), vec![], p, 10).unwrap();
-        tx.send(ExecEvent::Exit(ExecExit {
+        let timed_out = ExecExit {
             timed_out: true,
             ..Default::default()
-        }))
-        .await
-        .unwrap();
-        assert!(proc.wait(Duration::from_secs(5)).await);
+        };
+        end(&proc, &tx, timed_out).await;
         let v = proc.view(false);
         assert_eq!((v.status, v.exit_code), (ProcessStatus::TimedOut, None));
 

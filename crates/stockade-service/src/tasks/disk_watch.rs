@@ -75,13 +75,11 @@ pub async fn check_once(svc: &Service) -> DiskWatchReport {
     let mut report = DiskWatchReport::default();
     let mut pages = crate::access::ActivePages::new(svc, PAGE);
     while let Some(page) = pages.next().await {
-        let page = match page {
-            Ok(page) => page,
-            Err(e) => {
-                warn!(error = %e, "disk watch: could not list the sandboxes");
-                report.failed += 1;
-                return report;
-            }
+        let Ok(page) =
+            page.inspect_err(|e| warn!(error = %e, "disk watch: could not list the sandboxes"))
+        else {
+            report.failed += 1;
+            return report;
         };
         let running = page
             .into_iter()

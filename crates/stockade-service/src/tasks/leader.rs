@@ -158,34 +158,20 @@ async fn try_take(svc: &Service) -> Result<Option<tokio::time::Instant>, String>
 /// The leader's term: the deployment-wide background tasks, stopped
 /// together by cancelling `term`.
 fn start_term(svc: &Service, term: &CancellationToken) {
+    use crate::tasks::{collect, disk_watch, hosts, reconcile, recovery, sessions};
     let period = (svc.config.operation_lease / 3).max(Duration::from_millis(100));
-    tokio::spawn(crate::tasks::recovery::run_periodically(
+    tokio::spawn(recovery::run_periodically(
         svc.clone(),
         period,
         term.clone(),
     ));
     // Its first pass runs at once: a new leader reconciles straight away.
-    tokio::spawn(crate::tasks::reconcile::run_periodically(
-        svc.clone(),
-        term.clone(),
-    ));
-    tokio::spawn(crate::tasks::sessions::run_periodically(
-        svc.clone(),
-        term.clone(),
-    ));
+    tokio::spawn(reconcile::run_periodically(svc.clone(), term.clone()));
+    tokio::spawn(sessions::run_periodically(svc.clone(), term.clone()));
     // Every host checked, cordoned and recovered by one instance.
-    tokio::spawn(crate::tasks::hosts::check_periodically(
-        svc.clone(),
-        term.clone(),
-    ));
-    tokio::spawn(crate::tasks::collect::collect_periodically(
-        svc.clone(),
-        term.clone(),
-    ));
-    tokio::spawn(crate::tasks::disk_watch::run_periodically(
-        svc.clone(),
-        term.clone(),
-    ));
+    tokio::spawn(hosts::check_periodically(svc.clone(), term.clone()));
+    tokio::spawn(collect::collect_periodically(svc.clone(), term.clone()));
+    tokio::spawn(disk_watch::run_periodically(svc.clone(), term.clone()));
 }
 
 /// Takes the lease once, at start, so that a lone instance leads from its

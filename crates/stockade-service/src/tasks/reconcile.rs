@@ -125,13 +125,10 @@ async fn reconcile_host(
     let now = Utc::now();
     let mut pages = crate::access::ActivePages::new(svc, PAGE);
     while let Some(page) = pages.next().await {
-        let page = match page {
-            Ok(p) => p,
-            Err(e) => {
-                // Without every record, no container may be taken for an orphan.
-                warn!(error = %e, "reconcile: could not list records");
-                return Ok(report);
-            }
+        let Ok(page) = page.inspect_err(|e| warn!(error = %e, "reconcile: could not list records"))
+        else {
+            // Without every record, no container may be taken for an orphan.
+            return Ok(report);
         };
         for sb in page {
             active_ids.insert(sb.id.clone(), sb.server.clone());
