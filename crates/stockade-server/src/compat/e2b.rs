@@ -442,8 +442,7 @@ fn refuse_unsupported(req: &E2bNewSandbox) -> E2bResult<()> {
 }
 
 async fn create(
-    state: AppState,
-    caller: Caller,
+    Authed { state, caller }: Authed<E2bCaller>,
     headers: HeaderMap,
     body: Bytes,
     default_timeout: i64,
@@ -479,23 +478,15 @@ async fn create(
 }
 
 /// `POST /e2b/sandboxes` (v1: default timeout 15 s).
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Debug))]
-async fn create_v1(
-    Authed { state, caller }: Authed<E2bCaller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> E2bResult<Response> {
-    create(state, caller.0, headers, body, 15).await
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id), err(level = "debug", Debug))]
+async fn create_v1(cx: Authed<E2bCaller>, headers: HeaderMap, body: Bytes) -> E2bResult<Response> {
+    create(cx, headers, body, 15).await
 }
 
 /// `POST /e2b/v2/sandboxes` (default timeout 300 s).
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Debug))]
-async fn create_v2(
-    Authed { state, caller }: Authed<E2bCaller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> E2bResult<Response> {
-    create(state, caller.0, headers, body, 300).await
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id), err(level = "debug", Debug))]
+async fn create_v2(cx: Authed<E2bCaller>, headers: HeaderMap, body: Bytes) -> E2bResult<Response> {
+    create(cx, headers, body, 300).await
 }
 
 /// The filters and page of a list.
@@ -713,29 +704,34 @@ async fn kill(AuthedId { state, caller, id }: AuthedId<E2bCaller>) -> E2bResult<
 
 /// `POST /e2b/sandboxes/{id}/timeout`: the sandbox times out `timeout`
 /// seconds from now.
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
-async fn set_timeout(
-    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
-    body: Bytes,
-) -> E2bResult<StatusCode> {
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id = %cx.id), err(level = "debug", Debug))]
+async fn set_timeout(cx: AuthedId<E2bCaller>, body: Bytes) -> E2bResult<StatusCode> {
     let req: E2bTimeoutRequest = parse_json(&body)?;
-    let secs = timeout_secs(req.timeout, "timeout")?;
-    load_live(&state, &caller.scope, &id).await?;
-    update::set_timeout_from_now(&state.svc, &caller.scope, &id, secs, false).await?;
-    Ok(StatusCode::NO_CONTENT)
+    end_in(cx, timeout_secs(req.timeout, "timeout")?, false).await
 }
 
 /// `POST /e2b/sandboxes/{id}/refreshes`: keeps the sandbox alive at least
 /// `duration` seconds (default 60) from now.
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
-async fn refresh(
-    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
-    body: Bytes,
-) -> E2bResult<StatusCode> {
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id = %cx.id), err(level = "debug", Debug))]
+async fn refresh(cx: AuthedId<E2bCaller>, body: Bytes) -> E2bResult<StatusCode> {
     let req: E2bRefreshRequest = body_or_default(&body)?;
-    let secs = timeout_secs(req.duration.unwrap_or(60), "duration")?;
+    end_in(
+        cx,
+        timeout_secs(req.duration.unwrap_or(60), "duration")?,
+        true,
+    )
+    .await
+}
+
+/// Sets the sandbox's end `secs` from now (`only_extend`: never earlier
+/// than it is already); 204.
+async fn end_in(
+    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
+    secs: u64,
+    only_extend: bool,
+) -> E2bResult<StatusCode> {
     load_live(&state, &caller.scope, &id).await?;
-    update::set_timeout_from_now(&state.svc, &caller.scope, &id, secs, true).await?;
+    update::set_timeout_from_now(&state.svc, &caller.scope, &id, secs, only_extend).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -760,85 +756,60 @@ async fn resume_sandbox(
 
 /// `POST /e2b/sandboxes/{id}/connect` (and v2): a running sandbox as it is
 /// (its end only moves later), a paused one started again (200 / 201).
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
-async fn connect(
-    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> E2bResult<Response> {
-    let req: E2bConnectRequest = body_or_default(&body)?;
-    let sb = load_live(&state, &caller.scope, &id).await?;
-    if sb.status == SandboxStatus::Running {
-        let sb = match req.timeout {
-            Some(t) => {
-                let secs = timeout_secs(t, "timeout")?;
-                update::set_timeout_from_now(&state.svc, &caller.scope, &id, secs, true).await?
-            }
-            None => sb,
-        };
-        return Ok(answered(&state, &headers, &caller, &sb, StatusCode::OK));
-    }
-    let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok(answered(
-        &state,
-        &headers,
-        &caller,
-        &sb,
-        StatusCode::CREATED,
-    ))
-}
-
-/// The sandbox as E2B's connect and resume answer it, with `status`.
-fn answered(
-    state: &AppState,
-    headers: &HeaderMap,
-    caller: &Caller,
-    sb: &Sandbox,
-    status: StatusCode,
-) -> Response {
-    (
-        status,
-        Json(sandbox_answer(state, headers, &caller.account.id, sb)),
-    )
-        .into_response()
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id = %cx.id), err(level = "debug", Debug))]
+async fn connect(cx: AuthedId<E2bCaller>, headers: HeaderMap, body: Bytes) -> E2bResult<Response> {
+    wake(cx, &headers, &body, false).await
 }
 
 /// `POST /e2b/sandboxes/{id}/resume`: starts a paused sandbox (409 when it
 /// runs).
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
-async fn resume(
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id = %cx.id), err(level = "debug", Debug))]
+async fn resume(cx: AuthedId<E2bCaller>, headers: HeaderMap, body: Bytes) -> E2bResult<Response> {
+    wake(cx, &headers, &body, true).await
+}
+
+/// Connect and resume: a paused sandbox is started again with a new
+/// session (201); a running one a connect answers as it is, its end only
+/// moved later (200), and a resume refuses (409).
+async fn wake(
     AuthedId { state, caller, id }: AuthedId<E2bCaller>,
-    headers: HeaderMap,
-    body: Bytes,
+    headers: &HeaderMap,
+    body: &Bytes,
+    resume: bool,
 ) -> E2bResult<Response> {
-    let req: E2bConnectRequest = body_or_default(&body)?;
+    let req: E2bConnectRequest = body_or_default(body)?;
     let sb = load_live(&state, &caller.scope, &id).await?;
-    if sb.status == SandboxStatus::Running {
-        return Err(ServiceError::Conflict(format!("Sandbox {id} is already running")).into());
-    }
-    let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
-    Ok(answered(
-        &state,
-        &headers,
-        &caller,
-        &sb,
-        StatusCode::CREATED,
-    ))
+    let (sb, status) = match (sb.status, req.timeout) {
+        (SandboxStatus::Running, _) if resume => {
+            return Err(ServiceError::Conflict(format!("Sandbox {id} is already running")).into())
+        }
+        (SandboxStatus::Running, None) => (sb, StatusCode::OK),
+        (SandboxStatus::Running, Some(t)) => {
+            let secs = timeout_secs(t, "timeout")?;
+            let sb =
+                update::set_timeout_from_now(&state.svc, &caller.scope, &id, secs, true).await?;
+            (sb, StatusCode::OK)
+        }
+        _ => {
+            let sb = resume_sandbox(&state, &caller.scope, sb, req.timeout).await?;
+            (sb, StatusCode::CREATED)
+        }
+    };
+    let answer = sandbox_answer(&state, headers, &caller.account.id, &sb);
+    Ok((status, Json(answer)).into_response())
 }
 
 /// `POST /e2b/sandboxes/{id}/pause`: stops the sandbox; its filesystem is
 /// kept, its processes end (409 when it is paused already).
-#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Debug))]
-async fn pause(
-    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
-    body: Bytes,
-) -> E2bResult<StatusCode> {
+#[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id = %cx.id), err(level = "debug", Debug))]
+async fn pause(cx: AuthedId<E2bCaller>, body: Bytes) -> E2bResult<StatusCode> {
     let _: E2bPauseRequest = body_or_default(&body)?;
-    let sb = load_live(&state, &caller.scope, &id).await?;
+    let sb = load_live(&cx.state, &cx.caller.scope, &cx.id).await?;
     if !sb.can_exec() {
-        return Err(ServiceError::Conflict(format!("Sandbox {id} is already paused")).into());
+        return Err(ServiceError::Conflict(format!("Sandbox {} is already paused", cx.id)).into());
     }
-    lifecycle::stop(&state.svc, sb, state.svc.config().stop_grace).await?;
+    let grace = cx.state.svc.config().stop_grace;
+    lifecycle::stop(&cx.state.svc, sb, grace).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -957,13 +957,12 @@ mod tests {
 
     #[test]
     fn the_prime_client_is_recognised() {
-        let mut h = HeaderMap::new();
-        assert!(!wants_argv_start_command(&h));
-        h.insert(
-            header::USER_AGENT,
-            HeaderValue::from_static("prime-sandboxes/0.5.1 python/3.11.7"),
-        );
-        assert!(wants_argv_start_command(&h));
+        let agent = |a| HeaderMap::from_iter([(header::USER_AGENT, HeaderValue::from_static(a))]);
+        assert!(!wants_argv_start_command(&HeaderMap::new()));
+        assert!(!wants_argv_start_command(&agent("python-requests/2.32")));
+        assert!(wants_argv_start_command(&agent(
+            "prime-sandboxes/0.5.1 python/3.11.7"
+        )));
     }
 
     #[test]

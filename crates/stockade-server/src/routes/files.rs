@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use futures_util::TryStreamExt;
 use stockade_api::{ArchiveUploadResponse, DirectoryListing, ErrorBody, FileEntry};
 use stockade_core::{Sandbox, SandboxId, SandboxPath, SandboxStatus, ValidationErrors, VolumeName};
-use stockade_runtime::{FileKind, FsError};
+use stockade_runtime::{FileKind, FsError, FsResult, PathStat};
 use tracing::instrument;
 use utoipa::OpenApi;
 
@@ -115,6 +115,34 @@ async fn load_with_files(state: &AppState, caller: &Caller, id: &str) -> ApiResu
         }
         _ => Ok(sb),
     }
+}
+
+/// The `path` of a request that takes no other parameter (`/workspace`
+/// when it names none), and the sandbox, loaded once the query is checked.
+async fn path_or_workspace(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    raw: Option<&str>,
+) -> ApiResult<(SandboxPath, Sandbox)> {
+    let q = parse_query(raw, &["path"])?;
+    let path = q.path.unwrap_or_else(SandboxPath::workspace);
+    Ok((path, load_with_files(state, caller, id).await?))
+}
+
+/// `lstat` of `path` in the sandbox (a symlink is reported as one), as the
+/// runtime answers it.
+async fn lstat(
+    state: &AppState,
+    sb: &Sandbox,
+    path: &SandboxPath,
+) -> ApiResult<FsResult<PathStat>> {
+    Ok(state
+        .svc
+        .runtime_for(sb)
+        .await?
+        .stat_path(&sb.id, path)
+        .await)
 }
 
 fn body_stream(body: Body) -> BodyStream {
@@ -226,9 +254,7 @@ pub async fn read(
     AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
-    let q = parse_query(raw.as_deref(), &["path"])?;
-    let path = q.path.unwrap_or_else(SandboxPath::workspace);
-    let sb = load_with_files(&state, &caller, &id).await?;
+    let (path, sb) = path_or_workspace(&state, &caller, &id, raw.as_deref()).await?;
     match files::open_following(&state.svc, &sb.id, &path, Want::Content).await? {
         Opened::File {
             size,
@@ -278,15 +304,9 @@ pub async fn stat(
     AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<FileEntry>> {
-    let q = parse_query(raw.as_deref(), &["path"])?;
-    let path = q.path.unwrap_or_else(SandboxPath::workspace);
-    let sb = load_with_files(&state, &caller, &id).await?;
-    let st = state
-        .svc
-        .runtime_for(&sb)
+    let (path, sb) = path_or_workspace(&state, &caller, &id, raw.as_deref()).await?;
+    let st = lstat(&state, &sb, &path)
         .await?
-        .stat_path(&sb.id, &path)
-        .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
     let link_target = if st.kind == FileKind::Symlink {
         // The target as stored, as `readlink` shows it.
@@ -335,13 +355,7 @@ pub async fn write(
     let length = content_length(&headers)?;
     let body = check_announced(body, length, limit)?;
 
-    let existing = match state
-        .svc
-        .runtime_for(&sb)
-        .await?
-        .stat_path(&sb.id, &path)
-        .await
-    {
+    let existing = match lstat(&state, &sb, &path).await? {
         Ok(st) if st.kind == FileKind::Dir => {
             return Err(ServiceError::Conflict(format!(
                 "{path} is a directory; write a file below it"
@@ -381,12 +395,8 @@ pub async fn write(
     }
     written.map_err(|e| files::fs_error(e, &sb.id))?;
 
-    let st = state
-        .svc
-        .runtime_for(&sb)
+    let st = lstat(&state, &sb, &path)
         .await?
-        .stat_path(&sb.id, &path)
-        .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
     let status = if existing.is_some() {
         StatusCode::OK
@@ -450,15 +460,9 @@ pub async fn download(
     AuthedId { state, caller, id }: AuthedId,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Response> {
-    let q = parse_query(raw.as_deref(), &["path"])?;
-    let mut path = q.path.unwrap_or_else(SandboxPath::workspace);
-    let sb = load_with_files(&state, &caller, &id).await?;
-    let st = state
-        .svc
-        .runtime_for(&sb)
+    let (mut path, sb) = path_or_workspace(&state, &caller, &id, raw.as_deref()).await?;
+    let st = lstat(&state, &sb, &path)
         .await?
-        .stat_path(&sb.id, &path)
-        .await
         .map_err(|e| files::fs_error(e, &sb.id))?;
     if st.kind == FileKind::Symlink {
         path = files::resolve_symlink(&state.svc, &sb.id, &path).await?;
@@ -518,9 +522,7 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Json<ArchiveUploadResponse>> {
-    let q = parse_query(raw.as_deref(), &["path"])?;
-    let path = q.path.unwrap_or_else(SandboxPath::workspace);
-    let sb = load_with_files(&state, &caller, &id).await?;
+    let (path, sb) = path_or_workspace(&state, &caller, &id, raw.as_deref()).await?;
     let length = content_length(&headers)?;
     let body = check_announced(body, length, state.svc.config().max_file_bytes)?;
     let (dir, missing) = existing_dir(&state, &sb.id, &path).await?;
