@@ -4,7 +4,7 @@
 //! watches.
 
 use crate::body::{self, BoxBody, ChannelBody};
-use crate::connect::{self, Code, Codec, ConnectError, EnvelopeReader};
+use crate::connect::{self, Code, Codec, ConnectError, EnvelopeBody};
 use crate::proto::filesystem::*;
 use crate::proto::process::*;
 use crate::proto::Msg;
@@ -18,7 +18,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::collections::HashMap;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -275,48 +274,38 @@ fn entry_of(entry: Option<EntryInfo>, call: &str) -> Result<EntryInfo, ClientErr
 }
 
 /// The messages of a server stream.
-pub struct RpcStream<Res> {
-    body: Incoming,
-    reader: EnvelopeReader,
-    codec: Codec,
-    done: bool,
-    _res: PhantomData<fn() -> Res>,
-}
+pub struct RpcStream<Res>(EnvelopeBody<Res>);
 
 impl<Res: Msg> RpcStream<Res> {
     /// The next message; `None` at a clean end, an error if the stream
     /// ended with one (or was cut).
     pub async fn message(&mut self) -> Option<Result<Res, ClientError>> {
         loop {
-            match self.reader.next_envelope() {
+            match self.0.reader.next_envelope() {
                 Err(e) => {
-                    self.done = true;
+                    self.0.done = true;
                     return Some(Err(e.into()));
                 }
                 Ok(Some((flags, payload))) => {
                     if flags & connect::FLAG_END_STREAM != 0 {
-                        self.done = true;
+                        self.0.done = true;
                         return connect::parse_end_stream(&payload)
                             .err()
                             .map(|e| Err(e.into()));
                     }
-                    return Some(self.codec.decode::<Res>(&payload).map_err(Into::into));
+                    return Some(self.0.decode(&payload).map_err(Into::into));
                 }
-                Ok(None) if self.done => return None,
+                Ok(None) if self.0.done => return None,
                 Ok(None) => {}
             }
-            match self.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.reader.push(&data);
-                    }
-                }
+            match self.0.read_frame().await {
+                Some(Ok(())) => {}
                 Some(Err(e)) => {
-                    self.done = true;
+                    self.0.done = true;
                     return Some(Err(ClientError::Transport(e.to_string())));
                 }
                 None => {
-                    self.done = true;
+                    self.0.done = true;
                     return Some(Err(ClientError::Protocol(
                         "the stream ended without an end message".into(),
                     )));
@@ -541,13 +530,7 @@ impl AgentClient {
         if resp.status() != StatusCode::OK {
             return Err(Self::error_of(resp).await);
         }
-        Ok(RpcStream {
-            body: resp.into_body(),
-            reader: EnvelopeReader::default(),
-            codec: self.codec,
-            done: false,
-            _res: PhantomData,
-        })
+        Ok(RpcStream(EnvelopeBody::new(resp.into_body(), self.codec)))
     }
 
     /// Sends `req` to the agent as it is — its method, path and query,
@@ -804,13 +787,8 @@ impl AgentClient {
         if resp.status() != StatusCode::OK {
             return Err(Self::error_of(resp).await);
         }
-        let mut stream: RpcStream<StreamInputResponse> = RpcStream {
-            body: resp.into_body(),
-            reader: EnvelopeReader::default(),
-            codec: self.codec,
-            done: false,
-            _res: PhantomData,
-        };
+        let mut stream: RpcStream<StreamInputResponse> =
+            RpcStream(EnvelopeBody::new(resp.into_body(), self.codec));
         while let Some(m) = stream.message().await {
             m?;
         }

@@ -287,6 +287,45 @@ pub fn parse_end_stream(payload: &[u8]) -> Result<(), ConnectError> {
     }
 }
 
+/// An HTTP body of envelopes as it arrives: the messages of a server
+/// stream for the client, of a client stream for the server.
+pub(crate) struct EnvelopeBody<M> {
+    body: hyper::body::Incoming,
+    pub(crate) reader: EnvelopeReader,
+    codec: Codec,
+    /// The body has ended (or failed).
+    pub(crate) done: bool,
+    _msg: std::marker::PhantomData<fn() -> M>,
+}
+
+impl<M: Msg> EnvelopeBody<M> {
+    pub(crate) fn new(body: hyper::body::Incoming, codec: Codec) -> Self {
+        Self {
+            body,
+            reader: EnvelopeReader::default(),
+            codec,
+            done: false,
+            _msg: std::marker::PhantomData,
+        }
+    }
+
+    pub(crate) fn decode(&self, payload: &[u8]) -> Result<M, ConnectError> {
+        self.codec.decode::<M>(payload)
+    }
+
+    /// Waits for the body's next frame and buffers its data; `None` at the
+    /// end of the body.
+    pub(crate) async fn read_frame(&mut self) -> Option<Result<(), hyper::Error>> {
+        use http_body_util::BodyExt as _;
+        let frame = self.body.frame().await?;
+        Some(frame.map(|frame| {
+            if let Ok(data) = frame.into_data() {
+                self.reader.push(&data);
+            }
+        }))
+    }
+}
+
 /// Splits a byte stream into envelopes, holding at most one message.
 #[derive(Default)]
 pub struct EnvelopeReader {

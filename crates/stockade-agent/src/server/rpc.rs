@@ -2,7 +2,7 @@
 //! client-streaming handlers over hyper, with codecs picked by content type.
 
 use crate::body::{self, BoxBody, ChannelBody};
-use crate::connect::{self, Code, Codec, ConnectError, EnvelopeReader};
+use crate::connect::{self, Code, Codec, ConnectError, EnvelopeBody, EnvelopeReader};
 use crate::proto::Msg;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -182,49 +182,39 @@ where
 }
 
 /// The messages of a client stream, read as they arrive.
-pub struct MsgStream<Req> {
-    body: Incoming,
-    reader: EnvelopeReader,
-    codec: Codec,
-    done: bool,
-    _req: PhantomData<fn() -> Req>,
-}
+pub struct MsgStream<Req>(EnvelopeBody<Req>);
 
 impl<Req: Msg> MsgStream<Req> {
     /// The next message; `None` at the end of the request.
     pub async fn next(&mut self) -> Option<Result<Req, ConnectError>> {
         loop {
-            match self.reader.next_envelope() {
+            match self.0.reader.next_envelope() {
                 Err(e) => return Some(Err(e)),
                 Ok(Some((flags, payload))) => {
                     if flags & connect::FLAG_END_STREAM != 0 {
                         continue;
                     }
-                    return Some(self.codec.decode::<Req>(&payload));
+                    return Some(self.0.decode(&payload));
                 }
                 Ok(None) => {}
             }
-            if self.done {
-                if self.reader.has_partial() {
-                    self.reader = EnvelopeReader::default();
+            if self.0.done {
+                if self.0.reader.has_partial() {
+                    self.0.reader = EnvelopeReader::default();
                     return Some(Err(ConnectError::invalid("request ended inside a message")));
                 }
                 return None;
             }
-            match self.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.reader.push(&data);
-                    }
-                }
+            match self.0.read_frame().await {
+                Some(Ok(())) => {}
                 Some(Err(e)) => {
-                    self.done = true;
+                    self.0.done = true;
                     return Some(Err(ConnectError::new(
                         Code::Canceled,
                         format!("request body failed: {e}"),
                     )));
                 }
-                None => self.done = true,
+                None => self.0.done = true,
             }
         }
     }
@@ -242,13 +232,7 @@ where
     let Some(codec) = Codec::from_stream_content_type(&ct) else {
         return unsupported_media(&ct, "application/connect+json, application/connect+proto");
     };
-    let stream = MsgStream {
-        body: req.into_body(),
-        reader: EnvelopeReader::default(),
-        codec,
-        done: false,
-        _req: PhantomData,
-    };
+    let stream = MsgStream(EnvelopeBody::new(req.into_body(), codec));
     let out = match f(stream).await {
         Ok(res) => {
             let mut out = connect::envelope(0, &codec.encode(&res)).to_vec();
