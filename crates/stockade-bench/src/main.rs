@@ -184,29 +184,31 @@ impl Plan {
         let q = cli.quick;
         let pick =
             |v: Option<usize>, full: usize, quick: usize| v.unwrap_or(if q { quick } else { full });
+        // Counts that must be at least one to measure anything.
+        let at_least_one = |v, full, quick| pick(v, full, quick).max(1);
         Self {
             quick: q,
-            creates: pick(cli.creates, 50, 5).max(1),
-            burst: pick(cli.burst, 20, 8).max(1),
-            bursts: pick(cli.bursts, 3, 1).max(1),
-            execs: pick(cli.execs, 200, 20).max(1),
+            creates: at_least_one(cli.creates, 50, 5),
+            burst: at_least_one(cli.burst, 20, 8),
+            bursts: at_least_one(cli.bursts, 3, 1),
+            execs: at_least_one(cli.execs, 200, 20),
             records: pick(cli.records, 10_000, 1_000),
-            lists: pick(cli.lists, 200, 20).max(1),
+            lists: at_least_one(cli.lists, 200, 20),
             log_bytes: cli.log_mb.unwrap_or(if q { 2 } else { 100 }).max(1) * 1_000_000,
-            log_reads: pick(cli.log_reads, 3, 1).max(1),
+            log_reads: at_least_one(cli.log_reads, 3, 1),
             warm: pick(cli.warm, 50, 5),
-            pool_size: pick(cli.pool_size, 4, 2).max(1),
-            keystrokes: pick(cli.keystrokes, 200, 20).max(1),
-            runsc_creates: pick(cli.runsc_creates, 10, 3).max(1),
-            runsc_execs: pick(cli.runsc_execs, 50, 10).max(1),
-            egress_batches: pick(cli.egress_batches, 30, 5).max(1),
-            egress_requests: pick(cli.egress_requests, 50, 10).max(1),
-            egress_creates: pick(cli.egress_creates, 20, 3).max(1),
-            placements: pick(cli.placements, 200, 20).max(1),
+            pool_size: at_least_one(cli.pool_size, 4, 2),
+            keystrokes: at_least_one(cli.keystrokes, 200, 20),
+            runsc_creates: at_least_one(cli.runsc_creates, 10, 3),
+            runsc_execs: at_least_one(cli.runsc_execs, 50, 10),
+            egress_batches: at_least_one(cli.egress_batches, 30, 5),
+            egress_requests: at_least_one(cli.egress_requests, 50, 10),
+            egress_creates: at_least_one(cli.egress_creates, 20, 3),
+            placements: at_least_one(cli.placements, 200, 20),
             placement_sandboxes: pick(cli.placement_sandboxes, 10_000, 10_000),
-            host_creates: pick(cli.host_creates, 20, 4).max(1),
-            host_burst: pick(cli.host_burst, 20, 20).max(1),
-            host_bursts: pick(cli.host_bursts, 4, 2).max(1),
+            host_creates: at_least_one(cli.host_creates, 20, 4),
+            host_burst: at_least_one(cli.host_burst, 20, 20),
+            host_bursts: at_least_one(cli.host_bursts, 4, 2),
             only: cli
                 .only
                 .iter()

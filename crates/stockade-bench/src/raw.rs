@@ -13,7 +13,8 @@ use bollard::container::{
     InspectContainerOptions, ListContainersOptions, LogOutput, RemoveContainerOptions,
     StartContainerOptions, StopContainerOptions,
 };
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, CreateExecResults, StartExecOptions, StartExecResults};
+use bollard::models::ContainerInspectResponse;
 use bollard::volume::ListVolumesOptions;
 use bollard::{ClientVersion, Docker};
 use futures_util::stream::BoxStream;
@@ -172,23 +173,39 @@ impl Raw {
         Ok(RawSandbox { name, volume: vol })
     }
 
+    /// Makes an exec of `argv` in `container`'s workspace with stdout and
+    /// stderr attached, and stdin and a TTY too with `tty`.
+    async fn create_exec(
+        &self,
+        container: &str,
+        argv: Vec<String>,
+        tty: bool,
+    ) -> anyhow::Result<CreateExecResults> {
+        let options = CreateExecOptions::<String> {
+            attach_stdin: tty.then_some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: tty.then_some(true),
+            cmd: Some(argv),
+            working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
+            ..Default::default()
+        };
+        let what = if tty {
+            "raw: create exec (tty)"
+        } else {
+            "raw: create exec"
+        };
+        self.docker
+            .create_exec(container, options)
+            .await
+            .context(what)
+    }
+
     /// Runs `argv` in a running container and returns its exit code and
     /// stdout: create, start attached, read to the end, read the exit code.
     pub async fn exec(&self, container: &str, argv: &[&str]) -> anyhow::Result<(i64, Vec<u8>)> {
-        let created = self
-            .docker
-            .create_exec(
-                container,
-                CreateExecOptions::<String> {
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    cmd: Some(argv.iter().map(|s| (*s).to_owned()).collect()),
-                    working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
-                    ..Default::default()
-                },
-            )
-            .await
-            .context("raw: create exec")?;
+        let argv = argv.iter().map(|s| (*s).to_owned()).collect();
+        let created = self.create_exec(container, argv, false).await?;
         let started = self
             .docker
             .start_exec(&created.id, None)
@@ -219,22 +236,8 @@ impl Raw {
     /// Starts `command` (a shell command line) on a TTY in a running
     /// container, attached: what `docker exec -it` does.
     pub async fn terminal(&self, container: &str, command: &str) -> anyhow::Result<RawTerminal> {
-        let created = self
-            .docker
-            .create_exec(
-                container,
-                CreateExecOptions::<String> {
-                    attach_stdin: Some(true),
-                    attach_stdout: Some(true),
-                    attach_stderr: Some(true),
-                    tty: Some(true),
-                    cmd: Some(vec!["/bin/sh".into(), "-c".into(), command.to_owned()]),
-                    working_dir: Some(VolumeName::MOUNT_PATH.to_owned()),
-                    ..Default::default()
-                },
-            )
-            .await
-            .context("raw: create exec (tty)")?;
+        let argv = vec!["/bin/sh".into(), "-c".into(), command.to_owned()];
+        let created = self.create_exec(container, argv, true).await?;
         let started = self
             .docker
             .start_exec(
@@ -371,22 +374,21 @@ impl Raw {
 
     /// Whether the container's main process still runs.
     pub async fn running(&self, container: &str) -> anyhow::Result<bool> {
-        let c = self
-            .docker
-            .inspect_container(container, None::<InspectContainerOptions>)
-            .await
-            .context("raw: inspect container")?;
+        let c = self.inspect(container).await?;
         Ok(c.state.and_then(|s| s.running).unwrap_or(false))
     }
 
     /// The OCI runtime a container runs under (`runc`, `runsc`, …).
     pub async fn oci_runtime_of(&self, container: &str) -> anyhow::Result<String> {
-        let c = self
-            .docker
+        let c = self.inspect(container).await?;
+        Ok(c.host_config.and_then(|h| h.runtime).unwrap_or_default())
+    }
+
+    async fn inspect(&self, container: &str) -> anyhow::Result<ContainerInspectResponse> {
+        self.docker
             .inspect_container(container, None::<InspectContainerOptions>)
             .await
-            .context("raw: inspect container")?;
-        Ok(c.host_config.and_then(|h| h.runtime).unwrap_or_default())
+            .context("raw: inspect container")
     }
 
     /// Removes every container and volume labelled with one of `instances`.

@@ -37,6 +37,17 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// Awaits `work`, adding how long it took (ms) to `samples`.
+async fn timed<T>(
+    samples: &mut Vec<f64>,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let t = Instant::now();
+    let done = work.await?;
+    samples.push(ms(t.elapsed()));
+    Ok(done)
+}
+
 /// The resident memory of this process (`VmRSS`), in MiB.
 fn rss_mib() -> Option<f64> {
     vmrss_mib(&std::fs::read_to_string("/proc/self/status").ok()?)
@@ -257,55 +268,60 @@ impl Bench {
         Ok((app, api))
     }
 
+    /// A second server on a fresh SQLite database `name`, its settings
+    /// changed by `configure`: the database's directory (to keep while the
+    /// server runs), the server and a client.
+    async fn configured_server(
+        &mut self,
+        name: &str,
+        configure: impl FnOnce(&mut stockade_server::ServerConfig) + Send + 'static,
+    ) -> anyhow::Result<(tempfile::TempDir, App, Api)> {
+        let (dir, store) = fresh_sqlite(name).await?;
+        let (app, api) = self
+            .second_server(store, None, Some(Box::new(configure)))
+            .await?;
+        Ok((dir, app, api))
+    }
+
     async fn all(&mut self) -> anyhow::Result<()> {
         self.warm_up().await?;
-        if self.plan.runs("api") {
-            self.api_round_trip().await?;
-        }
-        if self.plan.runs("lists") {
-            self.memory_and_lists().await?;
-        }
-        if self.plan.runs("postgres") {
-            match self.postgres.clone() {
-                Some(url) => self.postgres_lists(&url).await?,
-                None => self.notes.push(
-                    "PostgreSQL was not measured: set STOCKADE_TEST_DATABASE_URL or --postgres."
-                        .into(),
-                ),
+        // Every scenario the plan runs, in this order.
+        for scenario in [
+            "api", "lists", "postgres", "create", "exec", "terminal", "burst", "stop", "logs",
+            "warm", "gvisor", "egress", "hosts",
+        ] {
+            if !self.plan.runs(scenario) {
+                continue;
             }
-        }
-        if self.plan.runs("create") {
-            self.creates().await?;
-        }
-        if self.plan.runs("exec") {
-            self.ensure_pair().await?;
-            self.execs().await?;
-            self.agent_memory().await?;
-        }
-        if self.plan.runs("terminal") {
-            self.ensure_pair().await?;
-            self.terminal().await?;
-        }
-        if self.plan.runs("burst") {
-            self.bursts().await?;
-        }
-        if self.plan.runs("stop") {
-            self.stop_and_destroy().await?;
-        }
-        if self.plan.runs("logs") {
-            self.logs().await?;
-        }
-        if self.plan.runs("warm") && self.plan.warm > 0 {
-            self.warm().await?;
-        }
-        if self.plan.runs("gvisor") {
-            self.gvisor().await?;
-        }
-        if self.plan.runs("egress") {
-            self.egress().await?;
-        }
-        if self.plan.runs("hosts") {
-            self.hosts().await?;
+            match scenario {
+                "api" => self.api_round_trip().await?,
+                "lists" => self.memory_and_lists().await?,
+                "postgres" => match self.postgres.clone() {
+                    Some(url) => self.postgres_lists(&url).await?,
+                    None => self.notes.push(
+                        "PostgreSQL was not measured: set STOCKADE_TEST_DATABASE_URL or --postgres."
+                            .into(),
+                    ),
+                },
+                "create" => self.creates().await?,
+                "exec" => {
+                    self.ensure_pair().await?;
+                    self.execs().await?;
+                    self.agent_memory().await?;
+                }
+                "terminal" => {
+                    self.ensure_pair().await?;
+                    self.terminal().await?;
+                }
+                "burst" => self.bursts().await?,
+                "stop" => self.stop_and_destroy().await?,
+                "logs" => self.logs().await?,
+                "warm" if self.plan.warm > 0 => self.warm().await?,
+                "gvisor" => self.gvisor().await?,
+                "egress" => self.egress().await?,
+                "hosts" => self.hosts().await?,
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -614,10 +630,10 @@ impl Bench {
         let (id, raw) = self.first_pair("for a terminal")?;
         let mut ws = self.api.terminal(&id, TERMINAL_COMMAND).await?;
         let mut seen = Vec::new();
-        read_ws_until(&mut ws, &mut seen, TERMINAL_READY).await?;
+        read_until(&mut ws, &mut seen, TERMINAL_READY).await?;
         let mut term = self.raw.terminal(&raw, TERMINAL_COMMAND).await?;
         let mut raw_seen = Vec::new();
-        read_raw_until(&mut term, &mut raw_seen, TERMINAL_READY).await?;
+        read_until(&mut term, &mut raw_seen, TERMINAL_READY).await?;
         let (mut s, mut r) = (Vec::new(), Vec::new());
         for i in 0..self.plan.keystrokes {
             let key = [b'a' + (i % 26) as u8];
@@ -626,7 +642,7 @@ impl Bench {
             ws.send(Message::Binary(key.to_vec().into()))
                 .await
                 .context("terminal: send")?;
-            read_ws_until(&mut ws, &mut seen, &key).await?;
+            read_until(&mut ws, &mut seen, &key).await?;
             s.push(ms(t.elapsed()));
             raw_seen.clear();
             let t = Instant::now();
@@ -635,7 +651,7 @@ impl Bench {
                 .await
                 .context("raw terminal: send")?;
             term.input.flush().await.context("raw terminal: send")?;
-            read_raw_until(&mut term, &mut raw_seen, &key).await?;
+            read_until(&mut term, &mut raw_seen, &key).await?;
             r.push(ms(t.elapsed()));
             if seen != key || raw_seen != key {
                 bail!(
@@ -716,18 +732,10 @@ impl Bench {
         let stockade: Vec<String> = std::mem::take(&mut self.stockade_made);
         let raw: Vec<RawSandbox> = std::mem::take(&mut self.raw_made);
         for (id, made) in stockade.iter().zip(raw.iter()) {
-            let t = Instant::now();
-            self.api.stop(id).await?;
-            ss.push(ms(t.elapsed()));
-            let t = Instant::now();
-            self.raw.stop(made).await?;
-            rs.push(ms(t.elapsed()));
-            let t = Instant::now();
-            self.api.delete(id).await?;
-            sd.push(ms(t.elapsed()));
-            let t = Instant::now();
-            self.raw.destroy(made).await?;
-            rd.push(ms(t.elapsed()));
+            timed(&mut ss, self.api.stop(id)).await?;
+            timed(&mut rs, self.raw.stop(made)).await?;
+            timed(&mut sd, self.api.delete(id)).await?;
+            timed(&mut rd, self.raw.destroy(made)).await?;
         }
         self.rows.push(Row::new(
             "stop",
@@ -833,20 +841,15 @@ impl Bench {
     async fn warm(&mut self) -> anyhow::Result<()> {
         use stockade_service::pool::{PoolClassConfig, PoolConfig};
         let size = self.plan.pool_size;
-        let (_dir, store) = fresh_sqlite("warm").await?;
-        let (app, api) = self
-            .second_server(
-                store,
-                None,
-                Some(Box::new(move |c| {
-                    c.service.pool = PoolConfig {
-                        classes: vec![PoolClassConfig::default_class(size)],
-                        check_interval: Duration::from_millis(200),
-                        drain_on_shutdown: true,
-                        max_concurrent_fills: 2,
-                    };
-                })),
-            )
+        let (_dir, app, api) = self
+            .configured_server("warm", move |c| {
+                c.service.pool = PoolConfig {
+                    classes: vec![PoolClassConfig::default_class(size)],
+                    check_interval: Duration::from_millis(200),
+                    drain_on_shutdown: true,
+                    max_concurrent_fills: 2,
+                };
+            })
             .await?;
         let result = async {
             let (mut s, mut r, mut made) = (Vec::new(), Vec::new(), Vec::new());
@@ -1102,20 +1105,15 @@ impl Bench {
         let dns: std::net::SocketAddr = format!("{host}:53")
             .parse()
             .context("the outside host's DNS address")?;
-        let (_dir, store) = fresh_sqlite("egress").await?;
-        let (app, api) = self
-            .second_server(
-                store,
-                None,
-                Some(Box::new(move |c| {
-                    c.service.egress.upstream_dns = vec![dns];
-                    // The outside host sits in a private range: opted in.
-                    let subnet = format!("10.251.{}.0/24", crate::outside::SUBNET);
-                    c.service.egress.private =
-                        stockade_core::netpolicy::PrivateAccess::parse(&[subnet])
-                            .expect("the outside subnet is private");
-                })),
-            )
+        let (_dir, app, api) = self
+            .configured_server("egress", move |c| {
+                c.service.egress.upstream_dns = vec![dns];
+                // The outside host sits in a private range: opted in.
+                let subnet = format!("10.251.{}.0/24", crate::outside::SUBNET);
+                c.service.egress.private =
+                    stockade_core::netpolicy::PrivateAccess::parse(&[subnet])
+                        .expect("the outside subnet is private");
+            })
             .await?;
         let mut made = Vec::new();
         let result = self.egress_measure(&api, &host, &mut made).await;
@@ -1289,43 +1287,54 @@ impl Bench {
     }
 }
 
-/// Reads a terminal's WebSocket until its output ends with `want`, into `seen`.
-async fn read_ws_until(
-    ws: &mut crate::client::Terminal,
-    seen: &mut Vec<u8>,
-    want: &[u8],
-) -> anyhow::Result<()> {
-    use tokio_tungstenite::tungstenite::Message;
-    while !seen.ends_with(want) {
-        let next = tokio::time::timeout(TERMINAL_WAIT, ws.next())
-            .await
-            .map_err(|_| terminal_stuck("terminal", want, seen))?;
-        match next {
-            Some(Ok(Message::Binary(b))) => seen.extend_from_slice(&b),
+/// A terminal's output, read chunk by chunk.
+trait TerminalOutput {
+    /// Names the terminal in errors.
+    const WHICH: &'static str;
+
+    /// The next chunk of output (empty for a message that carries none); an
+    /// error once the terminal ended.
+    async fn chunk(&mut self) -> anyhow::Result<Vec<u8>>;
+}
+
+impl TerminalOutput for crate::client::Terminal {
+    const WHICH: &'static str = "terminal";
+
+    async fn chunk(&mut self) -> anyhow::Result<Vec<u8>> {
+        use tokio_tungstenite::tungstenite::Message;
+        match self.next().await {
+            Some(Ok(Message::Binary(b))) => Ok(b.to_vec()),
             Some(Ok(Message::Text(t))) => bail!("the terminal ended: {t}"),
             Some(Ok(Message::Close(c))) => bail!("the terminal's WebSocket closed: {c:?}"),
-            Some(Ok(_)) => {}
+            Some(Ok(_)) => Ok(Vec::new()),
             Some(Err(e)) => bail!("terminal: {e}"),
             None => bail!("the terminal's WebSocket ended"),
         }
     }
-    Ok(())
 }
 
-/// Reads a raw terminal until its output ends with `want`, into `seen`.
-async fn read_raw_until(
-    term: &mut crate::raw::RawTerminal,
+impl TerminalOutput for crate::raw::RawTerminal {
+    const WHICH: &'static str = "raw terminal";
+
+    async fn chunk(&mut self) -> anyhow::Result<Vec<u8>> {
+        match self.output.next().await {
+            Some(chunk) => chunk,
+            None => bail!("the raw terminal ended"),
+        }
+    }
+}
+
+/// Reads a terminal until its output ends with `want`, into `seen`.
+async fn read_until<T: TerminalOutput>(
+    term: &mut T,
     seen: &mut Vec<u8>,
     want: &[u8],
 ) -> anyhow::Result<()> {
     while !seen.ends_with(want) {
-        let next = tokio::time::timeout(TERMINAL_WAIT, term.output.next())
+        let chunk = tokio::time::timeout(TERMINAL_WAIT, term.chunk())
             .await
-            .map_err(|_| terminal_stuck("raw terminal", want, seen))?;
-        match next {
-            Some(chunk) => seen.extend_from_slice(&chunk?),
-            None => bail!("the raw terminal ended"),
-        }
+            .map_err(|_| terminal_stuck(T::WHICH, want, seen))?;
+        seen.extend_from_slice(&chunk?);
     }
     Ok(())
 }
