@@ -21,7 +21,7 @@ use crate::extract::{
     authenticate, cookie_values, AdminCaller, ApiJson, Authed, Caller, Credential, CSRF_HEADER,
     SECURE_SESSION_COOKIE, SESSION_COOKIE, SESSION_COOKIES,
 };
-use crate::routes::apidoc::{AdminOnly, BadRequest};
+use crate::routes::apidoc::{AccountErrors, AdminOnly, BadRequest, NoSuchAccount};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -115,8 +115,7 @@ fn quota_response(id: &AccountId, report: &QuotaReport) -> QuotaResponse {
 #[utoipa::path(get, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
     params(("account_id" = String, Path, description = "account id")),
     responses((status = 200, body = QuotaResponse), BadRequest,
-              (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)))]
+              AccountErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn get_quota(
     Authed { state, caller }: Authed,
@@ -137,7 +136,7 @@ pub async fn get_quota(
     request_body = SetQuotaRequest,
     responses((status = 200, body = QuotaResponse), (status = 400, description = "A value is out of range (the field is named)", body = ErrorBody),
               AdminOnly,
-              (status = 404, description = "No such account", body = ErrorBody)))]
+              NoSuchAccount))]
 #[instrument(skip_all, fields(account.id = %caller.0.account.id), err(level = "debug", Display))]
 pub async fn set_quota(
     Authed { state, caller }: Authed<AdminCaller>,

@@ -32,6 +32,53 @@ pub enum AdminOnly {
     Forbidden(ErrorBody),
 }
 
+/// An operation on one sandbox, described.
+#[derive(IntoResponses)]
+pub enum SandboxErrors {
+    /// Another account's sandbox
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// Unknown sandbox
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+}
+
+/// An operation on an account that the account itself and administrators
+/// may call.
+#[derive(IntoResponses)]
+pub enum AccountErrors {
+    /// Another account, and not an administrator
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// No such account
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+}
+
+/// An operation on an account named in the path.
+#[derive(IntoResponses)]
+pub enum NoSuchAccount {
+    /// No such account
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+}
+
+/// An operation that needs Docker.
+#[derive(IntoResponses)]
+pub enum DockerUnavailable {
+    /// Docker unavailable
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// A request whose fields are checked, the bad ones named in the body.
+#[derive(IntoResponses)]
+pub enum InvalidField {
+    /// A field is invalid
+    #[response(status = 400)]
+    Invalid(ErrorBody),
+}
+
 /// The paths anyone may call, without a token: the documentation, the
 /// health check, signing in and out, the metrics (they check a token of
 /// their own) and the proxy (it takes sandbox tokens).

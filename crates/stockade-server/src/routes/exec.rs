@@ -24,7 +24,7 @@ use utoipa::OpenApi;
 use crate::config::ServerConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{parse_json, query_pairs, Authed, AuthedId, Caller};
-use crate::routes::apidoc::{AccessErrors, BadRequest};
+use crate::routes::apidoc::{AccessErrors, BadRequest, SandboxErrors};
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::output::{lossy_text, Utf8Decoder};
@@ -254,8 +254,7 @@ async fn read_body(body: Body) -> ApiResult<Bytes> {
             content((ExecResponse = "application/json"), (String = "text/event-stream"))),
         (status = 202, description = "Started in the background", body = ProcessResponse),
         (status = 400, description = "A field is invalid (or cwd does not exist)", body = ErrorBody),
-        (status = 403, description = "Another account's sandbox", body = ErrorBody),
-        (status = 404, description = "Unknown sandbox", body = ErrorBody),
+        SandboxErrors,
         (status = 409, description = "The sandbox is not running, or has too many background processes", body = ErrorBody),
         (status = 413, description = "The request body is too large", body = ErrorBody),
     ))]

@@ -15,7 +15,7 @@ use utoipa::OpenApi;
 
 use crate::error::ApiResult;
 use crate::extract::{AdminCaller, ApiJson, Authed};
-use crate::routes::apidoc::AdminOnly;
+use crate::routes::apidoc::{AdminOnly, InvalidField};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -94,7 +94,7 @@ pub async fn get_one(
     request_body = UpdateHostRequest,
     responses(
         (status = 200, description = "The host as changed", body = HostResponse),
-        (status = 400, description = "A field is invalid", body = ErrorBody),
+        InvalidField,
         AdminOnly,
         (status = 404, body = ErrorBody),
     ))]

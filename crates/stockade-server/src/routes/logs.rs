@@ -21,6 +21,7 @@ use utoipa::OpenApi;
 
 use crate::error::ApiResult;
 use crate::extract::{query_pairs, AuthedId};
+use crate::routes::apidoc::SandboxErrors;
 use crate::{sse, AppState};
 use stockade_service::lifecycle;
 use stockade_service::log_cursor::{IdAssigner, IdLine, LogEventId, ResumeFilter};
@@ -124,8 +125,7 @@ fn parse_query(raw: Option<&str>, headers: &HeaderMap) -> ApiResult<LogsQuery> {
         (status = 200, description = "Lines as JSON, or an SSE stream of `stdout`/`stderr` events and a final `end` event (data: LogsEndEvent)",
             content((LogsResponse = "application/json"), (String = "text/event-stream"))),
         (status = 400, description = "A parameter is invalid", body = ErrorBody),
-        (status = 403, description = "Another account's sandbox", body = ErrorBody),
-        (status = 404, description = "Unknown sandbox", body = ErrorBody),
+        SandboxErrors,
         (status = 409, description = "The sandbox is terminated or has no container", body = ErrorBody),
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]

@@ -18,7 +18,7 @@ use tracing::instrument;
 use crate::compat::prime;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{idempotency_key, query_pairs, ApiJson, Authed, AuthedId};
-use crate::routes::apidoc::{AccessErrors, BadRequest};
+use crate::routes::apidoc::{AccessErrors, BadRequest, DockerUnavailable, InvalidField};
 use stockade_service::lifecycle;
 use stockade_service::sandbox::queries::BulkSelection;
 use stockade_service::sandbox::request::NewSandbox;
@@ -39,11 +39,11 @@ fn respond(sb: &stockade_core::Sandbox, headers: &HeaderMap) -> Json<SandboxResp
     params(("Idempotency-Key" = Option<String>, Header, description = "makes retries of this create return the first result")),
     responses(
         (status = 201, description = "Created and running", body = SandboxResponse),
-        (status = 400, description = "A field is invalid", body = ErrorBody),
+        InvalidField,
         (status = 409, description = "Name already used", body = ErrorBody),
         (status = 422, description = "Image missing and not pullable, or Idempotency-Key reused with other parameters", body = ErrorBody),
         (status = 501, description = "A prime-sandboxes field Stockade cannot honour (the message says what it offers)", body = ErrorBody),
-        (status = 503, description = "Docker unavailable", body = ErrorBody),
+        DockerUnavailable,
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id), err(level = "debug", Display))]
 pub async fn create(

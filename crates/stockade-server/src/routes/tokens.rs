@@ -18,7 +18,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{AdminCaller, ApiJson, Authed, Caller};
-use crate::routes::apidoc::{AdminOnly, BadRequest};
+use crate::routes::apidoc::{AccountErrors, AdminOnly, BadRequest, NoSuchAccount};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -71,8 +71,7 @@ fn managed_account(caller: &Caller, raw: &str) -> ApiResult<AccountId> {
     request_body = CreateTokenRequest,
     responses((status = 201, body = CreateTokenResponse),
               (status = 400, description = "A field is invalid (it is named)", body = ErrorBody),
-              (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)))]
+              AccountErrors))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn create_token(
     Authed { state, caller }: Authed,
@@ -117,8 +116,7 @@ pub async fn create_token(
     params(("account_id" = String, Path, description = "account id")),
     responses((status = 200, body = ListTokensResponse),
               BadRequest,
-              (status = 403, description = "Another account, and not an administrator", body = ErrorBody),
-              (status = 404, description = "No such account", body = ErrorBody)))]
+              AccountErrors))]
 pub async fn list_tokens(
     Authed { state, caller }: Authed,
     Path(account_id): Path<String>,
@@ -172,7 +170,7 @@ async fn set_disabled(
     request_body = EmptyRequest,
     responses((status = 200, body = AccountResponse),
               AdminOnly,
-              (status = 404, description = "No such account", body = ErrorBody),
+              NoSuchAccount,
               (status = 409, description = "The caller's own account", body = ErrorBody)))]
 pub async fn disable(
     Authed { state, caller }: Authed<AdminCaller>,
@@ -189,7 +187,7 @@ pub async fn disable(
     request_body = EmptyRequest,
     responses((status = 200, body = AccountResponse),
               AdminOnly,
-              (status = 404, description = "No such account", body = ErrorBody)))]
+              NoSuchAccount))]
 pub async fn enable(
     Authed { state, caller }: Authed<AdminCaller>,
     Path(account_id): Path<String>,

@@ -14,7 +14,7 @@ use utoipa::OpenApi;
 
 use crate::error::ApiResult;
 use crate::extract::{ApiJson, AuthedId};
-use crate::routes::apidoc::AccessErrors;
+use crate::routes::apidoc::{AccessErrors, DockerUnavailable};
 use crate::AppState;
 
 /// The routes of this module (relative to `/api/v1`).
@@ -45,7 +45,7 @@ pub struct UpdateApi;
         (status = 400, description = "A field is invalid, or nothing to update", body = ErrorBody),
         AccessErrors,
         (status = 409, description = "Name taken, sandbox terminated or being created, or Docker refused the new limits", body = ErrorBody),
-        (status = 503, description = "Docker unavailable", body = ErrorBody),
+        DockerUnavailable,
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
 pub async fn update(

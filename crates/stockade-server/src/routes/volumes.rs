@@ -23,7 +23,7 @@ use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, Authed, Caller};
-use crate::routes::apidoc::AccessErrors;
+use crate::routes::apidoc::{AccessErrors, DockerUnavailable};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -232,7 +232,7 @@ async fn visible_listing(
     responses(
         (status = 200, body = ListVolumesResponse),
         (status = 400, description = "Unknown query parameter", body = ErrorBody),
-        (status = 503, description = "Docker unavailable", body = ErrorBody),
+        DockerUnavailable,
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn list(
