@@ -192,7 +192,7 @@ async fn destroy_with_and_without_the_volume() {
     let keep_id = keep["id"].as_str().unwrap();
     let drop_id = drop_["id"].as_str().unwrap();
 
-    let r = app.delete_sandbox(t, &keep_id, "preserveVolume=true").await;
+    let r = app.delete_sandbox(t, keep_id, "preserveVolume=true").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(!container_exists(keep_id));
@@ -202,7 +202,7 @@ async fn destroy_with_and_without_the_volume() {
     );
 
     let r = app
-        .delete_sandbox(t, &drop_id, "preserveVolume=false")
+        .delete_sandbox(t, drop_id, "preserveVolume=false")
         .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert!(!container_exists(drop_id));

@@ -126,7 +126,7 @@ async fn delete_with_sync(app: &TestApp, token: &str, store: &dyn BlobStore) -> 
     let sb = app.create(token, json!({})).await;
     let id = sb["id"].as_str().unwrap();
     let sum = write_workspace(id);
-    let r = app.delete_sandbox(token, &id, "sync=true").await;
+    let r = app.delete_sandbox(token, id, "sync=true").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(!container_exists(id));
