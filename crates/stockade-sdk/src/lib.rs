@@ -38,6 +38,17 @@ macro_rules! stream_of_inner {
     };
 }
 
+/// For parameters that derive `Default`: `pub fn new() -> Self`, the
+/// defaults, then the chained `setters!`.
+macro_rules! new_and_setters {
+    ($($setters:tt)*) => {
+        pub fn new() -> Self {
+            Self::default()
+        }
+        setters! { $($setters)* }
+    };
+}
+
 /// Chained setters that fill an `Option` field:
 /// `setters! { /// doc
 /// name(arg: Type) => field = value; }` makes

@@ -27,10 +27,7 @@ pub struct FollowLogs {
 }
 
 impl FollowLogs {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    setters! {
+    new_and_setters! {
         tail(lines: usize) => tail = lines;
         after(last_event_id: impl Into<String>) => after = last_event_id.into();
     }

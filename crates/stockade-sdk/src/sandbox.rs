@@ -106,10 +106,7 @@ pub struct CreateParams {
 }
 
 impl CreateParams {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    setters! {
+    new_and_setters! {
         /// Runs on the Docker host `server` (see the hosts an administrator
         /// registered).
         server(server: impl Into<String>) => server = server.into();
@@ -247,10 +244,7 @@ pub struct UpdateParams {
 }
 
 impl UpdateParams {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    setters! {
+    new_and_setters! {
         name(name: impl Into<String>) => name = name.into();
         timeout(timeout: Duration) => timeout = timeout;
         /// The new tags (empty removes them all).

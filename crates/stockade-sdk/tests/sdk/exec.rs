@@ -75,10 +75,8 @@ async fn streamed_commands_deliver_output_as_it_comes() {
     let s = server().await;
     let sb = s.create(CreateParams::new().name("stream")).await;
 
-    let mut events = sb
-        .run_command_stream("echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4")
-        .await
-        .unwrap();
+    let script = "echo one; sleep 1; echo two >&2; sleep 1; echo three; exit 4";
+    let mut events = sb.run_command_stream(script).await.unwrap();
     let first = events.next().await.unwrap().unwrap();
     let first_at = std::time::Instant::now();
     assert_eq!(first, CommandEvent::Stdout("one\n".into()));
