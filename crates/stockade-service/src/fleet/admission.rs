@@ -590,46 +590,36 @@ mod tests {
             memory_overcommit: Some(1.0),
         };
         let none = Resources::default();
-        assert!(cap
-            .check("local", res(1000, 20), none, res(1000, 4))
-            .is_ok());
+        // Whether `cap` takes `asked` on server local with `reserved` there,
+        // `had` of it the sandbox's own; the refusal when it does not.
+        let fits = |cap: HostCapacity, reserved, had, asked| {
+            cap.check("local", reserved, had, asked).is_ok()
+        };
+        let refusal = |cap: HostCapacity, reserved, had, asked| {
+            cap.check("local", reserved, had, asked).unwrap_err().0
+        };
+        assert!(fits(cap, res(1000, 20), none, res(1000, 4)));
         assert_eq!(
-            cap.check("local", res(1500, 0), none, res(4000, 1))
-                .unwrap_err()
-                .0,
+            refusal(cap, res(1500, 0), none, res(4000, 1)),
             "insufficient capacity on server local: 1.5 of 2 CPUs reserved, 4 requested; stop \
              or delete sandboxes there, or ask for fewer CPUs"
         );
-        let err = cap
-            .check("local", res(0, 22), none, res(100, 4))
-            .unwrap_err()
-            .0;
+        let err = refusal(cap, res(0, 22), none, res(100, 4));
         assert!(
             err.starts_with("insufficient capacity on server local: 22 of 24 GB memory reserved, 4 GB requested"),
             "{err}"
         );
         // A resize counts what the sandbox had; shrinking always passes.
-        assert!(cap
-            .check("local", res(1000, 0), res(500, 2), res(1000, 2))
-            .is_ok());
-        assert!(cap
-            .check("local", res(1500, 0), res(500, 2), res(1000, 2))
-            .is_err());
-        assert!(cap
-            .check("local", res(9000, 99), res(4000, 8), res(1000, 2))
-            .is_ok());
+        assert!(fits(cap, res(1000, 0), res(500, 2), res(1000, 2)));
+        assert!(!fits(cap, res(1500, 0), res(500, 2), res(1000, 2)));
+        assert!(fits(cap, res(9000, 99), res(4000, 8), res(1000, 2)));
         // Overcommit widens the limit and the message says how.
         let wide = HostCapacity {
             cpu_overcommit: Some(8.0),
             ..cap
         };
-        assert!(wide
-            .check("local", res(15_000, 0), none, res(1000, 0))
-            .is_ok());
-        let err = wide
-            .check("local", res(15_500, 0), none, res(1000, 0))
-            .unwrap_err()
-            .0;
+        assert!(fits(wide, res(15_000, 0), none, res(1000, 0)));
+        let err = refusal(wide, res(15_500, 0), none, res(1000, 0));
         assert!(
             err.contains("15.5 of 16 CPUs reserved (2 CPUs × CPU overcommit 8), 1 requested"),
             "{err}"
@@ -640,14 +630,12 @@ mod tests {
             memory_bytes: 0,
             ..cap
         };
-        assert!(unknown
-            .check("x", res(u64::MAX / 2, 999), none, res(1000, 1))
-            .is_ok());
+        assert!(fits(unknown, res(u64::MAX / 2, 999), none, res(1000, 1)));
         let off = HostCapacity {
             cpu_overcommit: None,
             memory_overcommit: None,
             ..cap
         };
-        assert!(off.check("x", res(99_000, 999), none, res(1000, 1)).is_ok());
+        assert!(fits(off, res(99_000, 999), none, res(1000, 1)));
     }
 }
