@@ -1,7 +1,7 @@
 //! The messages of envd's `filesystem` package (service
 //! `filesystem.Filesystem`), field for field, plus `google.protobuf.Timestamp`.
 
-use super::json::{self, EnumField, ProtoEnum};
+use super::json::{self, proto_enum, EnumField};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::HashMap;
 
@@ -134,34 +134,13 @@ pub struct EntryInfo {
     pub is_symlink: bool,
 }
 
-/// `filesystem.FileType`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum FileType {
-    Unspecified = 0,
-    File = 1,
-    Directory = 2,
-    Symlink = 3,
-}
-
-impl ProtoEnum for FileType {
-    fn name_of(value: i32) -> Option<&'static str> {
-        Some(match value {
-            0 => "FILE_TYPE_UNSPECIFIED",
-            1 => "FILE_TYPE_FILE",
-            2 => "FILE_TYPE_DIRECTORY",
-            3 => "FILE_TYPE_SYMLINK",
-            _ => return None,
-        })
-    }
-    fn value_of(name: &str) -> Option<i32> {
-        Some(match name {
-            "FILE_TYPE_UNSPECIFIED" => 0,
-            "FILE_TYPE_FILE" => 1,
-            "FILE_TYPE_DIRECTORY" => 2,
-            "FILE_TYPE_SYMLINK" => 3,
-            _ => return None,
-        })
+proto_enum! {
+    /// `filesystem.FileType`.
+    pub enum FileType {
+        Unspecified = 0 => "FILE_TYPE_UNSPECIFIED",
+        File = 1 => "FILE_TYPE_FILE",
+        Directory = 2 => "FILE_TYPE_DIRECTORY",
+        Symlink = 3 => "FILE_TYPE_SYMLINK",
     }
 }
 
@@ -241,40 +220,15 @@ pub mod watch_dir_response {
     pub struct KeepAlive {}
 }
 
-/// `filesystem.EventType`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum EventType {
-    Unspecified = 0,
-    Create = 1,
-    Write = 2,
-    Remove = 3,
-    Rename = 4,
-    Chmod = 5,
-}
-
-impl ProtoEnum for EventType {
-    fn name_of(value: i32) -> Option<&'static str> {
-        Some(match value {
-            0 => "EVENT_TYPE_UNSPECIFIED",
-            1 => "EVENT_TYPE_CREATE",
-            2 => "EVENT_TYPE_WRITE",
-            3 => "EVENT_TYPE_REMOVE",
-            4 => "EVENT_TYPE_RENAME",
-            5 => "EVENT_TYPE_CHMOD",
-            _ => return None,
-        })
-    }
-    fn value_of(name: &str) -> Option<i32> {
-        Some(match name {
-            "EVENT_TYPE_UNSPECIFIED" => 0,
-            "EVENT_TYPE_CREATE" => 1,
-            "EVENT_TYPE_WRITE" => 2,
-            "EVENT_TYPE_REMOVE" => 3,
-            "EVENT_TYPE_RENAME" => 4,
-            "EVENT_TYPE_CHMOD" => 5,
-            _ => return None,
-        })
+proto_enum! {
+    /// `filesystem.EventType`.
+    pub enum EventType {
+        Unspecified = 0 => "EVENT_TYPE_UNSPECIFIED",
+        Create = 1 => "EVENT_TYPE_CREATE",
+        Write = 2 => "EVENT_TYPE_WRITE",
+        Remove = 3 => "EVENT_TYPE_REMOVE",
+        Rename = 4 => "EVENT_TYPE_RENAME",
+        Chmod = 5 => "EVENT_TYPE_CHMOD",
     }
 }
 

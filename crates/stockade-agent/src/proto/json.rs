@@ -80,12 +80,44 @@ pub mod i64_str {
     }
 }
 
+/// Declares a proto enum: its values for prost and, each beside its value,
+/// the proto names of its JSON mapping ([`ProtoEnum`]).
+macro_rules! proto_enum {
+    ($(#[$doc:meta])* pub enum $name:ident { $($variant:ident = $value:literal => $proto:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+        #[repr(i32)]
+        pub enum $name {
+            $($variant = $value,)+
+        }
+
+        impl $crate::proto::json::ProtoEnum for $name {
+            const NAMES: &'static [(i32, &'static str)] = &[$(($value, $proto),)+];
+        }
+    };
+}
+pub(crate) use proto_enum;
+
 /// An enum with proto names, for the JSON mapping of enum fields.
 pub trait ProtoEnum {
+    /// Each value with its proto name.
+    const NAMES: &'static [(i32, &'static str)];
+
     /// The proto name of a value, if it is known.
-    fn name_of(value: i32) -> Option<&'static str>;
+    fn name_of(value: i32) -> Option<&'static str> {
+        Self::NAMES
+            .iter()
+            .find(|(v, _)| *v == value)
+            .map(|(_, name)| *name)
+    }
+
     /// The value of a proto name.
-    fn value_of(name: &str) -> Option<i32>;
+    fn value_of(name: &str) -> Option<i32> {
+        Self::NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(v, _)| *v)
+    }
 }
 
 /// Serializes an enum field (an `i32`) by name, accepting names or numbers.

@@ -1,7 +1,7 @@
 //! The messages of envd's `process` package (service `process.Process`),
 //! field for field: binary protobuf through prost, proto3 JSON through serde.
 
-use super::json::{self, EnumField, ProtoEnum};
+use super::json::{self, proto_enum, EnumField};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -262,31 +262,12 @@ pub mod stream_input_request {
 #[serde(default)]
 pub struct StreamInputResponse {}
 
-/// `process.Signal`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum Signal {
-    Unspecified = 0,
-    Sigterm = 15,
-    Sigkill = 9,
-}
-
-impl ProtoEnum for Signal {
-    fn name_of(value: i32) -> Option<&'static str> {
-        Some(match value {
-            0 => "SIGNAL_UNSPECIFIED",
-            15 => "SIGNAL_SIGTERM",
-            9 => "SIGNAL_SIGKILL",
-            _ => return None,
-        })
-    }
-    fn value_of(name: &str) -> Option<i32> {
-        Some(match name {
-            "SIGNAL_UNSPECIFIED" => 0,
-            "SIGNAL_SIGTERM" => 15,
-            "SIGNAL_SIGKILL" => 9,
-            _ => return None,
-        })
+proto_enum! {
+    /// `process.Signal`.
+    pub enum Signal {
+        Unspecified = 0 => "SIGNAL_UNSPECIFIED",
+        Sigterm = 15 => "SIGNAL_SIGTERM",
+        Sigkill = 9 => "SIGNAL_SIGKILL",
     }
 }
 
