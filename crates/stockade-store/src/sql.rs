@@ -239,6 +239,26 @@ impl<B: Backend> Q<B> {
     pub fn next_opt_ts(self, t: Option<DateTime<Utc>>) -> Self {
         self.sql(", ").opt_ts(t)
     }
+
+    /// Appends `, column = ` and a placeholder with its value (the next
+    /// assignment of an UPDATE).
+    pub fn set<T>(self, column: &str, value: T) -> Self
+    where
+        B: Bind<T>,
+        T: Send + 'static,
+    {
+        self.sql(format_args!(", {column} = ")).bind(value)
+    }
+
+    /// Appends `, column = ` and a timestamp.
+    pub fn set_ts(self, column: &str, t: DateTime<Utc>) -> Self {
+        self.sql(format_args!(", {column} = ")).ts(t)
+    }
+
+    /// Appends `, column = ` and a timestamp that may be absent.
+    pub fn set_opt_ts(self, column: &str, t: Option<DateTime<Utc>>) -> Self {
+        self.sql(format_args!(", {column} = ")).opt_ts(t)
+    }
 }
 
 impl<B: Database> Q<B> {

@@ -44,8 +44,7 @@ fn claim<B: Backend>(
 ) -> Q<B> {
     let mut q = Q::<B>::new("UPDATE operations SET holder = ")
         .bind(holder.to_owned())
-        .sql(", lease_until = ")
-        .ts(lease_until)
+        .set_ts("lease_until", lease_until)
         .sql(" WHERE id = ")
         .bind(id)
         .sql(" AND lease_until <= ")
