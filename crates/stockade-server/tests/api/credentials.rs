@@ -459,15 +459,14 @@ async fn sandbox_tokens_end_with_team_membership_and_with_the_run() {
     );
     let (envd, traffic_token) = connect(&app, &alice, &sid).await;
     assert_eq!(envd_read(&app, &sid, &envd).await, StatusCode::OK);
-    let mut got = StatusCode::BAD_GATEWAY;
-    for _ in 0..50 {
-        got = traffic(&app, &sid, &traffic_token).await;
-        if got == StatusCode::OK {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(got, StatusCode::OK);
+    let reached = eventually(Duration::from_secs(10), || async {
+        traffic(&app, &sid, &traffic_token).await == StatusCode::OK
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "the new traffic token never reached the port"
+    );
 }
 
 /// The bad day: the server stops and starts again (a crash or an upgrade).
@@ -520,17 +519,9 @@ async fn credentials_and_revocations_survive_a_restart() {
         second.get("/api/v1/me", &bob).await.status,
         StatusCode::FORBIDDEN
     );
-    let mut got = StatusCode::BAD_GATEWAY;
-    for _ in 0..50 {
-        got = envd_read(&second, &sid, &envd).await;
-        if got == StatusCode::OK {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(
-        got,
-        StatusCode::OK,
-        "the sandbox's run went on: its token too"
-    );
+    let read = eventually(Duration::from_secs(10), || async {
+        envd_read(&second, &sid, &envd).await == StatusCode::OK
+    })
+    .await;
+    assert!(read.is_some(), "the sandbox's run went on: its token too");
 }

@@ -147,22 +147,6 @@ async fn e2b_with_dns(app: &TestApp, t: &str, allowed: &str, dns: &str) -> Resp 
     app.post("/e2b/sandboxes", t, body).await
 }
 
-/// Polls `check` for up to `within`; how long it took.
-async fn eventually<F, Fut>(within: Duration, mut check: F) -> Option<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while started.elapsed() < within {
-        if check().await {
-            return Some(started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn allow_lists_by_name_and_address_hold_and_change_live() {
     let Some(name) = Outside::bridge("stkte") else {

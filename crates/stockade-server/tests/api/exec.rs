@@ -18,14 +18,6 @@ async fn exec(app: &TestApp, token: &str, id: &str, body: Value) -> Resp {
         .await
 }
 
-/// The command lines of the processes running in a sandbox.
-fn processes(id: &str) -> String {
-    sh_in(
-        id,
-        "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done",
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn exit_codes_output_stdin_cwd_and_env_are_faithful() {
     let (app, sb) = spawn_with_sandbox(
@@ -213,14 +205,11 @@ async fn streamed_exec_sends_output_in_order_then_the_exit() {
     let first = s.next_within(WAIT).await.unwrap();
     assert_eq!(first.data, "\"up\\n\"");
     drop(s);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while processes(&id).contains("sleep 332") {
-        assert!(
-            Instant::now() < deadline,
-            "an abandoned exec is still running"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let ended = eventually(Duration::from_secs(10), || async {
+        !processes(&id).contains("sleep 332")
+    })
+    .await;
+    assert!(ended.is_some(), "an abandoned exec is still running");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -685,6 +686,30 @@ pub fn str_list<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
         .iter()
         .map(|item| item[field].as_str().unwrap())
         .collect()
+}
+
+/// Polls `check` for up to `within`; how long it took.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if check().await {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// The command lines of the processes running in a sandbox.
+pub fn processes(id: &str) -> String {
+    sh_in(
+        id,
+        "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done",
+    )
 }
 
 /// Asserts a finished command succeeded, naming `what` ran and showing its

@@ -201,9 +201,7 @@ async fn destroy_with_and_without_the_volume() {
         "preserveVolume=true keeps the volume"
     );
 
-    let r = app
-        .delete_sandbox(t, drop_id, "preserveVolume=false")
-        .await;
+    let r = app.delete_sandbox(t, drop_id, "preserveVolume=false").await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert!(!container_exists(drop_id));
     assert!(

@@ -97,21 +97,15 @@ async fn a_terminal_is_a_real_pty() {
     let mut ws = open(&app, &t, &id, "?cmd=sleep%20777").await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     ws.close(None).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let ps = sh_in(
-            &id,
-            "for p in /proc/[0-9]*; do tr '\\000' ' ' < $p/cmdline 2>/dev/null; echo; done",
-        );
-        if !ps.contains("sleep 777") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the terminal's process outlived it:\n{ps}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ended = eventually(Duration::from_secs(5), || async {
+        !processes(&id).contains("sleep 777")
+    })
+    .await;
+    assert!(
+        ended.is_some(),
+        "the terminal's process outlived it:\n{}",
+        processes(&id)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
