@@ -6,6 +6,10 @@
 
 use super::json::EnumField;
 use super::process::{ProcessInput, Pty, Signal};
+// The empty messages are envd's own.
+pub use super::process::{
+    ListRequest, SendInputResponse, SendSignalResponse, StreamInputResponse, UpdateResponse,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -26,10 +30,6 @@ pub struct CommandSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
 }
-
-#[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ListRequest {}
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -82,10 +82,6 @@ pub struct UpdateRequest {
 }
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
-#[serde(default)]
-pub struct UpdateResponse {}
-
-#[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct SendInputRequest {
     #[prost(message, optional, tag = "1")]
@@ -99,10 +95,6 @@ pub struct SendInputRequest {
     #[serde(skip_serializing_if = "Option::is_none", alias = "input_uuid")]
     pub input_uuid: Option<String>,
 }
-
-#[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SendInputResponse {}
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
 #[serde(default)]
@@ -142,14 +134,8 @@ pub mod stream_input_request {
         pub input: Option<ProcessInput>,
     }
 
-    #[derive(Clone, Copy, PartialEq, prost::Message, Serialize, Deserialize)]
-    #[serde(default)]
-    pub struct KeepAlive {}
+    pub use crate::proto::process::stream_input_request::KeepAlive;
 }
-
-#[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StreamInputResponse {}
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -164,10 +150,6 @@ pub struct SendSignalRequest {
     #[serde(skip_serializing_if = "Option::is_none", alias = "signal_uuid")]
     pub signal_uuid: Option<String>,
 }
-
-#[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SendSignalResponse {}
 
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
 #[serde(default)]

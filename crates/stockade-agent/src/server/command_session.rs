@@ -189,15 +189,12 @@ async fn stream_input(
             Some(stream_input_request::Event::Data(d)) => {
                 Some(envd::Event::Data(envd::DataEvent { input: d.input }))
             }
-            Some(stream_input_request::Event::Keepalive(_)) => {
-                Some(envd::Event::Keepalive(envd::KeepAlive {}))
-            }
+            Some(stream_input_request::Event::Keepalive(k)) => Some(envd::Event::Keepalive(k)),
             None => None,
         };
         Ok(process::StreamInputRequest { event })
     })
-    .await?;
-    Ok(StreamInputResponse {})
+    .await
 }
 
 async fn send_signal(
@@ -208,8 +205,7 @@ async fn send_signal(
         process: envd_selector(req.session)?,
         signal: req.signal,
     };
-    proc_rpc::send_signal(state, envd).await?;
-    Ok(SendSignalResponse {})
+    proc_rpc::send_signal(state, envd).await
 }
 
 async fn update(state: &AgentState, req: UpdateRequest) -> Result<UpdateResponse, ConnectError> {
@@ -217,6 +213,5 @@ async fn update(state: &AgentState, req: UpdateRequest) -> Result<UpdateResponse
         process: envd_selector(req.session)?,
         pty: req.pty,
     };
-    proc_rpc::update(state, envd).await?;
-    Ok(UpdateResponse {})
+    proc_rpc::update(state, envd).await
 }
