@@ -54,6 +54,20 @@ pub async fn sandbox(client: &Client, arg: &str) -> anyhow::Result<Sandbox> {
     }
 }
 
+/// The sandbox `arg` names, refused in CLI words when it is terminated.
+pub async fn live_sandbox(client: &Client, arg: &str) -> anyhow::Result<Sandbox> {
+    let sb = sandbox(client, arg).await?;
+    alive(&sb)?;
+    Ok(sb)
+}
+
+/// The sandbox `arg` names, refused when it is not running.
+pub async fn running_sandbox(client: &Client, arg: &str) -> anyhow::Result<Sandbox> {
+    let sb = sandbox(client, arg).await?;
+    running(&sb)?;
+    Ok(sb)
+}
+
 /// Refuses a terminated sandbox, in CLI words.
 pub fn alive(sb: &Sandbox) -> anyhow::Result<()> {
     if sb.info().status == SandboxStatus::Terminated {

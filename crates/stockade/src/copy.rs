@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use stockade_sdk::api::FileType;
 use stockade_sdk::{Sandbox, StreamExt, WatchEvent};
 
-use crate::cli::{self, alive, on, running, Batch, Ctx};
+use crate::cli::{self, on, Batch, Ctx};
 use crate::output::{self, CliError};
 use crate::upload::{file_stream, pack};
 
@@ -61,8 +61,7 @@ pub async fn cp(ctx: &Ctx, a: CpArgs) -> anyhow::Result<ExitCode> {
         }
         (None, Some((name, path))) => {
             let client = ctx.client()?;
-            let sb = cli::sandbox(&client, name).await?;
-            alive(&sb)?;
+            let sb = cli::live_sandbox(&client, name).await?;
             let done = upload(&sb, Path::new(&a.src), path, ctx.json)
                 .await
                 .map_err(|e| in_words(e, name))?;
@@ -81,8 +80,7 @@ pub async fn cp(ctx: &Ctx, a: CpArgs) -> anyhow::Result<ExitCode> {
         }
         (Some((name, path)), None) => {
             let client = ctx.client()?;
-            let sb = cli::sandbox(&client, name).await?;
-            alive(&sb)?;
+            let sb = cli::live_sandbox(&client, name).await?;
             let (files, bytes) = download(&sb, path, &a.dest, ctx.json)
                 .await
                 .map_err(|e| in_words(e, name))?;
@@ -391,8 +389,7 @@ pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     match cmd {
         FilesCommand::Mkdir { sandbox, paths } => {
-            let sb = cli::sandbox(&client, &sandbox).await?;
-            running(&sb)?;
+            let sb = cli::running_sandbox(&client, &sandbox).await?;
             let mut batch = Batch::new(ctx.json);
             for path in &paths {
                 match sb.make_dir(path).await {
@@ -403,8 +400,7 @@ pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
             batch.finish()
         }
         FilesCommand::Mv { sandbox, from, to } => {
-            let sb = cli::sandbox(&client, &sandbox).await?;
-            running(&sb)?;
+            let sb = cli::running_sandbox(&client, &sandbox).await?;
             let entry = sb.move_path(&from, &to).await.map_err(|e| {
                 if e.is_not_found() {
                     CliError::new(
@@ -424,8 +420,7 @@ pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
             path,
             recursive,
         } => {
-            let sb = cli::sandbox(&client, &sandbox).await?;
-            running(&sb)?;
+            let sb = cli::running_sandbox(&client, &sandbox).await?;
             let mut events = sb.watch(&path, recursive).await.map_err(on(&sandbox))?;
             while let Some(ev) = events.next().await {
                 let ev = ev.map_err(on(&sandbox))?;

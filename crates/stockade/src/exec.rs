@@ -12,7 +12,7 @@ use clap::Args;
 use stockade_sdk::api::{ProcessResponse, ProcessStatus};
 use stockade_sdk::{Command, CommandEvent, FollowLogs, StreamExt, TerminalOptions};
 
-use crate::cli::{self, alive, key_value, on, parse_duration, running, Batch, Ctx};
+use crate::cli::{self, key_value, on, parse_duration, Batch, Ctx};
 use crate::output::{self, CliError};
 
 /// The exit code of `stockade exec` when the command hit its timeout (as
@@ -108,8 +108,7 @@ pub async fn shell(ctx: &Ctx, a: ShellArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     let client = ctx.client()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    running(&sb)?;
+    let sb = cli::running_sandbox(&client, &a.sandbox).await?;
     let mut options = TerminalOptions::new();
     options.cwd = a.cwd;
     tty::session(&sb, &a.sandbox, options, true, None).await
@@ -202,8 +201,7 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<ExitCode> {
         })?;
         cmd = cmd.stdin(text);
     }
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    running(&sb)?;
+    let sb = cli::running_sandbox(&client, &a.sandbox).await?;
     let on = on(&a.sandbox);
 
     if a.detach {
@@ -297,8 +295,7 @@ async fn exec_tty(ctx: &Ctx, a: ExecArgs) -> anyhow::Result<ExitCode> {
         .map(|t| parse_duration(t, "--timeout", "s"))
         .transpose()?;
     let client = ctx.client()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    running(&sb)?;
+    let sb = cli::running_sandbox(&client, &a.sandbox).await?;
     let mut options = TerminalOptions::new().command(line);
     options.cwd = a.cwd;
     tty::session(&sb, &a.sandbox, options, a.interactive, timeout).await
@@ -547,8 +544,7 @@ const PROCESS_HEADER: [&str; 6] = ["PID", "STATUS", "EXIT", "STARTED", "TIME", "
 
 pub async fn ps(ctx: &Ctx, a: PsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    alive(&sb)?;
+    let sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let on = on(&a.sandbox);
     if let Some(pid) = a.process {
         let p = sb
@@ -626,8 +622,7 @@ pub struct KillArgs {
 
 pub async fn kill(ctx: &Ctx, a: KillArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    alive(&sb)?;
+    let sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let mut batch = Batch::new(ctx.json);
     for pid in &a.processes {
         let outcome = async {
@@ -738,8 +733,7 @@ fn print_line(line: &stockade_sdk::api::LogLineResponse, timestamps: bool) -> st
 pub async fn logs(ctx: &Ctx, a: LogsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     let tail = parse_tail(&a.tail)?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    alive(&sb)?;
+    let sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let on = on(&a.sandbox);
     if !a.follow {
         let logs = sb.logs(tail).await.map_err(&on)?;

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use stockade_sdk::api::{ExposedPort, SnapshotResponse, TokenResponse, VolumeResponse};
 use stockade_sdk::{Snapshot, UpdateParams};
 
-use crate::cli::{self, alive, key_value, on, parse_duration, parse_timeout, Batch, Ctx};
+use crate::cli::{self, key_value, on, parse_duration, parse_timeout, Batch, Ctx};
 use crate::output::{self, CliError};
 
 #[derive(Args)]
@@ -28,8 +28,7 @@ pub struct ForkArgs {
 
 pub async fn fork(ctx: &Ctx, a: ForkArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    alive(&sb)?;
+    let sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let fork = output::spinning(
         &format!("Forking {}", sb.name()),
         ctx.json,
@@ -116,8 +115,7 @@ pub async fn snapshot(ctx: &Ctx, cmd: SnapshotCommand) -> anyhow::Result<ExitCod
     let client = ctx.client()?;
     match cmd {
         SnapshotCommand::Create { sandbox, name } => {
-            let sb = cli::sandbox(&client, &sandbox).await?;
-            alive(&sb)?;
+            let sb = cli::live_sandbox(&client, &sandbox).await?;
             let snap = output::spinning(
                 &format!("Snapshotting {}", sb.name()),
                 ctx.json,
@@ -280,8 +278,7 @@ fn print_ports(ports: &[ExposedPort], name: &str) -> std::io::Result<()> {
 
 pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let sb = cli::sandbox(&client, &a.sandbox).await?;
-    alive(&sb)?;
+    let sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let on = on(&a.sandbox);
     match (a.action, a.port) {
         (Some(PortAction::Expose), Some(port)) => {
@@ -409,8 +406,7 @@ pub async fn token(ctx: &Ctx, a: TokenArgs) -> anyhow::Result<ExitCode> {
 async fn sandbox_token(ctx: &Ctx, sandbox: &str, ttl: Option<&str>) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     let ttl = ttl.map(|t| parse_duration(t, "--ttl", "s")).transpose()?;
-    let sb = cli::sandbox(&client, sandbox).await?;
-    alive(&sb)?;
+    let sb = cli::live_sandbox(&client, sandbox).await?;
     let t = sb.auth_token(ttl).await.map_err(on(sandbox))?;
     if ctx.json {
         output::json(&t)?;
@@ -791,8 +787,7 @@ fn edited_map(
 
 pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let mut sb = cli::sandbox(&client, &a.sandbox).await?;
-    alive(&sb)?;
+    let mut sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let mut p = UpdateParams::new();
     p.name = a.name;
     p.cpu_cores = a.cpu;

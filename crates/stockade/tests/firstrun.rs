@@ -270,6 +270,15 @@ fn health_of(url: &str) -> std::process::Output {
         .expect("stockade health")
 }
 
+/// The warnings a `/health` document lists that mention `text`.
+fn warnings_about<'a>(health: &'a serde_json::Value, text: &str) -> Vec<&'a str> {
+    let warnings = health["warnings"].as_array().into_iter().flatten();
+    warnings
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.contains(text))
+        .collect()
+}
+
 /// A default image the Docker host does not have and cannot pull
 /// (`.invalid` never resolves): the start is not held up, the banner says
 /// so with the ways out, the background pull's failure is printed, and
@@ -359,18 +368,13 @@ fn absent_default_image_is_named_in_the_banner_and_health() {
             .any(|p| p["name"] == "python3.13" && p["image"] == "python:3.13-bookworm"),
         "{health}"
     );
-    let warnings = health["warnings"].as_array().expect("warnings");
-    let warning = warnings
-        .iter()
-        .filter_map(|w| w.as_str())
-        .find(|w| w.contains(image))
+    let warning = *warnings_about(&health, image)
+        .first()
         .unwrap_or_else(|| panic!("no warning names the image: {health}"));
     assert!(warning.contains("STOCKADE_DEFAULT_IMAGE"), "{warning}");
     // Absent presets are information, not warnings.
     assert!(
-        !warnings
-            .iter()
-            .any(|w| w.as_str().unwrap_or("").contains("python:3.13")),
+        warnings_about(&health, "python:3.13").is_empty(),
         "{health}"
     );
 }
@@ -398,11 +402,8 @@ fn present_default_image_has_no_warning() {
     let _ = child.wait();
     assert_eq!(health["images"]["default"]["present"], true, "{health}");
     assert_eq!(health["images"]["default"]["image"], image().as_str());
-    let warnings = health["warnings"].as_array().cloned().unwrap_or_default();
     assert!(
-        !warnings
-            .iter()
-            .any(|w| w.as_str().unwrap_or("").contains("default image")),
+        warnings_about(&health, "default image").is_empty(),
         "{health}"
     );
 }

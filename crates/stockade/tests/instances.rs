@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
 mod support;
@@ -198,17 +199,17 @@ impl PgDatabase {
         db
     }
 
+    /// `psql` running `sql` as the administrator, stopping at an error.
+    fn psql_command(&self, sql: &str) -> Command {
+        let mut cmd = Command::new("psql");
+        let url = self.admin_url.as_str();
+        cmd.args([url, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql]);
+        cmd
+    }
+
     fn psql(&self, sql: &str) {
-        let out = Command::new("psql")
-            .args([
-                self.admin_url.as_str(),
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ])
+        let out = self
+            .psql_command(sql)
             .output()
             .expect("psql is needed to create a test database");
         assert!(
@@ -221,15 +222,8 @@ impl PgDatabase {
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                self.admin_url.as_str(),
-                "-X",
-                "-q",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            ])
-            .output();
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let _ = self.psql_command(&drop).output();
     }
 }
 
@@ -470,12 +464,7 @@ impl Engines {
 }
 
 /// One JSON request to a server as the administrator.
-async fn call(
-    server: &Server,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
+async fn call(server: &Server, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
     let http = reqwest::Client::new();
     let mut req = http
         .request(method, format!("{}/api/v1{path}", server.url))
@@ -509,14 +498,14 @@ async fn create_on(server: &Server, extra: Value) -> (u16, Value) {
             v => body[k] = v.clone(),
         }
     }
-    call(server, reqwest::Method::POST, "/sandbox", Some(body)).await
+    call(server, Method::POST, "/sandbox", Some(body)).await
 }
 
 /// Runs `line` in sandbox `id` through `server` and returns its stdout.
 async fn shell(server: &Server, id: &str, line: &str) -> String {
     let (status, out) = call(
         server,
-        reqwest::Method::POST,
+        Method::POST,
         &format!("/sandbox/{id}/exec"),
         Some(json!({"shell": line})),
     )
@@ -559,13 +548,7 @@ async fn host_until(
 ) -> Value {
     let deadline = Instant::now() + within;
     loop {
-        let (_, host) = call(
-            server,
-            reqwest::Method::GET,
-            &format!("/hosts/{name}"),
-            None,
-        )
-        .await;
+        let (_, host) = call(server, Method::GET, &format!("/hosts/{name}"), None).await;
         if ok(&host) {
             return host;
         }
@@ -618,18 +601,18 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
 
     // Three hosts of 2 CPUs each: the own one and two registered.
     let tls = |f: &str| engines.h3_tls.join(f).display().to_string();
-    let (status, h2) = call(&a, reqwest::Method::POST, "/hosts", Some(json!({
+    let (status, h2) = call(&a, Method::POST, "/hosts", Some(json!({
         "name": "h2", "dockerHost": engines.h2, "labels": {"zone": "b"}, "capacity": {"cpus": 2},
     }))).await;
     assert_eq!(status, 201, "{h2}");
-    let (status, h3) = call(&b, reqwest::Method::POST, "/hosts", Some(json!({
+    let (status, h3) = call(&b, Method::POST, "/hosts", Some(json!({
         "name": "h3", "dockerHost": engines.h3, "labels": {"zone": "c"}, "capacity": {"cpus": 2},
         "tls": {"ca": tls("ca.pem"), "cert": tls("cert.pem"), "key": tls("key.pem")},
     }))).await;
     assert_eq!(status, 201, "{h3}");
     let (status, own) = call(
         &a,
-        reqwest::Method::PATCH,
+        Method::PATCH,
         "/hosts/local",
         Some(json!({"capacity": {"cpus": 2}})),
     )
@@ -671,7 +654,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
                 assert!(!host.trim().is_empty());
                 let (status, _) = call(
                     server,
-                    reqwest::Method::PUT,
+                    Method::PUT,
                     &format!(
                         "/sandbox/{id}/files?path=/workspace/from-{}.txt",
                         server.pid()
@@ -684,17 +667,12 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
             terminal_answers(&b, id).await;
             let listing = shell(&a, id, "ls /workspace").await;
             assert_eq!(listing.matches("from-").count(), 2, "{listing}");
-            let (status, logs) = call(
-                &b,
-                reqwest::Method::GET,
-                &format!("/sandbox/{id}/logs?tail=5"),
-                None,
-            )
-            .await;
+            let (status, logs) =
+                call(&b, Method::GET, &format!("/sandbox/{id}/logs?tail=5"), None).await;
             assert_eq!(status, 200, "{logs}");
             let (status, port) = call(
                 &b,
-                reqwest::Method::POST,
+                Method::POST,
                 &format!("/sandbox/{id}/ports"),
                 Some(json!({"port": 8080})),
             )
@@ -702,7 +680,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
             assert!(status == 200 || status == 201, "{port}");
             let (_, token) = call(
                 &a,
-                reqwest::Method::POST,
+                Method::POST,
                 &format!("/sandbox/{id}/auth-token"),
                 Some(json!({})),
             )
@@ -722,13 +700,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
 
     // Asked for by name and by label.
     let gone = per_host["h3"][0].clone();
-    let (status, _) = call(
-        &a,
-        reqwest::Method::DELETE,
-        &format!("/sandbox/{gone}"),
-        None,
-    )
-    .await;
+    let (status, _) = call(&a, Method::DELETE, &format!("/sandbox/{gone}"), None).await;
     assert!(status == 200 || status == 204, "{status}");
     let (status, local_full) = create_on(&a, json!({"server": "local"})).await;
     assert_eq!(status, 409, "{local_full}");
@@ -750,7 +722,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
     .await;
     let (status, snap) = call(
         &a,
-        reqwest::Method::POST,
+        Method::POST,
         &format!("/sandbox/{source}/snapshots"),
         Some(json!({"name": "travel"})),
     )
@@ -759,7 +731,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
     let snap_id = snap["id"].as_str().unwrap().to_owned();
     let (status, freed) = call(
         &a,
-        reqwest::Method::DELETE,
+        Method::DELETE,
         &format!("/sandbox/{}", per_host["h2"][0]),
         None,
     )
@@ -791,17 +763,11 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
         "h2 cordoned {:?} after its engine stopped: {host}",
         stopped.elapsed()
     );
-    let (_, detail) = call(
-        &a,
-        reqwest::Method::GET,
-        &format!("/sandbox/{}", on_h2[0]),
-        None,
-    )
-    .await;
+    let (_, detail) = call(&a, Method::GET, &format!("/sandbox/{}", on_h2[0]), None).await;
     assert_eq!(detail["host"]["state"], "cordoned", "{detail}");
     let (status, _) = call(
         &a,
-        reqwest::Method::DELETE,
+        Method::DELETE,
         &format!("/sandbox/{}", on_c["id"].as_str().unwrap()),
         None,
     )
@@ -820,7 +786,7 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
     for id in &on_h2 {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let (_, sb) = call(&b, reqwest::Method::GET, &format!("/sandbox/{id}"), None).await;
+            let (_, sb) = call(&b, Method::GET, &format!("/sandbox/{id}"), None).await;
             if sb["status"] == "RUNNING" && sb.get("host").is_none_or(Value::is_null) {
                 break;
             }
@@ -832,23 +798,16 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
     }
 
     // A host is removed only once it holds nothing.
-    let (status, refused) = call(&a, reqwest::Method::DELETE, "/hosts/h2", None).await;
+    let (status, refused) = call(&a, Method::DELETE, "/hosts/h2", None).await;
     assert_eq!(status, 409, "{refused}");
-    let (_, all) = call(&a, reqwest::Method::GET, "/sandbox?per_page=100", None).await;
+    let (_, all) = call(&a, Method::GET, "/sandbox?per_page=100", None).await;
     for sb in all["sandboxes"].as_array().unwrap_or(&Vec::new()) {
         let id = sb["id"].as_str().unwrap();
-        call(&a, reqwest::Method::DELETE, &format!("/sandbox/{id}"), None).await;
+        call(&a, Method::DELETE, &format!("/sandbox/{id}"), None).await;
     }
-    call(
-        &a,
-        reqwest::Method::DELETE,
-        &format!("/snapshots/{snap_id}"),
-        None,
-    )
-    .await;
+    call(&a, Method::DELETE, &format!("/snapshots/{snap_id}"), None).await;
     for name in ["h2", "h3"] {
-        let (status, body) =
-            call(&b, reqwest::Method::DELETE, &format!("/hosts/{name}"), None).await;
+        let (status, body) = call(&b, Method::DELETE, &format!("/hosts/{name}"), None).await;
         assert_eq!(status, 204, "{name}: {body}");
     }
 }

@@ -84,6 +84,13 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A server with one sandbox, `name`.
+    fn with_sandbox(name: &str) -> Server {
+        let server = Server::start();
+        server.create(name);
+        server
+    }
+
     /// Creates a sandbox and learns this server's instance from it.
     fn create(&self, name: &str) -> String {
         let out = self.ok(&["create", "--name", name, "--json"]);
@@ -276,8 +283,7 @@ fn wait_for_prompt(s: &mut Session) {
 
 #[test]
 fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
-    let server = Server::start();
-    server.create("tty");
+    let server = Server::with_sandbox("tty");
     for command in [
         "\"$STOCKADE\" shell tty",
         "\"$STOCKADE\" exec -it tty -- sh",
@@ -320,8 +326,7 @@ fn shell_and_exec_it_are_real_terminals_and_the_local_one_is_restored() {
 
 #[test]
 fn exec_it_runs_a_program_with_its_environment_directory_and_exit_code() {
-    let server = Server::start();
-    server.create("tty-exec");
+    let server = Server::with_sandbox("tty-exec");
     let remote = "printf ready-%s \"$((1+1))\"; read line; \
                   echo \"got:$line:$GREETING:$(pwd)\"; stty size; exit 7";
     let command = format!(
@@ -336,8 +341,7 @@ fn exec_it_runs_a_program_with_its_environment_directory_and_exit_code() {
 
 #[test]
 fn exec_t_without_i_gives_a_terminal_but_keeps_the_keys() {
-    let server = Server::start();
-    server.create("tty-only");
+    let server = Server::with_sandbox("tty-only");
     let mut s = Session::spawn(
         &server,
         &framed(
@@ -354,8 +358,7 @@ fn exec_t_without_i_gives_a_terminal_but_keeps_the_keys() {
 
 #[test]
 fn signals_end_a_session_and_restore_the_local_terminal() {
-    let server = Server::start();
-    server.create("tty-signals");
+    let server = Server::with_sandbox("tty-signals");
     for (signal, code) in [("TERM", 143), ("INT", 130)] {
         let mut s = Session::spawn(&server, &framed("\"$STOCKADE\" shell tty-signals"), 24, 80);
         wait_for_prompt(&mut s);
@@ -372,8 +375,7 @@ fn signals_end_a_session_and_restore_the_local_terminal() {
 
 #[test]
 fn without_a_terminal_t_is_refused_and_i_forwards_stdin() {
-    let server = Server::start();
-    server.create("no-tty");
+    let server = Server::with_sandbox("no-tty");
     for args in [
         &["exec", "-it", "no-tty", "--", "sh"][..],
         &["exec", "-t", "no-tty", "--", "ls"][..],
@@ -410,8 +412,7 @@ fn without_a_terminal_t_is_refused_and_i_forwards_stdin() {
 
 #[test]
 fn files_mkdir_mv_and_watch() {
-    let server = Server::start();
-    server.create("files");
+    let server = Server::with_sandbox("files");
     let made = server.ok(&["files", "mkdir", "files", "a/b", "/workspace/c"]);
     assert_eq!(made, "/workspace/a/b\n/workspace/c\n");
     let (mut watch, stdout) = spawn_piped(&mut server.cli(&["files", "watch", "files", "-r"]));
