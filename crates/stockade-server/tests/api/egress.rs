@@ -7,7 +7,7 @@
 //! Needs root, `ip` and `python3` (as `scripts/test` runs it); skipped with
 //! a message otherwise.
 
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ const SCRIPT: &str = include_str!("outside_hosts.py");
 struct Outside {
     name: String,
     subnet: u8,
-    children: Vec<Child>,
+    children: Vec<KillOnDrop>,
     dir: tempfile::TempDir,
 }
 
@@ -56,7 +56,7 @@ impl Outside {
                     .args(servers),
                 &format!("outside host {n}"),
             );
-            outside.children.push(child);
+            outside.children.push(KillOnDrop(child));
         }
         outside
     }
@@ -90,10 +90,8 @@ fn cert(dir: &std::path::Path, name: &str) -> (String, String) {
 
 impl Drop for Outside {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // The servers first, then the network they ran in.
+        self.children.clear();
         let _ = ip(&["link", "del", &self.name]);
         for n in 1..=20u8 {
             let _ = ip(&["netns", "del", &format!("{}-{n}", self.name)]);

@@ -768,6 +768,16 @@ pub fn add_namespace(bridge: &str, subnet: u8, n: u8) -> String {
     ns
 }
 
+/// A child process, killed and reaped when this drops.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts a server that prints `ready` once it listens, and waits for
 /// that line (`what` names it if it does not come).
 pub fn spawn_ready(cmd: &mut Command, what: &str) -> std::process::Child {

@@ -138,15 +138,7 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     let refilled = full_pool(&app, 2).await;
     assert!(!refilled.contains(&id));
     assert_eq!(refilled.len(), 2);
-    let metrics = app
-        .http
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.get_raw("/metrics").await.text().await.unwrap();
     let class = &app.state.svc.pool().classes()[0].key;
     assert!(
         metrics.contains(&format!("stockade_pool_ready{{class=\"{class}\"}} 2\n")),

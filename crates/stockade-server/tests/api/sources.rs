@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,18 +40,11 @@ fn md5_of(path: &Path) -> String {
 
 /// `git daemon` serving one repository on 127.0.0.1; stopped on drop.
 struct GitServer {
-    child: Child,
+    _daemon: KillOnDrop,
     url: String,
     repo: std::path::PathBuf,
     first_commit: String,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for GitServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// An empty repository `name` on branch `main` in a new temporary
@@ -126,7 +119,7 @@ async fn git_daemon(
     }
     let name = repo.file_name().unwrap().to_string_lossy().into_owned();
     GitServer {
-        child,
+        _daemon: KillOnDrop(child),
         url: format!("git://127.0.0.1:{port}/{name}"),
         repo,
         first_commit,

@@ -4,8 +4,8 @@
 //! object is downloaded and compared byte for byte; a failing store deletes
 //! nothing.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use reqwest::StatusCode;
@@ -16,15 +16,8 @@ use crate::helpers::*;
 
 /// moto's S3 server on 127.0.0.1 with one bucket; killed on drop.
 struct Moto {
-    child: Child,
+    _server: KillOnDrop,
     endpoint: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 async fn start_moto(bucket: &str) -> Option<Moto> {
@@ -41,26 +34,29 @@ async fn start_moto(bucket: &str) -> Option<Moto> {
         return None;
     };
     let port = free_port();
-    let child = Command::new(bin)
+    let server = Command::new(bin)
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start moto_server");
     let moto = Moto {
-        child,
+        _server: KillOnDrop(server),
         endpoint: format!("http://127.0.0.1:{port}"),
     };
+    // The bucket is made by the first request that reaches the server.
     let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = http.put(format!("{}/{bucket}", moto.endpoint)).send().await {
-            assert!(r.status().is_success(), "create bucket: {}", r.status());
-            return Some(moto);
-        }
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let bucket_url = format!("{}/{bucket}", moto.endpoint);
+    let made = eventually(Duration::from_secs(60), || async {
+        let Ok(r) = http.put(&bucket_url).send().await else {
+            return false;
+        };
+        assert!(r.status().is_success(), "create bucket: {}", r.status());
+        true
+    })
+    .await;
+    assert!(made.is_some(), "moto_server did not start");
+    Some(moto)
 }
 
 fn s3(endpoint: &str, bucket: &str) -> BlobConfig {
