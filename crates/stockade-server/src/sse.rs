@@ -2,6 +2,7 @@
 //! `data:` field) and a response that sends a keep-alive comment when the
 //! stream is idle.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -84,6 +85,29 @@ pub fn wants_event_stream(headers: &HeaderMap) -> bool {
 /// The event that ends every stream when the server shuts down.
 pub const SHUTDOWN_EVENT: &str =
     "event: end\ndata: {\"reason\":\"the server is shutting down\"}\n\n";
+
+/// A source of events made a few at a time: each step queues the next
+/// ones and says whether they end the stream.
+pub trait Steps: Send + 'static {
+    fn step(&mut self, queue: &mut VecDeque<Bytes>) -> impl Future<Output = bool> + Send;
+}
+
+/// The events of `steps` in order, until a step ends the stream.
+pub fn stepped<S: Steps>(steps: S) -> BoxStream<'static, Bytes> {
+    let start = (steps, VecDeque::new(), false);
+    futures_util::stream::unfold(start, |(mut steps, mut queue, mut done)| async move {
+        loop {
+            if let Some(bytes) = queue.pop_front() {
+                return Some((bytes, (steps, queue, done)));
+            }
+            if done {
+                return None;
+            }
+            done = steps.step(&mut queue).await;
+        }
+    })
+    .boxed()
+}
 
 /// A `text/event-stream` response over already encoded events; a comment
 /// goes out whenever nothing was sent for `keep_alive`. When `shutdown` is

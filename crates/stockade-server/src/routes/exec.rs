@@ -11,7 +11,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::stream::{self, StreamExt};
 use stockade_api::{
     ErrorBody, ExecExitEvent, ExecRequest, ExecResponse, ListProcessesResponse, ProcessResponse,
     ProcessStatus,
@@ -281,15 +280,9 @@ pub async fn exec(
             timeout: plan.timeout,
             stdout: Utf8Decoder::default(),
             stderr: Utf8Decoder::default(),
-            queue: VecDeque::new(),
-            done: false,
         };
-        let events = stream::unfold(events, |mut ev| async move {
-            ev.next().await.map(|bytes| (bytes, ev))
-        })
-        .boxed();
         return Ok(sse::response(
-            events,
+            sse::stepped(events),
             state.config.sse_keep_alive,
             state.svc.shutdown(),
         ));
@@ -382,72 +375,53 @@ struct ExecEvents {
     timeout: Option<Duration>,
     stdout: Utf8Decoder,
     stderr: Utf8Decoder,
-    queue: VecDeque<Bytes>,
-    done: bool,
 }
 
-impl ExecEvents {
-    async fn next(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(bytes) = self.queue.pop_front() {
-                return Some(bytes);
+impl sse::Steps for ExecEvents {
+    async fn step(&mut self, queue: &mut VecDeque<Bytes>) -> bool {
+        let exit = match self.process.next().await {
+            Some(ExecEvent::Stdout(b)) => {
+                chunk(queue, "stdout", &self.stdout.push(&b));
+                return false;
             }
-            if self.done {
-                return None;
+            Some(ExecEvent::Stderr(b)) => {
+                chunk(queue, "stderr", &self.stderr.push(&b));
+                return false;
             }
-            match self.process.next().await {
-                Some(ExecEvent::Stdout(b)) => {
-                    let text = self.stdout.push(&b);
-                    self.chunk("stdout", &text);
-                }
-                Some(ExecEvent::Stderr(b)) => {
-                    let text = self.stderr.push(&b);
-                    self.chunk("stderr", &text);
-                }
-                Some(ExecEvent::Exit(exit)) => {
-                    self.flush();
-                    let message = if exit.timed_out {
-                        Some(timeout_message(self.timeout))
-                    } else {
-                        exit.error
-                            .map(|e| format!("reading its output failed: {e}"))
-                    };
-                    self.exit(ExecExitEvent {
-                        exit_code: exit.exit_code,
-                        timed_out: exit.timed_out,
-                        duration_ms: millis(self.started.elapsed()),
-                        message,
-                    });
-                }
-                None => {
-                    self.flush();
-                    self.exit(ExecExitEvent {
-                        exit_code: None,
-                        timed_out: false,
-                        duration_ms: millis(self.started.elapsed()),
-                        message: Some("the process's exit status is unknown".into()),
-                    });
+            Some(ExecEvent::Exit(exit)) => {
+                let message = if exit.timed_out {
+                    Some(timeout_message(self.timeout))
+                } else {
+                    exit.error
+                        .map(|e| format!("reading its output failed: {e}"))
+                };
+                ExecExitEvent {
+                    exit_code: exit.exit_code,
+                    timed_out: exit.timed_out,
+                    duration_ms: millis(self.started.elapsed()),
+                    message,
                 }
             }
-        }
+            None => ExecExitEvent {
+                exit_code: None,
+                timed_out: false,
+                duration_ms: millis(self.started.elapsed()),
+                message: Some("the process's exit status is unknown".into()),
+            },
+        };
+        // The rest of a character split across the last chunks, then the exit.
+        chunk(queue, "stdout", &self.stdout.finish());
+        chunk(queue, "stderr", &self.stderr.finish());
+        queue.push_back(sse::json_event("exit", &exit));
+        true
     }
+}
 
-    fn chunk(&mut self, kind: &str, text: &str) {
-        if !text.is_empty() {
-            let data = serde_json::to_string(text).unwrap_or_default();
-            self.queue.push_back(sse::event(kind, None, &data));
-        }
-    }
-
-    fn flush(&mut self) {
-        let (out, err) = (self.stdout.finish(), self.stderr.finish());
-        self.chunk("stdout", &out);
-        self.chunk("stderr", &err);
-    }
-
-    fn exit(&mut self, event: ExecExitEvent) {
-        self.queue.push_back(sse::json_event("exit", &event));
-        self.done = true;
+/// An output event: the text as a JSON string (none for no text).
+fn chunk(queue: &mut VecDeque<Bytes>, kind: &str, text: &str) {
+    if !text.is_empty() {
+        let data = serde_json::to_string(text).unwrap_or_default();
+        queue.push_back(sse::event(kind, None, &data));
     }
 }
 

@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::StreamExt;
 use stockade_api::{ErrorBody, LogLineResponse, LogsEndEvent, LogsResponse};
 use stockade_core::{SandboxId, ValidationErrors};
 use stockade_runtime::{LogLines, LogsOptions, Runtime};
@@ -159,18 +159,12 @@ pub async fn logs(
             ids: IdAssigner::default(),
             resume,
             seek_until: tokio::time::Instant::now() + SEEK_WAIT,
-            queue: VecDeque::new(),
-            done: false,
             follow,
             runtime: rt,
             sandbox_id: sb.id.clone(),
         };
-        let events = stream::unfold(events, |mut ev| async move {
-            ev.next().await.map(|bytes| (bytes, ev))
-        })
-        .boxed();
         return Ok(sse::response(
-            events,
+            sse::stepped(events),
             state.config.sse_keep_alive,
             state.svc.shutdown(),
         ));
@@ -277,93 +271,80 @@ struct LogEvents {
     ids: IdAssigner,
     resume: Option<ResumeFilter>,
     seek_until: tokio::time::Instant,
-    queue: VecDeque<Bytes>,
-    done: bool,
     follow: bool,
     runtime: Arc<dyn Runtime>,
     sandbox_id: SandboxId,
 }
 
-impl LogEvents {
-    async fn next(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(bytes) = self.queue.pop_front() {
-                return Some(bytes);
+impl sse::Steps for LogEvents {
+    async fn step(&mut self, queue: &mut VecDeque<Bytes>) -> bool {
+        let seeking = self.resume.as_ref().is_some_and(ResumeFilter::seeking);
+        let item = if seeking {
+            match tokio::time::timeout_at(self.seek_until, self.lines.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    let held = self.resume.as_mut().map(ResumeFilter::give_up);
+                    send_lines(queue, held.unwrap_or_default());
+                    return false;
+                }
             }
-            if self.done {
-                return None;
+        } else {
+            self.lines.next().await
+        };
+        let reason = match item {
+            Some(Ok(line)) => {
+                let id = self.ids.assign(line.timestamp);
+                let out = match &mut self.resume {
+                    Some(r) => r.push((id, line)),
+                    None => vec![(id, line)],
+                };
+                send_lines(queue, out);
+                return false;
             }
-            let seeking = self.resume.as_ref().is_some_and(ResumeFilter::seeking);
-            let item = if seeking {
-                match tokio::time::timeout_at(self.seek_until, self.lines.next()).await {
-                    Ok(item) => item,
-                    Err(_) => {
-                        let held = self.resume.as_mut().map(ResumeFilter::give_up);
-                        self.send_lines(held.unwrap_or_default());
-                        continue;
+            Some(Err(e)) => {
+                tracing::warn!(sandbox.id = %self.sandbox_id, error = %e, "log stream failed");
+                queue.push_back(sse::json_event(
+                    "error",
+                    &serde_json::json!({ "message": e.to_string() }),
+                ));
+                "error"
+            }
+            None => {
+                let held = self.resume.as_mut().map(ResumeFilter::give_up);
+                send_lines(queue, held.unwrap_or_default());
+                if !self.follow {
+                    "end of log"
+                } else {
+                    match self.runtime.inspect(&self.sandbox_id).await {
+                        Ok(Some(c)) if c.running => "the log stream ended; reconnect to go on",
+                        _ => "sandbox stopped",
                     }
                 }
-            } else {
-                self.lines.next().await
-            };
-            match item {
-                Some(Ok(line)) => {
-                    let id = self.ids.assign(line.timestamp);
-                    let out = match &mut self.resume {
-                        Some(r) => r.push((id, line)),
-                        None => vec![(id, line)],
-                    };
-                    self.send_lines(out);
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(sandbox.id = %self.sandbox_id, error = %e, "log stream failed");
-                    self.queue.push_back(sse::json_event(
-                        "error",
-                        &serde_json::json!({ "message": e.to_string() }),
-                    ));
-                    self.end("error");
-                }
-                None => {
-                    let held = self.resume.as_mut().map(ResumeFilter::give_up);
-                    self.send_lines(held.unwrap_or_default());
-                    let reason = if !self.follow {
-                        "end of log"
-                    } else {
-                        match self.runtime.inspect(&self.sandbox_id).await {
-                            Ok(Some(c)) if c.running => "the log stream ended; reconnect to go on",
-                            _ => "sandbox stopped",
-                        }
-                    };
-                    self.end(reason);
-                }
             }
-        }
+        };
+        let end = LogsEndEvent {
+            reason: reason.to_owned(),
+        };
+        queue.push_back(sse::json_event("end", &end));
+        true
     }
+}
 
-    fn send_lines(&mut self, lines: Vec<IdLine>) {
-        for (id, line) in lines {
-            self.queue.push_back(sse::event(
-                line.stream.as_str(),
-                Some(&id.to_string()),
-                &line.text,
-            ));
-        }
-    }
-
-    fn end(&mut self, reason: &str) {
-        self.queue.push_back(sse::json_event(
-            "end",
-            &LogsEndEvent {
-                reason: reason.to_owned(),
-            },
+/// One event per line: its stream, its id and its text.
+fn send_lines(queue: &mut VecDeque<Bytes>, lines: Vec<IdLine>) {
+    for (id, line) in lines {
+        queue.push_back(sse::event(
+            line.stream.as_str(),
+            Some(&id.to_string()),
+            &line.text,
         ));
-        self.done = true;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
+    use futures_util::stream;
 
     use crate::error::ApiError;
 
