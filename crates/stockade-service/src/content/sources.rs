@@ -900,6 +900,11 @@ fn dir_size(dir: &Path) -> std::io::Result<u64> {
 
 // --- archives ---
 
+/// A temporary file could not be written.
+fn temp_write_failed(e: std::io::Error) -> ServiceError {
+    ServiceError::Internal(format!("cannot write a temporary file: {e}"))
+}
+
 /// Downloads a tarball into a temporary file (at most
 /// `max_archive_bytes`), checks it, and returns it as a stream.
 async fn download_archive(
@@ -928,9 +933,9 @@ async fn download_archive(
             "the archive is larger than the limit of {max} bytes"
         )));
     }
-    let write_failed =
-        |e: std::io::Error| ServiceError::Internal(format!("cannot write a temporary file: {e}"));
-    let mut file = tokio::fs::File::create(&path).await.map_err(write_failed)?;
+    let mut file = tokio::fs::File::create(&path)
+        .await
+        .map_err(temp_write_failed)?;
     let mut body = resp.bytes_stream();
     let mut total: u64 = 0;
     while let Some(chunk) = body.next().await {
@@ -941,9 +946,9 @@ async fn download_archive(
                 "the archive is larger than the limit of {max} bytes"
             )));
         }
-        file.write_all(&chunk).await.map_err(write_failed)?;
+        file.write_all(&chunk).await.map_err(temp_write_failed)?;
     }
-    file.flush().await.map_err(write_failed)?;
+    file.flush().await.map_err(temp_write_failed)?;
     drop(file);
     check_archive_file(&path, ceiling, Quote::Nothing)
         .await
