@@ -673,6 +673,12 @@ int main(void) {
         .clone()
 }
 
+/// Asserts `text` contains `needle`, showing `text` if not.
+#[track_caller]
+pub fn assert_contains(text: &str, needle: &str) {
+    assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+}
+
 /// The `id` of a sandbox (or anything else with one).
 pub fn id_of(sb: &Value) -> String {
     sb["id"].as_str().unwrap().to_owned()

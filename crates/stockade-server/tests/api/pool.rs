@@ -140,18 +140,12 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     assert_eq!(refilled.len(), 2);
     let metrics = app.get_raw("/metrics").await.text().await.unwrap();
     let class = &app.state.svc.pool().classes()[0].key;
-    assert!(
-        metrics.contains(&format!("stockade_pool_ready{{class=\"{class}\"}} 2\n")),
-        "{metrics}"
+    assert_contains(
+        &metrics,
+        &format!("stockade_pool_ready{{class=\"{class}\"}} 2\n"),
     );
-    assert!(
-        metrics.contains("stockade_pool_claims_total{result=\"hit\"} 1\n"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("stockade_pool_claims_total{result=\"miss\"} 0\n"),
-        "{metrics}"
-    );
+    assert_contains(&metrics, "stockade_pool_claims_total{result=\"hit\"} 1\n");
+    assert_contains(&metrics, "stockade_pool_claims_total{result=\"miss\"} 0\n");
 
     // A claimed sandbox is destroyed like any other: container and volume go.
     let r = app.delete(&format!("/api/v1/sandbox/{id}"), &t).await;

@@ -166,20 +166,14 @@ async fn reaching_a_sandbox_server_by_path_and_by_host() {
         "the token reached the sandbox:\n{env}"
     );
     assert!(!env.contains("HTTP_X_STOCKADE_TOKEN"), "{env}");
-    assert!(env.contains("\nQUERY_STRING=x=1&y=%20\n"), "{env}");
-    assert!(env.contains("\nHTTP_COOKIE=theirs=1\n"), "{env}");
-    assert!(
-        env.contains("\nREQUEST_URI=/cgi-bin/env?x=1&y=%20\n"),
-        "{env}"
+    assert_contains(&env, "\nQUERY_STRING=x=1&y=%20\n");
+    assert_contains(&env, "\nHTTP_COOKIE=theirs=1\n");
+    assert_contains(&env, "\nREQUEST_URI=/cgi-bin/env?x=1&y=%20\n");
+    assert_contains(
+        &env,
+        &format!("\nHTTP_X_FORWARDED_PREFIX=/proxy/{id}/8080\n"),
     );
-    assert!(
-        env.contains(&format!("\nHTTP_X_FORWARDED_PREFIX=/proxy/{id}/8080\n")),
-        "{env}"
-    );
-    assert!(
-        env.contains(&format!("\nHTTP_HOST={}\n", &app.base[7..])),
-        "{env}"
-    );
+    assert_contains(&env, &format!("\nHTTP_HOST={}\n", &app.base[7..]));
 
     // Token in the query: answered with a cookie for the sandbox's paths;
     // the sandbox's own cookie stays on its paths and its host.
