@@ -31,7 +31,10 @@ struct FailingStore {
 /// `impl $role for FailingStore`: each listed method hands the call to the
 /// real store as it is; the items after the list are written out.
 macro_rules! forward {
-    ($role:ident { $(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)* } $($own:tt)*) => {
+    (
+        $role:ident { $(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)* }
+        $($own:tt)*
+    ) => {
         #[async_trait]
         impl $role for FailingStore {
             $(
@@ -53,11 +56,13 @@ forward! {
         fn soft_delete_sandbox(&self, id: &SandboxId, at: DateTime<Utc>) -> StoreResult<()>;
         fn purge_sandbox(&self, id: &SandboxId) -> StoreResult<()>;
         fn list_active_sandboxes(&self) -> StoreResult<Vec<Sandbox>>;
-        fn list_active_sandboxes_page(&self, after: Option<&SandboxId>, limit: u32) -> StoreResult<Vec<Sandbox>>;
+        fn list_active_sandboxes_page(&self, after: Option<&SandboxId>,
+            limit: u32) -> StoreResult<Vec<Sandbox>>;
         fn sandbox_record_exists(&self, id: &SandboxId) -> StoreResult<bool>;
         fn sandbox_owner(&self, id: &SandboxId) -> StoreResult<Option<stockade_store::RecordOwner>>;
         fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
-        fn claim_expired_sessions(&self, server: &str, now: DateTime<Utc>, lease_until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Sandbox>>;
+        fn claim_expired_sessions(&self, server: &str, now: DateTime<Utc>,
+            lease_until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Sandbox>>;
     }
     async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox> {
         if self.fail_updates.load(Ordering::SeqCst) {
@@ -95,7 +100,8 @@ forward! {
         fn list_accounts(&self) -> StoreResult<Vec<Account>>;
         fn count_accounts(&self) -> StoreResult<u64>;
         fn get_account(&self, id: &AccountId) -> StoreResult<(Account, Vec<TeamId>)>;
-        fn set_account_disabled(&self, id: &AccountId, at: Option<DateTime<Utc>>) -> StoreResult<Account>;
+        fn set_account_disabled(&self, id: &AccountId,
+            at: Option<DateTime<Utc>>) -> StoreResult<Account>;
         fn insert_token(&self, record: &TokenRecord, token_hash: &str) -> StoreResult<()>;
         fn authenticate(&self, h: &str) -> StoreResult<Option<Authenticated>>;
         fn list_tokens(&self, account: &AccountId) -> StoreResult<Vec<TokenRecord>>;
@@ -107,12 +113,15 @@ forward! {
 
 forward! {
     QuotaStore {
-        fn create_account_with_quota(&self, name: &str, is_admin: bool, quota: &Quota) -> StoreResult<Account>;
+        fn create_account_with_quota(&self, name: &str, is_admin: bool,
+            quota: &Quota) -> StoreResult<Account>;
         fn get_quota(&self, account: &AccountId) -> StoreResult<Quota>;
         fn set_quota(&self, account: &AccountId, quota: &Quota) -> StoreResult<()>;
-        fn account_usage(&self, account: &AccountId, except: &[SandboxId]) -> StoreResult<QuotaUsage>;
+        fn account_usage(&self, account: &AccountId,
+            except: &[SandboxId]) -> StoreResult<QuotaUsage>;
         fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources>;
-        fn snapshot_usage(&self, account: &AccountId, except: Option<&stockade_core::SnapshotId>) -> StoreResult<(u64, u64)>;
+        fn snapshot_usage(&self, account: &AccountId,
+            except: Option<&stockade_core::SnapshotId>) -> StoreResult<(u64, u64)>;
     }
 }
 
@@ -130,8 +139,10 @@ forward! {
 
 forward! {
     IdempotencyStore {
-        fn insert_idempotency_key(&self, account: &AccountId, key: &str, hash: &str, sandbox: &SandboxId, expired_before: DateTime<Utc>) -> StoreResult<()>;
-        fn get_idempotency_key(&self, account: &AccountId, key: &str, expired_before: DateTime<Utc>) -> StoreResult<Option<(String, SandboxId)>>;
+        fn insert_idempotency_key(&self, account: &AccountId, key: &str, hash: &str,
+            sandbox: &SandboxId, expired_before: DateTime<Utc>) -> StoreResult<()>;
+        fn get_idempotency_key(&self, account: &AccountId, key: &str,
+            expired_before: DateTime<Utc>) -> StoreResult<Option<(String, SandboxId)>>;
         fn delete_idempotency_key(&self, account: &AccountId, key: &str) -> StoreResult<()>;
         fn purge_idempotency_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
     }
@@ -140,17 +151,21 @@ forward! {
 forward! {
     SnapshotStore {
         fn insert_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()>;
-        fn get_snapshot(&self, scope: &Scope, id: &stockade_core::SnapshotId) -> StoreResult<stockade_core::Snapshot>;
-        fn list_snapshots(&self, scope: &Scope, source: Option<&SandboxId>) -> StoreResult<Vec<stockade_core::Snapshot>>;
+        fn get_snapshot(&self, scope: &Scope,
+            id: &stockade_core::SnapshotId) -> StoreResult<stockade_core::Snapshot>;
+        fn list_snapshots(&self, scope: &Scope,
+            source: Option<&SandboxId>) -> StoreResult<Vec<stockade_core::Snapshot>>;
         fn update_snapshot(&self, s: &stockade_core::Snapshot) -> StoreResult<()>;
         fn purge_snapshot(&self, id: &stockade_core::SnapshotId) -> StoreResult<()>;
-        fn pending_snapshots(&self, before: DateTime<Utc>) -> StoreResult<Vec<stockade_core::Snapshot>>;
+        fn pending_snapshots(&self,
+            before: DateTime<Utc>) -> StoreResult<Vec<stockade_core::Snapshot>>;
     }
 }
 
 forward! {
     LeaseStore {
-        fn acquire_lease(&self, name: &str, holder: &str, now: DateTime<Utc>, expires_at: DateTime<Utc>) -> StoreResult<Option<Lease>>;
+        fn acquire_lease(&self, name: &str, holder: &str, now: DateTime<Utc>,
+            expires_at: DateTime<Utc>) -> StoreResult<Option<Lease>>;
         fn get_lease(&self, name: &str) -> StoreResult<Option<Lease>>;
         fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool>;
     }
@@ -163,10 +178,12 @@ forward! {
         fn list_hosts(&self) -> StoreResult<Vec<stockade_core::Host>>;
         fn get_host(&self, name: &str) -> StoreResult<stockade_core::Host>;
         fn update_host(&self, host: &stockade_core::Host) -> StoreResult<()>;
-        fn record_host_health(&self, name: &str, health: &stockade_core::HostHealth) -> StoreResult<()>;
+        fn record_host_health(&self, name: &str,
+            health: &stockade_core::HostHealth) -> StoreResult<()>;
         fn delete_host(&self, name: &str) -> StoreResult<()>;
         fn sandboxes_per_server(&self) -> StoreResult<std::collections::HashMap<String, u64>>;
-        fn insert_sandbox_placed(&self, sb: &mut Sandbox, op: Option<&Operation>, candidates: &[PlacementCandidate]) -> StoreResult<Placed>;
+        fn insert_sandbox_placed(&self, sb: &mut Sandbox, op: Option<&Operation>,
+            candidates: &[PlacementCandidate]) -> StoreResult<Placed>;
     }
 }
 
@@ -176,9 +193,12 @@ forward! {
         fn get_operation(&self, target: &str) -> StoreResult<Option<Operation>>;
         fn renew_operations(&self, holder: &str, until: DateTime<Utc>) -> StoreResult<u64>;
         fn end_operation(&self, id: &OperationId) -> StoreResult<()>;
-        fn claim_expired_operations(&self, holder: &str, now: DateTime<Utc>, until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Operation>>;
-        fn claim_operation(&self, id: &OperationId, holder: &str, now: DateTime<Utc>, until: DateTime<Utc>) -> StoreResult<Option<Operation>>;
-        fn insert_sandbox_with_operation(&self, sandbox: &Sandbox, op: &Operation) -> StoreResult<()>;
+        fn claim_expired_operations(&self, holder: &str, now: DateTime<Utc>,
+            until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Operation>>;
+        fn claim_operation(&self, id: &OperationId, holder: &str, now: DateTime<Utc>,
+            until: DateTime<Utc>) -> StoreResult<Option<Operation>>;
+        fn insert_sandbox_with_operation(&self, sandbox: &Sandbox,
+            op: &Operation) -> StoreResult<()>;
         fn list_operations(&self, limit: u32) -> StoreResult<Vec<Operation>>;
     }
     async fn finish_operation(
