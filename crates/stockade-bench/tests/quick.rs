@@ -4,8 +4,23 @@
 //! results.json and results.md are written, and nothing it made is left in
 //! Docker. Ratios are reported, never asserted (timings here are noisy).
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// Waits for `child` to exit; kills it and fails the test after ten minutes.
+fn exit_within_ten_minutes(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stockade-bench --quick did not finish within 10 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
 
 #[test]
 fn quick_run_measures_every_scenario_and_cleans_up() {
@@ -20,17 +35,7 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start stockade-bench");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("stockade-bench --quick did not finish within 10 minutes");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = exit_within_ten_minutes(&mut child);
     let output = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
