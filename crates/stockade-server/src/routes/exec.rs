@@ -572,14 +572,8 @@ mod tests {
             ..Default::default()
         };
         let spec = SandboxSpec::from_input(input, &id, &Defaults::default()).unwrap();
-        Sandbox::new(
-            id,
-            AccountId::generate(),
-            None,
-            spec,
-            "local".into(),
-            Utc::now(),
-        )
+        let owner = AccountId::generate();
+        Sandbox::new(id, owner, None, spec, "local".into(), Utc::now())
     }
 
     fn req(v: serde_json::Value) -> ExecRequest {
