@@ -442,12 +442,6 @@ impl AgentClient {
         self
     }
 
-    /// Uses JSON instead of binary protobuf.
-    pub fn with_codec(mut self, codec: Codec) -> Self {
-        self.codec = codec;
-        self
-    }
-
     fn request(&self, method: http::Method, path_and_query: &str) -> http::request::Builder {
         let mut b = Request::builder()
             .method(method)

@@ -1,5 +1,5 @@
-//! The fake's disk quotas: an enforcement tests set (both areas
-//! capped unless they say otherwise) and usage from the sizes they set.
+//! The fake's disk quotas: both areas capped, as on a host set up for it,
+//! and usage from the workspace volume's size.
 
 use std::time::Duration;
 
@@ -9,30 +9,18 @@ use stockade_core::SandboxId;
 use super::FakeRuntime;
 use crate::{Disk, DiskEnforcement, DiskUsage, Enforcement, QuotaMethod, RuntimeResult};
 
-/// The fake's default: both areas capped, as on a host set up for it.
-pub(super) fn enforced() -> DiskEnforcement {
+/// Both areas capped.
+fn enforced() -> DiskEnforcement {
     DiskEnforcement {
         workspace: Enforcement::Enforced(QuotaMethod::VolumeDriver),
         root_fs: Enforcement::Enforced(QuotaMethod::StorageDriver),
     }
 }
 
-impl FakeRuntime {
-    /// What [`Disk::disk_enforcement`] reports from now on.
-    pub fn set_disk_enforcement(&self, enforcement: DiskEnforcement) {
-        self.state().disk = enforcement;
-    }
-
-    /// The root-filesystem use [`Disk::disk_usage`] reports for `id`.
-    pub fn set_root_fs_size(&self, id: &SandboxId, bytes: u64) {
-        self.state().root_fs_bytes.insert(id.clone(), bytes);
-    }
-}
-
 #[async_trait]
 impl Disk for FakeRuntime {
     async fn disk_enforcement(&self) -> DiskEnforcement {
-        self.state().disk.clone()
+        enforced()
     }
 
     async fn disk_usage(
@@ -48,9 +36,9 @@ impl Disk for FakeRuntime {
         let limit = container.spec.disk_bytes;
         Ok(Some(DiskUsage {
             workspace_bytes: st.volumes.get(id).and_then(|v| v.size_bytes),
-            workspace_limit_bytes: limit.filter(|_| st.disk.workspace.is_enforced()),
-            root_fs_bytes: Some(st.root_fs_bytes.get(id).copied().unwrap_or(0)),
-            root_fs_limit_bytes: limit.filter(|_| st.disk.root_fs.is_enforced()),
+            workspace_limit_bytes: limit,
+            root_fs_bytes: Some(0),
+            root_fs_limit_bytes: limit,
         }))
     }
 }

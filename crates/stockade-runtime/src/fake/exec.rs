@@ -74,9 +74,6 @@ impl Exec for FakeRuntime {
         }
         let (queued, handler) = {
             let mut st = self.state();
-            if let Some(msg) = st.fail_exec.take() {
-                return Err(RuntimeError::Other(msg));
-            }
             let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
             if !c.running {
                 return Err(RuntimeError::Conflict("sandbox is not running".into()));

@@ -67,10 +67,7 @@ struct State {
     missing_images: BTreeSet<String>,
     unavailable: bool,
     fail_create: Option<String>,
-    fail_start: Option<String>,
-    fail_stop: Option<String>,
     fail_remove: Option<String>,
-    fail_exec: Option<String>,
     create_delay: Option<Duration>,
     exec_results: VecDeque<ExecOutput>,
     exec_handler: Option<ExecHandler>,
@@ -89,14 +86,8 @@ struct State {
     isolation_problem: Option<String>,
     /// How many times `ensure_isolation` ran.
     isolation_checks: u32,
-    /// What `disk_enforcement` reports (fake/disk.rs).
-    disk: crate::DiskEnforcement,
-    /// Root-filesystem use per sandbox, as tests set it.
-    root_fs_bytes: BTreeMap<SandboxId, u64>,
     /// Egress entries (fake/network.rs): sandbox → its policy.
     egress: BTreeMap<SandboxId, stockade_core::netpolicy::EgressPolicy>,
-    /// Why policies cannot be enforced (`None`: the fake filter runs).
-    egress_unavailable: Option<String>,
 }
 
 impl Default for State {
@@ -107,10 +98,7 @@ impl Default for State {
             missing_images: BTreeSet::new(),
             unavailable: false,
             fail_create: None,
-            fail_start: None,
-            fail_stop: None,
             fail_remove: None,
-            fail_exec: None,
             create_delay: None,
             exec_results: VecDeque::new(),
             exec_handler: None,
@@ -123,10 +111,7 @@ impl Default for State {
             host_memory_bytes: FAKE_HOST_MEMORY_BYTES,
             isolation_problem: None,
             isolation_checks: 0,
-            disk: disk::enforced(),
-            root_fs_bytes: BTreeMap::new(),
             egress: BTreeMap::new(),
-            egress_unavailable: None,
         }
     }
 }
@@ -205,24 +190,9 @@ impl FakeRuntime {
         self.state().fail_create = Some(msg.into());
     }
 
-    /// The next `start` fails with `Other(msg)`.
-    pub fn fail_next_start(&self, msg: impl Into<String>) {
-        self.state().fail_start = Some(msg.into());
-    }
-
-    /// The next `stop` fails with `Other(msg)`.
-    pub fn fail_next_stop(&self, msg: impl Into<String>) {
-        self.state().fail_stop = Some(msg.into());
-    }
-
     /// The next `remove` fails with `Other(msg)` and removes nothing.
     pub fn fail_next_remove(&self, msg: impl Into<String>) {
         self.state().fail_remove = Some(msg.into());
-    }
-
-    /// The next `exec` fails with `Other(msg)`.
-    pub fn fail_next_exec(&self, msg: impl Into<String>) {
-        self.state().fail_exec = Some(msg.into());
     }
 
     /// `ensure_image` (and so `create`) of `image` fails with `ImageUnavailable`.
@@ -344,20 +314,6 @@ impl FakeRuntime {
             },
         );
         Ok(container_id)
-    }
-
-    /// Adds a volume without a container (e.g. an orphan of another server).
-    pub fn add_volume(&self, name: VolumeName, instance_id: Option<String>) {
-        self.state().volumes.insert(
-            name.sandbox_id(),
-            FakeVolume {
-                created_at: Utc::now(),
-                size_bytes: Some(0),
-                instance_id,
-                account_id: None,
-                pool_member: false,
-            },
-        );
     }
 
     /// Sets the size `list_volumes` reports for a volume.
@@ -550,7 +506,8 @@ impl Lifecycle for FakeRuntime {
     }
 
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
-        let mut st = self.state_unless(|st| &mut st.fail_start)?;
+        self.check_available()?;
+        let mut st = self.state();
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         if !c.running {
             c.running = true;
@@ -561,7 +518,8 @@ impl Lifecycle for FakeRuntime {
     }
 
     async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()> {
-        let mut st = self.state_unless(|st| &mut st.fail_stop)?;
+        self.check_available()?;
+        let mut st = self.state();
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         c.stops.push(grace);
         if c.running {

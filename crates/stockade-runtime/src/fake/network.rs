@@ -45,18 +45,6 @@ impl Isolation for FakeRuntime {
     }
 }
 
-impl FakeRuntime {
-    /// Makes `egress_host` fail with `why` (`None`: it answers again).
-    pub fn set_egress_unavailable(&self, why: Option<String>) {
-        self.state().egress_unavailable = why;
-    }
-
-    /// The policy applied to a sandbox, if any.
-    pub fn egress_policy(&self, id: &SandboxId) -> Option<EgressPolicy> {
-        self.state().egress.get(id).cloned()
-    }
-}
-
 /// The fake sandbox network's gateway.
 const FAKE_GATEWAY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 
@@ -64,13 +52,10 @@ const FAKE_GATEWAY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 impl Egress for FakeRuntime {
     async fn egress_host(&self) -> Result<EgressHost, String> {
         self.check_available().map_err(|e| e.to_string())?;
-        match self.state().egress_unavailable.clone() {
-            Some(why) => Err(why),
-            None => Ok(EgressHost {
-                gateway: FAKE_GATEWAY.into(),
-                subnets: Vec::new(),
-            }),
-        }
+        Ok(EgressHost {
+            gateway: FAKE_GATEWAY.into(),
+            subnets: Vec::new(),
+        })
     }
 
     async fn apply_egress(
