@@ -272,8 +272,9 @@ pub trait Isolation: Send + Sync {
 pub trait Egress: Send + Sync {
     /// Where the egress filter must listen (the sandbox network's gateway)
     /// and what it must never dial (every Docker network's subnet), or why
-    /// policies cannot be enforced on this host (no packet filter).
-    async fn egress_host(&self) -> Result<EgressHost, String>;
+    /// policies cannot be enforced on this host (`Unavailable`: no packet
+    /// filter, no sandbox network).
+    async fn egress_host(&self) -> RuntimeResult<EgressHost>;
 
     /// Writes `policy` for the sandbox at its current address on the
     /// sandbox network, replacing what an earlier call (or another sandbox

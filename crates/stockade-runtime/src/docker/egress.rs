@@ -213,16 +213,20 @@ impl DockerRuntime {
 
 #[async_trait]
 impl Egress for DockerRuntime {
-    async fn egress_host(&self) -> Result<EgressHost, String> {
-        self.egress_iptables()?;
-        let docker = self.client().await.map_err(|e| e.to_string())?;
+    async fn egress_host(&self) -> RuntimeResult<EgressHost> {
+        let unavailable = RuntimeError::Unavailable;
+        self.egress_iptables().map_err(unavailable)?;
+        let docker = self
+            .client()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
         let net = docker
             .inspect_network(
                 &self.config.isolation.network,
                 None::<InspectNetworkOptions<String>>,
             )
             .await
-            .map_err(|e| format!("the sandbox network is not there: {e}"))?;
+            .map_err(|e| unavailable(format!("the sandbox network is not there: {e}")))?;
         let gateway = net
             .ipam
             .and_then(|i| i.config)
@@ -230,11 +234,11 @@ impl Egress for DockerRuntime {
             .into_iter()
             .filter_map(|c| c.gateway?.parse::<IpAddr>().ok())
             .find(IpAddr::is_ipv4)
-            .ok_or_else(|| "the sandbox network has no IPv4 gateway".to_owned())?;
+            .ok_or_else(|| unavailable("the sandbox network has no IPv4 gateway".to_owned()))?;
         let networks = docker
             .list_networks(None::<ListNetworksOptions<String>>)
             .await
-            .map_err(|e| format!("could not list Docker's networks: {e}"))?;
+            .map_err(|e| unavailable(format!("could not list Docker's networks: {e}")))?;
         let subnets = networks
             .into_iter()
             .flat_map(|n| n.ipam.and_then(|i| i.config).unwrap_or_default())

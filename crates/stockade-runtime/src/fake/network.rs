@@ -50,8 +50,8 @@ const FAKE_GATEWAY: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 
 #[async_trait]
 impl Egress for FakeRuntime {
-    async fn egress_host(&self) -> Result<EgressHost, String> {
-        self.check_available().map_err(|e| e.to_string())?;
+    async fn egress_host(&self) -> RuntimeResult<EgressHost> {
+        self.check_available()?;
         Ok(EgressHost {
             gateway: FAKE_GATEWAY.into(),
             subnets: Vec::new(),

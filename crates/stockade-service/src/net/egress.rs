@@ -137,7 +137,8 @@ impl Service {
     pub async fn start_egress(&self) {
         let host = match self.runtime.egress_host().await {
             Ok(host) => host,
-            Err(why) => {
+            Err(e) => {
+                let why = e.to_string();
                 warn!(reason = %why, "egress allow/deny lists cannot be enforced on this host");
                 self.egress.set(State::Unavailable(why));
                 return;
