@@ -16,6 +16,7 @@ pub mod ports;
 pub use ports::{
     AuthTokenRequest, AuthTokenResponse, ExposePortRequest, ExposedPort, PortsResponse,
 };
+pub mod code;
 pub mod exec;
 pub mod logs;
 
