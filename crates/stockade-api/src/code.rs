@@ -57,7 +57,7 @@ impl Execution {
             CodeEvent::ExecutionCount(n) => self.execution_count = Some(n),
             CodeEvent::Stdout(o) => self.logs.stdout.push(o.text),
             CodeEvent::Stderr(o) => self.logs.stderr.push(o.text),
-            CodeEvent::Result(r) => self.results.push(r),
+            CodeEvent::Result(r) => self.results.push(*r),
             CodeEvent::Error(e) => self.error = Some(e),
             CodeEvent::End(_) => {}
         }
@@ -195,7 +195,7 @@ pub enum CodeEvent {
     ExecutionCount(u64),
     Stdout(CodeOutput),
     Stderr(CodeOutput),
-    Result(CodeResult),
+    Result(Box<CodeResult>),
     Error(CodeError),
     End(CodeEndEvent),
 }
@@ -282,7 +282,7 @@ pub enum AgentCodeEvent {
         #[serde(default)]
         timestamp: String,
     },
-    Result(AgentCodeResult),
+    Result(Box<AgentCodeResult>),
     Error {
         name: String,
         value: String,
@@ -308,7 +308,7 @@ impl AgentCodeEvent {
             }
             Self::Stdout { text, timestamp } => CodeEvent::Stdout(CodeOutput { text, timestamp }),
             Self::Stderr { text, timestamp } => CodeEvent::Stderr(CodeOutput { text, timestamp }),
-            Self::Result(r) => CodeEvent::Result(r.into()),
+            Self::Result(r) => CodeEvent::Result(Box::new((*r).into())),
             Self::Error {
                 name,
                 value,
@@ -434,11 +434,11 @@ mod tests {
                 text: "a".into(),
                 timestamp: String::new(),
             }),
-            CodeEvent::Result(CodeResult {
+            CodeEvent::Result(Box::new(CodeResult {
                 is_main_result: true,
                 text: Some("2".into()),
                 ..Default::default()
-            }),
+            })),
             CodeEvent::End(CodeEndEvent { unexpected: false }),
         ];
         let mut exec = Execution::default();
