@@ -299,6 +299,7 @@ pub struct Defaults {
 impl Default for Defaults {
     fn default() -> Self {
         let runtimes = [
+            ("code-interpreter-v1", "stockade-code-interpreter:latest"),
             ("node20", "node:20-bookworm"),
             ("node22", "node:22-bookworm"),
             ("python3.12", "python:3.12-bookworm"),
