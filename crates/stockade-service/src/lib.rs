@@ -36,7 +36,7 @@ pub use config::ServiceConfig;
 pub use content::{files, images, snapshots, sources, workspace_sync};
 pub use error::{ServiceError, ServiceResult};
 pub use fleet::{admission, host_admin, hosts, placement};
-pub use interact::{agent, exec, log_cursor, output, processes, terminal};
+pub use interact::{agent, code, exec, log_cursor, output, processes, terminal};
 pub use net::{egress, outbound};
 pub use observe::{metrics, usage};
 pub use ops::operations;

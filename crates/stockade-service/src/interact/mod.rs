@@ -1,4 +1,5 @@
 pub mod agent;
+pub mod code;
 pub mod exec;
 pub mod log_cursor;
 pub mod output;
