@@ -3,6 +3,7 @@ what its cells produce: the Python kernel's inline figures, e2b/chart,
 e2b/data, text/html and application/json outputs, and that the Deno and
 bash kernels run code. Exits non-zero with a message naming what failed."""
 
+import queue
 import re
 import sys
 
@@ -37,6 +38,16 @@ def run(kc, code):
             outputs.append((kind, msg["content"]))
 
     reply = kc.execute_interactive(code, output_hook=hook, timeout=120)
+    # Deno's kernel at times sends a cell's stdout after its idle status:
+    # what comes for this cell within a second more counts too.
+    cell = reply["parent_header"].get("msg_id")
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            break
+        if msg["parent_header"].get("msg_id") == cell:
+            hook(msg)
     return outputs, reply["content"]
 
 
