@@ -132,6 +132,7 @@ _stockade_ci_build_base() {
     local work status=0 old_id
     old_id="$(docker image inspect --format '{{.Id}}' "$STOCKADE_CI_BASE_IMAGE" 2>/dev/null || true)"
     work="$(mktemp -d /var/tmp/stockade-ci-base.XXXXXX)"
+    _STOCKADE_CI_WORK="$work"
     if ! _stockade_ci_base_rootfs "$work/root" "$work/debootstrap.log"; then
         tail -n 20 "$work/debootstrap.log" >&2
         [ -f "$work/root/debootstrap/debootstrap.log" ] && tail -n 20 "$work/root/debootstrap/debootstrap.log" >&2
@@ -146,7 +147,7 @@ _stockade_ci_build_base() {
         _stockade_ci_err "docker import of the debootstrap root failed"
         status=1
     fi
-    rm -rf "$work"
+    _stockade_ci_remove_work
     [ "$status" -eq 0 ] || return 1
     _stockade_ci_drop_replaced "$old_id" "$STOCKADE_CI_BASE_IMAGE"
 }
@@ -250,8 +251,21 @@ _stockade_ci_build_image() {
     docker tag "$candidate" "$image" && docker image rm "$candidate" >/dev/null
 }
 
-# Removes what an interrupted build left: its container.
+# Removes the debootstrap directory, unmounting first what an interrupted
+# debootstrap left mounted in it (/proc, /sys).
+_stockade_ci_remove_work() {
+    local work="${_STOCKADE_CI_WORK:-}" mnt
+    [ -n "$work" ] && [ -d "$work" ] || return 0
+    awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/mounts 2>/dev/null | sort -r |
+        while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
+    rm -rf "$work"
+    _STOCKADE_CI_WORK=
+}
+
+# Removes what an interrupted build left: its debootstrap directory and
+# its container.
 stockade_ci_cleanup() {
+    _stockade_ci_remove_work
     if [ -n "${_STOCKADE_CI_CONTAINER:-}" ]; then
         docker rm -f "$_STOCKADE_CI_CONTAINER" >/dev/null 2>&1 || true
         _STOCKADE_CI_CONTAINER=
