@@ -87,8 +87,8 @@ fi
 npm cache clean --force >/dev/null 2>&1
 
 step "Jupyter kernelspecs (python3, deno, bash) in $kernels"
-# ipykernel's wheel installs a python3 kernelspec that runs `python`, which
-# Debian does not have: ours runs python3.
+# ipykernel's wheel installs a python3 kernelspec that runs `python`; ours
+# runs python3, Debian's name for it.
 rm -rf "$kernels/python3"
 mkdir -p "$kernels/python3" "$kernels/deno"
 cp "$here/kernels/python3/kernel.json" "$kernels/python3/"
@@ -112,8 +112,8 @@ step "versions"
 } >"$share/versions.txt"
 
 step "caches each user would otherwise build at a first start"
-# matplotlib's font list (seconds on a first import) and Deno's directory,
-# for root and the user.
+# matplotlib's font list (seconds on a first import) for root and the user,
+# and the user's Deno directory.
 warm='import matplotlib; matplotlib.use("agg"); import matplotlib.pyplot'
 quiet "importing matplotlib failed" python3 -c "$warm"
 quiet "importing matplotlib as user failed" su user -s /bin/bash -c "cd && python3 -c '$warm'"
