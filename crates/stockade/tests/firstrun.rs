@@ -129,7 +129,8 @@ fn readme_quick_start_runs_as_written() {
         "{log}"
     );
     assert!(
-        log.contains("runtimes:  node20 = node:20-bookworm"),
+        log.contains("runtimes:  code-interpreter-v1 = stockade-code-interpreter:latest (")
+            && log.contains("node20 = node:20-bookworm"),
         "{log}"
     );
     assert!(
@@ -341,7 +342,8 @@ fn absent_default_image_is_named_in_the_banner_and_health() {
         "{banner}"
     );
     assert!(
-        banner.contains("runtimes:  node20 = node:20-bookworm ("),
+        banner.contains("runtimes:  code-interpreter-v1 = stockade-code-interpreter:latest (")
+            && banner.contains("node20 = node:20-bookworm ("),
         "presets listed with their presence:\n{banner}"
     );
     assert!(
