@@ -477,6 +477,10 @@ pub struct PresetImageHealth {
     pub name: String,
     pub image: String,
     pub present: bool,
+    /// How to get the image while it is absent, when no registry has it
+    /// (e.g. "build it with scripts/build-image code-interpreter").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// The last check of the sandboxes' network isolation.

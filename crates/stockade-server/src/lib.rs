@@ -107,6 +107,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::ports::routes())
         .merge(routes::logs::routes())
         .merge(routes::exec::routes())
+        .merge(routes::code::routes())
         .merge(routes::files::routes())
         .merge(routes::teams::routes())
         .merge(accounts::routes())

@@ -1447,6 +1447,7 @@ mod tests {
             name: name.into(),
             image: image.into(),
             present,
+            hint: None,
         };
         let mut images = stockade_api::ImagesHealth {
             default: stockade_api::ImageHealth {

@@ -5,12 +5,17 @@
 //! a proxy domain they reach `49983-{id}.DOMAIN`. Either way the request
 //! goes to that sandbox's agent as it is, streaming both ways (Connect
 //! server-streams, large uploads and downloads are never held in memory).
+//! The code-interpreter SDKs' calls (`/execute`, `/contexts…`) name port
+//! 49999 (or reach `49999-{id}.DOMAIN`) and go to the agent's code
+//! interpreter under `/code`; a client that leaves mid-cell interrupts it.
 //!
 //! Authentication: the sandbox's envd access token (`X-Access-Token`, what
 //! the create answer calls `envdAccessToken`), or a Stockade API token of
 //! the sandbox's account (`X-API-Key`, or `Authorization: Bearer`) — with
-//! Stockade's 403/404 for another account's sandbox. Stockade's
-//! credentials never reach the sandbox.
+//! Stockade's 403/404 for another account's sandbox. On port 49999 the
+//! sandbox's traffic token (`E2B-Traffic-Access-Token`, the create answer's
+//! `trafficAccessToken`) is good too: the SDKs send only it to `/contexts`.
+//! Stockade's credentials never reach the sandbox.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -29,10 +34,18 @@ use crate::AppState;
 
 /// The header naming the sandbox of an in-sandbox call.
 pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
-/// The header naming the port of an in-sandbox call (the agent's, 49983).
+/// The header naming the port of an in-sandbox call (the agent's, 49983,
+/// or the code interpreter's, 49999).
 pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 /// The header carrying a sandbox's envd access token.
 pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// The header carrying a sandbox's E2B traffic token.
+pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+/// The port E2B's code-interpreter SDKs call: its server there is the
+/// agent's code interpreter, under [`CODE_PREFIX`].
+pub const CODE_PORT: u16 = 49999;
+/// Where the agent serves the code interpreter.
+pub const CODE_PREFIX: &str = "/code";
 /// The prefix of the E2B API, which the SDK keeps on in-sandbox paths.
 pub const E2B_PREFIX: &str = "/e2b";
 
@@ -55,35 +68,62 @@ pub async fn by_header(State(state): State<AppState>, req: Request, next: Next) 
             )
         }
     };
-    if let Some(port) = req.headers().get(SANDBOX_PORT_HEADER) {
-        let agent = stockade_runtime::AGENT_PORT.to_string();
-        if port.to_str().ok().map(str::trim) != Some(agent.as_str()) {
-            return super::e2b::e2b_error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "E2b-Sandbox-Port: only {agent} (the sandbox's agent) is reached this way; \
-                     reach other ports at {{port}}-{{sandboxID}}.DOMAIN with the sandbox's \
-                     trafficAccessToken"
-                ),
-            );
-        }
-    }
-    let path = in_sandbox_path(req.uri());
-    call(&state, req, id, path)
+    let port = match req.headers().get(SANDBOX_PORT_HEADER) {
+        None => stockade_runtime::AGENT_PORT,
+        Some(port) => match port
+            .to_str()
+            .ok()
+            .and_then(|p| p.trim().parse::<u16>().ok())
+            .filter(|p| is_in_sandbox_port(*p))
+        {
+            Some(p) => p,
+            None => {
+                let agent = stockade_runtime::AGENT_PORT;
+                return super::e2b::e2b_error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "E2b-Sandbox-Port: only {agent} (the sandbox's agent) and {CODE_PORT} \
+                         (its code interpreter) are reached this way; reach other ports at \
+                         {{port}}-{{sandboxID}}.DOMAIN with the sandbox's trafficAccessToken"
+                    ),
+                );
+            }
+        },
+    };
+    let path = agent_path(port, &in_sandbox_path(req.uri()));
+    call(&state, req, id, port, path)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The host form `49983-{id}.DOMAIN` (from [`crate::host_routing`]).
-pub async fn by_host(state: &AppState, req: Request, id: SandboxId) -> Response {
+/// Whether a port's calls go to the agent through this module: the
+/// agent's own and the code interpreter's.
+pub fn is_in_sandbox_port(port: u16) -> bool {
+    port == stockade_runtime::AGENT_PORT || port == CODE_PORT
+}
+
+/// The host form `49983-{id}.DOMAIN` or `49999-{id}.DOMAIN` (from
+/// [`crate::host_routing`]).
+pub async fn by_host(state: &AppState, req: Request, id: SandboxId, port: u16) -> Response {
     let path = req
         .uri()
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".into());
-    call(state, req, id, path)
+    let path = agent_path(port, &path);
+    call(state, req, id, port, path)
         .await
         .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The agent's path of a call to `port`: the code interpreter's calls
+/// under [`CODE_PREFIX`], the agent's own as they are.
+fn agent_path(port: u16, path: &str) -> String {
+    if port == CODE_PORT {
+        format!("{CODE_PREFIX}{path}")
+    } else {
+        path.to_owned()
+    }
 }
 
 /// The path (and query) the agent sees: without the `/e2b` prefix.
@@ -101,9 +141,10 @@ async fn call(
     state: &AppState,
     req: Request,
     id: SandboxId,
+    port: u16,
     path: String,
 ) -> Result<Response, E2bApiError> {
-    let sb = authorise(state, req.headers(), &id).await?;
+    let sb = authorise(state, req.headers(), &id, port).await?;
     forward_to_agent(state, &sb, req, &path).await
 }
 
@@ -128,30 +169,43 @@ fn stockade_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// The credential an in-sandbox call authenticates with, as [`authorise`]
-/// reads it: an API key of the sandbox's account, else the envd token.
+/// reads it: an API key of the sandbox's account, else the envd token,
+/// else the traffic token.
 pub(crate) fn presented_credential(headers: &HeaderMap) -> Option<String> {
     match stockade_key(headers) {
         Ok(Some(key)) => Some(key),
         Ok(None) => headers
             .get(ACCESS_TOKEN_HEADER)
+            .or_else(|| headers.get(TRAFFIC_TOKEN_HEADER))
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
         Err(_) => None,
     }
 }
 
-/// The running sandbox an in-sandbox call may reach.
+/// A sandbox token from `header`, when it is there.
+fn token_header<'a>(headers: &'a HeaderMap, header: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(header) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|t| Some(t.trim()))
+            .map_err(|_| ApiError::Unauthorized(format!("Malformed {header} header"))),
+    }
+}
+
+/// The running sandbox an in-sandbox call to `port` may reach.
 async fn authorise(
     state: &AppState,
     headers: &HeaderMap,
     id: &SandboxId,
+    port: u16,
 ) -> Result<Sandbox, E2bApiError> {
-    let token = match headers.get(ACCESS_TOKEN_HEADER) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| ApiError::Unauthorized("Malformed X-Access-Token header".into()))?,
-        ),
+    let token = token_header(headers, ACCESS_TOKEN_HEADER)?;
+    // The code interpreter's calls may carry the traffic token instead.
+    let traffic = match port {
+        CODE_PORT => token_header(headers, TRAFFIC_TOKEN_HEADER)?,
+        _ => None,
     };
     let sb = match stockade_key(headers)? {
         Some(key) => {
@@ -169,36 +223,51 @@ async fn authorise(
             }
         }
         None => {
-            let Some(t) = token else {
+            let candidates: Vec<(Purpose, &str)> = token
+                .map(|t| (Purpose::Envd, t))
+                .into_iter()
+                .chain(traffic.map(|t| (Purpose::Traffic, t)))
+                .collect();
+            if candidates.is_empty() {
+                let traffic = if port == CODE_PORT {
+                    ", its trafficAccessToken as E2B-Traffic-Access-Token"
+                } else {
+                    ""
+                };
                 return Err(ApiError::Unauthorized(format!(
-                    "Calls into sandbox {id} need its envdAccessToken as X-Access-Token (or an \
-                     API key of its account as X-API-Key)"
+                    "Calls into sandbox {id} need its envdAccessToken as X-Access-Token{traffic} \
+                     (or an API key of its account as X-API-Key)"
                 ))
                 .into());
-            };
-            // The token names its holder and this run of the sandbox: it
-            // ends when the sandbox starts again, when the holder leaves
-            // the sandbox's team, or when the holder's account is disabled.
-            match state
-                .svc
-                .sandbox_of_token(
-                    &state.proxy_keys,
-                    Purpose::Envd,
-                    t,
-                    Some(id),
-                    chrono::Utc::now(),
-                )
-                .await
-            {
-                Ok((sb, _)) => sb,
-                // Another sandbox's token is as good as none here.
-                Err(token::Refused::Invalid | token::Refused::OtherSandbox(_)) => {
+            }
+            let mut found = None;
+            for (purpose, t) in candidates {
+                // The token names its holder and this run of the sandbox: it
+                // ends when the sandbox starts again, when the holder leaves
+                // the sandbox's team, or when the holder's account is
+                // disabled.
+                match state
+                    .svc
+                    .sandbox_of_token(&state.proxy_keys, purpose, t, Some(id), chrono::Utc::now())
+                    .await
+                {
+                    Ok((sb, _)) => {
+                        found = Some(sb);
+                        break;
+                    }
+                    // Another sandbox's token is as good as none here.
+                    Err(token::Refused::Invalid | token::Refused::OtherSandbox(_)) => {}
+                    Err(e) => return Err(crate::proxy::refused(e, id).into()),
+                }
+            }
+            match found {
+                Some(sb) => sb,
+                None => {
                     return Err(E2bApiError::Api(ApiError::Unauthorized(format!(
                         "Invalid access token for sandbox {id}: send the envdAccessToken of the \
                          sandbox's latest create, connect or resume as X-Access-Token"
                     ))))
                 }
-                Err(e) => return Err(crate::proxy::refused(e, id).into()),
             }
         }
     };
@@ -222,7 +291,7 @@ const NOT_FORWARDED: [&str; 6] = [
     "x-api-key",
     SANDBOX_ID_HEADER,
     SANDBOX_PORT_HEADER,
-    "e2b-traffic-access-token",
+    TRAFFIC_TOKEN_HEADER,
     crate::proxy::TOKEN_HEADER,
     "cookie",
 ];
@@ -304,6 +373,18 @@ mod tests {
         assert_eq!(p("/e2b?x=1"), "/?x=1");
         assert_eq!(p("/e2bfoo/health"), "/e2bfoo/health");
         assert_eq!(p("/health"), "/health");
+    }
+
+    #[test]
+    fn the_code_interpreter_port_goes_under_code() {
+        assert_eq!(agent_path(CODE_PORT, "/execute"), "/code/execute");
+        assert_eq!(
+            agent_path(CODE_PORT, "/contexts/abc/restart"),
+            "/code/contexts/abc/restart"
+        );
+        assert_eq!(agent_path(stockade_runtime::AGENT_PORT, "/files"), "/files");
+        assert!(is_in_sandbox_port(49983) && is_in_sandbox_port(49999));
+        assert!(!is_in_sandbox_port(8080));
     }
 
     #[test]

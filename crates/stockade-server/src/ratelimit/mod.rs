@@ -1,8 +1,8 @@
 //! Rate limits: by default 1000 requests per 60 s per client IP and,
 //! independently, per credential, on every route that reaches Stockade's
 //! API or a sandbox: `/api/v1` (but `/health`), E2B's control plane under
-//! `/e2b`, E2B's in-sandbox calls (the `E2b-Sandbox-Id` header and
-//! `49983-{id}.DOMAIN`), the prime gateway (`/gateway/…`) and the port
+//! `/e2b`, E2B's in-sandbox calls (the `E2b-Sandbox-Id` header,
+//! `49983-{id}.DOMAIN` and `49999-{id}.DOMAIN`), the prime gateway (`/gateway/…`) and the port
 //! proxy (`/proxy/{id}/{port}/…` and `{port}-{id}.DOMAIN`).
 //!
 //! The credential is the one the route authenticates with: an API token
@@ -68,7 +68,8 @@ pub enum Front {
     Api,
     /// E2B's control plane under `/e2b`.
     E2b,
-    /// E2B's in-sandbox calls: the `E2b-Sandbox-Id` header or `49983-{id}.DOMAIN`.
+    /// E2B's in-sandbox calls: the `E2b-Sandbox-Id` header, `49983-{id}.DOMAIN`
+    /// or `49999-{id}.DOMAIN`.
     Envd,
     /// The prime gateway, `/gateway/…`.
     Gateway,
@@ -466,7 +467,7 @@ impl RateLimiter {
             let port = label
                 .split_once('-')
                 .and_then(|(port, _)| crate::proxy::parse_port_segment(port).ok());
-            return if port == Some(stockade_runtime::AGENT_PORT) {
+            return if port.is_some_and(crate::compat::envd::is_in_sandbox_port) {
                 Classified::early(Front::Envd, envd_credential(headers))
             } else {
                 Classified::early(Front::Proxy, proxy_credential(headers, uri))
@@ -1042,6 +1043,9 @@ mod tests {
             // Host form: a port, or the agent's port (E2B's envd).
             ("/api/v1/health", &[("host", "8080-abcdefabcdef.sandboxes.test"), ("e2b-traffic-access-token", "stkt_t")], Front::Proxy, true, Some("stkt_t")),
             ("/files", &[("host", "49983-abcdefabcdef.sandboxes.test:7433"), ("x-access-token", "stke_e")], Front::Envd, true, Some("stke_e")),
+            // The code interpreter's port: the agent too, and its traffic token counts.
+            ("/contexts", &[("host", "49999-abcdefabcdef.sandboxes.test"), ("e2b-traffic-access-token", "stkt_t")], Front::Envd, true, Some("stkt_t")),
+            ("/e2b/contexts", &[("e2b-sandbox-id", "abcdefabcdef"), ("e2b-sandbox-port", "49999"), ("e2b-traffic-access-token", "stkt_t")], Front::Envd, true, Some("stkt_t")),
             // The header form, whatever the path; an API key of the account wins.
             ("/e2b/files", &[("e2b-sandbox-id", "abcdefabcdef"), ("x-access-token", "stke_e"), ("x-api-key", "stk_k")], Front::Envd, true, Some("stk_k")),
             ("/e2b/files", &[("e2b-sandbox-id", "abcdefabcdef"), ("x-access-token", "stke_e"), ("authorization", "Basic dXNlcjo=")], Front::Envd, true, Some("stke_e")),

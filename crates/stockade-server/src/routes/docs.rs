@@ -84,6 +84,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(super::ports::PortsApi::openapi());
     doc.merge(logs::LogsApi::openapi());
     doc.merge(exec::ExecApi::openapi());
+    doc.merge(super::code::CodeApi::openapi());
     doc.merge(super::files::FilesApi::openapi());
     doc.merge(super::terminal::TerminalApi::openapi());
     doc.merge(super::teams::TeamsApi::openapi());
@@ -420,6 +421,7 @@ mod examples {
     pub const UPLOAD_ID: &str = "u2f8k4m9q7w3z6x1c5v8b2n4";
     pub const HOST_NAME: &str = "docker-2";
     pub const TOKEN_ID: &str = "k4t9w2m7q3x8";
+    pub const CONTEXT_ID: &str = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f";
     const CREATED: &str = "2026-01-15T09:30:00Z";
     const STARTED: &str = "2026-01-15T09:30:02Z";
 
@@ -429,6 +431,7 @@ mod examples {
             ("path", "id") if path.starts_with("/api/v1/snapshots/") => json!(SNAPSHOT_ID),
             ("path", "id") => json!(SANDBOX_ID),
             ("path", "pid") => json!(PROCESS_ID),
+            ("path", "context_id") => json!(CONTEXT_ID),
             ("path", "team_id") => json!(TEAM_ID),
             ("path", "account_id") => json!(ACCOUNT_ID),
             ("path", "token_id") => json!(TOKEN_ID),
@@ -445,6 +448,11 @@ mod examples {
             _ => return None,
         };
         Some(v)
+    }
+
+    /// A code context as the API shows it.
+    fn code_context() -> Value {
+        json!({"id": CONTEXT_ID, "language": "python", "cwd": "/tmp"})
     }
 
     /// A sandbox as the API shows it.
@@ -703,6 +711,20 @@ mod examples {
             op("post", "/api/v1/sandbox/{id}/processes/{pid}/wait").response(process("running")),
             op("delete", "/api/v1/sandbox/{id}/processes/{pid}").response(process("killed")),
             op("post", "/api/v1/sandbox/{id}/processes/{pid}/kill").response(process("killed")),
+            // The code interpreter.
+            op("post", "/api/v1/sandbox/{id}/code")
+                .request(json!({"code": "import os\nprint(os.environ['GREETING'])\nx = 21\nx * 2",
+                                "envVars": {"GREETING": "hello"}, "timeoutSeconds": 60}))
+                .response(json!({"results": [{"isMainResult": true, "text": "42"}],
+                                 "logs": {"stdout": ["hello\n"], "stderr": []}, "executionCount": 1}))
+                .text("event: executionCount\ndata: {\"executionCount\":1}\n\nevent: stdout\ndata: {\"text\":\"hello\\n\",\"timestamp\":\"2026-01-15T09:31:00.123456Z\"}\n\nevent: result\ndata: {\"isMainResult\":true,\"text\":\"42\"}\n\nevent: end\ndata: {\"unexpected\":false}\n\n"),
+            op("get", "/api/v1/sandbox/{id}/code/contexts").response(json!({"contexts": [code_context()]})),
+            op("post", "/api/v1/sandbox/{id}/code/contexts")
+                .request(json!({"language": "python", "cwd": "/tmp"}))
+                .response(code_context()),
+            op("delete", "/api/v1/sandbox/{id}/code/contexts/{context_id}"),
+            op("post", "/api/v1/sandbox/{id}/code/contexts/{context_id}/restart"),
+            op("post", "/api/v1/sandbox/{id}/code/contexts/{context_id}/interrupt"),
             op("get", "/api/v1/sandbox/{id}/terminal")
                 .headers(&[("Connection", "Upgrade"), ("Upgrade", "websocket"),
                            ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]),

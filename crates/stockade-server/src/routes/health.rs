@@ -395,6 +395,7 @@ pub async fn images_health(
                 name: name.clone(),
                 image: image.clone(),
                 present,
+                hint: (!present).then(|| preset_hint(name)).flatten(),
             })
     }));
     let (default, presets) = tokio::join!(default, presets);
@@ -405,6 +406,17 @@ pub async fn images_health(
         },
         presets: presets.into_iter().collect::<Result<_, _>>()?,
     })
+}
+
+/// How to get a preset's image that no registry has: the ones Stockade
+/// builds locally.
+fn preset_hint(name: &str) -> Option<String> {
+    match name {
+        "code-interpreter-v1" => {
+            Some("build it with scripts/build-image code-interpreter".to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// What `/health` (and the start banner) say while the default image is

@@ -7,6 +7,7 @@ use stockade_service::ServiceError;
 
 pub mod accounts;
 pub mod apidoc;
+pub mod code;
 pub mod dashboard;
 pub mod docs;
 pub mod exec;

@@ -10,6 +10,7 @@ mod cases;
 mod error_body;
 mod support;
 
+mod code;
 mod credentials;
 mod errors;
 mod idempotency;
