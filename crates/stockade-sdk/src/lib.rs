@@ -16,10 +16,12 @@
 //! ```
 //!
 //! Everything else hangs off [`Sandbox`] (commands, background processes,
-//! terminals, files and watches, logs, ports, snapshots, forks, updates) and
-//! [`Client`] (volumes, uploads, accounts, health). Dropping any future is
-//! safe: a dropped create is rolled back by the server, a dropped command
-//! stream kills its command, a dropped [`Terminal`] ends its process.
+//! terminals, code cells and their contexts, files and watches, logs,
+//! ports, snapshots, forks, updates) and [`Client`] (volumes, uploads,
+//! accounts, health). Dropping any future is safe: a dropped create is
+//! rolled back by the server, a dropped command stream kills its command,
+//! a dropped cell stream interrupts its cell, a dropped [`Terminal`] ends
+//! its process.
 #![forbid(unsafe_code)]
 
 /// Makes a type that wraps a boxed stream in its `inner` field a [`Stream`]
@@ -67,6 +69,7 @@ macro_rules! setters {
 
 mod admin;
 mod client;
+mod code;
 mod error;
 mod exec;
 mod files;
@@ -81,6 +84,7 @@ mod volumes;
 /// Bytes of file contents and archives.
 pub use bytes;
 pub use client::Client;
+pub use code::{CodeStream, RunCode, MAX_CODE_BYTES};
 pub use error::Error;
 pub use exec::{Command, CommandEvent, CommandExit, CommandOutput, CommandStream, Process};
 pub use files::{ByteStream, FileWatch, WatchEvent, WatchEventKind};
@@ -93,6 +97,10 @@ pub use sandbox::{
 };
 pub use snapshots::Snapshot;
 pub use stockade_api as api;
+/// A cell's outcome and events, and code contexts.
+pub use stockade_api::code::{
+    CodeContext, CodeError, CodeEvent, CodeLogs, CodeOutput, CodeResult, Execution,
+};
 pub use terminal::{Terminal, TerminalOptions, TerminalWriter, MAX_TERMINAL_SIDE};
 pub use tokio_util::sync::CancellationToken;
 

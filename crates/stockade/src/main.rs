@@ -5,6 +5,7 @@
 #[macro_use]
 mod output;
 mod cli;
+mod code;
 mod copy;
 mod exec;
 mod host;
@@ -32,6 +33,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
   stockade shell demo                            # an interactive shell (or `stockade exec -it demo -- CMD`)
   stockade cp ./src demo:/workspace/src
   stockade logs -f demo
+  stockade run-code demo analysis.py             # Python in the code interpreter; `stockade repl demo`: a session
   stockade ports demo expose 3000
   stockade ls --status running
   stockade stop demo && stockade start demo
@@ -151,6 +153,15 @@ enum Command {
     Kill(exec::KillArgs),
     /// Show (or follow) the output of a sandbox's main process.
     Logs(exec::LogsArgs),
+    /// Run a cell of code (Python by default) in a sandbox's code
+    /// interpreter: output streamed, the result printed, images saved.
+    RunCode(Box<code::RunCodeArgs>),
+    /// An interactive session (`In [n]:`) on a code context of a sandbox.
+    Repl(code::ReplArgs),
+    /// List, create, restart, interrupt and remove a sandbox's code
+    /// contexts (its Jupyter kernels).
+    #[command(subcommand)]
+    Code(code::CodeCommand),
     /// Copy files and directories to or from a sandbox (like docker cp).
     Cp(copy::CpArgs),
     /// Make directories, move paths and watch changes inside a sandbox.
@@ -364,6 +375,9 @@ fn main() -> ExitCode {
             Command::Ps(args) => exec::ps(&ctx, args).await,
             Command::Kill(args) => exec::kill(&ctx, args).await,
             Command::Logs(args) => exec::logs(&ctx, args).await,
+            Command::RunCode(args) => code::run_code(&ctx, *args).await,
+            Command::Repl(args) => code::repl(&ctx, args).await,
+            Command::Code(cmd) => code::code(&ctx, cmd).await,
             Command::Cp(args) => copy::cp(&ctx, args).await,
             Command::Files(cmd) => copy::files(&ctx, cmd).await,
             Command::Fork(args) => manage::fork(&ctx, args).await,

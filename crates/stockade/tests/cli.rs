@@ -7,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{image, instance_of, lines_of, shut_down, spawn_piped};
+use support::{code_image, image, instance_of, lines_of, shut_down, spawn_piped};
 
 struct Server {
     child: Child,
@@ -1100,6 +1100,13 @@ fn every_command_has_help_with_examples() {
         "health",
         "server",
         "completions",
+        "run-code",
+        "repl",
+        "code contexts",
+        "code create",
+        "code restart",
+        "code interrupt",
+        "code rm",
     ] {
         let mut args = words(cmd);
         args.push("--help");
@@ -1304,6 +1311,198 @@ fn errors_are_cli_sentences_printed_once_and_json_with_a_code() {
     );
     assert_eq!(err.matches("error:").count(), 1, "{err}");
     assert_cli_words(&err);
+}
+
+/// The code interpreter from the terminal: cells from files and stdin
+/// share their state, errors exit 1 with their traceback, plots are saved
+/// as files, `--json` prints the execution, a repl fed through a pipe runs
+/// its cells in one context, and contexts are listed, made, restarted and
+/// removed.
+#[test]
+fn run_code_repl_and_contexts_in_the_code_interpreter() {
+    let Some(code_image) = code_image() else {
+        return;
+    };
+    let cli = fresh_server("stk_cli_code_token_000001");
+    cli.create(&["--name", "nb", "--image", &code_image]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let cell = path("cell.py");
+    std::fs::write(&cell, "x = 21\nprint('set')\n").unwrap();
+
+    assert_eq!(cli.ok(&["run-code", "nb", &cell]), "set\n");
+    // From stdin (no file, or `-`), in the same context: x is still there.
+    let out = cli.run_with_stdin(&["run-code", "nb"], b"x * 2");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "42\n");
+    let out = cli.run_with_stdin(&["run-code", "nb", "-"], b"print('x is', x)\nx + 1");
+    assert_eq!(stdout_of(&out), "x is 21\n22\n");
+
+    // An error: exit code 1, the traceback on stderr without colours
+    // (stderr is not a terminal here), the output before it on stdout.
+    let out = cli.run_with_stdin(&["run-code", "nb"], b"print('before')\n1 / 0");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "before\n");
+    let err = stderr_of(&out);
+    assert!(err.contains("ZeroDivisionError"), "{err}");
+    assert!(err.contains("1 / 0"), "the traceback shows the line: {err}");
+    assert!(!err.contains('\u{1b}'), "colours are stripped: {err:?}");
+
+    // A plot is saved as a PNG in --out-dir, and its file named.
+    let plots = path("plots");
+    let plot = b"import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()";
+    let out = cli.run_with_stdin(&["run-code", "nb", "--out-dir", &plots], plot);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&plots)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let png = &files[0];
+    let name = png.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("result-") && name.ends_with("-1.png"),
+        "{name}"
+    );
+    assert!(
+        stdout_of(&out).contains(&png.display().to_string()),
+        "{}",
+        stdout_of(&out)
+    );
+    let bytes = std::fs::read(png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{:?}",
+        &bytes[..8.min(bytes.len())]
+    );
+
+    // --json: the collected execution; a cell that raised still exits 1.
+    let v = cli.json(&[
+        "run-code",
+        "nb",
+        "--json",
+        "-e",
+        "MODE=cli",
+        &write(&dir, "j.py", "import os\nprint(os.environ['MODE'])\nx * 3"),
+    ]);
+    assert_eq!(v["results"][0]["text"], "63", "{v}");
+    assert_eq!(v["results"][0]["isMainResult"], true, "{v}");
+    assert_eq!(v["logs"]["stdout"][0], "cli\n", "{v}");
+    let out = cli.run(&["run-code", "nb", "--json", &write(&dir, "e.py", "[][1]")]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["name"], "IndexError", "{v}");
+
+    // --timeout interrupts the cell; the context keeps its state.
+    let started = Instant::now();
+    let out = cli.run_with_stdin(
+        &["run-code", "nb", "--timeout", "1"],
+        b"import time\ntime.sleep(60)",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr_of(&out).contains("TimeoutError"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(
+        cli.run_with_stdin(&["run-code", "nb"], b"x").stdout,
+        b"21\n"
+    );
+
+    // A repl fed through a pipe: cells end at blank lines, share their
+    // variables, and no prompts are printed; its context is removed after.
+    let before = cli.json(&["code", "contexts", "nb", "--json"]);
+    let session = b"y = 2\n\nprint(y * 21)\n\ndef f(a):\n    return a + y\n\nf(1)\n\n1 / 0\n\ny\n";
+    let out = cli.run_with_stdin(&["repl", "nb"], session);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(
+        stdout_of(&out),
+        "42\n3\n2\n",
+        "an error does not end the session"
+    );
+    assert!(
+        stderr_of(&out).contains("ZeroDivisionError"),
+        "{}",
+        stderr_of(&out)
+    );
+    let after = cli.json(&["code", "contexts", "nb", "--json"]);
+    assert_eq!(before, after, "the repl's own context is gone");
+    let out = cli.run_with_stdin(&["repl", "nb"], b"x\n");
+    assert_eq!(
+        stdout_of(&out),
+        "",
+        "a repl has a context of its own, not run-code's: {}",
+        stderr_of(&out)
+    );
+    assert!(stderr_of(&out).contains("NameError"), "{}", stderr_of(&out));
+
+    // Contexts: listed, made with a directory, restarted, removed.
+    let listed = cli.json(&["code", "contexts", "nb", "--json"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["language"] == "python"),
+        "{listed}"
+    );
+    let table = cli.ok(&["code", "contexts", "nb"]);
+    assert!(
+        table.contains("LANGUAGE") && table.contains("python"),
+        "{table}"
+    );
+    let made = cli.json(&["code", "create", "nb", "--cwd", "/tmp", "--json"]);
+    let id = made["id"].as_str().unwrap().to_owned();
+    assert_eq!(made["cwd"], "/tmp");
+    let in_ctx = |code: &[u8]| cli.run_with_stdin(&["run-code", "nb", "--context", &id], code);
+    assert_eq!(
+        stdout_of(&in_ctx(b"import os\nz = 1\nos.getcwd()")),
+        "/tmp\n"
+    );
+    assert!(cli
+        .ok(&["code", "restart", "nb", &id])
+        .contains("Restarted"));
+    let out = in_ctx(b"z");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_of(&out).contains("NameError"), "{}", stderr_of(&out));
+    assert_eq!(
+        cli.ok(&["code", "rm", "nb", &id]),
+        format!("{id}: removed\n")
+    );
+    assert!(!cli.ok(&["code", "contexts", "nb"]).contains(&id));
+    let err = stderr_of(&in_ctx(b"1"));
+    assert!(
+        err.contains(&id) && err.contains("`stockade code contexts nb`"),
+        "{err}"
+    );
+    assert_cli_words(&err);
+
+    // Flags checked before any request, and a sandbox without kernels.
+    let err = cli.fails(&[
+        "run-code",
+        "nb",
+        "--language",
+        "python",
+        "--context",
+        &id,
+        &cell,
+    ]);
+    assert!(err.contains("--context"), "{err}");
+    let err = cli.fails(&["run-code", "nb", "-e", "NOEQUALS", &cell]);
+    assert!(err.contains("KEY=VALUE"), "{err}");
+    cli.create(&["--name", "plain"]);
+    let err = stderr_of(&cli.run_with_stdin(&["run-code", "plain"], b"1"));
+    assert!(err.contains("code-interpreter"), "{err}");
+    assert_cli_words(&err);
+}
+
+/// Writes `text` to the file `name` in `dir`: its path.
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod code;
 mod exec;
 mod files;
 mod lifecycle;

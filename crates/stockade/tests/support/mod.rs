@@ -221,3 +221,24 @@ pub fn lines_of(stdout: impl std::io::Read + Send + 'static) -> std::sync::mpsc:
     });
     rx
 }
+
+/// The code-interpreter image (`STOCKADE_TEST_IMAGE_CODE`, else the local
+/// `stockade-code-interpreter:latest`); `None`, with a line saying the test
+/// is skipped, when the variable is unset and the image is not built.
+pub fn code_image() -> Option<String> {
+    if let Ok(image) = std::env::var("STOCKADE_TEST_IMAGE_CODE") {
+        return Some(image);
+    }
+    let image = "stockade-code-interpreter:latest";
+    let present = Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        eprintln!(
+            "skipped: no {image} (build it with `scripts/build-image code-interpreter`, \
+             or set STOCKADE_TEST_IMAGE_CODE)"
+        );
+    }
+    present.then(|| image.to_owned())
+}
