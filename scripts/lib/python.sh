@@ -7,7 +7,8 @@
 #
 # The virtualenvs live under $STOCKADE_PY_CACHE (default /var/cache/stockade-py):
 # e2b-pinned, prime-pinned (the versions in tests/compat/requirements/*-pinned.txt)
-# and e2b-newest, prime-newest (the newest releases on PyPI). e2b and
+# and e2b-newest, prime-newest (the newest releases on PyPI). The e2b ones also
+# hold E2B's code-interpreter SDK (e2b-code-interpreter), which builds on e2b. e2b and
 # prime-sandboxes pin incompatible versions of connectrpc, so each SDK has a
 # virtualenv of its own. A virtualenv is reused while its requirements file is
 # unchanged; the newest ones are upgraded once a day. Without network access an
@@ -22,8 +23,8 @@
 # virtualenv gets its own pip from ensurepip. Without apt-get or root the
 # error names the package to install. STOCKADE_PYTHON picks another
 # interpreter (then nothing is installed for it but its -venv package).
-# node and npm (the one TypeScript smoke test) are optional and never
-# installed: without them that test is skipped and the summary says so.
+# node and npm (the TypeScript smoke tests) are optional and never
+# installed: without them those tests are skipped and the summary says so.
 
 STOCKADE_PY_CACHE=${STOCKADE_PY_CACHE:-/var/cache/stockade-py}
 
@@ -176,21 +177,23 @@ ensure_compat_venvs() {
     return 0
 }
 
-# ensure_compat_node — E2B's TypeScript SDK (npm `e2b`, the version in
-# tests/compat/ts/package.json) under $STOCKADE_PY_CACHE/node-e2b for the one
-# TypeScript smoke test, installed once and reused. Optional: without node
-# and npm, or without network on the first run, that test is skipped.
+# ensure_compat_node — E2B's TypeScript SDKs (npm `e2b` and
+# `@e2b/code-interpreter`, the versions in tests/compat/ts/package.json) under
+# $STOCKADE_PY_CACHE/node-e2b for the TypeScript smoke tests, installed once
+# and reused. Optional: without node and npm, or without network on the first
+# run, those tests are skipped.
 ensure_compat_node() {
     local pkg dir want stamp log
     pkg="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tests/compat/ts/package.json"
     dir="$STOCKADE_PY_CACHE/node-e2b"
     stamp="$dir/.stockade-package"
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-        _py_err "node or npm not found: the TypeScript smoke test is skipped"
+        _py_err "node or npm not found: the TypeScript smoke tests are skipped"
         return 0
     fi
     want=$(sha256sum "$pkg" | cut -d' ' -f1)
-    if [ -d "$dir/node_modules/e2b" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    if [ -d "$dir/node_modules/e2b" ] && [ -d "$dir/node_modules/@e2b/code-interpreter" ] &&
+        [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return 0
     fi
     mkdir -p "$dir" || return 0
@@ -199,7 +202,7 @@ ensure_compat_node() {
     if (cd "$dir" && npm install --no-audit --no-fund --no-package-lock >"$log" 2>&1); then
         printf '%s\n' "$want" >"$stamp"
     else
-        _py_err "npm install of E2B's TypeScript SDK failed; the TypeScript smoke test is skipped:"
+        _py_err "npm install of E2B's TypeScript SDKs failed; the TypeScript smoke tests are skipped:"
         sed 's/^/    /' "$log" | tail -n 5 >&2
     fi
     rm -f "$log"

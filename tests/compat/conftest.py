@@ -6,15 +6,16 @@ import contextlib
 import importlib.metadata
 import os
 import secrets
+import subprocess
 
 import pytest
 
-from stockade_server import PROXY_DOMAIN, start_server, stop_server
+from stockade_server import CODE_INTERPRETER_IMAGE, PROXY_DOMAIN, start_server, stop_server
 
 
 def pytest_report_header(config):
     versions = []
-    for dist in ("e2b", "prime-sandboxes"):
+    for dist in ("e2b", "e2b-code-interpreter", "prime-sandboxes"):
         try:
             versions.append(f"{dist}=={importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
@@ -85,3 +86,21 @@ def prime_env(stockade, tmp_path_factory):
 @pytest.fixture(scope="session")
 def proxy_domain(stockade):
     return f"{PROXY_DOMAIN}:{stockade.port}"
+
+
+@pytest.fixture(scope="session")
+def code_interpreter_image():
+    """The image of the runtime preset `code-interpreter-v1` (the
+    code-interpreter SDKs' default template) must be in Docker: no registry
+    has it, so without it those sandboxes cannot start."""
+    r = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", CODE_INTERPRETER_IMAGE],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        pytest.fail(
+            f"{CODE_INTERPRETER_IMAGE} is not in Docker: build it with "
+            f"`scripts/build-image code-interpreter` ({r.stderr.strip()})"
+        )
+    return CODE_INTERPRETER_IMAGE

@@ -27,13 +27,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 SUITES = {
-    "e2b": ["test_e2b.py", "test_e2b_isolation.py", "test_e2b_network.py"],
+    "e2b": [
+        "test_e2b.py",
+        "test_e2b_isolation.py",
+        "test_e2b_network.py",
+        "test_code_interpreter.py",
+    ],
     "prime": ["test_prime.py"],
 }
 # Run once, with the pinned e2b SDK: the benchmark and the TypeScript smoke
-# test (which does not use the Python SDK).
+# tests (which do not use the Python SDKs).
 BENCH = "test_e2b_bench.py"
-PINNED_ONLY = {"e2b": [BENCH, "test_e2b_ts.py"]}
+TS_TESTS = {"test_e2b_ts": "e2b", "test_code_interpreter_ts": "@e2b/code-interpreter"}
+PINNED_ONLY = {"e2b": [BENCH, *(f"{t}.py" for t in TS_TESTS)]}
+# The distributions whose versions a run reports; the e2b virtualenvs also
+# hold E2B's code-interpreter SDK, which builds on e2b.
+DISTS = {"e2b": ["e2b", "e2b-code-interpreter"], "prime": ["prime-sandboxes"]}
 
 
 def sdk_version(python: Path, dist: str) -> str:
@@ -73,7 +82,8 @@ def run(sdk: str, variant: str, venvs: Path, junit_dir: Path, extra: list, bench
         env.setdefault("STOCKADE_COMPAT_BENCH_OUT", str(junit_dir / "bench.json"))
     dist = "e2b" if sdk == "e2b" else "prime-sandboxes"
     version = sdk_version(python, dist)
-    print(f"\n==> {dist} {version} ({variant})", flush=True)
+    also = "".join(f", {d} {sdk_version(python, d)}" for d in DISTS[sdk][1:])
+    print(f"\n==> {dist} {version}{also} ({variant})", flush=True)
     cmd = [
         str(python),
         "-m",
@@ -107,13 +117,12 @@ def main() -> int:
 def report(a, junit_dir: Path) -> int:
     """Runs the suites, writing their JUnit files to `junit_dir`, and prints
     the summary; the exit status of the whole run."""
-    modules = os.environ.get("STOCKADE_COMPAT_NODE_MODULES")
-    pkg = Path(modules) / "e2b" / "package.json" if modules else None
-    npm_e2b = json.loads(pkg.read_text())["version"] if pkg and pkg.exists() else None
-    if npm_e2b:
-        print(f"==> npm e2b {npm_e2b} (TypeScript smoke test)")
-    else:
-        print("==> npm e2b not installed: the TypeScript smoke test is skipped")
+    npm = {package: npm_version(package) for package in TS_TESTS.values()}
+    for package, version in npm.items():
+        if version:
+            print(f"==> npm {package} {version} (TypeScript smoke test)")
+        else:
+            print(f"==> npm {package} not installed: its TypeScript smoke test is skipped")
 
     results = {}
     for sdk in SUITES:
@@ -172,7 +181,8 @@ def report(a, junit_dir: Path) -> int:
                 print(f"  {t}: pinned {pinned.get(t, 'absent')}, newest {newest.get(t, 'absent')}")
         else:
             print(f"{dist}: the newest SDK gives the same outcomes as the pinned one")
-    print(typescript_line(results.get(("e2b", "pinned"), (None, {}))[1], npm_e2b))
+    for test, package in TS_TESTS.items():
+        print(typescript_line(results.get(("e2b", "pinned"), (None, {}))[1], test, package, npm[package]))
     bench = junit_dir / "bench.json"
     if bench.exists():
         print("benchmark figures:")
@@ -180,18 +190,23 @@ def report(a, junit_dir: Path) -> int:
     return status
 
 
-def typescript_line(pinned: dict, npm_e2b) -> str:
-    """The summary's line on the TypeScript smoke test, which is optional:
+def npm_version(package: str):
+    """The version of an npm package in STOCKADE_COMPAT_NODE_MODULES, or None."""
+    modules = os.environ.get("STOCKADE_COMPAT_NODE_MODULES")
+    pkg = Path(modules) / package / "package.json" if modules else None
+    return json.loads(pkg.read_text())["version"] if pkg and pkg.exists() else None
+
+
+def typescript_line(pinned: dict, test: str, package: str, version) -> str:
+    """The summary's line on one TypeScript smoke test, which is optional:
     without node, npm or the npm package it is skipped, and this says so."""
-    outcome = next(
-        (o for t, o in pinned.items() if t.startswith("test_e2b_ts::")), "not run"
-    )
-    if outcome == "skipped" or npm_e2b is None:
+    outcome = next((o for t, o in pinned.items() if t.startswith(f"{test}::")), "not run")
+    if outcome == "skipped" or version is None:
         return (
-            "TypeScript smoke test: skipped (optional; needs node 20 and npm, which "
-            "scripts/lib/python.sh does not install)"
+            f"TypeScript smoke test (npm {package}): skipped (optional; needs node 20 and npm, "
+            "which scripts/lib/python.sh does not install)"
         )
-    return f"TypeScript smoke test (npm e2b {npm_e2b}): {outcome}"
+    return f"TypeScript smoke test (npm {package} {version}): {outcome}"
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PROXY_DOMAIN = "sandboxes.localhost"
+# The image of the runtime preset `code-interpreter-v1`, which E2B's
+# code-interpreter SDKs create by default (scripts/build-image code-interpreter).
+CODE_INTERPRETER_IMAGE = "stockade-code-interpreter:latest"
 
 
 def _binary() -> Path:
