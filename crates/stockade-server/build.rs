@@ -14,6 +14,8 @@ const EMBEDDED: &[&str] = &[
     "@xterm/addon-fit/lib/addon-fit.mjs",
     "marked/lib/marked.umd.js",
     "dompurify/dist/purify.min.js",
+    "dompurify/dist/purify.es.mjs",
+    "marked/lib/marked.esm.js",
 ];
 
 fn main() {

@@ -12,3 +12,4 @@ import './suite/url.mjs';
 import './suite/readable.mjs';
 import './suite/limits.mjs';
 import './suite/credentials.mjs';
+import './suite/notebook.mjs';

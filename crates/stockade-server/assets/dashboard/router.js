@@ -3,14 +3,16 @@
 //
 //   #/                                   the sandbox list
 //   #/new?snapshot=ID | ?sandbox=ID      the create form (optionally with a source)
-//   #/sandbox/ID/terminal | commands     the console, in either mode
+//   #/sandbox/ID/terminal | commands     the console, in one of its modes
+//   #/sandbox/ID/notebook?python=CTX     … or as a notebook, with the ids of its
+//                                        code contexts by language
 //   #/sandbox/ID/files/workspace/src     the file browser at a path
 //   #/sandbox/ID/details | logs | snapshots
 //   #/snapshots  #/volumes  #/admin/accounts  #/admin/teams
 //
 // `?show=terminated` on any of them lists terminated sandboxes.
 
-export const SANDBOX_TABS = ['terminal', 'commands', 'files', 'details', 'logs', 'snapshots'];
+export const SANDBOX_TABS = ['terminal', 'commands', 'notebook', 'files', 'details', 'logs', 'snapshots'];
 
 /** The route a hash stands for. */
 export function parse(hash) {

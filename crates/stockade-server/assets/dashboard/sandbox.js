@@ -12,6 +12,7 @@ import { go, here } from './router.js';
 import * as sidebar from './list.js';
 import { terminal } from './terminal.js';
 import { commands } from './commands.js';
+import { notebook } from './notebook.js';
 import { files } from './files.js';
 import { details, sample } from './details.js';
 import { logs } from './logs.js';
@@ -34,26 +35,33 @@ function newView(id) {
   return v;
 }
 
-// ---------- the console tab: terminal or one command at a time ----------
+// ---------- the console tab: terminal, one command at a time, or notebook ----------
 
-const modes = { terminal, commands };
+const modes = { terminal, commands, notebook };
+const MODES = Object.keys(modes);
 const consolePanel = {
   mode: null,
+  /** The mode shown last, which the console tab comes back to. */
+  last: null,
   enter(v, route) { this.route(v, route); },
   route(v, route) {
-    const mode = route.tab === 'commands' ? 'commands' : 'terminal';
-    if (mode === this.mode) return;
+    const mode = MODES.includes(route.tab) ? route.tab : 'terminal';
+    if (mode === this.mode) {
+      if (modes[mode].route) modes[mode].route(v, route);
+      return;
+    }
     if (this.mode) modes[this.mode].leave();
     this.mode = mode;
-    $('mode-terminal').setAttribute('aria-pressed', String(mode === 'terminal'));
-    $('mode-commands').setAttribute('aria-pressed', String(mode === 'commands'));
-    $('terminal-pane').hidden = mode !== 'terminal';
-    $('commands-pane').hidden = mode !== 'commands';
-    modes[mode].enter(v);
+    for (const m of MODES) {
+      $(`mode-${m}`).setAttribute('aria-pressed', String(m === mode));
+      $(`${m}-pane`).hidden = m !== mode;
+    }
+    modes[mode].enter(v, route);
   },
   record(v) { if (this.mode) modes[this.mode].record(v); },
   leave() {
     if (this.mode) modes[this.mode].leave();
+    this.last = this.mode;
     this.mode = null;
   },
 };
@@ -67,11 +75,12 @@ terminal.onUnsupported = () => {
 
 $('mode-terminal').addEventListener('click', () => { if (view) go({ page: 'sandbox', id: view.id, tab: 'terminal' }); });
 $('mode-commands').addEventListener('click', () => { if (view) go({ page: 'sandbox', id: view.id, tab: 'commands' }); });
+$('mode-notebook').addEventListener('click', () => { if (view) go({ page: 'sandbox', id: view.id, tab: 'notebook' }); });
 
 const panels = { console: consolePanel, files, details, logs, snapshots: snapshotsPanel };
 
 function tabOf(routeTab) {
-  return routeTab === 'terminal' || routeTab === 'commands' || !routeTab ? 'console' : routeTab;
+  return MODES.includes(routeTab) || !routeTab ? 'console' : routeTab;
 }
 
 // ---------- showing a sandbox ----------
@@ -148,6 +157,7 @@ function gone(v, sb) {
 export function forget(id) {
   terminal.forget(id);
   commands.forget(id);
+  notebook.forget(id);
   files.forget(id);
 }
 
@@ -293,7 +303,7 @@ $('delete-dialog').addEventListener('close', async () => {
 for (const t of TABS) {
   $(`tab-${t}`).addEventListener('click', () => {
     if (!view) return;
-    go({ page: 'sandbox', id: view.id, tab: t === 'console' ? (consolePanel.mode || preferredMode) : t });
+    go({ page: 'sandbox', id: view.id, tab: t === 'console' ? (consolePanel.mode || consolePanel.last || preferredMode) : t });
   });
 }
 document.querySelector('#page-sandbox .tabs').addEventListener('keydown', (e) => {
@@ -314,4 +324,5 @@ document.querySelector('#page-sandbox .tabs').addEventListener('keydown', (e) =>
 export function closeAll() {
   hideSandbox();
   terminal.closeAll();
+  notebook.closeAll();
 }

@@ -1,7 +1,7 @@
 //! The web dashboard: plain HTML, CSS and JavaScript modules
-//! embedded in the binary, with xterm.js from npm (fetched at build time by
-//! `build.rs`), so it works offline with no toolchain at run time and loads
-//! nothing from anywhere but this server.
+//! embedded in the binary, with xterm.js, DOMPurify and marked from npm
+//! (fetched at build time by `build.rs`), so it works offline with no
+//! toolchain at run time and loads nothing from anywhere but this server.
 
 use axum::extract::Path;
 use axum::http::{header, HeaderMap};
@@ -71,6 +71,7 @@ const FILES: &[(&str, &[u8], &str)] = &[
     own!("sandbox.js", JS),
     own!("terminal.js", JS),
     own!("commands.js", JS),
+    own!("notebook.js", JS),
     own!("files.js", JS),
     own!("details.js", JS),
     own!("chart.js", JS),
@@ -82,6 +83,8 @@ const FILES: &[(&str, &[u8], &str)] = &[
     vendored!("xterm.mjs", "@xterm/xterm/lib/xterm.mjs", JS),
     vendored!("xterm.css", "@xterm/xterm/css/xterm.css", CSS),
     vendored!("addon-fit.mjs", "@xterm/addon-fit/lib/addon-fit.mjs", JS),
+    vendored!("purify.mjs", "dompurify/dist/purify.es.mjs", JS),
+    vendored!("marked.mjs", "marked/lib/marked.esm.js", JS),
 ];
 
 const INDEX: &str = include_str!("../../assets/dashboard/index.html");
@@ -196,5 +199,10 @@ mod tests {
             .find(|(n, _, _)| *n == "addon-fit.mjs")
             .unwrap();
         assert!(std::str::from_utf8(fit).unwrap().contains("as FitAddon"));
+        let (_, purify, _) = FILES.iter().find(|(n, _, _)| *n == "purify.mjs").unwrap();
+        let purify = std::str::from_utf8(purify).unwrap();
+        assert!(purify.contains("DOMPurify") && purify.contains("as default"));
+        let (_, marked, _) = FILES.iter().find(|(n, _, _)| *n == "marked.mjs").unwrap();
+        assert!(std::str::from_utf8(marked).unwrap().contains("as marked"));
     }
 }
