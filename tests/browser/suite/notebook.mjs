@@ -239,14 +239,36 @@ test('cells run in the sandbox\'s kernels and show every kind of output', { time
   assert.equal(await run(page, 9, '[1, 2, 3].map((n) => n * 2)', { language: 'javascript', timeout: 120000 }), '[ 2, 4, 6 ]');
   await at(page, /[?&]javascript=[0-9a-f-]{8,}/);
 
+  // Markdown is rendered, SVG drawn, JSON pretty-printed, a
+  // JPEG shown as a data URL.
+  await run(page, 10, [
+    'import io',
+    'from IPython.display import JSON, SVG, Image, Markdown, display',
+    'from PIL import Image as Picture',
+    'display(Markdown("## Sum\\n\\n*x* is **21**"))',
+    'display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="20" height="20"><circle id="nb-dot" cx="10" cy="10" r="8"/></svg>\'))',
+    'display(JSON({"answer": 42, "list": [1, 2]}))',
+    'buf = io.BytesIO()',
+    'Picture.new("RGB", (16, 8), "red").save(buf, "JPEG")',
+    'display(Image(data=buf.getvalue(), format="jpeg"))',
+  ].join('\n'));
+  const rich = cell(page, 10).locator('.cell-out');
+  assert.equal(await rich.locator('.result[data-kind="markdown"] h2').textContent(), 'Sum');
+  assert.equal(await rich.locator('.result[data-kind="markdown"] strong').textContent(), '21');
+  assert.equal(await rich.locator('.result[data-kind="svg"] svg circle#nb-dot').count(), 1);
+  assert.deepEqual(JSON.parse(await rich.locator('.result[data-kind="json"] pre').textContent()), { answer: 42, list: [1, 2] });
+  const jpeg = rich.locator('.result[data-kind="jpeg"] img');
+  assert.match(await jpeg.getAttribute('src'), /^data:image\/jpeg;base64,\/9j\//);
+  assert.ok(await jpeg.evaluate((i) => i.complete && i.naturalWidth === 16), 'the JPEG decodes');
+
   // Restart: the variables are gone.
   await page.click('#notebook-restart');
   await page.click('#prompt-confirm');
   await page.waitForFunction(() => /Restarted/.test(document.querySelector('#notebook-status').textContent), null, { timeout: 60000 });
-  await run(page, 10, 'x', { timeout: 90000 });
-  const gone = cell(page, 10).locator('.cell-error[data-error="NameError"]');
+  await run(page, 11, 'x', { timeout: 90000 });
+  const gone = cell(page, 11).locator('.cell-error[data-error="NameError"]');
   assert.match(await gone.locator('.error-head').textContent(), /name 'x' is not defined/);
-  assert.equal(await countOf(page, 10), '[1]');
+  assert.equal(await countOf(page, 11), '[1]');
   assert.equal(new URL(page.url()).hash.split('python=')[1].split('&')[0], contextId, 'the same context, restarted');
   await shot(page, '92-notebook-restarted');
 
