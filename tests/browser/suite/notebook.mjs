@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { api, createSandbox, signedInPage, done, shot, routeMissing } from '../lib/harness.mjs';
+import { api, createSandbox, signedInPage, done, shot, routeMissing, assertNoOverflow } from '../lib/harness.mjs';
 
 const codeImage = process.env.STOCKADE_TEST_IMAGE_CODE;
 
@@ -175,6 +175,11 @@ test('cells run in the sandbox\'s kernels and show every kind of output', { time
   assert.deepEqual(await table.locator('tbody td').evaluateAll((tds) => tds.map((d) => d.textContent.trim())), ['cat', '4', 'dog', '4']);
   assert.equal(await cell(page, 4).locator('.cell-out style').count(), 0, 'no stylesheet of the output restyles the page');
   await shot(page, '91-notebook-outputs');
+  // On a phone the outputs scroll in their own boxes, never the page.
+  await page.setViewportSize({ width: 380, height: 800 });
+  await assertNoOverflow(page, 'the notebook at 380 px');
+  await shot(page, '91-notebook-narrow');
+  await page.setViewportSize({ width: 1280, height: 860 });
 
   // HTML from the kernel is sanitised: handlers, scripts and javascript:
   // links are gone and never run, the harmless markup stays. On a page of
