@@ -152,6 +152,18 @@ impl Api {
         ))
     }
 
+    /// Runs the cell `code` in the default Python context (buffered);
+    /// returns the execution (`results`, `logs`, `error`, `executionCount`).
+    pub async fn run_code(&self, id: &str, code: &str) -> anyhow::Result<Value> {
+        self.call(
+            Method::POST,
+            &format!("/api/v1/sandbox/{id}/code"),
+            Some(json!({ "code": code })),
+            StatusCode::OK,
+        )
+        .await
+    }
+
     /// Runs the shell command line `cmd`; returns the exit code, stdout and
     /// stderr together, and the run time the server reports (`durationMs`).
     pub async fn exec_shell(&self, id: &str, cmd: &str) -> anyhow::Result<(i64, String, f64)> {

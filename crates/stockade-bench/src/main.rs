@@ -1,11 +1,12 @@
 //! `stockade-bench`: starts a Stockade server in this process (fresh
 //! database, real Docker) and, in the same run, measures each scenario of
 //! the API and the sandbox lifecycle — and those of the in-sandbox agent (exec, terminal, memory,
-//! warm create → first command), of gVisor, of egress policies and of
-//! several Docker hosts — through Stockade's HTTP API and through a
-//! baseline: the Docker Engine API directly with the same container
-//! settings (or, for gVisor, Stockade under runc; for egress policies,
-//! Stockade with `allow-all`; for several hosts, the own host alone). Writes
+//! warm create → first command), of the code interpreter, of gVisor, of
+//! egress policies and of several Docker hosts — through Stockade's HTTP
+//! API and through a baseline: the Docker Engine API directly with the
+//! same container settings (or, for gVisor, Stockade under runc; for
+//! egress policies, Stockade with `allow-all`; for several hosts, the own
+//! host alone; for code cells, an exec round trip in the same sandbox). Writes
 //! `results.json` and `results.md`; never fails because of a ratio, only
 //! when something breaks.
 #![forbid(unsafe_code)]
@@ -46,6 +47,14 @@ pub struct Cli {
         default_value = "stockade-test-base:latest"
     )]
     pub image: String,
+    /// Image of the code-interpreter scenario (skipped when it is not
+    /// present; `scripts/build-image code-interpreter` builds it).
+    #[arg(
+        long,
+        env = "STOCKADE_BENCH_IMAGE_CODE",
+        default_value = "stockade-code-interpreter:latest"
+    )]
+    pub code_image: String,
     /// The Docker engine.
     #[arg(
         long,
@@ -66,6 +75,14 @@ pub struct Cli {
     /// Creates at once (default 20; quick 8).
     #[arg(long)]
     pub burst: Option<usize>,
+    /// Code interpreter: warm cells timed, and as many exec round trips
+    /// (default 200; quick 20).
+    #[arg(long)]
+    pub code_cells: Option<usize>,
+    /// Code interpreter: sandboxes created, each timed to its first cell
+    /// (default 5; quick 2).
+    #[arg(long)]
+    pub code_creates: Option<usize>,
     /// Rounds of creates at once (default 3; quick 1).
     #[arg(long)]
     pub bursts: Option<usize>,
@@ -135,8 +152,8 @@ pub struct Cli {
     #[arg(long)]
     pub host_bursts: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
-    /// postgres, create, exec, burst, stop, logs, warm, terminal, gvisor,
-    /// egress, hosts.
+    /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
+    /// gvisor, egress, hosts.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -151,6 +168,8 @@ pub struct Plan {
     pub burst: usize,
     pub bursts: usize,
     pub execs: usize,
+    pub code_cells: usize,
+    pub code_creates: usize,
     pub records: usize,
     pub lists: usize,
     pub log_bytes: u64,
@@ -192,6 +211,8 @@ impl Plan {
             burst: at_least_one(cli.burst, 20, 8),
             bursts: at_least_one(cli.bursts, 3, 1),
             execs: at_least_one(cli.execs, 200, 20),
+            code_cells: at_least_one(cli.code_cells, 200, 20),
+            code_creates: at_least_one(cli.code_creates, 5, 2),
             records: pick(cli.records, 10_000, 1_000),
             lists: at_least_one(cli.lists, 200, 20),
             log_bytes: cli.log_mb.unwrap_or(if q { 2 } else { 100 }).max(1) * 1_000_000,
@@ -218,9 +239,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 13] = [
+const GROUPS: [&str; 14] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "gvisor", "egress", "hosts",
+    "code", "gvisor", "egress", "hosts",
 ];
 
 fn main() -> ExitCode {

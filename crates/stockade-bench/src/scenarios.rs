@@ -23,6 +23,7 @@ use crate::raw::{Raw, RawSandbox};
 use crate::report::{Better, Environment, Report, Row, Target};
 use crate::{Cli, Plan};
 
+mod code;
 mod hosts;
 
 /// Records of the list scenario are on a server name no Docker host has,
@@ -84,6 +85,8 @@ const TERMINAL_WAIT: Duration = Duration::from_secs(15);
 struct Bench {
     plan: Plan,
     cli_image: String,
+    /// The code-interpreter image of the code scenario.
+    code_image: String,
     docker_host: String,
     postgres: Option<String>,
     defaults: Defaults,
@@ -160,6 +163,7 @@ pub async fn run(cli: &Cli, plan: Plan) -> anyhow::Result<Report> {
     let mut bench = Bench {
         plan,
         cli_image: cli.image.clone(),
+        code_image: cli.code_image.clone(),
         docker_host: cli.docker_host.clone(),
         postgres,
         defaults,
@@ -287,8 +291,8 @@ impl Bench {
         self.warm_up().await?;
         // Every scenario the plan runs, in this order.
         for scenario in [
-            "api", "lists", "postgres", "create", "exec", "terminal", "burst", "stop", "logs",
-            "warm", "gvisor", "egress", "hosts",
+            "api", "lists", "postgres", "create", "exec", "terminal", "code", "burst", "stop",
+            "logs", "warm", "gvisor", "egress", "hosts",
         ] {
             if !self.plan.runs(scenario) {
                 continue;
@@ -313,6 +317,7 @@ impl Bench {
                     self.ensure_pair().await?;
                     self.terminal().await?;
                 }
+                "code" => self.code().await?,
                 "burst" => self.bursts().await?,
                 "stop" => self.stop_and_destroy().await?,
                 "logs" => self.logs().await?,

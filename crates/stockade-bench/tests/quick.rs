@@ -1,5 +1,6 @@
 //! The benchmark in its quick mode, as CI runs it: every scenario runs
 //! (gVisor's when the engine has `runsc`, as scripts/test registers it;
+//! the code interpreter's when its image is built;
 //! three hosts against one when scripts/test's engines h2 and h3 are set),
 //! results.json and results.md are written, and nothing it made is left in
 //! Docker. Ratios are reported, never asserted (timings here are noisy).
@@ -27,10 +28,13 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
     let out = tempfile::tempdir().unwrap();
     let image =
         std::env::var("STOCKADE_TEST_IMAGE").unwrap_or_else(|_| "stockade-test-base:latest".into());
+    let code_image = std::env::var("STOCKADE_TEST_IMAGE_CODE")
+        .unwrap_or_else(|_| "stockade-code-interpreter:latest".into());
     let mut child = Command::new(env!("CARGO_BIN_EXE_stockade-bench"))
         .args(["--quick", "--out"])
         .arg(out.path())
         .env("STOCKADE_BENCH_IMAGE", &image)
+        .env("STOCKADE_BENCH_IMAGE_CODE", &code_image)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -102,6 +106,15 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
     } else {
         expected.extend(["egress_http_name", "egress_http_cidr", "egress_create"]);
     }
+    // The code interpreter needs its image; without it a note says so.
+    if image_present(&code_image) {
+        expected.extend(["code_first", "code", "code_kernel_rss"]);
+    } else {
+        assert!(
+            notes.contains("The code interpreter was not measured"),
+            "{notes}"
+        );
+    }
     if runsc_usable() {
         expected.extend(["create_runsc", "exec_runsc"]);
     } else {
@@ -149,6 +162,20 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         .as_f64()
         .unwrap();
     assert!((0.1..64.0).contains(&rss), "agent VmRSS {rss} MiB");
+    if image_present(&code_image) {
+        assert_eq!(target_of("code_first"), "p50 ≤ 1000 ms");
+        assert_eq!(target_of("code"), "p50 ≤ 5 ms");
+        let row = rows.iter().find(|r| r["id"] == "code").unwrap();
+        assert_eq!(
+            row["baseline"], "exec round trip in the same sandbox",
+            "{row}"
+        );
+        // A Python kernel holds tens of MiB, not a few kB or gigabytes.
+        let rss = rows.iter().find(|r| r["id"] == "code_kernel_rss").unwrap()["stockade"]["p50"]
+            .as_f64()
+            .unwrap();
+        assert!((5.0..1024.0).contains(&rss), "kernel VmRSS {rss} MiB");
+    }
     if runsc_usable() {
         let row = rows.iter().find(|r| r["id"] == "create_runsc").unwrap();
         assert_eq!(row["baseline"], "Stockade under runc", "{row}");
@@ -224,6 +251,14 @@ fn egress_possible() -> bool {
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
     root && ok("ip", "-V") && ok("python3", "-V")
+}
+
+/// Whether the engine holds `image`.
+fn image_present(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Whether the engine has a usable `runsc` (as scripts/lib/runsc.sh leaves it).

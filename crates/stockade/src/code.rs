@@ -662,7 +662,7 @@ impl Session<'_> {
         let text = if first {
             format!("In [{n}]: ")
         } else {
-            format!("{}...: ", " ".repeat(n.len() + 3))
+            format!("{}...: ", " ".repeat(n.len() + 2))
         };
         output::write_stdout(format_args!("{text}"))
     }
@@ -705,7 +705,9 @@ impl Session<'_> {
                 if !blank {
                     cell.push(line);
                 }
-                blank || !continues(&cell)
+                // One complete line runs at once; a cell of several lines
+                // runs at the empty line after it.
+                blank || (cell.len() == 1 && !continues(&cell))
             } else {
                 if !blank {
                     cell.push(line);
