@@ -1338,6 +1338,29 @@ fn run_code_repl_and_contexts_in_the_code_interpreter() {
     let out = cli.run_with_stdin(&["run-code", "nb", "-"], b"print('x is', x)\nx + 1");
     assert_eq!(stdout_of(&out), "x is 21\n22\n");
 
+    // Output streams live: the first line is there long before the end.
+    let slow = write(
+        &dir,
+        "slow.py",
+        "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')",
+    );
+    let mut child = cli
+        .command(&["run-code", "nb", &slow])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    let first_at = Instant::now();
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    assert!(
+        first_at.elapsed() > Duration::from_secs(2),
+        "the first line came {:?} before the second, not as it was printed",
+        first_at.elapsed()
+    );
+    assert!(child.wait().unwrap().success());
+
     // An error: exit code 1, the traceback on stderr without colours
     // (stderr is not a terminal here), the output before it on stdout.
     let out = cli.run_with_stdin(&["run-code", "nb"], b"print('before')\n1 / 0");
