@@ -29,6 +29,7 @@ const ROUTE_SOURCES: &[(&str, &str, &str)] = &[
     ("src/routes/ports.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/logs.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/exec.rs", "pub fn routes()", "/api/v1"),
+    ("src/routes/code.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/files.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/teams.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/volumes.rs", "pub fn routes()", "/api/v1"),
@@ -48,6 +49,7 @@ const ROUTER_PARTS: &[&str] = &[
     ".merge(routes::ports::routes())",
     ".merge(routes::logs::routes())",
     ".merge(routes::exec::routes())",
+    ".merge(routes::code::routes())",
     ".merge(routes::files::routes())",
     ".merge(routes::teams::routes())",
     ".merge(routes::volumes::routes())",
@@ -707,6 +709,8 @@ const STEPS: &[(&str, &str)] = &[
     ("put", "/api/v1/sandbox/{id}/files"),
     ("post", "/api/v1/sandbox/{id}/files/move"),
     ("post", "/api/v1/sandbox/{id}/exec"),
+    ("post", "/api/v1/sandbox/{id}/code"),
+    ("post", "/api/v1/sandbox/{id}/code/contexts"),
     ("post", "/api/v1/sandbox/{id}/ports"),
     ("post", "/api/v1/sandbox/{id}/auth-token"),
     ("post", "/api/v1/sandbox/{id}/snapshots"),
@@ -757,12 +761,28 @@ async fn every_request_example_is_accepted_as_it_is() {
         "account_id",
     );
     let mut ids: BTreeMap<String, String> = BTreeMap::new();
+    // The code interpreter's examples run in a sandbox of its image.
+    let code_sandbox = app
+        .create(
+            &app.admin_token,
+            serde_json::json!({ "dockerImage": crate::code_interpreter::code_image() }),
+        )
+        .await;
+    let code_ids = BTreeMap::from([(
+        sandbox_example.clone(),
+        code_sandbox["id"].as_str().unwrap().to_owned(),
+    )]);
 
     for (method, path) in STEPS {
         let d = Documented::find(&doc, method, path);
         let (media, example) = d.request().expect("a request example");
-        let url = d.url(path, &ids);
-        let body = substitute(&example, &ids);
+        let ids_here = if path.contains("/code") {
+            &code_ids
+        } else {
+            &ids
+        };
+        let url = d.url(path, ids_here);
+        let body = substitute(&example, ids_here);
         let m = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
         let mut req = app
             .http
@@ -816,6 +836,10 @@ async fn every_request_example_is_accepted_as_it_is() {
             }
             ("post", "/api/v1/sandbox/{id}/exec") => {
                 assert_eq!(answer["exitCode"], 0, "{answer}");
+            }
+            ("post", "/api/v1/sandbox/{id}/code") => {
+                assert_eq!(answer["results"][0]["text"], "42", "{answer}");
+                assert_eq!(answer["logs"]["stdout"][0], "hello\n", "{answer}");
             }
             ("delete", "/api/v1/sandbox/bulk") => {
                 let results = answer["results"].as_array().expect("results");

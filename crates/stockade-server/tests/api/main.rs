@@ -4,6 +4,7 @@
 mod agent;
 #[path = "../shared/cases.rs"]
 mod cases;
+mod code_interpreter;
 mod connections;
 mod credentials;
 mod disk;
