@@ -555,3 +555,17 @@ async fn health_lists_the_code_interpreter_preset_and_how_to_build_it() {
     assert_eq!(present["present"], true, "{present}");
     assert!(present.get("hint").is_none(), "{present}");
 }
+
+#[tokio::test]
+async fn an_image_without_kernels_says_where_to_run_code() {
+    let (app, token, id) = spawn_with_owned_sandbox("alice-no-kernels", json!({})).await;
+    let r = app
+        .sandbox_post(&token, &id, "code", json!({"code": "1 + 1"}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    assert_eq!(r.error_fields(), ["language"], "{:?}", r.body);
+    assert_contains(
+        r.message(),
+        "run code in the code-interpreter-v1 image (scripts/build-image code-interpreter)",
+    );
+}
