@@ -51,6 +51,19 @@ fn count(exec: &Value) -> u64 {
         .unwrap_or_else(|| panic!("no executionCount in {exec}"))
 }
 
+/// Reads a cell's events until it wrote `text` (the cell runs).
+async fn until_stdout(s: &mut SseStream, text: &str) {
+    loop {
+        let e = s
+            .next_within(Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|| panic!("the stream ended before the cell wrote {text}"));
+        if e.event == "stdout" && e.data.contains(text) {
+            return;
+        }
+    }
+}
+
 /// The stream's chunks joined.
 fn joined(exec: &Value, stream: &str) -> String {
     exec["logs"][stream]
@@ -63,13 +76,12 @@ fn joined(exec: &Value, stream: &str) -> String {
 async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     let (app, alice, id) = code_sandbox("alice-code").await;
 
-    // State across cells, and the execution count growing.
+    // State across cells.
     let first = run(&app, &alice, &id, json!({"code": "x = 21"})).await;
     assert!(first["error"].is_null(), "{first}");
     assert_eq!(first["results"], json!([]), "{first}");
     let second = run(&app, &alice, &id, json!({"code": "x * 2"})).await;
     assert_eq!(text(&second), Some("42"), "{second}");
-    assert!(count(&second) > count(&first), "{first} {second}");
 
     // stdout and stderr.
     let out = run(
@@ -138,25 +150,6 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     assert_contains(&main["data"].to_string(), "\"a\"");
     assert!(main["text"].is_string(), "{main}");
 
-    // JavaScript and bash.
-    let js = run(
-        &app,
-        &alice,
-        &id,
-        json!({"code": "console.log('hi from js'); 40 + 2", "language": "javascript"}),
-    )
-    .await;
-    assert_eq!(joined(&js, "stdout"), "hi from js\n", "{js}");
-    assert_eq!(text(&js), Some("42"), "{js}");
-    let sh = run(
-        &app,
-        &alice,
-        &id,
-        json!({"code": "echo $((6 * 7))", "language": "bash"}),
-    )
-    .await;
-    assert_eq!(joined(&sh, "stdout").trim(), "42", "{sh}");
-
     // Variables for one cell, back to the sandbox's afterwards.
     let env_code = "import os\nos.environ.get('A'), os.environ.get('B')";
     let with = run(
@@ -212,6 +205,47 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
 }
 
 #[tokio::test]
+async fn javascript_and_bash_cells_run_in_their_own_kernels() {
+    let (app, alice, id) = code_sandbox("alice-languages").await;
+    let js = run(
+        &app,
+        &alice,
+        &id,
+        json!({"code": "console.log('hi from js'); 40 + 2", "language": "javascript"}),
+    )
+    .await;
+    assert_eq!(joined(&js, "stdout"), "hi from js\n", "{js}");
+    assert_eq!(text(&js), Some("42"), "{js}");
+    let sh = run(
+        &app,
+        &alice,
+        &id,
+        json!({"code": "echo $((6 * 7))", "language": "bash"}),
+    )
+    .await;
+    assert_eq!(joined(&sh, "stdout").trim(), "42", "{sh}");
+
+    // Each language keeps its own state.
+    run(
+        &app,
+        &alice,
+        &id,
+        json!({"code": "var jsValue = 40", "language": "js"}),
+    )
+    .await;
+    let js = run(
+        &app,
+        &alice,
+        &id,
+        json!({"code": "jsValue + 2", "language": "javascript"}),
+    )
+    .await;
+    assert_eq!(text(&js), Some("42"), "{js}");
+    let py = run(&app, &alice, &id, json!({"code": "'jsValue' in globals()"})).await;
+    assert_eq!(text(&py), Some("False"), "{py}");
+}
+
+#[tokio::test]
 async fn contexts_are_made_listed_interrupted_restarted_and_deleted() {
     let (app, alice, id) = code_sandbox("alice-contexts").await;
     let contexts = format!("/api/v1/sandbox/{id}/code/contexts");
@@ -244,16 +278,12 @@ async fn contexts_are_made_listed_interrupted_restarted_and_deleted() {
 
     // Interrupt a running cell: it ends with an error, the state stays.
     let url = format!("{}/api/v1/sandbox/{id}/code", app.base);
-    let mut s = SseStream::open(
-        app.http
-            .post(&url)
-            .bearer_auth(&alice)
-            .json(&in_ctx("import time\ntime.sleep(60)")),
-    )
+    let mut s = SseStream::open(app.http.post(&url).bearer_auth(&alice).json(&in_ctx(
+        "import time\nprint('sleeping', flush=True)\ntime.sleep(60)",
+    )))
     .await;
     assert_eq!(s.status, StatusCode::OK);
-    let first = s.next_within(Duration::from_secs(30)).await.unwrap();
-    assert_eq!(first.event, "executionCount", "{first:?}");
+    until_stdout(&mut s, "sleeping").await;
     let started = Instant::now();
     app.call(
         Method::POST,
@@ -331,7 +361,7 @@ async fn contexts_are_made_listed_interrupted_restarted_and_deleted() {
 }
 
 #[tokio::test]
-async fn events_stream_in_order_and_leaving_interrupts_the_cell() {
+async fn events_stream_in_order_with_the_execution_count_first() {
     let (app, alice, id) = code_sandbox("alice-code-sse").await;
     let url = format!("{}/api/v1/sandbox/{id}/code", app.base);
     let mut s = SseStream::open(
@@ -357,14 +387,40 @@ async fn events_stream_in_order_and_leaving_interrupts_the_cell() {
     assert_eq!(data(2)["text"], "2");
     assert_eq!(data(3), json!({"unexpected": false}));
 
+    // The count grows cell by cell, in JSON answers too.
+    let first = run(&app, &alice, &id, json!({"code": "x = 1"})).await;
+    let second = run(&app, &alice, &id, json!({"code": "x + 1"})).await;
+    assert!(count(&second) > count(&first), "{first} {second}");
+    assert!(count(&first) > data(0)["executionCount"].as_u64().unwrap());
+
+    // E2B's SDKs read it from the first line of the agent's answer.
+    let r = e2b_code(&app, Method::POST, &id, "/execute")
+        .header("X-API-Key", &alice)
+        .json(&json!({"code": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body = r.text().await.unwrap();
+    let first_line: Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+    assert_eq!(first_line["type"], "number_of_executions", "{body}");
+    assert!(
+        first_line["execution_count"].as_u64() > Some(count(&second)),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn leaving_a_stream_interrupts_the_cell() {
+    let (app, alice, id) = code_sandbox("alice-code-leave").await;
+    let url = format!("{}/api/v1/sandbox/{id}/code", app.base);
     // A cell left behind is interrupted: the next cell of the context
     // runs at once and sees the state from before the interruption.
     let mut s = SseStream::open(app.http.post(&url).bearer_auth(&alice).json(&json!({
-        "code": "marker = 'started'\nimport time\ntime.sleep(60)\nmarker = 'finished'"
+        "code": "marker = 'started'\nimport time\nprint('sleeping', flush=True)\ntime.sleep(60)\nmarker = 'finished'"
     })))
     .await;
-    let first = s.next_within(Duration::from_secs(30)).await.unwrap();
-    assert_eq!(first.event, "executionCount", "{first:?}");
+    until_stdout(&mut s, "sleeping").await;
     drop(s);
     let started = Instant::now();
     let next = run(&app, &alice, &id, json!({"code": "marker"})).await;
@@ -424,7 +480,6 @@ async fn e2b_sdks_reach_the_code_interpreter_on_port_49999() {
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     let kinds: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
-    assert_eq!(kinds.first(), Some(&"number_of_executions"), "{body}");
     assert_eq!(kinds.last(), Some(&"end_of_execution"), "{body}");
     assert!(
         lines
