@@ -68,7 +68,13 @@ def test_state_is_kept_across_cells(sandbox):
     assert second.error is None, second.error
     assert second.text == "2"
     assert len(second.results) == 1 and second.results[0].is_main_result
-    assert second.execution_count is not None and second.execution_count > (first.execution_count or 0)
+
+
+def test_cells_are_counted(sandbox):
+    first = sandbox.run_code("counted = 1")
+    second = sandbox.run_code("counted + 1")
+    assert first.execution_count is not None, "no number_of_executions line"
+    assert second.execution_count == first.execution_count + 1
 
 
 def test_print_goes_to_the_logs(sandbox):
@@ -252,10 +258,16 @@ def test_a_context_in_a_directory_that_is_not_there_is_refused(sandbox):
 # --- languages -------------------------------------------------------------------------------
 
 
-def test_javascript(sandbox):
+def test_javascript_output(sandbox):
     out = sandbox.run_code('console.log("hi")', language="javascript")
     assert out.error is None, out.error
     assert "".join(out.logs.stdout) == "hi\n"
+    both = sandbox.run_code('console.log("and"); "a result"', language="javascript")
+    assert "".join(both.logs.stdout) == "and\n"
+    assert both.text == "a result"
+
+
+def test_javascript_results_and_state(sandbox):
     two = sandbox.run_code("1+1", language="javascript")
     assert two.error is None, two.error
     assert two.text == "2"
