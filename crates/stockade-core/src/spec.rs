@@ -296,10 +296,21 @@ pub struct Defaults {
     pub runtimes: BTreeMap<String, String>,
 }
 
+/// The code interpreter's image: built on the Docker host by
+/// `scripts/build-image code-interpreter`, never pulled from a registry.
+pub const CODE_INTERPRETER_IMAGE: &str = "stockade-code-interpreter:latest";
+
+/// How to get an image that Stockade builds locally instead of pulling, for
+/// the messages that report it absent.
+pub fn local_build_hint(image: &str) -> Option<&'static str> {
+    (image == CODE_INTERPRETER_IMAGE)
+        .then_some("build it with scripts/build-image code-interpreter")
+}
+
 impl Default for Defaults {
     fn default() -> Self {
         let runtimes = [
-            ("code-interpreter-v1", "stockade-code-interpreter:latest"),
+            ("code-interpreter-v1", CODE_INTERPRETER_IMAGE),
             ("node20", "node:20-bookworm"),
             ("node22", "node:22-bookworm"),
             ("python3.12", "python:3.12-bookworm"),

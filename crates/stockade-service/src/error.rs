@@ -110,7 +110,14 @@ impl From<RuntimeError> for ServiceError {
     fn from(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Unavailable(m) => Self::DockerUnavailable(m),
-            e @ RuntimeError::ImageUnavailable { .. } => Self::ImageUnavailable(e.to_string()),
+            RuntimeError::ImageUnavailable { image, reason } => {
+                let hint = stockade_core::spec::local_build_hint(&image);
+                let message = RuntimeError::ImageUnavailable { image, reason }.to_string();
+                Self::ImageUnavailable(match hint {
+                    Some(hint) => format!("{message}; {hint}"),
+                    None => message,
+                })
+            }
             RuntimeError::NotFound(m) => Self::Conflict(format!(
                 "The sandbox's container is missing on its Docker host ({m})"
             )),
@@ -147,5 +154,29 @@ pub struct ConfigError(pub String);
 impl From<String> for ConfigError {
     fn from(message: String) -> Self {
         Self(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_image_stockade_builds_says_how_to_build_it() {
+        let absent = |image: &str| {
+            ServiceError::from(RuntimeError::ImageUnavailable {
+                image: image.to_owned(),
+                reason: "no registry".into(),
+            })
+            .to_string()
+        };
+        let code = absent(stockade_core::spec::CODE_INTERPRETER_IMAGE);
+        assert!(
+            code.ends_with("; build it with scripts/build-image code-interpreter"),
+            "{code}"
+        );
+        let other = absent("node:20-bookworm");
+        assert!(!other.contains("scripts/build-image"), "{other}");
+        assert!(other.contains("node:20-bookworm"), "{other}");
     }
 }

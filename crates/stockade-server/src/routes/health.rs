@@ -395,7 +395,10 @@ pub async fn images_health(
                 name: name.clone(),
                 image: image.clone(),
                 present,
-                hint: (!present).then(|| preset_hint(name)).flatten(),
+                hint: (!present)
+                    .then(|| stockade_core::spec::local_build_hint(image))
+                    .flatten()
+                    .map(str::to_owned),
             })
     }));
     let (default, presets) = tokio::join!(default, presets);
@@ -406,17 +409,6 @@ pub async fn images_health(
         },
         presets: presets.into_iter().collect::<Result<_, _>>()?,
     })
-}
-
-/// How to get a preset's image that no registry has: the ones Stockade
-/// builds locally.
-fn preset_hint(name: &str) -> Option<String> {
-    match name {
-        "code-interpreter-v1" => {
-            Some("build it with scripts/build-image code-interpreter".to_owned())
-        }
-        _ => None,
-    }
 }
 
 /// What `/health` (and the start banner) say while the default image is
