@@ -8,8 +8,9 @@
 //! the `X-Stockade-Token` header, the `stockade_token` query parameter
 //! (answered with a cookie, for browsers) or that cookie. An E2B traffic
 //! token (`e2b-traffic-access-token`) opens every port of its
-//! sandbox, exposed or not; the host form of port 49983 reaches the
-//! sandbox's agent, authenticated by its envd access token. The token never
+//! sandbox, exposed or not; the host forms of ports 49983 and 49999 reach
+//! the sandbox's agent (its own calls and its code interpreter's) through
+//! the envd front-end, never through here. The token never
 //! reaches the sandbox: header, parameter and cookie are removed. Neither
 //! do Stockade's own credentials: an `Authorization` or `X-API-Key` that
 //! carries any secret the server knows (whatever its form: a bearer, a bare
