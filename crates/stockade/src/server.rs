@@ -1134,13 +1134,17 @@ fn image_banner(images: &stockade_api::ImagesHealth) -> Vec<String> {
             .presets
             .iter()
             .map(|p| {
-                let presence = if p.present { "present" } else { "absent" };
+                let presence = match (&p.hint, p.present) {
+                    (_, true) => "present".to_owned(),
+                    (Some(hint), false) => format!("absent: {hint}"),
+                    (None, false) => "absent".to_owned(),
+                };
                 format!("{} = {} ({presence})", p.name, p.image)
             })
             .collect::<Vec<_>>()
             .join(", ");
         lines.push(format!(
-            "  runtimes:  {presets}; an absent one is pulled by the first create that names it"
+            "  runtimes:  {presets}; an absent one is pulled by the first create that names it, unless it says how to build it"
         ));
     }
     lines
@@ -1466,6 +1470,22 @@ mod tests {
         assert!(text.contains(
             "node22 = node:22-bookworm (absent), python3.13 = python:3.13-bookworm (present)"
         ));
+        images.presets.push(stockade_api::PresetImageHealth {
+            hint: Some("build it with scripts/build-image code-interpreter".into()),
+            ..preset(
+                "code-interpreter-v1",
+                "stockade-code-interpreter:latest",
+                false,
+            )
+        });
+        let text = super::image_banner(&images).join("\n");
+        assert!(
+            text.contains(
+                "code-interpreter-v1 = stockade-code-interpreter:latest (absent: build it with \
+                 scripts/build-image code-interpreter)"
+            ),
+            "{text}"
+        );
         images.default.present = true;
         images.presets.clear();
         assert_eq!(
