@@ -69,6 +69,7 @@ pub async fn run(config: Config) -> i32 {
             env: inherited_env(),
         },
         procs.clone(),
+        crate::kernel::Kernels::new(reaper.clone()),
     );
     if let Some(addr) = config.listen {
         match tokio::net::TcpListener::bind(addr).await {
@@ -123,6 +124,7 @@ pub async fn run(config: Config) -> i32 {
         }
         // Outside a container nothing else would end them.
         procs.kill_all();
+        state.kernels.kill_all();
         return 0;
     };
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod connect;
 pub mod envfile;
 pub mod fsops;
+pub mod kernel;
 pub mod multipart;
 pub mod procs;
 pub mod proto;

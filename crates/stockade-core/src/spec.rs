@@ -300,10 +300,12 @@ pub struct Defaults {
 /// `scripts/build-image code-interpreter`, never pulled from a registry.
 pub const CODE_INTERPRETER_IMAGE: &str = "stockade-code-interpreter:latest";
 
-/// How to get an image that Stockade builds locally instead of pulling, for
-/// the messages that report it absent.
+/// How to get an image that Stockade builds locally instead of pulling (any
+/// tag of the code interpreter's repository), for the messages that report
+/// it absent.
 pub fn local_build_hint(image: &str) -> Option<&'static str> {
-    (image == CODE_INTERPRETER_IMAGE)
+    let repository = CODE_INTERPRETER_IMAGE.split(':').next().unwrap_or_default();
+    (image.split(':').next() == Some(repository))
         .then_some("build it with scripts/build-image code-interpreter")
 }
 

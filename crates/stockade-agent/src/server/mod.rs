@@ -2,6 +2,7 @@
 //! routes, the access token, the caller's user, and the accept loops
 //! (HTTP/1.1 and h2c on TCP or a unix socket).
 
+mod code;
 mod command_session;
 mod files;
 mod filesystem;
@@ -44,6 +45,8 @@ pub struct AgentState {
     pub defaults: RwLock<Defaults>,
     pub procs: Arc<Processes>,
     pub watchers: Watchers,
+    /// The code contexts (Jupyter kernels) of `/code`.
+    pub kernels: Arc<crate::kernel::Kernels>,
     /// The agent's own uid (processes of other users get their ids set).
     pub agent_uid: u32,
     /// The `PATH` of started processes.
@@ -82,6 +85,7 @@ impl AgentState {
         accounts: Accounts,
         defaults: Defaults,
         procs: Arc<Processes>,
+        kernels: Arc<crate::kernel::Kernels>,
     ) -> Arc<Self> {
         Arc::new(Self {
             token: token.map(String::into_bytes),
@@ -89,6 +93,7 @@ impl AgentState {
             defaults: RwLock::new(defaults),
             procs,
             watchers: Watchers::default(),
+            kernels,
             agent_uid: rustix::process::geteuid().as_raw(),
             path_env: std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
             recent_inputs: std::sync::Mutex::new(std::collections::VecDeque::new()),
@@ -277,6 +282,9 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
             "command_session.CommandSession" => command_session::route(rpc).await,
             _ => filesystem::route(rpc).await,
         };
+    }
+    if path == "/code" || path.starts_with("/code/") {
+        return code::route(state, req).await;
     }
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/files") => files::download(state, req).await,
