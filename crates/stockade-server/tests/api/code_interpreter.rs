@@ -624,3 +624,108 @@ async fn an_image_without_kernels_says_where_to_run_code() {
         "run code in the code-interpreter-v1 image (scripts/build-image code-interpreter)",
     );
 }
+
+/// The agent's (PID 1's) resident memory at its peak, in KiB.
+fn agent_peak_kib(id: &str) -> u64 {
+    sh_in(id, "grep VmHWM /proc/1/status")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM for the agent of {id}"))
+}
+
+#[tokio::test]
+async fn a_dying_kernel_a_flood_of_output_and_too_many_contexts_leave_the_sandbox_usable() {
+    let (app, alice, id) = code_sandbox("alice-bad-day").await;
+    let contexts = format!("/api/v1/sandbox/{id}/code/contexts");
+
+    // A kernel that exits mid-cell: the cell says so, the next one too,
+    // and a restart of its context makes it answer again.
+    run(&app, &alice, &id, json!({"code": "kept = 1"})).await;
+    let died = run(&app, &alice, &id, json!({"code": "import os\nos._exit(3)"})).await;
+    assert_eq!(died["error"]["name"], "KernelDied", "{died}");
+    let value = died["error"]["value"].as_str().unwrap();
+    assert!(value.contains("exited (status 3)"), "{died}");
+    assert!(value.contains("restart the context"), "{died}");
+    let after = run(&app, &alice, &id, json!({"code": "1"})).await;
+    assert_eq!(after["error"]["name"], "KernelDied", "{after}");
+    let listed = app.get(&contexts, &alice).await.expect(StatusCode::OK);
+    let default = listed["contexts"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["language"] == "python"))
+        .and_then(|c| c["id"].as_str())
+        .unwrap_or_else(|| panic!("the default context is still listed: {listed}"))
+        .to_owned();
+    app.bodiless(
+        Method::POST,
+        &format!("{contexts}/{default}/restart"),
+        &alice,
+    )
+    .await
+    .expect(StatusCode::NO_CONTENT);
+    let fresh = run(&app, &alice, &id, json!({"code": "'kept' in dir()"})).await;
+    assert_eq!(text(&fresh), Some("False"), "{fresh}");
+
+    // A cell that prints 100 MiB: cut at 16 MiB with a note, the agent's
+    // memory stays far below what it printed, the context answers after.
+    let flood = run(
+        &app,
+        &alice,
+        &id,
+        json!({"code": "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * (1 << 20))\n    sys.stdout.flush()\n'done'"}),
+    )
+    .await;
+    let stdout = joined(&flood, "stdout");
+    assert!(stdout.len() <= 16 << 20, "{} bytes kept", stdout.len());
+    assert!(stdout.len() >= 15 << 20, "{} bytes kept", stdout.len());
+    assert!(
+        joined(&flood, "stderr").contains("[output cut: this cell wrote more than 16 MiB"),
+        "{:?}",
+        flood["logs"]["stderr"]
+    );
+    let peak = agent_peak_kib(&id);
+    assert!(peak < 64 * 1024, "the agent's peak RSS was {peak} KiB");
+    let next = run(&app, &alice, &id, json!({"code": "6 * 7"})).await;
+    assert_eq!(text(&next), Some("42"), "{next}");
+
+    // Contexts up to the limit, then a 409 that says so; deleting one
+    // makes room again.
+    let mut made = Vec::new();
+    loop {
+        let r = app
+            .post(&contexts, &alice, json!({"language": "python"}))
+            .await;
+        if r.status == StatusCode::CONFLICT {
+            assert!(r.message().contains("16 code contexts"), "{:?}", r.body);
+            break;
+        }
+        made.push(
+            r.expect(StatusCode::CREATED)["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        assert!(made.len() <= 16, "more than 16 contexts were made");
+    }
+    let listed = app.get(&contexts, &alice).await.expect(StatusCode::OK);
+    assert_eq!(
+        listed["contexts"].as_array().map(Vec::len),
+        Some(16),
+        "{listed}"
+    );
+    app.delete(&format!("{contexts}/{}", made[0]), &alice)
+        .await
+        .expect(StatusCode::NO_CONTENT);
+    app.post(&contexts, &alice, json!({"language": "python"}))
+        .await
+        .expect(StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn kernels_keep_their_state_across_a_restart_of_the_server() {
+    let (app, alice, id) = code_sandbox("alice-restart").await;
+    run(&app, &alice, &id, json!({"code": "survivor = 41"})).await;
+    let app = app.restart().await;
+    let after = run(&app, &alice, &id, json!({"code": "survivor + 1"})).await;
+    assert_eq!(text(&after), Some("42"), "{after}");
+}
