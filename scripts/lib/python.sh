@@ -177,6 +177,23 @@ ensure_compat_venvs() {
     return 0
 }
 
+# ensure_kernel_venv — a virtualenv with ipykernel and bash_kernel (and
+# bash_kernel's kernelspec inside it) for the agent's code-interpreter tests,
+# which start real kernels outside any container; prints its python.
+ensure_kernel_venv() {
+    local req dir
+    req="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/crates/stockade-agent/tests/kernel-requirements.txt"
+    dir="$STOCKADE_PY_CACHE/kernel"
+    _py_venv kernel "$req" 0 >&2 || return 1
+    if [ ! -f "$dir/share/jupyter/kernels/bash/kernel.json" ]; then
+        "$dir/bin/python" -m bash_kernel.install --sys-prefix >/dev/null 2>&1 || {
+            _py_err "could not install bash_kernel's kernelspec into $dir"
+            return 1
+        }
+    fi
+    printf '%s\n' "$dir/bin/python"
+}
+
 # ensure_compat_node — E2B's TypeScript SDKs (npm `e2b` and
 # `@e2b/code-interpreter`, the versions in tests/compat/ts/package.json) under
 # $STOCKADE_PY_CACHE/node-e2b for the TypeScript smoke tests, installed once
