@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::sandbox::Sandbox;
 use crate::sse::SseReader;
-use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::stream::{self, StreamExt};
 use reqwest::Method;
 use stockade_api::code::{
     CodeContext, CodeContexts, CodeEvent, CreateCodeContextRequest, Execution, RunCodeRequest,
@@ -140,20 +140,12 @@ fn check_context_id(id: &str) -> Result<(), Error> {
     }
 }
 
-/// The live events of a cell: a [`Stream`](futures_util::Stream) of
-/// [`CodeEvent`]s. Dropping it before its end closes the connection, which
-/// interrupts the cell; the context keeps its state.
-pub struct CodeStream {
-    inner: BoxStream<'static, Result<CodeEvent, Error>>,
+boxed_stream! {
+    /// The live events of a cell: a [`Stream`](futures_util::Stream) of
+    /// [`CodeEvent`]s. Dropping it before its end closes the connection,
+    /// which interrupts the cell; the context keeps its state.
+    pub struct CodeStream of CodeEvent;
 }
-
-impl std::fmt::Debug for CodeStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CodeStream")
-    }
-}
-
-stream_of_inner!(CodeStream, CodeEvent);
 
 impl CodeStream {
     /// Reads the rest of the stream into one [`Execution`].

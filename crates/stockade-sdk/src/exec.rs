@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::stream::{self, StreamExt};
 use reqwest::Method;
 use stockade_api::{
     ExecExitEvent, ExecRequest, ExecResponse, ListProcessesResponse, ProcessResponse, ProcessStatus,
@@ -221,19 +221,11 @@ pub enum CommandEvent {
     Exit(CommandExit),
 }
 
-/// The live output of a command: a [`Stream`] of [`CommandEvent`]s.
-/// Dropping it closes the connection, which kills the command.
-pub struct CommandStream {
-    inner: BoxStream<'static, Result<CommandEvent, Error>>,
+boxed_stream! {
+    /// The live output of a command: a [`Stream`] of [`CommandEvent`]s.
+    /// Dropping it closes the connection, which kills the command.
+    pub struct CommandStream of CommandEvent;
 }
-
-impl std::fmt::Debug for CommandStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CommandStream")
-    }
-}
-
-stream_of_inner!(CommandStream, CommandEvent);
 
 impl CommandStream {
     /// Reads the rest of the stream into one [`CommandOutput`].

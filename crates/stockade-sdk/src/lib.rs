@@ -40,6 +40,25 @@ macro_rules! stream_of_inner {
     };
 }
 
+/// A public struct that holds only a boxed stream of `$item`s and is itself
+/// that [`Stream`](futures_util::Stream); its `Debug` is its name.
+macro_rules! boxed_stream {
+    ($(#[$attr:meta])* pub struct $ty:ident of $item:ty;) => {
+        $(#[$attr])*
+        pub struct $ty {
+            inner: futures_util::stream::BoxStream<'static, Result<$item, crate::error::Error>>,
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(stringify!($ty))
+            }
+        }
+
+        stream_of_inner!($ty, $item);
+    };
+}
+
 /// For parameters that derive `Default`: `pub fn new() -> Self`, the
 /// defaults, then the chained `setters!`.
 macro_rules! new_and_setters {

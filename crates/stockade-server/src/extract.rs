@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use stockade_core::{Account, Scope, TokenId, TokenKind};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 use stockade_service::ServiceError;
 
@@ -448,4 +448,23 @@ pub fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
     form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
+}
+
+/// A request body read whole up to `max` bytes: beyond it a 413 with the
+/// route's own words (`too_large`), any other failure a 400 naming `body`.
+pub async fn read_capped(
+    body: axum::body::Body,
+    max: usize,
+    too_large: impl FnOnce() -> String,
+) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(err) = source {
+            if err.to_string().contains("length limit exceeded") {
+                return ServiceError::PayloadTooLarge(too_large()).into();
+            }
+            source = err.source();
+        }
+        ApiError::field("body", format!("could not read the request body: {e}"))
+    })
 }

@@ -19,12 +19,11 @@ use stockade_api::ErrorBody;
 use tracing::instrument;
 use utoipa::OpenApi;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::{parse_json, Authed, AuthedId};
 use crate::routes::apidoc::SandboxErrors;
 use crate::{sse, AppState};
 use stockade_service::code::{CodeRun, MAX_COLLECTED_BYTES};
-use stockade_service::ServiceError;
 
 /// The largest request body (a cell's code is at most 1 MiB, but JSON may
 /// spell each of its bytes in six).
@@ -65,22 +64,13 @@ pub fn routes() -> Router<AppState> {
 pub struct CodeApi;
 
 async fn read_body(body: Body) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(err) = source {
-                if err.to_string().contains("length limit exceeded") {
-                    return ServiceError::PayloadTooLarge(format!(
-                        "The request is larger than {} MiB; a cell's code may be 1 MiB",
-                        MAX_BODY_BYTES >> 20
-                    ))
-                    .into();
-                }
-                source = err.source();
-            }
-            ApiError::field("body", format!("could not read the request body: {e}"))
-        })
+    crate::extract::read_capped(body, MAX_BODY_BYTES, || {
+        format!(
+            "The request is larger than {} MiB; a cell's code may be 1 MiB",
+            MAX_BODY_BYTES >> 20
+        )
+    })
+    .await
 }
 
 /// Run a cell of code in a running sandbox.

@@ -214,22 +214,13 @@ fn ensure_running(sb: &Sandbox) -> ApiResult<()> {
 }
 
 async fn read_body(body: Body) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(err) = source {
-                if err.to_string().contains("length limit exceeded") {
-                    return ServiceError::PayloadTooLarge(format!(
-                        "The exec request is larger than {} MiB; pass large input as a file",
-                        MAX_BODY_BYTES / (1024 * 1024)
-                    ))
-                    .into();
-                }
-                source = err.source();
-            }
-            ApiError::field("body", format!("could not read the request body: {e}"))
-        })
+    crate::extract::read_capped(body, MAX_BODY_BYTES, || {
+        format!(
+            "The exec request is larger than {} MiB; pass large input as a file",
+            MAX_BODY_BYTES / (1024 * 1024)
+        )
+    })
+    .await
 }
 
 /// Run a command in a running sandbox.
