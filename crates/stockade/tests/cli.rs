@@ -690,22 +690,7 @@ fn exec_passes_exit_codes_stdin_and_output_through() {
 
     // Output streams live: the first line is there long before the end.
     let two_lines = "echo first; sleep 3; echo second";
-    let mut child = cli
-        .command(&["exec", "-n", "ex", "--shell", two_lines])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "first");
-    let first_at = Instant::now();
-    assert_eq!(lines.next().unwrap().unwrap(), "second");
-    assert!(
-        first_at.elapsed() > Duration::from_secs(2),
-        "the first line came {:?} before the second, not at the end",
-        first_at.elapsed()
-    );
-    assert!(child.wait().unwrap().success());
+    prints_first_then_second_later(&cli, &["exec", "-n", "ex", "--shell", two_lines]);
 
     let err = cli.fails(&["exec", "ex"]);
     assert!(err.contains("give a command"), "{err}");
@@ -1344,22 +1329,7 @@ fn run_code_repl_and_contexts_in_the_code_interpreter() {
         "slow.py",
         "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')",
     );
-    let mut child = cli
-        .command(&["run-code", "nb", &slow])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "first");
-    let first_at = Instant::now();
-    assert_eq!(lines.next().unwrap().unwrap(), "second");
-    assert!(
-        first_at.elapsed() > Duration::from_secs(2),
-        "the first line came {:?} before the second, not as it was printed",
-        first_at.elapsed()
-    );
-    assert!(child.wait().unwrap().success());
+    prints_first_then_second_later(&cli, &["run-code", "nb", &slow]);
 
     // An error: exit code 1, the traceback on stderr without colours
     // (stderr is not a terminal here), the output before it on stdout.
@@ -1977,4 +1947,25 @@ fn hosts_from_the_terminal() {
             .any(|h| h["name"] == "second"),
         "{listed}"
     );
+}
+
+/// Runs `args`, whose output is `first`, then about three seconds later
+/// `second`: the first line must come as it was written, not at the end.
+fn prints_first_then_second_later(cli: &Client, args: &[&str]) {
+    let mut child = cli
+        .command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    let first_at = Instant::now();
+    assert_eq!(lines.next().unwrap().unwrap(), "second");
+    assert!(
+        first_at.elapsed() > Duration::from_secs(2),
+        "the first line came {:?} before the second, not as it was written",
+        first_at.elapsed()
+    );
+    assert!(child.wait().unwrap().success());
 }

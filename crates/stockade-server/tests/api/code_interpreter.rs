@@ -35,6 +35,12 @@ async fn run(app: &TestApp, token: &str, id: &str, body: Value) -> Value {
     r.body
 }
 
+/// Runs `code` in the default Python context (asserting a 200): the
+/// execution.
+async fn cell(app: &TestApp, token: &str, id: &str, code: &str) -> Value {
+    run(app, token, id, json!({ "code": code })).await
+}
+
 /// The main result's text of an execution.
 fn text(exec: &Value) -> Option<&str> {
     exec["results"]
@@ -77,18 +83,18 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     let (app, alice, id) = code_sandbox("alice-code").await;
 
     // State across cells.
-    let first = run(&app, &alice, &id, json!({"code": "x = 21"})).await;
+    let first = cell(&app, &alice, &id, "x = 21").await;
     assert!(first["error"].is_null(), "{first}");
     assert_eq!(first["results"], json!([]), "{first}");
-    let second = run(&app, &alice, &id, json!({"code": "x * 2"})).await;
+    let second = cell(&app, &alice, &id, "x * 2").await;
     assert_eq!(text(&second), Some("42"), "{second}");
 
     // stdout and stderr.
-    let out = run(
+    let out = cell(
         &app,
         &alice,
         &id,
-        json!({"code": "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)"}),
+        "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)",
     )
     .await;
     assert_eq!(joined(&out, "stdout"), "to stdout\n", "{out}");
@@ -96,7 +102,7 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     assert!(text(&out).is_none(), "{out}");
 
     // An error with its traceback; the cell's output before it is kept.
-    let err = run(&app, &alice, &id, json!({"code": "print('before')\n1 / 0"})).await;
+    let err = cell(&app, &alice, &id, "print('before')\n1 / 0").await;
     assert_eq!(err["error"]["name"], "ZeroDivisionError", "{err}");
     assert_eq!(err["error"]["value"], "division by zero", "{err}");
     assert_contains(
@@ -106,11 +112,14 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     assert_eq!(joined(&err, "stdout"), "before\n", "{err}");
 
     // A matplotlib figure: a PNG and its chart.
-    let fig = run(
+    let fig = cell(
         &app,
         &alice,
         &id,
-        json!({"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nplt.show()"}),
+        "import matplotlib.pyplot as plt\n\
+         plt.plot([1, 2, 3], [1, 4, 9])\n\
+         plt.title('squares')\n\
+         plt.show()",
     )
     .await;
     assert!(fig["error"].is_null(), "{fig}");
@@ -129,11 +138,11 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     assert_eq!(shown["chart"]["title"], "squares", "{}", shown["chart"]);
 
     // A pandas DataFrame: HTML and its data.
-    let df = run(
+    let df = cell(
         &app,
         &alice,
         &id,
-        json!({"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"}),
+        "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})",
     )
     .await;
     let main = df["results"]
@@ -164,7 +173,7 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
         Some(r#"('cell', 'it\'s "quoted"\n')"#),
         "{with}"
     );
-    let after = run(&app, &alice, &id, json!({"code": env_code})).await;
+    let after = cell(&app, &alice, &id, env_code).await;
     assert_eq!(text(&after), Some("('sandbox', None)"), "{after}");
 
     // A timeout interrupts the cell; the context keeps its state.
@@ -178,7 +187,7 @@ async fn cells_keep_state_and_show_output_results_errors_charts_and_tables() {
     .await;
     assert!(started.elapsed() < Duration::from_secs(20), "{slow}");
     assert_eq!(slow["error"]["name"], "TimeoutError", "{slow}");
-    let kept = run(&app, &alice, &id, json!({"code": "kept"})).await;
+    let kept = cell(&app, &alice, &id, "kept").await;
     assert_eq!(text(&kept), Some("yes"), "{kept}");
 
     // An image without a kernel for a language names the language.
@@ -241,7 +250,7 @@ async fn javascript_and_bash_cells_run_in_their_own_kernels() {
     )
     .await;
     assert_eq!(text(&js), Some("42"), "{js}");
-    let py = run(&app, &alice, &id, json!({"code": "'jsValue' in globals()"})).await;
+    let py = cell(&app, &alice, &id, "'jsValue' in globals()").await;
     assert_eq!(text(&py), Some("False"), "{py}");
 }
 
@@ -265,7 +274,7 @@ async fn contexts_are_made_listed_interrupted_restarted_and_deleted() {
     let cwd = run(&app, &alice, &id, in_ctx("import os\nz = 1\nos.getcwd()")).await;
     assert_eq!(text(&cwd), Some("/tmp"), "{cwd}");
     // Its state is its own: the default context has no `z`.
-    let other = run(&app, &alice, &id, json!({"code": "z"})).await;
+    let other = cell(&app, &alice, &id, "z").await;
     assert_eq!(other["error"]["name"], "NameError", "{other}");
 
     let listed = app.get(&contexts, &alice).await.expect(StatusCode::OK);
@@ -388,8 +397,8 @@ async fn events_stream_in_order_with_the_execution_count_first() {
     assert_eq!(data(3), json!({"unexpected": false}));
 
     // The count grows cell by cell, in JSON answers too.
-    let first = run(&app, &alice, &id, json!({"code": "x = 1"})).await;
-    let second = run(&app, &alice, &id, json!({"code": "x + 1"})).await;
+    let first = cell(&app, &alice, &id, "x = 1").await;
+    let second = cell(&app, &alice, &id, "x + 1").await;
     assert!(count(&second) > count(&first), "{first} {second}");
     assert!(count(&first) > data(0)["executionCount"].as_u64().unwrap());
 
@@ -423,7 +432,7 @@ async fn leaving_a_stream_interrupts_the_cell() {
     until_stdout(&mut s, "sleeping").await;
     drop(s);
     let started = Instant::now();
-    let next = run(&app, &alice, &id, json!({"code": "marker"})).await;
+    let next = cell(&app, &alice, &id, "marker").await;
     assert_eq!(text(&next), Some("started"), "{next}");
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -641,13 +650,13 @@ async fn a_dying_kernel_a_flood_of_output_and_too_many_contexts_leave_the_sandbo
 
     // A kernel that exits mid-cell: the cell says so, the next one too,
     // and a restart of its context makes it answer again.
-    run(&app, &alice, &id, json!({"code": "kept = 1"})).await;
-    let died = run(&app, &alice, &id, json!({"code": "import os\nos._exit(3)"})).await;
+    cell(&app, &alice, &id, "kept = 1").await;
+    let died = cell(&app, &alice, &id, "import os\nos._exit(3)").await;
     assert_eq!(died["error"]["name"], "KernelDied", "{died}");
     let value = died["error"]["value"].as_str().unwrap();
     assert!(value.contains("exited (status 3)"), "{died}");
     assert!(value.contains("restart the context"), "{died}");
-    let after = run(&app, &alice, &id, json!({"code": "1"})).await;
+    let after = cell(&app, &alice, &id, "1").await;
     assert_eq!(after["error"]["name"], "KernelDied", "{after}");
     let listed = app.get(&contexts, &alice).await.expect(StatusCode::OK);
     let default = listed["contexts"]
@@ -663,16 +672,18 @@ async fn a_dying_kernel_a_flood_of_output_and_too_many_contexts_leave_the_sandbo
     )
     .await
     .expect(StatusCode::NO_CONTENT);
-    let fresh = run(&app, &alice, &id, json!({"code": "'kept' in dir()"})).await;
+    let fresh = cell(&app, &alice, &id, "'kept' in dir()").await;
     assert_eq!(text(&fresh), Some("False"), "{fresh}");
 
     // A cell that prints 100 MiB: cut at 16 MiB with a note, the agent's
     // memory stays far below what it printed, the context answers after.
-    let flood = run(
+    let flood = cell(
         &app,
         &alice,
         &id,
-        json!({"code": "import sys\nfor _ in range(100):\n    sys.stdout.write('x' * (1 << 20))\n    sys.stdout.flush()\n'done'"}),
+        "import sys\n\
+         for _ in range(100): sys.stdout.write('x' * (1 << 20)); sys.stdout.flush()\n\
+         'done'",
     )
     .await;
     let stdout = joined(&flood, "stdout");
@@ -685,7 +696,7 @@ async fn a_dying_kernel_a_flood_of_output_and_too_many_contexts_leave_the_sandbo
     );
     let peak = agent_peak_kib(&id);
     assert!(peak < 64 * 1024, "the agent's peak RSS was {peak} KiB");
-    let next = run(&app, &alice, &id, json!({"code": "6 * 7"})).await;
+    let next = cell(&app, &alice, &id, "6 * 7").await;
     assert_eq!(text(&next), Some("42"), "{next}");
 
     // Contexts up to the limit, then a 409 that says so; deleting one
@@ -724,8 +735,8 @@ async fn a_dying_kernel_a_flood_of_output_and_too_many_contexts_leave_the_sandbo
 #[tokio::test]
 async fn kernels_keep_their_state_across_a_restart_of_the_server() {
     let (app, alice, id) = code_sandbox("alice-restart").await;
-    run(&app, &alice, &id, json!({"code": "survivor = 41"})).await;
+    cell(&app, &alice, &id, "survivor = 41").await;
     let app = app.restart().await;
-    let after = run(&app, &alice, &id, json!({"code": "survivor + 1"})).await;
+    let after = cell(&app, &alice, &id, "survivor + 1").await;
     assert_eq!(text(&after), Some("42"), "{after}");
 }
