@@ -740,3 +740,39 @@ async fn kernels_keep_their_state_across_a_restart_of_the_server() {
     let after = cell(&app, &alice, &id, "survivor + 1").await;
     assert_eq!(text(&after), Some("42"), "{after}");
 }
+
+#[tokio::test]
+async fn a_restarted_sandbox_starts_its_kernels_anew_and_names_a_lost_context() {
+    let (app, alice, id) = code_sandbox("alice-code-restart").await;
+    let contexts = format!("/api/v1/sandbox/{id}/code/contexts");
+    let ctx = app
+        .post(&contexts, &alice, json!({"language": "python"}))
+        .await
+        .expect(StatusCode::CREATED)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    cell(&app, &alice, &id, "before = 1").await;
+
+    // Stopped: no cell runs, the record says why.
+    app.act(&alice, &id, "stop")
+        .await
+        .assert_status(StatusCode::OK, "stop");
+    let r = app
+        .sandbox_post(&alice, &id, "code", json!({"code": "1"}))
+        .await;
+    r.assert_status(StatusCode::CONFLICT, "a cell in a stopped sandbox");
+
+    // Started again: the processes (kernels) are gone with the container's
+    // run; the default context is made anew, the old one is a 404 naming it.
+    app.act(&alice, &id, "start")
+        .await
+        .assert_status(StatusCode::OK, "start");
+    let fresh = cell(&app, &alice, &id, "'before' in dir()").await;
+    assert_eq!(text(&fresh), Some("False"), "{fresh}");
+    let lost = app
+        .sandbox_post(&alice, &id, "code", json!({"code": "1", "contextId": ctx}))
+        .await;
+    lost.assert_status(StatusCode::NOT_FOUND, "a context of the previous run");
+    assert!(lost.message().starts_with("contextId: "), "{:?}", lost.body);
+}
