@@ -61,6 +61,24 @@ pub async fn live_sandbox(client: &Client, arg: &str) -> anyhow::Result<Sandbox>
     Ok(sb)
 }
 
+/// The running sandbox of a live session (`what`: "a shell is a live
+/// terminal"), refused with `--json`, which such a session cannot print;
+/// `instead` names the command that does.
+pub async fn live_session(
+    ctx: &Ctx,
+    arg: &str,
+    what: &str,
+    instead: &str,
+) -> anyhow::Result<Sandbox> {
+    if ctx.json {
+        return Err(CliError::invalid(format!(
+            "{what}, not JSON: drop --json (or run `{instead}`)"
+        ))
+        .into());
+    }
+    running_sandbox(&ctx.client()?, arg).await
+}
+
 /// The sandbox `arg` names, refused when it is not running.
 pub async fn running_sandbox(client: &Client, arg: &str) -> anyhow::Result<Sandbox> {
     let sb = sandbox(client, arg).await?;

@@ -590,14 +590,13 @@ async fn ending(
 }
 
 pub async fn repl(ctx: &Ctx, a: ReplArgs) -> anyhow::Result<ExitCode> {
-    if ctx.json {
-        return Err(CliError::invalid(
-            "a repl is a live session, not JSON: drop --json (or run `stockade run-code --json SANDBOX FILE`)",
-        )
-        .into());
-    }
-    let client = ctx.client()?;
-    let sb = cli::running_sandbox(&client, &a.sandbox).await?;
+    let sb = cli::live_session(
+        ctx,
+        &a.sandbox,
+        "a repl is a live session",
+        "stockade run-code --json SANDBOX FILE",
+    )
+    .await?;
     let on = on(&a.sandbox);
     let mut signals = Signals::new()?;
     let (id, made) = match a.context {

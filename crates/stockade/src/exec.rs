@@ -101,14 +101,13 @@ pub struct ShellArgs {
 /// `stockade shell`: a login shell on a terminal.
 pub async fn shell(ctx: &Ctx, a: ShellArgs) -> anyhow::Result<ExitCode> {
     tty::require_terminal("stockade shell")?;
-    if ctx.json {
-        return Err(CliError::invalid(
-            "a shell is a live terminal, not JSON: drop --json (or run `stockade exec --json SANDBOX -- CMD`)",
-        )
-        .into());
-    }
-    let client = ctx.client()?;
-    let sb = cli::running_sandbox(&client, &a.sandbox).await?;
+    let sb = cli::live_session(
+        ctx,
+        &a.sandbox,
+        "a shell is a live terminal",
+        "stockade exec --json SANDBOX -- CMD",
+    )
+    .await?;
     let mut options = TerminalOptions::new();
     options.cwd = a.cwd;
     tty::session(&sb, &a.sandbox, options, true, None).await
