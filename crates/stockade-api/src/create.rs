@@ -139,6 +139,8 @@ pub struct CreateSandboxBody {
     /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
     #[serde(alias = "host_selector")]
     pub host_selector: Option<BTreeMap<String, String>>,
+    /// What the end of a session does, an idle timeout, auto-resume.
+    pub lifecycle: Option<crate::LifecycleRequest>,
     /// `prime-sandboxes`: asks for a virtual machine. Accepted and ignored:
     /// Stockade runs every sandbox as a container.
     pub vm: Option<bool>,
@@ -347,6 +349,7 @@ impl CreateSandboxBody {
             source,
             server: self.server,
             host_selector: self.host_selector,
+            lifecycle: self.lifecycle,
         };
         Ok((
             req,

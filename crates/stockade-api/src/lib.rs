@@ -131,6 +131,62 @@ pub struct CreateSandboxRequest {
     pub server: Option<String>,
     /// Labels the Docker host must carry, e.g. `{"zone": "b"}`.
     pub host_selector: Option<BTreeMap<String, String>>,
+    /// What the end of a session does (kill, stop or pause), an idle
+    /// timeout, and whether a paused sandbox wakes up when it is used.
+    pub lifecycle: Option<LifecycleRequest>,
+}
+
+/// A sandbox's lifecycle as a create sets it.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LifecycleRequest {
+    /// At the end of a session (its timeout or idle timeout): `kill`
+    /// (removed with its volume), `stop` (files kept) or `pause` (frozen:
+    /// processes and memory kept). Default: `stop` for a persistent
+    /// sandbox, `kill` for another.
+    #[serde(alias = "on_timeout")]
+    pub on_timeout: Option<String>,
+    /// A paused sandbox that gets a command, a terminal, a file call, a
+    /// code cell or a request through its port proxy is resumed first;
+    /// without it such calls are refused with 409 `sandbox_paused`.
+    #[serde(alias = "auto_resume")]
+    pub auto_resume: Option<bool>,
+    /// Minutes without any of those uses after which the session ends as
+    /// its timeout would; 0 (default): never.
+    #[serde(alias = "idle_timeout_minutes")]
+    pub idle_timeout_minutes: Option<f64>,
+}
+
+impl LifecycleRequest {
+    pub fn input(&self) -> stockade_core::LifecycleInput {
+        stockade_core::LifecycleInput {
+            on_timeout: self.on_timeout.clone(),
+            auto_resume: self.auto_resume,
+            idle_timeout_minutes: self.idle_timeout_minutes,
+        }
+    }
+}
+
+/// A sandbox's lifecycle as it applies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleView {
+    /// `kill`, `stop` or `pause`.
+    pub on_timeout: String,
+    pub auto_resume: bool,
+    /// 0: no idle timeout.
+    pub idle_timeout_minutes: f64,
+}
+
+impl LifecycleView {
+    pub fn of(spec: &stockade_core::SandboxSpec) -> Self {
+        Self {
+            on_timeout: spec.timeout_action().as_str().to_owned(),
+            auto_resume: spec.lifecycle.auto_resume,
+            idle_timeout_minutes: spec.lifecycle.idle_timeout_minutes,
+        }
+    }
 }
 
 impl CreateSandboxRequest {
@@ -153,6 +209,7 @@ impl CreateSandboxRequest {
             tags: self.tags.clone(),
             ports: self.ports.clone(),
             persistent: self.persistent,
+            lifecycle: self.lifecycle.as_ref().map(LifecycleRequest::input),
             metadata: None,
             server: self.server.clone(),
             host_selector: self.host_selector.clone(),
@@ -222,7 +279,7 @@ pub struct SandboxResponse {
     /// `"allow-all"`, `"deny-all"` or `{"allow": [...], "deny": [...]}`.
     #[schema(value_type = Value)]
     pub network_policy: serde_json::Value,
-    /// PENDING, PROVISIONING, RUNNING, STOPPED, ERROR or TERMINATED.
+    /// PENDING, PROVISIONING, RUNNING, PAUSED, STOPPED, ERROR or TERMINATED.
     #[schema(value_type = String)]
     pub status: SandboxStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -245,6 +302,12 @@ pub struct SandboxResponse {
     pub started_at: Option<DateTime<Utc>>,
     pub stopped_at: Option<DateTime<Utc>>,
     pub terminated_at: Option<DateTime<Utc>>,
+    /// When it was paused (PAUSED sandboxes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<DateTime<Utc>>,
+    /// What the end of its session does, its idle timeout, auto-resume.
+    #[serde(default = "default_lifecycle")]
+    pub lifecycle: LifecycleView,
     /// Where the sandbox's volume is mounted (`/workspace`).
     #[serde(default = "workspace_path")]
     pub disk_mount_path: String,
@@ -252,8 +315,9 @@ pub struct SandboxResponse {
     /// Seconds since the current session started (running sandboxes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uptime_seconds: Option<i64>,
-    /// When the current session times out: a persistent sandbox is
-    /// then stopped, another one terminated. Absent: no timeout, or not running.
+    /// When the current session ends (its timeout, or its idle timeout
+    /// from the last use): then `lifecycle.onTimeout` applies. Absent: no
+    /// timeout, or not running.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_expires_at: Option<DateTime<Utc>>,
     /// Where the logs of this sandbox stream from.
@@ -280,7 +344,7 @@ impl SandboxResponse {
     pub fn from_record(sb: &Sandbox, now: DateTime<Utc>) -> Self {
         let spec = &sb.spec;
         let uptime = (sb.status == SandboxStatus::Running)
-            .then_some(sb.started_at)
+            .then(|| sb.session_start())
             .flatten()
             .map(|t| (now - t).num_seconds().max(0));
         Self {
@@ -313,13 +377,21 @@ impl SandboxResponse {
             persistent: spec.persistent,
             server: sb.server.clone(),
             created_at: sb.created_at,
-            updated_at: [sb.started_at, sb.stopped_at, sb.terminated_at]
-                .into_iter()
-                .flatten()
-                .fold(sb.created_at, DateTime::max),
+            updated_at: [
+                sb.started_at,
+                sb.stopped_at,
+                sb.paused_at,
+                sb.resumed_at,
+                sb.terminated_at,
+            ]
+            .into_iter()
+            .flatten()
+            .fold(sb.created_at, DateTime::max),
             started_at: sb.started_at,
             stopped_at: sb.stopped_at,
             terminated_at: sb.terminated_at,
+            paused_at: sb.paused_at,
+            lifecycle: LifecycleView::of(spec),
             disk_mount_path: stockade_core::VolumeName::MOUNT_PATH.to_owned(),
             volume: VolumeSummary::new(sb.volume_name().to_string(), None),
             uptime_seconds: uptime,
@@ -350,6 +422,14 @@ impl SandboxResponse {
 
 fn epoch() -> DateTime<Utc> {
     DateTime::<Utc>::UNIX_EPOCH
+}
+
+fn default_lifecycle() -> LifecycleView {
+    LifecycleView {
+        on_timeout: "stop".into(),
+        auto_resume: false,
+        idle_timeout_minutes: 0.0,
+    }
 }
 
 fn workspace_path() -> String {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fspath;
 pub mod host;
 pub mod ids;
+pub mod lifecycle;
 mod names;
 pub mod net;
 pub mod netpolicy;
@@ -25,6 +26,7 @@ pub use error::{FieldError, ValidationErrors};
 pub use fspath::SandboxPath;
 pub use host::{Host, HostHealth, HostState, HostTls};
 pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, TokenId, UploadId};
+pub use lifecycle::{Lifecycle, LifecycleInput, TimeoutAction};
 pub use netpolicy::{
     Cidr, Decision, DomainName, EgressPolicy, EgressRule, PolicyError, PrivateAccess, Reason,
     RuleList,

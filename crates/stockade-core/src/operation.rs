@@ -72,10 +72,14 @@ pub enum OperationKind {
     Sync,
     /// Moves a stopped sandbox to another Docker host (a drain).
     Move,
+    /// Freezes a running sandbox.
+    Pause,
+    /// Thaws a paused sandbox.
+    Resume,
 }
 
 impl OperationKind {
-    pub const ALL: [OperationKind; 8] = [
+    pub const ALL: [OperationKind; 10] = [
         Self::Create,
         Self::Start,
         Self::Stop,
@@ -84,6 +88,8 @@ impl OperationKind {
         Self::Snapshot,
         Self::Sync,
         Self::Move,
+        Self::Pause,
+        Self::Resume,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -96,6 +102,8 @@ impl OperationKind {
             Self::Snapshot => "snapshot",
             Self::Sync => "sync",
             Self::Move => "move",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
         }
     }
 
@@ -108,7 +116,7 @@ impl OperationKind {
                     "kind",
                     format!(
                         "unknown operation kind '{s}': expected create, start, stop, update, \
-                         delete, snapshot, sync or move"
+                         delete, snapshot, sync, move, pause or resume"
                     ),
                 )
             })

@@ -85,11 +85,14 @@ impl Resources {
 }
 
 /// Whether a sandbox in `status` holds CPU and memory on its host: it runs,
-/// or a create is making it.
+/// it is paused (its memory stays allocated), or a create is making it.
 pub fn holds_resources(status: SandboxStatus) -> bool {
     matches!(
         status,
-        SandboxStatus::Running | SandboxStatus::Provisioning | SandboxStatus::Pending
+        SandboxStatus::Running
+            | SandboxStatus::Paused
+            | SandboxStatus::Provisioning
+            | SandboxStatus::Pending
     )
 }
 

@@ -35,6 +35,11 @@ pub struct Sandbox {
     pub s3_sync: Option<serde_json::Value>,
     /// When the current session ends; `None`: no session open, or no timeout.
     pub session_expires_at: Option<DateTime<Utc>>,
+    /// When it was frozen; set only while it is PAUSED.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// When it was last resumed in its current run: its session counts
+    /// from there. `None` until a resume.
+    pub resumed_at: Option<DateTime<Utc>>,
 }
 
 impl Sandbox {
@@ -65,13 +70,55 @@ impl Sandbox {
             s3_config: None,
             s3_sync: None,
             session_expires_at: None,
+            paused_at: None,
+            resumed_at: None,
         }
     }
 
     /// The end of a session that started at `start` under the current
-    /// timeout; `None` when the timeout is 0 (never).
+    /// timeout, or sooner under its idle timeout when nothing uses it;
+    /// `None` when neither applies (0: never).
     pub fn session_deadline(&self, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        session_deadline(self.spec.timeout_minutes, start)
+        let hard = session_deadline(self.spec.timeout_minutes, start);
+        let idle = session_deadline(self.spec.lifecycle.idle_timeout_minutes, start);
+        match (hard, idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the current session began: the start of the run, or its last
+    /// resume.
+    pub fn session_start(&self) -> Option<DateTime<Utc>> {
+        match (self.started_at, self.resumed_at) {
+            (Some(s), Some(r)) => Some(s.max(r)),
+            (s, r) => s.or(r),
+        }
+    }
+
+    /// Where a running session's deadline moves when the sandbox is used
+    /// at `now`: its idle timeout counts from `now`, never past the end its
+    /// timeout sets. `None` when it has no idle timeout or is not running.
+    pub fn deadline_after_use(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if self.status != SandboxStatus::Running || self.spec.lifecycle.idle_timeout_minutes <= 0.0
+        {
+            return None;
+        }
+        let idle = session_deadline(self.spec.lifecycle.idle_timeout_minutes, now)?;
+        let hard = self
+            .session_start()
+            .and_then(|s| session_deadline(self.spec.timeout_minutes, s));
+        Some(hard.map_or(idle, |h| h.min(idle)))
+    }
+
+    /// Whether the session ended by its idle timeout rather than its
+    /// timeout at `now`.
+    pub fn ended_idle(&self, now: DateTime<Utc>) -> bool {
+        self.spec.lifecycle.idle_timeout_minutes > 0.0
+            && self
+                .session_start()
+                .and_then(|s| session_deadline(self.spec.timeout_minutes, s))
+                .is_none_or(|hard| hard > now)
     }
 
     /// Whether the sandbox is destroyed (TERMINATED or soft-deleted):
@@ -97,6 +144,11 @@ impl Sandbox {
         !self.is_terminated() && self.status == SandboxStatus::Running
     }
 
+    /// Whether it is frozen (and not destroyed).
+    pub fn is_paused(&self) -> bool {
+        !self.is_terminated() && self.status == SandboxStatus::Paused
+    }
+
     /// Whether a create is still making it (its container may not exist yet).
     pub fn is_being_created(&self) -> bool {
         matches!(
@@ -119,6 +171,27 @@ impl Sandbox {
         self.status_reason = None;
         self.started_at = Some(now);
         self.stopped_at = None;
+        self.paused_at = None;
+        self.resumed_at = None;
+        self.session_expires_at = self.session_deadline(now);
+    }
+
+    /// Frozen at `at` (`reason` says why, when it was not asked for): PAUSED.
+    /// Its run goes on, its session is over until it resumes.
+    pub fn mark_paused(&mut self, at: DateTime<Utc>, reason: Option<String>) {
+        self.status = SandboxStatus::Paused;
+        self.status_reason = reason;
+        self.paused_at = Some(at);
+        self.session_expires_at = None;
+    }
+
+    /// Thawed at `now`: RUNNING again in the same run (its processes and
+    /// the tokens of the run are the same), with a new session.
+    pub fn mark_resumed(&mut self, now: DateTime<Utc>) {
+        self.status = SandboxStatus::Running;
+        self.status_reason = None;
+        self.paused_at = None;
+        self.resumed_at = Some(now);
         self.session_expires_at = self.session_deadline(now);
     }
 
@@ -128,6 +201,7 @@ impl Sandbox {
         self.status = SandboxStatus::Stopped;
         self.status_reason = reason;
         self.stopped_at = Some(at);
+        self.paused_at = None;
         self.session_expires_at = None;
     }
 
@@ -135,6 +209,7 @@ impl Sandbox {
     pub fn mark_error(&mut self, reason: String) {
         self.status = SandboxStatus::Error;
         self.status_reason = Some(reason);
+        self.paused_at = None;
         self.session_expires_at = None;
     }
 
@@ -156,7 +231,9 @@ impl Sandbox {
         self.stopped_at = other.stopped_at;
         self.terminated_at = other.terminated_at;
         self.deleted_at = other.deleted_at;
-        self.session_expires_at = match (other.status, other.started_at) {
+        self.paused_at = other.paused_at;
+        self.resumed_at = other.resumed_at;
+        self.session_expires_at = match (other.status, other.session_start()) {
             // A session opened there runs under this record's timeout.
             (SandboxStatus::Running, Some(t)) => self.session_deadline(t),
             _ => other.session_expires_at,

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{FieldError, ValidationErrors};
 use crate::ids::SandboxId;
+use crate::lifecycle::{Lifecycle, TimeoutAction};
 
 /// A sandbox's human name: 1–63 characters, `[A-Za-z0-9]` first, then
 /// `[A-Za-z0-9_.-]`. Unique per account among active sandboxes.
@@ -356,6 +357,8 @@ pub struct SpecInput {
     pub tags: Option<BTreeMap<String, String>>,
     pub ports: Option<Vec<i64>>,
     pub persistent: Option<bool>,
+    /// What ends a session, idling, and waking up on use.
+    pub lifecycle: Option<crate::lifecycle::LifecycleInput>,
     /// Free-form key/value pairs (E2B's `metadata`), see [`parse_metadata`].
     pub metadata: Option<BTreeMap<String, String>>,
     /// The Docker host to place it on; any host when absent.
@@ -460,6 +463,9 @@ pub struct SandboxSpec {
     /// Where the create asked to be placed.
     #[serde(default, skip_serializing_if = "Placement::is_any")]
     pub placement: Placement,
+    /// What its timeout does, its idle timeout, and auto-resume.
+    #[serde(default, skip_serializing_if = "Lifecycle::is_default")]
+    pub lifecycle: Lifecycle,
 }
 
 pub const MAX_TAGS: usize = 5;
@@ -781,6 +787,12 @@ impl SandboxSpec {
             &input.host_selector.unwrap_or_default(),
             "hostSelector",
         ));
+        let lifecycle = errs.check(
+            input
+                .lifecycle
+                .unwrap_or_default()
+                .apply(&Lifecycle::default(), "lifecycle"),
+        );
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -806,6 +818,17 @@ impl SandboxSpec {
                 server: placement_server.expect("checked"),
                 selector: selector.expect("checked"),
             },
+            lifecycle: lifecycle.expect("checked"),
+        })
+    }
+
+    /// What the end of a session does: the lifecycle's choice, else a
+    /// persistent sandbox is stopped and any other killed.
+    pub fn timeout_action(&self) -> TimeoutAction {
+        self.lifecycle.on_timeout.unwrap_or(if self.persistent {
+            TimeoutAction::Stop
+        } else {
+            TimeoutAction::Kill
         })
     }
 

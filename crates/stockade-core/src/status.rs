@@ -11,16 +11,19 @@ pub enum SandboxStatus {
     Pending,
     Provisioning,
     Running,
+    /// Frozen in place: its processes, memory and connections kept.
+    Paused,
     Stopped,
     Error,
     Terminated,
 }
 
 impl SandboxStatus {
-    pub const ALL: [SandboxStatus; 6] = [
+    pub const ALL: [SandboxStatus; 7] = [
         Self::Pending,
         Self::Provisioning,
         Self::Running,
+        Self::Paused,
         Self::Stopped,
         Self::Error,
         Self::Terminated,
@@ -31,6 +34,7 @@ impl SandboxStatus {
             Self::Pending => "PENDING",
             Self::Provisioning => "PROVISIONING",
             Self::Running => "RUNNING",
+            Self::Paused => "PAUSED",
             Self::Stopped => "STOPPED",
             Self::Error => "ERROR",
             Self::Terminated => "TERMINATED",
@@ -41,14 +45,18 @@ impl SandboxStatus {
     pub fn parse(s: &str) -> Result<Self, FieldError> {
         parse_status(Self::ALL, Self::as_str, s, || {
             format!(
-                "unknown status '{s}': expected one of PENDING, PROVISIONING, RUNNING, STOPPED, ERROR, TERMINATED"
+                "unknown status '{s}': expected one of PENDING, PROVISIONING, RUNNING, PAUSED, STOPPED, ERROR, TERMINATED"
             )
         })
     }
 
-    /// Whether a sandbox in this status may be started.
+    /// Whether a sandbox in this status may be started (a paused one is
+    /// resumed).
     pub fn can_start(self) -> bool {
-        matches!(self, Self::Running | Self::Stopped | Self::Error)
+        matches!(
+            self,
+            Self::Running | Self::Paused | Self::Stopped | Self::Error
+        )
     }
 }
 

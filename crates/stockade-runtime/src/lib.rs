@@ -323,7 +323,10 @@ pub fn pool_class_of<'a>(labels: impl Fn(&str) -> Option<&'a String>) -> Option<
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerState {
     pub container_id: String,
+    /// Its processes exist (a frozen container runs too).
     pub running: bool,
+    /// Frozen by the cgroup freezer (`docker pause`).
+    pub paused: bool,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub exit_code: Option<i64>,
@@ -357,7 +360,10 @@ pub struct ManagedContainer {
     pub container_id: String,
     pub sandbox_id: Option<SandboxId>,
     pub instance_id: Option<String>,
+    /// Its processes exist (a frozen container runs too).
     pub running: bool,
+    /// Frozen by the cgroup freezer.
+    pub paused: bool,
     /// A warm-pool member's class; `None` for any other container.
     pub pool_class: Option<String>,
     /// The version of the container's agent, as in [`ContainerState::agent`].

@@ -108,6 +108,15 @@ pub trait Lifecycle: Send + Sync {
     /// SIGTERM, wait up to `grace`, then SIGKILL. Already stopped is fine.
     async fn stop(&self, id: &SandboxId, grace: Duration) -> RuntimeResult<()>;
 
+    /// Freezes every process of the running container (the cgroup
+    /// freezer); already frozen is fine. `Conflict` when it is not running,
+    /// `NotFound` when there is no container.
+    async fn pause(&self, id: &SandboxId) -> RuntimeResult<()>;
+
+    /// Thaws a frozen container; one that is not frozen is fine. `Conflict`
+    /// when it is not running, `NotFound` when there is no container.
+    async fn unpause(&self, id: &SandboxId) -> RuntimeResult<()>;
+
     /// Removes the container (gone already is fine) and, unless
     /// `preserve_volume`, its volume.
     async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()>;

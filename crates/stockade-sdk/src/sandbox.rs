@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use reqwest::Method;
 use stockade_api::{
-    CreateSandboxRequest, ListSandboxesResponse, SandboxResponse, SandboxSource,
+    CreateSandboxRequest, LifecycleRequest, ListSandboxesResponse, SandboxResponse, SandboxSource,
     UpdateSandboxRequest, UpdateSandboxResponse,
 };
 use tokio_util::sync::CancellationToken;
@@ -99,6 +99,12 @@ pub struct CreateParams {
     pub server: Option<String>,
     /// Labels the Docker host must carry.
     pub host_selector: BTreeMap<String, String>,
+    /// What the end of a session does (`"kill"`, `"stop"` or `"pause"`).
+    pub on_timeout: Option<String>,
+    /// A paused sandbox is resumed when it is used.
+    pub auto_resume: Option<bool>,
+    /// The session ends after this long without any use.
+    pub idle_timeout: Option<Duration>,
     /// Makes a retried create return the first result (`Idempotency-Key`).
     pub idempotency_key: Option<String>,
     /// Cancels the create; the server then removes whatever it made.
@@ -125,6 +131,15 @@ impl CreateParams {
         disk_size_gb(gb: u32) => disk_size_gb = gb;
         network_policy(policy: NetworkPolicy) => network_policy = policy;
         persistent(persistent: bool) => persistent = persistent;
+        /// What the end of a session (timeout or idle timeout) does:
+        /// `"kill"`, `"stop"` (files kept) or `"pause"` (frozen, processes
+        /// kept).
+        on_timeout(action: impl Into<String>) => on_timeout = action.into();
+        /// A paused sandbox that gets a command, a terminal, a file call, a
+        /// code cell or a request to one of its ports is resumed first.
+        auto_resume(auto_resume: bool) => auto_resume = auto_resume;
+        /// The session ends after this long without any such use.
+        idle_timeout(idle: Duration) => idle_timeout = idle;
         team(team_id: impl Into<String>) => team_id = team_id.into();
         /// What `/workspace` starts from: a git repository, a tarball, a
         /// snapshot or an upload.
@@ -225,6 +240,14 @@ impl CreateParams {
             source: self.source.as_ref().map(Source::to_api),
             server: self.server.clone(),
             host_selector: (!self.host_selector.is_empty()).then(|| self.host_selector.clone()),
+            lifecycle: (self.on_timeout.is_some()
+                || self.auto_resume.is_some()
+                || self.idle_timeout.is_some())
+            .then(|| LifecycleRequest {
+                on_timeout: self.on_timeout.clone(),
+                auto_resume: self.auto_resume,
+                idle_timeout_minutes: self.idle_timeout.map(|d| d.as_secs_f64() / 60.0),
+            }),
         }
     }
 }
@@ -680,11 +703,27 @@ impl Sandbox {
 
     /// Starts the sandbox; a running one stays as it is.
     pub async fn start(&mut self) -> Result<(), Error> {
+        self.transition("start").await
+    }
+
+    /// Pauses the running sandbox: its processes are frozen in place with
+    /// their memory, and it uses no CPU until [`Sandbox::resume`].
+    pub async fn pause(&mut self) -> Result<(), Error> {
+        self.transition("pause").await
+    }
+
+    /// Resumes the paused sandbox: its processes go on where they were.
+    pub async fn resume(&mut self) -> Result<(), Error> {
+        self.transition("resume").await
+    }
+
+    /// `POST /api/v1/sandbox/{id}/{action}`, keeping the answer.
+    async fn transition(&mut self, action: &str) -> Result<(), Error> {
         self.info = self
             .client
             .send(self.client.request(
                 Method::POST,
-                &format!("/api/v1/sandbox/{}/start", self.info.id),
+                &format!("/api/v1/sandbox/{}/{action}", self.info.id),
             ))
             .await?;
         Ok(())

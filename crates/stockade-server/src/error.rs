@@ -61,6 +61,7 @@ impl ApiError {
                 ServiceError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
                 ServiceError::Terminated(_) => (StatusCode::CONFLICT, "sandbox_terminated"),
                 ServiceError::NotRunning(_) => (StatusCode::CONFLICT, "sandbox_not_running"),
+                ServiceError::Paused(_) => (StatusCode::CONFLICT, "sandbox_paused"),
                 ServiceError::PayloadTooLarge(_) => {
                     (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
                 }

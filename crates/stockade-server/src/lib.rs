@@ -97,6 +97,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .route("/sandbox/{id}/pause", post(sandboxes::pause))
+        .route("/sandbox/{id}/resume", post(sandboxes::resume))
         .route("/hosts", post(hosts::create).get(hosts::list))
         .route(
             "/hosts/{name}",

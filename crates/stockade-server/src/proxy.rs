@@ -711,6 +711,8 @@ async fn authorise(
         ))
         .into());
     }
+    // A paused sandbox is resumed first when its lifecycle says so.
+    let sb = stockade_service::pause::awake(&state.svc, sb).await?;
     if sb.status != SandboxStatus::Running {
         return Err(ServiceError::SandboxUnavailable(format!(
             "Sandbox {id} is {}: start it (POST /api/v1/sandbox/{id}/start) to reach its ports",

@@ -24,6 +24,9 @@ pub enum ServiceError {
     /// The operation needs a running sandbox.
     #[error("{0}")]
     NotRunning(String),
+    /// The sandbox is paused and its lifecycle does not resume it on use.
+    #[error("{0}")]
+    Paused(String),
     #[error("{0}")]
     PayloadTooLarge(String),
     /// The sandbox cannot serve this right now (e.g. stopped).

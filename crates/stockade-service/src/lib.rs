@@ -41,7 +41,7 @@ pub use net::{egress, outbound};
 pub use observe::{metrics, usage};
 pub use ops::operations;
 pub use sandbox::{
-    compat, create, drain, idempotency, lifecycle, pool, recovery, sessions, update,
+    compat, create, drain, idempotency, lifecycle, pause, pool, recovery, sessions, update,
 };
 pub use sources::SourceLimits;
 pub use tasks::{disk_watch, leader, reconcile};

@@ -11,7 +11,7 @@ use stockade_core::update::SpecPatch;
 use stockade_core::{Account, Sandbox, SandboxStatus, Scope};
 use stockade_runtime::prelude::*;
 use stockade_runtime::FakeRuntime;
-use stockade_service::{lifecycle, recovery, Service, ServiceConfig, ServiceError};
+use stockade_service::{lifecycle, pause, recovery, Service, ServiceConfig, ServiceError};
 use stockade_store::Store;
 
 mod support;
@@ -103,8 +103,13 @@ impl World {
             let container = self.rt.inspect(&sb.id).await.unwrap();
             match sb.status {
                 SandboxStatus::Running => assert!(
-                    container.as_ref().is_some_and(|c| c.running),
-                    "{} RUNNING but its container is not",
+                    container.as_ref().is_some_and(|c| c.running && !c.paused),
+                    "{} RUNNING but its container is not (or is frozen)",
+                    sb.id
+                ),
+                SandboxStatus::Paused => assert!(
+                    container.as_ref().is_some_and(|c| c.running && c.paused),
+                    "{} PAUSED but its container is not frozen",
                     sb.id
                 ),
                 SandboxStatus::Stopped => assert!(
@@ -205,6 +210,122 @@ async fn stops_and_starts_killed_midway_converge_to_what_docker_shows() {
         };
         assert_eq!(after.status, want, "{point}");
     }
+}
+
+#[tokio::test]
+async fn pauses_and_resumes_killed_at_every_step_converge_to_what_docker_shows() {
+    // (where the process dies, whether the sandbox was paused before, the
+    // status recovery must leave)
+    let trials = [
+        ("pause.paused", false, SandboxStatus::Paused),
+        ("resume.resumed", true, SandboxStatus::Running),
+    ];
+    for (point, paused_before, want) in trials {
+        let (w, live, mut sb) = World::with_sandbox("p").await;
+        if paused_before {
+            sb = pause::pause(&live, sb).await.unwrap();
+            assert_eq!(sb.status, SandboxStatus::Paused);
+        }
+        let dead = w.dying(point).await;
+        let result = if paused_before {
+            pause::resume(&dead, sb.clone()).await
+        } else {
+            pause::pause(&dead, sb.clone()).await
+        };
+        result.unwrap_err();
+        // Nobody may act on the sandbox until the operation is recovered:
+        // another instance waits for its lease, then finishes it.
+        let other = w.recover().await;
+        w.assert_converged().await;
+        let after = w.fresh(&sb).await;
+        assert_eq!(after.status, want, "{point}");
+        assert_eq!(after.paused_at.is_some(), want == SandboxStatus::Paused);
+        // The same run goes on: its start time (and the tokens signed over
+        // it) did not change.
+        assert_eq!(after.started_at, sb.started_at, "{point}");
+        // And what is left works on the recovered instance.
+        let back = if want == SandboxStatus::Paused {
+            pause::resume(&other, after).await.unwrap()
+        } else {
+            pause::pause(&other, after).await.unwrap()
+        };
+        assert_ne!(back.status, want);
+        w.assert_converged().await;
+    }
+}
+
+#[tokio::test]
+async fn stop_start_snapshot_and_delete_take_a_paused_sandbox() {
+    let (w, live, sb) = World::with_sandbox("q").await;
+    let sb = pause::pause(&live, sb).await.unwrap();
+    // A second pause and a resume of a running one are refused.
+    let again = pause::pause(&live, sb.clone()).await.unwrap_err();
+    assert!(matches!(again, ServiceError::Conflict(_)), "{again}");
+    // Start resumes it: the same run.
+    let started = lifecycle::start(&live, sb.clone()).await.unwrap();
+    assert_eq!(started.status, SandboxStatus::Running);
+    assert_eq!(started.started_at, sb.started_at);
+    assert!(started.resumed_at.is_some());
+    let not_paused = pause::resume(&live, started.clone()).await.unwrap_err();
+    assert!(
+        matches!(not_paused, ServiceError::Conflict(_)),
+        "{not_paused}"
+    );
+    // Stop of a paused one thaws and stops it.
+    let sb = pause::pause(&live, started).await.unwrap();
+    let stopped = lifecycle::stop(&live, sb, Duration::ZERO).await.unwrap();
+    assert_eq!(stopped.status, SandboxStatus::Stopped);
+    assert!(stopped.paused_at.is_none());
+    let c = w.rt.container(&stopped.id).unwrap();
+    assert!(!c.running && !c.paused);
+    // A stopped one cannot be paused; a started one can, and a paused one
+    // is deleted like any other.
+    let err = pause::pause(&live, stopped.clone()).await.unwrap_err();
+    assert!(matches!(err, ServiceError::NotRunning(_)), "{err}");
+    let sb = lifecycle::start(&live, stopped).await.unwrap();
+    let sb = pause::pause(&live, sb).await.unwrap();
+    lifecycle::destroy(&live, sb.clone(), false).await.unwrap();
+    assert!(w.rt.container(&sb.id).is_none());
+    w.assert_converged().await;
+}
+
+#[tokio::test]
+async fn a_paused_sandbox_refuses_use_unless_it_auto_resumes() {
+    let w = World::new().await;
+    let live = w.instance().await;
+    let plain = w.create(&live, "plain").await.unwrap();
+    let plain = pause::pause(&live, plain).await.unwrap();
+    let err = pause::awake(&live, plain.clone()).await.unwrap_err();
+    assert!(
+        matches!(&err, ServiceError::Paused(m) if m.contains("resume")),
+        "{err}"
+    );
+    assert_eq!(w.fresh(&plain).await.status, SandboxStatus::Paused);
+
+    let req = CreateSandboxRequest {
+        name: Some("waking".into()),
+        lifecycle: Some(stockade_api::LifecycleRequest {
+            on_timeout: Some("pause".into()),
+            auto_resume: Some(true),
+            idle_timeout_minutes: None,
+        }),
+        ..Default::default()
+    };
+    let waking = live
+        .create_sandbox(&w.scope(), (&req).into(), None)
+        .await
+        .unwrap()
+        .sandbox;
+    let waking = pause::pause(&live, waking).await.unwrap();
+    // Two uses at once: one resumes, the other finds it running.
+    let (a, b) = tokio::join!(
+        pause::awake(&live, waking.clone()),
+        pause::awake(&live, waking.clone())
+    );
+    assert_eq!(a.unwrap().status, SandboxStatus::Running);
+    assert_eq!(b.unwrap().status, SandboxStatus::Running);
+    assert!(!w.rt.container(&waking.id).unwrap().paused);
+    w.assert_converged().await;
 }
 
 #[tokio::test]

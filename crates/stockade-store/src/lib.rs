@@ -387,6 +387,12 @@ pub trait SandboxStore: Send + Sync {
         lease_until: DateTime<Utc>,
         limit: u32,
     ) -> StoreResult<Vec<Sandbox>>;
+
+    /// Moves the end of a RUNNING sandbox's session later, to `until` (a
+    /// use restarting its idle timeout); an earlier end, a record without
+    /// a session or not running is left as it is. Not a version change:
+    /// concurrent writers of the record are not disturbed.
+    async fn extend_session(&self, id: &SandboxId, until: DateTime<Utc>) -> StoreResult<()>;
 }
 
 /// `Idempotency-Key`s of creates. Keys recorded before

@@ -155,6 +155,7 @@ impl Inspect for DockerRuntime {
         Ok(Some(ContainerState {
             container_id: inspected.id.unwrap_or_default(),
             running,
+            paused: running && state.paused.unwrap_or(false),
             started_at: parse_time(state.started_at.as_deref()),
             exit_code: if running || finished_at.is_none() {
                 None
@@ -187,7 +188,9 @@ impl Inspect for DockerRuntime {
                         .get(labels::SANDBOX_ID)
                         .and_then(|s| SandboxId::parse(s).ok()),
                     instance_id: labels.get(labels::INSTANCE_ID).cloned(),
-                    running: c.state.as_deref() == Some("running"),
+                    // A frozen container still runs.
+                    running: matches!(c.state.as_deref(), Some("running" | "paused")),
+                    paused: c.state.as_deref() == Some("paused"),
                     pool_class: crate::pool_class_of(|k| labels.get(k)),
                     agent: crate::agent_of(|k| labels.get(k)),
                 })

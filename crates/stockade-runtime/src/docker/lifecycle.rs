@@ -530,6 +530,20 @@ impl Lifecycle for DockerRuntime {
             })
     }
 
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn pause(&self, id: &SandboxId) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        let done = docker.pause_container(&container_name(id)).await;
+        self.freezer_result(done, id, "is already paused", "pause container")
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
+    async fn unpause(&self, id: &SandboxId) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        let done = docker.unpause_container(&container_name(id)).await;
+        self.freezer_result(done, id, "is not paused", "unpause container")
+    }
+
     #[tracing::instrument(skip_all, fields(sandbox.id = %id, preserve_volume))]
     async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()> {
         let docker = self.client().await?;
@@ -824,6 +838,33 @@ mod tests {
             ),
         ] {
             assert_eq!(pull_reason(message), reason, "{message}");
+        }
+    }
+}
+
+impl DockerRuntime {
+    /// The outcome of a pause or unpause: the engine's 409 that says it is
+    /// in that state already (`already`) is success; any other 409 (not
+    /// running) is a conflict, a 404 no container.
+    fn freezer_result(
+        &self,
+        done: Result<(), BollardError>,
+        id: &SandboxId,
+        already: &str,
+        what: &str,
+    ) -> RuntimeResult<()> {
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) => match status_code(&e) {
+                Some(404) => Err(RuntimeError::NotFound(format!(
+                    "no container for sandbox {id}"
+                ))),
+                Some(409) if e.to_string().contains(already) => Ok(()),
+                Some(409) => Err(RuntimeError::Conflict(format!(
+                    "the container of sandbox {id} is not running"
+                ))),
+                _ => Err(self.map_err(e, what)),
+            },
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct FakeContainer {
     pub container_id: String,
     pub spec: ContainerSpec,
     pub running: bool,
+    /// Frozen (its processes exist but do not run).
+    pub paused: bool,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub exit_code: Option<i64>,
@@ -306,6 +308,7 @@ impl FakeRuntime {
                 container_id: container_id.clone(),
                 spec: spec.clone(),
                 running: true,
+                paused: false,
                 started_at: Some(Utc::now()),
                 finished_at: None,
                 exit_code: None,
@@ -408,6 +411,7 @@ impl Inspect for FakeRuntime {
         Ok(self.state().containers.get(id).map(|c| ContainerState {
             container_id: c.container_id.clone(),
             running: c.running,
+            paused: c.paused,
             started_at: c.started_at,
             finished_at: c.finished_at,
             exit_code: c.exit_code,
@@ -431,6 +435,7 @@ impl Inspect for FakeRuntime {
                 sandbox_id: Some(id.clone()),
                 instance_id: Some(c.spec.instance_id.as_str().to_owned()),
                 running: c.running,
+                paused: c.paused,
                 pool_class: c.pool_class.clone(),
                 agent: c.agent(),
             })
@@ -524,10 +529,19 @@ impl Lifecycle for FakeRuntime {
         c.stops.push(grace);
         if c.running {
             c.running = false;
+            c.paused = false;
             c.finished_at = Some(Utc::now());
             c.exit_code = Some(0);
         }
         Ok(())
+    }
+
+    async fn pause(&self, id: &SandboxId) -> RuntimeResult<()> {
+        self.set_paused(id, true)
+    }
+
+    async fn unpause(&self, id: &SandboxId) -> RuntimeResult<()> {
+        self.set_paused(id, false)
     }
 
     async fn remove(&self, id: &SandboxId, preserve_volume: bool) -> RuntimeResult<()> {
@@ -536,6 +550,22 @@ impl Lifecycle for FakeRuntime {
         if !preserve_volume {
             st.volumes.remove(id);
         }
+        Ok(())
+    }
+}
+
+impl FakeRuntime {
+    /// Freezes or thaws a running container.
+    fn set_paused(&self, id: &SandboxId, paused: bool) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        if !c.running {
+            return Err(RuntimeError::Conflict(format!(
+                "the container of sandbox {id} is not running"
+            )));
+        }
+        c.paused = paused;
         Ok(())
     }
 }

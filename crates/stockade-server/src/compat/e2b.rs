@@ -17,11 +17,13 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use stockade_api::e2b::*;
-use stockade_api::{CreateSandboxRequest, SandboxResponse, SandboxSource};
-use stockade_core::{AccountId, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotKind};
+use stockade_api::{CreateSandboxRequest, LifecycleRequest, SandboxResponse, SandboxSource};
+use stockade_core::{
+    AccountId, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotKind, TimeoutAction,
+};
 use stockade_service::compat::{self as svc_compat, Template};
 use stockade_service::sandbox::request::NewSandbox;
-use stockade_service::{lifecycle, snapshots, update};
+use stockade_service::{lifecycle, pause, snapshots, update};
 use tracing::instrument;
 
 use crate::error::ApiError;
@@ -232,7 +234,9 @@ async fn load_live(state: &AppState, scope: &Scope, id: &str) -> E2bResult<Sandb
 fn state_of(sb: &Sandbox) -> Option<&'static str> {
     match sb.status {
         SandboxStatus::Running => Some("running"),
-        SandboxStatus::Stopped | SandboxStatus::Error => Some("paused"),
+        // E2B knows two states: a stopped sandbox (its files kept) reads as
+        // a paused one whose memory was not kept.
+        SandboxStatus::Paused | SandboxStatus::Stopped | SandboxStatus::Error => Some("paused"),
         _ => None,
     }
 }
@@ -311,6 +315,7 @@ fn end_of(sb: &Sandbox) -> DateTime<Utc> {
                 .map(|t| t.with_timezone(&Utc))
                 .unwrap_or_else(|_| Utc::now())
         }),
+        SandboxStatus::Paused => sb.paused_at.unwrap_or(sb.created_at),
         _ => sb.stopped_at.unwrap_or(sb.created_at),
     }
 }
@@ -338,8 +343,13 @@ fn detail_of(
         state: state_of(sb).unwrap_or("running").into(),
         allow_internet_access: spec.network.allows_egress(),
         lifecycle: E2bLifecycle {
-            on_timeout: if spec.persistent { "pause" } else { "kill" }.into(),
-            auto_resume: false,
+            // E2B's two actions: a stop keeps the files as a pause does.
+            on_timeout: match spec.timeout_action() {
+                TimeoutAction::Kill => "kill",
+                TimeoutAction::Stop | TimeoutAction::Pause => "pause",
+            }
+            .into(),
+            auto_resume: spec.lifecycle.auto_resume,
         },
     }
 }
@@ -441,6 +451,40 @@ fn refuse_unsupported(req: &E2bNewSandbox) -> E2bResult<()> {
     Ok(())
 }
 
+/// E2B's `autoPause`, `autoPauseMemory` and `autoResume` as a lifecycle:
+/// a pause that keeps memory freezes the sandbox, one that keeps only the
+/// filesystem (`autoPauseMemory: false`) stops it, no pause kills it.
+fn lifecycle_of(req: &E2bNewSandbox) -> E2bResult<LifecycleRequest> {
+    let on_timeout = match (req.auto_pause, req.auto_pause_memory) {
+        (Some(true), Some(false)) => "stop",
+        (Some(true), _) => "pause",
+        _ => "kill",
+    };
+    let auto_resume = match &req.auto_resume {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(v) => match v.get("enabled") {
+            Some(serde_json::Value::Bool(b)) => *b,
+            None | Some(serde_json::Value::Null) => false,
+            Some(_) => {
+                return Err(ApiError::field("autoResume.enabled", "must be true or false").into())
+            }
+        },
+    };
+    if auto_resume && on_timeout != "pause" {
+        return Err(ApiError::field(
+            "autoResume",
+            "auto-resume needs autoPause (with memory): only a paused sandbox wakes on use",
+        )
+        .into());
+    }
+    Ok(LifecycleRequest {
+        on_timeout: Some(on_timeout.into()),
+        auto_resume: Some(auto_resume),
+        idle_timeout_minutes: None,
+    })
+}
+
 async fn create(
     Authed { state, caller }: Authed<E2bCaller>,
     headers: HeaderMap,
@@ -456,6 +500,7 @@ async fn create(
     let mut create = CreateSandboxRequest {
         timeout_minutes: Some(secs as f64 / 60.0),
         persistent: Some(req.auto_pause.unwrap_or(false)),
+        lifecycle: Some(lifecycle_of(&req)?),
         environment_vars: req.env_vars.clone().filter(|e| !e.is_empty()),
         network_policy,
         ..Default::default()
@@ -744,7 +789,12 @@ async fn resume_sandbox(
     timeout: Option<i64>,
 ) -> E2bResult<Sandbox> {
     let id = sb.id.to_string();
-    let started = lifecycle::start(&state.svc, sb).await?;
+    // A frozen one is thawed (its processes go on), a stopped one started.
+    let started = if sb.is_paused() {
+        pause::resume(&state.svc, sb).await?
+    } else {
+        lifecycle::start(&state.svc, sb).await?
+    };
     match timeout {
         Some(t) => {
             let secs = timeout_secs(t, "timeout")?;
@@ -799,17 +849,22 @@ async fn wake(
     Ok((status, Json(answer)).into_response())
 }
 
-/// `POST /e2b/sandboxes/{id}/pause`: stops the sandbox; its filesystem is
-/// kept, its processes end (409 when it is paused already).
+/// `POST /e2b/sandboxes/{id}/pause`: freezes the sandbox in place, its
+/// processes and memory kept; with `memory: false` only its filesystem is
+/// kept (it is stopped). 409 when it is paused already.
 #[instrument(skip_all, fields(account.id = %cx.caller.account.id, sandbox.id = %cx.id), err(level = "debug", Debug))]
 async fn pause(cx: AuthedId<E2bCaller>, body: Bytes) -> E2bResult<StatusCode> {
-    let _: E2bPauseRequest = body_or_default(&body)?;
+    let req: E2bPauseRequest = body_or_default(&body)?;
     let sb = load_live(&cx.state, &cx.caller.scope, &cx.id).await?;
     if !sb.can_exec() {
         return Err(ServiceError::Conflict(format!("Sandbox {} is already paused", cx.id)).into());
     }
-    let grace = cx.state.svc.config().stop_grace;
-    lifecycle::stop(&cx.state.svc, sb, grace).await?;
+    if req.memory == Some(false) {
+        let grace = cx.state.svc.config().stop_grace;
+        lifecycle::stop(&cx.state.svc, sb, grace).await?;
+    } else {
+        pause::pause(&cx.state.svc, sb).await?;
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -274,6 +274,14 @@ async fn authorise(
     if sb.is_terminated() {
         return Err(gone(id, ": it was killed or reached its timeout"));
     }
+    // A paused sandbox is resumed first when its lifecycle auto-resumes.
+    let sb = match stockade_service::pause::awake(&state.svc, sb).await {
+        Ok(sb) => sb,
+        Err(ServiceError::Paused(_)) => {
+            return Err(gone(id, ": it is paused; resume it with Sandbox.connect()"))
+        }
+        Err(e) => return Err(e.into()),
+    };
     if !sb.can_exec() {
         return Err(gone(
             id,

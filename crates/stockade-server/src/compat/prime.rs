@@ -652,6 +652,19 @@ async fn gateway_sandbox(
             format!("Sandbox {job} was deleted"),
         ));
     }
+    // A paused sandbox is resumed first when its lifecycle auto-resumes.
+    let sb = match stockade_service::pause::awake(&state.svc, sb).await {
+        Ok(sb) => sb,
+        Err(ServiceError::Paused(m)) => {
+            return Err(GatewayError::new(
+                StatusCode::CONFLICT,
+                "sandbox_paused",
+                Code::Unavailable,
+                m,
+            ))
+        }
+        Err(e) => return Err(ApiError::from(e).into()),
+    };
     if !sb.can_exec() {
         return Err(GatewayError::new(
             StatusCode::CONFLICT,

@@ -24,6 +24,7 @@ use crate::extract::{parse_json, Authed, AuthedId};
 use crate::routes::apidoc::SandboxErrors;
 use crate::{sse, AppState};
 use stockade_service::code::{CodeRun, MAX_COLLECTED_BYTES};
+use stockade_service::pause;
 
 /// The largest request body (a cell's code is at most 1 MiB, but JSON may
 /// spell each of its bytes in six).
@@ -111,7 +112,8 @@ pub async fn run_code(
     body: Body,
 ) -> ApiResult<Response> {
     let req: RunCodeRequest = parse_json(&read_body(body).await?)?;
-    let run = state.svc.run_code(&caller.scope, &id, req).await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
+    let run = state.svc.run_code(&sb, req).await?;
     if sse::wants_event_stream(&headers) {
         return Ok(sse::response(
             sse::stepped(CodeSteps { run }),
@@ -165,7 +167,8 @@ impl sse::Steps for CodeSteps {
 pub async fn list_contexts(
     AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<CodeContexts>> {
-    let contexts = state.svc.code_contexts(&caller.scope, &id).await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
+    let contexts = state.svc.code_contexts(&sb).await?;
     Ok(Json(CodeContexts { contexts }))
 }
 
@@ -192,10 +195,8 @@ pub async fn create_context(
     } else {
         parse_json(&bytes)?
     };
-    let context = state
-        .svc
-        .create_code_context(&caller.scope, &id, req)
-        .await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
+    let context = state.svc.create_code_context(&sb, req).await?;
     Ok((StatusCode::CREATED, Json(context)))
 }
 
@@ -215,10 +216,8 @@ pub async fn delete_context(
     Authed { state, caller }: Authed,
     Path((id, context_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    state
-        .svc
-        .delete_code_context(&caller.scope, &id, &context_id)
-        .await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
+    state.svc.delete_code_context(&sb, &context_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -239,10 +238,8 @@ pub async fn restart_context(
     Authed { state, caller }: Authed,
     Path((id, context_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    state
-        .svc
-        .restart_code_context(&caller.scope, &id, &context_id)
-        .await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
+    state.svc.restart_code_context(&sb, &context_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -263,9 +260,7 @@ pub async fn interrupt_context(
     Authed { state, caller }: Authed,
     Path((id, context_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    state
-        .svc
-        .interrupt_code_context(&caller.scope, &id, &context_id)
-        .await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
+    state.svc.interrupt_code_context(&sb, &context_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

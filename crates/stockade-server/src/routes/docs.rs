@@ -47,6 +47,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
     info(title = "Stockade API", description = "Create, run and tear down isolated Docker sandboxes."),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::start, sandboxes::stop,
+        sandboxes::pause, sandboxes::resume,
         sandboxes::destroy, sandboxes::bulk_delete,
         accounts::create, accounts::list, accounts::me, accounts::sign_in, accounts::sign_out,
         health::health, openapi_json, docs_page,

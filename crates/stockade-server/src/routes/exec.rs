@@ -25,10 +25,10 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{parse_json, query_pairs, Authed, AuthedId, Caller};
 use crate::routes::apidoc::{AccessErrors, BadRequest, SandboxErrors};
 use crate::{sse, AppState};
-use stockade_service::lifecycle;
 use stockade_service::output::{lossy_text, Utf8Decoder};
 use stockade_service::processes::{self, parse_process_id, Process, RegistryFull};
 use stockade_service::ServiceError;
+use stockade_service::{lifecycle, pause};
 
 /// The largest exec request body (it carries `stdin`).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -254,8 +254,8 @@ pub async fn exec(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
     let req: ExecRequest = parse_json(&read_body(body).await?)?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
     let plan = plan(req, &sb, &state.config)?;
     ensure_running(&sb)?;
     if plan.background {
@@ -430,8 +430,8 @@ async fn load_process(
     id: &str,
     pid: &str,
 ) -> ApiResult<std::sync::Arc<Process>> {
-    let sb = lifecycle::load(&state.svc, &caller.scope, id).await?;
     let pid = parse_process_id(pid)?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, id).await?;
     adopt(state, &sb).await;
     state
         .svc
@@ -453,7 +453,7 @@ async fn load_process(
 pub async fn list_processes(
     AuthedId { state, caller, id }: AuthedId,
 ) -> ApiResult<Json<ListProcessesResponse>> {
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
     adopt(&state, &sb).await;
     Ok(Json(ListProcessesResponse {
         processes: state

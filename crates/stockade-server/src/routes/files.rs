@@ -24,6 +24,7 @@ use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::AppState;
 use stockade_service::files::{self, BodyStream, Opened, Want};
 use stockade_service::lifecycle;
+use stockade_service::pause;
 use stockade_service::ServiceError;
 
 /// The file routes, relative to `/api/v1`.
@@ -113,7 +114,9 @@ async fn load_with_files(state: &AppState, caller: &Caller, id: &str) -> ApiResu
         SandboxStatus::Pending | SandboxStatus::Provisioning => {
             Err(ServiceError::Conflict(format!("Sandbox {} is still being created", sb.id)).into())
         }
-        _ => Ok(sb),
+        // Its files are read and written as a stopped sandbox's are.
+        SandboxStatus::Paused if !sb.spec.lifecycle.auto_resume => Ok(sb),
+        _ => Ok(pause::awake(&state.svc, sb).await?),
     }
 }
 

@@ -271,6 +271,42 @@ pub async fn stop(
     Ok(respond(&sb, &headers))
 }
 
+/// Pause a running sandbox: every process is frozen in place (the cgroup
+/// freezer) with its memory, open files and connections, and uses no CPU;
+/// status `PAUSED`. Its memory stays allocated on the host. Commands,
+/// terminals, file calls, code cells and its ports answer 409
+/// `sandbox_paused` until it is resumed, or resume it first when its
+/// `lifecycle.autoResume` is set. 409 when it is not running.
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/pause", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = SandboxResponse), AccessErrors,
+              (status = 409, description = "The sandbox is not running (or is paused already)", body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+pub async fn pause(
+    AuthedId { state, caller, id }: AuthedId,
+    headers: HeaderMap,
+) -> ApiResult<Json<SandboxResponse>> {
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = stockade_service::pause::pause(&state.svc, sb).await?;
+    Ok(respond(&sb, &headers))
+}
+
+/// Resume a paused sandbox: its processes go on where they were, and a new
+/// session (its timeout) starts. 409 when it is not paused.
+#[utoipa::path(post, path = "/api/v1/sandbox/{id}/resume", tag = "sandboxes",
+    params(("id" = String, Path, description = "sandbox id")),
+    responses((status = 200, body = SandboxResponse), AccessErrors,
+              (status = 409, description = "The sandbox is not paused", body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id, sandbox.id = %id), err(level = "debug", Display))]
+pub async fn resume(
+    AuthedId { state, caller, id }: AuthedId,
+    headers: HeaderMap,
+) -> ApiResult<Json<SandboxResponse>> {
+    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = stockade_service::pause::resume(&state.svc, sb).await?;
+    Ok(respond(&sb, &headers))
+}
+
 /// `preserveVolume` and `sync` of a delete.
 fn parse_preserve(raw: Option<&str>) -> ApiResult<(bool, bool)> {
     let (mut preserve, mut sync) = (false, false);

@@ -26,7 +26,7 @@ use axum::Router;
 use serde::Deserialize;
 use stockade_api::ErrorBody;
 use stockade_core::{SandboxPath, ValidationErrors};
-use stockade_service::lifecycle;
+use stockade_service::pause;
 use stockade_service::terminal::{TerminalControl, TerminalEvent, TerminalSpec};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
@@ -146,7 +146,7 @@ pub async fn terminal(
         ).into());
     }
     let spec = parse_query(raw.as_deref())?;
-    let sb = lifecycle::load(&state.svc, &caller.scope, &id).await?;
+    let sb = pause::load_awake(&state.svc, &caller.scope, &id).await?;
     // Only after the ownership check, so that a stranger learns nothing
     // more from a request that is no handshake.
     let upgrade = websocket(upgrade)?;

@@ -63,6 +63,7 @@ forward! {
         fn count_sandboxes_by_status(&self) -> StoreResult<Vec<(SandboxStatus, u64)>>;
         fn claim_expired_sessions(&self, server: &str, now: DateTime<Utc>,
             lease_until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<Sandbox>>;
+        fn extend_session(&self, id: &SandboxId, until: DateTime<Utc>) -> StoreResult<()>;
     }
     async fn update_sandbox(&self, sandbox: &Sandbox) -> StoreResult<Sandbox> {
         if self.fail_updates.load(Ordering::SeqCst) {

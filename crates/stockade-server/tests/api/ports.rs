@@ -607,7 +607,9 @@ pub async fn ws_echo_sandbox(app: &TestApp, token: &str, name: &str) -> String {
     sh_in(&id, WS_SERVER);
     sh_in(
         &id,
-        "for i in $(seq 1 100); do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
+        // Up to 30 s by the clock: on a loaded machine a hundred polls take
+        // longer than their sleeps.
+        "end=$(( $(date +%s) + 30 )); while [ $(date +%s) -lt $end ]; do netstat -ltn | grep -q ':9000 ' && exit 0; usleep 50000; done; exit 1",
     );
     id
 }

@@ -16,7 +16,7 @@ use stockade_api::code::{
     AgentCodeEvent, AgentCreateContextRequest, AgentExecuteRequest, CodeContext, CodeEvent,
     CodeOutput, CreateCodeContextRequest, Execution, RunCodeRequest,
 };
-use stockade_core::{Sandbox, SandboxId, Scope, ValidationErrors};
+use stockade_core::{Sandbox, SandboxId, ValidationErrors};
 
 use crate::error::{ServiceError, ServiceResult};
 use crate::interact::exec::agent_error;
@@ -51,13 +51,7 @@ impl Service {
     /// Runs one cell in a running sandbox of the caller's: its events as the
     /// kernel produces them. Every field is checked before the agent is
     /// asked; dropping the run interrupts the cell.
-    pub async fn run_code(
-        &self,
-        scope: &Scope,
-        id: &str,
-        req: RunCodeRequest,
-    ) -> ServiceResult<CodeRun> {
-        let sb = crate::access::load(self, scope, id).await?;
+    pub async fn run_code(&self, sb: &Sandbox, req: RunCodeRequest) -> ServiceResult<CodeRun> {
         let body = self.execute_request(req)?;
         let agent = self.code_agent(&sb).await?;
         let call = Call {
@@ -76,8 +70,7 @@ impl Service {
     }
 
     /// The code contexts of a running sandbox of the caller's, oldest first.
-    pub async fn code_contexts(&self, scope: &Scope, id: &str) -> ServiceResult<Vec<CodeContext>> {
-        let sb = crate::access::load(self, scope, id).await?;
+    pub async fn code_contexts(&self, sb: &Sandbox) -> ServiceResult<Vec<CodeContext>> {
         let agent = self.code_agent(&sb).await?;
         let call = Call {
             sandbox: &sb.id,
@@ -90,11 +83,9 @@ impl Service {
     /// Starts a new context (a kernel of `language`, default Python).
     pub async fn create_code_context(
         &self,
-        scope: &Scope,
-        id: &str,
+        sb: &Sandbox,
         req: CreateCodeContextRequest,
     ) -> ServiceResult<CodeContext> {
-        let sb = crate::access::load(self, scope, id).await?;
         let mut errs = ValidationErrors::default();
         let language = req.language.and_then(|l| check_language(&mut errs, l));
         let cwd = match req.cwd {
@@ -128,47 +119,33 @@ impl Service {
 
     /// Restarts a context's kernel: same id, language and directory; its
     /// state is gone.
-    pub async fn restart_code_context(
-        &self,
-        scope: &Scope,
-        id: &str,
-        context_id: &str,
-    ) -> ServiceResult<()> {
-        self.context_call(scope, id, context_id, Method::POST, "/restart")
+    pub async fn restart_code_context(&self, sb: &Sandbox, context_id: &str) -> ServiceResult<()> {
+        self.context_call(sb, context_id, Method::POST, "/restart")
             .await
     }
 
     /// Interrupts the cell a context runs (if any); the context keeps its state.
     pub async fn interrupt_code_context(
         &self,
-        scope: &Scope,
-        id: &str,
+        sb: &Sandbox,
         context_id: &str,
     ) -> ServiceResult<()> {
-        self.context_call(scope, id, context_id, Method::POST, "/interrupt")
+        self.context_call(sb, context_id, Method::POST, "/interrupt")
             .await
     }
 
     /// Deletes a context and ends its kernel.
-    pub async fn delete_code_context(
-        &self,
-        scope: &Scope,
-        id: &str,
-        context_id: &str,
-    ) -> ServiceResult<()> {
-        self.context_call(scope, id, context_id, Method::DELETE, "")
-            .await
+    pub async fn delete_code_context(&self, sb: &Sandbox, context_id: &str) -> ServiceResult<()> {
+        self.context_call(sb, context_id, Method::DELETE, "").await
     }
 
     async fn context_call(
         &self,
-        scope: &Scope,
-        id: &str,
+        sb: &Sandbox,
         context_id: &str,
         method: Method,
         action: &str,
     ) -> ServiceResult<()> {
-        let sb = crate::access::load(self, scope, id).await?;
         check_context_id(context_id).map_err(|m| ServiceError::field("contextId", m))?;
         let agent = self.code_agent(&sb).await?;
         let call = Call {

@@ -14,7 +14,7 @@ use stockade_core::{
 use stockade_runtime::{ContainerSpec, RuntimeError};
 use stockade_store::{Placed, SandboxWrite, StoreError};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::content::sources::PreparedSource;
 use crate::error::{ServiceError, ServiceResult};
@@ -444,9 +444,19 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
             saved.id
         )));
     };
-    if container.running && sb.status == SandboxStatus::Running {
+    if container.running && sb.status == SandboxStatus::Running && !container.paused {
         guard.release().await;
         return Ok(sb);
+    }
+    if container.paused {
+        // A start of a paused sandbox resumes it: its processes go on.
+        if let Err(e) = rt.unpause(&sb.id).await {
+            svc.metrics.docker_error("unpause", &e);
+            guard.abandon().await;
+            return Err(e.into());
+        }
+        sb.mark_resumed(Utc::now());
+        return record_status(guard, sb).await;
     }
     let mut admitted = None;
     if !container.running {
@@ -487,7 +497,7 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
 /// status write is logged and the caller still gets the new status; the
 /// operation stays recorded and recovery writes the status once the
 /// database takes writes again.
-async fn record_status(guard: OpGuard, sb: Sandbox) -> ServiceResult<Sandbox> {
+pub(crate) async fn record_status(guard: OpGuard, sb: Sandbox) -> ServiceResult<Sandbox> {
     match guard.try_finish_with_status(sb.clone()).await {
         Ok(saved) => Ok(saved),
         Err((e @ ServiceError::Conflict(_), _guard)) => Err(e),
@@ -518,6 +528,12 @@ pub async fn stop_because(
     guard.check(ensure_live(&sb, "create a new one")).await?;
     let mut reason = reason;
     let rt = guard.check(svc.runtime_for(&sb).await).await?;
+    if sb.status == SandboxStatus::Paused {
+        // Thawed first, so that its processes get their SIGTERM and grace.
+        if let Err(e) = rt.unpause(&sb.id).await {
+            debug!(sandbox.id = %sb.id, error = %e, "stop: could not thaw the paused container first");
+        }
+    }
     match rt.stop(&sb.id, grace).await {
         Ok(()) => {}
         Err(RuntimeError::NotFound(_)) => {

@@ -3,6 +3,7 @@ pub mod create;
 pub mod drain;
 pub mod idempotency;
 pub mod lifecycle;
+pub mod pause;
 pub mod pool;
 pub mod ports;
 pub mod queries;

@@ -11,7 +11,8 @@
 //!   to be preserved, record TERMINATED. A delete with `sync=true` whose
 //!   upload had not been recorded is abandoned instead (nothing is deleted
 //!   without the sync the caller asked for).
-//! - start, stop: the record converges to what Docker shows.
+//! - start, stop, pause, resume: the record converges to what Docker
+//!   shows (running, frozen, stopped or gone).
 //! - update: the container's limits converge to the record's.
 //! - snapshot: the half-made snapshot is handed to the collector.
 
@@ -104,7 +105,10 @@ pub async fn recover_held(svc: &Service, op: Operation) -> bool {
     let result = match op.kind {
         OperationKind::Create => roll_back_create(svc, &op).await,
         OperationKind::Delete => carry_on_delete(svc, &op).await,
-        OperationKind::Start | OperationKind::Stop => converge_status(svc, &op).await,
+        OperationKind::Start
+        | OperationKind::Stop
+        | OperationKind::Pause
+        | OperationKind::Resume => converge_status(svc, &op).await,
         OperationKind::Update => converge_limits(svc, &op).await,
         OperationKind::Snapshot | OperationKind::Sync => abandon_snapshot(svc, &op).await,
         OperationKind::Move => crate::sandbox::drain::finish_move(svc, &op).await,
@@ -210,19 +214,8 @@ async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
         return end(svc, op, SandboxWrite::None).await;
     }
     let now = Utc::now();
-    match svc.runtime_for(&sb).await?.inspect(&id).await? {
-        None => sb.mark_error(format!("container not found on server '{}'", sb.server)),
-        Some(c) if c.running => {
-            if sb.status != stockade_core::SandboxStatus::Running {
-                sb.mark_running(c.started_at.unwrap_or(now));
-            }
-        }
-        Some(c) => {
-            if sb.status != stockade_core::SandboxStatus::Stopped {
-                sb.mark_stopped(c.finished_at.unwrap_or(now), None);
-            }
-        }
-    }
+    let inspected = svc.runtime_for(&sb).await?.inspect(&id).await?;
+    converge_record(&mut sb, inspected.as_ref(), now);
     for _ in 0..8 {
         match svc
             .store
@@ -244,6 +237,42 @@ async fn converge_status(svc: &Service, op: &Operation) -> ServiceResult<()> {
         "the record kept changing during recovery".into(),
     ))
 }
+
+/// Brings `sb`'s status to what its container shows (`None`: it is gone),
+/// as of `now`. A record that agrees is left as it is.
+pub(crate) fn converge_record(
+    sb: &mut stockade_core::Sandbox,
+    container: Option<&stockade_runtime::ContainerState>,
+    now: chrono::DateTime<Utc>,
+) {
+    use stockade_core::SandboxStatus::{Paused, Running, Stopped};
+    match container {
+        None => sb.mark_error(format!("container not found on server '{}'", sb.server)),
+        Some(c) if c.paused => {
+            if sb.status != Paused {
+                sb.mark_paused(now, None);
+            }
+        }
+        Some(c) if c.running => match sb.status {
+            Running => {}
+            // Thawed: the same run goes on.
+            Paused => sb.mark_resumed(now),
+            _ => sb.mark_running(c.started_at.unwrap_or(now)),
+        },
+        Some(c) => match sb.status {
+            Stopped => {}
+            Paused => sb.mark_stopped(
+                c.finished_at.unwrap_or(now),
+                Some(ENDED_WHILE_PAUSED.into()),
+            ),
+            _ => sb.mark_stopped(c.finished_at.unwrap_or(now), None),
+        },
+    }
+}
+
+/// The status reason of a paused sandbox whose container stopped.
+pub const ENDED_WHILE_PAUSED: &str = "its processes ended while it was paused (the container \
+     stopped: its Docker host restarted, or it was stopped outside Stockade); its files are kept";
 
 async fn converge_limits(svc: &Service, op: &Operation) -> ServiceResult<()> {
     let Some(sb) = record_of(svc, op).await? else {

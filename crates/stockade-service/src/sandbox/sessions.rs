@@ -1,11 +1,12 @@
 //! Session timeouts: a background task ends sessions whose deadline
-//! passed — a persistent sandbox is stopped, any other one terminated (its
-//! volume removed). Deadlines live in the database, so one that passed while
+//! passed (its timeout, or its idle timeout) as the sandbox's lifecycle
+//! says — paused, stopped, or terminated with its volume; by default a
+//! persistent sandbox is stopped and any other one terminated. Deadlines live in the database, so one that passed while
 //! the server was down is acted on at the first tick after start; each due
 //! session is claimed once across server instances.
 
 use chrono::Utc;
-use stockade_core::{Sandbox, SandboxStatus};
+use stockade_core::{Sandbox, SandboxStatus, TimeoutAction};
 use tracing::{debug, error, info, warn};
 
 use crate::error::ServiceResult;
@@ -14,10 +15,14 @@ use crate::{sandbox::lifecycle, Service};
 /// The status reason of a sandbox whose session ended.
 pub const TIMED_OUT: &str = "session timed out";
 
+/// The status reason of a sandbox whose session ended for lack of use.
+pub const IDLE: &str = "idle timeout: nothing used it";
+
 /// Most sessions one tick acts on (the rest wait for the next tick).
 const BATCH: u32 = 100;
 
 pub(crate) enum Outcome {
+    Paused,
     Stopped,
     Terminated,
     Closed,
@@ -70,27 +75,43 @@ pub(crate) async fn expire_logged(svc: &Service, sb: Sandbox) -> Option<Outcome>
 
 /// Ends one claimed session.
 async fn expire(svc: &Service, mut sb: Sandbox) -> ServiceResult<Outcome> {
-    if sb.spec.persistent {
-        if sb.status != SandboxStatus::Running {
-            // Stopped (or broken) already: only the session is left to close.
-            sb.session_expires_at = None;
-            svc.store.update_sandbox(&sb).await?;
-            return Ok(Outcome::Closed);
-        }
-        let stopped =
-            lifecycle::stop_because(svc, sb, svc.config.stop_grace, Some(TIMED_OUT.into())).await?;
-        info!(sandbox.id = %stopped.id, "session timed out: sandbox stopped");
-        return Ok(Outcome::Stopped);
-    }
-    sb.status_reason = Some(TIMED_OUT.into());
-    let sb = match svc.store.update_sandbox(&sb).await {
-        Ok(saved) => saved,
-        Err(e) => {
-            debug!(sandbox.id = %sb.id, error = %e, "session timeout: reason not recorded");
-            sb
-        }
+    let reason = if sb.ended_idle(Utc::now()) {
+        IDLE
+    } else {
+        TIMED_OUT
     };
-    let done = lifecycle::destroy(svc, sb, false).await?;
-    info!(sandbox.id = %done.id, "session timed out: sandbox terminated");
-    Ok(Outcome::Terminated)
+    let action = sb.spec.timeout_action();
+    if action != TimeoutAction::Kill && sb.status != SandboxStatus::Running {
+        // Stopped, paused (or broken) already: only the session is left to close.
+        sb.session_expires_at = None;
+        svc.store.update_sandbox(&sb).await?;
+        return Ok(Outcome::Closed);
+    }
+    match action {
+        TimeoutAction::Pause => {
+            let paused = crate::sandbox::pause::pause_because(svc, sb, Some(reason.into())).await?;
+            info!(sandbox.id = %paused.id, reason, "session ended: sandbox paused");
+            Ok(Outcome::Paused)
+        }
+        TimeoutAction::Stop => {
+            let stopped =
+                lifecycle::stop_because(svc, sb, svc.config.stop_grace, Some(reason.into()))
+                    .await?;
+            info!(sandbox.id = %stopped.id, reason, "session ended: sandbox stopped");
+            Ok(Outcome::Stopped)
+        }
+        TimeoutAction::Kill => {
+            sb.status_reason = Some(reason.into());
+            let sb = match svc.store.update_sandbox(&sb).await {
+                Ok(saved) => saved,
+                Err(e) => {
+                    debug!(sandbox.id = %sb.id, error = %e, "session timeout: reason not recorded");
+                    sb
+                }
+            };
+            let done = lifecycle::destroy(svc, sb, false).await?;
+            info!(sandbox.id = %done.id, reason, "session ended: sandbox terminated");
+            Ok(Outcome::Terminated)
+        }
+    }
 }

@@ -97,7 +97,7 @@ pub async fn update(
         fresh.spec = patch.apply(&fresh.spec, &defaults)?;
         if patch.timeout_minutes.is_some() && fresh.status == SandboxStatus::Running {
             // The current session runs under the new timeout, from its start.
-            let start = fresh.started_at.unwrap_or_else(Utc::now);
+            let start = fresh.session_start().unwrap_or_else(Utc::now);
             fresh.session_expires_at = fresh.session_deadline(start);
         }
         Ok(fresh)

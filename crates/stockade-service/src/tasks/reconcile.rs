@@ -238,37 +238,45 @@ async fn check_record(
         SandboxStatus::Terminated => return,
         _ => {}
     }
-    let running = match containers.get(&sb.id) {
-        Some(c) => Some(c.running),
+    // (running, frozen)
+    let state = match containers.get(&sb.id) {
+        Some(c) => Some((c.running, c.paused)),
         // Not listed and known to be lost: nothing to correct.
         None if sb.status == SandboxStatus::Error => return,
         // Not listed: gone, or made after the list (ask again).
         None => match rt.inspect(&sb.id).await {
-            Ok(c) => c.map(|c| c.running),
+            Ok(c) => c.map(|c| (c.running, c.paused)),
             Err(e) => {
                 debug!(sandbox.id = %sb.id, error = %e, "reconcile: could not inspect; skipping");
                 return;
             }
         },
     };
-    match running {
+    let live = matches!(sb.status, SandboxStatus::Running | SandboxStatus::Paused);
+    match state {
         None => {
             sb.status = SandboxStatus::Error;
             sb.status_reason = Some(format!("container not found on server '{}'", sb.server));
         }
-        Some(true) if sb.status != SandboxStatus::Running => sb.mark_running(now),
-        Some(false) if sb.status == SandboxStatus::Running => {
+        Some((_, true)) if sb.status != SandboxStatus::Paused => {
+            sb.mark_paused(now, Some("paused outside Stockade".into()));
+        }
+        Some((true, false)) if sb.status == SandboxStatus::Paused => sb.mark_resumed(now),
+        Some((true, false)) if sb.status != SandboxStatus::Running => sb.mark_running(now),
+        Some((false, _)) if live => {
+            let was_paused = sb.status == SandboxStatus::Paused;
             let detail = rt.inspect(&sb.id).await.ok().flatten();
-            sb.status = SandboxStatus::Stopped;
-            sb.stopped_at = detail.as_ref().and_then(|d| d.finished_at).or(Some(now));
-            sb.status_reason = Some(match detail {
+            let at = detail.as_ref().and_then(|d| d.finished_at).unwrap_or(now);
+            let reason = match detail {
+                _ if was_paused => crate::sandbox::recovery::ENDED_WHILE_PAUSED.into(),
                 Some(d) if d.oom_killed => "the main process was killed: out of memory".into(),
                 Some(d) => format!(
                     "the main process exited (code {})",
                     d.exit_code.map_or("unknown".into(), |c| c.to_string())
                 ),
                 None => "the container stopped".into(),
-            });
+            };
+            sb.mark_stopped(at, Some(reason));
         }
         Some(_) => {}
     }

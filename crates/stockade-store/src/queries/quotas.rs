@@ -11,7 +11,7 @@ use crate::{QuotaStore, StoreError, StoreResult};
 
 /// The statuses of a record whose sandbox holds CPU and memory on its host
 /// (see [`stockade_core::quota::holds_resources`]).
-pub(super) const HOLDING: &str = "('RUNNING', 'PROVISIONING', 'PENDING')";
+pub(super) const HOLDING: &str = "('RUNNING', 'PAUSED', 'PROVISIONING', 'PENDING')";
 
 /// A limit as stored: `NULL` is unlimited.
 fn limit(v: Option<u64>) -> Option<i64> {

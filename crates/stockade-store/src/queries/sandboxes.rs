@@ -16,7 +16,7 @@ use crate::{RecordOwner, SandboxFilter, SandboxPage, SandboxStore, StoreError, S
 const NAME_INDEX: &str = "sandboxes_account_name_active";
 
 /// The columns every read of a record selects.
-const COLUMNS: [&str; 15] = [
+const COLUMNS: [&str; 17] = [
     "id",
     "account_id",
     "team_id",
@@ -32,6 +32,8 @@ const COLUMNS: [&str; 15] = [
     "version",
     "metadata",
     "session_expires_at",
+    "paused_at",
+    "resumed_at",
 ];
 
 /// [`COLUMNS`], each after `prefix` (`"s."` in a query over `sandboxes s`;
@@ -80,6 +82,8 @@ fn sandbox_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Sandbox> {
         s3_config: metadata.s3_config,
         s3_sync: metadata.s3_sync,
         session_expires_at: row.opt_ts("session_expires_at")?,
+        paused_at: row.opt_ts("paused_at")?,
+        resumed_at: row.opt_ts("resumed_at")?,
     })
 }
 
@@ -235,6 +239,8 @@ impl<B: Backend> SqlStore<B> {
         .next(sandbox.version)
         .next(metadata::<B>(sandbox)?)
         .next_opt_ts(sandbox.session_expires_at)
+        .next_opt_ts(sandbox.paused_at)
+        .next_opt_ts(sandbox.resumed_at)
         .sql(")");
         conn.execute_refined(q, context, |e| sandbox_conflict(e, sandbox))
             .await?;
@@ -289,6 +295,8 @@ impl<B: Backend> SqlStore<B> {
             .set_opt_ts("deleted_at", sandbox.deleted_at)
             .set("metadata", metadata::<B>(sandbox)?)
             .set_opt_ts("session_expires_at", sandbox.session_expires_at)
+            .set_opt_ts("paused_at", sandbox.paused_at)
+            .set_opt_ts("resumed_at", sandbox.resumed_at)
             .sql(", version = version + 1 WHERE id = ")
             .bind(sandbox.id.to_string())
             .sql(" AND version = ")
@@ -559,5 +567,17 @@ impl<B: Backend> SandboxStore for SqlStore<B> {
         };
         self.claim_each(due, claim, sandbox_from_row, "claim expired sessions")
             .await
+    }
+
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id), err(level = "debug"))]
+    async fn extend_session(&self, id: &SandboxId, until: DateTime<Utc>) -> StoreResult<()> {
+        let q = Q::<B>::new("UPDATE sandboxes SET session_expires_at = ")
+            .ts(until)
+            .sql(" WHERE id = ")
+            .bind(id.to_string())
+            .sql(" AND status = 'RUNNING' AND deleted_at IS NULL AND session_expires_at IS NOT NULL AND session_expires_at < ")
+            .ts(until);
+        self.execute(q, "extend a session").await?;
+        Ok(())
     }
 }
