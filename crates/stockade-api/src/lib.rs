@@ -175,7 +175,8 @@ pub struct LifecycleView {
     /// `kill`, `stop` or `pause`.
     pub on_timeout: String,
     pub auto_resume: bool,
-    /// 0: no idle timeout.
+    /// 0: no idle timeout. A whole number is written without a fraction.
+    #[serde(serialize_with = "whole_as_integer")]
     pub idle_timeout_minutes: f64,
 }
 

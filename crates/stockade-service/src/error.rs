@@ -76,6 +76,15 @@ impl ServiceError {
     pub fn sandbox_not_found() -> Self {
         Self::NotFound("Sandbox not found".into())
     }
+
+    /// The refusal of a call into paused sandbox `id` that does not
+    /// auto-resume.
+    pub fn paused(id: &stockade_core::SandboxId) -> Self {
+        Self::Paused(format!(
+            "Sandbox {id} is paused: resume it (POST /api/v1/sandbox/{id}/resume, stockade resume), \
+             or create it with lifecycle.autoResume to have it resumed on use"
+        ))
+    }
 }
 
 pub type ServiceResult<T> = Result<T, ServiceError>;

@@ -206,6 +206,9 @@ fn ensure_running(sb: &Sandbox) -> ApiResult<()> {
     if sb.status == SandboxStatus::Running {
         return Ok(());
     }
+    if sb.is_paused() {
+        return Err(ServiceError::paused(&sb.id).into());
+    }
     Err(ServiceError::NotRunning(format!(
         "sandbox is not running (status {}): start it with POST /api/v1/sandbox/{}/start",
         sb.status, sb.id

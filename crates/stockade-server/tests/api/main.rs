@@ -24,6 +24,7 @@ mod listing;
 mod live_status;
 mod logs;
 mod metrics;
+mod pause;
 mod pool;
 mod ports;
 mod quotas;

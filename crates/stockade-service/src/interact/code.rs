@@ -214,6 +214,9 @@ impl Service {
 
     /// The agent of a sandbox that can run code now.
     async fn code_agent(&self, sb: &Sandbox) -> ServiceResult<AgentClient> {
+        if sb.is_paused() {
+            return Err(ServiceError::paused(&sb.id));
+        }
         if !sb.can_exec() {
             return Err(ServiceError::NotRunning(format!(
                 "sandbox is not running (status {}): start it with POST /api/v1/sandbox/{}/start",

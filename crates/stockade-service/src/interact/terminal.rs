@@ -50,6 +50,9 @@ pub enum TerminalEvent {
 impl Service {
     /// The agent of `sb`, or a 409 saying why this needs one.
     async fn require_agent(&self, sb: &Sandbox, what: &str) -> ServiceResult<AgentClient> {
+        if sb.is_paused() {
+            return Err(ServiceError::paused(&sb.id));
+        }
         if sb.status != stockade_core::SandboxStatus::Running {
             return Err(ServiceError::NotRunning(format!(
                 "sandbox {} is not running (status {}): start it to {what}",

@@ -133,22 +133,13 @@ async fn thaw(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
 pub async fn awake(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     if sb.is_paused() {
         if !sb.spec.lifecycle.auto_resume {
-            return Err(paused(&sb));
+            return Err(ServiceError::paused(&sb.id));
         }
         debug!(sandbox.id = %sb.id, "auto-resuming a paused sandbox on use");
         return thaw(svc, sb).await;
     }
     touch(svc, &sb).await;
     Ok(sb)
-}
-
-/// The refusal of a call into a paused sandbox that does not auto-resume.
-pub fn paused(sb: &Sandbox) -> ServiceError {
-    ServiceError::Paused(format!(
-        "Sandbox {} is paused: resume it (POST /api/v1/sandbox/{}/resume, stockade resume), \
-         or create it with lifecycle.autoResume to have it resumed on use",
-        sb.id, sb.id
-    ))
 }
 
 /// Records a use of a running sandbox for its idle timeout: its session's
