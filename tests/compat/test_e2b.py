@@ -312,17 +312,49 @@ def test_set_timeout_and_expiry(e2b_env, run_id):
         time.sleep(0.5)
 
 
-def test_auto_pause_at_timeout_keeps_the_files(e2b_env, run_id):
-    sb = Sandbox.create(timeout=600, lifecycle={"on_timeout": "pause"}, metadata={"suite": run_id})
+# Each count replaces /tmp/n whole, so a read never sees it half-written.
+COUNTER = (
+    "sh -c 'echo $$ > /tmp/pid; i=0; "
+    "while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.1; done'"
+)
+
+
+def _counter(sb):
+    """Starts the counter in `sb`; its PID once it wrote it."""
+    sb.commands.run(COUNTER, background=True)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        pid = sb.commands.run("cat /tmp/pid 2>/dev/null || true").stdout.strip()
+        if pid:
+            return pid
+        time.sleep(0.1)
+    raise AssertionError("the counter never started")
+
+
+def test_auto_pause_at_timeout_keeps_processes_and_the_next_command_wakes_it(e2b_env, run_id):
+    sb = Sandbox.create(
+        timeout=600,
+        lifecycle={"on_timeout": "pause", "auto_resume": True},
+        metadata={"suite": run_id},
+    )
     try:
+        assert sb.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": True}
         sb.files.write("/workspace/kept.txt", "still here")
+        pid = _counter(sb)
         sb.set_timeout(2)
         deadline = time.time() + 30
         while time.time() < deadline and Sandbox.get_info(sb.sandbox_id).state != SandboxState.PAUSED:
             time.sleep(0.5)
+        # Paused, not killed.
         assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.PAUSED
-        resumed = Sandbox.connect(sb.sandbox_id, timeout=120)
-        assert resumed.files.read("/workspace/kept.txt") == "still here"
+        # The next command (the same SDK object, its old token) wakes it,
+        # and the process is the same one, still counting.
+        assert sb.commands.run(f"kill -0 {pid} && echo same").stdout.strip() == "same"
+        assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.RUNNING
+        first = int(sb.files.read("/tmp/n").strip())
+        time.sleep(0.5)
+        assert int(sb.files.read("/tmp/n").strip()) > first
+        assert sb.files.read("/workspace/kept.txt") == "still here"
     finally:
         Sandbox.kill(sb.sandbox_id)
 
@@ -348,21 +380,39 @@ def test_list_with_metadata_filter_and_paging(e2b_env, run_id):
             s.kill()
 
 
-def test_pause_then_connect_keeps_files_not_processes(e2b_env, run_id):
+def test_pause_keeps_processes_and_connect_resumes_them(e2b_env, run_id):
     sb = Sandbox.create(timeout=600, metadata={"suite": run_id})
     try:
         sb.files.write("/workspace/state.txt", "before pause")
-        sb.commands.run("sleep 1000", background=True)
+        pid = _counter(sb)
         assert sb.pause()
         assert not sb.pause()  # already paused
         assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.PAUSED
         paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
         assert sb.sandbox_id in {s.sandbox_id for s in paused}
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+        assert sb.sandbox_id not in {s.sandbox_id for s in running}
+        # Without auto-resume, a command does not reach a paused sandbox.
+        with pytest.raises(Exception):
+            sb.commands.run("true", request_timeout=10)
+        assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.PAUSED
         same = Sandbox.connect(sb.sandbox_id, timeout=300)
         assert same.get_info().state == SandboxState.RUNNING
         assert same.files.read("/workspace/state.txt") == "before pause"
-        # The processes did not survive the pause (see the README).
-        assert not any("sleep 1000" in " ".join(p.args) for p in same.commands.list())
+        # The process survived the pause: same PID, still counting.
+        assert same.commands.run(f"kill -0 {pid} && echo alive").stdout.strip() == "alive"
+        first = int(same.files.read("/tmp/n").strip())
+        time.sleep(0.5)
+        assert int(same.files.read("/tmp/n").strip()) > first
+        # A filesystem-only pause keeps the files and ends the processes.
+        assert same.pause(mode="filesystem")
+        again = Sandbox.connect(sb.sandbox_id, timeout=300)
+        assert again.files.read("/workspace/state.txt") == "before pause"
+        # (A new container: PIDs are numbered anew, so the counter is what
+        # tells: it no longer counts.)
+        stopped_at = again.files.read("/tmp/n").strip()
+        time.sleep(0.5)
+        assert again.files.read("/tmp/n").strip() == stopped_at
     finally:
         Sandbox.kill(sb.sandbox_id)
 

@@ -2,7 +2,9 @@
 // E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY come from the environment, as
 // a user sets them. Creates a sandbox, runs commands (with a streaming
 // callback and a failing one), writes and reads a file, lists the sandbox by
-// its metadata and kills it. Prints one JSON line with what it saw; exits
+// its metadata, pauses it with a process running and resumes it (the process
+// goes on), lets a pausing timeout pause it and wakes it with a command,
+// and kills it. Prints one JSON line with what it saw; exits
 // non-zero on the first thing that does not hold.
 'use strict'
 
@@ -44,12 +46,59 @@ async function main() {
       [sbx.sandboxId],
     )
     assert.ok(await sbx.isRunning())
+
+    // Pause keeps the processes: the same PID after connect resumes it.
+    const counter =
+      "sh -c 'echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.1; done'"
+    await sbx.commands.run(counter, { background: true })
+    const pid = await waitForPid(sbx)
+    assert.equal(await sbx.pause(), true)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    assert.equal((await resumed.getInfo()).state, 'running')
+    const alive = await resumed.commands.run(`kill -0 ${pid} && echo alive`)
+    assert.equal(alive.stdout.trim(), 'alive')
+    seen.pidAfterResume = pid
+
+    // A timeout that pauses, and a command that wakes the sandbox up.
+    const napper = await Sandbox.create({
+      timeoutMs: 300_000,
+      metadata: { suite: marker, role: 'ts-napper' },
+      lifecycle: { onTimeout: 'pause', autoResume: true },
+    })
+    try {
+      await napper.commands.run(counter, { background: true })
+      const napPid = await waitForPid(napper)
+      await napper.setTimeout(2_000)
+      const deadline = Date.now() + 30_000
+      while ((await Sandbox.getInfo(napper.sandboxId)).state !== 'paused') {
+        assert.ok(Date.now() < deadline, 'not paused 30 s after its timeout')
+        await new Promise((r) => setTimeout(r, 500))
+      }
+      const woke = await napper.commands.run(`kill -0 ${napPid} && echo same`)
+      assert.equal(woke.stdout.trim(), 'same')
+      assert.equal((await Sandbox.getInfo(napper.sandboxId)).state, 'running')
+      seen.autoResumed = true
+    } finally {
+      await napper.kill()
+    }
   } finally {
     seen.killed = await sbx.kill()
   }
   assert.equal(seen.killed, true)
   assert.equal(await Sandbox.getInfo(seen.sandboxId).then(() => 'found', () => 'gone'), 'gone')
   console.log(JSON.stringify(seen))
+}
+
+// The PID the counter wrote, once it has.
+async function waitForPid(sbx) {
+  const deadline = Date.now() + 10_000
+  for (;;) {
+    const pid = (await sbx.commands.run('cat /tmp/pid 2>/dev/null || true')).stdout.trim()
+    if (pid) return pid
+    assert.ok(Date.now() < deadline, 'the counter never started')
+    await new Promise((r) => setTimeout(r, 100))
+  }
 }
 
 main().catch((e) => {

@@ -12,9 +12,10 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 
 /// A background process that writes its PID once and a growing counter
-/// every 100 ms.
-const COUNTER: &str =
-    "echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; usleep 100000; done";
+/// every 100 ms (each count replaces the file whole, so a read never sees
+/// it half-written).
+const COUNTER: &str = "echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n.new; \
+     mv /tmp/n.new /tmp/n; usleep 100000; done";
 
 async fn exec(app: &TestApp, t: &str, id: &str, shell: &str) -> crate::helpers::Resp {
     app.sandbox_post(t, id, "exec", json!({ "shell": shell }))
