@@ -80,6 +80,34 @@ def test_list_and_statuses(client, sandbox, run_id):
     assert client.bulk_wait_for_creation([sandbox.id])[sandbox.id] == "RUNNING"
 
 
+def test_a_paused_sandbox_reads_as_paused_and_refuses_commands_until_resumed(
+    prime_env, client, run_id
+):
+    import httpx
+
+    sb = client.create(
+        _request(run_id, start_command=StartCommand(executable="sleep", args=["infinity"]))
+    )
+    try:
+        client.wait_for_creation(sb.id)
+        pid = client.execute_command(sb.id, "sleep 1000 >/dev/null 2>&1 & echo $!").stdout.strip()
+        # Paused with Stockade's own API (prime-sandboxes has no pause).
+        rest = httpx.Client(
+            base_url=prime_env.base, headers={"Authorization": f"Bearer {os.environ['PRIME_API_KEY']}"}
+        )
+        assert rest.post(f"/api/v1/sandbox/{sb.id}/pause").status_code == 200
+        assert client.get(sb.id).status == "PAUSED"
+        statuses = client.get_sandbox_statuses([sb.id])
+        assert [s.status for s in statuses.statuses] == ["PAUSED"]
+        with pytest.raises(APIError) as refused:
+            client.execute_command(sb.id, "true", timeout=10)
+        assert "paused" in str(refused.value).lower()
+        assert rest.post(f"/api/v1/sandbox/{sb.id}/resume").status_code == 200
+        assert client.execute_command(sb.id, f"kill -0 {pid} && echo alive").stdout == "alive\n"
+    finally:
+        client.delete(sb.id)
+
+
 def test_execute_command(client, sandbox):
     r = client.execute_command(
         sandbox.id, "echo $FROM_ENV $FROM_SECRET $EXTRA; pwd; echo oops >&2; exit 4",
