@@ -459,6 +459,7 @@ mod examples {
     /// A sandbox as the API shows it.
     fn sandbox(id: &str, name: &str, status: &str) -> Value {
         let running = status == "RUNNING";
+        let paused = status == "PAUSED";
         json!({
             "id": id,
             "name": name,
@@ -484,8 +485,10 @@ mod examples {
             "createdAt": CREATED,
             "updatedAt": STARTED,
             "startedAt": STARTED,
-            "stoppedAt": if running { Value::Null } else { json!("2026-01-15T10:05:00Z") },
+            "stoppedAt": if running || paused { Value::Null } else { json!("2026-01-15T10:05:00Z") },
             "terminatedAt": null,
+            "pausedAt": if paused { json!("2026-01-15T10:05:00Z") } else { Value::Null },
+            "lifecycle": {"onTimeout": "pause", "autoResume": true, "idleTimeoutMinutes": 10},
             "diskMountPath": "/workspace",
             "volume": {"name": format!("agent-sandbox-{id}"), "mountPath": "/workspace"},
             "sessionExpiresAt": if running { json!("2026-01-15T10:30:02Z") } else { Value::Null },
@@ -599,7 +602,8 @@ mod examples {
                     "environmentVars": {"NODE_ENV": "production"},
                     "labels": ["ci"],
                     "tags": {"team": "platform"},
-                    "ports": [8000]
+                    "ports": [8000],
+                    "lifecycle": {"onTimeout": "pause", "autoResume": true, "idleTimeoutMinutes": 10}
                 }))
                 .response(sandbox(SANDBOX_ID, "build-worker", "RUNNING")),
             op("get", "/api/v1/sandbox").response(json!({
@@ -622,6 +626,8 @@ mod examples {
                 }),
             op("post", "/api/v1/sandbox/{id}/start").response(sandbox(SANDBOX_ID, "build-worker", "RUNNING")),
             op("post", "/api/v1/sandbox/{id}/stop").response(sandbox(SANDBOX_ID, "build-worker", "STOPPED")),
+            op("post", "/api/v1/sandbox/{id}/pause").response(sandbox(SANDBOX_ID, "build-worker", "PAUSED")),
+            op("post", "/api/v1/sandbox/{id}/resume").response(sandbox(SANDBOX_ID, "build-worker", "RUNNING")),
             op("delete", "/api/v1/sandbox/{id}").response({
                 let mut s = sandbox(SANDBOX_ID, "build-worker", "TERMINATED");
                 s["terminatedAt"] = json!("2026-01-15T10:05:00Z");
