@@ -750,9 +750,26 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
         "kept\nrootfs\n"
     );
 
+    // A paused sandbox on h2, with files and a process.
+    let paused_id = per_host["h2"][1].clone();
+    shell(
+        &a,
+        &paused_id,
+        "echo kept > /workspace/paused.txt; sleep 1000 >/dev/null 2>&1 &",
+    )
+    .await;
+    let (status, p) = call(
+        &a,
+        Method::POST,
+        &format!("/sandbox/{paused_id}/pause"),
+        None,
+    )
+    .await;
+    assert_eq!((status, p["status"].as_str()), (200, Some("PAUSED")), "{p}");
+
     // h2 goes away: it is cordoned within seconds, its sandboxes say so,
     // creates keep succeeding elsewhere.
-    let on_h2: Vec<String> = vec![per_host["h2"][1].clone(), rid.clone()];
+    let on_h2: Vec<String> = vec![rid.clone()];
     let stopped = Instant::now();
     engines.stop_h2();
     let host = host_until(&b, "h2", Duration::from_secs(20), |h| {
@@ -796,6 +813,46 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
         let out = shell(&b, id, "cat /workspace/www/index.html").await;
         assert!(out.starts_with("page of"), "{out}");
     }
+
+    // The paused one lost its processes with the engine: STOPPED, saying
+    // why, never RUNNING or PAUSED over a dead container; its files are
+    // there when it starts again.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let stopped = loop {
+        let (_, sb) = call(&b, Method::GET, &format!("/sandbox/{paused_id}"), None).await;
+        assert_ne!(sb["status"], "RUNNING", "{sb}");
+        if sb["status"] == "STOPPED" {
+            break sb;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{paused_id} still {}: {sb}",
+            sb["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let reason = stopped["statusReason"].as_str().unwrap_or_default();
+    assert!(reason.contains("while it was paused"), "{stopped}");
+    let (status, resumed) = call(
+        &a,
+        Method::POST,
+        &format!("/sandbox/{paused_id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{resumed}");
+    let (status, _) = call(
+        &a,
+        Method::POST,
+        &format!("/sandbox/{paused_id}/start"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        shell(&b, &paused_id, "cat /workspace/paused.txt").await,
+        "kept\n"
+    );
 
     // A host is removed only once it holds nothing.
     let (status, refused) = call(&a, Method::DELETE, "/hosts/h2", None).await;

@@ -209,8 +209,11 @@ fn start_drain(svc: &Service, host: &Host) {
 /// Starts again the sandboxes of `server` that were running when it went
 /// away (their records still say RUNNING: reconciliation leaves an
 /// unhealthy host alone) and whose containers stopped with its engine.
+/// Paused ones whose containers stopped lost their processes: they are
+/// recorded STOPPED with the reason (their files are kept), not started.
 async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
     let mut restarted = 0usize;
+    let mut ended = 0usize;
     let mut pages = crate::access::ActivePages::new(svc, 500);
     while let Some(page) = pages.next().await {
         let page = match page {
@@ -220,6 +223,27 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
                 return;
             }
         };
+        for sb in page
+            .iter()
+            .filter(|sb| sb.server == server && sb.is_paused())
+        {
+            if let Ok(Some(c)) = rt.inspect(&sb.id).await {
+                if !c.running {
+                    let mut stopped = sb.clone();
+                    crate::sandbox::recovery::converge_record(
+                        &mut stopped,
+                        Some(&c),
+                        chrono::Utc::now(),
+                    );
+                    match svc.store.update_sandbox(&stopped).await {
+                        Ok(_) => ended += 1,
+                        Err(e) => {
+                            tracing::warn!(sandbox.id = %sb.id, error = %e, "host recovery: a paused sandbox's end not recorded")
+                        }
+                    }
+                }
+            }
+        }
         for sb in page
             .iter()
             .filter(|sb| sb.server == server && sb.status == stockade_core::SandboxStatus::Running)
@@ -238,7 +262,7 @@ async fn recover_host(svc: &Service, server: &str, rt: &dyn Runtime) {
             }
         }
     }
-    tracing::info!(host = %server, restarted, "host is back: its sandboxes are running again");
+    tracing::info!(host = %server, restarted, paused_ended = ended, "host is back: its sandboxes are running again");
 }
 
 /// The leader's host checks, every `check_interval` until `term` ends.
