@@ -379,3 +379,39 @@ fn out_of_band_kill(id: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_sandbox_still_holds_its_memory_in_the_quota() {
+    let app = spawn_app().await;
+    let (account, t) = app.new_account_with_id("holder").await;
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/accounts/{account}/quota"),
+            Some(&app.admin_token),
+            Some(json!({ "memoryGB": 1 })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let id = app
+        .create_id(&t, json!({ "name": "holds", "memoryGB": 1 }))
+        .await;
+    app.act(&t, &id, "pause").await.expect(StatusCode::OK);
+    // Its memory stays allocated: a second one does not fit.
+    let r = app
+        .try_create(&t, json!({ "name": "second", "memoryGB": 1 }))
+        .await;
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
+    // Stopped, it holds nothing.
+    app.sandbox_post(&t, &id, "stop?timeout=0", json!({}))
+        .await
+        .expect(StatusCode::OK);
+    let second = app
+        .try_create(&t, json!({ "name": "second", "memoryGB": 1 }))
+        .await;
+    assert_eq!(second.status, StatusCode::CREATED, "{:?}", second.body);
+    let second = second.body["id"].as_str().unwrap().to_owned();
+    for id in [&id, &second] {
+        app.delete_sandbox(&t, id, "").await.expect(StatusCode::OK);
+    }
+}
