@@ -329,7 +329,8 @@ impl Service {
             Err(stockade_runtime::RuntimeError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e.into()),
         }
-        if sb.status == SandboxStatus::Running {
+        // A paused sandbox keeps its network: its entry stays for its resume.
+        if matches!(sb.status, SandboxStatus::Running | SandboxStatus::Paused) {
             self.apply_egress(sb).await?;
         } else {
             self.remove_egress(sb).await;

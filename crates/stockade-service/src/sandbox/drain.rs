@@ -52,7 +52,8 @@ pub async fn drain_once(svc: &Service, host: &Host) {
 
 async fn drain_one(svc: &Service, sb: Sandbox) -> ServiceResult<()> {
     match sb.status {
-        SandboxStatus::Running if sb.spec.persistent => {
+        // A paused one's processes cannot move with it: stopped, files kept.
+        SandboxStatus::Running | SandboxStatus::Paused if sb.spec.persistent => {
             let reason = Some("stopped: its Docker host is being drained".to_owned());
             crate::sandbox::lifecycle::stop_because(svc, sb, svc.config.stop_grace, reason).await?;
         }
