@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use stockade_sdk::api::SandboxStatus;
 use stockade_sdk::{
     Client, CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, Snapshot, Source,
@@ -94,10 +94,14 @@ pub fn alive(sb: &Sandbox) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuses a sandbox that is not running, saying how to start it.
+/// Refuses a sandbox that is not running, saying how to start it. A
+/// paused one that auto-resumes passes: the server resumes it for the call.
 pub fn running(sb: &Sandbox) -> anyhow::Result<()> {
     alive(sb)?;
     let i = sb.info();
+    if i.status == SandboxStatus::Paused && i.lifecycle.auto_resume {
+        return Ok(());
+    }
     if i.status != SandboxStatus::Running {
         let status = i.status.to_string();
         return Err(
@@ -172,6 +176,19 @@ pub struct CreateArgs {
     /// Terminate (not just stop) the sandbox when its session times out.
     #[arg(long)]
     ephemeral: bool,
+    /// What the end of a session (--timeout or --idle-timeout) does
+    /// (default: stop, or kill with --ephemeral).
+    #[arg(long, value_enum, ignore_case = true, value_name = "ACTION")]
+    on_timeout: Option<TimeoutAction>,
+    /// Resume the sandbox when it is paused and used (a command, a shell,
+    /// a file, a code cell, a request to one of its ports) instead of
+    /// refusing the call.
+    #[arg(long)]
+    auto_resume: bool,
+    /// End the session after this long without use: 90s, 30m, 1h30m, or
+    /// minutes (0 = never, the default); then --on-timeout applies.
+    #[arg(long, value_name = "DURATION")]
+    idle_timeout: Option<String>,
     /// Share with one of your teams.
     #[arg(long)]
     team: Option<String>,
@@ -194,6 +211,28 @@ pub struct CreateArgs {
     /// Upload a local directory, or a .tar / .tar.gz archive, into /workspace.
     #[arg(long, value_name = "PATH", group = "source")]
     upload: Option<std::path::PathBuf>,
+}
+
+/// What the end of a sandbox's session does.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum TimeoutAction {
+    /// Remove the sandbox with its files.
+    Kill,
+    /// Stop its container; its files stay.
+    Stop,
+    /// Freeze it in place: its processes and memory stay.
+    Pause,
+}
+
+impl TimeoutAction {
+    /// The action as the API names it.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Kill => "kill",
+            Self::Stop => "stop",
+            Self::Pause => "pause",
+        }
+    }
 }
 
 pub fn key_value(s: &str, flag: &str) -> Result<(String, String), CliError> {
@@ -286,6 +325,12 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         persistent: a.ephemeral.then_some(false),
         team_id: a.team,
         idempotency_key: a.idempotency_key,
+        on_timeout: a.on_timeout.map(|t| t.as_str().to_owned()),
+        auto_resume: a.auto_resume.then_some(true),
+        idle_timeout: a
+            .idle_timeout
+            .map(|t| parse_duration(&t, "--idle-timeout", "m"))
+            .transpose()?,
         ..CreateParams::new()
     };
     if let Some(snap) = a.from_snapshot {
@@ -326,7 +371,7 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(Args)]
 pub struct ListArgs {
-    /// Only these statuses (running, stopped, …; repeatable).
+    /// Only these statuses (running, paused, stopped, …; repeatable).
     #[arg(long, short = 's')]
     status: Vec<String>,
     /// Only sandboxes with ALL these labels (repeatable).
@@ -459,12 +504,36 @@ impl Batch {
     }
 }
 
-/// Runs `op` on each sandbox, reporting each; fails if any failed.
+/// Runs `op` on each sandbox, reporting each (`NAME: STATUS`); fails if
+/// any failed.
 async fn each<F, Fut>(
     ctx: &Ctx,
     sandboxes: &[String],
     verb: &str,
     op: F,
+) -> anyhow::Result<ExitCode>
+where
+    F: Fn(Sandbox) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
+{
+    each_saying(ctx, sandboxes, verb, op, |name, v| {
+        if v["already"] == true {
+            format!("{name}: already terminated")
+        } else {
+            format!("{name}: {}", v["status"].as_str().unwrap_or("done"))
+        }
+    })
+    .await
+}
+
+/// [`each`], with `said` making the line people see of a sandbox done
+/// (from the argument that named it and what `op` returned).
+async fn each_saying<F, Fut>(
+    ctx: &Ctx,
+    sandboxes: &[String],
+    verb: &str,
+    op: F,
+    said: impl Fn(&str, &serde_json::Value) -> String,
 ) -> anyhow::Result<ExitCode>
 where
     F: Fn(Sandbox) -> Fut,
@@ -486,11 +555,7 @@ where
         pb.finish_and_clear();
         match outcome {
             Ok(v) => {
-                let line = if v["already"] == true {
-                    format!("{name}: already terminated")
-                } else {
-                    format!("{name}: {}", v["status"].as_str().unwrap_or("done"))
-                };
+                let line = said(name, &v);
                 batch.ok(v, &line)?;
             }
             Err(e) => batch.failed(name, e)?,
@@ -509,6 +574,55 @@ pub async fn start(ctx: &Ctx, sandboxes: &[String]) -> anyhow::Result<ExitCode> 
         sb.start().await?;
         Ok(to_value(&sb))
     })
+    .await
+}
+
+/// The name and id of the sandbox a command returned.
+fn name_and_id(v: &serde_json::Value) -> (&str, &str) {
+    (
+        v["name"].as_str().unwrap_or_default(),
+        v["id"].as_str().unwrap_or_default(),
+    )
+}
+
+pub async fn pause(ctx: &Ctx, sandboxes: &[String]) -> anyhow::Result<ExitCode> {
+    each_saying(
+        ctx,
+        sandboxes,
+        "Pausing",
+        |mut sb| async move {
+            alive(&sb)?;
+            sb.pause().await?;
+            Ok(to_value(&sb))
+        },
+        |_, v| {
+            let (name, id) = name_and_id(v);
+            let wakes = if v["lifecycle"]["autoResume"] == true {
+                format!("`stockade resume {name}` or its next use wakes it")
+            } else {
+                format!("`stockade resume {name}` wakes it")
+            };
+            format!("Paused {name} ({id}): its processes are frozen; {wakes}")
+        },
+    )
+    .await
+}
+
+pub async fn resume(ctx: &Ctx, sandboxes: &[String]) -> anyhow::Result<ExitCode> {
+    each_saying(
+        ctx,
+        sandboxes,
+        "Resuming",
+        |mut sb| async move {
+            alive(&sb)?;
+            sb.resume().await?;
+            Ok(to_value(&sb))
+        },
+        |_, v| {
+            let (name, id) = name_and_id(v);
+            format!("Resumed {name} ({id}): its processes go on where they were")
+        },
+    )
     .await
 }
 

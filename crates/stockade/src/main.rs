@@ -37,6 +37,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
   stockade ports demo expose 3000
   stockade ls --status running
   stockade stop demo && stockade start demo
+  stockade pause demo && stockade resume demo    # frozen in place, processes and memory kept
   stockade rm demo
   stockade account create alice
   stockade token create ci --expires 30d         # an API token, shown once; `stockade token ls` lists them
@@ -82,6 +83,7 @@ enum Command {
   stockade create --name data --tarball https://example.com/data.tar.gz
   stockade create --name local --upload ./my-project
   stockade create --name restored --from-snapshot after-install
+  stockade create --name agent --timeout 1h --idle-timeout 10m --on-timeout pause --auto-resume
   stockade create --name demo --json | jq -r .id")]
     Create(Box<cli::CreateArgs>),
     /// List your sandboxes, newest first.
@@ -103,7 +105,8 @@ enum Command {
         #[arg(value_name = "SANDBOX")]
         sandbox: String,
     },
-    /// Start sandboxes (a running one stays as it is).
+    /// Start sandboxes (a running one stays as it is; a paused one is
+    /// resumed).
     #[command(after_help = "Example:
   stockade start demo other")]
     Start {
@@ -122,6 +125,29 @@ enum Command {
         /// Seconds between SIGTERM and SIGKILL (default 30).
         #[arg(long, short = 't')]
         timeout: Option<u64>,
+    },
+    /// Pause running sandboxes: their processes are frozen in place with
+    /// their memory and use no CPU until resumed (files stay reachable).
+    #[command(after_help = "Examples:
+  stockade pause demo
+  stockade pause demo other --json
+
+Commands, shells and code cells are refused while it is paused, unless it
+was created with --auto-resume: then the first of them resumes it.")]
+    Pause {
+        /// Sandbox ids or names.
+        #[arg(required = true, value_name = "SANDBOX")]
+        sandboxes: Vec<String>,
+    },
+    /// Resume paused sandboxes: their processes go on where they were (the
+    /// same PIDs, memory and open files).
+    #[command(after_help = "Examples:
+  stockade resume demo
+  stockade resume demo other --json")]
+    Resume {
+        /// Sandbox ids or names.
+        #[arg(required = true, value_name = "SANDBOX")]
+        sandboxes: Vec<String>,
     },
     /// Destroy sandboxes (their volumes too, unless --keep-volume).
     #[command(
@@ -365,6 +391,8 @@ fn main() -> ExitCode {
             Command::Get { sandbox } => cli::get(&ctx, &sandbox).await,
             Command::Start { sandboxes } => cli::start(&ctx, &sandboxes).await,
             Command::Stop { sandboxes, timeout } => cli::stop(&ctx, &sandboxes, timeout).await,
+            Command::Pause { sandboxes } => cli::pause(&ctx, &sandboxes).await,
+            Command::Resume { sandboxes } => cli::resume(&ctx, &sandboxes).await,
             Command::Rm {
                 sandboxes,
                 keep_volume,

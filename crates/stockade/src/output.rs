@@ -236,11 +236,51 @@ pub fn minutes(m: f64) -> Duration {
     Duration::from_secs_f64((m * 60.0).max(0.0))
 }
 
+/// A sandbox's status as people read it: a paused one says for how long
+/// (`PAUSED for 3m`).
+pub fn status_text(s: &SandboxResponse) -> String {
+    match s.paused_at {
+        Some(at) if s.status == stockade_sdk::api::SandboxStatus::Paused => {
+            format!(
+                "{} for {}",
+                s.status,
+                rough_duration(chrono::Utc::now() - at)
+            )
+        }
+        _ => s.status.to_string(),
+    }
+}
+
+/// A sandbox's lifecycle in words: what the end of its session does,
+/// whether it wakes up on use, its idle timeout.
+pub fn lifecycle_text(l: &stockade_sdk::api::LifecycleView) -> String {
+    let idle = if l.idle_timeout_minutes > 0.0 {
+        duration(minutes(l.idle_timeout_minutes))
+    } else {
+        "none".to_owned()
+    };
+    format!(
+        "on timeout: {}; auto-resume: {}; idle timeout: {idle}",
+        l.on_timeout,
+        if l.auto_resume { "yes" } else { "no" }
+    )
+}
+
+/// What the end of a session does to a sandbox, as the `timeout` line of
+/// its details says it.
+fn then_text(on_timeout: &str) -> &'static str {
+    match on_timeout {
+        "pause" => "then paused",
+        "stop" => "then stopped",
+        _ => "then terminated",
+    }
+}
+
 pub fn sandbox_row(s: &SandboxResponse) -> Vec<String> {
     vec![
         s.id.clone(),
         s.name.clone(),
-        s.status.to_string(),
+        status_text(s),
         s.docker_image.clone(),
         format!(
             "{} CPU / {} GB",
@@ -262,7 +302,7 @@ pub fn sandbox_details(s: &SandboxResponse) -> std::io::Result<()> {
     let mut facts: Vec<(&str, String)> = vec![
         ("id", s.id.clone()),
         ("name", s.name.clone()),
-        ("status", s.status.to_string()),
+        ("status", status_text(s)),
         ("image", s.docker_image.clone()),
         (
             "cpu",
@@ -287,6 +327,9 @@ pub fn sandbox_details(s: &SandboxResponse) -> std::io::Result<()> {
     if let Some(r) = &s.status_reason {
         facts.push(("reason", r.clone()));
     }
+    if let Some(at) = s.paused_at {
+        facts.push(("paused", at.to_rfc3339()));
+    }
     if let Some(t) = s.terminated_at {
         facts.push(("ended", t.to_rfc3339()));
     }
@@ -310,11 +353,7 @@ pub fn sandbox_details(s: &SandboxResponse) -> std::io::Result<()> {
         ));
     }
     if s.timeout_minutes > 0.0 {
-        let then = if s.persistent {
-            "then stopped"
-        } else {
-            "then terminated"
-        };
+        let then = then_text(&s.lifecycle.on_timeout);
         let mut text = format!("{} ({then})", duration(minutes(s.timeout_minutes)));
         if let Some(at) = s.session_expires_at {
             let left = (at - chrono::Utc::now()).to_std().unwrap_or_default();
@@ -326,6 +365,7 @@ pub fn sandbox_details(s: &SandboxResponse) -> std::io::Result<()> {
         }
         facts.push(("timeout", text));
     }
+    facts.push(("lifecycle", lifecycle_text(&s.lifecycle)));
     if !s.labels.is_empty() {
         facts.push(("labels", s.labels.join(", ")));
     }
@@ -365,7 +405,8 @@ pub fn trim_num(v: f64) -> String {
 ///
 /// Codes: the API's own (`not_found`, `conflict`, `validation_failed`,
 /// `image_unavailable`, `forbidden`, `rate_limited`, …) where the server
-/// said so, and the CLI's: `sandbox_not_running`, `sandbox_terminated`,
+/// said so (`sandbox_paused` among them), and the CLI's:
+/// `sandbox_not_running`, `sandbox_terminated`,
 /// `ambiguous_name`, `invalid_argument`, `confirmation_needed` (`--yes`
 /// missing), `unauthorized` (no token), `unreachable`, `bad_response`,
 /// `connection_lost`, `io_error`, `usage` (bad flags), `cancelled`,
@@ -453,6 +494,7 @@ pub fn not_running(name: &str, status: Option<&str>, reason: Option<&str>) -> Cl
             quoted(name),
             reason.map(|r| format!(" ({r})")).unwrap_or_default()
         ),
+        Some("PAUSED") => return paused(name),
         Some("PENDING" | "PROVISIONING") => format!(
             "sandbox {} is still being created — wait until `stockade get {name}` says RUNNING",
             quoted(name)
@@ -460,6 +502,19 @@ pub fn not_running(name: &str, status: Option<&str>, reason: Option<&str>) -> Cl
         _ => format!("sandbox {} is not running — {start}", quoted(name)),
     };
     CliError::new("sandbox_not_running", message)
+}
+
+/// The sandbox is paused and does not wake up on use: its processes are
+/// frozen until it is resumed.
+pub fn paused(name: &str) -> CliError {
+    CliError::new(
+        "sandbox_paused",
+        format!(
+            "sandbox {} is paused (its processes are frozen) — run `stockade resume {name}`",
+            quoted(name)
+        ),
+    )
+    .hint("a sandbox created with --auto-resume is resumed by the first command that uses it")
 }
 
 /// The sandbox is gone (its container, files and logs with it).
@@ -477,6 +532,9 @@ pub fn terminated(name: &str) -> CliError {
 /// field is named by its full path or by its first name.
 const FIELD_FLAGS: &[(&str, &str)] = &[
     ("source.url", "--git/--tarball"),
+    ("lifecycle.onTimeout", "--on-timeout"),
+    ("lifecycle.autoResume", "--auto-resume"),
+    ("lifecycle.idleTimeoutMinutes", "--idle-timeout"),
     ("source.ref", "--ref"),
     ("source.snapshotId", "--from-snapshot"),
     ("source.uploadId", "--upload"),
@@ -557,6 +615,8 @@ fn command_for(method: &str, path: &str, name: Option<&str>) -> String {
         _ if rest.is_empty() => "stockade --help".to_owned(),
         ("POST", "start") => format!("stockade start {sb}"),
         ("POST", "stop") => format!("stockade stop {sb}"),
+        ("POST", "pause") => format!("stockade pause {sb}"),
+        ("POST", "resume") => format!("stockade resume {sb}"),
         ("DELETE", "") => format!("stockade rm {sb}"),
         ("GET", "") => format!("stockade get {sb}"),
         ("PATCH", "") => format!("stockade update {sb}"),
@@ -610,6 +670,9 @@ pub fn cli_words(message: &str, name: Option<&str>) -> String {
         ("Idempotency-Key", "--idempotency-key"),
         ("preserveVolume", "--keep-volume"),
         ("sync=true", "--sync"),
+        ("lifecycle.onTimeout", "--on-timeout"),
+        ("lifecycle.autoResume", "--auto-resume"),
+        ("lifecycle.idleTimeoutMinutes", "--idle-timeout"),
     ] {
         out = out.replace(api, cli);
     }
@@ -638,7 +701,15 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
                 if code == "sandbox_terminated" || lower.contains("is terminated") {
                     return terminated(name);
                 }
-                if code == "sandbox_not_running" || lower.contains("not running") {
+                if code == "sandbox_paused" {
+                    return paused(name);
+                }
+                // A resume that found the processes gone says what became
+                // of the sandbox: that message is kept.
+                let resume_failed = lower.contains("could not be resumed");
+                if !resume_failed
+                    && (code == "sandbox_not_running" || lower.contains("not running"))
+                {
                     let status = ["STOPPED", "ERROR", "PENDING", "PROVISIONING"]
                         .into_iter()
                         .find(|s| message.contains(&format!("status {s}")));
@@ -818,6 +889,81 @@ mod tests {
         let hint = said(422, "image_unavailable", unpulled, None).hint.unwrap();
         assert!(hint.contains("--image") && hint.contains("STOCKADE_DEFAULT_IMAGE"));
         assert!(hint.contains("`docker pull nosuch/x:1`"), "{hint}");
+    }
+
+    #[test]
+    fn paused_sandboxes_are_named_with_the_way_out() {
+        let refused = "Sandbox ab12cd34ef56 is paused: resume it (POST /api/v1/sandbox/ab12cd34ef56/resume, \
+                       stockade resume), or create it with lifecycle.autoResume to have it resumed on use";
+        let e = said(409, "sandbox_paused", refused, Some("nb2"));
+        assert_eq!(e.code, "sandbox_paused");
+        assert!(e.message.contains("`stockade resume nb2`"), "{}", e.message);
+        assert!(e.hint.unwrap().contains("--auto-resume"));
+        // Without a sandbox to name, the message itself in CLI words.
+        let m = said(409, "sandbox_paused", refused, None).message;
+        assert!(m.contains("`stockade resume ab12cd34ef56`"), "{m}");
+        assert!(m.contains("--auto-resume") && !m.contains("/api/"), "{m}");
+        // A pause of a stopped sandbox says how to start it.
+        let stopped = "Sandbox ab12cd34ef56 is not running (status STOPPED): only a running sandbox can be paused";
+        let e = said(409, "sandbox_not_running", stopped, Some("nb2"));
+        assert_eq!(
+            e.message,
+            "sandbox `nb2` is stopped — run `stockade start nb2`"
+        );
+        // A resume that found the processes gone keeps what became of it.
+        let gone =
+            "Sandbox ab12cd34ef56 could not be resumed: its processes ended while it was paused; \
+                    it is STOPPED now: start it to run it again with its files";
+        let e = said(409, "sandbox_not_running", gone, Some("nb2"));
+        assert!(
+            e.message.contains("processes ended while it was paused"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            not_running("nb2", Some("PAUSED"), None).code,
+            "sandbox_paused"
+        );
+    }
+
+    #[test]
+    fn paused_status_and_lifecycle_in_words() {
+        let mut s: SandboxResponse = serde_json::from_value(serde_json::json!({
+            "id": "ab12cd34ef56", "name": "nb2", "accountId": "acc", "status": "PAUSED",
+            "dockerImage": "img", "cpuCores": 1.0, "memoryGB": 1.0, "diskSizeGB": 10,
+            "gpuCount": 0, "networkAccess": true, "networkPolicy": "allow-all",
+            "ports": [], "environmentVars": {}, "labels": [], "tags": {},
+            "timeoutMinutes": 0, "persistent": true, "server": "local",
+            "createdAt": "2020-01-01T00:00:00Z", "logsUrl": "", "metadata": {},
+            "pausedAt": (chrono::Utc::now() - chrono::TimeDelta::seconds(185)).to_rfc3339(),
+            "lifecycle": { "onTimeout": "pause", "autoResume": true, "idleTimeoutMinutes": 0.05 },
+            "volume": { "name": "agent-sandbox-ab12cd34ef56", "mountPath": "/workspace" },
+        }))
+        .unwrap();
+        let shown = status_text(&s);
+        assert!(shown.starts_with("PAUSED for 3m"), "{shown}");
+        assert_eq!(sandbox_row(&s)[2], shown);
+        assert_eq!(
+            lifecycle_text(&s.lifecycle),
+            "on timeout: pause; auto-resume: yes; idle timeout: 3s"
+        );
+        s.status = stockade_sdk::api::SandboxStatus::Running;
+        s.paused_at = None;
+        s.lifecycle.idle_timeout_minutes = 0.0;
+        assert_eq!(status_text(&s), "RUNNING");
+        assert!(lifecycle_text(&s.lifecycle).ends_with("idle timeout: none"));
+    }
+
+    #[test]
+    fn lifecycle_fields_name_their_flags() {
+        assert_eq!(
+            field_line("lifecycle.onTimeout", "unknown action"),
+            "--on-timeout: unknown action"
+        );
+        assert_eq!(
+            field_line("lifecycle.idleTimeoutMinutes", "too long"),
+            "--idle-timeout: too long"
+        );
     }
 
     #[test]

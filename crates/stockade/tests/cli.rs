@@ -7,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{code_image, image, instance_of, lines_of, shut_down, spawn_piped};
+use support::{code_image, docker_lines, image, instance_of, lines_of, shut_down, spawn_piped};
 
 struct Server {
     child: Child,
@@ -1056,6 +1056,8 @@ fn every_command_has_help_with_examples() {
         "get",
         "start",
         "stop",
+        "pause",
+        "resume",
         "rm",
         "exec",
         "shell",
@@ -1968,4 +1970,230 @@ fn prints_first_then_second_later(cli: &Client, args: &[&str]) {
         first_at.elapsed()
     );
     assert!(child.wait().unwrap().success());
+}
+
+/// Whether Docker has the container of sandbox `id` paused.
+fn docker_paused(id: &str) -> bool {
+    docker_lines(&[
+        "inspect",
+        "-f",
+        "{{.State.Paused}}",
+        &format!("stockade-{id}"),
+    ]) == ["true"]
+}
+
+/// The value of the counter a test's background loop writes to /tmp/n.
+fn counter(cli: &Client, sandbox: &str) -> u64 {
+    let out = cli.ok(&["exec", sandbox, "--", "cat", "/tmp/n"]);
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a count: {out:?}"))
+}
+
+/// `get --json` of `sandbox` until `done` says yes of it, at most `within`.
+fn get_until(
+    cli: &Client,
+    sandbox: &str,
+    within: Duration,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let v = cli.json(&["get", sandbox, "--json"]);
+        if done(&v) || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn pause_freezes_processes_in_place_and_resume_wakes_them() {
+    let cli = fresh_server("stk_cli_pause_token_000001");
+    let created = cli.create(&["--name", "frozen"]);
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["lifecycle"]["autoResume"], false);
+
+    // A background loop that counts five times a second, its PID in /tmp/pid.
+    cli.ok(&[
+        "exec",
+        "-d",
+        "frozen",
+        "--shell",
+        "echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.2; done",
+    ]);
+    // The loop's PID and its start time (field 22 of /proc/PID/stat): the
+    // same pair later is the same process, not a new one with a reused PID.
+    let identity = "p=$(cat /tmp/pid); cut -d' ' -f1,22 /proc/$p/stat";
+    let mut before = String::new();
+    for _ in 0..50 {
+        let out = cli.run(&["exec", "frozen", "--shell", identity]);
+        if out.status.success() {
+            before = stdout_of(&out);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!before.trim().is_empty(), "the loop did not start");
+
+    let t0 = Instant::now();
+    let counted = counter(&cli, "frozen");
+    let out = cli.run(&["pause", "frozen"]);
+    let paused_at = Instant::now();
+    let said = stdout_of(&out);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(
+        said.trim(),
+        format!(
+            "Paused frozen ({id}): its processes are frozen; `stockade resume frozen` wakes it"
+        )
+    );
+    assert!(docker_paused(&id), "the container is paused in Docker");
+
+    let got = cli.json(&["get", "frozen", "--json"]);
+    assert_eq!(got["status"], "PAUSED");
+    assert!(got["pausedAt"].is_string(), "{got}");
+    let shown = cli.ok(&["get", "frozen"]);
+    assert!(shown.contains("status    PAUSED for "), "{shown}");
+    assert!(
+        shown.contains("lifecycle on timeout: stop; auto-resume: no; idle timeout: none"),
+        "{shown}"
+    );
+    let table = cli.ok(&["ls"]);
+    let row = table.lines().find(|l| l.contains("frozen")).unwrap();
+    assert!(row.contains("PAUSED for "), "{table}");
+    let listed = cli.json(&["ls", "--status", "paused", "--json"]);
+    assert_eq!(listed["total"], 1, "{listed}");
+
+    // Commands are refused while it is paused, from the CLI (exec) and
+    // from the server (ps), each saying how to resume it.
+    let err = cli.fails(&["exec", "frozen", "--", "true"]);
+    assert!(
+        err.contains("paused") && err.contains("`stockade resume frozen`"),
+        "{err}"
+    );
+    assert_cli_words(&err);
+    let e = cli.json_error(&["exec", "frozen", "--json", "--", "true"]);
+    assert_eq!(e["code"], "sandbox_paused", "{e}");
+    let err = cli.fails(&["ps", "frozen"]);
+    assert!(
+        err.contains("paused") && err.contains("`stockade resume frozen`"),
+        "{err}"
+    );
+    assert_cli_words(&err);
+    let err = cli.fails(&["pause", "frozen"]);
+    assert!(err.contains("already paused"), "{err}");
+
+    // Frozen long enough that a loop still running would count 20 more.
+    std::thread::sleep(Duration::from_secs(4));
+    let resume_from = Instant::now();
+    let resumed = cli.json(&["resume", &id, "--json"]);
+    assert_eq!(resumed[0]["status"], "RUNNING", "{resumed}");
+    assert!(resumed[0].get("pausedAt").is_none(), "{resumed}");
+    assert!(!docker_paused(&id));
+    let after_resume = counter(&cli, "frozen");
+    // The loop counts at most once per 0.2 s of the time it was not frozen.
+    let thawed = t0.elapsed() - (resume_from - paused_at);
+    let most = (thawed.as_secs_f64() / 0.2).ceil() as u64 + 1;
+    assert!(
+        after_resume >= counted && after_resume - counted <= most,
+        "counted {counted} before the pause and {after_resume} after it, {most} at most in {thawed:?}"
+    );
+
+    // The same process goes on counting.
+    let after = cli.ok(&["exec", "frozen", "--shell", identity]);
+    assert_eq!(after, before, "the counting loop is the same process");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(counter(&cli, "frozen") > after_resume, "it keeps counting");
+    assert_eq!(cli.json(&["get", "frozen", "--json"])["status"], "RUNNING");
+
+    let out = cli.run(&["resume", "frozen"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("not paused"),
+        "{}",
+        stderr_of(&out)
+    );
+    // By name, as people type it.
+    let said = cli.ok(&["pause", "frozen"]);
+    assert!(said.starts_with("Paused frozen ("), "{said}");
+    let said = cli.ok(&["resume", "frozen"]);
+    assert_eq!(
+        said.trim(),
+        format!("Resumed frozen ({id}): its processes go on where they were")
+    );
+
+    // A stopped sandbox cannot be paused: the error says how to start it.
+    cli.ok(&["stop", "-t", "1", "frozen"]);
+    let err = cli.fails(&["pause", "frozen"]);
+    assert!(err.contains("`stockade start frozen`"), "{err}");
+    let removed = cli.json(&["rm", "frozen", "--json"]);
+    assert_eq!(removed[0]["status"], "TERMINATED");
+}
+
+#[test]
+fn lifecycle_flags_pause_an_idle_sandbox_that_its_next_use_resumes() {
+    let cli = fresh_server("stk_cli_lifecycle_token_01");
+
+    // An unknown action or duration names its flag before any request; a
+    // value the server refuses names it too.
+    let err = cli.fails(&["create", "--name", "x", "--on-timeout", "hibernate"]);
+    assert!(
+        err.contains("--on-timeout") && err.contains("pause"),
+        "{err}"
+    );
+    let err = cli.fails(&["create", "--name", "x", "--idle-timeout", "soon"]);
+    assert!(err.contains("--idle-timeout"), "{err}");
+    let err = cli.fails(&["create", "--name", "x", "--idle-timeout", "30d"]);
+    assert!(err.starts_with("error: --idle-timeout: "), "{err}");
+    assert_eq!(cli.json(&["ls", "--json"])["total"], 0, "none was made");
+
+    let created = cli.create(&[
+        "--name",
+        "napper",
+        "--on-timeout",
+        "pause",
+        "--auto-resume",
+        "--idle-timeout",
+        "3s",
+    ]);
+    assert_eq!(
+        created["lifecycle"],
+        serde_json::json!({ "onTimeout": "pause", "autoResume": true, "idleTimeoutMinutes": 0.05 })
+    );
+    let id = created["id"].as_str().unwrap().to_owned();
+    let shown = cli.ok(&["get", "napper"]);
+    assert!(
+        shown.contains("lifecycle on timeout: pause; auto-resume: yes; idle timeout: 3s"),
+        "{shown}"
+    );
+
+    // Nothing uses it: its session ends after 3 s, and it is paused.
+    let t0 = Instant::now();
+    let got = get_until(&cli, "napper", Duration::from_secs(15), |v| {
+        v["status"] == "PAUSED"
+    });
+    assert_eq!(got["status"], "PAUSED", "after {:?}: {got}", t0.elapsed());
+    assert!(
+        got["statusReason"].as_str().unwrap_or("").contains("idle"),
+        "{got}"
+    );
+    assert!(docker_paused(&id));
+    assert!(cli.ok(&["ls"]).contains("PAUSED for "));
+
+    // A command wakes it and runs.
+    let out = cli.ok(&["exec", "napper", "--", "echo", "awake"]);
+    assert_eq!(out, "awake\n");
+    let got = cli.json(&["get", "napper", "--json"]);
+    assert_eq!(got["status"], "RUNNING", "{got}");
+    assert!(!docker_paused(&id));
+
+    // Paused by hand, it says its next use wakes it.
+    let said = cli.ok(&["pause", "napper"]);
+    assert!(
+        said.contains("`stockade resume napper` or its next use wakes it"),
+        "{said}"
+    );
+    let removed = cli.json(&["rm", "napper", "--json"]);
+    assert_eq!(removed[0]["status"], "TERMINATED");
 }
