@@ -73,11 +73,69 @@ async fn unknown_and_malformed_ids() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.body["error"]["message"], "Sandbox not found");
     assert_eq!(r.code(), "not_found");
-    for bad in ["short", "ABCDEFGHIJKL", "abcdefghijkl0", "..%2f..%2fetc"] {
+    // What could be a name is looked up as one.
+    for unknown in ["short", "ABCDEFGHIJKL", "abcdefghijkl0"] {
+        let r = app.get(&format!("/api/v1/sandbox/{unknown}"), t).await;
+        r.assert_status(StatusCode::NOT_FOUND, unknown);
+    }
+    let long = "a".repeat(64);
+    for bad in ["..%2f..%2fetc", "-dash", "a%20b", long.as_str()] {
         let r = app.get(&format!("/api/v1/sandbox/{bad}"), t).await;
         r.assert_status(StatusCode::BAD_REQUEST, bad);
         assert_eq!(r.error_fields(), vec!["sandbox_id"]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandboxes_are_reached_by_name_within_what_the_caller_sees() {
+    let (app, [(alice_id, alice), (bob_id, bob)]) =
+        spawn_with_account_ids(["alice-names", "bob-names"]).await;
+    let mine = app.create_id(&alice, json!({ "name": "demo" })).await;
+    let bobs = app.create_id(&bob, json!({ "name": "demo" })).await;
+    // Every route that takes an id takes the name: details, exec, files.
+    let r = app
+        .get("/api/v1/sandbox/demo", &alice)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(r["id"], mine.as_str());
+    let out = app
+        .sandbox_post(&alice, "demo", "exec", json!({ "shell": "hostname" }))
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(out["exitCode"], 0, "{out}");
+    let r = app
+        .get("/api/v1/sandbox/demo", &bob)
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(r["id"], bobs.as_str(), "each account sees its own");
+    // Another account's name is invisible: 404, not 403.
+    app.create_id(&bob, json!({ "name": "bobs-only" })).await;
+    let r = app.get("/api/v1/sandbox/bobs-only", &alice).await;
+    r.assert_error(StatusCode::NOT_FOUND, "not_found");
+    let r = app
+        .sandbox_post(&alice, "bobs-only", "exec", json!({ "shell": "true" }))
+        .await;
+    r.assert_error(StatusCode::NOT_FOUND, "not_found");
+    // A name two sandboxes share in a team the caller sees is ambiguous.
+    let team = app.new_team("names-team").await;
+    for account in [&alice_id, &bob_id] {
+        let r = app.add_member(&team, account).await;
+        assert!(r.status.is_success(), "{:?}", r.body);
+    }
+    app.create_id(&alice, json!({ "name": "shared", "teamId": team }))
+        .await;
+    app.create_id(&bob, json!({ "name": "shared", "teamId": team }))
+        .await;
+    let r = app.get("/api/v1/sandbox/shared", &alice).await;
+    r.assert_error(StatusCode::CONFLICT, "conflict");
+    assert!(r.message().contains("use an id"), "{}", r.message());
+    // A deleted sandbox's name is free: a new one answers to it.
+    app.delete_sandbox(&alice, "demo", "")
+        .await
+        .expect(StatusCode::OK);
+    app.get("/api/v1/sandbox/demo", &alice)
+        .await
+        .assert_error(StatusCode::NOT_FOUND, "not_found");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -257,7 +257,7 @@ async fn bad_path_and_query_parameters_of_sandbox_verbs_are_named() {
     app.delete(&format!("/api/v1/sandbox/{id}?preserveVolume=perhaps"), t)
         .await
         .assert_invalid("preserveVolume");
-    for bad in ["short", "ABCDEFGHIJKL", "abcdefghijkl0"] {
+    for bad in ["-dash", "..", "a%20b"] {
         app.get(&format!("/api/v1/sandbox/{bad}"), t)
             .await
             .assert_invalid("sandbox_id");

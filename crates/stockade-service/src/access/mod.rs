@@ -4,16 +4,55 @@
 pub mod tokens;
 
 use chrono::{DateTime, Utc};
-use stockade_core::{Sandbox, SandboxId, Scope};
-use stockade_store::StoreError;
+use stockade_core::{Sandbox, SandboxId, SandboxName, Scope};
+use stockade_store::{SandboxFilter, StoreError};
 
-use crate::error::ServiceResult;
+use crate::error::{ServiceError, ServiceResult};
 use crate::Service;
 
-/// Loads a sandbox the caller may see: unknown → 404, another account's → 403.
-pub async fn load(svc: &Service, scope: &Scope, id: &str) -> ServiceResult<Sandbox> {
-    let id = SandboxId::parse_field(id, "sandbox_id")?;
-    Ok(svc.store.get_sandbox(scope, &id).await?)
+/// Loads a sandbox the caller may see, by id or by name: unknown → 404,
+/// another account's id → 403. A name is looked up among the live
+/// sandboxes the caller sees (its own and its teams'); one that names
+/// several of them is a conflict listing their ids. An id is tried first
+/// (a name may look like one).
+pub async fn load(svc: &Service, scope: &Scope, id_or_name: &str) -> ServiceResult<Sandbox> {
+    let name = SandboxName::parse(id_or_name).ok();
+    if let Ok(id) = SandboxId::parse_field(id_or_name, "sandbox_id") {
+        match svc.store.get_sandbox(scope, &id).await {
+            Err(StoreError::NotFound) if name.is_some() => {}
+            found => return Ok(found?),
+        }
+    }
+    let Some(name) = name else {
+        let shown: String = id_or_name.chars().take(40).collect();
+        return Err(ServiceError::field(
+            "sandbox_id",
+            format!(
+                "'{shown}' is neither a sandbox id (12 characters from [a-z0-9]) nor a sandbox name"
+            ),
+        ));
+    };
+    let filter = SandboxFilter {
+        name: Some(name.as_str().to_owned()),
+        is_active: Some(true),
+        page: 1,
+        per_page: 10,
+        ..Default::default()
+    };
+    let page = svc.store.list_sandboxes(scope, &filter).await?;
+    match page.sandboxes.as_slice() {
+        [] => Err(ServiceError::sandbox_not_found()),
+        [one] => Ok(one.clone()),
+        several => Err(ServiceError::Conflict(format!(
+            "The name '{name}' names {} sandboxes you can see ({}): use an id",
+            page.total,
+            several
+                .iter()
+                .map(|s| s.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
 }
 
 impl Service {
