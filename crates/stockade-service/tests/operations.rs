@@ -226,6 +226,7 @@ async fn pauses_and_resumes_killed_at_every_step_converge_to_what_docker_shows()
             sb = pause::pause(&live, sb).await.unwrap();
             assert_eq!(sb.status, SandboxStatus::Paused);
         }
+        let run_started = w.fresh(&sb).await.started_at;
         let dead = w.dying(point).await;
         let result = if paused_before {
             pause::resume(&dead, sb.clone()).await
@@ -242,7 +243,7 @@ async fn pauses_and_resumes_killed_at_every_step_converge_to_what_docker_shows()
         assert_eq!(after.paused_at.is_some(), want == SandboxStatus::Paused);
         // The same run goes on: its start time (and the tokens signed over
         // it) did not change.
-        assert_eq!(after.started_at, sb.started_at, "{point}");
+        assert_eq!(after.started_at, run_started, "{point}");
         // And what is left works on the recovered instance.
         let back = if want == SandboxStatus::Paused {
             pause::resume(&other, after).await.unwrap()
@@ -252,6 +253,22 @@ async fn pauses_and_resumes_killed_at_every_step_converge_to_what_docker_shows()
         assert_ne!(back.status, want);
         w.assert_converged().await;
     }
+}
+
+#[tokio::test]
+async fn a_start_that_remakes_a_lost_container_converges_when_killed_midway() {
+    let (w, _live, sb) = World::with_sandbox("lost").await;
+    // Its container disappears behind the server's back; the volume stays.
+    w.rt.remove(&sb.id, true).await.unwrap();
+    let dead = w.dying("start.recreated").await;
+    lifecycle::start(&dead, sb.clone()).await.unwrap_err();
+    w.recover().await;
+    w.assert_converged().await;
+    let after = w.fresh(&sb).await;
+    assert_eq!(after.status, SandboxStatus::Running);
+    let made = w.rt.container(&sb.id).expect("made again");
+    assert_eq!(after.container_id.as_deref(), Some(made.container_id.as_str()));
+    assert_ne!(after.container_id, sb.container_id);
 }
 
 #[tokio::test]

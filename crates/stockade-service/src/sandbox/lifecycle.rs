@@ -437,12 +437,9 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         }
     };
     let Some(container) = container else {
-        sb.mark_error(format!("container not found on server '{}'", sb.server));
-        let saved = guard.finish_with_status(sb).await?;
-        return Err(ServiceError::Conflict(format!(
-            "The container of sandbox {} no longer exists on its Docker host; its /workspace volume may still be listed under volumes",
-            saved.id
-        )));
+        // Its container is gone (an ERROR record): made again from the
+        // record, on its volume.
+        return recreate(svc, guard, sb, rt.as_ref()).await;
     };
     if container.running && sb.status == SandboxStatus::Running && !container.paused {
         guard.release().await;
@@ -488,6 +485,56 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         warn!(sandbox.id = %sb.id, error = %e, "egress policy not written at start; reconciliation retries");
     }
     sb.mark_running(Utc::now()); // a new session
+    let saved = record_status(guard, sb).await;
+    drop(admitted);
+    saved
+}
+
+/// Makes the container of `sb` (whose container is gone) again from its
+/// record, on its `/workspace` volume, and runs it: the same id, image,
+/// settings and files. Without the volume there are no files to run on:
+/// the record stays ERROR and the caller is told to create a new sandbox.
+async fn recreate(
+    svc: &Service,
+    mut guard: OpGuard,
+    mut sb: Sandbox,
+    rt: &dyn stockade_runtime::Runtime,
+) -> ServiceResult<Sandbox> {
+    let volumes = guard.check(rt.list_volumes().await).await?;
+    if !volumes.iter().any(|v| v.name == sb.volume_name()) {
+        sb.mark_error(format!(
+            "container and /workspace volume not found on server '{}'",
+            sb.server
+        ));
+        let saved = guard.finish_with_status(sb).await?;
+        return Err(ServiceError::Conflict(format!(
+            "The container of sandbox {} and its /workspace volume no longer exist on its Docker \
+             host: its files are gone; create a new sandbox",
+            saved.id
+        )));
+    }
+    let admitted = guard
+        .check(crate::fleet::admission::admit_start(svc, &sb).await)
+        .await?;
+    guard
+        .check(crate::content::snapshots::ensure_image_on(svc, rt, &sb.spec.docker_image).await)
+        .await?;
+    svc.agents.forget(&sb.id);
+    let container_id = match rt.create(&container_spec(svc, &sb)).await {
+        Ok(cid) => cid,
+        Err(e) => {
+            svc.metrics.docker_error("create", &e);
+            guard.abandon().await; // the record converges to Docker's state
+            return Err(docker_refused(e, "cpuCores"));
+        }
+    };
+    svc.crash_point("start.recreated")?;
+    if let Err(e) = svc.apply_egress(&sb).await {
+        warn!(sandbox.id = %sb.id, error = %e, "egress policy not written at start; reconciliation retries");
+    }
+    info!(sandbox.id = %sb.id, "container made again from the record, on its volume");
+    sb.container_id = Some(container_id);
+    sb.mark_running(Utc::now());
     let saved = record_status(guard, sb).await;
     drop(admitted);
     saved

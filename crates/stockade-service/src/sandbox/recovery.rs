@@ -246,6 +246,14 @@ pub(crate) fn converge_record(
     now: chrono::DateTime<Utc>,
 ) {
     use stockade_core::SandboxStatus::{Paused, Running, Stopped};
+    if let Some(c) = container {
+        // A container made again (a start of a sandbox whose container was
+        // gone) has a new id.
+        if sb.container_id.as_deref() != Some(c.container_id.as_str()) && !c.container_id.is_empty()
+        {
+            sb.container_id = Some(c.container_id.clone());
+        }
+    }
     match container {
         None => sb.mark_error(format!("container not found on server '{}'", sb.server)),
         Some(c) if c.paused => {
