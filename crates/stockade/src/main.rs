@@ -898,6 +898,10 @@ complete -c stockade -f -a '(__stockade_complete)'
             assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: "" }));
             let p = plan_for(&["stockade", "token", "create", "ci", "--ex"]);
             assert!(p.fixed.contains(&"--expires".to_owned()), "{p:?}");
+            let p = plan_for(&["stockade", "pause", "a", ""]);
+            assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: "" }), "many");
+            let p = plan_for(&["stockade", "create", "--on-timeout", ""]);
+            assert_eq!(p.fixed, ["kill", "stop", "pause"]);
             let p = plan_for(&["stockade", "completions", ""]);
             assert!(p.fixed.contains(&"fish".to_owned()));
         }
