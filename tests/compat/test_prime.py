@@ -243,5 +243,15 @@ def test_what_cannot_map_is_a_501_with_a_sentence(client, sandbox, call, words):
 
 def test_create_fields_that_cannot_map(client, run_id):
     with pytest.raises(APIError) as err:
-        client.create(_request(run_id, idle_timeout_minutes=5))
-    assert "HTTP 501" in str(err.value) and "idle" in str(err.value)
+        client.create(_request(run_id, region="eu-west"))
+    assert "HTTP 501" in str(err.value) and "region" in str(err.value)
+
+
+def test_an_idle_timeout_is_the_lifecycles(client, run_id):
+    sb = client.create(_request(run_id, idle_timeout_minutes=5))
+    try:
+        client.wait_for_creation(sb.id)
+        raw = client.client.request("GET", f"/sandbox/{sb.id}")
+        assert raw["lifecycle"]["idleTimeoutMinutes"] == 5, raw
+    finally:
+        client.delete(sb.id)

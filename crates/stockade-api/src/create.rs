@@ -162,7 +162,8 @@ pub struct CreateSandboxBody {
     /// `prime-sandboxes`: a checkpoint (a Stockade snapshot) to start from.
     #[serde(alias = "checkpoint_id")]
     pub checkpoint_id: Option<String>,
-    /// `prime-sandboxes`: not supported (no idle timeout in Stockade).
+    /// `prime-sandboxes`: minutes without use after which the session
+    /// ends, as `lifecycle.idleTimeoutMinutes`.
     #[serde(alias = "idle_timeout_minutes")]
     pub idle_timeout_minutes: Option<f64>,
     /// `prime-sandboxes`: not supported (placement is by free capacity).
@@ -236,11 +237,17 @@ impl CreateSandboxBody {
         self,
         host_arch: &str,
     ) -> Result<(CreateSandboxRequest, CreateExtras), CreateBodyError> {
+        // prime-sandboxes' idle timeout is the lifecycle's.
+        let mut lifecycle = self.lifecycle;
         if let Some(m) = self.idle_timeout_minutes {
-            return Err(CreateBodyError::Unsupported(format!(
-                "idle_timeout_minutes ({m}) is not supported: Stockade has no idle timeout; use \
-                 timeout_minutes, after which the sandbox is stopped (persistent) or deleted"
-            )));
+            let l = lifecycle.get_or_insert_with(Default::default);
+            if l.idle_timeout_minutes.is_some() {
+                return Err(invalid(
+                    "idle_timeout_minutes",
+                    "give the idle timeout once: here or as lifecycle.idleTimeoutMinutes",
+                ));
+            }
+            l.idle_timeout_minutes = Some(m);
         }
         if let Some(r) = &self.region {
             return Err(CreateBodyError::Unsupported(format!(
@@ -349,7 +356,7 @@ impl CreateSandboxBody {
             source,
             server: self.server,
             host_selector: self.host_selector,
-            lifecycle: self.lifecycle,
+            lifecycle,
         };
         Ok((
             req,
@@ -512,7 +519,6 @@ mod tests {
     #[test]
     fn what_cannot_map_says_so() {
         for json in [
-            r#"{"idle_timeout_minutes":5}"#,
             r#"{"region":"eu"}"#,
             r#"{"volumes":[{"name":"v","mount_path":"/data"}]}"#,
             r#"{"arch":"riscv64"}"#,

@@ -179,7 +179,6 @@ async fn a_create_body_that_is_not_json_names_the_body() {
 async fn create_fields_prime_sends_that_stockade_cannot_honour_are_501() {
     let app = App::new().await;
     for body in [
-        json!({ "idle_timeout_minutes": 5 }),
         json!({ "region": "us-east" }),
         json!({ "volumes": [{"name": "v"}] }),
         json!({ "arch": "sparc" }),
