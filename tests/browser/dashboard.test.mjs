@@ -13,3 +13,4 @@ import './suite/readable.mjs';
 import './suite/limits.mjs';
 import './suite/credentials.mjs';
 import './suite/notebook.mjs';
+import './suite/apidocs.mjs';

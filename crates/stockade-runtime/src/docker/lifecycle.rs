@@ -796,6 +796,33 @@ fn split_reference(image: &str) -> (String, String) {
     }
 }
 
+impl DockerRuntime {
+    /// The outcome of a pause or unpause: the engine's 409 that says it is
+    /// in that state already (`already`) is success; any other 409 (not
+    /// running) is a conflict, a 404 no container.
+    fn freezer_result(
+        &self,
+        done: Result<(), BollardError>,
+        id: &SandboxId,
+        already: &str,
+        what: &str,
+    ) -> RuntimeResult<()> {
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) => match status_code(&e) {
+                Some(404) => Err(RuntimeError::NotFound(format!(
+                    "no container for sandbox {id}"
+                ))),
+                Some(409) if e.to_string().contains(already) => Ok(()),
+                Some(409) => Err(RuntimeError::Conflict(format!(
+                    "the container of sandbox {id} is not running"
+                ))),
+                _ => Err(self.map_err(e, what)),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -838,33 +865,6 @@ mod tests {
             ),
         ] {
             assert_eq!(pull_reason(message), reason, "{message}");
-        }
-    }
-}
-
-impl DockerRuntime {
-    /// The outcome of a pause or unpause: the engine's 409 that says it is
-    /// in that state already (`already`) is success; any other 409 (not
-    /// running) is a conflict, a 404 no container.
-    fn freezer_result(
-        &self,
-        done: Result<(), BollardError>,
-        id: &SandboxId,
-        already: &str,
-        what: &str,
-    ) -> RuntimeResult<()> {
-        match done {
-            Ok(()) => Ok(()),
-            Err(e) => match status_code(&e) {
-                Some(404) => Err(RuntimeError::NotFound(format!(
-                    "no container for sandbox {id}"
-                ))),
-                Some(409) if e.to_string().contains(already) => Ok(()),
-                Some(409) => Err(RuntimeError::Conflict(format!(
-                    "the container of sandbox {id} is not running"
-                ))),
-                _ => Err(self.map_err(e, what)),
-            },
         }
     }
 }

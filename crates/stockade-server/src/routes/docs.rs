@@ -69,9 +69,20 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
         stockade_api::SessionRequest,
     )),
     modifiers(&BearerAuth),
+    // The order of the reference page: what a user does first, the
+    // administration last.
     tags(
-        (name = "sandboxes", description = "Sandbox lifecycle"),
-        (name = "accounts", description = "Accounts and API tokens"),
+        (name = "sandboxes", description = "Sandbox lifecycle: create, list, start, stop, pause, resume, delete"),
+        (name = "exec", description = "Commands and background processes in a sandbox"),
+        (name = "code", description = "The code interpreter: cells and contexts"),
+        (name = "files", description = "Files of a sandbox"),
+        (name = "logs", description = "The main process's output"),
+        (name = "ports", description = "Exposed ports and the proxy's tokens"),
+        (name = "snapshots", description = "Snapshots, forks and uploads"),
+        (name = "volumes", description = "Volumes and orphan cleanup"),
+        (name = "teams", description = "Teams and their members"),
+        (name = "accounts", description = "Accounts, quotas and API tokens (mostly for administrators)"),
+        (name = "hosts", description = "Docker hosts (administrators)"),
         (name = "system", description = "Health, metrics and this documentation"),
     )
 )]

@@ -53,7 +53,7 @@ impl Service {
     /// asked; dropping the run interrupts the cell.
     pub async fn run_code(&self, sb: &Sandbox, req: RunCodeRequest) -> ServiceResult<CodeRun> {
         let body = self.execute_request(req)?;
-        let agent = self.code_agent(&sb).await?;
+        let agent = self.code_agent(sb).await?;
         let call = Call {
             sandbox: &sb.id,
             context_id: body.context_id.as_deref(),
@@ -71,7 +71,7 @@ impl Service {
 
     /// The code contexts of a running sandbox of the caller's, oldest first.
     pub async fn code_contexts(&self, sb: &Sandbox) -> ServiceResult<Vec<CodeContext>> {
-        let agent = self.code_agent(&sb).await?;
+        let agent = self.code_agent(sb).await?;
         let call = Call {
             sandbox: &sb.id,
             context_id: None,
@@ -100,7 +100,7 @@ impl Service {
             Some(c) => Some(c),
         };
         errs.into_result()?;
-        let agent = self.code_agent(&sb).await?;
+        let agent = self.code_agent(sb).await?;
         let body = AgentCreateContextRequest { language, cwd };
         let call = Call {
             sandbox: &sb.id,
@@ -147,7 +147,7 @@ impl Service {
         action: &str,
     ) -> ServiceResult<()> {
         check_context_id(context_id).map_err(|m| ServiceError::field("contextId", m))?;
-        let agent = self.code_agent(&sb).await?;
+        let agent = self.code_agent(sb).await?;
         let call = Call {
             sandbox: &sb.id,
             context_id: Some(context_id),
