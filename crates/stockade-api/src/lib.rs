@@ -447,7 +447,9 @@ fn whole_as_integer<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Err
     }
 }
 
-/// `GET /api/v1/sandbox`.
+/// `GET /api/v1/sandbox`. The paging fields keep their first (snake_case)
+/// names, which are canonical; `perPage` and `hasNext` repeat them for
+/// clients that read the rest of the API's camelCase.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ListSandboxesResponse {
     pub sandboxes: Vec<SandboxResponse>,
@@ -455,6 +457,32 @@ pub struct ListSandboxesResponse {
     pub page: u32,
     pub per_page: u32,
     pub has_next: bool,
+    /// The same as `per_page`.
+    #[serde(rename = "perPage", default)]
+    pub per_page_alias: u32,
+    /// The same as `has_next`.
+    #[serde(rename = "hasNext", default)]
+    pub has_next_alias: bool,
+}
+
+impl ListSandboxesResponse {
+    pub fn new(
+        sandboxes: Vec<SandboxResponse>,
+        total: u64,
+        page: u32,
+        per_page: u32,
+        has_next: bool,
+    ) -> Self {
+        Self {
+            sandboxes,
+            total,
+            page,
+            per_page,
+            has_next,
+            per_page_alias: per_page,
+            has_next_alias: has_next,
+        }
+    }
 }
 
 /// `DELETE /api/v1/sandbox/bulk`: by ids, or every sandbox carrying ALL labels.

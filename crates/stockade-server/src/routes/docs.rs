@@ -619,7 +619,8 @@ mod examples {
                 .response(sandbox(SANDBOX_ID, "build-worker", "RUNNING")),
             op("get", "/api/v1/sandbox").response(json!({
                 "sandboxes": [sandbox(SANDBOX_ID, "build-worker", "RUNNING")],
-                "total": 1, "page": 1, "per_page": 50, "has_next": false
+                "total": 1, "page": 1, "per_page": 50, "has_next": false,
+                "perPage": 50, "hasNext": false
             })),
             op("get", "/api/v1/sandbox/{id}").response(sandbox_details()),
             op("patch", "/api/v1/sandbox/{id}")

@@ -186,24 +186,25 @@ pub async fn list(
     let page = state.svc.list_sandboxes(&caller.scope, &filter).await?;
     let now = Utc::now();
     let shown = (filter.page as u64 - 1) * filter.per_page as u64 + page.sandboxes.len() as u64;
-    Ok(Json(ListSandboxesResponse {
-        sandboxes: page
-            .sandboxes
-            .iter()
-            .map(|s| {
-                let r = SandboxResponse::from_record(s, now);
-                if prime::wants_argv_start_command(&headers) {
-                    r.with_argv_start_command()
-                } else {
-                    r
-                }
-            })
-            .collect(),
-        total: page.total,
-        page: filter.page,
-        per_page: filter.per_page,
-        has_next: shown < page.total,
-    }))
+    let sandboxes = page
+        .sandboxes
+        .iter()
+        .map(|s| {
+            let r = SandboxResponse::from_record(s, now);
+            if prime::wants_argv_start_command(&headers) {
+                r.with_argv_start_command()
+            } else {
+                r
+            }
+        })
+        .collect();
+    Ok(Json(ListSandboxesResponse::new(
+        sandboxes,
+        page.total,
+        filter.page,
+        filter.per_page,
+        shown < page.total,
+    )))
 }
 
 /// Details of one sandbox, with live usage (CPU, memory, network, pids) of a

@@ -63,6 +63,9 @@ async fn list_filters_order_and_pages() {
     assert_eq!(names(&p1), vec!["three"]);
     assert_eq!(p1.body["has_next"], true);
     assert_eq!(p1.body["total"], 2);
+    // The camelCase spellings say the same.
+    assert_eq!(p1.body["hasNext"], true);
+    assert_eq!(p1.body["perPage"], p1.body["per_page"]);
     let p2 = app.get("/api/v1/sandbox?per_page=1&page=2", t).await;
     assert_eq!(names(&p2), vec!["two"]);
     assert_eq!(p2.body["has_next"], false);
