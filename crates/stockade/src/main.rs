@@ -198,7 +198,8 @@ was created with --auto-resume: then the first of them resumes it.")]
     /// Create, list and delete snapshots.
     #[command(subcommand, alias = "snapshots")]
     Snapshot(manage::SnapshotCommand),
-    /// List, expose and unexpose a sandbox's ports (with their proxy URLs).
+    /// List, expose and unexpose a sandbox's ports, with proxy URLs that
+    /// open as printed (a short-lived token in each).
     Ports(manage::PortsArgs),
     /// Make, list and revoke API tokens and dashboard sessions (`token
     /// create|ls|rm`), or print a token that opens a sandbox's exposed ports

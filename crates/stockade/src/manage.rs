@@ -227,13 +227,17 @@ pub enum PortAction {
 
 #[derive(Args)]
 #[command(after_help = "Examples:
-  stockade ports demo                  # exposed ports and their proxy URLs
+  stockade ports demo                  # exposed ports and URLs that open as printed
   stockade ports demo expose 3000
   stockade ports demo unexpose 3000
-  curl -H \"X-Stockade-Token: $(stockade token demo)\" \"$(stockade ports demo expose 3000 --json | jq -r .url)\"
+  stockade ports demo --ttl 10m        # URLs that open for ten minutes
+  curl \"$(stockade ports demo expose 3000 --json | jq -r .url)\"
 
-A server in the sandbox must listen on 0.0.0.0:PORT. Requests through the
-proxy need a token from `stockade token`.")]
+A server in the sandbox must listen on 0.0.0.0:PORT. The URLs carry a
+short-lived token (`?stockade_token=…`, valid until the time printed with
+them): a browser opens them as they are and keeps a cookie for the port.
+`stockade token SANDBOX` prints a token alone, for the X-Stockade-Token
+header.")]
 pub struct PortsArgs {
     /// Sandbox id or name.
     #[arg(value_name = "SANDBOX")]
@@ -242,55 +246,116 @@ pub struct PortsArgs {
     #[arg(value_enum, requires = "port")]
     action: Option<PortAction>,
     /// The port (1-65535).
-    port: Option<u16>,
+    #[arg(value_name = "PORT")]
+    port: Option<String>,
+    /// How long the token in the URLs opens them: 90s, 10m, 1h30m (a bare
+    /// number is seconds; default: the server's, 1h).
+    #[arg(long)]
+    ttl: Option<String>,
 }
 
-fn port_rows(ports: &[ExposedPort]) -> Vec<Vec<String>> {
+/// `value` with `key=value` added to its query, the value percent-encoded.
+fn with_query(url: &str, key: &str, value: &str) -> String {
+    let mut encoded = String::new();
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            encoded.push(char::from(b));
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let (base, fragment) = match url.split_once('#') {
+        Some((b, f)) => (b, format!("#{f}")),
+        None => (url, String::new()),
+    };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}{key}={encoded}{fragment}")
+}
+
+/// The ports with a token for them in every URL, so that each opens as it
+/// is printed (the proxy takes the token once and answers with a cookie).
+fn openable(ports: &[ExposedPort], token: &str) -> Vec<ExposedPort> {
     ports
         .iter()
-        .map(|p| {
-            vec![
-                p.port.to_string(),
-                p.url.clone(),
-                p.host_url.clone().unwrap_or_default(),
-            ]
+        .map(|p| ExposedPort {
+            url: with_query(&p.url, "stockade_token", token),
+            host_url: p
+                .host_url
+                .as_deref()
+                .map(|h| with_query(h, "stockade_token", token)),
+            ..p.clone()
         })
         .collect()
 }
 
+/// Until when a token is valid, as people read it: `until 2030-01-01 10:00:00 UTC (1h)`.
+fn valid_until(expires_at: chrono::DateTime<chrono::Utc>) -> String {
+    let left = (expires_at - chrono::Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    format!(
+        "until {} ({} from now)",
+        expires_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        output::duration(left)
+    )
+}
+
+/// One port a line with its URL, and the host form of the URL under it
+/// (too long for a column of its own once a token is in it).
 fn print_ports(ports: &[ExposedPort], name: &str) -> std::io::Result<()> {
     if ports.is_empty() {
         return outln!("No ports exposed. Expose one with `stockade ports {name} expose PORT`.");
     }
-    if ports.iter().any(|p| p.host_url.is_some()) {
-        output::table(&["PORT", "URL", "HOST URL"], &port_rows(ports))
-    } else {
-        let rows: Vec<Vec<String>> = port_rows(ports)
-            .into_iter()
-            .map(|mut r| {
-                r.truncate(2);
-                r
-            })
-            .collect();
-        output::table(&["PORT", "URL"], &rows)
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for p in ports {
+        rows.push(vec![p.port.to_string(), p.url.clone()]);
+        if let Some(h) = &p.host_url {
+            rows.push(vec![String::new(), h.clone()]);
+        }
     }
+    output::table(&["PORT", "URL"], &rows)
+}
+
+/// A port as a command line gives it, refused in plain words unless it is
+/// 1 to 65535 (`what`: how the command line names it, `--port` or `PORT`).
+pub fn port_arg(value: &str, what: &str) -> Result<u16, CliError> {
+    value
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| CliError::invalid(format!("{what} {value}: ports are 1 to 65535")))
 }
 
 pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
+    let port = a.port.as_deref().map(|p| port_arg(p, "PORT")).transpose()?;
+    let ttl = a
+        .ttl
+        .as_deref()
+        .map(|t| parse_duration(t, "--ttl", "s"))
+        .transpose()?;
     let sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let on = on(&a.sandbox);
-    match (a.action, a.port) {
+    match (a.action, port) {
         (Some(PortAction::Expose), Some(port)) => {
             let p = sb.expose_port(port).await.map_err(&on)?;
+            let t = sb.auth_token(ttl).await.map_err(&on)?;
+            let p = openable(std::slice::from_ref(&p), &t.token).remove(0);
             if ctx.json {
-                output::json(&p)?;
+                let mut v = serde_json::to_value(&p)?;
+                v["expiresAt"] = serde_json::to_value(t.expires_at)?;
+                output::json(&v)?;
             } else {
                 outln!("Port {port} of {} is at {}", sb.name(), p.url)?;
                 if let Some(h) = &p.host_url {
                     outln!("  and at {h}")?;
                 }
-                outln!("Requests need a token: `stockade token {}`", sb.name())?;
+                outln!(
+                    "The token in the URL opens it {}; then `stockade ports {}` prints a new one.",
+                    valid_until(t.expires_at),
+                    sb.name()
+                )?;
             }
         }
         (Some(PortAction::Unexpose), Some(port)) => {
@@ -301,10 +366,29 @@ pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => {
             let ports = sb.ports().await.map_err(&on)?;
+            // A token only when there is a URL to put it in.
+            let token = match ports.is_empty() {
+                true => None,
+                false => Some(sb.auth_token(ttl).await.map_err(&on)?),
+            };
+            let shown = match &token {
+                Some(t) => openable(&ports, &t.token),
+                None => ports,
+            };
             if ctx.json {
-                output::json(&serde_json::json!({ "ports": ports }))?;
+                let mut v = serde_json::json!({ "ports": shown });
+                if let Some(t) = &token {
+                    v["expiresAt"] = serde_json::to_value(t.expires_at)?;
+                }
+                output::json(&v)?;
             } else {
-                print_ports(&ports, sb.name())?;
+                print_ports(&shown, sb.name())?;
+                if let Some(t) = &token {
+                    outln!(
+                        "The token in these URLs opens them {}; run this again for a new one.",
+                        valid_until(t.expires_at)
+                    )?;
+                }
             }
         }
         (None, Some(_)) | (Some(_), None) => return Err(CliError::invalid(

@@ -932,7 +932,10 @@ fn fork_snapshots_ports_tokens_update_and_volumes() {
 
     // ports and tokens
     let exposed = cli.json(&["ports", "orig", "expose", "8080", "--json"]);
-    let url = exposed["url"].as_str().unwrap().to_owned();
+    let openable = exposed["url"].as_str().unwrap();
+    assert!(openable.contains("?stockade_token=stkp_"), "{openable}");
+    assert!(exposed["expiresAt"].is_string(), "{exposed}");
+    let url = openable.split('?').next().unwrap().to_owned();
     assert!(url.ends_with(&format!("/proxy/{id}/8080/")), "{url}");
     let listed = cli.json(&["ports", "orig", "--json"]);
     assert_eq!(listed["ports"][0]["port"], 8080);
@@ -2196,4 +2199,72 @@ fn lifecycle_flags_pause_an_idle_sandbox_that_its_next_use_resumes() {
     );
     let removed = cli.json(&["rm", "napper", "--json"]);
     assert_eq!(removed[0]["status"], "TERMINATED");
+}
+
+/// The status and body of a GET of `url`, with no credential of its own
+/// (whatever the URL carries).
+fn fetch(url: &str) -> (u16, String) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let resp = reqwest::Client::new().get(url).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap_or_default())
+    })
+}
+
+/// `fetch` again while nothing listens yet (502), for up to 20 seconds.
+fn fetch_when_listening(url: &str) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = fetch(url);
+        if got.0 != 502 || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn port_urls_open_as_printed() {
+    let cli = fresh_server("stk_cli_port_urls_token_01");
+    let serve = "mkdir -p /tmp/www && echo served-from-the-sandbox > /tmp/www/index.html \
+                 && exec httpd -f -p 8080 -h /tmp/www";
+    cli.create(&["--name", "web", "--port", "8080", "--start-command", serve]);
+
+    // --json: each URL carries a token and opens with nothing else.
+    let listed = cli.json(&["ports", "web", "--json"]);
+    let url = listed["ports"][0]["url"].as_str().unwrap().to_owned();
+    assert!(url.contains("?stockade_token=stkp_"), "{listed}");
+    let (status, body) = fetch_when_listening(&url);
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "served-from-the-sandbox\n"),
+        "{url}"
+    );
+    let until = chrono::DateTime::parse_from_rfc3339(listed["expiresAt"].as_str().unwrap())
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let left = (until - chrono::Utc::now()).num_seconds();
+    assert!((3000..=3601).contains(&left), "the server's hour: {left}");
+    // Without the token the same URL is refused: the token is what opens it.
+    assert_eq!(fetch(url.split('?').next().unwrap()).0, 401);
+
+    // For people: the table's URL opens as printed, and it says until when.
+    let table = cli.ok(&["ports", "web", "--ttl", "2m"]);
+    let printed = table
+        .split_whitespace()
+        .find(|w| w.starts_with("http") && w.contains("stockade_token="))
+        .unwrap_or_else(|| panic!("no URL with a token: {table}"));
+    assert_eq!(fetch(printed), (200, "served-from-the-sandbox\n".into()));
+    assert!(table.contains("opens them until "), "{table}");
+    assert!(table.contains("from now"), "{table}");
+
+    // expose prints a URL that opens as well.
+    let said = cli.ok(&["ports", "web", "expose", "8081"]);
+    assert!(
+        said.contains("stockade_token=") && said.contains("until "),
+        "{said}"
+    );
+    let err = cli.fails(&["ports", "web", "expose", "0"]);
+    assert!(err.contains("PORT 0: ports are 1 to 65535"), "{err}");
 }
