@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 use stockade_sdk::api::SandboxStatus;
 use stockade_sdk::{
-    Client, CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, Snapshot, Source,
+    Client, CreateParams, DeleteOptions, FollowLogs, ListParams, NetworkPolicy, Sandbox, Snapshot,
+    Source, StreamExt,
 };
 
 use crate::output::{self, CliError};
@@ -170,7 +171,9 @@ pub struct CreateArgs {
     /// No network access at all.
     #[arg(long)]
     no_network: bool,
-    /// Main process (a shell command line; default: keep-alive).
+    /// Main process (a shell command line; default: keep-alive). One that
+    /// exits within 2 seconds is reported, with its output, and create
+    /// exits 1.
     #[arg(long)]
     start_command: Option<String>,
     /// Terminate (not just stop) the sandbox when its session times out.
@@ -347,13 +350,29 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         let up = crate::upload::upload_source(&client, &path, ctx.json).await?;
         p.source = Some(Source::Upload { id: up.upload_id });
     }
-    let sb = output::spinning(
+    let watch = p.start_command.is_some();
+    let mut sb = output::spinning(
         "Creating sandbox (pulling the image if needed)",
         ctx.json,
         Sandbox::create(&client, p),
     )
     .await
     .map_err(|e| output::sdk_error(&e, None))?;
+    if watch {
+        let exited = output::spinning(
+            "Watching the start command",
+            ctx.json,
+            start_command_exited(&mut sb),
+        )
+        .await;
+        if exited {
+            let error = start_command_failed(&sb).await;
+            if ctx.json {
+                output::json(sb.info())?;
+            }
+            return Err(error.into());
+        }
+    }
     if ctx.json {
         output::json(sb.info())?;
     } else {
@@ -367,6 +386,77 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long `create --start-command` watches a new sandbox for a start
+/// command that exits at once (a typo, a missing program).
+const START_WATCH: Duration = Duration::from_secs(2);
+
+/// How often the watch asks for the sandbox's status.
+const START_POLL: Duration = Duration::from_millis(250);
+
+/// Whether the main process of the new sandbox `sb` ended within
+/// [`START_WATCH`]. Two signs, whichever comes first: the sandbox's record
+/// says STOPPED or ERROR, or its log stream ends because the container
+/// stopped (the record may learn of that only later). `sb` is refreshed.
+async fn start_command_exited(sb: &mut Sandbox) -> bool {
+    let ended = |s: SandboxStatus| matches!(s, SandboxStatus::Stopped | SandboxStatus::Error);
+    let logs = sb.clone();
+    let container_stopped = async move {
+        if let Ok(mut lines) = logs.follow_logs(FollowLogs::new().tail(0)).await {
+            while let Some(Ok(_)) = lines.next().await {}
+            if lines.end_reason().as_deref() == Some("sandbox stopped") {
+                return;
+            }
+        }
+        std::future::pending::<()>().await
+    };
+    let record_stopped = async {
+        loop {
+            tokio::time::sleep(START_POLL).await;
+            if sb.refresh().await.is_ok() && ended(sb.info().status) {
+                return;
+            }
+        }
+    };
+    let exited = tokio::select! {
+        () = container_stopped => true,
+        () = record_stopped => true,
+        () = tokio::time::sleep(START_WATCH) => false,
+    };
+    if exited && !ended(sb.info().status) {
+        // The record's reason (the exit code) when it has caught up.
+        let _ = sb.refresh().await;
+    }
+    exited
+}
+
+/// The error of a sandbox whose start command exited right after it was
+/// created: why (the record's reason, when it has one), the last lines the
+/// command printed, and where to see all of them.
+async fn start_command_failed(sb: &Sandbox) -> CliError {
+    let name = sb.name();
+    let i = sb.info();
+    let why = match (i.status, i.status_reason.as_deref()) {
+        (SandboxStatus::Stopped | SandboxStatus::Error, Some(reason)) => format!(": {reason}"),
+        _ => " right after it started".to_owned(),
+    };
+    let mut message = format!(
+        "sandbox `{name}` ({}) was created, but its start command exited{why}",
+        sb.id()
+    );
+    let lines = sb.logs(10).await.map(|l| l.lines).unwrap_or_default();
+    if lines.is_empty() {
+        message.push_str("\n  (it printed nothing)");
+    } else {
+        message.push_str("\n  its last output:");
+        for line in &lines {
+            message.push_str(&format!("\n    {}", line.text));
+        }
+    }
+    CliError::new("start_command_exited", message).hint(format!(
+        "see `stockade logs {name}`; `stockade rm {name}` removes the sandbox"
+    ))
 }
 
 #[derive(Args)]

@@ -406,7 +406,7 @@ pub fn trim_num(v: f64) -> String {
 /// Codes: the API's own (`not_found`, `conflict`, `validation_failed`,
 /// `image_unavailable`, `forbidden`, `rate_limited`, …) where the server
 /// said so (`sandbox_paused` among them), and the CLI's:
-/// `sandbox_not_running`, `sandbox_terminated`,
+/// `sandbox_not_running`, `sandbox_terminated`, `start_command_exited`,
 /// `ambiguous_name`, `invalid_argument`, `confirmation_needed` (`--yes`
 /// missing), `unauthorized` (no token), `unreachable`, `bad_response`,
 /// `connection_lost`, `io_error`, `usage` (bad flags), `cancelled`,

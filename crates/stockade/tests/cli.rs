@@ -2268,3 +2268,66 @@ fn port_urls_open_as_printed() {
     let err = cli.fails(&["ports", "web", "expose", "0"]);
     assert!(err.contains("PORT 0: ports are 1 to 65535"), "{err}");
 }
+
+#[test]
+fn a_start_command_that_exits_at_once_is_reported() {
+    let cli = fresh_server("stk_cli_start_command_tok1");
+
+    // A program that does not exist: exit 1, why, its output, where to look.
+    let started = Instant::now();
+    let out = cli.run(&[
+        "create",
+        "--name",
+        "typo",
+        "--start-command",
+        "nosuchbinary",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_of(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("error: sandbox `typo`") && err.contains("its start command exited"),
+        "{err}"
+    );
+    assert!(err.contains("nosuchbinary: not found"), "its output: {err}");
+    assert!(err.contains("see `stockade logs typo`"), "{err}");
+    assert_cli_words(&err);
+    if err.contains("(code") {
+        assert!(err.contains("(code 127)"), "{err}");
+    }
+    let typo = cli.json(&["get", "typo", "--json"]);
+    cli.server.remember_instance(typo["id"].as_str().unwrap());
+
+    // A command that fails on its own, with --json: the sandbox on stdout,
+    // the error as JSON on stderr, exit 1.
+    let out = cli.run(&[
+        "create",
+        "--json",
+        "--name",
+        "boom",
+        "--start-command",
+        "sh -c 'echo boom >&2; exit 3'",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let sandbox: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sandbox["name"], "boom");
+    let error: serde_json::Value = serde_json::from_str(&stderr_of(&out)).unwrap();
+    assert_eq!(error["error"]["code"], "start_command_exited", "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\n    boom"), "{message}");
+    if message.contains("(code") {
+        assert!(message.contains("(code 3)"), "{message}");
+    }
+    // It is what `stockade logs` shows too.
+    assert_eq!(stderr_of(&cli.run(&["logs", "boom"])), "boom\n");
+
+    // A start command that keeps running is left alone.
+    let out = cli.ok(&["create", "--name", "fine", "--start-command", "sleep 600"]);
+    assert!(out.starts_with("Created sandbox fine"), "{out}");
+    let got = cli.json(&["get", "fine", "--json"]);
+    assert_eq!(got["status"], "RUNNING");
+}
