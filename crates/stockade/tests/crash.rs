@@ -1,9 +1,10 @@
 //! The real tier of crash safety: the built binary on
 //! real Docker and SQLite, killed with SIGKILL at random moments of creates,
-//! deletes and stops (seeded, `STOCKADE_CRASH_TRIALS` times, 30 by
+//! deletes, stops, pauses and resumes (seeded, `STOCKADE_CRASH_TRIALS` times, 30 by
 //! default), restarted each time. Within 45 s of the last restart: no
 //! labelled container or volume without a record, no record in a
-//! transitional state, every acknowledged delete done, every idempotency
+//! transitional state, every PAUSED record over a frozen container and no
+//! RUNNING one over a frozen container, every acknowledged delete done, every idempotency
 //! key answering at once. And SIGTERM with open event streams and a long
 //! command ends the process within its grace period, with exit code 0.
 
@@ -150,6 +151,23 @@ async fn check(
             return Err(format!("container of {line} has no live record"));
         }
     }
+    // PAUSED exactly when Docker froze the container.
+    for line in docker_lines(&[
+        "ps",
+        "--filter",
+        &filter,
+        "--format",
+        "{{.Label \"io.stockade.sandbox-id\"}} {{.State}}",
+    ]) {
+        let (id, state) = line.split_once(' ').unwrap_or((&line, ""));
+        let status = records
+            .get(id)
+            .and_then(|sb| sb["status"].as_str())
+            .unwrap_or("");
+        if (status == "PAUSED") != (state == "paused") {
+            return Err(format!("{id} is {status} over a container that is {state}"));
+        }
+    }
     for volume in docker_lines(&["volume", "ls", "-q", "--filter", &filter]) {
         let id = volume.trim_start_matches("agent-sandbox-");
         if !records.contains_key(id) {
@@ -190,11 +208,18 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
         let (status, target) = answer(&http, Method::POST, created, Some(made)).await;
         assert_eq!(status, 201, "trial {trial}: {target}");
         let target = target["id"].as_str().unwrap().to_owned();
-        let kind = rng.gen_range(0..4);
+        let kind = rng.gen_range(0..6);
+        if kind == 5 {
+            // A paused sandbox to resume, paused without interruption.
+            let pause = format!("{}/api/v1/sandbox/{target}/pause", server.url);
+            let (status, paused) = answer(&http, Method::POST, pause, None).await;
+            assert_eq!(status, 200, "trial {trial}: {paused}");
+        }
         let url = server.url.clone();
         let key = format!("key-{seed}-{trial}");
         let body = json!({ "name": format!("c{trial}") });
-        // A create, a create with an idempotency key, a delete or a stop.
+        // A create, a create with an idempotency key, a delete, a stop, a
+        // pause or a resume.
         let (method, path, sent, sent_key) = match kind {
             0 => (Method::POST, "sandbox".to_owned(), Some(body.clone()), None),
             1 => (
@@ -204,6 +229,8 @@ async fn killed_at_random_moments_the_server_recovers_everything_within_45_s() {
                 Some(key.clone()),
             ),
             2 => (Method::DELETE, format!("sandbox/{target}"), None, None),
+            4 => (Method::POST, format!("sandbox/{target}/pause"), None, None),
+            5 => (Method::POST, format!("sandbox/{target}/resume"), None, None),
             _ => (
                 Method::POST,
                 format!("sandbox/{target}/stop?timeout=1"),
