@@ -25,10 +25,47 @@ pub const MAX_TAGS: usize = 5;
 pub const MB_PER_VCPU: f64 = 2048.0;
 
 /// Egress policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// ```no_run
+/// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+/// use stockade_sdk::{CreateParams, NetworkPolicy, Sandbox};
+/// let only_pypi = NetworkPolicy::Lists {
+///     allow: vec!["pypi.org".into(), "*.pythonhosted.org".into()],
+///     deny: vec![],
+/// };
+/// let sb = Sandbox::create(&client, CreateParams::new().network_policy(only_pypi)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetworkPolicy {
     AllowAll,
     DenyAll,
+    /// Entries are IPv4/IPv6 addresses or CIDRs, names and `*.` wildcard
+    /// names, each with an optional `:port`. A `deny` entry wins; with an
+    /// `allow` list only what it lists is reachable, without one
+    /// everything not denied is.
+    Lists { allow: Vec<String>, deny: Vec<String> },
+}
+
+impl NetworkPolicy {
+    /// The policy as the API's `networkPolicy` takes it (an empty list is
+    /// left out).
+    fn to_api(&self) -> serde_json::Value {
+        match self {
+            Self::AllowAll => "allow-all".into(),
+            Self::DenyAll => "deny-all".into(),
+            Self::Lists { allow, deny } => {
+                let mut lists = serde_json::Map::new();
+                if !allow.is_empty() {
+                    lists.insert("allow".into(), allow.clone().into());
+                }
+                if !deny.is_empty() {
+                    lists.insert("deny".into(), deny.clone().into());
+                }
+                lists.into()
+            }
+        }
+    }
 }
 
 /// What a new sandbox's `/workspace` starts from. The server
@@ -227,8 +264,15 @@ impl CreateParams {
             memory_gb: mem,
             disk_size_gb: self.disk_size_gb.map(f64::from),
             gpu_count: None,
-            network_access: self.network_policy.map(|p| p == NetworkPolicy::AllowAll),
-            network_policy: None,
+            network_access: match &self.network_policy {
+                Some(NetworkPolicy::AllowAll) => Some(true),
+                Some(NetworkPolicy::DenyAll) => Some(false),
+                Some(NetworkPolicy::Lists { .. }) | None => None,
+            },
+            network_policy: match &self.network_policy {
+                Some(lists @ NetworkPolicy::Lists { .. }) => Some(lists.to_api()),
+                _ => None,
+            },
             timeout_minutes: self.timeout.map(|t| t.as_secs_f64() / 60.0),
             environment_vars: (!self.env.is_empty()).then(|| self.env.clone()),
             labels: (!self.labels.is_empty()).then(|| self.labels.clone()),
@@ -264,10 +308,13 @@ pub struct UpdateParams {
     pub env: Option<BTreeMap<String, String>>,
     pub cpu_cores: Option<f64>,
     pub memory_gb: Option<f64>,
+    /// The new egress policy, applied live to a running sandbox.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 impl UpdateParams {
     new_and_setters! {
+        network_policy(policy: NetworkPolicy) => network_policy = policy;
         name(name: impl Into<String>) => name = name.into();
         timeout(timeout: Duration) => timeout = timeout;
         /// The new tags (empty removes them all).
@@ -324,7 +371,7 @@ impl UpdateParams {
             environment_vars: self.env.clone(),
             cpu_cores: self.cpu_cores,
             memory_gb: self.memory_gb,
-            network_policy: None,
+            network_policy: self.network_policy.as_ref().map(NetworkPolicy::to_api),
         };
         if req.patch().is_empty() {
             return Err(Error::invalid(

@@ -171,6 +171,15 @@ pub struct CreateArgs {
     /// No network access at all.
     #[arg(long)]
     no_network: bool,
+    /// Egress allowed only to ENTRY (repeatable): an address or CIDR, a
+    /// name or `*.name`, each with an optional `:PORT` (pypi.org,
+    /// *.githubusercontent.com, 10.1.0.0/16:5432).
+    #[arg(long, value_name = "ENTRY", conflicts_with = "no_network")]
+    allow: Vec<String>,
+    /// Egress denied to ENTRY (repeatable, same forms as --allow; a denied
+    /// entry wins over an allowed one).
+    #[arg(long, value_name = "ENTRY", conflicts_with = "no_network")]
+    deny: Vec<String>,
     /// Main process (a shell command line; default: keep-alive). One that
     /// exits within 2 seconds is reported, with its output, and create
     /// exits 1.
@@ -308,6 +317,41 @@ pub fn parse_duration(s: &str, flag: &str, default_unit: &str) -> Result<Duratio
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The egress policy the flags of `create` or `update` ask for, if any:
+/// `--no-network` (deny-all), `--allow-all`, or the entries of `--allow` and
+/// `--deny` (an empty entry is refused here; the server checks the rest and
+/// names a bad one).
+pub fn egress(
+    no_network: bool,
+    allow_all: bool,
+    allow: &[String],
+    deny: &[String],
+) -> Result<Option<NetworkPolicy>, CliError> {
+    if no_network {
+        return Ok(Some(NetworkPolicy::DenyAll));
+    }
+    if allow_all {
+        return Ok(Some(NetworkPolicy::AllowAll));
+    }
+    if allow.is_empty() && deny.is_empty() {
+        return Ok(None);
+    }
+    let entries = |list: &[String], flag: &str| -> Result<Vec<String>, CliError> {
+        list.iter()
+            .map(|e| match e.trim() {
+                "" => Err(CliError::invalid(format!(
+                    "{flag} takes an address, a CIDR, a name or *.name (with an optional :PORT), got ''"
+                ))),
+                entry => Ok(entry.to_owned()),
+            })
+            .collect()
+    };
+    Ok(Some(NetworkPolicy::Lists {
+        allow: entries(allow, "--allow")?,
+        deny: entries(deny, "--deny")?,
+    }))
+}
+
 pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     let mut p = CreateParams {
@@ -321,7 +365,7 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         cpu_cores: a.cpu,
         memory_gb: a.memory,
         disk_size_gb: a.disk,
-        network_policy: a.no_network.then_some(NetworkPolicy::DenyAll),
+        network_policy: egress(a.no_network, false, &a.allow, &a.deny)?,
         env: key_values(&a.env, "--env")?,
         tags: key_values(&a.tag, "--tag")?,
         labels: a.label,

@@ -1,6 +1,7 @@
 //! `stockade cp` (files and directories to and from a sandbox, as tar
-//! archives, like `docker cp`) and `stockade files mkdir|mv|watch`
-//! (directories, moves and changes inside a sandbox).
+//! archives, like `docker cp`) and `stockade files ls|cat|rm|mkdir|mv|watch`
+//! (listings, contents, removals, directories, moves and changes inside a
+//! sandbox).
 
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
@@ -8,8 +9,9 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
+use stockade_sdk::api::FileEntry;
 use stockade_sdk::api::FileType;
-use stockade_sdk::{Sandbox, StreamExt, WatchEvent};
+use stockade_sdk::{ByteStream, Sandbox, StreamExt, WatchEvent};
 
 use crate::cli::{self, on, Batch, Ctx};
 use crate::output::{self, CliError};
@@ -21,7 +23,7 @@ use crate::upload::{file_stream, pack};
   stockade cp ./app.py demo:app.py           # relative paths are under /workspace
   stockade cp demo:/workspace/dist ./dist    # and back down
   stockade cp ./site/. demo:/srv/www         # `DIR/.` copies what is inside DIR
-  stockade cp demo:/etc/os-release -         # `-`: the tar archive on stdout
+  stockade cp demo:/etc/os-release -         # `-`: a file's bytes on stdout (a directory: its tar)
 
 Like `docker cp`: a directory copied onto an existing directory lands inside
 it; onto a missing path it becomes that path. Modes and symlinks are kept.")]
@@ -29,7 +31,8 @@ pub struct CpArgs {
     /// LOCAL_PATH or SANDBOX:PATH.
     #[arg(value_name = "SRC")]
     src: String,
-    /// SANDBOX:PATH or LOCAL_PATH (`-` for stdout).
+    /// SANDBOX:PATH or LOCAL_PATH (`-`: stdout, a file as its bytes, a
+    /// directory as a tar).
     #[arg(value_name = "DEST")]
     dest: String,
 }
@@ -254,8 +257,29 @@ fn unpack(archive: &Path, base: &Path, rename: Option<&Path>) -> anyhow::Result<
     Ok((files, bytes))
 }
 
+/// Writes `body` to stdout as it arrives; the bytes written.
+async fn to_stdout(mut body: ByteStream) -> anyhow::Result<u64> {
+    let mut out = std::io::stdout();
+    let mut total = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        total += chunk.len() as u64;
+        out.write_all(&chunk)?;
+    }
+    out.flush()?;
+    Ok(total)
+}
+
 async fn download(sb: &Sandbox, src: &str, dest: &str, quiet: bool) -> anyhow::Result<(u64, u64)> {
     let src_path = if src.is_empty() { "/workspace" } else { src };
+    if dest == "-" {
+        // A file goes to stdout as its bytes; a directory as a tar.
+        match sb.read_file_stream(src_path).await {
+            Ok(body) => return Ok((1, to_stdout(body).await?)),
+            Err(stockade_sdk::Error::InvalidParams { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let mut stream = sb.download_archive_stream(src_path).await?;
     let tmp = tempfile::NamedTempFile::new().context("cannot create a temporary file")?;
     let mut file = tmp.reopen()?;
@@ -323,6 +347,57 @@ fn top_name(archive: &Path) -> anyhow::Result<PathBuf> {
 
 #[derive(Subcommand)]
 pub enum FilesCommand {
+    /// List a directory (one line per entry: type, mode, size, time, name),
+    /// or show one file. Works on a stopped sandbox too.
+    #[command(
+        alias = "list",
+        after_help = "Examples:
+  stockade files ls demo                     # /workspace
+  stockade files ls demo src                 # relative paths are under /workspace
+  stockade files ls demo /etc/hosts --json"
+    )]
+    Ls {
+        /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+        /// The directory or file (default /workspace).
+        #[arg(value_name = "PATH", default_value = "/workspace")]
+        path: String,
+    },
+    /// Print files' bytes to stdout, one after the other (like `cat`).
+    /// Works on a stopped sandbox too.
+    #[command(after_help = "Examples:
+  stockade files cat demo package.json
+  stockade files cat demo /var/log/app.log | tail -20
+  stockade files cat demo logo.png > logo.png")]
+    Cat {
+        /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+        /// Files to print.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Remove files, links and empty directories (with -r: directories and
+    /// everything in them).
+    #[command(
+        alias = "remove",
+        alias = "delete",
+        after_help = "Examples:
+  stockade files rm demo notes.txt /tmp/scratch.log
+  stockade files rm -r demo build"
+    )]
+    Rm {
+        /// Sandbox id or name.
+        #[arg(value_name = "SANDBOX")]
+        sandbox: String,
+        /// Paths to remove.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+        /// Directories with everything in them.
+        #[arg(long, short = 'r')]
+        recursive: bool,
+    },
     /// Make directories and their missing parents (like `mkdir -p`).
     #[command(after_help = "Examples:
   stockade files mkdir demo build/out        # relative paths are under /workspace
@@ -384,10 +459,143 @@ fn watch_line(ev: &WatchEvent) -> String {
     format!("{kind:<10} {}", ev.path)
 }
 
+/// `path` is not in the sandbox, in CLI words (other errors as they are).
+fn path_error(e: stockade_sdk::Error, path: &str, sandbox: &str) -> anyhow::Error {
+    if e.is_not_found() {
+        CliError::new(
+            "not_found",
+            format!("`{path}` does not exist in sandbox `{sandbox}`"),
+        )
+        .into()
+    } else {
+        on(sandbox)(e)
+    }
+}
+
+/// One entry as a row: type, mode, size, time, and its name (`dir/`,
+/// `link -> target`).
+fn entry_row(e: &FileEntry) -> Vec<String> {
+    let (kind, name) = match e.file_type {
+        FileType::Dir => ("dir", format!("{}/", e.name)),
+        FileType::Symlink => (
+            "link",
+            format!("{} -> {}", e.name, e.link_target.as_deref().unwrap_or("?")),
+        ),
+        FileType::File => ("file", e.name.clone()),
+        FileType::Other => ("other", e.name.clone()),
+    };
+    vec![
+        kind.to_owned(),
+        e.mode.clone(),
+        match e.file_type {
+            FileType::Dir => "-".to_owned(),
+            _ => indicatif::HumanBytes(e.size).to_string(),
+        },
+        e.modified_at
+            .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+            .unwrap_or_default(),
+        name,
+    ]
+}
+
+/// `stockade files ls`: a directory's entries, or the one entry of a file.
+async fn list(ctx: &Ctx, sb: &Sandbox, sandbox: &str, path: &str) -> anyhow::Result<()> {
+    let listing = match sb.list_dir(path).await {
+        Ok(l) => l,
+        // A file: its own entry, in a listing's shape.
+        Err(stockade_sdk::Error::InvalidParams { .. }) => {
+            let entry = sb
+                .stat(path)
+                .await
+                .map_err(|e| path_error(e, path, sandbox))?;
+            stockade_sdk::api::DirectoryListing {
+                path: entry.path.clone(),
+                entries: vec![entry],
+                truncated: false,
+            }
+        }
+        Err(e) => return Err(path_error(e, path, sandbox)),
+    };
+    if ctx.json {
+        return output::json(&listing);
+    }
+    if listing.entries.is_empty() {
+        outln!("{} is empty.", listing.path)?;
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = listing.entries.iter().map(entry_row).collect();
+    output::table(&["TYPE", "MODE", "SIZE", "MODIFIED", "NAME"], &rows)?;
+    if listing.truncated {
+        errln!("(more entries exist than one listing holds)");
+    }
+    Ok(())
+}
+
 /// `stockade files …`.
 pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     match cmd {
+        FilesCommand::Ls { sandbox, path } => {
+            let sb = cli::live_sandbox(&client, &sandbox).await?;
+            list(ctx, &sb, &sandbox, &path).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FilesCommand::Cat { sandbox, paths } => {
+            if ctx.json {
+                return Err(CliError::invalid(
+                    "files cat prints the files' bytes, not JSON: drop --json",
+                )
+                .into());
+            }
+            let sb = cli::live_sandbox(&client, &sandbox).await?;
+            for path in &paths {
+                let body = match sb.read_file_stream(path).await {
+                    Ok(body) => body,
+                    Err(stockade_sdk::Error::InvalidParams { .. }) => {
+                        return Err(CliError::invalid(format!(
+                            "`{path}` is a directory — `stockade files ls {sandbox} {path}` lists it"
+                        ))
+                        .into())
+                    }
+                    Err(e) => return Err(path_error(e, path, &sandbox)),
+                };
+                to_stdout(body).await.map_err(|e| in_words(e, &sandbox))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FilesCommand::Rm {
+            sandbox,
+            paths,
+            recursive,
+        } => {
+            let sb = cli::running_sandbox(&client, &sandbox).await?;
+            let mut batch = Batch::new(ctx.json);
+            for path in &paths {
+                let done = match recursive {
+                    true => sb.remove_all(path).await,
+                    false => sb.remove(path).await,
+                };
+                match done {
+                    Ok(()) => batch.ok(
+                        serde_json::json!({ "path": path, "removed": true }),
+                        &format!("removed {path}"),
+                    )?,
+                    Err(e) if e.is_conflict() && !recursive => batch.failed(
+                        path,
+                        CliError::new(
+                            "conflict",
+                            format!("`{path}` is a directory that is not empty"),
+                        )
+                        .hint(format!(
+                            "`stockade files rm -r {sandbox} {path}` removes it with everything in it"
+                        ))
+                        .into(),
+                    )?,
+                    Err(e) => batch.failed(path, path_error(e, path, &sandbox))?,
+                }
+            }
+            batch.finish()
+        }
         FilesCommand::Mkdir { sandbox, paths } => {
             let sb = cli::running_sandbox(&client, &sandbox).await?;
             let mut batch = Batch::new(ctx.json);
@@ -401,17 +609,10 @@ pub async fn files(ctx: &Ctx, cmd: FilesCommand) -> anyhow::Result<ExitCode> {
         }
         FilesCommand::Mv { sandbox, from, to } => {
             let sb = cli::running_sandbox(&client, &sandbox).await?;
-            let entry = sb.move_path(&from, &to).await.map_err(|e| {
-                if e.is_not_found() {
-                    CliError::new(
-                        "not_found",
-                        format!("`{from}` does not exist in sandbox `{sandbox}`"),
-                    )
-                    .into()
-                } else {
-                    on(&sandbox)(e)
-                }
-            })?;
+            let entry = sb
+                .move_path(&from, &to)
+                .await
+                .map_err(|e| path_error(e, &from, &sandbox))?;
             output::json_or(ctx.json, &entry, || entry.path.clone())?;
             Ok(ExitCode::SUCCESS)
         }

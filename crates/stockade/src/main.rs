@@ -84,6 +84,8 @@ enum Command {
   stockade create --name local --upload ./my-project
   stockade create --name restored --from-snapshot after-install
   stockade create --name agent --timeout 1h --idle-timeout 10m --on-timeout pause --auto-resume
+  stockade create --name pip --allow pypi.org --allow '*.pythonhosted.org'   # egress to these only
+  stockade create --name web --deny 10.1.0.0/16 --deny ads.example.com:443
   stockade create --name demo --json | jq -r .id")]
     Create(Box<cli::CreateArgs>),
     /// List your sandboxes, newest first.
@@ -331,12 +333,21 @@ fn usage_failure(e: clap::Error, json: bool) -> ExitCode {
     let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
     if json && !informational {
         let text = e.render().to_string();
-        let message = text
+        let mut message = text
             .lines()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("invalid command line")
             .trim_start_matches("error: ")
             .to_owned();
+        // clap's suggestion (`tip: a similar subcommand exists: 'create'`)
+        // is worth as much to a script's reader as to a person.
+        let tips: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("tip: "))
+            .collect();
+        if !tips.is_empty() {
+            message = format!("{message} ({})", tips.join("; "));
+        }
         output::CliError::new("usage", message).print(true, None);
         return ExitCode::from(2);
     }

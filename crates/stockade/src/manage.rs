@@ -490,7 +490,20 @@ pub async fn token(ctx: &Ctx, a: TokenArgs) -> anyhow::Result<ExitCode> {
 async fn sandbox_token(ctx: &Ctx, sandbox: &str, ttl: Option<&str>) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
     let ttl = ttl.map(|t| parse_duration(t, "--ttl", "s")).transpose()?;
-    let sb = cli::live_sandbox(&client, sandbox).await?;
+    let sb = match cli::live_sandbox(&client, sandbox).await {
+        Ok(sb) => sb,
+        Err(e) => {
+            // `stockade token lss`: most likely a subcommand mistyped.
+            let near = output::nearest(sandbox, &["create", "ls", "rm"]);
+            return match (e.downcast::<CliError>(), near) {
+                (Ok(c), Some(sub)) if c.code == "not_found" => Err(c
+                    .hint(format!("to manage API tokens: `stockade token {sub}`"))
+                    .into()),
+                (Ok(c), _) => Err(c.into()),
+                (Err(e), _) => Err(e),
+            };
+        }
+    };
     let t = sb.auth_token(ttl).await.map_err(on(sandbox))?;
     if ctx.json {
         output::json(&t)?;
@@ -807,10 +820,14 @@ pub async fn volumes(ctx: &Ctx, cmd: Option<VolumesCommand>) -> anyhow::Result<E
   stockade update demo --env DEBUG=1 --rm-env OLD_FLAG
   stockade update demo --label ci --rm-label wip --tag owner=alice
   stockade update demo --name demo-2 --json
+  stockade update demo --allow pypi.org --allow '*.pythonhosted.org'
+  stockade update demo --allow-all
 
 CPU and memory change live on a running sandbox; the main process sees new
 environment variables from its next start (commands run with exec at once).
---env, --label and --tag add to what the sandbox has; --rm-* take away.")]
+--env, --label and --tag add to what the sandbox has; --rm-* take away.
+--allow and --deny set a new egress policy, replacing the sandbox's whole
+(live, within a second); --allow-all and --no-network set the two others.")]
 pub struct UpdateArgs {
     /// Sandbox id or name.
     #[arg(value_name = "SANDBOX")]
@@ -845,6 +862,20 @@ pub struct UpdateArgs {
     /// Remove an environment variable (repeatable).
     #[arg(long, value_name = "KEY")]
     rm_env: Vec<String>,
+    /// Egress allowed only to ENTRY (repeatable): an address or CIDR, a
+    /// name or `*.name`, each with an optional `:PORT`. With --deny, the
+    /// new egress policy, replacing the sandbox's whole.
+    #[arg(long, value_name = "ENTRY", conflicts_with_all = ["no_network", "allow_all"])]
+    allow: Vec<String>,
+    /// Egress denied to ENTRY (repeatable, same forms as --allow).
+    #[arg(long, value_name = "ENTRY", conflicts_with_all = ["no_network", "allow_all"])]
+    deny: Vec<String>,
+    /// Cut all network access.
+    #[arg(long, conflicts_with = "allow_all")]
+    no_network: bool,
+    /// Lift the egress policy: everything is reachable again.
+    #[arg(long)]
+    allow_all: bool,
 }
 
 /// `current` without the `remove` keys and with the KEY=VALUE pairs of
@@ -891,10 +922,12 @@ pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
     }
     p.tags = edited_map(&sb.info().tags, &a.rm_tag, &a.tag, "--tag")?;
     p.env = edited_map(&sb.info().environment_vars, &a.rm_env, &a.env, "--env")?;
+    p.network_policy = cli::egress(a.no_network, a.allow_all, &a.allow, &a.deny)?;
     if p == UpdateParams::default() {
         return Err(CliError::invalid(
             "nothing to update: give at least one of --name, --timeout, --cpu, --memory, \
-             --label, --tag, --env (or their --rm-* forms)",
+             --label, --tag, --env (or their --rm-* forms), --allow, --deny, --no-network, \
+             --allow-all",
         )
         .into());
     }

@@ -479,6 +479,35 @@ pub fn classify(e: &anyhow::Error) -> CliError {
     CliError::new("failed", format!("{e:#}"))
 }
 
+/// The candidate `word` is most likely a mistyping of: within two edits
+/// (one for words of three letters or fewer), the closest first.
+pub fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let word: Vec<char> = word.chars().collect();
+    let distance = |other: &str| {
+        let other: Vec<char> = other.chars().collect();
+        let mut row: Vec<usize> = (0..=other.len()).collect();
+        for (i, a) in word.iter().enumerate() {
+            let mut diagonal = row[0];
+            row[0] = i + 1;
+            for (j, b) in other.iter().enumerate() {
+                let above = row[j + 1];
+                row[j + 1] = (diagonal + usize::from(a != b))
+                    .min(above + 1)
+                    .min(row[j] + 1);
+                diagonal = above;
+            }
+        }
+        row[other.len()]
+    };
+    let allowed = if word.len() <= 3 { 1 } else { 2 };
+    candidates
+        .iter()
+        .map(|c| (distance(c), *c))
+        .filter(|(d, _)| (1..=allowed).contains(d))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
 /// How a sandbox is named in messages.
 fn quoted(name: &str) -> String {
     format!("`{name}`")
@@ -532,6 +561,9 @@ pub fn terminated(name: &str) -> CliError {
 /// field is named by its full path or by its first name.
 const FIELD_FLAGS: &[(&str, &str)] = &[
     ("source.url", "--git/--tarball"),
+    ("networkPolicy.allow", "--allow"),
+    ("networkPolicy.deny", "--deny"),
+    ("networkPolicy", "--allow/--deny"),
     ("lifecycle.onTimeout", "--on-timeout"),
     ("lifecycle.autoResume", "--auto-resume"),
     ("lifecycle.idleTimeoutMinutes", "--idle-timeout"),
@@ -577,9 +609,12 @@ const FIELD_FLAGS: &[(&str, &str)] = &[
 /// The CLI flag an API field (or SDK parameter) is set with.
 fn flag_for(field: &str) -> Option<&'static str> {
     let head = field.split(['.', '[']).next().unwrap_or(field);
+    // `networkPolicy.allow[2]` is set by the flag of `networkPolicy.allow`.
+    let list = field.split_once('[').map_or(field, |(list, _)| list);
     FIELD_FLAGS
         .iter()
-        .find(|(name, _)| *name == field || *name == head)
+        .find(|(name, _)| *name == field || *name == list)
+        .or_else(|| FIELD_FLAGS.iter().find(|(name, _)| *name == head))
         .map(|(_, flag)| *flag)
 }
 
@@ -952,6 +987,31 @@ mod tests {
         s.lifecycle.idle_timeout_minutes = 0.0;
         assert_eq!(status_text(&s), "RUNNING");
         assert!(lifecycle_text(&s.lifecycle).ends_with("idle timeout: none"));
+    }
+
+    #[test]
+    fn mistyped_words_find_their_nearest() {
+        let subs = ["create", "ls", "rm"];
+        assert_eq!(nearest("lss", &subs), Some("ls"));
+        assert_eq!(nearest("craete", &subs), Some("create"));
+        assert_eq!(nearest("demo", &subs), None);
+        assert_eq!(
+            nearest("ls", &subs),
+            None,
+            "the word itself is no mistyping"
+        );
+        assert_eq!(nearest("ab", &subs), None);
+    }
+
+    #[test]
+    fn egress_fields_name_their_flags() {
+        assert_eq!(
+            field_line("networkPolicy.allow[2]", "bad name"),
+            "--allow: bad name"
+        );
+        assert_eq!(field_line("networkPolicy.deny[0]", "x"), "--deny: x");
+        assert_eq!(field_line("networkPolicy", "x"), "--allow/--deny: x");
+        assert_eq!(field_line("environmentVars.A B", "x"), "--env: x");
     }
 
     #[test]

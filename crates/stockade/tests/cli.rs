@@ -807,9 +807,12 @@ fn cp_round_trips_a_directory_byte_for_byte() {
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o755
     );
+    // `-`: a file's bytes on stdout, a directory's tar.
     let out = cli.run(&["cp", "cp:/tmp/renamed.sh", "-"]);
+    assert_eq!(out.stdout, b"#!/bin/sh\necho ran\n");
+    let out = cli.run(&["cp", "cp:copy/src", "-"]);
     assert!(
-        out.stdout.len() >= 1024 && out.stdout[..11] == *b"renamed.sh\0",
+        out.stdout.len() >= 1024 && out.stdout[..4] == *b"src/",
         "a tar on stdout"
     );
 
@@ -1066,6 +1069,9 @@ fn every_command_has_help_with_examples() {
         "shell",
         "logs",
         "cp",
+        "files ls",
+        "files cat",
+        "files rm",
         "files mkdir",
         "files mv",
         "files watch",
@@ -2330,4 +2336,153 @@ fn a_start_command_that_exits_at_once_is_reported() {
     assert!(out.starts_with("Created sandbox fine"), "{out}");
     let got = cli.json(&["get", "fine", "--json"]);
     assert_eq!(got["status"], "RUNNING");
+}
+
+#[test]
+fn egress_lists_on_create_and_update() {
+    let cli = fresh_server("stk_cli_egress_flags_tok01");
+    let v = cli.create(&[
+        "--name",
+        "pip",
+        "--allow",
+        "pypi.org",
+        "--allow",
+        "*.pythonhosted.org",
+        "--deny",
+        "203.0.113.7:5432",
+    ]);
+    assert_eq!(
+        v["networkPolicy"],
+        serde_json::json!({"allow": ["pypi.org", "*.pythonhosted.org"], "deny": ["203.0.113.7:5432"]}),
+        "{v}"
+    );
+    let details = cli.ok(&["get", "pip"]);
+    assert!(details.contains("*.pythonhosted.org"), "{details}");
+
+    // update replaces the policy whole, live.
+    let done = cli.json(&["update", "pip", "--deny", "example.com", "--json"]);
+    assert_eq!(
+        done["sandbox"]["networkPolicy"],
+        serde_json::json!({"deny": ["example.com"]})
+    );
+    assert!(
+        done["applied"]["now"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "networkPolicy"),
+        "{done}"
+    );
+    let said = cli.ok(&["update", "pip", "--allow-all"]);
+    assert!(said.contains("networkPolicy"), "{said}");
+    assert_eq!(
+        cli.json(&["get", "pip", "--json"])["networkPolicy"],
+        "allow-all"
+    );
+    cli.ok(&["update", "pip", "--no-network"]);
+    assert_eq!(
+        cli.json(&["get", "pip", "--json"])["networkPolicy"],
+        "deny-all"
+    );
+
+    // A bad entry is named by its flag; --allow with --no-network is a usage error.
+    let err = cli.fails(&["create", "--name", "bad", "--allow", "not a host!"]);
+    assert!(err.contains("--allow: 'not a host!'"), "{err}");
+    assert_cli_words(&err);
+    let err = cli.fails(&["update", "pip", "--deny", ""]);
+    assert!(err.contains("--deny takes an address"), "{err}");
+    let out = cli.run(&["create", "--allow", "pypi.org", "--no-network"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+}
+
+#[test]
+fn files_verbs_and_a_file_to_stdout() {
+    let cli = fresh_server("stk_cli_files_verbs_tok001");
+    cli.create(&["--name", "fs"]);
+    cli.ok(&[
+        "exec",
+        "fs",
+        "--shell",
+        "mkdir -p d/e && echo hi > d/e/f.txt && printf 'a\\000b' > bin && ln -s d/e/f.txt lnk",
+    ]);
+
+    // ls: a table for people, the listing as JSON, one entry for a file.
+    let table = cli.ok(&["files", "ls", "fs"]);
+    assert!(table.starts_with("TYPE"), "{table}");
+    assert!(
+        table.contains("d/") && table.contains("lnk -> d/e/f.txt"),
+        "{table}"
+    );
+    let listed = cli.json(&["files", "ls", "fs", "--json"]);
+    let names: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bin", "d", "lnk"], "{listed}");
+    let one = cli.json(&["files", "ls", "fs", "d/e/f.txt", "--json"]);
+    assert_eq!(one["entries"][0]["size"], 3, "{one}");
+    let err = cli.fails(&["files", "ls", "fs", "nope"]);
+    assert!(
+        err.contains("`nope` does not exist in sandbox `fs`"),
+        "{err}"
+    );
+
+    // cat: bytes as they are, several files one after the other.
+    let out = cli.run(&["files", "cat", "fs", "bin", "lnk"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(out.stdout, b"a\0bhi\n");
+    let err = cli.fails(&["files", "cat", "fs", "d"]);
+    assert!(
+        err.contains("is a directory") && err.contains("files ls fs d"),
+        "{err}"
+    );
+
+    // cp SANDBOX:file - writes the file's bytes (a directory is still a tar).
+    let out = cli.run(&["cp", "fs:bin", "-"]);
+    assert_eq!(out.stdout, b"a\0b");
+    let out = cli.run(&["cp", "fs:d", "-"]);
+    assert!(
+        out.stdout.len() >= 1024 && out.stdout.starts_with(b"d/"),
+        "a tar"
+    );
+
+    // rm: a non-empty directory needs -r, and says so.
+    let err = cli.fails(&["files", "rm", "fs", "d"]);
+    assert!(
+        err.contains("not empty") && err.contains("files rm -r fs d"),
+        "{err}"
+    );
+    let done = cli.json(&["files", "rm", "-r", "fs", "d", "bin", "--json"]);
+    assert_eq!(done.as_array().unwrap().len(), 2, "{done}");
+    let out = cli.run(&["exec", "fs", "--", "ls"]);
+    assert_eq!(stdout_of(&out), "lnk\n");
+    let err = cli.fails(&["files", "rm", "fs", "bin"]);
+    assert!(err.contains("`bin` does not exist"), "{err}");
+}
+
+#[test]
+fn a_mistyped_subcommand_suggests_the_nearest() {
+    let out = stockade(&["craete"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("a similar subcommand exists: 'create'"),
+        "{err}"
+    );
+    let out = stockade(&["files", "lss"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr_of(&out).contains("'ls'"), "{}", stderr_of(&out));
+    // Under --json the suggestion is in the message.
+    let err = json_error(&stockade(&["files", "lss", "--json"]).output().unwrap());
+    assert_eq!(err["code"], "usage");
+    assert!(err["message"].as_str().unwrap().contains("'ls'"), "{err}");
+    // `token WORD` takes a sandbox too: a word near a subcommand says so.
+    let cli = fresh_server("stk_cli_suggestions_tok001");
+    let err = cli.fails(&["token", "lss"]);
+    assert!(
+        err.contains("sandbox `lss` not found") && err.contains("`stockade token ls`"),
+        "{err}"
+    );
 }
