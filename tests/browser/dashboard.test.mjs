@@ -13,4 +13,5 @@ import './suite/readable.mjs';
 import './suite/limits.mjs';
 import './suite/credentials.mjs';
 import './suite/notebook.mjs';
+import './suite/pause.mjs';
 import './suite/apidocs.mjs';

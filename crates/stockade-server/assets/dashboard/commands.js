@@ -4,7 +4,7 @@
 // transcript while the page lives.
 
 import { sse, eventText, sandboxPath } from './api.js';
-import { $, el, mayTakeFocus } from './ui.js';
+import { $, el, mayTakeFocus, usable } from './ui.js';
 
 const AGENT_KEY = 'stockade.agentCommand';
 /** sandbox id → its transcript element */
@@ -30,10 +30,20 @@ function commandFor(message) {
   return tpl.includes('{message}') ? tpl.split('{message}').join(shellQuote(message)) : `${tpl} ${shellQuote(message)}`;
 }
 
+const PROMPT = $('console-input').placeholder;
+
+/**
+ * Commands go to a running sandbox, or to a paused one that resumes on
+ * use; a paused one that does not says so where the command would go.
+ */
 function setEnabled() {
-  const running = Boolean(current && current.sb && current.sb.status === 'RUNNING');
-  $('console-input').disabled = !running;
-  $('console-send').disabled = !running;
+  const sb = current && current.sb;
+  const live = usable(sb);
+  $('console-input').disabled = !live;
+  $('console-send').disabled = !live;
+  $('console-input').placeholder = sb && sb.status === 'PAUSED' && !live
+    ? 'This sandbox is paused: resume it to run commands'
+    : PROMPT;
 }
 
 $('agent-command').value = localStorage.getItem(AGENT_KEY) || '';
@@ -92,7 +102,7 @@ export const commands = {
     host.textContent = '';
     host.append(transcriptOf(v.id));
     setEnabled();
-    if (v.sb && v.sb.status === 'RUNNING' && mayTakeFocus()) $('console-input').focus();
+    if (usable(v.sb) && mayTakeFocus()) $('console-input').focus();
   },
   record(v) {
     if (v !== current) return;

@@ -1,5 +1,6 @@
 // The create form: image or runtime, resources, environment,
-// labels, tags, ports, timeout, persistence, the egress policy
+// labels, tags, ports, timeout, persistence, the lifecycle (what the end
+// of a session does, an idle timeout, auto-resume), the egress policy
 // (all, none, only these destinations, all except these), team and the
 // source of /workspace (git, tarball, an uploaded local archive, a snapshot
 // or a copy of another sandbox). A loading indicator while it works, the
@@ -21,6 +22,8 @@ const FIELDS = {
   cpuCores: 'cpu', memoryGB: 'memory', diskSizeGB: 'disk', timeoutMinutes: 'timeout',
   environmentVars: 'env', labels: 'labels', tags: 'tags', ports: 'ports', teamId: 'team',
   persistent: 'persistent', archive: 'archive', snapshot: 'snapshot', forkOf: 'forkOf',
+  lifecycle: 'onTimeout', 'lifecycle.onTimeout': 'onTimeout', 'lifecycle.autoResume': 'autoResume',
+  'lifecycle.idleTimeoutMinutes': 'idleTimeout',
 };
 const egress = egressControl(form);
 
@@ -90,6 +93,13 @@ function requestBody() {
   if (timeout !== undefined) body.timeoutMinutes = timeout;
   if (f.team.value) body.teamId = f.team.value;
   if (!f.persistent.checked) body.persistent = false;
+  // Sent only when something differs from the server's defaults.
+  const lifecycle = {};
+  if (f.onTimeout.value) lifecycle.onTimeout = f.onTimeout.value;
+  if (f.autoResume.checked) lifecycle.autoResume = true;
+  const idle = parseNumber(f.idleTimeout.value, 'lifecycle.idleTimeoutMinutes', { min: 0 });
+  if (idle !== undefined) lifecycle.idleTimeoutMinutes = idle;
+  if (Object.keys(lifecycle).length) body.lifecycle = lifecycle;
   body.networkPolicy = egress.read();
   const env = parsePairs(f.env.value, 'environmentVars', { keyPattern: /^[A-Za-z_][A-Za-z0-9_]*$/ });
   if (Object.keys(env).length) body.environmentVars = env;

@@ -5,7 +5,7 @@
 // settings form (PATCH).
 
 import { api, sandboxPath } from './api.js';
-import { $, el, notice, showError, cores, gb, memory, duration, when, num, busy,
+import { $, el, notice, showError, cores, gb, memory, duration, when, num, busy, pausedAgo,
   parsePairs, formatPairs, parseList, parseNumber, FieldError, markFields, egressControl, describePolicy } from './ui.js';
 import { drawChart, CHART_COLORS } from './chart.js';
 
@@ -72,17 +72,34 @@ export function sample(sb) {
   history.set(sb.id, list);
 }
 
+/** What the end of a session does, in words. */
+const ON_TIMEOUT = {
+  kill: 'kill: deleted with its files',
+  stop: 'stop: stopped, its files kept',
+  pause: 'pause: frozen in place, processes and memory kept',
+};
+const AFTER_TIMEOUT = { kill: 'deleted', stop: 'stopped', pause: 'paused' };
+
+/** The lifecycle as the API answers it (older servers: from `persistent`). */
+function lifecycleOf(sb) {
+  return sb.lifecycle || { onTimeout: sb.persistent ? 'stop' : 'kill', autoResume: false, idleTimeoutMinutes: 0 };
+}
+
 function renderFacts(sb) {
   const u = sb.usage || null;
   const running = sb.status === 'RUNNING';
+  const paused = sb.status === 'PAUSED';
+  const life = lifecycleOf(sb);
+  const then = AFTER_TIMEOUT[life.onTimeout] || life.onTimeout;
   const timeout = !sb.timeoutMinutes ? 'never'
-    : `${num(sb.timeoutMinutes)} min${sb.sessionExpiresAt ? `, this session ends ${when(sb.sessionExpiresAt)}` : ''} (then ${sb.persistent ? 'stopped' : 'deleted'})`;
+    : `${num(sb.timeoutMinutes)} min${sb.sessionExpiresAt ? `, this session ends ${when(sb.sessionExpiresAt)}` : ''} (then ${then})`;
+  const idle = life.idleTimeoutMinutes ? `${num(life.idleTimeoutMinutes)} min without use (then ${then})` : 'none';
   const rows = [
-    ['Status', sb.status + (sb.statusReason ? ` (${sb.statusReason})` : '')],
+    ['Status', sb.status + (paused ? ` (${pausedAgo(sb)})` : '') + (sb.statusReason ? ` (${sb.statusReason})` : '')],
     ['ID', sb.id],
     ['Image', sb.runtime ? `${sb.dockerImage} (runtime ${sb.runtime})` : sb.dockerImage],
     ['Start command', sb.startCommand || 'default (keeps the sandbox alive)'],
-    ['Uptime', running ? duration(sb.uptimeSeconds) : '—'],
+    ['Uptime', running || (paused && sb.uptimeSeconds != null) ? duration(sb.uptimeSeconds) : '—'],
     ['CPU', u && u.cpuPercent != null ? `${(u.cpuPercent / Math.max(0.01, sb.cpuCores)).toFixed(1)} % of ${cores(sb.cpuCores)}` : cores(sb.cpuCores)],
     ['Memory', u ? `${memory(u.memoryBytes)} of ${gb(sb.memoryGB)}` : gb(sb.memoryGB)],
     ...diskRows(sb),
@@ -90,6 +107,9 @@ function renderFacts(sb) {
     ['Network', `${describePolicy(sb.networkPolicy)}${u && sb.networkAccess ? ` · received ${memory(u.networkRxBytes)}, sent ${memory(u.networkTxBytes)}` : ''}`],
     ['Volume', `${sb.volume.name} at ${sb.volume.mountPath}${sb.volume.size ? ` — ${sb.volume.size}` : ''}`],
     ['Session timeout', timeout],
+    ['Idle timeout', idle],
+    ['On timeout', ON_TIMEOUT[life.onTimeout] || life.onTimeout],
+    ['Auto-resume', life.autoResume ? 'yes: a paused sandbox resumes when it is used' : 'no: a paused sandbox waits for Resume'],
     ['Labels', sb.labels.length ? sb.labels.join(', ') : '—'],
     ['Tags', Object.keys(sb.tags).length ? formatPairs(sb.tags).split('\n').join(', ') : '—'],
     ['Environment', Object.keys(sb.environmentVars).length ? Object.keys(sb.environmentVars).join(', ') : '—'],
@@ -97,6 +117,7 @@ function renderFacts(sb) {
     ['Created', when(sb.createdAt)],
     ['Started', when(sb.startedAt)],
     ['Stopped', when(sb.stoppedAt)],
+    ...(paused ? [['Paused', `${when(sb.pausedAt)} (${pausedAgo(sb)})`]] : []),
     ['Server', sb.server],
   ];
   if (sb.terminatedAt) rows.push(['Terminated', when(sb.terminatedAt)]);

@@ -2,7 +2,7 @@
 // the terminated ones, refreshed every few seconds.
 
 import { api } from './api.js';
-import { $, el, ago } from './ui.js';
+import { $, el, ago, pausedAgo } from './ui.js';
 import { here, go, format } from './router.js';
 
 export const list = {
@@ -61,6 +61,13 @@ export function remove(id) {
 
 let drawn = null;
 
+/** When the sandbox got to where it is: "created 5m ago", "paused 2m ago". */
+function stampOf(sb) {
+  if (sb.status === 'TERMINATED') return `terminated ${ago(sb.terminatedAt)}`;
+  if (sb.status === 'PAUSED') return pausedAgo(sb);
+  return `created ${ago(sb.createdAt)}`;
+}
+
 /**
  * Draws the list; the shown sandbox is marked current. Nothing is redrawn
  * when nothing changed, and a focused entry keeps the focus when it is.
@@ -72,7 +79,7 @@ export function render() {
   const tab = route.page === 'sandbox' ? route.tab : null;
   const ul = $('sandbox-list');
   const picture = JSON.stringify([list.loaded, list.filter, selected, tab, route.params,
-    list.sandboxes.map((s) => [s.id, s.name, s.status, ago(s.status === 'TERMINATED' ? s.terminatedAt : s.createdAt)])]);
+    list.sandboxes.map((s) => [s.id, s.name, s.status, stampOf(s)])]);
   if (picture === drawn) return;
   drawn = picture;
   const focused = ul.contains(document.activeElement) ? document.activeElement.closest('li[data-id]') : null;
@@ -85,7 +92,7 @@ export function render() {
   for (const sb of list.sandboxes) {
     const current = sb.id === selected;
     const href = format({ page: 'sandbox', id: sb.id, tab, params: route.params });
-    const stamp = sb.status === 'TERMINATED' ? `terminated ${ago(sb.terminatedAt)}` : `created ${ago(sb.createdAt)}`;
+    const stamp = stampOf(sb);
     ul.append(el('li', { 'data-id': sb.id },
       el('a', { class: 'sb', href, 'aria-current': current ? 'true' : 'false' },
         el('span', { class: 'sb-name' }, sb.name),

@@ -18,7 +18,7 @@
 import DOMPurify from './purify.mjs';
 import { marked } from './marked.mjs';
 import { api, sse, sandboxPath, routeMissing } from './api.js';
-import { $, el, showError, explain, ask, mayTakeFocus } from './ui.js';
+import { $, el, showError, explain, ask, mayTakeFocus, usable } from './ui.js';
 import { go, here } from './router.js';
 
 export const LANGUAGES = [['python', 'Python'], ['javascript', 'JavaScript'], ['bash', 'Bash']];
@@ -159,8 +159,9 @@ function save(nb) {
   } catch (_) { /* storage full or off: the notebook lives while the page does */ }
 }
 
+/** Cells reach the sandbox: it runs, or it is paused and resumes on use. */
 function running() {
-  return Boolean(current && current.sb && current.sb.status === 'RUNNING');
+  return Boolean(current && usable(current.sb));
 }
 
 function fitHeight(textarea) {
@@ -429,7 +430,11 @@ function enableButtons() {
   $('notebook-run-all').disabled = !live;
   $('notebook-restart').disabled = !live;
   $('notebook-hint').hidden = live || !current || !current.sb;
-  if (current && current.sb) $('notebook-hint').textContent = `The notebook needs a running sandbox; this one is ${current.sb.status.toLowerCase()}.`;
+  if (current && current.sb) {
+    $('notebook-hint').textContent = current.sb.status === 'PAUSED'
+      ? 'This sandbox is paused: resume it to run cells. Its kernels keep their variables.'
+      : `The notebook needs a running sandbox; this one is ${current.sb.status.toLowerCase()}.`;
+  }
 }
 
 $('notebook-add').addEventListener('click', () => {

@@ -7,7 +7,7 @@
 // has loaded.
 
 import { api, sandboxPath } from './api.js';
-import { $, el, notice, showError, clearNotice, cores, gb, ask } from './ui.js';
+import { $, el, notice, showError, clearNotice, cores, gb, ask, pausedAgo } from './ui.js';
 import { go, here } from './router.js';
 import * as sidebar from './list.js';
 import { terminal } from './terminal.js';
@@ -164,6 +164,8 @@ export function forget(id) {
 /** After a list refresh: reload the shown sandbox if its state moved. */
 sidebar.onRefresh((sandboxes) => {
   if (!view || !view.sb) return;
+  // "paused 2m ago" moves on with the clock.
+  if (view.sb.status === 'PAUSED') renderHead();
   const listed = sandboxes.find((s) => s.id === view.id);
   const expected = sidebar.list.filter === 'terminated' ? 'TERMINATED' : null;
   if (!listed ? expected === null : listed.status !== view.sb.status) load(view, { quiet: true });
@@ -178,20 +180,37 @@ function renderHead() {
   const verb = busy.get(v.id);
   chip.textContent = sb ? sb.status : 'LOADING';
   chip.className = `chip ${sb ? sb.status : 'LOADING'}`;
+  const st = sb ? sb.status : null;
+  const paused = st === 'PAUSED';
   $('detail-sub').textContent = sb
-    ? `${sb.id} · ${sb.runtime ? `${sb.runtime} (${sb.dockerImage})` : sb.dockerImage} · ${cores(sb.cpuCores)} · ${gb(sb.memoryGB)}${verb ? ` · ${verb.toLowerCase()}…` : ''}`
+    ? `${sb.id} · ${sb.runtime ? `${sb.runtime} (${sb.dockerImage})` : sb.dockerImage} · ${cores(sb.cpuCores)} · ${gb(sb.memoryGB)}${paused ? ` · ${pausedAgo(sb)}` : ''}${verb ? ` · ${verb.toLowerCase()}…` : ''}`
     : `${v.id} · loading…`;
   $('page-sandbox').setAttribute('aria-busy', String(!sb));
-  const st = sb ? sb.status : null;
   const off = !sb || Boolean(verb);
   $('btn-start').disabled = off || !(st === 'STOPPED' || st === 'ERROR');
-  $('btn-stop').disabled = off || st !== 'RUNNING';
+  $('btn-stop').disabled = off || !(st === 'RUNNING' || paused);
+  // Pause on a running sandbox, Resume in its place on a paused one.
+  $('btn-pause').hidden = paused;
+  $('btn-pause').disabled = off || st !== 'RUNNING';
+  $('btn-resume').hidden = !paused;
+  $('btn-resume').disabled = off || !paused;
   $('btn-fork').disabled = off || !(st === 'RUNNING' || st === 'STOPPED');
   $('btn-snapshot').disabled = off || !(st === 'RUNNING' || st === 'STOPPED');
   $('btn-delete').disabled = off || st === 'TERMINATED';
   $('stopped-banner').hidden = !(st === 'STOPPED' || st === 'ERROR');
   $('banner-start').disabled = $('btn-start').disabled;
+  $('paused-banner').hidden = !paused;
+  $('banner-resume').disabled = $('btn-resume').disabled;
+  if (paused) $('paused-text').textContent = pausedText(sb);
   $('terminated-banner').hidden = st !== 'TERMINATED';
+}
+
+/** What the paused banner says: since when, and what a paused sandbox still does. */
+function pausedText(sb) {
+  const wakes = sb.lifecycle && sb.lifecycle.autoResume
+    ? 'It resumes by itself when it is used: a command, a terminal, a code cell, a file call or a request to one of its ports.'
+    : 'Commands, the terminal, code cells and its ports are refused until it is resumed; its files can still be read and written.';
+  return `This sandbox was ${pausedAgo(sb)}: its processes are frozen in place with their memory. ${wakes}`;
 }
 
 // ---------- actions ----------
@@ -229,6 +248,10 @@ const start = () => act('Starting', 'start', (id) => api('POST', sandboxPath(id,
 $('btn-start').addEventListener('click', start);
 $('banner-start').addEventListener('click', start);
 $('btn-stop').addEventListener('click', () => act('Stopping', 'stop', (id) => api('POST', sandboxPath(id, '/stop'), undefined, { repeatable: true })));
+$('btn-pause').addEventListener('click', () => act('Pausing', 'pause', (id) => api('POST', sandboxPath(id, '/pause'), undefined, { repeatable: true })));
+const resume = () => act('Resuming', 'resume', (id) => api('POST', sandboxPath(id, '/resume'), undefined, { repeatable: true }));
+$('btn-resume').addEventListener('click', resume);
+$('banner-resume').addEventListener('click', resume);
 
 $('btn-fork').addEventListener('click', async () => {
   if (!view || !view.sb) return;

@@ -97,7 +97,7 @@ function connect(s, sb) {
   url.searchParams.set('cwd', '/workspace');
   const ws = new WebSocket(url.href);
   ws.binaryType = 'arraybuffer';
-  Object.assign(s, { ws, opened: false, ended: false, exitCode: null, failure: null, startedAt: sb.startedAt, sentCols: s.term.cols, sentRows: s.term.rows });
+  Object.assign(s, { ws, opened: false, ended: false, exitCode: null, failure: null, refused: false, startedAt: sb.startedAt, sentCols: s.term.cols, sentRows: s.term.rows });
   statusOf(s);
   ws.onopen = () => {
     if (s.ws !== ws) return;
@@ -131,17 +131,30 @@ function connect(s, sb) {
   };
 }
 
+/** The API's refusal of `request`, or null when it was answered. */
+async function refusal(request) {
+  try {
+    await request();
+    return null;
+  } catch (e) {
+    return e;
+  }
+}
+
 /**
  * A WebSocket that never opened says nothing about why; the same request
  * as a plain GET gets the API's answer (the route missing, the sandbox not
- * running, …).
+ * running, …). A paused sandbox refuses the terminal as it refuses every
+ * use (409 `sandbox_paused`), but the terminal route checks the page's
+ * origin first, which a plain GET of this page does not send: the pause is
+ * read from the list of processes, which answers as the terminal would.
  */
 async function explainFailure(s, url) {
   let reason = 'the server refused the connection';
   let told = false;
-  try {
-    await api('GET', `${url.pathname}${url.search}`);
-  } catch (e) {
+  let e = await refusal(() => api('GET', sandboxPath(s.id, '/processes')));
+  if (!e || e.code !== 'sandbox_paused') e = await refusal(() => api('GET', `${url.pathname}${url.search}`));
+  if (e) {
     if (routeMissing(e)) {
       s.failure = 'This server has no terminal.';
       statusOf(s);
@@ -150,6 +163,12 @@ async function explainFailure(s, url) {
       return;
     }
     if (e.code) { reason = e.message; told = true; }
+    // Paused (or stopped) behind the page: the view learns it and shows
+    // what can be done (a paused sandbox offers Resume).
+    if (e.status === 409 && current && current.id === s.id) {
+      s.refused = e.code === 'sandbox_paused';
+      current.refresh();
+    }
   }
   // Without a reason from the API the connection may just have been cut
   // while it was made (see api.js): try again, a few times.
@@ -220,12 +239,18 @@ export const terminal = {
     let s = sessions.get(v.id) || null;
     if (!sb || sb.status !== 'RUNNING') {
       if (shown !== s) show(s, false);
-      setStatus(sb ? `The terminal needs a running sandbox; this one is ${sb.status.toLowerCase()}.` : 'Loading…');
+      // A session open when the sandbox was paused is frozen with it and
+      // goes on once it is resumed.
+      const why = sb && sb.status === 'PAUSED'
+        ? `This sandbox is paused: resume it to use the terminal${s && s.ws ? ', which goes on where it was' : ''}.`
+        : `The terminal needs a running sandbox; this one is ${sb ? sb.status.toLowerCase() : ''}.`;
+      setStatus(sb ? why : 'Loading…');
       $('terminal-reconnect').hidden = true;
       return;
     }
-    // A sandbox started again since the session ended gets a new session.
-    const restarted = s && s.ended && s.startedAt !== sb.startedAt;
+    // A sandbox started again since the session ended gets a new session;
+    // so does one that refused the session (paused at the time) and now runs.
+    const restarted = s && s.ended && (s.startedAt !== sb.startedAt || s.refused);
     if (!s) s = create(v.id);
     if (shown !== s) show(s, true);
     else statusOf(s);

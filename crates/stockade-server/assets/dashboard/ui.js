@@ -33,6 +33,20 @@ export function ago(iso) {
   return new Date(iso).toLocaleString();
 }
 
+/** "paused 2m ago" for a paused sandbox, from its `pausedAt`. */
+export function pausedAgo(sb) {
+  return sb.pausedAt ? `paused ${ago(sb.pausedAt)}` : 'paused';
+}
+
+/**
+ * Whether commands and code cells reach the sandbox: it runs, or it is
+ * paused with `lifecycle.autoResume` (the call resumes it first).
+ */
+export function usable(sb) {
+  if (!sb) return false;
+  return sb.status === 'RUNNING' || (sb.status === 'PAUSED' && Boolean(sb.lifecycle && sb.lifecycle.autoResume));
+}
+
 /** How long until `iso`: "in 5m", "in 3h", "in 30d"; "never" without a time, "expired" once past. */
 export function until(iso) {
   if (!iso) return 'never';
