@@ -142,17 +142,17 @@ pub struct CreateArgs {
     #[arg(long)]
     runtime: Option<String>,
     /// CPU cores.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     cpu: Option<f64>,
     /// Memory in GB.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     memory: Option<f64>,
     /// vCPUs, with 2 GB of memory each (instead of --cpu/--memory).
-    #[arg(long, conflicts_with_all = ["cpu", "memory"])]
+    #[arg(long, conflicts_with_all = ["cpu", "memory"], allow_negative_numbers = true)]
     vcpus: Option<f64>,
     /// Disk size in GB.
-    #[arg(long)]
-    disk: Option<u32>,
+    #[arg(long, allow_negative_numbers = true)]
+    disk: Option<i64>,
     /// Environment variable KEY=VALUE (repeatable).
     #[arg(long, short = 'e', value_name = "KEY=VALUE")]
     env: Vec<String>,
@@ -163,8 +163,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "KEY=VALUE")]
     tag: Vec<String>,
     /// Port to expose (repeatable, at most 4).
-    #[arg(long, short = 'p')]
-    port: Vec<u16>,
+    #[arg(long, short = 'p', value_name = "PORT", allow_negative_numbers = true)]
+    port: Vec<String>,
     /// Session timeout: 90s, 30m, 1h30m, or minutes (0 = never).
     #[arg(long)]
     timeout: Option<String>,
@@ -256,6 +256,28 @@ pub fn key_value(s: &str, flag: &str) -> Result<(String, String), CliError> {
 /// Parses repeated `KEY=VALUE` arguments of `flag` into a map.
 fn key_values(pairs: &[String], flag: &str) -> Result<BTreeMap<String, String>, CliError> {
     pairs.iter().map(|pair| key_value(pair, flag)).collect()
+}
+
+/// A number a flag gives (`what`: "number of GB"), refused in plain words
+/// unless it is positive.
+pub fn positive(value: Option<f64>, flag: &str, what: &str) -> Result<Option<f64>, CliError> {
+    match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(CliError::invalid(format!(
+            "{flag} must be a positive {what}, got {v}"
+        ))),
+        v => Ok(v),
+    }
+}
+
+/// A port as a command line gives it, refused in plain words unless it is
+/// 1 to 65535 (`what`: how the command line names it, `--port` or `PORT`).
+pub fn port_arg(value: &str, what: &str) -> Result<u16, CliError> {
+    value
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| CliError::invalid(format!("{what} {value}: ports are 1 to 65535")))
 }
 
 /// Parses `90s`, `30m`, `2h`, `1h30m` or a number of minutes.
@@ -359,12 +381,23 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         image: a.image,
         runtime: a.runtime,
         start_command: a.start_command,
-        ports: a.port,
+        ports: a
+            .port
+            .iter()
+            .map(|p| port_arg(p, "--port"))
+            .collect::<Result<_, _>>()?,
         timeout: a.timeout.map(|t| parse_timeout(&t)).transpose()?,
-        vcpus: a.vcpus,
-        cpu_cores: a.cpu,
-        memory_gb: a.memory,
-        disk_size_gb: a.disk,
+        vcpus: positive(a.vcpus, "--vcpus", "number of vCPUs")?,
+        cpu_cores: positive(a.cpu, "--cpu", "number of CPU cores")?,
+        memory_gb: positive(a.memory, "--memory", "number of GB")?,
+        disk_size_gb: match a.disk {
+            Some(gb) => Some(u32::try_from(gb).ok().filter(|gb| *gb > 0).ok_or_else(|| {
+                CliError::invalid(format!(
+                    "--disk must be a positive whole number of GB, got {gb}"
+                ))
+            })?),
+            None => None,
+        },
         network_policy: egress(a.no_network, false, &a.allow, &a.deny)?,
         env: key_values(&a.env, "--env")?,
         tags: key_values(&a.tag, "--tag")?,
@@ -1208,6 +1241,19 @@ mod tests {
         assert!(parse_timeout("5w").is_err());
         assert!(parse_timeout("1m30").is_err(), "a bare number only alone");
         assert!(parse_timeout("").is_err());
+        let e = positive(Some(-1.0), "--memory", "number of GB").unwrap_err();
+        assert_eq!(
+            e.message,
+            "--memory must be a positive number of GB, got -1"
+        );
+        assert!(positive(Some(f64::NAN), "--cpu", "number of CPU cores").is_err());
+        assert_eq!(positive(Some(0.5), "--cpu", "x").unwrap(), Some(0.5));
+        assert_eq!(
+            port_arg("0", "--port").unwrap_err().message,
+            "--port 0: ports are 1 to 65535"
+        );
+        assert!(port_arg("70000", "PORT").is_err() && port_arg("-1", "PORT").is_err());
+        assert_eq!(port_arg("8080", "PORT").unwrap(), 8080);
         let e = parse_timeout("-1m").unwrap_err();
         assert_eq!(
             (e.code.as_str(), e.message.as_str()),

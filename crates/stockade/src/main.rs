@@ -19,6 +19,22 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// The help heading of `--url` and `--token`: neither is needed on the
+/// command line when the environment has them. (They are read from it by
+/// hand rather than by clap, whose usage lines would otherwise list a flag
+/// the environment set as if it had to be typed.)
+const CONNECTION: &str =
+    "Connection (optional: STOCKADE_URL and STOCKADE_TOKEN in the environment stand for them)";
+
+/// The server `stockade` talks to when neither `--url` nor STOCKADE_URL
+/// names one.
+const DEFAULT_URL: &str = "http://127.0.0.1:7433";
+
+/// A variable of the environment, unless it is unset or empty.
+fn from_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// Isolated Docker sandboxes behind one API.
 #[derive(Parser)]
 #[command(
@@ -48,16 +64,13 @@ has --help with examples; --json prints machine-readable output (and errors
 as {\"error\":{\"code\",\"message\"}} on stderr)."
 )]
 struct Cli {
-    /// The Stockade server to talk to.
-    #[arg(
-        long,
-        global = true,
-        env = "STOCKADE_URL",
-        default_value = "http://127.0.0.1:7433"
-    )]
-    url: String,
-    /// API token (`Authorization: Bearer`).
-    #[arg(long, global = true, env = "STOCKADE_TOKEN", hide_env_values = true)]
+    /// The Stockade server to talk to [default: $STOCKADE_URL, else
+    /// http://127.0.0.1:7433].
+    #[arg(long, global = true, value_name = "URL", help_heading = CONNECTION)]
+    url: Option<String>,
+    /// API token, sent as `Authorization: Bearer` [default:
+    /// $STOCKADE_TOKEN].
+    #[arg(long, global = true, value_name = "TOKEN", help_heading = CONNECTION)]
     token: Option<String>,
     /// Print machine-readable JSON instead of tables (errors too, on stderr).
     #[arg(long, global = true)]
@@ -310,10 +323,7 @@ fn url_in(args: &[OsString]) -> String {
             }
         }
     }
-    std::env::var("STOCKADE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:7433".into())
+    from_env("STOCKADE_URL").unwrap_or_else(|| DEFAULT_URL.into())
 }
 
 /// `create --help` names the server's actual default image when the server
@@ -391,8 +401,11 @@ fn main() -> ExitCode {
     };
     let json = cli.json;
     let ctx = cli::Ctx {
-        url: cli.url,
-        token: cli.token,
+        url: cli
+            .url
+            .or_else(|| from_env("STOCKADE_URL"))
+            .unwrap_or_else(|| DEFAULT_URL.into()),
+        token: cli.token.or_else(|| from_env("STOCKADE_TOKEN")),
         json,
     };
     let result = runtime.block_on(async move {

@@ -246,7 +246,7 @@ pub struct PortsArgs {
     #[arg(value_enum, requires = "port")]
     action: Option<PortAction>,
     /// The port (1-65535).
-    #[arg(value_name = "PORT")]
+    #[arg(value_name = "PORT", allow_negative_numbers = true)]
     port: Option<String>,
     /// How long the token in the URLs opens them: 90s, 10m, 1h30m (a bare
     /// number is seconds; default: the server's, 1h).
@@ -316,20 +316,13 @@ fn print_ports(ports: &[ExposedPort], name: &str) -> std::io::Result<()> {
     output::table(&["PORT", "URL"], &rows)
 }
 
-/// A port as a command line gives it, refused in plain words unless it is
-/// 1 to 65535 (`what`: how the command line names it, `--port` or `PORT`).
-pub fn port_arg(value: &str, what: &str) -> Result<u16, CliError> {
-    value
-        .trim()
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| CliError::invalid(format!("{what} {value}: ports are 1 to 65535")))
-}
-
 pub async fn ports(ctx: &Ctx, a: PortsArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let port = a.port.as_deref().map(|p| port_arg(p, "PORT")).transpose()?;
+    let port = a
+        .port
+        .as_deref()
+        .map(|p| cli::port_arg(p, "PORT"))
+        .transpose()?;
     let ttl = a
         .ttl
         .as_deref()
@@ -839,10 +832,10 @@ pub struct UpdateArgs {
     #[arg(long)]
     timeout: Option<String>,
     /// CPU cores.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     cpu: Option<f64>,
     /// Memory in GB.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     memory: Option<f64>,
     /// Add a label (repeatable).
     #[arg(long, short = 'l')]
@@ -902,11 +895,11 @@ fn edited_map(
 
 pub async fn update(ctx: &Ctx, a: UpdateArgs) -> anyhow::Result<ExitCode> {
     let client = ctx.client()?;
-    let mut sb = cli::live_sandbox(&client, &a.sandbox).await?;
     let mut p = UpdateParams::new();
+    p.cpu_cores = cli::positive(a.cpu, "--cpu", "number of CPU cores")?;
+    p.memory_gb = cli::positive(a.memory, "--memory", "number of GB")?;
+    let mut sb = cli::live_sandbox(&client, &a.sandbox).await?;
     p.name = a.name;
-    p.cpu_cores = a.cpu;
-    p.memory_gb = a.memory;
     if let Some(t) = a.timeout {
         p.timeout = Some(parse_timeout(&t)?);
     }

@@ -714,6 +714,30 @@ pub fn cli_words(message: &str, name: Option<&str>) -> String {
     out
 }
 
+/// What to do when the server refused to fetch from an internal address
+/// on the caller's behalf (`… resolves to the internal address 10.0.0.5;
+/// this server does not connect to internal networks …`): only the
+/// server's administrator can allow it, with `--allow-internal-addresses`.
+fn internal_address_hint(message: &str) -> Option<String> {
+    if !message.contains("does not connect to internal networks") {
+        return None;
+    }
+    let range = message
+        .split_once("internal address ")
+        .and_then(|(_, rest)| rest.split([';', ' ', ',']).next())
+        .and_then(|addr| addr.parse::<std::net::IpAddr>().ok())
+        .map(|ip| match ip {
+            std::net::IpAddr::V4(_) => format!("{ip}/32"),
+            std::net::IpAddr::V6(_) => format!("{ip}/128"),
+        })
+        .unwrap_or_else(|| "CIDR".to_owned());
+    Some(format!(
+        "if the server should reach it, its administrator can allow the range: \
+         `stockade server --allow-internal-addresses {range}` (or \
+         STOCKADE_ALLOW_INTERNAL_ADDRESSES={range})"
+    ))
+}
+
 /// The image a failed create named (`image 'x' is not available …`).
 fn image_in(message: &str) -> Option<&str> {
     let start = message.find("image '")? + "image '".len();
@@ -782,10 +806,17 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
                     } else {
                         format!("invalid request:\n  {}", lines.join("\n  "))
                     };
-                    return CliError::new(code.as_str(), message);
+                    let out = CliError::new(code.as_str(), message);
+                    return match internal_address_hint(&out.message) {
+                        Some(hint) => out.hint(hint),
+                        None => out,
+                    };
                 }
             }
             let out = CliError::new(code.as_str(), cli_words(message, sandbox));
+            if let Some(hint) = internal_address_hint(message) {
+                return out.hint(hint);
+            }
             match code.as_str() {
                 "image_unavailable" => {
                     let image = image_in(message).unwrap_or("IMAGE");
@@ -987,6 +1018,21 @@ mod tests {
         s.lifecycle.idle_timeout_minutes = 0.0;
         assert_eq!(status_text(&s), "RUNNING");
         assert!(lifecycle_text(&s.lifecycle).ends_with("idle timeout: none"));
+    }
+
+    #[test]
+    fn an_internal_source_names_the_server_flag() {
+        let refused = "host '10.0.0.5' resolves to the internal address 10.0.0.5; this server \
+                       does not connect to internal networks on a tenant's behalf";
+        let hint = said(422, "source_failed", refused, None).hint.unwrap();
+        assert!(
+            hint.contains("--allow-internal-addresses 10.0.0.5/32"),
+            "{hint}"
+        );
+        let v6 = refused.replace("address 10.0.0.5", "address ::1");
+        let hint = internal_address_hint(&v6).unwrap();
+        assert!(hint.contains("::1/128"), "{hint}");
+        assert!(internal_address_hint("image 'x' is not available").is_none());
     }
 
     #[test]

@@ -2486,3 +2486,83 @@ fn a_mistyped_subcommand_suggests_the_nearest() {
         "{err}"
     );
 }
+
+#[test]
+fn plain_words_for_connection_flags_numbers_ports_and_internal_sources() {
+    // With the server and token in the environment, nothing makes --url or
+    // --token look required: the help says where they come from, and usage
+    // lines leave them out.
+    let with_env = |args: &[&str]| {
+        stockade(args)
+            .env("STOCKADE_URL", "http://127.0.0.1:9")
+            .env("STOCKADE_TOKEN", "stk_not_asked_for")
+            .output()
+            .unwrap()
+    };
+    let help = stdout_of(&with_env(&["get", "--help"]));
+    assert!(
+        help.contains("STOCKADE_URL and STOCKADE_TOKEN in the environment stand for them"),
+        "{help}"
+    );
+    assert!(help.contains("[default: $STOCKADE_TOKEN]"), "{help}");
+    assert!(
+        !help.contains("stk_not_asked_for"),
+        "the token is never shown"
+    );
+    for args in [
+        &["get"][..],
+        &["create", "--allow", "a.org", "--no-network"],
+    ] {
+        let out = with_env(args);
+        assert_eq!(out.status.code(), Some(2));
+        let err = stderr_of(&out);
+        let usage = err.lines().find(|l| l.starts_with("Usage:")).unwrap();
+        assert!(
+            !usage.contains("--url") && !usage.contains("--token"),
+            "{args:?}: {usage}"
+        );
+    }
+
+    // Numbers and ports are refused in plain words before any request.
+    for (args, said) in [
+        (
+            &["create", "--memory", "-1"][..],
+            "--memory must be a positive number of GB, got -1",
+        ),
+        (
+            &["create", "--cpu", "0"],
+            "--cpu must be a positive number of CPU cores, got 0",
+        ),
+        (
+            &["create", "--disk", "-5"],
+            "--disk must be a positive whole number of GB, got -5",
+        ),
+        (&["create", "--port", "0"], "--port 0: ports are 1 to 65535"),
+        (
+            &["create", "--port", "70000"],
+            "--port 70000: ports are 1 to 65535",
+        ),
+        (
+            &["update", "demo", "--memory", "-1"],
+            "--memory must be a positive number of GB, got -1",
+        ),
+        (
+            &["ports", "demo", "expose", "0"],
+            "PORT 0: ports are 1 to 65535",
+        ),
+    ] {
+        let out = with_env(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr_of(&out), format!("error: {said}\n"), "{args:?}");
+    }
+
+    // A source on an internal host: the server's refusal, and the server
+    // flag that would allow it.
+    let cli = fresh_server("stk_cli_plain_words_tok001");
+    let err = cli.fails(&["create", "--git", "http://127.0.0.1:9/repo.git"]);
+    assert!(err.contains("internal address 127.0.0.1"), "{err}");
+    assert!(
+        err.contains("`stockade server --allow-internal-addresses 127.0.0.1/32`"),
+        "{err}"
+    );
+}
