@@ -78,6 +78,9 @@ test('Pause and Resume keep a background process with its PID and the terminal s
     // Resume in the place of Pause; Stop and Delete still there.
     assert.ok(await page.isHidden('#btn-pause'));
     assert.ok(await page.isEnabled('#btn-resume'));
+    // A paused sandbox can still be snapshotted and forked (its files).
+    assert.ok(await page.isEnabled('#btn-snapshot'));
+    assert.ok(await page.isEnabled('#btn-fork'));
     assert.ok(await page.isEnabled('#btn-stop'));
     assert.ok(await page.isEnabled('#btn-delete'));
     assert.ok(await page.isDisabled('#btn-start'));

@@ -194,8 +194,8 @@ function renderHead() {
   $('btn-pause').disabled = off || st !== 'RUNNING';
   $('btn-resume').hidden = !paused;
   $('btn-resume').disabled = off || !paused;
-  $('btn-fork').disabled = off || !(st === 'RUNNING' || st === 'STOPPED');
-  $('btn-snapshot').disabled = off || !(st === 'RUNNING' || st === 'STOPPED');
+  $('btn-fork').disabled = off || !['RUNNING', 'PAUSED', 'STOPPED'].includes(st);
+  $('btn-snapshot').disabled = off || !['RUNNING', 'PAUSED', 'STOPPED'].includes(st);
   $('btn-delete').disabled = off || st === 'TERMINATED';
   $('stopped-banner').hidden = !(st === 'STOPPED' || st === 'ERROR');
   $('banner-start').disabled = $('btn-start').disabled;
