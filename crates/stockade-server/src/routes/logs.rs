@@ -162,6 +162,7 @@ pub async fn logs(
             follow,
             runtime: rt,
             sandbox_id: sb.id.clone(),
+            svc: state.svc.clone(),
         };
         return Ok(sse::response(
             sse::stepped(events),
@@ -274,6 +275,7 @@ struct LogEvents {
     follow: bool,
     runtime: Arc<dyn Runtime>,
     sandbox_id: SandboxId,
+    svc: stockade_service::Service,
 }
 
 impl sse::Steps for LogEvents {
@@ -317,7 +319,15 @@ impl sse::Steps for LogEvents {
                 } else {
                     match self.runtime.inspect(&self.sandbox_id).await {
                         Ok(Some(c)) if c.running => "the log stream ended; reconnect to go on",
-                        _ => "sandbox stopped",
+                        _ => {
+                            // Its record says so now, not at the next pass.
+                            stockade_service::reconcile::reconcile_sandbox(
+                                &self.svc,
+                                &self.sandbox_id,
+                            )
+                            .await;
+                            "sandbox stopped"
+                        }
                     }
                 }
             }

@@ -289,6 +289,43 @@ async fn check_record(
     }
 }
 
+/// Checks one sandbox's record against its container now, because
+/// something saw the container stop (a followed log stream ended): the
+/// correction a reconciliation pass would make, at once, so that a start
+/// command that exits right away shows as STOPPED with its exit code in
+/// seconds rather than at the next pass. A sandbox with an operation in
+/// progress is left to it; failures are left to the next pass.
+pub async fn reconcile_sandbox(svc: &Service, id: &SandboxId) {
+    let Ok(Some(owner)) = svc.store.sandbox_owner(id).await else {
+        return;
+    };
+    if owner.deleted
+        || matches!(
+            svc.store.get_operation(id.as_str()).await,
+            Ok(Some(_)) | Err(_)
+        )
+    {
+        return;
+    }
+    let scope = stockade_core::Scope::account(owner.account_id);
+    let Ok(sb) = svc.store.get_sandbox(&scope, id).await else {
+        return;
+    };
+    let Ok(rt) = svc.runtime_for(&sb).await else {
+        return;
+    };
+    let mut report = ReconcileReport::default();
+    check_record(
+        svc,
+        rt.as_ref(),
+        sb,
+        &HashMap::new(),
+        Utc::now(),
+        &mut report,
+    )
+    .await;
+}
+
 /// Runs [`reconcile_once`] every `config.reconcile_interval` until `shutdown`.
 pub async fn run_periodically(svc: Service, shutdown: tokio_util::sync::CancellationToken) {
     let mut every = crate::every::Every::new(svc.config.reconcile_interval, shutdown);
