@@ -348,3 +348,48 @@ async fn delete_with_sync_uploads_the_workspace_first() {
     );
     assert_eq!(s.containers(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_keeps_a_process_and_auto_resume_wakes_on_a_command() {
+    let s = server().await;
+    let c = &s.client;
+    let mut sb = Sandbox::create(
+        c,
+        CreateParams::new()
+            .name("sdk-nap")
+            .on_timeout("pause")
+            .auto_resume(true)
+            .idle_timeout(Duration::from_secs(600)),
+    )
+    .await
+    .unwrap();
+    let lifecycle = &sb.info().lifecycle;
+    assert_eq!(lifecycle.on_timeout, "pause");
+    assert!(lifecycle.auto_resume);
+    assert_eq!(lifecycle.idle_timeout_minutes, 10.0);
+    let pid = sb
+        .run_command("sleep 1000 >/dev/null 2>&1 & echo $!")
+        .await
+        .unwrap()
+        .stdout
+        .trim()
+        .to_owned();
+    sb.pause().await.unwrap();
+    assert_eq!(sb.status(), "PAUSED");
+    assert!(sb.info().paused_at.is_some());
+    // Paused twice: the server's conflict, as an error.
+    let err = sb.pause().await.unwrap_err();
+    assert!(err.to_string().contains("already paused"), "{err}");
+    // A command wakes it (auto-resume), and the process is still there.
+    let out = sb
+        .run_command(format!("kill -0 {pid} && echo same").as_str())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.trim(), "same");
+    sb.refresh().await.unwrap();
+    assert_eq!(sb.status(), "RUNNING");
+    sb.pause().await.unwrap();
+    sb.resume().await.unwrap();
+    assert_eq!(sb.status(), "RUNNING");
+    sb.delete().await.unwrap();
+}
