@@ -44,7 +44,10 @@ pub enum NetworkPolicy {
     /// names, each with an optional `:port`. A `deny` entry wins; with an
     /// `allow` list only what it lists is reachable, without one
     /// everything not denied is.
-    Lists { allow: Vec<String>, deny: Vec<String> },
+    Lists {
+        allow: Vec<String>,
+        deny: Vec<String>,
+    },
 }
 
 impl NetworkPolicy {

@@ -267,7 +267,10 @@ async fn a_start_that_remakes_a_lost_container_converges_when_killed_midway() {
     let after = w.fresh(&sb).await;
     assert_eq!(after.status, SandboxStatus::Running);
     let made = w.rt.container(&sb.id).expect("made again");
-    assert_eq!(after.container_id.as_deref(), Some(made.container_id.as_str()));
+    assert_eq!(
+        after.container_id.as_deref(),
+        Some(made.container_id.as_str())
+    );
     assert_ne!(after.container_id, sb.container_id);
 }
 
