@@ -31,7 +31,10 @@ pub mod usage;
 pub use teams::{
     AddTeamMemberRequest, CreateTeamRequest, ListTeamsResponse, TeamMember, TeamResponse,
 };
-pub use usage::{DiskAreaHealth, DiskHealth, DiskUsageSummary, EgressHealth, ResourceUsage};
+pub use usage::{
+    DiskAreaHealth, DiskHealth, DiskUsageSummary, EgressHealth, ResourceUsage,
+    UsageHistoryResponse, UsageSample,
+};
 
 pub mod hosts;
 pub use hosts::{
@@ -57,7 +60,7 @@ pub mod prime;
 pub mod snapshots;
 pub mod tokens;
 pub use snapshots::{
-    CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxSource,
+    CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxOrigin, SandboxSource,
     SnapshotResponse, UploadResponse,
 };
 pub use tokens::{
@@ -334,6 +337,11 @@ pub struct SandboxResponse {
     /// new sandboxes or fails its checks (details only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<SandboxHostState>,
+    /// Where its filesystem came from, for a sandbox made from a snapshot
+    /// or forked from another (whose `dockerImage` is then a snapshot's
+    /// image, `stockade-snapshot:{id}`); details only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SandboxOrigin>,
     /// Persisted runtime facts, snake_case.
     #[schema(value_type = Object)]
     pub metadata: serde_json::Value,
@@ -401,6 +409,7 @@ impl SandboxResponse {
             usage: None,
             disk: None,
             host: None,
+            origin: None,
             metadata: serde_json::to_value(sb.metadata()).unwrap_or(serde_json::Value::Null),
         }
     }
@@ -743,7 +752,14 @@ mod tests {
         ] {
             assert_eq!(v.get(always), Some(&serde_json::Value::Null), "{always}");
         }
-        for absent in ["statusReason", "uptimeSeconds", "usage", "disk", "host"] {
+        for absent in [
+            "statusReason",
+            "uptimeSeconds",
+            "usage",
+            "disk",
+            "host",
+            "origin",
+        ] {
             assert!(v.get(absent).is_none(), "{absent}");
         }
         let half =

@@ -36,6 +36,24 @@ pub enum SandboxSource {
     Sandbox { sandbox_id: String },
 }
 
+/// Where a sandbox's filesystem came from (`origin` in its details).
+#[skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxOrigin {
+    /// `snapshot`: made from one of the account's snapshots; `fork`: a copy
+    /// of another sandbox (through the fork's own internal snapshot).
+    pub kind: String,
+    /// The snapshot whose image it runs.
+    pub snapshot_id: String,
+    /// The snapshot's name (`snapshot` only: a fork's snapshot has none).
+    pub snapshot_name: Option<String>,
+    /// The sandbox the snapshot was taken from.
+    pub sandbox_id: String,
+    /// That sandbox's name, when it can still be read.
+    pub sandbox_name: Option<String>,
+}
+
 /// `POST /api/v1/sandbox/{id}/snapshots`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -27,6 +27,29 @@ pub struct ResourceUsage {
     pub sampled_at: DateTime<Utc>,
 }
 
+/// One measurement of a sandbox's CPU and memory, in its usage history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageSample {
+    /// When it was measured.
+    pub at: DateTime<Utc>,
+    /// CPU in percent of one core (200 = two cores busy); absent when it
+    /// could not be measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<f64>,
+    /// Memory in use (reclaimable page cache left out).
+    pub memory_bytes: u64,
+    /// The memory limit in force then.
+    pub memory_limit_bytes: u64,
+}
+
+/// The CPU and memory of a sandbox over the last minutes, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageHistoryResponse {
+    pub samples: Vec<UsageSample>,
+}
+
 /// A sandbox's disk use against the limits the kernel enforces:
 /// `/workspace` and the writable root filesystem are each capped at
 /// `diskSizeGB` where the host can. A limit is absent when none is enforced;

@@ -99,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
         .route("/sandbox/{id}/pause", post(sandboxes::pause))
         .route("/sandbox/{id}/resume", post(sandboxes::resume))
+        .route("/sandbox/{id}/usage/history", get(sandboxes::usage_history))
         .route("/hosts", post(hosts::create).get(hosts::list))
         .route(
             "/hosts/{name}",

@@ -48,7 +48,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::start, sandboxes::stop,
         sandboxes::pause, sandboxes::resume,
-        sandboxes::destroy, sandboxes::bulk_delete,
+        sandboxes::destroy, sandboxes::usage_history, sandboxes::bulk_delete,
         accounts::create, accounts::list, accounts::me, accounts::sign_in, accounts::sign_out,
         health::health, openapi_json, docs_page,
     ),
@@ -56,6 +56,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
         stockade_api::ErrorBody, stockade_api::ErrorDetail,
         stockade_api::CreateSandboxRequest, stockade_api::SandboxResponse, stockade_api::VolumeSummary,
         stockade_api::ResourceUsage,
+        stockade_api::UsageSample, stockade_api::UsageHistoryResponse, stockade_api::SandboxOrigin,
         stockade_api::DiskUsageSummary,
         stockade_api::DiskHealth,
         stockade_api::DiskAreaHealth,
@@ -623,6 +624,10 @@ mod examples {
                 "perPage": 50, "hasNext": false
             })),
             op("get", "/api/v1/sandbox/{id}").response(sandbox_details()),
+            op("get", "/api/v1/sandbox/{id}/usage/history").response(json!({"samples": [
+                {"at": "2026-01-15T09:30:43Z", "cpuPercent": 0.6, "memoryBytes": 811008, "memoryLimitBytes": 1073741824},
+                {"at": "2026-01-15T09:30:44Z", "cpuPercent": 0.4, "memoryBytes": 815104, "memoryLimitBytes": 1073741824}
+            ]})),
             op("patch", "/api/v1/sandbox/{id}")
                 .request(json!({"timeoutMinutes": 120, "labels": ["ci", "nightly"], "cpuCores": 2}))
                 .response({

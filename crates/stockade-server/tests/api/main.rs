@@ -41,5 +41,6 @@ mod teams;
 mod tenancy;
 mod terminal;
 mod update;
+mod usage_history;
 mod validation;
 mod volumes;

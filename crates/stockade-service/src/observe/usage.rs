@@ -20,14 +20,19 @@
 //!   cached for `volume_size_ttl` and refreshed in the background like the
 //!   volume sizes; only a sandbox not measured yet waits (up to
 //!   `volume_size_wait`).
+//! - **Usage history.** Every sample taken is also kept in a small ring per
+//!   sandbox ([`HISTORY_WINDOW`] of them, at most [`HISTORY_LEN`]), so that
+//!   a chart opened now can show the last minutes at once. A ring whose
+//!   newest sample is older than the window is dropped, and at most
+//!   twice `max_watched` rings are kept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use stockade_api::{DiskUsageSummary, ResourceUsage, SandboxResponse, VolumeSummary};
+use stockade_api::{DiskUsageSummary, ResourceUsage, SandboxResponse, UsageSample, VolumeSummary};
 use stockade_core::{human_bytes, Sandbox, SandboxId, SandboxStatus, VolumeName};
 use stockade_runtime::{ContainerStats, DiskUsage, Runtime};
 use tokio::sync::watch;
@@ -73,6 +78,11 @@ const DF_TIMEOUT: Duration = Duration::from_secs(120);
 const MAX_DISK_ENTRIES: usize = 256;
 /// A volume not in the cached sizes triggers no new df within this long.
 const MIN_DF_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How far back the usage history reaches.
+pub const HISTORY_WINDOW: Duration = Duration::from_secs(5 * 60);
+/// Most samples kept per sandbox: one a second over the window.
+pub const HISTORY_LEN: usize = 300;
 
 /// One stats sample and when it was taken.
 #[derive(Debug, Clone)]
@@ -123,6 +133,8 @@ pub struct Usage {
     /// Bumped after every df.
     volumes_measured: watch::Sender<u64>,
     disks: Mutex<HashMap<SandboxId, DiskEntry>>,
+    /// The recent samples of each sandbox, oldest first.
+    history: Mutex<HashMap<SandboxId, VecDeque<UsageSample>>>,
 }
 
 /// The latest disk figures of one sandbox, and whether a measurement runs.
@@ -131,6 +143,11 @@ struct DiskEntry {
     measured_at: Option<Instant>,
     measured: watch::Sender<u64>,
     measuring: bool,
+}
+
+/// [`HISTORY_WINDOW`] as a span of wall-clock time.
+fn window() -> chrono::Duration {
+    chrono::Duration::from_std(HISTORY_WINDOW).unwrap_or(chrono::Duration::minutes(5))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,7 +164,51 @@ impl Usage {
             volumes: Mutex::new(VolumeSizes::default()),
             volumes_measured: watch::Sender::new(0),
             disks: Mutex::new(HashMap::new()),
+            history: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The samples of `id` over the last [`HISTORY_WINDOW`], oldest first;
+    /// empty when nobody asked for its usage lately.
+    pub fn history(&self, id: &SandboxId) -> Vec<UsageSample> {
+        let since = Utc::now() - window();
+        lock(&self.history)
+            .get(id)
+            .map(|ring| ring.iter().filter(|s| s.at >= since).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Keeps `sample` in the history of `id`.
+    fn remember(&self, id: &SandboxId, sample: &Sample) {
+        let point = UsageSample {
+            at: sample.at,
+            cpu_percent: sample.stats.cpu_percent,
+            memory_bytes: sample.stats.memory_bytes,
+            memory_limit_bytes: sample.stats.memory_limit_bytes,
+        };
+        let since = sample.at - window();
+        let mut history = lock(&self.history);
+        if !history.contains_key(id) {
+            // A new ring: the ones that went quiet go first, and if too
+            // many are still recent, those that went quiet longest.
+            history.retain(|_, ring| ring.back().is_some_and(|s| s.at >= since));
+            let most = self.config.max_watched.saturating_mul(2).max(1);
+            while history.len() >= most {
+                let quietest = history
+                    .iter()
+                    .min_by_key(|(_, ring)| ring.back().map(|s| s.at))
+                    .map(|(id, _)| id.clone());
+                match quietest {
+                    Some(q) => history.remove(&q),
+                    None => break,
+                };
+            }
+        }
+        let ring = history.entry(id.clone()).or_default();
+        while ring.front().is_some_and(|s| s.at < since) || ring.len() >= HISTORY_LEN {
+            ring.pop_front();
+        }
+        ring.push_back(point);
     }
 
     /// Fills the live figures of `resp`, the details of `sb`: usage when it
@@ -266,9 +327,13 @@ impl Usage {
     /// One sample without a watcher (when too many sandboxes are watched).
     async fn sample_once(&self, rt: &dyn Runtime, id: &SandboxId) -> Option<Sample> {
         match tokio::time::timeout(self.config.stats_wait, rt.stats(id)).await {
-            Ok(Ok(stats)) => stats.map(|stats| Sample {
-                stats,
-                at: Utc::now(),
+            Ok(Ok(stats)) => stats.map(|stats| {
+                let sample = Sample {
+                    stats,
+                    at: Utc::now(),
+                };
+                self.remember(id, &sample);
+                sample
             }),
             Ok(Err(e)) => {
                 self.metrics.docker_error("stats", &e);
@@ -287,10 +352,12 @@ impl Usage {
             match tokio::time::timeout(SAMPLE_TIMEOUT, rt.stats(&id)).await {
                 Ok(Ok(Some(stats))) => {
                     failures = 0;
-                    w.samples.send_replace(Some(Sample {
+                    let sample = Sample {
                         stats,
                         at: Utc::now(),
-                    }));
+                    };
+                    self.remember(&id, &sample);
+                    w.samples.send_replace(Some(sample));
                 }
                 // Not running (any more).
                 Ok(Ok(None)) => break,
@@ -517,6 +584,56 @@ mod tests {
         assert_eq!(resp.volume.size.as_deref(), Some("12.0 GB"));
         assert!(resp.volume.warning.is_some());
         assert_eq!(u.watched(), 1);
+    }
+
+    fn stats() -> ContainerStats {
+        ContainerStats {
+            cpu_percent: Some(12.5),
+            memory_bytes: 1 << 20,
+            memory_limit_bytes: 1 << 30,
+            network_rx_bytes: 0,
+            network_tx_bytes: 0,
+            pids: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn samples_are_kept_as_a_bounded_history() {
+        let rt = FakeRuntime::new();
+        let u = usage(&rt, UsageConfig::default());
+        let sb = running(&rt).await;
+        assert!(u.history(&sb.id).is_empty());
+        let mut resp = SandboxResponse::from_record(&sb, Utc::now());
+        u.fill(&sb, &mut resp).await;
+        // The watcher samples about once a second.
+        for _ in 0..50 {
+            if u.history(&sb.id).len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let history = u.history(&sb.id);
+        assert!(history.len() >= 2, "{history:?}");
+        assert!(history.windows(2).all(|w| w[0].at <= w[1].at));
+        assert_eq!(history[0].memory_limit_bytes, 1 << 30);
+
+        // Old samples fall out of the window, and a ring holds at most
+        // HISTORY_LEN of them.
+        let old = Sample {
+            stats: stats(),
+            at: Utc::now() - chrono::Duration::minutes(10),
+        };
+        let other = SandboxId::generate();
+        u.remember(&other, &old);
+        assert!(u.history(&other).is_empty());
+        for i in 0..HISTORY_LEN + 10 {
+            let s = Sample {
+                stats: stats(),
+                at: Utc::now() + chrono::Duration::milliseconds(i as i64),
+            };
+            u.remember(&other, &s);
+        }
+        assert_eq!(lock(&u.history)[&other].len(), HISTORY_LEN);
     }
 
     #[tokio::test]
