@@ -15,3 +15,4 @@ import './suite/credentials.mjs';
 import './suite/notebook.mjs';
 import './suite/pause.mjs';
 import './suite/apidocs.mjs';
+import './suite/firsthour.mjs';

@@ -9,7 +9,7 @@
 // so a reload keeps the session and nothing holds the token.
 
 import { api, CSRF, onUnauthorized } from './api.js';
-import { $, el, notice, quotaRows } from './ui.js';
+import { $, el, notice, noticeFollows, quotaRows } from './ui.js';
 import { onRoute, reapply, here } from './router.js';
 import * as sidebar from './list.js';
 import { showSandbox, hideSandbox, closeAll } from './sandbox.js';
@@ -66,6 +66,8 @@ async function showHealthWarnings() {
 
 function show(route) {
   if (!state.signedIn) return;
+  // A message about one place does not follow the user to another.
+  noticeFollows(route);
   sidebar.applyFilter(route);
   const page = route.page === 'admin' && !(state.me && state.me.account.isAdmin) ? 'home' : route.page;
   if (page !== state.page) {

@@ -46,8 +46,20 @@ function setEnabled() {
     : PROMPT;
 }
 
+/** The closed settings line says what a message runs as. */
+function showAgentCommand() {
+  const tpl = (localStorage.getItem(AGENT_KEY) || '').trim();
+  $('agent-summary').textContent = !tpl || tpl === '{message}'
+    ? 'each message runs as a shell command'
+    : `each message runs as ${tpl.includes('{message}') ? tpl : `${tpl} {message}`}`;
+}
+
 $('agent-command').value = localStorage.getItem(AGENT_KEY) || '';
-$('agent-command').addEventListener('change', (e) => localStorage.setItem(AGENT_KEY, e.target.value));
+showAgentCommand();
+$('agent-command').addEventListener('change', (e) => {
+  localStorage.setItem(AGENT_KEY, e.target.value);
+  showAgentCommand();
+});
 
 $('console-form').addEventListener('submit', async (e) => {
   e.preventDefault();

@@ -5,13 +5,18 @@
 // settings form (PATCH).
 
 import { api, sandboxPath } from './api.js';
-import { $, el, notice, showError, cores, gb, memory, duration, when, num, busy, pausedAgo,
+import { $, el, notice, showError, clearNotice, origin, cores, gb, memory, duration, when, num, busy, pausedAgo,
   parsePairs, formatPairs, parseList, parseNumber, FieldError, markFields, egressControl, describePolicy } from './ui.js';
 import { drawChart, CHART_COLORS } from './chart.js';
 
 const WINDOW_MS = 5 * 60 * 1000;
 const POLL_MS = 2000;
-/** sandbox id → usage samples, kept while the page lives (10 minutes of them). */
+/**
+ * sandbox id → usage samples as measured (`{t, cpuPercent, memoryBytes,
+ * memoryLimitBytes}`, oldest first), kept while the page lives (10 minutes
+ * of them): the server's recent history when the tab opens, then each
+ * refresh's figures.
+ */
 const history = new Map();
 /** sandbox id → a proxy token and when it expires. */
 const proxyTokens = new Map();
@@ -56,20 +61,44 @@ function diskRows(sb) {
   ];
 }
 
+/** Adds measurements to a sandbox's history: in time order, each once. */
+function remember(id, samples) {
+  const list = history.get(id) || [];
+  const known = new Set(list.map((s) => s.t));
+  for (const s of samples) {
+    if (!Number.isFinite(s.t) || known.has(s.t)) continue;
+    known.add(s.t);
+    list.push(s);
+  }
+  list.sort((a, b) => a.t - b.t);
+  const newest = list.length ? list[list.length - 1].t : 0;
+  while (list.length && newest - list[0].t > 2 * WINDOW_MS) list.shift();
+  history.set(id, list);
+}
+
 /** Records the usage figures of a freshly loaded sandbox. */
 export function sample(sb) {
   const u = sb.usage;
   if (!u) return;
-  const t = Date.parse(u.sampledAt) || Date.now();
-  const list = history.get(sb.id) || [];
-  if (list.length && list[list.length - 1].t >= t) return;
-  list.push({
-    t,
-    cpu: u.cpuPercent == null ? null : u.cpuPercent / Math.max(0.01, sb.cpuCores),
-    mem: u.memoryLimitBytes ? (100 * u.memoryBytes) / u.memoryLimitBytes : null,
-  });
-  while (list.length && t - list[0].t > 2 * WINDOW_MS) list.shift();
-  history.set(sb.id, list);
+  remember(sb.id, [{ t: Date.parse(u.sampledAt) || Date.now(), cpuPercent: u.cpuPercent, memoryBytes: u.memoryBytes, memoryLimitBytes: u.memoryLimitBytes }]);
+}
+
+/**
+ * Fetches what the server measured of the sandbox over the last minutes,
+ * so that the chart shows them at once rather than starting empty. A
+ * server without the history leaves the chart to fill as it refreshes.
+ */
+async function loadHistory(v) {
+  let answer;
+  try {
+    answer = await api('GET', sandboxPath(v.id, '/usage/history'));
+  } catch (_) {
+    return;
+  }
+  remember(v.id, (answer.samples || []).map((s) => ({
+    t: Date.parse(s.at), cpuPercent: s.cpuPercent, memoryBytes: s.memoryBytes, memoryLimitBytes: s.memoryLimitBytes,
+  })));
+  if (current === v && v.sb) renderChart(v.sb);
 }
 
 /** What the end of a session does, in words. */
@@ -97,7 +126,7 @@ function renderFacts(sb) {
   const rows = [
     ['Status', sb.status + (paused ? ` (${pausedAgo(sb)})` : '') + (sb.statusReason ? ` (${sb.statusReason})` : '')],
     ['ID', sb.id],
-    ['Image', sb.runtime ? `${sb.dockerImage} (runtime ${sb.runtime})` : sb.dockerImage],
+    ['Image', sb.origin ? origin(sb) : sb.runtime ? `${sb.dockerImage} (runtime ${sb.runtime})` : sb.dockerImage],
     ['Start command', sb.startCommand || 'default (keeps the sandbox alive)'],
     ['Uptime', running || (paused && sb.uptimeSeconds != null) ? duration(sb.uptimeSeconds) : '—'],
     ['CPU', u && u.cpuPercent != null ? `${(u.cpuPercent / Math.max(0.01, sb.cpuCores)).toFixed(1)} % of ${cores(sb.cpuCores)}` : cores(sb.cpuCores)],
@@ -128,7 +157,12 @@ function renderFacts(sb) {
 }
 
 function renderChart(sb) {
-  const samples = history.get(sb.id) || [];
+  // In percent of the sandbox's limits as they are now.
+  const samples = (history.get(sb.id) || []).map((s) => ({
+    t: s.t,
+    cpu: s.cpuPercent == null ? null : s.cpuPercent / Math.max(0.01, sb.cpuCores),
+    mem: s.memoryLimitBytes ? (100 * s.memoryBytes) / s.memoryLimitBytes : null,
+  }));
   drawChart($('chart'), samples, { windowMs: WINDOW_MS, gapMs: POLL_MS * 5 });
   const last = samples[samples.length - 1];
   const legend = $('chart-legend');
@@ -363,9 +397,11 @@ networkForm.addEventListener('submit', async (e) => {
       markFields(networkForm, err.fields || [], egress.fields());
       status.className = 'status-line error';
       status.textContent = `Not applied: ${err.message}`;
-      showError(`Could not change the network policy of ${v.sb.name}`, err);
+      showError(`Could not change the network policy of ${v.sb.name}`, err, { owner: 'network-policy' });
       return;
     }
+    // An earlier refusal's banner is out of date now.
+    clearNotice('network-policy');
     if (current !== v) return;
     // The notes say whether it holds now or from the next start.
     status.className = 'status-line';
@@ -393,6 +429,7 @@ export const details = {
     $('facts').textContent = '';
     $('ports').textContent = '';
     if (v.sb) this.record(v);
+    loadHistory(v);
     v.refresh();
     clearInterval(timer);
     timer = setInterval(() => { if (current === v) v.refresh(); }, POLL_MS);

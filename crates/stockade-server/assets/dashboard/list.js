@@ -17,6 +17,16 @@ export function onRefresh(fn) { listeners.push(fn); }
 
 let seq = 0;
 
+/**
+ * The order of the list: active sandboxes as the API answers them (newest
+ * first), terminated ones by when they ended, the latest first.
+ */
+function ordered(sandboxes) {
+  if (list.filter !== 'terminated') return sandboxes;
+  const ended = (s) => Date.parse(s.terminatedAt) || 0;
+  return [...sandboxes].sort((a, b) => ended(b) - ended(a));
+}
+
 /** Reloads the list; answers of an older request never overwrite a newer one. */
 export async function refresh() {
   const mine = ++seq;
@@ -32,7 +42,7 @@ export async function refresh() {
     return;
   }
   if (mine !== seq || filter !== list.filter) return;
-  list.sandboxes = page.sandboxes;
+  list.sandboxes = ordered(page.sandboxes);
   list.loaded = true;
   $('list-error').hidden = true;
   render();
@@ -51,6 +61,7 @@ export function update(sb) {
   if (i >= 0 && belongs) list.sandboxes[i] = { ...list.sandboxes[i], ...sb };
   else if (i >= 0) list.sandboxes.splice(i, 1);
   else if (belongs) list.sandboxes.unshift(sb);
+  list.sandboxes = ordered(list.sandboxes);
   render();
 }
 

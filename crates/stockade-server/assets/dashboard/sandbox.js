@@ -7,7 +7,7 @@
 // has loaded.
 
 import { api, sandboxPath } from './api.js';
-import { $, el, notice, showError, clearNotice, cores, gb, ask, pausedAgo } from './ui.js';
+import { $, el, notice, showError, clearNotice, cores, gb, ask, pausedAgo, origin } from './ui.js';
 import { go, here } from './router.js';
 import * as sidebar from './list.js';
 import { terminal } from './terminal.js';
@@ -149,7 +149,7 @@ function gone(v, sb) {
   const name = (sb && sb.name) || (sidebar.summary(v.id) || {}).name || v.id;
   sidebar.remove(v.id);
   forget(v.id);
-  notice(`Sandbox ${name} no longer exists; it was removed from the list.`, 'error');
+  notice(`Sandbox ${name} no longer exists; it was removed from the list.`, 'error', { place: { page: 'home' } });
   go({ page: 'home' }, { replace: true });
 }
 
@@ -183,7 +183,7 @@ function renderHead() {
   const st = sb ? sb.status : null;
   const paused = st === 'PAUSED';
   $('detail-sub').textContent = sb
-    ? `${sb.id} · ${sb.runtime ? `${sb.runtime} (${sb.dockerImage})` : sb.dockerImage} · ${cores(sb.cpuCores)} · ${gb(sb.memoryGB)}${paused ? ` · ${pausedAgo(sb)}` : ''}${verb ? ` · ${verb.toLowerCase()}…` : ''}`
+    ? `${sb.id} · ${origin(sb)} · ${cores(sb.cpuCores)} · ${gb(sb.memoryGB)}${paused ? ` · ${pausedAgo(sb)}` : ''}${verb ? ` · ${verb.toLowerCase()}…` : ''}`
     : `${v.id} · loading…`;
   $('page-sandbox').setAttribute('aria-busy', String(!sb));
   const off = !sb || Boolean(verb);
@@ -264,7 +264,8 @@ $('btn-fork').addEventListener('click', async () => {
   if (name === null) return;
   const made = await act('Forking', 'fork', (id) => api('POST', sandboxPath(id, '/fork'), name ? { name } : {}));
   if (made && made.id) {
-    notice(`Forked ${source.name} into ${made.name}.`);
+    // The message goes with the user to the fork, and no further.
+    notice(`Forked ${source.name} into ${made.name}.`, 'info', { place: { page: 'sandbox', id: made.id } });
     await sidebar.refresh();
     go({ page: 'sandbox', id: made.id, tab: preferredMode });
   }
@@ -310,8 +311,9 @@ $('delete-dialog').addEventListener('close', async () => {
     await api('DELETE', sandboxPath(id, `?preserveVolume=${keep}${sync ? '&sync=true' : ''}`));
     forget(id);
     sidebar.remove(id);
-    notice(`Deleted ${name}.`);
-    if (view && view.id === id) go({ page: 'home' });
+    const leaving = Boolean(view && view.id === id);
+    notice(`Deleted ${name}.`, 'info', leaving ? { place: { page: 'home' } } : undefined);
+    if (leaving) go({ page: 'home' });
   } catch (e) {
     showError(`Could not delete ${name}`, e);
   } finally {

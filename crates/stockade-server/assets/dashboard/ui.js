@@ -2,6 +2,7 @@
 // parsing of form fields shared by the dashboard's views.
 
 import { routeMissing } from './api.js';
+import { here } from './router.js';
 
 export const $ = (id) => document.getElementById(id);
 
@@ -45,6 +46,18 @@ export function pausedAgo(sb) {
 export function usable(sb) {
   if (!sb) return false;
   return sb.status === 'RUNNING' || (sb.status === 'PAUSED' && Boolean(sb.lifecycle && sb.lifecycle.autoResume));
+}
+
+/**
+ * What a sandbox runs, in words: for one made from a snapshot or forked
+ * (its image is then the snapshot's internal one), where it came from, as
+ * its details say; else its image (and runtime preset).
+ */
+export function origin(sb) {
+  const o = sb.origin;
+  if (o && o.kind === 'fork') return `fork of ${o.sandboxName || o.sandboxId}`;
+  if (o && o.kind === 'snapshot') return `snapshot ${o.snapshotName || o.snapshotId}${o.sandboxName ? ` of ${o.sandboxName}` : ''}`;
+  return sb.runtime ? `${sb.runtime} (${sb.dockerImage})` : sb.dockerImage;
 }
 
 /** How long until `iso`: "in 5m", "in 3h", "in 30d"; "never" without a time, "expired" once past. */
@@ -119,21 +132,50 @@ export function mayTakeFocus() {
 // ---------- the message banner ----------
 
 let noticeTimer = null;
+/** The place (see `placeOf`) the message shown belongs to, and who showed it. */
+let noticePlace = null;
+let noticeOwner = null;
 
-/** Shows a message above the page; errors stay until dismissed or replaced. */
-export function notice(message, kind = 'info') {
+/**
+ * Where a message belongs: one sandbox (whichever tab), or one page. A
+ * message stays while the user stays there and goes when they leave.
+ */
+export function placeOf(route) {
+  if (route.page === 'sandbox') return `sandbox/${route.id}`;
+  if (route.page === 'admin') return `admin/${route.section}`;
+  return route.page;
+}
+
+/**
+ * Shows a message above the page; errors stay until dismissed, replaced or
+ * the user goes elsewhere. It belongs to the place shown now, or to `place`
+ * (a route) for a message about where the page is about to go. `owner`
+ * names who showed it, so that it can take back its own (`clearNotice`).
+ */
+export function notice(message, kind = 'info', { place, owner } = {}) {
   const n = $('notice');
   clearTimeout(noticeTimer);
   $('notice-text').textContent = message || '';
   n.hidden = !message;
   n.className = `notice ${kind}`;
+  noticePlace = message ? placeOf(place || here()) : null;
+  noticeOwner = message ? (owner || null) : null;
 }
 
-export function clearNotice() { notice(''); }
+/** Clears the message; with `owner`, only a message that owner showed. */
+export function clearNotice(owner) {
+  if (owner && owner !== noticeOwner) return;
+  notice('');
+}
+
+/** The page shows `route`: a message that belongs elsewhere goes. */
+export function noticeFollows(route) {
+  if (noticePlace !== null && placeOf(route) !== noticePlace) notice('');
+}
 
 /** "Could not stop ui-demo: <the API's message>". */
-export function showError(what, e) {
-  notice(`${what}: ${explain(e)}`, 'error');
+export function showError(what, e, opts) {
+  notice(`${what}: ${explain(e)}`, 'error', opts);
 }
 
 /** The API's message, or a plain word for a feature this server lacks. */

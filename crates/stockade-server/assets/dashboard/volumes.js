@@ -7,12 +7,37 @@ import { format } from './router.js';
 
 let shown = false;
 
+/**
+ * The names of the caller's sandboxes, active and terminated, by id (a
+ * volume names only its sandbox's id). What cannot be listed is left out:
+ * its volumes show the id alone.
+ */
+async function sandboxNames() {
+  const lists = await Promise.all(['per_page=1000', 'is_active=false&per_page=1000']
+    .map((q) => api('GET', `/api/v1/sandbox?${q}`).catch(() => ({ sandboxes: [] }))));
+  return new Map(lists.flatMap((l) => l.sandboxes).map((s) => [s.id, s.name]));
+}
+
+/** The sandbox a volume belongs to: its name (a link while it lives), then its id and state. */
+function sandboxCell(v, names) {
+  const name = names.get(v.sandboxId);
+  const live = v.sandboxStatus && v.sandboxStatus !== 'TERMINATED';
+  const label = name || v.sandboxId;
+  return el('td', { 'data-sandbox': v.sandboxId },
+    live ? el('a', { href: format({ page: 'sandbox', id: v.sandboxId, tab: 'details' }) }, label) : el('span', {}, label),
+    el('div', { class: 'muted small' }, [name ? v.sandboxId : null, v.sandboxStatus].filter(Boolean).join(' · ')));
+}
+
 async function load() {
   const orphansOnly = $('volumes-orphans').checked;
   const host = $('volumes-list');
   let answer;
+  let names;
   try {
-    answer = await api('GET', orphansOnly ? '/api/v1/volumes/orphaned' : '/api/v1/volumes');
+    [answer, names] = await Promise.all([
+      api('GET', orphansOnly ? '/api/v1/volumes/orphaned' : '/api/v1/volumes'),
+      sandboxNames(),
+    ]);
   } catch (e) {
     if (!shown) return;
     host.textContent = '';
@@ -30,15 +55,13 @@ async function load() {
     return;
   }
   const rows = vols.map((v) => el('tr', { 'data-volume': v.name },
+    sandboxCell(v, names),
     el('td', { class: 'mono small' }, v.name, v.warning ? el('div', { class: 'warn small' }, v.warning) : null),
-    el('td', {}, v.sandboxStatus && v.sandboxStatus !== 'TERMINATED'
-      ? el('a', { href: format({ page: 'sandbox', id: v.sandboxId, tab: 'details' }) }, v.sandboxId)
-      : v.sandboxId, v.sandboxStatus ? el('div', { class: 'muted small' }, v.sandboxStatus) : null),
     el('td', { class: 'num' }, v.size || '—'),
     el('td', {}, v.createdAt ? ago(v.createdAt) : '—'),
     el('td', {}, v.inUse ? 'in use' : (v.orphaned ? el('span', { class: 'warn' }, 'orphaned') : 'idle')),
     el('td', {}, v.orphaned ? el('button', { class: 'small danger', type: 'button', 'aria-label': `Delete volume ${v.name}`, onclick: (e) => busy(e.target, () => removeOne(v)) }, 'Delete') : null)));
-  host.append(table(['Volume', 'Sandbox', 'Size', 'Created', 'State', ''], rows, { class: 'volumes' }));
+  host.append(table(['Sandbox', 'Volume', 'Size', 'Created', 'State', ''], rows, { class: 'volumes' }));
 }
 
 async function removeOne(v) {
