@@ -9,12 +9,9 @@ use axum::Json;
 use chrono::Utc;
 use stockade_api::{
     BulkDeleteRequest, BulkDeleteResponse, BulkDeleteResult, CreateBodyError, CreateSandboxBody,
-    ErrorBody, ListSandboxesResponse, SandboxOrigin, SandboxResponse, UsageHistoryResponse,
+    ErrorBody, ListSandboxesResponse, SandboxResponse, UsageHistoryResponse,
 };
-use stockade_core::{
-    Label, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotId, SnapshotKind, TeamId,
-    ValidationErrors,
-};
+use stockade_core::{Label, SandboxStatus, TeamId, ValidationErrors};
 use stockade_store::SandboxFilter;
 use tracing::instrument;
 
@@ -226,7 +223,7 @@ pub async fn get(
     if details.volume.size_bytes.is_none() {
         super::volumes::fill_volume_size(&state, &mut details).await;
     }
-    details.origin = origin(&state, &caller.scope, &sb).await;
+    details.origin = state.svc.sandbox_origin(&caller.scope, &sb).await;
     if prime::wants_argv_start_command(&headers) {
         details = details.with_argv_start_command();
     }
@@ -250,37 +247,6 @@ pub async fn usage_history(
     Ok(Json(UsageHistoryResponse {
         samples: state.svc.usage().history(&sb.id),
     }))
-}
-
-/// Where the filesystem of `sb` came from, when it runs a snapshot's image:
-/// the snapshot (its owner's record, even deleted, as a fork's is at once)
-/// and the sandbox it was taken from, named when the caller may read it.
-/// Nothing when that cannot be told.
-async fn origin(state: &crate::AppState, scope: &Scope, sb: &Sandbox) -> Option<SandboxOrigin> {
-    let image = &sb.spec.docker_image;
-    let id = image
-        .strip_prefix(Snapshot::IMAGE_REPO)?
-        .strip_prefix(':')?;
-    let id = SnapshotId::parse(id).ok()?;
-    let store = state.svc.store();
-    let snapshot = store
-        .get_snapshot(&Scope::account(sb.account_id.clone()), &id)
-        .await
-        .ok()
-        .filter(|s| &s.image_ref == image)?;
-    let sandbox_name = store
-        .get_sandbox(scope, &snapshot.source_sandbox_id)
-        .await
-        .ok()
-        .map(|s| s.spec.name.to_string());
-    let fork = snapshot.kind == SnapshotKind::Fork;
-    Some(SandboxOrigin {
-        kind: if fork { "fork" } else { "snapshot" }.to_owned(),
-        snapshot_id: snapshot.id.to_string(),
-        snapshot_name: (!fork).then(|| snapshot.name.clone()),
-        sandbox_id: snapshot.source_sandbox_id.to_string(),
-        sandbox_name,
-    })
 }
 
 /// Start a sandbox (idempotent).

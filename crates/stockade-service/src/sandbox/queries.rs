@@ -119,4 +119,40 @@ impl Service {
     pub async fn record_owner(&self, id: &SandboxId) -> ServiceResult<Option<RecordOwner>> {
         Ok(self.store.sandbox_owner(id).await?)
     }
+
+    /// Where the filesystem of `sb` came from, when it runs a snapshot's
+    /// image: the snapshot (its owner's record, even deleted, as a fork's
+    /// is at once) and the sandbox it was taken from, named when the caller
+    /// may read it. Nothing when that cannot be told.
+    pub async fn sandbox_origin(
+        &self,
+        scope: &Scope,
+        sb: &Sandbox,
+    ) -> Option<stockade_api::SandboxOrigin> {
+        let image = &sb.spec.docker_image;
+        let id = image
+            .strip_prefix(Snapshot::IMAGE_REPO)?
+            .strip_prefix(':')?;
+        let id = stockade_core::SnapshotId::parse(id).ok()?;
+        let snapshot = self
+            .store
+            .get_snapshot(&Scope::account(sb.account_id.clone()), &id)
+            .await
+            .ok()
+            .filter(|s| &s.image_ref == image)?;
+        let sandbox_name = self
+            .store
+            .get_sandbox(scope, &snapshot.source_sandbox_id)
+            .await
+            .ok()
+            .map(|s| s.spec.name.to_string());
+        let fork = snapshot.kind == stockade_core::SnapshotKind::Fork;
+        Some(stockade_api::SandboxOrigin {
+            kind: if fork { "fork" } else { "snapshot" }.to_owned(),
+            snapshot_id: snapshot.id.to_string(),
+            snapshot_name: (!fork).then(|| snapshot.name.clone()),
+            sandbox_id: snapshot.source_sandbox_id.to_string(),
+            sandbox_name,
+        })
+    }
 }
