@@ -69,7 +69,7 @@ pub struct Cli {
     /// Skip PostgreSQL even when a URL is set.
     #[arg(long)]
     pub no_postgres: bool,
-    /// Creates one at a time (default 50; quick 5).
+    /// Creates one at a time, and pause/resume cycles (default 50; quick 5).
     #[arg(long)]
     pub creates: Option<usize>,
     /// Creates at once (default 20; quick 8).
@@ -153,7 +153,7 @@ pub struct Cli {
     pub host_bursts: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
-    /// gvisor, egress, hosts.
+    /// pause, gvisor, egress, hosts.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -239,9 +239,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 14] = [
+const GROUPS: [&str; 15] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "code", "gvisor", "egress", "hosts",
+    "code", "pause", "gvisor", "egress", "hosts",
 ];
 
 fn main() -> ExitCode {

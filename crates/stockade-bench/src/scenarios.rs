@@ -25,6 +25,7 @@ use crate::{Cli, Plan};
 
 mod code;
 mod hosts;
+mod pause;
 
 /// Records of the list scenario are on a server name no Docker host has,
 /// so reconciliation leaves them alone (they have no containers).
@@ -291,8 +292,8 @@ impl Bench {
         self.warm_up().await?;
         // Every scenario the plan runs, in this order.
         for scenario in [
-            "api", "lists", "postgres", "create", "exec", "terminal", "code", "burst", "stop",
-            "logs", "warm", "gvisor", "egress", "hosts",
+            "api", "lists", "postgres", "create", "exec", "terminal", "code", "pause", "burst",
+            "stop", "logs", "warm", "gvisor", "egress", "hosts",
         ] {
             if !self.plan.runs(scenario) {
                 continue;
@@ -318,6 +319,7 @@ impl Bench {
                     self.terminal().await?;
                 }
                 "code" => self.code().await?,
+                "pause" => self.pause().await?,
                 "burst" => self.bursts().await?,
                 "stop" => self.stop_and_destroy().await?,
                 "logs" => self.logs().await?,

@@ -72,6 +72,10 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "create_warm",
         "create_warm_env",
         "create_warm_exec",
+        "pause",
+        "resume",
+        "resume_exec",
+        "pause_cpu",
     ];
     expected.extend(["placement_sqlite", "placement_decision_sqlite"]);
     if std::env::var("STOCKADE_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
