@@ -186,7 +186,24 @@ async fn a_quiet_proxied_websocket_outlives_both_timeouts() {
     let token = app.port_token(&t, &id).await;
 
     let path = format!("/proxy/{id}/9000/chat");
-    let (mut s, head) = ws_connect(&app, &path, &addr(&app), Some(&token)).await;
+    // The shell server in the sandbox may take a moment on a loaded
+    // machine to answer its first handshake: a 502 is asked again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut s, head) = loop {
+        let (mut s, head) = ws_connect(&app, &path, &addr(&app), Some(&token)).await;
+        if !head.starts_with("HTTP/1.1 502") || Instant::now() > deadline {
+            break (s, head);
+        }
+        let mut body = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(1), s.read(&mut body))
+            .await
+            .map_or(0, |r| r.unwrap_or(0));
+        eprintln!(
+            "handshake answered 502: {}",
+            String::from_utf8_lossy(&body[..n])
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     ws_echo(&mut s, b"before the quiet").await;
     tokio::time::sleep(IDLE_TIMEOUT + HEADER_TIMEOUT + Duration::from_secs(2)).await;

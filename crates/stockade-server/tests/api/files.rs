@@ -858,7 +858,9 @@ async fn another_accounts_sandbox_is_forbidden_for_every_file_verb() {
     // Unknown sandboxes are 404, malformed ids 400.
     for (id, status) in [
         ("abcdefghijkl", StatusCode::NOT_FOUND),
-        ("nope", StatusCode::BAD_REQUEST),
+        // A name nobody has is not found; what cannot be a name is a 400.
+        ("nope", StatusCode::NOT_FOUND),
+        ("-nope", StatusCode::BAD_REQUEST),
     ] {
         let r = Files {
             token: &bob,

@@ -739,7 +739,7 @@ async fn port_and_token_verbs_on_another_accounts_sandbox_are_forbidden() {
             .call(method.clone(), &unknown, Some(&bob), body.clone())
             .await;
         r.assert_status(StatusCode::NOT_FOUND, format!("{method} {unknown}"));
-        let bad = path.replace(id.as_str(), "BAD");
+        let bad = path.replace(id.as_str(), "-BAD");
         let r = app
             .call(method.clone(), &bad, Some(&bob), body.clone())
             .await;

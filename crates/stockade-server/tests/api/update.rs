@@ -271,7 +271,7 @@ async fn bad_updates_are_refused_and_name_every_field() {
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = app
-        .patch_sandbox(t, "NOT-AN-ID", json!({ "labels": [] }))
+        .patch_sandbox(t, "-NOT-AN-ID", json!({ "labels": [] }))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
