@@ -58,8 +58,36 @@ impl Api {
         body: Option<Value>,
         expect: StatusCode,
     ) -> anyhow::Result<Value> {
+        let (status, text) = self.text(&method, path, body).await?;
+        if status != expect {
+            bail!("{method} {path}: expected {expect}, got {status}: {text}");
+        }
+        serde_json::from_str(&text).with_context(|| format!("{method} {path}: not JSON: {text}"))
+    }
+
+    /// `method` on `path` with `body`: the status and the JSON answer,
+    /// whatever the status (for calls that are refused on purpose).
+    pub async fn answer(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let (status, text) = self.text(&method, path, body).await?;
+        let v = serde_json::from_str(&text)
+            .with_context(|| format!("{method} {path}: not JSON ({status}): {text}"))?;
+        Ok((status, v))
+    }
+
+    /// `method` on `path` with `body`: the status and the body's text.
+    async fn text(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(StatusCode, String)> {
         let resp = self
-            .send(&method, path, body)
+            .send(method, path, body)
             .await
             .with_context(|| format!("{method} {path}: no answer"))?;
         let status = resp.status();
@@ -67,10 +95,7 @@ impl Api {
             .text()
             .await
             .with_context(|| format!("{method} {path}: body"))?;
-        if status != expect {
-            bail!("{method} {path}: expected {expect}, got {status}: {text}");
-        }
-        serde_json::from_str(&text).with_context(|| format!("{method} {path}: not JSON: {text}"))
+        Ok((status, text))
     }
 
     /// The caller's account (the cheapest authenticated request).

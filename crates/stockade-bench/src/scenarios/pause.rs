@@ -31,22 +31,16 @@ const CPU_SLICES: u32 = 6;
 /// gets even on a loaded machine.
 const BUSY_AT_LEAST: f64 = 0.05e9;
 
-/// The lifecycle and process calls of the API (the scenario's own client:
-/// one keep-alive connection pool, like the shared one).
+/// The lifecycle and process calls of the API, over a client of its own
+/// (its own keep-alive connection pool, like the shared one).
 struct Calls {
-    http: reqwest::Client,
-    base: String,
-    token: String,
+    api: crate::client::Api,
 }
 
 impl Calls {
     fn new(base: &str, token: &str) -> anyhow::Result<Self> {
         Ok(Self {
-            http: reqwest::Client::builder()
-                .build()
-                .context("could not build the HTTP client")?,
-            base: base.to_owned(),
-            token: token.to_owned(),
+            api: crate::client::Api::new(base, token)?,
         })
     }
 
@@ -58,25 +52,9 @@ impl Calls {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(StatusCode, Value)> {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}/api/v1{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req
-            .send()
+        self.api
+            .answer(method, &format!("/api/v1{path}"), body)
             .await
-            .with_context(|| format!("{method} {path}: no answer"))?;
-        let status = resp.status();
-        let text = resp
-            .text()
-            .await
-            .with_context(|| format!("{method} {path}: body"))?;
-        let v = serde_json::from_str(&text)
-            .with_context(|| format!("{method} {path}: not JSON ({status}): {text}"))?;
-        Ok((status, v))
     }
 
     /// `method` on `path`, which must answer `expect`.
