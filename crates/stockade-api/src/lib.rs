@@ -55,6 +55,7 @@ pub use create::{
     CreateBodyError, CreateExtras, CreateSandboxBody, StartCommandArgv, StartCommandJson,
 };
 pub mod e2b;
+pub mod events;
 pub mod prime;
 
 pub mod snapshots;
@@ -62,6 +63,11 @@ pub mod tokens;
 pub use snapshots::{
     CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxOrigin, SandboxSource,
     SnapshotResponse, UploadResponse,
+};
+pub use events::{
+    AuditEntry, AuditPage, AuditQuery, CreateWebhookRequest, DeliveryAttempt, DeliveryList,
+    DeliveryQuery, E2bEventQuery, Event, EventPage, EventQuery, UpdateWebhookRequest, Webhook,
+    WebhookDelivery,
 };
 pub use tokens::{
     CreateTokenRequest, CreateTokenResponse, EmptyRequest, ListTokensResponse, TokenResponse,

@@ -125,6 +125,19 @@ id_type!(
     TokenId, 12, "token id"
 );
 id_type!(
+    /// A lifecycle event's id: the same in every delivery of the event.
+    EventId, 24, "event id"
+);
+id_type!(
+    /// A webhook's id.
+    WebhookId, 16, "webhook id"
+);
+id_type!(
+    /// One event on its way to one webhook; each attempt at it has an id of
+    /// the same form.
+    DeliveryId, 24, "delivery id"
+);
+id_type!(
     /// An uploaded archive's id (`POST /uploads`), used once as a create source.
     UploadId, 24, "upload id"
 );

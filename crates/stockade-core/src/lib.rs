@@ -4,6 +4,7 @@
 
 pub mod account;
 pub mod error;
+pub mod events;
 pub mod fspath;
 pub mod host;
 pub mod ids;
@@ -25,7 +26,10 @@ pub use account::{Account, ApiToken, Scope, TokenKind, TokenRecord};
 pub use error::{FieldError, ValidationErrors};
 pub use fspath::SandboxPath;
 pub use host::{Host, HostHealth, HostState, HostTls};
-pub use ids::{AccountId, InstanceId, SandboxId, SnapshotId, TeamId, TokenId, UploadId};
+pub use ids::{
+    AccountId, DeliveryId, EventId, InstanceId, SandboxId, SnapshotId, TeamId, TokenId, UploadId,
+    WebhookId,
+};
 pub use lifecycle::{Lifecycle, LifecycleInput, TimeoutAction};
 pub use netpolicy::{
     Cidr, Decision, DomainName, EgressPolicy, EgressRule, PolicyError, PrivateAccess, Reason,

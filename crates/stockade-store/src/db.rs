@@ -25,6 +25,8 @@ pub struct SqlStore<B: Database> {
     /// lives only as long as its one connection.
     pub(crate) discard_failed: bool,
     pub(crate) health: Arc<HealthState>,
+    /// Counts the commits that wrote events: readers wait for a change.
+    pub(crate) events: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl<B: Database> Clone for SqlStore<B> {
@@ -34,6 +36,7 @@ impl<B: Database> Clone for SqlStore<B> {
             location: self.location.clone(),
             discard_failed: self.discard_failed,
             health: self.health.clone(),
+            events: self.events.clone(),
         }
     }
 }
@@ -54,6 +57,7 @@ impl<B: Backend> SqlStore<B> {
             location: location.into(),
             discard_failed,
             health: Arc::default(),
+            events: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -74,8 +78,10 @@ impl<B: Backend> SqlStore<B> {
             doubtful: false,
             in_tx: false,
             tx_wrote: false,
+            wrote_events: false,
             discard_failed: self.discard_failed,
             health: self.health.clone(),
+            events: self.events.clone(),
             location: self.location.clone(),
         })
     }
@@ -236,8 +242,12 @@ pub(crate) struct Conn<B: Backend> {
     in_tx: bool,
     /// The open transaction changed rows: its COMMIT proves the database writes.
     tx_wrote: bool,
+    /// The open transaction (or the last statement outside one) wrote
+    /// events: their readers are woken once it commits.
+    pub(crate) wrote_events: bool,
     discard_failed: bool,
     health: Arc<HealthState>,
+    events: Arc<tokio::sync::watch::Sender<u64>>,
     location: Arc<str>,
 }
 
@@ -359,6 +369,9 @@ impl<B: Backend> Conn<B> {
                 if wrote {
                     self.health.recover();
                 }
+                if std::mem::take(&mut self.wrote_events) {
+                    self.events.send_modify(|n| *n = n.wrapping_add(1));
+                }
                 Ok(())
             }
             Err(e) => {
@@ -372,6 +385,7 @@ impl<B: Backend> Conn<B> {
 
     async fn rollback(&mut self, context: &str) {
         self.tx_wrote = false;
+        self.wrote_events = false;
         match B::execute(&mut self.conn, Q::new("ROLLBACK")).await {
             Ok(_) => self.in_tx = false,
             Err(e) => {

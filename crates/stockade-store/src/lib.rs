@@ -699,6 +699,217 @@ pub trait LeaseStore: Send + Sync {
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<bool>;
 }
 
+/// How long a delivery is retried before it is given up on.
+pub const DELIVERY_RETRY_PERIOD: chrono::TimeDelta = chrono::TimeDelta::hours(25);
+
+/// Which events a feed read returns.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only this account's events; `None`: every account's.
+    pub account: Option<AccountId>,
+    /// Only events after this sequence number.
+    pub after: Option<i64>,
+    /// Only these kinds; empty: every kind.
+    pub kinds: Vec<stockade_core::events::EventKind>,
+    /// Only the events of this sandbox.
+    pub sandbox: Option<SandboxId>,
+    /// Newest first (E2B's polling order) instead of oldest first.
+    pub newest_first: bool,
+    /// Skip this many (E2B's `offset`).
+    pub offset: u32,
+    pub limit: u32,
+}
+
+/// A webhook as stored, its secret included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookRecord {
+    pub id: stockade_core::WebhookId,
+    pub account_id: AccountId,
+    pub name: String,
+    pub url: String,
+    /// The event types wanted.
+    pub events: Vec<String>,
+    pub secret: String,
+    pub enabled: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Where a delivery is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryStatus {
+    /// Waiting for its turn or its next attempt.
+    Pending,
+    /// A receiver answered 2xx.
+    Delivered,
+    /// Given up on after the retry period.
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(DeliveryStatus::Pending),
+            "delivered" => Some(DeliveryStatus::Delivered),
+            "failed" => Some(DeliveryStatus::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt at a delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRecord {
+    /// Sent as the attempt's `e2b-delivery-id`.
+    pub id: stockade_core::DeliveryId,
+    pub at: DateTime<Utc>,
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// An event on its way to one webhook, with its latest attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRecord {
+    pub id: stockade_core::DeliveryId,
+    pub webhook_id: stockade_core::WebhookId,
+    pub event_id: stockade_core::EventId,
+    pub event_kind: String,
+    pub sandbox_id: Option<String>,
+    pub status: DeliveryStatus,
+    pub attempts: u32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub give_up_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// Newest first, at most five.
+    pub attempt_log: Vec<AttemptRecord>,
+}
+
+/// A delivery claimed for an attempt: what to send and where.
+#[derive(Debug, Clone)]
+pub struct DueDelivery {
+    pub id: stockade_core::DeliveryId,
+    pub attempts: u32,
+    pub give_up_at: DateTime<Utc>,
+    pub webhook: WebhookRecord,
+    pub event: stockade_core::events::StoredEvent,
+}
+
+/// What an attempt leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Delivered,
+    /// Try again at this time.
+    RetryAt(DateTime<Utc>),
+    /// The retry period is over.
+    GiveUp,
+}
+
+/// One entry of the audit log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRecord {
+    /// Its place in the log (ignored on insert).
+    pub seq: i64,
+    pub id: String,
+    pub account_id: Option<AccountId>,
+    pub token_id: Option<String>,
+    pub client_ip: Option<String>,
+    pub action: String,
+    pub front_end: String,
+    pub resource_id: Option<String>,
+    pub status: u16,
+    pub duration_ms: u64,
+    pub at: DateTime<Utc>,
+}
+
+/// Which audit entries a read returns, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    /// Only this account's entries; `None`: everyone's.
+    pub account: Option<AccountId>,
+    pub after: Option<i64>,
+    pub resource: Option<String>,
+    pub limit: u32,
+}
+
+/// Lifecycle events (the outbox the record writes fill), webhooks and their
+/// deliveries.
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Events in the filter's order.
+    async fn list_events(
+        &self,
+        filter: &EventFilter,
+    ) -> StoreResult<Vec<stockade_core::events::StoredEvent>>;
+    /// The newest event's sequence number (0 when there is none).
+    async fn latest_event_seq(&self) -> StoreResult<i64>;
+    /// Writes events that go with no record write of their own, with their
+    /// deliveries.
+    async fn append_events(&self, events: &[stockade_core::events::Event]) -> StoreResult<()>;
+    /// Removes events older than `before` (their deliveries with them).
+    async fn purge_events(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+    /// Changes after every commit that wrote events in this process.
+    fn subscribe_events(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    async fn insert_webhook(&self, webhook: &WebhookRecord) -> StoreResult<()>;
+    /// An account's webhooks, oldest first.
+    async fn list_webhooks(&self, account: &AccountId) -> StoreResult<Vec<WebhookRecord>>;
+    async fn get_webhook(&self, id: &stockade_core::WebhookId) -> StoreResult<WebhookRecord>;
+    async fn update_webhook(&self, webhook: &WebhookRecord) -> StoreResult<()>;
+    /// Removes a webhook and its deliveries.
+    async fn delete_webhook(&self, id: &stockade_core::WebhookId) -> StoreResult<()>;
+
+    /// Takes up to `limit` deliveries that are due, each the oldest pending
+    /// one of its webhook and sandbox, for `holder` until `lease_until`.
+    async fn claim_deliveries(
+        &self,
+        holder: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<DueDelivery>>;
+    /// Records an attempt and what follows it; the claim ends.
+    async fn record_attempt(
+        &self,
+        delivery: &stockade_core::DeliveryId,
+        attempt: &AttemptRecord,
+        outcome: AttemptOutcome,
+    ) -> StoreResult<()>;
+    /// A webhook's deliveries, newest first.
+    async fn list_deliveries(
+        &self,
+        webhook: &stockade_core::WebhookId,
+        status: Option<DeliveryStatus>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryRecord>>;
+    /// Queues a delivery again: pending, due now, given up on after `give_up_at`.
+    async fn redeliver(
+        &self,
+        webhook: &stockade_core::WebhookId,
+        delivery: &stockade_core::DeliveryId,
+        now: DateTime<Utc>,
+        give_up_at: DateTime<Utc>,
+    ) -> StoreResult<DeliveryRecord>;
+}
+
+/// The audit log.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    async fn insert_audit(&self, entries: &[AuditRecord]) -> StoreResult<()>;
+    async fn list_audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditRecord>>;
+    /// Removes entries older than `before`.
+    async fn purge_audit(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
 /// Declares [`Store`] as the join of `$role`s, implemented for every type
 /// that has them all.
 macro_rules! store_of_roles {
@@ -723,7 +934,9 @@ store_of_roles!(
     OperationStore,
     QuotaStore,
     LeaseStore,
-    HostStore
+    HostStore,
+    EventStore,
+    AuditStore
 );
 
 /// Opens the store a database URL names (`sqlite://path`, `sqlite::memory:`,

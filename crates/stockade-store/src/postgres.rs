@@ -65,6 +65,9 @@ impl Backend for Postgres {
     const BEGIN: &'static str = "BEGIN";
     const GROUP_CONCAT: &'static str = "string_agg";
     const METADATA_TERMINATED: &'static str = "jsonb_set(metadata, '{status}', '\"TERMINATED\"')";
+    /// The key follows the placement lock's.
+    const EVENTS_LOCK: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(8319392507950756980)");
     /// The key is "stkhosts" in ASCII.
     const PLACEMENT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(8319392507950756979)");

@@ -159,6 +159,9 @@ pub trait Backend:
     /// `None` where [`Backend::BEGIN`] already takes the database's one
     /// write lock (SQLite).
     const PLACEMENT_LOCK: Option<&'static str>;
+    /// Makes writers of events take turns until they commit (`None` where
+    /// a write transaction holds the database's write lock already).
+    const EVENTS_LOCK: Option<&'static str>;
 
     fn ts(t: DateTime<Utc>) -> Self::Ts;
     fn opt_ts(t: Option<DateTime<Utc>>) -> Self::OptTs;

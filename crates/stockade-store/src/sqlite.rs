@@ -144,6 +144,8 @@ impl Backend for Sqlite {
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
     const GROUP_CONCAT: &'static str = "group_concat";
     const METADATA_TERMINATED: &'static str = "json_set(metadata, '$.status', 'TERMINATED')";
+    /// Taken before events are written, held to the commit.
+    const EVENTS_LOCK: Option<&'static str> = None;
     const PLACEMENT_LOCK: Option<&'static str> = None;
 
     fn ts(t: DateTime<Utc>) -> String {

@@ -2,6 +2,8 @@
 //! each implemented for [`crate::SqlStore`] over any [`crate::sql::Backend`].
 
 mod accounts;
+mod audit;
+mod events;
 mod hosts;
 mod idempotency;
 mod leases;

@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use stockade_core::events::{sandbox_events, Event};
 use stockade_core::{
     AccountId, Resources, Sandbox, SandboxId, SandboxMetadata, SandboxStatus, Scope, TeamId,
 };
@@ -244,7 +245,22 @@ impl<B: Backend> SqlStore<B> {
         .sql(")");
         conn.execute_refined(q, context, |e| sandbox_conflict(e, sandbox))
             .await?;
-        self.insert_labels_in(conn, sandbox, context).await
+        self.insert_labels_in(conn, sandbox, context).await?;
+        let events = sandbox_events(None, sandbox, Utc::now());
+        self.write_events_in(conn, &events, context).await
+    }
+
+    /// The record as stored now, inside the caller's transaction: what a
+    /// write's events are measured against.
+    async fn stored_in(
+        &self,
+        conn: &mut Conn<B>,
+        id: &SandboxId,
+        context: &str,
+    ) -> StoreResult<Option<Sandbox>> {
+        let q = select::<B>().sql(" WHERE s.id = ").bind(id.to_string());
+        let row = conn.fetch_optional(q, context).await?;
+        row.as_ref().map(sandbox_from_row).transpose()
     }
 
     /// Inserts the label rows of a sandbox (its spec's labels).
@@ -276,6 +292,7 @@ impl<B: Backend> SqlStore<B> {
         sandbox: &Sandbox,
         context: &str,
     ) -> StoreResult<Sandbox> {
+        let before = self.stored_in(conn, &sandbox.id, context).await?;
         let (cpu, memory, disk) = resources(sandbox);
         let q = Q::<B>::new("UPDATE sandboxes SET account_id = ")
             .bind(sandbox.account_id.to_string())
@@ -331,6 +348,8 @@ impl<B: Backend> SqlStore<B> {
             conn.execute(q, context).await?;
             self.insert_labels_in(conn, sandbox, context).await?;
         }
+        let events = sandbox_events(before.as_ref(), sandbox, Utc::now());
+        self.write_events_in(conn, &events, context).await?;
         Ok(Sandbox {
             version: sandbox.version + 1,
             ..sandbox.clone()
@@ -347,6 +366,7 @@ impl<B: Backend> SqlStore<B> {
         at: DateTime<Utc>,
         context: &str,
     ) -> StoreResult<Option<Sandbox>> {
+        let before = self.stored_in(conn, id, context).await?;
         let q = Q::<B>::new(
             "UPDATE sandboxes SET status = 'TERMINATED', terminated_at = COALESCE(terminated_at, ",
         )
@@ -360,7 +380,12 @@ impl<B: Backend> SqlStore<B> {
         .bind(id.to_string())
         .sql(format_args!(" RETURNING {}", columns("")));
         let row = conn.returning_optional(q, context).await?;
-        row.as_ref().map(sandbox_from_row).transpose()
+        let after = row.as_ref().map(sandbox_from_row).transpose()?;
+        if let Some(after) = &after {
+            let events = sandbox_events(before.as_ref(), after, at);
+            self.write_events_in(conn, &events, context).await?;
+        }
+        Ok(after)
     }
 
     /// Removes a record for good; whether there was one. Its labels go with
@@ -448,11 +473,13 @@ impl<B: Backend> SandboxStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(sandbox.id = %id), err(level = "debug"))]
     async fn soft_delete_sandbox(&self, id: &SandboxId, at: DateTime<Utc>) -> StoreResult<()> {
         let context = format!("soft-delete sandbox {id}");
-        let mut conn = self.conn(&context).await?;
-        match self.soft_delete_in(&mut conn, id, at, &context).await? {
-            Some(_) => Ok(()),
-            None => Err(StoreError::NotFound),
-        }
+        let mut conn = self.begin(&context).await?;
+        let result = match self.soft_delete_in(&mut conn, id, at, &context).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(StoreError::NotFound),
+            Err(e) => Err(e),
+        };
+        self.finish(conn, result, &context).await
     }
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %id), err(level = "debug"))]
@@ -565,8 +592,27 @@ impl<B: Backend> SandboxStore for SqlStore<B> {
                 .sql(" AND deleted_at IS NULL RETURNING ")
                 .sql(columns("")))
         };
-        self.claim_each(due, claim, sandbox_from_row, "claim expired sessions")
-            .await
+        let context = "claim expired sessions";
+        let rows = self.fetch_all(due, context).await?;
+        let mut won = Vec::new();
+        for row in rows {
+            let mut conn = self.begin(context).await?;
+            let result = async {
+                let Some(row) = conn.returning_optional(claim(&row)?, context).await? else {
+                    return Ok(None);
+                };
+                let sandbox = sandbox_from_row(&row)?;
+                let action = sandbox.spec.timeout_action().as_str();
+                let event = Event::timed_out(&sandbox, action, now);
+                self.write_events_in(&mut conn, &[event], context).await?;
+                Ok(Some(sandbox))
+            }
+            .await;
+            if let Some(sandbox) = self.finish(conn, result, context).await? {
+                won.push(sandbox);
+            }
+        }
+        Ok(won)
     }
 
     #[tracing::instrument(skip_all, fields(sandbox.id = %id), err(level = "debug"))]

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use stockade_core::events::snapshot_events;
 use stockade_core::{
     AccountId, SandboxId, Scope, Snapshot, SnapshotId, SnapshotKind, SnapshotStatus,
 };
@@ -84,9 +85,15 @@ impl<B: Backend> SnapshotStore for SqlStore<B> {
             .next_ts(s.created_at)
             .next_opt_ts(s.deleted_at)
             .sql(")");
-        self.execute(q, &format!("insert snapshot {}", s.id))
-            .await
-            .map(drop)
+        let context = format!("insert snapshot {}", s.id);
+        let mut conn = self.begin(&context).await?;
+        let result = async {
+            conn.execute(q, &context).await?;
+            let events = snapshot_events(None, s, Utc::now());
+            self.write_events_in(&mut conn, &events, &context).await
+        }
+        .await;
+        self.finish(conn, result, &context).await
     }
 
     #[tracing::instrument(skip_all, fields(snapshot.id = %id), err(level = "debug"))]
@@ -135,8 +142,21 @@ impl<B: Backend> SnapshotStore for SqlStore<B> {
             .set_opt_ts("deleted_at", s.deleted_at)
             .sql(" WHERE id = ")
             .bind(s.id.to_string());
-        self.execute_one(q, &format!("update snapshot {}", s.id))
-            .await
+        let context = format!("update snapshot {}", s.id);
+        let mut conn = self.begin(&context).await?;
+        let result = async {
+            let before = Q::<B>::new(format!("SELECT {COLUMNS} FROM snapshots WHERE id = "))
+                .bind(s.id.to_string());
+            let before = conn.fetch_optional(before, &context).await?;
+            let before = before.as_ref().map(snapshot_from_row).transpose()?;
+            if conn.execute(q, &context).await? == 0 {
+                return Err(StoreError::NotFound);
+            }
+            let events = snapshot_events(before.as_ref(), s, Utc::now());
+            self.write_events_in(&mut conn, &events, &context).await
+        }
+        .await;
+        self.finish(conn, result, &context).await
     }
 
     #[tracing::instrument(skip_all, fields(snapshot.id = %id), err(level = "debug"))]
