@@ -165,6 +165,7 @@ impl FromRequestParts<AppState> for Caller {
             },
         };
         let caller = authenticate(state, token, credential).await?;
+        crate::audit::note_caller(&parts.extensions, &caller);
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }

@@ -14,6 +14,7 @@ use stockade_store::Store;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
+pub mod audit;
 pub mod compat;
 pub mod config;
 pub mod error;
@@ -119,6 +120,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::update::routes())
         .merge(routes::snapshots::routes())
         .merge(routes::terminal::routes())
+        .merge(routes::events::routes())
         .merge(compat::prime::api_routes());
     let limiter = Arc::new(
         ratelimit::RateLimiter::new(state.config.rate_limit.clone(), state.svc.metrics().clone())
@@ -147,6 +149,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(from_fn_with_state(limiter.clone(), ratelimit::limit))
         .layer(from_fn_with_state(state.clone(), metrics::track))
+        .layer(from_fn_with_state(state.clone(), audit::record))
         // E2B's in-sandbox calls (by their E2b-Sandbox-Id header) and
         // host-form proxy requests are routed before anything else, so
         // their rate limits come ahead of them.
@@ -182,6 +185,7 @@ pub struct RunningServer {
 pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let listener = serve::bind(state.config.listen)?;
     let addr = listener.local_addr()?;
+    state.svc.note_listen_address(addr);
     let shutdown = CancellationToken::new();
     let background = state.svc.start_background(shutdown.clone()).await;
     let grace = state.config.shutdown_grace;

@@ -95,6 +95,7 @@ fn may_stream(req: &Request) -> bool {
             .split('&')
             .any(|p| p.eq_ignore_ascii_case("follow=true"))
         || req.uri().path().ends_with("/watch")
+        || req.uri().path().ends_with("/events/stream")
 }
 
 fn has_credentials(headers: &HeaderMap) -> bool {
@@ -112,7 +113,9 @@ pub async fn limit_event_streams(
     req: Request,
     next: Next,
 ) -> Response {
-    if !req.uri().path().starts_with("/api/v1/sandbox/") || !has_credentials(req.headers()) {
+    let path = req.uri().path();
+    let counted = path.starts_with("/api/v1/sandbox/") || path == "/api/v1/events/stream";
+    if !counted || !has_credentials(req.headers()) {
         return next.run(req).await;
     }
     let wanted = may_stream(&req);

@@ -88,6 +88,8 @@ pub struct ServiceConfig {
     /// Registered Docker hosts: how they are connected and checked
     ///.
     pub hosts: crate::fleet::hosts::HostsConfig,
+    /// Event and audit retention, webhook deliveries.
+    pub events: crate::events::EventsConfig,
 }
 
 impl Default for ServiceConfig {
@@ -123,6 +125,7 @@ impl Default for ServiceConfig {
             egress: crate::net::egress::EgressSettings::default(),
             admission: crate::fleet::admission::AdmissionConfig::default(),
             hosts: crate::fleet::hosts::HostsConfig::default(),
+            events: crate::events::EventsConfig::default(),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod config;
 pub mod content;
 pub mod credentials;
 pub mod error;
+pub mod events;
 mod every;
 pub mod fleet;
 pub mod interact;
@@ -85,6 +86,10 @@ pub struct Service {
     leader: Arc<leader::Leader>,
     /// The Docker hosts' runtimes: `runtime` is the server's own.
     hosts: Arc<hosts::Hosts>,
+    /// The audit log's queue.
+    audit: events::audit::AuditLog,
+    /// Where this server listens: never a webhook's target.
+    own_addresses: Arc<std::sync::RwLock<Vec<std::net::SocketAddr>>>,
 }
 
 impl Service {
@@ -155,6 +160,10 @@ impl Service {
         &self.hosts
     }
 
+    pub fn audit_log(&self) -> &events::audit::AuditLog {
+        &self.audit
+    }
+
     pub async fn new(
         store: Arc<dyn Store>,
         runtime: Arc<dyn Runtime>,
@@ -183,6 +192,7 @@ impl Service {
         );
         let leader = leader::Leader::new(ops.holder());
         let hosts = Arc::new(hosts::Hosts::new(runtime.clone(), config.hosts.clone()));
+        let audit = events::audit::AuditLog::start(store.clone());
         Ok(Self {
             store,
             runtime,
@@ -204,6 +214,8 @@ impl Service {
             admission: Arc::default(),
             agents: Arc::new(agents),
             hosts,
+            audit,
+            own_addresses: Arc::default(),
         })
     }
 
@@ -271,6 +283,8 @@ impl Service {
         }
         let leader = tokio::spawn(leader::run(self.clone(), held, shutdown.clone()));
         tokio::spawn(leader::run_local(self.clone(), shutdown.clone()));
+        // Every instance delivers webhooks, each delivery claimed by one.
+        tokio::spawn(tasks::webhooks::run(self.clone(), shutdown.clone()));
         let pool = tokio::spawn(pool::run(self.clone(), shutdown));
         Background { pool, leader }
     }

@@ -204,6 +204,20 @@ pub struct ServerArgs {
     #[arg(long, env = "STOCKADE_LEADER_LEASE_SECONDS", default_value_t = 15,
           value_parser = clap::value_parser!(u64).range(2..=300))]
     leader_lease_seconds: u64,
+    /// Days lifecycle events are kept (the feed, and webhook deliveries
+    /// not yet made).
+    #[arg(long, env = "STOCKADE_EVENT_RETENTION_DAYS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3650))]
+    event_retention_days: u64,
+    /// Days audit entries are kept.
+    #[arg(long, env = "STOCKADE_AUDIT_RETENTION_DAYS", default_value_t = 90,
+          value_parser = clap::value_parser!(u64).range(1..=3650))]
+    audit_retention_days: u64,
+    /// Seconds before a failed webhook delivery is tried again; each
+    /// failure doubles the wait (at most an hour), for 25 hours.
+    #[arg(long, env = "STOCKADE_WEBHOOK_RETRY_SECONDS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    webhook_retry_seconds: u64,
     /// Seconds a stopping server waits for requests in flight before it
     /// exits (event streams end at once with an `end` event).
     #[arg(long, env = "STOCKADE_SHUTDOWN_GRACE", default_value_t = 10,
@@ -913,6 +927,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     )
     .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     config.service.pool = pool;
+    const DAY: u64 = 24 * 3600;
+    config.service.events.retention =
+        std::time::Duration::from_secs(args.event_retention_days * DAY);
+    config.service.events.audit_retention =
+        std::time::Duration::from_secs(args.audit_retention_days * DAY);
+    config.service.events.retry_base = std::time::Duration::from_secs(args.webhook_retry_seconds);
     config.service.blob_store = args.objects.blob_config(&data_dir);
     if !(args.objects.blob_keep_free_gb.is_finite() && args.objects.blob_keep_free_gb >= 0.0) {
         anyhow::bail!("--blob-keep-free-gb: must be a number of GB, 0 or more");

@@ -66,6 +66,7 @@ pub fn routes() -> Router<AppState> {
         .route("/sandboxes/{id}/network", put(update_network))
         .route("/snapshots", get(list_snapshots))
         .route("/templates/{id}", delete(delete_snapshot))
+        .merge(super::e2b_events::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -198,6 +199,7 @@ impl FromRequestParts<AppState> for E2bCaller {
                 )
                 .into()),
             };
+        crate::audit::note_caller(&parts.extensions, &caller);
         parts.extensions.insert(caller.clone());
         Ok(Self(caller))
     }

@@ -5,6 +5,7 @@
 //! routes of Stockade's own API.
 
 pub mod e2b;
+pub mod e2b_events;
 pub mod e2b_net;
 pub mod envd;
 pub mod prime;

@@ -723,6 +723,9 @@ pub async fn guard(
     mut req: Request,
     next: Next,
 ) -> Response {
+    if let Some(ip) = limiter.client_of(&req) {
+        req.extensions_mut().insert(crate::audit::ClientIp(ip));
+    }
     if limiter.off() {
         return next.run(req).await;
     }

@@ -81,6 +81,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
         (name = "ports", description = "Exposed ports and the proxy's tokens"),
         (name = "snapshots", description = "Snapshots, forks and uploads"),
         (name = "volumes", description = "Volumes and orphan cleanup"),
+        (name = "events", description = "Lifecycle events, webhooks and the audit log"),
         (name = "teams", description = "Teams and their members"),
         (name = "accounts", description = "Accounts, quotas and API tokens (mostly for administrators)"),
         (name = "hosts", description = "Docker hosts (administrators)"),
@@ -108,6 +109,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(volumes::VolumesApi::openapi());
     doc.merge(update::UpdateApi::openapi());
     doc.merge(super::snapshots::SnapshotsApi::openapi());
+    doc.merge(super::events::EventsApi::openapi());
     super::apidoc::require_bearer(&mut doc);
     doc
 }

@@ -10,6 +10,7 @@ pub mod apidoc;
 pub mod code;
 pub mod dashboard;
 pub mod docs;
+pub mod events;
 pub mod exec;
 pub mod files;
 pub mod health;

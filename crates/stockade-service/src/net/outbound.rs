@@ -111,6 +111,24 @@ pub fn http_client(
         .build()
 }
 
+/// An HTTP client for webhook deliveries: names resolved through
+/// [`GuardedResolver`], no redirects followed (a POST is never re-sent
+/// elsewhere), no proxy from the environment.
+pub fn webhook_client(
+    policy: &AddressPolicy,
+    timeout: Duration,
+) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout)
+        .no_proxy()
+        .dns_resolver(Arc::new(GuardedResolver {
+            policy: Arc::new(policy.clone()),
+        }))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
 /// Checks a URL's host before anything is fetched (a clear, early error;
 /// the client checks again at every connection).
 pub async fn check_url(url: &Url, policy: &AddressPolicy) -> Result<Vec<SocketAddr>, Refused> {

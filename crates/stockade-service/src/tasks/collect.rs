@@ -17,13 +17,40 @@ pub const COLLECT_INTERVAL: Duration = Duration::from_secs(60);
 pub struct CollectReport {
     pub snapshots: snapshots::CollectReport,
     pub uploads_expired: usize,
+    /// Events and audit entries past their retention.
+    pub events_expired: u64,
+    pub audit_expired: u64,
 }
 
 /// One collection of snapshots and uploads.
 pub async fn collect_once(svc: &Service) -> CollectReport {
+    let now = chrono::Utc::now();
+    let before = |keep: Duration| {
+        chrono::Duration::from_std(keep)
+            .ok()
+            .and_then(|keep| now.checked_sub_signed(keep))
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+    };
+    let config = &svc.config().events;
+    let expired = |what: &str, r: Result<u64, stockade_store::StoreError>| {
+        r.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "could not remove {what} past their retention");
+            0
+        })
+    };
     CollectReport {
         snapshots: snapshots::collect_garbage(svc).await,
         uploads_expired: sources::expire_uploads(svc).await,
+        events_expired: expired(
+            "events",
+            svc.store().purge_events(before(config.retention)).await,
+        ),
+        audit_expired: expired(
+            "audit entries",
+            svc.store()
+                .purge_audit(before(config.audit_retention))
+                .await,
+        ),
     }
 }
 

@@ -8,3 +8,4 @@ pub mod leader;
 pub mod reconcile;
 pub mod recovery;
 pub mod sessions;
+pub mod webhooks;

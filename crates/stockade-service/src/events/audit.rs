@@ -1,0 +1,194 @@
+//! The audit log: who called what, on which resource, when, and what the
+//! answer was. Front-ends hand entries over as calls end; one writer task
+//! per service writes whatever is queued in one transaction, so a burst of
+//! calls costs one write, and a request never waits for the database.
+
+use chrono::{DateTime, Utc};
+use stockade_core::{AccountId, Scope};
+use stockade_store::{AuditFilter, AuditRecord};
+use tokio::sync::mpsc;
+
+use crate::events::{parse_cursor, parse_limit, MAX_PAGE};
+use crate::{Service, ServiceError, ServiceResult};
+
+/// Entries queued for the writer; when it falls this far behind, callers
+/// wait for room rather than lose entries.
+const QUEUE: usize = 10_000;
+/// The most entries one write takes.
+const BATCH: usize = 500;
+
+/// One call, as a front-end saw it end.
+#[derive(Debug, Clone, Default)]
+pub struct AuditCall {
+    pub account_id: Option<AccountId>,
+    pub token_id: Option<String>,
+    pub client_ip: Option<String>,
+    /// The method and the route template, never the path as sent (a
+    /// path can carry a token).
+    pub action: String,
+    pub front_end: String,
+    pub resource_id: Option<String>,
+    pub status: u16,
+    pub duration_ms: u64,
+}
+
+/// The queue into the writer task.
+#[derive(Debug, Clone)]
+pub struct AuditLog {
+    queue: mpsc::Sender<AuditRecord>,
+}
+
+impl AuditLog {
+    /// The log and its writer task, which ends once every sender is gone
+    /// and the queue is written.
+    pub fn start(store: std::sync::Arc<dyn stockade_store::Store>) -> Self {
+        let (queue, mut rx) = mpsc::channel::<AuditRecord>(QUEUE);
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(BATCH);
+            while rx.recv_many(&mut batch, BATCH).await > 0 {
+                // A database that cannot write now is asked again a few
+                // times; then the entries are logged and dropped, so the
+                // queue never blocks the API for good.
+                let mut tries = 0;
+                while let Err(e) = store.insert_audit(&batch).await {
+                    tries += 1;
+                    if tries >= 5 {
+                        tracing::error!(error = %e, entries = batch.len(), "audit entries could not be written");
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * tries)).await;
+                }
+                batch.clear();
+            }
+        });
+        Self { queue }
+    }
+
+    /// Queues an entry; waits only when the writer is far behind.
+    pub async fn record(&self, call: AuditCall, at: DateTime<Utc>) {
+        let entry = AuditRecord {
+            seq: 0,
+            id: stockade_core::EventId::generate().to_string(),
+            account_id: call.account_id,
+            token_id: call.token_id,
+            client_ip: call.client_ip,
+            action: call.action,
+            front_end: call.front_end,
+            resource_id: call.resource_id,
+            status: call.status,
+            duration_ms: call.duration_ms,
+            at,
+        };
+        if self.queue.send(entry).await.is_err() {
+            tracing::warn!("the audit log's writer has ended; an entry was not written");
+        }
+    }
+}
+
+impl Service {
+    /// A page of the audit log, oldest first: an administrator's of every
+    /// account (or of `account`), anyone else's only of their own.
+    pub async fn audit_page(
+        &self,
+        scope: &Scope,
+        is_admin: bool,
+        since: Option<&str>,
+        limit: Option<u32>,
+        account: Option<&str>,
+        resource: Option<&str>,
+    ) -> ServiceResult<(Vec<AuditRecord>, i64)> {
+        let after = parse_cursor(since, "since")?;
+        let limit = parse_limit(limit, MAX_PAGE)?;
+        let account = match account.map(str::trim).filter(|a| !a.is_empty()) {
+            Some(a) => {
+                let id = AccountId::parse_field(a, "accountId").map_err(ServiceError::from)?;
+                if !is_admin && id != scope.account_id {
+                    return Err(ServiceError::Forbidden(
+                        "Only administrators read other accounts' audit entries".into(),
+                    ));
+                }
+                Some(id)
+            }
+            None if is_admin => None,
+            None => Some(scope.account_id.clone()),
+        };
+        let filter = AuditFilter {
+            account,
+            after,
+            resource: resource
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned),
+            limit,
+        };
+        let entries = self.store.list_audit(&filter).await?;
+        let next = entries.last().map(|e| e.seq).or(after).unwrap_or_default();
+        Ok((entries, next))
+    }
+
+    /// Queues an audit entry of a call that ended now.
+    pub async fn audit(&self, call: AuditCall) {
+        self.audit_log().record(call, Utc::now()).await;
+    }
+}
+
+/// The wire form of an audit entry.
+pub fn audit_view(e: &AuditRecord) -> stockade_api::AuditEntry {
+    stockade_api::AuditEntry {
+        id: e.id.clone(),
+        account_id: e.account_id.as_ref().map(|a| a.to_string()),
+        token_id: e.token_id.clone(),
+        client_ip: e.client_ip.clone(),
+        action: e.action.clone(),
+        front_end: e.front_end.clone(),
+        resource_id: e.resource_id.clone(),
+        status: e.status,
+        timestamp: e.at,
+        duration_ms: e.duration_ms,
+        cursor: e.seq.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn queued_entries_are_written_in_batches() {
+        let store = stockade_store::connect("sqlite::memory:").await.unwrap();
+        let log = AuditLog::start(store.clone());
+        for i in 0..1200 {
+            log.record(
+                AuditCall {
+                    action: format!("POST /api/v1/thing/{i}"),
+                    front_end: "api".into(),
+                    status: 201,
+                    ..AuditCall::default()
+                },
+                Utc::now(),
+            )
+            .await;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let all = store
+                .list_audit(&AuditFilter {
+                    limit: 100,
+                    after: Some(1100),
+                    ..AuditFilter::default()
+                })
+                .await
+                .unwrap();
+            if all.len() == 100 {
+                assert_eq!(all.last().unwrap().action, "POST /api/v1/thing/1199");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only {} written",
+                all.len()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
