@@ -90,6 +90,7 @@ mod admin;
 mod client;
 mod code;
 mod error;
+mod events;
 mod exec;
 mod files;
 mod logs;
@@ -105,6 +106,7 @@ pub use bytes;
 pub use client::Client;
 pub use code::{CodeStream, RunCode, MAX_CODE_BYTES};
 pub use error::Error;
+pub use events::{AuditParams, EventParams, EventStream, MAX_PAGE};
 pub use exec::{Command, CommandEvent, CommandExit, CommandOutput, CommandStream, Process};
 pub use files::{ByteStream, FileWatch, WatchEvent, WatchEventKind};
 /// Streams of command events, log lines and bytes are `futures` streams.

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod code;
+mod events;
 mod exec;
 mod files;
 mod lifecycle;
