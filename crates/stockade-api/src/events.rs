@@ -23,7 +23,7 @@ pub struct Event {
     pub kind: String,
     /// A few facts of the change (`sandbox_metadata`, `reason`,
     /// `set_timeout`, `changed`, …); `null` when there are none.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub event_data: Option<serde_json::Value>,
     /// Always `null`: Stockade builds no template images.
     pub sandbox_build_id: Option<String>,

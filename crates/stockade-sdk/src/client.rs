@@ -38,6 +38,16 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// The `User-Agent` of the SDK's requests.
+const SDK_AGENT: &str = concat!("stockade-sdk/", env!("CARGO_PKG_VERSION"));
+
+fn http_client(agent: &str) -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .user_agent(agent)
+        .build()
+        .map_err(|e| Error::Config(format!("could not build the HTTP client: {e}")))
+}
+
 impl Client {
     /// A client for `url` (e.g. `http://127.0.0.1:7433`) with an API token.
     pub fn new(url: impl Into<String>, token: impl Into<String>) -> Result<Self, Error> {
@@ -58,15 +68,19 @@ impl Client {
                 "the server URL must start with http:// or https:// (got '{base}')"
             )));
         }
-        let http = reqwest::Client::builder()
-            .build()
-            .map_err(|e| Error::Config(format!("could not build the HTTP client: {e}")))?;
         Ok(Self {
             base,
             token: None,
-            http,
+            http: http_client(SDK_AGENT)?,
             upgrades: Arc::new(OnceLock::new()),
         })
+    }
+
+    /// The same client naming itself `agent` in its `User-Agent` (the
+    /// server's audit log tells front-ends apart by it).
+    pub fn with_user_agent(mut self, agent: &str) -> Result<Self, Error> {
+        self.http = http_client(agent)?;
+        Ok(self)
     }
 
     /// A client from `STOCKADE_URL` (default `http://127.0.0.1:7433`) and

@@ -26,16 +26,17 @@ use crate::AppState;
 #[derive(Debug, Clone, Copy)]
 pub struct ClientIp(pub IpAddr);
 
+/// The resource a call made, put on its answer by the handler (a create's
+/// id: its path names none).
+#[derive(Debug, Clone)]
+pub struct Made(pub String);
+
 /// Who a call turned out to be, filled in by the extractors when a
-/// credential is accepted; and a resource a handler made (a create's id).
+/// credential is accepted.
 #[derive(Debug, Clone, Default)]
 pub struct AuditSlot(Arc<Mutex<Seen>>);
 
-#[derive(Debug, Default)]
-struct Seen {
-    who: Option<(AccountId, TokenId, Credential)>,
-    resource: Option<String>,
-}
+type Seen = Option<(AccountId, TokenId, Credential)>;
 
 impl AuditSlot {
     fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -44,16 +45,11 @@ impl AuditSlot {
 
     /// Notes the caller a request authenticated as.
     pub fn caller(&self, caller: &Caller) {
-        self.lock().who = Some((
+        *self.lock() = Some((
             caller.account.id.clone(),
             caller.token_id.clone(),
             caller.credential,
         ));
-    }
-
-    /// Notes the resource a call made, when its path names none.
-    pub fn resource(&self, id: impl Into<String>) {
-        self.lock().resource = Some(id.into());
     }
 }
 
@@ -145,12 +141,13 @@ pub async fn record(State(state): State<AppState>, mut req: Request, next: Next)
     if !audited(&method, status) {
         return response;
     }
-    let seen = std::mem::take(&mut *slot.lock());
-    let credential = seen.who.as_ref().map(|w| w.2);
+    let who = slot.lock().take();
+    let credential = who.as_ref().map(|w| w.2);
+    let made = response.extensions().get::<Made>().map(|m| m.0.clone());
     let Some(front) = front_end(&route, credential, &agent) else {
         return response;
     };
-    let (account_id, token_id) = match seen.who {
+    let (account_id, token_id) = match who {
         Some((account, token, _)) => (Some(account), Some(token.to_string())),
         None => (None, None),
     };
@@ -162,7 +159,7 @@ pub async fn record(State(state): State<AppState>, mut req: Request, next: Next)
             client_ip: client_ip.map(|ip| ip.to_string()),
             action: format!("{method} {route}"),
             front_end: front.to_owned(),
-            resource_id: resource.or(seen.resource),
+            resource_id: resource.or(made),
             status,
             duration_ms: started.elapsed().as_millis().min(u128::from(u64::MAX)) as u64,
         })

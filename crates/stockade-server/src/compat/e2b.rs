@@ -514,6 +514,7 @@ async fn create(
     tracing::Span::current().record("sandbox.id", created.sandbox.id.as_str());
     Ok((
         StatusCode::CREATED,
+        axum::Extension(crate::audit::Made(created.sandbox.id.to_string())),
         Json(sandbox_answer(
             &state,
             &headers,

@@ -437,6 +437,8 @@ mod examples {
     pub const HOST_NAME: &str = "docker-2";
     pub const TOKEN_ID: &str = "k4t9w2m7q3x8";
     pub const CONTEXT_ID: &str = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f";
+    pub const WEBHOOK_ID: &str = "w7h2k9m4q1x8z3c6";
+    pub const DELIVERY_ID: &str = "d8q3w6z1x4c7v2b5n9m3k6j1";
     const CREATED: &str = "2026-01-15T09:30:00Z";
     const STARTED: &str = "2026-01-15T09:30:02Z";
 
@@ -444,12 +446,14 @@ mod examples {
     pub fn parameter(path: &str, name: &str, place: &str) -> Option<Value> {
         let v = match (place, name) {
             ("path", "id") if path.starts_with("/api/v1/snapshots/") => json!(SNAPSHOT_ID),
+            ("path", "id") if path.starts_with("/api/v1/webhooks/") => json!(WEBHOOK_ID),
             ("path", "id") => json!(SANDBOX_ID),
             ("path", "pid") => json!(PROCESS_ID),
             ("path", "context_id") => json!(CONTEXT_ID),
             ("path", "team_id") => json!(TEAM_ID),
             ("path", "account_id") => json!(ACCOUNT_ID),
             ("path", "token_id") => json!(TOKEN_ID),
+            ("path", "delivery_id") => json!(DELIVERY_ID),
             ("path", "name") if path.starts_with("/api/v1/hosts/") => json!(HOST_NAME),
             ("path", "name") => json!(VOLUME),
             ("path", "port") => json!(8000),
@@ -603,6 +607,32 @@ mod examples {
         })
     }
 
+    /// A lifecycle event as the feed, the stream and deliveries carry it.
+    fn event(kind: &str, cursor: u64, data: Value) -> Value {
+        json!({"version": "v1", "id": "e4r8t2y6u1i5o9p3a7s1d5f9", "type": kind, "eventData": data,
+               "sandboxBuildId": null, "sandboxExecutionId": format!("{SANDBOX_ID}-1768469402000"),
+               "sandboxId": SANDBOX_ID, "sandboxTeamId": ADMIN_ID, "sandboxTemplateId": "node:20-bookworm",
+               "timestamp": STARTED, "resourceType": "sandbox", "resourceId": SANDBOX_ID,
+               "cursor": cursor.to_string()})
+    }
+
+    fn webhook(enabled: bool) -> Value {
+        json!({"id": WEBHOOK_ID, "teamID": ADMIN_ID, "name": "deploy-bot", "createdAt": CREATED,
+               "enabled": enabled, "url": "https://hooks.example.com/stockade",
+               "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"]})
+    }
+
+    fn delivery(status: &str) -> Value {
+        json!({"id": DELIVERY_ID, "webhookId": WEBHOOK_ID, "eventId": "e4r8t2y6u1i5o9p3a7s1d5f9",
+               "eventType": "sandbox.lifecycle.created", "sandboxId": SANDBOX_ID, "status": status,
+               "attempts": 2, "createdAt": STARTED, "deliveredAt": "2026-01-15T09:30:08Z",
+               "attemptLog": [
+                   {"id": "a1s2d3f4g5h6j7k8l9z1x2c3", "at": "2026-01-15T09:30:08Z", "statusCode": 204, "durationMs": 41},
+                   {"id": "q1w2e3r4t5y6u7i8o9p1a2s3", "at": STARTED, "statusCode": 503,
+                    "error": "the receiver answered 503", "durationMs": 12}
+               ]})
+    }
+
     /// Every operation's examples.
     pub fn operations() -> Vec<Operation> {
         vec![
@@ -655,6 +685,43 @@ mod examples {
             op("delete", "/api/v1/sandbox/bulk")
                 .request(json!({"ids": [SANDBOX_ID]}))
                 .response(json!({"results": [{"id": SANDBOX_ID, "deleted": true}]})),
+            // Events, webhooks, audit.
+            op("get", "/api/v1/events").response(json!({
+                "events": [event("sandbox.lifecycle.created", 41, Value::Null),
+                           event("sandbox.lifecycle.stopped", 42, json!({"reason": "session timeout"}))],
+                "nextCursor": "42"
+            })),
+            op("get", "/api/v1/events/stream").text(
+                "event: sandbox.lifecycle.paused\nid: 43\ndata: {\"version\":\"v1\",\"type\":\"sandbox.lifecycle.paused\",\"sandboxId\":\"k3v9x2m7q4wz\",\"cursor\":\"43\"}\n\n",
+            ),
+            op("get", "/api/v1/webhooks").response(json!([webhook(true)])),
+            op("post", "/api/v1/webhooks")
+                .request(json!({"name": "deploy-bot", "url": "https://hooks.example.com/stockade",
+                                "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"]}))
+                .response({
+                    let mut w = webhook(true);
+                    w["signatureSecret"] = json!("Zp4Qv8Lr2Tx6Wm1Kc9Hd3Jf7Bn5Gs0Ya8Ue2Ri4Ow");
+                    w
+                }),
+            op("get", "/api/v1/webhooks/{id}").response(webhook(true)),
+            op("patch", "/api/v1/webhooks/{id}")
+                .request(json!({"enabled": false}))
+                .response(webhook(false)),
+            op("delete", "/api/v1/webhooks/{id}"),
+            op("get", "/api/v1/webhooks/{id}/deliveries").response(json!({"deliveries": [delivery("delivered")]})),
+            op("post", "/api/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver").response({
+                let mut d = delivery("pending");
+                d["nextAttemptAt"] = json!("2026-01-15T10:00:00Z");
+                d.as_object_mut().map(|o| o.remove("deliveredAt"));
+                d
+            }),
+            op("get", "/api/v1/audit").response(json!({
+                "entries": [{"id": "z8x7c6v5b4n3m2l1k9j8h7g6", "accountId": ADMIN_ID, "tokenId": TOKEN_ID,
+                             "clientIp": "203.0.113.7", "action": "DELETE /api/v1/sandbox/{id}",
+                             "frontEnd": "cli", "resourceId": SANDBOX_ID, "status": 200,
+                             "timestamp": "2026-01-15T10:05:00Z", "durationMs": 38, "cursor": "1207"}],
+                "nextCursor": "1207"
+            })),
             // Accounts.
             op("post", "/api/v1/accounts")
                 .request(json!({"name": "ci-runner"}))

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::extract::RawQuery;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use chrono::Utc;
 use stockade_api::{
     BulkDeleteRequest, BulkDeleteResponse, BulkDeleteResult, CreateBodyError, CreateSandboxBody,
@@ -74,7 +74,12 @@ pub async fn create(
         .svc
         .create_sandbox(&caller.scope, NewSandbox::from(&req), key)
         .await?;
-    let mut resp = (StatusCode::CREATED, respond(&created.sandbox, &headers)).into_response();
+    let mut resp = (
+        StatusCode::CREATED,
+        Extension(crate::audit::Made(created.sandbox.id.to_string())),
+        respond(&created.sandbox, &headers),
+    )
+        .into_response();
     if created.replayed {
         resp.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));

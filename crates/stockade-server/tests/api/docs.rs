@@ -38,6 +38,7 @@ const ROUTE_SOURCES: &[(&str, &str, &str)] = &[
     ("src/routes/terminal.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/accounts.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/tokens.rs", "pub fn routes()", "/api/v1"),
+    ("src/routes/events.rs", "pub fn routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn api_routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn gateway_routes()", ""),
     ("src/proxy.rs", "pub fn routes()", ""),
@@ -58,6 +59,7 @@ const ROUTER_PARTS: &[&str] = &[
     ".merge(routes::terminal::routes())",
     ".merge(accounts::routes())",
     ".merge(routes::tokens::routes())",
+    ".merge(routes::events::routes())",
     ".merge(compat::prime::api_routes())",
     ".nest(\"/api/v1\", api)",
     ".nest(compat::envd::E2B_PREFIX, compat::e2b_routes())",
@@ -232,6 +234,21 @@ fn concrete(path: &str) -> String {
 async fn routed(app: &TestApp, method: &str, path: &str) -> Result<(), String> {
     let m = if method == "any" { "get" } else { method };
     let m = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).unwrap();
+    if path.ends_with("/events/stream") {
+        // An event stream that is routed answers at once and never ends:
+        // its status is the answer.
+        let r = app
+            .http
+            .get(format!("{}{}", app.base, concrete(path)))
+            .bearer_auth(&app.admin_token)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        return match r.status() {
+            StatusCode::OK => Ok(()),
+            other => Err(format!("{m} {path}: {other}")),
+        };
+    }
     let r = app
         .call(m.clone(), &concrete(path), Some(&app.admin_token), None)
         .await;
@@ -716,6 +733,8 @@ const STEPS: &[(&str, &str)] = &[
     ("post", "/api/v1/sandbox/{id}/snapshots"),
     ("post", "/api/v1/sandbox/{id}/fork"),
     ("delete", "/api/v1/sandbox/bulk"),
+    ("post", "/api/v1/webhooks"),
+    ("patch", "/api/v1/webhooks/{id}"),
     ("post", "/api/v1/hosts"),
     ("patch", "/api/v1/hosts/{name}"),
 ];
@@ -813,6 +832,10 @@ async fn every_request_example_is_accepted_as_it_is() {
             }
             ("post", "/api/v1/teams") => {
                 ids.insert(team_example.clone(), answer["id"].as_str().unwrap().into());
+            }
+            ("post", "/api/v1/webhooks") => {
+                let example = example_of("/api/v1/webhooks/{id}", "patch", "id");
+                ids.insert(example, answer["id"].as_str().unwrap().into());
             }
             ("post", "/api/v1/sandbox") => {
                 assert_eq!(answer["status"], "RUNNING", "{answer}");

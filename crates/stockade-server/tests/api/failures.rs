@@ -8,15 +8,21 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::json;
+use stockade_core::events::StoredEvent;
 use stockade_core::{
     Account, AccountId, InstanceId, Operation, OperationId, Quota, QuotaUsage, Resources, Sandbox,
     SandboxId, SandboxStatus, Scope, Team, TeamId, TokenId, TokenRecord,
 };
+use stockade_core::{DeliveryId, WebhookId};
 use stockade_store::{
     AccountStore, Authenticated, HealthStore, HostStore, IdempotencyStore, Lease, LeaseStore,
     OperationStore, Placed, PlacementCandidate, QuotaStore, SandboxFilter, SandboxPage,
     SandboxStore, SandboxWrite, SettingsStore, SnapshotStore, SqliteStore, StoreError, StoreHealth,
     StoreResult, TeamStore,
+};
+use stockade_store::{
+    AttemptOutcome, AttemptRecord, AuditFilter, AuditRecord, AuditStore, DeliveryRecord,
+    DeliveryStatus, DueDelivery, EventFilter, EventStore, WebhookRecord,
 };
 
 use crate::helpers::*;
@@ -185,6 +191,39 @@ forward! {
         fn sandboxes_per_server(&self) -> StoreResult<std::collections::HashMap<String, u64>>;
         fn insert_sandbox_placed(&self, sb: &mut Sandbox, op: Option<&Operation>,
             candidates: &[PlacementCandidate]) -> StoreResult<Placed>;
+    }
+}
+
+forward! {
+    EventStore {
+        fn list_events(&self, filter: &EventFilter) -> StoreResult<Vec<StoredEvent>>;
+        fn latest_event_seq(&self) -> StoreResult<i64>;
+        fn append_events(&self, events: &[stockade_core::events::Event]) -> StoreResult<()>;
+        fn purge_events(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+        fn insert_webhook(&self, webhook: &WebhookRecord) -> StoreResult<()>;
+        fn list_webhooks(&self, account: &AccountId) -> StoreResult<Vec<WebhookRecord>>;
+        fn get_webhook(&self, id: &WebhookId) -> StoreResult<WebhookRecord>;
+        fn update_webhook(&self, webhook: &WebhookRecord) -> StoreResult<()>;
+        fn delete_webhook(&self, id: &WebhookId) -> StoreResult<()>;
+        fn claim_deliveries(&self, holder: &str, now: DateTime<Utc>,
+            until: DateTime<Utc>, limit: u32) -> StoreResult<Vec<DueDelivery>>;
+        fn record_attempt(&self, delivery: &DeliveryId, attempt: &AttemptRecord,
+            outcome: AttemptOutcome) -> StoreResult<()>;
+        fn list_deliveries(&self, webhook: &WebhookId, status: Option<DeliveryStatus>,
+            limit: u32) -> StoreResult<Vec<DeliveryRecord>>;
+        fn redeliver(&self, webhook: &WebhookId, delivery: &DeliveryId, now: DateTime<Utc>,
+            give_up_at: DateTime<Utc>) -> StoreResult<DeliveryRecord>;
+    }
+    fn subscribe_events(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.subscribe_events()
+    }
+}
+
+forward! {
+    AuditStore {
+        fn insert_audit(&self, entries: &[AuditRecord]) -> StoreResult<()>;
+        fn list_audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditRecord>>;
+        fn purge_audit(&self, before: DateTime<Utc>) -> StoreResult<u64>;
     }
 }
 

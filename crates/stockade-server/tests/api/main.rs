@@ -10,6 +10,7 @@ mod credentials;
 mod disk;
 mod docs;
 mod egress;
+mod events;
 #[path = "../shared/error_body.rs"]
 mod error_body;
 mod exec;
