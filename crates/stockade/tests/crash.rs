@@ -5,8 +5,11 @@
 //! labelled container or volume without a record, no record in a
 //! transitional state, every PAUSED record over a frozen container and no
 //! RUNNING one over a frozen container, every acknowledged delete done, every idempotency
-//! key answering at once. And SIGTERM with open event streams and a long
-//! command ends the process within its grace period, with exit code 0.
+//! key answering at once, and the lifecycle events agreeing with the
+//! records (none lost, none of a sandbox that never existed). Webhook
+//! deliveries pending when the server is killed are made after its
+//! restart. And SIGTERM with open event streams and a long command ends
+//! the process within its grace period, with exit code 0.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -178,6 +181,76 @@ async fn check(
         match records.get(id) {
             Some(sb) if sb["status"] == "TERMINATED" => {}
             other => return Err(format!("acknowledged delete of {id} not done: {other:?}")),
+        }
+    }
+    events_agree(http, url, &records).await
+}
+
+/// Every event of the account, oldest first, paged by cursor.
+async fn all_events(http: &reqwest::Client, url: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut since = String::new();
+    loop {
+        let page = format!("{url}/api/v1/events?limit=100&since={since}");
+        let (status, body) = answer(http, Method::GET, page, None).await;
+        assert_eq!(status, 200, "{body}");
+        let events = body["events"].as_array().cloned().unwrap_or_default();
+        since = body["nextCursor"].as_str().unwrap_or_default().to_owned();
+        if events.is_empty() {
+            return out;
+        }
+        out.extend(events);
+    }
+}
+
+/// The outbox agrees with the records: no event of a sandbox that never
+/// existed for its owner, none lost. Each record's latest state event is
+/// the one its status implies, and every sandbox that settled was created.
+async fn events_agree(
+    http: &reqwest::Client,
+    url: &str,
+    records: &std::collections::HashMap<String, Value>,
+) -> Result<(), String> {
+    let mut last: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut created = std::collections::HashSet::new();
+    for e in all_events(http, url).await {
+        let id = e["sandboxId"].as_str().unwrap_or_default().to_owned();
+        let kind = e["type"].as_str().unwrap_or_default();
+        let Some(state) = kind.strip_prefix("sandbox.lifecycle.") else {
+            continue;
+        };
+        if !records.contains_key(&id) {
+            return Err(format!("event {kind} of {id}, which has no record"));
+        }
+        if state == "created" {
+            created.insert(id.clone());
+        }
+        if matches!(
+            state,
+            "created" | "started" | "stopped" | "paused" | "resumed" | "killed" | "errored"
+        ) {
+            last.insert(id, state.to_owned());
+        }
+    }
+    for (id, sb) in records {
+        let status = sb["status"].as_str().unwrap_or_default();
+        let expected: &[&str] = match status {
+            "RUNNING" => &["created", "started", "resumed"],
+            "PAUSED" => &["paused"],
+            "STOPPED" => &["stopped"],
+            "ERROR" => &["errored"],
+            // A create rolled back never existed for its owner: no events.
+            "TERMINATED" if !created.contains(id) => &[],
+            "TERMINATED" => &["killed"],
+            _ => continue,
+        };
+        let seen = last.get(id).map(String::as_str);
+        let agrees = match seen {
+            Some(state) => expected.contains(&state),
+            None => expected.is_empty(),
+        };
+        if !agrees {
+            return Err(format!("{id} is {status} but its last event is {seen:?}"));
         }
     }
     Ok(())
@@ -377,4 +450,141 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     let removed = format!("{}/api/v1/sandbox/{id}", server.url);
     let (status, _) = answer(&http, Method::DELETE, removed, None).await;
     assert_eq!(status, 200);
+}
+
+/// A webhook receiver on `port`: records each request's signature header
+/// and body, answers 204.
+async fn receive(port: u16) -> std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let got: std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>> = Default::default();
+    let recorded = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let header = |name: &str| {
+                        head.lines()
+                            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_owned))
+                            .unwrap_or_default()
+                    };
+                    let length: usize = header("content-length").parse().unwrap_or(0);
+                    let signature = String::from_utf8_lossy(&buf[..end])
+                        .lines()
+                        .find_map(|l| {
+                            l.split_once(':')
+                                .filter(|(k, _)| k.eq_ignore_ascii_case("e2b-signature"))
+                                .map(|(_, v)| v.trim().to_owned())
+                        })
+                        .unwrap_or_default();
+                    while buf.len() < end + 4 + length {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = buf[end + 4..end + 4 + length].to_vec();
+                    buf.drain(..end + 4 + length);
+                    recorded.lock().unwrap().push((signature, body));
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_pending_when_the_server_is_killed_are_made_after_its_restart() {
+    use base64::Engine;
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let http = client();
+    let flags = [
+        "--allow-internal-addresses",
+        "127.0.0.1/32",
+        "--webhook-retry-seconds",
+        "1",
+    ];
+    let mut server = start(dir.path(), &flags);
+    let _cleanup = admin_account(&http, &server.url).await;
+    // A receiver that is down: its port is free now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let secret = "crash-test-signature-secret";
+    let (status, hook) = answer(
+        &http,
+        Method::POST,
+        format!("{}/api/v1/webhooks", server.url),
+        Some(json!({"url": format!("http://127.0.0.1:{port}/hook"), "signatureSecret": secret})),
+    )
+    .await;
+    assert_eq!(status, 201, "{hook}");
+    let (status, sb) = answer(
+        &http,
+        Method::POST,
+        format!("{}/api/v1/sandbox", server.url),
+        Some(json!({"name": "delivered-later"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{sb}");
+    let id = sb["id"].as_str().unwrap().to_owned();
+    let stop = format!("{}/api/v1/sandbox/{id}/stop?timeout=1", server.url);
+    let (status, _) = answer(&http, Method::POST, stop, None).await;
+    assert_eq!(status, 200);
+    kill9(&mut server);
+
+    let got = receive(port).await;
+    server = start(dir.path(), &flags);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let types: Vec<String> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, body)| serde_json::from_slice::<Value>(body).unwrap())
+            .filter(|e| e["sandboxId"] == id.as_str())
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect();
+        if types.len() >= 2 {
+            assert_eq!(
+                types[..2],
+                ["sandbox.lifecycle.created", "sandbox.lifecycle.stopped"],
+                "in order, after the restart"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "delivered after the restart: {types:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (signature, body) in got.lock().unwrap().iter() {
+        let mut hash = sha2::Sha256::new();
+        hash.update(secret.as_bytes());
+        hash.update(body);
+        let expected = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hash.finalize());
+        assert_eq!(signature, &expected);
+    }
+    let delete = format!("{}/api/v1/sandbox/{id}", server.url);
+    answer(&http, Method::DELETE, delete, None).await;
 }
