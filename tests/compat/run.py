@@ -31,6 +31,7 @@ SUITES = {
         "test_e2b.py",
         "test_e2b_isolation.py",
         "test_e2b_network.py",
+        "test_e2b_events.py",
         "test_code_interpreter.py",
     ],
     "prime": ["test_prime.py"],

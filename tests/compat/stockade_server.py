@@ -103,6 +103,12 @@ class StockadeServer:
                 "off",
                 "--server-name",
                 "compat",
+                # The lifecycle webhooks' receivers listen on loopback, and
+                # retries come quickly.
+                "--allow-internal-addresses",
+                "127.0.0.1/32",
+                "--webhook-retry-seconds",
+                "1",
             ],
             env=env,
             stdout=self.log,
