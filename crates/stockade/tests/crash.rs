@@ -452,63 +452,6 @@ async fn sigterm_ends_streams_and_exits_within_the_grace_period() {
     assert_eq!(status, 200);
 }
 
-/// A webhook receiver on `port`: records each request's signature header
-/// and body, answers 204.
-async fn receive(port: u16) -> std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let got: std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>> = Default::default();
-    let recorded = got.clone();
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let recorded = recorded.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match conn.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let header = |name: &str| {
-                        head.lines()
-                            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_owned))
-                            .unwrap_or_default()
-                    };
-                    let length: usize = header("content-length").parse().unwrap_or(0);
-                    let signature = String::from_utf8_lossy(&buf[..end])
-                        .lines()
-                        .find_map(|l| {
-                            l.split_once(':')
-                                .filter(|(k, _)| k.eq_ignore_ascii_case("e2b-signature"))
-                                .map(|(_, v)| v.trim().to_owned())
-                        })
-                        .unwrap_or_default();
-                    while buf.len() < end + 4 + length {
-                        match conn.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let body = buf[end + 4..end + 4 + length].to_vec();
-                    buf.drain(..end + 4 + length);
-                    recorded.lock().unwrap().push((signature, body));
-                    let _ = conn
-                        .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-                        .await;
-                }
-            });
-        }
-    });
-    got
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_pending_when_the_server_is_killed_are_made_after_its_restart() {
     use base64::Engine;
@@ -552,7 +495,10 @@ async fn deliveries_pending_when_the_server_is_killed_are_made_after_its_restart
     assert_eq!(status, 200);
     kill9(&mut server);
 
-    let got = receive(port).await;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let got = support::receive_webhooks(listener);
     server = start(dir.path(), &flags);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

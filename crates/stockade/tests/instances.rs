@@ -7,7 +7,8 @@
 //!   database per run) two run, exactly one leads the background work
 //!   (`/health` `leader`), the leader acts on a session timeout, and once
 //!   the leader is killed the other takes over within the lease's term and
-//!   acts on the next one;
+//!   acts on the next one; both deliver webhooks, each event once, a
+//!   sandbox's events in order whichever instance changed it;
 //! - three Docker hosts (the main engine, `h2` on a unix socket, `h3` over
 //!   TCP with TLS, all started by `scripts/test`) under two instances on
 //!   PostgreSQL: six creates at once fill the three
@@ -336,9 +337,12 @@ async fn two_servers_on_postgres_share_the_background_work_and_take_over() {
     };
     let _cleanup = DockerCleanup::main(installation);
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let a = start(dirs[0].path(), Some(&db.url), "a");
-    let b = start(dirs[1].path(), Some(&db.url), "b");
+    // Webhooks reach a receiver on loopback.
+    let loopback = [("STOCKADE_ALLOW_INTERNAL_ADDRESSES", "127.0.0.1/32")];
+    let a = start_with(dirs[0].path(), Some(&db.url), "a", &loopback);
+    let b = start_with(dirs[1].path(), Some(&db.url), "b", &loopback);
     let mut servers = [a, b];
+    events_are_delivered_once_in_order(&servers).await;
 
     let (leader, follower) =
         agreed_leader(&[&servers[0], &servers[1]], Duration::from_secs(10)).await;
@@ -389,6 +393,118 @@ async fn two_servers_on_postgres_share_the_background_work_and_take_over() {
         "{}",
         servers[follower].log()
     );
+}
+
+/// Sandboxes created, stopped and deleted through both instances: their
+/// events form one order per sandbox in the feed of either instance, and a
+/// webhook (delivered by both instances, each delivery claimed by one) gets
+/// each event once, in that order.
+async fn events_are_delivered_once_in_order(servers: &[Server; 2]) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let got = support::receive_webhooks(listener);
+    let (status, hook) = call(
+        &servers[0],
+        Method::POST,
+        "/webhooks",
+        Some(json!({"url": format!("http://127.0.0.1:{port}/hook"),
+                    "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.stopped",
+                               "sandbox.lifecycle.killed"]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{hook}");
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let (status, sb) = create_on(&servers[i % 2], json!({})).await;
+        assert_eq!(status, 201, "{sb}");
+        let id = sb["id"].as_str().unwrap().to_owned();
+        let other = &servers[(i + 1) % 2];
+        let (status, _) = call(
+            other,
+            Method::POST,
+            &format!("/sandbox/{id}/stop?timeout=1"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+        let (status, _) = call(
+            &servers[i % 2],
+            Method::DELETE,
+            &format!("/sandbox/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+        ids.push(id);
+    }
+    let want = [
+        "sandbox.lifecycle.created",
+        "sandbox.lifecycle.stopped",
+        "sandbox.lifecycle.killed",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let delivered: Vec<Value> = loop {
+        let bodies: Vec<Value> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, body)| serde_json::from_slice(body).unwrap())
+            .collect();
+        if bodies.len() >= ids.len() * want.len() {
+            break bodies;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} delivered",
+            bodies.len(),
+            ids.len() * 3
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Nothing more arrives: each event once.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = got.lock().unwrap().len();
+    assert_eq!(all, ids.len() * want.len(), "an event was delivered twice");
+    let mut unique: Vec<&str> = delivered
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), all);
+    for id in &ids {
+        let types: Vec<&str> = delivered
+            .iter()
+            .filter(|e| e["sandboxId"] == id.as_str())
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, want, "{id}");
+        for server in servers {
+            let (status, feed) = call(
+                server,
+                Method::GET,
+                &format!("/events?sandboxId={id}"),
+                None,
+            )
+            .await;
+            assert_eq!(status, 200, "{feed}");
+            let types: Vec<&str> = feed["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["type"].as_str().unwrap())
+                .collect();
+            assert_eq!(types, want, "{id} in the feed");
+        }
+    }
+    let (status, _) = call(
+        &servers[1],
+        Method::DELETE,
+        &format!("/webhooks/{}", hook["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
 }
 
 /// The engines of the several-hosts test, from `scripts/test`: a second one

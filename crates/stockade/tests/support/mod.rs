@@ -242,3 +242,61 @@ pub fn code_image() -> Option<String> {
     }
     present.then(|| image.to_owned())
 }
+
+/// Webhook requests a receiver got: each one's `e2b-signature` and body.
+pub type Received = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A webhook receiver on `listener`: records each request's
+/// `e2b-signature` header and body, answers 204. Plain HTTP/1.1 over
+/// tokio, keep-alive included.
+pub fn receive_webhooks(listener: tokio::net::TcpListener) -> Received {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let got: Received = Default::default();
+    let recorded = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let recorded = recorded.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let header = |name: &str| {
+                        head.lines()
+                            .find_map(|l| l.strip_prefix(&format!("{name}: ")).map(str::to_owned))
+                            .unwrap_or_default()
+                    };
+                    let length: usize = header("content-length").parse().unwrap_or(0);
+                    let signature = String::from_utf8_lossy(&buf[..end])
+                        .lines()
+                        .find_map(|l| {
+                            l.split_once(':')
+                                .filter(|(k, _)| k.eq_ignore_ascii_case("e2b-signature"))
+                                .map(|(_, v)| v.trim().to_owned())
+                        })
+                        .unwrap_or_default();
+                    while buf.len() < end + 4 + length {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = buf[end + 4..end + 4 + length].to_vec();
+                    buf.drain(..end + 4 + length);
+                    recorded.lock().unwrap().push((signature, body));
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    got
+}
