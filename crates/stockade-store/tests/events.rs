@@ -270,6 +270,37 @@ async fn events(a: Arc<dyn Store>, b: Arc<dyn Store>) {
         .unwrap()
         .is_empty());
     assert!(!a.get_webhook(&hook.id).await.unwrap().enabled);
+    // Enabled again with three sandboxes' deliveries due: one at a time per
+    // webhook, whoever asks.
+    a.update_webhook(&hook).await.unwrap();
+    for _ in 0..2 {
+        let mut more = record(&owner);
+        a.insert_sandbox(&more).await.unwrap();
+        more.mark_running(Utc::now());
+        a.update_sandbox(&more).await.unwrap();
+    }
+    let soon = Utc::now() + Duration::seconds(1);
+    let one = a
+        .claim_deliveries("alpha", soon, soon + Duration::seconds(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(one.len(), 1, "one delivery in flight per webhook: {one:?}");
+    assert!(b
+        .claim_deliveries("beta", soon, soon + Duration::seconds(30), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    a.record_attempt(&one[0].id, &attempt(Some(200)), AttemptOutcome::Delivered)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.claim_deliveries("beta", soon, soon + Duration::seconds(30), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    a.update_webhook(&off).await.unwrap();
     assert_eq!(a.list_webhooks(&owner).await.unwrap().len(), 1);
     a.delete_webhook(&hook.id).await.unwrap();
     a.delete_webhook(&hook.id).await.unwrap_err();

@@ -29,7 +29,8 @@ pub struct EventsConfig {
     pub retry_base: Duration,
     /// The longest wait between two attempts.
     pub retry_max: Duration,
-    /// Deliveries one instance makes at once.
+    /// Deliveries one instance makes at once (a webhook has at most one
+    /// in flight).
     pub delivery_concurrency: usize,
 }
 
@@ -41,7 +42,7 @@ impl Default for EventsConfig {
             delivery_timeout: Duration::from_secs(10),
             retry_base: Duration::from_secs(5),
             retry_max: Duration::from_secs(3600),
-            delivery_concurrency: 8,
+            delivery_concurrency: 32,
         }
     }
 }

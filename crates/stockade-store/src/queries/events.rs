@@ -358,9 +358,10 @@ impl<B: Backend> EventStore for SqlStore<B> {
         let context = "claim webhook deliveries";
         // The oldest pending delivery of each webhook and sandbox that is due
         // and not held: a later one waits until the earlier is delivered or
-        // given up on.
+        // given up on. A webhook has one delivery in flight at a time, so a
+        // receiver that never answers holds one sender, not all of them.
         let due = Q::<B>::new(
-            "SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
+            "SELECT d.id, d.webhook_id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
              WHERE d.status = 'pending' AND w.enabled = 1 AND d.next_attempt_at <= ",
         )
         .ts(now)
@@ -369,9 +370,12 @@ impl<B: Backend> EventStore for SqlStore<B> {
         .sql(
             ") AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p WHERE p.webhook_id = d.webhook_id \
              AND p.ordering_key = d.ordering_key AND p.status = 'pending' AND p.event_seq < d.event_seq) \
-             ORDER BY d.event_seq LIMIT ",
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries c WHERE c.webhook_id = d.webhook_id \
+             AND c.status = 'pending' AND c.claimed_until > ",
         )
-        .bind(i64::from(limit));
+        .ts(now)
+        .sql(") ORDER BY d.event_seq LIMIT ")
+        .bind(i64::from(limit.saturating_mul(4)));
         let claim = |row: &DbRow<B>| -> StoreResult<Q<B>> {
             Ok(Q::new("UPDATE webhook_deliveries SET claimed_by = ")
                 .bind(holder.to_owned())
@@ -383,11 +387,19 @@ impl<B: Backend> EventStore for SqlStore<B> {
                 .ts(now)
                 .sql(") RETURNING id"))
         };
-        let won: Vec<String> = self
-            .claim_each(due, claim, |row| row.get::<String>("id"), context)
-            .await?;
-        let mut out = Vec::with_capacity(won.len());
         let mut conn = self.conn(context).await?;
+        let mut taken_hooks = std::collections::HashSet::new();
+        let mut won: Vec<String> = Vec::new();
+        for row in conn.fetch_all(due, context).await? {
+            if won.len() >= limit as usize || !taken_hooks.insert(row.get::<String>("webhook_id")?)
+            {
+                continue;
+            }
+            if let Some(row) = conn.returning_optional(claim(&row)?, context).await? {
+                won.push(row.get("id")?);
+            }
+        }
+        let mut out = Vec::with_capacity(won.len());
         for id in won {
             let q = Q::<B>::new(
                 "SELECT d.id AS delivery_id, d.attempts, d.give_up_at, d.webhook_id FROM \
