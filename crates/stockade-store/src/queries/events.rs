@@ -134,7 +134,7 @@ impl<B: Backend> SqlStore<B> {
             let data = event
                 .data
                 .as_ref()
-                .map(|d| serde_json::to_string(d))
+                .map(serde_json::to_string)
                 .transpose()
                 .map_err(|e| StoreError::Other(format!("{context}: event data: {e}")))?;
             let q = Q::<B>::new(
