@@ -60,14 +60,14 @@ pub mod prime;
 
 pub mod snapshots;
 pub mod tokens;
-pub use snapshots::{
-    CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxOrigin, SandboxSource,
-    SnapshotResponse, UploadResponse,
-};
 pub use events::{
     AuditEntry, AuditPage, AuditQuery, CreateWebhookRequest, DeliveryAttempt, DeliveryList,
     DeliveryQuery, E2bEventQuery, Event, EventPage, EventQuery, UpdateWebhookRequest, Webhook,
     WebhookDelivery,
+};
+pub use snapshots::{
+    CreateSnapshotRequest, ForkSandboxRequest, ListSnapshotsResponse, SandboxOrigin, SandboxSource,
+    SnapshotResponse, UploadResponse,
 };
 pub use tokens::{
     CreateTokenRequest, CreateTokenResponse, EmptyRequest, ListTokensResponse, TokenResponse,

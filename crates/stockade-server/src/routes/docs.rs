@@ -624,13 +624,13 @@ mod examples {
 
     fn delivery(status: &str) -> Value {
         json!({"id": DELIVERY_ID, "webhookId": WEBHOOK_ID, "eventId": "e4r8t2y6u1i5o9p3a7s1d5f9",
-               "eventType": "sandbox.lifecycle.created", "sandboxId": SANDBOX_ID, "status": status,
-               "attempts": 2, "createdAt": STARTED, "deliveredAt": "2026-01-15T09:30:08Z",
-               "attemptLog": [
-                   {"id": "a1s2d3f4g5h6j7k8l9z1x2c3", "at": "2026-01-15T09:30:08Z", "statusCode": 204, "durationMs": 41},
-                   {"id": "q1w2e3r4t5y6u7i8o9p1a2s3", "at": STARTED, "statusCode": 503,
-                    "error": "the receiver answered 503", "durationMs": 12}
-               ]})
+        "eventType": "sandbox.lifecycle.created", "sandboxId": SANDBOX_ID, "status": status,
+        "attempts": 2, "createdAt": STARTED, "deliveredAt": "2026-01-15T09:30:08Z",
+        "attemptLog": [
+            {"id": "a1s2d3f4g5h6j7k8l9z1x2c3", "at": "2026-01-15T09:30:08Z", "statusCode": 204, "durationMs": 41},
+            {"id": "q1w2e3r4t5y6u7i8o9p1a2s3", "at": STARTED, "statusCode": 503,
+             "error": "the receiver answered 503", "durationMs": 12}
+        ]})
     }
 
     /// Every operation's examples.

@@ -10,9 +10,9 @@ mod credentials;
 mod disk;
 mod docs;
 mod egress;
-mod events;
 #[path = "../shared/error_body.rs"]
 mod error_body;
+mod events;
 mod exec;
 mod failures;
 mod files;
