@@ -16,7 +16,7 @@ use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use stockade_core::{AccountId, TokenId};
-use stockade_service::events::audit::AuditCall;
+use stockade_store::AuditRecord;
 
 use crate::extract::{Caller, Credential};
 use crate::AppState;
@@ -153,7 +153,10 @@ pub async fn record(State(state): State<AppState>, mut req: Request, next: Next)
     };
     state
         .svc
-        .audit(AuditCall {
+        .audit(AuditRecord {
+            seq: 0,
+            id: stockade_core::EventId::generate().to_string(),
+            at: chrono::Utc::now(),
             account_id,
             token_id,
             client_ip: client_ip.map(|ip| ip.to_string()),

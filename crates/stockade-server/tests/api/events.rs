@@ -129,6 +129,27 @@ fn signature(secret: &str, body: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize())
 }
 
+/// A call to E2B's API with `key` as `X-API-Key`: the status and the JSON
+/// answer (`null` when there is none).
+async fn e2b(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = app
+        .http
+        .request(method, format!("{}/e2b{path}", app.base))
+        .header("x-api-key", key);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
 /// A server whose webhooks retry quickly and give up on slow receivers soon.
 async fn quick_app() -> TestApp {
     spawn_configured(|c| {
@@ -437,30 +458,26 @@ async fn the_feed_pages_by_cursor_streams_and_refuses_bad_input() {
         .await
         .assert_status(StatusCode::NOT_FOUND, "another's sandbox");
     // E2B's polling routes: newest first by default.
-    let e2b = app
-        .http
-        .get(format!("{}/e2b/events/sandboxes/{id}", app.base))
-        .header("x-api-key", &owner)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(e2b.status(), StatusCode::OK);
-    let e2b: Value = e2b.json().await.unwrap();
-    assert_eq!(e2b[0]["type"], "sandbox.lifecycle.stopped");
-    assert_eq!(e2b[1]["type"], "sandbox.lifecycle.created");
-    let asc: Value = app
-        .http
-        .get(format!(
-            "{}/e2b/events/sandboxes?orderAsc=true&limit=1",
-            app.base
-        ))
-        .header("x-api-key", &owner)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let get = reqwest::Method::GET;
+    let (status, polled) = e2b(
+        &app,
+        get.clone(),
+        &format!("/events/sandboxes/{id}"),
+        &owner,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(polled[0]["type"], "sandbox.lifecycle.stopped");
+    assert_eq!(polled[1]["type"], "sandbox.lifecycle.created");
+    let (_, asc) = e2b(
+        &app,
+        get,
+        "/events/sandboxes?orderAsc=true&limit=1",
+        &owner,
+        None,
+    )
+    .await;
     assert_eq!(asc.as_array().unwrap().len(), 1);
     assert_eq!(asc[0]["type"], "sandbox.lifecycle.created");
 
@@ -529,22 +546,20 @@ async fn bad_registrations_store_nothing_and_webhooks_are_private() {
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 
     // E2B's shape: X-API-Key, 201, PATCH only what is given, DELETE 200.
-    let e2b = |method: reqwest::Method, path: &str| {
-        app.http
-            .request(method, format!("{}/e2b/events/webhooks{path}", app.base))
-            .header("x-api-key", &owner)
-    };
-    let made = e2b(reqwest::Method::POST, "")
-        .json(
-            &json!({"name": "My Sandbox Webhook", "url": "http://127.0.0.1:9/h", "enabled": true,
-                      "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"],
-                      "signatureSecret": "secret-for-event-signature-verification"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(made.status(), StatusCode::CREATED);
-    let made: Value = made.json().await.unwrap();
+    use reqwest::Method as M;
+    let (status, made) = e2b(
+        &app,
+        M::POST,
+        "/events/webhooks",
+        &owner,
+        Some(
+            json!({"name": "My Sandbox Webhook", "url": "http://127.0.0.1:9/h", "enabled": true,
+                    "events": ["sandbox.lifecycle.created", "sandbox.lifecycle.killed"],
+                    "signatureSecret": "secret-for-event-signature-verification"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
     let hook = made["id"].as_str().unwrap().to_owned();
     for key in [
         "id",
@@ -558,24 +573,27 @@ async fn bad_registrations_store_nothing_and_webhooks_are_private() {
         assert!(made.get(key).is_some(), "{key}: {made}");
     }
     assert!(made.get("signatureSecret").is_none());
-    let patched: Value = e2b(reqwest::Method::PATCH, &format!("/{hook}"))
-        .json(&json!({"enabled": false}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let path = format!("/events/webhooks/{hook}");
+    let (_, patched) = e2b(
+        &app,
+        M::PATCH,
+        &path,
+        &owner,
+        Some(json!({"enabled": false})),
+    )
+    .await;
     assert_eq!(patched["enabled"], false);
     assert_eq!(patched["name"], "My Sandbox Webhook");
     assert_eq!(patched["events"], made["events"]);
-    let bad = e2b(reqwest::Method::PATCH, &format!("/{hook}"))
-        .json(&json!({"url": "gopher://x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
-    let bad: Value = bad.json().await.unwrap();
+    let (status, bad) = e2b(
+        &app,
+        M::PATCH,
+        &path,
+        &owner,
+        Some(json!({"url": "gopher://x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(bad["code"], 400, "E2B's error shape: {bad}");
 
     // Another account: not found everywhere, native and E2B.
@@ -596,32 +614,14 @@ async fn bad_registrations_store_nothing_and_webhooks_are_private() {
             .await
             .unwrap();
         assert_eq!(r.status(), StatusCode::NOT_FOUND, "{method}");
-        let r = app
-            .http
-            .request(
-                method.clone(),
-                format!("{}/e2b/events/webhooks/{hook}", app.base),
-            )
-            .header("x-api-key", &other)
-            .json(&json!({"enabled": true}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::NOT_FOUND, "E2B {method}");
+        let body = Some(json!({"enabled": true}));
+        let (status, _) = e2b(&app, method.clone(), &path, &other, body).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "E2B {method}");
     }
-    let listed: Value = e2b(reqwest::Method::GET, "")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, listed) = e2b(&app, M::GET, "/events/webhooks", &owner, None).await;
     assert_eq!(listed.as_array().unwrap().len(), 1);
-    let gone = e2b(reqwest::Method::DELETE, &format!("/{hook}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(gone.status(), StatusCode::OK);
+    let (status, _) = e2b(&app, M::DELETE, &path, &owner, None).await;
+    assert_eq!(status, StatusCode::OK);
     app.get(&format!("/api/v1/webhooks/{hook}"), &owner)
         .await
         .assert_status(StatusCode::NOT_FOUND, "deleted");
@@ -663,15 +663,10 @@ async fn the_audit_log_records_changes_and_refusals_on_every_front_end_without_s
     app.get("/api/v1/sandbox", "stk_forged_token_value").await;
     // E2B's front-end, the CLI's and prime-sandboxes' user agents, and the
     // dashboard's session cookie.
-    let r = app
-        .http
-        .post(format!("{}/e2b/sandboxes/{id}/timeout", app.base))
-        .header("x-api-key", &owner)
-        .json(&json!({"timeout": 600}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let timeout = format!("/sandboxes/{id}/timeout");
+    let body = Some(json!({"timeout": 600}));
+    let (status, _) = e2b(&app, reqwest::Method::POST, &timeout, &owner, body).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
     for agent in ["stockade-cli/0.1.0", "prime-sandboxes/0.5.1 python/3.11.2"] {
         let r = app
             .http

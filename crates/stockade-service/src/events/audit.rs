@@ -3,7 +3,6 @@
 //! per service writes whatever is queued in one transaction, so a burst of
 //! calls costs one write, and a request never waits for the database.
 
-use chrono::{DateTime, Utc};
 use stockade_core::{AccountId, Scope};
 use stockade_store::{AuditFilter, AuditRecord};
 use tokio::sync::mpsc;
@@ -16,21 +15,6 @@ use crate::{Service, ServiceError, ServiceResult};
 const QUEUE: usize = 10_000;
 /// The most entries one write takes.
 const BATCH: usize = 500;
-
-/// One call, as a front-end saw it end.
-#[derive(Debug, Clone, Default)]
-pub struct AuditCall {
-    pub account_id: Option<AccountId>,
-    pub token_id: Option<String>,
-    pub client_ip: Option<String>,
-    /// The method and the route template, never the path as sent (a
-    /// path can carry a token).
-    pub action: String,
-    pub front_end: String,
-    pub resource_id: Option<String>,
-    pub status: u16,
-    pub duration_ms: u64,
-}
 
 /// The queue into the writer task.
 #[derive(Debug, Clone)]
@@ -64,21 +48,9 @@ impl AuditLog {
         Self { queue }
     }
 
-    /// Queues an entry; waits only when the writer is far behind.
-    pub async fn record(&self, call: AuditCall, at: DateTime<Utc>) {
-        let entry = AuditRecord {
-            seq: 0,
-            id: stockade_core::EventId::generate().to_string(),
-            account_id: call.account_id,
-            token_id: call.token_id,
-            client_ip: call.client_ip,
-            action: call.action,
-            front_end: call.front_end,
-            resource_id: call.resource_id,
-            status: call.status,
-            duration_ms: call.duration_ms,
-            at,
-        };
+    /// Queues an entry (its `seq` is the database's to give); waits only
+    /// when the writer is far behind.
+    pub async fn record(&self, entry: AuditRecord) {
         if self.queue.send(entry).await.is_err() {
             tracing::warn!("the audit log's writer has ended; an entry was not written");
         }
@@ -126,9 +98,10 @@ impl Service {
         Ok((entries, next))
     }
 
-    /// Queues an audit entry of a call that ended now.
-    pub async fn audit(&self, call: AuditCall) {
-        self.audit_log().record(call, Utc::now()).await;
+    /// Queues an audit entry of a call: `action` is the method and the
+    /// route template, never the path as sent (a path can carry a token).
+    pub async fn audit(&self, entry: AuditRecord) {
+        self.audit_log().record(entry).await;
     }
 }
 
@@ -152,21 +125,26 @@ pub fn audit_view(e: &AuditRecord) -> stockade_api::AuditEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::Utc;
 
     #[tokio::test]
     async fn queued_entries_are_written_in_batches() {
         let store = stockade_store::connect("sqlite::memory:").await.unwrap();
         let log = AuditLog::start(store.clone());
         for i in 0..1200 {
-            log.record(
-                AuditCall {
-                    action: format!("POST /api/v1/thing/{i}"),
-                    front_end: "api".into(),
-                    status: 201,
-                    ..AuditCall::default()
-                },
-                Utc::now(),
-            )
+            log.record(AuditRecord {
+                seq: 0,
+                id: format!("entry-{i}"),
+                account_id: None,
+                token_id: None,
+                client_ip: None,
+                action: format!("POST /api/v1/thing/{i}"),
+                front_end: "api".into(),
+                resource_id: None,
+                status: 201,
+                duration_ms: 1,
+                at: Utc::now(),
+            })
             .await;
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
