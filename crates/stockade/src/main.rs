@@ -7,6 +7,7 @@ mod output;
 mod cli;
 mod code;
 mod copy;
+mod events;
 mod exec;
 mod host;
 mod manage;
@@ -241,6 +242,15 @@ was created with --auto-resume: then the first of them resumes it.")]
     /// Manage the Docker hosts sandboxes are placed on (administrators only).
     #[command(subcommand)]
     Host(host::HostCommand),
+    /// Show (or follow) the lifecycle events of your sandboxes and
+    /// snapshots: created, stopped, paused, killed, …
+    Events(events::EventsArgs),
+    /// Register, list, change and remove webhooks that receive lifecycle
+    /// events; see and retry their deliveries.
+    #[command(subcommand, alias = "webhooks")]
+    Webhook(events::WebhookCommand),
+    /// Show the audit log: the calls made to the API, and by whom.
+    Audit(events::AuditArgs),
     /// Show a server's health (Docker and database).
     #[command(after_help = "Examples:
   stockade health
@@ -441,6 +451,9 @@ fn main() -> ExitCode {
             Command::Update(args) => manage::update(&ctx, *args).await,
             Command::Account(cmd) => cli::account(&ctx, cmd).await,
             Command::Host(cmd) => host::host(&ctx, cmd).await,
+            Command::Events(args) => events::events(&ctx, args).await,
+            Command::Webhook(cmd) => events::webhook(&ctx, cmd).await,
+            Command::Audit(args) => events::audit(&ctx, args).await,
             Command::Health => cli::health(&ctx).await,
             Command::Completions { shell } => complete::script(shell),
             Command::Complete { words } => complete::answer(&ctx, &words).await,
