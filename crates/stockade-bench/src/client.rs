@@ -161,6 +161,74 @@ impl Api {
             .map(drop)
     }
 
+    /// Registers a webhook named `name` that POSTs every event type to
+    /// `url`, signed with `secret`; returns its id.
+    pub async fn create_webhook(
+        &self,
+        name: &str,
+        url: &str,
+        secret: &str,
+    ) -> anyhow::Result<String> {
+        let v = self
+            .call(
+                Method::POST,
+                "/api/v1/webhooks",
+                Some(json!({ "name": name, "url": url, "signatureSecret": secret })),
+                StatusCode::CREATED,
+            )
+            .await?;
+        v["id"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("webhook create: no id in {v}"))
+    }
+
+    /// Removes webhook `id` (and its pending deliveries).
+    pub async fn delete_webhook(&self, id: &str) -> anyhow::Result<()> {
+        let path = format!("/api/v1/webhooks/{id}");
+        let (status, text) = self.text(&Method::DELETE, &path, None).await?;
+        if status != StatusCode::NO_CONTENT {
+            bail!("DELETE {path}: expected 204, got {status}: {text}");
+        }
+        Ok(())
+    }
+
+    /// Every event of the caller's feed after `since` (all kept ones when
+    /// `None`), oldest first, and the cursor to read on from.
+    pub async fn events_since(
+        &self,
+        since: Option<&str>,
+    ) -> anyhow::Result<(Vec<Value>, Option<String>)> {
+        const PAGE: usize = 100;
+        let mut cursor = since.map(str::to_owned);
+        let mut events = Vec::new();
+        loop {
+            let query = match &cursor {
+                Some(c) => format!("?since={c}&limit={PAGE}"),
+                None => format!("?limit={PAGE}"),
+            };
+            let v = self
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/events{query}"),
+                    None,
+                    StatusCode::OK,
+                )
+                .await?;
+            let page = v["events"]
+                .as_array()
+                .with_context(|| format!("events: no events in {v}"))?;
+            let full = page.len() == PAGE;
+            events.extend(page.iter().cloned());
+            if let Some(next) = v["nextCursor"].as_str().filter(|c| !c.is_empty()) {
+                cursor = Some(next.to_owned());
+            }
+            if !full {
+                return Ok((events, cursor));
+            }
+        }
+    }
+
     /// Runs `argv` (buffered); returns the exit code and stdout.
     pub async fn exec(&self, id: &str, argv: &[&str]) -> anyhow::Result<(i64, String)> {
         let v = self

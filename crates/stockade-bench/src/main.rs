@@ -2,11 +2,12 @@
 //! database, real Docker) and, in the same run, measures each scenario of
 //! the API and the sandbox lifecycle — and those of the in-sandbox agent (exec, terminal, memory,
 //! warm create → first command), of the code interpreter, of gVisor, of
-//! egress policies and of several Docker hosts — through Stockade's HTTP
-//! API and through a baseline: the Docker Engine API directly with the
-//! same container settings (or, for gVisor, Stockade under runc; for
-//! egress policies, Stockade with `allow-all`; for several hosts, the own
-//! host alone; for code cells, an exec round trip in the same sandbox). Writes
+//! egress policies, of several Docker hosts and of lifecycle events —
+//! through Stockade's HTTP API and through a baseline: the Docker Engine
+//! API directly with the same container settings (or, for gVisor, Stockade
+//! under runc; for egress policies, Stockade with `allow-all`; for several
+//! hosts, the own host alone; for code cells, an exec round trip in the
+//! same sandbox; for events, no webhooks registered). Writes
 //! `results.json` and `results.md`; never fails because of a ratio, only
 //! when something breaks.
 #![forbid(unsafe_code)]
@@ -151,9 +152,13 @@ pub struct Cli {
     /// two turns of half as many (default 4; quick 2).
     #[arg(long)]
     pub host_bursts: Option<usize>,
+    /// Events scenario: create-and-delete cycles with three webhooks
+    /// registered, and as many without (default 30; quick 4).
+    #[arg(long)]
+    pub event_cycles: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
-    /// pause, gvisor, egress, hosts.
+    /// pause, gvisor, egress, hosts, events.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -187,6 +192,7 @@ pub struct Plan {
     pub host_creates: usize,
     pub host_burst: usize,
     pub host_bursts: usize,
+    pub event_cycles: usize,
     /// Scenario groups to run; empty = all.
     pub only: Vec<String>,
 }
@@ -230,6 +236,7 @@ impl Plan {
             host_creates: at_least_one(cli.host_creates, 20, 4),
             host_burst: at_least_one(cli.host_burst, 20, 20),
             host_bursts: at_least_one(cli.host_bursts, 4, 2),
+            event_cycles: at_least_one(cli.event_cycles, 30, 4),
             only: cli
                 .only
                 .iter()
@@ -239,9 +246,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 15] = [
+const GROUPS: [&str; 16] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "code", "pause", "gvisor", "egress", "hosts",
+    "code", "pause", "gvisor", "egress", "hosts", "events",
 ];
 
 fn main() -> ExitCode {

@@ -12,6 +12,7 @@ use serde::Serialize;
 pub struct Summary {
     pub n: usize,
     pub p50: f64,
+    pub p95: f64,
     pub p99: f64,
     pub mean: f64,
     pub min: f64,
@@ -36,6 +37,7 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     Some(Summary {
         n: s.len(),
         p50: rank(0.50),
+        p95: rank(0.95),
         p99: rank(0.99),
         mean: s.iter().sum::<f64>() / s.len() as f64,
         min: s[0],
@@ -357,8 +359,8 @@ mod tests {
         let s: Vec<f64> = (1..=100).map(f64::from).collect();
         let sum = summarize(&s).unwrap();
         assert_eq!(
-            (sum.p50, sum.p99, sum.min, sum.max),
-            (50.0, 99.0, 1.0, 100.0)
+            (sum.p50, sum.p95, sum.p99, sum.min, sum.max),
+            (50.0, 95.0, 99.0, 1.0, 100.0)
         );
         let one = summarize(&[7.0]).unwrap();
         assert_eq!((one.p50, one.p99), (7.0, 7.0));

@@ -24,6 +24,7 @@ use crate::report::{Better, Environment, Report, Row, Target};
 use crate::{Cli, Plan};
 
 mod code;
+mod events;
 mod hosts;
 mod pause;
 
@@ -293,7 +294,7 @@ impl Bench {
         // Every scenario the plan runs, in this order.
         for scenario in [
             "api", "lists", "postgres", "create", "exec", "terminal", "code", "pause", "burst",
-            "stop", "logs", "warm", "gvisor", "egress", "hosts",
+            "stop", "logs", "warm", "gvisor", "egress", "hosts", "events",
         ] {
             if !self.plan.runs(scenario) {
                 continue;
@@ -327,6 +328,7 @@ impl Bench {
                 "gvisor" => self.gvisor().await?,
                 "egress" => self.egress().await?,
                 "hosts" => self.hosts().await?,
+                "events" => self.events().await?,
                 _ => {}
             }
         }

@@ -1,7 +1,8 @@
 //! The benchmark in its quick mode, as CI runs it: every scenario runs
 //! (gVisor's when the engine has `runsc`, as scripts/test registers it;
 //! the code interpreter's when its image is built;
-//! three hosts against one when scripts/test's engines h2 and h3 are set),
+//! three hosts against one when scripts/test's engines h2 and h3 are set;
+//! lifecycle events with webhooks to a receiver in the benchmark itself),
 //! results.json and results.md are written, and nothing it made is left in
 //! Docker. Ratios are reported, never asserted (timings here are noisy).
 
@@ -76,6 +77,9 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "resume",
         "resume_exec",
         "pause_cpu",
+        "events_create",
+        "events_delete",
+        "events_delivery",
     ];
     expected.extend(["placement_sqlite", "placement_decision_sqlite"]);
     if std::env::var("STOCKADE_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
@@ -187,6 +191,29 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
             .unwrap();
         assert!((5.0..1024.0).contains(&rss), "kernel VmRSS {rss} MiB");
     }
+    // With and without webhooks alternate; every delivery arrived (3
+    // webhooks × a created and a killed event per cycle at least).
+    for id in ["events_create", "events_delete"] {
+        let row = rows.iter().find(|r| r["id"] == id).unwrap();
+        assert_eq!(row["baseline"], "no webhooks registered", "{row}");
+        assert_eq!(row["target"], "ratio ≤ 1.05", "{row}");
+        assert_eq!(row["stockade"]["n"], row["raw"]["n"], "{row}");
+    }
+    let delivery = rows.iter().find(|r| r["id"] == "events_delivery").unwrap();
+    let cycles = rows.iter().find(|r| r["id"] == "events_create").unwrap()["stockade"]["n"]
+        .as_u64()
+        .unwrap();
+    let delivered = delivery["stockade"]["n"].as_u64().unwrap();
+    assert!(delivered >= 3 * 2 * cycles, "{delivery}");
+    let note = delivery["note"].as_str().unwrap();
+    assert!(
+        note.starts_with(&format!("{delivered} of {delivered} deliveries arrived")),
+        "{note}"
+    );
+    assert!(
+        delivery["stockade"]["p95"].as_f64().unwrap() > 0.0,
+        "{delivery}"
+    );
     if runsc_usable() {
         let row = rows.iter().find(|r| r["id"] == "create_runsc").unwrap();
         assert_eq!(row["baseline"], "Stockade under runc", "{row}");
