@@ -30,9 +30,15 @@ impl Ctx {
                 CliError::new("unauthorized", "no API token")
                     .hint("pass --token or set STOCKADE_TOKEN (the server prints the admin token on its first start)")
             })?;
-        Ok(Client::new(&self.url, token).map_err(|e| output::sdk_error(&e, None))?)
+        Ok(Client::new(&self.url, token)
+            .and_then(|c| c.with_user_agent(CLI_AGENT))
+            .map_err(|e| output::sdk_error(&e, None))?)
     }
 }
+
+/// How the CLI names itself to the server (its audit log tells the CLI's
+/// calls apart by it).
+pub const CLI_AGENT: &str = concat!("stockade-cli/", env!("CARGO_PKG_VERSION"));
 
 /// Turns an SDK error about the sandbox `name` into the CLI's words.
 pub fn on(name: &str) -> impl Fn(stockade_sdk::Error) -> anyhow::Error + '_ {
@@ -1167,8 +1173,8 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
 
 pub async fn health(ctx: &Ctx) -> anyhow::Result<ExitCode> {
     let client = match ctx.token.as_deref().filter(|t| !t.is_empty()) {
-        Some(t) => Client::new(&ctx.url, t)?,
-        None => Client::anonymous(&ctx.url)?,
+        Some(t) => Client::new(&ctx.url, t)?.with_user_agent(CLI_AGENT)?,
+        None => Client::anonymous(&ctx.url)?.with_user_agent(CLI_AGENT)?,
     };
     let h = client
         .health()

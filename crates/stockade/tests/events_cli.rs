@@ -258,6 +258,7 @@ fn events_are_listed_paged_and_followed_and_the_audit_log_shows_the_create() {
         .unwrap_or_else(|| panic!("no create in {audit}"))
         .clone();
     assert_eq!(create["accountId"], me["account"]["id"]);
+    assert_eq!(create["frontEnd"], "cli", "the CLI names itself: {create}");
     let name = me["account"]["name"].as_str().unwrap();
     let table = s.ok(&["audit", "--account", name]);
     assert!(table.starts_with("TIME"), "{table}");

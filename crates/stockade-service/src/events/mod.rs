@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use rand::distributions::{Alphanumeric, DistString};
 use stockade_core::events::{EventKind, StoredEvent};
 use stockade_core::{DeliveryId, Scope, WebhookId};
@@ -274,7 +274,8 @@ impl Service {
                 "An account may have at most {MAX_WEBHOOKS} webhooks: delete one first"
             )));
         }
-        let now = Utc::now();
+        // What the database keeps: microseconds, so the answer reads back alike.
+        let now = Utc::now().trunc_subsecs(6);
         let record = WebhookRecord {
             id: WebhookId::generate(),
             account_id: scope.account_id.clone(),
@@ -313,7 +314,7 @@ impl Service {
         if let Some(enabled) = input.enabled {
             record.enabled = enabled;
         }
-        record.updated_at = Utc::now();
+        record.updated_at = Utc::now().trunc_subsecs(6);
         self.store
             .update_webhook(&record)
             .await
