@@ -14,5 +14,6 @@ import './suite/limits.mjs';
 import './suite/credentials.mjs';
 import './suite/notebook.mjs';
 import './suite/pause.mjs';
+import './suite/events.mjs';
 import './suite/apidocs.mjs';
 import './suite/firsthour.mjs';

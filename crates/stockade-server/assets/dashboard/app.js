@@ -17,9 +17,11 @@ import { showCreate } from './create.js';
 import { snapshotsPage } from './snapshots.js';
 import { volumesPage } from './volumes.js';
 import { adminPage, tokensCard, rememberSession, forgetSession } from './admin.js';
+import { webhooksPage } from './webhooks.js';
+import { auditPage } from './audit.js';
 
-const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'admin'];
-const NAV = { home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes', admin: 'nav-admin' };
+const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'webhooks', 'audit', 'admin'];
+const NAV = { home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes', webhooks: 'nav-webhooks', audit: 'nav-audit', admin: 'nav-admin' };
 const state = { signedIn: false, me: null, listTimer: null, healthTimer: null, page: null };
 /** How often an administrator's page asks `/health` for warnings. */
 const HEALTH_MS = 30000;
@@ -74,6 +76,8 @@ function show(route) {
     if (state.page === 'sandbox') hideSandbox();
     if (state.page === 'snapshots') snapshotsPage.hide();
     if (state.page === 'volumes') volumesPage.hide();
+    if (state.page === 'webhooks') webhooksPage.hide();
+    if (state.page === 'audit') auditPage.hide();
     if (state.page === 'admin') adminPage.hide();
     if (state.page === 'home') tokensCard.hide();
     for (const p of PAGES) $(`page-${p}`).hidden = p !== page;
@@ -89,6 +93,8 @@ function show(route) {
   else if (page === 'new') showCreate(route);
   else if (page === 'snapshots') snapshotsPage.show();
   else if (page === 'volumes') volumesPage.show();
+  else if (page === 'webhooks') webhooksPage.show();
+  else if (page === 'audit') auditPage.show(route, state.me);
   else if (page === 'admin') adminPage.show(route, state.me);
   sidebar.render();
 }
@@ -109,6 +115,7 @@ async function showApp() {
   $('app').hidden = false;
   $('whoami').textContent = `${me.account.name}${me.account.isAdmin ? ' (admin)' : ''}`;
   $('nav-admin').hidden = !me.account.isAdmin;
+  $('nav-audit').hidden = !me.account.isAdmin;
   state.page = null;
   reapply();
   await sidebar.refresh();

@@ -2,12 +2,13 @@
 // disk use against the enforced limits, a live chart of CPU and
 // memory with a few minutes of history, its exposed ports with proxy links
 // (expose, unexpose), its egress policy, changed live, and a
-// settings form (PATCH).
+// settings form (PATCH), and its history of lifecycle events (events.js).
 
 import { api, sandboxPath } from './api.js';
 import { $, el, notice, showError, clearNotice, origin, cores, gb, memory, duration, when, num, busy, pausedAgo,
   parsePairs, formatPairs, parseList, parseNumber, FieldError, markFields, egressControl, describePolicy } from './ui.js';
 import { drawChart, CHART_COLORS } from './chart.js';
+import { eventHistory } from './events.js';
 
 const WINDOW_MS = 5 * 60 * 1000;
 const POLL_MS = 2000;
@@ -430,6 +431,7 @@ export const details = {
     $('ports').textContent = '';
     if (v.sb) this.record(v);
     loadHistory(v);
+    eventHistory.enter(v.id);
     v.refresh();
     clearInterval(timer);
     timer = setInterval(() => { if (current === v) v.refresh(); }, POLL_MS);
@@ -449,5 +451,6 @@ export const details = {
     clearInterval(timer);
     timer = null;
     current = null;
+    eventHistory.leave();
   },
 };

@@ -9,6 +9,7 @@
 //   #/sandbox/ID/files/workspace/src     the file browser at a path
 //   #/sandbox/ID/details | logs | snapshots
 //   #/snapshots  #/volumes  #/admin/accounts  #/admin/teams
+//   #/webhooks  #/audit?accountId=ID&resourceId=ID
 //
 // `?show=terminated` on any of them lists terminated sandboxes.
 
@@ -27,6 +28,8 @@ export function parse(hash) {
     case 'new': return { page: 'new', params };
     case 'snapshots': return { page: 'snapshots', params };
     case 'volumes': return { page: 'volumes', params };
+    case 'webhooks': return { page: 'webhooks', params };
+    case 'audit': return { page: 'audit', params };
     case 'admin': return { page: 'admin', section: seg(1) === 'teams' ? 'teams' : 'accounts', params };
     case 'sandbox': {
       const id = seg(1);
@@ -52,6 +55,8 @@ export function format(route) {
     case 'new': return `#/new${query}`;
     case 'snapshots': return `#/snapshots${query}`;
     case 'volumes': return `#/volumes${query}`;
+    case 'webhooks': return `#/webhooks${query}`;
+    case 'audit': return `#/audit${query}`;
     case 'admin': return `#/admin/${route.section || 'accounts'}${query}`;
     case 'sandbox': {
       let h = `#/sandbox/${encodeURIComponent(route.id)}`;
