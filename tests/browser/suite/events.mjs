@@ -110,8 +110,9 @@ test('The Webhooks page refuses a loopback URL, makes one with a secret shown on
     await page.click('#webhook-create');
     await page.waitForFunction(() => /is not an http or https URL/.test(document.querySelector('#webhook-status').textContent));
 
-    // A public URL, two event types, no secret: the server makes one and
-    // it is shown this once.
+    // A public name that does not resolve (kept: each delivery resolves it
+    // again, so its deliveries fail without reaching anyone), two event
+    // types, no secret: the server makes one and it is shown this once.
     const name = unique('ui-hook');
     await page.fill('#webhook-form input[name="url"]', 'https://hooks.stockade.invalid/stockade');
     await page.fill('#webhook-form input[name="name"]', name);
