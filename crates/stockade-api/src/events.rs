@@ -241,7 +241,12 @@ pub struct AuditPage {
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
+    /// Entries after this cursor, oldest first.
     pub since: Option<String>,
+    /// Entries before this cursor, newest first.
+    pub before: Option<String>,
+    /// `asc` (default) or `desc`: newest first from the latest.
+    pub order: Option<String>,
     /// 1–100, default 100.
     pub limit: Option<u32>,
     /// Administrators: only this account's entries.

@@ -831,12 +831,16 @@ pub struct AuditRecord {
     pub at: DateTime<Utc>,
 }
 
-/// Which audit entries a read returns, oldest first.
+/// Which audit entries a read returns, oldest first (or newest first).
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     /// Only this account's entries; `None`: everyone's.
     pub account: Option<AccountId>,
     pub after: Option<i64>,
+    /// Only entries before this one.
+    pub before: Option<i64>,
+    /// The newest first.
+    pub newest_first: bool,
     pub resource: Option<String>,
     pub limit: u32,
 }

@@ -208,8 +208,8 @@ test('An administrator reads the audit log with a webhook\'s creation in it; ano
   await page.click('#nav-audit');
   await page.waitForSelector('#page-audit:not([hidden]) #audit-list table');
   assert.ok(await page.isHidden('#audit-refused'));
-  // Narrowed to this account; the create is among its latest entries, a
-  // "Load more" or a few away.
+  // Narrowed to this account, newest first: the create is among its
+  // latest entries (on the first page, or a "Load older" or a few away).
   await page.fill('#audit-filter input[name="accountId"]', me.account.id);
   await page.click('#audit-apply');
   await page.waitForFunction((id) => location.hash.includes(`accountId=${id}`), me.account.id);
@@ -231,6 +231,8 @@ test('An administrator reads the audit log with a webhook\'s creation in it; ano
     await page.waitForFunction(() => !document.querySelector('#audit-more').disabled);
     return false;
   }, { timeout: 60000, interval: 50, what: 'the webhook create in the audit log' });
+  const times = await page.$$eval('#audit-list tr[data-audit] td:first-child', (tds) => tds.map((td) => td.title));
+  assert.ok(times.length > 1 && times.every((t, i) => i === 0 || times[i - 1] >= t), `newest first: ${times}`);
   const cells = await page.$$eval(`${created} td`, (tds) => tds.map((td) => td.textContent));
   assert.equal(await page.getAttribute(`${created} td`, 'title'), entry.timestamp);
   assert.ok(cells[1].includes(me.account.id), `account: ${cells}`);

@@ -1,5 +1,5 @@
 // The audit log, for administrators: every call that changed something or
-// was refused, oldest first, a page at a time ("Load more" reads on from
+// was refused, newest first, a page at a time ("Load older" reads back from
 // the last entry shown), narrowed to one account or one resource. The
 // filters live in the URL (#/audit?accountId=…&resourceId=…). Another
 // account is told the log is not for it, and nothing is asked of the
@@ -39,10 +39,10 @@ function row(a) {
     el('td', { class: 'mono small' }, a.clientIp || '—'));
 }
 
-/** Reads the next page after `r.cursor` and adds its entries to the table. */
+/** Reads the next older page before `r.cursor` and adds its entries to the table. */
 async function readMore(r) {
-  const q = new URLSearchParams({ limit: String(PAGE) });
-  if (r.cursor) q.set('since', r.cursor);
+  const q = new URLSearchParams({ limit: String(PAGE), order: 'desc' });
+  if (r.cursor) q.set('before', r.cursor);
   if (r.filter.accountId) q.set('accountId', r.filter.accountId);
   if (r.filter.resourceId) q.set('resourceId', r.filter.resourceId);
   status('Loading…', 'loading');
@@ -69,11 +69,10 @@ async function readMore(r) {
   body.append(...entries.map(row));
   const filtered = r.filter.accountId || r.filter.resourceId ? ' matching the filter' : '';
   status(r.count
-    ? `${r.count} ${r.count === 1 ? 'entry' : 'entries'}${filtered}, oldest first${r.done ? '; that is all for now.' : '.'}`
+    ? `${r.count} ${r.count === 1 ? 'entry' : 'entries'}${filtered}, newest first${r.done ? '; that is all.' : '.'}`
     : `No entries${filtered}.`);
-  // Load more stays offered after the last page: entries keep coming.
-  $('audit-more').hidden = false;
-  $('audit-more').textContent = r.done ? 'Check for newer entries' : 'Load more';
+  $('audit-more').hidden = r.done;
+  $('audit-more').textContent = 'Load older';
 }
 
 async function loadNames() {

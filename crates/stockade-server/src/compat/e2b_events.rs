@@ -6,11 +6,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use stockade_api::{CreateWebhookRequest, Event, UpdateWebhookRequest, Webhook};
 use stockade_service::events::{event_view, webhook_view};
 
 use super::e2b::{E2bApiError, E2bCaller};
+use crate::audit::Made;
 use crate::extract::parse_json;
 use crate::routes::events::{create_input, query_map, query_u32, update_input};
 use crate::AppState;
@@ -41,13 +42,17 @@ async fn create(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
     body: Bytes,
-) -> E2bResult<(StatusCode, Json<Webhook>)> {
+) -> E2bResult<(StatusCode, Extension<Made>, Json<Webhook>)> {
     let req: CreateWebhookRequest = parse_json(&body)?;
     let (hook, generated) = state
         .svc
         .create_webhook(&caller.scope, create_input(req))
         .await?;
-    Ok((StatusCode::CREATED, Json(webhook_view(&hook, generated))))
+    Ok((
+        StatusCode::CREATED,
+        Extension(Made(hook.id.to_string())),
+        Json(webhook_view(&hook, generated)),
+    ))
 }
 
 async fn get_one(

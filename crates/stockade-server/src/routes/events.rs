@@ -8,13 +8,13 @@ use axum::extract::{Path, RawQuery};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use stockade_api::{
     AuditEntry, AuditPage, AuditQuery, CreateWebhookRequest, DeliveryAttempt, DeliveryList,
     DeliveryQuery, ErrorBody, Event, EventPage, EventQuery, UpdateWebhookRequest, Webhook,
     WebhookDelivery,
 };
-use stockade_service::events::audit::audit_view;
+use stockade_service::events::audit::{audit_view, AuditRequest};
 use stockade_service::events::{
     delivery_view, event_view, webhook_view, FeedRequest, WebhookInput,
 };
@@ -22,6 +22,7 @@ use stockade_service::Service;
 use tracing::instrument;
 use utoipa::OpenApi;
 
+use crate::audit::Made;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{query_pairs, ApiJson, Authed};
 use crate::{sse, AppState};
@@ -307,12 +308,16 @@ pub async fn list_webhooks(Authed { state, caller }: Authed) -> ApiResult<Json<V
 pub async fn create_webhook(
     Authed { state, caller }: Authed,
     ApiJson(req): ApiJson<CreateWebhookRequest>,
-) -> ApiResult<(StatusCode, Json<Webhook>)> {
+) -> ApiResult<(StatusCode, Extension<Made>, Json<Webhook>)> {
     let (hook, generated) = state
         .svc
         .create_webhook(&caller.scope, create_input(req))
         .await?;
-    Ok((StatusCode::CREATED, Json(webhook_view(&hook, generated))))
+    Ok((
+        StatusCode::CREATED,
+        Extension(Made(hook.id.to_string())),
+        Json(webhook_view(&hook, generated)),
+    ))
 }
 
 /// One of the caller's webhooks.
@@ -405,8 +410,10 @@ pub async fn redeliver(
     Ok((StatusCode::ACCEPTED, Json(delivery_view(&d))))
 }
 
-/// The audit log, oldest first: every call that changed something or was
-/// refused. Administrators read every account's; others their own.
+/// The audit log: every call that changed something or was refused,
+/// oldest first after `since`, or newest first (`order=desc`, then
+/// `before=nextCursor` for older ones). Administrators read every
+/// account's; others their own.
 #[utoipa::path(get, path = "/api/v1/audit", tag = "events",
     params(AuditQuery),
     responses((status = 200, body = AuditPage),
@@ -419,18 +426,31 @@ pub async fn audit(
 ) -> ApiResult<Json<AuditPage>> {
     let q = query_map(
         raw.as_deref(),
-        &["since", "limit", "accountId", "resourceId"],
+        &[
+            "since",
+            "before",
+            "order",
+            "limit",
+            "accountId",
+            "resourceId",
+        ],
     )?;
+    let newest_first = match q.get("order").map(String::as_str) {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(_) => return Err(ApiError::field("order", "must be asc or desc")),
+    };
+    let request = AuditRequest {
+        since: q.get("since").map(String::as_str),
+        before: q.get("before").map(String::as_str),
+        newest_first,
+        limit: query_u32(&q, "limit")?,
+        account: q.get("accountId").map(String::as_str),
+        resource: q.get("resourceId").map(String::as_str),
+    };
     let (entries, next) = state
         .svc
-        .audit_page(
-            &caller.scope,
-            caller.account.is_admin,
-            q.get("since").map(String::as_str),
-            query_u32(&q, "limit")?,
-            q.get("accountId").map(String::as_str),
-            q.get("resourceId").map(String::as_str),
-        )
+        .audit_page(&caller.scope, caller.account.is_admin, &request)
         .await?;
     Ok(Json(AuditPage {
         entries: entries.iter().map(audit_view).collect(),

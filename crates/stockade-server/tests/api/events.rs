@@ -657,6 +657,13 @@ async fn the_audit_log_records_changes_and_refusals_on_every_front_end_without_s
             json!({"environmentVars": {"API_SECRET": secret_env}}),
         )
         .await;
+    app.post(
+        "/api/v1/webhooks",
+        &owner,
+        json!({"url": "http://127.0.0.1:9/h", "signatureSecret": "a-webhook-secret-value"}),
+    )
+    .await
+    .expect(StatusCode::CREATED);
     // Refusals: another's sandbox, no credential, a bad one.
     app.act(&other, &id, "stop").await;
     app.get(&format!("/api/v1/sandbox/{id}"), &other).await;
@@ -736,6 +743,11 @@ async fn the_audit_log_records_changes_and_refusals_on_every_front_end_without_s
     let anonymous = find("GET /api/v1/sandbox", "api", 401);
     assert!(anonymous.get("accountId").is_none());
     find("POST /e2b/sandboxes/{id}/timeout", "e2b", 204);
+    let hook = find("POST /api/v1/webhooks", "api", 201);
+    assert!(
+        hook["resourceId"].is_string(),
+        "a create names what it made: {hook}"
+    );
     find("POST /api/v1/sandbox/{id}/stop", "cli", 200);
     find("POST /api/v1/sandbox/{id}/stop", "prime", 200);
     find("POST /api/v1/sandbox/{id}/start", "dashboard", 200);
@@ -748,6 +760,7 @@ async fn the_audit_log_records_changes_and_refusals_on_every_front_end_without_s
     let text = serde_json::to_string(&entries).unwrap();
     for secret in [
         secret_env,
+        "a-webhook-secret-value",
         owner.as_str(),
         other.as_str(),
         &app.admin_token,
@@ -805,5 +818,40 @@ async fn the_audit_log_records_changes_and_refusals_on_every_front_end_without_s
     app.get("/api/v1/audit?since=x", &app.admin_token)
         .await
         .assert_error(StatusCode::BAD_REQUEST, "validation_failed");
+    // Newest first, then older ones before the cursor.
+    let newest = app
+        .get("/api/v1/audit?order=desc&limit=3", &app.admin_token)
+        .await
+        .expect(StatusCode::OK);
+    let seqs = |page: &Value| -> Vec<i64> {
+        page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["cursor"].as_str().unwrap().parse().unwrap())
+            .collect()
+    };
+    let first = seqs(&newest);
+    assert_eq!(first.len(), 3);
+    assert!(first.windows(2).all(|w| w[0] > w[1]), "{first:?}");
+    let before = newest["nextCursor"].as_str().unwrap();
+    let older = app
+        .get(
+            &format!("/api/v1/audit?before={before}&limit=3"),
+            &app.admin_token,
+        )
+        .await
+        .expect(StatusCode::OK);
+    let older = seqs(&older);
+    assert!(
+        !older.is_empty() && older[0] < first[2],
+        "{older:?} after {first:?}"
+    );
+    for (query, field) in [("order=sideways", "order"), ("since=1&before=5", "before")] {
+        let r = app
+            .get(&format!("/api/v1/audit?{query}"), &app.admin_token)
+            .await;
+        assert_eq!(r.error_fields(), [field], "{query}: {:?}", r.body);
+    }
     app.delete_sandbox(&owner, &id, "").await;
 }

@@ -57,20 +57,41 @@ impl AuditLog {
     }
 }
 
+/// What an audit read asks for.
+#[derive(Debug, Clone, Default)]
+pub struct AuditRequest<'a> {
+    pub since: Option<&'a str>,
+    pub before: Option<&'a str>,
+    pub newest_first: bool,
+    pub limit: Option<u32>,
+    /// Administrators: one account's entries.
+    pub account: Option<&'a str>,
+    pub resource: Option<&'a str>,
+}
+
 impl Service {
-    /// A page of the audit log, oldest first: an administrator's of every
-    /// account (or of `account`), anyone else's only of their own.
+    /// A page of the audit log: an administrator's of every account (or of
+    /// `account`), anyone else's only of their own. Oldest first after
+    /// `since`; newest first before `before` (from the newest when
+    /// `newest_first` and no `before`). The cursor reads on in the same
+    /// direction.
     pub async fn audit_page(
         &self,
         scope: &Scope,
         is_admin: bool,
-        since: Option<&str>,
-        limit: Option<u32>,
-        account: Option<&str>,
-        resource: Option<&str>,
+        request: &AuditRequest<'_>,
     ) -> ServiceResult<(Vec<AuditRecord>, i64)> {
-        let after = parse_cursor(since, "since")?;
-        let limit = parse_limit(limit, MAX_PAGE)?;
+        let after = parse_cursor(request.since, "since")?;
+        let before = parse_cursor(request.before, "before")?;
+        if after.is_some() && before.is_some() {
+            return Err(ServiceError::field(
+                "before",
+                "reads back from a cursor: give `since` or `before`, not both",
+            ));
+        }
+        let newest_first = request.newest_first || before.is_some();
+        let limit = parse_limit(request.limit, MAX_PAGE)?;
+        let (account, resource) = (request.account, request.resource);
         let account = match account.map(str::trim).filter(|a| !a.is_empty()) {
             Some(a) => {
                 let id = AccountId::parse_field(a, "accountId").map_err(ServiceError::from)?;
@@ -87,6 +108,8 @@ impl Service {
         let filter = AuditFilter {
             account,
             after,
+            before,
+            newest_first,
             resource: resource
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
@@ -94,7 +117,11 @@ impl Service {
             limit,
         };
         let entries = self.store.list_audit(&filter).await?;
-        let next = entries.last().map(|e| e.seq).or(after).unwrap_or_default();
+        let next = entries
+            .last()
+            .map(|e| e.seq)
+            .or(if newest_first { before } else { after })
+            .unwrap_or_default();
         Ok((entries, next))
     }
 

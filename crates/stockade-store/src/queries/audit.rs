@@ -82,10 +82,19 @@ impl<B: Backend> AuditStore for SqlStore<B> {
         if let Some(after) = filter.after {
             q = q.sql(" AND seq > ").bind(after);
         }
+        if let Some(before) = filter.before {
+            q = q.sql(" AND seq < ").bind(before);
+        }
         if let Some(resource) = &filter.resource {
             q = q.sql(" AND resource_id = ").bind(resource.clone());
         }
-        q = q.sql(" ORDER BY seq LIMIT ").bind(i64::from(filter.limit));
+        q = q
+            .sql(if filter.newest_first {
+                " ORDER BY seq DESC LIMIT "
+            } else {
+                " ORDER BY seq LIMIT "
+            })
+            .bind(i64::from(filter.limit));
         self.list(q, "list audit entries", entry_from_row).await
     }
 
