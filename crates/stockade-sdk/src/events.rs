@@ -13,13 +13,10 @@ use stockade_api::{
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::sse::SseReader;
+use crate::sse::{Reconnects, SseReader};
 
 /// The most events, audit entries or deliveries one page holds.
 pub const MAX_PAGE: u32 = 100;
-
-/// How many times in a row an event stream reconnects before giving up.
-const MAX_RECONNECTS: u32 = 5;
 
 /// Which events to read: after a cursor, of some types, of one sandbox.
 ///
@@ -197,7 +194,7 @@ impl Client {
             filters,
             reader: None,
             cursor: cursor.clone(),
-            failures: 0,
+            failures: Reconnects::default(),
             done: false,
         };
         // The first connection's errors (400, 401 …) belong to this call.
@@ -363,7 +360,7 @@ struct Follower {
     filters: Vec<(&'static str, String)>,
     reader: Option<SseReader>,
     cursor: Arc<Mutex<Option<String>>>,
-    failures: u32,
+    failures: Reconnects,
     done: bool,
 }
 
@@ -395,13 +392,10 @@ impl Follower {
             }
             if self.reader.is_none() {
                 if let Err(e) = self.connect().await {
-                    // A request the server refused will not get better.
-                    if matches!(e, Error::Api { .. }) || self.failures >= MAX_RECONNECTS {
+                    if let Some(e) = self.failures.connect_failed(e).await {
                         self.done = true;
                         return Some(Err(e));
                     }
-                    self.failures += 1;
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(self.failures))).await;
                     continue;
                 }
             }
@@ -417,7 +411,7 @@ impl Follower {
                     }
                     match serde_json::from_str::<Event>(&sse.data) {
                         Ok(event) => {
-                            self.failures = 0;
+                            self.failures = Reconnects::default();
                             let cursor = sse.id.unwrap_or_else(|| event.cursor.clone());
                             if let Ok(mut c) = self.cursor.lock() {
                                 *c = Some(cursor);
@@ -435,15 +429,13 @@ impl Follower {
                 Some(Err(_)) | None => {
                     // The connection dropped: resume after the last event.
                     self.reader = None;
-                    self.failures += 1;
-                    if self.failures > MAX_RECONNECTS {
+                    let url = self.client.base_url();
+                    if let Some(e) = self.failures.dropped(url, "event stream") {
                         self.done = true;
-                        return Some(Err(Error::Transport {
-                            url: self.client.base_url().to_owned(),
-                            reason: "the event stream kept dropping".into(),
-                        }));
+                        return Some(Err(e));
                     }
-                    tokio::time::sleep(Duration::from_millis(100 * u64::from(self.failures))).await;
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(self.failures.0)))
+                        .await;
                 }
             }
         }

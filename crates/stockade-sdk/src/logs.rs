@@ -12,10 +12,7 @@ use stockade_api::{LogLineResponse, LogsEndEvent, LogsResponse};
 use crate::client::Client;
 use crate::error::Error;
 use crate::sandbox::Sandbox;
-use crate::sse::SseReader;
-
-/// How many times in a row a follow reconnects before giving up.
-const MAX_RECONNECTS: u32 = 5;
+use crate::sse::{Reconnects, SseReader, MAX_RECONNECTS};
 
 /// Where a log stream starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -85,7 +82,7 @@ struct Follower {
     tail: Option<usize>,
     reader: Option<SseReader>,
     progress: Arc<Mutex<Progress>>,
-    failures: u32,
+    failures: Reconnects,
     done: bool,
 }
 
@@ -133,13 +130,10 @@ impl Follower {
             }
             if self.reader.is_none() {
                 if let Err(e) = self.connect().await {
-                    // A request the server refused will not get better.
-                    if matches!(e, Error::Api { .. }) || self.failures >= MAX_RECONNECTS {
+                    if let Some(e) = self.failures.connect_failed(e).await {
                         self.done = true;
                         return Some(Err(e));
                     }
-                    self.failures += 1;
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(self.failures))).await;
                     continue;
                 }
             }
@@ -147,7 +141,7 @@ impl Follower {
             match reader.next().await {
                 Some(Ok(event)) => match event.event.as_str() {
                     "stdout" | "stderr" => {
-                        self.failures = 0;
+                        self.failures = Reconnects::default();
                         let id = event.id.unwrap_or_default();
                         if let Ok(mut p) = self.progress.lock() {
                             p.last_event_id = Some(id.clone());
@@ -164,14 +158,14 @@ impl Follower {
                         let reason = serde_json::from_str::<LogsEndEvent>(&event.data)
                             .map(|e| e.reason)
                             .unwrap_or(event.data);
-                        if reason.contains("reconnect") && self.failures < MAX_RECONNECTS {
+                        if reason.contains("reconnect") && self.failures.0 < MAX_RECONNECTS {
                             // The server's stream ended while the sandbox runs
                             // on: go on after the last line (backing off if
                             // that keeps happening without a line between).
                             self.reader = None;
-                            self.failures += 1;
+                            self.failures.0 += 1;
                             tokio::time::sleep(Duration::from_millis(
-                                100 * u64::from(self.failures),
+                                100 * u64::from(self.failures.0),
                             ))
                             .await;
                             continue;
@@ -191,13 +185,10 @@ impl Follower {
                 Some(Err(_)) | None => {
                     // The connection dropped: resume after the last line.
                     self.reader = None;
-                    self.failures += 1;
-                    if self.failures > MAX_RECONNECTS {
+                    let url = self.client.base_url();
+                    if let Some(e) = self.failures.dropped(url, "log stream") {
                         self.done = true;
-                        return Some(Err(Error::Transport {
-                            url: self.client.base_url().to_owned(),
-                            reason: "the log stream kept dropping".into(),
-                        }));
+                        return Some(Err(e));
                     }
                 }
             }
@@ -248,7 +239,7 @@ impl Sandbox {
             tail: from.tail,
             reader: None,
             progress: progress.clone(),
-            failures: 0,
+            failures: Reconnects::default(),
             done: false,
         };
         // The first connection's errors (404, 409 …) belong to this call.

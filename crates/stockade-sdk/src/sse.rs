@@ -138,3 +138,36 @@ mod tests {
         assert_eq!(find_blank_line(b"a\nb\n"), None);
     }
 }
+
+/// How many times in a row a resuming stream reconnects before it gives up.
+pub(crate) const MAX_RECONNECTS: u32 = 5;
+
+/// A resuming stream's reconnects: a request the server refused ends the
+/// stream, other failures wait a little longer each time, and a stream
+/// that keeps failing ends with an error.
+#[derive(Debug, Default)]
+pub(crate) struct Reconnects(pub u32);
+
+impl Reconnects {
+    /// A connect failed: the error that ends the stream, or `None` after a
+    /// wait, to try again.
+    pub async fn connect_failed(&mut self, e: crate::Error) -> Option<crate::Error> {
+        // A request the server refused will not get better.
+        if matches!(e, crate::Error::Api { .. }) || self.0 >= MAX_RECONNECTS {
+            return Some(e);
+        }
+        self.0 += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(self.0))).await;
+        None
+    }
+
+    /// The connection dropped: the error that ends the stream (`what` kept
+    /// dropping), or `None` to resume.
+    pub fn dropped(&mut self, url: &str, what: &str) -> Option<crate::Error> {
+        self.0 += 1;
+        (self.0 > MAX_RECONNECTS).then(|| crate::Error::Transport {
+            url: url.to_owned(),
+            reason: format!("the {what} kept dropping"),
+        })
+    }
+}
