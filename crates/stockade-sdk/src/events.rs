@@ -2,7 +2,6 @@
 //! webhooks that receive them, and the audit log of calls to the API.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
 use reqwest::Method;
@@ -13,7 +12,7 @@ use stockade_api::{
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::sse::{Reconnects, SseReader};
+use crate::sse::{Resuming, SseReader};
 
 /// The most events, audit entries or deliveries one page holds.
 pub const MAX_PAGE: u32 = 100;
@@ -189,16 +188,14 @@ impl Client {
         let filters = params.filters()?;
         text_pair("since", &params.since)?;
         let cursor = Arc::new(Mutex::new(params.since.clone()));
-        let mut follower = Follower {
+        // The first connection's errors (400, 401 …) belong to this call.
+        let first = connect(self, &filters, &cursor).await?;
+        let follower = Follower {
             client: self.clone(),
             filters,
-            reader: None,
             cursor: cursor.clone(),
-            failures: Reconnects::default(),
-            done: false,
+            stream: Resuming::new(first, "event stream"),
         };
-        // The first connection's errors (400, 401 …) belong to this call.
-        follower.connect().await?;
         let inner = stream::unfold(follower, |mut f| async move {
             f.next().await.map(|item| (item, f))
         })
@@ -358,84 +355,60 @@ impl EventStream {
 struct Follower {
     client: Client,
     filters: Vec<(&'static str, String)>,
-    reader: Option<SseReader>,
     cursor: Arc<Mutex<Option<String>>>,
-    failures: Reconnects,
-    done: bool,
+    stream: Resuming,
+}
+
+/// Opens the event stream after `cursor` (the header is how a stream
+/// resumes; `since` says the same to the first connection).
+async fn connect(
+    client: &Client,
+    filters: &[(&'static str, String)],
+    cursor: &Mutex<Option<String>>,
+) -> Result<SseReader, Error> {
+    let mut req = client
+        .request(Method::GET, "/api/v1/events/stream")
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .query(filters);
+    if let Some(c) = cursor.lock().ok().and_then(|c| c.clone()) {
+        req = req.header("Last-Event-ID", &c).query(&[("since", c)]);
+    }
+    Ok(SseReader::new(client.send_raw(req).await?))
 }
 
 impl Follower {
-    fn cursor(&self) -> Option<String> {
-        self.cursor.lock().ok().and_then(|c| c.clone())
-    }
-
-    async fn connect(&mut self) -> Result<(), Error> {
-        let mut req = self
-            .client
-            .request(Method::GET, "/api/v1/events/stream")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .query(&self.filters);
-        if let Some(c) = self.cursor() {
-            // The header is how a stream resumes; `since` says the same to
-            // the first connection.
-            req = req.header("Last-Event-ID", &c).query(&[("since", c)]);
-        }
-        let resp = self.client.send_raw(req).await?;
-        self.reader = Some(SseReader::new(resp));
-        Ok(())
-    }
-
     async fn next(&mut self) -> Option<Result<Event, Error>> {
         loop {
-            if self.done {
-                return None;
+            let (client, filters, cursor) = (&self.client, &self.filters, &self.cursor);
+            let sse = match self
+                .stream
+                .next(client.base_url(), || connect(client, filters, cursor))
+                .await?
+            {
+                Ok(sse) => sse,
+                Err(e) => return Some(Err(e)),
+            };
+            if sse.event == "error" {
+                self.stream.done = true;
+                return Some(Err(Error::Decode(format!(
+                    "the event stream failed: {}",
+                    sse.data
+                ))));
             }
-            if self.reader.is_none() {
-                if let Err(e) = self.connect().await {
-                    if let Some(e) = self.failures.connect_failed(e).await {
-                        self.done = true;
-                        return Some(Err(e));
+            match serde_json::from_str::<Event>(&sse.data) {
+                Ok(event) => {
+                    self.stream.progressed();
+                    let at = sse.id.unwrap_or_else(|| event.cursor.clone());
+                    if let Ok(mut c) = self.cursor.lock() {
+                        *c = Some(at);
                     }
-                    continue;
+                    return Some(Ok(event));
                 }
-            }
-            let reader = self.reader.as_mut()?;
-            match reader.next().await {
-                Some(Ok(sse)) => {
-                    if sse.event == "error" {
-                        self.done = true;
-                        return Some(Err(Error::Decode(format!(
-                            "the event stream failed: {}",
-                            sse.data
-                        ))));
-                    }
-                    match serde_json::from_str::<Event>(&sse.data) {
-                        Ok(event) => {
-                            self.failures = Reconnects::default();
-                            let cursor = sse.id.unwrap_or_else(|| event.cursor.clone());
-                            if let Ok(mut c) = self.cursor.lock() {
-                                *c = Some(cursor);
-                            }
-                            return Some(Ok(event));
-                        }
-                        // An event type this SDK does not know: not ours.
-                        Err(_) if !sse.event.contains('.') => {}
-                        Err(e) => {
-                            self.done = true;
-                            return Some(Err(Error::Decode(format!("a {} event: {e}", sse.event))));
-                        }
-                    }
-                }
-                Some(Err(_)) | None => {
-                    // The connection dropped: resume after the last event.
-                    self.reader = None;
-                    let url = self.client.base_url();
-                    if let Some(e) = self.failures.dropped(url, "event stream") {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                    tokio::time::sleep(Duration::from_millis(100 * u64::from(self.failures.0)))
-                        .await;
+                // An event type this SDK does not know: not ours.
+                Err(_) if !sse.event.contains('.') => {}
+                Err(e) => {
+                    self.stream.done = true;
+                    return Some(Err(Error::Decode(format!("a {} event: {e}", sse.event))));
                 }
             }
         }

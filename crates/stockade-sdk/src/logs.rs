@@ -2,7 +2,6 @@
 //! that resumes after the last line it saw when its connection drops.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::DateTime;
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -12,7 +11,7 @@ use stockade_api::{LogLineResponse, LogsEndEvent, LogsResponse};
 use crate::client::Client;
 use crate::error::Error;
 use crate::sandbox::Sandbox;
-use crate::sse::{Reconnects, SseReader, MAX_RECONNECTS};
+use crate::sse::{Resuming, SseReader};
 
 /// Where a log stream starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,117 +79,89 @@ struct Follower {
     client: Client,
     sandbox_id: String,
     tail: Option<usize>,
-    reader: Option<SseReader>,
     progress: Arc<Mutex<Progress>>,
-    failures: Reconnects,
-    done: bool,
+    stream: Resuming,
+}
+
+/// Opens the log stream: after the last line seen, else with the history
+/// asked for.
+async fn connect(
+    client: &Client,
+    sandbox_id: &str,
+    tail: Option<usize>,
+    progress: &Mutex<Progress>,
+) -> Result<SseReader, Error> {
+    let mut req = client
+        .request(Method::GET, &format!("/api/v1/sandbox/{sandbox_id}/logs"))
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .query(&[("follow", "true")]);
+    match progress.lock().ok().and_then(|p| p.last_event_id.clone()) {
+        Some(id) => req = req.header("Last-Event-ID", id),
+        None => {
+            if let Some(t) = tail {
+                req = req.query(&[("tail", t.to_string())]);
+            }
+        }
+    }
+    Ok(SseReader::new(client.send_raw(req).await?))
 }
 
 impl Follower {
-    fn last_id(&self) -> Option<String> {
-        self.progress
-            .lock()
-            .ok()
-            .and_then(|p| p.last_event_id.clone())
-    }
-
-    async fn connect(&mut self) -> Result<(), Error> {
-        let mut req = self
-            .client
-            .request(
-                Method::GET,
-                &format!("/api/v1/sandbox/{}/logs", self.sandbox_id),
-            )
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .query(&[("follow", "true")]);
-        match self.last_id() {
-            Some(id) => req = req.header("Last-Event-ID", id),
-            None => {
-                if let Some(t) = self.tail {
-                    req = req.query(&[("tail", t.to_string())]);
-                }
-            }
-        }
-        let resp = self.client.send_raw(req).await?;
-        self.reader = Some(SseReader::new(resp));
-        Ok(())
-    }
-
     fn end(&mut self, reason: String) {
         if let Ok(mut p) = self.progress.lock() {
             p.end_reason = Some(reason);
         }
-        self.done = true;
+        self.stream.done = true;
     }
 
     async fn next(&mut self) -> Option<Result<LogLineResponse, Error>> {
         loop {
-            if self.done {
-                return None;
-            }
-            if self.reader.is_none() {
-                if let Err(e) = self.connect().await {
-                    if let Some(e) = self.failures.connect_failed(e).await {
-                        self.done = true;
-                        return Some(Err(e));
+            let (client, id, tail, progress) =
+                (&self.client, &self.sandbox_id, self.tail, &self.progress);
+            let event = match self
+                .stream
+                .next(client.base_url(), || connect(client, id, tail, progress))
+                .await?
+            {
+                Ok(event) => event,
+                Err(e) => return Some(Err(e)),
+            };
+            match event.event.as_str() {
+                "stdout" | "stderr" => {
+                    self.stream.progressed();
+                    let id = event.id.unwrap_or_default();
+                    if let Ok(mut p) = self.progress.lock() {
+                        p.last_event_id = Some(id.clone());
                     }
-                    continue;
+                    let timestamp = timestamp_of(&id).unwrap_or_default();
+                    return Some(Ok(LogLineResponse {
+                        id,
+                        stream: event.event,
+                        text: event.data,
+                        timestamp,
+                    }));
                 }
-            }
-            let reader = self.reader.as_mut()?;
-            match reader.next().await {
-                Some(Ok(event)) => match event.event.as_str() {
-                    "stdout" | "stderr" => {
-                        self.failures = Reconnects::default();
-                        let id = event.id.unwrap_or_default();
-                        if let Ok(mut p) = self.progress.lock() {
-                            p.last_event_id = Some(id.clone());
-                        }
-                        let timestamp = timestamp_of(&id).unwrap_or_default();
-                        return Some(Ok(LogLineResponse {
-                            id,
-                            stream: event.event,
-                            text: event.data,
-                            timestamp,
-                        }));
+                "end" => {
+                    let reason = serde_json::from_str::<LogsEndEvent>(&event.data)
+                        .map(|e| e.reason)
+                        .unwrap_or(event.data);
+                    // The server's stream ended while the sandbox runs on:
+                    // go on after the last line (backing off if that keeps
+                    // happening without a line between).
+                    if reason.contains("reconnect") && self.stream.reconnect().await {
+                        continue;
                     }
-                    "end" => {
-                        let reason = serde_json::from_str::<LogsEndEvent>(&event.data)
-                            .map(|e| e.reason)
-                            .unwrap_or(event.data);
-                        if reason.contains("reconnect") && self.failures.0 < MAX_RECONNECTS {
-                            // The server's stream ended while the sandbox runs
-                            // on: go on after the last line (backing off if
-                            // that keeps happening without a line between).
-                            self.reader = None;
-                            self.failures.0 += 1;
-                            tokio::time::sleep(Duration::from_millis(
-                                100 * u64::from(self.failures.0),
-                            ))
-                            .await;
-                            continue;
-                        }
-                        self.end(reason);
-                        return None;
-                    }
-                    "error" => {
-                        self.done = true;
-                        return Some(Err(Error::Decode(format!(
-                            "the log stream failed: {}",
-                            event.data
-                        ))));
-                    }
-                    _ => {}
-                },
-                Some(Err(_)) | None => {
-                    // The connection dropped: resume after the last line.
-                    self.reader = None;
-                    let url = self.client.base_url();
-                    if let Some(e) = self.failures.dropped(url, "log stream") {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
+                    self.end(reason);
+                    return None;
                 }
+                "error" => {
+                    self.stream.done = true;
+                    return Some(Err(Error::Decode(format!(
+                        "the log stream failed: {}",
+                        event.data
+                    ))));
+                }
+                _ => {}
             }
         }
     }
@@ -233,17 +204,15 @@ impl Sandbox {
             last_event_id: from.after.clone(),
             end_reason: None,
         }));
-        let mut follower = Follower {
+        // The first connection's errors (404, 409 …) belong to this call.
+        let first = connect(self.client(), self.id(), from.tail, &progress).await?;
+        let follower = Follower {
             client: self.client().clone(),
             sandbox_id: self.id().to_owned(),
             tail: from.tail,
-            reader: None,
             progress: progress.clone(),
-            failures: Reconnects::default(),
-            done: false,
+            stream: Resuming::new(first, "log stream"),
         };
-        // The first connection's errors (404, 409 …) belong to this call.
-        follower.connect().await?;
         let inner = stream::unfold(follower, |mut f| async move {
             f.next().await.map(|item| (item, f))
         })

@@ -114,6 +114,105 @@ fn parse_block(block: &str) -> Option<SseEvent> {
     })
 }
 
+/// How many times in a row a resuming stream reconnects before it gives up.
+pub(crate) const MAX_RECONNECTS: u32 = 5;
+
+/// The connection of a stream that resumes where it stopped (logs, the
+/// event feed): it connects again when the connection drops, backing off a
+/// little more each time; a request the server refused ends the stream, and
+/// so do `MAX_RECONNECTS` failures in a row.
+pub(crate) struct Resuming {
+    reader: Option<SseReader>,
+    failures: u32,
+    /// The stream is over: nothing more comes.
+    pub done: bool,
+    /// What the errors call the stream (`log stream`).
+    what: &'static str,
+}
+
+impl Resuming {
+    /// A stream already connected through `reader`.
+    pub fn new(reader: SseReader, what: &'static str) -> Self {
+        Self {
+            reader: Some(reader),
+            failures: 0,
+            done: false,
+            what,
+        }
+    }
+
+    /// An event arrived: the failures in a row start again.
+    pub fn progressed(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Leaves the connection to make a new one after a pause; `false`
+    /// when that has happened too often in a row.
+    pub async fn reconnect(&mut self) -> bool {
+        if self.failures >= MAX_RECONNECTS {
+            return false;
+        }
+        self.reader = None;
+        self.failures += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(
+            100 * u64::from(self.failures),
+        ))
+        .await;
+        true
+    }
+
+    /// The next event, connecting again through `connect` when there is no
+    /// connection; `None` once the stream is over, an error when it ends
+    /// with one (`url` names the server in it).
+    pub async fn next<F, Fut>(
+        &mut self,
+        url: &str,
+        mut connect: F,
+    ) -> Option<Result<SseEvent, crate::Error>>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<SseReader, crate::Error>>,
+    {
+        loop {
+            if self.done {
+                return None;
+            }
+            let reader = match self.reader.as_mut() {
+                Some(reader) => reader,
+                None => match connect().await {
+                    Ok(reader) => self.reader.insert(reader),
+                    // A request the server refused will not get better.
+                    Err(e)
+                        if matches!(e, crate::Error::Api { .. })
+                            || self.failures >= MAX_RECONNECTS =>
+                    {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                    Err(_) => {
+                        self.failures += 1;
+                        let wait = 200 * u64::from(self.failures);
+                        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                        continue;
+                    }
+                },
+            };
+            match reader.next().await {
+                Some(Ok(event)) => return Some(Ok(event)),
+                Some(Err(_)) | None => {
+                    if !self.reconnect().await {
+                        self.done = true;
+                        return Some(Err(crate::Error::Transport {
+                            url: url.to_owned(),
+                            reason: format!("the {} kept dropping", self.what),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,38 +235,5 @@ mod tests {
         assert_eq!(find_blank_line(b"a\n\nb"), Some((1, 2)));
         assert_eq!(find_blank_line(b"a\r\n\r\nb"), Some((1, 4)));
         assert_eq!(find_blank_line(b"a\nb\n"), None);
-    }
-}
-
-/// How many times in a row a resuming stream reconnects before it gives up.
-pub(crate) const MAX_RECONNECTS: u32 = 5;
-
-/// A resuming stream's reconnects: a request the server refused ends the
-/// stream, other failures wait a little longer each time, and a stream
-/// that keeps failing ends with an error.
-#[derive(Debug, Default)]
-pub(crate) struct Reconnects(pub u32);
-
-impl Reconnects {
-    /// A connect failed: the error that ends the stream, or `None` after a
-    /// wait, to try again.
-    pub async fn connect_failed(&mut self, e: crate::Error) -> Option<crate::Error> {
-        // A request the server refused will not get better.
-        if matches!(e, crate::Error::Api { .. }) || self.0 >= MAX_RECONNECTS {
-            return Some(e);
-        }
-        self.0 += 1;
-        tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(self.0))).await;
-        None
-    }
-
-    /// The connection dropped: the error that ends the stream (`what` kept
-    /// dropping), or `None` to resume.
-    pub fn dropped(&mut self, url: &str, what: &str) -> Option<crate::Error> {
-        self.0 += 1;
-        (self.0 > MAX_RECONNECTS).then(|| crate::Error::Transport {
-            url: url.to_owned(),
-            reason: format!("the {what} kept dropping"),
-        })
     }
 }
