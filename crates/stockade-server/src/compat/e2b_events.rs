@@ -6,14 +6,13 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use stockade_api::{CreateWebhookRequest, Event, UpdateWebhookRequest, Webhook};
 use stockade_service::events::{event_view, webhook_view};
 
 use super::e2b::{E2bApiError, E2bCaller};
-use crate::audit::Made;
 use crate::extract::parse_json;
-use crate::routes::events::{create_input, query_map, query_u32, update_input};
+use crate::routes::events::{query_map, query_u32, register, update_input, Registered};
 use crate::AppState;
 
 type E2bResult<T> = Result<T, E2bApiError>;
@@ -42,17 +41,9 @@ async fn create(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
     body: Bytes,
-) -> E2bResult<(StatusCode, Extension<Made>, Json<Webhook>)> {
+) -> E2bResult<Registered> {
     let req: CreateWebhookRequest = parse_json(&body)?;
-    let (hook, generated) = state
-        .svc
-        .create_webhook(&caller.scope, create_input(req))
-        .await?;
-    Ok((
-        StatusCode::CREATED,
-        Extension(Made(hook.id.to_string())),
-        Json(webhook_view(&hook, generated)),
-    ))
+    Ok(register(&state, &caller, req).await?)
 }
 
 async fn get_one(

@@ -308,7 +308,19 @@ pub async fn list_webhooks(Authed { state, caller }: Authed) -> ApiResult<Json<V
 pub async fn create_webhook(
     Authed { state, caller }: Authed,
     ApiJson(req): ApiJson<CreateWebhookRequest>,
-) -> ApiResult<(StatusCode, Extension<Made>, Json<Webhook>)> {
+) -> ApiResult<Registered> {
+    Ok(register(&state, &caller, req).await?)
+}
+
+/// A webhook registered: 201 with it, naming it for the audit log.
+pub type Registered = (StatusCode, Extension<Made>, Json<Webhook>);
+
+/// Registers a webhook of the caller's: the answer of both front-ends.
+pub async fn register(
+    state: &AppState,
+    caller: &crate::extract::Caller,
+    req: CreateWebhookRequest,
+) -> Result<Registered, stockade_service::ServiceError> {
     let (hook, generated) = state
         .svc
         .create_webhook(&caller.scope, create_input(req))
