@@ -629,10 +629,24 @@ async fn bad_registrations_store_nothing_and_webhooks_are_private() {
     // Without the administrator's allowance, loopback and the metadata
     // address are refused.
     let strict = spawn_configured(|c| c.service.sources.addresses = Default::default()).await;
+    // Nor a sandbox's own address: a webhook is no way into another
+    // tenant's sandbox.
+    let victim = strict.create_id(&strict.admin_token, json!({})).await;
+    let ip = inspect(
+        &victim,
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+    )
+    .join(" ")
+    .split_whitespace()
+    .next()
+    .expect("the sandbox's address")
+    .to_owned();
+    let into_sandbox = format!("http://{ip}:8000/hook");
     for url in [
         "http://127.0.0.1:9/h",
         "http://169.254.169.254/latest",
         "http://[::1]:80/",
+        into_sandbox.as_str(),
     ] {
         let r = strict
             .post("/api/v1/webhooks", &strict.admin_token, json!({"url": url}))
