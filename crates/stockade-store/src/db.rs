@@ -14,7 +14,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 
 use crate::sql::{Backend, DbRow, Q};
-use crate::{StoreError, StoreHealth, StoreResult, Unavailable};
+use crate::{StoreError, StoreHealth, StoreResult, Unavailable, UnavailableKind};
 
 /// The Stockade store in a SQL database: [`crate::SqliteStore`] or [`crate::PgStore`].
 pub struct SqlStore<B: Database> {
@@ -52,11 +52,20 @@ impl<B: Backend> fmt::Debug for SqlStore<B> {
 
 impl<B: Backend> SqlStore<B> {
     pub(crate) fn new(pool: Pool<B>, location: &str, discard_failed: bool) -> Self {
+        Self::with_health(pool, location, discard_failed, HealthState::default())
+    }
+
+    pub(crate) fn with_health(
+        pool: Pool<B>,
+        location: &str,
+        discard_failed: bool,
+        health: HealthState,
+    ) -> Self {
         Self {
             pool,
             location: location.into(),
             discard_failed,
-            health: Arc::default(),
+            health: Arc::new(health),
             events: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
@@ -280,11 +289,15 @@ impl<B: Backend> Conn<B> {
             Err(err) => {
                 self.failed(err);
                 if !is_clean_failure(err) {
-                    let reason = B::unavailable(err, &self.location).map_or_else(
-                        || format!("a write to the {} database failed: {err}", B::BACKEND),
-                        |(_, reason)| reason,
+                    let (reason, full) = B::unavailable(err, &self.location).map_or_else(
+                        || {
+                            let reason =
+                                format!("a write to the {} database failed: {err}", B::BACKEND);
+                            (reason, false)
+                        },
+                        |(kind, reason)| (reason, kind == UnavailableKind::Full),
                     );
-                    self.health.degrade(reason);
+                    self.health.degrade(reason, full);
                 }
             }
         }
@@ -335,8 +348,8 @@ impl<B: Backend> Conn<B> {
     /// transaction may need room too) is degraded as a failed write makes it.
     fn read_failed(&mut self, err: &sqlx::Error) {
         self.failed(err);
-        if let Some((_, reason)) = B::unavailable(err, &self.location) {
-            self.health.degrade(reason);
+        if let Some((kind, reason)) = B::unavailable(err, &self.location) {
+            self.health.degrade(reason, kind == UnavailableKind::Full);
         }
     }
 
@@ -451,34 +464,70 @@ pub(crate) fn other(context: impl Display, err: impl Display) -> StoreError {
 /// write changes something. A transaction's writes count once it commits.
 #[derive(Debug, Default)]
 pub(crate) struct HealthState {
-    degraded: Mutex<Option<String>>,
+    degraded: Mutex<Option<Degraded>>,
+    /// The directory of a database file: a full disk there is cleared only
+    /// once it has room again, since a small update can fit in pages the
+    /// file already has while a new record cannot.
+    room_at: Option<std::path::PathBuf>,
 }
 
+#[derive(Debug)]
+struct Degraded {
+    reason: String,
+    full: bool,
+}
+
+/// Free bytes a full disk must have again before writes count as proof
+/// that the database writes.
+const ROOM_AGAIN: u64 = 1024 * 1024;
+
 impl HealthState {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+    /// Health of a database in a file in `dir`.
+    pub(crate) fn in_dir(dir: std::path::PathBuf) -> Self {
+        Self {
+            degraded: Mutex::default(),
+            room_at: Some(dir),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Degraded>> {
         self.degraded
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn degrade(&self, reason: String) {
+    fn degrade(&self, reason: String, full: bool) {
         let mut degraded = self.lock();
         if degraded.is_none() {
             tracing::error!(reason = %reason, "store degraded: a write failed");
         }
-        *degraded = Some(reason);
+        *degraded = Some(Degraded { reason, full });
+    }
+
+    /// Whether the database's disk has room again; unknown counts as yes.
+    fn has_room(&self) -> bool {
+        let Some(dir) = &self.room_at else {
+            return true;
+        };
+        rustix::fs::statvfs(dir).map_or(true, |fs| {
+            fs.f_bavail.saturating_mul(fs.f_frsize) >= ROOM_AGAIN
+        })
     }
 
     fn recover(&self) {
-        if let Some(reason) = self.lock().take() {
-            tracing::info!(was = %reason, "store healthy again: a write succeeded");
+        let mut degraded = self.lock();
+        if degraded.as_ref().is_some_and(|d| d.full) && !self.has_room() {
+            return;
+        }
+        if let Some(was) = degraded.take() {
+            tracing::info!(was = %was.reason, "store healthy again: a write succeeded");
         }
     }
 
     pub fn get(&self) -> StoreHealth {
         match &*self.lock() {
             None => StoreHealth::Ok,
-            Some(reason) => StoreHealth::Degraded(reason.clone()),
+            Some(d) => StoreHealth::Degraded(d.reason.clone()),
         }
     }
 }

@@ -88,7 +88,20 @@ impl SqlStore<Sqlite> {
                 }
             }
         }
-        Ok(Self::new(pool, &location, !in_memory))
+        if in_memory {
+            return Ok(Self::new(pool, &location, false));
+        }
+        let dir = Path::new(&location)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        Ok(Self::with_health(
+            pool,
+            &location,
+            true,
+            crate::db::HealthState::in_dir(dir),
+        ))
     }
 }
 
