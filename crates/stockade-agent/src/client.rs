@@ -190,6 +190,13 @@ pub struct Connector {
     endpoint: Arc<Endpoint>,
 }
 
+/// How long a connection to an agent may go without its peer acknowledging
+/// what was sent (or answering a connect) before it fails. A container that
+/// stops takes its address away without a reset, and a pooled connection to
+/// it would otherwise wait out TCP's retransmissions (many minutes). A live
+/// agent's kernel acknowledges at once, however busy or frozen the agent.
+const UNANSWERED: Duration = Duration::from_secs(10);
+
 impl tower_service::Service<Uri> for Connector {
     type Response = AgentStream;
     type Error = std::io::Error;
@@ -204,8 +211,20 @@ impl tower_service::Service<Uri> for Connector {
         Box::pin(async move {
             match &*endpoint {
                 Endpoint::Tcp(addr) => {
-                    let s = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                    let s = tokio::time::timeout(
+                        UNANSWERED,
+                        tokio::net::TcpStream::connect(addr.as_str()),
+                    )
+                    .await
+                    .map_err(|_| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no answer from {addr} within {} s", UNANSWERED.as_secs()),
+                        )
+                    })??;
                     s.set_nodelay(true)?;
+                    let ms = u32::try_from(UNANSWERED.as_millis()).unwrap_or(u32::MAX);
+                    rustix::net::sockopt::set_tcp_user_timeout(&s, ms)?;
                     Ok(AgentStream::Tcp(TokioIo::new(s)))
                 }
                 Endpoint::Unix(path) => Ok(AgentStream::Unix(TokioIo::new(

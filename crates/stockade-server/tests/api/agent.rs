@@ -150,3 +150,48 @@ async fn background_processes_outlive_a_server_restart() {
         "output after the restart was not captured: {stdout}"
     );
 }
+
+/// A container whose address goes away without a reset (what a stop does
+/// to its network): a call on a connection the server already holds to its
+/// agent answers within seconds instead of waiting out TCP's retransmissions.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_vanishes_without_a_reset_does_not_hang_calls() {
+    let (app, t, id) = spawn_with_owned_sandbox("agent-vanish", json!({})).await;
+    // E2B's health call goes to the agent as it is, on a pooled connection.
+    let health = || {
+        app.http
+            .get(format!("{}/e2b/health", app.base))
+            .header("x-api-key", &t)
+            .header("e2b-sandbox-id", &id)
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(health().await.unwrap().status(), StatusCode::NO_CONTENT);
+    }
+    let container = format!("stockade-{id}");
+    let networks = docker_lines(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}\n{{end}}",
+        &container,
+    ]);
+    assert!(!networks.is_empty(), "{container} is on no network");
+    for net in &networks {
+        let out = docker(&["network", "disconnect", "-f", net, &container]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(40), health())
+        .await
+        .expect("a call to an agent that vanished was still waiting after 40 s")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    // What E2B's SDKs read as "not running".
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    let r = app.delete(&format!("/api/v1/sandbox/{id}"), &t).await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+}
