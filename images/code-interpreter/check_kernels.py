@@ -135,6 +135,21 @@ def python(kc):
     out, _ = run(kc, "1 / 0")
     check(any(e.startswith("ZeroDivisionError") for e in errors(out)), f"no ZeroDivisionError: {brief(out)}")
 
+    # The session's history lives in memory only: In, Out and %history work,
+    # and no cell is written to a history database.
+    run(kc, "x_hist = 41")
+    run(kc, "x_hist + 1")
+    out, _ = run(
+        kc,
+        "from IPython import get_ipython\n"
+        "h = get_ipython().history_manager\n"
+        "print(In[-3], Out[len(In) - 2], h.enabled, type(h.db).__name__)",
+    )
+    check(
+        stdout(out).strip() == "x_hist = 41 42 False DummyDB",
+        f"in-memory history: {stdout(out)!r} {brief(errors(out))}",
+    )
+
 
 def deno(kc):
     out, _ = run(kc, "console.log(1 + 1)")

@@ -14,3 +14,9 @@ os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 
 # The display formatters for e2b/data, e2b/chart and application/json.
 c.InteractiveShellApp.exec_files = ["/usr/local/share/stockade/ipython_startup.py"]
+
+# No history database: IPython would write every cell to a SQLite file in
+# ~/.ipython, which costs half of a small cell's round trip, and a sandbox's
+# kernel has no later session to recall it in. In, Out, _ and %history of
+# the running kernel work as before.
+c.HistoryManager.enabled = False

@@ -73,7 +73,9 @@ impl KernelSpec {
     }
 
     /// The kernel ipykernel provides when no kernelspec is installed: try
-    /// `python3 -m ipykernel_launcher` (a failure to start says why).
+    /// `python3 -m ipykernel_launcher` (a failure to start says why),
+    /// without IPython's history database, which would write every cell to
+    /// a SQLite file (half of a small cell's round trip).
     pub fn python_fallback() -> Self {
         Self {
             name: "python3".into(),
@@ -81,6 +83,7 @@ impl KernelSpec {
                 "python3",
                 "-m",
                 "ipykernel_launcher",
+                "--HistoryManager.enabled=False",
                 "-f",
                 "{connection_file}",
             ]

@@ -24,6 +24,41 @@ const KERNEL_RSS: &str = "for d in /proc/[0-9]*; do \
      if tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q 'ipykerne[l]'; then \
      grep VmRSS $d/status; fi; done";
 
+/// Times `run_code("1")` round trips straight to a new Python kernel in the
+/// sandbox with Jupyter's own client (no Stockade between): what the kernel
+/// itself costs. Prints one duration in ms per line.
+const KERNEL_FLOOR: &str = r#"python3 - <<'PY' 2>/dev/null
+import sys, time, zmq
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3")
+shell, iopub, session = kc.shell_channel.socket, kc.iopub_channel.socket, kc.session
+poller = zmq.Poller()
+poller.register(shell, zmq.POLLIN)
+poller.register(iopub, zmq.POLLIN)
+def cell():
+    msg = session.msg("execute_request", {"code": "1", "silent": False, "store_history": True,
+        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+    session.send(shell, msg)
+    mid, reply, idle = msg["header"]["msg_id"], False, False
+    while not (reply and idle):
+        for sock, _ in poller.poll():
+            _, parts = session.feed_identities(sock.recv_multipart())
+            m = session.deserialize(parts)
+            if m["parent_header"].get("msg_id") != mid:
+                continue
+            if sock is shell:
+                reply = True
+            elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
+for _ in range(20):
+    cell()
+for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else COUNT):
+    t = time.perf_counter()
+    cell()
+    print((time.perf_counter() - t) * 1000)
+km.shutdown_kernel(now=True)
+PY"#;
+
 impl Bench {
     /// The code-interpreter scenario; skipped with a note when its image is
     /// not present.
@@ -41,7 +76,7 @@ impl Bench {
         for id in &made {
             let _ = self.api.delete(id).await;
         }
-        let (first, warm, exec, rss) = outcome?;
+        let (first, warm, exec, rss, floor) = outcome?;
         self.rows.push(
             Row::new(
                 "code_first",
@@ -76,6 +111,23 @@ impl Bench {
         );
         self.rows.push(
             Row::new(
+                "code_kernel",
+                "Warm cell round trip vs the kernel's own (Jupyter's client in the sandbox)",
+                "ms",
+                Better::Lower,
+                &warm,
+                Some(&floor),
+                Target::None,
+            )
+            .baseline("ipykernel's round trip inside the sandbox, no Stockade between")
+            .note(
+                "baseline: `execute_request` of `1` to a second Python kernel of the same sandbox, \
+                 timed from the send to its reply and idle status by jupyter_client's session over \
+                 ZeroMQ: the floor any client of the kernel pays",
+            ),
+        );
+        self.rows.push(
+            Row::new(
                 "code_kernel_rss",
                 "Resident memory of an idle Python context (VmRSS of its kernel)",
                 "MiB",
@@ -95,7 +147,7 @@ impl Bench {
         &self,
         image: &str,
         made: &mut Vec<String>,
-    ) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)> {
+    ) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)> {
         let (mut first, mut rss) = (Vec::new(), Vec::new());
         for _ in 0..self.plan.code_creates {
             let id = self.api.create(json!({ "dockerImage": image })).await?;
@@ -120,7 +172,13 @@ impl Bench {
                 bail!("exec true: exit {code}");
             }
         }
-        Ok((first, warm, exec, rss))
+        let script = KERNEL_FLOOR.replace("COUNT", &self.plan.code_cells.to_string());
+        let (code, out, _) = self.api.exec_shell(&id, &script).await?;
+        let floor: Vec<f64> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if code != 0 || floor.is_empty() {
+            bail!("timing the kernel inside {id}: exit {code}: {out}");
+        }
+        Ok((first, warm, exec, rss, floor))
     }
 
     /// The resident memory of the Python kernels in sandbox `id` together,
