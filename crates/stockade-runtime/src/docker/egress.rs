@@ -155,10 +155,13 @@ impl DockerRuntime {
         }
     }
 
+    #[tracing::instrument(skip_all)]
     async fn egress_listings(&self, ipt: &Iptables) -> Result<Listings, String> {
         let main = self.egress_chains().main();
-        let filter = ipt.run(&["-S", &main]).await?;
-        let nat = ipt.run(&["-t", "nat", "-S", &main]).await?;
+        // Two processes, run side by side: a stop or a delete waits for them.
+        let (filter_args, nat_args) = (["-S", main.as_str()], ["-t", "nat", "-S", main.as_str()]);
+        let (filter, nat) = tokio::join!(ipt.run(&filter_args), ipt.run(&nat_args));
+        let (filter, nat) = (filter?, nat?);
         Ok(Listings {
             filter: parse_listing(&main, &filter),
             nat: parse_listing(&main, &nat),
@@ -186,6 +189,7 @@ impl DockerRuntime {
 
     /// Runs one restore, reading the listings afresh and trying once more
     /// when it failed (another process changed the chains in between).
+    #[tracing::instrument(skip_all)]
     async fn egress_restore(
         &self,
         ipt: &Iptables,
@@ -247,6 +251,7 @@ impl Egress for DockerRuntime {
         Ok(EgressHost { gateway, subnets })
     }
 
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
     async fn apply_egress(
         &self,
         id: &SandboxId,
@@ -290,20 +295,24 @@ impl Egress for DockerRuntime {
         Ok(Some(addr))
     }
 
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
     async fn remove_egress(&self, id: &SandboxId) -> RuntimeResult<Vec<IpAddr>> {
         let Ok(ipt) = self.egress_iptables() else {
             return Ok(Vec::new());
         };
         let chains = self.egress_chains();
-        let listings = self.egress_listings(&ipt).await.unwrap_or_default();
-        let addrs: Vec<IpAddr> = entries(&listings.filter)
-            .into_iter()
-            .filter(|e| &e.sandbox_id == id)
-            .map(|e| e.addr)
-            .collect();
-        self.egress_restore(&ipt, |l| remove_script(&chains, l, id))
-            .await?;
-        Ok(addrs)
+        // The addresses come from the listing the removal itself reads.
+        let addrs = std::sync::Mutex::new(Vec::new());
+        self.egress_restore(&ipt, |l| {
+            *addrs.lock().unwrap_or_else(|p| p.into_inner()) = entries(&l.filter)
+                .into_iter()
+                .filter(|e| &e.sandbox_id == id)
+                .map(|e| e.addr)
+                .collect();
+            remove_script(&chains, l, id)
+        })
+        .await?;
+        Ok(addrs.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>> {

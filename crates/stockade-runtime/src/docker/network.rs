@@ -754,6 +754,7 @@ impl Iptables {
 
     /// Runs `iptables-restore -w N --noflush` (next to `iptables`) with
     /// `input`: each table in it is changed at once, or not at all.
+    #[tracing::instrument(skip_all)]
     pub(super) async fn restore(&self, input: &str) -> Result<(), String> {
         use tokio::io::AsyncWriteExt;
         let path = self.path.with_file_name("iptables-restore");
