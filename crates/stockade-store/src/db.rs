@@ -87,7 +87,6 @@ impl<B: Backend> SqlStore<B> {
             doubtful: false,
             in_tx: false,
             tx_wrote: false,
-            proves_health: true,
             wrote_events: false,
             discard_failed: self.discard_failed,
             health: self.health.clone(),
@@ -252,10 +251,6 @@ pub(crate) struct Conn<B: Backend> {
     in_tx: bool,
     /// The open transaction changed rows: its COMMIT proves the database writes.
     tx_wrote: bool,
-    /// Whether this connection's successful writes prove the database
-    /// writes again: not for small bookkeeping appends (the audit log, a
-    /// delivery attempt), which can fit where a record does not.
-    pub(crate) proves_health: bool,
     /// The open transaction (or the last statement outside one) wrote
     /// events: their readers are woken once it commits.
     pub(crate) wrote_events: bool,
@@ -284,8 +279,7 @@ impl<B: Backend> Conn<B> {
         match outcome {
             Ok(0) => {}
             Ok(_) if self.in_tx => self.tx_wrote = true,
-            Ok(_) if self.proves_health => self.health.recover(),
-            Ok(_) => {}
+            Ok(_) => self.health.recover(),
             Err(err) => {
                 self.failed(err);
                 if !is_clean_failure(err) {
@@ -385,7 +379,7 @@ impl<B: Backend> Conn<B> {
         match B::execute(&mut self.conn, Q::new("COMMIT")).await {
             Ok(_) => {
                 self.in_tx = false;
-                if wrote && self.proves_health {
+                if wrote {
                     self.health.recover();
                 }
                 if std::mem::take(&mut self.wrote_events) {

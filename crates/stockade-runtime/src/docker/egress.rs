@@ -193,7 +193,7 @@ impl DockerRuntime {
     async fn egress_restore(
         &self,
         ipt: &Iptables,
-        script: impl Fn(&Listings) -> Option<String>,
+        mut script: impl FnMut(&Listings) -> Option<String>,
     ) -> RuntimeResult<()> {
         let mut last = String::new();
         for _ in 0..2 {
@@ -302,9 +302,9 @@ impl Egress for DockerRuntime {
         };
         let chains = self.egress_chains();
         // The addresses come from the listing the removal itself reads.
-        let addrs = std::sync::Mutex::new(Vec::new());
+        let mut addrs = Vec::new();
         self.egress_restore(&ipt, |l| {
-            *addrs.lock().unwrap_or_else(|p| p.into_inner()) = entries(&l.filter)
+            addrs = entries(&l.filter)
                 .into_iter()
                 .filter(|e| &e.sandbox_id == id)
                 .map(|e| e.addr)
@@ -312,7 +312,7 @@ impl Egress for DockerRuntime {
             remove_script(&chains, l, id)
         })
         .await?;
-        Ok(addrs.into_inner().unwrap_or_else(|p| p.into_inner()))
+        Ok(addrs)
     }
 
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>> {

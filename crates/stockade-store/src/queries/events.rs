@@ -451,7 +451,6 @@ impl<B: Backend> EventStore for SqlStore<B> {
     ) -> StoreResult<()> {
         let context = format!("record an attempt at delivery {delivery}");
         let mut conn = self.begin(&context).await?;
-        conn.proves_health = false;
         let result = async {
             let q = Q::<B>::new(
                 "INSERT INTO webhook_attempts (id, delivery_id, attempted_at, status_code, error, \
