@@ -59,6 +59,17 @@ pub async fn run(config: Config) -> i32 {
         // Outside a container: orphans of our processes come back to us.
         let _ = rustix::process::set_child_subreaper(Some(me));
     }
+    let volume = match &config.volume_root {
+        Some(root) if !root.is_dir() => {
+            log(format!(
+                "the volume's directory {} ({}) is not a directory",
+                root.display(),
+                crate::config::VOLUME_ROOT_ENV
+            ));
+            return 1;
+        }
+        root => root.clone().map(crate::volume_fs::Volume::new),
+    };
     let procs = Processes::new(reaper.clone());
     let state = AgentState::new(
         config.token.clone(),
@@ -70,6 +81,7 @@ pub async fn run(config: Config) -> i32 {
         },
         procs.clone(),
         crate::kernel::Kernels::new(reaper.clone()),
+        volume,
     );
     if let Some(addr) = config.listen {
         match tokio::net::TcpListener::bind(addr).await {

@@ -8,6 +8,9 @@ use crate::connect::{self, Code, Codec, ConnectError, EnvelopeBody};
 use crate::proto::filesystem::*;
 use crate::proto::process::*;
 use crate::proto::Msg;
+pub use crate::volume_fs::{
+    VolumeAttrs, VolumeEntry, VolumeEntryType, VolumeErrorKind, VolumeUsage,
+};
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -32,6 +35,14 @@ pub enum ClientError {
     Rpc(ConnectError),
     /// An HTTP route answered with an error status.
     Http { status: u16, message: String },
+    /// A volume route (`/volume/…`) refused the request: `code` is the
+    /// agent's error code (`not_found`, `symlink`, `exists`, …; see
+    /// [`ClientError::volume_error`]).
+    Volume {
+        status: u16,
+        code: String,
+        message: String,
+    },
     /// The connection failed.
     Transport(String),
     /// The agent's answer made no sense.
@@ -43,6 +54,16 @@ impl ClientError {
     pub fn code(&self) -> Option<Code> {
         match self {
             ClientError::Rpc(e) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// The kind of a volume route's error; `None` for any other error (a
+    /// volume route missing because the agent serves no volume is an
+    /// [`ClientError::Http`] 404) or a code this version does not know.
+    pub fn volume_error(&self) -> Option<VolumeErrorKind> {
+        match self {
+            ClientError::Volume { code, .. } => VolumeErrorKind::parse(code),
             _ => None,
         }
     }
@@ -93,6 +114,11 @@ impl std::fmt::Display for ClientError {
             ClientError::Http { status, message } => {
                 write!(f, "agent answered {status}: {message}")
             }
+            ClientError::Volume {
+                status,
+                code,
+                message,
+            } => write!(f, "agent answered {status} ({code}): {message}"),
             ClientError::Transport(m) => write!(f, "agent unreachable: {m}"),
             ClientError::Protocol(m) => write!(f, "unexpected answer from the agent: {m}"),
         }
@@ -1005,7 +1031,218 @@ impl AgentClient {
         serde_json::from_slice(&data)
             .map_err(|e| ClientError::Protocol(format!("upload answer: {e}")))
     }
+
+    /// A volume route with its query.
+    fn volume_uri(route: &str, params: &[(&str, String)]) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in params {
+            q.append_pair(k, v);
+        }
+        format!("/volume/{route}?{}", q.finish())
+    }
+
+    /// The query parameters of a path, a flag and attributes.
+    fn volume_params(
+        path: &str,
+        parents: bool,
+        attrs: &VolumeAttrs,
+    ) -> Vec<(&'static str, String)> {
+        let mut params = vec![("path", path.to_owned())];
+        if parents {
+            params.push(("parents", "true".into()));
+        }
+        for (name, value) in [("uid", attrs.uid), ("gid", attrs.gid), ("mode", attrs.mode)] {
+            if let Some(v) = value {
+                params.push((name, v.to_string()));
+            }
+        }
+        params
+    }
+
+    /// Sends a volume request; an error status becomes
+    /// [`ClientError::Volume`] (or [`ClientError::Http`] when the answer
+    /// carries no volume error code, e.g. the agent serves no volume).
+    async fn volume_send(
+        &self,
+        method: http::Method,
+        uri: &str,
+        content_type: Option<&str>,
+        body: BoxBody,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let mut b = self.request(method, uri);
+        if let Some(ct) = content_type {
+            b = b.header(http::header::CONTENT_TYPE, ct);
+        }
+        let req = b
+            .body(body)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status().as_u16();
+        let data = Limited::new(resp.into_body(), 64 << 10)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let value = serde_json::from_slice::<serde_json::Value>(&data).ok();
+        let message = value
+            .as_ref()
+            .and_then(|v| v.get("message")?.as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&data).into_owned());
+        Err(
+            match value
+                .as_ref()
+                .and_then(|v| v.get("code")?.as_str().map(str::to_owned))
+            {
+                Some(code) => ClientError::Volume {
+                    status,
+                    code,
+                    message,
+                },
+                None => ClientError::Http { status, message },
+            },
+        )
+    }
+
+    /// A volume request answered with JSON.
+    async fn volume_json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: http::Method,
+        uri: &str,
+        content_type: Option<&str>,
+        body: BoxBody,
+    ) -> Result<T, ClientError> {
+        let resp = self.volume_send(method, uri, content_type, body).await?;
+        let data = Limited::new(resp.into_body(), MAX_VOLUME_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .to_bytes();
+        serde_json::from_slice(&data)
+            .map_err(|e| ClientError::Protocol(format!("volume answer to {uri}: {e}")))
+    }
+
+    /// `GET /volume/stat`: an entry of the volume, a symbolic link's own.
+    pub async fn volume_stat(&self, path: &str) -> Result<VolumeEntry, ClientError> {
+        let uri = Self::volume_uri("stat", &[("path", path.to_owned())]);
+        self.volume_json(http::Method::GET, &uri, None, body::empty())
+            .await
+    }
+
+    /// `GET /volume/list`: the entries beneath a directory to `depth`
+    /// levels (1 to 32), never through a symbolic link.
+    pub async fn volume_list(
+        &self,
+        path: &str,
+        depth: u32,
+    ) -> Result<Vec<VolumeEntry>, ClientError> {
+        let uri = Self::volume_uri(
+            "list",
+            &[("path", path.to_owned()), ("depth", depth.to_string())],
+        );
+        self.volume_json(http::Method::GET, &uri, None, body::empty())
+            .await
+    }
+
+    /// `POST /volume/mkdir`: creates a directory (with `parents`, its
+    /// missing parents too, and an existing directory is fine).
+    pub async fn volume_mkdir(
+        &self,
+        path: &str,
+        parents: bool,
+        attrs: &VolumeAttrs,
+    ) -> Result<VolumeEntry, ClientError> {
+        let uri = Self::volume_uri("mkdir", &Self::volume_params(path, parents, attrs));
+        self.volume_json(http::Method::POST, &uri, None, body::empty())
+            .await
+    }
+
+    /// `GET /volume/file`: a regular file of the volume, streamed.
+    pub async fn volume_read(&self, path: &str) -> Result<Download, ClientError> {
+        let uri = Self::volume_uri("file", &[("path", path.to_owned())]);
+        let resp = self
+            .volume_send(http::Method::GET, &uri, None, body::empty())
+            .await?;
+        let size = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        Ok(Download {
+            size,
+            body: resp.into_body(),
+        })
+    }
+
+    /// `PUT /volume/file`: writes a regular file from a stream of chunks;
+    /// the file appears whole once the stream ends (an `Err` chunk aborts
+    /// and leaves any earlier file as it was).
+    pub async fn volume_write(
+        &self,
+        path: &str,
+        parents: bool,
+        attrs: &VolumeAttrs,
+        chunks: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    ) -> Result<VolumeEntry, ClientError> {
+        let uri = Self::volume_uri("file", &Self::volume_params(path, parents, attrs));
+        let body = BodyExt::boxed_unsync(ChannelBodyFrom(chunks));
+        self.volume_json(
+            http::Method::PUT,
+            &uri,
+            Some("application/octet-stream"),
+            body,
+        )
+        .await
+    }
+
+    /// `DELETE /volume/path`: removes an entry, a directory with all it
+    /// holds.
+    pub async fn volume_remove(&self, path: &str) -> Result<(), ClientError> {
+        let uri = Self::volume_uri("path", &[("path", path.to_owned())]);
+        self.volume_send(http::Method::DELETE, &uri, None, body::empty())
+            .await?;
+        Ok(())
+    }
+
+    /// `POST /volume/rename`: renames an entry; answers the entry at `to`.
+    pub async fn volume_rename(&self, from: &str, to: &str) -> Result<VolumeEntry, ClientError> {
+        let uri = Self::volume_uri(
+            "rename",
+            &[("from", from.to_owned()), ("to", to.to_owned())],
+        );
+        self.volume_json(http::Method::POST, &uri, None, body::empty())
+            .await
+    }
+
+    /// `PATCH /volume/path`: changes an entry's owner and mode.
+    pub async fn volume_set_attrs(
+        &self,
+        path: &str,
+        attrs: &VolumeAttrs,
+    ) -> Result<VolumeEntry, ClientError> {
+        let uri = Self::volume_uri("path", &[("path", path.to_owned())]);
+        let data = serde_json::to_vec(attrs).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.volume_json(
+            http::Method::PATCH,
+            &uri,
+            Some("application/json"),
+            body::full(data),
+        )
+        .await
+    }
+
+    /// `GET /volume/usage`: bytes allocated to the volume and its entries.
+    pub async fn volume_usage(&self) -> Result<VolumeUsage, ClientError> {
+        self.volume_json(http::Method::GET, "/volume/usage", None, body::empty())
+            .await
+    }
 }
+
+/// Largest JSON answer of a volume route (a listing of 100 000 entries
+/// with long paths).
+const MAX_VOLUME_ANSWER: usize = 256 << 20;
 
 /// A request body read from a caller's channel.
 struct ChannelBodyFrom(mpsc::Receiver<Result<Bytes, std::io::Error>>);

@@ -11,6 +11,10 @@ pub const DEFAULT_MAIN_ENV: &str = "/.stockade/main.env";
 pub const TOKEN_ENV: &str = "STOCKADE_AGENT_TOKEN";
 /// The variable holding the listen address.
 pub const LISTEN_ENV: &str = "STOCKADE_AGENT_LISTEN";
+/// The variable naming the directory of a shared volume, set in a volume
+/// helper container: the agent then serves the volume's files under
+/// `/volume/`.
+pub const VOLUME_ROOT_ENV: &str = "STOCKADE_AGENT_VOLUME_ROOT";
 
 pub const USAGE: &str =
     "usage: stockade-agent [--listen ADDR|none] [--unix PATH] [--token-file PATH] \
@@ -33,6 +37,8 @@ pub struct Config {
     pub workdir: Option<String>,
     /// The main process (empty: the agent runs alone).
     pub main: Vec<String>,
+    /// The shared volume's directory served under `/volume/`, if any.
+    pub volume_root: Option<PathBuf>,
 }
 
 /// A configuration error, naming the flag or variable.
@@ -130,6 +136,15 @@ impl Config {
                 "no access token: set {TOKEN_ENV} or --token-file (or --insecure-no-token for local tests)"
             )));
         }
+        let volume_root = match env(VOLUME_ROOT_ENV) {
+            Some(v) if v.starts_with('/') => Some(PathBuf::from(v)),
+            Some(v) if !v.is_empty() => {
+                return Err(ConfigError(format!(
+                    "{VOLUME_ROOT_ENV}: {v:?} must be an absolute directory, e.g. /volume"
+                )))
+            }
+            _ => None,
+        };
         Ok(Config {
             listen,
             unix,
@@ -138,6 +153,7 @@ impl Config {
             user,
             workdir,
             main,
+            volume_root,
         })
     }
 }
@@ -168,6 +184,9 @@ mod tests {
         assert_eq!(c.token, None);
         let c = parse(&["--insecure-no-token"], &[(LISTEN_ENV, "[::1]:7")]).unwrap();
         assert_eq!(c.listen, Some("[::1]:7".parse().unwrap()));
+        assert_eq!(c.volume_root, None);
+        let c = parse(&["--insecure-no-token"], &[(VOLUME_ROOT_ENV, "/volume")]).unwrap();
+        assert_eq!(c.volume_root, Some(PathBuf::from("/volume")));
     }
 
     #[test]
@@ -186,6 +205,12 @@ mod tests {
             .0
             .contains("nothing to listen on"));
         assert!(parse(&["--bogus"], &[]).unwrap_err().0.contains("--bogus"));
+        assert!(
+            parse(&["--insecure-no-token"], &[(VOLUME_ROOT_ENV, "volume")])
+                .unwrap_err()
+                .0
+                .contains(VOLUME_ROOT_ENV)
+        );
         assert!(parse(&["--unix"], &[]).unwrap_err().0.contains("--unix"));
         assert!(parse(&["--workdir", "rel", "--insecure-no-token"], &[])
             .unwrap_err()

@@ -141,6 +141,9 @@ pub struct CreateSandboxBody {
     pub host_selector: Option<BTreeMap<String, String>>,
     /// What the end of a session does, an idle timeout, auto-resume.
     pub lifecycle: Option<crate::LifecycleRequest>,
+    /// Shared volumes to mount.
+    #[serde(alias = "volume_mounts")]
+    pub volume_mounts: Option<Vec<crate::shared_volumes::VolumeMountRequest>>,
     /// `prime-sandboxes`: asks for a virtual machine. Accepted and ignored:
     /// Stockade runs every sandbox as a container.
     pub vm: Option<bool>,
@@ -357,6 +360,7 @@ impl CreateSandboxBody {
             server: self.server,
             host_selector: self.host_selector,
             lifecycle,
+            volume_mounts: self.volume_mounts,
         };
         Ok((
             req,

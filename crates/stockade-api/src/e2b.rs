@@ -63,8 +63,47 @@ pub struct E2bNewSandbox {
     pub mcp: Option<serde_json::Value>,
     #[schema(value_type = Option<Object>)]
     pub iam: Option<serde_json::Value>,
-    #[schema(value_type = Option<Object>)]
-    pub volume_mounts: Option<serde_json::Value>,
+    /// Shared volumes to mount, by name.
+    pub volume_mounts: Option<Vec<E2bVolumeMount>>,
+}
+
+/// One of `volumeMounts`: a volume by name, and where.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct E2bVolumeMount {
+    pub name: String,
+    pub path: String,
+}
+
+/// `POST /e2b/volumes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct E2bNewVolume {
+    pub name: String,
+}
+
+/// A volume in E2B's list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct E2bVolume {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub name: String,
+}
+
+/// A volume with the token of its content API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct E2bVolumeAndToken {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub name: String,
+    pub token: String,
+}
+
+/// `PATCH /e2b/volumecontent/{id}/path`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct E2bVolumeAttrs {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub mode: Option<u32>,
 }
 
 /// `POST /e2b/sandboxes/{id}/timeout`.

@@ -58,6 +58,7 @@ pub mod e2b;
 pub mod events;
 pub mod prime;
 
+pub mod shared_volumes;
 pub mod snapshots;
 pub mod tokens;
 pub use events::{
@@ -143,6 +144,9 @@ pub struct CreateSandboxRequest {
     /// What the end of a session does (kill, stop or pause), an idle
     /// timeout, and whether a paused sandbox wakes up when it is used.
     pub lifecycle: Option<LifecycleRequest>,
+    /// Shared volumes to mount (see `/api/v1/shared-volumes`); the sandbox
+    /// is placed on their Docker host.
+    pub volume_mounts: Option<Vec<shared_volumes::VolumeMountRequest>>,
 }
 
 /// A sandbox's lifecycle as a create sets it.
@@ -223,6 +227,11 @@ impl CreateSandboxRequest {
             metadata: None,
             server: self.server.clone(),
             host_selector: self.host_selector.clone(),
+            volume_mounts: self.volume_mounts.as_ref().map(|m| {
+                m.iter()
+                    .map(shared_volumes::VolumeMountRequest::input)
+                    .collect()
+            }),
         }
     }
 }
@@ -322,6 +331,9 @@ pub struct SandboxResponse {
     #[serde(default = "workspace_path")]
     pub disk_mount_path: String,
     pub volume: VolumeSummary,
+    /// The shared volumes it mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<shared_volumes::SandboxMountView>,
     /// Seconds since the current session started (running sandboxes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uptime_seconds: Option<i64>,
@@ -409,6 +421,16 @@ impl SandboxResponse {
             lifecycle: LifecycleView::of(spec),
             disk_mount_path: stockade_core::VolumeName::MOUNT_PATH.to_owned(),
             volume: VolumeSummary::new(sb.volume_name().to_string(), None),
+            volume_mounts: spec
+                .mounts
+                .iter()
+                .map(|m| shared_volumes::SandboxMountView {
+                    volume_id: m.volume.clone(),
+                    name: m.name.clone(),
+                    path: m.path.clone(),
+                    read_only: m.read_only,
+                })
+                .collect(),
             uptime_seconds: uptime,
             session_expires_at: sb.session_expires_at,
             logs_url: format!("/api/v1/sandbox/{}/logs", sb.id),

@@ -142,6 +142,7 @@ impl Raw {
             agent_token: Some(self.agent_token.clone()),
             // The default diskSizeGB, capped where the engine can as Stockade does.
             disk_bytes: Some(10 << 30),
+            mounts: Vec::new(),
         }
     }
 

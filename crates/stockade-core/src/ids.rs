@@ -138,6 +138,11 @@ id_type!(
     DeliveryId, 24, "delivery id"
 );
 id_type!(
+    /// A shared volume's id: 12 characters from `[a-z0-9]`; also part of its
+    /// Docker volume's name (`stockade-shared-{id}`).
+    SharedVolumeId, 12, "volume id"
+);
+id_type!(
     /// An uploaded archive's id (`POST /uploads`), used once as a create source.
     UploadId, 24, "upload id"
 );

@@ -15,6 +15,7 @@ pub mod netpolicy;
 pub mod operation;
 pub mod quota;
 pub mod sandbox;
+pub mod shared_volume;
 pub mod size;
 pub mod snapshot;
 pub mod spec;
@@ -27,8 +28,8 @@ pub use error::{FieldError, ValidationErrors};
 pub use fspath::SandboxPath;
 pub use host::{Host, HostHealth, HostState, HostTls};
 pub use ids::{
-    AccountId, DeliveryId, EventId, InstanceId, SandboxId, SnapshotId, TeamId, TokenId, UploadId,
-    WebhookId,
+    AccountId, DeliveryId, EventId, InstanceId, SandboxId, SharedVolumeId, SnapshotId, TeamId,
+    TokenId, UploadId, WebhookId,
 };
 pub use lifecycle::{Lifecycle, LifecycleInput, TimeoutAction};
 pub use netpolicy::{
@@ -41,6 +42,7 @@ pub use quota::{
     StoredUsage,
 };
 pub use sandbox::{Sandbox, SandboxMetadata};
+pub use shared_volume::{MountInput, SharedVolume, SharedVolumeStatus, VolumeMount};
 pub use size::human_bytes;
 pub use snapshot::{Snapshot, SnapshotKind, SnapshotStatus};
 pub use spec::{

@@ -365,6 +365,8 @@ pub struct SpecInput {
     pub server: Option<String>,
     /// Labels the host must carry.
     pub host_selector: Option<BTreeMap<String, String>>,
+    /// Shared volumes to mount.
+    pub volume_mounts: Option<Vec<crate::shared_volume::MountInput>>,
 }
 
 /// Where a create asked to be placed: a host by name, and labels
@@ -466,6 +468,9 @@ pub struct SandboxSpec {
     /// What its timeout does, its idle timeout, and auto-resume.
     #[serde(default, skip_serializing_if = "Lifecycle::is_default")]
     pub lifecycle: Lifecycle,
+    /// Shared volumes mounted into it, by id once the create resolved them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<crate::shared_volume::VolumeMount>,
 }
 
 pub const MAX_TAGS: usize = 5;
@@ -793,6 +798,10 @@ impl SandboxSpec {
                 .unwrap_or_default()
                 .apply(&Lifecycle::default(), "lifecycle"),
         );
+        let mounts = crate::shared_volume::parse_mounts(
+            input.volume_mounts.as_deref().unwrap_or_default(),
+            &mut errs,
+        );
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -819,6 +828,7 @@ impl SandboxSpec {
                 selector: selector.expect("checked"),
             },
             lifecycle: lifecycle.expect("checked"),
+            mounts: mounts.expect("checked"),
         })
     }
 

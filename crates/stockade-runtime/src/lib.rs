@@ -77,6 +77,10 @@ pub mod labels {
     /// On the image, containers and volumes of the disk-quota probe:
     /// never a sandbox's.
     pub const DISK_PROBE: &str = "io.stockade.disk-probe";
+    /// On a shared volume's Docker volume: the volume's id.
+    pub const SHARED_VOLUME: &str = "io.stockade.shared-volume";
+    /// On a shared volume's files helper: the Docker volume it serves.
+    pub const VOLUME_HELPER: &str = "io.stockade.volume-helper";
 }
 
 /// What can go wrong in the runtime.
@@ -195,7 +199,20 @@ pub struct ContainerSpec {
     /// of the writable root filesystem, where the engine can enforce them
     /// ([`crate::Disk::disk_enforcement`]); `None`: no cap.
     pub disk_bytes: Option<u64>,
+    /// Shared volumes mounted into the container; each must exist.
+    pub mounts: Vec<SharedMount>,
 }
+
+/// A shared volume in a container: the Docker volume's name and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedMount {
+    pub volume: String,
+    pub path: String,
+    pub read_only: bool,
+}
+
+/// Where a shared volume's files helper has the volume.
+pub const VOLUME_HELPER_ROOT: &str = "/volume";
 
 /// `Debug` for a spec, its fields in the order given, the agent token shown
 /// only as `Some("<redacted>")`.
@@ -235,6 +252,7 @@ debug_with_redacted_token!(ContainerSpec {
     hostname,
     agent_token,
     disk_bytes,
+    mounts,
 });
 
 /// A warm-pool member to create: a sandbox container with the
@@ -291,6 +309,7 @@ impl PoolMemberSpec {
             hostname: self.sandbox_id.to_string(),
             agent_token: self.agent_token.clone(),
             disk_bytes: self.disk_bytes,
+            mounts: Vec::new(),
         }
     }
 

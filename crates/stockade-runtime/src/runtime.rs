@@ -196,6 +196,35 @@ pub trait Volumes: Send + Sync {
     /// hosts). `None` when the engine does not report it.
     async fn volume_size(&self, name: &VolumeName, max_age: Duration)
         -> RuntimeResult<Option<u64>>;
+
+    /// Makes the Docker volume of a shared volume, labelled with `labels`
+    /// (nothing when it exists already).
+    async fn create_shared_volume(
+        &self,
+        name: &str,
+        labels: BTreeMap<String, String>,
+    ) -> RuntimeResult<()>;
+
+    /// Removes a shared volume's Docker volume and its files helper (nothing
+    /// when they are gone already); `Conflict` when a sandbox's container
+    /// still mounts it.
+    async fn remove_shared_volume(&self, name: &str) -> RuntimeResult<()>;
+
+    /// The names of the shared volumes' Docker volumes on this engine.
+    async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>>;
+
+    /// Starts (or finds running) the files helper of shared volume `name`:
+    /// a container of no image content whose PID 1 is the agent, accepting
+    /// `token`, with the volume at [`crate::VOLUME_HELPER_ROOT`] and no
+    /// network beyond the server. Where the server reaches its agent.
+    async fn volume_helper(&self, name: &str, token: &str) -> RuntimeResult<String>;
+
+    /// Stops the files helper of `name` (kept for its next use; nothing
+    /// when there is none).
+    async fn stop_volume_helper(&self, name: &str) -> RuntimeResult<()>;
+
+    /// The shared volumes whose files helpers run now.
+    async fn running_volume_helpers(&self) -> RuntimeResult<Vec<String>>;
 }
 
 /// Changes to a sandbox after create.

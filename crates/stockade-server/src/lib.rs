@@ -119,6 +119,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::volumes::routes())
         .merge(routes::update::routes())
         .merge(routes::snapshots::routes())
+        .merge(routes::shared_volumes::routes())
         .merge(routes::terminal::routes())
         .merge(routes::events::routes())
         .merge(compat::prime::api_routes());

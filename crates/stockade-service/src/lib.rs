@@ -76,6 +76,8 @@ pub struct Service {
     strays: Arc<reconcile::Strays>,
     /// The sandboxes' agents: their tokens and clients.
     agents: Arc<agent::Agents>,
+    /// The shared volumes' files helpers this process uses.
+    volume_helpers: Arc<content::shared_volumes::Helpers>,
     /// The last check of the sandboxes' network isolation.
     isolation: Arc<std::sync::Mutex<Option<stockade_runtime::IsolationReport>>>,
     /// The egress filter and the sandboxes' policies.
@@ -213,6 +215,7 @@ impl Service {
             egress: Arc::default(),
             admission: Arc::default(),
             agents: Arc::new(agents),
+            volume_helpers: Arc::default(),
             hosts,
             audit,
             own_addresses: Arc::default(),
@@ -260,7 +263,11 @@ impl Service {
         self.start_egress().await;
         // On SQLite (one instance) every recorded operation was left by
         // this installation's previous process: recover them all now.
-        let first = recovery::recover_expired(self, self.store.backend() == "sqlite").await;
+        let sqlite = self.store.backend() == "sqlite";
+        let first = recovery::recover_expired(self, sqlite).await;
+        if let Err(e) = self.recover_shared_volumes(sqlite).await {
+            tracing::warn!(error = %e, "recovery of volumes failed; retried later");
+        }
         if first.recovered + first.failed > 0 {
             tracing::info!(
                 ?first,
@@ -285,6 +292,10 @@ impl Service {
         tokio::spawn(leader::run_local(self.clone(), shutdown.clone()));
         // Every instance delivers webhooks, each delivery claimed by one.
         tokio::spawn(tasks::webhooks::run(self.clone(), shutdown.clone()));
+        tokio::spawn(tasks::recovery::stop_idle_helpers(
+            self.clone(),
+            shutdown.clone(),
+        ));
         let pool = tokio::spawn(pool::run(self.clone(), shutdown));
         Background { pool, leader }
     }

@@ -19,6 +19,7 @@ pub(crate) fn spec(sb: &Sandbox, instance: &InstanceId) -> ContainerSpec {
         hostname: "x".into(),
         agent_token: None,
         disk_bytes: None,
+        mounts: Vec::new(),
     }
 }
 

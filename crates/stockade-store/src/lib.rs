@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use stockade_core::{
     Account, AccountId, InstanceId, Label, Operation, OperationId, Quota, QuotaUsage, Resources,
-    Sandbox, SandboxId, SandboxStatus, Scope, Snapshot, SnapshotId, Team, TeamId, TokenId,
-    TokenKind, TokenRecord,
+    Sandbox, SandboxId, SandboxStatus, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
+    Snapshot, SnapshotId, Team, TeamId, TokenId, TokenKind, TokenRecord,
 };
 
 mod db;
@@ -456,6 +456,65 @@ pub trait SnapshotStore: Send + Sync {
     /// (their capture died with its server).
     async fn pending_snapshots(&self, creating_before: DateTime<Utc>)
         -> StoreResult<Vec<Snapshot>>;
+}
+
+/// Shared volumes and which sandboxes mount them. A sandbox's mounts are
+/// written with its record ([`SandboxStore`]'s inserts), each checked
+/// there against its volume: only a READY volume of the same account can
+/// be mounted, and [`SharedVolumeStore::begin_shared_volume_delete`] takes
+/// the same row, so a delete and a create that mounts it never both win.
+#[async_trait]
+pub trait SharedVolumeStore: Send + Sync {
+    /// Inserts a new volume; a name the account uses already is a
+    /// [`StoreError::Conflict`].
+    async fn insert_shared_volume(&self, volume: &SharedVolume) -> StoreResult<()>;
+
+    /// The volume with `id`, deleted ones included, whoever owns it (the
+    /// caller checks): `NotFound` when no record exists.
+    async fn get_shared_volume(&self, id: &SharedVolumeId) -> StoreResult<SharedVolume>;
+
+    /// The account's volume named `name` that is not deleted.
+    async fn shared_volume_by_name(&self, scope: &Scope, name: &str) -> StoreResult<SharedVolume>;
+
+    /// The account's volumes not deleted, newest first (at most
+    /// [`MAX_VOLUMES_LISTED`]).
+    async fn list_shared_volumes(&self, scope: &Scope) -> StoreResult<Vec<SharedVolume>>;
+
+    /// Sets a volume's status.
+    async fn set_shared_volume_status(
+        &self,
+        id: &SharedVolumeId,
+        status: SharedVolumeStatus,
+    ) -> StoreResult<()>;
+
+    /// Marks a volume DELETING unless a sandbox not deleted mounts it; the
+    /// ids of those that do (nothing changed) otherwise. `NotFound` when it
+    /// is deleted already.
+    async fn begin_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<Vec<SandboxId>>;
+
+    /// Ends a delete: the record keeps its row with `deleted_at` set.
+    async fn finish_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<()>;
+
+    /// Volumes left CREATING or DELETING, across accounts (recovery's work).
+    async fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
+
+    /// Every volume not deleted, across accounts (reconciliation).
+    async fn all_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
+
+    /// The mounts of sandboxes not deleted of each of `volumes`.
+    async fn mounts_of_volumes(&self, volumes: &[SharedVolumeId]) -> StoreResult<Vec<MountRecord>>;
+}
+
+/// The most volumes one list returns.
+pub const MAX_VOLUMES_LISTED: usize = 1000;
+
+/// One sandbox's mount of a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountRecord {
+    pub volume_id: SharedVolumeId,
+    pub sandbox_id: SandboxId,
+    pub path: String,
+    pub read_only: bool,
 }
 
 /// Per-account quotas, and the sums that quotas and admission
@@ -935,6 +994,7 @@ store_of_roles!(
     SandboxStore,
     IdempotencyStore,
     SnapshotStore,
+    SharedVolumeStore,
     OperationStore,
     QuotaStore,
     LeaseStore,

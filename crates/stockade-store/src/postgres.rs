@@ -71,6 +71,8 @@ impl Backend for Postgres {
     /// The key is "stkhosts" in ASCII.
     const PLACEMENT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(8319392507950756979)");
+    const ROW_SHARE: &'static str = " FOR SHARE";
+    const ROW_UPDATE: &'static str = " FOR UPDATE";
 
     fn ts(t: DateTime<Utc>) -> DateTime<Utc> {
         t

@@ -162,6 +162,12 @@ pub trait Backend:
     /// Makes writers of events take turns until they commit (`None` where
     /// a write transaction holds the database's write lock already).
     const EVENTS_LOCK: Option<&'static str>;
+    /// What a `SELECT` of one row appends to keep writers of that row out
+    /// until the commit (`FOR SHARE`); empty where a write transaction
+    /// holds the database's one write lock already.
+    const ROW_SHARE: &'static str;
+    /// The same for a reader that will write the row (`FOR UPDATE`).
+    const ROW_UPDATE: &'static str;
 
     fn ts(t: DateTime<Utc>) -> Self::Ts;
     fn opt_ts(t: Option<DateTime<Utc>>) -> Self::OptTs;

@@ -160,6 +160,8 @@ impl Backend for Sqlite {
     /// Taken before events are written, held to the commit.
     const EVENTS_LOCK: Option<&'static str> = None;
     const PLACEMENT_LOCK: Option<&'static str> = None;
+    const ROW_SHARE: &'static str = "";
+    const ROW_UPDATE: &'static str = "";
 
     fn ts(t: DateTime<Utc>) -> String {
         t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()

@@ -87,7 +87,7 @@ pub async fn download(state: Arc<AgentState>, req: Request<Incoming>) -> Respons
     let Some(path) = path else {
         return http_error(StatusCode::BAD_REQUEST, "path is required");
     };
-    let mut file = match tokio::fs::File::open(&path).await {
+    let file = match tokio::fs::File::open(&path).await {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return http_error(
@@ -108,6 +108,25 @@ pub async fn download(state: Arc<AgentState>, req: Request<Incoming>) -> Respons
         );
     }
     let size = meta.len();
+    let body = stream_file(file, size);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().replace('"', ""))
+        .unwrap_or_default();
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .header(
+            http::header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}\""),
+        )
+        .body(body)
+        .expect("valid response")
+}
+
+/// A body streaming `size` bytes of an open file, with that length
+/// declared; a file that shrinks meanwhile cuts the body short with an
+/// error, so the client sees the transfer incomplete.
+pub(super) fn stream_file(mut file: tokio::fs::File, size: u64) -> BoxBody {
     let (tx, body) = ChannelBody::new(4);
     tokio::spawn(async move {
         let mut sent = 0u64;
@@ -116,7 +135,6 @@ pub async fn download(state: Arc<AgentState>, req: Request<Incoming>) -> Respons
             let mut buf = vec![0u8; want];
             match file.read(&mut buf).await {
                 Ok(0) => {
-                    // The file shrank: end short, so the client sees it.
                     let _ = tx
                         .send(Err(std::io::Error::other("file shrank while it was read")))
                         .await;
@@ -136,18 +154,7 @@ pub async fn download(state: Arc<AgentState>, req: Request<Incoming>) -> Respons
             }
         }
     });
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().replace('"', ""))
-        .unwrap_or_default();
-    Response::builder()
-        .header(http::header::CONTENT_TYPE, "application/octet-stream")
-        .header(
-            http::header::CONTENT_DISPOSITION,
-            format!("attachment; filename=\"{name}\""),
-        )
-        .body(body.with_size(size).boxed())
-        .expect("valid response")
+    body.with_size(size).boxed()
 }
 
 /// What an upload answers per file.

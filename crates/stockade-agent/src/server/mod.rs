@@ -9,6 +9,7 @@ mod filesystem;
 pub mod forward;
 mod process;
 pub mod rpc;
+mod volume;
 
 use crate::body::{self, BoxBody};
 use crate::connect::{Code, ConnectError};
@@ -51,6 +52,9 @@ pub struct AgentState {
     pub agent_uid: u32,
     /// The `PATH` of started processes.
     pub path_env: String,
+    /// The shared volume the `/volume/` routes serve, in a volume helper
+    /// container; `None` elsewhere (the routes do not exist).
+    pub volume: Option<crate::volume_fs::Volume>,
     /// The latest input ids of `command_session` SendInput calls, so a
     /// retried send writes once.
     recent_inputs: std::sync::Mutex<std::collections::VecDeque<String>>,
@@ -86,6 +90,7 @@ impl AgentState {
         defaults: Defaults,
         procs: Arc<Processes>,
         kernels: Arc<crate::kernel::Kernels>,
+        volume: Option<crate::volume_fs::Volume>,
     ) -> Arc<Self> {
         Arc::new(Self {
             token: token.map(String::into_bytes),
@@ -96,6 +101,7 @@ impl AgentState {
             kernels,
             agent_uid: rustix::process::geteuid().as_raw(),
             path_env: std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_owned()),
+            volume,
             recent_inputs: std::sync::Mutex::new(std::collections::VecDeque::new()),
         })
     }
@@ -285,6 +291,9 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
     }
     if path == "/code" || path.starts_with("/code/") {
         return code::route(state, req).await;
+    }
+    if path.starts_with("/volume/") {
+        return volume::route(state, req).await;
     }
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/files") => files::download(state, req).await,

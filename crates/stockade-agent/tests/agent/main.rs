@@ -10,3 +10,4 @@ mod helpers;
 mod main_process;
 mod process;
 mod raw;
+mod volume;

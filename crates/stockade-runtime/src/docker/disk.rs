@@ -152,8 +152,13 @@ impl DockerRuntime {
         }
     }
 
+    /// The empty image of the probe, which volumes' files helpers run too.
+    pub(super) fn probe_image(&self) -> String {
+        format!("{PROBE_IMAGE_REPO}:{PROBE_IMAGE_TAG}")
+    }
+
     /// Imports the probe image when the engine lacks it.
-    async fn ensure_probe_image(&self, docker: &Docker) -> RuntimeResult<()> {
+    pub(super) async fn ensure_probe_image(&self, docker: &Docker) -> RuntimeResult<()> {
         let reference = format!("{PROBE_IMAGE_REPO}:{PROBE_IMAGE_TAG}");
         match docker.inspect_image(&reference).await {
             Ok(_) => return Ok(()),

@@ -204,32 +204,12 @@ impl DockerRuntime {
                 (Some(entrypoint), Some(cmd))
             }
         };
-        // On a host off this server's machine, the agent's port is
-        // published (a random port of the host) and reached there.
-        let published = self
-            .config
-            .publish_address
-            .as_ref()
-            .filter(|_| spec.agent_token.is_some());
-        let agent_port = format!("{}/tcp", crate::AGENT_PORT);
-        let port_bindings = published.map(|address| {
-            // Never every interface of the host: its address, or loopback
-            // when that is not an IP (the agent is then unreachable from
-            // outside, and the host's health says so).
-            let bind = match address.parse::<std::net::IpAddr>() {
-                Ok(ip) => ip.to_string(),
-                Err(_) => "127.0.0.1".to_owned(),
-            };
-            HashMap::from([(
-                agent_port.clone(),
-                Some(vec![bollard::models::PortBinding {
-                    host_ip: Some(bind),
-                    host_port: Some(String::new()),
-                }]),
-            )])
-        });
-        let exposed_ports =
-            published.map(|_| HashMap::from([(agent_port.clone(), HashMap::<(), ()>::new())]));
+        mounts.extend(spec.mounts.iter().map(shared_mount));
+        let (port_bindings, exposed_ports) = if spec.agent_token.is_some() {
+            self.agent_port_publishing()
+        } else {
+            (None, None)
+        };
         let host_config = HostConfig {
             port_bindings,
             cap_drop: Some(vec!["ALL".to_owned()]),
@@ -287,6 +267,32 @@ impl DockerRuntime {
         }
     }
 
+    /// On a host off this server's machine, the agent's port is published
+    /// (a random port of the host) and reached there: the port bindings and
+    /// exposed ports of a container with an agent; nothing on a local host.
+    pub(super) fn agent_port_publishing(&self) -> (Option<PortBindings>, Option<ExposedPorts>) {
+        let Some(address) = self.config.publish_address.as_ref() else {
+            return (None, None);
+        };
+        let agent_port = format!("{}/tcp", crate::AGENT_PORT);
+        // Never every interface of the host: its address, or loopback
+        // when that is not an IP (the agent is then unreachable from
+        // outside, and the host's health says so).
+        let bind = match address.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.to_string(),
+            Err(_) => "127.0.0.1".to_owned(),
+        };
+        let bindings = HashMap::from([(
+            agent_port.clone(),
+            Some(vec![bollard::models::PortBinding {
+                host_ip: Some(bind),
+                host_port: Some(String::new()),
+            }]),
+        )]);
+        let exposed = HashMap::from([(agent_port, HashMap::<(), ()>::new())]);
+        (Some(bindings), Some(exposed))
+    }
+
     /// Creates the sandbox's container (and its volume when missing) with
     /// `labels`; whatever it made is removed again when it fails.
     pub(super) async fn create_or_undo(
@@ -324,7 +330,7 @@ impl DockerRuntime {
         }
 
         // Independent questions at once: round trips fewer per create.
-        let (image, existing, (), agent_ready, quotas) = tokio::join!(
+        let (image, existing, (), agent_ready, quotas, shared) = tokio::join!(
             self.image_facts(docker, &spec.image),
             docker.inspect_volume(volume.as_str()),
             self.prepare_networks(docker),
@@ -340,10 +346,12 @@ impl DockerRuntime {
                     Some(_) => Some(self.disk_quotas(docker).await),
                     None => None,
                 }
-            }
+            },
+            self.check_shared_volumes(docker, &spec.mounts)
         );
         let (volume_opts, storage_opt) = Self::disk_options(quotas.as_ref(), spec.disk_bytes);
         let image = image?;
+        shared?;
         // Before anything is made: nothing half-made stays on a refusal.
         self.check_isolated(spec.network_access)?;
         if !agent_ready? {
@@ -572,6 +580,27 @@ impl Lifecycle for DockerRuntime {
 }
 
 /// The labels on a sandbox's container and volume.
+/// Published ports of a container, as the engine takes them.
+pub(super) type PortBindings = HashMap<String, Option<Vec<bollard::models::PortBinding>>>;
+/// Exposed ports of a container, as the engine takes them.
+pub(super) type ExposedPorts = HashMap<String, HashMap<(), ()>>;
+
+/// A shared volume mounted into a sandbox: never filled from the image's
+/// files at that path, so the volume holds only what was written to it.
+fn shared_mount(m: &crate::SharedMount) -> Mount {
+    Mount {
+        target: Some(m.path.clone()),
+        source: Some(m.volume.clone()),
+        typ: Some(MountTypeEnum::VOLUME),
+        read_only: Some(m.read_only),
+        volume_options: Some(bollard::models::MountVolumeOptions {
+            no_copy: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub(super) fn stockade_labels(spec: &ContainerSpec) -> HashMap<String, String> {
     HashMap::from([
         (labels::MANAGED.to_owned(), "true".to_owned()),

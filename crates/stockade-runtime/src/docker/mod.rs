@@ -36,6 +36,7 @@ mod loop_disk;
 mod network;
 mod ports;
 mod seccomp;
+mod shared_volumes;
 mod snapshots;
 mod ssh;
 mod stats;

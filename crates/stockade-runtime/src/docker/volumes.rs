@@ -211,4 +211,32 @@ impl Volumes for DockerRuntime {
     ) -> RuntimeResult<Option<u64>> {
         self.volume_size_of(name, max_age).await
     }
+
+    async fn create_shared_volume(
+        &self,
+        name: &str,
+        labels: std::collections::BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.create_shared_volume_impl(name, labels).await
+    }
+
+    async fn remove_shared_volume(&self, name: &str) -> RuntimeResult<()> {
+        self.remove_shared_volume_impl(name).await
+    }
+
+    async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>> {
+        self.list_shared_volumes_impl().await
+    }
+
+    async fn volume_helper(&self, name: &str, token: &str) -> RuntimeResult<String> {
+        self.volume_helper_impl(name, token).await
+    }
+
+    async fn stop_volume_helper(&self, name: &str) -> RuntimeResult<()> {
+        self.stop_volume_helper_impl(name).await
+    }
+
+    async fn running_volume_helpers(&self) -> RuntimeResult<Vec<String>> {
+        self.running_volume_helpers_impl().await
+    }
 }

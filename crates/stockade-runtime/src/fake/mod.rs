@@ -90,6 +90,8 @@ struct State {
     isolation_checks: u32,
     /// Egress entries (fake/network.rs): sandbox → its policy.
     egress: BTreeMap<SandboxId, stockade_core::netpolicy::EgressPolicy>,
+    /// Shared volumes' Docker volumes (fake/volumes.rs), by name.
+    shared_volumes: BTreeSet<String>,
 }
 
 impl Default for State {
@@ -97,6 +99,7 @@ impl Default for State {
         Self {
             containers: BTreeMap::new(),
             volumes: BTreeMap::new(),
+            shared_volumes: BTreeSet::new(),
             missing_images: BTreeSet::new(),
             unavailable: false,
             fail_create: None,
@@ -283,6 +286,16 @@ impl FakeRuntime {
             return Err(RuntimeError::Conflict(format!(
                 "container stockade-{} already exists",
                 spec.sandbox_id
+            )));
+        }
+        if let Some(m) = spec
+            .mounts
+            .iter()
+            .find(|m| !st.shared_volumes.contains(&m.volume))
+        {
+            return Err(RuntimeError::NotFound(format!(
+                "the shared volume {} is missing on this Docker host",
+                m.volume
             )));
         }
         // The volume would be made, then removed again: net effect nothing.
@@ -602,6 +615,7 @@ mod tests {
             hostname: "sbx".into(),
             agent_token: None,
             disk_bytes: None,
+            mounts: Vec::new(),
         }
     }
 

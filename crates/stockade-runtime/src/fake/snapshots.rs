@@ -175,6 +175,7 @@ mod tests {
             hostname: "h".into(),
             agent_token: None,
             disk_bytes: None,
+            mounts: Vec::new(),
         }
     }
 

@@ -58,4 +58,54 @@ impl Volumes for FakeRuntime {
             .get(&name.sandbox_id())
             .and_then(|v| v.size_bytes))
     }
+
+    async fn create_shared_volume(
+        &self,
+        name: &str,
+        _labels: std::collections::BTreeMap<String, String>,
+    ) -> RuntimeResult<()> {
+        self.check_available()?;
+        self.state().shared_volumes.insert(name.to_owned());
+        Ok(())
+    }
+
+    async fn remove_shared_volume(&self, name: &str) -> RuntimeResult<()> {
+        self.check_available()?;
+        let mut st = self.state();
+        let mounted = st
+            .containers
+            .values()
+            .any(|c| c.spec.mounts.iter().any(|m| m.volume == name));
+        if mounted {
+            return Err(RuntimeError::Conflict(format!(
+                "the shared volume {name} is still mounted by a container"
+            )));
+        }
+        st.shared_volumes.remove(name);
+        Ok(())
+    }
+
+    async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>> {
+        self.check_available()?;
+        Ok(self.state().shared_volumes.iter().cloned().collect())
+    }
+
+    /// The fake runs no agent: a volume's files are not reachable.
+    async fn volume_helper(&self, name: &str, _token: &str) -> RuntimeResult<String> {
+        self.check_available()?;
+        if !self.state().shared_volumes.contains(name) {
+            return Err(RuntimeError::NotFound(format!("volume {name} not found")));
+        }
+        Err(RuntimeError::Unavailable(
+            "the fake runtime has no files helper".into(),
+        ))
+    }
+
+    async fn stop_volume_helper(&self, _name: &str) -> RuntimeResult<()> {
+        Ok(())
+    }
+
+    async fn running_volume_helpers(&self) -> RuntimeResult<Vec<String>> {
+        Ok(Vec::new())
+    }
 }

@@ -119,6 +119,7 @@ pub fn shell_spec(image: &str, command: &str) -> ContainerSpec {
         network_access: false,
         agent_token: None,
         disk_bytes: None,
+        mounts: Vec::new(),
     }
 }
 

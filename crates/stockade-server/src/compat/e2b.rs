@@ -67,6 +67,7 @@ pub fn routes() -> Router<AppState> {
         .route("/snapshots", get(list_snapshots))
         .route("/templates/{id}", delete(delete_snapshot))
         .merge(super::e2b_events::routes())
+        .merge(super::e2b_volumes::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -444,12 +445,6 @@ fn refuse_unsupported(req: &E2bNewSandbox) -> E2bResult<()> {
             "Workload identity (iam) is not supported by Stockade: pass credentials as envs",
         ));
     }
-    if set(&req.volume_mounts) {
-        return Err(not_implemented(
-            "Volume mounts are not supported by Stockade: every sandbox has its own volume at \
-             /workspace; use snapshots to start sandboxes from saved files",
-        ));
-    }
     Ok(())
 }
 
@@ -505,6 +500,16 @@ async fn create(
         lifecycle: Some(lifecycle_of(&req)?),
         environment_vars: req.env_vars.clone().filter(|e| !e.is_empty()),
         network_policy,
+        volume_mounts: req.volume_mounts.as_ref().map(|mounts| {
+            mounts
+                .iter()
+                .map(|m| stockade_api::shared_volumes::VolumeMountRequest {
+                    volume: m.name.clone(),
+                    path: m.path.clone(),
+                    read_only: None,
+                })
+                .collect()
+        }),
         ..Default::default()
     };
     template.apply(&mut create);

@@ -109,6 +109,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(volumes::VolumesApi::openapi());
     doc.merge(update::UpdateApi::openapi());
     doc.merge(super::snapshots::SnapshotsApi::openapi());
+    doc.merge(super::shared_volumes::SharedVolumesApi::openapi());
     doc.merge(super::events::EventsApi::openapi());
     super::apidoc::require_bearer(&mut doc);
     doc

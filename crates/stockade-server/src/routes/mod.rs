@@ -18,6 +18,7 @@ pub mod hosts;
 pub mod logs;
 pub mod ports;
 pub mod sandboxes;
+pub mod shared_volumes;
 pub mod snapshots;
 pub mod teams;
 pub mod terminal;

@@ -81,6 +81,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
             hostname: "old".into(),
             agent_token: None,
             disk_bytes: None,
+            mounts: Vec::new(),
         })
         .await
         .unwrap();

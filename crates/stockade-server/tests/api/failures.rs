@@ -13,7 +13,8 @@ use stockade_core::{
     Account, AccountId, InstanceId, Operation, OperationId, Quota, QuotaUsage, Resources, Sandbox,
     SandboxId, SandboxStatus, Scope, Team, TeamId, TokenId, TokenRecord,
 };
-use stockade_core::{DeliveryId, WebhookId};
+use stockade_core::{DeliveryId, SharedVolume, SharedVolumeId, SharedVolumeStatus, WebhookId};
+use stockade_store::SharedVolumeStore;
 use stockade_store::{
     AccountStore, Authenticated, HealthStore, HostStore, IdempotencyStore, Lease, LeaseStore,
     OperationStore, Placed, PlacementCandidate, QuotaStore, SandboxFilter, SandboxPage,
@@ -91,6 +92,23 @@ forward! {
     }
     fn health(&self) -> StoreHealth {
         self.inner.health()
+    }
+}
+
+forward! {
+    SharedVolumeStore {
+        fn insert_shared_volume(&self, volume: &SharedVolume) -> StoreResult<()>;
+        fn get_shared_volume(&self, id: &SharedVolumeId) -> StoreResult<SharedVolume>;
+        fn shared_volume_by_name(&self, scope: &Scope, name: &str) -> StoreResult<SharedVolume>;
+        fn list_shared_volumes(&self, scope: &Scope) -> StoreResult<Vec<SharedVolume>>;
+        fn set_shared_volume_status(&self, id: &SharedVolumeId,
+            status: SharedVolumeStatus) -> StoreResult<()>;
+        fn begin_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<Vec<SandboxId>>;
+        fn finish_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<()>;
+        fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
+        fn all_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
+        fn mounts_of_volumes(&self, volumes: &[SharedVolumeId])
+            -> StoreResult<Vec<stockade_store::MountRecord>>;
     }
 }
 

@@ -33,6 +33,7 @@ mod races;
 mod ratelimit;
 mod restart;
 mod sessions;
+mod shared_volumes;
 mod snapshots;
 mod sources;
 mod sse_client;

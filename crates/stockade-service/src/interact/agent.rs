@@ -69,9 +69,16 @@ impl Agents {
     /// The access token of `id`'s agent: HMAC-SHA256 of the sandbox id.
     /// Only the server (and the sandbox itself) ever knows it.
     pub fn token(&self, id: &SandboxId) -> String {
+        self.derive("stockade-agent:", id.as_str())
+    }
+
+    /// A secret derived from the key for `subject` under `domain` (each use
+    /// its own domain, so no secret serves another's purpose): hex of
+    /// HMAC-SHA256 of the domain and the subject.
+    pub fn derive(&self, domain: &str, subject: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        mac.update(b"stockade-agent:");
-        mac.update(id.as_str().as_bytes());
+        mac.update(domain.as_bytes());
+        mac.update(subject.as_bytes());
         hex::encode(mac.finalize().into_bytes())
     }
 

@@ -30,7 +30,9 @@ impl Service {
         // be long): the source's own fields and records first, since a
         // snapshot or fork brings settings of its own.
         let pending = sources::look_up(self, scope, &mut new).await?;
-        let sb = lifecycle::prepare(self, scope, &new)?;
+        let mut sb = lifecycle::prepare(self, scope, &new)?;
+        // Mounted volumes are the caller's, and place it on their host.
+        self.resolve_mounts(scope, &mut sb.spec).await?;
         if let Some(image) = &named_image {
             // Only images a tenant may name, from registries that are not
             // internal addresses.

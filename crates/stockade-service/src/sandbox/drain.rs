@@ -72,6 +72,13 @@ async fn drain_one(svc: &Service, sb: Sandbox) -> ServiceResult<()> {
 /// it and returns its record there.
 pub async fn move_sandbox(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
     let from = sb.server.clone();
+    if !sb.spec.mounts.is_empty() {
+        // Its shared volumes live on this host and do not move with it.
+        return Err(ServiceError::Conflict(format!(
+            "sandbox {} mounts shared volumes of host '{from}' and stays there",
+            sb.id
+        )));
+    }
     let mut wanted = sb.clone();
     // A move goes wherever there is a host: the request's own wishes were
     // for the first placement.

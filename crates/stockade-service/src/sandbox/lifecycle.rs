@@ -119,6 +119,7 @@ pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
         hostname: sb.spec.name.to_string().to_lowercase(),
         agent_token: Some(svc.agents.token(&sb.id)),
         disk_bytes: Some(u64::from(sb.spec.disk_size_gb) << 30),
+        mounts: crate::content::shared_volumes::container_mounts(&sb.spec),
     }
 }
 

@@ -231,6 +231,8 @@ impl PoolClass {
             && spec.network.allows_egress() == self.network_access
             && spec.disk_size_gb == self.disk_size_gb
             && spec.gpu_count == 0
+            // A member's container mounts no shared volume.
+            && spec.mounts.is_empty()
     }
 
     fn member(&self, svc: &Service) -> PoolMemberSpec {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::Service;
 
@@ -22,6 +22,9 @@ pub async fn run_periodically(svc: Service, period: Duration, shutdown: Cancella
         if report.recovered + report.failed > 0 {
             info!(?report, "recovery pass");
         }
+        if let Err(e) = svc.recover_shared_volumes(false).await {
+            warn!(error = %e, "recovery of volumes failed; retried next pass");
+        }
         if last_purge.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
             last_purge = Some(tokio::time::Instant::now());
             let purged = crate::sandbox::idempotency::purge_expired(&svc).await;
@@ -29,5 +32,14 @@ pub async fn run_periodically(svc: Service, period: Duration, shutdown: Cancella
                 debug!(purged, "forgot expired idempotency keys");
             }
         }
+    }
+}
+
+/// Every 30 s until `shutdown`, stops the volumes' files helpers this
+/// process left idle.
+pub async fn stop_idle_helpers(svc: Service, shutdown: CancellationToken) {
+    let mut every = crate::every::Every::after_first(Duration::from_secs(30), shutdown).await;
+    while every.next().await {
+        svc.stop_idle_volume_helpers().await;
     }
 }

@@ -11,6 +11,7 @@ mod operations;
 mod quotas;
 mod sandboxes;
 mod settings;
+mod shared_volumes;
 mod snapshots;
 mod teams;
 

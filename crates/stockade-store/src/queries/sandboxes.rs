@@ -246,6 +246,7 @@ impl<B: Backend> SqlStore<B> {
         conn.execute_refined(q, context, |e| sandbox_conflict(e, sandbox))
             .await?;
         self.insert_labels_in(conn, sandbox, context).await?;
+        self.insert_mounts_in(conn, sandbox, context).await?;
         let events = sandbox_events(None, sandbox, Utc::now());
         self.write_events_in(conn, &events, context).await
     }
