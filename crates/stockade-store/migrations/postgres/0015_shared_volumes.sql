@@ -7,7 +7,7 @@ CREATE TABLE shared_volumes (
     account_id  TEXT NOT NULL,
     name        TEXT NOT NULL,
     server      TEXT NOT NULL,
-    size_gb     INTEGER,
+    size_gb     BIGINT,
     labels      TEXT NOT NULL,
     status      TEXT NOT NULL,
     created_at  TIMESTAMPTZ NOT NULL,
