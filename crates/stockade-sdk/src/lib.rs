@@ -17,8 +17,8 @@
 //!
 //! Everything else hangs off [`Sandbox`] (commands, background processes,
 //! terminals, code cells and their contexts, files and watches, logs,
-//! ports, snapshots, forks, updates) and [`Client`] (volumes, uploads,
-//! accounts, health). Dropping any future is safe: a dropped create is
+//! ports, snapshots, forks, updates) and [`Client`] (volumes, shared
+//! volumes and their files, uploads, accounts, health). Dropping any future is safe: a dropped create is
 //! rolled back by the server, a dropped command stream kills its command,
 //! a dropped cell stream interrupts its cell, a dropped [`Terminal`] ends
 //! its process.
@@ -96,6 +96,7 @@ mod files;
 mod logs;
 mod ports;
 mod sandbox;
+mod shared_volumes;
 mod snapshots;
 mod sse;
 mod terminal;
@@ -116,11 +117,17 @@ pub use sandbox::{
     CreateParams, DeleteOptions, ListParams, NetworkPolicy, Sandbox, SandboxGuard, SandboxPage,
     Source, UpdateParams,
 };
+pub use shared_volumes::VolumeWrite;
 pub use snapshots::Snapshot;
 pub use stockade_api as api;
 /// A cell's outcome and events, and code contexts.
 pub use stockade_api::code::{
     CodeContext, CodeError, CodeEvent, CodeLogs, CodeOutput, CodeResult, Execution,
+};
+/// Shared volumes, their files and the mounts a create asks for.
+pub use stockade_api::shared_volumes::{
+    CreateSharedVolumeRequest, SharedVolumeList, SharedVolumeResponse, VolumeEntryResponse,
+    VolumeListing, VolumeMountRequest,
 };
 pub use terminal::{Terminal, TerminalOptions, TerminalWriter, MAX_TERMINAL_SIDE};
 pub use tokio_util::sync::CancellationToken;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use reqwest::Method;
+use stockade_api::shared_volumes::VolumeMountRequest;
 use stockade_api::{
     CreateSandboxRequest, LifecycleRequest, ListSandboxesResponse, SandboxResponse, SandboxSource,
     UpdateSandboxRequest, UpdateSandboxResponse,
@@ -139,6 +140,8 @@ pub struct CreateParams {
     pub server: Option<String>,
     /// Labels the Docker host must carry.
     pub host_selector: BTreeMap<String, String>,
+    /// Shared volumes to mount; the sandbox is placed on their Docker host.
+    pub volume_mounts: Vec<VolumeMountRequest>,
     /// What the end of a session does (`"kill"`, `"stop"` or `"pause"`).
     pub on_timeout: Option<String>,
     /// A paused sandbox is resumed when it is used.
@@ -219,6 +222,37 @@ impl CreateParams {
         self
     }
 
+    /// Mounts the shared volume `volume` (its name or id) read-write at
+    /// `path`, an absolute path in the sandbox.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// use stockade_sdk::{CreateParams, Sandbox};
+    /// let params = CreateParams::new()
+    ///     .mount("datasets", "/data")
+    ///     .mount_read_only("models", "/models");
+    /// let sb = Sandbox::create(&client, params).await?;
+    /// sb.run_command("ls /data /models").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn mount(self, volume: impl Into<String>, path: impl Into<String>) -> Self {
+        self.mount_with(volume.into(), path.into(), false)
+    }
+
+    /// Mounts the shared volume `volume` read-only at `path`.
+    pub fn mount_read_only(self, volume: impl Into<String>, path: impl Into<String>) -> Self {
+        self.mount_with(volume.into(), path.into(), true)
+    }
+
+    fn mount_with(mut self, volume: String, path: String, read_only: bool) -> Self {
+        self.volume_mounts.push(VolumeMountRequest {
+            volume,
+            path,
+            read_only: read_only.then_some(true),
+        });
+        self
+    }
+
     /// Client-side checks of the seed's limits (the server checks again).
     fn validate(&self) -> Result<(), Error> {
         if self.ports.len() > MAX_PORTS {
@@ -295,6 +329,7 @@ impl CreateParams {
                 auto_resume: self.auto_resume,
                 idle_timeout_minutes: self.idle_timeout.map(|d| d.as_secs_f64() / 60.0),
             }),
+            volume_mounts: (!self.volume_mounts.is_empty()).then(|| self.volume_mounts.clone()),
         }
     }
 }

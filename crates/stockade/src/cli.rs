@@ -229,6 +229,11 @@ pub struct CreateArgs {
     /// Upload a local directory, or a .tar / .tar.gz archive, into /workspace.
     #[arg(long, value_name = "PATH", group = "source")]
     upload: Option<std::path::PathBuf>,
+    /// Mount a shared volume at an absolute path, read-only with `:ro`
+    /// (repeatable; `stockade volume create NAME` makes one). The sandbox
+    /// runs on the volumes' Docker host.
+    #[arg(long = "mount", value_name = "VOLUME:/PATH[:ro]")]
+    mounts: Vec<String>,
 }
 
 /// What the end of a sandbox's session does.
@@ -260,7 +265,7 @@ pub fn key_value(s: &str, flag: &str) -> Result<(String, String), CliError> {
 }
 
 /// Parses repeated `KEY=VALUE` arguments of `flag` into a map.
-fn key_values(pairs: &[String], flag: &str) -> Result<BTreeMap<String, String>, CliError> {
+pub fn key_values(pairs: &[String], flag: &str) -> Result<BTreeMap<String, String>, CliError> {
     pairs.iter().map(|pair| key_value(pair, flag)).collect()
 }
 
@@ -417,6 +422,11 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
             .idle_timeout
             .map(|t| parse_duration(&t, "--idle-timeout", "m"))
             .transpose()?,
+        volume_mounts: a
+            .mounts
+            .iter()
+            .map(|m| crate::volume::mount_arg(m))
+            .collect::<Result<_, _>>()?,
         ..CreateParams::new()
     };
     if let Some(snap) = a.from_snapshot {
@@ -440,7 +450,7 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         Sandbox::create(&client, p),
     )
     .await
-    .map_err(|e| output::sdk_error(&e, None))?;
+    .map_err(|e| crate::volume::mount_error(output::sdk_error(&e, None), &a.mounts))?;
     if watch {
         let exited = output::spinning(
             "Watching the start command",

@@ -13,6 +13,7 @@ mod host;
 mod manage;
 mod server;
 mod upload;
+mod volume;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -52,6 +53,7 @@ fn from_env(name: &str) -> Option<String> {
   stockade logs -f demo
   stockade run-code demo analysis.py             # Python in the code interpreter; `stockade repl demo`: a session
   stockade ports demo expose 3000
+  stockade volume create data && stockade create --name worker --mount data:/data
   stockade ls --status running
   stockade stop demo && stockade start demo
   stockade pause demo && stockade resume demo    # frozen in place, processes and memory kept
@@ -100,6 +102,7 @@ enum Command {
   stockade create --name agent --timeout 1h --idle-timeout 10m --on-timeout pause --auto-resume
   stockade create --name pip --allow pypi.org --allow '*.pythonhosted.org'   # egress to these only
   stockade create --name web --deny 10.1.0.0/16 --deny ads.example.com:443
+  stockade create --name worker --mount datasets:/data --mount models:/models:ro
   stockade create --name demo --json | jq -r .id")]
     Create(Box<cli::CreateArgs>),
     /// List your sandboxes, newest first.
@@ -221,19 +224,22 @@ was created with --auto-resume: then the first of them resumes it.")]
     /// create|ls|rm`), or print a token that opens a sandbox's exposed ports
     /// (`token SANDBOX`).
     Token(manage::TokenArgs),
-    /// List volumes, remove orphans.
-    #[command(
-        alias = "volume",
-        after_help = "Examples:
+    /// List the /workspace volumes of your sandboxes, remove orphans
+    /// (shared volumes: `stockade volume`).
+    #[command(after_help = "Examples:
   stockade volumes
   stockade volumes ls --orphaned
   stockade volumes rm agent-sandbox-a1b2c3d4e5f6
-  stockade volumes prune --yes"
-    )]
+  stockade volumes prune --yes")]
     Volumes {
         #[command(subcommand)]
         command: Option<manage::VolumesCommand>,
     },
+    /// Make, list and delete shared volumes (named volumes sandboxes mount
+    /// with `create --mount NAME:/path`), and copy, list and remove their
+    /// files without a sandbox.
+    #[command(subcommand)]
+    Volume(volume::VolumeCommand),
     /// Change a sandbox's timeout, resources, labels, tags or environment.
     Update(Box<manage::UpdateArgs>),
     /// Manage accounts (administrators only).
@@ -448,6 +454,7 @@ fn main() -> ExitCode {
             Command::Ports(args) => manage::ports(&ctx, args).await,
             Command::Token(args) => manage::token(&ctx, args).await,
             Command::Volumes { command } => manage::volumes(&ctx, command).await,
+            Command::Volume(cmd) => volume::volume(&ctx, cmd).await,
             Command::Update(args) => manage::update(&ctx, *args).await,
             Command::Account(cmd) => cli::account(&ctx, cmd).await,
             Command::Host(cmd) => host::host(&ctx, cmd).await,
@@ -476,8 +483,9 @@ mod complete {
     //! prints, and `stockade __complete`, which they call with the words
     //! typed so far. It walks the clap model to see what the word under
     //! the cursor is (a subcommand, a flag, a flag's value or a positional
-    //! argument) and offers sandbox, snapshot, process and host ids/names from
-    //! the configured server where the argument's value name says so.
+    //! argument) and offers sandbox, snapshot, process, host and shared
+    //! volume ids/names from the configured server where the argument's
+    //! value name says so.
 
     use std::process::ExitCode;
     use std::time::Duration;
@@ -500,6 +508,10 @@ mod complete {
         Snapshots,
         /// Names of registered Docker hosts.
         Hosts,
+        /// Names of shared volumes, each followed by `suffix`.
+        Volumes {
+            suffix: &'static str,
+        },
         /// Background processes of this sandbox.
         Processes {
             sandbox: String,
@@ -547,6 +559,18 @@ mod complete {
             "SANDBOX" => plan.dynamic = Some(Source::Sandboxes { suffix: "" }),
             "SNAPSHOT" => plan.dynamic = Some(Source::Snapshots),
             "HOST" => plan.dynamic = Some(Source::Hosts),
+            "VOLUME" => plan.dynamic = Some(Source::Volumes { suffix: "" }),
+            "VOLUME:PATH" | "VOLUME:/PATH[:ro]" => {
+                if !plan.current.contains(':') {
+                    plan.dynamic = Some(Source::Volumes { suffix: ":" });
+                }
+            }
+            "SOURCE" | "TARGET" => {
+                if !plan.current.contains(':') {
+                    plan.dynamic = Some(Source::Volumes { suffix: ":" });
+                    plan.files = true;
+                }
+            }
             "PID" => {
                 if let Some(sb) = positionals.first() {
                     plan.dynamic = Some(Source::Processes {
@@ -719,6 +743,13 @@ mod complete {
                     .hosts
                     .into_iter()
                     .map(|h| h.name)
+                    .collect(),
+                Source::Volumes { suffix } => client
+                    .shared_volumes()
+                    .await?
+                    .volumes
+                    .into_iter()
+                    .map(|v| format!("{}{suffix}", v.name))
                     .collect(),
                 Source::Processes { sandbox } => Sandbox::find(client, sandbox)
                     .await?
@@ -940,6 +971,15 @@ complete -c stockade -f -a '(__stockade_complete)'
             assert_eq!(p.dynamic, Some(Source::Sandboxes { suffix: "" }), "many");
             let p = plan_for(&["stockade", "create", "--on-timeout", ""]);
             assert_eq!(p.fixed, ["kill", "stop", "pause"]);
+            let p = plan_for(&["stockade", "volume", "rm", ""]);
+            assert_eq!(p.dynamic, Some(Source::Volumes { suffix: "" }));
+            let p = plan_for(&["stockade", "volume", "cp", "./x", ""]);
+            assert_eq!(p.dynamic, Some(Source::Volumes { suffix: ":" }));
+            assert!(p.files);
+            let p = plan_for(&["stockade", "create", "--mount", ""]);
+            assert_eq!(p.dynamic, Some(Source::Volumes { suffix: ":" }));
+            let p = plan_for(&["stockade", "volumes", ""]);
+            assert!(p.fixed.contains(&"prune".to_owned()), "{p:?}");
             let p = plan_for(&["stockade", "completions", ""]);
             assert!(p.fixed.contains(&"fish".to_owned()));
         }

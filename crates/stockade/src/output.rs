@@ -593,6 +593,8 @@ const FIELD_FLAGS: &[(&str, &str)] = &[
     ("labels", "--label"),
     ("tags", "--tag"),
     ("ports", "--port"),
+    ("volumeMounts", "--mount"),
+    ("sizeGB", "--size-gb"),
     ("persistent", "--ephemeral"),
     ("teamId", "--team"),
     ("cwd", "--cwd"),
