@@ -53,6 +53,21 @@ pub struct SharedVolumeResponse {
     pub mounts: Vec<VolumeMountView>,
 }
 
+/// `GET /api/v1/shared-volumes/{volume}/usage`.
+#[skip_serializing_none]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedVolumeUsage {
+    /// Bytes its files take on disk.
+    pub used_bytes: u64,
+    #[serde(rename = "sizeGB")]
+    pub size_gb: Option<u32>,
+    /// Whether the host holds it to `sizeGB`.
+    pub size_enforced: bool,
+    /// How the limit is enforced, or why it is not.
+    pub enforcement: Option<String>,
+}
+
 /// `GET /api/v1/shared-volumes`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -198,12 +198,20 @@ pub trait Volumes: Send + Sync {
         -> RuntimeResult<Option<u64>>;
 
     /// Makes the Docker volume of a shared volume, labelled with `labels`
-    /// (nothing when it exists already).
+    /// and capped at `size_bytes` where the engine can cap it (as a
+    /// sandbox's `/workspace`); nothing when it exists already.
     async fn create_shared_volume(
         &self,
         name: &str,
         labels: BTreeMap<String, String>,
+        size_bytes: Option<u64>,
     ) -> RuntimeResult<()>;
+
+    /// Makes sure each shared volume of `mounts` exists and is whole before
+    /// a container that mounts it starts (a volume capped by a file system
+    /// of its own has it mounted again after a reboot); `NotFound` naming
+    /// the first that is missing.
+    async fn prepare_shared_volumes(&self, mounts: &[crate::SharedMount]) -> RuntimeResult<()>;
 
     /// Removes a shared volume's Docker volume and its files helper (nothing
     /// when they are gone already); `Conflict` when a sandbox's container

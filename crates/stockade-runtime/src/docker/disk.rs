@@ -301,7 +301,7 @@ impl DockerRuntime {
         &self,
         docker: &Docker,
         quotas: Option<&DiskEnforcement>,
-        volume: &VolumeName,
+        volume: &str,
         disk_bytes: Option<u64>,
     ) -> RuntimeResult<()> {
         let (Some(quotas), Some(bytes)) = (quotas, disk_bytes) else {
@@ -311,7 +311,7 @@ impl DockerRuntime {
             return Ok(());
         }
         let inspected = docker
-            .inspect_volume(volume.as_str())
+            .inspect_volume(volume)
             .await
             .map_err(|e| self.map_err(e, "inspect volume"))?;
         let dir = Path::new(&inspected.mountpoint);
@@ -330,7 +330,7 @@ impl DockerRuntime {
         &self,
         docker: &Docker,
         quotas: Option<&DiskEnforcement>,
-        volume: &VolumeName,
+        volume: &str,
         disk_bytes: Option<u64>,
     ) -> RuntimeResult<Option<VolumeDisk>> {
         let (Some(quotas), Some(bytes)) = (quotas, disk_bytes) else {
@@ -340,7 +340,7 @@ impl DockerRuntime {
             return Ok(None);
         }
         let made = async {
-            let disk = self.volume_disk(docker, volume.as_str()).await?;
+            let disk = self.volume_disk(docker, volume).await?;
             disk.create(bytes).await.map(|()| disk)
         };
         made.await.map(Some).map_err(|why| {
@@ -400,7 +400,7 @@ impl DockerRuntime {
                 .and_then(|d| d.workspace.method())
                 == Some(QuotaMethod::BtrfsSubvolume);
             if usage.workspace_limit_bytes.is_none() {
-                if let Some(disk) = self.existing_volume_disk(&docker, &volume).await {
+                if let Some(disk) = self.existing_volume_disk(&docker, volume.as_str()).await {
                     if let Some((used, limit)) = disk.usage().await {
                         usage.workspace_bytes = Some(used);
                         usage.workspace_limit_bytes = Some(limit);

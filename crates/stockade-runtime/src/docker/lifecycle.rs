@@ -360,12 +360,12 @@ impl DockerRuntime {
         match existing {
             // A preserved volume of this sandbox: reuse it (and keep it on
             // failure), with its own file system in place if it has one.
-            Ok(_) => self.mount_volume_disk(docker, &volume).await?,
+            Ok(_) => self.mount_volume_disk(docker, volume.as_str()).await?,
             Err(e) if status_code(&e) == Some(404) => {
                 undo.volume_owned = true;
                 let mut driver_opts = volume_opts;
                 if let Some(disk) = self
-                    .new_volume_disk(docker, quotas.as_ref(), &volume, spec.disk_bytes)
+                    .new_volume_disk(docker, quotas.as_ref(), volume.as_str(), spec.disk_bytes)
                     .await?
                 {
                     driver_opts = disk.volume_options();
@@ -380,7 +380,7 @@ impl DockerRuntime {
                     })
                     .await
                     .map_err(|e| self.map_err(e, "create volume"))?;
-                self.cap_new_volume(docker, quotas.as_ref(), &volume, spec.disk_bytes)
+                self.cap_new_volume(docker, quotas.as_ref(), volume.as_str(), spec.disk_bytes)
                     .await?;
             }
             Err(e) => return Err(self.map_err(e, "inspect volume")),
@@ -503,7 +503,7 @@ impl Lifecycle for DockerRuntime {
     #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
     async fn start(&self, id: &SandboxId) -> RuntimeResult<()> {
         let docker = self.client().await?;
-        self.mount_volume_disk(&docker, &VolumeName::for_sandbox(id))
+        self.mount_volume_disk(&docker, VolumeName::for_sandbox(id).as_str())
             .await?;
         // 304 (already running) counts as success.
         docker
@@ -573,7 +573,7 @@ impl Lifecycle for DockerRuntime {
                     })
                 }
             }
-            self.remove_volume_disk(&docker, &volume).await?;
+            self.remove_volume_disk(&docker, volume.as_str()).await?;
         }
         Ok(())
     }

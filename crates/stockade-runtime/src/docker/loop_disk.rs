@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bollard::Docker;
-use stockade_core::VolumeName;
 use tokio::sync::OnceCell;
 
 use super::host_command::{check_local_dir, host_command};
@@ -330,9 +329,9 @@ impl DockerRuntime {
     pub(super) async fn existing_volume_disk(
         &self,
         docker: &Docker,
-        volume: &VolumeName,
+        volume: &str,
     ) -> Option<VolumeDisk> {
-        let disk = self.volume_disk(docker, volume.as_str()).await.ok()?;
+        let disk = self.volume_disk(docker, volume).await.ok()?;
         disk.exists().await.then_some(disk)
     }
 
@@ -361,7 +360,7 @@ impl DockerRuntime {
     pub(super) async fn mount_volume_disk(
         &self,
         docker: &Docker,
-        volume: &VolumeName,
+        volume: &str,
     ) -> RuntimeResult<()> {
         match self.existing_volume_disk(docker, volume).await {
             Some(disk) => volume_disk_result(volume, "mount", disk.ensure_mounted().await),
@@ -373,7 +372,7 @@ impl DockerRuntime {
     pub(super) async fn remove_volume_disk(
         &self,
         docker: &Docker,
-        volume: &VolumeName,
+        volume: &str,
     ) -> RuntimeResult<()> {
         match self.existing_volume_disk(docker, volume).await {
             Some(disk) => volume_disk_result(volume, "remove", disk.destroy().await),
@@ -421,11 +420,7 @@ impl DockerRuntime {
 }
 
 /// What became of `doing` a volume's file system, as the runtime says it.
-fn volume_disk_result(
-    volume: &VolumeName,
-    doing: &str,
-    done: Result<(), String>,
-) -> RuntimeResult<()> {
+fn volume_disk_result(volume: &str, doing: &str, done: Result<(), String>) -> RuntimeResult<()> {
     done.map_err(|why| {
         RuntimeError::Other(format!(
             "could not {doing} the file system of the volume {volume}: {why}"

@@ -41,7 +41,8 @@ fn helper_name(volume: &str) -> String {
 
 impl DockerRuntime {
     /// Fails with `NotFound` naming the first of `mounts` whose Docker
-    /// volume is missing.
+    /// volume is missing; mounts again the file system of its own that a
+    /// capped volume binds, should it be gone (after a reboot).
     pub(super) async fn check_shared_volumes(
         &self,
         docker: &Docker,
@@ -49,7 +50,7 @@ impl DockerRuntime {
     ) -> RuntimeResult<()> {
         for m in mounts {
             match docker.inspect_volume(&m.volume).await {
-                Ok(_) => {}
+                Ok(_) => self.mount_volume_disk(docker, &m.volume).await?,
                 Err(e) if status_code(&e) == Some(404) => {
                     return Err(RuntimeError::NotFound(format!(
                         "the shared volume {} is missing on this Docker host",
@@ -66,19 +67,47 @@ impl DockerRuntime {
         &self,
         name: &str,
         labels: BTreeMap<String, String>,
+        size_bytes: Option<u64>,
     ) -> RuntimeResult<()> {
         let docker = self.client().await?;
-        let all: HashMap<String, String> = labels.into_iter().collect();
-        docker
-            .create_volume(CreateVolumeOptions {
-                name: name.to_owned(),
-                driver: "local".to_owned(),
-                driver_opts: HashMap::new(),
-                labels: all,
-            })
-            .await
-            .map_err(|e| self.map_err(e, "create a shared volume"))?;
-        Ok(())
+        if docker.inspect_volume(name).await.is_ok() {
+            return Ok(());
+        }
+        // Capped as a sandbox's /workspace is: the driver's size option, a
+        // file system of its own, or a btrfs quota, whichever this engine
+        // has.
+        let quotas = match size_bytes {
+            Some(_) => Some(self.disk_quotas(&docker).await),
+            None => None,
+        };
+        let (mut driver_opts, _) = Self::disk_options(quotas.as_ref(), size_bytes);
+        let disk = self
+            .new_volume_disk(&docker, quotas.as_ref(), name, size_bytes)
+            .await?;
+        if let Some(disk) = &disk {
+            driver_opts = disk.volume_options();
+        }
+        let made = async {
+            docker
+                .create_volume(CreateVolumeOptions {
+                    name: name.to_owned(),
+                    driver: "local".to_owned(),
+                    driver_opts,
+                    labels: labels.into_iter().collect(),
+                })
+                .await
+                .map_err(|e| self.map_err(e, "create a shared volume"))?;
+            self.cap_new_volume(&docker, quotas.as_ref(), name, size_bytes)
+                .await
+        }
+        .await;
+        if made.is_err() {
+            let _ = docker
+                .remove_volume(name, None::<RemoveVolumeOptions>)
+                .await;
+            let _ = self.remove_volume_disk(&docker, name).await;
+        }
+        made
     }
 
     pub(super) async fn remove_shared_volume_impl(&self, name: &str) -> RuntimeResult<()> {
@@ -90,8 +119,8 @@ impl DockerRuntime {
             .remove_volume(name, None::<RemoveVolumeOptions>)
             .await
         {
-            Ok(()) => Ok(()),
-            Err(e) if status_code(&e) == Some(404) => Ok(()),
+            Ok(()) => self.remove_volume_disk(&docker, name).await,
+            Err(e) if status_code(&e) == Some(404) => self.remove_volume_disk(&docker, name).await,
             Err(e) if status_code(&e) == Some(409) => Err(RuntimeError::Conflict(format!(
                 "the shared volume {name} is still mounted by a container"
             ))),
@@ -122,6 +151,7 @@ impl DockerRuntime {
     ) -> RuntimeResult<String> {
         let docker = self.client().await?;
         let container = helper_name(name);
+        self.mount_volume_disk(&docker, name).await?;
         for _ in 0..3 {
             match docker.inspect_container(&container, None).await {
                 Ok(c) => {

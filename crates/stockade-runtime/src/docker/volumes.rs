@@ -199,7 +199,7 @@ impl Volumes for DockerRuntime {
                 _ => self.map_err(e, "remove volume"),
             });
         if matches!(removed, Ok(()) | Err(RuntimeError::NotFound(_))) {
-            self.remove_volume_disk(&docker, name).await?;
+            self.remove_volume_disk(&docker, name.as_str()).await?;
         }
         removed
     }
@@ -216,8 +216,15 @@ impl Volumes for DockerRuntime {
         &self,
         name: &str,
         labels: std::collections::BTreeMap<String, String>,
+        size_bytes: Option<u64>,
     ) -> RuntimeResult<()> {
-        self.create_shared_volume_impl(name, labels).await
+        self.create_shared_volume_impl(name, labels, size_bytes)
+            .await
+    }
+
+    async fn prepare_shared_volumes(&self, mounts: &[crate::SharedMount]) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        self.check_shared_volumes(&docker, mounts).await
     }
 
     async fn remove_shared_volume(&self, name: &str) -> RuntimeResult<()> {

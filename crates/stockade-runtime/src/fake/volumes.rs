@@ -63,10 +63,26 @@ impl Volumes for FakeRuntime {
         &self,
         name: &str,
         _labels: std::collections::BTreeMap<String, String>,
+        _size_bytes: Option<u64>,
     ) -> RuntimeResult<()> {
         self.check_available()?;
         self.state().shared_volumes.insert(name.to_owned());
         Ok(())
+    }
+
+    async fn prepare_shared_volumes(&self, mounts: &[crate::SharedMount]) -> RuntimeResult<()> {
+        self.check_available()?;
+        let st = self.state();
+        match mounts
+            .iter()
+            .find(|m| !st.shared_volumes.contains(&m.volume))
+        {
+            Some(m) => Err(RuntimeError::NotFound(format!(
+                "the shared volume {} is missing on this Docker host",
+                m.volume
+            ))),
+            None => Ok(()),
+        }
     }
 
     async fn remove_shared_volume(&self, name: &str) -> RuntimeResult<()> {

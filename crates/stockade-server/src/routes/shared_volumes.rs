@@ -11,8 +11,8 @@ use axum::{Json, Router};
 use futures_util::TryStreamExt;
 use stockade_agent::client::{VolumeAttrs, VolumeEntry, VolumeEntryType};
 use stockade_api::shared_volumes::{
-    CreateSharedVolumeRequest, SharedVolumeList, SharedVolumeResponse, VolumeEntryResponse,
-    VolumeListing, VolumeMountView, VolumeRenameRequest,
+    CreateSharedVolumeRequest, SharedVolumeList, SharedVolumeResponse, SharedVolumeUsage,
+    VolumeEntryResponse, VolumeListing, VolumeMountView, VolumeRenameRequest,
 };
 use stockade_api::ErrorBody;
 use stockade_service::content::shared_volumes::{NewSharedVolume, VolumeView};
@@ -30,6 +30,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/shared-volumes", get(list).post(create))
         .route("/shared-volumes/{volume}", get(get_one).delete(delete))
+        .route("/shared-volumes/{volume}/usage", get(usage))
         .route(
             "/shared-volumes/{volume}/files",
             get(list_files).delete(remove_file),
@@ -45,9 +46,9 @@ pub fn routes() -> Router<AppState> {
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(list, create, get_one, delete, list_files, stat_file, read_file, write_file, make_dir, rename, remove_file),
+    paths(list, create, get_one, delete, usage, list_files, stat_file, read_file, write_file, make_dir, rename, remove_file),
     components(schemas(
-        CreateSharedVolumeRequest, SharedVolumeResponse, SharedVolumeList, VolumeMountView,
+        CreateSharedVolumeRequest, SharedVolumeResponse, SharedVolumeList, VolumeMountView, SharedVolumeUsage,
         VolumeEntryResponse, VolumeListing, VolumeRenameRequest,
     )),
     tags((name = "shared-volumes", description = "Named volumes that sandboxes share, and their files"))
@@ -243,6 +244,26 @@ pub async fn get_one(
 ) -> ApiResult<Json<SharedVolumeResponse>> {
     let view = state.svc.shared_volume(&caller.scope, &volume).await?;
     Ok(Json(volume_view(&view)))
+}
+
+/// What a volume's files take on disk, and whether its host holds it to
+/// its `sizeGB` (and how, or why not).
+#[utoipa::path(get, path = "/api/v1/shared-volumes/{volume}/usage", tag = "shared-volumes",
+    params(("volume" = String, Path, description = "the volume's id or name")),
+    responses((status = 200, body = SharedVolumeUsage), (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn usage(
+    Authed { state, caller }: Authed,
+    Path(volume): Path<String>,
+) -> ApiResult<Json<SharedVolumeUsage>> {
+    let volume = state.svc.load_shared_volume(&caller.scope, &volume).await?;
+    let u = state.svc.volume_usage(&volume).await?;
+    Ok(Json(SharedVolumeUsage {
+        used_bytes: u.used_bytes,
+        size_gb: u.size_gb,
+        size_enforced: u.enforced,
+        enforcement: u.enforcement,
+    }))
 }
 
 /// Delete a volume and its files; refused while a sandbox mounts it.

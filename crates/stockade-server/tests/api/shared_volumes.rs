@@ -488,3 +488,52 @@ async fn volumes_and_their_tokens_survive_a_restart_and_a_crash_is_finished() {
         .assert_status(StatusCode::NO_CONTENT, "delete");
     cleanup_instance(&app.instance_id());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sized_volume_is_held_to_its_size_where_the_host_can() {
+    let app = spawn_app().await;
+    let token = app.new_account("vol-size").await;
+    let vol = app
+        .post(
+            "/api/v1/shared-volumes",
+            &token,
+            json!({"name": "capped", "sizeGB": 1}),
+        )
+        .await
+        .expect(StatusCode::CREATED);
+    assert_eq!(vol["sizeGB"], 1);
+    let usage = app
+        .get("/api/v1/shared-volumes/capped/usage", &token)
+        .await
+        .expect(StatusCode::OK);
+    let enforcement = usage["enforcement"].as_str().unwrap().to_owned();
+    let sb = app
+        .create_id(
+            &token,
+            json!({"volumeMounts": [{"volume": "capped", "path": "/data"}]}),
+        )
+        .await;
+    let wrote = sh_in(
+        &sb,
+        "dd if=/dev/zero of=/data/big bs=1M count=1300 2>&1 | tail -1; ls -l /data/big | awk '{print $5}'",
+    );
+    let size: u64 = wrote.lines().last().unwrap().trim().parse().unwrap();
+    eprintln!("volume size: {enforcement}; a 1300 MB write kept {size} bytes");
+    if usage["sizeEnforced"] == true {
+        assert!(size < 1100 << 20, "{size} bytes written past 1 GB ({enforcement})");
+    } else {
+        // Where the host cannot cap a volume, the API says why.
+        assert!(enforcement.contains("not enforced"), "{enforcement}");
+        assert_eq!(size, 1300 << 20);
+    }
+    let usage = app
+        .get("/api/v1/shared-volumes/capped/usage", &token)
+        .await
+        .expect(StatusCode::OK);
+    assert!(usage["usedBytes"].as_u64().unwrap() >= size / 2, "{usage}");
+    app.delete_sandbox(&token, &sb, "").await;
+    app.delete("/api/v1/shared-volumes/capped", &token)
+        .await
+        .assert_status(StatusCode::NO_CONTENT, "delete");
+    assert!(app.volumes().is_empty(), "{:?}", app.volumes());
+}

@@ -69,6 +69,17 @@ pub struct VolumeView {
     pub mounts: Vec<MountRecord>,
 }
 
+/// A volume's disk use against its size limit, and whether its host
+/// enforces the limit (and how, or why not).
+#[derive(Debug, Clone)]
+pub struct VolumeUsage {
+    pub used_bytes: u64,
+    pub size_gb: Option<u32>,
+    pub enforced: bool,
+    /// How the limit is enforced, or why it is not (absent without one).
+    pub enforcement: Option<String>,
+}
+
 /// The files helpers this process talks to, by volume.
 #[derive(Default)]
 pub struct Helpers {
@@ -181,8 +192,12 @@ impl Service {
         self.store.insert_shared_volume(&volume).await?;
         let made = async {
             let rt = self.runtime_on(&volume.server).await?;
-            rt.create_shared_volume(&volume.docker_name(), self.docker_labels(&volume))
-                .await?;
+            rt.create_shared_volume(
+                &volume.docker_name(),
+                self.docker_labels(&volume),
+                volume.size_gb.map(|gb| u64::from(gb) << 30),
+            )
+            .await?;
             self.store
                 .set_shared_volume_status(&volume.id, SharedVolumeStatus::Ready)
                 .await?;
@@ -407,6 +422,31 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// What a volume holds, and how its host holds it to its size.
+    pub async fn volume_usage(&self, volume: &SharedVolume) -> ServiceResult<VolumeUsage> {
+        let used_bytes = self.volume_files(volume).await?.usage().await?;
+        let (enforced, enforcement) = match volume.size_gb {
+            None => (false, None),
+            Some(_) => {
+                let rt = self.runtime_on(&volume.server).await?;
+                match rt.disk_enforcement().await.workspace {
+                    stockade_runtime::Enforcement::Enforced(method) => {
+                        (true, Some(format!("enforced by {}", method.describe())))
+                    }
+                    stockade_runtime::Enforcement::NotEnforced(why) => {
+                        (false, Some(format!("not enforced on this host: {why}")))
+                    }
+                }
+            }
+        };
+        Ok(VolumeUsage {
+            used_bytes,
+            size_gb: volume.size_gb,
+            enforced,
+            enforcement,
+        })
     }
 
     /// The content token of a volume: the E2B volume API's bearer token for

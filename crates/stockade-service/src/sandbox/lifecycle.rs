@@ -469,6 +469,8 @@ pub async fn start(svc: &Service, sb: Sandbox) -> ServiceResult<Sandbox> {
         let started = async {
             rt.set_main_process_env(&sb.id, &sb.spec.environment_vars)
                 .await?;
+            let shared = crate::content::shared_volumes::container_mounts(&sb.spec);
+            rt.prepare_shared_volumes(&shared).await?;
             rt.start(&sb.id).await
         }
         .await;
