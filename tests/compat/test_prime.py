@@ -22,6 +22,7 @@ from prime_sandboxes import (  # noqa: E402
     SandboxFileNotFoundError,
     StartCommand,
 )
+from prime_sandboxes.models import VolumeMount  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prime_env")
 
@@ -231,7 +232,7 @@ def test_image_without_bash_gives_a_clear_error(client, run_id):
         (lambda c, sid: c.create_ssh_session(sid, "ssh-ed25519 AAAA test"), "SSH"),
         (lambda c, sid: c.create_lan_network("lan"), "LAN"),
         (lambda c, sid: c.set_network(sid, allow=["example.com"]), "egress"),
-        (lambda c, sid: c.volumes.create("vol"), "volume"),
+        (lambda c, sid: c.volumes.publish(sid, "vol", wait=False), "volume"),
     ],
 )
 def test_what_cannot_map_is_a_501_with_a_sentence(client, sandbox, call, words):
@@ -255,3 +256,48 @@ def test_an_idle_timeout_is_the_lifecycles(client, run_id):
         assert raw["lifecycle"]["idleTimeoutMinutes"] == 5, raw
     finally:
         client.delete(sb.id)
+
+
+def test_volumes_are_shared_between_sandboxes(client, run_id):
+    name = f"pv-{run_id}-{os.urandom(2).hex()}"
+    vol = client.volumes.create(name)
+    assert vol.name == name and vol.id
+    ids = []
+    try:
+        assert client.volumes.get(name).id == vol.id
+        assert name in [v.name for v in client.volumes.list(per_page=1000).volumes]
+        sleep = StartCommand(executable="sleep", args=["infinity"])
+        writer = client.create(
+            _request(run_id, start_command=sleep,
+                     volumes=[VolumeMount(name=name, mount_path="/mnt/shared")])
+        )
+        ids.append(writer.id)
+        reader = client.create(
+            _request(run_id, start_command=sleep,
+                     volumes=[VolumeMount(name=name, mount_path="/ro", read_only=True)])
+        )
+        ids.append(reader.id)
+        client.wait_for_creation(writer.id)
+        client.wait_for_creation(reader.id)
+        client.execute_command(writer.id, "echo shared > /mnt/shared/f.txt")
+        assert client.execute_command(reader.id, "cat /ro/f.txt").stdout == "shared\n"
+        refused = client.execute_command(reader.id, "echo x > /ro/g.txt")
+        assert refused.exit_code != 0
+        # Mounted: the delete is refused, naming the sandboxes.
+        with pytest.raises(APIError) as err:
+            client.volumes.delete(name)
+        assert "409" in str(err.value) and writer.id in str(err.value), str(err.value)
+    finally:
+        for sid in ids:
+            client.delete(sid)
+    for _ in range(100):
+        try:
+            client.volumes.delete(name)
+            break
+        except APIError as e:
+            # The sandboxes' records end as their deletes finish.
+            assert "409" in str(e), str(e)
+            time.sleep(0.2)
+    with pytest.raises(APIError) as err:
+        client.volumes.get(name)
+    assert "404" in str(err.value), str(err.value)

@@ -177,10 +177,19 @@ pub struct CreateSandboxBody {
     #[serde(alias = "advanced_configs")]
     #[schema(value_type = Option<Object>)]
     pub advanced_configs: Option<serde_json::Value>,
-    /// `prime-sandboxes`: not supported (volumes are Stockade's own, one
-    /// per sandbox at `/workspace`).
-    #[schema(value_type = Option<Object>)]
-    pub volumes: Option<serde_json::Value>,
+    /// `prime-sandboxes`: shared volumes to mount, by name (as
+    /// `volumeMounts`).
+    pub volumes: Option<Vec<PrimeVolumeMount>>,
+}
+
+/// One of `prime-sandboxes`' `volumes`: a shared volume by name, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrimeVolumeMount {
+    pub name: String,
+    pub mount_path: String,
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// A create field Stockade cannot honour, with what it offers instead.
@@ -258,13 +267,25 @@ impl CreateSandboxBody {
                  by free capacity; leave region out"
             )));
         }
-        if self.volumes.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(CreateBodyError::Unsupported(
-                "volumes are not supported: every Stockade sandbox has its own volume at \
-                 /workspace; use snapshots (checkpoint_id) to start from saved files"
-                    .into(),
-            ));
-        }
+        let volume_mounts = match (self.volume_mounts, self.volumes) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "volumes",
+                    "give the mounts once: as volumeMounts or as volumes",
+                ))
+            }
+            (Some(m), None) => Some(m),
+            (None, Some(v)) => Some(
+                v.into_iter()
+                    .map(|m| crate::shared_volumes::VolumeMountRequest {
+                        volume: m.name,
+                        path: m.mount_path,
+                        read_only: Some(m.read_only),
+                    })
+                    .collect(),
+            ),
+            (None, None) => None,
+        };
         if let Some(a) = &self.arch {
             if a != host_arch {
                 return Err(CreateBodyError::Unsupported(format!(
@@ -360,7 +381,7 @@ impl CreateSandboxBody {
             server: self.server,
             host_selector: self.host_selector,
             lifecycle,
-            volume_mounts: self.volume_mounts,
+            volume_mounts,
         };
         Ok((
             req,
@@ -521,10 +542,29 @@ mod tests {
     }
 
     #[test]
+    fn prime_volumes_are_volume_mounts() {
+        let (req, _) = body(r#"{"volumes":[{"name":"v","mount_path":"/data","read_only":true}]}"#)
+            .into_parts("amd64")
+            .unwrap();
+        assert_eq!(
+            req.volume_mounts,
+            Some(vec![crate::shared_volumes::VolumeMountRequest {
+                volume: "v".into(),
+                path: "/data".into(),
+                read_only: Some(true),
+            }])
+        );
+        assert!(matches!(
+            body(r#"{"volumes":[{"name":"v","mount_path":"/a"}],"volumeMounts":[{"volume":"v","path":"/b"}]}"#)
+                .into_parts("amd64"),
+            Err(CreateBodyError::Invalid { .. })
+        ));
+    }
+
+    #[test]
     fn what_cannot_map_says_so() {
         for json in [
             r#"{"region":"eu"}"#,
-            r#"{"volumes":[{"name":"v","mount_path":"/data"}]}"#,
             r#"{"arch":"riscv64"}"#,
             r#"{"advanced_configs":{"x":1}}"#,
         ] {

@@ -76,7 +76,9 @@ async fn story(s: Arc<dyn Store>) {
         Err(StoreError::Conflict(m)) => assert!(m.contains("'data'"), "{m}"),
         other => panic!("a duplicate name: {other:?}"),
     }
-    s.insert_shared_volume(&volume(&other, "data")).await.unwrap();
+    s.insert_shared_volume(&volume(&other, "data"))
+        .await
+        .unwrap();
     let listed = s.list_shared_volumes(&scope).await.unwrap();
     assert_eq!(listed, vec![v.clone()]);
 
@@ -108,8 +110,16 @@ async fn story(s: Arc<dyn Store>) {
     for sb in [&a, &b] {
         s.soft_delete_sandbox(&sb.id, Utc::now()).await.unwrap();
     }
-    assert!(s.mounts_of_volumes(&[v.id.clone()]).await.unwrap().is_empty());
-    assert!(s.begin_shared_volume_delete(&v.id).await.unwrap().is_empty());
+    assert!(s
+        .mounts_of_volumes(&[v.id.clone()])
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(s
+        .begin_shared_volume_delete(&v.id)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(
         s.get_shared_volume(&v.id).await.unwrap().status,
         SharedVolumeStatus::Deleting
@@ -125,12 +135,19 @@ async fn story(s: Arc<dyn Store>) {
         Err(StoreError::Conflict(_))
     ));
     s.finish_shared_volume_delete(&v.id).await.unwrap();
-    assert!(s.get_shared_volume(&v.id).await.unwrap().deleted_at.is_some());
+    assert!(s
+        .get_shared_volume(&v.id)
+        .await
+        .unwrap()
+        .deleted_at
+        .is_some());
     common::assert_not_found(s.shared_volume_by_name(&scope, "data").await);
     common::assert_not_found(s.begin_shared_volume_delete(&v.id).await);
     assert!(s.pending_shared_volumes().await.unwrap().is_empty());
     // The name is free again.
-    s.insert_shared_volume(&volume(&owner, "data")).await.unwrap();
+    s.insert_shared_volume(&volume(&owner, "data"))
+        .await
+        .unwrap();
 }
 
 /// A create mounting a volume and the volume's delete, from two pools at

@@ -10,6 +10,7 @@ pub mod e2b_net;
 pub mod e2b_volumes;
 pub mod envd;
 pub mod prime;
+pub mod prime_volumes;
 
 use axum::Router;
 

@@ -6,7 +6,7 @@
 //! the `command_session.CommandSession` Connect service (protobuf or JSON)
 //! and file upload, download and read, forwarded to the sandbox's agent.
 //! What cannot map (LAN networks, SSH sessions, image builds, per-sandbox
-//! egress policies, prime's volumes) answers 501 with what Stockade offers.
+//! egress policies) answers 501 with what Stockade offers.
 
 use std::collections::BTreeMap;
 
@@ -96,8 +96,7 @@ pub fn api_routes() -> Router<AppState> {
         .route("/sandbox/{id}/ssh-session", any(no_ssh))
         .route("/sandbox/{id}/ssh-session/{session}", any(no_ssh))
         .route("/sandbox/{id}/egress-policy", any(no_egress_policy))
-        .route("/sandbox/volumes", any(no_volumes))
-        .route("/sandbox/volumes/{*rest}", any(no_volumes))
+        .merge(super::prime_volumes::routes())
         .route("/images", any(no_images))
         .route("/images/{*rest}", any(no_images))
 }
@@ -146,13 +145,6 @@ async fn no_egress_policy() -> Response {
     not_implemented(
         "Per-sandbox egress lists are not available here: create the sandbox with network \
          access on or off (networkAccess, or network_allowlist [] / [\"*\"])",
-    )
-}
-
-async fn no_volumes() -> Response {
-    not_implemented(
-        "Shared volumes are not available: every sandbox has its own volume at /workspace \
-         (GET /api/v1/volumes lists them); use snapshots (checkpoints) to carry files over",
     )
 }
 

@@ -434,6 +434,8 @@ mod examples {
     pub const ADMIN_ID: &str = "h3j8d2k5n9w4q7r1";
     pub const TEAM_ID: &str = "t5r8n2c7v4b9m1x6";
     pub const VOLUME: &str = "agent-sandbox-k3v9x2m7q4wz";
+    pub const SHARED_VOLUME: &str = "datasets";
+    pub const SHARED_VOLUME_ID: &str = "v6n2k8q4m1z7";
     pub const UPLOAD_ID: &str = "u2f8k4m9q7w3z6x1c5v8b2n4";
     pub const HOST_NAME: &str = "docker-2";
     pub const TOKEN_ID: &str = "k4t9w2m7q3x8";
@@ -457,6 +459,11 @@ mod examples {
             ("path", "delivery_id") => json!(DELIVERY_ID),
             ("path", "name") if path.starts_with("/api/v1/hosts/") => json!(HOST_NAME),
             ("path", "name") => json!(VOLUME),
+            ("path", "volume") => json!(SHARED_VOLUME),
+            ("query", "path") if path.ends_with("/files/mkdir") => json!("/results"),
+            ("query", "path") if path.starts_with("/api/v1/shared-volumes/") => {
+                json!("/datasets/train.csv")
+            }
             ("path", "port") => json!(8000),
             ("path", "path") => json!("index.html"),
             ("query", "path") if path.ends_with("/mkdir") => json!("archive"),
@@ -468,6 +475,40 @@ mod examples {
             _ => return None,
         };
         Some(v)
+    }
+
+    /// A shared volume as the API shows it.
+    fn shared_volume(mounted: bool) -> Value {
+        json!({
+            "id": SHARED_VOLUME_ID,
+            "name": SHARED_VOLUME,
+            "server": "local",
+            "sizeGB": 20,
+            "labels": {"team": "ml"},
+            "status": "READY",
+            "createdAt": CREATED,
+            "mounts": if mounted {
+                json!([{"sandboxId": SANDBOX_ID, "path": "/data", "readOnly": true}])
+            } else {
+                json!([])
+            },
+        })
+    }
+
+    /// An entry of a shared volume as the API shows it.
+    fn volume_entry(path: &str, kind: &str, size: u64) -> Value {
+        json!({
+            "name": path.rsplit('/').next().unwrap_or_default(),
+            "path": path,
+            "type": kind,
+            "size": size,
+            "mode": if kind == "directory" { 493 } else { 420 },
+            "uid": 0,
+            "gid": 0,
+            "atime": STARTED,
+            "mtime": STARTED,
+            "ctime": STARTED,
+        })
     }
 
     /// A code context as the API shows it.
@@ -915,6 +956,35 @@ mod examples {
             op("get", "/api/v1/volumes/{name}").response(volume()),
             op("delete", "/api/v1/volumes/{name}").response(json!({"name": VOLUME, "sandboxId": SANDBOX_ID, "sizeBytes": 6, "size": "6 B"})),
             op("delete", "/api/v1/volumes/orphaned").response(json!({"removed": [], "failed": [], "freedBytes": 0, "freed": "0 B"})),
+            // Shared volumes.
+            op("post", "/api/v1/shared-volumes")
+                .request(json!({"name": SHARED_VOLUME, "sizeGB": 20, "labels": {"team": "ml"}}))
+                .response(shared_volume(false)),
+            op("get", "/api/v1/shared-volumes")
+                .response(json!({"volumes": [shared_volume(true)], "total": 1})),
+            op("get", "/api/v1/shared-volumes/{volume}").response(shared_volume(true)),
+            op("delete", "/api/v1/shared-volumes/{volume}"),
+            op("get", "/api/v1/shared-volumes/{volume}/usage").response(json!({
+                "usedBytes": 1048576, "sizeGB": 20, "sizeEnforced": true,
+                "enforcement": "enforced by a file system of its own in a loop file"})),
+            op("get", "/api/v1/shared-volumes/{volume}/files").response(json!({
+                "path": "/datasets/train.csv",
+                "entries": [volume_entry("/datasets/train.csv", "file", 1048576)]})),
+            op("get", "/api/v1/shared-volumes/{volume}/files/stat")
+                .response(volume_entry("/datasets/train.csv", "file", 1048576)),
+            op("get", "/api/v1/shared-volumes/{volume}/files/content")
+                .text("id,label\n1,cat\n")
+                .download("train.csv"),
+            op("put", "/api/v1/shared-volumes/{volume}/files/content")
+                .request(json!("id,label\n1,cat\n"))
+                .upload("train.csv")
+                .response(volume_entry("/datasets/train.csv", "file", 15)),
+            op("post", "/api/v1/shared-volumes/{volume}/files/mkdir")
+                .response(volume_entry("/results", "directory", 4096)),
+            op("post", "/api/v1/shared-volumes/{volume}/files/rename")
+                .request(json!({"from": "/datasets/train.csv", "to": "/datasets/old.csv"}))
+                .response(volume_entry("/datasets/old.csv", "file", 1048576)),
+            op("delete", "/api/v1/shared-volumes/{volume}/files"),
         ]
     }
 }

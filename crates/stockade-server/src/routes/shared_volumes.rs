@@ -356,11 +356,12 @@ pub async fn read_file(
 }
 
 /// Write a file from the raw body, replacing one in its place whole (a
-/// reader never sees half of it); `parents` makes missing directories.
+/// reader never sees half of it); missing directories are made unless
+/// `parents=false`.
 #[utoipa::path(put, path = "/api/v1/shared-volumes/{volume}/files/content", tag = "shared-volumes",
     params(("volume" = String, Path, description = "the volume's id or name"),
            ("path" = String, Query, description = "a file of the volume"),
-           ("parents" = Option<bool>, Query, description = "make missing parent directories"),
+           ("parents" = Option<bool>, Query, description = "make missing parent directories (default true)"),
            ("mode" = Option<u32>, Query, description = "permission bits (default 420, i.e. 0644)"),
            ("uid" = Option<u32>, Query), ("gid" = Option<u32>, Query)),
     request_body(content = stockade_api::files::Binary, content_type = "application/octet-stream"),
@@ -376,7 +377,7 @@ pub async fn write_file(
 ) -> ApiResult<(StatusCode, Json<VolumeEntryResponse>)> {
     let params = Params::of(raw.as_deref());
     let path = params.path(false)?;
-    let parents = params.flag("parents")?;
+    let parents = params.get("parents").is_none() || params.flag("parents")?;
     let attrs = params.attrs()?;
     let volume = state.svc.load_shared_volume(&caller.scope, &volume).await?;
     let entry = state

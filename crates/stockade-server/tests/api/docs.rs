@@ -35,11 +35,13 @@ const ROUTE_SOURCES: &[(&str, &str, &str)] = &[
     ("src/routes/volumes.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/update.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/snapshots.rs", "pub fn routes()", "/api/v1"),
+    ("src/routes/shared_volumes.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/terminal.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/accounts.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/tokens.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/events.rs", "pub fn routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn api_routes()", "/api/v1"),
+    ("src/compat/prime_volumes.rs", "pub fn routes()", "/api/v1"),
     ("src/compat/prime.rs", "pub fn gateway_routes()", ""),
     ("src/proxy.rs", "pub fn routes()", ""),
 ];
@@ -56,6 +58,7 @@ const ROUTER_PARTS: &[&str] = &[
     ".merge(routes::volumes::routes())",
     ".merge(routes::update::routes())",
     ".merge(routes::snapshots::routes())",
+    ".merge(routes::shared_volumes::routes())",
     ".merge(routes::terminal::routes())",
     ".merge(accounts::routes())",
     ".merge(routes::tokens::routes())",
@@ -84,7 +87,8 @@ fn left_out(r: &Route) -> bool {
         "/api/v1/sandbox/{id}/ssh-session/{session}",
         "/api/v1/sandbox/{id}/egress-policy",
         "/api/v1/sandbox/volumes",
-        "/api/v1/sandbox/volumes/{rest}",
+        "/api/v1/sandbox/volumes/{name}",
+        "/api/v1/sandbox/{id}/volumes/{name}/publish",
         "/api/v1/images",
         "/api/v1/images/{rest}",
     ];
@@ -737,6 +741,9 @@ const STEPS: &[(&str, &str)] = &[
     ("patch", "/api/v1/webhooks/{id}"),
     ("post", "/api/v1/hosts"),
     ("patch", "/api/v1/hosts/{name}"),
+    ("post", "/api/v1/shared-volumes"),
+    ("put", "/api/v1/shared-volumes/{volume}/files/content"),
+    ("post", "/api/v1/shared-volumes/{volume}/files/rename"),
 ];
 
 /// Sends every request example of the document as it is, to a real server

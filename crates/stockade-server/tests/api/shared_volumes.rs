@@ -520,7 +520,10 @@ async fn a_sized_volume_is_held_to_its_size_where_the_host_can() {
     let size: u64 = wrote.lines().last().unwrap().trim().parse().unwrap();
     eprintln!("volume size: {enforcement}; a 1300 MB write kept {size} bytes");
     if usage["sizeEnforced"] == true {
-        assert!(size < 1100 << 20, "{size} bytes written past 1 GB ({enforcement})");
+        assert!(
+            size < 1100 << 20,
+            "{size} bytes written past 1 GB ({enforcement})"
+        );
     } else {
         // Where the host cannot cap a volume, the API says why.
         assert!(enforcement.contains("not enforced"), "{enforcement}");
