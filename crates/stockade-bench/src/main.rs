@@ -158,7 +158,7 @@ pub struct Cli {
     pub event_cycles: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
-    /// pause, gvisor, egress, hosts, events.
+    /// pause, gvisor, egress, hosts, events, volumes.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -246,9 +246,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 16] = [
+const GROUPS: [&str; 17] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "code", "pause", "gvisor", "egress", "hosts", "events",
+    "code", "pause", "gvisor", "egress", "hosts", "events", "volumes",
 ];
 
 fn main() -> ExitCode {

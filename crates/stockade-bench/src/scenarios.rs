@@ -27,6 +27,7 @@ mod code;
 mod events;
 mod hosts;
 mod pause;
+mod volumes;
 
 /// Records of the list scenario are on a server name no Docker host has,
 /// so reconciliation leaves them alone (they have no containers).
@@ -294,7 +295,7 @@ impl Bench {
         // Every scenario the plan runs, in this order.
         for scenario in [
             "api", "lists", "postgres", "create", "exec", "terminal", "code", "pause", "burst",
-            "stop", "logs", "warm", "gvisor", "egress", "hosts", "events",
+            "stop", "logs", "warm", "gvisor", "egress", "hosts", "events", "volumes",
         ] {
             if !self.plan.runs(scenario) {
                 continue;
@@ -329,6 +330,7 @@ impl Bench {
                 "egress" => self.egress().await?,
                 "hosts" => self.hosts().await?,
                 "events" => self.events().await?,
+                "volumes" => self.volumes().await?,
                 _ => {}
             }
         }

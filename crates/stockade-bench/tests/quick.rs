@@ -80,6 +80,8 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "events_create",
         "events_delete",
         "events_delivery",
+        "volume_write",
+        "volume_read",
     ];
     expected.extend(["placement_sqlite", "placement_decision_sqlite"]);
     if std::env::var("STOCKADE_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
