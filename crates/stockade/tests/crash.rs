@@ -534,3 +534,153 @@ async fn deliveries_pending_when_the_server_is_killed_are_made_after_its_restart
     let delete = format!("{}/api/v1/sandbox/{id}", server.url);
     answer(&http, Method::DELETE, delete, None).await;
 }
+
+/// The account's shared volumes as the API lists them: name → id.
+async fn shared_volumes(
+    http: &reqwest::Client,
+    url: &str,
+) -> std::collections::HashMap<String, String> {
+    let (status, body) = answer(
+        http,
+        Method::GET,
+        format!("{url}/api/v1/shared-volumes"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_owned(),
+                v["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_during_volume_creates_and_deletes_nothing_is_lost_or_left() {
+    let trials: usize = std::env::var("STOCKADE_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map(|t| t.clamp(1, 12))
+        .unwrap_or(12);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20261128);
+    let dir = tempfile::tempdir().unwrap();
+    let http = client();
+    let mut server = start(dir.path(), &[]);
+    let cleanup = admin_account(&http, &server.url).await;
+    let account = cleanup.0.clone();
+    // Acknowledged creates (with the file written into each) and deletes.
+    let mut kept: Vec<String> = Vec::new();
+    let mut deleted: Vec<String> = Vec::new();
+    for trial in 0..trials {
+        // A volume with a file, made without interruption: deleted below,
+        // or kept while another is created.
+        let name = format!("keep{trial}");
+        let (status, v) = answer(
+            &http,
+            Method::POST,
+            format!("{}/api/v1/shared-volumes", server.url),
+            Some(json!({ "name": name })),
+        )
+        .await;
+        assert_eq!(status, 201, "trial {trial}: {v}");
+        let put = http
+            .put(format!(
+                "{}/api/v1/shared-volumes/{name}/files/content?path=/f.txt",
+                server.url
+            ))
+            .bearer_auth(TOKEN)
+            .body(name.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 201, "trial {trial}");
+        let delete = rng.gen_bool(0.5);
+        let (method, path, body) = if delete {
+            (Method::DELETE, format!("shared-volumes/{name}"), None)
+        } else {
+            (
+                Method::POST,
+                "shared-volumes".to_owned(),
+                Some(json!({ "name": format!("new{trial}") })),
+            )
+        };
+        let request = {
+            let http = http.clone();
+            let url = format!("{}/api/v1/{path}", server.url);
+            tokio::spawn(async move { call(&http, method, url, body, None).await })
+        };
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..150))).await;
+        kill9(&mut server);
+        let acked = matches!(request.await, Ok(Ok((200..=299, _))));
+        if delete {
+            if acked {
+                deleted.push(name);
+            } else {
+                kept.push(name);
+            }
+        } else {
+            kept.push(name);
+            if acked {
+                kept.push(format!("new{trial}"));
+            }
+        }
+        server = start(dir.path(), &[]);
+    }
+    // After the restart: every acknowledged volume is there (with its file),
+    // every acknowledged delete is gone, and the Docker volumes of the
+    // account's shared volumes are exactly those the API lists.
+    let listed = shared_volumes(&http, &server.url).await;
+    for name in &deleted {
+        assert!(!listed.contains_key(name), "deleted volume {name} is back");
+    }
+    for name in &kept {
+        if let Some(id) = listed.get(name) {
+            if name.starts_with("keep") {
+                let read = http
+                    .get(format!(
+                        "{}/api/v1/shared-volumes/{id}/files/content?path=/f.txt",
+                        server.url
+                    ))
+                    .bearer_auth(TOKEN)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(read.text().await.unwrap(), *name);
+            }
+        } else {
+            // Only a delete the client never saw answered may have gone.
+            assert!(
+                name.starts_with("keep"),
+                "acknowledged volume {name} is missing: {listed:?}"
+            );
+        }
+    }
+    let filter = format!("label=io.stockade.account-id={account}");
+    let mut docker: Vec<String> = docker_lines(&["volume", "ls", "-q", "--filter", &filter])
+        .into_iter()
+        .filter(|v| v.starts_with("stockade-shared-"))
+        .collect();
+    let mut want: Vec<String> = listed
+        .values()
+        .map(|id| format!("stockade-shared-{id}"))
+        .collect();
+    docker.sort();
+    want.sort();
+    assert_eq!(docker, want, "Docker volumes against the records");
+    for name in listed.keys() {
+        let (status, body) = answer(
+            &http,
+            Method::DELETE,
+            format!("{}/api/v1/shared-volumes/{name}", server.url),
+            None,
+        )
+        .await;
+        assert_eq!(status, 204, "{body}");
+    }
+}
