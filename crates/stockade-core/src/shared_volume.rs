@@ -23,22 +23,26 @@ pub enum SharedVolumeStatus {
     Ready,
     /// Being removed; nothing may mount it again.
     Deleting,
+    /// Being copied to another host (`moving_to`); nothing may mount it
+    /// until it is READY again, there or where it was.
+    Moving,
 }
 
 impl SharedVolumeStatus {
-    pub const ALL: [Self; 3] = [Self::Creating, Self::Ready, Self::Deleting];
+    pub const ALL: [Self; 4] = [Self::Creating, Self::Ready, Self::Deleting, Self::Moving];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Creating => "CREATING",
             Self::Ready => "READY",
             Self::Deleting => "DELETING",
+            Self::Moving => "MOVING",
         }
     }
 
     pub fn parse(s: &str) -> Result<Self, FieldError> {
         crate::status::parse_status(Self::ALL, Self::as_str, s, || {
-            format!("unknown volume status '{s}': expected CREATING, READY or DELETING")
+            format!("unknown volume status '{s}': expected CREATING, READY, DELETING or MOVING")
         })
     }
 }
@@ -64,6 +68,14 @@ pub struct SharedVolume {
     pub status: SharedVolumeStatus,
     pub created_at: DateTime<Utc>,
     pub deleted_at: Option<DateTime<Utc>>,
+    /// While MOVING: the host it is being copied to, and since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_since: Option<DateTime<Utc>>,
+    /// After a move: the host whose copy is still to be removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
 }
 
 impl SharedVolume {

@@ -218,6 +218,20 @@ pub trait Volumes: Send + Sync {
     /// still mounts it.
     async fn remove_shared_volume(&self, name: &str) -> RuntimeResult<()>;
 
+    /// A tar stream of everything shared volume `name` holds (entries
+    /// relative to its root), read through its files helper's container
+    /// (made when missing, with `token`; it need not run).
+    async fn export_shared_volume(&self, name: &str, token: &str) -> RuntimeResult<ByteStream>;
+
+    /// Unpacks `archive` into shared volume `name` through its files
+    /// helper's container (made when missing, with `token`).
+    async fn import_shared_volume(
+        &self,
+        name: &str,
+        token: &str,
+        archive: ByteStream,
+    ) -> RuntimeResult<()>;
+
     /// The names of the shared volumes' Docker volumes on this engine.
     async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>>;
 

@@ -162,6 +162,30 @@ impl Client {
             .await
     }
 
+    /// Moves a shared volume no sandbox mounts to Docker host `server`
+    /// with its files (through the object store); sandboxes that mount it
+    /// are placed there from then on. A 409 names the sandboxes that mount
+    /// it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// let moved = client.move_shared_volume("datasets", "docker-2").await?;
+    /// assert_eq!(moved.server, "docker-2");
+    /// # Ok(()) }
+    /// ```
+    pub async fn move_shared_volume(
+        &self,
+        name_or_id: &str,
+        server: &str,
+    ) -> Result<SharedVolumeResponse, Error> {
+        let url = volume_url(name_or_id, "/move")?;
+        self.send(
+            self.request(Method::POST, &url)
+                .query(&[("server", server)]),
+        )
+        .await
+    }
+
     /// The entries of a directory of the volume (`/` is its root), `depth`
     /// levels down (1, the default, to 32), sorted by path.
     ///

@@ -461,8 +461,9 @@ pub trait SnapshotStore: Send + Sync {
 /// Shared volumes and which sandboxes mount them. A sandbox's mounts are
 /// written with its record ([`SandboxStore`]'s inserts), each checked
 /// there against its volume: only a READY volume of the same account can
-/// be mounted, and [`SharedVolumeStore::begin_shared_volume_delete`] takes
-/// the same row, so a delete and a create that mounts it never both win.
+/// be mounted, and [`SharedVolumeStore::begin_shared_volume_delete`] (and
+/// `…_move`) takes the same row, so a delete or a move and a create that
+/// mounts the volume never both win.
 #[async_trait]
 pub trait SharedVolumeStore: Send + Sync {
     /// Inserts a new volume; a name the account uses already is a
@@ -487,15 +488,34 @@ pub trait SharedVolumeStore: Send + Sync {
         status: SharedVolumeStatus,
     ) -> StoreResult<()>;
 
-    /// Marks a volume DELETING unless a sandbox not deleted mounts it; the
-    /// ids of those that do (nothing changed) otherwise. `NotFound` when it
-    /// is deleted already.
+    /// Marks a READY volume DELETING unless a sandbox not deleted mounts
+    /// it; the ids of those that do (nothing changed) otherwise.
+    /// `NotFound` when it is deleted already, `Conflict` when it is not
+    /// READY (being moved).
     async fn begin_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<Vec<SandboxId>>;
+
+    /// Marks a READY volume MOVING to host `to`, under the same rule.
+    async fn begin_shared_volume_move(
+        &self,
+        id: &SharedVolumeId,
+        to: &str,
+    ) -> StoreResult<Vec<SandboxId>>;
+
+    /// Ends a move: the volume READY on its new host, the old one kept in
+    /// `moved_from` until its copy is removed ([`Self::forget_moved_from`]).
+    async fn finish_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()>;
+
+    /// Gives a move up: READY where it was.
+    async fn abort_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()>;
+
+    /// Forgets the old host of a finished move (its copy is gone).
+    async fn forget_moved_from(&self, id: &SharedVolumeId) -> StoreResult<()>;
 
     /// Ends a delete: the record keeps its row with `deleted_at` set.
     async fn finish_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<()>;
 
-    /// Volumes left CREATING or DELETING, across accounts (recovery's work).
+    /// Volumes left CREATING, DELETING or MOVING, or with an old host's
+    /// copy to remove, across accounts (recovery's work).
     async fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
 
     /// Every volume not deleted, across accounts (reconciliation).

@@ -37,6 +37,9 @@ fn volume(account: &AccountId, name: &str) -> SharedVolume {
         status: SharedVolumeStatus::Ready,
         created_at: Utc::now().trunc_subsecs(6),
         deleted_at: None,
+        moving_to: None,
+        moving_since: None,
+        moved_from: None,
     }
 }
 
@@ -92,7 +95,7 @@ async fn story(s: Arc<dyn Store>) {
         s.insert_sandbox(&thief).await,
         Err(StoreError::Conflict(_))
     ));
-    let mounts = s.mounts_of_volumes(&[v.id.clone()]).await.unwrap();
+    let mounts = s.mounts_of_volumes(std::slice::from_ref(&v.id)).await.unwrap();
     assert_eq!(mounts.len(), 2);
     assert!(mounts.iter().any(|m| m.sandbox_id == b.id && m.read_only));
 
@@ -111,7 +114,7 @@ async fn story(s: Arc<dyn Store>) {
         s.soft_delete_sandbox(&sb.id, Utc::now()).await.unwrap();
     }
     assert!(s
-        .mounts_of_volumes(&[v.id.clone()])
+        .mounts_of_volumes(std::slice::from_ref(&v.id))
         .await
         .unwrap()
         .is_empty());
@@ -148,6 +151,67 @@ async fn story(s: Arc<dyn Store>) {
     s.insert_shared_volume(&volume(&owner, "data"))
         .await
         .unwrap();
+
+    // A move: MOVING (refused while mounted, nothing mounts it meanwhile),
+    // then READY on the new host with the old one remembered until its
+    // copy is gone; or given up, READY where it was.
+    let m = volume(&owner, "moving");
+    s.insert_shared_volume(&m).await.unwrap();
+    let user = mounting(&owner, &m, false);
+    s.insert_sandbox(&user).await.unwrap();
+    assert_eq!(
+        s.begin_shared_volume_move(&m.id, "h2").await.unwrap(),
+        vec![user.id.clone()]
+    );
+    s.soft_delete_sandbox(&user.id, Utc::now()).await.unwrap();
+    assert!(s
+        .begin_shared_volume_move(&m.id, "h2")
+        .await
+        .unwrap()
+        .is_empty());
+    let moving = s.get_shared_volume(&m.id).await.unwrap();
+    assert_eq!(moving.status, SharedVolumeStatus::Moving);
+    assert_eq!(moving.moving_to.as_deref(), Some("h2"));
+    assert!(moving.moving_since.is_some());
+    assert!(matches!(
+        s.insert_sandbox(&mounting(&owner, &m, false)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.begin_shared_volume_delete(&m.id).await,
+        Err(StoreError::Conflict(_))
+    ));
+    s.finish_shared_volume_move(&m.id).await.unwrap();
+    let moved = s.get_shared_volume(&m.id).await.unwrap();
+    assert_eq!(
+        (
+            moved.status,
+            moved.server.as_str(),
+            moved.moved_from.as_deref(),
+            moved.moving_to
+        ),
+        (SharedVolumeStatus::Ready, "h2", Some("local"), None)
+    );
+    assert!(s
+        .pending_shared_volumes()
+        .await
+        .unwrap()
+        .iter()
+        .any(|v| v.id == m.id));
+    s.forget_moved_from(&m.id).await.unwrap();
+    assert!(s.pending_shared_volumes().await.unwrap().is_empty());
+    assert!(s
+        .begin_shared_volume_move(&m.id, "h3")
+        .await
+        .unwrap()
+        .is_empty());
+    s.abort_shared_volume_move(&m.id).await.unwrap();
+    let back = s.get_shared_volume(&m.id).await.unwrap();
+    assert_eq!(
+        (back.status, back.server.as_str()),
+        (SharedVolumeStatus::Ready, "h2")
+    );
+    assert!(back.moving_to.is_none() && back.moving_since.is_none());
 }
 
 /// A create mounting a volume and the volume's delete, from two pools at

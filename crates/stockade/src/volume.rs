@@ -49,6 +49,18 @@ pub enum VolumeCommand {
         #[arg(required = true, value_name = "VOLUME")]
         volumes: Vec<String>,
     },
+    /// Move a volume no sandbox mounts to another Docker host, with its
+    /// files; sandboxes that mount it run there from then on.
+    #[command(after_help = "Example:
+  stockade volume mv datasets docker-2")]
+    Mv {
+        /// The volume's name or id.
+        #[arg(value_name = "VOLUME")]
+        volume: String,
+        /// The Docker host to move it to (`stockade host ls` lists them).
+        #[arg(value_name = "HOST")]
+        server: String,
+    },
     /// List the files of a volume (one line per entry: type, size, mode,
     /// path).
     #[command(after_help = "Examples:
@@ -288,6 +300,7 @@ pub async fn volume(ctx: &Ctx, cmd: VolumeCommand) -> anyhow::Result<ExitCode> {
         VolumeCommand::Create(a) => create(ctx, &client, a).await,
         VolumeCommand::Ls => list(ctx, &client).await,
         VolumeCommand::Rm { volumes } => remove(ctx, &client, &volumes).await,
+        VolumeCommand::Mv { volume, server } => move_to(ctx, &client, &volume, &server).await,
         VolumeCommand::LsFiles {
             volume,
             path,
@@ -392,6 +405,30 @@ async fn create(ctx: &Ctx, client: &Client, a: CreateArgs) -> anyhow::Result<Exi
             "Created volume {} ({}) on {}{size} — mount it with `stockade create --mount {}:/data`",
             v.name, v.id, v.server, v.name
         )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn move_to(
+    ctx: &Ctx,
+    client: &Client,
+    volume: &str,
+    server: &str,
+) -> anyhow::Result<ExitCode> {
+    let v = output::spinning(
+        "Moving volume",
+        ctx.json,
+        client.move_shared_volume(volume, server),
+    )
+    .await
+    .map_err(|e| match e.is_conflict() {
+        true => output::sdk_error(&e, None)
+            .hint("`stockade rm SANDBOX` deletes a sandbox that mounts it; then move the volume")
+            .into(),
+        false => in_words(e),
+    })?;
+    output::json_or(ctx.json, &v, || {
+        format!("Moved volume {} ({}) to {}", v.name, v.id, v.server)
     })?;
     Ok(ExitCode::SUCCESS)
 }

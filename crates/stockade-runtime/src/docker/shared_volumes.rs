@@ -274,6 +274,49 @@ impl DockerRuntime {
         }
     }
 
+    /// The files helper's container of `name`, made (not started) when
+    /// missing; its name.
+    async fn helper_container(
+        &self,
+        docker: &Docker,
+        name: &str,
+        token: &str,
+    ) -> RuntimeResult<String> {
+        self.mount_volume_disk(docker, name).await?;
+        let container = helper_name(name);
+        match docker.inspect_container(&container, None).await {
+            Ok(_) => {}
+            Err(e) if status_code(&e) == Some(404) => {
+                self.create_volume_helper(docker, name, token).await?
+            }
+            Err(e) => return Err(self.map_err(e, "inspect a volume's files helper")),
+        }
+        Ok(container)
+    }
+
+    pub(super) async fn export_shared_volume_impl(
+        &self,
+        name: &str,
+        token: &str,
+    ) -> RuntimeResult<crate::ByteStream> {
+        let docker = self.client().await?;
+        let container = self.helper_container(&docker, name, token).await?;
+        self.export_dir(&docker, &container, VOLUME_HELPER_ROOT)
+            .await
+    }
+
+    pub(super) async fn import_shared_volume_impl(
+        &self,
+        name: &str,
+        token: &str,
+        archive: crate::ByteStream,
+    ) -> RuntimeResult<()> {
+        let docker = self.client().await?;
+        let container = self.helper_container(&docker, name, token).await?;
+        self.unpack_into(&docker, &container, VOLUME_HELPER_ROOT, archive)
+            .await
+    }
+
     pub(super) async fn stop_volume_helper_impl(&self, name: &str) -> RuntimeResult<()> {
         let docker = self.client().await?;
         match docker

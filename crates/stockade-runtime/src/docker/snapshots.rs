@@ -155,13 +155,29 @@ impl DockerRuntime {
     #[tracing::instrument(skip(self), fields(sandbox.id = %id))]
     pub(super) async fn export_workspace_impl(&self, id: &SandboxId) -> RuntimeResult<ByteStream> {
         let docker = self.client().await?;
-        // `/workspace/.` makes the entries relative to the directory (`./…`).
-        let path = format!("{}/.", VolumeName::MOUNT_PATH);
+        self.export_dir(&docker, &container_name(id), VolumeName::MOUNT_PATH)
+            .await
+            .map_err(|e| match e {
+                RuntimeError::NotFound(_) => RuntimeError::NotFound(format!(
+                    "no container (or no {}) for sandbox {id}",
+                    VolumeName::MOUNT_PATH
+                )),
+                other => other,
+            })
+    }
+
+    /// A tar stream of what directory `dir` of `container` holds, its
+    /// entries relative to it (`./…`); `NotFound` without the container.
+    pub(super) async fn export_dir(
+        &self,
+        docker: &Docker,
+        container: &str,
+        dir: &str,
+    ) -> RuntimeResult<ByteStream> {
+        // `dir/.` makes the entries relative to the directory (`./…`).
+        let path = format!("{dir}/.");
         let mut body = docker
-            .download_from_container(
-                &container_name(id),
-                Some(DownloadFromContainerOptions { path }),
-            )
+            .download_from_container(container, Some(DownloadFromContainerOptions { path }))
             .boxed();
         // The first item tells whether the container exists at all.
         let first = match body.next().await {
@@ -169,18 +185,14 @@ impl DockerRuntime {
             Some(Ok(b)) => b,
             Some(Err(e)) => {
                 return Err(match status_code(&e) {
-                    Some(404) => RuntimeError::NotFound(format!(
-                        "no container (or no {}) for sandbox {id}",
-                        VolumeName::MOUNT_PATH
-                    )),
-                    _ => self.map_err(e, "read /workspace"),
+                    Some(404) => RuntimeError::NotFound(format!("no {dir} in {container}")),
+                    _ => self.map_err(e, &format!("read {dir}")),
                 })
             }
         };
-        let rest = body.map(|item| {
-            item.map_err(|e| {
-                std::io::Error::other(format!("reading /workspace: {}", error_chain(&e)))
-            })
+        let what = dir.to_owned();
+        let rest = body.map(move |item| {
+            item.map_err(|e| std::io::Error::other(format!("reading {what}: {}", error_chain(&e))))
         });
         Ok(Box::pin(stream::once(async move { Ok(first) }).chain(rest)))
     }
@@ -196,12 +208,25 @@ impl DockerRuntime {
     }
 
     /// Unpacks `archive` into `/workspace` of a (created, not yet started)
-    /// container. A broken source stream fails the unpack, even when what
-    /// arrived happened to end on a tar boundary.
+    /// container.
     pub(super) async fn unpack_workspace(
         &self,
         docker: &Docker,
         container: &str,
+        archive: ByteStream,
+    ) -> RuntimeResult<()> {
+        self.unpack_into(docker, container, VolumeName::MOUNT_PATH, archive)
+            .await
+    }
+
+    /// Unpacks `archive` into directory `dir` of `container`. A broken
+    /// source stream fails the unpack, even when what arrived happened to
+    /// end on a tar boundary.
+    pub(super) async fn unpack_into(
+        &self,
+        docker: &Docker,
+        container: &str,
+        dir: &str,
         archive: ByteStream,
     ) -> RuntimeResult<()> {
         let docker = docker.clone().with_timeout(TRANSFER_TIMEOUT);
@@ -223,7 +248,7 @@ impl DockerRuntime {
             .upload_to_container_streaming(
                 container,
                 Some(UploadToContainerOptions {
-                    path: VolumeName::MOUNT_PATH.to_owned(),
+                    path: dir.to_owned(),
                     no_overwrite_dir_non_dir: "false".to_owned(),
                 }),
                 body,
@@ -231,7 +256,7 @@ impl DockerRuntime {
             .await;
         if let Some(reason) = broken.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(RuntimeError::Other(format!(
-                "the archive for /workspace could not be read: {reason}"
+                "the archive for {dir} could not be read: {reason}"
             )));
         }
         result.map_err(|e| match &e {
@@ -239,10 +264,10 @@ impl DockerRuntime {
                 if status_code(&e) != Some(404) =>
             {
                 RuntimeError::Other(format!(
-                    "unpacking the archive into /workspace failed: {message}"
+                    "unpacking the archive into {dir} failed: {message}"
                 ))
             }
-            _ => self.map_err(e, "unpack archive into /workspace"),
+            _ => self.map_err(e, &format!("unpack archive into {dir}")),
         })
     }
 }

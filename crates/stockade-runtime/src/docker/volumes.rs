@@ -235,6 +235,23 @@ impl Volumes for DockerRuntime {
         self.list_shared_volumes_impl().await
     }
 
+    async fn export_shared_volume(
+        &self,
+        name: &str,
+        token: &str,
+    ) -> RuntimeResult<crate::ByteStream> {
+        self.export_shared_volume_impl(name, token).await
+    }
+
+    async fn import_shared_volume(
+        &self,
+        name: &str,
+        token: &str,
+        archive: crate::ByteStream,
+    ) -> RuntimeResult<()> {
+        self.import_shared_volume_impl(name, token, archive).await
+    }
+
     async fn volume_helper(&self, name: &str, token: &str) -> RuntimeResult<String> {
         self.volume_helper_impl(name, token).await
     }

@@ -101,6 +101,35 @@ impl Volumes for FakeRuntime {
         Ok(())
     }
 
+    /// The fake keeps no files in its volumes: an empty archive.
+    async fn export_shared_volume(
+        &self,
+        name: &str,
+        _token: &str,
+    ) -> RuntimeResult<crate::ByteStream> {
+        self.check_available()?;
+        if !self.state().shared_volumes.contains(name) {
+            return Err(RuntimeError::NotFound(format!("volume {name} not found")));
+        }
+        let empty = bytes::Bytes::from(vec![0u8; 1024]);
+        Ok(Box::pin(futures_util::stream::once(
+            async move { Ok(empty) },
+        )))
+    }
+
+    async fn import_shared_volume(
+        &self,
+        name: &str,
+        _token: &str,
+        _archive: crate::ByteStream,
+    ) -> RuntimeResult<()> {
+        self.check_available()?;
+        if !self.state().shared_volumes.contains(name) {
+            return Err(RuntimeError::NotFound(format!("volume {name} not found")));
+        }
+        Ok(())
+    }
+
     async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>> {
         self.check_available()?;
         Ok(self.state().shared_volumes.iter().cloned().collect())

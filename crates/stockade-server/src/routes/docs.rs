@@ -471,6 +471,7 @@ mod examples {
             ("query", "path") if path.ends_with("/archive") => json!("."),
             ("query", "path") => json!("notes.txt"),
             ("query", "confirm") => json!(true),
+            ("query", "server") => json!(HOST_NAME),
             ("header", "X-Stockade-CSRF") => json!("1"),
             _ => return None,
         };
@@ -964,6 +965,11 @@ mod examples {
                 .response(json!({"volumes": [shared_volume(true)], "total": 1})),
             op("get", "/api/v1/shared-volumes/{volume}").response(shared_volume(true)),
             op("delete", "/api/v1/shared-volumes/{volume}"),
+            op("post", "/api/v1/shared-volumes/{volume}/move").response({
+                let mut v = shared_volume(false);
+                v["server"] = json!(HOST_NAME);
+                v
+            }),
             op("get", "/api/v1/shared-volumes/{volume}/usage").response(json!({
                 "usedBytes": 1048576, "sizeGB": 20, "sizeEnforced": true,
                 "enforcement": "enforced by a file system of its own in a loop file"})),

@@ -31,6 +31,7 @@ pub fn routes() -> Router<AppState> {
         .route("/shared-volumes", get(list).post(create))
         .route("/shared-volumes/{volume}", get(get_one).delete(delete))
         .route("/shared-volumes/{volume}/usage", get(usage))
+        .route("/shared-volumes/{volume}/move", post(move_volume))
         .route(
             "/shared-volumes/{volume}/files",
             get(list_files).delete(remove_file),
@@ -46,7 +47,7 @@ pub fn routes() -> Router<AppState> {
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(list, create, get_one, delete, usage, list_files, stat_file, read_file, write_file, make_dir, rename, remove_file),
+    paths(list, create, get_one, delete, usage, move_volume, list_files, stat_file, read_file, write_file, make_dir, rename, remove_file),
     components(schemas(
         CreateSharedVolumeRequest, SharedVolumeResponse, SharedVolumeList, VolumeMountView, SharedVolumeUsage,
         VolumeEntryResponse, VolumeListing, VolumeRenameRequest,
@@ -264,6 +265,37 @@ pub async fn usage(
         size_enforced: u.enforced,
         enforcement: u.enforcement,
     }))
+}
+
+/// Move a volume no sandbox mounts to another Docker host (`server`): its
+/// files go through the object store, and its sandboxes are placed there
+/// from then on. Refused while a sandbox mounts it.
+#[utoipa::path(post, path = "/api/v1/shared-volumes/{volume}/move", tag = "shared-volumes",
+    params(("volume" = String, Path, description = "the volume's id or name"),
+           ("server" = String, Query, description = "the Docker host to move it to")),
+    responses(
+        (status = 200, description = "Moved", body = SharedVolumeResponse),
+        BadRequest,
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "Mounted by sandboxes (named), or the host takes nothing now", body = ErrorBody),
+    ))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn move_volume(
+    Authed { state, caller }: Authed,
+    Path(volume): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<SharedVolumeResponse>> {
+    let params = Params::of(raw.as_deref());
+    let server = params
+        .get("server")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::field("server", "the Docker host to move the volume to"))?
+        .to_owned();
+    let view = state
+        .svc
+        .move_shared_volume(&caller.scope, &volume, &server)
+        .await?;
+    Ok(Json(volume_view(&view)))
 }
 
 /// Delete a volume and its files; refused while a sandbox mounts it.

@@ -105,6 +105,11 @@ forward! {
             status: SharedVolumeStatus) -> StoreResult<()>;
         fn begin_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<Vec<SandboxId>>;
         fn finish_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<()>;
+        fn begin_shared_volume_move(&self, id: &SharedVolumeId, to: &str)
+            -> StoreResult<Vec<SandboxId>>;
+        fn finish_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()>;
+        fn abort_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()>;
+        fn forget_moved_from(&self, id: &SharedVolumeId) -> StoreResult<()>;
         fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
         fn all_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
         fn mounts_of_volumes(&self, volumes: &[SharedVolumeId])

@@ -116,9 +116,13 @@ pub struct DockerFactory;
 
 impl stockade_service::hosts::RuntimeFactory for DockerFactory {
     fn connect(&self, host: &stockade_core::Host) -> Result<Arc<dyn Runtime>, String> {
+        // Networks and bridges named after the host, as the binary's
+        // factory names them: engines on one machine must not share a
+        // bridge name.
         let rt = DockerRuntime::new(DockerConfig {
             host: Some(host.docker_host.clone()),
             server_name: host.name.clone(),
+            isolation: stockade_runtime::IsolationConfig::for_host(&host.name),
             ..DockerConfig::default()
         })
         .map_err(|e| e.to_string())?;

@@ -446,6 +446,9 @@ async fn volumes_and_their_tokens_survive_a_restart_and_a_crash_is_finished() {
         status,
         created_at: Utc::now(),
         deleted_at: None,
+        moving_to: None,
+        moving_since: None,
+        moved_from: None,
     };
     let creating = half("half-made", SharedVolumeStatus::Creating);
     let deleting = half("half-gone", SharedVolumeStatus::Deleting);
@@ -539,4 +542,155 @@ async fn a_sized_volume_is_held_to_its_size_where_the_host_can() {
         .await
         .assert_status(StatusCode::NO_CONTENT, "delete");
     assert!(app.volumes().is_empty(), "{:?}", app.volumes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unmounted_volume_moves_to_another_host_with_its_files() {
+    let Ok(h2) = std::env::var("STOCKADE_TEST_HOST2") else {
+        eprintln!("skipped: STOCKADE_TEST_HOST2 (the second engine of scripts/test) is not set");
+        return;
+    };
+    let app = spawn_app().await;
+    stockade_service::host_admin::ensure_own(&app.state.svc, "unix:///var/run/docker.sock")
+        .await
+        .expect("register the own host");
+    let admin = app.admin_token.clone();
+    app.post(
+        "/api/v1/hosts",
+        &admin,
+        json!({"name": "h2", "dockerHost": h2, "address": "127.0.0.1"}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED, "register h2");
+    // The own engine under a second name: a move there would remove the
+    // only copy, so it is refused.
+    app.post(
+        "/api/v1/hosts",
+        &admin,
+        json!({"name": "same", "dockerHost": "unix:///var/run/docker.sock"}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED, "register the own engine twice");
+    let token = app.new_account("vol-move").await;
+    let vol = create_volume(&app, &token, "travel").await;
+    let id = vol["id"].as_str().unwrap().to_owned();
+    let own = vol["server"].as_str().unwrap().to_owned();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    for (path, bytes) in [("/deep/dir/blob.bin", &data[..]), ("/top.txt", b"top")] {
+        let w = write(&app, &token, "travel", path, bytes).await;
+        assert_eq!(w.status, StatusCode::CREATED, "{path}: {:?}", w.json());
+    }
+    let h2_volume = |present: bool| {
+        let out = docker(&[
+            "-H",
+            &h2,
+            "volume",
+            "inspect",
+            &format!("stockade-shared-{id}"),
+        ]);
+        assert_eq!(out.status.success(), present, "on h2: {out:?}");
+    };
+
+    let same = app
+        .post(
+            "/api/v1/shared-volumes/travel/move?server=same",
+            &token,
+            json!({}),
+        )
+        .await;
+    same.assert_status(StatusCode::BAD_REQUEST, "a move onto the same engine");
+    // Mounted: refused, naming the sandbox.
+    let sb = app
+        .create_id(
+            &token,
+            json!({"volumeMounts": [{"volume": "travel", "path": "/data"}]}),
+        )
+        .await;
+    let refused = app
+        .post(
+            "/api/v1/shared-volumes/travel/move?server=h2",
+            &token,
+            json!({}),
+        )
+        .await;
+    refused.assert_status(StatusCode::CONFLICT, "move while mounted");
+    assert_contains(refused.message(), &sb);
+    app.delete_sandbox(&token, &sb, "").await;
+
+    let moved = app
+        .post(
+            "/api/v1/shared-volumes/travel/move?server=h2",
+            &token,
+            json!({}),
+        )
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(moved["server"], "h2", "{moved}");
+    assert_eq!(moved["status"], "READY");
+    h2_volume(true);
+    assert!(!docker_volume_exists(&id), "the old copy is left on {own}");
+    // Its files came along, byte for byte, and are served from h2.
+    let blob = read(&app, &token, "travel", "/deep/dir/blob.bin").await;
+    assert_eq!(blob.status, StatusCode::OK, "{:?}", blob.json());
+    assert!(blob.bytes == data, "the file changed on the way");
+    let top = read(&app, &token, "travel", "/top.txt").await;
+    assert!(top.bytes == b"top", "{:?}", top.json());
+    // A sandbox that mounts it is placed on h2 and sees the files.
+    let on_h2 = app
+        .create(
+            &token,
+            json!({"volumeMounts": [{"volume": "travel", "path": "/data", "readOnly": true}]}),
+        )
+        .await;
+    assert_eq!(on_h2["server"], "h2", "{on_h2}");
+    let on_h2 = id_of(&on_h2);
+    let seen = app
+        .sandbox_post(
+            &token,
+            &on_h2,
+            "exec",
+            json!({"cmd": ["cat", "/data/top.txt"]}),
+        )
+        .await
+        .expect(StatusCode::OK);
+    assert_eq!(seen["stdout"], "top", "{seen}");
+    // Asking for another host than the volume's is refused.
+    let elsewhere = app
+        .try_create(
+            &token,
+            json!({"server": own, "volumeMounts": [{"volume": "travel", "path": "/data"}]}),
+        )
+        .await;
+    elsewhere.assert_status(StatusCode::BAD_REQUEST, "a create on another host");
+    app.delete_sandbox(&token, &on_h2, "").await;
+    app.delete("/api/v1/shared-volumes/travel", &token)
+        .await
+        .assert_status(StatusCode::NO_CONTENT, "delete on h2");
+    h2_volume(false);
+    cleanup_on(&h2, &app.instance_id());
+}
+
+/// Removes what an app of `instance` left on the engine at `host`.
+fn cleanup_on(host: &str, instance: &str) {
+    let filter = format!("label=io.stockade.instance-id={instance}");
+    for (list, remove) in [
+        (
+            vec!["ps", "-aq", "--filter", &filter],
+            vec!["rm", "-f", "-v"],
+        ),
+        (
+            vec!["volume", "ls", "-q", "--filter", &filter],
+            vec!["volume", "rm", "-f"],
+        ),
+    ] {
+        let mut args = vec!["-H", host];
+        args.extend(list);
+        let ids = docker_lines(&args);
+        if !ids.is_empty() {
+            let mut args = vec!["-H", host];
+            args.extend(remove);
+            args.extend(ids.iter().map(String::as_str));
+            docker(&args);
+        }
+    }
 }

@@ -43,7 +43,8 @@ use futures_util::StreamExt;
 pub const MAX_VOLUMES_PER_ACCOUNT: usize = 100;
 /// A files helper unused this long is stopped.
 pub const HELPER_IDLE: Duration = Duration::from_secs(120);
-/// A create still CREATING after this long died with its server.
+/// A create still CREATING after this long died with its server (a move
+/// still MOVING after an hour did too: a move copies a whole volume).
 const STALE_CREATE: Duration = Duration::from_secs(600);
 /// The signing domain of a volume's content token.
 const CONTENT_TOKEN_DOMAIN: &str = "stockade-volume-content:";
@@ -130,6 +131,23 @@ pub fn volume_not_found(reference: &str) -> ServiceError {
     ))
 }
 
+/// The refusal of a change to a volume that sandboxes mount, naming them.
+fn mounted_by(volume: &SharedVolume, users: &[SandboxId], change: &str) -> ServiceError {
+    let ids: Vec<String> = users.iter().map(SandboxId::to_string).collect();
+    ServiceError::Conflict(format!(
+        "volume '{}' is mounted by sandbox{} {}: delete {} before it can be {change}",
+        volume.name,
+        if ids.len() == 1 { "" } else { "es" },
+        ids.join(", "),
+        if ids.len() == 1 { "it" } else { "them" }
+    ))
+}
+
+/// Where a moving volume's archive waits in the object store.
+fn move_key(id: &SharedVolumeId) -> String {
+    format!("volume-moves/{id}.tar")
+}
+
 /// A size in whole GB from 1 to `max`.
 fn parse_size_gb(v: f64, max: u32) -> ServiceResult<u32> {
     if v.fract() != 0.0 || v < 1.0 || v > f64::from(max) {
@@ -188,6 +206,9 @@ impl Service {
             status: SharedVolumeStatus::Creating,
             created_at: Utc::now(),
             deleted_at: None,
+            moving_to: None,
+            moving_since: None,
+            moved_from: None,
         };
         self.store.insert_shared_volume(&volume).await?;
         let made = async {
@@ -314,18 +335,155 @@ impl Service {
             Err(e) => return Err(e.into()),
         };
         if !users.is_empty() {
-            let ids: Vec<String> = users.iter().map(SandboxId::to_string).collect();
-            return Err(ServiceError::Conflict(format!(
-                "volume '{}' is mounted by sandbox{} {}: delete {} first",
-                volume.name,
-                if ids.len() == 1 { "" } else { "es" },
-                ids.join(", "),
-                if ids.len() == 1 { "it" } else { "them" }
-            )));
+            return Err(mounted_by(&volume, &users, "deleted"));
         }
         self.remove_volume_everywhere(&volume).await;
         info!(volume.id = %volume.id, volume.name = %volume.name, "volume deleted");
         Ok(volume)
+    }
+
+    /// Moves a volume no sandbox mounts to Docker host `to`, through the
+    /// object store as a drain moves a sandbox's `/workspace`: MOVING (so
+    /// nothing mounts it meanwhile), its files archived into the object
+    /// store, a Docker volume of the same size made on `to` and the
+    /// archive unpacked there, then the record switched in one write and
+    /// the old copy removed. A failure before the switch removes the new
+    /// copy and leaves the volume READY where it was.
+    pub async fn move_shared_volume(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        to: &str,
+    ) -> ServiceResult<VolumeView> {
+        let volume = self.load_shared_volume(scope, reference).await?;
+        let to = stockade_core::host::parse_host_name(to, "server")?;
+        if to == volume.server {
+            return Err(ServiceError::field(
+                "server",
+                format!("volume '{}' is on host '{to}' already", volume.name),
+            ));
+        }
+        if to != self.hosts.own_name() {
+            match self.store.get_host(&to).await {
+                Ok(h) if h.schedulable() => {}
+                Ok(h) => {
+                    return Err(ServiceError::Conflict(format!(
+                        "host '{to}' takes nothing now ({})",
+                        h.state.as_str()
+                    )))
+                }
+                Err(StoreError::NotFound) => {
+                    return Err(ServiceError::field(
+                        "server",
+                        format!("no Docker host named '{to}' is registered"),
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // One engine registered under two names holds one copy only: the
+        // old one's removal would take the volume with it.
+        let (from_info, to_info) = tokio::join!(
+            async {
+                self.runtime_on(&volume.server)
+                    .await?
+                    .info()
+                    .await
+                    .map_err(ServiceError::from)
+            },
+            async {
+                self.runtime_on(&to)
+                    .await?
+                    .info()
+                    .await
+                    .map_err(ServiceError::from)
+            }
+        );
+        let (from_info, to_info) = (from_info?, to_info?);
+        // Engines made from one configuration can share an id: the data
+        // root tells them apart (one engine under two names has both the same).
+        let same = |i: &stockade_runtime::RuntimeInfo| (i.engine_id.clone(), i.data_root.clone());
+        if from_info.engine_id.is_some() && same(&from_info) == same(&to_info) {
+            return Err(ServiceError::field(
+                "server",
+                format!(
+                    "hosts '{}' and '{to}' are the same Docker engine: the volume is there already",
+                    volume.server
+                ),
+            ));
+        }
+        let users = match self.store.begin_shared_volume_move(&volume.id, &to).await {
+            Ok(users) => users,
+            Err(StoreError::NotFound) => return Err(volume_not_found(reference)),
+            Err(e) => return Err(e.into()),
+        };
+        if !users.is_empty() {
+            return Err(mounted_by(&volume, &users, "moved"));
+        }
+        self.volume_helpers.lock().remove(&volume.id);
+        let key = move_key(&volume.id);
+        let copied = async {
+            let token = self.agents.derive(HELPER_TOKEN_DOMAIN, volume.id.as_str());
+            let from = self.runtime_on(&volume.server).await?;
+            let target = self.runtime_on(&to).await?;
+            let archive = from
+                .export_shared_volume(&volume.docker_name(), &token)
+                .await?;
+            let bytes = self.blobs.put_stream(&key, archive).await?;
+            tracing::debug!(volume.id = %volume.id, bytes, "volume archived for its move");
+            target
+                .create_shared_volume(
+                    &volume.docker_name(),
+                    self.docker_labels(&volume),
+                    volume.size_gb.map(|gb| u64::from(gb) << 30),
+                )
+                .await?;
+            let (_, archive) = self.blobs.get_stream(&key).await?;
+            target
+                .import_shared_volume(&volume.docker_name(), &token, archive)
+                .await?;
+            self.store.finish_shared_volume_move(&volume.id).await?;
+            ServiceResult::Ok(())
+        }
+        .await;
+        let _ = self.blobs.delete(&key).await;
+        if let Err(e) = copied {
+            self.undo_move(&volume, &to).await;
+            return Err(e);
+        }
+        info!(volume.id = %volume.id, from = %volume.server, to = %to, "volume moved");
+        self.remove_old_copy(&volume.id, &volume.server, &volume.docker_name())
+            .await;
+        self.shared_volume(scope, volume.id.as_str()).await
+    }
+
+    /// A move that did not finish: the copy on `to` removed, the volume
+    /// READY where it was.
+    async fn undo_move(&self, volume: &SharedVolume, to: &str) {
+        let removed = async {
+            let rt = self.runtime_on(to).await?;
+            rt.remove_shared_volume(&volume.docker_name()).await?;
+            self.store.abort_shared_volume_move(&volume.id).await?;
+            ServiceResult::Ok(())
+        }
+        .await;
+        if let Err(e) = removed {
+            warn!(volume.id = %volume.id, error = %e, "a failed move is not undone yet; recovery retries");
+        }
+    }
+
+    /// Removes the copy a finished move left on its old host.
+    async fn remove_old_copy(&self, id: &SharedVolumeId, from: &str, docker_name: &str) {
+        let removed = async {
+            let rt = self.runtime_on(from).await?;
+            rt.remove_shared_volume(docker_name).await?;
+            self.store.forget_moved_from(id).await?;
+            ServiceResult::Ok(())
+        }
+        .await;
+        if let Err(e) = removed {
+            warn!(volume.id = %id, host = %from, error = %e, "the old copy of a moved volume is not removed yet; recovery retries");
+        }
     }
 
     /// Removes a DELETING volume's helper and Docker volume and ends its
@@ -368,7 +526,24 @@ impl Service {
                     self.remove_volume_everywhere(&volume).await;
                 }
                 SharedVolumeStatus::Deleting => self.remove_volume_everywhere(&volume).await,
+                // A move whose process died: given up (the copy it made
+                // removed), like a create.
+                SharedVolumeStatus::Moving
+                    if all_dead
+                        || volume
+                            .moving_since
+                            .is_some_and(|t| Utc::now() - t > chrono::Duration::hours(1)) =>
+                {
+                    if let Some(to) = &volume.moving_to {
+                        info!(volume.id = %volume.id, to = %to, "giving up a move that never finished");
+                        self.undo_move(&volume, to).await;
+                    }
+                }
                 _ => {}
+            }
+            if let Some(from) = &volume.moved_from {
+                self.remove_old_copy(&volume.id, from, &volume.docker_name())
+                    .await;
             }
         }
         Ok(())
@@ -390,8 +565,9 @@ impl Service {
             };
             if volume.status != SharedVolumeStatus::Ready {
                 return Err(ServiceError::Conflict(format!(
-                    "{field}: volume '{}' is still being created",
-                    volume.name
+                    "{field}: volume '{}' is {} now",
+                    volume.name,
+                    volume.status.as_str().to_lowercase()
                 )));
             }
             match &server {

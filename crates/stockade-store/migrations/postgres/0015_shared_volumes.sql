@@ -11,12 +11,18 @@ CREATE TABLE shared_volumes (
     labels      TEXT NOT NULL,
     status      TEXT NOT NULL,
     created_at  TIMESTAMPTZ NOT NULL,
+    -- While MOVING: the host it is copied to and since when; after a
+    -- move, the host whose copy is still to be removed.
+    moving_to   TEXT,
+    moving_since TIMESTAMPTZ,
+    moved_from  TEXT,
     deleted_at  TIMESTAMPTZ
 );
 CREATE UNIQUE INDEX shared_volumes_account_name
     ON shared_volumes (account_id, name) WHERE deleted_at IS NULL;
 CREATE INDEX shared_volumes_pending
-    ON shared_volumes (status) WHERE deleted_at IS NULL AND status <> 'READY';
+    ON shared_volumes (status) WHERE deleted_at IS NULL
+        AND (status <> 'READY' OR moved_from IS NOT NULL);
 
 -- Which sandboxes mount which volume: written with the sandbox's record,
 -- read through the sandbox's deleted_at (a deleted sandbox mounts nothing).

@@ -11,12 +11,18 @@ CREATE TABLE shared_volumes (
     labels      TEXT NOT NULL,
     status      TEXT NOT NULL,
     created_at  TEXT NOT NULL,
+    -- While MOVING: the host it is copied to and since when; after a
+    -- move, the host whose copy is still to be removed.
+    moving_to   TEXT,
+    moving_since TEXT,
+    moved_from  TEXT,
     deleted_at  TEXT
 );
 CREATE UNIQUE INDEX shared_volumes_account_name
     ON shared_volumes (account_id, name) WHERE deleted_at IS NULL;
 CREATE INDEX shared_volumes_pending
-    ON shared_volumes (status) WHERE deleted_at IS NULL AND status <> 'READY';
+    ON shared_volumes (status) WHERE deleted_at IS NULL
+        AND (status <> 'READY' OR moved_from IS NOT NULL);
 
 -- Which sandboxes mount which volume: written with the sandbox's record,
 -- read through the sandbox's deleted_at (a deleted sandbox mounts nothing).

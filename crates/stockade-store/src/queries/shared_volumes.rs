@@ -13,8 +13,8 @@ use crate::sql::{Backend, DbRow, Q};
 use crate::{MountRecord, SharedVolumeStore, StoreError, StoreResult, MAX_VOLUMES_LISTED};
 
 /// The columns every volume read selects.
-const COLUMNS: &str =
-    "id, account_id, name, server, size_gb, labels, status, created_at, deleted_at";
+const COLUMNS: &str = "id, account_id, name, server, size_gb, labels, status, created_at, \
+     moving_to, moving_since, moved_from, deleted_at";
 
 /// The name of the unique index on an account's volume names (PostgreSQL
 /// reports it; SQLite names the columns).
@@ -40,6 +40,9 @@ fn volume_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<SharedVolume> {
         status: SharedVolumeStatus::parse(&status).map_err(|e| bad(e.message))?,
         created_at: row.ts("created_at")?,
         deleted_at: row.opt_ts("deleted_at")?,
+        moving_to: row.get("moving_to")?,
+        moving_since: row.opt_ts("moving_since")?,
+        moved_from: row.get("moved_from")?,
     })
 }
 
@@ -70,6 +73,66 @@ fn name_conflict(err: &sqlx::Error, volume: &SharedVolume) -> Option<StoreError>
 }
 
 impl<B: Backend> SqlStore<B> {
+    /// Sets a READY volume's status to `to` (and `moving_to`) unless a
+    /// sandbox not deleted mounts it; the ids of those that do (nothing
+    /// changed) otherwise. `NotFound` when it is deleted; `Conflict` when it
+    /// is not READY.
+    async fn claim_unmounted(
+        &self,
+        id: &SharedVolumeId,
+        to: SharedVolumeStatus,
+        moving_to: Option<&str>,
+    ) -> StoreResult<Vec<SandboxId>> {
+        let context = format!("claim volume {id}");
+        let mut conn = self.begin(&context).await?;
+        let result = async {
+            // The row first, locked: a create that mounts it has committed
+            // its mount (read below) or waits and then finds it changed.
+            let q = Q::<B>::new("SELECT status FROM shared_volumes WHERE id = ")
+                .bind(id.to_string())
+                .sql(" AND deleted_at IS NULL")
+                .sql(B::ROW_UPDATE);
+            let Some(row) = conn.fetch_optional(q, &context).await? else {
+                return Err(StoreError::NotFound);
+            };
+            let status: String = row.get("status")?;
+            if status != SharedVolumeStatus::Ready.as_str() {
+                return Err(StoreError::Conflict(format!(
+                    "the volume is {} now",
+                    status.to_lowercase()
+                )));
+            }
+            let q = Q::<B>::new(
+                "SELECT DISTINCT m.sandbox_id FROM volume_mounts m JOIN sandboxes s \
+                 ON s.id = m.sandbox_id WHERE s.deleted_at IS NULL AND m.volume_id = ",
+            )
+            .bind(id.to_string())
+            .sql(" ORDER BY m.sandbox_id");
+            let users = conn
+                .fetch_all(q, &context)
+                .await?
+                .iter()
+                .map(|row| {
+                    let s: String = row.get("sandbox_id")?;
+                    SandboxId::parse(&s)
+                        .map_err(|e| corrupt("volume mount", id.as_str(), e.message))
+                })
+                .collect::<StoreResult<Vec<_>>>()?;
+            if users.is_empty() {
+                let q = Q::<B>::new("UPDATE shared_volumes SET status = ")
+                    .bind(to.as_str().to_owned())
+                    .set("moving_to", moving_to.map(str::to_owned))
+                    .set_opt_ts("moving_since", moving_to.map(|_| Utc::now()))
+                    .sql(" WHERE id = ")
+                    .bind(id.to_string());
+                conn.execute(q, &context).await?;
+            }
+            Ok(users)
+        }
+        .await;
+        self.finish(conn, result, &context).await
+    }
+
     /// Writes `sandbox`'s mounts inside its insert: each volume read with a
     /// share lock (a delete of it waits for this commit, and this waits for
     /// a delete's) and mounted only while it is READY, of the sandbox's
@@ -127,6 +190,9 @@ impl<B: Backend> SharedVolumeStore for SqlStore<B> {
             .next(labels)
             .next(v.status.as_str().to_owned())
             .next_ts(v.created_at)
+            .next(v.moving_to.clone())
+            .next_opt_ts(v.moving_since)
+            .next(v.moved_from.clone())
             .next_opt_ts(v.deleted_at)
             .sql(")");
         self.execute_refined(q, &format!("insert volume {}", v.id), |e| {
@@ -187,45 +253,52 @@ impl<B: Backend> SharedVolumeStore for SqlStore<B> {
 
     #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
     async fn begin_shared_volume_delete(&self, id: &SharedVolumeId) -> StoreResult<Vec<SandboxId>> {
-        let context = format!("delete volume {id}");
-        let mut conn = self.begin(&context).await?;
-        let result = async {
-            // The row first, locked: a create that mounts it has committed
-            // its mount (read below) or waits and then finds it DELETING.
-            let q = Q::<B>::new("SELECT status FROM shared_volumes WHERE id = ")
-                .bind(id.to_string())
-                .sql(" AND deleted_at IS NULL")
-                .sql(B::ROW_UPDATE);
-            if conn.fetch_optional(q, &context).await?.is_none() {
-                return Err(StoreError::NotFound);
-            }
-            let q = Q::<B>::new(
-                "SELECT DISTINCT m.sandbox_id FROM volume_mounts m JOIN sandboxes s \
-                 ON s.id = m.sandbox_id WHERE s.deleted_at IS NULL AND m.volume_id = ",
-            )
-            .bind(id.to_string())
-            .sql(" ORDER BY m.sandbox_id");
-            let users = conn
-                .fetch_all(q, &context)
-                .await?
-                .iter()
-                .map(|row| {
-                    let s: String = row.get("sandbox_id")?;
-                    SandboxId::parse(&s)
-                        .map_err(|e| corrupt("volume mount", id.as_str(), e.message))
-                })
-                .collect::<StoreResult<Vec<_>>>()?;
-            if users.is_empty() {
-                let q = Q::<B>::new("UPDATE shared_volumes SET status = ")
-                    .bind(SharedVolumeStatus::Deleting.as_str().to_owned())
-                    .sql(" WHERE id = ")
-                    .bind(id.to_string());
-                conn.execute(q, &context).await?;
-            }
-            Ok(users)
-        }
-        .await;
-        self.finish(conn, result, &context).await
+        self.claim_unmounted(id, SharedVolumeStatus::Deleting, None)
+            .await
+    }
+
+    #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
+    async fn begin_shared_volume_move(
+        &self,
+        id: &SharedVolumeId,
+        to: &str,
+    ) -> StoreResult<Vec<SandboxId>> {
+        self.claim_unmounted(id, SharedVolumeStatus::Moving, Some(to))
+            .await
+    }
+
+    #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
+    async fn finish_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()> {
+        // Every right-hand side reads the row as it was.
+        let q = Q::<B>::new(
+            "UPDATE shared_volumes SET moved_from = server, server = moving_to, \
+             moving_to = NULL, moving_since = NULL, status = 'READY' \
+             WHERE status = 'MOVING' AND id = ",
+        )
+        .bind(id.to_string());
+        self.execute_one(q, &format!("end the move of volume {id}"))
+            .await
+    }
+
+    #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
+    async fn abort_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()> {
+        let q = Q::<B>::new(
+            "UPDATE shared_volumes SET moving_to = NULL, moving_since = NULL, \
+             status = 'READY' WHERE status = 'MOVING' AND id = ",
+        )
+        .bind(id.to_string());
+        self.execute(q, &format!("give up the move of volume {id}"))
+            .await
+            .map(|_| ())
+    }
+
+    #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
+    async fn forget_moved_from(&self, id: &SharedVolumeId) -> StoreResult<()> {
+        let q = Q::<B>::new("UPDATE shared_volumes SET moved_from = NULL WHERE id = ")
+            .bind(id.to_string());
+        self.execute(q, &format!("forget the old host of volume {id}"))
+            .await
+            .map(|_| ())
     }
 
     #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
@@ -244,7 +317,7 @@ impl<B: Backend> SharedVolumeStore for SqlStore<B> {
     async fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>> {
         let q = Q::<B>::new(format!(
             "SELECT {COLUMNS} FROM shared_volumes WHERE deleted_at IS NULL \
-             AND status <> 'READY' ORDER BY created_at, id"
+             AND (status <> 'READY' OR moved_from IS NOT NULL) ORDER BY created_at, id"
         ));
         self.list(q, "list pending volumes", volume_from_row).await
     }
