@@ -1240,7 +1240,7 @@ fn entry_of(st: &Stat, name: String, path: String, target: Option<String>) -> Vo
 pub fn rfc3339(secs: i64, nanos: u32) -> String {
     let days = secs.div_euclid(86_400);
     let of_day = secs.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = crate::proto::json::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
         of_day / 3600,
@@ -1248,21 +1248,6 @@ pub fn rfc3339(secs: i64, nanos: u32) -> String {
         of_day % 60,
         nanos.min(999_999_999)
     )
-}
-
-/// The proleptic Gregorian date of a count of days since 1970-01-01
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -95,7 +95,10 @@ async fn story(s: Arc<dyn Store>) {
         s.insert_sandbox(&thief).await,
         Err(StoreError::Conflict(_))
     ));
-    let mounts = s.mounts_of_volumes(std::slice::from_ref(&v.id)).await.unwrap();
+    let mounts = s
+        .mounts_of_volumes(std::slice::from_ref(&v.id))
+        .await
+        .unwrap();
     assert_eq!(mounts.len(), 2);
     assert!(mounts.iter().any(|m| m.sandbox_id == b.id && m.read_only));
 

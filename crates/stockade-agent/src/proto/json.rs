@@ -161,7 +161,7 @@ pub fn is_default<T: Default + PartialEq>(v: &T) -> bool {
 }
 
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
