@@ -180,13 +180,20 @@ async fn create_fields_prime_sends_that_stockade_cannot_honour_are_501() {
     let app = App::new().await;
     for body in [
         json!({ "region": "us-east" }),
-        json!({ "volumes": [{"name": "v"}] }),
         json!({ "arch": "sparc" }),
         json!({ "advanced_configs": {"x": 1} }),
     ] {
         let r = app.try_create(&app.admin, body.clone()).await;
         r.assert_error(StatusCode::NOT_IMPLEMENTED, "not_implemented");
     }
+    // prime's volumes are shared volumes: an unknown one is not found.
+    let r = app
+        .try_create(
+            &app.admin,
+            json!({ "volumes": [{"name": "nowhere", "mount_path": "/data"}] }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
     assert_eq!(app.total(&app.admin, "").await, 0);
 }
 
