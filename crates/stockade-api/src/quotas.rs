@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use stockade_core::quota::BYTES_PER_GB;
-use stockade_core::{Quota, QuotaInput, QuotaUsage, StoredUsage};
+use stockade_core::{Quota, QuotaInput, QuotaUsage, SharedVolumeUsage, StoredUsage};
 use utoipa::ToSchema;
 
 /// `PUT /api/v1/accounts/{id}/quota` (admin only): the whole quota; a field
@@ -33,6 +33,13 @@ pub struct SetQuotaRequest {
     /// allowed).
     #[serde(rename = "uploadGB")]
     pub upload_gb: Option<f64>,
+    /// Shared volumes that are not deleted. Without it the server keeps an
+    /// account to 100.
+    pub volumes: Option<u64>,
+    /// The `sizeGB` of those volumes together, in whole GB; where it is set,
+    /// a volume created without `sizeGB` is refused.
+    #[serde(rename = "volumeGB")]
+    pub volume_gb: Option<u64>,
 }
 
 impl SetQuotaRequest {
@@ -47,6 +54,8 @@ impl SetQuotaRequest {
             snapshot_gb: self.snapshot_gb,
             uploads: self.uploads,
             upload_gb: self.upload_gb,
+            volumes: self.volumes,
+            volume_gb: self.volume_gb,
         }
     }
 
@@ -72,6 +81,9 @@ pub struct QuotaLimits {
     pub uploads: Option<u64>,
     #[serde(rename = "uploadGB")]
     pub upload_gb: Option<f64>,
+    pub volumes: Option<u64>,
+    #[serde(rename = "volumeGB")]
+    pub volume_gb: Option<u64>,
 }
 
 impl From<&Quota> for QuotaLimits {
@@ -86,6 +98,8 @@ impl From<&Quota> for QuotaLimits {
             snapshot_gb: i.snapshot_gb,
             uploads: i.uploads,
             upload_gb: i.upload_gb,
+            volumes: i.volumes,
+            volume_gb: i.volume_gb,
         }
     }
 }
@@ -102,6 +116,8 @@ impl QuotaLimits {
             snapshot_gb: self.snapshot_gb,
             uploads: self.uploads,
             upload_gb: self.upload_gb,
+            volumes: self.volumes,
+            volume_gb: self.volume_gb,
         }
     }
 }
@@ -132,6 +148,12 @@ pub struct QuotaUsageResponse {
     /// What they take in the object store, in GB.
     #[serde(default, rename = "uploadGB")]
     pub upload_gb: f64,
+    /// Shared volumes that are not deleted.
+    #[serde(default)]
+    pub volumes: u64,
+    /// Their declared `sizeGB` together (a volume without one counts none).
+    #[serde(default, rename = "volumeGB")]
+    pub volume_gb: u64,
 }
 
 impl From<&QuotaUsage> for QuotaUsageResponse {
@@ -155,6 +177,15 @@ impl QuotaUsageResponse {
             snapshot_gb: gb(s.snapshot_bytes),
             uploads: s.uploads,
             upload_gb: gb(s.upload_bytes),
+            ..self
+        }
+    }
+
+    /// With what the account's shared volumes take.
+    pub fn with_volumes(self, v: &SharedVolumeUsage) -> Self {
+        Self {
+            volumes: v.volumes,
+            volume_gb: v.volume_gb,
             ..self
         }
     }

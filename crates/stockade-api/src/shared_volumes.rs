@@ -17,6 +17,7 @@ pub struct CreateSharedVolumeRequest {
     /// volumes.
     pub name: String,
     /// A size limit in whole GB, enforced where the Docker host can.
+    /// Required when the account's quota sets `volumeGB`.
     #[serde(rename = "sizeGB")]
     pub size_gb: Option<f64>,
     pub labels: Option<BTreeMap<String, String>>,

@@ -214,7 +214,8 @@ fn fields_documented_as_null_are_still_written() {
     round_trip(
         &QuotaLimits::default(),
         json!({"sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null,
-               "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null}),
+               "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null,
+               "volumes": null, "volumeGB": null}),
     );
     round_trip(
         &E2bSandbox {
@@ -243,7 +244,8 @@ fn fields_documented_as_null_are_still_written() {
 #[test]
 fn missing_optional_fields_read_as_absent() {
     let unlimited = json!({"sandboxes": null, "cpuCores": null, "memoryGB": null,
-        "diskGB": null, "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null});
+        "diskGB": null, "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null,
+        "volumes": null, "volumeGB": null});
     assert_eq!(reread::<QuotaLimits>(json!({})), unlimited);
     assert_eq!(reread::<SetQuotaRequest>(json!({})), unlimited);
     let new: E2bNewSandbox = serde_json::from_value(json!({"templateID": "base"})).unwrap();

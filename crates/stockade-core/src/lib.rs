@@ -38,8 +38,8 @@ pub use netpolicy::{
 };
 pub use operation::{Operation, OperationId, OperationKind};
 pub use quota::{
-    Footprint, Quota, QuotaExceeded, QuotaInput, QuotaUsage, Resources, StoredQuotaExceeded,
-    StoredUsage,
+    Footprint, Quota, QuotaExceeded, QuotaInput, QuotaUsage, Resources, SharedVolumeUsage,
+    StoredQuotaExceeded, StoredUsage,
 };
 pub use sandbox::{Sandbox, SandboxMetadata};
 pub use shared_volume::{MountInput, SharedVolume, SharedVolumeStatus, VolumeMount};

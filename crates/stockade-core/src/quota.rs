@@ -158,6 +158,11 @@ pub struct Quota {
     pub uploads: Option<u64>,
     /// Bytes those uploads hold in the object store.
     pub upload_bytes: Option<u64>,
+    /// Shared volumes that are not deleted.
+    pub volumes: Option<u64>,
+    /// The `sizeGB` of those volumes together; where it is set, every
+    /// volume of the account declares a size.
+    pub volume_gb: Option<u64>,
 }
 
 /// What an account keeps in the object store, as its quota counts it:
@@ -168,6 +173,15 @@ pub struct StoredUsage {
     pub snapshot_bytes: u64,
     pub uploads: u64,
     pub upload_bytes: u64,
+}
+
+/// What an account's shared volumes take, as its quota counts them: those
+/// not deleted (being created or deleted ones too), and the total of their
+/// declared `sizeGB` (a volume without a size counts none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedVolumeUsage {
+    pub volumes: u64,
+    pub volume_gb: u64,
 }
 
 /// A quota as the API and the command line give it: whole sandboxes and
@@ -185,6 +199,9 @@ pub struct QuotaInput {
     pub uploads: Option<u64>,
     /// GB of pending uploads (fractions allowed).
     pub upload_gb: Option<f64>,
+    pub volumes: Option<u64>,
+    /// GB of shared volumes' `sizeGB` together (whole GB, as sizes are).
+    pub volume_gb: Option<u64>,
 }
 
 impl Quota {
@@ -199,7 +216,7 @@ impl Quota {
 
     /// Checks `input`; each bad value is reported under its API field
     /// (`sandboxes`, `cpuCores`, `memoryGB`, `diskGB`, `snapshots`,
-    /// `snapshotGB`, `uploads`, `uploadGB`).
+    /// `snapshotGB`, `uploads`, `uploadGB`, `volumes`, `volumeGB`).
     pub fn from_input(input: &QuotaInput) -> Result<Self, ValidationErrors> {
         let mut errs = ValidationErrors::default();
         let max = MAX_QUOTA;
@@ -215,10 +232,20 @@ impl Quota {
                 format!("must be at most {max} GB (or null: unlimited)"),
             );
         }
-        for (v, field) in [(input.snapshots, "snapshots"), (input.uploads, "uploads")] {
+        for (v, field) in [
+            (input.snapshots, "snapshots"),
+            (input.uploads, "uploads"),
+            (input.volumes, "volumes"),
+        ] {
             if v.is_some_and(|n| n > max) {
                 errs.push(field, format!("must be at most {max} (or null: unlimited)"));
             }
+        }
+        if input.volume_gb.is_some_and(|n| n > max) {
+            errs.push(
+                "volumeGB",
+                format!("must be at most {max} GB (or null: unlimited)"),
+            );
         }
         let fraction = |v: Option<f64>, field: &str, unit: &str, errs: &mut ValidationErrors| {
             if let Some(v) = v {
@@ -244,6 +271,8 @@ impl Quota {
             snapshot_bytes: input.snapshot_gb.map(gb_bytes),
             uploads: input.uploads,
             upload_bytes: input.upload_gb.map(gb_bytes),
+            volumes: input.volumes,
+            volume_gb: input.volume_gb,
         })
     }
 
@@ -258,6 +287,8 @@ impl Quota {
             snapshot_gb: self.snapshot_bytes.map(|b| b as f64 / BYTES_PER_GB as f64),
             uploads: self.uploads,
             upload_gb: self.upload_bytes.map(|b| b as f64 / BYTES_PER_GB as f64),
+            volumes: self.volumes,
+            volume_gb: self.volume_gb,
         }
     }
 
@@ -289,6 +320,25 @@ impl Quota {
         bytes: u64,
     ) -> Result<(), StoredQuotaExceeded> {
         check_bytes(self.upload_bytes, used.upload_bytes, bytes, "uploads")
+    }
+
+    /// Whether one more shared volume of `size_gb` fits next to the `used`
+    /// ones: first the count (`account quota exceeded: 2 of 2 volumes`),
+    /// then the total size. A volume without a size adds nothing to the
+    /// total; the caller refuses those first where `volume_gb` is set.
+    pub fn check_volume(
+        &self,
+        used: &SharedVolumeUsage,
+        size_gb: Option<u32>,
+    ) -> Result<(), StoredQuotaExceeded> {
+        check_count(self.volumes, used.volumes, "volumes")?;
+        let bytes = |gb: u64| gb.saturating_mul(BYTES_PER_GB);
+        check_bytes(
+            self.volume_gb.map(bytes),
+            bytes(used.volume_gb),
+            bytes(size_gb.map_or(0, u64::from)),
+            "volumes",
+        )
     }
 
     /// How many more bytes of uploads fit (`None`: unlimited).
@@ -466,9 +516,13 @@ mod tests {
             memory_gb: Some(8.0),
             snapshot_gb: Some(0.5),
             uploads: Some(3),
+            volumes: Some(4),
+            volume_gb: Some(30),
             ..QuotaInput::default()
         })
         .unwrap();
+        assert_eq!((q.volumes, q.volume_gb), (Some(4), Some(30)));
+        assert_eq!(q.to_input().volume_gb, Some(30));
         assert_eq!(q.snapshot_bytes, Some(BYTES_PER_GB / 2));
         assert_eq!(q.uploads, Some(3));
         assert_eq!(q.snapshots, None);
@@ -491,6 +545,8 @@ mod tests {
             snapshot_gb: Some(-0.5),
             uploads: Some(u64::MAX),
             upload_gb: Some(f64::NAN),
+            volumes: Some(MAX_QUOTA + 1),
+            volume_gb: Some(MAX_QUOTA + 1),
         })
         .unwrap_err();
         let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
@@ -501,6 +557,8 @@ mod tests {
                 "diskGB",
                 "snapshots",
                 "uploads",
+                "volumes",
+                "volumeGB",
                 "cpuCores",
                 "memoryGB",
                 "snapshotGB",
@@ -621,6 +679,48 @@ mod tests {
                 snapshots: u64::MAX,
                 ..used
             })
+            .is_ok());
+    }
+
+    #[test]
+    fn volume_limits_count_volumes_then_their_sizes() {
+        let q = Quota {
+            volumes: Some(2),
+            volume_gb: Some(3),
+            ..Quota::default()
+        };
+        let one = SharedVolumeUsage {
+            volumes: 1,
+            volume_gb: 1,
+        };
+        assert!(q.check_volume(&one, Some(2)).is_ok());
+        assert_eq!(
+            q.check_volume(&one, Some(3)).unwrap_err().to_string(),
+            "account quota exceeded: 1 of 3 GB in volumes, 3 GB more requested"
+        );
+        let two = SharedVolumeUsage {
+            volumes: 2,
+            volume_gb: 3,
+        };
+        assert_eq!(
+            q.check_volume(&two, Some(1)).unwrap_err().to_string(),
+            "account quota exceeded: 2 of 2 volumes"
+        );
+        // Without a size limit, sizes (or their absence) do not matter.
+        let count_only = Quota {
+            volumes: Some(2),
+            ..Quota::default()
+        };
+        assert!(count_only.check_volume(&one, None).is_ok());
+        assert!(count_only.check_volume(&one, Some(u32::MAX)).is_ok());
+        assert!(Quota::unlimited()
+            .check_volume(
+                &SharedVolumeUsage {
+                    volumes: u64::MAX,
+                    volume_gb: u64::MAX
+                },
+                Some(1)
+            )
             .is_ok());
     }
 

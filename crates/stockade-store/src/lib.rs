@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use stockade_core::{
     Account, AccountId, InstanceId, Label, Operation, OperationId, Quota, QuotaUsage, Resources,
     Sandbox, SandboxId, SandboxStatus, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
-    Snapshot, SnapshotId, Team, TeamId, TokenId, TokenKind, TokenRecord,
+    SharedVolumeUsage, Snapshot, SnapshotId, StoredQuotaExceeded, Team, TeamId, TokenId, TokenKind,
+    TokenRecord,
 };
 
 mod db;
@@ -466,9 +467,17 @@ pub trait SnapshotStore: Send + Sync {
 /// mounts the volume never both win.
 #[async_trait]
 pub trait SharedVolumeStore: Send + Sync {
-    /// Inserts a new volume; a name the account uses already is a
-    /// [`StoreError::Conflict`].
-    async fn insert_shared_volume(&self, volume: &SharedVolume) -> StoreResult<()>;
+    /// Inserts a new volume if it fits the volume limits of `quota`
+    /// ([`Quota::check_volume`]) next to the account's other volumes; the
+    /// refusal otherwise, with nothing written. The count and the insert
+    /// are one transaction that waits for every other insert of the
+    /// account, so two creates at the limit never both pass. A name the
+    /// account uses already is a [`StoreError::Conflict`].
+    async fn insert_shared_volume(
+        &self,
+        volume: &SharedVolume,
+        quota: &Quota,
+    ) -> StoreResult<Result<(), StoredQuotaExceeded>>;
 
     /// The volume with `id`, deleted ones included, whoever owns it (the
     /// caller checks): `NotFound` when no record exists.
@@ -582,6 +591,10 @@ pub trait QuotaStore: Send + Sync {
         account: &AccountId,
         except: Option<&SnapshotId>,
     ) -> StoreResult<(u64, u64)>;
+
+    /// How many shared volumes `account` keeps that are not deleted (being
+    /// created or deleted ones too), and the total of their `size_gb`.
+    async fn shared_volume_usage(&self, account: &AccountId) -> StoreResult<SharedVolumeUsage>;
 }
 
 /// One candidate host of a placement: its name, how much it may

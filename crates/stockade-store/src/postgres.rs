@@ -71,6 +71,10 @@ impl Backend for Postgres {
     /// The key is "stkhosts" in ASCII.
     const PLACEMENT_LOCK: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(8319392507950756979)");
+    /// The two-key form, whose keys never meet the one-key locks above:
+    /// "stka" in ASCII, and the hash of the account's id.
+    const ACCOUNT_LOCK: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(1937009505, hashtext(");
     const ROW_SHARE: &'static str = " FOR SHARE";
     const ROW_UPDATE: &'static str = " FOR UPDATE";
 

@@ -162,6 +162,12 @@ pub trait Backend:
     /// Makes writers of events take turns until they commit (`None` where
     /// a write transaction holds the database's write lock already).
     const EVENTS_LOCK: Option<&'static str>;
+    /// The start of a statement that makes a write transaction wait, until
+    /// it commits, for every other one that took the same account's lock;
+    /// the account's id is bound after it and `))` closes it. PostgreSQL's
+    /// transaction-scoped advisory lock on a key from the id; `None` where
+    /// a write transaction holds the database's write lock already.
+    const ACCOUNT_LOCK: Option<&'static str>;
     /// What a `SELECT` of one row appends to keep writers of that row out
     /// until the commit (`FOR SHARE`); empty where a write transaction
     /// holds the database's one write lock already.

@@ -159,6 +159,7 @@ impl Backend for Sqlite {
     const METADATA_TERMINATED: &'static str = "json_set(metadata, '$.status', 'TERMINATED')";
     /// Taken before events are written, held to the commit.
     const EVENTS_LOCK: Option<&'static str> = None;
+    const ACCOUNT_LOCK: Option<&'static str> = None;
     const PLACEMENT_LOCK: Option<&'static str> = None;
     const ROW_SHARE: &'static str = "";
     const ROW_UPDATE: &'static str = "";

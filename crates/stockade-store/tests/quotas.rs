@@ -3,8 +3,10 @@
 //! write of a record, the sums count what each status holds, and migration
 //! 0007 fills the columns of records made before it; the limits on what an
 //! account keeps in the object store round-trip, and its snapshots are
-//! counted and summed (user ones not deleted, never another account's).
-//! Runs on SQLite and,
+//! counted and summed (user ones not deleted, never another account's);
+//! shared volumes are counted and their sizes summed the same way, and a
+//! volume's insert refuses one past the limits, also when many race for
+//! the last place. Runs on SQLite and,
 //! when `STOCKADE_TEST_DATABASE_URL` is set, on a fresh PostgreSQL database.
 
 mod common;
@@ -17,7 +19,8 @@ use stockade_core::quota::BYTES_PER_GB;
 use stockade_core::spec::SpecInput;
 use stockade_core::{
     AccountId, Defaults, Quota, QuotaUsage, Resources, Sandbox, SandboxId, SandboxSpec,
-    SandboxStatus, Snapshot, SnapshotKind, SnapshotStatus,
+    SandboxStatus, SharedVolume, SharedVolumeId, SharedVolumeStatus, SharedVolumeUsage, Snapshot,
+    SnapshotKind, SnapshotStatus, StoredQuotaExceeded,
 };
 use stockade_store::{PgStore, SqliteStore, Store, StoreError};
 
@@ -200,6 +203,8 @@ async fn quotas(store: Arc<dyn Store>) {
         snapshot_bytes: Some(GB / 2),
         uploads: None,
         upload_bytes: Some(10 * GB),
+        volumes: Some(4),
+        volume_gb: Some(50),
     };
     let alice = store
         .create_account_with_quota("alice", false, &limited)
@@ -231,6 +236,8 @@ async fn quotas(store: Arc<dyn Store>) {
         disk_gb: Some(100),
         snapshots: None,
         uploads: Some(0),
+        volumes: None,
+        volume_gb: Some(0),
         ..limited
     };
     store.set_quota(&alice.id, &changed).await.unwrap();
@@ -425,4 +432,218 @@ async fn snapshot_usage(store: Arc<dyn Store>) {
         store.snapshot_usage(&bob.id, None).await.unwrap(),
         (1, 2 * GB)
     );
+}
+
+common::store_tests!(
+    memory,
+    2,
+    sqlite_shared_volume_usage,
+    postgres_shared_volume_usage,
+    |store| shared_volume_usage(store).await
+);
+
+common::store_tests!(
+    pair "vq.db", 4, sqlite_volume_creates_race_for_the_last_place,
+    postgres_volume_creates_race_for_the_last_place,
+    |a, b| volume_race(a, b).await
+);
+
+/// A READY volume of `account` named `name` of `size_gb`.
+fn shared_volume(account: &AccountId, name: &str, size_gb: Option<u32>) -> SharedVolume {
+    SharedVolume {
+        id: SharedVolumeId::generate(),
+        account_id: account.clone(),
+        name: name.to_owned(),
+        server: "local".to_owned(),
+        size_gb,
+        labels: Default::default(),
+        status: SharedVolumeStatus::Ready,
+        created_at: Utc::now().trunc_subsecs(6),
+        deleted_at: None,
+        moving_to: None,
+        moving_since: None,
+        moved_from: None,
+    }
+}
+
+fn volumes_used(volumes: u64, volume_gb: u64) -> SharedVolumeUsage {
+    SharedVolumeUsage { volumes, volume_gb }
+}
+
+/// What a volume quota counts: volumes not deleted (being created or
+/// deleted ones too) with their declared sizes, never another account's;
+/// an insert past a limit is refused with nothing written.
+async fn shared_volume_usage(store: Arc<dyn Store>) {
+    let alice = store.create_account("alice", false).await.unwrap();
+    let bob = store.create_account("bob", false).await.unwrap();
+    let unlimited = Quota::unlimited();
+    assert_eq!(
+        store.shared_volume_usage(&alice.id).await.unwrap(),
+        volumes_used(0, 0)
+    );
+    let sized = shared_volume(&alice.id, "sized", Some(5));
+    let no_size = shared_volume(&alice.id, "unsized", None);
+    let mut creating = shared_volume(&alice.id, "creating", Some(2));
+    creating.status = SharedVolumeStatus::Creating;
+    let doomed = shared_volume(&alice.id, "doomed", Some(7));
+    let bobs = shared_volume(&bob.id, "bobs", Some(11));
+    for v in [&sized, &no_size, &creating, &doomed, &bobs] {
+        store
+            .insert_shared_volume(v, &unlimited)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        store.shared_volume_usage(&alice.id).await.unwrap(),
+        volumes_used(4, 14)
+    );
+    // Being deleted counts; deleted does not.
+    store.begin_shared_volume_delete(&doomed.id).await.unwrap();
+    assert_eq!(
+        store.shared_volume_usage(&alice.id).await.unwrap(),
+        volumes_used(4, 14)
+    );
+    store.finish_shared_volume_delete(&doomed.id).await.unwrap();
+    assert_eq!(
+        store.shared_volume_usage(&alice.id).await.unwrap(),
+        volumes_used(3, 7)
+    );
+    assert_eq!(
+        store.shared_volume_usage(&bob.id).await.unwrap(),
+        volumes_used(1, 11)
+    );
+
+    // The limits: 4 volumes of 10 GB together.
+    let quota = Quota {
+        volumes: Some(4),
+        volume_gb: Some(10),
+        ..Quota::unlimited()
+    };
+    let too_big = shared_volume(&alice.id, "too-big", Some(4));
+    let refused = store
+        .insert_shared_volume(&too_big, &quota)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "account quota exceeded: 7 of 10 GB in volumes, 4 GB more requested"
+    );
+    common::assert_not_found(store.get_shared_volume(&too_big.id).await);
+    let fits = shared_volume(&alice.id, "fits", Some(3));
+    store
+        .insert_shared_volume(&fits, &quota)
+        .await
+        .unwrap()
+        .unwrap();
+    let fifth = shared_volume(&alice.id, "fifth", Some(1));
+    let refused = store
+        .insert_shared_volume(&fifth, &quota)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        StoredQuotaExceeded::Count {
+            what: "volumes",
+            used: 4,
+            limit: 4
+        }
+    );
+    common::assert_not_found(store.get_shared_volume(&fifth.id).await);
+    // Bob's volumes are his own.
+    store
+        .insert_shared_volume(&shared_volume(&bob.id, "more", Some(10)), &quota)
+        .await
+        .unwrap()
+        .unwrap_err();
+    store
+        .insert_shared_volume(
+            &shared_volume(&bob.id, "fits", Some(10)),
+            &Quota {
+                volume_gb: Some(21),
+                ..quota
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // A taken name is still a conflict, and writes nothing.
+    let err = store
+        .insert_shared_volume(&shared_volume(&bob.id, "fits", Some(1)), &unlimited)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    assert_eq!(
+        store.shared_volume_usage(&bob.id).await.unwrap(),
+        volumes_used(2, 21)
+    );
+}
+
+/// Many creates of one account race from two pools for the last places
+/// of its quota: exactly as many win as fit, by count and by size, and the
+/// sums show exactly the winners.
+async fn volume_race(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+    let account = a.create_account("racer", false).await.unwrap().id;
+    let quota = Quota {
+        volumes: Some(5),
+        volume_gb: Some(100),
+        ..Quota::unlimited()
+    };
+    // One is there already: four places by count.
+    a.insert_shared_volume(&shared_volume(&account, "first", Some(1)), &quota)
+        .await
+        .unwrap()
+        .unwrap();
+    let wins = race_inserts(&a, &b, &account, &quota, "n", 1, 12).await;
+    assert_eq!(wins, 4, "by count");
+    assert_eq!(
+        a.shared_volume_usage(&account).await.unwrap(),
+        volumes_used(5, 5)
+    );
+
+    // By size: 10 GB left for creates of 3 GB each, so three win.
+    let other = b.create_account("sizer", false).await.unwrap().id;
+    let quota = Quota {
+        volumes: None,
+        volume_gb: Some(10),
+        ..Quota::unlimited()
+    };
+    let wins = race_inserts(&a, &b, &other, &quota, "s", 3, 10).await;
+    assert_eq!(wins, 3, "by size");
+    assert_eq!(
+        b.shared_volume_usage(&other).await.unwrap(),
+        volumes_used(3, 9)
+    );
+}
+
+/// Inserts `n` volumes of `size_gb` for `account` at once, alternating
+/// between the two stores; how many went in. Every refusal is the quota's.
+async fn race_inserts(
+    a: &Arc<dyn Store>,
+    b: &Arc<dyn Store>,
+    account: &AccountId,
+    quota: &Quota,
+    prefix: &str,
+    size_gb: u32,
+    n: usize,
+) -> usize {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let v = shared_volume(account, &format!("{prefix}{i}"), Some(size_gb));
+            let quota = *quota;
+            tokio::spawn(async move { store.insert_shared_volume(&v, &quota).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(Ok(())) => wins += 1,
+            Ok(Err(_refused)) => {}
+            Err(e) => panic!("an insert failed: {e:?}"),
+        }
+    }
+    wins
 }

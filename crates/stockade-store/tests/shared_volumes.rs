@@ -12,7 +12,7 @@ use std::sync::Arc;
 use chrono::{SubsecRound, Utc};
 use stockade_core::spec::SpecInput;
 use stockade_core::{
-    AccountId, Defaults, MountInput, Sandbox, SandboxId, SandboxSpec, Scope, SharedVolume,
+    AccountId, Defaults, MountInput, Quota, Sandbox, SandboxId, SandboxSpec, Scope, SharedVolume,
     SharedVolumeId, SharedVolumeStatus,
 };
 use stockade_store::{Store, StoreError};
@@ -25,6 +25,11 @@ common::store_tests!(
     pair "vrace.db", 4, sqlite_volume_delete_races_mount, postgres_volume_delete_races_mount,
     |a, b| race(a, b).await
 );
+
+/// No limits on an account's volumes.
+fn unlimited() -> Quota {
+    Quota::unlimited()
+}
 
 fn volume(account: &AccountId, name: &str) -> SharedVolume {
     SharedVolume {
@@ -71,16 +76,23 @@ async fn story(s: Arc<dyn Store>) {
     let other = AccountId::generate();
     let scope = Scope::account(owner.clone());
     let v = volume(&owner, "data");
-    s.insert_shared_volume(&v).await.unwrap();
+    s.insert_shared_volume(&v, &unlimited())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(s.get_shared_volume(&v.id).await.unwrap(), v);
     assert_eq!(s.shared_volume_by_name(&scope, "data").await.unwrap(), v);
     // The name is the account's: taken for it, free for another.
-    match s.insert_shared_volume(&volume(&owner, "data")).await {
+    match s
+        .insert_shared_volume(&volume(&owner, "data"), &unlimited())
+        .await
+    {
         Err(StoreError::Conflict(m)) => assert!(m.contains("'data'"), "{m}"),
         other => panic!("a duplicate name: {other:?}"),
     }
-    s.insert_shared_volume(&volume(&other, "data"))
+    s.insert_shared_volume(&volume(&other, "data"), &unlimited())
         .await
+        .unwrap()
         .unwrap();
     let listed = s.list_shared_volumes(&scope).await.unwrap();
     assert_eq!(listed, vec![v.clone()]);
@@ -151,15 +163,19 @@ async fn story(s: Arc<dyn Store>) {
     common::assert_not_found(s.begin_shared_volume_delete(&v.id).await);
     assert!(s.pending_shared_volumes().await.unwrap().is_empty());
     // The name is free again.
-    s.insert_shared_volume(&volume(&owner, "data"))
+    s.insert_shared_volume(&volume(&owner, "data"), &unlimited())
         .await
+        .unwrap()
         .unwrap();
 
     // A move: MOVING (refused while mounted, nothing mounts it meanwhile),
     // then READY on the new host with the old one remembered until its
     // copy is gone; or given up, READY where it was.
     let m = volume(&owner, "moving");
-    s.insert_shared_volume(&m).await.unwrap();
+    s.insert_shared_volume(&m, &unlimited())
+        .await
+        .unwrap()
+        .unwrap();
     let user = mounting(&owner, &m, false);
     s.insert_sandbox(&user).await.unwrap();
     assert_eq!(
@@ -225,7 +241,10 @@ async fn race(a: Arc<dyn Store>, b: Arc<dyn Store>) {
     let owner = AccountId::generate();
     for _ in 0..16 {
         let v = volume(&owner, &format!("r-{}", SharedVolumeId::generate()));
-        a.insert_shared_volume(&v).await.unwrap();
+        a.insert_shared_volume(&v, &unlimited())
+            .await
+            .unwrap()
+            .unwrap();
         let sb = mounting(&owner, &v, false);
         let (created, deleted) = tokio::join!(
             {

@@ -874,42 +874,21 @@ pub enum AccountCommand {
     /// (administrators only). Sandboxes and disk count every sandbox that
     /// is not removed, stopped ones too; CPUs and memory count the running
     /// ones; snapshots count those not deleted, uploads those not yet used,
-    /// each with what it takes in the object store. A flag changes only its
-    /// own limit; `unlimited` lifts it.
+    /// each with what it takes in the object store; shared volumes count
+    /// those not deleted, with their sizeGB together. A flag changes only
+    /// its own limit; `unlimited` lifts it.
     #[command(after_help = "Examples:
   stockade account quota alice
   stockade account quota alice --sandboxes 5 --cpu 4 --memory 16
   stockade account quota alice --snapshots 20 --snapshot-gb 50 --uploads 5 --upload-gb 2
+  stockade account quota alice --volumes 10 --volume-gb 200
   stockade account quota alice --disk unlimited
   stockade account quota alice --clear")]
     Quota {
         /// Account name or id.
         account: String,
-        /// Most sandboxes at once (stopped ones count), or `unlimited`.
-        #[arg(long, value_name = "N")]
-        sandboxes: Option<String>,
-        /// Most CPU cores of running sandboxes together, or `unlimited`.
-        #[arg(long, value_name = "CORES")]
-        cpu: Option<String>,
-        /// Most memory of running sandboxes together, in GB, or `unlimited`.
-        #[arg(long, value_name = "GB")]
-        memory: Option<String>,
-        /// Most disk (diskSizeGB) of all sandboxes together, in GB, or `unlimited`.
-        #[arg(long, value_name = "GB")]
-        disk: Option<String>,
-        /// Most snapshots kept at once (not deleted), or `unlimited`.
-        #[arg(long, value_name = "N")]
-        snapshots: Option<String>,
-        /// Most GB the snapshots take in the object store together, or
-        /// `unlimited`.
-        #[arg(long, value_name = "GB")]
-        snapshot_gb: Option<String>,
-        /// Most uploads waiting to be used at once, or `unlimited`.
-        #[arg(long, value_name = "N")]
-        uploads: Option<String>,
-        /// Most GB those uploads take together, or `unlimited`.
-        #[arg(long, value_name = "GB")]
-        upload_gb: Option<String>,
+        #[command(flatten)]
+        limits: Box<QuotaFlags>,
         /// Lift every limit first (flags given with it set new ones).
         #[arg(long)]
         clear: bool,
@@ -931,6 +910,45 @@ pub enum AccountCommand {
         /// Account name or id.
         account: String,
     },
+}
+
+/// The limits `stockade account quota` changes, each a number or
+/// `unlimited` (boxed in the command: they are many).
+#[derive(Debug, Args)]
+pub struct QuotaFlags {
+    /// Most sandboxes at once (stopped ones count), or `unlimited`.
+    #[arg(long, value_name = "N")]
+    sandboxes: Option<String>,
+    /// Most CPU cores of running sandboxes together, or `unlimited`.
+    #[arg(long, value_name = "CORES")]
+    cpu: Option<String>,
+    /// Most memory of running sandboxes together, in GB, or `unlimited`.
+    #[arg(long, value_name = "GB")]
+    memory: Option<String>,
+    /// Most disk (diskSizeGB) of all sandboxes together, in GB, or `unlimited`.
+    #[arg(long, value_name = "GB")]
+    disk: Option<String>,
+    /// Most snapshots kept at once (not deleted), or `unlimited`.
+    #[arg(long, value_name = "N")]
+    snapshots: Option<String>,
+    /// Most GB the snapshots take in the object store together, or
+    /// `unlimited`.
+    #[arg(long, value_name = "GB")]
+    snapshot_gb: Option<String>,
+    /// Most uploads waiting to be used at once, or `unlimited`.
+    #[arg(long, value_name = "N")]
+    uploads: Option<String>,
+    /// Most GB those uploads take together, or `unlimited`.
+    #[arg(long, value_name = "GB")]
+    upload_gb: Option<String>,
+    /// Most shared volumes kept at once (not deleted), or `unlimited`
+    /// (the server then keeps an account to 100).
+    #[arg(long, value_name = "N")]
+    volumes: Option<String>,
+    /// Most GB of shared volumes (their sizeGB) together, or
+    /// `unlimited`; with a limit, every volume must be given a size.
+    #[arg(long, value_name = "GB")]
+    volume_gb: Option<String>,
 }
 
 /// A quota flag's value: `unlimited` (or `none`) is `None`.
@@ -1013,6 +1031,8 @@ fn print_quota(name: &str, q: &stockade_sdk::api::QuotaResponse) -> anyhow::Resu
         ("snapshot storage", ARCHIVES),
         ("uploads", "not yet used, not expired"),
         ("upload storage", ARCHIVES),
+        ("volumes", "shared volumes, not deleted"),
+        ("volume size", "their sizeGB together"),
     ];
     // Their use and limit, in the same order.
     let values = [
@@ -1024,6 +1044,8 @@ fn print_quota(name: &str, q: &stockade_sdk::api::QuotaResponse) -> anyhow::Resu
         shown(u.snapshot_gb, l.snapshot_gb, gb),
         shown(u.uploads, l.uploads, count),
         shown(u.upload_gb, l.upload_gb, gb),
+        shown(u.volumes, l.volumes, count),
+        shown(u.volume_gb, l.volume_gb, whole_gb),
     ];
     let rows: Vec<Vec<String>> = resources
         .into_iter()
@@ -1099,16 +1121,21 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
         }
         AccountCommand::Quota {
             account,
-            sandboxes,
-            cpu,
-            memory,
-            disk,
-            snapshots,
-            snapshot_gb,
-            uploads,
-            upload_gb,
+            limits,
             clear,
         } => {
+            let QuotaFlags {
+                sandboxes,
+                cpu,
+                memory,
+                disk,
+                snapshots,
+                snapshot_gb,
+                uploads,
+                upload_gb,
+                volumes,
+                volume_gb,
+            } = *limits;
             // Every value is checked before any request.
             let edits: Vec<QuotaEdit> = [
                 quota_edit(sandboxes, "--sandboxes", "a whole number", |r| {
@@ -1126,6 +1153,10 @@ pub async fn account(ctx: &Ctx, cmd: AccountCommand) -> anyhow::Result<ExitCode>
                 quota_edit(uploads, "--uploads", "a whole number", |r| &mut r.uploads)?,
                 quota_edit(upload_gb, "--upload-gb", "a number of GB", |r| {
                     &mut r.upload_gb
+                })?,
+                quota_edit(volumes, "--volumes", "a whole number", |r| &mut r.volumes)?,
+                quota_edit(volume_gb, "--volume-gb", "a whole number of GB", |r| {
+                    &mut r.volume_gb
                 })?,
             ]
             .into_iter()

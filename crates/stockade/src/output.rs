@@ -584,6 +584,8 @@ const FIELD_FLAGS: &[(&str, &str)] = &[
     ("snapshotGB", "--snapshot-gb"),
     ("uploads", "--uploads"),
     ("uploadGB", "--upload-gb"),
+    ("volumes", "--volumes"),
+    ("volumeGB", "--volume-gb"),
     ("networkAccess", "--no-network"),
     ("timeoutMinutes", "--timeout"),
     ("timeoutSeconds", "--timeout"),

@@ -288,6 +288,14 @@ struct AdmissionArgs {
     /// Quota of new accounts: most GB those uploads take together.
     #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_UPLOAD_GB", value_name = "GB")]
     default_quota_upload_gb: Option<f64>,
+    /// Quota of new accounts: most shared volumes kept at once (not
+    /// deleted). Without it an account keeps at most 100.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_VOLUMES", value_name = "N")]
+    default_quota_volumes: Option<u64>,
+    /// Quota of new accounts: most GB of shared volumes (their sizeGB)
+    /// together; every volume of such an account must declare a size.
+    #[arg(long, env = "STOCKADE_DEFAULT_QUOTA_VOLUME_GB", value_name = "GB")]
+    default_quota_volume_gb: Option<u64>,
 }
 
 impl AdmissionArgs {
@@ -302,6 +310,8 @@ impl AdmissionArgs {
             snapshot_gb: self.default_quota_snapshot_gb,
             uploads: self.default_quota_uploads,
             upload_gb: self.default_quota_upload_gb,
+            volumes: self.default_quota_volumes,
+            volume_gb: self.default_quota_volume_gb,
         };
         let default_quota = stockade_core::Quota::from_input(&input).map_err(|errs| {
             let flag = |field: &str| match field {
@@ -312,6 +322,8 @@ impl AdmissionArgs {
                 "snapshotGB" => "--default-quota-snapshot-gb",
                 "uploads" => "--default-quota-uploads",
                 "uploadGB" => "--default-quota-upload-gb",
+                "volumes" => "--default-quota-volumes",
+                "volumeGB" => "--default-quota-volume-gb",
                 _ => "--default-quota-disk",
             };
             let first = &errs.0[0];
@@ -354,7 +366,7 @@ fn describe_admission(
     } else {
         let show = |v: Option<String>| v.unwrap_or_else(|| "unlimited".into());
         format!(
-            "{} sandboxes, {} CPUs, {} GB memory, {} GB disk, {} snapshots in {} GB, {} uploads in {} GB",
+            "{} sandboxes, {} CPUs, {} GB memory, {} GB disk, {} snapshots in {} GB, {} uploads in {} GB, {} volumes in {} GB",
             show(q.sandboxes.map(|n| n.to_string())),
             show(q.cpu_cores.map(|c| c.to_string())),
             show(q.memory_gb.map(|m| m.to_string())),
@@ -363,6 +375,8 @@ fn describe_admission(
             show(q.snapshot_gb.map(|g| g.to_string())),
             show(q.uploads.map(|n| n.to_string())),
             show(q.upload_gb.map(|g| g.to_string())),
+            show(q.volumes.map(|n| n.to_string())),
+            show(q.volume_gb.map(|g| g.to_string())),
         )
     };
     format!("{host}; quota of new accounts: {quota}")
@@ -1446,8 +1460,12 @@ mod tests {
             "20",
             "--default-quota-upload-gb",
             "0.5",
+            "--default-quota-volume-gb",
+            "300",
         ])
         .unwrap();
+        assert_eq!(c.default_quota.volume_gb, Some(300));
+        assert_eq!(c.default_quota.volumes, None);
         assert_eq!(c.default_quota.snapshots, Some(20));
         assert_eq!(c.default_quota.upload_bytes, Some(1 << 29));
         assert_eq!(c.default_quota.snapshot_bytes, None);
@@ -1463,6 +1481,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("--default-quota-snapshot-gb: "), "{err}");
+        let err = parse(&["--default-quota-volumes=2000000"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--default-quota-volumes: "), "{err}");
     }
 
     #[test]

@@ -358,16 +358,18 @@ fn account_quotas_from_the_terminal() {
     assert_eq!(
         q["quota"],
         serde_json::json!({ "sandboxes": 1, "cpuCores": 2.0, "memoryGB": 4.5, "diskGB": null,
-                            "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
+                            "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null,
+                            "volumes": null, "volumeGB": null })
     );
     let q = admin.json(&words(&format!(
         "account quota {carol_id} --disk 30 --cpu unlimited --snapshots 3 --snapshot-gb 2.5 \
-         --uploads 4 --upload-gb 0.5 --json"
+         --uploads 4 --upload-gb 0.5 --volumes 6 --volume-gb 40 --json"
     )));
     assert_eq!(
         q["quota"],
         serde_json::json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": 4.5, "diskGB": 30,
-                            "snapshots": 3, "snapshotGB": 2.5, "uploads": 4, "uploadGB": 0.5 })
+                            "snapshots": 3, "snapshotGB": 2.5, "uploads": 4, "uploadGB": 0.5,
+                            "volumes": 6, "volumeGB": 40 })
     );
     assert_eq!(
         q["usage"]["snapshots"]
@@ -375,12 +377,24 @@ fn account_quotas_from_the_terminal() {
             .zip(q["usage"]["uploads"].as_u64()),
         Some((0, 0))
     );
+    assert_eq!(
+        (&q["usage"]["volumes"], &q["usage"]["volumeGB"]),
+        (&serde_json::json!(0), &serde_json::json!(0))
+    );
     // The storage limits in the table, with their use.
     let table = admin.ok(&["account", "quota", "carol"]);
-    for row in ["snapshots", "snapshot storage", "uploads", "upload storage"] {
+    for row in [
+        "snapshots",
+        "snapshot storage",
+        "uploads",
+        "upload storage",
+        "volumes",
+        "volume size",
+    ] {
         assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
     }
     assert!(table.contains("2.5 GB"), "{table}");
+    assert!(table.contains("40 GB"), "{table}");
     // One flag changes one limit; `unlimited` lifts it.
     let q = admin.json(&words("account quota carol --uploads unlimited --json"));
     assert_eq!(q["quota"]["uploads"], serde_json::Value::Null);
@@ -393,6 +407,8 @@ fn account_quotas_from_the_terminal() {
         ("carol --memory=-1", "--memory: must be between 0"),
         ("carol --snapshots many", "--snapshots"),
         ("carol --upload-gb=-2", "--upload-gb: must be between 0"),
+        ("carol --volume-gb 1.5", "--volume-gb"),
+        ("carol --volumes=2000000", "--volumes"),
         ("nobody", "nobody"),
     ] {
         let err = admin.fails(&words(&format!("account quota {args}")));

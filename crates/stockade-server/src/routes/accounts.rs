@@ -103,7 +103,9 @@ fn quota_response(id: &AccountId, report: &QuotaReport) -> QuotaResponse {
     QuotaResponse {
         account_id: id.to_string(),
         quota: (&report.quota).into(),
-        usage: QuotaUsageResponse::from(&report.usage).with_stored(&report.stored),
+        usage: QuotaUsageResponse::from(&report.usage)
+            .with_stored(&report.stored)
+            .with_volumes(&report.volumes),
     }
 }
 
@@ -128,9 +130,10 @@ pub async fn get_quota(
 
 /// Set an account's quota (admin only). The body is the whole quota: a
 /// field that is absent or `null` is unlimited, so `{}` lifts every limit.
-/// A lower quota never stops or removes sandboxes, snapshots or uploads; it
-/// refuses what would exceed it (403 `quota_exceeded`): creates, starts,
-/// larger CPU or memory, snapshots; an upload past the bytes left is a 413.
+/// A lower quota never stops or removes sandboxes, snapshots, uploads or
+/// volumes; it refuses what would exceed it (403 `quota_exceeded`):
+/// creates, starts, larger CPU or memory, snapshots, shared volumes; an
+/// upload past the bytes left is a 413.
 #[utoipa::path(put, path = "/api/v1/accounts/{account_id}/quota", tag = "accounts",
     params(("account_id" = String, Path, description = "account id")),
     request_body = SetQuotaRequest,

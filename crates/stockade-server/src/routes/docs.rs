@@ -580,7 +580,8 @@ mod examples {
     /// An account's quota, as set and as read back.
     fn quota() -> Value {
         json!({"sandboxes": 10, "cpuCores": 4, "memoryGB": 8, "diskGB": 100,
-               "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2})
+               "snapshots": 20, "snapshotGB": 50, "uploads": 5, "uploadGB": 2,
+               "volumes": 10, "volumeGB": 200})
     }
 
     fn team(members: bool) -> Value {
@@ -774,7 +775,8 @@ mod examples {
                 "accountId": ACCOUNT_ID,
                 "quota": quota(),
                 "usage": {"sandboxes": 3, "cpuCores": 2, "memoryGB": 4, "diskGB": 30,
-                          "snapshots": 4, "snapshotGB": 3.25, "uploads": 1, "uploadGB": 0.02}
+                          "snapshots": 4, "snapshotGB": 3.25, "uploads": 1, "uploadGB": 0.02,
+                          "volumes": 2, "volumeGB": 60}
             })),
             op("put", "/api/v1/accounts/{account_id}/quota")
                 .request(quota())
@@ -782,7 +784,8 @@ mod examples {
                     "accountId": ACCOUNT_ID,
                     "quota": quota(),
                     "usage": {"sandboxes": 0, "cpuCores": 0, "memoryGB": 0, "diskGB": 0,
-                              "snapshots": 0, "snapshotGB": 0, "uploads": 0, "uploadGB": 0}
+                              "snapshots": 0, "snapshotGB": 0, "uploads": 0, "uploadGB": 0,
+                              "volumes": 0, "volumeGB": 0}
                 })),
             op("post", "/api/v1/accounts/{account_id}/tokens")
                 .request(json!({"name": "ci", "expiresInSeconds": 2_592_000}))

@@ -211,7 +211,7 @@ pub async fn list(Authed { state, caller }: Authed) -> ApiResult<Json<SharedVolu
     responses(
         (status = 201, body = SharedVolumeResponse),
         BadRequest,
-        (status = 403, description = "Past the account's quota of volumes", body = ErrorBody),
+        (status = 403, description = "Past the account's quota of volumes (`volumes`, or `volumeGB` with this one's sizeGB)", body = ErrorBody),
         (status = 409, description = "The account has a volume of that name", body = ErrorBody),
     ))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]

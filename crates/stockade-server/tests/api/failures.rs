@@ -97,7 +97,8 @@ forward! {
 
 forward! {
     SharedVolumeStore {
-        fn insert_shared_volume(&self, volume: &SharedVolume) -> StoreResult<()>;
+        fn insert_shared_volume(&self, volume: &SharedVolume, quota: &Quota)
+            -> StoreResult<Result<(), stockade_core::StoredQuotaExceeded>>;
         fn get_shared_volume(&self, id: &SharedVolumeId) -> StoreResult<SharedVolume>;
         fn shared_volume_by_name(&self, scope: &Scope, name: &str) -> StoreResult<SharedVolume>;
         fn list_shared_volumes(&self, scope: &Scope) -> StoreResult<Vec<SharedVolume>>;
@@ -152,6 +153,8 @@ forward! {
         fn server_reserved(&self, server: &str, except: &[SandboxId]) -> StoreResult<Resources>;
         fn snapshot_usage(&self, account: &AccountId,
             except: Option<&stockade_core::SnapshotId>) -> StoreResult<(u64, u64)>;
+        fn shared_volume_usage(&self, account: &AccountId)
+            -> StoreResult<stockade_core::SharedVolumeUsage>;
     }
 }
 

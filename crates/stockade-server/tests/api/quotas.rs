@@ -4,7 +4,8 @@
 //! quota refusals (403 `quota_exceeded`) at create, fork, start and update,
 //! concurrent creates at a quota of one, the default quota of new accounts,
 //! snapshots and uploads past their count or bytes refused with nothing
-//! left in Docker or the object store, and a full Docker host (409 `insufficient_capacity`) whose stopped
+//! left in Docker or the object store, shared volumes held to their count
+//! and the total of their sizes, and a full Docker host (409 `insufficient_capacity`) whose stopped
 //! sandboxes free room for others.
 
 use reqwest::{Method, StatusCode};
@@ -42,7 +43,8 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
     assert_eq!(
         r.body["usage"],
         json!({ "sandboxes": 0, "cpuCores": 0.0, "memoryGB": 0.0, "diskGB": 0,
-                 "snapshots": 0, "snapshotGB": 0.0, "uploads": 0, "uploadGB": 0.0 })
+                 "snapshots": 0, "snapshotGB": 0.0, "uploads": 0, "uploadGB": 0.0,
+                 "volumes": 0, "volumeGB": 0 })
     );
 
     // Only an administrator sets a quota; only the account itself (or an
@@ -62,7 +64,8 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
     assert_eq!(
         body["quota"],
         json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4.0, "diskGB": 40,
-                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
+                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null,
+                 "volumes": null, "volumeGB": null })
     );
     let r = app.get(&path, &alice_token).await;
     assert_eq!(r.body["quota"]["cpuCores"], 1.5);
@@ -84,6 +87,8 @@ async fn quota_routes_check_who_asks_and_what_is_given() {
         (json!({ "snapshotGB": -0.5 }), "snapshotGB"),
         (json!({ "uploads": 2.5 }), "uploads"),
         (json!({ "uploadGB": "big" }), "uploadGB"),
+        (json!({ "volumes": 1.5 }), "volumes"),
+        (json!({ "volumeGB": -3 }), "volumeGB"),
         (json!({ "disks": 3 }), "disks"),
     ] {
         let r = put_quota(&app, &app.admin_token, &alice, body.clone()).await;
@@ -140,7 +145,8 @@ async fn quotas_refuse_creates_forks_starts_and_updates() {
     assert_eq!(
         usage,
         json!({ "sandboxes": 2, "cpuCores": 1.0, "memoryGB": 1.0, "diskGB": 20,
-                 "snapshots": 0, "snapshotGB": 0.0, "uploads": 0, "uploadGB": 0.0 })
+                 "snapshots": 0, "snapshotGB": 0.0, "uploads": 0, "uploadGB": 0.0,
+                 "volumes": 0, "volumeGB": 0 })
     );
 
     // Create and fork: the third sandbox is refused, nothing is left behind.
@@ -265,7 +271,8 @@ async fn new_accounts_start_with_the_default_quota() {
     assert_eq!(
         r.body["quota"],
         json!({ "sandboxes": 1, "cpuCores": null, "memoryGB": null, "diskGB": 50,
-                 "snapshots": 4, "snapshotGB": null, "uploads": null, "uploadGB": 0.5 })
+                 "snapshots": 4, "snapshotGB": null, "uploads": null, "uploadGB": 0.5,
+                 "volumes": null, "volumeGB": null })
     );
     app.create(
         &t,
@@ -280,6 +287,120 @@ async fn new_accounts_start_with_the_default_quota() {
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
     assert_eq!(r.message(), "account quota exceeded: 1 of 1 sandboxes");
+}
+
+async fn create_volume(app: &TestApp, token: &str, body: Value) -> Resp {
+    app.post("/api/v1/shared-volumes", token, body).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shared_volumes_are_held_to_their_count_and_total_size() {
+    let (app, [(id, t), (bob, bob_t)]) = spawn_with_account_ids(["volumes", "neighbour"]).await;
+    let quota_path = format!("/api/v1/accounts/{id}/quota");
+    let volume = |name: &str, size: Option<u32>| match size {
+        Some(gb) => json!({ "name": name, "sizeGB": gb }),
+        None => json!({ "name": name }),
+    };
+    let body = put_quota(
+        &app,
+        &app.admin_token,
+        &id,
+        json!({ "volumes": 2, "volumeGB": 3 }),
+    )
+    .await
+    .expect(StatusCode::OK);
+    assert_eq!(
+        (&body["quota"]["volumes"], &body["quota"]["volumeGB"]),
+        (&json!(2), &json!(3))
+    );
+
+    // Under a size limit every volume declares its size.
+    let r = create_volume(&app, &t, volume("unsized", None)).await;
+    r.assert_status(StatusCode::BAD_REQUEST, "a volume without sizeGB");
+    assert_eq!(r.error_fields(), ["sizeGB"], "{:?}", r.body);
+    assert!(
+        r.message().contains(
+            "this account's volumes must declare sizeGB: its quota caps their total at 3 GB"
+        ),
+        "{:?}",
+        r.body
+    );
+
+    // 1 GB and 2 GB fit; the usage shows them.
+    create_volume(&app, &t, volume("one", Some(1)))
+        .await
+        .expect(StatusCode::CREATED);
+    create_volume(&app, &t, volume("two", Some(2)))
+        .await
+        .expect(StatusCode::CREATED);
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(
+        (&usage["volumes"], &usage["volumeGB"]),
+        (&json!(2), &json!(3))
+    );
+
+    // A third is refused by the count, and with room for three by the
+    // size; nothing is made in Docker.
+    let docker_volumes = app.volumes().len();
+    let r = create_volume(&app, &t, volume("three", Some(1))).await;
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
+    assert_eq!(r.message(), "account quota exceeded: 2 of 2 volumes");
+    put_quota(
+        &app,
+        &app.admin_token,
+        &id,
+        json!({ "volumes": 3, "volumeGB": 3 }),
+    )
+    .await
+    .expect(StatusCode::OK);
+    let r = create_volume(&app, &t, volume("three", Some(1))).await;
+    r.assert_error(StatusCode::FORBIDDEN, "quota_exceeded");
+    assert_eq!(
+        r.message(),
+        "account quota exceeded: 3 of 3 GB in volumes, 1 GB more requested"
+    );
+    assert_eq!(app.volumes().len(), docker_volumes);
+    let listed = app.get("/api/v1/shared-volumes", &t).await.body;
+    assert_eq!(listed["volumes"].as_array().unwrap().len(), 2, "{listed}");
+
+    // A delete frees its place and its size.
+    app.delete("/api/v1/shared-volumes/one", &t)
+        .await
+        .assert_status(StatusCode::NO_CONTENT, "delete");
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(
+        (&usage["volumes"], &usage["volumeGB"]),
+        (&json!(1), &json!(2))
+    );
+    create_volume(&app, &t, volume("three", Some(1)))
+        .await
+        .expect(StatusCode::CREATED);
+    let usage = app.get(&quota_path, &t).await.body["usage"].clone();
+    assert_eq!(
+        (&usage["volumes"], &usage["volumeGB"]),
+        (&json!(2), &json!(3))
+    );
+
+    // Another account is untouched: no limits, and a volume without a
+    // size is fine there.
+    create_volume(&app, &bob_t, volume("free", None))
+        .await
+        .expect(StatusCode::CREATED);
+    let r = app
+        .get(&format!("/api/v1/accounts/{bob}/quota"), &app.admin_token)
+        .await;
+    assert_eq!(r.body["quota"]["volumeGB"], Value::Null);
+    assert_eq!(
+        (&r.body["usage"]["volumes"], &r.body["usage"]["volumeGB"]),
+        (&json!(1), &json!(0))
+    );
+
+    for (token, name) in [(&t, "two"), (&t, "three"), (&bob_t, "free")] {
+        app.delete(&format!("/api/v1/shared-volumes/{name}"), token)
+            .await
+            .assert_status(StatusCode::NO_CONTENT, name);
+    }
+    assert!(app.volumes().is_empty(), "{:?}", app.volumes());
 }
 
 #[tokio::test(flavor = "multi_thread")]

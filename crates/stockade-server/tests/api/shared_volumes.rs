@@ -453,7 +453,11 @@ async fn volumes_and_their_tokens_survive_a_restart_and_a_crash_is_finished() {
     let creating = half("half-made", SharedVolumeStatus::Creating);
     let deleting = half("half-gone", SharedVolumeStatus::Deleting);
     for v in [&creating, &deleting] {
-        store.insert_shared_volume(v).await.unwrap();
+        store
+            .insert_shared_volume(v, &stockade_core::Quota::unlimited())
+            .await
+            .unwrap()
+            .unwrap();
         docker(&[
             "volume",
             "create",

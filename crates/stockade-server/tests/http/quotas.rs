@@ -89,7 +89,8 @@ async fn a_set_quota_is_read_back_and_touches_no_other_account() {
     assert_eq!(
         r.body["quota"],
         json!({ "sandboxes": 3, "cpuCores": 1.5, "memoryGB": 4.0, "diskGB": 40,
-                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
+                 "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null,
+                 "volumes": null, "volumeGB": null })
     );
     let r = app.get(&quota_path(&bob), &app.admin).await;
     assert_eq!(r.body["quota"]["sandboxes"], Value::Null);
@@ -121,6 +122,9 @@ bad_bodies! {
     quota_negative_snapshot_gb: json!({ "snapshotGB": -0.5 }) => "snapshotGB";
     quota_fractional_uploads: json!({ "uploads": 2.5 }) => "uploads";
     quota_upload_gb_as_text: json!({ "uploadGB": "big" }) => "uploadGB";
+    quota_negative_volumes: json!({ "volumes": -1 }) => "volumes";
+    quota_fractional_volume_gb: json!({ "volumeGB": 2.5 }) => "volumeGB";
+    quota_too_many_volume_gb: json!({ "volumeGB": 2_000_000 }) => "volumeGB";
     quota_unknown_field: json!({ "disks": 3 }) => "disks";
 }
 

@@ -20,5 +20,6 @@ pub const BAD_LIST_QUERIES: &[(&str, &str)] = &[
 /// The quota of an account without limits: every limit null.
 pub fn no_limits() -> Value {
     json!({ "sandboxes": null, "cpuCores": null, "memoryGB": null, "diskGB": null,
-            "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null })
+            "snapshots": null, "snapshotGB": null, "uploads": null, "uploadGB": null,
+            "volumes": null, "volumeGB": null })
 }

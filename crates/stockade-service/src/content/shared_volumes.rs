@@ -26,7 +26,8 @@ use stockade_agent::client::{
 };
 use stockade_core::shared_volume::{parse_volume_labels, parse_volume_name};
 use stockade_core::{
-    SandboxId, SandboxSpec, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
+    Quota, SandboxId, SandboxSpec, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
+    StoredQuotaExceeded,
 };
 use stockade_runtime::{labels, SharedMount};
 use stockade_store::{MountRecord, StoreError};
@@ -39,8 +40,9 @@ use crate::files::{limit_body, BodyStream, BodyWatch};
 use crate::Service;
 use futures_util::StreamExt;
 
-/// The most shared volumes one account keeps.
-pub const MAX_VOLUMES_PER_ACCOUNT: usize = 100;
+/// The most shared volumes an account keeps when its quota sets no
+/// `volumes` limit.
+pub const MAX_VOLUMES_PER_ACCOUNT: u64 = 100;
 /// A files helper unused this long is stopped.
 pub const HELPER_IDLE: Duration = Duration::from_secs(120);
 /// A create still CREATING after this long died with its server (a move
@@ -190,12 +192,30 @@ impl Service {
             }
             None => self.hosts.own_name().to_owned(),
         };
-        let existing = self.store.list_shared_volumes(scope).await?;
-        if existing.len() >= MAX_VOLUMES_PER_ACCOUNT {
-            return Err(ServiceError::QuotaExceeded(format!(
-                "volume quota exceeded: an account keeps at most {MAX_VOLUMES_PER_ACCOUNT} volumes"
-            )));
+        let quota = self
+            .store
+            .get_quota(&scope.account_id)
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound => {
+                    ServiceError::NotFound(format!("Account {} not found", scope.account_id))
+                }
+                other => other.into(),
+            })?;
+        // A total of sizes is known only when every volume declares one.
+        if let (Some(limit), None) = (quota.volume_gb, size_gb) {
+            return Err(ServiceError::field(
+                "sizeGB",
+                format!(
+                    "this account's volumes must declare sizeGB: its quota caps their total at {limit} GB"
+                ),
+            ));
         }
+        // Without a `volumes` limit of its own, the server's ceiling holds.
+        let limits = Quota {
+            volumes: Some(quota.volumes.unwrap_or(MAX_VOLUMES_PER_ACCOUNT)),
+            ..quota
+        };
         let volume = SharedVolume {
             id: SharedVolumeId::generate(),
             account_id: scope.account_id.clone(),
@@ -210,7 +230,17 @@ impl Service {
             moving_since: None,
             moved_from: None,
         };
-        self.store.insert_shared_volume(&volume).await?;
+        self.store
+            .insert_shared_volume(&volume, &limits)
+            .await?
+            .map_err(|e| match e {
+                StoredQuotaExceeded::Count { .. } if quota.volumes.is_none() => {
+                    ServiceError::QuotaExceeded(format!(
+                        "volume quota exceeded: an account keeps at most {MAX_VOLUMES_PER_ACCOUNT} volumes"
+                    ))
+                }
+                e => ServiceError::QuotaExceeded(e.to_string()),
+            })?;
         let made = async {
             let rt = self.runtime_on(&volume.server).await?;
             rt.create_shared_volume(

@@ -1,8 +1,8 @@
 //! Account quotas as an administrator sets them and an account reads its
 //! own: the limits, and what the account uses of them (its sandboxes from
-//! the records, what it keeps in the object store).
+//! the records, what it keeps in the object store, its shared volumes).
 
-use stockade_core::{Account, AccountId, Quota, QuotaUsage, StoredUsage};
+use stockade_core::{Account, AccountId, Quota, QuotaUsage, SharedVolumeUsage, StoredUsage};
 
 use crate::content::sources::stored_usage;
 use crate::credentials::account_not_found;
@@ -15,6 +15,7 @@ pub struct QuotaReport {
     pub quota: Quota,
     pub usage: QuotaUsage,
     pub stored: StoredUsage,
+    pub volumes: SharedVolumeUsage,
 }
 
 impl Service {
@@ -47,10 +48,12 @@ impl Service {
             .await
             .map_err(account_not_found)?;
         let stored = stored_usage(self, id).await?;
+        let volumes = self.store.shared_volume_usage(id).await?;
         Ok(QuotaReport {
             quota,
             usage,
             stored,
+            volumes,
         })
     }
 }

@@ -34,3 +34,9 @@ CREATE TABLE volume_mounts (
     PRIMARY KEY (volume_id, sandbox_id, path)
 );
 CREATE INDEX volume_mounts_sandbox ON volume_mounts (sandbox_id);
+
+-- What an account may keep of shared volumes: how many are not deleted,
+-- and the total of their size_gb. NULL is unlimited, as for the other
+-- limits of the row.
+ALTER TABLE account_quotas ADD COLUMN volumes INTEGER;
+ALTER TABLE account_quotas ADD COLUMN volume_gb INTEGER;

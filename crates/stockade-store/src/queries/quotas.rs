@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use chrono::{SubsecRound, Utc};
-use stockade_core::{Account, AccountId, Quota, QuotaUsage, Resources, SandboxId, SnapshotId};
+use stockade_core::{
+    Account, AccountId, Quota, QuotaUsage, Resources, SandboxId, SharedVolumeUsage, SnapshotId,
+};
 
 use crate::db::{is_foreign_key_violation, Conn, SqlStore};
 use crate::sql::{Backend, DbRow, Q};
@@ -49,6 +51,28 @@ fn read_resources<B: Backend>(row: &DbRow<B>) -> StoreResult<Resources> {
 }
 
 impl<B: Backend> SqlStore<B> {
+    /// How many volumes of `account` are not deleted and the total of
+    /// their `size_gb`, read on `conn` (inside a volume's insert, after
+    /// its account's lock).
+    pub(super) async fn shared_volume_usage_in(
+        &self,
+        conn: &mut Conn<B>,
+        account: &AccountId,
+        context: &str,
+    ) -> StoreResult<SharedVolumeUsage> {
+        let q = Q::<B>::new(
+            "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(size_gb), 0) AS BIGINT) AS gb \
+             FROM shared_volumes WHERE account_id = ",
+        )
+        .bind(account.to_string())
+        .sql(" AND deleted_at IS NULL");
+        let row = conn.fetch_aggregate(q, context).await?;
+        Ok(SharedVolumeUsage {
+            volumes: read_sum(&row, "n")?,
+            volume_gb: read_sum(&row, "gb")?,
+        })
+    }
+
     /// Writes the quota row of `account` (insert or replace).
     async fn upsert_quota_in(
         &self,
@@ -60,7 +84,7 @@ impl<B: Backend> SqlStore<B> {
         let q = Q::<B>::new(
             "INSERT INTO account_quotas \
              (account_id, sandboxes, cpu_millis, memory_bytes, disk_gb, snapshots, \
-             snapshot_bytes, uploads, upload_bytes, updated_at) VALUES (",
+             snapshot_bytes, uploads, upload_bytes, volumes, volume_gb, updated_at) VALUES (",
         )
         .bind(account.to_string())
         .next(limit(quota.sandboxes))
@@ -71,13 +95,16 @@ impl<B: Backend> SqlStore<B> {
         .next(limit(quota.snapshot_bytes))
         .next(limit(quota.uploads))
         .next(limit(quota.upload_bytes))
+        .next(limit(quota.volumes))
+        .next(limit(quota.volume_gb))
         .next_ts(Utc::now())
         .sql(
             ") ON CONFLICT (account_id) DO UPDATE SET sandboxes = excluded.sandboxes, \
              cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes, \
              disk_gb = excluded.disk_gb, snapshots = excluded.snapshots, \
              snapshot_bytes = excluded.snapshot_bytes, uploads = excluded.uploads, \
-             upload_bytes = excluded.upload_bytes, updated_at = excluded.updated_at",
+             upload_bytes = excluded.upload_bytes, volumes = excluded.volumes, \
+             volume_gb = excluded.volume_gb, updated_at = excluded.updated_at",
         );
         conn.execute_refined(q, context, |e| {
             is_foreign_key_violation(e).then_some(StoreError::NotFound)
@@ -118,7 +145,7 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
     async fn get_quota(&self, account: &AccountId) -> StoreResult<Quota> {
         let q = Q::<B>::new(
             "SELECT q.sandboxes, q.cpu_millis, q.memory_bytes, q.disk_gb, q.snapshots, \
-             q.snapshot_bytes, q.uploads, q.upload_bytes FROM accounts a \
+             q.snapshot_bytes, q.uploads, q.upload_bytes, q.volumes, q.volume_gb FROM accounts a \
              LEFT JOIN account_quotas q ON q.account_id = a.id WHERE a.id = ",
         )
         .bind(account.to_string());
@@ -135,6 +162,8 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
             snapshot_bytes: read_limit(&row, "snapshot_bytes")?,
             uploads: read_limit(&row, "uploads")?,
             upload_bytes: read_limit(&row, "upload_bytes")?,
+            volumes: read_limit(&row, "volumes")?,
+            volume_gb: read_limit(&row, "volume_gb")?,
         })
     }
 
@@ -210,5 +239,13 @@ impl<B: Backend> QuotaStore for SqlStore<B> {
             .fetch_aggregate(q, &format!("sum the snapshots of account {account}"))
             .await?;
         Ok((read_sum(&row, "n")?, read_sum(&row, "bytes")?))
+    }
+
+    #[tracing::instrument(skip_all, fields(account.id = %account), err(level = "debug"))]
+    async fn shared_volume_usage(&self, account: &AccountId) -> StoreResult<SharedVolumeUsage> {
+        let context = format!("sum the volumes of account {account}");
+        let mut conn = self.conn(&context).await?;
+        self.shared_volume_usage_in(&mut conn, account, &context)
+            .await
     }
 }

@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use chrono::Utc;
 use stockade_core::{
-    AccountId, Sandbox, SandboxId, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
+    AccountId, Quota, Sandbox, SandboxId, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
+    StoredQuotaExceeded,
 };
 
 use super::corrupt;
@@ -178,28 +179,48 @@ impl<B: Backend> SqlStore<B> {
 #[async_trait]
 impl<B: Backend> SharedVolumeStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(volume.id = %v.id), err(level = "debug"))]
-    async fn insert_shared_volume(&self, v: &SharedVolume) -> StoreResult<()> {
+    async fn insert_shared_volume(
+        &self,
+        v: &SharedVolume,
+        quota: &Quota,
+    ) -> StoreResult<Result<(), StoredQuotaExceeded>> {
         let labels = serde_json::to_string(&v.labels)
             .map_err(|e| StoreError::Other(format!("serialize labels of volume {}: {e}", v.id)))?;
-        let q = Q::<B>::new(format!("INSERT INTO shared_volumes ({COLUMNS}) VALUES ("))
-            .bind(v.id.to_string())
-            .next(v.account_id.to_string())
-            .next(v.name.clone())
-            .next(v.server.clone())
-            .next(v.size_gb.map(i64::from))
-            .next(labels)
-            .next(v.status.as_str().to_owned())
-            .next_ts(v.created_at)
-            .next(v.moving_to.clone())
-            .next_opt_ts(v.moving_since)
-            .next(v.moved_from.clone())
-            .next_opt_ts(v.deleted_at)
-            .sql(")");
-        self.execute_refined(q, &format!("insert volume {}", v.id), |e| {
-            name_conflict(e, v)
-        })
-        .await
-        .map(|_| ())
+        let context = format!("insert volume {}", v.id);
+        let mut conn = self.begin(&context).await?;
+        let result = async {
+            // The account's other inserts wait from here to the commit, so
+            // the sums below count every volume that is in.
+            if let Some(lock) = B::ACCOUNT_LOCK {
+                let q = Q::<B>::new(lock).bind(v.account_id.to_string()).sql("))");
+                conn.fetch_all(q, &context).await?;
+            }
+            let used = self
+                .shared_volume_usage_in(&mut conn, &v.account_id, &context)
+                .await?;
+            if let Err(refused) = quota.check_volume(&used, v.size_gb) {
+                return Ok(Err(refused));
+            }
+            let q = Q::<B>::new(format!("INSERT INTO shared_volumes ({COLUMNS}) VALUES ("))
+                .bind(v.id.to_string())
+                .next(v.account_id.to_string())
+                .next(v.name.clone())
+                .next(v.server.clone())
+                .next(v.size_gb.map(i64::from))
+                .next(labels)
+                .next(v.status.as_str().to_owned())
+                .next_ts(v.created_at)
+                .next(v.moving_to.clone())
+                .next_opt_ts(v.moving_since)
+                .next(v.moved_from.clone())
+                .next_opt_ts(v.deleted_at)
+                .sql(")");
+            conn.execute_refined(q, &context, |e| name_conflict(e, v))
+                .await?;
+            Ok(Ok(()))
+        }
+        .await;
+        self.finish(conn, result, &context).await
     }
 
     #[tracing::instrument(skip_all, fields(volume.id = %id), err(level = "debug"))]
