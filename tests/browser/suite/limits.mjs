@@ -187,6 +187,7 @@ test('quotas: an admin sees and edits each account\'s; the account sees its own;
   assert.deepEqual((await api('GET', `/api/v1/accounts/${user.id}/quota`)).quota, {
     sandboxes: 1, cpuCores: null, memoryGB: null, diskGB: null,
     snapshots: 3, snapshotGB: 1.5, uploads: null, uploadGB: 0.5,
+    volumes: null, volumeGB: null,
   });
   await admin.waitForFunction((r) => document.querySelector(`${r} td[data-quota=snapshots]`)?.textContent === '0 of 3; 0 of 1.5 GB', row);
   assert.equal(await admin.textContent(`${row} td[data-quota=uploads]`), '0 (no limit); 0 of 0.5 GB');

@@ -81,6 +81,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
         (name = "ports", description = "Exposed ports and the proxy's tokens"),
         (name = "snapshots", description = "Snapshots, forks and uploads"),
         (name = "volumes", description = "Volumes and orphan cleanup"),
+        (name = "shared-volumes", description = "Named volumes that sandboxes share, and their files"),
         (name = "events", description = "Lifecycle events, webhooks and the audit log"),
         (name = "teams", description = "Teams and their members"),
         (name = "accounts", description = "Accounts, quotas and API tokens (mostly for administrators)"),
