@@ -17,3 +17,4 @@ import './suite/pause.mjs';
 import './suite/events.mjs';
 import './suite/apidocs.mjs';
 import './suite/firsthour.mjs';
+import './suite/volumes.mjs';

@@ -148,3 +148,13 @@ export function sandboxPath(id, rest = '') {
 export function filesUrl(id, path, rest = '', extra = '') {
   return sandboxPath(id, `/files${rest}?path=${encodeURIComponent(path)}${extra}`);
 }
+
+/** `/api/v1/shared-volumes/{volume}{rest}`, with the volume's name or id escaped. */
+export function volumePath(volume, rest = '') {
+  return `/api/v1/shared-volumes/${encodeURIComponent(volume)}${rest}`;
+}
+
+/** The URL of a file operation (`rest`: '', `/content`, `/mkdir`) on `path` of a shared volume. */
+export function volumeFilesUrl(volume, path, rest = '', extra = '') {
+  return volumePath(volume, `/files${rest}?path=${encodeURIComponent(path)}${extra}`);
+}

@@ -16,12 +16,16 @@ import { showSandbox, hideSandbox, closeAll } from './sandbox.js';
 import { showCreate } from './create.js';
 import { snapshotsPage } from './snapshots.js';
 import { volumesPage } from './volumes.js';
+import { sharedVolumesPage } from './sharedvolumes.js';
 import { adminPage, tokensCard, rememberSession, forgetSession } from './admin.js';
 import { webhooksPage } from './webhooks.js';
 import { auditPage } from './audit.js';
 
-const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'webhooks', 'audit', 'admin'];
-const NAV = { home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes', webhooks: 'nav-webhooks', audit: 'nav-audit', admin: 'nav-admin' };
+const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'shared-volumes', 'webhooks', 'audit', 'admin'];
+const NAV = {
+  home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes',
+  'shared-volumes': 'nav-shared-volumes', webhooks: 'nav-webhooks', audit: 'nav-audit', admin: 'nav-admin',
+};
 const state = { signedIn: false, me: null, listTimer: null, healthTimer: null, page: null };
 /** How often an administrator's page asks `/health` for warnings. */
 const HEALTH_MS = 30000;
@@ -76,6 +80,7 @@ function show(route) {
     if (state.page === 'sandbox') hideSandbox();
     if (state.page === 'snapshots') snapshotsPage.hide();
     if (state.page === 'volumes') volumesPage.hide();
+    if (state.page === 'shared-volumes') sharedVolumesPage.hide();
     if (state.page === 'webhooks') webhooksPage.hide();
     if (state.page === 'audit') auditPage.hide();
     if (state.page === 'admin') adminPage.hide();
@@ -93,6 +98,7 @@ function show(route) {
   else if (page === 'new') showCreate(route);
   else if (page === 'snapshots') snapshotsPage.show();
   else if (page === 'volumes') volumesPage.show();
+  else if (page === 'shared-volumes') sharedVolumesPage.show(route);
   else if (page === 'webhooks') webhooksPage.show();
   else if (page === 'audit') auditPage.show(route, state.me);
   else if (page === 'admin') adminPage.show(route, state.me);

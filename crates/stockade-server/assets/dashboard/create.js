@@ -1,8 +1,9 @@
 // The create form: image or runtime, resources, environment,
 // labels, tags, ports, timeout, persistence, the lifecycle (what the end
 // of a session does, an idle timeout, auto-resume), the egress policy
-// (all, none, only these destinations, all except these), team and the
-// source of /workspace (git, tarball, an uploaded local archive, a snapshot
+// (all, none, only these destinations, all except these), team, the
+// account's shared volumes to mount (each at a path, optionally read-only)
+// and the source of /workspace (git, tarball, an uploaded local archive, a snapshot
 // or a copy of another sandbox). A loading indicator while it works, the
 // API's message in a banner and the status line (with the fields marked)
 // when it fails — a bad egress entry, a quota or a full host
@@ -13,6 +14,7 @@ import { $, el, parsePairs, parseList, parseNumber, FieldError, markFields, egre
 import { go } from './router.js';
 import * as sidebar from './list.js';
 import { readySnapshots } from './snapshots.js';
+import { sharedVolumes } from './sharedvolumes.js';
 
 const form = $('create-form');
 const status = $('create-status');
@@ -43,6 +45,64 @@ function showSource() {
 }
 for (const radio of form.querySelectorAll('input[name=source]')) radio.addEventListener('change', showSource);
 
+// ---------- shared volumes to mount ----------
+
+const mountRows = $('mount-rows');
+/** The account's shared volumes as last loaded; null where the server has none to offer. */
+let volumeChoices = [];
+/** A mount row's inputs by the part of `volumeMounts[i]` they fill. */
+const MOUNT_INPUTS = { volume: 'mountVolume', path: 'mountPath', readOnly: 'mountReadOnly' };
+
+function fillVolumes(select, chosen) {
+  fillSelect(select, (volumeChoices || []).map((v) => ({ value: v.name, label: v.sizeGB ? `${v.name} (${v.sizeGB} GB)` : v.name })),
+    chosen, 'no shared volumes');
+}
+
+function showMountHint() {
+  $('create-mounts').hidden = volumeChoices === null;
+  const none = !volumeChoices || !volumeChoices.length;
+  $('mount-add').disabled = none;
+  $('mount-hint').textContent = none ? 'This account has no shared volumes yet: create one on the Shared volumes page.' : '';
+}
+
+/** Adds a row for one mount: which volume, where, read-only or not. */
+function addMount(volume) {
+  const select = el('select', { name: 'mountVolume' });
+  const row = el('div', { class: 'row wrap', 'data-mount': '' },
+    el('label', {}, 'Volume ', select),
+    el('label', { class: 'grow' }, 'Mount path ', el('input', { name: 'mountPath', placeholder: '/data', autocomplete: 'off', spellcheck: 'false' })),
+    el('label', { class: 'check' }, el('input', { type: 'checkbox', name: 'mountReadOnly' }), ' read-only'),
+    el('button', { type: 'button', class: 'small', 'aria-label': 'Remove this mount', onclick: () => row.remove() }, 'Remove'));
+  mountRows.append(row);
+  fillVolumes(select, volume);
+  return row;
+}
+
+$('mount-add').addEventListener('click', () => addMount().querySelector('select').focus());
+
+/** The mounts of the form, as `volumeMounts` takes them; throws FieldError. */
+function mountsOf() {
+  return [...mountRows.querySelectorAll('[data-mount]')].map((row, i) => {
+    const input = (part) => row.querySelector(`[name=${MOUNT_INPUTS[part]}]`);
+    const volume = input('volume').value;
+    const path = input('path').value.trim();
+    if (!volume) throw new FieldError(`volumeMounts[${i}].volume`, 'choose a shared volume');
+    if (!path) throw new FieldError(`volumeMounts[${i}].path`, 'enter the absolute path to mount it at, e.g. /data');
+    return input('readOnly').checked ? { volume, path, readOnly: true } : { volume, path };
+  });
+}
+
+/** Marks the inputs named by field errors, those of `volumeMounts[i]` in its row. */
+function mark(errors) {
+  markFields(form, errors, fields());
+  const rows = mountRows.querySelectorAll('[data-mount]');
+  for (const f of errors) {
+    const m = /^volumeMounts\[(\d+)\]\.(volume|path|readOnly)/.exec(String(f.field || f));
+    const input = m && rows[Number(m[1])] && rows[Number(m[1])].querySelector(`[name=${MOUNT_INPUTS[m[2]]}]`);
+    if (input) input.setAttribute('aria-invalid', 'true');
+  }
+}
+
 function setStatus(text, kind = '') {
   status.className = `status-line ${kind}`.trim();
   status.textContent = text;
@@ -54,7 +114,11 @@ function fillSelect(select, options, chosen, empty) {
   for (const o of options) select.append(el('option', { value: o.value, selected: o.value === chosen }, o.label));
 }
 
-/** Shows the form, with a source chosen by the URL (`?snapshot=` or `?sandbox=`). */
+/**
+ * Shows the form, with a source chosen by the URL (`?snapshot=` or
+ * `?sandbox=`), and a mount of the shared volume `?volume=` names (by
+ * name or id).
+ */
 export async function showCreate(route) {
   const params = route.params || {};
   const want = params.snapshot ? 'snapshot' : params.sandbox ? 'sandbox' : null;
@@ -62,10 +126,17 @@ export async function showCreate(route) {
   showSource();
   if (!status.classList.contains('loading')) setStatus('');
   form.elements.name.focus();
-  const [teams, snaps] = await Promise.all([
+  const [teams, snaps, vols] = await Promise.all([
     api('GET', '/api/v1/teams').then((r) => r.teams).catch(() => []),
     readySnapshots().catch(() => []),
+    sharedVolumes().catch(() => null),
   ]);
+  volumeChoices = vols;
+  const volumeSelects = [...mountRows.querySelectorAll('[name=mountVolume]')];
+  for (const select of volumeSelects) fillVolumes(select, select.value);
+  const wanted = params.volume && vols && vols.find((v) => v.name === params.volume || v.id === params.volume);
+  if (wanted && !volumeSelects.some((s) => s.value === wanted.name)) addMount(wanted.name);
+  showMountHint();
   fillSelect(form.elements.team, [{ value: '', label: 'none' }, ...teams.map((t) => ({ value: t.id, label: t.name }))], form.elements.team.value, 'none');
   fillSelect(form.elements.snapshot, snaps.map((s) => ({ value: s.id, label: `${s.name} (${s.id})` })), params.snapshot || form.elements.snapshot.value, 'no snapshots');
   const live = sidebar.list.filter === 'active' ? sidebar.list.sandboxes : [];
@@ -110,6 +181,8 @@ function requestBody() {
   const ports = parseList(f.ports.value).map((p) => parseNumber(p, 'ports', { min: 1, max: 65535, integer: true }));
   if (ports.length > 4) throw new FieldError('ports', `at most 4 (got ${ports.length})`);
   if (ports.length) body.ports = ports;
+  const mounts = mountsOf();
+  if (mounts.length) body.volumeMounts = mounts;
   switch (sourceKind()) {
     case 'git':
       if (!text('gitUrl')) throw new FieldError('source.url', 'enter the repository URL');
@@ -147,11 +220,11 @@ form.addEventListener('submit', async (e) => {
     body = requestBody();
   } catch (err) {
     if (!(err instanceof FieldError)) throw err;
-    markFields(form, [err], fields());
+    mark([err]);
     setStatus(`Could not create the sandbox: ${err.message}`, 'error');
     return;
   }
-  markFields(form, [], fields());
+  mark([]);
   clearNotice();
   submit.disabled = true;
   try {
@@ -166,12 +239,13 @@ form.addEventListener('submit', async (e) => {
     const sb = await api('POST', '/api/v1/sandbox', body);
     setStatus(`Created ${sb.name}.`);
     form.reset();
+    mountRows.textContent = '';
     showSource();
     egress.show();
     await sidebar.refresh();
     go({ page: 'sandbox', id: sb.id, tab: null });
   } catch (err) {
-    markFields(form, err.fields || [], fields());
+    mark(err.fields || []);
     setStatus(`Could not create the sandbox: ${err.message}`, 'error');
     showError('Could not create the sandbox', err);
   } finally {

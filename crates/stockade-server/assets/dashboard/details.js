@@ -1,5 +1,5 @@
-// The details tab: state and settings of the sandbox, its
-// disk use against the enforced limits, a live chart of CPU and
+// The details tab: state and settings of the sandbox, the shared
+// volumes it mounts, its disk use against the enforced limits, a live chart of CPU and
 // memory with a few minutes of history, its exposed ports with proxy links
 // (expose, unexpose), its egress policy, changed live, and a
 // settings form (PATCH), and its history of lifecycle events (events.js).
@@ -9,6 +9,7 @@ import { $, el, notice, showError, clearNotice, origin, cores, gb, memory, durat
   parsePairs, formatPairs, parseList, parseNumber, FieldError, markFields, egressControl, describePolicy } from './ui.js';
 import { drawChart, CHART_COLORS } from './chart.js';
 import { eventHistory } from './events.js';
+import { format } from './router.js';
 
 const WINDOW_MS = 5 * 60 * 1000;
 const POLL_MS = 2000;
@@ -115,6 +116,14 @@ function lifecycleOf(sb) {
   return sb.lifecycle || { onTimeout: sb.persistent ? 'stop' : 'kill', autoResume: false, idleTimeoutMinutes: 0 };
 }
 
+/** The shared volumes it mounts: each name a link to the volume, with the path, "(ro)" when read-only. */
+function mountsFact(sb) {
+  return sb.volumeMounts.map((m, i) => el('span', { 'data-mount': m.volumeId },
+    i ? ', ' : '',
+    el('a', { href: format({ page: 'shared-volumes', volume: m.volumeId }) }, m.name),
+    ` at ${m.path}${m.readOnly ? ' (ro)' : ''}`));
+}
+
 function renderFacts(sb) {
   const u = sb.usage || null;
   const running = sb.status === 'RUNNING';
@@ -136,6 +145,7 @@ function renderFacts(sb) {
     ['Processes', u ? String(u.pids) : '—'],
     ['Network', `${describePolicy(sb.networkPolicy)}${u && sb.networkAccess ? ` · received ${memory(u.networkRxBytes)}, sent ${memory(u.networkTxBytes)}` : ''}`],
     ['Volume', `${sb.volume.name} at ${sb.volume.mountPath}${sb.volume.size ? ` — ${sb.volume.size}` : ''}`],
+    ...(sb.volumeMounts && sb.volumeMounts.length ? [['Shared volumes', mountsFact(sb)]] : []),
     ['Session timeout', timeout],
     ['Idle timeout', idle],
     ['On timeout', ON_TIMEOUT[life.onTimeout] || life.onTimeout],

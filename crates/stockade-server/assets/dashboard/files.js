@@ -5,8 +5,10 @@
 // when the window gets the focus back where the server has no watch.
 
 import { api, sse, filesUrl, routeMissing } from './api.js';
-import { $, el, notice, showError, bytes, when, ask, busy } from './ui.js';
-import { go } from './router.js';
+import { $, el, notice, showError, bytes, when, busy } from './ui.js';
+import { go, format } from './router.js';
+import { parentOf, nameOf, join, within, normalise as tidy, entryActions, entriesTable, uploadPicker, uploadAll,
+  dropTarget, askFolder, askRename, askDelete, attempt } from './fileparts.js';
 
 const WORKSPACE = '/workspace';
 /** Files larger than this are offered for download, not opened. */
@@ -35,26 +37,9 @@ function stateOf(id) {
 
 // ---------- paths ----------
 
-function parentOf(p) {
-  if (p === '/') return '/';
-  return p.slice(0, p.lastIndexOf('/')) || '/';
-}
-function nameOf(p) { return p === '/' ? '/' : p.slice(p.lastIndexOf('/') + 1); }
-function join(dir, name) { return dir === '/' ? `/${name}` : `${dir}/${name}`; }
-function within(p, dir) { return dir === '/' || p === dir || p.startsWith(`${dir}/`); }
 function rootFor(p) { return within(p, WORKSPACE) ? WORKSPACE : '/'; }
 /** Absolute and tidy: relative paths are below /workspace. */
-function normalise(input) {
-  let p = String(input || '').trim();
-  if (!p) return WORKSPACE;
-  if (!p.startsWith('/')) p = join(WORKSPACE, p);
-  const parts = [];
-  for (const part of p.split('/')) {
-    if (!part || part === '.') continue;
-    parts.push(part);
-  }
-  return `/${parts.join('/')}`;
-}
+function normalise(input) { return tidy(input, WORKSPACE); }
 /** The folders from `root` down to `dir`, both included. */
 function chain(root, dir) {
   const out = [root];
@@ -252,17 +237,19 @@ function renderMessage(text) {
 }
 
 function linkTo(s, path) {
-  return `#/sandbox/${encodeURIComponent(s.id)}/files${path === '/' ? '/' : path.split('/').map(encodeURIComponent).join('/')}`;
+  return format({ page: 'sandbox', id: s.id, tab: 'files', path });
 }
 
 function actionsFor(s, entry, dir) {
   const name = nameOf(entry.path);
-  const href = dir ? filesUrl(s.id, entry.path, '/archive') : filesUrl(s.id, entry.path);
-  const guarded = entry.path === '/' || entry.path === WORKSPACE;
-  return el('span', { class: 'row-actions' },
-    el('a', { class: 'button small', href, download: dir ? `${name === '/' ? 'root' : name}.tar` : name, 'aria-label': `Download ${name}` }, 'Download'),
-    guarded ? null : el('button', { class: 'small', type: 'button', 'aria-label': `Rename ${name}`, onclick: () => rename(entry.path) }, 'Rename'),
-    guarded ? null : el('button', { class: 'small danger', type: 'button', 'aria-label': `Delete ${name}`, onclick: () => remove(entry.path, dir) }, 'Delete'));
+  return entryActions({
+    name,
+    href: dir ? filesUrl(s.id, entry.path, '/archive') : filesUrl(s.id, entry.path),
+    download: dir ? `${name === '/' ? 'root' : name}.tar` : name,
+    guarded: entry.path === '/' || entry.path === WORKSPACE,
+    onRename: () => rename(entry.path),
+    onDelete: () => remove(entry.path, dir),
+  });
 }
 
 function renderDir(dir) {
@@ -271,37 +258,23 @@ function renderDir(dir) {
   const view = $('file-view');
   const was = focusIn(view);
   view.textContent = '';
-  const picker = el('input', { type: 'file', multiple: true, id: 'file-upload', class: 'sr-only', onchange: (e) => {
-    const chosen = [...e.target.files].map((file) => ({ file, rel: file.name }));
-    e.target.value = '';
-    upload(dir, chosen);
-  } });
   view.append(
     el('div', { class: 'file-head', 'data-dir': dir },
       el('h3', { id: 'file-title' }, dir),
       el('span', { class: 'spacer' }),
       el('button', { type: 'button', id: 'files-mkdir', onclick: () => mkdir(dir) }, 'New folder'),
-      el('label', { class: 'button', for: 'file-upload', tabindex: '0', id: 'files-upload-button',
-        onkeydown: (e) => { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); picker.click(); } } }, 'Upload files'),
-      picker,
+      uploadPicker('file-upload', (items) => upload(dir, items)),
       actionsFor(s, { path: dir }, true)),
   );
   if (!listing) { view.append(el('p', { class: 'muted' }, 'loading…')); return; }
   if (!listing.entries.length) view.append(el('p', { class: 'muted', id: 'file-status' }, 'This folder is empty. Drop files here to upload them.'));
   else {
-    const rows = listing.entries.map((e) => {
-      const isDir = isDirEntry(s, e);
-      return el('tr', { 'data-path': e.path, 'data-dir': isDir ? e.path : null },
-        el('td', {}, el('a', { href: linkTo(s, e.path), class: 'entry-link' }, e.name + (isDir ? '/' : '')),
-          e.linkTarget ? el('span', { class: 'muted small' }, ` → ${e.linkTarget}`) : null),
-        el('td', { class: 'num' }, isDir ? '' : bytes(e.size)),
-        el('td', { class: 'muted small' }, e.modifiedAt ? when(e.modifiedAt) : ''),
-        el('td', { class: 'muted small mono' }, e.mode),
-        el('td', {}, actionsFor(s, e, isDir)));
-    });
-    view.append(el('div', { class: 'table-wrap' }, el('table', { class: 'entries', id: 'file-entries' },
-      el('thead', {}, el('tr', {}, ['Name', 'Size', 'Modified', 'Mode', ''].map((h) => el('th', { scope: 'col' }, h)))),
-      el('tbody', {}, rows))));
+    view.append(entriesTable(listing.entries, {
+      id: 'file-entries',
+      href: (e) => linkTo(s, e.path),
+      isDir: (e) => isDirEntry(s, e),
+      actions: (e, isDir) => actionsFor(s, e, isDir),
+    }));
     if (listing.truncated) view.append(el('p', { class: 'muted small' }, 'Only the first entries of this folder are listed.'));
   }
   refocus(view, was);
@@ -390,34 +363,20 @@ async function renderFile(entry) {
 
 async function mkdir(dir) {
   const v = current;
-  const name = await ask({ title: `New folder in ${dir}`, label: 'Folder name', confirm: 'Create folder' });
-  if (!name || !alive(v)) return;
-  const path = name.startsWith('/') ? normalise(name) : normalise(join(dir, name));
-  try {
-    await api('POST', filesUrl(v.id, path, '/mkdir'));
-  } catch (e) {
-    showError(`Could not create the folder ${path}`, e);
-    return;
-  }
+  const path = await askFolder(dir, WORKSPACE);
+  if (!path || !alive(v)) return;
+  if (!await attempt(`Could not create the folder ${path}`, () => api('POST', filesUrl(v.id, path, '/mkdir')))) return;
   notice(`Created the folder ${path}.`);
   if (alive(v)) await reloadDirs(new Set([parentOf(path), dir]));
 }
 
 async function rename(path) {
   const v = current;
-  const answer = await ask({ title: `Rename ${path}`, text: 'A new name, or a new path (absolute, or relative to /workspace when it has a slash).', label: 'New name', value: nameOf(path), confirm: 'Rename' });
-  if (!answer || !alive(v)) return;
-  let to;
-  if (answer.startsWith('/')) to = normalise(answer);
-  else if (answer.includes('/')) to = normalise(answer);
-  else to = join(parentOf(path), answer);
-  if (to === path) return;
-  try {
-    await api('POST', `/api/v1/sandbox/${encodeURIComponent(v.id)}/files/move`, { from: path, to });
-  } catch (e) {
-    showError(`Could not rename ${path}`, e);
-    return;
-  }
+  const to = await askRename(path, WORKSPACE);
+  if (!to || !alive(v)) return;
+  const moved = await attempt(`Could not rename ${path}`,
+    () => api('POST', `/api/v1/sandbox/${encodeURIComponent(v.id)}/files/move`, { from: path, to }));
+  if (!moved) return;
   notice(`Renamed ${path} to ${to}.`);
   if (!alive(v)) return;
   const s = st;
@@ -429,18 +388,8 @@ async function rename(path) {
 
 async function remove(path, dir) {
   const v = current;
-  const ok = await ask({
-    title: `Delete ${path}?`,
-    text: dir ? 'The folder and everything in it are deleted from the sandbox.' : 'The file is deleted from the sandbox.',
-    label: null, confirm: 'Delete', danger: true,
-  });
-  if (ok === null || !alive(v)) return;
-  try {
-    await api('DELETE', filesUrl(v.id, path, '', '&recursive=true'));
-  } catch (e) {
-    showError(`Could not delete ${path}`, e);
-    return;
-  }
+  if (!await askDelete(path, dir, 'the sandbox') || !alive(v)) return;
+  if (!await attempt(`Could not delete ${path}`, () => api('DELETE', filesUrl(v.id, path, '', '&recursive=true')))) return;
   notice(`Deleted ${path}.`);
   if (!alive(v)) return;
   const s = st;
@@ -454,64 +403,12 @@ async function remove(path, dir) {
 async function upload(dir, items) {
   const v = current;
   if (!items.length || !v) return;
-  let done = 0;
-  const touched = new Set([dir]);
-  for (const { file, rel } of items) {
-    const path = normalise(join(dir, rel));
-    notice(`Uploading ${done + 1} of ${items.length}: ${path}…`);
-    try {
-      await api('PUT', filesUrl(v.id, path), file, { raw: true, headers: { 'Content-Type': 'application/octet-stream' } });
-    } catch (e) {
-      showError(`Could not upload ${path}`, e);
-      if (alive(v)) await reloadDirs(touched);
-      return;
-    }
-    done++;
-    touched.add(parentOf(path));
-  }
-  notice(`Uploaded ${done} ${done === 1 ? 'file' : 'files'} to ${dir}.`);
+  const touched = await uploadAll(dir, items,
+    (path, file) => api('PUT', filesUrl(v.id, path), file, { raw: true, headers: { 'Content-Type': 'application/octet-stream' } }));
   if (alive(v)) await reloadDirs(touched);
 }
 
-/** The files of a drop, folders walked (where the browser allows it). */
-async function dropped(dt) {
-  const entries = [...(dt.items || [])].map((i) => (i.webkitGetAsEntry ? i.webkitGetAsEntry() : null));
-  if (!entries.length || entries.some((e) => !e)) return [...dt.files].map((file) => ({ file, rel: file.name }));
-  const out = [];
-  const walk = async (entry, prefix) => {
-    if (entry.isFile) {
-      const file = await new Promise((res, rej) => entry.file(res, rej));
-      out.push({ file, rel: prefix + entry.name });
-    } else if (entry.isDirectory) {
-      const reader = entry.createReader();
-      for (;;) {
-        const batch = await new Promise((res, rej) => reader.readEntries(res, rej));
-        if (!batch.length) break;
-        for (const child of batch) await walk(child, `${prefix}${entry.name}/`);
-      }
-    }
-  };
-  for (const e of entries) await walk(e, '');
-  return out;
-}
-
-const drop = $('files-drop');
-drop.addEventListener('dragover', (e) => {
-  if (!current || ![...(e.dataTransfer.types || [])].includes('Files')) return;
-  e.preventDefault();
-  e.dataTransfer.dropEffect = 'copy';
-  drop.classList.add('dragover');
-});
-drop.addEventListener('dragleave', (e) => { if (!drop.contains(e.relatedTarget)) drop.classList.remove('dragover'); });
-drop.addEventListener('drop', async (e) => {
-  drop.classList.remove('dragover');
-  if (!current) return;
-  e.preventDefault();
-  const target = e.target.closest && e.target.closest('[data-dir]');
-  const dir = target ? target.getAttribute('data-dir') : currentDir();
-  const items = await dropped(e.dataTransfer);
-  upload(dir, items);
-});
+dropTarget($('files-drop'), { active: () => Boolean(current), fallbackDir: currentDir, onDrop: upload });
 
 // ---------- live updates ----------
 

@@ -2,18 +2,33 @@
 // hash, so reload, back/forward and a new tab keep it.
 //
 //   #/                                   the sandbox list
-//   #/new?snapshot=ID | ?sandbox=ID      the create form (optionally with a source)
+//   #/new?snapshot=ID | ?sandbox=ID      the create form (optionally with a source,
+//   #/new?volume=NAME                    or a shared volume to mount)
 //   #/sandbox/ID/terminal | commands     the console, in one of its modes
 //   #/sandbox/ID/notebook?python=CTX     … or as a notebook, with the ids of its
 //                                        code contexts by language
 //   #/sandbox/ID/files/workspace/src     the file browser at a path
 //   #/sandbox/ID/details | logs | snapshots
 //   #/snapshots  #/volumes  #/admin/accounts  #/admin/teams
+//   #/shared-volumes                     the account's shared volumes
+//   #/shared-volumes/NAME/files/dir/sub  one of them (by name or id), its
+//                                        files at a path (its root without /files)
 //   #/webhooks  #/audit?accountId=ID&resourceId=ID
 //
 // `?show=terminated` on any of them lists terminated sandboxes.
 
 export const SANDBOX_TABS = ['terminal', 'commands', 'notebook', 'files', 'details', 'logs', 'snapshots'];
+
+/** The path that the hash segments after `…/files` stand for. */
+function pathOf(parts) {
+  const rest = parts.map((p) => { try { return decodeURIComponent(p); } catch (_) { return p; } });
+  return `/${rest.filter((p, i) => p || i === rest.length - 1).join('/')}`.replace(/\/+$/, '') || '/';
+}
+
+/** A path as hash segments, each escaped: `/a b/c` is `/a%20b/c`, the root `/`. */
+function pathHash(path) {
+  return path === '/' ? '/' : path.split('/').map(encodeURIComponent).join('/');
+}
 
 /** The route a hash stands for. */
 export function parse(hash) {
@@ -28,6 +43,11 @@ export function parse(hash) {
     case 'new': return { page: 'new', params };
     case 'snapshots': return { page: 'snapshots', params };
     case 'volumes': return { page: 'volumes', params };
+    case 'shared-volumes': {
+      const volume = seg(1);
+      if (!volume) return { page: 'shared-volumes', params };
+      return { page: 'shared-volumes', volume, path: seg(2) === 'files' && parts.length > 3 ? pathOf(parts.slice(3)) : '/', params };
+    }
     case 'webhooks': return { page: 'webhooks', params };
     case 'audit': return { page: 'audit', params };
     case 'admin': return { page: 'admin', section: seg(1) === 'teams' ? 'teams' : 'accounts', params };
@@ -36,10 +56,7 @@ export function parse(hash) {
       if (!id) return { page: 'home', params };
       const tab = SANDBOX_TABS.includes(seg(2)) ? seg(2) : null;
       const route = { page: 'sandbox', id, tab, params };
-      if (tab === 'files' && parts.length > 3) {
-        const rest = parts.slice(3).map((p) => { try { return decodeURIComponent(p); } catch (_) { return p; } });
-        route.path = `/${rest.filter((p, i) => p || i === rest.length - 1).join('/')}`.replace(/\/+$/, '') || '/';
-      }
+      if (tab === 'files' && parts.length > 3) route.path = pathOf(parts.slice(3));
       return route;
     }
     default: return { page: 'home', params };
@@ -55,15 +72,18 @@ export function format(route) {
     case 'new': return `#/new${query}`;
     case 'snapshots': return `#/snapshots${query}`;
     case 'volumes': return `#/volumes${query}`;
+    case 'shared-volumes': {
+      if (!route.volume) return `#/shared-volumes${query}`;
+      const files = route.path && route.path !== '/' ? `/files${pathHash(route.path)}` : '';
+      return `#/shared-volumes/${encodeURIComponent(route.volume)}${files}${query}`;
+    }
     case 'webhooks': return `#/webhooks${query}`;
     case 'audit': return `#/audit${query}`;
     case 'admin': return `#/admin/${route.section || 'accounts'}${query}`;
     case 'sandbox': {
       let h = `#/sandbox/${encodeURIComponent(route.id)}`;
       if (route.tab) h += `/${route.tab}`;
-      if (route.tab === 'files' && route.path) {
-        h += route.path === '/' ? '/' : route.path.split('/').map(encodeURIComponent).join('/');
-      }
+      if (route.tab === 'files' && route.path) h += pathHash(route.path);
       return h + query;
     }
     default: return `#/${query}`;

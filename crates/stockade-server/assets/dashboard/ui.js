@@ -137,12 +137,14 @@ let noticePlace = null;
 let noticeOwner = null;
 
 /**
- * Where a message belongs: one sandbox (whichever tab), or one page. A
- * message stays while the user stays there and goes when they leave.
+ * Where a message belongs: one sandbox (whichever tab), one shared volume
+ * (whichever folder), or one page. A message stays while the user stays
+ * there and goes when they leave.
  */
 export function placeOf(route) {
   if (route.page === 'sandbox') return `sandbox/${route.id}`;
   if (route.page === 'admin') return `admin/${route.section}`;
+  if (route.page === 'shared-volumes' && route.volume) return `shared-volumes/${route.volume}`;
   return route.page;
 }
 

@@ -12,7 +12,7 @@ let shown = false;
  * volume names only its sandbox's id). What cannot be listed is left out:
  * its volumes show the id alone.
  */
-async function sandboxNames() {
+export async function sandboxNames() {
   const lists = await Promise.all(['per_page=1000', 'is_active=false&per_page=1000']
     .map((q) => api('GET', `/api/v1/sandbox?${q}`).catch(() => ({ sandboxes: [] }))));
   return new Map(lists.flatMap((l) => l.sandboxes).map((s) => [s.id, s.name]));
