@@ -5,130 +5,49 @@
 //! audit log shows the create.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod support;
-use support::{instance_of, lines_of, read_banner, server_cmd, shut_down, spawn_piped};
+use support::{instance_of, lines_of, wait_for, CliServer};
 
 const TOKEN: &str = "stk_eventsclitesteventsclitesteventscli01";
 
 /// `stockade server` on a data directory of its own; whatever it made is
 /// removed when dropped.
-struct Server {
-    child: std::process::Child,
-    url: String,
-    instance: Option<String>,
-    _dir: tempfile::TempDir,
+struct Server(CliServer);
+
+impl std::ops::Deref for Server {
+    type Target = CliServer;
+    fn deref(&self) -> &CliServer {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut CliServer {
+        &mut self.0
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        shut_down(
-            &mut self.child,
-            &self.url,
-            Some(TOKEN),
-            self.instance.as_deref(),
-            false,
-        );
+        self.stop(Some(TOKEN));
     }
 }
 
 /// A server that lets webhooks (and sources) reach loopback receivers.
 fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = server_cmd(
-        dir.path(),
+    Server(CliServer::start(
         TOKEN,
         &["STOCKADE_ALLOW_INTERNAL_ADDRESSES"],
         &["--allow-internal-addresses", "127.0.0.1/32"],
-    );
-    let (child, stdout) = spawn_piped(&mut cmd);
-    let mut server = Server {
-        child,
-        url: String::new(),
-        instance: None,
-        _dir: dir,
-    };
-    let rx = lines_of(stdout);
-    read_banner(&rx, |line| match line.split("listening on ").nth(1) {
-        Some(rest) => {
-            server.url = rest.trim().to_owned();
-            true
-        }
-        None => false,
-    });
-    server
+    ))
 }
 
 impl Server {
-    /// The binary with `args`, this server and its admin token in its
-    /// environment.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
-        cmd.args(args)
-            .env("STOCKADE_URL", &self.url)
-            .env("STOCKADE_TOKEN", TOKEN);
-        cmd
-    }
-
-    /// What the command printed and how it exited; a command still
-    /// running after a minute is killed (a call that never comes back
-    /// fails the test instead of holding it).
-    fn run(&self, args: &[&str]) -> Output {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run stockade");
-        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let _ = pipe.read_to_end(&mut buf);
-                buf
-            })
-        };
-        let stdout = read(Box::new(child.stdout.take().unwrap()));
-        let stderr = read(Box::new(child.stderr.take().unwrap()));
-        let status = wait_for(&mut child, Duration::from_secs(60));
-        Output {
-            status,
-            stdout: stdout.join().unwrap(),
-            stderr: stderr.join().unwrap(),
-        }
-    }
-
-    /// The command's stdout; the test fails if the command does.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The JSON a successful command printed.
-    fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(args);
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {text}"))
-    }
-
-    /// The command's stderr; the test fails if the command succeeds or
-    /// panics.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{args:?} succeeded");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-        err
-    }
-
     /// The JSON error of a failed `--json` command: one line on stderr.
     fn json_error(&self, args: &[&str]) -> Value {
         let err = self.fails(args);
@@ -425,21 +344,6 @@ fn webhooks_go_through_create_ls_update_and_rm() {
     let none = s.ok(&["webhook", "ls"]);
     assert!(none.starts_with("No webhooks"), "{none}");
     drop(receiver);
-}
-
-/// Waits for `child` to exit, killing it after `limit`.
-fn wait_for(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            return child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// How many event types there are.

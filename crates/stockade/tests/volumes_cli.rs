@@ -4,15 +4,8 @@
 //! read-write mount, not a read-only one); the volume cannot be deleted
 //! while the sandbox mounts it, and can once the sandbox is gone.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-use serde_json::Value;
-
 mod support;
-use support::{
-    docker_lines, instance_of, lines_of, read_banner, server_cmd, shut_down, spawn_piped,
-};
+use support::{docker_lines, instance_of, CliServer};
 
 const TOKEN: &str = "stk_volumesclitestvolumesclitestvolumes01";
 
@@ -22,126 +15,34 @@ const VOLUME: &str = "vcli-data";
 /// `stockade server` on a data directory of its own; the sandboxes and the
 /// volume it made are removed when dropped, then whatever its instance left
 /// in Docker.
-struct Server {
-    child: std::process::Child,
-    url: String,
-    instance: Option<String>,
-    _dir: tempfile::TempDir,
+struct Server(CliServer);
+
+impl std::ops::Deref for Server {
+    type Target = CliServer;
+    fn deref(&self) -> &CliServer {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut CliServer {
+        &mut self.0
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         support::remove_sandboxes(&self.url, TOKEN);
         let _ = self.command(&["volume", "rm", VOLUME]).output();
-        shut_down(
-            &mut self.child,
-            &self.url,
-            None,
-            self.instance.as_deref(),
-            false,
-        );
+        self.stop(None);
     }
 }
 
 fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = server_cmd(dir.path(), TOKEN, &[], &[]);
-    let (child, stdout) = spawn_piped(&mut cmd);
-    let mut server = Server {
-        child,
-        url: String::new(),
-        instance: None,
-        _dir: dir,
-    };
-    let rx = lines_of(stdout);
-    read_banner(&rx, |line| match line.split("listening on ").nth(1) {
-        Some(rest) => {
-            server.url = rest.trim().to_owned();
-            true
-        }
-        None => false,
-    });
-    server
+    Server(CliServer::start(TOKEN, &[], &[]))
 }
 
 impl Server {
-    /// The binary with `args`, this server and its admin token in its
-    /// environment.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
-        cmd.args(args)
-            .env("STOCKADE_URL", &self.url)
-            .env("STOCKADE_TOKEN", TOKEN);
-        cmd
-    }
-
-    /// What the command printed and how it exited; a command still
-    /// running after two minutes is killed.
-    fn run(&self, args: &[&str]) -> Output {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run stockade");
-        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let _ = pipe.read_to_end(&mut buf);
-                buf
-            })
-        };
-        let stdout = read(Box::new(child.stdout.take().unwrap()));
-        let stderr = read(Box::new(child.stderr.take().unwrap()));
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                break child.wait().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        Output {
-            status,
-            stdout: stdout.join().unwrap(),
-            stderr: stderr.join().unwrap(),
-        }
-    }
-
-    /// The command's stdout as bytes; the test fails if the command does.
-    fn ok_bytes(&self, args: &[&str]) -> Vec<u8> {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        String::from_utf8_lossy(&self.ok_bytes(args)).into_owned()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(args);
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {text}"))
-    }
-
-    /// The command's stderr; the test fails if the command succeeds or
-    /// panics.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{args:?} succeeded");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
-        err
-    }
-
     /// Learns the instance id from the Docker volume of the shared volume
     /// `id`, so that drop removes what this server left even when no
     /// sandbox was made.

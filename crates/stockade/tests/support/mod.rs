@@ -300,3 +300,143 @@ pub fn receive_webhooks(listener: tokio::net::TcpListener) -> Received {
     });
     got
 }
+
+/// `stockade server` on a data directory of its own, and the client binary
+/// run against it with its admin token: what the CLI suites share. Each
+/// suite wraps it with the clean-up it needs when dropped.
+pub struct CliServer {
+    pub child: Child,
+    pub url: String,
+    pub token: &'static str,
+    /// The installation's instance id, once known, for clean-up.
+    pub instance: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl CliServer {
+    /// Starts a server with admin token `token`, the variables `unset` left
+    /// out of its environment and `extra` flags.
+    pub fn start(token: &'static str, unset: &[&str], extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = server_cmd(dir.path(), token, unset, extra);
+        let (child, stdout) = spawn_piped(&mut cmd);
+        let mut server = Self {
+            child,
+            url: String::new(),
+            token,
+            instance: None,
+            _dir: dir,
+        };
+        let rx = lines_of(stdout);
+        read_banner(&rx, |line| match line.split("listening on ").nth(1) {
+            Some(rest) => {
+                server.url = rest.trim().to_owned();
+                true
+            }
+            None => false,
+        });
+        server
+    }
+
+    /// The binary with `args`, this server and its admin token in its
+    /// environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_stockade"));
+        cmd.args(args)
+            .env("STOCKADE_URL", &self.url)
+            .env("STOCKADE_TOKEN", self.token);
+        cmd
+    }
+
+    /// What the command printed and how it exited; a command still
+    /// running after `limit` is killed (a call that never comes back fails
+    /// the test instead of holding it).
+    pub fn run_within(&self, args: &[&str], limit: std::time::Duration) -> std::process::Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run stockade");
+        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = pipe.read_to_end(&mut buf);
+                buf
+            })
+        };
+        let stdout = read(Box::new(child.stdout.take().unwrap()));
+        let stderr = read(Box::new(child.stderr.take().unwrap()));
+        let status = wait_for(&mut child, limit);
+        std::process::Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        }
+    }
+
+    /// [`Self::run_within`] a minute.
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        self.run_within(args, std::time::Duration::from_secs(60))
+    }
+
+    /// The command's stdout as bytes; the test fails if the command does.
+    pub fn ok_bytes(&self, args: &[&str]) -> Vec<u8> {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// The command's stdout; the test fails if the command does.
+    pub fn ok(&self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.ok_bytes(args)).into_owned()
+    }
+
+    /// The JSON a successful command printed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {text}"))
+    }
+
+    /// The command's stderr; the test fails if the command succeeds or
+    /// panics.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        err
+    }
+
+    /// Stops the server and removes what its instance left in Docker
+    /// (with `token`, its sandboxes through the API first).
+    pub fn stop(&mut self, token: Option<&str>) {
+        shut_down(
+            &mut self.child,
+            &self.url,
+            token,
+            self.instance.as_deref(),
+            false,
+        );
+    }
+}
+
+/// Waits for `child` at most `limit`, then kills it; its exit status.
+pub fn wait_for(child: &mut Child, limit: std::time::Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return child.wait().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
