@@ -422,6 +422,19 @@ pub struct Download {
 }
 
 impl Download {
+    /// The body of an answer, with the size its `Content-Length` says.
+    fn of(resp: Response<Incoming>) -> Self {
+        let size = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        Self {
+            size,
+            body: resp.into_body(),
+        }
+    }
+
     /// The next chunk; `None` at the end.
     pub async fn chunk(&mut self) -> Option<Result<Bytes, ClientError>> {
         loop {
@@ -970,15 +983,7 @@ impl AgentClient {
             };
             return Err(ClientError::Http { status, message });
         }
-        let size = resp
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        Ok(Download {
-            size,
-            body: resp.into_body(),
-        })
+        Ok(Download::of(resp))
     }
 
     /// Uploads a file from a stream of chunks (a raw body); parents are
@@ -1165,15 +1170,7 @@ impl AgentClient {
         let resp = self
             .volume_send(http::Method::GET, &uri, None, body::empty())
             .await?;
-        let size = resp
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        Ok(Download {
-            size,
-            body: resp.into_body(),
-        })
+        Ok(Download::of(resp))
     }
 
     /// `PUT /volume/file`: writes a regular file from a stream of chunks;

@@ -232,9 +232,6 @@ pub trait Volumes: Send + Sync {
         archive: ByteStream,
     ) -> RuntimeResult<()>;
 
-    /// The names of the shared volumes' Docker volumes on this engine.
-    async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>>;
-
     /// Starts (or finds running) the files helper of shared volume `name`:
     /// a container of no image content whose PID 1 is the agent, accepting
     /// `token`, with the volume at [`crate::VOLUME_HELPER_ROOT`] and no
@@ -244,9 +241,6 @@ pub trait Volumes: Send + Sync {
     /// Stops the files helper of `name` (kept for its next use; nothing
     /// when there is none).
     async fn stop_volume_helper(&self, name: &str) -> RuntimeResult<()>;
-
-    /// The shared volumes whose files helpers run now.
-    async fn running_volume_helpers(&self) -> RuntimeResult<Vec<String>>;
 }
 
 /// Changes to a sandbox after create.

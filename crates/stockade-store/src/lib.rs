@@ -527,9 +527,6 @@ pub trait SharedVolumeStore: Send + Sync {
     /// copy to remove, across accounts (recovery's work).
     async fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
 
-    /// Every volume not deleted, across accounts (reconciliation).
-    async fn all_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
-
     /// The mounts of sandboxes not deleted of each of `volumes`.
     async fn mounts_of_volumes(&self, volumes: &[SharedVolumeId]) -> StoreResult<Vec<MountRecord>>;
 }

@@ -4,16 +4,14 @@
 //! the empty probe image whose PID 1 is the agent, serving the volume's
 //! files confined beneath [`VOLUME_HELPER_ROOT`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use bollard::container::{
-    Config, CreateContainerOptions, ListContainersOptions, StartContainerOptions,
-    StopContainerOptions,
+    Config, CreateContainerOptions, StartContainerOptions, StopContainerOptions,
 };
 use bollard::models::{HostConfig, Mount, MountTypeEnum, RestartPolicy, RestartPolicyNameEnum};
-use bollard::volume::{CreateVolumeOptions, ListVolumesOptions, RemoveVolumeOptions};
+use bollard::volume::{CreateVolumeOptions, RemoveVolumeOptions};
 use bollard::Docker;
-use stockade_core::SharedVolume;
 
 use super::containers::remove_container;
 use super::ports::address_of;
@@ -126,22 +124,6 @@ impl DockerRuntime {
             ))),
             Err(e) => Err(self.map_err(e, "remove a shared volume")),
         }
-    }
-
-    pub(super) async fn list_shared_volumes_impl(&self) -> RuntimeResult<Vec<String>> {
-        let docker = self.client().await?;
-        let filters = HashMap::from([("label".to_owned(), vec![labels::SHARED_VOLUME.to_owned()])]);
-        let listed = docker
-            .list_volumes(Some(ListVolumesOptions { filters }))
-            .await
-            .map_err(|e| self.map_err(e, "list shared volumes"))?;
-        Ok(listed
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| v.name)
-            .filter(|n| n.starts_with(SharedVolume::DOCKER_PREFIX))
-            .collect())
     }
 
     pub(super) async fn volume_helper_impl(
@@ -327,22 +309,5 @@ impl DockerRuntime {
             Err(e) if matches!(status_code(&e), Some(304) | Some(404)) => Ok(()),
             Err(e) => Err(self.map_err(e, "stop a volume's files helper")),
         }
-    }
-
-    pub(super) async fn running_volume_helpers_impl(&self) -> RuntimeResult<Vec<String>> {
-        let docker = self.client().await?;
-        let filters = HashMap::from([("label".to_owned(), vec![labels::VOLUME_HELPER.to_owned()])]);
-        let listed = docker
-            .list_containers(Some(ListContainersOptions {
-                all: false,
-                filters,
-                ..Default::default()
-            }))
-            .await
-            .map_err(|e| self.map_err(e, "list volumes' files helpers"))?;
-        Ok(listed
-            .into_iter()
-            .filter_map(|c| c.labels?.get(labels::VOLUME_HELPER).cloned())
-            .collect())
     }
 }

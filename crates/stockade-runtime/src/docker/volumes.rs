@@ -231,10 +231,6 @@ impl Volumes for DockerRuntime {
         self.remove_shared_volume_impl(name).await
     }
 
-    async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>> {
-        self.list_shared_volumes_impl().await
-    }
-
     async fn export_shared_volume(
         &self,
         name: &str,
@@ -258,9 +254,5 @@ impl Volumes for DockerRuntime {
 
     async fn stop_volume_helper(&self, name: &str) -> RuntimeResult<()> {
         self.stop_volume_helper_impl(name).await
-    }
-
-    async fn running_volume_helpers(&self) -> RuntimeResult<Vec<String>> {
-        self.running_volume_helpers_impl().await
     }
 }

@@ -130,11 +130,6 @@ impl Volumes for FakeRuntime {
         Ok(())
     }
 
-    async fn list_shared_volumes(&self) -> RuntimeResult<Vec<String>> {
-        self.check_available()?;
-        Ok(self.state().shared_volumes.iter().cloned().collect())
-    }
-
     /// The fake runs no agent: a volume's files are not reachable.
     async fn volume_helper(&self, name: &str, _token: &str) -> RuntimeResult<String> {
         self.check_available()?;
@@ -148,9 +143,5 @@ impl Volumes for FakeRuntime {
 
     async fn stop_volume_helper(&self, _name: &str) -> RuntimeResult<()> {
         Ok(())
-    }
-
-    async fn running_volume_helpers(&self) -> RuntimeResult<Vec<String>> {
-        Ok(Vec::new())
     }
 }

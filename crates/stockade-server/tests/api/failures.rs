@@ -112,7 +112,6 @@ forward! {
         fn abort_shared_volume_move(&self, id: &SharedVolumeId) -> StoreResult<()>;
         fn forget_moved_from(&self, id: &SharedVolumeId) -> StoreResult<()>;
         fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
-        fn all_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
         fn mounts_of_volumes(&self, volumes: &[SharedVolumeId])
             -> StoreResult<Vec<stockade_store::MountRecord>>;
     }

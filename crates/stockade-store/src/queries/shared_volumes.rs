@@ -344,14 +344,6 @@ impl<B: Backend> SharedVolumeStore for SqlStore<B> {
     }
 
     #[tracing::instrument(skip_all, err(level = "debug"))]
-    async fn all_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>> {
-        let q = Q::<B>::new(format!(
-            "SELECT {COLUMNS} FROM shared_volumes WHERE deleted_at IS NULL ORDER BY created_at, id"
-        ));
-        self.list(q, "list volumes", volume_from_row).await
-    }
-
-    #[tracing::instrument(skip_all, err(level = "debug"))]
     async fn mounts_of_volumes(&self, volumes: &[SharedVolumeId]) -> StoreResult<Vec<MountRecord>> {
         if volumes.is_empty() {
             return Ok(Vec::new());
