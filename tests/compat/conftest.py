@@ -4,9 +4,12 @@ would configure them, through environment variables."""
 
 import contextlib
 import importlib.metadata
+import json
 import os
 import secrets
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +107,32 @@ def code_interpreter_image():
             f"`scripts/build-image code-interpreter` ({r.stderr.strip()})"
         )
     return CODE_INTERPRETER_IMAGE
+
+
+@pytest.fixture
+def node_script(e2b_env):
+    """Runs ts/SCRIPT with node and the npm package PACKAGE (installed by
+    scripts/lib/python.sh, named in STOCKADE_COMPAT_NODE_MODULES), with the
+    suites' environment and `extra`; returns the JSON of its last line of
+    output. Skips the test without node or the package; `before` runs once
+    they are known to be there."""
+
+    def run(package, script, run_id, extra=None, before=None, timeout=180):
+        node = shutil.which("node")
+        modules = os.environ.get("STOCKADE_COMPAT_NODE_MODULES")
+        if not node or not modules or not (Path(modules) / package).is_dir():
+            pytest.skip(f"node or the npm {package} package is not installed (scripts/lib/python.sh)")
+        if before is not None:
+            before()
+        env = dict(os.environ, NODE_PATH=modules, STOCKADE_COMPAT_RUN_ID=run_id, **(extra or {}))
+        r = subprocess.run(
+            [node, str(Path(__file__).resolve().parent / "ts" / script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    return run

@@ -32,6 +32,7 @@ SUITES = {
         "test_e2b_isolation.py",
         "test_e2b_network.py",
         "test_e2b_events.py",
+        "test_e2b_volumes.py",
         "test_code_interpreter.py",
     ],
     "prime": ["test_prime.py"],
@@ -39,7 +40,11 @@ SUITES = {
 # Run once, with the pinned e2b SDK: the benchmark and the TypeScript smoke
 # tests (which do not use the Python SDKs).
 BENCH = "test_e2b_bench.py"
-TS_TESTS = {"test_e2b_ts": "e2b", "test_code_interpreter_ts": "@e2b/code-interpreter"}
+TS_TESTS = {
+    "test_e2b_ts": "e2b",
+    "test_e2b_volumes_ts": "e2b",
+    "test_code_interpreter_ts": "@e2b/code-interpreter",
+}
 PINNED_ONLY = {"e2b": [BENCH, *(f"{t}.py" for t in TS_TESTS)]}
 # The distributions whose versions a run reports; the e2b virtualenvs also
 # hold E2B's code-interpreter SDK, which builds on e2b.
@@ -199,15 +204,15 @@ def npm_version(package: str):
 
 
 def typescript_line(pinned: dict, test: str, package: str, version) -> str:
-    """The summary's line on one TypeScript smoke test, which is optional:
+    """The summary's line on one TypeScript test, which is optional:
     without node, npm or the npm package it is skipped, and this says so."""
     outcome = next((o for t, o in pinned.items() if t.startswith(f"{test}::")), "not run")
     if outcome == "skipped" or version is None:
         return (
-            f"TypeScript smoke test (npm {package}): skipped (optional; needs node 20 and npm, "
+            f"TypeScript {test} (npm {package}): skipped (optional; needs node 20 and npm, "
             "which scripts/lib/python.sh does not install)"
         )
-    return f"TypeScript smoke test (npm {package} {version}): {outcome}"
+    return f"TypeScript {test} (npm {package} {version}): {outcome}"
 
 
 if __name__ == "__main__":

@@ -150,8 +150,9 @@ class StockadeServer:
             return ""
 
     def cleanup(self) -> None:
-        """Removes every snapshot and sandbox the suites made (snapshots
-        first: deleting a sandbox collects the deleted snapshots' images)."""
+        """Removes every snapshot, sandbox and shared volume the suites made
+        (snapshots first: deleting a sandbox collects the deleted snapshots'
+        images)."""
         for who in self.tokens:
             api = self.api(who)
             status, body = api.request("GET", "/api/v1/snapshots")
@@ -162,6 +163,12 @@ class StockadeServer:
             status, body = api.request("GET", "/api/v1/sandbox?per_page=1000")
             for sb in (body or {}).get("sandboxes", []) if status == 200 else []:
                 api.request("DELETE", f"/api/v1/sandbox/{sb['id']}")
+        # Shared volumes last: a volume still mounted cannot be deleted.
+        for who in self.tokens:
+            api = self.api(who)
+            status, body = api.request("GET", "/api/v1/shared-volumes")
+            for vol in (body or {}).get("volumes", []) if status == 200 else []:
+                api.request("DELETE", f"/api/v1/shared-volumes/{vol['id']}")
 
     def sweep_docker(self) -> None:
         """Removes what is left in Docker of this run's accounts (labelled by

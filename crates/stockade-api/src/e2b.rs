@@ -67,11 +67,15 @@ pub struct E2bNewSandbox {
     pub volume_mounts: Option<Vec<E2bVolumeMount>>,
 }
 
-/// One of `volumeMounts`: a volume by name, and where.
+/// One of `volumeMounts`: a volume by name, and where. `readOnly` is
+/// Stockade's addition (E2B's SDKs mount read-write and never send it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct E2bVolumeMount {
     pub name: String,
     pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
 }
 
 /// `POST /e2b/volumes`.

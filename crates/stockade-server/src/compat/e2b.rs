@@ -506,7 +506,7 @@ async fn create(
                 .map(|m| stockade_api::shared_volumes::VolumeMountRequest {
                     volume: m.name.clone(),
                     path: m.path.clone(),
-                    read_only: None,
+                    read_only: m.read_only,
                 })
                 .collect()
         }),
