@@ -347,6 +347,24 @@ impl Api {
         Ok(ws)
     }
 
+    /// Deletes every sandbox carrying all of `labels` in one bulk request;
+    /// returns how many were deleted, failing when any was not.
+    pub async fn bulk_delete_labels(&self, labels: Value) -> anyhow::Result<usize> {
+        let v = self
+            .call(
+                Method::DELETE,
+                "/api/v1/sandbox/bulk",
+                Some(json!({ "labels": labels })),
+                StatusCode::OK,
+            )
+            .await?;
+        let results = v["results"].as_array().cloned().unwrap_or_default();
+        if let Some(failed) = results.iter().find(|r| r["deleted"] != true) {
+            bail!("bulk delete: {failed}");
+        }
+        Ok(results.len())
+    }
+
     /// One page of the list; returns how many sandboxes it held and the total.
     pub async fn list(&self, query: &str) -> anyhow::Result<(usize, u64)> {
         let v = self

@@ -87,6 +87,14 @@ pub struct Cli {
     /// Rounds of creates at once (default 3; quick 1).
     #[arg(long)]
     pub bursts: Option<usize>,
+    /// Creates at once timed to their first command, cold and from a warm
+    /// pool as large (default 100; quick 20; at most 256).
+    #[arg(long)]
+    pub fleet_burst: Option<usize>,
+    /// Small idle sandboxes kept at once by the density scenario (default
+    /// 500; quick 50).
+    #[arg(long)]
+    pub density: Option<usize>,
     /// Exec round trips (default 200; quick 20).
     #[arg(long)]
     pub execs: Option<usize>,
@@ -158,7 +166,7 @@ pub struct Cli {
     pub event_cycles: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
-    /// pause, gvisor, egress, hosts, events, volumes.
+    /// pause, gvisor, egress, hosts, events, volumes, density.
     /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
@@ -172,6 +180,8 @@ pub struct Plan {
     pub creates: usize,
     pub burst: usize,
     pub bursts: usize,
+    pub fleet_burst: usize,
+    pub density: usize,
     pub execs: usize,
     pub code_cells: usize,
     pub code_creates: usize,
@@ -216,6 +226,8 @@ impl Plan {
             creates: at_least_one(cli.creates, 50, 5),
             burst: at_least_one(cli.burst, 20, 8),
             bursts: at_least_one(cli.bursts, 3, 1),
+            fleet_burst: at_least_one(cli.fleet_burst, 100, 20).min(256),
+            density: pick(cli.density, 500, 50).max(2),
             execs: at_least_one(cli.execs, 200, 20),
             code_cells: at_least_one(cli.code_cells, 200, 20),
             code_creates: at_least_one(cli.code_creates, 5, 2),
@@ -246,9 +258,9 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 17] = [
+const GROUPS: [&str; 18] = [
     "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "code", "pause", "gvisor", "egress", "hosts", "events", "volumes",
+    "code", "pause", "gvisor", "egress", "hosts", "events", "volumes", "density",
 ];
 
 fn main() -> ExitCode {

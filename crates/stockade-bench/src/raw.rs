@@ -392,6 +392,29 @@ impl Raw {
             .context("raw: inspect container")
     }
 
+    /// How many containers and volumes labelled with `instance` exist.
+    pub async fn left_of(&self, instance: &str) -> anyhow::Result<(usize, usize)> {
+        let label = format!("{}={instance}", stockade_runtime::labels::INSTANCE_ID);
+        let filters = HashMap::from([("label".to_owned(), vec![label])]);
+        let containers = self
+            .docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: filters.clone(),
+                ..Default::default()
+            }))
+            .await
+            .context("raw: list containers")?;
+        let volumes = self
+            .docker
+            .list_volumes(Some(ListVolumesOptions { filters }))
+            .await
+            .context("raw: list volumes")?
+            .volumes
+            .unwrap_or_default();
+        Ok((containers.len(), volumes.len()))
+    }
+
     /// Removes every container and volume labelled with one of `instances`.
     pub async fn remove_everything(&self, instances: &[String]) -> (usize, usize) {
         let (mut containers, mut volumes) = (0, 0);

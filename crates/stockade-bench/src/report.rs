@@ -91,6 +91,8 @@ pub enum Target {
     P50AtMost(f64),
     /// raw p50 / Stockade p50 at least this: Stockade this many times faster.
     SpeedupAtLeast(f64),
+    /// Stockade p50 at most this many units above the baseline's p50.
+    P50AboveBaselineAtMost(f64),
 }
 
 impl Target {
@@ -115,6 +117,10 @@ impl Target {
                     (Some(s), Some(r)) if s.p50 > 0.0 => Some(r.p50 / s.p50 >= x),
                     _ => None,
                 },
+            )),
+            Target::P50AboveBaselineAtMost(x) => Some((
+                format!("p50 ≤ baseline p50 + {x} {unit}"),
+                stockade.zip(raw).map(|(s, r)| s.p50 - r.p50 <= x),
             )),
         }
     }

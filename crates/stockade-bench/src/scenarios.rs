@@ -25,6 +25,7 @@ use crate::{Cli, Plan};
 
 mod code;
 mod events;
+mod fleet;
 mod hosts;
 mod pause;
 mod volumes;
@@ -295,7 +296,7 @@ impl Bench {
         // Every scenario the plan runs, in this order.
         for scenario in [
             "api", "lists", "postgres", "create", "exec", "terminal", "code", "pause", "burst",
-            "stop", "logs", "warm", "gvisor", "egress", "hosts", "events", "volumes",
+            "stop", "logs", "warm", "gvisor", "egress", "hosts", "events", "volumes", "density",
         ] {
             if !self.plan.runs(scenario) {
                 continue;
@@ -322,7 +323,10 @@ impl Bench {
                 }
                 "code" => self.code().await?,
                 "pause" => self.pause().await?,
-                "burst" => self.bursts().await?,
+                "burst" => {
+                    self.bursts().await?;
+                    self.fleet_bursts().await?;
+                }
                 "stop" => self.stop_and_destroy().await?,
                 "logs" => self.logs().await?,
                 "warm" if self.plan.warm > 0 => self.warm().await?,
@@ -331,6 +335,7 @@ impl Bench {
                 "hosts" => self.hosts().await?,
                 "events" => self.events().await?,
                 "volumes" => self.volumes().await?,
+                "density" => self.density().await?,
                 _ => {}
             }
         }

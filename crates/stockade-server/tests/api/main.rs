@@ -16,6 +16,7 @@ mod events;
 mod exec;
 mod failures;
 mod files;
+mod fleet;
 mod health;
 mod helpers;
 mod hostile;
