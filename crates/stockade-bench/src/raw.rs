@@ -392,8 +392,9 @@ impl Raw {
             .context("raw: inspect container")
     }
 
-    /// How many containers and volumes labelled with `instance` exist.
-    pub async fn left_of(&self, instance: &str) -> anyhow::Result<(usize, usize)> {
+    /// The ids of the containers and the names of the volumes labelled
+    /// with `instance`.
+    async fn labelled(&self, instance: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
         let label = format!("{}={instance}", stockade_runtime::labels::INSTANCE_ID);
         let filters = HashMap::from([("label".to_owned(), vec![label])]);
         let containers = self
@@ -404,14 +405,26 @@ impl Raw {
                 ..Default::default()
             }))
             .await
-            .context("raw: list containers")?;
+            .context("raw: list containers")?
+            .into_iter()
+            .filter_map(|c| c.id)
+            .collect();
         let volumes = self
             .docker
             .list_volumes(Some(ListVolumesOptions { filters }))
             .await
             .context("raw: list volumes")?
             .volumes
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        Ok((containers, volumes))
+    }
+
+    /// How many containers and volumes labelled with `instance` exist.
+    pub async fn left_of(&self, instance: &str) -> anyhow::Result<(usize, usize)> {
+        let (containers, volumes) = self.labelled(instance).await?;
         Ok((containers.len(), volumes.len()))
     }
 
@@ -419,19 +432,8 @@ impl Raw {
     pub async fn remove_everything(&self, instances: &[String]) -> (usize, usize) {
         let (mut containers, mut volumes) = (0, 0);
         for instance in instances {
-            let label = format!("{}={instance}", stockade_runtime::labels::INSTANCE_ID);
-            let filters = HashMap::from([("label".to_owned(), vec![label.clone()])]);
-            let listed = self
-                .docker
-                .list_containers(Some(ListContainersOptions {
-                    all: true,
-                    filters: filters.clone(),
-                    ..Default::default()
-                }))
-                .await
-                .unwrap_or_default();
-            for c in listed {
-                let Some(id) = c.id else { continue };
+            let (listed, vols) = self.labelled(instance).await.unwrap_or_default();
+            for id in listed {
                 let removed = self
                     .docker
                     .remove_container(
@@ -445,15 +447,8 @@ impl Raw {
                     .await;
                 containers += usize::from(removed.is_ok());
             }
-            let listed = self
-                .docker
-                .list_volumes(Some(ListVolumesOptions { filters }))
-                .await
-                .ok()
-                .and_then(|v| v.volumes)
-                .unwrap_or_default();
-            for v in listed {
-                volumes += usize::from(self.docker.remove_volume(&v.name, None).await.is_ok());
+            for name in vols {
+                volumes += usize::from(self.docker.remove_volume(&name, None).await.is_ok());
             }
         }
         (containers, volumes)

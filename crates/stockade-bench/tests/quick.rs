@@ -66,6 +66,8 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "terminal",
         "burst",
         "burst_rate",
+        "burst_cold",
+        "burst_warm",
         "stop",
         "destroy",
         "stop_destroy",
@@ -82,6 +84,11 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "events_delivery",
         "volume_write",
         "volume_read",
+        "density_list",
+        "density_exec",
+        "density_rss",
+        "density_idle_cpu",
+        "density_delete",
     ];
     expected.extend(["placement_sqlite", "placement_decision_sqlite"]);
     if std::env::var("STOCKADE_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty()) {

@@ -377,30 +377,34 @@ impl Bench {
     fn density_rows(&mut self, n: usize, run: &DensityRun) -> anyhow::Result<()> {
         let (one, full) = (&run.one, &run.full);
         let base = "1 sandbox";
-        self.rows.push(
-            Row::new(
+        let latencies = [
+            (
                 "density_list",
-                &format!("List, page of 50, with {n} sandboxes"),
-                "ms",
-                Better::Lower,
+                format!("List, page of 50, with {n} sandboxes"),
                 &full.lists,
-                Some(&one.lists),
-                Target::RatioAtMost(1.5),
-            )
-            .baseline(base),
-        );
-        self.rows.push(
-            Row::new(
+                &one.lists,
+            ),
+            (
                 "density_exec",
-                &format!("Exec `true` with {n} sandboxes"),
-                "ms",
-                Better::Lower,
+                format!("Exec `true` with {n} sandboxes"),
                 &full.execs,
-                Some(&one.execs),
-                Target::RatioAtMost(1.5),
-            )
-            .baseline(base),
-        );
+                &one.execs,
+            ),
+        ];
+        for (id, title, at_n, at_one) in latencies {
+            self.rows.push(
+                Row::new(
+                    id,
+                    &title,
+                    "ms",
+                    Better::Lower,
+                    at_n,
+                    Some(at_one),
+                    Target::RatioAtMost(1.5),
+                )
+                .baseline(base),
+            );
+        }
         if let (Some(a), Some(b)) = (full.rss, one.rss) {
             self.rows.push(
                 Row::new(
