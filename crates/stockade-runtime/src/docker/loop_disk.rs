@@ -239,48 +239,30 @@ fn tree_bytes(root: &Path) -> u64 {
     total
 }
 
-/// Whether `dir` is a mount point now (`/proc/self/mountinfo`).
+/// Whether `dir` is a mount point now: its file system is not its
+/// parent's. Two `stat`s, whatever the number of mounts on the host (the
+/// mount table grows with every container, and this is asked per volume).
+/// A loop disk's file system is a device of its own, so it always differs.
 async fn is_mount_point(dir: &Path) -> Result<bool, String> {
+    use std::os::unix::fs::MetadataExt;
     let dir = match tokio::fs::canonicalize(dir).await {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(format!("{}: {e}", dir.display())),
     };
-    let table = tokio::fs::read_to_string("/proc/self/mountinfo")
-        .await
-        .map_err(|e| format!("could not read the mount table: {e}"))?;
-    let mounted = mount_points(&table).any(|p| Path::new(&p) == dir);
-    Ok(mounted)
-}
-
-/// The mount points of a mountinfo table, unescaped (`\040` is a space).
-fn mount_points(table: &str) -> impl Iterator<Item = String> + '_ {
-    table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(unescape_octal)
-}
-
-fn unescape_octal(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        if let Some(d) = octal {
-            let value = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
-            if let Ok(b) = u8::try_from(value) {
-                out.push(b);
-                i += 4;
-                continue;
-            }
+    let Some(parent) = dir.parent() else {
+        return Ok(true); // the root
+    };
+    let device = |p: &Path| {
+        let p = p.to_path_buf();
+        async move {
+            tokio::fs::metadata(&p)
+                .await
+                .map(|m| m.dev())
+                .map_err(|e| format!("{}: {e}", p.display()))
         }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    };
+    Ok(device(&dir).await? != device(parent).await?)
 }
 
 impl DockerRuntime {
@@ -432,20 +414,15 @@ fn volume_disk_result(volume: &str, doing: &str, done: Result<(), String>) -> Ru
 mod tests {
     use super::*;
 
-    #[test]
-    fn mount_points_are_read_and_unescaped() {
-        let table = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-                     95 22 7:0 / /var/lib/docker/stockade-disks/x/fs rw,nosuid - ext4 /dev/loop0 rw\n\
-                     96 22 7:1 / /mnt/with\\040space rw - ext4 /dev/loop1 rw\n";
-        let points: Vec<String> = mount_points(table).collect();
-        assert_eq!(
-            points,
-            [
-                "/",
-                "/var/lib/docker/stockade-disks/x/fs",
-                "/mnt/with space"
-            ]
-        );
+    #[tokio::test]
+    async fn mount_points_are_told_by_their_device() {
+        assert!(is_mount_point(Path::new("/")).await.unwrap());
+        assert!(is_mount_point(Path::new("/proc")).await.unwrap());
+        // A directory inside /proc's file system, and a missing one.
+        assert!(!is_mount_point(Path::new("/proc/self")).await.unwrap());
+        assert!(!is_mount_point(Path::new("/proc/no-such-dir"))
+            .await
+            .unwrap());
     }
 
     #[test]
