@@ -6,7 +6,7 @@
 // Symlinks are shown with their target and never followed.
 
 import { api, volumePath, volumeFilesUrl } from './api.js';
-import { $, el, notice, showError, explain, ago, when, ask, table, busy, parseNumber, FieldError, markFields } from './ui.js';
+import { $, el, notice, showError, explain, ago, when, ask, table, busy, parseNumber, FieldError, markFields, statusLine, submitCreate } from './ui.js';
 import { go, format } from './router.js';
 import { sandboxNames } from './volumes.js';
 import { entryActions, entriesTable, uploadPicker, uploadAll, dropTarget, askFolder, askRename, askDelete,
@@ -99,11 +99,7 @@ async function loadList() {
   host.append(table(['Name', 'Host', 'Size', 'Mounted by', 'Created', ''], rows, { class: 'shared-volumes', id: 'shared-volumes-table' }));
 }
 
-function formStatus(text, kind = '') {
-  const s = $('shared-volume-status');
-  s.className = `status-line ${kind}`.trim();
-  s.textContent = text;
-}
+const formStatus = statusLine('shared-volume-status');
 
 form.addEventListener('submit', (e) => {
   e.preventDefault();
@@ -120,16 +116,9 @@ form.addEventListener('submit', (e) => {
   }
   busy($('shared-volume-create'), async () => {
     formStatus('Creating…', 'loading');
-    let made;
-    try {
-      made = await api('POST', '/api/v1/shared-volumes', body);
-    } catch (err) {
-      markFields(form, err.fields || [], FIELDS);
-      formStatus(`Not created: ${explain(err)}`, 'error');
-      return;
-    }
-    markFields(form, [], FIELDS);
-    form.reset();
+    const made = await submitCreate(form, FIELDS, formStatus, () =>
+      api('POST', '/api/v1/shared-volumes', body));
+    if (!made) return;
     formStatus(`Created volume ${made.name}.`);
     if (listShown()) loadList();
   });

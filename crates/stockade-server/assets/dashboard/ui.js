@@ -261,6 +261,34 @@ export function parseNumber(value, field, { min, max, integer } = {}) {
   return n;
 }
 
+/** A status line's setter: `text` in the element `id`, styled by `kind`. */
+export function statusLine(id) {
+  return (text, kind = '') => {
+    const s = $(id);
+    s.className = `status-line ${kind}`.trim();
+    s.textContent = text;
+  };
+}
+
+/**
+ * Sends a create form's request (`post`): on a refusal marks the fields the
+ * server names and says why on `status`, else clears the marks and resets
+ * the form. What was made, or undefined when refused.
+ */
+export async function submitCreate(form, mapping, status, post) {
+  let made;
+  try {
+    made = await post();
+  } catch (err) {
+    markFields(form, err.fields || [], mapping);
+    status(`Not created: ${explain(err)}`, 'error');
+    return undefined;
+  }
+  markFields(form, [], mapping);
+  form.reset();
+  return made;
+}
+
 /** Marks the inputs of `form` named by field errors (from the API or the form). */
 export function markFields(form, fields, mapping) {
   for (const input of form.querySelectorAll('[aria-invalid]')) input.removeAttribute('aria-invalid');

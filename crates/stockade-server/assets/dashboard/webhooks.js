@@ -5,7 +5,7 @@
 // again.
 
 import { api } from './api.js';
-import { $, el, notice, showError, ago, when, table, busy, ask, markFields, explain } from './ui.js';
+import { $, el, notice, showError, ago, when, table, busy, ask, markFields, explain, statusLine, submitCreate } from './ui.js';
 import { shortType } from './events.js';
 
 /** Every event type a webhook can ask for, as the server names them. */
@@ -37,11 +37,7 @@ const FIELDS = { url: 'url', name: 'name', signatureSecret: 'secret', events: 'e
 $('webhook-types').append(...EVENT_TYPES.map((t) => el('label', { class: 'check' },
   el('input', { type: 'checkbox', name: 'events', value: t }), t.startsWith('sandbox.lifecycle.') ? shortType(t) : t)));
 
-function formStatus(text, kind = '') {
-  const s = $('webhook-status');
-  s.className = `status-line ${kind}`.trim();
-  s.textContent = text;
-}
+const formStatus = statusLine('webhook-status');
 
 /** Shows a webhook's new secret this once, with Copy and a button that hides it. */
 function showSecret(hook) {
@@ -229,17 +225,9 @@ form.addEventListener('submit', (e) => {
     return;
   }
   busy($('webhook-create'), async () => {
-    let made;
     formStatus('Creating…');
-    try {
-      made = await api('POST', '/api/v1/webhooks', body);
-    } catch (err) {
-      markFields(form, err.fields || [], FIELDS);
-      formStatus(`Not created: ${explain(err)}`, 'error');
-      return;
-    }
-    markFields(form, [], FIELDS);
-    form.reset();
+    const made = await submitCreate(form, FIELDS, formStatus, () => api('POST', '/api/v1/webhooks', body));
+    if (!made) return;
     formStatus(`Created ${made.name}${made.signatureSecret ? '' : ', signed with the secret given'}.`);
     if (made.signatureSecret) showSecret(made);
     else { $('webhook-secret').hidden = true; $('webhook-secret').textContent = ''; }
