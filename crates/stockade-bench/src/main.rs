@@ -166,8 +166,9 @@ pub struct Cli {
     pub event_cycles: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
-    /// pause, gvisor, egress, hosts, events, volumes, density.
-    /// `stop` needs `create`; `exec` and `terminal` make a sandbox when
+    /// pause, gvisor, egress, hosts, events, volumes, density, and
+    /// warmburst (only the warm half of `burst`'s fleet burst, which
+    /// `burst` includes). `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
@@ -258,9 +259,26 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 18] = [
-    "api", "lists", "postgres", "create", "exec", "burst", "stop", "logs", "warm", "terminal",
-    "code", "pause", "gvisor", "egress", "hosts", "events", "volumes", "density",
+const GROUPS: [&str; 19] = [
+    "api",
+    "lists",
+    "postgres",
+    "create",
+    "exec",
+    "burst",
+    "stop",
+    "logs",
+    "warm",
+    "terminal",
+    "code",
+    "pause",
+    "gvisor",
+    "egress",
+    "hosts",
+    "events",
+    "volumes",
+    "density",
+    "warmburst",
 ];
 
 fn main() -> ExitCode {

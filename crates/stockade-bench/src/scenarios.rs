@@ -295,8 +295,25 @@ impl Bench {
         self.warm_up().await?;
         // Every scenario the plan runs, in this order.
         for scenario in [
-            "api", "lists", "postgres", "create", "exec", "terminal", "code", "pause", "burst",
-            "stop", "logs", "warm", "gvisor", "egress", "hosts", "events", "volumes", "density",
+            "api",
+            "lists",
+            "postgres",
+            "create",
+            "exec",
+            "terminal",
+            "code",
+            "pause",
+            "burst",
+            "stop",
+            "logs",
+            "warm",
+            "gvisor",
+            "egress",
+            "hosts",
+            "events",
+            "volumes",
+            "density",
+            "warmburst",
         ] {
             if !self.plan.runs(scenario) {
                 continue;
@@ -336,6 +353,11 @@ impl Bench {
                 "events" => self.events().await?,
                 "volumes" => self.volumes().await?,
                 "density" => self.density().await?,
+                // Asked for alone: `burst` runs it too, and a full run
+                // runs `burst`.
+                "warmburst" if !self.plan.only.is_empty() && !self.plan.runs("burst") => {
+                    self.warm_burst(self.plan.fleet_burst).await?
+                }
                 _ => {}
             }
         }

@@ -27,6 +27,8 @@ pub struct SqlStore<B: Database> {
     pub(crate) health: Arc<HealthState>,
     /// Counts the commits that wrote events: readers wait for a change.
     pub(crate) events: Arc<tokio::sync::watch::Sender<u64>>,
+    /// New sandbox records waiting to be written together.
+    pub(crate) inserts: Arc<crate::group::InsertQueue>,
 }
 
 impl<B: Database> Clone for SqlStore<B> {
@@ -37,6 +39,7 @@ impl<B: Database> Clone for SqlStore<B> {
             discard_failed: self.discard_failed,
             health: self.health.clone(),
             events: self.events.clone(),
+            inserts: self.inserts.clone(),
         }
     }
 }
@@ -67,6 +70,7 @@ impl<B: Backend> SqlStore<B> {
             discard_failed,
             health: Arc::new(health),
             events: Arc::new(tokio::sync::watch::channel(0).0),
+            inserts: Arc::default(),
         }
     }
 
@@ -368,6 +372,12 @@ impl<B: Backend> Conn<B> {
             .ok_or_else(|| StoreError::Other("an aggregate returned no row".into()))
     }
 
+    /// Whether a failure left the connection in doubt: its transaction
+    /// cannot go on.
+    pub(crate) fn is_doubtful(&self) -> bool {
+        self.doubtful
+    }
+
     async fn begin(&mut self, context: &str) -> StoreResult<()> {
         // Counted as open at once: a BEGIN that fails halfway is doubtful too.
         self.in_tx = true;
@@ -396,7 +406,7 @@ impl<B: Backend> Conn<B> {
         }
     }
 
-    async fn rollback(&mut self, context: &str) {
+    pub(crate) async fn rollback(&mut self, context: &str) {
         self.tx_wrote = false;
         self.wrote_events = false;
         match B::execute(&mut self.conn, Q::new("ROLLBACK")).await {

@@ -15,6 +15,7 @@ use stockade_core::{
 };
 
 mod db;
+mod group;
 mod lock;
 mod postgres;
 mod queries;

@@ -76,6 +76,82 @@ async fn postgres_story() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_inserts_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("stockade.db").display());
+    inserts_together(stockade_store::connect(&url).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_inserts_together() {
+    common::on_postgres("postgres_inserts_together", |test_url| async move {
+        inserts_together(stockade_store::connect(&test_url).await.unwrap()).await;
+    })
+    .await;
+}
+
+/// Sixty records inserted at once (a burst of warm-pool claims): the
+/// store writes them in groups, and each insert still gets its own answer —
+/// a taken name refuses only its own insert, in the middle of a group.
+async fn inserts_together(store: Arc<dyn Store>) {
+    let account = store.create_account("burst", false).await.unwrap().id;
+    let scope = Scope::account(account.clone());
+    let at = Utc::now().trunc_subsecs(6);
+    let mut records: Vec<Sandbox> = (0..60)
+        .map(|i| {
+            sandbox(
+                &account,
+                None,
+                &format!("burst-{i}"),
+                &["burst"],
+                SandboxStatus::Running,
+                at,
+            )
+        })
+        .collect();
+    // Two take one name, and one reuses another's id.
+    records[41] = sandbox(&account, None, "burst-7", &[], SandboxStatus::Running, at);
+    records[52].id = records[3].id.clone();
+    let answers = futures_join_all(records.iter().cloned().map(|sb| {
+        let store = store.clone();
+        tokio::spawn(async move { store.insert_sandbox(&sb).await })
+    }))
+    .await;
+    let refused: Vec<usize> = (0..60).filter(|i| answers[*i].is_err()).collect();
+    // Of each pair, exactly one was refused, as a conflict.
+    assert_eq!(refused.len(), 2, "{answers:?}");
+    assert!(refused.contains(&7) != refused.contains(&41), "{refused:?}");
+    assert!(refused.contains(&3) != refused.contains(&52), "{refused:?}");
+    for i in &refused {
+        assert!(
+            matches!(answers[*i], Err(StoreError::Conflict(_))),
+            "insert {i}: {:?}",
+            answers[*i]
+        );
+    }
+    // Every other record is stored whole, with its labels.
+    for (i, sb) in records.iter().enumerate() {
+        if refused.contains(&i) {
+            continue;
+        }
+        let stored = store.get_sandbox(&scope, &sb.id).await.unwrap();
+        assert_eq!(stored.spec.name, sb.spec.name, "insert {i}");
+        assert_eq!(stored.spec.labels, sb.spec.labels, "insert {i}");
+    }
+    let page = store
+        .list_sandboxes(
+            &scope,
+            &SandboxFilter {
+                per_page: 100,
+                ..filter()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.total, 58);
+}
+
 /// Direct access to the database, to look at (and damage) the stored rows. `None` for in-memory SQLite.
 enum Raw {
     Sqlite(SqlitePool),

@@ -199,7 +199,7 @@ impl Bench {
     }
 
     /// The warm half of [`Self::fleet_bursts`].
-    async fn warm_burst(&mut self, n: usize) -> anyhow::Result<()> {
+    pub(super) async fn warm_burst(&mut self, n: usize) -> anyhow::Result<()> {
         use stockade_service::pool::{PoolClassConfig, PoolConfig};
         let (_dir, app, api) = self
             .configured_server("burst", move |c| {

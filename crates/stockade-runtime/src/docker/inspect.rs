@@ -137,6 +137,7 @@ impl Inspect for DockerRuntime {
         self.config.server_name.clone()
     }
 
+    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
     async fn inspect(&self, id: &SandboxId) -> RuntimeResult<Option<ContainerState>> {
         let docker = self.client().await?;
         let Some(inspected) = self.inspect_sandbox(&docker, id).await? else {

@@ -357,7 +357,32 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
     } else {
         None
     };
+    // Read before the turn too: a quota changed meanwhile is as if it had
+    // changed just after the check.
+    let quota = svc
+        .store
+        .get_quota(ask.account)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => {
+                ServiceError::NotFound(format!("Account {} not found", ask.account))
+            }
+            other => other.into(),
+        })?;
+    let count_quota = !quota.is_unlimited() && ask.after != ask.before;
+    let held_as = Held {
+        id: ask.id.clone(),
+        account: Some(ask.account.clone()),
+        server: ask.server.to_owned(),
+        after: ask.after,
+        before: ask.before,
+    };
     let admission = svc.admission.clone();
+    if !count_quota && cap.is_none() {
+        // Nothing to weigh: the grant only counts for the checks after it,
+        // and a burst of creates does not queue on the turn.
+        return Ok(admission.hold(held_as, ask.host));
+    }
     let _turn = admission.turn.lock().await;
     // The grants in flight, but an earlier one for this very sandbox.
     let held: Vec<Held> = admission
@@ -371,17 +396,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
     except.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
     except.dedup();
 
-    let quota = svc
-        .store
-        .get_quota(ask.account)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound => {
-                ServiceError::NotFound(format!("Account {} not found", ask.account))
-            }
-            other => other.into(),
-        })?;
-    if !quota.is_unlimited() && ask.after != ask.before {
+    if count_quota {
         let mut usage = svc.store.account_usage(ask.account, &except).await?;
         for h in held
             .iter()
@@ -394,7 +409,6 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
             .map_err(|e| ServiceError::QuotaExceeded(e.0))?;
     }
 
-    let host_checked = ask.host;
     if let Some(cap) = cap {
         let mut reserved = svc.store.server_reserved(ask.server, &except).await?;
         for h in held.iter().filter(|h| h.server == ask.server) {
@@ -405,16 +419,7 @@ pub async fn admit(svc: &Service, ask: Ask<'_>) -> ServiceResult<Admitted> {
             .map_err(|e| ServiceError::InsufficientCapacity(e.0))?;
     }
 
-    Ok(admission.hold(
-        Held {
-            id: ask.id.clone(),
-            account: Some(ask.account.clone()),
-            server: ask.server.to_owned(),
-            after: ask.after,
-            before: ask.before,
-        },
-        host_checked,
-    ))
+    Ok(admission.hold(held_as, ask.host))
 }
 
 fn add(a: QuotaUsage, b: Footprint) -> QuotaUsage {

@@ -258,11 +258,11 @@ impl Service {
         Ok(())
     }
 
-    /// Registers `sb`'s policy with the filter at its address without
-    /// writing its entry: a warm-pool member claimed for allow-all keeps the
-    /// entry of its fill, and its DNS goes to the forwarder, which answers
-    /// only sandboxes it knows.
-    pub async fn register_egress(&self, sb: &Sandbox) {
+    /// Registers `sb`'s policy with the filter at its address `ip` (as the
+    /// claim's inspection found it) without writing its entry: a warm-pool
+    /// member claimed for allow-all keeps the entry of its fill, and its DNS
+    /// goes to the forwarder, which answers only sandboxes it knows.
+    pub fn register_egress(&self, sb: &Sandbox, ip: Option<std::net::IpAddr>) {
         let Some((filter, _)) = self
             .egress
             .running()
@@ -270,18 +270,8 @@ impl Service {
         else {
             return;
         };
-        let addr = match self.runtime_for(sb).await {
-            Ok(rt) => rt.container_address(&sb.id).await,
-            Err(e) => Err(stockade_runtime::RuntimeError::Other(e.to_string())),
-        };
-        match addr {
-            Ok(Some(ip)) => {
-                filter.policies.set(ip, sb.spec.network.clone());
-            }
-            Ok(None) => {}
-            Err(e) => {
-                warn!(sandbox.id = %sb.id, error = %e, "egress policy not registered; reconciliation does it")
-            }
+        if let Some(ip) = ip {
+            filter.policies.set(ip, sb.spec.network.clone());
         }
     }
 

@@ -275,7 +275,28 @@ pub struct Pool {
     /// Fitting creates served by a member, and those that found none.
     hits: AtomicU64,
     misses: AtomicU64,
+    takes: Mutex<Takes>,
+    /// The container of each member this process made, by member: a claim
+    /// whose member's agent answers needs no Docker inspection.
+    containers: Mutex<HashMap<SandboxId, String>>,
 }
+
+/// The claims of the latest burst: when its first and its latest member
+/// were taken.
+#[derive(Debug, Default, Clone, Copy)]
+struct Takes {
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// Refills start once claims pause this long: a fill takes seconds and
+/// cannot serve the burst under way, while its Docker work (create, disk,
+/// network) would take the CPU that burst's claims and first commands run on.
+const REFILL_QUIET: Duration = Duration::from_millis(250);
+
+/// … or this long after a burst's first claim, so a steady stream of claims
+/// still has its members replaced.
+const REFILL_MAX_WAIT: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -304,6 +325,8 @@ impl Pool {
             wake: Notify::new(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            takes: Mutex::default(),
+            containers: Mutex::default(),
         })
     }
 
@@ -387,7 +410,23 @@ impl Pool {
     }
 
     fn take(&self, slot: &Slot) -> Option<SandboxId> {
-        self.lock().get_mut(slot)?.ready.pop_front()
+        let id = self.lock().get_mut(slot)?.ready.pop_front()?;
+        let now = Instant::now();
+        let mut takes = self.takes.lock().unwrap_or_else(|p| p.into_inner());
+        if takes
+            .last
+            .is_none_or(|last| now.duration_since(last) > REFILL_QUIET)
+        {
+            takes.first = Some(now);
+        }
+        takes.last = Some(now);
+        Some(id)
+    }
+
+    /// When refills may start after the latest burst of claims.
+    fn refill_at(&self) -> Option<Instant> {
+        let takes = *self.takes.lock().unwrap_or_else(|p| p.into_inner());
+        Some((takes.last? + REFILL_QUIET).min(takes.first? + REFILL_MAX_WAIT))
     }
 
     fn put_back(&self, slot: &Slot, id: SandboxId) {
@@ -400,6 +439,16 @@ impl Pool {
         for s in self.lock().values_mut() {
             s.ready.retain(|r| r != id);
         }
+        self.container_of(id);
+    }
+
+    fn containers(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, String>> {
+        self.containers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes what the fill of member `id` remembered of its container.
+    fn container_of(&self, id: &SandboxId) -> Option<String> {
+        self.containers().remove(id)
     }
 
     /// Asks the refill task to look now.
@@ -473,6 +522,7 @@ pub enum Claim {
 /// Serves the create of `sb` from the warm pool: `None` when it does not
 /// fit a class or no member is ready on a host it may go to (the caller
 /// creates it cold).
+#[tracing::instrument(name = "pool_claim", skip_all, fields(account.id = %sb.account_id))]
 pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
     let pool = &svc.pool;
     let class = pool.class_for(&sb.spec)?;
@@ -500,15 +550,21 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
         // sandbox, so the refill the take starts cannot overfill the host.
         let _held = crate::fleet::admission::hold_claim(svc, &id, &slot.0, class.resources());
         pool.wake();
-        let container = match rt.inspect(&id).await {
-            Ok(Some(c)) if c.running => c,
-            other => {
-                warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
-                discard(svc, &slot.0, id);
-                continue;
-            }
+        // A member whose agent answers runs: Docker is asked only when it
+        // does not (or this process did not make it), which keeps a burst
+        // of claims off the engine.
+        let (container_id, address) = match answering(svc, &id).await {
+            Some(known) => known,
+            None => match rt.inspect(&id).await {
+                Ok(Some(c)) if c.running => (c.container_id, c.address),
+                other => {
+                    warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
+                    discard(svc, &slot.0, id);
+                    continue;
+                }
+            },
         };
-        let mut claimed = claimed_record(sb, &id, container.container_id);
+        let mut claimed = claimed_record(sb, &id, container_id);
         claimed.server = slot.0.clone();
         match svc.store.insert_sandbox(&claimed).await {
             Ok(()) => {}
@@ -541,7 +597,7 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
                 return Some(Claim::Unusable(claimed, e));
             }
         } else {
-            svc.register_egress(&claimed).await;
+            svc.register_egress(&claimed, address);
         }
         svc.agents.adopt(&id, claimed.started_at);
         pool.hits.fetch_add(1, Ordering::Relaxed);
@@ -549,6 +605,21 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
         return Some(Claim::Served(claimed));
     }
     None
+}
+
+/// How long a claim waits for a member's agent to answer before it asks
+/// Docker instead.
+const AGENT_PROBE: Duration = Duration::from_millis(500);
+
+/// The container and address of member `id` when this process made it and
+/// its agent answers now.
+async fn answering(svc: &Service, id: &SandboxId) -> Option<(String, Option<std::net::IpAddr>)> {
+    let container_id = svc.pool.container_of(id)?;
+    let (ip, client) = svc.agents.primed(id)?;
+    match tokio::time::timeout(AGENT_PROBE, client.health()).await {
+        Ok(Ok(())) => Some((container_id, Some(ip))),
+        _ => None,
+    }
 }
 
 /// Removes a member on `host` that can no longer be claimed, in the
@@ -586,10 +657,12 @@ pub async fn run(svc: Service, shutdown: CancellationToken) {
     tick.tick().await; // the first tick is immediate: adopt just looked
     loop {
         start_fills(&svc, &mut fills);
+        let now = Instant::now();
         let next_retry = pool
             .lock()
             .values()
             .filter_map(|s| s.retry_at)
+            .chain(pool.refill_at().filter(|at| *at > now))
             .min()
             .map(tokio::time::Instant::from_std);
         tokio::select! {
@@ -637,6 +710,9 @@ pub async fn run(svc: Service, shutdown: CancellationToken) {
 fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, String>)>) {
     let pool = &svc.pool;
     let now = Instant::now();
+    if pool.refill_at().is_some_and(|at| at > now) {
+        return;
+    }
     for (host, rt) in svc.schedulable_hosts() {
         let own = host.name == svc.hosts.own_name();
         for class in &pool.classes {
@@ -669,7 +745,10 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                         Err(why) => return (slot, Err(why.to_string())),
                     };
                     let made = async {
-                        rt.create_pool_member(&member).await?;
+                        let container_id = rt.create_pool_member(&member).await?;
+                        svc.pool
+                            .containers()
+                            .insert(member.sandbox_id.clone(), container_id);
                         // Its agent, connected now rather than at the first
                         // command; in the background, so the member is
                         // ready at once (a claim before the agent answers
@@ -691,6 +770,7 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                                 .await
                             {
                                 let _ = rt.remove(&member.sandbox_id, false).await;
+                                svc.pool.container_of(&member.sandbox_id);
                                 return Err(e);
                             }
                         }

@@ -210,7 +210,7 @@ fn known_total(filter: &SandboxFilter, rows: usize) -> Option<u64> {
 
 /// Record writes inside a caller's transaction.
 impl<B: Backend> SqlStore<B> {
-    pub(super) async fn insert_sandbox_in(
+    pub(crate) async fn insert_sandbox_in(
         &self,
         conn: &mut Conn<B>,
         sandbox: &Sandbox,
@@ -407,10 +407,7 @@ impl<B: Backend> SqlStore<B> {
 impl<B: Backend> SandboxStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(sandbox.id = %sandbox.id, account.id = %sandbox.account_id), err(level = "debug"))]
     async fn insert_sandbox(&self, sandbox: &Sandbox) -> StoreResult<()> {
-        let context = format!("insert sandbox {}", sandbox.id);
-        let mut conn = self.begin(&context).await?;
-        let result = self.insert_sandbox_in(&mut conn, sandbox, &context).await;
-        self.finish(conn, result, &context).await
+        self.insert_grouped(sandbox).await
     }
 
     #[tracing::instrument(skip_all, fields(account.id = %scope.account_id, sandbox.id = %id), err(level = "debug"))]
