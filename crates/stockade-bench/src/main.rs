@@ -259,38 +259,16 @@ impl Plan {
     }
 }
 
-const GROUPS: [&str; 19] = [
-    "api",
-    "lists",
-    "postgres",
-    "create",
-    "exec",
-    "burst",
-    "stop",
-    "logs",
-    "warm",
-    "terminal",
-    "code",
-    "pause",
-    "gvisor",
-    "egress",
-    "hosts",
-    "events",
-    "volumes",
-    "density",
-    "warmburst",
-];
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(bad) = cli
         .only
         .iter()
-        .find(|o| !GROUPS.contains(&o.trim().to_ascii_lowercase().as_str()))
+        .find(|o| !scenarios::GROUPS.contains(&o.trim().to_ascii_lowercase().as_str()))
     {
         eprintln!(
             "stockade-bench: unknown scenario group '{bad}' in --only: use {}",
-            GROUPS.join(", ")
+            scenarios::GROUPS.join(", ")
         );
         return ExitCode::from(2);
     }

@@ -30,6 +30,30 @@ mod hosts;
 mod pause;
 mod volumes;
 
+/// The scenario groups `--only` takes, in the order a run goes through
+/// them. `warmburst` runs only when asked for without `burst`.
+pub const GROUPS: [&str; 19] = [
+    "api",
+    "lists",
+    "postgres",
+    "create",
+    "exec",
+    "terminal",
+    "code",
+    "pause",
+    "burst",
+    "stop",
+    "logs",
+    "warm",
+    "gvisor",
+    "egress",
+    "hosts",
+    "events",
+    "volumes",
+    "density",
+    "warmburst",
+];
+
 /// Records of the list scenario are on a server name no Docker host has,
 /// so reconciliation leaves them alone (they have no containers).
 const RECORD_SERVER: &str = "bench-records";
@@ -294,27 +318,7 @@ impl Bench {
     async fn all(&mut self) -> anyhow::Result<()> {
         self.warm_up().await?;
         // Every scenario the plan runs, in this order.
-        for scenario in [
-            "api",
-            "lists",
-            "postgres",
-            "create",
-            "exec",
-            "terminal",
-            "code",
-            "pause",
-            "burst",
-            "stop",
-            "logs",
-            "warm",
-            "gvisor",
-            "egress",
-            "hosts",
-            "events",
-            "volumes",
-            "density",
-            "warmburst",
-        ] {
+        for scenario in GROUPS {
             if !self.plan.runs(scenario) {
                 continue;
             }

@@ -85,6 +85,7 @@ fn quick_run_measures_every_scenario_and_cleans_up() {
         "volume_write",
         "volume_read",
         "density_list",
+        "density_list_one",
         "density_exec",
         "density_rss",
         "density_idle_cpu",

@@ -1,13 +1,15 @@
 //! Fleets: a burst of creates at once, each timed to its first command,
 //! cold and from a warm pool as large as the burst; and density, hundreds of
 //! small idle sandboxes on one host — the server's memory, list and exec
-//! against one sandbox, its idle CPU, what each sandbox costs the host, and
-//! one bulk delete of them all.
+//! against one sandbox (a list also against a full page), its idle CPU,
+//! what each sandbox costs the host, and one bulk delete of them all against
+//! Docker removing as many containers.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 use super::{ms, rss_mib, Bench};
@@ -25,6 +27,11 @@ const WARM_BURST_ABOVE_FLOOR_MS: f64 = 60.0;
 const DENSITY_WAVE: usize = 10;
 /// Lists and execs measured at one sandbox and at full density.
 const DENSITY_SAMPLES: usize = 50;
+/// The page the density lists ask for.
+const DENSITY_PAGE: usize = 50;
+/// Removals at once in the raw baseline of the bulk delete: the server's
+/// default `bulk_concurrency`.
+const RAW_REMOVALS_AT_ONCE: usize = 8;
 
 fn small_body(labels: Value) -> Value {
     json!({ "cpuCores": SMALL_CPU, "memoryGB": SMALL_MEMORY_GB, "labels": labels })
@@ -292,6 +299,9 @@ impl Bench {
             let host_before = host_available_mib();
             let fill = Instant::now();
             let mut made = 1;
+            // Lists of a full page, once the first page is full: what a
+            // page costs whatever the sandboxes behind it.
+            let mut full_page = None;
             while made < n {
                 let wave = DENSITY_WAVE.min(n - made);
                 let (_, ids, errors) =
@@ -304,6 +314,9 @@ impl Bench {
                     );
                 }
                 made += wave;
+                if made >= DENSITY_PAGE && full_page.is_none() {
+                    full_page = Some((made, self.lists(&api).await?));
+                }
             }
             let fill_secs = fill.elapsed().as_secs_f64();
             // Settle: the creates' background work (agents connecting,
@@ -320,7 +333,10 @@ impl Bench {
                 bail!("density: the bulk delete removed {deleted} of {n}");
             }
             let left = self.raw.left_of(&app.instance_id()).await?;
+            let raw_delete_secs = self.raw_removal(n).await?;
             Ok::<_, anyhow::Error>(DensityRun {
+                full_page,
+                raw_delete_secs,
                 one,
                 full,
                 fill_secs,
@@ -349,11 +365,9 @@ impl Bench {
         id: &str,
         idle: Duration,
     ) -> anyhow::Result<DensityFigures> {
-        let (mut lists, mut execs) = (Vec::new(), Vec::new());
+        let lists = self.lists(api).await?;
+        let mut execs = Vec::new();
         for _ in 0..DENSITY_SAMPLES {
-            let t = Instant::now();
-            api.list("per_page=50").await?;
-            lists.push(ms(t.elapsed()));
             let t = Instant::now();
             let (code, _) = api.exec(id, &["true"]).await?;
             if code != 0 {
@@ -374,36 +388,96 @@ impl Bench {
         })
     }
 
+    /// `DENSITY_SAMPLES` lists of the first page, one after another.
+    async fn lists(&self, api: &Api) -> anyhow::Result<Vec<f64>> {
+        let mut lists = Vec::new();
+        for _ in 0..DENSITY_SAMPLES {
+            let t = Instant::now();
+            api.list(&format!("per_page={DENSITY_PAGE}")).await?;
+            lists.push(ms(t.elapsed()));
+        }
+        Ok(lists)
+    }
+
+    /// The bulk delete's baseline: `n` small containers made straight
+    /// through Docker, then removed with their volumes,
+    /// `RAW_REMOVALS_AT_ONCE` at a time; seconds the removal took.
+    async fn raw_removal(&mut self, n: usize) -> anyhow::Result<f64> {
+        let raw = self.small_raw().await?;
+        let mut made: Vec<RawSandbox> = Vec::with_capacity(n);
+        let filled = async {
+            while made.len() < n {
+                let wave = DENSITY_WAVE.min(n - made.len());
+                let (_, sbs, errors) = all_at_once(wave, |_| raw.create()).await;
+                made.extend(sbs);
+                if !errors.is_empty() {
+                    bail!(
+                        "density: raw create: {}",
+                        successes(wave - errors.len(), wave, &errors)
+                    );
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let t = Instant::now();
+        let removed: Vec<anyhow::Result<()>> = futures_util::stream::iter(made.iter())
+            .map(|sb| raw.destroy(sb))
+            .buffer_unordered(RAW_REMOVALS_AT_ONCE)
+            .collect()
+            .await;
+        let secs = t.elapsed().as_secs_f64();
+        filled?;
+        removed.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        Ok(secs)
+    }
+
     fn density_rows(&mut self, n: usize, run: &DensityRun) -> anyhow::Result<()> {
         let (one, full) = (&run.one, &run.full);
         let base = "1 sandbox";
+        if let Some((at, page)) = &run.full_page {
+            self.rows.push(
+                Row::new(
+                    "density_list",
+                    &format!("List, page of {DENSITY_PAGE}, with {n} sandboxes"),
+                    "ms",
+                    Better::Lower,
+                    &full.lists,
+                    Some(page),
+                    Target::RatioAtMost(1.5),
+                )
+                .baseline(format!("the same full page with {at} sandboxes"))
+                .note("the same answer size on both sides: what the sandboxes behind a page cost"),
+            );
+        }
         let latencies = [
             (
-                "density_list",
-                format!("List, page of 50, with {n} sandboxes"),
+                "density_list_one",
+                format!("List, page of {DENSITY_PAGE}, with {n} sandboxes, against one"),
                 &full.lists,
                 &one.lists,
+                Target::None,
+                Some(format!(
+                    "the page holds {DENSITY_PAGE} sandboxes against one: each costs its \
+                     record's decoding and its JSON"
+                )),
             ),
             (
                 "density_exec",
                 format!("Exec `true` with {n} sandboxes"),
                 &full.execs,
                 &one.execs,
+                Target::RatioAtMost(1.5),
+                None,
             ),
         ];
-        for (id, title, at_n, at_one) in latencies {
-            self.rows.push(
-                Row::new(
-                    id,
-                    &title,
-                    "ms",
-                    Better::Lower,
-                    at_n,
-                    Some(at_one),
-                    Target::RatioAtMost(1.5),
-                )
-                .baseline(base),
-            );
+        for (id, title, at_n, at_one, target, note) in latencies {
+            let row = Row::new(id, &title, "ms", Better::Lower, at_n, Some(at_one), target)
+                .baseline(base);
+            self.rows.push(match note {
+                Some(note) => row.note(note),
+                None => row,
+            });
         }
         if let (Some(a), Some(b)) = (full.rss, one.rss) {
             self.rows.push(
@@ -449,9 +523,13 @@ impl Bench {
                 "s",
                 Better::Lower,
                 &[run.delete_secs],
-                None,
+                Some(&[run.raw_delete_secs]),
                 Target::P50AtMost(30.0),
             )
+            .baseline(format!(
+                "Docker removing {n} such containers and their volumes, \
+                 {RAW_REMOVALS_AT_ONCE} at a time"
+            ))
             .note(format!(
                 "one DELETE /api/v1/sandbox/bulk by label; {} containers and {} volumes left after it",
                 run.left.0, run.left.1
@@ -489,6 +567,9 @@ struct DensityFigures {
 
 struct DensityRun {
     one: DensityFigures,
+    /// Lists of a full first page, and how many sandboxes there were.
+    full_page: Option<(usize, Vec<f64>)>,
+    raw_delete_secs: f64,
     full: DensityFigures,
     fill_secs: f64,
     delete_secs: f64,

@@ -351,6 +351,7 @@ impl DockerRuntime {
     }
 
     /// Deletes a removed volume's own file system, if it had one.
+    #[tracing::instrument(skip_all, fields(volume))]
     pub(super) async fn remove_volume_disk(
         &self,
         docker: &Docker,
