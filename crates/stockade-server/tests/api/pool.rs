@@ -13,11 +13,16 @@ use stockade_service::pool::{PoolClassConfig, PoolConfig};
 use crate::helpers::*;
 
 fn with_pool(size: usize, drain: bool) -> AppOptions {
+    with_pool_checked(size, drain, Duration::from_millis(200))
+}
+
+/// A pool whose members are checked every `check_interval`.
+fn with_pool_checked(size: usize, drain: bool, check_interval: Duration) -> AppOptions {
     AppOptions {
         configure: Some(Box::new(move |c| {
             c.service.pool = PoolConfig {
                 classes: vec![PoolClassConfig::default_class(size)],
-                check_interval: Duration::from_millis(200),
+                check_interval,
                 drain_on_shutdown: drain,
                 max_concurrent_fills: 2,
             };
@@ -153,6 +158,36 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     assert_eq!(r.body["status"], "TERMINATED");
     assert!(!container_exists(&id));
     assert!(!volume_exists(&id));
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_that_died_while_ready_is_never_handed_out() {
+    // Checked rarely, so the claims meet the dead members before the check.
+    let mut app = spawn_app_with(with_pool_checked(2, false, Duration::from_secs(600))).await;
+    let t = app.admin_token.clone();
+    let dead = full_pool(&app, 2).await;
+    // Their agents answer no more: the claims ask Docker, which says they
+    // do not run, and the creates are made cold instead.
+    for id in &dead {
+        docker_lines(&["kill", &format!("stockade-{id}")]);
+    }
+    for name in ["after-a", "after-b"] {
+        let sb = app.create(&t, json!({ "name": name })).await;
+        let id = sb["id"].as_str().unwrap().to_owned();
+        assert!(!dead.contains(&id), "a dead member was handed out: {id}");
+        assert_eq!(sb["status"], "RUNNING", "{sb}");
+        let r = app
+            .sandbox_post(&t, &id, "exec", json!({ "shell": "echo alive" }))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        assert_eq!(exec_out(&r.body), "alive\n");
+    }
+    // The dead members are removed, not left behind.
+    eventually("the dead members removed", || {
+        dead.iter().all(|id| !container_exists(id))
+    })
+    .await;
     app.shutdown().await;
 }
 
