@@ -309,11 +309,19 @@ pub fn apply_script(
     out
 }
 
-/// The `iptables-restore --noflush` input that removes sandbox `id`'s
-/// entries and chains; `None` when it has none.
-pub fn remove_script(chains: &EgressChains, listings: &Listings, id: &SandboxId) -> Option<String> {
-    let filter = removals(chains, &listings.filter, id, None, None);
-    let nat = removals(chains, &listings.nat, id, None, None);
+/// The `iptables-restore --noflush` input that removes the entries and
+/// chains of the sandboxes `ids`, in one commit; `None` when they have none.
+pub fn remove_script(
+    chains: &EgressChains,
+    listings: &Listings,
+    ids: &[SandboxId],
+) -> Option<String> {
+    let of_all = |listed: &[ListedRule]| -> Vec<String> {
+        ids.iter()
+            .flat_map(|id| removals(chains, listed, id, None, None))
+            .collect()
+    };
+    let (filter, nat) = (of_all(&listings.filter), of_all(&listings.nat));
     if filter.is_empty() && nat.is_empty() {
         return None;
     }
@@ -458,11 +466,20 @@ mod tests {
         assert!(!unfiltered.contains("REDIRECT"));
         assert!(unfiltered.contains(&format!("-A {mine} -j {}", c.private(&none))));
 
-        let gone = remove_script(&c, &listings, &me).unwrap();
+        let gone = remove_script(&c, &listings, std::slice::from_ref(&me)).unwrap();
         assert!(gone.contains("-D STOCKADE-EGRESS -s 192.168.64.9/32"));
         assert!(gone.contains(&format!("-X {mine}")));
         assert!(!gone.contains("192.168.64.7"));
-        assert!(remove_script(&c, &Listings::default(), &id_other()).is_none());
+        assert!(remove_script(&c, &Listings::default(), &[id_other()]).is_none());
+        // Several at once: one script, one commit per table, both entries
+        // and chains gone, the catch-all rule kept.
+        let both = remove_script(&c, &listings, &[old.clone(), me.clone(), id_other()]).unwrap();
+        assert!(both.contains("-D STOCKADE-EGRESS -s 192.168.64.7/32"));
+        assert!(both.contains("-D STOCKADE-EGRESS -s 192.168.64.9/32"));
+        assert!(both.contains(&format!("-X {}", c.sandbox(&old))));
+        assert!(both.contains(&format!("-X {mine}")));
+        assert!(!both.contains("REJECT"));
+        assert_eq!(both.matches("COMMIT").count(), 2);
     }
 
     #[test]

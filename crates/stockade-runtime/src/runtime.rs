@@ -343,8 +343,9 @@ pub trait Egress: Send + Sync {
         ports: Option<RedirectPorts>,
     ) -> RuntimeResult<Option<IpAddr>>;
 
-    /// Removes the sandbox's entries; the addresses they were for.
-    async fn remove_egress(&self, id: &SandboxId) -> RuntimeResult<Vec<IpAddr>>;
+    /// Removes the entries of the sandboxes `ids` (in one change of the
+    /// packet filter); the addresses they were for.
+    async fn remove_egress(&self, ids: &[SandboxId]) -> RuntimeResult<Vec<IpAddr>>;
 
     /// Every sandbox entry of this configuration's chains (all servers').
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>>;

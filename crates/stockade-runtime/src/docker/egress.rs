@@ -262,8 +262,10 @@ impl Egress for DockerRuntime {
             // Not on the sandbox network: nothing leaves it; forget old entries.
             if let Ok(ipt) = self.egress_iptables() {
                 let chains = self.egress_chains();
-                self.egress_restore(&ipt, |l| remove_script(&chains, l, id))
-                    .await?;
+                self.egress_restore(&ipt, |l| {
+                    remove_script(&chains, l, std::slice::from_ref(id))
+                })
+                .await?;
             }
             return Ok(None);
         };
@@ -295,8 +297,8 @@ impl Egress for DockerRuntime {
         Ok(Some(addr))
     }
 
-    #[tracing::instrument(skip_all, fields(sandbox.id = %id))]
-    async fn remove_egress(&self, id: &SandboxId) -> RuntimeResult<Vec<IpAddr>> {
+    #[tracing::instrument(skip_all, fields(sandboxes = ids.len()))]
+    async fn remove_egress(&self, ids: &[SandboxId]) -> RuntimeResult<Vec<IpAddr>> {
         let Ok(ipt) = self.egress_iptables() else {
             return Ok(Vec::new());
         };
@@ -306,10 +308,10 @@ impl Egress for DockerRuntime {
         self.egress_restore(&ipt, |l| {
             addrs = entries(&l.filter)
                 .into_iter()
-                .filter(|e| &e.sandbox_id == id)
+                .filter(|e| ids.contains(&e.sandbox_id))
                 .map(|e| e.addr)
                 .collect();
-            remove_script(&chains, l, id)
+            remove_script(&chains, l, ids)
         })
         .await?;
         Ok(addrs)
@@ -379,9 +381,9 @@ impl Egress for DockerRuntime {
             .filter(|e| live.get(e.sandbox_id.as_str()) != Some(&e.addr))
             .collect();
         let chains = self.egress_chains();
-        for e in &stale {
-            let id = e.sandbox_id.clone();
-            self.egress_restore(&ipt, |l| remove_script(&chains, l, &id))
+        let ids: Vec<SandboxId> = stale.iter().map(|e| e.sandbox_id.clone()).collect();
+        if !ids.is_empty() {
+            self.egress_restore(&ipt, |l| remove_script(&chains, l, &ids))
                 .await?;
         }
         Ok(stale)

@@ -83,12 +83,14 @@ impl Egress for FakeRuntime {
         Ok(Some(FAKE_GATEWAY.into()))
     }
 
-    async fn remove_egress(&self, id: &SandboxId) -> RuntimeResult<Vec<IpAddr>> {
+    async fn remove_egress(&self, ids: &[SandboxId]) -> RuntimeResult<Vec<IpAddr>> {
         self.check_available()?;
-        Ok(match self.state().egress.remove(id) {
-            Some(_) => vec![FAKE_GATEWAY.into()],
-            None => Vec::new(),
-        })
+        let mut st = self.state();
+        Ok(ids
+            .iter()
+            .filter(|id| st.egress.remove(*id).is_some())
+            .map(|_| IpAddr::from(FAKE_GATEWAY))
+            .collect())
     }
 
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>> {

@@ -148,7 +148,27 @@ async fn fifty_idle_sandboxes_stay_reachable_and_go_in_one_bulk_delete() {
         r.assert_status(StatusCode::OK, "exec at density");
         assert_eq!(r.body["exitCode"], 0, "{:?}", r.body);
     }
+    // Each has its egress entry; one bulk delete removes all of them.
+    let entries = || {
+        let listing = |args: &[&str]| {
+            let out = std::process::Command::new("iptables").args(args).output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        };
+        listing(&["-S", "STOCKADE-EGRESS"]) + &listing(&["-t", "nat", "-S", "STOCKADE-EGRESS"])
+    };
+    let before = entries();
+    for id in &ids {
+        assert!(before.contains(&format!("stockade:{id}")), "{id}: {before}");
+    }
     bulk_delete(&app, &t, "density", DENSITY).await;
+    let after = entries();
+    for id in &ids {
+        assert!(
+            !after.contains(id.as_str()),
+            "{id}'s egress entry is left: {after}"
+        );
+    }
     assert!(app.containers().is_empty(), "{:?}", app.containers());
     assert!(app.volumes().is_empty(), "{:?}", app.volumes());
     let listed = app.get("/api/v1/sandbox?labels=density", &t).await;

@@ -86,6 +86,10 @@ pub struct Egress {
     /// registry: a prune that read an address before a new sandbox took it
     /// must not forget the new sandbox's policy afterwards.
     ops: tokio::sync::Mutex<()>,
+    /// Removals waiting for `ops`, by host: whoever holds it next removes
+    /// all of its host's in one change of the packet filter (a bulk delete
+    /// of hundreds waits for one listing and one commit, not one each).
+    removals: std::sync::Mutex<Vec<(String, SandboxId)>>,
 }
 
 impl Default for Egress {
@@ -93,6 +97,7 @@ impl Default for Egress {
         Self {
             state: RwLock::new(State::Starting),
             ops: tokio::sync::Mutex::new(()),
+            removals: std::sync::Mutex::default(),
         }
     }
 }
@@ -286,8 +291,28 @@ impl Service {
                 return;
             }
         };
+        let removals = || {
+            self.egress
+                .removals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+        };
+        removals().push((sb.server.clone(), id.clone()));
         let _ops = self.egress.ops.lock().await;
-        match rt.remove_egress(id).await {
+        // This one and every other of its host that waits; none when the
+        // holder before took this one along.
+        let ids: Vec<SandboxId> = {
+            let mut waiting = removals();
+            let (host, others): (Vec<_>, Vec<_>) = waiting
+                .drain(..)
+                .partition(|(server, _)| *server == sb.server);
+            *waiting = others;
+            host.into_iter().map(|(_, id)| id).collect()
+        };
+        if ids.is_empty() {
+            return;
+        }
+        match rt.remove_egress(&ids).await {
             Ok(addrs) => {
                 if let Some((filter, _)) = self.egress.running() {
                     for ip in addrs {
@@ -297,7 +322,9 @@ impl Service {
                 }
             }
             Err(e) => {
-                warn!(sandbox.id = %id, error = %e, "egress entry not removed; reconciliation retries")
+                for id in &ids {
+                    warn!(sandbox.id = %id, error = %e, "egress entry not removed; reconciliation retries")
+                }
             }
         }
     }
