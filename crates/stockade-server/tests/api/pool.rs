@@ -167,8 +167,8 @@ async fn a_member_that_died_while_ready_is_never_handed_out() {
     let mut app = spawn_app_with(with_pool_checked(2, false, Duration::from_secs(600))).await;
     let t = app.admin_token.clone();
     let dead = full_pool(&app, 2).await;
-    // Their agents answer no more: the claims ask Docker, which says they
-    // do not run, and the creates are made cold instead.
+    // Docker says they do not run: the claims discard them and the
+    // creates are made cold instead.
     for id in &dead {
         docker_lines(&["kill", &format!("stockade-{id}")]);
     }

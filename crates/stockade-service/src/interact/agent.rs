@@ -105,12 +105,6 @@ impl Agents {
         warm.insert(id.clone(), (ip, client));
     }
 
-    /// The address and connected client of warm-pool member `id`, if it
-    /// was primed.
-    pub fn primed(&self, id: &SandboxId) -> Option<(IpAddr, AgentClient)> {
-        self.warm_lock().get(id).cloned()
-    }
-
     /// Hands the primed client of a claimed member to the sandbox's session
     /// starting at `started_at`.
     pub fn adopt(&self, id: &SandboxId, started_at: Option<DateTime<Utc>>) {

@@ -276,9 +276,6 @@ pub struct Pool {
     hits: AtomicU64,
     misses: AtomicU64,
     takes: Mutex<Takes>,
-    /// The container of each member this process made, by member: a claim
-    /// whose member's agent answers needs no Docker inspection.
-    containers: Mutex<HashMap<SandboxId, String>>,
 }
 
 /// The claims of the latest burst: when its first and its latest member
@@ -326,7 +323,6 @@ impl Pool {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             takes: Mutex::default(),
-            containers: Mutex::default(),
         })
     }
 
@@ -439,16 +435,6 @@ impl Pool {
         for s in self.lock().values_mut() {
             s.ready.retain(|r| r != id);
         }
-        self.container_of(id);
-    }
-
-    fn containers(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, String>> {
-        self.containers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Takes what the fill of member `id` remembered of its container.
-    fn container_of(&self, id: &SandboxId) -> Option<String> {
-        self.containers().remove(id)
     }
 
     /// Asks the refill task to look now.
@@ -550,21 +536,20 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
         // sandbox, so the refill the take starts cannot overfill the host.
         let _held = crate::fleet::admission::hold_claim(svc, &id, &slot.0, class.resources());
         pool.wake();
-        // A member whose agent answers runs: Docker is asked only when it
-        // does not (or this process did not make it), which keeps a burst
-        // of claims off the engine.
-        let (container_id, address) = match answering(svc, &id).await {
-            Some(known) => known,
-            None => match rt.inspect(&id).await {
-                Ok(Some(c)) if c.running => (c.container_id, c.address),
-                other => {
-                    warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
-                    discard(svc, &slot.0, id);
-                    continue;
-                }
-            },
+        // Docker's word that the member runs, and so that its address is
+        // still its own: something else answering there (another
+        // sandbox that took the address of a member that died) proves
+        // nothing. The same inspection gives the egress filter's address.
+        let container = match rt.inspect(&id).await {
+            Ok(Some(c)) if c.running => c,
+            other => {
+                warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
+                discard(svc, &slot.0, id);
+                continue;
+            }
         };
-        let mut claimed = claimed_record(sb, &id, container_id);
+        let address = container.address;
+        let mut claimed = claimed_record(sb, &id, container.container_id);
         claimed.server = slot.0.clone();
         match svc.store.insert_sandbox(&claimed).await {
             Ok(()) => {}
@@ -605,21 +590,6 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
         return Some(Claim::Served(claimed));
     }
     None
-}
-
-/// How long a claim waits for a member's agent to answer before it asks
-/// Docker instead.
-const AGENT_PROBE: Duration = Duration::from_millis(500);
-
-/// The container and address of member `id` when this process made it and
-/// its agent answers now.
-async fn answering(svc: &Service, id: &SandboxId) -> Option<(String, Option<std::net::IpAddr>)> {
-    let container_id = svc.pool.container_of(id)?;
-    let (ip, client) = svc.agents.primed(id)?;
-    match tokio::time::timeout(AGENT_PROBE, client.health()).await {
-        Ok(Ok(())) => Some((container_id, Some(ip))),
-        _ => None,
-    }
 }
 
 /// Removes a member on `host` that can no longer be claimed, in the
@@ -745,10 +715,7 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                         Err(why) => return (slot, Err(why.to_string())),
                     };
                     let made = async {
-                        let container_id = rt.create_pool_member(&member).await?;
-                        svc.pool
-                            .containers()
-                            .insert(member.sandbox_id.clone(), container_id);
+                        rt.create_pool_member(&member).await?;
                         // Its agent, connected now rather than at the first
                         // command; in the background, so the member is
                         // ready at once (a claim before the agent answers
@@ -770,7 +737,6 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                                 .await
                             {
                                 let _ = rt.remove(&member.sandbox_id, false).await;
-                                svc.pool.container_of(&member.sandbox_id);
                                 return Err(e);
                             }
                         }
