@@ -93,7 +93,7 @@ impl<B: Backend> SqlStore<B> {
     }
 
     async fn write_group(&self, group: Vec<Waiting>) {
-        if let [_] = group.as_slice() {
+        if group.len() == 1 {
             for w in group {
                 let result = self.insert_alone(&w.sandbox).await;
                 let _ = w.done.send(result);
