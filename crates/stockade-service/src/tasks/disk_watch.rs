@@ -6,14 +6,17 @@
 //! than its `diskSizeGB`, with the reason in its status.
 //!
 //! Nothing is deleted: started again, the sandbox can remove files; still
-//! over at the next check, it is stopped again. Between two checks a
-//! sandbox can write past its limit: the watch bounds for how long, only the
-//! kernel's caps bound how much (and the hosts' free-disk check stops new
+//! over at a check one period or more after its start, it is stopped again
+//! (a check while its owner is still cleaning up does not count). Between
+//! two checks (up to two periods after a start) a sandbox can write past
+//! its limit: the watch bounds for how long, only the kernel's caps bound
+//! how much (and the hosts' free-disk check stops new
 //! sandboxes from landing on a filling disk).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use stockade_core::{Sandbox, SandboxStatus};
 use stockade_runtime::{DiskEnforcement, DiskUsage, Runtime};
@@ -69,6 +72,15 @@ pub fn over_limit(sb: &Sandbox, caps: &DiskEnforcement, usage: &DiskUsage) -> Op
     })
 }
 
+/// Whether a pass at `now` measures `sb`: running, and started one
+/// `period` ago or more, so that an owner who starts a stopped sandbox to
+/// remove files is not stopped by a measurement taken before the removal.
+fn is_due(sb: &Sandbox, now: DateTime<Utc>, period: Duration) -> bool {
+    sb.status == SandboxStatus::Running
+        && !sb.is_terminated()
+        && sb.session_start().is_none_or(|at| at + period <= now)
+}
+
 /// Measures every running sandbox that has an uncapped area and stops the
 /// ones over their limit.
 pub async fn check_once(svc: &Service) -> DiskWatchReport {
@@ -81,9 +93,10 @@ pub async fn check_once(svc: &Service) -> DiskWatchReport {
             report.failed += 1;
             return report;
         };
+        let now = Utc::now();
         let running = page
             .into_iter()
-            .filter(|sb| sb.status == SandboxStatus::Running && !sb.is_terminated());
+            .filter(|sb| is_due(sb, now, svc.config.disk_check_interval));
         let mut checks = futures_util::stream::iter(running.map(|sb| check_one(svc, sb)))
             .buffer_unordered(CONCURRENCY);
         while let Some(outcome) = checks.next().await {
@@ -219,5 +232,17 @@ mod tests {
             over_limit(&sb, &caps(false, false), &DiskUsage::default()),
             None
         );
+    }
+
+    #[test]
+    fn a_sandbox_just_started_is_measured_one_period_later() {
+        let period = Duration::from_secs(30);
+        let now = Utc::now();
+        let mut sb = sandbox(1);
+        sb.mark_running(now - Duration::from_secs(10));
+        assert!(!is_due(&sb, now, period));
+        assert!(is_due(&sb, now + Duration::from_secs(20), period));
+        sb.mark_stopped(now, None);
+        assert!(!is_due(&sb, now + Duration::from_secs(60), period));
     }
 }
