@@ -1,9 +1,6 @@
 //! Identifiers: sandbox ids (`[a-z0-9]{12}`), account, team and instance ids.
 
 use rand::Rng;
-use serde::{Deserialize, Serialize};
-
-use crate::error::FieldError;
 
 const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -25,7 +22,7 @@ pub(crate) fn is_id(s: &str, len: usize) -> bool {
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $len:expr, $what:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, ::serde::Serialize, ::serde::Deserialize)]
         #[serde(try_from = "String", into = "String")]
         pub struct $name(String);
 
@@ -33,27 +30,27 @@ macro_rules! id_type {
             pub const LEN: usize = $len;
 
             pub fn generate() -> Self {
-                Self(random_id($len))
+                Self($crate::ids::random_id($len))
             }
 
             /// Parses an id; `field` names the input in the error.
-            pub fn parse_field(s: &str, field: &str) -> Result<Self, FieldError> {
-                if is_id(s, $len) {
+            pub fn parse_field(s: &str, field: &str) -> Result<Self, $crate::error::FieldError> {
+                if $crate::ids::is_id(s, $len) {
                     Ok(Self(s.to_owned()))
                 } else {
-                    Err(FieldError::new(
+                    Err($crate::error::FieldError::new(
                         field,
                         format!(
                             "invalid {} '{}': expected {} characters from [a-z0-9]",
                             $what,
-                            truncate(s),
+                            $crate::ids::truncate(s),
                             $len
                         ),
                     ))
                 }
             }
 
-            pub fn parse(s: &str) -> Result<Self, FieldError> {
+            pub fn parse(s: &str) -> Result<Self, $crate::error::FieldError> {
                 Self::parse_field(s, "id")
             }
 
@@ -89,7 +86,9 @@ macro_rules! id_type {
     };
 }
 
-fn truncate(s: &str) -> String {
+pub(crate) use id_type;
+
+pub(crate) fn truncate(s: &str) -> String {
     let mut out: String = s.chars().take(40).collect();
     if s.chars().count() > 40 {
         out.push('…');

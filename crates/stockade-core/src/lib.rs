@@ -21,6 +21,7 @@ pub mod snapshot;
 pub mod spec;
 pub mod status;
 pub mod team;
+pub mod template;
 pub mod update;
 
 pub use account::{Account, ApiToken, Scope, TokenKind, TokenRecord};

@@ -7,6 +7,9 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use stockade_core::template::{
+    BuildId, BuildLogLine, Template, TemplateBuild, TemplateId, TemplateLayer, TemplateName,
+};
 use stockade_core::{
     Account, AccountId, InstanceId, Label, Operation, OperationId, Quota, QuotaUsage, Resources,
     Sandbox, SandboxId, SandboxStatus, Scope, SharedVolume, SharedVolumeId, SharedVolumeStatus,
@@ -458,6 +461,84 @@ pub trait SnapshotStore: Send + Sync {
     /// (their capture died with its server).
     async fn pending_snapshots(&self, creating_before: DateTime<Utc>)
         -> StoreResult<Vec<Snapshot>>;
+}
+
+/// The most templates or builds one list returns.
+pub const MAX_TEMPLATES_LISTED: u32 = 1000;
+
+/// Templates, their builds, build logs and the build cache.
+#[async_trait]
+pub trait TemplateStore: Send + Sync {
+    /// Inserts a template with its names; a `Conflict` naming the name
+    /// when one is taken in its account.
+    async fn insert_template(&self, template: &Template) -> StoreResult<()>;
+
+    /// The template with `id`, deleted ones and other accounts' included
+    /// (the caller decides who may see it); `NotFound` when none.
+    async fn get_template(&self, id: &TemplateId) -> StoreResult<Template>;
+
+    /// The template named `name`: `account`'s own, else a public one (the
+    /// oldest when several accounts publish the name); `NotFound` when
+    /// none. Deleted templates have no names.
+    async fn template_by_name(
+        &self,
+        account: &AccountId,
+        name: &TemplateName,
+    ) -> StoreResult<Template>;
+
+    /// `account`'s templates that are not deleted, then other accounts'
+    /// public ones, oldest first (at most [`MAX_TEMPLATES_LISTED`]).
+    async fn list_templates(&self, account: &AccountId) -> StoreResult<Vec<Template>>;
+
+    /// Writes names, public, defaults, `updated_at` and `deleted_at` (a
+    /// deleted template loses its names). A `Conflict` naming the name when
+    /// one is taken.
+    async fn update_template(&self, template: &Template) -> StoreResult<()>;
+
+    async fn insert_build(&self, build: &TemplateBuild) -> StoreResult<()>;
+
+    /// `NotFound` when none.
+    async fn get_build(&self, id: &BuildId) -> StoreResult<TemplateBuild>;
+
+    /// Writes everything but the ids, owner and creation time.
+    async fn update_build(&self, build: &TemplateBuild) -> StoreResult<()>;
+
+    /// A template's builds, newest first (at most [`MAX_TEMPLATES_LISTED`]).
+    async fn list_builds(&self, template: &TemplateId) -> StoreResult<Vec<TemplateBuild>>;
+
+    /// The template's newest ready build (with `tag` when given).
+    async fn latest_ready_build(
+        &self,
+        template: &TemplateId,
+        tag: Option<&str>,
+    ) -> StoreResult<Option<TemplateBuild>>;
+
+    /// Builds waiting or building, across accounts: after a restart, the
+    /// ones whose server died with them.
+    async fn unfinished_builds(&self) -> StoreResult<Vec<TemplateBuild>>;
+
+    /// Appends lines to a build's log; their offsets must follow on.
+    async fn append_build_logs(&self, build: &BuildId, lines: &[BuildLogLine]) -> StoreResult<()>;
+
+    /// A build's log lines from offset `from` on, at most `limit`.
+    async fn build_logs(
+        &self,
+        build: &BuildId,
+        from: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<BuildLogLine>>;
+
+    /// The cached layer with `key`, if any.
+    async fn get_layer(&self, key: &str) -> StoreResult<Option<TemplateLayer>>;
+
+    /// Records a layer (a layer already there under the key is replaced).
+    async fn put_layer(&self, layer: &TemplateLayer) -> StoreResult<()>;
+
+    /// Every layer of `account` (to remove them with their images).
+    async fn layers_of_account(&self, account: &AccountId) -> StoreResult<Vec<TemplateLayer>>;
+
+    /// Forgets the layer with `key`.
+    async fn delete_layer(&self, key: &str) -> StoreResult<()>;
 }
 
 /// Shared volumes and which sandboxes mount them. A sandbox's mounts are
@@ -1026,6 +1107,7 @@ store_of_roles!(
     IdempotencyStore,
     SnapshotStore,
     SharedVolumeStore,
+    TemplateStore,
     OperationStore,
     QuotaStore,
     LeaseStore,

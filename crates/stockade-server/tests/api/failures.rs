@@ -9,12 +9,14 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::json;
 use stockade_core::events::StoredEvent;
+use stockade_core::template::{
+    BuildId, BuildLogLine, Template, TemplateBuild, TemplateId, TemplateLayer, TemplateName,
+};
 use stockade_core::{
     Account, AccountId, InstanceId, Operation, OperationId, Quota, QuotaUsage, Resources, Sandbox,
     SandboxId, SandboxStatus, Scope, Team, TeamId, TokenId, TokenRecord,
 };
 use stockade_core::{DeliveryId, SharedVolume, SharedVolumeId, SharedVolumeStatus, WebhookId};
-use stockade_store::SharedVolumeStore;
 use stockade_store::{
     AccountStore, Authenticated, HealthStore, HostStore, IdempotencyStore, Lease, LeaseStore,
     OperationStore, Placed, PlacementCandidate, QuotaStore, SandboxFilter, SandboxPage,
@@ -25,6 +27,7 @@ use stockade_store::{
     AttemptOutcome, AttemptRecord, AuditFilter, AuditRecord, AuditStore, DeliveryRecord,
     DeliveryStatus, DueDelivery, EventFilter, EventStore, WebhookRecord,
 };
+use stockade_store::{SharedVolumeStore, TemplateStore};
 
 use crate::helpers::*;
 
@@ -114,6 +117,31 @@ forward! {
         fn pending_shared_volumes(&self) -> StoreResult<Vec<SharedVolume>>;
         fn mounts_of_volumes(&self, volumes: &[SharedVolumeId])
             -> StoreResult<Vec<stockade_store::MountRecord>>;
+    }
+}
+
+forward! {
+    TemplateStore {
+        fn insert_template(&self, t: &Template) -> StoreResult<()>;
+        fn get_template(&self, id: &TemplateId) -> StoreResult<Template>;
+        fn template_by_name(&self, account: &AccountId,
+            name: &TemplateName) -> StoreResult<Template>;
+        fn list_templates(&self, account: &AccountId) -> StoreResult<Vec<Template>>;
+        fn update_template(&self, t: &Template) -> StoreResult<()>;
+        fn insert_build(&self, b: &TemplateBuild) -> StoreResult<()>;
+        fn get_build(&self, id: &BuildId) -> StoreResult<TemplateBuild>;
+        fn update_build(&self, b: &TemplateBuild) -> StoreResult<()>;
+        fn list_builds(&self, t: &TemplateId) -> StoreResult<Vec<TemplateBuild>>;
+        fn latest_ready_build(&self, t: &TemplateId,
+            tag: Option<&str>) -> StoreResult<Option<TemplateBuild>>;
+        fn unfinished_builds(&self) -> StoreResult<Vec<TemplateBuild>>;
+        fn append_build_logs(&self, b: &BuildId, lines: &[BuildLogLine]) -> StoreResult<()>;
+        fn build_logs(&self, b: &BuildId, from: u64,
+            limit: u32) -> StoreResult<Vec<BuildLogLine>>;
+        fn get_layer(&self, key: &str) -> StoreResult<Option<TemplateLayer>>;
+        fn put_layer(&self, layer: &TemplateLayer) -> StoreResult<()>;
+        fn layers_of_account(&self, account: &AccountId) -> StoreResult<Vec<TemplateLayer>>;
+        fn delete_layer(&self, key: &str) -> StoreResult<()>;
     }
 }
 

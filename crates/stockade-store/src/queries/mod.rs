@@ -14,6 +14,7 @@ mod settings;
 mod shared_volumes;
 mod snapshots;
 mod teams;
+mod templates;
 
 use crate::StoreError;
 
