@@ -13,7 +13,7 @@ use stockade_core::template::{
     BuildBase, BuildLogLine, BuildRecipe, BuildStatus, BuildStep, ImageConfig, LogLevel, StepKind,
     Template, TemplateBuild, TemplateLayer, TemplateName,
 };
-use stockade_core::AccountId;
+use stockade_core::{AccountId, SandboxId};
 use stockade_store::{Store, StoreError};
 
 common::store_tests!(file "t.db", 2, sqlite_templates, postgres_templates, |store| {
@@ -128,6 +128,7 @@ async fn story(s: Arc<dyn Store>) {
     b.recipe = Some(recipe());
     b.status = BuildStatus::Building;
     b.server = Some("local".into());
+    b.sandbox_id = Some(SandboxId::generate());
     b.started_at = Some(Utc::now().trunc_subsecs(6));
     s.update_build(&b).await.unwrap();
     assert_eq!(s.get_build(&b.id).await.unwrap(), b);

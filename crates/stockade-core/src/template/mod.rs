@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::FieldError;
-use crate::ids::AccountId;
+use crate::ids::{AccountId, SandboxId};
 use crate::names::check_name;
 
 pub use dockerfile::{parse_dockerfile, ParsedDockerfile};
@@ -312,6 +312,8 @@ pub struct TemplateBuild {
     pub tags: Vec<String>,
     /// The host that runs or ran it.
     pub server: Option<String>,
+    /// The sandbox its steps run in, while it runs.
+    pub sandbox_id: Option<SandboxId>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -331,6 +333,7 @@ impl TemplateBuild {
             failed_step: None,
             tags: Vec::new(),
             server: None,
+            sandbox_id: None,
             created_at: now,
             started_at: None,
             finished_at: None,

@@ -38,6 +38,7 @@ CREATE TABLE template_builds (
     failed_step BIGINT,
     tags        TEXT NOT NULL,
     server      TEXT,
+    sandbox_id  TEXT,
     created_at  TIMESTAMPTZ NOT NULL,
     started_at  TIMESTAMPTZ,
     finished_at TIMESTAMPTZ

@@ -38,6 +38,7 @@ CREATE TABLE template_builds (
     failed_step INTEGER,
     tags        TEXT NOT NULL,
     server      TEXT,
+    sandbox_id  TEXT,
     created_at  TEXT NOT NULL,
     started_at  TEXT,
     finished_at TEXT

@@ -5,7 +5,7 @@ use stockade_core::template::{
     BuildId, BuildLogLine, BuildStatus, LogLevel, Template, TemplateBuild, TemplateId,
     TemplateLayer, TemplateName,
 };
-use stockade_core::AccountId;
+use stockade_core::{AccountId, SandboxId};
 
 use super::corrupt;
 use crate::db::{is_unique_violation, Conn, SqlStore};
@@ -19,7 +19,7 @@ const COLUMNS: &str = "t.id, t.account_id, t.public, t.cpu_count, t.memory_mb, t
 
 /// The columns every build read selects.
 const BUILD_COLUMNS: &str = "id, template_id, account_id, status, recipe, image_ref, config, \
-     reason, failed_step, tags, server, created_at, started_at, finished_at";
+     reason, failed_step, tags, server, sandbox_id, created_at, started_at, finished_at";
 
 fn template_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Template> {
     let id: String = row.get("id")?;
@@ -54,6 +54,7 @@ fn build_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<TemplateBuild> {
     let config: Option<String> = row.get("config")?;
     let tags: String = row.get("tags")?;
     let failed_step: Option<i64> = row.get("failed_step")?;
+    let sandbox_id: Option<String> = row.get("sandbox_id")?;
     Ok(TemplateBuild {
         id: BuildId::parse(&id).map_err(|e| bad(e.message))?,
         template_id: TemplateId::parse(&template_id).map_err(|e| bad(e.message))?,
@@ -75,6 +76,10 @@ fn build_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<TemplateBuild> {
             .map_err(|_| bad("failed_step out of range".into()))?,
         tags: serde_json::from_str(&tags).map_err(|e| bad(format!("tags: {e}")))?,
         server: row.get("server")?,
+        sandbox_id: sandbox_id
+            .map(|s| SandboxId::parse(&s))
+            .transpose()
+            .map_err(|e| bad(e.message))?,
         created_at: row.ts("created_at")?,
         started_at: row.opt_ts("started_at")?,
         finished_at: row.opt_ts("finished_at")?,
@@ -300,6 +305,7 @@ impl<B: Backend> TemplateStore for SqlStore<B> {
         .next(b.failed_step.map(i64::from))
         .next(json(&b.tags, "tags")?)
         .next(b.server.clone())
+        .next(b.sandbox_id.as_ref().map(ToString::to_string))
         .next_ts(b.created_at)
         .next_opt_ts(b.started_at)
         .next_opt_ts(b.finished_at)
@@ -335,6 +341,7 @@ impl<B: Backend> TemplateStore for SqlStore<B> {
             .set("failed_step", b.failed_step.map(i64::from))
             .set("tags", json(&b.tags, "tags")?)
             .set("server", b.server.clone())
+            .set("sandbox_id", b.sandbox_id.as_ref().map(ToString::to_string))
             .set_opt_ts("started_at", b.started_at)
             .set_opt_ts("finished_at", b.finished_at)
             .sql(" WHERE id = ")
