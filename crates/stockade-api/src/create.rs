@@ -101,6 +101,8 @@ pub struct CreateSandboxBody {
     pub docker_image: Option<String>,
     /// A preset name the server maps to an image (e.g. `node22`).
     pub runtime: Option<String>,
+    /// A template to run, by id or name (`name:tag` for a tagged build).
+    pub template: Option<String>,
     /// A shell command line, or `{"executable": …, "args": […]}`.
     #[serde(alias = "start_command")]
     pub start_command: Option<StartCommandJson>,
@@ -363,6 +365,7 @@ impl CreateSandboxBody {
             name: self.name,
             docker_image: self.docker_image,
             runtime: self.runtime,
+            template: self.template,
             start_command,
             cpu_cores: self.cpu_cores,
             memory_gb: self.memory_gb,

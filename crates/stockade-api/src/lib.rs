@@ -104,6 +104,10 @@ pub struct CreateSandboxRequest {
     pub docker_image: Option<String>,
     /// A preset name the server maps to an image (e.g. `node22`, `python3.13`).
     pub runtime: Option<String>,
+    /// A template to run, by id or name (`name:tag` for a tagged build):
+    /// its newest ready build's image, environment, working directory,
+    /// user, start and ready commands, and its CPU and memory unless given.
+    pub template: Option<String>,
     /// Shell command line of the main process; defaults to a keep-alive.
     pub start_command: Option<String>,
     pub cpu_cores: Option<f64>,
@@ -232,6 +236,7 @@ impl CreateSandboxRequest {
                     .map(shared_volumes::VolumeMountRequest::input)
                     .collect()
             }),
+            template: None,
         }
     }
 }

@@ -198,6 +198,9 @@ impl std::fmt::Display for VolumeName {
     }
 }
 
+/// The shell loop of the default main process.
+const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done";
+
 /// The main process of a sandbox: a shell command line run with `/bin/sh -c`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -236,11 +239,14 @@ impl StartCommand {
 
     /// The default main process: sleeps forever, exits at once on SIGTERM.
     pub fn keep_alive_argv() -> Vec<String> {
-        vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "trap 'exit 0' TERM INT; while true; do sleep 86400 & wait $!; done".into(),
-        ]
+        vec!["/bin/sh".into(), "-c".into(), KEEP_ALIVE.into()]
+    }
+
+    /// A main process that starts `command` in the background at every
+    /// start of the sandbox and then sleeps like the default one: the
+    /// sandbox lives on when the command ends (a template's start command).
+    pub fn in_background(command: &str) -> Result<Self, FieldError> {
+        Self::parse(&format!("( {command}\n) &\n{KEEP_ALIVE}"))
     }
 }
 
@@ -367,6 +373,9 @@ pub struct SpecInput {
     pub host_selector: Option<BTreeMap<String, String>>,
     /// Shared volumes to mount.
     pub volume_mounts: Option<Vec<crate::shared_volume::MountInput>>,
+    /// The template build it runs: set by the service once it resolved the
+    /// template a create names, never taken from a client as it is.
+    pub template: Option<crate::template::TemplateUse>,
 }
 
 /// Where a create asked to be placed: a host by name, and labels
@@ -471,6 +480,9 @@ pub struct SandboxSpec {
     /// Shared volumes mounted into it, by id once the create resolved them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<crate::shared_volume::VolumeMount>,
+    /// The template build it runs, and what that build left for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<crate::template::TemplateUse>,
 }
 
 pub const MAX_TAGS: usize = 5;
@@ -829,6 +841,7 @@ impl SandboxSpec {
             },
             lifecycle: lifecycle.expect("checked"),
             mounts: mounts.expect("checked"),
+            template: input.template,
         })
     }
 

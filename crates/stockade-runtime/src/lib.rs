@@ -127,30 +127,63 @@ pub type ByteStream =
 /// Label on snapshot images: the snapshot's id.
 pub const SNAPSHOT_LABEL: &str = "io.stockade.snapshot-id";
 
-/// Refuses to create a container from a snapshot image (one with a
-/// [`SNAPSHOT_LABEL`]) named any other way than `stockade-snapshot:{its id}`. Only that name is handed out, and only
-/// to the snapshot's owner (through a `source`); any other way to the same
-/// image — an id prefix, a digest, a tag someone else gave it — is another
-/// tenant's snapshot reached around that check.
+/// The label of a template build's image: the build's id.
+pub const TEMPLATE_LABEL: &str = "io.stockade.template-build";
+/// The label of a build cache's image: its key.
+pub const TEMPLATE_LAYER_LABEL: &str = "io.stockade.template-layer";
+
+/// Stockade's own images, each by the label it carries and the one name it
+/// answers to (`{repository}:{label value}`).
+pub const OWN_IMAGE_LABELS: [(&str, &str); 3] = [
+    (SNAPSHOT_LABEL, stockade_core::Snapshot::IMAGE_REPO),
+    (
+        TEMPLATE_LABEL,
+        stockade_core::template::Template::IMAGE_REPO,
+    ),
+    (
+        TEMPLATE_LAYER_LABEL,
+        stockade_core::template::Template::LAYER_REPO,
+    ),
+];
+
+/// The labels that make a committed image `label`'s with `value`, and no
+/// other of Stockade's own: an image inherits its base's labels, so each
+/// other one is blanked (a template's sandbox snapshotted, a template built
+/// from another).
+pub fn own_image_labels(label: &str, value: &str) -> Vec<(String, String)> {
+    OWN_IMAGE_LABELS
+        .iter()
+        .map(|(l, _)| {
+            let v = if *l == label { value } else { "" };
+            ((*l).to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// Refuses to create a container from one of Stockade's own images (a
+/// snapshot's, a template build's, a cached build layer — one carrying
+/// their label) named any other way than `{its repository}:{its label}`.
+/// Only that name is handed out, and only to the owner (through a
+/// `source` or a `template`); any other way to the same image — an id
+/// prefix, a digest, a tag someone else gave it — is another tenant's image
+/// reached around that check.
 pub fn check_snapshot_image(
     reference: &str,
     labels: Option<&std::collections::HashMap<String, String>>,
 ) -> RuntimeResult<()> {
-    let Some(id) = labels
-        .and_then(|l| l.get(SNAPSHOT_LABEL))
-        .filter(|v| !v.is_empty())
-    else {
-        return Ok(());
-    };
-    if reference == format!("{}:{id}", stockade_core::Snapshot::IMAGE_REPO) {
-        return Ok(());
+    for (label, repo) in OWN_IMAGE_LABELS {
+        let Some(id) = labels.and_then(|l| l.get(label)).filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        if reference != format!("{repo}:{id}") {
+            return Err(RuntimeError::ImageUnavailable {
+                image: reference.to_owned(),
+                reason: "it is one of Stockade's own images (a snapshot's or a template's),                          reached only through its owner: start from a snapshot with `source`                          or from a template with `template`"
+                    .into(),
+            });
+        }
     }
-    Err(RuntimeError::ImageUnavailable {
-        image: reference.to_owned(),
-        reason: "it is a snapshot image, which is reached only through its snapshot: start \
-                 from a snapshot with `source`"
-            .into(),
-    })
+    Ok(())
 }
 
 /// Facts about the container engine, for `/health`, and the host's size,
@@ -465,6 +498,20 @@ mod tests {
                 "{other}: {e}"
             );
         }
+        // A template's image answers to its own name only, whatever its
+        // base carried (blanked at commit).
+        let build = "0b6c5a43-7c1e-4d2a-9f3e-2b8d1c0a9e11";
+        let template: std::collections::HashMap<_, _> = own_image_labels(TEMPLATE_LABEL, build)
+            .into_iter()
+            .collect();
+        assert!(
+            check_snapshot_image(&format!("stockade-template:{build}"), Some(&template)).is_ok()
+        );
+        assert!(check_snapshot_image("stockade-snapshot:s4n7q2b9x1kd", Some(&template)).is_err());
+        assert!(
+            check_snapshot_image(&format!("stockade-template-layer:{build}"), Some(&template))
+                .is_err()
+        );
         // Images without the label (or with a blank one) are anyone's.
         assert!(check_snapshot_image("node:20", None).is_ok());
         let blank = std::collections::HashMap::from([(SNAPSHOT_LABEL.to_owned(), String::new())]);

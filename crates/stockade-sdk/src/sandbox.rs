@@ -121,6 +121,7 @@ pub struct CreateParams {
     pub name: Option<String>,
     pub image: Option<String>,
     pub runtime: Option<String>,
+    pub template: Option<String>,
     pub start_command: Option<String>,
     pub ports: Vec<u16>,
     pub timeout: Option<Duration>,
@@ -163,6 +164,8 @@ impl CreateParams {
         image(image: impl Into<String>) => image = image.into();
         /// A runtime preset the server maps to an image (`node22`, `python3.13`, …).
         runtime(runtime: impl Into<String>) => runtime = runtime.into();
+        /// A template to run, by id or name (`name:tag` for a tagged build).
+        template(template: impl Into<String>) => template = template.into();
         start_command(cmd: impl Into<String>) => start_command = cmd.into();
         /// Session timeout: the sandbox is stopped (or terminated, if not
         /// persistent) when it expires.
@@ -296,6 +299,7 @@ impl CreateParams {
             name: self.name.clone(),
             docker_image: self.image.clone(),
             runtime: self.runtime.clone(),
+            template: self.template.clone(),
             start_command: self.start_command.clone(),
             cpu_cores: cpu,
             memory_gb: mem,

@@ -174,6 +174,8 @@ pub struct Template {
 impl Template {
     /// The repository of every template build's image.
     pub const IMAGE_REPO: &'static str = "stockade-template";
+    /// The repository of the build cache's images (one per cached step).
+    pub const LAYER_REPO: &'static str = "stockade-template-layer";
     pub const MAX_NAMES: usize = 16;
 
     pub fn new(account_id: AccountId, names: Vec<TemplateName>, now: DateTime<Utc>) -> Self {
@@ -344,6 +346,35 @@ impl TemplateBuild {
     pub fn image_name(&self) -> String {
         format!("{}:{}", Template::IMAGE_REPO, self.id)
     }
+
+    /// The build of a template image reference (`stockade-template:{id}`).
+    pub fn id_of_image(image_ref: &str) -> Option<BuildId> {
+        let tag = image_ref
+            .strip_prefix(Template::IMAGE_REPO)?
+            .strip_prefix(':')?;
+        BuildId::parse(tag).ok()
+    }
+
+    /// `templates/{id}/image.tar`: where the object store keeps the image,
+    /// for hosts that lack it.
+    pub fn image_blob_key_for(id: &BuildId) -> String {
+        format!("templates/{id}/image.tar")
+    }
+}
+
+/// What a sandbox keeps of the template build it runs: which one, and the
+/// working directory, user and ready command of its commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateUse {
+    pub template_id: TemplateId,
+    pub build_id: BuildId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Run until it exits 0 before a create or start answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_cmd: Option<String>,
 }
 
 /// A step's result kept for later builds: the image after the steps whose

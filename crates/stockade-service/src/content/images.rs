@@ -1,10 +1,12 @@
 //! Which images a tenant may name in `dockerImage`.
 //!
 //! - Stockade's own images — snapshots and forks (`stockade-snapshot:…`),
-//!   and any image named by its content id — are never usable by name: a
-//!   tenant reaches them only through an owned `source`, which checks the
-//!   owner. (Without this, `{"dockerImage":"stockade-snapshot:<id>"}` would
-//!   boot another account's snapshot.) Docker reads any all-hex reference
+//!   template builds and their cached layers (`stockade-template:…`,
+//!   `stockade-template-layer:…`), and any image named by its content id —
+//!   are never usable by name: a tenant reaches them only through an owned
+//!   `source` or `template`, which checks the owner. (Without this,
+//!   `{"dockerImage":"stockade-snapshot:<id>"}` would boot another
+//!   account's snapshot.) Docker reads any all-hex reference
 //!   without a tag as an id *prefix* (`9f3c1a`, even `1e7`), so every such
 //!   reference is refused, whatever its length; the runtime refuses, too, an
 //!   image that carries a snapshot label under any name but its snapshot's.
@@ -23,6 +25,14 @@ use crate::error::ConfigError;
 
 /// The repository of Stockade's snapshot images.
 pub const SNAPSHOT_REPOSITORY: &str = "stockade-snapshot";
+
+/// Every repository of Stockade's own images: snapshots, template builds
+/// and the build cache's layers, each reached only through its owner.
+const OWN_REPOSITORIES: [&str; 3] = [
+    SNAPSHOT_REPOSITORY,
+    stockade_core::template::Template::IMAGE_REPO,
+    stockade_core::template::Template::LAYER_REPO,
+];
 
 /// The images tenants may name. No patterns: every image but Stockade's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -111,8 +121,9 @@ pub fn is_internal(image: &str) -> bool {
     }
     let full = normalize(&lower);
     let repo = repository(&full);
-    repo == format!("docker.io/library/{SNAPSHOT_REPOSITORY}")
-        || repo.ends_with(&format!("/{SNAPSHOT_REPOSITORY}"))
+    OWN_REPOSITORIES
+        .iter()
+        .any(|own| repo == format!("docker.io/library/{own}") || repo.ends_with(&format!("/{own}")))
 }
 
 /// Whether Docker could read `image` as an image id or a prefix of one: an
@@ -262,6 +273,8 @@ mod tests {
             "stockade-snapshot",
             "docker.io/library/stockade-snapshot:x",
             "stockade-snapshot@sha256:0123",
+            "stockade-template:0b6c5a43-7c1e-4d2a-9f3e-2b8d1c0a9e11",
+            "docker.io/library/stockade-template-layer:k1",
             "sha256:0123456789abcdef",
             "0123456789abcdef0123",
             // Docker resolves id prefixes of any length.

@@ -26,11 +26,12 @@ use std::time::Duration;
 
 use chrono::{SubsecRound, Utc};
 use futures_util::StreamExt;
+use stockade_core::template::TemplateBuild;
 use stockade_core::{
     AccountId, OperationKind, Quota, Sandbox, Scope, Snapshot, SnapshotId, SnapshotKind,
     SnapshotStatus, StoredUsage,
 };
-use stockade_runtime::{labels, RuntimeError, SNAPSHOT_LABEL};
+use stockade_runtime::{labels, own_image_labels, RuntimeError, SNAPSHOT_LABEL};
 use stockade_store::StoreError;
 use tracing::{debug, error, info, warn};
 
@@ -270,8 +271,11 @@ async fn capture_inner(
     mut snapshot: Snapshot,
     quota: &Quota,
 ) -> ServiceResult<Snapshot> {
-    let image_labels = BTreeMap::from([
-        (SNAPSHOT_LABEL.to_owned(), snapshot.id.to_string()),
+    let mut image_labels: BTreeMap<String, String> =
+        own_image_labels(SNAPSHOT_LABEL, snapshot.id.as_str())
+            .into_iter()
+            .collect();
+    image_labels.extend([
         (
             labels::ACCOUNT_ID.to_owned(),
             snapshot.account_id.to_string(),
@@ -368,8 +372,8 @@ fn missing_container(e: RuntimeError, snapshot: &Snapshot) -> ServiceError {
     }
 }
 
-/// Whether a sandbox on the host of `rt` can start from the snapshot image
-/// `image`: it is there, or the object store holds it (loaded by
+/// Whether a sandbox on the host of `rt` can start from `image`: it is
+/// there, or it is a snapshot's or template's and the object store holds it (loaded by
 /// [`ensure_image_on`] before the create).
 pub(crate) async fn image_available_on(
     svc: &Service,
@@ -379,34 +383,38 @@ pub(crate) async fn image_available_on(
     if rt.image_present(image).await.unwrap_or(false) {
         return true;
     }
-    match Snapshot::id_of_image(image) {
-        Some(id) => matches!(
-            svc.blobs.head(&Snapshot::image_blob_key_for(&id)).await,
-            Ok(Some(_))
-        ),
+    match stored_image_key(image) {
+        Some(key) => matches!(svc.blobs.head(&key).await, Ok(Some(_))),
         None => false,
     }
 }
 
-/// Loads the snapshot image `image` from the object store into the host of
-/// `rt` unless it is there already. Other images are left to the
+/// Where the object store keeps `image`, when it is one of Stockade's own
+/// (a snapshot's or a template build's), which hosts load from there.
+fn stored_image_key(image: &str) -> Option<String> {
+    Snapshot::id_of_image(image)
+        .map(|id| Snapshot::image_blob_key_for(&id))
+        .or_else(|| {
+            TemplateBuild::id_of_image(image).map(|id| TemplateBuild::image_blob_key_for(&id))
+        })
+}
+
+/// Loads a snapshot's or template's image `image` from the object store
+/// into the host of `rt` unless it is there already. Other images are left to the
 /// create (which pulls them).
 pub(crate) async fn ensure_image_on(
     svc: &Service,
     rt: &dyn stockade_runtime::Runtime,
     image: &str,
 ) -> ServiceResult<()> {
-    let Some(id) = Snapshot::id_of_image(image) else {
+    let Some(key) = stored_image_key(image) else {
         return Ok(());
     };
     if rt.image_present(image).await.unwrap_or(false) {
         return Ok(());
     }
-    let (bytes, archive) = svc
-        .blobs
-        .get_stream(&Snapshot::image_blob_key_for(&id))
-        .await?;
-    info!(snapshot.id = %id, host = %rt.server_name(), bytes, "loading a snapshot image onto another host");
+    let (bytes, archive) = svc.blobs.get_stream(&key).await?;
+    info!(image, host = %rt.server_name(), bytes, "loading a stored image onto another host");
     rt.import_image(archive).await?;
     Ok(())
 }

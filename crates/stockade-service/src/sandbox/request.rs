@@ -12,6 +12,8 @@ use stockade_core::spec::SpecInput;
 pub struct NewSandbox {
     /// Its settings as sent; the create checks each one.
     pub spec: SpecInput,
+    /// The template it runs, by id or name, as sent.
+    pub template: Option<String>,
     /// The team to share it with; the caller must be a member.
     pub team_id: Option<String>,
     /// What `/workspace` (and for a snapshot or fork, the root filesystem)
@@ -28,6 +30,7 @@ impl From<&CreateSandboxRequest> for NewSandbox {
     fn from(req: &CreateSandboxRequest) -> Self {
         Self {
             spec: req.spec_input(),
+            template: req.template.clone(),
             team_id: req.team_id.clone(),
             source: req.source.clone(),
             metadata: BTreeMap::new(),
