@@ -1,7 +1,7 @@
 //! The agent's life as PID 1: reaper first, listeners, the main process
 //! with its env file, signals forwarded to it, and its exit status as ours.
 
-use crate::config::{Config, TOKEN_ENV};
+use crate::config::{Config, TOKEN_ENV, USER_ENV, WORKDIR_ENV};
 use crate::envfile;
 use crate::procs::Processes;
 use crate::reaper::{ExitStatus, Reaper};
@@ -19,7 +19,7 @@ fn log(msg: impl std::fmt::Display) {
 pub fn main_env(env_file: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| k != TOKEN_ENV)
+        .filter(|(k, _)| !matches!(k.as_str(), TOKEN_ENV | USER_ENV | WORKDIR_ENV))
         .collect();
     if let Ok(text) = std::fs::read_to_string(env_file) {
         let (ops, errors) = envfile::parse(&text);
@@ -27,7 +27,7 @@ pub fn main_env(env_file: &Path) -> Vec<(String, String)> {
             log(format!("{}: {e} (skipped)", env_file.display()));
         }
         envfile::apply(&mut env, &ops);
-        env.retain(|(k, _)| k != TOKEN_ENV);
+        env.retain(|(k, _)| !matches!(k.as_str(), TOKEN_ENV | USER_ENV | WORKDIR_ENV));
     }
     env
 }
@@ -39,7 +39,12 @@ pub fn main_env(env_file: &Path) -> Vec<(String, String)> {
 fn inherited_env() -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| !matches!(k.as_str(), TOKEN_ENV | "HOME" | "USER" | "LOGNAME"))
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                TOKEN_ENV | USER_ENV | WORKDIR_ENV | "HOME" | "USER" | "LOGNAME"
+            )
+        })
         .collect()
 }
 

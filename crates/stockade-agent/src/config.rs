@@ -11,6 +11,12 @@ pub const DEFAULT_MAIN_ENV: &str = "/.stockade/main.env";
 pub const TOKEN_ENV: &str = "STOCKADE_AGENT_TOKEN";
 /// The variable holding the listen address.
 pub const LISTEN_ENV: &str = "STOCKADE_AGENT_LISTEN";
+/// The default user of requests when `--user` is not given (a template's
+/// `USER`); removed from every child, like the token.
+pub const USER_ENV: &str = "STOCKADE_AGENT_USER";
+/// The default working directory of requests when `--workdir` is not given
+/// (a template's `WORKDIR`); removed from every child.
+pub const WORKDIR_ENV: &str = "STOCKADE_AGENT_WORKDIR";
 /// The variable naming the directory of a shared volume, set in a volume
 /// helper container: the agent then serves the volume's files under
 /// `/volume/`.
@@ -136,6 +142,19 @@ impl Config {
                 "no access token: set {TOKEN_ENV} or --token-file (or --insecure-no-token for local tests)"
             )));
         }
+        let user = user.or_else(|| env(USER_ENV).filter(|u| !u.is_empty()));
+        let workdir = match workdir {
+            Some(w) => Some(w),
+            None => match env(WORKDIR_ENV) {
+                Some(w) if w.starts_with('/') => Some(w),
+                Some(w) if !w.is_empty() => {
+                    return Err(ConfigError(format!(
+                        "{WORKDIR_ENV}: {w:?} must be an absolute path"
+                    )))
+                }
+                _ => None,
+            },
+        };
         let volume_root = match env(VOLUME_ROOT_ENV) {
             Some(v) if v.starts_with('/') => Some(PathBuf::from(v)),
             Some(v) if !v.is_empty() => {
@@ -185,6 +204,25 @@ mod tests {
         let c = parse(&["--insecure-no-token"], &[(LISTEN_ENV, "[::1]:7")]).unwrap();
         assert_eq!(c.listen, Some("[::1]:7".parse().unwrap()));
         assert_eq!(c.volume_root, None);
+        let c = parse(
+            &["--insecure-no-token"],
+            &[(USER_ENV, "node"), (WORKDIR_ENV, "/app")],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.user.as_deref(), c.workdir.as_deref()),
+            (Some("node"), Some("/app"))
+        );
+        let c = parse(
+            &["--insecure-no-token", "--user", "root"],
+            &[(USER_ENV, "node")],
+        )
+        .unwrap();
+        assert_eq!(c.user.as_deref(), Some("root"));
+        assert!(parse(&["--insecure-no-token"], &[(WORKDIR_ENV, "app")])
+            .unwrap_err()
+            .0
+            .contains(WORKDIR_ENV));
         let c = parse(&["--insecure-no-token"], &[(VOLUME_ROOT_ENV, "/volume")]).unwrap();
         assert_eq!(c.volume_root, Some(PathBuf::from("/volume")));
     }

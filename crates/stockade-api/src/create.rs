@@ -38,7 +38,7 @@ impl StartCommandArgv {
         let mut out = String::from("exec");
         for word in std::iter::once(&self.executable).chain(&self.args) {
             out.push(' ');
-            out.push_str(&quote(word));
+            out.push_str(&stockade_core::shell::quote(word));
         }
         out
     }
@@ -64,11 +64,6 @@ impl StartCommandArgv {
             args: words.collect(),
         })
     }
-}
-
-/// `'…'` with every `'` written as `'\''`.
-fn quote(word: &str) -> String {
-    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// One word as [`quote`] writes it, and what follows it.

@@ -143,6 +143,7 @@ impl Raw {
             // The default diskSizeGB, capped where the engine can as Stockade does.
             disk_bytes: Some(10 << 30),
             mounts: Vec::new(),
+            workspace_volume: true,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod operation;
 pub mod quota;
 pub mod sandbox;
 pub mod shared_volume;
+pub mod shell;
 pub mod size;
 pub mod snapshot;
 pub mod spec;

@@ -234,6 +234,11 @@ pub struct ContainerSpec {
     pub disk_bytes: Option<u64>,
     /// Shared volumes mounted into the container; each must exist.
     pub mounts: Vec<SharedMount>,
+    /// Whether `/workspace` is the sandbox's own volume (always, but for a
+    /// template's build: there it is a directory of the container, so that
+    /// a commit keeps what the steps wrote, and a sandbox of the template
+    /// gets it in its new volume, which Docker fills from the image).
+    pub workspace_volume: bool,
 }
 
 /// A shared volume in a container: the Docker volume's name and where.
@@ -286,6 +291,7 @@ debug_with_redacted_token!(ContainerSpec {
     agent_token,
     disk_bytes,
     mounts,
+    workspace_volume,
 });
 
 /// A warm-pool member to create: a sandbox container with the
@@ -343,6 +349,7 @@ impl PoolMemberSpec {
             agent_token: self.agent_token.clone(),
             disk_bytes: self.disk_bytes,
             mounts: Vec::new(),
+            workspace_volume: true,
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use stockade_core::shell::quote_if_needed;
 use stockade_sdk::api::{ProcessResponse, ProcessStatus};
 use stockade_sdk::{Command, CommandEvent, FollowLogs, StreamExt, TerminalOptions};
 
@@ -113,19 +114,6 @@ pub async fn shell(ctx: &Ctx, a: ShellArgs) -> anyhow::Result<ExitCode> {
     tty::session(&sb, &a.sandbox, options, true, None).await
 }
 
-/// A word as the shell reads it back unchanged.
-fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./,:=+@%^".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
 /// The shell command line a terminal runs for `exec -t`: the variables
 /// exported, then the program `exec`uted in place of the shell (so that
 /// signals and the exit code are its own) or the `--shell` line.
@@ -146,12 +134,12 @@ fn terminal_command(
                 "--env: '{k}' is not a variable name (letters, digits and _, not starting with a digit)"
             )));
         }
-        line.push_str(&format!("export {k}={}; ", shell_quote(v)));
+        line.push_str(&format!("export {k}={}; ", quote_if_needed(v)));
     }
     match shell {
         Some(s) => line.push_str(s),
         None => {
-            let words: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
+            let words: Vec<String> = argv.iter().map(|w| quote_if_needed(w)).collect();
             line.push_str("exec ");
             line.push_str(&words.join(" "));
         }
@@ -801,7 +789,7 @@ mod tests {
         assert!(terminal_command(&argv, None, &bad).is_err());
         let bad = vec![("A;rm".to_owned(), "x".to_owned())];
         assert!(terminal_command(&argv, None, &bad).is_err());
-        assert_eq!(shell_quote("a$b"), "'a$b'");
-        assert_eq!(shell_quote("/usr/bin/env"), "/usr/bin/env");
+        assert_eq!(quote_if_needed("a$b"), "'a$b'");
+        assert_eq!(quote_if_needed("/usr/bin/env"), "/usr/bin/env");
     }
 }

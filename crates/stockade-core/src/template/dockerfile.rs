@@ -262,12 +262,12 @@ impl<'t> Reader<'t> {
             (Some(ep), cmd) => {
                 let mut all = words(Some(ep));
                 all.extend(words(cmd));
-                (!all.is_empty()).then(|| shell_join(&all))
+                (!all.is_empty()).then(|| crate::shell::join(&all))
             }
             (None, Some(StartForm::Shell(c))) => Some(c),
             (None, cmd) => {
                 let all = words(cmd);
-                (!all.is_empty()).then(|| shell_join(&all))
+                (!all.is_empty()).then(|| crate::shell::join(&all))
             }
         };
         Ok(ParsedDockerfile {
@@ -446,7 +446,7 @@ impl<'t> Reader<'t> {
         let command = match &run.arguments {
             Command::Exec(words) => {
                 let words: Vec<String> = words.value.iter().map(|w| w.value.to_string()).collect();
-                shell_join(&words)
+                crate::shell::join(&words)
             }
             Command::Shell(rest) => {
                 let rest_text = join_lines(rest.value, self.escape);
@@ -789,24 +789,6 @@ fn heredoc_command(marker: &str, rest: &str, body: &str) -> Result<String, Strin
         .filter(|c| !matches!(c, '\'' | '"' | '\\'))
         .collect();
     Ok(format!("{marker}{rest}\n{body}{delimiter}"))
-}
-
-/// `words` as one POSIX shell command line that runs them as they are.
-fn shell_join(words: &[String]) -> String {
-    words
-        .iter()
-        .map(|w| {
-            let plain = !w.is_empty()
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
-            if plain {
-                w.clone()
-            } else {
-                format!("'{}'", w.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `ENV`/`ARG` arguments split into words at whitespace outside quotes;

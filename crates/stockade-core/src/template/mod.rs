@@ -375,6 +375,10 @@ pub struct TemplateUse {
     /// Run until it exits 0 before a create or start answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_cmd: Option<String>,
+    /// A sandbox that builds the template (`build_id`): its `/workspace` is
+    /// part of the container, for the commit to keep.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub building: bool,
 }
 
 /// A step's result kept for later builds: the image after the steps whose

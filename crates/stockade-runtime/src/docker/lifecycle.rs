@@ -166,13 +166,16 @@ impl DockerRuntime {
         let memory = (spec.memory_bytes > 0).then_some(spec.memory_bytes);
         let nano_cpus = (spec.cpu_cores.is_finite() && spec.cpu_cores > 0.0)
             .then(|| (spec.cpu_cores * 1e9).round() as i64);
-        let mut mounts = vec![Mount {
-            target: Some(VolumeName::MOUNT_PATH.to_owned()),
-            source: Some(volume.as_str().to_owned()),
-            typ: Some(MountTypeEnum::VOLUME),
-            read_only: Some(false),
-            ..Default::default()
-        }];
+        let mut mounts = Vec::new();
+        if spec.workspace_volume {
+            mounts.push(Mount {
+                target: Some(VolumeName::MOUNT_PATH.to_owned()),
+                source: Some(volume.as_str().to_owned()),
+                typ: Some(MountTypeEnum::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            });
+        }
         let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let (entrypoint, cmd) = match &spec.agent_token {
             None => (
@@ -358,6 +361,8 @@ impl DockerRuntime {
             self.ensure_agent_volume(docker, &spec.image).await?;
         }
         match existing {
+            // A template's build keeps `/workspace` in the container.
+            _ if !spec.workspace_volume => {}
             // A preserved volume of this sandbox: reuse it (and keep it on
             // failure), with its own file system in place if it has one.
             Ok(_) => self.mount_volume_disk(docker, volume.as_str()).await?,

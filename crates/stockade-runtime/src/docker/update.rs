@@ -44,11 +44,6 @@ fn is_identifier(key: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-/// `value` as one single-quoted shell word.
-fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
-}
-
 fn parse_env_list(list: Option<Vec<String>>) -> HashMap<String, String> {
     list.unwrap_or_default()
         .into_iter()
@@ -69,7 +64,7 @@ pub(crate) fn env_script(
     let mut out = String::from("# Written by Stockade: the environment of the main process.\n");
     for (k, v) in env {
         if is_identifier(k) {
-            out.push_str(&format!("export {k}={}\n", shell_quote(v)));
+            out.push_str(&format!("export {k}={}\n", stockade_core::shell::quote(v)));
         }
     }
     let mut removed: Vec<&String> = container_env
@@ -80,7 +75,7 @@ pub(crate) fn env_script(
     for k in removed {
         match image_env.get(k) {
             Some(v) if container_env.get(k) != Some(v) => {
-                out.push_str(&format!("export {k}={}\n", shell_quote(v)));
+                out.push_str(&format!("export {k}={}\n", stockade_core::shell::quote(v)));
             }
             Some(_) => {}
             None => out.push_str(&format!("unset {k}\n")),

@@ -616,6 +616,7 @@ mod tests {
             agent_token: None,
             disk_bytes: None,
             mounts: Vec::new(),
+            workspace_volume: true,
         }
     }
 

@@ -223,11 +223,6 @@ fn success(op: &mut Value) -> Option<(String, &mut Value)> {
     Some((code, answer))
 }
 
-/// Quotes `s` for a POSIX shell, in single quotes.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// A curl line for the operation: method, the path with its path and
 /// required query parameters filled from their examples, the token when the
 /// operation needs one, and the request example.
@@ -285,7 +280,10 @@ fn curl(method: &str, path: &str, op: &Value, example: Option<&examples::Operati
     match (media.as_deref(), example.and_then(|e| e.request.as_ref())) {
         (Some("application/json"), Some(body)) => {
             line.push("-H 'Content-Type: application/json'".to_owned());
-            line.push(format!("-d {}", shell_quote(&body.to_string())));
+            line.push(format!(
+                "-d {}",
+                stockade_core::shell::quote(&body.to_string())
+            ));
         }
         (Some(media), _) => {
             let file = example.and_then(|e| e.upload).unwrap_or("body.bin");

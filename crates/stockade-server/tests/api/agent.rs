@@ -82,6 +82,7 @@ async fn commands_run_through_the_agent_and_old_sandboxes_through_docker() {
             agent_token: None,
             disk_bytes: None,
             mounts: Vec::new(),
+            workspace_volume: true,
         })
         .await
         .unwrap();

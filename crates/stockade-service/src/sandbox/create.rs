@@ -2,7 +2,8 @@
 //! up, its settings taken in, before anything slow), the image policy, the
 //! hosts that may take it (placed once), the `Idempotency-Key` (a repeated
 //! request answered with the first create's sandbox), the quota and host
-//! room (admitted once, held), the source fetched once, then provisioning.
+//! room (admitted once, held), the source fetched once, then provisioning,
+//! and for a template's sandbox, its ready command.
 //! Every front-end (native, E2B, prime) goes through it.
 
 use stockade_core::Scope;
@@ -26,6 +27,8 @@ impl Service {
     ) -> ServiceResult<Created> {
         // The image the caller named (a snapshot or fork brings its own).
         let named_image = new.spec.docker_image.clone();
+        // A template brings its image and settings (its own, or public).
+        crate::content::templates::apply(self, scope, &mut new).await?;
         // Every field is checked before a source is fetched (a clone can
         // be long): the source's own fields and records first, since a
         // snapshot or fork brings settings of its own.
@@ -98,6 +101,20 @@ impl Service {
             },
         )
         .await?;
+        // A template's start command is ready before the create answers;
+        // a sandbox that never gets ready is not left behind.
+        if let Err(e) = crate::content::templates::wait_ready(
+            self,
+            &sandbox,
+            crate::content::templates::READY_TIMEOUT,
+        )
+        .await
+        {
+            if let Err(gone) = lifecycle::destroy(self, sandbox.clone(), false).await {
+                tracing::warn!(sandbox.id = %sandbox.id, error = %gone, "a sandbox whose template never got ready was not removed");
+            }
+            return Err(e);
+        }
         Ok(Created {
             sandbox,
             replayed: false,

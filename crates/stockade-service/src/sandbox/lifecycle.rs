@@ -105,6 +105,22 @@ pub(crate) fn docker_refused(e: RuntimeError, field: &str) -> ServiceError {
     }
 }
 
+/// The container's environment: the sandbox's variables, and for a
+/// template's sandbox the working directory and user its agent gives
+/// commands by default (never seen by the commands themselves).
+fn container_env(sb: &Sandbox) -> std::collections::BTreeMap<String, String> {
+    use stockade_agent::config::{USER_ENV, WORKDIR_ENV};
+    let mut env = sb.spec.environment_vars.clone();
+    if let Some(t) = &sb.spec.template {
+        for (key, value) in [(WORKDIR_ENV, &t.workdir), (USER_ENV, &t.user)] {
+            if let Some(value) = value {
+                env.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    env
+}
+
 pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
     ContainerSpec {
         sandbox_id: sb.id.clone(),
@@ -112,7 +128,7 @@ pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
         instance_id: svc.instance_id.clone(),
         image: sb.spec.docker_image.clone(),
         command: sb.spec.command_argv(),
-        env: sb.spec.environment_vars.clone(),
+        env: container_env(sb),
         cpu_cores: sb.spec.cpu_cores,
         memory_bytes: sb.spec.memory_bytes(),
         network_access: sb.spec.network.allows_egress(),
@@ -120,6 +136,7 @@ pub(crate) fn container_spec(svc: &Service, sb: &Sandbox) -> ContainerSpec {
         agent_token: Some(svc.agents.token(&sb.id)),
         disk_bytes: Some(u64::from(sb.spec.disk_size_gb) << 30),
         mounts: crate::content::shared_volumes::container_mounts(&sb.spec),
+        workspace_volume: sb.spec.template.as_ref().is_none_or(|t| !t.building),
     }
 }
 
