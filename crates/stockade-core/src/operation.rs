@@ -76,10 +76,13 @@ pub enum OperationKind {
     Pause,
     /// Thaws a paused sandbox.
     Resume,
+    /// Builds a template; its target is the build's id, its params name
+    /// the build sandbox once there is one.
+    Build,
 }
 
 impl OperationKind {
-    pub const ALL: [OperationKind; 10] = [
+    pub const ALL: [OperationKind; 11] = [
         Self::Create,
         Self::Start,
         Self::Stop,
@@ -90,6 +93,7 @@ impl OperationKind {
         Self::Move,
         Self::Pause,
         Self::Resume,
+        Self::Build,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -104,6 +108,7 @@ impl OperationKind {
             Self::Move => "move",
             Self::Pause => "pause",
             Self::Resume => "resume",
+            Self::Build => "build",
         }
     }
 
@@ -116,7 +121,7 @@ impl OperationKind {
                     "kind",
                     format!(
                         "unknown operation kind '{s}': expected create, start, stop, update, \
-                         delete, snapshot, sync, move, pause or resume"
+                         delete, snapshot, sync, move, pause, resume or build"
                     ),
                 )
             })

@@ -91,6 +91,14 @@ pub trait Lifecycle: Send + Sync {
     /// and `/health`.
     async fn image_present(&self, image: &str) -> RuntimeResult<bool>;
 
+    /// The content id of `image` when it is present (`sha256:…`); what a
+    /// template build's cache keys on, so that a base image pulled anew
+    /// builds anew. Engines that cannot tell say `None`.
+    async fn image_id(&self, image: &str) -> RuntimeResult<Option<String>> {
+        let _ = image;
+        Ok(None)
+    }
+
     /// Creates the volume `agent-sandbox-{id}` (if absent) and the container
     /// with the volume mounted at `/workspace`, and starts it. On any failure
     /// nothing it made is left behind. Returns the container id.

@@ -80,6 +80,8 @@ pub struct ServiceConfig {
     pub images: crate::content::images::ImagePolicy,
     /// Sandboxes one bulk operation works on at once.
     pub bulk_concurrency: usize,
+    /// How long a template build may take, its steps together.
+    pub template_build_timeout: Duration,
     /// The egress filter of network policies.
     pub egress: crate::net::egress::EgressSettings,
     /// Admission control per Docker host and the quota of new
@@ -122,6 +124,7 @@ impl Default for ServiceConfig {
             pool: PoolConfig::default(),
             images: crate::content::images::ImagePolicy::default(),
             bulk_concurrency: 8,
+            template_build_timeout: Duration::from_secs(30 * 60),
             egress: crate::net::egress::EgressSettings::default(),
             admission: crate::fleet::admission::AdmissionConfig::default(),
             hosts: crate::fleet::hosts::HostsConfig::default(),

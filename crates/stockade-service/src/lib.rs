@@ -30,6 +30,7 @@ pub mod observe;
 pub mod ops;
 pub mod sandbox;
 pub mod tasks;
+pub mod templates;
 #[cfg(test)]
 mod test_support;
 

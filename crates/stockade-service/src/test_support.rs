@@ -20,7 +20,7 @@ pub(crate) fn spec(sb: &Sandbox, instance: &InstanceId) -> ContainerSpec {
         agent_token: None,
         disk_bytes: None,
         mounts: Vec::new(),
-            workspace_volume: true,
+        workspace_volume: true,
     }
 }
 

@@ -493,6 +493,16 @@ impl Lifecycle for DockerRuntime {
         }
     }
 
+    #[tracing::instrument(skip(self))]
+    async fn image_id(&self, image: &str) -> RuntimeResult<Option<String>> {
+        let docker = self.client().await?;
+        match docker.inspect_image(image).await {
+            Ok(i) => Ok(i.id),
+            Err(e) if status_code(&e) == Some(404) => Ok(None),
+            Err(e) => Err(self.map_err(e, "inspect image")),
+        }
+    }
+
     #[tracing::instrument(skip_all, fields(sandbox.id = %spec.sandbox_id, image = %spec.image))]
     async fn create(&self, spec: &ContainerSpec) -> RuntimeResult<String> {
         self.create_or_undo(spec, None, stockade_labels(spec)).await

@@ -120,7 +120,7 @@ pub fn shell_spec(image: &str, command: &str) -> ContainerSpec {
         agent_token: None,
         disk_bytes: None,
         mounts: Vec::new(),
-            workspace_volume: true,
+        workspace_volume: true,
     }
 }
 

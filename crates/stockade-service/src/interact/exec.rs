@@ -58,6 +58,27 @@ impl Service {
         }
     }
 
+    /// [`Service::exec_start`] as `user` of the sandbox (its agent's
+    /// default user when `None`). Needs the sandbox's agent.
+    pub async fn exec_start_as(
+        &self,
+        sb: &Sandbox,
+        spec: ExecSpec,
+        user: Option<&str>,
+    ) -> ServiceResult<ExecProcess> {
+        let Some(agent) = self.agent(sb).await? else {
+            return Err(ServiceError::Conflict(format!(
+                "Sandbox {} has no agent to run commands as another user",
+                sb.id
+            )));
+        };
+        let agent = match user {
+            Some(u) => agent.with_user(u),
+            None => agent,
+        };
+        start_streamed(agent, spec, None).await
+    }
+
     /// Adopts the background processes that run in `sb`'s agent but that
     /// this server does not watch (started by another instance, or
     /// before this one restarted): re-attaches to each and captures its

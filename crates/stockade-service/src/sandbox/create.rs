@@ -29,6 +29,9 @@ impl Service {
         let named_image = new.spec.docker_image.clone();
         // A template brings its image and settings (its own, or public).
         crate::content::templates::apply(self, scope, &mut new).await?;
+        if let Some(image) = new.internal_image.take() {
+            new.spec.docker_image = Some(image);
+        }
         // Every field is checked before a source is fetched (a clone can
         // be long): the source's own fields and records first, since a
         // snapshot or fork brings settings of its own.

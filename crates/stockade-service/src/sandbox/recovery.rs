@@ -15,6 +15,8 @@
 //!   shows (running, frozen, stopped or gone).
 //! - update: the container's limits converge to the record's.
 //! - snapshot: the half-made snapshot is handed to the collector.
+//! - build: the template build fails ("the server stopped during the
+//!   build"), its build sandbox is removed and no image of it is kept.
 
 use chrono::Utc;
 use stockade_core::{Operation, OperationKind, SandboxId, Scope, SnapshotId, SnapshotStatus};
@@ -112,6 +114,7 @@ pub async fn recover_held(svc: &Service, op: Operation) -> bool {
         OperationKind::Update => converge_limits(svc, &op).await,
         OperationKind::Snapshot | OperationKind::Sync => abandon_snapshot(svc, &op).await,
         OperationKind::Move => crate::sandbox::drain::finish_move(svc, &op).await,
+        OperationKind::Build => fail_build(svc, &op).await,
     };
     match result {
         Ok(()) => {
@@ -149,6 +152,44 @@ async fn end(svc: &Service, op: &Operation, write: SandboxWrite<'_>) -> ServiceR
         Ok(_) | Err(StoreError::NotFound) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+async fn fail_build(svc: &Service, op: &Operation) -> ServiceResult<()> {
+    use stockade_core::template::{BuildId, BuildStatus};
+    let Ok(id) = BuildId::parse(&op.target) else {
+        return end(svc, op, SandboxWrite::None).await;
+    };
+    let mut build = match svc.store.get_build(&id).await {
+        Ok(b) => b,
+        Err(StoreError::NotFound) => return end(svc, op, SandboxWrite::None).await,
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(sandbox) = &build.sandbox_id {
+        let scope = Scope::account(op.account_id.clone());
+        match svc.store.get_sandbox(&scope, sandbox).await {
+            Ok(sb) if !sb.is_terminated() => {
+                crate::sandbox::lifecycle::destroy(svc, sb, false).await?;
+            }
+            Ok(_) | Err(StoreError::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !build.status.is_final() {
+        // Its image may have been committed before the end was written.
+        for (_, rt) in svc.host_runtimes().await {
+            if let Err(e) = rt.remove_image(&build.image_name()).await {
+                debug!(build.id = %id, error = %e, "recovery: a failed build's image stays");
+            }
+        }
+        build.status = BuildStatus::Error;
+        build.reason =
+            Some("the server stopped during the build; nothing of it was kept: build again".into());
+        build.image_ref = None;
+        build.sandbox_id = None;
+        build.finished_at = Some(Utc::now());
+        svc.store.update_build(&build).await?;
+    }
+    end(svc, op, SandboxWrite::None).await
 }
 
 async fn roll_back_create(svc: &Service, op: &Operation) -> ServiceResult<()> {

@@ -14,6 +14,10 @@ pub struct NewSandbox {
     pub spec: SpecInput,
     /// The template it runs, by id or name, as sent.
     pub template: Option<String>,
+    /// One of Stockade's own images that a create made by the service
+    /// itself runs (a template build's base or cached layer), past the
+    /// check of images a tenant may name; never taken from a request.
+    pub internal_image: Option<String>,
     /// The team to share it with; the caller must be a member.
     pub team_id: Option<String>,
     /// What `/workspace` (and for a snapshot or fork, the root filesystem)
@@ -31,6 +35,7 @@ impl From<&CreateSandboxRequest> for NewSandbox {
         Self {
             spec: req.spec_input(),
             template: req.template.clone(),
+            internal_image: None,
             team_id: req.team_id.clone(),
             source: req.source.clone(),
             metadata: BTreeMap::new(),

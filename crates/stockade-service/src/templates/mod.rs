@@ -1,0 +1,370 @@
+//! Templates, the use cases: make a template (or a new build of one),
+//! receive the files its `COPY` steps need, start a build, read a build's
+//! status and log, list and delete templates. A build runs in its own task
+//! (`build.rs`) under a durable operation: a server that dies mid-build
+//! leaves it to recovery, which fails it and removes its build sandbox.
+//!
+//! Templates belong to one account; a public one can be used (never built
+//! or deleted) by every account. Another account's private template is
+//! "not found" everywhere.
+
+mod build;
+pub mod copy;
+
+use chrono::Utc;
+use stockade_core::template::{
+    BuildId, BuildLogLine, BuildRecipe, BuildStatus, Template, TemplateBuild, TemplateName,
+};
+use stockade_core::{Operation, OperationKind, Scope};
+use stockade_runtime::ByteStream;
+use stockade_store::StoreError;
+use tracing::{info, warn};
+
+use crate::content::templates::{load, template_not_found};
+use crate::error::{ServiceError, ServiceResult};
+use crate::Service;
+
+/// The most log lines one status read returns.
+pub const MAX_LOG_LINES: u32 = 1000;
+
+/// What a new template (or a new build of an existing one) asks for.
+#[derive(Debug, Clone, Default)]
+pub struct TemplateInput {
+    /// Its names; the first one finds an existing template of the caller,
+    /// which then gets a new build.
+    pub names: Vec<String>,
+    /// Tags of the new build.
+    pub tags: Vec<String>,
+    pub cpu_count: Option<u32>,
+    pub memory_mb: Option<u32>,
+}
+
+/// Where the object store keeps one set of a template's files (a tar,
+/// plain or gzip), by the hash its `COPY` steps name.
+pub fn files_key(template: &Template, hash: &str) -> String {
+    format!("templates/files/{}/{hash}", template.account_id)
+}
+
+/// Checks a files hash: 64 hex digits (a SHA-256).
+pub fn check_files_hash(hash: &str, field: &str) -> ServiceResult<String> {
+    if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(hash.to_ascii_lowercase())
+    } else {
+        Err(ServiceError::field(
+            field,
+            "must be the SHA-256 of the files, 64 hex digits",
+        ))
+    }
+}
+
+fn check_tags(tags: &[String]) -> ServiceResult<Vec<String>> {
+    if tags.len() > 16 {
+        return Err(ServiceError::field("tags", "at most 16 tags are allowed"));
+    }
+    tags.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let ok = !t.is_empty()
+                && t.len() <= 63
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            if ok {
+                Ok(t.clone())
+            } else {
+                Err(ServiceError::field(
+                    format!("tags[{i}]"),
+                    "a tag is 1 to 63 characters from [A-Za-z0-9._-]",
+                ))
+            }
+        })
+        .collect()
+}
+
+fn check_size(value: Option<u32>, field: &str, max: u32) -> ServiceResult<Option<u32>> {
+    match value {
+        Some(v) if v == 0 || v > max => Err(ServiceError::field(
+            field,
+            format!("must be between 1 and {max}"),
+        )),
+        other => Ok(other),
+    }
+}
+
+impl Service {
+    /// Makes a template named `input.names` with a waiting build, or, when
+    /// the caller has a template of the first name, a new waiting build of
+    /// it (its defaults updated where given). `name:tag` tags the build.
+    pub async fn create_template(
+        &self,
+        scope: &Scope,
+        input: TemplateInput,
+    ) -> ServiceResult<(Template, TemplateBuild)> {
+        let mut tags = input.tags.clone();
+        let mut names = Vec::new();
+        if input.names.is_empty() {
+            return Err(ServiceError::field("name", "a template needs a name"));
+        }
+        if input.names.len() > Template::MAX_NAMES {
+            return Err(ServiceError::field(
+                "names",
+                format!("at most {} names are allowed", Template::MAX_NAMES),
+            ));
+        }
+        for (i, raw) in input.names.iter().enumerate() {
+            let (name, tag) = match raw.split_once(':') {
+                Some((n, t)) => (n, Some(t)),
+                None => (raw.as_str(), None),
+            };
+            let field = if i == 0 {
+                "name".to_owned()
+            } else {
+                format!("names[{i}]")
+            };
+            let name = TemplateName::parse_field(name, &field)?;
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            if let Some(tag) = tag {
+                tags.push(tag.to_owned());
+            }
+        }
+        let tags = check_tags(&tags)?;
+        let cpu = check_size(input.cpu_count, "cpuCount", 64)?;
+        let memory = check_size(input.memory_mb, "memoryMB", 256 * 1024)?;
+        let now = Utc::now();
+        let existing = match self
+            .store
+            .template_by_name(&scope.account_id, &names[0])
+            .await
+        {
+            Ok(t) if t.account_id == scope.account_id => Some(t),
+            Ok(_) | Err(StoreError::NotFound) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let template = match existing {
+            Some(mut t) => {
+                for name in names.into_iter().skip(1) {
+                    if !t.names.contains(&name) {
+                        t.names.push(name);
+                    }
+                }
+                t.cpu_count = cpu.or(t.cpu_count);
+                t.memory_mb = memory.or(t.memory_mb);
+                t.updated_at = now;
+                self.store.update_template(&t).await.map_err(name_taken)?;
+                t
+            }
+            None => {
+                let mut t = Template::new(scope.account_id.clone(), names, now);
+                t.cpu_count = cpu;
+                t.memory_mb = memory;
+                self.store.insert_template(&t).await.map_err(name_taken)?;
+                t
+            }
+        };
+        let mut build = TemplateBuild::new(&template, now);
+        build.tags = tags;
+        self.store.insert_build(&build).await?;
+        info!(template.id = %template.id, build.id = %build.id, "template build made");
+        Ok((template, build))
+    }
+
+    /// The template `reference` names (id or name) for a caller who may
+    /// change it: its owner. Others get "not found", like for a template
+    /// they cannot see.
+    pub async fn owned_template(&self, scope: &Scope, reference: &str) -> ServiceResult<Template> {
+        let t = load(self, scope, reference, "templateID").await?;
+        if t.account_id != scope.account_id {
+            return Err(template_not_found(reference));
+        }
+        Ok(t)
+    }
+
+    /// A template the caller may use (its own or a public one).
+    pub async fn template(&self, scope: &Scope, reference: &str) -> ServiceResult<Template> {
+        load(self, scope, reference, "templateID").await
+    }
+
+    /// The caller's templates, then the public ones of other accounts.
+    pub async fn list_templates(&self, scope: &Scope) -> ServiceResult<Vec<Template>> {
+        Ok(self.store.list_templates(&scope.account_id).await?)
+    }
+
+    /// A template's builds, newest first.
+    pub async fn template_builds(
+        &self,
+        scope: &Scope,
+        reference: &str,
+    ) -> ServiceResult<(Template, Vec<TemplateBuild>)> {
+        let t = self.owned_template(scope, reference).await?;
+        let builds = self.store.list_builds(&t.id).await?;
+        Ok((t, builds))
+    }
+
+    /// One build of a template the caller owns.
+    pub async fn template_build(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        build: &str,
+    ) -> ServiceResult<(Template, TemplateBuild)> {
+        let t = self.owned_template(scope, reference).await?;
+        let id = BuildId::parse_field(build, "buildID")?;
+        match self.store.get_build(&id).await {
+            Ok(b) if b.template_id == t.id => Ok((t, b)),
+            Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::NotFound(format!(
+                "Build {build} of template '{reference}' not found"
+            ))),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A build's log lines from `offset` on (at most `limit`, capped at
+    /// [`MAX_LOG_LINES`]).
+    pub async fn build_logs(
+        &self,
+        build: &TemplateBuild,
+        offset: u64,
+        limit: u32,
+    ) -> ServiceResult<Vec<BuildLogLine>> {
+        Ok(self
+            .store
+            .build_logs(&build.id, offset, limit.clamp(1, MAX_LOG_LINES))
+            .await?)
+    }
+
+    /// Whether the object store holds the files `hash` of a template the
+    /// caller owns.
+    pub async fn template_files_present(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        hash: &str,
+    ) -> ServiceResult<bool> {
+        let t = self.owned_template(scope, reference).await?;
+        let hash = check_files_hash(hash, "hash")?;
+        Ok(self.blobs.head(&files_key(&t, &hash)).await?.is_some())
+    }
+
+    /// Stores the files `hash` of a template the caller owns: a tar,
+    /// plain or gzip, at most `max_file_bytes`.
+    pub async fn store_template_files(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        hash: &str,
+        body: ByteStream,
+    ) -> ServiceResult<u64> {
+        let t = self.owned_template(scope, reference).await?;
+        let hash = check_files_hash(hash, "hash")?;
+        let limit = self.config.max_file_bytes;
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = seen.clone();
+        let body: ByteStream = Box::pin(futures_util::StreamExt::map(body, move |chunk| {
+            let chunk = chunk?;
+            let total = counted.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::SeqCst)
+                + chunk.len() as u64;
+            if total > limit {
+                return Err(std::io::Error::other("over the upload limit"));
+            }
+            Ok(chunk)
+        }));
+        let key = files_key(&t, &hash);
+        match self.blobs.put_stream(&key, body).await {
+            Ok(n) => Ok(n),
+            Err(_) if seen.load(std::sync::atomic::Ordering::SeqCst) > limit => {
+                let _ = self.blobs.delete(&key).await;
+                Err(crate::files::too_large(limit))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Starts a waiting build of a template the caller owns with `recipe`;
+    /// the build runs in the background (its status and log tell how it
+    /// goes). Returns it `building`.
+    pub async fn start_build(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        build: &str,
+        recipe: BuildRecipe,
+    ) -> ServiceResult<TemplateBuild> {
+        recipe
+            .validate()
+            .map_err(|e| ServiceError::field(e.field, e.message))?;
+        let (template, mut build) = self.template_build(scope, reference, build).await?;
+        if build.status != BuildStatus::Waiting {
+            return Err(ServiceError::Conflict(format!(
+                "Build {} is {}: only a waiting build can be started (make a new one)",
+                build.id,
+                build.status.as_str()
+            )));
+        }
+        let now = Utc::now();
+        let op = Operation::new(
+            build.id.to_string(),
+            OperationKind::Build,
+            scope.account_id.clone(),
+            self.ops.holder(),
+            now,
+            self.ops.lease_until(now),
+        );
+        let guard = self.begin_operation(op).await?;
+        build.recipe = Some(recipe);
+        build.status = BuildStatus::Building;
+        build.started_at = Some(now);
+        if let Err(e) = self.store.update_build(&build).await {
+            guard.release().await;
+            return Err(e.into());
+        }
+        let svc = self.clone();
+        let started = build.clone();
+        let scope = scope.clone();
+        tokio::spawn(async move { build::run(svc, scope, template, started, guard).await });
+        Ok(build)
+    }
+
+    /// Deletes a template the caller owns: its names are free at once, its
+    /// builds' images are removed from every host where no sandbox uses
+    /// them (the sandboxes made from it keep running).
+    pub async fn delete_template(&self, scope: &Scope, reference: &str) -> ServiceResult<Template> {
+        let mut t = self.owned_template(scope, reference).await?;
+        let now = Utc::now();
+        t.deleted_at = Some(now);
+        t.updated_at = now;
+        self.store.update_template(&t).await?;
+        for b in self.store.list_builds(&t.id).await? {
+            let Some(image) = &b.image_ref else { continue };
+            let mut kept = false;
+            for (host, rt) in self.host_runtimes().await {
+                match rt.remove_image(image).await {
+                    Ok(()) | Err(stockade_runtime::RuntimeError::NotFound(_)) => {}
+                    Err(e) => {
+                        kept = true;
+                        warn!(host, image, error = %e, "a deleted template's image stays (in use)");
+                    }
+                }
+            }
+            if !kept {
+                if let Err(e) = self
+                    .blobs
+                    .delete(&TemplateBuild::image_blob_key_for(&b.id))
+                    .await
+                {
+                    warn!(build.id = %b.id, error = %e, "a deleted template's stored image stays");
+                }
+            }
+        }
+        info!(template.id = %t.id, "template deleted");
+        Ok(t)
+    }
+}
+
+/// A taken name as the 409 it is.
+fn name_taken(e: StoreError) -> ServiceError {
+    match e {
+        StoreError::Conflict(m) => ServiceError::Conflict(m),
+        other => other.into(),
+    }
+}
