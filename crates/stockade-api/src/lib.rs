@@ -60,6 +60,7 @@ pub mod prime;
 
 pub mod shared_volumes;
 pub mod snapshots;
+pub mod templates;
 pub mod tokens;
 pub use events::{
     AuditEntry, AuditPage, AuditQuery, CreateWebhookRequest, DeliveryAttempt, DeliveryList,

@@ -120,6 +120,7 @@ pub fn router(state: AppState) -> Router {
         .merge(routes::update::routes())
         .merge(routes::snapshots::routes())
         .merge(routes::shared_volumes::routes())
+        .merge(routes::templates::routes())
         .merge(routes::terminal::routes())
         .merge(routes::events::routes())
         .merge(compat::prime::api_routes());

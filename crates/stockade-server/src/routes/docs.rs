@@ -111,6 +111,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc.merge(update::UpdateApi::openapi());
     doc.merge(super::snapshots::SnapshotsApi::openapi());
     doc.merge(super::shared_volumes::SharedVolumesApi::openapi());
+    doc.merge(super::templates::TemplatesApi::openapi());
     doc.merge(super::events::EventsApi::openapi());
     super::apidoc::require_bearer(&mut doc);
     doc
@@ -441,6 +442,10 @@ mod examples {
     pub const CONTEXT_ID: &str = "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f";
     pub const WEBHOOK_ID: &str = "w7h2k9m4q1x8z3c6";
     pub const DELIVERY_ID: &str = "d8q3w6z1x4c7v2b5n9m3k6j1";
+    pub const TEMPLATE_ID: &str = "m2t8p4w9k1x6";
+    pub const BUILD_ID: &str = "0b6c5a43-7c1e-4d2a-9f3e-2b8d1c0a9e11";
+    pub const FILES_HASH: &str =
+        "9f2c4b1a7e3d8c6f5a0b2d4e6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d1f2a";
     const CREATED: &str = "2026-01-15T09:30:00Z";
     const STARTED: &str = "2026-01-15T09:30:02Z";
 
@@ -449,6 +454,11 @@ mod examples {
         let v = match (place, name) {
             ("path", "id") if path.starts_with("/api/v1/snapshots/") => json!(SNAPSHOT_ID),
             ("path", "id") if path.starts_with("/api/v1/webhooks/") => json!(WEBHOOK_ID),
+            ("path", "id") if path.starts_with("/api/v1/templates/") => json!(TEMPLATE_ID),
+            ("path", "build") => json!(BUILD_ID),
+            ("path", "hash") => json!(FILES_HASH),
+            ("query", "logsOffset") => json!(0),
+            ("query", "limit") => json!(100),
             ("path", "id") => json!(SANDBOX_ID),
             ("path", "pid") => json!(PROCESS_ID),
             ("path", "context_id") => json!(CONTEXT_ID),
@@ -620,6 +630,35 @@ mod examples {
         });
         if status == "DELETED" {
             v["deletedAt"] = json!("2026-01-16T08:00:00Z");
+        }
+        v
+    }
+
+    fn build(status: &str) -> Value {
+        let mut v = json!({
+            "buildId": BUILD_ID, "templateId": TEMPLATE_ID, "status": status, "tags": ["v1"],
+            "createdAt": CREATED
+        });
+        if status != "waiting" {
+            v["startedAt"] = json!(STARTED);
+        }
+        if status == "ready" {
+            v["finishedAt"] = json!("2026-01-15T09:31:12Z");
+            v["image"] = json!(format!("stockade-template:{BUILD_ID}"));
+            v["config"] = json!({"env": {"APP_ENV": "production"}, "workdir": "/app",
+                                 "user": "node", "startCmd": "node server.js",
+                                 "readyCmd": "curl -fs localhost:3000/health"});
+        }
+        v
+    }
+
+    fn template(builds: Option<Vec<Value>>) -> Value {
+        let mut v = json!({
+            "templateId": TEMPLATE_ID, "names": ["web-app"], "public": false, "shared": false,
+            "cpuCount": 2, "memoryMB": 2048, "createdAt": CREATED, "updatedAt": CREATED
+        });
+        if let Some(b) = builds {
+            v["builds"] = json!(b);
         }
         v
     }
@@ -928,6 +967,38 @@ mod examples {
                 }),
             op("post", "/api/v1/uploads").upload("workspace.tar.gz")
                 .response(json!({"uploadId": UPLOAD_ID, "bytes": 48213, "expiresAt": "2026-01-16T09:30:00Z"})),
+            // Templates.
+            op("post", "/api/v1/templates")
+                .request(json!({"name": "web-app:v1", "cpuCount": 2, "memoryMB": 2048}))
+                .response(template(Some(vec![build("waiting")]))),
+            op("get", "/api/v1/templates").response(json!({"templates": [template(None)]})),
+            op("get", "/api/v1/templates/{id}").response(template(Some(vec![build("ready")]))),
+            op("delete", "/api/v1/templates/{id}").response(template(None)),
+            op("get", "/api/v1/templates/{id}/files/{hash}")
+                .response(json!({"present": false})),
+            op("put", "/api/v1/templates/{id}/files/{hash}")
+                .request(json!("(the bytes of context.tar.gz)"))
+                .upload("context.tar.gz")
+                .response(json!({"present": true, "bytes": 48213})),
+            op("post", "/api/v1/templates/{id}/builds/{build}")
+                .request(json!({"fromImage": "node:20-bookworm",
+                                "steps": [
+                                    {"type": "WORKDIR", "path": "/app"},
+                                    {"type": "RUN", "command": "npm install -g serve"},
+                                    {"type": "ENV", "vars": [["APP_ENV", "production"]]}
+                                ],
+                                "startCmd": "serve -l 3000",
+                                "readyCmd": "curl -fs localhost:3000"}))
+                .response(build("building")),
+            op("get", "/api/v1/templates/{id}/builds/{build}")
+                .response({
+                    json!({"build": build("ready"), "logEntries": [
+                        {"offset": 0, "timestamp": STARTED, "level": "info", "step": "base",
+                         "message": "FROM node:20-bookworm"},
+                        {"offset": 1, "timestamp": STARTED, "level": "info", "step": "1",
+                         "message": "[1/3] WORKDIR /app"}
+                    ]})
+                }),
             // Teams.
             op("post", "/api/v1/teams").request(json!({"name": "research"})).response(team(false)),
             op("get", "/api/v1/teams").response(json!({"teams": [team(true)]})),

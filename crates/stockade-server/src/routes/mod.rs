@@ -22,6 +22,7 @@ pub mod shared_volumes;
 pub mod snapshots;
 pub mod teams;
 pub mod terminal;
+pub mod templates;
 pub mod tokens;
 pub mod update;
 pub mod volumes;

@@ -36,6 +36,7 @@ const ROUTE_SOURCES: &[(&str, &str, &str)] = &[
     ("src/routes/update.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/snapshots.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/shared_volumes.rs", "pub fn routes()", "/api/v1"),
+    ("src/routes/templates.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/terminal.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/accounts.rs", "pub fn routes()", "/api/v1"),
     ("src/routes/tokens.rs", "pub fn routes()", "/api/v1"),
@@ -59,6 +60,7 @@ const ROUTER_PARTS: &[&str] = &[
     ".merge(routes::update::routes())",
     ".merge(routes::snapshots::routes())",
     ".merge(routes::shared_volumes::routes())",
+    ".merge(routes::templates::routes())",
     ".merge(routes::terminal::routes())",
     ".merge(accounts::routes())",
     ".merge(routes::tokens::routes())",
@@ -744,6 +746,9 @@ const STEPS: &[(&str, &str)] = &[
     ("post", "/api/v1/shared-volumes"),
     ("put", "/api/v1/shared-volumes/{volume}/files/content"),
     ("post", "/api/v1/shared-volumes/{volume}/files/rename"),
+    ("post", "/api/v1/templates"),
+    ("put", "/api/v1/templates/{id}/files/{hash}"),
+    ("post", "/api/v1/templates/{id}/builds/{build}"),
 ];
 
 /// Sends every request example of the document as it is, to a real server
@@ -839,6 +844,15 @@ async fn every_request_example_is_accepted_as_it_is() {
             }
             ("post", "/api/v1/teams") => {
                 ids.insert(team_example.clone(), answer["id"].as_str().unwrap().into());
+            }
+            ("post", "/api/v1/templates") => {
+                let template = example_of("/api/v1/templates/{id}", "get", "id");
+                let build = example_of("/api/v1/templates/{id}/builds/{build}", "get", "build");
+                ids.insert(template, answer["templateId"].as_str().unwrap().into());
+                ids.insert(
+                    build,
+                    answer["builds"][0]["buildId"].as_str().unwrap().into(),
+                );
             }
             ("post", "/api/v1/webhooks") => {
                 let example = example_of("/api/v1/webhooks/{id}", "patch", "id");

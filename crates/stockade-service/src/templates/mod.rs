@@ -13,7 +13,8 @@ pub mod copy;
 
 use chrono::Utc;
 use stockade_core::template::{
-    BuildId, BuildLogLine, BuildRecipe, BuildStatus, Template, TemplateBuild, TemplateName,
+    parse_dockerfile, BuildBase, BuildId, BuildLogLine, BuildRecipe, BuildStatus, BuildStep,
+    StepKind, Template, TemplateBuild, TemplateName,
 };
 use stockade_core::{Operation, OperationKind, Scope};
 use stockade_runtime::ByteStream;
@@ -37,6 +38,113 @@ pub struct TemplateInput {
     pub tags: Vec<String>,
     pub cpu_count: Option<u32>,
     pub memory_mb: Option<u32>,
+}
+
+/// What a build is asked to do, before its checks.
+#[derive(Debug, Clone, Default)]
+pub struct BuildRequest {
+    pub from_image: Option<String>,
+    pub from_template: Option<String>,
+    pub steps: Vec<BuildStep>,
+    /// A Dockerfile instead of a base and steps.
+    pub dockerfile: Option<String>,
+    /// The files a Dockerfile's `COPY` sources come from.
+    pub context_hash: Option<String>,
+    pub start_cmd: Option<String>,
+    pub ready_cmd: Option<String>,
+    pub force: bool,
+}
+
+impl BuildRequest {
+    /// Whether it says what to build (else the build waits for it).
+    pub fn is_given(&self) -> bool {
+        self.from_image.is_some() || self.from_template.is_some() || self.dockerfile.is_some()
+    }
+
+    /// The recipe: a base and steps, or a Dockerfile read into them (its
+    /// `COPY` steps taking their files from `contextHash`). Errors name
+    /// the field (and, for a Dockerfile, its line).
+    pub fn recipe(self) -> ServiceResult<BuildRecipe> {
+        let recipe = match self.dockerfile {
+            Some(text) => {
+                for (given, field) in [
+                    (self.from_image.is_some(), "fromImage"),
+                    (self.from_template.is_some(), "fromTemplate"),
+                    (!self.steps.is_empty(), "steps"),
+                ] {
+                    if given {
+                        return Err(ServiceError::field(
+                            field,
+                            "cannot be combined with `dockerfile`, which says it",
+                        ));
+                    }
+                }
+                let parsed = parse_dockerfile(&text)
+                    .map_err(|e| ServiceError::field(e.field, e.message))?;
+                let needs_files = parsed
+                    .steps
+                    .iter()
+                    .any(|s| matches!(s.kind, StepKind::Copy { .. }));
+                let hash = match (&self.context_hash, needs_files) {
+                    (Some(h), _) => Some(check_files_hash(h, "contextHash")?),
+                    (None, true) => {
+                        return Err(ServiceError::field(
+                            "contextHash",
+                            "the Dockerfile copies files: upload the build context and give its hash",
+                        ))
+                    }
+                    (None, false) => None,
+                };
+                let steps = parsed
+                    .steps
+                    .into_iter()
+                    .map(|mut step| {
+                        if let (StepKind::Copy { files_hash, .. }, Some(h)) = (&mut step.kind, &hash)
+                        {
+                            *files_hash = h.clone();
+                        }
+                        step
+                    })
+                    .collect();
+                BuildRecipe {
+                    base: parsed.base,
+                    steps,
+                    start_cmd: self.start_cmd.or(parsed.start_cmd),
+                    ready_cmd: self.ready_cmd,
+                    force: self.force,
+                }
+            }
+            None => {
+                let base = match (self.from_image, self.from_template) {
+                    (Some(i), None) => BuildBase::Image(i),
+                    (None, Some(t)) => BuildBase::Template(t),
+                    (Some(_), Some(_)) => {
+                        return Err(ServiceError::field(
+                            "fromTemplate",
+                            "give either fromImage or fromTemplate, not both",
+                        ))
+                    }
+                    (None, None) => {
+                        return Err(ServiceError::field(
+                            "fromImage",
+                            "a build starts from an image (fromImage), a template                              (fromTemplate) or a dockerfile",
+                        ))
+                    }
+                };
+                BuildRecipe {
+                    base,
+                    steps: self.steps,
+                    start_cmd: self.start_cmd,
+                    ready_cmd: self.ready_cmd,
+                    force: self.force,
+                }
+            }
+        };
+        recipe
+            .validate()
+            .map_err(|e| ServiceError::field(e.field, e.message))?;
+        Ok(recipe)
+    }
 }
 
 /// Where the object store keeps one set of a template's files (a tar,
@@ -300,6 +408,21 @@ impl Service {
                 build.id,
                 build.status.as_str()
             )));
+        }
+        // The files of every COPY are there before anything runs.
+        for (i, step) in recipe.steps.iter().enumerate() {
+            if let StepKind::Copy { files_hash, src, .. } = &step.kind {
+                if self.blobs.head(&files_key(&template, files_hash)).await?.is_none() {
+                    return Err(ServiceError::field(
+                        format!("steps[{i}].filesHash"),
+                        format!(
+                            "the files of COPY {src} were not uploaded: PUT them to \
+                             /templates/{}/files/{files_hash} first",
+                            template.id
+                        ),
+                    ));
+                }
+            }
         }
         let now = Utc::now();
         let op = Operation::new(

@@ -1,0 +1,322 @@
+//! `/api/v1/templates`: templates, their builds, build logs and the files
+//! of their `COPY` steps.
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use stockade_api::templates::{
+    BuildLogEntry, BuildResponse, BuildStatusResponse, CreateTemplateRequest,
+    ListTemplatesResponse, StartBuildRequest, TemplateFilesResponse, TemplateResponse,
+};
+use stockade_api::ErrorBody;
+use stockade_core::template::{BuildLogLine, BuildStep, Template, TemplateBuild};
+use stockade_service::templates::{BuildRequest, TemplateInput};
+use tracing::instrument;
+use utoipa::OpenApi;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{ApiJson, Authed};
+use crate::routes::apidoc::{AccessErrors, BadRequest};
+use crate::routes::events::{query_map, query_u32};
+use crate::AppState;
+
+/// The routes of this module, relative to `/api/v1`.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/templates", post(create_template).get(list_templates))
+        .route("/templates/{id}", get(get_template).delete(delete_template))
+        .route(
+            "/templates/{id}/files/{hash}",
+            get(files_present).put(upload_files),
+        )
+        .route(
+            "/templates/{id}/builds/{build}",
+            post(start_build).get(build_status),
+        )
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(create_template, list_templates, get_template, delete_template, files_present,
+          upload_files, start_build, build_status),
+    components(schemas(
+        CreateTemplateRequest, StartBuildRequest, TemplateResponse, BuildResponse,
+        ListTemplatesResponse, BuildStatusResponse, BuildLogEntry, TemplateFilesResponse,
+    )),
+    tags((name = "templates", description = "Templates: sandbox images built from steps or a Dockerfile"))
+)]
+pub struct TemplatesApi;
+
+pub fn build_view(b: &TemplateBuild) -> BuildResponse {
+    BuildResponse {
+        build_id: b.id.to_string(),
+        template_id: b.template_id.to_string(),
+        status: b.status.as_str().to_owned(),
+        tags: b.tags.clone(),
+        reason: b.reason.clone(),
+        failed_step: b.failed_step,
+        image: b.image_ref.clone(),
+        config: b
+            .config
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok()),
+        created_at: b.created_at,
+        started_at: b.started_at,
+        finished_at: b.finished_at,
+    }
+}
+
+pub fn template_view(
+    t: &Template,
+    caller: &stockade_core::AccountId,
+    builds: Option<&[TemplateBuild]>,
+) -> TemplateResponse {
+    TemplateResponse {
+        template_id: t.id.to_string(),
+        names: t.names.iter().map(ToString::to_string).collect(),
+        public: t.public,
+        shared: t.account_id != *caller,
+        cpu_count: t.cpu_count,
+        memory_mb: t.memory_mb,
+        created_at: t.created_at,
+        updated_at: t.updated_at,
+        builds: builds.map(|b| b.iter().map(build_view).collect()),
+    }
+}
+
+pub fn log_view(l: &BuildLogLine) -> BuildLogEntry {
+    BuildLogEntry {
+        offset: l.offset,
+        timestamp: l.at,
+        level: l.level.as_str().to_owned(),
+        step: l.step.clone(),
+        message: l.message.clone(),
+    }
+}
+
+/// The native build body as the service takes it; steps checked one by
+/// one, each error naming `steps[i]`.
+fn build_request(req: StartBuildRequest) -> ApiResult<BuildRequest> {
+    let steps = req
+        .steps
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::from_value::<BuildStep>(v)
+                .map_err(|e| ApiError::field(format!("steps[{i}]"), e.to_string()))
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(BuildRequest {
+        from_image: req.from_image,
+        from_template: req.from_template,
+        steps,
+        dockerfile: req.dockerfile,
+        context_hash: req.context_hash,
+        start_cmd: req.start_cmd,
+        ready_cmd: req.ready_cmd,
+        force: req.force.unwrap_or(false),
+    })
+}
+
+/// Make a template — or, when the account has one of this name, a new
+/// build of it. With a base (`fromImage`, `fromTemplate`) or a
+/// `dockerfile` the build starts at once (202, `building`); without, it
+/// waits for its steps (`POST /templates/{id}/builds/{buildId}`), so that
+/// the files of its `COPY` steps can be uploaded first.
+#[utoipa::path(post, path = "/api/v1/templates", tag = "templates",
+    request_body = CreateTemplateRequest,
+    responses(
+        (status = 202, description = "Made; its build `building` or `waiting`", body = TemplateResponse),
+        BadRequest,
+        (status = 409, description = "A name is another template's", body = ErrorBody),
+    ))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn create_template(
+    Authed { state, caller }: Authed,
+    ApiJson(req): ApiJson<CreateTemplateRequest>,
+) -> ApiResult<(StatusCode, Json<TemplateResponse>)> {
+    let build = build_request(req.build())?;
+    // Checked before anything is made.
+    let recipe = match build.is_given() {
+        true => Some(build.recipe()?),
+        false => None,
+    };
+    let mut names = vec![req.name.clone()];
+    names.extend(req.aliases.clone().unwrap_or_default());
+    let input = TemplateInput {
+        names,
+        tags: req.tags.clone().unwrap_or_default(),
+        cpu_count: req.cpu_count,
+        memory_mb: req.memory_mb,
+    };
+    let (template, mut made) = state.svc.create_template(&caller.scope, input).await?;
+    if let Some(recipe) = recipe {
+        made = state
+            .svc
+            .start_build(&caller.scope, template.id.as_str(), made.id.as_str(), recipe)
+            .await?;
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(template_view(&template, &caller.account.id, Some(&[made]))),
+    ))
+}
+
+/// The account's templates, then other accounts' public ones.
+#[utoipa::path(get, path = "/api/v1/templates", tag = "templates",
+    responses((status = 200, body = ListTemplatesResponse), AccessErrors))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn list_templates(
+    Authed { state, caller }: Authed,
+) -> ApiResult<Json<ListTemplatesResponse>> {
+    let templates = state.svc.list_templates(&caller.scope).await?;
+    Ok(Json(ListTemplatesResponse {
+        templates: templates
+            .iter()
+            .map(|t| template_view(t, &caller.account.id, None))
+            .collect(),
+    }))
+}
+
+/// One template, by id or name, with its builds (the owner's only).
+#[utoipa::path(get, path = "/api/v1/templates/{id}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name")),
+    responses((status = 200, body = TemplateResponse), (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn get_template(
+    Authed { state, caller }: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TemplateResponse>> {
+    let template = state.svc.template(&caller.scope, &id).await?;
+    let builds = match template.account_id == caller.account.id {
+        true => Some(state.svc.template_builds(&caller.scope, &id).await?.1),
+        false => None,
+    };
+    Ok(Json(template_view(
+        &template,
+        &caller.account.id,
+        builds.as_deref(),
+    )))
+}
+
+/// Delete a template: its names are free at once; sandboxes made from it
+/// keep running (their image stays until they are gone).
+#[utoipa::path(delete, path = "/api/v1/templates/{id}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name")),
+    responses((status = 200, body = TemplateResponse), (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn delete_template(
+    Authed { state, caller }: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TemplateResponse>> {
+    let template = state.svc.delete_template(&caller.scope, &id).await?;
+    Ok(Json(template_view(&template, &caller.account.id, None)))
+}
+
+/// Whether the files a `COPY` step (or a Dockerfile's context) names by
+/// their SHA-256 are stored already.
+#[utoipa::path(get, path = "/api/v1/templates/{id}/files/{hash}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name"),
+           ("hash" = String, Path, description = "the files' SHA-256, 64 hex digits")),
+    responses((status = 200, body = TemplateFilesResponse), BadRequest, (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn files_present(
+    Authed { state, caller }: Authed,
+    Path((id, hash)): Path<(String, String)>,
+) -> ApiResult<Json<TemplateFilesResponse>> {
+    let present = state
+        .svc
+        .template_files_present(&caller.scope, &id, &hash)
+        .await?;
+    Ok(Json(TemplateFilesResponse {
+        present,
+        bytes: None,
+    }))
+}
+
+/// Upload the files of a `COPY` step (or a Dockerfile's build context): a
+/// tar, plain or gzip, stored under the hash its steps name.
+#[utoipa::path(put, path = "/api/v1/templates/{id}/files/{hash}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name"),
+           ("hash" = String, Path, description = "the files' SHA-256, 64 hex digits")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = TemplateFilesResponse), BadRequest,
+              (status = 404, body = ErrorBody),
+              (status = 413, description = "Larger than the upload limit", body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn upload_files(
+    Authed { state, caller }: Authed,
+    Path((id, hash)): Path<(String, String)>,
+    body: Body,
+) -> ApiResult<Json<TemplateFilesResponse>> {
+    let stream = body
+        .into_data_stream()
+        .map(|c| c.map_err(std::io::Error::other));
+    let bytes = state
+        .svc
+        .store_template_files(&caller.scope, &id, &hash, Box::pin(stream))
+        .await?;
+    Ok(Json(TemplateFilesResponse {
+        present: true,
+        bytes: Some(bytes),
+    }))
+}
+
+/// Start a waiting build with its base and steps (or a Dockerfile). It
+/// runs in a build sandbox of the account; its status and log are at
+/// `GET` of the same path.
+#[utoipa::path(post, path = "/api/v1/templates/{id}/builds/{build}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name"),
+           ("build" = String, Path, description = "build id")),
+    request_body = StartBuildRequest,
+    responses((status = 202, body = BuildResponse), BadRequest,
+              (status = 404, body = ErrorBody),
+              (status = 409, description = "The build is not waiting", body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn start_build(
+    Authed { state, caller }: Authed,
+    Path((id, build)): Path<(String, String)>,
+    ApiJson(req): ApiJson<StartBuildRequest>,
+) -> ApiResult<(StatusCode, Json<BuildResponse>)> {
+    let recipe = build_request(req)?.recipe()?;
+    let started = state
+        .svc
+        .start_build(&caller.scope, &id, &build, recipe)
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(build_view(&started))))
+}
+
+/// A build's status and its log lines from `logsOffset` (at most `limit`,
+/// 100 by default).
+#[utoipa::path(get, path = "/api/v1/templates/{id}/builds/{build}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name"),
+           ("build" = String, Path, description = "build id"),
+           ("logsOffset" = Option<u64>, Query, description = "the first log line to return"),
+           ("limit" = Option<u32>, Query, description = "at most this many lines (1 to 1000)")),
+    responses((status = 200, body = BuildStatusResponse), BadRequest, (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn build_status(
+    Authed { state, caller }: Authed,
+    Path((id, build)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<BuildStatusResponse>> {
+    let q = query_map(raw.as_deref(), &["logsOffset", "limit"])?;
+    let offset = query_u32(&q, "logsOffset")?.unwrap_or(0);
+    let limit = query_u32(&q, "limit")?.unwrap_or(100);
+    if !(1..=stockade_service::templates::MAX_LOG_LINES).contains(&limit) {
+        return Err(ApiError::field("limit", "must be between 1 and 1000"));
+    }
+    let (_, build) = state.svc.template_build(&caller.scope, &id, &build).await?;
+    let lines = state
+        .svc
+        .build_logs(&build, u64::from(offset), limit)
+        .await?;
+    Ok(Json(BuildStatusResponse {
+        build: build_view(&build),
+        log_entries: lines.iter().map(log_view).collect(),
+    }))
+}
