@@ -444,8 +444,7 @@ mod examples {
     pub const DELIVERY_ID: &str = "d8q3w6z1x4c7v2b5n9m3k6j1";
     pub const TEMPLATE_ID: &str = "m2t8p4w9k1x6";
     pub const BUILD_ID: &str = "0b6c5a43-7c1e-4d2a-9f3e-2b8d1c0a9e11";
-    pub const FILES_HASH: &str =
-        "9f2c4b1a7e3d8c6f5a0b2d4e6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d1f2a";
+    pub const FILES_HASH: &str = "9f2c4b1a7e3d8c6f5a0b2d4e6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d1f2a";
     const CREATED: &str = "2026-01-15T09:30:00Z";
     const STARTED: &str = "2026-01-15T09:30:02Z";
 

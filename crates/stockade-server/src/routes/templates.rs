@@ -59,10 +59,7 @@ pub fn build_view(b: &TemplateBuild) -> BuildResponse {
         reason: b.reason.clone(),
         failed_step: b.failed_step,
         image: b.image_ref.clone(),
-        config: b
-            .config
-            .as_ref()
-            .and_then(|c| serde_json::to_value(c).ok()),
+        config: b.config.as_ref().and_then(|c| serde_json::to_value(c).ok()),
         created_at: b.created_at,
         started_at: b.started_at,
         finished_at: b.finished_at,
@@ -142,7 +139,11 @@ pub async fn create_template(
     let build = build_request(req.build())?;
     // Checked before anything is made.
     let recipe = match build.is_given() {
-        true => Some(build.recipe()?),
+        true => {
+            let recipe = build.recipe()?;
+            state.svc.check_recipe(&caller.scope, &recipe).await?;
+            Some(recipe)
+        }
         false => None,
     };
     let mut names = vec![req.name.clone()];
@@ -157,7 +158,12 @@ pub async fn create_template(
     if let Some(recipe) = recipe {
         made = state
             .svc
-            .start_build(&caller.scope, template.id.as_str(), made.id.as_str(), recipe)
+            .start_build(
+                &caller.scope,
+                template.id.as_str(),
+                made.id.as_str(),
+                recipe,
+            )
             .await?;
     }
     Ok((

@@ -41,6 +41,7 @@ mod sse_client;
 mod storage;
 mod sync;
 mod teams;
+mod templates;
 mod tenancy;
 mod terminal;
 mod update;

@@ -32,6 +32,7 @@ const CHANNEL: usize = 64;
 impl Service {
     /// Runs a command in the running sandbox `sb` and collects its output.
     pub async fn exec(&self, sb: &Sandbox, spec: ExecSpec) -> ServiceResult<ExecOutput> {
+        let spec = in_workdir(sb, spec);
         match self.agent(sb).await? {
             Some(agent) => run_buffered(&agent, spec).await,
             None => Ok(self.runtime_for(sb).await?.exec(&sb.id, spec).await?),
@@ -52,6 +53,7 @@ impl Service {
         spec: ExecSpec,
         tag: Option<String>,
     ) -> ServiceResult<ExecProcess> {
+        let spec = in_workdir(sb, spec);
         match self.agent(sb).await? {
             Some(agent) => start_streamed(agent, spec, tag).await,
             None => Ok(self.runtime_for(sb).await?.exec_start(&sb.id, spec).await?),
@@ -66,6 +68,7 @@ impl Service {
         spec: ExecSpec,
         user: Option<&str>,
     ) -> ServiceResult<ExecProcess> {
+        let spec = in_workdir(sb, spec);
         let Some(agent) = self.agent(sb).await? else {
             return Err(ServiceError::Conflict(format!(
                 "Sandbox {} has no agent to run commands as another user",
@@ -179,6 +182,15 @@ fn start_request(spec: &ExecSpec) -> ServiceResult<StartRequest> {
         tag: None,
         stdin: Some(spec.stdin.is_some()),
     })
+}
+
+/// `spec` in the working directory of the sandbox's template when it
+/// names none (else `/workspace` applies, as with `docker exec`).
+fn in_workdir(sb: &Sandbox, mut spec: ExecSpec) -> ExecSpec {
+    if spec.cwd.is_none() {
+        spec.cwd = sb.spec.template.as_ref().and_then(|t| t.workdir.clone());
+    }
+    spec
 }
 
 /// A command that could not even start, as a shell reports it: exit 127

@@ -372,7 +372,7 @@ async fn steps(
                 mode,
                 files_hash,
             } => {
-                let dest = config.resolve(dest);
+                let dest = clean_path(&config.resolve(dest));
                 let owner = user.as_deref();
                 copy_files(
                     svc, template, &sb, &name, src, &dest, owner, *mode, files_hash,
@@ -511,6 +511,19 @@ async fn steps(
         .map_err(|e| fail("finalize", format!("the image could not be stored: {e}")))?;
     build.config = Some(config);
     Ok(())
+}
+
+/// `path` without `.` and empty components, its trailing `/` kept.
+fn clean_path(path: &str) -> String {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    let mut out = format!("/{}", parts.join("/"));
+    if path.ends_with('/') && out != "/" {
+        out.push('/');
+    }
+    out
 }
 
 /// A step as its log shows it.
@@ -666,7 +679,7 @@ async fn copy_files(
     mode: Option<u32>,
     files_hash: &str,
 ) -> Result<(), Failure> {
-    let key = super::files_key(template, files_hash);
+    let key = super::files_key(&template.account_id, files_hash);
     let (_, stream) = svc.blobs.get_stream(&key).await.map_err(|e| {
         fail(
             step,

@@ -16,7 +16,7 @@ use stockade_core::template::{
     parse_dockerfile, BuildBase, BuildId, BuildLogLine, BuildRecipe, BuildStatus, BuildStep,
     StepKind, Template, TemplateBuild, TemplateName,
 };
-use stockade_core::{Operation, OperationKind, Scope};
+use stockade_core::{AccountId, Operation, OperationKind, Scope};
 use stockade_runtime::ByteStream;
 use stockade_store::StoreError;
 use tracing::{info, warn};
@@ -79,27 +79,26 @@ impl BuildRequest {
                         ));
                     }
                 }
-                let parsed = parse_dockerfile(&text)
-                    .map_err(|e| ServiceError::field(e.field, e.message))?;
+                let parsed =
+                    parse_dockerfile(&text).map_err(|e| ServiceError::field(e.field, e.message))?;
                 let needs_files = parsed
                     .steps
                     .iter()
                     .any(|s| matches!(s.kind, StepKind::Copy { .. }));
                 let hash = match (&self.context_hash, needs_files) {
                     (Some(h), _) => Some(check_files_hash(h, "contextHash")?),
-                    (None, true) => {
-                        return Err(ServiceError::field(
-                            "contextHash",
-                            "the Dockerfile copies files: upload the build context and give its hash",
-                        ))
-                    }
+                    (None, true) => return Err(ServiceError::field(
+                        "contextHash",
+                        "the Dockerfile copies files: upload the build context and give its hash",
+                    )),
                     (None, false) => None,
                 };
                 let steps = parsed
                     .steps
                     .into_iter()
                     .map(|mut step| {
-                        if let (StepKind::Copy { files_hash, .. }, Some(h)) = (&mut step.kind, &hash)
+                        if let (StepKind::Copy { files_hash, .. }, Some(h)) =
+                            (&mut step.kind, &hash)
                         {
                             *files_hash = h.clone();
                         }
@@ -149,8 +148,8 @@ impl BuildRequest {
 
 /// Where the object store keeps one set of a template's files (a tar,
 /// plain or gzip), by the hash its `COPY` steps name.
-pub fn files_key(template: &Template, hash: &str) -> String {
-    format!("templates/files/{}/{hash}", template.account_id)
+pub fn files_key(account: &AccountId, hash: &str) -> String {
+    format!("templates/files/{account}/{hash}")
 }
 
 /// Checks a files hash: 64 hex digits (a SHA-256).
@@ -351,7 +350,11 @@ impl Service {
     ) -> ServiceResult<bool> {
         let t = self.owned_template(scope, reference).await?;
         let hash = check_files_hash(hash, "hash")?;
-        Ok(self.blobs.head(&files_key(&t, &hash)).await?.is_some())
+        Ok(self
+            .blobs
+            .head(&files_key(&t.account_id, &hash))
+            .await?
+            .is_some())
     }
 
     /// Stores the files `hash` of a template the caller owns: a tar,
@@ -377,7 +380,7 @@ impl Service {
             }
             Ok(chunk)
         }));
-        let key = files_key(&t, &hash);
+        let key = files_key(&t.account_id, &hash);
         match self.blobs.put_stream(&key, body).await {
             Ok(n) => Ok(n),
             Err(_) if seen.load(std::sync::atomic::Ordering::SeqCst) > limit => {
@@ -386,6 +389,45 @@ impl Service {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Checks what a recipe names before anything is made: a base image
+    /// the caller may name, a base template it may use (with a ready
+    /// build), and the files of every `COPY` uploaded.
+    pub async fn check_recipe(&self, scope: &Scope, recipe: &BuildRecipe) -> ServiceResult<()> {
+        match &recipe.base {
+            BuildBase::Image(image) => {
+                let image = stockade_core::spec::parse_image(image, "fromImage")?;
+                self.config.images.check(&image, "fromImage")?;
+                crate::content::images::check_registry(
+                    &image,
+                    "fromImage",
+                    &self.config.sources.addresses,
+                )
+                .await?;
+            }
+            BuildBase::Template(reference) => {
+                crate::content::templates::resolve(self, scope, reference, "fromTemplate").await?;
+            }
+        }
+        for (i, step) in recipe.steps.iter().enumerate() {
+            if let StepKind::Copy {
+                files_hash, src, ..
+            } = &step.kind
+            {
+                let key = files_key(&scope.account_id, files_hash);
+                if self.blobs.head(&key).await?.is_none() {
+                    return Err(ServiceError::field(
+                        format!("steps[{i}].filesHash"),
+                        format!(
+                            "the files of COPY {src} were not uploaded: PUT them to \
+                             /templates/{{id}}/files/{files_hash} first"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Starts a waiting build of a template the caller owns with `recipe`;
@@ -409,21 +451,7 @@ impl Service {
                 build.status.as_str()
             )));
         }
-        // The files of every COPY are there before anything runs.
-        for (i, step) in recipe.steps.iter().enumerate() {
-            if let StepKind::Copy { files_hash, src, .. } = &step.kind {
-                if self.blobs.head(&files_key(&template, files_hash)).await?.is_none() {
-                    return Err(ServiceError::field(
-                        format!("steps[{i}].filesHash"),
-                        format!(
-                            "the files of COPY {src} were not uploaded: PUT them to \
-                             /templates/{}/files/{files_hash} first",
-                            template.id
-                        ),
-                    ));
-                }
-            }
-        }
+        self.check_recipe(scope, &recipe).await?;
         let now = Utc::now();
         let op = Operation::new(
             build.id.to_string(),

@@ -1,0 +1,319 @@
+//! Templates against real Docker: a build from the test image with every
+//! step kind, its log, a sandbox made from it that sees each step's effect
+//! (its workdir, environment, files in `/workspace`, started start
+//! command), a rebuild that takes its unchanged steps from the cache, a
+//! failing step named with its exit code and output, a Dockerfile whose
+//! unsupported lines are refused naming the line, and another account kept
+//! out everywhere.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::helpers::*;
+
+/// A gzip'd tar of `files` (path, content).
+fn context(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, body) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, path, body.as_bytes()).unwrap();
+    }
+    let tar = b.into_inner().unwrap();
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(&tar).unwrap();
+    z.finish().unwrap()
+}
+
+async fn upload(app: &TestApp, token: &str, template: &str, bytes: Vec<u8>) -> String {
+    let hash = hex::encode(Sha256::digest(&bytes));
+    let r = app
+        .http
+        .put(format!(
+            "{}/api/v1/templates/{template}/files/{hash}",
+            app.base
+        ))
+        .bearer_auth(token)
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+    hash
+}
+
+/// Polls a build until it ends; its status answer and every log line.
+async fn finished(app: &TestApp, token: &str, template: &str, build: &str) -> (Value, Vec<Value>) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut lines: Vec<Value> = Vec::new();
+    loop {
+        let r = app
+            .get(
+                &format!(
+                    "/api/v1/templates/{template}/builds/{build}?logsOffset={}",
+                    lines.len()
+                ),
+                token,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+        let page = r.body["logEntries"].as_array().unwrap().clone();
+        let done = matches!(r.body["build"]["status"].as_str(), Some("ready" | "error"));
+        if done && page.is_empty() {
+            return (r.body["build"].clone(), lines);
+        }
+        lines.extend(page);
+        assert!(
+            Instant::now() < deadline,
+            "build still {:?}",
+            r.body["build"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn messages(lines: &[Value]) -> String {
+    lines
+        .iter()
+        .map(|l| l["message"].as_str().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Makes `name` with a waiting build; its id and the build's.
+async fn new_template(app: &TestApp, token: &str, name: &str) -> (String, String) {
+    let r = app
+        .post("/api/v1/templates", token, json!({ "name": name }))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    assert_eq!(r.body["builds"][0]["status"], "waiting", "{:?}", r.body);
+    (
+        r.body["templateId"].as_str().unwrap().to_owned(),
+        r.body["builds"][0]["buildId"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn steps(hash: &str, last: &str) -> Value {
+    json!([
+        {"type": "WORKDIR", "path": "/app"},
+        {"type": "COPY", "src": "src", "dest": "./", "filesHash": hash, "mode": 0o640},
+        {"type": "ENV", "vars": [["GREETING", "hello from the template"]]},
+        {"type": "ARG", "name": "FLAVOUR", "value": "vanilla"},
+        {"type": "RUN", "command": "echo \"built with $FLAVOUR\" > built.txt && mkdir -p /workspace && echo kept > /workspace/seed.txt"},
+        {"type": "RUN", "command": last},
+    ])
+}
+
+async fn shell(app: &TestApp, token: &str, id: &str, script: &str) -> String {
+    let r = app
+        .sandbox_post(token, id, "exec", json!({ "shell": script }))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["exitCode"], 0, "{:?}", r.body);
+    r.body["stdout"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_template_is_built_step_by_step_cached_and_run() {
+    let (app, [t, other]) = spawn_with_accounts(["builder", "outsider"]).await;
+    let (id, build) = new_template(&app, &t, "web-app").await;
+    let hash = upload(
+        &app,
+        &t,
+        &id,
+        context(&[
+            ("src/main.sh", "echo main\n"),
+            ("src/lib/util.sh", "echo util\n"),
+            ("README", "x"),
+        ]),
+    )
+    .await;
+
+    // The build, every step kind.
+    let started = Instant::now();
+    let r = app
+        .post(
+            &format!("/api/v1/templates/{id}/builds/{build}"),
+            &t,
+            json!({
+                "fromImage": test_image(),
+                "steps": steps(&hash, "echo step six"),
+                "startCmd": "echo started > /tmp/started && sleep 3600",
+                "readyCmd": "test -f /tmp/started",
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    assert_eq!(r.body["status"], "building");
+    let (done, log) = finished(&app, &t, &id, &build).await;
+    let first_build = started.elapsed();
+    assert_eq!(done["status"], "ready", "{done}\n{}", messages(&log));
+    let text = messages(&log);
+    for expected in [
+        "[1/6] WORKDIR /app",
+        "[2/6] COPY src ./",
+        "step six",
+        "Build finished",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+    assert_eq!(done["config"]["workdir"], "/app");
+    assert_eq!(done["config"]["env"]["GREETING"], "hello from the template");
+    assert!(done["config"]["env"].get("FLAVOUR").is_none(), "{done}");
+    // A template's image is not a name anyone may use.
+    let image = done["image"].as_str().unwrap().to_owned();
+    let r = app.try_create(&t, json!({ "dockerImage": image })).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+
+    // A sandbox of the template sees every step.
+    let sb = app.create_id(&t, json!({ "template": "web-app" })).await;
+    let said = shell(
+        &app,
+        &t,
+        &sb,
+        "pwd; cat built.txt; echo \"$GREETING\"; cat main.sh lib/util.sh; stat -c %a main.sh; \
+         cat /workspace/seed.txt; cat /tmp/started; test -e README || echo no-readme",
+    )
+    .await;
+    assert_eq!(
+        said,
+        "/app\nbuilt with vanilla\nhello from the template\necho main\necho util\n640\nkept\nstarted\nno-readme\n"
+    );
+    app.delete_sandbox(&t, &sb, "").await;
+
+    // A rebuild that changes only the last step takes the others from the
+    // cache, and is faster.
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "web-app:v2", "fromImage": test_image(), "steps": steps(&hash, "echo changed > changed.txt") }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    assert_eq!(r.body["templateId"], id.as_str(), "the same template");
+    let rebuild = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let again = Instant::now();
+    let (done, log) = finished(&app, &t, &id, &rebuild).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let text = messages(&log);
+    assert_eq!(text.matches("CACHED").count(), 5, "{text}");
+    assert!(
+        again.elapsed() < first_build,
+        "{:?} vs {first_build:?}",
+        again.elapsed()
+    );
+    // The tag picks that build; the name the newest.
+    let sb = app.create_id(&t, json!({ "template": "web-app:v2" })).await;
+    assert_eq!(shell(&app, &t, &sb, "cat changed.txt").await, "changed\n");
+    app.delete_sandbox(&t, &sb, "").await;
+
+    // A failing step: its exit code, its last output, its number.
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "broken", "fromImage": test_image(), "steps": [
+                {"type": "RUN", "command": "echo about to fail; echo on stderr >&2; exit 3"}
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let broken = r.body["templateId"].as_str().unwrap().to_owned();
+    let b = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (done, _) = finished(&app, &t, &broken, &b).await;
+    assert_eq!(done["status"], "error");
+    assert_eq!(done["failedStep"], 1);
+    let reason = done["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("exit code 3") && reason.contains("on stderr"),
+        "{reason}"
+    );
+    let r = app.try_create(&t, json!({ "template": "broken" })).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+
+    // Another account sees none of it.
+    for path in [
+        format!("/api/v1/templates/{id}"),
+        "/api/v1/templates/web-app".to_owned(),
+        format!("/api/v1/templates/{id}/builds/{build}"),
+    ] {
+        let r = app.get(&path, &other).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {:?}", r.body);
+    }
+    let r = app.try_create(&other, json!({ "template": id })).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    let r = app.delete(&format!("/api/v1/templates/{id}"), &other).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    let listed = app.get("/api/v1/templates", &other).await;
+    assert_eq!(listed.body["templates"], json!([]), "{:?}", listed.body);
+    // Its own template of the same name is its own.
+    let (theirs, _) = new_template(&app, &other, "web-app").await;
+    assert_ne!(theirs, id);
+
+    // Deleted: the name is free, the template gone.
+    let r = app.delete(&format!("/api/v1/templates/{id}"), &t).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app.try_create(&t, json!({ "template": "web-app" })).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    app.delete(&format!("/api/v1/templates/{broken}"), &t).await;
+}
+
+#[tokio::test]
+async fn bad_templates_are_400s_naming_the_field() {
+    let (app, [t]) = spawn_with_accounts(["builder"]).await;
+    let cases = [
+        (json!({ "name": "Bad Name" }), "name"),
+        (json!({ "name": "ok", "cpuCount": 0 }), "cpuCount"),
+        (json!({ "name": "ok", "surprise": 1 }), "surprise"),
+        (
+            json!({ "name": "ok", "fromImage": "busybox", "steps": [{"type": "RUN"}] }),
+            "steps[0]",
+        ),
+        (
+            json!({ "name": "ok", "fromImage": "busybox", "steps": [{"type": "COPY", "src": "../etc", "dest": "/x", "filesHash": "a".repeat(64)}] }),
+            "steps[0].src",
+        ),
+        (
+            json!({ "name": "ok", "dockerfile": "FROM busybox\nCOPY --from=builder /a /b\n" }),
+            "dockerfile",
+        ),
+        (
+            json!({ "name": "ok", "fromImage": "stockade-snapshot:abcdefghijkl" }),
+            "fromImage",
+        ),
+        (
+            json!({ "name": "ok", "dockerfile": "FROM busybox\nCOPY a /a\n" }),
+            "contextHash",
+        ),
+        (
+            json!({ "name": "ok", "fromImage": "busybox", "steps": [{"type": "COPY", "src": "a", "dest": "/a", "filesHash": "b".repeat(64)}] }),
+            "steps[0].filesHash",
+        ),
+    ];
+    for (body, field) in cases {
+        let r = app.post("/api/v1/templates", &t, body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.body);
+        let text = r.body.to_string();
+        assert!(text.contains(field), "{body}: {text}");
+    }
+    // The Dockerfile's line is named.
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "ok", "dockerfile": "FROM busybox\nRUN true\nRUN --mount=type=cache,target=/x true\n" }),
+        )
+        .await;
+    assert!(r.body.to_string().contains("line 3"), "{:?}", r.body);
+    // A template and a dockerImage together are refused.
+    let r = app
+        .try_create(&t, json!({ "template": "ok", "dockerImage": "busybox" }))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+}
