@@ -317,3 +317,77 @@ async fn bad_templates_are_400s_naming_the_field() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
 }
+
+/// `docker` on the test engine; its output.
+fn docker_out(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_build_whose_server_dies_is_failed_and_leaves_nothing() {
+    let app = spawn_kept_app().await;
+    let t = app.admin_token.clone();
+    // The server "dies" once the first step is done.
+    app.state.svc.ops().faults().crash_at("template.step");
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "doomed", "fromImage": test_image(), "steps": [
+                {"type": "RUN", "command": "echo one > /one"},
+                {"type": "RUN", "command": "echo two > /two"}
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let id = r.body["templateId"].as_str().unwrap().to_owned();
+    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let crashed = eventually(Duration::from_secs(60), || async {
+        app.state.svc.ops().faults().crashed()
+    })
+    .await;
+    assert!(crashed.is_some(), "the build never reached its first step");
+    let running = docker_out(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=io.stockade.instance-id={}", app.instance_id()),
+    ]);
+    assert!(
+        !running.trim().is_empty(),
+        "the build sandbox died with the server"
+    );
+
+    // The next start fails it and removes its sandbox; no image is kept.
+    let app = app.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let r = app
+            .get(&format!("/api/v1/templates/{id}/builds/{build}"), &t)
+            .await;
+        if r.body["build"]["status"] == "error" {
+            break r.body["build"].clone();
+        }
+        assert!(Instant::now() < deadline, "{:?}", r.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        done["reason"].as_str().unwrap().contains("server stopped"),
+        "{done}"
+    );
+    let left = docker_out(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=io.stockade.instance-id={}", app.instance_id()),
+    ]);
+    assert!(left.trim().is_empty(), "containers left: {left}");
+    let image = docker_out(&["images", "-q", &format!("stockade-template:{build}")]);
+    assert!(image.trim().is_empty(), "a half-built image was kept");
+    let r = app.try_create(&t, json!({ "template": "doomed" })).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+}

@@ -128,6 +128,11 @@ pub(super) async fn run(
             ),
         ))
     });
+    if svc.crashed() {
+        // This process is gone as far as anyone can tell: recovery ends
+        // the build.
+        return;
+    }
     if let Some(sb) = sandbox.take() {
         if let Err(e) = crate::sandbox::lifecycle::destroy(&svc, sb, false).await {
             warn!(build.id = %build.id, error = %e, "a build sandbox was not removed; recovery will");
@@ -434,6 +439,8 @@ async fn steps(
         if let Err(e) = svc.store.put_layer(&layer).await {
             warn!(build.id = %build.id, error = %e, "a build step was not cached");
         }
+        svc.crash_point("template.step")
+            .map_err(|e| fail(&name, e.to_string()))?;
     }
 
     // The start and ready commands, tried once as a sandbox would run them
@@ -501,6 +508,8 @@ async fn steps(
         .await
         .map_err(|e| fail("finalize", format!("the image could not be committed: {e}")))?;
     build.image_ref = Some(image.clone());
+    svc.crash_point("template.committed")
+        .map_err(|e| fail("finalize", e.to_string()))?;
     let archive = rt
         .export_image(&image)
         .await
