@@ -148,12 +148,7 @@ pub fn copy(archive: impl Read, spec: &CopySpec<'_>, out: impl Write) -> Result<
     let mut archive = tar::Archive::new(open(entries.file)?);
     for entry in archive.entries().map_err(|e| unreadable(&e))? {
         let mut entry = entry.map_err(|e| unreadable(&e))?;
-        let raw = entry
-            .path()
-            .map_err(|e| unreadable(&e))?
-            .to_string_lossy()
-            .into_owned();
-        let Some(path) = normalise(&raw) else {
+        let (raw, Some(path)) = entry_path(&entry)? else {
             continue;
         };
         let Some(to) = target(&path, &roots, spec, single_file) else {
@@ -229,19 +224,17 @@ fn list<R: Read>(mut archive: R) -> Result<Listed<io::Cursor<Vec<u8>>>, String> 
         .read_to_end(&mut bytes)
         .map_err(|e| unreadable(&e))?;
     let mut index = Vec::new();
-    let mut tar = tar::Archive::new(open(io::Cursor::new(bytes.clone()))?);
-    for entry in tar.entries().map_err(|e| unreadable(&e))? {
-        let entry = entry.map_err(|e| unreadable(&e))?;
-        let raw = entry
-            .path()
-            .map_err(|e| unreadable(&e))?
-            .to_string_lossy()
-            .into_owned();
-        let Some(path) = normalise(&raw) else {
-            return Err(format!("the build context's entry '{raw}' leaves its root"));
-        };
-        let is_dir = entry.header().entry_type().is_dir();
-        index.push((path, is_dir, entry.header().size().unwrap_or(0)));
+    {
+        let mut tar = tar::Archive::new(open(&bytes[..])?);
+        for entry in tar.entries().map_err(|e| unreadable(&e))? {
+            let entry = entry.map_err(|e| unreadable(&e))?;
+            let (raw, path) = entry_path(&entry)?;
+            let Some(path) = path else {
+                return Err(format!("the build context's entry '{raw}' leaves its root"));
+            };
+            let is_dir = entry.header().entry_type().is_dir();
+            index.push((path, is_dir, entry.header().size().unwrap_or(0)));
+        }
     }
     Ok(Listed {
         index,
@@ -249,8 +242,20 @@ fn list<R: Read>(mut archive: R) -> Result<Listed<io::Cursor<Vec<u8>>>, String> 
     })
 }
 
+/// An entry's path as written, and normalised (`None`: it leaves the
+/// archive's root).
+fn entry_path<R: Read>(entry: &tar::Entry<'_, R>) -> Result<(String, Option<String>), String> {
+    let raw = entry
+        .path()
+        .map_err(|e| unreadable(&e))?
+        .to_string_lossy()
+        .into_owned();
+    let path = normalise(&raw);
+    Ok((raw, path))
+}
+
 /// A reader of the tar in `archive`, unzipped when it is gzip.
-fn open<R: Read + 'static>(archive: R) -> Result<Box<dyn Read>, String> {
+fn open<'a, R: Read + 'a>(archive: R) -> Result<Box<dyn Read + 'a>, String> {
     let mut reader = BufReader::new(archive);
     let gzip = reader
         .fill_buf()
