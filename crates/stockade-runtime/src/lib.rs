@@ -178,8 +178,14 @@ pub fn check_snapshot_image(
         if reference != format!("{repo}:{id}") {
             return Err(RuntimeError::ImageUnavailable {
                 image: reference.to_owned(),
-                reason: "it is one of Stockade's own images (a snapshot's or a template's),                          reached only through its owner: start from a snapshot with `source`                          or from a template with `template`"
-                    .into(),
+                reason: if label == SNAPSHOT_LABEL {
+                    "it is a snapshot image, which is reached only through its snapshot: start \
+                     from a snapshot with `source`"
+                } else {
+                    "it is a template's image, which is reached only through its template: \
+                     create with `template`"
+                }
+                .into(),
             });
         }
     }

@@ -391,3 +391,57 @@ async fn a_build_whose_server_dies_is_failed_and_leaves_nothing() {
     let r = app.try_create(&t, json!({ "template": "doomed" })).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
 }
+
+#[tokio::test]
+async fn build_steps_reach_no_other_sandbox_no_host_service_and_no_metadata() {
+    let (app, [alice, mallory]) = spawn_with_accounts(["alice-tpl", "mallory-tpl"]).await;
+    let victim = app
+        .create(
+            &alice,
+            json!({ "name": "victim", "startCommand": "mkdir -p /w && echo private > /w/index.html && exec httpd -f -p 8080 -h /w" }),
+        )
+        .await;
+    let vid = victim["id"].as_str().unwrap();
+    let victim_ip = sh_in(vid, "hostname -i")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let host_port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let probe = format!(
+        "for t in 'wget -q -T 3 -O - http://{victim_ip}:8080/' \
+                  'wget -q -T 3 -O - http://169.254.169.254/latest/meta-data/' \
+                  \"nc -w 2 $(ip route | awk '/default/ {{print $3}}') {host_port}\"; do \
+           if sh -c \"$t\" </dev/null >/tmp/out 2>&1; then echo \"REACHED $t: $(cat /tmp/out)\"; \
+           else echo \"refused $t\"; fi; done"
+    );
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &mallory,
+            json!({ "name": "snoop", "fromImage": test_image(), "steps": [
+                {"type": "RUN", "command": probe}
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let id = r.body["templateId"].as_str().unwrap().to_owned();
+    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (done, log) = finished(&app, &mallory, &id, &build).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    let text = messages(&log);
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("refused ") || l.starts_with("REACHED "))
+        .collect();
+    assert_eq!(said.len(), 3, "{text}");
+    assert!(said.iter().all(|l| l.starts_with("refused ")), "{text}");
+    assert!(
+        listener.accept().is_err(),
+        "a host service got a connection from a build step"
+    );
+    app.delete(&format!("/api/v1/templates/{id}"), &mallory)
+        .await;
+}

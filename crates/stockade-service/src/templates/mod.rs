@@ -126,7 +126,7 @@ impl BuildRequest {
                     (None, None) => {
                         return Err(ServiceError::field(
                             "fromImage",
-                            "a build starts from an image (fromImage), a template                              (fromTemplate) or a dockerfile",
+                            "a build starts from an image (fromImage), a template (fromTemplate) or a dockerfile",
                         ))
                     }
                 };
