@@ -27,6 +27,15 @@ pub enum Error {
     /// be sent through it.
     #[error("{0}")]
     Closed(String),
+    /// A template build ended in `error`: `reason` says why (the step,
+    /// its exit code and its last lines), `failed_step` where (from 1).
+    #[error("the build {build_id} of template {template_id} failed: {reason}")]
+    BuildFailed {
+        template_id: String,
+        build_id: String,
+        reason: String,
+        failed_step: Option<u32>,
+    },
     /// The server sent something this SDK does not understand.
     #[error("unexpected response from the server: {0}")]
     Decode(String),

@@ -18,7 +18,8 @@
 //! Everything else hangs off [`Sandbox`] (commands, background processes,
 //! terminals, code cells and their contexts, files and watches, logs,
 //! ports, snapshots, forks, updates) and [`Client`] (volumes, shared
-//! volumes and their files, uploads, accounts, health). Dropping any future is safe: a dropped create is
+//! volumes and their files, templates and their builds, uploads, accounts,
+//! health). Dropping any future is safe: a dropped create is
 //! rolled back by the server, a dropped command stream kills its command,
 //! a dropped cell stream interrupts its cell, a dropped [`Terminal`] ends
 //! its process.
@@ -99,6 +100,7 @@ mod sandbox;
 mod shared_volumes;
 mod snapshots;
 mod sse;
+mod templates;
 mod terminal;
 mod volumes;
 
@@ -129,6 +131,12 @@ pub use stockade_api::shared_volumes::{
     CreateSharedVolumeRequest, SharedVolumeList, SharedVolumeResponse, VolumeEntryResponse,
     VolumeListing, VolumeMountRequest,
 };
+/// Templates, their builds and build logs.
+pub use stockade_api::templates::{
+    BuildLogEntry, BuildResponse, BuildStatusResponse, CreateTemplateRequest,
+    ListTemplatesResponse, StartBuildRequest, TemplateFilesResponse, TemplateResponse,
+};
+pub use templates::{files_hash, MAX_BUILD_LOG_PAGE};
 pub use terminal::{Terminal, TerminalOptions, TerminalWriter, MAX_TERMINAL_SIDE};
 pub use tokio_util::sync::CancellationToken;
 

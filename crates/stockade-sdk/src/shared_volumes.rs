@@ -60,7 +60,7 @@ impl VolumeWrite {
 
 /// `s` as one segment of a URL's path: every byte but letters, digits and
 /// `-._~` percent-encoded, so that a name cannot reach another route.
-fn segment(s: &str) -> String {
+pub(crate) fn segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

@@ -147,6 +147,10 @@ pub struct CreateArgs {
     /// Runtime preset instead of an image: node22, python3.13, …
     #[arg(long)]
     runtime: Option<String>,
+    /// A template to run instead of an image (`stockade template ls`),
+    /// by name or id; `name:tag` for a tagged build.
+    #[arg(long, value_name = "TEMPLATE", conflicts_with_all = ["image", "runtime"])]
+    template: Option<String>,
     /// CPU cores.
     #[arg(long, allow_negative_numbers = true)]
     cpu: Option<f64>,
@@ -391,6 +395,7 @@ pub async fn create(ctx: &Ctx, a: CreateArgs) -> anyhow::Result<ExitCode> {
         name: a.name,
         image: a.image,
         runtime: a.runtime,
+        template: a.template,
         start_command: a.start_command,
         ports: a
             .port

@@ -12,6 +12,7 @@ mod exec;
 mod host;
 mod manage;
 mod server;
+mod template;
 mod upload;
 mod volume;
 
@@ -240,6 +241,11 @@ was created with --auto-resume: then the first of them resumes it.")]
     /// files without a sandbox.
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
+    /// Build, list and delete templates (sandbox images built by the
+    /// server from a Dockerfile; `create --template NAME` runs one), and
+    /// read their builds' logs.
+    #[command(subcommand, alias = "templates")]
+    Template(template::TemplateCommand),
     /// Change a sandbox's timeout, resources, labels, tags or environment.
     Update(Box<manage::UpdateArgs>),
     /// Manage accounts (administrators only).
@@ -455,6 +461,7 @@ fn main() -> ExitCode {
             Command::Token(args) => manage::token(&ctx, args).await,
             Command::Volumes { command } => manage::volumes(&ctx, command).await,
             Command::Volume(cmd) => volume::volume(&ctx, cmd).await,
+            Command::Template(cmd) => template::template(&ctx, cmd).await,
             Command::Update(args) => manage::update(&ctx, *args).await,
             Command::Account(cmd) => cli::account(&ctx, cmd).await,
             Command::Host(cmd) => host::host(&ctx, cmd).await,
@@ -512,6 +519,8 @@ mod complete {
         Volumes {
             suffix: &'static str,
         },
+        /// Names of templates.
+        Templates,
         /// Background processes of this sandbox.
         Processes {
             sandbox: String,
@@ -560,6 +569,7 @@ mod complete {
             "SNAPSHOT" => plan.dynamic = Some(Source::Snapshots),
             "HOST" => plan.dynamic = Some(Source::Hosts),
             "VOLUME" => plan.dynamic = Some(Source::Volumes { suffix: "" }),
+            "TEMPLATE" => plan.dynamic = Some(Source::Templates),
             "VOLUME:PATH" | "VOLUME:/PATH[:ro]" => {
                 if !plan.current.contains(':') {
                     plan.dynamic = Some(Source::Volumes { suffix: ":" });
@@ -750,6 +760,13 @@ mod complete {
                     .volumes
                     .into_iter()
                     .map(|v| format!("{}{suffix}", v.name))
+                    .collect(),
+                Source::Templates => client
+                    .templates()
+                    .await?
+                    .templates
+                    .into_iter()
+                    .filter_map(|t| t.names.into_iter().next())
                     .collect(),
                 Source::Processes { sandbox } => Sandbox::find(client, sandbox)
                     .await?
@@ -980,6 +997,10 @@ complete -c stockade -f -a '(__stockade_complete)'
             assert_eq!(p.dynamic, Some(Source::Volumes { suffix: ":" }));
             let p = plan_for(&["stockade", "volumes", ""]);
             assert!(p.fixed.contains(&"prune".to_owned()), "{p:?}");
+            let p = plan_for(&["stockade", "template", "rm", ""]);
+            assert_eq!(p.dynamic, Some(Source::Templates));
+            let p = plan_for(&["stockade", "template", "build", "-f", ""]);
+            assert!(p.files && p.dynamic.is_none());
             let p = plan_for(&["stockade", "completions", ""]);
             assert!(p.fixed.contains(&"fish".to_owned()));
         }

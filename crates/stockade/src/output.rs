@@ -855,6 +855,23 @@ pub fn sdk_error(e: &Error, sandbox: Option<&str>) -> CliError {
         Error::Cancelled => CliError::new("cancelled", "cancelled"),
         Error::Config(m) => CliError::invalid(m.clone()),
         Error::Closed(m) => CliError::new("connection_lost", m.clone()),
+        Error::BuildFailed {
+            template_id,
+            build_id,
+            reason,
+            failed_step,
+        } => {
+            let at = failed_step
+                .map(|s| format!(" at step {s}"))
+                .unwrap_or_default();
+            CliError::new(
+                "build_failed",
+                format!("the build {build_id} of template {template_id} failed{at}: {reason}"),
+            )
+            .hint(format!(
+                "`stockade template logs {template_id} --build {build_id}` prints its whole log"
+            ))
+        }
         Error::Decode(m) => CliError::new(
             "bad_response",
             format!("unexpected response from the server: {m}"),
