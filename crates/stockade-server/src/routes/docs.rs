@@ -80,6 +80,7 @@ the sandbox gateway under `/gateway/`). The web dashboard is served at `/`.";
         (name = "logs", description = "The main process's output"),
         (name = "ports", description = "Exposed ports and the proxy's tokens"),
         (name = "snapshots", description = "Snapshots, forks and uploads"),
+        (name = "templates", description = "Templates: sandbox images built from steps or a Dockerfile"),
         (name = "volumes", description = "Volumes and orphan cleanup"),
         (name = "shared-volumes", description = "Named volumes that sandboxes share, and their files"),
         (name = "events", description = "Lifecycle events, webhooks and the audit log"),

@@ -445,3 +445,36 @@ async fn build_steps_reach_no_other_sandbox_no_host_service_and_no_metadata() {
     app.delete(&format!("/api/v1/templates/{id}"), &mallory)
         .await;
 }
+
+#[tokio::test]
+async fn template_files_count_against_the_upload_quota() {
+    let (app, [(account, t)]) = spawn_with_account_ids(["uploader"]).await;
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/accounts/{account}/quota"),
+            Some(&app.admin_token),
+            Some(json!({ "uploads": 1 })),
+        )
+        .await;
+    assert!(r.status.is_success(), "{:?}", r.body);
+    let (id, _) = new_template(&app, &t, "quota-tpl").await;
+    upload(&app, &t, &id, context(&[("a.txt", "a\n")])).await;
+    // A second set of files is past the account's count of uploads.
+    let bytes = context(&[("b.txt", "b\n")]);
+    let hash = hex::encode(Sha256::digest(&bytes));
+    let r = app
+        .http
+        .put(format!("{}/api/v1/templates/{id}/files/{hash}", app.base))
+        .bearer_auth(&t)
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.text().await.unwrap().contains("quota_exceeded"));
+    let r = app
+        .get(&format!("/api/v1/templates/{id}/files/{hash}"), &t)
+        .await;
+    assert_eq!(r.body["present"], false, "{:?}", r.body);
+}

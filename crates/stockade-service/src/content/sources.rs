@@ -478,7 +478,21 @@ pub async fn store_upload(
 ) -> ServiceResult<(UploadId, u64)> {
     let id = UploadId::generate();
     let key = upload_key(&admission.account, &id);
-    let bytes = svc.blobs.put_stream(&key, data).await?;
+    let bytes = store_upload_at(svc, admission, &key, data).await?;
+    Ok((id, bytes))
+}
+
+/// [`store_upload`] under `key`, which must be below the account's
+/// `uploads/{account}/` (a template's files): counted, held to the quota and
+/// expired like any upload. Returns its size.
+pub async fn store_upload_at(
+    svc: &Service,
+    admission: &UploadAdmission,
+    key: &str,
+    data: ByteStream,
+) -> ServiceResult<u64> {
+    debug_assert!(key.starts_with(&format!("uploads/{}/", admission.account)));
+    let bytes = svc.blobs.put_stream(key, data).await?;
     let quota = &admission.quota;
     if quota.uploads.is_some() || quota.upload_bytes.is_some() {
         let held = uploads_held(svc, &admission.account).await;
@@ -501,13 +515,13 @@ pub async fn store_upload(
             Err(e) => Some(e),
         };
         if let Some(e) = refusal {
-            if let Err(d) = svc.blobs.delete(&key).await {
+            if let Err(d) = svc.blobs.delete(key).await {
                 warn!(key, error = %d, "could not remove an upload refused by its quota; it expires on its own");
             }
             return Err(e);
         }
     }
-    Ok((id, bytes))
+    Ok(bytes)
 }
 
 fn expired(stored_at: chrono::DateTime<chrono::Utc>, ttl: Duration) -> bool {

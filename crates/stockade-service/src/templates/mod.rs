@@ -147,9 +147,11 @@ impl BuildRequest {
 }
 
 /// Where the object store keeps one set of a template's files (a tar,
-/// plain or gzip), by the hash its `COPY` steps name.
+/// plain or gzip), by the hash its `COPY` steps name: among the account's
+/// uploads, so that they count against its upload quota and expire like
+/// uploads (a build whose files expired asks for them again).
 pub fn files_key(account: &AccountId, hash: &str) -> String {
-    format!("templates/files/{account}/{hash}")
+    format!("uploads/{account}/template-files/{hash}")
 }
 
 /// Checks a files hash: 64 hex digits (a SHA-256).
@@ -369,25 +371,31 @@ impl Service {
         let t = self.owned_template(scope, reference).await?;
         let hash = check_files_hash(hash, "hash")?;
         let limit = self.config.max_file_bytes;
+        // The account's upload quota holds, as for any upload.
+        let admission = crate::sources::admit_upload(self, &scope.account_id).await?;
+        let left = admission.bytes_left().map_or(limit, |l| l.min(limit));
         let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = seen.clone();
         let body: ByteStream = Box::pin(futures_util::StreamExt::map(body, move |chunk| {
             let chunk = chunk?;
             let total = counted.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::SeqCst)
                 + chunk.len() as u64;
-            if total > limit {
+            if total > left {
                 return Err(std::io::Error::other("over the upload limit"));
             }
             Ok(chunk)
         }));
         let key = files_key(&t.account_id, &hash);
-        match self.blobs.put_stream(&key, body).await {
+        match crate::sources::store_upload_at(self, &admission, &key, body).await {
             Ok(n) => Ok(n),
-            Err(_) if seen.load(std::sync::atomic::Ordering::SeqCst) > limit => {
+            Err(_) if seen.load(std::sync::atomic::Ordering::SeqCst) > left => {
                 let _ = self.blobs.delete(&key).await;
-                Err(crate::files::too_large(limit))
+                Err(match left < limit {
+                    true => admission.too_large(seen.load(std::sync::atomic::Ordering::SeqCst)),
+                    false => crate::files::too_large(limit),
+                })
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 
