@@ -841,3 +841,21 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A sandbox of the account `token` serving `private` over HTTP on port
+/// 8080 (what an attacker aims at); its id and address.
+pub async fn victim(app: &TestApp, token: &str) -> (String, String) {
+    let victim = app
+        .create(
+            token,
+            serde_json::json!({ "name": "victim", "startCommand": "mkdir -p /w && echo private > /w/index.html && exec httpd -f -p 8080 -h /w" }),
+        )
+        .await;
+    let id = victim["id"].as_str().unwrap().to_owned();
+    let ip = sh_in(&id, "hostname -i")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    (id, ip)
+}

@@ -428,20 +428,9 @@ async fn the_dashboard_session_is_an_httponly_cookie_guarded_against_csrf() {
 #[tokio::test]
 async fn a_sandbox_reaches_no_other_sandbox_and_no_host_service() {
     let (app, [alice, mallory]) = spawn_with_accounts(["alice-net", "mallory-net"]).await;
-    let victim = app
-        .create(
-            &alice,
-            json!({ "name": "victim", "startCommand": "mkdir -p /w && echo private > /w/index.html && exec httpd -f -p 8080 -h /w" }),
-        )
-        .await;
+    let (_, victim_ip) = victim(&app, &alice).await;
     let same_account = app.create(&alice, json!({ "name": "neighbour" })).await;
     let attacker = app.create(&mallory, json!({ "name": "attacker" })).await;
-    let vid = victim["id"].as_str().unwrap();
-    let victim_ip = sh_in(vid, "hostname -i")
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
     let aid = attacker["id"].as_str().unwrap();
     let gateway = sh_in(aid, "ip route 2>/dev/null | awk '/default/ {print $3}'");
     // A service of the host on every address (like Stockade on 0.0.0.0).

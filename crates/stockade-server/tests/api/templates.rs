@@ -395,18 +395,7 @@ async fn a_build_whose_server_dies_is_failed_and_leaves_nothing() {
 #[tokio::test]
 async fn build_steps_reach_no_other_sandbox_no_host_service_and_no_metadata() {
     let (app, [alice, mallory]) = spawn_with_accounts(["alice-tpl", "mallory-tpl"]).await;
-    let victim = app
-        .create(
-            &alice,
-            json!({ "name": "victim", "startCommand": "mkdir -p /w && echo private > /w/index.html && exec httpd -f -p 8080 -h /w" }),
-        )
-        .await;
-    let vid = victim["id"].as_str().unwrap();
-    let victim_ip = sh_in(vid, "hostname -i")
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let (_, victim_ip) = victim(&app, &alice).await;
     let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let host_port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
