@@ -148,11 +148,27 @@ pub async fn apply(svc: &Service, scope: &Scope, new: &mut NewSandbox) -> Servic
 }
 
 /// Runs a template sandbox's ready command until it exits 0, for at most
-/// `timeout`; the error says what it printed last.
+/// `timeout`; nothing without one.
 pub async fn wait_ready(svc: &Service, sb: &Sandbox, timeout: Duration) -> ServiceResult<()> {
-    let Some(ready) = sb.spec.template.as_ref().and_then(|t| t.ready_cmd.clone()) else {
-        return Ok(());
-    };
+    match sb
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.ready_cmd.as_deref())
+    {
+        Some(ready) => wait_until(svc, sb, ready, timeout).await,
+        None => Ok(()),
+    }
+}
+
+/// Runs `ready` in `sb` until it exits 0, for at most `timeout`; the error
+/// says what it printed last.
+pub async fn wait_until(
+    svc: &Service,
+    sb: &Sandbox,
+    ready: &str,
+    timeout: Duration,
+) -> ServiceResult<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -160,7 +176,7 @@ pub async fn wait_ready(svc: &Service, sb: &Sandbox, timeout: Duration) -> Servi
             .exec(
                 sb,
                 ExecSpec {
-                    argv: vec!["/bin/sh".into(), "-c".into(), ready.clone()],
+                    argv: vec!["/bin/sh".into(), "-c".into(), ready.to_owned()],
                     timeout: Some(left.max(Duration::from_secs(1))),
                     max_output_bytes: 4096,
                     ..Default::default()

@@ -60,6 +60,23 @@ impl Service {
         }
     }
 
+    /// [`Service::exec`] as `user` of the sandbox, through its agent.
+    pub async fn exec_as(
+        &self,
+        sb: &Sandbox,
+        spec: ExecSpec,
+        user: &str,
+    ) -> ServiceResult<ExecOutput> {
+        let spec = in_workdir(sb, spec);
+        let Some(agent) = self.agent(sb).await? else {
+            return Err(ServiceError::Conflict(format!(
+                "Sandbox {} has no agent to run commands as another user",
+                sb.id
+            )));
+        };
+        run_buffered(&agent.with_user(user), spec).await
+    }
+
     /// [`Service::exec_start`] as `user` of the sandbox (its agent's
     /// default user when `None`). Needs the sandbox's agent.
     pub async fn exec_start_as(

@@ -389,7 +389,7 @@ async fn steps(
                 config.apply(&step.kind);
                 let dir = config.workdir.clone().unwrap_or_else(|| "/".into());
                 let argv = vec!["mkdir".into(), "-p".into(), "--".into(), dir];
-                let out = quiet(svc, &sb, &name, argv, None, None).await?;
+                let out = quiet(svc, &sb, &name, argv, None).await?;
                 if out.exit_code != Some(0) {
                     return Err(fail(
                         &name,
@@ -472,24 +472,11 @@ async fn steps(
             })?;
         _started = Some(process);
     }
-    if config.ready_cmd.is_some() {
-        let probe = Sandbox {
-            spec: stockade_core::SandboxSpec {
-                template: Some(TemplateUse {
-                    template_id: template.id.clone(),
-                    build_id: build.id.clone(),
-                    workdir: config.workdir.clone(),
-                    user: config.user.clone(),
-                    ready_cmd: config.ready_cmd.clone(),
-                    building: true,
-                }),
-                ..sb.spec.clone()
-            },
-            ..sb.clone()
-        };
-        crate::content::templates::wait_ready(
+    if let Some(ready) = &config.ready_cmd {
+        crate::content::templates::wait_until(
             svc,
-            &probe,
+            &sb,
+            ready,
             crate::content::templates::READY_TIMEOUT,
         )
         .await
@@ -642,35 +629,17 @@ async fn quiet(
     step: &str,
     argv: Vec<String>,
     stdin: Option<Vec<u8>>,
-    cwd: Option<String>,
 ) -> Result<stockade_runtime::ExecOutput, Failure> {
     let shown = argv.join(" ");
     let spec = ExecSpec {
         argv,
         stdin,
-        cwd,
         max_output_bytes: 64 * 1024,
         ..Default::default()
     };
-    let mut process = svc
-        .exec_start_as(sb, spec, Some("root"))
+    svc.exec_as(sb, spec, "root")
         .await
-        .map_err(|e| fail(step, format!("`{shown}` could not start: {e}")))?;
-    let mut out = stockade_runtime::ExecOutput {
-        exit_code: None,
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-        timed_out: false,
-        truncated: false,
-    };
-    while let Some(event) = process.next().await {
-        match event {
-            ExecEvent::Stdout(b) => out.stdout.extend_from_slice(&b),
-            ExecEvent::Stderr(b) => out.stderr.extend_from_slice(&b),
-            ExecEvent::Exit(e) => out.exit_code = e.exit_code,
-        }
-    }
-    Ok(out)
+        .map_err(|e| fail(step, format!("`{shown}` could not run: {e}")))
 }
 
 /// A `COPY` step: the step's files from the object store, laid out by
@@ -701,7 +670,7 @@ async fn copy_files(
     // Is the destination a directory in the sandbox?
     let dest_is_dir = dest.ends_with('/') || {
         let probe = vec!["test".into(), "-d".into(), dest.to_owned()];
-        quiet(svc, sb, step, probe, None, None).await?.exit_code == Some(0)
+        quiet(svc, sb, step, probe, None).await?.exit_code == Some(0)
     };
     let limit = svc.config.max_unpacked_bytes;
     let (src_owned, dest_owned) = (src.to_owned(), dest.to_owned());
@@ -748,7 +717,7 @@ async fn copy_files(
             "xargs -0 chown -h \"$0\" --".into(),
             owner.to_owned(),
         ];
-        let out = quiet(svc, sb, step, argv, Some(list), None).await?;
+        let out = quiet(svc, sb, step, argv, Some(list)).await?;
         if out.exit_code != Some(0) {
             return Err(fail(
                 step,

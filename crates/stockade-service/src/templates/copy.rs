@@ -114,7 +114,7 @@ pub fn copy(archive: impl Read, spec: &CopySpec<'_>, out: impl Write) -> Result<
         None
     };
     let mut roots: HashMap<String, bool> = HashMap::new();
-    for (path, is_dir, _) in &entries.index {
+    for (path, is_dir) in &entries.index {
         let matched = match &pattern {
             Some(p) => p.is_match(path),
             None => *path == src,
@@ -211,8 +211,8 @@ pub fn copy(archive: impl Read, spec: &CopySpec<'_>, out: impl Write) -> Result<
 }
 
 struct Listed<R> {
-    /// Each entry's path, whether it is a directory, and its size.
-    index: Vec<(String, bool, u64)>,
+    /// Each entry's path and whether it is a directory.
+    index: Vec<(String, bool)>,
     file: R,
 }
 
@@ -233,7 +233,7 @@ fn list<R: Read>(mut archive: R) -> Result<Listed<io::Cursor<Vec<u8>>>, String> 
                 return Err(format!("the build context's entry '{raw}' leaves its root"));
             };
             let is_dir = entry.header().entry_type().is_dir();
-            index.push((path, is_dir, entry.header().size().unwrap_or(0)));
+            index.push((path, is_dir));
         }
     }
     Ok(Listed {
