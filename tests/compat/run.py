@@ -33,6 +33,7 @@ SUITES = {
         "test_e2b_network.py",
         "test_e2b_events.py",
         "test_e2b_volumes.py",
+        "test_e2b_templates.py",
         "test_code_interpreter.py",
     ],
     "prime": ["test_prime.py"],
@@ -43,6 +44,7 @@ BENCH = "test_e2b_bench.py"
 TS_TESTS = {
     "test_e2b_ts": "e2b",
     "test_e2b_volumes_ts": "e2b",
+    "test_e2b_templates_ts": "e2b",
     "test_code_interpreter_ts": "@e2b/code-interpreter",
 }
 PINNED_ONLY = {"e2b": [BENCH, *(f"{t}.py" for t in TS_TESTS)]}

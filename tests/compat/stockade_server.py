@@ -163,6 +163,14 @@ class StockadeServer:
             status, body = api.request("GET", "/api/v1/sandbox?per_page=1000")
             for sb in (body or {}).get("sandboxes", []) if status == 200 else []:
                 api.request("DELETE", f"/api/v1/sandbox/{sb['id']}")
+        # Templates once their sandboxes are gone: a template's image stays
+        # while a sandbox uses it.
+        for who in self.tokens:
+            api = self.api(who)
+            status, body = api.request("GET", "/api/v1/templates")
+            for t in (body or {}).get("templates", []) if status == 200 else []:
+                if not t.get("shared"):
+                    api.request("DELETE", f"/api/v1/templates/{t['templateId']}")
         # Shared volumes last: a volume still mounted cannot be deleted.
         for who in self.tokens:
             api = self.api(who)

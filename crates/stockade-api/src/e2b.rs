@@ -381,3 +381,208 @@ mod tests {
         assert!(m.get("cpuUsedPct").is_some() && m.get("timestampUnix").is_some());
     }
 }
+
+/// `POST /e2b/v3/templates`: a template (or a new build of one of the
+/// caller's templates of this name). `name` may be `name:tag`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bNewTemplate {
+    pub name: Option<String>,
+    /// Older SDKs' word for `name`.
+    pub alias: Option<String>,
+    pub tags: Option<Vec<String>>,
+    pub cpu_count: Option<u32>,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: Option<u32>,
+    /// E2B grows a template's disk by this much; a sandbox's disk is its
+    /// account's quota here, so the field is read and not used.
+    #[serde(rename = "minFreeDiskMB")]
+    pub min_free_disk_mb: Option<i64>,
+}
+
+/// The answer to `POST /e2b/v3/templates` (202).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bTemplateRequested {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    pub public: bool,
+    pub names: Vec<String>,
+    pub tags: Vec<String>,
+    pub aliases: Vec<String>,
+}
+
+/// `GET /e2b/templates/{id}/files/{hash}` (201): whether the files are
+/// stored, and where to `PUT` them (a signed link, no API key needed).
+#[skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bFilesUpload {
+    pub present: bool,
+    pub url: Option<String>,
+}
+
+/// One step of `POST /e2b/v2/templates/{id}/builds/{buildID}`: its type
+/// (`RUN`, `COPY`, `ENV`, `WORKDIR`, `USER`, `ARG`) and arguments as
+/// E2B's SDKs lay them out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bTemplateStep {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub args: Option<Vec<String>>,
+    pub force: Option<bool>,
+    pub files_hash: Option<String>,
+    pub force_upload: Option<bool>,
+}
+
+/// `POST /e2b/v2/templates/{id}/builds/{buildID}`: what the build does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bBuildStart {
+    pub from_image: Option<String>,
+    pub from_template: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub from_image_registry: Option<serde_json::Value>,
+    pub steps: Option<Vec<E2bTemplateStep>>,
+    pub start_cmd: Option<String>,
+    pub ready_cmd: Option<String>,
+    pub force: Option<bool>,
+}
+
+/// One line of a build's log.
+#[skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bBuildLogEntry {
+    pub timestamp: DateTime<Utc>,
+    /// `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    pub message: String,
+    /// The step: `base`, its number from 1, or `finalize`.
+    pub step: Option<String>,
+}
+
+/// Why a build failed.
+#[skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bBuildReason {
+    pub message: String,
+    pub step: Option<String>,
+    pub log_entries: Option<Vec<E2bBuildLogEntry>>,
+}
+
+/// `GET /e2b/templates/{id}/builds/{buildID}/status`.
+#[skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bBuildStatus {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// `waiting`, `building`, `ready` or `error`.
+    pub status: String,
+    /// The log page's messages (older SDKs read these).
+    pub logs: Vec<String>,
+    pub log_entries: Vec<E2bBuildLogEntry>,
+    pub reason: Option<E2bBuildReason>,
+}
+
+/// `GET /e2b/templates/{id}/builds/{buildID}/logs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bBuildLogs {
+    pub logs: Vec<E2bBuildLogEntry>,
+}
+
+/// `GET /e2b/templates/aliases/{alias}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bTemplateAlias {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    pub public: bool,
+}
+
+/// `POST /e2b/templates/tags`: tags for the build `target` names
+/// (`name:tag`, or `name` for its newest ready build).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bAssignTags {
+    pub target: String,
+    pub tags: Vec<String>,
+}
+
+/// The answer to `POST /e2b/templates/tags` (201).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bAssignedTags {
+    pub tags: Vec<String>,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+}
+
+/// `DELETE /e2b/templates/tags`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bDeleteTags {
+    pub name: String,
+    pub tags: Vec<String>,
+}
+
+/// One tag of `GET /e2b/templates/{id}/tags`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct E2bTemplateTag {
+    pub tag: String,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    #[serde(rename = "createdAt")]
+    pub created_at: DateTime<Utc>,
+}
+
+/// One build in `GET /e2b/templates/{id}`.
+#[skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bTemplateBuild {
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: Option<u32>,
+    pub envd_version: Option<String>,
+}
+
+/// A template in `GET /e2b/templates` and `GET /e2b/templates/{id}` (with
+/// its builds). `createdBy` and `lastSpawnedAt` are always sent (E2B's
+/// clients require the keys), null here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct E2bTemplate {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    /// Its newest ready build, else its newest build.
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: u32,
+    pub public: bool,
+    pub aliases: Vec<String>,
+    pub names: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    #[schema(value_type = Option<Object>)]
+    pub created_by: Option<serde_json::Value>,
+    pub last_spawned_at: Option<DateTime<Utc>>,
+    pub spawn_count: u64,
+    pub build_count: u64,
+    pub envd_version: String,
+    pub build_status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builds: Option<Vec<E2bTemplateBuild>>,
+}

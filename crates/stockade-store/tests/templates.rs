@@ -56,6 +56,7 @@ fn recipe() -> BuildRecipe {
         start_cmd: Some("python -m http.server".into()),
         ready_cmd: None,
         force: false,
+        provision_user: Some("user".into()),
     }
 }
 

@@ -253,6 +253,11 @@ pub struct BuildRecipe {
     /// Run every step, whatever the cache holds.
     #[serde(default)]
     pub force: bool,
+    /// A user the build makes (with a home directory) before its first
+    /// step when the base has none of that name: every image of E2B has
+    /// `user`, and the steps E2B's SDKs send name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision_user: Option<String>,
 }
 
 impl BuildRecipe {
@@ -283,6 +288,9 @@ impl BuildRecipe {
         }
         for (i, step) in self.steps.iter().enumerate() {
             step.validate(&format!("steps[{i}]"))?;
+        }
+        if let Some(user) = &self.provision_user {
+            steps::check_user(user, "provisionUser")?;
         }
         for (field, cmd) in [("startCmd", &self.start_cmd), ("readyCmd", &self.ready_cmd)] {
             if let Some(cmd) = cmd {
@@ -395,8 +403,8 @@ pub struct TemplateLayer {
     pub created_at: DateTime<Utc>,
 }
 
-/// How loud a build log line is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How loud a build log line is, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
     Debug,

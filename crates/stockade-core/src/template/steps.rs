@@ -145,7 +145,7 @@ pub(super) fn check_command(cmd: &str, field: &str, max: usize) -> Result<(), Fi
 }
 
 /// A user as `USER` takes it: a name or uid, with an optional `:group`.
-fn check_user(user: &str, field: &str) -> Result<(), FieldError> {
+pub(super) fn check_user(user: &str, field: &str) -> Result<(), FieldError> {
     let part = |p: &str| {
         !p.is_empty()
             && p.len() <= 32

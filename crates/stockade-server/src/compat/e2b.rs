@@ -12,7 +12,7 @@ use axum::extract::{FromRequestParts, RawQuery};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -21,7 +21,7 @@ use stockade_api::{CreateSandboxRequest, LifecycleRequest, SandboxResponse, Sand
 use stockade_core::{
     AccountId, Sandbox, SandboxStatus, Scope, Snapshot, SnapshotKind, TimeoutAction,
 };
-use stockade_service::compat::{self as svc_compat, Template};
+use stockade_service::compat as svc_compat;
 use stockade_service::sandbox::request::NewSandbox;
 use stockade_service::{lifecycle, pause, snapshots, update};
 use tracing::instrument;
@@ -65,7 +65,7 @@ pub fn routes() -> Router<AppState> {
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/network", put(update_network))
         .route("/snapshots", get(list_snapshots))
-        .route("/templates/{id}", delete(delete_snapshot))
+        .merge(super::e2b_templates::routes())
         .merge(super::e2b_events::routes())
         .merge(super::e2b_volumes::routes())
         .fallback(not_found)
@@ -246,6 +246,9 @@ fn state_of(sb: &Sandbox) -> Option<&'static str> {
 
 /// The template a sandbox was made from, as E2B names it.
 fn template_of(state: &AppState, sb: &Sandbox) -> String {
+    if let Some(t) = &sb.spec.template {
+        return t.template_id.to_string();
+    }
     if let Some(r) = &sb.spec.runtime {
         return r.clone();
     }
@@ -1016,23 +1019,6 @@ async fn list_snapshots(
         }
     }
     Ok(resp)
-}
-
-/// `DELETE /e2b/templates/{id}`: deletes a snapshot (by id or name).
-#[instrument(skip_all, fields(account.id = %caller.account.id, snapshot = %id), err(level = "debug", Debug))]
-async fn delete_snapshot(
-    AuthedId { state, caller, id }: AuthedId<E2bCaller>,
-) -> E2bResult<StatusCode> {
-    let template = svc_compat::resolve_template(&state.svc, &caller.scope, &id).await;
-    let Ok(Template::Snapshot(sid)) = template else {
-        return Err(ServiceError::NotFound(format!(
-            "Template {id} not found: only snapshots can be deleted here"
-        ))
-        .into());
-    };
-    let snap = snapshots::load(&state.svc, &caller.scope, sid.as_str(), "templateID").await?;
-    snapshots::delete(&state.svc, snap).await?;
-    Ok(StatusCode::NO_CONTENT)
 }
 
 fn parse_limit(

@@ -7,6 +7,7 @@
 pub mod e2b;
 pub mod e2b_events;
 pub mod e2b_net;
+pub mod e2b_templates;
 pub mod e2b_volumes;
 pub mod envd;
 pub mod prime;

@@ -1,9 +1,12 @@
 //! `/api/v1/templates`: templates, their builds, build logs and the files
 //! of their `COPY` steps.
 
-use axum::body::Body;
+use std::collections::VecDeque;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::StreamExt;
@@ -21,7 +24,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{ApiJson, Authed};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::routes::events::{query_map, query_u32};
-use crate::AppState;
+use crate::{sse, AppState};
 
 /// The routes of this module, relative to `/api/v1`.
 pub fn routes() -> Router<AppState> {
@@ -116,6 +119,7 @@ fn build_request(req: StartBuildRequest) -> ApiResult<BuildRequest> {
         start_cmd: req.start_cmd,
         ready_cmd: req.ready_cmd,
         force: req.force.unwrap_or(false),
+        provision_user: None,
     })
 }
 
@@ -297,32 +301,107 @@ pub async fn start_build(
 }
 
 /// A build's status and its log lines from `logsOffset` (at most `limit`,
-/// 100 by default).
+/// 100 by default). With `Accept: text/event-stream`, the log as it is
+/// written: a `log` event per line from `logsOffset` on, then one `build`
+/// event with the build once it is ready or failed, which ends the stream.
 #[utoipa::path(get, path = "/api/v1/templates/{id}/builds/{build}", tag = "templates",
     params(("id" = String, Path, description = "template id or name"),
            ("build" = String, Path, description = "build id"),
            ("logsOffset" = Option<u64>, Query, description = "the first log line to return"),
            ("limit" = Option<u32>, Query, description = "at most this many lines (1 to 1000)")),
-    responses((status = 200, body = BuildStatusResponse), BadRequest, (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The status and a page of the log (JSON), or the log as it is written (SSE)",
+                content((BuildStatusResponse = "application/json"), (String = "text/event-stream"))),
+              BadRequest, (status = 404, body = ErrorBody)))]
 #[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
 pub async fn build_status(
     Authed { state, caller }: Authed,
     Path((id, build)): Path<(String, String)>,
     RawQuery(raw): RawQuery,
-) -> ApiResult<Json<BuildStatusResponse>> {
+    headers: HeaderMap,
+) -> ApiResult<Response> {
     let q = query_map(raw.as_deref(), &["logsOffset", "limit"])?;
     let offset = query_u32(&q, "logsOffset")?.unwrap_or(0);
     let limit = query_u32(&q, "limit")?.unwrap_or(100);
     if !(1..=stockade_service::templates::MAX_LOG_LINES).contains(&limit) {
         return Err(ApiError::field("limit", "must be between 1 and 1000"));
     }
-    let (_, build) = state.svc.template_build(&caller.scope, &id, &build).await?;
+    let (_, found) = state.svc.template_build(&caller.scope, &id, &build).await?;
+    if sse::wants_event_stream(&headers) {
+        let steps = BuildLogSteps {
+            state: state.clone(),
+            scope: caller.scope.clone(),
+            template: id,
+            build,
+            offset: u64::from(offset),
+        };
+        return Ok(sse::response(
+            sse::stepped(steps),
+            state.config.sse_keep_alive,
+            state.svc.shutdown(),
+        ));
+    }
     let lines = state
         .svc
-        .build_logs(&build, u64::from(offset), limit)
+        .build_logs(&found, u64::from(offset), limit)
         .await?;
     Ok(Json(BuildStatusResponse {
-        build: build_view(&build),
+        build: build_view(&found),
         log_entries: lines.iter().map(log_view).collect(),
-    }))
+    })
+    .into_response())
+}
+
+/// How long a followed build's log is left alone when nothing new came.
+const FOLLOW_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The events of a followed build log: its lines as they are written, then
+/// the build once it ended (read before its last lines, so none is missed:
+/// a build's log is complete before it is marked ready or failed).
+struct BuildLogSteps {
+    state: AppState,
+    scope: stockade_core::Scope,
+    template: String,
+    build: String,
+    offset: u64,
+}
+
+impl sse::Steps for BuildLogSteps {
+    async fn step(&mut self, queue: &mut VecDeque<Bytes>) -> bool {
+        let svc = &self.state.svc;
+        let read = async {
+            let (_, build) = svc
+                .template_build(&self.scope, &self.template, &self.build)
+                .await?;
+            let lines = svc
+                .build_logs(
+                    &build,
+                    self.offset,
+                    stockade_service::templates::MAX_LOG_LINES,
+                )
+                .await?;
+            Ok::<_, stockade_service::ServiceError>((build, lines))
+        };
+        match read.await {
+            Ok((build, lines)) if lines.is_empty() => {
+                if build.status.is_final() {
+                    queue.push_back(sse::json_event("build", &build_view(&build)));
+                    return true;
+                }
+                tokio::time::sleep(FOLLOW_PAUSE).await;
+                false
+            }
+            Ok((_, lines)) => {
+                self.offset += lines.len() as u64;
+                queue.extend(lines.iter().map(|l| sse::json_event("log", &log_view(l))));
+                false
+            }
+            Err(e) => {
+                queue.push_back(sse::json_event(
+                    "error",
+                    &serde_json::json!({ "message": e.to_string() }),
+                ));
+                true
+            }
+        }
+    }
 }

@@ -467,3 +467,108 @@ async fn template_files_count_against_the_upload_quota() {
         .await;
     assert_eq!(r.body["present"], false, "{:?}", r.body);
 }
+
+/// A build's log followed as Server-Sent Events: a `log` event per line as
+/// it is written, then the `build` event that ends the stream; a base
+/// image no host has fails the build at once, naming it; a step that runs
+/// past the build timeout fails the build and leaves no build sandbox.
+#[tokio::test]
+async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
+    let app = spawn_configured(|c| {
+        c.service.template_build_timeout = Duration::from_secs(8);
+    })
+    .await;
+    let (account, t) = app.new_account_with_id("follower").await;
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "followed", "dockerfile": format!(
+                "FROM {}\nRUN echo first-line\nRUN sleep 1 && echo second-line\n", test_image()
+            )}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let id = r.body["templateId"].as_str().unwrap().to_owned();
+    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let mut events = crate::sse_client::SseStream::open(
+        app.http
+            .get(format!("{}/api/v1/templates/{id}/builds/{build}", app.base))
+            .bearer_auth(&t),
+    )
+    .await;
+    assert_eq!(events.status, StatusCode::OK);
+    let all = events.rest(Duration::from_secs(120)).await;
+    let (last, logs) = all.split_last().expect("events");
+    assert_eq!(last.event, "build", "{all:?}");
+    let done: Value = serde_json::from_str(&last.data).unwrap();
+    assert_eq!(done["status"], "ready", "{done}");
+    let lines: Vec<Value> = logs
+        .iter()
+        .map(|e| {
+            assert_eq!(e.event, "log", "{e:?}");
+            serde_json::from_str(&e.data).unwrap()
+        })
+        .collect();
+    let text = messages(&lines);
+    let first = text.find("first-line").expect(&text);
+    assert!(text[first..].contains("second-line"), "{text}");
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["offset"], i as u64, "{l}");
+    }
+
+    // A base no host has (and no registry gives): the build fails at
+    // once, naming it.
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "no-base", "fromImage": "stockade-no-such-image:1", "steps": [
+                {"type": "RUN", "command": "true"}
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let started = Instant::now();
+    let (done, _) = finished(
+        &app,
+        &t,
+        r.body["templateId"].as_str().unwrap(),
+        r.body["builds"][0]["buildId"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(done["status"], "error", "{done}");
+    let reason = done["reason"].as_str().unwrap();
+    assert!(reason.contains("stockade-no-such-image:1"), "{done}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{done}");
+
+    // A step that never ends: the build fails at its timeout, and its
+    // build sandbox is gone.
+    let started = Instant::now();
+    let r = app
+        .post(
+            "/api/v1/templates",
+            &t,
+            json!({ "name": "endless", "fromImage": test_image(), "steps": [
+                {"type": "RUN", "command": "sleep 100000"}
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let id = r.body["templateId"].as_str().unwrap().to_owned();
+    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (done, _) = finished(&app, &t, &id, &build).await;
+    assert_eq!(done["status"], "error", "{done}");
+    assert!(
+        done["reason"].as_str().unwrap().contains("longer than"),
+        "{done}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{done}");
+    let left = docker_out(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=io.stockade.account-id={account}"),
+    ]);
+    assert!(left.trim().is_empty(), "build sandboxes left: {left}");
+}

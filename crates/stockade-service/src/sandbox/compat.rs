@@ -20,6 +20,9 @@ pub enum Template {
     Default,
     /// A runtime preset of the server.
     Runtime(String),
+    /// One of the caller's templates (or a public one): its id or name,
+    /// with an optional `:tag`.
+    Built(String),
     /// One of the caller's snapshots (by id or name).
     Snapshot(SnapshotId),
     /// An image reference.
@@ -33,6 +36,7 @@ impl Template {
             Template::Default => {}
             Template::Runtime(r) => req.runtime = Some(r.clone()),
             Template::Image(i) => req.docker_image = Some(i.clone()),
+            Template::Built(t) => req.template = Some(t.clone()),
             Template::Snapshot(id) => {
                 req.source = Some(SandboxSource::Snapshot {
                     snapshot_id: id.to_string(),
@@ -42,9 +46,10 @@ impl Template {
     }
 }
 
-/// Resolves a template: `base`, then a runtime preset, then one of the
-/// caller's ready snapshots (id, then name), else an image reference
-/// (checked like `dockerImage`).
+/// Resolves a template: `base`, then a runtime preset, then a template
+/// the caller may use (`name[:tag]` or id), then one of the caller's ready
+/// snapshots (id, then name), else an image reference (checked like
+/// `dockerImage`).
 pub async fn resolve_template(
     svc: &Service,
     scope: &Scope,
@@ -56,6 +61,12 @@ pub async fn resolve_template(
     }
     if svc.config.defaults.runtimes.contains_key(t) {
         return Ok(Template::Runtime(t.to_owned()));
+    }
+    let name = t.split_once(':').map_or(t, |(name, _)| name);
+    match crate::content::templates::load(svc, scope, name, "templateID").await {
+        Ok(_) => return Ok(Template::Built(t.to_owned())),
+        Err(ServiceError::NotFound(_) | ServiceError::Validation(_)) => {}
+        Err(e) => return Err(e),
     }
     let snapshots = svc.store.list_snapshots(scope, None).await?;
     let usable = |s: &&stockade_core::Snapshot| {
@@ -71,8 +82,8 @@ pub async fn resolve_template(
     }
     let image = stockade_core::spec::parse_image(t, "templateID").map_err(|_| {
         ServiceError::NotFound(format!(
-            "Template '{t}' not found: use 'base', a runtime preset ({}), the id or name of one \
-             of your snapshots, or an image reference",
+            "Template '{t}' not found: use 'base', a runtime preset ({}), one of your templates \
+             (name[:tag] or id), the id or name of one of your snapshots, or an image reference",
             svc.config
                 .defaults
                 .runtimes
@@ -125,6 +136,12 @@ mod tests {
         let mut req = CreateSandboxRequest::default();
         Template::Snapshot(SnapshotId::parse("abcdefghijkl").unwrap()).apply(&mut req);
         assert!(matches!(req.source, Some(SandboxSource::Snapshot { .. })));
+        let mut req = CreateSandboxRequest::default();
+        Template::Default.apply(&mut req);
+        assert!(req.docker_image.is_none() && req.runtime.is_none() && req.source.is_none());
+        let mut req = CreateSandboxRequest::default();
+        Template::Built("web:v2".into()).apply(&mut req);
+        assert_eq!(req.template.as_deref(), Some("web:v2"));
         let mut req = CreateSandboxRequest::default();
         Template::Default.apply(&mut req);
         assert!(req.docker_image.is_none() && req.runtime.is_none() && req.source.is_none());

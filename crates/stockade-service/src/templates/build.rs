@@ -254,6 +254,10 @@ async fn steps(
         .await
         .map_err(|e| fail("base", e.to_string()))?
         .unwrap_or_default();
+    let base_text = match &recipe.provision_user {
+        Some(user) => format!("{base_text}\nuser {user}"),
+        None => base_text,
+    };
     let keys = step_keys(scope.account_id.as_str(), &base_text, &base_id, &recipe);
     let mut start_at = 0usize;
     let mut start_image = base_image.clone();
@@ -335,6 +339,11 @@ async fn steps(
         .runtime_for(&sb)
         .await
         .map_err(|e| fail("base", e.to_string()))?;
+
+    // A cached layer has the user already.
+    if let (Some(user), 0) = (&recipe.provision_user, start_at) {
+        provision_user(svc, &sb, log, user).await?;
+    }
 
     let mut args: BTreeMap<String, String> = BTreeMap::new();
     for (i, step) in recipe.steps.iter().enumerate().skip(start_at) {
@@ -506,6 +515,44 @@ async fn steps(
         .await
         .map_err(|e| fail("finalize", format!("the image could not be stored: {e}")))?;
     build.config = Some(config);
+    Ok(())
+}
+
+/// Makes `user` with a home directory when the build sandbox has no user
+/// of that name: with `useradd` where the base has it, else BusyBox's
+/// `adduser`, else by writing its lines into `/etc/passwd` and
+/// `/etc/group` (the first free uid from 1000).
+async fn provision_user(
+    svc: &Service,
+    sb: &Sandbox,
+    log: &mut BuildLog,
+    user: &str,
+) -> Result<(), Failure> {
+    let name = user.split(':').next().unwrap_or(user);
+    let q = stockade_core::shell::quote(name);
+    let script = format!(
+        "id -u {q} >/dev/null 2>&1 && exit 0
+         PATH=/usr/local/sbin:/usr/sbin:/sbin:$PATH
+         if command -v useradd >/dev/null 2>&1; then exec useradd -m -s /bin/sh {q}; fi
+         if command -v adduser >/dev/null 2>&1; then exec adduser -D -s /bin/sh {q}; fi
+         uid=1000
+         while cut -d: -f3 /etc/passwd | grep -qx $uid; do uid=$((uid + 1)); done
+         echo {q}:x:$uid:$uid::/home/{q}:/bin/sh >> /etc/passwd &&
+         echo {q}:x:$uid: >> /etc/group &&
+         mkdir -p /home/{q} && chown $uid:$uid /home/{q}"
+    );
+    let argv = vec!["/bin/sh".into(), "-c".into(), script];
+    let out = quiet(svc, sb, "base", argv, None).await?;
+    if out.exit_code != Some(0) {
+        return Err(fail(
+            "base",
+            format!(
+                "the user {name} could not be made: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    log.line(LogLevel::Info, Some("base"), format!("User {name} ready"));
     Ok(())
 }
 

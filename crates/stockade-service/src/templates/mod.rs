@@ -10,11 +10,14 @@
 
 mod build;
 pub mod copy;
+mod tags;
 
-use chrono::Utc;
+pub use tags::TagOf;
+
+use chrono::{DateTime, Utc};
 use stockade_core::template::{
     parse_dockerfile, BuildBase, BuildId, BuildLogLine, BuildRecipe, BuildStatus, BuildStep,
-    StepKind, Template, TemplateBuild, TemplateName,
+    StepKind, Template, TemplateBuild, TemplateId, TemplateName,
 };
 use stockade_core::{AccountId, Operation, OperationKind, Scope};
 use stockade_runtime::ByteStream;
@@ -27,6 +30,10 @@ use crate::Service;
 
 /// The most log lines one status read returns.
 pub const MAX_LOG_LINES: u32 = 1000;
+/// How long a files upload link is valid.
+pub const FILES_LINK_TTL: chrono::Duration = chrono::Duration::hours(1);
+/// The signing domain of files upload links.
+const FILES_TOKEN_DOMAIN: &str = "stockade-template-files/v1\n";
 
 /// What a new template (or a new build of an existing one) asks for.
 #[derive(Debug, Clone, Default)]
@@ -53,6 +60,8 @@ pub struct BuildRequest {
     pub start_cmd: Option<String>,
     pub ready_cmd: Option<String>,
     pub force: bool,
+    /// A user to make before the steps when the base lacks it.
+    pub provision_user: Option<String>,
 }
 
 impl BuildRequest {
@@ -111,6 +120,7 @@ impl BuildRequest {
                     start_cmd: self.start_cmd.or(parsed.start_cmd),
                     ready_cmd: self.ready_cmd,
                     force: self.force,
+                    provision_user: self.provision_user,
                 }
             }
             None => {
@@ -136,6 +146,7 @@ impl BuildRequest {
                     start_cmd: self.start_cmd,
                     ready_cmd: self.ready_cmd,
                     force: self.force,
+                    provision_user: self.provision_user,
                 }
             }
         };
@@ -397,6 +408,71 @@ impl Service {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// A link that lets whoever holds it store the files `hash` of
+    /// `template` for `account` until `expires` without an API key (E2B's
+    /// SDKs `PUT` the files to the `url` the API hands them): the account,
+    /// template, hash and expiry signed with the server's key.
+    pub fn template_files_token(
+        &self,
+        account: &AccountId,
+        template: &TemplateId,
+        hash: &str,
+        expires: DateTime<Utc>,
+    ) -> String {
+        let expiry = expires.timestamp();
+        let subject = format!("{account}\n{template}\n{hash}\n{expiry}");
+        let sig = self.agents.derive(FILES_TOKEN_DOMAIN, &subject);
+        format!("{account}.{template}.{hash}.{expiry}.{sig}")
+    }
+
+    /// Stores the files a [`Self::template_files_token`] link names, as
+    /// its account, while the link is valid and the account enabled.
+    pub async fn store_template_files_by_token(
+        &self,
+        token: &str,
+        body: ByteStream,
+    ) -> ServiceResult<u64> {
+        let refused = || ServiceError::Forbidden("this upload link is not valid".into());
+        let parts: Vec<&str> = token.split('.').collect();
+        let [account, template, hash, expiry, sig] = parts[..] else {
+            return Err(refused());
+        };
+        let account = AccountId::parse(account).map_err(|_| refused())?;
+        let template = TemplateId::parse(template).map_err(|_| refused())?;
+        let hash = check_files_hash(hash, "hash").map_err(|_| refused())?;
+        let expiry: i64 = expiry.parse().map_err(|_| refused())?;
+        let expected = self.agents.derive(
+            FILES_TOKEN_DOMAIN,
+            &format!("{account}\n{template}\n{hash}\n{expiry}"),
+        );
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(
+            expected.as_bytes(),
+            sig.as_bytes(),
+        )) {
+            return Err(refused());
+        }
+        if Utc::now().timestamp() >= expiry {
+            return Err(ServiceError::Forbidden("this upload link expired".into()));
+        }
+        let (holder, teams) = match self.store.get_account(&account).await {
+            Ok(found) => found,
+            Err(StoreError::NotFound) => return Err(refused()),
+            Err(e) => return Err(e.into()),
+        };
+        if holder.is_disabled() {
+            return Err(ServiceError::Forbidden(format!(
+                "the account {} is disabled",
+                holder.name
+            )));
+        }
+        let scope = Scope {
+            account_id: holder.id,
+            team_ids: teams,
+        };
+        self.store_template_files(&scope, template.as_str(), &hash, body)
+            .await
     }
 
     /// Checks what a recipe names before anything is made: a base image
