@@ -166,7 +166,7 @@ pub struct Cli {
     pub event_cycles: Option<usize>,
     /// Run only these scenario groups (comma-separated): api, lists,
     /// postgres, create, exec, burst, stop, logs, warm, terminal, code,
-    /// pause, gvisor, egress, hosts, events, volumes, density, and
+    /// pause, gvisor, egress, hosts, events, volumes, density, templates, and
     /// warmburst (only the warm half of `burst`'s fleet burst, which
     /// `burst` includes). `stop` needs `create`; `exec` and `terminal` make a sandbox when
     /// `create` does not run. `exec` includes the agent's memory.

@@ -28,11 +28,12 @@ mod events;
 mod fleet;
 mod hosts;
 mod pause;
+mod templates;
 mod volumes;
 
 /// The scenario groups `--only` takes, in the order a run goes through
 /// them. `warmburst` runs only when asked for without `burst`.
-pub const GROUPS: [&str; 19] = [
+pub const GROUPS: [&str; 20] = [
     "api",
     "lists",
     "postgres",
@@ -52,6 +53,7 @@ pub const GROUPS: [&str; 19] = [
     "volumes",
     "density",
     "warmburst",
+    "templates",
 ];
 
 /// Records of the list scenario are on a server name no Docker host has,
@@ -357,6 +359,7 @@ impl Bench {
                 "events" => self.events().await?,
                 "volumes" => self.volumes().await?,
                 "density" => self.density().await?,
+                "templates" => self.templates().await?,
                 // Asked for alone: `burst` runs it too, and a full run
                 // runs `burst`.
                 "warmburst" if !self.plan.only.is_empty() && !self.plan.runs("burst") => {
