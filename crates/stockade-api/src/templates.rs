@@ -170,3 +170,28 @@ pub struct TemplateFilesResponse {
     /// Their size, once stored.
     pub bytes: Option<u64>,
 }
+
+/// `PUT /api/v1/templates/{id}/builds/{buildId}/tags`: tags for this
+/// build, taken from the template's other builds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TagBuildRequest {
+    pub tags: Vec<String>,
+}
+
+/// One tag of a template and the build it points at.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateTag {
+    pub tag: String,
+    pub build_id: String,
+    /// When that build was made.
+    pub created_at: DateTime<Utc>,
+}
+
+/// `GET /api/v1/templates/{id}/tags`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateTagsResponse {
+    pub tags: Vec<TemplateTag>,
+}

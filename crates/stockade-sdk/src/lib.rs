@@ -134,7 +134,8 @@ pub use stockade_api::shared_volumes::{
 /// Templates, their builds and build logs.
 pub use stockade_api::templates::{
     BuildLogEntry, BuildResponse, BuildStatusResponse, CreateTemplateRequest,
-    ListTemplatesResponse, StartBuildRequest, TemplateFilesResponse, TemplateResponse,
+    ListTemplatesResponse, StartBuildRequest, TagBuildRequest, TemplateFilesResponse,
+    TemplateResponse, TemplateTag, TemplateTagsResponse,
 };
 pub use templates::{files_hash, MAX_BUILD_LOG_PAGE};
 pub use terminal::{Terminal, TerminalOptions, TerminalWriter, MAX_TERMINAL_SIDE};

@@ -11,7 +11,8 @@ use reqwest::Method;
 use sha2::{Digest, Sha256};
 use stockade_api::templates::{
     BuildLogEntry, BuildResponse, BuildStatusResponse, CreateTemplateRequest,
-    ListTemplatesResponse, StartBuildRequest, TemplateFilesResponse, TemplateResponse,
+    ListTemplatesResponse, StartBuildRequest, TagBuildRequest, TemplateFilesResponse,
+    TemplateResponse, TemplateTagsResponse,
 };
 
 use crate::client::Client;
@@ -187,6 +188,55 @@ impl Client {
     ) -> Result<BuildResponse, Error> {
         let url = template_url(template, &format!("/builds/{}", segment(build_id)))?;
         self.send(self.request(Method::POST, &url).json(req)).await
+    }
+
+    /// Gives `tags` to a build of a template (whatever its status;
+    /// `name:tag` runs it once it is ready); the template's other builds
+    /// lose them.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// let b = client.tag_build("py-tools", "b1c2d3", &["stable"]).await?;
+    /// println!("{:?}", b.tags);
+    /// # Ok(()) }
+    /// ```
+    pub async fn tag_build(
+        &self,
+        template: &str,
+        build_id: &str,
+        tags: &[&str],
+    ) -> Result<BuildResponse, Error> {
+        let url = template_url(template, &format!("/builds/{}/tags", segment(build_id)))?;
+        let body = TagBuildRequest {
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+        };
+        self.send(self.request(Method::PUT, &url).json(&body)).await
+    }
+
+    /// A template's tags, each with the ready build it points at.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// for t in client.template_tags("py-tools").await?.tags {
+    ///     println!("{} -> {}", t.tag, t.build_id);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn template_tags(&self, template: &str) -> Result<TemplateTagsResponse, Error> {
+        self.send(self.request(Method::GET, &template_url(template, "/tags")?))
+            .await
+    }
+
+    /// Takes a tag from a template's builds (no error when none has it).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: stockade_sdk::Client) -> Result<(), stockade_sdk::Error> {
+    /// client.remove_template_tag("py-tools", "stable").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn remove_template_tag(&self, template: &str, tag: &str) -> Result<(), Error> {
+        let url = template_url(template, &format!("/tags/{}", segment(tag)))?;
+        self.send_empty(self.request(Method::DELETE, &url)).await
     }
 
     /// A build's status and its log lines from `logs_offset` on (at most

@@ -1,7 +1,8 @@
 //! `stockade template …`: templates, an account's own sandbox images built
 //! by the server. `build` sends a Dockerfile and its build context (packed
 //! here as a tar.gz) and follows the build's log; `ls`, `rm` and `logs`
-//! show and delete templates and read their builds' logs. A sandbox is
+//! show and delete templates and read their builds' logs; `tag` and
+//! `untag` name builds. A sandbox is
 //! made from one with `stockade create --template NAME`.
 
 use std::path::{Path, PathBuf};
@@ -65,6 +66,34 @@ makes a new build of that template.")]
         #[arg(long, value_name = "BUILD_ID")]
         build: Option<String>,
     },
+    /// Tag a build of a template (its newest ready build unless --build):
+    /// `stockade create --template NAME:TAG` then runs it. A tag points at
+    /// one build; the template's other builds lose it.
+    #[command(after_help = "Examples:
+  stockade template tag web-app stable
+  stockade template tag web-app v2 --build 0b6c5a43-7c1e-4d2a-9f3e-2b8d1c0a9e11
+  stockade create --template web-app:stable")]
+    Tag {
+        /// Template name or id.
+        #[arg(value_name = "TEMPLATE")]
+        template: String,
+        /// The tags to give.
+        #[arg(required = true, value_name = "TAG")]
+        tags: Vec<String>,
+        /// The build to tag [default: the newest ready one].
+        #[arg(long, value_name = "BUILD_ID")]
+        build: Option<String>,
+    },
+    /// Take tags from a template's builds.
+    #[command(after_help = "Example:
+  stockade template untag web-app stable")]
+    Untag {
+        /// Template name or id.
+        #[arg(value_name = "TEMPLATE")]
+        template: String,
+        #[arg(required = true, value_name = "TAG")]
+        tags: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -96,7 +125,73 @@ pub async fn template(ctx: &Ctx, cmd: TemplateCommand) -> anyhow::Result<ExitCod
         TemplateCommand::Logs { template, build } => {
             logs(ctx, &client, &template, build.as_deref()).await
         }
+        TemplateCommand::Tag {
+            template,
+            tags,
+            build,
+        } => tag(ctx, &client, &template, &tags, build.as_deref()).await,
+        TemplateCommand::Untag { template, tags } => {
+            let mut batch = Batch::new(ctx.json);
+            for t in &tags {
+                match client.remove_template_tag(&template, t).await {
+                    Ok(()) => batch.ok(
+                        serde_json::json!({ "tag": t }),
+                        &format!("untagged {template}:{t}"),
+                    )?,
+                    Err(e) => batch.failed(t, in_words(e))?,
+                }
+            }
+            batch.finish()
+        }
     }
+}
+
+/// The newest build of `template` with `status` (any status when `None`).
+async fn newest_build(
+    client: &Client,
+    template: &str,
+    status: Option<&str>,
+) -> anyhow::Result<String> {
+    let t = client.template(template).await.map_err(in_words)?;
+    let found = t
+        .builds
+        .as_deref()
+        .and_then(|b| b.iter().find(|b| status.is_none_or(|s| b.status == s)))
+        .map(|b| b.build_id.clone());
+    found.ok_or_else(|| {
+        CliError::new(
+            "not_found",
+            match status {
+                Some(s) => format!("template `{template}` has no {s} build"),
+                None => format!("template `{template}` has no builds you can see"),
+            },
+        )
+        .into()
+    })
+}
+
+async fn tag(
+    ctx: &Ctx,
+    client: &Client,
+    template: &str,
+    tags: &[String],
+    build: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let build_id = match build {
+        Some(b) => b.to_owned(),
+        None => newest_build(client, template, Some("ready")).await?,
+    };
+    let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+    let b = client
+        .tag_build(template, &build_id, &tags)
+        .await
+        .map_err(in_words)?;
+    if ctx.json {
+        output::json(&b)?;
+    } else {
+        outln!("build {} of {template}: {}", b.build_id, b.tags.join(", "))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// An SDK error about a template in CLI words: one that does not exist
@@ -274,19 +369,7 @@ async fn logs(
 ) -> anyhow::Result<ExitCode> {
     let build_id = match build {
         Some(b) => b.to_owned(),
-        None => {
-            let t = client.template(template).await.map_err(in_words)?;
-            t.builds
-                .as_deref()
-                .and_then(|b| b.first())
-                .map(|b| b.build_id.clone())
-                .ok_or_else(|| {
-                    CliError::new(
-                        "not_found",
-                        format!("template `{template}` has no builds you can see"),
-                    )
-                })?
-        }
+        None => newest_build(client, template, None).await?,
     };
     let mut offset = 0u64;
     let mut all: Option<BuildStatusResponse> = None;

@@ -73,6 +73,27 @@ fn a_dockerfile_is_built_listed_logged_run_and_removed() {
     ]);
     assert_eq!(said, "/app\nhello from the context\ncli\nignored\n");
 
+    // Tags: the newest ready build gets `stable`, which a create names.
+    let tagged = s.ok(&["template", "tag", "cli-tpl", "stable"]);
+    assert!(tagged.contains("stable"), "{tagged}");
+    s.ok(&[
+        "create",
+        "--name",
+        "from-tag",
+        "--template",
+        "cli-tpl:stable",
+    ]);
+    s.ok(&["rm", "from-tag"]);
+    s.ok(&["template", "untag", "cli-tpl", "stable"]);
+    let err = s.fails(&[
+        "create",
+        "--name",
+        "untagged",
+        "--template",
+        "cli-tpl:stable",
+    ]);
+    assert!(err.contains("stable"), "{err}");
+
     // A failing build: its reason, a non-zero exit.
     std::fs::write(
         ctx.path().join("Dockerfile"),

@@ -456,6 +456,7 @@ mod examples {
             ("path", "id") if path.starts_with("/api/v1/webhooks/") => json!(WEBHOOK_ID),
             ("path", "id") if path.starts_with("/api/v1/templates/") => json!(TEMPLATE_ID),
             ("path", "build") => json!(BUILD_ID),
+            ("path", "tag") => json!("stable"),
             ("path", "hash") => json!(FILES_HASH),
             ("query", "logsOffset") => json!(0),
             ("query", "limit") => json!(100),
@@ -998,7 +999,23 @@ mod examples {
                         {"offset": 1, "timestamp": STARTED, "level": "info", "step": "1",
                          "message": "[1/3] WORKDIR /app"}
                     ]})
+                })
+                .text(
+                    "event: log\ndata: {\"offset\":0,\"timestamp\":\"2026-01-15T09:30:02Z\",\"level\":\"info\",\"step\":\"base\",\"message\":\"FROM node:20-bookworm\"}\n\n\
+                     event: build\ndata: {\"buildId\":\"0b6c5a43-7c1e-4d2a-9f3e-2b8d1c0a9e11\",\"templateId\":\"m2t8p4w9k1x6\",\"status\":\"ready\",\"tags\":[\"v1\"]}\n\n",
+                ),
+            op("put", "/api/v1/templates/{id}/builds/{build}/tags")
+                .request(json!({"tags": ["stable"]}))
+                .response({
+                    let mut b = build("ready");
+                    b["tags"] = json!(["v1", "stable"]);
+                    b
                 }),
+            op("get", "/api/v1/templates/{id}/tags").response(json!({"tags": [
+                {"tag": "stable", "buildId": BUILD_ID, "createdAt": CREATED},
+                {"tag": "v1", "buildId": BUILD_ID, "createdAt": CREATED}
+            ]})),
+            op("delete", "/api/v1/templates/{id}/tags/{tag}"),
             // Teams.
             op("post", "/api/v1/teams").request(json!({"name": "research"})).response(team(false)),
             op("get", "/api/v1/teams").response(json!({"teams": [team(true)]})),

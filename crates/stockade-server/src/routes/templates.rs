@@ -7,12 +7,13 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use futures_util::StreamExt;
 use stockade_api::templates::{
     BuildLogEntry, BuildResponse, BuildStatusResponse, CreateTemplateRequest,
-    ListTemplatesResponse, StartBuildRequest, TemplateFilesResponse, TemplateResponse,
+    ListTemplatesResponse, StartBuildRequest, TagBuildRequest, TemplateFilesResponse,
+    TemplateResponse, TemplateTag, TemplateTagsResponse,
 };
 use stockade_api::ErrorBody;
 use stockade_core::template::{BuildLogLine, BuildStep, Template, TemplateBuild};
@@ -39,15 +40,19 @@ pub fn routes() -> Router<AppState> {
             "/templates/{id}/builds/{build}",
             post(start_build).get(build_status),
         )
+        .route("/templates/{id}/builds/{build}/tags", put(tag_build))
+        .route("/templates/{id}/tags", get(template_tags))
+        .route("/templates/{id}/tags/{tag}", delete(remove_tag))
 }
 
 #[derive(OpenApi)]
 #[openapi(
     paths(create_template, list_templates, get_template, delete_template, files_present,
-          upload_files, start_build, build_status),
+          upload_files, start_build, build_status, tag_build, template_tags, remove_tag),
     components(schemas(
         CreateTemplateRequest, StartBuildRequest, TemplateResponse, BuildResponse,
         ListTemplatesResponse, BuildStatusResponse, BuildLogEntry, TemplateFilesResponse,
+        TagBuildRequest, TemplateTag, TemplateTagsResponse,
     )),
     tags((name = "templates", description = "Templates: sandbox images built from steps or a Dockerfile"))
 )]
@@ -349,6 +354,64 @@ pub async fn build_status(
         log_entries: lines.iter().map(log_view).collect(),
     })
     .into_response())
+}
+
+/// Give tags to a build (whatever its status; `name:tag` runs it once it
+/// is ready). A tag points at one build: the template's other builds lose
+/// these tags.
+#[utoipa::path(put, path = "/api/v1/templates/{id}/builds/{build}/tags", tag = "templates",
+    params(("id" = String, Path, description = "template id or name"),
+           ("build" = String, Path, description = "build id")),
+    request_body = TagBuildRequest,
+    responses((status = 200, body = BuildResponse), BadRequest, (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn tag_build(
+    Authed { state, caller }: Authed,
+    Path((id, build)): Path<(String, String)>,
+    ApiJson(req): ApiJson<TagBuildRequest>,
+) -> ApiResult<Json<BuildResponse>> {
+    let build = state
+        .svc
+        .tag_build(&caller.scope, &id, &build, &req.tags)
+        .await?;
+    Ok(Json(build_view(&build)))
+}
+
+/// A template's tags, each with the ready build it points at.
+#[utoipa::path(get, path = "/api/v1/templates/{id}/tags", tag = "templates",
+    params(("id" = String, Path, description = "template id or name")),
+    responses((status = 200, body = TemplateTagsResponse), (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn template_tags(
+    Authed { state, caller }: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TemplateTagsResponse>> {
+    let tags = state.svc.template_tags(&caller.scope, &id).await?;
+    Ok(Json(TemplateTagsResponse {
+        tags: tags
+            .into_iter()
+            .map(|t| TemplateTag {
+                tag: t.tag,
+                build_id: t.build_id.to_string(),
+                created_at: t.created_at,
+            })
+            .collect(),
+    }))
+}
+
+/// Take a tag from the template's builds (no error when none has it).
+#[utoipa::path(delete, path = "/api/v1/templates/{id}/tags/{tag}", tag = "templates",
+    params(("id" = String, Path, description = "template id or name"),
+           ("tag" = String, Path, description = "the tag")),
+    responses((status = 204, description = "No build has the tag"), BadRequest,
+              (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.account.id), err(level = "debug", Display))]
+pub async fn remove_tag(
+    Authed { state, caller }: Authed,
+    Path((id, tag)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    state.svc.remove_tags(&caller.scope, &id, &[tag]).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// How long a followed build's log is left alone when nothing new came.

@@ -749,6 +749,7 @@ const STEPS: &[(&str, &str)] = &[
     ("post", "/api/v1/templates"),
     ("put", "/api/v1/templates/{id}/files/{hash}"),
     ("post", "/api/v1/templates/{id}/builds/{build}"),
+    ("put", "/api/v1/templates/{id}/builds/{build}/tags"),
 ];
 
 /// Sends every request example of the document as it is, to a real server

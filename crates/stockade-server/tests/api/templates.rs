@@ -517,6 +517,46 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
         assert_eq!(l["offset"], i as u64, "{l}");
     }
 
+    // Tags: given to the build, listed, used on create, taken back.
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/templates/{id}/builds/{build}/tags"),
+            Some(&t),
+            Some(json!({ "tags": ["stable"] })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app.get(&format!("/api/v1/templates/{id}/tags"), &t).await;
+    assert_eq!(r.body["tags"][0]["tag"], "stable", "{:?}", r.body);
+    assert_eq!(r.body["tags"][0]["buildId"], build.as_str(), "{:?}", r.body);
+    let sb = app
+        .create(&t, json!({ "template": "followed:stable" }))
+        .await;
+    app.delete(
+        &format!("/api/v1/sandbox/{}", sb["id"].as_str().unwrap()),
+        &t,
+    )
+    .await;
+    let r = app
+        .delete(&format!("/api/v1/templates/{id}/tags/stable"), &t)
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{:?}", r.body);
+    let r = app
+        .try_create(&t, json!({ "template": "followed:stable" }))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/templates/{id}/builds/{build}/tags"),
+            Some(&t),
+            Some(json!({ "tags": ["no spaces"] })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
+    assert!(r.body.to_string().contains("tags[0]"), "{:?}", r.body);
+
     // A base no host has (and no registry gives): the build fails at
     // once, naming it.
     let r = app

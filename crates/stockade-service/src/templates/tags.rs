@@ -3,7 +3,7 @@
 //! finds the build with that tag (`content::templates::resolve`).
 
 use chrono::{DateTime, Utc};
-use stockade_core::template::{BuildId, BuildStatus, TemplateBuild};
+use stockade_core::template::{BuildId, BuildStatus, Template, TemplateBuild};
 use stockade_core::Scope;
 
 use super::check_tags;
@@ -30,14 +30,37 @@ impl Service {
         target: &str,
         tags: &[String],
     ) -> ServiceResult<TemplateBuild> {
+        let (template, build) = resolve(self, scope, target, "target").await?;
+        if template.account_id != scope.account_id {
+            return Err(template_not_found(target));
+        }
+        self.give_tags(&template, build, tags).await
+    }
+
+    /// Gives `tags` to the build `build` (any status: `name:tag` finds it
+    /// once it is ready) of a template the caller owns, taking them from
+    /// its other builds.
+    pub async fn tag_build(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        build: &str,
+        tags: &[String],
+    ) -> ServiceResult<TemplateBuild> {
+        let (template, build) = self.template_build(scope, reference, build).await?;
+        self.give_tags(&template, build, tags).await
+    }
+
+    async fn give_tags(
+        &self,
+        template: &Template,
+        mut build: TemplateBuild,
+        tags: &[String],
+    ) -> ServiceResult<TemplateBuild> {
         if tags.is_empty() {
             return Err(ServiceError::field("tags", "give one tag or more"));
         }
         let tags = check_tags(tags)?;
-        let (template, mut build) = resolve(self, scope, target, "target").await?;
-        if template.account_id != scope.account_id {
-            return Err(template_not_found(target));
-        }
         // The build first: a crash before the others lose the tags leaves
         // the tag on two builds, and `name:tag` finds the newer one.
         for t in &tags {
