@@ -82,6 +82,9 @@ pub struct ServiceConfig {
     pub bulk_concurrency: usize,
     /// How long a template build may take, its steps together.
     pub template_build_timeout: Duration,
+    /// How long a template build's cache layer is kept after the last
+    /// build that made or used it.
+    pub template_cache_ttl: Duration,
     /// The egress filter of network policies.
     pub egress: crate::net::egress::EgressSettings,
     /// Admission control per Docker host and the quota of new
@@ -125,6 +128,7 @@ impl Default for ServiceConfig {
             images: crate::content::images::ImagePolicy::default(),
             bulk_concurrency: 8,
             template_build_timeout: Duration::from_secs(30 * 60),
+            template_cache_ttl: Duration::from_secs(7 * 24 * 3600),
             egress: crate::net::egress::EgressSettings::default(),
             admission: crate::fleet::admission::AdmissionConfig::default(),
             hosts: crate::fleet::hosts::HostsConfig::default(),

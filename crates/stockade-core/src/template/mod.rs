@@ -400,6 +400,8 @@ pub struct TemplateLayer {
     pub image_ref: String,
     /// The settings after those steps.
     pub config: ImageConfig,
+    /// When a build last made or used it (the cache keeps it for a while
+    /// from then).
     pub created_at: DateTime<Utc>,
 }
 

@@ -612,3 +612,105 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
     ]);
     assert!(left.trim().is_empty(), "build sandboxes left: {left}");
 }
+
+/// Builds `dockerfile` as template `name`; the ready build's id.
+async fn build_ready(app: &TestApp, t: &str, name: &str, dockerfile: String) -> String {
+    let r = app
+        .post(
+            "/api/v1/templates",
+            t,
+            json!({ "name": name, "dockerfile": dockerfile }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let id = r.body["templateId"].as_str().unwrap().to_owned();
+    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (done, _) = finished(app, t, &id, &build).await;
+    assert_eq!(done["status"], "ready", "{done}");
+    build
+}
+
+fn image_exists(image: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["image", "inspect", image])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// A build no create can reach any more (an older untagged one, once a
+/// newer is ready) loses its image, but only once no sandbox runs it; a
+/// tagged one keeps it; cache layers no build used for the cache's time
+/// go with the collection.
+#[tokio::test]
+async fn builds_out_of_reach_and_unused_cache_layers_are_collected() {
+    let app = spawn_configured(|c| {
+        c.service.template_cache_ttl = Duration::ZERO;
+    })
+    .await;
+    let (account, t) = app.new_account_with_id("collector").await;
+    let file = |line: &str| format!("FROM {}\nRUN echo {line} > /made.txt\n", test_image());
+    let first = build_ready(&app, &t, "kept", file("one")).await;
+    let sb = app.create(&t, json!({ "template": "kept" })).await;
+    let sb = sb["id"].as_str().unwrap().to_owned();
+    let second = build_ready(&app, &t, "kept", file("two")).await;
+    // The first build's sandbox runs: its image stays.
+    assert!(image_exists(&format!("stockade-template:{first}")));
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/templates/kept/builds/{second}/tags"),
+            Some(&t),
+            Some(json!({ "tags": ["pinned"] })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let third = build_ready(&app, &t, "kept", file("three")).await;
+    app.delete(&format!("/api/v1/sandbox/{sb}"), &t).await;
+    let collected = stockade_service::templates::collect::collect(&app.state.svc).await;
+    assert!(collected.builds >= 1, "{collected:?}");
+    assert!(!image_exists(&format!("stockade-template:{first}")));
+    // Tagged, and the newest: kept.
+    assert!(image_exists(&format!("stockade-template:{second}")));
+    assert!(image_exists(&format!("stockade-template:{third}")));
+    let r = app.get("/api/v1/templates/kept", &t).await;
+    let builds = r.body["builds"].as_array().unwrap();
+    let of = |id: &str| builds.iter().find(|b| b["buildId"] == id).unwrap().clone();
+    assert!(of(&first)["image"].is_null(), "{:?}", r.body);
+    assert!(of(&second)["image"].is_string(), "{:?}", r.body);
+    // A build whose image went cannot be tagged.
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/templates/kept/builds/{first}/tags"),
+            Some(&t),
+            Some(json!({ "tags": ["back"] })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{:?}", r.body);
+    // `kept:pinned` still runs the second build.
+    let sb = app.create(&t, json!({ "template": "kept:pinned" })).await;
+    assert_eq!(
+        shell(&app, &t, sb["id"].as_str().unwrap(), "cat /made.txt").await,
+        "two\n"
+    );
+    app.delete(
+        &format!("/api/v1/sandbox/{}", sb["id"].as_str().unwrap()),
+        &t,
+    )
+    .await;
+    // With no time to keep them, the cache's layers are gone.
+    assert!(collected.layers >= 1, "{collected:?}");
+    let layers = docker_out(&[
+        "images",
+        "-q",
+        "--filter",
+        &format!("label=io.stockade.account-id={account}"),
+        "--filter",
+        "reference=stockade-template-layer",
+    ]);
+    assert!(layers.trim().is_empty(), "layers left: {layers}");
+    app.delete("/api/v1/templates/kept", &t).await;
+    assert!(!image_exists(&format!("stockade-template:{third}")));
+}

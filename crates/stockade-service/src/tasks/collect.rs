@@ -1,6 +1,6 @@
 //! The collection of what is left over: images of deleted snapshots that
 //! no container uses any more, captures that died midway, uploads past
-//! their time.
+//! their time, template cache layers no build used for a while.
 
 use std::time::Duration;
 
@@ -17,6 +17,9 @@ pub const COLLECT_INTERVAL: Duration = Duration::from_secs(60);
 pub struct CollectReport {
     pub snapshots: snapshots::CollectReport,
     pub uploads_expired: usize,
+    /// Template build images out of reach and cache layers no build used
+    /// for a while.
+    pub templates: crate::templates::collect::Collected,
     /// Events and audit entries past their retention.
     pub events_expired: u64,
     pub audit_expired: u64,
@@ -41,6 +44,7 @@ pub async fn collect_once(svc: &Service) -> CollectReport {
     CollectReport {
         snapshots: snapshots::collect_garbage(svc).await,
         uploads_expired: sources::expire_uploads(svc).await,
+        templates: crate::templates::collect::collect(svc).await,
         events_expired: expired(
             "events",
             svc.store().purge_events(before(config.retention)).await,

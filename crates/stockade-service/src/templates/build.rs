@@ -170,6 +170,9 @@ pub(super) async fn run(
         return;
     }
     guard.release().await;
+    if build.status == BuildStatus::Ready {
+        super::collect::collect_older_builds(&svc, &template, &build).await;
+    }
 }
 
 /// The base image, its settings and its part of the cache key.
@@ -282,6 +285,14 @@ async fn steps(
             start_image = layer.image_ref.clone();
             config = layer.config.clone();
             placed_on = Some(layer.server.clone());
+            // Used now: the cache keeps it for another while.
+            let used = TemplateLayer {
+                created_at: Utc::now(),
+                ..layer
+            };
+            if let Err(e) = svc.store.put_layer(&used).await {
+                warn!(build.id = %build.id, error = %e, "a cached step's use was not written");
+            }
             log.line(
                 LogLevel::Info,
                 Some(&(i + 1).to_string()),

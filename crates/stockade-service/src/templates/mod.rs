@@ -9,6 +9,7 @@
 //! "not found" everywhere.
 
 mod build;
+pub mod collect;
 pub mod copy;
 mod tags;
 
@@ -569,25 +570,11 @@ impl Service {
         t.deleted_at = Some(now);
         t.updated_at = now;
         self.store.update_template(&t).await?;
-        for b in self.store.list_builds(&t.id).await? {
-            let Some(image) = &b.image_ref else { continue };
-            let mut kept = false;
-            for (host, rt) in self.host_runtimes().await {
-                match rt.remove_image(image).await {
-                    Ok(()) | Err(stockade_runtime::RuntimeError::NotFound(_)) => {}
-                    Err(e) => {
-                        kept = true;
-                        warn!(host, image, error = %e, "a deleted template's image stays (in use)");
-                    }
-                }
-            }
-            if !kept {
-                if let Err(e) = self
-                    .blobs
-                    .delete(&TemplateBuild::image_blob_key_for(&b.id))
-                    .await
-                {
-                    warn!(build.id = %b.id, error = %e, "a deleted template's stored image stays");
+        for mut b in self.store.list_builds(&t.id).await? {
+            if b.image_ref.is_some() && collect::remove_build_image(self, &b).await {
+                b.image_ref = None;
+                if let Err(e) = self.store.update_build(&b).await {
+                    warn!(build.id = %b.id, error = %e, "a removed build image was not written");
                 }
             }
         }

@@ -61,6 +61,13 @@ impl Service {
             return Err(ServiceError::field("tags", "give one tag or more"));
         }
         let tags = check_tags(tags)?;
+        if build.status == BuildStatus::Ready && build.image_ref.is_none() {
+            return Err(ServiceError::Conflict(format!(
+                "Build {} is no longer kept (a newer build replaced it): tag a newer build, or \
+                 build again",
+                build.id
+            )));
+        }
         // The build first: a crash before the others lose the tags leaves
         // the tag on two builds, and `name:tag` finds the newer one.
         for t in &tags {
