@@ -18,3 +18,4 @@ import './suite/events.mjs';
 import './suite/apidocs.mjs';
 import './suite/firsthour.mjs';
 import './suite/volumes.mjs';
+import './suite/templates.mjs';

@@ -15,15 +15,16 @@ import * as sidebar from './list.js';
 import { showSandbox, hideSandbox, closeAll } from './sandbox.js';
 import { showCreate } from './create.js';
 import { snapshotsPage } from './snapshots.js';
+import { templatesPage } from './templates.js';
 import { volumesPage } from './volumes.js';
 import { sharedVolumesPage } from './sharedvolumes.js';
 import { adminPage, tokensCard, rememberSession, forgetSession } from './admin.js';
 import { webhooksPage } from './webhooks.js';
 import { auditPage } from './audit.js';
 
-const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'volumes', 'shared-volumes', 'webhooks', 'audit', 'admin'];
+const PAGES = ['home', 'new', 'sandbox', 'snapshots', 'templates', 'volumes', 'shared-volumes', 'webhooks', 'audit', 'admin'];
 const NAV = {
-  home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', volumes: 'nav-volumes',
+  home: 'nav-sandboxes', new: 'nav-sandboxes', sandbox: 'nav-sandboxes', snapshots: 'nav-snapshots', templates: 'nav-templates', volumes: 'nav-volumes',
   'shared-volumes': 'nav-shared-volumes', webhooks: 'nav-webhooks', audit: 'nav-audit', admin: 'nav-admin',
 };
 const state = { signedIn: false, me: null, listTimer: null, healthTimer: null, page: null };
@@ -79,6 +80,7 @@ function show(route) {
   if (page !== state.page) {
     if (state.page === 'sandbox') hideSandbox();
     if (state.page === 'snapshots') snapshotsPage.hide();
+    if (state.page === 'templates') templatesPage.hide();
     if (state.page === 'volumes') volumesPage.hide();
     if (state.page === 'shared-volumes') sharedVolumesPage.hide();
     if (state.page === 'webhooks') webhooksPage.hide();
@@ -97,6 +99,7 @@ function show(route) {
   if (page === 'sandbox') showSandbox(route);
   else if (page === 'new') showCreate(route);
   else if (page === 'snapshots') snapshotsPage.show();
+  else if (page === 'templates') templatesPage.show();
   else if (page === 'volumes') volumesPage.show();
   else if (page === 'shared-volumes') sharedVolumesPage.show(route);
   else if (page === 'webhooks') webhooksPage.show();

@@ -1,7 +1,8 @@
-// The create form: image or runtime, resources, environment,
-// labels, tags, ports, timeout, persistence, the lifecycle (what the end
-// of a session does, an idle timeout, auto-resume), the egress policy
-// (all, none, only these destinations, all except these), team, the
+// The create form: image, runtime preset or one of the account's
+// templates, resources, environment, labels, tags, ports, timeout,
+// persistence, the lifecycle (what the end of a session does, an idle
+// timeout, auto-resume), the egress policy (all, none, only these
+// destinations, all except these), team, the
 // account's shared volumes to mount (each at a path, optionally read-only)
 // and the source of /workspace (git, tarball, an uploaded local archive, a snapshot
 // or a copy of another sandbox). A loading indicator while it works, the
@@ -14,13 +15,14 @@ import { $, el, parsePairs, parseList, parseNumber, FieldError, markFields, egre
 import { go } from './router.js';
 import * as sidebar from './list.js';
 import { readySnapshots } from './snapshots.js';
+import { readyTemplates } from './templates.js';
 import { sharedVolumes } from './sharedvolumes.js';
 
 const form = $('create-form');
 const status = $('create-status');
 /** API field → form input name. */
 const FIELDS = {
-  name: 'name', dockerImage: 'image', runtime: 'runtime', startCommand: 'startCommand',
+  name: 'name', dockerImage: 'image', runtime: 'runtime', template: 'template', startCommand: 'startCommand',
   cpuCores: 'cpu', memoryGB: 'memory', diskSizeGB: 'disk', timeoutMinutes: 'timeout',
   environmentVars: 'env', labels: 'labels', tags: 'tags', ports: 'ports', teamId: 'team',
   persistent: 'persistent', archive: 'archive', snapshot: 'snapshot', forkOf: 'forkOf',
@@ -116,8 +118,8 @@ function fillSelect(select, options, chosen, empty) {
 
 /**
  * Shows the form, with a source chosen by the URL (`?snapshot=` or
- * `?sandbox=`), and a mount of the shared volume `?volume=` names (by
- * name or id).
+ * `?sandbox=`), a mount of the shared volume `?volume=` names (by
+ * name or id), and the template `?template=` names.
  */
 export async function showCreate(route) {
   const params = route.params || {};
@@ -126,10 +128,11 @@ export async function showCreate(route) {
   showSource();
   if (!status.classList.contains('loading')) setStatus('');
   form.elements.name.focus();
-  const [teams, snaps, vols] = await Promise.all([
+  const [teams, snaps, vols, templates] = await Promise.all([
     api('GET', '/api/v1/teams').then((r) => r.teams).catch(() => []),
     readySnapshots().catch(() => []),
     sharedVolumes().catch(() => null),
+    readyTemplates().catch(() => []),
   ]);
   volumeChoices = vols;
   const volumeSelects = [...mountRows.querySelectorAll('[name=mountVolume]')];
@@ -138,6 +141,7 @@ export async function showCreate(route) {
   if (wanted && !volumeSelects.some((s) => s.value === wanted.name)) addMount(wanted.name);
   showMountHint();
   fillSelect(form.elements.team, [{ value: '', label: 'none' }, ...teams.map((t) => ({ value: t.id, label: t.name }))], form.elements.team.value, 'none');
+  fillSelect(form.elements.template, [{ value: '', label: 'none' }, ...templates.map((t) => ({ value: t, label: t }))], params.template || form.elements.template.value, 'none');
   fillSelect(form.elements.snapshot, snaps.map((s) => ({ value: s.id, label: `${s.name} (${s.id})` })), params.snapshot || form.elements.snapshot.value, 'no snapshots');
   const live = sidebar.list.filter === 'active' ? sidebar.list.sandboxes : [];
   const sandboxes = live.filter((s) => s.status === 'RUNNING' || s.status === 'STOPPED');
@@ -153,6 +157,12 @@ function requestBody() {
   if (text('image') && text('runtime')) throw new FieldError('image', 'give an image or a runtime preset, not both');
   if (text('image')) body.dockerImage = text('image');
   if (text('runtime')) body.runtime = text('runtime');
+  if (f.template.value) {
+    // A template brings its own image and files.
+    if (text('image') || text('runtime')) throw new FieldError('template', 'give an image, a runtime preset or a template, not more than one');
+    if (sourceKind() !== 'none') throw new FieldError('template', 'a template brings its own files: leave /workspace empty');
+    body.template = f.template.value;
+  }
   if (text('startCommand')) body.startCommand = text('startCommand');
   const cpu = parseNumber(f.cpu.value, 'cpuCores', { min: 0.01 });
   if (cpu !== undefined) body.cpuCores = cpu;

@@ -3,13 +3,14 @@
 //
 //   #/                                   the sandbox list
 //   #/new?snapshot=ID | ?sandbox=ID      the create form (optionally with a source,
-//   #/new?volume=NAME                    or a shared volume to mount)
+//   #/new?volume=NAME                    a shared volume to mount, or a template)
+//   #/new?template=NAME
 //   #/sandbox/ID/terminal | commands     the console, in one of its modes
 //   #/sandbox/ID/notebook?python=CTX     … or as a notebook, with the ids of its
 //                                        code contexts by language
 //   #/sandbox/ID/files/workspace/src     the file browser at a path
 //   #/sandbox/ID/details | logs | snapshots
-//   #/snapshots  #/volumes  #/admin/accounts  #/admin/teams
+//   #/snapshots  #/templates  #/volumes  #/admin/accounts  #/admin/teams
 //   #/shared-volumes                     the account's shared volumes
 //   #/shared-volumes/NAME/files/dir/sub  one of them (by name or id), its
 //                                        files at a path (its root without /files)
@@ -42,6 +43,7 @@ export function parse(hash) {
   switch (seg(0)) {
     case 'new': return { page: 'new', params };
     case 'snapshots': return { page: 'snapshots', params };
+    case 'templates': return { page: 'templates', params };
     case 'volumes': return { page: 'volumes', params };
     case 'shared-volumes': {
       const volume = seg(1);
@@ -71,6 +73,7 @@ export function format(route) {
   switch (route.page) {
     case 'new': return `#/new${query}`;
     case 'snapshots': return `#/snapshots${query}`;
+    case 'templates': return `#/templates${query}`;
     case 'volumes': return `#/volumes${query}`;
     case 'shared-volumes': {
       if (!route.volume) return `#/shared-volumes${query}`;

@@ -79,6 +79,7 @@ const FILES: &[(&str, &[u8], &str)] = &[
     own!("logs.js", JS),
     own!("create.js", JS),
     own!("snapshots.js", JS),
+    own!("templates.js", JS),
     own!("volumes.js", JS),
     own!("sharedvolumes.js", JS),
     own!("admin.js", JS),
