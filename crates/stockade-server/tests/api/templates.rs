@@ -98,6 +98,17 @@ async fn new_template(app: &TestApp, token: &str, name: &str) -> (String, String
     )
 }
 
+/// Makes a template with `body` (whose build starts at once); its id and
+/// the build's.
+async fn make_started(app: &TestApp, token: &str, body: Value) -> (String, String) {
+    let r = app.post("/api/v1/templates", token, body).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    (
+        r.body["templateId"].as_str().unwrap().to_owned(),
+        r.body["builds"][0]["buildId"].as_str().unwrap().to_owned(),
+    )
+}
+
 fn steps(hash: &str, last: &str) -> Value {
     json!([
         {"type": "WORKDIR", "path": "/app"},
@@ -214,18 +225,14 @@ async fn a_template_is_built_step_by_step_cached_and_run() {
     app.delete_sandbox(&t, &sb, "").await;
 
     // A failing step: its exit code, its last output, its number.
-    let r = app
-        .post(
-            "/api/v1/templates",
-            &t,
-            json!({ "name": "broken", "fromImage": test_image(), "steps": [
-                {"type": "RUN", "command": "echo about to fail; echo on stderr >&2; exit 3"}
-            ]}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let broken = r.body["templateId"].as_str().unwrap().to_owned();
-    let b = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (broken, b) = make_started(
+        &app,
+        &t,
+        json!({ "name": "broken", "fromImage": test_image(), "steps": [
+            {"type": "RUN", "command": "echo about to fail; echo on stderr >&2; exit 3"}
+        ]}),
+    )
+    .await;
     let (done, _) = finished(&app, &t, &broken, &b).await;
     assert_eq!(done["status"], "error");
     assert_eq!(done["failedStep"], 1);
@@ -333,19 +340,15 @@ async fn a_build_whose_server_dies_is_failed_and_leaves_nothing() {
     let t = app.admin_token.clone();
     // The server "dies" once the first step is done.
     app.state.svc.ops().faults().crash_at("template.step");
-    let r = app
-        .post(
-            "/api/v1/templates",
-            &t,
-            json!({ "name": "doomed", "fromImage": test_image(), "steps": [
-                {"type": "RUN", "command": "echo one > /one"},
-                {"type": "RUN", "command": "echo two > /two"}
-            ]}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let id = r.body["templateId"].as_str().unwrap().to_owned();
-    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (id, build) = make_started(
+        &app,
+        &t,
+        json!({ "name": "doomed", "fromImage": test_image(), "steps": [
+            {"type": "RUN", "command": "echo one > /one"},
+            {"type": "RUN", "command": "echo two > /two"}
+        ]}),
+    )
+    .await;
     let crashed = eventually(Duration::from_secs(60), || async {
         app.state.svc.ops().faults().crashed()
     })
@@ -406,18 +409,14 @@ async fn build_steps_reach_no_other_sandbox_no_host_service_and_no_metadata() {
            if sh -c \"$t\" </dev/null >/tmp/out 2>&1; then echo \"REACHED $t: $(cat /tmp/out)\"; \
            else echo \"refused $t\"; fi; done"
     );
-    let r = app
-        .post(
-            "/api/v1/templates",
-            &mallory,
-            json!({ "name": "snoop", "fromImage": test_image(), "steps": [
-                {"type": "RUN", "command": probe}
-            ]}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let id = r.body["templateId"].as_str().unwrap().to_owned();
-    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (id, build) = make_started(
+        &app,
+        &mallory,
+        json!({ "name": "snoop", "fromImage": test_image(), "steps": [
+            {"type": "RUN", "command": probe}
+        ]}),
+    )
+    .await;
     let (done, log) = finished(&app, &mallory, &id, &build).await;
     assert_eq!(done["status"], "ready", "{done}");
     let text = messages(&log);
@@ -479,18 +478,14 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
     })
     .await;
     let (account, t) = app.new_account_with_id("follower").await;
-    let r = app
-        .post(
-            "/api/v1/templates",
-            &t,
-            json!({ "name": "followed", "dockerfile": format!(
-                "FROM {}\nRUN echo first-line\nRUN sleep 1 && echo second-line\n", test_image()
-            )}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let id = r.body["templateId"].as_str().unwrap().to_owned();
-    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (id, build) = make_started(
+        &app,
+        &t,
+        json!({ "name": "followed", "dockerfile": format!(
+            "FROM {}\nRUN echo first-line\nRUN sleep 1 && echo second-line\n", test_image()
+        )}),
+    )
+    .await;
     let mut events = crate::sse_client::SseStream::open(
         app.http
             .get(format!("{}/api/v1/templates/{id}/builds/{build}", app.base))
@@ -585,18 +580,14 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
     // A step that never ends: the build fails at its timeout, and its
     // build sandbox is gone.
     let started = Instant::now();
-    let r = app
-        .post(
-            "/api/v1/templates",
-            &t,
-            json!({ "name": "endless", "fromImage": test_image(), "steps": [
-                {"type": "RUN", "command": "sleep 100000"}
-            ]}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let id = r.body["templateId"].as_str().unwrap().to_owned();
-    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (id, build) = make_started(
+        &app,
+        &t,
+        json!({ "name": "endless", "fromImage": test_image(), "steps": [
+            {"type": "RUN", "command": "sleep 100000"}
+        ]}),
+    )
+    .await;
     let (done, _) = finished(&app, &t, &id, &build).await;
     assert_eq!(done["status"], "error", "{done}");
     assert!(
@@ -615,16 +606,7 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
 
 /// Builds `dockerfile` as template `name`; the ready build's id.
 async fn build_ready(app: &TestApp, t: &str, name: &str, dockerfile: String) -> String {
-    let r = app
-        .post(
-            "/api/v1/templates",
-            t,
-            json!({ "name": name, "dockerfile": dockerfile }),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
-    let id = r.body["templateId"].as_str().unwrap().to_owned();
-    let build = r.body["builds"][0]["buildId"].as_str().unwrap().to_owned();
+    let (id, build) = make_started(app, t, json!({ "name": name, "dockerfile": dockerfile })).await;
     let (done, _) = finished(app, t, &id, &build).await;
     assert_eq!(done["status"], "ready", "{done}");
     build
