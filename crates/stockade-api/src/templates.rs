@@ -195,3 +195,11 @@ pub struct TemplateTag {
 pub struct TemplateTagsResponse {
     pub tags: Vec<TemplateTag>,
 }
+
+/// `PATCH /api/v1/templates/{id}` (administrators): whether every account
+/// may use the template.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateTemplateRequest {
+    pub public: bool,
+}

@@ -974,6 +974,13 @@ mod examples {
                 .response(template(Some(vec![build("waiting")]))),
             op("get", "/api/v1/templates").response(json!({"templates": [template(None)]})),
             op("get", "/api/v1/templates/{id}").response(template(Some(vec![build("ready")]))),
+            op("patch", "/api/v1/templates/{id}")
+                .request(json!({"public": true}))
+                .response({
+                    let mut t = template(None);
+                    t["public"] = json!(true);
+                    t
+                }),
             op("delete", "/api/v1/templates/{id}").response(template(None)),
             op("get", "/api/v1/templates/{id}/files/{hash}")
                 .response(json!({"present": false})),

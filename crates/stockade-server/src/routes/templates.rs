@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use stockade_api::templates::{
     BuildLogEntry, BuildResponse, BuildStatusResponse, CreateTemplateRequest,
     ListTemplatesResponse, StartBuildRequest, TagBuildRequest, TemplateFilesResponse,
-    TemplateResponse, TemplateTag, TemplateTagsResponse,
+    TemplateResponse, TemplateTag, TemplateTagsResponse, UpdateTemplateRequest,
 };
 use stockade_api::ErrorBody;
 use stockade_core::template::{BuildLogLine, BuildStep, Template, TemplateBuild};
@@ -22,7 +22,7 @@ use tracing::instrument;
 use utoipa::OpenApi;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{ApiJson, Authed};
+use crate::extract::{AdminCaller, ApiJson, Authed};
 use crate::routes::apidoc::{AccessErrors, BadRequest};
 use crate::routes::events::{query_map, query_u32};
 use crate::{sse, AppState};
@@ -31,7 +31,12 @@ use crate::{sse, AppState};
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/templates", post(create_template).get(list_templates))
-        .route("/templates/{id}", get(get_template).delete(delete_template))
+        .route(
+            "/templates/{id}",
+            get(get_template)
+                .patch(update_template)
+                .delete(delete_template),
+        )
         .route(
             "/templates/{id}/files/{hash}",
             get(files_present).put(upload_files),
@@ -47,12 +52,12 @@ pub fn routes() -> Router<AppState> {
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(create_template, list_templates, get_template, delete_template, files_present,
+    paths(create_template, list_templates, get_template, update_template, delete_template, files_present,
           upload_files, start_build, build_status, tag_build, template_tags, remove_tag),
     components(schemas(
         CreateTemplateRequest, StartBuildRequest, TemplateResponse, BuildResponse,
         ListTemplatesResponse, BuildStatusResponse, BuildLogEntry, TemplateFilesResponse,
-        TagBuildRequest, TemplateTag, TemplateTagsResponse,
+        TagBuildRequest, TemplateTag, TemplateTagsResponse, UpdateTemplateRequest,
     )),
     tags((name = "templates", description = "Templates: sandbox images built from steps or a Dockerfile"))
 )]
@@ -216,6 +221,29 @@ pub async fn get_template(
         &caller.account.id,
         builds.as_deref(),
     )))
+}
+
+/// Make a template public (usable by every account) or private again:
+/// administrators only, by the template's id (or one of their own names).
+/// Building, tagging and deleting a public template stay its owner's.
+#[utoipa::path(patch, path = "/api/v1/templates/{id}", tag = "templates",
+    params(("id" = String, Path, description = "template id")),
+    request_body = UpdateTemplateRequest,
+    responses((status = 200, body = TemplateResponse), BadRequest,
+              (status = 403, description = "Not an administrator", body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+#[instrument(skip_all, fields(account.id = %caller.0.account.id), err(level = "debug", Display))]
+pub async fn update_template(
+    Authed { state, caller }: Authed<AdminCaller>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateTemplateRequest>,
+) -> ApiResult<Json<TemplateResponse>> {
+    let caller = caller.0;
+    let template = state
+        .svc
+        .set_template_public(&caller.scope, &id, req.public)
+        .await?;
+    Ok(Json(template_view(&template, &caller.account.id, None)))
 }
 
 /// Delete a template: its names are free at once; sandboxes made from it

@@ -747,6 +747,7 @@ const STEPS: &[(&str, &str)] = &[
     ("put", "/api/v1/shared-volumes/{volume}/files/content"),
     ("post", "/api/v1/shared-volumes/{volume}/files/rename"),
     ("post", "/api/v1/templates"),
+    ("patch", "/api/v1/templates/{id}"),
     ("put", "/api/v1/templates/{id}/files/{hash}"),
     ("post", "/api/v1/templates/{id}/builds/{build}"),
     ("put", "/api/v1/templates/{id}/builds/{build}/tags"),

@@ -696,3 +696,109 @@ async fn builds_out_of_reach_and_unused_cache_layers_are_collected() {
     app.delete("/api/v1/templates/kept", &t).await;
     assert!(!image_exists(&format!("stockade-template:{third}")));
 }
+
+/// An administrator makes a template public: every account creates from it
+/// (by its name or id) while its owner alone builds, tags and deletes it;
+/// a non-administrator cannot publish, and private again means 404 again.
+#[tokio::test]
+async fn an_administrator_makes_a_template_public_for_every_account() {
+    let (app, [owner, other]) = spawn_with_accounts(["publisher", "public-user"]).await;
+    let file = format!("FROM {}\nRUN echo shared > /shared.txt\n", test_image());
+    let build = build_ready(&app, &owner, "shared-base", file).await;
+    let id = app.get("/api/v1/templates/shared-base", &owner).await.body["templateId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let publish = |token: String, public: bool| {
+        let app = &app;
+        let path = format!("/api/v1/templates/{id}");
+        async move {
+            app.call(
+                reqwest::Method::PATCH,
+                &path,
+                Some(&token),
+                Some(json!({ "public": public })),
+            )
+            .await
+        }
+    };
+    let r = publish(owner.clone(), true).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.body);
+    let r = app
+        .try_create(&other, json!({ "template": "shared-base" }))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+
+    let r = publish(app.admin_token.clone(), true).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert_eq!(r.body["public"], true, "{:?}", r.body);
+    for reference in ["shared-base", id.as_str()] {
+        let sb = app.create(&other, json!({ "template": reference })).await;
+        let sid = sb["id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            shell(&app, &other, &sid, "cat /shared.txt").await,
+            "shared\n"
+        );
+        app.delete(&format!("/api/v1/sandbox/{sid}"), &other).await;
+    }
+    let listed = app.get("/api/v1/templates", &other).await;
+    let seen = listed.body["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["templateId"] == id.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{:?}", listed.body));
+    assert_eq!(seen["shared"], true, "{seen}");
+    // Its owner's alone to change.
+    assert_eq!(
+        app.delete(&format!("/api/v1/templates/{id}"), &other)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let r = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/templates/{id}/builds/{build}/tags"),
+            Some(&other),
+            Some(json!({ "tags": ["mine"] })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+
+    let r = publish(app.admin_token.clone(), false).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    let r = app
+        .try_create(&other, json!({ "template": "shared-base" }))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    app.delete(&format!("/api/v1/templates/{id}"), &owner).await;
+}
+
+/// Template files larger than the upload limit are a 413, and nothing is
+/// kept of them.
+#[tokio::test]
+async fn template_files_over_the_upload_limit_are_413() {
+    let app = spawn_configured(|c| {
+        c.service.max_file_bytes = 64 * 1024;
+    })
+    .await;
+    let t = app.new_account("big-context").await;
+    let (id, _) = new_template(&app, &t, "big").await;
+    let bytes = vec![7u8; 200 * 1024];
+    let hash = hex::encode(Sha256::digest(&bytes));
+    let r = app
+        .http
+        .put(format!("{}/api/v1/templates/{id}/files/{hash}", app.base))
+        .bearer_auth(&t)
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let r = app
+        .get(&format!("/api/v1/templates/{id}/files/{hash}"), &t)
+        .await;
+    assert_eq!(r.body["present"], false, "{:?}", r.body);
+}

@@ -561,6 +561,36 @@ impl Service {
         Ok(build)
     }
 
+    /// Makes a template usable by every account, or only by its owner's
+    /// again (an administrator's call: `reference` is the template's id,
+    /// or one of the caller's own names). Other accounts can create from a
+    /// public template; building, tagging and deleting it stay its owner's.
+    pub async fn set_template_public(
+        &self,
+        scope: &Scope,
+        reference: &str,
+        public: bool,
+    ) -> ServiceResult<Template> {
+        let mut t = match TemplateId::parse(reference) {
+            Ok(id) => match self.store.get_template(&id).await {
+                Ok(t) => t,
+                Err(StoreError::NotFound) => self.owned_template(scope, reference).await?,
+                Err(e) => return Err(e.into()),
+            },
+            Err(_) => self.owned_template(scope, reference).await?,
+        };
+        if t.deleted_at.is_some() {
+            return Err(template_not_found(reference));
+        }
+        if t.public != public {
+            t.public = public;
+            t.updated_at = Utc::now();
+            self.store.update_template(&t).await.map_err(name_taken)?;
+            info!(template.id = %t.id, public, "template visibility changed");
+        }
+        Ok(t)
+    }
+
     /// Deletes a template the caller owns: its names are free at once, its
     /// builds' images are removed from every host where no sandbox uses
     /// them (the sandboxes made from it keep running).
