@@ -1,5 +1,5 @@
 """E2B's Template API through the real `e2b` SDK, unchanged: templates
-built from a local base image with every step kind (`copy`, `run_cmd` as
+built from a local base image (and from another template) with every step kind (`copy`, `run_cmd` as
 the image's user and as root, `set_envs`, `set_workdir`, `set_user`,
 `set_start_cmd`/`set_ready_cmd`) and from a Dockerfile, their files
 uploaded through the signed link the API hands out, logs streamed, the
@@ -151,6 +151,26 @@ def test_a_dockerfile_template_builds_in_the_background(e2b_env, context, run_id
             assert _run(sb, "echo $MODE") == "fast"
         finally:
             sb.kill()
+
+        # A template on top of it keeps its files, workdir, user and env.
+        child = f"child-{run_id}"
+        try:
+            Template.build(
+                Template()
+                .from_template(name)
+                .run_cmd("cat /srv/level.txt > /srv/child.txt", user="root"),
+                child,
+            )
+            sb = Sandbox.create(template=child, timeout=120)
+            try:
+                assert _run(sb, "cat /srv/child.txt") == "level 7"
+                assert _run(sb, "pwd") == "/srv"
+                assert _run(sb, "id -un") == "user"
+                assert _run(sb, "echo $MODE") == "fast"
+            finally:
+                sb.kill()
+        finally:
+            _delete(e2b_env, child)
     finally:
         _delete(e2b_env, name)
 

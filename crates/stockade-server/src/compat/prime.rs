@@ -150,9 +150,10 @@ async fn no_egress_policy() -> Response {
 
 async fn no_images() -> Response {
     not_implemented(
-        "Image builds are not available: Stockade runs sandboxes from images its Docker hosts \
-         can pull (dockerImage); build and push images with your own tooling, and use \
-         snapshots to save a prepared sandbox",
+        "Prime's image builds are not available here: build a template from a Dockerfile \
+         (POST /api/v1/templates, `stockade template build -f Dockerfile . --name NAME`, or \
+         E2B's Template SDK) and create sandboxes with \"template\": \"NAME\"; or use an \
+         image the Docker hosts can pull (dockerImage), or a snapshot",
     )
 }
 
