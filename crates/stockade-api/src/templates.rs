@@ -26,6 +26,9 @@ pub struct CreateTemplateRequest {
     /// Memory of its sandboxes (and builds) in MiB unless a create says.
     #[serde(rename = "memoryMB")]
     pub memory_mb: Option<u32>,
+    /// Disk of its sandboxes (and builds) in GB unless a create says.
+    #[serde(rename = "diskSizeGB")]
+    pub disk_size_gb: Option<u32>,
     pub from_image: Option<String>,
     pub from_template: Option<String>,
     /// The steps, as [`StartBuildRequest::steps`].
@@ -124,6 +127,8 @@ pub struct TemplateResponse {
     pub cpu_count: Option<u32>,
     #[serde(rename = "memoryMB")]
     pub memory_mb: Option<u32>,
+    #[serde(rename = "diskSizeGB")]
+    pub disk_size_gb: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Its builds, newest first (on the detail and after a create).

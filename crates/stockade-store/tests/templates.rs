@@ -32,6 +32,7 @@ fn template(account: &AccountId, names: &[&str]) -> Template {
     );
     t.cpu_count = Some(2);
     t.memory_mb = Some(1024);
+    t.disk_size_gb = Some(20);
     t
 }
 

@@ -113,6 +113,9 @@ pub struct BuildArgs {
     /// Memory of its builds and sandboxes, in MiB.
     #[arg(long, value_name = "MB")]
     memory_mb: Option<u32>,
+    /// Disk of its builds and sandboxes, in GB.
+    #[arg(long, value_name = "GB")]
+    disk_gb: Option<u32>,
 }
 
 /// `stockade template …`.
@@ -239,6 +242,9 @@ async fn build(ctx: &Ctx, client: &Client, a: BuildArgs) -> anyhow::Result<ExitC
     if a.memory_mb == Some(0) {
         return Err(CliError::invalid("--memory-mb must be a positive number of MiB").into());
     }
+    if a.disk_gb == Some(0) {
+        return Err(CliError::invalid("--disk-gb must be a positive number of GB").into());
+    }
     let (file, dir) = dockerfile_and_context(a.file.as_deref(), a.context.as_deref());
     let dockerfile = std::fs::read_to_string(&file)
         .with_context(|| format!("cannot read the Dockerfile {}", file.display()))?;
@@ -262,6 +268,7 @@ async fn build(ctx: &Ctx, client: &Client, a: BuildArgs) -> anyhow::Result<ExitC
         name: a.name.clone(),
         cpu_count: a.cpu,
         memory_mb: a.memory_mb,
+        disk_size_gb: a.disk_gb,
         ..Default::default()
     };
     let started = Instant::now();
@@ -546,6 +553,8 @@ mod tests {
             "2",
             "--memory-mb",
             "2048",
+            "--disk-gb",
+            "5",
         ])
         .unwrap() else {
             panic!("not build");
@@ -553,8 +562,8 @@ mod tests {
         assert_eq!(a.file.as_deref(), Some(Path::new("d/Dockerfile")));
         assert_eq!(a.context.as_deref(), Some(Path::new("ctx")));
         assert_eq!(
-            (a.name.as_str(), a.cpu, a.memory_mb),
-            ("web", Some(2), Some(2048))
+            (a.name.as_str(), a.cpu, a.memory_mb, a.disk_gb),
+            ("web", Some(2), Some(2048), Some(5))
         );
         assert!(
             parse(&["build", "-f", "Dockerfile"]).is_err(),

@@ -166,6 +166,7 @@ pub struct Template {
     /// Defaults of its sandboxes, when the create does not say.
     pub cpu_count: Option<u32>,
     pub memory_mb: Option<u32>,
+    pub disk_size_gb: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub deleted_at: Option<DateTime<Utc>>,
@@ -186,6 +187,7 @@ impl Template {
             public: false,
             cpu_count: None,
             memory_mb: None,
+            disk_size_gb: None,
             created_at: now,
             updated_at: now,
             deleted_at: None,

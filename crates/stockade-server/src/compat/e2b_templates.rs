@@ -84,6 +84,7 @@ async fn create(
                 tags: req.tags.unwrap_or_default(),
                 cpu_count: req.cpu_count,
                 memory_mb: req.memory_mb,
+                disk_size_gb: None,
             },
         )
         .await?;
@@ -463,7 +464,10 @@ fn template_view(
     let memory = t
         .memory_mb
         .unwrap_or_else(|| (defaults.memory_gb * 1024.0).round() as u32);
-    let disk = defaults.disk_size_gb.saturating_mul(1024);
+    let disk = t
+        .disk_size_gb
+        .unwrap_or(defaults.disk_size_gb)
+        .saturating_mul(1024);
     let current = builds
         .iter()
         .find(|b| b.status == BuildStatus::Ready)

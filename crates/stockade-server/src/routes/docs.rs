@@ -656,7 +656,7 @@ mod examples {
     fn template(builds: Option<Vec<Value>>) -> Value {
         let mut v = json!({
             "templateId": TEMPLATE_ID, "names": ["web-app"], "public": false, "shared": false,
-            "cpuCount": 2, "memoryMB": 2048, "createdAt": CREATED, "updatedAt": CREATED
+            "cpuCount": 2, "memoryMB": 2048, "diskSizeGB": 20, "createdAt": CREATED, "updatedAt": CREATED
         });
         if let Some(b) = builds {
             v["builds"] = json!(b);
@@ -970,7 +970,7 @@ mod examples {
                 .response(json!({"uploadId": UPLOAD_ID, "bytes": 48213, "expiresAt": "2026-01-16T09:30:00Z"})),
             // Templates.
             op("post", "/api/v1/templates")
-                .request(json!({"name": "web-app:v1", "cpuCount": 2, "memoryMB": 2048}))
+                .request(json!({"name": "web-app:v1", "cpuCount": 2, "memoryMB": 2048, "diskSizeGB": 20}))
                 .response(template(Some(vec![build("waiting")]))),
             op("get", "/api/v1/templates").response(json!({"templates": [template(None)]})),
             op("get", "/api/v1/templates/{id}").response(template(Some(vec![build("ready")]))),

@@ -91,6 +91,7 @@ pub fn template_view(
         shared: t.account_id != *caller,
         cpu_count: t.cpu_count,
         memory_mb: t.memory_mb,
+        disk_size_gb: t.disk_size_gb,
         created_at: t.created_at,
         updated_at: t.updated_at,
         builds: builds.map(|b| b.iter().map(build_view).collect()),
@@ -167,6 +168,7 @@ pub async fn create_template(
         tags: req.tags.clone().unwrap_or_default(),
         cpu_count: req.cpu_count,
         memory_mb: req.memory_mb,
+        disk_size_gb: req.disk_size_gb,
     };
     let (template, mut made) = state.svc.create_template(&caller.scope, input).await?;
     if let Some(recipe) = recipe {

@@ -277,6 +277,7 @@ async fn bad_templates_are_400s_naming_the_field() {
     let cases = [
         (json!({ "name": "Bad Name" }), "name"),
         (json!({ "name": "ok", "cpuCount": 0 }), "cpuCount"),
+        (json!({ "name": "ok", "diskSizeGB": 0 }), "diskSizeGB"),
         (json!({ "name": "ok", "surprise": 1 }), "surprise"),
         (
             json!({ "name": "ok", "fromImage": "busybox", "steps": [{"type": "RUN"}] }),
@@ -481,7 +482,7 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
     let (id, build) = make_started(
         &app,
         &t,
-        json!({ "name": "followed", "dockerfile": format!(
+        json!({ "name": "followed", "cpuCount": 1, "memoryMB": 256, "diskSizeGB": 3, "dockerfile": format!(
             "FROM {}\nRUN echo first-line\nRUN sleep 1 && echo second-line\n", test_image()
         )}),
     )
@@ -528,6 +529,12 @@ async fn build_logs_follow_as_events_and_bad_bases_and_endless_steps_fail() {
     let sb = app
         .create(&t, json!({ "template": "followed:stable" }))
         .await;
+    // The template's resources are the sandbox's defaults.
+    assert_eq!(
+        (&sb["cpuCores"], &sb["memoryGB"], &sb["diskSizeGB"]),
+        (&json!(1.0), &json!(0.25), &json!(3)),
+        "{sb}"
+    );
     app.delete(
         &format!("/api/v1/sandbox/{}", sb["id"].as_str().unwrap()),
         &t,

@@ -120,6 +120,9 @@ pub async fn apply(svc: &Service, scope: &Scope, new: &mut NewSandbox) -> Servic
     if spec.memory_gb.is_none() {
         spec.memory_gb = template.memory_mb.map(|mb| f64::from(mb) / 1024.0);
     }
+    if spec.disk_size_gb.is_none() {
+        spec.disk_size_gb = template.disk_size_gb.map(f64::from);
+    }
     // The request's own main process replaces the template's start.
     let starts = spec.start_command.is_none();
     if let (true, Some(start)) = (starts, &config.start_cmd) {

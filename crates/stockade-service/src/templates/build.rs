@@ -312,6 +312,7 @@ async fn steps(
         name: Some(format!("template-build-{}", &build.id.as_str()[..8])),
         cpu_cores: template.cpu_count.map(f64::from),
         memory_gb: template.memory_mb.map(|mb| f64::from(mb) / 1024.0),
+        disk_size_gb: template.disk_size_gb.map(f64::from),
         timeout_minutes: Some(svc.config.template_build_timeout.as_secs_f64() / 60.0 + 1.0),
         persistent: Some(false),
         server: placed_on,

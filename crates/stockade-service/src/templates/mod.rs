@@ -46,6 +46,7 @@ pub struct TemplateInput {
     pub tags: Vec<String>,
     pub cpu_count: Option<u32>,
     pub memory_mb: Option<u32>,
+    pub disk_size_gb: Option<u32>,
 }
 
 /// What a build is asked to do, before its checks.
@@ -252,6 +253,7 @@ impl Service {
         let tags = check_tags(&tags)?;
         let cpu = check_size(input.cpu_count, "cpuCount", 64)?;
         let memory = check_size(input.memory_mb, "memoryMB", 256 * 1024)?;
+        let disk = check_size(input.disk_size_gb, "diskSizeGB", 16 * 1024)?;
         let now = Utc::now();
         let existing = match self
             .store
@@ -271,6 +273,7 @@ impl Service {
                 }
                 t.cpu_count = cpu.or(t.cpu_count);
                 t.memory_mb = memory.or(t.memory_mb);
+                t.disk_size_gb = disk.or(t.disk_size_gb);
                 t.updated_at = now;
                 self.store.update_template(&t).await.map_err(name_taken)?;
                 t
@@ -279,6 +282,7 @@ impl Service {
                 let mut t = Template::new(scope.account_id.clone(), names, now);
                 t.cpu_count = cpu;
                 t.memory_mb = memory;
+                t.disk_size_gb = disk;
                 self.store.insert_template(&t).await.map_err(name_taken)?;
                 t
             }

@@ -14,8 +14,8 @@ use crate::{StoreError, StoreResult, TemplateStore, MAX_TEMPLATES_LISTED};
 
 /// The columns every template read selects (its names come from their
 /// own table).
-const COLUMNS: &str = "t.id, t.account_id, t.public, t.cpu_count, t.memory_mb, t.created_at, \
-     t.updated_at, t.deleted_at";
+const COLUMNS: &str = "t.id, t.account_id, t.public, t.cpu_count, t.memory_mb, t.disk_size_gb, \
+     t.created_at, t.updated_at, t.deleted_at";
 
 /// The columns every build read selects.
 const BUILD_COLUMNS: &str = "id, template_id, account_id, status, recipe, image_ref, config, \
@@ -38,6 +38,7 @@ fn template_from_row<B: Backend>(row: &DbRow<B>) -> StoreResult<Template> {
         public: row.get("public")?,
         cpu_count: count("cpu_count")?,
         memory_mb: count("memory_mb")?,
+        disk_size_gb: count("disk_size_gb")?,
         created_at: row.ts("created_at")?,
         updated_at: row.ts("updated_at")?,
         deleted_at: row.opt_ts("deleted_at")?,
@@ -196,14 +197,15 @@ impl<B: Backend> TemplateStore for SqlStore<B> {
     #[tracing::instrument(skip_all, fields(template.id = %t.id), err(level = "debug"))]
     async fn insert_template(&self, t: &Template) -> StoreResult<()> {
         let q = Q::<B>::new(
-            "INSERT INTO templates (id, account_id, public, cpu_count, memory_mb, created_at, \
-             updated_at, deleted_at) VALUES (",
+            "INSERT INTO templates (id, account_id, public, cpu_count, memory_mb, disk_size_gb, \
+             created_at, updated_at, deleted_at) VALUES (",
         )
         .bind(t.id.to_string())
         .next(t.account_id.to_string())
         .next(t.public)
         .next(count_column(t.cpu_count))
         .next(count_column(t.memory_mb))
+        .next(count_column(t.disk_size_gb))
         .next_ts(t.created_at)
         .next_ts(t.updated_at)
         .next_opt_ts(t.deleted_at)
@@ -273,6 +275,7 @@ impl<B: Backend> TemplateStore for SqlStore<B> {
             .bind(t.public)
             .set("cpu_count", count_column(t.cpu_count))
             .set("memory_mb", count_column(t.memory_mb))
+            .set("disk_size_gb", count_column(t.disk_size_gb))
             .set_ts("updated_at", t.updated_at)
             .set_opt_ts("deleted_at", t.deleted_at)
             .sql(" WHERE id = ")
