@@ -30,7 +30,14 @@ fn context(files: &[(&str, &str)]) -> Vec<u8> {
     z.finish().unwrap()
 }
 
-async fn upload(app: &TestApp, token: &str, template: &str, bytes: Vec<u8>) -> String {
+/// `PUT`s `bytes` as files of `template` under their SHA-256: the hash,
+/// and the answer's status and body.
+async fn put_files(
+    app: &TestApp,
+    token: &str,
+    template: &str,
+    bytes: Vec<u8>,
+) -> (String, StatusCode, String) {
     let hash = hex::encode(Sha256::digest(&bytes));
     let r = app
         .http
@@ -43,7 +50,13 @@ async fn upload(app: &TestApp, token: &str, template: &str, bytes: Vec<u8>) -> S
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text().await);
+    let status = r.status();
+    (hash, status, r.text().await.unwrap())
+}
+
+async fn upload(app: &TestApp, token: &str, template: &str, bytes: Vec<u8>) -> String {
+    let (hash, status, body) = put_files(app, token, template, bytes).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     hash
 }
 
@@ -450,18 +463,9 @@ async fn template_files_count_against_the_upload_quota() {
     let (id, _) = new_template(&app, &t, "quota-tpl").await;
     upload(&app, &t, &id, context(&[("a.txt", "a\n")])).await;
     // A second set of files is past the account's count of uploads.
-    let bytes = context(&[("b.txt", "b\n")]);
-    let hash = hex::encode(Sha256::digest(&bytes));
-    let r = app
-        .http
-        .put(format!("{}/api/v1/templates/{id}/files/{hash}", app.base))
-        .bearer_auth(&t)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    assert!(r.text().await.unwrap().contains("quota_exceeded"));
+    let (hash, status, body) = put_files(&app, &t, &id, context(&[("b.txt", "b\n")])).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.contains("quota_exceeded"), "{body}");
     let r = app
         .get(&format!("/api/v1/templates/{id}/files/{hash}"), &t)
         .await;
@@ -793,17 +797,8 @@ async fn template_files_over_the_upload_limit_are_413() {
     .await;
     let t = app.new_account("big-context").await;
     let (id, _) = new_template(&app, &t, "big").await;
-    let bytes = vec![7u8; 200 * 1024];
-    let hash = hex::encode(Sha256::digest(&bytes));
-    let r = app
-        .http
-        .put(format!("{}/api/v1/templates/{id}/files/{hash}", app.base))
-        .bearer_auth(&t)
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let (hash, status, body) = put_files(&app, &t, &id, vec![7u8; 200 * 1024]).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     let r = app
         .get(&format!("/api/v1/templates/{id}/files/{hash}"), &t)
         .await;
