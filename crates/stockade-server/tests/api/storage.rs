@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use reqwest::StatusCode;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use stockade_store::{SqliteStore, Store};
 
 use crate::helpers::*;
@@ -161,7 +162,7 @@ async fn a_full_disk_fails_writes_cleanly_and_loses_nothing_acknowledged() {
 
 /// The object store and the database on one small disk, as by default:
 /// uploads stop (507, nothing half-stored) while the database still has
-/// room, so every write after them still lands.
+/// room, so every write after them still lands; a template's files too.
 #[tokio::test(flavor = "multi_thread")]
 async fn uploads_never_take_the_databases_room() {
     let Some(fs) = Tmpfs::mount("48m") else {
@@ -205,4 +206,25 @@ async fn uploads_never_take_the_databases_room() {
     for i in 0..20 {
         crate::quotas::account(&app, &format!("after-{i}")).await;
     }
+    // A template's files are refused the same way, and nothing of them is
+    // kept; the template itself is made.
+    let r = app
+        .post("/api/v1/templates", t, json!({ "name": "on-a-full-disk" }))
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{:?}", r.body);
+    let id = r.body["templateId"].as_str().unwrap().to_owned();
+    let hash = hex::encode(Sha256::digest(&archive));
+    let r = app
+        .http
+        .put(format!("{}/api/v1/templates/{id}/files/{hash}", app.base))
+        .bearer_auth(t)
+        .body(archive.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
+    let r = app
+        .get(&format!("/api/v1/templates/{id}/files/{hash}"), t)
+        .await;
+    assert_eq!(r.body["present"], false, "{:?}", r.body);
 }
