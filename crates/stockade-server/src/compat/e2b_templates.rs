@@ -36,6 +36,7 @@ use super::e2b::{E2bApiError, E2bCaller};
 use crate::error::ApiError;
 use crate::extract::{parse_json, AuthedId};
 use crate::routes::events::{query_map, query_u32};
+use crate::routes::templates::log_limit;
 use crate::AppState;
 
 type E2bResult<T> = Result<T, E2bApiError>;
@@ -46,8 +47,6 @@ const E2B_USER: &str = "user";
 /// default: the server's default image here.
 const E2B_BASE_IMAGES: [&str; 2] = ["e2bdev/base", "e2bdev/base:latest"];
 const E2B_BASE_TEMPLATE: &str = "base";
-/// Log lines one status read returns when the caller gives no `limit`.
-const DEFAULT_LOG_LIMIT: u32 = 100;
 
 /// The routes, relative to `/e2b`.
 pub fn routes() -> Router<AppState> {
@@ -115,11 +114,10 @@ async fn files_link(
     Path((id, hash)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> E2bResult<(StatusCode, Json<E2bFilesUpload>)> {
-    let present = state
+    let (template, present) = state
         .svc
         .template_files_present(&caller.scope, &id, &hash)
         .await?;
-    let template = state.svc.owned_template(&caller.scope, &id).await?;
     let token = state.svc.template_files_token(
         &caller.account.id,
         &template.id,
@@ -322,14 +320,6 @@ fn level_of(q: &std::collections::HashMap<String, String>) -> Result<Option<LogL
     }
 }
 
-fn limit_of(q: &std::collections::HashMap<String, String>) -> Result<u32, ApiError> {
-    let limit = query_u32(q, "limit")?.unwrap_or(DEFAULT_LOG_LIMIT);
-    if !(1..=stockade_service::templates::MAX_LOG_LINES).contains(&limit) {
-        return Err(ApiError::field("limit", "must be between 1 and 1000"));
-    }
-    Ok(limit)
-}
-
 async fn build_status(
     State(state): State<AppState>,
     E2bCaller(caller): E2bCaller,
@@ -338,7 +328,7 @@ async fn build_status(
 ) -> E2bResult<Json<E2bBuildStatus>> {
     let q = query_map(raw.as_deref(), &["logsOffset", "limit", "level"])?;
     let offset = query_u32(&q, "logsOffset")?.unwrap_or(0);
-    let limit = limit_of(&q)?;
+    let limit = log_limit(&q)?;
     let level = level_of(&q)?;
     let (template, build) = state.svc.template_build(&caller.scope, &id, &build).await?;
     let lines = state
@@ -379,7 +369,7 @@ async fn build_logs(
         return Err(ApiError::field("direction", "only forward is supported").into());
     }
     let cursor = query_u32(&q, "cursor")?.unwrap_or(0);
-    let limit = limit_of(&q)?;
+    let limit = log_limit(&q)?;
     let level = level_of(&q)?;
     let (_, build) = state.svc.template_build(&caller.scope, &id, &build).await?;
     let lines = state

@@ -273,7 +273,7 @@ pub async fn files_present(
     Authed { state, caller }: Authed,
     Path((id, hash)): Path<(String, String)>,
 ) -> ApiResult<Json<TemplateFilesResponse>> {
-    let present = state
+    let (_, present) = state
         .svc
         .template_files_present(&caller.scope, &id, &hash)
         .await?;
@@ -356,10 +356,7 @@ pub async fn build_status(
 ) -> ApiResult<Response> {
     let q = query_map(raw.as_deref(), &["logsOffset", "limit"])?;
     let offset = query_u32(&q, "logsOffset")?.unwrap_or(0);
-    let limit = query_u32(&q, "limit")?.unwrap_or(100);
-    if !(1..=stockade_service::templates::MAX_LOG_LINES).contains(&limit) {
-        return Err(ApiError::field("limit", "must be between 1 and 1000"));
-    }
+    let limit = log_limit(&q)?;
     let (_, found) = state.svc.template_build(&caller.scope, &id, &build).await?;
     if sse::wants_event_stream(&headers) {
         let steps = BuildLogSteps {
@@ -442,6 +439,15 @@ pub async fn remove_tag(
 ) -> ApiResult<StatusCode> {
     state.svc.remove_tags(&caller.scope, &id, &[tag]).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `limit` of a build log read: 1 to 1000 lines, 100 when not given.
+pub fn log_limit(q: &std::collections::HashMap<String, String>) -> ApiResult<u32> {
+    let limit = query_u32(q, "limit")?.unwrap_or(100);
+    if !(1..=stockade_service::templates::MAX_LOG_LINES).contains(&limit) {
+        return Err(ApiError::field("limit", "must be between 1 and 1000"));
+    }
+    Ok(limit)
 }
 
 /// How long a followed build's log is left alone when nothing new came.

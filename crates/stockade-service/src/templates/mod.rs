@@ -358,21 +358,22 @@ impl Service {
             .await?)
     }
 
-    /// Whether the object store holds the files `hash` of a template the
-    /// caller owns.
+    /// A template the caller owns and whether the object store holds its
+    /// files `hash`.
     pub async fn template_files_present(
         &self,
         scope: &Scope,
         reference: &str,
         hash: &str,
-    ) -> ServiceResult<bool> {
+    ) -> ServiceResult<(Template, bool)> {
         let t = self.owned_template(scope, reference).await?;
         let hash = check_files_hash(hash, "hash")?;
-        Ok(self
+        let present = self
             .blobs
             .head(&files_key(&t.account_id, &hash))
             .await?
-            .is_some())
+            .is_some();
+        Ok((t, present))
     }
 
     /// Stores the files `hash` of a template the caller owns: a tar,
