@@ -1119,8 +1119,15 @@ async fn connection(
             };
             let version = req.version();
             let cut = Arc::new(AtomicBool::new(false));
-            let mut req =
-                req.map(|body| Body::new(PacedBody::new(body, &registry.limits, cut.clone())));
+            let read = Arc::new(AtomicBool::new(false));
+            let mut req = req.map(|body| {
+                Body::new(PacedBody::new(
+                    body,
+                    &registry.limits,
+                    cut.clone(),
+                    read.clone(),
+                ))
+            });
             req.extensions_mut().insert(ConnectInfo(peer));
             let router = router.clone();
             async move {
@@ -1130,6 +1137,18 @@ async fn connection(
                 }
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                     guard.registry.upgraded(&guard.conn);
+                } else if version < axum::http::Version::HTTP_2
+                    && (response.status().is_client_error() || response.status().is_server_error())
+                    && !read.load(Ordering::SeqCst)
+                {
+                    // Refused before its body was read: the rest of the body
+                    // is not read, so the connection may close after this
+                    // answer; the client is told so rather than finding out
+                    // on its next request.
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
                 }
                 // HTTP/2 flow control can hold a response back without the
                 // socket ever stalling: its body is watched instead.
@@ -1256,10 +1275,20 @@ struct PacedBody {
     waiting_since: Option<tokio::time::Instant>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     cut: Arc<AtomicBool>,
+    /// Set once the body has been read to its end.
+    read: Arc<AtomicBool>,
 }
 
 impl PacedBody {
-    fn new(inner: hyper::body::Incoming, limits: &ConnectionLimits, cut: Arc<AtomicBool>) -> Self {
+    fn new(
+        inner: hyper::body::Incoming,
+        limits: &ConnectionLimits,
+        cut: Arc<AtomicBool>,
+        read: Arc<AtomicBool>,
+    ) -> Self {
+        if hyper::body::Body::is_end_stream(&inner) {
+            read.store(true, Ordering::SeqCst);
+        }
         Self {
             inner,
             min_rate: limits.body_min_rate.max(1),
@@ -1268,6 +1297,7 @@ impl PacedBody {
             waiting_since: None,
             sleep: None,
             cut,
+            read,
         }
     }
 
@@ -1303,10 +1333,16 @@ impl hyper::body::Body for PacedBody {
                     let earned = Duration::from_secs_f64(data.len() as f64 / this.min_rate as f64);
                     this.left = (this.left + earned).min(this.timeout);
                 }
+                if hyper::body::Body::is_end_stream(&this.inner) {
+                    this.read.store(true, Ordering::SeqCst);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                this.read.store(true, Ordering::SeqCst);
+                Poll::Ready(None)
+            }
             Poll::Pending => {
                 if this.left.is_zero() {
                     return Poll::Ready(Some(Err(this.too_slow())));

@@ -223,6 +223,10 @@ async fn uploads_never_take_the_databases_room() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::INSUFFICIENT_STORAGE);
+    // Refused before its body was read: the connection closes after the
+    // answer, and says so, so that the client's next request opens another
+    // rather than failing on this one.
+    assert_eq!(r.headers()["connection"], "close", "{:?}", r.headers());
     let r = app
         .get(&format!("/api/v1/templates/{id}/files/{hash}"), t)
         .await;
