@@ -301,3 +301,55 @@ def test_volumes_are_shared_between_sandboxes(client, run_id):
     with pytest.raises(APIError) as err:
         client.volumes.get(name)
     assert "404" in str(err.value), str(err.value)
+
+
+def _built_template(api, name, steps):
+    """A template built through Stockade's own API from the Debian test
+    image; its id."""
+    status, body = api.request("POST", "/api/v1/templates", {
+        "name": f"{name}:v1",
+        "fromImage": os.environ.get("STOCKADE_TEST_IMAGE_DEBIAN", "stockade-test-debian:latest"),
+        "steps": steps,
+    })
+    assert status == 202, body
+    template, build = body["templateId"], body["builds"][0]["buildId"]
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        status, body = api.request("GET", f"/api/v1/templates/{template}/builds/{build}")
+        assert status == 200, body
+        if body["build"]["status"] in ("ready", "error"):
+            break
+        time.sleep(0.5)
+    assert body["build"]["status"] == "ready", body
+    return template
+
+
+def test_docker_image_names_a_template(client, prime_env, run_id):
+    """prime's create has only `docker_image`: it names one of the
+    caller's templates by `name[:tag]`, as E2B's templateID does."""
+    api = prime_env.api("tenant-a")
+    name = f"prime-{run_id}".lower()
+    template = _built_template(api, name, [
+        {"type": "WORKDIR", "path": "/srv"},
+        {"type": "ENV", "vars": [["FROM_TEMPLATE", "baked-in"]]},
+        {"type": "RUN", "command": "echo from the build > /srv/baked.txt"},
+    ])
+    try:
+        for reference in (name, f"{name}:v1"):
+            sb = client.create(_request(run_id, docker_image=reference))
+            try:
+                client.wait_for_creation(sb.id)
+                r = client.execute_command(sb.id, "cat /srv/baked.txt; echo $FROM_TEMPLATE")
+                assert (r.exit_code, r.stdout) == (0, "from the build\nbaked-in\n"), r
+            finally:
+                client.delete(sb.id)
+        # A tag the template does not have is a 404 that names it.
+        with pytest.raises(APIError) as err:
+            client.create(_request(run_id, docker_image=f"{name}:no-such-tag"))
+        assert "no-such-tag" in str(err.value), err.value
+        # For another account the name is only an image, which no host has.
+        other = SandboxClient(APIClient(api_key=prime_env.tokens["tenant-b"]))
+        with pytest.raises(APIError):
+            other.create(_request(run_id, docker_image=name))
+    finally:
+        api.request("DELETE", f"/api/v1/templates/{template}")

@@ -1,4 +1,4 @@
-//! The body `POST /api/v1/sandbox` accepts: seed 002's camelCase fields and,
+//! The body `POST /api/v1/sandbox` accepts: Stockade's camelCase fields and,
 //! for Prime Intellect's `prime-sandboxes` SDK, their snake_case spellings
 //! and the fields that SDK sends. [`CreateSandboxBody::into_parts`]
 //! turns it into the [`CreateSandboxRequest`] the service validates, or says
@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use crate::{CreateSandboxRequest, SandboxSource};
 
-/// A start command: seed 002's shell string, or prime-sandboxes' program
+/// A start command: a shell string, or prime-sandboxes' program
 /// and arguments (run without a shell's word splitting).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
@@ -84,14 +84,15 @@ fn unquote(s: &str) -> Option<(String, &str)> {
     }
 }
 
-/// `POST /api/v1/sandbox`: every field seed 002 documents (camelCase), the
+/// `POST /api/v1/sandbox`: every documented field (camelCase), the
 /// same fields in snake_case, and the fields `prime-sandboxes` sends.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSandboxBody {
     /// Unique among the account's active sandboxes; defaults to the id.
     pub name: Option<String>,
-    /// Defaults to the server's default image.
+    /// Defaults to the server's default image. One of the caller's
+    /// templates (`name[:tag]`, or a template's id) runs that template.
     #[serde(alias = "docker_image")]
     pub docker_image: Option<String>,
     /// A preset name the server maps to an image (e.g. `node22`).

@@ -101,7 +101,9 @@ pub struct ErrorDetail {
 pub struct CreateSandboxRequest {
     /// Unique among the account's active sandboxes; defaults to the id.
     pub name: Option<String>,
-    /// Defaults to the server's default image (`node:20-bookworm`).
+    /// Defaults to the server's default image (`node:20-bookworm`). One of
+    /// the caller's templates (`name[:tag]`, or a template's id) runs that
+    /// template, as `template` does.
     pub docker_image: Option<String>,
     /// A preset name the server maps to an image (e.g. `node22`, `python3.13`).
     pub runtime: Option<String>,

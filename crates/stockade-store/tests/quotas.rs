@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{SubsecRound, Utc};
@@ -98,9 +97,7 @@ async fn postgres_migration_fills_the_resource_columns() {
 /// of their own (returned with it, to be kept while it runs).
 async fn migrator_before_0007(backend: &str) -> (tempfile::TempDir, sqlx::migrate::Migrator) {
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations")
-        .join(backend);
+    let src = manifest_dir().join("migrations").join(backend);
     for entry in std::fs::read_dir(src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
@@ -646,4 +643,14 @@ async fn race_inserts(
         }
     }
     wins
+}
+
+/// This crate's directory as `cargo test` says when it runs the test: a
+/// test binary that another checkout sharing the target directory built
+/// would otherwise look in that checkout.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

@@ -12,7 +12,7 @@ mod support;
 use support::{image, lines_of};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    manifest_dir().join("../..")
 }
 
 fn readme() -> String {
@@ -516,4 +516,14 @@ fn a_new_engines_data_root_enforces_disk_quotas() {
     assert!(ok && made.is_empty(), "{made}");
     assert!(said.contains("holds data already"), "{said}");
     assert!(!used.with_extension("img").exists());
+}
+
+/// This crate's directory as `cargo test` says when it runs the test: a
+/// test binary that another checkout sharing the target directory built
+/// would otherwise look in that checkout.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

@@ -562,7 +562,7 @@ impl Engines {
 
     /// Starts h2 again with the settings `scripts/test` gave it.
     fn start_h2(&self) {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = manifest_dir().join("../..");
         let out = Command::new("bash")
             .arg("-c")
             .arg(r#"source "$1/scripts/lib/engine.sh" && ensure_test_engine h2 $2"#)
@@ -983,4 +983,14 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
         let (status, body) = call(&b, Method::DELETE, &format!("/hosts/{name}"), None).await;
         assert_eq!(status, 204, "{name}: {body}");
     }
+}
+
+/// This crate's directory as `cargo test` says when it runs the test: a
+/// test binary that another checkout sharing the target directory built
+/// would otherwise look in that checkout.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    )
 }

@@ -37,7 +37,7 @@ fn static_agent() -> PathBuf {
         if let Some(p) = std::env::var_os("STOCKADE_AGENT_STATIC") {
             return PathBuf::from(p);
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/build-agent");
+        let script = crate::manifest_dir().join("../../scripts/build-agent");
         let out = Command::new(script)
             .output()
             .expect("scripts/build-agent runs");

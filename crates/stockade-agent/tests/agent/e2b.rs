@@ -14,11 +14,12 @@ async fn conformance(http_version: &str) {
         return;
     };
     let agent = Agent::start().await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2b_conformance.py");
+    let script = crate::manifest_dir().join("tests/e2b_conformance.py");
+    let script = script.to_string_lossy().into_owned();
     let workdir = agent.dir.path().to_string_lossy().into_owned();
     let url = format!("http://{}", agent.addr);
     let out = tokio::process::Command::new(python)
-        .args([script, &url, TOKEN, &workdir, http_version])
+        .args([&script, &url, TOKEN, &workdir, http_version])
         .output()
         .await
         .expect("the venv's python runs");

@@ -152,8 +152,8 @@ async fn no_images() -> Response {
     not_implemented(
         "Prime's image builds are not available here: build a template from a Dockerfile \
          (POST /api/v1/templates, `stockade template build -f Dockerfile . --name NAME`, or \
-         E2B's Template SDK) and create sandboxes with \"template\": \"NAME\"; or use an \
-         image the Docker hosts can pull (dockerImage), or a snapshot",
+         E2B's Template SDK) and create sandboxes with docker_image \"NAME\"; or use an \
+         image the Docker hosts can pull, or a snapshot",
     )
 }
 

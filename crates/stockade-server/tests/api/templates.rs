@@ -236,6 +236,20 @@ async fn a_template_is_built_step_by_step_cached_and_run() {
     let sb = app.create_id(&t, json!({ "template": "web-app:v2" })).await;
     assert_eq!(shell(&app, &t, &sb, "cat changed.txt").await, "changed\n");
     app.delete_sandbox(&t, &sb, "").await;
+    // `dockerImage` names the caller's templates too (prime's SDK has only
+    // it), by name and by `name:tag`.
+    for reference in ["web-app", "web-app:v2"] {
+        let sb = app.create_id(&t, json!({ "dockerImage": reference })).await;
+        assert_eq!(
+            shell(&app, &t, &sb, "pwd; cat changed.txt; echo \"$GREETING\"").await,
+            "/app\nchanged\nhello from the template\n"
+        );
+        app.delete_sandbox(&t, &sb, "").await;
+    }
+    let r = app
+        .try_create(&t, json!({ "dockerImage": "web-app:no-such-tag" }))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
 
     // A failing step: its exit code, its last output, its number.
     let (broken, b) = make_started(
@@ -268,6 +282,11 @@ async fn a_template_is_built_step_by_step_cached_and_run() {
     }
     let r = app.try_create(&other, json!({ "template": id })).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
+    // For it the name is only an image reference, and no host has it.
+    let r = app
+        .try_create(&other, json!({ "dockerImage": "web-app" }))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
     let r = app.delete(&format!("/api/v1/templates/{id}"), &other).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
     let listed = app.get("/api/v1/templates", &other).await;

@@ -63,6 +63,24 @@ async fn by_name(
     }
 }
 
+/// Whether `reference` (`name[:tag]` or id) names a template the caller
+/// may use: its own by name, or its own or a public one by id. A reference
+/// that cannot be a template's (a registry path, a digest) names none.
+pub async fn names_one(svc: &Service, scope: &Scope, reference: &str) -> ServiceResult<bool> {
+    let reference = reference.trim();
+    if reference.contains(['/', '@']) {
+        return Ok(false);
+    }
+    let name = reference
+        .split_once(':')
+        .map_or(reference, |(name, _)| name);
+    match load(svc, scope, name, "template").await {
+        Ok(_) => Ok(true),
+        Err(ServiceError::NotFound(_) | ServiceError::Validation(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The template and build `reference` names: `template` or
 /// `template:tag`, the newest ready build (with that tag).
 pub async fn resolve(

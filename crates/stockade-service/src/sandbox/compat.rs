@@ -62,11 +62,8 @@ pub async fn resolve_template(
     if svc.config.defaults.runtimes.contains_key(t) {
         return Ok(Template::Runtime(t.to_owned()));
     }
-    let name = t.split_once(':').map_or(t, |(name, _)| name);
-    match crate::content::templates::load(svc, scope, name, "templateID").await {
-        Ok(_) => return Ok(Template::Built(t.to_owned())),
-        Err(ServiceError::NotFound(_) | ServiceError::Validation(_)) => {}
-        Err(e) => return Err(e),
+    if crate::content::templates::names_one(svc, scope, t).await? {
+        return Ok(Template::Built(t.to_owned()));
     }
     let snapshots = svc.store.list_snapshots(scope, None).await?;
     let usable = |s: &&stockade_core::Snapshot| {

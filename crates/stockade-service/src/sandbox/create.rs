@@ -25,6 +25,14 @@ impl Service {
         mut new: NewSandbox,
         idempotency_key: Option<&str>,
     ) -> ServiceResult<Created> {
+        // `dockerImage` may name one of the caller's templates, as E2B's
+        // `templateID` may (prime's SDK has only `dockerImage`): the
+        // template, not an image, is then what it runs.
+        if let (None, Some(image)) = (&new.template, &new.spec.docker_image) {
+            if crate::content::templates::names_one(self, scope, image).await? {
+                new.template = new.spec.docker_image.take();
+            }
+        }
         // The image the caller named (a snapshot or fork brings its own).
         let named_image = new.spec.docker_image.clone();
         // A template brings its image and settings (its own, or public).
