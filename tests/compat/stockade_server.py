@@ -180,7 +180,9 @@ class StockadeServer:
 
     def sweep_docker(self) -> None:
         """Removes what is left in Docker of this run's accounts (labelled by
-        Stockade with the owner's account id), also after a failed run."""
+        Stockade with the owner's account id), also after a failed run.
+        Images go again while a pass removes some: a template layer is
+        refused while an image built on it is left."""
         for account in self.account_ids:
             label = f"label=io.stockade.account-id={account}"
             for kind, list_cmd, rm_cmd in (
@@ -188,12 +190,16 @@ class StockadeServer:
                 ("volumes", ["docker", "volume", "ls", "-q", "--filter", label], ["docker", "volume", "rm", "-f"]),
                 ("images", ["docker", "images", "-q", "--filter", label], ["docker", "rmi", "-f"]),
             ):
+                left = None
                 try:
-                    ids = subprocess.run(
-                        list_cmd, capture_output=True, text=True, timeout=60
-                    ).stdout.split()
-                    if ids:
-                        subprocess.run(rm_cmd + sorted(set(ids)), capture_output=True, timeout=120)
+                    while True:
+                        ids = set(subprocess.run(
+                            list_cmd, capture_output=True, text=True, timeout=60
+                        ).stdout.split())
+                        if not ids or (left is not None and len(ids) >= len(left)):
+                            break
+                        subprocess.run(rm_cmd + sorted(ids), capture_output=True, timeout=120)
+                        left = ids
                 except (OSError, subprocess.SubprocessError):
                     pass
 

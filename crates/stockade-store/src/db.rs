@@ -74,9 +74,20 @@ impl<B: Backend> SqlStore<B> {
         }
     }
 
-    /// Closes every connection; the store answers no more queries.
+    /// Closes every connection; the store answers no more queries. Once it
+    /// returns, no file of the database is open any more.
     pub async fn close(&self) {
         self.pool.close().await;
+        // A connection on its way back to the pool as the close began can
+        // still land among the idle ones after the close has looked there
+        // for the last time; such a connection stays open until a later
+        // close takes it. Close again until none is left (a connection
+        // still in use is closed when it comes back).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.pool.size() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            self.pool.close().await;
+        }
     }
 
     /// A connection of the pool.

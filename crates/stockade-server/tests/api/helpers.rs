@@ -559,12 +559,19 @@ pub fn cleanup_instance(instance: &str) {
         let _ = Command::new("docker").args(&args).output();
         remove_volume_disks(&vols);
     }
-    // Snapshot images carry the instance label too.
-    let images = docker_lines(&["images", "-q", "--filter", &filter]);
-    if !images.is_empty() {
+    // Snapshot images and template layers carry the instance label too. A
+    // layer is refused while an image built on it is left, and one removal
+    // may take them in any order: again while that removes some.
+    let mut images = docker_lines(&["images", "-q", "--filter", &filter]);
+    while !images.is_empty() {
         let mut args = vec!["rmi", "-f"];
         args.extend(images.iter().map(String::as_str));
         let _ = Command::new("docker").args(&args).output();
+        let left = docker_lines(&["images", "-q", "--filter", &filter]);
+        if left.len() >= images.len() {
+            break;
+        }
+        images = left;
     }
 }
 
