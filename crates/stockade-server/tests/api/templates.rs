@@ -282,11 +282,14 @@ async fn a_template_is_built_step_by_step_cached_and_run() {
     }
     let r = app.try_create(&other, json!({ "template": id })).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
-    // For it the name is only an image reference, and no host has it.
-    let r = app
-        .try_create(&other, json!({ "dockerImage": "web-app" }))
-        .await;
-    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
+    // For it the name and the id are only image references, which no host
+    // has.
+    for reference in ["web-app", id.as_str()] {
+        let r = app
+            .try_create(&other, json!({ "dockerImage": reference }))
+            .await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
+    }
     let r = app.delete(&format!("/api/v1/templates/{id}"), &other).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.body);
     let listed = app.get("/api/v1/templates", &other).await;
@@ -771,6 +774,18 @@ async fn an_administrator_makes_a_template_public_for_every_account() {
         );
         app.delete(&format!("/api/v1/sandbox/{sid}"), &other).await;
     }
+    // Through `dockerImage`, by its id only: its name stays an image
+    // reference in other accounts, which no host has.
+    let sid = app.create_id(&other, json!({ "dockerImage": id })).await;
+    assert_eq!(
+        shell(&app, &other, &sid, "cat /shared.txt").await,
+        "shared\n"
+    );
+    app.delete_sandbox(&other, &sid, "").await;
+    let r = app
+        .try_create(&other, json!({ "dockerImage": "shared-base" }))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.body);
     let listed = app.get("/api/v1/templates", &other).await;
     let seen = listed.body["templates"]
         .as_array()

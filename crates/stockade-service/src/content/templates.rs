@@ -63,20 +63,24 @@ async fn by_name(
     }
 }
 
-/// Whether `reference` (`name[:tag]` or id) names a template the caller
-/// may use: its own by name, or its own or a public one by id. A reference
-/// that cannot be a template's (a registry path, a digest) names none.
-pub async fn names_one(svc: &Service, scope: &Scope, reference: &str) -> ServiceResult<bool> {
+/// The template `reference` (`name[:tag]` or id) names, if it names one
+/// the caller may use (as [`load`]). A reference that cannot be a
+/// template's (a registry path, a digest) names none.
+pub async fn named(
+    svc: &Service,
+    scope: &Scope,
+    reference: &str,
+) -> ServiceResult<Option<Template>> {
     let reference = reference.trim();
     if reference.contains(['/', '@']) {
-        return Ok(false);
+        return Ok(None);
     }
     let name = reference
         .split_once(':')
         .map_or(reference, |(name, _)| name);
     match load(svc, scope, name, "template").await {
-        Ok(_) => Ok(true),
-        Err(ServiceError::NotFound(_) | ServiceError::Validation(_)) => Ok(false),
+        Ok(t) => Ok(Some(t)),
+        Err(ServiceError::NotFound(_) | ServiceError::Validation(_)) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -62,7 +62,10 @@ pub async fn resolve_template(
     if svc.config.defaults.runtimes.contains_key(t) {
         return Ok(Template::Runtime(t.to_owned()));
     }
-    if crate::content::templates::names_one(svc, scope, t).await? {
+    if crate::content::templates::named(svc, scope, t)
+        .await?
+        .is_some()
+    {
         return Ok(Template::Built(t.to_owned()));
     }
     let snapshots = svc.store.list_snapshots(scope, None).await?;

@@ -27,9 +27,15 @@ impl Service {
     ) -> ServiceResult<Created> {
         // `dockerImage` may name one of the caller's templates, as E2B's
         // `templateID` may (prime's SDK has only `dockerImage`): the
-        // template, not an image, is then what it runs.
+        // template, not an image, is then what it runs. A public template
+        // by its id only, so that its name never takes the place of an
+        // image of that name in other accounts.
         if let (None, Some(image)) = (&new.template, &new.spec.docker_image) {
-            if crate::content::templates::names_one(self, scope, image).await? {
+            let name = image.trim().split(':').next().unwrap_or_default();
+            let taken = crate::content::templates::named(self, scope, image)
+                .await?
+                .is_some_and(|t| t.account_id == scope.account_id || t.id.as_str() == name);
+            if taken {
                 new.template = new.spec.docker_image.take();
             }
         }
