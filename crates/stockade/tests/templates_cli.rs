@@ -25,12 +25,16 @@ impl Drop for Server {
             let _ = self.0.command(&["template", "rm", name]).output();
         }
         self.0.stop(None);
+        // The server's cache layers stay after their templates go.
+        if let Some(instance) = &self.0.instance {
+            support::remove_by_filter(&format!("label=io.stockade.instance-id={instance}"), true);
+        }
     }
 }
 
 #[test]
 fn a_dockerfile_is_built_listed_logged_run_and_removed() {
-    let s = Server(CliServer::start(TOKEN, &[], &[]));
+    let mut s = Server(CliServer::start(TOKEN, &[], &[]));
     let ctx = tempfile::tempdir().unwrap();
     std::fs::write(ctx.path().join("hello.txt"), "hello from the context\n").unwrap();
     std::fs::write(ctx.path().join("secret.log"), "left out\n").unwrap();
@@ -62,7 +66,15 @@ fn a_dockerfile_is_built_listed_logged_run_and_removed() {
     let log = s.ok(&["template", "logs", "cli-tpl"]);
     assert!(log.contains("RUN cat hello.txt > copied.txt"), "{log}");
 
-    s.ok(&["create", "--name", "from-tpl", "--template", "cli-tpl"]);
+    let made = s.json(&[
+        "create",
+        "--name",
+        "from-tpl",
+        "--template",
+        "cli-tpl",
+        "--json",
+    ]);
+    s.0.instance = support::instance_of(made["id"].as_str().unwrap());
     let said = s.ok(&[
         "exec",
         "from-tpl",

@@ -134,7 +134,9 @@ impl Drop for AccountCleanup {
 }
 
 /// Removes the containers and volumes Docker lists for `filter` and, with
-/// `images`, the (snapshot) images too.
+/// `images`, the (snapshot) images and template layers too: again while a
+/// pass removes some, since a layer is refused while an image built on it
+/// is left.
 pub fn remove_by_filter(filter: &str, images: bool) {
     let mut kinds = vec![
         (
@@ -150,11 +152,16 @@ pub fn remove_by_filter(filter: &str, images: bool) {
         kinds.push((vec!["images", "-q", "--filter", filter], vec!["rmi", "-f"]));
     }
     for (list, remove) in kinds {
-        let ids = docker_lines(&list);
-        if !ids.is_empty() {
-            let mut args = remove;
+        let mut ids = docker_lines(&list);
+        while !ids.is_empty() {
+            let mut args = remove.clone();
             args.extend(ids.iter().map(String::as_str));
             let _ = Command::new("docker").args(&args).output();
+            let left = docker_lines(&list);
+            if left.len() >= ids.len() {
+                break;
+            }
+            ids = left;
         }
     }
 }
