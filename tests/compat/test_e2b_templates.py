@@ -47,6 +47,12 @@ def _run(sb, cmd, **kw):
     return sb.commands.run(cmd, **kw).stdout.strip()
 
 
+def _sees(sb, expected):
+    """Each command's output in the sandbox is what `expected` says."""
+    for cmd, output in expected.items():
+        assert _run(sb, cmd) == output, cmd
+
+
 def test_a_template_of_every_step_kind_builds_caches_and_runs(e2b_env, context, run_id):
     name = f"steps-{run_id}"
     template = (
@@ -143,12 +149,14 @@ def test_a_dockerfile_template_builds_in_the_background(e2b_env, context, run_id
 
         sb = Sandbox.create(template=name, timeout=120)
         try:
-            assert _run(sb, "pwd") == "/srv"
             # from_dockerfile leaves E2B's user when the file names none.
-            assert _run(sb, "id -un") == "user"
-            assert _run(sb, "cat /srv/level.txt") == "level 7"
-            assert _run(sb, "cat /srv/notes.md") == "level notes"
-            assert _run(sb, "echo $MODE") == "fast"
+            _sees(sb, {
+                "pwd": "/srv",
+                "id -un": "user",
+                "cat /srv/level.txt": "level 7",
+                "cat /srv/notes.md": "level notes",
+                "echo $MODE": "fast",
+            })
         finally:
             sb.kill()
 
@@ -163,10 +171,12 @@ def test_a_dockerfile_template_builds_in_the_background(e2b_env, context, run_id
             )
             sb = Sandbox.create(template=child, timeout=120)
             try:
-                assert _run(sb, "cat /srv/child.txt") == "level 7"
-                assert _run(sb, "pwd") == "/srv"
-                assert _run(sb, "id -un") == "user"
-                assert _run(sb, "echo $MODE") == "fast"
+                _sees(sb, {
+                    "cat /srv/child.txt": "level 7",
+                    "pwd": "/srv",
+                    "id -un": "user",
+                    "echo $MODE": "fast",
+                })
             finally:
                 sb.kill()
         finally:

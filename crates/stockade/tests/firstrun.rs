@@ -9,11 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{image, lines_of};
-
-fn repo() -> PathBuf {
-    manifest_dir().join("../..")
-}
+use support::{image, lines_of, repo};
 
 fn readme() -> String {
     std::fs::read_to_string(repo().join("README.md")).expect("README.md")
@@ -516,14 +512,4 @@ fn a_new_engines_data_root_enforces_disk_quotas() {
     assert!(ok && made.is_empty(), "{made}");
     assert!(said.contains("holds data already"), "{said}");
     assert!(!used.with_extension("img").exists());
-}
-
-/// This crate's directory as `cargo test` says when it runs the test: a
-/// test binary that another checkout sharing the target directory built
-/// would otherwise look in that checkout.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
-        || env!("CARGO_MANIFEST_DIR").into(),
-        std::path::PathBuf::from,
-    )
 }

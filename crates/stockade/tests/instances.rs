@@ -28,7 +28,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 mod support;
-use support::{get_json, image, post_json, KillOnDrop};
+use support::{get_json, image, post_json, repo, KillOnDrop};
 
 const TOKEN: &str = "stk_instances_test_admin_token";
 
@@ -562,7 +562,7 @@ impl Engines {
 
     /// Starts h2 again with the settings `scripts/test` gave it.
     fn start_h2(&self) {
-        let root = manifest_dir().join("../..");
+        let root = repo();
         let out = Command::new("bash")
             .arg("-c")
             .arg(r#"source "$1/scripts/lib/engine.sh" && ensure_test_engine h2 $2"#)
@@ -983,14 +983,4 @@ async fn sandboxes_spread_over_three_hosts_and_a_failing_host_is_cordoned_and_re
         let (status, body) = call(&b, Method::DELETE, &format!("/hosts/{name}"), None).await;
         assert_eq!(status, 204, "{name}: {body}");
     }
-}
-
-/// This crate's directory as `cargo test` says when it runs the test: a
-/// test binary that another checkout sharing the target directory built
-/// would otherwise look in that checkout.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
-        || env!("CARGO_MANIFEST_DIR").into(),
-        std::path::PathBuf::from,
-    )
 }

@@ -8,6 +8,18 @@
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
+/// The repository's root, from the crate directory `cargo test` gives when
+/// it runs the test: a test binary that another checkout sharing the
+/// target directory built would otherwise look in that checkout.
+pub fn repo() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(
+            || env!("CARGO_MANIFEST_DIR").into(),
+            std::path::PathBuf::from,
+        )
+        .join("../..")
+}
+
 /// The image test sandboxes run (`STOCKADE_TEST_IMAGE`, else the local base
 /// image).
 pub fn image() -> String {
