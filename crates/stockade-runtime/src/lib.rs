@@ -19,6 +19,7 @@ mod fake;
 mod files;
 mod isolation;
 mod logs;
+mod removals;
 mod runtime;
 mod stats;
 
@@ -37,6 +38,7 @@ pub use fake::{ExecHandler, FakeContainer, FakeRuntime};
 pub use files::{ArchiveStream, ArchiveUpload, FileKind, FsError, FsResult, PathStat};
 pub use isolation::{IsolationReport, IsolationStatus};
 pub use logs::{LogLine, LogLines, LogStream, LogsOptions, MAX_LOG_LINE_BYTES};
+pub use removals::PendingRemovals;
 pub use runtime::{
     Disk, Egress, Exec, Files, Inspect, Isolation, Lifecycle, Logs, Runtime, Snapshots, Update,
     Volumes,

@@ -355,6 +355,16 @@ pub trait Egress: Send + Sync {
     /// packet filter); the addresses they were for.
     async fn remove_egress(&self, ids: &[SandboxId]) -> RuntimeResult<Vec<IpAddr>>;
 
+    /// The removals of entries that callers queued on this host and make
+    /// behind the answers of their stops and destroys; every container
+    /// start (and move to the sandbox network) here waits for those queued
+    /// before it, so no new container takes an address while the old
+    /// sandbox's entry still holds it. `None`: this runtime writes no
+    /// entries.
+    fn pending_removals(&self) -> Option<std::sync::Arc<crate::PendingRemovals>> {
+        None
+    }
+
     /// Every sandbox entry of this configuration's chains (all servers').
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>>;
 

@@ -578,3 +578,63 @@ async fn no_network_no_sandbox_unless_the_administrator_allows_it() {
         .expect("created on the default bridge");
     assert_eq!(networks_of(&opted.sandbox_id), "bridge");
 }
+
+/// While the egress entry of a stopped sandbox is still being removed (a
+/// removal queued and not done), no container on the host starts: neither
+/// a start nor a create gets an address the old entry may still govern.
+/// Once the removal is done, both go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn starts_wait_for_the_egress_removals_queued_before_them() {
+    let (_iso, mut cleanup, rt) = isolated();
+    let report = rt.ensure_isolation().await;
+    assert!(report.problems.is_empty(), "{report:?}");
+    let rt = std::sync::Arc::new(rt);
+    let account = AccountId::generate();
+    let keep_alive = stockade_core::StartCommand::keep_alive_argv();
+    let (a, b) = (
+        spec(&account, keep_alive.clone(), true),
+        spec(&account, keep_alive, true),
+    );
+    cleanup.sandboxes.push(a.sandbox_id.clone());
+    cleanup.sandboxes.push(b.sandbox_id.clone());
+    rt.create(&a).await.expect("create");
+    rt.stop(&a.sandbox_id, Duration::from_secs(1))
+        .await
+        .expect("stop");
+
+    let pending = rt
+        .pending_removals()
+        .expect("the engine's runtime keeps removals");
+    let ticket = pending.queue();
+    let start = tokio::spawn({
+        let (rt, id) = (rt.clone(), a.sandbox_id.clone());
+        async move { rt.start(&id).await }
+    });
+    let create = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.create(&b).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!start.is_finished() && !create.is_finished());
+    let running = |id: &SandboxId| docker_inspect("{{.State.Running}}", &container_name(id));
+    assert_eq!(running(&a.sandbox_id), "false");
+
+    pending.finish(ticket);
+    tokio::time::timeout(Duration::from_secs(60), start)
+        .await
+        .expect("the start went on")
+        .unwrap()
+        .expect("start");
+    tokio::time::timeout(Duration::from_secs(60), create)
+        .await
+        .expect("the create went on")
+        .unwrap()
+        .expect("create");
+    assert_eq!(running(&a.sandbox_id), "true");
+    assert!(pending.settled());
+    let ids: Vec<SandboxId> = cleanup.sandboxes.clone();
+    for id in &ids {
+        rt.remove(id, false).await.expect("remove");
+    }
+    rt.remove_isolation().await.expect("remove isolation");
+}

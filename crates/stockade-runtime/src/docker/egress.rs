@@ -317,6 +317,10 @@ impl Egress for DockerRuntime {
         Ok(addrs)
     }
 
+    fn pending_removals(&self) -> Option<std::sync::Arc<crate::PendingRemovals>> {
+        Some(self.removals.clone())
+    }
+
     async fn egress_entries(&self) -> RuntimeResult<Vec<EgressEntry>> {
         let Ok(ipt) = self.egress_iptables() else {
             return Ok(Vec::new());
@@ -413,6 +417,12 @@ impl Egress for DockerRuntime {
         }
         self.prepare_networks(&docker).await;
         if !attached.contains(target) {
+            // A new address on the sandbox network: not one whose old
+            // entry is still being removed.
+            self.removals
+                .wait()
+                .await
+                .map_err(RuntimeError::Unavailable)?;
             docker
                 .connect_network(
                     target,

@@ -452,6 +452,10 @@ impl DockerRuntime {
             self.unpack_workspace(docker, &created.id, archive).await?;
         }
 
+        self.removals
+            .wait()
+            .await
+            .map_err(RuntimeError::Unavailable)?;
         let mut started = docker
             .start_container(&created.id, None::<StartContainerOptions<String>>)
             .await;
@@ -520,6 +524,10 @@ impl Lifecycle for DockerRuntime {
         let docker = self.client().await?;
         self.mount_volume_disk(&docker, VolumeName::for_sandbox(id).as_str())
             .await?;
+        self.removals
+            .wait()
+            .await
+            .map_err(RuntimeError::Unavailable)?;
         // 304 (already running) counts as success.
         docker
             .start_container(&container_name(id), None::<StartContainerOptions<String>>)

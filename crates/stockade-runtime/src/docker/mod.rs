@@ -209,6 +209,9 @@ pub struct DockerRuntime {
     disk: disk::DiskState,
     /// Where the volumes' own file systems live (`loop_disk.rs`).
     loop_disks: loop_disk::LoopDisks,
+    /// Egress entries whose removal is queued (`removals.rs`): starts wait
+    /// for them.
+    pub(crate) removals: Arc<crate::PendingRemovals>,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -415,6 +418,7 @@ impl DockerRuntime {
             agent: agent::AgentVolumeState::default(),
             disk: disk::DiskState::default(),
             loop_disks: loop_disk::LoopDisks::default(),
+            removals: Arc::default(),
         })
     }
 

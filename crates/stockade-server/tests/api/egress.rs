@@ -364,13 +364,10 @@ async fn allow_lists_by_name_and_address_hold_and_change_live() {
     // Destroyed: its entries are gone.
     let r = app.delete(&format!("/api/v1/sandbox/{id2}"), t).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    let listing = Command::new("iptables")
-        .args(["-S", "STOCKADE-EGRESS"])
-        .output()
-        .unwrap();
+    let listing = egress_entries_gone(&[id2.as_str()]).await;
     assert!(
-        !String::from_utf8_lossy(&listing.stdout).contains(id2.as_str()),
-        "entries of a destroyed sandbox stay"
+        !listing.contains(id2.as_str()),
+        "entries of a destroyed sandbox stay: {listing}"
     );
     eprintln!("create with an allow list: {create_ms} ms");
 

@@ -149,20 +149,12 @@ async fn fifty_idle_sandboxes_stay_reachable_and_go_in_one_bulk_delete() {
         assert_eq!(r.body["exitCode"], 0, "{:?}", r.body);
     }
     // Each has its egress entry; one bulk delete removes all of them.
-    let entries = || {
-        let listing = |args: &[&str]| {
-            let out = std::process::Command::new("iptables").args(args).output();
-            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default()
-        };
-        listing(&["-S", "STOCKADE-EGRESS"]) + &listing(&["-t", "nat", "-S", "STOCKADE-EGRESS"])
-    };
-    let before = entries();
+    let before = egress_listing();
     for id in &ids {
         assert!(before.contains(&format!("stockade:{id}")), "{id}: {before}");
     }
     bulk_delete(&app, &t, "density", DENSITY).await;
-    let after = entries();
+    let after = egress_entries_gone(&ids.iter().map(String::as_str).collect::<Vec<_>>()).await;
     for id in &ids {
         assert!(
             !after.contains(id.as_str()),

@@ -721,6 +721,30 @@ where
     None
 }
 
+/// Both tables' egress chains as `iptables -S` lists them.
+pub fn egress_listing() -> String {
+    let listing = |args: &[&str]| {
+        let out = Command::new("iptables").args(args).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    listing(&["-S", "STOCKADE-EGRESS"]) + &listing(&["-t", "nat", "-S", "STOCKADE-EGRESS"])
+}
+
+/// Waits (up to ten seconds) until no egress entry names any of `ids`: a
+/// stop or destroy removes its entry right after it answers. The listing
+/// last seen.
+pub async fn egress_entries_gone(ids: &[&str]) -> String {
+    let mut last = String::new();
+    eventually(Duration::from_secs(10), || {
+        last = egress_listing();
+        let gone = !ids.iter().any(|id| last.contains(id));
+        async move { gone }
+    })
+    .await;
+    last
+}
+
 /// The command lines of the processes running in a sandbox.
 pub fn processes(id: &str) -> String {
     sh_in(

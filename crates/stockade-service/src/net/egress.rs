@@ -10,7 +10,9 @@
 //! - A sandbox on the sandbox network gets its entry when it starts (create,
 //!   start, claim from the warm pool) and whenever its policy changes; until
 //!   then it reaches nothing outside (the packet filter fails closed). A
-//!   stop or destroy removes it. Sandboxes without network access
+//!   stop or destroy removes it right after answering; until then no
+//!   container starts on that host (its runtime waits), so a freed address
+//!   never carries the old policy to a new sandbox. Sandboxes without network access
 //!   (`deny-all`) sit on the internal network; a policy change moves a
 //!   running sandbox between the two networks.
 //! - Reconciliation writes missing entries again (after a host reboot or a
@@ -32,6 +34,7 @@ use stockade_core::netpolicy::{Cidr, EgressPolicy, PrivateAccess};
 use stockade_core::{Sandbox, SandboxId, SandboxStatus};
 use stockade_egress::iptables::RedirectPorts;
 use stockade_egress::{EgressConfig, EgressFilter, PolicySource, ProxyConfig};
+use stockade_runtime::PendingRemovals;
 use tracing::{info, warn};
 
 use crate::error::{ServiceError, ServiceResult};
@@ -89,7 +92,27 @@ pub struct Egress {
     /// Removals waiting for `ops`, by host: whoever holds it next removes
     /// all of its host's in one change of the packet filter (a bulk delete
     /// of hundreds waits for one listing and one commit, not one each).
-    removals: std::sync::Mutex<Vec<(String, SandboxId)>>,
+    removals: std::sync::Mutex<Vec<Removal>>,
+}
+
+/// A queued removal of a sandbox's entry.
+struct Removal {
+    host: String,
+    id: SandboxId,
+    /// Its place in the host's pending removals, which starts there wait for.
+    ticket: Option<u64>,
+}
+
+/// Marks a batch of removals done when dropped, so that starts on the host
+/// never wait for a removal task that failed or panicked.
+struct Finish(Option<(Arc<PendingRemovals>, u64)>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some((pending, ticket)) = &self.0 {
+            pending.finish(*ticket);
+        }
+    }
 }
 
 impl Default for Egress {
@@ -103,6 +126,10 @@ impl Default for Egress {
 }
 
 impl Egress {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Vec<Removal>> {
+        self.removals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -280,38 +307,50 @@ impl Service {
         }
     }
 
-    /// Removes the entry of sandbox `sb` (stopped or destroyed). Failures
-    /// are logged: reconciliation removes what is left.
+    /// Removes the entry of sandbox `sb` (stopped or destroyed) behind the
+    /// caller's answer: the packet filter's commit takes tens of
+    /// milliseconds, and the host's runtime holds every container start
+    /// back until the removals queued before it are made, so the freed
+    /// address lends its policy to nobody meanwhile. Failures are logged:
+    /// reconciliation removes what is left.
     pub async fn remove_egress(&self, sb: &Sandbox) {
-        let id = &sb.id;
         let rt = match self.runtime_for(sb).await {
             Ok(rt) => rt,
             Err(e) => {
-                warn!(sandbox.id = %id, error = %e, "egress entry not removed; reconciliation retries");
+                warn!(sandbox.id = %sb.id, error = %e, "egress entry not removed; reconciliation retries");
                 return;
             }
         };
-        let removals = || {
-            self.egress
-                .removals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-        };
-        removals().push((sb.server.clone(), id.clone()));
+        {
+            // Queued in ticket order: a batch's last ticket covers those
+            // before it.
+            let mut waiting = self.egress.queue();
+            waiting.push(Removal {
+                host: sb.server.clone(),
+                id: sb.id.clone(),
+                ticket: rt.pending_removals().map(|p| p.queue()),
+            });
+        }
+        let (svc, host) = (self.clone(), sb.server.clone());
+        tokio::spawn(async move { svc.remove_queued_egress(&host, rt).await });
+    }
+
+    /// Removes every queued entry of `host` in one change of its packet
+    /// filter; nothing when an earlier task took them along.
+    async fn remove_queued_egress(&self, host: &str, rt: Arc<dyn stockade_runtime::Runtime>) {
         let _ops = self.egress.ops.lock().await;
-        // This one and every other of its host that waits; none when the
-        // holder before took this one along.
-        let ids: Vec<SandboxId> = {
-            let mut waiting = removals();
-            let (host, others): (Vec<_>, Vec<_>) = waiting
-                .drain(..)
-                .partition(|(server, _)| *server == sb.server);
+        let batch: Vec<Removal> = {
+            let mut waiting = self.egress.queue();
+            let (batch, others) = waiting.drain(..).partition(|r| r.host == host);
             *waiting = others;
-            host.into_iter().map(|(_, id)| id).collect()
+            batch
         };
-        if ids.is_empty() {
+        let last = batch.iter().filter_map(|r| r.ticket).max();
+        let _finish = Finish(rt.pending_removals().zip(last));
+        if batch.is_empty() {
             return;
         }
+        let ids: Vec<SandboxId> = batch.into_iter().map(|r| r.id).collect();
         match rt.remove_egress(&ids).await {
             Ok(addrs) => {
                 if let Some((filter, _)) = self.egress.running() {
