@@ -408,4 +408,8 @@ pub trait Disk: Send + Sync {
         id: &SandboxId,
         max_age: Duration,
     ) -> RuntimeResult<Option<DiskUsage>>;
+
+    /// Waits until the volumes' own file systems that removals left to be
+    /// taken down behind their answers are gone (at shutdown).
+    async fn finish_disk_removals(&self) {}
 }

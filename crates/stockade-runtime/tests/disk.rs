@@ -110,8 +110,12 @@ impl Drop for Cleanup {
         // A volume's own file system, which the engine's removal leaves.
         if host.is_none() {
             let disk = disk_dir(&VolumeName::for_sandbox(&self.1));
-            let _ = Command::new("umount").arg(disk.join("fs")).output();
-            let _ = std::fs::remove_dir_all(disk);
+            let mut left = retired_of(&disk);
+            left.push(disk);
+            for dir in left {
+                let _ = Command::new("umount").arg(dir.join("fs")).output();
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
     }
 }
@@ -333,6 +337,22 @@ fn disk_dir(volume: &VolumeName) -> std::path::PathBuf {
         .join(volume.as_str())
 }
 
+/// The folders a removal of `disk`'s volume renamed it to and left.
+fn retired_of(disk: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let name = disk.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_dir(disk.parent().unwrap())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{name}.removed-"))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 fn is_mounted(dir: &std::path::Path) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
@@ -425,8 +445,18 @@ async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
     assert_eq!((code, said.trim()), (0, "kept"));
 
     rt.remove(&id, false).await.expect("remove");
-    assert!(!is_mounted(&dir), "the file system is still mounted");
+    // Out of the volume's name at once, taken down behind the answer.
     assert!(!disk.exists(), "{} stayed", disk.display());
+    rt.finish_disk_removals().await;
+    assert!(!is_mounted(&dir), "the file system is still mounted");
+    let retired = retired_of(&disk);
+    assert!(retired.is_empty(), "{retired:?} stayed");
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(volume.as_str()),
+        "a mount of the volume's file system stayed"
+    );
     let out = docker_cli(None, &["volume", "inspect", volume.as_str()]);
     assert!(!out.status.success(), "the volume stayed");
 }
@@ -461,4 +491,38 @@ async fn file_systems_of_volumes_removed_behind_stockades_back_are_collected() {
     runtime(None).disk_enforcement().await;
     assert!(!disk.exists(), "{} stayed", disk.display());
     assert!(!is_mounted(&disk.join("fs")));
+}
+
+/// A process killed while it took a removed volume's file system down
+/// leaves the folder it renamed it to, still mounted: the next runtime
+/// collects it once it was retired a minute ago, and not before.
+#[tokio::test]
+async fn file_systems_a_killed_removal_left_are_collected() {
+    let Some(rt) = uncapped_default_engine().await else {
+        return;
+    };
+    let (id, _cleanup, volume, disk) = sandbox_with_a_disk_of_its_own(&rt).await;
+    docker_cli(None, &["rm", "-f", &container_name(&id)]);
+    docker_cli(None, &["volume", "rm", volume.as_str()]);
+    let millis = |ago: u64| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        (now - Duration::from_secs(ago)).as_millis()
+    };
+    let name = disk.file_name().unwrap().to_string_lossy().into_owned();
+    let young = disk.with_file_name(format!("{name}.removed-{}", millis(5)));
+    std::fs::rename(&disk, &young).unwrap();
+    assert!(is_mounted(&young.join("fs")));
+    runtime(None).disk_enforcement().await;
+    assert!(
+        young.exists(),
+        "a file system retired a moment ago was collected"
+    );
+
+    let old = disk.with_file_name(format!("{name}.removed-{}", millis(120)));
+    std::fs::rename(&young, &old).unwrap();
+    runtime(None).disk_enforcement().await;
+    assert!(!old.exists(), "{} stayed", old.display());
+    assert!(!is_mounted(&old.join("fs")));
 }

@@ -192,6 +192,7 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
     let background = state.svc.start_background(shutdown.clone()).await;
     let grace = state.config.shutdown_grace;
     let limits = state.config.connections.clone();
+    let svc = state.svc.clone();
     let app = router(state);
     let token = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -215,6 +216,13 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
             .is_err()
         {
             tracing::warn!("background tasks did not finish within the shutdown grace period");
+        }
+        // Removed volumes' file systems still being taken down.
+        if tokio::time::timeout(grace, svc.finish_disk_removals())
+            .await
+            .is_err()
+        {
+            tracing::warn!("removed volumes' file systems were still being taken down at the end of the shutdown grace period");
         }
         served
     });

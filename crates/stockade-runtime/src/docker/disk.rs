@@ -423,6 +423,10 @@ impl DockerRuntime {
 
 #[async_trait]
 impl Disk for DockerRuntime {
+    async fn finish_disk_removals(&self) {
+        self.retired_disks_gone().await;
+    }
+
     async fn disk_enforcement(&self) -> DiskEnforcement {
         match self.client().await {
             Ok(docker) => self.disk_quotas(&docker).await,

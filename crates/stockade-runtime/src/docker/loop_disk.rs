@@ -14,6 +14,13 @@
 //! is removed, and collects the ones whose volume was removed behind its
 //! back (`docker volume rm`).
 //!
+//! Taking a file system down (an unmount, which writes its journal out,
+//! and the file's deletion) takes about ten milliseconds, so a removal
+//! only renames its folder to `<volume>.removed-<ms since 1970>` (a volume
+//! of the same name made next finds none) and leaves the rest to a task of
+//! its own; the runtime's `finish_disk_removals` waits for those tasks,
+//! and what a crash leaves is collected at the next start.
+//!
 //! Only a local engine (one whose data root is on Stockade's host, in the
 //! same mount namespace) and a Stockade running as root can do this.
 
@@ -43,10 +50,19 @@ const JOURNAL: &str = "size=16";
 /// create makes the file system a moment before its volume.
 const ORPHAN_AGE: Duration = Duration::from_secs(600);
 
-/// Where this engine keeps the volumes' file systems, once asked.
+/// What a removed volume's folder is renamed to end with, before the time.
+const RETIRED: &str = ".removed-";
+
+/// A retired file system left by another process is collected once it was
+/// retired this long ago (its own task is done with it by then).
+const RETIRED_AGE: Duration = Duration::from_secs(60);
+
+/// Where this engine keeps the volumes' file systems, once asked, and the
+/// tasks taking removed ones down.
 #[derive(Debug, Default)]
 pub(super) struct LoopDisks {
     dir: OnceCell<PathBuf>,
+    retiring: tokio_util::task::TaskTracker,
 }
 
 /// One volume's file system on this host.
@@ -131,6 +147,22 @@ impl VolumeDisk {
             return Ok(());
         }
         self.mount().await
+    }
+
+    /// Moves the file system out of its volume's name (the mount moves
+    /// with its folder): what [`destroy`](Self::destroy) then takes down.
+    async fn retire(&self) -> Result<VolumeDisk, String> {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let mut name = self.dir.file_name().unwrap_or_default().to_owned();
+        name.push(format!("{RETIRED}{since}"));
+        let to = self.dir.with_file_name(name);
+        tokio::fs::rename(&self.dir, &to)
+            .await
+            .map_err(|e| format!("could not rename {}: {e}", self.dir.display()))?;
+        Ok(VolumeDisk { dir: to })
     }
 
     /// Unmounts the file system and deletes it. A mount still held (a
@@ -350,17 +382,34 @@ impl DockerRuntime {
         }
     }
 
-    /// Deletes a removed volume's own file system, if it had one.
+    /// Deletes a removed volume's own file system, if it had one: retired
+    /// at once, taken down by a task of its own.
     #[tracing::instrument(skip_all, fields(volume))]
     pub(super) async fn remove_volume_disk(
         &self,
         docker: &Docker,
         volume: &str,
     ) -> RuntimeResult<()> {
-        match self.existing_volume_disk(docker, volume).await {
-            Some(disk) => volume_disk_result(volume, "remove", disk.destroy().await),
-            None => Ok(()),
-        }
+        let Some(disk) = self.existing_volume_disk(docker, volume).await else {
+            return Ok(());
+        };
+        let retired = disk.retire().await;
+        let retired = retired.map_err(|why| volume_disk_error(volume, "remove", why))?;
+        let volume = volume.to_owned();
+        self.loop_disks.retiring.spawn(async move {
+            if let Err(why) = retired.destroy().await {
+                tracing::warn!(volume = %volume, %why, "could not take down the file system of a removed volume");
+            }
+        });
+        Ok(())
+    }
+
+    /// Waits for the file systems of removed volumes still being taken
+    /// down.
+    pub(super) async fn retired_disks_gone(&self) {
+        self.loop_disks.retiring.close();
+        self.loop_disks.retiring.wait().await;
+        self.loop_disks.retiring.reopen();
     }
 
     /// Deletes the file systems whose volume is gone (removed with the
@@ -376,6 +425,15 @@ impl DockerRuntime {
         let mut collected = 0;
         while let Ok(Some(entry)) = entries.next_entry().await {
             let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some((_, since)) = name.rsplit_once(RETIRED) {
+                let since = std::time::UNIX_EPOCH
+                    + Duration::from_millis(since.parse().unwrap_or_default());
+                let left = since.elapsed().is_ok_and(|age| age > RETIRED_AGE);
+                if left && (VolumeDisk { dir: entry.path() }).destroy().await.is_ok() {
+                    collected += 1;
+                }
+                continue;
+            }
             let old = entry
                 .metadata()
                 .await
@@ -404,11 +462,13 @@ impl DockerRuntime {
 
 /// What became of `doing` a volume's file system, as the runtime says it.
 fn volume_disk_result(volume: &str, doing: &str, done: Result<(), String>) -> RuntimeResult<()> {
-    done.map_err(|why| {
-        RuntimeError::Other(format!(
-            "could not {doing} the file system of the volume {volume}: {why}"
-        ))
-    })
+    done.map_err(|why| volume_disk_error(volume, doing, why))
+}
+
+fn volume_disk_error(volume: &str, doing: &str, why: String) -> RuntimeError {
+    RuntimeError::Other(format!(
+        "could not {doing} the file system of the volume {volume}: {why}"
+    ))
 }
 
 #[cfg(test)]

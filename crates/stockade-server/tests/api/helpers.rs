@@ -539,6 +539,7 @@ impl Drop for TestApp {
         }
         if self.cleanup_on_drop {
             cleanup_instance(&self.instance_id());
+            remove_retired_disks();
         }
     }
 }
@@ -577,16 +578,47 @@ pub fn cleanup_instance(instance: &str) {
 
 /// The file systems of their own that removed volumes bound (where the
 /// engine's storage cannot cap `/workspace`): the engine's removal leaves
-/// them, as the server's own removal does not.
+/// them, as the server's own removal does not (it renames a volume's to
+/// `<volume>.removed-<time>` and takes it down behind its answer, which a
+/// test's end may cut short).
 pub fn remove_volume_disks(volumes: &[String]) {
+    remove_disks_where(|name| {
+        let volume = name.split(".removed-").next().unwrap_or_default();
+        volumes.iter().any(|v| v == volume)
+    });
+}
+
+/// The removed volumes' file systems of any test whose removal was retired
+/// more than five seconds ago and left (its test ended before the task
+/// taking it down did).
+pub fn remove_retired_disks() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    remove_disks_where(|name| {
+        name.rsplit_once(".removed-")
+            .and_then(|(_, ms)| ms.parse::<u128>().ok())
+            .is_some_and(|ms| now.saturating_sub(ms) > 5_000)
+    });
+}
+
+/// Unmounts and deletes the folders in the engine's `stockade-disks` whose
+/// names `wanted` picks.
+fn remove_disks_where(wanted: impl Fn(&str) -> bool) {
     let root = docker_lines(&["info", "-f", "{{.DockerRootDir}}"]);
     let Some(root) = root.first() else { return };
-    for volume in volumes {
-        let dir = PathBuf::from(root).join("stockade-disks").join(volume);
-        if dir.exists() {
-            let _ = Command::new("umount").arg(dir.join("fs")).output();
-            let _ = std::fs::remove_dir_all(dir);
-        }
+    let disks = PathBuf::from(root).join("stockade-disks");
+    let names: Vec<String> = std::fs::read_dir(&disks)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in names.into_iter().filter(|n| wanted(n)) {
+        let dir = disks.join(&name);
+        let _ = Command::new("umount").arg(dir.join("fs")).output();
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 

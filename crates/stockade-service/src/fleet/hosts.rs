@@ -332,6 +332,14 @@ impl Service {
         self.hosts.runtime(&host)
     }
 
+    /// Waits (at shutdown) for what removals left to be taken down behind
+    /// their answers on every host: the volumes' own file systems.
+    pub async fn finish_disk_removals(&self) {
+        for (_, rt) in self.host_runtimes().await {
+            rt.finish_disk_removals().await;
+        }
+    }
+
     /// The runtime of the host `sb` lives on: every operation on a sandbox
     /// goes through this.
     pub async fn runtime_for(&self, sb: &Sandbox) -> ServiceResult<Arc<dyn Runtime>> {
