@@ -609,6 +609,30 @@ impl AgentClient {
         self.send(Request::from_parts(parts, body)).await
     }
 
+    /// `GET /identity?challenge=…`, sent without the access token: the
+    /// agent's proof for `challenge` (URL-safe characters, such as hex),
+    /// which [`crate::identity::verify`] checks.
+    pub async fn identity(&self, challenge: &str) -> Result<String, ClientError> {
+        let req = Request::builder()
+            .method(http::Method::GET)
+            .uri(format!("{}/identity?challenge={challenge}", self.base))
+            .body(body::empty())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error_of(resp).await);
+        }
+        let data = Limited::new(resp.into_body(), 4 << 10)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?
+            .to_bytes();
+        serde_json::from_slice::<serde_json::Value>(&data)
+            .ok()
+            .and_then(|v| v.get("proof")?.as_str().map(str::to_owned))
+            .ok_or_else(|| ClientError::Protocol("identity answer without a proof".into()))
+    }
+
     /// `GET /health`.
     pub async fn health(&self) -> Result<(), ClientError> {
         let req = self

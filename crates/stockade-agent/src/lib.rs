@@ -12,6 +12,7 @@ pub mod config;
 pub mod connect;
 pub mod envfile;
 pub mod fsops;
+pub mod identity;
 pub mod kernel;
 pub mod multipart;
 pub mod procs;

@@ -217,12 +217,13 @@ pub async fn spawn(state: AppState) -> std::io::Result<RunningServer> {
         {
             tracing::warn!("background tasks did not finish within the shutdown grace period");
         }
-        // Removed volumes' file systems still being taken down.
-        if tokio::time::timeout(grace, svc.finish_disk_removals())
+        // Egress entries and volumes' file systems of stopped and
+        // destroyed sandboxes still being removed.
+        if tokio::time::timeout(grace, svc.finish_removals())
             .await
             .is_err()
         {
-            tracing::warn!("removed volumes' file systems were still being taken down at the end of the shutdown grace period");
+            tracing::warn!("egress entries or volumes' file systems were still being removed at the end of the shutdown grace period");
         }
         served
     });

@@ -234,6 +234,39 @@ fn basic_username(value: &str) -> Option<String> {
     )
 }
 
+/// `GET /identity?challenge=C`: the proof that this agent holds its
+/// token, `{"proof": …}` (`crate::identity`), asked without the token.
+/// 404 where the agent has no token (nothing to prove).
+fn identity(state: &AgentState, req: &Request<Incoming>) -> Response<BoxBody> {
+    let Some(token) = &state.token else {
+        return http_error(StatusCode::NOT_FOUND, "this agent has no access token");
+    };
+    let challenge = req
+        .uri()
+        .query()
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "challenge")
+                .map(|(_, v)| v.into_owned())
+        })
+        .unwrap_or_default();
+    if challenge.is_empty() || challenge.len() > crate::identity::MAX_CHALLENGE {
+        return http_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "challenge: 1 to {} characters are required",
+                crate::identity::MAX_CHALLENGE
+            ),
+        );
+    }
+    let body = serde_json::json!({ "proof": crate::identity::proof(token, &challenge) });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body::full(body.to_string()))
+        .expect("valid response")
+}
+
 /// A plain JSON error of the HTTP routes (`{"code": 404, "message": …}`).
 pub fn http_error(status: StatusCode, message: impl Into<String>) -> Response<BoxBody> {
     let body = serde_json::json!({ "code": status.as_u16(), "message": message.into() });
@@ -252,6 +285,9 @@ pub async fn handle(state: Arc<AgentState>, req: Request<Incoming>) -> Response<
             .status(StatusCode::NO_CONTENT)
             .body(body::empty())
             .expect("valid response");
+    }
+    if path == "/identity" {
+        return identity(&state, &req);
     }
     let is_rpc = path.starts_with("/process.Process/")
         || path.starts_with("/filesystem.Filesystem/")

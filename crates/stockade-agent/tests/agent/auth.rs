@@ -1,4 +1,5 @@
-//! The access token: everything but `/health` needs it.
+//! The access token: everything but `/health` and `/identity` needs it,
+//! and `/identity` proves the agent holds it without it being sent.
 
 use crate::helpers::{http, Agent, TOKEN};
 use stockade_agent::client::{AgentClient, Endpoint};
@@ -147,4 +148,33 @@ async fn a_half_sent_request_head_is_closed() {
     .await;
     assert!(closed.is_ok(), "still open after {:?}", started.elapsed());
     assert!(started.elapsed() >= stockade_agent::server::HEADER_TIMEOUT / 2);
+}
+
+#[tokio::test]
+async fn the_agent_proves_it_holds_its_token_without_being_sent_it() {
+    let agent = Agent::start().await;
+    let anonymous = AgentClient::new(Endpoint::Tcp(agent.addr.clone()), None);
+    let proof = anonymous.identity("c0ffee").await.unwrap();
+    assert!(stockade_agent::identity::verify(
+        TOKEN.as_bytes(),
+        "c0ffee",
+        &proof
+    ));
+    // Not another agent's, nor another challenge's.
+    assert!(!stockade_agent::identity::verify(b"nope", "c0ffee", &proof));
+    assert_ne!(anonymous.identity("c0ffef").await.unwrap(), proof);
+    // A challenge is required, and bounded.
+    let h = http();
+    for query in [
+        "",
+        "?challenge=",
+        &format!("?challenge={}", "a".repeat(129)),
+    ] {
+        let res = h
+            .get(agent.url(&format!("/identity{query}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{query}");
+    }
 }

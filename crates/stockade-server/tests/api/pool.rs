@@ -430,3 +430,89 @@ impl Drop for InstanceCleanup {
         cleanup_instance(&self.0);
     }
 }
+
+/// A member that died leaves its address to the next container. One that
+/// took it and answers at the agent's port (health, and an identity proof
+/// it cannot know) is never handed out as the member: the claim asks the
+/// member's agent to prove that it holds the member's token, the impostor
+/// fails, and the member is discarded and the create made cold.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_impostor_at_a_dead_members_address_is_never_handed_out() {
+    let mut app = spawn_app_with(with_pool_checked(1, false, Duration::from_secs(600))).await;
+    let t = app.admin_token.clone();
+    let member = full_pool(&app, 1).await.into_iter().next().unwrap();
+    let member_id = stockade_core::SandboxId::parse(&member).unwrap();
+    eventually("the member's agent reached", || {
+        app.state.svc.member_reached(&member_id)
+    })
+    .await;
+    let name = stockade_runtime::container_name(&member_id);
+    let net = docker_lines(&[
+        "inspect",
+        "-f",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}{{end}}",
+        &name,
+    ]);
+    let (network, ip) = net[0].split_once(' ').unwrap();
+    docker_lines(&["kill", &name]);
+
+    // The impostor, at the member's address, on its network.
+    let impostor = format!("stockade-impostor-{member}");
+    let script = format!(
+        "mkdir -p /w && echo ok > /w/health && echo '{{\"proof\":\"{}\"}}' > /w/identity \
+         && exec httpd -f -p {} -h /w",
+        "0".repeat(64),
+        stockade_runtime::AGENT_PORT
+    );
+    let label = format!("io.stockade.instance-id={}", app.instance_id());
+    let out = docker(&[
+        "run",
+        "-d",
+        "--name",
+        &impostor,
+        "--label",
+        &label,
+        "--network",
+        network,
+        "--ip",
+        ip,
+        &test_image(),
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = format!("http://{ip}:{}/health", stockade_runtime::AGENT_PORT);
+    let answers = crate::helpers::eventually(Duration::from_secs(20), || {
+        let url = url.clone();
+        async move {
+            reqwest::get(&url)
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }
+    })
+    .await;
+    assert!(answers.is_some(), "the impostor does not answer at {url}");
+
+    let sb = app.create(&t, json!({ "name": "after-impostor" })).await;
+    let id = sb["id"].as_str().unwrap().to_owned();
+    assert_ne!(id, member, "the dead member was handed out");
+    assert_eq!(sb["status"], "RUNNING", "{sb}");
+    let r = app
+        .sandbox_post(
+            &t,
+            &id,
+            "exec",
+            json!({ "shell": "cat /w/identity 2>&1 || echo real" }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    assert!(exec_out(&r.body).ends_with("real\n"), "{:?}", r.body);
+    eventually("the dead member removed", || !container_exists(&member)).await;
+    docker_lines(&["rm", "-f", &impostor]);
+    app.shutdown().await;
+}

@@ -332,10 +332,16 @@ impl Service {
         self.hosts.runtime(&host)
     }
 
-    /// Waits (at shutdown) for what removals left to be taken down behind
-    /// their answers on every host: the volumes' own file systems.
-    pub async fn finish_disk_removals(&self) {
-        for (_, rt) in self.host_runtimes().await {
+    /// Waits (at shutdown) for what stops and destroys left to be taken
+    /// down behind their answers on every host: egress entries and the
+    /// volumes' own file systems.
+    pub async fn finish_removals(&self) {
+        for (host, rt) in self.host_runtimes().await {
+            if let Some(pending) = rt.pending_removals() {
+                if let Err(why) = pending.wait().await {
+                    tracing::warn!(host = %host, %why, "egress entries left for reconciliation");
+                }
+            }
             rt.finish_disk_removals().await;
         }
     }

@@ -40,8 +40,33 @@ pub struct Agents {
     /// Clients of warm-pool members, connected while they wait:
     /// a claim hands its member's over, so the first command of a sandbox
     /// from the pool neither looks the container up nor connects.
-    warm: Mutex<HashMap<SandboxId, (IpAddr, AgentClient)>>,
+    warm: Mutex<HashMap<SandboxId, Warm>>,
 }
+
+/// A warm-pool member's agent, reached when the member was made.
+#[derive(Clone)]
+struct Warm {
+    ip: IpAddr,
+    client: AgentClient,
+    container_id: String,
+}
+
+/// What a warm member's agent proved of itself at a claim.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Vouch {
+    /// The member's own agent answered: the member runs, at `ip`, in the
+    /// container `container_id`.
+    Member { ip: IpAddr, container_id: String },
+    /// Something else answered at the member's address (another
+    /// container took the address of a member that died).
+    Impostor,
+    /// Nothing that says either (not reached yet, no answer in time, an
+    /// agent without the route): Docker has to say.
+    Unknown,
+}
+
+/// How long a claim waits for a member's agent to prove itself.
+const VOUCH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl std::fmt::Debug for Agents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,12 +113,13 @@ impl Agents {
         self.warm_lock().remove(id);
     }
 
-    fn warm_lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, (IpAddr, AgentClient)>> {
+    fn warm_lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Warm>> {
         self.warm.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps a connected client of warm-pool member `id` at `ip`.
-    pub async fn prime(&self, id: &SandboxId, ip: IpAddr) {
+    /// Keeps a connected client of warm-pool member `id` at `ip`, in the
+    /// container `container_id`.
+    pub async fn prime(&self, id: &SandboxId, ip: IpAddr, container_id: String) {
         let client = AgentClient::new(endpoint(ip), Some(self.token(id)));
         wait_until_ready(&client).await;
         let mut warm = self.warm_lock();
@@ -102,13 +128,50 @@ impl Agents {
         if warm.len() >= MAX_CLIENTS {
             warm.clear();
         }
-        warm.insert(id.clone(), (ip, client));
+        warm.insert(
+            id.clone(),
+            Warm {
+                ip,
+                client,
+                container_id,
+            },
+        );
+    }
+
+    /// Asks warm member `id`'s agent, at the address it had when it was
+    /// reached, to prove it holds the member's token, without sending the
+    /// token there: one round trip, where Docker's inspection of the
+    /// container costs the engine's time and CPU.
+    pub async fn vouch(&self, id: &SandboxId) -> Vouch {
+        let Some(warm) = self.warm_lock().get(id).cloned() else {
+            return Vouch::Unknown;
+        };
+        let challenge = {
+            use rand::RngCore;
+            let mut bytes = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut bytes);
+            hex::encode(bytes)
+        };
+        match tokio::time::timeout(VOUCH_TIMEOUT, warm.client.identity(&challenge)).await {
+            Ok(Ok(answer)) => {
+                let token = self.token(id);
+                if stockade_agent::identity::verify(token.as_bytes(), &challenge, &answer) {
+                    Vouch::Member {
+                        ip: warm.ip,
+                        container_id: warm.container_id,
+                    }
+                } else {
+                    Vouch::Impostor
+                }
+            }
+            _ => Vouch::Unknown,
+        }
     }
 
     /// Hands the primed client of a claimed member to the sandbox's session
     /// starting at `started_at`.
     pub fn adopt(&self, id: &SandboxId, started_at: Option<DateTime<Utc>>) {
-        let Some(client) = self.warm_lock().remove(id) else {
+        let Some(Warm { ip, client, .. }) = self.warm_lock().remove(id) else {
             return;
         };
         let mut clients = self.lock();
@@ -119,7 +182,7 @@ impl Agents {
             id.clone(),
             Reached {
                 started_at,
-                client: Some(client),
+                client: Some((ip, client)),
             },
         );
     }
@@ -130,6 +193,12 @@ impl Agents {
 }
 
 impl Service {
+    /// Whether warm-pool member `id`'s agent has been reached, so that a
+    /// claim can ask it to prove itself rather than ask Docker.
+    pub fn member_reached(&self, id: &SandboxId) -> bool {
+        self.agents.warm_lock().contains_key(id)
+    }
+
     /// The client of `sb`'s agent, or `None` when its container has no
     /// agent (the caller falls back to Docker) or does not run. The address
     /// is looked up once per session of the sandbox and cached.

@@ -46,6 +46,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::ConfigError;
 use crate::error::ServiceError;
+use crate::interact::agent::Vouch;
 use crate::Service;
 
 /// How the warm pool is set up; no classes means no pool.
@@ -536,20 +537,28 @@ pub async fn claim(svc: &Service, sb: &Sandbox) -> Option<Claim> {
         // sandbox, so the refill the take starts cannot overfill the host.
         let _held = crate::fleet::admission::hold_claim(svc, &id, &slot.0, class.resources());
         pool.wake();
-        // Docker's word that the member runs, and so that its address is
-        // still its own: something else answering there (another
-        // sandbox that took the address of a member that died) proves
-        // nothing. The same inspection gives the egress filter's address.
-        let container = match rt.inspect(&id).await {
-            Ok(Some(c)) if c.running => c,
-            other => {
-                warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
+        // Proof that the member runs, and so that its address is still its
+        // own: an agent answering there is not enough (another sandbox may
+        // have taken the address of a member that died), so the member's
+        // agent proves it holds the member's token; failing an answer
+        // either way, Docker's word. The address is the egress filter's.
+        let (address, container_id) = match svc.agents.vouch(&id).await {
+            Vouch::Member { ip, container_id } => (Some(ip), container_id),
+            Vouch::Impostor => {
+                warn!(sandbox.id = %id, "something else answers at a warm pool member's address: discarding the member");
                 discard(svc, &slot.0, id);
                 continue;
             }
+            Vouch::Unknown => match rt.inspect(&id).await {
+                Ok(Some(c)) if c.running => (c.address, c.container_id),
+                other => {
+                    warn!(sandbox.id = %id, state = ?other.as_ref().map(|c| c.as_ref().map(|c| c.running)), "warm pool member is not running: discarding it");
+                    discard(svc, &slot.0, id);
+                    continue;
+                }
+            },
         };
-        let address = container.address;
-        let mut claimed = claimed_record(sb, &id, container.container_id);
+        let mut claimed = claimed_record(sb, &id, container_id);
         claimed.server = slot.0.clone();
         match svc.store.insert_sandbox(&claimed).await {
             Ok(()) => {}
@@ -715,7 +724,7 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                         Err(why) => return (slot, Err(why.to_string())),
                     };
                     let made = async {
-                        rt.create_pool_member(&member).await?;
+                        let container_id = rt.create_pool_member(&member).await?;
                         // Its agent, connected now rather than at the first
                         // command; in the background, so the member is
                         // ready at once (a claim before the agent answers
@@ -724,7 +733,9 @@ fn start_fills(svc: &Service, fills: &mut JoinSet<(Slot, Result<SandboxId, Strin
                         if own {
                             if let Ok(Some(ip)) = rt.container_address(&member.sandbox_id).await {
                                 let (svc, id) = (svc.clone(), member.sandbox_id.clone());
-                                tokio::spawn(async move { svc.agents.prime(&id, ip).await });
+                                tokio::spawn(async move {
+                                    svc.agents.prime(&id, ip, container_id).await
+                                });
                             }
                         }
                         // A member with network access gets the egress
