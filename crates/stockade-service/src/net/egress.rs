@@ -12,9 +12,9 @@
 //!   then it reaches nothing outside (the packet filter fails closed). A
 //!   stop or destroy removes it right after answering; until then no
 //!   container starts on that host (its runtime waits), so a freed address
-//!   never carries the old policy to a new sandbox. Sandboxes without network access
-//!   (`deny-all`) sit on the internal network; a policy change moves a
-//!   running sandbox between the two networks.
+//!   never carries the old policy to a new sandbox. Sandboxes without
+//!   network access (`deny-all`) sit on the internal network; a policy
+//!   change moves a running sandbox between the two networks.
 //! - Reconciliation writes missing entries again (after a host reboot or a
 //!   flushed chain), and entries written under another opt-in of private
 //!   ranges, and drops entries whose address the sandbox no longer has.
