@@ -469,14 +469,7 @@ async fn file_systems_of_volumes_removed_behind_stockades_back_are_collected() {
     let Some(rt) = uncapped_default_engine().await else {
         return;
     };
-    let (id, _cleanup, volume, disk) = sandbox_with_a_disk_of_its_own(&rt).await;
-    docker_cli(None, &["rm", "-f", &container_name(&id)]);
-    let out = docker_cli(None, &["volume", "rm", volume.as_str()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_cleanup, disk) = a_disk_docker_left(&rt).await;
     assert!(disk.join("disk.ext4").exists());
 
     // Young: left alone (a create may be making its volume).
@@ -493,6 +486,20 @@ async fn file_systems_of_volumes_removed_behind_stockades_back_are_collected() {
     assert!(!is_mounted(&disk.join("fs")));
 }
 
+/// The folder of a sandbox's own file system after its container and volume
+/// were removed with Docker's CLI, which leaves the file system behind.
+async fn a_disk_docker_left(rt: &DockerRuntime) -> (Cleanup, std::path::PathBuf) {
+    let (id, cleanup, volume, disk) = sandbox_with_a_disk_of_its_own(rt).await;
+    docker_cli(None, &["rm", "-f", &container_name(&id)]);
+    let out = docker_cli(None, &["volume", "rm", volume.as_str()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cleanup, disk)
+}
+
 /// A process killed while it took a removed volume's file system down
 /// leaves the folder it renamed it to, still mounted: the next runtime
 /// collects it once it was retired a minute ago, and not before.
@@ -501,9 +508,7 @@ async fn file_systems_a_killed_removal_left_are_collected() {
     let Some(rt) = uncapped_default_engine().await else {
         return;
     };
-    let (id, _cleanup, volume, disk) = sandbox_with_a_disk_of_its_own(&rt).await;
-    docker_cli(None, &["rm", "-f", &container_name(&id)]);
-    docker_cli(None, &["volume", "rm", volume.as_str()]);
+    let (_cleanup, disk) = a_disk_docker_left(&rt).await;
     let millis = |ago: u64| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

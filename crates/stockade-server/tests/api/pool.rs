@@ -75,8 +75,13 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-fn exec_out(body: &serde_json::Value) -> String {
-    body["stdout"].as_str().unwrap_or_default().to_owned()
+/// The output of `script` run in sandbox `id` through the API (200 asserted).
+async fn shell(app: &TestApp, t: &str, id: &str, script: &str) -> String {
+    let r = app
+        .sandbox_post(t, id, "exec", json!({ "shell": script }))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
+    r.body["stdout"].as_str().unwrap_or_default().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -108,19 +113,14 @@ async fn fitting_creates_claim_a_member_and_the_pool_refills() {
     assert_eq!(sb["name"], "warm");
     assert_eq!(sb["labels"], json!(["fast"]));
     assert_eq!(sb["volume"]["name"], format!("agent-sandbox-{id}"));
-    let r = app
-        .sandbox_post(
-            &t,
-            &id,
-            "exec",
-            json!({ "shell": "echo \"$GREETING\"; hostname; pwd; ls -A /workspace | wc -l" }),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    assert_eq!(
-        exec_out(&r.body),
-        format!("hi there\n{id}\n/workspace\n0\n")
-    );
+    let out = shell(
+        &app,
+        &t,
+        &id,
+        "echo \"$GREETING\"; hostname; pwd; ls -A /workspace | wc -l",
+    )
+    .await;
+    assert_eq!(out, format!("hi there\n{id}\n/workspace\n0\n"));
     let listed = app.get("/api/v1/sandbox?labels=fast", &t).await;
     assert_eq!(listed.body["total"], 1);
     assert_eq!(listed.body["sandboxes"][0]["id"], id.as_str());
@@ -177,11 +177,7 @@ async fn a_member_that_died_while_ready_is_never_handed_out() {
         let id = sb["id"].as_str().unwrap().to_owned();
         assert!(!dead.contains(&id), "a dead member was handed out: {id}");
         assert_eq!(sb["status"], "RUNNING", "{sb}");
-        let r = app
-            .sandbox_post(&t, &id, "exec", json!({ "shell": "echo alive" }))
-            .await;
-        assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-        assert_eq!(exec_out(&r.body), "alive\n");
+        assert_eq!(shell(&app, &t, &id, "echo alive").await, "alive\n");
     }
     // The dead members are removed, not left behind.
     eventually("the dead members removed", || {
@@ -280,15 +276,14 @@ async fn members_are_nobodys_and_never_carry_one_accounts_data_to_another() {
     // Bob takes the other: nothing of Alice's is in it.
     let b_id = app.create_id(&bob, json!({})).await;
     assert!(ready.contains(&b_id) && b_id != a_id);
-    let r = app
-        .sandbox_post(
-            &bob,
-            &b_id,
-            "exec",
-            json!({ "shell": "ls -A /workspace; ls /tmp; env | grep -c SECRET" }),
-        )
-        .await;
-    assert_eq!(exec_out(&r.body), "0\n", "{:?}", r.body);
+    let out = shell(
+        &app,
+        &bob,
+        &b_id,
+        "ls -A /workspace; ls /tmp; env | grep -c SECRET",
+    )
+    .await;
+    assert_eq!(out, "0\n");
     // Each sees only their own.
     let r = app.get(&format!("/api/v1/sandbox/{a_id}"), &bob).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
@@ -502,16 +497,8 @@ async fn an_impostor_at_a_dead_members_address_is_never_handed_out() {
     let id = sb["id"].as_str().unwrap().to_owned();
     assert_ne!(id, member, "the dead member was handed out");
     assert_eq!(sb["status"], "RUNNING", "{sb}");
-    let r = app
-        .sandbox_post(
-            &t,
-            &id,
-            "exec",
-            json!({ "shell": "cat /w/identity 2>&1 || echo real" }),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
-    assert!(exec_out(&r.body).ends_with("real\n"), "{:?}", r.body);
+    let out = shell(&app, &t, &id, "cat /w/identity 2>&1 || echo real").await;
+    assert!(out.ends_with("real\n"), "{out}");
     eventually("the dead member removed", || !container_exists(&member)).await;
     docker_lines(&["rm", "-f", &impostor]);
     app.shutdown().await;
