@@ -664,3 +664,32 @@ async fn private_ranges_are_out_of_reach_unless_opted_in() {
     drop(app);
     drop(outside);
 }
+
+/// The bad day between a stop's answer and its entry's removal: the server
+/// dies with the container down and the entry still written (here Docker
+/// stops the container behind the server's back, so nothing removes it).
+/// Reconciliation, which runs at every start before requests are served
+/// and then in passes, removes the entry.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_entry_whose_removal_never_ran_is_pruned() {
+    let app = spawn_app().await;
+    let t = app.admin_token.clone();
+    let id = app.create_id(&t, json!({})).await;
+    let entry = format!("stockade:{id}");
+    assert!(egress_listing().contains(&entry), "{}", egress_listing());
+    let sid = stockade_core::SandboxId::parse(&id).unwrap();
+    let out = docker(&["stop", "-t", "1", &stockade_runtime::container_name(&sid)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stockade_service::reconcile::reconcile_once(&app.state.svc)
+        .await
+        .expect("reconcile");
+    let left = egress_entries_gone(&[id.as_str()]).await;
+    assert!(
+        !left.contains(&entry),
+        "the stopped sandbox's entry stays: {left}"
+    );
+}
