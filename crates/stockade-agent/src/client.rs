@@ -360,17 +360,44 @@ impl<Res: Msg> RpcStream<Res> {
     }
 }
 
+impl<Res: Msg> RpcStream<Res> {
+    /// Reads what is left of the body in a task of its own (for at most a
+    /// second), so that its connection goes back to the pool instead of
+    /// being closed: the agent ends a stream right after its last message,
+    /// and a caller that has what it wanted need not wait for that.
+    fn drain_in_background(self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(tokio::time::timeout(
+            Duration::from_secs(1),
+            self.0.discard_rest(64 * 1024),
+        ));
+    }
+}
+
 /// A running process's events, after its start event.
 pub struct ProcessStream {
     pub pid: u32,
-    inner: RpcStream<StartResponse>,
+    /// `None` once dropped.
+    inner: Option<RpcStream<StartResponse>>,
+    /// The end event came: what follows is the stream's end.
+    ended: bool,
+}
+
+impl Drop for ProcessStream {
+    fn drop(&mut self) {
+        if let (true, Some(inner)) = (self.ended, self.inner.take()) {
+            inner.drain_in_background();
+        }
+    }
 }
 
 impl ProcessStream {
     /// The next output or the end; `None` after the end.
     pub async fn next(&mut self) -> Option<Result<ProcessOutput, ClientError>> {
         loop {
-            let msg = match self.inner.message().await? {
+            let msg = match self.inner.as_mut()?.message().await? {
                 Ok(m) => m,
                 Err(e) => return Some(Err(e)),
             };
@@ -385,7 +412,10 @@ impl ProcessStream {
                     Some(process_event::Output::Pty(b)) => return Some(Ok(ProcessOutput::Pty(b))),
                     None => continue,
                 },
-                Some(process_event::Event::End(end)) => return Some(Ok(ProcessOutput::End(end))),
+                Some(process_event::Event::End(end)) => {
+                    self.ended = true;
+                    return Some(Ok(ProcessOutput::End(end)));
+                }
                 Some(process_event::Event::Start(_))
                 | Some(process_event::Event::Keepalive(_))
                 | None => continue,
@@ -661,7 +691,8 @@ impl AgentClient {
                     }),
             })) => Ok(ProcessStream {
                 pid: s.pid,
-                inner: stream,
+                inner: Some(stream),
+                ended: false,
             }),
             Some(Err(e)) => Err(e),
             other => Err(ClientError::Protocol(format!(

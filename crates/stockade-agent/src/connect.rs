@@ -313,6 +313,20 @@ impl<M: Msg> EnvelopeBody<M> {
         self.codec.decode::<M>(payload)
     }
 
+    /// Reads the body to its end, throwing away what comes (at most
+    /// `budget` bytes: a peer that sends more is cut off).
+    pub(crate) async fn discard_rest(mut self, budget: usize) {
+        use http_body_util::BodyExt as _;
+        let mut left = budget;
+        while let Some(Ok(frame)) = self.body.frame().await {
+            let len = frame.data_ref().map_or(0, |d| d.len());
+            match left.checked_sub(len) {
+                Some(l) => left = l,
+                None => return,
+            }
+        }
+    }
+
     /// Waits for the body's next frame and buffers its data; `None` at the
     /// end of the body.
     pub(crate) async fn read_frame(&mut self) -> Option<Result<(), hyper::Error>> {

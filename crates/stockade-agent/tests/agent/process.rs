@@ -302,3 +302,47 @@ async fn pty_echoes_and_resizes() {
     let (_, _, end) = drain(&mut s).await;
     assert_eq!(end.exit_code, 3);
 }
+
+/// Forwards connections on a loopback port of its own to `to`, counting
+/// them.
+async fn counting_proxy(to: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let to = to.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn commands_run_one_after_another_share_one_connection() {
+    use stockade_agent::client::{AgentClient, Endpoint};
+    let agent = Agent::start().await;
+    let (proxy, accepted) = counting_proxy(agent.addr.clone()).await;
+    let c = AgentClient::new(Endpoint::Tcp(proxy), Some(crate::helpers::TOKEN.into()));
+    for round in 0..5 {
+        let out = c.run("/bin/sh", &sh("echo $0")).await.unwrap();
+        assert_eq!(
+            (round, out.exit_code, out.stdout),
+            (round, 0, b"/bin/sh\n".to_vec())
+        );
+        // The rest of the stream is read in the background.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "each command opened a connection of its own"
+    );
+}
