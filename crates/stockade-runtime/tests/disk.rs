@@ -444,6 +444,10 @@ async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
     let (code, said) = sh(&rt, &id, "cat /workspace/kept").await;
     assert_eq!((code, said.trim()), (0, "kept"));
 
+    assert!(
+        !loop_devices_backed_by(volume.as_str()).is_empty(),
+        "no loop device backs the volume's file system"
+    );
     rt.remove(&id, false).await.expect("remove");
     // Out of the volume's name at once, taken down behind the answer.
     assert!(!disk.exists(), "{} stayed", disk.display());
@@ -457,8 +461,26 @@ async fn a_loop_file_caps_the_workspace_on_an_ordinary_host() {
             .contains(volume.as_str()),
         "a mount of the volume's file system stayed"
     );
+    let held = loop_devices_backed_by(volume.as_str());
+    assert!(held.is_empty(), "loop devices stayed attached: {held:?}");
     let out = docker_cli(None, &["volume", "inspect", volume.as_str()]);
     assert!(!out.status.success(), "the volume stayed");
+}
+
+/// The loop devices whose backing file's path contains `needle`.
+fn loop_devices_backed_by(needle: &str) -> Vec<String> {
+    let Ok(devices) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    devices
+        .flatten()
+        .filter_map(|d| {
+            let backing = std::fs::read_to_string(d.path().join("loop/backing_file")).ok()?;
+            backing
+                .contains(needle)
+                .then(|| format!("{}: {}", d.file_name().to_string_lossy(), backing.trim()))
+        })
+        .collect()
 }
 
 /// A volume removed with the engine's own tools leaves its file system

@@ -18,8 +18,9 @@
 //! and the file's deletion) takes about ten milliseconds, so a removal
 //! only renames its folder to `<volume>.removed-<ms since 1970>` (a volume
 //! of the same name made next finds none) and leaves the rest to a task of
-//! its own; the runtime's `finish_disk_removals` waits for those tasks,
-//! and what a crash leaves is collected at the next start.
+//! its own (an `umount(2)` call, no process); the runtime's
+//! `finish_disk_removals` waits for those tasks, and what a crash leaves is
+//! collected at the next start.
 //!
 //! Only a local engine (one whose data root is on Stockade's host, in the
 //! same mount namespace) and a Stockade running as root can do this.
@@ -171,10 +172,18 @@ impl VolumeDisk {
     pub(super) async fn destroy(&self) -> Result<(), String> {
         let point = self.mount_point();
         if is_mount_point(&point).await.unwrap_or(false) {
-            let shown = point.display().to_string();
-            if host_command("umount", &[&shown]).await.is_err() {
-                host_command("umount", &["-l", &shown]).await?;
-            }
+            // The system call, not `umount(8)`: no process to start. The
+            // loop device was set up to clear itself when the file system
+            // lets go of it.
+            let at = point.clone();
+            tokio::task::spawn_blocking(move || {
+                use rustix::mount::{unmount, UnmountFlags};
+                unmount(&at, UnmountFlags::empty())
+                    .or_else(|_| unmount(&at, UnmountFlags::DETACH))
+                    .map_err(|e| format!("could not unmount {}: {e}", at.display()))
+            })
+            .await
+            .map_err(|e| format!("the unmount's task failed: {e}"))??;
         }
         match tokio::fs::remove_dir_all(&self.dir).await {
             Ok(()) => Ok(()),
