@@ -346,3 +346,73 @@ async fn commands_run_one_after_another_share_one_connection() {
         "each command opened a connection of its own"
     );
 }
+
+/// Something on the agent's port that ends a process and then keeps
+/// sending: the client's background read of the rest gives up and closes
+/// the connection instead of buffering or holding it.
+#[tokio::test]
+async fn a_peer_that_keeps_sending_after_the_end_is_cut_off() {
+    use stockade_agent::client::{AgentClient, Endpoint};
+    use stockade_agent::connect::{envelope, Codec};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peer = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the client went away before its request");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let event = |e: process_event::Event| {
+            envelope(
+                0,
+                &Codec::Proto.encode(&StartResponse {
+                    event: Some(ProcessEvent { event: Some(e) }),
+                }),
+            )
+        };
+        let chunk = |data: &[u8]| {
+            let mut c = format!("{:x}\r\n", data.len()).into_bytes();
+            c.extend_from_slice(data);
+            c.extend_from_slice(b"\r\n");
+            c
+        };
+        let mut head = b"HTTP/1.1 200 OK\r\ncontent-type: application/connect+proto\r\n\
+                         transfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+        head.extend(chunk(&event(process_event::Event::Start(
+            process_event::StartEvent { pid: 7 },
+        ))));
+        head.extend(chunk(&event(process_event::Event::End(
+            process_event::EndEvent {
+                exit_code: 0,
+                exited: true,
+                status: "exit status 0".into(),
+                ..Default::default()
+            },
+        ))));
+        s.write_all(&head).await.unwrap();
+        // Then data, never the end, until the client hangs up.
+        let filler = chunk(&vec![0u8; 16 * 1024]);
+        let started = Instant::now();
+        let mut sent = 0usize;
+        while started.elapsed() < Duration::from_secs(10) {
+            if s.write_all(&filler).await.is_err() {
+                return (started.elapsed(), sent);
+            }
+            sent += filler.len();
+        }
+        panic!("the client still reads after 10 s ({sent} bytes)");
+    });
+    let c = AgentClient::new(Endpoint::Tcp(addr), Some(crate::helpers::TOKEN.into()));
+    let out = c.run("true", &RunOptions::default()).await.unwrap();
+    assert_eq!((out.exit_code, out.status.as_str()), (0, "exit status 0"));
+    let (after, sent) = peer.await.unwrap();
+    assert!(
+        after < Duration::from_secs(3),
+        "the connection stayed open {after:?} ({sent} bytes)"
+    );
+}
