@@ -358,9 +358,7 @@ impl<Res: Msg> RpcStream<Res> {
             }
         }
     }
-}
 
-impl<Res: Msg> RpcStream<Res> {
     /// Reads what is left of the body in a task of its own (for at most a
     /// second), so that its connection goes back to the pool instead of
     /// being closed: the agent ends a stream right after its last message,

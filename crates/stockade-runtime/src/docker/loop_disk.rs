@@ -175,12 +175,11 @@ impl VolumeDisk {
             // The system call, not `umount(8)`: no process to start. The
             // loop device was set up to clear itself when the file system
             // lets go of it.
-            let at = point.clone();
             tokio::task::spawn_blocking(move || {
                 use rustix::mount::{unmount, UnmountFlags};
-                unmount(&at, UnmountFlags::empty())
-                    .or_else(|_| unmount(&at, UnmountFlags::DETACH))
-                    .map_err(|e| format!("could not unmount {}: {e}", at.display()))
+                unmount(&point, UnmountFlags::empty())
+                    .or_else(|_| unmount(&point, UnmountFlags::DETACH))
+                    .map_err(|e| format!("could not unmount {}: {e}", point.display()))
             })
             .await
             .map_err(|e| format!("the unmount's task failed: {e}"))??;
